@@ -1,0 +1,50 @@
+"""One suite, two implementations (after aio-libs' conftest).
+
+Fixtures named ``<core>_impl`` hand each test the compiled module or its pure twin.
+The compiled run imports the extension directly, so a broken build is an error,
+never a silent pass on pure. ``--no-c-extensions`` deselects the compiled runs.
+"""
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import pytest
+
+import timerwheel_c
+
+CHECKOUT = Path(__file__).resolve().parent.parent
+
+
+def pytest_addoption(parser):
+    parser.addoption("--no-c-extensions", action="store_true", help="run only the pure-Python twins")
+
+
+def pytest_configure(config):
+    installed = Path(timerwheel_c.__file__).resolve()
+    if CHECKOUT in installed.parents:
+        raise pytest.UsageError(
+            f"tests must import the installed package, not the checkout: got {installed}; "
+            "run `pip install .` and call `pytest` (not `python -m pytest`) from the checkout"
+        )
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--no-c-extensions"):
+        skip = pytest.mark.skip(reason="--no-c-extensions")
+        for item in items:
+            if "c_extension" in item.keywords:
+                item.add_marker(skip)
+
+
+def _impl_params(core: str):
+    return [
+        pytest.param(f"timerwheel_c._{core}", id="c", marks=pytest.mark.c_extension),
+        pytest.param(f"timerwheel_c.pure.{core}", id="pure"),
+    ]
+
+
+@pytest.fixture(params=_impl_params("wheel"))
+def wheel_impl(request):
+    """The wheel core module: ``timerwheel_c._wheel`` (C) or ``timerwheel_c.pure.wheel``."""
+    return importlib.import_module(request.param)
