@@ -1,0 +1,1 @@
+"""The side-by-side benchmarks behind ``python -m timerwheel_c bench``."""
