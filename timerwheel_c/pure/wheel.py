@@ -224,16 +224,22 @@ class TimerWheel:
         shift = LEVEL_BITS * level + 3
         return (self._elapsed & ~((1 << (shift + LEVEL_BITS)) - 1)) | ((f & 63) << shift)
 
-    def _lookup(self, timer_id):
-        """The entry index ``timer_id`` names if that timer is pending, else NIL; any int is safe."""
-        if type(timer_id) is not int:
-            timer_id = _as_int(timer_id, "timer_id")
-        if timer_id <= 0 or timer_id >= U64_LIMIT:
-            return NIL
+    def _find(self, timer_id):
+        """The entry index ``timer_id`` (an int in [0, 2**64)) names if that timer is pending, else NIL."""
         e = timer_id & U32
-        if e >= len(self._due) or self._gen[e] != timer_id >> 32 or self._loc[e] == FREE:
+        if e >= len(self._due):
+            return NIL
+        if self._gen[e] != timer_id >> 32 or self._loc[e] == FREE:
             return NIL
         return e
+
+    def _lookup(self, timer_id):
+        """``_find`` for any Python int; TypeError for a non-int, NIL for ints outside [0, 2**64)."""
+        if type(timer_id) is not int:
+            timer_id = _as_int(timer_id, "timer_id")
+        if timer_id < 0 or timer_id >= U64_LIMIT:
+            return NIL
+        return self._find(timer_id)
 
     def _due_for(self, after_ms):
         """The due time in ms of a timer armed ``after_ms`` from now; ``after_ms <= 0`` counts as 1.
@@ -253,6 +259,15 @@ class TimerWheel:
             )
         return due
 
+    def _arm(self, due, token):
+        """Take an entry for a timer due at ``due`` ms firing ``token`` and link it; returns its id."""
+        e = self._alloc()
+        self._due[e] = due
+        self._token[e] = token
+        self._link(e)
+        self._count += 1
+        return (self._gen[e] << 32) | e
+
     def schedule(self, after_ms, token):
         """Arm a timer due at ``now_ms() + max(after_ms, 1)`` ms that fires ``token``.
 
@@ -269,12 +284,7 @@ class TimerWheel:
         """
         due = self._due_for(after_ms)
         token = _as_token(token)
-        e = self._alloc()
-        self._due[e] = due
-        self._token[e] = token
-        self._link(e)
-        self._count += 1
-        return (self._gen[e] << 32) | e
+        return self._arm(due, token)
 
     def cancel(self, timer_id):
         """Cancel a pending timer and free its entry at once.
@@ -315,11 +325,15 @@ class TimerWheel:
         return True
 
     def _run(self, now, fired):
-        """Advance ``_elapsed`` to ``now``, appending each fired token to ``fired`` in fire order.
+        """Advance ``_elapsed`` to ``now``, appending each fired token to ``fired`` in fire order;
+        returns the count.
 
         Jumps from occupied slot to occupied slot: a level-0 slot fires whole (all its timers share
         one due time, in arming order); a higher slot cascades whole, in list order, to lower levels.
+        A timer leaves its list only after its token is handed over, so a failed append leaves a
+        consistent wheel.
         """
+        n = 0
         while True:
             f = self._next_slot()
             if f == NIL:
@@ -328,23 +342,27 @@ class TimerWheel:
             if start > now:
                 break
             self._elapsed = start
-            e = self._head[f]
-            self._head[f] = NIL
-            self._tail[f] = NIL
-            self._occ[f >> 6] &= ~(1 << (f & 63))
-            self._bound[f] = NO_BOUND
             if f < 512:
+                e = self._head[f]
                 while e != NIL:
-                    n = self._next[e]
+                    nxt = self._next[e]
                     fired.append(self._token[e])
+                    n += 1
+                    self._unlink(e)
                     self._free(e)
-                    e = n
+                    e = nxt
             else:
+                e = self._head[f]
+                self._head[f] = NIL
+                self._tail[f] = NIL
+                self._occ[f >> 6] &= ~(1 << (f & 63))
+                self._bound[f] = NO_BOUND
                 while e != NIL:
-                    n = self._next[e]
+                    nxt = self._next[e]
                     self._link(e)
-                    e = n
+                    e = nxt
         self._elapsed = now
+        return n
 
     def _check_now(self, now_ms):
         """``now_ms`` as an int checked against the wheel's time.
@@ -378,11 +396,11 @@ class TimerWheel:
             TypeError: ``now_ms`` is not an int, or ``fired`` is not a list.
             ValueError: ``now_ms`` is before ``now_ms()`` or beyond 2**62; the wheel is unchanged.
         """
+        if fired is not None and type(fired) is not list:
+            raise TypeError(f"fired must be a list, not {type(fired).__name__}")
         now = self._check_now(now_ms)
         if fired is None:
             fired = []
-        elif type(fired) is not list:
-            raise TypeError(f"fired must be a list, not {type(fired).__name__}")
         if now > self._elapsed:
             self._run(now, fired)
         return fired
@@ -411,10 +429,8 @@ class TimerWheel:
                 nothing is scheduled.
         """
         delays, toks = _check_batch(self._elapsed, after_ms, tokens)
-        ids = np.empty(len(toks), dtype=np.uint64)
-        for i in range(len(toks)):
-            ids[i] = self.schedule(int(delays[i]), int(toks[i]))
-        return ids
+        ids = [self._arm(self._elapsed + d, t) for d, t in zip(delays.tolist(), toks.tolist())]
+        return np.array(ids, dtype=np.uint64)
 
     def cancel_many(self, ids):
         """``cancel(id)`` for each id, in order.
@@ -429,9 +445,15 @@ class TimerWheel:
             TypeError: ``ids`` is not a 1-d integer array-like.
         """
         arr = _as_int_array(ids, "ids")
+        if arr.dtype.kind == "i":
+            # 0 is never an id; a negative id must not alias a huge unsigned one.
+            arr = np.where(arr < 0, 0, arr)
         cancelled = 0
-        for timer_id in arr.tolist():
-            if self.cancel(timer_id):
+        for timer_id in arr.astype(np.uint64).tolist():
+            e = self._find(timer_id)
+            if e != NIL:
+                self._unlink(e)
+                self._free(e)
                 cancelled += 1
         return cancelled
 
@@ -459,11 +481,11 @@ class TimerWheel:
         return self._bound[self._next_slot()]
 
     def nbytes(self):
-        """Bytes of the timer store: 32 per pool entry plus the slot tables, as the C core counts them.
+        """Bytes of the timer store as the C core counts them: 32 per pool entry plus the slot tables.
 
         Pool entries are reused, never returned, so this stays flat under schedule/cancel churn.
         """
-        return ENTRY_BYTES * len(self._due) + NUM_SLOTS * 24 + NUM_WORDS * 8
+        return ENTRY_BYTES * len(self._due) + NUM_SLOTS * 16 + NUM_WORDS * 8
 
 
 def _as_int_array(values, name):
