@@ -103,10 +103,10 @@ cdef inline int _as_token(object value, uint64_t* out) except -1:
     """Store ``value`` checked as a token in [0, 2**64) to ``out``; TypeError/ValueError otherwise."""
     if type(value) is not int:
         value = _as_int(value, "token")
-    out[0] = _long_as_u64(value)
-    if out[0] == <uint64_t>-1 and PyErr_Occurred():
-        PyErr_Clear()
-        raise ValueError(f"token {value} is out of range [0, 2**64)")
+    try:
+        out[0] = value
+    except OverflowError:
+        raise ValueError(f"token {value} is out of range [0, 2**64)") from None
     return 0
 
 
@@ -283,7 +283,7 @@ cdef class TimerWheel:
 
     cdef inline int32_t _find(self, uint64_t timer_id) noexcept:
         """The entry index ``timer_id`` names if that timer is pending, else NIL."""
-        cdef uint64_t e = timer_id & 0xFFFFFFFF
+        cdef uint64_t e = <uint32_t>timer_id
         if e >= <uint64_t>self._used:
             return NIL
         if self._pool[e].gen != <uint32_t>(timer_id >> 32) or self._pool[e].loc == FREE:
@@ -295,9 +295,9 @@ cdef class TimerWheel:
         cdef uint64_t tid
         if type(timer_id) is not int:
             timer_id = _as_int(timer_id, "timer_id")
-        tid = _long_as_u64(timer_id)
-        if tid == <uint64_t>-1 and PyErr_Occurred():
-            PyErr_Clear()
+        try:
+            tid = timer_id
+        except OverflowError:
             return NIL
         return self._find(tid)
 
