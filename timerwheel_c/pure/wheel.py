@@ -495,6 +495,9 @@ def _as_int_array(values, name):
         TypeError: not integer, or not 1-d.
     """
     arr = np.asarray(values)
+    if arr.size == 0 and arr.ndim == 1:
+        # np.asarray([]) is float64; an empty sequence holds no wrong value.
+        return arr.astype(np.int64)
     if arr.dtype.kind not in "iu":
         raise TypeError(f"{name} must be an integer array, not dtype {arr.dtype}")
     if arr.ndim != 1:
