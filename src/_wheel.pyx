@@ -1,4 +1,4 @@
-# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, binding=False
 """The TimerWheel core: a hierarchical hashed timing wheel over a typed entry pool.
 
 See the design comment below; ``timerwheel_c/pure/wheel.py`` is the pure-Python twin, function by
