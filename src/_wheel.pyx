@@ -58,7 +58,6 @@ function in the same order.
 cimport cython
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from libc.stdlib cimport free, realloc
-from libc.string cimport memcpy
 
 import numpy as np
 
@@ -112,6 +111,22 @@ cdef inline int _as_token(object value, uint64_t* out) except -1:
         out[0] = value
         return 0
     raise ValueError(f"token {value} is out of range [0, 2**64)")
+
+
+cdef inline int64_t _as_delay(object after_ms) except -1:
+    """``after_ms`` as a delay in ms clamped to [1, 2**62 + 1]: 0 or less counts as 1, and anything
+    over 2**62 is beyond every due time alike. TypeError if not an int."""
+    cdef int overflow = 0
+    cdef long long after
+    if type(after_ms) is not int:
+        after_ms = _as_int(after_ms, "after_ms")
+    after = _long_as_i64_overflow(after_ms, &overflow)
+    # On overflow ``after`` is -1: test the flag first.
+    if overflow < 0 or (overflow == 0 and after < 1):
+        return 1
+    if overflow > 0 or after > MAX_DUE_MS:
+        return MAX_DUE_MS + 1
+    return after
 
 
 cdef inline uint32_t _slot_for(int64_t elapsed, int64_t due) noexcept nogil:
@@ -307,27 +322,18 @@ cdef class TimerWheel:
             return self._find(timer_id)
         return NIL
 
-    cdef inline int64_t _due_for(self, object after_ms) except -1:
-        """The due time in ms of a timer armed ``after_ms`` from now; ``after_ms <= 0`` counts as 1.
+    cdef inline int64_t _due_for(self, int64_t delay, object after_ms) except -1:
+        """The due time in ms of a timer armed ``delay`` (from ``_as_delay(after_ms)``) ms from now.
 
         Raises:
-            TypeError: ``after_ms`` is not an int.
             ValueError: the due time is beyond 2**62 ms.
         """
-        cdef int overflow = 0
-        cdef long long after
-        if type(after_ms) is not int:
-            after_ms = _as_int(after_ms, "after_ms")
-        after = _long_as_i64_overflow(after_ms, &overflow)
-        # On overflow ``after`` is -1: test the flag first.
-        if overflow < 0 or (overflow == 0 and after < 1):
-            return self._elapsed + 1
-        if overflow > 0 or after > MAX_DUE_MS - self._elapsed:
+        if delay > MAX_DUE_MS - self._elapsed:
             raise ValueError(
-                f"due time {self._elapsed + after_ms} ms (now_ms {self._elapsed} + after_ms {after_ms}) "
-                "is beyond 2**62 ms"
+                f"due time {self._elapsed + _as_int(after_ms, 'after_ms')} ms "
+                f"(now_ms {self._elapsed} + after_ms {after_ms}) is beyond 2**62 ms"
             )
-        return self._elapsed + after
+        return self._elapsed + delay
 
     cdef inline uint64_t _arm(self, int64_t due, uint64_t token) except? 0:
         """Take an entry for a timer due at ``due`` ms firing ``token`` and link it; returns its id."""
@@ -352,10 +358,11 @@ cdef class TimerWheel:
             TypeError: ``after_ms`` or ``token`` is not an int (bool, float, str, None...).
             ValueError: ``token`` outside [0, 2**64), or the due time beyond 2**62 ms.
         """
-        cdef int64_t due = self._due_for(after_ms)
+        # Every conversion (which may run a foreign __index__) before the wheel is read or changed.
+        cdef int64_t delay = _as_delay(after_ms)
         cdef uint64_t tok
         _as_token(token, &tok)
-        return self._arm(due, tok)
+        return self._arm(self._due_for(delay, after_ms), tok)
 
     def cancel(self, timer_id):
         """Cancel a pending timer and free its entry at once.
@@ -386,8 +393,10 @@ cdef class TimerWheel:
             TypeError: ``timer_id`` or ``after_ms`` is not an int.
             ValueError: the due time is beyond 2**62 ms.
         """
-        cdef int64_t due = self._due_for(after_ms)
+        # Every conversion (which may run a foreign __index__) before the wheel is read or changed.
+        cdef int64_t delay = _as_delay(after_ms)
         cdef int32_t e = self._lookup(timer_id)
+        cdef int64_t due = self._due_for(delay, after_ms)
         if e == NIL:
             return False
         self._unlink(e)

@@ -338,3 +338,29 @@ def test_11_memory_flat_under_10m_churn_cycles(wheel_impl):
     assert len(tw) == live
     assert tw.nbytes() == base
     assert proc.memory_info().rss - rss0 < 100 * 2**20
+
+
+def test_10_foreign_index_runs_before_the_wheel_is_touched(wheel_impl):
+    """An argument's __index__ may call back into the wheel (advance, cancel); every conversion runs
+    before the wheel is read, so the timer is armed from the wheel's time after the callback and
+    a timer cancelled by the callback is reported not pending. Deterministic: no clock involved."""
+    tw = wheel_impl.TimerWheel(now_ms=0)
+
+    class Advancing:
+        def __index__(self):
+            tw.advance(tw.now_ms() + 100)
+            return 7
+
+    tw.schedule(5, Advancing())
+    assert tw.now_ms() == 100
+    assert tw.advance(104) == [] and tw.advance(105) == [7]
+
+    victim = tw.schedule(50, 1)
+
+    class Cancelling:
+        def __index__(self):
+            tw.cancel(victim)
+            return 10
+
+    assert tw.reschedule(victim, Cancelling()) is False
+    assert len(tw) == 0 and tw.advance(10_000) == []
