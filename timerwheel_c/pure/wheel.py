@@ -8,7 +8,6 @@ the same order and raises the same exceptions as the compiled core; only speed d
 from __future__ import annotations
 
 import operator
-import sys
 
 import numpy as np
 
@@ -17,7 +16,6 @@ __all__ = ["TimerWheel"]
 # Geometry: level 0 is 512 slots of 1 ms; levels 1..9 are 64 slots of 512 * 64**(level - 1) ms.
 # Slots are numbered flat: level 0 is 0..511, level l >= 1 is 448 + 64 * l + digit, so the
 # occupancy bit of flat slot f is bit f & 63 of word f >> 6 at every level.
-LEVEL0_BITS = 9
 LEVEL_BITS = 6
 NUM_LEVELS = 10
 NUM_SLOTS = 512 + (NUM_LEVELS - 1) * 64
