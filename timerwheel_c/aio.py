@@ -192,8 +192,11 @@ class WheelScheduler:
         self._fired: list[int] = []  # reused by every fire batch
         self._closed = False
 
-    def __len__(self) -> int:
-        """How many handles are armed (neither run, nor cancelled)."""
+    def active_count(self) -> int:
+        """How many handles are armed (neither run, nor cancelled), as the wheel's count.
+
+        (Not ``__len__``: an empty scheduler must not be falsy in ``scheduler or loop``.)
+        """
         return len(self._handles)
 
     def call_later(self, delay: float, callback: Callable[..., Any], *args: Any,
