@@ -8,7 +8,7 @@ the wheel's earliest due time, however many handles are pending.
 
 Clock and rounding. The wheel counts integer milliseconds on the loop's own clock
 (``loop.time()`` seconds, times 1000). A handle's deadline ``when`` (loop seconds) is
-rounded UP to its due millisecond: the smallest ms ``d`` with ``d / 1000 >= when``.
+rounded UP to its due millisecond ``d``, with ``d / 1000 >= when`` checked in float.
 The loop time of a wake-up is rounded DOWN: the largest ms ``n`` with
 ``n / 1000 <= loop.time()``. A handle fires only when ``d <= n``, so its callback never
 runs before ``when`` by the loop's clock (checked in float arithmetic, not assumed),
@@ -35,18 +35,9 @@ _NO_WAKE = 1 << 63
 _IN_BATCH = -1
 # The wheel refuses due times beyond 2**62 ms (issue 2, point 10).
 _MAX_DUE_MS = 1 << 62
+_INF = math.inf
 # Task.uncancel() (3.11+) tells the timeout's own cancel from one sent from elsewhere.
 _HAS_UNCANCEL = sys.version_info >= (3, 11)
-
-
-def _ceil_ms(when_s: float) -> int:
-    """Smallest integer ms ``d`` with ``d / 1000 >= when_s`` (float-exact, not assumed)."""
-    due_ms = math.ceil(when_s * 1000.0)
-    if due_ms / 1000.0 < when_s:
-        due_ms += 1
-    elif (due_ms - 1) / 1000.0 >= when_s:
-        due_ms -= 1
-    return due_ms
 
 
 def _floor_ms(now_s: float) -> int:
@@ -92,8 +83,8 @@ class WheelHandle:
     def __init__(self, scheduler: WheelScheduler, when_s: float, callback: Callable[..., Any],
                  args: tuple, context: contextvars.Context) -> None:
         self._scheduler = scheduler
-        self._token = 0     # the wheel token (key of scheduler._handles) while armed
-        self._timer_id = 0  # the wheel's id for the current arming
+        self._token = 0     # the wheel token: key of scheduler._handles while armed
+        self._timer_id = 0  # the wheel's id while armed; 0 once run, cancelled or never armed
         self._when = when_s
         self._callback = callback
         self._args = args
@@ -138,9 +129,11 @@ class WheelHandle:
         """
         if self._cancelled:
             return False
+        # The per-message path of every idle timeout: a float delay skips the full check.
+        if type(delay) is not float or not -_INF < delay < _INF:
+            delay = _check_seconds(delay)
         scheduler = self._scheduler
-        self._when = scheduler._loop.time() + _check_seconds(delay)
-        scheduler._rearm(self)
+        scheduler._rearm(self, scheduler._loop.time() + delay)
         return True
 
     def _run(self) -> None:
@@ -183,8 +176,9 @@ class WheelScheduler:
     def __init__(self, loop: Optional[asyncio.AbstractEventLoop] = None, *,
                  wheel_class: Optional[Callable[..., Any]] = None) -> None:
         self._loop = asyncio.get_running_loop() if loop is None else loop
-        self._wheel = (TimerWheel if wheel_class is None else wheel_class)(
-            now_ms=_floor_ms(self._loop.time()))
+        # The wheel's clock in ms, mirrored here (it moves only in _advance).
+        self._now_ms = _floor_ms(self._loop.time())
+        self._wheel = (TimerWheel if wheel_class is None else wheel_class)(now_ms=self._now_ms)
         self._handles: dict[int, WheelHandle] = {}  # token -> armed handle
         self._next_token = 0
         self._wake: Optional[asyncio.TimerHandle] = None
@@ -226,9 +220,10 @@ class WheelScheduler:
         if self._closed:
             raise RuntimeError("WheelScheduler is closed")
         _check_callback(callback, "call_at")
-        handle = WheelHandle(self, _check_seconds(when, "when"), callback, args,
+        when = _check_seconds(when, "when")
+        handle = WheelHandle(self, when, callback, args,
                              contextvars.copy_context() if context is None else context)
-        self._rearm(handle)
+        self._rearm(handle, when)
         return handle
 
     def timeout(self, delay: Optional[float]) -> WheelTimeout:
@@ -253,43 +248,58 @@ class WheelScheduler:
         handles, self._handles = self._handles, {}
         for handle in handles.values():
             handle._cancelled = True
+            handle._timer_id = 0
             handle._callback = None
             handle._args = None
         self._wheel = None
 
     # -- internals: arming a handle and the one loop wake-up ------------------------
 
-    def _rearm(self, handle: WheelHandle) -> None:
-        """Arm ``handle`` at ``handle._when``: in place if pending, else under a new token."""
+    def _rearm(self, handle: WheelHandle, when_s: float) -> None:
+        """Arm ``handle`` at loop time ``when_s``: in place if pending, else under a new token."""
         if self._closed:
             raise RuntimeError("WheelScheduler is closed")
-        due_ms = _ceil_ms(handle._when)
+        # The due ms: rounded up, and bumped if float rounding left it before when_s, so
+        # due_ms / 1000 >= when_s holds in float (inline: this is the per-message path).
+        due_ms = math.ceil(when_s * 1000.0)
+        if due_ms / 1000.0 < when_s:
+            due_ms += 1
         if due_ms > _MAX_DUE_MS:
-            raise ValueError(f"deadline {handle._when!r} s is beyond the wheel's range (2**62 ms)")
-        wheel = self._wheel
-        # The wheel's clock only moves on wake-ups. While it holds nothing, catch it up
-        # to the loop so a new timer lands in the slots rather than in the overflow.
-        if not self._handles:
-            now_ms = _floor_ms(self._loop.time())
-            if now_ms > wheel.now_ms():
-                wheel.advance(now_ms)
-        after_ms = due_ms - wheel.now_ms()
-        token = handle._token
+            raise ValueError(f"deadline {when_s!r} s is beyond the wheel's range (2**62 ms)")
+        handle._when = when_s
+        handles = self._handles
+        # The wheel's clock moves only on wake-ups. While it holds nothing, catch it up to
+        # the loop so a new timer lands in the slots rather than in the overflow.
+        if not handles:
+            self._advance(_floor_ms(self._loop.time()), None)
+        after_ms = due_ms - self._now_ms
+        timer_id = handle._timer_id
         # A pending handle moves in place. One that ran, or is due in the running batch
         # (its wheel timer already fired), gets a fresh token: the batch skips the old.
-        if self._handles.get(token) is not handle or not wheel.reschedule(handle._timer_id, after_ms):
-            self._handles.pop(token, None)
+        if not timer_id or not self._wheel.reschedule(timer_id, after_ms):
+            if timer_id:
+                del handles[handle._token]
             token = self._next_token = self._next_token + 1
             handle._token = token
-            handle._timer_id = wheel.schedule(after_ms, token)
-            self._handles[token] = handle
+            handle._timer_id = self._wheel.schedule(after_ms, token)
+            handles[token] = handle
         if due_ms < self._wake_ms:
             self._arm_wake(due_ms)
 
     def _disarm(self, handle: WheelHandle) -> None:
-        if self._handles.get(handle._token) is handle:
+        if handle._timer_id:
             del self._handles[handle._token]
             self._wheel.cancel(handle._timer_id)
+            handle._timer_id = 0
+
+    def _advance(self, now_ms: int, fired: Optional[list]) -> None:
+        """Advance the wheel to ``now_ms`` (never backwards), appending due tokens to ``fired``."""
+        if now_ms > self._now_ms:
+            if fired is None:
+                self._wheel.advance(now_ms)
+            else:
+                self._wheel.advance(now_ms, fired)
+            self._now_ms = now_ms
 
     def _arm_wake(self, due_ms: int) -> None:
         """Move the one loop wake-up to ``due_ms``; aimed so the wake-up sees ``due_ms``."""
@@ -305,11 +315,8 @@ class WheelScheduler:
         """Advance the wheel to the loop time and run every due callback, then re-arm once."""
         self._wake = None
         self._wake_ms = _IN_BATCH
-        wheel = self._wheel
-        now_ms = _floor_ms(self._loop.time())
         fired = self._fired
-        if now_ms > wheel.now_ms():
-            wheel.advance(now_ms, fired)
+        self._advance(_floor_ms(self._loop.time()), fired)
         handles = self._handles
         ran = 0
         try:
@@ -318,6 +325,7 @@ class WheelScheduler:
                 handle = handles.pop(token, None)
                 # None: cancelled or re-armed by an earlier callback in this batch.
                 if handle is not None:
+                    handle._timer_id = 0
                     handle._run()
         finally:
             self._end_batch(fired, ran)
@@ -338,7 +346,7 @@ class WheelScheduler:
         fired.clear()
         if self._handles:
             # next_fire_ms() may be a lower bound; a wake-up that finds nothing re-arms.
-            self._arm_wake(max(wheel.next_fire_ms(), wheel.now_ms() + 1))
+            self._arm_wake(max(wheel.next_fire_ms(), self._now_ms + 1))
 
 
 class WheelTimeout:
