@@ -8,7 +8,7 @@ on the default loop and, when it imports, on uvloop. This process is the client:
 ``connections`` loopback connections (127.0.0.1 only) on one loop (uvloop when
 available, the same client for every scheduler) and each connection, with its own seeded
 RNG, sends a small line, awaits the echo, waits a random interval (uniform in
-[0, timeout / 2]) and sends again. A fraction (``SILENT_FRACTION``) falls silent at a
+[0.4, 0.6] timeouts) and sends again. A fraction (``SILENT_FRACTION``) falls silent at a
 random moment of the run, so the server must close it after the idle timeout.
 
 Figures per scheduler (see :func:`run`): requests/s and per-request round-trip latency
@@ -28,6 +28,7 @@ import tempfile
 import time
 from typing import Callable, Optional
 
+from ..aio import WheelHandle, WheelScheduler
 from .network_server import raise_fd_limit
 
 __all__ = ["SILENT_FRACTION", "UNITS_PER_SCHEDULER", "format_table", "run", "scheduler_names"]
@@ -38,6 +39,8 @@ MESSAGE = b"ping\n"
 START_TIMEOUT_S = 30.0  # server start-up and each connect batch: a liveness bound only
 DRAIN_GRACE_S = 2.0  # how long past the run a silent connection may take to be closed
 UNITS_PER_SCHEDULER = 100  # progress units of one scheduler's run (percent)
+# Each client socket takes an ephemeral port of 127.0.0.1 (Linux: ~28k by default).
+MAX_CONNECTIONS = 20000
 
 
 def _uvloop():
@@ -64,37 +67,38 @@ class _Client(asyncio.Protocol):
         rng = random.Random(load.seed * 1_000_003 + index)
         self.rng = rng
         self.silent = rng.random() < SILENT_FRACTION
-        self.silent_after_s = rng.uniform(0.0, load.silence_window_s)  # offset from the start
+        self.silent_after_ns = int(rng.uniform(0.0, load.silence_window_s) * 1e9)  # from the start
         self.transport = None
-        self.sent_ns = 0
-        self.last_sent_s = 0.0  # time.monotonic() of the last send
+        self.sent_ns = 0  # time.monotonic_ns() of the last send
         self.went_silent = False
         self.closed_at_s: Optional[float] = None
         self.closing = False  # we close it (end of run), so its close is not an idle close
-        self.send_timer = None
+        self.send_timer: Optional[WheelHandle] = None
 
     def connection_made(self, transport) -> None:
         self.transport = transport
         self.send()
 
     def send(self) -> None:
-        self.send_timer = None
-        self.last_sent_s = time.monotonic()
-        self.sent_ns = time.perf_counter_ns()
+        self.sent_ns = time.monotonic_ns()
         self.transport.write(MESSAGE)
 
     def data_received(self, data: bytes) -> None:
         load = self.load
+        now_ns = time.monotonic_ns()
         if load.measuring:
-            load.latency_us.append((time.perf_counter_ns() - self.sent_ns) / 1000.0)
+            load.latency_us.append((now_ns - self.sent_ns) / 1000.0)
             load.replies += 1
         if self.closing:
             return
-        if self.silent and load.started_s is not None and \
-                time.monotonic() - load.started_s >= self.silent_after_s:
+        if self.silent and load.started_ns and now_ns - load.started_ns >= self.silent_after_ns:
             self.went_silent = True
             return
-        self.send_timer = load.loop.call_later(self.rng.uniform(0.0, load.max_interval_s), self.send)
+        interval_s = self.rng.uniform(load.min_interval_s, load.max_interval_s)
+        if self.send_timer is None:
+            self.send_timer = load.timers.call_later(interval_s, self.send)
+        else:
+            self.send_timer.reschedule(interval_s)
 
     def connection_lost(self, exc) -> None:
         self.closed_at_s = time.monotonic()
@@ -113,7 +117,12 @@ class _Load:
         self.connections = connections
         self.seconds = seconds
         self.timeout_s = timeout_s
-        self.max_interval_s = timeout_s / 2
+        # Sends come 0.4 to 0.6 timeouts after the echo (10 requests/s per connection at
+        # 200 ms): an active connection keeps 0.4 timeouts as margin against lag.
+        self.min_interval_s = timeout_s * 0.4
+        self.max_interval_s = timeout_s * 0.6
+        # The client's own send timers: the same for every scheduler measured.
+        self.timers = WheelScheduler(loop)
         # Silence starts early enough for its idle close to land inside the run.
         self.silence_window_s = max(0.0, seconds - 2 * timeout_s)
         self.seed = seed
@@ -122,7 +131,7 @@ class _Load:
         self.latency_us: list[float] = []
         self.replies = 0
         self.measuring = False
-        self.started_s: Optional[float] = None
+        self.started_ns = 0  # time.monotonic_ns() when the measured run began; 0 before
         self.open = 0
         self.all_closed = loop.create_future()
         self.units_reported = 0
@@ -138,10 +147,12 @@ class _Load:
             self.progress(units - self.units_reported)
         self.units_reported = max(self.units_reported, units)
 
+    def elapsed_s(self) -> float:
+        return (time.monotonic_ns() - self.started_ns) / 1e9
+
     def report_elapsed(self) -> None:
         """The measured phase is 90% of a run's units; drain and teardown are the rest."""
-        elapsed_s = time.monotonic() - self.started_s
-        self.report(int(0.9 * UNITS_PER_SCHEDULER * min(1.0, elapsed_s / self.seconds)))
+        self.report(int(0.9 * UNITS_PER_SCHEDULER * min(1.0, self.elapsed_s() / self.seconds)))
 
     async def connect_all(self) -> None:
         loop = self.loop
@@ -157,9 +168,9 @@ class _Load:
     async def drive(self) -> float:
         """Run the load; returns the measured span in seconds (run plus drain)."""
         await self.connect_all()
-        self.started_s = time.monotonic()
+        self.started_ns = time.monotonic_ns()
         self.measuring = True
-        while time.monotonic() - self.started_s < self.seconds:
+        while self.elapsed_s() < self.seconds:
             await asyncio.sleep(0.05)
             self.report_elapsed()
         # Active connections keep talking while the silent ones' idle closes come due.
@@ -167,7 +178,7 @@ class _Load:
         while time.monotonic() < drain_until_s and any(
                 c.went_silent and c.closed_at_s is None for c in self.clients):
             await asyncio.sleep(0.01)
-        measured_s = time.monotonic() - self.started_s
+        measured_s = self.elapsed_s()
         self.measuring = False
         for c in self.clients:
             if c.closed_at_s is None:
@@ -175,6 +186,7 @@ class _Load:
                 c.transport.close()
         if self.open:
             await asyncio.wait_for(self.all_closed, START_TIMEOUT_S)
+        self.timers.close()
         self.report(UNITS_PER_SCHEDULER)
         return measured_s
 
@@ -182,7 +194,7 @@ class _Load:
 def _client_figures(load: _Load, measured_s: float) -> dict:
     timeout_s = load.timeout_s
     silent = [c for c in load.clients if c.went_silent]
-    lateness_ms = [(c.closed_at_s - c.last_sent_s - timeout_s) * 1000.0
+    lateness_ms = [(c.closed_at_s - c.sent_ns / 1e9 - timeout_s) * 1000.0
                    for c in silent if c.closed_at_s is not None and not c.closing]
     return {
         "requests_per_s": load.replies / measured_s,
@@ -213,7 +225,9 @@ def _run_one(server_args: list[str], connections: int, seconds: float, idle_time
             loop = uvloop.new_event_loop() if uvloop is not None else asyncio.new_event_loop()
             try:
                 load = _Load(loop, port, connections, seconds, idle_timeout_ms / 1000.0, seed, progress)
+                client_cpu0_s = time.process_time()
                 measured_s = loop.run_until_complete(load.drive())
+                client_cpu_s = time.process_time() - client_cpu0_s
             finally:
                 loop.close()
             out, _ = server.communicate("STOP\n", timeout=START_TIMEOUT_S)
@@ -235,6 +249,7 @@ def _run_one(server_args: list[str], connections: int, seconds: float, idle_time
         "idle_close_lateness_ms": stats["lateness_ms"],
         "early_closes": sum(1 for x in stats["lateness_ms"] if x < 0),
         **figures,
+        "client_cpu_ns_per_request": client_cpu_s * 1e9 / max(1, stats["requests"]),
     }
 
 
@@ -270,7 +285,8 @@ def run(connections: int = 2000, seconds: float = 5.0, idle_timeout_ms: int = 20
         ``client_idle_close_lateness_ms`` / ``client_early_closes`` (the same seen by the
         client against its own send time: on uvloop, whose clock is libuv's whole-ms
         cached time, this may show closes under 1 ms early for either scheduler) and
-        ``unexpected_closes`` (active connections the server closed).
+        ``unexpected_closes`` (active connections the server closed: lag outgrew the
+        timeout, a sign of overload) and ``client_cpu_ns_per_request`` (this process).
 
     Raises:
         ValueError: a bad argument, or too few file descriptors allowed.
@@ -281,6 +297,9 @@ def run(connections: int = 2000, seconds: float = 5.0, idle_timeout_ms: int = 20
             raise TypeError(f"{name} must be an int, got {value!r}")
         if value < 1:
             raise ValueError(f"{name} must be at least 1, got {value!r}")
+    if connections > MAX_CONNECTIONS:
+        raise ValueError(f"connections must be at most {MAX_CONNECTIONS} (ephemeral ports), "
+                         f"got {connections!r}")
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
         raise TypeError(f"seconds must be a number, got {seconds!r}")
     if not (math.isfinite(seconds) and seconds > 0):

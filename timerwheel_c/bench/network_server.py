@@ -48,7 +48,12 @@ def raise_fd_limit(needed: int) -> None:
     if hard != resource.RLIM_INFINITY and hard < needed:
         raise ValueError(f"{needed} file descriptors needed, but RLIMIT_NOFILE's hard limit is {hard}")
     if soft != resource.RLIM_INFINITY and soft < needed:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else needed, hard))
+        new_soft = hard if hard != resource.RLIM_INFINITY else needed
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (new_soft, hard))
+        except (ValueError, OSError) as exc:
+            raise ValueError(f"{needed} file descriptors needed; raising RLIMIT_NOFILE from "
+                             f"{soft} failed: {exc}") from exc
 
 
 class _Stats:
