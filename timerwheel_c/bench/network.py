@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Callable, Optional
 
 from ..aio import WheelHandle, WheelScheduler
@@ -41,6 +42,7 @@ DRAIN_GRACE_S = 2.0  # how long past the run a silent connection may take to be 
 UNITS_PER_SCHEDULER = 100  # progress units of one scheduler's run (percent)
 # Each client socket takes an ephemeral port of 127.0.0.1 (Linux: ~28k by default).
 MAX_CONNECTIONS = 20000
+_PACKAGE_PARENT = Path(__file__).resolve().parent.parent.parent
 
 
 def _uvloop():
@@ -213,8 +215,10 @@ def _run_one(server_args: list[str], connections: int, seconds: float, idle_time
     cmd = [sys.executable, "-m", "timerwheel_c.bench.network_server", *server_args,
            "--idle-timeout-ms", str(idle_timeout_ms), "--max-connections", str(connections)]
     with tempfile.TemporaryFile("w+") as stderr:
+        # `-m` puts the working directory first on sys.path: run it where this very
+        # package lives, so the server imports the same timerwheel_c (not a checkout's).
         server = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  stderr=stderr, text=True)
+                                  stderr=stderr, text=True, cwd=_PACKAGE_PARENT)
         try:
             ready = server.stdout.readline()
             if not ready.startswith("READY "):
