@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import inspect
 import math
+import numbers
 import sys
 from typing import Any, Callable, Optional
 
@@ -51,12 +53,17 @@ def _floor_ms(now_s: float) -> int:
 
 
 def _check_seconds(value: Any, name: str = "delay") -> float:
-    """``value`` in seconds as a finite number; TypeError / ValueError naming it otherwise."""
-    kind = type(value)
-    if kind is not float and kind is not int:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+    """``value`` in seconds as a finite float; TypeError / ValueError naming it otherwise.
+
+    Any real number (int, float, numpy scalars) but bool is accepted, as asyncio does.
+    """
+    if type(value) is not float:
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise TypeError(f"{name} must be a real number of seconds, got {value!r}")
-        value = float(value)
+        try:
+            value = float(value)
+        except OverflowError:
+            raise ValueError(f"{name} must be finite, got {value!r} seconds") from None
     if not math.isfinite(value):
         raise ValueError(f"{name} must be finite, got {value!r} seconds")
     return value
@@ -65,7 +72,7 @@ def _check_seconds(value: Any, name: str = "delay") -> float:
 def _check_callback(callback: Any, method: str) -> None:
     if not callable(callback):
         raise TypeError(f"a callable object was expected by {method}(), got {callback!r}")
-    if asyncio.iscoroutinefunction(callback) or asyncio.iscoroutine(callback):
+    if inspect.iscoroutinefunction(callback) or inspect.iscoroutine(callback):
         raise TypeError(f"coroutines cannot be used with {method}(), got {callback!r}")
 
 
