@@ -321,9 +321,14 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def format_table(results: dict[str, dict]) -> str:
-    """The figures of :func:`run` as a plain-text table, with CPU ratios to ``call_later``."""
+    """The figures of :func:`run` as a plain-text table, with CPU ratios to ``call_later``.
+
+    "overload" counts active connections the server closed (``unexpected_closes``):
+    non-zero means the machine could not keep up, and latency and lateness show queueing.
+    """
     head = (f"{'scheduler':<22} {'req/s':>8} {'p50 us':>8} {'p99 us':>8} {'CPU ns/req':>10} "
-            f"{'vs call_later':>13} {'idle fired/exp':>14} {'late p50/p99/max ms':>20} {'early':>5}")
+            f"{'vs call_later':>13} {'idle fired/exp':>14} {'late p50/p99/max ms':>20} {'early':>5} "
+            f"{'overload':>8}")
     lines = [head, "-" * len(head)]
     for name, r in results.items():
         base = results.get("uvloop call_later" if name.startswith("uvloop") else "call_later")
@@ -334,5 +339,5 @@ def format_table(results: dict[str, dict]) -> str:
             f"{_pct(r['latency_us'], 99):>8.0f} {r['cpu_ns_per_request']:>10.0f} {ratio:>12.2f}x "
             f"{r['idle_closes_fired']:>6}/{r['idle_closes_expected']:<7} "
             f"{_pct(late, 50):>6.1f}/{_pct(late, 99):>5.1f}/{max(late, default=math.nan):>6.1f} "
-            f"{r['early_closes']:>5}")
+            f"{r['early_closes']:>5} {r['unexpected_closes']:>8}")
     return "\n".join(lines)
