@@ -38,6 +38,7 @@ _IN_BATCH = -1
 # The wheel refuses due times beyond 2**62 ms (issue 2, point 10).
 _MAX_DUE_MS = 1 << 62
 _INF = math.inf
+_ceil = math.ceil
 # Task.uncancel() (3.11+) tells the timeout's own cancel from one sent from elsewhere.
 _HAS_UNCANCEL = sys.version_info >= (3, 11)
 
@@ -140,7 +141,7 @@ class WheelHandle:
         if type(delay) is not float or not -_INF < delay < _INF:
             delay = _check_seconds(delay)
         scheduler = self._scheduler
-        scheduler._rearm(self, scheduler._loop.time() + delay)
+        scheduler._rearm(self, scheduler._time() + delay)
         return True
 
     def _run(self) -> None:
@@ -183,6 +184,7 @@ class WheelScheduler:
     def __init__(self, loop: Optional[asyncio.AbstractEventLoop] = None, *,
                  wheel_class: Optional[Callable[..., Any]] = None) -> None:
         self._loop = asyncio.get_running_loop() if loop is None else loop
+        self._time = self._loop.time
         # The wheel's clock in ms, mirrored here (it moves only in _advance).
         self._now_ms = _floor_ms(self._loop.time())
         self._wheel = (TimerWheel if wheel_class is None else wheel_class)(now_ms=self._now_ms)
@@ -268,7 +270,7 @@ class WheelScheduler:
             raise RuntimeError("WheelScheduler is closed")
         # The due ms: rounded up, and bumped if float rounding left it before when_s, so
         # due_ms / 1000 >= when_s holds in float (inline: this is the per-message path).
-        due_ms = math.ceil(when_s * 1000.0)
+        due_ms = _ceil(when_s * 1000.0)
         if due_ms / 1000.0 < when_s:
             due_ms += 1
         if due_ms > _MAX_DUE_MS:
