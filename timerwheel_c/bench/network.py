@@ -93,6 +93,11 @@ class _Client(asyncio.Protocol):
             load.replies += 1
         if self.closing:
             return
+        if load.stopping:
+            # Hang up right after an echo, when the server has just re-armed this
+            # connection: a teardown burst must not read as idle closes.
+            self.close()
+            return
         if self.silent and load.started_ns and now_ns - load.started_ns >= self.silent_after_ns:
             self.went_silent = True
             return
@@ -101,6 +106,11 @@ class _Client(asyncio.Protocol):
             self.send_timer = load.timers.call_later(interval_s, self.send)
         else:
             self.send_timer.reschedule(interval_s)
+
+    def close(self) -> None:
+        """Client-side hang-up: its close is not an idle close."""
+        self.closing = True
+        self.transport.close()
 
     def connection_lost(self, exc) -> None:
         self.closed_at_s = time.monotonic()
@@ -133,6 +143,7 @@ class _Load:
         self.latency_us: list[float] = []
         self.replies = 0
         self.measuring = False
+        self.stopping = False  # teardown: each active connection hangs up after its next echo
         self.started_ns = 0  # time.monotonic_ns() when the measured run began; 0 before
         self.open = 0
         self.all_closed = loop.create_future()
@@ -182,11 +193,16 @@ class _Load:
             await asyncio.sleep(0.01)
         measured_s = self.elapsed_s()
         self.measuring = False
+        self.stopping = True
         for c in self.clients:
-            if c.closed_at_s is None:
-                c.closing = True
-                c.transport.close()
-        if self.open:
+            if c.closed_at_s is None and c.went_silent:  # the server never closed it
+                c.close()
+        try:
+            await asyncio.wait_for(asyncio.shield(self.all_closed), START_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            for c in self.clients:
+                if c.closed_at_s is None:
+                    c.close()
             await asyncio.wait_for(self.all_closed, START_TIMEOUT_S)
         self.timers.close()
         self.report(UNITS_PER_SCHEDULER)
