@@ -220,7 +220,8 @@ def test_callback_runs_in_its_context(run):
         sched.call_later(0.001, lambda: seen.setdefault("copied", var.get()))
         given = contextvars.Context()
         given.run(var.set, "given")
-        sched.call_later(0.001, lambda: seen.setdefault("given", var.get()), context=given)
+        h = sched.call_later(0.001, lambda: seen.setdefault("given", var.get()), context=given)
+        assert h.get_context() is given
         var.set("changed later")
         await _until(lambda: len(seen) == 2)
         return seen

@@ -106,6 +106,10 @@ class WheelHandle:
         """
         return self._when
 
+    def get_context(self) -> contextvars.Context:
+        """The context the callback runs in (as ``asyncio.Handle.get_context``, 3.12+)."""
+        return self._context
+
     def cancelled(self) -> bool:
         """True once :meth:`cancel` was called (or the scheduler closed) before a run."""
         return self._cancelled

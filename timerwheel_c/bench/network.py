@@ -82,6 +82,8 @@ class _Client(asyncio.Protocol):
         self.send()
 
     def send(self) -> None:
+        if self.closing:  # hung up while this send was armed
+            return
         self.sent_ns = time.monotonic_ns()
         self.transport.write(MESSAGE)
 
