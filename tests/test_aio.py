@@ -383,3 +383,25 @@ def test_keyboard_interrupt_in_a_callback_loses_no_timer(wheel_impl):
         assert ran == [0, 1, 2]
     finally:
         loop.close()
+
+
+def test_a_fire_batch_rearms_the_wakeup_once(new_loop, wheel_impl):
+    """100 callbacks due together, each arming a new timer, end their batch with exactly one
+    new wake-up, not one per callback."""
+    loop = new_loop()
+    try:
+        counting = _CountingLoop(loop)
+        sched = WheelScheduler(counting, wheel_class=wheel_impl.TimerWheel)
+        ran = []
+        when = loop.time() + 0.01
+        for i in range(100):
+            sched.call_at(when, lambda i=i: (ran.append(i), sched.call_later(1.0 + i * 0.001, ran.append, -i)))
+        assert counting.call_at_count == 1
+        async def wait():
+            await _until(lambda: len(ran) == 100)
+        loop.run_until_complete(wait())
+        assert ran == list(range(100)) and sched.active_count() == 100
+        assert counting.call_at_count == 2
+        sched.close()
+    finally:
+        loop.close()

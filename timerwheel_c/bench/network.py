@@ -9,7 +9,8 @@ on the default loop and, when it imports, on uvloop. This process is the client:
 available, the same client for every scheduler) and each connection, with its own seeded
 RNG, sends a small line, awaits the echo, waits a random interval (uniform in
 [0.4, 0.6] timeouts) and sends again. A fraction (``SILENT_FRACTION``) falls silent at a
-random moment of the run, so the server must close it after the idle timeout.
+random moment of the run, so the server must close it after the idle timeout. At the
+end each active connection hangs up right after its next echo.
 
 Figures per scheduler (see :func:`run`): requests/s and per-request round-trip latency
 seen by the client; server CPU time per request (its process CPU time over the requests
