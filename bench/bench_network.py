@@ -27,8 +27,13 @@ def main(argv=None) -> int:
     print(f"{args.connections} loopback connections, {args.seconds:g} s each, "
           f"idle timeout {args.idle_timeout_ms} ms, {network.SILENT_FRACTION:.0%} fall silent")
     print(network.format_table(results))
-    client_early = {name: r["client_early_closes"] for name, r in results.items()}
-    print(f"client-observed early closes (real time, vs the client's send): {client_early}")
+    print("idle closes seen by the client (real time, vs its own send; uvloop's loop clock "
+          "trails real time by up to 1-2 ms):")
+    for name, r in results.items():
+        late = r["client_idle_close_lateness_ms"]
+        print(f"  {name:<22} early {r['client_early_closes']:>4}, earliest "
+              f"{min(late, default=float('nan')):+.3f} ms, client CPU "
+              f"{r['client_cpu_ns_per_request']:.0f} ns/request")
     return 1 if any(r["early_closes"] for r in results.values()) else 0
 
 

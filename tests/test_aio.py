@@ -251,6 +251,47 @@ def test_never_before_its_delay(run):
         assert ran[i] < when + LIVENESS_S
 
 
+def test_never_before_its_delay_in_real_time(run):
+    """Measured on time.monotonic(), not the loop clock: 200 handles with random delays run
+    no sooner than their delay after a stamp taken before call_later. On uvloop, whose clock
+    trails the real time, this rests on the scheduler's clock slack."""
+    import time
+    rng = random.Random(7)
+    async def main(sched, loop):
+        elapsed = {}
+        delays = {}
+        for i in range(200):
+            delays[i] = rng.uniform(0.0, 0.05)
+            start = time.monotonic()
+            sched.call_later(delays[i], lambda i=i, start=start: elapsed.setdefault(i, time.monotonic() - start))
+            if rng.random() < 0.2:
+                await asyncio.sleep(rng.uniform(0, 0.003))
+        await _until(lambda: len(elapsed) == 200)
+        return elapsed, delays
+    elapsed, delays = run(main)
+    for i, delay in delays.items():
+        assert delay <= elapsed[i] < delay + LIVENESS_S, (i, delay, elapsed[i])
+
+
+def test_clock_slack_defaults_and_checks(new_loop, wheel_impl):
+    """The clock slack is 1 or 2 ms on uvloop (its clock trails real time) and 0 on asyncio's
+    loop; a negative or non-numeric slack is refused."""
+    loop = new_loop()
+    try:
+        sched = WheelScheduler(loop, wheel_class=wheel_impl.TimerWheel)
+        if type(loop).__module__.startswith("uvloop"):
+            assert 0.001 <= sched.clock_slack_s <= 0.002
+        else:
+            assert sched.clock_slack_s == 0.0
+        assert WheelScheduler(loop, clock_slack_s=0.01).clock_slack_s == 0.01
+        with pytest.raises(ValueError, match="clock_slack_s"):
+            WheelScheduler(loop, clock_slack_s=-0.001)
+        with pytest.raises(TypeError, match="clock_slack_s"):
+            WheelScheduler(loop, clock_slack_s="1ms")
+    finally:
+        loop.close()
+
+
 class _CountingLoop:
     """Forwards to a real loop and counts call_at, to see how often the wake-up is armed."""
     def __init__(self, loop):

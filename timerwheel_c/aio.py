@@ -13,8 +13,14 @@ The loop time of a wake-up is rounded DOWN: the largest ms ``n`` with
 ``n / 1000 <= loop.time()``. A handle fires only when ``d <= n``, so its callback never
 runs before ``when`` by the loop's clock (checked in float arithmetic, not assumed),
 and with 1 ms ticks it runs within one tick plus the loop's scheduling slack after it.
-Note that uvloop's own ``call_later`` rounds the delay to the NEAREST ms, so it may run
-a callback up to 0.5 ms before its delay; this scheduler never does, on either loop.
+
+Real time versus the loop clock. asyncio's ``loop.time()`` is ``time.monotonic()``; but
+uvloop's is libuv's loop time, whole milliseconds read from a coarse monotonic clock, so
+it trails the real time by up to 1 ms (2 ms where libuv reads a 1 ms coarse clock), and
+``loop.time() + delay`` may then come before ``delay`` has really passed. uvloop's own
+``call_later`` adds to this by rounding the delay to the NEAREST ms. WheelScheduler adds
+the loop clock's lag to each due time (``clock_slack_s``: 1 or 2 ms on uvloop, 0
+otherwise), so a callback never runs before its delay has passed in real time either.
 """
 from __future__ import annotations
 
@@ -24,6 +30,7 @@ import inspect
 import math
 import numbers
 import sys
+import time
 from typing import Any, Callable, Optional
 
 from . import TimerWheel
@@ -39,6 +46,8 @@ _IN_BATCH = -1
 _MAX_DUE_MS = 1 << 62
 _INF = math.inf
 _ceil = math.ceil
+# Linux's CLOCK_MONOTONIC_COARSE, which the time module does not name.
+_CLOCK_MONOTONIC_COARSE = 6
 # Task.uncancel() (3.11+) tells the timeout's own cancel from one sent from elsewhere.
 _HAS_UNCANCEL = sys.version_info >= (3, 11)
 
@@ -51,6 +60,28 @@ def _floor_ms(now_s: float) -> int:
     elif (now_ms + 1) / 1000.0 <= now_s:
         now_ms += 1
     return now_ms
+
+
+def _is_uvloop(loop: Any) -> bool:
+    return type(loop).__module__.partition(".")[0] == "uvloop"
+
+
+def _uvloop_clock_slack_s() -> float:
+    """How far uvloop's ``loop.time()`` may trail the real monotonic time, in seconds.
+
+    It is libuv's loop time: whole ms (floored: < 1 ms behind) read from libuv's "fast"
+    clock, which on Linux is CLOCK_MONOTONIC_COARSE whenever that ticks every 1 ms or
+    finer (then up to one tick more behind), else CLOCK_MONOTONIC (libuv uv__hrtime).
+    """
+    slack_s = 0.001
+    if sys.platform.startswith("linux"):
+        try:
+            coarse_s = time.clock_getres(_CLOCK_MONOTONIC_COARSE)
+        except OSError:
+            coarse_s = 0.0
+        if coarse_s <= 0.001:
+            slack_s += coarse_s
+    return slack_s
 
 
 def _check_seconds(value: Any, name: str = "delay") -> float:
@@ -102,7 +133,8 @@ class WheelHandle:
     def when(self) -> float:
         """The deadline in loop-clock seconds (``loop.time()`` units), as asyncio's ``when()``.
 
-        The callback runs at the first wake-up whose loop time is at or after it.
+        The callback runs at the first wake-up whose loop time is at or after it plus the
+        scheduler's ``clock_slack_s``.
         """
         return self._when
 
@@ -175,6 +207,9 @@ class WheelScheduler:
         wheel_class: the wheel to drive (default :class:`timerwheel_c.TimerWheel`; pass
             ``timerwheel_c.pure.TimerWheel`` to pin the pure twin). Called as
             ``wheel_class(now_ms=...)`` with the loop clock in integer ms.
+        clock_slack_s: seconds added to every due time to cover how far ``loop.time()``
+            may trail the real time (default: 0.001 or 0.002 on uvloop, whose clock is
+            libuv's whole-ms loop time, see ``_uvloop_clock_slack_s``; else 0).
 
     Arming: one loop timer (``loop.call_at``) sits at the wheel's ``next_fire_ms()``. It
     is moved only when a new due time is earlier than it, never once per timer; when
@@ -183,12 +218,19 @@ class WheelScheduler:
 
     Raises:
         RuntimeError: ``loop`` is None and no loop is running.
+        TypeError / ValueError: ``clock_slack_s`` is not a finite number >= 0.
     """
 
     def __init__(self, loop: Optional[asyncio.AbstractEventLoop] = None, *,
-                 wheel_class: Optional[Callable[..., Any]] = None) -> None:
+                 wheel_class: Optional[Callable[..., Any]] = None,
+                 clock_slack_s: Optional[float] = None) -> None:
         self._loop = asyncio.get_running_loop() if loop is None else loop
         self._time = self._loop.time
+        if clock_slack_s is None:
+            clock_slack_s = _uvloop_clock_slack_s() if _is_uvloop(self._loop) else 0.0
+        self._slack_s = _check_seconds(clock_slack_s, "clock_slack_s")
+        if self._slack_s < 0:
+            raise ValueError(f"clock_slack_s must be >= 0, got {clock_slack_s!r}")
         # The wheel's clock in ms, mirrored here (it moves only in _advance).
         self._now_ms = _floor_ms(self._loop.time())
         self._wheel = (TimerWheel if wheel_class is None else wheel_class)(now_ms=self._now_ms)
@@ -198,6 +240,11 @@ class WheelScheduler:
         self._wake_ms = _NO_WAKE
         self._fired: list[int] = []  # reused by every fire batch
         self._closed = False
+
+    @property
+    def clock_slack_s(self) -> float:
+        """Seconds added to every due time for the loop clock's lag behind real time."""
+        return self._slack_s
 
     def active_count(self) -> int:
         """How many handles are armed (neither run, nor cancelled), as the wheel's count.
@@ -272,10 +319,12 @@ class WheelScheduler:
         """Arm ``handle`` at loop time ``when_s``: in place if pending, else under a new token."""
         if self._closed:
             raise RuntimeError("WheelScheduler is closed")
-        # The due ms: rounded up, and bumped if float rounding left it before when_s, so
-        # due_ms / 1000 >= when_s holds in float (inline: this is the per-message path).
-        due_ms = _ceil(when_s * 1000.0)
-        if due_ms / 1000.0 < when_s:
+        # The due ms: the deadline plus the clock slack, rounded up, and bumped if float
+        # rounding left it early, so due_ms / 1000 >= due_s holds in float (inline: this
+        # is the per-message path).
+        due_s = when_s + self._slack_s
+        due_ms = _ceil(due_s * 1000.0)
+        if due_ms / 1000.0 < due_s:
             due_ms += 1
         if due_ms > _MAX_DUE_MS:
             raise ValueError(f"deadline {when_s!r} s is beyond the wheel's range (2**62 ms)")

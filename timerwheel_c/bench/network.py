@@ -305,9 +305,10 @@ def run(connections: int = 2000, seconds: float = 5.0, idle_timeout_ms: int = 20
         ``idle_closes_expected`` / ``idle_closes_fired`` (int), ``idle_close_lateness_ms``
         (list, ms past the deadline on the server's loop clock), ``early_closes`` (int,
         closes before the deadline on the server's loop clock: must be 0), plus
-        ``client_idle_close_lateness_ms`` / ``client_early_closes`` (the same seen by the
-        client against its own send time: on uvloop, whose clock is libuv's whole-ms
-        cached time, this may show closes under 1 ms early for either scheduler) and
+        ``client_idle_close_lateness_ms`` / ``client_early_closes`` (the same in real
+        time, seen by the client against its own send time: uvloop's clock is libuv's
+        whole-ms loop time, trailing real time, so uvloop's call_later may close up to
+        ~1 ms early here; WheelScheduler adds that lag as clock slack) and
         ``unexpected_closes`` (active connections the server closed: lag outgrew the
         timeout, a sign of overload) and ``client_cpu_ns_per_request`` (this process).
 
