@@ -312,9 +312,12 @@ def run(connections: int = 2000, seconds: float = 5.0, idle_timeout_ms: int = 20
         ``unexpected_closes`` (active connections the server closed: lag outgrew the
         timeout, a sign of overload) and ``client_cpu_ns_per_request`` (this process).
 
+    Call it from synchronous code: the client runs its own event loop in this thread.
+
     Raises:
-        ValueError: a bad argument, or too few file descriptors allowed.
-        RuntimeError: a server subprocess failed; the message carries its stderr tail.
+        TypeError / ValueError: a bad argument, or too few file descriptors allowed.
+        RuntimeError: a server subprocess failed (the message carries its stderr tail),
+            or an event loop is already running in this thread.
     """
     for name, value in (("connections", connections), ("idle_timeout_ms", idle_timeout_ms)):
         if isinstance(value, bool) or not isinstance(value, int):
