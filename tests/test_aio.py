@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import random
+import time
 
 import pytest
 
@@ -255,7 +256,6 @@ def test_never_before_its_delay_in_real_time(run):
     """Measured on time.monotonic(), not the loop clock: 200 handles with random delays run
     no sooner than their delay after a stamp taken before call_later. On uvloop, whose clock
     trails the real time, this rests on the scheduler's clock slack."""
-    import time
     rng = random.Random(7)
     async def main(sched, loop):
         elapsed = {}

@@ -15,8 +15,9 @@ runs before ``when`` by the loop's clock (checked in float arithmetic, not assum
 and with 1 ms ticks it runs within one tick plus the loop's scheduling slack after it.
 
 Real time versus the loop clock. asyncio's ``loop.time()`` is ``time.monotonic()``; but
-uvloop's is libuv's loop time, whole milliseconds read from a coarse monotonic clock, so
-it trails the real time by up to 1 ms (2 ms where libuv reads a 1 ms coarse clock), and
+uvloop's is libuv's loop time, whole milliseconds (floored) of libuv's "fast" monotonic
+clock, so it trails the real time by up to 1 ms (2 ms where that clock is Linux's
+CLOCK_MONOTONIC_COARSE, which libuv picks when it ticks every 1 ms or finer), and
 ``loop.time() + delay`` may then come before ``delay`` has really passed. uvloop's own
 ``call_later`` adds to this by rounding the delay to the NEAREST ms. WheelScheduler adds
 the loop clock's lag to each due time (``clock_slack_s``: 1 or 2 ms on uvloop, 0
