@@ -126,3 +126,29 @@ def test_outside_cancel_is_not_turned_into_timeout(run):
             await task
         return task.cancelled()
     assert run(main)
+
+
+def test_nested_timeouts_blame_the_right_block(run):
+    """Nested like asyncio.timeout: the inner block's expiry raises TimeoutError from the inner
+    block only (the outer runs on); the outer's expiry passes through the inner block as
+    CancelledError and surfaces as TimeoutError from the outer block."""
+    async def main(sched):
+        outer_went_on = False
+        async with sched.timeout(LONG_S) as outer:
+            with pytest.raises(TimeoutError):
+                async with sched.timeout(0.01) as inner:
+                    await asyncio.sleep(LONG_S)
+            outer_went_on = True
+        assert inner.expired() and not outer.expired() and outer_went_on
+        inner_saw = None
+        with pytest.raises(TimeoutError):
+            async with sched.timeout(0.01) as outer:
+                try:
+                    async with sched.timeout(LONG_S) as inner:
+                        await asyncio.sleep(LONG_S)
+                except BaseException as exc:
+                    inner_saw = type(exc)
+                    raise
+        assert outer.expired() and not inner.expired()
+        return inner_saw
+    assert run(main) is asyncio.CancelledError
