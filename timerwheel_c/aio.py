@@ -217,6 +217,8 @@ class WheelScheduler:
     it fires it advances the wheel to the loop time, runs the due callbacks in fire
     order (equal deadlines in arming order, as asyncio) and re-arms once.
 
+    Like ``loop.call_later``, it is not thread-safe: use it from the loop's thread.
+
     Raises:
         RuntimeError: ``loop`` is None and no loop is running.
         TypeError / ValueError: ``clock_slack_s`` is not a finite number >= 0.
