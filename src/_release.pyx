@@ -662,12 +662,15 @@ cdef void _release_main(void *arg) noexcept nogil:
 
     Idle, it parks on an untimed wait. With a deadline more than SLICE_NS away it waits
     on the condition in SLICE_NS steps (a nearer arm or close wakes it at once); the last
-    step sleeps exactly the time remaining (clock_nanosleep to the deadline). The condvar
-    backend waits on the condition until the top instead. While the heap is large
-    enough to sweep, no wait is longer than SWEEP_EVERY_NS. Never takes the GIL.
+    step, under SLICE_NS, sleeps exactly the time remaining with clock_nanosleep to the
+    deadline (a deadline armed during it is seen when it ends, so it can be late by at
+    most that step). The condvar backend waits on the condition until the top instead.
+    While the heap is large enough to sweep, no wait is longer than SWEEP_EVERY_NS.
+    Never takes the GIL.
     """
     cdef Core *c = <Core *>arg
     cdef int64_t now_ns, top_ns, remaining_ns, step_ns
+    tw_thread_precise_timers()
     tw_mutex_lock(&c.lock)
     while not c.closing:
         c.wakes += 1

@@ -93,6 +93,8 @@ static int tw_thread_start(tw_thread_t *t, void (*fn)(void *), void *arg)
     t->id = id;
     return 0;
 }
+/* The high-resolution waitable timer above already ends sleeps on time. */
+static void tw_thread_precise_timers(void) { }
 static void tw_thread_join(tw_thread_t *t) { WaitForSingleObject(t->handle, INFINITE); CloseHandle(t->handle); }
 static void tw_thread_detach(tw_thread_t *t) { CloseHandle(t->handle); }
 static int tw_thread_is_current(tw_thread_t *t) { return GetCurrentThreadId() == t->id; }
@@ -108,10 +110,12 @@ static void tw_wakefd_close(int rfd, int wfd) { (void)rfd; (void)wfd; }
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <time.h>
 #include <unistd.h>
 #ifdef __linux__
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
 #endif
 
 typedef pthread_mutex_t tw_mutex_t;
@@ -203,13 +207,29 @@ static void *tw__trampoline(void *p)
     return NULL;
 }
 
+/* The thread starts with every signal blocked, so signals meant for Python land on its
+ * main thread and never interrupt the release thread's sleeps. */
 static int tw_thread_start(tw_thread_t *t, void (*fn)(void *), void *arg)
 {
+    sigset_t all, old;
+    int rc;
     tw__start_t *s = (tw__start_t *)malloc(sizeof *s);
     if (s == NULL) return -1;
     s->fn = fn; s->arg = arg;
-    if (pthread_create(t, NULL, tw__trampoline, s) != 0) { free(s); return -1; }
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    rc = pthread_create(t, NULL, tw__trampoline, s);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) { free(s); return -1; }
     return 0;
+}
+/* Called on the release thread: its sleeps end at the deadline, not up to the default
+ * 50 us of timer slack later (Linux coalesces timers within a thread's slack). */
+static void tw_thread_precise_timers(void)
+{
+#ifdef __linux__
+    prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+#endif
 }
 static void tw_thread_join(tw_thread_t *t) { pthread_join(*t, NULL); }
 static void tw_thread_detach(tw_thread_t *t) { pthread_detach(*t); }
@@ -251,9 +271,15 @@ static void tw_wakefd_signal(int wfd)
 
 static void tw_wakefd_drain(int rfd)
 {
+#ifdef __linux__
+    uint64_t count; /* one read resets an eventfd's counter */
+    ssize_t rc = read(rfd, &count, sizeof count);
+    (void)rc;
+#else
     char buf[64];
     while (read(rfd, buf, sizeof buf) > 0) {
     }
+#endif
 }
 
 static void tw_wakefd_close(int rfd, int wfd)

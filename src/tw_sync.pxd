@@ -22,6 +22,7 @@ cdef extern from "tw_sync.h" nogil:
     int64_t tw_monotonic_ns()
     void tw_sleep_until_ns(int64_t deadline_ns)
     int tw_thread_start(tw_thread_t *t, void (*fn)(void *) noexcept nogil, void *arg)
+    void tw_thread_precise_timers()
     void tw_thread_join(tw_thread_t *t)
     void tw_thread_detach(tw_thread_t *t)
     int tw_thread_is_current(tw_thread_t *t)

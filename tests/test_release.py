@@ -300,3 +300,40 @@ def test_dropped_timer_closes(release_impl):
     del rt
     gc.collect()
     assert _eventually(lambda: proc.num_threads() == before)
+
+
+@pytest.mark.c_extension
+def test_c_release_needs_no_gil():
+    """The C release thread releases a deadline while a Python thread holds the GIL throughout.
+
+    The switch interval is raised to 60 s, so the spinning thread keeps the GIL for its
+    whole spin (up to the 10 s liveness bound) and no other Python thread runs. It
+    polls ``done()``, a read of native memory; seeing the deadline released before the
+    spin ends proves the release thread never needed the GIL. Only an OS starving the
+    release thread for 10 s could fail it. (The pure twin cannot pass this by design.)
+    """
+    import sys
+
+    from timerwheel_c import _release
+
+    with _release.ReleaseTimer() as rt:
+        seen = {}
+
+        def spin(d):
+            end = time.monotonic_ns() + int(LIVENESS_S * 1e9)
+            while time.monotonic_ns() < end and not d.done():
+                pass
+            seen["done"] = d.done()
+            seen["spin_end_ns"] = time.monotonic_ns()
+
+        old = sys.getswitchinterval()
+        sys.setswitchinterval(60.0)
+        try:
+            d = rt.arm_ns(time.monotonic_ns() + 20_000_000)
+            t = threading.Thread(target=spin, args=(d,))
+            t.start()
+            t.join()
+        finally:
+            sys.setswitchinterval(old)
+        assert seen["done"]
+        assert d.at_ns <= d.released_at_ns <= seen["spin_end_ns"]

@@ -361,9 +361,10 @@ def _release_main(core: _Core) -> None:
 
     Idle, it parks on an untimed wait. With a deadline more than SLICE_NS away it waits
     on the condition in SLICE_NS steps (a nearer arm or close wakes it at once); the last
-    step sleeps exactly the time remaining. The condvar backend waits on the condition
-    until the top instead. While the heap is large enough to sweep, no wait is longer
-    than SWEEP_EVERY_NS.
+    step, under SLICE_NS, sleeps exactly the time remaining (a deadline armed during it
+    is seen when it ends, so it can be late by at most that step). The condvar backend
+    waits on the condition until the top instead. While the heap is large enough to
+    sweep, no wait is longer than SWEEP_EVERY_NS.
     """
     with core.lock:
         while not core.closing:
