@@ -857,7 +857,9 @@ cdef class ReleaseTimer:
                 if _heap_push(c, at, slot) < 0:
                     _free_slot(c, slot)
                     slot = -1
-                elif c.h_slot[0] == slot:  # a new top: preempt the thread's current wait
+                elif c.h_slot[0] == slot or c.h_len == C_SWEEP_MIN_HEAP + 1:
+                    # a new top preempts the thread's wait; a heap now big enough to
+                    # sweep makes it cap its wait at SWEEP_EVERY_NS
                     tw_cond_signal(&c.wake_cond)
             gen = c.gen[slot] if slot >= 0 else 0
         tw_mutex_unlock(&c.lock)

@@ -153,10 +153,16 @@ def test_sweep_of_10000_abandoned(release_impl, backend):
 
     They are an hour out, so only the sweep can empty the heap; live ones are referenced
     and must still be pending afterwards. The bound is seconds against a 250 ms interval.
+    The thread is first parked on the earliest of them, with a heap too small to sweep,
+    so the test also proves a heap growing past the threshold cuts that wait short.
     """
     with release_impl.ReleaseTimer(backend) as rt:
         base = time.monotonic_ns() + HOUR_NS
-        armed = [rt.arm_ns(base + i) for i in range(10_000)]
+        first = rt.arm_ns(base)
+        assert _eventually(lambda: rt.wakes >= 1)
+        time.sleep(0.02)  # parked on `first`
+        armed = [first] + [rt.arm_ns(base + i) for i in range(1, 10_000)]
+        del first
         live = armed[::1000]
         assert rt.pending() == 10_000
         del armed

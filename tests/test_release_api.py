@@ -26,10 +26,11 @@ def test_exports():
     assert timerwheel_c.pure.ReleaseTimer is not None
 
 
-def test_past_deadline_does_not_start_the_timer():
+def test_past_deadline_does_not_start_the_timer(tmp_path):
     """arm_at(at <= now) is released at once and does not start the process-wide timer.
 
-    Run in a fresh interpreter, where nothing else could have started it.
+    Run in a fresh interpreter, where nothing else could have started it (from an empty
+    directory, so it imports the installed package, not the checkout).
     """
     code = (
         "import time, timerwheel_c as t\n"
@@ -39,7 +40,7 @@ def test_past_deadline_does_not_start_the_timer():
         "assert t.release_timer_started() and d.wait(10) and d.released_at_ns >= d.at_ns\n"
         "print('ok')\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
 

@@ -477,7 +477,9 @@ class ReleaseTimer:
             slot = _alloc_slot(core)
             core.seq += 1
             heapq.heappush(core.heap, (at_ns, core.seq, slot))
-            if core.heap[0][2] == slot:  # a new top: preempt the thread's current wait
+            if core.heap[0][2] == slot or len(core.heap) == SWEEP_MIN_HEAP + 1:
+                # a new top preempts the thread's wait; a heap now big enough to sweep
+                # makes it cap its wait at SWEEP_EVERY_NS
                 core.wake_cond.notify()
             return Deadline(self, slot, core.gen[slot], at_ns, None)
 
