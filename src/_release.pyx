@@ -798,7 +798,14 @@ cdef class ReleaseTimer:
     @property
     def wakes(self):
         """Loop iterations of the release thread so far."""
-        return self._core.wakes
+        cdef Core *c = self._core
+        cdef uint64_t wakes
+        if c.epoch != _fork_epoch:
+            return c.wakes
+        tw_mutex_lock(&c.lock)
+        wakes = c.wakes
+        tw_mutex_unlock(&c.lock)
+        return wakes
 
     @property
     def closed(self):
