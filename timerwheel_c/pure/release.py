@@ -208,7 +208,7 @@ async def _await_deadline(d: Deadline) -> None:
 class _Channel:
     """Carries releases from the release thread to one asyncio loop.
 
-    The release thread queues released (slot, generation) keys and, once per batch,
+    The release thread queues released keys (slot << 32 | generation) and, once per batch,
     schedules ``drain`` on the loop with ``call_soon_threadsafe``; the loop's own thread
     resolves the futures. (The compiled core signals an eventfd or self-pipe instead.)
     """
@@ -217,20 +217,18 @@ class _Channel:
         self.core = core
         self.loop = loop
         self.index = index
-        self.waiters: dict[tuple[int, int], list] = {}
-        self.queue: list[tuple[int, int]] = []  # guarded by core.lock
+        self.waiters: dict[int, list] = {}  # key (slot << 32 | generation) -> futures
+        self.queue: list[int] = []  # released keys, guarded by core.lock
         self.signaled = False  # a drain is scheduled and has not yet taken the queue
         self.dead = False
 
-    def notify(self) -> None:
-        """Schedule a drain on the loop (release thread or closer, core.lock held)."""
-        if self.signaled or self.dead:
-            return
-        self.signaled = True
-        try:
-            self.loop.call_soon_threadsafe(self.drain)
-        except RuntimeError:  # the loop is closed: nobody is left to wake
-            self.dead = True
+    def forget(self, key, fut) -> None:
+        """Drop a cancelled waiter's future."""
+        futs = self.waiters.get(key)
+        if futs is not None and fut in futs:
+            futs.remove(fut)
+            if not futs:
+                del self.waiters[key]
 
     def drain(self) -> None:
         """On the loop's thread: resolve the futures of released deadlines."""
@@ -254,13 +252,15 @@ class _Channel:
                 if not fut.done():
                     fut.set_exception(ReleaseTimerClosed("the ReleaseTimer was closed before the deadline"))
 
-    def forget(self, key, fut) -> None:
-        """Drop a cancelled waiter's future."""
-        futs = self.waiters.get(key)
-        if futs is not None and fut in futs:
-            futs.remove(fut)
-            if not futs:
-                del self.waiters[key]
+    def notify(self) -> None:
+        """Schedule a drain on the loop (release thread or closer, core.lock held)."""
+        if self.signaled or self.dead:
+            return
+        self.signaled = True
+        try:
+            self.loop.call_soon_threadsafe(self.drain)
+        except RuntimeError:  # the loop is closed: nobody is left to wake
+            self.dead = True
 
 
 class _Core:
@@ -329,7 +329,7 @@ def _release_due(core: _Core, now_ns: int) -> list[tuple[int, int]]:
             released.append((at_ns, seq))
             c = core.chan[slot]
             if c >= 0 and core.chans[c] is not None:
-                core.chans[c].queue.append((slot, core.gen[slot]))
+                core.chans[c].queue.append((slot << 32) | core.gen[slot])
                 notify.add(c)
         elif state == ABANDONED:
             _free_slot(core, slot)
@@ -525,7 +525,7 @@ class ReleaseTimer:
         if core.epoch != _fork_epoch:
             raise ReleaseTimerClosed("the ReleaseTimer belongs to the parent of this forked process")
         chan = self._channel_for(loop)
-        key = (d._slot, d._gen)
+        key = (d._slot << 32) | d._gen
         with core.lock:
             if core.state[d._slot] == RELEASED:
                 return chan, key, None
