@@ -47,6 +47,7 @@ cdef struct Core:
     tw_cond_t released_cond # wakes blocking waiters
     tw_thread_t thread
     int thread_started      # owned by the GIL side: a thread to join exists
+    int detached            # closed from its own thread: it still runs, so never free this
     int backend
     int closing
     int closed
@@ -904,6 +905,7 @@ cdef class ReleaseTimer:
         if c.thread_started:
             c.thread_started = 0
             if tw_thread_is_current(&c.thread):
+                c.detached = 1
                 tw_thread_detach(&c.thread)
             else:
                 with nogil:
@@ -921,7 +923,8 @@ cdef class ReleaseTimer:
             return
         if c.epoch == _fork_epoch:
             self.close()
-        _core_free(c)
+        if not c.detached:
+            _core_free(c)
         self._core = NULL
 
     def _subscribe(self, Deadline d, loop):

@@ -12,7 +12,6 @@
 #define TW_SYNC_H
 
 #include <stdint.h>
-#include <stdlib.h>
 
 #ifdef _WIN32
 /* ------------------------------------------------------------------ Windows */
@@ -21,7 +20,8 @@
 
 typedef SRWLOCK tw_mutex_t;
 typedef CONDITION_VARIABLE tw_cond_t;
-typedef struct { HANDLE handle; DWORD id; } tw_thread_t;
+/* The thread record lives as long as the thread: it carries the entry point (no malloc). */
+typedef struct { HANDLE handle; DWORD id; void (*fn)(void *); void *arg; } tw_thread_t;
 
 static int tw_mutex_init(tw_mutex_t *m) { InitializeSRWLock(m); return 0; }
 static void tw_mutex_destroy(tw_mutex_t *m) { (void)m; }
@@ -72,24 +72,19 @@ static void tw_sleep_until_ns(int64_t deadline_ns)
     CloseHandle(timer);
 }
 
-typedef struct { void (*fn)(void *); void *arg; } tw__start_t;
-
 static unsigned __stdcall tw__trampoline(void *p)
 {
-    tw__start_t s = *(tw__start_t *)p;
-    free(p);
-    s.fn(s.arg);
+    tw_thread_t *t = (tw_thread_t *)p;
+    t->fn(t->arg);
     return 0;
 }
 
 static int tw_thread_start(tw_thread_t *t, void (*fn)(void *), void *arg)
 {
     unsigned id;
-    tw__start_t *s = (tw__start_t *)malloc(sizeof *s);
-    if (s == NULL) return -1;
-    s->fn = fn; s->arg = arg;
-    t->handle = (HANDLE)_beginthreadex(NULL, 0, tw__trampoline, s, 0, &id);
-    if (t->handle == 0) { free(s); return -1; }
+    t->fn = fn; t->arg = arg;
+    t->handle = (HANDLE)_beginthreadex(NULL, 0, tw__trampoline, t, 0, &id);
+    if (t->handle == 0) return -1;
     t->id = id;
     return 0;
 }
@@ -120,7 +115,8 @@ static void tw_wakefd_close(int rfd, int wfd) { (void)rfd; (void)wfd; }
 
 typedef pthread_mutex_t tw_mutex_t;
 typedef pthread_cond_t tw_cond_t;
-typedef pthread_t tw_thread_t;
+/* The thread record lives as long as the thread: it carries the entry point (no malloc). */
+typedef struct { pthread_t id; void (*fn)(void *); void *arg; } tw_thread_t;
 
 static int tw_mutex_init(tw_mutex_t *m) { return pthread_mutex_init(m, NULL); }
 static void tw_mutex_destroy(tw_mutex_t *m) { pthread_mutex_destroy(m); }
@@ -197,13 +193,10 @@ static void tw_sleep_until_ns(int64_t deadline_ns)
 #endif
 }
 
-typedef struct { void (*fn)(void *); void *arg; } tw__start_t;
-
 static void *tw__trampoline(void *p)
 {
-    tw__start_t s = *(tw__start_t *)p;
-    free(p);
-    s.fn(s.arg);
+    tw_thread_t *t = (tw_thread_t *)p;
+    t->fn(t->arg);
     return NULL;
 }
 
@@ -213,15 +206,12 @@ static int tw_thread_start(tw_thread_t *t, void (*fn)(void *), void *arg)
 {
     sigset_t all, old;
     int rc;
-    tw__start_t *s = (tw__start_t *)malloc(sizeof *s);
-    if (s == NULL) return -1;
-    s->fn = fn; s->arg = arg;
+    t->fn = fn; t->arg = arg;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
-    rc = pthread_create(t, NULL, tw__trampoline, s);
+    rc = pthread_create(&t->id, NULL, tw__trampoline, t);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc != 0) { free(s); return -1; }
-    return 0;
+    return rc == 0 ? 0 : -1;
 }
 /* Called on the release thread: its sleeps end at the deadline, not up to the default
  * 50 us of timer slack later (Linux coalesces timers within a thread's slack). */
@@ -231,9 +221,9 @@ static void tw_thread_precise_timers(void)
     prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
 #endif
 }
-static void tw_thread_join(tw_thread_t *t) { pthread_join(*t, NULL); }
-static void tw_thread_detach(tw_thread_t *t) { pthread_detach(*t); }
-static int tw_thread_is_current(tw_thread_t *t) { return pthread_equal(*t, pthread_self()); }
+static void tw_thread_join(tw_thread_t *t) { pthread_join(t->id, NULL); }
+static void tw_thread_detach(tw_thread_t *t) { pthread_detach(t->id); }
+static int tw_thread_is_current(tw_thread_t *t) { return pthread_equal(t->id, pthread_self()); }
 
 /* A wake fd an asyncio loop watches with add_reader: eventfd on Linux, else a self-pipe.
  * Both ends non-blocking and close-on-exec; rfd == wfd for an eventfd. */
