@@ -109,8 +109,10 @@ static void tw_wakefd_close(int rfd, int wfd) { (void)rfd; (void)wfd; }
 #include <time.h>
 #include <unistd.h>
 #ifdef __linux__
+#include <string.h>
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #endif
 
 typedef pthread_mutex_t tw_mutex_t;
@@ -213,12 +215,37 @@ static int tw_thread_start(tw_thread_t *t, void (*fn)(void *), void *arg)
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     return rc == 0 ? 0 : -1;
 }
-/* Called on the release thread: its sleeps end at the deadline, not up to the default
- * 50 us of timer slack later (Linux coalesces timers within a thread's slack). */
+#ifdef __linux__
+/* struct sched_attr up to sched_period (SCHED_ATTR_SIZE_VER0); glibc does not declare it. */
+struct tw__sched_attr {
+    uint32_t size, sched_policy;
+    uint64_t sched_flags;
+    int32_t sched_nice;
+    uint32_t sched_priority;
+    uint64_t sched_runtime, sched_deadline, sched_period;
+};
+#endif
+
+/* Called on the release thread, for wakeups on time:
+ * - a 1 ns timer slack, so its sleeps end at the deadline, not up to the default 50 us
+ *   later (Linux coalesces timers within a thread's slack);
+ * - on Linux >= 6.12 (EEVDF), a 100 us custom slice (sched_attr.sched_runtime for
+ *   SCHED_OTHER), so on waking it preempts a CPU-bound thread instead of waiting out
+ *   that thread's default slice (~3 ms), which is what made a spinning Python thread
+ *   show up in the release lateness. Older kernels ignore or refuse it: harmless. */
 static void tw_thread_precise_timers(void)
 {
 #ifdef __linux__
+    struct tw__sched_attr attr;
     prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+#if defined(SYS_sched_getattr) && defined(SYS_sched_setattr)
+    memset(&attr, 0, sizeof attr);
+    if (syscall(SYS_sched_getattr, 0, &attr, (unsigned)sizeof attr, 0U) == 0 && attr.sched_policy == 0) {
+        attr.size = sizeof attr;
+        attr.sched_runtime = 100000;
+        syscall(SYS_sched_setattr, 0, &attr, 0U);
+    }
+#endif
 #endif
 }
 static void tw_thread_join(tw_thread_t *t) { pthread_join(t->id, NULL); }
