@@ -70,44 +70,75 @@ def test_sleep_rejects_bad_delay(bad, exc):
         asyncio.run(timerwheel_c.sleep(bad))
 
 
+def _run_in_child(checks) -> None:
+    """Fork; in the child run ``checks()`` (a list of failed check names) and exit 0 if it
+    is empty, else 3 after writing the names (or the traceback) to a pipe.
+
+    The child cannot hang the suite: an alarm kills it. The parent asserts exit 0 and
+    shows what the child wrote.
+    """
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code, report = 3, "no report"
+        try:
+            os.close(rfd)
+            signal.alarm(int(LIVENESS_S))
+            failed = checks()
+            code, report = (0, "") if not failed else (3, f"failed checks: {failed}")
+        except BaseException:
+            import traceback
+
+            report = traceback.format_exc()
+        finally:
+            os.write(wfd, report.encode()[:60000])
+            os._exit(code)
+    os.close(wfd)
+    chunks = []
+    while chunk := os.read(rfd, 65536):
+        chunks.append(chunk)
+    os.close(rfd)
+    _, status = os.waitpid(pid, 0)
+    report = b"".join(chunks).decode(errors="replace")
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"child status {status}: {report}"
+
+
 def test_fork_child_recreates_the_timer():
     """After os.fork() the child arms, waits and awaits on its own process-wide timer, and the
-    parent's timer keeps working.
-
-    The child cannot hang the suite: an alarm kills it, and the parent reads its exit
-    code (0 means every check passed; 3 a check failed; a signal, a hang).
+    parent's timer keeps working. (The child cannot hang the suite; see _run_in_child.)
     """
     if not hasattr(os, "fork"):
         pytest.skip("no fork on this platform")
     d_parent = timerwheel_c.arm_at(time.monotonic() + 3600)
     assert timerwheel_c.release_timer_started()
-    pid = os.fork()
-    if pid == 0:
-        code = 3
+
+    def checks():
+        failed = []
+        if timerwheel_c.release_timer_started():
+            failed.append("started after fork")
+        if d_parent.done():
+            failed.append("parent deadline done")  # readable in the child, never released here
+        d = timerwheel_c.arm_at(time.monotonic() + 0.002)
+        if not timerwheel_c.release_timer_started():
+            failed.append("not started by arm_at")
+        if not (d.wait(LIVENESS_S) and d.released_at_ns >= d.at_ns):
+            failed.append("child deadline")
+
+        async def child_main():
+            at_ns = time.monotonic_ns() + 2_000_000
+            await timerwheel_c.sleep_until(at_ns / 1e9)
+            return time.monotonic_ns() >= at_ns
+
+        if not asyncio.run(child_main()):
+            failed.append("child sleep_until early")
         try:
-            signal.alarm(int(LIVENESS_S))
-            ok = not timerwheel_c.release_timer_started()
-            ok = ok and not d_parent.done()  # the parent's deadline is readable, not released here
-            d = timerwheel_c.arm_at(time.monotonic() + 0.002)
-            ok = ok and timerwheel_c.release_timer_started()
-            ok = ok and d.wait(LIVENESS_S) and d.released_at_ns >= d.at_ns
+            d_parent.wait(0.01)
+            failed.append("parent deadline waitable")
+        except timerwheel_c.ReleaseTimerClosed:
+            pass
+        return failed
 
-            async def child_main():
-                start = time.monotonic()
-                await timerwheel_c.sleep(0.002)
-                return time.monotonic() >= start + 0.002
-
-            ok = ok and asyncio.run(child_main())
-            try:
-                d_parent.wait(0.01)
-                ok = False
-            except timerwheel_c.ReleaseTimerClosed:
-                pass
-            code = 0 if ok else 3
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    _run_in_child(checks)
     d = timerwheel_c.arm_at(time.monotonic() + 0.002)
     assert d.wait(LIVENESS_S) and d.released_at_ns >= d.at_ns
     assert not d_parent.done()
@@ -115,33 +146,30 @@ def test_fork_child_recreates_the_timer():
 
 def test_fork_child_with_core_timer(release_impl):
     """A ReleaseTimer made before fork is closed in the child (its thread is not there); a new
-    one works in the child; the parent's is untouched.
-
-    Exit codes as in test_fork_child_recreates_the_timer; the child cannot hang the suite.
+    one works in the child; the parent's is untouched. (See _run_in_child.)
     """
     if not hasattr(os, "fork"):
         pytest.skip("no fork on this platform")
     with release_impl.ReleaseTimer() as rt:
         d_far = rt.arm_ns(time.monotonic_ns() + 3600 * 10**9)
-        pid = os.fork()
-        if pid == 0:
-            code = 3
+
+        def checks():
+            nonlocal d_far
+            failed = []
+            if d_far.done():
+                failed.append("parent deadline done")
             try:
-                signal.alarm(int(LIVENESS_S))
-                ok = not d_far.done()
-                try:
-                    rt.arm_ns(time.monotonic_ns() + 1000)
-                    ok = False
-                except timerwheel_c.ReleaseTimerClosed:
-                    pass
-                del d_far  # abandoning a parent deadline must not touch the parent's lock
-                with release_impl.ReleaseTimer() as rt2:
-                    d = rt2.arm_ns(time.monotonic_ns() + 2_000_000)
-                    ok = ok and d.wait(LIVENESS_S) and d.released_at_ns >= d.at_ns
-                code = 0 if ok else 3
-            finally:
-                os._exit(code)
-        _, status = os.waitpid(pid, 0)
-        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+                rt.arm_ns(time.monotonic_ns() + 1000)
+                failed.append("parent timer armable")
+            except timerwheel_c.ReleaseTimerClosed:
+                pass
+            d_far = None  # abandoning a parent deadline must not touch the parent's lock
+            with release_impl.ReleaseTimer() as rt2:
+                d = rt2.arm_ns(time.monotonic_ns() + 2_000_000)
+                if not (d.wait(LIVENESS_S) and d.released_at_ns >= d.at_ns):
+                    failed.append("child deadline")
+            return failed
+
+        _run_in_child(checks)
         d = rt.arm_ns(time.monotonic_ns() + 2_000_000)
         assert d.wait(LIVENESS_S) and not d_far.done()
