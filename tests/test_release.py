@@ -296,16 +296,23 @@ def test_many_blocking_waiters(release_impl):
 def test_dropped_timer_closes(release_impl):
     """A ReleaseTimer dropped without close() stops its thread (no thread leak).
 
-    Counted with psutil as OS threads, which covers the C core's native thread too.
+    Threads are seen with psutil as OS thread ids, which covers the C core's native
+    thread too; only the ids that appeared with the timer are followed, so helper
+    threads of earlier tests finishing late cannot disturb the count.
     """
     proc = psutil.Process()
-    before = proc.num_threads()
+
+    def tids():
+        return {t.id for t in proc.threads()}
+
+    before = tids()
     rt = release_impl.ReleaseTimer()
     rt.arm_ns(time.monotonic_ns() + HOUR_NS)
-    assert proc.num_threads() == before + 1
+    new = tids() - before
+    assert new  # the release thread
     del rt
     gc.collect()
-    assert _eventually(lambda: proc.num_threads() == before)
+    assert _eventually(lambda: not (new & tids()))
 
 
 @pytest.mark.c_extension
