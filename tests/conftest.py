@@ -48,3 +48,9 @@ def _impl_params(core: str):
 def wheel_impl(request):
     """The wheel core module: ``timerwheel_c._wheel`` (C) or ``timerwheel_c.pure.wheel``."""
     return importlib.import_module(request.param)
+
+
+@pytest.fixture(params=_impl_params("release"))
+def release_impl(request):
+    """The release-timer core module: ``timerwheel_c._release`` (C) or ``timerwheel_c.pure.release``."""
+    return importlib.import_module(request.param)
