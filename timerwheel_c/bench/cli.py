@@ -100,8 +100,10 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     with Reporter(use_rich=not args.plain, show_progress=not args.no_progress) as rep:
         for name in args.only:
+            t0 = time.perf_counter()
             try:
                 results[name] = _run_one(name, impls, sizes, repeats, args, rep)
+                figures["config"].setdefault("elapsed_s_per_workload", {})[name] = round(time.perf_counter() - t0, 1)
             except FiredMismatch as exc:
                 figures["failed"][name] = f"fired set mismatch: {exc}"
                 status = 3
@@ -131,6 +133,7 @@ def _run_one(name: str, impls, sizes: Sizes, repeats: int, args, rep: Reporter):
         return getattr(workloads, name)(impls, sizes, repeats, args.seed, bar)
     if name == "memory":
         return memory(impls, sizes.memory_timers, args.seed, rep.task(name, sum(not i.floor for i in impls)))
+    external.require(name)
     bar = rep.task(name, 1.0)
     if name == "lateness":
         return external.lateness(sizes.lateness_samples, bar)

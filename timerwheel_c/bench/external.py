@@ -21,14 +21,15 @@ import importlib
 
 import numpy as np
 
-__all__ = ["NotAvailable", "durable", "lateness", "network", "percentiles", "progress_callback"]
+__all__ = ["NotAvailable", "durable", "lateness", "network", "percentiles", "progress_callback", "require"]
 
 
 class NotAvailable(Exception):
     """The workload's module, or something it needs, is not importable here."""
 
 
-def _load(name: str):
+def require(name: str):
+    """Import and return the sibling module ``name``; raise NotAvailable if it does not import."""
     try:
         return importlib.import_module(f"timerwheel_c.bench.{name}")
     except ImportError as exc:
@@ -57,7 +58,7 @@ def percentiles(values, qs=(50, 95, 99)) -> dict:
 
 def lateness(samples: int, bar) -> dict:
     """Lateness of 2 ms deadlines per series: summary in µs, and the raw ns samples."""
-    series = _load("lateness").run(samples, delay_ms=2.0, progress=progress_callback(bar))
+    series = require("lateness").run(samples, delay_ms=2.0, progress=progress_callback(bar))
     return {
         name: {"summary_us": percentiles(np.asarray(ns, dtype=np.float64) / 1000), "lateness_ns": list(ns)}
         for name, ns in series.items()
@@ -66,7 +67,7 @@ def lateness(samples: int, bar) -> dict:
 
 def durable(n_timers: int, dsn: str | None, bar) -> dict:
     """Fired/s and due-to-committed lateness (ms) per store."""
-    stores = _load("durable").run(n_timers, dsn=dsn, progress=progress_callback(bar))
+    stores = require("durable").run(n_timers, dsn=dsn, progress=progress_callback(bar))
     return {
         store: {**fig, "lateness_summary_ms": percentiles(fig.get("lateness_ms", []))}
         for store, fig in stores.items()
@@ -75,7 +76,7 @@ def durable(n_timers: int, dsn: str | None, bar) -> dict:
 
 def network(connections: int, seconds: float, bar) -> dict:
     """Requests/s, latency (µs), CPU per request (ns) and idle closes per scheduler."""
-    runs = _load("network").run(connections, seconds, progress=progress_callback(bar))
+    runs = require("network").run(connections, seconds, progress=progress_callback(bar))
     return {
         name: {
             **fig,

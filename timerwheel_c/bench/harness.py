@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["FiredMismatch", "Fired", "Stats", "check_fired", "timed", "repeat"]
+__all__ = ["FiredMismatch", "Fired", "Stats", "check_fired", "repeat", "set_digest", "timed"]
 
 
 class FiredMismatch(AssertionError):
@@ -101,7 +101,7 @@ def check_fired(where: str, fired: Fired, due_ms: np.ndarray, expected_tick: np.
 
     ``due_ms[token]`` is each token's due time and ``expected_tick[token]`` the tick
     (ms) of the advance call that must fire it, or -1 if it must never fire (it was
-    cancelled). The check: every token that must fire fired exactly once, nothing
+    cancelled). With ``fired.ticks`` None the digest is :func:`set_digest`'s. The check: every token that must fire fired exactly once, nothing
     else fired, each at its expected tick and, within one advance call, in
     non-decreasing due time. With ``fired.ticks`` None only the set is checked.
 
@@ -122,7 +122,7 @@ def check_fired(where: str, fired: Fired, due_ms: np.ndarray, expected_tick: np.
         what = "fired but was cancelled" if counts[t] else "never fired"
         raise FiredMismatch(f"{where}: {len(wrong)} tokens differ from the model; token {t} {what}")
     if fired.ticks is None:
-        pairs = np.sort(tokens)
+        return set_digest(tokens)
     else:
         marks = np.asarray(fired.marks, dtype=np.int64)
         if len(marks) != len(fired.ticks) or (len(marks) and marks[-1] != len(tokens)):
@@ -147,3 +147,9 @@ def check_fired(where: str, fired: Fired, due_ms: np.ndarray, expected_tick: np.
         order = np.lexsort((tokens, ticks))
         pairs = np.stack([ticks[order], tokens[order]])
     return hashlib.sha256(np.ascontiguousarray(pairs).tobytes()).hexdigest()[:16]
+
+
+def set_digest(tokens) -> str:
+    """A digest of the set of fired tokens, order and ticks ignored (for real-clock runs)."""
+    arr = np.sort(np.asarray(tokens, dtype=np.int64))
+    return hashlib.sha256(arr.tobytes()).hexdigest()[:16]

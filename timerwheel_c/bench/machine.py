@@ -45,6 +45,7 @@ def facts() -> dict:
         "cpu": _cpu_model(),
         "logical_cpus": os.cpu_count(),
         "usable_cpus": affinity,
+        "load_avg_1m_at_start": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
         "machine": platform.machine(),
         "os": platform.platform(),
         "python": f"{platform.python_implementation()} {platform.python_version()}",

@@ -19,7 +19,7 @@ from time import perf_counter_ns, thread_time_ns
 
 import numpy as np
 
-from .harness import Fired, FiredMismatch, check_fired, repeat, timed
+from .harness import Fired, FiredMismatch, check_fired, repeat, set_digest, timed
 from .impls import Impl
 
 __all__ = ["FiredMismatch", "Result", "Sizes", "churn", "expiry", "gap", "rto", "steps"]
@@ -54,19 +54,21 @@ class Sizes:
     @classmethod
     def quick(cls) -> "Sizes":
         return cls(
-            churn_conns=20_000, churn_ops=200_000, expiry_timers=200_000, expiry_real_span_ms=1_000,
-            rto_timers=200_000, rto_per_ms=20, gap_timers=20_000, memory_timers=200_000,
+            churn_conns=10_000, churn_ops=100_000, expiry_timers=100_000, expiry_real_span_ms=500,
+            rto_timers=100_000, rto_per_ms=10, gap_timers=10_000, memory_timers=100_000,
             lateness_samples=200, durable_timers=1000, network_connections=200, network_seconds=2.0,
         )
 
     def scaled(self, factor: float) -> "Sizes":
-        """Multiply every count (not the times) by ``factor``, keeping each at least 10."""
+        """Multiply every count by ``factor`` (each kept at least 10); times stay, except that
+        a factor below 1 also shortens uvloop's real expiry run (at least 100 ms)."""
         counts = ("churn_conns", "churn_ops", "expiry_timers", "rto_timers", "gap_timers",
                   "memory_timers", "lateness_samples", "durable_timers", "network_connections")
         kw = dict(self.__dict__)
         for name in counts:
             kw[name] = max(10, int(kw[name] * factor))
         kw["rto_per_ms"] = max(1, int(self.rto_per_ms * min(factor, 1.0)))
+        kw["expiry_real_span_ms"] = max(100, int(self.expiry_real_span_ms * min(factor, 1.0)))
         return Sizes(**kw)
 
 
@@ -237,7 +239,11 @@ def expiry(impls: list[Impl], sizes: Sizes, repeats: int, seed: int, bar) -> Res
                 result.rows.setdefault(name, {})[phase] = stats
             cells = result.rows[name]
             cells["total"] = _sum_stats(cells["schedule"], cells["advance"])
-            result.digests[name] = {"tick": check_fired(f"expiry/{name}", state["fired"], due, due)}
+            fired = state["fired"]
+            digest = check_fired(f"expiry/{name}", fired, due, due)
+            result.digests[name] = {"set": set_digest(fired.tokens)}
+            if fired.ticks is not None:
+                result.digests[name]["tick"] = digest
     if any(not i.sim_clock for i in impls):
         result.notes.append(f"uvloop: real run over {sizes.expiry_real_span_ms / 1000:g} s, "
                             "advance = CPU time of the loop thread per fired timer; set checked, not ticks")
