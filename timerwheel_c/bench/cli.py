@@ -31,11 +31,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
     """Register the ``bench`` subcommand on ``sub`` (argparse subparsers)."""
     p = sub.add_parser("bench", help="run the side-by-side benchmarks", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="smaller workloads and 3 repeats: under a minute")
+    p.add_argument("--quick", action="store_true", help="smaller workloads (a tenth or less): under a minute")
     p.add_argument("--only", metavar="WORKLOAD[,...]", type=_workload_list, default=list(WORKLOADS),
                    help=f"run only these, comma-separated, from: {', '.join(WORKLOADS)}")
-    p.add_argument("--repeat", metavar="N", type=_positive_int, default=None,
-                   help="timed repeats after the warm-up (default 5, 3 with --quick)")
+    p.add_argument("--repeat", metavar="N", type=_positive_int, default=3,
+                   help="timed repeats after the one warm-up run (default 3)")
     p.add_argument("--json", metavar="FILE", help="write every figure, raw samples included, to FILE")
     p.add_argument("--plot", metavar="DIR", help="draw PNG charts into DIR (needs the 'plot' extra: matplotlib)")
     p.add_argument("--pg-dsn", metavar="DSN", default=None, help="also run the durable workload on PostgreSQL")
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     sizes = Sizes.quick() if args.quick else Sizes()
     if args.scale != 1.0:
         sizes = sizes.scaled(args.scale)
-    repeats = args.repeat or (3 if args.quick else 5)
+    repeats = args.repeat
     impls, missing = available()
     from .machine import facts
 
@@ -119,12 +119,21 @@ def run(args: argparse.Namespace) -> int:
     _print(out, figures, results, missing)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(figures, f, indent=1)
+            json.dump(figures, f, indent=1, default=_json_default)
         out.line(f"figures written to {args.json}")
     if args.plot:
         for path in plot.draw(args.plot, figures):
             out.line(f"chart written to {path}")
     return status
+
+
+def _json_default(value):
+    """numpy scalars and arrays from sibling modules' figures, as plain JSON."""
+    import numpy as np
+
+    if isinstance(value, (np.generic, np.ndarray)):
+        return value.tolist()
+    raise TypeError(f"not JSON serializable: {type(value).__name__}")
 
 
 def _run_one(name: str, impls, sizes: Sizes, repeats: int, args, rep: Reporter):

@@ -60,7 +60,7 @@ def lateness(samples: int, bar) -> dict:
     """Lateness of 2 ms deadlines per series: summary in µs, and the raw ns samples."""
     series = require("lateness").run(samples, delay_ms=2.0, progress=progress_callback(bar))
     return {
-        name: {"summary_us": percentiles(np.asarray(ns, dtype=np.float64) / 1000), "lateness_ns": list(ns)}
+        name: {"summary_us": percentiles(np.asarray(ns, dtype=np.float64) / 1000), "lateness_ns": np.asarray(ns).tolist()}
         for name, ns in series.items()
     }
 

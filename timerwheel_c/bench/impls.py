@@ -20,7 +20,8 @@ popping due handles) and its real callback dispatch, with no I/O wait and no wal
 clock. So ticks run as fast as the heap allows and the fired set is deterministic.
 
 uvloop's clock is libuv's cached ``uv_now`` and cannot be set, so uvloop is timed
-without ticking for schedule/cancel work, and through a real run of the loop (CPU
+without ticking for schedule/cancel work, plus one real loop iteration at the end
+(``flush``), where libuv's close callbacks free the cancelled timers, and through a real run of the loop (CPU
 time of the loop's thread, not wall time) for expiry. Workloads that need a
 simulated clock (mixed RTO, long gap) list it as not applicable.
 """
@@ -30,7 +31,7 @@ import asyncio
 import heapq
 import importlib
 import selectors
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 __all__ = ["HeapqTimers", "Impl", "LoopDriver", "available"]
@@ -141,7 +142,16 @@ class LoopDriver:
         loop._sim_now_s = now_ms / 1000
         loop._run_once()
 
-    def close(self) -> None:
+    def flush(self) -> None:
+        """Run one real loop iteration: uvloop frees cancelled timers only there (libuv's close callbacks)."""
+        self.loop.run_until_complete(asyncio.sleep(0))
+
+    def close(self, handles=()) -> None:
+        """Cancel ``handles``, let the loop free them, and close it (so no timer outlives the run)."""
+        for handle in handles:
+            handle.cancel()
+        if not self.sim_clock:
+            self.flush()
         self.loop.close()
 
 
@@ -162,7 +172,6 @@ class Impl:
     batch: bool = False
     sim_clock: bool = True
     floor: bool = False
-    notes: list = field(default_factory=list)
 
 
 def _wheel_impl(name: str, module: str) -> Impl | None:

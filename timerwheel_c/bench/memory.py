@@ -65,6 +65,8 @@ def memory(impls: list[Impl], n: int, seed: int, bar) -> dict:
     for impl in impls:
         if impl.floor:
             continue
+        # Allocated before tracing starts, so only the handles it will point to are counted.
+        handles: list = [None] * n if impl.family == "loop" else []
         gc.collect()
         rss0 = rss_bytes()
         tracemalloc.start()
@@ -74,7 +76,7 @@ def memory(impls: list[Impl], n: int, seed: int, bar) -> dict:
         if impl.family == "loop":
             call_later, callback = timers.call_later, timers.callback
             for token, after in enumerate(afters):
-                call_later(after / 1000, callback, token)
+                handles[token] = call_later(after / 1000, callback, token)
         else:
             schedule = timers.schedule
             for token, after in enumerate(afters):
@@ -95,7 +97,7 @@ def memory(impls: list[Impl], n: int, seed: int, bar) -> dict:
             method = "tracemalloc"
         out[impl.name] = {"bytes_per_timer": figures[method], "method": method, **figures}
         if impl.family == "loop":
-            timers.close()
-        del timers
+            timers.close(handles)
+        del timers, handles
         bar.step()
     return out
