@@ -177,3 +177,57 @@ def test_scaled_sizes_shrink_counts_not_below_ten():
     tiny = workloads.Sizes().scaled(1e-9)
     assert tiny.churn_conns == 10 and tiny.expiry_timers == 10
     assert tiny.churn_idle_ms == workloads.Sizes().churn_idle_ms
+
+
+def _fake_module(name, run):
+    import types
+
+    mod = types.ModuleType(f"timerwheel_c.bench.{name}")
+    mod.run = run
+    return mod
+
+
+def test_sibling_workloads_render_and_serialize(monkeypatch, tmp_path, capsys):
+    """Lateness, durable and network figures (numpy values included) reach the tables and the JSON.
+
+    The sibling modules are replaced by fakes with the agreed contracts, so the test
+    checks this CLI's side only, with fixed numbers and no timing.
+    """
+    import numpy as np
+
+    calls = []
+
+    def lateness_run(samples, delay_ms=2.0, progress=None):
+        progress(1, 2)
+        calls.append(("lateness", samples, delay_ms))
+        return {"time.sleep": np.array([50_000, 60_000, 70_000]), "ReleaseTimer (c)": [55_000, 65_000]}
+
+    def durable_run(n_timers, dsn=None, progress=None):
+        progress(3)
+        calls.append(("durable", n_timers, dsn))
+        return {"sqlite": {"fired_per_s": np.float64(6000.0), "lateness_ms": [1.0, 2.0, 30.0]}}
+
+    def network_run(connections, seconds, progress=None):
+        progress(50)
+        calls.append(("network", connections, seconds))
+        fig = {"requests_per_s": 1e4, "latency_us": [100, 200], "cpu_ns_per_request": 5000,
+               "idle_closes_expected": 4, "idle_closes_fired": 4, "idle_close_lateness_ms": [0.5, 1.5],
+               "early_closes": 0, "unexpected_closes": 0}
+        return {"call_later": fig, "WheelScheduler": dict(fig, cpu_ns_per_request=2500)}
+
+    for name, run in (("lateness", lateness_run), ("durable", durable_run), ("network", network_run)):
+        monkeypatch.setitem(sys.modules, f"timerwheel_c.bench.{name}", _fake_module(name, run))
+    path = tmp_path / "f.json"
+    status = cli.main(TINY + ["--only", "lateness,durable,network", "--pg-dsn", "postgresql://x/y",
+                              "--json", str(path)])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert [c[0] for c in calls] == ["lateness", "durable", "network"]
+    assert calls[1][2] == "postgresql://x/y"
+    w = json.loads(path.read_text())["workloads"]
+    assert w["lateness"]["results"]["time.sleep"]["summary_us"]["p50"] == 60.0
+    assert w["lateness"]["results"]["time.sleep"]["lateness_ns"] == [50_000, 60_000, 70_000]
+    assert w["durable"]["results"]["sqlite"]["fired_per_s"] == 6000.0
+    assert w["network"]["results"]["WheelScheduler"]["latency_summary_us"]["n"] == 2
+    for title in ("lateness of 2 ms deadlines", "durable:", "network:", "WheelScheduler", "0.5x"):
+        assert title in out

@@ -142,8 +142,7 @@ def _run_one(name: str, impls, sizes: Sizes, repeats: int, args, rep: Reporter):
         return getattr(workloads, name)(impls, sizes, repeats, args.seed, bar)
     if name == "memory":
         return memory(impls, sizes.memory_timers, args.seed, rep.task(name, sum(not i.floor for i in impls)))
-    external.require(name)
-    bar = rep.task(name, 1.0)
+    bar = rep.task(name, external.progress_total(name, sizes, args.pg_dsn))
     if name == "lateness":
         return external.lateness(sizes.lateness_samples, bar)
     if name == "durable":

@@ -12,8 +12,8 @@ failing the run. The contracts (units in the names):
   "latency_us": [...], "cpu_ns_per_request", "idle_closes_expected", "idle_closes_fired",
   "idle_close_lateness_ms": [...], "early_closes"}}``
 
-``progress`` is called as ``progress(done, total)``; :func:`progress_callback` also
-accepts ``progress(fraction)`` with a float in [0, 1].
+``progress`` is called as ``progress(done, total)`` (lateness) or ``progress(k)``, k
+units just completed (durable, network); :func:`progress_callback` takes both.
 """
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ import importlib
 
 import numpy as np
 
-__all__ = ["NotAvailable", "durable", "lateness", "network", "percentiles", "progress_callback", "require"]
+__all__ = ["NotAvailable", "durable", "lateness", "network", "percentiles", "progress_callback", "progress_total",
+           "require"]
 
 
 class NotAvailable(Exception):
@@ -37,13 +38,28 @@ def require(name: str):
 
 
 def progress_callback(bar):
-    """Adapt a sibling module's progress calls to ``bar.update(done, total)``."""
-    def progress(done, total=None, *_, **__):
+    """Adapt a sibling module's progress calls to the bar.
+
+    ``progress(done, total)`` sets the bar (lateness); ``progress(k)`` advances it by
+    ``k`` units (durable, network), against a total given when the task was made, or
+    an open-ended bar when none was.
+    """
+    def progress(done, total=None):
         if total is None:
-            bar.update(float(done), 1.0)
+            bar.advance(float(done))
         else:
             bar.update(float(done), float(total))
     return progress
+
+
+def progress_total(name: str, sizes, dsn: str | None) -> float | None:
+    """The progress units workload ``name`` will report, where its module says; else None."""
+    mod = require(name)
+    if name == "lateness":
+        return float(sizes.lateness_samples * len(getattr(mod, "SERIES", ())) or 1)
+    if name == "network" and hasattr(mod, "UNITS_PER_SCHEDULER") and hasattr(mod, "scheduler_names"):
+        return float(mod.UNITS_PER_SCHEDULER * len(mod.scheduler_names()))
+    return None
 
 
 def percentiles(values, qs=(50, 95, 99)) -> dict:

@@ -52,6 +52,10 @@ class _Task:
         if self._progress is not None:
             self._progress.advance(self._id)
 
+    def advance(self, units: float) -> None:
+        if self._progress is not None:
+            self._progress.advance(self._id, units)
+
     def update(self, done: float, total: float) -> None:
         if self._progress is not None:
             self._progress.update(self._id, completed=done, total=total)
@@ -83,8 +87,8 @@ class Reporter:
             self._progress.stop()
             self._progress = None
 
-    def task(self, name: str, total: float) -> _Task:
-        """A progress task of ``total`` steps for workload ``name``."""
+    def task(self, name: str, total: float | None) -> _Task:
+        """A progress task of ``total`` steps (None: open-ended) for workload ``name``."""
         if self._progress is None:
             if self._show_progress:
                 print(f"bench: running {name} ...", file=sys.stderr, flush=True)
