@@ -104,10 +104,11 @@ def network_table(rep: Reporter, runs: dict) -> None:
             str(fig.get("unexpected_closes", "-")),
         ])
     rep.table("network: idle-timeout server on loopback (see timerwheel_c.bench.network)",
-              ["scheduler", "requests/s", "latency p50 us", "p99 us", "server CPU ns/req", "CPU vs call_later",
-               "idle closes fired/expected", "close lateness p50 ms", "p99 ms", "early closes", "overload"], rows,
-              ["CPU vs call_later divides by the same loop's call_later row; overload counts active "
-               "connections the server closed (non-zero: the machine could not keep up)"])
+              ["scheduler", "req/s", "lat p50 us", "p99 us", "CPU ns/req", "CPU ratio",
+               "idle fired/exp", "late p50 ms", "p99 ms", "early", "overload"], rows,
+              ["lat: per-request round trip; CPU: server process CPU per request; CPU ratio: against the same "
+               "loop's call_later row; idle fired/exp and late: idle closes and their lateness; early: closes "
+               "before the timeout (must be 0); overload: active connections the server closed"])
 
 
 def targets(churn: Result | None) -> dict:
