@@ -231,3 +231,13 @@ def test_sibling_workloads_render_and_serialize(monkeypatch, tmp_path, capsys):
     assert w["network"]["results"]["WheelScheduler"]["latency_summary_us"]["n"] == 2
     for title in ("lateness of 2 ms deadlines", "durable:", "network:", "WheelScheduler", "0.5x"):
         assert title in out
+
+
+def test_runs_as_plain_text_without_rich(monkeypatch, capsys):
+    """Without rich (the 'bench' extra) the tables print as plain text and progress as lines on stderr."""
+    monkeypatch.setattr("timerwheel_c.bench.report.Console", None)
+    status = cli.main(["bench", "--scale", "0.002", "--repeat", "1", "--only", "gap"])
+    captured = capsys.readouterr()
+    assert status == 0
+    assert "long gap:" in captured.out and "implementation" in captured.out
+    assert "bench: running gap" in captured.err

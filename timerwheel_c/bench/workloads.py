@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from time import perf_counter_ns, thread_time_ns
+from time import thread_time_ns
 
 import numpy as np
 
-from .harness import Fired, FiredMismatch, check_fired, repeat, set_digest, timed
+from .harness import Fired, FiredMismatch, Stats, check_fired, repeat, set_digest, timed
 from .impls import Impl
 
 __all__ = ["FiredMismatch", "Result", "Sizes", "churn", "expiry", "gap", "rto", "steps"]
@@ -253,9 +253,8 @@ def expiry(impls: list[Impl], sizes: Sizes, repeats: int, seed: int, bar) -> Res
     return result
 
 
-def _sum_stats(a, b):
-    from .harness import Stats
-
+def _sum_stats(a: Stats, b: Stats) -> Stats:
+    """Per-repeat sums of two phases timed in the same runs."""
     return Stats([x + y for x, y in zip(a.samples, b.samples)], a.ops)
 
 
