@@ -34,9 +34,10 @@ def _pyplot():
     return plt
 
 
-def _bars(plt, path: Path, title: str, unit: str, series: dict[str, dict[str, tuple]]) -> None:
-    """``series[variant][impl] = (median, low, high)``: grouped horizontal bars."""
-    impls = list(dict.fromkeys(i for cells in series.values() for i in cells))
+def _bars(plt, path: Path, title: str, unit: str, series: dict[str, dict[str, tuple]], impls: list[str]) -> None:
+    """``series[variant][impl] = (median, low, high)``: grouped horizontal bars, rows in ``impls`` order."""
+    import textwrap
+
     fig, ax = plt.subplots(figsize=(9, 0.6 + 0.45 * len(impls) * max(1, len(series))))
     height = 0.8 / max(1, len(series))
     for j, (variant, cells) in enumerate(series.items()):
@@ -49,7 +50,7 @@ def _bars(plt, path: Path, title: str, unit: str, series: dict[str, dict[str, tu
     ax.invert_yaxis()
     ax.set_xscale("log")
     ax.set_xlabel(unit)
-    ax.set_title(title, fontsize=10)
+    ax.set_title("\n".join(textwrap.wrap(title, 90)), fontsize=9)
     if len(series) > 1:
         ax.legend(fontsize=8)
     fig.tight_layout()
@@ -72,22 +73,28 @@ def draw(out_dir: str | Path, figures: dict) -> list[Path]:
                         series.setdefault(wl["columns"].get(variant, variant), {})[impl] = (
                             cell["median_ns_per_op"], cell["min_ns_per_op"], cell["max_ns_per_op"])
             path = out / f"{name}.png"
-            _bars(plt, path, wl["title"], "ns per operation (log)", series)
+            _bars(plt, path, wl["title"], "ns per operation (log)", series, list(wl["results"]))
             written.append(path)
         elif name == "memory":
             cells = {impl: (f["bytes_per_timer"],) * 3 for impl, f in wl["results"].items()}
             path = out / "memory.png"
-            _bars(plt, path, "bytes per pending timer", "bytes (log)", {"bytes/timer": cells})
+            _bars(plt, path, "bytes per pending timer", "bytes (log)", {"bytes/timer": cells}, list(cells))
             written.append(path)
         elif name == "lateness":
             series = {k: v["lateness_ns"] for k, v in wl["results"].items() if v["lateness_ns"]}
             if not series:
                 continue
-            fig, axes = plt.subplots(len(series), 1, figsize=(8, 1.8 * len(series)), sharex=True, squeeze=False)
+            import numpy as np
+
+            # Log-spaced bins shared by every series, so their shapes compare at a glance.
+            top = max(max(ns) for ns in series.values()) / 1000
+            bins = np.geomspace(1.0, max(top, 10.0) * 1.01, 60)
+            fig, axes = plt.subplots(len(series), 1, figsize=(8, 1.5 * len(series)), sharex=True, squeeze=False)
             for ax, (label, ns) in zip(axes[:, 0], series.items()):
-                ax.hist([v / 1000 for v in ns], bins=80, log=True)
+                ax.hist(np.clip(np.asarray(ns, dtype=float) / 1000, 1.0, None), bins=bins, log=True)
+                ax.set_xscale("log")
                 ax.set_ylabel(label, rotation=0, ha="right", fontsize=8)
-            axes[-1, 0].set_xlabel("lateness after a 2 ms deadline (us)")
+            axes[-1, 0].set_xlabel("lateness after a 2 ms deadline (us, log; under 1 us and early wakes in the first bin)")
             fig.suptitle("lateness histograms", fontsize=10)
             fig.tight_layout()
             path = out / "lateness.png"
