@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
         "machine": facts(),
         "config": {"mode": "quick" if args.quick else "default", "repeats": repeats, "warmup_runs": 1,
                    "seed": args.seed, "scale": args.scale, "workloads": args.only, "sizes": dict(sizes.__dict__),
-                   "spread": "min-max over the repeats"},
+                   "spread": "min-max over the repeats", "clock": "time.thread_time_ns (CPU time of the bench thread)"},
         "implementations": {"run": [i.name for i in impls], "missing": missing},
         "workloads": {}, "skipped": {}, "failed": {}, "targets": {},
     }

@@ -13,7 +13,8 @@ from .impls import ASYNCIO, C_WHEEL, FLOOR, PURE_WHEEL
 from .report import Reporter, fmt, ratio
 from .workloads import Result
 
-SPREAD_NOTE = "figures are medians over the repeats; ± is half the min-max range, in % of the median"
+SPREAD_NOTE = ("ns are CPU time of the bench thread; figures are medians over the repeats; "
+               "± is half the min-max range, in % of the median")
 
 __all__ = ["durable_table", "lateness_table", "machine_table", "memory_table", "network_table",
            "targets", "targets_table", "timer_table"]
