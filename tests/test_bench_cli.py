@@ -148,7 +148,7 @@ def test_plot_without_matplotlib_is_a_clear_error(monkeypatch, capsys, tmp_path)
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     status = cli.main(TINY + ["--only", "churn", "--plot", str(tmp_path)])
     assert status == 2
-    assert "pip install 'timerwheel_c[plot]'" in capsys.readouterr().out
+    assert "pip install 'timerwheel_c[plot]'" in capsys.readouterr().err
 
 
 def test_plot_draws_pngs(tmp_path):
@@ -158,6 +158,12 @@ def test_plot_draws_pngs(tmp_path):
     assert status == 0
     for name in ("rto", "gap"):
         assert (tmp_path / f"{name}.png").stat().st_size > 1000
+
+
+def test_bad_scale_is_a_usage_error(capsys):
+    """--scale 0 exits 2 naming the value, before running anything."""
+    assert cli.main(["bench", "--scale", "0", "--only", "churn"]) == 2
+    assert "--scale must be > 0, got 0.0" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 import traceback
 
@@ -75,10 +76,10 @@ def run(args: argparse.Namespace) -> int:
         try:
             plot.require()
         except plot.PlotUnavailable as exc:
-            print(f"timerwheel-c bench: error: {exc}")
+            print(f"timerwheel-c bench: error: {exc}", file=sys.stderr)
             return 2
     if args.scale <= 0:
-        print(f"timerwheel-c bench: error: --scale must be > 0, got {args.scale}")
+        print(f"timerwheel-c bench: error: --scale must be > 0, got {args.scale}", file=sys.stderr)
         return 2
     sizes = Sizes.quick() if args.quick else Sizes()
     if args.scale != 1.0:
@@ -113,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
             except Exception as exc:  # a sibling workload failing must not hide the others' figures
                 figures["failed"][name] = f"{type(exc).__name__}: {exc}"
                 figures.setdefault("tracebacks", {})[name] = traceback.format_exc()
+                print(figures["tracebacks"][name], file=sys.stderr)
                 status = max(status, 1)
     figures["config"]["elapsed_s"] = round(time.perf_counter() - started, 1)
     out = Reporter(use_rich=not args.plain, show_progress=False)
