@@ -4,8 +4,10 @@ In one process and one run it times the C wheel, its pure twin, asyncio's timer
 heap, heapq with lazy deletion, uvloop (when installed) and an empty compiled
 method (the floor) over the same seeded workloads; checks every implementation's
 fired set against the model; prints one table per workload with ratios against the
-C wheel, the machine's facts and issue 2's targets. Exit status: 0 on success, 1
-if a workload failed, 2 for a usage error, 3 if an implementation fired a wrong set.
+C wheel, the machine's facts and issue 2's targets. Figures are the bench thread's
+CPU time per operation, the median of ``--repeat`` runs after one warm-up run.
+Exit status: 0 on success, 1 if a workload failed, 2 for a usage error, 3 if an
+implementation fired a wrong set.
 """
 from __future__ import annotations
 
