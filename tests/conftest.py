@@ -48,3 +48,13 @@ def _impl_params(core: str):
 def wheel_impl(request):
     """The wheel core module: ``timerwheel_c._wheel`` (C) or ``timerwheel_c.pure.wheel``."""
     return importlib.import_module(request.param)
+
+
+@pytest.fixture(params=["sqlite-file", "sqlite-memory"])
+def durable_store(request, tmp_path):
+    """A fresh durable-timer store per backend; a new backend joins by adding one param."""
+    from timerwheel_c.durable.sqlite import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "timers.db" if request.param == "sqlite-file" else ":memory:")
+    yield store
+    store.close()
