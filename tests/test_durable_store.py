@@ -47,8 +47,8 @@ def test_scan_order_bounds_and_paging(durable_store):
     assert durable_store.scan(P, b"", b"\x00", None, limit=1).next is None
     assert durable_store.scan(P, b"", b"\x00", None, limit=1).entries == [(b"", b"empty")]
     # after below start does not widen the range; after inside skips
-    assert [k for k, _ in durable_store.scan(P, b"\x05", b"\x07", b"\x01").entries] == [b"\x05\x05xx", b"\x06"]
-    assert [k for k, _ in durable_store.scan(P, b"\x05", b"\x07", b"\x05\x05xx").entries] == [b"\x06"]
+    assert [k for k, _ in durable_store.scan(P, b"\x05", b"\x07", b"\x01").entries] == [b"\x05xx", b"\x06"]
+    assert [k for k, _ in durable_store.scan(P, b"\x05", b"\x07", b"\x05xx").entries] == [b"\x06"]
     # bytes order, not length order: b"\x06" < b"\x06\x00"
     put_all(durable_store, [(b"\x06\x00", b"")])
     assert [k for k, _ in durable_store.scan(P, b"\x06", b"\x07").entries] == [b"\x06", b"\x06\x00"]
