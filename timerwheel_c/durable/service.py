@@ -165,13 +165,20 @@ class DurableTimerService:
         check_bytes("value", value)
         self._check_served(partition)
         self.store.apply(partition, Batch().put(key, value))
+        self.notify(partition, due_at_ms)
+        return key
+
+    def notify(self, partition: str, due_at_ms: int) -> None:
+        """Tell the service that a timer due at ``due_at_ms`` (Unix epoch ms) was written to
+        ``partition`` by other code in this process (e.g. a :class:`DurableContext`); wakes the
+        thread if that is nearer than its current sleep."""
+        self._check_served(partition)
         with self._lock:
             if self.partitions is None:
                 self._extra.add(partition)
             wake = self._wake_ms
         if wake is None or due_at_ms < wake:
             self._wake()
-        return key
 
     def cancel(self, partition: str, due_at_ms: int, kind, reference: bytes) -> bool:
         """Delete the timer row scheduled at ``due_at_ms`` (Unix epoch ms); True if this call removed it.
