@@ -12,12 +12,17 @@ SQLite compares BLOBs with memcmp, then by length, which is exactly Python's byt
   under it), check the guards, write, ``COMMIT``. That serializes guarded commits across
   processes sharing the file, which is what lets two services on one file fire each
   timer's batch effects once.
+- Checkpoints run off the commit path: the store's connection disables WAL auto-checkpoint,
+  and a small daemon thread with its own connection runs ``PRAGMA wal_checkpoint(PASSIVE)``
+  every ``checkpoint_interval_s``. A passive checkpoint never blocks writers, so the
+  checkpoint's fsyncs no longer land inside a timer's commit (they were the p99 lateness).
 - ``busy_timeout`` makes a second writer wait for the lock instead of failing at once.
 - One connection per store, shared by all threads under a lock: the simplest correct
   choice, and the only one for ``":memory:"`` (each connection would be its own database).
 """
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import threading
@@ -26,6 +31,8 @@ from typing import Optional, Union
 from .store import Absent, Batch, Committed, Page, PreconditionFailed, Store, check_bytes, check_partition
 
 __all__ = ["SQLiteStore"]
+
+log = logging.getLogger("timerwheel_c.durable")
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS timerwheel_kv ("
@@ -42,19 +49,24 @@ class SQLiteStore(Store):
         path: a file path (str or os.PathLike; created if missing) or ``":memory:"``.
         busy_timeout_ms: how long a write waits for another connection's lock, in ms (>= 0).
         synchronous: SQLite's ``PRAGMA synchronous``: "OFF", "NORMAL" (default) or "FULL".
+        checkpoint_interval_s: seconds (> 0) between background WAL checkpoints of a file
+            database, or None to leave checkpoints to SQLite's auto-checkpoint on commit.
 
     Raises:
         TypeError / ValueError: a bad argument.
         sqlite3.Error: the database cannot be opened.
     """
 
-    def __init__(self, path, *, busy_timeout_ms: int = 5000, synchronous: str = "NORMAL"):
+    def __init__(self, path, *, busy_timeout_ms: int = 5000, synchronous: str = "NORMAL",
+                 checkpoint_interval_s: Optional[float] = 1.0):
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__} {path!r}")
         if isinstance(busy_timeout_ms, bool) or not isinstance(busy_timeout_ms, int) or busy_timeout_ms < 0:
             raise ValueError(f"busy_timeout_ms must be an int >= 0, got {busy_timeout_ms!r}")
         if synchronous not in _SYNCHRONOUS:
             raise ValueError(f"synchronous must be one of {_SYNCHRONOUS}, got {synchronous!r}")
+        if checkpoint_interval_s is not None and not (isinstance(checkpoint_interval_s, (int, float)) and checkpoint_interval_s > 0):
+            raise ValueError(f"checkpoint_interval_s must be > 0 seconds or None, got {checkpoint_interval_s!r}")
         self.path = os.fspath(path)
         self._lock = threading.Lock()
         # isolation_level=None: no implicit transactions; apply() opens its own.
@@ -69,6 +81,26 @@ class SQLiteStore(Store):
         except BaseException:
             self._db.close()
             raise
+        self._checkpointer = None
+        if self.path != ":memory:" and checkpoint_interval_s is not None:
+            self._db.execute("PRAGMA wal_autocheckpoint=0")
+            self._closing = threading.Event()
+            self._checkpointer = threading.Thread(
+                target=self._checkpoint_loop, args=(checkpoint_interval_s, busy_timeout_ms),
+                name="sqlite-checkpoint", daemon=True,
+            )
+            self._checkpointer.start()
+
+    def _checkpoint_loop(self, interval_s: float, busy_timeout_ms: int) -> None:
+        db = sqlite3.connect(self.path, timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False)
+        try:
+            while not self._closing.wait(interval_s):
+                try:
+                    db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                except sqlite3.Error:  # busy or vanished: the next round (or the next commit) retries
+                    log.debug("WAL checkpoint of %s failed", self.path, exc_info=True)
+        finally:
+            db.close()
 
     def __repr__(self):
         return f"SQLiteStore({self.path!r})"
@@ -130,5 +162,9 @@ class SQLiteStore(Store):
         return [r[0] for r in rows]
 
     def close(self) -> None:
+        if self._checkpointer is not None:
+            self._closing.set()
+            self._checkpointer.join()
+            self._checkpointer = None
         with self._lock:
             self._db.close()
