@@ -1,0 +1,580 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""The TimerWheel core: a hierarchical hashed timing wheel over a typed entry pool.
+
+See the design comment below; ``timerwheel_c/pure/wheel.py`` is the pure-Python twin, function by
+function in the same order.
+"""
+# TimerWheel: a hierarchical hashed timing wheel (Varghese & Lauck 1987, scheme 7), laid out like
+# tokio's time driver (tokio/src/runtime/time/wheel/{mod,level}.rs). Times are integer ms on the
+# caller's monotonic clock; the wheel stands at E = now_ms().
+#
+# Levels and granularity (level l >= 1 is issue 2's "overflow": timers longer than one 512 ms
+# rotation wait there and cascade down when the wheel reaches their slot):
+#
+#   level  slots  slot width            one rotation
+#     0     512   1 ms                  512 ms
+#     1      64   512 ms                32.8 s
+#     2      64   32.8 s                35 min
+#     3      64   35 min                37.3 h
+#     4      64   37.3 h                99 days
+#     l      64   2**(6l+3) ms          2**(6l+9) ms
+#     9      64   2**57 ms              2**63 ms   (due times are capped at 2**62 ms)
+#
+# Placement: a timer due at T sits at the level of the highest digit in which T and E differ
+# (level 0 = bits 0..8, level l = bits 6l+3..6l+8), in the slot of T's digit at that level. So it
+# shares every higher digit with E, and its digit at its level is after E's: no level ever wraps,
+# and every timer of a lower level is due before every timer of a higher one. advance() keeps this
+# invariant: it moves E only to the start of the earliest occupied slot (firing a level-0 slot,
+# whose timers all share one due time, or cascading a higher slot whole to lower levels), and at
+# the end to now_ms, which lies before every remaining slot's start.
+#
+# Exact and approximate:
+#   - Firing is exact to the 1 ms tick: a timer fires on the first advance(t) with t >= its due
+#     time, never earlier, at any distance (wraps, multiples of 512, many rotations, coarse steps).
+#   - next_fire_ms() is the lower bound kept per slot (lowered on insert, reset when the slot empties
+#     or is left with one timer) of the earliest occupied slot. It is exact for level 0, and for a
+#     higher slot unless its earliest timer was cancelled or moved away while two or more others
+#     stay; then it is early by less than that slot's width (512 ms at level 1, 32.8 s at level 2,
+#     2**(6l+3) ms at level l). Waking at it advances to the slot's start, cascading the slot, so
+#     each such slot costs at most one early wake-up per level.
+#
+# Fire order: non-decreasing due time; equal due times in arming order (the order of the schedule
+# and reschedule calls). Why: placement depends only on (E, T), so timers with equal T always share
+# one slot list. Arming appends at the tail, cancel/reschedule unlink without reordering the rest,
+# and a cascade walks a list from the head appending each timer to the tail of its new list, which
+# holds no other timer with the same T (they were all in the cascaded list). So every list is in
+# arming order per due time, and a level-0 list, holding one due time, fires in arming order.
+#
+# Costs: schedule, cancel, reschedule O(1) (a few bit operations, no scan of timers). advance
+# visits occupied slots only, found by masking the occupancy bitmaps (level 0: 8 words, level l: 1
+# word) and counting trailing zeros: O(timers fired + cascades), each timer cascading at most 9
+# times, however long the gap. next_fire_ms O(levels), whatever the number of timers.
+#
+# Memory: one 32-byte pool entry per timer (due, token, list links, generation, slot), no Python
+# object per timer. cancel and fire return the entry to a LIFO free list at once (no lazy
+# cancellation), so churn never grows the pool. Ids are (generation << 32) | index with the
+# generation bumped on every free (32 bits, skipping 0): a stale id names a later timer only after
+# 2**32 reuses of the same entry.
+cimport cython
+from cpython.exc cimport PyErr_Clear, PyErr_Occurred
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
+from libc.stdlib cimport free, realloc
+from libc.string cimport memcpy
+
+import numpy as np
+
+# The Python-level validators exist once, in the pure twin, and serve both cores.
+from timerwheel_c.pure.wheel import _as_int, _as_int_array, _check_batch
+
+__all__ = ["TimerWheel"]
+
+cdef extern from "wheel_bits.h":
+    int tw_ctz64(uint64_t x) noexcept nogil
+    int tw_msb64(uint64_t x) noexcept nogil
+
+cdef extern from "Python.h":
+    # Declared without Cython's exception check: callers test PyErr_Occurred() themselves and turn
+    # an overflow into "not pending" or a ValueError, never an OverflowError.
+    unsigned long long _long_as_u64 "PyLong_AsUnsignedLongLong"(object o) noexcept
+    long long _long_as_i64_overflow "PyLong_AsLongLongAndOverflow"(object o, int* overflow) noexcept
+
+cdef enum:
+    NUM_LEVELS = 10
+    NUM_SLOTS = 512 + (NUM_LEVELS - 1) * 64
+    NUM_WORDS = NUM_SLOTS // 64
+    NIL = -1
+    MAX_ENTRIES = 0x7FFFFFFF
+
+cdef int64_t MAX_DUE_MS = 1LL << 62
+cdef int64_t IDLE_HINT_MS = 1LL << 32
+cdef int64_t NO_BOUND = 0x7FFFFFFFFFFFFFFF
+cdef uint32_t FREE = 0xFFFFFFFF
+
+ctypedef struct entry_t:
+    int64_t due        # ms
+    uint64_t token
+    int32_t next       # slot list, or free list while FREE
+    int32_t prev
+    uint32_t gen       # the id's high 32 bits; bumped on free
+    uint32_t loc       # flat slot index, or FREE
+
+
+cdef inline int _as_token(object value, uint64_t* out) except -1:
+    """Store ``value`` checked as a token in [0, 2**64) to ``out``; TypeError/ValueError otherwise."""
+    if type(value) is not int:
+        value = _as_int(value, "token")
+    try:
+        out[0] = value
+    except OverflowError:
+        raise ValueError(f"token {value} is out of range [0, 2**64)") from None
+    return 0
+
+
+cdef inline uint32_t _slot_for(int64_t elapsed, int64_t due) noexcept nogil:
+    """The flat slot for a timer due at ``due`` ms while the wheel stands at ``elapsed`` ms."""
+    cdef uint64_t x = <uint64_t>(elapsed ^ due)
+    cdef int level, shift
+    if x < 512:
+        return <uint32_t>(due & 511)
+    level = (tw_msb64(x) - 3) // 6
+    shift = 6 * level + 3
+    return <uint32_t>(448 + 64 * level + ((due >> shift) & 63))
+
+
+@cython.final
+cdef class TimerWheel:
+    """A hierarchical hashed timing wheel: 512 slots of 1 ms, then 9 levels of 64 slots.
+
+    Times are integer ms on the caller's monotonic clock. ``schedule``, ``cancel`` and
+    ``reschedule`` are O(1); ``advance`` costs O(timers fired + cascades), never O(gap).
+    Design: tokio's time driver wheel (runtime/time/wheel), Varghese & Lauck's hashed and
+    hierarchical wheels; see the design comment at the top of ``src/_wheel.pyx``.
+
+    Args:
+        now_ms: the current time in ms, an int in [0, 2**62].
+
+    Raises:
+        TypeError: ``now_ms`` is not an int.
+        ValueError: ``now_ms`` is outside [0, 2**62].
+    """
+    cdef int64_t _elapsed
+    cdef Py_ssize_t _count
+    cdef int32_t _free_head
+    cdef int32_t _used
+    cdef int32_t _cap
+    cdef entry_t* _pool
+    cdef int32_t _head[NUM_SLOTS]
+    cdef int32_t _tail[NUM_SLOTS]
+    cdef int64_t _bound[NUM_SLOTS]
+    cdef uint64_t _occ[NUM_WORDS]
+
+    def __cinit__(self, *args, **kwargs):
+        # The tables are valid from allocation on, even if __init__ never runs.
+        cdef int f
+        self._free_head = NIL
+        for f in range(NUM_SLOTS):
+            self._head[f] = NIL
+            self._tail[f] = NIL
+            self._bound[f] = NO_BOUND
+        for f in range(NUM_WORDS):
+            self._occ[f] = 0
+
+    def __init__(self, now_ms=0):
+        now_ms = _as_int(now_ms, "now_ms")
+        if now_ms < 0 or now_ms > MAX_DUE_MS:
+            raise ValueError(f"now_ms {now_ms} is out of range [0, 2**62]")
+        # Moving the clock of a wheel that already issued ids would break its slot invariant.
+        if self._used:
+            raise RuntimeError("TimerWheel.__init__ called on a wheel already in use")
+        self._elapsed = now_ms
+
+    def __dealloc__(self):
+        free(self._pool)
+
+    cdef inline int32_t _alloc(self) except -1:
+        """A free entry index: the most recently freed one (LIFO), else a fresh one at generation 1."""
+        cdef int32_t e = self._free_head
+        cdef int32_t cap
+        cdef entry_t* pool
+        if e != NIL:
+            self._free_head = self._pool[e].next
+            return e
+        if self._used == self._cap:
+            if self._cap == MAX_ENTRIES:
+                raise MemoryError("TimerWheel holds 2**31 entries, its limit")
+            cap = 64 if self._cap == 0 else (MAX_ENTRIES if self._cap > MAX_ENTRIES // 2 else 2 * self._cap)
+            pool = <entry_t*>realloc(self._pool, cap * sizeof(entry_t))
+            if pool == NULL:
+                raise MemoryError(f"TimerWheel cannot grow its pool to {cap} entries")
+            self._pool = pool
+            self._cap = cap
+        e = self._used
+        self._used += 1
+        self._pool[e].gen = 1
+        self._pool[e].loc = FREE
+        return e
+
+    cdef inline void _free(self, int32_t e) noexcept:
+        """Return entry ``e`` to the free list at once; its generation moves on, so its old id is stale."""
+        cdef entry_t* p = &self._pool[e]
+        p.gen += 1
+        if p.gen == 0:
+            p.gen = 1
+        p.loc = FREE
+        p.next = self._free_head
+        self._free_head = e
+        self._count -= 1
+
+    cdef inline void _link(self, int32_t e) noexcept:
+        """Append entry ``e`` to the tail of its slot, chosen from its due time and ``_elapsed``."""
+        cdef entry_t* p = &self._pool[e]
+        cdef uint32_t f = _slot_for(self._elapsed, p.due)
+        cdef int32_t tail = self._tail[f]
+        p.prev = tail
+        p.next = NIL
+        if tail == NIL:
+            self._head[f] = e
+            self._occ[f >> 6] |= (<uint64_t>1) << (f & 63)
+        else:
+            self._pool[tail].next = e
+        self._tail[f] = e
+        if p.due < self._bound[f]:
+            self._bound[f] = p.due
+        p.loc = f
+
+    cdef inline void _unlink(self, int32_t e) noexcept:
+        """Take entry ``e`` out of its slot list; an emptied slot clears its bit and bound."""
+        cdef entry_t* p = &self._pool[e]
+        cdef uint32_t f = p.loc
+        cdef int32_t head
+        if p.prev == NIL:
+            self._head[f] = p.next
+        else:
+            self._pool[p.prev].next = p.next
+        if p.next == NIL:
+            self._tail[f] = p.prev
+        else:
+            self._pool[p.next].prev = p.prev
+        head = self._head[f]
+        if head == NIL:
+            self._occ[f >> 6] &= ~((<uint64_t>1) << (f & 63))
+            self._bound[f] = NO_BOUND
+        elif head == self._tail[f]:
+            # One timer left: its bound is exact again (point 8, one pending timer).
+            self._bound[f] = self._pool[head].due
+
+    cdef inline int32_t _next_slot(self) noexcept:
+        """The occupied flat slot with the earliest start at or after ``_elapsed``, or NIL.
+
+        Every timer at level l shares the digits above l with ``_elapsed`` and has its level-l digit
+        at or after ``_elapsed``'s, so no level wraps, and any timer of a lower level is due before
+        every timer of a higher one: the first level with a bit at or after its current digit wins.
+        """
+        cdef int64_t elapsed = self._elapsed
+        cdef int d = elapsed & 511
+        cdef int w = d >> 6
+        cdef int level
+        cdef uint64_t word = self._occ[w] & ~(((<uint64_t>1) << (d & 63)) - 1)
+        while True:
+            if word:
+                return (w << 6) | tw_ctz64(word)
+            w += 1
+            if w == 8:
+                break
+            word = self._occ[w]
+        for level in range(1, NUM_LEVELS):
+            word = self._occ[7 + level]
+            if word:
+                d = (elapsed >> (6 * level + 3)) & 63
+                word &= ~(((<uint64_t>1) << d) - 1)
+                if word:
+                    return 448 + 64 * level + tw_ctz64(word)
+        return NIL
+
+    cdef inline int64_t _slot_start(self, int32_t f) noexcept:
+        """The first ms covered by flat slot ``f`` in the current rotation of its level."""
+        cdef int level, shift
+        if f < 512:
+            return (self._elapsed & ~(<int64_t>511)) | f
+        level = (f - 448) >> 6
+        shift = 6 * level + 3
+        return <int64_t>((<uint64_t>self._elapsed & ~(((<uint64_t>1) << (shift + 6)) - 1))
+                         | ((<uint64_t>(f & 63)) << shift))
+
+    cdef inline int32_t _find(self, uint64_t timer_id) noexcept:
+        """The entry index ``timer_id`` names if that timer is pending, else NIL."""
+        cdef uint64_t e = <uint32_t>timer_id
+        if e >= <uint64_t>self._used:
+            return NIL
+        if self._pool[e].gen != <uint32_t>(timer_id >> 32) or self._pool[e].loc == FREE:
+            return NIL
+        return <int32_t>e
+
+    cdef inline int32_t _lookup(self, object timer_id) except -2:
+        """``_find`` for any Python int; TypeError for a non-int, NIL for ints outside [0, 2**64)."""
+        cdef uint64_t tid
+        if type(timer_id) is not int:
+            timer_id = _as_int(timer_id, "timer_id")
+        try:
+            tid = timer_id
+        except OverflowError:
+            return NIL
+        return self._find(tid)
+
+    cdef inline int64_t _due_for(self, object after_ms) except -1:
+        """The due time in ms of a timer armed ``after_ms`` from now; ``after_ms <= 0`` counts as 1.
+
+        Raises:
+            TypeError: ``after_ms`` is not an int.
+            ValueError: the due time is beyond 2**62 ms.
+        """
+        cdef int overflow = 0
+        cdef long long after
+        if type(after_ms) is not int:
+            after_ms = _as_int(after_ms, "after_ms")
+        after = _long_as_i64_overflow(after_ms, &overflow)
+        # On overflow ``after`` is -1: test the flag first.
+        if overflow < 0 or (overflow == 0 and after < 1):
+            return self._elapsed + 1
+        if overflow > 0 or after > MAX_DUE_MS - self._elapsed:
+            raise ValueError(
+                f"due time {self._elapsed + after_ms} ms (now_ms {self._elapsed} + after_ms {after_ms}) "
+                "is beyond 2**62 ms"
+            )
+        return self._elapsed + after
+
+    cdef inline uint64_t _arm(self, int64_t due, uint64_t token) except? 0:
+        """Take an entry for a timer due at ``due`` ms firing ``token`` and link it; returns its id."""
+        cdef int32_t e = self._alloc()
+        self._pool[e].due = due
+        self._pool[e].token = token
+        self._link(e)
+        self._count += 1
+        return ((<uint64_t>self._pool[e].gen) << 32) | <uint64_t>e
+
+    def schedule(self, after_ms, token):
+        """Arm a timer due at ``now_ms() + max(after_ms, 1)`` ms that fires ``token``.
+
+        Args:
+            after_ms: delay in ms, an int; 0 or less is clamped to 1 (fires on the next tick).
+            token: an int in [0, 2**64) handed back by ``advance`` when the timer fires.
+
+        Returns:
+            A positive int id (< 2**64) for ``cancel``/``reschedule``; it never names a later timer.
+
+        Raises:
+            TypeError: ``after_ms`` or ``token`` is not an int (bool, float, str, None...).
+            ValueError: ``token`` outside [0, 2**64), or the due time beyond 2**62 ms.
+        """
+        cdef int64_t due = self._due_for(after_ms)
+        cdef uint64_t tok
+        _as_token(token, &tok)
+        return self._arm(due, tok)
+
+    def cancel(self, timer_id):
+        """Cancel a pending timer and free its entry at once.
+
+        Returns:
+            True exactly once for a pending timer; False for a fired or cancelled timer, an id never
+            issued, or any other int.
+
+        Raises:
+            TypeError: ``timer_id`` is not an int.
+        """
+        cdef int32_t e = self._lookup(timer_id)
+        if e == NIL:
+            return False
+        self._unlink(e)
+        self._free(e)
+        return True
+
+    def reschedule(self, timer_id, after_ms):
+        """Move a pending timer to ``now_ms() + max(after_ms, 1)`` ms, keeping its id and token.
+
+        It re-arms the timer: among timers due at the same ms it now fires after those armed earlier.
+
+        Returns:
+            True if the timer was pending (and is moved), False otherwise.
+
+        Raises:
+            TypeError: ``timer_id`` or ``after_ms`` is not an int.
+            ValueError: the due time is beyond 2**62 ms.
+        """
+        cdef int64_t due = self._due_for(after_ms)
+        cdef int32_t e = self._lookup(timer_id)
+        if e == NIL:
+            return False
+        self._unlink(e)
+        self._pool[e].due = due
+        self._link(e)
+        return True
+
+    cdef Py_ssize_t _run(self, int64_t now, list fired, uint64_t* out) except -1:
+        """Advance ``_elapsed`` to ``now``, handing each fired token in fire order to ``out`` (if not
+        NULL, room for every pending timer) or else appending it to ``fired``; returns the count.
+
+        Jumps from occupied slot to occupied slot: a level-0 slot fires whole (all its timers share
+        one due time, in arming order); a higher slot cascades whole, in list order, to lower levels.
+        A timer leaves its list only after its token is handed over, so a failed append leaves a
+        consistent wheel.
+        """
+        cdef Py_ssize_t n = 0
+        cdef int32_t f, e, nxt
+        cdef int64_t start
+        while True:
+            f = self._next_slot()
+            if f == NIL:
+                break
+            start = self._slot_start(f)
+            if start > now:
+                break
+            self._elapsed = start
+            if f < 512:
+                e = self._head[f]
+                while e != NIL:
+                    nxt = self._pool[e].next
+                    if out != NULL:
+                        out[n] = self._pool[e].token
+                    else:
+                        fired.append(self._pool[e].token)
+                    n += 1
+                    self._unlink(e)
+                    self._free(e)
+                    e = nxt
+            else:
+                e = self._head[f]
+                self._head[f] = NIL
+                self._tail[f] = NIL
+                self._occ[f >> 6] &= ~((<uint64_t>1) << (f & 63))
+                self._bound[f] = NO_BOUND
+                while e != NIL:
+                    nxt = self._pool[e].next
+                    self._link(e)
+                    e = nxt
+        self._elapsed = now
+        return n
+
+    cdef int64_t _check_now(self, object now_ms) except -1:
+        """``now_ms`` as an int checked against the wheel's time.
+
+        Raises:
+            TypeError: ``now_ms`` is not an int.
+            ValueError: ``now_ms`` is before ``now_ms()`` (time never goes backwards) or beyond 2**62.
+        """
+        cdef int overflow = 0
+        cdef long long now
+        if type(now_ms) is not int:
+            now_ms = _as_int(now_ms, "now_ms")
+        now = _long_as_i64_overflow(now_ms, &overflow)
+        if overflow < 0 or (overflow == 0 and now < self._elapsed):
+            raise ValueError(
+                f"now_ms {now_ms} is before the wheel's time {self._elapsed}: time never goes backwards"
+            )
+        if overflow > 0 or now > MAX_DUE_MS:
+            raise ValueError(f"now_ms {now_ms} is beyond 2**62 ms")
+        return now
+
+    def advance(self, now_ms, list fired=None):
+        """Fire every timer due at or before ``now_ms`` ms, exactly once, in fire order.
+
+        Fire order is non-decreasing due time; timers due at the same ms fire in arming order
+        (the order of their ``schedule``/``reschedule`` calls). ``advance(now_ms())`` is a no-op.
+
+        Args:
+            now_ms: the new time in ms, an int >= ``now_ms()`` and <= 2**62.
+            fired: a list to append the tokens to; a new list if None.
+
+        Returns:
+            ``fired``: the list of fired tokens (ints).
+
+        Raises:
+            TypeError: ``now_ms`` is not an int, or ``fired`` is not a list.
+            ValueError: ``now_ms`` is before ``now_ms()`` or beyond 2**62; the wheel is unchanged.
+        """
+        cdef int64_t now = self._check_now(now_ms)
+        if fired is None:
+            fired = []
+        if now > self._elapsed:
+            self._run(now, fired, NULL)
+        return fired
+
+    def advance_array(self, now_ms):
+        """``advance(now_ms)`` returning the fired tokens as a 1-d ndarray of uint64, in fire order.
+
+        Raises:
+            as ``advance``.
+        """
+        cdef int64_t now = self._check_now(now_ms)
+        cdef Py_ssize_t n
+        cdef uint64_t[::1] view
+        if now == self._elapsed or self._count == 0:
+            self._elapsed = now
+            return np.empty(0, dtype=np.uint64)
+        tokens = np.empty(self._count, dtype=np.uint64)
+        view = tokens
+        n = self._run(now, None, &view[0])
+        # Sized for every pending timer; keep a short result from pinning the long buffer.
+        return tokens[:n].copy() if 2 * n < len(tokens) else tokens[:n]
+
+    def schedule_many(self, after_ms, tokens):
+        """``schedule(after_ms[i], tokens[i])`` for each i, in order; all validated before any is armed.
+
+        Args:
+            after_ms: delays in ms: a 1-d integer array-like, or one int for every token.
+            tokens: a 1-d integer array-like of values in [0, 2**64).
+
+        Returns:
+            A 1-d ndarray of uint64 ids, one per token.
+
+        Raises:
+            TypeError: an argument is not integer (float, bool or object dtype) or not 1-d.
+            ValueError: lengths differ, a token is out of range or a due time is beyond 2**62 ms;
+                nothing is scheduled.
+        """
+        delays_arr, toks_arr = _check_batch(self._elapsed, after_ms, tokens)
+        cdef const int64_t[::1] delays = np.ascontiguousarray(delays_arr)
+        cdef const uint64_t[::1] toks = np.ascontiguousarray(toks_arr)
+        cdef Py_ssize_t i, n = toks.shape[0]
+        ids = np.empty(n, dtype=np.uint64)
+        cdef uint64_t[::1] out = ids
+        for i in range(n):
+            out[i] = self._arm(self._elapsed + delays[i], toks[i])
+        return ids
+
+    def cancel_many(self, ids):
+        """``cancel(id)`` for each id, in order.
+
+        Args:
+            ids: a 1-d integer array-like of ids (any values; non-pending ones are skipped).
+
+        Returns:
+            How many ids were pending and are now cancelled (an int).
+
+        Raises:
+            TypeError: ``ids`` is not a 1-d integer array-like.
+        """
+        arr = _as_int_array(ids, "ids")
+        if arr.dtype.kind == "i":
+            # 0 is never an id; a negative id must not alias a huge unsigned one.
+            arr = np.where(arr < 0, 0, arr)
+        cdef const uint64_t[::1] tids = np.ascontiguousarray(arr, dtype=np.uint64)
+        cdef Py_ssize_t i, cancelled = 0
+        cdef int32_t e
+        for i in range(tids.shape[0]):
+            e = self._find(tids[i])
+            if e != NIL:
+                self._unlink(e)
+                self._free(e)
+                cancelled += 1
+        return cancelled
+
+    def now_ms(self):
+        """The wheel's current time in ms (the last ``advance`` target, or the constructor's)."""
+        return self._elapsed
+
+    def active_count(self):
+        """How many timers are scheduled and have neither fired nor been cancelled."""
+        return self._count
+
+    def __len__(self):
+        return self._count
+
+    def next_fire_ms(self):
+        """A time in ms to sleep until: never later than the earliest pending due time.
+
+        Exact for a timer within the 512 ms of level 0, and for the earliest slot of any level
+        while no timer of that slot has been cancelled or moved away since it last held one
+        timer; otherwise an earlier bound, by less than that slot's width (512 * 64**(level - 1) ms).
+        With nothing pending: ``now_ms() + 2**32``. O(levels), whatever the number of timers.
+        """
+        if self._count == 0:
+            return self._elapsed + IDLE_HINT_MS
+        return self._bound[self._next_slot()]
+
+    def nbytes(self):
+        """Bytes of the timer store: 32 per pool entry plus the slot tables.
+
+        Pool entries are reused, never returned, so this stays flat under schedule/cancel churn.
+        """
+        return <Py_ssize_t>sizeof(entry_t) * self._cap + sizeof(self._head) + sizeof(self._tail) \
+            + sizeof(self._bound) + sizeof(self._occ)

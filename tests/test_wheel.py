@@ -1,0 +1,312 @@
+"""TimerWheel behaviour, one named test per numbered point of issue 2, against both cores.
+
+All times are integer ms on a virtual clock the test drives, so no test depends on the machine's speed.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+MAX_DUE_MS = 2**62
+
+
+def test_01_schedule_clamps_delay_and_returns_positive_id(wheel_impl):
+    """schedule: due at now + after_ms, after_ms <= 0 clamped to 1 (next tick, never the current one),
+    any token in [0, 2**64), positive int ids. Pure virtual time: deterministic."""
+    tw = wheel_impl.TimerWheel(now_ms=1000)
+    ids = [tw.schedule(0, 0), tw.schedule(-5, 2**64 - 1), tw.schedule(-(10**30), 7), tw.schedule(3, 9)]
+    assert all(type(i) is int and i > 0 for i in ids)
+    assert len(set(ids)) == 4
+    assert tw.advance(1000) == []
+    assert tw.advance(1001) == [0, 2**64 - 1, 7]
+    assert tw.advance(1002) == []
+    assert tw.advance(1003) == [9]
+
+
+def test_02_advance_fires_each_due_timer_once_and_never_early(wheel_impl):
+    """advance: every timer fires exactly once, at the first advance at or after its due time, and
+    never before; covers slot wrap, exact multiples of 512, multi-rotation delays, many rotations
+    and coarse 1800 ms steps. Deterministic: every (delay, step) pair is enumerated."""
+    delays = [1, 2, 510, 511, 512, 513, 1023, 1024, 1025, 1536, 4096, 32767, 32768, 32769,
+              100_000, 30_000, 262_144, 2_097_151, 2_097_152, 5 * 3600 * 1000]
+    for start in (0, 511, 512, 777, 32767):
+        for step in (1, 7, 512, 1800):
+            tw = wheel_impl.TimerWheel(now_ms=start)
+            due_of = {}
+            for k, d in enumerate(delays):
+                tw.schedule(d, k)
+                due_of[k] = start + d
+            fired_at = {}
+            now = start
+            horizon = start + max(delays)
+            # Walk step by step near the start, then jump close to each due time, then step again.
+            checkpoints = sorted({t for d in due_of.values() for t in (d - 2 * step, d - 1, d, d + step)})
+            for target in checkpoints:
+                if target <= now:
+                    continue
+                while now < target:
+                    now = min(now + step, target) if target - now < 50 * step else target
+                    for k in tw.advance(now):
+                        assert k not in fired_at, "fired twice"
+                        fired_at[k] = now
+            assert now >= horizon
+            for k, due in due_of.items():
+                assert k in fired_at, f"timer {k} never fired"
+                assert fired_at[k] >= due, f"timer {k} due {due} fired early at {fired_at[k]}"
+            assert len(tw) == 0
+
+
+def test_02_advance_fires_at_exact_tick_when_stepping_by_one(wheel_impl):
+    """With 1 ms steps a timer fires exactly on its due tick, across a wrap and a rotation multiple."""
+    tw = wheel_impl.TimerWheel(now_ms=500)
+    expect = {}
+    for d in (11, 12, 512, 1024, 1500):
+        tw.schedule(d, d)
+        expect[d] = 500 + d
+    seen = {}
+    for now in range(501, 2100):
+        for tok in tw.advance(now):
+            seen[tok] = now
+    assert seen == expect
+
+
+def test_03_fire_order_by_due_then_arming_order(wheel_impl):
+    """Within one call tokens come out by non-decreasing due time, ties in arming order
+    (schedule or reschedule call order), including overflow levels and a long jump."""
+    tw = wheel_impl.TimerWheel(now_ms=3)
+    # One due time armed from three levels (far, nearer, level 0) cascades into one arming order.
+    for k, (at, after) in enumerate([(3, 100_000), (60_000, 40_003), (99_990, 13)]):
+        tw.advance(at)
+        tw.schedule(after, k)
+    tw.schedule(40_000, 9)
+    assert tw.advance(100_003) == [0, 1, 2]
+    assert tw.advance(10**6) == [9]
+    tw = wheel_impl.TimerWheel(now_ms=3)
+    # The same with re-arms: a reschedule moves a timer behind those armed before it.
+    a = tw.schedule(100_000, 1)             # due 100_003, armed first, sits on a high level
+    tw.advance(60_000)
+    b = tw.schedule(40_003, 2)              # due 100_003, armed second, lower level
+    tw.advance(99_990)
+    tw.schedule(13, 3)                      # due 100_003, armed third, level 0
+    tw.schedule(12, 4)                      # due 100_002
+    tw.schedule(5_000_000, 5)               # far overflow
+    tw.schedule(14, 6)
+    assert tw.reschedule(a, 13)             # re-armed: now after 3
+    assert tw.reschedule(b, 13)
+    fired = tw.advance(10**12)
+    assert fired == [4, 3, 1, 2, 6, 5]
+
+
+def test_04_long_gap_cost_follows_timers_not_gap(wheel_impl):
+    """Advancing 10**12 ms over 1000 timers completes (a tick-by-tick walk would never finish) and
+    fires all of them in due order. The liveness bound of 30 s is generous on any loaded machine;
+    the speed itself is measured in the benchmark, not asserted here."""
+    tw = wheel_impl.TimerWheel(now_ms=0)
+    dues = [(k * 7_919_993_311) % 10**12 + 1 for k in range(1000)]
+    for k, due in enumerate(dues):
+        tw.schedule(due, k)
+    t0 = time.perf_counter()
+    fired = tw.advance(10**12)
+    assert time.perf_counter() - t0 < 30
+    assert len(fired) == 1000
+    assert [dues[k] for k in fired] == sorted(dues)
+
+
+def test_05_cancel_true_once_and_stale_ids_never_cancel_later_timers(wheel_impl):
+    """cancel is True exactly once for a pending timer; False after fire, after cancel, for ids never
+    issued and any other int; a stale id never cancels a later timer reusing its entry."""
+    tw = wheel_impl.TimerWheel(now_ms=0)
+    t1 = tw.schedule(10, 1)
+    assert tw.cancel(t1) is True
+    assert tw.cancel(t1) is False
+    t2 = tw.schedule(5, 2)                  # reuses t1's entry
+    assert t2 != t1
+    assert tw.cancel(t1) is False
+    assert len(tw) == 1
+    assert tw.advance(5) == [2]
+    assert tw.cancel(t2) is False
+    for bogus in (0, -1, 1, 2**32, 2**63, 2**64 - 1, 2**64, 2**200, -(2**200), np.int64(5)):
+        assert tw.cancel(bogus) is False
+    # Reuse one entry many times; every stale id stays dead.
+    live = tw.schedule(1000, 3)
+    stale = []
+    for _ in range(20_000):
+        tid = tw.schedule(1000, 4)
+        stale.append(tid)
+        assert tw.cancel(tid)
+    assert len(set(stale)) == len(stale)
+    keep = tw.schedule(1000, 5)
+    assert not any(tw.cancel(s) for s in stale[::97])
+    assert len(tw) == 2 and tw.cancel(keep) and tw.cancel(live)
+
+
+def test_06_reschedule_moves_pending_timer_keeping_id_and_token(wheel_impl):
+    """reschedule moves a pending timer to now + after_ms (earlier or later) keeping id and token;
+    False for a timer that is not pending."""
+    tw = wheel_impl.TimerWheel(now_ms=0)
+    tid = tw.schedule(30_000, 77)
+    tw.advance(20_000)
+    assert tw.reschedule(tid, 30_000) is True
+    assert tw.advance(49_999) == []
+    assert tw.reschedule(tid, 1) is True
+    assert tw.advance(50_000) == [77]
+    assert tw.reschedule(tid, 5) is False
+    assert tw.cancel(tid) is False
+    tid2 = tw.schedule(100, 8)
+    assert tw.reschedule(tid2, 0) and tw.advance(50_001) == [8]
+    assert tw.reschedule(-3, 5) is False and tw.reschedule(2**70, 5) is False
+
+
+def test_07_counts_track_pending_timers(wheel_impl):
+    """active_count() and len() count scheduled timers neither fired nor cancelled."""
+    tw = wheel_impl.TimerWheel(now_ms=0)
+    ids = [tw.schedule(d, d) for d in range(1, 101)]
+    assert tw.active_count() == len(tw) == 100
+    tw.cancel(ids[0])
+    tw.cancel(ids[0])
+    tw.reschedule(ids[1], 500)
+    assert len(tw) == 99
+    tw.advance(50)
+    assert tw.active_count() == len(tw) == 99 - 48
+    tw.advance(10_000)
+    assert len(tw) == 0
+
+
+def test_08_next_fire_ms_exact_for_one_timer_and_never_late(wheel_impl):
+    """next_fire_ms: now + 2**32 when idle; exactly T for one pending timer at any distance; never
+    later than the true earliest, also after cancels of the earliest timer; O(levels) cost."""
+    tw = wheel_impl.TimerWheel(now_ms=123)
+    assert tw.next_fire_ms() == 123 + 2**32
+    for d in (1, 5, 511, 512, 513, 30_000, 5 * 3600 * 1000, 2**40, MAX_DUE_MS - 123):
+        tid = tw.schedule(d, 0)
+        assert tw.next_fire_ms() == 123 + d
+        tw.cancel(tid)
+        assert tw.next_fire_ms() == 123 + 2**32
+    # Several timers in one high slot; cancelling the earliest leaves a lower bound, never later.
+    ids = {d: tw.schedule(d, d) for d in (40_000, 40_100, 40_200)}
+    assert tw.next_fire_ms() == 123 + 40_000
+    tw.cancel(ids[40_000])
+    assert 123 <= tw.next_fire_ms() <= 123 + 40_100
+    tw.cancel(ids[40_100])
+    assert tw.next_fire_ms() == 123 + 40_200    # one left: exact again
+    assert tw.cancel(ids[40_200])
+    # A reactor sleeping until the hint until it fires never misses and wakes a bounded number of times.
+    tw.schedule(30_000, 9)
+    wakes = 0
+    while len(tw):
+        now = tw.next_fire_ms()
+        wakes += 1
+        tw.advance(now)
+    assert wakes <= 2
+    assert tw.now_ms() == 123 + 30_000
+
+
+def test_09_time_never_goes_backwards(wheel_impl):
+    """advance(t < now) raises ValueError naming t and leaves the wheel unchanged; advance(now) is a no-op."""
+    tw = wheel_impl.TimerWheel(now_ms=1000)
+    tw.schedule(1, 5)
+    with pytest.raises(ValueError, match="999"):
+        tw.advance(999)
+    assert tw.now_ms() == 1000 and len(tw) == 1
+    assert tw.advance(1000) == []
+    assert tw.advance(1001) == [5]
+
+
+def test_10_out_of_range_and_wrong_types_raise(wheel_impl):
+    """Tokens outside [0, 2**64) and due times beyond 2**62 raise ValueError naming the value;
+    bool, float, str and None raise TypeError; numpy integer scalars are ints. Nothing is armed."""
+    tw = wheel_impl.TimerWheel(now_ms=10)
+    for token in (-1, 2**64, 2**100, np.int64(-1)):
+        with pytest.raises(ValueError, match=str(int(token))):
+            tw.schedule(5, token)
+    with pytest.raises(ValueError, match=str(MAX_DUE_MS + 1)):
+        tw.schedule(MAX_DUE_MS - 9, 0)
+    with pytest.raises(ValueError):
+        tw.schedule(2**64, 0)
+    with pytest.raises(ValueError):
+        tw.schedule(2**200, 0)
+    for bad in (1.0, "5", None, True, False, np.bool_(True), np.float64(3), [1]):
+        with pytest.raises(TypeError):
+            tw.schedule(bad, 0)
+        with pytest.raises(TypeError):
+            tw.schedule(5, bad)
+        with pytest.raises(TypeError):
+            tw.cancel(bad)
+        with pytest.raises(TypeError):
+            tw.advance(bad)
+    tid = tw.schedule(5, 1)
+    for bad in (1.5, None, True):
+        with pytest.raises(TypeError):
+            tw.reschedule(tid, bad)
+        with pytest.raises(TypeError):
+            tw.reschedule(bad, 5)
+    with pytest.raises(ValueError):
+        tw.reschedule(tid, MAX_DUE_MS)
+    with pytest.raises(ValueError, match=str(MAX_DUE_MS + 1)):
+        tw.advance(MAX_DUE_MS + 1)
+    with pytest.raises(TypeError):
+        tw.advance(20, ())
+    assert len(tw) == 1
+    assert tw.schedule(np.int32(3), np.uint64(2**64 - 1)) > 0
+    assert tw.schedule(np.uint8(3), np.int64(7)) > 0
+    assert tw.advance(np.int64(13)) == [2**64 - 1, 7]
+    for bad_now in (-1, MAX_DUE_MS + 1):
+        with pytest.raises(ValueError):
+            wheel_impl.TimerWheel(now_ms=bad_now)
+    with pytest.raises(TypeError):
+        wheel_impl.TimerWheel(now_ms=1.0)
+
+
+def test_11_cancel_frees_entry_at_once(wheel_impl):
+    """A cancelled timer's entry is reused by the next schedule: live entries never exceed pending
+    timers, so the footprint after churn equals the footprint of the live set."""
+    tw = wheel_impl.TimerWheel(now_ms=0)
+    ids = [tw.schedule(30_000, k) for k in range(1000)]
+    base = tw.nbytes()
+    for k in range(50_000):
+        i = k % 1000
+        assert tw.cancel(ids[i])
+        ids[i] = tw.schedule(30_000 + k % 700, i)
+    assert tw.nbytes() == base
+    assert len(tw) == 1000
+
+
+def test_12_batch_calls_match_scalar_semantics(wheel_impl):
+    """schedule_many/cancel_many/advance_array: same ids, tokens and order as the scalar calls;
+    uint64 arrays out; mismatched lengths or bad values raise and schedule nothing."""
+    delays = np.array([5, 0, -3, 512, 513, 30_000, 5], dtype=np.int64)
+    tokens = np.array([1, 2, 3, 2**64 - 1, 5, 6, 7], dtype=np.uint64)
+    a = wheel_impl.TimerWheel(now_ms=7)
+    b = wheel_impl.TimerWheel(now_ms=7)
+    ids = a.schedule_many(delays, tokens)
+    assert ids.dtype == np.uint64 and ids.shape == (7,)
+    assert ids.tolist() == [b.schedule(int(d), int(t)) for d, t in zip(delays, tokens)]
+    assert a.cancel_many(np.array([ids[4], ids[4], 0, 2**63], dtype=np.uint64)) == 1
+    b.cancel(int(ids[4]))
+    out = a.advance_array(10**6)
+    assert out.dtype == np.uint64
+    assert out.tolist() == b.advance(10**6) == [2, 3, 1, 7, 2**64 - 1, 6]
+    # One delay for every token.
+    ids = a.schedule_many(100, np.arange(3, dtype=np.uint32))
+    assert a.advance_array(10**6 + 100).tolist() == [0, 1, 2]
+    assert a.cancel_many(ids) == 0
+    assert a.advance_array(10**6 + 100).tolist() == []
+    # Rejections leave the wheel untouched.
+    bad = [
+        (ValueError, np.array([1, 2]), np.array([1, 2, 3], dtype=np.uint64)),
+        (ValueError, np.array([1, 2]), np.array([1, -2])),
+        (ValueError, np.array([1, 2**62]), np.array([1, 2], dtype=np.uint64)),
+        (TypeError, np.array([1.0, 2.0]), np.array([1, 2], dtype=np.uint64)),
+        (TypeError, np.array([1, 2]), np.array([True, False])),
+        (TypeError, np.array([[1, 2]]), np.array([[1, 2]], dtype=np.uint64)),
+        (TypeError, 1.5, np.array([1, 2], dtype=np.uint64)),
+    ]
+    for exc, d, t in bad:
+        with pytest.raises(exc):
+            a.schedule_many(d, t)
+    assert len(a) == 0
+    with pytest.raises(TypeError):
+        a.cancel_many(np.array([1.0]))
+    assert a.schedule_many(np.array([], dtype=np.int64), np.array([], dtype=np.uint64)).shape == (0,)

@@ -1,0 +1,526 @@
+"""The pure-Python twin of ``src/_wheel.pyx``: the same hierarchical timing wheel in plain lists and ints.
+
+Every function here mirrors the one of the same name in ``src/_wheel.pyx``, in the same order, so
+the two diff by eye; the design comment at the top of ``src/_wheel.pyx`` (levels, granularity, what
+is exact and what approximate) holds for both. The twin issues the same ids, fires the same tokens in
+the same order and raises the same exceptions as the compiled core; only speed differs.
+"""
+from __future__ import annotations
+
+import operator
+import sys
+
+import numpy as np
+
+__all__ = ["TimerWheel"]
+
+# Geometry: level 0 is 512 slots of 1 ms; levels 1..9 are 64 slots of 512 * 64**(level - 1) ms.
+# Slots are numbered flat: level 0 is 0..511, level l >= 1 is 448 + 64 * l + digit, so the
+# occupancy bit of flat slot f is bit f & 63 of word f >> 6 at every level.
+LEVEL0_BITS = 9
+LEVEL_BITS = 6
+NUM_LEVELS = 10
+NUM_SLOTS = 512 + (NUM_LEVELS - 1) * 64
+NUM_WORDS = NUM_SLOTS // 64
+MAX_DUE_MS = 1 << 62
+# next_fire_ms() with nothing pending: now_ms() + 2**32.
+IDLE_HINT_MS = 1 << 32
+NIL = -1
+# loc of an entry on the free list; every other loc is a flat slot index.
+FREE = 0xFFFFFFFF
+NO_BOUND = (1 << 63) - 1
+U32 = 0xFFFFFFFF
+U64_LIMIT = 1 << 64
+# Bytes per entry of the C pool, used by nbytes() so that both cores report the same footprint.
+ENTRY_BYTES = 32
+
+
+def _as_int(value, name):
+    """``value`` as an int by ``operator.index`` (numpy integer scalars pass); bool is no number here.
+
+    Raises:
+        TypeError: ``value`` is a bool, float, str, None or any other non-integer.
+    """
+    if type(value) is int:
+        return value
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be an int, not bool ({value!r})")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an int, not {type(value).__name__} ({value!r})") from None
+
+
+def _as_token(value):
+    """``value`` checked as a token: an int in [0, 2**64).
+
+    Raises:
+        TypeError: not an int (see ``_as_int``).
+        ValueError: negative or >= 2**64.
+    """
+    token = _as_int(value, "token")
+    if token < 0 or token >= U64_LIMIT:
+        raise ValueError(f"token {token} is out of range [0, 2**64)")
+    return token
+
+
+def _slot_for(elapsed, due):
+    """The flat slot for a timer due at ``due`` ms while the wheel stands at ``elapsed`` ms.
+
+    The level is the highest level-digit in which ``due`` and ``elapsed`` differ (tokio's
+    ``level_for``), so a timer sits at the lowest level whose current span contains its due time.
+    """
+    x = elapsed ^ due
+    if x < 512:
+        return due & 511
+    level = (x.bit_length() - 1 - 3) // LEVEL_BITS
+    shift = LEVEL_BITS * level + 3
+    return 448 + 64 * level + ((due >> shift) & 63)
+
+
+def _ctz(word):
+    """Index of the lowest set bit of a non-zero word."""
+    return (word & -word).bit_length() - 1
+
+
+class TimerWheel:
+    """A hierarchical hashed timing wheel: 512 slots of 1 ms, then 9 levels of 64 slots.
+
+    Times are integer ms on the caller's monotonic clock. ``schedule``, ``cancel`` and
+    ``reschedule`` are O(1); ``advance`` costs O(timers fired + cascades), never O(gap).
+    Design: tokio's time driver wheel (runtime/time/wheel), Varghese & Lauck's hashed and
+    hierarchical wheels; see the design comment of ``src/_wheel.pyx``.
+
+    Args:
+        now_ms: the current time in ms, an int in [0, 2**62].
+
+    Raises:
+        TypeError: ``now_ms`` is not an int.
+        ValueError: ``now_ms`` is outside [0, 2**62].
+    """
+
+    __slots__ = (
+        "_elapsed", "_count", "_free_head", "_due", "_token", "_next", "_prev", "_gen", "_loc",
+        "_head", "_tail", "_bound", "_occ",
+    )
+
+    def __init__(self, now_ms=0):
+        now_ms = _as_int(now_ms, "now_ms")
+        if now_ms < 0 or now_ms > MAX_DUE_MS:
+            raise ValueError(f"now_ms {now_ms} is out of range [0, 2**62]")
+        self._elapsed = now_ms
+        self._count = 0
+        self._free_head = NIL
+        # The entry pool, one list per field of the C struct entry_t.
+        self._due = []
+        self._token = []
+        self._next = []
+        self._prev = []
+        self._gen = []
+        self._loc = []
+        # Per flat slot: list head and tail, and a lower bound on the due times it holds.
+        self._head = [NIL] * NUM_SLOTS
+        self._tail = [NIL] * NUM_SLOTS
+        self._bound = [NO_BOUND] * NUM_SLOTS
+        self._occ = [0] * NUM_WORDS
+
+    def _alloc(self):
+        """A free entry index: the most recently freed one (LIFO), else a fresh one at generation 1."""
+        e = self._free_head
+        if e != NIL:
+            self._free_head = self._next[e]
+            return e
+        e = len(self._due)
+        if e > 0x7FFFFFFF:
+            raise MemoryError("TimerWheel holds 2**31 entries, its limit")
+        self._due.append(0)
+        self._token.append(0)
+        self._next.append(NIL)
+        self._prev.append(NIL)
+        self._gen.append(1)
+        self._loc.append(FREE)
+        return e
+
+    def _free(self, e):
+        """Return entry ``e`` to the free list at once; its generation moves on, so its old id is stale."""
+        gen = (self._gen[e] + 1) & U32
+        self._gen[e] = gen if gen else 1
+        self._loc[e] = FREE
+        self._next[e] = self._free_head
+        self._free_head = e
+        self._count -= 1
+
+    def _link(self, e):
+        """Append entry ``e`` to the tail of its slot, chosen from its due time and ``_elapsed``."""
+        due = self._due[e]
+        f = _slot_for(self._elapsed, due)
+        tail = self._tail[f]
+        self._prev[e] = tail
+        self._next[e] = NIL
+        if tail == NIL:
+            self._head[f] = e
+            self._occ[f >> 6] |= 1 << (f & 63)
+        else:
+            self._next[tail] = e
+        self._tail[f] = e
+        if due < self._bound[f]:
+            self._bound[f] = due
+        self._loc[e] = f
+
+    def _unlink(self, e):
+        """Take entry ``e`` out of its slot list; an emptied slot clears its bit and bound."""
+        f = self._loc[e]
+        p = self._prev[e]
+        n = self._next[e]
+        if p == NIL:
+            self._head[f] = n
+        else:
+            self._next[p] = n
+        if n == NIL:
+            self._tail[f] = p
+        else:
+            self._prev[n] = p
+        head = self._head[f]
+        if head == NIL:
+            self._occ[f >> 6] &= ~(1 << (f & 63))
+            self._bound[f] = NO_BOUND
+        elif head == self._tail[f]:
+            # One timer left: its bound is exact again (point 8, one pending timer).
+            self._bound[f] = self._due[head]
+
+    def _next_slot(self):
+        """The occupied flat slot with the earliest start at or after ``_elapsed``, or NIL.
+
+        Every timer at level l shares the digits above l with ``_elapsed`` and has its level-l digit
+        at or after ``_elapsed``'s, so no level wraps, and any timer of a lower level is due before
+        every timer of a higher one: the first level with a bit at or after its current digit wins.
+        """
+        elapsed = self._elapsed
+        occ = self._occ
+        d = elapsed & 511
+        w = d >> 6
+        word = occ[w] & ~((1 << (d & 63)) - 1) & 0xFFFFFFFFFFFFFFFF
+        while True:
+            if word:
+                return (w << 6) | _ctz(word)
+            w += 1
+            if w == 8:
+                break
+            word = occ[w]
+        for level in range(1, NUM_LEVELS):
+            word = occ[7 + level]
+            if word:
+                d = (elapsed >> (LEVEL_BITS * level + 3)) & 63
+                word &= ~((1 << d) - 1) & 0xFFFFFFFFFFFFFFFF
+                if word:
+                    return 448 + 64 * level + _ctz(word)
+        return NIL
+
+    def _slot_start(self, f):
+        """The first ms covered by flat slot ``f`` in the current rotation of its level."""
+        if f < 512:
+            return (self._elapsed & ~511) | f
+        level = (f - 448) >> 6
+        shift = LEVEL_BITS * level + 3
+        return (self._elapsed & ~((1 << (shift + LEVEL_BITS)) - 1)) | ((f & 63) << shift)
+
+    def _find(self, timer_id):
+        """The entry index ``timer_id`` (an int in [0, 2**64)) names if that timer is pending, else NIL."""
+        e = timer_id & U32
+        if e >= len(self._due):
+            return NIL
+        if self._gen[e] != timer_id >> 32 or self._loc[e] == FREE:
+            return NIL
+        return e
+
+    def _lookup(self, timer_id):
+        """``_find`` for any Python int; TypeError for a non-int, NIL for ints outside [0, 2**64)."""
+        if type(timer_id) is not int:
+            timer_id = _as_int(timer_id, "timer_id")
+        if timer_id < 0 or timer_id >= U64_LIMIT:
+            return NIL
+        return self._find(timer_id)
+
+    def _due_for(self, after_ms):
+        """The due time in ms of a timer armed ``after_ms`` from now; ``after_ms <= 0`` counts as 1.
+
+        Raises:
+            TypeError: ``after_ms`` is not an int.
+            ValueError: the due time is beyond 2**62 ms.
+        """
+        if type(after_ms) is not int:
+            after_ms = _as_int(after_ms, "after_ms")
+        if after_ms < 1:
+            after_ms = 1
+        due = self._elapsed + after_ms
+        if due > MAX_DUE_MS:
+            raise ValueError(
+                f"due time {due} ms (now_ms {self._elapsed} + after_ms {after_ms}) is beyond 2**62 ms"
+            )
+        return due
+
+    def _arm(self, due, token):
+        """Take an entry for a timer due at ``due`` ms firing ``token`` and link it; returns its id."""
+        e = self._alloc()
+        self._due[e] = due
+        self._token[e] = token
+        self._link(e)
+        self._count += 1
+        return (self._gen[e] << 32) | e
+
+    def schedule(self, after_ms, token):
+        """Arm a timer due at ``now_ms() + max(after_ms, 1)`` ms that fires ``token``.
+
+        Args:
+            after_ms: delay in ms, an int; 0 or less is clamped to 1 (fires on the next tick).
+            token: an int in [0, 2**64) handed back by ``advance`` when the timer fires.
+
+        Returns:
+            A positive int id (< 2**64) for ``cancel``/``reschedule``; it never names a later timer.
+
+        Raises:
+            TypeError: ``after_ms`` or ``token`` is not an int (bool, float, str, None...).
+            ValueError: ``token`` outside [0, 2**64), or the due time beyond 2**62 ms.
+        """
+        due = self._due_for(after_ms)
+        token = _as_token(token)
+        return self._arm(due, token)
+
+    def cancel(self, timer_id):
+        """Cancel a pending timer and free its entry at once.
+
+        Returns:
+            True exactly once for a pending timer; False for a fired or cancelled timer, an id never
+            issued, or any other int.
+
+        Raises:
+            TypeError: ``timer_id`` is not an int.
+        """
+        e = self._lookup(timer_id)
+        if e == NIL:
+            return False
+        self._unlink(e)
+        self._free(e)
+        return True
+
+    def reschedule(self, timer_id, after_ms):
+        """Move a pending timer to ``now_ms() + max(after_ms, 1)`` ms, keeping its id and token.
+
+        It re-arms the timer: among timers due at the same ms it now fires after those armed earlier.
+
+        Returns:
+            True if the timer was pending (and is moved), False otherwise.
+
+        Raises:
+            TypeError: ``timer_id`` or ``after_ms`` is not an int.
+            ValueError: the due time is beyond 2**62 ms.
+        """
+        due = self._due_for(after_ms)
+        e = self._lookup(timer_id)
+        if e == NIL:
+            return False
+        self._unlink(e)
+        self._due[e] = due
+        self._link(e)
+        return True
+
+    def _run(self, now, fired):
+        """Advance ``_elapsed`` to ``now``, appending each fired token to ``fired`` in fire order;
+        returns the count.
+
+        Jumps from occupied slot to occupied slot: a level-0 slot fires whole (all its timers share
+        one due time, in arming order); a higher slot cascades whole, in list order, to lower levels.
+        A timer leaves its list only after its token is handed over, so a failed append leaves a
+        consistent wheel.
+        """
+        n = 0
+        while True:
+            f = self._next_slot()
+            if f == NIL:
+                break
+            start = self._slot_start(f)
+            if start > now:
+                break
+            self._elapsed = start
+            if f < 512:
+                e = self._head[f]
+                while e != NIL:
+                    nxt = self._next[e]
+                    fired.append(self._token[e])
+                    n += 1
+                    self._unlink(e)
+                    self._free(e)
+                    e = nxt
+            else:
+                e = self._head[f]
+                self._head[f] = NIL
+                self._tail[f] = NIL
+                self._occ[f >> 6] &= ~(1 << (f & 63))
+                self._bound[f] = NO_BOUND
+                while e != NIL:
+                    nxt = self._next[e]
+                    self._link(e)
+                    e = nxt
+        self._elapsed = now
+        return n
+
+    def _check_now(self, now_ms):
+        """``now_ms`` as an int checked against the wheel's time.
+
+        Raises:
+            TypeError: ``now_ms`` is not an int.
+            ValueError: ``now_ms`` is before ``now_ms()`` (time never goes backwards) or beyond 2**62.
+        """
+        if type(now_ms) is not int:
+            now_ms = _as_int(now_ms, "now_ms")
+        if now_ms < self._elapsed:
+            raise ValueError(f"now_ms {now_ms} is before the wheel's time {self._elapsed}: time never goes backwards")
+        if now_ms > MAX_DUE_MS:
+            raise ValueError(f"now_ms {now_ms} is beyond 2**62 ms")
+        return now_ms
+
+    def advance(self, now_ms, fired=None):
+        """Fire every timer due at or before ``now_ms`` ms, exactly once, in fire order.
+
+        Fire order is non-decreasing due time; timers due at the same ms fire in arming order
+        (the order of their ``schedule``/``reschedule`` calls). ``advance(now_ms())`` is a no-op.
+
+        Args:
+            now_ms: the new time in ms, an int >= ``now_ms()`` and <= 2**62.
+            fired: a list to append the tokens to; a new list if None.
+
+        Returns:
+            ``fired``: the list of fired tokens (ints).
+
+        Raises:
+            TypeError: ``now_ms`` is not an int, or ``fired`` is not a list.
+            ValueError: ``now_ms`` is before ``now_ms()`` or beyond 2**62; the wheel is unchanged.
+        """
+        if fired is not None and type(fired) is not list:
+            raise TypeError(f"fired must be a list, not {type(fired).__name__}")
+        now = self._check_now(now_ms)
+        if fired is None:
+            fired = []
+        if now > self._elapsed:
+            self._run(now, fired)
+        return fired
+
+    def advance_array(self, now_ms):
+        """``advance(now_ms)`` returning the fired tokens as a 1-d ndarray of uint64, in fire order.
+
+        Raises:
+            as ``advance``.
+        """
+        return np.array(self.advance(now_ms), dtype=np.uint64)
+
+    def schedule_many(self, after_ms, tokens):
+        """``schedule(after_ms[i], tokens[i])`` for each i, in order; all validated before any is armed.
+
+        Args:
+            after_ms: delays in ms: a 1-d integer array-like, or one int for every token.
+            tokens: a 1-d integer array-like of values in [0, 2**64).
+
+        Returns:
+            A 1-d ndarray of uint64 ids, one per token.
+
+        Raises:
+            TypeError: an argument is not integer (float, bool or object dtype) or not 1-d.
+            ValueError: lengths differ, a token is out of range or a due time is beyond 2**62 ms;
+                nothing is scheduled.
+        """
+        delays, toks = _check_batch(self._elapsed, after_ms, tokens)
+        ids = [self._arm(self._elapsed + d, t) for d, t in zip(delays.tolist(), toks.tolist())]
+        return np.array(ids, dtype=np.uint64)
+
+    def cancel_many(self, ids):
+        """``cancel(id)`` for each id, in order.
+
+        Args:
+            ids: a 1-d integer array-like of ids (any values; non-pending ones are skipped).
+
+        Returns:
+            How many ids were pending and are now cancelled (an int).
+
+        Raises:
+            TypeError: ``ids`` is not a 1-d integer array-like.
+        """
+        arr = _as_int_array(ids, "ids")
+        if arr.dtype.kind == "i":
+            # 0 is never an id; a negative id must not alias a huge unsigned one.
+            arr = np.where(arr < 0, 0, arr)
+        cancelled = 0
+        for timer_id in arr.astype(np.uint64).tolist():
+            e = self._find(timer_id)
+            if e != NIL:
+                self._unlink(e)
+                self._free(e)
+                cancelled += 1
+        return cancelled
+
+    def now_ms(self):
+        """The wheel's current time in ms (the last ``advance`` target, or the constructor's)."""
+        return self._elapsed
+
+    def active_count(self):
+        """How many timers are scheduled and have neither fired nor been cancelled."""
+        return self._count
+
+    def __len__(self):
+        return self._count
+
+    def next_fire_ms(self):
+        """A time in ms to sleep until: never later than the earliest pending due time.
+
+        Exact for a timer within the 512 ms of level 0, and for the earliest slot of any level
+        while no timer of that slot has been cancelled or moved away since it last held one
+        timer; otherwise an earlier bound, by less than that slot's width (512 * 64**(level - 1) ms).
+        With nothing pending: ``now_ms() + 2**32``. O(levels), whatever the number of timers.
+        """
+        if self._count == 0:
+            return self._elapsed + IDLE_HINT_MS
+        return self._bound[self._next_slot()]
+
+    def nbytes(self):
+        """Bytes of the timer store as the C core counts them: 32 per pool entry plus the slot tables.
+
+        Pool entries are reused, never returned, so this stays flat under schedule/cancel churn.
+        """
+        return ENTRY_BYTES * len(self._due) + NUM_SLOTS * 16 + NUM_WORDS * 8
+
+
+def _as_int_array(values, name):
+    """``values`` as a 1-d ndarray of an integer dtype (bool excluded).
+
+    Raises:
+        TypeError: not integer, or not 1-d.
+    """
+    arr = np.asarray(values)
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"{name} must be an integer array, not dtype {arr.dtype}")
+    if arr.ndim != 1:
+        raise TypeError(f"{name} must be 1-d, not {arr.ndim}-d")
+    return arr
+
+
+def _check_batch(elapsed, after_ms, tokens):
+    """The (int64 delays, uint64 tokens) arrays of a ``schedule_many`` call, fully validated.
+
+    Raises:
+        TypeError, ValueError: as ``TimerWheel.schedule_many``.
+    """
+    toks = _as_int_array(tokens, "tokens")
+    if np.ndim(after_ms) == 0:
+        # One delay for every token, clamped here so that any int (even beyond int64) is checked.
+        delay = min(max(_as_int(after_ms, "after_ms"), 1), MAX_DUE_MS + 1)
+        delays = np.full(len(toks), delay, dtype=np.int64)
+    else:
+        delays = _as_int_array(after_ms, "after_ms")
+    if len(delays) != len(toks):
+        raise ValueError(f"after_ms has {len(delays)} values but tokens has {len(toks)}")
+    if len(toks):
+        if toks.dtype.kind == "i" and toks.min() < 0:
+            raise ValueError(f"token {int(toks.min())} is out of range [0, 2**64)")
+        top = int(delays.max())
+        if elapsed + top > MAX_DUE_MS:
+            raise ValueError(f"due time {elapsed + top} ms (now_ms {elapsed} + after_ms {top}) is beyond 2**62 ms")
+    return np.clip(delays, 1, None).astype(np.int64), toks.astype(np.uint64)
