@@ -118,13 +118,14 @@ def test_durable_sleep_survives_a_restart(tmp_path):
     db, log = tmp_path / "sleep.db", tmp_path / "log.txt"
     due0, due1 = wall_ms() + 200, wall_ms() + 2500
     first = spawn(tmp_path, "sleeper", db, log, due0, due1)
-    wait_until(lambda: log.exists() and log.read_text().count("\n") >= 1, "first sleep")
+    wait_until(lambda: db.exists(), "the database")
+    store = SQLiteStore(db)
+    # kill only once the second sleep is journaled (and, being due in 2.5 s, not yet fired)
+    wait_until(lambda: [r.due_at_ms for r in timer_rows(store, SLEEP_PARTITION)] == [due1], "second sleep")
     first.send_signal(signal.SIGKILL)
     first.wait(10)
     lines = log.read_text().split()
     assert lines[:2] == ["0", "fired"] and int(lines[2]) >= due0 and len(lines) == 3
-    store = SQLiteStore(db)
-    assert [r.due_at_ms for r in timer_rows(store, SLEEP_PARTITION)] == [due1]
 
     second = spawn(tmp_path, "sleeper", db, log, due0, due1)
     assert second.wait(LIVENESS_S) == 0, second.stderr.read().decode()

@@ -107,7 +107,8 @@ class DurableContext:
         self.calls = 0
 
     def _journal(self, due_at_ms: int):
-        """Journal the next sleep; return (mark key, due ms to wait for, or None when already fired)."""
+        """Journal the next sleep; return (mark key, due ms to wait for, or None when it had fired
+        before this call: a replay)."""
         tid = TimerId.for_call(self.execution_id, self.calls)
         timer_key = keys.timer(due_at_ms, SLEEP_KIND, tid.bytes)  # validates due_at_ms before counting the call
         self.calls += 1
@@ -119,7 +120,10 @@ class DurableContext:
             self.store.apply(self.partition, batch)  # a PreconditionFailed means a racing replay journaled it
             if self.service is not None:
                 self.service.notify(self.partition, due_at_ms)
+            # Not a replay even if the service fires it at once: wait on the journaled due time.
             current = self.store.get(self.partition, mark)
+            if current == _FIRED:
+                return mark, due_at_ms
         if current == _FIRED:
             return mark, None
         return mark, _PENDING.unpack(current)[1]
