@@ -10,8 +10,9 @@ Why an asyncio loop on the service thread: the sleep must end at whichever comes
 of the deadline and a *kick* (a nearer timer scheduled through :meth:`schedule`, or
 :meth:`stop`). ``asyncio.wait({deadline, kick}, return_when=FIRST_COMPLETED)`` says that
 directly, and ``loop.call_soon_threadsafe`` is the one thread-safe way in. The deadline
-is the release timer's ``Deadline`` awaited in asyncio when :mod:`timerwheel_c` exports
-``ReleaseTimer`` (issue 3), else ``asyncio.sleep``; both run on the monotonic clock.
+is the release timer's ``Deadline`` (``timerwheel_c.arm_at``, issue 3) awaited in asyncio
+when this build has it, else ``asyncio.sleep``; both run on the monotonic clock, and the
+release timer releases within microseconds where asyncio's selector rounds to 1 ms.
 
 Store errors (a locked or vanished database, a full disk) end the pass; they are
 logged and the pass is retried after a backoff of 50 ms doubling to 5 s. Nothing but
@@ -39,24 +40,23 @@ _NS_PER_MS = 1_000_000
 
 
 def _deadline_factory():
-    """Return ``deadline(at_ns)`` -> awaitable that completes at monotonic ``at_ns``.
+    """Return ``deadline(at_ns)`` -> awaitable completing at ``at_ns`` (int ns on time.monotonic_ns()).
 
-    Uses the release timer when this build has it (issue 3); otherwise asyncio's own timer.
+    It awaits the process-wide release timer (``timerwheel_c.arm_at``, issue 3; one release
+    thread per process, as in its seed) when this build has it, else asyncio's own timer.
     """
     try:
-        from .. import ReleaseTimer  # noqa: F401  (present once issue 3 has landed)
+        from .. import arm_at
     except ImportError:
-
-        def deadline(at_ns: int):
-            return asyncio.sleep(max(0, at_ns - time.monotonic_ns()) / 1e9)
-
-        return deadline, None
-    release = ReleaseTimer()
+        arm_at = None
 
     async def deadline(at_ns: int):
-        await release.arm_ns(at_ns)
+        if arm_at is None:
+            await asyncio.sleep(max(0, at_ns - time.monotonic_ns()) / 1e9)
+        else:
+            await arm_at(at_ns / 1e9)
 
-    return deadline, release
+    return deadline
 
 
 class DurableTimerService:
@@ -232,7 +232,7 @@ class DurableTimerService:
         return wake
 
     async def _main(self) -> None:
-        deadline, release = _deadline_factory()
+        deadline = _deadline_factory()
         self._kick = asyncio.Event()
         self._loop = asyncio.get_running_loop()
         self._ready.set()
@@ -263,9 +263,6 @@ class DurableTimerService:
                 await self._sleep_until(deadline, at_ns)
         finally:
             self._loop = None
-            closer = getattr(release, "close", None)
-            if closer is not None:
-                closer()
 
     async def _sleep_until(self, deadline, at_ns: int) -> None:
         kick = asyncio.ensure_future(self._kick.wait())
