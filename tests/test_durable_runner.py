@@ -1,5 +1,5 @@
 """run_due, one test per branch (seed: mkit_server/timers mod.rs). Every test drives run_due with an
-explicit now_ms on a private in-memory store, so nothing depends on the wall clock or scheduling."""
+explicit now_ms on a fresh store of each backend, so nothing depends on the wall clock or scheduling."""
 from __future__ import annotations
 
 import logging
@@ -11,7 +11,6 @@ import pytest
 from timerwheel_c.durable import keys
 from timerwheel_c.durable.registry import Done, Reschedule, Retry, TimerHandler, TimerKind, TimerRegistry
 from timerwheel_c.durable.runner import TickBudget, backoff_ms, run_due
-from timerwheel_c.durable.sqlite import SQLiteStore
 from timerwheel_c.durable.store import Batch, Committed, Equals
 
 P = "timers"
@@ -20,10 +19,9 @@ A, B = 0xF0, 0xF1
 
 
 @pytest.fixture
-def store():
-    s = SQLiteStore(":memory:")
-    yield s
-    s.close()
+def store(durable_store):
+    """Every run_due branch runs on every store backend."""
+    return durable_store
 
 
 class Recorder(TimerHandler):

@@ -3,9 +3,11 @@ prompt stop, surviving store errors, two services on one SQLite file. Timing ass
 "not before the due time" and generous liveness bounds (seconds), never speeds."""
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import time
+import uuid
 
 import pytest
 
@@ -150,17 +152,42 @@ def test_store_errors_do_not_kill_the_service(store, caplog):
     assert "durable timer pass failed" in caplog.text
 
 
-def test_two_services_on_one_file_fire_each_effect_once(tmp_path):
-    """Two services, each with its own connection to one SQLite file, serve 300 timers coming due
+PG_DSN = os.environ.get("TIMERWHEEL_C_TEST_PG_DSN")
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.skipif(not PG_DSN, reason="no TIMERWHEEL_C_TEST_PG_DSN"))])
+def shared_db(request, tmp_path):
+    """A callable opening a new connection (store) to one shared database of the backend."""
+    opened = []
+    if request.param == "sqlite":
+        def open_store():
+            opened.append(SQLiteStore(tmp_path / "shared.db"))
+            return opened[-1]
+    else:
+        from timerwheel_c.durable.postgres import PostgresStore
+
+        table = f"timerwheel_test_{uuid.uuid4().hex[:16]}"
+
+        def open_store():
+            opened.append(PostgresStore(PG_DSN, table=table))
+            return opened[-1]
+    yield open_store
+    if request.param == "postgres":
+        opened[0].drop()
+    for s in opened:
+        s.close()
+
+
+def test_two_services_on_one_database_fire_each_effect_once(shared_db):
+    """Two services, each with its own connection to one database, serve 300 timers coming due
     while both run. Each timer's batch effect exists exactly once (an effect key per service tag, so
     a double fire would show as two keys), and every timer fired."""
-    path = tmp_path / "shared.db"
-    seed = SQLiteStore(path)
+    seed = shared_db()
     base = wall_ms() + 300
     for i in range(300):
         put_timer(seed, base + i % 50, b"%03d" % i)
     h1, h2 = Effect(b"one"), Effect(b"two")
-    s1, s2 = SQLiteStore(path), SQLiteStore(path)
+    s1, s2 = shared_db(), shared_db()
     with DurableTimerService(s1, TimerRegistry().register(h1), [P]), DurableTimerService(s2, TimerRegistry().register(h2), [P]):
         deadline = time.monotonic() + LIVENESS_S
         while len(h1.fired) + len(h2.fired) < 300 and time.monotonic() < deadline:
@@ -169,5 +196,3 @@ def test_two_services_on_one_file_fire_each_effect_once(tmp_path):
     refs = sorted(k.split(b"/")[1] for k in effects)
     assert refs == sorted(b"%03d" % i for i in range(300))
     assert seed.scan(P, keys.TAG, b"U").entries == []
-    for s in (seed, s1, s2):
-        s.close()

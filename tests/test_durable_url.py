@@ -1,6 +1,8 @@
 """Store URLs (sqlite:///PATH, SQLAlchemy style) and the benchmark's result contract."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from timerwheel_c.bench import durable as bench_durable
@@ -37,3 +39,13 @@ def test_bench_contract_shape():
     assert sum(done) == 80
     with pytest.raises(ValueError, match="n_timers"):
         bench_durable.run(n_timers=0)
+
+
+@pytest.mark.skipif(not os.environ.get("TIMERWHEEL_C_TEST_PG_DSN"), reason="no TIMERWHEEL_C_TEST_PG_DSN")
+def test_postgresql_url_opens_a_postgres_store():
+    """A postgresql:// URL opens a PostgresStore on the default table."""
+    from timerwheel_c.durable.postgres import PostgresStore
+
+    with open_store(os.environ["TIMERWHEEL_C_TEST_PG_DSN"]) as s:
+        assert isinstance(s, PostgresStore) and s.table == "timerwheel_kv"
+        s.partitions()

@@ -1,5 +1,6 @@
 """Opening a store from a URL: ``sqlite:///PATH`` (as in SQLAlchemy: three slashes, then the path,
-so an absolute path gives four; ``sqlite:///:memory:`` for an in-memory database)."""
+so an absolute path gives four; ``sqlite:///:memory:`` for an in-memory database), or
+``postgresql://...`` / ``postgres://...`` (a libpq URL; needs psycopg 3, the ``postgres`` extra)."""
 from __future__ import annotations
 
 from .store import Store
@@ -15,7 +16,8 @@ def open_store(url: str) -> Store:
     Raises:
         TypeError: ``url`` is not a str.
         ValueError: an unsupported scheme or an empty path, naming the URL.
-        sqlite3.Error: the database cannot be opened.
+        ImportError: a postgresql:// URL without psycopg installed.
+        sqlite3.Error / psycopg.Error: the database cannot be opened.
     """
     if not isinstance(url, str):
         raise TypeError(f"store URL must be a str, got {type(url).__name__} {url!r}")
@@ -26,4 +28,8 @@ def open_store(url: str) -> Store:
         from .sqlite import SQLiteStore
 
         return SQLiteStore(path)
-    raise ValueError(f"unsupported store URL {url!r}: expected sqlite:///PATH")
+    if url.startswith(("postgresql://", "postgres://")):
+        from .postgres import PostgresStore  # ImportError without psycopg
+
+        return PostgresStore(url)
+    raise ValueError(f"unsupported store URL {url!r}: expected sqlite:///PATH or postgresql://...")
