@@ -77,6 +77,22 @@ def test_guards_all_or_nothing(durable_store):
     assert [(k, v) for k, v in durable_store.scan(P, b"", b"\xff").entries] == [(b"b", b"9"), (b"c", b"3")]
 
 
+def test_guarded_delete_then_rewrite_and_repeated_guards(durable_store):
+    """Guards on a key the batch deletes first and then rewrites, and two guards on one key, behave
+    exactly as "all guards first, then all writes in order"; a later failing guard undoes it all."""
+    put_all(durable_store, [(b"k", b"1"), (b"j", b"2")])
+    b = Batch().require(Equals(b"k", b"1")).require(Equals(b"k", b"1")).delete(b"k").put(b"k", b"3")
+    assert durable_store.apply(P, b) == Committed() and durable_store.get(P, b"k") == b"3"
+    assert durable_store.apply(P, Batch().require(Equals(b"k", b"3")).require(Equals(b"k", b"9")).delete(b"k")) \
+        == PreconditionFailed(b"k")
+    assert durable_store.apply(P, Batch().require(Equals(b"k", b"3")).require(Absent(b"k")).delete(b"k")) \
+        == PreconditionFailed(b"k")
+    b = Batch().require(Equals(b"k", b"3")).require(Equals(b"j", b"wrong")).delete(b"k")
+    assert durable_store.apply(P, b) == PreconditionFailed(b"j") and durable_store.get(P, b"k") == b"3"
+    assert durable_store.apply(P, Batch().require(Equals(b"k", b"3")).delete(b"k").delete(b"k")) == Committed()
+    assert durable_store.get(P, b"k") is None
+
+
 def test_writes_apply_in_order(durable_store):
     """Later writes to the same key win inside one batch."""
     assert durable_store.apply(P, Batch().put(b"k", b"1").delete(b"k").put(b"k", b"2")) == Committed()

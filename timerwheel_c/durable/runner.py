@@ -179,9 +179,9 @@ class _Tick:
         if claimed is None:
             return
         timer = DueTimer(tk.original_due_at_ms, TimerKind(tk.kind), tk.reference, value, tk.attempt + 1, claimed)
-        self.fire(handler, key, claimed, value, timer)
+        self.fire(handler, claimed, value, timer)
 
-    def fire(self, handler, key: bytes, claimed: bytes, value: bytes, timer: DueTimer) -> None:
+    def fire(self, handler, claimed: bytes, value: bytes, timer: DueTimer) -> None:
         report = self.report
         try:
             outcome = handler.fire(TimerContext(self.store, self.partition, self.now_ms), timer)

@@ -28,7 +28,7 @@ import sqlite3
 import threading
 from typing import Optional, Union
 
-from .store import Absent, Batch, Committed, Page, PreconditionFailed, Store, check_bytes, check_partition
+from .store import Absent, Batch, Equals, Committed, Page, PreconditionFailed, Store, check_bytes, check_partition
 
 __all__ = ["SQLiteStore"]
 
@@ -129,20 +129,40 @@ class SQLiteStore(Store):
     def apply(self, partition: str, batch: Batch) -> Union[Committed, PreconditionFailed]:
         check_partition(partition)
         self.check_batch(batch)
+        # An Equals guard on a key whose first write is a delete (every claim and every Done of
+        # the runner) is checked by the delete itself, "DELETE ... AND value = ?", one statement
+        # instead of two; the skipped write is that first delete. Any failed guard rolls back.
+        first_is_delete: dict = {}
+        for key, value in batch.writes:
+            first_is_delete.setdefault(key, value is None)
+        consumed: dict = {}
         with self._lock:
             db = self._db
             db.execute("BEGIN IMMEDIATE")
             try:
                 for guard in batch.guards:
-                    row = db.execute(
-                        "SELECT value FROM timerwheel_kv WHERE partition = ? AND key = ?", (partition, guard.key)
-                    ).fetchone()
-                    held = row is None if isinstance(guard, Absent) else row is not None and row[0] == guard.value
+                    key = guard.key
+                    if key in consumed:
+                        held = not isinstance(guard, Absent) and guard.value == consumed[key]
+                    elif isinstance(guard, Equals) and first_is_delete.get(key):
+                        held = db.execute(
+                            "DELETE FROM timerwheel_kv WHERE partition = ? AND key = ? AND value = ?",
+                            (partition, key, guard.value),
+                        ).rowcount == 1
+                        if held:
+                            consumed[key] = guard.value
+                    else:
+                        row = db.execute(
+                            "SELECT value FROM timerwheel_kv WHERE partition = ? AND key = ?", (partition, key)
+                        ).fetchone()
+                        held = row is None if isinstance(guard, Absent) else row is not None and row[0] == guard.value
                     if not held:
                         db.execute("ROLLBACK")
-                        return PreconditionFailed(guard.key)
+                        return PreconditionFailed(key)
                 for key, value in batch.writes:
-                    if value is None:
+                    if key in consumed:
+                        del consumed[key]  # its first write, the delete, is done
+                    elif value is None:
                         db.execute("DELETE FROM timerwheel_kv WHERE partition = ? AND key = ?", (partition, key))
                     else:
                         db.execute(
