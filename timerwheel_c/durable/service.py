@@ -72,7 +72,10 @@ class DurableTimerService:
             kick this thread, so it looks again at least this often.
         wall_ns: the Unix-epoch clock in ns (default :func:`time.time_ns`); tests shift it.
 
-    Use as ``with DurableTimerService(...) as svc:`` or ``start()`` / ``stop()``.
+    Use as ``with DurableTimerService(...) as svc:`` or ``start()`` / ``stop()`` (once: a
+    stopped service is not restarted). Counters for monitoring: ``passes`` (completed passes),
+    ``errors`` (failed passes), ``fired`` (timers committed). A handler that never returns
+    holds the thread; ``stop()`` then gives up after its timeout (the thread is a daemon).
 
     Raises:
         TypeError / ValueError: bad arguments.
