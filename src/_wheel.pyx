@@ -1,4 +1,4 @@
-# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, binding=False
 """The TimerWheel core: a hierarchical hashed timing wheel over a typed entry pool.
 
 See the design comment below; ``timerwheel_c/pure/wheel.py`` is the pure-Python twin, function by
@@ -56,15 +56,13 @@ function in the same order.
 # generation bumped on every free (32 bits, skipping 0): a stale id names a later timer only after
 # 2**32 reuses of the same entry.
 cimport cython
-from cpython.exc cimport PyErr_Clear, PyErr_Occurred
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from libc.stdlib cimport free, realloc
-from libc.string cimport memcpy
 
 import numpy as np
 
 # The Python-level validators exist once, in the pure twin, and serve both cores.
-from timerwheel_c.pure.wheel import _as_int, _as_int_array, _check_batch
+from timerwheel_c.pure.wheel import U64_LIMIT, _as_int, _as_int_array, _check_batch
 
 __all__ = ["TimerWheel"]
 
@@ -73,9 +71,8 @@ cdef extern from "wheel_bits.h":
     int tw_msb64(uint64_t x) noexcept nogil
 
 cdef extern from "Python.h":
-    # Declared without Cython's exception check: callers test PyErr_Occurred() themselves and turn
-    # an overflow into "not pending" or a ValueError, never an OverflowError.
-    unsigned long long _long_as_u64 "PyLong_AsUnsignedLongLong"(object o) noexcept
+    # Never raises for an int (callers pass ints only): it reports overflow in its flag, which the
+    # callers turn into "not pending" or a ValueError, never an OverflowError or a wrapped value.
     long long _long_as_i64_overflow "PyLong_AsLongLongAndOverflow"(object o, int* overflow) noexcept
 
 cdef enum:
@@ -101,13 +98,35 @@ ctypedef struct entry_t:
 
 cdef inline int _as_token(object value, uint64_t* out) except -1:
     """Store ``value`` checked as a token in [0, 2**64) to ``out``; TypeError/ValueError otherwise."""
+    cdef int overflow = 0
+    cdef long long v
     if type(value) is not int:
         value = _as_int(value, "token")
-    try:
+    # The int64 read needs no exception machinery; only [2**63, 2**64) takes the slow road.
+    v = _long_as_i64_overflow(value, &overflow)
+    if overflow == 0 and v >= 0:
+        out[0] = <uint64_t>v
+        return 0
+    if overflow > 0 and value < U64_LIMIT:
         out[0] = value
-    except OverflowError:
-        raise ValueError(f"token {value} is out of range [0, 2**64)") from None
-    return 0
+        return 0
+    raise ValueError(f"token {value} is out of range [0, 2**64)")
+
+
+cdef inline int64_t _as_delay(object after_ms) except -1:
+    """``after_ms`` as a delay in ms clamped to [1, 2**62 + 1]: 0 or less counts as 1, and anything
+    over 2**62 is beyond every due time alike. TypeError if not an int."""
+    cdef int overflow = 0
+    cdef long long after
+    if type(after_ms) is not int:
+        after_ms = _as_int(after_ms, "after_ms")
+    after = _long_as_i64_overflow(after_ms, &overflow)
+    # On overflow ``after`` is -1: test the flag first.
+    if overflow < 0 or (overflow == 0 and after < 1):
+        return 1
+    if overflow > 0 or after > MAX_DUE_MS:
+        return MAX_DUE_MS + 1
+    return after
 
 
 cdef inline uint32_t _slot_for(int64_t elapsed, int64_t due) noexcept nogil:
@@ -292,36 +311,29 @@ cdef class TimerWheel:
 
     cdef inline int32_t _lookup(self, object timer_id) except -2:
         """``_find`` for any Python int; TypeError for a non-int, NIL for ints outside [0, 2**64)."""
-        cdef uint64_t tid
+        cdef int overflow = 0
+        cdef long long v
         if type(timer_id) is not int:
             timer_id = _as_int(timer_id, "timer_id")
-        try:
-            tid = timer_id
-        except OverflowError:
-            return NIL
-        return self._find(tid)
+        v = _long_as_i64_overflow(timer_id, &overflow)
+        if overflow == 0 and v >= 0:
+            return self._find(<uint64_t>v)
+        if overflow > 0 and timer_id < U64_LIMIT:
+            return self._find(timer_id)
+        return NIL
 
-    cdef inline int64_t _due_for(self, object after_ms) except -1:
-        """The due time in ms of a timer armed ``after_ms`` from now; ``after_ms <= 0`` counts as 1.
+    cdef inline int64_t _due_for(self, int64_t delay, object after_ms) except -1:
+        """The due time in ms of a timer armed ``delay`` (from ``_as_delay(after_ms)``) ms from now.
 
         Raises:
-            TypeError: ``after_ms`` is not an int.
             ValueError: the due time is beyond 2**62 ms.
         """
-        cdef int overflow = 0
-        cdef long long after
-        if type(after_ms) is not int:
-            after_ms = _as_int(after_ms, "after_ms")
-        after = _long_as_i64_overflow(after_ms, &overflow)
-        # On overflow ``after`` is -1: test the flag first.
-        if overflow < 0 or (overflow == 0 and after < 1):
-            return self._elapsed + 1
-        if overflow > 0 or after > MAX_DUE_MS - self._elapsed:
+        if delay > MAX_DUE_MS - self._elapsed:
             raise ValueError(
-                f"due time {self._elapsed + after_ms} ms (now_ms {self._elapsed} + after_ms {after_ms}) "
-                "is beyond 2**62 ms"
+                f"due time {self._elapsed + _as_int(after_ms, 'after_ms')} ms "
+                f"(now_ms {self._elapsed} + after_ms {after_ms}) is beyond 2**62 ms"
             )
-        return self._elapsed + after
+        return self._elapsed + delay
 
     cdef inline uint64_t _arm(self, int64_t due, uint64_t token) except? 0:
         """Take an entry for a timer due at ``due`` ms firing ``token`` and link it; returns its id."""
@@ -346,10 +358,11 @@ cdef class TimerWheel:
             TypeError: ``after_ms`` or ``token`` is not an int (bool, float, str, None...).
             ValueError: ``token`` outside [0, 2**64), or the due time beyond 2**62 ms.
         """
-        cdef int64_t due = self._due_for(after_ms)
+        # Every conversion (which may run a foreign __index__) before the wheel is read or changed.
+        cdef int64_t delay = _as_delay(after_ms)
         cdef uint64_t tok
         _as_token(token, &tok)
-        return self._arm(due, tok)
+        return self._arm(self._due_for(delay, after_ms), tok)
 
     def cancel(self, timer_id):
         """Cancel a pending timer and free its entry at once.
@@ -380,8 +393,10 @@ cdef class TimerWheel:
             TypeError: ``timer_id`` or ``after_ms`` is not an int.
             ValueError: the due time is beyond 2**62 ms.
         """
-        cdef int64_t due = self._due_for(after_ms)
+        # Every conversion (which may run a foreign __index__) before the wheel is read or changed.
+        cdef int64_t delay = _as_delay(after_ms)
         cdef int32_t e = self._lookup(timer_id)
+        cdef int64_t due = self._due_for(delay, after_ms)
         if e == NIL:
             return False
         self._unlink(e)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -67,6 +68,9 @@ _ops = st.lists(
         st.tuples(st.just("cancel"), st.integers(0, 63)),
         st.tuples(st.just("reschedule"), st.integers(0, 63), _delays),
         st.tuples(st.just("advance"), _gaps),
+        st.tuples(st.just("advance_array"), _gaps),
+        st.tuples(st.just("schedule_many"), st.lists(st.tuples(_delays, st.integers(0, 2**64 - 1)), max_size=8)),
+        st.tuples(st.just("cancel_many"), st.lists(st.integers(0, 63), max_size=8)),
     ),
     max_size=120,
 )
@@ -100,9 +104,26 @@ def _run(mod, start, ops):
             got = tw.reschedule(ids[h], op[2])
             assert got == ref.reschedule(h, op[2])
             trace.append(got)
+        elif op[0] == "schedule_many":
+            batch = [(d, t) for d, t in op[1] if tw.now_ms() + max(d, 1) <= MAX_DUE_MS]
+            got = tw.schedule_many(
+                np.array([d for d, _ in batch], dtype=np.int64), np.array([t for _, t in batch], dtype=np.uint64)
+            )
+            assert got.dtype == np.uint64 and len(got) == len(batch)
+            for (d, t), tid in zip(batch, got.tolist()):
+                ref.schedule(len(ids), d, t)
+                ids.append(tid)
+            trace.append(got.tolist())
+        elif op[0] == "cancel_many":
+            if not ids:
+                continue
+            handles = [h % len(ids) for h in op[1]]
+            got = tw.cancel_many(np.array([ids[h] for h in handles], dtype=np.uint64))
+            assert got == sum(ref.cancel(h) for h in handles)
+            trace.append(got)
         else:
             now = min(tw.now_ms() + op[1], MAX_DUE_MS)
-            fired = tw.advance(now)
+            fired = tw.advance(now) if op[0] == "advance" else tw.advance_array(now).tolist()
             assert fired == ref.advance(now)
             trace.append(fired)
         assert len(tw) == tw.active_count() == len(ref.pending)

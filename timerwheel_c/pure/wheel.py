@@ -8,7 +8,6 @@ the same order and raises the same exceptions as the compiled core; only speed d
 from __future__ import annotations
 
 import operator
-import sys
 
 import numpy as np
 
@@ -17,7 +16,6 @@ __all__ = ["TimerWheel"]
 # Geometry: level 0 is 512 slots of 1 ms; levels 1..9 are 64 slots of 512 * 64**(level - 1) ms.
 # Slots are numbered flat: level 0 is 0..511, level l >= 1 is 448 + 64 * l + digit, so the
 # occupancy bit of flat slot f is bit f & 63 of word f >> 6 at every level.
-LEVEL0_BITS = 9
 LEVEL_BITS = 6
 NUM_LEVELS = 10
 NUM_SLOTS = 512 + (NUM_LEVELS - 1) * 64
@@ -62,6 +60,18 @@ def _as_token(value):
     if token < 0 or token >= U64_LIMIT:
         raise ValueError(f"token {token} is out of range [0, 2**64)")
     return token
+
+
+def _as_delay(after_ms):
+    """``after_ms`` as a delay in ms clamped to [1, 2**62 + 1]: 0 or less counts as 1, and anything
+    over 2**62 is beyond every due time alike. TypeError if not an int."""
+    if type(after_ms) is not int:
+        after_ms = _as_int(after_ms, "after_ms")
+    if after_ms < 1:
+        return 1
+    if after_ms > MAX_DUE_MS:
+        return MAX_DUE_MS + 1
+    return after_ms
 
 
 def _slot_for(elapsed, due):
@@ -241,23 +251,18 @@ class TimerWheel:
             return NIL
         return self._find(timer_id)
 
-    def _due_for(self, after_ms):
-        """The due time in ms of a timer armed ``after_ms`` from now; ``after_ms <= 0`` counts as 1.
+    def _due_for(self, delay, after_ms):
+        """The due time in ms of a timer armed ``delay`` (from ``_as_delay(after_ms)``) ms from now.
 
         Raises:
-            TypeError: ``after_ms`` is not an int.
             ValueError: the due time is beyond 2**62 ms.
         """
-        if type(after_ms) is not int:
-            after_ms = _as_int(after_ms, "after_ms")
-        if after_ms < 1:
-            after_ms = 1
-        due = self._elapsed + after_ms
-        if due > MAX_DUE_MS:
+        if delay > MAX_DUE_MS - self._elapsed:
             raise ValueError(
-                f"due time {due} ms (now_ms {self._elapsed} + after_ms {after_ms}) is beyond 2**62 ms"
+                f"due time {self._elapsed + _as_int(after_ms, 'after_ms')} ms "
+                f"(now_ms {self._elapsed} + after_ms {after_ms}) is beyond 2**62 ms"
             )
-        return due
+        return self._elapsed + delay
 
     def _arm(self, due, token):
         """Take an entry for a timer due at ``due`` ms firing ``token`` and link it; returns its id."""
@@ -282,9 +287,10 @@ class TimerWheel:
             TypeError: ``after_ms`` or ``token`` is not an int (bool, float, str, None...).
             ValueError: ``token`` outside [0, 2**64), or the due time beyond 2**62 ms.
         """
-        due = self._due_for(after_ms)
+        # Every conversion (which may run a foreign __index__) before the wheel is read or changed.
+        delay = _as_delay(after_ms)
         token = _as_token(token)
-        return self._arm(due, token)
+        return self._arm(self._due_for(delay, after_ms), token)
 
     def cancel(self, timer_id):
         """Cancel a pending timer and free its entry at once.
@@ -315,8 +321,10 @@ class TimerWheel:
             TypeError: ``timer_id`` or ``after_ms`` is not an int.
             ValueError: the due time is beyond 2**62 ms.
         """
-        due = self._due_for(after_ms)
+        # Every conversion (which may run a foreign __index__) before the wheel is read or changed.
+        delay = _as_delay(after_ms)
         e = self._lookup(timer_id)
+        due = self._due_for(delay, after_ms)
         if e == NIL:
             return False
         self._unlink(e)
@@ -495,6 +503,9 @@ def _as_int_array(values, name):
         TypeError: not integer, or not 1-d.
     """
     arr = np.asarray(values)
+    if arr.size == 0 and arr.ndim == 1:
+        # np.asarray([]) is float64; an empty sequence holds no wrong value.
+        return arr.astype(np.int64)
     if arr.dtype.kind not in "iu":
         raise TypeError(f"{name} must be an integer array, not dtype {arr.dtype}")
     if arr.ndim != 1:
@@ -511,8 +522,7 @@ def _check_batch(elapsed, after_ms, tokens):
     toks = _as_int_array(tokens, "tokens")
     if np.ndim(after_ms) == 0:
         # One delay for every token, clamped here so that any int (even beyond int64) is checked.
-        delay = min(max(_as_int(after_ms, "after_ms"), 1), MAX_DUE_MS + 1)
-        delays = np.full(len(toks), delay, dtype=np.int64)
+        delays = np.full(len(toks), _as_delay(after_ms), dtype=np.int64)
     else:
         delays = _as_int_array(after_ms, "after_ms")
     if len(delays) != len(toks):
