@@ -1,0 +1,114 @@
+"""A line-echo TCP server that closes each connection once it has been idle for a timeout.
+
+Each complete line a client sends is a message: the server echoes it back and resets
+that connection's idle timeout. A connection that sends no complete line for
+``--idle-timeout`` seconds is closed by the server (a partial line does not count, so a
+slow trickle of bytes cannot hold a connection open).
+
+The idle timeout is the per-connection timer a networking server keeps; the flag
+``--scheduler`` picks who keeps it:
+
+- ``call_later``: asyncio's timer heap, re-armed the usual way on every message
+  (``handle.cancel()`` then ``loop.call_later(...)``: a new heap entry each time);
+- ``wheel``: :class:`timerwheel_c.aio.WheelScheduler`, re-armed in place with
+  ``handle.reschedule(...)`` (O(1) in the wheel; the loop holds a single wake-up).
+
+Run::
+
+    python examples/idle_timeout_server.py --port 8765 --idle-timeout 5 --scheduler wheel [--uvloop]
+    # then, e.g.:  nc 127.0.0.1 8765   (type lines; stop typing for 5 s and it hangs up)
+
+It prints ``listening on HOST:PORT`` once ready (``--port 0`` picks a free port).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from timerwheel_c.aio import WheelScheduler
+
+
+class IdleTimeoutProtocol(asyncio.Protocol):
+    """One connection: echo each line, close after ``idle_timeout_s`` without one.
+
+    ``scheduler`` is a WheelScheduler, or None for plain ``loop.call_later``.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, scheduler: WheelScheduler | None,
+                 idle_timeout_s: float) -> None:
+        self._loop = loop
+        self._scheduler = scheduler
+        self._idle_timeout_s = idle_timeout_s
+        self._transport: asyncio.Transport | None = None
+        self._idle = None  # the idle-timeout handle (asyncio TimerHandle or WheelHandle)
+        self._partial = b""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+        timers = self._loop if self._scheduler is None else self._scheduler
+        self._idle = timers.call_later(self._idle_timeout_s, self._on_idle)
+
+    def data_received(self, data: bytes) -> None:
+        *lines, self._partial = (self._partial + data).split(b"\n")
+        if not lines:
+            return
+        self._transport.write(b"".join(line + b"\n" for line in lines))
+        if self._scheduler is not None:
+            self._idle.reschedule(self._idle_timeout_s)
+        else:
+            self._idle.cancel()
+            self._idle = self._loop.call_later(self._idle_timeout_s, self._on_idle)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._idle.cancel()
+
+    def _on_idle(self) -> None:
+        self._transport.close()
+
+
+async def serve(host: str, port: int, idle_timeout_s: float, scheduler_name: str) -> None:
+    """Serve until cancelled; prints ``listening on HOST:PORT`` (flushed) once bound."""
+    loop = asyncio.get_running_loop()
+    scheduler = WheelScheduler(loop) if scheduler_name == "wheel" else None
+    server = await loop.create_server(
+        lambda: IdleTimeoutProtocol(loop, scheduler, idle_timeout_s), host, port)
+    bound_host, bound_port = server.sockets[0].getsockname()[:2]
+    print(f"listening on {bound_host}:{bound_port}", flush=True)
+    try:
+        async with server:
+            await server.serve_forever()
+    finally:
+        if scheduler is not None:
+            scheduler.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8765, help="TCP port (0: any free port)")
+    parser.add_argument("--idle-timeout", type=float, default=5.0, metavar="SECONDS",
+                        help="close a connection idle this long (seconds, default 5)")
+    parser.add_argument("--scheduler", choices=["call_later", "wheel"], default="wheel",
+                        help="who keeps the idle timeouts (default: wheel)")
+    parser.add_argument("--uvloop", action="store_true", help="run on uvloop")
+    args = parser.parse_args(argv)
+    if args.idle_timeout <= 0:
+        parser.error(f"--idle-timeout must be positive, got {args.idle_timeout}")
+    if args.uvloop:
+        import uvloop
+        new_loop = uvloop.new_event_loop
+    else:
+        new_loop = asyncio.new_event_loop
+    loop = new_loop()
+    try:
+        loop.run_until_complete(serve(args.host, args.port, args.idle_timeout, args.scheduler))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        loop.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

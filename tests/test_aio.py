@@ -1,0 +1,448 @@
+"""WheelScheduler against asyncio's own timer semantics, on the C and pure wheels and on
+the default loop and uvloop (uvloop runs are skipped when it does not import).
+
+No test asserts a speed or a lateness number: timing properties are "not before the
+deadline" (exact, by the loop's own clock) and "within a generous liveness bound".
+"""
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import random
+import time
+
+import pytest
+
+from timerwheel_c.aio import WheelHandle, WheelScheduler
+
+LIVENESS_S = 5.0  # a generous bound for "it ran at all" on a loaded 2-core machine
+
+
+@pytest.fixture(params=["asyncio", "uvloop"])
+def new_loop(request):
+    """A factory of fresh event loops: the default asyncio loop, or uvloop's."""
+    if request.param == "uvloop":
+        uvloop = pytest.importorskip("uvloop")
+        return uvloop.new_event_loop
+    return asyncio.new_event_loop
+
+
+@pytest.fixture
+def run(new_loop, wheel_impl):
+    """run(main) runs ``await main(scheduler, loop)`` on a fresh loop with a fresh scheduler."""
+    def runner(main, timeout_s=LIVENESS_S * 2):
+        loop = new_loop()
+        try:
+            sched = WheelScheduler(loop, wheel_class=wheel_impl.TimerWheel)
+            return loop.run_until_complete(asyncio.wait_for(main(sched, loop), timeout_s))
+        finally:
+            loop.close()
+    return runner
+
+
+async def _until(predicate, timeout_s=LIVENESS_S):
+    """Poll ``predicate`` every ms until true; fail after ``timeout_s`` seconds."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout_s
+    while not predicate():
+        assert loop.time() < end, "liveness bound exceeded"
+        await asyncio.sleep(0.001)
+
+
+def _script_equal_delays(call_later, log):
+    """Eight callbacks with one delay, then four with shorter delays armed last."""
+    for i in range(8):
+        call_later(0.1, log.append, i)
+    for i in range(4):
+        call_later(0.01 + i * 0.001, log.append, f"early{i}")
+
+
+def test_equal_deadlines_run_in_scheduling_order(run):
+    """Callbacks with equal deadlines run in the order they were scheduled, earlier deadlines
+    first. Two scripts: call_later with one delay in sequence, which asyncio's loop orders
+    the same way (its deadlines grow with loop.time()); and call_at with one exact `when`,
+    which asyncio's heap (not stable) may reorder but the wheel (ties in arming order) and
+    uvloop do not. Deterministic: the order depends on deadlines and arming order only, and
+    the script would need an 87 ms stall between two calls to blur the two groups."""
+    async def main(sched, loop):
+        ours, theirs, exact = [], [], []
+        _script_equal_delays(sched.call_later, ours)
+        _script_equal_delays(loop.call_later, theirs)
+        when = loop.time() + 0.02
+        for i in range(8):
+            sched.call_at(when, exact.append, i)
+        await _until(lambda: len(ours) == 12 and len(theirs) == 12 and len(exact) == 8)
+        return ours, theirs, exact
+    ours, theirs, exact = run(main)
+    assert ours == theirs == [f"early{i}" for i in range(4)] + list(range(8))
+    assert exact == list(range(8))
+
+
+def _script_cancels(call_at, loop, log):
+    """A cancels B (same deadline, next in line) and C (later); D cancels itself while running."""
+    when = loop.time() + 0.01
+    handles = {}
+    def a():
+        log.append("a")
+        handles["b"].cancel()
+        handles["c"].cancel()
+    def d():
+        log.append("d")
+        handles["d"].cancel()
+        log.append(("d cancelled()", handles["d"].cancelled()))
+    handles["a"] = call_at(when, a)
+    # b a hair after a: asyncio's heap does not keep arming order on exact ties
+    handles["b"] = call_at(when + 1e-6, log.append, "b")
+    handles["c"] = call_at(when + 0.01, log.append, "c")
+    handles["d"] = call_at(when + 0.005, d)
+    call_at(when + 0.02, log.append, "end")
+    return handles
+
+
+def test_cancel_from_inside_a_callback(run):
+    """A handle cancelled by an earlier callback of the same fire batch does not run, nor does
+    a later one; self-cancel while running is harmless. Same log as asyncio's loop."""
+    async def main(sched, loop):
+        ours, theirs = [], []
+        h_ours = _script_cancels(sched.call_at, loop, ours)
+        h_theirs = _script_cancels(loop.call_at, loop, theirs)
+        await _until(lambda: "end" in ours and "end" in theirs)
+        assert h_ours["b"].cancelled() and h_theirs["b"].cancelled()
+        assert sched.active_count() == 0
+        return ours, theirs
+    ours, theirs = run(main)
+    assert ours == theirs
+    assert "b" not in ours and "c" not in ours and ours[0] == "a"
+
+
+def test_reschedule_moves_the_deadline_both_ways(run):
+    """reschedule() keeps the handle, runs it once at the new deadline (later or earlier), never
+    before it; a cancelled handle refuses (False) and never runs."""
+    async def main(sched, loop):
+        log = []
+        later = sched.call_later(0.01, lambda: log.append(("later", loop.time())))
+        sooner = sched.call_later(10.0, lambda: log.append(("sooner", loop.time())))
+        dead = sched.call_later(0.01, log.append, "dead")
+        assert later.reschedule(0.2) is True  # 180 ms apart: no stall reorders them
+        assert sooner.reschedule(0.02) is True
+        dead.cancel()
+        assert dead.reschedule(0.01) is False
+        await _until(lambda: len(log) == 2)
+        await asyncio.sleep(0.03)  # give "dead" every chance to (wrongly) run
+        return log, later.when(), sooner.when()
+    log, later_when, sooner_when = run(main)
+    assert [name for name, _ in log] == ["sooner", "later"]
+    assert log[0][1] >= sooner_when and log[1][1] >= later_when
+
+
+def test_reschedule_of_a_handle_due_in_the_same_batch_defers_it(run):
+    """A callback rescheduling a handle that is due in the same batch (after it) moves it: it
+    runs once, at the new deadline, not in this batch."""
+    async def main(sched, loop):
+        log = []
+        when = loop.time() + 0.01
+        def first():
+            log.append(("first", loop.time()))
+            second.reschedule(0.03)
+        sched.call_at(when, first)
+        second = sched.call_at(when, lambda: log.append(("second", loop.time())))
+        await _until(lambda: len(log) == 2)
+        await asyncio.sleep(0.02)
+        return log, second.when()
+    log, second_when = run(main)
+    assert [name for name, _ in log] == ["first", "second"]
+    assert log[1][1] >= second_when >= log[0][1] + 0.03
+
+
+def test_a_callback_may_rearm_itself(run):
+    """reschedule() from inside its own callback runs it again: a periodic timer."""
+    async def main(sched, loop):
+        runs = []
+        def tick():
+            runs.append(loop.time())
+            if len(runs) < 3:
+                assert handle.reschedule(0.005) is True
+        handle = sched.call_later(0.005, tick)
+        await _until(lambda: len(runs) == 3)
+        await asyncio.sleep(0.02)
+        return runs
+    runs = run(main)
+    assert len(runs) == 3 and runs == sorted(runs)
+
+
+def test_a_callback_schedules_another(run):
+    """A callback that schedules another (even with delay 0) does not run it in the same batch;
+    the chain runs in order, each link not before its own deadline."""
+    async def main(sched, loop):
+        log = []
+        def link(n):
+            log.append((n, loop.time()))
+            if n < 5:
+                handles.append(sched.call_later(0 if n % 2 else 0.002, link, n + 1))
+        handles = [sched.call_later(0.001, link, 0)]
+        await _until(lambda: len(log) == 6)
+        return log, [h.when() for h in handles]
+    log, whens = run(main)
+    assert [n for n, _ in log] == list(range(6))
+    for (n, ran_at), when in zip(log, whens):
+        assert ran_at >= when
+    # delay 0 from inside a batch runs on a later wake-up, never before its parent
+    assert all(b[1] >= a[1] for a, b in zip(log, log[1:]))
+
+
+def test_exceptions_go_to_the_loop_handler_like_asyncio(run):
+    """A raising callback reaches loop.call_exception_handler with asyncio's keys (message,
+    exception, handle) and the rest of the batch still runs."""
+    async def main(sched, loop):
+        contexts, ran = [], []
+        loop.set_exception_handler(lambda _loop, ctx: contexts.append(ctx))
+        boom = ZeroDivisionError("boom")
+        def bad():
+            raise boom
+        when = loop.time() + 0.005
+        ours = sched.call_at(when, bad)
+        sched.call_at(when, ran.append, "after")
+        theirs = loop.call_at(when, bad)
+        await _until(lambda: len(contexts) == 2 and ran)
+        return contexts, ours, theirs, boom
+    contexts, ours, theirs, boom = run(main)
+    by_handle = {id(c["handle"]): c for c in contexts}
+    mine, asyncio_ctx = by_handle[id(ours)], by_handle[id(theirs)]
+    assert set(mine) == set(asyncio_ctx) - {"source_traceback"} == {"message", "exception", "handle"}
+    assert mine["exception"] is boom and mine["message"].startswith("Exception in callback")
+
+
+def test_callback_runs_in_its_context(run):
+    """Callbacks run in the given context, else in a copy taken at call_later time (asyncio's rule)."""
+    var = contextvars.ContextVar("var", default="unset")
+    async def main(sched, loop):
+        seen = {}
+        var.set("at call time")
+        sched.call_later(0.001, lambda: seen.setdefault("copied", var.get()))
+        given = contextvars.Context()
+        given.run(var.set, "given")
+        h = sched.call_later(0.001, lambda: seen.setdefault("given", var.get()), context=given)
+        assert h.get_context() is given
+        var.set("changed later")
+        await _until(lambda: len(seen) == 2)
+        return seen
+    assert run(main) == {"copied": "at call time", "given": "given"}
+
+
+def test_never_before_its_delay(run):
+    """300 handles with random delays (seeded) and random reschedules all run, each at a loop
+    time at or after its when(), within a liveness bound. Exact by construction: due times
+    round up and wake-up times round down to the ms."""
+    rng = random.Random(6)
+    async def main(sched, loop):
+        ran = {}
+        handles = []
+        for i in range(300):
+            h = sched.call_later(rng.uniform(-0.001, 0.08), lambda i=i: ran.setdefault(i, loop.time()))
+            handles.append(h)
+            if rng.random() < 0.3:
+                h.reschedule(rng.uniform(0, 0.08))
+            if rng.random() < 0.3:
+                await asyncio.sleep(rng.uniform(0, 0.003))
+        await _until(lambda: len(ran) == 300)
+        return ran, [h.when() for h in handles]
+    ran, whens = run(main)
+    for i, when in enumerate(whens):
+        assert ran[i] >= when, (i, ran[i], when)
+        assert ran[i] < when + LIVENESS_S
+
+
+def test_never_before_its_delay_in_real_time(run):
+    """Measured on time.monotonic(), not the loop clock: 200 handles with random delays run
+    no sooner than their delay after a stamp taken before call_later. On uvloop, whose clock
+    trails the real time, this rests on the scheduler's clock slack."""
+    rng = random.Random(7)
+    async def main(sched, loop):
+        elapsed = {}
+        delays = {}
+        for i in range(200):
+            delays[i] = rng.uniform(0.0, 0.05)
+            start = time.monotonic()
+            sched.call_later(delays[i], lambda i=i, start=start: elapsed.setdefault(i, time.monotonic() - start))
+            if rng.random() < 0.2:
+                await asyncio.sleep(rng.uniform(0, 0.003))
+        await _until(lambda: len(elapsed) == 200)
+        return elapsed, delays
+    elapsed, delays = run(main)
+    for i, delay in delays.items():
+        assert delay <= elapsed[i] < delay + LIVENESS_S, (i, delay, elapsed[i])
+
+
+def test_clock_slack_defaults_and_checks(new_loop, wheel_impl):
+    """The clock slack is 1 or 2 ms on uvloop (its clock trails real time) and 0 on asyncio's
+    loop; a negative or non-numeric slack is refused."""
+    loop = new_loop()
+    try:
+        sched = WheelScheduler(loop, wheel_class=wheel_impl.TimerWheel)
+        if type(loop).__module__.startswith("uvloop"):
+            assert 0.001 <= sched.clock_slack_s <= 0.002
+        else:
+            assert sched.clock_slack_s == 0.0
+        assert WheelScheduler(loop, clock_slack_s=0.01).clock_slack_s == 0.01
+        with pytest.raises(ValueError, match="clock_slack_s"):
+            WheelScheduler(loop, clock_slack_s=-0.001)
+        with pytest.raises(TypeError, match="clock_slack_s"):
+            WheelScheduler(loop, clock_slack_s="1ms")
+    finally:
+        loop.close()
+
+
+class _CountingLoop:
+    """Forwards to a real loop and counts call_at, to see how often the wake-up is armed."""
+    def __init__(self, loop):
+        self._loop = loop
+        self.call_at_count = 0
+    def time(self):
+        return self._loop.time()
+    def call_at(self, *args, **kwargs):
+        self.call_at_count += 1
+        return self._loop.call_at(*args, **kwargs)
+    def call_exception_handler(self, context):
+        self._loop.call_exception_handler(context)
+
+
+def test_one_wakeup_armed_not_one_per_timer(new_loop, wheel_impl):
+    """1000 timers armed in increasing-deadline order, then rescheduled later (the idle-timeout
+    pattern), arm the loop's wake-up once; a timer due earlier than it moves it once more."""
+    loop = new_loop()
+    try:
+        counting = _CountingLoop(loop)
+        sched = WheelScheduler(counting, wheel_class=wheel_impl.TimerWheel)
+        handles = [sched.call_later(1.0 + i * 0.001, lambda: None) for i in range(1000)]
+        for h in handles:
+            h.reschedule(5.0)
+        assert counting.call_at_count == 1
+        sched.call_later(0.1, lambda: None)  # earlier than the wake-up at ~1 s
+        assert counting.call_at_count == 2
+        sched.close()
+    finally:
+        loop.close()
+
+
+def test_close_drops_pending_handles(run):
+    """close() cancels every pending handle (none runs, each reports cancelled()), is idempotent,
+    and later arming raises RuntimeError (re-arming a dropped handle returns False); closing
+    from inside a callback stops the batch."""
+    async def main(sched, loop):
+        ran = []
+        when = loop.time() + 0.005
+        sched.call_at(when, lambda: (ran.append("closer"), sched.close()))
+        handles = [sched.call_at(when, ran.append, i) for i in range(5)]
+        handles += [sched.call_later(0.05, ran.append, "late")]
+        await _until(lambda: ran)
+        await asyncio.sleep(0.08)
+        sched.close()
+        with pytest.raises(RuntimeError, match="closed"):
+            sched.call_later(0.01, ran.append, "x")
+        assert handles[-1].reschedule(0.01) is False
+        return ran, handles
+    ran, handles = run(main)
+    assert ran == ["closer"]
+    assert all(h.cancelled() for h in handles) and len(handles) == 6
+
+
+@pytest.mark.parametrize("delay, exc", [
+    ("1", TypeError), (None, TypeError), (True, TypeError), (b"1", TypeError),
+    (float("nan"), ValueError), (float("inf"), ValueError), (-float("inf"), ValueError),
+    (1e300, ValueError), (10**400, ValueError),
+])
+def test_bad_delay_is_refused(run, delay, exc):
+    """A delay that is not a finite real number of seconds, or out of the wheel's range, is
+    refused with an exception naming it, and nothing is armed."""
+    async def main(sched, loop):
+        with pytest.raises(exc, match="delay|range"):
+            sched.call_later(delay, print)
+        handle = sched.call_later(1.0, print)
+        with pytest.raises(exc, match="delay|range"):
+            handle.reschedule(delay)
+        handle.cancel()
+        return sched.active_count()
+    assert run(main) == 0
+
+
+def test_bad_callback_is_refused(run):
+    """A non-callable or a coroutine function is refused with TypeError, as asyncio's debug mode."""
+    async def main(sched, loop):
+        async def coro():
+            pass
+        with pytest.raises(TypeError, match="callable"):
+            sched.call_later(0.01, 42)
+        with pytest.raises(TypeError, match="coroutine"):
+            sched.call_later(0.01, coro)
+        return sched.active_count()
+    assert run(main) == 0
+
+
+def test_handle_mirrors_timerhandle(run):
+    """WheelHandle has TimerHandle's cancel/cancelled/when and the scheduler needs no loop arg
+    inside a running loop."""
+    async def main(sched, loop):
+        default = WheelScheduler()
+        h = default.call_later(0.2, print)
+        assert isinstance(h, WheelHandle) and not h.cancelled()
+        assert abs(h.when() - (loop.time() + 0.2)) < 0.1
+        h.cancel()
+        h.cancel()
+        assert h.cancelled() and default.active_count() == 0
+        numpy = pytest.importorskip("numpy")
+        default.call_later(numpy.int64(1), print).cancel()  # any real number, as asyncio
+        default.close()
+        return True
+    assert run(main)
+
+
+def test_scheduler_needs_a_loop():
+    """Without a running loop and without loop=, construction fails like asyncio.get_running_loop."""
+    with pytest.raises(RuntimeError):
+        WheelScheduler()
+
+
+def test_keyboard_interrupt_in_a_callback_loses_no_timer(wheel_impl):
+    """A KeyboardInterrupt escaping a callback propagates (asyncio's rule) and the handles that
+    were due in the same batch still run afterwards: none is lost. Default loop only."""
+    loop = asyncio.new_event_loop()
+    try:
+        sched = WheelScheduler(loop, wheel_class=wheel_impl.TimerWheel)
+        ran = []
+        def interrupt():
+            raise KeyboardInterrupt
+        when = loop.time() + 0.005
+        sched.call_at(when, interrupt)
+        for i in range(3):
+            sched.call_at(when, ran.append, i)
+        with pytest.raises(KeyboardInterrupt):
+            loop.run_until_complete(asyncio.sleep(1.0))
+        assert ran == [] and sched.active_count() == 3
+        async def wait():
+            await _until(lambda: len(ran) == 3)
+        loop.run_until_complete(wait())
+        assert ran == [0, 1, 2]
+    finally:
+        loop.close()
+
+
+def test_a_fire_batch_rearms_the_wakeup_once(new_loop, wheel_impl):
+    """100 callbacks due together, each arming a new timer, end their batch with exactly one
+    new wake-up, not one per callback."""
+    loop = new_loop()
+    try:
+        counting = _CountingLoop(loop)
+        sched = WheelScheduler(counting, wheel_class=wheel_impl.TimerWheel)
+        ran = []
+        when = loop.time() + 0.01
+        for i in range(100):
+            sched.call_at(when, lambda i=i: (ran.append(i), sched.call_later(1.0 + i * 0.001, ran.append, -i)))
+        assert counting.call_at_count == 1
+        async def wait():
+            await _until(lambda: len(ran) == 100)
+        loop.run_until_complete(wait())
+        assert ran == list(range(100)) and sched.active_count() == 100
+        assert counting.call_at_count == 2
+        sched.close()
+    finally:
+        loop.close()

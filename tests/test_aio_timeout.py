@@ -1,0 +1,154 @@
+"""WheelScheduler.timeout(): asyncio.timeout's contract on the wheel, on both wheel cores.
+
+Deadlines here are tens of ms against bodies that sleep for seconds (or the reverse), so
+each outcome holds on a loaded machine; no test asserts how late an expiry was.
+"""
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import pytest
+
+from timerwheel_c.aio import WheelScheduler
+
+LONG_S = 10.0  # a body this long must be cut short; the test's own bound is well under it
+
+
+@pytest.fixture
+def run(wheel_impl):
+    def runner(main):
+        async def wrapper():
+            sched = WheelScheduler(wheel_class=wheel_impl.TimerWheel)
+            try:
+                return await asyncio.wait_for(main(sched), LONG_S / 2)
+            finally:
+                sched.close()
+        return asyncio.run(wrapper())
+    return runner
+
+
+def test_expiry_raises_timeout_error(run):
+    """A body outliving the deadline is cancelled and the block raises TimeoutError, not before
+    the deadline (by the loop clock), and the timeout reports expired()."""
+    async def main(sched):
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        with pytest.raises(TimeoutError):
+            async with sched.timeout(0.02) as cm:
+                await asyncio.sleep(LONG_S)
+        assert cm.expired()
+        return loop.time() - started
+    assert 0.02 <= run(main) < LONG_S / 2
+
+
+def test_no_expiry_when_the_body_finishes(run):
+    """A body finishing before the deadline exits normally; the handle is disarmed, so the
+    task is not cancelled afterwards."""
+    async def main(sched):
+        async with sched.timeout(LONG_S) as cm:
+            await asyncio.sleep(0.001)
+        assert not cm.expired() and sched.active_count() == 0
+        await asyncio.sleep(0.01)
+        return "done"
+    assert run(main) == "done"
+
+
+def test_reschedule_extends_the_deadline(run):
+    """An idle timeout re-armed on each 'message' (every 10 ms, 30 times) outlives its 200 ms
+    delay; once the messages stop, it expires. Only a 190 ms stall could break it."""
+    async def main(sched):
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        survived = None
+        with pytest.raises(TimeoutError):
+            async with sched.timeout(0.2) as cm:
+                for _ in range(30):
+                    await asyncio.sleep(0.01)
+                    cm.reschedule(0.2)
+                survived = loop.time() - started
+                await asyncio.sleep(LONG_S)
+        return survived
+    assert run(main) >= 0.3
+
+
+def test_reschedule_none_disarms_and_rearms(run):
+    """reschedule(None) disarms the timeout (when() is None); a later delay arms it again."""
+    async def main(sched):
+        async with sched.timeout(0.01) as cm:
+            cm.reschedule(None)
+            assert cm.when() is None
+            await asyncio.sleep(0.03)
+            cm.reschedule(0.01)
+            assert cm.when() is not None
+            with pytest.raises(asyncio.CancelledError):
+                await asyncio.sleep(LONG_S)
+            raise asyncio.CancelledError  # what the task would have seen, re-raised
+        return "unreachable"
+    with pytest.raises(TimeoutError):
+        run(main)
+
+
+def test_timeout_state_errors(run):
+    """Re-entering, rescheduling after exit, and use outside a task raise RuntimeError;
+    a bad delay raises TypeError/ValueError."""
+    async def main(sched):
+        cm = sched.timeout(1.0)
+        async with cm:
+            pass
+        with pytest.raises(RuntimeError, match="entered"):
+            async with cm:
+                pass
+        with pytest.raises(RuntimeError, match="exited"):
+            cm.reschedule(1.0)
+        with pytest.raises(TypeError):
+            sched.timeout("1")
+        with pytest.raises(ValueError):
+            sched.timeout(float("nan"))
+        return True
+    assert run(main)
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="Task.uncancel() is 3.11+")
+def test_outside_cancel_is_not_turned_into_timeout(run):
+    """A cancel sent from elsewhere while the timeout is expiring still propagates as
+    CancelledError (asyncio.timeout's rule, via Task.uncancel)."""
+    async def main(sched):
+        async def body():
+            async with sched.timeout(0.01):
+                try:
+                    await asyncio.sleep(LONG_S)
+                finally:
+                    asyncio.current_task().cancel()  # a second, outside cancel request
+                    await asyncio.sleep(0)
+        task = asyncio.ensure_future(body())
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return task.cancelled()
+    assert run(main)
+
+
+def test_nested_timeouts_blame_the_right_block(run):
+    """Nested like asyncio.timeout: the inner block's expiry raises TimeoutError from the inner
+    block only (the outer runs on); the outer's expiry passes through the inner block as
+    CancelledError and surfaces as TimeoutError from the outer block."""
+    async def main(sched):
+        outer_went_on = False
+        async with sched.timeout(LONG_S) as outer:
+            with pytest.raises(TimeoutError):
+                async with sched.timeout(0.01) as inner:
+                    await asyncio.sleep(LONG_S)
+            outer_went_on = True
+        assert inner.expired() and not outer.expired() and outer_went_on
+        inner_saw = None
+        with pytest.raises(TimeoutError):
+            async with sched.timeout(0.01) as outer:
+                try:
+                    async with sched.timeout(LONG_S) as inner:
+                        await asyncio.sleep(LONG_S)
+                except BaseException as exc:
+                    inner_saw = type(exc)
+                    raise
+        assert outer.expired() and not inner.expired()
+        return inner_saw
+    assert run(main) is asyncio.CancelledError

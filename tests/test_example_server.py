@@ -1,0 +1,99 @@
+"""examples/idle_timeout_server.py on real loopback sockets: an idle connection is closed,
+not before its timeout; one that keeps sending stays open.
+
+The server runs as a subprocess (the example exactly as a user runs it). The active
+connection sends every IDLE_S / 10, so only a stall of nine tenths of the timeout could
+close it; the idle close is checked against the client's own send time, which the
+server's loop clock can only be at or after (see the test's note on uvloop).
+"""
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "idle_timeout_server.py"
+IDLE_S = 0.5
+ACTIVE_FOR_S = 1.5
+LIVENESS_S = 10.0
+
+
+def _start(scheduler: str, use_uvloop: bool):
+    cmd = [sys.executable, str(EXAMPLE), "--port", "0", "--idle-timeout", str(IDLE_S),
+           "--scheduler", scheduler] + (["--uvloop"] if use_uvloop else [])
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    if not line.startswith("listening on "):
+        proc.kill()
+        raise AssertionError(f"server did not start: {line!r} {proc.stderr.read()!r}")
+    host, port = line.split()[-1].rsplit(":", 1)
+    return proc, host, int(port)
+
+
+async def _exchange(reader, writer, payload: bytes) -> float:
+    """Send one line, await its echo; returns the monotonic time taken just before sending."""
+    sent_at = time.monotonic()
+    writer.write(payload)
+    assert await asyncio.wait_for(reader.readline(), LIVENESS_S) == payload
+    return sent_at
+
+
+async def _idle_client(host: str, port: int):
+    """One message, then a partial line, then silence: returns (last send, EOF seen) times."""
+    reader, writer = await asyncio.open_connection(host, port)
+    sent_at = await _exchange(reader, writer, b"hello\n")
+    writer.write(b"partial")  # not a message: must not hold the connection open
+    assert await asyncio.wait_for(reader.read(), LIVENESS_S) == b""
+    closed_at = time.monotonic()
+    writer.close()
+    return sent_at, closed_at
+
+
+async def _active_client(host: str, port: int):
+    """A message every IDLE_S / 10 for ACTIVE_FOR_S, each answered; then silence.
+    Returns (messages answered, last send, EOF seen)."""
+    reader, writer = await asyncio.open_connection(host, port)
+    start = time.monotonic()
+    answered = 0
+    while time.monotonic() - start < ACTIVE_FOR_S:
+        sent_at = await _exchange(reader, writer, b"ping %d\n" % answered)
+        answered += 1
+        await asyncio.sleep(IDLE_S / 10)
+    assert await asyncio.wait_for(reader.read(), LIVENESS_S) == b""
+    closed_at = time.monotonic()
+    writer.close()
+    return answered, sent_at, closed_at
+
+
+async def _clients(host: str, port: int):
+    return await asyncio.gather(_idle_client(host, port), _active_client(host, port))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scheduler, use_uvloop", [
+    ("call_later", False), ("wheel", False), ("wheel", True)])
+def test_idle_connection_closed_active_kept(scheduler, use_uvloop):
+    """The idle connection (one message, then a partial line) is closed by the server, not
+    before IDLE_S after its last message and within a liveness bound, while the connection
+    sending every IDLE_S / 10 for 3 * IDLE_S stays open and is answered; once it falls silent
+    it is closed too. "Not before" is in real time, on the client's clock: on uvloop that
+    rests on WheelScheduler's clock slack (uvloop's clock trails the real time by < 2 ms).
+    call_later is checked on the default loop only, whose clock is time.monotonic()."""
+    if use_uvloop:
+        pytest.importorskip("uvloop")
+    proc, host, port = _start(scheduler, use_uvloop)
+    try:
+        (idle_sent, idle_closed), (answered, active_last, active_closed) = asyncio.run(
+            _clients(host, port))
+    finally:
+        proc.kill()
+        proc.wait(LIVENESS_S)
+    # The situation arose: the active connection kept talking well past the idle close.
+    assert answered >= 10 and active_last > idle_closed
+    # Real time, the client's own clock: the server's loop clock never makes it early.
+    assert IDLE_S <= idle_closed - idle_sent < IDLE_S + LIVENESS_S
+    assert IDLE_S <= active_closed - active_last < IDLE_S + LIVENESS_S
