@@ -52,6 +52,12 @@ def wheel_impl(request):
     return importlib.import_module(request.param)
 
 
+@pytest.fixture(params=_impl_params("release"))
+def release_impl(request):
+    """The release-timer core module: ``timerwheel_c._release`` (C) or ``timerwheel_c.pure.release``."""
+    return importlib.import_module(request.param)
+
+
 _PG_DSN = os.environ.get("TIMERWHEEL_C_TEST_PG_DSN")
 
 

@@ -1,0 +1,175 @@
+"""The process-wide release timer: arm_at, release_timer_started, sleep_until, sleep, and fork.
+
+These run on the core ``timerwheel_c`` loaded (C in CI, where extensions are required);
+the twins' shared semantics are covered per implementation in test_release.py.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import timerwheel_c
+
+LIVENESS_S = 10.0
+
+
+def test_exports():
+    """The package exports the issue-3 API, from one core for both classes."""
+    assert timerwheel_c.Deadline.__module__ == timerwheel_c.ReleaseTimer.__module__
+    assert issubclass(timerwheel_c.ReleaseTimerClosed, RuntimeError)
+    assert timerwheel_c.pure.ReleaseTimer is not None
+
+
+def test_past_deadline_does_not_start_the_timer(tmp_path):
+    """arm_at(at <= now) is released at once and does not start the process-wide timer.
+
+    Run in a fresh interpreter, where nothing else could have started it (from an empty
+    directory, so it imports the installed package, not the checkout).
+    """
+    code = (
+        "import time, timerwheel_c as t\n"
+        "d = t.arm_at(time.monotonic() - 1)\n"
+        "assert d.done() and d.wait(0) and not t.release_timer_started()\n"
+        "d = t.arm_at(time.monotonic() + 0.001)\n"
+        "assert t.release_timer_started() and d.wait(10) and d.released_at_ns >= d.at_ns\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
+def test_sleep_and_sleep_until_never_early():
+    """sleep(delay) and sleep_until(at) resume no earlier than asked, and return result."""
+
+    async def main():
+        start = time.monotonic()
+        assert await timerwheel_c.sleep(0.003, result="r") == "r"
+        slept_ok = time.monotonic() >= start + 0.003
+        at = time.monotonic() + 0.002
+        await timerwheel_c.sleep_until(at)
+        until_ok = time.monotonic() >= at
+        assert await timerwheel_c.sleep(0) is None
+        assert await timerwheel_c.sleep(-1, result=5) == 5
+        return slept_ok and until_ok
+
+    assert asyncio.run(asyncio.wait_for(main(), LIVENESS_S))
+    assert timerwheel_c.release_timer_started()
+
+
+@pytest.mark.parametrize("bad, exc", [("1", TypeError), (True, TypeError), (float("nan"), ValueError)])
+def test_sleep_rejects_bad_delay(bad, exc):
+    """sleep() names a bad delay: TypeError for non-numbers and bool, ValueError for NaN."""
+    with pytest.raises(exc):
+        asyncio.run(timerwheel_c.sleep(bad))
+
+
+def _run_in_child(checks) -> None:
+    """Fork; in the child run ``checks()`` (a list of failed check names) and exit 0 if it
+    is empty, else 3 after writing the names (or the traceback) to a pipe.
+
+    The child cannot hang the suite: an alarm kills it. The parent asserts exit 0 and
+    shows what the child wrote.
+    """
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code, report = 3, "no report"
+        try:
+            os.close(rfd)
+            signal.alarm(int(LIVENESS_S))
+            failed = checks()
+            code, report = (0, "") if not failed else (3, f"failed checks: {failed}")
+        except BaseException:
+            import traceback
+
+            report = traceback.format_exc()
+        finally:
+            os.write(wfd, report.encode()[:60000])
+            os._exit(code)
+    os.close(wfd)
+    chunks = []
+    while chunk := os.read(rfd, 65536):
+        chunks.append(chunk)
+    os.close(rfd)
+    _, status = os.waitpid(pid, 0)
+    report = b"".join(chunks).decode(errors="replace")
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"child status {status}: {report}"
+
+
+def test_fork_child_recreates_the_timer():
+    """After os.fork() the child arms, waits and awaits on its own process-wide timer, and the
+    parent's timer keeps working. (The child cannot hang the suite; see _run_in_child.)
+    """
+    if not hasattr(os, "fork"):
+        pytest.skip("no fork on this platform")
+    d_parent = timerwheel_c.arm_at(time.monotonic() + 3600)
+    assert timerwheel_c.release_timer_started()
+
+    def checks():
+        failed = []
+        if timerwheel_c.release_timer_started():
+            failed.append("started after fork")
+        if d_parent.done():
+            failed.append("parent deadline done")  # readable in the child, never released here
+        d = timerwheel_c.arm_at(time.monotonic() + 0.002)
+        if not timerwheel_c.release_timer_started():
+            failed.append("not started by arm_at")
+        if not (d.wait(LIVENESS_S) and d.released_at_ns >= d.at_ns):
+            failed.append("child deadline")
+
+        async def child_main():
+            at_ns = time.monotonic_ns() + 2_000_000
+            await timerwheel_c.sleep_until(at_ns / 1e9)
+            return time.monotonic_ns() >= at_ns
+
+        if not asyncio.run(child_main()):
+            failed.append("child sleep_until early")
+        try:
+            d_parent.wait(0.01)
+            failed.append("parent deadline waitable")
+        except timerwheel_c.ReleaseTimerClosed:
+            pass
+        return failed
+
+    _run_in_child(checks)
+    d = timerwheel_c.arm_at(time.monotonic() + 0.002)
+    assert d.wait(LIVENESS_S) and d.released_at_ns >= d.at_ns
+    assert not d_parent.done()
+
+
+def test_fork_child_with_core_timer(release_impl):
+    """A ReleaseTimer made before fork is closed in the child (its thread is not there); a new
+    one works in the child; the parent's is untouched. (See _run_in_child.)
+    """
+    if not hasattr(os, "fork"):
+        pytest.skip("no fork on this platform")
+    with release_impl.ReleaseTimer() as rt:
+        d_far = rt.arm_ns(time.monotonic_ns() + 3600 * 10**9)
+
+        def checks():
+            nonlocal d_far
+            failed = []
+            if d_far.done():
+                failed.append("parent deadline done")
+            try:
+                rt.arm_ns(time.monotonic_ns() + 1000)
+                failed.append("parent timer armable")
+            except timerwheel_c.ReleaseTimerClosed:
+                pass
+            d_far = None  # abandoning a parent deadline must not touch the parent's lock
+            with release_impl.ReleaseTimer() as rt2:
+                d = rt2.arm_ns(time.monotonic_ns() + 2_000_000)
+                if not (d.wait(LIVENESS_S) and d.released_at_ns >= d.at_ns):
+                    failed.append("child deadline")
+            return failed
+
+        _run_in_child(checks)
+        d = rt.arm_ns(time.monotonic_ns() + 2_000_000)
+        assert d.wait(LIVENESS_S) and not d_far.done()

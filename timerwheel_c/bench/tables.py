@@ -1,0 +1,146 @@
+"""The bench's tables: one per workload, plus the machine facts and issue 2's targets.
+
+Every figure is the median over the repeats; the spread beside it (±) is half the
+min-max range in % of the median (the JSON has min, max, quartiles and samples).
+"vs C" divides a row's median by the C wheel's in the same column, so 20.0x means
+20 times the C wheel's cost (for throughput columns, the C wheel's figure is
+divided by the row's instead, so bigger still means worse).
+"""
+from __future__ import annotations
+
+from .harness import Stats
+from .impls import ASYNCIO, C_WHEEL, FLOOR, PURE_WHEEL
+from .report import Reporter, fmt, ratio
+from .workloads import Result
+
+SPREAD_NOTE = ("ns are CPU time of the bench thread; figures are medians over the repeats; "
+               "± is half the min-max range, in % of the median")
+
+__all__ = ["durable_table", "lateness_table", "machine_table", "memory_table", "network_table",
+           "targets", "targets_table", "timer_table"]
+
+
+def _median(cell):
+    return cell.median if isinstance(cell, Stats) else None
+
+
+def _cell(cell) -> str:
+    if isinstance(cell, Stats):
+        half_range = (max(cell.samples) - min(cell.samples)) / 2 / cell.median if cell.median else 0.0
+        return f"{fmt(cell.median)} ±{half_range:.0%}"
+    return "-" if cell is None else str(cell)
+
+
+def machine_table(rep: Reporter, facts: dict, config: dict) -> None:
+    rows = [[k, "-" if v is None else str(v)] for k, v in {**facts, **config}.items()]
+    rep.table("machine and run", ["fact", "value"], rows)
+
+
+def timer_table(rep: Reporter, result: Result) -> None:
+    headers = ["implementation"]
+    for header in result.columns.values():
+        headers += [header, "vs C"]
+    ref = result.rows.get(C_WHEEL, {})
+    rows = []
+    for impl, cells in result.rows.items():
+        row = [impl]
+        for variant in result.columns:
+            cell = cells.get(variant)
+            row += [_cell(cell), ratio(_median(cell), _median(ref.get(variant)))]
+        rows.append(row)
+    rep.table(result.title, headers, rows, result.notes + [SPREAD_NOTE])
+
+
+def memory_table(rep: Reporter, figures: dict, n: int) -> None:
+    ref = figures.get(C_WHEEL, {}).get("bytes_per_timer")
+    rows = [
+        [impl, fmt(f["bytes_per_timer"]), f["method"], fmt(f["tracemalloc"]), fmt(f["own"]), fmt(f["rss"]),
+         ratio(f["bytes_per_timer"], ref)]
+        for impl, f in figures.items()
+    ]
+    rep.table(f"memory: bytes per pending timer at {n:,} timers",
+              ["implementation", "bytes/timer", "method", "tracemalloc", "own (nbytes)", "RSS delta", "vs C"],
+              rows, ["tracemalloc is primary for Python-object structures; the C wheel counts its own "
+                     "buffers (nbytes(): entry pool and slot tables), else the RSS delta is used"])
+
+
+def lateness_table(rep: Reporter, series: dict) -> None:
+    rows = []
+    for name, fig in series.items():
+        s = fig["summary_us"]
+        rows.append([name, str(s.get("n", 0))] + [fmt(s.get(k)) for k in ("p50", "p95", "p99", "max")])
+    notes = []
+    p50 = {name: fig["summary_us"].get("p50") for name, fig in series.items()}
+    if p50.get("ReleaseTimer (c)") is not None and p50.get("time.sleep") is not None:
+        notes.append(f"issue 3: C release p50 - time.sleep p50 = {p50['ReleaseTimer (c)'] - p50['time.sleep']:.1f} us "
+                     "(target within 50 us)")
+    if p50.get("timerwheel_c.sleep") is not None and p50.get("asyncio.sleep"):
+        notes.append(f"issue 3: timerwheel_c.sleep p50 / asyncio.sleep p50 = "
+                     f"{p50['timerwheel_c.sleep'] / p50['asyncio.sleep']:.2f} (target at most 0.5)")
+    rep.table("lateness of 2 ms deadlines (us after the deadline)",
+              ["series", "n", "p50 us", "p95 us", "p99 us", "max us"], rows, notes)
+
+
+def durable_table(rep: Reporter, stores: dict) -> None:
+    rows = []
+    for store, fig in stores.items():
+        s = fig["lateness_summary_ms"]
+        rows.append([store, fmt(fig.get("fired_per_s")), str(s.get("n", 0))]
+                    + [fmt(s.get(k)) for k in ("p50", "p99", "max")])
+    rep.table("durable: no-op handler, fired timers per second and due-to-committed lateness",
+              ["store", "fired/s", "n", "lateness p50 ms", "p99 ms", "max ms"], rows,
+              ["issue 4 targets: at least 5,000 fired/s, p99 lateness at most 20 ms"])
+
+
+def network_table(rep: Reporter, runs: dict) -> None:
+    rows = []
+    for name, fig in runs.items():
+        lat, close = fig["latency_summary_us"], fig["idle_close_lateness_summary_ms"]
+        base = runs.get("uvloop call_later" if name.startswith("uvloop") else "call_later", {})
+        rows.append([
+            name, fmt(fig.get("requests_per_s")), fmt(lat.get("p50")), fmt(lat.get("p99")),
+            fmt(fig.get("cpu_ns_per_request")), ratio(fig.get("cpu_ns_per_request"), base.get("cpu_ns_per_request")),
+            f"{fig.get('idle_closes_fired', '-')}/{fig.get('idle_closes_expected', '-')}",
+            fmt(close.get("p50")), fmt(close.get("p99")), str(fig.get("early_closes", "-")),
+            str(fig.get("unexpected_closes", "-")),
+        ])
+    rep.table("network: idle-timeout server on loopback (see timerwheel_c.bench.network)",
+              ["scheduler", "req/s", "lat p50 us", "p99 us", "CPU ns/req", "CPU ratio",
+               "idle fired/exp", "late p50 ms", "p99 ms", "early", "overload"], rows,
+              ["lat: per-request round trip; CPU: server process CPU per request; CPU ratio: against the same "
+               "loop's call_later row; idle fired/exp and late: idle closes and their lateness; early: closes "
+               "before the timeout (must be 0); overload: active connections the server closed"])
+
+
+def targets(churn: Result | None) -> dict:
+    """Issue 2's churn targets as figures: each ``{"ratio", "target", "met"}``, ratio = cost / C's."""
+    if churn is None or C_WHEEL not in churn.rows:
+        return {}
+    c = churn.rows[C_WHEEL]
+    out = {}
+
+    def add(key, cost, ref, target, higher_is_better):
+        if isinstance(cost, Stats) and isinstance(ref, Stats):
+            value = cost.median / ref.median
+            out[key] = {"ratio": value, "target": target,
+                        "met": value >= target if higher_is_better else value <= target}
+
+    floor = churn.rows.get(FLOOR, {})
+    pure = churn.rows.get(PURE_WHEEL, {})
+    aio = churn.rows.get(ASYNCIO, {})
+    add("C reschedule / empty method", c.get("reschedule"), floor.get("reschedule"), 1.5, False)
+    add("C cancel+schedule / empty methods", c.get("cancel+schedule"), floor.get("cancel+schedule"), 1.5, False)
+    add("pure / C (reschedule)", pure.get("reschedule"), c.get("reschedule"), 10.0, True)
+    add("asyncio cancel+call_later / C reschedule", aio.get("cancel+schedule"), c.get("reschedule"), 20.0, True)
+    add("asyncio cancel+call_later / C cancel+schedule", aio.get("cancel+schedule"), c.get("cancel+schedule"),
+        20.0, True)
+    return out
+
+
+def targets_table(rep: Reporter, figures: dict) -> None:
+    rows = [
+        [name, f"{f['ratio']:.2f}x", ("<= " if "empty" in name else ">= ") + f"{f['target']:g}x",
+         "met" if f["met"] else "NOT met"]
+        for name, f in figures.items()
+    ]
+    rep.table("issue 2 targets (churn medians)", ["ratio", "measured", "target", ""], rows)

@@ -1,0 +1,14 @@
+"""Exceptions shared by the compiled cores and their pure twins."""
+from __future__ import annotations
+
+__all__ = ["ReleaseTimerClosed"]
+
+
+class ReleaseTimerClosed(RuntimeError):
+    """The ReleaseTimer was closed before the deadline was released.
+
+    Raised by ``Deadline.wait()`` and ``await deadline`` for a deadline still pending
+    when ``ReleaseTimer.close()`` ran, and by ``arm``/``arm_ns`` on a closed timer.
+    The seed design (moqtap_proxy release_timer.rs) abandons such waiters silently;
+    we wake them with this instead, so nothing hangs.
+    """

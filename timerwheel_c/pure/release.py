@@ -1,0 +1,596 @@
+"""The pure-Python twin of ``src/_release.pyx``: a deadline release thread.
+
+Design source: the seed "moqtap_proxy release_timer.rs" (one thread, one min-heap of
+deadlines, level-triggered deadlines), extended with wakeups for blocking and asyncio
+waiters, abandonment sweeps, ``close()`` that wakes waiters, and fork safety.
+
+This twin uses ``threading.Thread``, ``heapq`` and ``threading.Condition``; it has the
+same API and semantics as the compiled core, minus the GIL freedom. The functions
+below mirror the ``.pyx`` one by one, in the same order.
+
+Units: deadlines are int nanoseconds on ``time.monotonic_ns()`` (``*_ns``) or float
+seconds on ``time.monotonic()`` (``arm``); timeouts are float seconds.
+"""
+from __future__ import annotations
+
+import asyncio
+import heapq
+import math
+import os
+import threading
+import time
+from numbers import Real
+
+from ..errors import ReleaseTimerClosed
+
+__all__ = ["Deadline", "ReleaseTimer", "ReleaseTimerClosed", "past_deadline"]
+
+SLICE_NS = 500_000  # the seed's sleep step: the thread re-reads the heap at least this often
+SWEEP_MIN_HEAP = 64  # sweep abandoned slots only once the heap holds more entries than this
+SWEEP_EVERY_NS = 250_000_000  # ... and at most this often
+WAIT_CHUNK_NS = 100_000_000  # blocking waits wake this often to let Ctrl-C through
+INT64_MAX = 2**63 - 1
+INT64_MIN = -(2**63)
+
+FREE, ARMED, RELEASED, ABANDONED = 0, 1, 2, 3  # slot states
+SLICE, CONDVAR = 0, 1  # backends
+BACKEND_NAMES = ("slice", "condvar")
+
+# Bumped in a forked child: a timer created under another epoch belongs to the parent,
+# whose release thread does not exist here, so the child must never touch its locks.
+_fork_epoch = 0
+
+
+def _after_fork_in_child() -> None:
+    global _fork_epoch
+    _fork_epoch += 1
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _choose_backend(backend: str | None) -> int:
+    """The backend for ``backend``, else ``$TIMERWHEEL_C_RELEASE_TIMER``; unknown -> slice."""
+    if backend is None:
+        backend = os.environ.get("TIMERWHEEL_C_RELEASE_TIMER", "slice")
+    if not isinstance(backend, str):
+        raise TypeError(f"backend must be 'slice', 'condvar' or None, got {backend!r}")
+    return CONDVAR if backend.strip().lower() == "condvar" else SLICE
+
+
+def _check_at_ns(at_ns) -> int:
+    """``at_ns`` as an int64 of ns; TypeError for non-int or bool, ValueError out of int64."""
+    if isinstance(at_ns, bool) or not isinstance(at_ns, int):
+        raise TypeError(f"at_ns must be an int of nanoseconds on time.monotonic_ns(), got {at_ns!r}")
+    if not INT64_MIN <= at_ns <= INT64_MAX:
+        raise ValueError(f"at_ns={at_ns!r} is out of the int64 nanosecond range")
+    return at_ns
+
+
+def _seconds_to_ns(at) -> int:
+    """``at`` (float s on time.monotonic()) as int ns, rounded up so a release is never early."""
+    if isinstance(at, bool) or not isinstance(at, Real):
+        raise TypeError(f"at must be a number of seconds on time.monotonic(), got {at!r}")
+    at = float(at)
+    if not math.isfinite(at):
+        raise ValueError(f"at={at!r} is not a finite number of seconds")
+    scaled = at * 1e9  # checked as a float first: 1e300 s would overflow to inf
+    if not -9.2e18 <= scaled <= 9.2e18:
+        raise ValueError(f"at={at!r} s is out of the int64 nanosecond range")
+    return math.ceil(scaled)
+
+
+def _timeout_ns(timeout) -> int:
+    """A wait timeout (float s, None = forever) as int ns; -1 means forever."""
+    if timeout is None:
+        return -1
+    if isinstance(timeout, bool) or not isinstance(timeout, Real):
+        raise TypeError(f"timeout must be a number of seconds or None, got {timeout!r}")
+    timeout = float(timeout)
+    if math.isnan(timeout):
+        raise ValueError(f"timeout={timeout!r} is not a number")
+    if timeout <= 0:
+        return 0
+    return -1 if timeout * 1e9 >= INT64_MAX / 2 else math.ceil(timeout * 1e9)
+
+
+def past_deadline(at) -> Deadline | None:
+    """A Deadline already released, if ``at`` (float s on time.monotonic()) has passed, else None.
+
+    Lets the process-wide timer answer past deadlines without starting. Raises as ``arm``.
+    """
+    at_ns = _seconds_to_ns(at)
+    now_ns = time.monotonic_ns()
+    if at_ns <= now_ns:
+        return Deadline(None, -1, 0, at_ns, now_ns)
+    return None
+
+
+class Deadline:
+    """One armed deadline: level-triggered, released once the clock reaches ``at_ns``.
+
+    ``done()`` is True from its release on; ``wait(timeout)`` blocks; ``await d`` works
+    in any asyncio loop. Dropping every reference to a pending Deadline abandons it.
+    """
+
+    __slots__ = ("_rt", "_slot", "_gen", "_at_ns", "_released_at_ns")
+
+    def __init__(self, rt, slot: int, gen: int, at_ns: int, released_at_ns: int | None):
+        self._rt = rt  # None for a deadline released at arm time (slot -1)
+        self._slot = slot
+        self._gen = gen
+        self._at_ns = at_ns
+        self._released_at_ns = released_at_ns
+
+    @property
+    def at_ns(self) -> int:
+        """The deadline, int ns on time.monotonic_ns()."""
+        return self._at_ns
+
+    @property
+    def released_at_ns(self) -> int | None:
+        """When the release thread released it (int ns on time.monotonic_ns()), None before."""
+        if self._slot < 0:
+            return self._released_at_ns
+        core = self._rt._core
+        with core.lock:
+            if core.state[self._slot] == RELEASED:
+                return core.released_at[self._slot]
+        return None
+
+    def done(self) -> bool:
+        """True once released, and from then on (level-triggered)."""
+        if self._slot < 0:
+            return True
+        return self._rt._core.state[self._slot] == RELEASED
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until released (True) or ``timeout`` seconds pass (False); None waits forever.
+
+        Raises:
+            ReleaseTimerClosed: the timer was closed (or belongs to a forked parent) first.
+        """
+        if self._slot < 0:
+            return True
+        timeout_ns = _timeout_ns(timeout)
+        core = self._rt._core
+        if core.epoch != _fork_epoch:
+            if core.state[self._slot] == RELEASED:
+                return True
+            raise ReleaseTimerClosed("the ReleaseTimer belongs to the parent of this forked process")
+        until_ns = -1 if timeout_ns < 0 else time.monotonic_ns() + timeout_ns
+        with core.lock:
+            core.blocking_waiters += 1
+            try:
+                while core.state[self._slot] == ARMED and not core.closed:
+                    now_ns = time.monotonic_ns()
+                    if until_ns >= 0 and now_ns >= until_ns:
+                        break
+                    chunk_ns = WAIT_CHUNK_NS if until_ns < 0 else min(WAIT_CHUNK_NS, until_ns - now_ns)
+                    core.released_cond.wait(chunk_ns / 1e9)
+            finally:
+                core.blocking_waiters -= 1
+            state = core.state[self._slot]
+            closed = core.closed
+        if state == RELEASED:
+            return True
+        if closed:
+            raise ReleaseTimerClosed(f"the ReleaseTimer was closed before the deadline at_ns={self._at_ns}")
+        return False
+
+    def __await__(self):
+        return _await_deadline(self).__await__()
+
+    def __del__(self):
+        if self._slot >= 0:
+            _abandon(self._rt._core, self._slot, self._gen)
+
+    def __repr__(self) -> str:
+        state = "released" if self.done() else "pending"
+        return f"<Deadline at_ns={self._at_ns} {state}>"
+
+
+async def _await_deadline(d: Deadline) -> None:
+    """Await ``d`` on the running loop; raises ReleaseTimerClosed if the timer closes first."""
+    if d._slot < 0:
+        return
+    chan, key, fut = d._rt._subscribe(d, asyncio.get_running_loop())
+    if fut is None:
+        return
+    try:
+        await fut
+    except asyncio.CancelledError:
+        chan.forget(key, fut)
+        raise
+
+
+class _Channel:
+    """Carries releases from the release thread to one asyncio loop.
+
+    The release thread queues released keys (slot << 32 | generation) and, once per batch,
+    schedules ``drain`` on the loop with ``call_soon_threadsafe``; the loop's own thread
+    resolves the futures. (The compiled core signals an eventfd or self-pipe instead.)
+    """
+
+    def __init__(self, core: _Core, loop, index: int):
+        self.core = core
+        self.loop = loop
+        self.index = index
+        self.waiters: dict[int, list] = {}  # key (slot << 32 | generation) -> futures
+        self.queue: list[int] = []  # released keys, guarded by core.lock
+        self.signaled = False  # a drain is scheduled and has not yet taken the queue
+        self.dead = False
+
+    def forget(self, key, fut) -> None:
+        """Drop a cancelled waiter's future."""
+        futs = self.waiters.get(key)
+        if futs is not None and fut in futs:
+            futs.remove(fut)
+            if not futs:
+                del self.waiters[key]
+
+    def drain(self) -> None:
+        """On the loop's thread: resolve the futures of released deadlines."""
+        core = self.core
+        with core.lock:
+            keys, self.queue = self.queue, []
+            self.signaled = False
+            closed = core.closed
+        for key in keys:
+            for fut in self.waiters.pop(key, ()):
+                if not fut.done():
+                    fut.set_result(None)
+        if closed:
+            self.fail_all()
+
+    def fail_all(self) -> None:
+        """Wake every remaining future with ReleaseTimerClosed (the timer was closed)."""
+        waiters, self.waiters = self.waiters, {}
+        for futs in waiters.values():
+            for fut in futs:
+                if not fut.done():
+                    fut.set_exception(ReleaseTimerClosed("the ReleaseTimer was closed before the deadline"))
+
+    def notify(self) -> None:
+        """Schedule a drain on the loop (release thread or closer, core.lock held)."""
+        if self.signaled or self.dead:
+            return
+        self.signaled = True
+        try:
+            self.loop.call_soon_threadsafe(self.drain)
+        except RuntimeError:  # the loop is closed: nobody is left to wake
+            self.dead = True
+
+
+class _Core:
+    """The timer's state shared with its thread (the C struct ``Core`` in the compiled twin).
+
+    Guarded by ``lock``: the heap of ``(at_ns, seq, slot)`` (seq makes equal deadlines
+    release in arm order), and the slot table, where slot ``i`` carries a state, a
+    generation (bumped when the slot is freed, so stale keys never match) and the
+    release instant.
+    """
+
+    def __init__(self, backend: int):
+        self.lock = threading.RLock()  # reentrant: a GC'd Deadline may abandon inside a locked section
+        self.wake_cond = threading.Condition(self.lock)  # wakes the release thread
+        self.released_cond = threading.Condition(self.lock)  # wakes blocking waiters
+        self.backend = backend
+        self.closing = False
+        self.closed = False
+        self.epoch = _fork_epoch
+        self.wakes = 0
+        self.seq = 0
+        self.heap: list[tuple[int, int, int]] = []
+        self.state: list[int] = []
+        self.gen: list[int] = []
+        self.released_at: list[int] = []
+        self.chan: list[int] = []
+        self.free: list[int] = []
+        self.blocking_waiters = 0
+        self.last_sweep_ns = 0
+        self.chans: list[_Channel | None] = []
+        self.thread: threading.Thread | None = None
+
+
+def _alloc_slot(core: _Core) -> int:
+    """A free slot index, armed (core.lock held)."""
+    if core.free:
+        slot = core.free.pop()
+    else:
+        slot = len(core.state)
+        core.state.append(FREE)
+        core.gen.append(0)
+        core.released_at.append(0)
+        core.chan.append(-1)
+    core.state[slot] = ARMED
+    core.chan[slot] = -1
+    return slot
+
+
+def _free_slot(core: _Core, slot: int) -> None:
+    core.state[slot] = FREE
+    core.gen[slot] += 1
+    core.free.append(slot)
+
+
+def _release_due(core: _Core, now_ns: int) -> list[tuple[int, int]]:
+    """Release every heap entry due at ``now_ns`` (core.lock held); returns their (at_ns, seq)."""
+    heap = core.heap
+    released = []
+    notify = set()
+    while heap and heap[0][0] <= now_ns:
+        at_ns, seq, slot = heapq.heappop(heap)
+        state = core.state[slot]
+        if state == ARMED:
+            core.state[slot] = RELEASED
+            core.released_at[slot] = now_ns
+            released.append((at_ns, seq))
+            c = core.chan[slot]
+            if c >= 0 and core.chans[c] is not None:
+                core.chans[c].queue.append((slot << 32) | core.gen[slot])
+                notify.add(c)
+        elif state == ABANDONED:
+            _free_slot(core, slot)
+    if released and core.blocking_waiters:
+        core.released_cond.notify_all()
+    for c in notify:
+        core.chans[c].notify()
+    return released
+
+
+def _maybe_sweep(core: _Core, now_ns: int) -> None:
+    """Drop abandoned entries once the heap passes SWEEP_MIN_HEAP, at most every SWEEP_EVERY_NS."""
+    if len(core.heap) <= SWEEP_MIN_HEAP or now_ns - core.last_sweep_ns < SWEEP_EVERY_NS:
+        return
+    core.last_sweep_ns = now_ns
+    kept = []
+    for entry in core.heap:
+        if core.state[entry[2]] == ABANDONED:
+            _free_slot(core, entry[2])
+        else:
+            kept.append(entry)
+    if len(kept) != len(core.heap):
+        heapq.heapify(kept)
+        core.heap = kept
+
+
+def _release_main(core: _Core) -> None:
+    """The release thread: release what is due, then sleep until the heap's top.
+
+    Idle, it parks on an untimed wait. With a deadline more than SLICE_NS away it waits
+    on the condition in SLICE_NS steps (a nearer arm or close wakes it at once); the last
+    step, under SLICE_NS, sleeps exactly the time remaining (a deadline armed during it
+    is seen when it ends, so it can be late by at most that step). The condvar backend
+    waits on the condition until the top instead. While the heap is large enough to
+    sweep, no wait is longer than SWEEP_EVERY_NS.
+    """
+    with core.lock:
+        while not core.closing:
+            core.wakes += 1
+            now_ns = time.monotonic_ns()
+            _release_due(core, now_ns)
+            _maybe_sweep(core, now_ns)
+            if core.closing:
+                break
+            if not core.heap:
+                core.wake_cond.wait()
+                continue
+            top_ns = core.heap[0][0]
+            remaining_ns = top_ns - time.monotonic_ns()
+            if remaining_ns <= 0:
+                continue
+            if core.backend == CONDVAR or remaining_ns > SLICE_NS:
+                step_ns = remaining_ns if core.backend == CONDVAR else SLICE_NS
+                if len(core.heap) > SWEEP_MIN_HEAP:
+                    step_ns = min(step_ns, SWEEP_EVERY_NS)
+                core.wake_cond.wait(step_ns / 1e9)
+            else:
+                core.lock.release()
+                try:
+                    time.sleep(remaining_ns / 1e9)
+                finally:
+                    core.lock.acquire()
+
+
+def _abandon(core: _Core, slot: int, gen: int) -> None:
+    """A Deadline's last reference is gone: free its slot, or leave a mark for the sweep."""
+    if core.epoch != _fork_epoch:
+        return  # the parent's timer: its lock may be held by a thread absent here
+    with core.lock:
+        if core.gen[slot] != gen:
+            return
+        if core.state[slot] == ARMED:
+            core.state[slot] = ABANDONED
+        elif core.state[slot] == RELEASED:
+            _free_slot(core, slot)
+
+
+class ReleaseTimer:
+    """A deadline release thread (pure twin): ``arm`` deadlines, then wait or await them.
+
+    ``ReleaseTimer(backend=None)`` starts its thread. ``backend`` is ``"slice"`` or
+    ``"condvar"``; None reads ``$TIMERWHEEL_C_RELEASE_TIMER``; anything else is slice.
+    Use it as a context manager or call ``close()``.
+    """
+
+    def __init__(self, backend: str | None = None):
+        self._core = _Core(_choose_backend(backend))
+        self._chans: dict = {}  # loop -> _Channel
+        thread = threading.Thread(
+            target=_release_main, args=(self._core,), name="timerwheel_c-release", daemon=True
+        )
+        self._core.thread = thread
+        thread.start()
+
+    @property
+    def backend(self) -> str:
+        """The backend chosen at construction: ``"slice"`` or ``"condvar"``."""
+        return BACKEND_NAMES[self._core.backend]
+
+    @property
+    def wakes(self) -> int:
+        """Loop iterations of the release thread so far."""
+        return self._core.wakes
+
+    @property
+    def closed(self) -> bool:
+        """True once ``close()`` ran."""
+        return self._core.closed
+
+    def pending(self) -> int:
+        """The heap's length, abandoned slots not yet swept included."""
+        with self._core.lock:
+            return len(self._core.heap)
+
+    def arm(self, at: float) -> Deadline:
+        """Arm a deadline at ``at``, float seconds on time.monotonic().
+
+        Raises:
+            TypeError: ``at`` is not a real number (or is a bool).
+            ValueError: ``at`` is NaN, infinite or out of the int64 ns range.
+            ReleaseTimerClosed: the timer is closed.
+        """
+        return self.arm_ns(_seconds_to_ns(at))
+
+    def arm_ns(self, at_ns: int) -> Deadline:
+        """Arm a deadline at ``at_ns``, int nanoseconds on time.monotonic_ns().
+
+        A deadline already due comes back released, without touching the heap.
+
+        Raises:
+            TypeError: ``at_ns`` is not an int (or is a bool).
+            ValueError: ``at_ns`` is out of the int64 range.
+            ReleaseTimerClosed: the timer is closed.
+        """
+        at_ns = _check_at_ns(at_ns)
+        core = self._core
+        if core.closed or core.epoch != _fork_epoch:
+            raise ReleaseTimerClosed("arm on a closed ReleaseTimer")
+        now_ns = time.monotonic_ns()
+        if at_ns <= now_ns:
+            return Deadline(None, -1, 0, at_ns, now_ns)
+        with core.lock:
+            if core.closed:
+                raise ReleaseTimerClosed("arm on a closed ReleaseTimer")
+            slot = _alloc_slot(core)
+            core.seq += 1
+            heapq.heappush(core.heap, (at_ns, core.seq, slot))
+            if core.heap[0][2] == slot or len(core.heap) == SWEEP_MIN_HEAP + 1:
+                # a new top preempts the thread's wait; a heap now big enough to sweep
+                # makes it cap its wait at SWEEP_EVERY_NS
+                core.wake_cond.notify()
+            return Deadline(self, slot, core.gen[slot], at_ns, None)
+
+    def close(self) -> None:
+        """Stop the thread and wake every pending waiter with ReleaseTimerClosed.
+
+        Returns promptly (the thread's waits are interruptible; its last-step sleeps are
+        shorter than SLICE_NS). Called on the release thread itself, it detaches instead
+        of joining. Idempotent.
+        """
+        core = self._core
+        if core.epoch != _fork_epoch:
+            core.closed = True  # the parent's timer in a forked child: nothing to stop here
+            return
+        with core.lock:
+            if core.closed:
+                return
+            core.closing = True
+            core.closed = True
+            core.wake_cond.notify_all()
+            core.released_cond.notify_all()
+            for chan in core.chans:
+                if chan is not None:
+                    chan.notify()
+        if core.thread is not None and core.thread is not threading.current_thread():
+            core.thread.join()
+
+    def __enter__(self) -> ReleaseTimer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: modules may be half torn down
+            pass
+
+    def _subscribe(self, d: Deadline, loop):
+        """Register an asyncio future for ``d`` on ``loop``: (channel, key, future or None)."""
+        core = self._core
+        if core.epoch != _fork_epoch:
+            raise ReleaseTimerClosed("the ReleaseTimer belongs to the parent of this forked process")
+        chan = self._channel_for(loop)
+        key = (d._slot << 32) | d._gen
+        with core.lock:
+            if core.state[d._slot] == RELEASED:
+                return chan, key, None
+            if core.closed:
+                raise ReleaseTimerClosed(f"the ReleaseTimer was closed before the deadline at_ns={d._at_ns}")
+            bound = core.chan[d._slot]
+            if bound >= 0 and bound != chan.index and core.chans[bound] is not None:
+                return chan, key, _fallback_future(d, loop)
+            core.chan[d._slot] = chan.index
+        fut = loop.create_future()
+        chan.waiters.setdefault(key, []).append(fut)
+        return chan, key, fut
+
+    def _channel_for(self, loop) -> _Channel:
+        """The channel to ``loop``, made on first use; channels of closed loops are reaped."""
+        chan = self._chans.get(loop)
+        if chan is not None:
+            return chan
+        core = self._core
+        with core.lock:
+            for old_loop, old in list(self._chans.items()):
+                if old_loop.is_closed():
+                    old.dead = True
+                    core.chans[old.index] = None
+                    del self._chans[old_loop]
+            index = core.chans.index(None) if None in core.chans else len(core.chans)
+            chan = _Channel(core, loop, index)
+            if index == len(core.chans):
+                core.chans.append(chan)
+            else:
+                core.chans[index] = chan
+        self._chans[loop] = chan
+        return chan
+
+    def _release_due_ns(self, now_ns: int) -> list[tuple[int, int]]:
+        """Test hook: release what is due at ``now_ns`` (int ns, may be in the future).
+
+        Returns the released (at_ns, seq) pairs in release order; seq counts arms from 1
+        per timer, so ordering can be checked without timing anything.
+        """
+        with self._core.lock:
+            return _release_due(self._core, _check_at_ns(now_ns))
+
+
+def _fallback_future(d: Deadline, loop):
+    """A future for ``d`` on a second loop: a helper thread waits and posts the outcome."""
+    fut = loop.create_future()
+
+    def settle(exc):
+        if not fut.done():
+            if exc is None:
+                fut.set_result(None)
+            else:
+                fut.set_exception(exc)
+
+    def helper():
+        try:
+            d.wait()
+            exc = None
+        except ReleaseTimerClosed as e:
+            exc = e
+        try:
+            loop.call_soon_threadsafe(settle, exc)
+        except RuntimeError:
+            pass
+
+    threading.Thread(target=helper, name="timerwheel_c-release-helper", daemon=True).start()
+    return fut

@@ -1,0 +1,93 @@
+"""The process-wide release timer and precise asyncio sleeps on it.
+
+``arm_at(at)`` arms a deadline on one ReleaseTimer per process, started lazily on the
+first deadline still in the future; ``sleep_until(at)`` and ``sleep(delay)`` await
+such deadlines. Times are float seconds on ``time.monotonic()``, the clock asyncio's
+loops use. Design source: the seed "moqtap_proxy release_timer.rs" (one release
+thread per process).
+
+Fork safety: ``os.register_at_fork`` drops the process-wide timer in a forked child,
+whose copy of the parent's thread does not run, so the child starts its own on first
+use; the parent's timer is untouched.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+
+from . import _release_core as _core
+
+__all__ = ["arm_at", "release_timer_started", "sleep", "sleep_until"]
+
+_lock = threading.Lock()
+_timer = None
+
+
+def _after_fork_in_child() -> None:
+    global _timer, _lock
+    _timer = None
+    _lock = threading.Lock()  # the parent may have held it while forking
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _process_timer():
+    global _timer
+    timer = _timer
+    if timer is None:
+        with _lock:
+            if _timer is None:
+                _timer = _core.ReleaseTimer()
+            timer = _timer
+    return timer
+
+
+def arm_at(at: float):
+    """Arm a deadline at ``at`` (float seconds on time.monotonic()) on the process-wide timer.
+
+    A deadline already due comes back released without starting the timer.
+
+    Raises:
+        TypeError: ``at`` is not a real number (or is a bool).
+        ValueError: ``at`` is NaN, infinite or out of the int64 ns range.
+    """
+    d = _core.past_deadline(at)
+    if d is not None:
+        return d
+    return _process_timer().arm(at)
+
+
+def release_timer_started() -> bool:
+    """True once this process's release timer has started (in a forked child: its own)."""
+    return _timer is not None
+
+
+async def sleep_until(at: float, result=None):
+    """Sleep until ``at`` (float seconds on time.monotonic()), released by the release timer.
+
+    Never wakes before ``at``; returns ``result``. Raises as :func:`arm_at`.
+    """
+    await arm_at(at)
+    return result
+
+
+async def sleep(delay: float, result=None):
+    """Like ``asyncio.sleep(delay)`` (``delay`` in float seconds), but released precisely.
+
+    A ``delay`` <= 0 yields to the loop once, as asyncio.sleep(0) does.
+
+    Raises:
+        TypeError: ``delay`` is not a real number (or is a bool).
+        ValueError: ``delay`` is NaN or infinite.
+    """
+    if isinstance(delay, bool) or not isinstance(delay, (int, float)):
+        raise TypeError(f"delay must be a number of seconds, got {delay!r}")
+    if delay <= 0:
+        await asyncio.sleep(0)
+        return result
+    await arm_at(time.monotonic() + delay)
+    return result
