@@ -7,6 +7,8 @@ never a silent pass on pure. ``--no-c-extensions`` deselects the compiled runs.
 from __future__ import annotations
 
 import importlib
+import os
+import uuid
 from pathlib import Path
 
 import pytest
@@ -54,3 +56,25 @@ def wheel_impl(request):
 def release_impl(request):
     """The release-timer core module: ``timerwheel_c._release`` (C) or ``timerwheel_c.pure.release``."""
     return importlib.import_module(request.param)
+
+
+_PG_DSN = os.environ.get("TIMERWHEEL_C_TEST_PG_DSN")
+
+
+@pytest.fixture(params=["sqlite-file", "sqlite-memory", pytest.param("postgres", marks=pytest.mark.skipif(
+    not _PG_DSN, reason="set TIMERWHEEL_C_TEST_PG_DSN=postgresql://... to test PostgresStore"))])
+def durable_store(request, tmp_path):
+    """A fresh durable-timer store per backend; a new backend joins by adding one param."""
+    if request.param == "postgres":
+        from timerwheel_c.durable.postgres import PostgresStore
+
+        store = PostgresStore(_PG_DSN, table=f"timerwheel_test_{uuid.uuid4().hex[:16]}")
+        yield store
+        store.drop()
+        store.close()
+        return
+    from timerwheel_c.durable.sqlite import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "timers.db" if request.param == "sqlite-file" else ":memory:")
+    yield store
+    store.close()

@@ -1,6 +1,78 @@
-"""``timerwheel-c run``: placeholder until issue 4 lands."""
+"""``timerwheel-c run``: serve durable timers from a store until SIGINT or SIGTERM.
+
+    python -m timerwheel_c run --store sqlite:////abs/timers.db --handlers pkg.mod:registry [--partition NAME ...]
+
+``--handlers`` names a :class:`TimerRegistry` (or a zero-argument callable returning one) as
+``module:attribute``. Without ``--partition`` every partition in the store is served.
+Exits 0 after a clean stop, 2 on a bad argument.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import signal
+import sys
+import threading
+
+from .registry import TimerRegistry
+
+log = logging.getLogger("timerwheel_c.durable")
 
 
-def add_parser(sub):
-    p = sub.add_parser("run", help="serve durable timers from a store")
-    p.set_defaults(func=lambda args: 0)
+def add_parser(sub) -> None:
+    """Register the ``run`` subcommand on an argparse subparsers object."""
+    p = sub.add_parser("run", help="serve durable timers from a store", description=__doc__.splitlines()[0])
+    p.add_argument("--store", required=True, metavar="URL", help="sqlite:///PATH (four slashes for an absolute path)")
+    p.add_argument("--handlers", required=True, metavar="MODULE:ATTR", help="a TimerRegistry, or a callable returning one")
+    p.add_argument("--partition", action="append", dest="partitions", metavar="NAME",
+                   help="a partition to serve (repeatable; default: every partition in the store)")
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.set_defaults(func=run)
+
+
+def load_registry(spec: str) -> TimerRegistry:
+    """Import ``module:attribute`` and return the TimerRegistry it names (calling it if callable).
+
+    Raises:
+        ValueError: ``spec`` is not ``module:attribute``, or names no TimerRegistry.
+        ImportError / AttributeError: the module or attribute does not exist.
+    """
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"--handlers must be MODULE:ATTR, got {spec!r}")
+    obj = getattr(importlib.import_module(module_name), attr)
+    if not isinstance(obj, TimerRegistry) and callable(obj):
+        obj = obj()
+    if not isinstance(obj, TimerRegistry):
+        raise ValueError(f"{spec!r} is a {type(obj).__name__}, not a TimerRegistry")
+    return obj
+
+
+def run(args) -> int:
+    """Run the service until SIGINT/SIGTERM; 0 on a clean stop, 2 on a bad argument."""
+    from .service import DurableTimerService
+    from .url import open_store
+
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        store = open_store(args.store)
+        registry = load_registry(args.handlers)
+    except (ValueError, ImportError, AttributeError) as exc:
+        print(f"timerwheel-c run: {exc}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+
+    def on_signal(signum, frame):
+        log.info("received %s; stopping", signal.Signals(signum).name)
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, on_signal)
+    with store, DurableTimerService(store, registry, args.partitions):
+        log.info("serving %s partitions %s with kinds %s", args.store, args.partitions or "all", registry.kinds())
+        # Short waits keep the main thread returning to the interpreter, where signal handlers run.
+        while not stop.wait(0.2):
+            pass
+    log.info("stopped")
+    return 0

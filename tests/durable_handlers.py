@@ -1,0 +1,69 @@
+"""Handlers and process entry points for the durable subprocess tests (restart, poison, sleep, CLI).
+
+Run as ``python durable_handlers.py MODE ...`` or import ``registry`` (``--handlers durable_handlers:registry``).
+
+- ``serve DB OFFSET_MS``: a DurableTimerService on every partition of DB, its wall clock shifted
+  by OFFSET_MS, until killed.
+- ``sleeper DB LOG DUE0 DUE1``: an execution doing two durable sleeps, appending a line to LOG
+  after each (``<n> fired`` or ``<n> replayed``), with a service in the same process.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from timerwheel_c.durable.registry import Done, TimerHandler, TimerKind, TimerRegistry
+from timerwheel_c.durable.service import DurableTimerService
+from timerwheel_c.durable.sleep import SLEEP_PARTITION, DurableContext, SleepHandler
+from timerwheel_c.durable.sqlite import SQLiteStore
+from timerwheel_c.durable.store import Batch
+
+EFFECT_KIND = 0xF3
+POISON_KIND = 0xF4
+
+
+class Effect(TimerHandler):
+    """Done with one effect row per application, keyed by reference and a fresh token, so an effect
+    applied twice shows as two rows. Sleeps 2 ms so a kill lands inside ``fire`` more often than not."""
+
+    kind = TimerKind(EFFECT_KIND)
+
+    def fire(self, ctx, timer):
+        time.sleep(0.002)
+        token = os.urandom(8).hex().encode()
+        return Done(Batch().put(b"effect/" + timer.reference + b"/" + token, b"1"))
+
+
+class Poison(TimerHandler):
+    """Kills the whole process on every try."""
+
+    kind = TimerKind(POISON_KIND)
+
+    def fire(self, ctx, timer):
+        os._exit(3)
+
+
+registry = TimerRegistry().register(Effect()).register(Poison()).register(SleepHandler())
+
+
+def serve(db: str, offset_ms: str) -> None:
+    shift_ns = int(offset_ms) * 1_000_000
+    store = SQLiteStore(db)
+    DurableTimerService(store, registry, None, wall_ns=lambda: time.time_ns() + shift_ns).start()
+    while True:
+        time.sleep(1)
+
+
+def sleeper(db: str, log_path: str, due0: str, due1: str) -> None:
+    store = SQLiteStore(db)
+    with DurableTimerService(store, registry, [SLEEP_PARTITION]) as service:
+        ctx = DurableContext(store, "execution-1", service=service)
+        for n, due in enumerate((int(due0), int(due1))):
+            replayed = ctx.sleep_until(due, timeout_s=60)
+            with open(log_path, "a") as f:
+                f.write(f"{n} {'replayed' if replayed else 'fired'} {time.time_ns() // 1_000_000}\n")
+
+
+if __name__ == "__main__":
+    {"serve": serve, "sleeper": sleeper}[sys.argv[1]](*sys.argv[2:])

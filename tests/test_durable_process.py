@@ -1,0 +1,171 @@
+"""Durable timers across process deaths: SIGKILL mid-run and restart, a handler that kills its
+process, durable sleep across a restart, and the ``run`` CLI. The services run as subprocesses
+(tests/durable_handlers.py) on a SQLite file; the test process reads the same file."""
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from timerwheel_c.durable import keys
+from timerwheel_c.durable.runner import backoff_ms
+from timerwheel_c.durable.sleep import SLEEP_PARTITION
+from timerwheel_c.durable.sqlite import SQLiteStore
+from timerwheel_c.durable.store import Batch
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+
+HELPERS = Path(__file__).resolve().parent / "durable_handlers.py"
+EFFECT_KIND, POISON_KIND = 0xF3, 0xF4
+P = "jobs"
+LIVENESS_S = 30.0
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def spawn(tmp_path, *args):
+    # cwd=tmp_path: never import the checkout's timerwheel_c instead of the installed one.
+    return subprocess.Popen([sys.executable, str(HELPERS), *map(str, args)], cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def wait_until(predicate, what, timeout=LIVENESS_S):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def effects(store):
+    return [k for k, _ in store.scan(P, b"effect/", b"effect0", limit=100_000).entries]
+
+
+def timer_rows(store, partition=P):
+    return [keys.parse(k) for k, _ in store.scan(partition, keys.TAG, b"U", limit=100_000).entries]
+
+
+@pytest.mark.slow
+def test_sigkill_mid_run_then_restart_applies_every_effect_exactly_once(tmp_path):
+    """400 due timers; the service process is SIGKILLed once some but not all effects are committed
+    (asserted), then restarted with its clock 700 s ahead so rows claimed by the dead process (backed
+    off <= 5 s) are due. Every timer's batch effect is then present exactly once (each application
+    writes a distinct row, so a double application would show) and no timer row is left."""
+    db = tmp_path / "restart.db"
+    store = SQLiteStore(db)
+    refs = [b"%04d" % i for i in range(400)]
+    batch = Batch()
+    for i, ref in enumerate(refs):
+        batch.put(keys.timer(wall_ms() - 10_000 + i, EFFECT_KIND, ref), b"")
+    store.apply(P, batch)
+
+    first = spawn(tmp_path, "serve", db, 0)
+    wait_until(lambda: len(effects(store)) >= 100, "100 effects")
+    first.send_signal(signal.SIGKILL)
+    first.wait(10)
+    done_before = len(effects(store))
+    assert 100 <= done_before < 400, "the kill must land mid-run"
+
+    second = spawn(tmp_path, "serve", db, 700_000)
+    try:
+        wait_until(lambda: not timer_rows(store), "all timer rows gone")
+    finally:
+        second.send_signal(signal.SIGKILL)
+        second.wait(10)
+    per_ref = collections.Counter(k.split(b"/")[1] for k in effects(store))
+    assert sorted(per_ref) == refs
+    assert set(per_ref.values()) == {1}
+    store.close()
+
+
+@pytest.mark.slow
+def test_poison_handler_is_retried_with_growing_backoff(tmp_path):
+    """A handler that os._exit()s on every try: each process start claims the row before firing, so
+    every death still counts an attempt. Four restarts, each with its clock set to the row's retry
+    time, leave attempts 1, 2, 3, 4 in the key, each retry due backoff(attempt) after the dying
+    service's now (bounded by the wall time around the run), original due time kept."""
+    db = tmp_path / "poison.db"
+    store = SQLiteStore(db)
+    due0 = wall_ms() - 1
+    store.apply(P, Batch().put(keys.timer(due0, POISON_KIND, b"p"), b"payload"))
+    offset = 0
+    for attempt in range(1, 5):
+        before = wall_ms()
+        proc = spawn(tmp_path, "serve", db, offset)
+        assert proc.wait(LIVENESS_S) == 3  # died inside fire
+        after = wall_ms()
+        [row] = timer_rows(store)
+        assert (row.attempt, row.original_due_at_ms, row.kind) == (attempt, due0, POISON_KIND)
+        delay = row.due_at_ms - offset
+        assert before + backoff_ms(attempt) <= delay <= after + backoff_ms(attempt)
+        offset = row.due_at_ms - wall_ms() + 1
+    assert store.get(P, keys.backoff(row.due_at_ms, POISON_KIND, 4, due0, b"p")) == b"payload"
+    store.close()
+
+
+@pytest.mark.slow
+def test_durable_sleep_survives_a_restart(tmp_path):
+    """An execution sleeps twice; its process is killed during the second sleep. The replay in a new
+    process returns from the first sleep at once (already fired, not journaled again) and from the
+    second after its due time; each sleep has exactly one timer journaled and fired."""
+    db, log = tmp_path / "sleep.db", tmp_path / "log.txt"
+    due0, due1 = wall_ms() + 200, wall_ms() + 2500
+    first = spawn(tmp_path, "sleeper", db, log, due0, due1)
+    wait_until(lambda: db.exists(), "the database")
+    store = SQLiteStore(db)
+    # kill only once the second sleep is journaled (and, being due in 2.5 s, not yet fired)
+    wait_until(lambda: [r.due_at_ms for r in timer_rows(store, SLEEP_PARTITION)] == [due1], "second sleep")
+    first.send_signal(signal.SIGKILL)
+    first.wait(10)
+    lines = log.read_text().split()
+    assert lines[:2] == ["0", "fired"] and int(lines[2]) >= due0 and len(lines) == 3
+
+    second = spawn(tmp_path, "sleeper", db, log, due0, due1)
+    assert second.wait(LIVENESS_S) == 0, second.stderr.read().decode()
+    rows = [line.split() for line in log.read_text().splitlines()]
+    assert [r[:2] for r in rows] == [["0", "fired"], ["0", "replayed"], ["1", "fired"]]
+    assert int(rows[2][2]) >= due1
+    assert timer_rows(store, SLEEP_PARTITION) == []
+    marks = store.scan(SLEEP_PARTITION, b"S", b"T").entries
+    assert [v for _, v in marks] == [b"F", b"F"]
+    store.close()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_cli_run_serves_and_exits_zero_on_signal(tmp_path, sig):
+    """``python -m timerwheel_c run --store sqlite:////abs --handlers durable_handlers:registry``
+    fires a due timer, then exits 0 on SIGTERM and on SIGINT."""
+    db = tmp_path / "cli.db"
+    store = SQLiteStore(db)
+    store.apply(P, Batch().put(keys.timer(wall_ms() - 1, EFFECT_KIND, b"c"), b""))
+    url = "sqlite:///" + str(db)
+    assert url.startswith("sqlite:////")
+    env = dict(os.environ, PYTHONPATH=str(HELPERS.parent))
+    proc = subprocess.Popen([sys.executable, "-m", "timerwheel_c", "run", "--store", url,
+                             "--handlers", "durable_handlers:registry", "--partition", P],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_until(lambda: effects(store) or proc.poll() is not None, "the CLI to fire")
+        assert proc.poll() is None, proc.stderr.read().decode()
+        proc.send_signal(sig)
+        assert proc.wait(LIVENESS_S) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert b"stopped" in proc.stderr.read()
+    store.close()
+
+
+def test_cli_rejects_bad_arguments(tmp_path):
+    """A bad store URL or handler spec exits 2 with a message naming it."""
+    for args, needle in ((["--store", "mysql://x", "--handlers", "m:r"], b"mysql://x"),
+                         (["--store", f"sqlite:///{tmp_path}/x.db", "--handlers", "nocolon"], b"nocolon")):
+        out = subprocess.run([sys.executable, "-m", "timerwheel_c", "run", *args], cwd=tmp_path, capture_output=True)
+        assert out.returncode == 2 and needle in out.stderr

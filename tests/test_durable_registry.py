@@ -1,0 +1,66 @@
+"""TimerKind and TimerRegistry: validation at startup, chaining, lookups."""
+from __future__ import annotations
+
+import pytest
+
+from timerwheel_c.durable.registry import Done, Reschedule, TimerHandler, TimerKind, TimerRegistry
+
+
+class H(TimerHandler):
+    kind = TimerKind(0xF0)
+
+    def fire(self, ctx, timer):
+        return Done()
+
+
+def test_timer_kind_range_and_identity():
+    """TimerKind takes 1..255, .get() returns n, equal kinds are equal and hash alike; 0, 256 and
+    non-ints are rejected with the offending value named."""
+    assert TimerKind(1).get() == 1 and TimerKind(255).get() == 255
+    assert TimerKind(7) == TimerKind(7) and hash(TimerKind(7)) == hash(TimerKind(7)) and TimerKind(7) != 7
+    for bad in (0, 256, -1):
+        with pytest.raises(ValueError, match=str(bad)):
+            TimerKind(bad)
+    for bad in ("1", 1.0, True, None):
+        with pytest.raises(TypeError):
+            TimerKind(bad)
+
+
+def test_register_chains_and_rejects_duplicates_and_kind_zero():
+    """register returns the registry; a duplicate kind, kind 0, a non-handler or a bad max_per_tick
+    raise at registration time."""
+
+    class H2(H):
+        kind = 0xF1
+
+    reg = TimerRegistry()
+    assert reg.register(H()).register(H2()) is reg
+    assert reg.kinds() == [0xF0, 0xF1] and isinstance(reg.get(0xF0), H) and reg.get(3) is None
+    with pytest.raises(ValueError, match="already registered"):
+        reg.register(H())
+
+    class Zero(H):
+        kind = 0
+
+    with pytest.raises(ValueError, match="0"):
+        TimerRegistry().register(Zero())
+
+    class NoKind(TimerHandler):
+        pass
+
+    with pytest.raises(TypeError, match="no kind"):
+        TimerRegistry().register(NoKind())
+    with pytest.raises(TypeError, match="TimerHandler instance"):
+        TimerRegistry().register(H)
+
+    class Capped(H):
+        max_per_tick = 0
+
+    with pytest.raises(ValueError, match="max_per_tick"):
+        TimerRegistry().register(Capped())
+
+
+def test_reschedule_value_must_be_bytes():
+    """A Reschedule with a non-bytes value is a TypeError at construction."""
+    with pytest.raises(TypeError, match="value"):
+        Reschedule(1, "v")

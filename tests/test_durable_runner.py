@@ -1,0 +1,279 @@
+"""run_due, one test per branch (seed: mkit_server/timers mod.rs). Every test drives run_due with an
+explicit now_ms on a fresh store of each backend, so nothing depends on the wall clock or scheduling."""
+from __future__ import annotations
+
+import logging
+import random
+import time
+
+import pytest
+
+from timerwheel_c.durable import keys
+from timerwheel_c.durable.registry import Done, Reschedule, Retry, TimerHandler, TimerKind, TimerRegistry
+from timerwheel_c.durable.runner import TickBudget, backoff_ms, run_due
+from timerwheel_c.durable.store import Batch, Committed, Equals
+
+P = "timers"
+NOW = 1_700_000_000_000
+A, B = 0xF0, 0xF1
+
+
+@pytest.fixture
+def store(durable_store):
+    """Every run_due branch runs on every store backend."""
+    return durable_store
+
+
+class Recorder(TimerHandler):
+    """Records each fired timer; answers with ``outcome(timer)`` (default: Done with a marker put)."""
+
+    def __init__(self, kind=A, outcome=None, max_per_tick=None):
+        self.kind = TimerKind(kind)
+        self.max_per_tick = max_per_tick
+        self.seen = []
+        self.outcome = outcome or (lambda ctx, t: Done(Batch().put(b"fired/" + t.reference, b"1")))
+
+    def fire(self, ctx, timer):
+        self.seen.append(timer)
+        return self.outcome(ctx, timer)
+
+
+def schedule(store, due_at_ms, kind=A, reference=b"r", value=b"v"):
+    key = keys.timer(due_at_ms, kind, reference)
+    assert store.apply(P, Batch().put(key, value)) == Committed()
+    return key
+
+
+def timer_rows(store):
+    start, end = keys.TAG, b"U"
+    return [(keys.parse(k), v) for k, v in store.scan(P, start, end, limit=10_000).entries]
+
+
+def test_done_commits_batch_and_removes_row(store):
+    """Done: the handler's batch and the row's removal commit together; the handler saw the original
+    due time, attempt 1 and the value."""
+    schedule(store, NOW - 10, reference=b"x", value=b"payload")
+    h = Recorder()
+    report = run_due(store, P, TimerRegistry().register(h), NOW)
+    assert (report.fired, report.failed, report.scanned) == (1, 0, 1)
+    (t,) = h.seen
+    assert (t.due_at_ms, t.kind, t.reference, t.value, t.attempt) == (NOW - 10, TimerKind(A), b"x", b"payload", 1)
+    assert store.get(P, b"fired/x") == b"1"
+    assert timer_rows(store) == []
+    assert report.next_wake_ms is None
+
+
+def test_reschedule_moves_row_and_same_key_is_a_failure(store):
+    """Reschedule moves the row to the new due time with the new value (attempt reset) and commits the
+    batch; a Reschedule to the row's own scheduled key is a failure and the row backs off."""
+    schedule(store, NOW - 1, reference=b"m")
+    h = Recorder(outcome=lambda ctx, t: Reschedule(NOW + 1000, b"v2", Batch().put(b"eff", b"1")))
+    report = run_due(store, P, TimerRegistry().register(h), NOW)
+    assert report.fired == 1 and store.get(P, b"eff") == b"1"
+    [(tk, v)] = timer_rows(store)
+    assert (tk.due_at_ms, tk.attempt, tk.reference, v) == (NOW + 1000, 0, b"m", b"v2")
+    assert report.next_wake_ms == NOW + 1000
+
+    store.apply(P, Batch().delete(keys.timer(NOW + 1000, A, b"m")))
+    schedule(store, NOW - 5, reference=b"same")
+    h2 = Recorder(outcome=lambda ctx, t: Reschedule(t.due_at_ms, b"v", None))
+    report = run_due(store, P, TimerRegistry().register(h2), NOW)
+    assert (report.fired, report.failed) == (0, 1)
+    [(tk, _)] = timer_rows(store)
+    assert (tk.attempt, tk.due_at_ms, tk.original_due_at_ms) == (1, NOW + 5000, NOW - 5)
+
+
+@pytest.mark.parametrize("how", ["retry", "raise", "bad-outcome"])
+def test_failure_backoff_grows_and_caps(store, how, caplog):
+    """Retry, an exception or an invalid outcome leave the row backed off: attempt n is due
+    min(5 s * 2**(n-1), 600 s) after the failing tick, original due and payload kept. Run each tick at
+    the row's retry time, so the test needs no waiting."""
+
+    def outcome(ctx, t):
+        if how == "raise":
+            raise RuntimeError("boom")
+        return Retry() if how == "retry" else "nonsense"
+
+    schedule(store, NOW, reference=b"f", value=b"keep")
+    registry = TimerRegistry().register(Recorder(outcome=outcome))
+    now, delays = NOW, []
+    with caplog.at_level(logging.CRITICAL, logger="timerwheel_c.durable"):
+        for attempt in range(1, 12):
+            report = run_due(store, P, registry, now)
+            assert (report.fired, report.failed) == (0, 1)
+            [(tk, v)] = timer_rows(store)
+            assert (tk.attempt, tk.original_due_at_ms, v) == (attempt, NOW, b"keep")
+            delays.append(tk.due_at_ms - now)
+            assert report.next_wake_ms == tk.due_at_ms
+            now = tk.due_at_ms
+    assert delays == [5000, 10000, 20000, 40000, 80000, 160000, 320000, 600000, 600000, 600000, 600000]
+    assert delays == [backoff_ms(a) for a in range(1, 12)]
+
+
+def test_unknown_kind_backed_off_kept_and_warned_once(store, caplog):
+    """Rows of an unregistered kind are counted, moved to a backoff key (never fired, never dropped),
+    and logged once per kind per registry."""
+    for i in range(3):
+        schedule(store, NOW - 3 + i, kind=0xFE, reference=b"u%d" % i)
+    schedule(store, NOW - 1, kind=0xFD, reference=b"w")
+    registry = TimerRegistry().register(Recorder())
+    with caplog.at_level(logging.WARNING, logger="timerwheel_c.durable"):
+        report = run_due(store, P, registry, NOW)
+        later = max(tk.due_at_ms for tk, _ in timer_rows(store))
+        report2 = run_due(store, P, registry, later)
+    assert (report.unknown, report.fired, report2.unknown) == (4, 0, 4)
+    warned = [r for r in caplog.records if "no handler for timer kind" in r.getMessage()]
+    assert sorted(r.args[1] for r in warned) == [0xFD, 0xFE]
+    rows = timer_rows(store)
+    assert len(rows) == 4 and {tk.attempt for tk, _ in rows} == {2}
+
+
+def test_malformed_rows_retained_and_counted(store):
+    """Malformed keys in the due range are kept and counted; the well-formed rows after them fire."""
+    bad = [b"T\x00", keys.TAG + (NOW - 5).to_bytes(8, "big") + b"\xf0\x09junk"]
+    for k in bad:
+        store.apply(P, Batch().put(k, b"?"))
+    schedule(store, NOW - 1)
+    report = run_due(store, P, TimerRegistry().register(Recorder()), NOW)
+    assert (report.malformed, report.fired, report.scanned) == (2, 1, 3)
+    assert all(store.get(P, k) == b"?" for k in bad)
+
+
+def test_raced_claim_and_raced_commit(store):
+    """A row another runner takes between scan and claim counts as raced and is not fired; a handler
+    whose claimed row is re-claimed before its commit counts as raced and its batch is not applied."""
+    schedule(store, NOW - 2, reference=b"first")
+    second = schedule(store, NOW - 1, reference=b"second")
+
+    def steal(ctx, t):
+        if t.reference == b"first":
+            # another runner takes the second row (still in this tick's scanned page)
+            ctx.store.apply(ctx.partition, Batch().delete(second))
+            # and re-claims this one while we run
+            ctx.store.apply(ctx.partition, Batch().require(Equals(t.key, t.value)).delete(t.key).put(b"elsewhere", t.value))
+        return Done(Batch().put(b"effect/" + t.reference, b"1"))
+
+    h = Recorder(outcome=steal)
+    report = run_due(store, P, TimerRegistry().register(h), NOW)
+    assert [t.reference for t in h.seen] == [b"first"]
+    assert (report.raced, report.fired) == (2, 0)
+    assert store.get(P, b"effect/first") is None
+
+
+def test_handler_guard_failure_is_a_failed_commit(store):
+    """A Done batch whose own guard fails is a failed commit: no effect, the row stays backed off."""
+    schedule(store, NOW - 1)
+    h = Recorder(outcome=lambda ctx, t: Done(Batch().require(Equals(b"missing", b"x")).put(b"eff", b"1")))
+    report = run_due(store, P, TimerRegistry().register(h), NOW)
+    assert (report.failed, report.fired) == (1, 0) and store.get(P, b"eff") is None
+    [(tk, _)] = timer_rows(store)
+    assert tk.attempt == 1
+
+
+def test_per_kind_cap_defers_and_max_per_tick_lowers_it(store):
+    """Rows over a kind's cap are deferred (left in place), other kinds are unaffected, and a handler's
+    max_per_tick lowers its own kind's cap; deferred rows make the next wake now."""
+    for i in range(5):
+        schedule(store, NOW - 10 + i, kind=A, reference=b"a%d" % i)
+        schedule(store, NOW - 10 + i, kind=B, reference=b"b%d" % i)
+    ha, hb = Recorder(A), Recorder(B, max_per_tick=1)
+    report = run_due(store, P, TimerRegistry().register(ha).register(hb), NOW, TickBudget(max_per_kind=3))
+    assert (len(ha.seen), len(hb.seen)) == (3, 1)
+    assert (report.fired, report.deferred, report.stopped_on_budget) == (4, 6, False)
+    assert [t.reference for t in ha.seen] == [b"a0", b"a1", b"a2"]
+    assert len(timer_rows(store)) == 6
+    assert report.next_wake_ms == NOW
+
+
+@pytest.mark.parametrize("limit", ["max_fired", "max_scanned", "max_elapsed_ms"])
+def test_each_budget_limit_stops_the_tick(store, limit):
+    """Each budget limit ends the tick with stopped_on_budget while due rows remain; the limit of 1
+    (the clamp floor) lets exactly one row through. The elapsed case sleeps 5 ms in the handler, so
+    the 1 ms limit is surely exceeded."""
+
+    def slow(ctx, t):
+        time.sleep(0.005)
+        return Done()
+
+    for i in range(4):
+        schedule(store, NOW - 10 + i, reference=b"%d" % i)
+    budget = TickBudget(**{limit: 0})
+    assert getattr(budget, limit) == 1
+    h = Recorder(outcome=slow)
+    report = run_due(store, P, TimerRegistry().register(h), NOW, budget)
+    assert report.stopped_on_budget and report.fired == 1 and len(timer_rows(store)) == 3
+    assert report.next_wake_ms == NOW
+
+
+def test_budget_clamps_and_validates():
+    """Every TickBudget limit is clamped to >= 1; non-ints are TypeErrors."""
+    assert TickBudget(-5, 0, -1, 0) == TickBudget(1, 1, 1, 1)
+    with pytest.raises(TypeError, match="max_fired"):
+        TickBudget(max_fired=1.0)
+
+
+def test_next_wake_rules(store):
+    """The four next-wake rules: pending with progress -> now; pending without progress -> now + 5 s;
+    otherwise the earliest of the next future due and the earliest timer a commit put, never before
+    now; nothing left -> None."""
+    registry = TimerRegistry().register(Recorder())
+    # pending without progress: the scanned budget is spent on a malformed row
+    store.apply(P, Batch().put(b"T\x00", b"?"))
+    schedule(store, NOW - 1)
+    report = run_due(store, P, registry, NOW, TickBudget(max_scanned=1))
+    assert report.stopped_on_budget and report.fired == 0 and report.next_wake_ms == NOW + 5000
+    store.apply(P, Batch().delete(b"T\x00"))
+    # earliest future due
+    schedule(store, NOW + 777, reference=b"later")
+    assert run_due(store, P, registry, NOW).next_wake_ms == NOW + 777
+    # earliest put by a commit, in the past: clamped to now
+    schedule(store, NOW - 1, reference=b"again")
+    back = Recorder(B, outcome=lambda ctx, t: Done(Batch().put(keys.timer(NOW - 100, B, b"z"), b"")))
+    schedule(store, NOW - 1, kind=B, reference=b"putter")
+    report = run_due(store, P, TimerRegistry().register(Recorder()).register(back), NOW)
+    assert report.fired == 2 and report.next_wake_ms == NOW
+    # nothing left
+    store.apply(P, Batch().delete(keys.timer(NOW - 100, B, b"z")).delete(keys.timer(NOW + 777, A, b"later")))
+    assert run_due(store, P, registry, NOW).next_wake_ms is None
+
+
+def test_pending_with_progress_wakes_now(store):
+    """Rows left after a tick that fired something: the next wake is now."""
+    for i in range(3):
+        schedule(store, NOW - 5 + i, reference=b"%d" % i)
+    report = run_due(store, P, TimerRegistry().register(Recorder()), NOW, TickBudget(max_fired=1))
+    assert report.stopped_on_budget and report.fired == 1 and report.next_wake_ms == NOW
+
+
+def test_due_order_across_scheduled_and_backed_off_rows(store):
+    """Rows fire in effective due order whatever the insertion order and layout, across several pages
+    of 64; rows due after now are left alone."""
+    rnd = random.Random(4)
+    expected = []
+    for i in range(150):
+        due = NOW - rnd.randrange(1, 100_000)
+        if i % 3:
+            key = keys.timer(due, A, b"%03d" % i)
+        else:
+            key = keys.backoff(due, A, 2, due - 50_000, b"%03d" % i)
+        store.apply(P, Batch().put(key, b"v"))
+        expected.append((due, key))
+    schedule(store, NOW + 1, reference=b"future")
+    h = Recorder()
+    report = run_due(store, P, TimerRegistry().register(h), NOW, TickBudget(1000, 1000, 1000, 60_000))
+    assert report.fired == 150 and not report.stopped_on_budget
+    assert [t.reference for t in h.seen] == [keys.parse(k).reference for _, k in sorted(expected)]
+    assert report.next_wake_ms == NOW + 1
+
+
+def test_bad_arguments(store):
+    """run_due rejects a bad partition, registry, budget or now_ms with specific exceptions."""
+    reg = TimerRegistry()
+    with pytest.raises(TypeError, match="registry"):
+        run_due(store, P, {}, NOW)
+    with pytest.raises(TypeError, match="budget"):
+        run_due(store, P, reg, NOW, budget=5)
+    with pytest.raises(ValueError, match="now_ms"):
+        run_due(store, P, reg, -1)
+    with pytest.raises(ValueError, match="partition"):
+        run_due(store, "", reg, NOW)

@@ -1,0 +1,198 @@
+"""DurableTimerService in-process: first pass after start, early wake on a nearer schedule, exact sleep,
+prompt stop, surviving store errors, two services on one SQLite file. Timing assertions are only
+"not before the due time" and generous liveness bounds (seconds), never speeds."""
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+import uuid
+
+import pytest
+
+from timerwheel_c.durable import keys
+from timerwheel_c.durable.registry import Done, TimerHandler, TimerKind, TimerRegistry
+from timerwheel_c.durable.service import DurableTimerService
+from timerwheel_c.durable.sqlite import SQLiteStore
+from timerwheel_c.durable.store import Absent, Batch, Store
+
+P = "svc"
+KIND = 0xF2
+LIVENESS_S = 20.0
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Effect(TimerHandler):
+    """Done with a guarded put of ``effect/<reference>/<tag>``; records (reference, wall ms at fire)."""
+
+    kind = TimerKind(KIND)
+
+    def __init__(self, tag=b"x"):
+        self.tag = tag
+        self.fired = []
+        self.cond = threading.Condition()
+
+    def fire(self, ctx, timer):
+        with self.cond:
+            self.fired.append((timer.reference, wall_ms(), timer.due_at_ms))
+            self.cond.notify_all()
+        k = b"effect/" + timer.reference + b"/" + self.tag
+        return Done(Batch().require(Absent(k)).put(k, b"1"))
+
+    def wait_for(self, n, timeout=LIVENESS_S):
+        with self.cond:
+            assert self.cond.wait_for(lambda: len(self.fired) >= n, timeout), f"only {len(self.fired)} of {n} fired"
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = SQLiteStore(tmp_path / "svc.db")
+    yield s
+    s.close()
+
+
+def put_timer(store, due_at_ms, reference):
+    store.apply(P, Batch().put(keys.timer(due_at_ms, KIND, reference), b""))
+
+
+def test_timers_due_while_down_fire_on_first_pass(store):
+    """Rows already due when the service starts fire on its first pass, with the default partitions
+    (every partition in the store)."""
+    for i in range(10):
+        put_timer(store, wall_ms() - 60_000 + i, b"%d" % i)
+    h = Effect()
+    with DurableTimerService(store, TimerRegistry().register(h)):
+        h.wait_for(10)
+    assert sorted(r for r, _, _ in h.fired) == sorted(b"%d" % i for i in range(10))
+
+
+def test_sleeps_until_due_and_never_fires_early(store):
+    """A timer scheduled 300 ms ahead fires not before its due time and within the liveness bound,
+    with max_sleep_s far above, so only the exact sleep can have woken the thread."""
+    h = Effect()
+    with DurableTimerService(store, TimerRegistry().register(h), [P], max_sleep_s=3600) as svc:
+        time.sleep(0.05)
+        due = wall_ms() + 300
+        svc.schedule(P, due, KIND, b"t")
+        h.wait_for(1)
+    (_, fired_at, due_at) = h.fired[0]
+    assert due_at == due and fired_at >= due
+
+
+def test_nearer_schedule_wakes_the_thread_early(store):
+    """With the thread asleep until a timer an hour away, scheduling one due in 100 ms through the
+    service fires it within seconds: the schedule kicked the sleep."""
+    h = Effect()
+    with DurableTimerService(store, TimerRegistry().register(h), [P], max_sleep_s=7200) as svc:
+        svc.schedule(P, wall_ms() + 3_600_000, KIND, b"far")
+        time.sleep(0.2)
+        assert svc.passes >= 1 and svc._wake_ms is not None and svc._wake_ms > wall_ms() + 3_000_000
+        svc.schedule(P, wall_ms() + 100, KIND, b"near")
+        h.wait_for(1)
+    assert [r for r, _, _ in h.fired] == [b"near"]
+
+
+def test_stop_is_prompt_and_cancel_removes(store):
+    """stop() ends a thread sleeping for an hour within seconds; cancel removes a scheduled row and
+    reports whether it did."""
+    svc = DurableTimerService(store, TimerRegistry().register(Effect()), [P], max_sleep_s=3600).start()
+    due = wall_ms() + 3_600_000
+    svc.schedule(P, due, KIND, b"c")
+    assert svc.cancel(P, due, KIND, b"c") is True and svc.cancel(P, due, KIND, b"c") is False
+    time.sleep(0.1)
+    t0 = time.monotonic()
+    svc.stop()
+    assert not svc.running and time.monotonic() - t0 < 5
+    with pytest.raises(ValueError, match="not served"):
+        svc.schedule("other", due, KIND, b"c")
+
+
+class Flaky(Store):
+    """Delegates to a real store but raises sqlite3.OperationalError from scan until ``healed``."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.failures = 0
+        self.healed = threading.Event()
+
+    def scan(self, *a, **kw):
+        if not self.healed.is_set():
+            self.failures += 1
+            raise sqlite3.OperationalError("database is locked")
+        return self.inner.scan(*a, **kw)
+
+    def get(self, *a):
+        return self.inner.get(*a)
+
+    def apply(self, *a):
+        return self.inner.apply(*a)
+
+    def partitions(self):
+        return self.inner.partitions()
+
+
+def test_store_errors_do_not_kill_the_service(store, caplog):
+    """While every scan raises OperationalError the thread logs, backs off and stays alive; once the
+    store heals, the due timer fires. The failures are asserted to have happened."""
+    flaky = Flaky(store)
+    put_timer(store, wall_ms() - 1, b"e")
+    h = Effect()
+    with DurableTimerService(flaky, TimerRegistry().register(h), [P]) as svc:
+        deadline = time.monotonic() + LIVENESS_S
+        while svc.errors < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert svc.errors >= 3 and svc.running and not h.fired
+        flaky.healed.set()
+        svc.schedule(P, wall_ms() - 1, KIND, b"kick")  # also wakes the error backoff sleep
+        h.wait_for(2)
+    assert "durable timer pass failed" in caplog.text
+
+
+PG_DSN = os.environ.get("TIMERWHEEL_C_TEST_PG_DSN")
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.skipif(not PG_DSN, reason="no TIMERWHEEL_C_TEST_PG_DSN"))])
+def shared_db(request, tmp_path):
+    """A callable opening a new connection (store) to one shared database of the backend."""
+    opened = []
+    if request.param == "sqlite":
+        def open_store():
+            opened.append(SQLiteStore(tmp_path / "shared.db"))
+            return opened[-1]
+    else:
+        from timerwheel_c.durable.postgres import PostgresStore
+
+        table = f"timerwheel_test_{uuid.uuid4().hex[:16]}"
+
+        def open_store():
+            opened.append(PostgresStore(PG_DSN, table=table))
+            return opened[-1]
+    yield open_store
+    if request.param == "postgres":
+        opened[0].drop()
+    for s in opened:
+        s.close()
+
+
+def test_two_services_on_one_database_fire_each_effect_once(shared_db):
+    """Two services, each with its own connection to one database, serve 300 timers coming due
+    while both run. Each timer's batch effect exists exactly once (an effect key per service tag, so
+    a double fire would show as two keys), and every timer fired."""
+    seed = shared_db()
+    base = wall_ms() + 300
+    for i in range(300):
+        put_timer(seed, base + i % 50, b"%03d" % i)
+    h1, h2 = Effect(b"one"), Effect(b"two")
+    s1, s2 = shared_db(), shared_db()
+    with DurableTimerService(s1, TimerRegistry().register(h1), [P]), DurableTimerService(s2, TimerRegistry().register(h2), [P]):
+        deadline = time.monotonic() + LIVENESS_S
+        while len(h1.fired) + len(h2.fired) < 300 and time.monotonic() < deadline:
+            time.sleep(0.02)
+    effects = [k for k, _ in seed.scan(P, b"effect/", b"effect0", limit=10_000).entries]
+    refs = sorted(k.split(b"/")[1] for k in effects)
+    assert refs == sorted(b"%03d" % i for i in range(300))
+    assert seed.scan(P, keys.TAG, b"U").entries == []

@@ -1,0 +1,79 @@
+"""Durable sleep in-process: deterministic timer ids, blocking and await forms, replay, timeout,
+and a sleep fired once when two runners race for it."""
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import pytest
+
+from timerwheel_c.durable import keys
+from timerwheel_c.durable.registry import TimerRegistry
+from timerwheel_c.durable.runner import run_due
+from timerwheel_c.durable.service import DurableTimerService
+from timerwheel_c.durable.sleep import SLEEP_PARTITION, DurableContext, SleepHandler, TimerId
+from timerwheel_c.durable.sqlite import SQLiteStore
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def test_timer_id_is_deterministic_uuid5():
+    """The n-th sleep of an execution always gets the same UUIDv5; other n or ids differ."""
+    a = TimerId.for_call("exec", 0)
+    assert a == TimerId.for_call("exec", 0) and a.uuid.version == 5 and len(a.bytes) == 16
+    assert len({a, TimerId.for_call("exec", 1), TimerId.for_call("exec2", 0)}) == 3
+    with pytest.raises(ValueError):
+        TimerId.for_call("", 0)
+    with pytest.raises(ValueError, match="-1"):
+        TimerId.for_call("e", -1)
+    with pytest.raises(TypeError):
+        TimerId.for_call(uuid.uuid4(), 0)
+
+
+def test_blocking_and_await_forms_and_replay(tmp_path):
+    """Both forms return False after a real wait (not before the due time) and True, at once, when a
+    new context of the same execution replays them; no second timer is journaled."""
+    store = SQLiteStore(tmp_path / "s.db")
+    registry = TimerRegistry().register(SleepHandler())
+    with DurableTimerService(store, registry, [SLEEP_PARTITION]) as svc:
+        ctx = DurableContext(store, "e1", service=svc)
+        due0, due1 = wall_ms() + 100, wall_ms() + 200
+        assert ctx.sleep_until(due0) is False and wall_ms() >= due0
+        assert asyncio.run(ctx.sleep_until_async(due1)) is False and wall_ms() >= due1
+        replay = DurableContext(store, "e1", service=svc)
+        t0 = time.monotonic()
+        assert replay.sleep_until(due0) is True
+        assert asyncio.run(replay.sleep_until_async(due1)) is True
+        assert time.monotonic() - t0 < 5
+    assert store.scan(SLEEP_PARTITION, keys.TAG, b"U").entries == []
+    store.close()
+
+
+def test_sleep_without_a_service_times_out(tmp_path):
+    """With nobody firing it, a sleep with timeout_s raises TimeoutError (both forms)."""
+    store = SQLiteStore(":memory:")
+    ctx = DurableContext(store, "lonely")
+    with pytest.raises(TimeoutError):
+        ctx.sleep_until(wall_ms() - 1, timeout_s=0.05)
+    with pytest.raises(TimeoutError):
+        asyncio.run(ctx.sleep_until_async(wall_ms() - 1, timeout_s=0.05))
+
+
+def test_two_runners_fire_a_sleep_once(tmp_path):
+    """Two runners on two connections to one file: the first marks the sleep fired, the second finds
+    no row (or loses its claim): the mark is written once and the timer row is gone."""
+    path = tmp_path / "race.db"
+    a, b = SQLiteStore(path), SQLiteStore(path)
+    ctx = DurableContext(a, "race")
+    due = wall_ms() - 1
+    with pytest.raises(TimeoutError):
+        ctx.sleep_until(due, timeout_s=0)  # journals, nobody fires yet
+    ra = run_due(a, SLEEP_PARTITION, TimerRegistry().register(SleepHandler()), due + 1)
+    rb = run_due(b, SLEEP_PARTITION, TimerRegistry().register(SleepHandler()), due + 1)
+    assert ra.fired + rb.fired == 1
+    assert DurableContext(b, "race").sleep_until(due) is True
+    for s in (a, b):
+        s.close()

@@ -1,0 +1,168 @@
+"""The store contract: every backend (the ``durable_store`` fixture's params) must pass all of it."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from timerwheel_c.durable.sqlite import SQLiteStore
+from timerwheel_c.durable.store import Absent, Batch, Committed, Equals, Page, PreconditionFailed
+
+P = "p"
+
+
+def put_all(store, items, partition=P):
+    batch = Batch()
+    for k, v in items:
+        batch.put(k, v)
+    assert store.apply(partition, batch) == Committed()
+
+
+def test_get_put_delete(durable_store):
+    """A put is visible to get, a delete removes it, a missing key reads None; deterministic."""
+    assert durable_store.get(P, b"a") is None
+    put_all(durable_store, [(b"a", b"1")])
+    assert durable_store.get(P, b"a") == b"1"
+    assert durable_store.apply(P, Batch().delete(b"a")) == Committed()
+    assert durable_store.get(P, b"a") is None
+    assert durable_store.apply(P, Batch().delete(b"missing")) == Committed()
+
+
+def test_scan_order_bounds_and_paging(durable_store):
+    """scan returns start <= key < end, key > after, in bytes order, paged by limit with .next; deterministic."""
+    items = [(bytes([i]) + b"x" * (i % 3), bytes([i])) for i in range(0, 40)] + [(b"", b"empty"), (b"\xff\xff", b"top")]
+    put_all(durable_store, items)
+    want = sorted(k for k, _ in items if b"\x05" <= k < b"\x20")
+    got, after = [], None
+    while True:
+        page = durable_store.scan(P, b"\x05", b"\x20", after, limit=7)
+        assert isinstance(page, Page) and len(page.entries) <= 7
+        got.extend(k for k, _ in page.entries)
+        if page.next is None:
+            break
+        assert page.next == page.entries[-1][0]
+        after = page.next
+    assert got == want
+    # exact fit: a page that ends the range has next None
+    assert durable_store.scan(P, b"", b"\x00", None, limit=1).next is None
+    assert durable_store.scan(P, b"", b"\x00", None, limit=1).entries == [(b"", b"empty")]
+    # after below start does not widen the range; after inside skips
+    assert [k for k, _ in durable_store.scan(P, b"\x05", b"\x07", b"\x01").entries] == [b"\x05xx", b"\x06"]
+    assert [k for k, _ in durable_store.scan(P, b"\x05", b"\x07", b"\x05xx").entries] == [b"\x06"]
+    # bytes order, not length order: b"\x06" < b"\x06\x00"
+    put_all(durable_store, [(b"\x06\x00", b"")])
+    assert [k for k, _ in durable_store.scan(P, b"\x06", b"\x07").entries] == [b"\x06", b"\x06\x00"]
+
+
+def test_partitions_are_isolated(durable_store):
+    """Keys, scans and guards of one partition never see another's; partitions() lists the non-empty ones."""
+    put_all(durable_store, [(b"k", b"a")], "one")
+    put_all(durable_store, [(b"k", b"b")], "two")
+    assert durable_store.get("one", b"k") == b"a" and durable_store.get("two", b"k") == b"b"
+    assert durable_store.scan("three", b"", b"\xff").entries == []
+    assert durable_store.apply("three", Batch().require(Absent(b"k")).put(b"k", b"c")) == Committed()
+    assert durable_store.partitions() == ["one", "three", "two"]
+
+
+def test_guards_all_or_nothing(durable_store):
+    """A failing guard writes nothing and names its key; passing guards commit every write; deterministic."""
+    put_all(durable_store, [(b"a", b"1"), (b"b", b"2")])
+    batch = Batch().require(Equals(b"a", b"1")).require(Absent(b"b")).put(b"c", b"3").delete(b"a")
+    assert durable_store.apply(P, batch) == PreconditionFailed(b"b")
+    assert durable_store.get(P, b"c") is None and durable_store.get(P, b"a") == b"1"
+    assert durable_store.apply(P, Batch().require(Equals(b"a", b"other"))) == PreconditionFailed(b"a")
+    assert durable_store.apply(P, Batch().require(Equals(b"zz", b""))) == PreconditionFailed(b"zz")
+    ok = Batch().require(Equals(b"a", b"1")).require(Absent(b"c")).put(b"c", b"3").delete(b"a").put(b"b", b"9")
+    assert durable_store.apply(P, ok) == Committed()
+    assert [(k, v) for k, v in durable_store.scan(P, b"", b"\xff").entries] == [(b"b", b"9"), (b"c", b"3")]
+
+
+def test_guarded_delete_then_rewrite_and_repeated_guards(durable_store):
+    """Guards on a key the batch deletes first and then rewrites, and two guards on one key, behave
+    exactly as "all guards first, then all writes in order"; a later failing guard undoes it all."""
+    put_all(durable_store, [(b"k", b"1"), (b"j", b"2")])
+    b = Batch().require(Equals(b"k", b"1")).require(Equals(b"k", b"1")).delete(b"k").put(b"k", b"3")
+    assert durable_store.apply(P, b) == Committed() and durable_store.get(P, b"k") == b"3"
+    assert durable_store.apply(P, Batch().require(Equals(b"k", b"3")).require(Equals(b"k", b"9")).delete(b"k")) \
+        == PreconditionFailed(b"k")
+    assert durable_store.apply(P, Batch().require(Equals(b"k", b"3")).require(Absent(b"k")).delete(b"k")) \
+        == PreconditionFailed(b"k")
+    b = Batch().require(Equals(b"k", b"3")).require(Equals(b"j", b"wrong")).delete(b"k")
+    assert durable_store.apply(P, b) == PreconditionFailed(b"j") and durable_store.get(P, b"k") == b"3"
+    assert durable_store.apply(P, Batch().require(Equals(b"k", b"3")).delete(b"k").delete(b"k")) == Committed()
+    assert durable_store.get(P, b"k") is None
+
+
+def test_writes_apply_in_order(durable_store):
+    """Later writes to the same key win inside one batch."""
+    assert durable_store.apply(P, Batch().put(b"k", b"1").delete(b"k").put(b"k", b"2")) == Committed()
+    assert durable_store.get(P, b"k") == b"2"
+    assert durable_store.apply(P, Batch().put(b"j", b"1").delete(b"j")) == Committed()
+    assert durable_store.get(P, b"j") is None
+
+
+def test_compare_and_set_is_atomic_across_threads(durable_store):
+    """8 threads each do 50 guarded increments with retry; the final count is exactly 400 only if
+    guard checks and writes are atomic. Cannot flake: retries make progress, the count is exact."""
+    put_all(durable_store, [(b"n", b"0")])
+
+    def worker():
+        for _ in range(50):
+            while True:
+                cur = durable_store.get(P, b"n")
+                nxt = str(int(cur) + 1).encode()
+                if durable_store.apply(P, Batch().require(Equals(b"n", cur)).put(b"n", nxt)) == Committed():
+                    break
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert durable_store.get(P, b"n") == b"400"
+
+
+def test_bad_arguments(durable_store):
+    """Wrong types are TypeErrors and bad values ValueErrors, naming the value."""
+    with pytest.raises(TypeError, match="partition"):
+        durable_store.get(b"p", b"k")
+    with pytest.raises(ValueError, match="non-empty"):
+        durable_store.get("", b"k")
+    with pytest.raises(TypeError, match="'k'"):
+        durable_store.get(P, "k")
+    with pytest.raises(ValueError, match="limit"):
+        durable_store.scan(P, b"", b"\xff", limit=0)
+    with pytest.raises(TypeError, match="limit"):
+        durable_store.scan(P, b"", b"\xff", limit=1.5)
+    with pytest.raises(TypeError, match="after"):
+        durable_store.scan(P, b"", b"\xff", after="x")
+    with pytest.raises(TypeError, match="Batch"):
+        durable_store.apply(P, [(b"k", b"v")])
+    with pytest.raises(TypeError, match="value"):
+        Batch().put(b"k", "v")
+    with pytest.raises(TypeError, match="guard"):
+        Batch().require((b"k", b"v"))
+    with pytest.raises(TypeError):
+        Equals(b"k", None)
+
+
+def test_sqlite_file_persists_and_is_shared(tmp_path):
+    """A SQLite file store keeps committed data across close/reopen, and a second connection's guarded
+    commit sees the first's writes (the cross-process serialization two services rely on)."""
+    path = tmp_path / "t.db"
+    with SQLiteStore(path) as a, SQLiteStore(path) as b:
+        assert a.apply(P, Batch().require(Absent(b"k")).put(b"k", b"1")) == Committed()
+        assert b.apply(P, Batch().require(Absent(b"k")).put(b"k", b"2")) == PreconditionFailed(b"k")
+    with SQLiteStore(str(path)) as c:
+        assert c.get(P, b"k") == b"1"
+        assert c._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_sqlite_bad_constructor_arguments(tmp_path):
+    """Constructor arguments are validated with specific exceptions."""
+    with pytest.raises(TypeError, match="path"):
+        SQLiteStore(42)
+    with pytest.raises(ValueError, match="busy_timeout_ms"):
+        SQLiteStore(tmp_path / "x.db", busy_timeout_ms=-1)
+    with pytest.raises(ValueError, match="synchronous"):
+        SQLiteStore(tmp_path / "x.db", synchronous="SOMETIMES")

@@ -1,0 +1,187 @@
+"""Timer kinds, handlers and the registry that maps one to the other (seed: mkit_server/timers registry.rs).
+
+A durable timer row carries a kind (1..255) in its key; the runner looks the kind up in a
+:class:`TimerRegistry` and calls that handler's :meth:`TimerHandler.fire`. The handler
+answers with an outcome:
+
+- :class:`Done` ``(batch)``: the timer is finished; the runner applies ``batch`` together
+  with the removal of the row, guarded on the row, so the batch's effects are applied at
+  most once per timer row.
+- :class:`Reschedule` ``(due_at_ms, value, batch)``: as Done, but the row moves to a new
+  due time (Unix epoch ms) with a new value.
+- :class:`Retry` ``()``: try again later, with backoff.
+
+Raising an exception counts as a Retry. Effects *outside* the batch must be idempotent,
+because ``fire`` may run more than once (the process can die before the commit).
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Optional
+
+from .store import Batch, Store, check_bytes
+
+__all__ = [
+    "Done",
+    "DueTimer",
+    "Reschedule",
+    "Retry",
+    "TimerContext",
+    "TimerHandler",
+    "TimerKind",
+    "TimerRegistry",
+]
+
+
+class TimerKind:
+    """A timer kind, 1..255. Kind 0 is invalid; 0xF0..0xFE are reserved for tests and
+    0xFF for :mod:`timerwheel_c.durable.sleep`.
+
+    Raises:
+        TypeError: ``n`` is not an int.
+        ValueError: ``n`` is outside 1..255.
+    """
+
+    __slots__ = ("_n",)
+
+    def __init__(self, n: int):
+        if isinstance(n, TimerKind):
+            n = n.get()
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise TypeError(f"a timer kind must be an int, got {type(n).__name__} {n!r}")
+        if not 1 <= n <= 255:
+            raise ValueError(f"a timer kind must be in 1..255 (0 is invalid), got {n}")
+        self._n = n
+
+    def get(self) -> int:
+        """The kind number, 1..255."""
+        return self._n
+
+    def __eq__(self, other):
+        return isinstance(other, TimerKind) and other._n == self._n
+
+    def __hash__(self):
+        return hash(self._n)
+
+    def __repr__(self):
+        return f"TimerKind({self._n})"
+
+
+@dataclass(frozen=True)
+class DueTimer:
+    """The timer handed to :meth:`TimerHandler.fire`.
+
+    ``due_at_ms``: the time it was scheduled for (Unix epoch ms), kept across backoffs.
+    ``kind``: the :class:`TimerKind`. ``reference``, ``value``: bytes as scheduled.
+    ``attempt``: 1 on the first try, growing by one per try (the runner claims the row
+    with its next attempt before calling ``fire``). ``key``: the row's key as claimed.
+    """
+
+    due_at_ms: int
+    kind: TimerKind
+    reference: bytes
+    value: bytes
+    attempt: int
+    key: bytes
+
+
+@dataclass(frozen=True)
+class TimerContext:
+    """What ``fire`` may use: the ``store``, the ``partition`` and the tick's ``now_ms`` (Unix epoch ms)."""
+
+    store: Store
+    partition: str
+    now_ms: int
+
+
+@dataclass(frozen=True)
+class Done:
+    """Outcome: the timer is finished; ``batch`` (or nothing) commits with the row's removal."""
+
+    batch: Optional[Batch] = None
+
+
+@dataclass(frozen=True)
+class Reschedule:
+    """Outcome: move the timer to ``due_at_ms`` (Unix epoch ms) with ``value``; ``batch`` commits with the move.
+
+    A Reschedule whose key equals the row's scheduled key is a failure (the row backs off).
+    """
+
+    due_at_ms: int
+    value: bytes
+    batch: Optional[Batch] = None
+
+    def __post_init__(self):
+        check_bytes("Reschedule.value", self.value)
+
+
+@dataclass(frozen=True)
+class Retry:
+    """Outcome: not now; the row stays backed off and is tried again later."""
+
+
+class TimerHandler:
+    """Base class for handlers: set ``kind`` (a :class:`TimerKind` or an int 1..255) and
+    optionally ``max_per_tick`` (an int >= 1, lowering the tick budget's per-kind cap for
+    this kind; None for no extra cap), and implement :meth:`fire`.
+    """
+
+    kind = None
+    max_per_tick: Optional[int] = None
+
+    def fire(self, ctx: TimerContext, timer: DueTimer):
+        """Handle one due timer; return :class:`Done`, :class:`Reschedule` or :class:`Retry`, or raise."""
+        raise NotImplementedError
+
+
+class TimerRegistry:
+    """Handlers by kind. ``register`` chains: ``TimerRegistry().register(a).register(b)``.
+
+    It also remembers which unknown kinds have been warned about, so the runner logs
+    each unknown kind once per registry (that is, once per service).
+    """
+
+    def __init__(self):
+        self._handlers: dict[int, TimerHandler] = {}
+        self._warned: set[int] = set()
+        self._lock = threading.Lock()
+
+    def register(self, handler: TimerHandler) -> "TimerRegistry":
+        """Add ``handler`` under ``handler.kind``; returns self.
+
+        Raises:
+            TypeError: not a TimerHandler instance, or a kind / max_per_tick of the wrong type.
+            ValueError: kind 0 or outside 1..255, a kind already registered, max_per_tick < 1.
+        """
+        if not isinstance(handler, TimerHandler):
+            raise TypeError(f"expected a TimerHandler instance, got {type(handler).__name__} {handler!r}")
+        if handler.kind is None:
+            raise TypeError(f"{type(handler).__name__} has no kind attribute")
+        kind = TimerKind(handler.kind).get()
+        cap = handler.max_per_tick
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int)):
+            raise TypeError(f"max_per_tick must be an int or None, got {type(cap).__name__} {cap!r}")
+        if cap is not None and cap < 1:
+            raise ValueError(f"max_per_tick must be >= 1 or None, got {cap}")
+        if kind in self._handlers:
+            raise ValueError(f"kind {kind} is already registered to {self._handlers[kind]!r}")
+        self._handlers[kind] = handler
+        return self
+
+    def get(self, kind: int) -> Optional[TimerHandler]:
+        """The handler for ``kind`` (an int), or None."""
+        return self._handlers.get(kind)
+
+    def kinds(self) -> list:
+        """The registered kinds, sorted ints."""
+        return sorted(self._handlers)
+
+    def first_unknown(self, kind: int) -> bool:
+        """True the first time ``kind`` is reported unknown to this registry, False after."""
+        with self._lock:
+            if kind in self._warned:
+                return False
+            self._warned.add(kind)
+            return True

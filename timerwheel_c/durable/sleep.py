@@ -1,0 +1,176 @@
+"""Durable sleep for replayed executions (seed: zeph-durable ``ctx.sleep_until``).
+
+An execution (a workflow, a saga) that is re-run from the start after a restart calls
+the same sleeps in the same order. :class:`DurableContext` names the n-th sleep of an
+execution with a deterministic :class:`TimerId` (UUIDv5 of the execution id and n), and
+journals it in one guarded commit: a *mark* row ``b"S" + timer id`` and a timer row of
+kind :data:`SLEEP_KIND` (0xFF) whose reference is the timer id. A
+:class:`DurableTimerService` whose registry holds :class:`SleepHandler` fires the timer;
+the handler's batch turns the mark into "fired" under ``require(Equals(mark, pending))``,
+so two services firing at once mark it once. A replayed call finds its mark fired and
+returns at once; a call whose mark is still pending waits for it, without journaling a
+second timer.
+
+Mark values: ``b"P" + due_at_ms u64 BE`` (pending) or ``b"F"`` (fired).
+"""
+from __future__ import annotations
+
+import asyncio
+import struct
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Optional
+
+from . import keys
+from .registry import Done, TimerHandler, TimerKind
+from .store import Absent, Batch, Equals, Store, check_partition
+
+__all__ = ["SLEEP_KIND", "SLEEP_PARTITION", "DurableContext", "SleepHandler", "TimerId"]
+
+SLEEP_KIND = TimerKind(0xFF)
+SLEEP_PARTITION = "durable-sleep"
+_NAMESPACE = uuid.UUID("5b0c3a52-7d4e-4f0e-9a61-2f3c7d1e9b44")
+_MARK = b"S"
+_FIRED = b"F"
+_PENDING = struct.Struct(">cQ")
+_POLL_S = (0.002, 0.05)  # first and longest poll interval once the due time has passed, seconds
+
+
+@dataclass(frozen=True)
+class TimerId:
+    """The deterministic id of the ``n``-th sleep (n >= 0) of an execution: ``uuid5(namespace, f"{execution_id}/{n}")``."""
+
+    uuid: uuid.UUID
+
+    @classmethod
+    def for_call(cls, execution_id: str, n: int) -> "TimerId":
+        """Raises TypeError for a non-str id or non-int n, ValueError for an empty id or n < 0."""
+        if not isinstance(execution_id, str):
+            raise TypeError(f"execution_id must be a str, got {type(execution_id).__name__} {execution_id!r}")
+        if not execution_id:
+            raise ValueError("execution_id must be a non-empty str")
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise TypeError(f"n must be an int, got {type(n).__name__} {n!r}")
+        if n < 0:
+            raise ValueError(f"n must be >= 0, got {n}")
+        return cls(uuid.uuid5(_NAMESPACE, f"{execution_id}/{n}"))
+
+    @property
+    def bytes(self) -> bytes:
+        """The 16 UUID bytes (the timer row's reference)."""
+        return self.uuid.bytes
+
+
+def _mark_key(reference: bytes) -> bytes:
+    return _MARK + reference
+
+
+class SleepHandler(TimerHandler):
+    """Fires durable sleeps: marks the sleep fired, guarded on its pending mark. Register it in the
+    registry of a service that serves the sleeps' partition."""
+
+    kind = SLEEP_KIND
+
+    def fire(self, ctx, timer):
+        mark = _mark_key(timer.reference)
+        current = ctx.store.get(ctx.partition, mark)
+        if current is None or current == _FIRED:
+            return Done()  # nothing to mark; the timer row just goes
+        return Done(Batch().require(Equals(mark, current)).put(mark, _FIRED))
+
+
+class DurableContext:
+    """The durable-sleep API of one execution.
+
+    Args:
+        store: the backend.
+        execution_id: a non-empty str naming the execution; equal ids replay the same sleeps.
+        partition: where sleeps are journaled (default ``"durable-sleep"``); a service with
+            :class:`SleepHandler` must serve it.
+        service: the in-process :class:`DurableTimerService` serving ``partition``, if any; it is
+            notified of each new sleep so it wakes in time. A service in another process finds
+            the sleep on its next pass (at the latest after its ``max_sleep_s``).
+
+    Each call of :meth:`sleep_until` / :meth:`sleep_until_async` is the next sleep of the
+    execution (n = 0, 1, ...), whichever form is used.
+    """
+
+    def __init__(self, store: Store, execution_id: str, partition: str = SLEEP_PARTITION, service=None):
+        if not isinstance(store, Store):
+            raise TypeError(f"store must be a Store, got {type(store).__name__} {store!r}")
+        TimerId.for_call(execution_id, 0)  # validates the id
+        self.store = store
+        self.execution_id = execution_id
+        self.partition = check_partition(partition)
+        self.service = service
+        self.calls = 0
+
+    def _journal(self, due_at_ms: int):
+        """Journal the next sleep; return (mark key, due ms to wait for, or None when it had fired
+        before this call: a replay)."""
+        tid = TimerId.for_call(self.execution_id, self.calls)
+        timer_key = keys.timer(due_at_ms, SLEEP_KIND, tid.bytes)  # validates due_at_ms before counting the call
+        self.calls += 1
+        mark = _mark_key(tid.bytes)
+        current = self.store.get(self.partition, mark)
+        if current is None:
+            pending = _PENDING.pack(b"P", due_at_ms)
+            batch = Batch().require(Absent(mark)).put(mark, pending).put(timer_key, b"")
+            self.store.apply(self.partition, batch)  # a PreconditionFailed means a racing replay journaled it
+            if self.service is not None:
+                self.service.notify(self.partition, due_at_ms)
+            # Not a replay even if the service fires it at once: wait on the journaled due time.
+            current = self.store.get(self.partition, mark)
+            if current == _FIRED:
+                return mark, due_at_ms
+        if current == _FIRED:
+            return mark, None
+        return mark, _PENDING.unpack(current)[1]
+
+    def _fired(self, mark: bytes) -> bool:
+        return self.store.get(self.partition, mark) == _FIRED
+
+    def sleep_until(self, due_at_ms: int, timeout_s: Optional[float] = None) -> bool:
+        """Block until the n-th sleep's timer (due ``due_at_ms``, Unix epoch ms) has fired.
+
+        Returns True when it had already fired (a replay) and the call returned at once.
+
+        Raises:
+            TypeError / ValueError: a bad ``due_at_ms``.
+            TimeoutError: not fired within ``timeout_s`` seconds (monotonic), if given.
+        """
+        mark, due = self._journal(due_at_ms)
+        if due is None:
+            return True
+        give_up = None if timeout_s is None else time.monotonic() + timeout_s
+        remaining_s = max(0.0, due / 1000 - time.time())
+        if give_up is not None:
+            remaining_s = min(remaining_s, max(0.0, give_up - time.monotonic()))
+        time.sleep(remaining_s)
+        poll = _POLL_S[0]
+        while not self._fired(mark):
+            if give_up is not None and time.monotonic() >= give_up:
+                raise TimeoutError(f"durable sleep {mark[1:].hex()} due {due} ms not fired within {timeout_s} s")
+            time.sleep(poll)
+            poll = min(poll * 2, _POLL_S[1])
+        return False
+
+    async def sleep_until_async(self, due_at_ms: int, timeout_s: Optional[float] = None) -> bool:
+        """The ``await`` form of :meth:`sleep_until` (store calls are short and made on the loop thread)."""
+        mark, due = self._journal(due_at_ms)
+        if due is None:
+            return True
+
+        async def wait():
+            await asyncio.sleep(max(0.0, due / 1000 - time.time()))
+            poll = _POLL_S[0]
+            while not self._fired(mark):
+                await asyncio.sleep(poll)
+                poll = min(poll * 2, _POLL_S[1])
+
+        try:
+            await asyncio.wait_for(wait(), timeout_s)
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"durable sleep {mark[1:].hex()} due {due} ms not fired within {timeout_s} s") from None
+        return False

@@ -1,0 +1,198 @@
+"""The store contract: an ordered key-value store of bytes, split into partitions.
+
+A partition is named by a non-empty str and is the atomicity boundary: a :class:`Batch`
+applies to one partition, all or nothing, after its guards (:class:`Equals`,
+:class:`Absent`) hold. This is the compare-and-set that makes durable timers fire their
+batch effects at most once (seed: mkit_server/timers mod.rs; the guarded-write shape of
+etcd transactions and FoundationDB's read-conflict checks).
+
+Every backend (:class:`timerwheel_c.durable.sqlite.SQLiteStore`, later PostgreSQL)
+implements :class:`Store` and passes the one contract suite in
+``tests/test_durable_store.py``.
+"""
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Optional, Union
+
+__all__ = [
+    "Absent",
+    "Batch",
+    "Committed",
+    "Equals",
+    "Guard",
+    "Page",
+    "PreconditionFailed",
+    "Store",
+    "check_bytes",
+    "check_partition",
+]
+
+
+def check_bytes(name: str, value: object) -> bytes:
+    """Return ``value`` if it is bytes, else raise TypeError naming ``name`` and the value."""
+    if not isinstance(value, bytes):
+        raise TypeError(f"{name} must be bytes, got {type(value).__name__} {value!r}")
+    return value
+
+
+def check_partition(partition: object) -> str:
+    """Return ``partition`` if it is a non-empty str (TypeError / ValueError otherwise)."""
+    if not isinstance(partition, str):
+        raise TypeError(f"partition must be a str, got {type(partition).__name__} {partition!r}")
+    if not partition:
+        raise ValueError("partition must be a non-empty str, got ''")
+    return partition
+
+
+@dataclass(frozen=True)
+class Equals:
+    """Guard: ``key`` is present and holds exactly ``value``."""
+
+    key: bytes
+    value: bytes
+
+    def __post_init__(self):
+        check_bytes("Equals.key", self.key)
+        check_bytes("Equals.value", self.value)
+
+
+@dataclass(frozen=True)
+class Absent:
+    """Guard: ``key`` is not present."""
+
+    key: bytes
+
+    def __post_init__(self):
+        check_bytes("Absent.key", self.key)
+
+
+Guard = Union[Equals, Absent]
+
+
+@dataclass
+class Batch:
+    """Guards and writes applied together by :meth:`Store.apply`, all or nothing.
+
+    Built by chaining: ``Batch().require(Absent(k)).put(k, v).delete(old)``. Writes apply
+    in the order given (a later write to the same key wins). ``guards`` and ``writes``
+    (``(key, value)`` pairs, ``value`` None for a delete) are read by the backends.
+    """
+
+    guards: list = field(default_factory=list)
+    writes: list = field(default_factory=list)
+
+    def require(self, guard: Guard) -> "Batch":
+        """Add a guard (TypeError unless :class:`Equals` or :class:`Absent`); returns self."""
+        if not isinstance(guard, (Equals, Absent)):
+            raise TypeError(f"a guard must be Equals or Absent, got {type(guard).__name__} {guard!r}")
+        self.guards.append(guard)
+        return self
+
+    def put(self, key: bytes, value: bytes) -> "Batch":
+        """Write ``value`` at ``key`` (both bytes); returns self."""
+        self.writes.append((check_bytes("key", key), check_bytes("value", value)))
+        return self
+
+    def delete(self, key: bytes) -> "Batch":
+        """Remove ``key`` (no error if absent); returns self."""
+        self.writes.append((check_bytes("key", key), None))
+        return self
+
+    def extend(self, other: "Batch") -> "Batch":
+        """Append ``other``'s guards and writes to this batch; returns self."""
+        if not isinstance(other, Batch):
+            raise TypeError(f"expected a Batch, got {type(other).__name__} {other!r}")
+        self.guards.extend(other.guards)
+        self.writes.extend(other.writes)
+        return self
+
+
+@dataclass(frozen=True)
+class Committed:
+    """:meth:`Store.apply` wrote the whole batch."""
+
+
+@dataclass(frozen=True)
+class PreconditionFailed:
+    """:meth:`Store.apply` wrote nothing because the guard on ``key`` did not hold."""
+
+    key: bytes
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of :meth:`Store.scan`.
+
+    ``entries``: ``(key, value)`` pairs in key order. ``next``: the key to pass as
+    ``after`` for the following page, or None when the range is exhausted.
+    """
+
+    entries: list
+    next: Optional[bytes]
+
+
+class Store(abc.ABC):
+    """An ordered bytes key-value store split into partitions (the durable-timer contract).
+
+    Implementations must be safe to call from several threads, and ``apply`` must be
+    atomic and serializable against every other ``apply`` on the same partition,
+    including from other processes sharing the backing database.
+    Backend errors (``sqlite3.OperationalError`` for a locked or vanished database, a
+    full disk) propagate unchanged; callers such as the service retry them.
+    """
+
+    @abc.abstractmethod
+    def scan(self, partition: str, start: bytes, end: bytes, after: Optional[bytes] = None, limit: int = 64) -> Page:
+        """Entries with ``start <= key < end`` and ``key > after``, in key order, at most ``limit`` (>= 1).
+
+        Raises:
+            TypeError: non-str partition, non-bytes bounds, non-int limit.
+            ValueError: empty partition, ``limit < 1``.
+        """
+
+    @abc.abstractmethod
+    def get(self, partition: str, key: bytes) -> Optional[bytes]:
+        """The value at ``key``, or None."""
+
+    @abc.abstractmethod
+    def apply(self, partition: str, batch: Batch) -> Union[Committed, PreconditionFailed]:
+        """Check ``batch``'s guards and, if all hold, apply its writes atomically.
+
+        Returns :class:`Committed`, or :class:`PreconditionFailed` naming the first guard
+        (in ``batch.guards`` order) that failed, in which case nothing was written.
+        """
+
+    @abc.abstractmethod
+    def partitions(self) -> list:
+        """Names of the partitions that hold at least one key, sorted."""
+
+    def close(self) -> None:
+        """Release the backend's resources; the store is unusable afterwards."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    @staticmethod
+    def check_scan_args(partition, start, end, after, limit) -> None:
+        """Validate :meth:`scan` arguments (shared by the backends)."""
+        check_partition(partition)
+        check_bytes("start", start)
+        check_bytes("end", end)
+        if after is not None:
+            check_bytes("after", after)
+        if isinstance(limit, bool) or not isinstance(limit, int):
+            raise TypeError(f"limit must be an int, got {type(limit).__name__} {limit!r}")
+        if limit < 1:
+            raise ValueError(f"limit must be >= 1, got {limit}")
+
+    @staticmethod
+    def check_batch(batch) -> Batch:
+        """Return ``batch`` if it is a :class:`Batch` (TypeError otherwise)."""
+        if not isinstance(batch, Batch):
+            raise TypeError(f"batch must be a Batch, got {type(batch).__name__} {batch!r}")
+        return batch
