@@ -128,8 +128,7 @@ class PostgresStore(Store):
         query, lower = (self._sql_scan_after, after) if after is not None and after >= start else (self._sql_scan_from, start)
         with self._lock:
             rows = self._connection().execute(query, (partition, lower, end, limit + 1)).fetchall()
-        entries = [(bytes(k), bytes(v)) for k, v in rows[:limit]]
-        return Page(entries, entries[-1][0] if len(rows) > limit else None)
+        return Page.from_rows(rows, limit)
 
     def get(self, partition: str, key: bytes) -> Optional[bytes]:
         check_partition(partition)

@@ -114,8 +114,7 @@ class SQLiteStore(Store):
                 " ORDER BY key LIMIT ?",
                 (partition, lower, end, limit + 1),
             ).fetchall()
-        entries = [(bytes(k), bytes(v)) for k, v in rows[:limit]]
-        return Page(entries, entries[-1][0] if len(rows) > limit else None)
+        return Page.from_rows(rows, limit)
 
     def get(self, partition: str, key: bytes) -> Optional[bytes]:
         check_partition(partition)

@@ -132,6 +132,13 @@ class Page:
     entries: list
     next: Optional[bytes]
 
+    @classmethod
+    def from_rows(cls, rows: list, limit: int) -> "Page":
+        """The page for up to ``limit + 1`` ``(key, value)`` rows a backend read in key order: the
+        extra row, if present, only says that more follow (so ``next`` is never a dead end)."""
+        entries = [(bytes(k), bytes(v)) for k, v in rows[:limit]]
+        return cls(entries, entries[-1][0] if len(rows) > limit else None)
+
 
 class Store(abc.ABC):
     """An ordered bytes key-value store split into partitions (the durable-timer contract).
