@@ -13,7 +13,10 @@ from .durable import cli as durable_cli
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="timerwheel-c", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="timerwheel-c",
+        description="timerwheel_c from the command line: the side-by-side benchmark, and a durable timer service.",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     bench_cli.add_parser(sub)
     durable_cli.add_parser(sub)

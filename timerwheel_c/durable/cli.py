@@ -23,7 +23,7 @@ log = logging.getLogger("timerwheel_c.durable")
 def add_parser(sub) -> None:
     """Register the ``run`` subcommand on an argparse subparsers object."""
     p = sub.add_parser("run", help="serve durable timers from a store", description=__doc__.splitlines()[0])
-    p.add_argument("--store", required=True, metavar="URL", help="sqlite:///PATH (four slashes for an absolute path)")
+    p.add_argument("--store", required=True, metavar="URL", help="sqlite:///PATH (four slashes for an absolute path) or postgresql://USER@HOST/DB")
     p.add_argument("--handlers", required=True, metavar="MODULE:ATTR", help="a TimerRegistry, or a callable returning one")
     p.add_argument("--partition", action="append", dest="partitions", metavar="NAME",
                    help="a partition to serve (repeatable; default: every partition in the store)")
