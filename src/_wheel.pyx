@@ -54,12 +54,19 @@ function in the same order.
 # object per timer. cancel and fire return the entry to a LIFO free list at once (no lazy
 # cancellation), so churn never grows the pool. Ids are (generation << 32) | index with the
 # generation bumped on every free (32 bits, skipping 0): a stale id names a later timer only after
-# 2**32 reuses of the same entry.
+# 2**32 reuses of the same entry. The pool starts on a 64-byte boundary, so no entry straddles two
+# cache lines (a re-arm at 100k timers is bound by the misses on the entry and its list neighbours).
+# advance_array gathers tokens in a C scratch buffer and copies them out in one ndarray; a buffer
+# over BUF_KEEP tokens (32 KB) is freed after the call, so it never pins a one-off jump's size.
 cimport cython
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from libc.stdlib cimport free, realloc
+from libc.string cimport memcpy, memmove
 
 import numpy as np
+cimport numpy as cnp
+
+cnp.import_array()
 
 # The Python-level validators exist once, in the pure twin, and serve both cores.
 from timerwheel_c.pure.wheel import U64_LIMIT, _as_int, _as_int_array, _check_batch
@@ -81,6 +88,8 @@ cdef enum:
     NUM_WORDS = NUM_SLOTS // 64
     NIL = -1
     MAX_ENTRIES = 0x7FFFFFFF
+    BUF_KEEP = 4096
+    CACHE_LINE = 64
 
 cdef int64_t MAX_DUE_MS = 1LL << 62
 cdef int64_t IDLE_HINT_MS = 1LL << 32
@@ -161,7 +170,11 @@ cdef class TimerWheel:
     cdef int32_t _free_head
     cdef int32_t _used
     cdef int32_t _cap
-    cdef entry_t* _pool
+    cdef entry_t* _pool      # _pool_raw rounded up to a cache line: no entry straddles two lines
+    cdef char* _pool_raw
+    # advance_array's scratch: fired tokens land here, then are copied out in one ndarray.
+    cdef uint64_t* _buf
+    cdef Py_ssize_t _buf_cap
     cdef int32_t _head[NUM_SLOTS]
     cdef int32_t _tail[NUM_SLOTS]
     cdef int64_t _bound[NUM_SLOTS]
@@ -188,13 +201,39 @@ cdef class TimerWheel:
         self._elapsed = now_ms
 
     def __dealloc__(self):
-        free(self._pool)
+        free(self._pool_raw)
+        free(self._buf)
+
+    cdef int _grow_buf(self) except -1:
+        """Double ``_buf`` (advance_array's scratch; C only, the twin builds its array from a list)."""
+        cdef Py_ssize_t cap = 1024 if self._buf_cap == 0 else 2 * self._buf_cap
+        cdef uint64_t* buf = <uint64_t*>realloc(self._buf, cap * sizeof(uint64_t))
+        if buf == NULL:
+            raise MemoryError(f"TimerWheel cannot grow its advance_array buffer to {cap} tokens")
+        self._buf = buf
+        self._buf_cap = cap
+        return 0
+
+    cdef int _grow_pool(self, int32_t cap) except -1:
+        """Reallocate the pool for ``cap`` entries, aligned to 64 bytes (C only: the twin's pool is
+        Python lists). An entry split over two cache lines costs a re-arm a second miss."""
+        cdef size_t old_off = <char*>self._pool - self._pool_raw
+        cdef char* raw = <char*>realloc(self._pool_raw, <size_t>cap * sizeof(entry_t) + CACHE_LINE)
+        cdef size_t new_off
+        if raw == NULL:
+            raise MemoryError(f"TimerWheel cannot grow its pool to {cap} entries")
+        new_off = (CACHE_LINE - (<size_t>raw & (CACHE_LINE - 1))) & (CACHE_LINE - 1)
+        if new_off != old_off:
+            memmove(raw + new_off, raw + old_off, <size_t>self._used * sizeof(entry_t))
+        self._pool_raw = raw
+        self._pool = <entry_t*>(raw + new_off)
+        self._cap = cap
+        return 0
 
     cdef inline int32_t _alloc(self) except -1:
         """A free entry index: the most recently freed one (LIFO), else a fresh one at generation 1."""
         cdef int32_t e = self._free_head
         cdef int32_t cap
-        cdef entry_t* pool
         if e != NIL:
             self._free_head = self._pool[e].next
             return e
@@ -202,11 +241,7 @@ cdef class TimerWheel:
             if self._cap == MAX_ENTRIES:
                 raise MemoryError("TimerWheel holds 2**31 entries, its limit")
             cap = 64 if self._cap == 0 else (MAX_ENTRIES if self._cap > MAX_ENTRIES // 2 else 2 * self._cap)
-            pool = <entry_t*>realloc(self._pool, cap * sizeof(entry_t))
-            if pool == NULL:
-                raise MemoryError(f"TimerWheel cannot grow its pool to {cap} entries")
-            self._pool = pool
-            self._cap = cap
+            self._grow_pool(cap)
         e = self._used
         self._used += 1
         self._pool[e].gen = 1
@@ -261,6 +296,18 @@ cdef class TimerWheel:
         elif head == self._tail[f]:
             # One timer left: its bound is exact again (point 8, one pending timer).
             self._bound[f] = self._pool[head].due
+
+    cdef inline void _pop_head(self, int32_t f, int32_t nxt) noexcept:
+        """``_unlink`` of the head of level-0 slot ``f``, whose successor is ``nxt``: the firing
+        loop's case. Every timer of a level-0 slot has one due time, so a non-empty slot's bound
+        stays exact and only an emptied slot clears its bit and bound."""
+        self._head[f] = nxt
+        if nxt == NIL:
+            self._tail[f] = NIL
+            self._occ[f >> 6] &= ~((<uint64_t>1) << (f & 63))
+            self._bound[f] = NO_BOUND
+        else:
+            self._pool[nxt].prev = NIL
 
     cdef inline int32_t _next_slot(self) noexcept:
         """The occupied flat slot with the earliest start at or after ``_elapsed``, or NIL.
@@ -404,9 +451,9 @@ cdef class TimerWheel:
         self._link(e)
         return True
 
-    cdef Py_ssize_t _run(self, int64_t now, list fired, uint64_t* out) except -1:
-        """Advance ``_elapsed`` to ``now``, handing each fired token in fire order to ``out`` (if not
-        NULL, room for every pending timer) or else appending it to ``fired``; returns the count.
+    cdef Py_ssize_t _run(self, int64_t now, list fired) except -1:
+        """Advance ``_elapsed`` to ``now``, handing each fired token in fire order to ``fired``, or
+        to the scratch buffer ``_buf`` if ``fired`` is None; returns the count.
 
         Jumps from occupied slot to occupied slot: a level-0 slot fires whole (all its timers share
         one due time, in arming order); a higher slot cascades whole, in list order, to lower levels.
@@ -428,12 +475,14 @@ cdef class TimerWheel:
                 e = self._head[f]
                 while e != NIL:
                     nxt = self._pool[e].next
-                    if out != NULL:
-                        out[n] = self._pool[e].token
+                    if fired is None:
+                        if n == self._buf_cap:
+                            self._grow_buf()
+                        self._buf[n] = self._pool[e].token
                     else:
                         fired.append(self._pool[e].token)
                     n += 1
-                    self._unlink(e)
+                    self._pop_head(f, nxt)
                     self._free(e)
                     e = nxt
             else:
@@ -490,7 +539,7 @@ cdef class TimerWheel:
         if fired is None:
             fired = []
         if now > self._elapsed:
-            self._run(now, fired, NULL)
+            self._run(now, fired)
         return fired
 
     def advance_array(self, now_ms):
@@ -500,16 +549,20 @@ cdef class TimerWheel:
             as ``advance``.
         """
         cdef int64_t now = self._check_now(now_ms)
-        cdef Py_ssize_t n
-        cdef uint64_t[::1] view
-        if now == self._elapsed or self._count == 0:
-            self._elapsed = now
-            return np.empty(0, dtype=np.uint64)
-        tokens = np.empty(self._count, dtype=np.uint64)
-        view = tokens
-        n = self._run(now, None, &view[0])
-        # Sized for every pending timer; keep a short result from pinning the long buffer.
-        return tokens[:n].copy() if 2 * n < len(tokens) else tokens[:n]
+        cdef cnp.npy_intp n = 0
+        cdef cnp.ndarray tokens
+        if now > self._elapsed:
+            n = self._run(now, None)
+        # The C API, not np.empty and a memoryview: their fixed cost outweighs a tick's few tokens.
+        tokens = cnp.PyArray_EMPTY(1, &n, cnp.NPY_UINT64, 0)
+        if n:
+            memcpy(cnp.PyArray_DATA(tokens), self._buf, n * sizeof(uint64_t))
+        if self._buf_cap > BUF_KEEP:
+            # A one-off jump must not pin its scratch; steady ticks reuse a small one.
+            free(self._buf)
+            self._buf = NULL
+            self._buf_cap = 0
+        return tokens
 
     def schedule_many(self, after_ms, tokens):
         """``schedule(after_ms[i], tokens[i])`` for each i, in order; all validated before any is armed.
@@ -587,7 +640,8 @@ cdef class TimerWheel:
         return self._bound[self._next_slot()]
 
     def nbytes(self):
-        """Bytes of the timer store: 32 per pool entry plus the slot tables.
+        """Bytes of the timer store: 32 per pool entry plus the slot tables (not the 64-byte
+        alignment slack nor advance_array's scratch, at most BUF_KEEP * 8 bytes between calls).
 
         Pool entries are reused, never returned, so this stays flat under schedule/cancel churn.
         """

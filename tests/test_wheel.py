@@ -312,6 +312,29 @@ def test_12_batch_calls_match_scalar_semantics(wheel_impl):
     assert a.schedule_many(np.array([], dtype=np.int64), np.array([], dtype=np.uint64)).shape == (0,)
 
 
+def test_12_advance_array_large_then_small_batches_match_advance(wheel_impl):
+    """advance_array over a batch larger than the C core's kept scratch (4096 tokens), then small
+    and empty ones, returns exactly what advance returns, as fresh writable uint64 arrays. The
+    sizes are asserted first, so the large case cannot pass vacuously; the clock is virtual."""
+    a = wheel_impl.TimerWheel(now_ms=0)
+    b = wheel_impl.TimerWheel(now_ms=0)
+    n = 20_000
+    delays = (np.arange(n, dtype=np.int64) * 7919) % 3000
+    for tw in (a, b):
+        tw.schedule_many(delays, np.arange(n, dtype=np.uint64))
+    results = []
+    for now in (2000, 2000, 2001, 2500, 2999, 10**6):
+        out = a.advance_array(now)
+        assert out.dtype == np.uint64 and out.flags.writeable
+        assert out.tolist() == b.advance(now)
+        results.append(out)
+    assert len(results[0]) > 4096 and len(results[1]) == 0 and 0 < len(results[2]) < 4096
+    assert sum(len(r) for r in results) == n and len(a) == 0
+    first = results[0].copy()
+    results[2][:] = 0  # writing one result must not alter another (no shared scratch)
+    assert (results[0] == first).all()
+
+
 def test_11_memory_flat_under_10m_churn_cycles(wheel_impl):
     """Issue 2 point 11 at its own scale for C (10 million schedule/cancel cycles over 100k live timers,
     through the batch calls, plus 1M scalar cycles), scaled to 300k cycles over 10k for the pure twin:

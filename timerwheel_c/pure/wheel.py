@@ -198,6 +198,18 @@ class TimerWheel:
             # One timer left: its bound is exact again (point 8, one pending timer).
             self._bound[f] = self._due[head]
 
+    def _pop_head(self, f, nxt):
+        """``_unlink`` of the head of level-0 slot ``f``, whose successor is ``nxt``: the firing
+        loop's case. Every timer of a level-0 slot has one due time, so a non-empty slot's bound
+        stays exact and only an emptied slot clears its bit and bound."""
+        self._head[f] = nxt
+        if nxt == NIL:
+            self._tail[f] = NIL
+            self._occ[f >> 6] &= ~(1 << (f & 63))
+            self._bound[f] = NO_BOUND
+        else:
+            self._prev[nxt] = NIL
+
     def _next_slot(self):
         """The occupied flat slot with the earliest start at or after ``_elapsed``, or NIL.
 
@@ -356,7 +368,7 @@ class TimerWheel:
                     nxt = self._next[e]
                     fired.append(self._token[e])
                     n += 1
-                    self._unlink(e)
+                    self._pop_head(f, nxt)
                     self._free(e)
                     e = nxt
             else:
