@@ -312,6 +312,24 @@ def test_12_batch_calls_match_scalar_semantics(wheel_impl):
     assert a.schedule_many(np.array([], dtype=np.int64), np.array([], dtype=np.uint64)).shape == (0,)
 
 
+def test_12_batch_calls_take_python_int_lists_exactly(wheel_impl):
+    """Lists of Python ints beyond int64 (which numpy alone reads as float64 or object) are taken
+    exactly, never rounded; a list no 64-bit type holds, or holding a float, raises naming the
+    values and schedules nothing. Deterministic."""
+    tw = wheel_impl.TimerWheel(now_ms=0)
+    ids = tw.schedule_many(17, [2**64 - 1, 0, 2**63 + 1])
+    assert ids.dtype == np.uint64 and len(tw) == 3
+    assert tw.advance_array(17).tolist() == [2**64 - 1, 0, 2**63 + 1]
+    assert tw.cancel_many([int(ids[0]), 2**64 - 1]) == 0
+    with pytest.raises(ValueError, match="-1 and 18446744073709551615"):
+        tw.schedule_many(17, [-1, 2**64 - 1])
+    with pytest.raises(ValueError, match="18446744073709551616 does not fit"):
+        tw.schedule_many(17, [0, 2**64])
+    with pytest.raises(TypeError, match="1.5"):
+        tw.schedule_many(17, [2**63, 1.5])
+    assert len(tw) == 0
+
+
 def test_12_advance_array_large_then_small_batches_match_advance(wheel_impl):
     """advance_array over a batch larger than the C core's kept scratch (4096 tokens), then small
     and empty ones, returns exactly what advance returns, as fresh writable uint64 arrays. The

@@ -518,6 +518,18 @@ def _as_int_array(values, name):
     if arr.size == 0 and arr.ndim == 1:
         # np.asarray([]) is float64; an empty sequence holds no wrong value.
         return arr.astype(np.int64)
+    if arr.ndim == 1 and arr.dtype.kind in "fO" and not isinstance(values, np.ndarray):
+        # numpy reads a list of ints beyond int64 (alone, or beside negative ones) as float64 or
+        # object: take the ints one by one, so none is rounded and a bad one is named.
+        ints = [_as_int(v, name) for v in values]
+        lo, hi = min(ints), max(ints)
+        if lo >= 0 and hi < 1 << 64:
+            return np.array(ints, dtype=np.uint64)
+        if lo >= -(1 << 63) and hi < 1 << 63:
+            return np.array(ints, dtype=np.int64)
+        if lo < -(1 << 63) or hi >= 1 << 64:
+            raise ValueError(f"{name} value {lo if lo < -(1 << 63) else hi} does not fit in 64 bits")
+        raise ValueError(f"{name} holds {lo} and {hi}: no 64-bit integer type holds both")
     if arr.dtype.kind not in "iu":
         raise TypeError(f"{name} must be an integer array, not dtype {arr.dtype}")
     if arr.ndim != 1:
