@@ -60,3 +60,17 @@ def test_start_after_stop_does_not_hang():
     t.join(5)
     assert not t.is_alive(), "start() after stop() hung"
     assert outcome
+
+
+@pytest.mark.xfail(strict=True, reason="run: an unopenable store raises a raw sqlite3 traceback (exit 1), not a usage error")
+def test_run_with_unopenable_store_is_a_clear_error(tmp_path, capsys):
+    """Bad input gets a clear, specific error: ``timerwheel-c run --store sqlite:////no/such/dir/x.db``
+    (or a file that is not a database) today escapes as a ``sqlite3.OperationalError`` traceback
+    with exit 1, unlike the other bad arguments, which print one line and exit 2."""
+    from timerwheel_c.cli import main
+
+    not_a_db = tmp_path / "not-a-db"
+    not_a_db.write_bytes(b"this is not sqlite" * 100)
+    for url in (f"sqlite:///{tmp_path}/no/such/dir/x.db", f"sqlite:///{not_a_db}"):
+        assert main(["run", "--store", url, "--handlers", "timerwheel_c.durable:TimerRegistry"]) == 2
+        assert url in capsys.readouterr().err
