@@ -94,3 +94,35 @@ def test_child_does_not_hang_on_parents_lock_pure():
         assert os.waitstatus_to_exitcode(status) == 0, "child hung (-14 = SIGALRM) or raised (3)"
     finally:
         rt.close()
+
+
+@pytest.mark.xfail(strict=True, reason="float() of a huge int raises OverflowError, not the documented ValueError / timeout-0 poll")
+def test_huge_int_arguments_get_documented_errors(release_impl):
+    """Out-of-range input gets the documented exception: ``arm(2**1024)`` is "out of the int64 ns
+    range" (ValueError per its docstring) but raises OverflowError from ``float()``; and
+    ``wait(timeout=-2**1024)`` is a timeout <= 0 (a poll returning False) but raises OverflowError."""
+    with release_impl.ReleaseTimer() as rt:
+        with pytest.raises(ValueError):
+            rt.arm(2**1024)
+        d = rt.arm(time.monotonic() + 60)
+        assert d.wait(timeout=-(2**1024)) is False
+
+
+@pytest.mark.xfail(strict=True, reason="timerwheel_c.sleep accepts only int/float: numpy scalars and Fraction get TypeError")
+def test_sleep_accepts_any_real_delay():
+    """``timerwheel_c.sleep(delay)`` is "like asyncio.sleep" and documents TypeError only for a
+    non-real delay, yet ``np.int64(0)``, ``np.float32(0.001)`` and ``Fraction(1, 1000)`` (all
+    ``numbers.Real``, all accepted by asyncio.sleep) raise "delay must be a number of seconds".
+    Each sleep is at most 1 ms; the 5 s bound is liveness only."""
+    import asyncio
+    from fractions import Fraction
+
+    import numpy as np
+
+    import timerwheel_c
+
+    async def main():
+        for delay in (np.int64(0), np.float32(0.001), Fraction(1, 1000)):
+            await asyncio.wait_for(timerwheel_c.sleep(delay), 5)
+
+    asyncio.run(main())
