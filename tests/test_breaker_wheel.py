@@ -95,3 +95,17 @@ def test_schedule_many_accepts_list_of_valid_u64_tokens(wheel_impl):
     ids = w.schedule_many(5, [1, 2**63])
     assert len(ids) == 2
     assert [int(t) for t in w.advance_array(5)] == [1, 2**63]
+
+
+@pytest.mark.xfail(strict=True, reason="pure TimerWheel.__init__ on a wheel in use silently drops every pending timer (C raises)")
+def test_reinit_of_wheel_in_use_does_not_drop_timers_pure():
+    """Never lost, and the twins behave the same: calling ``__init__`` again on a wheel holding
+    a pending timer raises RuntimeError in the C core ("already in use"), but the pure twin
+    re-initializes and silently forgets the timer, which then never fires. (The C core passes.)"""
+    from timerwheel_c.pure import wheel as wheel_impl
+
+    w = wheel_impl.TimerWheel(0)
+    w.schedule(10, 1)
+    with pytest.raises(RuntimeError):
+        w.__init__(5)
+    assert w.advance(100) == [1]
