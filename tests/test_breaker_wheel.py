@@ -38,7 +38,6 @@ def _gc_scheduling_inside_advance_array(module_name, tmp_path):
         gc.set_threshold(1, 1, 1)
         fired = 0
         for trial in range(5000):
-            junk = [[] for _ in range(trial % 7)]  # shift the gen-0 allocation count's phase
             inside[0] = True
             out = w.advance_array(w.now_ms() + 5)
             inside[0] = False
