@@ -16,9 +16,11 @@ import importlib
 import os
 import platform
 import warnings
+from pathlib import Path
 from types import ModuleType
+from typing import Optional
 
-__all__ = ["IMPLEMENTATION", "load"]
+__all__ = ["FALLBACK_REASON", "IMPLEMENTATION", "load"]
 
 
 def _flag(name: str) -> bool:
@@ -29,6 +31,21 @@ _FORCE_PURE = _flag("TIMERWHEEL_C_NO_EXTENSIONS") or platform.python_implementat
 _REQUIRE = _flag("TIMERWHEEL_C_REQUIRE_EXTENSIONS")
 
 IMPLEMENTATION = "pure" if _FORCE_PURE else "c"
+# Why a compiled core fell back to its pure twin, or None: unlike a forced pure run, a
+# fallback is an accident that a benchmark or a user comparing speeds must hear about.
+FALLBACK_REASON: Optional[str] = None
+
+
+def _why_not_compiled(name: str, exc: ImportError) -> str:
+    package_dir = Path(__file__).resolve().parent
+    if (package_dir.parent / "src" / f"_{name}.pyx").exists():
+        # `python -m ...` or a REPL started in the checkout puts it first on sys.path.
+        return (
+            f"timerwheel_c is imported from its source checkout ({package_dir}), which holds no "
+            "compiled extensions: run from another directory, or as `python -I -m ...`, to use the "
+            "installed package"
+        )
+    return f"timerwheel_c._{name} did not import ({exc})"
 
 
 def load(name: str) -> ModuleType:
@@ -39,20 +56,18 @@ def load(name: str) -> ModuleType:
     Raises:
         ImportError: the extension did not import and ``TIMERWHEEL_C_REQUIRE_EXTENSIONS=1`` is set.
     """
-    global IMPLEMENTATION
+    global IMPLEMENTATION, FALLBACK_REASON
     if not _FORCE_PURE:
         try:
             return importlib.import_module(f"timerwheel_c._{name}")
         except ImportError as exc:
+            reason = _why_not_compiled(name, exc)
             if _REQUIRE:
                 raise ImportError(
-                    f"timerwheel_c._{name} did not import and TIMERWHEEL_C_REQUIRE_EXTENSIONS=1 "
-                    f"forbids the pure fallback: {exc}"
+                    f"{reason}, and TIMERWHEEL_C_REQUIRE_EXTENSIONS=1 forbids the pure fallback"
                 ) from exc
-            warnings.warn(
-                f"timerwheel_c._{name} did not import ({exc}); using the pure-Python twin",
-                RuntimeWarning,
-                stacklevel=3,
-            )
+            if FALLBACK_REASON is None:  # one warning a process: the cores fall back together
+                FALLBACK_REASON = reason
+                warnings.warn(f"{reason}; using the pure-Python twins", RuntimeWarning, stacklevel=3)
     IMPLEMENTATION = "pure"
     return importlib.import_module(f"timerwheel_c.pure.{name}")

@@ -17,6 +17,7 @@ import sys
 import time
 import traceback
 
+from .. import _impl
 from . import external, tables, workloads
 from .harness import FiredMismatch
 from .impls import available
@@ -80,6 +81,11 @@ def run(args: argparse.Namespace) -> int:
         except plot.PlotUnavailable as exc:
             print(f"timerwheel-c bench: error: {exc}", file=sys.stderr)
             return 2
+    if _impl.FALLBACK_REASON is not None:
+        print(f"timerwheel-c bench: error: {_impl.FALLBACK_REASON}. The bench compares the compiled "
+              "cores, so it stops here; set TIMERWHEEL_C_NO_EXTENSIONS=1 to bench the pure twins alone.",
+              file=sys.stderr)
+        return 2
     if args.scale <= 0:
         print(f"timerwheel-c bench: error: --scale must be > 0, got {args.scale}", file=sys.stderr)
         return 2
