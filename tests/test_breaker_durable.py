@@ -1,6 +1,6 @@
 """Regression tests for durable-timer bugs found by adversarial testing (breaker).
 
-Each test is xfail(strict=True) until its fix lands; see the reason of each.
+Each test was xfail(strict=True) until its fix landed; all are fixed now.
 """
 import threading
 
@@ -63,7 +63,6 @@ def test_start_after_stop_does_not_hang():
     assert outcome
 
 
-@pytest.mark.xfail(strict=True, reason="run: an unopenable store raises a raw sqlite3 traceback (exit 1), not a usage error")
 def test_run_with_unopenable_store_is_a_clear_error(tmp_path, capsys):
     """Bad input gets a clear, specific error: ``timerwheel-c run --store sqlite:////no/such/dir/x.db``
     (or a file that is not a database) today escapes as a ``sqlite3.OperationalError`` traceback
@@ -104,3 +103,28 @@ def test_infinite_max_sleep_is_rejected_or_works():
         assert not [r for r in records if "failed" in r], records[:3]
     finally:
         logger.removeHandler(handler)
+
+
+def test_run_with_empty_partition_is_a_clear_error(tmp_path, capsys):
+    """``--partition ''`` is a bad argument: exit 2 and one line naming it, no traceback, and the
+    store is not even created."""
+    from timerwheel_c.cli import main
+
+    db = tmp_path / "x.db"
+    assert main(["run", "--store", f"sqlite:///{db}", "--handlers", "timerwheel_c.durable:TimerRegistry", "--partition", ""]) == 2
+    err = capsys.readouterr().err
+    assert "--partition" in err and "''" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not db.exists()
+
+
+def test_run_with_refused_postgres_is_a_clear_error(capsys):
+    """A refused PostgreSQL connection (port 1 on loopback: nothing listens there) exits 2 with one
+    line naming the URL, its password redacted."""
+    pytest.importorskip("psycopg")
+    from timerwheel_c.cli import main
+
+    url = "postgresql://postgres:sekrit@127.0.0.1:1/postgres?connect_timeout=5"
+    assert main(["run", "--store", url, "--handlers", "timerwheel_c.durable:TimerRegistry"]) == 2
+    err = capsys.readouterr().err
+    assert "postgresql://postgres:***@127.0.0.1:1/postgres" in err and "sekrit" not in err
+    assert len(err.strip().splitlines()) == 1
