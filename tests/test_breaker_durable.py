@@ -41,7 +41,7 @@ def test_malformed_rows_do_not_starve_due_timers():
 
 def test_start_after_stop_does_not_hang():
     """``start()`` returns (or raises) promptly whatever came before: after ``stop()`` on a service
-    that never started, ``start()`` today waits forever on an event its thread never sets. Checked
+    that never started, ``start()`` once waited forever on an event its thread never sets. Checked
     from a daemon thread with a 5 s bound, so a hang fails the test instead of the suite."""
     svc = DurableTimerService(SQLiteStore(":memory:"), TimerRegistry(), ["p"])
     svc.stop()
@@ -60,12 +60,12 @@ def test_start_after_stop_does_not_hang():
     t.start()
     t.join(5)
     assert not t.is_alive(), "start() after stop() hung"
-    assert outcome
+    assert outcome == ["RuntimeError"], "the documented lifecycle is one-shot: start after stop raises"
 
 
 def test_run_with_unopenable_store_is_a_clear_error(tmp_path, capsys):
     """Bad input gets a clear, specific error: ``timerwheel-c run --store sqlite:////no/such/dir/x.db``
-    (or a file that is not a database) today escapes as a ``sqlite3.OperationalError`` traceback
+    (or a file that is not a database) once escaped as a ``sqlite3.OperationalError`` traceback
     with exit 1, unlike the other bad arguments, which print one line and exit 2."""
     from timerwheel_c.cli import main
 
@@ -78,8 +78,8 @@ def test_run_with_unopenable_store_is_a_clear_error(tmp_path, capsys):
 
 def test_infinite_max_sleep_is_rejected_or_works():
     """Bad input gets a clear exception up front, never a broken service: ``max_sleep_s=inf``
-    passes the constructor's ``> 0`` check, then every pass dies in ``int(inf * 1e9)``
-    (OverflowError) and the thread restarts its loop every 50 ms, logging a traceback each time.
+    once passed the constructor's ``> 0`` check, then every pass died in ``int(inf * 1e9)``
+    (OverflowError) and the thread restarted its loop every 50 ms, logging a traceback each time.
     Either ValueError at construction or a service that runs without such failures is fine."""
     import logging
     import time
@@ -128,3 +128,12 @@ def test_run_with_refused_postgres_is_a_clear_error(capsys):
     err = capsys.readouterr().err
     assert "postgresql://postgres:***@127.0.0.1:1/postgres" in err and "sekrit" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan"), 0, -1.0])
+def test_max_sleep_must_be_finite_and_positive(bad):
+    """``max_sleep_s`` must be finite and > 0 seconds: a ValueError naming the value, at construction."""
+    with pytest.raises(ValueError, match="max_sleep_s must be finite and > 0 seconds, got " + repr(bad)):
+        DurableTimerService(SQLiteStore(":memory:"), TimerRegistry(), ["p"], max_sleep_s=bad)
+    with pytest.raises(TypeError, match="max_sleep_s"):
+        DurableTimerService(SQLiteStore(":memory:"), TimerRegistry(), ["p"], max_sleep_s="5")
