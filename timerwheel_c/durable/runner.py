@@ -102,9 +102,10 @@ class RunReport:
     raised, returned Retry or an invalid outcome, or whose batch failed to commit; the
     row stays backed off. ``unknown``: rows of unregistered kinds, backed off.
     ``deferred``: rows over their kind's cap. ``malformed``: rows whose key does not
-    parse, moved to their quarantine key (see the module docstring). ``scanned``: rows looked at. ``stopped_on_budget``: a budget
-    limit ended the tick with due rows left. ``next_wake_ms``: when to run again (Unix
-    epoch ms, never before ``now_ms``), or None when no timer is left.
+    parse, moved to their quarantine key (see the module docstring). ``scanned``: rows
+    looked at. ``stopped_on_budget``: a budget limit ended the tick with due rows left.
+    ``next_wake_ms``: when to run again (Unix epoch ms, never before ``now_ms``), or None
+    when no timer is left.
     """
 
     fired: int = 0
