@@ -3,7 +3,9 @@
 Each complete line a client sends is a message: the server echoes it back and resets
 that connection's idle timeout. A connection that sends no complete line for
 ``--idle-timeout`` seconds is closed by the server (a partial line does not count, so a
-slow trickle of bytes cannot hold a connection open).
+slow trickle of bytes cannot hold a connection open). A line longer than
+``MAX_LINE_BYTES`` (64 KiB, newline excluded) closes the connection at once, so a client
+cannot grow the server's partial-line buffer without bound until its idle timeout.
 
 The idle timeout is the per-connection timer a networking server keeps; the flag
 ``--scheduler`` picks who keeps it:
@@ -28,9 +30,12 @@ import sys
 
 from timerwheel_c.aio import WheelScheduler
 
+MAX_LINE_BYTES = 64 * 1024  # longest line accepted, in bytes (newline excluded)
+
 
 class IdleTimeoutProtocol(asyncio.Protocol):
-    """One connection: echo each line, close after ``idle_timeout_s`` without one.
+    """One connection: echo each line, close after ``idle_timeout_s`` (seconds) without one,
+    or at once on a line over ``MAX_LINE_BYTES``.
 
     ``scheduler`` is a WheelScheduler, or None for plain ``loop.call_later``.
     """
@@ -51,6 +56,10 @@ class IdleTimeoutProtocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         *lines, self._partial = (self._partial + data).split(b"\n")
+        if len(self._partial) > MAX_LINE_BYTES or any(len(line) > MAX_LINE_BYTES for line in lines):
+            self._partial = b""
+            self._transport.close()
+            return
         if not lines:
             return
         self._transport.write(b"".join(line + b"\n" for line in lines))

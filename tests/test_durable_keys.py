@@ -79,3 +79,13 @@ def test_bad_input_is_rejected_specifically():
     with pytest.raises(TypeError):
         keys.parse("T")
     assert keys.timer(5, TimerKind(7), b"r") == keys.timer(5, 7, b"r")
+
+
+@pytest.mark.parametrize("kind", [{}, {"x": 1}, "7", 7.0, None, True, b"\x07"])
+def test_kind_of_wrong_type_is_a_type_error_naming_it(kind):
+    """A kind that is neither a TimerKind nor an int is a TypeError naming the value, even when it
+    has a ``.get`` method (a dict once failed with "get expected at least 1 argument")."""
+    for make in (lambda: keys.timer(5, kind, b""), lambda: keys.backoff(5, kind, 1, 5, b"")):
+        with pytest.raises(TypeError, match="kind must be a TimerKind or an int") as info:
+            make()
+        assert repr(kind) in str(info.value)

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import logging
 import random
-import time
+import types
 
 import pytest
 
 from timerwheel_c.durable import keys
 from timerwheel_c.durable.registry import Done, Reschedule, Retry, TimerHandler, TimerKind, TimerRegistry
+from timerwheel_c.durable import runner as runner_mod
 from timerwheel_c.durable.runner import TickBudget, backoff_ms, run_due
-from timerwheel_c.durable.store import Batch, Committed, Equals
+from timerwheel_c.durable.store import Batch, Committed, Equals, PreconditionFailed
 
 P = "timers"
 NOW = 1_700_000_000_000
@@ -129,14 +130,31 @@ def test_unknown_kind_backed_off_kept_and_warned_once(store, caplog):
 
 
 def test_malformed_rows_retained_and_counted(store):
-    """Malformed keys in the due range are kept and counted; the well-formed rows after them fire."""
+    """Malformed keys in the due range are counted and kept, moved with their value to their
+    quarantine key outside the timer space, so the next tick does not scan them again; the
+    well-formed rows after them fire."""
     bad = [b"T\x00", keys.TAG + (NOW - 5).to_bytes(8, "big") + b"\xf0\x09junk"]
     for k in bad:
         store.apply(P, Batch().put(k, b"?"))
     schedule(store, NOW - 1)
-    report = run_due(store, P, TimerRegistry().register(Recorder()), NOW)
+    registry = TimerRegistry().register(Recorder())
+    report = run_due(store, P, registry, NOW)
     assert (report.malformed, report.fired, report.scanned) == (2, 1, 3)
-    assert all(store.get(P, k) == b"?" for k in bad)
+    assert all(store.get(P, k) is None and store.get(P, keys.quarantine(k)) == b"?" for k in bad)
+    quarantined = store.scan(P, *keys.QUARANTINE_RANGE, limit=100).entries
+    assert sorted(quarantined) == sorted((keys.quarantine(k), b"?") for k in bad)
+    again = run_due(store, P, registry, NOW)
+    assert (again.malformed, again.scanned) == (0, 0)
+
+
+def test_malformed_row_kept_in_place_when_its_quarantine_key_is_taken(store):
+    """The quarantine move is guarded with Absent: a row already quarantined under the same key is
+    never overwritten; the new malformed row then stays where it is, still counted."""
+    bad = b"T\x00"
+    store.apply(P, Batch().put(bad, b"new").put(keys.quarantine(bad), b"old"))
+    report = run_due(store, P, TimerRegistry(), NOW)
+    assert report.malformed == 1
+    assert (store.get(P, bad), store.get(P, keys.quarantine(bad))) == (b"new", b"old")
 
 
 def test_raced_claim_and_raced_commit(store):
@@ -186,13 +204,16 @@ def test_per_kind_cap_defers_and_max_per_tick_lowers_it(store):
 
 
 @pytest.mark.parametrize("limit", ["max_fired", "max_scanned", "max_elapsed_ms"])
-def test_each_budget_limit_stops_the_tick(store, limit):
+def test_each_budget_limit_stops_the_tick(store, limit, monkeypatch):
     """Each budget limit ends the tick with stopped_on_budget while due rows remain; the limit of 1
-    (the clamp floor) lets exactly one row through. The elapsed case sleeps 5 ms in the handler, so
-    the 1 ms limit is surely exceeded."""
+    (the clamp floor) lets exactly one row through. The runner's monotonic clock is a fake that
+    only the handler advances (5 ms per fire), so the 1 ms elapsed limit is exceeded after exactly
+    one row however slow the store's scan is (a real clock made this flaky on PostgreSQL)."""
+    clock_s = [1000.0]
+    monkeypatch.setattr(runner_mod, "time", types.SimpleNamespace(monotonic=lambda: clock_s[0]))
 
     def slow(ctx, t):
-        time.sleep(0.005)
+        clock_s[0] += 0.005
         return Done()
 
     for i in range(4):
@@ -212,17 +233,28 @@ def test_budget_clamps_and_validates():
         TickBudget(max_fired=1.0)
 
 
+class _AlwaysRaced:
+    """A store whose every commit loses its guard, as if another runner always got there first."""
+
+    def __init__(self, inner):
+        self.scan = inner.scan
+        self.get = inner.get
+
+    def apply(self, partition, batch):
+        return PreconditionFailed(batch.guards[0].key)
+
+
 def test_next_wake_rules(store):
     """The four next-wake rules: pending with progress -> now; pending without progress -> now + 5 s;
     otherwise the earliest of the next future due and the earliest timer a commit put, never before
     now; nothing left -> None."""
     registry = TimerRegistry().register(Recorder())
-    # pending without progress: the scanned budget is spent on a malformed row
-    store.apply(P, Batch().put(b"T\x00", b"?"))
+    # pending without progress: the scanned budget is spent on a row another runner takes first
+    schedule(store, NOW - 2, reference=b"first")
     schedule(store, NOW - 1)
-    report = run_due(store, P, registry, NOW, TickBudget(max_scanned=1))
-    assert report.stopped_on_budget and report.fired == 0 and report.next_wake_ms == NOW + 5000
-    store.apply(P, Batch().delete(b"T\x00"))
+    report = run_due(_AlwaysRaced(store), P, registry, NOW, TickBudget(max_scanned=1))
+    assert report.stopped_on_budget and report.raced == 1 and report.fired == 0
+    assert report.next_wake_ms == NOW + 5000
     # earliest future due
     schedule(store, NOW + 777, reference=b"later")
     assert run_due(store, P, registry, NOW).next_wake_ms == NOW + 777

@@ -97,3 +97,39 @@ def test_idle_connection_closed_active_kept(scheduler, use_uvloop):
     # Real time, the client's own clock: the server's loop clock never makes it early.
     assert IDLE_S <= idle_closed - idle_sent < IDLE_S + LIVENESS_S
     assert IDLE_S <= active_closed - active_last < IDLE_S + LIVENESS_S
+
+
+async def _long_line_client(host: str, port: int) -> tuple[bytes, float]:
+    """Echo of a 64 KiB line, then the time the server takes to hang up on a 64 KiB + 1 line."""
+    reader, writer = await asyncio.open_connection(host, port)
+    ok = b"x" * (64 * 1024) + b"\n"
+    writer.write(ok)
+    echo = await asyncio.wait_for(reader.readexactly(len(ok)), LIVENESS_S)
+    start = time.monotonic()
+    writer.write(b"y" * (64 * 1024 + 1))
+    try:
+        while await asyncio.wait_for(reader.read(65536), LIVENESS_S):
+            pass
+    except ConnectionResetError:
+        pass
+    took = time.monotonic() - start
+    writer.close()
+    return echo, took
+
+
+def test_overlong_line_closes_the_connection():
+    """The partial-line buffer is capped: a line of exactly 64 KiB is echoed, one byte more without
+    a newline closes the connection at once, not at the idle timeout. The idle timeout is 60 s and
+    the liveness bound 10 s, so only the cap can have closed it."""
+    cmd = [sys.executable, str(EXAMPLE), "--port", "0", "--idle-timeout", "60", "--scheduler", "wheel"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("listening on "), (line, proc.stderr.read())
+        host, port = line.split()[-1].rsplit(":", 1)
+        echo, took = asyncio.run(_long_line_client(host, int(port)))
+    finally:
+        proc.kill()
+        proc.wait(LIVENESS_S)
+    assert echo == b"x" * (64 * 1024) + b"\n"
+    assert took < LIVENESS_S

@@ -314,6 +314,9 @@ class WheelScheduler:
             handle._timer_id = 0
             handle._callback = None
             handle._args = None
+        # A running batch (_on_wake) holds this same dict: emptied, its later pops find
+        # nothing, so the rest of the batch is skipped quietly.
+        handles.clear()
         self._wheel = None
 
     # -- internals: arming a handle and the one loop wake-up ------------------------

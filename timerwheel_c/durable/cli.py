@@ -4,14 +4,20 @@
 
 ``--handlers`` names a :class:`TimerRegistry` (or a zero-argument callable returning one) as
 ``module:attribute``. Without ``--partition`` every partition in the store is served.
-Exits 0 after a clean stop, 2 on a bad argument.
+
+Exit status: 0 after a clean stop (SIGINT/SIGTERM); 2, with one line on stderr naming the
+offending value, on a bad argument, including a store that cannot be opened at startup
+(an unopenable path, a file that is not a database, a refused PostgreSQL connection).
+Store errors after startup never end the process: the service logs them and retries.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
 import logging
+import re
 import signal
+import sqlite3
 import sys
 import threading
 
@@ -22,7 +28,9 @@ log = logging.getLogger("timerwheel_c.durable")
 
 def add_parser(sub) -> None:
     """Register the ``run`` subcommand on an argparse subparsers object."""
-    p = sub.add_parser("run", help="serve durable timers from a store", description=__doc__.splitlines()[0])
+    p = sub.add_parser("run", help="serve durable timers from a store", description=__doc__.splitlines()[0],
+                       epilog="exit status: 0 after SIGINT/SIGTERM; 2 on a bad argument or a store that cannot be "
+                              "opened at startup (one line on stderr); store errors while serving are logged and retried")
     p.add_argument("--store", required=True, metavar="URL", help="sqlite:///PATH (four slashes for an absolute path) or postgresql://USER@HOST/DB")
     p.add_argument("--handlers", required=True, metavar="MODULE:ATTR", help="a TimerRegistry, or a callable returning one")
     p.add_argument("--partition", action="append", dest="partitions", metavar="NAME",
@@ -49,16 +57,47 @@ def load_registry(spec: str) -> TimerRegistry:
     return obj
 
 
+def _store_errors() -> tuple:
+    """Exception types a store raises when it cannot be opened (psycopg only when installed)."""
+    errors = [sqlite3.Error]
+    try:
+        import psycopg
+    except ImportError:
+        pass
+    else:
+        errors.append(psycopg.Error)
+    return tuple(errors)
+
+
+def _redacted(url: str) -> str:
+    """``url`` with any password replaced by ``***``, fit for an error line."""
+    return re.sub(r"^([a-z]+://[^:@/]*):[^@/]*@", r"\1:***@", url)
+
+
 def run(args) -> int:
-    """Run the service until SIGINT/SIGTERM; 0 on a clean stop, 2 on a bad argument."""
+    """Run the service until SIGINT/SIGTERM; 0 on a clean stop, 2 on a bad argument or a store
+    that cannot be opened (see the module docstring)."""
     from .service import DurableTimerService
     from .url import open_store
 
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for partition in args.partitions or ():
+        if partition == "":
+            print(f"timerwheel-c run: --partition must be a non-empty name, got {partition!r}", file=sys.stderr)
+            return 2
     try:
         store = open_store(args.store)
+    except (ValueError, ImportError) as exc:
+        print(f"timerwheel-c run: {exc}", file=sys.stderr)
+        return 2
+    except _store_errors() as exc:
+        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        print(f"timerwheel-c run: cannot open store {_redacted(args.store)!r}: {first_line}", file=sys.stderr)
+        return 2
+    try:
         registry = load_registry(args.handlers)
     except (ValueError, ImportError, AttributeError) as exc:
+        store.close()
         print(f"timerwheel-c run: {exc}", file=sys.stderr)
         return 2
     stop = threading.Event()

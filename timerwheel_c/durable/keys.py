@@ -22,23 +22,34 @@ Keys are big-endian so that byte order equals numeric order. Anything in the tim
 space that is not one of these layouts is *malformed*: :func:`parse` raises
 :class:`MalformedKey` (a ValueError), never crashes, and the runner keeps such rows and
 counts them.
+
+Quarantine: a malformed row that comes due is moved once, guarded, to
+:func:`quarantine` of its key, ``"Q" | original key`` (tag ``b"Q"``, 0x51, outside the
+timer space), value unchanged. It is retained for inspection, but later scans of the
+due range no longer see it, so malformed rows cannot use up a tick's ``max_scanned``
+ahead of real timers. :data:`QUARANTINE_RANGE` covers every quarantined row.
 """
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
 
+from .registry import TimerKind
+
 __all__ = [
     "MAX_ATTEMPT",
     "MAX_DUE_MS",
     "TAG",
     "MalformedKey",
+    "QUARANTINE_RANGE",
+    "QUARANTINE_TAG",
     "TimerKey",
     "backoff",
     "due_range",
     "well_formed_head",
     "future_range",
     "parse",
+    "quarantine",
     "timer",
 ]
 
@@ -50,6 +61,8 @@ _RETRY = struct.Struct(">IQ")  # attempt, original due ms
 MAX_DUE_MS = 2**64 - 1
 MAX_ATTEMPT = 2**32 - 1
 _END = b"U"  # the first key after the timer space: TAG + 1
+QUARANTINE_TAG = b"Q"
+QUARANTINE_RANGE = (QUARANTINE_TAG, b"R")  # (start, end) of the quarantine space: tag, tag + 1
 
 
 class MalformedKey(ValueError):
@@ -85,7 +98,10 @@ def _check_u(name: str, value: object, top: int) -> int:
 
 
 def _check_kind(kind: object) -> int:
-    kind = int(kind.get()) if hasattr(kind, "get") else kind
+    if isinstance(kind, TimerKind):
+        kind = kind.get()
+    elif isinstance(kind, bool) or not isinstance(kind, int):
+        raise TypeError(f"kind must be a TimerKind or an int 1..255, got {type(kind).__name__} {kind!r}")
     _check_u("kind", kind, 255)
     if kind == 0:
         raise ValueError("kind 0 is invalid (kinds are 1..255)")
@@ -152,6 +168,18 @@ def parse(key: bytes) -> TimerKey:
     if attempt == 0:
         raise MalformedKey(key, "backed-off row with attempt 0")
     return TimerKey(due_at_ms, kind, key[rest + _RETRY.size :], attempt, original)
+
+
+def quarantine(key: bytes) -> bytes:
+    """Key under which the runner keeps the malformed timer-space row ``key``: ``b"Q" + key``
+    (outside the timer space, so due-range scans skip it).
+
+    Raises:
+        TypeError: ``key`` is not bytes.
+    """
+    if not isinstance(key, bytes):
+        raise TypeError(f"key must be bytes, got {type(key).__name__} {key!r}")
+    return QUARANTINE_TAG + key
 
 
 def well_formed_head(key: bytes) -> bool:

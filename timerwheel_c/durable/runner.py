@@ -28,7 +28,17 @@ batch leave the row at its claimed backoff key; the delay of attempt ``a`` is
 ``min(5 s * 2**(a-1), 600 s)``. Unknown kinds are moved to their next backoff key the
 same way (guarded, never fired) and logged once per kind per registry through the
 ``timerwheel_c.durable`` logger (logging, not :mod:`warnings`: this runs in a service
-thread whose output goes to logs). Malformed keys are left in place and counted.
+thread whose output goes to logs).
+
+Malformed rows
+--------------
+A due row whose key does not parse is counted (``malformed``) and moved once, guarded
+(``require(Equals(K, value))``, ``require(Absent(Q))``), to its quarantine key
+``Q = keys.quarantine(K)`` outside the timer space, value unchanged: retained, never
+lost, but no later tick scans it again. Left in the due range, malformed rows would
+use up ``max_scanned`` on every tick and starve the real timers behind them. The move
+counts as progress. If the guard fails (another runner moved it, or a quarantined row
+with that key already exists) the row is left where it is.
 """
 from __future__ import annotations
 
@@ -92,9 +102,10 @@ class RunReport:
     raised, returned Retry or an invalid outcome, or whose batch failed to commit; the
     row stays backed off. ``unknown``: rows of unregistered kinds, backed off.
     ``deferred``: rows over their kind's cap. ``malformed``: rows whose key does not
-    parse, left in place. ``scanned``: rows looked at. ``stopped_on_budget``: a budget
-    limit ended the tick with due rows left. ``next_wake_ms``: when to run again (Unix
-    epoch ms, never before ``now_ms``), or None when no timer is left.
+    parse, moved to their quarantine key (see the module docstring). ``scanned``: rows
+    looked at. ``stopped_on_budget``: a budget limit ended the tick with due rows left.
+    ``next_wake_ms``: when to run again (Unix epoch ms, never before ``now_ms``), or None
+    when no timer is left.
     """
 
     fired: int = 0
@@ -146,6 +157,16 @@ class _Tick:
         self.moved += 1
         return claimed
 
+    def quarantine(self, key: bytes, value: bytes, why: keys.MalformedKey) -> None:
+        """Move a malformed row out of the timer space, guarded, keeping its value."""
+        q = keys.quarantine(key)
+        batch = Batch().require(Equals(key, value)).require(Absent(q)).delete(key).put(q, value)
+        if isinstance(self.store.apply(self.partition, batch), Committed):
+            self.moved += 1
+            log.debug("partition %r: quarantined %s as %r", self.partition, why, q)
+        else:
+            log.warning("partition %r: kept %s in place (its quarantine guard failed)", self.partition, why)
+
     def row(self, key: bytes, value: bytes) -> None:
         report = self.report
         report.scanned += 1
@@ -158,7 +179,7 @@ class _Tick:
             tk = keys.parse(key)
         except keys.MalformedKey as exc:
             report.malformed += 1
-            log.debug("partition %r: kept %s", self.partition, exc)
+            self.quarantine(key, value, exc)
             return
         handler = self.registry.get(tk.kind)
         if handler is None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
 import time
 from typing import Iterable, Optional
@@ -68,17 +69,18 @@ class DurableTimerService:
         partitions: names to serve (non-empty str each), or None for every partition in
             the store (re-read on each pass) plus those scheduled through this service.
         budget: the :class:`TickBudget` of each ``run_due`` call.
-        max_sleep_s: longest sleep, in seconds (> 0). Writers in other processes cannot
+        max_sleep_s: longest sleep, in seconds (finite, > 0). Writers in other processes cannot
             kick this thread, so it looks again at least this often.
         wall_ns: the Unix-epoch clock in ns (default :func:`time.time_ns`); tests shift it.
 
-    Use as ``with DurableTimerService(...) as svc:`` or ``start()`` / ``stop()`` (once: a
-    stopped service is not restarted). Counters for monitoring: ``passes`` (completed passes),
+    Use as ``with DurableTimerService(...) as svc:`` or ``start()`` / ``stop()``. The lifecycle
+    is one-shot: ``start()`` at most once, and never after ``stop()`` (even a ``stop()`` before
+    any ``start()``); both raise RuntimeError. ``stop()`` may be called any number of times. Counters for monitoring: ``passes`` (completed passes),
     ``errors`` (failed passes), ``fired`` (timers committed). A handler that never returns
     holds the thread; ``stop()`` then gives up after its timeout (the thread is a daemon).
 
     Raises:
-        TypeError / ValueError: bad arguments.
+        TypeError / ValueError: bad arguments (e.g. ``max_sleep_s`` infinite, NaN or <= 0).
     """
 
     def __init__(
@@ -99,8 +101,10 @@ class DurableTimerService:
             raise TypeError(f"partitions must be an iterable of str, not the str {partitions!r}")
         if not isinstance(budget, TickBudget):
             raise TypeError(f"budget must be a TickBudget, got {type(budget).__name__} {budget!r}")
-        if not max_sleep_s > 0:
-            raise ValueError(f"max_sleep_s must be > 0 seconds, got {max_sleep_s!r}")
+        if isinstance(max_sleep_s, bool) or not isinstance(max_sleep_s, (int, float)):
+            raise TypeError(f"max_sleep_s must be a number of seconds, got {type(max_sleep_s).__name__} {max_sleep_s!r}")
+        if not (math.isfinite(max_sleep_s) and max_sleep_s > 0):
+            raise ValueError(f"max_sleep_s must be finite and > 0 seconds, got {max_sleep_s!r}")
         self.store = store
         self.registry = registry
         self.partitions = None if partitions is None else [check_partition(p) for p in partitions]
@@ -123,9 +127,15 @@ class DurableTimerService:
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> "DurableTimerService":
-        """Start the thread (RuntimeError if already started); returns self once it is ready."""
+        """Start the thread; returns self once it is ready.
+
+        Raises:
+            RuntimeError: already started, or already stopped (the lifecycle is one-shot).
+        """
         if self._thread is not None:
             raise RuntimeError("DurableTimerService already started")
+        if self._stopping:
+            raise RuntimeError("DurableTimerService was stopped; a stopped service cannot be started (create a new one)")
         self._thread = threading.Thread(target=self._run, name="durable-timers", daemon=True)
         self._thread.start()
         self._ready.wait()
@@ -205,13 +215,17 @@ class DurableTimerService:
                 pass
 
     def _run(self) -> None:
-        while not self._stopping:
-            try:
-                asyncio.run(self._main())
-            except Exception:  # a bug outside the guarded pass: log, and keep the service alive
-                log.exception("durable timer service loop failed; restarting it")
-                self._ready.set()
-                time.sleep(_ERROR_BACKOFF_S[0])
+        try:
+            while not self._stopping:
+                try:
+                    asyncio.run(self._main())
+                except Exception:  # a bug outside the guarded pass: log, and keep the service alive
+                    log.exception("durable timer service loop failed; restarting it")
+                    self._ready.set()
+                    time.sleep(_ERROR_BACKOFF_S[0])
+        finally:
+            # A stop() racing start() can end the loop before _main ran: start() must not wait forever.
+            self._ready.set()
 
     def _served(self) -> list:
         if self.partitions is not None:
@@ -229,7 +243,7 @@ class DurableTimerService:
             report = run_due(self.store, partition, self.registry, self._wall_ns() // _NS_PER_MS, self.budget)
             self.fired += report.fired
             if report.malformed:
-                log.warning("partition %r: %d malformed timer rows kept", partition, report.malformed)
+                log.warning("partition %r: %d malformed timer rows kept in quarantine (keys.QUARANTINE_RANGE)", partition, report.malformed)
             if report.next_wake_ms is not None and (wake is None or report.next_wake_ms < wake):
                 wake = report.next_wake_ms
         return wake
