@@ -461,7 +461,11 @@ class TimerWheel:
                 nothing is scheduled.
         """
         delays, toks = _check_batch(self._elapsed, after_ms, tokens)
-        ids = [self._arm(self._elapsed + d, t) for d, t in zip(delays.tolist(), toks.tolist())]
+        delays, toks = delays.tolist(), toks.tolist()
+        # The GC's Python code may have advanced this wheel since _check_batch: check again.
+        top = max(delays, default=1)
+        self._due_for(top, top)
+        ids = [self._arm(self._elapsed + d, t) for d, t in zip(delays, toks)]
         return np.array(ids, dtype=np.uint64)
 
     def cancel_many(self, ids):
