@@ -56,8 +56,16 @@ function in the same order.
 # generation bumped on every free (32 bits, skipping 0): a stale id names a later timer only after
 # 2**32 reuses of the same entry. The pool starts on a 64-byte boundary, so no entry straddles two
 # cache lines (a re-arm at 100k timers is bound by the misses on the entry and its list neighbours).
-# advance_array gathers tokens in a C scratch buffer and copies them out in one ndarray; a buffer
-# over BUF_KEEP tokens (32 KB) is freed after the call, so it never pins a one-off jump's size.
+# advance and advance_array gather fired tokens in a C scratch buffer, then hand them out (one
+# ndarray, or ints appended to a list); a buffer over BUF_KEEP tokens (32 KB) is freed after the
+# call, so it never pins a one-off jump's size.
+#
+# Reentrancy: any call into Python (a numpy or list allocation, an int, a foreign __index__) can
+# run the garbage collector, whose Python code (a finalizer, weakref callback, gc.callbacks) may
+# call this very wheel. So no method runs Python code between reading the wheel's state and
+# writing C memory sized or indexed from it: conversions come first, the C work follows in one
+# stretch, and the scratch buffer is detached from the wheel while its tokens are handed out, so a
+# nested advance fills a buffer of its own.
 cimport cython
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from libc.stdlib cimport free, realloc
@@ -69,7 +77,7 @@ cimport numpy as cnp
 cnp.import_array()
 
 # The Python-level validators exist once, in the pure twin, and serve both cores.
-from timerwheel_c.pure.wheel import U64_LIMIT, _as_int, _as_int_array, _check_batch
+from timerwheel_c.pure.wheel import U64_LIMIT, _as_int, _as_int_array, _check_batch, _due_error
 
 __all__ = ["TimerWheel"]
 
@@ -376,10 +384,7 @@ cdef class TimerWheel:
             ValueError: the due time is beyond 2**62 ms.
         """
         if delay > MAX_DUE_MS - self._elapsed:
-            raise ValueError(
-                f"due time {self._elapsed + _as_int(after_ms, 'after_ms')} ms "
-                f"(now_ms {self._elapsed} + after_ms {after_ms}) is beyond 2**62 ms"
-            )
+            raise ValueError(_due_error(self._elapsed, after_ms))
         return self._elapsed + delay
 
     cdef inline uint64_t _arm(self, int64_t due, uint64_t token) except? 0:
@@ -451,14 +456,15 @@ cdef class TimerWheel:
         self._link(e)
         return True
 
-    cdef Py_ssize_t _run(self, int64_t now, list fired) except -1:
-        """Advance ``_elapsed`` to ``now``, handing each fired token in fire order to ``fired``, or
-        to the scratch buffer ``_buf`` if ``fired`` is None; returns the count.
+    cdef Py_ssize_t _run(self, int64_t now) except -1:
+        """Advance ``_elapsed`` to ``now``, putting each fired token in fire order in the scratch
+        buffer ``_buf`` (grown as needed); returns the count. Runs no Python code, so nothing can
+        change the wheel or the buffer under it (the twin appends to a list instead).
 
         Jumps from occupied slot to occupied slot: a level-0 slot fires whole (all its timers share
         one due time, in arming order); a higher slot cascades whole, in list order, to lower levels.
-        A timer leaves its list only after its token is handed over, so a failed append leaves a
-        consistent wheel.
+        A timer leaves its list only after its token is stored, so a failed grow leaves a consistent
+        wheel.
         """
         cdef Py_ssize_t n = 0
         cdef int32_t f, e, nxt
@@ -475,12 +481,9 @@ cdef class TimerWheel:
                 e = self._head[f]
                 while e != NIL:
                     nxt = self._pool[e].next
-                    if fired is None:
-                        if n == self._buf_cap:
-                            self._grow_buf()
-                        self._buf[n] = self._pool[e].token
-                    else:
-                        fired.append(self._pool[e].token)
+                    if n == self._buf_cap:
+                        self._grow_buf()
+                    self._buf[n] = self._pool[e].token
                     n += 1
                     self._pop_head(f, nxt)
                     self._free(e)
@@ -497,6 +500,27 @@ cdef class TimerWheel:
                     e = nxt
         self._elapsed = now
         return n
+
+    cdef uint64_t* _detach_buf(self, Py_ssize_t* cap) noexcept:
+        """Take the scratch buffer (and its capacity, into ``cap``) out of the wheel (C only).
+
+        While its tokens are handed out, Python code may run (the GC) and advance this wheel: that
+        nested call then gathers into a buffer of its own, never over these tokens.
+        """
+        cdef uint64_t* buf = self._buf
+        cap[0] = self._buf_cap
+        self._buf = NULL
+        self._buf_cap = 0
+        return buf
+
+    cdef void _restore_buf(self, uint64_t* buf, Py_ssize_t cap) noexcept:
+        """Give back a buffer from ``_detach_buf``: kept as scratch unless over BUF_KEEP tokens (a
+        one-off jump must not pin its size) or a nested call left one already (C only)."""
+        if self._buf == NULL and cap <= BUF_KEEP:
+            self._buf = buf
+            self._buf_cap = cap
+        else:
+            free(buf)
 
     cdef int64_t _check_now(self, object now_ms) except -1:
         """``now_ms`` as an int checked against the wheel's time.
@@ -535,11 +559,22 @@ cdef class TimerWheel:
             TypeError: ``now_ms`` is not an int, or ``fired`` is not a list.
             ValueError: ``now_ms`` is before ``now_ms()`` or beyond 2**62; the wheel is unchanged.
         """
-        cdef int64_t now = self._check_now(now_ms)
+        cdef int64_t now
+        cdef Py_ssize_t i, n, cap
+        cdef uint64_t* buf
         if fired is None:
+            # Before the wheel is read: allocating may run the GC, whose Python code may advance it.
             fired = []
-        if now > self._elapsed:
-            self._run(now, fired)
+        now = self._check_now(now_ms)
+        if now == self._elapsed:
+            return fired
+        n = self._run(now)
+        buf = self._detach_buf(&cap)
+        try:
+            for i in range(n):
+                fired.append(buf[i])
+        finally:
+            self._restore_buf(buf, cap)
         return fired
 
     def advance_array(self, now_ms):
@@ -551,17 +586,18 @@ cdef class TimerWheel:
         cdef int64_t now = self._check_now(now_ms)
         cdef cnp.npy_intp n = 0
         cdef cnp.ndarray tokens
+        cdef Py_ssize_t cap
+        cdef uint64_t* buf
         if now > self._elapsed:
-            n = self._run(now, None)
-        # The C API, not np.empty and a memoryview: their fixed cost outweighs a tick's few tokens.
-        tokens = cnp.PyArray_EMPTY(1, &n, cnp.NPY_UINT64, 0)
-        if n:
-            memcpy(cnp.PyArray_DATA(tokens), self._buf, n * sizeof(uint64_t))
-        if self._buf_cap > BUF_KEEP:
-            # A one-off jump must not pin its scratch; steady ticks reuse a small one.
-            free(self._buf)
-            self._buf = NULL
-            self._buf_cap = 0
+            n = self._run(now)
+        buf = self._detach_buf(&cap)
+        try:
+            # The C API, not np.empty and a memoryview: their fixed cost outweighs a tick's few tokens.
+            tokens = cnp.PyArray_EMPTY(1, &n, cnp.NPY_UINT64, 0)
+            if n:
+                memcpy(cnp.PyArray_DATA(tokens), buf, n * sizeof(uint64_t))
+        finally:
+            self._restore_buf(buf, cap)
         return tokens
 
     def schedule_many(self, after_ms, tokens):
@@ -583,8 +619,15 @@ cdef class TimerWheel:
         cdef const int64_t[::1] delays = np.ascontiguousarray(delays_arr)
         cdef const uint64_t[::1] toks = np.ascontiguousarray(toks_arr)
         cdef Py_ssize_t i, n = toks.shape[0]
+        cdef int64_t top = 1
         ids = np.empty(n, dtype=np.uint64)
         cdef uint64_t[::1] out = ids
+        # From here on no Python code runs. The allocations above may have run the GC, whose Python
+        # code may have advanced this wheel since _check_batch: check the due times again.
+        for i in range(n):
+            if delays[i] > top:
+                top = delays[i]
+        self._due_for(top, top)
         for i in range(n):
             out[i] = self._arm(self._elapsed + delays[i], toks[i])
         return ids

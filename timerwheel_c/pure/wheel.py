@@ -74,6 +74,15 @@ def _as_delay(after_ms):
     return after_ms
 
 
+def _due_error(elapsed, after_ms):
+    """The message for a timer armed ``after_ms`` ms after ``elapsed`` ms whose due time is beyond
+    2**62 ms; it names the real due time, after the clamp of a delay of 0 or less to 1."""
+    after = _as_int(after_ms, "after_ms")
+    clamp = ", clamped to 1" if after < 1 else ""
+    return (f"due time {elapsed + max(after, 1)} ms (now_ms {elapsed} + after_ms {after}{clamp}) "
+            f"is beyond 2**62 ms")
+
+
 def _slot_for(elapsed, due):
     """The flat slot for a timer due at ``due`` ms while the wheel stands at ``elapsed`` ms.
 
@@ -118,6 +127,10 @@ class TimerWheel:
         now_ms = _as_int(now_ms, "now_ms")
         if now_ms < 0 or now_ms > MAX_DUE_MS:
             raise ValueError(f"now_ms {now_ms} is out of range [0, 2**62]")
+        # Moving the clock of a wheel that already issued ids would break its slot invariant (and
+        # resetting the pool would drop every pending timer).
+        if getattr(self, "_due", None):
+            raise RuntimeError("TimerWheel.__init__ called on a wheel already in use")
         self._elapsed = now_ms
         self._count = 0
         self._free_head = NIL
@@ -270,10 +283,7 @@ class TimerWheel:
             ValueError: the due time is beyond 2**62 ms.
         """
         if delay > MAX_DUE_MS - self._elapsed:
-            raise ValueError(
-                f"due time {self._elapsed + _as_int(after_ms, 'after_ms')} ms "
-                f"(now_ms {self._elapsed} + after_ms {after_ms}) is beyond 2**62 ms"
-            )
+            raise ValueError(_due_error(self._elapsed, after_ms))
         return self._elapsed + delay
 
     def _arm(self, due, token):
@@ -418,11 +428,13 @@ class TimerWheel:
         """
         if fired is not None and type(fired) is not list:
             raise TypeError(f"fired must be a list, not {type(fired).__name__}")
-        now = self._check_now(now_ms)
         if fired is None:
+            # Before the wheel is read: allocating may run the GC, whose Python code may advance it.
             fired = []
-        if now > self._elapsed:
-            self._run(now, fired)
+        now = self._check_now(now_ms)
+        if now == self._elapsed:
+            return fired
+        self._run(now, fired)
         return fired
 
     def advance_array(self, now_ms):
@@ -449,7 +461,11 @@ class TimerWheel:
                 nothing is scheduled.
         """
         delays, toks = _check_batch(self._elapsed, after_ms, tokens)
-        ids = [self._arm(self._elapsed + d, t) for d, t in zip(delays.tolist(), toks.tolist())]
+        delays, toks = delays.tolist(), toks.tolist()
+        # The GC's Python code may have advanced this wheel since _check_batch: check again.
+        top = max(delays, default=1)
+        self._due_for(top, top)
+        ids = [self._arm(self._elapsed + d, t) for d, t in zip(delays, toks)]
         return np.array(ids, dtype=np.uint64)
 
     def cancel_many(self, ids):
@@ -551,10 +567,12 @@ def _check_batch(elapsed, after_ms, tokens):
         delays = _as_int_array(after_ms, "after_ms")
     if len(delays) != len(toks):
         raise ValueError(f"after_ms has {len(delays)} values but tokens has {len(toks)}")
+    # The clamp of 0 or less to 1 comes before the range check, as in the scalar schedule.
+    delays = np.clip(delays, 1, None)
     if len(toks):
         if toks.dtype.kind == "i" and toks.min() < 0:
             raise ValueError(f"token {int(toks.min())} is out of range [0, 2**64)")
         top = int(delays.max())
         if elapsed + top > MAX_DUE_MS:
-            raise ValueError(f"due time {elapsed + top} ms (now_ms {elapsed} + after_ms {top}) is beyond 2**62 ms")
-    return np.clip(delays, 1, None).astype(np.int64), toks.astype(np.uint64)
+            raise ValueError(_due_error(elapsed, top))
+    return delays.astype(np.int64), toks.astype(np.uint64)
