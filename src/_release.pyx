@@ -190,8 +190,9 @@ def past_deadline(at):
 cdef class ReleaseTimer
 
 
-# The construction token: Deadline.__new__ refuses to make a Deadline without it, so no
-# Deadline exists whose slot is not set (an unset one would dereference a None timer).
+# The construction token: Deadline.__new__ and _Channel.__new__ refuse to make an object
+# without it, so none exists whose fields are not set (an unset one would dereference a
+# None timer or a NULL Chan).
 cdef object _MAKE = object()
 
 
@@ -361,6 +362,10 @@ cdef class _Channel:
     cdef readonly int32_t index
     cdef Chan *ch  # NULL once torn down; the struct itself lives until the timer is freed
     cdef dict waiters
+
+    def __cinit__(self, token=None, *args, **kwargs):
+        if token is not _MAKE:
+            raise TypeError("_Channel objects are made by ReleaseTimer._channel_for(), not constructed directly")
 
     def forget(self, key, fut):
         """Drop a cancelled waiter's future."""
@@ -1021,7 +1026,7 @@ cdef class ReleaseTimer:
         tw_mutex_unlock(&c.lock)
         if ch == NULL:
             raise MemoryError("no memory for an asyncio channel")
-        chan = _Channel.__new__(_Channel)
+        chan = _Channel.__new__(_Channel, _MAKE)
         chan.rt = self
         chan.loop = loop
         chan.index = <int32_t>index

@@ -53,6 +53,24 @@ def test_deadline_cannot_be_constructed_directly(release_impl):
             make()
 
 
+@pytest.mark.c_extension
+def test_bare_channel_new_raises_not_crashes(tmp_path):
+    """The C core's private ``_Channel`` made by ``_Channel.__new__`` (no timer, NULL Chan) must
+    raise TypeError, not let ``_helper_main`` dereference NULL (it died with SIGSEGV). Run in a
+    subprocess, so a segfault fails this one test only. No timing: cannot flake."""
+    code = textwrap.dedent("""
+        import timerwheel_c._release as m
+        try:
+            c = m._Channel.__new__(m._Channel)
+        except TypeError as e:
+            assert "_channel_for" in str(e), e
+        else:
+            c._helper_main()
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 0, f"exit {proc.returncode}: {proc.stderr[-500:]}"
+
+
 def test_copy_of_deadline_does_not_abandon_original(release_impl):
     """Never lost: a Deadline still referenced is released. ``copy.copy(d)``, ``copy.deepcopy(d)``
     and pickling must not make a second owner of d's slot whose garbage collection abandons it:
