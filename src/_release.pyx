@@ -146,10 +146,13 @@ def _seconds_to_ns(at):
     """``at`` (float s on time.monotonic()) as int ns, rounded up so a release is never early."""
     if isinstance(at, bool) or not isinstance(at, Real):
         raise TypeError(f"at must be a number of seconds on time.monotonic(), got {at!r}")
-    at = float(at)
-    if not math.isfinite(at):
+    try:
+        seconds = float(at)
+    except OverflowError:  # an int or Fraction beyond the float range
+        raise ValueError(f"at={at!r} s is out of the int64 nanosecond range") from None
+    if not math.isfinite(seconds):
         raise ValueError(f"at={at!r} is not a finite number of seconds")
-    scaled = at * 1e9  # checked as a float first: 1e300 s would overflow to inf
+    scaled = seconds * 1e9  # checked as a float first: 1e300 s would overflow to inf
     if not -9.2e18 <= scaled <= 9.2e18:
         raise ValueError(f"at={at!r} s is out of the int64 nanosecond range")
     return math.ceil(scaled)
@@ -161,12 +164,15 @@ def _timeout_ns(timeout):
         return -1
     if isinstance(timeout, bool) or not isinstance(timeout, Real):
         raise TypeError(f"timeout must be a number of seconds or None, got {timeout!r}")
-    timeout = float(timeout)
-    if math.isnan(timeout):
-        raise ValueError(f"timeout={timeout!r} is not a number")
-    if timeout <= 0:
+    if timeout <= 0:  # compared before float(): -2**1024 would overflow it
         return 0
-    return -1 if timeout * 1e9 >= INT64_MAX / 2 else math.ceil(timeout * 1e9)
+    try:
+        seconds = float(timeout)
+    except OverflowError:  # a positive int or Fraction beyond the float range: forever
+        return -1
+    if math.isnan(seconds):
+        raise ValueError(f"timeout={timeout!r} is not a number")
+    return -1 if seconds * 1e9 >= INT64_MAX / 2 else math.ceil(seconds * 1e9)
 
 
 def past_deadline(at):
@@ -184,8 +190,14 @@ def past_deadline(at):
 cdef class ReleaseTimer
 
 
+# The construction token: Deadline.__new__ and _Channel.__new__ refuse to make an object
+# without it, so none exists whose fields are not set (an unset one would dereference a
+# None timer or a NULL Chan).
+cdef object _MAKE = object()
+
+
 cdef Deadline _new_deadline(ReleaseTimer rt, int32_t slot, uint32_t gen, int64_t at_ns, int64_t released_at_ns):
-    cdef Deadline d = Deadline.__new__(Deadline)
+    cdef Deadline d = Deadline.__new__(Deadline, _MAKE)
     d._rt = rt  # None for a deadline released at arm time (slot -1)
     d._slot = slot
     d._gen = gen
@@ -201,7 +213,10 @@ cdef class Deadline:
 
     ``done()`` is True from its release on; ``wait(timeout)`` blocks with the GIL
     released; ``await d`` works in any asyncio loop. Dropping every reference to a
-    pending Deadline abandons it. Made by ``ReleaseTimer.arm``/``arm_ns`` only.
+    pending Deadline abandons it. Made by ``ReleaseTimer.arm``/``arm_ns`` only: direct
+    construction (``Deadline()``, ``Deadline.__new__(Deadline)``) raises TypeError. A
+    Deadline owns its slot, so it cannot be copied or pickled (TypeError): dropping a
+    copy would abandon the original's deadline.
     """
 
     cdef readonly ReleaseTimer _rt
@@ -210,8 +225,10 @@ cdef class Deadline:
     cdef int64_t _at_ns
     cdef int64_t _released_at_ns
 
-    def __init__(self, *args, **kwargs):
-        raise TypeError("Deadlines come from ReleaseTimer.arm() or arm_ns()")
+    def __cinit__(self, token=None, *args, **kwargs):
+        self._slot = -1  # what __dealloc__ sees if the check below fails
+        if token is not _MAKE:
+            raise TypeError("Deadline objects are made by ReleaseTimer.arm() or arm_ns(), not constructed directly")
 
     @property
     def at_ns(self):
@@ -300,6 +317,11 @@ cdef class Deadline:
     def __await__(self):
         return _await_deadline(self).__await__()
 
+    def __reduce_ex__(self, protocol):
+        # copy.copy, copy.deepcopy and pickle all come here
+        raise TypeError("Deadline objects cannot be copied or pickled: each owns its slot on the "
+                        "ReleaseTimer, and dropping a copy would abandon the original's deadline")
+
     def __dealloc__(self):
         if self._slot >= 0 and self._rt is not None:
             _abandon(self._rt._core, self._slot, self._gen)
@@ -340,6 +362,10 @@ cdef class _Channel:
     cdef readonly int32_t index
     cdef Chan *ch  # NULL once torn down; the struct itself lives until the timer is freed
     cdef dict waiters
+
+    def __cinit__(self, token=None, *args, **kwargs):
+        if token is not _MAKE:
+            raise TypeError("_Channel objects are made by ReleaseTimer._channel_for(), not constructed directly")
 
     def forget(self, key, fut):
         """Drop a cancelled waiter's future."""
@@ -1000,7 +1026,7 @@ cdef class ReleaseTimer:
         tw_mutex_unlock(&c.lock)
         if ch == NULL:
             raise MemoryError("no memory for an asyncio channel")
-        chan = _Channel.__new__(_Channel)
+        chan = _Channel.__new__(_Channel, _MAKE)
         chan.rt = self
         chan.loop = loop
         chan.index = <int32_t>index

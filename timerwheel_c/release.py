@@ -16,6 +16,7 @@ import asyncio
 import os
 import threading
 import time
+from numbers import Real
 
 from . import _release_core as _core
 
@@ -76,18 +77,23 @@ async def sleep_until(at: float, result=None):
 
 
 async def sleep(delay: float, result=None):
-    """Like ``asyncio.sleep(delay)`` (``delay`` in float seconds), but released precisely.
+    """Like ``asyncio.sleep(delay)`` (``delay`` in seconds, any ``numbers.Real``: int,
+    float, Fraction, numpy scalars, and bool as asyncio accepts it), but released precisely.
 
     A ``delay`` <= 0 yields to the loop once, as asyncio.sleep(0) does.
 
     Raises:
-        TypeError: ``delay`` is not a real number (or is a bool).
-        ValueError: ``delay`` is NaN or infinite.
+        TypeError: ``delay`` is not a real number.
+        ValueError: ``delay`` is NaN, +infinite, or so large its deadline leaves the int64 ns range.
     """
-    if isinstance(delay, bool) or not isinstance(delay, (int, float)):
-        raise TypeError(f"delay must be a number of seconds, got {delay!r}")
+    if not isinstance(delay, Real):
+        raise TypeError(f"delay must be a real number of seconds, got {delay!r}")
     if delay <= 0:
         await asyncio.sleep(0)
         return result
-    await arm_at(time.monotonic() + delay)
+    try:
+        deadline = arm_at(time.monotonic() + delay)
+    except (OverflowError, ValueError):  # OverflowError: an int or Fraction beyond the float range
+        raise ValueError(f"delay={delay!r} s is NaN, infinite or beyond the int64 nanosecond range") from None
+    await deadline
     return result

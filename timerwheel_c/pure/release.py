@@ -72,10 +72,13 @@ def _seconds_to_ns(at) -> int:
     """``at`` (float s on time.monotonic()) as int ns, rounded up so a release is never early."""
     if isinstance(at, bool) or not isinstance(at, Real):
         raise TypeError(f"at must be a number of seconds on time.monotonic(), got {at!r}")
-    at = float(at)
-    if not math.isfinite(at):
+    try:
+        seconds = float(at)
+    except OverflowError:  # an int or Fraction beyond the float range
+        raise ValueError(f"at={at!r} s is out of the int64 nanosecond range") from None
+    if not math.isfinite(seconds):
         raise ValueError(f"at={at!r} is not a finite number of seconds")
-    scaled = at * 1e9  # checked as a float first: 1e300 s would overflow to inf
+    scaled = seconds * 1e9  # checked as a float first: 1e300 s would overflow to inf
     if not -9.2e18 <= scaled <= 9.2e18:
         raise ValueError(f"at={at!r} s is out of the int64 nanosecond range")
     return math.ceil(scaled)
@@ -87,12 +90,15 @@ def _timeout_ns(timeout) -> int:
         return -1
     if isinstance(timeout, bool) or not isinstance(timeout, Real):
         raise TypeError(f"timeout must be a number of seconds or None, got {timeout!r}")
-    timeout = float(timeout)
-    if math.isnan(timeout):
-        raise ValueError(f"timeout={timeout!r} is not a number")
-    if timeout <= 0:
+    if timeout <= 0:  # compared before float(): -2**1024 would overflow it
         return 0
-    return -1 if timeout * 1e9 >= INT64_MAX / 2 else math.ceil(timeout * 1e9)
+    try:
+        seconds = float(timeout)
+    except OverflowError:  # a positive int or Fraction beyond the float range: forever
+        return -1
+    if math.isnan(seconds):
+        raise ValueError(f"timeout={timeout!r} is not a number")
+    return -1 if seconds * 1e9 >= INT64_MAX / 2 else math.ceil(seconds * 1e9)
 
 
 def past_deadline(at) -> Deadline | None:
@@ -103,8 +109,23 @@ def past_deadline(at) -> Deadline | None:
     at_ns = _seconds_to_ns(at)
     now_ns = time.monotonic_ns()
     if at_ns <= now_ns:
-        return Deadline(None, -1, 0, at_ns, now_ns)
+        return _new_deadline(None, -1, 0, at_ns, now_ns)
     return None
+
+
+# The construction token: Deadline.__new__ refuses to make a Deadline without it, so no
+# Deadline exists whose slot is not set (an unset one would fail in every method).
+_MAKE = object()
+
+
+def _new_deadline(rt, slot: int, gen: int, at_ns: int, released_at_ns: int | None) -> Deadline:
+    d = Deadline.__new__(Deadline, _MAKE)
+    d._rt = rt  # None for a deadline released at arm time (slot -1)
+    d._slot = slot
+    d._gen = gen
+    d._at_ns = at_ns
+    d._released_at_ns = released_at_ns
+    return d
 
 
 class Deadline:
@@ -112,16 +133,18 @@ class Deadline:
 
     ``done()`` is True from its release on; ``wait(timeout)`` blocks; ``await d`` works
     in any asyncio loop. Dropping every reference to a pending Deadline abandons it.
+    Made by ``ReleaseTimer.arm``/``arm_ns`` only: direct construction (``Deadline()``,
+    ``Deadline.__new__(Deadline)``) raises TypeError. A Deadline owns its slot, so it
+    cannot be copied or pickled (TypeError): dropping a copy would abandon the original's
+    deadline.
     """
 
     __slots__ = ("_rt", "_slot", "_gen", "_at_ns", "_released_at_ns")
 
-    def __init__(self, rt, slot: int, gen: int, at_ns: int, released_at_ns: int | None):
-        self._rt = rt  # None for a deadline released at arm time (slot -1)
-        self._slot = slot
-        self._gen = gen
-        self._at_ns = at_ns
-        self._released_at_ns = released_at_ns
+    def __new__(cls, token=None, *args, **kwargs):
+        if token is not _MAKE:
+            raise TypeError("Deadline objects are made by ReleaseTimer.arm() or arm_ns(), not constructed directly")
+        return object.__new__(cls)
 
     @property
     def at_ns(self) -> int:
@@ -134,6 +157,8 @@ class Deadline:
         if self._slot < 0:
             return self._released_at_ns
         core = self._rt._core
+        if core.epoch != _fork_epoch:  # the parent's timer: its lock may be held by a thread absent here
+            return core.released_at[self._slot] if core.state[self._slot] == RELEASED else None
         with core.lock:
             if core.state[self._slot] == RELEASED:
                 return core.released_at[self._slot]
@@ -181,6 +206,11 @@ class Deadline:
 
     def __await__(self):
         return _await_deadline(self).__await__()
+
+    def __reduce_ex__(self, protocol):
+        # copy.copy, copy.deepcopy and pickle all come here
+        raise TypeError("Deadline objects cannot be copied or pickled: each owns its slot on the "
+                        "ReleaseTimer, and dropping a copy would abandon the original's deadline")
 
     def __del__(self):
         if self._slot >= 0:
@@ -441,8 +471,11 @@ class ReleaseTimer:
 
     def pending(self) -> int:
         """The heap's length, abandoned slots not yet swept included."""
-        with self._core.lock:
-            return len(self._core.heap)
+        core = self._core
+        if core.epoch != _fork_epoch:  # the parent's timer: its lock may be held by a thread absent here
+            return len(core.heap)
+        with core.lock:
+            return len(core.heap)
 
     def arm(self, at: float) -> Deadline:
         """Arm a deadline at ``at``, float seconds on time.monotonic().
@@ -470,7 +503,7 @@ class ReleaseTimer:
             raise ReleaseTimerClosed("arm on a closed ReleaseTimer")
         now_ns = time.monotonic_ns()
         if at_ns <= now_ns:
-            return Deadline(None, -1, 0, at_ns, now_ns)
+            return _new_deadline(None, -1, 0, at_ns, now_ns)
         with core.lock:
             if core.closed:
                 raise ReleaseTimerClosed("arm on a closed ReleaseTimer")
@@ -481,7 +514,7 @@ class ReleaseTimer:
                 # a new top preempts the thread's wait; a heap now big enough to sweep
                 # makes it cap its wait at SWEEP_EVERY_NS
                 core.wake_cond.notify()
-            return Deadline(self, slot, core.gen[slot], at_ns, None)
+            return _new_deadline(self, slot, core.gen[slot], at_ns, None)
 
     def close(self) -> None:
         """Stop the thread and wake every pending waiter with ReleaseTimerClosed.
