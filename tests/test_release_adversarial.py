@@ -1,4 +1,4 @@
-"""Regression tests for ReleaseTimer/Deadline bugs found by adversarial testing (breaker).
+"""Regression tests for ReleaseTimer/Deadline bugs found by adversarial testing.
 
 Each test was xfail(strict=True) until its fix landed (branch fixrel).
 """

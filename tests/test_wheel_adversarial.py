@@ -1,4 +1,4 @@
-"""Regression tests for TimerWheel bugs found by adversarial testing (breaker).
+"""Regression tests for TimerWheel bugs found by adversarial testing.
 
 Each test proves a fix: it failed before the fix landed (see its docstring).
 """
