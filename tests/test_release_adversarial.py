@@ -1,6 +1,6 @@
 """Regression tests for ReleaseTimer/Deadline bugs found by adversarial testing.
 
-Each test was xfail(strict=True) until its fix landed (branch fixrel).
+Each test was xfail(strict=True) until its fix landed.
 """
 import copy
 import gc
