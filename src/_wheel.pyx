@@ -113,19 +113,27 @@ ctypedef struct entry_t:
     uint32_t loc       # flat slot index, or FREE
 
 
-cdef inline int _as_token(object value, uint64_t* out) except -1:
-    """Store ``value`` checked as a token in [0, 2**64) to ``out``; TypeError/ValueError otherwise."""
+cdef inline int _read_u64(object value, uint64_t* out) except -1:
+    """Store the Python int ``value`` to ``out`` and return 1, or return 0 if it lies outside [0, 2**64).
+
+    The int64 read needs no exception machinery; only [2**63, 2**64) takes the slow road.
+    """
     cdef int overflow = 0
-    cdef long long v
-    if type(value) is not int:
-        value = _as_int(value, "token")
-    # The int64 read needs no exception machinery; only [2**63, 2**64) takes the slow road.
-    v = _long_as_i64_overflow(value, &overflow)
+    cdef long long v = _long_as_i64_overflow(value, &overflow)
     if overflow == 0 and v >= 0:
         out[0] = <uint64_t>v
-        return 0
+        return 1
     if overflow > 0 and value < U64_LIMIT:
         out[0] = value
+        return 1
+    return 0
+
+
+cdef inline int _as_token(object value, uint64_t* out) except -1:
+    """Store ``value`` checked as a token in [0, 2**64) to ``out``; TypeError/ValueError otherwise."""
+    if type(value) is not int:
+        value = _as_int(value, "token")
+    if _read_u64(value, out):
         return 0
     raise ValueError(f"token {value} is out of range [0, 2**64)")
 
@@ -366,15 +374,11 @@ cdef class TimerWheel:
 
     cdef inline int32_t _lookup(self, object timer_id) except -2:
         """``_find`` for any Python int; TypeError for a non-int, NIL for ints outside [0, 2**64)."""
-        cdef int overflow = 0
-        cdef long long v
+        cdef uint64_t u
         if type(timer_id) is not int:
             timer_id = _as_int(timer_id, "timer_id")
-        v = _long_as_i64_overflow(timer_id, &overflow)
-        if overflow == 0 and v >= 0:
-            return self._find(<uint64_t>v)
-        if overflow > 0 and timer_id < U64_LIMIT:
-            return self._find(timer_id)
+        if _read_u64(timer_id, &u):
+            return self._find(u)
         return NIL
 
     cdef inline int64_t _due_for(self, int64_t delay, object after_ms) except -1:
