@@ -266,19 +266,14 @@ def _expiry_run(impl: Impl, afters, due, ticks, batch: bool, state):
         marks: list[int] = []
         mark = marks.append
         if impl.family == "loop":
-            call_later, callback, tick = timers.call_later, timers.callback, timers.tick
+            call_later, callback = timers.call_later, timers.callback
             afters_s = [a / 1000 for a in afters]
 
             def schedule():
                 for token, after_s in enumerate(afters_s):
                     call_later(after_s, callback, token)
 
-            def advance():
-                fired = timers.fired
-                for now in ticks:
-                    tick(now)
-                    mark(len(fired))
-                return fired
+            advance = _tick_kernel(impl, timers, ticks, mark)
         elif batch:
             after_arr = np.asarray(due, dtype=np.int64)
             token_arr = np.arange(m, dtype=np.uint64)
@@ -291,18 +286,13 @@ def _expiry_run(impl: Impl, afters, due, ticks, batch: bool, state):
                 parts = [advance_array(now) for now in ticks]
                 return parts
         else:
-            sched, adv = timers.schedule, timers.advance
+            sched = timers.schedule
 
             def schedule():
                 for token, after in enumerate(afters):
                     sched(after, token)
 
-            def advance():
-                out: list[int] = []
-                for now in ticks:
-                    adv(now, out)
-                    mark(len(out))
-                return out
+            advance = _tick_kernel(impl, timers, ticks, mark)
         t_sched, _ = timed(schedule)
         t_adv, tokens = timed(advance)
         if batch:
@@ -314,6 +304,29 @@ def _expiry_run(impl: Impl, afters, due, ticks, batch: bool, state):
             timers.close()
         return {"schedule": (t_sched, m), "advance": (t_adv, m)}
     return run
+
+
+def _tick_kernel(impl: Impl, timers, ticks, mark):
+    """The timed advance loop over ``ticks`` (simulated ms) for ``timers`` of ``impl``: after each
+    tick it marks how many tokens have fired so far; it returns the fired tokens in order."""
+    if impl.family == "loop":
+        tick, fired = timers.tick, timers.fired
+
+        def kernel():
+            for now in ticks:
+                tick(now)
+                mark(len(fired))
+            return fired
+    else:
+        advance = timers.advance
+
+        def kernel():
+            out: list[int] = []
+            for now in ticks:
+                advance(now, out)
+                mark(len(out))
+            return out
+    return kernel
 
 
 def _expiry_real_run(impl: Impl, due, real_span_ms: int, span_ms: int, state):
@@ -462,28 +475,14 @@ def gap(impls: list[Impl], sizes: Sizes, repeats: int, seed: int, bar) -> Result
                 marks: list[int] = []
                 mark = marks.append
                 if impl.family == "loop":
-                    call_later, callback, tick = timers.call_later, timers.callback, timers.tick
+                    call_later, callback = timers.call_later, timers.callback
                     for token, after in enumerate(afters):
                         call_later(after / 1000, callback, token)
-                    fired = timers.fired
-
-                    def kernel():
-                        for now in ticks:
-                            tick(now)
-                            mark(len(fired))
-                        return fired
                 else:
-                    schedule, advance = timers.schedule, timers.advance
+                    schedule = timers.schedule
                     for token, after in enumerate(afters):
                         schedule(after, token)
-
-                    def kernel():
-                        out: list[int] = []
-                        for now in ticks:
-                            advance(now, out)
-                            mark(len(out))
-                        return out
-                elapsed, tokens = timed(kernel)
+                elapsed, tokens = timed(_tick_kernel(impl, timers, ticks, mark))
                 state["fired"] = Fired(tokens, marks, ticks)
                 if impl.family == "loop":
                     timers.close()
