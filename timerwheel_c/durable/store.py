@@ -171,6 +171,27 @@ class Store(abc.ABC):
         (in ``batch.guards`` order) that failed, in which case nothing was written.
         """
 
+    def apply_many(self, partition: str, batches: list) -> list:
+        """Apply each of ``batches`` as :meth:`apply` would, each guarded on its own; return
+        one :class:`Committed` or :class:`PreconditionFailed` per batch, in order.
+
+        One failed guard fails only its own batch. The batches apply in order, so a later
+        batch sees the writes of the earlier committed ones. This generic version calls
+        :meth:`apply` once per batch; a backend may override it to do the whole list in
+        one round trip (one transaction) with the same per-batch results.
+
+        Raises:
+            TypeError / ValueError: a bad partition, a non-list ``batches`` or a non-Batch in it.
+            Exception: whatever the backend raises; batches before the failing one may
+            have committed (the generic version) or none did (a one-transaction override).
+        """
+        check_partition(partition)
+        if not isinstance(batches, list):
+            raise TypeError(f"batches must be a list of Batch, got {type(batches).__name__} {batches!r}")
+        for batch in batches:
+            self.check_batch(batch)
+        return [self.apply(partition, batch) for batch in batches]
+
     @abc.abstractmethod
     def partitions(self) -> list:
         """Names of the partitions that hold at least one key, sorted."""
