@@ -58,6 +58,12 @@ def release_impl(request):
     return importlib.import_module(request.param)
 
 
+@pytest.fixture(params=_impl_params("aio"))
+def aio_impl(request):
+    """The asyncio scheduler module: ``timerwheel_c._aio`` (C) or ``timerwheel_c.pure.aio``."""
+    return importlib.import_module(request.param)
+
+
 _PG_DSN = os.environ.get("TIMERWHEEL_C_TEST_PG_DSN")
 
 

@@ -1,5 +1,5 @@
-"""WheelScheduler against asyncio's own timer semantics, on the C and pure wheels and on
-the default loop and uvloop (uvloop runs are skipped when it does not import).
+"""WheelScheduler against asyncio's own timer semantics, on the compiled scheduler and its
+pure twin and on the default loop and uvloop (uvloop runs are skipped when it does not import).
 
 No test asserts a speed or a lateness number: timing properties are "not before the
 deadline" (exact, by the loop's own clock) and "within a generous liveness bound".
@@ -13,7 +13,6 @@ import time
 
 import pytest
 
-from timerwheel_c.aio import WheelHandle, WheelScheduler
 
 LIVENESS_S = 5.0  # a generous bound for "it ran at all" on a loaded 2-core machine
 
@@ -28,12 +27,12 @@ def new_loop(request):
 
 
 @pytest.fixture
-def run(new_loop, wheel_impl):
+def run(new_loop, aio_impl):
     """run(main) runs ``await main(scheduler, loop)`` on a fresh loop with a fresh scheduler."""
     def runner(main, timeout_s=LIVENESS_S * 2):
         loop = new_loop()
         try:
-            sched = WheelScheduler(loop, wheel_class=wheel_impl.TimerWheel)
+            sched = aio_impl.WheelScheduler(loop)
             return loop.run_until_complete(asyncio.wait_for(main(sched, loop), timeout_s))
         finally:
             loop.close()
@@ -273,21 +272,21 @@ def test_never_before_its_delay_in_real_time(run):
         assert delay <= elapsed[i] < delay + LIVENESS_S, (i, delay, elapsed[i])
 
 
-def test_clock_slack_defaults_and_checks(new_loop, wheel_impl):
+def test_clock_slack_defaults_and_checks(new_loop, aio_impl):
     """The clock slack is 1 or 2 ms on uvloop (its clock trails real time) and 0 on asyncio's
     loop; a negative or non-numeric slack is refused."""
     loop = new_loop()
     try:
-        sched = WheelScheduler(loop, wheel_class=wheel_impl.TimerWheel)
+        sched = aio_impl.WheelScheduler(loop)
         if type(loop).__module__.startswith("uvloop"):
             assert 0.001 <= sched.clock_slack_s <= 0.002
         else:
             assert sched.clock_slack_s == 0.0
-        assert WheelScheduler(loop, clock_slack_s=0.01).clock_slack_s == 0.01
+        assert aio_impl.WheelScheduler(loop, clock_slack_s=0.01).clock_slack_s == 0.01
         with pytest.raises(ValueError, match="clock_slack_s"):
-            WheelScheduler(loop, clock_slack_s=-0.001)
+            aio_impl.WheelScheduler(loop, clock_slack_s=-0.001)
         with pytest.raises(TypeError, match="clock_slack_s"):
-            WheelScheduler(loop, clock_slack_s="1ms")
+            aio_impl.WheelScheduler(loop, clock_slack_s="1ms")
     finally:
         loop.close()
 
@@ -306,13 +305,13 @@ class _CountingLoop:
         self._loop.call_exception_handler(context)
 
 
-def test_one_wakeup_armed_not_one_per_timer(new_loop, wheel_impl):
+def test_one_wakeup_armed_not_one_per_timer(new_loop, aio_impl):
     """1000 timers armed in increasing-deadline order, then rescheduled later (the idle-timeout
     pattern), arm the loop's wake-up once; a timer due earlier than it moves it once more."""
     loop = new_loop()
     try:
         counting = _CountingLoop(loop)
-        sched = WheelScheduler(counting, wheel_class=wheel_impl.TimerWheel)
+        sched = aio_impl.WheelScheduler(counting)
         handles = [sched.call_later(1.0 + i * 0.001, lambda: None) for i in range(1000)]
         for h in handles:
             h.reschedule(5.0)
@@ -378,13 +377,13 @@ def test_bad_callback_is_refused(run):
     assert run(main) == 0
 
 
-def test_handle_mirrors_timerhandle(run):
+def test_handle_mirrors_timerhandle(run, aio_impl):
     """WheelHandle has TimerHandle's cancel/cancelled/when and the scheduler needs no loop arg
     inside a running loop."""
     async def main(sched, loop):
-        default = WheelScheduler()
+        default = aio_impl.WheelScheduler()
         h = default.call_later(0.2, print)
-        assert isinstance(h, WheelHandle) and not h.cancelled()
+        assert isinstance(h, aio_impl.WheelHandle) and not h.cancelled()
         assert abs(h.when() - (loop.time() + 0.2)) < 0.1
         h.cancel()
         h.cancel()
@@ -396,18 +395,18 @@ def test_handle_mirrors_timerhandle(run):
     assert run(main)
 
 
-def test_scheduler_needs_a_loop():
+def test_scheduler_needs_a_loop(aio_impl):
     """Without a running loop and without loop=, construction fails like asyncio.get_running_loop."""
     with pytest.raises(RuntimeError):
-        WheelScheduler()
+        aio_impl.WheelScheduler()
 
 
-def test_keyboard_interrupt_in_a_callback_loses_no_timer(wheel_impl):
+def test_keyboard_interrupt_in_a_callback_loses_no_timer(aio_impl):
     """A KeyboardInterrupt escaping a callback propagates (asyncio's rule) and the handles that
     were due in the same batch still run afterwards: none is lost. Default loop only."""
     loop = asyncio.new_event_loop()
     try:
-        sched = WheelScheduler(loop, wheel_class=wheel_impl.TimerWheel)
+        sched = aio_impl.WheelScheduler(loop)
         ran = []
         def interrupt():
             raise KeyboardInterrupt
@@ -426,13 +425,13 @@ def test_keyboard_interrupt_in_a_callback_loses_no_timer(wheel_impl):
         loop.close()
 
 
-def test_a_fire_batch_rearms_the_wakeup_once(new_loop, wheel_impl):
+def test_a_fire_batch_rearms_the_wakeup_once(new_loop, aio_impl):
     """100 callbacks due together, each arming a new timer, end their batch with exactly one
     new wake-up, not one per callback."""
     loop = new_loop()
     try:
         counting = _CountingLoop(loop)
-        sched = WheelScheduler(counting, wheel_class=wheel_impl.TimerWheel)
+        sched = aio_impl.WheelScheduler(counting)
         ran = []
         when = loop.time() + 0.01
         for i in range(100):

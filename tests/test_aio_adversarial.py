@@ -4,12 +4,8 @@ Each test was xfail(strict=True) until its fix landed; all are fixed now.
 """
 import asyncio
 
-import pytest
 
-from timerwheel_c.aio import WheelScheduler
-
-
-def test_close_from_callback_skips_rest_of_batch_quietly():
+def test_close_from_callback_skips_rest_of_batch_quietly(aio_impl):
     """``close()`` is documented "safe from inside a callback: the rest of the batch does not
     run". The rest of the batch was once still popped from the old handle dict and run with its
     callback cleared, so the loop's exception handler got a bogus "Exception in callback
@@ -20,7 +16,7 @@ def test_close_from_callback_skips_rest_of_batch_quietly():
         loop = asyncio.get_running_loop()
         errors = []
         loop.set_exception_handler(lambda _loop, ctx: errors.append(ctx))
-        sched = WheelScheduler()
+        sched = aio_impl.WheelScheduler()
         ran = []
         when = loop.time() + 0.02
         sched.call_at(when, lambda: (ran.append(1), sched.close()))
