@@ -181,13 +181,7 @@ cdef class WheelHandle:
     adds ``reschedule(delay)``, the in-place re-arm an idle timeout does on each message.
     Create handles with :meth:`WheelScheduler.call_later` / :meth:`WheelScheduler.call_at`.
     """
-    # 80 B with the collector's header: the wheel entry (32 B) holds the rest of the timer.
-    cdef WheelScheduler _scheduler
-    cdef object _callback     # None once cancelled
-    cdef tuple _args
-    cdef object _context
-    cdef double _when
-    cdef uint64_t _timer_id   # the wheel's id while armed or due in the running batch, else 0
+    # Fields and C methods: src/_aio.pxd.
 
     def __init__(self, *args, **kwargs):
         raise TypeError("WheelHandle objects are made by WheelScheduler.call_later() and call_at()")
@@ -215,9 +209,7 @@ cdef class WheelHandle:
         by an earlier callback of the batch does not run. Frees the wheel entry at once.
         """
         if self._callback is not None:
-            self._scheduler._disarm(self)
-            self._callback = None
-            self._args = None
+            self._scheduler.c_cancel(self)
 
     def reschedule(self, delay):
         """Re-arm in place to run ``delay`` seconds from now (``loop.time() + delay``).
@@ -236,8 +228,7 @@ cdef class WheelHandle:
         if self._callback is None:
             return False
         d = _as_seconds(delay, "delay")
-        self._scheduler._arm_handle(self, self._scheduler._now_s() + d)
-        return True
+        return self._scheduler.c_reschedule(self, d)
 
     def __repr__(self):
         state = "cancelled" if self._callback is None else f"when={self._when:.3f}"
@@ -250,8 +241,8 @@ cdef int _run_handle(WheelHandle handle) except -1:
     (A function, not a method: a cdef method would cost every handle a vtable pointer.)
     """
     try:
-        if handle._context is None:  # a WheelTimeout's: it only cancels its task
-            handle._callback(*handle._args)
+        if handle._context is None:  # a WheelTimeout's expiry: its callback is the timeout
+            (<WheelTimeout>handle._callback)._expire()
         else:
             _run_in(handle._context, handle._callback, handle._args)
     except (SystemExit, KeyboardInterrupt):
@@ -292,15 +283,7 @@ cdef class WheelScheduler:
         TypeError: ``wheel_class`` is another wheel. TypeError / ValueError:
             ``clock_slack_s`` is not a finite number >= 0.
     """
-    cdef object _loop
-    cdef object _time          # loop.time, called unless _fast_clock reads the same clock in C
-    cdef bint _fast_clock
-    cdef bint _closed
-    cdef double _slack_s
-    cdef int64_t _wake_ms      # the armed wake-up's ms, or NO_WAKE / IN_BATCH
-    cdef object _wake          # the loop's TimerHandle of the one wake-up
-    cdef TimerWheel _wheel     # the handles' wheel: tokens are handle addresses
-    cdef list _keyed           # KeyedTimers sets, each on its own wheel
+    # Fields and C methods: src/_aio.pxd.
 
     def __cinit__(self, *args, **kwargs):
         # Valid from allocation on, even if __init__ never runs: no C call meets a None wheel.
@@ -323,7 +306,7 @@ cdef class WheelScheduler:
         self._fast_clock = FAST_CLOCK and getattr(type(self._loop), "time", None) is _BASE_TIME
         self._slack_s = check_slack(
             default_clock_slack_s(self._loop) if clock_slack_s is None else clock_slack_s)
-        self._wheel = TimerWheel(_floor_ms(self._now_s()))
+        self._wheel = TimerWheel(_floor_ms(self.c_time()))
 
     @property
     def clock_slack_s(self):
@@ -353,7 +336,7 @@ cdef class WheelScheduler:
         """
         cdef double d = _as_seconds(delay, "delay")
         self._check_call(callback)
-        return self._call_at(self._now_s() + d, callback, args, context)
+        return self._call_at(self.c_time() + d, callback, args, context)
 
     def call_at(self, when, callback, *args, context=None):
         """Run ``callback(*args)`` at loop time ``when`` (seconds), like ``loop.call_at``.
@@ -395,7 +378,7 @@ cdef class WheelScheduler:
         keyed._scheduler = self
         keyed._callback = callback
         keyed._context = PyContext_CopyCurrent() if context is None else context
-        keyed._wheel = TimerWheel(_floor_ms(self._now_s()))
+        keyed._wheel = TimerWheel(_floor_ms(self.c_time()))
         self._keyed.append(keyed)
         return keyed
 
@@ -415,14 +398,53 @@ cdef class WheelScheduler:
         for k in keyed:
             (<KeyedTimers>k)._clear()
 
-    # -- internals: arming a timer and the one loop wake-up ---------------------------
+    # -- the C-level API (declared in src/_aio.pxd): the Python methods without conversions --
 
-    cdef inline double _now_s(self) except? -1.0:
+    cdef double c_time(self) except? -1.0:
         """The loop's time in seconds: asyncio's clock read in C, else ``loop.time()``."""
         cdef double now_s
         if self._fast_clock and tw_monotonic_s(&now_s) == 0:
             return now_s
         return self._time()
+
+    cdef WheelHandle c_call_later(self, double delay_s, object callback, tuple args):
+        """``call_later(delay_s, callback, *args)``, in a copy of the current context."""
+        if not isfinite(delay_s):
+            check_seconds(delay_s)
+        self._check_call(callback)
+        return self._call_at(self.c_time() + delay_s, callback, args, None)
+
+    cdef bint c_reschedule(self, WheelHandle handle, double delay_s) except -1:
+        """``handle.reschedule(delay_s)``: False if it is cancelled.
+
+        Raises:
+            ValueError: ``handle`` is another scheduler's, or ``delay_s`` is not finite.
+        """
+        if handle._callback is None:
+            return False
+        if handle._scheduler is not self:
+            raise ValueError(f"{handle!r} belongs to another WheelScheduler")
+        if not isfinite(delay_s):
+            check_seconds(delay_s)
+        self._arm_handle(handle, self.c_time() + delay_s)
+        return True
+
+    cdef int c_cancel(self, WheelHandle handle) except -1:
+        """``handle.cancel()``.
+
+        Raises:
+            ValueError: ``handle`` is another scheduler's.
+        """
+        if handle._callback is None:
+            return 0
+        if handle._scheduler is not self:
+            raise ValueError(f"{handle!r} belongs to another WheelScheduler")
+        self._disarm(handle)
+        handle._callback = None
+        handle._args = None
+        return 0
+
+    # -- internals: arming a timer and the one loop wake-up ---------------------------
 
     cdef int _check_call(self, object callback) except -1:
         """RuntimeError if closed; TypeError unless ``callback`` is a plain callable."""
@@ -470,7 +492,7 @@ cdef class WheelScheduler:
         cdef tw_fired_t none
         cdef int64_t now_ms
         if wheel.c_count() == 0:
-            now_ms = _floor_ms(self._now_s())
+            now_ms = _floor_ms(self.c_time())
             if now_ms > wheel.c_now_ms():
                 wheel.c_advance(now_ms, &none)
                 wheel.c_release(&none)
@@ -520,7 +542,7 @@ cdef class WheelScheduler:
         self._wake = None
         self._wake_ms = IN_BATCH
         try:
-            now_ms = _floor_ms(self._now_s())
+            now_ms = _floor_ms(self.c_time())
             self._run_handles(now_ms)
             for keyed in self._keyed:
                 if self._closed:
@@ -711,12 +733,7 @@ cdef class WheelTimeout:
     Unlike ``asyncio.Timeout.reschedule(when)``, :meth:`reschedule` takes a relative
     ``delay`` in seconds: it is the per-message re-arm of an idle timeout.
     """
-    cdef WheelScheduler _scheduler
-    cdef object _delay         # seconds (float) until entered, or None
-    cdef WheelHandle _handle
-    cdef object _task
-    cdef int _cancelling
-    cdef int _state
+    # Fields and C methods: src/_aio.pxd.
 
     def __init__(self, WheelScheduler scheduler not None, delay):
         self._scheduler = scheduler
@@ -752,11 +769,9 @@ cdef class WheelTimeout:
         if self._state == T_CREATED:
             self._delay = None if delay is None else d
         elif delay is None:
-            if self._handle is not None:
-                self._handle.cancel()
-                self._handle = None
+            self._disarm()
         elif self._handle is not None:
-            self._scheduler._arm_handle(self._handle, self._scheduler._now_s() + d)
+            self._scheduler.c_reschedule(self._handle, d)
         else:
             self._arm(d)
 
@@ -770,9 +785,9 @@ cdef class WheelTimeout:
             raise RuntimeError("WheelScheduler is closed")
         handle = WheelHandle.__new__(WheelHandle)
         handle._scheduler = scheduler
-        handle._callback = self._on_timeout
+        handle._callback = self  # with no context: _run_handle calls _expire()
         handle._args = ()
-        scheduler._arm_handle(handle, scheduler._now_s() + delay_s)
+        scheduler._arm_handle(handle, scheduler.c_time() + delay_s)
         self._handle = handle
         return 0
 
@@ -780,7 +795,8 @@ cdef class WheelTimeout:
         cdef _Ready ready
         if self._state != T_CREATED:
             raise RuntimeError("timeout has already been entered")
-        task = _current_task()
+        # The scheduler's loop, named: current_task() would look the running loop up first.
+        task = _current_task(self._scheduler._loop) if self._scheduler is not None else None
         if task is None:
             raise RuntimeError("timeout() must be used inside a task")
         self._task = task
@@ -793,9 +809,7 @@ cdef class WheelTimeout:
         return ready
 
     def __aexit__(self, exc_type, exc, tb):
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
+        self._disarm()
         if self._state == T_EXPIRING:
             self._state = T_EXPIRED
             outside_cancels = self._task.uncancel() > self._cancelling if HAS_UNCANCEL else False
@@ -805,19 +819,23 @@ cdef class WheelTimeout:
             self._state = T_EXITED
         return _READY_NONE
 
-    def _on_timeout(self):
+    cdef int _expire(self) except -1:
+        """The deadline passed: cancel the task (the block's exit turns it into TimeoutError)."""
         self._task.cancel()
         self._state = T_EXPIRING
         self._handle = None
+        return 0
+
+    cdef int _disarm(self) except -1:
+        """Cancel the expiry handle, if any."""
+        cdef WheelHandle handle = self._handle
+        if handle is not None:
+            self._handle = None
+            handle._scheduler.c_cancel(handle)
+        return 0
 
     def __repr__(self):
         return f"<WheelTimeout [{_STATE_NAMES[self._state]}] when={self.when()}>"
-
-
-ctypedef struct key_slot_t:
-    int64_t key
-    uint64_t timer_id   # the key's wheel id; 0 marks an empty slot (the wheel never issues 0)
-    double when_s       # the deadline, loop seconds
 
 
 @cython.final
@@ -831,14 +849,7 @@ cdef class KeyedTimers:
     [-2**63, 2**63) (a connection id, a file descriptor). No object is made per timer: an
     armed key costs its wheel entry (32 B) and a 24 B table slot, at most 13/16 full.
     """
-    cdef WheelScheduler _scheduler
-    cdef TimerWheel _wheel     # tokens are the keys
-    cdef object _callback
-    cdef object _context
-    cdef key_slot_t* _slots
-    cdef Py_ssize_t _cap       # a power of 2, or 0 before the first arm
-    cdef int _shift            # 64 - log2(_cap): the hash keeps the product's top bits
-    cdef Py_ssize_t _count
+    # Fields and C methods: src/_aio.pxd.
 
     def __init__(self, *args, **kwargs):
         raise TypeError("KeyedTimers objects are made by WheelScheduler.keyed()")
@@ -857,35 +868,7 @@ cdef class KeyedTimers:
                 ``key`` outside [-2**63, 2**63), ``delay`` NaN or infinite or beyond the
                 wheel's range (2**62 ms). RuntimeError: the scheduler is closed.
         """
-        cdef int64_t k = _as_key(key)
-        cdef double d = _as_seconds(delay, "delay")
-        cdef WheelScheduler scheduler = self._scheduler
-        cdef TimerWheel wheel = self._wheel
-        cdef double when_s
-        cdef int64_t due_ms, after_ms
-        cdef Py_ssize_t i
-        cdef uint64_t timer_id
-        if scheduler is None:
-            raise RuntimeError("this KeyedTimers was not made by WheelScheduler.keyed()")
-        if scheduler._closed:
-            raise RuntimeError("WheelScheduler is closed")
-        when_s = scheduler._now_s() + d
-        due_ms = scheduler._due_ms(when_s)
-        after_ms = scheduler._after_ms(wheel, due_ms)
-        # From here to the table write no Python code runs but on an error path.
-        i = self._find(k)
-        if i >= 0:
-            if not wheel.c_reschedule(self._slots[i].timer_id, after_ms):
-                # Due in the running batch: a new entry; the batch skips the old token.
-                self._slots[i].timer_id = wheel.c_schedule(after_ms, <uint64_t>k)
-        else:
-            if (self._count + 1) * 16 > self._cap * 13:
-                self._grow()
-            timer_id = wheel.c_schedule(after_ms, <uint64_t>k)
-            i = self._insert(k, timer_id)
-        self._slots[i].when_s = when_s
-        if due_ms < scheduler._wake_ms:
-            scheduler._arm_wake(due_ms)
+        self.c_arm(_as_key(key), _as_seconds(delay, "delay"))
 
     def cancel(self, key):
         """Disarm ``key``. Returns True if it was armed (its callback will not run), else False.
@@ -893,14 +876,7 @@ cdef class KeyedTimers:
         Raises:
             TypeError / ValueError: ``key`` is not an int in [-2**63, 2**63).
         """
-        cdef Py_ssize_t i = self._find(_as_key(key))
-        cdef uint64_t timer_id
-        if i < 0:
-            return False
-        timer_id = self._slots[i].timer_id
-        self._remove(i)
-        self._wheel.c_cancel(timer_id)
-        return True
+        return self.c_cancel(_as_key(key))
 
     def when(self, key):
         """The deadline of ``key`` in loop-clock seconds, or None if it is not armed.
@@ -918,6 +894,57 @@ cdef class KeyedTimers:
     def __len__(self):
         """How many keys are armed."""
         return self._count
+
+    # -- the C-level API (declared in src/_aio.pxd) ---------------------------------------------
+
+    cdef int c_arm(self, int64_t key, double delay_s) except -1:
+        """``arm(key, delay_s)``.
+
+        Raises:
+            ValueError: ``delay_s`` is not finite, or beyond the wheel's range. RuntimeError:
+                the scheduler is closed, or this set was not made by ``keyed()``.
+        """
+        cdef WheelScheduler scheduler = self._scheduler
+        cdef TimerWheel wheel = self._wheel
+        cdef double when_s
+        cdef int64_t due_ms, after_ms
+        cdef Py_ssize_t i
+        cdef uint64_t timer_id
+        if scheduler is None:
+            raise RuntimeError("this KeyedTimers was not made by WheelScheduler.keyed()")
+        if scheduler._closed:
+            raise RuntimeError("WheelScheduler is closed")
+        if not isfinite(delay_s):
+            check_seconds(delay_s)
+        when_s = scheduler.c_time() + delay_s
+        due_ms = scheduler._due_ms(when_s)
+        after_ms = scheduler._after_ms(wheel, due_ms)
+        # From here to the table write no Python code runs but on an error path.
+        i = self._find(key)
+        if i >= 0:
+            if not wheel.c_reschedule(self._slots[i].timer_id, after_ms):
+                # Due in the running batch: a new entry; the batch skips the old token.
+                self._slots[i].timer_id = wheel.c_schedule(after_ms, <uint64_t>key)
+        else:
+            if (self._count + 1) * 16 > self._cap * 13:
+                self._grow()
+            timer_id = wheel.c_schedule(after_ms, <uint64_t>key)
+            i = self._insert(key, timer_id)
+        self._slots[i].when_s = when_s
+        if due_ms < scheduler._wake_ms:
+            scheduler._arm_wake(due_ms)
+        return 0
+
+    cdef bint c_cancel(self, int64_t key) noexcept:
+        """``cancel(key)``: True if it was armed."""
+        cdef Py_ssize_t i = self._find(key)
+        cdef uint64_t timer_id
+        if i < 0:
+            return False
+        timer_id = self._slots[i].timer_id
+        self._remove(i)
+        self._wheel.c_cancel(timer_id)
+        return True
 
     cdef int _run(self, int64_t now_ms) except -1:
         """Advance this set's wheel to ``now_ms`` and fire the due keys in fire order."""
@@ -972,8 +999,11 @@ cdef class KeyedTimers:
     # -- the key table: open addressing, linear probing, backward-shift deletion ---------------
 
     cdef inline Py_ssize_t _home(self, int64_t key) noexcept:
-        """The key's home slot: Fibonacci hashing (Knuth 6.4), the product's top bits."""
-        return <Py_ssize_t>((<uint64_t>key * <uint64_t>0x9E3779B97F4A7C15) >> self._shift)
+        """The key's home slot: its 16-bit groups folded by xor. A dense range of keys (file
+        descriptors, connection ids) fills consecutive slots, as ints do in Python's dict, so
+        re-arming connections in order walks the table instead of missing the cache per key."""
+        cdef uint64_t u = <uint64_t>key
+        return <Py_ssize_t>((u ^ (u >> 16) ^ (u >> 32) ^ (u >> 48)) & <uint64_t>(self._cap - 1))
 
     cdef Py_ssize_t _find(self, int64_t key) noexcept:
         """The slot holding ``key``, or -1."""
@@ -1019,14 +1049,10 @@ cdef class KeyedTimers:
         cdef Py_ssize_t cap = KEYS_MIN_CAP if old_cap == 0 else 2 * old_cap
         cdef key_slot_t* old = self._slots
         cdef key_slot_t* slots = <key_slot_t*>calloc(cap, sizeof(key_slot_t))
-        cdef int shift = 64
         if slots == NULL:
             raise MemoryError(f"KeyedTimers cannot grow its key table to {cap} slots")
-        while (<Py_ssize_t>1 << (64 - shift)) < cap:
-            shift -= 1
         self._slots = slots
         self._cap = cap
-        self._shift = shift
         self._count = 0
         for i in range(old_cap):
             if old[i].timer_id != 0:

@@ -608,7 +608,8 @@ class WheelTimeout:
     async def __aenter__(self) -> WheelTimeout:
         if self._state != "created":
             raise RuntimeError("timeout has already been entered")
-        task = asyncio.current_task()
+        # The scheduler's loop, named: current_task() would look the running loop up first.
+        task = asyncio.current_task(self._scheduler._loop)
         if task is None:
             raise RuntimeError("timeout() must be used inside a task")
         self._task = task
