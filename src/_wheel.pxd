@@ -14,7 +14,7 @@ from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 cdef enum:
     NUM_LEVELS = 10
     NUM_SLOTS = 512 + (NUM_LEVELS - 1) * 64
-    NUM_WORDS = NUM_SLOTS // 64
+    NUM_WORDS = NUM_SLOTS >> 6   # (not //: a client module compiles without cdivision)
 
 ctypedef struct entry_t:
     int64_t due        # ms
