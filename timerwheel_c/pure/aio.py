@@ -74,8 +74,8 @@ class WheelHandle:
         self._token = 0     # the wheel token: key of scheduler._handles while armed
         self._timer_id = 0  # the wheel's id while armed; 0 once run, cancelled or never armed
         self._when = when_s
-        self._callback = callback
-        self._args = args
+        self._callback: Any = callback  # None once cancelled
+        self._args: Any = args
         self._context = context
         self._cancelled = False
 
@@ -625,14 +625,16 @@ class WheelTimeout:
             self._handle = None
         if self._state == "expiring":
             self._state = "expired"
-            outside_cancels = self._task.uncancel() > self._cancelling if HAS_UNCANCEL else False
+            task: Any = self._task
+            outside_cancels = task.uncancel() > self._cancelling if HAS_UNCANCEL else False
             if exc_type is asyncio.CancelledError and not outside_cancels:
                 raise TimeoutError from exc
         else:
             self._state = "exited"
 
     def _on_timeout(self) -> None:
-        self._task.cancel()
+        task: Any = self._task
+        task.cancel()
         self._state = "expiring"
         self._handle = None
 
