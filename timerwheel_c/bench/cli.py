@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import time
 import traceback
 
 from .. import _impl
+from ..durable.url import log_to_stderr, redact
 from . import plot, suite, tables
 from .harness import FiredMismatch, NotAvailable
 from .impls import available
@@ -76,6 +78,7 @@ def _positive_int(text: str) -> int:
 def run(args: argparse.Namespace) -> int:
     """Measure the selected workloads, then print the tables and write ``--json`` and ``--plot``
     from the same figures; return the exit status."""
+    log_to_stderr(logging.WARNING, args.pg_dsn)
     if args.plot:
         try:
             plot.require()
@@ -115,6 +118,7 @@ def _measure(ctx: suite.Context, args: argparse.Namespace) -> tuple[dict, int]:
         "machine": facts(),
         "config": {"mode": "quick" if args.quick else "default", "repeats": ctx.repeats, "warmup_runs": 1,
                    "seed": ctx.seed, "scale": args.scale, "workloads": args.only,
+                   "pg_dsn": None if ctx.pg_dsn is None else redact(ctx.pg_dsn),
                    "sizes": dict(ctx.sizes.__dict__), "spread": "min-max over the repeats",
                    "percentiles": "numpy.percentile, linear interpolation",
                    "clock": "time.thread_time_ns (CPU time of the bench thread)",
@@ -131,15 +135,15 @@ def _measure(ctx: suite.Context, args: argparse.Namespace) -> tuple[dict, int]:
                 bar = rep.task(name, workload.steps(ctx))
                 figures["workloads"][name] = workload.measure(ctx, bar)
                 figures["config"]["elapsed_s_per_workload"][name] = round(time.perf_counter() - t0, 1)
-            except FiredMismatch as exc:
+            except FiredMismatch as exc:  # names implementations and tokens only: nothing to redact
                 figures["failed"][name] = f"fired set mismatch: {exc}"
                 status = 3
                 break
             except NotAvailable as exc:
-                figures["skipped"][name] = str(exc)
+                figures["skipped"][name] = redact(str(exc), ctx.pg_dsn)
             except Exception as exc:  # a sibling workload failing must not hide the others' figures
-                figures["failed"][name] = f"{type(exc).__name__}: {exc}"
-                figures.setdefault("tracebacks", {})[name] = traceback.format_exc()
+                figures["failed"][name] = redact(f"{type(exc).__name__}: {exc}", ctx.pg_dsn)
+                figures.setdefault("tracebacks", {})[name] = redact(traceback.format_exc(), ctx.pg_dsn)
                 print(figures["tracebacks"][name], file=sys.stderr)
                 status = max(status, 1)
     figures["config"]["elapsed_s"] = round(time.perf_counter() - started, 1)
