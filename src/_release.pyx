@@ -1,9 +1,10 @@
 # cython: language_level=3
 """A deadline release thread that never takes the GIL (compiled core of ReleaseTimer).
 
-Design source: the seed "moqtap_proxy release_timer.rs" (one thread, one min-heap of
-deadlines, level-triggered deadlines), extended with wakeups for blocking and asyncio
-waiters, abandonment sweeps, ``close()`` that wakes waiters, and fork safety.
+One release thread, one min-heap of deadlines, level-triggered deadlines (released
+once, and a deadline already released stays so), with wake-ups for blocking and
+asyncio waiters, sweeps of abandoned deadlines, a ``close()`` that wakes its waiters,
+and fork safety. ``docs/DESIGN.md`` ("The release thread") gives the design.
 
 The release thread is a native thread started here; it runs ``_release_main`` with no
 GIL for its whole life and never runs Python. The heap is typed arrays (deadline ns,
@@ -91,7 +92,7 @@ cdef enum:
     C_SWEEP_EVERY_NS = 250000000
     C_WAIT_CHUNK_NS = 100000000
 
-SLICE_NS = C_SLICE_NS  # the seed's sleep step: the thread re-reads the heap at least this often
+SLICE_NS = C_SLICE_NS  # the slice backend's sleep step: the thread re-reads the heap at least this often
 SWEEP_MIN_HEAP = C_SWEEP_MIN_HEAP  # sweep abandoned slots only once the heap holds more entries
 SWEEP_EVERY_NS = C_SWEEP_EVERY_NS  # ... and at most this often
 WAIT_CHUNK_NS = C_WAIT_CHUNK_NS  # blocking waits take the GIL back this often to let Ctrl-C through

@@ -12,10 +12,10 @@
 """
 from . import _impl
 
-# The wheel (issue 2).
+# The hashed timing wheel.
 TimerWheel = _impl.load("wheel").TimerWheel
 
-# The release timer (issue 3).
+# The deadline release thread.
 _release_core = _impl.load("release")
 ReleaseTimer, Deadline = _release_core.ReleaseTimer, _release_core.Deadline
 from .errors import ReleaseTimerClosed  # noqa: E402

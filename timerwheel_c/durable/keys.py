@@ -1,4 +1,4 @@
-"""Encoding of durable timer rows as ordered store keys (seed: mkit_server/timers mod.rs).
+"""Encoding of durable timer rows as ordered store keys.
 
 Every timer row lives in the *timer space* of a partition: keys that begin with the
 tag byte ``b"T"`` (0x54). Two layouts share that space; both put the *effective* due

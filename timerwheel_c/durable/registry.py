@@ -1,4 +1,4 @@
-"""Timer kinds, handlers and the registry that maps one to the other (seed: mkit_server/timers registry.rs).
+"""Timer kinds, handlers and the registry that maps one to the other.
 
 A durable timer row carries a kind (1..255) in its key; the runner looks the kind up in a
 :class:`TimerRegistry` and calls that handler's :meth:`TimerHandler.fire`. The handler

@@ -1,4 +1,4 @@
-"""``run_due``: one tick of the durable-timer runner (seed: mkit_server/timers mod.rs ``run_due``).
+"""``run_due``: one tick of the durable-timer runner.
 
 A tick scans a partition's due rows (effective due <= ``now_ms``, Unix epoch ms) in
 pages of 64, in due order, and fires each through its kind's handler, within a
@@ -279,7 +279,7 @@ def run_due(store: Store, partition: str, registry: TimerRegistry, now_ms: int, 
             and backoff delays count from it.
         budget: limits of this tick.
 
-    ``next_wake_ms`` (seed rule): ``now_ms`` when due rows were left (deferred or stopped
+    ``next_wake_ms``: ``now_ms`` when due rows were left (deferred or stopped
     on budget) and this tick made progress (moved some row off the due range);
     ``now_ms + 5 s`` when rows were left but nothing moved; otherwise the earliest of the
     next future due time and the earliest timer key a commit of this tick wrote; never

@@ -3,10 +3,11 @@
 A partition is named by a non-empty str and is the atomicity boundary: a :class:`Batch`
 applies to one partition, all or nothing, after its guards (:class:`Equals`,
 :class:`Absent`) hold. This is the compare-and-set that makes durable timers fire their
-batch effects at most once (seed: mkit_server/timers mod.rs; the guarded-write shape of
-etcd transactions and FoundationDB's read-conflict checks).
+batch effects at most once (the guarded-write shape of etcd transactions and
+FoundationDB's read-conflict checks).
 
-Every backend (:class:`timerwheel_c.durable.sqlite.SQLiteStore`, later PostgreSQL)
+Every backend (:class:`timerwheel_c.durable.sqlite.SQLiteStore`,
+:class:`timerwheel_c.durable.postgres.PostgresStore`)
 implements :class:`Store` and passes the one contract suite in
 ``tests/test_durable_store.py``.
 """

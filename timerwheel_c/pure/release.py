@@ -1,8 +1,9 @@
 """The pure-Python twin of ``src/_release.pyx``: a deadline release thread.
 
-Design source: the seed "moqtap_proxy release_timer.rs" (one thread, one min-heap of
-deadlines, level-triggered deadlines), extended with wakeups for blocking and asyncio
-waiters, abandonment sweeps, ``close()`` that wakes waiters, and fork safety.
+One release thread, one min-heap of deadlines, level-triggered deadlines (released
+once, and a deadline already released stays so), with wake-ups for blocking and
+asyncio waiters, sweeps of abandoned deadlines, a ``close()`` that wakes its waiters,
+and fork safety. ``docs/DESIGN.md`` ("The release thread") gives the design.
 
 This twin uses ``threading.Thread``, ``heapq`` and ``threading.Condition``; it has the
 same API and semantics as the compiled core, minus the GIL freedom. The functions
@@ -25,7 +26,7 @@ from ..errors import ReleaseTimerClosed
 
 __all__ = ["Deadline", "ReleaseTimer", "ReleaseTimerClosed", "past_deadline"]
 
-SLICE_NS = 500_000  # the seed's sleep step: the thread re-reads the heap at least this often
+SLICE_NS = 500_000  # the slice backend's sleep step: the thread re-reads the heap at least this often
 SWEEP_MIN_HEAP = 64  # sweep abandoned slots only once the heap holds more entries than this
 SWEEP_EVERY_NS = 250_000_000  # ... and at most this often
 WAIT_CHUNK_NS = 100_000_000  # blocking waits wake this often to let Ctrl-C through
