@@ -27,6 +27,7 @@ import psycopg
 from psycopg import sql
 
 from .store import Absent, Batch, Committed, Page, PreconditionFailed, Store, check_bytes, check_partition
+from .url import redact
 
 __all__ = ["PostgresStore"]
 
@@ -77,7 +78,10 @@ class PostgresStore(Store):
 
     Raises:
         TypeError / ValueError: a bad argument.
-        psycopg.Error: the server cannot be reached or the table cannot be created.
+        psycopg.Error: the server cannot be reached or the table cannot be created; its
+            message never holds the DSN's password (see :func:`.url.redact`).
+
+    The DSN is kept private: ``repr`` names the table only.
     """
 
     def __init__(self, dsn: str, *, table: str = "timerwheel_kv", synchronous_commit: Optional[str] = None):
@@ -87,7 +91,7 @@ class PostgresStore(Store):
             raise ValueError(f"table must be a lower-case SQL identifier, got {table!r}")
         if synchronous_commit not in (None, "on", "off", "local", "remote_write", "remote_apply"):
             raise ValueError(f"synchronous_commit must be None or a PostgreSQL setting, got {synchronous_commit!r}")
-        self.dsn = dsn
+        self._dsn = dsn
         self.synchronous_commit = synchronous_commit
         self.table = table
         self._lock = threading.Lock()
@@ -114,7 +118,14 @@ class PostgresStore(Store):
 
     def _connection(self) -> psycopg.Connection:
         if self._conn is None or self._conn.closed:
-            self._conn = psycopg.connect(self.dsn, autocommit=True)
+            try:
+                self._conn = psycopg.connect(self._dsn, autocommit=True)
+            except psycopg.Error as exc:
+                message = str(exc)
+                if redact(message, self._dsn) == message:
+                    raise
+                # libpq quotes a malformed connection string back: re-raise without the password.
+                raise type(exc)(redact(message, self._dsn)) from None
             if self.synchronous_commit is not None:
                 self._conn.execute(sql.SQL("SET synchronous_commit = {}").format(sql.Literal(self.synchronous_commit)))
         return self._conn
