@@ -119,19 +119,19 @@ class Flaky(Store):
         self.failures = 0
         self.healed = threading.Event()
 
-    def scan(self, *a, **kw):
+    def _scan(self, *a):
         if not self.healed.is_set():
             self.failures += 1
             raise sqlite3.OperationalError("database is locked")
-        return self.inner.scan(*a, **kw)
+        return self.inner.scan(*a)
 
-    def get(self, *a):
+    def _get(self, *a):
         return self.inner.get(*a)
 
-    def apply(self, *a):
+    def _apply(self, *a):
         return self.inner.apply(*a)
 
-    def partitions(self):
+    def _partitions(self):
         return self.inner.partitions()
 
 

@@ -77,7 +77,10 @@ class RedactingFilter(logging.Filter):
         self._urls = urls
 
     def filter(self, record: logging.LogRecord) -> bool:
-        record.msg, record.args = redact(record.getMessage(), *self._urls), None
+        message = record.getMessage()
+        masked = redact(message, *self._urls)
+        if masked != message:  # records without a secret keep their args, for other handlers and tests
+            record.msg, record.args = masked, None
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
         if record.exc_text:
@@ -88,11 +91,20 @@ class RedactingFilter(logging.Filter):
 
 
 def log_to_stderr(level: int | str, *urls: str | None) -> None:
-    """Log to stderr at ``level`` (``logging.basicConfig``), every record passed through :func:`redact`
-    against ``urls``: how the command-line entry points that take a store URL or DSN set up logging."""
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(RedactingFilter(*urls))
+    """Log to stderr at ``level``, every record passed through :func:`redact` against ``urls``:
+    how the command-line entry points that take a store URL or DSN set up logging.
+
+    Like ``logging.basicConfig``, it does nothing when the root logger already has handlers
+    (an application or a test harness that configured logging keeps its own).
+    """
+    root = logging.getLogger()
+    if root.handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(RedactingFilter(*urls))
+    root.addHandler(handler)
+    root.setLevel(level)
 
 _SQLITE = "sqlite:///"
 
