@@ -221,6 +221,14 @@ class PostgresStore(Store):
         with self._lock:
             return [r[0] for r in self._connection().execute(self._sql_partitions).fetchall()]
 
+    def ownership(self, partitions: Optional[list] = None, **kwargs):
+        """A :class:`~timerwheel_c.durable.ownership.PartitionOwnership` dividing ``partitions``
+        (None: every partition of this store) among the runners asking for the same ones;
+        ``kwargs`` (``check_interval_s``) go to its constructor."""
+        from .ownership import PartitionOwnership
+
+        return PartitionOwnership(self, partitions, **kwargs)
+
     def drop(self) -> None:
         """Drop this store's table, meta table and function (for tests and benchmarks); the store
         is unusable afterwards."""
