@@ -50,7 +50,7 @@ import psycopg
 from .postgres import PostgresStore, connect
 from .store import Ownership, check_partition
 
-__all__ = ["PartitionOwnership"]
+__all__ = ["PartitionOwnership", "holders"]
 
 log = logging.getLogger("timerwheel_c.durable")
 
@@ -74,6 +74,36 @@ def _int31(*parts: str) -> int:
 def _int32(name: str) -> int:
     digest = hashlib.blake2b(name.encode(), digest_size=4).digest()
     return int.from_bytes(digest, "big", signed=True)
+
+
+def _namespaces(conn: psycopg.Connection, table: str, group: str) -> tuple:
+    """The (members, owners) advisory-lock namespaces of a group: int4 keys unique to the
+    schema, the table and the partitions asked for."""
+    row = conn.execute("SELECT current_schema()").fetchone()
+    assert row is not None
+    where = f"{row[0]}.{table}"
+    return _int31(where, "members", group), _int31(where, "owners", group)
+
+
+def _group(partitions: Optional[list]) -> str:
+    return "*" if partitions is None else "\0".join(partitions)
+
+
+def holders(store: PostgresStore, partitions: Optional[list] = None) -> dict:
+    """Which runner owns each partition of the group ``partitions`` (None: the all-partitions
+    group) right now, read from ``pg_locks``: ``{partition: backend pid}``, for monitoring.
+    Partitions of the group that no runner holds are absent. Does not join the group.
+
+    Raises:
+        psycopg.Error: the server cannot be reached.
+    """
+    names = None if partitions is None else sorted({check_partition(p) for p in partitions})
+    wanted = names if names is not None else store.partitions()
+    with connect(store.dsn) as conn:
+        members_ns, owners_ns = _namespaces(conn, store.table, _group(names))
+        rows = conn.execute(_HOLDERS, (members_ns, owners_ns)).fetchall()
+    by_key = {_int32(p) & 0xFFFFFFFF: p for p in wanted}
+    return {by_key[objid]: pid for classid, objid, pid in rows if classid == owners_ns and objid in by_key}
 
 
 class PartitionOwnership(Ownership):
@@ -105,7 +135,7 @@ class PartitionOwnership(Ownership):
         self.store = store
         self.partitions = None if partitions is None else sorted({check_partition(p) for p in partitions})
         self.check_interval_s = float(check_interval_s)
-        self._group = "*" if self.partitions is None else "\0".join(self.partitions)
+        self._group = _group(self.partitions)
         # Set on connecting: the lock namespaces include the schema the table lives in.
         self._member_ns = self._owner_ns = 0
         self._lock = threading.Lock()
@@ -161,12 +191,10 @@ class PartitionOwnership(Ownership):
             try:
                 for name, value in _KEEPALIVE_SETTINGS:
                     conn.execute(f"SET {name} = {int(value)}")
-                row = conn.execute("SELECT pg_backend_pid(), current_schema()").fetchone()
+                row = conn.execute("SELECT pg_backend_pid()").fetchone()
                 assert row is not None
-                self._pid, schema = row
-                where = f"{schema}.{self.store.table}"
-                self._member_ns = _int31(where, "members", self._group)
-                self._owner_ns = _int31(where, "owners", self._group)
+                self._pid = row[0]
+                self._member_ns, self._owner_ns = _namespaces(conn, self.store.table, self._group)
                 conn.execute("SELECT pg_advisory_lock(%s, %s)", (self._member_ns, self._pid))
             except BaseException:
                 conn.close()
