@@ -22,6 +22,8 @@ import pytest
 from timerwheel_c.durable import keys
 from timerwheel_c.durable.store import Batch, SchemaVersionError
 
+CURRENT = 3  # timerwheel_c.durable.postgres.SCHEMA_VERSION (psycopg may be missing at collection)
+
 PG_DSN = os.environ.get("TIMERWHEEL_C_TEST_PG_DSN")
 pytestmark = [
     pytest.mark.skipif(not PG_DSN, reason="set TIMERWHEEL_C_TEST_PG_DSN=postgresql://... to test the fleet"),
@@ -229,7 +231,7 @@ def test_sixteen_processes_open_a_new_store_at_once_without_error(schema_url, tm
     import psycopg
 
     with psycopg.connect(schema_url) as conn:
-        assert conn.execute("SELECT value FROM timerwheel_kv_meta WHERE name = 'schema_version'").fetchone() == ("2",)
+        assert conn.execute("SELECT value FROM timerwheel_kv_meta WHERE name = 'schema_version'").fetchone() == (str(CURRENT),)
 
 
 def test_a_newer_schema_version_is_refused_naming_both_versions(schema_url):
@@ -240,14 +242,14 @@ def test_a_newer_schema_version_is_refused_naming_both_versions(schema_url):
     open_store(schema_url).close()
     with psycopg.connect(schema_url, autocommit=True) as conn:
         conn.execute("UPDATE timerwheel_kv_meta SET value = '99' WHERE name = 'schema_version'")
-    with pytest.raises(SchemaVersionError, match=r"version 99.*version 2") as info:
+    with pytest.raises(SchemaVersionError, match=rf"version 99.*version {CURRENT}") as info:
         open_store(schema_url)
-    assert (info.value.found, info.value.supported) == (99, 2)
+    assert (info.value.found, info.value.supported) == (99, CURRENT)
 
 
 def test_a_version_one_table_is_upgraded_in_place(schema_url):
     """A table from before the version row (its one-batch apply function, no meta table) is upgraded on
-    open: rows kept, version row written, the old function replaced."""
+    open: rows kept, version row written, the old function dropped and the store usable."""
     import psycopg
 
     with psycopg.connect(schema_url, autocommit=True) as conn:
@@ -257,9 +259,29 @@ def test_a_version_one_table_is_upgraded_in_place(schema_url):
         conn.execute("CREATE FUNCTION timerwheel_kv_apply() RETURNS int LANGUAGE sql AS 'SELECT 1'")
     with open_store(schema_url) as store:
         assert store.get("p", b"k") == b"v"
+        assert store.apply_many("p", [Batch().put(b"k2", b"v2")]) and store.get("p", b"k2") == b"v2"
     with psycopg.connect(schema_url) as conn:
-        assert conn.execute("SELECT value FROM timerwheel_kv_meta").fetchone() == ("2",)
+        assert conn.execute("SELECT value FROM timerwheel_kv_meta").fetchone() == (str(CURRENT),)
         assert conn.execute("SELECT to_regproc('timerwheel_kv_apply')").fetchone() == (None,)
+
+
+def test_a_version_two_store_is_upgraded_in_place(schema_url):
+    """A version-2 store (apply_many without the consume argument) is upgraded on open: its function is
+    replaced by the current one (no overload left behind) and the store works."""
+    import psycopg
+
+    with psycopg.connect(schema_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE timerwheel_kv (partition text NOT NULL, key bytea NOT NULL,"
+                     " value bytea NOT NULL, PRIMARY KEY (partition, key))")
+        conn.execute("CREATE TABLE timerwheel_kv_meta (name text PRIMARY KEY, value text NOT NULL)")
+        conn.execute("INSERT INTO timerwheel_kv_meta VALUES ('schema_version', '2')")
+        conn.execute("CREATE FUNCTION timerwheel_kv_apply_many(text, bigint, int[], bytea[], bytea[], boolean[],"
+                     " int[], bytea[], bytea[]) RETURNS bytea[] LANGUAGE sql AS 'SELECT NULL::bytea[]'")
+    with open_store(schema_url) as store:
+        assert store.apply_many("p", [Batch().put(b"k", b"v")]) and store.get("p", b"k") == b"v"
+    with psycopg.connect(schema_url) as conn:
+        assert conn.execute("SELECT count(*) FROM pg_proc WHERE proname = 'timerwheel_kv_apply_many'"
+                            " AND pronamespace = current_schema()::regnamespace").fetchone() == (1,)
 
 
 def test_ownership_repr_and_arguments(schema_url):

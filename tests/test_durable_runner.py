@@ -12,6 +12,7 @@ from timerwheel_c.durable import keys
 from timerwheel_c.durable.registry import Done, Reschedule, Retry, TimerHandler, TimerKind, TimerRegistry
 from timerwheel_c.durable import runner as runner_mod
 from timerwheel_c.durable.runner import TickBudget, backoff_ms, claim_due, commit_outcomes, next_wake, run_due, settle
+from timerwheel_c.durable.sqlite import SQLiteStore
 from timerwheel_c.durable.store import Batch, Committed, Equals, PreconditionFailed, Store
 
 P = "timers"
@@ -312,6 +313,36 @@ def test_bad_arguments(store):
         run_due(store, P, reg, -1)
     with pytest.raises(ValueError, match="partition"):
         run_due(store, "", reg, NOW)
+
+
+class _MarkDone(TimerHandler):
+    """Done with one ``done/<reference>`` row."""
+
+    kind = TimerKind(1)
+
+    def fire(self, ctx, timer):
+        return Done(Batch().put(b"done/" + timer.reference, b"1"))
+
+
+def test_malformed_rows_do_not_starve_due_timers():
+    """Never lost: malformed rows are kept and counted, and they never stop well-formed due timers
+    from firing. With 600 malformed rows (kind byte 0) due before one real timer, more than one
+    tick's max_scanned (512), each is counted once and moved to the quarantine range, so the
+    timer fires. Deterministic: explicit now_ms, no threads."""
+    store = SQLiteStore(":memory:")
+    registry = TimerRegistry().register(_MarkDone())
+    b = Batch()
+    for i in range(600):
+        b.put(keys.TAG + (1).to_bytes(8, "big") + b"\x00" + i.to_bytes(4, "big"), b"")
+    b.put(keys.timer(2, 1, b"real"), b"v")
+    store.apply("p", b)
+    malformed = 0
+    for tick in range(20):
+        malformed += run_due(store, "p", registry, 1_000 + tick * 10_000).malformed
+    assert malformed == 600, "each malformed row is counted once (then quarantined)"
+    assert store.get("p", b"done/real") == b"1"
+    kept = store.scan("p", *keys.QUARANTINE_RANGE, limit=1000).entries
+    assert len(kept) == 600, "malformed rows are retained, not lost"
 
 
 class Counting(Store):

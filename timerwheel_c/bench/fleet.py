@@ -1,7 +1,8 @@
 """Durable timers on PostgreSQL as a fleet: fired/s with 1 and 4 runner processes, and the
 takeover time after a runner is SIGKILLed.
 
-- Runners are separate processes (``python -m timerwheel_c.bench.fleet runner ...``), each a
+- Runners are separate processes (``python -m timerwheel_c.bench.fleet runner TABLE``, the DSN
+  in the environment, never on a command line that ``ps`` shows), each a
   :class:`~timerwheel_c.durable.service.DurableTimerService` with ``fleet=True`` over the same
   list of 16 partitions, whose partitions they divide (advisory-lock ownership), and a no-op
   handler whose Done batch commits one effect row.
@@ -43,6 +44,9 @@ class _Noop(TimerHandler):
         return Done(Batch().put(_EFFECT + timer.reference, b""))
 
 
+_DSN_ENV = "TIMERWHEEL_C_FLEET_DSN"
+
+
 def _runner(dsn: str, table: str) -> None:
     """Process entry: serve the fleet's partitions until SIGTERM."""
     from ..durable.postgres import PostgresStore
@@ -82,13 +86,14 @@ def _fill(store, n_timers: int, due_ms: int) -> None:
 
 def _one(dsn: str, n_runners: int, n_timers: int, takeover: bool, progress) -> dict:
     from ..durable.ownership import holders
-    from ..durable.postgres import PostgresStore, connect
+    from ..durable.postgres import PostgresStore
 
     table = f"timerwheel_fleet_{os.getpid()}_{n_runners}"
     store = PostgresStore(dsn, table=table)
     procs: list = []
     try:
-        procs = [subprocess.Popen([sys.executable, "-m", "timerwheel_c.bench.fleet", "runner", dsn, table],
+        env = dict(os.environ, **{_DSN_ENV: dsn})
+        procs = [subprocess.Popen([sys.executable, "-m", "timerwheel_c.bench.fleet", "runner", table], env=env,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(n_runners)]
         def divided() -> bool:
             owners = holders(store, PARTITIONS)
@@ -98,7 +103,7 @@ def _one(dsn: str, n_runners: int, n_timers: int, takeover: bool, progress) -> d
         _wait(divided, f"{n_runners} runners to divide {len(PARTITIONS)} partitions")
         due_ms = time.time_ns() // 1_000_000 + 1000
         _fill(store, n_timers, due_ms)
-        with connect(dsn) as conn:
+        with store.new_connection() as conn:
             _wait(lambda: time.time_ns() // 1_000_000 >= due_ms, "the due time", 5)
             seen = 0
             deadline = time.monotonic() + 600
@@ -161,6 +166,6 @@ def run(dsn: str, n_timers: int = 8000, runner_counts=(1, 4), progress: Optional
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] != ["runner"] or len(sys.argv) != 4:
-        sys.exit("usage: python -m timerwheel_c.bench.fleet runner DSN TABLE")
-    _runner(sys.argv[2], sys.argv[3])
+    if sys.argv[1:2] != ["runner"] or len(sys.argv) != 3 or _DSN_ENV not in os.environ:
+        sys.exit(f"usage: {_DSN_ENV}=postgresql://... python -m timerwheel_c.bench.fleet runner TABLE")
+    _runner(os.environ[_DSN_ENV], sys.argv[2])

@@ -47,7 +47,7 @@ from typing import Optional
 
 import psycopg
 
-from .postgres import PostgresStore, connect
+from .postgres import PostgresStore
 from .store import Ownership, check_partition
 
 __all__ = ["PartitionOwnership", "holders"]
@@ -99,7 +99,7 @@ def holders(store: PostgresStore, partitions: Optional[list] = None) -> dict:
     """
     names = None if partitions is None else sorted({check_partition(p) for p in partitions})
     wanted = names if names is not None else store.partitions()
-    with connect(store.dsn) as conn:
+    with store.new_connection() as conn:
         members_ns, owners_ns = _namespaces(conn, store.table, _group(names))
         rows = conn.execute(_HOLDERS, (members_ns, owners_ns)).fetchall()
     by_key = {_int32(p) & 0xFFFFFFFF: p for p in wanted}
@@ -187,7 +187,7 @@ class PartitionOwnership(Ownership):
     def _connection(self) -> psycopg.Connection:
         if self._conn is None or self._conn.closed:
             self._owned = []
-            conn = connect(self.store.dsn)
+            conn = self.store.new_connection()
             try:
                 for name, value in _KEEPALIVE_SETTINGS:
                     conn.execute(f"SET {name} = {int(value)}")

@@ -36,13 +36,20 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from .store import Absent, Batch, Committed, Page, PreconditionFailed, SchemaVersionError, Store
+from .url import redact
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore", "lock_key"]
 
 _TABLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,51}$")  # room for the "_apply_many" suffix
-# 1: the table and a one-batch apply function (databases from before the version row);
-# 2: the version row and the many-batch apply function.
-SCHEMA_VERSION = 2
+# Each version's DDL replaces the previous one's functions (see _create_schema):
+# 1: the table and a one-batch ``<table>_apply`` (databases from before the version row);
+# 2: the version row and ``<table>_apply_many`` over flattened batches;
+# 3: ``<table>_apply_many`` takes ``consume`` (a guarded delete checks its own guard).
+SCHEMA_VERSION = 3
+_OLD_FUNCTIONS = (
+    "{table}_apply",
+    "{table}_apply_many(text, bigint, int[], bytea[], bytea[], boolean[], int[], bytea[], bytea[])",
+)
 
 
 def lock_key(*parts: str) -> int:
@@ -126,7 +133,10 @@ class PostgresStore(Store):
     Raises:
         TypeError / ValueError: a bad argument.
         SchemaVersionError: the table was created by a newer timerwheel_c.
-        psycopg.Error: the server cannot be reached or the table cannot be created.
+        psycopg.Error: the server cannot be reached or the table cannot be created; its
+            message never holds the DSN's password (see :func:`.url.redact`).
+
+    The DSN is kept private: ``repr`` names user, host, port and database only.
     """
 
     def __init__(self, dsn: str, *, table: str = "timerwheel_kv", synchronous_commit: Optional[str] = None):
@@ -136,7 +146,7 @@ class PostgresStore(Store):
             raise ValueError(f"table must be a lower-case SQL identifier of at most 52 characters, got {table!r}")
         if synchronous_commit not in (None, "on", "off", "local", "remote_write", "remote_apply"):
             raise ValueError(f"synchronous_commit must be None or a PostgreSQL setting, got {synchronous_commit!r}")
-        self.dsn = dsn
+        self._dsn = dsn
         self.synchronous_commit = synchronous_commit
         self.table = table
         self._lock = threading.Lock()
@@ -162,7 +172,7 @@ class PostgresStore(Store):
             self._create_schema()
 
     def __repr__(self):
-        return f"PostgresStore({describe_dsn(self.dsn)}, table={self.table!r})"
+        return f"PostgresStore({describe_dsn(self._dsn)}, table={self.table!r})"
 
     def _create_schema(self) -> None:
         """Create or upgrade the schema once: every opener takes the same transaction-level
@@ -184,16 +194,27 @@ class PostgresStore(Store):
             conn.execute(sql.SQL(
                 "CREATE TABLE IF NOT EXISTS {} (partition text NOT NULL, key bytea NOT NULL,"
                 " value bytea NOT NULL, PRIMARY KEY (partition, key))").format(t))
+            for old in _OLD_FUNCTIONS:
+                name, _, signature = old.format(table=self.table).partition("(")
+                conn.execute(sql.SQL("DROP FUNCTION IF EXISTS {}" + (f"({signature}" if signature else "")).format(
+                    sql.Identifier(name)))
             conn.execute(sql.SQL(_APPLY_MANY_FUNCTION).format(fn=sql.Identifier(f"{self.table}_apply_many"), t=t))
-            # Version 1's one-batch function is replaced by the many-batch one.
-            conn.execute(sql.SQL("DROP FUNCTION IF EXISTS {}").format(sql.Identifier(f"{self.table}_apply")))
             conn.execute(sql.SQL(
                 "INSERT INTO {} (name, value) VALUES ('schema_version', %s)"
                 " ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value").format(meta), (str(SCHEMA_VERSION),))
 
+    def new_connection(self) -> psycopg.Connection:
+        """A new autocommit connection to this store's database, for callers that hold session
+        state of their own (the fleet's ownership locks); the caller closes it.
+
+        Raises:
+            psycopg.Error: the server cannot be reached (the message never holds the password).
+        """
+        return connect(self._dsn)
+
     def _connection(self) -> psycopg.Connection:
         if self._conn is None or self._conn.closed:
-            self._conn = connect(self.dsn, self.synchronous_commit)
+            self._conn = connect(self._dsn, self.synchronous_commit)
         return self._conn
 
     def _scan(self, partition: str, start: bytes, end: bytes, after: Optional[bytes], limit: int) -> Page:
@@ -268,8 +289,19 @@ class PostgresStore(Store):
 
 def connect(dsn: str, synchronous_commit: Optional[str] = None) -> psycopg.Connection:
     """An autocommit psycopg connection to ``dsn``, with the session's ``synchronous_commit``
-    set unless it is None."""
-    conn = psycopg.connect(dsn, autocommit=True)
+    set unless it is None.
+
+    Raises:
+        psycopg.Error: the server cannot be reached; the message never holds the password.
+    """
+    try:
+        conn = psycopg.connect(dsn, autocommit=True)
+    except psycopg.Error as exc:
+        message = str(exc)
+        if redact(message, dsn) == message:
+            raise
+        # libpq quotes a malformed connection string back: re-raise without the password.
+        raise type(exc)(redact(message, dsn)) from None
     if synchronous_commit is not None:
         conn.execute(sql.SQL("SET synchronous_commit = {}").format(sql.Literal(synchronous_commit)))
     return conn
