@@ -301,3 +301,17 @@ def test_ownership_repr_and_arguments(schema_url):
             assert "password" not in repr(own) and "2 partitions" in repr(own)
         finally:
             own.close()
+
+
+@pytest.mark.slow
+def test_fleet_bench_reports_fired_per_s_and_takeover():
+    """The fleet bench with 1 and 2 runner processes reports fired/s for each and the takeover time of
+    the larger fleet; only shapes and the 10 s takeover bound are asserted, never a speed."""
+    from timerwheel_c.bench import fleet
+
+    figures = fleet.run(PG_DSN, 160, (1, 2))
+    assert set(figures) == {"runners_1", "runners_2"}
+    assert all(f["fired_per_s"] > 0 and f["timers"] == 160 and f["partitions"] == 16 for f in figures.values())
+    assert "takeover_s" not in figures["runners_1"] and 0 < figures["runners_2"]["takeover_s"] < TAKEOVER_S
+    with pytest.raises(ValueError, match="n_timers"):
+        fleet.run(PG_DSN, 3)
