@@ -315,3 +315,22 @@ def test_fleet_bench_reports_fired_per_s_and_takeover():
     assert "takeover_s" not in figures["runners_1"] and 0 < figures["runners_2"]["takeover_s"] < TAKEOVER_S
     with pytest.raises(ValueError, match="n_timers"):
         fleet.run(PG_DSN, 3)
+
+
+def test_service_fleet_mode_follows_the_store_and_the_arguments(schema_url, tmp_path):
+    """DurableTimerService divides partitions by default on PostgreSQL with partitions=None, not with a
+    pinned list or fleet=False; fleet=True on SQLite (which cannot divide) is a ValueError naming the
+    store, and a non-bool fleet a TypeError."""
+    from timerwheel_c.durable import DurableTimerService, SQLiteStore, TimerRegistry
+
+    with open_store(schema_url) as store:
+        assert DurableTimerService(store, TimerRegistry()).ownership is not None
+        assert DurableTimerService(store, TimerRegistry(), ["a"]).ownership is None
+        assert DurableTimerService(store, TimerRegistry(), ["a"], fleet=True).ownership.partitions == ["a"]
+        assert DurableTimerService(store, TimerRegistry(), fleet=False).ownership is None
+        with pytest.raises(TypeError, match="'yes'"):
+            DurableTimerService(store, TimerRegistry(), fleet="yes")
+    with SQLiteStore(tmp_path / "t.db") as sqlite_store:
+        assert DurableTimerService(sqlite_store, TimerRegistry()).ownership is None
+        with pytest.raises(ValueError, match="SQLiteStore"):
+            DurableTimerService(sqlite_store, TimerRegistry(), fleet=True)
