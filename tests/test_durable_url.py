@@ -229,3 +229,21 @@ def test_bench_never_prints_or_writes_the_pg_dsn_password(tmp_path, reachable):
         assert out.returncode == 1 and "durable" in figures["failed"], out.stderr  # the failure arose
     assert ":***@" in figures["config"]["pg_dsn"]
     _assert_no_password(out.stdout, out.stderr, path.read_text())
+
+
+def test_postgresql_url_without_psycopg_gives_the_install_hint(monkeypatch, capsys):
+    """Without psycopg installed (simulated: the import fails), open_store("postgresql://...") raises
+    ModuleNotFoundError with ``pip install 'timerwheel_c[postgres]'``, and ``timerwheel-c run`` prints
+    that hint on one line and exits 2, the password masked."""
+    import sys
+
+    from timerwheel_c.cli import main
+
+    monkeypatch.setitem(sys.modules, "psycopg", None)
+    monkeypatch.delitem(sys.modules, "timerwheel_c.durable.postgres", raising=False)
+    with pytest.raises(ModuleNotFoundError, match=r"pip install 'timerwheel_c\[postgres\]'"):
+        open_store("postgresql://u@127.0.0.1:1/db")
+    url = "postgresql://u:s3cr3t@127.0.0.1:1/db"
+    assert main(["run", "--store", url, "--handlers", "timerwheel_c.durable:TimerRegistry"]) == 2
+    err = capsys.readouterr().err
+    assert "pip install 'timerwheel_c[postgres]'" in err and "s3cr3t" not in err and len(err.strip().splitlines()) == 1

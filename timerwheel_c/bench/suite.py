@@ -77,9 +77,14 @@ def _lateness(ctx: Context, bar: Task) -> dict:
 
 def _durable(ctx: Context, bar: Task) -> dict:
     stores = durable.run(ctx.sizes.durable_timers, dsn=ctx.pg_dsn, progress=bar)
-    return {"results": {
+    figures = {"results": {
         store: {**fig, "lateness_summary_ms": summary(fig.get("lateness_ms", []))} for store, fig in stores.items()
     }}
+    if "postgres" in stores:  # a DSN was given and psycopg is installed
+        from . import fleet
+
+        figures["fleet"] = fleet.run(ctx.pg_dsn, ctx.sizes.durable_timers, progress=bar)
+    return figures
 
 
 def _network(ctx: Context, bar: Task) -> dict:
