@@ -14,7 +14,7 @@ from timerwheel_c._wheel cimport TimerWheel, tw_fired_t
 
 ctypedef struct key_slot_t:
     int64_t key
-    uint64_t timer_id   # the key's wheel id; 0 marks an empty slot (the wheel never issues 0)
+    uint64_t timer_id   # the key's wheel id; 0 marks an empty slot (no timer id is 0)
     double when_s       # the deadline, loop seconds
 
 

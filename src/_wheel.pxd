@@ -11,10 +11,18 @@ times are integer ms on the caller's monotonic clock, as in the Python API.
 """
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 
-cdef enum:
+# The geometry (see the design comment of src/_wheel.pyx), exported: the tests check it equals
+# timerwheel_c._common's.
+cpdef enum:
+    L0_BITS = 9
+    L0_SLOTS = 1 << L0_BITS
+    LEVEL_BITS = 6
+    LEVEL_SLOTS = 1 << LEVEL_BITS
     NUM_LEVELS = 10
-    NUM_SLOTS = 512 + (NUM_LEVELS - 1) * 64
+    LEVEL_BASE = L0_SLOTS - LEVEL_SLOTS
+    NUM_SLOTS = L0_SLOTS + (NUM_LEVELS - 1) * LEVEL_SLOTS
     NUM_WORDS = NUM_SLOTS >> 6   # (not //: a client module compiles without cdivision)
+    MAX_ENTRIES = 0x7FFFFFFF  # entry indexes are int32
 
 ctypedef struct entry_t:
     int64_t due        # ms
@@ -34,6 +42,7 @@ ctypedef struct tw_fired_t:
 
 cdef class TimerWheel:
     cdef int64_t _elapsed
+    cdef bint _warn_jump     # made without now_ms: the first advance checks for a clock reading
     cdef Py_ssize_t _count
     cdef int32_t _free_head
     cdef int32_t _used

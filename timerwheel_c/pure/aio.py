@@ -1,10 +1,12 @@
 """asyncio timers driven by one TimerWheel: ``WheelScheduler``, its ``timeout()`` and its
 ``keyed()`` timers. The pure-Python twin of ``src/_aio.pyx``, class by class in the same order.
 
-Design sources: asyncio's ``TimerHandle``/``call_later``/``asyncio.timeout`` (the API
-mirrored here), the hashed timing wheel (Varghese & Lauck, Netty's HashedWheelTimer), and
-the single-deadline reactor arming of tokio's time driver: the loop holds ONE timer, at
-the wheels' earliest due time, however many handles and keys are pending.
+Public sources: asyncio's ``TimerHandle``/``call_later``/``asyncio.timeout`` (the API
+mirrored here), the hashed timing wheel (:class:`timerwheel_c.TimerWheel`, after
+Varghese & Lauck and Netty's HashedWheelTimer), and the single-deadline reactor arming
+of tokio's time driver: the loop holds ONE timer, at the wheels' earliest due time,
+however many handles and keys are pending. ``docs/DESIGN.md`` ("asyncio integration")
+gives the design.
 
 Clock and rounding. The wheel counts integer milliseconds on the loop's own clock
 (``loop.time()`` seconds, times 1000). A handle's deadline ``when`` (loop seconds) is

@@ -1,40 +1,47 @@
 """The pure-Python twin of ``src/_release.pyx``: a deadline release thread.
 
-Design source: the seed "moqtap_proxy release_timer.rs" (one thread, one min-heap of
-deadlines, level-triggered deadlines), extended with wakeups for blocking and asyncio
-waiters, abandonment sweeps, ``close()`` that wakes waiters, and fork safety.
+One release thread, one min-heap of deadlines, level-triggered deadlines (released
+once, and a deadline already released stays so), with wake-ups for blocking and
+asyncio waiters, sweeps of abandoned deadlines, a ``close()`` that wakes its waiters,
+and fork safety. ``docs/DESIGN.md`` ("The release thread") gives the design.
 
 This twin uses ``threading.Thread``, ``heapq`` and ``threading.Condition``; it has the
 same API and semantics as the compiled core, minus the GIL freedom. The functions
-below mirror the ``.pyx`` one by one, in the same order.
+below mirror the ``.pyx`` one by one; ``_Channel`` and ``_channel_for`` mirror the
+compiled asyncio bridge, ``src/_release_asyncio.pxi``. The locking and fork rules at
+the top of ``src/_release.pyx`` hold here too, with ``core.lock`` reentrant.
 
 Units: deadlines are int nanoseconds on ``time.monotonic_ns()`` (``*_ns``) or float
 seconds on ``time.monotonic()`` (``arm``); timeouts are float seconds.
 """
 from __future__ import annotations
 
-import asyncio
 import heapq
-import math
 import os
 import threading
 import time
-from numbers import Real
 
+from .._common import (
+    BACKEND_NAMES,
+    CONDVAR,
+    FAR_AHEAD_NS,
+    SLICE_NS,
+    SWEEP_EVERY_NS,
+    SWEEP_MIN_HEAP,
+    WAIT_CHUNK_NS,
+    _await_deadline,
+    _check_at_ns,
+    _choose_backend,
+    _fallback_future,
+    _far_ahead_error,
+    _seconds_to_ns,
+    _timeout_ns,
+)
 from ..errors import ReleaseTimerClosed
 
 __all__ = ["Deadline", "ReleaseTimer", "ReleaseTimerClosed", "past_deadline"]
 
-SLICE_NS = 500_000  # the seed's sleep step: the thread re-reads the heap at least this often
-SWEEP_MIN_HEAP = 64  # sweep abandoned slots only once the heap holds more entries than this
-SWEEP_EVERY_NS = 250_000_000  # ... and at most this often
-WAIT_CHUNK_NS = 100_000_000  # blocking waits wake this often to let Ctrl-C through
-INT64_MAX = 2**63 - 1
-INT64_MIN = -(2**63)
-
 FREE, ARMED, RELEASED, ABANDONED = 0, 1, 2, 3  # slot states
-SLICE, CONDVAR = 0, 1  # backends
-BACKEND_NAMES = ("slice", "condvar")
 
 # Bumped in a forked child: a timer created under another epoch belongs to the parent,
 # whose release thread does not exist here, so the child must never touch its locks.
@@ -48,57 +55,6 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def _choose_backend(backend: str | None) -> int:
-    """The backend for ``backend``, else ``$TIMERWHEEL_C_RELEASE_TIMER``; unknown -> slice."""
-    if backend is None:
-        backend = os.environ.get("TIMERWHEEL_C_RELEASE_TIMER", "slice")
-    if not isinstance(backend, str):
-        raise TypeError(f"backend must be 'slice', 'condvar' or None, got {backend!r}")
-    return CONDVAR if backend.strip().lower() == "condvar" else SLICE
-
-
-def _check_at_ns(at_ns) -> int:
-    """``at_ns`` as an int64 of ns; TypeError for non-int or bool, ValueError out of int64."""
-    if isinstance(at_ns, bool) or not isinstance(at_ns, int):
-        raise TypeError(f"at_ns must be an int of nanoseconds on time.monotonic_ns(), got {at_ns!r}")
-    if not INT64_MIN <= at_ns <= INT64_MAX:
-        raise ValueError(f"at_ns={at_ns!r} is out of the int64 nanosecond range")
-    return at_ns
-
-
-def _seconds_to_ns(at) -> int:
-    """``at`` (float s on time.monotonic()) as int ns, rounded up so a release is never early."""
-    if isinstance(at, bool) or not isinstance(at, Real):
-        raise TypeError(f"at must be a number of seconds on time.monotonic(), got {at!r}")
-    try:
-        seconds = float(at)
-    except OverflowError:  # an int or Fraction beyond the float range
-        raise ValueError(f"at={at!r} s is out of the int64 nanosecond range") from None
-    if not math.isfinite(seconds):
-        raise ValueError(f"at={at!r} is not a finite number of seconds")
-    scaled = seconds * 1e9  # checked as a float first: 1e300 s would overflow to inf
-    if not -9.2e18 <= scaled <= 9.2e18:
-        raise ValueError(f"at={at!r} s is out of the int64 nanosecond range")
-    return math.ceil(scaled)
-
-
-def _timeout_ns(timeout) -> int:
-    """A wait timeout (float s, None = forever) as int ns; -1 means forever."""
-    if timeout is None:
-        return -1
-    if isinstance(timeout, bool) or not isinstance(timeout, Real):
-        raise TypeError(f"timeout must be a number of seconds or None, got {timeout!r}")
-    if timeout <= 0:  # compared before float(): -2**1024 would overflow it
-        return 0
-    try:
-        seconds = float(timeout)
-    except OverflowError:  # a positive int or Fraction beyond the float range: forever
-        return -1
-    if math.isnan(seconds):
-        raise ValueError(f"timeout={timeout!r} is not a number")
-    return -1 if seconds * 1e9 >= INT64_MAX / 2 else math.ceil(seconds * 1e9)
 
 
 def past_deadline(at) -> Deadline | None:
@@ -217,22 +173,9 @@ class Deadline:
             _abandon(self._rt._core, self._slot, self._gen)
 
     def __repr__(self) -> str:
-        state = "released" if self.done() else "pending"
-        return f"<Deadline at_ns={self._at_ns} {state}>"
-
-
-async def _await_deadline(d: Deadline) -> None:
-    """Await ``d`` on the running loop; raises ReleaseTimerClosed if the timer closes first."""
-    if d._slot < 0:
-        return
-    chan, key, fut = d._rt._subscribe(d, asyncio.get_running_loop())
-    if fut is None:
-        return
-    try:
-        await fut
-    except asyncio.CancelledError:
-        chan.forget(key, fut)
-        raise
+        released_at_ns = self.released_at_ns
+        state = "pending" if released_at_ns is None else f"released_at_ns={released_at_ns}"
+        return f"<Deadline at_ns={self._at_ns} {state} implementation=pure>"
 
 
 class _Channel:
@@ -345,18 +288,24 @@ def _free_slot(core: _Core, slot: int) -> None:
     core.free.append(slot)
 
 
-def _release_due(core: _Core, now_ns: int) -> list[tuple[int, int]]:
-    """Release every heap entry due at ``now_ns`` (core.lock held); returns their (at_ns, seq)."""
+def _release_due(core: _Core, now_ns: int, out: list | None) -> int:
+    """Release every heap entry due at ``now_ns`` (core.lock held); returns how many.
+
+    Appends each released entry, in release order, to ``out`` when given (the test hook).
+    """
     heap = core.heap
-    released = []
+    released = 0
     notify = set()
     while heap and heap[0][0] <= now_ns:
-        at_ns, seq, slot = heapq.heappop(heap)
+        entry = heapq.heappop(heap)
+        slot = entry[2]
         state = core.state[slot]
         if state == ARMED:
             core.state[slot] = RELEASED
             core.released_at[slot] = now_ns
-            released.append((at_ns, seq))
+            if out is not None:
+                out.append(entry)
+            released += 1
             c = core.chan[slot]
             if c >= 0 and core.chans[c] is not None:
                 core.chans[c].queue.append((slot << 32) | core.gen[slot])
@@ -400,7 +349,7 @@ def _release_main(core: _Core) -> None:
         while not core.closing:
             core.wakes += 1
             now_ns = time.monotonic_ns()
-            _release_due(core, now_ns)
+            _release_due(core, now_ns, None)
             _maybe_sweep(core, now_ns)
             if core.closing:
                 break
@@ -482,7 +431,8 @@ class ReleaseTimer:
 
         Raises:
             TypeError: ``at`` is not a real number (or is a bool).
-            ValueError: ``at`` is NaN, infinite or out of the int64 ns range.
+            ValueError: ``at`` is NaN, infinite or out of the int64 ns range, or more than 10
+                years ahead (wall-clock seconds from ``time.time()`` by mistake).
             ReleaseTimerClosed: the timer is closed.
         """
         return self.arm_ns(_seconds_to_ns(at))
@@ -494,7 +444,8 @@ class ReleaseTimer:
 
         Raises:
             TypeError: ``at_ns`` is not an int (or is a bool).
-            ValueError: ``at_ns`` is out of the int64 range.
+            ValueError: ``at_ns`` is out of the int64 range, or more than 10 years ahead
+                (wall-clock ns from ``time.time_ns()`` by mistake).
             ReleaseTimerClosed: the timer is closed.
         """
         at_ns = _check_at_ns(at_ns)
@@ -504,6 +455,8 @@ class ReleaseTimer:
         now_ns = time.monotonic_ns()
         if at_ns <= now_ns:
             return _new_deadline(None, -1, 0, at_ns, now_ns)
+        if at_ns - now_ns > FAR_AHEAD_NS:
+            raise ValueError(_far_ahead_error(at_ns, now_ns))
         with core.lock:
             if core.closed:
                 raise ReleaseTimerClosed("arm on a closed ReleaseTimer")
@@ -546,6 +499,10 @@ class ReleaseTimer:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def __repr__(self):
+        state = "closed" if self.closed else f"pending={self.pending()}"
+        return f"<ReleaseTimer backend={self.backend} {state} implementation=pure>"
+
     def __del__(self):
         try:
             self.close()
@@ -557,7 +514,7 @@ class ReleaseTimer:
         core = self._core
         if core.epoch != _fork_epoch:
             raise ReleaseTimerClosed("the ReleaseTimer belongs to the parent of this forked process")
-        chan = self._channel_for(loop)
+        chan = _channel_for(self, loop)
         key = (d._slot << 32) | d._gen
         with core.lock:
             if core.state[d._slot] == RELEASED:
@@ -572,58 +529,36 @@ class ReleaseTimer:
         chan.waiters.setdefault(key, []).append(fut)
         return chan, key, fut
 
-    def _channel_for(self, loop) -> _Channel:
-        """The channel to ``loop``, made on first use; channels of closed loops are reaped."""
-        chan = self._chans.get(loop)
-        if chan is not None:
-            return chan
-        core = self._core
-        with core.lock:
-            for old_loop, old in list(self._chans.items()):
-                if old_loop.is_closed():
-                    old.dead = True
-                    core.chans[old.index] = None
-                    del self._chans[old_loop]
-            index = core.chans.index(None) if None in core.chans else len(core.chans)
-            chan = _Channel(core, loop, index)
-            if index == len(core.chans):
-                core.chans.append(chan)
-            else:
-                core.chans[index] = chan
-        self._chans[loop] = chan
-        return chan
-
     def _release_due_ns(self, now_ns: int) -> list[tuple[int, int]]:
         """Test hook: release what is due at ``now_ns`` (int ns, may be in the future).
 
         Returns the released (at_ns, seq) pairs in release order; seq counts arms from 1
         per timer, so ordering can be checked without timing anything.
         """
+        now = _check_at_ns(now_ns)
+        out: list = []
         with self._core.lock:
-            return _release_due(self._core, _check_at_ns(now_ns))
+            _release_due(self._core, now, out)
+        return [(at_ns, seq) for at_ns, seq, _ in out]
 
 
-def _fallback_future(d: Deadline, loop):
-    """A future for ``d`` on a second loop: a helper thread waits and posts the outcome."""
-    fut = loop.create_future()
-
-    def settle(exc):
-        if not fut.done():
-            if exc is None:
-                fut.set_result(None)
-            else:
-                fut.set_exception(exc)
-
-    def helper():
-        try:
-            d.wait()
-            exc = None
-        except ReleaseTimerClosed as e:
-            exc = e
-        try:
-            loop.call_soon_threadsafe(settle, exc)
-        except RuntimeError:
-            pass
-
-    threading.Thread(target=helper, name="timerwheel_c-release-helper", daemon=True).start()
-    return fut
+def _channel_for(rt: ReleaseTimer, loop) -> _Channel:
+    """The channel to ``loop``, made on first use; channels of closed loops are reaped."""
+    chan = rt._chans.get(loop)
+    if chan is not None:
+        return chan
+    core = rt._core
+    with core.lock:
+        for old_loop, old in list(rt._chans.items()):
+            if old_loop.is_closed():
+                old.dead = True
+                core.chans[old.index] = None
+                del rt._chans[old_loop]
+        index = core.chans.index(None) if None in core.chans else len(core.chans)
+        chan = _Channel(core, loop, index)
+        if index == len(core.chans):
+            core.chans.append(chan)
+        else:
+            core.chans[index] = chan
+    rt._chans[loop] = chan
+    return chan
