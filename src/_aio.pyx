@@ -320,6 +320,10 @@ cdef class WheelScheduler:
         """
         return self._wheel.c_count()
 
+    def __sizeof__(self):
+        """Bytes of the scheduler and its wheel (``TimerWheel.nbytes()``); handles are objects of their own."""
+        return object.__sizeof__(self) + self._wheel.nbytes()
+
     def call_later(self, delay, callback, *args, context=None):
         """Run ``callback(*args)`` ``delay`` seconds from now, like ``loop.call_later``.
 
@@ -894,6 +898,10 @@ cdef class KeyedTimers:
     def __len__(self):
         """How many keys are armed."""
         return self._count
+
+    def __sizeof__(self):
+        """Bytes of the set: the object, its key table and its wheel (``TimerWheel.nbytes()``)."""
+        return object.__sizeof__(self) + self._cap * sizeof(key_slot_t) + self._wheel.nbytes()
 
     # -- the C-level API (declared in src/_aio.pxd) ---------------------------------------------
 

@@ -35,9 +35,10 @@ from typing import Callable, Optional
 
 from .network_server import raise_fd_limit
 
-__all__ = ["RATE_PER_S", "SILENT_FRACTION", "format_table", "run", "timer_kinds"]
+__all__ = ["CPU_TARGET", "RATE_PER_S", "SILENT_FRACTION", "format_table", "loops", "run", "targets", "timer_kinds"]
 
 RATE_PER_S = 6000          # requests/s the clients offer, in total
+CPU_TARGET = 0.85          # WheelScheduler's server CPU per request, at most this times asyncio's
 SILENT_FRACTION = 0.05
 PAYLOAD = bytes(range(16))
 FRAME = len(PAYLOAD).to_bytes(4, "big") + PAYLOAD
@@ -274,3 +275,16 @@ def format_table(rows: list[dict]) -> str:
             f"{r['idle_closes_fired']:>6}/{r['idle_closes_expected']:<7} "
             f"{r['early_closes']:>7}/{r['client_early_closes']:<7} {r['unexpected_closes']:>8}")
     return "\n".join(lines)
+
+
+def targets(rows: list[dict]) -> dict:
+    """WheelScheduler's (and KeyedTimers') server CPU per request over asyncio's timers on the default
+    loop, per connection count: at most ``CPU_TARGET``; each ``{"value", "target", "at_most", "met"}``."""
+    base = {r["connections"]: r["cpu_ns_per_request"] for r in rows if r["loop"] == "asyncio" and r["timers"] == "asyncio"}
+    out = {}
+    for r in rows:
+        if r["loop"] == "asyncio" and r["timers"] != "asyncio" and base.get(r["connections"]):
+            value = r["cpu_ns_per_request"] / base[r["connections"]]
+            out[f"{r['timers']} / asyncio CPU per request, {r['connections']:,} connections"] = {
+                "value": value, "target": CPU_TARGET, "at_most": True, "met": value <= CPU_TARGET}
+    return out

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import durable, lateness, network, tables, workloads
+from . import aio_micro, durable, echo, lateness, network, tables, workloads
 from .harness import summary
 from .impls import ASYNCIO, C_WHEEL, FLOOR, PURE_WHEEL, Impl
 from .memory import memory
@@ -96,6 +96,17 @@ def _network(ctx: Context, bar: Task) -> dict:
     }}
 
 
+def _aio(ctx: Context, bar: Task) -> dict:
+    results = aio_micro.run(ctx.sizes.aio_handles, ctx.sizes.aio_timeout_ops, ctx.repeats, progress=bar)
+    return {"handles": ctx.sizes.aio_handles, "results": results, "targets": aio_micro.targets(results)}
+
+
+def _echo(ctx: Context, bar: Task) -> dict:
+    rows = echo.run(ctx.sizes.echo_connections, ctx.sizes.echo_seconds, ctx.sizes.echo_repeats, progress=bar)
+    return {"rate_per_s": echo.RATE_PER_S, "repeats": ctx.sizes.echo_repeats, "results": rows,
+            "targets": echo.targets(rows)}
+
+
 WORKLOADS: tuple[Workload, ...] = (
     *(_timer_workload(run) for run in (workloads.churn, workloads.expiry, workloads.rto, workloads.gap)),
     Workload("memory", _memory, tables.memory_table, lambda ctx: sum(not i.floor for i in ctx.impls)),
@@ -104,6 +115,10 @@ WORKLOADS: tuple[Workload, ...] = (
     Workload("durable", _durable, tables.durable_table, lambda ctx: None),
     Workload("network", _network, tables.network_table,
              lambda ctx: float(network.UNITS_PER_SCHEDULER * len(network.scheduler_names()))),
+    Workload("aio", _aio, tables.aio_table, lambda ctx: float(len(aio_micro.ROWS) * (ctx.repeats + 1))),
+    Workload("echo", _echo, tables.echo_table,
+             lambda ctx: float(len(ctx.sizes.echo_connections) * len(echo.loops()) * len(echo.timer_kinds())
+                               * ctx.sizes.echo_repeats)),
 )
 BY_NAME = {w.name: w for w in WORKLOADS}
 
