@@ -136,10 +136,12 @@ def test_callback_runs_in_the_context_captured_by_keyed(run):
     assert run(main) == {("copied", 1): "at keyed()", ("given", 2): "given"}
 
 
-def test_reentrancy_in_one_batch(run):
-    """In one fire batch: a callback cancels a peer due after it (the peer does not fire),
-    re-arms another peer (it fires later, once), re-arms itself (fires again), and arms a new
-    key; none fires twice in the batch. The five share one due time, so one batch holds them."""
+def test_reentrancy_from_callbacks(run):
+    """Keys due together (in one batch, unless a clock tick falls between two arms): the first
+    callback cancels a peer (it never fires), re-arms another (it fires once, later) and arms a
+    new key; another re-arms itself (it fires twice, the second time 5 ms on). Which batch each
+    lands in may vary; these outcomes may not. (The hand-cranked differential test covers the
+    same moves with every peer in one batch, deterministically.)"""
     async def main(sched, loop):
         log = []
         def fire(key):
@@ -151,16 +153,16 @@ def test_reentrancy_in_one_batch(run):
             if key == 4 and sum(1 for k, _ in log if k == 4) == 1:
                 keys.arm(4, 0.005)
         keys = sched.keyed(fire)
-        when = loop.time() + 0.01
         for k in (1, 2, 3, 4, 5):
-            keys.arm(k, when - loop.time())
+            keys.arm(k, 0.01)
         await _until(lambda: len(log) == 6)
         await asyncio.sleep(0.05)
         return log, keys
     log, keys = run(main)
     order = [k for k, _ in log]
-    assert order[:3] == [1, 4, 5] and sorted(order[3:]) == [3, 4, 9]
-    assert 2 not in order and len(keys) == 0
+    assert order[0] == 1 and sorted(order) == [1, 3, 4, 4, 5, 9] and len(keys) == 0
+    fours = [at for k, at in log if k == 4]
+    assert fours[1] >= fours[0] + 0.005
 
 
 def test_close_from_a_callback_stops_the_batch(run):
