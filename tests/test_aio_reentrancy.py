@@ -15,29 +15,6 @@ import weakref
 
 import pytest
 
-LIVENESS_S = 5.0
-
-
-async def _until(predicate, timeout_s=LIVENESS_S):
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout_s
-    while not predicate():
-        assert loop.time() < end, "liveness bound exceeded"
-        await asyncio.sleep(0.001)
-
-
-def _run(aio_impl, main):
-    loop = asyncio.new_event_loop()
-    try:
-        sched = aio_impl.WheelScheduler(loop)
-        try:
-            return loop.run_until_complete(asyncio.wait_for(main(sched, loop), LIVENESS_S * 2))
-        finally:
-            sched.close()
-    finally:
-        loop.close()
-
-
 class _Owner:
     """A connection-like object that holds its scheduler and its own handle: a reference cycle
     through the handle (owner -> scheduler -> handle -> bound method -> owner)."""
@@ -65,23 +42,23 @@ def test_a_dropped_scheduler_with_pending_handles_is_collected(aio_impl):
     assert all(ref() is None for ref in refs)
 
 
-def test_references_are_released_on_run_cancel_and_close(aio_impl):
+def test_references_are_released_on_run_cancel_and_close(aio_run, until):
     """Arming takes one reference to a handle, kept while it is pending; running, cancelling and
     close() each give it back (no leak, and never one too many: that would free it early)."""
     async def main(sched, loop):
         handles = [sched.call_later(0.005, lambda: None) for _ in range(3)]
         armed = [sys.getrefcount(h) for h in handles]
         handles[0].cancel()
-        await _until(lambda: sched.active_count() == 1 or sched.active_count() == 0)
+        await until(lambda: sched.active_count() == 1 or sched.active_count() == 0)
         handles[1].reschedule(10.0)  # handle 1 may have run: re-armed either way
         sched.close()
         after = [sys.getrefcount(h) for h in handles]
         return armed, after
-    armed, after = _run(aio_impl, main)
+    armed, after = aio_run(main)
     assert [a - b for a, b in zip(armed, after)] == [1, 1, 1]
 
 
-def test_finalizers_that_call_the_scheduler_during_a_batch(aio_impl):
+def test_finalizers_that_call_the_scheduler_during_a_batch(aio_run, until):
     """A callback drops the last reference to an object whose finalizer cancels a peer due in
     the same batch and arms a new handle: the peer does not run, the new handle runs once."""
     async def main(sched, loop):
@@ -97,13 +74,13 @@ def test_finalizers_that_call_the_scheduler_during_a_batch(aio_impl):
         when = loop.time() + 0.005
         sched.call_at(when, lambda: (log.append("a"), holder.clear()))
         peers["b"] = sched.call_at(when, log.append, "b")
-        await _until(lambda: "new" in log)
+        await until(lambda: "new" in log)
         await asyncio.sleep(0.01)
         return log
-    assert _run(aio_impl, main) == ["a", "new"]
+    assert aio_run(main) == ["a", "new"]
 
 
-def test_garbage_collector_callbacks_during_batches(aio_impl):
+def test_garbage_collector_callbacks_during_batches(aio_run, until):
     """With a collection at nearly every allocation, a gc callback re-arms and cancels handles
     (its first 300 calls) while batches run and allocate: every handle not cancelled runs, each
     run at or after the deadline it then has, and the scheduler ends empty."""
@@ -133,19 +110,19 @@ def test_garbage_collector_callbacks_during_batches(aio_impl):
         old = gc.get_threshold()
         gc.set_threshold(1, 1, 1)
         try:
-            await _until(lambda: calls[0] >= 300)
-            await _until(lambda: sched.active_count() == 0)
+            await until(lambda: calls[0] >= 300)
+            await until(lambda: sched.active_count() == 0)
         finally:
             gc.set_threshold(*old)
             gc.callbacks.remove(on_gc)
         return runs, cancelled, sched.active_count()
-    runs, cancelled, left = _run(aio_impl, main)
+    runs, cancelled, left = aio_run(main)
     assert left == 0
     assert {k for k, _, _ in runs} | cancelled == set(range(40))
     assert all(at >= when for _, at, when in runs)
 
 
-def test_close_while_finalizers_call_back(aio_impl):
+def test_close_while_finalizers_call_back(aio_run):
     """close() drops every callback; a finalizer that then calls the closed scheduler gets its
     RuntimeError (reported as unraisable), and nothing crashes or runs."""
     async def main(sched, loop):
@@ -167,11 +144,11 @@ def test_close_while_finalizers_call_back(aio_impl):
         sched.close()
         await asyncio.sleep(0.03)
         return log, errors
-    log, errors = _run(aio_impl, main)
+    log, errors = aio_run(main)
     assert log == [] and len(errors) == 20 and all("closed" in e for e in errors)
 
 
-def test_cancel_and_close_from_callbacks_with_keys_and_handles(aio_impl):
+def test_cancel_and_close_from_callbacks_with_keys_and_handles(aio_run, until):
     """One wake-up runs handles, then keys: a handle's callback cancels a key due in the same
     batch, then a key's callback closes the scheduler; no later key runs (same due time or one
     ms later: keys of one set fire in due order) and the pending handle is cancelled."""
@@ -183,10 +160,10 @@ def test_cancel_and_close_from_callbacks_with_keys_and_handles(aio_impl):
         for key, extra_s in ((1, 0.0), (2, 0.0), (3, 0.0), (4, 0.001)):
             keys.arm(key, when + extra_s - loop.time())
         pending = sched.call_at(when + 10.0, log.append, "h2")
-        await _until(lambda: len(log) >= 2)
+        await until(lambda: len(log) >= 2)
         await asyncio.sleep(0.02)
         return log, pending.cancelled()
-    log, pending_cancelled = _run(aio_impl, main)
+    log, pending_cancelled = aio_run(main)
     assert log == ["h1", ("key", 2)] and pending_cancelled
 
 

@@ -30,9 +30,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Callable, Optional
 
+from .network import _PACKAGE_PARENT, _uvloop
 from .network_server import raise_fd_limit
 
 __all__ = ["CPU_TARGET", "RATE_PER_S", "SILENT_FRACTION", "format_table", "loops", "run", "targets", "timer_kinds"]
@@ -46,16 +46,7 @@ CONNECT_CONCURRENCY = 200
 START_TIMEOUT_S = 60.0     # server start-up and each connect batch: a liveness bound only
 WARMUP_S = 0.3
 DRAIN_GRACE_S = 3.0        # how long past the idle timeout a silent connection may stay open
-_PACKAGE_PARENT = Path(__file__).resolve().parent.parent.parent
 _KINDS = {"asyncio": "asyncio", "WheelScheduler": "wheel", "KeyedTimers": "keyed"}
-
-
-def _uvloop():
-    try:
-        import uvloop
-    except ImportError:
-        return None
-    return uvloop
 
 
 def timer_kinds() -> list[str]:

@@ -31,13 +31,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import json
 import sys
 import threading
 import time
 
 from ..aio import WheelScheduler
-from .network_server import BACKLOG, raise_fd_limit
+from .network_server import BACKLOG, raise_fd_limit, run_server
 
 HEADER_BYTES = 4
 DEADLINE_S = 1.0  # the per-request deadline: never reached, its arming is what is measured
@@ -180,17 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.timers == "asyncio" and not hasattr(asyncio, "timeout"):
         parser.error("--timers asyncio needs asyncio.timeout (Python 3.11+)")
     raise_fd_limit(args.max_connections + 64)
-    if args.uvloop:
-        import uvloop
-        loop = uvloop.new_event_loop()
-    else:
-        loop = asyncio.new_event_loop()
-    try:
-        stats = loop.run_until_complete(_serve(args.timers, args.idle_timeout_ms / 1000.0))
-    finally:
-        loop.close()
-    print(json.dumps(stats), flush=True)
-    return 0
+    return run_server(_serve(args.timers, args.idle_timeout_ms / 1000.0), args.uvloop)
 
 
 if __name__ == "__main__":
