@@ -1,7 +1,9 @@
 """Stub for the compiled floor ``timerwheel_c._baseline`` (src/_baseline.pyx)."""
+from typing import final
 
 def cython_version() -> str: ...
 
+@final
 class EmptyWheel:
     def __init__(self, now_ms: int = 0) -> None: ...
     # A fresh id-sized int per call, (1 << 32) | n, as the real schedule must build.
