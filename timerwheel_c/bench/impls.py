@@ -103,9 +103,6 @@ class HeapqTimers:
         self._now_ms = now_ms
         return out
 
-    def __len__(self) -> int:
-        return len(self._heap) - self._cancelled
-
 
 class _NoWaitSelector(selectors.DefaultSelector):
     """A real selector (the loop's self-pipe registers on it) whose select never waits."""
