@@ -1,9 +1,10 @@
 # cython: language_level=3
 """A deadline release thread that never takes the GIL (compiled core of ReleaseTimer).
 
-Design source: the seed "moqtap_proxy release_timer.rs" (one thread, one min-heap of
-deadlines, level-triggered deadlines), extended with wakeups for blocking and asyncio
-waiters, abandonment sweeps, ``close()`` that wakes waiters, and fork safety.
+One release thread, one min-heap of deadlines, level-triggered deadlines (released
+once, and a deadline already released stays so), with wake-ups for blocking and
+asyncio waiters, sweeps of abandoned deadlines, a ``close()`` that wakes its waiters,
+and fork safety. ``docs/DESIGN.md`` ("The release thread") gives the design.
 
 The release thread is a native thread started here; it runs ``_release_main`` with no
 GIL for its whole life and never runs Python. The heap is one array of ``heap_entry_t``

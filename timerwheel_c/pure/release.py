@@ -1,8 +1,9 @@
 """The pure-Python twin of ``src/_release.pyx``: a deadline release thread.
 
-Design source: the seed "moqtap_proxy release_timer.rs" (one thread, one min-heap of
-deadlines, level-triggered deadlines), extended with wakeups for blocking and asyncio
-waiters, abandonment sweeps, ``close()`` that wakes waiters, and fork safety.
+One release thread, one min-heap of deadlines, level-triggered deadlines (released
+once, and a deadline already released stays so), with wake-ups for blocking and
+asyncio waiters, sweeps of abandoned deadlines, a ``close()`` that wakes its waiters,
+and fork safety. ``docs/DESIGN.md`` ("The release thread") gives the design.
 
 This twin uses ``threading.Thread``, ``heapq`` and ``threading.Condition``; it has the
 same API and semantics as the compiled core, minus the GIL freedom. The functions
