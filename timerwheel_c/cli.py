@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from . import IMPLEMENTATION, __version__
 from .bench import cli as bench_cli
 from .durable import cli as durable_cli
 
@@ -17,6 +18,8 @@ def main(argv: list[str] | None = None) -> int:
         prog="timerwheel-c",
         description="timerwheel_c from the command line: the side-by-side benchmark, and a durable timer service.",
     )
+    parser.add_argument("--version", action="version",
+                        version=f"%(prog)s {__version__} ({IMPLEMENTATION} cores, Python {sys.version.split()[0]})")
     sub = parser.add_subparsers(dest="command", required=True)
     bench_cli.add_parser(sub)
     durable_cli.add_parser(sub)

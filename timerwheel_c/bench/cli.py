@@ -4,7 +4,7 @@ In one process and one run it times the C wheel, its pure twin, asyncio's timer
 heap, heapq with lazy deletion, uvloop (when installed) and an empty compiled
 method (the floor) over the same seeded workloads; checks every implementation's
 fired set against the model; prints one table per workload with ratios against the
-C wheel, the machine's facts and issue 2's targets. Figures are the bench thread's
+C wheel, the machine's facts and the targets. Figures are the bench thread's
 CPU time per operation, the median of ``--repeat`` runs after one warm-up run.
 Exit status: 0 on success, 1 if a workload failed, 2 for a usage error, 3 if an
 implementation fired a wrong set.
@@ -18,6 +18,7 @@ import time
 import traceback
 
 from .. import _impl
+from .._helptext import terminal_text
 from . import external, tables, workloads
 from .harness import FiredMismatch
 from .impls import available
@@ -33,7 +34,7 @@ WORKLOADS = TIMER_WORKLOADS + ("memory", "lateness", "durable", "network")
 
 def add_parser(sub) -> argparse.ArgumentParser:
     """Register the ``bench`` subcommand on ``sub`` (argparse subparsers)."""
-    p = sub.add_parser("bench", help="run the side-by-side benchmarks", description=__doc__,
+    p = sub.add_parser("bench", help="run the side-by-side benchmarks", description=terminal_text(__doc__),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="smaller workloads (a tenth or less): under a minute")
     p.add_argument("--only", metavar="WORKLOAD[,...]", type=_workload_list, default=list(WORKLOADS),
