@@ -83,9 +83,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"timerwheel-c bench: error: {exc}", file=sys.stderr)
             return 2
     if _impl.FALLBACK_REASON is not None:
-        print(f"timerwheel-c bench: error: {_impl.FALLBACK_REASON}. The bench compares the compiled "
-              "cores, so it stops here; set TIMERWHEEL_C_NO_EXTENSIONS=1 to bench the pure twins alone.",
-              file=sys.stderr)
+        # The import already warned why (a RuntimeWarning, just above): say only what it means here.
+        print("timerwheel-c bench: error: the compiled cores did not load (the RuntimeWarning above says why), "
+              "and the bench compares them, so it stops here; set TIMERWHEEL_C_NO_EXTENSIONS=1 to bench "
+              "the pure twins alone.", file=sys.stderr)
         return 2
     if args.scale <= 0:
         print(f"timerwheel-c bench: error: --scale must be > 0, got {args.scale}", file=sys.stderr)
