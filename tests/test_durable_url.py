@@ -7,7 +7,7 @@ import pytest
 
 from timerwheel_c.bench import durable as bench_durable
 from timerwheel_c.durable.sqlite import SQLiteStore
-from timerwheel_c.durable.url import open_store
+from timerwheel_c.durable.url import open_store, redacted
 
 
 def test_sqlite_urls(tmp_path, monkeypatch):
@@ -49,3 +49,19 @@ def test_postgresql_url_opens_a_postgres_store():
     with open_store(os.environ["TIMERWHEEL_C_TEST_PG_DSN"]) as s:
         assert isinstance(s, PostgresStore) and s.table == "timerwheel_kv"
         s.partitions()
+
+
+@pytest.mark.parametrize("url, shown", [
+    ("postgresql://postgres:sekrit@127.0.0.1:1/db?connect_timeout=5", "postgresql://postgres:***@127.0.0.1:1/db?connect_timeout=5"),
+    ("postgres://:sekrit@h/db", "postgres://:***@h/db"),
+    ("postgresql://u@h/db?sslmode=require&password=sekrit", "postgresql://u@h/db?sslmode=require&password=***"),
+    ("host=h password=sekrit dbname=db", "host=h password=*** dbname=db"),
+    ("host=h password = 'sek rit' dbname=db", "host=h password = *** dbname=db"),
+    ("postgresql://u@h/db", "postgresql://u@h/db"),
+    ("sqlite:////tmp/x.db", "sqlite:////tmp/x.db"),
+])
+def test_redacted_hides_every_password_form(url, shown):
+    """A password in a URL's user info, a ?password= parameter or libpq's key=value form is
+    shown as ***; the rest of the URL, and a URL without a password, are unchanged."""
+    assert redacted(url) == shown
+    assert "sekrit" not in redacted(url)

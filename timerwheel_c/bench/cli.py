@@ -19,10 +19,11 @@ import traceback
 
 from .. import _impl
 from .._helptext import terminal_text
-from . import external, tables, workloads
+from . import external, preflight, tables, workloads
 from .harness import FiredMismatch
 from .impls import available
 from .memory import memory
+from .preflight import PreflightError
 from .report import Reporter
 from .workloads import Sizes
 
@@ -76,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the selected workloads, print the tables, write ``--json`` and ``--plot``; return the exit status."""
     from . import plot
 
-    if args.plot:
+    if args.plot is not None:
         try:
             plot.require()
         except plot.PlotUnavailable as exc:
@@ -90,6 +91,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.scale <= 0:
         print(f"timerwheel-c bench: error: --scale must be > 0, got {args.scale}", file=sys.stderr)
+        return 2
+    try:
+        _preflight(args)
+    except PreflightError as exc:
+        print(f"timerwheel-c bench: error: {exc}", file=sys.stderr)
         return 2
     sizes = Sizes.quick() if args.quick else Sizes()
     if args.scale != 1.0:
@@ -129,14 +135,33 @@ def run(args: argparse.Namespace) -> int:
     figures["config"]["elapsed_s"] = round(time.perf_counter() - started, 1)
     out = Reporter(use_rich=not args.plain, show_progress=False)
     _print(out, figures, results, missing)
-    if args.json:
+    if args.json is not None:
         with open(args.json, "w") as f:
             json.dump(figures, f, indent=1, default=_json_default)
         out.line(f"figures written to {args.json}")
-    if args.plot:
+    if args.plot is not None:
         for path in plot.draw(args.plot, figures):
             out.line(f"chart written to {path}")
     return status
+
+
+def _preflight(args: argparse.Namespace) -> None:
+    """Check, before the first workload, what the run would otherwise fail on only at its end."""
+    if args.json is not None:
+        preflight.check_json_file(args.json)
+    if args.plot is not None:
+        preflight.check_plot_dir(args.plot)
+    if args.pg_dsn is None:
+        return
+    if "durable" not in args.only:
+        print("timerwheel-c bench: note: --pg-dsn is unused: --only leaves out the durable workload", file=sys.stderr)
+        return
+    try:
+        preflight.check_postgres(args.pg_dsn)
+    except PreflightError as exc:
+        # The user asked for the PostgreSQL figures: stop rather than run minutes without them.
+        raise PreflightError(f"{exc}; the bench stops before any workload "
+                             "(leave out --pg-dsn to bench the durable workload on SQLite only)") from exc
 
 
 def _json_default(value):

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
-import re
 import signal
 import sqlite3
 import sys
@@ -95,16 +94,11 @@ def _store_errors() -> tuple:
     return tuple(errors)
 
 
-def _redacted(url: str) -> str:
-    """``url`` with any password replaced by ``***``, fit for an error line."""
-    return re.sub(r"^([a-z]+://[^:@/]*):[^@/]*@", r"\1:***@", url)
-
-
 def run(args) -> int:
     """Run the service until SIGINT/SIGTERM; 0 on a clean stop, 2 on a bad argument or a store
     that cannot be opened (see the module docstring)."""
     from .service import DurableTimerService
-    from .url import open_store
+    from .url import open_store, redacted
 
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for partition in args.partitions or ():
@@ -125,7 +119,7 @@ def run(args) -> int:
         return 2
     except _store_errors() as exc:
         first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        print(f"timerwheel-c run: cannot open store {_redacted(args.store)!r}: {first_line}", file=sys.stderr)
+        print(f"timerwheel-c run: cannot open store {redacted(args.store)!r}: {first_line}", file=sys.stderr)
         return 2
     stop = threading.Event()
 
@@ -136,7 +130,7 @@ def run(args) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, on_signal)
     with store, DurableTimerService(store, registry, args.partitions):
-        log.info("serving %s partitions %s with kinds %s", _redacted(args.store), args.partitions or "all", registry.kinds())
+        log.info("serving %s partitions %s with kinds %s", redacted(args.store), args.partitions or "all", registry.kinds())
         # Short waits keep the main thread returning to the interpreter, where signal handlers run.
         while not stop.wait(0.2):
             pass

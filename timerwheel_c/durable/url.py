@@ -3,9 +3,16 @@ so an absolute path gives four; ``sqlite:///:memory:`` for an in-memory database
 ``postgresql://...`` / ``postgres://...`` (a libpq URL; needs psycopg 3, the ``postgres`` extra)."""
 from __future__ import annotations
 
+import re
+
 from .store import Store
 
-__all__ = ["open_store"]
+__all__ = ["open_store", "redacted"]
+
+# The password of a URL's user info (scheme://user:PASSWORD@host), and a password given as a
+# parameter (libpq's key=value form, or a URL's ?password=...).
+_USERINFO_PASSWORD = re.compile(r"^([a-z][a-z0-9+.-]*://[^:@/?#]*):[^@/?#]*@", re.IGNORECASE)
+_PARAM_PASSWORD = re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]*)", re.IGNORECASE)
 
 _SQLITE = "sqlite:///"
 
@@ -33,3 +40,9 @@ def open_store(url: str) -> Store:
 
         return PostgresStore(url)
     raise ValueError(f"unsupported store URL {url!r}: expected sqlite:///PATH or postgresql://...")
+
+
+def redacted(url: str) -> str:
+    """``url`` (a store URL or a libpq connection string) with every password replaced by
+    ``***``, fit for a log line, an error message or a repr."""
+    return _PARAM_PASSWORD.sub(r"\1***", _USERINFO_PASSWORD.sub(r"\1:***@", url))
