@@ -224,13 +224,15 @@ def test_sibling_workloads_render_and_serialize(monkeypatch, tmp_path, capsys):
 
     for name, run in (("lateness", lateness_run), ("durable", durable_run), ("network", network_run)):
         monkeypatch.setitem(sys.modules, f"timerwheel_c.bench.{name}", _fake_module(name, run))
+    # The fake durable module takes the DSN without connecting: so does the preflight here.
+    monkeypatch.setattr("timerwheel_c.bench.preflight.check_postgres", lambda dsn: calls.append(("preflight", dsn)))
     path = tmp_path / "f.json"
     status = cli.main(TINY + ["--only", "lateness,durable,network", "--pg-dsn", "postgresql://x/y",
                               "--json", str(path)])
     out = capsys.readouterr().out
     assert status == 0, out
-    assert [c[0] for c in calls] == ["lateness", "durable", "network"]
-    assert calls[1][2] == "postgresql://x/y"
+    assert [c[0] for c in calls] == ["preflight", "lateness", "durable", "network"]
+    assert calls[0][1] == calls[2][2] == "postgresql://x/y"
     w = json.loads(path.read_text())["workloads"]
     assert w["lateness"]["results"]["time.sleep"]["summary_us"]["p50"] == 60.0
     assert w["lateness"]["results"]["time.sleep"]["lateness_ns"] == [50_000, 60_000, 70_000]
