@@ -17,6 +17,8 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
+from .report import fmt
+
 __all__ = ["HEADERS", "Goal", "line", "rows", "summary"]
 
 HEADERS = ["goal", "target", "measured", "met"]
@@ -25,13 +27,7 @@ NOT_APPLICABLE = "n/a"
 
 def _with_unit(value: float, unit: str) -> str:
     """``value`` in ``unit`` for a reader: ratios as ``12.3x``, others as ``12.3 us``."""
-    if abs(value) >= 1000:
-        number = f"{value:,.0f}"
-    elif abs(value) >= 10:
-        number = f"{value:.1f}"
-    else:
-        number = f"{value:.2f}"
-    return f"{number}x" if unit == "x" else f"{number} {unit}"
+    return f"{fmt(value)}x" if unit == "x" else f"{fmt(value)} {unit}"
 
 
 @dataclass(frozen=True)
