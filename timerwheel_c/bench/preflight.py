@@ -11,7 +11,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from ..durable.url import redacted
+from ..durable.url import redact
 
 __all__ = ["PreflightError", "check_json_file", "check_plot_dir", "check_postgres"]
 
@@ -96,4 +96,4 @@ def check_postgres(dsn: str) -> None:
             pass
     except psycopg.Error as exc:
         first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise PreflightError(f"--pg-dsn {redacted(dsn)!r}: cannot connect: {redacted(first_line)}") from exc
+        raise PreflightError(f"--pg-dsn {redact(dsn)!r}: cannot connect: {redact(first_line, dsn)}") from exc
