@@ -4,13 +4,18 @@ In one process and one run it times the C wheel, its pure twin, asyncio's timer
 heap, heapq with lazy deletion, uvloop (when installed) and an empty compiled
 method (the floor) over the same seeded workloads; checks every implementation's
 fired set against the model; prints one table per workload with ratios against the
-C wheel, the machine's facts and the churn targets (a C re-arm at most 1.5x an empty
-compiled method; at least 10x faster than the pure twin and 20x faster than asyncio's
-cancel + call_later). Timer figures are the bench thread's CPU time per operation,
-the median of ``--repeat`` runs after one warm-up run. ``--only`` runs a subset
-(``--only lateness``, ``--only durable --pg-dsn URL``, ``--only network``).
-Exit status: 0 on success, 1 if a workload failed, 2 for a usage error, 3 if an
-implementation fired a wrong set.
+C wheel (or the workload's reference row) and the machine's facts. Each goal (for
+example a C re-arm at most 1.5x an empty compiled method, at least 10x faster than the
+pure twin and 20x faster than asyncio's cancel + call_later) is shown the same way
+under its workload's table and in a closing goals table: the goal, the measured value,
+and met, NOT met, or n/a. Timer figures are the bench thread's CPU time per
+operation, the median of ``--repeat`` runs after one warm-up run. ``--only`` runs a
+subset (``--only lateness``, ``--only durable --pg-dsn URL``, ``--only network``).
+Every output path, and the PostgreSQL server of ``--pg-dsn``, is checked before the
+first workload.
+Exit status: 0 on success, 1 if a workload failed, 2 for a usage error (one line on
+stderr, before anything runs), 3 if an implementation fired a wrong set. A missed
+goal does not change it: goals are speeds of this machine under its present load.
 """
 from __future__ import annotations
 
@@ -24,7 +29,7 @@ import traceback
 from .. import _impl
 from .._helptext import terminal_text
 from ..durable.url import log_to_stderr, redact
-from . import plot, preflight, suite, tables
+from . import goals, plot, preflight, suite, tables
 from .harness import FiredMismatch, NotAvailable
 from .impls import available
 from .machine import facts
@@ -150,7 +155,7 @@ def _measure(ctx: suite.Context, args: argparse.Namespace) -> tuple[dict, int]:
                    "percentiles": "numpy.percentile, linear interpolation",
                    "clock": "time.thread_time_ns (CPU time of the bench thread)",
                    "elapsed_s_per_workload": {}},
-        "workloads": {}, "skipped": {}, "failed": {}, "targets": {},
+        "workloads": {}, "skipped": {}, "failed": {}, "goals": [],
     }
     status = 0
     started = time.perf_counter()
@@ -174,7 +179,7 @@ def _measure(ctx: suite.Context, args: argparse.Namespace) -> tuple[dict, int]:
                 print(figures["tracebacks"][name], file=sys.stderr)
                 status = max(status, 1)
     figures["config"]["elapsed_s"] = round(time.perf_counter() - started, 1)
-    figures["targets"] = suite.targets(figures["workloads"])
+    figures["goals"] = suite.goals(figures["workloads"])
     return figures, status
 
 
@@ -196,8 +201,12 @@ def _print(rep: Reporter, figures: dict) -> None:
         rep.line(f"{name}: not available: {reason}", "yellow")
     for name, workload_figures in figures["workloads"].items():
         suite.BY_NAME[name].table(rep, workload_figures)
-    if figures["targets"]:
-        tables.targets_table(rep, figures["targets"])
+        for verdict in figures["goals"]:
+            if verdict["workload"] == name:
+                rep.line(f"  {goals.line(verdict)}", goals.style(verdict))
+    if figures["goals"]:
+        rep.table("goals (each also under its workload's table)", goals.HEADERS, goals.rows(figures["goals"]),
+                  [goals.summary(figures["goals"])])
     for name, reason in figures["skipped"].items():
         rep.line(f"{name}: not available: {reason}", "yellow")
     for name, reason in figures["failed"].items():

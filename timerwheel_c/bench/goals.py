@@ -1,10 +1,11 @@
 """Goals: a figure judged against a bound, shown the same way in every table, note and JSON.
 
-A workload that has goals declares each as a :class:`Goal` (what is measured, "at most" or
-"at least" a bound, in a unit) and judges it on its own figures with :meth:`Goal.judge`,
-which gives the JSON-ready verdict ``{"name", "goal", "measured", "unit", "met"}``:
-``met`` is True, False, or None when the figure does not apply to this run (an
-implementation not built, a workload that skipped a series), shown as "n/a".
+A workload that has goals declares each as a :class:`Goal` (its workload, what is
+measured, "at most" or "at least" a bound, in a unit) and judges it on its own figures
+with :meth:`Goal.judge`, which gives the JSON-ready verdict
+``{"workload", "name", "goal", "measured", "unit", "met"}``: ``met`` is True, False, or
+None when the figure does not apply to this run (an implementation not built, a series
+the run could not take), shown as "n/a".
 
 :func:`line` is the one-line form (a table note), :func:`rows` the table form and
 :func:`summary` the count. A missed goal is reported, never hidden, but it does not change
@@ -19,7 +20,7 @@ from typing import Optional
 
 from .report import fmt
 
-__all__ = ["HEADERS", "Goal", "line", "rows", "summary"]
+__all__ = ["HEADERS", "Goal", "line", "rows", "style", "summary"]
 
 HEADERS = ["goal", "target", "measured", "met"]
 NOT_APPLICABLE = "n/a"
@@ -32,12 +33,13 @@ def _with_unit(value: float, unit: str) -> str:
 
 @dataclass(frozen=True)
 class Goal:
-    """``name`` (what is measured) at most / at least ``bound``, in ``unit``.
+    """In ``workload``, ``name`` (what is measured) at most / at least ``bound``, in ``unit``.
 
     ``unit`` is ``"x"`` for a ratio of two figures (cost / reference), else the unit of
     the figure itself (``"us"``, ``"ms"``, ``"fired/s"``).
     """
 
+    workload: str
     name: str
     bound: float
     at_most: bool
@@ -49,9 +51,9 @@ class Goal:
 
     def judge(self, measured: Optional[float]) -> dict:
         """The verdict on ``measured`` (in ``unit``; None or NaN when it does not apply)."""
-        applies = measured is not None and not math.isnan(measured)
-        met = None if not applies else (measured <= self.bound if self.at_most else measured >= self.bound)
-        return {"name": self.name, "goal": self.target(), "measured": float(measured) if applies else None,
+        value = None if measured is None or math.isnan(measured) else float(measured)
+        met = None if value is None else (value <= self.bound if self.at_most else value >= self.bound)
+        return {"workload": self.workload, "name": self.name, "goal": self.target(), "measured": value,
                 "unit": self.unit, "met": met}
 
 
@@ -69,8 +71,13 @@ def line(verdict: dict) -> str:
 
 
 def rows(verdicts: list[dict]) -> list[list[str]]:
-    """Verdicts as table rows under :data:`HEADERS`."""
-    return [[v["name"], v["goal"], _measured(v), _met(v)] for v in verdicts]
+    """Verdicts as table rows under :data:`HEADERS`, each goal named ``workload: name``."""
+    return [[f"{v['workload']}: {v['name']}", v["goal"], _measured(v), _met(v)] for v in verdicts]
+
+
+def style(verdict: dict) -> str:
+    """The Reporter style of a verdict's line: missed goals stand out, n/a ones recede."""
+    return {True: "", False: "yellow", None: "dim"}[verdict["met"]]
 
 
 def summary(verdicts: list[dict]) -> str:
