@@ -110,3 +110,17 @@ def test_pg_dsn_without_the_durable_workload_is_noted(tmp_path):
     out = bench(tmp_path, *TINY, "--no-progress", "--pg-dsn", "postgresql://postgres@127.0.0.1:1/x")
     assert out.returncode == 0, out.stderr
     assert "--pg-dsn is unused" in out.stderr
+
+
+def test_durable_measurement_with_a_dsn_but_without_psycopg_says_so(tmp_path):
+    """Called directly, the durable measurement given a DSN without psycopg raises NotAvailable
+    with the install command, rather than returning the SQLite figures alone."""
+    (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['psycopg'] = None\n")
+    code = ("from timerwheel_c.bench import durable\n"
+            "from timerwheel_c.bench.harness import NotAvailable\n"
+            "try:\n    durable.run(10, dsn='postgresql://postgres@127.0.0.1:1/x')\n"
+            "except NotAvailable as exc:\n    print(exc)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(tmp_path)),
+                         capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert out.returncode == 0, out.stderr
+    assert "pip install 'timerwheel_c[postgres]'" in out.stdout
