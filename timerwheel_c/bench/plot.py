@@ -63,7 +63,11 @@ def _panel(ax, series: dict[str, dict[str, Cell]], rows: list[str], unit: str, l
     in ``rows`` order; a row missing from a variant, or holding a reason, reads "n/a"."""
     from matplotlib import ticker
 
+    import math
+
     height = 0.8 / max(1, len(series))
+    positive = [cell[0] for cells in series.values() for cell in cells.values()
+                if isinstance(cell, tuple) and cell[0] > 0]
     for j, (variant, cells) in enumerate(series.items()):
         ys, med, low, high = [], [], [], []
         for i, row in enumerate(rows):
@@ -83,8 +87,10 @@ def _panel(ax, series: dict[str, dict[str, Cell]], rows: list[str], unit: str, l
     ax.set_ylim(len(rows) - 0.5 + (len(series) - 1) * height, -0.5)
     if log:
         ax.set_xscale("log")
-        # Ticks at 1, 2, 5 per decade, so even a range inside one decade is labelled.
-        ax.xaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        # Ticks at 1, 2, 5 per decade, so even a range inside one decade is labelled; over
+        # more than two decades those labels would overlap, so one a decade.
+        decades = math.log10(max(positive) / min(positive)) if positive else 0.0
+        ax.xaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0) if decades <= 2 else (1.0,)))
         ax.xaxis.set_minor_formatter(ticker.NullFormatter())
     else:
         ax.xaxis.set_major_locator(ticker.MaxNLocator(5))
