@@ -14,7 +14,7 @@ from .report import Reporter, fmt, ratio
 SPREAD_NOTE = ("ns are CPU time of the bench thread; figures are medians over the repeats; "
                "± is half the min-max range, in % of the median")
 
-__all__ = ["durable_table", "lateness_table", "machine_table", "memory_table", "network_table",
+__all__ = ["durable_table", "fleet_table", "lateness_table", "machine_table", "memory_table", "network_table",
            "timer_table"]
 
 
@@ -87,6 +87,24 @@ def durable_table(rep: Reporter, figures: dict) -> None:
                     + [fmt(s.get(k)) for k in ("p50", "p99", "max")])
     rep.table("durable: no-op handler, fired timers per second and due-to-committed lateness",
               ["store", "fired/s", "fired/s vs sqlite", "n", "lateness p50 ms", "p99 ms", "max ms"], rows)
+    if "fleet" in figures:
+        fleet_table(rep, figures["fleet"])
+
+
+def fleet_table(rep: Reporter, fleet: dict) -> None:
+    """The fleet rows (goals: see the durable goals in :mod:`.suite`)."""
+    rows = []
+    reference = next((fig["fired_per_s"] for fig in fleet.values()), None)
+    for fig in fleet.values():
+        rows.append([f"{fig['runners']} runner process(es)", f"{fig['partitions']}", fmt(fig["fired_per_s"]),
+                     ratio(fig["fired_per_s"], reference)])
+        if "takeover_s" in fig:
+            rows.append([f"takeover after SIGKILL ({fig['runners']} runners)", f"{fig['partitions']}",
+                         f"{fig['takeover_s']:.2f} s", "-"])
+    rep.table("durable fleet on PostgreSQL: runner processes dividing the partitions (see timerwheel_c.bench.fleet)",
+              ["fleet", "partitions", "measured", "fired/s vs 1 runner"], rows,
+              ["the server's own synchronous_commit (on by default: one WAL flush per commit); no-op handler "
+               "committing one effect row; TickBudget(max_fired=1024, max_per_kind=1024, max_scanned=4096)"])
 
 
 def network_table(rep: Reporter, figures: dict) -> None:

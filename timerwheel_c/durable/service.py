@@ -1,5 +1,4 @@
-"""DurableTimerService: runs :func:`run_due` on a background thread (seeds: zeph-durable
-DurableTimerService, mkit_server/timers).
+"""DurableTimerService: runs :func:`run_due` on a background thread.
 
 The thread loops: one pass of ``run_due`` over its partitions, then a sleep until the
 earliest ``next_wake_ms`` of that pass. Due times are Unix epoch ms, but the sleep is
@@ -10,7 +9,7 @@ Why an asyncio loop on the service thread: the sleep must end at whichever comes
 of the deadline and a *kick* (a nearer timer scheduled through :meth:`schedule`, or
 :meth:`stop`). ``asyncio.wait({deadline, kick}, return_when=FIRST_COMPLETED)`` says that
 directly, and ``loop.call_soon_threadsafe`` is the one thread-safe way in. The deadline
-is the release timer's ``Deadline`` (``timerwheel_c.arm_at``, issue 3) awaited in asyncio
+is the release timer's ``Deadline`` (``timerwheel_c.arm_at``) awaited in asyncio
 when this build has it, else ``asyncio.sleep``; both run on the monotonic clock, and the
 release timer releases within microseconds where asyncio's selector rounds to 1 ms.
 
@@ -43,8 +42,8 @@ _NS_PER_MS = 1_000_000
 def _deadline_factory():
     """Return ``deadline(at_ns)`` -> awaitable completing at ``at_ns`` (int ns on time.monotonic_ns()).
 
-    It awaits the process-wide release timer (``timerwheel_c.arm_at``, issue 3; one release
-    thread per process, as in its seed) when this build has it, else asyncio's own timer.
+    It awaits the process-wide release timer (``timerwheel_c.arm_at``: one release thread
+    per process) when this build has it, else asyncio's own timer.
     """
     try:
         from .. import arm_at
@@ -68,6 +67,11 @@ class DurableTimerService:
         registry: handlers by kind (:class:`TimerRegistry`).
         partitions: names to serve (non-empty str each), or None for every partition in
             the store (re-read on each pass) plus those scheduled through this service.
+        fleet: divide ``partitions`` (None: all of the store's) with the other services asking
+            for the same ones, each partition served by one live service at a time (see
+            :mod:`timerwheel_c.durable.ownership`); the sleep is then capped at the ownership's
+            check interval. None (default): True when ``partitions`` is None and the store
+            supports it (:meth:`Store.ownership`: PostgreSQL), else False.
         budget: the :class:`TickBudget` of each ``run_due`` call.
         max_sleep_s: longest sleep, in seconds (finite, > 0). Writers in other processes cannot
             kick this thread, so it looks again at least this often.
@@ -92,6 +96,7 @@ class DurableTimerService:
         budget: TickBudget = TickBudget(),
         max_sleep_s: float = 30.0,
         wall_ns=time.time_ns,
+        fleet: Optional[bool] = None,
     ):
         if not isinstance(store, Store):
             raise TypeError(f"store must be a Store, got {type(store).__name__} {store!r}")
@@ -108,6 +113,11 @@ class DurableTimerService:
         self.store = store
         self.registry = registry
         self.partitions = None if partitions is None else [check_partition(p) for p in partitions]
+        if fleet not in (None, True, False):
+            raise TypeError(f"fleet must be None, True or False, got {fleet!r}")
+        self.ownership = store.ownership(self.partitions) if fleet or (fleet is None and partitions is None) else None
+        if fleet and self.ownership is None:
+            raise ValueError(f"fleet=True needs a store that divides partitions among runners (PostgreSQL), got {store!r}")
         self.budget = budget
         self.max_sleep_s = float(max_sleep_s)
         self._wall_ns = wall_ns
@@ -190,6 +200,8 @@ class DurableTimerService:
             if self.partitions is None:
                 self._extra.add(partition)
             wake = self._wake_ms
+        if self.ownership is not None:
+            self.ownership.recheck()
         if wake is None or due_at_ms < wake:
             self._wake()
 
@@ -224,10 +236,14 @@ class DurableTimerService:
                     self._ready.set()
                     time.sleep(_ERROR_BACKOFF_S[0])
         finally:
+            if self.ownership is not None:
+                self.ownership.close()
             # A stop() racing start() can end the loop before _main ran: start() must not wait forever.
             self._ready.set()
 
     def _served(self) -> list:
+        if self.ownership is not None:
+            return self.ownership.owned()
         if self.partitions is not None:
             return self.partitions
         with self._lock:
@@ -272,7 +288,8 @@ class DurableTimerService:
                     with self._lock:
                         self._wake_ms = wake_ms
                     # Convert to the monotonic clock once, here: a later wall-clock jump cannot move it.
-                    max_ns = int(self.max_sleep_s * 1e9)
+                    max_s = self.max_sleep_s if self.ownership is None else min(self.max_sleep_s, self.ownership.check_interval_s)
+                    max_ns = int(max_s * 1e9)
                     sleep_ns = max_ns if wake_ms is None else min(max(0, wake_ms * _NS_PER_MS - self._wall_ns()), max_ns)
                     at_ns = time.monotonic_ns() + sleep_ns
                 if self._stopping:
