@@ -1,5 +1,6 @@
 """``timerwheel-c bench`` as a user first meets it: what it says, once and in one line, when it
-cannot run as asked. Each case runs the real command in a subprocess; none times anything.
+cannot run as asked. Each case runs the real command in a subprocess, except the one that
+must replace a measurement, which runs it in this process; none times anything.
 """
 from __future__ import annotations
 
@@ -124,3 +125,28 @@ def test_durable_measurement_with_a_dsn_but_without_psycopg_says_so(tmp_path):
                          capture_output=True, text=True, timeout=TIMEOUT_S)
     assert out.returncode == 0, out.stderr
     assert "pip install 'timerwheel_c[postgres]'" in out.stdout
+
+
+def test_output_lost_after_the_run_is_one_line_and_exit_1(monkeypatch, capsys, tmp_path):
+    """If the --json directory disappears during the run (it was checked before), the tables are
+    still printed, then one error line says the output could not be written, and the exit
+    status is 1, not a traceback. The measurement is replaced by one that removes the directory."""
+    import shutil
+
+    from timerwheel_c import cli
+    from timerwheel_c.bench import durable
+
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+
+    def removes_the_directory(n_timers, dsn=None, progress=None):
+        shutil.rmtree(out_dir)
+        return {"sqlite": {"fired_per_s": 6000.0, "lateness_ms": [1.0, 2.0]}}
+
+    monkeypatch.setattr(durable, "run", removes_the_directory)
+    status = cli.main(["bench", "--only", "durable", "--plain", "--no-progress", "--json", str(out_dir / "f.json")])
+    captured = capsys.readouterr()
+    assert status == 1
+    assert "durable: no-op handler" in captured.out
+    lines = captured.err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("timerwheel-c bench: error: writing the output failed after the run")

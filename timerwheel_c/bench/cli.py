@@ -115,13 +115,18 @@ def run(args: argparse.Namespace) -> int:
     figures["implementations"] = {"run": [i.name for i in impls], "missing": missing}
     out = Reporter(use_rich=not args.plain, show_progress=False)
     _print(out, figures)
-    if args.json is not None:
-        with open(args.json, "w") as f:
-            json.dump(figures, f, indent=1, default=_json_default)
-        out.line(f"figures written to {args.json}")
-    if args.plot is not None:
-        for path in plot.draw(args.plot, figures):
-            out.line(f"chart written to {path}")
+    try:
+        if args.json is not None:
+            with open(args.json, "w") as f:
+                json.dump(figures, f, indent=1, default=_json_default)
+            out.line(f"figures written to {args.json}")
+        if args.plot is not None:
+            for path in plot.draw(args.plot, figures):
+                out.line(f"chart written to {path}")
+    except OSError as exc:  # checked before the run, so something changed since: a full disk, a removed directory
+        print(f"timerwheel-c bench: error: writing the output failed after the run: {exc}; "
+              "the tables above hold the figures", file=sys.stderr)
+        return max(status, 1)
     return status
 
 
