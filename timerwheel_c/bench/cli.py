@@ -13,9 +13,10 @@ operation, the median of ``--repeat`` runs after one warm-up run. ``--only`` run
 subset (``--only lateness``, ``--only durable --pg-dsn URL``, ``--only network``).
 Every output path, and the PostgreSQL server of ``--pg-dsn``, is checked before the
 first workload.
-Exit status: 0 on success, 1 if a workload failed, 2 for a usage error (one line on
-stderr, before anything runs), 3 if an implementation fired a wrong set. A missed
-goal does not change it: goals are speeds of this machine under its present load.
+Exit status: 0 on success; 1 if a workload failed, or the output could not be written
+after the run; 2 for a usage error (one line on stderr, before anything runs); 3 if an
+implementation fired a wrong set. A missed goal does not change it: goals are speeds of
+this machine under its present load.
 """
 from __future__ import annotations
 
