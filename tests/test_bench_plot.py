@@ -34,7 +34,10 @@ FIGURES = {
             "ReleaseTimer (pure) + spinning thread": {"lateness_ns": [8_000_000, 9_600_000]},
             "time.sleep": {"lateness_ns": [80_000, 85_000, 150_000]}}},
         "durable": {"results": {"sqlite": {"fired_per_s": 12_000.0, "lateness_summary_ms": _summary(0.2, 0.5)},
-                                "postgres": {"fired_per_s": 3_000.0, "lateness_summary_ms": {"n": 0}}}},
+                                "postgres": {"fired_per_s": 3_000.0, "lateness_summary_ms": {"n": 0}}},
+                    "fleet": {"runners_1": {"runners": 1, "partitions": 16, "fired_per_s": 3_500.0},
+                              "runners_4": {"runners": 4, "partitions": 16, "fired_per_s": 9_000.0,
+                                            "takeover_s": 1.2}}},
         "network": {"results": {
             name: {"cpu_ns_per_request": cpu, "latency_summary_us": _summary(200, 900),
                    "idle_close_lateness_summary_ms": _summary(0.6, 1.0)}
@@ -73,6 +76,10 @@ def test_figures_that_do_not_apply_are_labelled_na(charts):
     assert "n/a: no re-arm" in _texts(charts["churn"])
     assert "n/a" in _texts(charts["rto"]) and "uvloop" in _texts(charts["rto"])
     assert "n/a: no samples" in _texts(charts["durable"])
+
+
+def test_durable_chart_shows_the_fleet_when_measured(charts):
+    assert "4 runner(s)" in _texts(charts["durable"]) and len(charts["durable"].axes) == 3
 
 
 def test_memory_chart_says_how_many_timers(charts):

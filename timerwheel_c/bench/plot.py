@@ -4,7 +4,8 @@
   whiskers, on a log axis (churn, expiry, rto, gap), and bytes per timer (memory,
   with the number of timers measured);
 - ``lateness.png``: a histogram of lateness (µs) per series, log count axis;
-- ``durable.png``: fired timers per second and due-to-committed lateness (ms) per store;
+- ``durable.png``: fired timers per second and due-to-committed lateness (ms) per store,
+  and the PostgreSQL fleet's fired timers per second by runner count when it was measured;
 - ``network.png``: server CPU per request, request latency (µs) and idle-close lateness
   (ms) per scheduler.
 
@@ -122,13 +123,17 @@ def _percentiles(summaries: dict[str, dict], keys=("p50", "p99")) -> dict[str, d
 
 
 def _durable(plt, wl: dict):
+    """Fired/s and lateness per store; with a PostgreSQL fleet measured, its fired/s by runner count."""
     results = wl["results"]
     stores = list(results)
-    fig, (rate, late) = plt.subplots(1, 2, figsize=(11, 1.6 + 0.5 * len(stores)))
-    _panel(rate, {"fired/s": {s: _single(f.get("fired_per_s")) for s, f in results.items()}}, stores,
+    fleet = {f"{f['runners']} runner(s)": _single(f.get("fired_per_s")) for f in wl.get("fleet", {}).values()}
+    fig, axes = plt.subplots(1, 3 if fleet else 2, figsize=(16 if fleet else 11, 1.6 + 0.5 * max(len(stores), len(fleet))))
+    _panel(axes[0], {"fired/s": {s: _single(f.get("fired_per_s")) for s, f in results.items()}}, stores,
            "fired timers per second", log=False)
-    _panel(late, _percentiles({s: f.get("lateness_summary_ms", {}) for s, f in results.items()}), stores,
+    _panel(axes[1], _percentiles({s: f.get("lateness_summary_ms", {}) for s, f in results.items()}), stores,
            "due-to-committed lateness, ms")
+    if fleet:
+        _panel(axes[2], {"fired/s": fleet}, list(fleet), "PostgreSQL fleet: fired timers per second", log=False)
     fig.suptitle("durable timers: a no-op handler per store", fontsize=10)
     return fig
 
