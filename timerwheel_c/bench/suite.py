@@ -123,7 +123,7 @@ def _churn_goals(figures: dict) -> list[tuple[Goal, float | None]]:
         return cell["median_ns_per_op"] if isinstance(cell, dict) else None
 
     return [
-        (Goal("churn", name, bound, at_most), _quotient(median(*cost), median(*ref)))
+        (Goal("churn", name, bound, at_most=at_most), _quotient(median(*cost), median(*ref)))
         for name, cost, ref, bound, at_most in (
             ("C reschedule / empty method", (C_WHEEL, "reschedule"), (FLOOR, "reschedule"), 1.5, True),
             ("C cancel+schedule / empty methods", (C_WHEEL, "cancel+schedule"), (FLOOR, "cancel+schedule"), 1.5,
@@ -143,9 +143,9 @@ def _lateness_goals(figures: dict) -> list[tuple[Goal, float | None]]:
     p50 = {name: fig["summary_us"].get("p50") for name, fig in figures["results"].items()}
     release, sleep = p50.get("ReleaseTimer (c)"), p50.get("time.sleep")
     return [
-        (Goal("lateness", "C release p50 - time.sleep p50", 50.0, True, "us"),
+        (Goal("lateness", "C release p50 - time.sleep p50", 50.0, at_most=True, unit="us"),
          None if release is None or sleep is None else release - sleep),
-        (Goal("lateness", "timerwheel_c.sleep p50 / asyncio.sleep p50", 0.5, True),
+        (Goal("lateness", "timerwheel_c.sleep p50 / asyncio.sleep p50", 0.5, at_most=True),
          _quotient(p50.get("timerwheel_c.sleep"), p50.get("asyncio.sleep"))),
     ]
 
@@ -162,18 +162,18 @@ def _durable_goals(figures: dict) -> list[tuple[Goal, float | None]]:
     SIGKILL within :data:`TAKEOVER_GOAL_S`."""
     out: list[tuple[Goal, float | None]] = []
     for store, fig in figures["results"].items():
-        out.append((Goal("durable", f"{store} fired timers per second", 5000.0, False, "fired/s"),
+        out.append((Goal("durable", f"{store} fired timers per second", 5000.0, at_most=False, unit="fired/s"),
                     fig.get("fired_per_s")))
-        out.append((Goal("durable", f"{store} lateness p99", 20.0, True, "ms"),
+        out.append((Goal("durable", f"{store} lateness p99", 20.0, at_most=True, unit="ms"),
                     fig.get("lateness_summary_ms", {}).get("p99")))
     for fig in figures.get("fleet", {}).values():
         bound = FLEET_FIRED_PER_S_GOALS.get(fig["runners"])
         if bound is not None:
             out.append((Goal("durable", f"fleet of {fig['runners']} runner process(es), fired timers per second",
-                             bound, False, "fired/s"), fig.get("fired_per_s")))
+                             bound, at_most=False, unit="fired/s"), fig.get("fired_per_s")))
         if "takeover_s" in fig:
             out.append((Goal("durable", f"fleet takeover after SIGKILL ({fig['runners']} runners)", TAKEOVER_GOAL_S,
-                             True, "s"), fig["takeover_s"]))
+                             at_most=True, unit="s"), fig["takeover_s"]))
     return out
 
 
