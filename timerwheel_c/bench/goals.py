@@ -18,12 +18,11 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from .report import fmt
+from .report import NOT_APPLICABLE, fmt
 
 __all__ = ["HEADERS", "Goal", "line", "rows", "style", "summary"]
 
 HEADERS = ["goal", "target", "measured", "met"]
-NOT_APPLICABLE = "n/a"
 
 
 def _with_unit(value: float, unit: str) -> str:

@@ -17,9 +17,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Union
 
+from .report import NOT_APPLICABLE
+
 __all__ = ["PlotUnavailable", "charts", "draw", "require"]
 
-NOT_APPLICABLE = "n/a"
 # One bar: (median, low, high) of a figure; or why it does not apply.
 Cell = Union[tuple, str]
 

@@ -9,7 +9,7 @@ divided by the row's instead, so bigger still means worse).
 from __future__ import annotations
 
 from .impls import C_WHEEL
-from .report import Reporter, fmt, ratio
+from .report import NOT_APPLICABLE, Reporter, fmt, ratio
 
 SPREAD_NOTE = ("ns are CPU time of the bench thread; figures are medians over the repeats; "
                "± is half the min-max range, in % of the median")
@@ -27,7 +27,7 @@ def _cell(cell) -> str:
         median = cell["median_ns_per_op"]
         half_range = (cell["max_ns_per_op"] - cell["min_ns_per_op"]) / 2 / median if median else 0.0
         return f"{fmt(median)} ±{half_range:.0%}"
-    return "-" if cell is None else str(cell)
+    return NOT_APPLICABLE if cell is None else str(cell)
 
 
 def machine_table(rep: Reporter, facts: dict, config: dict) -> None:
@@ -100,7 +100,7 @@ def fleet_table(rep: Reporter, fleet: dict) -> None:
                      ratio(fig["fired_per_s"], reference)])
         if "takeover_s" in fig:
             rows.append([f"takeover after SIGKILL ({fig['runners']} runners)", f"{fig['partitions']}",
-                         f"{fig['takeover_s']:.2f} s", "-"])
+                         f"{fig['takeover_s']:.2f} s", NOT_APPLICABLE])
     rep.table("durable fleet on PostgreSQL: runner processes dividing the partitions (see timerwheel_c.bench.fleet)",
               ["fleet", "partitions", "measured", "fired/s vs 1 runner"], rows,
               ["the server's own synchronous_commit (on by default: one WAL flush per commit); no-op handler "
