@@ -56,6 +56,7 @@ setup(
         extensions,
         language_level=3,
         include_path=[str(CYTHON_INCLUDE)],
-        compiler_directives={"boundscheck": False, "wraparound": False, "cdivision": True},
+        # autotestdict: no __test__ dict of docstrings (for doctest) in the compiled modules.
+        compiler_directives={"boundscheck": False, "wraparound": False, "cdivision": True, "autotestdict": False},
     ),
 )

@@ -24,7 +24,8 @@ def test_aio_micro_reports_every_operation_and_memory():
         assert all(fig[op]["median_ns_per_op"] > 0 for op in ops), name
         assert fig["bytes_per_handle"] > 0 and ("Wheel" not in name or fig["bytes_per_key"] > 0), name
     assert sum(done) == 2 * len(results)
-    assert {"re-arm ns", "bytes per armed key"} <= set(aio_micro.targets(results))
+    verdicts = [goal.judge(value) for goal, value in aio_micro.goals({"results": results})]
+    assert {"WheelHandle.reschedule", "bytes per armed key"} <= {v["name"] for v in verdicts}
 
 
 @pytest.mark.slow
@@ -39,4 +40,4 @@ def test_echo_runs_every_timer_kind_and_no_idle_close_is_early():
         assert r["idle_closes_expected"] > 0, r
         assert r["idle_closes_fired"] == r["idle_closes_expected"] and r["early_closes"] == 0, r
         assert r["cpu_ns_per_request"] > 0 and r["requests_per_s"] > 0, r
-    assert echo.format_table(rows) and echo.targets(rows)
+    assert echo.format_table(rows) and echo.goals({"results": rows})

@@ -32,10 +32,11 @@ import tempfile
 import time
 from typing import Callable, Optional
 
+from .goals import Goal
 from .network import _PACKAGE_PARENT, _uvloop
 from .network_server import raise_fd_limit
 
-__all__ = ["CPU_TARGET", "RATE_PER_S", "SILENT_FRACTION", "format_table", "loops", "run", "targets", "timer_kinds"]
+__all__ = ["CPU_TARGET", "RATE_PER_S", "SILENT_FRACTION", "format_table", "loops", "goals", "run", "timer_kinds"]
 
 RATE_PER_S = 6000          # requests/s the clients offer, in total
 CPU_TARGET = 0.85          # WheelScheduler's server CPU per request, at most this times asyncio's
@@ -161,6 +162,7 @@ def _run_one(kind: str, loop_name: str, connections: int, seconds: float, seed: 
         server = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
                                   text=True, cwd=_PACKAGE_PARENT)
         try:
+            assert server.stdin is not None and server.stdout is not None
             ready = server.stdout.readline()
             if not ready.startswith("READY "):
                 stderr.seek(0)
@@ -171,6 +173,7 @@ def _run_one(kind: str, loop_name: str, connections: int, seconds: float, seed: 
                 load = _Load(loop, connections, idle_s, seed)
 
                 def mark() -> None:
+                    assert server.stdin is not None
                     server.stdin.write("MARK\n")
                     server.stdin.flush()
 
@@ -268,14 +271,15 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def targets(rows: list[dict]) -> dict:
-    """WheelScheduler's (and KeyedTimers') server CPU per request over asyncio's timers on the default
-    loop, per connection count: at most ``CPU_TARGET``; each ``{"value", "target", "at_most", "met"}``."""
-    base = {r["connections"]: r["cpu_ns_per_request"] for r in rows if r["loop"] == "asyncio" and r["timers"] == "asyncio"}
-    out = {}
-    for r in rows:
-        if r["loop"] == "asyncio" and r["timers"] != "asyncio" and base.get(r["connections"]):
-            value = r["cpu_ns_per_request"] / base[r["connections"]]
-            out[f"{r['timers']} / asyncio CPU per request, {r['connections']:,} connections"] = {
-                "value": value, "target": CPU_TARGET, "at_most": True, "met": value <= CPU_TARGET}
-    return out
+def goals(figures: dict) -> list[tuple[Goal, Optional[float]]]:
+    """WheelScheduler's and KeyedTimers' server CPU per request at most ``CPU_TARGET`` times
+    asyncio's timers' on the default loop, per connection count."""
+    rows = figures["results"]
+    base = {r["connections"]: r["cpu_ns_per_request"] for r in rows
+            if r["loop"] == "asyncio" and r["timers"] == "asyncio"}
+    return [
+        (Goal("echo", f"{r['timers']} / asyncio timers, CPU per request, {r['connections']:,} connections",
+              CPU_TARGET, at_most=True),
+         r["cpu_ns_per_request"] / base[r["connections"]] if base.get(r["connections"]) else None)
+        for r in rows if r["loop"] == "asyncio" and r["timers"] != "asyncio"
+    ]

@@ -34,8 +34,9 @@ import itertools
 import sys
 import threading
 import time
+from typing import Any, Optional
 
-from ..aio import WheelScheduler
+from ..aio import KeyedTimers, WheelScheduler
 from .network_server import BACKLOG, raise_fd_limit, run_server
 
 HEADER_BYTES = 4
@@ -50,9 +51,14 @@ class _Server:
         self.loop = loop
         self.timers = timers
         self.idle_s = idle_s
-        self.scheduler = None if timers == "asyncio" else WheelScheduler(loop)
-        self.keys = self.scheduler.keyed(self.on_idle_key) if timers == "keyed" else None
-        self.timeout = asyncio.timeout if timers == "asyncio" else self.scheduler.timeout
+        self.scheduler: Optional[WheelScheduler] = None
+        self.keys: Optional[KeyedTimers] = None
+        self.timeout: Any = getattr(asyncio, "timeout", None)
+        if timers != "asyncio":
+            self.scheduler = WheelScheduler(loop)
+            self.timeout = self.scheduler.timeout
+            if timers == "keyed":
+                self.keys = self.scheduler.keyed(self.on_idle_key)
         self.connections: dict[int, _Connection] = {}
         self.ids = itertools.count()
         self.requests = 0
@@ -69,9 +75,9 @@ class _Connection(asyncio.Protocol):
         self.server = server
         self.id = next(server.ids)
         self.buffer = bytearray()
-        self.waiter = None
+        self.waiter: Optional[asyncio.Future] = None
         self.closed = False
-        self.idle = None
+        self.idle: Any = None  # a TimerHandle or WheelHandle; None with keyed timers
         self.last_s = 0.0
 
     def connection_made(self, transport) -> None:

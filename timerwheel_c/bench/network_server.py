@@ -114,7 +114,7 @@ async def _serve(scheduler_name: str, timeout_s: float) -> dict:
     stop = loop.create_future()
     # A thread, not loop.connect_read_pipe: the same code on every loop and platform.
     threading.Thread(target=lambda: (sys.stdin.readline(), loop.call_soon_threadsafe(
-        lambda: stop.done() or stop.set_result(None))), daemon=True).start()
+        lambda: None if stop.done() else stop.set_result(None))), daemon=True).start()
     cpu0_s = time.process_time()
     print(f"READY {server.sockets[0].getsockname()[1]}", flush=True)
     await stop
@@ -140,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
 def run_server(serve, use_uvloop: bool) -> int:
     """Run the coroutine ``serve`` on a new loop (uvloop's if ``use_uvloop``) and print its result
     as the one JSON line the parent reads; returns the exit status (0)."""
+    loop: asyncio.AbstractEventLoop
     if use_uvloop:
         import uvloop
         loop = uvloop.new_event_loop()

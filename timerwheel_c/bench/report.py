@@ -7,21 +7,25 @@ print as aligned plain text and progress prints one line per workload, so
 from __future__ import annotations
 
 import sys
+from typing import Any, Sequence
 
 try:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 except ImportError:  # plain-text fallback, see the module docstring
-    Console = None
+    Console = None  # type: ignore[assignment,misc]
 
-__all__ = ["Reporter", "Task", "fmt", "ratio"]
+__all__ = ["NOT_APPLICABLE", "Reporter", "Task", "fmt", "ratio"]
+
+# What a table cell, a chart row or a goal shows for a figure that does not apply to the run.
+NOT_APPLICABLE = "n/a"
 
 
 def fmt(value, digits: int | None = None) -> str:
     """A number for a table cell: 3 significant figures below 1000, thousands separators above."""
     if value is None:
-        return "-"
+        return NOT_APPLICABLE
     if isinstance(value, str):
         return value
     if value != value:
@@ -38,9 +42,9 @@ def fmt(value, digits: int | None = None) -> str:
 
 
 def ratio(value, reference) -> str:
-    """``value / reference`` as ``"12.3x"``, or ``"-"`` when either is missing."""
+    """``value / reference`` as ``"12.3x"``, or ``"n/a"`` when either is missing."""
     if not isinstance(value, (int, float)) or not isinstance(reference, (int, float)) or not reference:
-        return "-"
+        return NOT_APPLICABLE
     return f"{value / reference:.1f}x" if value / reference < 100 else f"{value / reference:,.0f}x"
 
 
@@ -78,12 +82,13 @@ class Reporter:
 
     def __init__(self, use_rich: bool = True, show_progress: bool = True) -> None:
         self.rich = use_rich and Console is not None
-        self.out = Console(highlight=False) if self.rich else None
-        if self.rich and not self.out.is_terminal:
-            self.out = Console(highlight=False, width=140)  # a pipe or file: don't wrap at 80
-        self._err = Console(stderr=True) if self.rich else None
+        out = Console(highlight=False) if self.rich else None
+        if out is not None and not out.is_terminal:
+            out = Console(highlight=False, width=140)  # a pipe or file: don't wrap at 80
+        self.out: Any = out
+        self._err: Any = Console(stderr=True) if self.rich else None
         self._show_progress = show_progress
-        self._progress = None
+        self._progress: Any = None
 
     def __enter__(self) -> "Reporter":
         if self.rich and self._show_progress:
@@ -113,7 +118,7 @@ class Reporter:
         else:
             print(text, flush=True)
 
-    def table(self, title: str, headers: list[str], rows: list[list[str]], notes: list[str] = ()) -> None:
+    def table(self, title: str, headers: list[str], rows: list[list[str]], notes: Sequence[str] = ()) -> None:
         """One table: the first column left-aligned, the figures right-aligned."""
         if self.rich:
             t = Table(title=title, title_justify="left", title_style="bold")
