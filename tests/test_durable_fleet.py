@@ -211,23 +211,11 @@ def test_a_runner_started_later_gets_its_share(runners, schema_url):
         wait_until(lambda: balanced(rs + [late], 4), "4 partitions per runner", TAKEOVER_S + 5)
 
 
-def _open_at(url: str, at_ns: int) -> None:
-    """Open the store at the same moment as the other processes (a wall-clock rendezvous)."""
-    time.sleep(max(0, at_ns - time.time_ns()) / 1e9)
-    open_store(url).close()
-
-
-def test_sixteen_processes_open_a_new_store_at_once_without_error(schema_url, tmp_path):
-    """16 processes open the same not-yet-created store at the same instant: all exit 0 (the schema is
-    created once, under a lock), and the schema version row is there."""
-    at_ns = time.time_ns() + 3_000_000_000
-    code = ("import sys, time; sys.path.insert(0, sys.argv[3]); import test_durable_fleet as t;"
-            " t._open_at(sys.argv[1], int(sys.argv[2]))")
-    env = dict(os.environ, PYTHONPATH=str(HELPERS_DIR))
-    procs = [subprocess.Popen([sys.executable, "-c", code, schema_url, str(at_ns), str(HELPERS_DIR)], cwd=tmp_path,
-                              env=env, stderr=subprocess.PIPE, text=True) for _ in range(16)]
-    errors = [(p.wait(60), p.stderr.read()) for p in procs]
-    assert [e for e in errors if e[0] != 0] == []
+@pytest.mark.slow
+def test_sixteen_processes_open_a_new_store_at_once_without_error(schema_url, open_at_once):
+    """16 processes open the same not-yet-created PostgreSQL store at the same moment: all exit 0 (the
+    schema is created once, under an advisory lock), and the schema version row is there."""
+    assert open_at_once(schema_url) == []
     import psycopg
 
     with psycopg.connect(schema_url) as conn:

@@ -238,6 +238,16 @@ def test_sqlite_schema_version_is_recorded_and_a_newer_one_refused(tmp_path):
         SQLiteStore(path)
 
 
+@pytest.mark.slow
+def test_sixteen_processes_open_a_new_sqlite_file_at_once_without_error(tmp_path, open_at_once):
+    """16 processes open the same new SQLite file at the same moment: all exit 0, the schema being
+    created once under BEGIN IMMEDIATE."""
+    db = tmp_path / "t.db"
+    assert open_at_once(f"sqlite:///{db}") == []
+    with SQLiteStore(db) as store:
+        assert store.partitions() == []
+
+
 def test_store_reprs_are_informative_and_never_hold_a_password(durable_store):
     """Every store's repr names its backend and where it is (path, or user@host:port/db and table),
     never a password."""
