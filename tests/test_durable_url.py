@@ -145,17 +145,26 @@ def _cli(*args) -> list:
     return [sys.executable, "-m", "timerwheel_c", *args]
 
 
-def test_run_cli_never_prints_the_password_of_an_unreachable_store(tmp_path):
-    """``timerwheel-c run --log-level DEBUG`` on a PostgreSQL URL with a password and a closed
-    port exits 2 with one line naming the masked URL; no output holds the password."""
+@pytest.mark.parametrize("refusal", ["closed port", "unknown role"])
+def test_run_cli_never_prints_the_password_of_a_store_it_cannot_open(tmp_path, refusal):
+    """``timerwheel-c run --log-level DEBUG`` on a PostgreSQL URL with a password, which a closed
+    port or the real server (a role that does not exist) refuses, exits 2 with one line naming
+    the masked URL; no output holds the password."""
     import subprocess
+    from urllib.parse import urlsplit
 
     pytest.importorskip("psycopg")
-    url = f"postgresql://app:{PASSWORD}@127.0.0.1:{_free_port()}/timers?connect_timeout=5"
+    if refusal == "closed port":
+        url = f"postgresql://app:{PASSWORD}@127.0.0.1:{_free_port()}/timers?connect_timeout=5"
+    else:
+        if not os.environ.get("TIMERWHEEL_C_TEST_PG_DSN"):
+            pytest.skip("no TIMERWHEEL_C_TEST_PG_DSN")
+        url = _with_password(os.environ["TIMERWHEEL_C_TEST_PG_DSN"]).replace(
+            f"{urlsplit(os.environ['TIMERWHEEL_C_TEST_PG_DSN']).username or 'postgres'}:", "no_such_role_x:", 1)
     out = subprocess.run(_cli("run", "--store", url, "--handlers", "m:r", "--log-level", "DEBUG"),
                          cwd=tmp_path, capture_output=True, timeout=60)
     assert out.returncode == 2, out.stderr
-    assert b"cannot open store 'postgresql://app:***@127.0.0.1:" in out.stderr  # the failure arose
+    assert b"cannot open store 'postgresql://" in out.stderr and b":***@" in out.stderr  # the failure arose
     _assert_no_password(out.stdout, out.stderr)
 
 

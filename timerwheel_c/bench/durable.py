@@ -1,4 +1,4 @@
-"""Durable-timer benchmark: fired timers per second and fire lateness on SQLite (issue 4).
+"""Durable-timer benchmark: fired timers per second and fire lateness on SQLite (and PostgreSQL).
 
 - ``fired_per_s``: a no-op handler draining ``n_timers`` already-due rows with repeated
   :func:`run_due` calls under the default :class:`TickBudget` (each fire is two guarded

@@ -52,9 +52,11 @@ class Workload:
     steps: Callable[[Context], float | None]
 
 
-def _timer_workload(name: str) -> Workload:
+def _timer_workload(run: Callable[..., workloads.Result]) -> Workload:
+    """A workload of :mod:`.workloads`, named by its function (churn, expiry, rto, gap)."""
+    name = run.__name__
+
     def measure(ctx: Context, bar: Task) -> dict:
-        run = getattr(workloads, name)
         return run(ctx.impls, ctx.sizes, ctx.repeats, ctx.seed, bar).to_json()
 
     return Workload(name, measure, tables.timer_table, lambda ctx: workloads.steps(name, ctx.impls, ctx.repeats))
@@ -95,7 +97,7 @@ def _network(ctx: Context, bar: Task) -> dict:
 
 
 WORKLOADS: tuple[Workload, ...] = (
-    *(_timer_workload(name) for name in ("churn", "expiry", "rto", "gap")),
+    *(_timer_workload(run) for run in (workloads.churn, workloads.expiry, workloads.rto, workloads.gap)),
     Workload("memory", _memory, tables.memory_table, lambda ctx: sum(not i.floor for i in ctx.impls)),
     Workload("lateness", _lateness, tables.lateness_table,
              lambda ctx: float(ctx.sizes.lateness_samples * len(lateness.SERIES))),

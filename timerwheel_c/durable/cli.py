@@ -33,7 +33,8 @@ def add_parser(sub) -> None:
     p = sub.add_parser("run", help="serve durable timers from a store", description=__doc__.splitlines()[0],
                        epilog="exit status: 0 after SIGINT/SIGTERM; 2 on a bad argument or a store that cannot be "
                               "opened at startup (one line on stderr); store errors while serving are logged and retried")
-    p.add_argument("--store", required=True, metavar="URL", help="sqlite:///PATH (four slashes for an absolute path) or postgresql://USER@HOST/DB")
+    p.add_argument("--store", required=True, metavar="URL", help="sqlite:///PATH (four slashes for an absolute path) or postgresql://USER@HOST/DB "
+                        "(a password in it is masked in every log line and message)")
     p.add_argument("--handlers", required=True, metavar="MODULE:ATTR", help="a TimerRegistry, or a callable returning one")
     p.add_argument("--partition", action="append", dest="partitions", metavar="NAME",
                    help="a partition to serve (repeatable); default: every partition in the store, "

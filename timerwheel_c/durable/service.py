@@ -1,5 +1,4 @@
-"""DurableTimerService: runs :func:`run_due` on a background thread (seeds: zeph-durable
-DurableTimerService, mkit_server/timers).
+"""DurableTimerService: runs :func:`run_due` on a background thread.
 
 The thread loops: one pass of ``run_due`` over its partitions, then a sleep until the
 earliest ``next_wake_ms`` of that pass. Due times are Unix epoch ms, but the sleep is
@@ -10,7 +9,7 @@ Why an asyncio loop on the service thread: the sleep must end at whichever comes
 of the deadline and a *kick* (a nearer timer scheduled through :meth:`schedule`, or
 :meth:`stop`). ``asyncio.wait({deadline, kick}, return_when=FIRST_COMPLETED)`` says that
 directly, and ``loop.call_soon_threadsafe`` is the one thread-safe way in. The deadline
-is the release timer's ``Deadline`` (``timerwheel_c.arm_at``, issue 3) awaited in asyncio
+is the release timer's ``Deadline`` (``timerwheel_c.arm_at``) awaited in asyncio
 when this build has it, else ``asyncio.sleep``; both run on the monotonic clock, and the
 release timer releases within microseconds where asyncio's selector rounds to 1 ms.
 
@@ -43,8 +42,8 @@ _NS_PER_MS = 1_000_000
 def _deadline_factory():
     """Return ``deadline(at_ns)`` -> awaitable completing at ``at_ns`` (int ns on time.monotonic_ns()).
 
-    It awaits the process-wide release timer (``timerwheel_c.arm_at``, issue 3; one release
-    thread per process, as in its seed) when this build has it, else asyncio's own timer.
+    It awaits the process-wide release timer (``timerwheel_c.arm_at``: one release thread
+    per process) when this build has it, else asyncio's own timer.
     """
     try:
         from .. import arm_at
