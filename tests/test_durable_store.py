@@ -257,3 +257,22 @@ def test_store_reprs_are_informative_and_never_hold_a_password(durable_store):
         assert "table=" in text
     else:
         assert "synchronous=" in text
+
+
+def test_delegating_store_passes_every_call_on_and_still_validates(tmp_path):
+    """Delegating (the base of the stores that observe another) passes scan, get, apply, apply_many and
+    partitions to the inner store, validating arguments first; a non-Store inner is a TypeError."""
+    from timerwheel_c.durable.store import Delegating
+
+    with SQLiteStore(tmp_path / "t.db") as inner:
+        store = Delegating(inner)
+        assert store.apply(P, Batch().put(b"a", b"1")) == Committed()
+        assert store.apply_many(P, [Batch().require(Absent(b"a")), Batch().put(b"b", b"2")]) == [
+            PreconditionFailed(b"a"), Committed()]
+        assert store.get(P, b"b") == b"2" and store.partitions() == [P]
+        assert [k for k, _ in store.scan(P, b"", b"\xff").entries] == [b"a", b"b"]
+        assert repr(store).startswith("Delegating(SQLiteStore(")
+        with pytest.raises(TypeError, match="limit"):
+            store.scan(P, b"", b"\xff", limit="2")
+    with pytest.raises(TypeError, match="Store"):
+        Delegating(object())
