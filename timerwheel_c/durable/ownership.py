@@ -23,6 +23,10 @@ and divide them:
   therefore gets a share within about one interval after the others see it, and a dead
   runner's partitions are taken over within about one interval after its locks go.
 
+A runner that is alive but stuck (a handler that never returns) keeps its connection and so
+its partitions: ownership follows the connection, not progress. Supervise runners (a
+process manager's watchdog) if handlers can hang.
+
 Ownership makes the fleet efficient (no two runners scan and claim the same rows) and
 keeps each partition in due order under one runner; it is not what makes effects
 exactly-once. That stays the guarded commit on each row (see
