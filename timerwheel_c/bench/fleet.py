@@ -5,7 +5,8 @@ takeover time after a runner is SIGKILLed.
   in the environment, never on a command line that ``ps`` shows), each a
   :class:`~timerwheel_c.durable.service.DurableTimerService` with ``fleet=True`` over the same
   list of 16 partitions, whose partitions they divide (advisory-lock ownership), and a no-op
-  handler whose Done batch commits one effect row.
+  handler whose Done batch commits one effect row; the default :class:`~timerwheel_c.durable.runner.TickBudget`, as
+  ``timerwheel-c run`` has (at most 32 timers of one kind per partition per tick).
 - The store keeps the server's settings (``synchronous_commit`` as configured: on by default,
   one WAL flush per commit), unlike the single-process durable bench.
 - ``fired_per_s``: once every partition has its owner, ``n_timers`` rows spread over the
@@ -50,13 +51,11 @@ _DSN_ENV = "TIMERWHEEL_C_FLEET_DSN"
 def _runner(dsn: str, table: str) -> None:
     """Process entry: serve the fleet's partitions until SIGTERM."""
     from ..durable.postgres import PostgresStore
-    from ..durable.runner import TickBudget
     from ..durable.service import DurableTimerService
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     store = PostgresStore(dsn, table=table)
-    budget = TickBudget(max_fired=1024, max_per_kind=1024, max_scanned=4096)
-    with DurableTimerService(store, TimerRegistry().register(_Noop()), PARTITIONS, fleet=True, budget=budget):
+    with DurableTimerService(store, TimerRegistry().register(_Noop()), PARTITIONS, fleet=True):
         while True:
             time.sleep(1)
 
