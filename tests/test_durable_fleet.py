@@ -293,13 +293,15 @@ def test_ownership_repr_and_arguments(schema_url):
 
 @pytest.mark.slow
 def test_fleet_bench_reports_fired_per_s_and_takeover():
-    """The fleet bench with 1 and 2 runner processes reports fired/s for each and the takeover time of
-    the larger fleet; only shapes and the 10 s takeover bound are asserted, never a speed."""
+    """The fleet bench with 1 and 2 runner processes reports fired/s for each (and for 2 with the large
+    budget) and the takeover time of the larger fleet; only shapes and the 10 s takeover bound are
+    asserted, never a speed."""
     from timerwheel_c.bench import fleet
 
     figures = fleet.run(PG_DSN, 160, (1, 2))
-    assert set(figures) == {"runners_1", "runners_2"}
+    assert set(figures) == {"runners_1", "runners_2", "runners_2_large_budget"}
     assert all(f["fired_per_s"] > 0 and f["timers"] == 160 and f["partitions"] == 16 for f in figures.values())
+    assert [f["budget"] for f in figures.values()] == ["default", "default", "large"]
     assert "takeover_s" not in figures["runners_1"] and 0 < figures["runners_2"]["takeover_s"] < TAKEOVER_S
     with pytest.raises(ValueError, match="n_timers"):
         fleet.run(PG_DSN, 3)

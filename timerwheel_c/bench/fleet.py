@@ -5,8 +5,10 @@ takeover time after a runner is SIGKILLed.
   in the environment, never on a command line that ``ps`` shows), each a
   :class:`~timerwheel_c.durable.service.DurableTimerService` with ``fleet=True`` over the same
   list of 16 partitions, whose partitions they divide (advisory-lock ownership), and a no-op
-  handler whose Done batch commits one effect row; the default :class:`~timerwheel_c.durable.runner.TickBudget`, as
-  ``timerwheel-c run`` has (at most 32 timers of one kind per partition per tick).
+  handler whose Done batch commits one effect row; the default
+  :class:`~timerwheel_c.durable.runner.TickBudget`, as ``timerwheel-c run`` has (at most 32
+  timers of one kind per partition per tick), and, for the largest fleet, once more with
+  :data:`LARGE_BUDGET` (up to 1,024), which shows what the budget costs in round trips.
 - The store keeps the server's settings (``synchronous_commit`` as configured: on by default,
   one WAL flush per commit), unlike the single-process durable bench.
 - ``fired_per_s``: once every partition has its owner, ``n_timers`` rows spread over the
@@ -27,6 +29,7 @@ from typing import Callable, Optional
 
 from ..durable import keys
 from ..durable.registry import Done, TimerHandler, TimerRegistry
+from ..durable.runner import TickBudget
 from ..durable.store import Batch
 
 __all__ = ["run"]
@@ -46,16 +49,19 @@ class _Noop(TimerHandler):
 
 
 _DSN_ENV = "TIMERWHEEL_C_FLEET_DSN"
+LARGE_BUDGET = TickBudget(max_fired=1024, max_per_kind=1024, max_scanned=4096)
 
 
-def _runner(dsn: str, table: str) -> None:
-    """Process entry: serve the fleet's partitions until SIGTERM."""
+def _runner(dsn: str, table: str, budget: str) -> None:
+    """Process entry: serve the fleet's partitions until SIGTERM, with the default or the large budget."""
     from ..durable.postgres import PostgresStore
     from ..durable.service import DurableTimerService
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     store = PostgresStore(dsn, table=table)
-    with DurableTimerService(store, TimerRegistry().register(_Noop()), PARTITIONS, fleet=True):
+    registry = TimerRegistry().register(_Noop())
+    with DurableTimerService(store, registry, PARTITIONS, fleet=True,
+                             budget=LARGE_BUDGET if budget == "large" else TickBudget()):
         while True:
             time.sleep(1)
 
@@ -83,16 +89,16 @@ def _fill(store, n_timers: int, due_ms: int) -> None:
         store.apply(partition, batch)
 
 
-def _one(dsn: str, n_runners: int, n_timers: int, takeover: bool, progress) -> dict:
+def _one(dsn: str, n_runners: int, n_timers: int, budget: str, takeover: bool, progress) -> dict:
     from ..durable.ownership import holders
     from ..durable.postgres import PostgresStore
 
-    table = f"timerwheel_fleet_{os.getpid()}_{n_runners}"
+    table = f"timerwheel_fleet_{os.getpid()}_{n_runners}_{budget}"
     store = PostgresStore(dsn, table=table)
     procs: list = []
     try:
         env = dict(os.environ, **{_DSN_ENV: dsn})
-        procs = [subprocess.Popen([sys.executable, "-m", "timerwheel_c.bench.fleet", "runner", table], env=env,
+        procs = [subprocess.Popen([sys.executable, "-m", "timerwheel_c.bench.fleet", "runner", table, budget], env=env,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(n_runners)]
         def divided() -> bool:
             owners = holders(store, PARTITIONS)
@@ -117,7 +123,7 @@ def _one(dsn: str, n_runners: int, n_timers: int, takeover: bool, progress) -> d
             elapsed_s = time.time_ns() / 1e9 - due_ms / 1000
             if seen != n_timers:
                 raise RuntimeError(f"fleet bench: {seen} effects for {n_timers} timers (a duplicate)")
-        result = {"runners": n_runners, "partitions": len(PARTITIONS), "timers": n_timers,
+        result = {"runners": n_runners, "partitions": len(PARTITIONS), "timers": n_timers, "budget": budget,
                   "fired_per_s": n_timers / elapsed_s}
         if takeover:
             victim = procs[0]
@@ -144,10 +150,12 @@ def _one(dsn: str, n_runners: int, n_timers: int, takeover: bool, progress) -> d
 
 def run(dsn: str, n_timers: int = 8000, runner_counts=(1, 4), progress: Optional[Callable[[int], None]] = None) -> dict:
     """Measure the fleet on the PostgreSQL server of ``dsn``; returns
-    ``{"runners_1": {"fired_per_s": float, ...}, "runners_4": {..., "takeover_s": float}}``.
+    ``{"runners_1": {"fired_per_s": float, ...}, "runners_4": {..., "takeover_s": float},
+    "runners_4_large_budget": {...}}`` (for ``runner_counts=(1, 4)``).
 
-    Each entry also names its ``runners``, ``partitions`` (16) and ``timers``; ``takeover_s``
-    (seconds from SIGKILL to every partition owned again) is measured with the largest fleet.
+    Each entry also names its ``runners``, ``partitions`` (16), ``timers`` and ``budget``
+    ("default" or "large", :data:`LARGE_BUDGET`); ``takeover_s`` (seconds from SIGKILL to
+    every partition owned again) is measured with the largest fleet, default budget.
     ``progress(k)`` is called with the number of timers just fired.
 
     Raises:
@@ -161,10 +169,13 @@ def run(dsn: str, n_timers: int = 8000, runner_counts=(1, 4), progress: Optional
     counts = sorted(set(runner_counts))
     if not counts or any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in counts):
         raise ValueError(f"runner_counts must hold ints >= 1, got {runner_counts!r}")
-    return {f"runners_{n}": _one(dsn, n, n_timers, n == counts[-1] and n > 1, progress) for n in counts}
+    figures = {f"runners_{n}": _one(dsn, n, n_timers, "default", n == counts[-1] and n > 1, progress) for n in counts}
+    figures[f"runners_{counts[-1]}_large_budget"] = _one(dsn, counts[-1], n_timers, "large", False, progress)
+    return figures
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] != ["runner"] or len(sys.argv) != 3 or _DSN_ENV not in os.environ:
-        sys.exit(f"usage: {_DSN_ENV}=postgresql://... python -m timerwheel_c.bench.fleet runner TABLE")
-    _runner(os.environ[_DSN_ENV], sys.argv[2])
+    if sys.argv[1:2] != ["runner"] or len(sys.argv) != 4 or sys.argv[3] not in ("default", "large") \
+            or _DSN_ENV not in os.environ:
+        sys.exit(f"usage: {_DSN_ENV}=postgresql://... python -m timerwheel_c.bench.fleet runner TABLE default|large")
+    _runner(os.environ[_DSN_ENV], sys.argv[2], sys.argv[3])

@@ -105,15 +105,20 @@ def fleet_table(rep: Reporter, fleet: dict) -> None:
     rows = []
     for fig in fleet.values():
         goal = FLEET_GOALS.get(fig["runners"])
-        rows.append([f"{fig['runners']} runner process(es)", f"{fig['partitions']}", fmt(fig["fired_per_s"]),
-                     "-" if goal is None else f">= {goal:,}", "-" if goal is None else _met(fig["fired_per_s"] >= goal)])
+        large = fig.get("budget") == "large"
+        label = f"{fig['runners']} runner process(es)" + (", large budget" if large else "")
+        rows.append([label, f"{fig['partitions']}", fmt(fig["fired_per_s"]),
+                     "-" if goal is None or large else f">= {goal:,}",
+                     "-" if goal is None or large else _met(fig["fired_per_s"] >= goal)])
         if "takeover_s" in fig:
             rows.append([f"takeover after SIGKILL ({fig['runners']} runners)", f"{fig['partitions']}",
                          f"{fig['takeover_s']:.2f} s", f"<= {TAKEOVER_GOAL_S:g} s", _met(fig["takeover_s"] <= TAKEOVER_GOAL_S)])
     rep.table("durable fleet on PostgreSQL: runner processes dividing the partitions (see timerwheel_c.bench.fleet)",
               ["fleet", "partitions", "measured", "goal", ""], rows,
               ["the server's own synchronous_commit (on by default: one WAL flush per commit); no-op handler "
-               "committing one effect row; the default TickBudget, as timerwheel-c run has"])
+               "committing one effect row; the default TickBudget, as timerwheel-c run has (at most 32 timers of a "
+               "kind per partition per tick); large budget: TickBudget(max_fired=1024, max_per_kind=1024, "
+               "max_scanned=4096)"])
 
 
 def _met(ok: bool) -> str:
