@@ -199,7 +199,7 @@ def test_sigkilled_runner_partitions_are_taken_over_and_nothing_is_lost_or_doubl
 
 @pytest.mark.slow
 def test_a_runner_started_later_gets_its_share(runners, schema_url):
-    """3 runners own 16 partitions (at most ceil(16/3) = 6 each); a 4th started later owns some within
+    """3 runners own 16 partitions (6, 5 and 5); a 4th started later owns some within
     10 s, and then every runner holds exactly 4, disjoint, covering all 16."""
     with open_store(schema_url) as store:
         anchor(store)
@@ -324,3 +324,37 @@ def test_service_fleet_mode_follows_the_store_and_the_arguments(schema_url, tmp_
         assert DurableTimerService(sqlite_store, TimerRegistry()).ownership is None
         with pytest.raises(ValueError, match="SQLiteStore"):
             DurableTimerService(sqlite_store, TimerRegistry(), fleet=True)
+
+
+def test_ownership_shares_join_leave_and_holders(schema_url):
+    """Three ownership objects (three connections, as three runners) over 4 partitions: alone, one owns
+    all 4; when a second joins, each settles on 2, disjoint; with a third the shares are 2, 1 and 1,
+    covering all 4; when one closes (its locks go with its connection) the others take its
+    partitions back. holders() agrees, read from pg_locks. Each step re-evaluates explicitly
+    (recheck), so no timing is involved."""
+    from timerwheel_c.durable.ownership import holders
+
+    parts = ["a", "b", "c", "d"]
+    with open_store(schema_url) as store:
+        a, b, c = (store.ownership(parts, check_interval_s=3600) for _ in range(3))
+        try:
+            def settle(*owners):
+                for _ in range(3):  # a release by one is seen by the others on their next evaluation
+                    for o in owners:
+                        o.recheck()
+                        o.owned()
+                return [o.owned() for o in owners]
+
+            assert settle(a) == [parts]
+            got_a, got_b = settle(a, b)
+            assert len(got_a) == len(got_b) == 2 and sorted(got_a + got_b) == parts
+            shares = settle(a, b, c)
+            assert sorted(len(s) for s in shares) == [1, 1, 2] and sorted(sum(shares, [])) == parts
+            assert set(holders(store, parts)) == set(parts) and len(set(holders(store, parts).values())) == 3
+            c.close()
+            got_a, got_b = settle(a, b)
+            assert sorted(got_a + got_b) == parts and len(got_a) == len(got_b) == 2
+            assert holders(store, ["a", "b"]) == {}  # another group: nobody owns its partitions
+        finally:
+            for o in (a, b, c):
+                o.close()

@@ -16,8 +16,9 @@ and divide them:
   SIGKILL loses its partitions the moment its socket closes; for a host that vanishes
   without closing its sockets, the lock connection sets TCP keepalives of about 10 s.
 - Every ``check_interval_s`` (1 s by default) each runner reads ``pg_locks``: the live
-  members N and which partitions are held. Its fair share is ``ceil(P / N)`` of the P
-  partitions. Over it, it releases the surplus (between passes, so never mid-pass);
+  members N and which partitions are held. Its fair share of the P partitions is
+  ``P // N``, plus one for the first ``P % N`` members in backend-pid order, so the shares
+  add up to P. Over it, it releases the surplus (between passes, so never mid-pass);
   under it, it tries to lock free partitions, starting at an offset given by its rank
   among the members so that runners do not all reach for the same ones. A new runner
   therefore gets a share within about one interval after the others see it, and a dead
@@ -222,14 +223,18 @@ class PartitionOwnership(Ownership):
         mine = [p for k, p in by_key.items() if holder.get(k) == self._pid]
         # Locks on partitions no longer wanted (emptied) are released too.
         stale = [k for k, pid in holder.items() if pid == self._pid and k not in by_key]
-        fair = math.ceil(len(wanted) / max(1, len(members)))
+        # P partitions over N members: everyone gets P // N, and the first P % N members in pid
+        # order one more, so the shares add up to P exactly and no member is left with none
+        # while another holds two more than it.
+        rank = members.index(self._pid) if self._pid in members else len(members)
+        base, extra = divmod(len(wanted), max(1, len(members)))
+        fair = base + (rank < extra)
         release = stale + [_int32(p) for p in sorted(mine)[fair:]]
         mine = sorted(mine)[:fair]
         if release:
             conn.execute("SELECT pg_advisory_unlock(%s, k) FROM unnest(%s::int4[]) AS k",
                          (self._owner_ns, [_signed32(k) for k in release]))
         if len(mine) < fair:
-            rank = members.index(self._pid) if self._pid in members else 0
             start = rank * len(wanted) // max(1, len(members))
             order = wanted[start:] + wanted[:start]
             free = [p for p in order if (_int32(p) & 0xFFFFFFFF) not in holder][: fair - len(mine)]
