@@ -80,7 +80,7 @@ def _durable(ctx: Context, bar: Task) -> dict:
     figures = {"results": {
         store: {**fig, "lateness_summary_ms": summary(fig.get("lateness_ms", []))} for store, fig in stores.items()
     }}
-    if "postgres" in stores:  # a DSN was given and psycopg is installed
+    if ctx.pg_dsn is not None and "postgres" in stores:  # psycopg is installed
         from . import fleet
 
         figures["fleet"] = fleet.run(ctx.pg_dsn, ctx.sizes.durable_timers, progress=bar)

@@ -235,7 +235,14 @@ class PostgresStore(Store):
         return self._apply_in_one_transaction(partition, batches)
 
     def _apply_in_one_transaction(self, partition: str, batches: list) -> list:
-        g_end, gk, gv, absent, w_end, wk, wv, consume = [], [], [], [], [], [], [], []
+        g_end: list = []
+        gk: list = []
+        gv: list = []
+        absent: list = []
+        w_end: list = []
+        wk: list = []
+        wv: list = []
+        consume: list = []
         for batch in batches:
             for g in batch.guards:
                 gk.append(g.key)
