@@ -96,42 +96,44 @@ def _one(dsn: str, n_runners: int, n_timers: int, budget: str, takeover: bool, p
     table = f"timerwheel_fleet_{os.getpid()}_{n_runners}_{budget}"
     store = PostgresStore(dsn, table=table)
     procs: list = []
+    conn = store.new_connection()
     try:
         env = dict(os.environ, **{_DSN_ENV: dsn})
         procs = [subprocess.Popen([sys.executable, "-m", "timerwheel_c.bench.fleet", "runner", table, budget], env=env,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(n_runners)]
-        def divided() -> bool:
-            owners = holders(store, PARTITIONS)
-            counts = [list(owners.values()).count(pid) for pid in set(owners.values())]
-            return len(owners) == len(PARTITIONS) and len(counts) == n_runners and max(counts) - min(counts) <= 1
 
-        _wait(divided, f"{n_runners} runners to divide {len(PARTITIONS)} partitions")
+        def owners() -> dict:
+            """Backend pid (of a runner's lock connection) -> how many partitions it owns."""
+            held = holders(store, PARTITIONS, conn)
+            return {pid: list(held.values()).count(pid) for pid in set(held.values())} if len(held) == len(PARTITIONS) else {}
+
+        _wait(lambda: len(owners()) == n_runners and max(owners().values()) - min(owners().values()) <= 1,
+              f"{n_runners} runners to divide {len(PARTITIONS)} partitions")
         due_ms = time.time_ns() // 1_000_000 + 1000
         _fill(store, n_timers, due_ms)
-        with store.new_connection() as conn:
-            _wait(lambda: time.time_ns() // 1_000_000 >= due_ms, "the due time", 5)
-            seen = 0
-            deadline = time.monotonic() + 600
-            while seen < n_timers:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"fleet bench: only {seen} of {n_timers} timers fired within 600 s")
-                time.sleep(_POLL_S)
-                now_seen = _effects(conn, table)
-                if progress is not None and now_seen > seen:
-                    progress(now_seen - seen)
-                seen = now_seen
-            elapsed_s = time.time_ns() / 1e9 - due_ms / 1000
-            if seen != n_timers:
-                raise RuntimeError(f"fleet bench: {seen} effects for {n_timers} timers (a duplicate)")
+        _wait(lambda: time.time_ns() // 1_000_000 >= due_ms, "the due time", 5)
+        seen = 0
+        deadline = time.monotonic() + 600
+        while seen < n_timers:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"fleet bench: only {seen} of {n_timers} timers fired within 600 s")
+            time.sleep(_POLL_S)
+            now_seen = _effects(conn, table)
+            if progress is not None and now_seen > seen:
+                progress(now_seen - seen)
+            seen = now_seen
+        elapsed_s = time.time_ns() / 1e9 - due_ms / 1000
+        if seen != n_timers:
+            raise RuntimeError(f"fleet bench: {seen} effects for {n_timers} timers (a duplicate)")
         result = {"runners": n_runners, "partitions": len(PARTITIONS), "timers": n_timers, "budget": budget,
                   "fired_per_s": n_timers / elapsed_s}
         if takeover:
-            victim = procs[0]
-            victim.send_signal(signal.SIGKILL)
+            before = set(owners())
+            procs[0].send_signal(signal.SIGKILL)
             killed = time.monotonic()
-            victim.wait()
-            _wait(lambda: len(holders(store, PARTITIONS)) == len(PARTITIONS)
-                  and all(h != victim.pid for h in holders(store, PARTITIONS)), "the takeover", 60)
+            procs[0].wait()
+            # Taken over: every partition owned again, by the survivors' lock connections alone.
+            _wait(lambda: len(owners()) == n_runners - 1 and set(owners()) <= before, "the takeover", 60)
             result["takeover_s"] = time.monotonic() - killed
         return result
     finally:
@@ -144,6 +146,7 @@ def _one(dsn: str, n_runners: int, n_timers: int, budget: str, takeover: bool, p
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        conn.close()
         store.drop()
         store.close()
 

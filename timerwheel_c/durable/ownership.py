@@ -94,19 +94,26 @@ def _group(partitions: Optional[list]) -> str:
     return "*" if partitions is None else "\0".join(partitions)
 
 
-def holders(store: PostgresStore, partitions: Optional[list] = None) -> dict:
+def holders(store: PostgresStore, partitions: Optional[list] = None, conn: Optional[psycopg.Connection] = None) -> dict:
     """Which runner owns each partition of the group ``partitions`` (None: the all-partitions
     group) right now, read from ``pg_locks``: ``{partition: backend pid}``, for monitoring.
-    Partitions of the group that no runner holds are absent. Does not join the group.
+    Partitions of the group that no runner holds are absent. Does not join the group. ``conn``:
+    a connection to reuse (e.g. from :meth:`PostgresStore.new_connection`), else one is opened
+    and closed.
 
     Raises:
         psycopg.Error: the server cannot be reached.
     """
     names = None if partitions is None else sorted({check_partition(p) for p in partitions})
     wanted = names if names is not None else store.partitions()
-    with store.new_connection() as conn:
+    own = conn is None
+    conn = store.new_connection() if conn is None else conn
+    try:
         members_ns, owners_ns = _namespaces(conn, store.table, _group(names))
         rows = conn.execute(_HOLDERS, (members_ns, owners_ns)).fetchall()
+    finally:
+        if own:
+            conn.close()
     by_key = {_int32(p) & 0xFFFFFFFF: p for p in wanted}
     return {by_key[objid]: pid for classid, objid, pid in rows if classid == owners_ns and objid in by_key}
 
