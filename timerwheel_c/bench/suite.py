@@ -83,6 +83,7 @@ def _durable(ctx: Context, bar: Task) -> dict:
     if ctx.pg_dsn is not None and "postgres" in stores:  # psycopg is installed
         from . import fleet
 
+        assert ctx.pg_dsn is not None
         figures["fleet"] = fleet.run(ctx.pg_dsn, ctx.sizes.durable_timers, progress=bar)
     return figures
 

@@ -235,14 +235,8 @@ class PostgresStore(Store):
         return self._apply_in_one_transaction(partition, batches)
 
     def _apply_in_one_transaction(self, partition: str, batches: list) -> list:
-        g_end: list = []
-        gk: list = []
-        gv: list = []
-        absent: list = []
-        w_end: list = []
-        wk: list = []
-        wv: list = []
-        consume: list = []
+        wk: list  # (mypy infers no element type for it from the unpacking below)
+        g_end, gk, gv, absent, w_end, wk, wv, consume = [], [], [], [], [], [], [], []
         for batch in batches:
             for g in batch.guards:
                 gk.append(g.key)
