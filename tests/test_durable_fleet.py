@@ -358,3 +358,25 @@ def test_ownership_shares_join_leave_and_holders(schema_url):
         finally:
             for o in (a, b, c):
                 o.close()
+
+
+def test_partitions_sharing_a_lock_key_move_together_and_stay_owned(schema_url, monkeypatch):
+    """Two partitions whose 32-bit lock keys collide (forced here by a coarse key function) share one
+    lock: they are owned together, by one runner, and never left unowned; the shares count them as
+    one unit."""
+    from timerwheel_c.durable import ownership
+
+    monkeypatch.setattr(ownership, "_int32", lambda name: 7 if name in ("a", "b") else 9)
+    with open_store(schema_url) as store:
+        one, two = store.ownership(["a", "b", "c"], check_interval_s=3600), store.ownership(["a", "b", "c"], check_interval_s=3600)
+        try:
+            for _ in range(3):
+                for o in (one, two):
+                    o.recheck()
+                    o.owned()
+            shares = sorted([one.owned(), two.owned()], key=len)
+            assert shares == [["c"], ["a", "b"]]
+            assert ownership.holders(store, ["a", "b", "c"]).keys() == {"a", "b", "c"}
+        finally:
+            one.close()
+            two.close()

@@ -90,6 +90,16 @@ def _namespaces(conn: psycopg.Connection, table: str, group: str) -> tuple:
     return _int31(where, "members", group), _int31(where, "owners", group)
 
 
+def _units(partitions: list) -> dict:
+    """Partitions by the lock key that owns them (``objid`` as ``pg_locks`` shows it), in the
+    order given. Two partitions whose 32-bit keys collide share one lock, so they are owned,
+    counted and moved together as one unit, never left unowned."""
+    units: dict = {}
+    for p in partitions:
+        units.setdefault(_int32(p) & 0xFFFFFFFF, []).append(p)
+    return units
+
+
 def _group(partitions: Optional[list]) -> str:
     return "*" if partitions is None else "\0".join(partitions)
 
@@ -114,8 +124,8 @@ def holders(store: PostgresStore, partitions: Optional[list] = None, conn: Optio
     finally:
         if own:
             conn.close()
-    by_key = {_int32(p) & 0xFFFFFFFF: p for p in wanted}
-    return {by_key[objid]: pid for classid, objid, pid in rows if classid == owners_ns and objid in by_key}
+    units = _units(wanted)
+    return {p: pid for classid, objid, pid in rows if classid == owners_ns for p in units.get(objid, ())}
 
 
 class PartitionOwnership(Ownership):
@@ -217,7 +227,8 @@ class PartitionOwnership(Ownership):
     def _rebalance(self) -> None:
         conn = self._connection()
         wanted = self.partitions if self.partitions is not None else self.store.partitions()
-        by_key = {_int32(p) & 0xFFFFFFFF: p for p in wanted}
+        units = _units(wanted)
+        order = list(units)
         members: list = []
         holder: dict = {}
         for classid, objid, pid in conn.execute(_HOLDERS, (self._member_ns, self._owner_ns)).fetchall():
@@ -227,31 +238,30 @@ class PartitionOwnership(Ownership):
                 holder[objid] = pid
         members.sort()
         self.members = len(members)
-        mine = [p for k, p in by_key.items() if holder.get(k) == self._pid]
+        mine = [k for k in order if holder.get(k) == self._pid]
         # Locks on partitions no longer wanted (emptied) are released too.
-        stale = [k for k, pid in holder.items() if pid == self._pid and k not in by_key]
-        # P partitions over N members: everyone gets P // N, and the first P % N members in pid
-        # order one more, so the shares add up to P exactly and no member is left with none
+        stale = [k for k, pid in holder.items() if pid == self._pid and k not in units]
+        # U units over N members: everyone gets U // N, and the first U % N members in pid
+        # order one more, so the shares add up to U exactly and no member is left with none
         # while another holds two more than it.
         rank = members.index(self._pid) if self._pid in members else len(members)
-        base, extra = divmod(len(wanted), max(1, len(members)))
+        base, extra = divmod(len(order), max(1, len(members)))
         fair = base + (rank < extra)
-        release = stale + [_int32(p) for p in sorted(mine)[fair:]]
-        mine = sorted(mine)[:fair]
+        release = stale + mine[fair:]
+        mine = mine[:fair]
         if release:
             conn.execute("SELECT pg_advisory_unlock(%s, k) FROM unnest(%s::int4[]) AS k",
                          (self._owner_ns, [_signed32(k) for k in release]))
         if len(mine) < fair:
-            start = rank * len(wanted) // max(1, len(members))
-            order = wanted[start:] + wanted[:start]
-            free = [p for p in order if (_int32(p) & 0xFFFFFFFF) not in holder][: fair - len(mine)]
+            start = rank * len(order) // max(1, len(members))
+            free = [k for k in order[start:] + order[:start] if k not in holder][: fair - len(mine)]
             if free:
                 rows = conn.execute("SELECT k, pg_try_advisory_lock(%s, k) FROM unnest(%s::int4[]) AS k",
-                                    (self._owner_ns, [_int32(p) for p in free])).fetchall()
-                got = {k for k, ok in rows if ok}
-                mine += [p for p in free if _int32(p) in got]
+                                    (self._owner_ns, [_signed32(k) for k in free])).fetchall()
+                got = {k & 0xFFFFFFFF for k, ok in rows if ok}
+                mine += [k for k in free if k in got]
         before = self._owned
-        self._owned = sorted(mine)
+        self._owned = sorted(p for k in mine for p in units[k])
         if self._owned != before:
             log.info("fleet: this runner owns %d of %d partitions (%d runners): %s",
                      len(self._owned), len(wanted), len(members), self._owned)
