@@ -6,6 +6,7 @@ never a silent pass on pure. ``--no-c-extensions`` deselects the compiled runs.
 """
 from __future__ import annotations
 
+import asyncio
 import importlib
 import os
 import uuid
@@ -56,6 +57,58 @@ def wheel_impl(request):
 def release_impl(request):
     """The release-timer core module: ``timerwheel_c._release`` (C) or ``timerwheel_c.pure.release``."""
     return importlib.import_module(request.param)
+
+
+@pytest.fixture(params=_impl_params("aio"))
+def aio_impl(request):
+    """The asyncio scheduler module: ``timerwheel_c._aio`` (C) or ``timerwheel_c.pure.aio``."""
+    return importlib.import_module(request.param)
+
+
+# A generous bound for "it ran at all" on a loaded 2-core machine, in seconds.
+LIVENESS_S = 5.0
+
+
+@pytest.fixture(params=["asyncio", "uvloop"])
+def new_loop(request):
+    """A factory of fresh event loops: the default asyncio loop, or uvloop's (skipped if absent)."""
+    if request.param == "uvloop":
+        uvloop = pytest.importorskip("uvloop")
+        return uvloop.new_event_loop
+    return asyncio.new_event_loop
+
+
+async def _until(predicate, timeout_s=LIVENESS_S):
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout_s
+    while not predicate():
+        assert loop.time() < end, "liveness bound exceeded"
+        await asyncio.sleep(0.001)
+
+
+@pytest.fixture
+def until():
+    """``await until(predicate)`` polls ``predicate`` every ms on the running loop until it is
+    true; it fails after a liveness bound of 5 s (``timeout_s=`` to change it)."""
+    return _until
+
+
+@pytest.fixture
+def aio_run(new_loop, aio_impl):
+    """``aio_run(main)`` runs ``await main(scheduler, loop)`` on a fresh loop (each of
+    ``new_loop``'s) with a fresh scheduler (each of ``aio_impl``'s), closes both, and returns
+    main's result; a liveness bound of 10 s covers the whole run."""
+    def runner(main, timeout_s=LIVENESS_S * 2):
+        loop = new_loop()
+        try:
+            sched = aio_impl.WheelScheduler(loop)
+            try:
+                return loop.run_until_complete(asyncio.wait_for(main(sched, loop), timeout_s))
+            finally:
+                sched.close()
+        finally:
+            loop.close()
+    return runner
 
 
 _PG_DSN = os.environ.get("TIMERWHEEL_C_TEST_PG_DSN")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import durable, lateness, network, tables, workloads
+from . import aio_micro, durable, echo, lateness, network, tables, workloads
 from .goals import Goal
 from .harness import summary
 from .impls import ASYNCIO, C_WHEEL, FLOOR, PURE_WHEEL, Impl
@@ -108,6 +108,17 @@ def _network(ctx: Context, bar: Task) -> dict:
     }}
 
 
+def _aio(ctx: Context, bar: Task) -> dict:
+    return {"handles": ctx.sizes.aio_handles,
+            "results": aio_micro.run(ctx.sizes.aio_handles, ctx.sizes.aio_timeout_ops, ctx.repeats, progress=bar)}
+
+
+def _echo(ctx: Context, bar: Task) -> dict:
+    return {"rate_per_s": echo.RATE_PER_S, "repeats": ctx.sizes.echo_repeats,
+            "results": echo.run(ctx.sizes.echo_connections, ctx.sizes.echo_seconds, ctx.sizes.echo_repeats,
+                                progress=bar)}
+
+
 def _quotient(value: float | None, reference: float | None) -> float | None:
     return value / reference if value is not None and reference else None
 
@@ -186,6 +197,11 @@ WORKLOADS: tuple[Workload, ...] = (
     Workload("durable", _durable, tables.durable_table, lambda ctx: None, _durable_goals),
     Workload("network", _network, tables.network_table,
              lambda ctx: float(network.UNITS_PER_SCHEDULER * len(network.scheduler_names()))),
+    Workload("aio", _aio, tables.aio_table, lambda ctx: float(len(aio_micro.ROWS) * (ctx.repeats + 1)),
+             aio_micro.goals),
+    Workload("echo", _echo, tables.echo_table,
+             lambda ctx: float(len(ctx.sizes.echo_connections) * len(echo.loops()) * len(echo.timer_kinds())
+                               * ctx.sizes.echo_repeats), echo.goals),
 )
 BY_NAME = {w.name: w for w in WORKLOADS}
 
