@@ -144,3 +144,27 @@ def durable_store(request, tmp_path):
     store = cls(":memory:" if request.param == "sqlite-memory" else tmp_path / "timers.db")
     yield store
     store.close()
+
+
+@pytest.fixture
+def open_at_once(tmp_path):
+    """``open_at_once(url, n=16)``: start ``n`` processes (tests/durable_handlers.py ``open``) that each
+    open the store of ``url`` once all are ready (a file rendezvous); returns the (exit status, stderr)
+    of those that failed."""
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    helpers = Path(__file__).resolve().parent / "durable_handlers.py"
+
+    def run(url: str, n: int = 16) -> list:
+        go = tmp_path / "go"
+        procs = [subprocess.Popen([sys.executable, str(helpers), "open", url, str(go)], cwd=tmp_path,
+                                  stderr=subprocess.PIPE, text=True) for _ in range(n)]
+        time.sleep(2)  # the imports; a process still importing joins a moment late, which only weakens the test
+        go.touch()
+        done = [(p.wait(60), p.stderr.read()) for p in procs]
+        return [d for d in done if d[0] != 0]
+
+    return run
