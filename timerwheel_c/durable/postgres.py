@@ -12,6 +12,12 @@ commits on a partition across every connection, the way SQLite's ``BEGIN IMMEDIA
 does, so an ``Absent`` guard cannot be defeated by a concurrent insert (row locks
 cannot lock a row that does not exist).
 
+The change signal (:meth:`PostgresStore.watch`): a row trigger created with the table
+(:data:`NOTIFY_DDL`, ``<table>_wake``) calls ``pg_notify('<table>_wake', '')`` for every
+insert or update of a timer row (a key starting with ``b"T"``), in the writing
+transaction, however the row was written; PostgreSQL folds equal notifications of one
+transaction into one. A :class:`timerwheel_c.durable.pg_listen.PgListener` receives them.
+
 One connection per store, shared by threads under a lock; a broken connection
 (server restart, network) is replaced on the next call, and the error of the failed
 call propagates (``psycopg.OperationalError``) for the caller to retry.
@@ -21,12 +27,14 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
-from typing import Optional, Union
+from typing import Callable, Optional, Union
 
 import psycopg
 from psycopg import sql
 
+from .pg_listen import PgListener
 from .store import Absent, Batch, Committed, Page, PreconditionFailed, Store, check_bytes, check_partition
+from .watch import Watcher
 
 __all__ = ["PostgresStore"]
 
@@ -62,6 +70,33 @@ BEGIN
 END
 $$
 """
+
+# The change signal: a trigger function and a row trigger, both named {wake} (the table name
+# plus "_wake", also the NOTIFY channel). The trigger is created only when missing, so a second
+# store opening the table takes no lock on it. Deletes do not notify: they never make a timer due sooner.
+NOTIFY_DDL = r"""
+CREATE OR REPLACE FUNCTION {wake}() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM pg_notify({channel}, '');
+  RETURN NULL;
+END
+$$;
+DO $$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = {table_name}::regclass AND tgname = {channel}) THEN
+    CREATE TRIGGER {wake} AFTER INSERT OR UPDATE ON {t} FOR EACH ROW
+      WHEN (substr(NEW.key, 1, 1) = '\x54'::bytea) EXECUTE FUNCTION {wake}();
+  END IF;
+END
+$$
+"""
+
+
+def notify_ddl(table: str) -> sql.Composed:
+    """:data:`NOTIFY_DDL` for ``table`` (a checked lower-case identifier), ready to execute."""
+    wake = f"{table}_wake"
+    return sql.SQL(NOTIFY_DDL).format(wake=sql.Identifier(wake), channel=sql.Literal(wake),
+                                      table_name=sql.Literal(table), t=sql.Identifier(table))
 
 
 class PostgresStore(Store):
@@ -108,6 +143,7 @@ class PostgresStore(Store):
                     "CREATE TABLE IF NOT EXISTS {} (partition text NOT NULL, key bytea NOT NULL,"
                     " value bytea NOT NULL, PRIMARY KEY (partition, key))").format(t))
                 conn.execute(sql.SQL(_APPLY_FUNCTION).format(fn=fn, t=t))
+                conn.execute(notify_ddl(table))
 
     def __repr__(self):
         return f"PostgresStore(table={self.table!r})"
@@ -154,6 +190,11 @@ class PostgresStore(Store):
             failed = self._connection().execute(self._sql_apply, args).fetchone()[0]
         return Committed() if failed is None else PreconditionFailed(bytes(failed))
 
+    def watch(self, callback: Callable[[], None]) -> Watcher:
+        """The change signal (see :meth:`Store.watch`): a :class:`PgListener` on the channel
+        ``<table>_wake``, on a connection of its own that reconnects after any loss."""
+        return PgListener(self.dsn, f"{self.table}_wake", callback)
+
     def partitions(self) -> list:
         with self._lock:
             return [r[0] for r in self._connection().execute(self._sql_partitions).fetchall()]
@@ -164,6 +205,7 @@ class PostgresStore(Store):
             conn = self._connection()
             conn.execute(sql.SQL("DROP FUNCTION IF EXISTS {}").format(sql.Identifier(f"{self.table}_apply")))
             conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(self.table)))
+            conn.execute(sql.SQL("DROP FUNCTION IF EXISTS {}").format(sql.Identifier(f"{self.table}_wake")))
 
     def close(self) -> None:
         with self._lock:

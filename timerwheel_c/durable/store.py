@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Optional, Union
+from typing import Callable, Optional, Union
+
+from .watch import GENERIC_POLL_S, PollingWatcher, Watcher
 
 __all__ = [
     "Absent",
@@ -191,6 +193,16 @@ class Store(abc.ABC):
         for batch in batches:
             self.check_batch(batch)
         return [self.apply(partition, batch) for batch in batches]
+
+    def watch(self, callback: Callable[[], None]) -> Watcher:
+        """Start the store's change signal: ``callback()`` (no argument, on the watcher's thread)
+        runs after any committed write of a timer row, from this process or another, and
+        possibly after other writes too. Returns the running :class:`Watcher`; close it.
+
+        This generic version calls back every second (:class:`PollingWatcher`); a backend
+        overrides it with a real detector (see :mod:`timerwheel_c.durable.watch`).
+        """
+        return PollingWatcher(lambda: True, callback, GENERIC_POLL_S)
 
     @abc.abstractmethod
     def partitions(self) -> list:
