@@ -75,28 +75,30 @@ cdef struct Core:
 
 
 import asyncio
-import math
 import os
 import threading
-import time
-from numbers import Real
 
+from timerwheel_c._common import (
+    BACKEND_NAMES,
+    FAR_AHEAD_NS,
+    _await_deadline,
+    _check_at_ns,
+    _choose_backend,
+    _fallback_future,
+    _far_ahead_error,
+    _seconds_to_ns,
+    _timeout_ns,
+)
 from timerwheel_c.errors import ReleaseTimerClosed
 
 __all__ = ["Deadline", "ReleaseTimer", "ReleaseTimerClosed", "past_deadline"]
 
-cdef enum:
-    C_SLICE_NS = 500000
-    C_SWEEP_MIN_HEAP = 64
-    C_SWEEP_EVERY_NS = 250000000
-    C_WAIT_CHUNK_NS = 100000000
-
-SLICE_NS = C_SLICE_NS  # the seed's sleep step: the thread re-reads the heap at least this often
-SWEEP_MIN_HEAP = C_SWEEP_MIN_HEAP  # sweep abandoned slots only once the heap holds more entries
-SWEEP_EVERY_NS = C_SWEEP_EVERY_NS  # ... and at most this often
-WAIT_CHUNK_NS = C_WAIT_CHUNK_NS  # blocking waits take the GIL back this often to let Ctrl-C through
-INT64_MAX = 2**63 - 1
-INT64_MIN = -(2**63)
+# Exported: the tests check them against timerwheel_c._common, where each is explained.
+cpdef enum:
+    SLICE_NS = 500000
+    SWEEP_MIN_HEAP = 64
+    SWEEP_EVERY_NS = 250000000
+    WAIT_CHUNK_NS = 100000000
 
 cdef enum:  # slot states
     FREE = 0
@@ -107,8 +109,6 @@ cdef enum:  # slot states
 cdef enum:  # backends
     SLICE = 0
     CONDVAR = 1
-
-BACKEND_NAMES = ("slice", "condvar")
 
 # Bumped in a forked child: a timer created under another epoch belongs to the parent,
 # whose release thread does not exist here, so the child must never touch its locks.
@@ -122,57 +122,6 @@ def _after_fork_in_child():
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def _choose_backend(backend):
-    """The backend for ``backend``, else ``$TIMERWHEEL_C_RELEASE_TIMER``; unknown -> slice."""
-    if backend is None:
-        backend = os.environ.get("TIMERWHEEL_C_RELEASE_TIMER", "slice")
-    if not isinstance(backend, str):
-        raise TypeError(f"backend must be 'slice', 'condvar' or None, got {backend!r}")
-    return CONDVAR if backend.strip().lower() == "condvar" else SLICE
-
-
-def _check_at_ns(at_ns):
-    """``at_ns`` as an int64 of ns; TypeError for non-int or bool, ValueError out of int64."""
-    if isinstance(at_ns, bool) or not isinstance(at_ns, int):
-        raise TypeError(f"at_ns must be an int of nanoseconds on time.monotonic_ns(), got {at_ns!r}")
-    if not INT64_MIN <= at_ns <= INT64_MAX:
-        raise ValueError(f"at_ns={at_ns!r} is out of the int64 nanosecond range")
-    return at_ns
-
-
-def _seconds_to_ns(at):
-    """``at`` (float s on time.monotonic()) as int ns, rounded up so a release is never early."""
-    if isinstance(at, bool) or not isinstance(at, Real):
-        raise TypeError(f"at must be a number of seconds on time.monotonic(), got {at!r}")
-    try:
-        seconds = float(at)
-    except OverflowError:  # an int or Fraction beyond the float range
-        raise ValueError(f"at={at!r} s is out of the int64 nanosecond range") from None
-    if not math.isfinite(seconds):
-        raise ValueError(f"at={at!r} is not a finite number of seconds")
-    scaled = seconds * 1e9  # checked as a float first: 1e300 s would overflow to inf
-    if not -9.2e18 <= scaled <= 9.2e18:
-        raise ValueError(f"at={at!r} s is out of the int64 nanosecond range")
-    return math.ceil(scaled)
-
-
-def _timeout_ns(timeout):
-    """A wait timeout (float s, None = forever) as int ns; -1 means forever."""
-    if timeout is None:
-        return -1
-    if isinstance(timeout, bool) or not isinstance(timeout, Real):
-        raise TypeError(f"timeout must be a number of seconds or None, got {timeout!r}")
-    if timeout <= 0:  # compared before float(): -2**1024 would overflow it
-        return 0
-    try:
-        seconds = float(timeout)
-    except OverflowError:  # a positive int or Fraction beyond the float range: forever
-        return -1
-    if math.isnan(seconds):
-        raise ValueError(f"timeout={timeout!r} is not a number")
-    return -1 if seconds * 1e9 >= INT64_MAX / 2 else math.ceil(seconds * 1e9)
 
 
 def past_deadline(at):
@@ -295,7 +244,7 @@ cdef class Deadline:
                 tw_mutex_lock(&c.lock)
                 c.blocking_waiters += 1
                 now_ns = tw_monotonic_ns()
-                chunk_end = now_ns + C_WAIT_CHUNK_NS
+                chunk_end = now_ns + WAIT_CHUNK_NS
                 if until_ns >= 0 and until_ns < chunk_end:
                     chunk_end = until_ns
                 while c.state[slot] == ARMED and not c.closed and now_ns < chunk_end:
@@ -327,22 +276,9 @@ cdef class Deadline:
             _abandon(self._rt._core, self._slot, self._gen)
 
     def __repr__(self):
-        state = "released" if self.done() else "pending"
-        return f"<Deadline at_ns={self._at_ns} {state}>"
-
-
-async def _await_deadline(Deadline d):
-    """Await ``d`` on the running loop; raises ReleaseTimerClosed if the timer closes first."""
-    if d._slot < 0:
-        return
-    chan, key, fut = d._rt._subscribe(d, asyncio.get_running_loop())
-    if fut is None:
-        return
-    try:
-        await fut
-    except asyncio.CancelledError:
-        chan.forget(key, fut)
-        raise
+        released_at_ns = self.released_at_ns
+        state = "pending" if released_at_ns is None else f"released_at_ns={released_at_ns}"
+        return f"<Deadline at_ns={self._at_ns} {state} implementation=c>"
 
 
 @cython.no_gc_clear  # a loop may still call drain(), which needs rt
@@ -666,7 +602,7 @@ cdef void _maybe_sweep(Core *c, int64_t now_ns) noexcept nogil:
     """Drop abandoned entries once the heap passes SWEEP_MIN_HEAP, at most every SWEEP_EVERY_NS."""
     cdef Py_ssize_t i, kept = 0
     cdef int32_t slot
-    if c.h_len <= C_SWEEP_MIN_HEAP or now_ns - c.last_sweep_ns < C_SWEEP_EVERY_NS:
+    if c.h_len <= SWEEP_MIN_HEAP or now_ns - c.last_sweep_ns < SWEEP_EVERY_NS:
         return
     c.last_sweep_ns = now_ns
     for i in range(c.h_len):
@@ -714,10 +650,10 @@ cdef void _release_main(void *arg) noexcept nogil:
         remaining_ns = top_ns - now_ns
         if remaining_ns <= 0:
             continue
-        if c.backend == CONDVAR or remaining_ns > C_SLICE_NS:
-            step_ns = remaining_ns if c.backend == CONDVAR else C_SLICE_NS
-            if c.h_len > C_SWEEP_MIN_HEAP and step_ns > C_SWEEP_EVERY_NS:
-                step_ns = C_SWEEP_EVERY_NS
+        if c.backend == CONDVAR or remaining_ns > SLICE_NS:
+            step_ns = remaining_ns if c.backend == CONDVAR else SLICE_NS
+            if c.h_len > SWEEP_MIN_HEAP and step_ns > SWEEP_EVERY_NS:
+                step_ns = SWEEP_EVERY_NS
             tw_cond_timedwait_until(&c.wake_cond, &c.lock, now_ns + step_ns)
         else:
             tw_mutex_unlock(&c.lock)
@@ -855,7 +791,8 @@ cdef class ReleaseTimer:
 
         Raises:
             TypeError: ``at`` is not a real number (or is a bool).
-            ValueError: ``at`` is NaN, infinite or out of the int64 ns range.
+            ValueError: ``at`` is NaN, infinite or out of the int64 ns range, or more than 10
+                years ahead (wall-clock seconds from ``time.time()`` by mistake).
             ReleaseTimerClosed: the timer is closed.
         """
         return self.arm_ns(_seconds_to_ns(at))
@@ -867,7 +804,8 @@ cdef class ReleaseTimer:
 
         Raises:
             TypeError: ``at_ns`` is not an int (or is a bool).
-            ValueError: ``at_ns`` is out of the int64 range.
+            ValueError: ``at_ns`` is out of the int64 range, or more than 10 years ahead
+                (wall-clock ns from ``time.time_ns()`` by mistake).
             ReleaseTimerClosed: the timer is closed.
             MemoryError: no memory for the heap or the slot table.
         """
@@ -882,6 +820,8 @@ cdef class ReleaseTimer:
         now_ns = tw_monotonic_ns()
         if at <= now_ns:
             return _new_deadline(None, -1, 0, at, now_ns)
+        if at - now_ns > FAR_AHEAD_NS:
+            raise ValueError(_far_ahead_error(at, now_ns))
         tw_mutex_lock(&c.lock)
         closed = c.closed
         slot = -1
@@ -891,7 +831,7 @@ cdef class ReleaseTimer:
                 if _heap_push(c, at, slot) < 0:
                     _free_slot(c, slot)
                     slot = -1
-                elif c.h_slot[0] == slot or c.h_len == C_SWEEP_MIN_HEAP + 1:
+                elif c.h_slot[0] == slot or c.h_len == SWEEP_MIN_HEAP + 1:
                     # a new top preempts the thread's wait; a heap now big enough to
                     # sweep makes it cap its wait at SWEEP_EVERY_NS
                     tw_cond_signal(&c.wake_cond)
@@ -942,6 +882,10 @@ cdef class ReleaseTimer:
 
     def __exit__(self, *exc):
         self.close()
+
+    def __repr__(self):
+        state = "closed" if self.closed else f"pending={self.pending()}"
+        return f"<ReleaseTimer backend={self.backend} {state} implementation=c>"
 
     def __dealloc__(self):
         cdef Core *c = self._core
@@ -1094,29 +1038,3 @@ cdef bint _watch_fd(_Channel chan, Chan *ch, loop) except -1:
     ch.rfd = rfd
     ch.wfd = wfd
     return True
-
-
-def _fallback_future(Deadline d, loop):
-    """A future for ``d`` on a second loop: a helper thread waits and posts the outcome."""
-    fut = loop.create_future()
-
-    def settle(exc):
-        if not fut.done():
-            if exc is None:
-                fut.set_result(None)
-            else:
-                fut.set_exception(exc)
-
-    def helper():
-        try:
-            d.wait()
-            exc = None
-        except ReleaseTimerClosed as e:
-            exc = e
-        try:
-            loop.call_soon_threadsafe(settle, exc)
-        except RuntimeError:
-            pass
-
-    threading.Thread(target=helper, name="timerwheel_c-release-helper", daemon=True).start()
-    return fut

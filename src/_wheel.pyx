@@ -2,7 +2,8 @@
 """The TimerWheel core: a hierarchical hashed timing wheel over a typed entry pool.
 
 See the design comment below; ``timerwheel_c/pure/wheel.py`` is the pure-Python twin, function by
-function in the same order.
+function in the same order. Both import their Python-level checks and constants from the neutral
+``timerwheel_c/_common.py``; the geometry compiled in here is checked against it by the tests.
 """
 # TimerWheel: a hierarchical hashed timing wheel (Varghese & Lauck 1987, scheme 7), laid out like
 # tokio's time driver (tokio/src/runtime/time/wheel/{mod,level}.rs). Times are integer ms on the
@@ -19,6 +20,19 @@ function in the same order.
 #     4      64   37.3 h                99 days
 #     l      64   2**(6l+3) ms          2**(6l+9) ms
 #     9      64   2**57 ms              2**63 ms   (due times are capped at 2**62 ms)
+#
+# Named as Linux names them (LVL_BITS, LVL_SIZE, LVL_OFFS): level 0 has L0_SLOTS = 2**L0_BITS
+# slots, level l >= 1 has LEVEL_SLOTS = 2**LEVEL_BITS slots of 2**level_shift(l) ms, where
+# level_shift(l) = L0_BITS + LEVEL_BITS * (l - 1) = 6l + 3.
+#
+# The flat slot index f numbers every slot of every level in one table (heads, tails, bounds):
+#
+#   level 0:        f = T & (L0_SLOTS - 1)                                   0 .. 511
+#   level l >= 1:   f = LEVEL_BASE + LEVEL_SLOTS * l + ((T >> level_shift(l)) & (LEVEL_SLOTS - 1))
+#                     (LEVEL_BASE = L0_SLOTS - LEVEL_SLOTS = 448)            512 .. 1087
+#
+# so slot f's occupancy bit is bit f & 63 of the 64-bit word f >> 6 at every level: level 0 owns
+# words 0..7, and level l >= 1 is exactly word LEVEL_BASE / 64 + l = 7 + l.
 #
 # Placement: a timer due at T sits at the level of the highest digit in which T and E differ
 # (level 0 = bits 0..8, level l = bits 6l+3..6l+8), in the slot of T's digit at that level. So it
@@ -76,8 +90,20 @@ cimport numpy as cnp
 
 cnp.import_array()
 
-# The Python-level validators exist once, in the pure twin, and serve both cores.
-from timerwheel_c.pure.wheel import U64_LIMIT, _as_int, _as_int_array, _check_batch, _due_error
+import warnings
+
+# The Python-level checks exist once, in the neutral module both twins import.
+from timerwheel_c._common import (
+    _MISSING as _MISSING_OBJ,
+    FIRST_JUMP_WARN_MS,
+    U64_LIMIT,
+    _as_int,
+    _as_int_array,
+    _check_batch,
+    _due_error,
+    _first_jump_warning,
+    _missing_error,
+)
 
 __all__ = ["TimerWheel"]
 
@@ -90,12 +116,20 @@ cdef extern from "Python.h":
     # callers turn into "not pending" or a ValueError, never an OverflowError or a wrapped value.
     long long _long_as_i64_overflow "PyLong_AsLongLongAndOverflow"(object o, int* overflow) noexcept
 
-cdef enum:
+# The geometry (see the design comment), exported: the tests check it equals timerwheel_c._common's.
+cpdef enum:
+    L0_BITS = 9
+    L0_SLOTS = 1 << L0_BITS
+    LEVEL_BITS = 6
+    LEVEL_SLOTS = 1 << LEVEL_BITS
     NUM_LEVELS = 10
-    NUM_SLOTS = 512 + (NUM_LEVELS - 1) * 64
+    LEVEL_BASE = L0_SLOTS - LEVEL_SLOTS
+    NUM_SLOTS = L0_SLOTS + (NUM_LEVELS - 1) * LEVEL_SLOTS
     NUM_WORDS = NUM_SLOTS // 64
+    MAX_ENTRIES = 0x7FFFFFFF  # entry indexes are int32
+
+cdef enum:
     NIL = -1
-    MAX_ENTRIES = 0x7FFFFFFF
     BUF_KEEP = 4096
     CACHE_LINE = 64
 
@@ -103,6 +137,8 @@ cdef int64_t MAX_DUE_MS = 1LL << 62
 cdef int64_t IDLE_HINT_MS = 1LL << 32
 cdef int64_t NO_BOUND = 0x7FFFFFFFFFFFFFFF
 cdef uint32_t FREE = 0xFFFFFFFF
+# A typed reference to the placeholder default of required arguments: `is` on it costs no lookup.
+cdef object _MISSING = _MISSING_OBJ
 
 ctypedef struct entry_t:
     int64_t due        # ms
@@ -154,15 +190,23 @@ cdef inline int64_t _as_delay(object after_ms) except -1:
     return after
 
 
+cdef inline int level_shift(int level) noexcept nogil:
+    """log2 of the slot width in ms of level ``level`` >= 1 (9 at level 1, then 6 more per level)."""
+    return L0_BITS + LEVEL_BITS * (level - 1)
+
+
 cdef inline uint32_t _slot_for(int64_t elapsed, int64_t due) noexcept nogil:
-    """The flat slot for a timer due at ``due`` ms while the wheel stands at ``elapsed`` ms."""
+    """The flat slot for a timer due at ``due`` ms while the wheel stands at ``elapsed`` ms.
+
+    The level is the highest level-digit in which ``due`` and ``elapsed`` differ (tokio's
+    ``level_for``), so a timer sits at the lowest level whose current span contains its due time.
+    """
     cdef uint64_t x = <uint64_t>(elapsed ^ due)
-    cdef int level, shift
-    if x < 512:
-        return <uint32_t>(due & 511)
-    level = (tw_msb64(x) - 3) // 6
-    shift = 6 * level + 3
-    return <uint32_t>(448 + 64 * level + ((due >> shift) & 63))
+    cdef int level
+    if x < L0_SLOTS:
+        return <uint32_t>(due & (L0_SLOTS - 1))
+    level = (tw_msb64(x) - L0_BITS) // LEVEL_BITS + 1
+    return <uint32_t>(LEVEL_BASE + LEVEL_SLOTS * level + ((due >> level_shift(level)) & (LEVEL_SLOTS - 1)))
 
 
 @cython.final
@@ -175,13 +219,17 @@ cdef class TimerWheel:
     hierarchical wheels; see the design comment at the top of ``src/_wheel.pyx``.
 
     Args:
-        now_ms: the current time in ms, an int in [0, 2**62].
+        now_ms: the current time in ms on your clock, an int in [0, 2**62]. Omitted (or None), the
+            wheel starts at 0 ms; its first ``advance`` then warns (RuntimeWarning) if it jumps by
+            more than a day, which a clock reading such as ``time.monotonic_ns() // 10**6`` does,
+            firing every timer at once.
 
     Raises:
         TypeError: ``now_ms`` is not an int.
         ValueError: ``now_ms`` is outside [0, 2**62].
     """
     cdef int64_t _elapsed
+    cdef bint _warn_jump     # made without now_ms: the first advance checks for a clock reading
     cdef Py_ssize_t _count
     cdef int32_t _free_head
     cdef int32_t _used
@@ -207,14 +255,16 @@ cdef class TimerWheel:
         for f in range(NUM_WORDS):
             self._occ[f] = 0
 
-    def __init__(self, now_ms=0):
-        now_ms = _as_int(now_ms, "now_ms")
+    def __init__(self, now_ms=None):
+        cdef bint warn_jump = now_ms is None
+        now_ms = _as_int(0 if warn_jump else now_ms, "now_ms")
         if now_ms < 0 or now_ms > MAX_DUE_MS:
             raise ValueError(f"now_ms {now_ms} is out of range [0, 2**62]")
         # Moving the clock of a wheel that already issued ids would break its slot invariant.
         if self._used:
             raise RuntimeError("TimerWheel.__init__ called on a wheel already in use")
         self._elapsed = now_ms
+        self._warn_jump = warn_jump
 
     def __dealloc__(self):
         free(self._pool_raw)
@@ -255,7 +305,7 @@ cdef class TimerWheel:
             return e
         if self._used == self._cap:
             if self._cap == MAX_ENTRIES:
-                raise MemoryError("TimerWheel holds 2**31 entries, its limit")
+                raise MemoryError(f"TimerWheel holds {MAX_ENTRIES} entries, its limit")
             cap = 64 if self._cap == 0 else (MAX_ENTRIES if self._cap > MAX_ENTRIES // 2 else 2 * self._cap)
             self._grow_pool(cap)
         e = self._used
@@ -333,7 +383,7 @@ cdef class TimerWheel:
         every timer of a higher one: the first level with a bit at or after its current digit wins.
         """
         cdef int64_t elapsed = self._elapsed
-        cdef int d = elapsed & 511
+        cdef int d = elapsed & (L0_SLOTS - 1)
         cdef int w = d >> 6
         cdef int level
         cdef uint64_t word = self._occ[w] & ~(((<uint64_t>1) << (d & 63)) - 1)
@@ -341,27 +391,27 @@ cdef class TimerWheel:
             if word:
                 return (w << 6) | tw_ctz64(word)
             w += 1
-            if w == 8:
+            if w == L0_SLOTS >> 6:
                 break
             word = self._occ[w]
         for level in range(1, NUM_LEVELS):
-            word = self._occ[7 + level]
+            word = self._occ[(LEVEL_BASE >> 6) + level]
             if word:
-                d = (elapsed >> (6 * level + 3)) & 63
+                d = (elapsed >> level_shift(level)) & (LEVEL_SLOTS - 1)
                 word &= ~(((<uint64_t>1) << d) - 1)
                 if word:
-                    return 448 + 64 * level + tw_ctz64(word)
+                    return LEVEL_BASE + LEVEL_SLOTS * level + tw_ctz64(word)
         return NIL
 
     cdef inline int64_t _slot_start(self, int32_t f) noexcept:
         """The first ms covered by flat slot ``f`` in the current rotation of its level."""
         cdef int level, shift
-        if f < 512:
-            return (self._elapsed & ~(<int64_t>511)) | f
-        level = (f - 448) >> 6
-        shift = 6 * level + 3
-        return <int64_t>((<uint64_t>self._elapsed & ~(((<uint64_t>1) << (shift + 6)) - 1))
-                         | ((<uint64_t>(f & 63)) << shift))
+        if f < L0_SLOTS:
+            return (self._elapsed & ~(<int64_t>(L0_SLOTS - 1))) | f
+        level = (f - LEVEL_BASE) >> LEVEL_BITS
+        shift = level_shift(level)
+        return <int64_t>((<uint64_t>self._elapsed & ~(((<uint64_t>1) << (shift + LEVEL_BITS)) - 1))
+                         | ((<uint64_t>(f & (LEVEL_SLOTS - 1))) << shift))
 
     cdef inline int32_t _find(self, uint64_t timer_id) noexcept:
         """The entry index ``timer_id`` names if that timer is pending, else NIL."""
@@ -400,7 +450,7 @@ cdef class TimerWheel:
         self._count += 1
         return ((<uint64_t>self._pool[e].gen) << 32) | <uint64_t>e
 
-    def schedule(self, after_ms, token):
+    def schedule(self, after_ms=_MISSING, token=_MISSING):
         """Arm a timer due at ``now_ms() + max(after_ms, 1)`` ms that fires ``token``.
 
         Args:
@@ -414,13 +464,17 @@ cdef class TimerWheel:
             TypeError: ``after_ms`` or ``token`` is not an int (bool, float, str, None...).
             ValueError: ``token`` outside [0, 2**64), or the due time beyond 2**62 ms.
         """
+        if after_ms is _MISSING:
+            raise TypeError(_missing_error("schedule", "after_ms"))
+        if token is _MISSING:
+            raise TypeError(_missing_error("schedule", "token"))
         # Every conversion (which may run a foreign __index__) before the wheel is read or changed.
         cdef int64_t delay = _as_delay(after_ms)
         cdef uint64_t tok
         _as_token(token, &tok)
         return self._arm(self._due_for(delay, after_ms), tok)
 
-    def cancel(self, timer_id):
+    def cancel(self, timer_id=_MISSING):
         """Cancel a pending timer and free its entry at once.
 
         Returns:
@@ -430,6 +484,8 @@ cdef class TimerWheel:
         Raises:
             TypeError: ``timer_id`` is not an int.
         """
+        if timer_id is _MISSING:
+            raise TypeError(_missing_error("cancel", "timer_id"))
         cdef int32_t e = self._lookup(timer_id)
         if e == NIL:
             return False
@@ -437,7 +493,7 @@ cdef class TimerWheel:
         self._free(e)
         return True
 
-    def reschedule(self, timer_id, after_ms):
+    def reschedule(self, timer_id=_MISSING, after_ms=_MISSING):
         """Move a pending timer to ``now_ms() + max(after_ms, 1)`` ms, keeping its id and token.
 
         It re-arms the timer: among timers due at the same ms it now fires after those armed earlier.
@@ -449,6 +505,10 @@ cdef class TimerWheel:
             TypeError: ``timer_id`` or ``after_ms`` is not an int.
             ValueError: the due time is beyond 2**62 ms.
         """
+        if timer_id is _MISSING:
+            raise TypeError(_missing_error("reschedule", "timer_id"))
+        if after_ms is _MISSING:
+            raise TypeError(_missing_error("reschedule", "after_ms"))
         # Every conversion (which may run a foreign __index__) before the wheel is read or changed.
         cdef int64_t delay = _as_delay(after_ms)
         cdef int32_t e = self._lookup(timer_id)
@@ -481,7 +541,7 @@ cdef class TimerWheel:
             if start > now:
                 break
             self._elapsed = start
-            if f < 512:
+            if f < L0_SLOTS:
                 e = self._head[f]
                 while e != NIL:
                     nxt = self._pool[e].next
@@ -529,6 +589,10 @@ cdef class TimerWheel:
     cdef int64_t _check_now(self, object now_ms) except -1:
         """``now_ms`` as an int checked against the wheel's time.
 
+        Warns:
+            RuntimeWarning: the first advance of a wheel made without ``now_ms`` jumps by more
+                than FIRST_JUMP_WARN_MS (a day): almost surely a clock reading.
+
         Raises:
             TypeError: ``now_ms`` is not an int.
             ValueError: ``now_ms`` is before ``now_ms()`` (time never goes backwards) or beyond 2**62.
@@ -537,6 +601,11 @@ cdef class TimerWheel:
         cdef long long now
         if type(now_ms) is not int:
             now_ms = _as_int(now_ms, "now_ms")
+        if self._warn_jump:
+            # Before the checks below read the wheel: the warning runs Python code (filters, hooks).
+            self._warn_jump = False
+            if now_ms - self._elapsed > FIRST_JUMP_WARN_MS:
+                warnings.warn(_first_jump_warning(now_ms), RuntimeWarning, stacklevel=1)
         now = _long_as_i64_overflow(now_ms, &overflow)
         if overflow < 0 or (overflow == 0 and now < self._elapsed):
             raise ValueError(
@@ -546,7 +615,7 @@ cdef class TimerWheel:
             raise ValueError(f"now_ms {now_ms} is beyond 2**62 ms")
         return now
 
-    def advance(self, now_ms, list fired=None):
+    def advance(self, now_ms=_MISSING, list fired=None):
         """Fire every timer due at or before ``now_ms`` ms, exactly once, in fire order.
 
         Fire order is non-decreasing due time; timers due at the same ms fire in arming order
@@ -566,6 +635,8 @@ cdef class TimerWheel:
         cdef int64_t now
         cdef Py_ssize_t i, n, cap
         cdef uint64_t* buf
+        if now_ms is _MISSING:
+            raise TypeError(_missing_error("advance", "now_ms"))
         if fired is None:
             # Before the wheel is read: allocating may run the GC, whose Python code may advance it.
             fired = []
@@ -581,12 +652,14 @@ cdef class TimerWheel:
             self._restore_buf(buf, cap)
         return fired
 
-    def advance_array(self, now_ms):
+    def advance_array(self, now_ms=_MISSING):
         """``advance(now_ms)`` returning the fired tokens as a 1-d ndarray of uint64, in fire order.
 
         Raises:
             as ``advance``.
         """
+        if now_ms is _MISSING:
+            raise TypeError(_missing_error("advance_array", "now_ms"))
         cdef int64_t now = self._check_now(now_ms)
         cdef cnp.npy_intp n = 0
         cdef cnp.ndarray tokens
@@ -604,7 +677,7 @@ cdef class TimerWheel:
             self._restore_buf(buf, cap)
         return tokens
 
-    def schedule_many(self, after_ms, tokens):
+    def schedule_many(self, after_ms=_MISSING, tokens=_MISSING):
         """``schedule(after_ms[i], tokens[i])`` for each i, in order; all validated before any is armed.
 
         Args:
@@ -619,6 +692,10 @@ cdef class TimerWheel:
             ValueError: lengths differ, a token is out of range or a due time is beyond 2**62 ms;
                 nothing is scheduled.
         """
+        if after_ms is _MISSING:
+            raise TypeError(_missing_error("schedule_many", "after_ms"))
+        if tokens is _MISSING:
+            raise TypeError(_missing_error("schedule_many", "tokens"))
         delays_arr, toks_arr = _check_batch(self._elapsed, after_ms, tokens)
         cdef const int64_t[::1] delays = np.ascontiguousarray(delays_arr)
         cdef const uint64_t[::1] toks = np.ascontiguousarray(toks_arr)
@@ -636,7 +713,7 @@ cdef class TimerWheel:
             out[i] = self._arm(self._elapsed + delays[i], toks[i])
         return ids
 
-    def cancel_many(self, ids):
+    def cancel_many(self, ids=_MISSING):
         """``cancel(id)`` for each id, in order.
 
         Args:
@@ -648,6 +725,8 @@ cdef class TimerWheel:
         Raises:
             TypeError: ``ids`` is not a 1-d integer array-like.
         """
+        if ids is _MISSING:
+            raise TypeError(_missing_error("cancel_many", "ids"))
         arr = _as_int_array(ids, "ids")
         if arr.dtype.kind == "i":
             # 0 is never an id; a negative id must not alias a huge unsigned one.
@@ -694,3 +773,6 @@ cdef class TimerWheel:
         """
         return <Py_ssize_t>sizeof(entry_t) * self._cap + sizeof(self._head) + sizeof(self._tail) \
             + sizeof(self._bound) + sizeof(self._occ)
+
+    def __repr__(self):
+        return f"<TimerWheel now_ms={self._elapsed} pending={self._count} implementation=c>"

@@ -61,20 +61,33 @@ def release_impl(request):
 _PG_DSN = os.environ.get("TIMERWHEEL_C_TEST_PG_DSN")
 
 
-@pytest.fixture(params=["sqlite-file", "sqlite-memory", pytest.param("postgres", marks=pytest.mark.skipif(
-    not _PG_DSN, reason="set TIMERWHEEL_C_TEST_PG_DSN=postgresql://... to test PostgresStore"))])
+_NEEDS_PG = pytest.mark.skipif(not _PG_DSN, reason="set TIMERWHEEL_C_TEST_PG_DSN=postgresql://... to test PostgresStore")
+
+
+def _generic_apply_many(cls):
+    """``cls`` with the store contract's generic ``apply_many`` (one ``apply`` per batch) instead of
+    the backend's one-round-trip override: both paths must pass the same suites."""
+    from timerwheel_c.durable.store import Store
+
+    return type(f"Generic{cls.__name__}", (cls,), {"_apply_many": Store._apply_many})
+
+
+@pytest.fixture(params=["sqlite-file", "sqlite-memory", "sqlite-generic-apply-many",
+                        pytest.param("postgres", marks=_NEEDS_PG), pytest.param("postgres-generic-apply-many", marks=_NEEDS_PG)])
 def durable_store(request, tmp_path):
     """A fresh durable-timer store per backend; a new backend joins by adding one param."""
-    if request.param == "postgres":
+    if request.param.startswith("postgres"):
         from timerwheel_c.durable.postgres import PostgresStore
 
-        store = PostgresStore(_PG_DSN, table=f"timerwheel_test_{uuid.uuid4().hex[:16]}")
+        cls = PostgresStore if request.param == "postgres" else _generic_apply_many(PostgresStore)
+        store = cls(_PG_DSN, table=f"timerwheel_test_{uuid.uuid4().hex[:16]}")
         yield store
         store.drop()
         store.close()
         return
     from timerwheel_c.durable.sqlite import SQLiteStore
 
-    store = SQLiteStore(tmp_path / "timers.db" if request.param == "sqlite-file" else ":memory:")
+    cls = SQLiteStore if request.param != "sqlite-generic-apply-many" else _generic_apply_many(SQLiteStore)
+    store = cls(":memory:" if request.param == "sqlite-memory" else tmp_path / "timers.db")
     yield store
     store.close()

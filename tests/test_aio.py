@@ -446,3 +446,26 @@ def test_a_fire_batch_rearms_the_wakeup_once(new_loop, wheel_impl):
         sched.close()
     finally:
         loop.close()
+
+
+def test_close_from_a_callback_skips_the_rest_of_the_batch_quietly():
+    """``close()`` is safe from inside a callback: the rest of the batch does not run, and the
+    loop's exception handler hears nothing (no callback runs with its callable cleared). Both
+    callbacks share one due time (same call_at), so they are always in one batch; the 100 ms
+    sleep is a generous liveness bound for a 20 ms timer."""
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        errors = []
+        loop.set_exception_handler(lambda _loop, ctx: errors.append(ctx))
+        sched = WheelScheduler()
+        ran = []
+        when = loop.time() + 0.02
+        sched.call_at(when, lambda: (ran.append(1), sched.close()))
+        sched.call_at(when, lambda: ran.append(2))
+        await asyncio.sleep(0.1)
+        return ran, errors
+
+    ran, errors = asyncio.run(main())
+    assert ran == [1], "the first callback did not run: the test proved nothing"
+    assert errors == [], [ctx.get("message") for ctx in errors]

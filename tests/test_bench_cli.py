@@ -72,7 +72,7 @@ def test_fired_sets_are_checked_equal_across_implementations(tiny_run):
             assert len(set(per_impl.values())) == 1, (name, variant, per_impl)
 
 
-def test_issue2_targets_are_reported(tiny_run):
+def test_churn_targets_are_reported(tiny_run):
     """The churn ratios against the floor, the pure twin and asyncio are in the JSON (values unchecked)."""
     _, figures = tiny_run
     if impls.C_WHEEL not in figures["implementations"]["run"]:
@@ -132,15 +132,21 @@ def test_check_fired_rejects_late_duplicate_and_disordered():
         check_fired("order", Fired([0, 1], [2], [5]), due, expected)
 
 
-def test_missing_sibling_workload_is_a_clear_not_available_line(monkeypatch, capsys):
-    """A workload whose module is absent is skipped with a 'not available' line, exit 0."""
-    for name in ("lateness", "durable", "network"):
-        monkeypatch.setitem(sys.modules, f"timerwheel_c.bench.{name}", None)
+def test_unavailable_workload_is_a_clear_not_available_line(monkeypatch, capsys):
+    """A workload whose measurement raises NotAvailable is skipped with a 'not available' line, exit 0."""
+    from timerwheel_c.bench import durable, lateness, network
+    from timerwheel_c.bench.harness import NotAvailable
+
+    def unavailable(*args, **kwargs):
+        raise NotAvailable("needs something this machine lacks")
+
+    for module in (lateness, durable, network):
+        monkeypatch.setattr(module, "run", unavailable)
     status = cli.main(TINY + ["--only", "lateness,durable,network"])
     out = capsys.readouterr().out
     assert status == 0
     for name in ("lateness", "durable", "network"):
-        assert f"{name}: not available" in out
+        assert f"{name}: not available: needs something this machine lacks" in out
 
 
 def test_plot_without_matplotlib_is_a_clear_error(monkeypatch, capsys, tmp_path):
@@ -186,21 +192,15 @@ def test_scaled_sizes_shrink_counts_not_below_ten():
     assert tiny.churn_idle_ms == workloads.Sizes().churn_idle_ms
 
 
-def _fake_module(name, run):
-    import types
-
-    mod = types.ModuleType(f"timerwheel_c.bench.{name}")
-    mod.run = run
-    return mod
-
-
 def test_sibling_workloads_render_and_serialize(monkeypatch, tmp_path, capsys):
     """Lateness, durable and network figures (numpy values included) reach the tables and the JSON.
 
-    The sibling modules are replaced by fakes with the agreed contracts, so the test
+    The measurements are replaced by fakes with the agreed contracts, so the test
     checks this CLI's side only, with fixed numbers and no timing.
     """
     import numpy as np
+
+    from timerwheel_c.bench import durable, lateness, network
 
     calls = []
 
@@ -222,8 +222,8 @@ def test_sibling_workloads_render_and_serialize(monkeypatch, tmp_path, capsys):
                "early_closes": 0, "unexpected_closes": 0}
         return {"call_later": fig, "WheelScheduler": dict(fig, cpu_ns_per_request=2500)}
 
-    for name, run in (("lateness", lateness_run), ("durable", durable_run), ("network", network_run)):
-        monkeypatch.setitem(sys.modules, f"timerwheel_c.bench.{name}", _fake_module(name, run))
+    for module, run in ((lateness, lateness_run), (durable, durable_run), (network, network_run)):
+        monkeypatch.setattr(module, "run", run)
     path = tmp_path / "f.json"
     status = cli.main(TINY + ["--only", "lateness,durable,network", "--pg-dsn", "postgresql://x/y",
                               "--json", str(path)])
@@ -248,3 +248,25 @@ def test_runs_as_plain_text_without_rich(monkeypatch, capsys):
     assert status == 0
     assert "long gap:" in captured.out and "implementation" in captured.out
     assert "bench: running gap" in captured.err
+
+
+def test_json_figures_do_not_depend_on_printing(monkeypatch, tmp_path):
+    """The figures are built before any table prints: with printing disabled, --json still holds them."""
+    monkeypatch.setattr("timerwheel_c.bench.cli._print", lambda rep, figures: None)
+    path = tmp_path / "f.json"
+    assert cli.main(TINY + ["--only", "gap,memory", "--json", str(path)]) == 0
+    w = json.loads(path.read_text())["workloads"]
+    assert w["gap"]["results"] and w["memory"]["results"] and w["memory"]["timers"] > 0
+
+
+def test_one_percentile_definition():
+    """Every summary is numpy's default percentile (linear interpolation), in the samples' unit."""
+    import numpy as np
+
+    from timerwheel_c.bench.harness import summary
+
+    values = [5.0, 1.0, 3.0, 2.0, 4.0, 100.0]
+    s = summary(values)
+    assert s == {"n": 6, "min": 1.0, "p50": float(np.percentile(values, 50)),
+                 "p95": float(np.percentile(values, 95)), "p99": float(np.percentile(values, 99)), "max": 100.0}
+    assert summary([]) == {"n": 0}

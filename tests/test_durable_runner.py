@@ -1,4 +1,4 @@
-"""run_due, one test per branch (seed: mkit_server/timers mod.rs). Every test drives run_due with an
+"""run_due and its phases, one test per branch. Every test drives run_due with an
 explicit now_ms on a fresh store of each backend, so nothing depends on the wall clock or scheduling."""
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import pytest
 from timerwheel_c.durable import keys
 from timerwheel_c.durable.registry import Done, Reschedule, Retry, TimerHandler, TimerKind, TimerRegistry
 from timerwheel_c.durable import runner as runner_mod
-from timerwheel_c.durable.runner import TickBudget, backoff_ms, run_due
-from timerwheel_c.durable.store import Batch, Committed, Equals, PreconditionFailed
+from timerwheel_c.durable.runner import TickBudget, backoff_ms, claim_due, commit_outcomes, next_wake, run_due, settle
+from timerwheel_c.durable.sqlite import SQLiteStore
+from timerwheel_c.durable.store import Batch, Committed, Equals, PreconditionFailed, Store
 
 P = "timers"
 NOW = 1_700_000_000_000
@@ -243,6 +244,9 @@ class _AlwaysRaced:
     def apply(self, partition, batch):
         return PreconditionFailed(batch.guards[0].key)
 
+    def apply_many(self, partition, batches):
+        return [self.apply(partition, b) for b in batches]
+
 
 def test_next_wake_rules(store):
     """The four next-wake rules: pending with progress -> now; pending without progress -> now + 5 s;
@@ -309,3 +313,113 @@ def test_bad_arguments(store):
         run_due(store, P, reg, -1)
     with pytest.raises(ValueError, match="partition"):
         run_due(store, "", reg, NOW)
+
+
+class _MarkDone(TimerHandler):
+    """Done with one ``done/<reference>`` row."""
+
+    kind = TimerKind(1)
+
+    def fire(self, ctx, timer):
+        return Done(Batch().put(b"done/" + timer.reference, b"1"))
+
+
+def test_malformed_rows_do_not_starve_due_timers():
+    """Never lost: malformed rows are kept and counted, and they never stop well-formed due timers
+    from firing. With 600 malformed rows (kind byte 0) due before one real timer, more than one
+    tick's max_scanned (512), each is counted once and moved to the quarantine range, so the
+    timer fires. Deterministic: explicit now_ms, no threads."""
+    store = SQLiteStore(":memory:")
+    registry = TimerRegistry().register(_MarkDone())
+    b = Batch()
+    for i in range(600):
+        b.put(keys.TAG + (1).to_bytes(8, "big") + b"\x00" + i.to_bytes(4, "big"), b"")
+    b.put(keys.timer(2, 1, b"real"), b"v")
+    store.apply("p", b)
+    malformed = 0
+    for tick in range(20):
+        malformed += run_due(store, "p", registry, 1_000 + tick * 10_000).malformed
+    assert malformed == 600, "each malformed row is counted once (then quarantined)"
+    assert store.get("p", b"done/real") == b"1"
+    kept = store.scan("p", *keys.QUARANTINE_RANGE, limit=1000).entries
+    assert len(kept) == 600, "malformed rows are retained, not lost"
+
+
+class Counting(Store):
+    """Delegates to a real store and counts the round trips that write (apply and apply_many calls)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.writes = 0
+
+    def _scan(self, *a):
+        return self.inner.scan(*a)
+
+    def _get(self, *a):
+        return self.inner.get(*a)
+
+    def _partitions(self):
+        return self.inner.partitions()
+
+    def _apply(self, partition, batch):
+        return self._apply_many(partition, [batch])[0]
+
+    def _apply_many(self, partition, batches):
+        self.writes += 1
+        return self.inner.apply_many(partition, batches)
+
+
+def test_claim_due_claims_a_page_per_round_trip_before_any_fire(store):
+    """claim_due moves every due row to its attempt-1 backoff key, one apply_many per page of 64, and
+    calls no handler: the attempt is counted before fire. Deterministic (explicit now_ms)."""
+    for i in range(100):
+        schedule(store, NOW - 100 + i, reference=b"%03d" % i)
+    h = Recorder()
+    counting = Counting(store)
+    claims = claim_due(counting, P, TimerRegistry().register(h), NOW, TickBudget(1000, 1000, 1000, 60_000))
+    assert len(claims.timers) == 100 and counting.writes == 2 and h.seen == []
+    assert claims.report.scanned == 100 and claims.report.moved == 100
+    assert [c.timer.reference for c in claims.timers] == [b"%03d" % i for i in range(100)]
+    assert all(tk.attempt == 1 and tk.due_at_ms == NOW + backoff_ms(1) for tk, _ in timer_rows(store))
+
+
+def test_settle_is_pure_and_commit_outcomes_fails_only_the_failed_guard(store):
+    """settle turns outcomes into batches guarded on the claimed row (or counts a failure) without
+    touching the store; commit_outcomes commits them in one round trip, where one failed guard fails
+    only its own outcome and a re-claimed row counts as raced. Deterministic."""
+    for i in range(4):
+        schedule(store, NOW - 10 + i, reference=b"%d" % i)
+    claims = claim_due(store, P, TimerRegistry().register(Recorder()), NOW)
+    report = claims.report
+    c0, c1, c2, c3 = claims.timers
+    before = timer_rows(store)
+    settled = [
+        (c0, settle(P, c0, report, Done(Batch().put(b"effect/0", b"1")))),
+        (c1, settle(P, c1, report, Done(Batch().require(Equals(b"missing", b"x")).put(b"effect/1", b"1")))),
+        (c2, settle(P, c2, report, error=RuntimeError("boom"))),
+        (c3, settle(P, c3, report, Reschedule(NOW + 50, b"again"))),
+    ]
+    assert settled[2][1] is None and report.failed == 1 and timer_rows(store) == before
+    assert settled[0][1].guards[-1] == Equals(c0.timer.key, c0.timer.value)
+    # another runner re-claims c3's row before the commit
+    assert store.apply(P, Batch().delete(c3.timer.key)) == Committed()
+    counting = Counting(store)
+    commit_outcomes(counting, P, settled, report)
+    assert counting.writes == 1
+    assert (report.fired, report.failed, report.raced) == (1, 2, 1)
+    assert store.get(P, b"effect/0") == b"1" and store.get(P, b"effect/1") is None
+    assert store.get(P, keys.timer(NOW + 50, A, b"3")) is None
+    assert next_wake(store, P, NOW, report) == report.next_wake_ms == NOW + backoff_ms(1)
+
+
+def test_run_due_batches_claims_and_commits(store):
+    """run_due over 200 due rows with a fast handler writes in a handful of round trips, not two per
+    timer (the first chunk is one row, then pages of 64), and fires each row once."""
+    for i in range(200):
+        schedule(store, NOW - 1000 + i, reference=b"%03d" % i)
+    h = Recorder()
+    counting = Counting(store)
+    report = run_due(counting, P, TimerRegistry().register(h), NOW, TickBudget(1000, 1000, 1000, 60_000))
+    assert report.fired == 200 and len({t.reference for t in h.seen}) == 200
+    assert counting.writes <= 2 * (1 + 200 // 64 + 2)
+    assert timer_rows(store) == []

@@ -119,19 +119,19 @@ class Flaky(Store):
         self.failures = 0
         self.healed = threading.Event()
 
-    def scan(self, *a, **kw):
+    def _scan(self, *a):
         if not self.healed.is_set():
             self.failures += 1
             raise sqlite3.OperationalError("database is locked")
-        return self.inner.scan(*a, **kw)
+        return self.inner.scan(*a)
 
-    def get(self, *a):
+    def _get(self, *a):
         return self.inner.get(*a)
 
-    def apply(self, *a):
+    def _apply(self, *a):
         return self.inner.apply(*a)
 
-    def partitions(self):
+    def _partitions(self):
         return self.inner.partitions()
 
 
@@ -182,17 +182,78 @@ def test_two_services_on_one_database_fire_each_effect_once(shared_db):
     """Two services, each with its own connection to one database, serve 300 timers coming due
     while both run. Each timer's batch effect exists exactly once (an effect key per service tag, so
     a double fire would show as two keys), and every timer fired."""
-    seed = shared_db()
+    writer = shared_db()
     base = wall_ms() + 300
     for i in range(300):
-        put_timer(seed, base + i % 50, b"%03d" % i)
+        put_timer(writer, base + i % 50, b"%03d" % i)
     h1, h2 = Effect(b"one"), Effect(b"two")
     s1, s2 = shared_db(), shared_db()
     with DurableTimerService(s1, TimerRegistry().register(h1), [P]), DurableTimerService(s2, TimerRegistry().register(h2), [P]):
         deadline = time.monotonic() + LIVENESS_S
         while len(h1.fired) + len(h2.fired) < 300 and time.monotonic() < deadline:
             time.sleep(0.02)
-    effects = [k for k, _ in seed.scan(P, b"effect/", b"effect0", limit=10_000).entries]
+    effects = [k for k, _ in writer.scan(P, b"effect/", b"effect0", limit=10_000).entries]
     refs = sorted(k.split(b"/")[1] for k in effects)
     assert refs == sorted(b"%03d" % i for i in range(300))
-    assert seed.scan(P, keys.TAG, b"U").entries == []
+    assert writer.scan(P, keys.TAG, b"U").entries == []
+
+
+def test_start_after_stop_raises_promptly():
+    """The lifecycle is one-shot: ``start()`` after ``stop()`` (on a service that never started)
+    raises RuntimeError promptly, never waits on an event no thread will set. Checked from a
+    daemon thread with a 5 s bound, so a hang fails the test instead of the suite."""
+    svc = DurableTimerService(SQLiteStore(":memory:"), TimerRegistry(), ["p"])
+    svc.stop()
+    outcome = []
+
+    def go():
+        try:
+            svc.start()
+            outcome.append("started")
+        except Exception as exc:  # a clear RuntimeError is an acceptable fix
+            outcome.append(type(exc).__name__)
+        finally:
+            svc.stop()
+
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    t.join(5)
+    assert not t.is_alive(), "start() after stop() hung"
+    assert outcome == ["RuntimeError"], "the documented lifecycle is one-shot: start after stop raises"
+
+
+def test_infinite_max_sleep_never_makes_a_failing_service():
+    """Bad input gets a clear exception up front, never a broken service: ``max_sleep_s=inf``
+    is either a ValueError at construction or a service whose passes never fail (an infinite
+    sleep must not reach ``int(inf * 1e9)`` in the loop)."""
+    import logging
+    import time
+
+    records = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    handler = Collect()
+    logger = logging.getLogger("timerwheel_c.durable")
+    logger.addHandler(handler)
+    try:
+        try:
+            svc = DurableTimerService(SQLiteStore(":memory:"), TimerRegistry(), ["p"], max_sleep_s=float("inf"))
+        except ValueError:
+            return
+        with svc:
+            time.sleep(0.5)
+        assert not [r for r in records if "failed" in r], records[:3]
+    finally:
+        logger.removeHandler(handler)
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan"), 0, -1.0])
+def test_max_sleep_must_be_finite_and_positive(bad):
+    """``max_sleep_s`` must be finite and > 0 seconds: a ValueError naming the value, at construction."""
+    with pytest.raises(ValueError, match="max_sleep_s must be finite and > 0 seconds, got " + repr(bad)):
+        DurableTimerService(SQLiteStore(":memory:"), TimerRegistry(), ["p"], max_sleep_s=bad)
+    with pytest.raises(TypeError, match="max_sleep_s"):
+        DurableTimerService(SQLiteStore(":memory:"), TimerRegistry(), ["p"], max_sleep_s="5")

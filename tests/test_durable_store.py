@@ -122,6 +122,35 @@ def test_compare_and_set_is_atomic_across_threads(durable_store):
     assert durable_store.get(P, b"n") == b"400"
 
 
+def test_apply_many_guards_each_batch_on_its_own(durable_store):
+    """apply_many returns one result per batch; a failed guard fails (and writes nothing of) only its
+    own batch, in whichever position; later batches see earlier committed writes; deterministic."""
+    put_all(durable_store, [(b"a", b"1"), (b"b", b"2")])
+    batches = [
+        Batch().require(Equals(b"a", b"1")).delete(b"a").put(b"a2", b"1"),
+        Batch().require(Absent(b"b")).put(b"lost", b"x").delete(b"b"),
+        Batch().require(Equals(b"a2", b"1")).put(b"seen", b"yes"),
+        Batch().require(Equals(b"a", b"1")).put(b"lost2", b"x"),
+        Batch().put(b"plain", b"p"),
+    ]
+    assert durable_store.apply_many(P, batches) == [
+        Committed(), PreconditionFailed(b"b"), Committed(), PreconditionFailed(b"a"), Committed()]
+    rows = dict(durable_store.scan(P, b"", b"\xff", limit=100).entries)
+    assert rows == {b"a2": b"1", b"b": b"2", b"seen": b"yes", b"plain": b"p"}
+    assert durable_store.apply_many(P, []) == []
+
+
+def test_apply_many_bad_arguments(durable_store):
+    """A non-list, or a non-Batch anywhere in the list, is a TypeError naming it, and nothing is written."""
+    with pytest.raises(TypeError, match="list"):
+        durable_store.apply_many(P, Batch().put(b"k", b"v"))
+    with pytest.raises(TypeError, match="'nope'"):
+        durable_store.apply_many(P, [Batch().put(b"k", b"v"), "nope"])
+    with pytest.raises(ValueError, match="non-empty"):
+        durable_store.apply_many("", [])
+    assert durable_store.get(P, b"k") is None
+
+
 def test_bad_arguments(durable_store):
     """Wrong types are TypeErrors and bad values ValueErrors, naming the value."""
     with pytest.raises(TypeError, match="partition"):

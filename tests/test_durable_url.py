@@ -49,3 +49,172 @@ def test_postgresql_url_opens_a_postgres_store():
     with open_store(os.environ["TIMERWHEEL_C_TEST_PG_DSN"]) as s:
         assert isinstance(s, PostgresStore) and s.table == "timerwheel_kv"
         s.partitions()
+
+
+# -- the password of a store URL never reaches an output --------------------------------------
+
+PASSWORD = "Zq7-pa55word-Xk"
+
+
+@pytest.mark.parametrize("url, shown", [
+    (f"postgresql://app:{PASSWORD}@db.example:5432/timers", "postgresql://app:***@db.example:5432/timers"),
+    (f"postgres://app:{PASSWORD}@db.example/timers?sslmode=require",
+     "postgres://app:***@db.example/timers?sslmode=require"),
+    (f"postgresql://db.example/timers?user=app&password={PASSWORD}&sslmode=require",
+     "postgresql://db.example/timers?user=app&password=***&sslmode=require"),
+    (f"host=db.example user=app password={PASSWORD} dbname=timers", "host=db.example user=app password=*** dbname=timers"),
+    (f"host=db.example password='{PASSWORD} x' dbname=timers", "host=db.example password=*** dbname=timers"),
+    ("postgresql://app:p%40ss@db.example/timers", "postgresql://app:***@db.example/timers"),
+    ("postgresql://app@db.example:5432/timers", "postgresql://app@db.example:5432/timers"),
+    ("sqlite:////var/lib/timers.db", "sqlite:////var/lib/timers.db"),
+])
+def test_redact_masks_the_password_and_keeps_the_rest(url, shown):
+    """A URL's userinfo password, a ``password=`` query parameter and a keyword/value password
+    are masked; user, host, port, database and options stay, so the line still says where."""
+    from timerwheel_c.durable.url import redact
+
+    assert redact(url) == shown
+
+
+def test_redact_masks_a_password_quoted_verbatim_in_any_text():
+    """A driver message quoting the password alone (not as a URL) is masked too, raw and
+    percent-decoded, given the URL it came from."""
+    from timerwheel_c.durable.url import redact
+
+    url = "postgresql://app:p%40ss-Q9@db.example/timers"
+    message = 'connection failed near "p@ss-Q9" and "p%40ss-Q9"'
+    assert redact(message, url) == 'connection failed near "***" and "***"'
+    assert redact("nothing secret", None) == "nothing secret"
+
+
+def test_unsupported_store_url_error_masks_the_password():
+    """open_store's ValueError names the URL with its password masked."""
+    with pytest.raises(ValueError, match=r"mysql://app:\*\*\*@db") as exc:
+        open_store(f"mysql://app:{PASSWORD}@db/timers")
+    assert PASSWORD not in str(exc.value)
+
+
+def test_redacting_filter_masks_messages_and_tracebacks(caplog):
+    """A log record whose message, arguments or traceback quote the URL is masked before any handler formats it."""
+    import logging
+
+    from timerwheel_c.durable.url import RedactingFilter
+
+    url = f"postgresql://app:{PASSWORD}@db/timers"
+    log = logging.getLogger("timerwheel_c.test_redaction")
+    caplog.handler.addFilter(RedactingFilter(url))
+    with caplog.at_level(logging.DEBUG, logger=log.name):
+        log.info("serving %s", url)
+        try:
+            raise RuntimeError(f"cannot reach {PASSWORD}")
+        except RuntimeError:
+            log.exception("pass failed")
+    assert "serving postgresql://app:***@db/timers" in caplog.text
+    assert "cannot reach ***" in caplog.text
+    assert PASSWORD not in caplog.text
+
+
+def _with_password(dsn: str) -> str:
+    """``dsn`` (a postgresql:// URL) with PASSWORD as its password (trust auth ignores it)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(dsn)
+    netloc = f"{parts.username or 'postgres'}:{PASSWORD}@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _assert_no_password(*outputs) -> None:
+    for output in outputs:
+        text = output if isinstance(output, str) else output.decode(errors="replace")
+        assert PASSWORD not in text, text[-2000:]
+
+
+def _cli(*args) -> list:
+    import sys
+
+    return [sys.executable, "-m", "timerwheel_c", *args]
+
+
+def test_run_cli_never_prints_the_password_of_an_unreachable_store(tmp_path):
+    """``timerwheel-c run --log-level DEBUG`` on a PostgreSQL URL with a password and a closed
+    port exits 2 with one line naming the masked URL; no output holds the password."""
+    import subprocess
+
+    pytest.importorskip("psycopg")
+    url = f"postgresql://app:{PASSWORD}@127.0.0.1:{_free_port()}/timers?connect_timeout=5"
+    out = subprocess.run(_cli("run", "--store", url, "--handlers", "m:r", "--log-level", "DEBUG"),
+                         cwd=tmp_path, capture_output=True, timeout=60)
+    assert out.returncode == 2, out.stderr
+    assert b"cannot open store 'postgresql://app:***@127.0.0.1:" in out.stderr  # the failure arose
+    _assert_no_password(out.stdout, out.stderr)
+
+
+@pytest.mark.skipif(not os.environ.get("TIMERWHEEL_C_TEST_PG_DSN"), reason="no TIMERWHEEL_C_TEST_PG_DSN")
+def test_run_cli_never_logs_the_password_while_serving(tmp_path):
+    """``timerwheel-c run --log-level DEBUG`` serving a real PostgreSQL store from a URL with a
+    password logs its "serving" line with the password masked, and nothing else holds it
+    either, through to a clean stop on SIGTERM."""
+    import signal
+    import subprocess
+    import time
+    from pathlib import Path
+
+    pytest.importorskip("psycopg")
+    url = _with_password(os.environ["TIMERWHEEL_C_TEST_PG_DSN"])
+    handlers = Path(__file__).resolve().parent
+    env = dict(os.environ, PYTHONPATH=str(handlers))
+    err_path, out_path = tmp_path / "stderr", tmp_path / "stdout"
+    with open(err_path, "wb") as err, open(out_path, "wb") as out:
+        proc = subprocess.Popen(_cli("run", "--store", url, "--handlers", "durable_handlers:registry",
+                                     "--partition", "redaction", "--log-level", "DEBUG"),
+                                cwd=tmp_path, env=env, stdout=out, stderr=err)
+        try:
+            deadline = time.monotonic() + 30
+            while b"serving" not in err_path.read_bytes() and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert b"serving postgresql://" in err_path.read_bytes(), err_path.read_bytes()  # the situation arose
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(30) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert b":***@" in err_path.read_bytes()
+    _assert_no_password(out_path.read_bytes(), err_path.read_bytes())
+
+
+@pytest.mark.parametrize("reachable", [False, True], ids=["unreachable", "reachable"])
+def test_bench_never_prints_or_writes_the_pg_dsn_password(tmp_path, reachable):
+    """``timerwheel-c bench --only durable --pg-dsn URL`` with a password: on a closed port (the
+    workload fails, with a traceback) and on the real server (it succeeds), neither stdout,
+    stderr nor the ``--json`` file holds the password; the JSON records the masked DSN."""
+    import json
+    import subprocess
+
+    pytest.importorskip("psycopg")
+    if reachable:
+        if not os.environ.get("TIMERWHEEL_C_TEST_PG_DSN"):
+            pytest.skip("no TIMERWHEEL_C_TEST_PG_DSN")
+        dsn = _with_password(os.environ["TIMERWHEEL_C_TEST_PG_DSN"])
+    else:
+        dsn = f"postgresql://app:{PASSWORD}@127.0.0.1:{_free_port()}/timers?connect_timeout=5"
+    path = tmp_path / "figures.json"
+    out = subprocess.run(_cli("bench", "--only", "durable", "--pg-dsn", dsn, "--scale", "0.002", "--repeat", "1",
+                              "--plain", "--json", str(path)),
+                         cwd=tmp_path, capture_output=True, timeout=300)
+    figures = json.loads(path.read_text())
+    if reachable:
+        assert out.returncode == 0, out.stderr
+        assert "postgres" in figures["workloads"]["durable"]["results"]
+    else:
+        assert out.returncode == 1 and "durable" in figures["failed"], out.stderr  # the failure arose
+    assert ":***@" in figures["config"]["pg_dsn"]
+    _assert_no_password(out.stdout, out.stderr, path.read_text())

@@ -1,12 +1,17 @@
-"""ReleaseTimer properties (issue 3), against the C core and the pure twin via ``release_impl``.
+"""ReleaseTimer and Deadline properties, against the C core and the pure twin via ``release_impl``.
 
 Timing tests only assert what holds on a loaded 2-core machine: a deadline is released
 and never before its ``at_ns``, and things happen within liveness bounds of seconds.
-Lateness numbers live in ``bench/bench_lateness.py``.
+Lateness numbers live in the bench (``timerwheel-c bench --only lateness``).
 """
 from __future__ import annotations
 
+import copy
 import gc
+import pickle
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 
@@ -350,3 +355,72 @@ def test_c_release_needs_no_gil():
             sys.setswitchinterval(old)
         assert seen["done"]
         assert d.at_ns <= d.released_at_ns <= seen["spin_end_ns"]
+
+
+@pytest.mark.parametrize("op", ["done", "wait", "released_at_ns", "repr"])
+def test_deadline_made_by_new_raises_and_never_crashes(release_impl, op, tmp_path):
+    """A Deadline made by ``Deadline.__new__`` (bypassing arm()) raises a Python exception, never
+    crashes the interpreter: ``__new__`` itself raises TypeError, so the op runs on ``d = None``
+    and raises too. Run in a subprocess, so a segfault would fail this one test only."""
+    code = textwrap.dedent(f"""
+        import importlib
+        m = importlib.import_module({release_impl.__name__!r})
+        d = None
+        try:
+            d = m.Deadline.__new__(m.Deadline)
+        except TypeError:
+            pass
+        try:
+            {{"done": lambda: d.done(), "wait": lambda: d.wait(0.01),
+              "released_at_ns": lambda: d.released_at_ns, "repr": lambda: repr(d)}}[{op!r}]()
+        except Exception:
+            pass
+        # the pure twin's bare object has no slots set: its __del__ must not complain either
+        d = None
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 0, f"exit {proc.returncode}: {proc.stderr[-500:]}"
+    assert "Exception ignored" not in proc.stderr, proc.stderr[-500:]
+
+
+def test_deadline_cannot_be_constructed_directly(release_impl):
+    """A Deadline comes only from ``arm``/``arm_ns``: ``Deadline.__new__(Deadline)`` and
+    ``Deadline()`` raise TypeError naming the factory, so no Deadline with an unset slot exists.
+    Pure logic, no timing: cannot flake."""
+    for make in (lambda: release_impl.Deadline.__new__(release_impl.Deadline), release_impl.Deadline,
+                 lambda: release_impl.Deadline(None, -1, 0, 0, 0)):
+        with pytest.raises(TypeError, match="ReleaseTimer.arm"):
+            make()
+
+
+def test_copy_and_pickle_are_refused_and_the_original_is_still_released(release_impl):
+    """Never lost: a Deadline still referenced is released. ``copy.copy(d)``, ``copy.deepcopy(d)``
+    and pickling must not make a second owner of d's slot whose garbage collection abandons it:
+    they raise TypeError, and d is then still released. Cannot flake: the deadline is 50 ms out
+    and the wait allows 10 s."""
+    with release_impl.ReleaseTimer() as rt:
+        d = rt.arm(time.monotonic() + 0.05)
+        for dup in (copy.copy, copy.deepcopy, pickle.dumps):
+            with pytest.raises(TypeError, match="cannot be copied or pickled"):
+                dup(d)
+        gc.collect()
+        assert d.wait(10) is True
+        assert d.done()
+        assert d.released_at_ns >= d.at_ns
+
+
+def test_huge_int_arguments_get_the_documented_errors(release_impl):
+    """Out-of-range input gets the documented exception, never OverflowError from ``float()``:
+    ``arm(2**1024)`` and ``arm(-2**1024)`` are "out of the int64 ns range" (ValueError naming the
+    value); ``wait(timeout=-2**1024)`` is a timeout <= 0 (a poll returning False). Cannot flake:
+    the deadline is 60 s out and every call returns at once."""
+    from fractions import Fraction
+
+    with release_impl.ReleaseTimer() as rt:
+        for at in (2**1024, -(2**1024), Fraction(2**1100, 3)):
+            with pytest.raises(ValueError, match="out of the int64 nanosecond range"):
+                rt.arm(at)
+        d = rt.arm(time.monotonic() + 60)
+        assert d.wait(timeout=-(2**1024)) is False
+        assert d.wait(timeout=Fraction(-(2**1100), 3)) is False
+        assert not d.done()

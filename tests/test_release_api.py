@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -20,7 +22,8 @@ LIVENESS_S = 10.0
 
 
 def test_exports():
-    """The package exports the issue-3 API, from one core for both classes."""
+    """The package exports the release-timer API (ReleaseTimer, Deadline, arm_at, sleep,
+    sleep_until), from one core for both classes."""
     assert timerwheel_c.Deadline.__module__ == timerwheel_c.ReleaseTimer.__module__
     assert issubclass(timerwheel_c.ReleaseTimerClosed, RuntimeError)
     assert timerwheel_c.pure.ReleaseTimer is not None
@@ -174,3 +177,82 @@ def test_fork_child_with_core_timer(release_impl):
         _run_in_child(checks)
         d = rt.arm_ns(time.monotonic_ns() + 2_000_000)
         assert d.wait(LIVENESS_S) and not d_far.done()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_forked_child_reads_deadlines_while_a_parent_thread_holds_the_lock():
+    """Fork safety: in a forked child, reading a parent's deadline (``released_at_ns``, ``done()``,
+    ``repr``) and ``rt.pending()`` must not block on a lock some parent thread held at fork time
+    (the release thread holds it most of the time). Both cores guard these reads with a fork
+    epoch; this test reaches into the pure twin's ``core.lock`` to hold it across the fork.
+    Deterministic: a helper thread holds the lock across the fork; the child is killed by an
+    alarm after 5 s if it hangs."""
+    from timerwheel_c.pure import release as release_impl
+
+    rt = release_impl.ReleaseTimer()
+    try:
+        d = rt.arm(time.monotonic() + 60)
+        lock = rt._core.lock
+        held, go = threading.Event(), threading.Event()
+
+        def holder():
+            with lock:
+                held.set()
+                go.wait()
+
+        threading.Thread(target=holder, daemon=True).start()
+        assert held.wait(5)
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - child
+            import signal
+            signal.alarm(5)
+            try:
+                _ = d.released_at_ns
+                rt.pending()
+                d.done()
+                repr(d)
+                os._exit(0)
+            except BaseException:
+                os._exit(3)
+        go.set()
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, "child hung (-14 = SIGALRM) or raised (3)"
+    finally:
+        rt.close()
+
+
+def test_sleep_accepts_any_real_delay():
+    """``timerwheel_c.sleep(delay)`` is "like asyncio.sleep": every ``numbers.Real`` delay that
+    asyncio.sleep accepts (``np.int64(0)``, ``np.float32(0.001)``, ``Fraction(1, 1000)``,
+    ``False``) sleeps and returns ``result``. Each sleep is at most 1 ms; the 5 s bound is
+    liveness only."""
+    import asyncio
+    from fractions import Fraction
+
+    import numpy as np
+
+    import timerwheel_c
+
+    async def main():
+        for delay in (np.int64(0), np.float32(0.001), Fraction(1, 1000), np.float64(0.001), False):
+            assert await asyncio.wait_for(timerwheel_c.sleep(delay, result="r"), 5) == "r"
+
+    asyncio.run(main())
+
+
+def test_sleep_rejects_bad_delays_naming_the_delay():
+    """``timerwheel_c.sleep`` raises TypeError for a non-real delay and ValueError naming the
+    *delay* (not the computed deadline) for NaN, +infinity and delays beyond the int64 ns range,
+    including ints too large for a float. Nothing is armed: cannot flake."""
+    import asyncio
+
+    import timerwheel_c
+
+    async def main():
+        with pytest.raises(TypeError, match="delay must be a real number"):
+            await timerwheel_c.sleep("1")
+        for delay in (float("nan"), float("inf"), 1e300, 2**1024):
+            with pytest.raises(ValueError, match="^" + re.escape(f"delay={delay!r} s ")):
+                await timerwheel_c.sleep(delay)
+
+    asyncio.run(main())

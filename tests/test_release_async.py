@@ -8,6 +8,9 @@ Assertions are "released, never early, within a liveness bound of seconds".
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 
@@ -210,3 +213,21 @@ def test_loop_reuse_after_closed_loop(release_impl):
 
     with release_impl.ReleaseTimer() as rt:
         assert all(_run(asyncio.new_event_loop, once(rt)) for _ in range(20))
+
+
+@pytest.mark.c_extension
+def test_channel_made_by_new_raises_and_never_crashes(tmp_path):
+    """The C core's private ``_Channel`` made by ``_Channel.__new__`` (no timer, NULL Chan) raises
+    TypeError, so ``_helper_main`` can never dereference NULL. Run in a subprocess, so a segfault
+    would fail this one test only. No timing: cannot flake."""
+    code = textwrap.dedent("""
+        import timerwheel_c._release as m
+        try:
+            c = m._Channel.__new__(m._Channel)
+        except TypeError as e:
+            assert "_channel_for" in str(e), e
+        else:
+            c._helper_main()
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 0, f"exit {proc.returncode}: {proc.stderr[-500:]}"

@@ -19,10 +19,25 @@ def test_run_contract():
     assert [d for d, _ in calls] == sorted(d for d, _ in calls)
 
 
-def test_percentiles_and_bad_args():
-    """percentiles() is nearest-rank on ns; bad sample counts and delays are ValueErrors."""
-    assert lateness.percentiles(list(range(1, 101))) == {"p50": 50, "p95": 95, "p99": 99, "max": 100}
+def test_bad_args_are_value_errors():
+    """Bad sample counts and delays are ValueErrors naming the argument."""
     with pytest.raises(ValueError, match="samples"):
         lateness.run(samples=0)
     with pytest.raises(ValueError, match="delay_ms"):
         lateness.run(samples=1, delay_ms=0)
+
+
+def test_pure_run_leaves_the_compiled_series_out(tmp_path):
+    """With TIMERWHEEL_C_NO_EXTENSIONS=1 the one selection picks the pure cores, and the lateness
+    bench follows it: no compiled series, even where the extension is built."""
+    import os
+    import subprocess
+    import sys
+
+    code = "from timerwheel_c.bench import lateness; print(sorted(lateness.run(samples=1, delay_ms=0.5)))"
+    env = {**os.environ, "TIMERWHEEL_C_NO_EXTENSIONS": "1"}
+    env.pop("TIMERWHEEL_C_REQUIRE_EXTENSIONS", None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    assert "ReleaseTimer (pure)" in out
+    assert "(c)" not in out

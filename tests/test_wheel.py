@@ -1,9 +1,14 @@
-"""TimerWheel behaviour, one named test per numbered point of issue 2, against both cores.
+"""TimerWheel behaviour against both cores: schedule, advance, fire order, cancel, reschedule,
+counts, next_fire_ms, range checks, memory, the batch calls, and Python code (a foreign
+``__index__``, the garbage collector) running inside a call.
 
 All times are integer ms on a virtual clock the test drives, so no test depends on the machine's speed.
 """
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 import time
 
 import numpy as np
@@ -12,7 +17,7 @@ import pytest
 MAX_DUE_MS = 2**62
 
 
-def test_01_schedule_clamps_delay_and_returns_positive_id(wheel_impl):
+def test_schedule_clamps_delay_and_returns_positive_id(wheel_impl):
     """schedule: due at now + after_ms, after_ms <= 0 clamped to 1 (next tick, never the current one),
     any token in [0, 2**64), positive int ids. Pure virtual time: deterministic."""
     tw = wheel_impl.TimerWheel(now_ms=1000)
@@ -25,7 +30,7 @@ def test_01_schedule_clamps_delay_and_returns_positive_id(wheel_impl):
     assert tw.advance(1003) == [9]
 
 
-def test_02_advance_fires_each_due_timer_once_and_never_early(wheel_impl):
+def test_advance_fires_each_due_timer_once_and_never_early(wheel_impl):
     """advance: every timer fires exactly once, at the first advance at or after its due time, and
     never before; covers slot wrap, exact multiples of 512, multi-rotation delays, many rotations
     and coarse 1800 ms steps. Deterministic: every (delay, step) pair is enumerated."""
@@ -58,7 +63,7 @@ def test_02_advance_fires_each_due_timer_once_and_never_early(wheel_impl):
             assert len(tw) == 0
 
 
-def test_02_advance_fires_at_exact_tick_when_stepping_by_one(wheel_impl):
+def test_advance_fires_at_exact_tick_when_stepping_by_one(wheel_impl):
     """With 1 ms steps a timer fires exactly on its due tick, across a wrap and a rotation multiple."""
     tw = wheel_impl.TimerWheel(now_ms=500)
     expect = {}
@@ -72,7 +77,7 @@ def test_02_advance_fires_at_exact_tick_when_stepping_by_one(wheel_impl):
     assert seen == expect
 
 
-def test_03_fire_order_by_due_then_arming_order(wheel_impl):
+def test_fire_order_by_due_then_arming_order(wheel_impl):
     """Within one call tokens come out by non-decreasing due time, ties in arming order
     (schedule or reschedule call order), including overflow levels and a long jump."""
     tw = wheel_impl.TimerWheel(now_ms=3)
@@ -99,7 +104,7 @@ def test_03_fire_order_by_due_then_arming_order(wheel_impl):
     assert fired == [4, 3, 1, 2, 6, 5]
 
 
-def test_04_long_gap_cost_follows_timers_not_gap(wheel_impl):
+def test_long_gap_cost_follows_timers_not_gap(wheel_impl):
     """Advancing 10**12 ms over 1000 timers completes (a tick-by-tick walk would never finish) and
     fires all of them in due order. The liveness bound of 30 s is generous on any loaded machine;
     the speed itself is measured in the benchmark, not asserted here."""
@@ -114,7 +119,7 @@ def test_04_long_gap_cost_follows_timers_not_gap(wheel_impl):
     assert [dues[k] for k in fired] == sorted(dues)
 
 
-def test_05_cancel_true_once_and_stale_ids_never_cancel_later_timers(wheel_impl):
+def test_cancel_true_once_and_stale_ids_never_cancel_later_timers(wheel_impl):
     """cancel is True exactly once for a pending timer; False after fire, after cancel, for ids never
     issued and any other int; a stale id never cancels a later timer reusing its entry."""
     tw = wheel_impl.TimerWheel(now_ms=0)
@@ -142,7 +147,7 @@ def test_05_cancel_true_once_and_stale_ids_never_cancel_later_timers(wheel_impl)
     assert len(tw) == 2 and tw.cancel(keep) and tw.cancel(live)
 
 
-def test_06_reschedule_moves_pending_timer_keeping_id_and_token(wheel_impl):
+def test_reschedule_moves_pending_timer_keeping_id_and_token(wheel_impl):
     """reschedule moves a pending timer to now + after_ms (earlier or later) keeping id and token;
     False for a timer that is not pending."""
     tw = wheel_impl.TimerWheel(now_ms=0)
@@ -159,7 +164,7 @@ def test_06_reschedule_moves_pending_timer_keeping_id_and_token(wheel_impl):
     assert tw.reschedule(-3, 5) is False and tw.reschedule(2**70, 5) is False
 
 
-def test_07_counts_track_pending_timers(wheel_impl):
+def test_counts_track_pending_timers(wheel_impl):
     """active_count() and len() count scheduled timers neither fired nor cancelled."""
     tw = wheel_impl.TimerWheel(now_ms=0)
     ids = [tw.schedule(d, d) for d in range(1, 101)]
@@ -174,7 +179,7 @@ def test_07_counts_track_pending_timers(wheel_impl):
     assert len(tw) == 0
 
 
-def test_08_next_fire_ms_exact_for_one_timer_and_never_late(wheel_impl):
+def test_next_fire_ms_exact_for_one_timer_and_never_late(wheel_impl):
     """next_fire_ms: now + 2**32 when idle; exactly T for one pending timer at any distance; never
     later than the true earliest, also after cancels of the earliest timer; O(levels) cost."""
     tw = wheel_impl.TimerWheel(now_ms=123)
@@ -203,7 +208,7 @@ def test_08_next_fire_ms_exact_for_one_timer_and_never_late(wheel_impl):
     assert tw.now_ms() == 123 + 30_000
 
 
-def test_09_time_never_goes_backwards(wheel_impl):
+def test_time_never_goes_backwards(wheel_impl):
     """advance(t < now) raises ValueError naming t and leaves the wheel unchanged; advance(now) is a no-op."""
     tw = wheel_impl.TimerWheel(now_ms=1000)
     tw.schedule(1, 5)
@@ -214,7 +219,7 @@ def test_09_time_never_goes_backwards(wheel_impl):
     assert tw.advance(1001) == [5]
 
 
-def test_10_out_of_range_and_wrong_types_raise(wheel_impl):
+def test_out_of_range_and_wrong_types_raise(wheel_impl):
     """Tokens outside [0, 2**64) and due times beyond 2**62 raise ValueError naming the value;
     bool, float, str and None raise TypeError; numpy integer scalars are ints. Nothing is armed."""
     tw = wheel_impl.TimerWheel(now_ms=10)
@@ -259,7 +264,7 @@ def test_10_out_of_range_and_wrong_types_raise(wheel_impl):
         wheel_impl.TimerWheel(now_ms=1.0)
 
 
-def test_11_cancel_frees_entry_at_once(wheel_impl):
+def test_cancel_frees_entry_at_once(wheel_impl):
     """A cancelled timer's entry is reused by the next schedule: live entries never exceed pending
     timers, so the footprint after churn equals the footprint of the live set."""
     tw = wheel_impl.TimerWheel(now_ms=0)
@@ -273,7 +278,7 @@ def test_11_cancel_frees_entry_at_once(wheel_impl):
     assert len(tw) == 1000
 
 
-def test_12_batch_calls_match_scalar_semantics(wheel_impl):
+def test_batch_calls_match_scalar_semantics(wheel_impl):
     """schedule_many/cancel_many/advance_array: same ids, tokens and order as the scalar calls;
     uint64 arrays out; mismatched lengths or bad values raise and schedule nothing."""
     delays = np.array([5, 0, -3, 512, 513, 30_000, 5], dtype=np.int64)
@@ -312,7 +317,7 @@ def test_12_batch_calls_match_scalar_semantics(wheel_impl):
     assert a.schedule_many(np.array([], dtype=np.int64), np.array([], dtype=np.uint64)).shape == (0,)
 
 
-def test_12_batch_calls_take_python_int_lists_exactly(wheel_impl):
+def test_batch_calls_take_python_int_lists_exactly(wheel_impl):
     """Lists of Python ints beyond int64 (which numpy alone reads as float64 or object) are taken
     exactly, never rounded; a list no 64-bit type holds, or holding a float, raises naming the
     values and schedules nothing. Deterministic."""
@@ -330,7 +335,7 @@ def test_12_batch_calls_take_python_int_lists_exactly(wheel_impl):
     assert len(tw) == 0
 
 
-def test_12_advance_array_large_then_small_batches_match_advance(wheel_impl):
+def test_advance_array_large_then_small_batches_match_advance(wheel_impl):
     """advance_array over a batch larger than the C core's kept scratch (4096 tokens), then small
     and empty ones, returns exactly what advance returns, as fresh writable uint64 arrays. The
     sizes are asserted first, so the large case cannot pass vacuously; the clock is virtual."""
@@ -353,8 +358,8 @@ def test_12_advance_array_large_then_small_batches_match_advance(wheel_impl):
     assert (results[0] == first).all()
 
 
-def test_11_memory_flat_under_10m_churn_cycles(wheel_impl):
-    """Issue 2 point 11 at its own scale for C (10 million schedule/cancel cycles over 100k live timers,
+def test_memory_flat_under_10m_churn_cycles(wheel_impl):
+    """Memory stays flat under churn, at full scale for C (10 million schedule/cancel cycles over 100k live timers,
     through the batch calls, plus 1M scalar cycles), scaled to 300k cycles over 10k for the pure twin:
     the wheel's byte count ends where it was with the live set alone, and the process RSS does not
     grow by more than the 100 MB a leak of even 10 bytes per cycle would cost. Virtual time only."""
@@ -381,7 +386,7 @@ def test_11_memory_flat_under_10m_churn_cycles(wheel_impl):
     assert proc.memory_info().rss - rss0 < 100 * 2**20
 
 
-def test_10_foreign_index_runs_before_the_wheel_is_touched(wheel_impl):
+def test_foreign_index_runs_before_the_wheel_is_touched(wheel_impl):
     """An argument's __index__ may call back into the wheel (advance, cancel); every conversion runs
     before the wheel is read, so the timer is armed from the wheel's time after the callback and
     a timer cancelled by the callback is reported not pending. Deterministic: no clock involved."""
@@ -405,3 +410,163 @@ def test_10_foreign_index_runs_before_the_wheel_is_touched(wheel_impl):
 
     assert tw.reschedule(victim, Cancelling()) is False
     assert len(tw) == 0 and tw.advance(10_000) == []
+
+
+# -- Python code running inside a call, and the range edges -------------------------------
+
+
+def _python_code_inside_a_call(module_name, tmp_path, call):
+    """No memory corruption and no lost timers when Python code schedules on the wheel *during* a
+    call that fills C memory from the wheel's state: the garbage collector's (a finalizer, weakref
+    callback or gc.callbacks) inside ``advance`` (it allocates the result list), or a foreign
+    ``__index__`` converting ``advance_array``'s ``now_ms``. A core that sized its output buffer
+    before such an allocation would write the timers the GC code scheduled past the buffer's end.
+    Property checked
+    in a subprocess: every timer is either returned or still pending. Deterministic: the hook only
+    acts once inside the call (for the GC, some trial's collection lands there: the trials shift
+    the gen-0 count's phase), and the test asserts that it did."""
+    code = textwrap.dedent(f"""
+        import gc, os, importlib
+        m = importlib.import_module({module_name!r})
+        w = m.TimerWheel(0)
+        w.schedule(1, 0)
+        total = 1
+        inside, hits = [False], []
+        def hook():
+            global total
+            if inside[0] and not hits:
+                hits.append(1)
+                for i in range(20000):
+                    w.schedule(1, 7)
+                total += 20000
+        def cb(phase, info):
+            if phase == "start":
+                hook()
+        class Now:
+            def __init__(self, ms):
+                self.ms = ms
+            def __index__(self):
+                hook()
+                return self.ms
+        gc.callbacks.append(cb)
+        gc.set_threshold(1, 1, 1)
+        gc.collect()   # start from a zero gen-0 count whatever the imports left
+        fired = 0
+        for trial in range(5000):
+            # Shifts the gen-0 count's phase from trial to trial (frees decrement it), so some
+            # trial's collection starts inside the call.
+            pad = []
+            for _ in range(trial % 3):
+                pad.append([])
+            inside[0] = True
+            out = {call}
+            inside[0] = False
+            del pad
+            fired += len(out)
+            if hits:
+                break
+            w.schedule(1, 0); total += 1
+        gc.set_threshold(700, 10, 10)
+        gc.callbacks.remove(cb)
+        fired += len(w.advance(w.now_ms() + 5))
+        print(bool(hits), fired, len(w), total, flush=True)
+        os._exit(0)   # skip teardown: a corrupted heap may hang it
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-500:]
+    hit, fired, pending, total = proc.stdout.split()
+    assert hit == "True", "no Python code ran inside the call: the test proved nothing"
+    assert int(fired) + int(pending) == int(total)
+    assert int(pending) == 0
+
+
+@pytest.mark.parametrize("call", [
+    "w.advance_array(Now(w.now_ms() + 5))",
+    "w.advance(w.now_ms() + 5)",
+    "w.advance(Now(w.now_ms() + 5), [])",
+])
+def test_timers_scheduled_from_python_code_inside_a_call_are_never_lost(tmp_path, call):
+    """The compiled core under the property of ``_python_code_inside_a_call``, for each call that
+    hands out fired tokens (the pure twin holds it: it has no C buffer)."""
+    pytest.importorskip("timerwheel_c._wheel")
+    _python_code_inside_a_call("timerwheel_c._wheel", tmp_path, call)
+
+
+def test_schedule_many_rechecks_due_times_after_gc_advances_the_wheel(wheel_impl):
+    """No timer is ever armed beyond 2**62 ms, even when the GC's Python code (here a gc callback)
+    advances the wheel to near 2**62 while ``schedule_many`` converts its arrays (after its range
+    check read ``now_ms``): the batch raises ValueError and arms nothing, or arms timers that the
+    final ``advance(2**62)`` fires. Deterministic: the callback acts once, inside the call
+    (asserted), and with a gen-0 threshold of 1 the call's allocations always start a collection."""
+    import gc
+
+    w = wheel_impl.TimerWheel(0)
+    inside, hits = [False], []
+
+    def cb(phase, info):
+        if phase == "start" and inside[0] and not hits:
+            hits.append(1)
+            w.advance(MAX_DUE_MS - 10)
+
+    delays = np.array([100, 5], dtype=np.int64)
+    tokens = np.array([1, 2], dtype=np.uint64)
+    gc.callbacks.append(cb)
+    old = gc.get_threshold()
+    gc.set_threshold(1, 1, 1)
+    try:
+        inside[0] = True
+        try:
+            w.schedule_many(delays, tokens)
+        except ValueError:
+            pass
+        inside[0] = False
+    finally:
+        gc.set_threshold(*old)
+        gc.callbacks.remove(cb)
+    assert hits, "no collection ran inside schedule_many: the test proved nothing"
+    w.advance(MAX_DUE_MS)
+    assert len(w) == 0
+
+
+def test_due_error_names_the_clamped_due_time(wheel_impl):
+    """The ValueError for a due time beyond 2**62 ms names the real due time: at now_ms == 2**62 a
+    delay of 0 is clamped to 1, so the due time is 2**62 + 1 (not now + after_ms == 2**62, which
+    would be in range). Deterministic: pure arithmetic."""
+    w = wheel_impl.TimerWheel(now_ms=MAX_DUE_MS)
+    for call in (lambda: w.schedule(0, 1), lambda: w.schedule_many(np.array([0]), np.array([1]))):
+        with pytest.raises(ValueError, match=f"due time {MAX_DUE_MS + 1} ms"):
+            call()
+    assert len(w) == 0
+
+
+def test_schedule_many_refuses_a_clamped_due_time_beyond_the_maximum(wheel_impl):
+    """Out-of-range input gets an exception in the batch call as in the scalar one: at
+    now_ms == 2**62, a delay of 0 is clamped to 1, so the due time 2**62 + 1 is beyond any
+    advance; ``schedule_many([0, -5], ...)`` raises ValueError and schedules nothing, rather
+    than arming timers that would stay pending forever."""
+    w = wheel_impl.TimerWheel(now_ms=MAX_DUE_MS)
+    with pytest.raises(ValueError):
+        w.schedule(0, 1)
+    with pytest.raises(ValueError):
+        w.schedule_many(np.array([0, -5], dtype=np.int64), np.array([1, 2], dtype=np.uint64))
+    assert len(w) == 0
+
+
+def test_schedule_many_accepts_list_of_valid_u64_tokens(wheel_impl):
+    """``tokens`` is any int in [0, 2**64), in a list as in an array: ``[1, 2**63]``, which numpy
+    alone would turn into float64 (losing precision), schedules both, like the scalar calls, and
+    fires them unchanged."""
+    w = wheel_impl.TimerWheel(0)
+    ids = w.schedule_many(5, [1, 2**63])
+    assert len(ids) == 2
+    assert [int(t) for t in w.advance_array(5)] == [1, 2**63]
+
+
+def test_reinit_of_a_wheel_in_use_raises_and_keeps_its_timers(wheel_impl):
+    """Never lost, and the twins behave the same: calling ``__init__`` again on a wheel holding
+    a pending timer raises RuntimeError, and the timer still fires."""
+    w = wheel_impl.TimerWheel(0)
+    w.schedule(10, 1)
+    with pytest.raises(RuntimeError):
+        w.__init__(5)
+    assert w.advance(100) == [1]

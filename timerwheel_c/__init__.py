@@ -10,17 +10,18 @@
 ``IMPLEMENTATION`` says which cores this process uses: ``"c"`` or ``"pure"``
 (see :mod:`timerwheel_c._impl` for the rule).
 """
+import importlib
+from typing import Any
+
 from . import _impl
+from .errors import ReleaseTimerClosed
+from .process_timer import arm_at, release_timer_started, sleep, sleep_until
 
-# The wheel (issue 2).
 TimerWheel = _impl.load("wheel").TimerWheel
+ReleaseTimer = _impl.load("release").ReleaseTimer
+Deadline = _impl.load("release").Deadline
 
-# The release timer (issue 3).
-_release_core = _impl.load("release")
-ReleaseTimer, Deadline = _release_core.ReleaseTimer, _release_core.Deadline
-from .errors import ReleaseTimerClosed  # noqa: E402
-from .release import arm_at, release_timer_started, sleep, sleep_until  # noqa: E402
-
+# Read after every core is loaded: a fallback of any of them makes it "pure".
 IMPLEMENTATION = _impl.IMPLEMENTATION
 
 __all__ = [
@@ -35,3 +36,11 @@ __all__ = [
     "sleep_until",
 ]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    # ``timerwheel_c.pure`` after a plain ``import timerwheel_c``, as the docs use it, without
+    # importing the twins into every process (PEP 562).
+    if name == "pure":
+        return importlib.import_module(".pure", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

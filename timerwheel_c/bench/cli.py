@@ -4,8 +4,11 @@ In one process and one run it times the C wheel, its pure twin, asyncio's timer
 heap, heapq with lazy deletion, uvloop (when installed) and an empty compiled
 method (the floor) over the same seeded workloads; checks every implementation's
 fired set against the model; prints one table per workload with ratios against the
-C wheel, the machine's facts and issue 2's targets. Figures are the bench thread's
-CPU time per operation, the median of ``--repeat`` runs after one warm-up run.
+C wheel, the machine's facts and the churn targets (a C re-arm at most 1.5x an empty
+compiled method; at least 10x faster than the pure twin and 20x faster than asyncio's
+cancel + call_later). Timer figures are the bench thread's CPU time per operation,
+the median of ``--repeat`` runs after one warm-up run. ``--only`` runs a subset
+(``--only lateness``, ``--only durable --pg-dsn URL``, ``--only network``).
 Exit status: 0 on success, 1 if a workload failed, 2 for a usage error, 3 if an
 implementation fired a wrong set.
 """
@@ -13,22 +16,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import time
 import traceback
 
 from .. import _impl
-from . import external, tables, workloads
-from .harness import FiredMismatch
+from ..durable.url import log_to_stderr, redact
+from . import plot, suite, tables
+from .harness import FiredMismatch, NotAvailable
 from .impls import available
-from .memory import memory
+from .machine import facts
 from .report import Reporter
 from .workloads import Sizes
 
 __all__ = ["WORKLOADS", "add_parser", "run"]
 
-TIMER_WORKLOADS = ("churn", "expiry", "rto", "gap")
-WORKLOADS = TIMER_WORKLOADS + ("memory", "lateness", "durable", "network")
+WORKLOADS = tuple(w.name for w in suite.WORKLOADS)
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -72,9 +76,9 @@ def _positive_int(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the selected workloads, print the tables, write ``--json`` and ``--plot``; return the exit status."""
-    from . import plot
-
+    """Measure the selected workloads, then print the tables and write ``--json`` and ``--plot``
+    from the same figures; return the exit status."""
+    log_to_stderr(logging.WARNING, args.pg_dsn)
     if args.plot:
         try:
             plot.require()
@@ -92,41 +96,12 @@ def run(args: argparse.Namespace) -> int:
     sizes = Sizes.quick() if args.quick else Sizes()
     if args.scale != 1.0:
         sizes = sizes.scaled(args.scale)
-    repeats = args.repeat
     impls, missing = available()
-    from .machine import facts
-
-    figures: dict = {
-        "machine": facts(),
-        "config": {"mode": "quick" if args.quick else "default", "repeats": repeats, "warmup_runs": 1,
-                   "seed": args.seed, "scale": args.scale, "workloads": args.only, "sizes": dict(sizes.__dict__),
-                   "spread": "min-max over the repeats", "clock": "time.thread_time_ns (CPU time of the bench thread)"},
-        "implementations": {"run": [i.name for i in impls], "missing": missing},
-        "workloads": {}, "skipped": {}, "failed": {}, "targets": {},
-    }
-    results: dict = {}
-    status = 0
-    started = time.perf_counter()
-    with Reporter(use_rich=not args.plain, show_progress=not args.no_progress) as rep:
-        for name in args.only:
-            t0 = time.perf_counter()
-            try:
-                results[name] = _run_one(name, impls, sizes, repeats, args, rep)
-                figures["config"].setdefault("elapsed_s_per_workload", {})[name] = round(time.perf_counter() - t0, 1)
-            except FiredMismatch as exc:
-                figures["failed"][name] = f"fired set mismatch: {exc}"
-                status = 3
-                break
-            except external.NotAvailable as exc:
-                figures["skipped"][name] = str(exc)
-            except Exception as exc:  # a sibling workload failing must not hide the others' figures
-                figures["failed"][name] = f"{type(exc).__name__}: {exc}"
-                figures.setdefault("tracebacks", {})[name] = traceback.format_exc()
-                print(figures["tracebacks"][name], file=sys.stderr)
-                status = max(status, 1)
-    figures["config"]["elapsed_s"] = round(time.perf_counter() - started, 1)
+    ctx = suite.Context(impls, sizes, args.repeat, args.seed, args.pg_dsn)
+    figures, status = _measure(ctx, args)
+    figures["implementations"] = {"run": [i.name for i in impls], "missing": missing}
     out = Reporter(use_rich=not args.plain, show_progress=False)
-    _print(out, figures, results, missing)
+    _print(out, figures)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(figures, f, indent=1, default=_json_default)
@@ -135,6 +110,45 @@ def run(args: argparse.Namespace) -> int:
         for path in plot.draw(args.plot, figures):
             out.line(f"chart written to {path}")
     return status
+
+
+def _measure(ctx: suite.Context, args: argparse.Namespace) -> tuple[dict, int]:
+    """Run every selected workload; return the figures (what ``--json`` writes) and the exit status."""
+    figures: dict = {
+        "machine": facts(),
+        "config": {"mode": "quick" if args.quick else "default", "repeats": ctx.repeats, "warmup_runs": 1,
+                   "seed": ctx.seed, "scale": args.scale, "workloads": args.only,
+                   "pg_dsn": None if ctx.pg_dsn is None else redact(ctx.pg_dsn),
+                   "sizes": dict(ctx.sizes.__dict__), "spread": "min-max over the repeats",
+                   "percentiles": "numpy.percentile, linear interpolation",
+                   "clock": "time.thread_time_ns (CPU time of the bench thread)",
+                   "elapsed_s_per_workload": {}},
+        "workloads": {}, "skipped": {}, "failed": {}, "targets": {},
+    }
+    status = 0
+    started = time.perf_counter()
+    with Reporter(use_rich=not args.plain, show_progress=not args.no_progress) as rep:
+        for name in args.only:
+            workload = suite.BY_NAME[name]
+            t0 = time.perf_counter()
+            try:
+                bar = rep.task(name, workload.steps(ctx))
+                figures["workloads"][name] = workload.measure(ctx, bar)
+                figures["config"]["elapsed_s_per_workload"][name] = round(time.perf_counter() - t0, 1)
+            except FiredMismatch as exc:  # names implementations and tokens only: nothing to redact
+                figures["failed"][name] = f"fired set mismatch: {exc}"
+                status = 3
+                break
+            except NotAvailable as exc:
+                figures["skipped"][name] = redact(str(exc), ctx.pg_dsn)
+            except Exception as exc:  # a sibling workload failing must not hide the others' figures
+                figures["failed"][name] = redact(f"{type(exc).__name__}: {exc}", ctx.pg_dsn)
+                figures.setdefault("tracebacks", {})[name] = redact(traceback.format_exc(), ctx.pg_dsn)
+                print(figures["tracebacks"][name], file=sys.stderr)
+                status = max(status, 1)
+    figures["config"]["elapsed_s"] = round(time.perf_counter() - started, 1)
+    figures["targets"] = suite.targets(figures["workloads"])
+    return figures, status
 
 
 def _json_default(value):
@@ -146,35 +160,15 @@ def _json_default(value):
     raise TypeError(f"not JSON serializable: {type(value).__name__}")
 
 
-def _run_one(name: str, impls, sizes: Sizes, repeats: int, args, rep: Reporter):
-    if name in TIMER_WORKLOADS:
-        bar = rep.task(name, workloads.steps(name, impls, repeats))
-        return getattr(workloads, name)(impls, sizes, repeats, args.seed, bar)
-    if name == "memory":
-        return memory(impls, sizes.memory_timers, args.seed, rep.task(name, sum(not i.floor for i in impls)))
-    bar = rep.task(name, external.progress_total(name, sizes, args.pg_dsn))
-    if name == "lateness":
-        return external.lateness(sizes.lateness_samples, bar)
-    if name == "durable":
-        return external.durable(sizes.durable_timers, args.pg_dsn, bar)
-    return external.network(sizes.network_connections, sizes.network_seconds, bar)
-
-
-def _print(rep: Reporter, figures: dict, results: dict, missing: dict) -> None:
+def _print(rep: Reporter, figures: dict) -> None:
+    """Every table, from the figures alone."""
     tables.machine_table(rep, figures["machine"], {
         "mode": figures["config"]["mode"], "repeats (after 1 warm-up)": figures["config"]["repeats"],
         "seed": figures["config"]["seed"], "elapsed s": figures["config"]["elapsed_s"]})
-    for name, reason in missing.items():
+    for name, reason in figures["implementations"]["missing"].items():
         rep.line(f"{name}: not available: {reason}", "yellow")
-    for name, result in results.items():
-        if name in TIMER_WORKLOADS:
-            tables.timer_table(rep, result)
-            figures["workloads"][name] = result.to_json()
-        else:
-            getattr(tables, f"{name}_table")(rep, *((result, figures["config"]["sizes"]["memory_timers"])
-                                                   if name == "memory" else (result,)))
-            figures["workloads"][name] = {"results": result}
-    figures["targets"] = tables.targets(results.get("churn"))
+    for name, workload_figures in figures["workloads"].items():
+        suite.BY_NAME[name].table(rep, workload_figures)
     if figures["targets"]:
         tables.targets_table(rep, figures["targets"])
     for name, reason in figures["skipped"].items():

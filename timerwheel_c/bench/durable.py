@@ -50,19 +50,24 @@ class _CommitClock(Store):
         self.lateness_ms: list = []
         self.lock = threading.Lock()
 
-    def scan(self, *a, **kw):
-        return self.inner.scan(*a, **kw)
+    def _scan(self, *a):
+        return self.inner.scan(*a)
 
-    def get(self, *a):
+    def _get(self, *a):
         return self.inner.get(*a)
 
-    def partitions(self):
+    def _partitions(self):
         return self.inner.partitions()
 
-    def apply(self, partition, batch):
-        result = self.inner.apply(partition, batch)
-        if isinstance(result, Committed) and batch.guards:
-            committed_ns = time.time_ns()
+    def _apply(self, partition, batch):
+        return self._apply_many(partition, [batch])[0]
+
+    def _apply_many(self, partition, batches):
+        results = self.inner.apply_many(partition, batches)
+        committed_ns = time.time_ns()
+        for batch, result in zip(batches, results):
+            if not (isinstance(result, Committed) and batch.guards):
+                continue
             # The runner's Done batch deletes the claimed (backed-off) row it is guarded on.
             for key, value in batch.writes:
                 if value is None and key[:1] == keys.TAG:
@@ -70,7 +75,7 @@ class _CommitClock(Store):
                     if tk.attempt:
                         with self.lock:
                             self.lateness_ms.append(committed_ns / 1e6 - tk.original_due_at_ms)
-        return result
+        return results
 
 
 def _dispose(store: Store) -> None:

@@ -1,4 +1,4 @@
-"""Timing method and the fired-set check shared by every workload.
+"""Timing method, the one summary of samples, and the fired-set check shared by every workload.
 
 Method: each measurement builds its input state fresh (untimed), times one kernel
 on the calling thread's CPU clock (``time.thread_time_ns``), and is repeated
@@ -11,6 +11,11 @@ cyclic garbage collector is off inside a timed kernel, as in ``timeit``: that sp
 the object-heavy implementations (asyncio, heapq, the pure twin) their collections,
 so the ratios in favour of the C wheel are, if anything, understated.
 
+Every percentile the bench reports, in any unit and from any workload, comes from
+:func:`summary`: numpy's ``percentile`` with its default (linear interpolation
+between closest ranks), so two entry points never report different p99s for the
+same samples.
+
 A fast wrong answer must not win: every run's fired timers are checked against the
 model the inputs define (which token fires, at which tick, in which order), and a
 mismatch raises :class:`FiredMismatch`, which aborts the bench.
@@ -19,18 +24,35 @@ from __future__ import annotations
 
 import gc
 import hashlib
-import statistics
 from dataclasses import dataclass
 from time import thread_time_ns
 from typing import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["FiredMismatch", "Fired", "Stats", "check_fired", "repeat", "set_digest", "timed"]
+__all__ = ["FiredMismatch", "Fired", "NotAvailable", "Stats", "check_fired", "repeat", "set_digest", "summary",
+           "timed"]
 
 
 class FiredMismatch(AssertionError):
     """An implementation fired a different set of timers, at other ticks, or out of order."""
+
+
+class NotAvailable(Exception):
+    """A workload cannot run here (a missing optional dependency or server); the message says why."""
+
+
+def summary(values) -> dict:
+    """``{"n", "min", "p50", "p95", "p99", "max"}`` of ``values``, in their unit; ``{"n": 0}`` when empty.
+
+    The bench's only percentile definition: numpy's default (linear interpolation).
+    """
+    arr = np.asarray(values, dtype=np.float64)
+    if not len(arr):
+        return {"n": 0}
+    p50, p95, p99 = np.percentile(arr, [50, 95, 99])
+    return {"n": int(len(arr)), "min": float(arr.min()), "p50": float(p50), "p95": float(p95), "p99": float(p99),
+            "max": float(arr.max())}
 
 
 @dataclass
@@ -42,7 +64,7 @@ class Stats:
 
     @property
     def median(self) -> float:
-        return statistics.median(self.samples)
+        return float(np.percentile(self.samples, 50))
 
     def to_json(self) -> dict:
         q = np.percentile(self.samples, [25, 75]) if self.samples else [float("nan")] * 2

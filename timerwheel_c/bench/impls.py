@@ -29,10 +29,12 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-import importlib
 import selectors
 from dataclasses import dataclass
 from typing import Callable
+
+import timerwheel_c
+from timerwheel_c import pure
 
 __all__ = ["HeapqTimers", "Impl", "LoopDriver", "available"]
 
@@ -174,21 +176,12 @@ class Impl:
     floor: bool = False
 
 
-def _compiled_allowed() -> bool:
-    """False when the process runs pure (``TIMERWHEEL_C_NO_EXTENSIONS=1``, or no extension loaded)."""
-    import timerwheel_c
-
+def _compiled() -> bool:
+    """Whether the compiled rows run: the process's one selection (:mod:`timerwheel_c._impl`) chose C."""
     return timerwheel_c.IMPLEMENTATION == "c"
 
 
-def _wheel_impl(name: str, module: str) -> Impl | None:
-    if module.startswith("timerwheel_c._") and not _compiled_allowed():
-        return None
-    try:
-        mod = importlib.import_module(module)
-    except ImportError:
-        return None
-    cls = mod.TimerWheel
+def _wheel_impl(name: str, cls: type) -> Impl:
     return Impl(name, "wheel", lambda: cls(0), reschedule=True, batch=hasattr(cls, "schedule_many"))
 
 
@@ -207,7 +200,7 @@ def _uvloop_impl() -> Impl | None:
 
 
 def _floor_impl() -> Impl | None:
-    if not _compiled_allowed():
+    if not _compiled():
         return None
     try:
         from .. import _baseline
@@ -224,8 +217,9 @@ def available() -> tuple[list[Impl], dict[str, str]]:
     found: list[Impl] = []
     missing: dict[str, str] = {}
     candidates = [
-        (C_WHEEL, lambda: _wheel_impl(C_WHEEL, "timerwheel_c._wheel"), "timerwheel_c._wheel is not in use (IMPLEMENTATION is 'pure')"),
-        (PURE_WHEEL, lambda: _wheel_impl(PURE_WHEEL, "timerwheel_c.pure.wheel"), "timerwheel_c.pure.wheel did not import"),
+        (C_WHEEL, lambda: _wheel_impl(C_WHEEL, timerwheel_c.TimerWheel) if _compiled() else None,
+         "timerwheel_c._wheel is not in use (IMPLEMENTATION is 'pure')"),
+        (PURE_WHEEL, lambda: _wheel_impl(PURE_WHEEL, pure.TimerWheel), ""),
         (ASYNCIO, _asyncio_impl, "this asyncio has no BaseEventLoop._run_once"),
         (UVLOOP, _uvloop_impl, "uvloop is not installed (pip install 'timerwheel_c[uvloop]')"),
         (HEAPQ, lambda: Impl(HEAPQ, "wheel", HeapqTimers), ""),

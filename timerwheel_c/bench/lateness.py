@@ -1,4 +1,4 @@
-"""Lateness of 2 ms deadlines through each release path, in one run (issue 3).
+"""Lateness of 2 ms deadlines through each release path, in one run.
 
 Lateness is the time a deadline was released (or a sleeper woke) minus the deadline,
 in integer nanoseconds; it can be negative only for a path that wakes early
@@ -8,16 +8,19 @@ series shows whether a Python thread hogging the GIL delays the release (the C c
 never takes the GIL; the pure twin must). The sleep series read the clock on waking.
 
 Contract with the bench CLI: ``run()`` returns ``{series name: [lateness ns, ...]}``
-with the names in ``SERIES``; a series whose implementation is missing (no compiled
-core) is left out.
+with the names in ``SERIES``. The compiled series run only when the process's one
+selection (:mod:`timerwheel_c._impl`) chose the compiled cores: with
+``TIMERWHEEL_C_NO_EXTENSIONS=1``, or without a build, they are left out.
 """
 from __future__ import annotations
 
 import asyncio
-import importlib
 import threading
 import time
 from collections.abc import Callable
+
+import timerwheel_c
+from timerwheel_c import pure
 
 SERIES = (
     "ReleaseTimer (c)",
@@ -50,10 +53,9 @@ class _Spinner:
         self._thread.join()
 
 
-def _release_timer(module: str, n: int, delay_ns: int, tick) -> list[int]:
-    core = importlib.import_module(module)
+def _release_timer(release_timer: type, n: int, delay_ns: int, tick) -> list[int]:
     out = []
-    with core.ReleaseTimer() as rt:
+    with release_timer() as rt:
         for i in range(n + WARMUP):
             at_ns = time.monotonic_ns() + delay_ns
             d = rt.arm_ns(at_ns)
@@ -106,8 +108,6 @@ def run(
         raise ValueError(f"samples must be >= 1, got {samples!r}")
     if not delay_ms > 0:
         raise ValueError(f"delay_ms must be > 0, got {delay_ms!r}")
-    import timerwheel_c
-
     delay_ns = int(delay_ms * 1e6)
     total = samples * len(SERIES)
     done = 0
@@ -119,31 +119,18 @@ def run(
             progress(done, total)
 
     results: dict[str, list[int]] = {}
-    try:
-        importlib.import_module("timerwheel_c._release")
-        has_c = True
-    except ImportError:
-        has_c = False
-    for impl, module in (("c", "timerwheel_c._release"), ("pure", "timerwheel_c.pure.release")):
-        if impl == "c" and not has_c:
-            done += 2 * samples
-            continue
-        results[f"ReleaseTimer ({impl})"] = _release_timer(module, samples, delay_ns, tick)
+    cores = {"pure": pure.ReleaseTimer}
+    if timerwheel_c.IMPLEMENTATION == "c":
+        cores = {"c": timerwheel_c.ReleaseTimer, **cores}
+    else:
+        done += 2 * samples
+    for impl, release_timer in cores.items():
+        results[f"ReleaseTimer ({impl})"] = _release_timer(release_timer, samples, delay_ns, tick)
         with _Spinner():
-            results[f"ReleaseTimer ({impl}) + spinning thread"] = _release_timer(module, samples, delay_ns, tick)
+            results[f"ReleaseTimer ({impl}) + spinning thread"] = _release_timer(release_timer, samples, delay_ns,
+                                                                                  tick)
     results["time.sleep"] = _time_sleep(samples, delay_ns, tick)
     results["asyncio.sleep"] = _async_sleep(asyncio.sleep, samples, delay_ns, tick)
     results["timerwheel_c.sleep"] = _async_sleep(timerwheel_c.sleep, samples, delay_ns, tick)
     return {name: results[name] for name in SERIES if name in results}
 
-
-def percentiles(lateness_ns: list[int]) -> dict[str, int]:
-    """p50, p95, p99 (nearest rank) and max of lateness samples, in int ns."""
-    if not lateness_ns:
-        raise ValueError("no samples")
-    s = sorted(lateness_ns)
-
-    def rank(p: float) -> int:
-        return s[min(len(s) - 1, max(0, -(-len(s) * p // 100) - 1))]
-
-    return {"p50": rank(50), "p95": rank(95), "p99": rank(99), "max": s[-1]}

@@ -33,7 +33,7 @@ from typing import Callable, Optional
 from ..aio import WheelHandle, WheelScheduler
 from .network_server import raise_fd_limit
 
-__all__ = ["SILENT_FRACTION", "UNITS_PER_SCHEDULER", "format_table", "run", "scheduler_names"]
+__all__ = ["SILENT_FRACTION", "UNITS_PER_SCHEDULER", "run", "scheduler_names"]
 
 SILENT_FRACTION = 0.2
 CONNECT_CONCURRENCY = 200  # connects in flight at once: well under the listen backlog
@@ -335,32 +335,3 @@ def run(connections: int = 2000, seconds: float = 5.0, idle_timeout_ms: int = 20
     return {name: _run_one(_SERVER_ARGS[name], connections, seconds, idle_timeout_ms, seed, progress)
             for name in scheduler_names()}
 
-
-def _pct(values: list[float], q: float) -> float:
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q / 100.0 * len(ordered)))]
-
-
-def format_table(results: dict[str, dict]) -> str:
-    """The figures of :func:`run` as a plain-text table, with CPU ratios to ``call_later``.
-
-    "overload" counts active connections the server closed (``unexpected_closes``):
-    non-zero means the machine could not keep up, and latency and lateness show queueing.
-    """
-    head = (f"{'scheduler':<22} {'req/s':>8} {'p50 us':>8} {'p99 us':>8} {'CPU ns/req':>10} "
-            f"{'vs call_later':>13} {'idle fired/exp':>14} {'late p50/p99/max ms':>20} {'early':>5} "
-            f"{'overload':>8}")
-    lines = [head, "-" * len(head)]
-    for name, r in results.items():
-        base = results.get("uvloop call_later" if name.startswith("uvloop") else "call_later")
-        ratio = base["cpu_ns_per_request"] / r["cpu_ns_per_request"] if base else math.nan
-        late = r["idle_close_lateness_ms"]
-        lines.append(
-            f"{name:<22} {r['requests_per_s']:>8.0f} {_pct(r['latency_us'], 50):>8.0f} "
-            f"{_pct(r['latency_us'], 99):>8.0f} {r['cpu_ns_per_request']:>10.0f} {ratio:>12.2f}x "
-            f"{r['idle_closes_fired']:>6}/{r['idle_closes_expected']:<7} "
-            f"{_pct(late, 50):>6.1f}/{_pct(late, 99):>5.1f}/{max(late, default=math.nan):>6.1f} "
-            f"{r['early_closes']:>5} {r['unexpected_closes']:>8}")
-    return "\n".join(lines)

@@ -15,7 +15,7 @@ try:
 except ImportError:  # plain-text fallback, see the module docstring
     Console = None
 
-__all__ = ["Reporter", "fmt", "ratio"]
+__all__ = ["Reporter", "Task", "fmt", "ratio"]
 
 
 def fmt(value, digits: int | None = None) -> str:
@@ -44,9 +44,21 @@ def ratio(value, reference) -> str:
     return f"{value / reference:.1f}x" if value / reference < 100 else f"{value / reference:,.0f}x"
 
 
-class _Task:
-    def __init__(self, progress, task_id, name: str) -> None:
-        self._progress, self._id, self._name = progress, task_id, name
+class Task:
+    """One workload's progress bar; a no-op without rich or with ``--no-progress``.
+
+    Also the ``progress`` callable handed to a measurement: ``task(done, total)``
+    sets the bar, ``task(k)`` advances it by ``k`` units.
+    """
+
+    def __init__(self, progress, task_id) -> None:
+        self._progress, self._id = progress, task_id
+
+    def __call__(self, done: float, total: float | None = None) -> None:
+        if total is None:
+            self.advance(float(done))
+        else:
+            self.update(float(done), float(total))
 
     def step(self) -> None:
         if self._progress is not None:
@@ -87,13 +99,13 @@ class Reporter:
             self._progress.stop()
             self._progress = None
 
-    def task(self, name: str, total: float | None) -> _Task:
+    def task(self, name: str, total: float | None) -> Task:
         """A progress task of ``total`` steps (None: open-ended) for workload ``name``."""
         if self._progress is None:
             if self._show_progress:
                 print(f"bench: running {name} ...", file=sys.stderr, flush=True)
-            return _Task(None, None, name)
-        return _Task(self._progress, self._progress.add_task(name, total=total), name)
+            return Task(None, None)
+        return Task(self._progress, self._progress.add_task(name, total=total))
 
     def line(self, text: str, style: str = "") -> None:
         if self.rich:

@@ -1,4 +1,4 @@
-"""The bench's tables: one per workload, plus the machine facts and issue 2's targets.
+"""The bench's tables, each printed from one workload's figures (the same dict ``--json`` writes).
 
 Every figure is the median over the repeats; the spread beside it (±) is half the
 min-max range in % of the median (the JSON has min, max, quartiles and samples).
@@ -8,26 +8,25 @@ divided by the row's instead, so bigger still means worse).
 """
 from __future__ import annotations
 
-from .harness import Stats
-from .impls import ASYNCIO, C_WHEEL, FLOOR, PURE_WHEEL
+from .impls import C_WHEEL
 from .report import Reporter, fmt, ratio
-from .workloads import Result
 
 SPREAD_NOTE = ("ns are CPU time of the bench thread; figures are medians over the repeats; "
                "± is half the min-max range, in % of the median")
 
 __all__ = ["durable_table", "lateness_table", "machine_table", "memory_table", "network_table",
-           "targets", "targets_table", "timer_table"]
+           "targets_table", "timer_table"]
 
 
 def _median(cell):
-    return cell.median if isinstance(cell, Stats) else None
+    return cell["median_ns_per_op"] if isinstance(cell, dict) else None
 
 
 def _cell(cell) -> str:
-    if isinstance(cell, Stats):
-        half_range = (max(cell.samples) - min(cell.samples)) / 2 / cell.median if cell.median else 0.0
-        return f"{fmt(cell.median)} ±{half_range:.0%}"
+    if isinstance(cell, dict):
+        median = cell["median_ns_per_op"]
+        half_range = (cell["max_ns_per_op"] - cell["min_ns_per_op"]) / 2 / median if median else 0.0
+        return f"{fmt(median)} ±{half_range:.0%}"
     return "-" if cell is None else str(cell)
 
 
@@ -36,27 +35,29 @@ def machine_table(rep: Reporter, facts: dict, config: dict) -> None:
     rep.table("machine and run", ["fact", "value"], rows)
 
 
-def timer_table(rep: Reporter, result: Result) -> None:
+def timer_table(rep: Reporter, figures: dict) -> None:
+    """A timer workload's figures (:meth:`.workloads.Result.to_json`): ns/op per implementation and variant."""
     headers = ["implementation"]
-    for header in result.columns.values():
+    for header in figures["columns"].values():
         headers += [header, "vs C"]
-    ref = result.rows.get(C_WHEEL, {})
+    ref = figures["results"].get(C_WHEEL, {})
     rows = []
-    for impl, cells in result.rows.items():
+    for impl, cells in figures["results"].items():
         row = [impl]
-        for variant in result.columns:
+        for variant in figures["columns"]:
             cell = cells.get(variant)
             row += [_cell(cell), ratio(_median(cell), _median(ref.get(variant)))]
         rows.append(row)
-    rep.table(result.title, headers, rows, result.notes + [SPREAD_NOTE])
+    rep.table(figures["title"], headers, rows, figures["notes"] + [SPREAD_NOTE])
 
 
-def memory_table(rep: Reporter, figures: dict, n: int) -> None:
-    ref = figures.get(C_WHEEL, {}).get("bytes_per_timer")
+def memory_table(rep: Reporter, figures: dict) -> None:
+    results, n = figures["results"], figures["timers"]
+    ref = results.get(C_WHEEL, {}).get("bytes_per_timer")
     rows = [
         [impl, fmt(f["bytes_per_timer"]), f["method"], fmt(f["tracemalloc"]), fmt(f["own"]), fmt(f["rss"]),
          ratio(f["bytes_per_timer"], ref)]
-        for impl, f in figures.items()
+        for impl, f in results.items()
     ]
     rep.table(f"memory: bytes per pending timer at {n:,} timers",
               ["implementation", "bytes/timer", "method", "tracemalloc", "own (nbytes)", "RSS delta", "vs C"],
@@ -64,7 +65,8 @@ def memory_table(rep: Reporter, figures: dict, n: int) -> None:
                      "buffers (nbytes(): entry pool and slot tables), else the RSS delta is used"])
 
 
-def lateness_table(rep: Reporter, series: dict) -> None:
+def lateness_table(rep: Reporter, figures: dict) -> None:
+    series = figures["results"]
     rows = []
     for name, fig in series.items():
         s = fig["summary_us"]
@@ -72,27 +74,28 @@ def lateness_table(rep: Reporter, series: dict) -> None:
     notes = []
     p50 = {name: fig["summary_us"].get("p50") for name, fig in series.items()}
     if p50.get("ReleaseTimer (c)") is not None and p50.get("time.sleep") is not None:
-        notes.append(f"issue 3: C release p50 - time.sleep p50 = {p50['ReleaseTimer (c)'] - p50['time.sleep']:.1f} us "
-                     "(target within 50 us)")
+        notes.append(f"C release p50 - time.sleep p50 = {p50['ReleaseTimer (c)'] - p50['time.sleep']:.1f} us "
+                     "(target: within 50 us)")
     if p50.get("timerwheel_c.sleep") is not None and p50.get("asyncio.sleep"):
-        notes.append(f"issue 3: timerwheel_c.sleep p50 / asyncio.sleep p50 = "
-                     f"{p50['timerwheel_c.sleep'] / p50['asyncio.sleep']:.2f} (target at most 0.5)")
-    rep.table("lateness of 2 ms deadlines (us after the deadline)",
+        notes.append(f"timerwheel_c.sleep p50 / asyncio.sleep p50 = "
+                     f"{p50['timerwheel_c.sleep'] / p50['asyncio.sleep']:.2f} (target: at most 0.5)")
+    rep.table(f"lateness of {figures['delay_ms']:g} ms deadlines (us after the deadline)",
               ["series", "n", "p50 us", "p95 us", "p99 us", "max us"], rows, notes)
 
 
-def durable_table(rep: Reporter, stores: dict) -> None:
+def durable_table(rep: Reporter, figures: dict) -> None:
     rows = []
-    for store, fig in stores.items():
+    for store, fig in figures["results"].items():
         s = fig["lateness_summary_ms"]
         rows.append([store, fmt(fig.get("fired_per_s")), str(s.get("n", 0))]
                     + [fmt(s.get(k)) for k in ("p50", "p99", "max")])
     rep.table("durable: no-op handler, fired timers per second and due-to-committed lateness",
               ["store", "fired/s", "n", "lateness p50 ms", "p99 ms", "max ms"], rows,
-              ["issue 4 targets: at least 5,000 fired/s, p99 lateness at most 20 ms"])
+              ["targets: at least 5,000 fired/s, p99 lateness at most 20 ms"])
 
 
-def network_table(rep: Reporter, runs: dict) -> None:
+def network_table(rep: Reporter, figures: dict) -> None:
+    runs = figures["results"]
     rows = []
     for name, fig in runs.items():
         lat, close = fig["latency_summary_us"], fig["idle_close_lateness_summary_ms"]
@@ -112,35 +115,10 @@ def network_table(rep: Reporter, runs: dict) -> None:
                "before the timeout (must be 0); overload: active connections the server closed"])
 
 
-def targets(churn: Result | None) -> dict:
-    """Issue 2's churn targets as figures: each ``{"ratio", "target", "met"}``, ratio = cost / C's."""
-    if churn is None or C_WHEEL not in churn.rows:
-        return {}
-    c = churn.rows[C_WHEEL]
-    out = {}
-
-    def add(key, cost, ref, target, higher_is_better):
-        if isinstance(cost, Stats) and isinstance(ref, Stats):
-            value = cost.median / ref.median
-            out[key] = {"ratio": value, "target": target,
-                        "met": value >= target if higher_is_better else value <= target}
-
-    floor = churn.rows.get(FLOOR, {})
-    pure = churn.rows.get(PURE_WHEEL, {})
-    aio = churn.rows.get(ASYNCIO, {})
-    add("C reschedule / empty method", c.get("reschedule"), floor.get("reschedule"), 1.5, False)
-    add("C cancel+schedule / empty methods", c.get("cancel+schedule"), floor.get("cancel+schedule"), 1.5, False)
-    add("pure / C (reschedule)", pure.get("reschedule"), c.get("reschedule"), 10.0, True)
-    add("asyncio cancel+call_later / C reschedule", aio.get("cancel+schedule"), c.get("reschedule"), 20.0, True)
-    add("asyncio cancel+call_later / C cancel+schedule", aio.get("cancel+schedule"), c.get("cancel+schedule"),
-        20.0, True)
-    return out
-
-
 def targets_table(rep: Reporter, figures: dict) -> None:
     rows = [
         [name, f"{f['ratio']:.2f}x", ("<= " if "empty" in name else ">= ") + f"{f['target']:g}x",
          "met" if f["met"] else "NOT met"]
         for name, f in figures.items()
     ]
-    rep.table("issue 2 targets (churn medians)", ["ratio", "measured", "target", ""], rows)
+    rep.table("targets (churn medians)", ["ratio", "measured", "target", ""], rows)

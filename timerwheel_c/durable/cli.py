@@ -12,16 +12,15 @@ Store errors after startup never end the process: the service logs them and retr
 """
 from __future__ import annotations
 
-import argparse
 import importlib
 import logging
-import re
 import signal
 import sqlite3
 import sys
 import threading
 
 from .registry import TimerRegistry
+from .url import log_to_stderr, redact
 
 log = logging.getLogger("timerwheel_c.durable")
 
@@ -69,18 +68,13 @@ def _store_errors() -> tuple:
     return tuple(errors)
 
 
-def _redacted(url: str) -> str:
-    """``url`` with any password replaced by ``***``, fit for an error line."""
-    return re.sub(r"^([a-z]+://[^:@/]*):[^@/]*@", r"\1:***@", url)
-
-
 def run(args) -> int:
     """Run the service until SIGINT/SIGTERM; 0 on a clean stop, 2 on a bad argument or a store
     that cannot be opened (see the module docstring)."""
     from .service import DurableTimerService
     from .url import open_store
 
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log_to_stderr(args.log_level, args.store)
     for partition in args.partitions or ():
         if partition == "":
             print(f"timerwheel-c run: --partition must be a non-empty name, got {partition!r}", file=sys.stderr)
@@ -88,11 +82,12 @@ def run(args) -> int:
     try:
         store = open_store(args.store)
     except (ValueError, ImportError) as exc:
-        print(f"timerwheel-c run: {exc}", file=sys.stderr)
+        print(f"timerwheel-c run: {redact(str(exc), args.store)}", file=sys.stderr)
         return 2
     except _store_errors() as exc:
         first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        print(f"timerwheel-c run: cannot open store {_redacted(args.store)!r}: {first_line}", file=sys.stderr)
+        print(f"timerwheel-c run: cannot open store {redact(args.store)!r}: {redact(first_line, args.store)}",
+              file=sys.stderr)
         return 2
     try:
         registry = load_registry(args.handlers)
@@ -109,7 +104,8 @@ def run(args) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, on_signal)
     with store, DurableTimerService(store, registry, args.partitions):
-        log.info("serving %s partitions %s with kinds %s", args.store, args.partitions or "all", registry.kinds())
+        log.info("serving %s partitions %s with kinds %s", redact(args.store), args.partitions or "all",
+                 registry.kinds())
         # Short waits keep the main thread returning to the interpreter, where signal handlers run.
         while not stop.wait(0.2):
             pass

@@ -1,4 +1,4 @@
-"""Encoding of durable timer rows as ordered store keys (seed: mkit_server/timers mod.rs).
+"""Encoding of durable timer rows as ordered store keys, and the :class:`TimerKind` they carry.
 
 Every timer row lives in the *timer space* of a partition: keys that begin with the
 tag byte ``b"T"`` (0x54). Two layouts share that space; both put the *effective* due
@@ -11,7 +11,7 @@ together, in due order::
                      | original due_at_ms u64 BE | reference
 
 - ``due_at_ms`` / ``retry_at_ms``: 0 .. 2**64-1, Unix epoch milliseconds.
-- ``kind``: 1..255 (0 is never written; see :class:`timerwheel_c.durable.registry.TimerKind`).
+- ``kind``: 1..255 (0 is never written; see :class:`TimerKind`).
 - The variant byte (0x00 / 0x01) sits after the kind, not in the tag, because a tag per
   variant would split the space in two ranges and break the single due-order scan.
 - ``attempt``: 1.. (a scheduled row is attempt 0); saturates at 2**32-1.
@@ -34,8 +34,6 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from .registry import TimerKind
-
 __all__ = [
     "MAX_ATTEMPT",
     "MAX_DUE_MS",
@@ -44,7 +42,9 @@ __all__ = [
     "QUARANTINE_RANGE",
     "QUARANTINE_TAG",
     "TimerKey",
+    "TimerKind",
     "backoff",
+    "check_uint",
     "due_range",
     "well_formed_head",
     "future_range",
@@ -63,6 +63,40 @@ MAX_ATTEMPT = 2**32 - 1
 _END = b"U"  # the first key after the timer space: TAG + 1
 QUARANTINE_TAG = b"Q"
 QUARANTINE_RANGE = (QUARANTINE_TAG, b"R")  # (start, end) of the quarantine space: tag, tag + 1
+
+
+class TimerKind:
+    """A timer kind, 1..255. Kind 0 is invalid; 0xF0..0xFE are reserved for tests and
+    0xFF for :mod:`timerwheel_c.durable.sleep`.
+
+    Raises:
+        TypeError: ``n`` is not an int.
+        ValueError: ``n`` is outside 1..255.
+    """
+
+    __slots__ = ("_n",)
+
+    def __init__(self, n: "int | TimerKind"):
+        if isinstance(n, TimerKind):
+            n = n.get()
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise TypeError(f"a timer kind must be an int, got {type(n).__name__} {n!r}")
+        if not 1 <= n <= 255:
+            raise ValueError(f"a timer kind must be in 1..255 (0 is invalid), got {n}")
+        self._n = n
+
+    def get(self) -> int:
+        """The kind number, 1..255."""
+        return self._n
+
+    def __eq__(self, other):
+        return isinstance(other, TimerKind) and other._n == self._n
+
+    def __hash__(self):
+        return hash(self._n)
+
+    def __repr__(self):
+        return f"TimerKind({self._n})"
 
 
 class MalformedKey(ValueError):
@@ -89,7 +123,13 @@ class TimerKey:
     original_due_at_ms: int
 
 
-def _check_u(name: str, value: object, top: int) -> int:
+def check_uint(name: str, value: object, top: int) -> int:
+    """Return ``value`` if it is an int (not a bool) in ``0..top``.
+
+    Raises:
+        TypeError: not an int, naming ``name`` and the value.
+        ValueError: outside ``0..top``, naming ``name`` and the value.
+    """
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
     if not 0 <= value <= top:
@@ -102,7 +142,7 @@ def _check_kind(kind: object) -> int:
         kind = kind.get()
     elif isinstance(kind, bool) or not isinstance(kind, int):
         raise TypeError(f"kind must be a TimerKind or an int 1..255, got {type(kind).__name__} {kind!r}")
-    _check_u("kind", kind, 255)
+    check_uint("kind", kind, 255)
     if kind == 0:
         raise ValueError("kind 0 is invalid (kinds are 1..255)")
     return kind
@@ -126,7 +166,7 @@ def timer(due_at_ms: int, kind, reference: bytes) -> bytes:
         TypeError: a non-int time or kind, a non-bytes reference.
         ValueError: a time or kind out of range, kind 0.
     """
-    head = _HEAD.pack(_check_u("due_at_ms", due_at_ms, MAX_DUE_MS), _check_kind(kind), _SCHEDULED)
+    head = _HEAD.pack(check_uint("due_at_ms", due_at_ms, MAX_DUE_MS), _check_kind(kind), _SCHEDULED)
     return TAG + head + _check_reference(reference)
 
 
@@ -135,10 +175,10 @@ def backoff(retry_at_ms: int, kind, attempt: int, original_due_at_ms: int, refer
 
     Raises the same errors as :func:`timer`; ``attempt`` 0 is a ValueError (that is a scheduled row).
     """
-    if _check_u("attempt", attempt, MAX_ATTEMPT) == 0:
+    if check_uint("attempt", attempt, MAX_ATTEMPT) == 0:
         raise ValueError("attempt must be >= 1 for a backed-off row, got 0")
-    head = _HEAD.pack(_check_u("retry_at_ms", retry_at_ms, MAX_DUE_MS), _check_kind(kind), _BACKED_OFF)
-    tail = _RETRY.pack(attempt, _check_u("original_due_at_ms", original_due_at_ms, MAX_DUE_MS))
+    head = _HEAD.pack(check_uint("retry_at_ms", retry_at_ms, MAX_DUE_MS), _check_kind(kind), _BACKED_OFF)
+    tail = _RETRY.pack(attempt, check_uint("original_due_at_ms", original_due_at_ms, MAX_DUE_MS))
     return TAG + head + tail + _check_reference(reference)
 
 
@@ -194,7 +234,7 @@ def well_formed_head(key: bytes) -> bool:
 
 def due_range(now_ms: int) -> tuple[bytes, bytes]:
     """``(start, end)`` covering every timer-space key whose effective due time is <= ``now_ms``."""
-    _check_u("now_ms", now_ms, MAX_DUE_MS)
+    check_uint("now_ms", now_ms, MAX_DUE_MS)
     end = TAG + struct.pack(">Q", now_ms + 1) if now_ms < MAX_DUE_MS else _END
     return TAG, end
 

@@ -11,10 +11,12 @@ workers, so :class:`PgListener` treats its connection as disposable:
 
 - It waits for notifications in slices of ``_SLICE_S`` and, after ``_PROBE_S`` without one,
   runs ``SELECT 1`` so a half-open socket is found, not waited on forever.
+- Once its ``LISTEN`` is in place it calls back once unconditionally: a write committed
+  before that (while the first connection was being opened, or during an outage) sent a
+  notification nobody received, so the runner must do a full pass.
 - On any connection error (a restart, ``pg_terminate_backend``, a network drop) it
-  reconnects with backoff (50 ms doubling to 5 s), ``LISTEN``s again, and then calls back
-  once unconditionally: notifications sent while it was away are lost, so the runner
-  must do a full pass.
+  reconnects with backoff (50 ms doubling to 5 s) and ``LISTEN``s again, calling back
+  as above.
 """
 from __future__ import annotations
 
@@ -38,15 +40,18 @@ _RECONNECT_S = (0.05, 5.0)
 
 
 class PgListener(Watcher):
-    """``LISTEN`` on ``channel`` through its own connection; ``callback()`` on each notification
+    """``LISTEN`` on ``channel`` through its own autocommit connection, opened by ``connect()``
+    (which raises ``psycopg.Error`` without quoting a password); ``callback()`` on each notification
     and after each reconnect (see the module docstring).
 
     Counters: ``reconnects`` (connections opened after a lost one). ``connected`` is an Event
-    set while the ``LISTEN`` is in place (tests wait on it).
+    set while the ``LISTEN`` is in place (tests wait on it). The connection's
+    ``application_name`` is ``timerwheel_c listen <channel>``, to find it in ``pg_stat_activity``.
     """
 
-    def __init__(self, dsn: str, channel: str, callback: Callable[[], None]):
-        self._dsn = dsn
+    def __init__(self, connect: Callable[[], psycopg.Connection], channel: str, callback: Callable[[], None]):
+        self._connect = connect
+        self.application_name = f"timerwheel_c listen {channel}"[:63]
         self._listen = sql.SQL("LISTEN {}").format(sql.Identifier(channel))
         self._callback = callback
         self._closing = threading.Event()
@@ -59,13 +64,14 @@ class PgListener(Watcher):
         failures = 0
         while not self._closing.is_set():
             try:
-                with psycopg.connect(self._dsn, autocommit=True, connect_timeout=5) as conn:
+                with self._connect() as conn:
+                    conn.execute("SELECT set_config('application_name', %s, false)", (self.application_name,))
                     conn.execute(self._listen)
                     self.connected.set()
                     if failures:
                         self.reconnects += 1
                         log.warning("LISTEN connection restored after %d failed attempt(s); running a full pass", failures)
-                        self._callback()
+                    self._callback()
                     failures = 0
                     self._serve(conn)
             except psycopg.Error as exc:
@@ -74,7 +80,8 @@ class PgListener(Watcher):
                     return
                 failures += 1
                 delay_s = min(_RECONNECT_S[0] * 2 ** min(failures - 1, 16), _RECONNECT_S[1])
-                log.warning("LISTEN connection lost (%s); reconnecting in %.2f s", str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__, delay_s)
+                why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                log.warning("LISTEN connection lost (%s); reconnecting in %.2f s", why, delay_s)
                 self._closing.wait(delay_s)
         self.connected.clear()
 

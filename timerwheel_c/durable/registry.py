@@ -1,4 +1,4 @@
-"""Timer kinds, handlers and the registry that maps one to the other (seed: mkit_server/timers registry.rs).
+"""Timer handlers and the registry that maps a :class:`TimerKind` to its handler.
 
 A durable timer row carries a kind (1..255) in its key; the runner looks the kind up in a
 :class:`TimerRegistry` and calls that handler's :meth:`TimerHandler.fire`. The handler
@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Union
 
+from .keys import TimerKind
 from .store import Batch, Store, check_bytes
 
 __all__ = [
@@ -32,40 +33,6 @@ __all__ = [
     "TimerKind",
     "TimerRegistry",
 ]
-
-
-class TimerKind:
-    """A timer kind, 1..255. Kind 0 is invalid; 0xF0..0xFE are reserved for tests and
-    0xFF for :mod:`timerwheel_c.durable.sleep`.
-
-    Raises:
-        TypeError: ``n`` is not an int.
-        ValueError: ``n`` is outside 1..255.
-    """
-
-    __slots__ = ("_n",)
-
-    def __init__(self, n: int):
-        if isinstance(n, TimerKind):
-            n = n.get()
-        if isinstance(n, bool) or not isinstance(n, int):
-            raise TypeError(f"a timer kind must be an int, got {type(n).__name__} {n!r}")
-        if not 1 <= n <= 255:
-            raise ValueError(f"a timer kind must be in 1..255 (0 is invalid), got {n}")
-        self._n = n
-
-    def get(self) -> int:
-        """The kind number, 1..255."""
-        return self._n
-
-    def __eq__(self, other):
-        return isinstance(other, TimerKind) and other._n == self._n
-
-    def __hash__(self):
-        return hash(self._n)
-
-    def __repr__(self):
-        return f"TimerKind({self._n})"
 
 
 @dataclass(frozen=True)
@@ -128,7 +95,7 @@ class TimerHandler:
     this kind; None for no extra cap), and implement :meth:`fire`.
     """
 
-    kind = None
+    kind: Union[TimerKind, int, None] = None
     max_per_tick: Optional[int] = None
 
     def fire(self, ctx: TimerContext, timer: DueTimer):

@@ -11,7 +11,11 @@ SQLite compares BLOBs with memcmp, then by length, which is exactly Python's byt
 - ``apply`` is ``BEGIN IMMEDIATE`` (take the write lock first, so guards are checked
   under it), check the guards, write, ``COMMIT``. That serializes guarded commits across
   processes sharing the file, which is what lets two services on one file fire each
-  timer's batch effects once.
+  timer's batch effects once. ``apply_many`` does all its batches in one such
+  transaction, each inside its own ``SAVEPOINT`` so a failed guard undoes only its batch.
+- The schema is created once, under ``BEGIN IMMEDIATE``, and its version is kept in the
+  ``timerwheel_meta`` table; a file written by a newer version raises
+  :class:`~timerwheel_c.durable.store.SchemaVersionError` on open.
 - Checkpoints run off the commit path: the store's connection disables WAL auto-checkpoint,
   and a small daemon thread with its own connection runs ``PRAGMA wal_checkpoint(PASSIVE)``
   every ``checkpoint_interval_s``. A passive checkpoint never blocks writers, so the
@@ -33,10 +37,10 @@ import sqlite3
 import threading
 from typing import Callable, Optional, Union
 
-from .store import Absent, Batch, Equals, Committed, Page, PreconditionFailed, Store, check_bytes, check_partition
+from .store import Absent, Batch, Committed, Equals, Page, PreconditionFailed, SchemaVersionError, Store
 from .watch import PollingWatcher, Watcher
 
-__all__ = ["SQLiteStore"]
+__all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
 log = logging.getLogger("timerwheel_c.durable")
 
@@ -45,7 +49,10 @@ _SCHEMA = (
     " partition TEXT NOT NULL, key BLOB NOT NULL, value BLOB NOT NULL,"
     " PRIMARY KEY (partition, key)) WITHOUT ROWID"
 )
+_META = "CREATE TABLE IF NOT EXISTS timerwheel_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)"
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
+# 1: the key-value table alone (files from before the version row); 2: the version row.
+SCHEMA_VERSION = 2
 
 
 class SQLiteStore(Store):
@@ -61,8 +68,12 @@ class SQLiteStore(Store):
             :meth:`watch`; the worst-case delay before a runner sees another process's write.
 
     Raises:
-        TypeError / ValueError: a bad argument.
-        sqlite3.Error: the database cannot be opened.
+        TypeError / ValueError: a bad argument, or a URL given as the path (use
+            :func:`timerwheel_c.durable.url.open_store` for URLs).
+        sqlite3.OperationalError: the database cannot be opened; the message names the path
+            and why (a missing directory, a directory, an unwritable place).
+        sqlite3.DatabaseError: the file is not a database.
+        SchemaVersionError: the file was written by a newer timerwheel_c.
     """
 
     def __init__(self, path, *, busy_timeout_ms: int = 5000, synchronous: str = "NORMAL",
@@ -73,23 +84,36 @@ class SQLiteStore(Store):
             raise ValueError(f"busy_timeout_ms must be an int >= 0, got {busy_timeout_ms!r}")
         if synchronous not in _SYNCHRONOUS:
             raise ValueError(f"synchronous must be one of {_SYNCHRONOUS}, got {synchronous!r}")
-        if checkpoint_interval_s is not None and not (isinstance(checkpoint_interval_s, (int, float)) and checkpoint_interval_s > 0):
+        if checkpoint_interval_s is not None and (
+                isinstance(checkpoint_interval_s, bool) or not isinstance(checkpoint_interval_s, (int, float))
+                or not checkpoint_interval_s > 0):
             raise ValueError(f"checkpoint_interval_s must be > 0 seconds or None, got {checkpoint_interval_s!r}")
         if isinstance(watch_interval_s, bool) or not (isinstance(watch_interval_s, (int, float)) and watch_interval_s > 0):
             raise ValueError(f"watch_interval_s must be > 0 seconds, got {watch_interval_s!r}")
         self.path = os.fspath(path)
+        if isinstance(self.path, bytes):
+            raise TypeError(f"path must be a str path, got bytes {self.path!r}")
+        if "://" in self.path:
+            raise ValueError(f"SQLiteStore takes a file path, not the URL {self.path!r}; open a URL with open_store()")
+        self.synchronous = synchronous
         self.watch_interval_s = float(watch_interval_s)
         self._busy_timeout_s = busy_timeout_ms / 1000
         self._lock = threading.Lock()
-        # isolation_level=None: no implicit transactions; apply() opens its own.
-        self._db = sqlite3.connect(
-            self.path, timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False
-        )
+        try:
+            # isolation_level=None: no implicit transactions; apply() opens its own.
+            self._db = sqlite3.connect(
+                self.path, timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False
+            )
+        except sqlite3.OperationalError as exc:
+            raise self._open_error(exc) from exc
         try:
             if self.path != ":memory:":
                 self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute(f"PRAGMA synchronous={synchronous}")
-            self._db.execute(_SCHEMA)
+            self._create_schema()
+        except sqlite3.OperationalError as exc:
+            self._db.close()
+            raise self._open_error(exc) from exc
         except BaseException:
             self._db.close()
             raise
@@ -103,6 +127,39 @@ class SQLiteStore(Store):
             )
             self._checkpointer.start()
 
+    def _open_error(self, exc: sqlite3.OperationalError) -> sqlite3.OperationalError:
+        """The error to raise when the file cannot be opened: it names the path and, where the
+        cause is visible from here, says it (SQLite itself only says "unable to open")."""
+        parent = os.path.dirname(os.path.abspath(self.path))
+        if os.path.isdir(self.path):
+            why = "it is a directory"
+        elif not os.path.isdir(parent):
+            why = f"its directory {parent!r} does not exist"
+        else:
+            why = str(exc)
+        return sqlite3.OperationalError(f"cannot open SQLite database {self.path!r}: {why}")
+
+    def _create_schema(self) -> None:
+        """Create or upgrade the schema under the write lock, once, even when many processes open
+        the file at the same moment; raise SchemaVersionError for a file from a newer version."""
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.execute(_SCHEMA)
+            db.execute(_META)
+            row = db.execute("SELECT value FROM timerwheel_meta WHERE name = 'schema_version'").fetchone()
+            found = int(row[0]) if row is not None else None
+            if found is not None and found > SCHEMA_VERSION:
+                raise SchemaVersionError(f"SQLite database {self.path!r}", found, SCHEMA_VERSION)
+            if found != SCHEMA_VERSION:
+                db.execute("INSERT OR REPLACE INTO timerwheel_meta (name, value) VALUES ('schema_version', ?)",
+                           (str(SCHEMA_VERSION),))
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+
     def _checkpoint_loop(self, interval_s: float, busy_timeout_ms: int) -> None:
         db = sqlite3.connect(self.path, timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False)
         try:
@@ -115,11 +172,10 @@ class SQLiteStore(Store):
             db.close()
 
     def __repr__(self):
-        return f"SQLiteStore({self.path!r})"
+        return f"SQLiteStore({self.path!r}, synchronous={self.synchronous!r})"
 
-    def scan(self, partition: str, start: bytes, end: bytes, after: Optional[bytes] = None, limit: int = 64) -> Page:
-        self.check_scan_args(partition, start, end, after, limit)
-        lower, op = (after, ">") if after is not None and after >= start else (start, ">=")
+    def _scan(self, partition: str, start: bytes, end: bytes, after: Optional[bytes], limit: int) -> Page:
+        lower, op = (start, ">=") if after is None else (after, ">")
         with self._lock:
             rows = self._db.execute(
                 f"SELECT key, value FROM timerwheel_kv WHERE partition = ? AND key {op} ? AND key < ?"
@@ -128,64 +184,47 @@ class SQLiteStore(Store):
             ).fetchall()
         return Page.from_rows(rows, limit)
 
-    def get(self, partition: str, key: bytes) -> Optional[bytes]:
-        check_partition(partition)
-        check_bytes("key", key)
+    def _get(self, partition: str, key: bytes) -> Optional[bytes]:
         with self._lock:
             row = self._db.execute(
                 "SELECT value FROM timerwheel_kv WHERE partition = ? AND key = ?", (partition, key)
             ).fetchone()
         return None if row is None else bytes(row[0])
 
-    def apply(self, partition: str, batch: Batch) -> Union[Committed, PreconditionFailed]:
-        check_partition(partition)
-        self.check_batch(batch)
-        # An Equals guard on a key whose first write is a delete (every claim and every Done of
-        # the runner) is checked by the delete itself, "DELETE ... AND value = ?", one statement
-        # instead of two; the skipped write is that first delete. Any failed guard rolls back.
-        first_is_delete: dict = {}
-        for key, value in batch.writes:
-            first_is_delete.setdefault(key, value is None)
-        consumed: dict = {}
+    def _apply(self, partition: str, batch: Batch) -> Union[Committed, PreconditionFailed]:
+        return self._apply_in_one_transaction(partition, [batch])[0]
+
+    def _apply_many(self, partition: str, batches: list) -> list:
+        return self._apply_in_one_transaction(partition, batches)
+
+    def _apply_in_one_transaction(self, partition: str, batches: list) -> list:
+        # One transaction for the whole list; with more than one batch, each runs in its own
+        # savepoint so that a failed guard rolls back that batch alone.
+        nested = len(batches) > 1
+        results: list = []
         with self._lock:
             db = self._db
             db.execute("BEGIN IMMEDIATE")
             try:
-                for guard in batch.guards:
-                    key = guard.key
-                    if key in consumed:
-                        held = not isinstance(guard, Absent) and guard.value == consumed[key]
-                    elif isinstance(guard, Equals) and first_is_delete.get(key):
-                        held = db.execute(
-                            "DELETE FROM timerwheel_kv WHERE partition = ? AND key = ? AND value = ?",
-                            (partition, key, guard.value),
-                        ).rowcount == 1
-                        if held:
-                            consumed[key] = guard.value
+                for batch in batches:
+                    if nested:
+                        db.execute("SAVEPOINT batch")
+                    failed = self._apply_one(partition, batch)
+                    if failed is None:
+                        results.append(Committed())
                     else:
-                        row = db.execute(
-                            "SELECT value FROM timerwheel_kv WHERE partition = ? AND key = ?", (partition, key)
-                        ).fetchone()
-                        held = row is None if isinstance(guard, Absent) else row is not None and row[0] == guard.value
-                    if not held:
-                        db.execute("ROLLBACK")
-                        return PreconditionFailed(key)
-                for key, value in batch.writes:
-                    if key in consumed:
-                        del consumed[key]  # its first write, the delete, is done
-                    elif value is None:
-                        db.execute("DELETE FROM timerwheel_kv WHERE partition = ? AND key = ?", (partition, key))
-                    else:
-                        db.execute(
-                            "INSERT OR REPLACE INTO timerwheel_kv (partition, key, value) VALUES (?, ?, ?)",
-                            (partition, key, value),
-                        )
+                        results.append(PreconditionFailed(failed))
+                        db.execute("ROLLBACK TO batch" if nested else "ROLLBACK")
+                        if not nested:
+                            return results
+                    if nested:
+                        db.execute("RELEASE batch")
                 db.execute("COMMIT")
             except BaseException:
                 if db.in_transaction:
                     db.execute("ROLLBACK")
                 raise
-        return Committed()
+        return results
 
     def watch(self, callback: Callable[[], None]) -> Watcher:
         """The change signal (see :meth:`Store.watch`): ``PRAGMA data_version`` on a dedicated
@@ -209,7 +248,49 @@ class SQLiteStore(Store):
 
         return PollingWatcher(changed, callback, self.watch_interval_s, name="sqlite-watcher", release=db.close)
 
-    def partitions(self) -> list:
+
+    def _apply_one(self, partition: str, batch: Batch) -> Optional[bytes]:
+        """Check ``batch``'s guards and write it inside the open transaction; return the key of
+        the first failed guard (the caller rolls back), or None once written."""
+        db = self._db
+        # An Equals guard on a key whose first write is a delete (every claim and every Done of
+        # the runner) is checked by the delete itself, "DELETE ... AND value = ?", one statement
+        # instead of two; the skipped write is that first delete.
+        first_is_delete: dict = {}
+        for key, value in batch.writes:
+            first_is_delete.setdefault(key, value is None)
+        consumed: dict = {}
+        for guard in batch.guards:
+            key = guard.key
+            if key in consumed:
+                held = not isinstance(guard, Absent) and guard.value == consumed[key]
+            elif isinstance(guard, Equals) and first_is_delete.get(key):
+                held = db.execute(
+                    "DELETE FROM timerwheel_kv WHERE partition = ? AND key = ? AND value = ?",
+                    (partition, key, guard.value),
+                ).rowcount == 1
+                if held:
+                    consumed[key] = guard.value
+            else:
+                row = db.execute(
+                    "SELECT value FROM timerwheel_kv WHERE partition = ? AND key = ?", (partition, key)
+                ).fetchone()
+                held = row is None if isinstance(guard, Absent) else row is not None and row[0] == guard.value
+            if not held:
+                return key
+        for key, value in batch.writes:
+            if key in consumed:
+                del consumed[key]  # its first write, the delete, is done
+            elif value is None:
+                db.execute("DELETE FROM timerwheel_kv WHERE partition = ? AND key = ?", (partition, key))
+            else:
+                db.execute(
+                    "INSERT OR REPLACE INTO timerwheel_kv (partition, key, value) VALUES (?, ?, ?)",
+                    (partition, key, value),
+                )
+        return None
+
+    def _partitions(self) -> list:
         with self._lock:
             rows = self._db.execute("SELECT DISTINCT partition FROM timerwheel_kv ORDER BY partition").fetchall()
         return [r[0] for r in rows]

@@ -1,13 +1,17 @@
 """The store contract: an ordered key-value store of bytes, split into partitions.
 
-A partition is named by a non-empty str and is the atomicity boundary: a :class:`Batch`
-applies to one partition, all or nothing, after its guards (:class:`Equals`,
-:class:`Absent`) hold. This is the compare-and-set that makes durable timers fire their
-batch effects at most once (seed: mkit_server/timers mod.rs; the guarded-write shape of
+A partition is named by a non-empty str and is the unit of atomicity, ordering and
+ownership: a :class:`Batch` applies to one partition, all or nothing, after its guards
+(:class:`Equals`, :class:`Absent`) hold; a runner fires one partition's timers in due
+order; and in a fleet each partition is served by one runner at a time (see
+:mod:`timerwheel_c.durable.ownership`). The guarded batch is the compare-and-set that
+makes durable timers fire their batch effects at most once (the guarded-write shape of
 etcd transactions and FoundationDB's read-conflict checks).
 
-Every backend (:class:`timerwheel_c.durable.sqlite.SQLiteStore`, later PostgreSQL)
-implements :class:`Store` and passes the one contract suite in
+Every backend (:class:`timerwheel_c.durable.sqlite.SQLiteStore`,
+:class:`timerwheel_c.durable.postgres.PostgresStore`) implements the ``_scan``, ``_get``,
+``_apply`` (and optionally ``_apply_many``) hooks of :class:`Store`, whose public methods
+validate their arguments once, and passes the one contract suite in
 ``tests/test_durable_store.py``.
 """
 from __future__ import annotations
@@ -26,6 +30,7 @@ __all__ = [
     "Guard",
     "Page",
     "PreconditionFailed",
+    "SchemaVersionError",
     "Store",
     "check_bytes",
     "check_partition",
@@ -46,6 +51,20 @@ def check_partition(partition: object) -> str:
     if not partition:
         raise ValueError("partition must be a non-empty str, got ''")
     return partition
+
+
+class SchemaVersionError(RuntimeError):
+    """The database holds a store schema newer than this version of timerwheel_c understands.
+
+    ``found`` and ``supported`` are the two schema versions (ints); the message names both.
+    """
+
+    def __init__(self, where: str, found: int, supported: int):
+        super().__init__(
+            f"{where} has store schema version {found}, newer than the version {supported} this "
+            f"timerwheel_c supports; upgrade timerwheel_c to open it")
+        self.found = found
+        self.supported = supported
 
 
 @dataclass(frozen=True)
@@ -150,9 +169,11 @@ class Store(abc.ABC):
     including from other processes sharing the backing database.
     Backend errors (``sqlite3.OperationalError`` for a locked or vanished database, a
     full disk) propagate unchanged; callers such as the service retry them.
+
+    The public methods validate their arguments, then call the backend's hooks
+    (``_scan``, ``_get``, ``_apply``, ``_apply_many``, ``_partitions``) with checked values.
     """
 
-    @abc.abstractmethod
     def scan(self, partition: str, start: bytes, end: bytes, after: Optional[bytes] = None, limit: int = 64) -> Page:
         """Entries with ``start <= key < end`` and ``key > after``, in key order, at most ``limit`` (>= 1).
 
@@ -160,27 +181,46 @@ class Store(abc.ABC):
             TypeError: non-str partition, non-bytes bounds, non-int limit.
             ValueError: empty partition, ``limit < 1``.
         """
+        check_partition(partition)
+        check_bytes("start", start)
+        check_bytes("end", end)
+        if after is not None:
+            check_bytes("after", after)
+        if isinstance(limit, bool) or not isinstance(limit, int):
+            raise TypeError(f"limit must be an int, got {type(limit).__name__} {limit!r}")
+        if limit < 1:
+            raise ValueError(f"limit must be >= 1, got {limit}")
+        # An ``after`` below ``start`` never widens the range.
+        return self._scan(partition, start, end, after if after is not None and after >= start else None, limit)
 
-    @abc.abstractmethod
     def get(self, partition: str, key: bytes) -> Optional[bytes]:
-        """The value at ``key``, or None."""
+        """The value at ``key``, or None.
 
-    @abc.abstractmethod
+        Raises:
+            TypeError / ValueError: a bad partition, a non-bytes key.
+        """
+        return self._get(check_partition(partition), check_bytes("key", key))
+
     def apply(self, partition: str, batch: Batch) -> Union[Committed, PreconditionFailed]:
         """Check ``batch``'s guards and, if all hold, apply its writes atomically.
 
         Returns :class:`Committed`, or :class:`PreconditionFailed` naming the first guard
         (in ``batch.guards`` order) that failed, in which case nothing was written.
+
+        Raises:
+            TypeError / ValueError: a bad partition, a non-Batch.
         """
+        return self._apply(check_partition(partition), _check_batch(batch))
 
     def apply_many(self, partition: str, batches: list) -> list:
         """Apply each of ``batches`` as :meth:`apply` would, each guarded on its own; return
         one :class:`Committed` or :class:`PreconditionFailed` per batch, in order.
 
         One failed guard fails only its own batch. The batches apply in order, so a later
-        batch sees the writes of the earlier committed ones. This generic version calls
-        :meth:`apply` once per batch; a backend may override it to do the whole list in
-        one round trip (one transaction) with the same per-batch results.
+        batch sees the writes of the earlier committed ones. The generic ``_apply_many``
+        calls ``_apply`` once per batch; a backend overrides it to do the whole list in one
+        round trip (one transaction) with the same per-batch results: this is how the
+        runner claims, and commits the outcomes of, many timers per round trip.
 
         Raises:
             TypeError / ValueError: a bad partition, a non-list ``batches`` or a non-Batch in it.
@@ -191,8 +231,8 @@ class Store(abc.ABC):
         if not isinstance(batches, list):
             raise TypeError(f"batches must be a list of Batch, got {type(batches).__name__} {batches!r}")
         for batch in batches:
-            self.check_batch(batch)
-        return [self.apply(partition, batch) for batch in batches]
+            _check_batch(batch)
+        return self._apply_many(partition, batches) if batches else []
 
     def watch(self, callback: Callable[[], None]) -> Watcher:
         """Start the store's change signal: ``callback()`` (no argument, on the watcher's thread)
@@ -204,11 +244,11 @@ class Store(abc.ABC):
         """
         return PollingWatcher(lambda: True, callback, GENERIC_POLL_S)
 
-    @abc.abstractmethod
     def partitions(self) -> list:
         """Names of the partitions that hold at least one key, sorted."""
+        return self._partitions()
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 -- optional: a backend without resources keeps this no-op
         """Release the backend's resources; the store is unusable afterwards."""
 
     def __enter__(self):
@@ -217,22 +257,30 @@ class Store(abc.ABC):
     def __exit__(self, *exc):
         self.close()
 
-    @staticmethod
-    def check_scan_args(partition, start, end, after, limit) -> None:
-        """Validate :meth:`scan` arguments (shared by the backends)."""
-        check_partition(partition)
-        check_bytes("start", start)
-        check_bytes("end", end)
-        if after is not None:
-            check_bytes("after", after)
-        if isinstance(limit, bool) or not isinstance(limit, int):
-            raise TypeError(f"limit must be an int, got {type(limit).__name__} {limit!r}")
-        if limit < 1:
-            raise ValueError(f"limit must be >= 1, got {limit}")
+    # -- backend hooks: arguments arrive checked -----------------------------------------
+    @abc.abstractmethod
+    def _scan(self, partition: str, start: bytes, end: bytes, after: Optional[bytes], limit: int) -> Page:
+        """:meth:`scan` with checked arguments; ``after`` is None or ``>= start``."""
 
-    @staticmethod
-    def check_batch(batch) -> Batch:
-        """Return ``batch`` if it is a :class:`Batch` (TypeError otherwise)."""
-        if not isinstance(batch, Batch):
-            raise TypeError(f"batch must be a Batch, got {type(batch).__name__} {batch!r}")
-        return batch
+    @abc.abstractmethod
+    def _get(self, partition: str, key: bytes) -> Optional[bytes]:
+        """:meth:`get` with checked arguments."""
+
+    @abc.abstractmethod
+    def _apply(self, partition: str, batch: Batch) -> Union[Committed, PreconditionFailed]:
+        """:meth:`apply` with checked arguments."""
+
+    def _apply_many(self, partition: str, batches: list) -> list:
+        """:meth:`apply_many` with checked arguments (a non-empty list): the generic fallback,
+        one ``_apply`` per batch."""
+        return [self._apply(partition, batch) for batch in batches]
+
+    @abc.abstractmethod
+    def _partitions(self) -> list:
+        """:meth:`partitions`."""
+
+
+def _check_batch(batch: object) -> Batch:
+    if not isinstance(batch, Batch):
+        raise TypeError(f"batch must be a Batch, got {type(batch).__name__} {batch!r}")
+    return batch

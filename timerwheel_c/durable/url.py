@@ -1,11 +1,98 @@
-"""Opening a store from a URL: ``sqlite:///PATH`` (as in SQLAlchemy: three slashes, then the path,
-so an absolute path gives four; ``sqlite:///:memory:`` for an in-memory database), or
-``postgresql://...`` / ``postgres://...`` (a libpq URL; needs psycopg 3, the ``postgres`` extra)."""
+"""Opening a store from a URL, and keeping the URL's password out of every output.
+
+A store URL is ``sqlite:///PATH`` (as in SQLAlchemy: three slashes, then the path, so
+an absolute path gives four; ``sqlite:///:memory:`` for an in-memory database), or
+``postgresql://...`` / ``postgres://...`` (a libpq URL or connection string; needs
+psycopg 3, the ``postgres`` extra).
+
+A PostgreSQL URL may carry a password (``postgresql://user:PASSWORD@host/db``, or
+``password=PASSWORD`` in the query or in a keyword/value connection string, see the
+PostgreSQL docs, "Connection Strings"). :func:`redact` is the one path by which a URL,
+or any text that may quote one, reaches a log line, an exception message, a ``repr``,
+or the bench's printed and JSON output; :class:`RedactingFilter` applies it to log
+records.
+"""
 from __future__ import annotations
+
+import logging
+import re
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from .store import Store
 
-__all__ = ["open_store"]
+__all__ = ["RedactingFilter", "log_to_stderr", "open_store", "redact"]
+
+MASK = "***"
+# scheme://user:PASSWORD@host: the password runs to the last "@" of the authority.
+_URL_PASSWORD = re.compile(r"(?P<keep>\b[A-Za-z][A-Za-z0-9+.-]*://[^:@/\s]*:)[^/\s]*(?=@)")
+# password=PASSWORD, in a URL query or a keyword/value string (quoted with '...' there).
+_KEYWORD_PASSWORD = re.compile(r"(?P<keep>\bpassword\s*=\s*)(?:'(?:[^'\\]|\\.)*'|[^\s&'\"]*)", re.IGNORECASE)
+
+
+def _passwords(url: str) -> set[str]:
+    """The password(s) ``url`` carries, raw and percent-decoded, to mask wherever they appear verbatim."""
+    found: set[str] = set()
+    try:
+        parts = urlsplit(url)
+        if parts.password:
+            found |= {parts.password, unquote(parts.password)}
+        found |= {v for k, v in parse_qsl(parts.query, keep_blank_values=False) if k.lower() == "password"}
+    except ValueError:  # not a URL (a keyword/value string, or a malformed one): the regexes still apply
+        pass
+    for match in _KEYWORD_PASSWORD.finditer(url):
+        value = match.group(0)[len(match.group("keep")):]
+        if value.startswith("'") and value.endswith("'") and len(value) >= 2:
+            value = re.sub(r"\\(.)", r"\1", value[1:-1])
+        found |= {value, unquote(value)}
+    return {p for p in found if p}
+
+
+def redact(text: str, *urls: str | None) -> str:
+    """``text`` with every password replaced by ``***``.
+
+    Masks the password of any URL or ``password=`` parameter that ``text`` quotes, and,
+    wherever it appears verbatim (for example inside a driver's error message), the
+    password of each of ``urls`` (the store URLs ``text`` may have come from; None is
+    skipped). ``redact(url)`` is the URL fit to print.
+    """
+    secrets: set[str] = set()
+    for url in urls:
+        if url:
+            secrets |= _passwords(url)
+    for secret in sorted(secrets, key=len, reverse=True):
+        text = text.replace(secret, MASK)
+    text = _URL_PASSWORD.sub(rf"\g<keep>{MASK}", text)
+    return _KEYWORD_PASSWORD.sub(rf"\g<keep>{MASK}", text)
+
+
+class RedactingFilter(logging.Filter):
+    """A logging filter that passes every record's message and traceback through :func:`redact`.
+
+    Install it on the handlers that may see a store URL or a driver error quoting one
+    (``timerwheel-c run`` installs it on its log handler).
+    """
+
+    def __init__(self, *urls: str | None) -> None:
+        super().__init__()
+        self._urls = urls
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg, record.args = redact(record.getMessage(), *self._urls), None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text, *self._urls)
+        if record.stack_info:
+            record.stack_info = redact(record.stack_info, *self._urls)
+        return True
+
+
+def log_to_stderr(level: int | str, *urls: str | None) -> None:
+    """Log to stderr at ``level`` (``logging.basicConfig``), every record passed through :func:`redact`
+    against ``urls``: how the command-line entry points that take a store URL or DSN set up logging."""
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(RedactingFilter(*urls))
 
 _SQLITE = "sqlite:///"
 
@@ -15,16 +102,16 @@ def open_store(url: str) -> Store:
 
     Raises:
         TypeError: ``url`` is not a str.
-        ValueError: an unsupported scheme or an empty path, naming the URL.
+        ValueError: an unsupported scheme or an empty path, naming the URL (password masked).
         ImportError: a postgresql:// URL without psycopg installed.
         sqlite3.Error / psycopg.Error: the database cannot be opened.
     """
     if not isinstance(url, str):
-        raise TypeError(f"store URL must be a str, got {type(url).__name__} {url!r}")
+        raise TypeError(f"store URL must be a str, got {type(url).__name__}")
     if url.startswith(_SQLITE):
         path = url[len(_SQLITE):]
         if not path:
-            raise ValueError(f"store URL {url!r} has no path (use sqlite:///relative.db or sqlite:////abs/path.db)")
+            raise ValueError(f"store URL {redact(url)!r} has no path (use sqlite:///relative.db or sqlite:////abs/path.db)")
         from .sqlite import SQLiteStore
 
         return SQLiteStore(path)
@@ -32,4 +119,4 @@ def open_store(url: str) -> Store:
         from .postgres import PostgresStore  # ImportError without psycopg
 
         return PostgresStore(url)
-    raise ValueError(f"unsupported store URL {url!r}: expected sqlite:///PATH or postgresql://...")
+    raise ValueError(f"unsupported store URL {redact(url)!r}: expected sqlite:///PATH or postgresql://...")

@@ -13,28 +13,32 @@ seconds on ``time.monotonic()`` (``arm``); timeouts are float seconds.
 """
 from __future__ import annotations
 
-import asyncio
 import heapq
-import math
 import os
 import threading
 import time
-from numbers import Real
 
+from .._common import (
+    BACKEND_NAMES,
+    CONDVAR,
+    FAR_AHEAD_NS,
+    SLICE_NS,
+    SWEEP_EVERY_NS,
+    SWEEP_MIN_HEAP,
+    WAIT_CHUNK_NS,
+    _await_deadline,
+    _check_at_ns,
+    _choose_backend,
+    _fallback_future,
+    _far_ahead_error,
+    _seconds_to_ns,
+    _timeout_ns,
+)
 from ..errors import ReleaseTimerClosed
 
 __all__ = ["Deadline", "ReleaseTimer", "ReleaseTimerClosed", "past_deadline"]
 
-SLICE_NS = 500_000  # the seed's sleep step: the thread re-reads the heap at least this often
-SWEEP_MIN_HEAP = 64  # sweep abandoned slots only once the heap holds more entries than this
-SWEEP_EVERY_NS = 250_000_000  # ... and at most this often
-WAIT_CHUNK_NS = 100_000_000  # blocking waits wake this often to let Ctrl-C through
-INT64_MAX = 2**63 - 1
-INT64_MIN = -(2**63)
-
 FREE, ARMED, RELEASED, ABANDONED = 0, 1, 2, 3  # slot states
-SLICE, CONDVAR = 0, 1  # backends
-BACKEND_NAMES = ("slice", "condvar")
 
 # Bumped in a forked child: a timer created under another epoch belongs to the parent,
 # whose release thread does not exist here, so the child must never touch its locks.
@@ -48,57 +52,6 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def _choose_backend(backend: str | None) -> int:
-    """The backend for ``backend``, else ``$TIMERWHEEL_C_RELEASE_TIMER``; unknown -> slice."""
-    if backend is None:
-        backend = os.environ.get("TIMERWHEEL_C_RELEASE_TIMER", "slice")
-    if not isinstance(backend, str):
-        raise TypeError(f"backend must be 'slice', 'condvar' or None, got {backend!r}")
-    return CONDVAR if backend.strip().lower() == "condvar" else SLICE
-
-
-def _check_at_ns(at_ns) -> int:
-    """``at_ns`` as an int64 of ns; TypeError for non-int or bool, ValueError out of int64."""
-    if isinstance(at_ns, bool) or not isinstance(at_ns, int):
-        raise TypeError(f"at_ns must be an int of nanoseconds on time.monotonic_ns(), got {at_ns!r}")
-    if not INT64_MIN <= at_ns <= INT64_MAX:
-        raise ValueError(f"at_ns={at_ns!r} is out of the int64 nanosecond range")
-    return at_ns
-
-
-def _seconds_to_ns(at) -> int:
-    """``at`` (float s on time.monotonic()) as int ns, rounded up so a release is never early."""
-    if isinstance(at, bool) or not isinstance(at, Real):
-        raise TypeError(f"at must be a number of seconds on time.monotonic(), got {at!r}")
-    try:
-        seconds = float(at)
-    except OverflowError:  # an int or Fraction beyond the float range
-        raise ValueError(f"at={at!r} s is out of the int64 nanosecond range") from None
-    if not math.isfinite(seconds):
-        raise ValueError(f"at={at!r} is not a finite number of seconds")
-    scaled = seconds * 1e9  # checked as a float first: 1e300 s would overflow to inf
-    if not -9.2e18 <= scaled <= 9.2e18:
-        raise ValueError(f"at={at!r} s is out of the int64 nanosecond range")
-    return math.ceil(scaled)
-
-
-def _timeout_ns(timeout) -> int:
-    """A wait timeout (float s, None = forever) as int ns; -1 means forever."""
-    if timeout is None:
-        return -1
-    if isinstance(timeout, bool) or not isinstance(timeout, Real):
-        raise TypeError(f"timeout must be a number of seconds or None, got {timeout!r}")
-    if timeout <= 0:  # compared before float(): -2**1024 would overflow it
-        return 0
-    try:
-        seconds = float(timeout)
-    except OverflowError:  # a positive int or Fraction beyond the float range: forever
-        return -1
-    if math.isnan(seconds):
-        raise ValueError(f"timeout={timeout!r} is not a number")
-    return -1 if seconds * 1e9 >= INT64_MAX / 2 else math.ceil(seconds * 1e9)
 
 
 def past_deadline(at) -> Deadline | None:
@@ -217,22 +170,9 @@ class Deadline:
             _abandon(self._rt._core, self._slot, self._gen)
 
     def __repr__(self) -> str:
-        state = "released" if self.done() else "pending"
-        return f"<Deadline at_ns={self._at_ns} {state}>"
-
-
-async def _await_deadline(d: Deadline) -> None:
-    """Await ``d`` on the running loop; raises ReleaseTimerClosed if the timer closes first."""
-    if d._slot < 0:
-        return
-    chan, key, fut = d._rt._subscribe(d, asyncio.get_running_loop())
-    if fut is None:
-        return
-    try:
-        await fut
-    except asyncio.CancelledError:
-        chan.forget(key, fut)
-        raise
+        released_at_ns = self.released_at_ns
+        state = "pending" if released_at_ns is None else f"released_at_ns={released_at_ns}"
+        return f"<Deadline at_ns={self._at_ns} {state} implementation=pure>"
 
 
 class _Channel:
@@ -482,7 +422,8 @@ class ReleaseTimer:
 
         Raises:
             TypeError: ``at`` is not a real number (or is a bool).
-            ValueError: ``at`` is NaN, infinite or out of the int64 ns range.
+            ValueError: ``at`` is NaN, infinite or out of the int64 ns range, or more than 10
+                years ahead (wall-clock seconds from ``time.time()`` by mistake).
             ReleaseTimerClosed: the timer is closed.
         """
         return self.arm_ns(_seconds_to_ns(at))
@@ -494,7 +435,8 @@ class ReleaseTimer:
 
         Raises:
             TypeError: ``at_ns`` is not an int (or is a bool).
-            ValueError: ``at_ns`` is out of the int64 range.
+            ValueError: ``at_ns`` is out of the int64 range, or more than 10 years ahead
+                (wall-clock ns from ``time.time_ns()`` by mistake).
             ReleaseTimerClosed: the timer is closed.
         """
         at_ns = _check_at_ns(at_ns)
@@ -504,6 +446,8 @@ class ReleaseTimer:
         now_ns = time.monotonic_ns()
         if at_ns <= now_ns:
             return _new_deadline(None, -1, 0, at_ns, now_ns)
+        if at_ns - now_ns > FAR_AHEAD_NS:
+            raise ValueError(_far_ahead_error(at_ns, now_ns))
         with core.lock:
             if core.closed:
                 raise ReleaseTimerClosed("arm on a closed ReleaseTimer")
@@ -545,6 +489,10 @@ class ReleaseTimer:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    def __repr__(self):
+        state = "closed" if self.closed else f"pending={self.pending()}"
+        return f"<ReleaseTimer backend={self.backend} {state} implementation=pure>"
 
     def __del__(self):
         try:
@@ -601,29 +549,3 @@ class ReleaseTimer:
         """
         with self._core.lock:
             return _release_due(self._core, _check_at_ns(now_ns))
-
-
-def _fallback_future(d: Deadline, loop):
-    """A future for ``d`` on a second loop: a helper thread waits and posts the outcome."""
-    fut = loop.create_future()
-
-    def settle(exc):
-        if not fut.done():
-            if exc is None:
-                fut.set_result(None)
-            else:
-                fut.set_exception(exc)
-
-    def helper():
-        try:
-            d.wait()
-            exc = None
-        except ReleaseTimerClosed as e:
-            exc = e
-        try:
-            loop.call_soon_threadsafe(settle, exc)
-        except RuntimeError:
-            pass
-
-    threading.Thread(target=helper, name="timerwheel_c-release-helper", daemon=True).start()
-    return fut

@@ -7,80 +7,47 @@ the same order and raises the same exceptions as the compiled core; only speed d
 """
 from __future__ import annotations
 
-import operator
+import warnings
 
 import numpy as np
 
+from .._common import (
+    _MISSING,
+    ENTRY_BYTES,
+    FIRST_JUMP_WARN_MS,
+    IDLE_HINT_MS,
+    L0_BITS,
+    L0_SLOTS,
+    LEVEL_BASE,
+    LEVEL_BITS,
+    LEVEL_SLOTS,
+    MAX_DUE_MS,
+    MAX_ENTRIES,
+    NUM_LEVELS,
+    NUM_SLOTS,
+    NUM_WORDS,
+    U64_LIMIT,
+    _as_delay,
+    _as_int,
+    _as_int_array,
+    _as_token,
+    _check_batch,
+    _due_error,
+    _first_jump_warning,
+    _missing_error,
+    level_shift,
+    pool_capacity,
+    SLOT_TABLE_BYTES,
+)
+
 __all__ = ["TimerWheel"]
 
-# Geometry: level 0 is 512 slots of 1 ms; levels 1..9 are 64 slots of 512 * 64**(level - 1) ms.
-# Slots are numbered flat: level 0 is 0..511, level l >= 1 is 448 + 64 * l + digit, so the
-# occupancy bit of flat slot f is bit f & 63 of word f >> 6 at every level.
-LEVEL_BITS = 6
-NUM_LEVELS = 10
-NUM_SLOTS = 512 + (NUM_LEVELS - 1) * 64
-NUM_WORDS = NUM_SLOTS // 64
-MAX_DUE_MS = 1 << 62
-# next_fire_ms() with nothing pending: now_ms() + 2**32.
-IDLE_HINT_MS = 1 << 32
 NIL = -1
 # loc of an entry on the free list; every other loc is a flat slot index.
 FREE = 0xFFFFFFFF
 NO_BOUND = (1 << 63) - 1
 U32 = 0xFFFFFFFF
-U64_LIMIT = 1 << 64
-# Bytes per entry of the C pool, used by nbytes() so that both cores report the same footprint.
-ENTRY_BYTES = 32
-
-
-def _as_int(value, name):
-    """``value`` as an int by ``operator.index`` (numpy integer scalars pass); bool is no number here.
-
-    Raises:
-        TypeError: ``value`` is a bool, float, str, None or any other non-integer.
-    """
-    if type(value) is int:
-        return value
-    if isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be an int, not bool ({value!r})")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an int, not {type(value).__name__} ({value!r})") from None
-
-
-def _as_token(value):
-    """``value`` checked as a token: an int in [0, 2**64).
-
-    Raises:
-        TypeError: not an int (see ``_as_int``).
-        ValueError: negative or >= 2**64.
-    """
-    token = _as_int(value, "token")
-    if token < 0 or token >= U64_LIMIT:
-        raise ValueError(f"token {token} is out of range [0, 2**64)")
-    return token
-
-
-def _as_delay(after_ms):
-    """``after_ms`` as a delay in ms clamped to [1, 2**62 + 1]: 0 or less counts as 1, and anything
-    over 2**62 is beyond every due time alike. TypeError if not an int."""
-    if type(after_ms) is not int:
-        after_ms = _as_int(after_ms, "after_ms")
-    if after_ms < 1:
-        return 1
-    if after_ms > MAX_DUE_MS:
-        return MAX_DUE_MS + 1
-    return after_ms
-
-
-def _due_error(elapsed, after_ms):
-    """The message for a timer armed ``after_ms`` ms after ``elapsed`` ms whose due time is beyond
-    2**62 ms; it names the real due time, after the clamp of a delay of 0 or less to 1."""
-    after = _as_int(after_ms, "after_ms")
-    clamp = ", clamped to 1" if after < 1 else ""
-    return (f"due time {elapsed + max(after, 1)} ms (now_ms {elapsed} + after_ms {after}{clamp}) "
-            f"is beyond 2**62 ms")
+U64 = 0xFFFFFFFFFFFFFFFF
 
 
 def _slot_for(elapsed, due):
@@ -90,11 +57,10 @@ def _slot_for(elapsed, due):
     ``level_for``), so a timer sits at the lowest level whose current span contains its due time.
     """
     x = elapsed ^ due
-    if x < 512:
-        return due & 511
-    level = (x.bit_length() - 1 - 3) // LEVEL_BITS
-    shift = LEVEL_BITS * level + 3
-    return 448 + 64 * level + ((due >> shift) & 63)
+    if x < L0_SLOTS:
+        return due & (L0_SLOTS - 1)
+    level = (x.bit_length() - 1 - L0_BITS) // LEVEL_BITS + 1
+    return LEVEL_BASE + LEVEL_SLOTS * level + ((due >> level_shift(level)) & (LEVEL_SLOTS - 1))
 
 
 def _ctz(word):
@@ -111,7 +77,10 @@ class TimerWheel:
     hierarchical wheels; see the design comment of ``src/_wheel.pyx``.
 
     Args:
-        now_ms: the current time in ms, an int in [0, 2**62].
+        now_ms: the current time in ms on your clock, an int in [0, 2**62]. Omitted (or None), the
+            wheel starts at 0 ms; its first ``advance`` then warns (RuntimeWarning) if it jumps by
+            more than a day, which a clock reading such as ``time.monotonic_ns() // 10**6`` does,
+            firing every timer at once.
 
     Raises:
         TypeError: ``now_ms`` is not an int.
@@ -120,11 +89,12 @@ class TimerWheel:
 
     __slots__ = (
         "_elapsed", "_count", "_free_head", "_due", "_token", "_next", "_prev", "_gen", "_loc",
-        "_head", "_tail", "_bound", "_occ",
+        "_head", "_tail", "_bound", "_occ", "_warn_jump",
     )
 
-    def __init__(self, now_ms=0):
-        now_ms = _as_int(now_ms, "now_ms")
+    def __init__(self, now_ms=None):
+        warn_jump = now_ms is None
+        now_ms = _as_int(0 if warn_jump else now_ms, "now_ms")
         if now_ms < 0 or now_ms > MAX_DUE_MS:
             raise ValueError(f"now_ms {now_ms} is out of range [0, 2**62]")
         # Moving the clock of a wheel that already issued ids would break its slot invariant (and
@@ -132,6 +102,7 @@ class TimerWheel:
         if getattr(self, "_due", None):
             raise RuntimeError("TimerWheel.__init__ called on a wheel already in use")
         self._elapsed = now_ms
+        self._warn_jump = warn_jump
         self._count = 0
         self._free_head = NIL
         # The entry pool, one list per field of the C struct entry_t.
@@ -153,9 +124,9 @@ class TimerWheel:
         if e != NIL:
             self._free_head = self._next[e]
             return e
-        e = len(self._due)
-        if e > 0x7FFFFFFF:
-            raise MemoryError("TimerWheel holds 2**31 entries, its limit")
+        e = len(self._due)  # C: the pool's used count
+        if e >= MAX_ENTRIES:
+            raise MemoryError(f"TimerWheel holds {MAX_ENTRIES} entries, its limit")
         self._due.append(0)
         self._token.append(0)
         self._next.append(NIL)
@@ -232,32 +203,32 @@ class TimerWheel:
         """
         elapsed = self._elapsed
         occ = self._occ
-        d = elapsed & 511
+        d = elapsed & (L0_SLOTS - 1)
         w = d >> 6
-        word = occ[w] & ~((1 << (d & 63)) - 1) & 0xFFFFFFFFFFFFFFFF
+        word = occ[w] & ~((1 << (d & 63)) - 1) & U64
         while True:
             if word:
                 return (w << 6) | _ctz(word)
             w += 1
-            if w == 8:
+            if w == L0_SLOTS >> 6:
                 break
             word = occ[w]
         for level in range(1, NUM_LEVELS):
-            word = occ[7 + level]
+            word = occ[(LEVEL_BASE >> 6) + level]
             if word:
-                d = (elapsed >> (LEVEL_BITS * level + 3)) & 63
-                word &= ~((1 << d) - 1) & 0xFFFFFFFFFFFFFFFF
+                d = (elapsed >> level_shift(level)) & (LEVEL_SLOTS - 1)
+                word &= ~((1 << d) - 1) & U64
                 if word:
-                    return 448 + 64 * level + _ctz(word)
+                    return LEVEL_BASE + LEVEL_SLOTS * level + _ctz(word)
         return NIL
 
     def _slot_start(self, f):
         """The first ms covered by flat slot ``f`` in the current rotation of its level."""
-        if f < 512:
-            return (self._elapsed & ~511) | f
-        level = (f - 448) >> 6
-        shift = LEVEL_BITS * level + 3
-        return (self._elapsed & ~((1 << (shift + LEVEL_BITS)) - 1)) | ((f & 63) << shift)
+        if f < L0_SLOTS:
+            return (self._elapsed & ~(L0_SLOTS - 1)) | f
+        level = (f - LEVEL_BASE) >> LEVEL_BITS
+        shift = level_shift(level)
+        return (self._elapsed & ~((1 << (shift + LEVEL_BITS)) - 1)) | ((f & (LEVEL_SLOTS - 1)) << shift)
 
     def _find(self, timer_id):
         """The entry index ``timer_id`` (an int in [0, 2**64)) names if that timer is pending, else NIL."""
@@ -295,7 +266,7 @@ class TimerWheel:
         self._count += 1
         return (self._gen[e] << 32) | e
 
-    def schedule(self, after_ms, token):
+    def schedule(self, after_ms=_MISSING, token=_MISSING):
         """Arm a timer due at ``now_ms() + max(after_ms, 1)`` ms that fires ``token``.
 
         Args:
@@ -309,12 +280,16 @@ class TimerWheel:
             TypeError: ``after_ms`` or ``token`` is not an int (bool, float, str, None...).
             ValueError: ``token`` outside [0, 2**64), or the due time beyond 2**62 ms.
         """
+        if after_ms is _MISSING:
+            raise TypeError(_missing_error("schedule", "after_ms"))
+        if token is _MISSING:
+            raise TypeError(_missing_error("schedule", "token"))
         # Every conversion (which may run a foreign __index__) before the wheel is read or changed.
         delay = _as_delay(after_ms)
         token = _as_token(token)
         return self._arm(self._due_for(delay, after_ms), token)
 
-    def cancel(self, timer_id):
+    def cancel(self, timer_id=_MISSING):
         """Cancel a pending timer and free its entry at once.
 
         Returns:
@@ -324,6 +299,8 @@ class TimerWheel:
         Raises:
             TypeError: ``timer_id`` is not an int.
         """
+        if timer_id is _MISSING:
+            raise TypeError(_missing_error("cancel", "timer_id"))
         e = self._lookup(timer_id)
         if e == NIL:
             return False
@@ -331,7 +308,7 @@ class TimerWheel:
         self._free(e)
         return True
 
-    def reschedule(self, timer_id, after_ms):
+    def reschedule(self, timer_id=_MISSING, after_ms=_MISSING):
         """Move a pending timer to ``now_ms() + max(after_ms, 1)`` ms, keeping its id and token.
 
         It re-arms the timer: among timers due at the same ms it now fires after those armed earlier.
@@ -343,6 +320,10 @@ class TimerWheel:
             TypeError: ``timer_id`` or ``after_ms`` is not an int.
             ValueError: the due time is beyond 2**62 ms.
         """
+        if timer_id is _MISSING:
+            raise TypeError(_missing_error("reschedule", "timer_id"))
+        if after_ms is _MISSING:
+            raise TypeError(_missing_error("reschedule", "after_ms"))
         # Every conversion (which may run a foreign __index__) before the wheel is read or changed.
         delay = _as_delay(after_ms)
         e = self._lookup(timer_id)
@@ -372,7 +353,7 @@ class TimerWheel:
             if start > now:
                 break
             self._elapsed = start
-            if f < 512:
+            if f < L0_SLOTS:
                 e = self._head[f]
                 while e != NIL:
                     nxt = self._next[e]
@@ -397,19 +378,28 @@ class TimerWheel:
     def _check_now(self, now_ms):
         """``now_ms`` as an int checked against the wheel's time.
 
+        Warns:
+            RuntimeWarning: the first advance of a wheel made without ``now_ms`` jumps by more
+                than FIRST_JUMP_WARN_MS (a day): almost surely a clock reading.
+
         Raises:
             TypeError: ``now_ms`` is not an int.
             ValueError: ``now_ms`` is before ``now_ms()`` (time never goes backwards) or beyond 2**62.
         """
         if type(now_ms) is not int:
             now_ms = _as_int(now_ms, "now_ms")
+        if self._warn_jump:
+            # Before the checks below read the wheel: the warning runs Python code (filters, hooks).
+            self._warn_jump = False
+            if now_ms - self._elapsed > FIRST_JUMP_WARN_MS:
+                warnings.warn(_first_jump_warning(now_ms), RuntimeWarning, stacklevel=3)
         if now_ms < self._elapsed:
             raise ValueError(f"now_ms {now_ms} is before the wheel's time {self._elapsed}: time never goes backwards")
         if now_ms > MAX_DUE_MS:
             raise ValueError(f"now_ms {now_ms} is beyond 2**62 ms")
         return now_ms
 
-    def advance(self, now_ms, fired=None):
+    def advance(self, now_ms=_MISSING, fired=None):
         """Fire every timer due at or before ``now_ms`` ms, exactly once, in fire order.
 
         Fire order is non-decreasing due time; timers due at the same ms fire in arming order
@@ -426,6 +416,8 @@ class TimerWheel:
             TypeError: ``now_ms`` is not an int, or ``fired`` is not a list.
             ValueError: ``now_ms`` is before ``now_ms()`` or beyond 2**62; the wheel is unchanged.
         """
+        if now_ms is _MISSING:
+            raise TypeError(_missing_error("advance", "now_ms"))
         if fired is not None and type(fired) is not list:
             raise TypeError(f"fired must be a list, not {type(fired).__name__}")
         if fired is None:
@@ -437,15 +429,17 @@ class TimerWheel:
         self._run(now, fired)
         return fired
 
-    def advance_array(self, now_ms):
+    def advance_array(self, now_ms=_MISSING):
         """``advance(now_ms)`` returning the fired tokens as a 1-d ndarray of uint64, in fire order.
 
         Raises:
             as ``advance``.
         """
+        if now_ms is _MISSING:
+            raise TypeError(_missing_error("advance_array", "now_ms"))
         return np.array(self.advance(now_ms), dtype=np.uint64)
 
-    def schedule_many(self, after_ms, tokens):
+    def schedule_many(self, after_ms=_MISSING, tokens=_MISSING):
         """``schedule(after_ms[i], tokens[i])`` for each i, in order; all validated before any is armed.
 
         Args:
@@ -460,6 +454,10 @@ class TimerWheel:
             ValueError: lengths differ, a token is out of range or a due time is beyond 2**62 ms;
                 nothing is scheduled.
         """
+        if after_ms is _MISSING:
+            raise TypeError(_missing_error("schedule_many", "after_ms"))
+        if tokens is _MISSING:
+            raise TypeError(_missing_error("schedule_many", "tokens"))
         delays, toks = _check_batch(self._elapsed, after_ms, tokens)
         delays, toks = delays.tolist(), toks.tolist()
         # The GC's Python code may have advanced this wheel since _check_batch: check again.
@@ -468,7 +466,7 @@ class TimerWheel:
         ids = [self._arm(self._elapsed + d, t) for d, t in zip(delays, toks)]
         return np.array(ids, dtype=np.uint64)
 
-    def cancel_many(self, ids):
+    def cancel_many(self, ids=_MISSING):
         """``cancel(id)`` for each id, in order.
 
         Args:
@@ -480,6 +478,8 @@ class TimerWheel:
         Raises:
             TypeError: ``ids`` is not a 1-d integer array-like.
         """
+        if ids is _MISSING:
+            raise TypeError(_missing_error("cancel_many", "ids"))
         arr = _as_int_array(ids, "ids")
         if arr.dtype.kind == "i":
             # 0 is never an id; a negative id must not alias a huge unsigned one.
@@ -517,62 +517,13 @@ class TimerWheel:
         return self._bound[self._next_slot()]
 
     def nbytes(self):
-        """Bytes of the timer store as the C core counts them: 32 per pool entry plus the slot tables.
+        """Bytes of the timer store as the C core counts them: 32 per entry of the pool's capacity
+        (grown as the C pool grows) plus the slot tables.
 
         Pool entries are reused, never returned, so this stays flat under schedule/cancel churn.
         """
-        return ENTRY_BYTES * len(self._due) + NUM_SLOTS * 16 + NUM_WORDS * 8
+        return ENTRY_BYTES * pool_capacity(len(self._due)) + SLOT_TABLE_BYTES
 
+    def __repr__(self):
+        return f"<TimerWheel now_ms={self._elapsed} pending={self._count} implementation=pure>"
 
-def _as_int_array(values, name):
-    """``values`` as a 1-d ndarray of an integer dtype (bool excluded).
-
-    Raises:
-        TypeError: not integer, or not 1-d.
-    """
-    arr = np.asarray(values)
-    if arr.size == 0 and arr.ndim == 1:
-        # np.asarray([]) is float64; an empty sequence holds no wrong value.
-        return arr.astype(np.int64)
-    if arr.ndim == 1 and arr.dtype.kind in "fO" and not isinstance(values, np.ndarray):
-        # numpy reads a list of ints beyond int64 (alone, or beside negative ones) as float64 or
-        # object: take the ints one by one, so none is rounded and a bad one is named.
-        ints = [_as_int(v, name) for v in values]
-        lo, hi = min(ints), max(ints)
-        if lo >= 0 and hi < 1 << 64:
-            return np.array(ints, dtype=np.uint64)
-        if lo >= -(1 << 63) and hi < 1 << 63:
-            return np.array(ints, dtype=np.int64)
-        if lo < -(1 << 63) or hi >= 1 << 64:
-            raise ValueError(f"{name} value {lo if lo < -(1 << 63) else hi} does not fit in 64 bits")
-        raise ValueError(f"{name} holds {lo} and {hi}: no 64-bit integer type holds both")
-    if arr.dtype.kind not in "iu":
-        raise TypeError(f"{name} must be an integer array, not dtype {arr.dtype}")
-    if arr.ndim != 1:
-        raise TypeError(f"{name} must be 1-d, not {arr.ndim}-d")
-    return arr
-
-
-def _check_batch(elapsed, after_ms, tokens):
-    """The (int64 delays, uint64 tokens) arrays of a ``schedule_many`` call, fully validated.
-
-    Raises:
-        TypeError, ValueError: as ``TimerWheel.schedule_many``.
-    """
-    toks = _as_int_array(tokens, "tokens")
-    if np.ndim(after_ms) == 0:
-        # One delay for every token, clamped here so that any int (even beyond int64) is checked.
-        delays = np.full(len(toks), _as_delay(after_ms), dtype=np.int64)
-    else:
-        delays = _as_int_array(after_ms, "after_ms")
-    if len(delays) != len(toks):
-        raise ValueError(f"after_ms has {len(delays)} values but tokens has {len(toks)}")
-    # The clamp of 0 or less to 1 comes before the range check, as in the scalar schedule.
-    delays = np.clip(delays, 1, None)
-    if len(toks):
-        if toks.dtype.kind == "i" and toks.min() < 0:
-            raise ValueError(f"token {int(toks.min())} is out of range [0, 2**64)")
-        top = int(delays.max())
-        if elapsed + top > MAX_DUE_MS:
-            raise ValueError(_due_error(elapsed, top))
-    return delays.astype(np.int64), toks.astype(np.uint64)

@@ -18,7 +18,10 @@ import threading
 import time
 from numbers import Real
 
-from . import _release_core as _core
+from . import _impl
+
+# The same core as the package's ReleaseTimer: _impl.load returns the module already chosen.
+_core = _impl.load("release")
 
 __all__ = ["arm_at", "release_timer_started", "sleep", "sleep_until"]
 

@@ -1,0 +1,305 @@
+"""What both twins of each core share: constants, argument checks and conversions.
+
+The compiled cores (``src/_wheel.pyx``, ``src/_release.pyx``) and their pure twins
+(``timerwheel_c/pure/wheel.py``, ``timerwheel_c/pure/release.py``) all import from here, and
+neither twin imports the other, so a traceback from a compiled core never passes through a pure
+twin. The layout follows the neutral helper modules of aio-libs (multidict ``_abc.py``, propcache
+``_helpers.py``). A compiled core keeps its hot checks as typed C twins of the functions here,
+with the same names and semantics; the values of the constants it compiles in are checked
+against these by the test suite.
+"""
+from __future__ import annotations
+
+import asyncio
+import math
+import operator
+import os
+import threading
+from numbers import Real
+from typing import Any, Optional
+
+import numpy as np
+
+from .errors import ReleaseTimerClosed
+
+# --- TimerWheel -----------------------------------------------------------------------------
+# Geometry, named as Linux names it in kernel/time/timer.c (LVL_BITS, LVL_SIZE, LVL_OFFS,
+# LVL_SHIFT): level 0 is L0_SLOTS slots of 1 ms; level l >= 1 is LEVEL_SLOTS slots of
+# 2**level_shift(l) ms. Slots are numbered flat: level 0 is 0..L0_SLOTS-1, the digit d of level
+# l >= 1 is LEVEL_BASE + LEVEL_SLOTS * l + d, so every slot's occupancy bit is bit f & 63 of the
+# 64-bit word f >> 6, and each level l >= 1 is exactly the word LEVEL_BASE // 64 + l.
+L0_BITS = 9
+L0_SLOTS = 1 << L0_BITS
+LEVEL_BITS = 6
+LEVEL_SLOTS = 1 << LEVEL_BITS
+NUM_LEVELS = 10
+LEVEL_BASE = L0_SLOTS - LEVEL_SLOTS
+NUM_SLOTS = L0_SLOTS + (NUM_LEVELS - 1) * LEVEL_SLOTS
+NUM_WORDS = NUM_SLOTS // 64
+# Due times are capped here, so level 9 (slots of 2**57 ms) never wraps.
+MAX_DUE_MS = 1 << 62
+# next_fire_ms() with nothing pending: now_ms() + 2**32.
+IDLE_HINT_MS = 1 << 32
+# Entry indexes are int32 (an id is generation << 32 | index): at most 2**31 - 1 entries.
+MAX_ENTRIES = 0x7FFFFFFF
+# Bytes of one pool entry (the C struct entry_t), so both twins report the same nbytes().
+ENTRY_BYTES = 32
+# Bytes of the slot tables: per slot a head and a tail (int32) and a bound (int64), plus the
+# occupancy words.
+SLOT_TABLE_BYTES = NUM_SLOTS * 16 + NUM_WORDS * 8
+# A wheel made without now_ms starts at 0; a first advance further than this (one day) is
+# almost surely a clock reading, which would fire every timer at once.
+FIRST_JUMP_WARN_MS = 86_400_000
+U64_LIMIT = 1 << 64
+
+
+# The default of every required argument of a TimerWheel method, so that a call missing one
+# raises the same TypeError in both twins (the compiled and the Python interpreter word theirs
+# differently).
+_MISSING: Any = object()
+
+
+def _missing_error(method: str, name: str) -> str:
+    """The message for a call of ``TimerWheel.<method>`` without its argument ``name``."""
+    return f"TimerWheel.{method}() missing required argument {name!r}"
+
+
+def level_shift(level: int) -> int:
+    """log2 of the slot width in ms of level ``level`` >= 1 (9 at level 1, then 6 more per level)."""
+    return L0_BITS + LEVEL_BITS * (level - 1)
+
+
+def pool_capacity(used: int) -> int:
+    """The entries the C pool holds after ``used`` entries were taken: 64, doubled as needed,
+    capped at MAX_ENTRIES (0 while none was taken)."""
+    cap = 0
+    while cap < used:
+        cap = 64 if cap == 0 else min(2 * cap, MAX_ENTRIES)
+    return cap
+
+
+def _as_int(value: Any, name: str) -> int:
+    """``value`` as an int by ``operator.index`` (numpy integer scalars pass); bool is no number here.
+
+    Raises:
+        TypeError: ``value`` is a bool, float, str, None or any other non-integer.
+    """
+    if type(value) is int:
+        return value
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be an int, not bool ({value!r})")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an int, not {type(value).__name__} ({value!r})") from None
+
+
+def _as_token(value: Any) -> int:
+    """``value`` checked as a token: an int in [0, 2**64).
+
+    Raises:
+        TypeError: not an int (see ``_as_int``).
+        ValueError: negative or >= 2**64.
+    """
+    token = _as_int(value, "token")
+    if token < 0 or token >= U64_LIMIT:
+        raise ValueError(f"token {token} is out of range [0, 2**64)")
+    return token
+
+
+def _as_delay(after_ms: Any) -> int:
+    """``after_ms`` as a delay in ms clamped to [1, 2**62 + 1]: 0 or less counts as 1, and anything
+    over 2**62 is beyond every due time alike. TypeError if not an int."""
+    if type(after_ms) is not int:
+        after_ms = _as_int(after_ms, "after_ms")
+    if after_ms < 1:
+        return 1
+    if after_ms > MAX_DUE_MS:
+        return MAX_DUE_MS + 1
+    return after_ms
+
+
+def _due_error(elapsed: int, after_ms: Any) -> str:
+    """The message for a timer armed ``after_ms`` ms after ``elapsed`` ms whose due time is beyond
+    2**62 ms; it names the real due time, after the clamp of a delay of 0 or less to 1."""
+    after = _as_int(after_ms, "after_ms")
+    clamp = ", clamped to 1" if after < 1 else ""
+    return (f"due time {elapsed + max(after, 1)} ms (now_ms {elapsed} + after_ms {after}{clamp}) "
+            f"is beyond 2**62 ms")
+
+
+def _first_jump_warning(now_ms: int) -> str:
+    """The warning for the first advance of a wheel made without ``now_ms`` by more than a day."""
+    return (f"TimerWheel() was made without now_ms, so it started at 0 ms, and its first advance "
+            f"jumps to {now_ms} ms ({now_ms / 86_400_000:.1f} days): every timer fires at once. "
+            f"Pass TimerWheel(now_ms=<your clock now>) to start it on your clock")
+
+
+def _as_int_array(values: Any, name: str) -> np.ndarray:
+    """``values`` as a 1-d ndarray of an integer dtype (bool excluded).
+
+    Raises:
+        TypeError: not integer, or not 1-d.
+        ValueError: a value of a list does not fit in 64 bits, or no 64-bit type holds them all.
+    """
+    arr = np.asarray(values)
+    if arr.size == 0 and arr.ndim == 1:
+        # np.asarray([]) is float64; an empty sequence holds no wrong value.
+        return arr.astype(np.int64)
+    if arr.ndim == 1 and arr.dtype.kind in "fO" and not isinstance(values, np.ndarray):
+        # numpy reads a list of ints beyond int64 (alone, or beside negative ones) as float64 or
+        # object: take the ints one by one, so none is rounded and a bad one is named.
+        ints = [_as_int(v, name) for v in values]
+        lo, hi = min(ints), max(ints)
+        if lo >= 0 and hi < 1 << 64:
+            return np.array(ints, dtype=np.uint64)
+        if lo >= -(1 << 63) and hi < 1 << 63:
+            return np.array(ints, dtype=np.int64)
+        if lo < -(1 << 63) or hi >= 1 << 64:
+            raise ValueError(f"{name} value {lo if lo < -(1 << 63) else hi} does not fit in 64 bits")
+        raise ValueError(f"{name} holds {lo} and {hi}: no 64-bit integer type holds both")
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"{name} must be an integer array, not dtype {arr.dtype}")
+    if arr.ndim != 1:
+        raise TypeError(f"{name} must be 1-d, not {arr.ndim}-d")
+    return arr
+
+
+def _check_batch(elapsed: int, after_ms: Any, tokens: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The (int64 delays, uint64 tokens) arrays of a ``schedule_many`` call, fully validated.
+
+    Raises:
+        TypeError, ValueError: as ``TimerWheel.schedule_many``.
+    """
+    toks = _as_int_array(tokens, "tokens")
+    if np.ndim(after_ms) == 0:
+        # One delay for every token, clamped here so that any int (even beyond int64) is checked.
+        delays = np.full(len(toks), _as_delay(after_ms), dtype=np.int64)
+    else:
+        delays = _as_int_array(after_ms, "after_ms")
+    if len(delays) != len(toks):
+        raise ValueError(f"after_ms has {len(delays)} values but tokens has {len(toks)}")
+    # The clamp of 0 or less to 1 comes before the range check, as in the scalar schedule.
+    delays = np.clip(delays, 1, None)
+    if len(toks):
+        if toks.dtype.kind == "i" and toks.min() < 0:
+            raise ValueError(f"token {int(toks.min())} is out of range [0, 2**64)")
+        top = int(delays.max())
+        if elapsed + top > MAX_DUE_MS:
+            raise ValueError(_due_error(elapsed, top))
+    return delays.astype(np.int64), toks.astype(np.uint64)
+
+
+# --- ReleaseTimer ---------------------------------------------------------------------------
+SLICE_NS = 500_000  # the sleep step: the release thread re-reads the heap at least this often
+SWEEP_MIN_HEAP = 64  # sweep abandoned slots only once the heap holds more entries than this
+SWEEP_EVERY_NS = 250_000_000  # ... and at most this often
+WAIT_CHUNK_NS = 100_000_000  # blocking waits take the GIL back this often to let Ctrl-C through
+INT64_MAX = 2**63 - 1
+INT64_MIN = -(2**63)
+# A deadline further ahead than this on the monotonic clock (10 years) is refused: the monotonic
+# clock counts from boot, so such a value is almost surely wall-clock time (time.time(), about
+# 1.7e9 s since 1970, i.e. some 55 years ahead) passed by mistake.
+FAR_AHEAD_NS = 10 * 365 * 86_400 * 10**9
+SLICE, CONDVAR = 0, 1  # backends
+BACKEND_NAMES = ("slice", "condvar")
+
+
+def _choose_backend(backend: Optional[str]) -> int:
+    """The backend for ``backend``, else ``$TIMERWHEEL_C_RELEASE_TIMER``; unknown -> slice."""
+    if backend is None:
+        backend = os.environ.get("TIMERWHEEL_C_RELEASE_TIMER", "slice")
+    if not isinstance(backend, str):
+        raise TypeError(f"backend must be 'slice', 'condvar' or None, got {backend!r}")
+    return CONDVAR if backend.strip().lower() == "condvar" else SLICE
+
+
+def _check_at_ns(at_ns: Any) -> int:
+    """``at_ns`` as an int64 of ns; TypeError for non-int or bool, ValueError out of int64."""
+    if isinstance(at_ns, bool) or not isinstance(at_ns, int):
+        raise TypeError(f"at_ns must be an int of nanoseconds on time.monotonic_ns(), got {at_ns!r}")
+    if not INT64_MIN <= at_ns <= INT64_MAX:
+        raise ValueError(f"at_ns={at_ns!r} is out of the int64 nanosecond range")
+    return at_ns
+
+
+def _far_ahead_error(at_ns: int, now_ns: int) -> str:
+    """The message refusing a deadline more than FAR_AHEAD_NS ahead of ``now_ns``."""
+    years = (at_ns - now_ns) / (365 * 86_400 * 10**9)
+    return (f"deadline at_ns={at_ns} is {years:.1f} years ahead of time.monotonic_ns() "
+            f"(now {now_ns}): more than 10 years ahead on the monotonic clock, which counts from "
+            f"boot, is almost surely wall-clock time (time.time()) by mistake; arm() takes float "
+            f"seconds on time.monotonic(), arm_ns() int ns on time.monotonic_ns()")
+
+
+def _seconds_to_ns(at: Any) -> int:
+    """``at`` (float s on time.monotonic()) as int ns, rounded up so a release is never early."""
+    if isinstance(at, bool) or not isinstance(at, Real):
+        raise TypeError(f"at must be a number of seconds on time.monotonic(), got {at!r}")
+    try:
+        seconds = float(at)
+    except OverflowError:  # an int or Fraction beyond the float range
+        raise ValueError(f"at={at!r} s is out of the int64 nanosecond range") from None
+    if not math.isfinite(seconds):
+        raise ValueError(f"at={at!r} is not a finite number of seconds")
+    scaled = seconds * 1e9  # checked as a float first: 1e300 s would overflow to inf
+    if not -9.2e18 <= scaled <= 9.2e18:
+        raise ValueError(f"at={at!r} s is out of the int64 nanosecond range")
+    return math.ceil(scaled)
+
+
+def _timeout_ns(timeout: Any) -> int:
+    """A wait timeout (float s, None = forever) as int ns; -1 means forever."""
+    if timeout is None:
+        return -1
+    if isinstance(timeout, bool) or not isinstance(timeout, Real):
+        raise TypeError(f"timeout must be a number of seconds or None, got {timeout!r}")
+    if timeout <= 0:  # compared before float(): -2**1024 would overflow it
+        return 0
+    try:
+        seconds = float(timeout)
+    except OverflowError:  # a positive int or Fraction beyond the float range: forever
+        return -1
+    if math.isnan(seconds):
+        raise ValueError(f"timeout={timeout!r} is not a number")
+    return -1 if seconds * 1e9 >= INT64_MAX / 2 else math.ceil(seconds * 1e9)
+
+
+async def _await_deadline(d: Any) -> None:
+    """Await the Deadline ``d`` on the running loop; raises ReleaseTimerClosed if its timer closes first."""
+    if d._slot < 0:
+        return
+    chan, key, fut = d._rt._subscribe(d, asyncio.get_running_loop())
+    if fut is None:
+        return
+    try:
+        await fut
+    except asyncio.CancelledError:
+        chan.forget(key, fut)
+        raise
+
+
+def _fallback_future(d: Any, loop: asyncio.AbstractEventLoop) -> asyncio.Future:
+    """A future for the Deadline ``d`` on a second loop: a helper thread waits and posts the outcome."""
+    fut = loop.create_future()
+
+    def settle(exc: Optional[BaseException]) -> None:
+        if not fut.done():
+            if exc is None:
+                fut.set_result(None)
+            else:
+                fut.set_exception(exc)
+
+    def helper() -> None:
+        exc: Optional[BaseException] = None
+        try:
+            d.wait()
+        except ReleaseTimerClosed as e:
+            exc = e
+        try:
+            loop.call_soon_threadsafe(settle, exc)
+        except RuntimeError:  # the loop is closed: nobody is left to wake
+            pass
+
+    threading.Thread(target=helper, name="timerwheel_c-release-helper", daemon=True).start()
+    return fut
