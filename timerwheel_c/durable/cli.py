@@ -1,6 +1,6 @@
 """``timerwheel-c run``: serve durable timers from a store until SIGINT or SIGTERM.
 
-    python -m timerwheel_c run --store sqlite:////abs/timers.db --handlers pkg.mod:registry [--partition NAME ...]
+    python -m timerwheel_c run --store sqlite:////abs/timers.db --handlers pkg.mod:registry [--partition NAME ...] [--concurrency N]
 
 ``--handlers`` names a :class:`TimerRegistry` (or a zero-argument callable returning one) as
 ``module:attribute``. Without ``--partition`` every partition in the store is served.
@@ -12,6 +12,7 @@ Store errors after startup never end the process: the service logs them and retr
 """
 from __future__ import annotations
 
+import argparse
 import importlib
 import logging
 import signal
@@ -20,6 +21,7 @@ import sys
 import threading
 
 from .registry import TimerRegistry
+from .service import DEFAULT_CONCURRENCY
 from .url import log_to_stderr, redact
 
 log = logging.getLogger("timerwheel_c.durable")
@@ -34,8 +36,21 @@ def add_parser(sub) -> None:
     p.add_argument("--handlers", required=True, metavar="MODULE:ATTR", help="a TimerRegistry, or a callable returning one")
     p.add_argument("--partition", action="append", dest="partitions", metavar="NAME",
                    help="a partition to serve (repeatable; default: every partition in the store)")
+    p.add_argument("--concurrency", type=_concurrency, default=DEFAULT_CONCURRENCY, metavar="N",
+                   help="handlers running at once (an int >= 1; default %d)" % DEFAULT_CONCURRENCY)
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(func=run)
+
+
+def _concurrency(text: str) -> int:
+    """argparse type of ``--concurrency``: an int >= 1 (argparse turns the ValueError into exit 2)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an int >= 1, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be an int >= 1, got {n}")
+    return n
 
 
 def load_registry(spec: str) -> TimerRegistry:
@@ -103,9 +118,9 @@ def run(args) -> int:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, on_signal)
-    with store, DurableTimerService(store, registry, args.partitions):
-        log.info("serving %s partitions %s with kinds %s", redact(args.store), args.partitions or "all",
-                 registry.kinds())
+    with store, DurableTimerService(store, registry, args.partitions, concurrency=args.concurrency):
+        log.info("serving %s partitions %s with kinds %s, %d handler(s) at once", redact(args.store),
+                 args.partitions or "all", registry.kinds(), args.concurrency)
         # Short waits keep the main thread returning to the interpreter, where signal handlers run.
         while not stop.wait(0.2):
             pass
