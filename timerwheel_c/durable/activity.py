@@ -81,6 +81,10 @@ class Activity:
                     "" if worst_lateness_ms is None or worst_lateness_ms <= BEHIND_MS
                     else f"{'; ' if stopped_on_budget else ''}a first attempt fired {worst_lateness_ms} ms late", passes)
 
+    def summary_due_in_s(self) -> float:
+        """Seconds until the next summary is due (0 when it is); the service sleeps no longer."""
+        return max(0.0, self._last_summary + self.summary_interval_s - time.monotonic())
+
     def maybe_summarize(self) -> None:
         """Log the INFO summary when ``summary_interval_s`` has passed since the last one."""
         now = time.monotonic()

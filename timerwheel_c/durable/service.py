@@ -57,6 +57,7 @@ log = logging.getLogger("timerwheel_c.durable")
 DEFAULT_CONCURRENCY = 8
 _DEFAULT_BUDGET = TickBudget()
 _ERROR_BACKOFF_S = (0.05, 5.0)
+_TEARDOWN_S = 1.0  # seconds stop() allows, past its timeout, for the thread to close its watcher and exit
 _NS_PER_MS = 1_000_000
 
 
@@ -187,7 +188,8 @@ class DurableTimerService:
 
     def stop(self, timeout: Optional[float] = 10.0) -> None:
         """Stop claiming, wait up to ``timeout`` seconds (None: no limit) for the handlers in flight
-        and the commit of their outcomes, then end the thread.
+        and the commit of their outcomes, then end the thread (closing the change signal may take
+        up to :data:`_TEARDOWN_S` more).
 
         A handler still running at the timeout is abandoned: its row stays claimed at its backoff
         key and is fired again after that backoff (by this process if restarted, or another
@@ -199,7 +201,7 @@ class DurableTimerService:
         self._stopping = True
         self._wake()
         if self._thread is not None:
-            self._thread.join(timeout)
+            self._thread.join(None if timeout is None else timeout + _TEARDOWN_S)
 
     @property
     def running(self) -> bool:
@@ -374,7 +376,8 @@ class DurableTimerService:
                 self._kick.clear()
                 if watcher is None:
                     watcher = self._watcher = self._open_watcher()
-                max_ns = int(self.max_sleep_s * 1e9)
+                self.activity.maybe_summarize()
+                max_ns = int(min(self.max_sleep_s, self.activity.summary_due_in_s()) * 1e9)
                 free = self.concurrency - len(self._tasks)
                 if free <= 0:
                     self._slot_starved = True
@@ -395,7 +398,6 @@ class DurableTimerService:
                         # Convert to the monotonic clock once, here: a later wall-clock jump cannot move it.
                         sleep_ns = max_ns if wake_ms is None else min(max(0, wake_ms * _NS_PER_MS - self._wall_ns()), max_ns)
                         at_ns = time.monotonic_ns() + sleep_ns
-                self.activity.maybe_summarize()
                 if self._stopping:
                     break
                 await self._sleep_until(deadline, at_ns)
