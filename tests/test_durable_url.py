@@ -94,15 +94,16 @@ def test_unsupported_store_url_error_masks_the_password():
     assert PASSWORD not in str(exc.value)
 
 
-def test_redacting_filter_masks_messages_and_tracebacks(caplog):
-    """A log record whose message, arguments or traceback quote the URL is masked before any handler formats it."""
+def test_redacting_formatter_masks_messages_and_tracebacks(caplog):
+    """A log record whose message, arguments or traceback quote the URL is masked in the formatted
+    line, and the record itself is left intact for other handlers."""
     import logging
 
-    from timerwheel_c.durable.url import RedactingFilter
+    from timerwheel_c.durable.url import RedactingFormatter
 
     url = f"postgresql://app:{PASSWORD}@db/timers"
     log = logging.getLogger("timerwheel_c.test_redaction")
-    caplog.handler.addFilter(RedactingFilter(url))
+    caplog.handler.setFormatter(RedactingFormatter(None, url))
     with caplog.at_level(logging.DEBUG, logger=log.name):
         log.info("serving %s", url)
         try:
@@ -112,6 +113,7 @@ def test_redacting_filter_masks_messages_and_tracebacks(caplog):
     assert "serving postgresql://app:***@db/timers" in caplog.text
     assert "cannot reach ***" in caplog.text
     assert PASSWORD not in caplog.text
+    assert caplog.records[0].args == (url,), "the shared record is not rewritten"
 
 
 def _with_password(dsn: str) -> str:

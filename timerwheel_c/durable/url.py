@@ -9,7 +9,7 @@ A PostgreSQL URL may carry a password (``postgresql://user:PASSWORD@host/db``, o
 ``password=PASSWORD`` in the query or in a keyword/value connection string, see the
 PostgreSQL docs, "Connection Strings"). :func:`redact` is the one path by which a URL,
 or any text that may quote one, reaches a log line, an exception message, a ``repr``,
-or the bench's printed and JSON output; :class:`RedactingFilter` applies it to log
+or the bench's printed and JSON output; :class:`RedactingFormatter` applies it to log
 records.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from .store import Store
 
-__all__ = ["RedactingFilter", "log_to_stderr", "open_store", "redact"]
+__all__ = ["RedactingFormatter", "log_to_stderr", "open_store", "redact"]
 
 MASK = "***"
 # scheme://user:PASSWORD@host: the password runs to the last "@" of the authority.
@@ -65,34 +65,30 @@ def redact(text: str, *urls: str | None) -> str:
     return _KEYWORD_PASSWORD.sub(rf"\g<keep>{MASK}", text)
 
 
-class RedactingFilter(logging.Filter):
-    """A logging filter that passes every record's message and traceback through :func:`redact`.
+class RedactingFormatter(logging.Formatter):
+    """A logging formatter whose output (message, arguments and traceback) has passed through
+    :func:`redact` against ``urls``.
 
-    Install it on the handlers that may see a store URL or a driver error quoting one
-    (``timerwheel-c run`` installs it on its log handler).
+    A formatter, not a filter: a filter would have to rewrite the shared ``LogRecord``, which
+    every later handler (a test's capture, an application's own handler) then sees mangled.
+    ``timerwheel-c run`` and the bench set it on their stderr handler.
     """
 
-    def __init__(self, *urls: str | None) -> None:
-        super().__init__()
+    def __init__(self, fmt: str | None = None, *urls: str | None) -> None:
+        super().__init__(fmt)
         self._urls = urls
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        record.msg, record.args = redact(record.getMessage(), *self._urls), None
-        if record.exc_info and not record.exc_text:
-            record.exc_text = logging.Formatter().formatException(record.exc_info)
-        if record.exc_text:
-            record.exc_text = redact(record.exc_text, *self._urls)
-        if record.stack_info:
-            record.stack_info = redact(record.stack_info, *self._urls)
-        return True
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(super().format(record), *self._urls)
 
 
 def log_to_stderr(level: int | str, *urls: str | None) -> None:
-    """Log to stderr at ``level`` (``logging.basicConfig``), every record passed through :func:`redact`
+    """Log to stderr at ``level`` (``logging.basicConfig``), every line passed through :func:`redact`
     against ``urls``: how the command-line entry points that take a store URL or DSN set up logging."""
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=level)
+    formatter = RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s", *urls)
     for handler in logging.getLogger().handlers:
-        handler.addFilter(RedactingFilter(*urls))
+        handler.setFormatter(formatter)
 
 _SQLITE = "sqlite:///"
 
