@@ -161,7 +161,7 @@ def test_sqlite_watcher_sees_another_connections_commit_and_is_quiet_when_idle(t
 
 
 def test_sqlite_watcher_idle_cpu_is_small(tmp_path):
-    """The idle watcher thread (a PRAGMA data_version every 10 ms) uses under 5 % of one core over 2 s:
+    """The idle watcher thread (a PRAGMA data_version every 20 ms) uses under 5 % of one core over 2 s:
     a generous bound for a loaded machine (the bench reports the figure, well under 1 %)."""
     store = SQLiteStore(tmp_path / "cpu.db")
     watcher = store.watch(lambda: None)

@@ -76,7 +76,9 @@ def _lateness(ctx: Context, bar: Task) -> dict:
 def _durable(ctx: Context, bar: Task) -> dict:
     stores = durable.run(ctx.sizes.durable_timers, dsn=ctx.pg_dsn, progress=bar)
     return {"results": {
-        store: {**fig, "lateness_summary_ms": summary(fig.get("lateness_ms", []))} for store, fig in stores.items()
+        store: {**fig, "lateness_summary_ms": summary(fig.get("lateness_ms", [])),
+                "wakeup_lateness_summary_ms": summary(fig.get("wakeup_lateness_ms", []))}
+        for store, fig in stores.items()
     }}
 
 

@@ -22,7 +22,7 @@ SQLite compares BLOBs with memcmp, then by length, which is exactly Python's byt
   checkpoint's fsyncs no longer land inside a timer's commit (they were the p99 lateness).
 - ``busy_timeout`` makes a second writer wait for the lock instead of failing at once.
 - The change signal (:meth:`SQLiteStore.watch`) is ``PRAGMA data_version`` read every
-  ``watch_interval_s`` (10 ms) on a connection of its own: the value changes whenever another
+  ``watch_interval_s`` (20 ms) on a connection of its own: the value changes whenever another
   connection, in this process or another, commits to the file. One read is a few
   microseconds with no I/O (the WAL index is shared memory), so an idle watcher costs well
   under 1 % of a core.
@@ -77,7 +77,7 @@ class SQLiteStore(Store):
     """
 
     def __init__(self, path, *, busy_timeout_ms: int = 5000, synchronous: str = "NORMAL",
-                 checkpoint_interval_s: Optional[float] = 1.0, watch_interval_s: float = 0.01):
+                 checkpoint_interval_s: Optional[float] = 1.0, watch_interval_s: float = 0.02):
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__} {path!r}")
         if isinstance(busy_timeout_ms, bool) or not isinstance(busy_timeout_ms, int) or busy_timeout_ms < 0:

@@ -8,7 +8,7 @@ procrastinate wake their workers with PostgreSQL ``LISTEN``/``NOTIFY``:
 
 - PostgreSQL: a trigger sends ``NOTIFY`` in the writing transaction, and a dedicated
   ``LISTEN`` connection receives it (:mod:`timerwheel_c.durable.pg_listen`).
-- SQLite: ``PRAGMA data_version`` on a dedicated connection, polled every 10 ms; it
+- SQLite: ``PRAGMA data_version`` on a dedicated connection, polled every 20 ms; it
   changes whenever another connection commits (https://sqlite.org/pragma.html#pragma_data_version).
 - Any other backend: :class:`PollingWatcher` calling back every second.
 
@@ -92,6 +92,11 @@ class PollingWatcher(Watcher):
         finally:
             if self._release is not None:
                 self._release()
+
+    @property
+    def native_id(self):
+        """The OS thread id of the polling thread (to account its CPU time), or None before it starts."""
+        return self._thread.native_id
 
     def close(self) -> None:
         self._closing.set()
