@@ -54,7 +54,7 @@ __all__ = ["DEFAULT_CONCURRENCY", "DurableTimerService"]
 
 log = logging.getLogger("timerwheel_c.durable")
 
-DEFAULT_CONCURRENCY = 8
+DEFAULT_CONCURRENCY = 16
 _DEFAULT_BUDGET = TickBudget()
 _ERROR_BACKOFF_S = (0.05, 5.0)
 _TEARDOWN_S = 1.0  # seconds stop() allows, past its timeout, for the thread to close its watcher and exit
@@ -82,9 +82,11 @@ class DurableTimerService:
         partitions: names to serve (non-empty str each), or None for every partition in
             the store (re-read on each pass) plus those scheduled through this service.
         concurrency: handlers running at once (int >= 1; default :data:`DEFAULT_CONCURRENCY`,
-            8: enough that a handler waiting on I/O does not hold back the others, few
-            enough that a SQLite file's single writer is not the bottleneck). Sync handlers
-            get that many daemon worker threads; async ones run on the service's loop.
+            16: handlers waiting 20 ms on I/O then reach several hundred fires per second,
+            and each pass claims up to 16 rows in one round trip, which keeps the cost of a
+            pass small against the fires it starts; idle worker threads cost nothing). Sync handlers get that many daemon worker threads; async ones run on
+            the service's loop. Commits of outcomes are batched on one store thread, so the
+            limit never multiplies connections or writers.
         budget: the :class:`TickBudget` of each pass, per partition (``max_fired`` is
             further lowered to the free handler slots).
         max_sleep_s: longest sleep between passes, in seconds (finite, > 0); a safety net
