@@ -1,7 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, binding=False
 """The floor for the wheel's per-operation cost: a compiled class whose methods do nothing.
 
-Issue 2 asks the C wheel's churn operation to cost within 1.5x of calling an empty
+The target: the C wheel's churn operation costs at most 1.5x a call of an empty
 Cython method with the same arguments. ``EmptyWheel`` is that method: it is compiled
 with the wheel's directives (``binding=False``, ``@cython.final``) and has the
 signatures of ``timerwheel_c._wheel.TimerWheel`` (argument names, untyped arguments,

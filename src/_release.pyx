@@ -1,22 +1,37 @@
 # cython: language_level=3
 """A deadline release thread that never takes the GIL (compiled core of ReleaseTimer).
 
-Design source: the seed "moqtap_proxy release_timer.rs" (one thread, one min-heap of
-deadlines, level-triggered deadlines), extended with wakeups for blocking and asyncio
-waiters, abandonment sweeps, ``close()`` that wakes waiters, and fork safety.
+One release thread, one min-heap of deadlines, level-triggered deadlines (released
+once, and a deadline already released stays so), with wake-ups for blocking and
+asyncio waiters, sweeps of abandoned deadlines, a ``close()`` that wakes its waiters,
+and fork safety. ``docs/DESIGN.md`` ("The release thread") gives the design.
 
 The release thread is a native thread started here; it runs ``_release_main`` with no
-GIL for its whole life and never runs Python. The heap is typed arrays (deadline ns,
-sequence, slot); Deadlines are Python objects holding a slot index and generation into
-a native slot table, which carries the released flag and the release instant. Blocking
-waiters sleep on a C condition variable with the GIL released; asyncio loops watch an
-eventfd or self-pipe (``add_reader``) and drain a C queue of released keys on their own
-thread; loops without ``add_reader`` get a helper thread posting ``call_soon_threadsafe``.
+GIL for its whole life and never runs Python. The heap is one array of ``heap_entry_t``
+(deadline ns, sequence, slot); Deadlines are Python objects holding a slot index and
+generation into a native array of ``slot_t``, which carries the released flag and the
+release instant. Blocking waiters sleep on a C condition variable with the GIL released;
+asyncio loops are reached through the bridge in ``_release_asyncio.pxi``.
 
 The pure twin, ``timerwheel_c/pure/release.py``, mirrors this module function by function.
 Units: deadlines are int nanoseconds on ``time.monotonic_ns()`` (``*_ns``) or float
 seconds on ``time.monotonic()`` (``arm``); timeouts are float seconds.
 """
+# Locking and fork rules, stated once (as tokio's runtime/time/entry.rs states its own):
+#
+# 1. Core.lock guards every field of Core and of each Chan, and the slot and heap arrays, except
+#    the fields marked otherwise. It is a plain, non-reentrant mutex.
+# 2. The release thread never takes the GIL and runs no Python. It holds Core.lock except while it
+#    waits on a condition (which releases it) or sleeps its last step before a deadline.
+# 3. The GIL side may take Core.lock while holding the GIL (nothing that holds the lock ever waits
+#    for the GIL, by rule 2), but never calls Python while holding it: Python code can run the
+#    garbage collector, whose finalizers (Deadline.__dealloc__ -> _abandon) take the lock again.
+#    Blocking waits release the GIL first (`with nogil`), then take the lock.
+# 4. Fork: each timer records the fork epoch it was made in; a forked child bumps the epoch. A
+#    timer of an older epoch belongs to the parent: its thread does not exist in the child, and
+#    its lock may be held forever by a thread that no longer runs. The child never locks, signals,
+#    joins or destroys it: reads are taken unlocked (no thread here changes it), arm refuses, and
+#    waits raise ReleaseTimerClosed. `_ours(c)` is the one guard every entry point asks first.
 cimport cython
 from cpython.exc cimport PyErr_CheckSignals
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
@@ -24,23 +39,24 @@ from libc.stdlib cimport calloc, free, malloc, realloc
 
 from tw_sync cimport *
 
-# One asyncio loop's inbox: released keys queued by the release thread (under Core.lock).
-cdef struct Chan:
-    int rfd                 # the wake fd the loop watches (-1 in helper mode or once closed)
-    int wfd
-    int helper              # 1: a helper thread waits on `cond` and posts drains instead
-    int held                # a _Channel or its helper thread still points here: not reusable
-    int signaled            # the queue was signalled since the last drain took it
-    int posted              # helper mode: a drain is posted and has not run yet
-    int dead                # not (or no longer) watched: never signal it
-    int overflow            # a push failed for memory: the next drain rescans its waiters
-    tw_cond_t cond
-    uint64_t *q             # keys: slot << 32 | generation
-    Py_ssize_t q_len
-    Py_ssize_t q_cap
+ctypedef struct slot_t:
+    int64_t released_at     # ns on time.monotonic_ns(), once RELEASED
+    uint32_t gen            # bumped when the slot is freed, so stale keys never match
+    int32_t chan            # the Chan index to notify on release, or -1
+    int32_t next_free       # the free list, while FREE
+    uint8_t state           # FREE, ARMED, RELEASED or ABANDONED
 
 
-# A timer's state shared with its thread; guarded by `lock` unless noted.
+ctypedef struct heap_entry_t:
+    int64_t at              # the deadline, ns on time.monotonic_ns()
+    uint64_t seq            # arm order: equal deadlines release in arm order
+    int32_t slot
+
+
+cdef struct Chan  # one asyncio loop's inbox: see _release_asyncio.pxi
+
+
+# A timer's state shared with its thread; guarded by `lock` unless noted (see the rules above).
 cdef struct Core:
     tw_mutex_t lock
     tw_cond_t wake_cond     # wakes the release thread
@@ -51,28 +67,19 @@ cdef struct Core:
     int backend
     int closing
     int closed
-    int epoch               # the fork epoch this timer was made in
+    int epoch               # the fork epoch this timer was made in (set once)
     uint64_t wakes
     uint64_t seq
-    # the min-heap, ordered by (at, seq): seq makes equal deadlines release in arm order
-    int64_t *h_at
-    uint64_t *h_seq
-    int32_t *h_slot
+    heap_entry_t *heap      # the min-heap, ordered by (at, seq)
     Py_ssize_t h_len
     Py_ssize_t h_cap
-    # the slot table
-    uint8_t *state
-    uint32_t *gen           # bumped when a slot is freed, so stale keys never match
-    int64_t *released_at
-    int32_t *chan           # the Chan index to notify on release, or -1
-    int32_t *next_free
+    slot_t *slots           # the slot table a Deadline points into
     int32_t free_head
     Py_ssize_t s_len
     Py_ssize_t blocking_waiters
     int64_t last_sweep_ns
     Chan **chans
     Py_ssize_t n_chans
-
 
 import asyncio
 import os
@@ -124,6 +131,19 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+cdef inline bint _ours(Core *c) noexcept nogil:
+    """True if ``c`` was made in this process since its last fork, so its lock and thread are live
+    here (rule 4 of the header)."""
+    return c.epoch == _fork_epoch
+
+
+cdef class ReleaseTimer
+
+
+# The asyncio bridge: channels, wake fds and helper threads.
+include "_release_asyncio.pxi"
+
+
 def past_deadline(at):
     """A Deadline already released, if ``at`` (float s on time.monotonic()) has passed, else None.
 
@@ -134,9 +154,6 @@ def past_deadline(at):
     if at_ns <= now_ns:
         return _new_deadline(None, -1, 0, at_ns, now_ns)
     return None
-
-
-cdef class ReleaseTimer
 
 
 # The construction token: Deadline.__new__ and _Channel.__new__ refuse to make an object
@@ -193,12 +210,12 @@ cdef class Deadline:
         if self._slot < 0:
             return self._released_at_ns
         c = self._rt._core
-        if c.epoch == _fork_epoch:
+        if _ours(c):
             tw_mutex_lock(&c.lock)
-        released = c.state[self._slot] == RELEASED
+        released = c.slots[self._slot].state == RELEASED
         if released:
-            at = c.released_at[self._slot]
-        if c.epoch == _fork_epoch:
+            at = c.slots[self._slot].released_at
+        if _ours(c):
             tw_mutex_unlock(&c.lock)
         return at if released else None
 
@@ -209,10 +226,10 @@ cdef class Deadline:
         if self._slot < 0:
             return True
         c = self._rt._core
-        if c.epoch != _fork_epoch:  # the parent's timer: no other thread touches it here
-            return c.state[self._slot] == RELEASED
+        if not _ours(c):  # the parent's timer: no other thread touches it here
+            return c.slots[self._slot].state == RELEASED
         tw_mutex_lock(&c.lock)
-        released = c.state[self._slot] == RELEASED
+        released = c.slots[self._slot].state == RELEASED
         tw_mutex_unlock(&c.lock)
         return released
 
@@ -234,8 +251,8 @@ cdef class Deadline:
             return True
         timeout_ns = _timeout_ns(timeout)
         c = self._rt._core
-        if c.epoch != _fork_epoch:
-            if c.state[slot] == RELEASED:
+        if not _ours(c):
+            if c.slots[slot].state == RELEASED:
                 return True
             raise ReleaseTimerClosed("the ReleaseTimer belongs to the parent of this forked process")
         until_ns = -1 if timeout_ns < 0 else tw_monotonic_ns() + timeout_ns
@@ -247,11 +264,11 @@ cdef class Deadline:
                 chunk_end = now_ns + WAIT_CHUNK_NS
                 if until_ns >= 0 and until_ns < chunk_end:
                     chunk_end = until_ns
-                while c.state[slot] == ARMED and not c.closed and now_ns < chunk_end:
+                while c.slots[slot].state == ARMED and not c.closed and now_ns < chunk_end:
                     tw_cond_timedwait_until(&c.released_cond, &c.lock, chunk_end)
                     now_ns = tw_monotonic_ns()
                 c.blocking_waiters -= 1
-                state = c.state[slot]
+                state = c.slots[slot].state
                 closed = c.closed
                 tw_mutex_unlock(&c.lock)
             if state != ARMED or closed or (until_ns >= 0 and now_ns >= until_ns):
@@ -281,180 +298,14 @@ cdef class Deadline:
         return f"<Deadline at_ns={self._at_ns} {state} implementation=c>"
 
 
-@cython.no_gc_clear  # a loop may still call drain(), which needs rt
-@cython.final
-cdef class _Channel:
-    """Carries releases from the release thread to one asyncio loop.
-
-    The release thread queues released keys (slot << 32 | generation) on the native
-    ``Chan`` and, once per batch, writes the wake fd the loop watches with add_reader;
-    ``drain`` runs on the loop's thread and resolves the futures. For a loop without
-    add_reader a helper thread waits on the Chan's condition and posts ``drain`` with
-    call_soon_threadsafe.
-    """
-
-    cdef ReleaseTimer rt
-    cdef object loop
-    cdef readonly int32_t index
-    cdef Chan *ch  # NULL once torn down; the struct itself lives until the timer is freed
-    cdef dict waiters
-
-    def __cinit__(self, token=None, *args, **kwargs):
-        if token is not _MAKE:
-            raise TypeError("_Channel objects are made by ReleaseTimer._channel_for(), not constructed directly")
-
-    def forget(self, key, fut):
-        """Drop a cancelled waiter's future."""
-        futs = self.waiters.get(key)
-        if futs is not None and fut in futs:
-            futs.remove(fut)
-            if not futs:
-                del self.waiters[key]
-
-    def drain(self):
-        """On the loop's thread: resolve the futures of released deadlines."""
-        cdef Core *c = self.rt._core
-        cdef Chan *ch = self.ch
-        cdef uint64_t *keys
-        cdef Py_ssize_t n, i
-        cdef bint closed, overflow
-        if ch == NULL:
-            return
-        if not ch.helper:
-            tw_wakefd_drain(ch.rfd)
-        tw_mutex_lock(&c.lock)
-        keys = ch.q
-        n = ch.q_len
-        ch.q = NULL
-        ch.q_len = ch.q_cap = 0
-        ch.signaled = ch.posted = 0
-        overflow = ch.overflow
-        ch.overflow = 0
-        closed = c.closed
-        tw_mutex_unlock(&c.lock)
-        try:
-            for i in range(n):
-                for fut in self.waiters.pop(keys[i], ()):
-                    if not fut.done():
-                        fut.set_result(None)
-        finally:
-            free(keys)
-        if overflow:
-            for key in list(self.waiters):
-                if _key_released(c, key):
-                    for fut in self.waiters.pop(key):
-                        if not fut.done():
-                            fut.set_result(None)
-        if closed:
-            self.fail_all()
-            self.teardown()
-
-    def fail_all(self):
-        """Wake every remaining future with ReleaseTimerClosed (the timer was closed)."""
-        waiters, self.waiters = self.waiters, {}
-        for futs in waiters.values():
-            for fut in futs:
-                if not fut.done():
-                    fut.set_exception(ReleaseTimerClosed("the ReleaseTimer was closed before the deadline"))
-
-    def teardown(self):
-        """Stop watching the loop: remove the reader, close the fds, release the helper."""
-        cdef Core *c = self.rt._core
-        cdef Chan *ch = self.ch
-        if ch == NULL:
-            return
-        self.ch = NULL
-        if not ch.helper and not self.loop.is_closed():
-            try:
-                self.loop.remove_reader(ch.rfd)
-            except Exception:  # a loop shutting down: nothing left to unregister
-                pass
-        tw_mutex_lock(&c.lock)
-        ch.dead = 1
-        if ch.helper:
-            tw_cond_broadcast(&ch.cond)
-        else:
-            tw_wakefd_close(ch.rfd, ch.wfd)
-            ch.rfd = ch.wfd = -1
-            ch.held = 0
-        tw_mutex_unlock(&c.lock)
-        if self.rt._chans.get(self.loop) is self:
-            del self.rt._chans[self.loop]
-
-    def _helper_main(self):
-        """Helper mode: wait (GIL released) for a signalled batch, post a drain, repeat."""
-        cdef Core *c = self.rt._core
-        cdef Chan *ch = self.ch
-        cdef bint dead
-        while True:
-            with nogil:
-                tw_mutex_lock(&c.lock)
-                while not (ch.signaled and not ch.posted) and not ch.dead:
-                    tw_cond_wait(&ch.cond, &c.lock)
-                dead = ch.dead
-                if not dead:
-                    ch.posted = 1
-                tw_mutex_unlock(&c.lock)
-            if dead:
-                break
-            try:
-                self.loop.call_soon_threadsafe(self.drain)
-            except RuntimeError:  # the loop is closed: nobody is left to wake
-                break
-        tw_mutex_lock(&c.lock)
-        ch.dead = 1
-        ch.held = 0
-        tw_mutex_unlock(&c.lock)
+cdef inline bint _heap_less(Core *c, Py_ssize_t i, Py_ssize_t j) noexcept nogil:
+    return c.heap[i].at < c.heap[j].at or (c.heap[i].at == c.heap[j].at and c.heap[i].seq < c.heap[j].seq)
 
 
-cdef bint _key_released(Core *c, uint64_t key) noexcept:
-    cdef int32_t slot = <int32_t>(key >> 32)
-    cdef bint released
-    tw_mutex_lock(&c.lock)
-    released = c.gen[slot] == <uint32_t>key and c.state[slot] == RELEASED
-    tw_mutex_unlock(&c.lock)
-    return released
-
-
-cdef void _chan_push(Chan *ch, uint64_t key) noexcept nogil:
-    """Queue ``key`` and signal the loop once per batch (Core.lock held)."""
-    cdef uint64_t *q
-    cdef Py_ssize_t cap
-    if ch.dead:
-        return
-    if ch.q_len == ch.q_cap:
-        cap = 16 if ch.q_cap == 0 else ch.q_cap * 2
-        q = <uint64_t *>realloc(ch.q, cap * sizeof(uint64_t))
-        if q == NULL:
-            ch.overflow = 1
-        else:
-            ch.q = q
-            ch.q_cap = cap
-    if ch.q_len < ch.q_cap:
-        ch.q[ch.q_len] = key
-        ch.q_len += 1
-    _chan_notify(ch)
-
-
-cdef void _chan_notify(Chan *ch) noexcept nogil:
-    """Wake the loop's side: a byte on the wake fd, or the helper's condition (Core.lock held)."""
-    if ch.signaled or ch.dead:
-        return
-    ch.signaled = 1
-    if ch.helper:
-        tw_cond_signal(&ch.cond)
-    else:
-        tw_wakefd_signal(ch.wfd)
-
-
-cdef bint _heap_less(Core *c, Py_ssize_t i, Py_ssize_t j) noexcept nogil:
-    return c.h_at[i] < c.h_at[j] or (c.h_at[i] == c.h_at[j] and c.h_seq[i] < c.h_seq[j])
-
-
-cdef void _heap_swap(Core *c, Py_ssize_t i, Py_ssize_t j) noexcept nogil:
-    c.h_at[i], c.h_at[j] = c.h_at[j], c.h_at[i]
-    c.h_seq[i], c.h_seq[j] = c.h_seq[j], c.h_seq[i]
-    c.h_slot[i], c.h_slot[j] = c.h_slot[j], c.h_slot[i]
+cdef inline void _heap_swap(Core *c, Py_ssize_t i, Py_ssize_t j) noexcept nogil:
+    cdef heap_entry_t entry = c.heap[i]
+    c.heap[i] = c.heap[j]
+    c.heap[j] = entry
 
 
 cdef void _sift_down(Core *c, Py_ssize_t i) noexcept nogil:
@@ -474,28 +325,20 @@ cdef void _sift_down(Core *c, Py_ssize_t i) noexcept nogil:
 cdef Py_ssize_t _heap_push(Core *c, int64_t at_ns, int32_t slot) noexcept nogil:
     """Push (at_ns, next seq, slot); returns its final index, or -1 without memory."""
     cdef Py_ssize_t i, parent, cap
-    cdef void *p
+    cdef heap_entry_t *heap
     if c.h_len == c.h_cap:
         cap = 64 if c.h_cap == 0 else c.h_cap * 2
-        p = realloc(c.h_at, cap * sizeof(int64_t))
-        if p == NULL:
+        heap = <heap_entry_t *>realloc(c.heap, cap * sizeof(heap_entry_t))
+        if heap == NULL:
             return -1
-        c.h_at = <int64_t *>p
-        p = realloc(c.h_seq, cap * sizeof(uint64_t))
-        if p == NULL:
-            return -1
-        c.h_seq = <uint64_t *>p
-        p = realloc(c.h_slot, cap * sizeof(int32_t))
-        if p == NULL:
-            return -1
-        c.h_slot = <int32_t *>p
+        c.heap = heap
         c.h_cap = cap
     c.seq += 1
     i = c.h_len
     c.h_len += 1
-    c.h_at[i] = at_ns
-    c.h_seq[i] = c.seq
-    c.h_slot[i] = slot
+    c.heap[i].at = at_ns
+    c.heap[i].seq = c.seq
+    c.heap[i].slot = slot
     while i > 0:
         parent = (i - 1) // 2
         if not _heap_less(c, i, parent):
@@ -508,9 +351,7 @@ cdef Py_ssize_t _heap_push(Core *c, int64_t at_ns, int32_t slot) noexcept nogil:
 cdef void _heap_pop(Core *c) noexcept nogil:
     c.h_len -= 1
     if c.h_len > 0:
-        c.h_at[0] = c.h_at[c.h_len]
-        c.h_seq[0] = c.h_seq[c.h_len]
-        c.h_slot[0] = c.h_slot[c.h_len]
+        c.heap[0] = c.heap[c.h_len]
         _sift_down(c, 0)
 
 
@@ -518,80 +359,60 @@ cdef int32_t _alloc_slot(Core *c) noexcept nogil:
     """A free slot index, armed, or -1 without memory (Core.lock held)."""
     cdef int32_t slot
     cdef Py_ssize_t cap, i
-    cdef void *p
+    cdef slot_t *slots
     if c.free_head < 0:
         if c.s_len >= 0x7FFFFFFF:
             return -1
         cap = 64 if c.s_len == 0 else c.s_len * 2
         if cap > 0x7FFFFFFF:
             cap = 0x7FFFFFFF
-        # each array grows on its own; a failure part-way leaves larger arrays, which is harmless
-        p = realloc(c.state, cap * sizeof(uint8_t))
-        if p == NULL:
+        slots = <slot_t *>realloc(c.slots, cap * sizeof(slot_t))
+        if slots == NULL:
             return -1
-        c.state = <uint8_t *>p
-        p = realloc(c.gen, cap * sizeof(uint32_t))
-        if p == NULL:
-            return -1
-        c.gen = <uint32_t *>p
-        p = realloc(c.released_at, cap * sizeof(int64_t))
-        if p == NULL:
-            return -1
-        c.released_at = <int64_t *>p
-        p = realloc(c.chan, cap * sizeof(int32_t))
-        if p == NULL:
-            return -1
-        c.chan = <int32_t *>p
-        p = realloc(c.next_free, cap * sizeof(int32_t))
-        if p == NULL:
-            return -1
-        c.next_free = <int32_t *>p
+        c.slots = slots
         for i in range(cap - 1, c.s_len - 1, -1):
-            c.state[i] = FREE
-            c.gen[i] = 0
-            c.next_free[i] = c.free_head
+            c.slots[i].state = FREE
+            c.slots[i].gen = 0
+            c.slots[i].next_free = c.free_head
             c.free_head = <int32_t>i
         c.s_len = cap
     slot = c.free_head
-    c.free_head = c.next_free[slot]
-    c.state[slot] = ARMED
-    c.chan[slot] = -1
+    c.free_head = c.slots[slot].next_free
+    c.slots[slot].state = ARMED
+    c.slots[slot].chan = -1
     return slot
 
 
 cdef void _free_slot(Core *c, int32_t slot) noexcept nogil:
-    c.state[slot] = FREE
-    c.gen[slot] += 1
-    c.next_free[slot] = c.free_head
+    c.slots[slot].state = FREE
+    c.slots[slot].gen += 1
+    c.slots[slot].next_free = c.free_head
     c.free_head = slot
 
 
-cdef Py_ssize_t _release_due(Core *c, int64_t now_ns, int64_t *out_at, uint64_t *out_seq) noexcept nogil:
-    """Release every heap entry due at ``now_ns`` (Core.lock held).
+cdef Py_ssize_t _release_due(Core *c, int64_t now_ns, heap_entry_t *out) noexcept nogil:
+    """Release every heap entry due at ``now_ns`` (Core.lock held); returns how many.
 
-    Writes the released (at_ns, seq) pairs to ``out_at``/``out_seq`` when given (the
-    test hook; each must hold h_len entries) and returns how many were released.
+    Copies each released entry, in release order, to ``out`` when given (the test hook; it
+    must hold h_len entries).
     """
     cdef Py_ssize_t released = 0
     cdef int32_t slot, ci
-    cdef int64_t at_ns
-    cdef uint64_t seq
-    while c.h_len > 0 and c.h_at[0] <= now_ns:
-        at_ns = c.h_at[0]
-        seq = c.h_seq[0]
-        slot = c.h_slot[0]
+    cdef heap_entry_t entry
+    while c.h_len > 0 and c.heap[0].at <= now_ns:
+        entry = c.heap[0]
+        slot = entry.slot
         _heap_pop(c)
-        if c.state[slot] == ARMED:
-            c.state[slot] = RELEASED
-            c.released_at[slot] = now_ns
-            if out_at != NULL:
-                out_at[released] = at_ns
-                out_seq[released] = seq
+        if c.slots[slot].state == ARMED:
+            c.slots[slot].state = RELEASED
+            c.slots[slot].released_at = now_ns
+            if out != NULL:
+                out[released] = entry
             released += 1
-            ci = c.chan[slot]
+            ci = c.slots[slot].chan
             if ci >= 0 and ci < c.n_chans and c.chans[ci] != NULL:
-                _chan_push(c.chans[ci], (<uint64_t>slot << 32) | c.gen[slot])
-        elif c.state[slot] == ABANDONED:
+                _chan_push(c.chans[ci], (<uint64_t>slot << 32) | c.slots[slot].gen)
+        elif c.slots[slot].state == ABANDONED:
             _free_slot(c, slot)
     if released and c.blocking_waiters:
         tw_cond_broadcast(&c.released_cond)
@@ -606,13 +427,11 @@ cdef void _maybe_sweep(Core *c, int64_t now_ns) noexcept nogil:
         return
     c.last_sweep_ns = now_ns
     for i in range(c.h_len):
-        slot = c.h_slot[i]
-        if c.state[slot] == ABANDONED:
+        slot = c.heap[i].slot
+        if c.slots[slot].state == ABANDONED:
             _free_slot(c, slot)
         else:
-            c.h_at[kept] = c.h_at[i]
-            c.h_seq[kept] = c.h_seq[i]
-            c.h_slot[kept] = slot
+            c.heap[kept] = c.heap[i]
             kept += 1
     if kept != c.h_len:
         c.h_len = kept
@@ -638,14 +457,14 @@ cdef void _release_main(void *arg) noexcept nogil:
     while not c.closing:
         c.wakes += 1
         now_ns = tw_monotonic_ns()
-        _release_due(c, now_ns, NULL, NULL)
+        _release_due(c, now_ns, NULL)
         _maybe_sweep(c, now_ns)
         if c.closing:
             break
         if c.h_len == 0:
             tw_cond_wait(&c.wake_cond, &c.lock)
             continue
-        top_ns = c.h_at[0]
+        top_ns = c.heap[0].at
         now_ns = tw_monotonic_ns()
         remaining_ns = top_ns - now_ns
         if remaining_ns <= 0:
@@ -664,13 +483,13 @@ cdef void _release_main(void *arg) noexcept nogil:
 
 cdef void _abandon(Core *c, int32_t slot, uint32_t gen) noexcept:
     """A Deadline's last reference is gone: free its slot, or leave a mark for the sweep."""
-    if c.epoch != _fork_epoch:
+    if not _ours(c):
         return  # the parent's timer: its lock may be held by a thread absent here
     tw_mutex_lock(&c.lock)
-    if c.gen[slot] == gen:
-        if c.state[slot] == ARMED:
-            c.state[slot] = ABANDONED
-        elif c.state[slot] == RELEASED:
+    if c.slots[slot].gen == gen:
+        if c.slots[slot].state == ARMED:
+            c.slots[slot].state = ABANDONED
+        elif c.slots[slot].state == RELEASED:
             _free_slot(c, slot)
     tw_mutex_unlock(&c.lock)
 
@@ -700,7 +519,7 @@ cdef Core *_core_new(int backend) noexcept:
 cdef void _core_free(Core *c) noexcept:
     """Free a timer whose thread is joined (or never ran here: a forked parent's)."""
     cdef Py_ssize_t i
-    cdef bint ours = c.epoch == _fork_epoch  # a forked parent's sync objects may be mid-use
+    cdef bint ours = _ours(c)  # a forked parent's sync objects may be mid-use
     for i in range(c.n_chans):
         if c.chans[i] != NULL:
             if ours and c.chans[i].rfd >= 0:
@@ -710,14 +529,8 @@ cdef void _core_free(Core *c) noexcept:
             free(c.chans[i].q)
             free(c.chans[i])
     free(c.chans)
-    free(c.h_at)
-    free(c.h_seq)
-    free(c.h_slot)
-    free(c.state)
-    free(c.gen)
-    free(c.released_at)
-    free(c.chan)
-    free(c.next_free)
+    free(c.heap)
+    free(c.slots)
     if ours:
         tw_cond_destroy(&c.released_cond)
         tw_cond_destroy(&c.wake_cond)
@@ -763,7 +576,7 @@ cdef class ReleaseTimer:
         """Loop iterations of the release thread so far."""
         cdef Core *c = self._core
         cdef uint64_t wakes
-        if c.epoch != _fork_epoch:
+        if not _ours(c):
             return c.wakes
         tw_mutex_lock(&c.lock)
         wakes = c.wakes
@@ -779,7 +592,7 @@ cdef class ReleaseTimer:
         """The heap's length, abandoned slots not yet swept included."""
         cdef Core *c = self._core
         cdef Py_ssize_t n
-        if c.epoch != _fork_epoch:
+        if not _ours(c):
             return c.h_len
         tw_mutex_lock(&c.lock)
         n = c.h_len
@@ -815,7 +628,7 @@ cdef class ReleaseTimer:
         cdef int32_t slot
         cdef uint32_t gen = 0
         cdef bint closed
-        if c.closed or c.epoch != _fork_epoch:
+        if c.closed or not _ours(c):
             raise ReleaseTimerClosed("arm on a closed ReleaseTimer")
         now_ns = tw_monotonic_ns()
         if at <= now_ns:
@@ -831,11 +644,11 @@ cdef class ReleaseTimer:
                 if _heap_push(c, at, slot) < 0:
                     _free_slot(c, slot)
                     slot = -1
-                elif c.h_slot[0] == slot or c.h_len == SWEEP_MIN_HEAP + 1:
+                elif c.heap[0].slot == slot or c.h_len == SWEEP_MIN_HEAP + 1:
                     # a new top preempts the thread's wait; a heap now big enough to
                     # sweep makes it cap its wait at SWEEP_EVERY_NS
                     tw_cond_signal(&c.wake_cond)
-            gen = c.gen[slot] if slot >= 0 else 0
+            gen = c.slots[slot].gen if slot >= 0 else 0
         tw_mutex_unlock(&c.lock)
         if closed:
             raise ReleaseTimerClosed("arm on a closed ReleaseTimer")
@@ -853,7 +666,7 @@ cdef class ReleaseTimer:
         """
         cdef Core *c = self._core
         cdef Py_ssize_t i
-        if c.epoch != _fork_epoch:
+        if not _ours(c):
             c.closed = 1  # the parent's timer in a forked child: nothing to stop here
             return
         tw_mutex_lock(&c.lock)
@@ -891,7 +704,7 @@ cdef class ReleaseTimer:
         cdef Core *c = self._core
         if c == NULL:
             return
-        if c.epoch == _fork_epoch:
+        if _ours(c):
             self.close()
         if not c.detached:
             _core_free(c)
@@ -904,19 +717,19 @@ cdef class ReleaseTimer:
         cdef uint8_t state
         cdef bint closed, other = False
         cdef int32_t bound
-        if c.epoch != _fork_epoch:
+        if not _ours(c):
             raise ReleaseTimerClosed("the ReleaseTimer belongs to the parent of this forked process")
-        chan = self._channel_for(loop)
+        chan = _channel_for(self, loop)
         key = (<uint64_t>d._slot << 32) | d._gen
         tw_mutex_lock(&c.lock)
-        state = c.state[d._slot]
+        state = c.slots[d._slot].state
         closed = c.closed
         if state != RELEASED and not closed:
-            bound = c.chan[d._slot]
+            bound = c.slots[d._slot].chan
             if bound >= 0 and bound != chan.index and c.chans[bound] != NULL and not c.chans[bound].dead:
                 other = True
             else:
-                c.chan[d._slot] = chan.index
+                c.slots[d._slot].chan = chan.index
         tw_mutex_unlock(&c.lock)
         if state == RELEASED:
             return chan, key, None
@@ -928,73 +741,6 @@ cdef class ReleaseTimer:
         chan.waiters.setdefault(key, []).append(fut)
         return chan, key, fut
 
-    def _channel_for(self, loop):
-        """The channel to ``loop``, made on first use; channels of closed loops are reaped."""
-        cdef _Channel chan = self._chans.get(loop)
-        cdef Core *c = self._core
-        cdef Chan *ch = NULL
-        cdef Py_ssize_t i, index = -1
-        cdef void *p
-        if chan is not None:
-            return chan
-        for old_loop, old in list(self._chans.items()):
-            if old_loop.is_closed():
-                old.teardown()
-        tw_mutex_lock(&c.lock)
-        for i in range(c.n_chans):  # reuse a dead Chan no helper holds
-            if c.chans[i] != NULL and not c.chans[i].held:
-                index = i
-                break
-        if index < 0:
-            p = realloc(c.chans, (c.n_chans + 1) * sizeof(Chan *))
-            if p != NULL:
-                c.chans = <Chan **>p
-                ch = <Chan *>calloc(1, sizeof(Chan))
-                if ch != NULL and tw_cond_init(&ch.cond) != 0:
-                    free(ch)
-                    ch = NULL
-                if ch != NULL:
-                    index = c.n_chans
-                    c.chans[index] = ch
-                    c.n_chans += 1
-        else:
-            ch = c.chans[index]
-            free(ch.q)
-            ch.q = NULL
-            ch.q_len = ch.q_cap = 0
-            ch.signaled = ch.posted = ch.overflow = ch.helper = 0
-        if ch != NULL:
-            ch.rfd = ch.wfd = -1
-            ch.dead = 1  # not signalled until the loop side is set up below
-            ch.held = 1
-        tw_mutex_unlock(&c.lock)
-        if ch == NULL:
-            raise MemoryError("no memory for an asyncio channel")
-        chan = _Channel.__new__(_Channel, _MAKE)
-        chan.rt = self
-        chan.loop = loop
-        chan.index = <int32_t>index
-        chan.ch = ch
-        chan.waiters = {}
-        try:
-            helper = not _watch_fd(chan, ch, loop)
-        except BaseException:
-            chan.ch = NULL
-            tw_mutex_lock(&c.lock)
-            ch.held = 0
-            tw_mutex_unlock(&c.lock)
-            raise
-        tw_mutex_lock(&c.lock)
-        ch.helper = helper
-        ch.dead = 0
-        if c.closed:
-            _chan_notify(ch)
-        tw_mutex_unlock(&c.lock)
-        self._chans[loop] = chan
-        if helper:
-            threading.Thread(target=chan._helper_main, name="timerwheel_c-release-helper", daemon=True).start()
-        return chan
-
     def _release_due_ns(self, now_ns):
         """Test hook: release what is due at ``now_ns`` (int ns, may be in the future).
 
@@ -1003,38 +749,18 @@ cdef class ReleaseTimer:
         """
         cdef int64_t now = _check_at_ns(now_ns)
         cdef Core *c = self._core
-        cdef int64_t *at_buf
-        cdef uint64_t *seq_buf
-        cdef Py_ssize_t n, i
+        cdef heap_entry_t *out
+        cdef Py_ssize_t n = -1
+        if not _ours(c):
+            raise ReleaseTimerClosed("the ReleaseTimer belongs to the parent of this forked process")
         tw_mutex_lock(&c.lock)
-        at_buf = <int64_t *>malloc((c.h_len + 1) * sizeof(int64_t))
-        seq_buf = <uint64_t *>malloc((c.h_len + 1) * sizeof(uint64_t))
-        n = -1
-        if at_buf != NULL and seq_buf != NULL:
-            n = _release_due(c, now, at_buf, seq_buf)
+        out = <heap_entry_t *>malloc((c.h_len + 1) * sizeof(heap_entry_t))
+        if out != NULL:
+            n = _release_due(c, now, out)
         tw_mutex_unlock(&c.lock)
         try:
             if n < 0:
                 raise MemoryError("no memory for the release hook")
-            return [(at_buf[i], seq_buf[i]) for i in range(n)]
+            return [(out[i].at, out[i].seq) for i in range(n)]
         finally:
-            free(at_buf)
-            free(seq_buf)
-
-
-cdef bint _watch_fd(_Channel chan, Chan *ch, loop) except -1:
-    """Open the wake fd and have ``loop`` watch it; False if the loop has no add_reader."""
-    cdef int rfd, wfd
-    if tw_wakefd_open(&rfd, &wfd) != 0:
-        return False
-    try:
-        loop.add_reader(rfd, chan.drain)
-    except NotImplementedError:  # the Windows proactor, or any loop without readers
-        tw_wakefd_close(rfd, wfd)
-        return False
-    except BaseException:
-        tw_wakefd_close(rfd, wfd)
-        raise
-    ch.rfd = rfd
-    ch.wfd = wfd
-    return True
+            free(out)

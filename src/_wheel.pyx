@@ -9,7 +9,7 @@ function in the same order. Both import their Python-level checks and constants 
 # tokio's time driver (tokio/src/runtime/time/wheel/{mod,level}.rs). Times are integer ms on the
 # caller's monotonic clock; the wheel stands at E = now_ms().
 #
-# Levels and granularity (level l >= 1 is issue 2's "overflow": timers longer than one 512 ms
+# Levels and granularity (levels l >= 1 are the overflow: timers longer than one 512 ms
 # rotation wait there and cascade down when the wheel reaches their slot):
 #
 #   level  slots  slot width            one rotation
@@ -360,7 +360,7 @@ cdef class TimerWheel:
             self._occ[f >> 6] &= ~((<uint64_t>1) << (f & 63))
             self._bound[f] = NO_BOUND
         elif head == self._tail[f]:
-            # One timer left: its bound is exact again (point 8, one pending timer).
+            # One timer left: its bound is exact again (next_fire_ms is exact for one pending timer).
             self._bound[f] = self._pool[head].due
 
     cdef inline void _pop_head(self, int32_t f, int32_t nxt) noexcept:

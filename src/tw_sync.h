@@ -175,7 +175,7 @@ static void tw_cond_timedwait_until(tw_cond_t *c, tw_mutex_t *m, int64_t deadlin
 #endif
 }
 
-/* Sleeps until deadline_ns: the seed's last, exact sleep (absolute, so no drift on EINTR). */
+/* Sleeps until deadline_ns: the last, exact sleep of a release (absolute, so no drift on EINTR). */
 static void tw_sleep_until_ns(int64_t deadline_ns)
 {
 #if defined(__APPLE__)

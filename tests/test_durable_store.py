@@ -1,12 +1,14 @@
 """The store contract: every backend (the ``durable_store`` fixture's params) must pass all of it."""
 from __future__ import annotations
 
+import os
+import sqlite3
 import threading
 
 import pytest
 
 from timerwheel_c.durable.sqlite import SQLiteStore
-from timerwheel_c.durable.store import Absent, Batch, Committed, Equals, Page, PreconditionFailed
+from timerwheel_c.durable.store import Absent, Batch, Committed, Equals, Page, PreconditionFailed, SchemaVersionError
 
 P = "p"
 
@@ -195,3 +197,53 @@ def test_sqlite_bad_constructor_arguments(tmp_path):
         SQLiteStore(tmp_path / "x.db", busy_timeout_ms=-1)
     with pytest.raises(ValueError, match="synchronous"):
         SQLiteStore(tmp_path / "x.db", synchronous="SOMETIMES")
+
+
+def test_sqlite_open_errors_name_the_path_and_the_cause(tmp_path):
+    """A SQLite file that cannot be opened raises sqlite3.OperationalError naming the path and why
+    (a missing directory, a directory, an unwritable place); a URL given as a path is a ValueError
+    pointing at open_store. Nothing is created on the way."""
+    missing = tmp_path / "no" / "such" / "x.db"
+    with pytest.raises(sqlite3.OperationalError, match=rf"{missing}'.*directory .* does not exist"):
+        SQLiteStore(missing)
+    with pytest.raises(sqlite3.OperationalError, match=rf"{tmp_path}'.*is a directory"):
+        SQLiteStore(tmp_path)
+    if os.path.isdir("/proc"):  # not writable, even for root
+        with pytest.raises(sqlite3.OperationalError, match="/proc/x.db"):
+            SQLiteStore("/proc/x.db")
+    with pytest.raises(ValueError, match=r"'sqlite:///x.db'.*open_store"):
+        SQLiteStore("sqlite:///x.db")
+    assert not missing.parent.exists() and not os.path.exists("sqlite:")
+
+
+def test_sqlite_rejects_a_bool_checkpoint_interval(tmp_path):
+    """checkpoint_interval_s=True is a ValueError naming the value, like every other bool where a number goes."""
+    with pytest.raises(ValueError, match="checkpoint_interval_s.*True"):
+        SQLiteStore(tmp_path / "x.db", checkpoint_interval_s=True)
+
+
+def test_sqlite_schema_version_is_recorded_and_a_newer_one_refused(tmp_path):
+    """Opening writes the schema version row once; a file whose row says a newer version raises
+    SchemaVersionError naming both versions (concurrent openers are serialized by BEGIN IMMEDIATE)."""
+    from timerwheel_c.durable.sqlite import SCHEMA_VERSION
+
+    path = tmp_path / "t.db"
+    SQLiteStore(path).close()
+    db = sqlite3.connect(path)
+    assert db.execute("SELECT value FROM timerwheel_meta WHERE name = 'schema_version'").fetchall() == [(str(SCHEMA_VERSION),)]
+    with db:
+        db.execute("UPDATE timerwheel_meta SET value = '7' WHERE name = 'schema_version'")
+    db.close()
+    with pytest.raises(SchemaVersionError, match=rf"{path}'.*version 7.*version {SCHEMA_VERSION}"):
+        SQLiteStore(path)
+
+
+def test_store_reprs_are_informative_and_never_hold_a_password(durable_store):
+    """Every store's repr names its backend and where it is (path, or user@host:port/db and table),
+    never a password."""
+    text = repr(durable_store)
+    assert text.startswith(("SQLiteStore(", "PostgresStore(")) and "password" not in text
+    if "Postgres" in text:
+        assert "table=" in text
+    else:
+        assert "synchronous=" in text

@@ -28,15 +28,21 @@ def test_sqlite_urls(tmp_path, monkeypatch):
 
 
 def test_bench_contract_shape():
-    """bench.durable.run returns {"sqlite": {"fired_per_s": float > 0, "lateness_ms": [n floats]}} and
-    reports progress for every item (n drained + n lateness timers). No speed is asserted."""
+    """bench.durable.run returns {"sqlite": {"fired_per_s": float > 0, "lateness_ms": [n floats], and the
+    service figures: "wakeup_lateness_ms": [n floats], "fired_per_s_20ms": {"1": .., "16": ..} with no
+    duplicate effect, "watcher_idle_cpu_pct": float >= 0}} and reports progress for every item (n drained,
+    n lateness timers, n cross-process timers, n fires at each concurrency). No speed is asserted."""
     done = []
     result = bench_durable.run(n_timers=40, progress=done.append)
     assert set(result) == {"sqlite"}
     r = result["sqlite"]
     assert r["fired_per_s"] > 0 and len(r["lateness_ms"]) == 40
     assert all(isinstance(x, float) for x in r["lateness_ms"])
-    assert sum(done) == 80
+    assert len(r["wakeup_lateness_ms"]) == 40 and all(isinstance(x, float) for x in r["wakeup_lateness_ms"])
+    assert set(r["fired_per_s_20ms"]) == {"1", "16"}
+    assert all(f["timers"] == 40 and f["fired_per_s"] > 0 and f["duplicates"] == 0 for f in r["fired_per_s_20ms"].values())
+    assert r["watcher_idle_cpu_pct"] >= 0
+    assert sum(done) == 5 * 40
     with pytest.raises(ValueError, match="n_timers"):
         bench_durable.run(n_timers=0)
 
@@ -145,17 +151,26 @@ def _cli(*args) -> list:
     return [sys.executable, "-m", "timerwheel_c", *args]
 
 
-def test_run_cli_never_prints_the_password_of_an_unreachable_store(tmp_path):
-    """``timerwheel-c run --log-level DEBUG`` on a PostgreSQL URL with a password and a closed
-    port exits 2 with one line naming the masked URL; no output holds the password."""
+@pytest.mark.parametrize("refusal", ["closed port", "unknown role"])
+def test_run_cli_never_prints_the_password_of_a_store_it_cannot_open(tmp_path, refusal):
+    """``timerwheel-c run --log-level DEBUG`` on a PostgreSQL URL with a password, which a closed
+    port or the real server (a role that does not exist) refuses, exits 2 with one line naming
+    the masked URL; no output holds the password."""
     import subprocess
+    from urllib.parse import urlsplit
 
     pytest.importorskip("psycopg")
-    url = f"postgresql://app:{PASSWORD}@127.0.0.1:{_free_port()}/timers?connect_timeout=5"
+    if refusal == "closed port":
+        url = f"postgresql://app:{PASSWORD}@127.0.0.1:{_free_port()}/timers?connect_timeout=5"
+    else:
+        if not os.environ.get("TIMERWHEEL_C_TEST_PG_DSN"):
+            pytest.skip("no TIMERWHEEL_C_TEST_PG_DSN")
+        url = _with_password(os.environ["TIMERWHEEL_C_TEST_PG_DSN"]).replace(
+            f"{urlsplit(os.environ['TIMERWHEEL_C_TEST_PG_DSN']).username or 'postgres'}:", "no_such_role_x:", 1)
     out = subprocess.run(_cli("run", "--store", url, "--handlers", "m:r", "--log-level", "DEBUG"),
                          cwd=tmp_path, capture_output=True, timeout=60)
     assert out.returncode == 2, out.stderr
-    assert b"cannot open store 'postgresql://app:***@127.0.0.1:" in out.stderr  # the failure arose
+    assert b"cannot open store 'postgresql://" in out.stderr and b":***@" in out.stderr  # the failure arose
     _assert_no_password(out.stdout, out.stderr)
 
 
@@ -220,3 +235,21 @@ def test_bench_never_prints_or_writes_the_pg_dsn_password(tmp_path, reachable):
         assert out.returncode == 1 and "durable" in figures["failed"], out.stderr  # the failure arose
     assert ":***@" in figures["config"]["pg_dsn"]
     _assert_no_password(out.stdout, out.stderr, path.read_text())
+
+
+def test_postgresql_url_without_psycopg_gives_the_install_hint(monkeypatch, capsys):
+    """Without psycopg installed (simulated: the import fails), open_store("postgresql://...") raises
+    ModuleNotFoundError with ``pip install 'timerwheel_c[postgres]'``, and ``timerwheel-c run`` prints
+    that hint on one line and exits 2, the password masked."""
+    import sys
+
+    from timerwheel_c.cli import main
+
+    monkeypatch.setitem(sys.modules, "psycopg", None)
+    monkeypatch.delitem(sys.modules, "timerwheel_c.durable.postgres", raising=False)
+    with pytest.raises(ModuleNotFoundError, match=r"pip install 'timerwheel_c\[postgres\]'"):
+        open_store("postgresql://u@127.0.0.1:1/db")
+    url = "postgresql://u:s3cr3t@127.0.0.1:1/db"
+    assert main(["run", "--store", url, "--handlers", "timerwheel_c.durable:TimerRegistry"]) == 2
+    err = capsys.readouterr().err
+    assert "pip install 'timerwheel_c[postgres]'" in err and "s3cr3t" not in err and len(err.strip().splitlines()) == 1

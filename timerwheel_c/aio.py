@@ -1,10 +1,10 @@
 """asyncio timers driven by one TimerWheel: ``WheelScheduler`` and its ``timeout()``.
 
-Design sources: asyncio's ``TimerHandle``/``call_later``/``asyncio.timeout`` (the API
-mirrored here), the hashed timing wheel of issue 2 (seed design
-"flare.runtime.timer_wheel", after Varghese & Lauck and Netty's HashedWheelTimer), and
-the single-deadline reactor arming of tokio's time driver: the loop holds ONE timer, at
-the wheel's earliest due time, however many handles are pending.
+Public sources: asyncio's ``TimerHandle``/``call_later``/``asyncio.timeout`` (the API
+mirrored here), the hashed timing wheel (:class:`timerwheel_c.TimerWheel`, after
+Varghese & Lauck and Netty's HashedWheelTimer), and the single-deadline reactor arming
+of tokio's time driver: the loop holds ONE timer, at the wheel's earliest due time,
+however many handles are pending. ``docs/DESIGN.md`` ("asyncio integration") gives the design.
 
 Clock and rounding. The wheel counts integer milliseconds on the loop's own clock
 (``loop.time()`` seconds, times 1000). A handle's deadline ``when`` (loop seconds) is
@@ -43,7 +43,7 @@ __all__ = ["WheelHandle", "WheelScheduler", "WheelTimeout"]
 # end, so no due time arms one (both are plain ``due_ms < _wake_ms`` comparisons).
 _NO_WAKE = 1 << 63
 _IN_BATCH = -1
-# The wheel refuses due times beyond 2**62 ms (issue 2, point 10).
+# The wheel refuses due times beyond 2**62 ms (TimerWheel's range check).
 _MAX_DUE_MS = 1 << 62
 _INF = math.inf
 _ceil = math.ceil

@@ -9,6 +9,6 @@ class ReleaseTimerClosed(RuntimeError):
 
     Raised by ``Deadline.wait()`` and ``await deadline`` for a deadline still pending
     when ``ReleaseTimer.close()`` ran, and by ``arm``/``arm_ns`` on a closed timer.
-    The seed design (moqtap_proxy release_timer.rs) abandons such waiters silently;
-    we wake them with this instead, so nothing hangs.
+    A pending waiter is woken with this rather than left waiting, so nothing hangs
+    on a closed timer.
     """

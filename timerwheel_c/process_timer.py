@@ -3,8 +3,8 @@
 ``arm_at(at)`` arms a deadline on one ReleaseTimer per process, started lazily on the
 first deadline still in the future; ``sleep_until(at)`` and ``sleep(delay)`` await
 such deadlines. Times are float seconds on ``time.monotonic()``, the clock asyncio's
-loops use. Design source: the seed "moqtap_proxy release_timer.rs" (one release
-thread per process).
+loops use. One release thread serves the whole process, as one timer driver serves
+a tokio runtime.
 
 Fork safety: ``os.register_at_fork`` drops the process-wide timer in a forked child,
 whose copy of the parent's thread does not run, so the child starts its own on first

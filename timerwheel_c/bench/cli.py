@@ -46,7 +46,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help="timed repeats after the one warm-up run (default 3)")
     p.add_argument("--json", metavar="FILE", help="write every figure, raw samples included, to FILE")
     p.add_argument("--plot", metavar="DIR", help="draw PNG charts into DIR (needs the 'plot' extra: matplotlib)")
-    p.add_argument("--pg-dsn", metavar="DSN", default=None, help="also run the durable workload on PostgreSQL")
+    p.add_argument("--pg-dsn", metavar="DSN", default=None, help="also run the durable workload on PostgreSQL (its password is masked in every output)")
     p.add_argument("--seed", type=int, default=20261129, help="seed of every workload's inputs")
     p.add_argument("--scale", type=float, default=1.0, metavar="F",
                    help="multiply every workload's timer, op and sample counts by F (e.g. 0.1 on a slow machine)")

@@ -52,9 +52,11 @@ class Workload:
     steps: Callable[[Context], float | None]
 
 
-def _timer_workload(name: str) -> Workload:
+def _timer_workload(run: Callable[..., workloads.Result]) -> Workload:
+    """A workload of :mod:`.workloads`, named by its function (churn, expiry, rto, gap)."""
+    name = run.__name__
+
     def measure(ctx: Context, bar: Task) -> dict:
-        run = getattr(workloads, name)
         return run(ctx.impls, ctx.sizes, ctx.repeats, ctx.seed, bar).to_json()
 
     return Workload(name, measure, tables.timer_table, lambda ctx: workloads.steps(name, ctx.impls, ctx.repeats))
@@ -75,11 +77,16 @@ def _lateness(ctx: Context, bar: Task) -> dict:
 
 def _durable(ctx: Context, bar: Task) -> dict:
     stores = durable.run(ctx.sizes.durable_timers, dsn=ctx.pg_dsn, progress=bar)
-    return {"results": {
+    figures = {"results": {
         store: {**fig, "lateness_summary_ms": summary(fig.get("lateness_ms", [])),
                 "wakeup_lateness_summary_ms": summary(fig.get("wakeup_lateness_ms", []))}
         for store, fig in stores.items()
     }}
+    if "postgres" in stores:  # a DSN was given and psycopg is installed
+        from . import fleet
+
+        figures["fleet"] = fleet.run(ctx.pg_dsn, ctx.sizes.durable_timers, progress=bar)
+    return figures
 
 
 def _network(ctx: Context, bar: Task) -> dict:
@@ -92,7 +99,7 @@ def _network(ctx: Context, bar: Task) -> dict:
 
 
 WORKLOADS: tuple[Workload, ...] = (
-    *(_timer_workload(name) for name in ("churn", "expiry", "rto", "gap")),
+    *(_timer_workload(run) for run in (workloads.churn, workloads.expiry, workloads.rto, workloads.gap)),
     Workload("memory", _memory, tables.memory_table, lambda ctx: sum(not i.floor for i in ctx.impls)),
     Workload("lateness", _lateness, tables.lateness_table,
              lambda ctx: float(ctx.sizes.lateness_samples * len(lateness.SERIES))),

@@ -29,7 +29,8 @@ NOT_APPLICABLE_CLOCK = "n/a: its clock cannot be simulated"
 
 @dataclass
 class Sizes:
-    """Workload sizes. Defaults are the issues' figures; ``quick()`` and ``scaled()`` shrink them."""
+    """Workload sizes. Defaults are the sizes the targets are stated at (100k connections, 1M
+    timers); ``quick()`` and ``scaled()`` shrink them."""
 
     churn_conns: int = 100_000
     churn_ops: int = 1_000_000

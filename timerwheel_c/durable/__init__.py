@@ -1,5 +1,10 @@
 """Durable timers: a store, a handler registry keyed by kind, a runner and a service.
 
+Timers live as rows of an ordered key-value store and survive a restart; handlers keyed
+by timer kind fire them, committing their effects atomically with the row's removal
+(the guarded-commit pattern of APScheduler's and procrastinate's job stores, on a
+key-value contract). ``docs/DESIGN.md`` ("Durable timers") gives the design.
+
 Due times are Unix epoch ms; every in-process wait is on the monotonic clock. A store is
 split into partitions, the unit of ordering, atomicity and ownership: on PostgreSQL, N
 runner processes divide the partitions among themselves (:mod:`.ownership`).
@@ -15,7 +20,8 @@ runner processes divide the partitions among themselves (:mod:`.ownership`).
 - :mod:`.sleep`: :class:`DurableContext`, :class:`TimerId`, :class:`SleepHandler`.
 - :mod:`.writer`: :func:`schedule` and :func:`cancel`, for processes that write timers but do not fire them.
 - :mod:`.watch`: the store's change signal (:class:`Watcher`), which wakes runners on writes from any process.
-- :mod:`.url`: :func:`open_store` for ``sqlite:///PATH`` URLs; :mod:`.cli`: ``timerwheel-c run``.
+- :mod:`.url`: :func:`open_store` for ``sqlite:///PATH`` and ``postgresql://`` URLs, and
+  ``redact``, which keeps their passwords out of every output; :mod:`.cli`: ``timerwheel-c run``.
 """
 from .keys import TimerKind
 from .registry import Done, DueTimer, Reschedule, Retry, TimerContext, TimerHandler, TimerRegistry

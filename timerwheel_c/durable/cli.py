@@ -3,7 +3,10 @@
     python -m timerwheel_c run --store sqlite:////abs/timers.db --handlers pkg.mod:registry [--partition NAME ...] [--concurrency N]
 
 ``--handlers`` names a :class:`TimerRegistry` (or a zero-argument callable returning one) as
-``module:attribute``. Without ``--partition`` every partition in the store is served.
+``module:attribute``. Without ``--partition`` every partition in the store is served; on
+PostgreSQL, runners started that way (on any number of hosts) form a fleet and divide the
+partitions among themselves, each served by one live runner at a time. ``--partition``
+pins a runner to the partitions it names.
 
 Exit status: 0 after a clean stop (SIGINT/SIGTERM); 2, with one line on stderr naming the
 offending value, on a bad argument, including a store that cannot be opened at startup
@@ -32,10 +35,12 @@ def add_parser(sub) -> None:
     p = sub.add_parser("run", help="serve durable timers from a store", description=__doc__.splitlines()[0],
                        epilog="exit status: 0 after SIGINT/SIGTERM; 2 on a bad argument or a store that cannot be "
                               "opened at startup (one line on stderr); store errors while serving are logged and retried")
-    p.add_argument("--store", required=True, metavar="URL", help="sqlite:///PATH (four slashes for an absolute path) or postgresql://USER@HOST/DB")
+    p.add_argument("--store", required=True, metavar="URL", help="sqlite:///PATH (four slashes for an absolute path) or postgresql://USER@HOST/DB "
+                        "(a password in it is masked in every log line and message)")
     p.add_argument("--handlers", required=True, metavar="MODULE:ATTR", help="a TimerRegistry, or a callable returning one")
     p.add_argument("--partition", action="append", dest="partitions", metavar="NAME",
-                   help="a partition to serve (repeatable; default: every partition in the store)")
+                   help="a partition to serve (repeatable); default: every partition in the store, "
+                        "divided among all runners on the same PostgreSQL store")
     p.add_argument("--concurrency", type=_concurrency, default=DEFAULT_CONCURRENCY, metavar="N",
                    help="handlers running at once (an int >= 1; default %d)" % DEFAULT_CONCURRENCY)
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
@@ -118,9 +123,10 @@ def run(args) -> int:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, on_signal)
-    with store, DurableTimerService(store, registry, args.partitions, concurrency=args.concurrency):
-        log.info("serving %s partitions %s with kinds %s, %d handler(s) at once", redact(args.store),
-                 args.partitions or "all", registry.kinds(), args.concurrency)
+    with store, DurableTimerService(store, registry, args.partitions, concurrency=args.concurrency) as service:
+        which = "a fleet share of all partitions" if service.ownership is not None else args.partitions or "all partitions"
+        log.info("serving %s: %s, with kinds %s, %d handler(s) at once", redact(args.store), which, registry.kinds(),
+                 args.concurrency)
         # Short waits keep the main thread returning to the interpreter, where signal handlers run.
         while not stop.wait(0.2):
             pass

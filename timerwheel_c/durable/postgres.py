@@ -49,10 +49,16 @@ from .watch import Watcher
 __all__ = ["SCHEMA_VERSION", "PostgresStore", "lock_key"]
 
 _TABLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,51}$")  # room for the "_apply_many" suffix
-# 1: the table and a one-batch apply function (databases from before the version row);
-# 2: the version row and the many-batch apply function;
-# 3: the change-signal trigger (NOTIFY_DDL).
-SCHEMA_VERSION = 3
+# Each version's DDL replaces the previous one's functions (see _create_schema):
+# 1: the table and a one-batch ``<table>_apply`` (databases from before the version row);
+# 2: the version row and ``<table>_apply_many`` over flattened batches;
+# 3: ``<table>_apply_many`` takes ``consume`` (a guarded delete checks its own guard);
+# 4: the change-signal trigger ``<table>_wake`` (NOTIFY_DDL).
+SCHEMA_VERSION = 4
+_OLD_FUNCTIONS = (
+    "{table}_apply",
+    "{table}_apply_many(text, bigint, int[], bytea[], bytea[], boolean[], int[], bytea[], bytea[])",
+)
 
 
 def lock_key(*parts: str) -> int:
@@ -63,17 +69,22 @@ def lock_key(*parts: str) -> int:
 
 
 # Batch b owns guards g_end[b-1]+1 .. g_end[b] and writes w_end[b-1]+1 .. w_end[b] (1-based,
-# g_end[0] = 0). Returns one element per batch: the key of its first failed guard (nothing
-# of that batch written), or NULL once its writes are done.
+# g_end[0] = 0). consume[b] > 0 says that batch b's last guard is Equals(K, V) and that its
+# write number consume[b] is K's first write, a delete: then one "DELETE ... AND value = V"
+# both checks that guard and does that write (every claim and every Done of the runner has
+# this shape), one statement instead of two. Being the last guard, nothing checked after it
+# can fail and leave the delete to undo. Returns one element per batch: the key of its first
+# failed guard (nothing of that batch written), or NULL once its writes are done.
 _APPLY_MANY_FUNCTION = """
 CREATE OR REPLACE FUNCTION {fn}(p text, lock_key bigint, g_end int[], gk bytea[], gv bytea[],
-                                absent boolean[], w_end int[], wk bytea[], wv bytea[])
+                                absent boolean[], w_end int[], wk bytea[], wv bytea[], consume int[])
 RETURNS bytea[] LANGUAGE plpgsql AS $$
 DECLARE
   b int;
   i int;
   g0 int := 0;
   w0 int := 0;
+  last int;
   cur bytea;
   failed bytea;
   result bytea[] := '{{}}';
@@ -81,7 +92,8 @@ BEGIN
   PERFORM pg_advisory_xact_lock(lock_key);
   FOR b IN 1 .. coalesce(array_length(g_end, 1), 0) LOOP
     failed := NULL;
-    FOR i IN g0 + 1 .. g_end[b] LOOP
+    last := CASE WHEN consume[b] > 0 THEN g_end[b] - 1 ELSE g_end[b] END;
+    FOR i IN g0 + 1 .. last LOOP
       SELECT value INTO cur FROM {t} WHERE partition = p AND key = gk[i];
       IF absent[i] THEN
         IF FOUND THEN failed := gk[i]; EXIT; END IF;
@@ -89,9 +101,15 @@ BEGIN
         failed := gk[i]; EXIT;
       END IF;
     END LOOP;
+    IF failed IS NULL AND consume[b] > 0 THEN
+      DELETE FROM {t} WHERE partition = p AND key = gk[g_end[b]] AND value = gv[g_end[b]];
+      IF NOT FOUND THEN failed := gk[g_end[b]]; END IF;
+    END IF;
     IF failed IS NULL THEN
       FOR i IN w0 + 1 .. w_end[b] LOOP
-        IF wv[i] IS NULL THEN
+        IF i = consume[b] THEN
+          CONTINUE;
+        ELSIF wv[i] IS NULL THEN
           DELETE FROM {t} WHERE partition = p AND key = wk[i];
         ELSE
           INSERT INTO {t} (partition, key, value) VALUES (p, wk[i], wv[i])
@@ -182,7 +200,9 @@ class PostgresStore(Store):
             " FROM p WHERE p.partition IS NOT NULL) SELECT partition FROM p WHERE partition IS NOT NULL").format(t=t)
         fn = sql.Identifier(f"{table}_apply_many")
         self._sql_apply_many = sql.SQL(
-            "SELECT {}(%s, %s, %s::int[], %s::bytea[], %s::bytea[], %s::boolean[], %s::int[], %s::bytea[], %s::bytea[])"
+            # %b: binary parameters, so bytea arrays travel without text escaping.
+            "SELECT {}(%s, %s, %b::int[], %b::bytea[], %b::bytea[], %b::boolean[], %b::int[], %b::bytea[], %b::bytea[],"
+            " %b::int[])"
         ).format(fn)
         self._conn: Optional[psycopg.Connection] = None
         with self._lock:
@@ -211,13 +231,24 @@ class PostgresStore(Store):
             conn.execute(sql.SQL(
                 "CREATE TABLE IF NOT EXISTS {} (partition text NOT NULL, key bytea NOT NULL,"
                 " value bytea NOT NULL, PRIMARY KEY (partition, key))").format(t))
+            for old in _OLD_FUNCTIONS:
+                name, _, signature = old.format(table=self.table).partition("(")
+                conn.execute(sql.SQL("DROP FUNCTION IF EXISTS {}" + (f"({signature}" if signature else "")).format(
+                    sql.Identifier(name)))
             conn.execute(sql.SQL(_APPLY_MANY_FUNCTION).format(fn=sql.Identifier(f"{self.table}_apply_many"), t=t))
-            # Version 1's one-batch function is replaced by the many-batch one.
-            conn.execute(sql.SQL("DROP FUNCTION IF EXISTS {}").format(sql.Identifier(f"{self.table}_apply")))
             conn.execute(notify_ddl(self.table))
             conn.execute(sql.SQL(
                 "INSERT INTO {} (name, value) VALUES ('schema_version', %s)"
                 " ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value").format(meta), (str(SCHEMA_VERSION),))
+
+    def new_connection(self) -> psycopg.Connection:
+        """A new autocommit connection to this store's database, for callers that hold session
+        state of their own (the fleet's ownership locks); the caller closes it.
+
+        Raises:
+            psycopg.Error: the server cannot be reached (the message never holds the password).
+        """
+        return connect(self._dsn)
 
     def _connection(self) -> psycopg.Connection:
         if self._conn is None or self._conn.closed:
@@ -242,19 +273,27 @@ class PostgresStore(Store):
         return self._apply_in_one_transaction(partition, batches)
 
     def _apply_in_one_transaction(self, partition: str, batches: list) -> list:
-        g_end, gk, gv, absent, w_end, wk, wv = [], [], [], [], [], [], []
+        g_end, gk, gv, absent, w_end, wk, wv, consume = [], [], [], [], [], [], [], []
         for batch in batches:
             for g in batch.guards:
                 gk.append(g.key)
                 is_absent = isinstance(g, Absent)
                 gv.append(None if is_absent else g.value)
                 absent.append(is_absent)
+            consumed = 0
+            if batch.guards and not absent[-1]:
+                last_key = gk[-1]
+                for i, (k, v) in enumerate(batch.writes):
+                    if k == last_key:
+                        consumed = len(wk) + i + 1 if v is None else 0
+                        break
             for k, v in batch.writes:
                 wk.append(k)
                 wv.append(v)
             g_end.append(len(gk))
             w_end.append(len(wk))
-        args = (partition, lock_key(self.table, partition), g_end, gk, gv, absent, w_end, wk, wv)
+            consume.append(consumed)
+        args = (partition, lock_key(self.table, partition), g_end, gk, gv, absent, w_end, wk, wv, consume)
         with self._lock:
             (failed,) = self._connection().execute(self._sql_apply_many, args).fetchall()[0]
         return [Committed() if f is None else PreconditionFailed(bytes(f)) for f in failed]
@@ -267,6 +306,14 @@ class PostgresStore(Store):
     def _partitions(self) -> list:
         with self._lock:
             return [r[0] for r in self._connection().execute(self._sql_partitions).fetchall()]
+
+    def ownership(self, partitions: Optional[list] = None, **kwargs):
+        """A :class:`~timerwheel_c.durable.ownership.PartitionOwnership` dividing ``partitions``
+        (None: every partition of this store) among the runners asking for the same ones;
+        ``kwargs`` (``check_interval_s``) go to its constructor."""
+        from .ownership import PartitionOwnership
+
+        return PartitionOwnership(self, partitions, **kwargs)
 
     def drop(self) -> None:
         """Drop this store's table, meta table and function (for tests and benchmarks); the store

@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -69,6 +70,9 @@ __all__ = [
 log = logging.getLogger("timerwheel_c.durable")
 
 PAGE = 64
+# Per registry: the mean fire time (s) its handlers took in the last run_due, which sizes the
+# first chunk of the next one (a registry never seen starts with one row).
+_FIRE_TIME_S: "weakref.WeakKeyDictionary[TimerRegistry, float]" = weakref.WeakKeyDictionary()
 BACKOFF_BASE_MS = 5_000
 BACKOFF_CAP_MS = 600_000
 NO_PROGRESS_WAKE_MS = 5_000
@@ -192,8 +196,14 @@ class _Claimer:
 
     def claim(self, max_rows: int) -> list:
         """Claim up to ``max_rows`` rows to fire (fewer at the end of a page, of the range, or
-        of the budget); unknown kinds and malformed rows met on the way move in the same
-        round trip. Returns the :class:`ClaimedTimer` list."""
+        of the budget) in one round trip; returns the :class:`ClaimedTimer` list."""
+        batches, rows = self.select(max_rows)
+        return self.claimed(rows, self.store.apply_many(self.partition, batches))
+
+    def select(self, max_rows: int) -> tuple:
+        """Choose up to ``max_rows`` rows to fire, scanning a page if none is pending: returns the
+        claim batches (unknown kinds and malformed rows met on the way move too) and what
+        :meth:`claimed` needs to read their results."""
         report = self.report
         while not self.pending and not self.exhausted:
             page = self.store.scan(self.partition, self.start, self.end, self.after, PAGE)
@@ -237,8 +247,13 @@ class _Claimer:
             claimed = _claimed_key(self.now_ms, tk)
             batches.append(Batch().require(Equals(key, value)).delete(key).put(claimed, value))
             rows.append(("fire" if handler is not None else "unknown", claimed, value, tk, handler))
+        return batches, rows
+
+    def claimed(self, rows: list, results: list) -> list:
+        """Count the results of :meth:`select`'s batches; return the rows claimed for firing."""
+        report = self.report
         claims = []
-        for (what, key, value, info, handler), result in zip(rows, self.store.apply_many(self.partition, batches)):
+        for (what, key, value, info, handler), result in zip(rows, results):
             committed = isinstance(result, Committed)
             if what == "malformed":
                 if committed:
@@ -374,9 +389,11 @@ def commit_outcomes(store: Store, partition: str, settled: list, report: RunRepo
         Exception: whatever the store raises; the uncommitted rows stay at their backoff keys.
     """
     pairs = [(c, b) for c, b in settled if b is not None]
-    if not pairs:
-        return
-    results = store.apply_many(partition, [b for _, b in pairs])
+    if pairs:
+        _count_outcomes(partition, pairs, store.apply_many(partition, [b for _, b in pairs]), report)
+
+
+def _count_outcomes(partition: str, pairs: list, results: list, report: RunReport) -> None:
     for (claimed, batch), result in zip(pairs, results):
         key = claimed.timer.key
         if isinstance(result, Committed):
@@ -431,12 +448,13 @@ def _next_future_due(store: Store, partition: str, now_ms: int) -> Optional[int]
 def run_due(store: Store, partition: str, registry: TimerRegistry, now_ms: int, budget: TickBudget = TickBudget()) -> RunReport:
     """Fire the due timers of one partition, within ``budget``; return a :class:`RunReport`.
 
-    The sequential composition of the phases: claim a chunk of rows (one round trip),
-    fire each with :func:`fire`, commit the chunk's outcomes (one round trip), repeat,
-    then :func:`next_wake`. The first chunk is one row; later chunks hold as many rows
-    as this tick's measured fire time lets finish within ``max_elapsed_ms`` (at most a
-    page), so a slow handler cannot stretch a tick far past its budget while fast
-    handlers get full pages.
+    The sequential composition of the phases: claim a chunk of rows, fire each with
+    :func:`fire`, then commit the chunk's outcomes in the same ``apply_many`` round trip
+    (one transaction) as the next chunk's claims, each batch guarded on its own row;
+    repeat, then :func:`next_wake`. A chunk holds as many rows as the measured mean fire time
+    (of this tick, else of the registry's previous tick; one row for a registry never
+    seen) lets finish within what is left of ``max_elapsed_ms``, at most a page: a slow
+    handler cannot stretch a tick far past its budget, and fast handlers get full pages.
 
     Args:
         store: the backend.
@@ -454,17 +472,26 @@ def run_due(store: Store, partition: str, registry: TimerRegistry, now_ms: int, 
     now_ms = _check_args(partition, registry, now_ms, budget)
     claimer = _Claimer(store, partition, registry, now_ms, budget)
     report = claimer.report
-    chunk = 1
+    per_fire_s = _FIRE_TIME_S.get(registry)
     fired_s, fires = 0.0, 0
+    pairs: list = []  # the previous chunk's outcomes, committed with the next chunk's claims
     while not claimer.done:
-        claimed = claimer.claim(chunk)
+        left_s = budget.max_elapsed_ms / 1000 - (time.monotonic() - claimer.started)
+        chunk = 1 if per_fire_s is None else PAGE if per_fire_s <= 0 else max(1, min(PAGE, int(left_s / per_fire_s)))
+        claims, rows = claimer.select(chunk)
+        results = store.apply_many(partition, [b for _, b in pairs] + claims)
+        _count_outcomes(partition, pairs, results[:len(pairs)], report)
+        claimed = claimer.claimed(rows, results[len(pairs):])
         t0 = time.monotonic()
         settled = [(c, fire(store, partition, now_ms, c, report)) for c in claimed]
         fired_s += time.monotonic() - t0
         fires += len(claimed)
-        commit_outcomes(store, partition, settled, report)
-        left_s = budget.max_elapsed_ms / 1000 - (time.monotonic() - claimer.started)
-        per_fire_s = fired_s / fires if fires else 0.0
-        chunk = PAGE if per_fire_s <= 0 else max(1, min(PAGE, int(left_s / per_fire_s)))
+        pairs = [(c, b) for c, b in settled if b is not None]
+        if fires:
+            per_fire_s = fired_s / fires
+    if pairs:
+        _count_outcomes(partition, pairs, store.apply_many(partition, [b for _, b in pairs]), report)
+    if fires:
+        _FIRE_TIME_S[registry] = fired_s / fires
     next_wake(store, partition, now_ms, report)
     return report

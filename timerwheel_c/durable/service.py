@@ -84,13 +84,18 @@ class DurableTimerService:
         concurrency: handlers running at once (int >= 1; default :data:`DEFAULT_CONCURRENCY`,
             16: handlers waiting 20 ms on I/O then reach several hundred fires per second,
             and each pass claims up to 16 rows in one round trip, which keeps the cost of a
-            pass small against the fires it starts; idle worker threads cost nothing). Sync handlers get that many daemon worker threads; async ones run on
-            the service's loop. Commits of outcomes are batched on one store thread, so the
+            pass small against the fires it starts; idle worker threads cost nothing). Sync
+            handlers get that many daemon worker threads; async ones run on the service's loop. Commits of outcomes are batched on one store thread, so the
             limit never multiplies connections or writers.
         budget: the :class:`TickBudget` of each pass, per partition (``max_fired`` is
             further lowered to the free handler slots).
         max_sleep_s: longest sleep between passes, in seconds (finite, > 0); a safety net
             only, since the store's change signal wakes the thread on every timer write.
+        fleet: divide ``partitions`` (None: all of the store's) with the other services asking
+            for the same ones, each partition served by one live service at a time (see
+            :mod:`timerwheel_c.durable.ownership`); the sleep is then capped at the ownership's
+            check interval. None (default): True when ``partitions`` is None and the store
+            supports it (:meth:`Store.ownership`: PostgreSQL), else False.
         summary_interval_s: seconds (finite, > 0) between INFO summaries of the work done
             (see :mod:`timerwheel_c.durable.activity`).
         wall_ns: the Unix-epoch clock in ns (default :func:`time.time_ns`); tests shift it.
@@ -124,6 +129,7 @@ class DurableTimerService:
         max_sleep_s: float = 30.0,
         summary_interval_s: float = 60.0,
         wall_ns=time.time_ns,
+        fleet: Optional[bool] = None,
     ):
         if not isinstance(store, Store):
             raise TypeError(f"store must be a Store, got {type(store).__name__} {store!r}")
@@ -137,13 +143,19 @@ class DurableTimerService:
             raise TypeError(f"concurrency must be an int, got {type(concurrency).__name__} {concurrency!r}")
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        # Every argument is checked before the ownership, which may hold a connection, is opened.
+        self.max_sleep_s = _check_positive("max_sleep_s", max_sleep_s, "seconds")
+        self.activity = Activity(_check_positive("summary_interval_s", summary_interval_s, "seconds"))
         self.store = store
         self.registry = registry
         self.partitions = None if partitions is None else [check_partition(p) for p in partitions]
         self.concurrency = concurrency
+        if fleet not in (None, True, False):
+            raise TypeError(f"fleet must be None, True or False, got {fleet!r}")
+        self.ownership = store.ownership(self.partitions) if fleet or (fleet is None and partitions is None) else None
+        if fleet and self.ownership is None:
+            raise ValueError(f"fleet=True needs a store that divides partitions among runners (PostgreSQL), got {store!r}")
         self.budget = budget
-        self.max_sleep_s = _check_positive("max_sleep_s", max_sleep_s, "seconds")
-        self.activity = Activity(_check_positive("summary_interval_s", summary_interval_s, "seconds"))
         self._wall_ns = wall_ns
         self._extra: set[str] = set()
         self._lock = threading.Lock()
@@ -260,6 +272,8 @@ class DurableTimerService:
             if self.partitions is None:
                 self._extra.add(partition)
             wake = self._wake_ms
+        if self.ownership is not None:
+            self.ownership.recheck()
         if wake is None or due_ms < wake:
             self._wake()
 
@@ -293,6 +307,8 @@ class DurableTimerService:
                     self._ready.set()
                     time.sleep(_ERROR_BACKOFF_S[0])
         finally:
+            if self.ownership is not None:
+                self.ownership.close()
             # A stop() racing start() can end the loop before _main ran: start() must not wait forever.
             self._ready.set()
             for pool in (self._fire_pool, self._store_pool):
@@ -327,6 +343,8 @@ class DurableTimerService:
             return None
 
     def _served(self) -> list:
+        if self.ownership is not None:
+            return self.ownership.owned()
         if self.partitions is not None:
             return self.partitions
         with self._lock:
@@ -379,7 +397,10 @@ class DurableTimerService:
                 if watcher is None:
                     watcher = self._watcher = self._open_watcher()
                 self.activity.maybe_summarize()
-                max_ns = int(min(self.max_sleep_s, self.activity.summary_due_in_s()) * 1e9)
+                max_s = min(self.max_sleep_s, self.activity.summary_due_in_s())
+                if self.ownership is not None:  # ownership changes (a runner joins or dies) need a look this often
+                    max_s = min(max_s, self.ownership.check_interval_s)
+                max_ns = int(max_s * 1e9)
                 free = self.concurrency - len(self._tasks)
                 if free <= 0:
                     self._slot_starved = True

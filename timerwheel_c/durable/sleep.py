@@ -1,4 +1,4 @@
-"""Durable sleep for replayed executions (seed: zeph-durable ``ctx.sleep_until``).
+"""Durable sleep for replayed executions (as in durable-execution engines such as Temporal's ``workflow.sleep``).
 
 An execution (a workflow, a saga) that is re-run from the start after a restart calls
 the same sleeps in the same order. :class:`DurableContext` names the n-th sleep of an

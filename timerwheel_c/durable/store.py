@@ -28,6 +28,7 @@ __all__ = [
     "Committed",
     "Equals",
     "Guard",
+    "Ownership",
     "Page",
     "PreconditionFailed",
     "SchemaVersionError",
@@ -161,6 +162,25 @@ class Page:
         return cls(entries, entries[-1][0] if len(rows) > limit else None)
 
 
+class Ownership(abc.ABC):
+    """The partitions one runner owns among the live runners sharing a store
+    (:class:`timerwheel_c.durable.ownership.PartitionOwnership` on PostgreSQL)."""
+
+    check_interval_s: float
+
+    @abc.abstractmethod
+    def owned(self) -> list:
+        """The partitions this runner serves now, sorted; call it before each pass."""
+
+    @abc.abstractmethod
+    def recheck(self) -> None:
+        """Make the next :meth:`owned` re-evaluate at once (e.g. a new partition was written)."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Give up every partition."""
+
+
 class Store(abc.ABC):
     """An ordered bytes key-value store split into partitions (the durable-timer contract).
 
@@ -247,6 +267,14 @@ class Store(abc.ABC):
     def partitions(self) -> list:
         """Names of the partitions that hold at least one key, sorted."""
         return self._partitions()
+
+    def ownership(self, partitions: Optional[list] = None, **kwargs) -> Optional["Ownership"]:
+        """An :class:`Ownership` dividing ``partitions`` (None: every partition of the store) among
+        the runners that share this store and ask for the same ones, or None when this backend
+        has no way to (the default; SQLite stays correct with several runners, each commit
+        guarded, but does not divide the work). ``kwargs`` go to the backend's ownership type.
+        """
+        return None
 
     def close(self) -> None:  # noqa: B027 -- optional: a backend without resources keeps this no-op
         """Release the backend's resources; the store is unusable afterwards."""

@@ -99,7 +99,8 @@ def open_store(url: str) -> Store:
     Raises:
         TypeError: ``url`` is not a str.
         ValueError: an unsupported scheme or an empty path, naming the URL (password masked).
-        ImportError: a postgresql:// URL without psycopg installed.
+        ImportError: a postgresql:// URL without psycopg installed; the message gives the
+            install command, ``pip install 'timerwheel_c[postgres]'``.
         sqlite3.Error / psycopg.Error: the database cannot be opened.
     """
     if not isinstance(url, str):
@@ -112,7 +113,13 @@ def open_store(url: str) -> Store:
 
         return SQLiteStore(path)
     if url.startswith(("postgresql://", "postgres://")):
-        from .postgres import PostgresStore  # ImportError without psycopg
-
+        try:
+            from .postgres import PostgresStore
+        except ModuleNotFoundError as exc:
+            if exc.name != "psycopg":
+                raise
+            raise ModuleNotFoundError(
+                "a postgresql:// store needs psycopg 3, which is not installed: "
+                "pip install 'timerwheel_c[postgres]'", name="psycopg") from exc
         return PostgresStore(url)
     raise ValueError(f"unsupported store URL {redact(url)!r}: expected sqlite:///PATH or postgresql://...")

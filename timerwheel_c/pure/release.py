@@ -1,12 +1,15 @@
 """The pure-Python twin of ``src/_release.pyx``: a deadline release thread.
 
-Design source: the seed "moqtap_proxy release_timer.rs" (one thread, one min-heap of
-deadlines, level-triggered deadlines), extended with wakeups for blocking and asyncio
-waiters, abandonment sweeps, ``close()`` that wakes waiters, and fork safety.
+One release thread, one min-heap of deadlines, level-triggered deadlines (released
+once, and a deadline already released stays so), with wake-ups for blocking and
+asyncio waiters, sweeps of abandoned deadlines, a ``close()`` that wakes its waiters,
+and fork safety. ``docs/DESIGN.md`` ("The release thread") gives the design.
 
 This twin uses ``threading.Thread``, ``heapq`` and ``threading.Condition``; it has the
 same API and semantics as the compiled core, minus the GIL freedom. The functions
-below mirror the ``.pyx`` one by one, in the same order.
+below mirror the ``.pyx`` one by one; ``_Channel`` and ``_channel_for`` mirror the
+compiled asyncio bridge, ``src/_release_asyncio.pxi``. The locking and fork rules at
+the top of ``src/_release.pyx`` hold here too, with ``core.lock`` reentrant.
 
 Units: deadlines are int nanoseconds on ``time.monotonic_ns()`` (``*_ns``) or float
 seconds on ``time.monotonic()`` (``arm``); timeouts are float seconds.
@@ -285,18 +288,24 @@ def _free_slot(core: _Core, slot: int) -> None:
     core.free.append(slot)
 
 
-def _release_due(core: _Core, now_ns: int) -> list[tuple[int, int]]:
-    """Release every heap entry due at ``now_ns`` (core.lock held); returns their (at_ns, seq)."""
+def _release_due(core: _Core, now_ns: int, out: list | None) -> int:
+    """Release every heap entry due at ``now_ns`` (core.lock held); returns how many.
+
+    Appends each released entry, in release order, to ``out`` when given (the test hook).
+    """
     heap = core.heap
-    released = []
+    released = 0
     notify = set()
     while heap and heap[0][0] <= now_ns:
-        at_ns, seq, slot = heapq.heappop(heap)
+        entry = heapq.heappop(heap)
+        slot = entry[2]
         state = core.state[slot]
         if state == ARMED:
             core.state[slot] = RELEASED
             core.released_at[slot] = now_ns
-            released.append((at_ns, seq))
+            if out is not None:
+                out.append(entry)
+            released += 1
             c = core.chan[slot]
             if c >= 0 and core.chans[c] is not None:
                 core.chans[c].queue.append((slot << 32) | core.gen[slot])
@@ -340,7 +349,7 @@ def _release_main(core: _Core) -> None:
         while not core.closing:
             core.wakes += 1
             now_ns = time.monotonic_ns()
-            _release_due(core, now_ns)
+            _release_due(core, now_ns, None)
             _maybe_sweep(core, now_ns)
             if core.closing:
                 break
@@ -505,7 +514,7 @@ class ReleaseTimer:
         core = self._core
         if core.epoch != _fork_epoch:
             raise ReleaseTimerClosed("the ReleaseTimer belongs to the parent of this forked process")
-        chan = self._channel_for(loop)
+        chan = _channel_for(self, loop)
         key = (d._slot << 32) | d._gen
         with core.lock:
             if core.state[d._slot] == RELEASED:
@@ -520,32 +529,36 @@ class ReleaseTimer:
         chan.waiters.setdefault(key, []).append(fut)
         return chan, key, fut
 
-    def _channel_for(self, loop) -> _Channel:
-        """The channel to ``loop``, made on first use; channels of closed loops are reaped."""
-        chan = self._chans.get(loop)
-        if chan is not None:
-            return chan
-        core = self._core
-        with core.lock:
-            for old_loop, old in list(self._chans.items()):
-                if old_loop.is_closed():
-                    old.dead = True
-                    core.chans[old.index] = None
-                    del self._chans[old_loop]
-            index = core.chans.index(None) if None in core.chans else len(core.chans)
-            chan = _Channel(core, loop, index)
-            if index == len(core.chans):
-                core.chans.append(chan)
-            else:
-                core.chans[index] = chan
-        self._chans[loop] = chan
-        return chan
-
     def _release_due_ns(self, now_ns: int) -> list[tuple[int, int]]:
         """Test hook: release what is due at ``now_ns`` (int ns, may be in the future).
 
         Returns the released (at_ns, seq) pairs in release order; seq counts arms from 1
         per timer, so ordering can be checked without timing anything.
         """
+        now = _check_at_ns(now_ns)
+        out: list = []
         with self._core.lock:
-            return _release_due(self._core, _check_at_ns(now_ns))
+            _release_due(self._core, now, out)
+        return [(at_ns, seq) for at_ns, seq, _ in out]
+
+
+def _channel_for(rt: ReleaseTimer, loop) -> _Channel:
+    """The channel to ``loop``, made on first use; channels of closed loops are reaped."""
+    chan = rt._chans.get(loop)
+    if chan is not None:
+        return chan
+    core = rt._core
+    with core.lock:
+        for old_loop, old in list(rt._chans.items()):
+            if old_loop.is_closed():
+                old.dead = True
+                core.chans[old.index] = None
+                del rt._chans[old_loop]
+        index = core.chans.index(None) if None in core.chans else len(core.chans)
+        chan = _Channel(core, loop, index)
+        if index == len(core.chans):
+            core.chans.append(chan)
+        else:
+            core.chans[index] = chan
+    rt._chans[loop] = chan
+    return chan

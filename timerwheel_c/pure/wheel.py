@@ -179,7 +179,7 @@ class TimerWheel:
             self._occ[f >> 6] &= ~(1 << (f & 63))
             self._bound[f] = NO_BOUND
         elif head == self._tail[f]:
-            # One timer left: its bound is exact again (point 8, one pending timer).
+            # One timer left: its bound is exact again (next_fire_ms is exact for one pending timer).
             self._bound[f] = self._due[head]
 
     def _pop_head(self, f, nxt):

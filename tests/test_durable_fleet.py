@@ -1,0 +1,336 @@
+"""PostgreSQL as a fleet: runner processes (``timerwheel-c run`` without ``--partition``) divide the
+partitions, take over a SIGKILLed runner's share, give a late runner its share, and still commit every
+timer's effect exactly once; concurrent opens and schema versions. Every test uses its own schema on the
+real server of ``TIMERWHEEL_C_TEST_PG_DSN`` (the runners reach it through ``search_path``), and bounds
+are generous (seconds) so a loaded machine cannot make them flake."""
+from __future__ import annotations
+
+import collections
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+
+from timerwheel_c.durable import keys
+from timerwheel_c.durable.store import Batch, SchemaVersionError
+
+CURRENT = 4  # timerwheel_c.durable.postgres.SCHEMA_VERSION (psycopg may be missing at collection)
+
+PG_DSN = os.environ.get("TIMERWHEEL_C_TEST_PG_DSN")
+pytestmark = [
+    pytest.mark.skipif(not PG_DSN, reason="set TIMERWHEEL_C_TEST_PG_DSN=postgresql://... to test the fleet"),
+    pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals"),
+]
+
+HELPERS_DIR = Path(__file__).resolve().parent
+EFFECT_KIND = 0xF3  # tests/durable_handlers.py: Done with one distinct effect row per application
+PARTITIONS = [f"p{i:02d}" for i in range(16)]
+TAKEOVER_S = 10.0
+LIVENESS_S = 60.0
+_OWNS = re.compile(r"owns (\d+) of (\d+) partitions \((\d+) runners\): \[(.*)\]")
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@pytest.fixture
+def schema_url():
+    """A fresh schema on the test server, and a URL whose sessions use it (dropped afterwards)."""
+    import psycopg
+
+    schema = f"fleet_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(PG_DSN, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    sep = "&" if "?" in PG_DSN else "?"
+    yield f"{PG_DSN}{sep}options={quote(f'-csearch_path={schema}')}"
+    with psycopg.connect(PG_DSN, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+class Runner:
+    """One ``python -m timerwheel_c run`` process; a thread follows its log for ownership lines."""
+
+    def __init__(self, url: str, tmp_path):
+        env = dict(os.environ, PYTHONPATH=str(HELPERS_DIR))
+        # cwd=tmp_path: never import the checkout's timerwheel_c instead of the installed one.
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "timerwheel_c", "run", "--store", url, "--handlers", "durable_handlers:registry"],
+            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.owned: list = []
+        self.lines: list = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        for line in self.proc.stderr:
+            self.lines.append(line)
+            m = _OWNS.search(line)
+            if m:
+                self.owned = re.findall(r"'([^']*)'", m.group(4))
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._reader.join(5)
+
+
+@pytest.fixture
+def runners(schema_url, tmp_path):
+    started: list = []
+
+    def start(n=1):
+        new = [Runner(schema_url, tmp_path) for _ in range(n)]
+        started.extend(new)
+        return new
+
+    yield start
+    for r in started:
+        r.stop()
+
+
+def wait_until(predicate, what, timeout=LIVENESS_S):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        time.sleep(0.05)
+
+
+def open_store(url):
+    from timerwheel_c.durable.postgres import PostgresStore
+
+    return PostgresStore(url)
+
+
+def anchor(store):
+    """One far-future row per partition, so the partitions exist before the runners start."""
+    for p in PARTITIONS:
+        store.apply(p, Batch().put(keys.timer(wall_ms() + 3_600_000, EFFECT_KIND, b"anchor"), b""))
+
+
+def schedule_due(store, n_per_partition, tag=b"t"):
+    now = wall_ms()
+    for p in PARTITIONS:
+        batch = Batch()
+        for i in range(n_per_partition):
+            batch.put(keys.timer(now - 1000 + i % 100, EFFECT_KIND, tag + b"%05d" % i), b"")
+        store.apply(p, batch)
+
+
+def effect_counts(store):
+    """(partition, reference) -> how many times its effect committed."""
+    counts: collections.Counter = collections.Counter()
+    for p in PARTITIONS:
+        for k, _ in store.scan(p, b"effect/", b"effect0", limit=100_000).entries:
+            counts[(p, k.split(b"/")[1])] += 1
+    return counts
+
+
+def balanced(rs, share):
+    owned = [set(r.owned) for r in rs]
+    return all(len(o) == share for o in owned) and set().union(*owned) == set(PARTITIONS)
+
+
+def disjoint(rs):
+    owned = [set(r.owned) for r in rs]
+    return sum(len(o) for o in owned) == len(set().union(*owned))
+
+
+@pytest.mark.slow
+def test_four_runners_divide_sixteen_partitions_and_fire_each_timer_once(runners, schema_url):
+    """4 runners over 16 partitions settle on 4 disjoint partitions each (asserted before any timer is
+    due); then 8,000 due timers (500 per partition) all fire, each effect committed exactly once, and
+    every partition's effects come from the one runner that owns it."""
+    with open_store(schema_url) as store:
+        anchor(store)
+        rs = runners(4)
+        wait_until(lambda: balanced(rs, 4), "4 partitions per runner")
+        owner_of = {p: i for i, r in enumerate(rs) for p in r.owned}
+        schedule_due(store, 500)
+        wait_until(lambda: sum(effect_counts(store).values()) >= 8000, "8,000 effects")
+        time.sleep(0.5)  # a doubled effect would show up by now as a count of 2
+        counts = effect_counts(store)
+        assert len(counts) == 8000 and set(counts.values()) == {1}
+        assert balanced(rs, 4) and disjoint(rs)
+        assert {p for p, _ in counts} == set(PARTITIONS)
+        assert owner_of == {p: i for i, r in enumerate(rs) for p in r.owned}
+
+
+@pytest.mark.slow
+def test_sigkilled_runner_partitions_are_taken_over_and_nothing_is_lost_or_doubled(runners, schema_url):
+    """4 balanced runners; 8,000 due timers; one runner is SIGKILLed once some effects (not all) are
+    committed (asserted). Its 4 partitions are owned by the 3 survivors within 10 s, and in the end
+    every timer's effect is committed exactly once (rows the dead runner had claimed come back after
+    their 5 s backoff)."""
+    with open_store(schema_url) as store:
+        anchor(store)
+        rs = runners(4)
+        wait_until(lambda: balanced(rs, 4), "4 partitions per runner")
+        victim, survivors = rs[0], rs[1:]
+        orphaned = set(victim.owned)
+        schedule_due(store, 500)
+        wait_until(lambda: sum(effect_counts(store).values()) >= 200, "the first effects")
+        victim.proc.send_signal(signal.SIGKILL)
+        killed_at = time.monotonic()
+        victim.proc.wait()
+        assert sum(effect_counts(store).values()) < 8000, "the kill landed after the run had ended"
+        wait_until(lambda: orphaned <= set().union(*(set(r.owned) for r in survivors)),
+                   "the survivors to own the dead runner's partitions", TAKEOVER_S)
+        assert time.monotonic() - killed_at < TAKEOVER_S
+        wait_until(lambda: sum(effect_counts(store).values()) >= 8000, "8,000 effects")
+        time.sleep(0.5)
+        counts = effect_counts(store)
+        assert len(counts) == 8000 and set(counts.values()) == {1}
+        assert disjoint(survivors) and all(len(r.owned) <= 6 for r in survivors)
+
+
+@pytest.mark.slow
+def test_a_runner_started_later_gets_its_share(runners, schema_url):
+    """3 runners own 16 partitions (at most ceil(16/3) = 6 each); a 4th started later owns some within
+    10 s, and then every runner holds exactly 4, disjoint, covering all 16."""
+    with open_store(schema_url) as store:
+        anchor(store)
+        rs = runners(3)
+        wait_until(lambda: all(len(r.owned) <= 6 for r in rs) and disjoint(rs)
+                   and set().union(*(set(r.owned) for r in rs)) == set(PARTITIONS), "3 runners to cover 16 partitions")
+        [late] = runners(1)
+        wait_until(lambda: late.owned, "the late runner's first partitions", TAKEOVER_S + 5)
+        wait_until(lambda: balanced(rs + [late], 4), "4 partitions per runner", TAKEOVER_S + 5)
+
+
+def _open_at(url: str, at_ns: int) -> None:
+    """Open the store at the same moment as the other processes (a wall-clock rendezvous)."""
+    time.sleep(max(0, at_ns - time.time_ns()) / 1e9)
+    open_store(url).close()
+
+
+def test_sixteen_processes_open_a_new_store_at_once_without_error(schema_url, tmp_path):
+    """16 processes open the same not-yet-created store at the same instant: all exit 0 (the schema is
+    created once, under a lock), and the schema version row is there."""
+    at_ns = time.time_ns() + 3_000_000_000
+    code = ("import sys, time; sys.path.insert(0, sys.argv[3]); import test_durable_fleet as t;"
+            " t._open_at(sys.argv[1], int(sys.argv[2]))")
+    env = dict(os.environ, PYTHONPATH=str(HELPERS_DIR))
+    procs = [subprocess.Popen([sys.executable, "-c", code, schema_url, str(at_ns), str(HELPERS_DIR)], cwd=tmp_path,
+                              env=env, stderr=subprocess.PIPE, text=True) for _ in range(16)]
+    errors = [(p.wait(60), p.stderr.read()) for p in procs]
+    assert [e for e in errors if e[0] != 0] == []
+    import psycopg
+
+    with psycopg.connect(schema_url) as conn:
+        assert conn.execute("SELECT value FROM timerwheel_kv_meta WHERE name = 'schema_version'").fetchone() == (str(CURRENT),)
+
+
+def test_a_newer_schema_version_is_refused_naming_both_versions(schema_url):
+    """A store whose meta row says a newer schema version fails to open with SchemaVersionError naming
+    both versions; the table is left untouched."""
+    import psycopg
+
+    open_store(schema_url).close()
+    with psycopg.connect(schema_url, autocommit=True) as conn:
+        conn.execute("UPDATE timerwheel_kv_meta SET value = '99' WHERE name = 'schema_version'")
+    with pytest.raises(SchemaVersionError, match=rf"version 99.*version {CURRENT}") as info:
+        open_store(schema_url)
+    assert (info.value.found, info.value.supported) == (99, CURRENT)
+
+
+def test_a_version_one_table_is_upgraded_in_place(schema_url):
+    """A table from before the version row (its one-batch apply function, no meta table) is upgraded on
+    open: rows kept, version row written, the old function dropped and the store usable."""
+    import psycopg
+
+    with psycopg.connect(schema_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE timerwheel_kv (partition text NOT NULL, key bytea NOT NULL,"
+                     " value bytea NOT NULL, PRIMARY KEY (partition, key))")
+        conn.execute("INSERT INTO timerwheel_kv VALUES ('p', 'k', 'v')")
+        conn.execute("CREATE FUNCTION timerwheel_kv_apply() RETURNS int LANGUAGE sql AS 'SELECT 1'")
+    with open_store(schema_url) as store:
+        assert store.get("p", b"k") == b"v"
+        assert store.apply_many("p", [Batch().put(b"k2", b"v2")]) and store.get("p", b"k2") == b"v2"
+    with psycopg.connect(schema_url) as conn:
+        assert conn.execute("SELECT value FROM timerwheel_kv_meta").fetchone() == (str(CURRENT),)
+        assert conn.execute("SELECT to_regproc('timerwheel_kv_apply')").fetchone() == (None,)
+
+
+def test_a_version_two_store_is_upgraded_in_place(schema_url):
+    """A version-2 store (apply_many without the consume argument) is upgraded on open: its function is
+    replaced by the current one (no overload left behind) and the store works."""
+    import psycopg
+
+    with psycopg.connect(schema_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE timerwheel_kv (partition text NOT NULL, key bytea NOT NULL,"
+                     " value bytea NOT NULL, PRIMARY KEY (partition, key))")
+        conn.execute("CREATE TABLE timerwheel_kv_meta (name text PRIMARY KEY, value text NOT NULL)")
+        conn.execute("INSERT INTO timerwheel_kv_meta VALUES ('schema_version', '2')")
+        conn.execute("CREATE FUNCTION timerwheel_kv_apply_many(text, bigint, int[], bytea[], bytea[], boolean[],"
+                     " int[], bytea[], bytea[]) RETURNS bytea[] LANGUAGE sql AS 'SELECT NULL::bytea[]'")
+    with open_store(schema_url) as store:
+        assert store.apply_many("p", [Batch().put(b"k", b"v")]) and store.get("p", b"k") == b"v"
+    with psycopg.connect(schema_url) as conn:
+        assert conn.execute("SELECT count(*) FROM pg_proc WHERE proname = 'timerwheel_kv_apply_many'"
+                            " AND pronamespace = current_schema()::regnamespace").fetchone() == (1,)
+
+
+def test_ownership_repr_and_arguments(schema_url):
+    """The ownership object validates its arguments and its repr names no password."""
+    from timerwheel_c.durable.ownership import PartitionOwnership
+
+    with open_store(schema_url) as store:
+        with pytest.raises(TypeError, match="'p'"):
+            PartitionOwnership(store, "p")
+        with pytest.raises(ValueError, match="check_interval_s"):
+            PartitionOwnership(store, None, check_interval_s=0)
+        with pytest.raises(TypeError, match="PostgresStore"):
+            PartitionOwnership(object())
+        own = store.ownership(["a", "b"])
+        try:
+            assert own.owned() == ["a", "b"]
+            assert "password" not in repr(own) and "2 partitions" in repr(own)
+        finally:
+            own.close()
+
+
+@pytest.mark.slow
+def test_fleet_bench_reports_fired_per_s_and_takeover():
+    """The fleet bench with 1 and 2 runner processes reports fired/s for each and the takeover time of
+    the larger fleet; only shapes and the 10 s takeover bound are asserted, never a speed."""
+    from timerwheel_c.bench import fleet
+
+    figures = fleet.run(PG_DSN, 160, (1, 2))
+    assert set(figures) == {"runners_1", "runners_2"}
+    assert all(f["fired_per_s"] > 0 and f["timers"] == 160 and f["partitions"] == 16 for f in figures.values())
+    assert "takeover_s" not in figures["runners_1"] and 0 < figures["runners_2"]["takeover_s"] < TAKEOVER_S
+    with pytest.raises(ValueError, match="n_timers"):
+        fleet.run(PG_DSN, 3)
+
+
+def test_service_fleet_mode_follows_the_store_and_the_arguments(schema_url, tmp_path):
+    """DurableTimerService divides partitions by default on PostgreSQL with partitions=None, not with a
+    pinned list or fleet=False; fleet=True on SQLite (which cannot divide) is a ValueError naming the
+    store, and a non-bool fleet a TypeError."""
+    from timerwheel_c.durable import DurableTimerService, SQLiteStore, TimerRegistry
+
+    with open_store(schema_url) as store:
+        assert DurableTimerService(store, TimerRegistry()).ownership is not None
+        assert DurableTimerService(store, TimerRegistry(), ["a"]).ownership is None
+        assert DurableTimerService(store, TimerRegistry(), ["a"], fleet=True).ownership.partitions == ["a"]
+        assert DurableTimerService(store, TimerRegistry(), fleet=False).ownership is None
+        with pytest.raises(TypeError, match="'yes'"):
+            DurableTimerService(store, TimerRegistry(), fleet="yes")
+    with SQLiteStore(tmp_path / "t.db") as sqlite_store:
+        assert DurableTimerService(sqlite_store, TimerRegistry()).ownership is None
+        with pytest.raises(ValueError, match="SQLiteStore"):
+            DurableTimerService(sqlite_store, TimerRegistry(), fleet=True)

@@ -1,0 +1,171 @@
+"""Durable timers on PostgreSQL as a fleet: fired/s with 1 and 4 runner processes, and the
+takeover time after a runner is SIGKILLed.
+
+- Runners are separate processes (``python -m timerwheel_c.bench.fleet runner TABLE``, the DSN
+  in the environment, never on a command line that ``ps`` shows), each a
+  :class:`~timerwheel_c.durable.service.DurableTimerService` with ``fleet=True`` over the same
+  list of 16 partitions, whose partitions they divide (advisory-lock ownership), and a no-op
+  handler whose Done batch commits one effect row.
+- The store keeps the server's settings (``synchronous_commit`` as configured: on by default,
+  one WAL flush per commit), unlike the single-process durable bench.
+- ``fired_per_s``: once every partition has its owner, ``n_timers`` rows spread over the
+  partitions become due at one instant T0; the figure is ``n_timers`` over the time from T0
+  until the last effect row is visible (polled every 20 ms).
+- ``takeover_s``: after the run, one runner is SIGKILLed; the time until every partition is
+  owned again by the survivors (read from ``pg_locks``), which includes the server noticing
+  the closed connection and the survivors' next ownership check (1 s interval).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Callable, Optional
+
+from ..durable import keys
+from ..durable.registry import Done, TimerHandler, TimerRegistry
+from ..durable.store import Batch
+
+__all__ = ["run"]
+
+PARTITIONS = [f"fleet{i:02d}" for i in range(16)]
+_KIND = keys.TimerKind(1)
+_EFFECT = b"E"  # effect rows: outside the timer space ("T")
+_START_S = 60.0  # bound on runners starting and dividing the partitions
+_POLL_S = 0.02
+
+
+class _Noop(TimerHandler):
+    kind = _KIND
+
+    def fire(self, ctx, timer):
+        return Done(Batch().put(_EFFECT + timer.reference, b""))
+
+
+_DSN_ENV = "TIMERWHEEL_C_FLEET_DSN"
+
+
+def _runner(dsn: str, table: str) -> None:
+    """Process entry: serve the fleet's partitions until SIGTERM."""
+    from ..durable.postgres import PostgresStore
+    from ..durable.runner import TickBudget
+    from ..durable.service import DurableTimerService
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    store = PostgresStore(dsn, table=table)
+    budget = TickBudget(max_fired=1024, max_per_kind=1024, max_scanned=4096)
+    with DurableTimerService(store, TimerRegistry().register(_Noop()), PARTITIONS, fleet=True, budget=budget):
+        while True:
+            time.sleep(1)
+
+
+def _wait(predicate, what: str, timeout_s: float = _START_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"fleet bench: timed out after {timeout_s} s waiting for {what}")
+        time.sleep(_POLL_S)
+
+
+def _effects(conn, table: str) -> int:
+    from psycopg import sql
+
+    query = sql.SQL("SELECT count(*) FROM {} WHERE key >= %s AND key < %s").format(sql.Identifier(table))
+    return conn.execute(query, (_EFFECT, bytes([_EFFECT[0] + 1]))).fetchone()[0]
+
+
+def _fill(store, n_timers: int, due_ms: int) -> None:
+    for p_index, partition in enumerate(PARTITIONS):
+        batch = Batch()
+        for i in range(p_index, n_timers, len(PARTITIONS)):
+            batch.put(keys.timer(due_ms, _KIND, b"%08d" % i), b"")
+        store.apply(partition, batch)
+
+
+def _one(dsn: str, n_runners: int, n_timers: int, takeover: bool, progress) -> dict:
+    from ..durable.ownership import holders
+    from ..durable.postgres import PostgresStore
+
+    table = f"timerwheel_fleet_{os.getpid()}_{n_runners}"
+    store = PostgresStore(dsn, table=table)
+    procs: list = []
+    try:
+        env = dict(os.environ, **{_DSN_ENV: dsn})
+        procs = [subprocess.Popen([sys.executable, "-m", "timerwheel_c.bench.fleet", "runner", table], env=env,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(n_runners)]
+        def divided() -> bool:
+            owners = holders(store, PARTITIONS)
+            counts = [list(owners.values()).count(pid) for pid in set(owners.values())]
+            return len(owners) == len(PARTITIONS) and len(counts) == n_runners and max(counts) - min(counts) <= 1
+
+        _wait(divided, f"{n_runners} runners to divide {len(PARTITIONS)} partitions")
+        due_ms = time.time_ns() // 1_000_000 + 1000
+        _fill(store, n_timers, due_ms)
+        with store.new_connection() as conn:
+            _wait(lambda: time.time_ns() // 1_000_000 >= due_ms, "the due time", 5)
+            seen = 0
+            deadline = time.monotonic() + 600
+            while seen < n_timers:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"fleet bench: only {seen} of {n_timers} timers fired within 600 s")
+                time.sleep(_POLL_S)
+                now_seen = _effects(conn, table)
+                if progress is not None and now_seen > seen:
+                    progress(now_seen - seen)
+                seen = now_seen
+            elapsed_s = time.time_ns() / 1e9 - due_ms / 1000
+            if seen != n_timers:
+                raise RuntimeError(f"fleet bench: {seen} effects for {n_timers} timers (a duplicate)")
+        result = {"runners": n_runners, "partitions": len(PARTITIONS), "timers": n_timers,
+                  "fired_per_s": n_timers / elapsed_s}
+        if takeover:
+            victim = procs[0]
+            victim.send_signal(signal.SIGKILL)
+            killed = time.monotonic()
+            victim.wait()
+            _wait(lambda: len(holders(store, PARTITIONS)) == len(PARTITIONS)
+                  and all(h != victim.pid for h in holders(store, PARTITIONS)), "the takeover", 60)
+            result["takeover_s"] = time.monotonic() - killed
+        return result
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        store.drop()
+        store.close()
+
+
+def run(dsn: str, n_timers: int = 8000, runner_counts=(1, 4), progress: Optional[Callable[[int], None]] = None) -> dict:
+    """Measure the fleet on the PostgreSQL server of ``dsn``; returns
+    ``{"runners_1": {"fired_per_s": float, ...}, "runners_4": {..., "takeover_s": float}}``.
+
+    Each entry also names its ``runners``, ``partitions`` (16) and ``timers``; ``takeover_s``
+    (seconds from SIGKILL to every partition owned again) is measured with the largest fleet.
+    ``progress(k)`` is called with the number of timers just fired.
+
+    Raises:
+        ValueError: ``n_timers`` < 16 or an empty ``runner_counts``.
+        RuntimeError: the runners did not divide the partitions or fire every timer within
+            the bounds (60 s to start, 600 s to fire), or an effect was doubled.
+        psycopg.Error: the server cannot be reached.
+    """
+    if isinstance(n_timers, bool) or not isinstance(n_timers, int) or n_timers < len(PARTITIONS):
+        raise ValueError(f"n_timers must be an int >= {len(PARTITIONS)}, got {n_timers!r}")
+    counts = sorted(set(runner_counts))
+    if not counts or any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in counts):
+        raise ValueError(f"runner_counts must hold ints >= 1, got {runner_counts!r}")
+    return {f"runners_{n}": _one(dsn, n, n_timers, n == counts[-1] and n > 1, progress) for n in counts}
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] != ["runner"] or len(sys.argv) != 3 or _DSN_ENV not in os.environ:
+        sys.exit(f"usage: {_DSN_ENV}=postgresql://... python -m timerwheel_c.bench.fleet runner TABLE")
+    _runner(os.environ[_DSN_ENV], sys.argv[2])

@@ -1,0 +1,245 @@
+"""Partition ownership: runner processes on one PostgreSQL database divide the partitions.
+
+The model
+---------
+A partition is the unit of ordering, atomicity and ownership: its timers fire in due
+order, a batch commits within one partition, and in a fleet each partition is served by
+one live runner at a time, as Kafka assigns each partition of a topic to one consumer
+of a group and Temporal each history shard to one host. Runners that ask for the same
+partitions (all of the store's, ``partitions=None``, or the same list) form a *group*
+and divide them:
+
+- Every runner holds, on a connection of its own, a session-level advisory lock that
+  says it is a live member of the group, and one advisory lock per partition it owns
+  (``pg_try_advisory_lock``, PostgreSQL's "explicit locking" chapter). The server
+  releases session locks by itself when the connection ends, so a runner killed with
+  SIGKILL loses its partitions the moment its socket closes; for a host that vanishes
+  without closing its sockets, the lock connection sets TCP keepalives of about 10 s.
+- Every ``check_interval_s`` (1 s by default) each runner reads ``pg_locks``: the live
+  members N and which partitions are held. Its fair share is ``ceil(P / N)`` of the P
+  partitions. Over it, it releases the surplus (between passes, so never mid-pass);
+  under it, it tries to lock free partitions, starting at an offset given by its rank
+  among the members so that runners do not all reach for the same ones. A new runner
+  therefore gets a share within about one interval after the others see it, and a dead
+  runner's partitions are taken over within about one interval after its locks go.
+
+Ownership makes the fleet efficient (no two runners scan and claim the same rows) and
+keeps each partition in due order under one runner; it is not what makes effects
+exactly-once. That stays the guarded commit on each row (see
+:mod:`timerwheel_c.durable.runner`): if two runners ever serve one partition for a
+moment (a lock connection lost while its process carries on), a row is still claimed
+by one of them and its batch effects still commit at most once.
+
+How many partitions: at least as many as the most runners you will run (a runner
+with no partition is idle), and a few times more so that shares stay even when
+runners come and go: for example 16 partitions for up to 4-8 runners, or 64 for 16.
+Partitions cost nothing when empty; a timer goes to the partition its key names, so
+hash the entity an ordering must hold for (a user, an order) to a partition name.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import threading
+import time
+from typing import Optional
+
+import psycopg
+
+from .postgres import PostgresStore
+from .store import Ownership, check_partition
+
+__all__ = ["PartitionOwnership", "holders"]
+
+log = logging.getLogger("timerwheel_c.durable")
+
+# Server-side keepalives on the lock connection: a vanished host's locks go after about
+# idle + interval * count seconds instead of the OS default of hours.
+_KEEPALIVE_SETTINGS = (("tcp_keepalives_idle", 5), ("tcp_keepalives_interval", 2), ("tcp_keepalives_count", 3))
+
+_HOLDERS = """
+SELECT classid::int8, objid::int8, pid FROM pg_locks
+WHERE locktype = 'advisory' AND granted AND objsubid = 2
+  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND classid IN (%s::int8::oid, %s::int8::oid)
+"""
+
+
+def _int31(*parts: str) -> int:
+    digest = hashlib.blake2b("\0".join(parts).encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "big") & 0x7FFFFFFF
+
+
+def _int32(name: str) -> int:
+    digest = hashlib.blake2b(name.encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def _namespaces(conn: psycopg.Connection, table: str, group: str) -> tuple:
+    """The (members, owners) advisory-lock namespaces of a group: int4 keys unique to the
+    schema, the table and the partitions asked for."""
+    row = conn.execute("SELECT current_schema()").fetchone()
+    assert row is not None
+    where = f"{row[0]}.{table}"
+    return _int31(where, "members", group), _int31(where, "owners", group)
+
+
+def _group(partitions: Optional[list]) -> str:
+    return "*" if partitions is None else "\0".join(partitions)
+
+
+def holders(store: PostgresStore, partitions: Optional[list] = None) -> dict:
+    """Which runner owns each partition of the group ``partitions`` (None: the all-partitions
+    group) right now, read from ``pg_locks``: ``{partition: backend pid}``, for monitoring.
+    Partitions of the group that no runner holds are absent. Does not join the group.
+
+    Raises:
+        psycopg.Error: the server cannot be reached.
+    """
+    names = None if partitions is None else sorted({check_partition(p) for p in partitions})
+    wanted = names if names is not None else store.partitions()
+    with store.new_connection() as conn:
+        members_ns, owners_ns = _namespaces(conn, store.table, _group(names))
+        rows = conn.execute(_HOLDERS, (members_ns, owners_ns)).fetchall()
+    by_key = {_int32(p) & 0xFFFFFFFF: p for p in wanted}
+    return {by_key[objid]: pid for classid, objid, pid in rows if classid == owners_ns and objid in by_key}
+
+
+class PartitionOwnership(Ownership):
+    """The partitions this runner owns among the live runners of its group (see the module docstring).
+
+    Args:
+        store: the :class:`PostgresStore` whose partitions are divided (its DSN and table name
+            the group's; the locks live on a connection of this object's own).
+        partitions: the partitions to divide (non-empty strs), or None for every partition
+            that holds a row, re-read at each check.
+        check_interval_s: seconds (> 0) between re-evaluations of the group in :meth:`owned`.
+
+    :meth:`owned` returns the sorted list of partitions owned now; :meth:`close` releases
+    them all (closing the lock connection). Thread-safe.
+
+    Raises:
+        TypeError / ValueError: bad arguments.
+    """
+
+    def __init__(self, store: PostgresStore, partitions: Optional[list] = None, *, check_interval_s: float = 1.0):
+        if not isinstance(store, PostgresStore):
+            raise TypeError(f"store must be a PostgresStore, got {type(store).__name__} {store!r}")
+        if isinstance(partitions, str):
+            raise TypeError(f"partitions must be a list of str or None, not the str {partitions!r}")
+        if isinstance(check_interval_s, bool) or not isinstance(check_interval_s, (int, float)):
+            raise TypeError(f"check_interval_s must be a number of seconds, got {type(check_interval_s).__name__} {check_interval_s!r}")
+        if not (math.isfinite(check_interval_s) and check_interval_s > 0):
+            raise ValueError(f"check_interval_s must be finite and > 0 seconds, got {check_interval_s!r}")
+        self.store = store
+        self.partitions = None if partitions is None else sorted({check_partition(p) for p in partitions})
+        self.check_interval_s = float(check_interval_s)
+        self._group = _group(self.partitions)
+        # Set on connecting: the lock namespaces include the schema the table lives in.
+        self._member_ns = self._owner_ns = 0
+        self._lock = threading.Lock()
+        self._conn: Optional[psycopg.Connection] = None
+        self._pid = 0
+        self._owned: list = []
+        self._next_check = 0.0
+        self.members = 0
+
+    def __repr__(self):
+        which = "all partitions" if self.partitions is None else f"{len(self.partitions)} partitions"
+        return f"PartitionOwnership({self.store!r}, {which}, owned={len(self._owned)}, members={self.members})"
+
+    def owned(self) -> list:
+        """The partitions this runner owns, sorted; re-evaluated (one or two round trips) when
+        ``check_interval_s`` has passed since the last evaluation, else the cached list.
+
+        Raises:
+            psycopg.Error: the server cannot be reached; the ownership is then empty (the locks
+            may be gone) until a later call reconnects and takes a share again.
+        """
+        with self._lock:
+            now = time.monotonic()
+            if now >= self._next_check:
+                try:
+                    self._rebalance()
+                except psycopg.Error:
+                    self._drop_connection()
+                    raise
+                self._next_check = now + self.check_interval_s
+            return list(self._owned)
+
+    def recheck(self) -> None:
+        """Make the next :meth:`owned` re-evaluate the group at once."""
+        self._next_check = 0.0
+
+    def close(self) -> None:
+        """Release every partition and the membership (close the lock connection)."""
+        with self._lock:
+            self._drop_connection()
+
+    def _drop_connection(self) -> None:
+        self._owned = []
+        self._next_check = 0.0
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _connection(self) -> psycopg.Connection:
+        if self._conn is None or self._conn.closed:
+            self._owned = []
+            conn = self.store.new_connection()
+            try:
+                for name, value in _KEEPALIVE_SETTINGS:
+                    conn.execute(f"SET {name} = {int(value)}")
+                row = conn.execute("SELECT pg_backend_pid()").fetchone()
+                assert row is not None
+                self._pid = row[0]
+                self._member_ns, self._owner_ns = _namespaces(conn, self.store.table, self._group)
+                conn.execute("SELECT pg_advisory_lock(%s, %s)", (self._member_ns, self._pid))
+            except BaseException:
+                conn.close()
+                raise
+            self._conn = conn
+        return self._conn
+
+    def _rebalance(self) -> None:
+        conn = self._connection()
+        wanted = self.partitions if self.partitions is not None else self.store.partitions()
+        by_key = {_int32(p) & 0xFFFFFFFF: p for p in wanted}
+        members: list = []
+        holder: dict = {}
+        for classid, objid, pid in conn.execute(_HOLDERS, (self._member_ns, self._owner_ns)).fetchall():
+            if classid == self._member_ns:
+                members.append(objid)
+            else:
+                holder[objid] = pid
+        members.sort()
+        self.members = len(members)
+        mine = [p for k, p in by_key.items() if holder.get(k) == self._pid]
+        # Locks on partitions no longer wanted (emptied) are released too.
+        stale = [k for k, pid in holder.items() if pid == self._pid and k not in by_key]
+        fair = math.ceil(len(wanted) / max(1, len(members)))
+        release = stale + [_int32(p) for p in sorted(mine)[fair:]]
+        mine = sorted(mine)[:fair]
+        if release:
+            conn.execute("SELECT pg_advisory_unlock(%s, k) FROM unnest(%s::int4[]) AS k",
+                         (self._owner_ns, [_signed32(k) for k in release]))
+        if len(mine) < fair:
+            rank = members.index(self._pid) if self._pid in members else 0
+            start = rank * len(wanted) // max(1, len(members))
+            order = wanted[start:] + wanted[:start]
+            free = [p for p in order if (_int32(p) & 0xFFFFFFFF) not in holder][: fair - len(mine)]
+            if free:
+                rows = conn.execute("SELECT k, pg_try_advisory_lock(%s, k) FROM unnest(%s::int4[]) AS k",
+                                    (self._owner_ns, [_int32(p) for p in free])).fetchall()
+                got = {k for k, ok in rows if ok}
+                mine += [p for p in free if _int32(p) in got]
+        before = self._owned
+        self._owned = sorted(mine)
+        if self._owned != before:
+            log.info("fleet: this runner owns %d of %d partitions (%d runners): %s",
+                     len(self._owned), len(wanted), len(members), self._owned)
+
+
+def _signed32(k: int) -> int:
+    return k - (1 << 32) if k >= 1 << 31 else k
