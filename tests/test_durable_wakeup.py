@@ -363,3 +363,28 @@ def test_postgres_restart_with_timers_pending_applies_every_effect_once(throwawa
     assert sorted(applied) == refs and all(len(v) == 1 for v in applied.values())
     store.close()
     observer.close()
+
+
+def test_durable_sleep_is_woken_by_a_service_on_another_connection(backend):
+    """A durable sleep journaled through one connection, with no service handle to notify, is fired by a
+    service on another connection (woken only by the change signal: max_sleep_s is an hour) and the
+    sleep returns after its due time and within BOUND_MS of it."""
+    from timerwheel_c.durable import DurableContext, DurableTimerService, SleepHandler, TimerRegistry
+    from timerwheel_c.durable.sleep import SLEEP_PARTITION
+
+    target, store = backend
+    if target.startswith("postgres:"):
+        from timerwheel_c.durable.postgres import PostgresStore
+
+        other = PostgresStore(PG_DSN, table=target[len("postgres:"):])
+    else:
+        other = SQLiteStore(target)
+    try:
+        with DurableTimerService(other, TimerRegistry().register(SleepHandler()), [SLEEP_PARTITION], max_sleep_s=3600):
+            time.sleep(0.3)  # the service is idle
+            due = wall_ms() + 300
+            assert DurableContext(store, "exec-1").sleep_until(due, timeout_s=BOUND_MS / 1000 + 10) is False
+            returned = wall_ms()
+        assert due <= returned <= due + BOUND_MS, (due, returned)
+    finally:
+        other.close()

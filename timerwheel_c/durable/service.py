@@ -88,7 +88,9 @@ class DurableTimerService:
             handlers get that many daemon worker threads; async ones run on the service's loop. Commits of outcomes are batched on one store thread, so the
             limit never multiplies connections or writers.
         budget: the :class:`TickBudget` of each pass, per partition (``max_fired`` is
-            further lowered to the free handler slots).
+            further lowered to the free handler slots). Its caps, and a handler's
+            ``max_per_tick``, bound the rows one pass claims, not the handlers in flight:
+            ``concurrency`` bounds those.
         max_sleep_s: longest sleep between passes, in seconds (finite, > 0); a safety net
             only, since the store's change signal wakes the thread on every timer write.
         fleet: divide ``partitions`` (None: all of the store's) with the other services asking
