@@ -386,6 +386,11 @@ class DurableTimerService:
         return wake, claimed
 
     async def _main(self) -> None:
+        # After a crash of a previous loop its tasks are gone with it: their rows stay claimed and
+        # come back after their backoff, and their slots must not stay counted.
+        self._tasks = set()
+        self._to_commit = []
+        self._commit_task = None
         deadline = deadline_factory()
         self._kick = asyncio.Event()
         self._loop = asyncio.get_running_loop()
