@@ -3,7 +3,8 @@
 The thread runs an asyncio loop. Each *pass* claims the due rows of the served
 partitions (:func:`timerwheel_c.durable.runner.claim_due`: one guarded move per row to
 its next backoff key, so every attempt is counted before ``fire``), at most as many as
-there are free handler slots, and starts one task per claimed row. A task runs the
+there is room for (see below), and starts one task per claimed row as handler slots
+free up. A task runs the
 handler (``async def fire`` awaited on the loop, a plain ``fire`` on a worker of a
 bounded pool of daemon threads), turns the outcome into a guarded batch
 (:func:`~timerwheel_c.durable.runner.settle`) and queues it; a commit task writes the
@@ -12,6 +13,12 @@ queued outcomes with :func:`~timerwheel_c.durable.runner.commit_outcomes` (one
 as in a sequential :func:`~timerwheel_c.durable.runner.run_due`. Store calls run on one
 dedicated worker thread, so neither a slow handler nor a slow store blocks the loop,
 and a slow handler holds only its own slot: claims and wake-ups of the others go on.
+
+Claims are made ahead of free slots, into a local queue, but only as many as the slots
+would start within :data:`QUEUE_HORIZON_S` at the measured mean duration of a handler call
+(none before the first measurement): no-op handlers then get passes of up to
+``budget.max_fired`` rows, like a sequential ``run_due`` chunk, while a queued row never
+waits anywhere near its first backoff (5 s), after which another runner could claim it.
 
 Between passes the thread sleeps until the earliest of: the next due time of the pass
 (converted to a *monotonic* deadline once, so a wall-clock jump cannot stall it; the
@@ -31,6 +38,7 @@ Nothing but :meth:`stop` ends the thread.
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import inspect
 import logging
@@ -59,6 +67,8 @@ _DEFAULT_BUDGET = TickBudget()
 _ERROR_BACKOFF_S = (0.05, 5.0)
 _TEARDOWN_S = 1.0  # seconds stop() allows, past its timeout, for the thread to close its watcher and exit
 _NS_PER_MS = 1_000_000
+QUEUE_HORIZON_S = 0.5
+_MEAN_WEIGHT = 0.1  # of the newest handler duration in the running mean
 
 
 def _check_positive(name: str, value: object, unit: str) -> float:
@@ -171,7 +181,9 @@ class DurableTimerService:
         # that any schedule() then kicks (a kick during a pass makes the following sleep return at once).
         self._wake_ms: Optional[int] = None
         self._tasks: set = set()
-        self._slot_starved = False  # a pass left due rows for want of a free slot
+        self._queue: collections.deque = collections.deque()  # (partition, now_ms, ClaimedTimer) claimed, not started
+        self._fire_mean_s: Optional[float] = None  # running mean duration of a handler call
+        self._slot_starved = False  # a pass left due rows for want of room
         self._to_commit: list = []
         self._commit_task: Optional[asyncio.Task] = None
         self._watcher: Optional[Watcher] = None  # the store's change signal, while the loop runs
@@ -228,6 +240,18 @@ class DurableTimerService:
     def in_flight(self) -> int:
         """Handlers running now."""
         return len(self._tasks)
+
+    @property
+    def queued(self) -> int:
+        """Rows claimed and waiting for a free handler slot."""
+        return len(self._queue)
+
+    def _queue_room(self) -> int:
+        """How many claimed rows may wait for a slot: the slots' work within QUEUE_HORIZON_S."""
+        mean_s = self._fire_mean_s
+        if mean_s is None:
+            return 0
+        return min(self.budget.max_fired, int(self.concurrency * QUEUE_HORIZON_S / max(mean_s, 1e-6)))
 
     def __enter__(self):
         return self.start()
@@ -354,7 +378,7 @@ class DurableTimerService:
         return sorted(extra.union(self.store.partitions()))
 
     def _claim_pass(self, free: int):
-        """On the store thread: claim up to ``free`` rows over the served partitions. Returns
+        """On the store thread: claim up to ``free`` rows (room in slots and queue) over the served partitions. Returns
         (earliest next wake in Unix epoch ms or None, [(partition, now_ms, ClaimedTimer)])."""
         wake = None
         claimed: list = []
@@ -362,7 +386,7 @@ class DurableTimerService:
             if self._stopping:
                 break
             now_ms = self._wall_ns() // _NS_PER_MS
-            if free <= 0:  # rows may wait here: look again as soon as a slot frees
+            if free <= 0:  # rows may wait here: look again as soon as there is room
                 self._slot_starved = True
                 wake = now_ms
                 break
@@ -389,6 +413,7 @@ class DurableTimerService:
         # After a crash of a previous loop its tasks are gone with it: their rows stay claimed and
         # come back after their backoff, and their slots must not stay counted.
         self._tasks = set()
+        self._queue.clear()
         self._to_commit = []
         self._commit_task = None
         deadline = deadline_factory()
@@ -408,7 +433,7 @@ class DurableTimerService:
                 if self.ownership is not None:  # ownership changes (a runner joins or dies) need a look this often
                     max_s = min(max_s, self.ownership.check_interval_s)
                 max_ns = int(max_s * 1e9)
-                free = self.concurrency - len(self._tasks)
+                free = self.concurrency - len(self._tasks) + self._queue_room() - len(self._queue)
                 if free <= 0:
                     self._slot_starved = True
                     at_ns = time.monotonic_ns() + max_ns
@@ -421,8 +446,8 @@ class DurableTimerService:
                         at_ns = time.monotonic_ns() + int(self._store_failed(exc, failures, "pass") * 1e9)
                     else:
                         self.passes += 1
-                        for partition, now_ms, c in claimed:
-                            self._start_fire(partition, now_ms, c)
+                        self._queue.extend(claimed)
+                        self._dispatch()
                         with self._lock:
                             self._wake_ms = wake_ms
                         # Convert to the monotonic clock once, here: a later wall-clock jump cannot move it.
@@ -449,14 +474,18 @@ class DurableTimerService:
             timer.cancel()
 
     # -- firing and committing ------------------------------------------------------------
-    def _start_fire(self, partition: str, now_ms: int, claimed: ClaimedTimer) -> None:
-        task = asyncio.ensure_future(self._fire(partition, now_ms, claimed))
-        self._tasks.add(task)
-        task.add_done_callback(self._fire_done)
+    def _dispatch(self) -> None:
+        """Start queued rows while handler slots are free (never after stop(): they stay claimed)."""
+        while self._queue and len(self._tasks) < self.concurrency and not self._stopping:
+            task = asyncio.ensure_future(self._fire(*self._queue.popleft()))
+            self._tasks.add(task)
+            task.add_done_callback(self._fire_done)
 
     def _fire_done(self, task: asyncio.Task) -> None:
         self._tasks.discard(task)
-        if self._slot_starved and self._kick is not None:
+        self._dispatch()
+        # Claim more while half the queue is still there to fire, so slots do not wait on a pass.
+        if self._slot_starved and len(self._queue) <= self._queue_room() // 2 and self._kick is not None:
             self._slot_starved = False
             self._kick.set()
 
@@ -465,6 +494,7 @@ class DurableTimerService:
         ctx = TimerContext(self.store, partition, now_ms)
         lateness_ms = self._wall_ns() // _NS_PER_MS - timer.due_at_ms
         report = RunReport()
+        started = time.monotonic()
         try:
             if inspect.iscoroutinefunction(claimed.handler.fire):
                 outcome = await claimed.handler.fire(ctx, timer)
@@ -472,9 +502,11 @@ class DurableTimerService:
                 assert self._fire_pool is not None
                 outcome = await asyncio.wrap_future(self._fire_pool.submit(claimed.handler.fire, ctx, timer))
         except Exception as exc:
+            self._note_duration(time.monotonic() - started)
             self.activity.fire(partition, timer, lateness_ms, f"raised {type(exc).__name__}")
             batch = settle(partition, claimed, report, error=exc)
         else:
+            self._note_duration(time.monotonic() - started)
             self.activity.fire(partition, timer, lateness_ms, type(outcome).__name__)
             batch = settle(partition, claimed, report, outcome)
         if batch is None:
@@ -483,6 +515,10 @@ class DurableTimerService:
         self._to_commit.append((partition, claimed, batch))
         if self._commit_task is None:
             self._commit_task = asyncio.ensure_future(self._commit_queued())
+
+    def _note_duration(self, seconds: float) -> None:
+        mean = self._fire_mean_s
+        self._fire_mean_s = seconds if mean is None else mean + _MEAN_WEIGHT * (seconds - mean)
 
     def _count(self, report: RunReport) -> None:
         with self._lock:  # the loop thread and the store thread both count
@@ -522,6 +558,9 @@ class DurableTimerService:
         def left_s() -> Optional[float]:
             return None if self._stop_at is None else max(0.0, self._stop_at - time.monotonic())
 
+        if self._queue:
+            log.info("stopping with %d claimed row(s) not started; they fire again after their backoff", len(self._queue))
+            self._queue.clear()
         if self._tasks:
             _, abandoned = await asyncio.wait(set(self._tasks), timeout=left_s())
             if abandoned:
