@@ -4,9 +4,8 @@ The thread runs an asyncio loop. Each *pass* claims the due rows of the served
 partitions (:func:`timerwheel_c.durable.runner.claim_due`: one guarded move per row to
 its next backoff key, so every attempt is counted before ``fire``), at most as many as
 there is room for (see below), and starts one task per claimed row as handler slots
-free up. A task runs the
-handler (``async def fire`` awaited on the loop, a plain ``fire`` on a worker of a
-bounded pool of daemon threads), turns the outcome into a guarded batch
+free up. A task runs the handler (``async def fire`` awaited on the loop, a plain
+``fire`` on a worker of a bounded pool of daemon threads), turns the outcome into a guarded batch
 (:func:`~timerwheel_c.durable.runner.settle`) and queues it; a commit task writes the
 queued outcomes with :func:`~timerwheel_c.durable.runner.commit_outcomes` (one
 ``apply_many`` per partition). Each outcome is guarded on its own claimed row, exactly
@@ -119,7 +118,8 @@ class DurableTimerService:
     Counters for monitoring: ``passes`` (completed passes), ``fired`` (outcomes committed),
     ``failed`` (fires that raised, returned Retry or an invalid outcome, or lost their
     guard), ``errors`` (failed store calls) split into ``transient_errors`` and
-    ``other_errors``; ``in_flight`` (handlers running now).
+    ``other_errors``; ``in_flight`` (handlers running now) and ``queued`` (rows claimed
+    and waiting for a slot).
 
     A handler that runs past its row's backoff (5 s on the first attempt) may be claimed
     and fired again beside itself, as by a second runner: only one outcome commits, and
@@ -219,7 +219,8 @@ class DurableTimerService:
         and the commit of their outcomes, then end the thread (closing the change signal may take
         up to :data:`_TEARDOWN_S` more).
 
-        A handler still running at the timeout is abandoned: its row stays claimed at its backoff
+        Rows claimed but not started (``queued``) are not started: they stay claimed and fire
+        again after their backoff. A handler still running at the timeout is abandoned: its row stays claimed at its backoff
         key and is fired again after that backoff (by this process if restarted, or another
         runner). An abandoned ``async`` handler is cancelled; a sync one finishes on its daemon
         thread, and its outcome is discarded.
