@@ -101,6 +101,9 @@ def test_timer_written_by_another_process_fires_promptly_and_never_early(backend
     Each fires exactly once, never before its due time and within BOUND_MS of it: only the store's
     change signal can have woken the runner in time."""
     target, store = backend
+    # The partition exists first: a PostgreSQL runner serving every partition (a fleet member) takes a
+    # brand-new partition at its next ownership check, up to a second later.
+    store.apply(P, Batch().put(b"partition-marker", b""))
     proc, _ = spawn_runner(tmp_path, "stamp", target)
     try:
         time.sleep(0.5)  # let the runner go idle
