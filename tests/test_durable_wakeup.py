@@ -210,8 +210,9 @@ def test_generic_store_watch_polls(tmp_path):
 
 @needs_pg
 def test_postgres_trigger_notifies_timer_writes_of_any_path():
-    """The trigger notifies a write of a timer row through apply and apply_many (as the module
-    functions, the service and any plain client write), and a write of a non-timer key does not."""
+    """The trigger notifies a write of a scheduled timer row through apply and apply_many (as the module
+    functions, the service and any plain client write); a write of a non-timer key, or of a backed-off
+    row (what a runner's claim writes), does not."""
     from timerwheel_c.durable.postgres import PostgresStore
 
     store = PostgresStore(PG_DSN, table=f"timerwheel_wake_{uuid.uuid4().hex[:12]}")
@@ -227,6 +228,7 @@ def test_postgres_trigger_notifies_timer_writes_of_any_path():
             assert got.wait(5)
         got.clear()
         store.apply(P, Batch().put(b"other/key", b""))
+        store.apply(P, Batch().put(keys.backoff(wall_ms(), KIND, 1, wall_ms(), b"c"), b""))  # as a claim writes
         assert not got.wait(0.5)
     finally:
         watcher.close()

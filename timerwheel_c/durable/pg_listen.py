@@ -1,7 +1,7 @@
 """The PostgreSQL change signal: a dedicated ``LISTEN`` connection that outlives server restarts.
 
 Writers notify through a trigger on the store's table (``NOTIFY_DDL`` in
-:mod:`timerwheel_c.durable.postgres`): every insert or update of a timer row calls
+:mod:`timerwheel_c.durable.postgres`): every insert or update of a scheduled timer row calls
 ``pg_notify`` in the writing transaction, so the notification is delivered on commit
 and never for a rolled-back write (https://www.postgresql.org/docs/current/sql-notify.html),
 whichever client wrote the row.

@@ -21,9 +21,13 @@ version raises :class:`~timerwheel_c.durable.store.SchemaVersionError`.
 
 The change signal (:meth:`PostgresStore.watch`): a row trigger created with the table
 (:data:`NOTIFY_DDL`, ``<table>_wake``) calls ``pg_notify('<table>_wake', '')`` for every
-insert or update of a timer row (a key starting with ``b"T"``), in the writing
-transaction, however the row was written; PostgreSQL folds equal notifications of one
-transaction into one. A :class:`timerwheel_c.durable.pg_listen.PgListener` receives them.
+insert or update of a scheduled timer row (a key starting with ``b"T"``, in the
+scheduled layout), in the writing transaction, however the row was written;
+PostgreSQL folds equal notifications of one transaction into one. A
+:class:`timerwheel_c.durable.pg_listen.PgListener` receives them. Backed-off rows do not
+notify (see :data:`NOTIFY_DDL`): a second runner serving the same partition in parallel
+(not a fleet, which gives each partition one owner) finds a row that another runner
+claimed and abandoned on its next pass, within its ``max_sleep_s``.
 
 One connection per store, shared by threads under a lock; a broken connection
 (server restart, network) is replaced on the next call, and the error of the failed
@@ -128,8 +132,12 @@ $$
 
 
 # The change signal: a trigger function and a row trigger, both named {wake} (the table name
-# plus "_wake", also the NOTIFY channel). The trigger is created only when missing, so a second
-# store opening the table takes no lock on it. Deletes do not notify: they never make a timer due sooner.
+# plus "_wake", also the NOTIFY channel). It runs only when the schema is created or upgraded
+# (under the schema lock), so replacing the trigger there costs its brief table lock once.
+# Only rows in the scheduled layout notify (variant byte 0x00, the 11th byte): a write that
+# schedules or reschedules a timer. Deletes never make a timer due sooner, and backed-off rows
+# (a claim, a retry) are known to the runner that wrote them, so the firing itself does not
+# wake every runner of the table once per commit.
 NOTIFY_DDL = r"""
 CREATE OR REPLACE FUNCTION {wake}() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -137,22 +145,17 @@ BEGIN
   RETURN NULL;
 END
 $$;
-DO $$
-BEGIN
-  IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = {table_name}::regclass AND tgname = {channel}) THEN
-    CREATE TRIGGER {wake} AFTER INSERT OR UPDATE ON {t} FOR EACH ROW
-      WHEN (substr(NEW.key, 1, 1) = '\x54'::bytea) EXECUTE FUNCTION {wake}();
-  END IF;
-END
-$$
+DROP TRIGGER IF EXISTS {wake} ON {t};
+CREATE TRIGGER {wake} AFTER INSERT OR UPDATE ON {t} FOR EACH ROW
+  WHEN (substr(NEW.key, 1, 1) = '\x54'::bytea AND substr(NEW.key, 11, 1) = '\x00'::bytea)
+  EXECUTE FUNCTION {wake}()
 """
 
 
 def notify_ddl(table: str) -> sql.Composed:
     """:data:`NOTIFY_DDL` for ``table`` (a checked lower-case identifier), ready to execute."""
     wake = f"{table}_wake"
-    return sql.SQL(NOTIFY_DDL).format(wake=sql.Identifier(wake), channel=sql.Literal(wake),
-                                      table_name=sql.Literal(table), t=sql.Identifier(table))
+    return sql.SQL(NOTIFY_DDL).format(wake=sql.Identifier(wake), channel=sql.Literal(wake), t=sql.Identifier(table))
 
 
 class PostgresStore(Store):

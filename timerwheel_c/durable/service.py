@@ -18,6 +18,9 @@ would start within :data:`QUEUE_HORIZON_S` at the measured mean duration of a ha
 (none before the first measurement): no-op handlers then get passes of up to
 ``budget.max_fired`` rows, like a sequential ``run_due`` chunk, while a queued row never
 waits anywhere near its first backoff (5 s), after which another runner could claim it.
+For the same reason a worker takes queued sync fires in runs of :data:`CHUNK_S` (5 ms)
+of measured work: a cheap handler does not pay a thread hand-off per call, and a slow
+one still gets a slot of its own.
 
 Between passes the thread sleeps until the earliest of: the next due time of the pass
 (converted to a *monotonic* deadline once, so a wall-clock jump cannot stall it; the
@@ -67,6 +70,7 @@ _ERROR_BACKOFF_S = (0.05, 5.0)
 _TEARDOWN_S = 1.0  # seconds stop() allows, past its timeout, for the thread to close its watcher and exit
 _NS_PER_MS = 1_000_000
 QUEUE_HORIZON_S = 0.5
+CHUNK_S = 0.005  # longest run of queued sync fires one worker takes at once, at the measured mean
 _MEAN_WEIGHT = 0.1  # of the newest handler duration in the running mean
 
 
@@ -475,10 +479,28 @@ class DurableTimerService:
             timer.cancel()
 
     # -- firing and committing ------------------------------------------------------------
+    def _chunk(self) -> int:
+        """Queued sync fires one worker runs back to back: as many as take CHUNK_S at the measured
+        mean (1 for slow handlers), so that cheap handlers do not pay a thread hand-off each."""
+        mean_s = self._fire_mean_s
+        free = max(1, self.concurrency - len(self._tasks))
+        if mean_s is None:
+            return 1
+        return max(1, min(-(-len(self._queue) // free), int(CHUNK_S / max(mean_s, 1e-6))))
+
     def _dispatch(self) -> None:
         """Start queued rows while handler slots are free (never after stop(): they stay claimed)."""
         while self._queue and len(self._tasks) < self.concurrency and not self._stopping:
-            task = asyncio.ensure_future(self._fire(*self._queue.popleft()))
+            first = self._queue.popleft()
+            if inspect.iscoroutinefunction(first[2].handler.fire):
+                task = asyncio.ensure_future(self._fire_async(*first))
+            else:
+                items = [first]
+                for _ in range(self._chunk() - 1):
+                    if not self._queue or inspect.iscoroutinefunction(self._queue[0][2].handler.fire):
+                        break
+                    items.append(self._queue.popleft())
+                task = asyncio.ensure_future(self._fire_sync(items))
             self._tasks.add(task)
             task.add_done_callback(self._fire_done)
 
@@ -490,26 +512,43 @@ class DurableTimerService:
             self._slot_starved = False
             self._kick.set()
 
-    async def _fire(self, partition: str, now_ms: int, claimed: ClaimedTimer) -> None:
+    async def _fire_async(self, partition: str, now_ms: int, claimed: ClaimedTimer) -> None:
         timer = claimed.timer
-        ctx = TimerContext(self.store, partition, now_ms)
-        lateness_ms = self._wall_ns() // _NS_PER_MS - timer.due_at_ms
-        report = RunReport()
+        started_ms = self._wall_ns() // _NS_PER_MS
         started = time.monotonic()
         try:
-            if inspect.iscoroutinefunction(claimed.handler.fire):
-                outcome = await claimed.handler.fire(ctx, timer)
-            else:
-                assert self._fire_pool is not None
-                outcome = await asyncio.wrap_future(self._fire_pool.submit(claimed.handler.fire, ctx, timer))
+            outcome, error = await claimed.handler.fire(TimerContext(self.store, partition, now_ms), timer), None
         except Exception as exc:
-            self._note_duration(time.monotonic() - started)
-            self.activity.fire(partition, timer, lateness_ms, f"raised {type(exc).__name__}")
-            batch = settle(partition, claimed, report, error=exc)
-        else:
-            self._note_duration(time.monotonic() - started)
-            self.activity.fire(partition, timer, lateness_ms, type(outcome).__name__)
-            batch = settle(partition, claimed, report, outcome)
+            outcome, error = None, exc
+        self._settle(partition, claimed, started_ms, time.monotonic() - started, outcome, error)
+
+    async def _fire_sync(self, items: list) -> None:
+        assert self._fire_pool is not None
+        results = await asyncio.wrap_future(self._fire_pool.submit(self._call_all, items))
+        for (partition, _, claimed), (started_ms, took_s, outcome, error) in zip(items, results):
+            self._settle(partition, claimed, started_ms, took_s, outcome, error)
+
+    def _call_all(self, items: list) -> list:
+        """On a worker: call each item's sync handler in turn; (start wall ms, seconds, outcome, error) each."""
+        results = []
+        for partition, now_ms, claimed in items:
+            started_ms = self._wall_ns() // _NS_PER_MS
+            started = time.monotonic()
+            try:
+                outcome, error = claimed.handler.fire(TimerContext(self.store, partition, now_ms), claimed.timer), None
+            except Exception as exc:
+                outcome, error = None, exc
+            results.append((started_ms, time.monotonic() - started, outcome, error))
+        return results
+
+    def _settle(self, partition: str, claimed: ClaimedTimer, started_ms: int, took_s: float, outcome, error) -> None:
+        """On the loop: log the fire, turn its outcome into the guarded batch and queue its commit."""
+        timer = claimed.timer
+        self._note_duration(took_s)
+        what = f"raised {type(error).__name__}" if error is not None else type(outcome).__name__
+        self.activity.fire(partition, timer, started_ms - timer.due_at_ms, what)
+        report = RunReport()
+        batch = settle(partition, claimed, report, error=error) if error is not None else settle(partition, claimed, report, outcome)
         if batch is None:
             self._count(report)
             return

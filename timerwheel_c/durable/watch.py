@@ -13,8 +13,9 @@ procrastinate wake their workers with PostgreSQL ``LISTEN``/``NOTIFY``:
 - Any other backend: :class:`PollingWatcher` calling back every second.
 
 A callback may be spurious (a write that moved no timer) but is never missing for a
-committed write of a timer row, so a runner that does a pass after each callback, and
-after ``max_sleep_s`` at the latest, sees every timer row.
+committed write that schedules a timer row (PostgreSQL leaves out the backed-off rows
+that runners write when they claim one), so a runner that does a pass after each
+callback, and after ``max_sleep_s`` at the latest, sees every timer row in time.
 """
 from __future__ import annotations
 
