@@ -28,7 +28,7 @@ from typing import Callable
 import psycopg
 from psycopg import sql
 
-from .watch import Watcher
+from .watch import Watcher, call_back
 
 __all__ = ["PgListener"]
 
@@ -71,7 +71,7 @@ class PgListener(Watcher):
                     if failures:
                         self.reconnects += 1
                         log.warning("LISTEN connection restored after %d failed attempt(s); running a full pass", failures)
-                    self._callback()
+                    call_back(self._callback, self._closing)
                     failures = 0
                     self._serve(conn)
             except psycopg.Error as exc:
@@ -93,12 +93,10 @@ class PgListener(Watcher):
                 got = True
             if got:
                 quiet_since = time.monotonic()
-                self._callback()
+                call_back(self._callback, self._closing)
             elif time.monotonic() - quiet_since >= _PROBE_S:
                 conn.execute("SELECT 1")
                 quiet_since = time.monotonic()
 
     def close(self) -> None:
         self._closing.set()
-        if self._thread is not threading.current_thread():
-            self._thread.join(10)

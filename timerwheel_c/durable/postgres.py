@@ -22,7 +22,7 @@ version raises :class:`~timerwheel_c.durable.store.SchemaVersionError`.
 The change signal (:meth:`PostgresStore.watch`): a row trigger created with the table
 (:data:`NOTIFY_DDL`, ``<table>_wake``) calls ``pg_notify('<table>_wake', '')`` for every
 insert or update of a scheduled timer row (a key starting with ``b"T"``, in the
-scheduled layout), in the writing transaction, however the row was written;
+scheduled layout) or of a durable-sleep mark (``b"S"``), in the writing transaction, however the row was written;
 PostgreSQL folds equal notifications of one transaction into one. A
 :class:`timerwheel_c.durable.pg_listen.PgListener` receives them. Backed-off rows do not
 notify (see :data:`NOTIFY_DDL`): a second runner serving the same partition in parallel
@@ -134,10 +134,11 @@ $$
 # The change signal: a trigger function and a row trigger, both named {wake} (the table name
 # plus "_wake", also the NOTIFY channel). It runs only when the schema is created or upgraded
 # (under the schema lock), so replacing the trigger there costs its brief table lock once.
-# Only rows in the scheduled layout notify (variant byte 0x00, the 11th byte): a write that
-# schedules or reschedules a timer. Deletes never make a timer due sooner, and backed-off rows
-# (a claim, a retry) are known to the runner that wrote them, so the firing itself does not
-# wake every runner of the table once per commit.
+# Timer rows notify only in the scheduled layout (variant byte 0x00, the 11th byte): a write
+# that schedules or reschedules a timer. Deletes never make a timer due sooner, and backed-off
+# rows (a claim, a retry) are known to the runner that wrote them, so the firing itself does not
+# wake every runner of the table once per commit. Durable-sleep marks (keys starting "S", see
+# timerwheel_c.durable.sleep) notify too: their change to "fired" is what a sleep waits for.
 NOTIFY_DDL = r"""
 CREATE OR REPLACE FUNCTION {wake}() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -147,7 +148,8 @@ END
 $$;
 DROP TRIGGER IF EXISTS {wake} ON {t};
 CREATE TRIGGER {wake} AFTER INSERT OR UPDATE ON {t} FOR EACH ROW
-  WHEN (substr(NEW.key, 1, 1) = '\x54'::bytea AND substr(NEW.key, 11, 1) = '\x00'::bytea)
+  WHEN ((substr(NEW.key, 1, 1) = '\x54'::bytea AND substr(NEW.key, 11, 1) = '\x00'::bytea)
+        OR substr(NEW.key, 1, 1) = '\x53'::bytea)
   EXECUTE FUNCTION {wake}()
 """
 

@@ -24,22 +24,35 @@ import threading
 import time
 from typing import Callable, Optional
 
-__all__ = ["GENERIC_POLL_S", "PollingWatcher", "Watcher"]
+__all__ = ["GENERIC_POLL_S", "PollingWatcher", "Watcher", "call_back"]
 
 log = logging.getLogger("timerwheel_c.durable")
 
 GENERIC_POLL_S = 1.0
 
 
+def call_back(callback: Callable[[], None], closing: threading.Event) -> None:
+    """Call ``callback()`` unless ``closing`` is set; an exception from it (its event loop has just
+    closed) is logged at DEBUG: it must not end the watcher's thread."""
+    if closing.is_set():
+        return
+    try:
+        callback()
+    except Exception:
+        log.debug("a store change callback failed", exc_info=True)
+
+
 class Watcher:
-    """A running change detector; :meth:`close` stops it (idempotent, waits for its thread).
+    """A running change detector; :meth:`close` stops it (idempotent).
 
     Use as ``with store.watch(callback):``. The callback runs on the watcher's own thread,
     takes no argument and must return quickly (set an event, ``call_soon_threadsafe``).
     """
 
     def close(self) -> None:
-        """Stop calling back and release the detector's resources."""
+        """Stop calling back, at once; the detector's thread then ends by itself within one of its
+        polling intervals and releases its connection. Not waiting for it keeps a caller (a durable
+        sleep that has just been woken) from paying that interval."""
 
     def __enter__(self):
         return self
@@ -73,8 +86,8 @@ class PollingWatcher(Watcher):
 
     def _wait(self) -> bool:
         """Wait one interval; False once closing. A short interval sleeps with ``time.sleep``,
-        which costs about half the CPU of ``Event.wait`` (no timed lock loop) at the price of
-        a close that waits out the current interval."""
+        which costs about half the CPU of ``Event.wait`` (no timed lock loop); the thread then
+        notices a close at the end of the current interval."""
         if self._interval_s < 0.1:
             time.sleep(self._interval_s)
             return not self._closing.is_set()
@@ -88,8 +101,8 @@ class PollingWatcher(Watcher):
                 except Exception:
                     log.debug("store change check failed; treating it as a change", exc_info=True)
                     changed = True
-                if changed and not self._closing.is_set():
-                    self._callback()
+                if changed:
+                    call_back(self._callback, self._closing)
         finally:
             if self._release is not None:
                 self._release()
@@ -101,5 +114,3 @@ class PollingWatcher(Watcher):
 
     def close(self) -> None:
         self._closing.set()
-        if self._thread is not threading.current_thread():
-            self._thread.join()
