@@ -25,6 +25,7 @@ setup(
     ext_modules=cythonize(
         extensions,
         language_level=3,
-        compiler_directives={"boundscheck": False, "wraparound": False, "cdivision": True},
+        # autotestdict: no __test__ dict of docstrings (for doctest) in the compiled modules.
+        compiler_directives={"boundscheck": False, "wraparound": False, "cdivision": True, "autotestdict": False},
     )
 )

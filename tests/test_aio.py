@@ -184,7 +184,7 @@ def test_a_callback_schedules_another(run):
         return log, [h.when() for h in handles]
     log, whens = run(main)
     assert [n for n, _ in log] == list(range(6))
-    for (n, ran_at), when in zip(log, whens):
+    for (_n, ran_at), when in zip(log, whens):
         assert ran_at >= when
     # delay 0 from inside a batch runs on a later wake-up, never before its parent
     assert all(b[1] >= a[1] for a, b in zip(log, log[1:]))

@@ -6,6 +6,7 @@ waits are liveness bounds of seconds, so a loaded machine only makes them slower
 """
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -27,3 +28,16 @@ def test_readme_example_runs(source, tmp_path):
     """One README example exits 0 (its own asserts hold) within a generous 120 s."""
     done = subprocess.run([sys.executable, "-c", source], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, f"README example failed:\n{source}\n--- stderr ---\n{done.stderr}"
+
+
+def test_first_command_console_script_runs_from_the_checkout_root():
+    """The README's first command runs ``timerwheel-c`` from the repository root: the console script
+    imports the installed, compiled package there (with the pure fallback forbidden, an import of
+    the uncompiled checkout would fail), so it needs no ``python -I``."""
+    script = Path(sys.executable).with_name("timerwheel-c" + (".exe" if sys.platform == "win32" else ""))
+    assert script.exists(), f"the console script is not installed beside {sys.executable}"
+    env = {**os.environ, "TIMERWHEEL_C_REQUIRE_EXTENSIONS": "1"}
+    done = subprocess.run([str(script), "bench", "--help"], cwd=README.parent, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "--quick" in done.stdout and "Traceback" not in done.stderr

@@ -101,6 +101,32 @@ def test_close_wakes_awaiting_waiters(release_impl, factory):
     assert _run(factory, main(rt)) == ["closed"] * 20
 
 
+def _close_from_release_path_once(release_impl):
+    """One attempt of test_close_from_release_path: (the timer, what the closing call saw)."""
+    seen = {}
+    closing = []
+
+    class ClosingLoop(NoReaderLoop):
+        def call_soon_threadsafe(self, callback, *args, **kwargs):
+            if closing and "thread" not in seen and threading.current_thread() is not threading.main_thread():
+                seen["thread"] = threading.current_thread().name
+                start = time.monotonic()
+                rt.close()
+                seen["close_s"] = time.monotonic() - start
+            return super().call_soon_threadsafe(callback, *args, **kwargs)
+
+    async def main():
+        await rt.arm_ns(time.monotonic_ns() + 1_000_000)
+        d = rt.arm_ns(time.monotonic_ns() + 100_000_000)
+        closing.append(True)
+        await d
+        return d.done()
+
+    rt = release_impl.ReleaseTimer()
+    assert _run(ClosingLoop, main())
+    return rt, seen
+
+
 def test_close_from_release_path(release_impl):
     """close() called from code run on the release path returns instead of joining itself.
 
@@ -114,27 +140,7 @@ def test_close_from_release_path(release_impl):
     fails only if the situation never arose.
     """
     for _attempt in range(5):
-        seen = {}
-        closing = []
-
-        class ClosingLoop(NoReaderLoop):
-            def call_soon_threadsafe(self, callback, *args, **kwargs):
-                if closing and "thread" not in seen and threading.current_thread() is not threading.main_thread():
-                    seen["thread"] = threading.current_thread().name
-                    start = time.monotonic()
-                    rt.close()
-                    seen["close_s"] = time.monotonic() - start
-                return super().call_soon_threadsafe(callback, *args, **kwargs)
-
-        async def main():
-            await rt.arm_ns(time.monotonic_ns() + 1_000_000)
-            d = rt.arm_ns(time.monotonic_ns() + 100_000_000)
-            closing.append(True)
-            await d
-            return d.done()
-
-        rt = release_impl.ReleaseTimer()
-        assert _run(ClosingLoop, main())
+        rt, seen = _close_from_release_path_once(release_impl)
         if seen:
             break
     assert seen, "the release never reached a waiting task"

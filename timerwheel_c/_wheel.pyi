@@ -2,17 +2,29 @@
 
 All times are integer milliseconds on the caller's monotonic clock.
 """
-from typing import Optional, SupportsIndex, Union
+from typing import Optional, SupportsIndex, Union, final
 
 import numpy as np
 import numpy.typing as npt
 
 __all__ = ["TimerWheel"]
 
+# The geometry (see timerwheel_c._common, which holds the same values).
+L0_BITS: int
+L0_SLOTS: int
+LEVEL_BITS: int
+LEVEL_SLOTS: int
+NUM_LEVELS: int
+LEVEL_BASE: int
+NUM_SLOTS: int
+NUM_WORDS: int
+MAX_ENTRIES: int
+
 _IntArray = Union[npt.NDArray[np.integer], "list[int]"]
 
+@final
 class TimerWheel:
-    def __init__(self, now_ms: SupportsIndex = 0) -> None: ...
+    def __init__(self, now_ms: Optional[SupportsIndex] = None) -> None: ...
     def schedule(self, after_ms: SupportsIndex, token: SupportsIndex) -> int: ...
     def cancel(self, timer_id: SupportsIndex) -> bool: ...
     def reschedule(self, timer_id: SupportsIndex, after_ms: SupportsIndex) -> bool: ...

@@ -126,8 +126,8 @@ class WheelHandle:
         self._token = 0     # the wheel token: key of scheduler._handles while armed
         self._timer_id = 0  # the wheel's id while armed; 0 once run, cancelled or never armed
         self._when = when_s
-        self._callback = callback
-        self._args = args
+        self._callback: Any = callback  # None once run or cancelled
+        self._args: Any = args
         self._context = context
         self._cancelled = False
 
@@ -435,7 +435,7 @@ class WheelTimeout:
         self._scheduler = scheduler
         self._delay = None if delay is None else _check_seconds(delay)
         self._handle: Optional[WheelHandle] = None
-        self._task: Optional[asyncio.Task] = None
+        self._task: Any = None  # the task entered in, an asyncio.Task
         self._cancelling = 0
         self._state = "created"
 

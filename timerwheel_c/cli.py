@@ -1,25 +1,33 @@
 """The ``timerwheel-c`` command (also ``python -m timerwheel_c``).
 
 Each subcommand lives beside the concept it drives and registers itself through
-``add_parser(subparsers)``; this module only dispatches.
+``add_parser(subparsers)``; this module only dispatches. A subcommand's module is imported
+only when the command line names it (or names none, for the overall help), so ``run`` never
+loads the bench package and its dependencies.
 """
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
-from .bench import cli as bench_cli
-from .durable import cli as durable_cli
+# subcommand -> the module whose add_parser registers it
+_COMMANDS = {"bench": "timerwheel_c.bench.cli", "run": "timerwheel_c.durable.cli"}
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Parse ``argv`` (default: ``sys.argv[1:]``) and run the subcommand; returns its exit status."""
+    if argv is None:
+        argv = sys.argv[1:]
     parser = argparse.ArgumentParser(
         prog="timerwheel-c",
         description="timerwheel_c from the command line: the side-by-side benchmark, and a durable timer service.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    bench_cli.add_parser(sub)
-    durable_cli.add_parser(sub)
+    named = next((arg for arg in argv if not arg.startswith("-")), None)
+    for command, module in _COMMANDS.items():
+        if named not in _COMMANDS or named == command:
+            importlib.import_module(module).add_parser(sub)
     args = parser.parse_args(argv)
     return args.func(args)
 

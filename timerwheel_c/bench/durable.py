@@ -154,14 +154,14 @@ def run(n_timers: int = 5000, dsn: Optional[str] = None, progress: Optional[Call
     """
     if isinstance(n_timers, bool) or not isinstance(n_timers, int) or n_timers < 1:
         raise ValueError(f"n_timers must be an int >= 1, got {n_timers!r}")
-    backends = {}
+    backends: dict[str, Callable[[], Store]] = {}
     with tempfile.TemporaryDirectory(prefix="timerwheel_c-bench-") as tmp:
         counter = iter(range(1_000_000))
         backends["sqlite"] = lambda: SQLiteStore(os.path.join(tmp, f"bench{next(counter)}.db"))
         try:
             from ..durable.postgres import PostgresStore
         except ImportError:  # psycopg is not installed
-            PostgresStore = None
+            PostgresStore = None  # type: ignore[assignment,misc]
         if dsn is not None and PostgresStore is not None:
             # synchronous_commit=off matches SQLite's synchronous=NORMAL: no flush per commit, crash-consistent.
             backends["postgres"] = lambda: PostgresStore(

@@ -99,14 +99,16 @@ def _wakeup_lateness_ms(target: str, dsn: Optional[str], n: int, progress) -> li
     if dsn is not None:
         env[_DSN_ENV] = dsn
     with tempfile.TemporaryDirectory(prefix="timerwheel_c-wake-") as tmp:
-        ready = Path(tmp) / "ready"
-        runner = subprocess.Popen([sys.executable, "-m", __name__, target, str(ready)], env=env, cwd=tmp,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        ready, log_path = Path(tmp) / "ready", Path(tmp) / "runner.log"
+        # Its stderr goes to a file: a pipe nobody reads would block the runner once full.
+        with open(log_path, "wb") as log_file:
+            runner = subprocess.Popen([sys.executable, "-m", __name__, target, str(ready)], env=env, cwd=tmp,
+                                      stdout=subprocess.DEVNULL, stderr=log_file)
         try:
             deadline = time.monotonic() + 60
             while not ready.exists():
                 if runner.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"the runner process did not start: {runner.stderr.read().decode()[-2000:]}")
+                    raise RuntimeError(f"the runner process did not start: {log_path.read_text(errors='replace')[-2000:]}")
                 time.sleep(0.01)
             time.sleep(0.5)  # let it go idle
             dues = {}

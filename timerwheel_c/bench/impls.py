@@ -31,7 +31,7 @@ import asyncio
 import heapq
 import selectors
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import timerwheel_c
 from timerwheel_c import pure
@@ -103,9 +103,6 @@ class HeapqTimers:
         self._now_ms = now_ms
         return out
 
-    def __len__(self) -> int:
-        return len(self._heap) - self._cancelled
-
 
 class _NoWaitSelector(selectors.DefaultSelector):
     """A real selector (the loop's self-pipe registers on it) whose select never waits."""
@@ -132,7 +129,8 @@ class LoopDriver:
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, sim_clock: bool) -> None:
-        self.loop = loop
+        # Any: a simulated-clock loop (a subclass of the asyncio loop) adds _sim_now_s.
+        self.loop: Any = loop
         self.sim_clock = sim_clock
         self.fired: list[int] = []
         self.call_later = loop.call_later

@@ -25,6 +25,7 @@ import gc
 import os
 import sys
 import tracemalloc
+from typing import Any
 
 import numpy as np
 
@@ -71,7 +72,7 @@ def memory(impls: list[Impl], n: int, seed: int, bar) -> dict:
         rss0 = rss_bytes()
         tracemalloc.start()
         base = tracemalloc.get_traced_memory()[0]
-        timers = impl.make()
+        timers: Any = impl.make()
         own0 = _own_size(timers)
         if impl.family == "loop":
             call_later, callback = timers.call_later, timers.callback
@@ -88,7 +89,7 @@ def memory(impls: list[Impl], n: int, seed: int, bar) -> dict:
         rss1 = rss_bytes()
         figures = {
             "tracemalloc": traced / n,
-            "own": None if own is None else (own - own0) / n,
+            "own": None if own is None or own0 is None else (own - own0) / n,
             "rss": None if rss0 is None or rss1 is None else (rss1 - rss0) / n,
         }
         if impl.name == C_WHEEL:

@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from ..aio import WheelHandle, WheelScheduler
 from .network_server import raise_fd_limit
@@ -71,7 +71,7 @@ class _Client(asyncio.Protocol):
         self.rng = rng
         self.silent = rng.random() < SILENT_FRACTION
         self.silent_after_ns = int(rng.uniform(0.0, load.silence_window_s) * 1e9)  # from the start
-        self.transport = None
+        self.transport: Any = None
         self.sent_ns = 0  # time.monotonic_ns() of the last send
         self.went_silent = False
         self.closed_at_s: Optional[float] = None
@@ -239,6 +239,7 @@ def _run_one(server_args: list[str], connections: int, seconds: float, idle_time
         server = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=stderr, text=True, cwd=_PACKAGE_PARENT)
         try:
+            assert server.stdout is not None  # stdout=PIPE
             ready = server.stdout.readline()
             if not ready.startswith("READY "):
                 stderr.seek(0)

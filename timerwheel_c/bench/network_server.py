@@ -114,7 +114,7 @@ async def _serve(scheduler_name: str, timeout_s: float) -> dict:
     stop = loop.create_future()
     # A thread, not loop.connect_read_pipe: the same code on every loop and platform.
     threading.Thread(target=lambda: (sys.stdin.readline(), loop.call_soon_threadsafe(
-        lambda: stop.done() or stop.set_result(None))), daemon=True).start()
+        lambda: None if stop.done() else stop.set_result(None))), daemon=True).start()
     cpu0_s = time.process_time()
     print(f"READY {server.sockets[0].getsockname()[1]}", flush=True)
     await stop
@@ -134,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-connections", type=int, default=10000)
     args = parser.parse_args(argv)
     raise_fd_limit(args.max_connections + 64)
+    loop: asyncio.AbstractEventLoop
     if args.uvloop:
         import uvloop
         loop = uvloop.new_event_loop()

@@ -7,13 +7,14 @@ print as aligned plain text and progress prints one line per workload, so
 from __future__ import annotations
 
 import sys
+from typing import Any, Sequence
 
 try:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 except ImportError:  # plain-text fallback, see the module docstring
-    Console = None
+    Console = None  # type: ignore[assignment,misc]
 
 __all__ = ["Reporter", "Task", "fmt", "ratio"]
 
@@ -78,12 +79,13 @@ class Reporter:
 
     def __init__(self, use_rich: bool = True, show_progress: bool = True) -> None:
         self.rich = use_rich and Console is not None
-        self.out = Console(highlight=False) if self.rich else None
-        if self.rich and not self.out.is_terminal:
-            self.out = Console(highlight=False, width=140)  # a pipe or file: don't wrap at 80
-        self._err = Console(stderr=True) if self.rich else None
+        out = Console(highlight=False) if self.rich else None
+        if out is not None and not out.is_terminal:
+            out = Console(highlight=False, width=140)  # a pipe or file: don't wrap at 80
+        self.out: Any = out
+        self._err: Any = Console(stderr=True) if self.rich else None
         self._show_progress = show_progress
-        self._progress = None
+        self._progress: Any = None
 
     def __enter__(self) -> "Reporter":
         if self.rich and self._show_progress:
@@ -113,7 +115,7 @@ class Reporter:
         else:
             print(text, flush=True)
 
-    def table(self, title: str, headers: list[str], rows: list[list[str]], notes: list[str] = ()) -> None:
+    def table(self, title: str, headers: list[str], rows: list[list[str]], notes: Sequence[str] = ()) -> None:
         """One table: the first column left-aligned, the figures right-aligned."""
         if self.rich:
             t = Table(title=title, title_justify="left", title_style="bold")

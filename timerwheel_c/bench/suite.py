@@ -85,6 +85,7 @@ def _durable(ctx: Context, bar: Task) -> dict:
     if "postgres" in stores:  # a DSN was given and psycopg is installed
         from . import fleet
 
+        assert ctx.pg_dsn is not None
         figures["fleet"] = fleet.run(ctx.pg_dsn, ctx.sizes.durable_timers, progress=bar)
     return figures
 

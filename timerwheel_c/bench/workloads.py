@@ -135,7 +135,7 @@ def churn(impls: list[Impl], sizes: Sizes, repeats: int, seed: int, bar) -> Resu
     for impl in impls:
         variants = ["reschedule", "cancel+schedule"] if impl.reschedule else ["cancel+schedule"]
         for variant in variants:
-            state = {}
+            state: dict = {}
 
             def run(impl=impl, variant=variant, state=state):
                 timers = impl.make()
@@ -200,7 +200,7 @@ def _churn_kernel(impl: Impl, timers, variant: str, chunks, n: int, idle_ms: int
                 advance(now)
         return kernel, ()
 
-    def kernel():
+    def rearm_kernel():
         now = 0
         for chunk in chunks:
             for k in chunk:
@@ -208,7 +208,7 @@ def _churn_kernel(impl: Impl, timers, variant: str, chunks, n: int, idle_ms: int
                 ids[k] = schedule(idle_ms, k)
             now += 1
             advance(now)
-    return kernel, ()
+    return rearm_kernel, ()
 
 
 # -- expiry ------------------------------------------------------------------------------
@@ -234,7 +234,7 @@ def expiry(impls: list[Impl], sizes: Sizes, repeats: int, seed: int, bar) -> Res
             continue
         rows = [(impl.name, False)] + ([(impl.name + " (batch)", True)] if impl.batch else [])
         for name, batch in rows:
-            state = {}
+            state: dict = {}
             if impl.family == "loop" and not impl.sim_clock:
                 run = _expiry_real_run(impl, due, sizes.expiry_real_span_ms, span, state)
             else:
@@ -391,7 +391,7 @@ def rto(impls: list[Impl], sizes: Sizes, repeats: int, seed: int, bar) -> Result
         if not impl.sim_clock:
             result.rows[impl.name] = {"lifecycle": NOT_APPLICABLE_CLOCK}
             continue
-        state = {}
+        state: dict = {}
 
         def run(impl=impl, state=state):
             timers = impl.make()
@@ -428,7 +428,7 @@ def _rto_kernel(impl: Impl, timers, news, acks, ticks, t: int, rto_ms: int):
 
     schedule, cancel, advance = timers.schedule, timers.cancel, timers.advance
 
-    def kernel():
+    def wheel_kernel():
         out: list[int] = []
         for now in ticks:
             advance(now, out)
@@ -438,7 +438,7 @@ def _rto_kernel(impl: Impl, timers, news, acks, ticks, t: int, rto_ms: int):
             for token in news[now]:
                 handles[token] = schedule(rto_ms, token)
         return Fired(out, marks, ticks)
-    return kernel
+    return wheel_kernel
 
 
 # -- long gap ----------------------------------------------------------------------------
@@ -469,7 +469,7 @@ def gap(impls: list[Impl], sizes: Sizes, repeats: int, seed: int, bar) -> Result
             result.rows[impl.name] = {v: NOT_APPLICABLE_CLOCK for v in variants}
             continue
         for variant, (ticks, expected) in variants.items():
-            state = {}
+            state: dict = {}
 
             def run(impl=impl, variant=variant, ticks=ticks, state=state):
                 timers = impl.make()

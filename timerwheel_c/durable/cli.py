@@ -78,7 +78,7 @@ def load_registry(spec: str) -> TimerRegistry:
 
 def _store_errors() -> tuple:
     """Exception types a store raises when it cannot be opened (psycopg only when installed)."""
-    errors = [sqlite3.Error]
+    errors: list[type[Exception]] = [sqlite3.Error]
     try:
         import psycopg
     except ImportError:

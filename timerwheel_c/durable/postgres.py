@@ -278,6 +278,7 @@ class PostgresStore(Store):
         return self._apply_in_one_transaction(partition, batches)
 
     def _apply_in_one_transaction(self, partition: str, batches: list) -> list:
+        wk: list  # (mypy infers no element type for it from the unpacking below)
         g_end, gk, gv, absent, w_end, wk, wv, consume = [], [], [], [], [], [], [], []
         for batch in batches:
             for g in batch.guards:

@@ -469,7 +469,7 @@ class DurableTimerService:
             self._loop = None
 
     async def _sleep_until(self, deadline, at_ns: int) -> None:
-        assert self._kick is not None
+        assert self._kick is not None  # set by the serving loop before it first sleeps
         kick = asyncio.ensure_future(self._kick.wait())
         timer = asyncio.ensure_future(deadline(at_ns))
         try:

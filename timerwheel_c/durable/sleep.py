@@ -135,6 +135,7 @@ class DurableContext:
                 return mark, due_at_ms
         if current == _FIRED:
             return mark, None
+        assert current is not None  # the mark was found, or journaled just above
         return mark, _PENDING.unpack(current)[1]
 
     def _fired(self, mark: bytes) -> bool:

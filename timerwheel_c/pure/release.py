@@ -96,6 +96,11 @@ class Deadline:
     """
 
     __slots__ = ("_rt", "_slot", "_gen", "_at_ns", "_released_at_ns")
+    _rt: ReleaseTimer  # None only for a deadline released at arm time (slot -1)
+    _slot: int
+    _gen: int
+    _at_ns: int
+    _released_at_ns: int | None
 
     def __new__(cls, token=None, *args, **kwargs):
         if token is not _MAKE:
@@ -306,16 +311,16 @@ def _release_due(core: _Core, now_ns: int, out: list | None) -> int:
             if out is not None:
                 out.append(entry)
             released += 1
-            c = core.chan[slot]
-            if c >= 0 and core.chans[c] is not None:
-                core.chans[c].queue.append((slot << 32) | core.gen[slot])
-                notify.add(c)
+            chan = core.chans[core.chan[slot]] if core.chan[slot] >= 0 else None
+            if chan is not None:
+                chan.queue.append((slot << 32) | core.gen[slot])
+                notify.add(chan)
         elif state == ABANDONED:
             _free_slot(core, slot)
     if released and core.blocking_waiters:
         core.released_cond.notify_all()
-    for c in notify:
-        core.chans[c].notify()
+    for chan in notify:
+        chan.notify()
     return released
 
 
