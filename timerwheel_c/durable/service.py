@@ -187,6 +187,7 @@ class DurableTimerService:
         self._tasks: set = set()
         self._queue: collections.deque = collections.deque()  # (partition, now_ms, ClaimedTimer) claimed, not started
         self._fire_mean_s: Optional[float] = None  # running mean duration of a handler call
+        self._async_handlers: dict = {}  # id(handler) -> whether its fire is ``async def``
         self._slot_starved = False  # a pass left due rows for want of room
         self._to_commit: list = []
         self._commit_task: Optional[asyncio.Task] = None
@@ -488,16 +489,23 @@ class DurableTimerService:
             return 1
         return max(1, min(-(-len(self._queue) // free), int(CHUNK_S / max(mean_s, 1e-6))))
 
+    def _is_async(self, handler) -> bool:
+        # By id: a handler may be unhashable (a dataclass), and the registry keeps it alive.
+        found = self._async_handlers.get(id(handler))
+        if found is None:
+            found = self._async_handlers[id(handler)] = inspect.iscoroutinefunction(handler.fire)
+        return found
+
     def _dispatch(self) -> None:
         """Start queued rows while handler slots are free (never after stop(): they stay claimed)."""
         while self._queue and len(self._tasks) < self.concurrency and not self._stopping:
             first = self._queue.popleft()
-            if inspect.iscoroutinefunction(first[2].handler.fire):
+            if self._is_async(first[2].handler):
                 task = asyncio.ensure_future(self._fire_async(*first))
             else:
                 items = [first]
                 for _ in range(self._chunk() - 1):
-                    if not self._queue or inspect.iscoroutinefunction(self._queue[0][2].handler.fire):
+                    if not self._queue or self._is_async(self._queue[0][2].handler):
                         break
                     items.append(self._queue.popleft())
                 task = asyncio.ensure_future(self._fire_sync(items))
