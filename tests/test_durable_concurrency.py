@@ -309,3 +309,18 @@ def test_claims_run_ahead_of_free_slots_by_at_most_the_budget(store):
             time.sleep(0.005)
     assert len(effects(store)) == 30 and len(h.calls) == 30
     assert 0 < max(seen) <= 5, max(seen)
+
+
+@pytest.mark.parametrize("bad", ["0", "-2", "many", "1.5"])
+def test_run_refuses_a_bad_concurrency_with_one_line_and_exit_2(tmp_path, bad):
+    """`timerwheel-c run --concurrency N` takes an int >= 1; anything else exits 2 naming the value,
+    before any store is opened (no database file appears)."""
+    import subprocess
+    import sys
+
+    db = tmp_path / "never.db"
+    done = subprocess.run([sys.executable, "-m", "timerwheel_c", "run", "--store", f"sqlite:///{db}",
+                           "--handlers", "json:loads", "--concurrency", bad], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "--concurrency" in done.stderr and bad in done.stderr, done.stderr
+    assert not db.exists()
