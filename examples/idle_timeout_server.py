@@ -20,12 +20,16 @@ Run::
     python examples/idle_timeout_server.py --port 8765 --idle-timeout 5 --scheduler wheel [--uvloop]
     # then, e.g.:  nc 127.0.0.1 8765   (type lines; stop typing for 5 s and it hangs up)
 
-It prints ``listening on HOST:PORT`` once ready (``--port 0`` picks a free port).
+It prints ``listening on HOST:PORT`` once ready (``--port 0`` picks a free port). SIGINT
+(Ctrl-C) and SIGTERM (``kill``, a service manager) both stop it the same way: it closes the
+listening socket and every connection, prints ``stopped on SIGINT`` or ``stopped on SIGTERM``
+and exits 0.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
 import sys
 
 from timerwheel_c.aio import WheelScheduler
@@ -37,12 +41,14 @@ class IdleTimeoutProtocol(asyncio.Protocol):
     """One connection: echo each line, close after ``idle_timeout_s`` (seconds) without one,
     or at once on a line over ``MAX_LINE_BYTES``.
 
-    ``scheduler`` is a WheelScheduler, or None for plain ``loop.call_later``.
+    ``scheduler`` is a WheelScheduler, or None for plain ``loop.call_later``; ``open_transports``
+    is the server's set of open connections, which this one joins while it is open.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, scheduler: WheelScheduler | None,
-                 idle_timeout_s: float) -> None:
+                 idle_timeout_s: float, open_transports: set) -> None:
         self._loop = loop
+        self._open_transports = open_transports
         self._scheduler = scheduler
         self._idle_timeout_s = idle_timeout_s
         self._transport: asyncio.Transport | None = None
@@ -51,6 +57,7 @@ class IdleTimeoutProtocol(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:
         self._transport = transport
+        self._open_transports.add(transport)
         timers = self._loop if self._scheduler is None else self._scheduler
         self._idle = timers.call_later(self._idle_timeout_s, self._on_idle)
 
@@ -70,24 +77,41 @@ class IdleTimeoutProtocol(asyncio.Protocol):
             self._idle = self._loop.call_later(self._idle_timeout_s, self._on_idle)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._open_transports.discard(self._transport)
         self._idle.cancel()
 
     def _on_idle(self) -> None:
         self._transport.close()
 
 
-async def serve(host: str, port: int, idle_timeout_s: float, scheduler_name: str) -> None:
-    """Serve until cancelled; prints ``listening on HOST:PORT`` (flushed) once bound."""
+async def serve(host: str, port: int, idle_timeout_s: float, scheduler_name: str) -> str:
+    """Serve until SIGINT or SIGTERM; prints ``listening on HOST:PORT`` (flushed) once bound.
+
+    Returns the name of the signal that stopped it, after closing every connection.
+    """
     loop = asyncio.get_running_loop()
+    stopped_by: asyncio.Future = loop.create_future()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        # SIGTERM's default action kills the process on the spot; a loop handler stops both
+        # signals alike, at a point where the loop can close its sockets.
+        try:
+            loop.add_signal_handler(sig, lambda name=sig.name: stopped_by.done() or stopped_by.set_result(name))
+        except NotImplementedError:  # Windows event loops: Ctrl-C raises KeyboardInterrupt (see main)
+            break
     scheduler = WheelScheduler(loop) if scheduler_name == "wheel" else None
+    open_transports: set = set()
     server = await loop.create_server(
-        lambda: IdleTimeoutProtocol(loop, scheduler, idle_timeout_s), host, port)
+        lambda: IdleTimeoutProtocol(loop, scheduler, idle_timeout_s, open_transports), host, port)
     bound_host, bound_port = server.sockets[0].getsockname()[:2]
     print(f"listening on {bound_host}:{bound_port}", flush=True)
     try:
-        async with server:
-            await server.serve_forever()
+        return await stopped_by
     finally:
+        server.close()
+        # Server.wait_closed() waits for open connections (Python 3.12+): close them first.
+        for transport in list(open_transports):
+            transport.close()
+        await server.wait_closed()
         if scheduler is not None:
             scheduler.close()
 
@@ -111,11 +135,12 @@ def main(argv: list[str] | None = None) -> int:
         new_loop = asyncio.new_event_loop
     loop = new_loop()
     try:
-        loop.run_until_complete(serve(args.host, args.port, args.idle_timeout, args.scheduler))
-    except KeyboardInterrupt:
-        pass
+        signal_name = loop.run_until_complete(serve(args.host, args.port, args.idle_timeout, args.scheduler))
+    except KeyboardInterrupt:  # Ctrl-C where the loop has no signal handlers (Windows, or before serve set them)
+        signal_name = "SIGINT"
     finally:
         loop.close()
+    print(f"stopped on {signal_name}", flush=True)
     return 0
 
 

@@ -1,11 +1,97 @@
-"""``timerwheel-c run``'s argument handling: every bad argument, an unopenable store included,
-is one line on stderr naming the value, and exit status 2, before anything is served.
-(Serving and stopping on a signal are in test_durable_process.py.)"""
+"""``timerwheel-c run``'s argument handling: every bad argument, an unopenable store and a
+handlers module that fails to import included, is one line on stderr naming the value, and
+exit status 2 (a traceback only at DEBUG), before anything is served or created. The
+handlers cases run the real command in a subprocess, in a fresh directory (never the
+checkout, so the installed package is the one imported). (Serving and stopping on a signal
+are in test_durable_process.py.)"""
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from timerwheel_c.cli import main
+
+HELPERS_DIR = Path(__file__).resolve().parent
+TIMEOUT_S = 60.0
+
+BROKEN_MODULES = {
+    "raises_on_import": 'raise RuntimeError("handlers cannot start: no config")\n',
+    "bad_syntax": "def registry(:\n",
+    "not_a_registry": "registry = 42\n",
+    "factory_raises": "def registry():\n    raise KeyError('missing kind table')\n",
+}
+
+
+def run_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(HELPERS_DIR)]))
+    return subprocess.run([sys.executable, "-m", "timerwheel_c", "run", *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=TIMEOUT_S)
+
+
+@pytest.fixture
+def handler_dir(tmp_path):
+    for name, source in BROKEN_MODULES.items():
+        (tmp_path / f"{name}.py").write_text(source)
+    return tmp_path
+
+
+@pytest.mark.parametrize("spec, needles", [
+    ("raises_on_import:registry", ["'raises_on_import'", "RuntimeError", "handlers cannot start: no config"]),
+    ("bad_syntax:registry", ["'bad_syntax'", "SyntaxError"]),
+    ("nosuchmod:registry", ["'nosuchmod'", "ModuleNotFoundError"]),
+    ("not_a_registry:registry", ["'not_a_registry:registry'", "int, not a TimerRegistry"]),
+    ("factory_raises:registry", ["'factory_raises:registry'", "KeyError", "missing kind table"]),
+    ("durable_handlers:nosuchattr", ["'durable_handlers'", "no attribute 'nosuchattr'"]),
+    ("nocolon", ["'nocolon'", "MODULE:ATTR"]),
+])
+def test_bad_handlers_are_one_line_exit_2_and_create_no_database(handler_dir, spec, needles):
+    """A handlers spec that cannot give a registry, for any reason (including a module raising
+    while it is imported), exits 2 with exactly one stderr line naming the spec or module and
+    the error; the SQLite file named by --store does not exist afterwards, because the handlers
+    are checked before the store is opened."""
+    db = handler_dir / "t7.db"
+    before = sorted(p.name for p in handler_dir.iterdir())
+    out = run_cli(handler_dir, "--store", f"sqlite:///{db}", "--handlers", spec)
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("timerwheel-c run: "), out.stderr
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    assert "Traceback" not in out.stderr
+    after = sorted(p.name for p in handler_dir.iterdir() if p.name != "__pycache__")
+    assert after == before and not db.exists()
+
+
+@pytest.mark.parametrize("level", ["debug", "Debug", "DEBUG"])
+def test_debug_in_any_case_logs_the_handlers_traceback(handler_dir, level):
+    """--log-level takes any case; at DEBUG the failing import's traceback (down to the user's
+    own line) is logged, after which the same one-line error and exit 2 follow."""
+    out = run_cli(handler_dir, "--store", f"sqlite:///{handler_dir / 'x.db'}",
+                  "--handlers", "raises_on_import:registry", "--log-level", level)
+    assert out.returncode == 2, out.stderr
+    assert "Traceback (most recent call last)" in out.stderr
+    assert 'raise RuntimeError("handlers cannot start: no config")' in out.stderr
+    assert out.stderr.splitlines()[-1].startswith("timerwheel-c run: --handlers 'raises_on_import:registry'")
+
+
+def test_unknown_log_level_is_a_usage_error_naming_it(handler_dir):
+    """An unknown level exits 2 through argparse, naming the value and the choices."""
+    out = run_cli(handler_dir, "--store", "sqlite:///x.db", "--handlers", "durable_handlers:registry",
+                  "--log-level", "loud")
+    assert out.returncode == 2
+    assert "'LOUD'" in out.stderr and "DEBUG" in out.stderr
+    assert not (handler_dir / "x.db").exists()
+
+
+def test_bad_store_url_is_named_once_handlers_are_valid(tmp_path):
+    """With valid handlers, an unsupported store URL exits 2 naming the URL."""
+    out = run_cli(tmp_path, "--store", "mysql://x", "--handlers", "durable_handlers:registry")
+    assert out.returncode == 2 and "mysql://x" in out.stderr
+    assert len(out.stderr.splitlines()) == 1, out.stderr
 
 
 def test_unopenable_store_is_one_line_and_exit_2(tmp_path, capsys):

@@ -9,6 +9,7 @@ server's loop clock can only be at or after (see the test's note on uvloop).
 from __future__ import annotations
 
 import asyncio
+import signal
 import subprocess
 import sys
 import time
@@ -133,3 +134,40 @@ def test_overlong_line_closes_the_connection():
         proc.wait(LIVENESS_S)
     assert echo == b"x" * (64 * 1024) + b"\n"
     assert took < LIVENESS_S
+
+
+async def _open_then_wait_for_close(host: str, port: int, proc, sig: int) -> bytes:
+    """A connection that is answered, then the signal: returns what the server sent after it
+    (b"" when the server closed the connection)."""
+    reader, writer = await asyncio.open_connection(host, port)
+    await _exchange(reader, writer, b"still here\n")
+    proc.send_signal(sig)
+    rest = await asyncio.wait_for(reader.read(), LIVENESS_S)
+    writer.close()
+    return rest
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+@pytest.mark.parametrize("use_uvloop", [False, True], ids=["asyncio", "uvloop"])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_sigterm_and_sigint_stop_the_server_cleanly(sig, use_uvloop):
+    """SIGTERM is handled like SIGINT: the server closes an open connection (idle timeout 60 s,
+    so only the stop can close it within the liveness bound), prints which signal stopped it
+    and exits 0, with nothing on stderr. Without a handler SIGTERM would end it with status -15."""
+    if use_uvloop:
+        pytest.importorskip("uvloop")
+    cmd = [sys.executable, str(EXAMPLE), "--port", "0", "--idle-timeout", "60"] + (["--uvloop"] if use_uvloop else [])
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("listening on "), (line, proc.stderr.read())
+        host, port = line.split()[-1].rsplit(":", 1)
+        assert asyncio.run(_open_then_wait_for_close(host, int(port), proc, sig)) == b""
+        out, err = proc.communicate(timeout=LIVENESS_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(LIVENESS_S)
+    assert proc.returncode == 0, err
+    assert out.strip() == f"stopped on {signal.Signals(sig).name}"
+    assert err == ""

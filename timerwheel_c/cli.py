@@ -11,6 +11,8 @@ import argparse
 import importlib
 import sys
 
+from . import IMPLEMENTATION, __version__
+
 # subcommand -> the module whose add_parser registers it
 _COMMANDS = {"bench": "timerwheel_c.bench.cli", "run": "timerwheel_c.durable.cli"}
 
@@ -23,6 +25,8 @@ def main(argv: list[str] | None = None) -> int:
         prog="timerwheel-c",
         description="timerwheel_c from the command line: the side-by-side benchmark, and a durable timer service.",
     )
+    parser.add_argument("--version", action="version",
+                        version=f"%(prog)s {__version__} ({IMPLEMENTATION} cores, Python {sys.version.split()[0]})")
     sub = parser.add_subparsers(dest="command", required=True)
     named = next((arg for arg in argv if not arg.startswith("-")), None)
     for command, module in _COMMANDS.items():

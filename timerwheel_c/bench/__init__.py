@@ -8,8 +8,12 @@ figures. Printing computes nothing, so the JSON never depends on it.
 
 The modules, one concept each:
 
-- :mod:`.suite`: the list of workloads, each a name, a measurement, a table and a
-  progress total; and the churn targets;
+- :mod:`.suite`: the list of workloads, each a name, a measurement, a table, a
+  progress total and its goals;
+- :mod:`.goals`: a goal judged on a figure, and the one way it is shown (goal,
+  measured, met / NOT met / n/a);
+- :mod:`.preflight`: what is checked before the first workload (output paths,
+  the ``--pg-dsn`` server);
 - :mod:`.harness`: the timing method (thread CPU time, warm-up, repeats), the one
   percentile definition (:func:`.harness.summary`, numpy's), and the fired-set check;
 - :mod:`.impls`: the rows (C wheel, pure twin, asyncio, uvloop, heapq, the empty
@@ -26,7 +30,9 @@ Adding a workload:
    the unit in every key (``fired_per_s``, ``lateness_ms``, ``latency_us``), and
    summarise samples with :func:`.harness.summary`;
 2. write its table in :mod:`.tables`: ``table(rep, figures)``, reading only the figures;
-3. add one :class:`.suite.Workload` line to :data:`.suite.WORKLOADS`.
+3. add one :class:`.suite.Workload` line to :data:`.suite.WORKLOADS`; if it has goals,
+   pass ``goals=``: a function of its figures returning ``[(Goal(...), measured), ...]``
+   (measured None where the figure does not apply).
 
 ``--only NAME``, ``--json``, the progress bar, failure isolation and "not available"
 lines (raise :class:`.harness.NotAvailable` from the measurement) then follow, and a

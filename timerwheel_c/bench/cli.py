@@ -4,13 +4,19 @@ In one process and one run it times the C wheel, its pure twin, asyncio's timer
 heap, heapq with lazy deletion, uvloop (when installed) and an empty compiled
 method (the floor) over the same seeded workloads; checks every implementation's
 fired set against the model; prints one table per workload with ratios against the
-C wheel, the machine's facts and the churn targets (a C re-arm at most 1.5x an empty
-compiled method; at least 10x faster than the pure twin and 20x faster than asyncio's
-cancel + call_later). Timer figures are the bench thread's CPU time per operation,
-the median of ``--repeat`` runs after one warm-up run. ``--only`` runs a subset
-(``--only lateness``, ``--only durable --pg-dsn URL``, ``--only network``).
-Exit status: 0 on success, 1 if a workload failed, 2 for a usage error, 3 if an
-implementation fired a wrong set.
+C wheel (or the workload's reference row) and the machine's facts. Each goal (for
+example a C re-arm at most 1.5x an empty compiled method, at least 10x faster than the
+pure twin and 20x faster than asyncio's cancel + call_later) is shown the same way
+under its workload's table and in a closing goals table: the goal, the measured value,
+and met, NOT met, or n/a. Timer figures are the bench thread's CPU time per
+operation, the median of ``--repeat`` runs after one warm-up run. ``--only`` runs a
+subset (``--only lateness``, ``--only durable --pg-dsn URL``, ``--only network``).
+Every output path, and the PostgreSQL server of ``--pg-dsn``, is checked before the
+first workload.
+Exit status: 0 on success; 1 if a workload failed, or the output could not be written
+after the run; 2 for a usage error (one line on stderr, before anything runs); 3 if an
+implementation fired a wrong set. A missed goal does not change it: goals are speeds of
+this machine under its present load.
 """
 from __future__ import annotations
 
@@ -22,11 +28,13 @@ import time
 import traceback
 
 from .. import _impl
+from .._helptext import terminal_text
 from ..durable.url import log_to_stderr, redact
-from . import plot, suite, tables
+from . import goals, plot, preflight, suite, tables
 from .harness import FiredMismatch, NotAvailable
 from .impls import available
 from .machine import facts
+from .preflight import PreflightError
 from .report import Reporter
 from .workloads import Sizes
 
@@ -37,7 +45,7 @@ WORKLOADS = tuple(w.name for w in suite.WORKLOADS)
 
 def add_parser(sub) -> argparse.ArgumentParser:
     """Register the ``bench`` subcommand on ``sub`` (argparse subparsers)."""
-    p = sub.add_parser("bench", help="run the side-by-side benchmarks", description=__doc__,
+    p = sub.add_parser("bench", help="run the side-by-side benchmarks", description=terminal_text(__doc__),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="smaller workloads (a tenth or less): under a minute")
     p.add_argument("--only", metavar="WORKLOAD[,...]", type=_workload_list, default=list(WORKLOADS),
@@ -79,19 +87,25 @@ def run(args: argparse.Namespace) -> int:
     """Measure the selected workloads, then print the tables and write ``--json`` and ``--plot``
     from the same figures; return the exit status."""
     log_to_stderr(logging.WARNING, args.pg_dsn)
-    if args.plot:
+    if args.plot is not None:
         try:
             plot.require()
         except plot.PlotUnavailable as exc:
             print(f"timerwheel-c bench: error: {exc}", file=sys.stderr)
             return 2
     if _impl.FALLBACK_REASON is not None:
-        print(f"timerwheel-c bench: error: {_impl.FALLBACK_REASON}. The bench compares the compiled "
-              "cores, so it stops here; set TIMERWHEEL_C_NO_EXTENSIONS=1 to bench the pure twins alone.",
-              file=sys.stderr)
+        # The import already warned why (a RuntimeWarning, just above): say only what it means here.
+        print("timerwheel-c bench: error: the compiled cores did not load (the RuntimeWarning above says why), "
+              "and the bench compares them, so it stops here; set TIMERWHEEL_C_NO_EXTENSIONS=1 to bench "
+              "the pure twins alone.", file=sys.stderr)
         return 2
     if args.scale <= 0:
         print(f"timerwheel-c bench: error: --scale must be > 0, got {args.scale}", file=sys.stderr)
+        return 2
+    try:
+        _preflight(args)
+    except PreflightError as exc:
+        print(f"timerwheel-c bench: error: {exc}", file=sys.stderr)
         return 2
     sizes = Sizes.quick() if args.quick else Sizes()
     if args.scale != 1.0:
@@ -102,14 +116,38 @@ def run(args: argparse.Namespace) -> int:
     figures["implementations"] = {"run": [i.name for i in impls], "missing": missing}
     out = Reporter(use_rich=not args.plain, show_progress=False)
     _print(out, figures)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(figures, f, indent=1, default=_json_default)
-        out.line(f"figures written to {args.json}")
-    if args.plot:
-        for path in plot.draw(args.plot, figures):
-            out.line(f"chart written to {path}")
+    try:
+        if args.json is not None:
+            with open(args.json, "w") as f:
+                json.dump(figures, f, indent=1, default=_json_default)
+            out.line(f"figures written to {args.json}")
+        if args.plot is not None:
+            for path in plot.draw(args.plot, figures):
+                out.line(f"chart written to {path}")
+    except OSError as exc:  # checked before the run, so something changed since: a full disk, a removed directory
+        print(f"timerwheel-c bench: error: writing the output failed after the run: {exc}; "
+              "the tables above hold the figures", file=sys.stderr)
+        return max(status, 1)
     return status
+
+
+def _preflight(args: argparse.Namespace) -> None:
+    """Check, before the first workload, what the run would otherwise fail on only at its end."""
+    if args.json is not None:
+        preflight.check_json_file(args.json)
+    if args.plot is not None:
+        preflight.check_plot_dir(args.plot)
+    if args.pg_dsn is None:
+        return
+    if "durable" not in args.only:
+        print("timerwheel-c bench: note: --pg-dsn is unused: --only leaves out the durable workload", file=sys.stderr)
+        return
+    try:
+        preflight.check_postgres(args.pg_dsn)
+    except PreflightError as exc:
+        # The user asked for the PostgreSQL figures: stop rather than run minutes without them.
+        raise PreflightError(f"{exc}; the bench stops before any workload "
+                             "(leave out --pg-dsn to bench the durable workload on SQLite only)") from exc
 
 
 def _measure(ctx: suite.Context, args: argparse.Namespace) -> tuple[dict, int]:
@@ -123,7 +161,7 @@ def _measure(ctx: suite.Context, args: argparse.Namespace) -> tuple[dict, int]:
                    "percentiles": "numpy.percentile, linear interpolation",
                    "clock": "time.thread_time_ns (CPU time of the bench thread)",
                    "elapsed_s_per_workload": {}},
-        "workloads": {}, "skipped": {}, "failed": {}, "targets": {},
+        "workloads": {}, "skipped": {}, "failed": {}, "goals": [],
     }
     status = 0
     started = time.perf_counter()
@@ -147,7 +185,7 @@ def _measure(ctx: suite.Context, args: argparse.Namespace) -> tuple[dict, int]:
                 print(figures["tracebacks"][name], file=sys.stderr)
                 status = max(status, 1)
     figures["config"]["elapsed_s"] = round(time.perf_counter() - started, 1)
-    figures["targets"] = suite.targets(figures["workloads"])
+    figures["goals"] = suite.goals(figures["workloads"])
     return figures, status
 
 
@@ -169,8 +207,12 @@ def _print(rep: Reporter, figures: dict) -> None:
         rep.line(f"{name}: not available: {reason}", "yellow")
     for name, workload_figures in figures["workloads"].items():
         suite.BY_NAME[name].table(rep, workload_figures)
-    if figures["targets"]:
-        tables.targets_table(rep, figures["targets"])
+        for verdict in figures["goals"]:
+            if verdict["workload"] == name:
+                rep.line(f"  {goals.line(verdict)}", goals.style(verdict))
+    if figures["goals"]:
+        rep.table("goals (each also under its workload's table)", goals.HEADERS, goals.rows(figures["goals"]),
+                  [goals.summary(figures["goals"])])
     for name, reason in figures["skipped"].items():
         rep.line(f"{name}: not available: {reason}", "yellow")
     for name, reason in figures["failed"].items():

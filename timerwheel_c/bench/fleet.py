@@ -93,8 +93,12 @@ def _one(dsn: str, n_runners: int, n_timers: int, takeover: bool, progress) -> d
     procs: list = []
     try:
         env = dict(os.environ, **{_DSN_ENV: dsn})
+        # `-m` puts the working directory first on sys.path: run where this very package lives, so
+        # a runner imports the same (compiled) timerwheel_c, never a source checkout's.
+        package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         procs = [subprocess.Popen([sys.executable, "-m", "timerwheel_c.bench.fleet", "runner", table], env=env,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(n_runners)]
+                                  cwd=package_parent, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                 for _ in range(n_runners)]
         def divided() -> bool:
             owners = holders(store, PARTITIONS)
             counts = [list(owners.values()).count(pid) for pid in set(owners.values())]

@@ -38,7 +38,7 @@ from timerwheel_c import pure
 
 __all__ = ["HeapqTimers", "Impl", "LoopDriver", "available"]
 
-# The floor row's label, used by the targets and the tables.
+# The floor row's label, used by the goals and the tables.
 FLOOR = "empty Cython method"
 C_WHEEL = "C wheel"
 PURE_WHEEL = "pure twin"

@@ -1,14 +1,28 @@
 """``--plot DIR``: PNG charts from the bench's JSON figures (matplotlib, the ``plot`` extra).
 
 - ``<workload>.png``: median ns/op per implementation and variant, with min-max
-  whiskers, on a log axis (churn, expiry, rto, gap), and bytes per timer (memory);
-- ``lateness.png``: a histogram of lateness (µs) per series, log count axis.
+  whiskers, on a log axis (churn, expiry, rto, gap), and bytes per timer (memory,
+  with the number of timers measured);
+- ``lateness.png``: a histogram of lateness (µs) per series, log count axis;
+- ``durable.png``: fired timers per second and due-to-committed lateness (ms) per store,
+  and the PostgreSQL fleet's fired timers per second by runner count when it was measured;
+- ``network.png``: server CPU per request, request latency (µs) and idle-close lateness
+  (ms) per scheduler.
+
+A row whose figure does not apply (an implementation without that operation, a series
+this run could not take) is drawn as the text "n/a", never left blank.
 """
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Union
 
-__all__ = ["PlotUnavailable", "draw", "require"]
+from .report import NOT_APPLICABLE
+
+__all__ = ["PlotUnavailable", "charts", "draw", "require"]
+
+# One bar: (median, low, high) of a figure; or why it does not apply.
+Cell = Union[tuple, str]
 
 
 class PlotUnavailable(RuntimeError):
@@ -34,71 +48,180 @@ def _pyplot():
     return plt
 
 
-def _bars(plt, path: Path, title: str, unit: str, series: dict[str, dict[str, tuple]], impls: list[str]) -> None:
-    """``series[variant][impl] = (median, low, high)``: grouped horizontal bars, rows in ``impls`` order."""
-    import textwrap
+def _number(value: float) -> str:
+    """Plain numbers for ticks and bar labels: 1,000 rather than 10^3."""
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
 
-    fig, ax = plt.subplots(figsize=(9, 0.6 + 0.45 * len(impls) * max(1, len(series))))
+
+def _na_label(cell: Cell) -> str:
+    """``n/a`` and the reason a figure does not apply (``"n/a: no re-arm"`` stays as it is)."""
+    if not isinstance(cell, str) or not cell:
+        return NOT_APPLICABLE
+    return cell if cell.startswith(NOT_APPLICABLE) else f"{NOT_APPLICABLE}: {cell}"
+
+
+def _panel(ax, series: dict[str, dict[str, Cell]], rows: list[str], unit: str, log: bool = True) -> None:
+    """Grouped horizontal bars on ``ax``: ``series[variant][row]`` is a Cell, rows top to bottom
+    in ``rows`` order; a row missing from a variant, or holding a reason, reads "n/a"."""
+    from matplotlib import ticker
+
+    import math
+
     height = 0.8 / max(1, len(series))
+    positive = [cell[0] for cells in series.values() for cell in cells.values()
+                if isinstance(cell, tuple) and cell[0] > 0]
     for j, (variant, cells) in enumerate(series.items()):
-        ys = [i + j * height for i, impl in enumerate(impls) if impl in cells]
-        med = [cells[impl][0] for impl in impls if impl in cells]
-        err = [[m - cells[impl][1] for impl, m in zip([i for i in impls if i in cells], med)],
-               [cells[impl][2] - m for impl, m in zip([i for i in impls if i in cells], med)]]
-        ax.barh(ys, med, height=height, xerr=err, label=variant)
-    ax.set_yticks([i + 0.4 - height / 2 for i in range(len(impls))], impls)
-    ax.invert_yaxis()
-    ax.set_xscale("log")
-    ax.set_xlabel(unit)
-    ax.set_title("\n".join(textwrap.wrap(title, 90)), fontsize=9)
+        ys, med, low, high = [], [], [], []
+        for i, row in enumerate(rows):
+            cell = cells.get(row, NOT_APPLICABLE)
+            if isinstance(cell, tuple):
+                ys.append(i + j * height)
+                med.append(cell[0])
+                low.append(cell[0] - cell[1])
+                high.append(cell[2] - cell[0])
+            else:
+                # x in axes fraction, y in data: the label sits at the axis, whatever the scale.
+                ax.text(0.01, i + j * height, _na_label(cell), transform=ax.get_yaxis_transform(),
+                        va="center", fontsize=7, color="0.35")
+        bars = ax.barh(ys, med, height=height, xerr=[low, high], label=variant)
+        ax.bar_label(bars, labels=[_number(m) for m in med], fontsize=7, padding=3)
+    ax.set_yticks([i + (len(series) - 1) * height / 2 for i in range(len(rows))], rows)
+    ax.set_ylim(len(rows) - 0.5 + (len(series) - 1) * height, -0.5)
+    if log:
+        ax.set_xscale("log")
+        # Ticks at 1, 2, 5 per decade, so even a range inside one decade is labelled; over
+        # more than two decades those labels would overlap, so one a decade.
+        decades = math.log10(max(positive) / min(positive)) if positive else 0.0
+        ax.xaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0) if decades <= 2 else (1.0,)))
+        ax.xaxis.set_minor_formatter(ticker.NullFormatter())
+    else:
+        ax.xaxis.set_major_locator(ticker.MaxNLocator(5))
+    ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: _number(v)))
+    ax.margins(x=0.15)  # room for the value labels at the bars' ends
+    ax.set_xlabel(unit + (" (log)" if log else ""))
     if len(series) > 1:
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
-def draw(out_dir: str | Path, figures: dict) -> list[Path]:
-    """Draw every chart the JSON ``figures`` hold into ``out_dir``; return the files written."""
+def _bars(plt, title: str, unit: str, series: dict[str, dict[str, Cell]], rows: list[str]):
+    """One chart of grouped bars (see :func:`_panel`)."""
+    import textwrap
+
+    fig, ax = plt.subplots(figsize=(9, 0.8 + 0.45 * len(rows) * max(1, len(series))))
+    _panel(ax, series, rows, unit)
+    ax.set_title("\n".join(textwrap.wrap(title, 90)), fontsize=9)
+    return fig
+
+
+def _single(value) -> Cell:
+    """A figure without a spread as a bar, or n/a when the run has none."""
+    return (value,) * 3 if isinstance(value, (int, float)) else NOT_APPLICABLE
+
+
+def _percentiles(summaries: dict[str, dict], keys=("p50", "p99")) -> dict[str, dict[str, Cell]]:
+    """``{"p50": {row: (v, v, v)}, "p99": ...}`` from ``{row: summary}``; an empty summary is n/a."""
+    return {key: {row: (s[key],) * 3 if key in s else "no samples" for row, s in summaries.items()} for key in keys}
+
+
+def _durable(plt, wl: dict):
+    """Fired/s and lateness per store; with a PostgreSQL fleet measured, its fired/s by runner count."""
+    results = wl["results"]
+    stores = list(results)
+    fleet = {f"{f['runners']} runner(s)": _single(f.get("fired_per_s")) for f in wl.get("fleet", {}).values()}
+    fig, axes = plt.subplots(1, 3 if fleet else 2, figsize=(16 if fleet else 11, 1.6 + 0.5 * max(len(stores), len(fleet))))
+    _panel(axes[0], {"fired/s": {s: _single(f.get("fired_per_s")) for s, f in results.items()}}, stores,
+           "fired timers per second", log=False)
+    _panel(axes[1], _percentiles({s: f.get("lateness_summary_ms", {}) for s, f in results.items()}), stores,
+           "due-to-committed lateness, ms")
+    if fleet:
+        _panel(axes[2], {"fired/s": fleet}, list(fleet), "PostgreSQL fleet: fired timers per second", log=False)
+    fig.suptitle("durable timers: a no-op handler per store", fontsize=10)
+    return fig
+
+
+def _network(plt, wl: dict):
+    results = wl["results"]
+    names = list(results)
+    fig, (cpu, lat, close) = plt.subplots(1, 3, figsize=(14, 1.6 + 0.5 * len(names)))
+    _panel(cpu, {"CPU": {n: _single(f.get("cpu_ns_per_request")) for n, f in results.items()}}, names,
+           "server CPU per request, ns", log=False)
+    _panel(lat, _percentiles({n: f.get("latency_summary_us", {}) for n, f in results.items()}), names,
+           "request round trip, us")
+    _panel(close, _percentiles({n: f.get("idle_close_lateness_summary_ms", {}) for n, f in results.items()}), names,
+           "idle close after its timeout, ms", log=False)
+    for ax in (lat, close):
+        ax.set_yticklabels([])
+    fig.suptitle("network: idle-timeout server on loopback, per scheduler", fontsize=10)
+    return fig
+
+
+def _lateness(plt, wl: dict):
+    import numpy as np
+    from matplotlib import ticker
+
+    series = {k: v["lateness_ns"] for k, v in wl["results"].items() if v["lateness_ns"]}
+    if not series:
+        return None
+    # Log-spaced bins shared by every series, so their shapes compare at a glance.
+    top = max(max(ns) for ns in series.values()) / 1000
+    bins = np.geomspace(1.0, max(top, 10.0) * 1.01, 60)
+    fig, axes = plt.subplots(len(series), 1, figsize=(9, 1.0 + 1.3 * len(series)), sharex=True, squeeze=False)
+    for ax, (label, ns) in zip(axes[:, 0], series.items()):
+        ax.hist(np.clip(np.asarray(ns, dtype=float) / 1000, 1.0, None), bins=bins, log=True)
+        ax.set_xscale("log")
+        ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:,.0f}"))
+        ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+        ax.set_ylabel(label, rotation=0, ha="right", va="center", fontsize=8)
+    axes[-1, 0].xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: _number(v)))
+    axes[-1, 0].set_xlabel(f"lateness after a {wl.get('delay_ms', 2.0):g} ms deadline, us (log)")
+    fig.suptitle("lateness histograms (count, log); under 1 us and early wakes fall in the first bin", fontsize=10)
+    return fig
+
+
+def charts(figures: dict) -> dict:
+    """``{workload: matplotlib Figure}``, laid out, for every chart the JSON ``figures`` hold.
+
+    The caller owns the figures (``draw`` saves and closes them).
+    """
     plt = _pyplot()
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
+    out = {}
     for name, wl in figures.get("workloads", {}).items():
         if name in ("churn", "expiry", "rto", "gap"):
             series: dict = {}
             for impl, cells in wl["results"].items():
                 for variant, cell in cells.items():
-                    if isinstance(cell, dict):
-                        series.setdefault(wl["columns"].get(variant, variant), {})[impl] = (
-                            cell["median_ns_per_op"], cell["min_ns_per_op"], cell["max_ns_per_op"])
-            path = out / f"{name}.png"
-            _bars(plt, path, wl["title"], "ns per operation (log)", series, list(wl["results"]))
-            written.append(path)
+                    series.setdefault(wl["columns"].get(variant, variant), {})[impl] = (
+                        (cell["median_ns_per_op"], cell["min_ns_per_op"], cell["max_ns_per_op"])
+                        if isinstance(cell, dict) else cell)
+            out[name] = _bars(plt, wl["title"], "ns per operation", series, list(wl["results"]))
         elif name == "memory":
-            cells = {impl: (f["bytes_per_timer"],) * 3 for impl, f in wl["results"].items()}
-            path = out / "memory.png"
-            _bars(plt, path, "bytes per pending timer", "bytes (log)", {"bytes/timer": cells}, list(cells))
-            written.append(path)
+            cells = {impl: _single(f.get("bytes_per_timer")) for impl, f in wl["results"].items()}
+            timers = wl.get("timers") or figures["config"]["sizes"]["memory_timers"]
+            out[name] = _bars(plt, f"bytes per pending timer, measured with {timers:,} timers pending",
+                              "bytes per timer", {"bytes/timer": cells}, list(cells))
         elif name == "lateness":
-            series = {k: v["lateness_ns"] for k, v in wl["results"].items() if v["lateness_ns"]}
-            if not series:
-                continue
-            import numpy as np
+            fig = _lateness(plt, wl)
+            if fig is not None:
+                out[name] = fig
+        elif name == "durable":
+            out[name] = _durable(plt, wl)
+        elif name == "network":
+            out[name] = _network(plt, wl)
+    for fig in out.values():
+        fig.tight_layout()
+    return out
 
-            # Log-spaced bins shared by every series, so their shapes compare at a glance.
-            top = max(max(ns) for ns in series.values()) / 1000
-            bins = np.geomspace(1.0, max(top, 10.0) * 1.01, 60)
-            fig, axes = plt.subplots(len(series), 1, figsize=(8, 1.5 * len(series)), sharex=True, squeeze=False)
-            for ax, (label, ns) in zip(axes[:, 0], series.items()):
-                ax.hist(np.clip(np.asarray(ns, dtype=float) / 1000, 1.0, None), bins=bins, log=True)
-                ax.set_xscale("log")
-                ax.set_ylabel(label, rotation=0, ha="right", fontsize=8)
-            axes[-1, 0].set_xlabel("lateness after a 2 ms deadline (us, log; under 1 us and early wakes in the first bin)")
-            fig.suptitle("lateness histograms", fontsize=10)
-            fig.tight_layout()
-            path = out / "lateness.png"
-            fig.savefig(path, dpi=120)
-            plt.close(fig)
-            written.append(path)
+
+def draw(out_dir: str | Path, figures: dict) -> list[Path]:
+    """Draw every chart the JSON ``figures`` hold into ``out_dir`` as ``<workload>.png``
+    (the directory is created if missing, parents included); return the files written."""
+    plt = _pyplot()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, fig in charts(figures).items():
+        path = out / f"{name}.png"
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        written.append(path)
     return written

@@ -16,13 +16,16 @@ try:
 except ImportError:  # plain-text fallback, see the module docstring
     Console = None  # type: ignore[assignment,misc]
 
-__all__ = ["Reporter", "Task", "fmt", "ratio"]
+__all__ = ["NOT_APPLICABLE", "Reporter", "Task", "fmt", "ratio"]
+
+# What a table cell, a chart row or a goal shows for a figure that does not apply to the run.
+NOT_APPLICABLE = "n/a"
 
 
 def fmt(value, digits: int | None = None) -> str:
     """A number for a table cell: 3 significant figures below 1000, thousands separators above."""
     if value is None:
-        return "-"
+        return NOT_APPLICABLE
     if isinstance(value, str):
         return value
     if value != value:
@@ -39,9 +42,9 @@ def fmt(value, digits: int | None = None) -> str:
 
 
 def ratio(value, reference) -> str:
-    """``value / reference`` as ``"12.3x"``, or ``"-"`` when either is missing."""
+    """``value / reference`` as ``"12.3x"``, or ``"n/a"`` when either is missing."""
     if not isinstance(value, (int, float)) or not isinstance(reference, (int, float)) or not reference:
-        return "-"
+        return NOT_APPLICABLE
     return f"{value / reference:.1f}x" if value / reference < 100 else f"{value / reference:,.0f}x"
 
 

@@ -1,9 +1,10 @@
 """The workloads ``timerwheel-c bench`` runs, in order: how each is measured and printed.
 
 Each :class:`Workload` turns a :class:`Context` into JSON-ready figures
-(``measure``), and prints a table from those figures alone (``table``). The CLI
-measures every selected workload first, then prints and writes ``--json`` from the
-same figures, so nothing is computed while printing.
+(``measure``), prints a table from those figures alone (``table``), and may judge its
+goals on them (``goals``, see :mod:`.goals`). The CLI measures every selected workload
+first, then prints and writes ``--json`` from the same figures, so nothing is computed
+while printing.
 
 How to add one is in the package docstring (:mod:`timerwheel_c.bench`).
 """
@@ -15,13 +16,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import durable, lateness, network, tables, workloads
+from .goals import Goal
 from .harness import summary
 from .impls import ASYNCIO, C_WHEEL, FLOOR, PURE_WHEEL, Impl
 from .memory import memory
 from .report import Reporter, Task
 from .workloads import Sizes
 
-__all__ = ["BY_NAME", "Context", "WORKLOADS", "Workload", "targets"]
+__all__ = ["BY_NAME", "Context", "WORKLOADS", "Workload", "goals"]
 
 LATENESS_DELAY_MS = 2.0
 
@@ -37,29 +39,38 @@ class Context:
     pg_dsn: str | None = None
 
 
+def _no_goals(figures: dict) -> list[tuple[Goal, float | None]]:
+    return []
+
+
 @dataclass(frozen=True)
 class Workload:
     """One name of ``--only``.
 
     ``steps(ctx)`` is its progress total (None: open-ended), ``measure(ctx, bar)``
     returns its figures (a JSON-ready dict with a ``"results"`` key), and
-    ``table(rep, figures)`` prints them.
+    ``table(rep, figures)`` prints them. ``goals(figures)`` lists its goals, each with
+    the value measured for it (None where it does not apply); the CLI judges and prints
+    them the same way for every workload.
     """
 
     name: str
     measure: Callable[[Context, Task], dict]
     table: Callable[[Reporter, dict], None]
     steps: Callable[[Context], float | None]
+    goals: Callable[[dict], list[tuple[Goal, float | None]]] = _no_goals
 
 
-def _timer_workload(run: Callable[..., workloads.Result]) -> Workload:
+def _timer_workload(run: Callable[..., workloads.Result],
+                    goals: Callable[[dict], list[tuple[Goal, float | None]]] = _no_goals) -> Workload:
     """A workload of :mod:`.workloads`, named by its function (churn, expiry, rto, gap)."""
     name = run.__name__
 
     def measure(ctx: Context, bar: Task) -> dict:
         return run(ctx.impls, ctx.sizes, ctx.repeats, ctx.seed, bar).to_json()
 
-    return Workload(name, measure, tables.timer_table, lambda ctx: workloads.steps(name, ctx.impls, ctx.repeats))
+    return Workload(name, measure, tables.timer_table, lambda ctx: workloads.steps(name, ctx.impls, ctx.repeats),
+                    goals)
 
 
 def _memory(ctx: Context, bar: Task) -> dict:
@@ -99,47 +110,102 @@ def _network(ctx: Context, bar: Task) -> dict:
     }}
 
 
+def _quotient(value: float | None, reference: float | None) -> float | None:
+    return value / reference if value is not None and reference else None
+
+
+def _churn_goals(figures: dict) -> list[tuple[Goal, float | None]]:
+    """A C re-arm (``reschedule``, and cancel + schedule) at most 1.5x an empty compiled method
+    called the same way; the pure twin at least 10x and asyncio's ``handle.cancel()`` +
+    ``call_later`` at least 20x a C re-arm. Ratios of medians, cost / reference."""
+    rows = figures["results"]
+
+    def median(impl: str, variant: str) -> float | None:
+        cell = rows.get(impl, {}).get(variant)
+        return cell["median_ns_per_op"] if isinstance(cell, dict) else None
+
+    return [
+        (Goal("churn", name, bound, at_most=at_most), _quotient(median(*cost), median(*ref)))
+        for name, cost, ref, bound, at_most in (
+            ("C reschedule / empty method", (C_WHEEL, "reschedule"), (FLOOR, "reschedule"), 1.5, True),
+            ("C cancel+schedule / empty methods", (C_WHEEL, "cancel+schedule"), (FLOOR, "cancel+schedule"), 1.5,
+             True),
+            ("pure / C (reschedule)", (PURE_WHEEL, "reschedule"), (C_WHEEL, "reschedule"), 10.0, False),
+            ("asyncio cancel+call_later / C reschedule", (ASYNCIO, "cancel+schedule"), (C_WHEEL, "reschedule"), 20.0,
+             False),
+            ("asyncio cancel+call_later / C cancel+schedule", (ASYNCIO, "cancel+schedule"),
+             (C_WHEEL, "cancel+schedule"), 20.0, False),
+        )
+    ]
+
+
+def _lateness_goals(figures: dict) -> list[tuple[Goal, float | None]]:
+    """The compiled release timer within 50 us of ``time.sleep`` at the median, and
+    ``timerwheel_c.sleep`` at most half as late as ``asyncio.sleep``."""
+    p50 = {name: fig["summary_us"].get("p50") for name, fig in figures["results"].items()}
+    release, sleep = p50.get("ReleaseTimer (c)"), p50.get("time.sleep")
+    return [
+        (Goal("lateness", "C release p50 - time.sleep p50", 50.0, at_most=True, unit="us"),
+         None if release is None or sleep is None else release - sleep),
+        (Goal("lateness", "timerwheel_c.sleep p50 / asyncio.sleep p50", 0.5, at_most=True),
+         _quotient(p50.get("timerwheel_c.sleep"), p50.get("asyncio.sleep"))),
+    ]
+
+
+# Fleet goals on PostgreSQL: fired/s by number of runner processes, and the seconds to take
+# over a killed runner's share.
+FLEET_FIRED_PER_S_GOALS = {1: 3000.0, 4: 8000.0}
+TAKEOVER_GOAL_S = 10.0
+
+
+def _durable_goals(figures: dict) -> list[tuple[Goal, float | None]]:
+    """Every store: at least 5,000 fired timers per second, due-to-committed p99 at most 20 ms,
+    a cross-process wake-up p99 at most 50 ms and no duplicate effect with 20 ms handlers;
+    SQLite: at least 500 fired/s with 20 ms handlers at concurrency 16 and an idle change
+    watcher at most 1 % of a core; the PostgreSQL fleet (when measured):
+    :data:`FLEET_FIRED_PER_S_GOALS` and a takeover after SIGKILL within :data:`TAKEOVER_GOAL_S`."""
+    out: list[tuple[Goal, float | None]] = []
+    for store, fig in figures["results"].items():
+        out.append((Goal("durable", f"{store} fired timers per second", 5000.0, at_most=False, unit="fired/s"),
+                    fig.get("fired_per_s")))
+        out.append((Goal("durable", f"{store} lateness p99", 20.0, at_most=True, unit="ms"),
+                    fig.get("lateness_summary_ms", {}).get("p99")))
+        out.append((Goal("durable", f"{store} wake-up p99, timer written by another process", 50.0, at_most=True,
+                         unit="ms"), fig.get("wakeup_lateness_summary_ms", {}).get("p99")))
+        io = fig.get("fired_per_s_20ms", {})
+        duplicates = [f["duplicates"] for f in io.values() if "duplicates" in f]
+        out.append((Goal("durable", f"{store} duplicate effects, 20 ms handlers", 0.0, at_most=True, unit="effects"),
+                    float(sum(duplicates)) if duplicates else None))
+        if store == "sqlite":
+            out.append((Goal("durable", "sqlite 20 ms handlers at concurrency 16", 500.0, at_most=False,
+                             unit="fired/s"), io.get("16", {}).get("fired_per_s")))
+            out.append((Goal("durable", "sqlite idle change watcher", 1.0, at_most=True, unit="% of a core"),
+                        fig.get("watcher_idle_cpu_pct")))
+    for fig in figures.get("fleet", {}).values():
+        bound = FLEET_FIRED_PER_S_GOALS.get(fig["runners"])
+        if bound is not None:
+            out.append((Goal("durable", f"fleet of {fig['runners']} runner process(es), fired timers per second",
+                             bound, at_most=False, unit="fired/s"), fig.get("fired_per_s")))
+        if "takeover_s" in fig:
+            out.append((Goal("durable", f"fleet takeover after SIGKILL ({fig['runners']} runners)", TAKEOVER_GOAL_S,
+                             at_most=True, unit="s"), fig["takeover_s"]))
+    return out
+
+
 WORKLOADS: tuple[Workload, ...] = (
-    *(_timer_workload(run) for run in (workloads.churn, workloads.expiry, workloads.rto, workloads.gap)),
+    _timer_workload(workloads.churn, _churn_goals),
+    *(_timer_workload(run) for run in (workloads.expiry, workloads.rto, workloads.gap)),
     Workload("memory", _memory, tables.memory_table, lambda ctx: sum(not i.floor for i in ctx.impls)),
     Workload("lateness", _lateness, tables.lateness_table,
-             lambda ctx: float(ctx.sizes.lateness_samples * len(lateness.SERIES))),
-    Workload("durable", _durable, tables.durable_table, lambda ctx: None),
+             lambda ctx: float(ctx.sizes.lateness_samples * len(lateness.SERIES)), _lateness_goals),
+    Workload("durable", _durable, tables.durable_table, lambda ctx: None, _durable_goals),
     Workload("network", _network, tables.network_table,
              lambda ctx: float(network.UNITS_PER_SCHEDULER * len(network.scheduler_names()))),
 )
 BY_NAME = {w.name: w for w in WORKLOADS}
 
 
-def targets(workload_figures: dict) -> dict:
-    """The churn targets, from the churn figures: each ``{"ratio", "target", "met"}``, ratio = cost / reference.
-
-    Targets: a C ``reschedule`` (and cancel + schedule) at most 1.5x an empty compiled
-    method called the same way; the pure twin at least 10x slower than C; asyncio's
-    ``handle.cancel()`` + ``call_later`` at least 20x a C re-arm. Empty when churn did
-    not run or the C wheel is not built.
-    """
-    rows = workload_figures.get("churn", {}).get("results", {})
-    if C_WHEEL not in rows:
-        return {}
-
-    def median(impl: str, variant: str) -> float | None:
-        cell = rows.get(impl, {}).get(variant)
-        return cell["median_ns_per_op"] if isinstance(cell, dict) else None
-
-    out = {}
-    for key, (impl, variant), (ref_impl, ref_variant), target, higher_is_better in (
-        ("C reschedule / empty method", (C_WHEEL, "reschedule"), (FLOOR, "reschedule"), 1.5, False),
-        ("C cancel+schedule / empty methods", (C_WHEEL, "cancel+schedule"), (FLOOR, "cancel+schedule"), 1.5, False),
-        ("pure / C (reschedule)", (PURE_WHEEL, "reschedule"), (C_WHEEL, "reschedule"), 10.0, True),
-        ("asyncio cancel+call_later / C reschedule", (ASYNCIO, "cancel+schedule"), (C_WHEEL, "reschedule"), 20.0,
-         True),
-        ("asyncio cancel+call_later / C cancel+schedule", (ASYNCIO, "cancel+schedule"), (C_WHEEL, "cancel+schedule"),
-         20.0, True),
-    ):
-        cost, ref = median(impl, variant), median(ref_impl, ref_variant)
-        if cost is not None and ref:
-            value = cost / ref
-            out[key] = {"ratio": value, "target": target,
-                        "met": value >= target if higher_is_better else value <= target}
-    return out
+def goals(workload_figures: dict) -> list[dict]:
+    """The verdicts (:meth:`.goals.Goal.judge`) of every measured workload's goals, in run order."""
+    return [goal.judge(value) for name, figures in workload_figures.items()
+            for goal, value in BY_NAME[name].goals(figures)]

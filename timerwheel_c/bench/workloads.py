@@ -29,7 +29,7 @@ NOT_APPLICABLE_CLOCK = "n/a: its clock cannot be simulated"
 
 @dataclass
 class Sizes:
-    """Workload sizes. Defaults are the sizes the targets are stated at (100k connections, 1M
+    """Workload sizes. Defaults are the sizes the goals are stated at (100k connections, 1M
     timers); ``quick()`` and ``scaled()`` shrink them."""
 
     churn_conns: int = 100_000

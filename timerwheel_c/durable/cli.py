@@ -9,9 +9,12 @@ partitions among themselves, each served by one live runner at a time. ``--parti
 pins a runner to the partitions it names.
 
 Exit status: 0 after a clean stop (SIGINT/SIGTERM); 2, with one line on stderr naming the
-offending value, on a bad argument, including a store that cannot be opened at startup
-(an unopenable path, a file that is not a database, a refused PostgreSQL connection).
-Store errors after startup never end the process: the service logs them and retries.
+offending value, on a bad argument: a handlers module that cannot be imported (or raises
+while importing; its traceback is logged at DEBUG), or a store that cannot be opened at
+startup (an unopenable path, a file that is not a database, a refused PostgreSQL
+connection). Every argument is checked before the store is opened, so a bad one never
+leaves a new database file behind. Store errors after startup never end the process: the
+service logs them and retries.
 """
 from __future__ import annotations
 
@@ -23,18 +26,26 @@ import sqlite3
 import sys
 import threading
 
+from .._helptext import terminal_text
 from .registry import TimerRegistry
 from .service import DEFAULT_CONCURRENCY
 from .url import log_to_stderr, redact
 
 log = logging.getLogger("timerwheel_c.durable")
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+class HandlersError(ValueError):
+    """``--handlers`` names no usable TimerRegistry: not ``module:attribute``, a module that
+    fails to import (or raises while importing), a missing attribute, or not a registry.
+    The message names the spec; the original exception is chained as ``__cause__``."""
+
 
 def add_parser(sub) -> None:
     """Register the ``run`` subcommand on an argparse subparsers object."""
-    p = sub.add_parser("run", help="serve durable timers from a store", description=__doc__.splitlines()[0],
-                       epilog="exit status: 0 after SIGINT/SIGTERM; 2 on a bad argument or a store that cannot be "
-                              "opened at startup (one line on stderr); store errors while serving are logged and retried")
+    p = sub.add_parser("run", help="serve durable timers from a store", description=terminal_text(__doc__),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--store", required=True, metavar="URL", help="sqlite:///PATH (four slashes for an absolute path) or postgresql://USER@HOST/DB "
                         "(a password in it is masked in every log line and message)")
     p.add_argument("--handlers", required=True, metavar="MODULE:ATTR", help="a TimerRegistry, or a callable returning one")
@@ -43,7 +54,9 @@ def add_parser(sub) -> None:
                         "divided among all runners on the same PostgreSQL store")
     p.add_argument("--concurrency", type=_concurrency, default=DEFAULT_CONCURRENCY, metavar="N",
                    help="handlers running at once (an int >= 1; default %d)" % DEFAULT_CONCURRENCY)
-    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS, metavar="LEVEL",
+                   help=f"log threshold on stderr, any case: {', '.join(LOG_LEVELS)} (default INFO); "
+                        "DEBUG adds tracebacks of startup errors")
     p.set_defaults(func=run)
 
 
@@ -62,17 +75,29 @@ def load_registry(spec: str) -> TimerRegistry:
     """Import ``module:attribute`` and return the TimerRegistry it names (calling it if callable).
 
     Raises:
-        ValueError: ``spec`` is not ``module:attribute``, or names no TimerRegistry.
-        ImportError / AttributeError: the module or attribute does not exist.
+        HandlersError: ``spec`` is not ``module:attribute``; the module cannot be imported or
+            raises while importing; the attribute is missing; calling it raises; or the
+            result is no TimerRegistry. The original exception is the ``__cause__``.
     """
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise ValueError(f"--handlers must be MODULE:ATTR, got {spec!r}")
-    obj = getattr(importlib.import_module(module_name), attr)
+        raise HandlersError(f"--handlers must be MODULE:ATTR, got {spec!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # any error of the user's module at import time is a bad argument
+        raise HandlersError(f"--handlers {spec!r}: importing module {module_name!r} failed: "
+                            f"{type(exc).__name__}: {exc}") from exc
+    try:
+        obj = getattr(module, attr)
+    except AttributeError as exc:
+        raise HandlersError(f"--handlers {spec!r}: module {module_name!r} has no attribute {attr!r}") from exc
     if not isinstance(obj, TimerRegistry) and callable(obj):
-        obj = obj()
+        try:
+            obj = obj()
+        except Exception as exc:
+            raise HandlersError(f"--handlers {spec!r}: calling {attr!r} failed: {type(exc).__name__}: {exc}") from exc
     if not isinstance(obj, TimerRegistry):
-        raise ValueError(f"{spec!r} is a {type(obj).__name__}, not a TimerRegistry")
+        raise HandlersError(f"--handlers {spec!r} is a {type(obj).__name__}, not a TimerRegistry")
     return obj
 
 
@@ -99,6 +124,13 @@ def run(args) -> int:
         if partition == "":
             print(f"timerwheel-c run: --partition must be a non-empty name, got {partition!r}", file=sys.stderr)
             return 2
+    # The handlers come before the store: opening a SQLite store creates its file.
+    try:
+        registry = load_registry(args.handlers)
+    except HandlersError as exc:
+        log.debug("loading --handlers %r failed", args.handlers, exc_info=exc.__cause__ or exc)
+        print(f"timerwheel-c run: {exc}", file=sys.stderr)
+        return 2
     try:
         store = open_store(args.store)
     except (ValueError, ImportError) as exc:
@@ -108,12 +140,6 @@ def run(args) -> int:
         first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         print(f"timerwheel-c run: cannot open store {redact(args.store)!r}: {redact(first_line, args.store)}",
               file=sys.stderr)
-        return 2
-    try:
-        registry = load_registry(args.handlers)
-    except (ValueError, ImportError, AttributeError) as exc:
-        store.close()
-        print(f"timerwheel-c run: {exc}", file=sys.stderr)
         return 2
     stop = threading.Event()
 

@@ -1,0 +1,71 @@
+"""Goals are judged and shown one way: goal, measured value, met / NOT met / n/a. Fixed numbers,
+nothing timed."""
+from __future__ import annotations
+
+import pytest
+
+from timerwheel_c.bench import goals
+
+AT_MOST = goals.Goal("churn", "C reschedule / empty method", 1.5, at_most=True)
+AT_LEAST = goals.Goal("durable", "sqlite fired timers per second", 5000, at_most=False, unit="fired/s")
+
+
+@pytest.mark.parametrize("goal, measured, met", [
+    (AT_MOST, 1.2, True), (AT_MOST, 1.5, True), (AT_MOST, 1.51, False),
+    (AT_LEAST, 5000, True), (AT_LEAST, 4999.9, False),
+    (AT_MOST, None, None), (AT_LEAST, float("nan"), None),
+])
+def test_judge_meets_at_the_bound_and_marks_missing_figures_na(goal, measured, met):
+    """The bound itself meets the goal; a figure that does not apply (None, NaN) is neither met
+    nor missed, and the verdict is JSON-ready (no NaN)."""
+    verdict = goal.judge(measured)
+    assert verdict["met"] is met
+    assert verdict["measured"] == (None if met is None else measured)
+    assert verdict["goal"] == goal.target() and verdict["name"] == goal.name
+    assert verdict["workload"] == goal.workload
+
+
+def test_every_form_shows_goal_measured_and_verdict():
+    """The sentence and the table row carry the same three things; units are spelled out."""
+    missed, met, na = AT_MOST.judge(1.8), AT_LEAST.judge(12_747.0), AT_MOST.judge(None)
+    assert goals.line(missed) == "goal: C reschedule / empty method <= 1.50x; measured 1.80x: NOT met"
+    assert goals.line(met) == "goal: sqlite fired timers per second >= 5,000 fired/s; measured 12,747 fired/s: met"
+    assert goals.line(na) == "goal: C reschedule / empty method <= 1.50x; measured n/a: n/a"
+    assert goals.rows([missed, met, na]) == [
+        ["churn: C reschedule / empty method", "<= 1.50x", "1.80x", "NOT met"],
+        ["durable: sqlite fired timers per second", ">= 5,000 fired/s", "12,747 fired/s", "met"],
+        ["churn: C reschedule / empty method", "<= 1.50x", "n/a", "n/a"],
+    ]
+    assert len(goals.HEADERS) == len(goals.rows([met])[0])
+
+
+def test_summary_counts_and_says_what_a_miss_means():
+    text = goals.summary([AT_MOST.judge(1.8), AT_LEAST.judge(6000), AT_MOST.judge(None)])
+    assert text.startswith("1 of 3 goals met, 1 NOT met, 1 n/a; ")
+    assert "exit status 0" in text
+
+
+def test_the_bench_prints_each_goal_under_its_table_and_in_the_goals_table(monkeypatch, capsys, tmp_path):
+    """With fixed durable figures (the measurement replaced; nothing timed), each durable goal is
+    printed under the durable table as a goal line and again as a row of the closing goals
+    table, the JSON holds the same verdicts, and a missed goal leaves the exit status 0."""
+    import json
+
+    from timerwheel_c import cli
+    from timerwheel_c.bench import durable
+
+    def fixed(n_timers, dsn=None, progress=None):
+        return {"sqlite": {"fired_per_s": 6000.0, "lateness_ms": [1.0] * 98 + [30.0, 30.0]}}
+
+    monkeypatch.setattr(durable, "run", fixed)
+    path = tmp_path / "figures.json"
+    status = cli.main(["bench", "--only", "durable", "--plain", "--no-progress", "--json", str(path)])
+    out = capsys.readouterr().out
+    assert status == 0
+    verdicts = json.loads(path.read_text())["goals"]
+    assert [(v["name"], v["met"]) for v in verdicts] == [
+        ("sqlite fired timers per second", True), ("sqlite lateness p99", False)]
+    for verdict in verdicts:
+        assert goals.line(verdict) in out
+        assert " ".join(goals.rows([verdict])[0]) in " ".join(out.split())
+    assert "1 of 2 goals met, 1 NOT met" in out
