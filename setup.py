@@ -1,13 +1,42 @@
-"""Declares the compiled extensions: each src/NAME.pyx becomes timerwheel_c.NAME."""
+"""Declares the compiled extensions: each src/NAME.pyx becomes timerwheel_c.NAME.
+
+The C-level declarations (src/NAME.pxd) ship in the package as timerwheel_c/NAME.pxd, so other
+Cython extensions can ``cimport timerwheel_c.NAME``. While building, the same files are laid out
+that way in build/cython_include, so the cores cimport each other by their package names.
+"""
+import shutil
 import sys
 from pathlib import Path
 
 import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
+from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).parent
 POSIX = sys.platform != "win32"
+# The declarations of the compiled modules (not of the C helpers they share among themselves).
+PXDS = [pxd for pxd in sorted((HERE / "src").glob("*.pxd")) if pxd.with_suffix(".pyx").exists()]
+
+
+def _copy_pxds(package_dir: Path) -> None:
+    """Copy every src/NAME.pxd to ``package_dir``/NAME.pxd."""
+    package_dir.mkdir(parents=True, exist_ok=True)
+    for pxd in PXDS:
+        shutil.copyfile(pxd, package_dir / pxd.name)
+
+
+class BuildPyWithPxd(build_py):
+    """build_py that also installs src/*.pxd into the package (next to the compiled modules)."""
+
+    def run(self):
+        super().run()
+        _copy_pxds(Path(self.build_lib) / "timerwheel_c")
+
+
+CYTHON_INCLUDE = HERE / "build" / "cython_include"
+_copy_pxds(CYTHON_INCLUDE / "timerwheel_c")
+(CYTHON_INCLUDE / "timerwheel_c" / "__init__.pxd").touch()
 
 extensions = [
     Extension(
@@ -22,10 +51,12 @@ extensions = [
 ]
 
 setup(
+    cmdclass={"build_py": BuildPyWithPxd},
     ext_modules=cythonize(
         extensions,
         language_level=3,
+        include_path=[str(CYTHON_INCLUDE)],
         # autotestdict: no __test__ dict of docstrings (for doctest) in the compiled modules.
         compiler_directives={"boundscheck": False, "wraparound": False, "cdivision": True, "autotestdict": False},
-    )
+    ),
 )

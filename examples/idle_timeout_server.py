@@ -13,11 +13,14 @@ The idle timeout is the per-connection timer a networking server keeps; the flag
 - ``call_later``: asyncio's timer heap, re-armed the usual way on every message
   (``handle.cancel()`` then ``loop.call_later(...)``: a new heap entry each time);
 - ``wheel``: :class:`timerwheel_c.aio.WheelScheduler`, re-armed in place with
-  ``handle.reschedule(...)`` (O(1) in the wheel; the loop holds a single wake-up).
+  ``handle.reschedule(...)`` (O(1) in the wheel; the loop holds a single wake-up);
+- ``keyed`` (the default): one :class:`timerwheel_c.aio.KeyedTimers` for the whole server,
+  keyed by connection id and re-armed with ``keys.arm(conn_id, ...)``: no timer object per
+  connection at all.
 
 Run::
 
-    python examples/idle_timeout_server.py --port 8765 --idle-timeout 5 --scheduler wheel [--uvloop]
+    python examples/idle_timeout_server.py --port 8765 --idle-timeout 5 --scheduler keyed [--uvloop]
     # then, e.g.:  nc 127.0.0.1 8765   (type lines; stop typing for 5 s and it hangs up)
 
 It prints ``listening on HOST:PORT`` once ready (``--port 0`` picks a free port). SIGINT
@@ -29,10 +32,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import signal
 import sys
 
-from timerwheel_c.aio import WheelScheduler
+from timerwheel_c.aio import KeyedTimers, WheelScheduler
 
 MAX_LINE_BYTES = 64 * 1024  # longest line accepted, in bytes (newline excluded)
 
@@ -42,15 +46,23 @@ class IdleTimeoutProtocol(asyncio.Protocol):
     or at once on a line over ``MAX_LINE_BYTES``.
 
     ``scheduler`` is a WheelScheduler, or None for plain ``loop.call_later``; ``open_transports``
-    is the server's set of open connections, which this one joins while it is open.
+    is the server's set of open connections, which this one joins while it is open. With
+    ``keys`` (the server's KeyedTimers, ``scheduler`` then unused) the idle timeout is the key
+    of this connection's id, whose callback finds the connection in ``by_id``.
     """
 
+    _ids = itertools.count()
+
     def __init__(self, loop: asyncio.AbstractEventLoop, scheduler: WheelScheduler | None,
-                 idle_timeout_s: float, open_transports: set) -> None:
+                 idle_timeout_s: float, open_transports: set, keys: KeyedTimers | None = None,
+                 by_id: dict[int, IdleTimeoutProtocol] | None = None) -> None:
         self._loop = loop
         self._open_transports = open_transports
         self._scheduler = scheduler
         self._idle_timeout_s = idle_timeout_s
+        self._keys = keys
+        self._by_id = by_id
+        self._id = next(self._ids)
         self._transport: asyncio.Transport | None = None
         self._idle = None  # the idle-timeout handle (asyncio TimerHandle or WheelHandle)
         self._partial = b""
@@ -58,6 +70,10 @@ class IdleTimeoutProtocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.Transport) -> None:
         self._transport = transport
         self._open_transports.add(transport)
+        if self._keys is not None:
+            self._by_id[self._id] = self
+            self._keys.arm(self._id, self._idle_timeout_s)
+            return
         timers = self._loop if self._scheduler is None else self._scheduler
         self._idle = timers.call_later(self._idle_timeout_s, self._on_idle)
 
@@ -70,7 +86,9 @@ class IdleTimeoutProtocol(asyncio.Protocol):
         if not lines:
             return
         self._transport.write(b"".join(line + b"\n" for line in lines))
-        if self._scheduler is not None:
+        if self._keys is not None:
+            self._keys.arm(self._id, self._idle_timeout_s)
+        elif self._scheduler is not None:
             self._idle.reschedule(self._idle_timeout_s)
         else:
             self._idle.cancel()
@@ -78,7 +96,11 @@ class IdleTimeoutProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._open_transports.discard(self._transport)
-        self._idle.cancel()
+        if self._keys is not None:
+            self._keys.cancel(self._id)
+            self._by_id.pop(self._id, None)
+        else:
+            self._idle.cancel()
 
     def _on_idle(self) -> None:
         self._transport.close()
@@ -98,10 +120,12 @@ async def serve(host: str, port: int, idle_timeout_s: float, scheduler_name: str
             loop.add_signal_handler(sig, lambda name=sig.name: stopped_by.done() or stopped_by.set_result(name))
         except NotImplementedError:  # Windows event loops: Ctrl-C raises KeyboardInterrupt (see main)
             break
-    scheduler = WheelScheduler(loop) if scheduler_name == "wheel" else None
+    scheduler = WheelScheduler(loop) if scheduler_name in ("wheel", "keyed") else None
     open_transports: set = set()
+    by_id: dict[int, IdleTimeoutProtocol] = {}
+    keys = scheduler.keyed(lambda conn_id: by_id[conn_id]._on_idle()) if scheduler_name == "keyed" else None
     server = await loop.create_server(
-        lambda: IdleTimeoutProtocol(loop, scheduler, idle_timeout_s, open_transports), host, port)
+        lambda: IdleTimeoutProtocol(loop, scheduler, idle_timeout_s, open_transports, keys, by_id), host, port)
     bound_host, bound_port = server.sockets[0].getsockname()[:2]
     print(f"listening on {bound_host}:{bound_port}", flush=True)
     try:
@@ -122,8 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=8765, help="TCP port (0: any free port)")
     parser.add_argument("--idle-timeout", type=float, default=5.0, metavar="SECONDS",
                         help="close a connection idle this long (seconds, default 5)")
-    parser.add_argument("--scheduler", choices=["call_later", "wheel"], default="wheel",
-                        help="who keeps the idle timeouts (default: wheel)")
+    parser.add_argument("--scheduler", choices=["call_later", "wheel", "keyed"], default="keyed",
+                        help="who keeps the idle timeouts (default: keyed)")
     parser.add_argument("--uvloop", action="store_true", help="run on uvloop")
     args = parser.parse_args(argv)
     if args.idle_timeout <= 0:

@@ -116,17 +116,7 @@ cdef extern from "Python.h":
     # callers turn into "not pending" or a ValueError, never an OverflowError or a wrapped value.
     long long _long_as_i64_overflow "PyLong_AsLongLongAndOverflow"(object o, int* overflow) noexcept
 
-# The geometry (see the design comment), exported: the tests check it equals timerwheel_c._common's.
-cpdef enum:
-    L0_BITS = 9
-    L0_SLOTS = 1 << L0_BITS
-    LEVEL_BITS = 6
-    LEVEL_SLOTS = 1 << LEVEL_BITS
-    NUM_LEVELS = 10
-    LEVEL_BASE = L0_SLOTS - LEVEL_SLOTS
-    NUM_SLOTS = L0_SLOTS + (NUM_LEVELS - 1) * LEVEL_SLOTS
-    NUM_WORDS = NUM_SLOTS // 64
-    MAX_ENTRIES = 0x7FFFFFFF  # entry indexes are int32
+# The geometry (L0_BITS, NUM_SLOTS...), the entry layout and the class's fields: src/_wheel.pxd.
 
 cdef enum:
     NIL = -1
@@ -139,15 +129,6 @@ cdef int64_t NO_BOUND = 0x7FFFFFFFFFFFFFFF
 cdef uint32_t FREE = 0xFFFFFFFF
 # A typed reference to the placeholder default of required arguments: `is` on it costs no lookup.
 cdef object _MISSING = _MISSING_OBJ
-
-ctypedef struct entry_t:
-    int64_t due        # ms
-    uint64_t token
-    int32_t next       # slot list, or free list while FREE
-    int32_t prev
-    uint32_t gen       # the id's high 32 bits; bumped on free
-    uint32_t loc       # flat slot index, or FREE
-
 
 cdef inline int _read_u64(object value, uint64_t* out) except -1:
     """Store the Python int ``value`` to ``out`` and return 1, or return 0 if it lies outside [0, 2**64).
@@ -228,21 +209,7 @@ cdef class TimerWheel:
         TypeError: ``now_ms`` is not an int.
         ValueError: ``now_ms`` is outside [0, 2**62].
     """
-    cdef int64_t _elapsed
-    cdef bint _warn_jump     # made without now_ms: the first advance checks for a clock reading
-    cdef Py_ssize_t _count
-    cdef int32_t _free_head
-    cdef int32_t _used
-    cdef int32_t _cap
-    cdef entry_t* _pool      # _pool_raw rounded up to a cache line: no entry straddles two lines
-    cdef char* _pool_raw
-    # advance_array's scratch: fired tokens land here, then are copied out in one ndarray.
-    cdef uint64_t* _buf
-    cdef Py_ssize_t _buf_cap
-    cdef int32_t _head[NUM_SLOTS]
-    cdef int32_t _tail[NUM_SLOTS]
-    cdef int64_t _bound[NUM_SLOTS]
-    cdef uint64_t _occ[NUM_WORDS]
+    # The fields and C methods are declared in src/_wheel.pxd.
 
     def __cinit__(self, *args, **kwargs):
         # The tables are valid from allocation on, even if __init__ never runs.
@@ -776,3 +743,82 @@ cdef class TimerWheel:
 
     def __repr__(self):
         return f"<TimerWheel now_ms={self._elapsed} pending={self._count} implementation=c>"
+
+    # -- the C-level API (declared in src/_wheel.pxd, for cimport by other extensions) -------------
+    # Each is its Python method without the argument conversion; ids and tokens as there.
+
+    cdef uint64_t c_schedule(self, int64_t after_ms, uint64_t token) except 0:
+        """``schedule(after_ms, token)``: the new timer's id (never 0).
+
+        Raises:
+            ValueError: the due time is beyond 2**62 ms. MemoryError: the pool cannot grow.
+        """
+        cdef int64_t delay = 1 if after_ms < 1 else after_ms
+        return self._arm(self._due_for(delay, after_ms), token)
+
+    cdef bint c_cancel(self, uint64_t timer_id) noexcept:
+        """``cancel(timer_id)``: True exactly once for a pending timer."""
+        cdef int32_t e = self._find(timer_id)
+        if e == NIL:
+            return False
+        self._unlink(e)
+        self._free(e)
+        return True
+
+    cdef int c_reschedule(self, uint64_t timer_id, int64_t after_ms) except -1:
+        """``reschedule(timer_id, after_ms)``: 1 if the timer was pending and is moved, else 0.
+
+        Raises:
+            ValueError: the due time is beyond 2**62 ms (the timer is unchanged).
+        """
+        cdef int64_t delay = 1 if after_ms < 1 else after_ms
+        cdef int64_t due = self._due_for(delay, after_ms)
+        cdef int32_t e = self._find(timer_id)
+        if e == NIL:
+            return 0
+        self._unlink(e)
+        self._pool[e].due = due
+        self._link(e)
+        return 1
+
+    cdef int c_advance(self, int64_t now_ms, tw_fired_t* fired) except -1:
+        """``advance(now_ms)``: the fired tokens go to ``fired`` (in fire order), which the caller
+        owns until it passes it to ``c_release``, whatever it calls meanwhile.
+
+        Raises:
+            ValueError: ``now_ms`` is before ``c_now_ms()`` or beyond 2**62; nothing fires.
+        """
+        cdef Py_ssize_t n = 0
+        if now_ms < self._elapsed or now_ms > MAX_DUE_MS:
+            self._check_now(now_ms)
+        if now_ms > self._elapsed:
+            n = self._run(now_ms)
+        fired.tokens = self._detach_buf(&fired.cap)
+        fired.count = n
+        return 0
+
+    cdef void c_release(self, tw_fired_t* fired) noexcept:
+        """Give back the buffer of a ``c_advance`` (kept as scratch, or freed)."""
+        self._restore_buf(fired.tokens, fired.cap)
+        fired.tokens = NULL
+        fired.count = 0
+        fired.cap = 0
+
+    cdef int64_t c_next_fire_ms(self) noexcept:
+        """``next_fire_ms()``: never later than the earliest pending due time (ms)."""
+        if self._count == 0:
+            return self._elapsed + IDLE_HINT_MS
+        return self._bound[self._next_slot()]
+
+    cdef int64_t c_now_ms(self) noexcept:
+        """``now_ms()``: the wheel's time in ms."""
+        return self._elapsed
+
+    cdef int64_t c_due_ms(self, uint64_t timer_id) noexcept:
+        """The due time in ms of the pending timer ``timer_id``, or -1 if it is not pending."""
+        cdef int32_t e = self._find(timer_id)
+        return -1 if e == NIL else self._pool[e].due
+
+    cdef Py_ssize_t c_count(self) noexcept:
+        """``active_count()``: how many timers are pending."""
+        return self._count

@@ -6,6 +6,7 @@ never a silent pass on pure. ``--no-c-extensions`` deselects the compiled runs.
 """
 from __future__ import annotations
 
+import asyncio
 import importlib
 import os
 import uuid
@@ -58,6 +59,58 @@ def release_impl(request):
     return importlib.import_module(request.param)
 
 
+@pytest.fixture(params=_impl_params("aio"))
+def aio_impl(request):
+    """The asyncio scheduler module: ``timerwheel_c._aio`` (C) or ``timerwheel_c.pure.aio``."""
+    return importlib.import_module(request.param)
+
+
+# A generous bound for "it ran at all" on a loaded 2-core machine, in seconds.
+LIVENESS_S = 5.0
+
+
+@pytest.fixture(params=["asyncio", "uvloop"])
+def new_loop(request):
+    """A factory of fresh event loops: the default asyncio loop, or uvloop's (skipped if absent)."""
+    if request.param == "uvloop":
+        uvloop = pytest.importorskip("uvloop")
+        return uvloop.new_event_loop
+    return asyncio.new_event_loop
+
+
+async def _until(predicate, timeout_s=LIVENESS_S):
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout_s
+    while not predicate():
+        assert loop.time() < end, "liveness bound exceeded"
+        await asyncio.sleep(0.001)
+
+
+@pytest.fixture
+def until():
+    """``await until(predicate)`` polls ``predicate`` every ms on the running loop until it is
+    true; it fails after a liveness bound of 5 s (``timeout_s=`` to change it)."""
+    return _until
+
+
+@pytest.fixture
+def aio_run(new_loop, aio_impl):
+    """``aio_run(main)`` runs ``await main(scheduler, loop)`` on a fresh loop (each of
+    ``new_loop``'s) with a fresh scheduler (each of ``aio_impl``'s), closes both, and returns
+    main's result; a liveness bound of 10 s covers the whole run."""
+    def runner(main, timeout_s=LIVENESS_S * 2):
+        loop = new_loop()
+        try:
+            sched = aio_impl.WheelScheduler(loop)
+            try:
+                return loop.run_until_complete(asyncio.wait_for(main(sched, loop), timeout_s))
+            finally:
+                sched.close()
+        finally:
+            loop.close()
+    return runner
+
+
 _PG_DSN = os.environ.get("TIMERWHEEL_C_TEST_PG_DSN")
 
 
@@ -91,3 +144,27 @@ def durable_store(request, tmp_path):
     store = cls(":memory:" if request.param == "sqlite-memory" else tmp_path / "timers.db")
     yield store
     store.close()
+
+
+@pytest.fixture
+def open_at_once(tmp_path):
+    """``open_at_once(url, n=16)``: start ``n`` processes (tests/durable_handlers.py ``open``) that each
+    open the store of ``url`` once all are ready (a file rendezvous); returns the (exit status, stderr)
+    of those that failed."""
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    helpers = Path(__file__).resolve().parent / "durable_handlers.py"
+
+    def run(url: str, n: int = 16) -> list:
+        go = tmp_path / "go"
+        procs = [subprocess.Popen([sys.executable, str(helpers), "open", url, str(go)], cwd=tmp_path,
+                                  stderr=subprocess.PIPE, text=True) for _ in range(n)]
+        time.sleep(2)  # the imports; a process still importing joins a moment late, which only weakens the test
+        go.touch()
+        done = [(p.wait(60), p.stderr.read()) for p in procs]
+        return [d for d in done if d[0] != 0]
+
+    return run

@@ -6,6 +6,8 @@ Run as ``python durable_handlers.py MODE ...`` or import ``registry`` (``--handl
   by OFFSET_MS, until killed.
 - ``sleeper DB LOG DUE0 DUE1``: an execution doing two durable sleeps, appending a line to LOG
   after each (``<n> fired`` or ``<n> replayed``), with a service in the same process.
+- ``open URL GO``: import everything, wait for the file GO to exist, then open (and close) the
+  store of URL: many of these open one store at the same moment.
 """
 from __future__ import annotations
 
@@ -65,5 +67,15 @@ def sleeper(db: str, log_path: str, due0: str, due1: str) -> None:
                 f.write(f"{n} {'replayed' if replayed else 'fired'} {time.time_ns() // 1_000_000}\n")
 
 
+def open_when(url: str, go: str) -> None:
+    from timerwheel_c.durable.url import open_store
+
+    if url.startswith("postgres"):
+        import timerwheel_c.durable.postgres  # noqa: F401 -- imported before the rendezvous
+    while not os.path.exists(go):
+        time.sleep(0.001)
+    open_store(url).close()
+
+
 if __name__ == "__main__":
-    {"serve": serve, "sleeper": sleeper}[sys.argv[1]](*sys.argv[2:])
+    {"serve": serve, "sleeper": sleeper, "open": open_when}[sys.argv[1]](*sys.argv[2:])

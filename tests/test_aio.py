@@ -1,5 +1,5 @@
-"""WheelScheduler against asyncio's own timer semantics, on the C and pure wheels and on
-the default loop and uvloop (uvloop runs are skipped when it does not import).
+"""WheelScheduler against asyncio's own timer semantics, on the compiled scheduler and its
+pure twin and on the default loop and uvloop (uvloop runs are skipped when it does not import).
 
 No test asserts a speed or a lateness number: timing properties are "not before the
 deadline" (exact, by the loop's own clock) and "within a generous liveness bound".
@@ -13,41 +13,7 @@ import time
 
 import pytest
 
-from timerwheel_c.aio import WheelHandle, WheelScheduler
-
-LIVENESS_S = 5.0  # a generous bound for "it ran at all" on a loaded 2-core machine
-
-
-@pytest.fixture(params=["asyncio", "uvloop"])
-def new_loop(request):
-    """A factory of fresh event loops: the default asyncio loop, or uvloop's."""
-    if request.param == "uvloop":
-        uvloop = pytest.importorskip("uvloop")
-        return uvloop.new_event_loop
-    return asyncio.new_event_loop
-
-
-@pytest.fixture
-def run(new_loop, wheel_impl):
-    """run(main) runs ``await main(scheduler, loop)`` on a fresh loop with a fresh scheduler."""
-    def runner(main, timeout_s=LIVENESS_S * 2):
-        loop = new_loop()
-        try:
-            sched = WheelScheduler(loop, wheel_class=wheel_impl.TimerWheel)
-            return loop.run_until_complete(asyncio.wait_for(main(sched, loop), timeout_s))
-        finally:
-            loop.close()
-    return runner
-
-
-async def _until(predicate, timeout_s=LIVENESS_S):
-    """Poll ``predicate`` every ms until true; fail after ``timeout_s`` seconds."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout_s
-    while not predicate():
-        assert loop.time() < end, "liveness bound exceeded"
-        await asyncio.sleep(0.001)
-
+LIVENESS_S = 5.0  # seconds: the liveness bound of the conftest's `until`
 
 def _script_equal_delays(call_later, log):
     """Eight callbacks with one delay, then four with shorter delays armed last."""
@@ -57,7 +23,7 @@ def _script_equal_delays(call_later, log):
         call_later(0.01 + i * 0.001, log.append, f"early{i}")
 
 
-def test_equal_deadlines_run_in_scheduling_order(run):
+def test_equal_deadlines_run_in_scheduling_order(aio_run, until):
     """Callbacks with equal deadlines run in the order they were scheduled, earlier deadlines
     first. Two scripts: call_later with one delay in sequence, which asyncio's loop orders
     the same way (its deadlines grow with loop.time()); and call_at with one exact `when`,
@@ -71,9 +37,9 @@ def test_equal_deadlines_run_in_scheduling_order(run):
         when = loop.time() + 0.02
         for i in range(8):
             sched.call_at(when, exact.append, i)
-        await _until(lambda: len(ours) == 12 and len(theirs) == 12 and len(exact) == 8)
+        await until(lambda: len(ours) == 12 and len(theirs) == 12 and len(exact) == 8)
         return ours, theirs, exact
-    ours, theirs, exact = run(main)
+    ours, theirs, exact = aio_run(main)
     assert ours == theirs == [f"early{i}" for i in range(4)] + list(range(8))
     assert exact == list(range(8))
 
@@ -99,23 +65,23 @@ def _script_cancels(call_at, loop, log):
     return handles
 
 
-def test_cancel_from_inside_a_callback(run):
+def test_cancel_from_inside_a_callback(aio_run, until):
     """A handle cancelled by an earlier callback of the same fire batch does not run, nor does
     a later one; self-cancel while running is harmless. Same log as asyncio's loop."""
     async def main(sched, loop):
         ours, theirs = [], []
         h_ours = _script_cancels(sched.call_at, loop, ours)
         h_theirs = _script_cancels(loop.call_at, loop, theirs)
-        await _until(lambda: "end" in ours and "end" in theirs)
+        await until(lambda: "end" in ours and "end" in theirs)
         assert h_ours["b"].cancelled() and h_theirs["b"].cancelled()
         assert sched.active_count() == 0
         return ours, theirs
-    ours, theirs = run(main)
+    ours, theirs = aio_run(main)
     assert ours == theirs
     assert "b" not in ours and "c" not in ours and ours[0] == "a"
 
 
-def test_reschedule_moves_the_deadline_both_ways(run):
+def test_reschedule_moves_the_deadline_both_ways(aio_run, until):
     """reschedule() keeps the handle, runs it once at the new deadline (later or earlier), never
     before it; a cancelled handle refuses (False) and never runs."""
     async def main(sched, loop):
@@ -127,15 +93,15 @@ def test_reschedule_moves_the_deadline_both_ways(run):
         assert sooner.reschedule(0.02) is True
         dead.cancel()
         assert dead.reschedule(0.01) is False
-        await _until(lambda: len(log) == 2)
+        await until(lambda: len(log) == 2)
         await asyncio.sleep(0.03)  # give "dead" every chance to (wrongly) run
         return log, later.when(), sooner.when()
-    log, later_when, sooner_when = run(main)
+    log, later_when, sooner_when = aio_run(main)
     assert [name for name, _ in log] == ["sooner", "later"]
     assert log[0][1] >= sooner_when and log[1][1] >= later_when
 
 
-def test_reschedule_of_a_handle_due_in_the_same_batch_defers_it(run):
+def test_reschedule_of_a_handle_due_in_the_same_batch_defers_it(aio_run, until):
     """A callback rescheduling a handle that is due in the same batch (after it) moves it: it
     runs once, at the new deadline, not in this batch."""
     async def main(sched, loop):
@@ -146,15 +112,15 @@ def test_reschedule_of_a_handle_due_in_the_same_batch_defers_it(run):
             second.reschedule(0.03)
         sched.call_at(when, first)
         second = sched.call_at(when, lambda: log.append(("second", loop.time())))
-        await _until(lambda: len(log) == 2)
+        await until(lambda: len(log) == 2)
         await asyncio.sleep(0.02)
         return log, second.when()
-    log, second_when = run(main)
+    log, second_when = aio_run(main)
     assert [name for name, _ in log] == ["first", "second"]
     assert log[1][1] >= second_when >= log[0][1] + 0.03
 
 
-def test_a_callback_may_rearm_itself(run):
+def test_a_callback_may_rearm_itself(aio_run, until):
     """reschedule() from inside its own callback runs it again: a periodic timer."""
     async def main(sched, loop):
         runs = []
@@ -163,14 +129,14 @@ def test_a_callback_may_rearm_itself(run):
             if len(runs) < 3:
                 assert handle.reschedule(0.005) is True
         handle = sched.call_later(0.005, tick)
-        await _until(lambda: len(runs) == 3)
+        await until(lambda: len(runs) == 3)
         await asyncio.sleep(0.02)
         return runs
-    runs = run(main)
+    runs = aio_run(main)
     assert len(runs) == 3 and runs == sorted(runs)
 
 
-def test_a_callback_schedules_another(run):
+def test_a_callback_schedules_another(aio_run, until):
     """A callback that schedules another (even with delay 0) does not run it in the same batch;
     the chain runs in order, each link not before its own deadline."""
     async def main(sched, loop):
@@ -180,9 +146,9 @@ def test_a_callback_schedules_another(run):
             if n < 5:
                 handles.append(sched.call_later(0 if n % 2 else 0.002, link, n + 1))
         handles = [sched.call_later(0.001, link, 0)]
-        await _until(lambda: len(log) == 6)
+        await until(lambda: len(log) == 6)
         return log, [h.when() for h in handles]
-    log, whens = run(main)
+    log, whens = aio_run(main)
     assert [n for n, _ in log] == list(range(6))
     for (_n, ran_at), when in zip(log, whens):
         assert ran_at >= when
@@ -190,7 +156,7 @@ def test_a_callback_schedules_another(run):
     assert all(b[1] >= a[1] for a, b in zip(log, log[1:]))
 
 
-def test_exceptions_go_to_the_loop_handler_like_asyncio(run):
+def test_exceptions_go_to_the_loop_handler_like_asyncio(aio_run, until):
     """A raising callback reaches loop.call_exception_handler with asyncio's keys (message,
     exception, handle) and the rest of the batch still runs."""
     async def main(sched, loop):
@@ -203,16 +169,16 @@ def test_exceptions_go_to_the_loop_handler_like_asyncio(run):
         ours = sched.call_at(when, bad)
         sched.call_at(when, ran.append, "after")
         theirs = loop.call_at(when, bad)
-        await _until(lambda: len(contexts) == 2 and ran)
+        await until(lambda: len(contexts) == 2 and ran)
         return contexts, ours, theirs, boom
-    contexts, ours, theirs, boom = run(main)
+    contexts, ours, theirs, boom = aio_run(main)
     by_handle = {id(c["handle"]): c for c in contexts}
     mine, asyncio_ctx = by_handle[id(ours)], by_handle[id(theirs)]
     assert set(mine) == set(asyncio_ctx) - {"source_traceback"} == {"message", "exception", "handle"}
     assert mine["exception"] is boom and mine["message"].startswith("Exception in callback")
 
 
-def test_callback_runs_in_its_context(run):
+def test_callback_runs_in_its_context(aio_run, until):
     """Callbacks run in the given context, else in a copy taken at call_later time (asyncio's rule)."""
     var = contextvars.ContextVar("var", default="unset")
     async def main(sched, loop):
@@ -224,12 +190,12 @@ def test_callback_runs_in_its_context(run):
         h = sched.call_later(0.001, lambda: seen.setdefault("given", var.get()), context=given)
         assert h.get_context() is given
         var.set("changed later")
-        await _until(lambda: len(seen) == 2)
+        await until(lambda: len(seen) == 2)
         return seen
-    assert run(main) == {"copied": "at call time", "given": "given"}
+    assert aio_run(main) == {"copied": "at call time", "given": "given"}
 
 
-def test_never_before_its_delay(run):
+def test_never_before_its_delay(aio_run, until):
     """300 handles with random delays (seeded) and random reschedules all run, each at a loop
     time at or after its when(), within a liveness bound. Exact by construction: due times
     round up and wake-up times round down to the ms."""
@@ -244,15 +210,15 @@ def test_never_before_its_delay(run):
                 h.reschedule(rng.uniform(0, 0.08))
             if rng.random() < 0.3:
                 await asyncio.sleep(rng.uniform(0, 0.003))
-        await _until(lambda: len(ran) == 300)
+        await until(lambda: len(ran) == 300)
         return ran, [h.when() for h in handles]
-    ran, whens = run(main)
+    ran, whens = aio_run(main)
     for i, when in enumerate(whens):
         assert ran[i] >= when, (i, ran[i], when)
         assert ran[i] < when + LIVENESS_S
 
 
-def test_never_before_its_delay_in_real_time(run):
+def test_never_before_its_delay_in_real_time(aio_run, until):
     """Measured on time.monotonic(), not the loop clock: 200 handles with random delays run
     no sooner than their delay after a stamp taken before call_later. On uvloop, whose clock
     trails the real time, this rests on the scheduler's clock slack."""
@@ -266,28 +232,28 @@ def test_never_before_its_delay_in_real_time(run):
             sched.call_later(delays[i], lambda i=i, start=start: elapsed.setdefault(i, time.monotonic() - start))
             if rng.random() < 0.2:
                 await asyncio.sleep(rng.uniform(0, 0.003))
-        await _until(lambda: len(elapsed) == 200)
+        await until(lambda: len(elapsed) == 200)
         return elapsed, delays
-    elapsed, delays = run(main)
+    elapsed, delays = aio_run(main)
     for i, delay in delays.items():
         assert delay <= elapsed[i] < delay + LIVENESS_S, (i, delay, elapsed[i])
 
 
-def test_clock_slack_defaults_and_checks(new_loop, wheel_impl):
+def test_clock_slack_defaults_and_checks(new_loop, aio_impl):
     """The clock slack is 1 or 2 ms on uvloop (its clock trails real time) and 0 on asyncio's
     loop; a negative or non-numeric slack is refused."""
     loop = new_loop()
     try:
-        sched = WheelScheduler(loop, wheel_class=wheel_impl.TimerWheel)
+        sched = aio_impl.WheelScheduler(loop)
         if type(loop).__module__.startswith("uvloop"):
             assert 0.001 <= sched.clock_slack_s <= 0.002
         else:
             assert sched.clock_slack_s == 0.0
-        assert WheelScheduler(loop, clock_slack_s=0.01).clock_slack_s == 0.01
+        assert aio_impl.WheelScheduler(loop, clock_slack_s=0.01).clock_slack_s == 0.01
         with pytest.raises(ValueError, match="clock_slack_s"):
-            WheelScheduler(loop, clock_slack_s=-0.001)
+            aio_impl.WheelScheduler(loop, clock_slack_s=-0.001)
         with pytest.raises(TypeError, match="clock_slack_s"):
-            WheelScheduler(loop, clock_slack_s="1ms")
+            aio_impl.WheelScheduler(loop, clock_slack_s="1ms")
     finally:
         loop.close()
 
@@ -306,13 +272,13 @@ class _CountingLoop:
         self._loop.call_exception_handler(context)
 
 
-def test_one_wakeup_armed_not_one_per_timer(new_loop, wheel_impl):
+def test_one_wakeup_armed_not_one_per_timer(new_loop, aio_impl):
     """1000 timers armed in increasing-deadline order, then rescheduled later (the idle-timeout
     pattern), arm the loop's wake-up once; a timer due earlier than it moves it once more."""
     loop = new_loop()
     try:
         counting = _CountingLoop(loop)
-        sched = WheelScheduler(counting, wheel_class=wheel_impl.TimerWheel)
+        sched = aio_impl.WheelScheduler(counting)
         handles = [sched.call_later(1.0 + i * 0.001, lambda: None) for i in range(1000)]
         for h in handles:
             h.reschedule(5.0)
@@ -324,7 +290,7 @@ def test_one_wakeup_armed_not_one_per_timer(new_loop, wheel_impl):
         loop.close()
 
 
-def test_close_drops_pending_handles(run):
+def test_close_drops_pending_handles(aio_run, until):
     """close() cancels every pending handle (none runs, each reports cancelled()), is idempotent,
     and later arming raises RuntimeError (re-arming a dropped handle returns False); closing
     from inside a callback stops the batch."""
@@ -334,14 +300,14 @@ def test_close_drops_pending_handles(run):
         sched.call_at(when, lambda: (ran.append("closer"), sched.close()))
         handles = [sched.call_at(when, ran.append, i) for i in range(5)]
         handles += [sched.call_later(0.05, ran.append, "late")]
-        await _until(lambda: ran)
+        await until(lambda: ran)
         await asyncio.sleep(0.08)
         sched.close()
         with pytest.raises(RuntimeError, match="closed"):
             sched.call_later(0.01, ran.append, "x")
         assert handles[-1].reschedule(0.01) is False
         return ran, handles
-    ran, handles = run(main)
+    ran, handles = aio_run(main)
     assert ran == ["closer"]
     assert all(h.cancelled() for h in handles) and len(handles) == 6
 
@@ -351,7 +317,7 @@ def test_close_drops_pending_handles(run):
     (float("nan"), ValueError), (float("inf"), ValueError), (-float("inf"), ValueError),
     (1e300, ValueError), (10**400, ValueError),
 ])
-def test_bad_delay_is_refused(run, delay, exc):
+def test_bad_delay_is_refused(aio_run, delay, exc):
     """A delay that is not a finite real number of seconds, or out of the wheel's range, is
     refused with an exception naming it, and nothing is armed."""
     async def main(sched, loop):
@@ -362,10 +328,10 @@ def test_bad_delay_is_refused(run, delay, exc):
             handle.reschedule(delay)
         handle.cancel()
         return sched.active_count()
-    assert run(main) == 0
+    assert aio_run(main) == 0
 
 
-def test_bad_callback_is_refused(run):
+def test_bad_callback_is_refused(aio_run):
     """A non-callable or a coroutine function is refused with TypeError, as asyncio's debug mode."""
     async def main(sched, loop):
         async def coro():
@@ -375,16 +341,16 @@ def test_bad_callback_is_refused(run):
         with pytest.raises(TypeError, match="coroutine"):
             sched.call_later(0.01, coro)
         return sched.active_count()
-    assert run(main) == 0
+    assert aio_run(main) == 0
 
 
-def test_handle_mirrors_timerhandle(run):
+def test_handle_mirrors_timerhandle(aio_run, aio_impl):
     """WheelHandle has TimerHandle's cancel/cancelled/when and the scheduler needs no loop arg
     inside a running loop."""
     async def main(sched, loop):
-        default = WheelScheduler()
+        default = aio_impl.WheelScheduler()
         h = default.call_later(0.2, print)
-        assert isinstance(h, WheelHandle) and not h.cancelled()
+        assert isinstance(h, aio_impl.WheelHandle) and not h.cancelled()
         assert abs(h.when() - (loop.time() + 0.2)) < 0.1
         h.cancel()
         h.cancel()
@@ -393,21 +359,21 @@ def test_handle_mirrors_timerhandle(run):
         default.call_later(numpy.int64(1), print).cancel()  # any real number, as asyncio
         default.close()
         return True
-    assert run(main)
+    assert aio_run(main)
 
 
-def test_scheduler_needs_a_loop():
+def test_scheduler_needs_a_loop(aio_impl):
     """Without a running loop and without loop=, construction fails like asyncio.get_running_loop."""
     with pytest.raises(RuntimeError):
-        WheelScheduler()
+        aio_impl.WheelScheduler()
 
 
-def test_keyboard_interrupt_in_a_callback_loses_no_timer(wheel_impl):
+def test_keyboard_interrupt_in_a_callback_loses_no_timer(aio_impl, until):
     """A KeyboardInterrupt escaping a callback propagates (asyncio's rule) and the handles that
     were due in the same batch still run afterwards: none is lost. Default loop only."""
     loop = asyncio.new_event_loop()
     try:
-        sched = WheelScheduler(loop, wheel_class=wheel_impl.TimerWheel)
+        sched = aio_impl.WheelScheduler(loop)
         ran = []
         def interrupt():
             raise KeyboardInterrupt
@@ -419,27 +385,27 @@ def test_keyboard_interrupt_in_a_callback_loses_no_timer(wheel_impl):
             loop.run_until_complete(asyncio.sleep(1.0))
         assert ran == [] and sched.active_count() == 3
         async def wait():
-            await _until(lambda: len(ran) == 3)
+            await until(lambda: len(ran) == 3)
         loop.run_until_complete(wait())
         assert ran == [0, 1, 2]
     finally:
         loop.close()
 
 
-def test_a_fire_batch_rearms_the_wakeup_once(new_loop, wheel_impl):
+def test_a_fire_batch_rearms_the_wakeup_once(new_loop, aio_impl, until):
     """100 callbacks due together, each arming a new timer, end their batch with exactly one
     new wake-up, not one per callback."""
     loop = new_loop()
     try:
         counting = _CountingLoop(loop)
-        sched = WheelScheduler(counting, wheel_class=wheel_impl.TimerWheel)
+        sched = aio_impl.WheelScheduler(counting)
         ran = []
         when = loop.time() + 0.01
         for i in range(100):
             sched.call_at(when, lambda i=i: (ran.append(i), sched.call_later(1.0 + i * 0.001, ran.append, -i)))
         assert counting.call_at_count == 1
         async def wait():
-            await _until(lambda: len(ran) == 100)
+            await until(lambda: len(ran) == 100)
         loop.run_until_complete(wait())
         assert ran == list(range(100)) and sched.active_count() == 100
         assert counting.call_at_count == 2
@@ -448,7 +414,7 @@ def test_a_fire_batch_rearms_the_wakeup_once(new_loop, wheel_impl):
         loop.close()
 
 
-def test_close_from_a_callback_skips_the_rest_of_the_batch_quietly():
+def test_close_from_a_callback_skips_the_rest_of_the_batch_quietly(aio_impl):
     """``close()`` is safe from inside a callback: the rest of the batch does not run, and the
     loop's exception handler hears nothing (no callback runs with its callable cleared). Both
     callbacks share one due time (same call_at), so they are always in one batch; the 100 ms
@@ -458,7 +424,7 @@ def test_close_from_a_callback_skips_the_rest_of_the_batch_quietly():
         loop = asyncio.get_running_loop()
         errors = []
         loop.set_exception_handler(lambda _loop, ctx: errors.append(ctx))
-        sched = WheelScheduler()
+        sched = aio_impl.WheelScheduler()
         ran = []
         when = loop.time() + 0.02
         sched.call_at(when, lambda: (ran.append(1), sched.close()))

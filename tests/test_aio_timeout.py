@@ -1,4 +1,4 @@
-"""WheelScheduler.timeout(): asyncio.timeout's contract on the wheel, on both wheel cores.
+"""WheelScheduler.timeout(): asyncio.timeout's contract on the wheel, on the compiled scheduler and its pure twin.
 
 Deadlines here are tens of ms against bodies that sleep for seconds (or the reverse), so
 each outcome holds on a loaded machine; no test asserts how late an expiry was.
@@ -10,16 +10,15 @@ import sys
 
 import pytest
 
-from timerwheel_c.aio import WheelScheduler
 
 LONG_S = 10.0  # a body this long must be cut short; the test's own bound is well under it
 
 
 @pytest.fixture
-def run(wheel_impl):
+def run(aio_impl):
     def runner(main):
         async def wrapper():
-            sched = WheelScheduler(wheel_class=wheel_impl.TimerWheel)
+            sched = aio_impl.WheelScheduler()
             try:
                 return await asyncio.wait_for(main(sched), LONG_S / 2)
             finally:

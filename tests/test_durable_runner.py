@@ -13,7 +13,7 @@ from timerwheel_c.durable.registry import Done, Reschedule, Retry, TimerHandler,
 from timerwheel_c.durable import runner as runner_mod
 from timerwheel_c.durable.runner import TickBudget, backoff_ms, claim_due, commit_outcomes, next_wake, run_due, settle
 from timerwheel_c.durable.sqlite import SQLiteStore
-from timerwheel_c.durable.store import Batch, Committed, Equals, PreconditionFailed, Store
+from timerwheel_c.durable.store import Batch, Committed, Delegating, Equals, PreconditionFailed
 
 P = "timers"
 NOW = 1_700_000_000_000
@@ -345,24 +345,12 @@ def test_malformed_rows_do_not_starve_due_timers():
     assert len(kept) == 600, "malformed rows are retained, not lost"
 
 
-class Counting(Store):
-    """Delegates to a real store and counts the round trips that write (apply and apply_many calls)."""
+class Counting(Delegating):
+    """Delegates to a real store and counts the round trips that write (every apply goes through apply_many)."""
 
     def __init__(self, inner):
-        self.inner = inner
+        super().__init__(inner)
         self.writes = 0
-
-    def _scan(self, *a):
-        return self.inner.scan(*a)
-
-    def _get(self, *a):
-        return self.inner.get(*a)
-
-    def _partitions(self):
-        return self.inner.partitions()
-
-    def _apply(self, partition, batch):
-        return self._apply_many(partition, [batch])[0]
 
     def _apply_many(self, partition, batches):
         self.writes += 1

@@ -238,6 +238,16 @@ def test_sqlite_schema_version_is_recorded_and_a_newer_one_refused(tmp_path):
         SQLiteStore(path)
 
 
+@pytest.mark.slow
+def test_sixteen_processes_open_a_new_sqlite_file_at_once_without_error(tmp_path, open_at_once):
+    """16 processes open the same new SQLite file at the same moment: all exit 0, the schema being
+    created once under BEGIN IMMEDIATE."""
+    db = tmp_path / "t.db"
+    assert open_at_once(f"sqlite:///{db}") == []
+    with SQLiteStore(db) as store:
+        assert store.partitions() == []
+
+
 def test_store_reprs_are_informative_and_never_hold_a_password(durable_store):
     """Every store's repr names its backend and where it is (path, or user@host:port/db and table),
     never a password."""
@@ -247,3 +257,22 @@ def test_store_reprs_are_informative_and_never_hold_a_password(durable_store):
         assert "table=" in text
     else:
         assert "synchronous=" in text
+
+
+def test_delegating_store_passes_every_call_on_and_still_validates(tmp_path):
+    """Delegating (the base of the stores that observe another) passes scan, get, apply, apply_many and
+    partitions to the inner store, validating arguments first; a non-Store inner is a TypeError."""
+    from timerwheel_c.durable.store import Delegating
+
+    with SQLiteStore(tmp_path / "t.db") as inner:
+        store = Delegating(inner)
+        assert store.apply(P, Batch().put(b"a", b"1")) == Committed()
+        assert store.apply_many(P, [Batch().require(Absent(b"a")), Batch().put(b"b", b"2")]) == [
+            PreconditionFailed(b"a"), Committed()]
+        assert store.get(P, b"b") == b"2" and store.partitions() == [P]
+        assert [k for k, _ in store.scan(P, b"", b"\xff").entries] == [b"a", b"b"]
+        assert repr(store).startswith("Delegating(SQLiteStore(")
+        with pytest.raises(TypeError, match="limit"):
+            store.scan(P, b"", b"\xff", limit="2")
+    with pytest.raises(TypeError, match="Store"):
+        Delegating(object())

@@ -76,7 +76,7 @@ async def _clients(host: str, port: int):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("scheduler, use_uvloop", [
-    ("call_later", False), ("wheel", False), ("wheel", True)])
+    ("call_later", False), ("wheel", False), ("wheel", True), ("keyed", False), ("keyed", True)])
 def test_idle_connection_closed_active_kept(scheduler, use_uvloop):
     """The idle connection (one message, then a partial line) is closed by the server, not
     before IDLE_S after its last message and within a liveness bound, while the connection

@@ -148,6 +148,8 @@ def test_fork_child_recreates_the_timer():
     assert not d_parent.done()
 
 
+# Forking a process with running threads is the situation under test (CPython 3.12+ warns of it).
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded, use of fork:DeprecationWarning")
 def test_fork_child_with_core_timer(release_impl):
     """A ReleaseTimer made before fork is closed in the child (its thread is not there); a new
     one works in the child; the parent's is untouched. (See _run_in_child.)

@@ -4,6 +4,7 @@
   O(1) schedule, cancel and reschedule; times in integer ms on the caller's monotonic clock.
 - :class:`ReleaseTimer`: a deadline release thread that never takes the GIL; with
   :func:`arm_at`, :func:`sleep_until` and :func:`sleep` on a process-wide one.
+- :mod:`timerwheel_c.aio`: ``call_later``, ``timeout()`` and keyed timers for asyncio on the wheel.
 - :mod:`timerwheel_c.pure`: the pure-Python twins, always importable, for tests and benchmarks.
 - :mod:`timerwheel_c.durable`: timers that survive a restart.
 
@@ -20,6 +21,8 @@ from .process_timer import arm_at, release_timer_started, sleep, sleep_until
 TimerWheel = _impl.load("wheel").TimerWheel
 ReleaseTimer = _impl.load("release").ReleaseTimer
 Deadline = _impl.load("release").Deadline
+# The asyncio scheduler (timerwheel_c.aio), loaded here so IMPLEMENTATION covers it too.
+_impl.load("aio")
 
 # Read after every core is loaded: a fallback of any of them makes it "pure".
 IMPLEMENTATION = _impl.IMPLEMENTATION

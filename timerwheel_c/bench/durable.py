@@ -27,7 +27,7 @@ from ..durable.registry import Done, TimerHandler, TimerKind, TimerRegistry
 from ..durable.runner import run_due
 from ..durable.service import DurableTimerService
 from ..durable.sqlite import SQLiteStore
-from ..durable.store import Batch, Committed, Store
+from ..durable.store import Batch, Committed, Delegating, Store
 from .durable_service import service_figures
 from .harness import NotAvailable
 
@@ -46,26 +46,14 @@ class _Noop(TimerHandler):
         return Done()
 
 
-class _CommitClock(Store):
+class _CommitClock(Delegating):
     """Delegates to a store and, when a batch deleting a claimed timer row commits, records
     due -> commit lateness in ms for that timer."""
 
     def __init__(self, inner: Store):
-        self.inner = inner
+        super().__init__(inner)
         self.lateness_ms: list = []
         self.lock = threading.Lock()
-
-    def _scan(self, *a):
-        return self.inner.scan(*a)
-
-    def _get(self, *a):
-        return self.inner.get(*a)
-
-    def _partitions(self):
-        return self.inner.partitions()
-
-    def _apply(self, partition, batch):
-        return self._apply_many(partition, [batch])[0]
 
     def _apply_many(self, partition, batches):
         results = self.inner.apply_many(partition, batches)

@@ -5,7 +5,10 @@ takeover time after a runner is SIGKILLed.
   in the environment, never on a command line that ``ps`` shows), each a
   :class:`~timerwheel_c.durable.service.DurableTimerService` with ``fleet=True`` over the same
   list of 16 partitions, whose partitions they divide (advisory-lock ownership), and a no-op
-  handler whose Done batch commits one effect row.
+  handler whose Done batch commits one effect row; the default
+  :class:`~timerwheel_c.durable.runner.TickBudget`, as ``timerwheel-c run`` has (at most 32
+  timers of one kind per partition per tick), and, for the largest fleet, once more with
+  :data:`LARGE_BUDGET` (up to 1,024), which shows what the budget costs in round trips.
 - The store keeps the server's settings (``synchronous_commit`` as configured: on by default,
   one WAL flush per commit), unlike the single-process durable bench.
 - ``fired_per_s``: once every partition has its owner, ``n_timers`` rows spread over the
@@ -26,6 +29,7 @@ from typing import Callable, Optional
 
 from ..durable import keys
 from ..durable.registry import Done, TimerHandler, TimerRegistry
+from ..durable.runner import TickBudget
 from ..durable.store import Batch
 
 __all__ = ["run"]
@@ -45,18 +49,19 @@ class _Noop(TimerHandler):
 
 
 _DSN_ENV = "TIMERWHEEL_C_FLEET_DSN"
+LARGE_BUDGET = TickBudget(max_fired=1024, max_per_kind=1024, max_scanned=4096)
 
 
-def _runner(dsn: str, table: str) -> None:
-    """Process entry: serve the fleet's partitions until SIGTERM."""
+def _runner(dsn: str, table: str, budget: str) -> None:
+    """Process entry: serve the fleet's partitions until SIGTERM, with the default or the large budget."""
     from ..durable.postgres import PostgresStore
-    from ..durable.runner import TickBudget
     from ..durable.service import DurableTimerService
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     store = PostgresStore(dsn, table=table)
-    budget = TickBudget(max_fired=1024, max_per_kind=1024, max_scanned=4096)
-    with DurableTimerService(store, TimerRegistry().register(_Noop()), PARTITIONS, fleet=True, budget=budget):
+    registry = TimerRegistry().register(_Noop())
+    with DurableTimerService(store, registry, PARTITIONS, fleet=True,
+                             budget=LARGE_BUDGET if budget == "large" else TickBudget()):
         while True:
             time.sleep(1)
 
@@ -84,53 +89,55 @@ def _fill(store, n_timers: int, due_ms: int) -> None:
         store.apply(partition, batch)
 
 
-def _one(dsn: str, n_runners: int, n_timers: int, takeover: bool, progress) -> dict:
+def _one(dsn: str, n_runners: int, n_timers: int, budget: str, takeover: bool, progress) -> dict:
     from ..durable.ownership import holders
     from ..durable.postgres import PostgresStore
 
-    table = f"timerwheel_fleet_{os.getpid()}_{n_runners}"
+    table = f"timerwheel_fleet_{os.getpid()}_{n_runners}_{budget}"
     store = PostgresStore(dsn, table=table)
     procs: list = []
+    conn = store.new_connection()
     try:
         env = dict(os.environ, **{_DSN_ENV: dsn})
         # `-m` puts the working directory first on sys.path: run where this very package lives, so
         # a runner imports the same (compiled) timerwheel_c, never a source checkout's.
         package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        procs = [subprocess.Popen([sys.executable, "-m", "timerwheel_c.bench.fleet", "runner", table], env=env,
+        procs = [subprocess.Popen([sys.executable, "-m", "timerwheel_c.bench.fleet", "runner", table, budget], env=env,
                                   cwd=package_parent, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                  for _ in range(n_runners)]
-        def divided() -> bool:
-            owners = holders(store, PARTITIONS)
-            counts = [list(owners.values()).count(pid) for pid in set(owners.values())]
-            return len(owners) == len(PARTITIONS) and len(counts) == n_runners and max(counts) - min(counts) <= 1
 
-        _wait(divided, f"{n_runners} runners to divide {len(PARTITIONS)} partitions")
+        def owners() -> dict:
+            """Backend pid (of a runner's lock connection) -> how many partitions it owns."""
+            held = holders(store, PARTITIONS, conn)
+            return {pid: list(held.values()).count(pid) for pid in set(held.values())} if len(held) == len(PARTITIONS) else {}
+
+        _wait(lambda: len(owners()) == n_runners and max(owners().values()) - min(owners().values()) <= 1,
+              f"{n_runners} runners to divide {len(PARTITIONS)} partitions")
         due_ms = time.time_ns() // 1_000_000 + 1000
         _fill(store, n_timers, due_ms)
-        with store.new_connection() as conn:
-            _wait(lambda: time.time_ns() // 1_000_000 >= due_ms, "the due time", 5)
-            seen = 0
-            deadline = time.monotonic() + 600
-            while seen < n_timers:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"fleet bench: only {seen} of {n_timers} timers fired within 600 s")
-                time.sleep(_POLL_S)
-                now_seen = _effects(conn, table)
-                if progress is not None and now_seen > seen:
-                    progress(now_seen - seen)
-                seen = now_seen
-            elapsed_s = time.time_ns() / 1e9 - due_ms / 1000
-            if seen != n_timers:
-                raise RuntimeError(f"fleet bench: {seen} effects for {n_timers} timers (a duplicate)")
-        result = {"runners": n_runners, "partitions": len(PARTITIONS), "timers": n_timers,
+        _wait(lambda: time.time_ns() // 1_000_000 >= due_ms, "the due time", 5)
+        seen = 0
+        deadline = time.monotonic() + 600
+        while seen < n_timers:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"fleet bench: only {seen} of {n_timers} timers fired within 600 s")
+            time.sleep(_POLL_S)
+            now_seen = _effects(conn, table)
+            if progress is not None and now_seen > seen:
+                progress(now_seen - seen)
+            seen = now_seen
+        elapsed_s = time.time_ns() / 1e9 - due_ms / 1000
+        if seen != n_timers:
+            raise RuntimeError(f"fleet bench: {seen} effects for {n_timers} timers (a duplicate)")
+        result = {"runners": n_runners, "partitions": len(PARTITIONS), "timers": n_timers, "budget": budget,
                   "fired_per_s": n_timers / elapsed_s}
         if takeover:
-            victim = procs[0]
-            victim.send_signal(signal.SIGKILL)
+            before = set(owners())
+            procs[0].send_signal(signal.SIGKILL)
             killed = time.monotonic()
-            victim.wait()
-            _wait(lambda: len(holders(store, PARTITIONS)) == len(PARTITIONS)
-                  and all(h != victim.pid for h in holders(store, PARTITIONS)), "the takeover", 60)
+            procs[0].wait()
+            # Taken over: every partition owned again, by the survivors' lock connections alone.
+            _wait(lambda: len(owners()) == n_runners - 1 and set(owners()) <= before, "the takeover", 60)
             result["takeover_s"] = time.monotonic() - killed
         return result
     finally:
@@ -143,16 +150,19 @@ def _one(dsn: str, n_runners: int, n_timers: int, takeover: bool, progress) -> d
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        conn.close()
         store.drop()
         store.close()
 
 
 def run(dsn: str, n_timers: int = 8000, runner_counts=(1, 4), progress: Optional[Callable[[int], None]] = None) -> dict:
     """Measure the fleet on the PostgreSQL server of ``dsn``; returns
-    ``{"runners_1": {"fired_per_s": float, ...}, "runners_4": {..., "takeover_s": float}}``.
+    ``{"runners_1": {"fired_per_s": float, ...}, "runners_4": {..., "takeover_s": float},
+    "runners_4_large_budget": {...}}`` (for ``runner_counts=(1, 4)``).
 
-    Each entry also names its ``runners``, ``partitions`` (16) and ``timers``; ``takeover_s``
-    (seconds from SIGKILL to every partition owned again) is measured with the largest fleet.
+    Each entry also names its ``runners``, ``partitions`` (16), ``timers`` and ``budget``
+    ("default" or "large", :data:`LARGE_BUDGET`); ``takeover_s`` (seconds from SIGKILL to
+    every partition owned again) is measured with the largest fleet, default budget.
     ``progress(k)`` is called with the number of timers just fired.
 
     Raises:
@@ -166,10 +176,13 @@ def run(dsn: str, n_timers: int = 8000, runner_counts=(1, 4), progress: Optional
     counts = sorted(set(runner_counts))
     if not counts or any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in counts):
         raise ValueError(f"runner_counts must hold ints >= 1, got {runner_counts!r}")
-    return {f"runners_{n}": _one(dsn, n, n_timers, n == counts[-1] and n > 1, progress) for n in counts}
+    figures = {f"runners_{n}": _one(dsn, n, n_timers, "default", n == counts[-1] and n > 1, progress) for n in counts}
+    figures[f"runners_{counts[-1]}_large_budget"] = _one(dsn, counts[-1], n_timers, "large", False, progress)
+    return figures
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] != ["runner"] or len(sys.argv) != 3 or _DSN_ENV not in os.environ:
-        sys.exit(f"usage: {_DSN_ENV}=postgresql://... python -m timerwheel_c.bench.fleet runner TABLE")
-    _runner(os.environ[_DSN_ENV], sys.argv[2])
+    if sys.argv[1:2] != ["runner"] or len(sys.argv) != 4 or sys.argv[3] not in ("default", "large") \
+            or _DSN_ENV not in os.environ:
+        sys.exit(f"usage: {_DSN_ENV}=postgresql://... python -m timerwheel_c.bench.fleet runner TABLE default|large")
+    _runner(os.environ[_DSN_ENV], sys.argv[2], sys.argv[3])

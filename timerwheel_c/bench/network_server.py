@@ -134,14 +134,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-connections", type=int, default=10000)
     args = parser.parse_args(argv)
     raise_fd_limit(args.max_connections + 64)
+    return run_server(_serve(args.scheduler, args.idle_timeout_ms / 1000.0), args.uvloop)
+
+
+def run_server(serve, use_uvloop: bool) -> int:
+    """Run the coroutine ``serve`` on a new loop (uvloop's if ``use_uvloop``) and print its result
+    as the one JSON line the parent reads; returns the exit status (0)."""
     loop: asyncio.AbstractEventLoop
-    if args.uvloop:
+    if use_uvloop:
         import uvloop
         loop = uvloop.new_event_loop()
     else:
         loop = asyncio.new_event_loop()
     try:
-        result = loop.run_until_complete(_serve(args.scheduler, args.idle_timeout_ms / 1000.0))
+        result = loop.run_until_complete(serve)
     finally:
         loop.close()
     print(json.dumps(result), flush=True)

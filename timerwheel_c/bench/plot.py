@@ -127,7 +127,8 @@ def _durable(plt, wl: dict):
     """Fired/s and lateness per store; with a PostgreSQL fleet measured, its fired/s by runner count."""
     results = wl["results"]
     stores = list(results)
-    fleet = {f"{f['runners']} runner(s)": _single(f.get("fired_per_s")) for f in wl.get("fleet", {}).values()}
+    fleet = {f"{f['runners']} runner(s)" + (", large budget" if f.get("budget") == "large" else ""): _single(f.get("fired_per_s"))
+             for f in wl.get("fleet", {}).values()}
     fig, axes = plt.subplots(1, 3 if fleet else 2, figsize=(16 if fleet else 11, 1.6 + 0.5 * max(len(stores), len(fleet))))
     _panel(axes[0], {"fired/s": {s: _single(f.get("fired_per_s")) for s, f in results.items()}}, stores,
            "fired timers per second", log=False)

@@ -14,8 +14,8 @@ from .report import NOT_APPLICABLE, Reporter, fmt, ratio
 SPREAD_NOTE = ("ns are CPU time of the bench thread; figures are medians over the repeats; "
                "± is half the min-max range, in % of the median")
 
-__all__ = ["durable_table", "fleet_table", "lateness_table", "machine_table", "memory_table", "network_table",
-           "timer_table"]
+__all__ = ["aio_table", "durable_table", "echo_table", "fleet_table", "lateness_table", "machine_table",
+           "memory_table", "network_table", "timer_table"]
 
 
 def _median(cell):
@@ -108,15 +108,17 @@ def fleet_table(rep: Reporter, fleet: dict) -> None:
     rows = []
     reference = next((fig["fired_per_s"] for fig in fleet.values()), None)
     for fig in fleet.values():
-        rows.append([f"{fig['runners']} runner process(es)", f"{fig['partitions']}", fmt(fig["fired_per_s"]),
-                     ratio(fig["fired_per_s"], reference)])
+        label = f"{fig['runners']} runner process(es)" + (", large budget" if fig.get("budget") == "large" else "")
+        rows.append([label, f"{fig['partitions']}", fmt(fig["fired_per_s"]), ratio(fig["fired_per_s"], reference)])
         if "takeover_s" in fig:
             rows.append([f"takeover after SIGKILL ({fig['runners']} runners)", f"{fig['partitions']}",
                          f"{fig['takeover_s']:.2f} s", NOT_APPLICABLE])
     rep.table("durable fleet on PostgreSQL: runner processes dividing the partitions (see timerwheel_c.bench.fleet)",
               ["fleet", "partitions", "measured", "fired/s vs 1 runner"], rows,
               ["the server's own synchronous_commit (on by default: one WAL flush per commit); no-op handler "
-               "committing one effect row; TickBudget(max_fired=1024, max_per_kind=1024, max_scanned=4096)"])
+               "committing one effect row; the default TickBudget, as timerwheel-c run has (at most 32 timers of a "
+               "kind per partition per tick); large budget: TickBudget(max_fired=1024, max_per_kind=1024, "
+               "max_scanned=4096)"])
 
 
 def network_table(rep: Reporter, figures: dict) -> None:
@@ -138,3 +140,49 @@ def network_table(rep: Reporter, figures: dict) -> None:
               ["lat: per-request round trip; CPU: server process CPU per request; CPU ratio: against the same "
                "loop's call_later row; idle fired/exp and late: idle closes and their lateness; early: closes "
                "before the timeout (must be 0); overload: active connections the server closed"])
+
+
+def aio_table(rep: Reporter, figures: dict) -> None:
+    runs = figures["results"]
+    ops = ["re-arm", "call_later+cancel", "timeout", "keyed re-arm"]
+    base = runs.get("asyncio", {})
+    rows = []
+    for name, fig in runs.items():
+        ref = runs.get("uvloop", {}) if name.startswith("uvloop") else base
+        cells = [name]
+        for op in ops:
+            ref_op = "re-arm" if op == "keyed re-arm" else op
+            cells += [_cell(fig.get(op)), ratio(_median(ref.get(ref_op)), _median(fig.get(op)))]
+        cells += [fmt(fig.get("bytes_per_handle")), fmt(fig.get("bytes_per_key"))]
+        rows.append(cells)
+    head = ["scheduler"]
+    for op in ops:
+        head += [f"{op} ns", "asyncio/it"]
+    rep.table(f"aio: the asyncio layer, {figures['handles']:,} handles armed (see timerwheel_c.bench.aio_micro)",
+              head + ["B/handle", "B/key"], rows,
+              [SPREAD_NOTE, "asyncio/it: the same loop's own timers (cancel + call_later for a re-arm, "
+               "asyncio.timeout) over this row; B/handle: per armed handle with a bound-method callback, "
+               "its context copy and the scheduler's share; B/key: every allocation of KeyedTimers.arm"])
+
+
+def echo_table(rep: Reporter, figures: dict) -> None:
+    rows = []
+    runs = figures["results"]
+    base = {(r["connections"], r["loop"]): r["cpu_ns_per_request"] for r in runs if r["timers"] == "asyncio"}
+    for r in runs:
+        rows.append([
+            f"{r['connections']:,}", r["loop"], r["timers"], fmt(r["cpu_ns_per_request"]),
+            f"{fmt(r['cpu_ns_min'])}-{fmt(r['cpu_ns_max'])}",
+            f"{r['cpu_ns_per_request'] / base[(r['connections'], r['loop'])]:.2f}x"
+            if base.get((r["connections"], r["loop"])) else NOT_APPLICABLE,
+            fmt(r["requests_per_s"]), f"{r['idle_closes_fired']}/{r['idle_closes_expected']}",
+            f"{r['early_closes']}/{r['client_early_closes']}", str(r["unexpected_closes"]),
+        ])
+    rep.table(f"echo: length-prefixed echo, a deadline and an idle re-arm per request, "
+              f"{figures['repeats']} run(s) each (see timerwheel_c.bench.echo)",
+              ["conns", "loop", "timers", "CPU ns/req", "min-max", "vs asyncio", "req/s", "idle fired/exp",
+               "early loop/real", "overload"], rows,
+              ["CPU: server process CPU per request in the measured window, median of the runs; vs asyncio: "
+               "over asyncio.timeout + call_later on the same loop and connection count; early: idle closes "
+               "before the timeout on the server's loop clock (must be 0) / in real time seen by the client; "
+               "overload: active connections the server closed"])

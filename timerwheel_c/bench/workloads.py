@@ -51,6 +51,11 @@ class Sizes:
     durable_timers: int = 10_000
     network_connections: int = 1000
     network_seconds: float = 5.0
+    aio_handles: int = 100_000
+    aio_timeout_ops: int = 20_000
+    echo_connections: tuple = (1000, 10_000)
+    echo_seconds: float = 3.0
+    echo_repeats: int = 3
 
     @classmethod
     def quick(cls) -> "Sizes":
@@ -58,16 +63,19 @@ class Sizes:
             churn_conns=10_000, churn_ops=100_000, expiry_timers=50_000, expiry_real_span_ms=500,
             rto_timers=50_000, rto_per_ms=10, gap_timers=10_000, memory_timers=100_000,
             lateness_samples=200, durable_timers=1000, network_connections=200, network_seconds=2.0,
+            aio_handles=20_000, aio_timeout_ops=5000, echo_connections=(1000,), echo_seconds=1.0, echo_repeats=1,
         )
 
     def scaled(self, factor: float) -> "Sizes":
         """Multiply every count by ``factor`` (each kept at least 10); times stay, except that
         a factor below 1 also shortens uvloop's real expiry run (at least 100 ms)."""
         counts = ("churn_conns", "churn_ops", "expiry_timers", "rto_timers", "gap_timers",
-                  "memory_timers", "lateness_samples", "durable_timers", "network_connections")
+                  "memory_timers", "lateness_samples", "durable_timers", "network_connections",
+                  "aio_handles", "aio_timeout_ops")
         kw = dict(self.__dict__)
         for name in counts:
             kw[name] = max(10, int(kw[name] * factor))
+        kw["echo_connections"] = tuple(max(10, int(n * factor)) for n in self.echo_connections)
         kw["rto_per_ms"] = max(1, int(self.rto_per_ms * min(factor, 1.0)))
         kw["expiry_real_span_ms"] = max(100, int(self.expiry_real_span_ms * min(factor, 1.0)))
         return Sizes(**kw)

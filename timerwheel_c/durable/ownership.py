@@ -16,12 +16,17 @@ and divide them:
   SIGKILL loses its partitions the moment its socket closes; for a host that vanishes
   without closing its sockets, the lock connection sets TCP keepalives of about 10 s.
 - Every ``check_interval_s`` (1 s by default) each runner reads ``pg_locks``: the live
-  members N and which partitions are held. Its fair share is ``ceil(P / N)`` of the P
-  partitions. Over it, it releases the surplus (between passes, so never mid-pass);
+  members N and which partitions are held. Its fair share of the P partitions is
+  ``P // N``, plus one for the first ``P % N`` members in backend-pid order, so the shares
+  add up to P. Over it, it releases the surplus (between passes, so never mid-pass);
   under it, it tries to lock free partitions, starting at an offset given by its rank
   among the members so that runners do not all reach for the same ones. A new runner
   therefore gets a share within about one interval after the others see it, and a dead
   runner's partitions are taken over within about one interval after its locks go.
+
+A runner that is alive but stuck (a handler that never returns) keeps its connection and so
+its partitions: ownership follows the connection, not progress. Supervise runners (a
+process manager's watchdog) if handlers can hang.
 
 Ownership makes the fleet efficient (no two runners scan and claim the same rows) and
 keeps each partition in due order under one runner; it is not what makes effects
@@ -85,25 +90,42 @@ def _namespaces(conn: psycopg.Connection, table: str, group: str) -> tuple:
     return _int31(where, "members", group), _int31(where, "owners", group)
 
 
+def _units(partitions: list) -> dict:
+    """Partitions by the lock key that owns them (``objid`` as ``pg_locks`` shows it), in the
+    order given. Two partitions whose 32-bit keys collide share one lock, so they are owned,
+    counted and moved together as one unit, never left unowned."""
+    units: dict = {}
+    for p in partitions:
+        units.setdefault(_int32(p) & 0xFFFFFFFF, []).append(p)
+    return units
+
+
 def _group(partitions: Optional[list]) -> str:
     return "*" if partitions is None else "\0".join(partitions)
 
 
-def holders(store: PostgresStore, partitions: Optional[list] = None) -> dict:
+def holders(store: PostgresStore, partitions: Optional[list] = None, conn: Optional[psycopg.Connection] = None) -> dict:
     """Which runner owns each partition of the group ``partitions`` (None: the all-partitions
     group) right now, read from ``pg_locks``: ``{partition: backend pid}``, for monitoring.
-    Partitions of the group that no runner holds are absent. Does not join the group.
+    Partitions of the group that no runner holds are absent. Does not join the group. ``conn``:
+    a connection to reuse (e.g. from :meth:`PostgresStore.new_connection`), else one is opened
+    and closed.
 
     Raises:
         psycopg.Error: the server cannot be reached.
     """
     names = None if partitions is None else sorted({check_partition(p) for p in partitions})
     wanted = names if names is not None else store.partitions()
-    with store.new_connection() as conn:
+    own = conn is None
+    conn = store.new_connection() if conn is None else conn
+    try:
         members_ns, owners_ns = _namespaces(conn, store.table, _group(names))
         rows = conn.execute(_HOLDERS, (members_ns, owners_ns)).fetchall()
-    by_key = {_int32(p) & 0xFFFFFFFF: p for p in wanted}
-    return {by_key[objid]: pid for classid, objid, pid in rows if classid == owners_ns and objid in by_key}
+    finally:
+        if own:
+            conn.close()
+    units = _units(wanted)
+    return {p: pid for classid, objid, pid in rows if classid == owners_ns for p in units.get(objid, ())}
 
 
 class PartitionOwnership(Ownership):
@@ -205,7 +227,8 @@ class PartitionOwnership(Ownership):
     def _rebalance(self) -> None:
         conn = self._connection()
         wanted = self.partitions if self.partitions is not None else self.store.partitions()
-        by_key = {_int32(p) & 0xFFFFFFFF: p for p in wanted}
+        units = _units(wanted)
+        order = list(units)
         members: list = []
         holder: dict = {}
         for classid, objid, pid in conn.execute(_HOLDERS, (self._member_ns, self._owner_ns)).fetchall():
@@ -215,27 +238,30 @@ class PartitionOwnership(Ownership):
                 holder[objid] = pid
         members.sort()
         self.members = len(members)
-        mine = [p for k, p in by_key.items() if holder.get(k) == self._pid]
+        mine = [k for k in order if holder.get(k) == self._pid]
         # Locks on partitions no longer wanted (emptied) are released too.
-        stale = [k for k, pid in holder.items() if pid == self._pid and k not in by_key]
-        fair = math.ceil(len(wanted) / max(1, len(members)))
-        release = stale + [_int32(p) for p in sorted(mine)[fair:]]
-        mine = sorted(mine)[:fair]
+        stale = [k for k, pid in holder.items() if pid == self._pid and k not in units]
+        # U units over N members: everyone gets U // N, and the first U % N members in pid
+        # order one more, so the shares add up to U exactly and no member is left with none
+        # while another holds two more than it.
+        rank = members.index(self._pid) if self._pid in members else len(members)
+        base, extra = divmod(len(order), max(1, len(members)))
+        fair = base + (rank < extra)
+        release = stale + mine[fair:]
+        mine = mine[:fair]
         if release:
             conn.execute("SELECT pg_advisory_unlock(%s, k) FROM unnest(%s::int4[]) AS k",
                          (self._owner_ns, [_signed32(k) for k in release]))
         if len(mine) < fair:
-            rank = members.index(self._pid) if self._pid in members else 0
-            start = rank * len(wanted) // max(1, len(members))
-            order = wanted[start:] + wanted[:start]
-            free = [p for p in order if (_int32(p) & 0xFFFFFFFF) not in holder][: fair - len(mine)]
+            start = rank * len(order) // max(1, len(members))
+            free = [k for k in order[start:] + order[:start] if k not in holder][: fair - len(mine)]
             if free:
                 rows = conn.execute("SELECT k, pg_try_advisory_lock(%s, k) FROM unnest(%s::int4[]) AS k",
-                                    (self._owner_ns, [_int32(p) for p in free])).fetchall()
-                got = {k for k, ok in rows if ok}
-                mine += [p for p in free if _int32(p) in got]
+                                    (self._owner_ns, [_signed32(k) for k in free])).fetchall()
+                got = {k & 0xFFFFFFFF for k, ok in rows if ok}
+                mine += [k for k in free if k in got]
         before = self._owned
-        self._owned = sorted(mine)
+        self._owned = sorted(p for k in mine for p in units[k])
         if self._owned != before:
             log.info("fleet: this runner owns %d of %d partitions (%d runners): %s",
                      len(self._owned), len(wanted), len(members), self._owned)

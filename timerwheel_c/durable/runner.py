@@ -1,7 +1,7 @@
 """``run_due``: one tick of the durable-timer runner, and the phases it is made of.
 
 A tick scans a partition's due rows (effective due <= ``now_ms``, Unix epoch ms) in
-pages of 64, in due order, and fires each through its kind's handler, within a
+pages (up to 512 rows, within the budget), in due order, and fires each through its kind's handler, within a
 :class:`TickBudget`. The tick is four phases, which a caller may also drive itself
 (for example to fire handlers concurrently):
 
@@ -69,7 +69,8 @@ __all__ = [
 
 log = logging.getLogger("timerwheel_c.durable")
 
-PAGE = 64
+PAGE = 64  # rows claimed per round trip, at most
+SCAN_PAGE = 512  # rows read per scan of the due range, at most
 # Per registry: the mean fire time (s) its handlers took in the last run_due, which sizes the
 # first chunk of the next one (a registry never seen starts with one row).
 _FIRE_TIME_S: "weakref.WeakKeyDictionary[TimerRegistry, float]" = weakref.WeakKeyDictionary()
@@ -206,7 +207,10 @@ class _Claimer:
         :meth:`claimed` needs to read their results."""
         report = self.report
         while not self.pending and not self.exhausted:
-            page = self.store.scan(self.partition, self.start, self.end, self.after, PAGE)
+            # Rows a capped kind defers cost a scan but no claim: read what is left of max_scanned
+            # in one page (up to SCAN_PAGE), not in pages of 64.
+            limit = max(1, min(SCAN_PAGE, self.budget.max_scanned - report.scanned))
+            page = self.store.scan(self.partition, self.start, self.end, self.after, limit)
             self.pending = list(reversed(page.entries))
             self.exhausted = page.next is None
             self.after = page.next
@@ -295,8 +299,8 @@ def _check_args(partition, registry, now_ms, budget) -> int:
 def claim_due(store: Store, partition: str, registry: TimerRegistry, now_ms: int, budget: TickBudget = TickBudget()) -> Claims:
     """Phase 1 of a tick: claim every due row of ``partition`` that ``budget`` lets fire.
 
-    Scans the due range (effective due <= ``now_ms``, Unix epoch ms) in pages of
-    :data:`PAGE` and claims each page's rows in one :meth:`Store.apply_many` round trip:
+    Scans the due range (effective due <= ``now_ms``, Unix epoch ms) in pages of up to
+    :data:`SCAN_PAGE` rows and claims up to :data:`PAGE` rows per :meth:`Store.apply_many` round trip:
     each claim moves its row to the next backoff key (the attempt counted before any
     fire), guarded on the row. Rows of unknown kinds back off and malformed rows move to
     quarantine in the same round trips. ``max_elapsed_ms`` is checked before each row.

@@ -1,0 +1,714 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, binding=False
+"""asyncio timers on the timing wheel, compiled: ``WheelScheduler``, ``WheelHandle``, ``WheelTimeout``
+and ``KeyedTimers``.
+
+``timerwheel_c/pure/aio.py`` is the pure-Python twin, class by class in the same order, and holds
+the design of the clock (ms rounding, never early on the loop clock nor in real time) and of the
+one loop wake-up. Same API and semantics; what the compiled core does differently is below.
+"""
+# The wheel is driven through its C methods (src/_wheel.pxd), with no Python call per operation.
+#
+# A handle's wheel token is the handle's own address, so a fired token names its handle with no
+# lookup: the token space is the handle table. The wheel entry owns one reference to the handle
+# (taken on arming; handed to the fire batch when it fires; dropped by the batch, by cancel(), or
+# by close()). A batch tells a token's own firing from a stale one by the handle's timer id: 0
+# means cancelled (or closed), an id still pending in the wheel means an earlier callback of the
+# batch re-armed it (the new arming has its own entry and reference); else the handle is due.
+#
+# Those references are C references, invisible to the garbage collector, so the scheduler's
+# tp_traverse visits the handles through the wheel's entries and its tp_clear drains the wheel:
+# a scheduler dropped with handles pending (its loop closed) is collected, as the twin is. Neither
+# class lets the collector clear its fields (no_gc_clear), so no method can meet a None wheel.
+#
+# Keyed timers: each KeyedTimers has its own wheel whose tokens are the keys, and an open
+# addressing table key -> (timer id, deadline) of 24 B per slot, linear probing with backward-shift
+# deletion (no tombstones), at most 13/16 full: about 60 B per armed key with the wheel entry, no
+# Python object per key. The same stale-token rule applies, by the key's timer id.
+#
+# Reentrancy: any Python code (a callback, a loop method, an allocation that runs the collector)
+# may call back into the scheduler. So a fire batch owns its buffer of tokens (the wheel's
+# c_advance hands it over; a nested advance fills one of its own), re-reads the key table after
+# every callback, and holds no pointer into it across Python code.
+cimport cython
+from cpython.contextvars cimport PyContext_CopyCurrent, PyContext_Enter, PyContext_Exit
+from cpython.exc cimport PyErr_SetObject, PyErr_WriteUnraisable
+from cpython.method cimport PyMethod_Check, PyMethod_GET_FUNCTION
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_DECREF, Py_INCREF
+from libc.math cimport INFINITY, ceil, floor, isfinite, nextafter
+from libc.stdint cimport INT64_MAX, int64_t, uint64_t
+from libc.stdlib cimport calloc, free
+
+from timerwheel_c._wheel cimport NUM_SLOTS, TimerWheel, entry_t, tw_fired_t
+
+import asyncio
+import contextvars
+
+from timerwheel_c._aio_common import (
+    HAS_UNCANCEL,
+    check_callback,
+    check_key,
+    check_seconds,
+    check_slack,
+    deadline_error,
+    default_clock_slack_s,
+)
+
+__all__ = ["KeyedTimers", "WheelHandle", "WheelScheduler", "WheelTimeout"]
+
+cdef extern from "aio_clock.h":
+    int tw_monotonic_s(double* out) noexcept nogil
+
+cdef extern from "Python.h":
+    ctypedef struct PyFunctionObject:
+        PyObject* func_code
+        PyObject* func_dict
+    bint PyFunction_Check(object o)
+    bint PyCFunction_Check(object o)
+    void PyType_Modified(PyTypeObject* t)
+    # The type slots this module fills in itself (see the collector's section below).
+    ctypedef int (*visitproc)(PyObject*, void*) noexcept
+    ctypedef int (*traverseproc)(PyObject*, visitproc, void*) noexcept
+    ctypedef int (*inquiry)(PyObject*) noexcept
+    ctypedef PyObject* (*iternextfunc)(PyObject*) noexcept
+    ctypedef struct PyTypeObject:
+        traverseproc tp_traverse
+        inquiry tp_clear
+        iternextfunc tp_iternext
+    # Never raises for an int: overflow goes to the flag (as in src/_wheel.pyx).
+    long long _long_as_i64_overflow "PyLong_AsLongLongAndOverflow"(object o, int* overflow) noexcept
+
+cdef enum:
+    IN_BATCH = -1           # a fire batch runs and re-arms once at its end: no due time arms one
+    KEYS_MIN_CAP = 16
+
+cdef int64_t NO_WAKE = INT64_MAX  # no wake-up armed: any due time arms one
+
+cdef int64_t MAX_DUE_MS = 1LL << 62
+cdef double MAX_DUE_MS_F = <double>(1LL << 62)
+
+# Task states of WheelTimeout, in the order of asyncio.Timeout's.
+cdef enum:
+    T_CREATED, T_ENTERED, T_EXPIRING, T_EXPIRED, T_EXITED
+_STATE_NAMES = ("created", "entered", "expiring", "expired", "exited")
+
+_CancelledError = asyncio.CancelledError
+_current_task = asyncio.current_task
+
+
+def _current_tasks_dict():
+    """asyncio's dict of loop -> running task where ``asyncio.current_task(loop)`` is the Python
+    function that just reads it (CPython 3.9-3.11: the call costs a fifth of a ``timeout()``
+    block), else None (a C ``current_task``, or another layout: it is called)."""
+    tasks = getattr(_current_task, "__globals__", {}).get("_current_tasks")
+    code = getattr(_current_task, "__code__", None)
+    if type(tasks) is dict and code is not None and "_current_tasks" in code.co_names:
+        return tasks
+    return None
+
+
+cdef dict _CURRENT_TASKS = _current_tasks_dict()
+_BASE_TIME = asyncio.BaseEventLoop.time
+
+
+cdef bint _clock_matches():
+    """True if tw_monotonic_s reads time.monotonic()'s clock here (checked, not assumed)."""
+    import time
+    cdef double c
+    before = time.monotonic()
+    if tw_monotonic_s(&c) != 0:
+        return False
+    return before <= c <= time.monotonic()
+
+
+cdef bint FAST_CLOCK = _clock_matches()
+
+
+cdef inline int64_t _floor_ms(double now_s) noexcept:
+    """Largest integer ms ``n`` with ``n / 1000 <= now_s`` (float-exact, not assumed); a clock
+    outside +-2**62 ms (no real loop's) is clamped, so the wheel refuses it by name."""
+    cdef int64_t now_ms
+    if not -MAX_DUE_MS_F < now_s * 1000.0 < MAX_DUE_MS_F:
+        return MAX_DUE_MS + 1 if now_s > 0 else -MAX_DUE_MS
+    now_ms = <int64_t>floor(now_s * 1000.0)
+    if now_ms / 1000.0 > now_s:
+        now_ms -= 1
+    elif (now_ms + 1) / 1000.0 <= now_s:
+        now_ms += 1
+    return now_ms
+
+
+cdef inline double _as_seconds(object value, str name) except? -1.0:
+    """``check_seconds`` with the finite float inlined: the per-message path of every re-arm."""
+    cdef double d
+    if type(value) is float:
+        d = <double>value
+        if isfinite(d):
+            return d
+    return check_seconds(value, name)
+
+
+# The code object of the last plain function check_callback accepted: an idle timeout re-arms with
+# one bound method over and over, and inspect's check costs more than the rest of call_later.
+cdef object _accepted_code = None
+
+
+cdef inline int _check_callback(object callback, str method) except -1:
+    """``check_callback`` (callable, not a coroutine function), skipped for builtins and for a
+    function (or method of one) with the code last accepted and no attributes of its own."""
+    global _accepted_code
+    cdef object func = callback
+    if PyCFunction_Check(callback):
+        return 0
+    if PyMethod_Check(callback):
+        func = <object>PyMethod_GET_FUNCTION(callback)
+    if PyFunction_Check(func) and (<PyFunctionObject*>func).func_dict == NULL:
+        if <object>(<PyFunctionObject*>func).func_code is _accepted_code:
+            return 0
+        check_callback(callback, method)
+        _accepted_code = <object>(<PyFunctionObject*>func).func_code
+        return 0
+    check_callback(callback, method)
+    return 0
+
+
+cdef inline int _run_in(object context, object callback, tuple args) except -1:
+    """``context.run(callback, *args)``; the context is entered in C when it is a Context."""
+    if type(context) is not contextvars.Context:
+        context.run(callback, *args)
+        return 0
+    PyContext_Enter(context)
+    try:
+        callback(*args)
+    finally:
+        PyContext_Exit(context)
+    return 0
+
+
+@cython.final
+@cython.no_gc_clear
+@cython.freelist(256)
+cdef class WheelHandle:
+    """A callback armed on a :class:`WheelScheduler`; mirrors ``asyncio.TimerHandle``.
+
+    Shares ``cancel()``, ``cancelled()`` and ``when()`` with ``asyncio.TimerHandle`` and
+    adds ``reschedule(delay)``, the in-place re-arm an idle timeout does on each message.
+    Create handles with :meth:`WheelScheduler.call_later` / :meth:`WheelScheduler.call_at`.
+    """
+    # Fields and C methods: src/_aio.pxd.
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("WheelHandle objects are made by WheelScheduler.call_later() and call_at()")
+
+    def when(self):
+        """The deadline in loop-clock seconds (``loop.time()`` units), as asyncio's ``when()``.
+
+        The callback runs at the first wake-up whose loop time is at or after it plus the
+        scheduler's ``clock_slack_s``.
+        """
+        return self._when
+
+    def get_context(self):
+        """The context the callback runs in (as ``asyncio.Handle.get_context``, 3.12+)."""
+        return self._context
+
+    def cancelled(self):
+        """True once :meth:`cancel` was called (or the scheduler closed) before a run."""
+        return self._callback is None
+
+    def cancel(self):
+        """Cancel the callback; a no-op if it is already cancelled.
+
+        Safe from any callback, including one in the same fire batch: a handle cancelled
+        by an earlier callback of the batch does not run. Frees the wheel entry at once.
+        """
+        if self._callback is not None:
+            self._scheduler.c_cancel(self)
+
+    def reschedule(self, delay):
+        """Re-arm in place to run ``delay`` seconds from now (``loop.time() + delay``).
+
+        Works whether the handle is pending, is due in the running fire batch (it then
+        runs at the new time, not now), or has already run (it runs once more: a
+        callback may re-arm itself). Keeps the handle and its callback.
+
+        Returns:
+            True if armed; False if the handle was cancelled (nothing is armed).
+        Raises:
+            TypeError: ``delay`` is not a real number. ValueError: it is NaN or infinite.
+            RuntimeError: the scheduler is closed.
+        """
+        cdef double d
+        if self._callback is None:
+            return False
+        d = _as_seconds(delay, "delay")
+        return self._scheduler.c_reschedule(self, d)
+
+    def __repr__(self):
+        state = "cancelled" if self._callback is None else f"when={self._when:.3f}"
+        return f"<WheelHandle {state} {self._callback!r}>"
+
+
+cdef int _run_handle(WheelHandle handle) except -1:
+    """Run a handle's callback in its context; exceptions go to the loop's handler, as asyncio.
+
+    (A function, not a method: a cdef method would cost every handle a vtable pointer.)
+    """
+    try:
+        if handle._context is None:  # a WheelTimeout's expiry: its callback is the timeout
+            (<WheelTimeout>handle._callback)._expire()
+        else:
+            _run_in(handle._context, handle._callback, handle._args)
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except BaseException as exc:
+        handle._scheduler._loop.call_exception_handler({
+            "message": f"Exception in callback {handle._callback!r}{handle._args!r}",
+            "exception": exc,
+            "handle": handle,
+        })
+    return 0
+
+
+@cython.final
+@cython.no_gc_clear
+cdef class WheelScheduler:
+    """``call_later``/``call_at``/``timeout``/``keyed`` for an asyncio loop, on a TimerWheel.
+
+    Args:
+        loop: the event loop (default: the running loop). Works with the default loop
+            and with uvloop.
+        wheel_class: the wheel to drive: None or the compiled :class:`timerwheel_c.TimerWheel`,
+            whose C methods this scheduler calls (the pure twin
+            ``timerwheel_c.pure.aio.WheelScheduler`` drives any wheel).
+        clock_slack_s: seconds added to every due time to cover how far ``loop.time()``
+            may trail the real time (default: 0.001 or 0.002 on uvloop, whose clock is
+            libuv's whole-ms loop time; else 0).
+
+    Arming: one loop timer (``loop.call_at``) sits at the wheels' earliest
+    ``next_fire_ms()``. It is moved only when a new due time is earlier than it, never
+    once per timer; when it fires it advances the wheels to the loop time, runs the due
+    callbacks in fire order (equal deadlines in arming order, as asyncio) and re-arms once.
+
+    Like ``loop.call_later``, it is not thread-safe: use it from the loop's thread.
+
+    Raises:
+        RuntimeError: ``loop`` is None and no loop is running.
+        TypeError: ``wheel_class`` is another wheel. TypeError / ValueError:
+            ``clock_slack_s`` is not a finite number >= 0.
+    """
+    # Fields and C methods: src/_aio.pxd.
+
+    def __cinit__(self, *args, **kwargs):
+        # Valid from allocation on, even if __init__ never runs: no C call meets a None wheel.
+        self._wheel = TimerWheel(0)
+        self._keyed = []
+        self._wake_ms = NO_WAKE
+
+    def __init__(self, loop=None, *, wheel_class=None, clock_slack_s=None):
+        if self._loop is not None:
+            raise RuntimeError("WheelScheduler.__init__ called on a scheduler already in use")
+        if wheel_class is not None and wheel_class is not TimerWheel:
+            raise TypeError(
+                f"the compiled WheelScheduler drives the compiled TimerWheel, got wheel_class={wheel_class!r}; "
+                "timerwheel_c.pure.aio.WheelScheduler drives any wheel"
+            )
+        self._loop = asyncio.get_running_loop() if loop is None else loop
+        self._time = self._loop.time
+        # asyncio's own loop.time() is time.monotonic(): read it in C. A loop that overrides
+        # time() (uvloop, a test's clock) is called.
+        self._fast_clock = FAST_CLOCK and getattr(type(self._loop), "time", None) is _BASE_TIME
+        self._slack_s = check_slack(
+            default_clock_slack_s(self._loop) if clock_slack_s is None else clock_slack_s)
+        self._wheel = TimerWheel(_floor_ms(self.c_time()))
+
+    @property
+    def clock_slack_s(self):
+        """Seconds added to every due time for the loop clock's lag behind real time."""
+        return self._slack_s
+
+    def active_count(self):
+        """How many handles are armed (neither run, nor cancelled); keyed timers not included.
+
+        (Not ``__len__``: an empty scheduler must not be falsy in ``scheduler or loop``.)
+        """
+        return self._wheel.c_count()
+
+    def __sizeof__(self):
+        """Bytes of the scheduler and its wheel (``TimerWheel.nbytes()``); handles are objects of their own."""
+        return object.__sizeof__(self) + self._wheel.nbytes()
+
+    def call_later(self, delay, callback, *args, context=None):
+        """Run ``callback(*args)`` ``delay`` seconds from now, like ``loop.call_later``.
+
+        The callback runs on the loop in ``context`` (default: a copy of the current
+        context, as asyncio), never before ``loop.time() + delay``. A delay of 0 or
+        less runs it on the next tick (1 ms).
+
+        Returns:
+            a :class:`WheelHandle`.
+        Raises:
+            TypeError: ``delay`` is not a real number, or ``callback`` is not a plain
+                callable. ValueError: ``delay`` is NaN or infinite, or beyond the wheel's
+                range (2**62 ms). RuntimeError: the scheduler is closed.
+        """
+        cdef double d = _as_seconds(delay, "delay")
+        self._check_call(callback)
+        return self._call_at(self.c_time() + d, callback, args, context)
+
+    def call_at(self, when, callback, *args, context=None):
+        """Run ``callback(*args)`` at loop time ``when`` (seconds), like ``loop.call_at``.
+
+        Raises the same exceptions as :meth:`call_later` (``when`` for ``delay``).
+        """
+        self._check_call(callback)
+        return self._call_at(_as_seconds(when, "when"), callback, args, context)
+
+    def timeout(self, delay):
+        """An ``async with`` block cancelled after ``delay`` seconds, like ``asyncio.timeout``.
+
+        ``None`` disarms it. On expiry the task is cancelled and the block raises
+        ``TimeoutError`` (the builtin). Re-arm it with :meth:`WheelTimeout.reschedule`.
+
+        Raises:
+            TypeError / ValueError: ``delay`` is not a finite real number (or None).
+        """
+        cdef WheelTimeout t = WheelTimeout.__new__(WheelTimeout)
+        t._scheduler = self
+        t._delay = None if delay is None else _as_seconds(delay, "delay")
+        return t
+
+    def keyed(self, callback, *, context=None):
+        """A set of timers named by int keys, each firing ``callback(key)``, with no handle per timer.
+
+        The callback runs on the loop in ``context`` (default: a copy of the current context,
+        taken now), with the guarantees of :meth:`call_later`: never early, due order, ties
+        in arming order.
+
+        Raises:
+            TypeError: ``callback`` is not a plain callable. RuntimeError: the scheduler is closed.
+        """
+        cdef KeyedTimers keyed
+        if self._closed:
+            raise RuntimeError("WheelScheduler is closed")
+        check_callback(callback, "keyed")
+        keyed = KeyedTimers.__new__(KeyedTimers)
+        keyed._scheduler = self
+        keyed._callback = callback
+        keyed._context = PyContext_CopyCurrent() if context is None else context
+        keyed._wheel = TimerWheel(_floor_ms(self.c_time()))
+        self._keyed.append(keyed)
+        return keyed
+
+    def close(self):
+        """Cancel every armed handle and keyed timer and the wake-up; later arming raises RuntimeError.
+
+        Idempotent. Safe from inside a callback: the rest of the batch does not run.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        if self._wake is not None:
+            self._wake.cancel()
+            self._wake = None
+        self._drain()
+        keyed, self._keyed = self._keyed, []
+        for k in keyed:
+            (<KeyedTimers>k)._clear()
+
+    # -- the C-level API (declared in src/_aio.pxd): the Python methods without conversions --
+
+    cdef double c_time(self) except? -1.0:
+        """The loop's time in seconds: asyncio's clock read in C, else ``loop.time()``."""
+        cdef double now_s
+        if self._fast_clock and tw_monotonic_s(&now_s) == 0:
+            return now_s
+        return self._time()
+
+    cdef WheelHandle c_call_later(self, double delay_s, object callback, tuple args):
+        """``call_later(delay_s, callback, *args)``, in a copy of the current context."""
+        if not isfinite(delay_s):
+            check_seconds(delay_s)
+        self._check_call(callback)
+        return self._call_at(self.c_time() + delay_s, callback, args, None)
+
+    cdef bint c_reschedule(self, WheelHandle handle, double delay_s) except -1:
+        """``handle.reschedule(delay_s)``: False if it is cancelled.
+
+        Raises:
+            ValueError: ``handle`` is another scheduler's, or ``delay_s`` is not finite.
+        """
+        if handle._callback is None:
+            return False
+        if handle._scheduler is not self:
+            raise ValueError(f"{handle!r} belongs to another WheelScheduler")
+        if not isfinite(delay_s):
+            check_seconds(delay_s)
+        self._arm_handle(handle, self.c_time() + delay_s)
+        return True
+
+    cdef int c_cancel(self, WheelHandle handle) except -1:
+        """``handle.cancel()``.
+
+        Raises:
+            ValueError: ``handle`` is another scheduler's.
+        """
+        if handle._callback is None:
+            return 0
+        if handle._scheduler is not self:
+            raise ValueError(f"{handle!r} belongs to another WheelScheduler")
+        self._disarm(handle)
+        handle._callback = None
+        handle._args = None
+        return 0
+
+    # -- internals: arming a timer and the one loop wake-up ---------------------------
+
+    cdef int _check_call(self, object callback) except -1:
+        """RuntimeError if closed; TypeError unless ``callback`` is a plain callable."""
+        if self._closed:
+            raise RuntimeError("WheelScheduler is closed")
+        return _check_callback(callback, "call_at")
+
+    cdef WheelHandle _call_at(self, double when_s, object callback, tuple args, object context):
+        """A new handle for ``callback(*args)`` at loop time ``when_s``, armed."""
+        cdef WheelHandle handle = WheelHandle.__new__(WheelHandle)
+        handle._scheduler = self
+        handle._callback = callback
+        handle._args = args
+        handle._context = PyContext_CopyCurrent() if context is None else context
+        self._arm_handle(handle, when_s)
+        return handle
+
+    cdef int64_t _due_ms(self, double when_s) except -1:
+        """The due ms of a deadline ``when_s`` (loop seconds), never early in float.
+
+        The deadline plus the clock slack, rounded up, and bumped if float rounding left it
+        early, so due_ms / 1000 >= due_s holds in float. A deadline before the clock's epoch
+        counts as due at 0 (the next tick).
+
+        Raises:
+            ValueError: the due time is beyond 2**62 ms.
+        """
+        cdef double due_s = when_s + self._slack_s
+        cdef double due_f = ceil(due_s * 1000.0)
+        cdef int64_t due_ms
+        if not due_f <= MAX_DUE_MS_F:
+            raise deadline_error(when_s)
+        if due_f < 0.0:
+            return 0
+        due_ms = <int64_t>due_f
+        if due_ms / 1000.0 < due_s:
+            due_ms += 1
+        if due_ms > MAX_DUE_MS:
+            raise deadline_error(when_s)
+        return due_ms
+
+    cdef int64_t _after_ms(self, TimerWheel wheel, int64_t due_ms) except? -1:
+        """``due_ms`` as a delay on ``wheel``'s clock. While a wheel holds nothing its clock is
+        caught up to the loop first, so a new timer lands in the slots, not in the overflow."""
+        cdef tw_fired_t none
+        cdef int64_t now_ms
+        if wheel.c_count() == 0:
+            now_ms = _floor_ms(self.c_time())
+            if now_ms > wheel.c_now_ms():
+                wheel.c_advance(now_ms, &none)
+                wheel.c_release(&none)
+        return due_ms - wheel.c_now_ms()
+
+    cdef int _arm_handle(self, WheelHandle handle, double when_s) except -1:
+        """Arm ``handle`` at loop time ``when_s``: in place if pending, else as a new wheel entry
+        holding a new reference to it."""
+        cdef TimerWheel wheel = self._wheel
+        cdef int64_t due_ms, after_ms
+        if self._closed:
+            raise RuntimeError("WheelScheduler is closed")
+        due_ms = self._due_ms(when_s)
+        after_ms = self._after_ms(wheel, due_ms)
+        handle._when = when_s
+        # A pending handle moves in place. One that ran, or is due in the running batch
+        # (its wheel timer already fired), gets a new entry: the batch skips the old token.
+        if handle._timer_id == 0 or not wheel.c_reschedule(handle._timer_id, after_ms):
+            handle._timer_id = wheel.c_schedule(after_ms, <uint64_t><size_t><PyObject*>handle)
+            Py_INCREF(handle)
+        if due_ms < self._wake_ms:
+            self._arm_wake(due_ms)
+        return 0
+
+    cdef int _disarm(self, WheelHandle handle) except -1:
+        """Take ``handle`` out of the wheel (if pending there, dropping the entry's reference)."""
+        cdef uint64_t timer_id = handle._timer_id
+        handle._timer_id = 0
+        if timer_id and self._wheel.c_cancel(timer_id):
+            Py_DECREF(handle)
+        return 0
+
+    cdef int _arm_wake(self, int64_t due_ms) except -1:
+        """Move the one loop wake-up to ``due_ms``; aimed so the wake-up sees ``due_ms``."""
+        cdef double at_s = due_ms / 1000.0
+        if self._wake is not None:
+            self._wake.cancel()
+        if _floor_ms(at_s) < due_ms:  # float rounding put it a hair early
+            at_s = nextafter(at_s, INFINITY)
+        self._wake_ms = due_ms
+        self._wake = self._loop.call_at(at_s, self._on_wake)
+        return 0
+
+    def _on_wake(self):
+        """Advance the wheels to the loop time and run every due callback, then re-arm once."""
+        cdef int64_t now_ms
+        self._wake = None
+        self._wake_ms = IN_BATCH
+        try:
+            now_ms = _floor_ms(self.c_time())
+            self._run_handles(now_ms)
+            for keyed in self._keyed:
+                if self._closed:
+                    break
+                (<KeyedTimers>keyed)._run(now_ms)
+        finally:
+            self._end_batch()
+
+    cdef int _run_handles(self, int64_t now_ms) except -1:
+        """Advance the handles' wheel to ``now_ms`` and run the due handles in fire order."""
+        cdef TimerWheel wheel = self._wheel
+        cdef tw_fired_t fired
+        cdef Py_ssize_t i = 0
+        if now_ms <= wheel.c_now_ms():
+            return 0
+        wheel.c_advance(now_ms, &fired)
+        try:
+            while i < fired.count:
+                i += 1
+                self._fire(<PyObject*><size_t>fired.tokens[i - 1])
+        finally:
+            self._requeue(&fired, i)
+            wheel.c_release(&fired)
+        return 0
+
+    cdef int _fire(self, PyObject* token) except -1:
+        """Run the handle a fired ``token`` names, if it is due; takes over the token's reference."""
+        cdef WheelHandle handle = <WheelHandle>token
+        Py_DECREF(handle)  # the token's; ``handle`` holds its own until the end
+        if self._closed:
+            handle._timer_id = 0
+            handle._callback = None
+            handle._args = None
+            return 0
+        # 0: cancelled by an earlier callback of this batch; pending: re-armed by one.
+        if handle._timer_id == 0 or self._wheel.c_due_ms(handle._timer_id) >= 0:
+            return 0
+        handle._timer_id = 0
+        return _run_handle(handle)
+
+    cdef int _requeue(self, tw_fired_t* fired, Py_ssize_t start) except -1:
+        """Keep the handles a SystemExit/KeyboardInterrupt skipped (tokens from ``start`` on): they
+        are already due, so they go back after 1 ms, in order, and none is lost."""
+        cdef Py_ssize_t i
+        cdef uint64_t token
+        cdef WheelHandle handle
+        for i in range(start, fired.count):
+            token = fired.tokens[i]
+            handle = <WheelHandle><PyObject*><size_t>token
+            if not self._closed and handle._timer_id and self._wheel.c_due_ms(handle._timer_id) < 0:
+                handle._timer_id = self._wheel.c_schedule(1, token)  # the token's reference moves
+            else:
+                if self._closed:
+                    handle._timer_id = 0
+                    handle._callback = None
+                    handle._args = None
+                Py_DECREF(handle)
+        return 0
+
+    cdef int _end_batch(self) except -1:
+        """Re-arm the wake-up once, at the earliest due time of any wheel."""
+        cdef int64_t wake_ms
+        self._wake_ms = NO_WAKE
+        if self._closed:
+            return 0
+        # next_fire_ms() may be a lower bound; a wake-up that finds nothing re-arms.
+        wake_ms = _next_wake(self._wheel, NO_WAKE)
+        for keyed in self._keyed:
+            wake_ms = _next_wake((<KeyedTimers>keyed)._wheel, wake_ms)
+        if wake_ms != NO_WAKE:
+            self._arm_wake(wake_ms)
+        return 0
+
+    cdef int _drain(self) except -1:
+        """Cancel every handle in the wheel, dropping the entries' references (close, tp_clear)."""
+        cdef TimerWheel wheel = self._wheel
+        cdef tw_fired_t fired
+        cdef WheelHandle handle
+        cdef Py_ssize_t i
+        if wheel.c_count() == 0:
+            return 0
+        # Every pending timer fires at the end of time: their references come back here.
+        wheel.c_advance(MAX_DUE_MS, &fired)
+        try:
+            for i in range(fired.count):
+                handle = <WheelHandle><PyObject*><size_t>fired.tokens[i]
+                Py_DECREF(handle)
+                handle._timer_id = 0
+                handle._callback = None
+                handle._args = None
+        finally:
+            wheel.c_release(&fired)
+        return 0
+
+
+cdef inline int64_t _next_wake(TimerWheel wheel, int64_t wake_ms) noexcept:
+    """The earlier of ``wake_ms`` and the wake-up ``wheel`` needs, if it holds timers."""
+    cdef int64_t at_ms
+    if wheel.c_count() == 0:
+        return wake_ms
+    at_ms = wheel.c_next_fire_ms()
+    if at_ms <= wheel.c_now_ms():
+        at_ms = wheel.c_now_ms() + 1
+    return at_ms if at_ms < wake_ms else wake_ms
+
+
+# -- the collector sees the handles the wheel references ------------------------------------
+
+cdef traverseproc _scheduler_base_traverse = NULL
+
+
+cdef int _scheduler_traverse(PyObject* o, visitproc visit, void* arg) noexcept:
+    """The scheduler's generated traverse, plus one visit per wheel entry: each holds a handle."""
+    cdef int r = _scheduler_base_traverse(o, visit, arg)
+    cdef PyObject* wheel
+    cdef entry_t* pool
+    cdef int e
+    if r:
+        return r
+    wheel = <PyObject*>(<WheelScheduler>o)._wheel
+    if wheel == <PyObject*>None:
+        return 0
+    pool = (<TimerWheel>wheel)._pool
+    for e in range((<TimerWheel>wheel)._used):
+        if pool[e].loc < NUM_SLOTS:  # linked: pending
+            r = visit(<PyObject*><size_t>pool[e].token, arg)
+            if r:
+                return r
+    return 0
+
+
+cdef int _scheduler_clear(PyObject* o) noexcept:
+    """Break the scheduler's cycles through its handles: close it and drain the wheel."""
+    cdef WheelScheduler scheduler = <WheelScheduler>o
+    scheduler._closed = True
+    try:
+        scheduler._drain()
+    except BaseException:
+        PyErr_WriteUnraisable(scheduler)
+    return 0
+
+
+cdef PyTypeObject* _scheduler_type = <PyTypeObject*>WheelScheduler
+_scheduler_base_traverse = _scheduler_type.tp_traverse
+_scheduler_type.tp_traverse = _scheduler_traverse
+_scheduler_type.tp_clear = _scheduler_clear
+PyType_Modified(_scheduler_type)
+
+
+include "_aio_timeout.pxi"
+include "_aio_keyed.pxi"

@@ -1,0 +1,49 @@
+"""The asyncio layer's benchmarks (timerwheel_c.bench.aio_micro and .echo) run end to end, small.
+
+They assert the shape of the figures and the properties that hold on any machine (every idle
+close fired and none before its deadline on the server's loop clock); never a speed.
+"""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from timerwheel_c.bench import aio_micro, echo
+
+pytestmark = pytest.mark.c_extension
+
+
+def test_aio_micro_reports_every_operation_and_memory():
+    """A tiny run: every row that imports reports each of its operations (positive ns) and its
+    bytes per armed handle; the schedulers also per key; the targets are computed."""
+    done = []
+    results = aio_micro.run(handles=200, timeout_ops=50, repeats=1, progress=done.append)
+    assert {"WheelScheduler (C)", "WheelScheduler (pure)", "asyncio"} <= set(results)
+    for name, fig in results.items():
+        ops = {"re-arm", "call_later+cancel"}
+        if "Wheel" in name:
+            ops |= {"keyed re-arm", "timeout"}
+        elif hasattr(asyncio, "timeout"):  # Python 3.11+
+            ops.add("timeout")
+        assert ops <= set(fig), name
+        assert all(fig[op]["median_ns_per_op"] > 0 for op in ops), name
+        assert fig["bytes_per_handle"] > 0 and ("Wheel" not in name or fig["bytes_per_key"] > 0), name
+    assert sum(done) == 2 * len(results)
+    verdicts = [goal.judge(value) for goal, value in aio_micro.goals({"results": results})]
+    assert {"WheelHandle.reschedule", "bytes per armed key"} <= {v["name"] for v in verdicts}
+
+
+@pytest.mark.slow
+def test_echo_runs_every_timer_kind_and_no_idle_close_is_early():
+    """40 connections for 1 s, one run per (loop, timer kind): some connections fall silent (the
+    situation arose), the server closes each, none before its idle timeout on its loop clock."""
+    done = []
+    rows = echo.run((40,), seconds=1.0, repeats=1, progress=done.append)
+    assert [(r["loop"], r["timers"]) for r in rows] == [(lp, k) for lp in echo.loops() for k in echo.timer_kinds()]
+    assert sum(done) == len(rows)
+    for r in rows:
+        assert r["idle_closes_expected"] > 0, r
+        assert r["idle_closes_fired"] == r["idle_closes_expected"] and r["early_closes"] == 0, r
+        assert r["cpu_ns_per_request"] > 0 and r["requests_per_s"] > 0, r
+    assert echo.format_table(rows) and echo.goals({"results": rows})
