@@ -336,9 +336,12 @@ def test_malformed_rows_do_not_starve_due_timers():
         b.put(keys.TAG + (1).to_bytes(8, "big") + b"\x00" + i.to_bytes(4, "big"), b"")
     b.put(keys.timer(2, 1, b"real"), b"v")
     store.apply("p", b)
-    malformed = 0
-    for tick in range(20):
-        malformed += run_due(store, "p", registry, 1_000 + tick * 10_000).malformed
+    budget = TickBudget(max_scanned=512)
+    first = run_due(store, "p", registry, 1_000, budget)
+    assert first.stopped_on_budget and store.get("p", b"done/real") is None, "one tick could not reach the timer"
+    malformed = first.malformed
+    for tick in range(1, 20):
+        malformed += run_due(store, "p", registry, 1_000 + tick * 10_000, budget).malformed
     assert malformed == 600, "each malformed row is counted once (then quarantined)"
     assert store.get("p", b"done/real") == b"1"
     kept = store.scan("p", *keys.QUARANTINE_RANGE, limit=1000).entries

@@ -100,11 +100,16 @@ class TickBudget:
     tick (lowered by a handler's ``max_per_tick``); rows over it are deferred.
     ``max_scanned``: rows looked at. ``max_elapsed_ms``: monotonic ms since the tick began,
     checked before each row is claimed (rows already claimed are always fired).
+
+    The defaults let one pass of a partition fire a backlog of 1,024 timers in a handful of
+    commits (claims and outcomes are batched per chunk), while no kind takes more than a
+    quarter of a pass: on PostgreSQL with synchronous commit, commits, not handler calls,
+    bound the fired/s of a runner.
     """
 
-    max_fired: int = 128
-    max_per_kind: int = 32
-    max_scanned: int = 512
+    max_fired: int = 1024
+    max_per_kind: int = 256
+    max_scanned: int = 4096
     max_elapsed_ms: int = 10_000
 
     def __post_init__(self):
