@@ -17,21 +17,13 @@ from timerwheel_c.durable.registry import Done, Retry, TimerHandler, TimerKind, 
 from timerwheel_c.durable.service import DEFAULT_CONCURRENCY, DurableTimerService
 from timerwheel_c.durable.sqlite import SQLiteStore
 from timerwheel_c.durable.store import Absent, Batch, Store
+from waiting import wait_until, wall_ms
 
 P = "conc"
 KIND = 0xF6
 LIVENESS_S = 20.0
 
 
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def wait_until(predicate, what, timeout=LIVENESS_S):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ import pytest
 
 from timerwheel_c.durable import keys
 from timerwheel_c.durable.store import Batch, SchemaVersionError
+from waiting import wait_until, wall_ms
 
 CURRENT = 4  # timerwheel_c.durable.postgres.SCHEMA_VERSION (psycopg may be missing at collection)
 
@@ -37,9 +38,6 @@ TAKEOVER_S = 10.0
 LIVENESS_S = 60.0
 _OWNS = re.compile(r"owns (\d+) of (\d+) partitions \((\d+) runners\): \[(.*)\]")
 
-
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @pytest.fixture
@@ -102,12 +100,6 @@ def runners(schema_url, tmp_path):
         r.stop()
 
 
-def wait_until(predicate, what, timeout=LIVENESS_S):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        time.sleep(0.05)
-
 
 def open_store(url):
     from timerwheel_c.durable.postgres import PostgresStore
@@ -157,10 +149,10 @@ def test_four_runners_divide_sixteen_partitions_and_fire_each_timer_once(runners
     with open_store(schema_url) as store:
         anchor(store)
         rs = runners(4)
-        wait_until(lambda: balanced(rs, 4), "4 partitions per runner")
+        wait_until(lambda: balanced(rs, 4), "4 partitions per runner", LIVENESS_S)
         owner_of = {p: i for i, r in enumerate(rs) for p in r.owned}
         schedule_due(store, 500)
-        wait_until(lambda: sum(effect_counts(store).values()) >= 8000, "8,000 effects")
+        wait_until(lambda: sum(effect_counts(store).values()) >= 8000, "8,000 effects", LIVENESS_S)
         time.sleep(0.5)  # a doubled effect would show up by now as a count of 2
         counts = effect_counts(store)
         assert len(counts) == 8000 and set(counts.values()) == {1}
@@ -178,11 +170,11 @@ def test_sigkilled_runner_partitions_are_taken_over_and_nothing_is_lost_or_doubl
     with open_store(schema_url) as store:
         anchor(store)
         rs = runners(4)
-        wait_until(lambda: balanced(rs, 4), "4 partitions per runner")
+        wait_until(lambda: balanced(rs, 4), "4 partitions per runner", LIVENESS_S)
         victim, survivors = rs[0], rs[1:]
         orphaned = set(victim.owned)
         schedule_due(store, 500)
-        wait_until(lambda: sum(effect_counts(store).values()) >= 200, "the first effects")
+        wait_until(lambda: sum(effect_counts(store).values()) >= 200, "the first effects", LIVENESS_S)
         victim.proc.send_signal(signal.SIGKILL)
         killed_at = time.monotonic()
         victim.proc.wait()
@@ -190,7 +182,7 @@ def test_sigkilled_runner_partitions_are_taken_over_and_nothing_is_lost_or_doubl
         wait_until(lambda: orphaned <= set().union(*(set(r.owned) for r in survivors)),
                    "the survivors to own the dead runner's partitions", TAKEOVER_S)
         assert time.monotonic() - killed_at < TAKEOVER_S
-        wait_until(lambda: sum(effect_counts(store).values()) >= 8000, "8,000 effects")
+        wait_until(lambda: sum(effect_counts(store).values()) >= 8000, "8,000 effects", LIVENESS_S)
         time.sleep(0.5)
         counts = effect_counts(store)
         assert len(counts) == 8000 and set(counts.values()) == {1}
@@ -205,7 +197,7 @@ def test_a_runner_started_later_gets_its_share(runners, schema_url):
         anchor(store)
         rs = runners(3)
         wait_until(lambda: all(len(r.owned) <= 6 for r in rs) and disjoint(rs)
-                   and set().union(*(set(r.owned) for r in rs)) == set(PARTITIONS), "3 runners to cover 16 partitions")
+                   and set().union(*(set(r.owned) for r in rs)) == set(PARTITIONS), "3 runners to cover 16 partitions", LIVENESS_S)
         [late] = runners(1)
         wait_until(lambda: late.owned, "the late runner's first partitions", TAKEOVER_S + 5)
         wait_until(lambda: balanced(rs + [late], 4), "4 partitions per runner", TAKEOVER_S + 5)

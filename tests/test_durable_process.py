@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from timerwheel_c.durable.runner import backoff_ms
 from timerwheel_c.durable.sleep import SLEEP_PARTITION
 from timerwheel_c.durable.sqlite import SQLiteStore
 from timerwheel_c.durable.store import Batch
+from waiting import wait_until, wall_ms
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 
@@ -27,21 +27,12 @@ P = "jobs"
 LIVENESS_S = 30.0
 
 
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
-
 
 def spawn(tmp_path, *args):
     # cwd=tmp_path: never import the checkout's timerwheel_c instead of the installed one.
     return subprocess.Popen([sys.executable, str(HELPERS), *map(str, args)], cwd=tmp_path,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
-
-def wait_until(predicate, what, timeout=LIVENESS_S):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 def effects(store):

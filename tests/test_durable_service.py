@@ -15,14 +15,12 @@ from timerwheel_c.durable.registry import Done, TimerHandler, TimerKind, TimerRe
 from timerwheel_c.durable.service import DurableTimerService
 from timerwheel_c.durable.sqlite import SQLiteStore
 from timerwheel_c.durable.store import Absent, Batch
+from waiting import wall_ms
 
 P = "svc"
 KIND = 0xF2
 LIVENESS_S = 20.0
 
-
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class Effect(TimerHandler):

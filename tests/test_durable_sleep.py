@@ -14,10 +14,8 @@ from timerwheel_c.durable.runner import run_due
 from timerwheel_c.durable.service import DurableTimerService
 from timerwheel_c.durable.sleep import SLEEP_PARTITION, DurableContext, SleepHandler, TimerId
 from timerwheel_c.durable.sqlite import SQLiteStore
+from waiting import wall_ms
 
-
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def test_timer_id_is_deterministic_uuid5():

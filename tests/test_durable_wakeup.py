@@ -25,6 +25,7 @@ import pytest
 from timerwheel_c.durable import keys, schedule
 from timerwheel_c.durable.sqlite import SQLiteStore
 from timerwheel_c.durable.store import Batch
+from waiting import wait_until, wall_ms
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 
@@ -38,15 +39,6 @@ PGBIN = Path(os.environ.get("PGBIN", "/usr/lib/postgresql/15/bin"))
 needs_pg = pytest.mark.skipif(not PG_DSN, reason="no TIMERWHEEL_C_TEST_PG_DSN")
 
 
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def wait_until(predicate, what, timeout=LIVENESS_S):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
 
 
 def effects(store) -> dict:
