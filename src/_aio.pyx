@@ -35,7 +35,7 @@ from cpython.exc cimport PyErr_SetObject, PyErr_WriteUnraisable
 from cpython.method cimport PyMethod_Check, PyMethod_GET_FUNCTION
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_DECREF, Py_INCREF
-from libc.math cimport INFINITY, ceil, floor, isfinite, nextafter
+from libc.math cimport INFINITY, floor, isfinite, nextafter
 from libc.stdint cimport INT64_MAX, int64_t, uint64_t
 from libc.stdlib cimport calloc, free
 
@@ -491,13 +491,17 @@ cdef class WheelScheduler:
             ValueError: the due time is beyond 2**62 ms.
         """
         cdef double due_s = when_s + self._slack_s
-        cdef double due_f = ceil(due_s * 1000.0)
+        cdef double scaled = due_s * 1000.0
         cdef int64_t due_ms
-        if not due_f <= MAX_DUE_MS_F:
+        if not scaled <= MAX_DUE_MS_F:
             raise deadline_error(when_s)
-        if due_f < 0.0:
+        if scaled < 0.0:
             return 0
-        due_ms = <int64_t>due_f
+        # ceil(scaled) without libm's call: the cast truncates (floors, as scaled >= 0), exactly
+        # for a double below 2**62; every double from 2**53 on is an integer already.
+        due_ms = <int64_t>scaled
+        if due_ms < scaled:
+            due_ms += 1
         if due_ms / 1000.0 < due_s:
             due_ms += 1
         if due_ms > MAX_DUE_MS:

@@ -59,17 +59,17 @@ cdef class TimerWheel:
 
     cdef int _grow_buf(self) except -1
     cdef int _grow_pool(self, int32_t cap) except -1
-    cdef int32_t _alloc(self) except -1
-    cdef void _free(self, int32_t e) noexcept
-    cdef void _link(self, int32_t e) noexcept
-    cdef void _unlink(self, int32_t e) noexcept
-    cdef void _pop_head(self, int32_t f, int32_t nxt) noexcept
-    cdef int32_t _next_slot(self) noexcept
-    cdef int64_t _slot_start(self, int32_t f) noexcept
-    cdef int32_t _find(self, uint64_t timer_id) noexcept
-    cdef int32_t _lookup(self, object timer_id) except -2
-    cdef int64_t _due_for(self, int64_t delay, object after_ms) except -1
-    cdef uint64_t _arm(self, int64_t due, uint64_t token) except? 0
+    cdef inline int32_t _alloc(self) except -1
+    cdef inline void _free(self, int32_t e) noexcept
+    cdef inline void _link(self, int32_t e) noexcept
+    cdef inline void _unlink(self, int32_t e) noexcept
+    cdef inline void _pop_head(self, int32_t f, int32_t nxt) noexcept
+    cdef inline int32_t _next_slot(self) noexcept
+    cdef inline int64_t _slot_start(self, int32_t f) noexcept
+    cdef inline int32_t _find(self, uint64_t timer_id) noexcept
+    cdef inline int32_t _lookup(self, object timer_id) except -2
+    cdef inline int64_t _due_for(self, int64_t delay, object after_ms) except -1
+    cdef inline uint64_t _arm(self, int64_t due, uint64_t token) except? 0
     cdef Py_ssize_t _run(self, int64_t now) except -1
     cdef uint64_t* _detach_buf(self, Py_ssize_t* cap) noexcept
     cdef void _restore_buf(self, uint64_t* buf, Py_ssize_t cap) noexcept

@@ -40,22 +40,23 @@ def test_arm_cancel_when_contains_len(aio_run, until):
 
 def test_keys_fire_in_due_order_ties_in_arming_order(aio_run, until):
     """Keys due at one ms fire in arming order (re-arming counts as arming); earlier due times
-    first. Deterministic: 80 ms separates the two groups."""
+    first. Deterministic: 80 ms separates the two groups, and every key of a group is armed with
+    the same delay, so each later arm's due time (its own clock read plus the delay) is never
+    earlier than the one before it, however long the machine stalls between two arms."""
     async def main(sched, loop):
         fired = []
         keys = sched.keyed(fired.append)
-        when = loop.time() + 0.1
         for k in [5, 1, 4, 2, 3]:
-            keys.arm(k, when - loop.time())
-        keys.arm(1, when - loop.time())  # re-armed last: now after 3
+            keys.arm(k, 0.1)
+        keys.arm(1, 0.1)  # re-armed last: now after 3
         for k in [10, 11]:
             keys.arm(k, 0.02)
         await until(lambda: len(fired) == 7)
         return fired
     fired = aio_run(main)
     assert fired[:2] == [10, 11]
-    # 5, 4, 2, 3 kept their arming order; 1 moved to the end. Their due ms may differ by one
-    # (each arm reads the clock), but never out of order: due order first, then arming order.
+    # 5, 4, 2, 3 kept their arming order; 1 moved to the end. Their due ms may differ (each arm
+    # reads the clock), but only upwards in arming order: due order first, then arming order.
     assert fired[2:] == [5, 4, 2, 3, 1]
 
 
@@ -142,9 +143,8 @@ def test_close_from_a_callback_stops_the_batch(aio_run, until):
             log.append(key)
             sched.close()
         keys = sched.keyed(fire)
-        when = loop.time() + 0.005
         for k in range(5):
-            keys.arm(k, when - loop.time())
+            keys.arm(k, 0.005)  # one delay: due times never decrease in arming order
         await until(lambda: log)
         await asyncio.sleep(0.02)
         with pytest.raises(RuntimeError, match="closed"):
@@ -166,9 +166,8 @@ def test_exceptions_go_to_the_loop_handler(aio_run, until):
             if key == 1:
                 raise ZeroDivisionError(key)
         keys = sched.keyed(fire)
-        when = loop.time() + 0.005
         for k in (1, 2):
-            keys.arm(k, when - loop.time())
+            keys.arm(k, 0.005)
         await until(lambda: len(log) == 2)
         return errors
     errors = aio_run(main)
@@ -188,9 +187,8 @@ def test_keyboard_interrupt_loses_no_key(aio_impl, until):
             if key == 0:
                 raise KeyboardInterrupt
         keys = sched.keyed(fire)
-        when = loop.time() + 0.005
         for k in range(4):
-            keys.arm(k, when - loop.time())
+            keys.arm(k, 0.005)  # one delay: due times never decrease in arming order
         with pytest.raises(KeyboardInterrupt):
             loop.run_until_complete(asyncio.sleep(1.0))
         assert log == [0] and len(keys) == 3

@@ -38,6 +38,14 @@ FIGURES = {
                     "fleet": {"runners_1": {"runners": 1, "partitions": 16, "fired_per_s": 3_500.0},
                               "runners_4": {"runners": 4, "partitions": 16, "fired_per_s": 9_000.0,
                                             "takeover_s": 1.2}}},
+        "aio": {"handles": 1_000, "results": {
+            "WheelScheduler (C)": {"re-arm": _cell(145), "keyed re-arm": _cell(165), "bytes_per_handle": 221.0,
+                                   "bytes_per_key": 82.0},
+            "asyncio": {"re-arm": _cell(3_000), "bytes_per_handle": 273.0}}},
+        "echo": {"results": [
+            {"connections": n, "loop": "asyncio", "timers": timers, "cpu_ns_per_request": cpu,
+             "cpu_ns_min": cpu * 0.9, "cpu_ns_max": cpu * 1.1}
+            for n in (10, 100) for timers, cpu in (("asyncio", 70_000.0), ("WheelScheduler", 45_000.0))]},
         "network": {"results": {
             name: {"cpu_ns_per_request": cpu, "latency_summary_us": _summary(200, 900),
                    "idle_close_lateness_summary_ms": _summary(0.6, 1.0)}
@@ -67,8 +75,8 @@ def _texts(fig) -> list[str]:
 
 
 def test_every_workload_with_figures_gets_a_chart(charts):
-    """Durable and network included: one chart per workload present in the figures."""
-    assert set(charts) == {"churn", "rto", "memory", "lateness", "durable", "network"}
+    """Durable, aio, echo and network included: one chart per workload present in the figures."""
+    assert set(charts) == {"churn", "rto", "memory", "lateness", "durable", "aio", "echo", "network"}
 
 
 def test_figures_that_do_not_apply_are_labelled_na(charts):
@@ -76,6 +84,7 @@ def test_figures_that_do_not_apply_are_labelled_na(charts):
     assert "n/a: no re-arm" in _texts(charts["churn"])
     assert "n/a" in _texts(charts["rto"]) and "uvloop" in _texts(charts["rto"])
     assert "n/a: no samples" in _texts(charts["durable"])
+    assert "n/a" in _texts(charts["aio"])  # asyncio has no keyed re-arm and no bytes per key
 
 
 def test_durable_chart_shows_the_fleet_when_measured(charts):
@@ -86,7 +95,7 @@ def test_memory_chart_says_how_many_timers(charts):
     assert any("250,000 timers" in text for text in _texts(charts["memory"]))
 
 
-@pytest.mark.parametrize("name", ["churn", "rto", "memory", "lateness", "durable", "network"])
+@pytest.mark.parametrize("name", ["churn", "rto", "memory", "lateness", "durable", "aio", "echo", "network"])
 def test_every_label_fits_inside_its_image(charts, name):
     """Each axes with everything drawn around it (axis labels, tick labels, title), and the
     figure's title, lie inside the saved image: no label is cut at an edge."""

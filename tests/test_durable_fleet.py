@@ -22,7 +22,7 @@ import pytest
 from timerwheel_c.durable import keys
 from timerwheel_c.durable.store import Batch, SchemaVersionError
 
-CURRENT = 3  # timerwheel_c.durable.postgres.SCHEMA_VERSION (psycopg may be missing at collection)
+CURRENT = 4  # timerwheel_c.durable.postgres.SCHEMA_VERSION (psycopg may be missing at collection)
 
 PG_DSN = os.environ.get("TIMERWHEEL_C_TEST_PG_DSN")
 pytestmark = [

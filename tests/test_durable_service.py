@@ -1,10 +1,9 @@
 """DurableTimerService in-process: first pass after start, early wake on a nearer schedule, exact sleep,
-prompt stop, surviving store errors, two services on one SQLite file. Timing assertions are only
+prompt stop, two services on one database (store errors: test_durable_concurrency.py). Timing assertions are only
 "not before the due time" and generous liveness bounds (seconds), never speeds."""
 from __future__ import annotations
 
 import os
-import sqlite3
 import threading
 import time
 import uuid
@@ -15,7 +14,7 @@ from timerwheel_c.durable import keys
 from timerwheel_c.durable.registry import Done, TimerHandler, TimerKind, TimerRegistry
 from timerwheel_c.durable.service import DurableTimerService
 from timerwheel_c.durable.sqlite import SQLiteStore
-from timerwheel_c.durable.store import Absent, Batch, Store
+from timerwheel_c.durable.store import Absent, Batch
 
 P = "svc"
 KIND = 0xF2
@@ -109,47 +108,6 @@ def test_stop_is_prompt_and_cancel_removes(store):
     assert not svc.running and time.monotonic() - t0 < 5
     with pytest.raises(ValueError, match="not served"):
         svc.schedule("other", due, KIND, b"c")
-
-
-class Flaky(Store):
-    """Delegates to a real store but raises sqlite3.OperationalError from scan until ``healed``."""
-
-    def __init__(self, inner):
-        self.inner = inner
-        self.failures = 0
-        self.healed = threading.Event()
-
-    def _scan(self, *a):
-        if not self.healed.is_set():
-            self.failures += 1
-            raise sqlite3.OperationalError("database is locked")
-        return self.inner.scan(*a)
-
-    def _get(self, *a):
-        return self.inner.get(*a)
-
-    def _apply(self, *a):
-        return self.inner.apply(*a)
-
-    def _partitions(self):
-        return self.inner.partitions()
-
-
-def test_store_errors_do_not_kill_the_service(store, caplog):
-    """While every scan raises OperationalError the thread logs, backs off and stays alive; once the
-    store heals, the due timer fires. The failures are asserted to have happened."""
-    flaky = Flaky(store)
-    put_timer(store, wall_ms() - 1, b"e")
-    h = Effect()
-    with DurableTimerService(flaky, TimerRegistry().register(h), [P]) as svc:
-        deadline = time.monotonic() + LIVENESS_S
-        while svc.errors < 3 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert svc.errors >= 3 and svc.running and not h.fired
-        flaky.healed.set()
-        svc.schedule(P, wall_ms() - 1, KIND, b"kick")  # also wakes the error backoff sleep
-        h.wait_for(2)
-    assert "durable timer pass failed" in caplog.text
 
 
 PG_DSN = os.environ.get("TIMERWHEEL_C_TEST_PG_DSN")

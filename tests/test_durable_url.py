@@ -28,15 +28,21 @@ def test_sqlite_urls(tmp_path, monkeypatch):
 
 
 def test_bench_contract_shape():
-    """bench.durable.run returns {"sqlite": {"fired_per_s": float > 0, "lateness_ms": [n floats]}} and
-    reports progress for every item (n drained + n lateness timers). No speed is asserted."""
+    """bench.durable.run returns {"sqlite": {"fired_per_s": float > 0, "lateness_ms": [n floats], and the
+    service figures: "wakeup_lateness_ms": [n floats], "fired_per_s_20ms": {"1": .., "16": ..} with no
+    duplicate effect, "watcher_idle_cpu_pct": float >= 0}} and reports progress for every item (n drained,
+    n lateness timers, n cross-process timers, n fires at each concurrency). No speed is asserted."""
     done = []
     result = bench_durable.run(n_timers=40, progress=done.append)
     assert set(result) == {"sqlite"}
     r = result["sqlite"]
     assert r["fired_per_s"] > 0 and len(r["lateness_ms"]) == 40
     assert all(isinstance(x, float) for x in r["lateness_ms"])
-    assert sum(done) == 80
+    assert len(r["wakeup_lateness_ms"]) == 40 and all(isinstance(x, float) for x in r["wakeup_lateness_ms"])
+    assert set(r["fired_per_s_20ms"]) == {"1", "16"}
+    assert all(f["timers"] == 40 and f["fired_per_s"] > 0 and f["duplicates"] == 0 for f in r["fired_per_s_20ms"].values())
+    assert r["watcher_idle_cpu_pct"] >= 0
+    assert sum(done) == 5 * 40
     with pytest.raises(ValueError, match="n_timers"):
         bench_durable.run(n_timers=0)
 

@@ -9,6 +9,9 @@
   :class:`DurableTimerService` runs, the wall time from each timer's due time to the
   commit of its Done batch (Unix epoch ms, measured in ms with ns resolution).
 
+The service figures of a fleet member (cross-process wake-ups, concurrent 20 ms handlers,
+the SQLite watcher's idle CPU) come from :mod:`.durable_service`.
+
 Contract for the bench CLI: ``run(n_timers=5000, dsn=None, progress=None) -> dict``.
 """
 from __future__ import annotations
@@ -25,6 +28,7 @@ from ..durable.runner import run_due
 from ..durable.service import DurableTimerService
 from ..durable.sqlite import SQLiteStore
 from ..durable.store import Batch, Committed, Delegating, Store
+from .durable_service import service_figures
 from .harness import NotAvailable
 
 __all__ = ["run"]
@@ -125,7 +129,8 @@ def _lateness(make_store, n_timers: int, progress) -> list:
 
 
 def run(n_timers: int = 5000, dsn: Optional[str] = None, progress: Optional[Callable[[int], None]] = None) -> dict:
-    """Measure the durable layer; returns ``{"sqlite": {"fired_per_s": float, "lateness_ms": list[float]}}``.
+    """Measure the durable layer; returns ``{"sqlite": {"fired_per_s": float, "lateness_ms": list[float],
+    ...}}`` plus, per store, the service figures of :func:`.durable_service.service_figures`.
 
     ``n_timers`` rows are drained for fired/s; ``min(n_timers, 2000)`` timers spread over
     1.5 s measure lateness (ms, due -> committed). ``progress(k)`` is called with the number
@@ -157,5 +162,6 @@ def run(n_timers: int = 5000, dsn: Optional[str] = None, progress: Optional[Call
             results[name] = {
                 "fired_per_s": _fired_per_s(make_store, n_timers, progress),
                 "lateness_ms": _lateness(make_store, min(n_timers, 2000), progress),
+                **service_figures(name, tmp, dsn, progress, max_timers=n_timers),
             }
     return results

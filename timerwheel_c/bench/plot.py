@@ -7,7 +7,11 @@
 - ``durable.png``: fired timers per second and due-to-committed lateness (ms) per store,
   and the PostgreSQL fleet's fired timers per second by runner count when it was measured;
 - ``network.png``: server CPU per request, request latency (µs) and idle-close lateness
-  (ms) per scheduler.
+  (ms) per scheduler;
+- ``aio.png``: ns per operation of each asyncio timer API per row, and bytes per armed
+  handle and key;
+- ``echo.png``: server CPU per request (ns, min-max whiskers) per loop and timer keeper,
+  one series per connection count.
 
 A row whose figure does not apply (an implementation without that operation, a series
 this run could not take) is drawn as the text "n/a", never left blank.
@@ -156,6 +160,46 @@ def _network(plt, wl: dict):
     return fig
 
 
+def _cells(results: dict) -> dict[str, dict[str, Cell]]:
+    """``{variant: {row: (median, low, high) or reason}}`` from timed cells (``median_ns_per_op``
+    and its min and max) keyed row -> variant; other entries (plain numbers) are left out."""
+    series: dict[str, dict[str, Cell]] = {}
+    for row, cells in results.items():
+        for variant, cell in cells.items():
+            if isinstance(cell, dict):
+                series.setdefault(variant, {})[row] = (
+                    cell["median_ns_per_op"], cell["min_ns_per_op"], cell["max_ns_per_op"])
+            elif isinstance(cell, str):
+                series.setdefault(variant, {})[row] = cell
+    return series
+
+
+def _aio(plt, wl: dict):
+    results = wl["results"]
+    rows = list(results)
+    series = _cells(results)
+    fig, (ops, size) = plt.subplots(1, 2, figsize=(15, 1.0 + 0.35 * len(rows) * max(1, len(series))),
+                                    gridspec_kw={"width_ratios": [2, 1]})
+    _panel(ops, series, rows, "ns per operation")
+    _panel(size, {label: {row: _single(f.get(key)) for row, f in results.items()}
+                  for label, key in (("per armed handle", "bytes_per_handle"), ("per armed key", "bytes_per_key"))},
+           rows, "bytes", log=False)
+    size.set_yticklabels([])
+    fig.suptitle(f"asyncio timer APIs, {wl.get('handles', 0):,} handles armed", fontsize=10)
+    return fig
+
+
+def _echo(plt, wl: dict):
+    runs = wl["results"]
+    rows = list(dict.fromkeys(f"{r['loop']} + {r['timers']}" for r in runs))
+    series: dict[str, dict[str, Cell]] = {}
+    for r in runs:
+        series.setdefault(f"{r['connections']:,} connections", {})[f"{r['loop']} + {r['timers']}"] = (
+            r["cpu_ns_per_request"], r["cpu_ns_min"], r["cpu_ns_max"])
+    return _bars(plt, "echo server on loopback: server CPU per request, by event loop + timer keeper",
+                 "server CPU per request, ns", series, rows)
+
+
 def _lateness(plt, wl: dict):
     import numpy as np
     from matplotlib import ticker
@@ -195,6 +239,10 @@ def charts(figures: dict) -> dict:
                         (cell["median_ns_per_op"], cell["min_ns_per_op"], cell["max_ns_per_op"])
                         if isinstance(cell, dict) else cell)
             out[name] = _bars(plt, wl["title"], "ns per operation", series, list(wl["results"]))
+        elif name == "aio":
+            out[name] = _aio(plt, wl)
+        elif name == "echo":
+            out[name] = _echo(plt, wl)
         elif name == "memory":
             cells = {impl: _single(f.get("bytes_per_timer")) for impl, f in wl["results"].items()}
             timers = wl.get("timers") or figures["config"]["sizes"]["memory_timers"]

@@ -18,6 +18,8 @@ runner processes divide the partitions among themselves (:mod:`.ownership`).
 - :mod:`.runner`: :func:`run_due` and its phases, :class:`TickBudget`, :class:`RunReport`.
 - :mod:`.service`: :class:`DurableTimerService`.
 - :mod:`.sleep`: :class:`DurableContext`, :class:`TimerId`, :class:`SleepHandler`.
+- :mod:`.writer`: :func:`schedule` and :func:`cancel`, for processes that write timers but do not fire them.
+- :mod:`.watch`: the store's change signal (:class:`Watcher`), which wakes runners on writes from any process.
 - :mod:`.url`: :func:`open_store` for ``sqlite:///PATH`` and ``postgresql://`` URLs, and
   ``redact``, which keeps their passwords out of every output; :mod:`.cli`: ``timerwheel-c run``.
 """
@@ -29,9 +31,12 @@ from .sleep import DurableContext, SleepHandler, TimerId
 from .sqlite import SQLiteStore
 from .store import Absent, Batch, Committed, Equals, Page, PreconditionFailed, SchemaVersionError, Store
 from .url import open_store
+from .watch import Watcher
+from .writer import cancel, schedule
 
 __all__ = [
     "Absent", "Batch", "Committed", "Done", "DueTimer", "DurableContext", "DurableTimerService", "Equals",
-    "Page", "PreconditionFailed", "Reschedule", "Retry", "RunReport", "SQLiteStore", "SchemaVersionError", "SleepHandler", "Store",
-    "TickBudget", "TimerContext", "TimerHandler", "TimerId", "TimerKind", "TimerRegistry", "open_store", "run_due",
+    "Page", "PreconditionFailed", "Reschedule", "Retry", "RunReport", "SQLiteStore", "SchemaVersionError", "SleepHandler",
+    "Store", "TickBudget", "TimerContext", "TimerHandler", "TimerId", "TimerKind", "TimerRegistry", "Watcher", "cancel",
+    "open_store", "run_due", "schedule",
 ]

@@ -1,6 +1,6 @@
 """``timerwheel-c run``: serve durable timers from a store until SIGINT or SIGTERM.
 
-    python -m timerwheel_c run --store sqlite:////abs/timers.db --handlers pkg.mod:registry [--partition NAME ...]
+    python -m timerwheel_c run --store sqlite:////abs/timers.db --handlers pkg.mod:registry [--partition NAME ...] [--concurrency N]
 
 ``--handlers`` names a :class:`TimerRegistry` (or a zero-argument callable returning one) as
 ``module:attribute``. Without ``--partition`` every partition in the store is served; on
@@ -28,6 +28,7 @@ import threading
 
 from .._helptext import terminal_text
 from .registry import TimerRegistry
+from .service import DEFAULT_CONCURRENCY
 from .url import log_to_stderr, redact
 
 log = logging.getLogger("timerwheel_c.durable")
@@ -51,10 +52,23 @@ def add_parser(sub) -> None:
     p.add_argument("--partition", action="append", dest="partitions", metavar="NAME",
                    help="a partition to serve (repeatable); default: every partition in the store, "
                         "divided among all runners on the same PostgreSQL store")
+    p.add_argument("--concurrency", type=_concurrency, default=DEFAULT_CONCURRENCY, metavar="N",
+                   help="handlers running at once (an int >= 1; default %d)" % DEFAULT_CONCURRENCY)
     p.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS, metavar="LEVEL",
                    help=f"log threshold on stderr, any case: {', '.join(LOG_LEVELS)} (default INFO); "
                         "DEBUG adds tracebacks of startup errors")
     p.set_defaults(func=run)
+
+
+def _concurrency(text: str) -> int:
+    """argparse type of ``--concurrency``: an int >= 1 (argparse turns the ValueError into exit 2)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an int >= 1, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be an int >= 1, got {n}")
+    return n
 
 
 def load_registry(spec: str) -> TimerRegistry:
@@ -135,9 +149,10 @@ def run(args) -> int:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, on_signal)
-    with store, DurableTimerService(store, registry, args.partitions) as service:
+    with store, DurableTimerService(store, registry, args.partitions, concurrency=args.concurrency) as service:
         which = "a fleet share of all partitions" if service.ownership is not None else args.partitions or "all partitions"
-        log.info("serving %s: %s, with kinds %s", redact(args.store), which, registry.kinds())
+        log.info("serving %s: %s, with kinds %s, %d handler(s) at once", redact(args.store), which, registry.kinds(),
+                 args.concurrency)
         # Short waits keep the main thread returning to the interpreter, where signal handlers run.
         while not stop.wait(0.2):
             pass

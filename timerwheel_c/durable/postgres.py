@@ -19,6 +19,16 @@ is created or upgraded once, inside a transaction holding an advisory lock, so a
 number of processes can open the store at the same moment; a schema written by a newer
 version raises :class:`~timerwheel_c.durable.store.SchemaVersionError`.
 
+The change signal (:meth:`PostgresStore.watch`): a row trigger created with the table
+(:data:`NOTIFY_DDL`, ``<table>_wake``) calls ``pg_notify('<table>_wake', '')`` for every
+insert or update of a scheduled timer row (a key starting with ``b"T"``, in the
+scheduled layout) or of a durable-sleep mark (``b"S"``), in the writing transaction, however the row was written;
+PostgreSQL folds equal notifications of one transaction into one. A
+:class:`timerwheel_c.durable.pg_listen.PgListener` receives them. Backed-off rows do not
+notify (see :data:`NOTIFY_DDL`): a second runner serving the same partition in parallel
+(not a fleet, which gives each partition one owner) finds a row that another runner
+claimed and abandoned on its next pass, within its ``max_sleep_s``.
+
 One connection per store, shared by threads under a lock; a broken connection
 (server restart, network) is replaced on the next call, and the error of the failed
 call propagates (``psycopg.OperationalError``) for the caller to retry. Fleet
@@ -29,14 +39,16 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
-from typing import Optional, Union
+from typing import Callable, Optional, Union
 
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
+from .pg_listen import PgListener
 from .store import Absent, Batch, Committed, Page, PreconditionFailed, SchemaVersionError, Store
 from .url import redact
+from .watch import Watcher
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore", "lock_key"]
 
@@ -44,8 +56,9 @@ _TABLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,51}$")  # room for the "_apply_man
 # Each version's DDL replaces the previous one's functions (see _create_schema):
 # 1: the table and a one-batch ``<table>_apply`` (databases from before the version row);
 # 2: the version row and ``<table>_apply_many`` over flattened batches;
-# 3: ``<table>_apply_many`` takes ``consume`` (a guarded delete checks its own guard).
-SCHEMA_VERSION = 3
+# 3: ``<table>_apply_many`` takes ``consume`` (a guarded delete checks its own guard);
+# 4: the change-signal trigger ``<table>_wake`` (NOTIFY_DDL).
+SCHEMA_VERSION = 4
 _OLD_FUNCTIONS = (
     "{table}_apply",
     "{table}_apply_many(text, bigint, int[], bytea[], bytea[], boolean[], int[], bytea[], bytea[])",
@@ -116,6 +129,35 @@ BEGIN
 END
 $$
 """
+
+
+# The change signal: a trigger function and a row trigger, both named {wake} (the table name
+# plus "_wake", also the NOTIFY channel). It runs only when the schema is created or upgraded
+# (under the schema lock), so replacing the trigger there costs its brief table lock once.
+# Timer rows notify only in the scheduled layout (variant byte 0x00, the 11th byte): a write
+# that schedules or reschedules a timer. Deletes never make a timer due sooner, and backed-off
+# rows (a claim, a retry) are known to the runner that wrote them, so the firing itself does not
+# wake every runner of the table once per commit. Durable-sleep marks (keys starting "S", see
+# timerwheel_c.durable.sleep) notify too: their change to "fired" is what a sleep waits for.
+NOTIFY_DDL = r"""
+CREATE OR REPLACE FUNCTION {wake}() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM pg_notify({channel}, '');
+  RETURN NULL;
+END
+$$;
+DROP TRIGGER IF EXISTS {wake} ON {t};
+CREATE TRIGGER {wake} AFTER INSERT OR UPDATE ON {t} FOR EACH ROW
+  WHEN ((substr(NEW.key, 1, 1) = '\x54'::bytea AND substr(NEW.key, 11, 1) = '\x00'::bytea)
+        OR substr(NEW.key, 1, 1) = '\x53'::bytea)
+  EXECUTE FUNCTION {wake}()
+"""
+
+
+def notify_ddl(table: str) -> sql.Composed:
+    """:data:`NOTIFY_DDL` for ``table`` (a checked lower-case identifier), ready to execute."""
+    wake = f"{table}_wake"
+    return sql.SQL(NOTIFY_DDL).format(wake=sql.Identifier(wake), channel=sql.Literal(wake), t=sql.Identifier(table))
 
 
 class PostgresStore(Store):
@@ -199,6 +241,7 @@ class PostgresStore(Store):
                 conn.execute(sql.SQL("DROP FUNCTION IF EXISTS {}" + (f"({signature}" if signature else "")).format(
                     sql.Identifier(name)))
             conn.execute(sql.SQL(_APPLY_MANY_FUNCTION).format(fn=sql.Identifier(f"{self.table}_apply_many"), t=t))
+            conn.execute(notify_ddl(self.table))
             conn.execute(sql.SQL(
                 "INSERT INTO {} (name, value) VALUES ('schema_version', %s)"
                 " ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value").format(meta), (str(SCHEMA_VERSION),))
@@ -261,6 +304,11 @@ class PostgresStore(Store):
             (failed,) = self._connection().execute(self._sql_apply_many, args).fetchall()[0]
         return [Committed() if f is None else PreconditionFailed(bytes(f)) for f in failed]
 
+    def watch(self, callback: Callable[[], None]) -> Watcher:
+        """The change signal (see :meth:`Store.watch`): a :class:`PgListener` on the channel
+        ``<table>_wake``, on a connection of its own that reconnects after any loss."""
+        return PgListener(lambda: connect(self._dsn), f"{self.table}_wake", callback)
+
     def _partitions(self) -> list:
         with self._lock:
             return [r[0] for r in self._connection().execute(self._sql_partitions).fetchall()]
@@ -281,6 +329,7 @@ class PostgresStore(Store):
             conn.execute(sql.SQL("DROP FUNCTION IF EXISTS {}").format(sql.Identifier(f"{self.table}_apply_many")))
             conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(f"{self.table}_meta")))
             conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(self.table)))
+            conn.execute(sql.SQL("DROP FUNCTION IF EXISTS {}").format(sql.Identifier(f"{self.table}_wake")))
 
     def close(self) -> None:
         with self._lock:

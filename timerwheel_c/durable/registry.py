@@ -16,10 +16,12 @@ because ``fire`` may run more than once (the process can die before the commit).
 """
 from __future__ import annotations
 
+import datetime
 import threading
 from dataclasses import dataclass
 from typing import Optional, Union
 
+from .due import due_at_ms_of
 from .keys import TimerKind
 from .store import Batch, Store, check_bytes
 
@@ -71,9 +73,11 @@ class Done:
 
 @dataclass(frozen=True)
 class Reschedule:
-    """Outcome: move the timer to ``due_at_ms`` (Unix epoch ms) with ``value``; ``batch`` commits with the move.
+    """Outcome: move the timer to ``due_at_ms`` (Unix epoch ms, or a timezone-aware datetime,
+    converted on construction) with ``value``; ``batch`` commits with the move.
 
-    A Reschedule whose key equals the row's scheduled key is a failure (the row backs off).
+    A Reschedule whose key equals the row's scheduled key, or whose due time is not a valid
+    one, is a failure (the row backs off). A naive datetime raises ValueError.
     """
 
     due_at_ms: int
@@ -82,6 +86,9 @@ class Reschedule:
 
     def __post_init__(self):
         check_bytes("Reschedule.value", self.value)
+        if isinstance(self.due_at_ms, (int, datetime.datetime)) and not isinstance(self.due_at_ms, bool):
+            # Other types are left for the runner to reject (and count) when it settles the outcome.
+            object.__setattr__(self, "due_at_ms", due_at_ms_of(self.due_at_ms, "Reschedule.due_at_ms"))
 
 
 @dataclass(frozen=True)

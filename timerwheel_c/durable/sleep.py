@@ -12,17 +12,25 @@ returns at once; a call whose mark is still pending waits for it, without journa
 second timer.
 
 Mark values: ``b"P" + due_at_ms u64 BE`` (pending) or ``b"F"`` (fired).
+
+Waiting does not poll: a call sleeps on the monotonic clock until the due time (the
+release timer in the ``await`` form), then re-reads its mark after each callback of the
+store's change signal (:meth:`Store.watch`), which follows the service's commit of the
+mark from any process; :data:`_RECHECK_S` is only a safety net.
 """
 from __future__ import annotations
 
 import asyncio
 import struct
+import threading
 import time
 import uuid
 from dataclasses import dataclass
 from typing import Optional
 
 from . import keys
+from .deadline import deadline_factory
+from .due import due_at_ms_of
 from .registry import Done, TimerHandler, TimerKind
 from .store import Absent, Batch, Equals, Store, check_partition
 
@@ -34,7 +42,7 @@ _NAMESPACE = uuid.UUID("5b0c3a52-7d4e-4f0e-9a61-2f3c7d1e9b44")
 _MARK = b"S"
 _FIRED = b"F"
 _PENDING = struct.Struct(">cQ")
-_POLL_S = (0.002, 0.05)  # first and longest poll interval once the due time has passed, seconds
+_RECHECK_S = 1.0  # longest wait on the change signal before the mark is read again, seconds
 
 
 @dataclass(frozen=True)
@@ -106,9 +114,10 @@ class DurableContext:
         self.service = service
         self.calls = 0
 
-    def _journal(self, due_at_ms: int):
+    def _journal(self, due_at_ms):
         """Journal the next sleep; return (mark key, due ms to wait for, or None when it had fired
         before this call: a replay)."""
+        due_at_ms = due_at_ms_of(due_at_ms)
         tid = TimerId.for_call(self.execution_id, self.calls)
         timer_key = keys.timer(due_at_ms, SLEEP_KIND, tid.bytes)  # validates due_at_ms before counting the call
         self.calls += 1
@@ -132,13 +141,17 @@ class DurableContext:
     def _fired(self, mark: bytes) -> bool:
         return self.store.get(self.partition, mark) == _FIRED
 
-    def sleep_until(self, due_at_ms: int, timeout_s: Optional[float] = None) -> bool:
-        """Block until the n-th sleep's timer (due ``due_at_ms``, Unix epoch ms) has fired.
+    def _timeout(self, mark: bytes, due: int, timeout_s) -> TimeoutError:
+        return TimeoutError(f"durable sleep {mark[1:].hex()} due {due} ms not fired within {timeout_s} s")
+
+    def sleep_until(self, due_at_ms, timeout_s: Optional[float] = None) -> bool:
+        """Block until the n-th sleep's timer (due ``due_at_ms``: Unix epoch ms or an aware datetime)
+        has fired.
 
         Returns True when it had already fired (a replay) and the call returned at once.
 
         Raises:
-            TypeError / ValueError: a bad ``due_at_ms``.
+            TypeError / ValueError: a bad ``due_at_ms`` (a naive datetime, a non-int).
             TimeoutError: not fired within ``timeout_s`` seconds (monotonic), if given.
         """
         mark, due = self._journal(due_at_ms)
@@ -148,30 +161,47 @@ class DurableContext:
         remaining_s = max(0.0, due / 1000 - time.time())
         if give_up is not None:
             remaining_s = min(remaining_s, max(0.0, give_up - time.monotonic()))
-        time.sleep(remaining_s)
-        poll = _POLL_S[0]
-        while not self._fired(mark):
-            if give_up is not None and time.monotonic() >= give_up:
-                raise TimeoutError(f"durable sleep {mark[1:].hex()} due {due} ms not fired within {timeout_s} s")
-            time.sleep(poll)
-            poll = min(poll * 2, _POLL_S[1])
-        return False
+        changed = threading.Event()
+        with self.store.watch(changed.set):
+            time.sleep(remaining_s)
+            while True:
+                changed.clear()  # before the read: a commit after it sets the event again
+                if self._fired(mark):
+                    return False
+                wait_s = _RECHECK_S
+                if give_up is not None:
+                    left_s = give_up - time.monotonic()
+                    if left_s <= 0:
+                        raise self._timeout(mark, due, timeout_s)
+                    wait_s = min(wait_s, left_s)
+                changed.wait(wait_s)
 
-    async def sleep_until_async(self, due_at_ms: int, timeout_s: Optional[float] = None) -> bool:
-        """The ``await`` form of :meth:`sleep_until` (store calls are short and made on the loop thread)."""
+    async def sleep_until_async(self, due_at_ms, timeout_s: Optional[float] = None) -> bool:
+        """The ``await`` form of :meth:`sleep_until` (store calls are short and made on the loop thread);
+        it sleeps on the release timer (``timerwheel_c.arm_at``) when this build has it."""
         mark, due = self._journal(due_at_ms)
         if due is None:
             return True
+        loop = asyncio.get_running_loop()
+        changed = asyncio.Event()
+
+        def on_change():
+            loop.call_soon_threadsafe(changed.set)
 
         async def wait():
-            await asyncio.sleep(max(0.0, due / 1000 - time.time()))
-            poll = _POLL_S[0]
-            while not self._fired(mark):
-                await asyncio.sleep(poll)
-                poll = min(poll * 2, _POLL_S[1])
+            await deadline_factory()(time.monotonic_ns() + max(0, due * 1_000_000 - time.time_ns()))
+            while True:
+                changed.clear()
+                if self._fired(mark):
+                    return
+                try:
+                    await asyncio.wait_for(changed.wait(), _RECHECK_S)
+                except asyncio.TimeoutError:
+                    pass
 
-        try:
-            await asyncio.wait_for(wait(), timeout_s)
-        except asyncio.TimeoutError:
-            raise TimeoutError(f"durable sleep {mark[1:].hex()} due {due} ms not fired within {timeout_s} s") from None
+        with self.store.watch(on_change):
+            try:
+                await asyncio.wait_for(wait(), timeout_s)
+            except asyncio.TimeoutError:
+                raise self._timeout(mark, due, timeout_s) from None
         return False

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Optional, Union
+from typing import Callable, Optional, Union
+
+from .watch import GENERIC_POLL_S, PollingWatcher, Watcher
 
 __all__ = [
     "Absent",
@@ -267,6 +269,16 @@ class Store(abc.ABC):
             _check_batch(batch)
         return self._apply_many(partition, batches) if batches else []
 
+    def watch(self, callback: Callable[[], None]) -> Watcher:
+        """Start the store's change signal: ``callback()`` (no argument, on the watcher's thread)
+        runs after any committed write of a timer row, from this process or another, and
+        possibly after other writes too. Returns the running :class:`Watcher`; close it.
+
+        This generic version calls back every second (:class:`PollingWatcher`); a backend
+        overrides it with a real detector (see :mod:`timerwheel_c.durable.watch`).
+        """
+        return PollingWatcher(lambda: True, callback, GENERIC_POLL_S)
+
     def partitions(self) -> list:
         """Names of the partitions that hold at least one key, sorted."""
         return self._partitions()
@@ -344,3 +356,7 @@ class Delegating(Store):
 
     def _partitions(self) -> list:
         return self.inner.partitions()
+
+    def watch(self, callback: Callable[[], None]) -> Watcher:
+        """``inner``'s change signal: a wrapper sees the same writes its store does."""
+        return self.inner.watch(callback)

@@ -1,0 +1,59 @@
+"""A fixed pool of daemon worker threads for the service's blocking calls.
+
+Not :class:`concurrent.futures.ThreadPoolExecutor`: its threads are joined when the
+interpreter exits, so one handler that never returns would keep the process from exiting
+after :meth:`DurableTimerService.stop` gave up on it. These threads are daemons; a call
+still running when the service stops is abandoned (its row stays claimed and comes back
+after its backoff), which is the documented contract.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import queue
+import threading
+from typing import Callable
+
+__all__ = ["DaemonPool"]
+
+
+class DaemonPool:
+    """``workers`` (>= 1) daemon threads named ``name-<i>``, started on construction.
+
+    :meth:`submit` returns a :class:`concurrent.futures.Future` (wrap it with
+    :func:`asyncio.wrap_future` on a loop). :meth:`shutdown` lets the threads exit once idle,
+    without waiting for a call in progress.
+    """
+
+    def __init__(self, workers: int, name: str):
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise ValueError(f"workers must be an int >= 1, got {workers!r}")
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._threads = [threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True) for i in range(workers)]
+        for t in self._threads:
+            t.start()
+
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            future, fn, args = job
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                result = fn(*args)
+            except BaseException as exc:
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
+
+    def submit(self, fn: Callable, *args) -> concurrent.futures.Future:
+        """Run ``fn(*args)`` on a free worker; returns its future."""
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self._jobs.put((future, fn, args))
+        return future
+
+    def shutdown(self) -> None:
+        """Ask every worker to exit after the calls already queued; does not wait."""
+        for _ in self._threads:
+            self._jobs.put(None)

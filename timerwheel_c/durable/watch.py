@@ -1,0 +1,116 @@
+"""The store's change signal: a :class:`Watcher` calls back when the store may have changed.
+
+Runners in one process cannot see writes made by another process (a web process that
+schedules, a second runner that backs a row off) unless something tells them. Each
+backend gives :meth:`timerwheel_c.durable.store.Store.watch` its cheapest cross-process
+detector, and the service waits on it beside its deadline, as APScheduler 4 and
+procrastinate wake their workers with PostgreSQL ``LISTEN``/``NOTIFY``:
+
+- PostgreSQL: a trigger sends ``NOTIFY`` in the writing transaction, and a dedicated
+  ``LISTEN`` connection receives it (:mod:`timerwheel_c.durable.pg_listen`).
+- SQLite: ``PRAGMA data_version`` on a dedicated connection, polled every 20 ms; it
+  changes whenever another connection commits (https://sqlite.org/pragma.html#pragma_data_version).
+- Any other backend: :class:`PollingWatcher` calling back every second.
+
+A callback may be spurious (a write that moved no timer) but is never missing for a
+committed write that schedules a timer row (PostgreSQL leaves out the backed-off rows
+that runners write when they claim one), so a runner that does a pass after each
+callback, and after ``max_sleep_s`` at the latest, sees every timer row in time.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable, Optional
+
+__all__ = ["GENERIC_POLL_S", "PollingWatcher", "Watcher", "call_back"]
+
+log = logging.getLogger("timerwheel_c.durable")
+
+GENERIC_POLL_S = 1.0
+
+
+def call_back(callback: Callable[[], None], closing: threading.Event) -> None:
+    """Call ``callback()`` unless ``closing`` is set; an exception from it (its event loop has just
+    closed) is logged at DEBUG: it must not end the watcher's thread."""
+    if closing.is_set():
+        return
+    try:
+        callback()
+    except Exception:
+        log.debug("a store change callback failed", exc_info=True)
+
+
+class Watcher:
+    """A running change detector; :meth:`close` stops it (idempotent).
+
+    Use as ``with store.watch(callback):``. The callback runs on the watcher's own thread,
+    takes no argument and must return quickly (set an event, ``call_soon_threadsafe``).
+    """
+
+    def close(self) -> None:
+        """Stop calling back, at once; the detector's thread then ends by itself within one of its
+        polling intervals and releases its connection. Not waiting for it keeps a caller (a durable
+        sleep that has just been woken) from paying that interval."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class PollingWatcher(Watcher):
+    """Calls ``changed()`` every ``interval_s`` seconds on a daemon thread, and ``callback()`` when
+    it returns True. ``release()`` runs once on that thread when it stops (to close a connection).
+
+    An exception from ``changed`` is logged (DEBUG) and treated as a change: a runner that is
+    woken by mistake does one cheap pass, a runner that is not woken may miss a timer.
+
+    Raises:
+        ValueError: ``interval_s`` is not > 0.
+    """
+
+    def __init__(self, changed: Callable[[], bool], callback: Callable[[], None], interval_s: float,
+                 name: str = "store-watcher", release: Optional[Callable[[], None]] = None):
+        if not (isinstance(interval_s, (int, float)) and interval_s > 0):
+            raise ValueError(f"interval_s must be > 0 seconds, got {interval_s!r}")
+        self._changed = changed
+        self._callback = callback
+        self._interval_s = float(interval_s)
+        self._release = release
+        self._closing = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+
+    def _wait(self) -> bool:
+        """Wait one interval; False once closing. A short interval sleeps with ``time.sleep``,
+        which costs about half the CPU of ``Event.wait`` (no timed lock loop); the thread then
+        notices a close at the end of the current interval."""
+        if self._interval_s < 0.1:
+            time.sleep(self._interval_s)
+            return not self._closing.is_set()
+        return not self._closing.wait(self._interval_s)
+
+    def _loop(self) -> None:
+        try:
+            while self._wait():
+                try:
+                    changed = self._changed()
+                except Exception:
+                    log.debug("store change check failed; treating it as a change", exc_info=True)
+                    changed = True
+                if changed:
+                    call_back(self._callback, self._closing)
+        finally:
+            if self._release is not None:
+                self._release()
+
+    @property
+    def native_id(self):
+        """The OS thread id of the polling thread (to account its CPU time), or None before it starts."""
+        return self._thread.native_id
+
+    def close(self) -> None:
+        self._closing.set()
