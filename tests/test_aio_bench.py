@@ -37,13 +37,15 @@ def test_aio_micro_reports_every_operation_and_memory():
 @pytest.mark.slow
 def test_echo_runs_every_timer_kind_and_no_idle_close_is_early():
     """40 connections for 1 s, one run per (loop, timer kind): some connections fall silent (the
-    situation arose), the server closes each, none before its idle timeout on its loop clock."""
+    situation arose), the server closes each, none before its idle timeout on its loop clock. A
+    busy client that the load stalls past the 0.2 s idle timeout is rightly closed too, so the
+    closes may outnumber the silent connections (on a loaded 2-vCPU machine all 40 were)."""
     done = []
     rows = echo.run((40,), seconds=1.0, repeats=1, progress=done.append)
     assert [(r["loop"], r["timers"]) for r in rows] == [(lp, k) for lp in echo.loops() for k in echo.timer_kinds()]
     assert sum(done) == len(rows)
     for r in rows:
         assert r["idle_closes_expected"] > 0, r
-        assert r["idle_closes_fired"] == r["idle_closes_expected"] and r["early_closes"] == 0, r
+        assert r["idle_closes_fired"] >= r["idle_closes_expected"] and r["early_closes"] == 0, r
         assert r["cpu_ns_per_request"] > 0 and r["requests_per_s"] > 0, r
     assert echo.format_table(rows) and echo.goals({"results": rows})

@@ -177,6 +177,27 @@ def test_bad_arguments(durable_store):
         Equals(b"k", None)
 
 
+def test_partition_names_are_valid_alike_on_every_backend(durable_store):
+    """A partition holding NUL (which PostgreSQL's text refuses) or a lone surrogate (not UTF-8)
+    is a ValueError naming it on every backend, never a driver error on one and a write on another."""
+    for bad in ("p\x00q", "p\udc80"):
+        with pytest.raises(ValueError, match="partition must") as exc:
+            durable_store.apply(bad, Batch().put(b"k", b"v"))
+        assert repr(bad) in str(exc.value)
+        with pytest.raises(ValueError, match="partition must"):
+            durable_store.get(bad, b"k")
+    assert durable_store.get("p\u00e9\u6f22", b"k") is None  # any other unicode name is fine
+
+
+def test_scan_limit_beyond_int64_means_every_row(durable_store):
+    """A scan limit of any size (2**63, 2**70) returns every row, as a large one does, instead of
+    overflowing the backend's integer."""
+    put_all(durable_store, [(b"a", b"1"), (b"b", b"2")])
+    for limit in (1 << 63, 1 << 70):
+        page = durable_store.scan(P, b"", b"\xff", limit=limit)
+        assert page.entries == [(b"a", b"1"), (b"b", b"2")] and page.next is None
+
+
 def test_sqlite_file_persists_and_is_shared(tmp_path):
     """A SQLite file store keeps committed data across close/reopen, and a second connection's guarded
     commit sees the first's writes (the cross-process serialization two services rely on)."""

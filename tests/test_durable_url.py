@@ -72,6 +72,10 @@ PASSWORD = "Zq7-pa55word-Xk"
     (f"host=db.example password='{PASSWORD} x' dbname=timers", "host=db.example password=*** dbname=timers"),
     ("postgresql://app:p%40ss@db.example/timers", "postgresql://app:***@db.example/timers"),
     ("postgresql://app@db.example:5432/timers", "postgresql://app@db.example:5432/timers"),
+    (f"postgresql://app:{PASSWORD} x@db.example/timers", "postgresql://app:***@db.example/timers"),
+    (f"postgresql://app:{PASSWORD}\t@db.example/timers", "postgresql://app:***@db.example/timers"),
+    (f"postgresql://app@db.example/timers?sslpassword={PASSWORD}", "postgresql://app@db.example/timers?sslpassword=***"),
+    (f"host=db.example sslpassword={PASSWORD}", "host=db.example sslpassword=***"),
     ("sqlite:////var/lib/timers.db", "sqlite:////var/lib/timers.db"),
 ])
 def test_redact_masks_the_password_and_keeps_the_rest(url, shown):
@@ -151,17 +155,20 @@ def _cli(*args) -> list:
     return [sys.executable, "-m", "timerwheel_c", *args]
 
 
-@pytest.mark.parametrize("refusal", ["closed port", "unknown role"])
+@pytest.mark.parametrize("refusal", ["closed port", "unknown role", "space in the password"])
 def test_run_cli_never_prints_the_password_of_a_store_it_cannot_open(tmp_path, refusal):
     """``timerwheel-c run --log-level DEBUG`` on a PostgreSQL URL with a password, which a closed
-    port or the real server (a role that does not exist) refuses, exits 2 with one line naming
-    the masked URL; no output holds the password."""
+    port, the real server (a role that does not exist) or libpq's URL parser (an unencoded space
+    in the password) refuses, exits 2 with one line naming the masked URL; no output holds the
+    password."""
     import subprocess
     from urllib.parse import urlsplit
 
     pytest.importorskip("psycopg")
     if refusal == "closed port":
         url = f"postgresql://app:{PASSWORD}@127.0.0.1:{_free_port()}/timers?connect_timeout=5"
+    elif refusal == "space in the password":
+        url = f"postgresql://app:{PASSWORD} x@127.0.0.1:{_free_port()}/timers?connect_timeout=5"
     else:
         if not os.environ.get("TIMERWHEEL_C_TEST_PG_DSN"):
             pytest.skip("no TIMERWHEEL_C_TEST_PG_DSN")

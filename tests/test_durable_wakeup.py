@@ -155,6 +155,21 @@ def test_sqlite_watcher_sees_another_connections_commit_and_is_quiet_when_idle(t
     other.close()
 
 
+def test_in_memory_sqlite_watcher_sees_the_stores_own_writes_and_is_quiet_when_idle():
+    """A ":memory:" store (private to its own connection, which data_version does not count) calls
+    back after a write through the store itself, and not at all while nothing is written, so a
+    durable sleep on it wakes on its timer's commit instead of on a once-a-second poll."""
+    store = SQLiteStore(":memory:")
+    calls = []
+    got = threading.Event()
+    with store.watch(lambda: (calls.append(1), got.set())):
+        time.sleep(1.5)
+        assert calls == []
+        store.apply(P, Batch().put(keys.timer(wall_ms(), KIND, b"x"), b""))
+        assert got.wait(5)
+    store.close()
+
+
 def test_sqlite_watcher_idle_cpu_is_small(tmp_path):
     """The idle watcher thread (a PRAGMA data_version every 20 ms) uses under 5 % of one core over 2 s:
     a generous bound for a loaded machine (the bench reports the figure, well under 1 %)."""

@@ -194,3 +194,31 @@ def test_release_timer_refuses_a_deadline_in_wall_clock_seconds(core):
         assert rt.pending() == 0
         nine_years = rt.arm_ns(time.monotonic_ns() + 9 * 365 * 86_400 * 10**9)
         assert not nine_years.done() and rt.pending() == 1
+
+
+@pytest.mark.parametrize("core", ["c", "pure"])
+def test_wheels_and_schedulers_refuse_copy_and_pickle_in_both_twins(core):
+    """copy.copy, copy.deepcopy and pickle of a TimerWheel, a WheelScheduler or its KeyedTimers
+    raise TypeError in both twins: a shallow copy of a pure one would share the original's
+    slot lists, so the original would fire the copy's timers."""
+    import asyncio
+    import copy
+    import pickle
+
+    wheel_mod = _pair("wheel")[0 if core == "c" else 1]
+    aio_mod = _pair("aio")[0 if core == "c" else 1]
+    wheel = wheel_mod.TimerWheel(now_ms=0)
+    wheel.schedule(10, 1)
+
+    async def main():
+        sched = aio_mod.WheelScheduler()
+        try:
+            for obj in (wheel, sched, sched.keyed(print)):
+                for clone in (copy.copy, copy.deepcopy, pickle.dumps):
+                    with pytest.raises(TypeError):
+                        clone(obj)
+        finally:
+            sched.close()
+
+    asyncio.run(main())
+    assert wheel.advance(20) == [1]

@@ -59,6 +59,14 @@ U64_LIMIT = 1 << 64
 _MISSING: Any = object()
 
 
+def _refuse_copy(obj: Any) -> None:
+    """Raise the TypeError that ``copy.copy``, ``copy.deepcopy`` and ``pickle`` get from a pure
+    twin's wheel or scheduler, as from its compiled twin (whose extension type has no reduce):
+    a shallow copy would share the original's slot lists, so each would fire the other's timers."""
+    raise TypeError(f"{type(obj).__name__} objects cannot be copied or pickled: a copy would share "
+                    f"the original's timers")
+
+
 def _missing_error(method: str, name: str) -> str:
     """The message for a call of ``TimerWheel.<method>`` without its argument ``name``."""
     return f"TimerWheel.{method}() missing required argument {name!r}"

@@ -228,14 +228,15 @@ class SQLiteStore(Store):
 
     def watch(self, callback: Callable[[], None]) -> Watcher:
         """The change signal (see :meth:`Store.watch`): ``PRAGMA data_version`` on a dedicated
-        connection every ``watch_interval_s``. A ``":memory:"`` database is private to its
-        connection, so it falls back to the generic once-a-second callback.
+        connection every ``watch_interval_s``. A ``":memory:"`` database is private to this
+        store's connection, which data_version does not count, so there it is the connection's
+        own ``total_changes`` (rows written through it), read as often.
 
         Raises:
             sqlite3.Error: the watcher's connection cannot be opened.
         """
         if self.path == ":memory:":
-            return super().watch(callback)
+            return self._watch_own_connection(callback)
         db = sqlite3.connect(self.path, timeout=self._busy_timeout_s, isolation_level=None, check_same_thread=False)
         last = [db.execute("PRAGMA data_version").fetchone()[0]]
 
@@ -247,6 +248,22 @@ class SQLiteStore(Store):
             return True
 
         return PollingWatcher(changed, callback, self.watch_interval_s, name="sqlite-watcher", release=db.close)
+
+    def _watch_own_connection(self, callback: Callable[[], None]) -> Watcher:
+        """:meth:`watch` of a ``":memory:"`` store: every write goes through ``self._db``, whose
+        ``total_changes`` grows with each row it writes (Python's sqlite3 docs)."""
+        with self._lock:
+            last = [self._db.total_changes]
+
+        def changed() -> bool:
+            with self._lock:
+                total = self._db.total_changes
+            if total == last[0]:
+                return False
+            last[0] = total
+            return True
+
+        return PollingWatcher(changed, callback, self.watch_interval_s, name="sqlite-watcher")
 
 
     def _apply_one(self, partition: str, batch: Batch) -> Optional[bytes]:

@@ -46,12 +46,24 @@ def check_bytes(name: str, value: object) -> bytes:
     return value
 
 
+# The largest scan limit passed to a backend (which reads limit + 1 rows as an int64).
+MAX_SCAN_LIMIT = 1 << 62
+
+
 def check_partition(partition: object) -> str:
-    """Return ``partition`` if it is a non-empty str (TypeError / ValueError otherwise)."""
+    """Return ``partition`` if it is a non-empty str that every backend can store: encodable
+    as UTF-8 and free of NUL, which PostgreSQL's text type refuses (TypeError / ValueError
+    otherwise), so a name is valid on SQLite exactly when it is valid on PostgreSQL."""
     if not isinstance(partition, str):
         raise TypeError(f"partition must be a str, got {type(partition).__name__} {partition!r}")
     if not partition:
         raise ValueError("partition must be a non-empty str, got ''")
+    if "\x00" in partition:
+        raise ValueError(f"partition must not contain NUL, got {partition!r}")
+    try:
+        partition.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"partition must be encodable as UTF-8 (no lone surrogates), got {partition!r}") from None
     return partition
 
 
@@ -211,6 +223,8 @@ class Store(abc.ABC):
             raise TypeError(f"limit must be an int, got {type(limit).__name__} {limit!r}")
         if limit < 1:
             raise ValueError(f"limit must be >= 1, got {limit}")
+        # Any limit beyond 2**62 means "every row" alike; capped, it fits the backends' int64.
+        limit = min(limit, MAX_SCAN_LIMIT)
         # An ``after`` below ``start`` never widens the range.
         return self._scan(partition, start, end, after if after is not None and after >= start else None, limit)
 

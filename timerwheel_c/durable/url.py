@@ -23,10 +23,14 @@ from .store import Store
 __all__ = ["RedactingFormatter", "log_to_stderr", "open_store", "redact"]
 
 MASK = "***"
-# scheme://user:PASSWORD@host: the password runs to the last "@" of the authority.
-_URL_PASSWORD = re.compile(r"(?P<keep>\b[A-Za-z][A-Za-z0-9+.-]*://[^:@/\s]*:)[^/\s]*(?=@)")
-# password=PASSWORD, in a URL query or a keyword/value string (quoted with '...' there).
-_KEYWORD_PASSWORD = re.compile(r"(?P<keep>\bpassword\s*=\s*)(?:'(?:[^'\\]|\\.)*'|[^\s&'\"]*)", re.IGNORECASE)
+# scheme://user:PASSWORD@host: the password runs to the last "@" of the authority. It may hold
+# whitespace (a mistyped URL is still printed back in an error): masking too much is harmless,
+# stopping at a space would print the rest of the password.
+_URL_PASSWORD = re.compile(r"(?P<keep>\b[A-Za-z][A-Za-z0-9+.-]*://[^:@/\s]*:)[^/]*(?=@)")
+# password=PASSWORD or sslpassword=PASSWORD (libpq's client-key passphrase), in a URL query or a
+# keyword/value string (quoted with '...' there).
+_KEYWORD_PASSWORD = re.compile(r"(?P<keep>\b(?:ssl)?password\s*=\s*)(?:'(?:[^'\\]|\\.)*'|[^\s&'\"]*)",
+                               re.IGNORECASE)
 
 
 def _passwords(url: str) -> set[str]:
@@ -36,7 +40,8 @@ def _passwords(url: str) -> set[str]:
         parts = urlsplit(url)
         if parts.password:
             found |= {parts.password, unquote(parts.password)}
-        found |= {v for k, v in parse_qsl(parts.query, keep_blank_values=False) if k.lower() == "password"}
+        found |= {v for k, v in parse_qsl(parts.query, keep_blank_values=False)
+                  if k.lower() in ("password", "sslpassword")}
     except ValueError:  # not a URL (a keyword/value string, or a malformed one): the regexes still apply
         pass
     for match in _KEYWORD_PASSWORD.finditer(url):

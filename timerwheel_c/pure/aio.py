@@ -37,6 +37,7 @@ import contextvars
 import math
 from typing import Any, Callable, Optional
 
+from .._common import _refuse_copy
 from .._aio_common import (
     HAS_UNCANCEL,
     IN_BATCH,
@@ -290,6 +291,9 @@ class WheelScheduler:
             keyed._clear()
         self._keyed = []
         self._wheel = None
+
+    def __reduce_ex__(self, protocol):
+        _refuse_copy(self)
 
     # -- internals: arming a timer and the one loop wake-up ---------------------------
 
@@ -550,6 +554,9 @@ class KeyedTimers:
 
     def __repr__(self) -> str:
         return f"<KeyedTimers armed={len(self._entries)} {self._callback!r}>"
+
+    def __reduce_ex__(self, protocol):
+        _refuse_copy(self)
 
 
 class WheelTimeout:

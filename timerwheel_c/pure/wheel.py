@@ -28,6 +28,7 @@ from .._common import (
     NUM_WORDS,
     U64_LIMIT,
     _as_delay,
+    _refuse_copy,
     _as_int,
     _as_int_array,
     _as_token,
@@ -526,4 +527,7 @@ class TimerWheel:
 
     def __repr__(self):
         return f"<TimerWheel now_ms={self._elapsed} pending={self._count} implementation=pure>"
+
+    def __reduce_ex__(self, protocol):
+        _refuse_copy(self)
 
