@@ -102,6 +102,34 @@ def test_due_time_in_seconds_is_warned_about(store, caplog):
     assert "seconds" in record.getMessage()
 
 
+def test_due_time_in_us_or_ns_is_warned_about(store, caplog):
+    """time.time_ns() is ns: as ms it lies millennia ahead and would never fire. Accepted (a valid
+    ms time) but logged at WARNING naming the value; so is a µs time."""
+    ns, us = time.time_ns(), time.time_ns() // 1000
+    with caplog.at_level(logging.WARNING, logger="timerwheel_c.durable"):
+        schedule(store, P, ns, KIND, b"ns")
+        schedule(store, P, us, KIND, b"us")
+    assert [str(ns) in r.getMessage() or str(us) in r.getMessage() for r in caplog.records] == [True, True]
+    assert all("divide by" in r.getMessage() for r in caplog.records)
+
+
+def test_store_keys_and_timer_references_have_one_size_limit_on_every_backend(durable_store):
+    """A key over MAX_KEY_BYTES is a ValueError naming its length before any backend sees it (PostgreSQL's
+    index would refuse it with a driver error, SQLite would take it); a timer reference is limited so
+    that its longest key form, the backed-off key, still fits."""
+    from timerwheel_c.durable.store import MAX_KEY_BYTES, Batch
+
+    with pytest.raises(ValueError, match=f"at most {MAX_KEY_BYTES} bytes, got {MAX_KEY_BYTES + 1} bytes"):
+        Batch().put(b"k" * (MAX_KEY_BYTES + 1), b"v")
+    durable_store.apply(P, Batch().put(b"k" * MAX_KEY_BYTES, b"v"))
+    assert durable_store.get(P, b"k" * MAX_KEY_BYTES) == b"v"
+    longest = b"r" * keys.MAX_REFERENCE_BYTES
+    assert len(keys.backoff(DUE, KIND, 2**32 - 1, DUE, longest)) == MAX_KEY_BYTES
+    schedule(durable_store, P, DUE, KIND, longest)
+    with pytest.raises(ValueError, match=f"reference must be at most {keys.MAX_REFERENCE_BYTES} bytes"):
+        schedule(durable_store, P, DUE, KIND, longest + b"r")
+
+
 def test_naive_datetime_is_refused_by_every_entry_point(store):
     naive = dt.datetime(2030, 1, 1)
     with pytest.raises(ValueError, match="timezone-aware"):

@@ -7,17 +7,22 @@ Two unit mistakes are easy to make and would otherwise pass silently:
   timer fires at once. Every int below :data:`PLAUSIBLY_SECONDS_BELOW` (10**11 ms is
   1973-03-03) is accepted, since tests and replays use small times on purpose, but logged
   at WARNING through the ``timerwheel_c.durable`` logger, naming the value.
+- ``time.time_ns()`` or a µs timestamp is the opposite mistake: taken as ms it is some
+  millennia ahead, and the timer never fires in anyone's lifetime. Every int at or above
+  :data:`PLAUSIBLY_FINER_FROM` (10**14 ms is the year 5138) is accepted for the same reason
+  but logged at WARNING.
 """
 from __future__ import annotations
 
 import datetime as _dt
 import logging
 
-__all__ = ["PLAUSIBLY_SECONDS_BELOW", "due_at_ms_of"]
+__all__ = ["PLAUSIBLY_FINER_FROM", "PLAUSIBLY_SECONDS_BELOW", "due_at_ms_of"]
 
 log = logging.getLogger("timerwheel_c.durable")
 
 PLAUSIBLY_SECONDS_BELOW = 10**11
+PLAUSIBLY_FINER_FROM = 10**14
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 _MS = _dt.timedelta(milliseconds=1)
 
@@ -48,4 +53,7 @@ def due_at_ms_of(value: object, name: str = "due_at_ms") -> int:
         raise TypeError(f"{name} must be an int (Unix epoch ms) or an aware datetime, got {type(value).__name__} {value!r}")
     if 0 <= value < PLAUSIBLY_SECONDS_BELOW:
         log.warning("%s=%d is before 1973 as Unix epoch ms: if it is in seconds, multiply by 1000", name, value)
+    elif value >= PLAUSIBLY_FINER_FROM:
+        log.warning("%s=%d is after the year 5000 as Unix epoch ms: if it is in us or ns "
+                    "(time.time_ns()), divide by 1000 or 1000000", name, value)
     return value

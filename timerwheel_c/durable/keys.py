@@ -34,9 +34,12 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from .store import MAX_KEY_BYTES
+
 __all__ = [
     "MAX_ATTEMPT",
     "MAX_DUE_MS",
+    "MAX_REFERENCE_BYTES",
     "TAG",
     "MalformedKey",
     "QUARANTINE_RANGE",
@@ -58,6 +61,8 @@ _SCHEDULED = 0x00
 _BACKED_OFF = 0x01
 _HEAD = struct.Struct(">QBB")  # effective due ms, kind, variant
 _RETRY = struct.Struct(">IQ")  # attempt, original due ms
+# The longest reference whose backed-off key (the longest key form) still fits a store key.
+MAX_REFERENCE_BYTES = MAX_KEY_BYTES - len(TAG) - _HEAD.size - _RETRY.size
 MAX_DUE_MS = 2**64 - 1
 MAX_ATTEMPT = 2**32 - 1
 _END = b"U"  # the first key after the timer space: TAG + 1
@@ -151,6 +156,9 @@ def _check_kind(kind: object) -> int:
 def _check_reference(reference: object) -> bytes:
     if not isinstance(reference, bytes):
         raise TypeError(f"reference must be bytes, got {type(reference).__name__} {reference!r}")
+    if len(reference) > MAX_REFERENCE_BYTES:
+        raise ValueError(
+            f"reference must be at most {MAX_REFERENCE_BYTES} bytes, got {len(reference)} bytes starting {reference[:16]!r}")
     return reference
 
 
@@ -160,11 +168,11 @@ def timer(due_at_ms: int, kind, reference: bytes) -> bytes:
     Args:
         due_at_ms: due time, Unix epoch ms, 0..2**64-1.
         kind: 1..255, an int or a :class:`TimerKind`.
-        reference: opaque bytes.
+        reference: opaque bytes, at most :data:`MAX_REFERENCE_BYTES` (2,027).
 
     Raises:
         TypeError: a non-int time or kind, a non-bytes reference.
-        ValueError: a time or kind out of range, kind 0.
+        ValueError: a time or kind out of range, kind 0, a reference too long.
     """
     head = _HEAD.pack(check_uint("due_at_ms", due_at_ms, MAX_DUE_MS), _check_kind(kind), _SCHEDULED)
     return TAG + head + _check_reference(reference)

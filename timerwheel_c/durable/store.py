@@ -23,6 +23,7 @@ from typing import Callable, Optional, Union
 from .watch import GENERIC_POLL_S, PollingWatcher, Watcher
 
 __all__ = [
+    "MAX_KEY_BYTES",
     "Absent",
     "Batch",
     "Committed",
@@ -38,6 +39,11 @@ __all__ = [
     "check_partition",
 ]
 
+
+# The longest key a store must hold, in bytes, the same on every backend: a PostgreSQL btree
+# index entry holds at most about 2,700 bytes (a third of an 8 kB page), and the primary key
+# (partition, key) is such an entry, so 2,048 leaves room for the partition name.
+MAX_KEY_BYTES = 2048
 
 def check_bytes(name: str, value: object) -> bytes:
     """Return ``value`` if it is bytes, else raise TypeError naming ``name`` and the value."""
@@ -126,8 +132,15 @@ class Batch:
         return self
 
     def put(self, key: bytes, value: bytes) -> "Batch":
-        """Write ``value`` at ``key`` (both bytes); returns self."""
-        self.writes.append((check_bytes("key", key), check_bytes("value", value)))
+        """Write ``value`` at ``key`` (both bytes, the key at most :data:`MAX_KEY_BYTES`); returns self.
+
+        Raises:
+            TypeError: a non-bytes key or value.
+            ValueError: a key longer than :data:`MAX_KEY_BYTES`.
+        """
+        if len(check_bytes("key", key)) > MAX_KEY_BYTES:
+            raise ValueError(f"key must be at most {MAX_KEY_BYTES} bytes, got {len(key)} bytes starting {key[:16]!r}")
+        self.writes.append((key, check_bytes("value", value)))
         return self
 
     def delete(self, key: bytes) -> "Batch":
