@@ -6,9 +6,9 @@ takeover time after a runner is SIGKILLed.
   :class:`~timerwheel_c.durable.service.DurableTimerService` with ``fleet=True`` over the same
   list of 16 partitions, whose partitions they divide (advisory-lock ownership), and a no-op
   handler whose Done batch commits one effect row; the default
-  :class:`~timerwheel_c.durable.runner.TickBudget`, as ``timerwheel-c run`` has (at most 32
-  timers of one kind per partition per tick), and, for the largest fleet, once more with
-  :data:`LARGE_BUDGET` (up to 1,024), which shows what the budget costs in round trips.
+  :class:`~timerwheel_c.durable.runner.TickBudget`, as ``timerwheel-c run`` has (at most 1,024
+  timers, 256 of one kind, per partition per tick), and, for the largest fleet, once more with
+  :data:`LARGE_BUDGET` (no cap per kind), which shows what the cap per kind costs in round trips.
 - The store keeps the server's settings (``synchronous_commit`` as configured: on by default,
   one WAL flush per commit), unlike the single-process durable bench.
 - ``fired_per_s``: once every partition has its owner, ``n_timers`` rows spread over the

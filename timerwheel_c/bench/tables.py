@@ -116,9 +116,9 @@ def fleet_table(rep: Reporter, fleet: dict) -> None:
     rep.table("durable fleet on PostgreSQL: runner processes dividing the partitions (see timerwheel_c.bench.fleet)",
               ["fleet", "partitions", "measured", "fired/s vs 1 runner"], rows,
               ["the server's own synchronous_commit (on by default: one WAL flush per commit); no-op handler "
-               "committing one effect row; the default TickBudget, as timerwheel-c run has (at most 32 timers of a "
-               "kind per partition per tick); large budget: TickBudget(max_fired=1024, max_per_kind=1024, "
-               "max_scanned=4096)"])
+               "committing one effect row; the default TickBudget, as timerwheel-c run has (at most 1,024 timers, "
+               "256 of a kind, per partition per tick); large budget: TickBudget(max_fired=1024, max_per_kind=1024, "
+               "max_scanned=4096), no cap per kind"])
 
 
 def network_table(rep: Reporter, figures: dict) -> None:
