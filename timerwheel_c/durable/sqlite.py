@@ -35,6 +35,7 @@ import logging
 import os
 import sqlite3
 import threading
+import time
 from typing import Callable, Optional, Union
 
 from .store import Absent, Batch, Committed, Equals, Page, PreconditionFailed, SchemaVersionError, Store
@@ -108,9 +109,9 @@ class SQLiteStore(Store):
             raise self._open_error(exc) from exc
         try:
             if self.path != ":memory:":
-                self._db.execute("PRAGMA journal_mode=WAL")
+                self._while_busy(lambda: self._db.execute("PRAGMA journal_mode=WAL"))
             self._db.execute(f"PRAGMA synchronous={synchronous}")
-            self._create_schema()
+            self._while_busy(self._create_schema)
         except sqlite3.OperationalError as exc:
             self._db.close()
             raise self._open_error(exc) from exc
@@ -126,6 +127,24 @@ class SQLiteStore(Store):
                 name="sqlite-checkpoint", daemon=True,
             )
             self._checkpointer.start()
+
+    def _while_busy(self, step: Callable[[], object]) -> None:
+        """Run ``step``, again while SQLite says the database is locked or busy, for up to the busy
+        timeout. SQLite returns SQLITE_BUSY at once, without its busy handler, where waiting could
+        deadlock: while another process switches a new file to WAL or recovers its WAL index, which
+        is exactly when many processes open one new file at the same moment."""
+        deadline = time.monotonic() + self._busy_timeout_s
+        delay_s = 0.001
+        while True:
+            try:
+                step()
+                return
+            except sqlite3.OperationalError as exc:
+                message = str(exc)
+                if ("locked" not in message and "busy" not in message) or time.monotonic() >= deadline:
+                    raise
+            time.sleep(delay_s)
+            delay_s = min(delay_s * 2, 0.05)
 
     def _open_error(self, exc: sqlite3.OperationalError) -> sqlite3.OperationalError:
         """The error to raise when the file cannot be opened: it names the path and, where the
