@@ -14,7 +14,7 @@ import sys
 from . import IMPLEMENTATION, __version__
 
 # subcommand -> the module whose add_parser registers it
-_COMMANDS = {"bench": "timerwheel_c.bench.cli", "run": "timerwheel_c.durable.cli"}
+_COMMANDS = {"bench": "timerwheel_c.bench.cli", "run": "timerwheel_c.durable.service.cli"}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,7 +29,8 @@ import traceback
 
 from .. import _impl
 from .._helptext import terminal_text
-from ..durable.url import log_to_stderr, redact
+from ..durable.service.logs import log_to_stderr
+from ..durable.storage.redact import redact
 from . import goals, plot, preflight, suite, tables
 from .harness import FiredMismatch, NotAvailable
 from .impls import available

@@ -28,9 +28,10 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from ..durable import DurableTimerService, SQLiteStore, keys, schedule
-from ..durable.registry import Done, TimerHandler, TimerKind, TimerRegistry
-from ..durable.store import Batch, Store
+from ..durable import DurableTimerService, SQLiteStore, schedule
+from ..durable.timers import keys
+from ..durable.timers.registry import Done, TimerHandler, TimerKind, TimerRegistry
+from ..durable.storage.store import Batch, Store
 
 __all__ = ["IDLE_CPU_S", "IO_TIMERS", "WAKEUP_GAP_MS", "WAKEUP_LEAD_MS", "WAKEUP_TIMERS", "service_figures"]
 
@@ -77,7 +78,7 @@ def _open(target: str, dsn: Optional[str]) -> Store:
     """``sqlite:PATH``, or ``postgres:TABLE`` in the database of ``dsn``."""
     kind, _, name = target.partition(":")
     if kind == "postgres":
-        from ..durable.postgres import PostgresStore
+        from ..durable.storage.postgres import PostgresStore
 
         return PostgresStore(dsn or "", table=name, synchronous_commit="off")
     return SQLiteStore(name)

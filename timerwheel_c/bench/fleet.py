@@ -3,10 +3,10 @@ takeover time after a runner is SIGKILLed.
 
 - Runners are separate processes (``python -m timerwheel_c.bench.fleet runner TABLE``, the DSN
   in the environment, never on a command line that ``ps`` shows), each a
-  :class:`~timerwheel_c.durable.service.DurableTimerService` with ``fleet=True`` over the same
+  :class:`~timerwheel_c.durable.service.service.DurableTimerService` with ``fleet=True`` over the same
   list of 16 partitions, whose partitions they divide (advisory-lock ownership), and a no-op
   handler whose Done batch commits one effect row; the default
-  :class:`~timerwheel_c.durable.runner.TickBudget`, as ``timerwheel-c run`` has (at most 1,024
+  :class:`~timerwheel_c.durable.timers.runner.TickBudget`, as ``timerwheel-c run`` has (at most 1,024
   timers, 256 of one kind, per partition per tick), and, for the largest fleet, once more with
   :data:`LARGE_BUDGET` (no cap per kind), which shows what the cap per kind costs in round trips.
 - The store keeps the server's settings (``synchronous_commit`` as configured: on by default,
@@ -27,10 +27,10 @@ import sys
 import time
 from typing import Callable, Optional
 
-from ..durable import keys
-from ..durable.registry import Done, TimerHandler, TimerRegistry
-from ..durable.runner import TickBudget
-from ..durable.store import Batch
+from ..durable.timers import keys
+from ..durable.timers.registry import Done, TimerHandler, TimerRegistry
+from ..durable.timers.runner import TickBudget
+from ..durable.storage.store import Batch
 
 __all__ = ["run"]
 
@@ -54,8 +54,8 @@ LARGE_BUDGET = TickBudget(max_fired=1024, max_per_kind=1024, max_scanned=4096)
 
 def _runner(dsn: str, table: str, budget: str) -> None:
     """Process entry: serve the fleet's partitions until SIGTERM, with the default or the large budget."""
-    from ..durable.postgres import PostgresStore
-    from ..durable.service import DurableTimerService
+    from ..durable.storage.postgres import PostgresStore
+    from ..durable.service.service import DurableTimerService
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     store = PostgresStore(dsn, table=table)
@@ -90,8 +90,8 @@ def _fill(store, n_timers: int, due_ms: int) -> None:
 
 
 def _one(dsn: str, n_runners: int, n_timers: int, budget: str, takeover: bool, progress) -> dict:
-    from ..durable.ownership import holders
-    from ..durable.postgres import PostgresStore
+    from ..durable.service.ownership import holders
+    from ..durable.storage.postgres import PostgresStore
 
     table = f"timerwheel_fleet_{os.getpid()}_{n_runners}_{budget}"
     store = PostgresStore(dsn, table=table)
