@@ -30,14 +30,14 @@ def test_readme_example_runs(source, tmp_path):
     assert done.returncode == 0, f"README example failed:\n{source}\n--- stderr ---\n{done.stderr}"
 
 
-def test_first_command_console_script_runs_from_the_checkout_root():
-    """The README's first command runs ``timerwheel-c`` from the repository root: the console script
-    imports the installed, compiled package there (with the pure fallback forbidden, an import of
-    the uncompiled checkout would fail), so it needs no ``python -I``."""
-    script = Path(sys.executable).with_name("timerwheel-c" + (".exe" if sys.platform == "win32" else ""))
-    assert script.exists(), f"the console script is not installed beside {sys.executable}"
+def test_first_command_runs_the_bench_from_the_repository_root():
+    """The README's first command runs ``python bench/run.py`` from the repository root, where it
+    imports the installed, compiled package (with the pure fallback forbidden, an import of the
+    uncompiled source tree would fail), so it needs no ``python -I``."""
+    main = re.search(r"<!-- ci:main -->\n```bash\n(.*?)\n```", README.read_text(encoding="utf-8"), flags=re.S)
+    assert main is not None and "python bench/run.py --quick" in main.group(1)
     env = {**os.environ, "TIMERWHEEL_C_REQUIRE_EXTENSIONS": "1"}
-    done = subprocess.run([str(script), "bench", "--help"], cwd=README.parent, env=env, capture_output=True,
+    done = subprocess.run([sys.executable, "bench/run.py", "--help"], cwd=README.parent, env=env, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "--quick" in done.stdout and "Traceback" not in done.stderr
