@@ -1,4 +1,4 @@
-"""The asyncio layer's benchmarks (timerwheel_c.bench.aio_micro and .echo) run end to end, small.
+"""The asyncio layer's benchmarks (bench/aio_micro.py and bench/echo.py) run end to end, small.
 
 They assert the shape of the figures and the properties that hold on any machine (every idle
 close fired and none before its deadline on the server's loop clock); never a speed.
@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 
-from timerwheel_c.bench import aio_micro, echo
+from bench import aio_micro, echo
 
 pytestmark = pytest.mark.c_extension
 

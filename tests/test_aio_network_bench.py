@@ -1,4 +1,4 @@
-"""The loopback load benchmark (timerwheel_c.bench.network) runs end to end, small.
+"""The loopback load benchmark (bench/network.py) runs end to end, small.
 
 It asserts the shape of the figures and the properties that hold on any machine: no
 idle close before its deadline (server loop clock), every silent connection closed
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from timerwheel_c.bench import network
+from bench import network
 
 KEYS = {"requests_per_s", "latency_us", "cpu_ns_per_request", "idle_closes_expected",
         "idle_closes_fired", "idle_close_lateness_ms", "early_closes"}

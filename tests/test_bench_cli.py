@@ -10,11 +10,11 @@ import sys
 import pytest
 
 import timerwheel_c
-from timerwheel_c import cli
-from timerwheel_c.bench import impls, workloads
+from bench import cli
+from bench import impls, workloads
 
 TIMER = ["churn", "expiry", "rto", "gap"]
-TINY = ["bench", "--scale", "0.002", "--repeat", "1", "--no-progress", "--plain"]
+TINY = ["--scale", "0.002", "--repeat", "1", "--no-progress", "--plain"]
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,7 @@ def test_tiny_run_succeeds_and_writes_every_figure(tiny_run):
     status, figures = tiny_run
     assert status == 0, figures["failed"]
     assert figures["failed"] == {} and figures["skipped"] == {}
-    for key in ("cpu", "logical_cpus", "python", "numpy", "IMPLEMENTATION", "cython_at_build"):
+    for key in ("cpu", "logical_cpus", "python", "numpy", "IMPLEMENTATION", "timerwheel_c_path"):
         assert key in figures["machine"]
     ran = figures["implementations"]["run"]
     assert (impls.C_WHEEL in ran) == (timerwheel_c.IMPLEMENTATION == "c")
@@ -108,7 +108,7 @@ class _DropsOne(impls.HeapqTimers):
 def test_a_wrong_implementation_fails_the_run(monkeypatch, capsys):
     """A structure that loses one timer makes the bench exit 3 naming it: a fast wrong answer can't win."""
     wrong = impls.Impl("wrong", "wheel", _DropsOne)
-    monkeypatch.setattr("timerwheel_c.bench.cli.available", lambda: ([wrong], {}))
+    monkeypatch.setattr("bench.cli.available", lambda: ([wrong], {}))
     status = cli.main(TINY + ["--only", "rto"])
     out = capsys.readouterr().out
     assert status == 3
@@ -119,7 +119,7 @@ def test_check_fired_rejects_late_duplicate_and_disordered():
     """The checker catches a wrong tick, a double fire and a due-order violation within one advance."""
     import numpy as np
 
-    from timerwheel_c.bench.harness import Fired, FiredMismatch, check_fired
+    from bench.harness import Fired, FiredMismatch, check_fired
 
     due = np.array([5, 3, 9])
     expected = np.array([5, 5, -1])
@@ -136,8 +136,8 @@ def test_check_fired_rejects_late_duplicate_and_disordered():
 
 def test_unavailable_workload_is_a_clear_not_available_line(monkeypatch, capsys):
     """A workload whose measurement raises NotAvailable is skipped with a 'not available' line, exit 0."""
-    from timerwheel_c.bench import durable, lateness, network
-    from timerwheel_c.bench.harness import NotAvailable
+    from bench import durable, lateness, network
+    from bench.harness import NotAvailable
 
     def unavailable(*args, **kwargs):
         raise NotAvailable("needs something this machine lacks")
@@ -170,7 +170,7 @@ def test_plot_draws_pngs(tmp_path):
 
 def test_bad_scale_is_a_usage_error(capsys):
     """--scale 0 exits 2 naming the value, before running anything."""
-    assert cli.main(["bench", "--scale", "0", "--only", "churn"]) == 2
+    assert cli.main(["--scale", "0", "--only", "churn"]) == 2
     assert "--scale must be > 0, got 0.0" in capsys.readouterr().err
 
 
@@ -182,7 +182,7 @@ def test_bad_scale_is_a_usage_error(capsys):
 def test_bad_options_are_usage_errors(argv, message, capsys):
     """Bad option values exit 2 with argparse's message naming the value."""
     with pytest.raises(SystemExit) as exc:
-        cli.main(["bench"] + argv)
+        cli.main(argv)
     assert exc.value.code == 2
     assert message in capsys.readouterr().err
 
@@ -202,7 +202,7 @@ def test_sibling_workloads_render_and_serialize(monkeypatch, tmp_path, capsys):
     """
     import numpy as np
 
-    from timerwheel_c.bench import durable, lateness, network
+    from bench import durable, lateness, network
 
     calls = []
 
@@ -227,7 +227,7 @@ def test_sibling_workloads_render_and_serialize(monkeypatch, tmp_path, capsys):
     for module, run in ((lateness, lateness_run), (durable, durable_run), (network, network_run)):
         monkeypatch.setattr(module, "run", run)
     # The fake durable run takes the DSN without connecting: so does the preflight here.
-    monkeypatch.setattr("timerwheel_c.bench.preflight.check_postgres", lambda dsn: calls.append(("preflight", dsn)))
+    monkeypatch.setattr("bench.preflight.check_postgres", lambda dsn: calls.append(("preflight", dsn)))
     path = tmp_path / "f.json"
     status = cli.main(TINY + ["--only", "lateness,durable,network", "--pg-dsn", "postgresql://x/y",
                               "--json", str(path)])
@@ -246,8 +246,8 @@ def test_sibling_workloads_render_and_serialize(monkeypatch, tmp_path, capsys):
 
 def test_runs_as_plain_text_without_rich(monkeypatch, capsys):
     """Without rich (the 'bench' extra) the tables print as plain text and progress as lines on stderr."""
-    monkeypatch.setattr("timerwheel_c.bench.report.Console", None)
-    status = cli.main(["bench", "--scale", "0.002", "--repeat", "1", "--only", "gap"])
+    monkeypatch.setattr("bench.report.Console", None)
+    status = cli.main(["--scale", "0.002", "--repeat", "1", "--only", "gap"])
     captured = capsys.readouterr()
     assert status == 0
     assert "long gap:" in captured.out and "implementation" in captured.out
@@ -256,7 +256,7 @@ def test_runs_as_plain_text_without_rich(monkeypatch, capsys):
 
 def test_json_figures_do_not_depend_on_printing(monkeypatch, tmp_path):
     """The figures are built before any table prints: with printing disabled, --json still holds them."""
-    monkeypatch.setattr("timerwheel_c.bench.cli._print", lambda rep, figures: None)
+    monkeypatch.setattr("bench.cli._print", lambda rep, figures: None)
     path = tmp_path / "f.json"
     assert cli.main(TINY + ["--only", "gap,memory", "--json", str(path)]) == 0
     w = json.loads(path.read_text())["workloads"]
@@ -267,7 +267,7 @@ def test_one_percentile_definition():
     """Every summary is numpy's default percentile (linear interpolation), in the samples' unit."""
     import numpy as np
 
-    from timerwheel_c.bench.harness import summary
+    from bench.harness import summary
 
     values = [5.0, 1.0, 3.0, 2.0, 4.0, 100.0]
     s = summary(values)

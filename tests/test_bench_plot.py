@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from timerwheel_c.bench import plot  # noqa: E402
+from bench import plot  # noqa: E402
 
 
 def _cell(median_ns: float) -> dict:

@@ -1,4 +1,4 @@
-"""``timerwheel-c bench`` as a user first meets it: what it says, once and in one line, when it
+"""``python bench/run.py`` as a user first meets it: what it says, once and in one line, when it
 cannot run as asked. Each case runs the real command in a subprocess, except the one that
 must replace a measurement, which runs it in this process; none times anything.
 """
@@ -12,29 +12,45 @@ from pathlib import Path
 import pytest
 
 CHECKOUT = Path(__file__).resolve().parent.parent
+BENCH_RUN = CHECKOUT / "bench" / "run.py"
 TIMEOUT_S = 120.0
 
 
 def bench(cwd: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "timerwheel_c", "bench", *args], cwd=cwd,
+    return subprocess.run([sys.executable, str(BENCH_RUN), *args], cwd=cwd,
                           env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
 
 
-def test_source_checkout_explanation_is_printed_once():
-    """Run from the source checkout, whose package holds no compiled cores, the bench exits 2 and
-    the explanation (imported from the source checkout, how to run the installed package) appears
-    once on stderr: the import's RuntimeWarning says it, the bench's own line only refers to it."""
+def test_run_from_the_repository_root_benches_the_installed_package(tmp_path):
+    """The README's command, ``python bench/run.py`` from the repository root, imports the
+    installed, compiled package, never the uncompiled source tree beside bench/: the figures
+    name the package's directory (outside the checkout's timerwheel_c/) and its compiled cores."""
+    import json
+
+    path = tmp_path / "figures.json"
+    env = {**os.environ, "TIMERWHEEL_C_REQUIRE_EXTENSIONS": "1"}
+    out = bench(CHECKOUT, *TINY, "--no-progress", "--json", str(path), env=env)
+    assert out.returncode == 0, out.stderr
+    machine = json.loads(path.read_text())["machine"]
+    assert Path(machine["timerwheel_c_path"]).resolve() != (CHECKOUT / "timerwheel_c").resolve()
+    assert machine["IMPLEMENTATION"] == "c"
+
+
+def test_source_tree_first_on_the_path_is_explained_once():
+    """With the source tree put first on sys.path (PYTHONPATH), whose package holds no compiled
+    cores, the bench exits 2 and the explanation appears once on stderr: the import's
+    RuntimeWarning says it, the bench's own line only refers to it."""
     package = CHECKOUT / "timerwheel_c"
     if not (CHECKOUT / "src" / "_wheel.pyx").exists() or any(package.glob("_wheel*.so")) \
             or any(package.glob("_wheel*.pyd")):
         pytest.skip("needs a source checkout without in-place builds")
     env = {k: v for k, v in os.environ.items()
            if k not in ("TIMERWHEEL_C_REQUIRE_EXTENSIONS", "TIMERWHEEL_C_NO_EXTENSIONS", "PYTHONWARNINGS")}
-    out = bench(CHECKOUT, "--quick", env=env)
+    out = bench(CHECKOUT, "--quick", env={**env, "PYTHONPATH": str(CHECKOUT)})
     assert out.returncode == 2, out.stderr
     assert out.stderr.count("source checkout") == 1, out.stderr
     assert out.stderr.count("python -I -m") == 1, out.stderr
-    assert "timerwheel-c bench: error: the compiled cores did not load" in out.stderr
+    assert "bench: error: the compiled cores did not load" in out.stderr
     assert out.stdout == ""
 
 
@@ -45,7 +61,7 @@ def _one_error_line(out: subprocess.CompletedProcess) -> str:
     assert out.stdout == ""
     lines = out.stderr.splitlines()
     assert len(lines) == 1, out.stderr
-    assert lines[0].startswith("timerwheel-c bench: error: ")
+    assert lines[0].startswith("bench: error: ")
     return lines[0]
 
 
@@ -117,12 +133,14 @@ def test_durable_measurement_with_a_dsn_but_without_psycopg_says_so(tmp_path):
     """Called directly, the durable measurement given a DSN without psycopg raises NotAvailable
     with the install command, rather than returning the SQLite figures alone."""
     (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['psycopg'] = None\n")
-    code = ("from timerwheel_c.bench import durable\n"
-            "from timerwheel_c.bench.harness import NotAvailable\n"
-            "try:\n    durable.run(10, dsn='postgresql://postgres@127.0.0.1:1/x')\n"
-            "except NotAvailable as exc:\n    print(exc)\n")
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(tmp_path)),
-                         capture_output=True, text=True, timeout=TIMEOUT_S)
+    (tmp_path / "durable_without_psycopg.py").write_text(
+        "from bench import durable\n"
+        "from bench.harness import NotAvailable\n"
+        "try:\n    durable.run(10, dsn='postgresql://postgres@127.0.0.1:1/x')\n"
+        "except NotAvailable as exc:\n    print(exc)\n")
+    out = subprocess.run([sys.executable, str(BENCH_RUN), "-m", "durable_without_psycopg"], cwd=tmp_path,
+                         env=dict(os.environ, PYTHONPATH=str(tmp_path)), capture_output=True, text=True,
+                         timeout=TIMEOUT_S)
     assert out.returncode == 0, out.stderr
     assert "pip install 'timerwheel_c[postgres]'" in out.stdout
 
@@ -133,8 +151,8 @@ def test_output_lost_after_the_run_is_one_line_and_exit_1(monkeypatch, capsys, t
     status is 1, not a traceback. The measurement is replaced by one that removes the directory."""
     import shutil
 
-    from timerwheel_c import cli
-    from timerwheel_c.bench import durable
+    from bench import cli
+    from bench import durable
 
     out_dir = tmp_path / "out"
     out_dir.mkdir()
@@ -144,9 +162,9 @@ def test_output_lost_after_the_run_is_one_line_and_exit_1(monkeypatch, capsys, t
         return {"sqlite": {"fired_per_s": 6000.0, "lateness_ms": [1.0, 2.0]}}
 
     monkeypatch.setattr(durable, "run", removes_the_directory)
-    status = cli.main(["bench", "--only", "durable", "--plain", "--no-progress", "--json", str(out_dir / "f.json")])
+    status = cli.main(["--only", "durable", "--plain", "--no-progress", "--json", str(out_dir / "f.json")])
     captured = capsys.readouterr()
     assert status == 1
     assert "durable: no-op handler" in captured.out
     lines = captured.err.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("timerwheel-c bench: error: writing the output failed after the run")
+    assert len(lines) == 1 and lines[0].startswith("bench: error: writing the output failed after the run")

@@ -32,7 +32,7 @@ def test_version_names_the_package_version_and_the_cores(tmp_path):
     assert f"({timerwheel_c.IMPLEMENTATION} cores" in out.stdout
 
 
-@pytest.mark.parametrize("command", [[], ["run"], ["bench"]])
+@pytest.mark.parametrize("command", [[], ["run"]])
 def test_help_is_plain_terminal_text(tmp_path, command):
     """Every help page is plain text: no reST roles, double backquotes or literal-block ``::``,
     and no numbered work items. The page is checked to be the real one (it has its usage line)."""

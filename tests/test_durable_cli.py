@@ -124,29 +124,3 @@ def test_refused_postgres_is_one_line_and_exit_2_with_the_password_masked(capsys
     err = capsys.readouterr().err
     assert "postgresql://postgres:***@127.0.0.1:1/postgres" in err and "sekrit" not in err
     assert len(err.strip().splitlines()) == 1
-
-
-def test_run_never_loads_the_bench_package(tmp_path):
-    """``timerwheel-c run`` imports only what serving needs: in a fresh interpreter (from an empty
-    directory, so the installed package is imported), parsing ``run --help`` leaves no module of
-    ``timerwheel_c.bench`` loaded, while ``bench --help`` does load it (the check can fail)."""
-    import subprocess
-    import sys
-
-    code = (
-        "import sys\n"
-        "from timerwheel_c.cli import main\n"
-        "try:\n"
-        "    main([sys.argv[1], '--help'])\n"
-        "except SystemExit:\n"
-        "    pass\n"
-        "print(sorted(m for m in sys.modules if m.startswith('timerwheel_c.bench')))\n"
-    )
-    loaded = {}
-    for command in ("run", "bench"):
-        out = subprocess.run([sys.executable, "-c", code, command], capture_output=True, text=True,
-                             timeout=120, cwd=tmp_path)
-        assert out.returncode == 0, out.stderr
-        loaded[command] = out.stdout.strip().splitlines()[-1]
-    assert loaded["run"] == "[]"
-    assert "timerwheel_c.bench.cli" in loaded["bench"]

@@ -288,7 +288,7 @@ def test_fleet_bench_reports_fired_per_s_and_takeover():
     """The fleet bench with 1 and 2 runner processes reports fired/s for each (and for 2 with the large
     budget) and the takeover time of the larger fleet; only shapes and the 10 s takeover bound are
     asserted, never a speed."""
-    from timerwheel_c.bench import fleet
+    from bench import fleet
 
     figures = fleet.run(PG_DSN, 160, (1, 2))
     assert set(figures) == {"runners_1", "runners_2", "runners_2_large_budget"}

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from timerwheel_c.bench import durable as bench_durable
+from bench import durable as bench_durable
 from timerwheel_c.durable.storage.sqlite import SQLiteStore
 from timerwheel_c.durable.storage.open import open_store
 
@@ -218,12 +218,14 @@ def test_run_cli_never_logs_the_password_while_serving(tmp_path):
 
 @pytest.mark.parametrize("reachable", [False, True], ids=["unreachable", "reachable"])
 def test_bench_never_prints_or_writes_the_pg_dsn_password(tmp_path, reachable):
-    """``timerwheel-c bench --only durable --pg-dsn URL`` with a password: on a closed port (the
+    """``python bench/run.py --only durable --pg-dsn URL`` with a password: on a closed port (the
     run stops before any workload, exit 2, naming the masked DSN) and on the real server (it
     succeeds), neither stdout, stderr nor the ``--json`` file holds the password; the JSON
     records the masked DSN."""
     import json
     import subprocess
+    import sys
+    from pathlib import Path
 
     pytest.importorskip("psycopg")
     if reachable:
@@ -233,8 +235,9 @@ def test_bench_never_prints_or_writes_the_pg_dsn_password(tmp_path, reachable):
     else:
         dsn = f"postgresql://app:{PASSWORD}@127.0.0.1:{_free_port()}/timers?connect_timeout=5"
     path = tmp_path / "figures.json"
-    out = subprocess.run(_cli("bench", "--only", "durable", "--pg-dsn", dsn, "--scale", "0.002", "--repeat", "1",
-                              "--plain", "--json", str(path)),
+    bench_run = Path(__file__).resolve().parent.parent / "bench" / "run.py"
+    out = subprocess.run([sys.executable, str(bench_run), "--only", "durable", "--pg-dsn", dsn, "--scale", "0.002",
+                          "--repeat", "1", "--plain", "--json", str(path)],
                          cwd=tmp_path, capture_output=True, timeout=300)
     if not reachable:
         assert out.returncode == 2 and b"--pg-dsn 'postgresql://app:***@127.0.0.1:" in out.stderr, out.stderr

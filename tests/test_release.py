@@ -2,7 +2,7 @@
 
 Timing tests only assert what holds on a loaded 2-core machine: a deadline is released
 and never before its ``at_ns``, and things happen within liveness bounds of seconds.
-Lateness numbers live in the bench (``timerwheel-c bench --only lateness``).
+Lateness numbers live in the bench (``python bench/run.py --only lateness``).
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from timerwheel_c.bench import lateness
+from bench import lateness
 
 
 def test_run_contract():
@@ -32,12 +32,14 @@ def test_pure_run_leaves_the_compiled_series_out(tmp_path):
     bench follows it: no compiled series, even where the extension is built."""
     import os
     import subprocess
-    import sys
 
-    code = "from timerwheel_c.bench import lateness; print(sorted(lateness.run(samples=1, delay_ms=0.5)))"
-    env = {**os.environ, "TIMERWHEEL_C_NO_EXTENSIONS": "1"}
+    from bench.run import command
+
+    (tmp_path / "series.py").write_text("from bench import lateness\n"
+                                        "print(sorted(lateness.run(samples=1, delay_ms=0.5)))\n")
+    env = {**os.environ, "TIMERWHEEL_C_NO_EXTENSIONS": "1", "PYTHONPATH": str(tmp_path)}
     env.pop("TIMERWHEEL_C_REQUIRE_EXTENSIONS", None)
-    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True,
+    out = subprocess.run(command("series"), env=env, cwd=tmp_path, capture_output=True, text=True,
                          timeout=60, check=True).stdout
     assert "ReleaseTimer (pure)" in out
     assert "(c)" not in out

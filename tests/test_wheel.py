@@ -6,10 +6,11 @@ All times are integer ms on a virtual clock the test drives, so no test depends 
 """
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
-import textwrap
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -206,6 +207,76 @@ def test_next_fire_ms_exact_for_one_timer_and_never_late(wheel_impl):
         tw.advance(now)
     assert wakes <= 2
     assert tw.now_ms() == 123 + 30_000
+
+
+def test_poll_timeout_is_the_wait_until_the_earliest_due_time_capped(wheel_impl):
+    """poll_timeout: None when idle without a cap, the cap when idle with one; next_fire_ms() -
+    now_ms() with timers pending, at most the cap and at most one day; 0 for a timer due now."""
+    tw = wheel_impl.TimerWheel(now_ms=1_000)
+    assert tw.poll_timeout() is None
+    assert tw.poll_timeout(cap_ms=250) == 250 and tw.poll_timeout(cap_ms=0) == 0
+    assert tw.poll_timeout(cap_ms=np.int64(7)) == 7
+    tid = tw.schedule(40, 1)
+    assert tw.poll_timeout() == 40 == tw.next_fire_ms() - tw.now_ms()
+    assert tw.poll_timeout(cap_ms=10) == 10 and tw.poll_timeout(cap_ms=10**30) == 40
+    tw.reschedule(tid, MAX_DUE_MS - 1_000)  # far beyond any selector's limit
+    assert tw.poll_timeout() == 86_400_000 == tw.poll_timeout(cap_ms=2**40)
+    tw.advance(1_000 + MAX_DUE_MS - 1_000 - 1)
+    assert tw.poll_timeout() == 1
+    tw.advance(tw.now_ms() + 1)
+    assert tw.poll_timeout() is None and len(tw) == 0
+
+
+@pytest.mark.parametrize("cap, error, needle", [
+    (-1, ValueError, "cap_ms must be >= 0 ms, got -1"),
+    (1.5, TypeError, "cap_ms must be an int, not float (1.5)"),
+    (True, TypeError, "cap_ms must be an int, not bool (True)"),
+    ("5", TypeError, "cap_ms must be an int, not str ('5')"),
+])
+def test_poll_timeout_refuses_a_bad_cap_naming_it(wheel_impl, cap, error, needle):
+    tw = wheel_impl.TimerWheel(now_ms=0)
+    with pytest.raises(error, match=re.escape(needle)):
+        tw.poll_timeout(cap_ms=cap)
+
+
+@pytest.mark.parametrize("kind", ["selectors", "poll", "select"])
+def test_every_selector_accepts_the_longest_poll_timeout(wheel_impl, kind):
+    """The longest timeout poll_timeout returns (a timer 2**62 ms out) passes every selector's own
+    checks: each is called with a socket already readable, so it returns at once instead of
+    waiting a day. The naive timeout, next_fire_ms() - now_ms() of an idle wheel (2**32 ms),
+    raises OverflowError in the same calls (asserted, so the test is not vacuous)."""
+    import select
+    import selectors
+    import socket
+
+    if kind == "poll" and not hasattr(select, "poll"):
+        pytest.skip("no select.poll here")
+    tw = wheel_impl.TimerWheel(now_ms=0)
+    tw.schedule(MAX_DUE_MS, 1)
+    longest_ms = tw.poll_timeout()
+    a, b = socket.socketpair()
+    try:
+        b.send(b"x")
+
+        def wait(timeout_ms):
+            if kind == "selectors":
+                with selectors.DefaultSelector() as sel:
+                    sel.register(a, selectors.EVENT_READ)
+                    return len(sel.select(timeout_ms / 1000))
+            if kind == "poll":
+                p = select.poll()
+                p.register(a, select.POLLIN)
+                return len(p.poll(timeout_ms))
+            return len(select.select([a], [], [], timeout_ms / 1000)[0])
+
+        assert wait(longest_ms) == 1
+        idle = wheel_impl.TimerWheel(now_ms=0)
+        if kind != "select":  # select() takes a timeval: seconds of any size
+            with pytest.raises(OverflowError):
+                wait(idle.next_fire_ms() - idle.now_ms())
+    finally:
+        a.close()
+        b.close()
 
 
 def test_time_never_goes_backwards(wheel_impl):
@@ -415,81 +486,29 @@ def test_foreign_index_runs_before_the_wheel_is_touched(wheel_impl):
 # -- Python code running inside a call, and the range edges -------------------------------
 
 
-def _python_code_inside_a_call(module_name, tmp_path, call):
-    """No memory corruption and no lost timers when Python code schedules on the wheel *during* a
-    call that fills C memory from the wheel's state: the garbage collector's (a finalizer, weakref
-    callback or gc.callbacks) inside ``advance`` (it allocates the result list), or a foreign
-    ``__index__`` converting ``advance_array``'s ``now_ms``. A core that sized its output buffer
-    before such an allocation would write the timers the GC code scheduled past the buffer's end.
-    Property checked
-    in a subprocess: every timer is either returned or still pending. Deterministic: the hook only
-    acts once inside the call (for the GC, some trial's collection lands there: the trials shift
-    the gen-0 count's phase), and the test asserts that it did."""
-    code = textwrap.dedent(f"""
-        import gc, os, importlib
-        m = importlib.import_module({module_name!r})
-        w = m.TimerWheel(0)
-        w.schedule(1, 0)
-        total = 1
-        inside, hits = [False], []
-        def hook():
-            global total
-            if inside[0] and not hits:
-                hits.append(1)
-                for i in range(20000):
-                    w.schedule(1, 7)
-                total += 20000
-        def cb(phase, info):
-            if phase == "start":
-                hook()
-        class Now:
-            def __init__(self, ms):
-                self.ms = ms
-            def __index__(self):
-                hook()
-                return self.ms
-        gc.callbacks.append(cb)
-        gc.set_threshold(1, 1, 1)
-        gc.collect()   # start from a zero gen-0 count whatever the imports left
-        fired = 0
-        for trial in range(5000):
-            # Shifts the gen-0 count's phase from trial to trial (frees decrement it), so some
-            # trial's collection starts inside the call.
-            pad = []
-            for _ in range(trial % 3):
-                pad.append([])
-            inside[0] = True
-            out = {call}
-            inside[0] = False
-            del pad
-            fired += len(out)
-            if hits:
-                break
-            w.schedule(1, 0); total += 1
-        gc.set_threshold(700, 10, 10)
-        gc.callbacks.remove(cb)
-        fired += len(w.advance(w.now_ms() + 5))
-        print(bool(hits), fired, len(w), total, flush=True)
-        os._exit(0)   # skip teardown: a corrupted heap may hang it
-    """)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+HELPERS = Path(__file__).resolve().parent
+
+
+@pytest.mark.parametrize("call", ["advance_array(Now)", "advance", "advance(Now, [])"])
+def test_timers_scheduled_from_python_code_inside_a_call_are_never_lost(tmp_path, call):
+    """No memory corruption and no lost timers when Python code schedules on the compiled wheel
+    *during* a call that fills C memory from the wheel's state: the garbage collector's (a
+    finalizer, weakref callback or gc.callbacks) inside ``advance`` (it allocates the result list),
+    or a foreign ``__index__`` converting ``now_ms``. A core that sized its output buffer before
+    such an allocation would write the timers the hook scheduled past the buffer's end (the pure
+    twin holds the property: it has no C buffer).
+
+    Checked in a subprocess (tests/wheel_code_inside_call.py), since a corrupted heap may crash
+    it: every timer is either returned or still pending. Deterministic: the hook acts once, inside
+    the call, and the test asserts that it did."""
+    pytest.importorskip("timerwheel_c._wheel")
+    proc = subprocess.run([sys.executable, str(HELPERS / "wheel_code_inside_call.py"), "timerwheel_c._wheel", call],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-500:]
     hit, fired, pending, total = proc.stdout.split()
     assert hit == "True", "no Python code ran inside the call: the test proved nothing"
     assert int(fired) + int(pending) == int(total)
     assert int(pending) == 0
-
-
-@pytest.mark.parametrize("call", [
-    "w.advance_array(Now(w.now_ms() + 5))",
-    "w.advance(w.now_ms() + 5)",
-    "w.advance(Now(w.now_ms() + 5), [])",
-])
-def test_timers_scheduled_from_python_code_inside_a_call_are_never_lost(tmp_path, call):
-    """The compiled core under the property of ``_python_code_inside_a_call``, for each call that
-    hands out fired tokens (the pure twin holds it: it has no C buffer)."""
-    pytest.importorskip("timerwheel_c._wheel")
-    _python_code_inside_a_call("timerwheel_c._wheel", tmp_path, call)
 
 
 def test_schedule_many_rechecks_due_times_after_gc_advances_the_wheel(wheel_impl):

@@ -50,6 +50,10 @@ SLOT_TABLE_BYTES = NUM_SLOTS * 16 + NUM_WORDS * 8
 # A wheel made without now_ms starts at 0; a first advance further than this (one day) is
 # almost surely a clock reading, which would fire every timer at once.
 FIRST_JUMP_WARN_MS = 86_400_000
+# The longest timeout poll_timeout() returns: one day, asyncio's MAXIMUM_SELECT_TIMEOUT
+# (base_events.py). epoll, poll and devpoll take a C int of ms (about 24.8 days at most) and raise
+# OverflowError beyond it; one day stays far inside, whatever rounding a selector applies.
+MAX_POLL_TIMEOUT_MS = 86_400_000
 U64_LIMIT = 1 << 64
 
 
@@ -141,6 +145,22 @@ def _first_jump_warning(now_ms: int) -> str:
     return (f"TimerWheel() was made without now_ms, so it started at 0 ms, and its first advance "
             f"jumps to {now_ms} ms ({now_ms / 86_400_000:.1f} days): every timer fires at once. "
             f"Pass TimerWheel(now_ms=<your clock now>) to start it on your clock")
+
+
+def _poll_cap(cap_ms: Any) -> int:
+    """``cap_ms`` of ``poll_timeout`` checked: None gives MAX_POLL_TIMEOUT_MS, an int >= 0 itself,
+    at most MAX_POLL_TIMEOUT_MS.
+
+    Raises:
+        TypeError: not an int (see ``_as_int``).
+        ValueError: negative.
+    """
+    if cap_ms is None:
+        return MAX_POLL_TIMEOUT_MS
+    cap = _as_int(cap_ms, "cap_ms")
+    if cap < 0:
+        raise ValueError(f"cap_ms must be >= 0 ms, got {cap}")
+    return min(cap, MAX_POLL_TIMEOUT_MS)
 
 
 def _as_int_array(values: Any, name: str) -> np.ndarray:

@@ -2,8 +2,9 @@
 
 Each subcommand lives beside the concept it drives and registers itself through
 ``add_parser(subparsers)``; this module only dispatches. A subcommand's module is imported
-only when the command line names it (or names none, for the overall help), so ``run`` never
-loads the bench package and its dependencies.
+only when the command line names it (or names none, for the overall help). The benchmarks
+are not a subcommand: they live in the repository's ``bench/``, not in the installed package
+(``python bench/run.py``).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import sys
 from . import IMPLEMENTATION, __version__
 
 # subcommand -> the module whose add_parser registers it
-_COMMANDS = {"bench": "timerwheel_c.bench.cli", "run": "timerwheel_c.durable.service.cli"}
+_COMMANDS = {"run": "timerwheel_c.durable.service.cli"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
         argv = sys.argv[1:]
     parser = argparse.ArgumentParser(
         prog="timerwheel-c",
-        description="timerwheel_c from the command line: the side-by-side benchmark, and a durable timer service.",
+        description="timerwheel_c from the command line: a durable timer service.",
     )
     parser.add_argument("--version", action="version",
                         version=f"%(prog)s {__version__} ({IMPLEMENTATION} cores, Python {sys.version.split()[0]})")

@@ -36,6 +36,7 @@ from .._common import (
     _due_error,
     _first_jump_warning,
     _missing_error,
+    _poll_cap,
     level_shift,
     pool_capacity,
     SLOT_TABLE_BYTES,
@@ -516,6 +517,24 @@ class TimerWheel:
         if self._count == 0:
             return self._elapsed + IDLE_HINT_MS
         return self._bound[self._next_slot()]
+
+    def poll_timeout(self, cap_ms=None):
+        """The reactor's poll timeout in ms: until the earliest pending due time, at most ``cap_ms``.
+
+        ``next_fire_ms() - now_ms()`` (never below 0), capped at ``cap_ms`` (an int >= 0) and at
+        one day (asyncio's MAXIMUM_SELECT_TIMEOUT), so every selector accepts it: pass
+        ``timeout_ms / 1000`` to ``selectors``, ``select.epoll.poll`` and ``select.select``, or the
+        ms to ``select.poll.poll``. With nothing pending: ``cap_ms``, or None when no cap is given
+        (poll until I/O arrives). O(levels), as ``next_fire_ms``.
+
+        Raises:
+            TypeError: ``cap_ms`` is not an int (or is a bool).
+            ValueError: ``cap_ms`` is negative.
+        """
+        cap = _poll_cap(cap_ms)
+        if self._count == 0:
+            return None if cap_ms is None else cap
+        return min(max(self._bound[self._next_slot()] - self._elapsed, 0), cap)
 
     def nbytes(self):
         """Bytes of the timer store as the C core counts them: 32 per entry of the pool's capacity

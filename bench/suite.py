@@ -1,4 +1,4 @@
-"""The workloads ``timerwheel-c bench`` runs, in order: how each is measured and printed.
+"""The workloads ``python bench/run.py`` runs, in order: how each is measured and printed.
 
 Each :class:`Workload` turns a :class:`Context` into JSON-ready figures
 (``measure``), prints a table from those figures alone (``table``), and may judge its
@@ -6,7 +6,7 @@ goals on them (``goals``, see :mod:`.goals`). The CLI measures every selected wo
 first, then prints and writes ``--json`` from the same figures, so nothing is computed
 while printing.
 
-How to add one is in the package docstring (:mod:`timerwheel_c.bench`).
+How to add one is in the package docstring (:mod:`bench`).
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ with no adapter layer between the loop and the call:
 - **wheel API** (``family="wheel"``): ``schedule(after_ms, token) -> id``,
   ``cancel(id)``, ``advance(now_ms, out) -> out`` and, where it exists,
   ``reschedule(id, after_ms)``. That is the C wheel, the pure twin, the empty
-  compiled floor (:mod:`timerwheel_c._baseline`) and :class:`HeapqTimers`.
+  compiled floor (:mod:`.floor`) and :class:`HeapqTimers`.
 - **loop API** (``family="loop"``): an event loop's ``call_later(delay_s, callback,
   token) -> handle`` and ``handle.cancel()``. That is asyncio's timer heap and
   uvloop's libuv timers, both driven by a :class:`LoopDriver`.
@@ -35,6 +35,9 @@ from typing import Any, Callable
 
 import timerwheel_c
 from timerwheel_c import pure
+
+from . import floor
+from .harness import NotAvailable
 
 __all__ = ["HeapqTimers", "Impl", "LoopDriver", "available"]
 
@@ -200,11 +203,8 @@ def _uvloop_impl() -> Impl | None:
 def _floor_impl() -> Impl | None:
     if not _compiled():
         return None
-    try:
-        from .. import _baseline
-    except ImportError:
-        return None
-    return Impl(FLOOR, "wheel", lambda: _baseline.EmptyWheel(0), reschedule=True, floor=True)
+    empty_wheel = floor.load().EmptyWheel
+    return Impl(FLOOR, "wheel", lambda: empty_wheel(0), reschedule=True, floor=True)
 
 
 def available() -> tuple[list[Impl], dict[str, str]]:
@@ -221,10 +221,13 @@ def available() -> tuple[list[Impl], dict[str, str]]:
         (ASYNCIO, _asyncio_impl, "this asyncio has no BaseEventLoop._run_once"),
         (UVLOOP, _uvloop_impl, "uvloop is not installed (pip install 'timerwheel_c[uvloop]')"),
         (HEAPQ, lambda: Impl(HEAPQ, "wheel", HeapqTimers), ""),
-        (FLOOR, _floor_impl, "timerwheel_c._baseline is not in use (pure run or not built)"),
+        (FLOOR, _floor_impl, "the compiled cores are not in use (IMPLEMENTATION is 'pure')"),
     ]
     for name, factory, reason in candidates:
-        impl = factory()
+        try:
+            impl = factory()
+        except NotAvailable as exc:
+            impl, reason = None, str(exc)
         if impl is None:
             missing[name] = reason
         else:

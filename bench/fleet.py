@@ -1,7 +1,7 @@
 """Durable timers on PostgreSQL as a fleet: fired/s with 1 and 4 runner processes, and the
 takeover time after a runner is SIGKILLed.
 
-- Runners are separate processes (``python -m timerwheel_c.bench.fleet runner TABLE``, the DSN
+- Runners are separate processes (``python bench/run.py -m bench.fleet runner TABLE``, the DSN
   in the environment, never on a command line that ``ps`` shows), each a
   :class:`~timerwheel_c.durable.service.service.DurableTimerService` with ``fleet=True`` over the same
   list of 16 partitions, whose partitions they divide (advisory-lock ownership), and a no-op
@@ -27,10 +27,12 @@ import sys
 import time
 from typing import Callable, Optional
 
-from ..durable.timers import keys
-from ..durable.timers.registry import Done, TimerHandler, TimerRegistry
-from ..durable.timers.runner import TickBudget
-from ..durable.storage.store import Batch
+from timerwheel_c.durable.timers import keys
+from timerwheel_c.durable.timers.registry import Done, TimerHandler, TimerRegistry
+from timerwheel_c.durable.timers.runner import TickBudget
+from timerwheel_c.durable.storage.store import Batch
+
+from .run import command
 
 __all__ = ["run"]
 
@@ -54,8 +56,8 @@ LARGE_BUDGET = TickBudget(max_fired=1024, max_per_kind=1024, max_scanned=4096)
 
 def _runner(dsn: str, table: str, budget: str) -> None:
     """Process entry: serve the fleet's partitions until SIGTERM, with the default or the large budget."""
-    from ..durable.storage.postgres import PostgresStore
-    from ..durable.service.service import DurableTimerService
+    from timerwheel_c.durable.storage.postgres import PostgresStore
+    from timerwheel_c.durable.service.service import DurableTimerService
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     store = PostgresStore(dsn, table=table)
@@ -90,8 +92,8 @@ def _fill(store, n_timers: int, due_ms: int) -> None:
 
 
 def _one(dsn: str, n_runners: int, n_timers: int, budget: str, takeover: bool, progress) -> dict:
-    from ..durable.service.ownership import holders
-    from ..durable.storage.postgres import PostgresStore
+    from timerwheel_c.durable.service.ownership import holders
+    from timerwheel_c.durable.storage.postgres import PostgresStore
 
     table = f"timerwheel_fleet_{os.getpid()}_{n_runners}_{budget}"
     store = PostgresStore(dsn, table=table)
@@ -99,11 +101,8 @@ def _one(dsn: str, n_runners: int, n_timers: int, budget: str, takeover: bool, p
     conn = store.new_connection()
     try:
         env = dict(os.environ, **{_DSN_ENV: dsn})
-        # `-m` puts the working directory first on sys.path: run where this very package lives, so
-        # a runner imports the same (compiled) timerwheel_c, never a source checkout's.
-        package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        procs = [subprocess.Popen([sys.executable, "-m", "timerwheel_c.bench.fleet", "runner", table, budget], env=env,
-                                  cwd=package_parent, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        procs = [subprocess.Popen(command("bench.fleet", "runner", table, budget), env=env,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                  for _ in range(n_runners)]
 
         def owners() -> dict:
@@ -184,5 +183,5 @@ def run(dsn: str, n_timers: int = 8000, runner_counts=(1, 4), progress: Optional
 if __name__ == "__main__":
     if sys.argv[1:2] != ["runner"] or len(sys.argv) != 4 or sys.argv[3] not in ("default", "large") \
             or _DSN_ENV not in os.environ:
-        sys.exit(f"usage: {_DSN_ENV}=postgresql://... python -m timerwheel_c.bench.fleet runner TABLE default|large")
+        sys.exit(f"usage: {_DSN_ENV}=postgresql://... python bench/run.py -m bench.fleet runner TABLE default|large")
     _runner(os.environ[_DSN_ENV], sys.argv[2], sys.argv[3])

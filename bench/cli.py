@@ -1,4 +1,4 @@
-"""``timerwheel-c bench`` (also ``python -m timerwheel_c bench``): every timer side by side.
+"""``python bench/run.py``: every timer side by side, against the installed timerwheel_c.
 
 In one process and one run it times the C wheel, its pure twin, asyncio's timer
 heap, heapq with lazy deletion, uvloop (when installed) and an empty compiled
@@ -27,10 +27,10 @@ import sys
 import time
 import traceback
 
-from .. import _impl
-from .._helptext import terminal_text
-from ..durable.service.logs import log_to_stderr
-from ..durable.storage.redact import redact
+from timerwheel_c import _impl
+from timerwheel_c._helptext import terminal_text
+from timerwheel_c.durable.service.service.logs import log_to_stderr
+from timerwheel_c.durable.storage.redact import redact
 from . import goals, plot, preflight, suite, tables
 from .harness import FiredMismatch, NotAvailable
 from .impls import available
@@ -39,15 +39,17 @@ from .preflight import PreflightError
 from .report import Reporter
 from .workloads import Sizes
 
-__all__ = ["WORKLOADS", "add_parser", "run"]
+__all__ = ["PROG", "WORKLOADS", "main", "parser", "run"]
 
 WORKLOADS = tuple(w.name for w in suite.WORKLOADS)
+# The command as the README gives it, and the prefix of every line the bench prints on stderr.
+PROG = "bench"
 
 
-def add_parser(sub) -> argparse.ArgumentParser:
-    """Register the ``bench`` subcommand on ``sub`` (argparse subparsers)."""
-    p = sub.add_parser("bench", help="run the side-by-side benchmarks", description=terminal_text(__doc__),
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+def parser() -> argparse.ArgumentParser:
+    """The bench's command line."""
+    p = argparse.ArgumentParser(prog="python bench/run.py", description=terminal_text(__doc__),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="smaller workloads (a tenth or less): under a minute")
     p.add_argument("--only", metavar="WORKLOAD[,...]", type=_workload_list, default=list(WORKLOADS),
                    help=f"run only these, comma-separated, from: {', '.join(WORKLOADS)}")
@@ -61,8 +63,12 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help="multiply every workload's timer, op and sample counts by F (e.g. 0.1 on a slow machine)")
     p.add_argument("--plain", action="store_true", help="plain-text tables even when rich is installed")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    p.set_defaults(func=run)
     return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse ``argv`` (default: ``sys.argv[1:]``) and run the bench; returns the exit status."""
+    return run(parser().parse_args(argv))
 
 
 def _workload_list(text: str) -> list[str]:
@@ -92,21 +98,21 @@ def run(args: argparse.Namespace) -> int:
         try:
             plot.require()
         except plot.PlotUnavailable as exc:
-            print(f"timerwheel-c bench: error: {exc}", file=sys.stderr)
+            print(f"{PROG}: error: {exc}", file=sys.stderr)
             return 2
     if _impl.FALLBACK_REASON is not None:
         # The import already warned why (a RuntimeWarning, just above): say only what it means here.
-        print("timerwheel-c bench: error: the compiled cores did not load (the RuntimeWarning above says why), "
+        print(f"{PROG}: error: the compiled cores did not load (the RuntimeWarning above says why), "
               "and the bench compares them, so it stops here; set TIMERWHEEL_C_NO_EXTENSIONS=1 to bench "
               "the pure twins alone.", file=sys.stderr)
         return 2
     if args.scale <= 0:
-        print(f"timerwheel-c bench: error: --scale must be > 0, got {args.scale}", file=sys.stderr)
+        print(f"{PROG}: error: --scale must be > 0, got {args.scale}", file=sys.stderr)
         return 2
     try:
         _preflight(args)
     except PreflightError as exc:
-        print(f"timerwheel-c bench: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     sizes = Sizes.quick() if args.quick else Sizes()
     if args.scale != 1.0:
@@ -126,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
             for path in plot.draw(args.plot, figures):
                 out.line(f"chart written to {path}")
     except OSError as exc:  # checked before the run, so something changed since: a full disk, a removed directory
-        print(f"timerwheel-c bench: error: writing the output failed after the run: {exc}; "
+        print(f"{PROG}: error: writing the output failed after the run: {exc}; "
               "the tables above hold the figures", file=sys.stderr)
         return max(status, 1)
     return status
@@ -141,7 +147,7 @@ def _preflight(args: argparse.Namespace) -> None:
     if args.pg_dsn is None:
         return
     if "durable" not in args.only:
-        print("timerwheel-c bench: note: --pg-dsn is unused: --only leaves out the durable workload", file=sys.stderr)
+        print(f"{PROG}: note: --pg-dsn is unused: --only leaves out the durable workload", file=sys.stderr)
         return
     try:
         preflight.check_postgres(args.pg_dsn)

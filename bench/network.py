@@ -1,6 +1,6 @@
 """The loopback load benchmark: an idle-timeout server under thousands of connections.
 
-For each scheduler, a server subprocess (:mod:`timerwheel_c.bench.network_server`, the
+For each scheduler, a server subprocess (:mod:`bench.network_server`, the
 line-echo idle-timeout server of ``examples/idle_timeout_server.py``, instrumented) keeps
 one idle timeout per connection with asyncio's ``loop.call_later`` (cancel + re-arm per
 message) or with :class:`timerwheel_c.aio.WheelScheduler` (``reschedule`` per message),
@@ -24,14 +24,13 @@ import json
 import math
 import random
 import subprocess
-import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Any, Callable, Optional
 
-from ..aio import WheelHandle, WheelScheduler
+from timerwheel_c.aio import WheelHandle, WheelScheduler
 from .network_server import raise_fd_limit
+from .run import command
 
 __all__ = ["SILENT_FRACTION", "UNITS_PER_SCHEDULER", "run", "scheduler_names"]
 
@@ -43,7 +42,6 @@ DRAIN_GRACE_S = 2.0  # how long past the run a silent connection may take to be 
 UNITS_PER_SCHEDULER = 100  # progress units of one scheduler's run (percent)
 # Each client socket takes an ephemeral port of 127.0.0.1 (Linux: ~28k by default).
 MAX_CONNECTIONS = 20000
-_PACKAGE_PARENT = Path(__file__).resolve().parent.parent.parent
 
 
 def _uvloop():
@@ -231,13 +229,10 @@ def _client_figures(load: _Load, measured_s: float) -> dict:
 
 def _run_one(server_args: list[str], connections: int, seconds: float, idle_timeout_ms: int,
              seed: int, progress) -> dict:
-    cmd = [sys.executable, "-m", "timerwheel_c.bench.network_server", *server_args,
-           "--idle-timeout-ms", str(idle_timeout_ms), "--max-connections", str(connections)]
+    cmd = command("bench.network_server", *server_args,
+                  "--idle-timeout-ms", str(idle_timeout_ms), "--max-connections", str(connections))
     with tempfile.TemporaryFile("w+") as stderr:
-        # `-m` puts the working directory first on sys.path: run it where this very
-        # package lives, so the server imports the same timerwheel_c (not a checkout's).
-        server = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  stderr=stderr, text=True, cwd=_PACKAGE_PARENT)
+        server = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True)
         try:
             assert server.stdout is not None  # stdout=PIPE
             ready = server.stdout.readline()

@@ -113,7 +113,7 @@ def fleet_table(rep: Reporter, fleet: dict) -> None:
         if "takeover_s" in fig:
             rows.append([f"takeover after SIGKILL ({fig['runners']} runners)", f"{fig['partitions']}",
                          f"{fig['takeover_s']:.2f} s", NOT_APPLICABLE])
-    rep.table("durable fleet on PostgreSQL: runner processes dividing the partitions (see timerwheel_c.bench.fleet)",
+    rep.table("durable fleet on PostgreSQL: runner processes dividing the partitions (see bench/fleet.py)",
               ["fleet", "partitions", "measured", "fired/s vs 1 runner"], rows,
               ["the server's own synchronous_commit (on by default: one WAL flush per commit); no-op handler "
                "committing one effect row; the default TickBudget, as timerwheel-c run has (at most 1,024 timers, "
@@ -134,7 +134,7 @@ def network_table(rep: Reporter, figures: dict) -> None:
             fmt(close.get("p50")), fmt(close.get("p99")), str(fig.get("early_closes", "-")),
             str(fig.get("unexpected_closes", "-")),
         ])
-    rep.table("network: idle-timeout server on loopback (see timerwheel_c.bench.network)",
+    rep.table("network: idle-timeout server on loopback (see bench/network.py)",
               ["scheduler", "req/s", "lat p50 us", "p99 us", "CPU ns/req", "CPU ratio",
                "idle fired/exp", "late p50 ms", "p99 ms", "early", "overload"], rows,
               ["lat: per-request round trip; CPU: server process CPU per request; CPU ratio: against the same "
@@ -158,7 +158,7 @@ def aio_table(rep: Reporter, figures: dict) -> None:
     head = ["scheduler"]
     for op in ops:
         head += [f"{op} ns", "asyncio/it"]
-    rep.table(f"aio: the asyncio layer, {figures['handles']:,} handles armed (see timerwheel_c.bench.aio_micro)",
+    rep.table(f"aio: the asyncio layer, {figures['handles']:,} handles armed (see bench/aio_micro.py)",
               head + ["B/handle", "B/key"], rows,
               [SPREAD_NOTE, "asyncio/it: the same loop's own timers (cancel + call_later for a re-arm, "
                "asyncio.timeout) over this row; B/handle: per armed handle with a bound-method callback, "
@@ -179,7 +179,7 @@ def echo_table(rep: Reporter, figures: dict) -> None:
             f"{r['early_closes']}/{r['client_early_closes']}", str(r["unexpected_closes"]),
         ])
     rep.table(f"echo: length-prefixed echo, a deadline and an idle re-arm per request, "
-              f"{figures['repeats']} run(s) each (see timerwheel_c.bench.echo)",
+              f"{figures['repeats']} run(s) each (see bench/echo.py)",
               ["conns", "loop", "timers", "CPU ns/req", "min-max", "vs asyncio", "req/s", "idle fired/exp",
                "early loop/real", "overload"], rows,
               ["CPU: server process CPU per request in the measured window, median of the runs; vs asyncio: "

@@ -28,10 +28,12 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from ..durable import DurableTimerService, SQLiteStore, schedule
-from ..durable.timers import keys
-from ..durable.timers.registry import Done, TimerHandler, TimerKind, TimerRegistry
-from ..durable.storage.store import Batch, Store
+from timerwheel_c.durable import DurableTimerService, SQLiteStore, schedule
+from timerwheel_c.durable.timers import keys
+from timerwheel_c.durable.timers.registry import Done, TimerHandler, TimerKind, TimerRegistry
+from timerwheel_c.durable.storage.store import Batch, Store
+
+from .run import command
 
 __all__ = ["IDLE_CPU_S", "IO_TIMERS", "WAKEUP_GAP_MS", "WAKEUP_LEAD_MS", "WAKEUP_TIMERS", "service_figures"]
 
@@ -78,7 +80,7 @@ def _open(target: str, dsn: Optional[str]) -> Store:
     """``sqlite:PATH``, or ``postgres:TABLE`` in the database of ``dsn``."""
     kind, _, name = target.partition(":")
     if kind == "postgres":
-        from ..durable.storage.postgres import PostgresStore
+        from timerwheel_c.durable.storage.postgres import PostgresStore
 
         return PostgresStore(dsn or "", table=name, synchronous_commit="off")
     return SQLiteStore(name)
@@ -103,7 +105,7 @@ def _wakeup_lateness_ms(target: str, dsn: Optional[str], n: int, progress) -> li
         ready, log_path = Path(tmp) / "ready", Path(tmp) / "runner.log"
         # Its stderr goes to a file: a pipe nobody reads would block the runner once full.
         with open(log_path, "wb") as log_file:
-            runner = subprocess.Popen([sys.executable, "-m", __name__, target, str(ready)], env=env, cwd=tmp,
+            runner = subprocess.Popen(command(__name__, target, str(ready)), env=env, cwd=tmp,
                                       stdout=subprocess.DEVNULL, stderr=log_file)
         try:
             deadline = time.monotonic() + 60

@@ -32,12 +32,6 @@ def facts() -> dict:
     import timerwheel_c
 
     try:
-        from timerwheel_c import _baseline
-
-        cython_build = _baseline.cython_version()
-    except ImportError:
-        cython_build = None
-    try:
         affinity = len(os.sched_getaffinity(0))
     except AttributeError:
         affinity = None
@@ -51,7 +45,7 @@ def facts() -> dict:
         "python": f"{platform.python_implementation()} {platform.python_version()}",
         "timerwheel_c": getattr(timerwheel_c, "__version__", None),
         "IMPLEMENTATION": timerwheel_c.IMPLEMENTATION,
-        "cython_at_build": cython_build,
+        "timerwheel_c_path": os.path.dirname(timerwheel_c.__file__),
     }
     for dist in ("numpy", "Cython", "uvloop", "rich", "matplotlib", "psycopg"):
         out[dist if dist != "Cython" else "cython_installed"] = _version(dist)

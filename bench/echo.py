@@ -1,7 +1,7 @@
 """The timer-bound network benchmark: a lean length-prefixed echo with a deadline per request.
 
 For each connection count, loop (default asyncio, uvloop when it imports) and timer kind, a
-server subprocess (:mod:`timerwheel_c.bench.echo_server`) answers each request inside a
+server subprocess (:mod:`bench.echo_server`) answers each request inside a
 per-request deadline and re-arms the connection's idle timeout, with
 
 - ``asyncio``: ``asyncio.timeout`` + ``TimerHandle.cancel()`` and ``loop.call_later``;
@@ -27,14 +27,14 @@ import json
 import random
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from typing import Callable, Optional
 
 from .goals import Goal
-from .network import _PACKAGE_PARENT, _uvloop
+from .network import _uvloop
 from .network_server import raise_fd_limit
+from .run import command
 
 __all__ = ["CPU_TARGET", "RATE_PER_S", "SILENT_FRACTION", "format_table", "loops", "goals", "run", "timer_kinds"]
 
@@ -153,14 +153,12 @@ class _Load:
 
 def _run_one(kind: str, loop_name: str, connections: int, seconds: float, seed: int) -> dict:
     idle_s = max(0.2, 4 * connections / RATE_PER_S)
-    cmd = [sys.executable, "-m", "timerwheel_c.bench.echo_server", "--timers", _KINDS[kind],
-           "--idle-timeout-ms", str(round(idle_s * 1000)), "--max-connections", str(connections)]
+    cmd = command("bench.echo_server", "--timers", _KINDS[kind],
+                  "--idle-timeout-ms", str(round(idle_s * 1000)), "--max-connections", str(connections))
     if loop_name == "uvloop":
         cmd.append("--uvloop")
     with tempfile.TemporaryFile("w+") as stderr:
-        # `-m` puts the working directory first on sys.path: run where this package lives.
-        server = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
-                                  text=True, cwd=_PACKAGE_PARENT)
+        server = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True)
         try:
             assert server.stdin is not None and server.stdout is not None
             ready = server.stdout.readline()

@@ -1,4 +1,4 @@
-"""The side-by-side benchmarks behind ``timerwheel-c bench`` (also ``python -m timerwheel_c bench``).
+"""The side-by-side benchmarks behind ``python bench/run.py``, against the installed timerwheel_c.
 
 How a run flows: :mod:`.cli` parses the options and builds a :class:`.suite.Context`;
 every workload selected by ``--only`` is measured into plain, JSON-ready figures

@@ -1,8 +1,8 @@
-"""The server side of the loopback load benchmark (:mod:`timerwheel_c.bench.network`).
+"""The server side of the loopback load benchmark (:mod:`bench.network`).
 
 Run as a subprocess, one per scheduler::
 
-    python -m timerwheel_c.bench.network_server --scheduler call_later|wheel [--uvloop] \
+    python bench/run.py -m bench.network_server --scheduler call_later|wheel [--uvloop] \
         --idle-timeout-ms 200
 
 It is the line-echo idle-timeout server of ``examples/idle_timeout_server.py`` (each line
@@ -29,7 +29,7 @@ import sys
 import threading
 import time
 
-from ..aio import WheelScheduler
+from timerwheel_c.aio import WheelScheduler
 
 BACKLOG = 4096
 

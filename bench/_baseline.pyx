@@ -10,16 +10,6 @@ signatures of ``timerwheel_c._wheel.TimerWheel`` (argument names, untyped argume
 cimport cython
 from libc.stdint cimport uint64_t
 
-cdef extern from *:
-    # Defined by every Cython-generated C file: the Cython version that built it.
-    int CYTHON_HEX_VERSION
-
-
-def cython_version():
-    """Return the Cython version that compiled this extension, e.g. ``"3.1.2"``."""
-    cdef int v = CYTHON_HEX_VERSION
-    return f"{(v >> 24) & 0xFF}.{(v >> 16) & 0xFF}.{(v >> 8) & 0xFF}"
-
 
 @cython.final
 cdef class EmptyWheel:

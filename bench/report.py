@@ -2,7 +2,7 @@
 
 rich (the ``bench`` extra) draws them when it imports; without it the same tables
 print as aligned plain text and progress prints one line per workload, so
-``python -m timerwheel_c bench`` works on a bare ``pip install .`` too.
+the bench works on a bare ``pip install .`` too.
 """
 from __future__ import annotations
 

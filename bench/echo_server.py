@@ -1,8 +1,8 @@
-"""The server side of the timer-bound echo benchmark (:mod:`timerwheel_c.bench.echo`).
+"""The server side of the timer-bound echo benchmark (:mod:`bench.echo`).
 
 Run as a subprocess, one per (loop, timers) pair::
 
-    python -m timerwheel_c.bench.echo_server --timers asyncio|wheel|keyed [--uvloop] \
+    python bench/run.py -m bench.echo_server --timers asyncio|wheel|keyed [--uvloop] \
         --idle-timeout-ms 2000
 
 A lean protocol, so that the timers are a visible share of the CPU per request: each request
@@ -36,7 +36,7 @@ import threading
 import time
 from typing import Any, Optional
 
-from ..aio import KeyedTimers, WheelScheduler
+from timerwheel_c.aio import KeyedTimers, WheelScheduler
 from .network_server import BACKLOG, raise_fd_limit, run_server
 
 HEADER_BYTES = 4
