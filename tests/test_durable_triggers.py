@@ -22,6 +22,9 @@ from timerwheel_c.durable.timers.triggers import (
     Cron, DueOccurrences, Every, check_misfire, due_occurrences, trigger_from_bytes, trigger_from_dict,
 )
 
+# cronsim resolves to 2.6 on CPython 3.9, 2.7 on 3.10 and the newest on 3.11+.
+pytestmark = pytest.mark.every_python
+
 UTC = dt.timezone.utc
 MINUTE_MS = 60_000
 HOUR_MS = 3_600_000
