@@ -174,6 +174,16 @@ def test_leap_day_expression_fires_on_february_29_only():
         at_ms("2028-02-29T00:00+00:00")
 
 
+def test_no_occurrence_past_the_representable_range_is_none():
+    """Past the last representable occurrence (datetime's year 9999, or 2**64-1 ms) next_after is
+    None, never an OverflowError: a schedule there simply has no next occurrence."""
+    assert Cron("0 0 29 2 *", start=0).next_after(at_ms("9998-03-01T00:00+00:00")) is None
+    assert Cron("0 * * * *", "Asia/Tokyo", start=0).next_after(at_ms("9999-12-31T23:58+00:00")) is None
+    assert Cron("* * * * *", start=0).next_after(2**64 - 1) is None
+    assert Every(dt.timedelta(days=10**6), start=2**64 - 2).next_after(2**64 - 2) is None
+    assert Every(0.001, start=2**64 - 2).next_after(0) == 2**64 - 1
+
+
 def test_aliases_and_strictly_after_start():
     """@hourly/@daily/@weekly/@monthly are their 5-field forms, and an occurrence at start itself
     is not included (occurrences are strictly after start)."""

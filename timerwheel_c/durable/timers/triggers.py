@@ -360,26 +360,30 @@ class Cron(Trigger):
         except OverflowError:
             return
         previous_ms = after_ms
-        # cronsim stops (StopIteration) after 50 years without a match, which bounds the loop.
-        if self._on_wall_clock:
-            for wall in CronSim(self._expr, local.replace(tzinfo=None)):
-                due_ms = self._instant_ms(wall)
-                # Skipped: wall times of a repeated hour whose first occurrence is already past
-                # (after_ms in the hour's second pass; at most an hour of minutes), and wall
-                # times in a gap that all fire at the gap's end, once.
-                if due_ms > previous_ms:
+        # cronsim stops (StopIteration) after 50 years without a match, which bounds the loop;
+        # past the year 9999 no datetime, so no occurrence, can be represented.
+        try:
+            if self._on_wall_clock:
+                for wall in CronSim(self._expr, local.replace(tzinfo=None)):
+                    due_ms = self._instant_ms(wall)
+                    # Skipped: wall times of a repeated hour whose first occurrence is already
+                    # past (after_ms in the hour's second pass; at most an hour of minutes), and
+                    # wall times in a gap that all fire at the gap's end, once.
+                    if due_ms > previous_ms:
+                        if due_ms > MAX_DUE_MS:
+                            return
+                        yield due_ms
+                        previous_ms = due_ms
+            else:
+                for instant in CronSim(self._expr, local):
+                    due_ms = (instant - _EPOCH) // _MS
                     if due_ms > MAX_DUE_MS:
                         return
-                    yield due_ms
-                    previous_ms = due_ms
-        else:
-            for instant in CronSim(self._expr, local):
-                due_ms = (instant - _EPOCH) // _MS
-                if due_ms > MAX_DUE_MS:
-                    return
-                if due_ms > previous_ms:
-                    yield due_ms
-                    previous_ms = due_ms
+                    if due_ms > previous_ms:
+                        yield due_ms
+                        previous_ms = due_ms
+        except OverflowError:
+            return
 
     def _instant_ms(self, wall: _dt.datetime) -> int:
         """The instant (Unix epoch ms) a naive wall time of this zone fires at: its first
