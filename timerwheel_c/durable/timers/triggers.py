@@ -186,7 +186,7 @@ class Trigger:
     def to_dict(self) -> dict:
         """A JSON-able dict with a ``version`` field, from which :func:`trigger_from_dict`
         rebuilds an equal trigger."""
-        raise NotImplementedError
+        return {"version": FORMAT_VERSION, "start_ms": self.start_ms, "jitter_ms": self.jitter_ms}
 
     def to_bytes(self) -> bytes:
         """:meth:`to_dict` as compact UTF-8 JSON with sorted keys: equal triggers give equal bytes."""
@@ -200,6 +200,13 @@ class Trigger:
 
     def __hash__(self):
         return hash(self._key())
+
+    def _describe(self) -> str:
+        raise NotImplementedError
+
+    def __str__(self):
+        jitter = f", jitter {_format_s(self.jitter_ms)}" if self.jitter_ms else ""
+        return f"{self._describe()}{jitter}"
 
 
 class Every(Trigger):
@@ -259,15 +266,13 @@ class Every(Trigger):
         return due_ms if k >= 1 and due_ms > after_ms else None
 
     def to_dict(self) -> dict:
-        return {"version": FORMAT_VERSION, "trigger": "every", "interval_ms": self.interval_ms,
-                "start_ms": self.start_ms, "jitter_ms": self.jitter_ms}
+        return {**super().to_dict(), "trigger": "every", "interval_ms": self.interval_ms}
 
     def __repr__(self):
         return f"Every({self.interval_ms / 1000!r}, start={self.start_ms}, jitter_s={self.jitter_s!r})"
 
-    def __str__(self):
-        jitter = f", jitter {_format_s(self.jitter_ms)}" if self.jitter_ms else ""
-        return f"every {_format_s(self.interval_ms)}{jitter}"
+    def _describe(self) -> str:
+        return f"every {_format_s(self.interval_ms)}"
 
 
 def _zone_of(tz: object) -> ZoneInfo:
@@ -411,15 +416,13 @@ class Cron(Trigger):
         return (_EPOCH + _dt.timedelta(milliseconds=at_ms)).astimezone(self.tz).utcoffset()
 
     def to_dict(self) -> dict:
-        return {"version": FORMAT_VERSION, "trigger": "cron", "expression": self.expression, "tz": self.tz.key,
-                "start_ms": self.start_ms, "jitter_ms": self.jitter_ms}
+        return {**super().to_dict(), "trigger": "cron", "expression": self.expression, "tz": self.tz.key}
 
     def __repr__(self):
         return f"Cron({self.expression!r}, tz={self.tz.key!r}, start={self.start_ms}, jitter_s={self.jitter_s!r})"
 
-    def __str__(self):
-        jitter = f", jitter {_format_s(self.jitter_ms)}" if self.jitter_ms else ""
-        return f"cron {self.expression!r} {self.tz.key}{jitter}"
+    def _describe(self) -> str:
+        return f"cron {self.expression!r} {self.tz.key}"
 
 
 def trigger_from_dict(data: object) -> Trigger:
