@@ -45,9 +45,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 # cronsim, not croniter: cronsim follows Debian cron's DST handling (a fixed-hour job fires
 # once in a repeated hour, and right after a gap), which is the rule above; croniter 7
 # fires a fixed-hour job twice in the repeated fall-back hour (``0 1 * * *`` in London on
-# 2026-10-25 at 00:00Z and 01:00Z). cronsim is used only to match wall times against the
-# expression; which instant a wall time fires at is decided here (:meth:`Cron._instant_ms`),
-# so the rule does not depend on the library's version.
+# 2026-10-25 at 00:00Z and 01:00Z). Even so, cronsim (like Debian's cron) skips `*/20 2 * * *`
+# on New York's spring day and repeats `*/20 1 * * *` in its fall hour, so for a fixed-hour
+# job cronsim only matches naive wall times, and which instant each fires at is decided here
+# (:meth:`Cron._instant_ms`); the rule then does not move with the library's version.
 from cronsim import CronSim, CronSimError
 
 from .due import due_at_ms_of
