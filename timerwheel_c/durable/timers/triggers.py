@@ -55,8 +55,8 @@ from .due import due_at_ms_of
 from .keys import MAX_DUE_MS
 
 __all__ = [
-    "FORMAT_VERSION", "MISFIRE_POLICIES", "Cron", "DueOccurrences", "Every", "Trigger", "check_misfire",
-    "due_occurrences", "trigger_from_bytes", "trigger_from_dict",
+    "FORMAT_VERSION", "MISFIRE_POLICIES", "Cron", "DueOccurrences", "Every", "RandomSource", "Trigger",
+    "check_misfire", "due_occurrences", "trigger_from_bytes", "trigger_from_dict",
 ]
 
 FORMAT_VERSION = 1
@@ -73,7 +73,9 @@ _CRON_ALIASES = {"@hourly": "0 * * * *", "@daily": "0 0 * * *", "@midnight": "0 
                  "@monthly": "0 0 1 * *", "@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *"}
 
 
-class _Random(Protocol):
+class RandomSource(Protocol):
+    """Where jitter comes from: a :class:`random.Random`, or anything with ``random()`` in [0, 1)."""
+
     def random(self) -> float: ...
 
 
@@ -172,7 +174,7 @@ class Trigger:
                 hi = mid
         return self.next_after(lo)
 
-    def jittered(self, nominal_ms: int, rng: _Random) -> int:
+    def jittered(self, nominal_ms: int, rng: RandomSource) -> int:
         """The fire time of the occurrence at ``nominal_ms``: nominal + a uniform random delay
         in [0, ``jitter_s``], in whole ms (Unix epoch ms). ``rng`` is a :class:`random.Random`
         (anything with ``random()`` in [0, 1)). The grid never moves: the next occurrence
