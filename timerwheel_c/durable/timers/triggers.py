@@ -221,12 +221,13 @@ class Every(Trigger):
         start: the grid's origin, an aware :class:`datetime.datetime` or Unix epoch ms;
             defaults to now. The first occurrence is one interval after it.
         jitter_s: each occurrence fires up to this many seconds after its nominal time
-            (ms resolution, default 0).
+            (ms resolution, default 0, less than the interval).
 
     Raises:
         TypeError: an argument of the wrong type, naming it.
-        ValueError: an interval under 1 ms (``Every(0)``), a negative or non-finite jitter,
-            a naive datetime ``start``; the message names the argument and the value.
+        ValueError: an interval under 1 ms (``Every(0)``), a negative or non-finite jitter or
+            one not under the interval, a naive datetime ``start``; the message names the
+            argument and the value.
     """
 
     __slots__ = ("interval_ms",)
@@ -247,6 +248,10 @@ class Every(Trigger):
         self.interval_ms = interval_ms
         self.start_ms = _start_ms_of(start)
         self.jitter_ms = _jitter_ms_of(jitter_s)
+        if self.jitter_ms >= interval_ms:
+            # An occurrence could then fire after the next one's nominal time: they would
+            # coalesce under "once", or fire out of order.
+            raise ValueError(f"jitter_s must be less than the interval ({interval_ms} ms), got {jitter_s!r}")
 
     def next_after(self, after_ms: int) -> Optional[int]:
         _check_ms("after_ms", after_ms)
@@ -336,7 +341,9 @@ class Cron(Trigger):
             :data:`datetime.timezone.utc`); default ``"UTC"``. Zone data comes from the
             system or the ``tzdata`` package.
         start: an aware :class:`datetime.datetime` or Unix epoch ms; default now.
-        jitter_s: each occurrence fires up to this many seconds after its nominal time.
+        jitter_s: each occurrence fires up to this many seconds after its nominal time; keep
+            it under the shortest gap between occurrences, or an occurrence may fire after the
+            next one's nominal time (and coalesce with it under ``"once"``).
 
     DST: see the module docstring (cronie's rule, keyed on the hour field).
 
