@@ -126,6 +126,15 @@ def test_the_row_round_trips_and_equal_states_give_equal_bytes():
         assert data.endswith(state.value)
 
 
+def test_one_policy_written_two_ways_gives_equal_bytes():
+    """60 and 60.0 s are one grace time: the rows' bytes are equal, so a guard on them holds."""
+    a = new_state(Every(60, start=START), KIND, rng=random.Random(9), misfire="skip", misfire_grace_s=60)
+    b = new_state(Every(60, start=START), KIND, rng=random.Random(9), misfire="skip", misfire_grace_s=60.0)
+    assert a.to_bytes() == b.to_bytes()
+    c = new_state(Every(60, start=START), KIND, rng=random.Random(9), misfire="all", catchup_window_s=600)
+    assert c.to_bytes() == dataclasses.replace(c, catchup_window_s=600.0).to_bytes()
+
+
 def test_bad_schedules_and_bad_rows_are_refused():
     """A bad kind, value or policy is refused when the schedule is made; a row from a newer
     format, a truncated one or one with a bad field is a ValueError naming what is wrong."""

@@ -138,8 +138,11 @@ def new_state(trigger: Trigger, kind: "int | TimerKind", value: bytes = b"", *, 
         raise TypeError(f"trigger must be an Every or a Cron, got {type(trigger).__name__} {trigger!r}")
     if not isinstance(value, (bytes, bytearray, memoryview)):
         raise TypeError(f"value must be bytes, got {type(value).__name__}")
+    check_misfire(misfire, misfire_grace_s, catchup_window_s)
+    # Floats, so that equal states give equal bytes (60 and 60.0 are written differently).
     state = ScheduleState(trigger=trigger, kind=TimerKind(kind).get(), value=bytes(value), misfire=misfire,
-                          misfire_grace_s=misfire_grace_s, catchup_window_s=catchup_window_s, paused=False,
+                          misfire_grace_s=float(misfire_grace_s),
+                          catchup_window_s=None if catchup_window_s is None else float(catchup_window_s), paused=False,
                           last_nominal_ms=trigger.start_ms, last_fired_ms=None, next_nominal_ms=None,
                           next_fire_ms=None)
     return _armed(_checked(state), rng)
