@@ -213,7 +213,8 @@ class Trigger:
 
 
 class Every(Trigger):
-    """Occurrences at ``start + k * interval`` for k >= 1 (Unix epoch ms).
+    """Occurrences at ``start + k * interval`` for k >= 1 (Unix epoch ms), in real time: a
+    24-hour interval is 86,400 s on a DST day too (use :class:`Cron` for a wall-clock time).
 
     Args:
         interval: seconds (an int or float > 0, rounded to the ms) or a :class:`datetime.timedelta`;
