@@ -324,19 +324,20 @@ class SQLiteStore(Store):
                 raise
         return results
 
-    def watch(self, callback: Callable[[], None]) -> Watcher:
+    def _watch(self, callback: Callable[[], None]) -> Watcher:
         """The change signal (see :meth:`Store.watch`): ``PRAGMA data_version`` on a dedicated
         connection every ``watch_interval_s``. A ``":memory:"`` database is private to this
         store's connection, which data_version does not count, so there it is the connection's
         own ``total_changes`` (rows written through it), read as often.
 
         Raises:
-            sqlite3.Error: the watcher's connection cannot be opened.
+            StoreError: the watcher's connection cannot be opened.
         """
         if self.path == ":memory:":
             return self._watch_own_connection(callback)
-        db = sqlite3.connect(self.path, timeout=self._busy_timeout_s, isolation_level=None, check_same_thread=False)
-        last = [db.execute("PRAGMA data_version").fetchone()[0]]
+        with self._wrap:
+            db = sqlite3.connect(self.path, timeout=self._busy_timeout_s, isolation_level=None, check_same_thread=False)
+            last = [db.execute("PRAGMA data_version").fetchone()[0]]
 
         def changed() -> bool:
             version = db.execute("PRAGMA data_version").fetchone()[0]
