@@ -36,7 +36,8 @@ Every psycopg error is raised as a :class:`~.errors.StoreError`, transient or pe
 by its SQLSTATE class. One connection per store, shared by threads under a lock; a
 broken connection (server restart, network) is replaced on the next call, and the failed
 call raises :class:`~.errors.TransientStoreError` for the caller to retry. Fleet
-ownership (:meth:`PostgresStore.ownership`) holds its locks on a connection of its own.
+ownership (:meth:`~timerwheel_c.durable.storage.store.Store.ownership`, whose type the service
+layer sets) holds its locks on a connection of :meth:`PostgresStore.new_connection`.
 """
 from __future__ import annotations
 
@@ -299,14 +300,6 @@ class PostgresStore(Store):
     def _partitions(self) -> list:
         with self._lock, self._wrap:
             return [r[0] for r in self._connection().execute(self._sql["partitions"]).fetchall()]
-
-    def ownership(self, partitions: Optional[list] = None, **kwargs):
-        """A :class:`~timerwheel_c.durable.ownership.PartitionOwnership` dividing ``partitions``
-        (None: every partition of this store) among the runners asking for the same ones;
-        ``kwargs`` (``check_interval_s``) go to its constructor."""
-        from ..service.ownership import PartitionOwnership
-
-        return PartitionOwnership(self, partitions, **kwargs)
 
     def drop(self) -> None:
         """Drop this store's table, meta table and function (for tests and benchmarks); the store

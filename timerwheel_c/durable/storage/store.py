@@ -262,7 +262,7 @@ class Page:
 
 class Ownership(abc.ABC):
     """The partitions one runner owns among the live runners sharing a store
-    (:class:`timerwheel_c.durable.ownership.PartitionOwnership` on PostgreSQL)."""
+    (:class:`timerwheel_c.durable.service.ownership.PartitionOwnership` on PostgreSQL)."""
 
     check_interval_s: float
 
@@ -400,13 +400,19 @@ class Store(abc.ABC):
         """Names of the partitions that hold at least one key, sorted."""
         return self._partitions()
 
+    #: The :class:`Ownership` type that divides this backend's partitions among runners, called as
+    #: ``ownership_type(store, partitions, **kwargs)``. The layer that holds that policy sets it (the
+    #: service layer sets PostgresStore's when it is imported), so that this layer imports nothing
+    #: above it. None: the backend has no way to divide the work.
+    ownership_type: Optional[Callable[..., "Ownership"]] = None
+
     def ownership(self, partitions: Optional[list] = None, **kwargs) -> Optional["Ownership"]:
         """An :class:`Ownership` dividing ``partitions`` (None: every partition of the store) among
         the runners that share this store and ask for the same ones, or None when this backend
-        has no way to (the default; SQLite stays correct with several runners, each commit
-        guarded, but does not divide the work). ``kwargs`` go to the backend's ownership type.
+        has no way to (SQLite stays correct with several runners, each commit guarded, but does
+        not divide the work). ``kwargs`` go to :attr:`ownership_type`.
         """
-        return None
+        return None if self.ownership_type is None else self.ownership_type(self, partitions, **kwargs)
 
     def close(self) -> None:  # noqa: B027 -- optional: a backend without resources keeps this no-op
         """Release the backend's resources; the store is unusable afterwards."""
