@@ -9,6 +9,7 @@ import pytest
 from timerwheel_c.durable.storage.errors import PermanentStoreError, TransientStoreError, is_transient
 from timerwheel_c.durable.storage.sqlite import SQLiteStore
 from timerwheel_c.durable.storage.store import Batch, Committed, Equals, PreconditionFailed, Refused
+from timerwheel_c.bench.stores import dispose
 
 P = "p"
 REFUSED = b"\xde\xad"  # the value the server is made to refuse
@@ -127,8 +128,7 @@ def test_postgres_lost_connection_is_transient_and_the_store_reconnects():
         assert isinstance(raised.value.__cause__, psycopg.Error)
         assert store.apply(P, Batch().put(b"k", b"v")) == Committed()
     finally:
-        store.drop()
-        store.close()
+        dispose(store)
 
 
 def test_a_foreign_sqlite_database_is_refused_and_left_unwritten(tmp_path):
@@ -202,5 +202,4 @@ def test_postgres_bad_schema_version_is_a_clear_error_naming_it():
         with pytest.raises(SchemaError, match=rf"{table}'.*schema_version '5x'"):
             PostgresStore(dsn, table=table)
     finally:
-        store.drop()
-        store.close()
+        dispose(store)

@@ -26,6 +26,7 @@ from timerwheel_c.durable import schedule
 from timerwheel_c.durable.timers import keys
 from timerwheel_c.durable.storage.sqlite import SQLiteStore
 from timerwheel_c.durable.storage.store import Batch
+from timerwheel_c.bench.stores import dispose
 from waiting import wait_until, wall_ms
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
@@ -84,8 +85,7 @@ def backend(request, tmp_path):
         table = f"timerwheel_wake_{uuid.uuid4().hex[:12]}"
         store = PostgresStore(PG_DSN, table=table)
         yield f"postgres:{table}", store
-        store.drop()
-        store.close()
+        dispose(store)
 
 
 def test_timer_written_by_another_process_fires_promptly_and_never_early(backend, tmp_path):
@@ -249,8 +249,7 @@ def test_postgres_trigger_notifies_timer_writes_of_any_path():
         assert not got.wait(0.5)
     finally:
         watcher.close()
-        store.drop()
-        store.close()
+        dispose(store)
 
 
 def _terminate(dsn: str, application_name: str) -> int:
@@ -296,8 +295,7 @@ def test_killed_listen_connection_reconnects_and_timers_still_fire_promptly():
         ((due_at, fired_at),) = h.fired
         assert due_at == due and due <= fired_at <= due + BOUND_MS
     finally:
-        writer.drop()
-        writer.close()
+        dispose(writer)
         store.close()
 
 
@@ -439,8 +437,7 @@ def test_every_waiter_of_a_store_shares_one_listen_connection():
         for w in watchers:
             w.close()
         wait_until(lambda: _listeners(name) == 0, "the LISTEN connection to close with the last waiter")
-        store.drop()
-        store.close()
+        dispose(store)
 
 
 def _listeners(application_name: str) -> int:

@@ -301,17 +301,6 @@ class PostgresStore(Store):
         with self._lock, self._wrap:
             return [r[0] for r in self._connection().execute(self._sql["partitions"]).fetchall()]
 
-    def drop(self) -> None:
-        """Drop this store's table, meta table and function (for tests and benchmarks); the store
-        is unusable afterwards."""
-        with self._lock:
-            conn = self._connection()
-            conn.execute(sql.SQL("DROP FUNCTION IF EXISTS {}").format(sql.Identifier(f"{self.table}_apply_many")))
-            conn.execute(sql.SQL("DROP FUNCTION IF EXISTS {}").format(sql.Identifier(f"{self.table}_apply_one")))
-            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(f"{self.table}_meta")))
-            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(self.table)))
-            conn.execute(sql.SQL("DROP FUNCTION IF EXISTS {}").format(sql.Identifier(f"{self.table}_wake")))
-
     def close(self) -> None:
         with self._lock:
             if self._conn is not None:

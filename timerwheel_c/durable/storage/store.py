@@ -30,7 +30,6 @@ __all__ = [
     "Absent",
     "Batch",
     "Committed",
-    "Delegating",
     "Equals",
     "Guard",
     "KeyPattern",
@@ -499,37 +498,3 @@ def _check_batch(batch: object) -> Batch:
     if not isinstance(batch, Batch):
         raise TypeError(f"batch must be a Batch, got {type(batch).__name__} {batch!r}")
     return batch
-
-
-class Delegating(Store):
-    """A store passing every call on to ``inner`` (any :class:`Store`); subclass it and override a
-    hook (``_scan``, ``_get``, ``_apply``, ``_apply_many``, ``_partitions``) to observe or alter
-    those calls, as the benchmarks and tests do. The public methods still validate first."""
-
-    def __init__(self, inner: Store):
-        self.inner = check_store(inner, "inner")
-
-    def __repr__(self):
-        return f"{type(self).__name__}({self.inner!r})"
-
-    def _scan(self, partition: str, start: bytes, end: bytes, after: Optional[bytes], limit: int) -> Page:
-        return self.inner.scan(partition, start, end, after, limit)
-
-    def _get(self, partition: str, key: bytes) -> Optional[bytes]:
-        return self.inner.get(partition, key)
-
-    def _apply(self, partition: str, batch: Batch) -> Union[Committed, PreconditionFailed]:
-        return self._apply_many(partition, [batch])[0]
-
-    def _apply_many(self, partition: str, batches: list) -> list:
-        return self.inner.apply_many(partition, batches)
-
-    def _partitions(self) -> list:
-        return self.inner.partitions()
-
-    def watch(self, callback: Callable[[], None]) -> Watcher:
-        """``inner``'s change signal: a wrapper sees the same writes its store does."""
-        return self.inner.watch(callback)
-
-    def _signal_writes(self, patterns: list) -> None:
-        self.inner.signal_writes(patterns)
