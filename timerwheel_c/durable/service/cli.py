@@ -138,12 +138,24 @@ def run(args) -> int:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, on_signal)
-    with store, DurableTimerService(store, registry, args.partitions, concurrency=args.concurrency) as service:
+    service = DurableTimerService(store, registry, args.partitions, concurrency=args.concurrency)
+    try:
+        service.start()
+    except (MemoryError, RuntimeError) as exc:  # threads or memory for --concurrency the system will not give
+        service.stop(timeout=0)
+        store.close()
+        print(f"timerwheel-c run: cannot start {args.concurrency} handler slot(s) (--concurrency): {exc}",
+              file=sys.stderr)
+        return 2
+    try:
         which = "a fleet share of all partitions" if service.ownership is not None else args.partitions or "all partitions"
         log.info("serving %s: %s, with kinds %s, %d handler(s) at once", redact(args.store), which, registry.kinds(),
                  args.concurrency)
         # Short waits keep the main thread returning to the interpreter, where signal handlers run.
         while not stop.wait(0.2):
             pass
+    finally:
+        service.stop()
+        store.close()
     log.info("stopped")
     return 0
