@@ -49,7 +49,7 @@ import threading
 import time
 from typing import Iterable, Optional
 
-from ..timers import writer
+from ..timers import keys, writer
 from .activity import Activity
 from ..timers.deadline import deadline_factory
 from ..timers.due import due_at_ms_of
@@ -369,6 +369,7 @@ class DurableTimerService:
 
     def _open_watcher(self) -> Optional[Watcher]:
         try:
+            keys.declare_signals(self.store)  # the writes that must wake it: not its own claims
             return self.store.watch(self._wake)
         except Exception as exc:
             self._store_failed(exc, 1, "change signal")
