@@ -2,12 +2,12 @@
 
 Runners in one process cannot see writes made by another process (a web process that
 schedules, a second runner that backs a row off) unless something tells them. Each
-backend gives :meth:`timerwheel_c.durable.store.Store.watch` its cheapest cross-process
+backend gives :meth:`timerwheel_c.durable.storage.store.Store.watch` its cheapest cross-process
 detector, and the service waits on it beside its deadline, as APScheduler 4 and
 procrastinate wake their workers with PostgreSQL ``LISTEN``/``NOTIFY``:
 
 - PostgreSQL: a trigger sends ``NOTIFY`` in the writing transaction, and a dedicated
-  ``LISTEN`` connection receives it (:mod:`timerwheel_c.durable.pg_listen`).
+  ``LISTEN`` connection receives it (:mod:`timerwheel_c.durable.storage.pg_listen`).
 - SQLite: ``PRAGMA data_version`` on a dedicated connection, polled every 20 ms; it
   changes whenever another connection commits (https://sqlite.org/pragma.html#pragma_data_version).
 - Any other backend: :class:`PollingWatcher` calling back every second.
