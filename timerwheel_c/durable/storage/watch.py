@@ -144,7 +144,8 @@ class ChangeHub:
 
     ``start(fire)`` starts the backend's detector (a :class:`Watcher` calling ``fire()`` on each
     change); :meth:`add` starts it for the first waiter and :meth:`Watcher.close` of the last one
-    stops it. Thread-safe.
+    stops it. A waiter that joins a running detector is called back once at once, on its own
+    thread. Thread-safe.
     """
 
     def __init__(self, start: Callable[[Callable[[], None]], Watcher]):
@@ -160,10 +161,16 @@ class ChangeHub:
             StoreError: the detector could not be started (nothing is registered).
         """
         with self._lock:
-            if self.detector is None:
+            joined = self.detector is not None
+            if not joined:
                 self.detector = self._start(self._fire)
             subscription = _Subscription(self, callback)
             self._subscriptions.append(subscription)
+        if joined:
+            # A new detector calls back once it is in place (a write before that sent no signal this
+            # waiter saw); joining a running one gets the same single call, so the waiter's first
+            # look at the store follows its registration.
+            call_back(callback, subscription.closing)
         return subscription
 
     def _remove(self, subscription: _Subscription) -> None:
