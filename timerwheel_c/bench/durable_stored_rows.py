@@ -22,7 +22,7 @@ import statistics
 import sys
 import tempfile
 
-from ..durable import Batch, SQLiteStore
+from timerwheel_c.durable import Batch, SQLiteStore
 from .durable_service import WAKEUP_TIMERS, wakeup_lateness_ms
 
 PARTITIONS = ["bench"] + [f"stored-{i:02d}" for i in range(15)]
