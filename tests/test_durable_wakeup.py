@@ -341,11 +341,11 @@ def throwaway_pg():
 
 def _retrying(store):
     """``store`` after one call that may fail on the connection the restart broke (it reconnects on the next)."""
-    import psycopg
+    from timerwheel_c.durable.storage.errors import TransientStoreError
 
     try:
         store.partitions()
-    except psycopg.OperationalError:
+    except TransientStoreError:
         pass
     return store
 
