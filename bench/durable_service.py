@@ -32,10 +32,11 @@ from timerwheel_c.durable import DurableTimerService, SQLiteStore, schedule
 from timerwheel_c.durable.timers import keys
 from timerwheel_c.durable.timers.registry import Done, TimerHandler, TimerKind, TimerRegistry
 from timerwheel_c.durable.storage.store import Batch, Store
-
 from .run import command
+from .stores import dispose
 
-__all__ = ["IDLE_CPU_S", "IO_TIMERS", "WAKEUP_GAP_MS", "WAKEUP_LEAD_MS", "WAKEUP_TIMERS", "service_figures"]
+__all__ = ["IDLE_CPU_S", "IO_TIMERS", "WAKEUP_GAP_MS", "WAKEUP_LEAD_MS", "WAKEUP_TIMERS", "service_figures",
+           "wakeup_lateness_ms"]
 
 _KIND = TimerKind(2)
 _P = "bench"
@@ -86,14 +87,13 @@ def _open(target: str, dsn: Optional[str]) -> Store:
     return SQLiteStore(name)
 
 
-def _dispose(store: Store) -> None:
-    drop = getattr(store, "drop", None)
-    if drop is not None:
-        drop()
-    store.close()
+def wakeup_lateness_ms(target: str, dsn: Optional[str], n: int, progress) -> list:
+    """``wakeup_lateness_ms`` above for the store ``target`` (``sqlite:PATH`` or ``postgres:TABLE`` on
+    ``dsn``) with ``n`` timers: one lateness (ms) per timer, in writing order; ``progress(1)`` per write.
 
-
-def _wakeup_lateness_ms(target: str, dsn: Optional[str], n: int, progress) -> list:
+    Raises:
+        RuntimeError: the runner did not start, or timers did not fire within 30 s.
+    """
     store = _open(target, dsn)
     # The partition exists before the runner starts: a fleet runner (PostgreSQL, every partition)
     # takes a brand-new partition only at its next ownership check, up to a second later.
@@ -129,7 +129,7 @@ def _wakeup_lateness_ms(target: str, dsn: Optional[str], n: int, progress) -> li
             runner.kill()
             runner.wait(10)
     fired = _effects(store)
-    _dispose(store)
+    dispose(store)
     if len(fired) < n:
         raise RuntimeError(f"only {len(fired)} of {n} cross-process timers fired within 30 s")
     return [float(min(fired[ref]) - due) for ref, due in dues.items()]
@@ -158,7 +158,7 @@ def _fired_per_s_20ms(make_store: Callable[[], Store], concurrency: int, n: int,
         applied = _effects(store)
     finally:
         quiet.setLevel(level)
-        _dispose(store)
+        dispose(store)
     if len(applied) < n:
         raise RuntimeError(f"only {len(applied)} of {n} timers fired at concurrency {concurrency}")
     return {"timers": n, "fired_per_s": n / elapsed_s, "duplicates": sum(len(v) - 1 for v in applied.values())}
@@ -198,7 +198,7 @@ def _watcher_idle_cpu_pct(make_store: Callable[[], Store]) -> float:
             return watched * 100
         return max(0.0, watched - cpu_share(False)) * 100
     finally:
-        _dispose(store)
+        dispose(store)
 
 
 def service_figures(backend: str, tmp: str, dsn: Optional[str] = None, progress=None, max_timers: int = 10_000) -> dict:
@@ -222,7 +222,7 @@ def service_figures(backend: str, tmp: str, dsn: Optional[str] = None, progress=
         return _open(target(), dsn)
 
     figures: dict = {
-        "wakeup_lateness_ms": _wakeup_lateness_ms(target(), dsn, min(WAKEUP_TIMERS, max_timers), progress),
+        "wakeup_lateness_ms": wakeup_lateness_ms(target(), dsn, min(WAKEUP_TIMERS, max_timers), progress),
         "fired_per_s_20ms": {str(c): _fired_per_s_20ms(make_store, c, min(n, max_timers), progress)
                              for c, n in sorted(IO_TIMERS.items())},
     }

@@ -31,8 +31,8 @@ from timerwheel_c.durable.timers import keys
 from timerwheel_c.durable.timers.registry import Done, TimerHandler, TimerRegistry
 from timerwheel_c.durable.timers.runner import TickBudget
 from timerwheel_c.durable.storage.store import Batch
-
 from .run import command
+from .stores import dispose
 
 __all__ = ["run"]
 
@@ -150,8 +150,7 @@ def _one(dsn: str, n_runners: int, n_timers: int, budget: str, takeover: bool, p
                 proc.kill()
                 proc.wait()
         conn.close()
-        store.drop()
-        store.close()
+        dispose(store)
 
 
 def run(dsn: str, n_timers: int = 8000, runner_counts=(1, 4), progress: Optional[Callable[[int], None]] = None) -> dict:

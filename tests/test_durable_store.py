@@ -7,6 +7,7 @@ import threading
 
 import pytest
 
+from timerwheel_c.durable.storage.errors import PermanentStoreError
 from timerwheel_c.durable.storage.sqlite import SQLiteStore
 from timerwheel_c.durable.storage.store import Absent, Batch, Committed, Equals, Page, PreconditionFailed, SchemaVersionError
 
@@ -93,6 +94,35 @@ def test_guarded_delete_then_rewrite_and_repeated_guards(durable_store):
     assert durable_store.apply(P, b) == PreconditionFailed(b"j") and durable_store.get(P, b"k") == b"3"
     assert durable_store.apply(P, Batch().require(Equals(b"k", b"3")).delete(b"k").delete(b"k")) == Committed()
     assert durable_store.get(P, b"k") is None
+
+
+def test_one_guard_rule_through_apply_and_apply_many(durable_store):
+    """The conditional-delete shortcut (store.consumed_write) applies to the last guard only, when it is
+    Equals and the key's first write deletes it; the same batches give the same results whether applied
+    one by one or in one apply_many, on every backend."""
+    from timerwheel_c.durable.storage.store import consumed_write
+
+    assert consumed_write(Batch().require(Absent(b"x")).require(Equals(b"k", b"1")).put(b"y", b"").delete(b"k")) == 1
+    assert consumed_write(Batch().require(Equals(b"k", b"1")).require(Absent(b"x")).delete(b"k")) == -1
+    assert consumed_write(Batch().require(Equals(b"k", b"1")).put(b"k", b"2").delete(b"k")) == -1
+    assert consumed_write(Batch().delete(b"k")) == -1
+
+    def batches():
+        return [
+            Batch().require(Equals(b"k", b"1")).require(Absent(b"x")).delete(b"k"),  # shortcut not taken
+            Batch().require(Absent(b"x")).require(Equals(b"k", b"1")).put(b"y", b"1").delete(b"k"),  # gone already
+            Batch().require(Equals(b"j", b"2")).require(Equals(b"j", b"2")).delete(b"j").put(b"j", b"3"),
+            Batch().require(Equals(b"j", b"3")).require(Absent(b"j")).delete(b"j"),
+        ]
+
+    expected = [Committed(), PreconditionFailed(b"k"), Committed(), PreconditionFailed(b"j")]
+    put_all(durable_store, [(b"k", b"1"), (b"j", b"2")])
+    assert [durable_store.apply(P, b) for b in batches()] == expected
+    one_by_one = dict(durable_store.scan(P, b"", b"\xff").entries)
+    durable_store.apply(P, Batch().delete(b"j").delete(b"k").delete(b"y"))
+    put_all(durable_store, [(b"k", b"1"), (b"j", b"2")])
+    assert durable_store.apply_many(P, batches()) == expected
+    assert dict(durable_store.scan(P, b"", b"\xff").entries) == one_by_one == {b"j": b"3"}
 
 
 def test_writes_apply_in_order(durable_store):
@@ -221,19 +251,22 @@ def test_sqlite_bad_constructor_arguments(tmp_path):
 
 
 def test_sqlite_open_errors_name_the_path_and_the_cause(tmp_path):
-    """A SQLite file that cannot be opened raises sqlite3.OperationalError naming the path and why
+    """A SQLite file that cannot be opened raises PermanentStoreError naming the path and why
     (a missing directory, a directory, an unwritable place); a URL given as a path is a ValueError
-    pointing at open_store. Nothing is created on the way."""
+    pointing at open_store, its password masked. Nothing is created on the way."""
     missing = tmp_path / "no" / "such" / "x.db"
-    with pytest.raises(sqlite3.OperationalError, match=rf"{missing}'.*directory .* does not exist"):
+    with pytest.raises(PermanentStoreError, match=rf"{missing}'.*directory .* does not exist"):
         SQLiteStore(missing)
-    with pytest.raises(sqlite3.OperationalError, match=rf"{tmp_path}'.*is a directory"):
+    with pytest.raises(PermanentStoreError, match=rf"{tmp_path}'.*is a directory"):
         SQLiteStore(tmp_path)
     if os.path.isdir("/proc"):  # not writable, even for root
-        with pytest.raises(sqlite3.OperationalError, match="/proc/x.db"):
+        with pytest.raises(PermanentStoreError, match="/proc/x.db"):
             SQLiteStore("/proc/x.db")
     with pytest.raises(ValueError, match=r"'sqlite:///x.db'.*open_store"):
         SQLiteStore("sqlite:///x.db")
+    with pytest.raises(ValueError, match=r"postgresql://u:\*\*\*@h/d") as raised:
+        SQLiteStore("postgresql://u:hunter2@h/d")
+    assert "hunter2" not in str(raised.value)
     assert not missing.parent.exists() and not os.path.exists("sqlite:")
 
 
@@ -283,7 +316,7 @@ def test_store_reprs_are_informative_and_never_hold_a_password(durable_store):
 def test_delegating_store_passes_every_call_on_and_still_validates(tmp_path):
     """Delegating (the base of the stores that observe another) passes scan, get, apply, apply_many and
     partitions to the inner store, validating arguments first; a non-Store inner is a TypeError."""
-    from timerwheel_c.durable.storage.store import Delegating
+    from bench.stores import Delegating
 
     with SQLiteStore(tmp_path / "t.db") as inner:
         store = Delegating(inner)

@@ -49,14 +49,14 @@ import threading
 import time
 from typing import Iterable, Optional
 
-from ..timers import writer
+from ..timers import keys, writer
 from .activity import Activity
 from ..timers.deadline import deadline_factory
 from ..timers.due import due_at_ms_of
 from .pool import DaemonPool
 from ..timers.registry import TimerContext, TimerKind, TimerRegistry
 from ..timers.runner import PAGE, ClaimedTimer, RunReport, TickBudget, claim_due, commit_outcomes, next_wake, settle
-from ..storage.store import Store, check_partition
+from ..storage.store import Store, check_partition, check_store
 from ..storage.errors import is_transient
 from ..storage.watch import Watcher
 
@@ -148,8 +148,7 @@ class DurableTimerService:
         wall_ns=time.time_ns,
         fleet: Optional[bool] = None,
     ):
-        if not isinstance(store, Store):
-            raise TypeError(f"store must be a Store, got {type(store).__name__} {store!r}")
+        check_store(store)
         if not isinstance(registry, TimerRegistry):
             raise TypeError(f"registry must be a TimerRegistry, got {type(registry).__name__} {registry!r}")
         if isinstance(partitions, str):
@@ -370,6 +369,7 @@ class DurableTimerService:
 
     def _open_watcher(self) -> Optional[Watcher]:
         try:
+            keys.declare_signals(self.store)  # the writes that must wake it: not its own claims
             return self.store.watch(self._wake)
         except Exception as exc:
             self._store_failed(exc, 1, "change signal")

@@ -1,7 +1,7 @@
 """The PostgreSQL change signal: a dedicated ``LISTEN`` connection that outlives server restarts.
 
-Writers notify through a trigger on the store's table (``NOTIFY_DDL`` in
-:mod:`timerwheel_c.durable.postgres`): every insert or update of a scheduled timer row calls
+Writers notify through a trigger on the store's table (``wake_trigger`` in
+``sql/postgres/queries.sql``, see :mod:`timerwheel_c.durable.storage.postgres`): every insert or update of a key the timer layer declared calls
 ``pg_notify`` in the writing transaction, so the notification is delivered on commit
 and never for a rolled-back write (https://www.postgresql.org/docs/current/sql-notify.html),
 whichever client wrote the row.
@@ -28,6 +28,7 @@ from typing import Callable
 import psycopg
 from psycopg import sql
 
+from .errors import StoreError
 from .watch import Watcher, call_back
 
 __all__ = ["PgListener"]
@@ -41,7 +42,7 @@ _RECONNECT_S = (0.05, 5.0)
 
 class PgListener(Watcher):
     """``LISTEN`` on ``channel`` through its own autocommit connection, opened by ``connect()``
-    (which raises ``psycopg.Error`` without quoting a password); ``callback()`` on each notification
+    (which raises :class:`StoreError` without quoting a password); ``callback()`` on each notification
     and after each reconnect (see the module docstring).
 
     Counters: ``reconnects`` (connections opened after a lost one). ``connected`` is an Event
@@ -74,7 +75,7 @@ class PgListener(Watcher):
                     call_back(self._callback, self._closing)
                     failures = 0
                     self._serve(conn)
-            except psycopg.Error as exc:
+            except (psycopg.Error, StoreError) as exc:
                 self.connected.clear()
                 if self._closing.is_set():
                     return
