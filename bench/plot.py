@@ -228,11 +228,13 @@ def _lateness(plt, wl: dict):
         us = np.asarray(ns, dtype=float) / 1000
         ax.hist(np.clip(us, 1.0, None), bins=bins, color="0.6")
         ax.set_xscale("log")
+        ax.set_xlim(right=bins[-1] * 2.5)  # room for a percentile's label right of its line
         ax.set_ylim(bottom=0)
-        for q, style in ((50, "-"), (99, "--")):
+        # The labels at two heights, so close percentiles do not overwrite each other.
+        for q, style, height in ((50, "-", 0.95), (99, "--", 0.6)):
             value = float(np.percentile(us, q))
             ax.axvline(max(value, 1.0), color="C3", linestyle=style, linewidth=1)
-            ax.text(max(value, 1.0), 0.95, f" p{q} {_number(value)} us", transform=ax.get_xaxis_transform(),
+            ax.text(max(value, 1.0), height, f" p{q} {_number(value)} us", transform=ax.get_xaxis_transform(),
                     va="top", fontsize=7, color="C3")
         ax.yaxis.set_major_locator(ticker.MaxNLocator(3, integer=True))
         ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:,.0f}"))
