@@ -29,7 +29,8 @@ import traceback
 
 from timerwheel_c import _impl
 from timerwheel_c._helptext import terminal_text
-from timerwheel_c.durable.url import log_to_stderr, redact
+from timerwheel_c.durable.service.logs import log_to_stderr
+from timerwheel_c.durable.storage.redact import redact
 from . import goals, plot, preflight, suite, tables
 from .harness import FiredMismatch, NotAvailable
 from .impls import available

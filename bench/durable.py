@@ -22,12 +22,12 @@ import threading
 import time
 from typing import Callable, Optional
 
-from timerwheel_c.durable import keys
-from timerwheel_c.durable.registry import Done, TimerHandler, TimerKind, TimerRegistry
-from timerwheel_c.durable.runner import run_due
-from timerwheel_c.durable.service import DurableTimerService
-from timerwheel_c.durable.sqlite import SQLiteStore
-from timerwheel_c.durable.store import Batch, Committed, Delegating, Store
+from timerwheel_c.durable.timers import keys
+from timerwheel_c.durable.timers.registry import Done, TimerHandler, TimerKind, TimerRegistry
+from timerwheel_c.durable.timers.runner import run_due
+from timerwheel_c.durable.service.service import DurableTimerService
+from timerwheel_c.durable.storage.sqlite import SQLiteStore
+from timerwheel_c.durable.storage.store import Batch, Committed, Delegating, Store
 from .durable_service import service_figures
 from .harness import NotAvailable
 
@@ -150,7 +150,7 @@ def run(n_timers: int = 5000, dsn: Optional[str] = None, progress: Optional[Call
         backends["sqlite"] = lambda: SQLiteStore(os.path.join(tmp, f"bench{next(counter)}.db"))
         if dsn is not None:
             try:
-                from timerwheel_c.durable.postgres import PostgresStore
+                from timerwheel_c.durable.storage.postgres import PostgresStore
             except ImportError as exc:  # the PostgreSQL figures were asked for: never drop them silently
                 raise NotAvailable("a PostgreSQL DSN needs psycopg 3, which is not installed: "
                                    "pip install 'timerwheel_c[postgres]'") from exc

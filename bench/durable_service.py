@@ -28,9 +28,10 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from timerwheel_c.durable import DurableTimerService, SQLiteStore, keys, schedule
-from timerwheel_c.durable.registry import Done, TimerHandler, TimerKind, TimerRegistry
-from timerwheel_c.durable.store import Batch, Store
+from timerwheel_c.durable import DurableTimerService, SQLiteStore, schedule
+from timerwheel_c.durable.timers import keys
+from timerwheel_c.durable.timers.registry import Done, TimerHandler, TimerKind, TimerRegistry
+from timerwheel_c.durable.storage.store import Batch, Store
 
 from .run import command
 
@@ -79,7 +80,7 @@ def _open(target: str, dsn: Optional[str]) -> Store:
     """``sqlite:PATH``, or ``postgres:TABLE`` in the database of ``dsn``."""
     kind, _, name = target.partition(":")
     if kind == "postgres":
-        from timerwheel_c.durable.postgres import PostgresStore
+        from timerwheel_c.durable.storage.postgres import PostgresStore
 
         return PostgresStore(dsn or "", table=name, synchronous_commit="off")
     return SQLiteStore(name)

@@ -3,10 +3,10 @@ takeover time after a runner is SIGKILLed.
 
 - Runners are separate processes (``python bench/run.py -m bench.fleet runner TABLE``, the DSN
   in the environment, never on a command line that ``ps`` shows), each a
-  :class:`~timerwheel_c.durable.service.DurableTimerService` with ``fleet=True`` over the same
+  :class:`~timerwheel_c.durable.service.service.DurableTimerService` with ``fleet=True`` over the same
   list of 16 partitions, whose partitions they divide (advisory-lock ownership), and a no-op
   handler whose Done batch commits one effect row; the default
-  :class:`~timerwheel_c.durable.runner.TickBudget`, as ``timerwheel-c run`` has (at most 1,024
+  :class:`~timerwheel_c.durable.timers.runner.TickBudget`, as ``timerwheel-c run`` has (at most 1,024
   timers, 256 of one kind, per partition per tick), and, for the largest fleet, once more with
   :data:`LARGE_BUDGET` (no cap per kind), which shows what the cap per kind costs in round trips.
 - The store keeps the server's settings (``synchronous_commit`` as configured: on by default,
@@ -27,10 +27,10 @@ import sys
 import time
 from typing import Callable, Optional
 
-from timerwheel_c.durable import keys
-from timerwheel_c.durable.registry import Done, TimerHandler, TimerRegistry
-from timerwheel_c.durable.runner import TickBudget
-from timerwheel_c.durable.store import Batch
+from timerwheel_c.durable.timers import keys
+from timerwheel_c.durable.timers.registry import Done, TimerHandler, TimerRegistry
+from timerwheel_c.durable.timers.runner import TickBudget
+from timerwheel_c.durable.storage.store import Batch
 
 from .run import command
 
@@ -56,8 +56,8 @@ LARGE_BUDGET = TickBudget(max_fired=1024, max_per_kind=1024, max_scanned=4096)
 
 def _runner(dsn: str, table: str, budget: str) -> None:
     """Process entry: serve the fleet's partitions until SIGTERM, with the default or the large budget."""
-    from timerwheel_c.durable.postgres import PostgresStore
-    from timerwheel_c.durable.service import DurableTimerService
+    from timerwheel_c.durable.storage.postgres import PostgresStore
+    from timerwheel_c.durable.service.service import DurableTimerService
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     store = PostgresStore(dsn, table=table)
@@ -92,8 +92,8 @@ def _fill(store, n_timers: int, due_ms: int) -> None:
 
 
 def _one(dsn: str, n_runners: int, n_timers: int, budget: str, takeover: bool, progress) -> dict:
-    from timerwheel_c.durable.ownership import holders
-    from timerwheel_c.durable.postgres import PostgresStore
+    from timerwheel_c.durable.service.ownership import holders
+    from timerwheel_c.durable.storage.postgres import PostgresStore
 
     table = f"timerwheel_fleet_{os.getpid()}_{n_runners}_{budget}"
     store = PostgresStore(dsn, table=table)

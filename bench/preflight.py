@@ -11,7 +11,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from timerwheel_c.durable.url import redact
+from timerwheel_c.durable.storage.redact import redact
 
 __all__ = ["PreflightError", "check_json_file", "check_plot_dir", "check_postgres"]
 

@@ -137,7 +137,7 @@ _NEEDS_PG = pytest.mark.skipif(not _PG_DSN, reason="set TIMERWHEEL_C_TEST_PG_DSN
 def _generic_apply_many(cls):
     """``cls`` with the store contract's generic ``apply_many`` (one ``apply`` per batch) instead of
     the backend's one-round-trip override: both paths must pass the same suites."""
-    from timerwheel_c.durable.store import Store
+    from timerwheel_c.durable.storage.store import Store
 
     return type(f"Generic{cls.__name__}", (cls,), {"_apply_many": Store._apply_many})
 
@@ -147,7 +147,7 @@ def _generic_apply_many(cls):
 def durable_store(request, tmp_path):
     """A fresh durable-timer store per backend; a new backend joins by adding one param."""
     if request.param.startswith("postgres"):
-        from timerwheel_c.durable.postgres import PostgresStore
+        from timerwheel_c.durable.storage.postgres import PostgresStore
 
         cls = PostgresStore if request.param == "postgres" else _generic_apply_many(PostgresStore)
         store = cls(_PG_DSN, table=f"timerwheel_test_{uuid.uuid4().hex[:16]}")
@@ -155,7 +155,7 @@ def durable_store(request, tmp_path):
         store.drop()
         store.close()
         return
-    from timerwheel_c.durable.sqlite import SQLiteStore
+    from timerwheel_c.durable.storage.sqlite import SQLiteStore
 
     cls = SQLiteStore if request.param != "sqlite-generic-apply-many" else _generic_apply_many(SQLiteStore)
     store = cls(":memory:" if request.param == "sqlite-memory" else tmp_path / "timers.db")

@@ -15,11 +15,11 @@ import os
 import sys
 import time
 
-from timerwheel_c.durable.registry import Done, TimerHandler, TimerKind, TimerRegistry
-from timerwheel_c.durable.service import DurableTimerService
-from timerwheel_c.durable.sleep import SLEEP_PARTITION, DurableContext, SleepHandler
-from timerwheel_c.durable.sqlite import SQLiteStore
-from timerwheel_c.durable.store import Batch
+from timerwheel_c.durable.timers.registry import Done, TimerHandler, TimerKind, TimerRegistry
+from timerwheel_c.durable.service.service import DurableTimerService
+from timerwheel_c.durable.timers.sleep import SLEEP_PARTITION, DurableContext, SleepHandler
+from timerwheel_c.durable.storage.sqlite import SQLiteStore
+from timerwheel_c.durable.storage.store import Batch
 
 EFFECT_KIND = 0xF3
 POISON_KIND = 0xF4
@@ -68,10 +68,10 @@ def sleeper(db: str, log_path: str, due0: str, due1: str) -> None:
 
 
 def open_when(url: str, go: str) -> None:
-    from timerwheel_c.durable.url import open_store
+    from timerwheel_c.durable.storage.open import open_store
 
     if url.startswith("postgres"):
-        import timerwheel_c.durable.postgres  # noqa: F401 -- imported before the rendezvous
+        import timerwheel_c.durable.storage.postgres  # noqa: F401 -- imported before the rendezvous
     print("ready", flush=True)
     while not os.path.exists(go):
         time.sleep(0.001)

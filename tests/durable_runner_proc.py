@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 from timerwheel_c.durable import DurableTimerService, SQLiteStore
-from timerwheel_c.durable.registry import Done, TimerHandler, TimerKind, TimerRegistry
-from timerwheel_c.durable.store import Batch
+from timerwheel_c.durable.timers.registry import Done, TimerHandler, TimerKind, TimerRegistry
+from timerwheel_c.durable.storage.store import Batch
 
 STAMP_KIND = 0xF5
 
@@ -48,7 +48,7 @@ class Hang(TimerHandler):
 def open_target(target: str):
     """The store named by a ``STORE`` argument (see the module docstring)."""
     if target.startswith("postgres:"):
-        from timerwheel_c.durable.postgres import PostgresStore
+        from timerwheel_c.durable.storage.postgres import PostgresStore
 
         return PostgresStore(os.environ["TIMERWHEEL_C_TEST_PG_DSN"], table=target[len("postgres:"):])
     return SQLiteStore(target)

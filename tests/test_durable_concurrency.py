@@ -12,11 +12,12 @@ import time
 
 import pytest
 
-from timerwheel_c.durable import keys, schedule
-from timerwheel_c.durable.registry import Done, Retry, TimerHandler, TimerKind, TimerRegistry
-from timerwheel_c.durable.service import DEFAULT_CONCURRENCY, DurableTimerService
-from timerwheel_c.durable.sqlite import SQLiteStore
-from timerwheel_c.durable.store import Absent, Batch, Store
+from timerwheel_c.durable import schedule
+from timerwheel_c.durable.timers import keys
+from timerwheel_c.durable.timers.registry import Done, Retry, TimerHandler, TimerKind, TimerRegistry
+from timerwheel_c.durable.service.service import DEFAULT_CONCURRENCY, DurableTimerService
+from timerwheel_c.durable.storage.sqlite import SQLiteStore
+from timerwheel_c.durable.storage.store import Absent, Batch, Store
 from waiting import wait_until, wall_ms
 
 P = "conc"
@@ -286,8 +287,8 @@ def test_claims_run_ahead_of_free_slots_by_at_most_the_budget(store):
     """With 100 ms handlers, concurrency 2 and TickBudget(max_fired=5), rows claimed but not started
     (queued) never exceed 5, although the measured handler time would allow 10 (two slots' work
     within QUEUE_HORIZON_S); all 30 timers fire once. The queue is asserted to have been used."""
-    from timerwheel_c.durable.runner import TickBudget
-    from timerwheel_c.durable.service import QUEUE_HORIZON_S
+    from timerwheel_c.durable.timers.runner import TickBudget
+    from timerwheel_c.durable.service.service import QUEUE_HORIZON_S
 
     assert 2 * QUEUE_HORIZON_S / 0.1 > 5
     store.apply_many(P, [Batch().put(keys.timer(wall_ms() - 100, KIND, b"%02d" % i), b"") for i in range(30)])

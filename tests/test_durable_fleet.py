@@ -19,11 +19,11 @@ from urllib.parse import quote
 
 import pytest
 
-from timerwheel_c.durable import keys
-from timerwheel_c.durable.store import Batch, SchemaVersionError
+from timerwheel_c.durable.timers import keys
+from timerwheel_c.durable.storage.store import Batch, SchemaVersionError
 from waiting import wait_until, wall_ms
 
-CURRENT = 4  # timerwheel_c.durable.postgres.SCHEMA_VERSION (psycopg may be missing at collection)
+CURRENT = 4  # timerwheel_c.durable.storage.postgres.SCHEMA_VERSION (psycopg may be missing at collection)
 
 PG_DSN = os.environ.get("TIMERWHEEL_C_TEST_PG_DSN")
 pytestmark = [
@@ -102,7 +102,7 @@ def runners(schema_url, tmp_path):
 
 
 def open_store(url):
-    from timerwheel_c.durable.postgres import PostgresStore
+    from timerwheel_c.durable.storage.postgres import PostgresStore
 
     return PostgresStore(url)
 
@@ -266,7 +266,7 @@ def test_a_version_two_store_is_upgraded_in_place(schema_url):
 
 def test_ownership_repr_and_arguments(schema_url):
     """The ownership object validates its arguments and its repr names no password."""
-    from timerwheel_c.durable.ownership import PartitionOwnership
+    from timerwheel_c.durable.service.ownership import PartitionOwnership
 
     with open_store(schema_url) as store:
         with pytest.raises(TypeError, match="'p'"):
@@ -324,7 +324,7 @@ def test_ownership_shares_join_leave_and_holders(schema_url):
     covering all 4; when one closes (its locks go with its connection) the others take its
     partitions back. holders() agrees, read from pg_locks. Each step re-evaluates explicitly
     (recheck), so no timing is involved."""
-    from timerwheel_c.durable.ownership import holders
+    from timerwheel_c.durable.service.ownership import holders
 
     parts = ["a", "b", "c", "d"]
     with open_store(schema_url) as store:
@@ -356,7 +356,7 @@ def test_partitions_sharing_a_lock_key_move_together_and_stay_owned(schema_url, 
     """Two partitions whose 32-bit lock keys collide (forced here by a coarse key function) share one
     lock: they are owned together, by one runner, and never left unowned; the shares count them as
     one unit."""
-    from timerwheel_c.durable import ownership
+    from timerwheel_c.durable.service import ownership
 
     monkeypatch.setattr(ownership, "_int32", lambda name: 7 if name in ("a", "b") else 9)
     with open_store(schema_url) as store:

@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from timerwheel_c.durable import keys
-from timerwheel_c.durable.registry import TimerKind
+from timerwheel_c.durable.timers import keys
+from timerwheel_c.durable.timers.registry import TimerKind
 
 dues = st.integers(0, 2**64 - 1)
 kinds = st.integers(1, 255)

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from timerwheel_c.durable import keys
-from timerwheel_c.durable.runner import backoff_ms
-from timerwheel_c.durable.sleep import SLEEP_PARTITION
-from timerwheel_c.durable.sqlite import SQLiteStore
-from timerwheel_c.durable.store import Batch
+from timerwheel_c.durable.timers import keys
+from timerwheel_c.durable.timers.runner import backoff_ms
+from timerwheel_c.durable.timers.sleep import SLEEP_PARTITION
+from timerwheel_c.durable.storage.sqlite import SQLiteStore
+from timerwheel_c.durable.storage.store import Batch
 from waiting import wait_until, wall_ms
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")

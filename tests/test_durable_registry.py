@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from timerwheel_c.durable.registry import Done, Reschedule, TimerHandler, TimerKind, TimerRegistry
+from timerwheel_c.durable.timers.registry import Done, Reschedule, TimerHandler, TimerKind, TimerRegistry
 
 
 class H(TimerHandler):

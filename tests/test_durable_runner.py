@@ -8,12 +8,12 @@ import types
 
 import pytest
 
-from timerwheel_c.durable import keys
-from timerwheel_c.durable.registry import Done, Reschedule, Retry, TimerHandler, TimerKind, TimerRegistry
-from timerwheel_c.durable import runner as runner_mod
-from timerwheel_c.durable.runner import TickBudget, backoff_ms, claim_due, commit_outcomes, next_wake, run_due, settle
-from timerwheel_c.durable.sqlite import SQLiteStore
-from timerwheel_c.durable.store import Batch, Committed, Delegating, Equals, PreconditionFailed
+from timerwheel_c.durable.timers import keys
+from timerwheel_c.durable.timers.registry import Done, Reschedule, Retry, TimerHandler, TimerKind, TimerRegistry
+from timerwheel_c.durable.timers import runner as runner_mod
+from timerwheel_c.durable.timers.runner import TickBudget, backoff_ms, claim_due, commit_outcomes, next_wake, run_due, settle
+from timerwheel_c.durable.storage.sqlite import SQLiteStore
+from timerwheel_c.durable.storage.store import Batch, Committed, Delegating, Equals, PreconditionFailed
 
 P = "timers"
 NOW = 1_700_000_000_000

@@ -10,11 +10,11 @@ import uuid
 
 import pytest
 
-from timerwheel_c.durable import keys
-from timerwheel_c.durable.registry import Done, TimerHandler, TimerKind, TimerRegistry
-from timerwheel_c.durable.service import DurableTimerService
-from timerwheel_c.durable.sqlite import SQLiteStore
-from timerwheel_c.durable.store import Absent, Batch
+from timerwheel_c.durable.timers import keys
+from timerwheel_c.durable.timers.registry import Done, TimerHandler, TimerKind, TimerRegistry
+from timerwheel_c.durable.service.service import DurableTimerService
+from timerwheel_c.durable.storage.sqlite import SQLiteStore
+from timerwheel_c.durable.storage.store import Absent, Batch
 from waiting import wall_ms
 
 P = "svc"
@@ -120,7 +120,7 @@ def shared_db(request, tmp_path):
             opened.append(SQLiteStore(tmp_path / "shared.db"))
             return opened[-1]
     else:
-        from timerwheel_c.durable.postgres import PostgresStore
+        from timerwheel_c.durable.storage.postgres import PostgresStore
 
         table = f"timerwheel_test_{uuid.uuid4().hex[:16]}"
 

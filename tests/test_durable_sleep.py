@@ -8,12 +8,12 @@ import uuid
 
 import pytest
 
-from timerwheel_c.durable import keys
-from timerwheel_c.durable.registry import TimerRegistry
-from timerwheel_c.durable.runner import run_due
-from timerwheel_c.durable.service import DurableTimerService
-from timerwheel_c.durable.sleep import SLEEP_PARTITION, DurableContext, SleepHandler, TimerId
-from timerwheel_c.durable.sqlite import SQLiteStore
+from timerwheel_c.durable.timers import keys
+from timerwheel_c.durable.timers.registry import TimerRegistry
+from timerwheel_c.durable.timers.runner import run_due
+from timerwheel_c.durable.service.service import DurableTimerService
+from timerwheel_c.durable.timers.sleep import SLEEP_PARTITION, DurableContext, SleepHandler, TimerId
+from timerwheel_c.durable.storage.sqlite import SQLiteStore
 from waiting import wall_ms
 
 

@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from timerwheel_c.durable.sqlite import SQLiteStore
-from timerwheel_c.durable.store import Absent, Batch, Committed, Equals, Page, PreconditionFailed, SchemaVersionError
+from timerwheel_c.durable.storage.sqlite import SQLiteStore
+from timerwheel_c.durable.storage.store import Absent, Batch, Committed, Equals, Page, PreconditionFailed, SchemaVersionError
 
 P = "p"
 
@@ -246,7 +246,7 @@ def test_sqlite_rejects_a_bool_checkpoint_interval(tmp_path):
 def test_sqlite_schema_version_is_recorded_and_a_newer_one_refused(tmp_path):
     """Opening writes the schema version row once; a file whose row says a newer version raises
     SchemaVersionError naming both versions (concurrent openers are serialized by BEGIN IMMEDIATE)."""
-    from timerwheel_c.durable.sqlite import SCHEMA_VERSION
+    from timerwheel_c.durable.storage.sqlite import SCHEMA_VERSION
 
     path = tmp_path / "t.db"
     SQLiteStore(path).close()
@@ -283,7 +283,7 @@ def test_store_reprs_are_informative_and_never_hold_a_password(durable_store):
 def test_delegating_store_passes_every_call_on_and_still_validates(tmp_path):
     """Delegating (the base of the stores that observe another) passes scan, get, apply, apply_many and
     partitions to the inner store, validating arguments first; a non-Store inner is a TypeError."""
-    from timerwheel_c.durable.store import Delegating
+    from timerwheel_c.durable.storage.store import Delegating
 
     with SQLiteStore(tmp_path / "t.db") as inner:
         store = Delegating(inner)

@@ -6,8 +6,8 @@ import os
 import pytest
 
 from bench import durable as bench_durable
-from timerwheel_c.durable.sqlite import SQLiteStore
-from timerwheel_c.durable.url import open_store
+from timerwheel_c.durable.storage.sqlite import SQLiteStore
+from timerwheel_c.durable.storage.open import open_store
 
 
 def test_sqlite_urls(tmp_path, monkeypatch):
@@ -50,7 +50,7 @@ def test_bench_contract_shape():
 @pytest.mark.skipif(not os.environ.get("TIMERWHEEL_C_TEST_PG_DSN"), reason="no TIMERWHEEL_C_TEST_PG_DSN")
 def test_postgresql_url_opens_a_postgres_store():
     """A postgresql:// URL opens a PostgresStore on the default table."""
-    from timerwheel_c.durable.postgres import PostgresStore
+    from timerwheel_c.durable.storage.postgres import PostgresStore
 
     with open_store(os.environ["TIMERWHEEL_C_TEST_PG_DSN"]) as s:
         assert isinstance(s, PostgresStore) and s.table == "timerwheel_kv"
@@ -81,7 +81,7 @@ PASSWORD = "Zq7-pa55word-Xk"
 def test_redact_masks_the_password_and_keeps_the_rest(url, shown):
     """A URL's userinfo password, a ``password=`` query parameter and a keyword/value password
     are masked; user, host, port, database and options stay, so the line still says where."""
-    from timerwheel_c.durable.url import redact
+    from timerwheel_c.durable.storage.redact import redact
 
     assert redact(url) == shown
 
@@ -89,7 +89,7 @@ def test_redact_masks_the_password_and_keeps_the_rest(url, shown):
 def test_redact_masks_a_password_quoted_verbatim_in_any_text():
     """A driver message quoting the password alone (not as a URL) is masked too, raw and
     percent-decoded, given the URL it came from."""
-    from timerwheel_c.durable.url import redact
+    from timerwheel_c.durable.storage.redact import redact
 
     url = "postgresql://app:p%40ss-Q9@db.example/timers"
     message = 'connection failed near "p@ss-Q9" and "p%40ss-Q9"'
@@ -109,7 +109,7 @@ def test_redacting_formatter_masks_messages_and_tracebacks(caplog):
     line, and the record itself is left intact for other handlers."""
     import logging
 
-    from timerwheel_c.durable.url import RedactingFormatter
+    from timerwheel_c.durable.service.logs import RedactingFormatter
 
     url = f"postgresql://app:{PASSWORD}@db/timers"
     log = logging.getLogger("timerwheel_c.test_redaction")
@@ -260,7 +260,7 @@ def test_postgresql_url_without_psycopg_gives_the_install_hint(monkeypatch, caps
     from timerwheel_c.cli import main
 
     monkeypatch.setitem(sys.modules, "psycopg", None)
-    monkeypatch.delitem(sys.modules, "timerwheel_c.durable.postgres", raising=False)
+    monkeypatch.delitem(sys.modules, "timerwheel_c.durable.storage.postgres", raising=False)
     with pytest.raises(ModuleNotFoundError, match=r"pip install 'timerwheel_c\[postgres\]'"):
         open_store("postgresql://u@127.0.0.1:1/db")
     url = "postgresql://u:s3cr3t@127.0.0.1:1/db"

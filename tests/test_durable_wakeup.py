@@ -22,9 +22,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from timerwheel_c.durable import keys, schedule
-from timerwheel_c.durable.sqlite import SQLiteStore
-from timerwheel_c.durable.store import Batch
+from timerwheel_c.durable import schedule
+from timerwheel_c.durable.timers import keys
+from timerwheel_c.durable.storage.sqlite import SQLiteStore
+from timerwheel_c.durable.storage.store import Batch
 from waiting import wait_until, wall_ms
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
@@ -78,7 +79,7 @@ def backend(request, tmp_path):
         yield str(db), store
         store.close()
     else:
-        from timerwheel_c.durable.postgres import PostgresStore
+        from timerwheel_c.durable.storage.postgres import PostgresStore
 
         table = f"timerwheel_wake_{uuid.uuid4().hex[:12]}"
         store = PostgresStore(PG_DSN, table=table)
@@ -195,7 +196,7 @@ def test_sqlite_watcher_idle_cpu_is_small(tmp_path):
 
 def test_generic_store_watch_polls(tmp_path):
     """A backend without its own detector gets the generic watcher, which calls back about every second."""
-    from timerwheel_c.durable.store import Store
+    from timerwheel_c.durable.storage.store import Store
 
     class Plain(Store):
         def _scan(self, *a):
@@ -220,7 +221,7 @@ def test_postgres_trigger_notifies_timer_writes_of_any_path():
     """The trigger notifies a write of a scheduled timer row through apply and apply_many (as the module
     functions, the service and any plain client write); a write of a non-timer key, or of a backed-off
     row (what a runner's claim writes), does not."""
-    from timerwheel_c.durable.postgres import PostgresStore
+    from timerwheel_c.durable.storage.postgres import PostgresStore
 
     store = PostgresStore(PG_DSN, table=f"timerwheel_wake_{uuid.uuid4().hex[:12]}")
     got = threading.Event()
@@ -258,7 +259,7 @@ def test_killed_listen_connection_reconnects_and_timers_still_fire_promptly():
     (asserted to have happened). A timer then written through another connection fires within
     BOUND_MS of its due time and never before it: the listener reconnected and LISTENs again."""
     from timerwheel_c.durable import DurableTimerService, Done, TimerHandler, TimerKind, TimerRegistry
-    from timerwheel_c.durable.postgres import PostgresStore
+    from timerwheel_c.durable.storage.postgres import PostgresStore
 
     class Record(TimerHandler):
         kind = TimerKind(KIND)
@@ -349,7 +350,7 @@ def test_postgres_restart_with_timers_pending_applies_every_effect_once(throwawa
     exists exactly once (each application writes a distinct row, so a double would show), and no
     timer row is left: claims or commits lost to the restart came back after their backoff."""
     from timerwheel_c.durable import DurableTimerService, Done, TimerHandler, TimerKind, TimerRegistry
-    from timerwheel_c.durable.postgres import PostgresStore
+    from timerwheel_c.durable.storage.postgres import PostgresStore
 
     class Effect(TimerHandler):
         kind = TimerKind(KIND)
@@ -382,11 +383,11 @@ def test_durable_sleep_is_woken_by_a_service_on_another_connection(backend):
     service on another connection (woken only by the change signal: max_sleep_s is an hour) and the
     sleep returns after its due time and within BOUND_MS of it."""
     from timerwheel_c.durable import DurableContext, DurableTimerService, SleepHandler, TimerRegistry
-    from timerwheel_c.durable.sleep import SLEEP_PARTITION
+    from timerwheel_c.durable.timers.sleep import SLEEP_PARTITION
 
     target, store = backend
     if target.startswith("postgres:"):
-        from timerwheel_c.durable.postgres import PostgresStore
+        from timerwheel_c.durable.storage.postgres import PostgresStore
 
         other = PostgresStore(PG_DSN, table=target[len("postgres:"):])
     else:

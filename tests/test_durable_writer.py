@@ -9,10 +9,11 @@ import time
 
 import pytest
 
-from timerwheel_c.durable import DurableContext, Reschedule, cancel, keys, schedule
-from timerwheel_c.durable.registry import Done, TimerHandler, TimerKind, TimerRegistry
-from timerwheel_c.durable.service import DurableTimerService
-from timerwheel_c.durable.sqlite import SQLiteStore
+from timerwheel_c.durable import DurableContext, Reschedule, cancel, schedule
+from timerwheel_c.durable.timers import keys
+from timerwheel_c.durable.timers.registry import Done, TimerHandler, TimerKind, TimerRegistry
+from timerwheel_c.durable.service.service import DurableTimerService
+from timerwheel_c.durable.storage.sqlite import SQLiteStore
 
 P = "w"
 KIND = 0xF7
@@ -46,7 +47,7 @@ def test_cancel_does_not_touch_a_claimed_row(store):
     """A row a runner claimed has moved to its backoff key: cancel of the scheduled key says False."""
     key = schedule(store, P, DUE, KIND, b"ref")
     claimed = keys.backoff(DUE + 5000, KIND, 1, DUE, b"ref")
-    from timerwheel_c.durable.store import Batch, Equals
+    from timerwheel_c.durable.storage.store import Batch, Equals
 
     store.apply(P, Batch().require(Equals(key, b"")).delete(key).put(claimed, b""))
     assert cancel(store, P, DUE, KIND, b"ref") is False
@@ -117,7 +118,7 @@ def test_store_keys_and_timer_references_have_one_size_limit_on_every_backend(du
     """A key over MAX_KEY_BYTES is a ValueError naming its length before any backend sees it (PostgreSQL's
     index would refuse it with a driver error, SQLite would take it); a timer reference is limited so
     that its longest key form, the backed-off key, still fits."""
-    from timerwheel_c.durable.store import MAX_KEY_BYTES, Batch
+    from timerwheel_c.durable.storage.store import MAX_KEY_BYTES, Batch
 
     with pytest.raises(ValueError, match=f"at most {MAX_KEY_BYTES} bytes, got {MAX_KEY_BYTES + 1} bytes"):
         Batch().put(b"k" * (MAX_KEY_BYTES + 1), b"v")

@@ -9,30 +9,29 @@ Due times are Unix epoch ms; every in-process wait is on the monotonic clock. A 
 split into partitions, the unit of ordering, atomicity and ownership: on PostgreSQL, N
 runner processes divide the partitions among themselves (:mod:`.ownership`).
 
-- :mod:`.store`: the contract (:class:`Store`, :class:`Batch`, guards, :class:`Page`).
-- :mod:`.sqlite`: :class:`SQLiteStore`, the embedded default backend.
-- :mod:`.postgres`: ``PostgresStore``, the fleet backend (needs the ``postgres`` extra).
-- :mod:`.ownership`: ``PartitionOwnership``, partitions divided among live runners.
-- :mod:`.keys`: the timer-row key encoding and :class:`TimerKind`.
-- :mod:`.registry`: :class:`TimerHandler`, :class:`TimerRegistry`, outcomes.
-- :mod:`.runner`: :func:`run_due` and its phases, :class:`TickBudget`, :class:`RunReport`.
-- :mod:`.service`: :class:`DurableTimerService`.
-- :mod:`.sleep`: :class:`DurableContext`, :class:`TimerId`, :class:`SleepHandler`.
-- :mod:`.writer`: :func:`schedule` and :func:`cancel`, for processes that write timers but do not fire them.
-- :mod:`.watch`: the store's change signal (:class:`Watcher`), which wakes runners on writes from any process.
-- :mod:`.url`: :func:`open_store` for ``sqlite:///PATH`` and ``postgresql://`` URLs, and
-  ``redact``, which keeps their passwords out of every output; :mod:`.cli`: ``timerwheel-c run``.
+The package reads bottom-up in three layers, each importing only the ones below it:
+
+- :mod:`.storage`: the contract (:mod:`.storage.store`: :class:`Store`, :class:`Batch`, guards,
+  :class:`Page`), :class:`SQLiteStore` (the embedded default), ``PostgresStore`` (the fleet
+  backend, the ``postgres`` extra), the change signal (:class:`Watcher`), :func:`open_store` for
+  ``sqlite:///PATH`` and ``postgresql://`` URLs, and ``redact``, which keeps their passwords out
+  of every output. It knows nothing of timers.
+- :mod:`.timers`: the timer-row key encoding and :class:`TimerKind`, handlers and their
+  :class:`TimerRegistry`, :func:`run_due` and its phases, the writer (:func:`schedule`,
+  :func:`cancel`) and durable sleep (:class:`DurableContext`).
+- :mod:`.service`: :class:`DurableTimerService`, partition ownership in a fleet, and
+  ``timerwheel-c run``.
 """
-from .keys import TimerKind
-from .registry import Done, DueTimer, Reschedule, Retry, TimerContext, TimerHandler, TimerRegistry
-from .runner import RunReport, TickBudget, run_due
-from .service import DurableTimerService
-from .sleep import DurableContext, SleepHandler, TimerId
-from .sqlite import SQLiteStore
-from .store import Absent, Batch, Committed, Equals, Page, PreconditionFailed, SchemaVersionError, Store
-from .url import open_store
-from .watch import Watcher
-from .writer import cancel, schedule
+from .service.service import DurableTimerService
+from .storage.open import open_store
+from .storage.sqlite import SQLiteStore
+from .storage.store import Absent, Batch, Committed, Equals, Page, PreconditionFailed, SchemaVersionError, Store
+from .storage.watch import Watcher
+from .timers.keys import TimerKind
+from .timers.registry import Done, DueTimer, Reschedule, Retry, TimerContext, TimerHandler, TimerRegistry
+from .timers.runner import RunReport, TickBudget, run_due
+from .timers.sleep import DurableContext, SleepHandler, TimerId
+from .timers.writer import cancel, schedule
 
 __all__ = [
     "Absent", "Batch", "Committed", "Done", "DueTimer", "DurableContext", "DurableTimerService", "Equals",

@@ -33,6 +33,7 @@ __all__ = [
     "Ownership",
     "Page",
     "PreconditionFailed",
+    "Refused",
     "SchemaVersionError",
     "Store",
     "check_bytes",
@@ -167,6 +168,15 @@ class PreconditionFailed:
     """:meth:`Store.apply` wrote nothing because the guard on ``key`` did not hold."""
 
     key: bytes
+
+
+@dataclass(frozen=True)
+class Refused:
+    """One batch of :meth:`Store.apply_many` that the store refused for a reason of its own (a value
+    it cannot hold, a full disk): that batch failed alone and wrote nothing; the others in the call
+    were judged and applied as if it were absent. ``error`` is a :class:`~.errors.StoreError`."""
+
+    error: Exception
 
 
 @dataclass(frozen=True)

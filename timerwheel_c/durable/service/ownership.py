@@ -52,8 +52,8 @@ from typing import Optional
 
 import psycopg
 
-from .postgres import PostgresStore
-from .store import Ownership, check_partition
+from ..storage.postgres import PostgresStore
+from ..storage.store import Ownership, check_partition
 
 __all__ = ["PartitionOwnership", "holders"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from . import keys
 from .due import due_at_ms_of
-from .store import Batch, Committed, Equals, Store, check_bytes, check_partition
+from ..storage.store import Batch, Committed, Equals, Store, check_bytes, check_partition
 
 __all__ = ["cancel", "schedule"]
 

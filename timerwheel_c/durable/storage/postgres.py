@@ -47,7 +47,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from .pg_listen import PgListener
 from .store import Absent, Batch, Committed, Page, PreconditionFailed, SchemaVersionError, Store
-from .url import redact
+from .redact import redact
 from .watch import Watcher
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore", "lock_key"]
@@ -317,7 +317,7 @@ class PostgresStore(Store):
         """A :class:`~timerwheel_c.durable.ownership.PartitionOwnership` dividing ``partitions``
         (None: every partition of this store) among the runners asking for the same ones;
         ``kwargs`` (``check_interval_s``) go to its constructor."""
-        from .ownership import PartitionOwnership
+        from ..service.ownership import PartitionOwnership
 
         return PartitionOwnership(self, partitions, **kwargs)
 

@@ -26,10 +26,11 @@ import sqlite3
 import sys
 import threading
 
-from .._helptext import terminal_text
-from .registry import TimerRegistry
+from ..._helptext import terminal_text
+from ..timers.registry import TimerRegistry
 from .service import DEFAULT_CONCURRENCY
-from .url import log_to_stderr, redact
+from ..storage.redact import redact
+from .logs import log_to_stderr
 
 log = logging.getLogger("timerwheel_c.durable")
 
@@ -117,7 +118,7 @@ def run(args) -> int:
     """Run the service until SIGINT/SIGTERM; 0 on a clean stop, 2 on a bad argument or a store
     that cannot be opened (see the module docstring)."""
     from .service import DurableTimerService
-    from .url import open_store
+    from ..storage.open import open_store
 
     log_to_stderr(args.log_level, args.store)
     for partition in args.partitions or ():

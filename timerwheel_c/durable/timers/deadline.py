@@ -6,7 +6,7 @@ runs on the monotonic clock, so a wall-clock jump cannot move a deadline once it
 """
 from __future__ import annotations
 
-from ..process_timer import arm_at
+from ...process_timer import arm_at
 
 __all__ = ["deadline_factory"]
 

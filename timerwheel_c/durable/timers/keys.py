@@ -34,7 +34,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from .store import MAX_KEY_BYTES
+from ..storage.store import MAX_KEY_BYTES
 
 __all__ = [
     "MAX_ATTEMPT",

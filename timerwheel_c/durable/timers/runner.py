@@ -60,7 +60,7 @@ from typing import Optional
 
 from . import keys
 from .registry import Done, DueTimer, Reschedule, Retry, TimerContext, TimerHandler, TimerRegistry
-from .store import Absent, Batch, Committed, Equals, Store, check_partition
+from ..storage.store import Absent, Batch, Committed, Equals, Store, check_partition
 
 __all__ = [
     "BACKOFF_BASE_MS", "BACKOFF_CAP_MS", "NO_PROGRESS_WAKE_MS", "PAGE", "ClaimedTimer", "Claims", "RunReport",

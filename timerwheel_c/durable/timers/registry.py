@@ -23,7 +23,7 @@ from typing import Optional, Union
 
 from .due import due_at_ms_of
 from .keys import TimerKind
-from .store import Batch, Store, check_bytes
+from ..storage.store import Batch, Store, check_bytes
 
 __all__ = [
     "Done",

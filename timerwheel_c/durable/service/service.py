@@ -49,16 +49,16 @@ import threading
 import time
 from typing import Iterable, Optional
 
-from . import writer
+from ..timers import writer
 from .activity import Activity
-from .deadline import deadline_factory
-from .due import due_at_ms_of
+from ..timers.deadline import deadline_factory
+from ..timers.due import due_at_ms_of
 from .pool import DaemonPool
-from .registry import TimerContext, TimerKind, TimerRegistry
-from .runner import PAGE, ClaimedTimer, RunReport, TickBudget, claim_due, commit_outcomes, next_wake, settle
-from .store import Store, check_partition
-from .store_errors import is_transient
-from .watch import Watcher
+from ..timers.registry import TimerContext, TimerKind, TimerRegistry
+from ..timers.runner import PAGE, ClaimedTimer, RunReport, TickBudget, claim_due, commit_outcomes, next_wake, settle
+from ..storage.store import Store, check_partition
+from ..storage.errors import is_transient
+from ..storage.watch import Watcher
 
 __all__ = ["DEFAULT_CONCURRENCY", "DurableTimerService"]
 

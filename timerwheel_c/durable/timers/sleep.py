@@ -32,7 +32,7 @@ from . import keys
 from .deadline import deadline_factory
 from .due import due_at_ms_of
 from .registry import Done, TimerHandler, TimerKind
-from .store import Absent, Batch, Equals, Store, check_partition
+from ..storage.store import Absent, Batch, Equals, Store, check_partition
 
 __all__ = ["SLEEP_KIND", "SLEEP_PARTITION", "DurableContext", "SleepHandler", "TimerId"]
 

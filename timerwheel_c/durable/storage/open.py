@@ -1,0 +1,47 @@
+"""Opening a store from a URL.
+
+A store URL is ``sqlite:///PATH`` (as in SQLAlchemy: three slashes, then the path, so
+an absolute path gives four; ``sqlite:///:memory:`` for an in-memory database), or
+``postgresql://...`` / ``postgres://...`` (a libpq URL or connection string; needs
+psycopg 3, the ``postgres`` extra).
+"""
+from __future__ import annotations
+
+from .redact import redact
+from .store import Store
+
+__all__ = ["open_store"]
+
+_SQLITE = "sqlite:///"
+
+
+def open_store(url: str) -> Store:
+    """Open the store named by ``url``.
+
+    Raises:
+        TypeError: ``url`` is not a str.
+        ValueError: an unsupported scheme or an empty path, naming the URL (password masked).
+        ImportError: a postgresql:// URL without psycopg installed; the message gives the
+            install command, ``pip install 'timerwheel_c[postgres]'``.
+        sqlite3.Error / psycopg.Error: the database cannot be opened.
+    """
+    if not isinstance(url, str):
+        raise TypeError(f"store URL must be a str, got {type(url).__name__}")
+    if url.startswith(_SQLITE):
+        path = url[len(_SQLITE):]
+        if not path:
+            raise ValueError(f"store URL {redact(url)!r} has no path (use sqlite:///relative.db or sqlite:////abs/path.db)")
+        from .sqlite import SQLiteStore
+
+        return SQLiteStore(path)
+    if url.startswith(("postgresql://", "postgres://")):
+        try:
+            from .postgres import PostgresStore
+        except ModuleNotFoundError as exc:
+            if exc.name != "psycopg":
+                raise
+            raise ModuleNotFoundError(
+                "a postgresql:// store needs psycopg 3, which is not installed: "
+                "pip install 'timerwheel_c[postgres]'", name="psycopg") from exc
+        return PostgresStore(url)
+    raise ValueError(f"unsupported store URL {redact(url)!r}: expected sqlite:///PATH or postgresql://...")

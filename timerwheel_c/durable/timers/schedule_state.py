@@ -1,0 +1,198 @@
+"""A recurring schedule's state as its store row keeps it, and the pure steps a runner takes on it.
+
+A schedule is data (APScheduler 4): one row holds the stored trigger, the timer kind and
+value its occurrences fire with, the misfire policy, and where the schedule stands on its
+grid. Each step here takes a state (and the time, and a random source for jitter) and
+returns the state to write; the runner writes it in the same guarded batch as the
+occurrence's timer row, guarded on the state it read, so each occurrence commits once:
+
+- :func:`new_state`: a schedule just added (or replaced: the old pending row is deleted in
+  the same batch, so the old occurrences never fire again).
+- :func:`when_due`: the pending occurrence's row came due. Either it names the nominal time
+  to fire (which the claim records, so that a retry fires the same occurrence), or every
+  due occurrence was dropped under the misfire policy and the schedule moves on unfired.
+- :func:`done`: the handler's ``Done`` for that occurrence: the next one follows its
+  nominal time, never the fire time or the jitter.
+- :func:`paused` and :func:`resumed`: a resumed schedule continues from its last nominal
+  time, so what it missed is a misfire like any other.
+
+All times are Unix epoch ms. ``docs/DESIGN.md`` ("Recurring schedules") gives the design.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import struct
+from dataclasses import dataclass
+from typing import Optional
+
+from .keys import TimerKind
+from .triggers import RandomSource, Trigger, check_misfire, due_occurrences, trigger_from_dict
+
+__all__ = ["FORMAT_VERSION", "ScheduleState", "Step", "done", "new_state", "paused", "resumed", "when_due"]
+
+FORMAT_VERSION = 1
+# The row's value: version u8 | length of the JSON part u32 BE | JSON | the schedule's value
+# (raw bytes, so that a large value costs no base64).
+_HEAD = struct.Struct(">BI")
+_FIELDS = ("trigger", "kind", "misfire", "misfire_grace_s", "catchup_window_s", "paused", "last_nominal_ms",
+           "last_fired_ms", "next_nominal_ms", "next_fire_ms")
+
+
+@dataclass(frozen=True)
+class ScheduleState:
+    """A schedule's row (every time Unix epoch ms).
+
+    Attributes:
+        trigger: when occurrences fall.
+        kind: the timer kind (1..255) whose handler fires each occurrence.
+        value: the value each occurrence fires with.
+        misfire, misfire_grace_s, catchup_window_s: the misfire policy
+            (see :func:`~.triggers.due_occurrences`).
+        paused: a paused schedule has no pending occurrence.
+        last_nominal_ms: the nominal time of the last occurrence done or dropped
+            (the trigger's start before the first).
+        last_fired_ms: the nominal time of the last occurrence done, or None.
+        next_nominal_ms: the pending occurrence's nominal time, or None (paused, or the
+            trigger has no more).
+        next_fire_ms: when the pending occurrence's row is due: nominal + jitter, or None.
+    """
+
+    trigger: Trigger
+    kind: int
+    value: bytes
+    misfire: str
+    misfire_grace_s: float
+    catchup_window_s: Optional[float]
+    paused: bool
+    last_nominal_ms: int
+    last_fired_ms: Optional[int]
+    next_nominal_ms: Optional[int]
+    next_fire_ms: Optional[int]
+
+    def to_bytes(self) -> bytes:
+        """The row's value; :meth:`from_bytes` reads it back into an equal state. Equal states
+        give equal bytes, so a guard comparing values compares states."""
+        meta = {name: getattr(self, name) for name in _FIELDS}
+        meta["trigger"] = self.trigger.to_dict()
+        text = json.dumps(meta, sort_keys=True, separators=(",", ":")).encode()
+        return _HEAD.pack(FORMAT_VERSION, len(text)) + text + self.value
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "ScheduleState":
+        """Read a row's value written by :meth:`to_bytes`.
+
+        Raises:
+            ValueError: a newer format version, a truncated or malformed row, or a field the
+                constructors refuse; the message names what is wrong.
+        """
+        data = bytes(data)
+        if len(data) < _HEAD.size:
+            raise ValueError(f"a schedule row is at least {_HEAD.size} bytes, got {data!r}")
+        version, length = _HEAD.unpack_from(data)
+        if version != FORMAT_VERSION:
+            raise ValueError(f"schedule row format version {version} is not one this timerwheel_c reads "
+                             f"({FORMAT_VERSION})")
+        end = _HEAD.size + length
+        try:
+            meta = json.loads(data[_HEAD.size:end].decode()) if end <= len(data) else None
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            meta = None
+        if not isinstance(meta, dict) or set(meta) != set(_FIELDS):
+            raise ValueError(f"a schedule row's fields are malformed: {data[:120]!r}")
+        meta["trigger"] = trigger_from_dict(meta["trigger"])
+        return _checked(cls(value=data[end:], **meta))
+
+
+def _checked(state: ScheduleState) -> ScheduleState:
+    check_misfire(state.misfire, state.misfire_grace_s, state.catchup_window_s)
+    TimerKind(state.kind)
+    if not isinstance(state.paused, bool):
+        raise ValueError(f"paused must be a bool, got {state.paused!r}")
+    for name in ("last_nominal_ms", "last_fired_ms", "next_nominal_ms", "next_fire_ms"):
+        ms = getattr(state, name)
+        if ms is not None and (isinstance(ms, bool) or not isinstance(ms, int) or not 0 <= ms < 2**64):
+            raise ValueError(f"{name} must be None or an int in 0..2**64-1 (Unix epoch ms), got {ms!r}")
+    return state
+
+
+def _armed(state: ScheduleState, rng: RandomSource) -> ScheduleState:
+    """``state`` with its pending occurrence the one after its last nominal time."""
+    nominal_ms = state.trigger.next_after(state.last_nominal_ms)
+    fire_ms = None if nominal_ms is None else state.trigger.jittered(nominal_ms, rng)
+    return dataclasses.replace(state, next_nominal_ms=nominal_ms, next_fire_ms=fire_ms)
+
+
+def new_state(trigger: Trigger, kind: "int | TimerKind", value: bytes = b"", *, rng: RandomSource,
+              misfire: str = "once", misfire_grace_s: float = 60.0,
+              catchup_window_s: Optional[float] = None) -> ScheduleState:
+    """A new schedule's state: nothing fired yet, the first occurrence after the trigger's
+    start pending (already due if the start is far enough in the past; it then fires under
+    the misfire policy).
+
+    Raises:
+        TypeError, ValueError: a bad kind (not 1..255), a value that is not bytes, or a
+            misfire policy :func:`~.triggers.check_misfire` refuses.
+    """
+    if not isinstance(trigger, Trigger):
+        raise TypeError(f"trigger must be an Every or a Cron, got {type(trigger).__name__} {trigger!r}")
+    if not isinstance(value, (bytes, bytearray, memoryview)):
+        raise TypeError(f"value must be bytes, got {type(value).__name__}")
+    check_misfire(misfire, misfire_grace_s, catchup_window_s)
+    # Floats, so that equal states give equal bytes (60 and 60.0 are written differently).
+    state = ScheduleState(trigger=trigger, kind=TimerKind(kind).get(), value=bytes(value), misfire=misfire,
+                          misfire_grace_s=float(misfire_grace_s),
+                          catchup_window_s=None if catchup_window_s is None else float(catchup_window_s), paused=False,
+                          last_nominal_ms=trigger.start_ms, last_fired_ms=None, next_nominal_ms=None,
+                          next_fire_ms=None)
+    return _armed(_checked(state), rng)
+
+
+@dataclass(frozen=True)
+class Step:
+    """What to do when a schedule's pending row comes due.
+
+    Attributes:
+        fire_ms: the nominal time of the occurrence to fire now (the handler's ``due_at_ms``),
+            or None: nothing fires.
+        state: the state to write now. When ``fire_ms`` is set it is the state read (the
+            claim writes nothing to it; :func:`done` moves it on). When ``fire_ms`` is None
+            and ``state`` differs from the state read, every due occurrence was dropped:
+            write it, and the new pending row, in one guarded batch.
+    """
+
+    fire_ms: Optional[int]
+    state: ScheduleState
+
+
+def when_due(state: ScheduleState, now_ms: int, rng: RandomSource) -> Step:
+    """The pending row came due at ``now_ms``: which occurrence fires, under the misfire policy,
+    oldest first when several are owed (the next comes due as soon as this one is done).
+
+    Raises:
+        TypeError, ValueError: ``now_ms`` is not an int in 0..2**64-1.
+    """
+    due = due_occurrences(state.trigger, state.last_nominal_ms, now_ms, state.misfire, state.misfire_grace_s,
+                          state.catchup_window_s, limit=1)
+    if due.fire_ms:
+        return Step(due.fire_ms[0], state)
+    if due.last_missed_ms is None:  # woken before the occurrence: leave the row as it is
+        return Step(None, state)
+    return Step(None, _armed(dataclasses.replace(state, last_nominal_ms=due.last_missed_ms), rng))
+
+
+def done(state: ScheduleState, nominal_ms: int, rng: RandomSource) -> ScheduleState:
+    """The state after the occurrence at ``nominal_ms`` is done: the next occurrence follows
+    ``nominal_ms`` on the grid (already due if more are owed)."""
+    return _armed(dataclasses.replace(state, last_nominal_ms=nominal_ms, last_fired_ms=nominal_ms), rng)
+
+
+def paused(state: ScheduleState) -> ScheduleState:
+    """The paused state: no pending occurrence (the runner deletes its row in the same batch)."""
+    return dataclasses.replace(state, paused=True, next_nominal_ms=None, next_fire_ms=None)
+
+
+def resumed(state: ScheduleState, rng: RandomSource) -> ScheduleState:
+    """The resumed state: pending again from the last nominal time, so the occurrences missed
+    while paused are resolved by the misfire policy when the row comes due."""
+    return _armed(dataclasses.replace(state, paused=False), rng)
