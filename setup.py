@@ -8,6 +8,7 @@ import shutil
 import sys
 from pathlib import Path
 
+import Cython
 import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
@@ -35,6 +36,10 @@ class BuildPyWithPxd(build_py):
 
 
 CYTHON_INCLUDE = HERE / "build" / "cython_include"
+# The generated C goes to a directory of its own per interpreter, Cython and numpy (whose
+# __init__.pxd it compiles in), never beside the sources: C generated for one numpy must not be
+# compiled against another's headers, and the sdist carries the Cython sources, not their C.
+GENERATED_C = HERE / "build" / f"cython-{sys.implementation.cache_tag}-{Cython.__version__}-numpy{numpy.__version__}"
 _copy_pxds(CYTHON_INCLUDE / "timerwheel_c")
 (CYTHON_INCLUDE / "timerwheel_c" / "__init__.pxd").touch()
 
@@ -56,6 +61,7 @@ setup(
         extensions,
         language_level=3,
         include_path=[str(CYTHON_INCLUDE)],
+        build_dir=str(GENERATED_C),
         # autotestdict: no __test__ dict of docstrings (for doctest) in the compiled modules.
         compiler_directives={"boundscheck": False, "wraparound": False, "cdivision": True, "autotestdict": False},
     ),

@@ -192,7 +192,7 @@ def _measure(ctx: suite.Context, args: argparse.Namespace) -> tuple[dict, int]:
                 print(figures["tracebacks"][name], file=sys.stderr)
                 status = max(status, 1)
     figures["config"]["elapsed_s"] = round(time.perf_counter() - started, 1)
-    figures["goals"] = suite.goals(figures["workloads"])
+    figures["goals"] = suite.goals(figures["workloads"], figures["config"]["sizes"])
     return figures, status
 
 

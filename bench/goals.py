@@ -3,9 +3,11 @@
 A workload that has goals declares each as a :class:`Goal` (its workload, what is
 measured, "at most" or "at least" a bound, in a unit) and judges it on its own figures
 with :meth:`Goal.judge`, which gives the JSON-ready verdict
-``{"workload", "name", "goal", "measured", "unit", "met"}``: ``met`` is True, False, or
-None when the figure does not apply to this run (an implementation not built, a series
-the run could not take), shown as "n/a".
+``{"workload", "name", "goal", "measured", "unit", "met", "set_at"}``: ``met`` is True, False,
+or None when the figure does not apply to this run (an implementation not built, a series
+the run could not take), shown as "n/a". A goal is stated at a size (100,000 connections, say);
+measured at another (``--quick``, ``--scale``) it is not judged either: ``set_at`` then names
+the size it was set for, and it shows as "n/a: set at ...", with the value this run measured.
 
 :func:`line` is the one-line form (a table note), :func:`rows` the table form and
 :func:`summary` the count. A missed goal is reported, never hidden, but it does not change
@@ -48,12 +50,13 @@ class Goal:
         """The goal as text: ``<= 1.5x``, ``>= 5,000 fired/s``."""
         return f"{'<=' if self.at_most else '>='} {_with_unit(self.bound, self.unit)}"
 
-    def judge(self, measured: Optional[float]) -> dict:
-        """The verdict on ``measured`` (in ``unit``; None or NaN when it does not apply)."""
+    def judge(self, measured: Optional[float], set_at: Optional[str] = None) -> dict:
+        """The verdict on ``measured`` (in ``unit``; None or NaN when it does not apply);
+        ``set_at`` (``"100,000 connections"``) when the run's size is not the one the goal is set for."""
         value = None if measured is None or math.isnan(measured) else float(measured)
-        met = None if value is None else (value <= self.bound if self.at_most else value >= self.bound)
+        met = None if value is None or set_at else (value <= self.bound if self.at_most else value >= self.bound)
         return {"workload": self.workload, "name": self.name, "goal": self.target(), "measured": value,
-                "unit": self.unit, "met": met}
+                "unit": self.unit, "met": met, "set_at": set_at}
 
 
 def _measured(verdict: dict) -> str:
@@ -61,6 +64,8 @@ def _measured(verdict: dict) -> str:
 
 
 def _met(verdict: dict) -> str:
+    if verdict.get("set_at"):
+        return f"{NOT_APPLICABLE}: set at {verdict['set_at']}"
     return NOT_APPLICABLE if verdict["met"] is None else ("met" if verdict["met"] else "NOT met")
 
 

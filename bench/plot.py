@@ -1,9 +1,8 @@
 """``--plot DIR``: PNG charts from the bench's JSON figures (matplotlib, the ``plot`` extra).
 
 - ``<workload>.png``: median ns/op per implementation and variant, with min-max
-  whiskers, on a log axis (churn, expiry, rto, gap), and bytes per timer (memory,
-  with the number of timers measured);
-- ``lateness.png``: a histogram of lateness (µs) per series, log count axis;
+  whiskers (churn, expiry, rto, gap), and bytes per timer (memory);
+- ``lateness.png``: a histogram of lateness (µs) per series, its p50 and p99 marked;
 - ``durable.png``: fired timers per second and due-to-committed lateness (ms) per store,
   and the PostgreSQL fleet's fired timers per second by runner count when it was measured;
 - ``network.png``: server CPU per request, request latency (µs) and idle-close lateness
@@ -13,8 +12,11 @@
 - ``echo.png``: server CPU per request (ns, min-max whiskers) per loop and timer keeper,
   one series per connection count.
 
-A row whose figure does not apply (an implementation without that operation, a series
-this run could not take) is drawn as the text "n/a", never left blank.
+Every bar chart is on a linear axis from zero, so bar lengths compare as the figures do (a log
+axis would make a third look like a sixth). Every chart states its sizes (timers, connections,
+samples) in its title, and what its bars and whiskers are in its axis label. A row whose figure
+does not apply (an implementation without that operation, a series this run could not take) is
+drawn as the text "n/a", never left blank.
 """
 from __future__ import annotations
 
@@ -64,16 +66,22 @@ def _na_label(cell: Cell) -> str:
     return cell if cell.startswith(NOT_APPLICABLE) else f"{NOT_APPLICABLE}: {cell}"
 
 
-def _panel(ax, series: dict[str, dict[str, Cell]], rows: list[str], unit: str, log: bool = True) -> None:
-    """Grouped horizontal bars on ``ax``: ``series[variant][row]`` is a Cell, rows top to bottom
-    in ``rows`` order; a row missing from a variant, or holding a reason, reads "n/a"."""
+def _spread(config: dict) -> str:
+    """What a bar and its whiskers are, for the timed figures of a run with ``config``."""
+    return _median_of(config.get("repeats", 3), "repeat")
+
+
+def _median_of(n: int, what: str) -> str:
+    return f"bar: median of {n} {what}{'s' if n != 1 else ''}, whiskers: min to max"
+
+
+def _panel(ax, series: dict[str, dict[str, Cell]], rows: list[str], unit: str) -> None:
+    """Grouped horizontal bars on ``ax``, on a linear axis from zero: ``series[variant][row]`` is a
+    Cell, rows top to bottom in ``rows`` order; a row missing from a variant, or holding a
+    reason, reads "n/a". ``unit`` is the axis label (say there what the bars and whiskers are)."""
     from matplotlib import ticker
 
-    import math
-
     height = 0.8 / max(1, len(series))
-    positive = [cell[0] for cells in series.values() for cell in cells.values()
-                if isinstance(cell, tuple) and cell[0] > 0]
     for j, (variant, cells) in enumerate(series.items()):
         ys, med, low, high = [], [], [], []
         for i, row in enumerate(rows):
@@ -91,18 +99,11 @@ def _panel(ax, series: dict[str, dict[str, Cell]], rows: list[str], unit: str, l
         ax.bar_label(bars, labels=[_number(m) for m in med], fontsize=7, padding=3)
     ax.set_yticks([i + (len(series) - 1) * height / 2 for i in range(len(rows))], rows)
     ax.set_ylim(len(rows) - 0.5 + (len(series) - 1) * height, -0.5)
-    if log:
-        ax.set_xscale("log")
-        # Ticks at 1, 2, 5 per decade, so even a range inside one decade is labelled; over
-        # more than two decades those labels would overlap, so one a decade.
-        decades = math.log10(max(positive) / min(positive)) if positive else 0.0
-        ax.xaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0) if decades <= 2 else (1.0,)))
-        ax.xaxis.set_minor_formatter(ticker.NullFormatter())
-    else:
-        ax.xaxis.set_major_locator(ticker.MaxNLocator(5))
+    ax.xaxis.set_major_locator(ticker.MaxNLocator(5))
     ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: _number(v)))
     ax.margins(x=0.15)  # room for the value labels at the bars' ends
-    ax.set_xlabel(unit + (" (log)" if log else ""))
+    ax.set_xlim(left=0)
+    ax.set_xlabel(unit, fontsize=8)
     if len(series) > 1:
         ax.legend(fontsize=8)
 
@@ -111,7 +112,7 @@ def _bars(plt, title: str, unit: str, series: dict[str, dict[str, Cell]], rows: 
     """One chart of grouped bars (see :func:`_panel`)."""
     import textwrap
 
-    fig, ax = plt.subplots(figsize=(9, 0.8 + 0.45 * len(rows) * max(1, len(series))))
+    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.45 * len(rows) * max(1, len(series))))
     _panel(ax, series, rows, unit)
     ax.set_title("\n".join(textwrap.wrap(title, 90)), fontsize=9)
     return fig
@@ -127,36 +128,44 @@ def _percentiles(summaries: dict[str, dict], keys=("p50", "p99")) -> dict[str, d
     return {key: {row: (s[key],) * 3 if key in s else "no samples" for row, s in summaries.items()} for key in keys}
 
 
-def _durable(plt, wl: dict):
+PERCENTILE_BARS = "bars: p50 and p99 of the samples (no whiskers)"
+ONE_FIGURE = "bar: the one figure of the run (no whiskers)"
+
+
+def _durable(plt, wl: dict, config: dict):
     """Fired/s and lateness per store; with a PostgreSQL fleet measured, its fired/s by runner count."""
     results = wl["results"]
     stores = list(results)
     fleet = {f"{f['runners']} runner(s)" + (", large budget" if f.get("budget") == "large" else ""): _single(f.get("fired_per_s"))
              for f in wl.get("fleet", {}).values()}
-    fig, axes = plt.subplots(1, 3 if fleet else 2, figsize=(16 if fleet else 11, 1.6 + 0.5 * max(len(stores), len(fleet))))
+    fig, axes = plt.subplots(1, 3 if fleet else 2, figsize=(16 if fleet else 11, 2.0 + 0.5 * max(len(stores), len(fleet))))
     _panel(axes[0], {"fired/s": {s: _single(f.get("fired_per_s")) for s, f in results.items()}}, stores,
-           "fired timers per second", log=False)
+           f"fired timers per second\n{ONE_FIGURE}")
     _panel(axes[1], _percentiles({s: f.get("lateness_summary_ms", {}) for s, f in results.items()}), stores,
-           "due-to-committed lateness, ms")
+           f"due-to-committed lateness, ms\n{PERCENTILE_BARS}")
     if fleet:
-        _panel(axes[2], {"fired/s": fleet}, list(fleet), "PostgreSQL fleet: fired timers per second", log=False)
-    fig.suptitle("durable timers: a no-op handler per store", fontsize=10)
+        _panel(axes[2], {"fired/s": fleet}, list(fleet), f"PostgreSQL fleet: fired timers per second\n{ONE_FIGURE}")
+    timers = config.get("sizes", {}).get("durable_timers")
+    fig.suptitle("durable timers: a no-op handler per store" + (f", {timers:,} timers" if timers else ""), fontsize=10)
     return fig
 
 
-def _network(plt, wl: dict):
+def _network(plt, wl: dict, config: dict):
     results = wl["results"]
     names = list(results)
-    fig, (cpu, lat, close) = plt.subplots(1, 3, figsize=(14, 1.6 + 0.5 * len(names)))
+    fig, (cpu, lat, close) = plt.subplots(1, 3, figsize=(14, 2.0 + 0.5 * len(names)))
     _panel(cpu, {"CPU": {n: _single(f.get("cpu_ns_per_request")) for n, f in results.items()}}, names,
-           "server CPU per request, ns", log=False)
+           f"server CPU per request, ns\n{ONE_FIGURE}")
     _panel(lat, _percentiles({n: f.get("latency_summary_us", {}) for n, f in results.items()}), names,
-           "request round trip, us")
+           f"request round trip, us\n{PERCENTILE_BARS}")
     _panel(close, _percentiles({n: f.get("idle_close_lateness_summary_ms", {}) for n, f in results.items()}), names,
-           "idle close after its timeout, ms", log=False)
+           f"idle close after its timeout, ms\n{PERCENTILE_BARS}")
     for ax in (lat, close):
         ax.set_yticklabels([])
-    fig.suptitle("network: idle-timeout server on loopback, per scheduler", fontsize=10)
+    sizes = config.get("sizes", {})
+    connections, seconds = sizes.get("network_connections"), sizes.get("network_seconds")
+    fig.suptitle("network: idle-timeout server on loopback, per scheduler"
+                 + (f", {connections:,} connections for {seconds:g} s" if connections and seconds else ""), fontsize=10)
     return fig
 
 
@@ -174,30 +183,34 @@ def _cells(results: dict) -> dict[str, dict[str, Cell]]:
     return series
 
 
-def _aio(plt, wl: dict):
+def _aio(plt, wl: dict, config: dict):
     results = wl["results"]
     rows = list(results)
     series = _cells(results)
-    fig, (ops, size) = plt.subplots(1, 2, figsize=(15, 1.0 + 0.35 * len(rows) * max(1, len(series))),
+    fig, (ops, size) = plt.subplots(1, 2, figsize=(15, 1.6 + 0.35 * len(rows) * max(1, len(series))),
                                     gridspec_kw={"width_ratios": [2, 1]})
-    _panel(ops, series, rows, "ns per operation")
+    _panel(ops, series, rows, f"ns per operation (CPU time)\n{_spread(config)}")
     _panel(size, {label: {row: _single(f.get(key)) for row, f in results.items()}
                   for label, key in (("per armed handle", "bytes_per_handle"), ("per armed key", "bytes_per_key"))},
-           rows, "bytes", log=False)
+           rows, f"bytes\n{ONE_FIGURE}")
     size.set_yticklabels([])
-    fig.suptitle(f"asyncio timer APIs, {wl.get('handles', 0):,} handles armed", fontsize=10)
+    fig.suptitle(f"asyncio timer APIs, {wl.get('handles', 0):,} handles armed, re-armed in random order", fontsize=10)
     return fig
 
 
-def _echo(plt, wl: dict):
+def _echo(plt, wl: dict, config: dict):
     runs = wl["results"]
     rows = list(dict.fromkeys(f"{r['loop']} + {r['timers']}" for r in runs))
     series: dict[str, dict[str, Cell]] = {}
     for r in runs:
         series.setdefault(f"{r['connections']:,} connections", {})[f"{r['loop']} + {r['timers']}"] = (
             r["cpu_ns_per_request"], r["cpu_ns_min"], r["cpu_ns_max"])
-    return _bars(plt, "echo server on loopback: server CPU per request, by event loop + timer keeper",
-                 "server CPU per request, ns", series, rows)
+    counts = ", ".join(f"{n:,}" for n in dict.fromkeys(r["connections"] for r in runs))
+    rate = wl.get("rate_per_s")
+    return _bars(plt, f"echo server on loopback: server CPU per request, by event loop + timer keeper; {counts} "
+                      f"connections" + (f", {rate:,} requests/s offered" if rate else ""),
+                 f"server CPU per request, ns\n{_median_of(wl.get('repeats', 1), 'run')}",
+                 series, rows)
 
 
 def _lateness(plt, wl: dict):
@@ -210,16 +223,28 @@ def _lateness(plt, wl: dict):
     # Log-spaced bins shared by every series, so their shapes compare at a glance.
     top = max(max(ns) for ns in series.values()) / 1000
     bins = np.geomspace(1.0, max(top, 10.0) * 1.01, 60)
-    fig, axes = plt.subplots(len(series), 1, figsize=(9, 1.0 + 1.3 * len(series)), sharex=True, squeeze=False)
+    fig, axes = plt.subplots(len(series), 1, figsize=(9, 1.4 + 1.3 * len(series)), sharex=True, squeeze=False)
     for ax, (label, ns) in zip(axes[:, 0], series.items()):
-        ax.hist(np.clip(np.asarray(ns, dtype=float) / 1000, 1.0, None), bins=bins, log=True)
+        us = np.asarray(ns, dtype=float) / 1000
+        ax.hist(np.clip(us, 1.0, None), bins=bins, color="0.6")
         ax.set_xscale("log")
+        ax.set_xlim(right=bins[-1] * 2.5)  # room for a percentile's label right of its line
+        ax.set_ylim(bottom=0)
+        # The labels at two heights, so close percentiles do not overwrite each other.
+        for q, style, height in ((50, "-", 0.95), (99, "--", 0.6)):
+            value = float(np.percentile(us, q))
+            ax.axvline(max(value, 1.0), color="C3", linestyle=style, linewidth=1)
+            ax.text(max(value, 1.0), height, f" p{q} {_number(value)} us", transform=ax.get_xaxis_transform(),
+                    va="top", fontsize=7, color="C3")
+        ax.yaxis.set_major_locator(ticker.MaxNLocator(3, integer=True))
         ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:,.0f}"))
-        ax.yaxis.set_minor_formatter(ticker.NullFormatter())
         ax.set_ylabel(label, rotation=0, ha="right", va="center", fontsize=8)
     axes[-1, 0].xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: _number(v)))
-    axes[-1, 0].set_xlabel(f"lateness after a {wl.get('delay_ms', 2.0):g} ms deadline, us (log)")
-    fig.suptitle("lateness histograms (count, log); under 1 us and early wakes fall in the first bin", fontsize=10)
+    axes[-1, 0].set_xlabel(f"lateness after a {wl.get('delay_ms', 2.0):g} ms deadline, us (log axis); "
+                           "count per bin on a linear axis; red lines: p50 (solid), p99 (dashed)", fontsize=8)
+    samples = max(len(ns) for ns in series.values())
+    fig.suptitle(f"lateness histograms, {samples:,} samples per series; under 1 us and early wakes fall in the "
+                 "first bin", fontsize=10)
     return fig
 
 
@@ -229,6 +254,7 @@ def charts(figures: dict) -> dict:
     The caller owns the figures (``draw`` saves and closes them).
     """
     plt = _pyplot()
+    config = figures.get("config", {})
     out = {}
     for name, wl in figures.get("workloads", {}).items():
         if name in ("churn", "expiry", "rto", "gap"):
@@ -238,24 +264,25 @@ def charts(figures: dict) -> dict:
                     series.setdefault(wl["columns"].get(variant, variant), {})[impl] = (
                         (cell["median_ns_per_op"], cell["min_ns_per_op"], cell["max_ns_per_op"])
                         if isinstance(cell, dict) else cell)
-            out[name] = _bars(plt, wl["title"], "ns per operation", series, list(wl["results"]))
+            out[name] = _bars(plt, wl["title"], f"ns per operation (CPU time)\n{_spread(config)}", series,
+                              list(wl["results"]))
         elif name == "aio":
-            out[name] = _aio(plt, wl)
+            out[name] = _aio(plt, wl, config)
         elif name == "echo":
-            out[name] = _echo(plt, wl)
+            out[name] = _echo(plt, wl, config)
         elif name == "memory":
             cells = {impl: _single(f.get("bytes_per_timer")) for impl, f in wl["results"].items()}
-            timers = wl.get("timers") or figures["config"]["sizes"]["memory_timers"]
+            timers = wl.get("timers") or config["sizes"]["memory_timers"]
             out[name] = _bars(plt, f"bytes per pending timer, measured with {timers:,} timers pending",
-                              "bytes per timer", {"bytes/timer": cells}, list(cells))
+                              f"bytes per timer\n{ONE_FIGURE}", {"bytes/timer": cells}, list(cells))
         elif name == "lateness":
             fig = _lateness(plt, wl)
             if fig is not None:
                 out[name] = fig
         elif name == "durable":
-            out[name] = _durable(plt, wl)
+            out[name] = _durable(plt, wl, config)
         elif name == "network":
-            out[name] = _network(plt, wl)
+            out[name] = _network(plt, wl, config)
     for fig in out.values():
         fig.tight_layout()
     return out

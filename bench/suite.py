@@ -59,10 +59,14 @@ class Workload:
     table: Callable[[Reporter, dict], None]
     steps: Callable[[Context], float | None]
     goals: Callable[[dict], list[tuple[Goal, float | None]]] = _no_goals
+    # The sizes its goals are stated at: Sizes fields (at their defaults) and what each counts.
+    # A run at other sizes (--quick, --scale) shows those goals as n/a, with what it measured.
+    goal_sizes: tuple[tuple[str, str], ...] = ()
 
 
 def _timer_workload(run: Callable[..., workloads.Result],
-                    goals: Callable[[dict], list[tuple[Goal, float | None]]] = _no_goals) -> Workload:
+                    goals: Callable[[dict], list[tuple[Goal, float | None]]] = _no_goals,
+                    goal_sizes: tuple[tuple[str, str], ...] = ()) -> Workload:
     """A workload of :mod:`.workloads`, named by its function (churn, expiry, rto, gap)."""
     name = run.__name__
 
@@ -70,7 +74,7 @@ def _timer_workload(run: Callable[..., workloads.Result],
         return run(ctx.impls, ctx.sizes, ctx.repeats, ctx.seed, bar).to_json()
 
     return Workload(name, measure, tables.timer_table, lambda ctx: workloads.steps(name, ctx.impls, ctx.repeats),
-                    goals)
+                    goals, goal_sizes)
 
 
 def _memory(ctx: Context, bar: Task) -> dict:
@@ -112,7 +116,8 @@ def _network(ctx: Context, bar: Task) -> dict:
 
 def _aio(ctx: Context, bar: Task) -> dict:
     return {"handles": ctx.sizes.aio_handles,
-            "results": aio_micro.run(ctx.sizes.aio_handles, ctx.sizes.aio_timeout_ops, ctx.repeats, progress=bar)}
+            "results": aio_micro.run(ctx.sizes.aio_handles, ctx.sizes.aio_timeout_ops, ctx.repeats, progress=bar,
+                                     seed=ctx.seed)}
 
 
 def _echo(ctx: Context, bar: Task) -> dict:
@@ -206,16 +211,17 @@ def _durable_goals(figures: dict) -> list[tuple[Goal, float | None]]:
 
 
 WORKLOADS: tuple[Workload, ...] = (
-    _timer_workload(workloads.churn, _churn_goals),
+    _timer_workload(workloads.churn, _churn_goals, (("churn_conns", "connections"), ("churn_ops", "ops"))),
     *(_timer_workload(run) for run in (workloads.expiry, workloads.rto, workloads.gap)),
     Workload("memory", _memory, tables.memory_table, lambda ctx: sum(not i.floor for i in ctx.impls)),
     Workload("lateness", _lateness, tables.lateness_table,
              lambda ctx: float(ctx.sizes.lateness_samples * len(lateness.SERIES)), _lateness_goals),
-    Workload("durable", _durable, tables.durable_table, lambda ctx: None, _durable_goals),
+    Workload("durable", _durable, tables.durable_table, lambda ctx: None, _durable_goals,
+             (("durable_timers", "timers"),)),
     Workload("network", _network, tables.network_table,
              lambda ctx: float(network.UNITS_PER_SCHEDULER * len(network.scheduler_names()))),
     Workload("aio", _aio, tables.aio_table, lambda ctx: float(len(aio_micro.ROWS) * (ctx.repeats + 1)),
-             aio_micro.goals),
+             aio_micro.goals, (("aio_handles", "handles armed"),)),
     Workload("echo", _echo, tables.echo_table,
              lambda ctx: float(len(ctx.sizes.echo_connections) * len(echo.loops()) * len(echo.timer_kinds())
                                * ctx.sizes.echo_repeats), echo.goals),
@@ -223,7 +229,15 @@ WORKLOADS: tuple[Workload, ...] = (
 BY_NAME = {w.name: w for w in WORKLOADS}
 
 
-def goals(workload_figures: dict) -> list[dict]:
-    """The verdicts (:meth:`.goals.Goal.judge`) of every measured workload's goals, in run order."""
-    return [goal.judge(value) for name, figures in workload_figures.items()
-            for goal, value in BY_NAME[name].goals(figures)]
+def goals(workload_figures: dict, sizes: dict) -> list[dict]:
+    """The verdicts (:meth:`.goals.Goal.judge`) of every measured workload's goals, in run order;
+    ``sizes`` are the run's (:class:`.workloads.Sizes` as a dict). A workload measured at other
+    sizes than its goals are set for gets them as n/a, saying the size they are set for."""
+    stated = Sizes().__dict__
+    out = []
+    for name, figures in workload_figures.items():
+        workload = BY_NAME[name]
+        differs = any(sizes.get(field) != stated[field] for field, _ in workload.goal_sizes)
+        set_at = ", ".join(f"{stated[field]:,} {what}" for field, what in workload.goal_sizes) if differs else None
+        out += [goal.judge(value, set_at) for goal, value in workload.goals(figures)]
+    return out

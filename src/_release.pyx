@@ -35,7 +35,7 @@ seconds on ``time.monotonic()`` (``arm``); timeouts are float seconds.
 cimport cython
 from cpython.exc cimport PyErr_CheckSignals
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
-from libc.stdlib cimport calloc, free, malloc, realloc
+from libc.stdlib cimport calloc, free, realloc
 
 from tw_sync cimport *
 
@@ -84,11 +84,12 @@ cdef struct Core:
 import asyncio
 import os
 import threading
+import weakref
 
-from timerwheel_c._common import (
+from timerwheel_c._release_common import (
     BACKEND_NAMES,
     FAR_AHEAD_NS,
-    _await_deadline,
+    _await_release,
     _check_at_ns,
     _choose_backend,
     _fallback_future,
@@ -100,7 +101,7 @@ from timerwheel_c.errors import ReleaseTimerClosed
 
 __all__ = ["Deadline", "ReleaseTimer", "ReleaseTimerClosed", "past_deadline"]
 
-# Exported: the tests check them against timerwheel_c._common, where each is explained.
+# Exported: the tests check them against timerwheel_c._release_common, where each is explained.
 cpdef enum:
     SLICE_NS = 500000
     SWEEP_MIN_HEAP = 64
@@ -185,9 +186,9 @@ cdef class Deadline:
     copy would abandon the original's deadline.
     """
 
-    cdef readonly ReleaseTimer _rt
-    cdef readonly int32_t _slot
-    cdef readonly uint32_t _gen
+    cdef ReleaseTimer _rt
+    cdef int32_t _slot
+    cdef uint32_t _gen
     cdef int64_t _at_ns
     cdef int64_t _released_at_ns
 
@@ -281,7 +282,9 @@ cdef class Deadline:
         return False
 
     def __await__(self):
-        return _await_deadline(self).__await__()
+        if self._slot < 0:
+            return _await_release(self, None, 0, None).__await__()
+        return _await_release(self, *self._rt._subscribe(self, asyncio.get_running_loop())).__await__()
 
     def __reduce_ex__(self, protocol):
         # copy.copy, copy.deepcopy and pickle all come here
@@ -390,24 +393,16 @@ cdef void _free_slot(Core *c, int32_t slot) noexcept nogil:
     c.free_head = slot
 
 
-cdef Py_ssize_t _release_due(Core *c, int64_t now_ns, heap_entry_t *out) noexcept nogil:
-    """Release every heap entry due at ``now_ns`` (Core.lock held); returns how many.
-
-    Copies each released entry, in release order, to ``out`` when given (the test hook; it
-    must hold h_len entries).
-    """
+cdef Py_ssize_t _release_due(Core *c, int64_t now_ns) noexcept nogil:
+    """Release every heap entry due at ``now_ns`` (Core.lock held); returns how many."""
     cdef Py_ssize_t released = 0
     cdef int32_t slot, ci
-    cdef heap_entry_t entry
     while c.h_len > 0 and c.heap[0].at <= now_ns:
-        entry = c.heap[0]
-        slot = entry.slot
+        slot = c.heap[0].slot
         _heap_pop(c)
         if c.slots[slot].state == ARMED:
             c.slots[slot].state = RELEASED
             c.slots[slot].released_at = now_ns
-            if out != NULL:
-                out[released] = entry
             released += 1
             ci = c.slots[slot].chan
             if ci >= 0 and ci < c.n_chans and c.chans[ci] != NULL:
@@ -457,7 +452,7 @@ cdef void _release_main(void *arg) noexcept nogil:
     while not c.closing:
         c.wakes += 1
         now_ns = tw_monotonic_ns()
-        _release_due(c, now_ns, NULL)
+        _release_due(c, now_ns)
         _maybe_sweep(c, now_ns)
         if c.closing:
             break
@@ -552,11 +547,11 @@ cdef class ReleaseTimer:
     """
 
     cdef Core *_core
-    cdef dict _chans  # loop -> _Channel
+    cdef object _chans  # WeakKeyDictionary: loop -> _Channel (see _release_asyncio.pxi)
 
     def __cinit__(self, backend=None):
         cdef int chosen = _choose_backend(backend)
-        self._chans = {}
+        self._chans = weakref.WeakKeyDictionary()
         self._core = _core_new(chosen)
         if self._core == NULL:
             raise MemoryError("no memory for a ReleaseTimer")
@@ -710,8 +705,9 @@ cdef class ReleaseTimer:
             _core_free(c)
         self._core = NULL
 
-    def _subscribe(self, Deadline d, loop):
-        """Register an asyncio future for ``d`` on ``loop``: (channel, key, future or None)."""
+    cdef tuple _subscribe(self, Deadline d, loop):
+        """Register an asyncio future for ``d`` on ``loop``: (channel, key, future or None).
+        C-level only: ``Deadline.__await__`` is its one caller."""
         cdef Core *c = self._core
         cdef _Channel chan
         cdef uint8_t state
@@ -740,27 +736,3 @@ cdef class ReleaseTimer:
         fut = loop.create_future()
         chan.waiters.setdefault(key, []).append(fut)
         return chan, key, fut
-
-    def _release_due_ns(self, now_ns):
-        """Test hook: release what is due at ``now_ns`` (int ns, may be in the future).
-
-        Returns the released (at_ns, seq) pairs in release order; seq counts arms from 1
-        per timer, so ordering can be checked without timing anything.
-        """
-        cdef int64_t now = _check_at_ns(now_ns)
-        cdef Core *c = self._core
-        cdef heap_entry_t *out
-        cdef Py_ssize_t n = -1
-        if not _ours(c):
-            raise ReleaseTimerClosed("the ReleaseTimer belongs to the parent of this forked process")
-        tw_mutex_lock(&c.lock)
-        out = <heap_entry_t *>malloc((c.h_len + 1) * sizeof(heap_entry_t))
-        if out != NULL:
-            n = _release_due(c, now, out)
-        tw_mutex_unlock(&c.lock)
-        try:
-            if n < 0:
-                raise MemoryError("no memory for the release hook")
-            return [(out[i].at, out[i].seq) for i in range(n)]
-        finally:
-            free(out)

@@ -10,7 +10,14 @@
 # thread writes once per batch; its `drain` then runs on the loop's thread and resolves the
 # futures. A loop without add_reader (the Windows proactor) gets a helper thread that waits on the
 # Chan's condition and posts `drain` with call_soon_threadsafe. A deadline awaited on a second
-# loop gets a future settled by a helper thread (_fallback_future in timerwheel_c/_common.py).
+# loop gets a future settled by a helper thread (_fallback_future in timerwheel_c/_release_common.py).
+#
+# Loops are held weakly (the timer's table is a WeakKeyDictionary, a channel keeps a weak
+# reference): a loop left unclosed by a thread that ended must not be kept alive, with its
+# selector and self-pipe, by a timer that lives as long as the process. When such a loop is
+# collected, its channel tears itself down (the weak reference's callback) and closes its wake fd.
+# A loop with a deadline still awaited is kept by the awaiting future itself, as asyncio's own
+# timers keep theirs.
 
 # One asyncio loop's inbox: released keys queued by the release thread (under Core.lock).
 cdef struct Chan:
@@ -41,7 +48,7 @@ cdef class _Channel:
     """
 
     cdef ReleaseTimer rt
-    cdef object loop
+    cdef object loop_ref  # weakref.ref to the loop, whose callback tears this channel down
     cdef readonly int32_t index
     cdef Chan *ch  # NULL once torn down; the struct itself lives until the timer is freed
     cdef dict waiters
@@ -111,9 +118,10 @@ cdef class _Channel:
         if ch == NULL:
             return
         self.ch = NULL
-        if not ch.helper and not self.loop.is_closed():
+        loop = self.loop_ref()
+        if not ch.helper and loop is not None and not loop.is_closed():
             try:
-                self.loop.remove_reader(ch.rfd)
+                loop.remove_reader(ch.rfd)
             except Exception:  # a loop shutting down: nothing left to unregister
                 pass
         tw_mutex_lock(&c.lock)
@@ -125,8 +133,12 @@ cdef class _Channel:
             ch.rfd = ch.wfd = -1
             ch.held = 0
         tw_mutex_unlock(&c.lock)
-        if self.rt._chans.get(self.loop) is self:
-            del self.rt._chans[self.loop]
+        if loop is not None and self.rt._chans.get(loop) is self:
+            del self.rt._chans[loop]
+
+    def _loop_collected(self, ref):
+        """The weak reference's callback: the loop is gone (collected unclosed), so is its reader."""
+        self.teardown()
 
     def _helper_main(self):
         """Helper mode: wait (GIL released) for a signalled batch, post a drain, repeat."""
@@ -142,12 +154,14 @@ cdef class _Channel:
                 if not dead:
                     ch.posted = 1
                 tw_mutex_unlock(&c.lock)
-            if dead:
+            loop = self.loop_ref()
+            if dead or loop is None:
                 break
             try:
-                self.loop.call_soon_threadsafe(self.drain)
+                loop.call_soon_threadsafe(self.drain)
             except RuntimeError:  # the loop is closed: nobody is left to wake
                 break
+            loop = None  # not held while waiting: this thread must not keep the loop alive
         tw_mutex_lock(&c.lock)
         ch.dead = 1
         ch.held = 0
@@ -238,7 +252,7 @@ cdef _Channel _channel_for(ReleaseTimer rt, loop):
         raise MemoryError("no memory for an asyncio channel")
     chan = _Channel.__new__(_Channel, _MAKE)
     chan.rt = rt
-    chan.loop = loop
+    chan.loop_ref = weakref.ref(loop, chan._loop_collected)
     chan.index = <int32_t>index
     chan.ch = ch
     chan.waiters = {}

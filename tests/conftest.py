@@ -167,11 +167,10 @@ def durable_store(request, tmp_path):
 @pytest.fixture
 def open_at_once(tmp_path):
     """``open_at_once(url, n=16)``: start ``n`` processes (tests/durable_handlers.py ``open``) that each
-    open the store of ``url`` once all are ready (a file rendezvous); returns the (exit status, stderr)
-    of those that failed."""
+    open the store of ``url`` once all are ready (each says so on its stdout; then a file starts
+    them); returns the (exit status, stderr) of those that failed."""
     import subprocess
     import sys
-    import time
     from pathlib import Path
 
     helpers = Path(__file__).resolve().parent / "durable_handlers.py"
@@ -179,8 +178,9 @@ def open_at_once(tmp_path):
     def run(url: str, n: int = 16) -> list:
         go = tmp_path / "go"
         procs = [subprocess.Popen([sys.executable, str(helpers), "open", url, str(go)], cwd=tmp_path,
-                                  stderr=subprocess.PIPE, text=True) for _ in range(n)]
-        time.sleep(2)  # the imports; a process still importing joins a moment late, which only weakens the test
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(n)]
+        for p in procs:  # each prints "ready" once imported; one that failed ends its stdout instead
+            p.stdout.readline()
         go.touch()
         done = [(p.wait(60), p.stderr.read()) for p in procs]
         return [d for d in done if d[0] != 0]

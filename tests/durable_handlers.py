@@ -6,8 +6,8 @@ Run as ``python durable_handlers.py MODE ...`` or import ``registry`` (``--handl
   by OFFSET_MS, until killed.
 - ``sleeper DB LOG DUE0 DUE1``: an execution doing two durable sleeps, appending a line to LOG
   after each (``<n> fired`` or ``<n> replayed``), with a service in the same process.
-- ``open URL GO``: import everything, wait for the file GO to exist, then open (and close) the
-  store of URL: many of these open one store at the same moment.
+- ``open URL GO``: import everything, print ``ready``, wait for the file GO to exist, then open
+  (and close) the store of URL: many of these open one store at the same moment.
 """
 from __future__ import annotations
 
@@ -72,6 +72,7 @@ def open_when(url: str, go: str) -> None:
 
     if url.startswith("postgres"):
         import timerwheel_c.durable.storage.postgres  # noqa: F401 -- imported before the rendezvous
+    print("ready", flush=True)
     while not os.path.exists(go):
         time.sleep(0.001)
     open_store(url).close()

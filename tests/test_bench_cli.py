@@ -73,14 +73,16 @@ def test_fired_sets_are_checked_equal_across_implementations(tiny_run):
 
 
 def test_churn_goals_are_judged_in_the_json(tiny_run):
-    """The churn ratios against the floor, the pure twin and asyncio are judged (values unchecked):
-    each verdict has its goal, the measured ratio and met True/False."""
+    """The churn ratios against the floor, the pure twin and asyncio are in the JSON (values
+    unchecked): each verdict has its goal and the measured ratio; measured at a tiny scale, not the
+    size the goals are set for, none is judged (met None, set_at naming that size)."""
     _, figures = tiny_run
     if impls.C_WHEEL not in figures["implementations"]["run"]:
         pytest.skip("the C wheel is not built here")
     churn = {v["name"]: v for v in figures["goals"] if v["workload"] == "churn"}
     for key in ("C reschedule / empty method", "pure / C (reschedule)", "asyncio cancel+call_later / C reschedule"):
-        assert churn[key]["measured"] > 0 and churn[key]["met"] in (True, False)
+        assert churn[key]["measured"] > 0 and churn[key]["met"] is None
+        assert churn[key]["set_at"] == "100,000 connections, 1,000,000 ops"
         assert churn[key]["goal"].startswith(("<= ", ">= "))
 
 

@@ -69,3 +69,31 @@ def test_the_bench_prints_each_goal_under_its_table_and_in_the_goals_table(monke
         assert goals.line(verdict) in out
         assert " ".join(goals.rows([verdict])[0]) in " ".join(out.split())
     assert "1 of 2 goals met, 1 NOT met" in out
+
+
+def test_a_goal_measured_at_another_size_is_shown_na_with_the_size_it_is_set_for():
+    """A figure measured at a size the goal is not stated at (--quick) is neither met nor missed:
+    the verdict shows the measured value and "n/a: set at" the goal's size."""
+    verdict = AT_MOST.judge(1.8, set_at="100,000 connections, 1,000,000 ops")
+    assert verdict["met"] is None and verdict["measured"] == 1.8
+    assert goals.rows([verdict]) == [["churn: C reschedule / empty method", "<= 1.50x", "1.80x",
+                                      "n/a: set at 100,000 connections, 1,000,000 ops"]]
+    assert goals.summary([verdict]).startswith("0 of 1 goals met, 1 n/a")
+
+
+def test_quick_sizes_leave_size_bound_goals_unjudged_and_default_sizes_judge_them():
+    """suite.goals judges the churn and asyncio goals only at the sizes they are set for (the
+    defaults): at --quick sizes they are n/a naming those sizes; the durable goals likewise."""
+    from bench import suite
+    from bench.workloads import Sizes
+
+    cell = {"median_ns_per_op": 100.0}
+    churn = {"results": {"C wheel": {"reschedule": cell, "cancel+schedule": cell},
+                         "empty Cython method": {"reschedule": cell, "cancel+schedule": cell}}}
+    default = suite.goals({"churn": churn}, dict(Sizes().__dict__))
+    quick = suite.goals({"churn": churn}, dict(Sizes.quick().__dict__))
+    assert [v["met"] for v in default][:2] == [True, True]
+    assert all(v["met"] is None for v in quick)
+    assert quick[0]["set_at"] == "100,000 connections, 1,000,000 ops" and quick[0]["measured"] == 1.0
+    aio = suite.goals({"aio": {"results": {}}}, dict(Sizes.quick().__dict__))
+    assert aio and all(v["set_at"] == "100,000 handles armed" for v in aio)

@@ -20,9 +20,10 @@ def _summary(p50: float, p99: float) -> dict:
 
 
 FIGURES = {
-    "config": {"sizes": {"memory_timers": 250_000}},
+    "config": {"repeats": 3, "sizes": {"memory_timers": 250_000, "durable_timers": 2_000,
+                                       "network_connections": 300, "network_seconds": 2.0}},
     "workloads": {
-        "churn": {"title": "churn", "columns": {"reschedule": "reschedule ns/op", "cancel+schedule": "c+s ns/op"},
+        "churn": {"title": "churn: 100 live connections", "columns": {"reschedule": "reschedule ns/op", "cancel+schedule": "c+s ns/op"},
                   "results": {"C wheel": {"reschedule": _cell(70), "cancel+schedule": _cell(400)},
                               "asyncio heap": {"reschedule": "n/a: no re-arm", "cancel+schedule": _cell(3900)}}},
         "rto": {"title": "rto", "columns": {"lifecycle": "ns/op"},
@@ -119,3 +120,30 @@ def test_draw_writes_one_png_per_chart(tmp_path):
     assert sorted(p.name for p in written) == sorted(f"{n}.png" for n in plot.charts(FIGURES))
     for path in written:
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 1000
+
+
+@pytest.mark.parametrize("name", ["churn", "rto", "memory", "durable", "aio", "echo", "network"])
+def test_bars_are_on_a_linear_axis_from_zero_and_say_what_bars_and_whiskers_are(charts, name):
+    """Bar lengths compare as the figures do: every bar axis is linear and starts at 0; its label
+    says what a bar is and whether whiskers are drawn (min to max over the repeats, or none)."""
+    for ax in charts[name].axes:
+        assert ax.get_xscale() == "linear" and ax.get_xlim()[0] == 0, (name, ax.get_xlabel())
+        assert "bar" in ax.get_xlabel() and "whiskers" in ax.get_xlabel(), (name, ax.get_xlabel())
+
+
+@pytest.mark.parametrize("name, size", [
+    ("churn", "churn"), ("memory", "250,000 timers"), ("aio", "1,000 handles"), ("echo", "10, 100 connections"),
+    ("durable", "2,000 timers"), ("network", "300 connections"), ("lateness", "3 samples"),
+])
+def test_every_chart_states_its_sizes(charts, name, size):
+    assert any(size in " ".join(text.split()) for text in _texts(charts[name])), (name, _texts(charts[name]))
+
+
+def test_lateness_chart_marks_p50_and_p99_of_each_series(charts):
+    """Each histogram has two vertical lines, labelled with the series' p50 and p99 (numpy's)."""
+    fig = charts["lateness"]
+    for ax in fig.axes:
+        assert len(ax.lines) == 2
+        labels = [t.get_text() for t in ax.texts]
+        assert any(t.startswith(" p50 ") for t in labels) and any(t.startswith(" p99 ") for t in labels)
+    assert " p50 45 us" in [t.get_text() for t in fig.axes[0].texts]  # median of 40, 45, 90 us

@@ -168,3 +168,15 @@ def test_output_lost_after_the_run_is_one_line_and_exit_1(monkeypatch, capsys, t
     assert "durable: no-op handler" in captured.out
     lines = captured.err.splitlines()
     assert len(lines) == 1 and lines[0].startswith("bench: error: writing the output failed after the run")
+
+
+def test_help_is_plain_terminal_text(tmp_path):
+    """``python bench/run.py --help`` is plain text (no reST roles, double backquotes or literal-block
+    ``::``), shows how to start it, and names no numbered work item."""
+    import re
+
+    out = bench(tmp_path, "--help")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("usage: python bench/run.py")
+    assert not re.search(r"``|:(?:class|func|meth|mod|attr|data|exc|ref):`|\w::$", out.stdout, re.MULTILINE)
+    assert not re.search(r"\bissue \d", out.stdout)

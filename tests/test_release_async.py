@@ -8,6 +8,7 @@ Assertions are "released, never early, within a liveness bound of seconds".
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 import textwrap
@@ -153,29 +154,32 @@ def test_close_from_release_path(release_impl):
 
 
 def test_cancelled_await_then_release(release_impl):
-    """A task cancelled while awaiting leaves no stale future: a later await of the same deadline works.
+    """A task cancelled while awaiting leaves no stale future: a later await of the same deadline
+    returns once it is released, never before.
 
-    The deadline is an hour out, so the task is surely suspended on it when cancelled
-    (asserted); the test hook ``_release_due_ns`` then releases it without waiting.
+    The deadline is 300 ms out, so the task is suspended on it when cancelled (asserted: on a
+    machine so loaded that it was released first, the attempt is repeated further out).
     """
 
-    async def main(rt):
-        d = rt.arm_ns(time.monotonic_ns() + HOUR_NS)
+    async def main(rt, lead_ns):
+        d = rt.arm_ns(time.monotonic_ns() + lead_ns)
         task = asyncio.ensure_future(_await(d))
         await asyncio.sleep(0)
-        assert not task.done()  # it is really suspended on the deadline
+        if task.done():  # released before the task awaited: the situation did not arise
+            return False
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        assert rt._release_due_ns(d.at_ns) == [(d.at_ns, 1)]
         await d
-        return d.done()
+        assert d.done() and time.monotonic_ns() >= d.at_ns
+        return True
 
     async def _await(d):
         await d
 
     with release_impl.ReleaseTimer() as rt:
-        assert _run(asyncio.new_event_loop, main(rt))
+        assert any(_run(asyncio.new_event_loop, main(rt, lead_ms * 1_000_000)) for lead_ms in (300, 3000)), \
+            "the deadline was released before the task awaited it"
 
 
 def test_await_from_two_loops(release_impl):
@@ -237,3 +241,46 @@ def test_channel_made_by_new_raises_and_never_crashes(tmp_path):
     """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert proc.returncode == 0, f"exit {proc.returncode}: {proc.stderr[-500:]}"
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts open file descriptors in /proc/self/fd")
+@pytest.mark.filterwarnings("ignore::ResourceWarning")  # the unclosed loops, on their collection
+@pytest.mark.parametrize("factory", [pytest.param(asyncio.new_event_loop, id="asyncio"),
+                                     pytest.param(NoReaderLoop, id="no-reader")])
+def test_unclosed_loops_of_ended_threads_are_not_kept(release_impl, factory):
+    """200 threads each await a deadline on a loop of their own and end without closing it (as
+    code that calls run_until_complete and never close() does). The timer holds loops weakly: after
+    gc.collect() every loop is gone and the open file descriptors are back where they were (each
+    loop held 3 or 4: its selector, its self-pipe, the wake fd), so nothing accumulates per thread.
+    Without the weak hold, 200 loops stayed alive and the fds grew by 600 to 800.
+    The loops really existed (201 made, counted)."""
+    import gc
+    import weakref
+
+    loops = []
+
+    def worker(rt):
+        loop = factory()
+        loops.append(weakref.ref(loop))
+        loop.run_until_complete(rt.arm(time.monotonic() + 0.001))
+
+    with release_impl.ReleaseTimer() as rt:
+        worker(rt)  # the first channel's lazily made state is not a leak
+        gc.collect()
+        before = _open_fds()
+        for _ in range(200):
+            t = threading.Thread(target=worker, args=(rt,))
+            t.start()
+            t.join()
+        assert len(loops) == 201
+        # A helper thread (the no-reader path) holds its loop while it posts a drain, so the
+        # last loops may outlive their thread by a moment: gc.collect() until a liveness bound.
+        end = time.monotonic() + LIVENESS_S
+        while gc.collect() >= 0 and any(ref() is not None for ref in loops) and time.monotonic() < end:
+            time.sleep(0.01)
+        assert sum(ref() is not None for ref in loops) == 0, "loops are kept alive"
+        assert _open_fds() <= before + 2, (before, _open_fds())

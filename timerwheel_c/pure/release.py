@@ -16,12 +16,14 @@ seconds on ``time.monotonic()`` (``arm``); timeouts are float seconds.
 """
 from __future__ import annotations
 
+import asyncio
 import heapq
 import os
 import threading
 import time
+import weakref
 
-from .._common import (
+from .._release_common import (
     BACKEND_NAMES,
     CONDVAR,
     FAR_AHEAD_NS,
@@ -29,7 +31,7 @@ from .._common import (
     SWEEP_EVERY_NS,
     SWEEP_MIN_HEAP,
     WAIT_CHUNK_NS,
-    _await_deadline,
+    _await_release,
     _check_at_ns,
     _choose_backend,
     _fallback_future,
@@ -166,7 +168,9 @@ class Deadline:
         return False
 
     def __await__(self):
-        return _await_deadline(self).__await__()
+        if self._slot < 0:
+            return _await_release(self, None, 0, None).__await__()
+        return _await_release(self, *self._rt._subscribe(self, asyncio.get_running_loop())).__await__()
 
     def __reduce_ex__(self, protocol):
         # copy.copy, copy.deepcopy and pickle all come here
@@ -188,12 +192,13 @@ class _Channel:
 
     The release thread queues released keys (slot << 32 | generation) and, once per batch,
     schedules ``drain`` on the loop with ``call_soon_threadsafe``; the loop's own thread
-    resolves the futures. (The compiled core signals an eventfd or self-pipe instead.)
+    resolves the futures. (The compiled core signals an eventfd or self-pipe instead.) The loop
+    is held weakly, as in the compiled core (see ``src/_release_asyncio.pxi``).
     """
 
     def __init__(self, core: _Core, loop, index: int):
         self.core = core
-        self.loop = loop
+        self.loop_ref = weakref.ref(loop, self._loop_collected)
         self.index = index
         self.waiters: dict[int, list] = {}  # key (slot << 32 | generation) -> futures
         self.queue: list[int] = []  # released keys, guarded by core.lock
@@ -234,11 +239,22 @@ class _Channel:
         """Schedule a drain on the loop (release thread or closer, core.lock held)."""
         if self.signaled or self.dead:
             return
+        loop = self.loop_ref()
+        if loop is None:
+            self.dead = True
+            return
         self.signaled = True
         try:
-            self.loop.call_soon_threadsafe(self.drain)
+            loop.call_soon_threadsafe(self.drain)
         except RuntimeError:  # the loop is closed: nobody is left to wake
             self.dead = True
+
+    def _loop_collected(self, ref) -> None:
+        """The weak reference's callback: the loop is gone (collected unclosed), so is this channel."""
+        with self.core.lock:
+            self.dead = True
+            if self.index < len(self.core.chans) and self.core.chans[self.index] is self:
+                self.core.chans[self.index] = None
 
 
 class _Core:
@@ -293,23 +309,17 @@ def _free_slot(core: _Core, slot: int) -> None:
     core.free.append(slot)
 
 
-def _release_due(core: _Core, now_ns: int, out: list | None) -> int:
-    """Release every heap entry due at ``now_ns`` (core.lock held); returns how many.
-
-    Appends each released entry, in release order, to ``out`` when given (the test hook).
-    """
+def _release_due(core: _Core, now_ns: int) -> int:
+    """Release every heap entry due at ``now_ns`` (core.lock held); returns how many."""
     heap = core.heap
     released = 0
     notify = set()
     while heap and heap[0][0] <= now_ns:
-        entry = heapq.heappop(heap)
-        slot = entry[2]
+        slot = heapq.heappop(heap)[2]
         state = core.state[slot]
         if state == ARMED:
             core.state[slot] = RELEASED
             core.released_at[slot] = now_ns
-            if out is not None:
-                out.append(entry)
             released += 1
             chan = core.chans[core.chan[slot]] if core.chan[slot] >= 0 else None
             if chan is not None:
@@ -354,7 +364,7 @@ def _release_main(core: _Core) -> None:
         while not core.closing:
             core.wakes += 1
             now_ns = time.monotonic_ns()
-            _release_due(core, now_ns, None)
+            _release_due(core, now_ns)
             _maybe_sweep(core, now_ns)
             if core.closing:
                 break
@@ -401,7 +411,7 @@ class ReleaseTimer:
 
     def __init__(self, backend: str | None = None):
         self._core = _Core(_choose_backend(backend))
-        self._chans: dict = {}  # loop -> _Channel
+        self._chans: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # loop -> _Channel
         thread = threading.Thread(
             target=_release_main, args=(self._core,), name="timerwheel_c-release", daemon=True
         )
@@ -533,18 +543,6 @@ class ReleaseTimer:
         fut = loop.create_future()
         chan.waiters.setdefault(key, []).append(fut)
         return chan, key, fut
-
-    def _release_due_ns(self, now_ns: int) -> list[tuple[int, int]]:
-        """Test hook: release what is due at ``now_ns`` (int ns, may be in the future).
-
-        Returns the released (at_ns, seq) pairs in release order; seq counts arms from 1
-        per timer, so ordering can be checked without timing anything.
-        """
-        now = _check_at_ns(now_ns)
-        out: list = []
-        with self._core.lock:
-            _release_due(self._core, now, out)
-        return [(at_ns, seq) for at_ns, seq, _ in out]
 
 
 def _channel_for(rt: ReleaseTimer, loop) -> _Channel:
