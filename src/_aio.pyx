@@ -241,6 +241,8 @@ cdef class WheelHandle:
         cdef double d
         if self._callback is None:
             return False
+        if self._timer_id:
+            self._scheduler._wheel.c_prefetch(self._timer_id)
         d = _as_seconds(delay, "delay")
         return self._scheduler.c_reschedule(self, d)
 

@@ -110,6 +110,7 @@ __all__ = ["TimerWheel"]
 cdef extern from "wheel_bits.h":
     int tw_ctz64(uint64_t x) noexcept nogil
     int tw_msb64(uint64_t x) noexcept nogil
+    void tw_prefetch(const void* p) noexcept nogil
 
 cdef extern from "Python.h":
     # Never raises for an int (callers pass ints only): it reports overflow in its flag, which the
@@ -328,7 +329,7 @@ cdef class TimerWheel:
             self._bound[f] = NO_BOUND
         elif head == self._tail[f]:
             # One timer left: its bound is exact again (next_fire_ms is exact for one pending timer).
-            self._bound[f] = self._pool[head].due
+            self._bound[f] = self._lone_bound(f, self._pool[head].due)
 
     cdef inline void _pop_head(self, int32_t f, int32_t nxt) noexcept:
         """``_unlink`` of the head of level-0 slot ``f``, whose successor is ``nxt``: the firing
@@ -380,6 +381,16 @@ cdef class TimerWheel:
         return <int64_t>((<uint64_t>self._elapsed & ~(((<uint64_t>1) << (shift + LEVEL_BITS)) - 1))
                          | ((<uint64_t>(f & (LEVEL_SLOTS - 1))) << shift))
 
+    cdef inline int64_t _lone_bound(self, int32_t f, int64_t due) noexcept:
+        """The bound of slot ``f`` holding one timer, due at ``due`` ms: ``due``, capped at the
+        slot's last ms. A deferred timer may be due after later slots start; the cap keeps the
+        earliest slot's bound before every other slot's timers, and waking at it cascades the slot."""
+        cdef int64_t last
+        if f < L0_SLOTS:
+            return due
+        last = self._slot_start(f) + ((<int64_t>1) << level_shift((f - LEVEL_BASE) >> LEVEL_BITS)) - 1
+        return due if due < last else last
+
     cdef inline int32_t _find(self, uint64_t timer_id) noexcept:
         """The entry index ``timer_id`` names if that timer is pending, else NIL."""
         cdef uint64_t e = <uint32_t>timer_id
@@ -416,6 +427,29 @@ cdef class TimerWheel:
         self._link(e)
         self._count += 1
         return ((<uint64_t>self._pool[e].gen) << 32) | <uint64_t>e
+
+    cdef inline void _move(self, int32_t e, int64_t due) noexcept:
+        """Re-arm pending entry ``e`` to ``due`` ms: deferred if it waits at a level >= 1 and
+        ``due`` is not earlier than its due time, else re-filed at once.
+
+        Deferred, only its due time changes (the entry is the one cache line touched): it stays in
+        its slot, whose start is at or before the old due time and so before ``due``, and is re-filed
+        by its new due time when the wheel cascades that slot (Linux's "most timers never fire";
+        Netty's IdleStateHandler and Kafka's purgatory defer the same way). The slot's bound stays
+        a lower bound, made exact again if the entry is alone in its slot. At level 0 the entry is
+        re-filed at once, so a level-0 slot only ever holds timers due at its own ms and the wheel
+        never wakes at a level-0 slot with nothing to fire.
+        """
+        cdef entry_t* p = &self._pool[e]
+        cdef uint32_t f = p.loc
+        if f >= L0_SLOTS and due >= p.due:
+            p.due = due
+            if self._head[f] == e and self._tail[f] == e:
+                self._bound[f] = self._lone_bound(f, due)
+            return
+        self._unlink(e)
+        p.due = due
+        self._link(e)
 
     def schedule(self, after_ms=_MISSING, token=_MISSING):
         """Arm a timer due at ``now_ms() + max(after_ms, 1)`` ms that fires ``token``.
@@ -463,7 +497,12 @@ cdef class TimerWheel:
     def reschedule(self, timer_id=_MISSING, after_ms=_MISSING):
         """Move a pending timer to ``now_ms() + max(after_ms, 1)`` ms, keeping its id and token.
 
-        It re-arms the timer: among timers due at the same ms it now fires after those armed earlier.
+        A move to an earlier due time re-files the timer at once: among timers due at the same ms
+        it then fires after those armed before. A move to the same or a later due time while the
+        timer waits in an overflow slot (a level >= 1) is deferred, as Linux, Netty's
+        IdleStateHandler and Kafka's purgatory defer: only its due time changes, one cache line
+        touched, and the wheel re-files it when it reaches the old slot. It never fires early nor
+        late; among timers due at its new ms it fires in the order it was re-filed.
 
         Returns:
             True if the timer was pending (and is moved), False otherwise.
@@ -482,9 +521,7 @@ cdef class TimerWheel:
         cdef int64_t due = self._due_for(delay, after_ms)
         if e == NIL:
             return False
-        self._unlink(e)
-        self._pool[e].due = due
-        self._link(e)
+        self._move(e, due)
         return True
 
     cdef Py_ssize_t _run(self, int64_t now) except -1:
@@ -724,9 +761,12 @@ cdef class TimerWheel:
         """A time in ms to sleep until: never later than the earliest pending due time.
 
         Exact for a timer within the 512 ms of level 0, and for the earliest slot of any level
-        while no timer of that slot has been cancelled or moved away since it last held one
-        timer; otherwise an earlier bound, by less than that slot's width (512 * 64**(level - 1) ms).
-        With nothing pending: ``now_ms() + 2**32``. O(levels), whatever the number of timers.
+        while no timer of that slot has been cancelled, moved away or re-armed later (deferred)
+        since it last held one timer; otherwise an earlier bound: by less than that slot's width
+        (512 * 64**(level - 1) ms), or for a deferred timer at most its old slot's last ms. Waking
+        at the bound cascades that slot, so a reactor that sleeps until it wakes with nothing to
+        fire at most once per overflow slot it passes: 2 per second from level 1, whatever the
+        number of timers and re-arms. With nothing pending: ``now_ms() + 2**32``. O(levels).
         """
         if self._count == 0:
             return self._elapsed + IDLE_HINT_MS
@@ -776,10 +816,16 @@ cdef class TimerWheel:
         cdef int32_t e = self._find(timer_id)
         if e == NIL:
             return 0
-        self._unlink(e)
-        self._pool[e].due = due
-        self._link(e)
+        self._move(e, due)
         return 1
+
+    cdef void c_prefetch(self, uint64_t timer_id) noexcept:
+        """A hint that ``timer_id`` is about to be re-armed or cancelled: starts loading its entry,
+        so the cache miss overlaps the caller's work (a clock read, the delay's arithmetic) instead
+        of stalling the re-arm. Any id is accepted; it changes nothing observable."""
+        cdef uint64_t e = <uint32_t>timer_id
+        if e < <uint64_t>self._used:
+            tw_prefetch(&self._pool[e])
 
     cdef int c_advance(self, int64_t now_ms, tw_fired_t* fired) except -1:
         """``advance(now_ms)``: the fired tokens go to ``fired`` (in fire order), which the caller
