@@ -96,6 +96,8 @@ import warnings
 from timerwheel_c._common import (
     _MISSING as _MISSING_OBJ,
     FIRST_JUMP_WARN_MS,
+    IDLE_HINT_MS as _IDLE_HINT_MS,
+    MAX_DUE_MS as _MAX_DUE_MS,
     U64_LIMIT,
     _as_int,
     _as_int_array,
@@ -124,8 +126,9 @@ cdef enum:
     BUF_KEEP = 4096
     CACHE_LINE = 64
 
-cdef int64_t MAX_DUE_MS = 1LL << 62
-cdef int64_t IDLE_HINT_MS = 1LL << 32
+# The values shared with the pure twin, from the neutral module (see there).
+cdef int64_t MAX_DUE_MS = _MAX_DUE_MS
+cdef int64_t IDLE_HINT_MS = _IDLE_HINT_MS
 cdef int64_t NO_BOUND = 0x7FFFFFFFFFFFFFFF
 cdef uint32_t FREE = 0xFFFFFFFF
 # A typed reference to the placeholder default of required arguments: `is` on it costs no lookup.
