@@ -69,13 +69,14 @@ cdef class WheelScheduler:
 
 cdef class WheelTimeout:
     cdef WheelScheduler _scheduler
-    cdef object _delay         # seconds (float) until entered, or None
+    cdef object _when          # the deadline, loop seconds (a float), or None: disarmed
     cdef WheelHandle _handle
     cdef object _task
     cdef int _cancelling
     cdef int _state
 
-    cdef int _arm(self, double delay_s) except -1
+    cdef int _reschedule(self, object when) except -1
+    cdef int _arm(self, double when_s) except -1
     cdef int _expire(self) except -1
     cdef int _disarm(self) except -1
 

@@ -371,17 +371,31 @@ cdef class WheelScheduler:
         return self._call_at(_as_seconds(when, "when"), callback, args, context)
 
     def timeout(self, delay):
-        """An ``async with`` block cancelled after ``delay`` seconds, like ``asyncio.timeout``.
+        """An ``async with`` block cancelled ``delay`` seconds from now, as ``asyncio.timeout``.
 
-        ``None`` disarms it. On expiry the task is cancelled and the block raises
-        ``TimeoutError`` (the builtin). Re-arm it with :meth:`WheelTimeout.reschedule`.
+        The deadline is ``loop.time() + delay``, taken now, as asyncio takes it; ``None``
+        never expires. On expiry the task is cancelled and the block raises ``TimeoutError``
+        (the builtin). Move the deadline with :meth:`WheelTimeout.reschedule` (loop time, as
+        asyncio's) or :meth:`WheelTimeout.reschedule_after` (a delay).
 
         Raises:
             TypeError / ValueError: ``delay`` is not a finite real number (or None).
         """
         cdef WheelTimeout t = WheelTimeout.__new__(WheelTimeout)
         t._scheduler = self
-        t._delay = None if delay is None else _as_seconds(delay, "delay")
+        t._when = None if delay is None else self.c_time() + _as_seconds(delay, "delay")
+        return t
+
+    def timeout_at(self, when):
+        """An ``async with`` block cancelled at loop time ``when`` (seconds), as
+        ``asyncio.timeout_at``; ``None`` never expires.
+
+        Raises:
+            TypeError / ValueError: ``when`` is not a finite real number (or None).
+        """
+        cdef WheelTimeout t = WheelTimeout.__new__(WheelTimeout)
+        t._scheduler = self
+        t._when = None if when is None else _as_seconds(when, "when")
         return t
 
     def keyed(self, callback, *, context=None):

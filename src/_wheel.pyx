@@ -749,6 +749,18 @@ cdef class TimerWheel:
                 cancelled += 1
         return cancelled
 
+    def due_ms(self, timer_id=_MISSING):
+        """The due time in ms of the pending timer ``timer_id``, or None if it is not pending (fired,
+        cancelled, never issued, or any other int). Of a deferred re-arm, the new due time.
+
+        Raises:
+            TypeError: ``timer_id`` is not an int.
+        """
+        if timer_id is _MISSING:
+            raise TypeError(_missing_error("due_ms", "timer_id"))
+        cdef int32_t e = self._lookup(timer_id)
+        return None if e == NIL else self._pool[e].due
+
     def now_ms(self):
         """The wheel's current time in ms (the last ``advance`` target, or the constructor's)."""
         return self._elapsed
@@ -864,7 +876,7 @@ cdef class TimerWheel:
         return self._elapsed
 
     cdef int64_t c_due_ms(self, uint64_t timer_id) noexcept:
-        """The due time in ms of the pending timer ``timer_id``, or -1 if it is not pending."""
+        """``due_ms(timer_id)``: the due time in ms of a pending timer, or -1 if it is not pending."""
         cdef int32_t e = self._find(timer_id)
         return -1 if e == NIL else self._pool[e].due
 

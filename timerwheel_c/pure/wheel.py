@@ -528,6 +528,18 @@ class TimerWheel:
                 cancelled += 1
         return cancelled
 
+    def due_ms(self, timer_id=_MISSING):
+        """The due time in ms of the pending timer ``timer_id``, or None if it is not pending (fired,
+        cancelled, never issued, or any other int). Of a deferred re-arm, the new due time.
+
+        Raises:
+            TypeError: ``timer_id`` is not an int.
+        """
+        if timer_id is _MISSING:
+            raise TypeError(_missing_error("due_ms", "timer_id"))
+        e = self._lookup(timer_id)
+        return None if e == NIL else self._due[e]
+
     def now_ms(self):
         """The wheel's current time in ms (the last ``advance`` target, or the constructor's)."""
         return self._elapsed
