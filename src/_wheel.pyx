@@ -21,6 +21,25 @@ function in the same order. Both import their Python-level checks and constants 
 #     l      64   2**(6l+3) ms          2**(6l+9) ms
 #     9      64   2**57 ms              2**63 ms   (due times are capped at 2**62 ms)
 #
+# Why this geometry. The workload is network timeouts, most of which never fire: a request
+# deadline or a retransmit (10 ms to 0.5 s) is cancelled when the answer arrives, an idle timeout
+# (5 s to minutes) is re-armed on every message and cancelled when the connection closes.
+#   - 512 level-0 slots of 1 ms put every timer under 512 ms in level 0 from the start: it fires
+#     exactly, with no cascade, and its cancel is one unlink. With 64 slots (Linux's LVL_SIZE,
+#     tokio's) the 64-511 ms range, the request and retransmit timeouts, would each be filed
+#     twice. The cost is 8 occupancy words for level 0 instead of 1 (one 64-byte cache line),
+#     scanned only up to the first set bit.
+#   - The slot tables are 1088 slots * 16 B + 17 words * 8 B = 17,544 B, resident in L1/L2; the
+#     timers themselves cost 32 B each (below), so 100,000 timers take 3.2 MB.
+#   - Cascades are exact: a timer fires on the first advance at or after its due ms at every
+#     level, so the worst-case lateness is the 1 ms tick at every level (Linux's wheel, which
+#     never cascades, fires a timer up to 1/8 of its timeout late: a 30 s timeout sits in its
+#     level 3, 512 ms granularity at HZ=1000). What exactness costs is one relink per level a
+#     timer descends, paid only by timers still pending when the wheel reaches their slot: a
+#     30 s idle timeout is relinked at most twice in its life (level 2 to 1, 1 to 0), a cancelled
+#     one never. A re-arm to a later time in an overflow slot is deferred (below), so however
+#     often a connection re-arms, its timer is relinked at most once per slot it waits in.
+#
 # Named as Linux names them (LVL_BITS, LVL_SIZE, LVL_OFFS): level 0 has L0_SLOTS = 2**L0_BITS
 # slots, level l >= 1 has LEVEL_SLOTS = 2**LEVEL_BITS slots of 2**level_shift(l) ms, where
 # level_shift(l) = L0_BITS + LEVEL_BITS * (l - 1) = 6l + 3.
@@ -42,22 +61,36 @@ function in the same order. Both import their Python-level checks and constants 
 # whose timers all share one due time, or cascading a higher slot whole to lower levels), and at
 # the end to now_ms, which lies before every remaining slot's start.
 #
+# Deferred re-arm (Linux's "most timers never fire"; Netty's IdleStateHandler and Kafka's purgatory
+# re-file lazily too): a reschedule to the same or a later due time of a timer waiting in an
+# overflow slot only writes the new due time into its entry. The timer stays in its slot, whose
+# start is at or before the old due time, hence before the new one; when the wheel reaches that
+# slot, the cascade files it by its new due time. So a re-arm touches one cache line (the entry)
+# instead of four (the entry, its two list neighbours and the new slot's tail), which is what a
+# re-arm in random connection order pays in cache misses. A reschedule to an earlier time, or of
+# a timer in level 0, re-files at once: a level-0 slot only ever holds timers due at its own ms.
+#
 # Exact and approximate:
 #   - Firing is exact to the 1 ms tick: a timer fires on the first advance(t) with t >= its due
-#     time, never earlier, at any distance (wraps, multiples of 512, many rotations, coarse steps).
+#     time, never earlier, at any distance (wraps, multiples of 512, many rotations, coarse steps),
+#     deferred or not.
 #   - next_fire_ms() is the lower bound kept per slot (lowered on insert, reset when the slot empties
-#     or is left with one timer) of the earliest occupied slot. It is exact for level 0, and for a
-#     higher slot unless its earliest timer was cancelled or moved away while two or more others
-#     stay; then it is early by less than that slot's width (512 ms at level 1, 32.8 s at level 2,
-#     2**(6l+3) ms at level l). Waking at it advances to the slot's start, cascading the slot, so
-#     each such slot costs at most one early wake-up per level.
+#     or is left with one timer, then capped at the slot's last ms) of the earliest occupied slot.
+#     It is exact for level 0, and for a higher slot unless its earliest timer was cancelled,
+#     moved away or deferred while others stay; then it is early by less than that slot's width
+#     (512 ms at level 1, 32.8 s at level 2, 2**(6l+3) ms at level l), or, for a deferred timer,
+#     it is at most the old slot's last ms. Waking at it advances to the slot's start, cascading
+#     the slot, so a reactor that sleeps until next_fire_ms() wakes with nothing to fire at most
+#     once per overflow slot start it passes: 2 per second from level 1, 1 per 32.8 s from level 2.
 #
 # Fire order: non-decreasing due time; equal due times in arming order (the order of the schedule
-# and reschedule calls). Why: placement depends only on (E, T), so timers with equal T always share
-# one slot list. Arming appends at the tail, cancel/reschedule unlink without reordering the rest,
-# and a cascade walks a list from the head appending each timer to the tail of its new list, which
-# holds no other timer with the same T (they were all in the cascaded list). So every list is in
-# arming order per due time, and a level-0 list, holding one due time, fires in arming order.
+# and reschedule calls), but for a deferred re-arm, which fires among the timers of its due ms in
+# the order it was re-filed. Why: placement depends only on (E, T), so timers with equal T always
+# share one slot list unless deferred. Arming appends at the tail, cancel/reschedule unlink without
+# reordering the rest, and a cascade walks a list from the head appending each timer to the tail of
+# its new list, which holds no other undeferred timer with the same T (they were all in the
+# cascaded list). So every list is in arming order per due time, and a level-0 list, holding one
+# due time, fires in arming order. (asyncio's heap keeps no order at all among equal deadlines.)
 #
 # Costs: schedule, cancel, reschedule O(1) (a few bit operations, no scan of timers). advance
 # visits occupied slots only, found by masking the occupancy bitmaps (level 0: 8 words, level l: 1
