@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 # The wheel refuses due times beyond 2**62 ms.
-from ._common import MAX_DUE_MS
+from ._common import MAX_DUE_MS as MAX_DUE_MS
 
 # Wake-up sentinels for the scheduler's ``_wake_ms`` (an int64 ms otherwise): no wake-up is
 # armed, so any due time arms one; a fire batch is running and re-arms once at its end, so no due

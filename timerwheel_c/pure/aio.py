@@ -88,6 +88,13 @@ class WheelHandle:
     """
 
     __slots__ = ("_scheduler", "_callback", "_args", "_context", "_when", "_timer_id", "_token")
+    _scheduler: WheelScheduler
+    _callback: Any            # None once cancelled
+    _args: Any
+    _context: Optional[contextvars.Context]  # None for a WheelTimeout's expiry handle
+    _when: float
+    _timer_id: int            # the wheel's id while armed or due in the running batch, else 0
+    _token: int               # its index in the scheduler's _handles (its wheel token), or 0
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("WheelHandle objects are made by WheelScheduler.call_later() and call_at()")
@@ -700,6 +707,11 @@ class KeyedTimers:
     """
 
     __slots__ = ("_scheduler", "_wheel", "_callback", "_context", "_entries")
+    _scheduler: WheelScheduler
+    _wheel: Any               # tokens are the keys (their two's complement)
+    _callback: Callable[[int], Any]
+    _context: contextvars.Context
+    _entries: dict[int, list]  # key -> [timer id, deadline in loop seconds]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("KeyedTimers objects are made by WheelScheduler.keyed()")
