@@ -136,7 +136,7 @@ def test_compiled_wheel_tracebacks_never_pass_through_the_pure_twin(call):
 
 @pytest.mark.parametrize("method, args", [
     ("schedule", (5,)), ("schedule", ()), ("reschedule", (1,)), ("cancel", ()), ("advance", ()),
-    ("advance_array", ()), ("schedule_many", ([1],)), ("cancel_many", ()),
+    ("advance_array", ()), ("schedule_many", ([1],)), ("cancel_many", ()), ("due_ms", ()),
 ])
 def test_missing_argument_reports_the_same_in_both_twins(method, args):
     """A wheel method called without a required argument raises the same TypeError in C and

@@ -239,6 +239,22 @@ def test_rearm_later_is_deferred_to_its_old_slot_and_never_fires_early(wheel_imp
     assert len(tw) == 0 and tw.advance(10**6) == []
 
 
+def test_due_ms_reports_a_pending_timer_and_none_otherwise(wheel_impl):
+    """due_ms(id) is the due time in ms of a pending timer (the new one after a deferred re-arm),
+    and None once it fired or was cancelled, for an id never issued and for any int; a non-int
+    raises TypeError naming it."""
+    tw = wheel_impl.TimerWheel(now_ms=100)
+    a = tw.schedule(50, 1)
+    b = tw.schedule(40_000, 2)
+    assert tw.due_ms(a) == 150 and tw.due_ms(b) == 40_100
+    assert tw.reschedule(b, 90_000) and tw.due_ms(b) == 90_100
+    assert tw.advance(150) == [1] and tw.due_ms(a) is None
+    assert tw.cancel(b) and tw.due_ms(b) is None
+    assert tw.due_ms(0) is None and tw.due_ms(-1) is None and tw.due_ms(2**70) is None
+    with pytest.raises(TypeError, match="timer_id"):
+        tw.due_ms("1")
+
+
 def test_time_never_goes_backwards(wheel_impl):
     """advance(t < now) raises ValueError naming t and leaves the wheel unchanged; advance(now) is a no-op."""
     tw = wheel_impl.TimerWheel(now_ms=1000)
