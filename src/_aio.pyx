@@ -573,6 +573,10 @@ cdef class WheelScheduler:
         return it: its wheel token. The free stack grows with the list, so freeing never fails."""
         cdef Py_ssize_t token, cap
         cdef Py_ssize_t* grown
+        if len(self._handles) == 0:
+            # The collector cleared the list: the scheduler is garbage and a finalizer arms.
+            self._handles.append(None)
+            self._free_count = 0
         if self._free_count:
             self._free_count -= 1
             token = self._free_tokens[self._free_count]

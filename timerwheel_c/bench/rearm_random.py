@@ -1,12 +1,14 @@
 """Re-arm at many live timers in RANDOM connection order, as real traffic does: the compiled
-``WheelHandle.reschedule`` and ``KeyedTimers.arm`` against asyncio's ``cancel()`` + ``call_later``.
+``WheelHandle.reschedule`` and ``KeyedTimers.arm`` against asyncio's ``cancel()`` + ``call_later``,
+and the compiled ``TimerWheel.reschedule`` itself.
 
 Sequential order lets the prefetcher and the cache hide a re-arm's misses (the handle, its wheel
 entry, the entries around it); here every pass re-arms all ``handles`` timers in a fresh random
 permutation, 30 s out, on the default asyncio loop. Figures are CPU time of this thread (ns per
 re-arm, the median of ``repeats`` passes after one warm-up pass), printed with their ratio to
 asyncio's, all from one run. Two floors show what touching the same objects costs from Python
-with no timer work: ``handle.cancelled()`` on the same handles, ``key in keys`` on the same keys.
+with no timer work: ``handle.cancelled()`` on the same handles, ``key in keys`` on the same keys,
+and ``TimerWheel.due_ms`` (a read of the same wheel entries) for the wheel's own re-arm.
 
 Run: ``python -m timerwheel_c.bench.rearm_random [--handles 100000] [--repeats 7]``.
 """
@@ -111,6 +113,27 @@ async def measure(handles: int, repeats: int, seed: int = 1) -> dict[str, float]
         keep("floor: key in keys", _timed(key_floor, handles), i)
         await asyncio.sleep(0.01)
     sched.close()
+
+    from timerwheel_c._wheel import TimerWheel
+
+    wheel = TimerWheel(now_ms=0)
+    ids = [wheel.schedule(int(DELAY_S * 1000), k) for k in range(handles)]
+
+    def wheel_rearm() -> None:
+        reschedule = wheel.reschedule
+        for timer_id in ids:
+            reschedule(timer_id, 30_000)
+
+    def wheel_floor() -> None:
+        due_ms = wheel.due_ms
+        for timer_id in ids:
+            due_ms(timer_id)
+
+    for i in range(repeats + 1):
+        rng.shuffle(ids)
+        wheel.advance(wheel.now_ms() + 10)  # time moves on between passes, as on a server
+        keep("TimerWheel.reschedule", _timed(wheel_rearm, handles), i)
+        keep("floor: TimerWheel.due_ms", _timed(wheel_floor, handles), i)
     return {row: sorted(values)[len(values) // 2] for row, values in samples.items()}
 
 

@@ -428,6 +428,10 @@ class WheelScheduler:
     def _take_token(self, handle: WheelHandle) -> int:
         """Put ``handle`` in ``_handles`` at a free index (the last freed, else a new one) and
         return it: its wheel token."""
+        if not self._handles:
+            # The collector cleared the list: the scheduler is garbage and a finalizer arms.
+            self._handles.append(None)
+            self._free_tokens.clear()
         if self._free_tokens:
             token = self._free_tokens.pop()
             self._handles[token] = handle
