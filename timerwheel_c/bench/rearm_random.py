@@ -16,37 +16,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import random
-from time import thread_time_ns
-from typing import Any, Callable
+
+from .aio_micro import DELAY_S, _Conn, _timed
 
 __all__ = ["main", "measure"]
-
-DELAY_S = 30.0
-
-
-class _Conn:
-    """A connection: its idle callback is a bound method, as a server's would be."""
-
-    __slots__ = ("handle",)
-
-    def __init__(self) -> None:
-        self.handle: Any = None
-
-    def on_idle(self) -> None:
-        pass
-
-
-def _timed(kernel: Callable[[], None], ops: int) -> float:
-    """ns of this thread's CPU time per operation of ``kernel``, the collector off."""
-    gc.disable()
-    try:
-        t0 = thread_time_ns()
-        kernel()
-        return (thread_time_ns() - t0) / ops
-    finally:
-        gc.enable()
 
 
 async def measure(handles: int, repeats: int, seed: int = 1) -> dict[str, float]:
