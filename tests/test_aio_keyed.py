@@ -177,10 +177,21 @@ def test_exceptions_go_to_the_loop_handler(aio_run, until):
     assert errors[0]["message"].startswith("Exception in callback")
 
 
+class _ArmingClockLoop(asyncio.SelectorEventLoop):
+    """The default loop whose clock can be held still while timers are armed (``hold``), so they
+    share one due ms, and so one fire batch, however slow the machine."""
+
+    held = None
+
+    def time(self):
+        return super().time() if self.held is None else self.held
+
+
 def test_keyboard_interrupt_loses_no_key(aio_impl, until):
     """A KeyboardInterrupt escaping a callback propagates; the keys due in the same batch fire
-    afterwards, in order. Default loop only."""
-    loop = asyncio.new_event_loop()
+    afterwards, in order. Default loop only; the four keys are armed on a held clock, so they
+    share one due ms and one batch (a batch split by a ms boundary would order them otherwise)."""
+    loop = _ArmingClockLoop()
     try:
         sched = aio_impl.WheelScheduler(loop)
         log = []
@@ -189,8 +200,10 @@ def test_keyboard_interrupt_loses_no_key(aio_impl, until):
             if key == 0:
                 raise KeyboardInterrupt
         keys = sched.keyed(fire)
+        loop.held = loop.time()
         for k in range(4):
-            keys.arm(k, 0.005)  # one delay: due times never decrease in arming order
+            keys.arm(k, 0.005)
+        loop.held = None
         with pytest.raises(KeyboardInterrupt):
             loop.run_until_complete(asyncio.sleep(1.0))
         assert log == [0] and len(keys) == 3
