@@ -8,7 +8,6 @@ Only the ``c_*`` methods are the C-level API; every other member is private layo
 float seconds on the loop's clock (``loop.time()``), as in the Python API, which these mirror.
 """
 from libc.stdint cimport int64_t, uint64_t
-from cpython.object cimport PyObject
 
 from timerwheel_c._wheel cimport TimerWheel, tw_fired_t
 
@@ -19,7 +18,7 @@ ctypedef struct key_slot_t:
 
 
 cdef class WheelHandle:
-    # 80 B with the collector's header, and no C methods (they would add a vtable pointer): the
+    # 88 B with the collector's header, and no C methods (they would add a vtable pointer): the
     # wheel entry (32 B) holds the rest of the timer.
     cdef WheelScheduler _scheduler
     cdef object _callback     # None once cancelled
@@ -27,6 +26,7 @@ cdef class WheelHandle:
     cdef object _context      # None for a WheelTimeout's expiry handle
     cdef double _when
     cdef uint64_t _timer_id   # the wheel's id while armed or due in the running batch, else 0
+    cdef Py_ssize_t _token    # its index in the scheduler's _handles (its wheel token), or -1
 
 
 cdef class WheelScheduler:
@@ -37,7 +37,11 @@ cdef class WheelScheduler:
     cdef double _slack_s
     cdef int64_t _wake_ms      # the armed wake-up's ms, or NO_WAKE / IN_BATCH
     cdef object _wake          # the loop's TimerHandle of the one wake-up
-    cdef TimerWheel _wheel     # the handles' wheel: tokens are handle addresses
+    cdef TimerWheel _wheel     # the handles' wheel: tokens index _handles
+    cdef list _handles         # token -> the handle it arms, None when free: the collector sees them
+    cdef Py_ssize_t* _free_tokens  # the free indexes of _handles, a stack (reused last-freed first)
+    cdef Py_ssize_t _free_count
+    cdef Py_ssize_t _free_cap
     cdef list _keyed           # KeyedTimers sets, each on its own wheel
 
     # The C-level API.
@@ -54,7 +58,10 @@ cdef class WheelScheduler:
     cdef int _disarm(self, WheelHandle handle) except -1
     cdef int _arm_wake(self, int64_t due_ms) except -1
     cdef int _run_handles(self, int64_t now_ms) except -1
-    cdef int _fire(self, PyObject* token) except -1
+    cdef Py_ssize_t _take_token(self, WheelHandle handle) except -1
+    cdef int _give_token(self, WheelHandle handle) except -1
+    cdef WheelHandle _handle_of(self, uint64_t token)
+    cdef int _fire(self, uint64_t token) except -1
     cdef int _requeue(self, tw_fired_t* fired, Py_ssize_t start) except -1
     cdef int _end_batch(self) except -1
     cdef int _drain(self) except -1
@@ -62,13 +69,14 @@ cdef class WheelScheduler:
 
 cdef class WheelTimeout:
     cdef WheelScheduler _scheduler
-    cdef object _delay         # seconds (float) until entered, or None
+    cdef object _when          # the deadline, loop seconds (a float), or None: disarmed
     cdef WheelHandle _handle
     cdef object _task
     cdef int _cancelling
     cdef int _state
 
-    cdef int _arm(self, double delay_s) except -1
+    cdef int _reschedule(self, object when) except -1
+    cdef int _arm(self, double when_s) except -1
     cdef int _expire(self) except -1
     cdef int _disarm(self) except -1
 

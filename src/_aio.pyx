@@ -8,17 +8,18 @@ one loop wake-up. Same API and semantics; what the compiled core does differentl
 """
 # The wheel is driven through its C methods (src/_wheel.pxd), with no Python call per operation.
 #
-# A handle's wheel token is the handle's own address, so a fired token names its handle with no
-# lookup: the token space is the handle table. The wheel entry owns one reference to the handle
-# (taken on arming; handed to the fire batch when it fires; dropped by the batch, by cancel(), or
-# by close()). A batch tells a token's own firing from a stale one by the handle's timer id: 0
-# means cancelled (or closed), an id still pending in the wheel means an earlier callback of the
-# batch re-armed it (the new arming has its own entry and reference); else the handle is due.
-#
-# Those references are C references, invisible to the garbage collector, so the scheduler's
-# tp_traverse visits the handles through the wheel's entries and its tp_clear drains the wheel:
-# a scheduler dropped with handles pending (its loop closed) is collected, as the twin is. Neither
-# class lets the collector clear its fields (no_gc_clear), so no method can meet a None wheel.
+# A handle's wheel token is its index in the scheduler's ``_handles`` list, which holds the handle
+# from its arming until it runs or is cancelled (index 0 stays unused: 0 is no token, as 0 is no
+# timer id). That list is the scheduler's one reference to every armed handle, an ordinary field:
+# the collector sees the handles through it, and the list's own clear breaks a cycle, so a
+# scheduler dropped with handles pending (its loop closed) is collected, as the twin is, with no
+# hand-written traverse. Freed indexes are reused last-freed first, so the list stays as long as
+# the peak of armed handles. A re-arm of a pending handle keeps its index: the per-message path
+# never touches the list. A batch tells a token's own firing from a stale one by the handle at the
+# index and its timer id: no handle (cancelled, or the scheduler closed), or a handle whose id is
+# still pending in the wheel (re-armed by an earlier callback of the batch, or a new handle at a
+# reused index), is skipped; else the handle is due. Neither class lets the collector clear its
+# fields (no_gc_clear), so no method can meet a None wheel or list.
 #
 # Keyed timers: each KeyedTimers has its own wheel whose tokens are the keys, and an open
 # addressing table key -> (timer id, deadline) of 24 B per slot, linear probing with backward-shift
@@ -31,21 +32,23 @@ one loop wake-up. Same API and semantics; what the compiled core does differentl
 # every callback, and holds no pointer into it across Python code.
 cimport cython
 from cpython.contextvars cimport PyContext_CopyCurrent, PyContext_Enter, PyContext_Exit
-from cpython.exc cimport PyErr_SetObject, PyErr_WriteUnraisable
+from cpython.exc cimport PyErr_SetObject
 from cpython.method cimport PyMethod_Check, PyMethod_GET_FUNCTION
 from cpython.object cimport PyObject
-from cpython.ref cimport Py_DECREF, Py_INCREF
 from libc.math cimport INFINITY, floor, isfinite, nextafter
-from libc.stdint cimport INT64_MAX, int64_t, uint64_t
-from libc.stdlib cimport calloc, free
+from libc.stdint cimport int64_t, uint64_t
+from libc.stdlib cimport calloc, free, realloc
 
-from timerwheel_c._wheel cimport NUM_SLOTS, TimerWheel, entry_t, tw_fired_t
+from timerwheel_c._wheel cimport TimerWheel, tw_fired_t
 
 import asyncio
 import contextvars
 
 from timerwheel_c._aio_common import (
     HAS_UNCANCEL,
+    IN_BATCH as _IN_BATCH,
+    MAX_DUE_MS as _MAX_DUE_MS,
+    NO_WAKE as _NO_WAKE,
     check_callback,
     check_key,
     check_seconds,
@@ -66,26 +69,22 @@ cdef extern from "Python.h":
     bint PyFunction_Check(object o)
     bint PyCFunction_Check(object o)
     void PyType_Modified(PyTypeObject* t)
-    # The type slots this module fills in itself (see the collector's section below).
-    ctypedef int (*visitproc)(PyObject*, void*) noexcept
-    ctypedef int (*traverseproc)(PyObject*, visitproc, void*) noexcept
-    ctypedef int (*inquiry)(PyObject*) noexcept
+    # The one type slot this module fills in itself (_Ready's, in src/_aio_timeout.pxi).
     ctypedef PyObject* (*iternextfunc)(PyObject*) noexcept
     ctypedef struct PyTypeObject:
-        traverseproc tp_traverse
-        inquiry tp_clear
         iternextfunc tp_iternext
     # Never raises for an int: overflow goes to the flag (as in src/_wheel.pyx).
     long long _long_as_i64_overflow "PyLong_AsLongLongAndOverflow"(object o, int* overflow) noexcept
 
 cdef enum:
-    IN_BATCH = -1           # a fire batch runs and re-arms once at its end: no due time arms one
     KEYS_MIN_CAP = 16
+    TOKENS_MIN_CAP = 64
 
-cdef int64_t NO_WAKE = INT64_MAX  # no wake-up armed: any due time arms one
-
-cdef int64_t MAX_DUE_MS = 1LL << 62
-cdef double MAX_DUE_MS_F = <double>(1LL << 62)
+# The values shared with the pure twin, from the neutral module (see there).
+cdef int64_t NO_WAKE = _NO_WAKE
+cdef int64_t IN_BATCH = _IN_BATCH
+cdef int64_t MAX_DUE_MS = _MAX_DUE_MS
+cdef double MAX_DUE_MS_F = <double>MAX_DUE_MS
 
 # Task states of WheelTimeout, in the order of asyncio.Timeout's.
 cdef enum:
@@ -241,6 +240,8 @@ cdef class WheelHandle:
         cdef double d
         if self._callback is None:
             return False
+        if self._timer_id:
+            self._scheduler._wheel.c_prefetch(self._timer_id)
         d = _as_seconds(delay, "delay")
         return self._scheduler.c_reschedule(self, d)
 
@@ -288,7 +289,8 @@ cdef class WheelScheduler:
     Arming: one loop timer (``loop.call_at``) sits at the wheels' earliest
     ``next_fire_ms()``. It is moved only when a new due time is earlier than it, never
     once per timer; when it fires it advances the wheels to the loop time, runs the due
-    callbacks in fire order (equal deadlines in arming order, as asyncio) and re-arms once.
+    callbacks in fire order (callbacks due in the same ms in arming order; asyncio's heap
+    keeps no order among equal deadlines) and re-arms once.
 
     Like ``loop.call_later``, it is not thread-safe: use it from the loop's thread.
 
@@ -302,8 +304,12 @@ cdef class WheelScheduler:
     def __cinit__(self, *args, **kwargs):
         # Valid from allocation on, even if __init__ never runs: no C call meets a None wheel.
         self._wheel = TimerWheel(0)
+        self._handles = [None]
         self._keyed = []
         self._wake_ms = NO_WAKE
+
+    def __dealloc__(self):
+        free(self._free_tokens)
 
     def __init__(self, loop=None, *, wheel_class=None, clock_slack_s=None):
         if self._loop is not None:
@@ -365,17 +371,31 @@ cdef class WheelScheduler:
         return self._call_at(_as_seconds(when, "when"), callback, args, context)
 
     def timeout(self, delay):
-        """An ``async with`` block cancelled after ``delay`` seconds, like ``asyncio.timeout``.
+        """An ``async with`` block cancelled ``delay`` seconds from now, as ``asyncio.timeout``.
 
-        ``None`` disarms it. On expiry the task is cancelled and the block raises
-        ``TimeoutError`` (the builtin). Re-arm it with :meth:`WheelTimeout.reschedule`.
+        The deadline is ``loop.time() + delay``, taken now, as asyncio takes it; ``None``
+        never expires. On expiry the task is cancelled and the block raises ``TimeoutError``
+        (the builtin). Move the deadline with :meth:`WheelTimeout.reschedule` (loop time, as
+        asyncio's) or :meth:`WheelTimeout.reschedule_after` (a delay).
 
         Raises:
             TypeError / ValueError: ``delay`` is not a finite real number (or None).
         """
         cdef WheelTimeout t = WheelTimeout.__new__(WheelTimeout)
         t._scheduler = self
-        t._delay = None if delay is None else _as_seconds(delay, "delay")
+        t._when = None if delay is None else self.c_time() + _as_seconds(delay, "delay")
+        return t
+
+    def timeout_at(self, when):
+        """An ``async with`` block cancelled at loop time ``when`` (seconds), as
+        ``asyncio.timeout_at``; ``None`` never expires.
+
+        Raises:
+            TypeError / ValueError: ``when`` is not a finite real number (or None).
+        """
+        cdef WheelTimeout t = WheelTimeout.__new__(WheelTimeout)
+        t._scheduler = self
+        t._when = None if when is None else _as_seconds(when, "when")
         return t
 
     def keyed(self, callback, *, context=None):
@@ -531,21 +551,64 @@ cdef class WheelScheduler:
         after_ms = self._after_ms(wheel, due_ms)
         handle._when = when_s
         # A pending handle moves in place. One that ran, or is due in the running batch
-        # (its wheel timer already fired), gets a new entry: the batch skips the old token.
+        # (its wheel timer already fired), gets a new entry: the batch skips the old one.
         if handle._timer_id == 0 or not wheel.c_reschedule(handle._timer_id, after_ms):
-            handle._timer_id = wheel.c_schedule(after_ms, <uint64_t><size_t><PyObject*>handle)
-            Py_INCREF(handle)
+            if handle._token == 0:
+                self._take_token(handle)
+            handle._timer_id = wheel.c_schedule(after_ms, <uint64_t>handle._token)
         if due_ms < self._wake_ms:
             self._arm_wake(due_ms)
         return 0
 
     cdef int _disarm(self, WheelHandle handle) except -1:
-        """Take ``handle`` out of the wheel (if pending there, dropping the entry's reference)."""
+        """Take ``handle`` out of the wheel (if pending there) and out of ``_handles``."""
         cdef uint64_t timer_id = handle._timer_id
         handle._timer_id = 0
-        if timer_id and self._wheel.c_cancel(timer_id):
-            Py_DECREF(handle)
+        if timer_id:
+            self._wheel.c_cancel(timer_id)
+        return self._give_token(handle)
+
+    cdef Py_ssize_t _take_token(self, WheelHandle handle) except -1:
+        """Put ``handle`` in ``_handles`` at a free index (the last freed, else a new one) and
+        return it: its wheel token. The free stack grows with the list, so freeing never fails."""
+        cdef Py_ssize_t token, cap
+        cdef Py_ssize_t* grown
+        if len(self._handles) == 0:
+            # The collector cleared the list: the scheduler is garbage and a finalizer arms.
+            self._handles.append(None)
+            self._free_count = 0
+        if self._free_count:
+            self._free_count -= 1
+            token = self._free_tokens[self._free_count]
+            self._handles[token] = handle
+        else:
+            token = len(self._handles)
+            if token > self._free_cap:
+                cap = TOKENS_MIN_CAP if self._free_cap == 0 else 2 * self._free_cap
+                grown = <Py_ssize_t*>realloc(self._free_tokens, cap * sizeof(Py_ssize_t))
+                if grown == NULL:
+                    raise MemoryError(f"WheelScheduler cannot hold {token} handles")
+                self._free_tokens = grown
+                self._free_cap = cap
+            self._handles.append(handle)
+        handle._token = token
+        return token
+
+    cdef int _give_token(self, WheelHandle handle) except -1:
+        """Take ``handle`` out of ``_handles``, freeing its index (if it holds one still there)."""
+        cdef Py_ssize_t token = handle._token
+        handle._token = 0
+        if 0 < token < len(self._handles) and self._handles[token] is handle:
+            self._free_tokens[self._free_count] = token
+            self._free_count += 1
+            self._handles[token] = None  # the caller holds the handle: no finalizer runs here
         return 0
+
+    cdef WheelHandle _handle_of(self, uint64_t token):
+        """The handle at index ``token`` of ``_handles``, or None (a freed or dropped index)."""
+        if token < <uint64_t>len(self._handles):
+            return <WheelHandle>self._handles[<Py_ssize_t>token]
+        return None
 
     cdef int _arm_wake(self, int64_t due_ms) except -1:
         """Move the one loop wake-up to ``due_ms``; aimed so the wake-up sees ``due_ms``."""
@@ -584,25 +647,21 @@ cdef class WheelScheduler:
         try:
             while i < fired.count:
                 i += 1
-                self._fire(<PyObject*><size_t>fired.tokens[i - 1])
+                self._fire(fired.tokens[i - 1])
         finally:
             self._requeue(&fired, i)
             wheel.c_release(&fired)
         return 0
 
-    cdef int _fire(self, PyObject* token) except -1:
-        """Run the handle a fired ``token`` names, if it is due; takes over the token's reference."""
-        cdef WheelHandle handle = <WheelHandle>token
-        Py_DECREF(handle)  # the token's; ``handle`` holds its own until the end
-        if self._closed:
-            handle._timer_id = 0
-            handle._callback = None
-            handle._args = None
-            return 0
-        # 0: cancelled by an earlier callback of this batch; pending: re-armed by one.
-        if handle._timer_id == 0 or self._wheel.c_due_ms(handle._timer_id) >= 0:
+    cdef int _fire(self, uint64_t token) except -1:
+        """Run the handle a fired ``token`` names, if it is due."""
+        cdef WheelHandle handle = self._handle_of(token)
+        # None: cancelled by an earlier callback of this batch, or closed; pending: re-armed by
+        # one, or a new handle at a reused index.
+        if handle is None or handle._timer_id == 0 or self._wheel.c_due_ms(handle._timer_id) >= 0:
             return 0
         handle._timer_id = 0
+        self._give_token(handle)
         return _run_handle(handle)
 
     cdef int _requeue(self, tw_fired_t* fired, Py_ssize_t start) except -1:
@@ -613,15 +672,10 @@ cdef class WheelScheduler:
         cdef WheelHandle handle
         for i in range(start, fired.count):
             token = fired.tokens[i]
-            handle = <WheelHandle><PyObject*><size_t>token
-            if not self._closed and handle._timer_id and self._wheel.c_due_ms(handle._timer_id) < 0:
-                handle._timer_id = self._wheel.c_schedule(1, token)  # the token's reference moves
-            else:
-                if self._closed:
-                    handle._timer_id = 0
-                    handle._callback = None
-                    handle._args = None
-                Py_DECREF(handle)
+            handle = self._handle_of(token)
+            if (not self._closed and handle is not None and handle._timer_id
+                    and self._wheel.c_due_ms(handle._timer_id) < 0):
+                handle._timer_id = self._wheel.c_schedule(1, token)  # it keeps its index
         return 0
 
     cdef int _end_batch(self) except -1:
@@ -639,24 +693,25 @@ cdef class WheelScheduler:
         return 0
 
     cdef int _drain(self) except -1:
-        """Cancel every handle in the wheel, dropping the entries' references (close, tp_clear)."""
+        """Cancel every armed handle (and any due in the running batch): empty the wheel, then
+        ``_handles``, detached first, as clearing a callback may run Python code."""
         cdef TimerWheel wheel = self._wheel
         cdef tw_fired_t fired
         cdef WheelHandle handle
-        cdef Py_ssize_t i
-        if wheel.c_count() == 0:
-            return 0
-        # Every pending timer fires at the end of time: their references come back here.
-        wheel.c_advance(MAX_DUE_MS, &fired)
-        try:
-            for i in range(fired.count):
-                handle = <WheelHandle><PyObject*><size_t>fired.tokens[i]
-                Py_DECREF(handle)
+        cdef list handles
+        if wheel.c_count():
+            # Every pending timer fires at the end of time; the handles are all in _handles.
+            wheel.c_advance(MAX_DUE_MS, &fired)
+            wheel.c_release(&fired)
+        handles, self._handles = self._handles, [None]
+        self._free_count = 0
+        for obj in handles:
+            if obj is not None:
+                handle = <WheelHandle>obj
                 handle._timer_id = 0
+                handle._token = 0
                 handle._callback = None
                 handle._args = None
-        finally:
-            wheel.c_release(&fired)
         return 0
 
 
@@ -669,49 +724,6 @@ cdef inline int64_t _next_wake(TimerWheel wheel, int64_t wake_ms) noexcept:
     if at_ms <= wheel.c_now_ms():
         at_ms = wheel.c_now_ms() + 1
     return at_ms if at_ms < wake_ms else wake_ms
-
-
-# -- the collector sees the handles the wheel references ------------------------------------
-
-cdef traverseproc _scheduler_base_traverse = NULL
-
-
-cdef int _scheduler_traverse(PyObject* o, visitproc visit, void* arg) noexcept:
-    """The scheduler's generated traverse, plus one visit per wheel entry: each holds a handle."""
-    cdef int r = _scheduler_base_traverse(o, visit, arg)
-    cdef PyObject* wheel
-    cdef entry_t* pool
-    cdef int e
-    if r:
-        return r
-    wheel = <PyObject*>(<WheelScheduler>o)._wheel
-    if wheel == <PyObject*>None:
-        return 0
-    pool = (<TimerWheel>wheel)._pool
-    for e in range((<TimerWheel>wheel)._used):
-        if pool[e].loc < NUM_SLOTS:  # linked: pending
-            r = visit(<PyObject*><size_t>pool[e].token, arg)
-            if r:
-                return r
-    return 0
-
-
-cdef int _scheduler_clear(PyObject* o) noexcept:
-    """Break the scheduler's cycles through its handles: close it and drain the wheel."""
-    cdef WheelScheduler scheduler = <WheelScheduler>o
-    scheduler._closed = True
-    try:
-        scheduler._drain()
-    except BaseException:
-        PyErr_WriteUnraisable(scheduler)
-    return 0
-
-
-cdef PyTypeObject* _scheduler_type = <PyTypeObject*>WheelScheduler
-_scheduler_base_traverse = _scheduler_type.tp_traverse
-_scheduler_type.tp_traverse = _scheduler_traverse
-_scheduler_type.tp_clear = _scheduler_clear
-PyType_Modified(_scheduler_type)
 
 
 include "_aio_timeout.pxi"

@@ -83,6 +83,9 @@ cdef class KeyedTimers:
             raise RuntimeError("WheelScheduler is closed")
         if not isfinite(delay_s):
             check_seconds(delay_s)
+        i = self._find(key)
+        if i >= 0:
+            wheel.c_prefetch(self._slots[i].timer_id)
         when_s = scheduler.c_time() + delay_s
         due_ms = scheduler._due_ms(when_s)
         after_ms = scheduler._after_ms(wheel, due_ms)

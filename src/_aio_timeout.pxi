@@ -35,60 +35,83 @@ cdef _Ready _READY_NONE = _Ready.__new__(_Ready)
 @cython.final
 @cython.no_gc_clear
 cdef class WheelTimeout:
-    """The ``async with`` block of :meth:`WheelScheduler.timeout`; mirrors ``asyncio.Timeout``.
+    """The ``async with`` block of :meth:`WheelScheduler.timeout` and
+    :meth:`WheelScheduler.timeout_at`; mirrors ``asyncio.Timeout``.
 
     On expiry it cancels the current task; on exit it turns that cancellation into the
     builtin ``TimeoutError``. Where ``Task.uncancel`` exists (Python 3.11+) a cancel
     from elsewhere that arrives meanwhile still propagates as ``CancelledError``, as in
     ``asyncio.timeout``; on 3.9/3.10 the two cannot be told apart.
 
-    Unlike ``asyncio.Timeout.reschedule(when)``, :meth:`reschedule` takes a relative
-    ``delay`` in seconds: it is the per-message re-arm of an idle timeout.
+    As asyncio's, :meth:`when` and :meth:`reschedule` speak absolute loop time; the
+    per-message re-arm of an idle timeout is :meth:`reschedule_after` (a delay).
+
+    Args:
+        scheduler: the :class:`WheelScheduler` whose wheel holds the expiry.
+        when: the deadline in loop seconds (``loop.time()`` units), or None: never expires.
     """
     # Fields and C methods: src/_aio.pxd.
 
-    def __init__(self, WheelScheduler scheduler not None, delay):
+    def __init__(self, WheelScheduler scheduler not None, when):
         self._scheduler = scheduler
-        self._delay = None if delay is None else _as_seconds(delay, "delay")
+        self._when = None if when is None else _as_seconds(when, "when")
         self._handle = None
         self._task = None
         self._cancelling = 0
         self._state = T_CREATED
 
     def when(self):
-        """The deadline in loop-clock seconds, or None when disarmed or not yet entered."""
-        handle = self._handle
-        return None if handle is None or handle._callback is None else handle._when
+        """The deadline in loop-clock seconds, or None if it never expires (as asyncio's)."""
+        return self._when
 
     def expired(self):
         """True once the deadline passed and the task was cancelled."""
         return self._state == T_EXPIRING or self._state == T_EXPIRED
 
-    def reschedule(self, delay):
-        """Move the deadline to ``delay`` seconds from now; ``None`` disarms it.
+    def reschedule(self, when):
+        """Move the deadline to loop time ``when`` (seconds), as ``asyncio.Timeout.reschedule``;
+        ``None`` disarms it. A deadline already passed expires on the next tick (1 ms).
 
-        Before the block is entered it replaces the initial delay.
+        Unlike asyncio's (3.12+), it may also be called before the block is entered: it then
+        replaces the initial deadline.
 
         Raises:
             RuntimeError: the timeout already expired or the block exited.
-            TypeError / ValueError: ``delay`` is not a finite real number (or None).
+            TypeError / ValueError: ``when`` is not a finite real number (or None).
         """
-        cdef double d = 0.0
+        self._reschedule(None if when is None else _as_seconds(when, "when"))
+
+    def reschedule_after(self, delay):
+        """Move the deadline to ``delay`` seconds from now (``loop.time() + delay``); ``None``
+        disarms it. The per-message re-arm of an idle timeout; asyncio has no such method.
+
+        Raises:
+            as :meth:`reschedule` (``delay`` for ``when``).
+        """
+        cdef double d
+        if delay is None:
+            self._reschedule(None)
+        else:
+            d = _as_seconds(delay, "delay")
+            if self._handle is not None and self._handle._timer_id:
+                self._scheduler._wheel.c_prefetch(self._handle._timer_id)
+            self._reschedule(self._scheduler.c_time() + d)
+
+    cdef int _reschedule(self, object when) except -1:
+        """``reschedule(when)`` for a checked ``when`` (a float or None)."""
         if self._state != T_CREATED and self._state != T_ENTERED:
             raise RuntimeError(f"cannot reschedule a {_STATE_NAMES[self._state]} timeout")
-        if delay is not None:
-            d = _as_seconds(delay, "delay")
+        self._when = when
         if self._state == T_CREATED:
-            self._delay = None if delay is None else d
-        elif delay is None:
-            self._disarm()
-        elif self._handle is not None:
-            self._scheduler.c_reschedule(self._handle, d)
-        else:
-            self._arm(d)
+            return 0
+        if when is None:
+            return self._disarm()
+        if self._handle is not None:
+            return self._scheduler._arm_handle(self._handle, <double>when)
+        return self._arm(<double>when)
 
-    cdef int _arm(self, double delay_s) except -1:
-        """Arm the expiry ``delay_s`` seconds from now, as a handle that runs in no context."""
+    cdef int _arm(self, double when_s) except -1:
+        """Arm the expiry at loop time ``when_s``, as a handle that runs in no context."""
         cdef WheelScheduler scheduler = self._scheduler
         cdef WheelHandle handle
         if scheduler is None:
@@ -99,7 +122,7 @@ cdef class WheelTimeout:
         handle._scheduler = scheduler
         handle._callback = self  # with no context: _run_handle calls _expire()
         handle._args = ()
-        scheduler._arm_handle(handle, scheduler.c_time() + delay_s)
+        scheduler._arm_handle(handle, when_s)
         self._handle = handle
         return 0
 
@@ -119,8 +142,8 @@ cdef class WheelTimeout:
         self._task = task
         self._cancelling = task.cancelling() if HAS_UNCANCEL else 0
         self._state = T_ENTERED
-        if self._delay is not None:
-            self._arm(<double>self._delay)
+        if self._when is not None:
+            self._arm(<double>self._when)
         ready = _Ready.__new__(_Ready)
         ready._value = self
         return ready

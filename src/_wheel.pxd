@@ -66,10 +66,12 @@ cdef class TimerWheel:
     cdef inline void _pop_head(self, int32_t f, int32_t nxt) noexcept
     cdef inline int32_t _next_slot(self) noexcept
     cdef inline int64_t _slot_start(self, int32_t f) noexcept
+    cdef inline int64_t _lone_bound(self, int32_t f, int64_t due) noexcept
     cdef inline int32_t _find(self, uint64_t timer_id) noexcept
     cdef inline int32_t _lookup(self, object timer_id) except -2
     cdef inline int64_t _due_for(self, int64_t delay, object after_ms) except -1
     cdef inline uint64_t _arm(self, int64_t due, uint64_t token) except? 0
+    cdef inline void _move(self, int32_t e, int64_t due) noexcept
     cdef Py_ssize_t _run(self, int64_t now) except -1
     cdef uint64_t* _detach_buf(self, Py_ssize_t* cap) noexcept
     cdef void _restore_buf(self, uint64_t* buf, Py_ssize_t cap) noexcept
@@ -79,6 +81,7 @@ cdef class TimerWheel:
     cdef uint64_t c_schedule(self, int64_t after_ms, uint64_t token) except 0
     cdef bint c_cancel(self, uint64_t timer_id) noexcept
     cdef int c_reschedule(self, uint64_t timer_id, int64_t after_ms) except -1
+    cdef void c_prefetch(self, uint64_t timer_id) noexcept
     cdef int c_advance(self, int64_t now_ms, tw_fired_t* fired) except -1
     cdef void c_release(self, tw_fired_t* fired) noexcept
     cdef int64_t c_next_fire_ms(self) noexcept

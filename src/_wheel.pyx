@@ -21,6 +21,25 @@ function in the same order. Both import their Python-level checks and constants 
 #     l      64   2**(6l+3) ms          2**(6l+9) ms
 #     9      64   2**57 ms              2**63 ms   (due times are capped at 2**62 ms)
 #
+# Why this geometry. The workload is network timeouts, most of which never fire: a request
+# deadline or a retransmit (10 ms to 0.5 s) is cancelled when the answer arrives, an idle timeout
+# (5 s to minutes) is re-armed on every message and cancelled when the connection closes.
+#   - 512 level-0 slots of 1 ms put every timer under 512 ms in level 0 from the start: it fires
+#     exactly, with no cascade, and its cancel is one unlink. With 64 slots (Linux's LVL_SIZE,
+#     tokio's) the 64-511 ms range, the request and retransmit timeouts, would each be filed
+#     twice. The cost is 8 occupancy words for level 0 instead of 1 (one 64-byte cache line),
+#     scanned only up to the first set bit.
+#   - The slot tables are 1088 slots * 16 B + 17 words * 8 B = 17,544 B, resident in L1/L2; the
+#     timers themselves cost 32 B each (below), so 100,000 timers take 3.2 MB.
+#   - Cascades are exact: a timer fires on the first advance at or after its due ms at every
+#     level, so the worst-case lateness is the 1 ms tick at every level (Linux's wheel, which
+#     never cascades, fires a timer up to 1/8 of its timeout late: a 30 s timeout sits in its
+#     level 3, 512 ms granularity at HZ=1000). What exactness costs is one relink per level a
+#     timer descends, paid only by timers still pending when the wheel reaches their slot: a
+#     30 s idle timeout is relinked at most twice in its life (level 2 to 1, 1 to 0), a cancelled
+#     one never. A re-arm to a later time in an overflow slot is deferred (below), so however
+#     often a connection re-arms, its timer is relinked at most once per slot it waits in.
+#
 # Named as Linux names them (LVL_BITS, LVL_SIZE, LVL_OFFS): level 0 has L0_SLOTS = 2**L0_BITS
 # slots, level l >= 1 has LEVEL_SLOTS = 2**LEVEL_BITS slots of 2**level_shift(l) ms, where
 # level_shift(l) = L0_BITS + LEVEL_BITS * (l - 1) = 6l + 3.
@@ -42,22 +61,36 @@ function in the same order. Both import their Python-level checks and constants 
 # whose timers all share one due time, or cascading a higher slot whole to lower levels), and at
 # the end to now_ms, which lies before every remaining slot's start.
 #
+# Deferred re-arm (Linux's "most timers never fire"; Netty's IdleStateHandler and Kafka's purgatory
+# re-file lazily too): a reschedule to the same or a later due time of a timer waiting in an
+# overflow slot only writes the new due time into its entry. The timer stays in its slot, whose
+# start is at or before the old due time, hence before the new one; when the wheel reaches that
+# slot, the cascade files it by its new due time. So a re-arm touches one cache line (the entry)
+# instead of four (the entry, its two list neighbours and the new slot's tail), which is what a
+# re-arm in random connection order pays in cache misses. A reschedule to an earlier time, or of
+# a timer in level 0, re-files at once: a level-0 slot only ever holds timers due at its own ms.
+#
 # Exact and approximate:
 #   - Firing is exact to the 1 ms tick: a timer fires on the first advance(t) with t >= its due
-#     time, never earlier, at any distance (wraps, multiples of 512, many rotations, coarse steps).
+#     time, never earlier, at any distance (wraps, multiples of 512, many rotations, coarse steps),
+#     deferred or not.
 #   - next_fire_ms() is the lower bound kept per slot (lowered on insert, reset when the slot empties
-#     or is left with one timer) of the earliest occupied slot. It is exact for level 0, and for a
-#     higher slot unless its earliest timer was cancelled or moved away while two or more others
-#     stay; then it is early by less than that slot's width (512 ms at level 1, 32.8 s at level 2,
-#     2**(6l+3) ms at level l). Waking at it advances to the slot's start, cascading the slot, so
-#     each such slot costs at most one early wake-up per level.
+#     or is left with one timer, then capped at the slot's last ms) of the earliest occupied slot.
+#     It is exact for level 0, and for a higher slot unless its earliest timer was cancelled,
+#     moved away or deferred while others stay; then it is early by less than that slot's width
+#     (512 ms at level 1, 32.8 s at level 2, 2**(6l+3) ms at level l), or, for a deferred timer,
+#     it is at most the old slot's last ms. Waking at it advances to the slot's start, cascading
+#     the slot, so a reactor that sleeps until next_fire_ms() wakes with nothing to fire at most
+#     once per overflow slot start it passes: 2 per second from level 1, 1 per 32.8 s from level 2.
 #
 # Fire order: non-decreasing due time; equal due times in arming order (the order of the schedule
-# and reschedule calls). Why: placement depends only on (E, T), so timers with equal T always share
-# one slot list. Arming appends at the tail, cancel/reschedule unlink without reordering the rest,
-# and a cascade walks a list from the head appending each timer to the tail of its new list, which
-# holds no other timer with the same T (they were all in the cascaded list). So every list is in
-# arming order per due time, and a level-0 list, holding one due time, fires in arming order.
+# and reschedule calls), but for a deferred re-arm, which fires among the timers of its due ms in
+# the order it was re-filed. Why: placement depends only on (E, T), so timers with equal T always
+# share one slot list unless deferred. Arming appends at the tail, cancel/reschedule unlink without
+# reordering the rest, and a cascade walks a list from the head appending each timer to the tail of
+# its new list, which holds no other undeferred timer with the same T (they were all in the
+# cascaded list). So every list is in arming order per due time, and a level-0 list, holding one
+# due time, fires in arming order. (asyncio's heap keeps no order at all among equal deadlines.)
 #
 # Costs: schedule, cancel, reschedule O(1) (a few bit operations, no scan of timers). advance
 # visits occupied slots only, found by masking the occupancy bitmaps (level 0: 8 words, level l: 1
@@ -96,6 +129,8 @@ import warnings
 from timerwheel_c._common import (
     _MISSING as _MISSING_OBJ,
     FIRST_JUMP_WARN_MS,
+    IDLE_HINT_MS as _IDLE_HINT_MS,
+    MAX_DUE_MS as _MAX_DUE_MS,
     U64_LIMIT,
     _as_int,
     _as_int_array,
@@ -111,6 +146,7 @@ __all__ = ["TimerWheel"]
 cdef extern from "wheel_bits.h":
     int tw_ctz64(uint64_t x) noexcept nogil
     int tw_msb64(uint64_t x) noexcept nogil
+    void tw_prefetch(const void* p) noexcept nogil
 
 cdef extern from "Python.h":
     # Never raises for an int (callers pass ints only): it reports overflow in its flag, which the
@@ -124,8 +160,9 @@ cdef enum:
     BUF_KEEP = 4096
     CACHE_LINE = 64
 
-cdef int64_t MAX_DUE_MS = 1LL << 62
-cdef int64_t IDLE_HINT_MS = 1LL << 32
+# The values shared with the pure twin, from the neutral module (see there).
+cdef int64_t MAX_DUE_MS = _MAX_DUE_MS
+cdef int64_t IDLE_HINT_MS = _IDLE_HINT_MS
 cdef int64_t NO_BOUND = 0x7FFFFFFFFFFFFFFF
 cdef uint32_t FREE = 0xFFFFFFFF
 # A typed reference to the placeholder default of required arguments: `is` on it costs no lookup.
@@ -329,7 +366,7 @@ cdef class TimerWheel:
             self._bound[f] = NO_BOUND
         elif head == self._tail[f]:
             # One timer left: its bound is exact again (next_fire_ms is exact for one pending timer).
-            self._bound[f] = self._pool[head].due
+            self._bound[f] = self._lone_bound(f, self._pool[head].due)
 
     cdef inline void _pop_head(self, int32_t f, int32_t nxt) noexcept:
         """``_unlink`` of the head of level-0 slot ``f``, whose successor is ``nxt``: the firing
@@ -381,6 +418,16 @@ cdef class TimerWheel:
         return <int64_t>((<uint64_t>self._elapsed & ~(((<uint64_t>1) << (shift + LEVEL_BITS)) - 1))
                          | ((<uint64_t>(f & (LEVEL_SLOTS - 1))) << shift))
 
+    cdef inline int64_t _lone_bound(self, int32_t f, int64_t due) noexcept:
+        """The bound of slot ``f`` holding one timer, due at ``due`` ms: ``due``, capped at the
+        slot's last ms. A deferred timer may be due after later slots start; the cap keeps the
+        earliest slot's bound before every other slot's timers, and waking at it cascades the slot."""
+        cdef int64_t last
+        if f < L0_SLOTS:
+            return due
+        last = self._slot_start(f) + ((<int64_t>1) << level_shift((f - LEVEL_BASE) >> LEVEL_BITS)) - 1
+        return due if due < last else last
+
     cdef inline int32_t _find(self, uint64_t timer_id) noexcept:
         """The entry index ``timer_id`` names if that timer is pending, else NIL."""
         cdef uint64_t e = <uint32_t>timer_id
@@ -417,6 +464,29 @@ cdef class TimerWheel:
         self._link(e)
         self._count += 1
         return ((<uint64_t>self._pool[e].gen) << 32) | <uint64_t>e
+
+    cdef inline void _move(self, int32_t e, int64_t due) noexcept:
+        """Re-arm pending entry ``e`` to ``due`` ms: deferred if it waits at a level >= 1 and
+        ``due`` is not earlier than its due time, else re-filed at once.
+
+        Deferred, only its due time changes (the entry is the one cache line touched): it stays in
+        its slot, whose start is at or before the old due time and so before ``due``, and is re-filed
+        by its new due time when the wheel cascades that slot (Linux's "most timers never fire";
+        Netty's IdleStateHandler and Kafka's purgatory defer the same way). The slot's bound stays
+        a lower bound, made exact again if the entry is alone in its slot. At level 0 the entry is
+        re-filed at once, so a level-0 slot only ever holds timers due at its own ms and the wheel
+        never wakes at a level-0 slot with nothing to fire.
+        """
+        cdef entry_t* p = &self._pool[e]
+        cdef uint32_t f = p.loc
+        if f >= L0_SLOTS and due >= p.due:
+            p.due = due
+            if self._head[f] == e and self._tail[f] == e:
+                self._bound[f] = self._lone_bound(f, due)
+            return
+        self._unlink(e)
+        p.due = due
+        self._link(e)
 
     def schedule(self, after_ms=_MISSING, token=_MISSING):
         """Arm a timer due at ``now_ms() + max(after_ms, 1)`` ms that fires ``token``.
@@ -464,7 +534,12 @@ cdef class TimerWheel:
     def reschedule(self, timer_id=_MISSING, after_ms=_MISSING):
         """Move a pending timer to ``now_ms() + max(after_ms, 1)`` ms, keeping its id and token.
 
-        It re-arms the timer: among timers due at the same ms it now fires after those armed earlier.
+        A move to an earlier due time re-files the timer at once: among timers due at the same ms
+        it then fires after those armed before. A move to the same or a later due time while the
+        timer waits in an overflow slot (a level >= 1) is deferred, as Linux, Netty's
+        IdleStateHandler and Kafka's purgatory defer: only its due time changes, one cache line
+        touched, and the wheel re-files it when it reaches the old slot. It never fires early nor
+        late; among timers due at its new ms it fires in the order it was re-filed.
 
         Returns:
             True if the timer was pending (and is moved), False otherwise.
@@ -483,9 +558,7 @@ cdef class TimerWheel:
         cdef int64_t due = self._due_for(delay, after_ms)
         if e == NIL:
             return False
-        self._unlink(e)
-        self._pool[e].due = due
-        self._link(e)
+        self._move(e, due)
         return True
 
     cdef Py_ssize_t _run(self, int64_t now) except -1:
@@ -710,6 +783,18 @@ cdef class TimerWheel:
                 cancelled += 1
         return cancelled
 
+    def due_ms(self, timer_id=_MISSING):
+        """The due time in ms of the pending timer ``timer_id``, or None if it is not pending (fired,
+        cancelled, never issued, or any other int). Of a deferred re-arm, the new due time.
+
+        Raises:
+            TypeError: ``timer_id`` is not an int.
+        """
+        if timer_id is _MISSING:
+            raise TypeError(_missing_error("due_ms", "timer_id"))
+        cdef int32_t e = self._lookup(timer_id)
+        return None if e == NIL else self._pool[e].due
+
     def now_ms(self):
         """The wheel's current time in ms (the last ``advance`` target, or the constructor's)."""
         return self._elapsed
@@ -725,9 +810,12 @@ cdef class TimerWheel:
         """A time in ms to sleep until: never later than the earliest pending due time.
 
         Exact for a timer within the 512 ms of level 0, and for the earliest slot of any level
-        while no timer of that slot has been cancelled or moved away since it last held one
-        timer; otherwise an earlier bound, by less than that slot's width (512 * 64**(level - 1) ms).
-        With nothing pending: ``now_ms() + 2**32``. O(levels), whatever the number of timers.
+        while no timer of that slot has been cancelled, moved away or re-armed later (deferred)
+        since it last held one timer; otherwise an earlier bound: by less than that slot's width
+        (512 * 64**(level - 1) ms), or for a deferred timer at most its old slot's last ms. Waking
+        at the bound cascades that slot, so a reactor that sleeps until it wakes with nothing to
+        fire at most once per overflow slot it passes: 2 per second from level 1, whatever the
+        number of timers and re-arms. With nothing pending: ``now_ms() + 2**32``. O(levels).
         """
         if self._count == 0:
             return self._elapsed + IDLE_HINT_MS
@@ -795,10 +883,16 @@ cdef class TimerWheel:
         cdef int32_t e = self._find(timer_id)
         if e == NIL:
             return 0
-        self._unlink(e)
-        self._pool[e].due = due
-        self._link(e)
+        self._move(e, due)
         return 1
+
+    cdef void c_prefetch(self, uint64_t timer_id) noexcept:
+        """A hint that ``timer_id`` is about to be re-armed or cancelled: starts loading its entry,
+        so the cache miss overlaps the caller's work (a clock read, the delay's arithmetic) instead
+        of stalling the re-arm. Any id is accepted; it changes nothing observable."""
+        cdef uint64_t e = <uint32_t>timer_id
+        if e < <uint64_t>self._used:
+            tw_prefetch(&self._pool[e])
 
     cdef int c_advance(self, int64_t now_ms, tw_fired_t* fired) except -1:
         """``advance(now_ms)``: the fired tokens go to ``fired`` (in fire order), which the caller
@@ -834,7 +928,7 @@ cdef class TimerWheel:
         return self._elapsed
 
     cdef int64_t c_due_ms(self, uint64_t timer_id) noexcept:
-        """The due time in ms of the pending timer ``timer_id``, or -1 if it is not pending."""
+        """``due_ms(timer_id)``: the due time in ms of a pending timer, or -1 if it is not pending."""
         cdef int32_t e = self._find(timer_id)
         return -1 if e == NIL else self._pool[e].due
 

@@ -53,9 +53,10 @@ def test_no_expiry_when_the_body_finishes(run):
     assert run(main) == "done"
 
 
-def test_reschedule_extends_the_deadline(run):
-    """An idle timeout re-armed on each 'message' (every 10 ms, 30 times) outlives its 200 ms
-    delay; once the messages stop, it expires. Only a 190 ms stall could break it."""
+def test_reschedule_after_extends_the_deadline(run):
+    """An idle timeout re-armed with reschedule_after on each 'message' (every 10 ms, 30 times)
+    outlives its 200 ms delay; once the messages stop, it expires. Only a 190 ms stall could
+    break it."""
     async def main(sched):
         loop = asyncio.get_running_loop()
         started = loop.time()
@@ -64,7 +65,7 @@ def test_reschedule_extends_the_deadline(run):
             async with sched.timeout(0.2) as cm:
                 for _ in range(30):
                     await asyncio.sleep(0.01)
-                    cm.reschedule(0.2)
+                    cm.reschedule_after(0.2)
                 survived = loop.time() - started
                 await asyncio.sleep(LONG_S)
         return survived
@@ -72,13 +73,14 @@ def test_reschedule_extends_the_deadline(run):
 
 
 def test_reschedule_none_disarms_and_rearms(run):
-    """reschedule(None) disarms the timeout (when() is None); a later delay arms it again."""
+    """reschedule(None) disarms the timeout (when() is None); a later deadline arms it again."""
     async def main(sched):
+        loop = asyncio.get_running_loop()
         async with sched.timeout(0.01) as cm:
             cm.reschedule(None)
             assert cm.when() is None
             await asyncio.sleep(0.03)
-            cm.reschedule(0.01)
+            cm.reschedule(loop.time() + 0.01)
             assert cm.when() is not None
             with pytest.raises(asyncio.CancelledError):
                 await asyncio.sleep(LONG_S)
@@ -100,6 +102,8 @@ def test_timeout_state_errors(run):
                 pass
         with pytest.raises(RuntimeError, match="exited"):
             cm.reschedule(1.0)
+        with pytest.raises(RuntimeError, match="exited"):
+            cm.reschedule_after(1.0)
         with pytest.raises(TypeError):
             sched.timeout("1")
         with pytest.raises(ValueError):
@@ -124,6 +128,56 @@ def test_outside_cancel_is_not_turned_into_timeout(run):
         with pytest.raises(asyncio.CancelledError):
             await task
         return task.cancelled()
+    assert run(main)
+
+
+def test_reschedule_takes_loop_time_as_asyncio_timeout_does(run):
+    """Code ported from asyncio: ``cm.reschedule(loop.time() + 0.05)`` expires about 50 ms later
+    (not in some 800 s, as a relative reading would), and when() reports that loop time, as
+    asyncio.Timeout's does, before entry too. Only a stall of LONG_S / 2 could break it."""
+    async def main(sched):
+        loop = asyncio.get_running_loop()
+        cm = sched.timeout(LONG_S)
+        assert abs(cm.when() - (loop.time() + LONG_S)) < 1.0   # the deadline, taken at creation
+        started = loop.time()
+        with pytest.raises(TimeoutError):
+            async with cm:
+                target = loop.time() + 0.05
+                cm.reschedule(target)
+                assert cm.when() == target
+                await asyncio.sleep(LONG_S)
+        assert loop.time() >= target and cm.expired() and cm.when() == target
+        return loop.time() - started
+    assert run(main) < LONG_S / 2
+
+
+def test_timeout_at_expires_at_a_loop_time_and_reschedule_after_takes_a_delay(run):
+    """timeout_at(when) is asyncio.timeout_at: it expires at loop time ``when``, never before;
+    reschedule_after(delay) moves the deadline to loop.time() + delay; timeout_at(None) never
+    expires. Deadlines of tens of ms against a body of LONG_S: cannot flake."""
+    async def main(sched):
+        loop = asyncio.get_running_loop()
+        when = loop.time() + 0.02
+        with pytest.raises(TimeoutError):
+            async with sched.timeout_at(when) as cm:
+                assert cm.when() == when
+                await asyncio.sleep(LONG_S)
+        assert loop.time() >= when
+        with pytest.raises(TimeoutError):
+            async with sched.timeout_at(None) as cm:
+                assert cm.when() is None
+                before = loop.time()
+                cm.reschedule_after(0.02)
+                assert before + 0.02 <= cm.when() <= loop.time() + 0.02
+                await asyncio.sleep(LONG_S)
+        async with sched.timeout_at(None) as cm:
+            await asyncio.sleep(0.01)
+        assert not cm.expired()
+        with pytest.raises(TypeError):
+            sched.timeout_at("1")
+        with pytest.raises(ValueError):
+            sched.timeout_at(float("inf"))
+        return True
     assert run(main)
 
 

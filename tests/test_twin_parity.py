@@ -9,7 +9,9 @@ in, and these tests hold the copies equal.
 from __future__ import annotations
 
 import ast
+import asyncio
 import importlib
+import re
 import time
 import traceback
 import warnings
@@ -18,10 +20,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import timerwheel_c._aio_common as aio_common
 import timerwheel_c._common as common
 import timerwheel_c._release_common as release_common
 
 pytestmark = pytest.mark.c_extension
+
+CHECKOUT = Path(__file__).resolve().parent.parent
 
 WHEEL_CONSTANTS = ("L0_BITS", "L0_SLOTS", "LEVEL_BITS", "LEVEL_SLOTS", "NUM_LEVELS", "LEVEL_BASE",
                    "NUM_SLOTS", "NUM_WORDS", "MAX_ENTRIES")
@@ -102,13 +107,15 @@ def _imports_of(path: Path) -> set:
 
 
 def test_neither_twin_imports_the_other():
-    """The pure twins import only the shared module, never a compiled core; the compiled cores
-    never import a pure twin (checked in the installed sources and the compiled modules' globals)."""
+    """The pure twins import only the shared modules (and the asyncio twin the pure wheel), never
+    a compiled core; the compiled cores never import a pure twin (checked in the installed sources
+    and the compiled modules' globals)."""
     import timerwheel_c.pure as pure_pkg
 
-    for name in ("wheel", "release"):
+    compiled = {f"{prefix}_{core}" for prefix in ("timerwheel_c.", "..") for core in ("wheel", "release", "aio")}
+    for name in ("wheel", "release", "aio"):
         imports = _imports_of(Path(pure_pkg.__file__).parent / f"{name}.py")
-        assert not any(i.rsplit(".", 1)[-1] in ("_wheel", "_release") for i in imports), imports
+        assert not imports & compiled, imports
         c, _ = _pair(name)
         for value in vars(c).values():
             module = getattr(value, "__module__", None) or ""
@@ -133,7 +140,7 @@ def test_compiled_wheel_tracebacks_never_pass_through_the_pure_twin(call):
 
 @pytest.mark.parametrize("method, args", [
     ("schedule", (5,)), ("schedule", ()), ("reschedule", (1,)), ("cancel", ()), ("advance", ()),
-    ("advance_array", ()), ("schedule_many", ([1],)), ("cancel_many", ()),
+    ("advance_array", ()), ("schedule_many", ([1],)), ("cancel_many", ()), ("due_ms", ()),
 ])
 def test_missing_argument_reports_the_same_in_both_twins(method, args):
     """A wheel method called without a required argument raises the same TypeError in C and
@@ -226,3 +233,98 @@ def test_wheels_and_schedulers_refuse_copy_and_pickle_in_both_twins(core):
 
     asyncio.run(main())
     assert wheel.advance(20) == [1]
+
+
+def test_asyncio_twins_take_their_shared_constants_from_the_neutral_module():
+    """NO_WAKE, IN_BATCH and MAX_DUE_MS are defined once: both asyncio twins hold the neutral
+    module's objects (the compiled one copies them into int64 C variables at import, so NO_WAKE
+    must fit in an int64), and MAX_DUE_MS is the wheel's own."""
+    c, pure = _pair("aio")
+    assert aio_common.MAX_DUE_MS is common.MAX_DUE_MS == 2**62
+    assert aio_common.NO_WAKE == 2**63 - 1 and aio_common.IN_BATCH == -1
+    for name in ("NO_WAKE", "IN_BATCH", "MAX_DUE_MS"):
+        assert getattr(pure, name) is getattr(aio_common, name), name
+        assert getattr(c, f"_{name}") is getattr(aio_common, name), name
+
+
+def _compiled_defs(path: Path) -> list:
+    """(class, method) names in source order in a .pyx, its ``include`` files inlined."""
+    defs, cls = [], None
+    for line in path.read_text().splitlines():
+        include = re.match(r'include "(.+)"', line)
+        if include:
+            defs += _compiled_defs(path.parent / include.group(1))
+            continue
+        klass = re.match(r"(?:cdef )?class (\w+)", line)
+        if klass:
+            cls = klass.group(1)
+        elif re.match(r"(?:cdef|cpdef|def) ", line):
+            cls = None  # a module-level function ends the class
+        elif cls:
+            method = re.match(r"    (?:def|cdef|cpdef) (?:[\w*]+ )*?(\w+)\(self", line)
+            if method:
+                defs.append((cls, method.group(1)))
+    return defs
+
+
+def _pure_defs(path: Path) -> list:
+    tree = ast.parse(path.read_text())
+    return [(node.name, item.name) for node in tree.body if isinstance(node, ast.ClassDef)
+            for item in node.body if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+
+def test_asyncio_pure_twin_follows_the_compiled_module_class_by_class_method_by_method():
+    """pure/aio.py has the classes and methods of src/_aio.pyx (with its includes) in the same
+    order, so the two diff by eye. The compiled module's C-level methods map to the twin's private
+    ones (c_reschedule -> _reschedule...); what exists only in C (allocation, the clock read in C,
+    the key table's open addressing, the ready awaitable) or only in Python (copy refusal) is
+    left out. Read from the checkout's sources: skipped where only the installed package is."""
+    import timerwheel_c.pure as pure_pkg
+
+    pyx = CHECKOUT / "src" / "_aio.pyx"
+    if not pyx.is_file():
+        pytest.skip("the checkout's src/ is not here")
+    to_pure = {"c_reschedule": "_reschedule", "c_cancel": "_cancel", "c_arm": "_arm"}
+    c_only = {"__cinit__", "__dealloc__", "c_time", "c_call_later", "_home", "_find", "_insert",
+              "_remove", "_grow", "_Ready"}
+    compiled = [(cls, to_pure.get(name, name)) for cls, name in _compiled_defs(pyx)
+                if cls not in c_only and name not in c_only]
+    pure = [(cls, name) for cls, name in _pure_defs(Path(pure_pkg.__file__).parent / "aio.py")
+            if name not in {"__reduce_ex__", "_init"}]
+    assert compiled == pure
+    assert [cls for cls, _ in compiled] and {cls for cls, _ in compiled} == set(_pair("aio")[1].__all__)
+
+
+@pytest.mark.parametrize("call", [
+    lambda s: s.call_later("1", print),
+    lambda s: s.call_later(1.0, 5),
+    lambda s: s.call_at(float("nan"), print),
+    lambda s: s.timeout("1"),
+    lambda s: s.timeout_at(float("inf")),
+    lambda s: s.keyed(print).arm(2**63, 1.0),
+    lambda s: s.keyed(print).arm(True, 1.0),
+    lambda s: s.keyed(print).cancel("k"),
+    lambda s: type(s.call_later(1.0, print))(),
+    lambda s: type(s.keyed(print))(),
+])
+def test_asyncio_twins_refuse_bad_input_with_the_same_exception(call):
+    """Both asyncio twins raise the same exception type with the same message for the same bad
+    argument, and the compiled one's traceback never passes through the pure twin."""
+    outcomes = []
+
+    async def main(mod):
+        sched = mod.WheelScheduler()
+        try:
+            with pytest.raises((TypeError, ValueError)) as info:
+                call(sched)
+            return info
+        finally:
+            sched.close()
+
+    for mod in _pair("aio"):
+        info = asyncio.run(main(mod))
+        outcomes.append((type(info.value), str(info.value)))
+        if mod.__name__ == "timerwheel_c._aio":
+            files = [frame.filename for frame in traceback.extract_tb(info.value.__traceback__)]
+            assert not any(f"timerwheel_c{sep}pure" in f for f in files for sep in "/\\"), files
+    assert outcomes[0] == outcomes[1]

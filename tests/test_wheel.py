@@ -80,7 +80,8 @@ def test_advance_fires_at_exact_tick_when_stepping_by_one(wheel_impl):
 
 def test_fire_order_by_due_then_arming_order(wheel_impl):
     """Within one call tokens come out by non-decreasing due time, ties in arming order
-    (schedule or reschedule call order), including overflow levels and a long jump."""
+    (schedule or reschedule call order; a reschedule to a later time may keep the timer's place),
+    including overflow levels and a long jump."""
     tw = wheel_impl.TimerWheel(now_ms=3)
     # One due time armed from three levels (far, nearer, level 0) cascades into one arming order.
     for k, (at, after) in enumerate([(3, 100_000), (60_000, 40_003), (99_990, 13)]):
@@ -277,6 +278,52 @@ def test_every_selector_accepts_the_longest_poll_timeout(wheel_impl, kind):
     finally:
         a.close()
         b.close()
+
+
+def test_rearm_later_is_deferred_to_its_old_slot_and_never_fires_early(wheel_impl):
+    """A re-arm to a later time while the timer waits at a level >= 1 only records the new due
+    time: next_fire_ms() then reports at most the old slot's last ms (a lower bound, never later
+    than the true due time); advancing across the old slot re-files the timer and fires nothing;
+    it fires exactly at its new due time. Re-armed earlier again, it moves at once; cancelled while
+    deferred, it never fires. Virtual time only: cannot flake."""
+    tw = wheel_impl.TimerWheel(now_ms=0)
+    a = tw.schedule(30_000, 1)                  # level 1: the slot [29_696, 30_208)
+    b = tw.schedule(30_000, 2)
+    assert tw.reschedule(a, 60_000)             # deferred: b keeps the slot's bound exact
+    assert tw.next_fire_ms() == 30_000
+    assert tw.cancel(b)
+    old_slot_last = 30_207
+    assert tw.next_fire_ms() == old_slot_last   # one deferred timer: its old slot's last ms
+    assert tw.advance(old_slot_last) == []      # the wake-up at the bound re-files it
+    assert tw.next_fire_ms() == 60_000          # now exact
+    assert tw.advance(59_999) == []
+    assert tw.advance(60_000) == [1]
+    # Later, then earlier than the old due time: moved at once, fires at the earlier time.
+    c = tw.schedule(40_000, 3)                  # due 100_000
+    assert tw.reschedule(c, 90_000)             # deferred to 150_000
+    assert tw.reschedule(c, 10_000)             # earlier: due 70_000, re-filed now
+    assert tw.next_fire_ms() == 70_000
+    assert tw.advance(69_999) == [] and tw.advance(70_000) == [3]
+    # Cancelled while deferred: gone, and its old slot never fires it.
+    d = tw.schedule(40_000, 4)
+    assert tw.reschedule(d, 80_000) and tw.cancel(d) and not tw.cancel(d)
+    assert len(tw) == 0 and tw.advance(10**6) == []
+
+
+def test_due_ms_reports_a_pending_timer_and_none_otherwise(wheel_impl):
+    """due_ms(id) is the due time in ms of a pending timer (the new one after a deferred re-arm),
+    and None once it fired or was cancelled, for an id never issued and for any int; a non-int
+    raises TypeError naming it."""
+    tw = wheel_impl.TimerWheel(now_ms=100)
+    a = tw.schedule(50, 1)
+    b = tw.schedule(40_000, 2)
+    assert tw.due_ms(a) == 150 and tw.due_ms(b) == 40_100
+    assert tw.reschedule(b, 90_000) and tw.due_ms(b) == 90_100
+    assert tw.advance(150) == [1] and tw.due_ms(a) is None
+    assert tw.cancel(b) and tw.due_ms(b) is None
+    assert tw.due_ms(0) is None and tw.due_ms(-1) is None and tw.due_ms(2**70) is None
+    with pytest.raises(TypeError, match="timer_id"):
+        tw.due_ms("1")
 
 
 def test_time_never_goes_backwards(wheel_impl):

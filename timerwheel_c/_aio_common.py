@@ -2,7 +2,8 @@
 and the loop clock's lag behind real time.
 
 Neither twin imports the other (after aio-libs' neutral ``_helpers`` modules); the compiled
-scheduler (``src/_aio.pyx``) calls these on its slow paths only, and inlines the fast ones.
+scheduler (``src/_aio.pyx``) calls these on its slow paths only, inlines the fast ones, and
+takes every constant it shares with the pure twin from here (``tests/test_twin_parity.py``).
 """
 from __future__ import annotations
 
@@ -14,13 +15,15 @@ import sys
 import time
 from typing import Any
 
-# Wake-up sentinels for the scheduler's ``_wake_ms`` (an int ms otherwise): no wake-up is armed,
-# so any due time arms one; a fire batch is running and re-arms once at its end, so no due time
-# arms one (both are plain ``due_ms < _wake_ms`` comparisons).
-NO_WAKE = 1 << 63
-IN_BATCH = -1
 # The wheel refuses due times beyond 2**62 ms.
-MAX_DUE_MS = 1 << 62
+from ._common import MAX_DUE_MS as MAX_DUE_MS
+
+# Wake-up sentinels for the scheduler's ``_wake_ms`` (an int64 ms otherwise): no wake-up is
+# armed, so any due time arms one; a fire batch is running and re-arms once at its end, so no due
+# time arms one (both are plain ``due_ms < _wake_ms`` comparisons). Both twins take these values
+# from here; the compiled one holds them in int64 C variables.
+NO_WAKE = (1 << 63) - 1
+IN_BATCH = -1
 # Keyed timers take int keys in the int64 range (a connection id, a file descriptor).
 KEY_MIN = -(1 << 63)
 KEY_LIMIT = 1 << 63

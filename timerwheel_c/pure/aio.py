@@ -1,5 +1,10 @@
 """asyncio timers driven by one TimerWheel: ``WheelScheduler``, its ``timeout()`` and its
-``keyed()`` timers. The pure-Python twin of ``src/_aio.pyx``, class by class in the same order.
+``keyed()`` timers. The pure-Python twin of ``src/_aio.pyx``: class by class and method by
+method in the same order (the compiled module's ``c_*`` C-level methods have a private method
+here where the Python methods need one: ``c_reschedule`` is ``_reschedule``, ``c_cancel`` is
+``_cancel``, ``KeyedTimers.c_arm`` is ``_arm``), with the same internals but for the key table,
+which is a dict here. The design comment at the top of ``src/_aio.pyx`` (tokens, references,
+reentrancy) holds for both.
 
 Public sources: asyncio's ``TimerHandle``/``call_later``/``asyncio.timeout`` (the API
 mirrored here), the hashed timing wheel (:class:`timerwheel_c.TimerWheel`, after
@@ -59,28 +64,40 @@ __all__ = ["KeyedTimers", "WheelHandle", "WheelScheduler", "WheelTimeout"]
 
 _INF = math.inf
 _ceil = math.ceil
+_U64_LIMIT = 1 << 64
+
+# Task states of WheelTimeout, in the order of asyncio.Timeout's.
+T_CREATED, T_ENTERED, T_EXPIRING, T_EXPIRED, T_EXITED = range(5)
+_STATE_NAMES = ("created", "entered", "expiring", "expired", "exited")
+
+
+def _as_seconds(value: Any, name: str) -> float:
+    """``check_seconds`` with the finite float first: the per-message path of every re-arm."""
+    if type(value) is float and -_INF < value < _INF:
+        return value
+    return check_seconds(value, name)
+
 
 class WheelHandle:
     """A callback armed on a :class:`WheelScheduler`; mirrors ``asyncio.TimerHandle``.
 
-    Shares ``cancel()``, ``cancelled()`` and ``when()`` with ``asyncio.TimerHandle`` and
-    adds ``reschedule(delay)``, the in-place re-arm an idle timeout does on each message.
-    Create handles with :meth:`WheelScheduler.call_later` / :meth:`WheelScheduler.call_at`.
+    Shares ``cancel()``, ``cancelled()``, ``when()`` and ``get_context()`` with
+    ``asyncio.TimerHandle`` and adds ``reschedule(delay)``, the in-place re-arm an idle
+    timeout does on each message. Create handles with :meth:`WheelScheduler.call_later` /
+    :meth:`WheelScheduler.call_at`.
     """
 
-    __slots__ = ("_scheduler", "_token", "_timer_id", "_when", "_callback", "_args", "_context",
-                 "_cancelled", "__weakref__")
+    __slots__ = ("_scheduler", "_callback", "_args", "_context", "_when", "_timer_id", "_token")
+    _scheduler: WheelScheduler
+    _callback: Any            # None once cancelled
+    _args: Any
+    _context: Optional[contextvars.Context]  # None for a WheelTimeout's expiry handle
+    _when: float
+    _timer_id: int            # the wheel's id while armed or due in the running batch, else 0
+    _token: int               # its index in the scheduler's _handles (its wheel token), or 0
 
-    def __init__(self, scheduler: WheelScheduler, when_s: float, callback: Callable[..., Any],
-                 args: tuple, context: contextvars.Context) -> None:
-        self._scheduler = scheduler
-        self._token = 0     # the wheel token: key of scheduler._handles while armed
-        self._timer_id = 0  # the wheel's id while armed; 0 once run, cancelled or never armed
-        self._when = when_s
-        self._callback: Any = callback  # None once cancelled
-        self._args: Any = args
-        self._context = context
-        self._cancelled = False
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("WheelHandle objects are made by WheelScheduler.call_later() and call_at()")
 
     def when(self) -> float:
         """The deadline in loop-clock seconds (``loop.time()`` units), as asyncio's ``when()``.
@@ -90,13 +107,13 @@ class WheelHandle:
         """
         return self._when
 
-    def get_context(self) -> contextvars.Context:
+    def get_context(self) -> Optional[contextvars.Context]:
         """The context the callback runs in (as ``asyncio.Handle.get_context``, 3.12+)."""
         return self._context
 
     def cancelled(self) -> bool:
         """True once :meth:`cancel` was called (or the scheduler closed) before a run."""
-        return self._cancelled
+        return self._callback is None
 
     def cancel(self) -> None:
         """Cancel the callback; a no-op if it is already cancelled.
@@ -104,11 +121,8 @@ class WheelHandle:
         Safe from any callback, including one in the same fire batch: a handle cancelled
         by an earlier callback of the batch does not run. Frees the wheel entry at once.
         """
-        if not self._cancelled:
-            self._cancelled = True
-            self._scheduler._disarm(self)
-            self._callback = None
-            self._args = None
+        if self._callback is not None:
+            self._scheduler._cancel(self)
 
     def reschedule(self, delay: float) -> bool:
         """Re-arm in place to run ``delay`` seconds from now (``loop.time() + delay``).
@@ -123,35 +137,35 @@ class WheelHandle:
             TypeError: ``delay`` is not a real number. ValueError: it is NaN or infinite.
             RuntimeError: the scheduler is closed.
         """
-        if self._cancelled:
+        if self._callback is None:
             return False
-        # The per-message path of every idle timeout: a float delay skips the full check.
-        if type(delay) is not float or not -_INF < delay < _INF:
-            delay = check_seconds(delay)
-        scheduler = self._scheduler
-        scheduler._rearm(self, scheduler._time() + delay)
-        return True
-
-    def _run(self) -> None:
-        """Run the callback in its context; exceptions go to the loop's handler, as asyncio."""
-        try:
-            self._context.run(self._callback, *self._args)
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            self._scheduler._loop.call_exception_handler({
-                "message": f"Exception in callback {self._callback!r}{self._args!r}",
-                "exception": exc,
-                "handle": self,
-            })
+        return self._scheduler._reschedule(self, _as_seconds(delay, "delay"))
 
     def __repr__(self) -> str:
-        state = "cancelled" if self._cancelled else f"when={self._when:.3f}"
+        state = "cancelled" if self._callback is None else f"when={self._when:.3f}"
         return f"<WheelHandle {state} {self._callback!r}>"
 
 
+def _run_handle(handle: WheelHandle) -> None:
+    """Run a handle's callback in its context; exceptions go to the loop's handler, as asyncio."""
+    try:
+        if handle._context is None:  # a WheelTimeout's expiry: its callback is the timeout
+            handle._callback._expire()
+        else:
+            handle._context.run(handle._callback, *handle._args)
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except BaseException as exc:
+        handle._scheduler._loop.call_exception_handler({
+            "message": f"Exception in callback {handle._callback!r}{handle._args!r}",
+            "exception": exc,
+            "handle": handle,
+        })
+
+
 class WheelScheduler:
-    """``call_later``/``call_at``/``timeout``/``keyed`` for an asyncio loop, on a TimerWheel.
+    """``call_later``/``call_at``/``timeout``/``timeout_at``/``keyed`` for an asyncio loop, on a
+    TimerWheel.
 
     Args:
         loop: the event loop (default: the running loop). Works with the default loop
@@ -166,7 +180,8 @@ class WheelScheduler:
     Arming: one loop timer (``loop.call_at``) sits at the wheels' earliest
     ``next_fire_ms()``. It is moved only when a new due time is earlier than it, never
     once per timer; when it fires it advances the wheels to the loop time, runs the due
-    callbacks in fire order (equal deadlines in arming order, as asyncio) and re-arms once.
+    callbacks in fire order (callbacks due in the same ms in arming order; asyncio's heap
+    keeps no order among equal deadlines) and re-arms once.
 
     Like ``loop.call_later``, it is not thread-safe: use it from the loop's thread.
 
@@ -178,18 +193,19 @@ class WheelScheduler:
     def __init__(self, loop: Optional[asyncio.AbstractEventLoop] = None, *,
                  wheel_class: Optional[Callable[..., Any]] = None,
                  clock_slack_s: Optional[float] = None) -> None:
+        if getattr(self, "_loop", None) is not None:
+            raise RuntimeError("WheelScheduler.__init__ called on a scheduler already in use")
         self._loop = asyncio.get_running_loop() if loop is None else loop
         self._time = self._loop.time
         self._slack_s = check_slack(
             default_clock_slack_s(self._loop) if clock_slack_s is None else clock_slack_s)
         self._wheel_class = TimerWheel if wheel_class is None else wheel_class
-        self._wheel = self._wheel_class(now_ms=floor_ms(self._loop.time()))
-        self._handles: dict[int, WheelHandle] = {}  # token -> armed handle
-        self._next_token = 0
+        self._wheel = self._wheel_class(now_ms=floor_ms(self._time()))
+        self._handles: list[Optional[WheelHandle]] = [None]  # token -> handle; 0 is no token
+        self._free_tokens: list[int] = []  # the free indexes of _handles, a stack
         self._keyed: list[KeyedTimers] = []
         self._wake: Optional[asyncio.TimerHandle] = None
         self._wake_ms = NO_WAKE
-        self._fired: list[int] = []  # reused by every fire batch
         self._closed = False
 
     @property
@@ -202,7 +218,11 @@ class WheelScheduler:
 
         (Not ``__len__``: an empty scheduler must not be falsy in ``scheduler or loop``.)
         """
-        return len(self._handles)
+        return len(self._wheel)
+
+    def __sizeof__(self) -> int:
+        """Bytes of the scheduler and its wheel (``TimerWheel.nbytes()``); handles are objects of their own."""
+        return object.__sizeof__(self) + self._wheel.nbytes()
 
     def call_later(self, delay: float, callback: Callable[..., Any], *args: Any,
                    context: Optional[contextvars.Context] = None) -> WheelHandle:
@@ -219,8 +239,9 @@ class WheelScheduler:
                 callable. ValueError: ``delay`` is NaN or infinite, or beyond the wheel's
                 range (2**62 ms). RuntimeError: the scheduler is closed.
         """
-        return self.call_at(self._time() + check_seconds(delay), callback, *args,
-                            context=context)
+        delay_s = _as_seconds(delay, "delay")
+        self._check_call(callback)
+        return self._call_at(self._time() + delay_s, callback, args, context)
 
     def call_at(self, when: float, callback: Callable[..., Any], *args: Any,
                 context: Optional[contextvars.Context] = None) -> WheelHandle:
@@ -228,25 +249,34 @@ class WheelScheduler:
 
         Raises the same exceptions as :meth:`call_later` (``when`` for ``delay``).
         """
-        if self._closed:
-            raise RuntimeError("WheelScheduler is closed")
-        check_callback(callback, "call_at")
-        when = check_seconds(when, "when")
-        handle = WheelHandle(self, when, callback, args,
-                             contextvars.copy_context() if context is None else context)
-        self._rearm(handle, when)
-        return handle
+        self._check_call(callback)
+        return self._call_at(_as_seconds(when, "when"), callback, args, context)
 
     def timeout(self, delay: Optional[float]) -> WheelTimeout:
-        """An ``async with`` block cancelled after ``delay`` seconds, like ``asyncio.timeout``.
+        """An ``async with`` block cancelled ``delay`` seconds from now, as ``asyncio.timeout``.
 
-        ``None`` disarms it. On expiry the task is cancelled and the block raises
-        ``TimeoutError`` (the builtin). Re-arm it with :meth:`WheelTimeout.reschedule`.
+        The deadline is ``loop.time() + delay``, taken now, as asyncio takes it; ``None``
+        never expires. On expiry the task is cancelled and the block raises ``TimeoutError``
+        (the builtin). Move the deadline with :meth:`WheelTimeout.reschedule` (loop time, as
+        asyncio's) or :meth:`WheelTimeout.reschedule_after` (a delay).
 
         Raises:
             TypeError / ValueError: ``delay`` is not a finite real number (or None).
         """
-        return WheelTimeout(self, delay)
+        t = WheelTimeout.__new__(WheelTimeout)
+        t._init(self, None if delay is None else self._time() + _as_seconds(delay, "delay"))
+        return t
+
+    def timeout_at(self, when: Optional[float]) -> WheelTimeout:
+        """An ``async with`` block cancelled at loop time ``when`` (seconds), as
+        ``asyncio.timeout_at``; ``None`` never expires.
+
+        Raises:
+            TypeError / ValueError: ``when`` is not a finite real number (or None).
+        """
+        t = WheelTimeout.__new__(WheelTimeout)
+        t._init(self, None if when is None else _as_seconds(when, "when"))
+        return t
 
     def keyed(self, callback: Callable[[int], Any], *,
               context: Optional[contextvars.Context] = None) -> KeyedTimers:
@@ -262,8 +292,12 @@ class WheelScheduler:
         if self._closed:
             raise RuntimeError("WheelScheduler is closed")
         check_callback(callback, "keyed")
-        keyed = KeyedTimers(self, callback,
-                            contextvars.copy_context() if context is None else context)
+        keyed = KeyedTimers.__new__(KeyedTimers)
+        keyed._scheduler = self
+        keyed._callback = callback
+        keyed._context = contextvars.copy_context() if context is None else context
+        keyed._wheel = self._wheel_class(now_ms=floor_ms(self._time()))
+        keyed._entries = {}
         self._keyed.append(keyed)
         return keyed
 
@@ -278,33 +312,78 @@ class WheelScheduler:
         if self._wake is not None:
             self._wake.cancel()
             self._wake = None
-        handles, self._handles = self._handles, {}
-        for handle in handles.values():
-            handle._cancelled = True
-            handle._timer_id = 0
-            handle._callback = None
-            handle._args = None
-        # A running batch (_on_wake) holds this same dict: emptied, its later pops find
-        # nothing, so the rest of the batch is skipped quietly.
-        handles.clear()
-        for keyed in self._keyed:
-            keyed._clear()
-        self._keyed = []
-        self._wheel = None
+        self._drain()
+        keyed, self._keyed = self._keyed, []
+        for k in keyed:
+            k._clear()
 
-    def __reduce_ex__(self, protocol):
-        _refuse_copy(self)
+    # -- the compiled twin's C-level API, where the Python methods need it -------------------
+
+    def _reschedule(self, handle: WheelHandle, delay_s: float) -> bool:
+        """``handle.reschedule(delay_s)`` (``c_reschedule``): False if it is cancelled.
+
+        Raises:
+            ValueError: ``handle`` is another scheduler's.
+        """
+        if handle._callback is None:
+            return False
+        if handle._scheduler is not self:
+            raise ValueError(f"{handle!r} belongs to another WheelScheduler")
+        self._arm_handle(handle, self._time() + delay_s)
+        return True
+
+    def _cancel(self, handle: WheelHandle) -> None:
+        """``handle.cancel()`` (``c_cancel``).
+
+        Raises:
+            ValueError: ``handle`` is another scheduler's.
+        """
+        if handle._callback is None:
+            return
+        if handle._scheduler is not self:
+            raise ValueError(f"{handle!r} belongs to another WheelScheduler")
+        self._disarm(handle)
+        handle._callback = None
+        handle._args = None
 
     # -- internals: arming a timer and the one loop wake-up ---------------------------
+
+    def _check_call(self, callback: Any) -> None:
+        """RuntimeError if closed; TypeError unless ``callback`` is a plain callable."""
+        if self._closed:
+            raise RuntimeError("WheelScheduler is closed")
+        check_callback(callback, "call_at")
+
+    def _call_at(self, when_s: float, callback: Callable[..., Any], args: tuple,
+                 context: Optional[contextvars.Context]) -> WheelHandle:
+        """A new handle for ``callback(*args)`` at loop time ``when_s``, armed."""
+        handle = WheelHandle.__new__(WheelHandle)
+        handle._scheduler = self
+        handle._callback = callback
+        handle._args = args
+        handle._context = contextvars.copy_context() if context is None else context
+        handle._timer_id = 0
+        handle._token = 0
+        self._arm_handle(handle, when_s)
+        return handle
 
     def _due_ms(self, when_s: float) -> int:
         """The due ms of a deadline ``when_s`` (loop seconds), never early in float.
 
         The deadline plus the clock slack, rounded up, and bumped if float rounding left it
-        early, so due_ms / 1000 >= due_s holds in float.
+        early, so due_ms / 1000 >= due_s holds in float. A deadline before the clock's epoch
+        counts as due at 0 (the next tick).
+
+        Raises:
+            ValueError: the due time is beyond 2**62 ms.
         """
         due_s = when_s + self._slack_s
-        due_ms = _ceil(due_s * 1000.0)
+        scaled = due_s * 1000.0
+        if not scaled <= MAX_DUE_MS:
+            raise deadline_error(when_s)
+        if scaled < 0.0:
+            return 0
+        due_ms = _ceil(scaled)
         if due_ms / 1000.0 < due_s:
             due_ms += 1
         if due_ms > MAX_DUE_MS:
@@ -315,50 +394,70 @@ class WheelScheduler:
         """``due_ms`` as a delay on ``wheel``'s clock. While a wheel holds nothing its clock is
         caught up to the loop first, so a new timer lands in the slots, not in the overflow."""
         if not len(wheel):
-            self._advance(wheel, floor_ms(self._time()), None)
+            now_ms = floor_ms(self._time())
+            if now_ms > wheel.now_ms():
+                wheel.advance(now_ms)
         return due_ms - wheel.now_ms()
 
-    def _rearm(self, handle: WheelHandle, when_s: float) -> None:
-        """Arm ``handle`` at loop time ``when_s``: in place if pending, else under a new token."""
+    def _arm_handle(self, handle: WheelHandle, when_s: float) -> None:
+        """Arm ``handle`` at loop time ``when_s``: in place if pending, else as a new wheel entry
+        whose token is the handle's index in ``_handles``."""
+        wheel = self._wheel
         if self._closed:
             raise RuntimeError("WheelScheduler is closed")
         due_ms = self._due_ms(when_s)
+        after_ms = self._after_ms(wheel, due_ms)
         handle._when = when_s
-        handles = self._handles
-        after_ms = self._after_ms(self._wheel, due_ms)
-        timer_id = handle._timer_id
         # A pending handle moves in place. One that ran, or is due in the running batch
-        # (its wheel timer already fired), gets a fresh token: the batch skips the old.
-        if not timer_id or not self._wheel.reschedule(timer_id, after_ms):
-            if timer_id:
-                del handles[handle._token]
-            token = self._next_token = self._next_token + 1
-            handle._token = token
-            handle._timer_id = self._wheel.schedule(after_ms, token)
-            handles[token] = handle
+        # (its wheel timer already fired), gets a new entry: the batch skips the old one.
+        if handle._timer_id == 0 or not wheel.reschedule(handle._timer_id, after_ms):
+            if handle._token == 0:
+                self._take_token(handle)
+            handle._timer_id = wheel.schedule(after_ms, handle._token)
         if due_ms < self._wake_ms:
             self._arm_wake(due_ms)
 
     def _disarm(self, handle: WheelHandle) -> None:
-        if handle._timer_id:
-            del self._handles[handle._token]
-            self._wheel.cancel(handle._timer_id)
-            handle._timer_id = 0
+        """Take ``handle`` out of the wheel (if pending there) and out of ``_handles``."""
+        timer_id = handle._timer_id
+        handle._timer_id = 0
+        if timer_id:
+            self._wheel.cancel(timer_id)
+        self._give_token(handle)
 
-    @staticmethod
-    def _advance(wheel: Any, now_ms: int, fired: Optional[list]) -> None:
-        """Advance ``wheel`` to ``now_ms`` (never backwards), appending due tokens to ``fired``."""
-        if now_ms > wheel.now_ms():
-            if fired is None:
-                wheel.advance(now_ms)
-            else:
-                wheel.advance(now_ms, fired)
+    def _take_token(self, handle: WheelHandle) -> int:
+        """Put ``handle`` in ``_handles`` at a free index (the last freed, else a new one) and
+        return it: its wheel token."""
+        if not self._handles:
+            # The collector cleared the list: the scheduler is garbage and a finalizer arms.
+            self._handles.append(None)
+            self._free_tokens.clear()
+        if self._free_tokens:
+            token = self._free_tokens.pop()
+            self._handles[token] = handle
+        else:
+            token = len(self._handles)
+            self._handles.append(handle)
+        handle._token = token
+        return token
+
+    def _give_token(self, handle: WheelHandle) -> None:
+        """Take ``handle`` out of ``_handles``, freeing its index (if it holds one still there)."""
+        token = handle._token
+        handle._token = 0
+        if 0 < token < len(self._handles) and self._handles[token] is handle:
+            self._free_tokens.append(token)
+            self._handles[token] = None
+
+    def _handle_of(self, token: int) -> Optional[WheelHandle]:
+        """The handle at index ``token`` of ``_handles``, or None (a freed or dropped index)."""
+        return self._handles[token] if token < len(self._handles) else None
 
     def _arm_wake(self, due_ms: int) -> None:
         """Move the one loop wake-up to ``due_ms``; aimed so the wake-up sees ``due_ms``."""
+        at_s = due_ms / 1000.0
         if self._wake is not None:
             self._wake.cancel()
-        at_s = due_ms / 1000.0
         if floor_ms(at_s) < due_ms:  # float rounding put it a hair early
             at_s = math.nextafter(at_s, math.inf)
         self._wake_ms = due_ms
@@ -368,8 +467,8 @@ class WheelScheduler:
         """Advance the wheels to the loop time and run every due callback, then re-arm once."""
         self._wake = None
         self._wake_ms = IN_BATCH
-        now_ms = floor_ms(self._time())
         try:
+            now_ms = floor_ms(self._time())
             self._run_handles(now_ms)
             for keyed in self._keyed:
                 if self._closed:
@@ -380,31 +479,37 @@ class WheelScheduler:
 
     def _run_handles(self, now_ms: int) -> None:
         """Advance the handles' wheel to ``now_ms`` and run the due handles in fire order."""
-        fired = self._fired
-        self._advance(self._wheel, now_ms, fired)
-        handles = self._handles
-        ran = 0
+        wheel = self._wheel
+        if now_ms <= wheel.now_ms():
+            return
+        fired = wheel.advance(now_ms)  # this batch's own list: a nested batch gets another
+        i = 0
         try:
-            for token in fired:
-                ran += 1
-                handle = handles.pop(token, None)
-                # None: cancelled or re-armed by an earlier callback in this batch.
-                if handle is not None:
-                    handle._timer_id = 0
-                    handle._run()
+            while i < len(fired):
+                i += 1
+                self._fire(fired[i - 1])
         finally:
-            self._requeue(fired, ran)
+            self._requeue(fired, i)
 
-    def _requeue(self, fired: list[int], ran: int) -> None:
-        """Keep the handles a SystemExit/KeyboardInterrupt skipped: they are already due, so
-        they go back after 1 ms, in order, and none is lost."""
-        if not self._closed:
-            wheel = self._wheel
-            for token in fired[ran:]:
-                handle = self._handles.get(token)
-                if handle is not None:
-                    handle._timer_id = wheel.schedule(1, token)
-        fired.clear()
+    def _fire(self, token: int) -> None:
+        """Run the handle a fired ``token`` names, if it is due."""
+        handle = self._handle_of(token)
+        # None: cancelled by an earlier callback of this batch, or closed; pending: re-armed by
+        # one, or a new handle at a reused index.
+        if handle is None or handle._timer_id == 0 or self._wheel.due_ms(handle._timer_id) is not None:
+            return
+        handle._timer_id = 0
+        self._give_token(handle)
+        _run_handle(handle)
+
+    def _requeue(self, fired: list[int], start: int) -> None:
+        """Keep the handles a SystemExit/KeyboardInterrupt skipped (tokens from ``start`` on): they
+        are already due, so they go back after 1 ms, in order, and none is lost."""
+        for token in fired[start:]:
+            handle = self._handle_of(token)
+            if (not self._closed and handle is not None and handle._timer_id
+                    and self._wheel.due_ms(handle._timer_id) is None):
+                handle._timer_id = self._wheel.schedule(1, token)  # it keeps its index
 
     def _end_batch(self) -> None:
         """Re-arm the wake-up once, at the earliest due time of any wheel."""
@@ -412,12 +517,188 @@ class WheelScheduler:
         if self._closed:
             return
         # next_fire_ms() may be a lower bound; a wake-up that finds nothing re-arms.
-        wake_ms = NO_WAKE
-        for wheel in [self._wheel] + [keyed._wheel for keyed in self._keyed]:
-            if len(wheel):
-                wake_ms = min(wake_ms, max(wheel.next_fire_ms(), wheel.now_ms() + 1))
+        wake_ms = _next_wake(self._wheel, NO_WAKE)
+        for keyed in self._keyed:
+            wake_ms = _next_wake(keyed._wheel, wake_ms)
         if wake_ms != NO_WAKE:
             self._arm_wake(wake_ms)
+
+    def _drain(self) -> None:
+        """Cancel every armed handle (and any due in the running batch): empty the wheel, then
+        ``_handles``, detached first, as clearing a callback may run Python code."""
+        wheel = self._wheel
+        if len(wheel):
+            # Every pending timer fires at the end of time; the handles are all in _handles.
+            wheel.advance(MAX_DUE_MS)
+        handles, self._handles = self._handles, [None]
+        self._free_tokens = []
+        for handle in handles:
+            if handle is not None:
+                handle._timer_id = 0
+                handle._token = 0
+                handle._callback = None
+                handle._args = None
+
+    def __reduce_ex__(self, protocol):
+        _refuse_copy(self)
+
+
+def _next_wake(wheel: Any, wake_ms: int) -> int:
+    """The earlier of ``wake_ms`` and the wake-up ``wheel`` needs, if it holds timers."""
+    if not len(wheel):
+        return wake_ms
+    at_ms = wheel.next_fire_ms()
+    if at_ms <= wheel.now_ms():
+        at_ms = wheel.now_ms() + 1
+    return at_ms if at_ms < wake_ms else wake_ms
+
+
+class WheelTimeout:
+    """The ``async with`` block of :meth:`WheelScheduler.timeout` and
+    :meth:`WheelScheduler.timeout_at`; mirrors ``asyncio.Timeout``.
+
+    On expiry it cancels the current task; on exit it turns that cancellation into the
+    builtin ``TimeoutError``. Where ``Task.uncancel`` exists (Python 3.11+) a cancel
+    from elsewhere that arrives meanwhile still propagates as ``CancelledError``, as in
+    ``asyncio.timeout``; on 3.9/3.10 the two cannot be told apart.
+
+    As asyncio's, :meth:`when` and :meth:`reschedule` speak absolute loop time; the
+    per-message re-arm of an idle timeout is :meth:`reschedule_after` (a delay).
+
+    Args:
+        scheduler: the :class:`WheelScheduler` whose wheel holds the expiry.
+        when: the deadline in loop seconds (``loop.time()`` units), or None: never expires.
+    """
+
+    __slots__ = ("_scheduler", "_when", "_handle", "_task", "_cancelling", "_state")
+
+    def __init__(self, scheduler: WheelScheduler, when: Optional[float]) -> None:
+        if not isinstance(scheduler, WheelScheduler):
+            raise TypeError(f"scheduler must be a WheelScheduler, not {type(scheduler).__name__}")
+        self._init(scheduler, None if when is None else _as_seconds(when, "when"))
+
+    def _init(self, scheduler: WheelScheduler, when: Optional[float]) -> None:
+        self._scheduler = scheduler
+        self._when = when
+        self._handle: Optional[WheelHandle] = None
+        self._task: Any = None
+        self._cancelling = 0
+        self._state = T_CREATED
+
+    def when(self) -> Optional[float]:
+        """The deadline in loop-clock seconds, or None if it never expires (as asyncio's)."""
+        return self._when
+
+    def expired(self) -> bool:
+        """True once the deadline passed and the task was cancelled."""
+        return self._state == T_EXPIRING or self._state == T_EXPIRED
+
+    def reschedule(self, when: Optional[float]) -> None:
+        """Move the deadline to loop time ``when`` (seconds), as ``asyncio.Timeout.reschedule``;
+        ``None`` disarms it. A deadline already passed expires on the next tick (1 ms).
+
+        Unlike asyncio's (3.12+), it may also be called before the block is entered: it then
+        replaces the initial deadline.
+
+        Raises:
+            RuntimeError: the timeout already expired or the block exited.
+            TypeError / ValueError: ``when`` is not a finite real number (or None).
+        """
+        self._reschedule(None if when is None else _as_seconds(when, "when"))
+
+    def reschedule_after(self, delay: Optional[float]) -> None:
+        """Move the deadline to ``delay`` seconds from now (``loop.time() + delay``); ``None``
+        disarms it. The per-message re-arm of an idle timeout; asyncio has no such method.
+
+        Raises:
+            as :meth:`reschedule` (``delay`` for ``when``).
+        """
+        if delay is None:
+            self._reschedule(None)
+        else:
+            delay_s = _as_seconds(delay, "delay")
+            self._reschedule(self._scheduler._time() + delay_s)
+
+    def _reschedule(self, when: Optional[float]) -> None:
+        """``reschedule(when)`` for a checked ``when`` (a float or None)."""
+        if self._state != T_CREATED and self._state != T_ENTERED:
+            raise RuntimeError(f"cannot reschedule a {_STATE_NAMES[self._state]} timeout")
+        self._when = when
+        if self._state == T_CREATED:
+            return
+        if when is None:
+            self._disarm()
+        elif self._handle is not None:
+            self._scheduler._arm_handle(self._handle, when)
+        else:
+            self._arm(when)
+
+    def _arm(self, when_s: float) -> None:
+        """Arm the expiry at loop time ``when_s``, as a handle that runs in no context."""
+        scheduler = self._scheduler
+        if scheduler._closed:
+            raise RuntimeError("WheelScheduler is closed")
+        handle = WheelHandle.__new__(WheelHandle)
+        handle._scheduler = scheduler
+        handle._callback = self  # with no context: _run_handle calls _expire()
+        handle._args = ()
+        handle._context = None
+        handle._timer_id = 0
+        handle._token = 0
+        scheduler._arm_handle(handle, when_s)
+        self._handle = handle
+
+    async def __aenter__(self) -> WheelTimeout:
+        if self._state != T_CREATED:
+            raise RuntimeError("timeout has already been entered")
+        # The scheduler's loop, named: current_task() would look the running loop up first.
+        task = asyncio.current_task(self._scheduler._loop)
+        if task is None:
+            raise RuntimeError("timeout() must be used inside a task")
+        self._task = task
+        self._cancelling = task.cancelling() if HAS_UNCANCEL else 0
+        self._state = T_ENTERED
+        if self._when is not None:
+            self._arm(self._when)
+        return self
+
+    async def __aexit__(self, exc_type, exc, tb) -> None:
+        self._disarm()
+        if self._state == T_EXPIRING:
+            self._state = T_EXPIRED
+            outside_cancels = self._task.uncancel() > self._cancelling if HAS_UNCANCEL else False
+            if exc_type is asyncio.CancelledError and not outside_cancels:
+                raise TimeoutError from exc
+        else:
+            self._state = T_EXITED
+
+    def _expire(self) -> None:
+        """The deadline passed: cancel the task (the block's exit turns it into TimeoutError)."""
+        self._task.cancel()
+        self._state = T_EXPIRING
+        self._handle = None
+
+    def _disarm(self) -> None:
+        """Cancel the expiry handle, if any."""
+        handle = self._handle
+        if handle is not None:
+            self._handle = None
+            handle._scheduler._cancel(handle)
+
+    def __repr__(self) -> str:
+        return f"<WheelTimeout [{_STATE_NAMES[self._state]}] when={self.when()}>"
+
+
+def _as_key(key: Any) -> int:
+    """``key`` as an int64: exact ints inline, anything else through ``check_key``."""
+    if type(key) is int and KEY_MIN <= key < KEY_LIMIT:
+        return key
+    return check_key(key)
+
+
+def _key_of(token: int) -> int:
+    """The key a wheel token names (the key's two's complement, as the compiled twin casts it)."""
+    return token - _U64_LIMIT if token >= KEY_LIMIT else token
 
 
 class KeyedTimers:
@@ -429,19 +710,15 @@ class KeyedTimers:
     [-2**63, 2**63) (a connection id, a file descriptor). No object is made per timer.
     """
 
-    __slots__ = ("_scheduler", "_wheel", "_callback", "_context", "_entries", "_keys",
-                 "_next_token", "_fired")
+    __slots__ = ("_scheduler", "_wheel", "_callback", "_context", "_entries")
+    _scheduler: WheelScheduler
+    _wheel: Any               # tokens are the keys (their two's complement)
+    _callback: Callable[[int], Any]
+    _context: contextvars.Context
+    _entries: dict[int, list]  # key -> [timer id, deadline in loop seconds]
 
-    def __init__(self, scheduler: WheelScheduler, callback: Callable[[int], Any],
-                 context: contextvars.Context) -> None:
-        self._scheduler = scheduler
-        self._wheel = scheduler._wheel_class(now_ms=floor_ms(scheduler._time()))
-        self._callback = callback
-        self._context = context
-        self._entries: dict[int, list] = {}  # key -> [timer_id, token, when_s]
-        self._keys: dict[int, int] = {}      # token -> key, while its timer is armed or due
-        self._next_token = 0
-        self._fired: list[int] = []
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("KeyedTimers objects are made by WheelScheduler.keyed()")
 
     def arm(self, key: int, delay: float) -> None:
         """Arm ``key`` to fire ``delay`` seconds from now (``loop.time() + delay``), never earlier.
@@ -454,33 +731,7 @@ class KeyedTimers:
                 ``key`` outside [-2**63, 2**63), ``delay`` NaN or infinite or beyond the
                 wheel's range (2**62 ms). RuntimeError: the scheduler is closed.
         """
-        if type(key) is not int or not KEY_MIN <= key < KEY_LIMIT:
-            key = check_key(key)
-        if type(delay) is not float or not -_INF < delay < _INF:
-            delay = check_seconds(delay)
-        scheduler = self._scheduler
-        if scheduler._closed:
-            raise RuntimeError("WheelScheduler is closed")
-        when_s = scheduler._time() + delay
-        due_ms = scheduler._due_ms(when_s)
-        wheel = self._wheel
-        after_ms = scheduler._after_ms(wheel, due_ms)
-        entry = self._entries.get(key)
-        if entry is None:
-            token = self._next_token = self._next_token + 1
-            self._entries[key] = [wheel.schedule(after_ms, token), token, when_s]
-            self._keys[token] = key
-        else:
-            entry[2] = when_s
-            if not wheel.reschedule(entry[0], after_ms):
-                # Due in the running batch: a fresh token, so the batch skips the old one.
-                del self._keys[entry[1]]
-                token = self._next_token = self._next_token + 1
-                entry[0] = wheel.schedule(after_ms, token)
-                entry[1] = token
-                self._keys[token] = key
-        if due_ms < scheduler._wake_ms:
-            scheduler._arm_wake(due_ms)
+        self._arm(_as_key(key), _as_seconds(delay, "delay"))
 
     def cancel(self, key: int) -> bool:
         """Disarm ``key``. Returns True if it was armed (its callback will not run), else False.
@@ -488,13 +739,7 @@ class KeyedTimers:
         Raises:
             TypeError / ValueError: ``key`` is not an int in [-2**63, 2**63).
         """
-        key = check_key(key)
-        entry = self._entries.pop(key, None)
-        if entry is None:
-            return False
-        del self._keys[entry[1]]
-        self._wheel.cancel(entry[0])
-        return True
+        return self._cancel(_as_key(key))
 
     def when(self, key: int) -> Optional[float]:
         """The deadline of ``key`` in loop-clock seconds, or None if it is not armed.
@@ -502,38 +747,82 @@ class KeyedTimers:
         Raises:
             TypeError / ValueError: ``key`` is not an int in [-2**63, 2**63).
         """
-        entry = self._entries.get(check_key(key))
-        return None if entry is None else entry[2]
+        entry = self._entries.get(_as_key(key))
+        return None if entry is None else entry[1]
 
     def __contains__(self, key: object) -> bool:
         """True if ``key`` is armed (pending, or due in the running batch and not yet run)."""
-        return check_key(key) in self._entries
+        return _as_key(key) in self._entries
 
     def __len__(self) -> int:
         """How many keys are armed."""
         return len(self._entries)
 
+    def __sizeof__(self) -> int:
+        """Bytes of the set: the object, its key table and its wheel (``TimerWheel.nbytes()``)."""
+        return object.__sizeof__(self) + self._entries.__sizeof__() + self._wheel.nbytes()
+
+    # -- the compiled twin's C-level API, where the Python methods need it -------------------
+
+    def _arm(self, key: int, delay_s: float) -> None:
+        """``arm(key, delay_s)`` (``c_arm``).
+
+        Raises:
+            ValueError: ``delay_s`` is beyond the wheel's range. RuntimeError: the scheduler
+                is closed.
+        """
+        scheduler = self._scheduler
+        wheel = self._wheel
+        if scheduler._closed:
+            raise RuntimeError("WheelScheduler is closed")
+        when_s = scheduler._time() + delay_s
+        due_ms = scheduler._due_ms(when_s)
+        after_ms = scheduler._after_ms(wheel, due_ms)
+        entry = self._entries.get(key)  # [timer id, deadline in loop seconds]
+        if entry is not None:
+            if not wheel.reschedule(entry[0], after_ms):
+                # Due in the running batch: a new entry; the batch skips the old token.
+                entry[0] = wheel.schedule(after_ms, key % _U64_LIMIT)
+            entry[1] = when_s
+        else:
+            self._entries[key] = [wheel.schedule(after_ms, key % _U64_LIMIT), when_s]
+        if due_ms < scheduler._wake_ms:
+            scheduler._arm_wake(due_ms)
+
+    def _cancel(self, key: int) -> bool:
+        """``cancel(key)`` (``c_cancel``): True if it was armed."""
+        entry = self._entries.pop(key, None)
+        if entry is None:
+            return False
+        self._wheel.cancel(entry[0])
+        return True
+
     def _run(self, now_ms: int) -> None:
         """Advance this set's wheel to ``now_ms`` and fire the due keys in fire order."""
-        fired = self._fired
-        self._scheduler._advance(self._wheel, now_ms, fired)
-        keys, entries = self._keys, self._entries
-        ran = 0
+        wheel = self._wheel
+        if now_ms <= wheel.now_ms():
+            return
+        fired = wheel.advance(now_ms)
+        entries = self._entries
+        i = 0
         try:
-            for token in fired:
-                ran += 1
-                key = keys.pop(token, None)
-                # None: cancelled or re-armed by an earlier callback in this batch.
-                if key is not None:
-                    del entries[key]
-                    self._fire(key)
+            while i < len(fired):
+                key = _key_of(fired[i])
+                i += 1
+                entry = entries.get(key)
+                # Absent: cancelled by an earlier callback of this batch; pending: re-armed by one.
+                if entry is None or wheel.due_ms(entry[0]) is not None:
+                    continue
+                del entries[key]
+                self._fire(key)
         finally:
-            if not self._scheduler._closed:
-                for token in fired[ran:]:
-                    key = keys.get(token)
-                    if key is not None:
-                        entries[key][0] = self._wheel.schedule(1, token)
-            fired.clear()
+            # A SystemExit/KeyboardInterrupt skipped the rest: back after 1 ms, in order.
+            while i < len(fired):
+                key = _key_of(fired[i])
+                i += 1
+                entry = entries.get(key)
+                if entry is not None and wheel.due_ms(entry[0]) is None:
+                    entry[0] = wheel.schedule(1, fired[i - 1])
 
     def _fire(self, key: int) -> None:
         """Run ``callback(key)`` in the set's context; exceptions go to the loop's handler."""
@@ -550,103 +839,9 @@ class KeyedTimers:
     def _clear(self) -> None:
         """Drop every key (the scheduler closes); the running batch then finds none."""
         self._entries.clear()
-        self._keys.clear()
 
     def __repr__(self) -> str:
         return f"<KeyedTimers armed={len(self._entries)} {self._callback!r}>"
 
     def __reduce_ex__(self, protocol):
         _refuse_copy(self)
-
-
-class WheelTimeout:
-    """The ``async with`` block of :meth:`WheelScheduler.timeout`; mirrors ``asyncio.Timeout``.
-
-    On expiry it cancels the current task; on exit it turns that cancellation into the
-    builtin ``TimeoutError``. Where ``Task.uncancel`` exists (Python 3.11+) a cancel
-    from elsewhere that arrives meanwhile still propagates as ``CancelledError``, as in
-    ``asyncio.timeout``; on 3.9/3.10 the two cannot be told apart.
-
-    Unlike ``asyncio.Timeout.reschedule(when)``, :meth:`reschedule` takes a relative
-    ``delay`` in seconds: it is the per-message re-arm of an idle timeout.
-    """
-
-    __slots__ = ("_scheduler", "_delay", "_handle", "_task", "_cancelling", "_state")
-
-    def __init__(self, scheduler: WheelScheduler, delay: Optional[float]) -> None:
-        self._scheduler = scheduler
-        self._delay = None if delay is None else check_seconds(delay)
-        self._handle: Optional[WheelHandle] = None
-        self._task: Optional[asyncio.Task] = None
-        self._cancelling = 0
-        self._state = "created"
-
-    def when(self) -> Optional[float]:
-        """The deadline in loop-clock seconds, or None when disarmed or not yet entered."""
-        handle = self._handle
-        return None if handle is None or handle.cancelled() else handle.when()
-
-    def expired(self) -> bool:
-        """True once the deadline passed and the task was cancelled."""
-        return self._state in ("expiring", "expired")
-
-    def reschedule(self, delay: Optional[float]) -> None:
-        """Move the deadline to ``delay`` seconds from now; ``None`` disarms it.
-
-        Before the block is entered it replaces the initial delay.
-
-        Raises:
-            RuntimeError: the timeout already expired or the block exited.
-            TypeError / ValueError: ``delay`` is not a finite real number (or None).
-        """
-        if self._state not in ("created", "entered"):
-            raise RuntimeError(f"cannot reschedule a {self._state} timeout")
-        if delay is not None:
-            delay = check_seconds(delay)
-        if self._state == "created":
-            self._delay = delay
-        elif delay is None:
-            if self._handle is not None:
-                self._handle.cancel()
-                self._handle = None
-        elif self._handle is not None:
-            self._handle.reschedule(delay)
-        else:
-            self._handle = self._scheduler.call_later(delay, self._on_timeout)
-
-    async def __aenter__(self) -> WheelTimeout:
-        if self._state != "created":
-            raise RuntimeError("timeout has already been entered")
-        # The scheduler's loop, named: current_task() would look the running loop up first.
-        task = asyncio.current_task(self._scheduler._loop)
-        if task is None:
-            raise RuntimeError("timeout() must be used inside a task")
-        self._task = task
-        self._cancelling = task.cancelling() if HAS_UNCANCEL else 0
-        self._state = "entered"
-        if self._delay is not None:
-            self._handle = self._scheduler.call_later(self._delay, self._on_timeout)
-        return self
-
-    async def __aexit__(self, exc_type, exc, tb) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
-        if self._state == "expiring":
-            self._state = "expired"
-            task: Any = self._task
-            outside_cancels = task.uncancel() > self._cancelling if HAS_UNCANCEL else False
-            if exc_type is asyncio.CancelledError and not outside_cancels:
-                raise TimeoutError from exc
-        else:
-            self._state = "exited"
-
-    def _on_timeout(self) -> None:
-        task: Any = self._task
-        task.cancel()
-        self._state = "expiring"
-        self._handle = None
-
-    def __repr__(self) -> str:
-        return f"<WheelTimeout [{self._state}] when={self.when()}>"
-

@@ -182,7 +182,7 @@ class TimerWheel:
             self._bound[f] = NO_BOUND
         elif head == self._tail[f]:
             # One timer left: its bound is exact again (next_fire_ms is exact for one pending timer).
-            self._bound[f] = self._due[head]
+            self._bound[f] = self._lone_bound(f, self._due[head])
 
     def _pop_head(self, f, nxt):
         """``_unlink`` of the head of level-0 slot ``f``, whose successor is ``nxt``: the firing
@@ -232,6 +232,15 @@ class TimerWheel:
         shift = level_shift(level)
         return (self._elapsed & ~((1 << (shift + LEVEL_BITS)) - 1)) | ((f & (LEVEL_SLOTS - 1)) << shift)
 
+    def _lone_bound(self, f, due):
+        """The bound of slot ``f`` holding one timer, due at ``due`` ms: ``due``, capped at the
+        slot's last ms. A deferred timer may be due after later slots start; the cap keeps the
+        earliest slot's bound before every other slot's timers, and waking at it cascades the slot."""
+        if f < L0_SLOTS:
+            return due
+        last = self._slot_start(f) + (1 << level_shift((f - LEVEL_BASE) >> LEVEL_BITS)) - 1
+        return min(due, last)
+
     def _find(self, timer_id):
         """The entry index ``timer_id`` (an int in [0, 2**64)) names if that timer is pending, else NIL."""
         e = timer_id & U32
@@ -267,6 +276,28 @@ class TimerWheel:
         self._link(e)
         self._count += 1
         return (self._gen[e] << 32) | e
+
+    def _move(self, e, due):
+        """Re-arm pending entry ``e`` to ``due`` ms: deferred if it waits at a level >= 1 and
+        ``due`` is not earlier than its due time, else re-filed at once.
+
+        Deferred, only its due time changes (the entry is the one cache line touched): it stays in
+        its slot, whose start is at or before the old due time and so before ``due``, and is re-filed
+        by its new due time when the wheel cascades that slot (Linux's "most timers never fire";
+        Netty's IdleStateHandler and Kafka's purgatory defer the same way). The slot's bound stays
+        a lower bound, made exact again if the entry is alone in its slot. At level 0 the entry is
+        re-filed at once, so a level-0 slot only ever holds timers due at its own ms and the wheel
+        never wakes at a level-0 slot with nothing to fire.
+        """
+        f = self._loc[e]
+        if f >= L0_SLOTS and due >= self._due[e]:
+            self._due[e] = due
+            if self._head[f] == e and self._tail[f] == e:
+                self._bound[f] = self._lone_bound(f, due)
+            return
+        self._unlink(e)
+        self._due[e] = due
+        self._link(e)
 
     def schedule(self, after_ms=_MISSING, token=_MISSING):
         """Arm a timer due at ``now_ms() + max(after_ms, 1)`` ms that fires ``token``.
@@ -313,7 +344,12 @@ class TimerWheel:
     def reschedule(self, timer_id=_MISSING, after_ms=_MISSING):
         """Move a pending timer to ``now_ms() + max(after_ms, 1)`` ms, keeping its id and token.
 
-        It re-arms the timer: among timers due at the same ms it now fires after those armed earlier.
+        A move to an earlier due time re-files the timer at once: among timers due at the same ms
+        it then fires after those armed before. A move to the same or a later due time while the
+        timer waits in an overflow slot (a level >= 1) is deferred, as Linux, Netty's
+        IdleStateHandler and Kafka's purgatory defer: only its due time changes, one cache line
+        touched, and the wheel re-files it when it reaches the old slot. It never fires early nor
+        late; among timers due at its new ms it fires in the order it was re-filed.
 
         Returns:
             True if the timer was pending (and is moved), False otherwise.
@@ -332,9 +368,7 @@ class TimerWheel:
         due = self._due_for(delay, after_ms)
         if e == NIL:
             return False
-        self._unlink(e)
-        self._due[e] = due
-        self._link(e)
+        self._move(e, due)
         return True
 
     def _run(self, now, fired):
@@ -495,6 +529,18 @@ class TimerWheel:
                 cancelled += 1
         return cancelled
 
+    def due_ms(self, timer_id=_MISSING):
+        """The due time in ms of the pending timer ``timer_id``, or None if it is not pending (fired,
+        cancelled, never issued, or any other int). Of a deferred re-arm, the new due time.
+
+        Raises:
+            TypeError: ``timer_id`` is not an int.
+        """
+        if timer_id is _MISSING:
+            raise TypeError(_missing_error("due_ms", "timer_id"))
+        e = self._lookup(timer_id)
+        return None if e == NIL else self._due[e]
+
     def now_ms(self):
         """The wheel's current time in ms (the last ``advance`` target, or the constructor's)."""
         return self._elapsed
@@ -510,9 +556,12 @@ class TimerWheel:
         """A time in ms to sleep until: never later than the earliest pending due time.
 
         Exact for a timer within the 512 ms of level 0, and for the earliest slot of any level
-        while no timer of that slot has been cancelled or moved away since it last held one
-        timer; otherwise an earlier bound, by less than that slot's width (512 * 64**(level - 1) ms).
-        With nothing pending: ``now_ms() + 2**32``. O(levels), whatever the number of timers.
+        while no timer of that slot has been cancelled, moved away or re-armed later (deferred)
+        since it last held one timer; otherwise an earlier bound: by less than that slot's width
+        (512 * 64**(level - 1) ms), or for a deferred timer at most its old slot's last ms. Waking
+        at the bound cascades that slot, so a reactor that sleeps until it wakes with nothing to
+        fire at most once per overflow slot it passes: 2 per second from level 1, whatever the
+        number of timers and re-arms. With nothing pending: ``now_ms() + 2**32``. O(levels).
         """
         if self._count == 0:
             return self._elapsed + IDLE_HINT_MS
