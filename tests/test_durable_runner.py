@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import logging
 import random
-import types
 
 import pytest
 
 from timerwheel_c.durable.timers import keys
 from timerwheel_c.durable.timers.registry import Done, Reschedule, Retry, TimerHandler, TimerKind, TimerRegistry
-from timerwheel_c.durable.timers import runner as runner_mod
+from timerwheel_c.durable.timers.claim import UNKNOWN_KIND_GRACE_MS
 from timerwheel_c.durable.timers.runner import TickBudget, backoff_ms, claim_due, commit_outcomes, next_wake, run_due, settle
 from timerwheel_c.durable.storage.sqlite import SQLiteStore
 from timerwheel_c.durable.storage.store import Batch, Committed, Delegating, Equals, PreconditionFailed
@@ -112,17 +111,21 @@ def test_failure_backoff_grows_and_caps(store, how, caplog):
     assert delays == [backoff_ms(a) for a in range(1, 12)]
 
 
-def test_unknown_kind_backed_off_kept_and_warned_once(store, caplog):
-    """Rows of an unregistered kind are counted, moved to a backoff key (never fired, never dropped),
-    and logged once per kind per registry."""
+def test_unknown_kind_waits_its_grace_then_is_backed_off_kept_and_warned_once(store, caplog):
+    """Rows of an unregistered kind are left in place for UNKNOWN_KIND_GRACE_MS after their due time
+    (for a runner that has the kind), the tick waking when the grace ends; after it they are counted,
+    moved to a backoff key (never fired, never dropped), and logged once per kind per registry."""
     for i in range(3):
         schedule(store, NOW - 3 + i, kind=0xFE, reference=b"u%d" % i)
     schedule(store, NOW - 1, kind=0xFD, reference=b"w")
     registry = TimerRegistry().register(Recorder())
+    early = run_due(store, P, registry, NOW)
+    assert (early.unknown_waiting, early.unknown, early.moved) == (4, 0, 0)
+    assert early.next_wake_ms == NOW - 3 + UNKNOWN_KIND_GRACE_MS
     with caplog.at_level(logging.WARNING, logger="timerwheel_c.durable"):
-        report = run_due(store, P, registry, NOW)
+        report = run_due(store, P, registry, NOW + UNKNOWN_KIND_GRACE_MS)
         later = max(tk.due_at_ms for tk, _ in timer_rows(store))
-        report2 = run_due(store, P, registry, later)
+        report2 = run_due(store, P, registry, later + UNKNOWN_KIND_GRACE_MS)
     assert (report.unknown, report.fired, report2.unknown) == (4, 0, 4)
     warned = [r for r in caplog.records if "no handler for timer kind" in r.getMessage()]
     assert sorted(r.args[1] for r in warned) == [0xFD, 0xFE]
@@ -205,13 +208,12 @@ def test_per_kind_cap_defers_and_max_per_tick_lowers_it(store):
 
 
 @pytest.mark.parametrize("limit", ["max_fired", "max_scanned", "max_elapsed_ms"])
-def test_each_budget_limit_stops_the_tick(store, limit, monkeypatch):
+def test_each_budget_limit_stops_the_tick(store, limit):
     """Each budget limit ends the tick with stopped_on_budget while due rows remain; the limit of 1
     (the clamp floor) lets exactly one row through. The runner's monotonic clock is a fake that
-    only the handler advances (5 ms per fire), so the 1 ms elapsed limit is exceeded after exactly
+    only the handler advances (5 ms per fire), passed as run_due's clock, so the 1 ms elapsed limit is exceeded after exactly
     one row however slow the store's scan is (a real clock made this flaky on PostgreSQL)."""
     clock_s = [1000.0]
-    monkeypatch.setattr(runner_mod, "time", types.SimpleNamespace(monotonic=lambda: clock_s[0]))
 
     def slow(ctx, t):
         clock_s[0] += 0.005
@@ -222,7 +224,7 @@ def test_each_budget_limit_stops_the_tick(store, limit, monkeypatch):
     budget = TickBudget(**{limit: 0})
     assert getattr(budget, limit) == 1
     h = Recorder(outcome=slow)
-    report = run_due(store, P, TimerRegistry().register(h), NOW, budget)
+    report = run_due(store, P, TimerRegistry().register(h), NOW, budget, clock=lambda: clock_s[0])
     assert report.stopped_on_budget and report.fired == 1 and len(timer_rows(store)) == 3
     assert report.next_wake_ms == NOW
 
