@@ -108,7 +108,7 @@ def _one(dsn: str, n_runners: int, n_timers: int, budget: str, takeover: bool, p
 
         def owners() -> dict:
             """Backend pid (of a runner's lock connection) -> how many partitions it owns."""
-            held = holders(store, PARTITIONS, conn)
+            held = holders(store, PARTITIONS, conn, kinds=[_KIND.get()])
             return {pid: list(held.values()).count(pid) for pid in set(held.values())} if len(held) == len(PARTITIONS) else {}
 
         _wait(lambda: len(owners()) == n_runners and max(owners().values()) - min(owners().values()) <= 1,
