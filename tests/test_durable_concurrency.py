@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sqlite3
 import threading
 import time
 
@@ -16,6 +15,7 @@ from timerwheel_c.durable import schedule
 from timerwheel_c.durable.timers import keys
 from timerwheel_c.durable.timers.registry import Done, Retry, TimerHandler, TimerKind, TimerRegistry
 from timerwheel_c.durable.service.service import DEFAULT_CONCURRENCY, DurableTimerService
+from timerwheel_c.durable.storage.errors import PermanentStoreError, TransientStoreError
 from timerwheel_c.durable.storage.sqlite import SQLiteStore
 from timerwheel_c.durable.storage.store import Absent, Batch, Store
 from waiting import wait_until, wall_ms
@@ -231,9 +231,9 @@ class Failing(Store):
 
 
 @pytest.mark.parametrize("error, transient", [
-    (sqlite3.OperationalError("database is locked"), True),
+    (TransientStoreError("database is locked", "SQLITE_BUSY"), True),
     (ConnectionResetError("peer reset"), True),
-    (sqlite3.OperationalError("no such table: timerwheel_kv"), False),
+    (PermanentStoreError("no such table: timerwheel_kv", "SQLITE_ERROR"), False),
     (RuntimeError("a bug in a backend"), False),
 ])
 def test_store_errors_are_retried_and_counted_by_kind(store, caplog, error, transient):

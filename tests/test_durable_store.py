@@ -7,6 +7,7 @@ import threading
 
 import pytest
 
+from timerwheel_c.durable.storage.errors import PermanentStoreError
 from timerwheel_c.durable.storage.sqlite import SQLiteStore
 from timerwheel_c.durable.storage.store import Absent, Batch, Committed, Equals, Page, PreconditionFailed, SchemaVersionError
 
@@ -221,19 +222,22 @@ def test_sqlite_bad_constructor_arguments(tmp_path):
 
 
 def test_sqlite_open_errors_name_the_path_and_the_cause(tmp_path):
-    """A SQLite file that cannot be opened raises sqlite3.OperationalError naming the path and why
+    """A SQLite file that cannot be opened raises PermanentStoreError naming the path and why
     (a missing directory, a directory, an unwritable place); a URL given as a path is a ValueError
-    pointing at open_store. Nothing is created on the way."""
+    pointing at open_store, its password masked. Nothing is created on the way."""
     missing = tmp_path / "no" / "such" / "x.db"
-    with pytest.raises(sqlite3.OperationalError, match=rf"{missing}'.*directory .* does not exist"):
+    with pytest.raises(PermanentStoreError, match=rf"{missing}'.*directory .* does not exist"):
         SQLiteStore(missing)
-    with pytest.raises(sqlite3.OperationalError, match=rf"{tmp_path}'.*is a directory"):
+    with pytest.raises(PermanentStoreError, match=rf"{tmp_path}'.*is a directory"):
         SQLiteStore(tmp_path)
     if os.path.isdir("/proc"):  # not writable, even for root
-        with pytest.raises(sqlite3.OperationalError, match="/proc/x.db"):
+        with pytest.raises(PermanentStoreError, match="/proc/x.db"):
             SQLiteStore("/proc/x.db")
     with pytest.raises(ValueError, match=r"'sqlite:///x.db'.*open_store"):
         SQLiteStore("sqlite:///x.db")
+    with pytest.raises(ValueError, match=r"postgresql://u:\*\*\*@h/d") as raised:
+        SQLiteStore("postgresql://u:hunter2@h/d")
+    assert "hunter2" not in str(raised.value)
     assert not missing.parent.exists() and not os.path.exists("sqlite:")
 
 

@@ -22,7 +22,6 @@ import argparse
 import importlib
 import logging
 import signal
-import sqlite3
 import sys
 import threading
 
@@ -102,22 +101,11 @@ def load_registry(spec: str) -> TimerRegistry:
     return obj
 
 
-def _store_errors() -> tuple:
-    """Exception types a store raises when it cannot be opened (psycopg only when installed)."""
-    errors: list[type[Exception]] = [sqlite3.Error]
-    try:
-        import psycopg
-    except ImportError:
-        pass
-    else:
-        errors.append(psycopg.Error)
-    return tuple(errors)
-
-
 def run(args) -> int:
     """Run the service until SIGINT/SIGTERM; 0 on a clean stop, 2 on a bad argument or a store
     that cannot be opened (see the module docstring)."""
     from .service import DurableTimerService
+    from ..storage.errors import StoreError
     from ..storage.open import open_store
 
     log_to_stderr(args.log_level, args.store)
@@ -137,7 +125,7 @@ def run(args) -> int:
     except (ValueError, ImportError) as exc:
         print(f"timerwheel-c run: {redact(str(exc), args.store)}", file=sys.stderr)
         return 2
-    except _store_errors() as exc:
+    except StoreError as exc:
         first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         print(f"timerwheel-c run: cannot open store {redact(args.store)!r}: {redact(first_line, args.store)}",
               file=sys.stderr)

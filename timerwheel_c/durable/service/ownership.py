@@ -67,6 +67,7 @@ from typing import Optional
 
 import psycopg
 
+from ..storage.errors import StoreError
 from ..storage.postgres import PostgresStore
 from ..storage.store import Ownership, check_partition
 
@@ -206,7 +207,7 @@ class PartitionOwnership(Ownership):
             if now >= self._next_check:
                 try:
                     self._rebalance()
-                except psycopg.Error:
+                except (psycopg.Error, StoreError):
                     self._drop_connection()
                     raise
                 self._next_check = now + self.check_interval_s

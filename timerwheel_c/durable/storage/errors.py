@@ -6,20 +6,26 @@ never match driver classes or message text (as procrastinate's connector wraps i
 - :class:`PermanentStoreError`: retrying the same call will fail the same way (a value the
   server refuses, a full disk, a read-only or corrupt file, a schema this version does not know).
 
-Each keeps the driver's exception as ``__cause__``. Backends classify by SQLSTATE class
-(PostgreSQL, https://www.postgresql.org/docs/current/errcodes-appendix.html) and by result code
-(SQLite, https://sqlite.org/rescode.html), never by message text. APScheduler 4 likewise
-retries only the errors it knows to be transient.
+Each keeps the driver's exception as ``__cause__`` and its code as ``code`` (a PostgreSQL SQLSTATE
+such as ``"54000"``, a SQLite result code name such as ``"SQLITE_BUSY"``, or None). Backends
+classify by SQLSTATE class (PostgreSQL, https://www.postgresql.org/docs/current/errcodes-appendix.html)
+and by result code (SQLite, https://sqlite.org/rescode.html), never by message text, through
+:class:`wrap_exceptions`. APScheduler 4 likewise retries only the errors it knows to be transient.
 """
 from __future__ import annotations
 
-import sqlite3
+import contextlib
+from typing import Any, Callable, Optional
 
-__all__ = ["PermanentStoreError", "StoreError", "TransientStoreError", "is_transient"]
+__all__ = ["PermanentStoreError", "StoreError", "TransientStoreError", "is_transient", "wrap_exceptions"]
 
 
 class StoreError(Exception):
-    """A store call failed; ``__cause__`` holds the driver's exception."""
+    """A store call failed; ``__cause__`` holds the driver's exception, ``code`` its code (str or None)."""
+
+    def __init__(self, message: str, code: Optional[str] = None):
+        super().__init__(message)
+        self.code = code
 
 
 class TransientStoreError(StoreError):
@@ -30,26 +36,25 @@ class PermanentStoreError(StoreError):
     """A store call failed for a reason that retrying will not fix."""
 
 
-_SQLITE_TRANSIENT = ("database is locked", "database table is locked", "database is busy")
-
-
-def _psycopg_transient(exc: BaseException) -> bool:
-    try:
-        import psycopg
-    except ImportError:
-        return False
-    return isinstance(exc, psycopg.OperationalError)
-
-
 def is_transient(exc: BaseException) -> bool:
-    """True when ``exc``, raised by a store call, is worth retrying as a passing condition.
+    """True when ``exc``, raised by a store call, is worth retrying as a passing condition: a
+    :class:`TransientStoreError`, or an OS-level connection loss or timeout."""
+    return isinstance(exc, (TransientStoreError, ConnectionError, TimeoutError))
 
-    Transitional: until every backend raises :class:`StoreError` itself, driver errors are still
-    classified here."""
-    if isinstance(exc, StoreError):
-        return isinstance(exc, TransientStoreError)
-    if isinstance(exc, (ConnectionError, TimeoutError)):
-        return True
-    if isinstance(exc, sqlite3.OperationalError):
-        return any(text in str(exc).lower() for text in _SQLITE_TRANSIENT)
-    return _psycopg_transient(exc)
+
+class wrap_exceptions(contextlib.ContextDecorator):
+    """A context manager (and method decorator) that re-raises every ``driver_error`` raised inside it as
+    the :class:`StoreError` that ``classify(exc)`` returns, chained to it (procrastinate's
+    ``wrap_exceptions``). Errors that are already StoreErrors, or not driver errors, pass unchanged."""
+
+    def __init__(self, driver_error: type, classify: Callable[[Any], StoreError]):
+        self._driver_error = driver_error
+        self._classify = classify
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, typ, exc, tb):
+        if exc is not None and isinstance(exc, self._driver_error) and not isinstance(exc, StoreError):
+            raise self._classify(exc) from exc
+        return False

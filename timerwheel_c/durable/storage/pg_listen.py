@@ -28,6 +28,7 @@ from typing import Callable
 import psycopg
 from psycopg import sql
 
+from .errors import StoreError
 from .watch import Watcher, call_back
 
 __all__ = ["PgListener"]
@@ -41,7 +42,7 @@ _RECONNECT_S = (0.05, 5.0)
 
 class PgListener(Watcher):
     """``LISTEN`` on ``channel`` through its own autocommit connection, opened by ``connect()``
-    (which raises ``psycopg.Error`` without quoting a password); ``callback()`` on each notification
+    (which raises :class:`StoreError` without quoting a password); ``callback()`` on each notification
     and after each reconnect (see the module docstring).
 
     Counters: ``reconnects`` (connections opened after a lost one). ``connected`` is an Event
@@ -74,7 +75,7 @@ class PgListener(Watcher):
                     call_back(self._callback, self._closing)
                     failures = 0
                     self._serve(conn)
-            except psycopg.Error as exc:
+            except (psycopg.Error, StoreError) as exc:
                 self.connected.clear()
                 if self._closing.is_set():
                     return

@@ -45,24 +45,60 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
+from .errors import PermanentStoreError, StoreError, TransientStoreError, wrap_exceptions
 from .pg_listen import PgListener
-from .store import Absent, Batch, Committed, Page, PreconditionFailed, SchemaVersionError, Store
 from .redact import redact
+from .sqlfiles import migrations, queries
+from .store import (Absent, Batch, Committed, Page, PreconditionFailed, Refused, SchemaVersionError, Store,
+                    consumed_write, schema_version_of)
 from .watch import Watcher
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore", "lock_key"]
 
 _TABLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,51}$")  # room for the "_apply_many" suffix
-# Each version's DDL replaces the previous one's functions (see _create_schema):
+# The versions (sql/postgres/NNNN_*.sql bring a database to version NNNN):
 # 1: the table and a one-batch ``<table>_apply`` (databases from before the version row);
 # 2: the version row and ``<table>_apply_many`` over flattened batches;
 # 3: ``<table>_apply_many`` takes ``consume`` (a guarded delete checks its own guard);
-# 4: the change-signal trigger ``<table>_wake`` (NOTIFY_DDL).
-SCHEMA_VERSION = 4
-_OLD_FUNCTIONS = (
-    "{table}_apply",
-    "{table}_apply_many(text, bigint, int[], bytea[], bytea[], boolean[], int[], bytea[], bytea[])",
-)
+# 4: the change-signal trigger ``<table>_wake`` (NOTIFY_DDL);
+# 5: ``<table>_apply_one``, and ``<table>_apply_many`` reports a refused batch alone.
+_MIGRATIONS = migrations("postgres")
+SCHEMA_VERSION = _MIGRATIONS[-1][0]
+_QUERIES = queries("postgres")
+# SQLSTATEs of passing conditions (https://www.postgresql.org/docs/current/errcodes-appendix.html),
+# by class: 08 connection exception, 40 transaction rollback (serialization failure, deadlock),
+# 53 insufficient resources (too many connections, out of memory) but for 53100 disk full, which
+# stays until someone frees space, and 57 operator intervention (admin or crash shutdown, cannot
+# connect now, query canceled) but for 57P04 database dropped; 55P03 lock not available and 55006
+# object in use. Everything else (22 data exception, 23 integrity, 54 program limit exceeded such as
+# an index row too large, 42 syntax or access, XX internal) is permanent.
+_TRANSIENT_CLASSES = ("08", "40", "53", "57")
+_PERMANENT_IN_TRANSIENT_CLASSES = ("53100", "57P04")
+_TRANSIENT_STATES = ("55P03", "55006")
+
+
+def is_transient_sqlstate(sqlstate: Optional[str]) -> bool:
+    """True for a SQLSTATE of a passing condition (see above); None (an error the client raised
+    itself, without a server reply: a lost or refused connection) counts as one."""
+    if sqlstate is None:
+        return True
+    if sqlstate in _PERMANENT_IN_TRANSIENT_CLASSES:
+        return False
+    return sqlstate[:2] in _TRANSIENT_CLASSES or sqlstate in _TRANSIENT_STATES
+
+
+def store_error(exc: psycopg.Error, dsn: Optional[str] = None) -> StoreError:
+    """The :class:`StoreError` for a psycopg error: classified by its SQLSTATE (a client-side error
+    without one is transient when it is about the connection, permanent otherwise: a malformed DSN
+    or a misuse); the message is the driver's, its password redacted."""
+    sqlstate = getattr(exc, "sqlstate", None)
+    if sqlstate is None:
+        transient = isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError))
+    else:
+        transient = is_transient_sqlstate(sqlstate)
+    message = redact(str(exc).strip() or type(exc).__name__, dsn)
+    kind = TransientStoreError if transient else PermanentStoreError
+    return kind(f"PostgreSQL: {message}" + (f" (SQLSTATE {sqlstate})" if sqlstate else ""), sqlstate)
 
 
 def lock_key(*parts: str) -> int:
@@ -70,65 +106,6 @@ def lock_key(*parts: str) -> int:
     ``pg_advisory_lock(bigint)`` takes it."""
     digest = hashlib.blake2b("\0".join(parts).encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big", signed=True)
-
-
-# Batch b owns guards g_end[b-1]+1 .. g_end[b] and writes w_end[b-1]+1 .. w_end[b] (1-based,
-# g_end[0] = 0). consume[b] > 0 says that batch b's last guard is Equals(K, V) and that its
-# write number consume[b] is K's first write, a delete: then one "DELETE ... AND value = V"
-# both checks that guard and does that write (every claim and every Done of the runner has
-# this shape), one statement instead of two. Being the last guard, nothing checked after it
-# can fail and leave the delete to undo. Returns one element per batch: the key of its first
-# failed guard (nothing of that batch written), or NULL once its writes are done.
-_APPLY_MANY_FUNCTION = """
-CREATE OR REPLACE FUNCTION {fn}(p text, lock_key bigint, g_end int[], gk bytea[], gv bytea[],
-                                absent boolean[], w_end int[], wk bytea[], wv bytea[], consume int[])
-RETURNS bytea[] LANGUAGE plpgsql AS $$
-DECLARE
-  b int;
-  i int;
-  g0 int := 0;
-  w0 int := 0;
-  last int;
-  cur bytea;
-  failed bytea;
-  result bytea[] := '{{}}';
-BEGIN
-  PERFORM pg_advisory_xact_lock(lock_key);
-  FOR b IN 1 .. coalesce(array_length(g_end, 1), 0) LOOP
-    failed := NULL;
-    last := CASE WHEN consume[b] > 0 THEN g_end[b] - 1 ELSE g_end[b] END;
-    FOR i IN g0 + 1 .. last LOOP
-      SELECT value INTO cur FROM {t} WHERE partition = p AND key = gk[i];
-      IF absent[i] THEN
-        IF FOUND THEN failed := gk[i]; EXIT; END IF;
-      ELSIF NOT FOUND OR cur <> gv[i] THEN
-        failed := gk[i]; EXIT;
-      END IF;
-    END LOOP;
-    IF failed IS NULL AND consume[b] > 0 THEN
-      DELETE FROM {t} WHERE partition = p AND key = gk[g_end[b]] AND value = gv[g_end[b]];
-      IF NOT FOUND THEN failed := gk[g_end[b]]; END IF;
-    END IF;
-    IF failed IS NULL THEN
-      FOR i IN w0 + 1 .. w_end[b] LOOP
-        IF i = consume[b] THEN
-          CONTINUE;
-        ELSIF wv[i] IS NULL THEN
-          DELETE FROM {t} WHERE partition = p AND key = wk[i];
-        ELSE
-          INSERT INTO {t} (partition, key, value) VALUES (p, wk[i], wv[i])
-            ON CONFLICT (partition, key) DO UPDATE SET value = EXCLUDED.value;
-        END IF;
-      END LOOP;
-    END IF;
-    result := result || failed;
-    g0 := g_end[b];
-    w0 := w_end[b];
-  END LOOP;
-  RETURN result;
-END
-$$
-"""
 
 
 # The change signal: a trigger function and a row trigger, both named {wake} (the table name
@@ -166,7 +143,8 @@ class PostgresStore(Store):
     Args:
         dsn: a libpq connection string or ``postgresql://`` URL.
         table: the table name (lower-case identifier of at most 52 characters, default
-            ``timerwheel_kv``); created if missing, with ``<table>_meta`` and ``<table>_apply_many``.
+            ``timerwheel_kv``); created if missing, with ``<table>_meta``, ``<table>_apply_many``
+            and ``<table>_apply_one``.
         synchronous_commit: this store's session ``synchronous_commit`` ("on", "off", "local",
             "remote_write", "remote_apply"), or None for the server's setting. "off" skips the
             WAL flush wait per commit, like SQLite's ``synchronous=NORMAL`` in WAL mode: a
@@ -174,9 +152,9 @@ class PostgresStore(Store):
 
     Raises:
         TypeError / ValueError: a bad argument.
-        SchemaVersionError: the table was created by a newer timerwheel_c.
-        psycopg.Error: the server cannot be reached or the table cannot be created; its
-            message never holds the DSN's password (see :func:`.url.redact`).
+        TransientStoreError: the server cannot be reached now; PermanentStoreError: it refuses
+            this DSN or the table cannot be created. The message never holds the DSN's password.
+        SchemaError / SchemaVersionError: the meta table holds an unusable or newer schema version.
 
     The DSN is kept private: ``repr`` names user, host, port and database only.
     """
@@ -192,66 +170,51 @@ class PostgresStore(Store):
         self.synchronous_commit = synchronous_commit
         self.table = table
         self._lock = threading.Lock()
-        t = sql.Identifier(table)
-        self._sql_scan_from = sql.SQL(
-            "SELECT key, value FROM {} WHERE partition = %s AND key >= %s AND key < %s ORDER BY key LIMIT %s").format(t)
-        self._sql_scan_after = sql.SQL(
-            "SELECT key, value FROM {} WHERE partition = %s AND key > %s AND key < %s ORDER BY key LIMIT %s").format(t)
-        self._sql_get = sql.SQL("SELECT value FROM {} WHERE partition = %s AND key = %s").format(t)
-        # A loose index scan: one index probe per partition instead of a walk over every row.
-        self._sql_partitions = sql.SQL(
-            "WITH RECURSIVE p AS ((SELECT partition FROM {t} ORDER BY partition LIMIT 1) UNION ALL"
-            " SELECT (SELECT partition FROM {t} WHERE partition > p.partition ORDER BY partition LIMIT 1)"
-            " FROM p WHERE p.partition IS NOT NULL) SELECT partition FROM p WHERE partition IS NOT NULL").format(t=t)
-        fn = sql.Identifier(f"{table}_apply_many")
-        self._sql_apply_many = sql.SQL(
-            # %b: binary parameters, so bytea arrays travel without text escaping.
-            "SELECT {}(%s, %s, %b::int[], %b::bytea[], %b::bytea[], %b::boolean[], %b::int[], %b::bytea[], %b::bytea[],"
-            " %b::int[])"
-        ).format(fn)
+        self._wrap = wrap_exceptions(psycopg.Error, self._error)
+        self._names = {
+            "t": sql.Identifier(table), "meta": sql.Identifier(f"{table}_meta"),
+            "apply_many": sql.Identifier(f"{table}_apply_many"), "apply_one": sql.Identifier(f"{table}_apply_one"),
+            "old_apply": sql.Identifier(f"{table}_apply"),
+        }
+        self._sql = {name: sql.SQL(text).format(**self._names) for name, text in _QUERIES.items()}
         self._conn: Optional[psycopg.Connection] = None
-        with self._lock:
+        with self._lock, self._wrap:
             self._create_schema()
 
     def __repr__(self):
         return f"PostgresStore({describe_dsn(self._dsn)}, table={self.table!r})"
 
+    def _error(self, exc: psycopg.Error) -> StoreError:
+        return store_error(exc, self._dsn)
+
     def _create_schema(self) -> None:
         """Create or upgrade the schema once: every opener takes the same transaction-level
         advisory lock first, so concurrent DDL (which PostgreSQL does not serialize for
-        ``CREATE OR REPLACE FUNCTION``) never runs twice at once."""
-        t = sql.Identifier(self.table)
-        meta = sql.Identifier(f"{self.table}_meta")
+        ``CREATE OR REPLACE FUNCTION``) never runs twice at once; then the migrations numbered
+        above the recorded version run in that one transaction."""
         conn = self._connection()
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(self.table, "schema"),))
-            conn.execute(sql.SQL(
-                "CREATE TABLE IF NOT EXISTS {} (name text PRIMARY KEY, value text NOT NULL)").format(meta))
-            row = conn.execute(sql.SQL("SELECT value FROM {} WHERE name = 'schema_version'").format(meta)).fetchone()
-            found = int(row[0]) if row is not None else None
+            conn.execute(self._sql["create_meta"])
+            row = conn.execute(self._sql["schema_version"]).fetchone()
+            where = f"PostgreSQL table {self.table!r}"
+            found = 0 if row is None else schema_version_of(where, row[0])
             if found == SCHEMA_VERSION:
                 return
-            if found is not None and found > SCHEMA_VERSION:
-                raise SchemaVersionError(f"PostgreSQL table {self.table!r}", found, SCHEMA_VERSION)
-            conn.execute(sql.SQL(
-                "CREATE TABLE IF NOT EXISTS {} (partition text NOT NULL, key bytea NOT NULL,"
-                " value bytea NOT NULL, PRIMARY KEY (partition, key))").format(t))
-            for old in _OLD_FUNCTIONS:
-                name, _, signature = old.format(table=self.table).partition("(")
-                conn.execute(sql.SQL("DROP FUNCTION IF EXISTS {}" + (f"({signature}" if signature else "")).format(
-                    sql.Identifier(name)))
-            conn.execute(sql.SQL(_APPLY_MANY_FUNCTION).format(fn=sql.Identifier(f"{self.table}_apply_many"), t=t))
+            if found > SCHEMA_VERSION:
+                raise SchemaVersionError(where, found, SCHEMA_VERSION)
+            for version, text in _MIGRATIONS:
+                if version > found:
+                    conn.execute(sql.SQL(text).format(**self._names))
             conn.execute(notify_ddl(self.table))
-            conn.execute(sql.SQL(
-                "INSERT INTO {} (name, value) VALUES ('schema_version', %s)"
-                " ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value").format(meta), (str(SCHEMA_VERSION),))
+            conn.execute(self._sql["set_schema_version"], (str(SCHEMA_VERSION),))
 
     def new_connection(self) -> psycopg.Connection:
         """A new autocommit connection to this store's database, for callers that hold session
         state of their own (the fleet's ownership locks); the caller closes it.
 
         Raises:
-            psycopg.Error: the server cannot be reached (the message never holds the password).
+            StoreError: the server cannot be reached (the message never holds the password).
         """
         return connect(self._dsn)
 
@@ -261,23 +224,28 @@ class PostgresStore(Store):
         return self._conn
 
     def _scan(self, partition: str, start: bytes, end: bytes, after: Optional[bytes], limit: int) -> Page:
-        query, lower = (self._sql_scan_from, start) if after is None else (self._sql_scan_after, after)
-        with self._lock:
+        query, lower = (self._sql["scan_from"], start) if after is None else (self._sql["scan_after"], after)
+        with self._lock, self._wrap:
             rows = self._connection().execute(query, (partition, lower, end, limit + 1)).fetchall()
         return Page.from_rows(rows, limit)
 
     def _get(self, partition: str, key: bytes) -> Optional[bytes]:
-        with self._lock:
-            row = self._connection().execute(self._sql_get, (partition, key)).fetchone()
+        with self._lock, self._wrap:
+            row = self._connection().execute(self._sql["get"], (partition, key)).fetchone()
         return None if row is None else bytes(row[0])
 
     def _apply(self, partition: str, batch: Batch) -> Union[Committed, PreconditionFailed]:
-        return self._apply_in_one_transaction(partition, [batch])[0]
+        return self._apply_in_one_transaction(partition, [batch], protect=False)[0]
 
     def _apply_many(self, partition: str, batches: list) -> list:
-        return self._apply_in_one_transaction(partition, batches)
+        try:
+            return self._apply_in_one_transaction(partition, batches, protect=False)
+        except PermanentStoreError:
+            # Nothing was written. Again, each batch in a subtransaction of its own: the server's
+            # refusal is then scoped to the batch that caused it.
+            return self._apply_in_one_transaction(partition, batches, protect=True)
 
-    def _apply_in_one_transaction(self, partition: str, batches: list) -> list:
+    def _apply_in_one_transaction(self, partition: str, batches: list, protect: bool) -> list:
         wk: list  # (mypy infers no element type for it from the unpacking below)
         g_end, gk, gv, absent, w_end, wk, wv, consume = [], [], [], [], [], [], [], []
         for batch in batches:
@@ -286,23 +254,18 @@ class PostgresStore(Store):
                 is_absent = isinstance(g, Absent)
                 gv.append(None if is_absent else g.value)
                 absent.append(is_absent)
-            consumed = 0
-            if batch.guards and not absent[-1]:
-                last_key = gk[-1]
-                for i, (k, v) in enumerate(batch.writes):
-                    if k == last_key:
-                        consumed = len(wk) + i + 1 if v is None else 0
-                        break
+            consumed = consumed_write(batch)
+            consume.append(len(wk) + consumed + 1 if consumed >= 0 else 0)
             for k, v in batch.writes:
                 wk.append(k)
                 wv.append(v)
             g_end.append(len(gk))
             w_end.append(len(wk))
-            consume.append(consumed)
-        args = (partition, lock_key(self.table, partition), g_end, gk, gv, absent, w_end, wk, wv, consume)
-        with self._lock:
-            (failed,) = self._connection().execute(self._sql_apply_many, args).fetchall()[0]
-        return [Committed() if f is None else PreconditionFailed(bytes(f)) for f in failed]
+        args = (partition, lock_key(self.table, partition), g_end, gk, gv, absent, w_end, wk, wv, consume, protect)
+        with self._lock, self._wrap:
+            failed, refused = self._connection().execute(self._sql["apply_many"], args).fetchall()[0]
+        return [Refused(_refusal(why)) if why is not None else Committed() if f is None else PreconditionFailed(bytes(f))
+                for f, why in zip(failed, refused)]
 
     def watch(self, callback: Callable[[], None]) -> Watcher:
         """The change signal (see :meth:`Store.watch`): a :class:`PgListener` on the channel
@@ -310,8 +273,8 @@ class PostgresStore(Store):
         return PgListener(lambda: connect(self._dsn), f"{self.table}_wake", callback)
 
     def _partitions(self) -> list:
-        with self._lock:
-            return [r[0] for r in self._connection().execute(self._sql_partitions).fetchall()]
+        with self._lock, self._wrap:
+            return [r[0] for r in self._connection().execute(self._sql["partitions"]).fetchall()]
 
     def ownership(self, partitions: Optional[list] = None, **kwargs):
         """A :class:`~timerwheel_c.durable.ownership.PartitionOwnership` dividing ``partitions``
@@ -327,6 +290,7 @@ class PostgresStore(Store):
         with self._lock:
             conn = self._connection()
             conn.execute(sql.SQL("DROP FUNCTION IF EXISTS {}").format(sql.Identifier(f"{self.table}_apply_many")))
+            conn.execute(sql.SQL("DROP FUNCTION IF EXISTS {}").format(sql.Identifier(f"{self.table}_apply_one")))
             conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(f"{self.table}_meta")))
             conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(self.table)))
             conn.execute(sql.SQL("DROP FUNCTION IF EXISTS {}").format(sql.Identifier(f"{self.table}_wake")))
@@ -337,23 +301,32 @@ class PostgresStore(Store):
                 self._conn.close()
 
 
+def _refusal(why: str) -> StoreError:
+    """The error of a batch the server refused inside ``<table>_apply_many``: ``why`` is
+    ``"SQLSTATE message"``."""
+    sqlstate, _, message = why.partition(" ")
+    kind = TransientStoreError if is_transient_sqlstate(sqlstate) else PermanentStoreError
+    return kind(f"PostgreSQL refused the batch: {message} (SQLSTATE {sqlstate})", sqlstate)
+
+
 def connect(dsn: str, synchronous_commit: Optional[str] = None) -> psycopg.Connection:
     """An autocommit psycopg connection to ``dsn``, with the session's ``synchronous_commit``
     set unless it is None.
 
     Raises:
-        psycopg.Error: the server cannot be reached; the message never holds the password.
+        StoreError: the server cannot be reached (transient) or refuses the DSN (permanent);
+            the message never holds the password.
     """
     try:
         conn = psycopg.connect(dsn, autocommit=True)
+        if synchronous_commit is not None:
+            conn.execute(sql.SQL("SET synchronous_commit = {}").format(sql.Literal(synchronous_commit)))
     except psycopg.Error as exc:
-        message = str(exc)
-        if redact(message, dsn) == message:
-            raise
-        # libpq quotes a malformed connection string back: re-raise without the password.
-        raise type(exc)(redact(message, dsn)) from None
-    if synchronous_commit is not None:
-        conn.execute(sql.SQL("SET synchronous_commit = {}").format(sql.Literal(synchronous_commit)))
+        error = store_error(exc, dsn)
+        if redact(str(exc), dsn) != str(exc):
+            # libpq quoted the connection string back, password included: do not chain it.
+            raise error from None
+        raise error from exc
     return conn
 
 

@@ -38,7 +38,10 @@ import threading
 import time
 from typing import Callable, Optional, Union
 
-from .store import Absent, Batch, Committed, Equals, Page, PreconditionFailed, SchemaVersionError, Store
+from .errors import PermanentStoreError, StoreError, TransientStoreError, wrap_exceptions
+from .redact import redact
+from .store import (Absent, Batch, Committed, Page, PreconditionFailed, Refused, SchemaError, SchemaVersionError,
+                    Store, consumed_write, schema_version_of)
 from .watch import PollingWatcher, Watcher
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
@@ -51,7 +54,50 @@ _SCHEMA = (
     " PRIMARY KEY (partition, key)) WITHOUT ROWID"
 )
 _META = "CREATE TABLE IF NOT EXISTS timerwheel_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)"
+_GET = "SELECT value FROM timerwheel_kv WHERE partition = ? AND key = ?"
+_PUT = "INSERT OR REPLACE INTO timerwheel_kv (partition, key, value) VALUES (?, ?, ?)"
+_DELETE = "DELETE FROM timerwheel_kv WHERE partition = ? AND key = ?"
+_DELETE_IF = "DELETE FROM timerwheel_kv WHERE partition = ? AND key = ? AND value = ?"
+_TABLES = {"timerwheel_kv": ("partition", "key", "value"), "timerwheel_meta": ("name", "value")}
+# A loose index scan: one probe of the primary key per partition (a few microseconds each), so a
+# pass costs the same with 1M stored rows as with 1k; SELECT DISTINCT would walk every row.
+_PARTITIONS = (
+    "WITH RECURSIVE p(name) AS (SELECT (SELECT partition FROM timerwheel_kv ORDER BY partition LIMIT 1) UNION ALL"
+    " SELECT (SELECT partition FROM timerwheel_kv WHERE partition > p.name ORDER BY partition LIMIT 1)"
+    " FROM p WHERE p.name IS NOT NULL) SELECT name FROM p WHERE name IS NOT NULL")
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
+# SQLite's primary result codes (https://sqlite.org/rescode.html) of passing conditions: BUSY,
+# LOCKED, NOMEM, INTERRUPT, PROTOCOL (a WAL lock race) and SCHEMA (another connection changed it).
+_TRANSIENT_CODES = {5: "SQLITE_BUSY", 6: "SQLITE_LOCKED", 7: "SQLITE_NOMEM", 9: "SQLITE_INTERRUPT",
+                    15: "SQLITE_PROTOCOL", 17: "SQLITE_SCHEMA"}
+# Python before 3.11 gives no result code; SQLite's fixed text for each code (sqlite3_errstr(),
+# which is what sqlite3_errmsg() returns for these) maps the message back to it, there only.
+_ERRSTR_CODES = {"database is locked": 5, "database table is locked": 6, "out of memory": 7, "interrupted": 9,
+                 "locking protocol": 15, "database schema has changed": 17, "database or disk is full": 13,
+                 "attempt to write a readonly database": 8, "disk I/O error": 10, "unable to open database file": 14,
+                 "database disk image is malformed": 11, "file is not a database": 26}
+_CODE_NAMES = {**_TRANSIENT_CODES, 8: "SQLITE_READONLY", 10: "SQLITE_IOERR", 11: "SQLITE_CORRUPT",
+               13: "SQLITE_FULL", 14: "SQLITE_CANTOPEN", 26: "SQLITE_NOTADB"}
+
+
+def result_code(exc: sqlite3.Error) -> tuple:
+    """``(primary result code, its name)`` of a sqlite3 error, ``(None, None)`` when it has none
+    (a closed connection, a misuse of the module)."""
+    code = getattr(exc, "sqlite_errorcode", None)  # Python >= 3.11
+    if code is None:
+        code = _ERRSTR_CODES.get(str(exc))
+        if code is None:
+            return None, None
+    name = getattr(exc, "sqlite_errorname", None) or _CODE_NAMES.get(code & 0xFF, f"SQLITE_{code & 0xFF}")
+    return code & 0xFF, name
+
+
+def store_error(path: str, exc: sqlite3.Error) -> StoreError:
+    """The :class:`StoreError` for a sqlite3 error on the database ``path``: transient for the
+    result codes of passing conditions, permanent for every other."""
+    primary, name = result_code(exc)
+    kind = TransientStoreError if primary in _TRANSIENT_CODES else PermanentStoreError
+    return kind(f"SQLite database {path!r}: {exc}" + (f" ({name})" if name else ""), name)
 # 1: the key-value table alone (files from before the version row); 2: the version row.
 SCHEMA_VERSION = 2
 
@@ -71,9 +117,12 @@ class SQLiteStore(Store):
     Raises:
         TypeError / ValueError: a bad argument, or a URL given as the path (use
             :func:`timerwheel_c.durable.url.open_store` for URLs).
-        sqlite3.OperationalError: the database cannot be opened; the message names the path
-            and why (a missing directory, a directory, an unwritable place).
-        sqlite3.DatabaseError: the file is not a database.
+        PermanentStoreError: the database cannot be opened; the message names the path and why
+            (a missing directory, a directory, a read-only filesystem, no write permission, not a
+            database file).
+        TransientStoreError: the file stayed locked by another process for ``busy_timeout_ms``.
+        SchemaError: the file holds tables of the same names that timerwheel_c did not make
+            (nothing is written to it), or a ``schema_version`` that is not an integer.
         SchemaVersionError: the file was written by a newer timerwheel_c.
     """
 
@@ -95,24 +144,28 @@ class SQLiteStore(Store):
         if isinstance(self.path, bytes):
             raise TypeError(f"path must be a str path, got bytes {self.path!r}")
         if "://" in self.path:
-            raise ValueError(f"SQLiteStore takes a file path, not the URL {self.path!r}; open a URL with open_store()")
+            raise ValueError(f"SQLiteStore takes a file path, not the URL {redact(self.path)!r}; "
+                             "open a URL with open_store()")
         self.synchronous = synchronous
         self.watch_interval_s = float(watch_interval_s)
         self._busy_timeout_s = busy_timeout_ms / 1000
         self._lock = threading.Lock()
+        self._wrap = wrap_exceptions(sqlite3.Error, self._error)
         try:
             # isolation_level=None: no implicit transactions; apply() opens its own.
             self._db = sqlite3.connect(
                 self.path, timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False
             )
-        except sqlite3.OperationalError as exc:
+        except sqlite3.Error as exc:
             raise self._open_error(exc) from exc
         try:
+            # Checked before anything is written: a foreign file must come out as it went in.
+            self._while_busy(self._refuse_foreign_tables)
             if self.path != ":memory:":
                 self._while_busy(lambda: self._db.execute("PRAGMA journal_mode=WAL"))
             self._db.execute(f"PRAGMA synchronous={synchronous}")
             self._while_busy(self._create_schema)
-        except sqlite3.OperationalError as exc:
+        except sqlite3.Error as exc:
             self._db.close()
             raise self._open_error(exc) from exc
         except BaseException:
@@ -140,23 +193,40 @@ class SQLiteStore(Store):
                 step()
                 return
             except sqlite3.OperationalError as exc:
-                message = str(exc)
-                if ("locked" not in message and "busy" not in message) or time.monotonic() >= deadline:
+                if result_code(exc)[0] not in (5, 6) or time.monotonic() >= deadline:  # BUSY, LOCKED
                     raise
             time.sleep(delay_s)
             delay_s = min(delay_s * 2, 0.05)
 
-    def _open_error(self, exc: sqlite3.OperationalError) -> sqlite3.OperationalError:
+    def _open_error(self, exc: sqlite3.Error) -> StoreError:
         """The error to raise when the file cannot be opened: it names the path and, where the
         cause is visible from here, says it (SQLite itself only says "unable to open")."""
-        parent = os.path.dirname(os.path.abspath(self.path))
-        if os.path.isdir(self.path):
+        error = self._error(exc)
+        if isinstance(error, TransientStoreError) or self.path == ":memory:":
+            return error
+        path = os.path.abspath(self.path)
+        parent = os.path.dirname(path)
+        if os.path.isdir(path):
             why = "it is a directory"
         elif not os.path.isdir(parent):
             why = f"its directory {parent!r} does not exist"
+        elif os.statvfs(parent).f_flag & os.ST_RDONLY:
+            why = f"its filesystem is mounted read-only ({exc})"
+        elif not os.access(parent, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+            why = f"this process may not write {path if os.path.exists(path) else parent!r} ({exc})"
         else:
             why = str(exc)
-        return sqlite3.OperationalError(f"cannot open SQLite database {self.path!r}: {why}")
+        return PermanentStoreError(f"cannot open SQLite database {self.path!r}: {why}", error.code)
+
+    def _refuse_foreign_tables(self) -> None:
+        """Raise SchemaError when the file has a table of this store's names with other columns: a
+        table some other program made, which this store must neither use nor write into."""
+        for table, columns in _TABLES.items():
+            found = tuple(row[1] for row in self._db.execute(f"PRAGMA table_info({table})"))
+            if found and found != columns:
+                raise SchemaError(
+                    f"SQLite database {self.path!r} has a table {table} with columns {found}, not {columns}: "
+                    "it was not made by timerwheel_c; refusing to use it (nothing was written)")
 
     def _create_schema(self) -> None:
         """Create or upgrade the schema under the write lock, once, even when many processes open
@@ -167,7 +237,7 @@ class SQLiteStore(Store):
             db.execute(_SCHEMA)
             db.execute(_META)
             row = db.execute("SELECT value FROM timerwheel_meta WHERE name = 'schema_version'").fetchone()
-            found = int(row[0]) if row is not None else None
+            found = None if row is None else schema_version_of(f"SQLite database {self.path!r}", row[0])
             if found is not None and found > SCHEMA_VERSION:
                 raise SchemaVersionError(f"SQLite database {self.path!r}", found, SCHEMA_VERSION)
             if found != SCHEMA_VERSION:
@@ -178,6 +248,9 @@ class SQLiteStore(Store):
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
+
+    def _error(self, exc: sqlite3.Error) -> StoreError:
+        return store_error(self.path, exc)
 
     def _checkpoint_loop(self, interval_s: float, busy_timeout_ms: int) -> None:
         db = sqlite3.connect(self.path, timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False)
@@ -195,7 +268,7 @@ class SQLiteStore(Store):
 
     def _scan(self, partition: str, start: bytes, end: bytes, after: Optional[bytes], limit: int) -> Page:
         lower, op = (start, ">=") if after is None else (after, ">")
-        with self._lock:
+        with self._lock, self._wrap:
             rows = self._db.execute(
                 f"SELECT key, value FROM timerwheel_kv WHERE partition = ? AND key {op} ? AND key < ?"
                 " ORDER BY key LIMIT ?",
@@ -204,31 +277,37 @@ class SQLiteStore(Store):
         return Page.from_rows(rows, limit)
 
     def _get(self, partition: str, key: bytes) -> Optional[bytes]:
-        with self._lock:
-            row = self._db.execute(
-                "SELECT value FROM timerwheel_kv WHERE partition = ? AND key = ?", (partition, key)
-            ).fetchone()
+        with self._lock, self._wrap:
+            row = self._db.execute(_GET, (partition, key)).fetchone()
         return None if row is None else bytes(row[0])
 
     def _apply(self, partition: str, batch: Batch) -> Union[Committed, PreconditionFailed]:
-        return self._apply_in_one_transaction(partition, [batch])[0]
+        return self._apply_in_one_transaction(partition, [batch], nested=False)[0]
 
     def _apply_many(self, partition: str, batches: list) -> list:
-        return self._apply_in_one_transaction(partition, batches)
+        return self._apply_in_one_transaction(partition, batches, nested=True)
 
-    def _apply_in_one_transaction(self, partition: str, batches: list) -> list:
-        # One transaction for the whole list; with more than one batch, each runs in its own
-        # savepoint so that a failed guard rolls back that batch alone.
-        nested = len(batches) > 1
+    def _apply_in_one_transaction(self, partition: str, batches: list, nested: bool) -> list:
+        # One transaction for the whole list; ``nested`` (apply_many) runs each batch in its own
+        # savepoint, so that a failed guard or a refused batch rolls back that batch alone.
         results: list = []
-        with self._lock:
+        with self._lock, self._wrap:
             db = self._db
             db.execute("BEGIN IMMEDIATE")
             try:
                 for batch in batches:
                     if nested:
                         db.execute("SAVEPOINT batch")
-                    failed = self._apply_one(partition, batch)
+                    try:
+                        failed = self._apply_one(partition, batch)
+                    except sqlite3.Error as exc:
+                        error = self._error(exc)
+                        if not nested or isinstance(error, TransientStoreError):
+                            raise error from exc
+                        db.execute("ROLLBACK TO batch")
+                        db.execute("RELEASE batch")
+                        results.append(Refused(error))
+                        continue
                     if failed is None:
                         results.append(Committed())
                     else:
@@ -287,48 +366,31 @@ class SQLiteStore(Store):
 
     def _apply_one(self, partition: str, batch: Batch) -> Optional[bytes]:
         """Check ``batch``'s guards and write it inside the open transaction; return the key of
-        the first failed guard (the caller rolls back), or None once written."""
+        the first failed guard (the caller rolls back), or None once written. The last guard may
+        be checked by its own delete (:func:`~.store.consumed_write`, the rule every backend follows)."""
         db = self._db
-        # An Equals guard on a key whose first write is a delete (every claim and every Done of
-        # the runner) is checked by the delete itself, "DELETE ... AND value = ?", one statement
-        # instead of two; the skipped write is that first delete.
-        first_is_delete: dict = {}
-        for key, value in batch.writes:
-            first_is_delete.setdefault(key, value is None)
-        consumed: dict = {}
-        for guard in batch.guards:
-            key = guard.key
-            if key in consumed:
-                held = not isinstance(guard, Absent) and guard.value == consumed[key]
-            elif isinstance(guard, Equals) and first_is_delete.get(key):
-                held = db.execute(
-                    "DELETE FROM timerwheel_kv WHERE partition = ? AND key = ? AND value = ?",
-                    (partition, key, guard.value),
-                ).rowcount == 1
-                if held:
-                    consumed[key] = guard.value
-            else:
-                row = db.execute(
-                    "SELECT value FROM timerwheel_kv WHERE partition = ? AND key = ?", (partition, key)
-                ).fetchone()
-                held = row is None if isinstance(guard, Absent) else row is not None and row[0] == guard.value
+        consumed = consumed_write(batch)
+        for guard in batch.guards[:-1] if consumed >= 0 else batch.guards:
+            row = db.execute(_GET, (partition, guard.key)).fetchone()
+            held = row is None if isinstance(guard, Absent) else row is not None and row[0] == guard.value
             if not held:
-                return key
-        for key, value in batch.writes:
-            if key in consumed:
-                del consumed[key]  # its first write, the delete, is done
-            elif value is None:
-                db.execute("DELETE FROM timerwheel_kv WHERE partition = ? AND key = ?", (partition, key))
+                return guard.key
+        if consumed >= 0:
+            last = batch.guards[-1]
+            if db.execute(_DELETE_IF, (partition, last.key, last.value)).rowcount != 1:
+                return last.key
+        for i, (key, value) in enumerate(batch.writes):
+            if i == consumed:
+                continue
+            if value is None:
+                db.execute(_DELETE, (partition, key))
             else:
-                db.execute(
-                    "INSERT OR REPLACE INTO timerwheel_kv (partition, key, value) VALUES (?, ?, ?)",
-                    (partition, key, value),
-                )
+                db.execute(_PUT, (partition, key, value))
         return None
 
     def _partitions(self) -> list:
-        with self._lock:
-            rows = self._db.execute("SELECT DISTINCT partition FROM timerwheel_kv ORDER BY partition").fetchall()
+        with self._lock, self._wrap:
+            rows = self._db.execute(_PARTITIONS).fetchall()
         return [r[0] for r in rows]
 
     def close(self) -> None:

@@ -20,6 +20,7 @@ import abc
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Union
 
+from .errors import PermanentStoreError
 from .watch import GENERIC_POLL_S, PollingWatcher, Watcher
 
 __all__ = [
@@ -34,10 +35,12 @@ __all__ = [
     "Page",
     "PreconditionFailed",
     "Refused",
+    "SchemaError",
     "SchemaVersionError",
     "Store",
     "check_bytes",
     "check_partition",
+    "consumed_write",
 ]
 
 
@@ -74,7 +77,25 @@ def check_partition(partition: object) -> str:
     return partition
 
 
-class SchemaVersionError(RuntimeError):
+class SchemaError(PermanentStoreError):
+    """The database holds something under this store's names that this version cannot use: tables
+    another program made, or a schema version that is not an integer. Nothing was written."""
+
+
+def schema_version_of(where: str, value: object) -> int:
+    """The schema version recorded as ``value`` (the meta table's text) in ``where``, as an int.
+
+    Raises:
+        SchemaError: ``value`` is not the decimal text of an integer >= 1, naming it.
+    """
+    text = str(value)
+    if not (text.isascii() and text.isdigit() and int(text) >= 1):
+        raise SchemaError(f"{where} records schema_version {value!r}, which is not a version number (an "
+                          "integer >= 1): the meta table was edited or not made by timerwheel_c")
+    return int(text)
+
+
+class SchemaVersionError(SchemaError, RuntimeError):
     """The database holds a store schema newer than this version of timerwheel_c understands.
 
     ``found`` and ``supported`` are the two schema versions (ints); the message names both.
@@ -227,8 +248,10 @@ class Store(abc.ABC):
     Implementations must be safe to call from several threads, and ``apply`` must be
     atomic and serializable against every other ``apply`` on the same partition,
     including from other processes sharing the backing database.
-    Backend errors (``sqlite3.OperationalError`` for a locked or vanished database, a
-    full disk) propagate unchanged; callers such as the service retry them.
+    Every failure of the backend itself is raised as a :class:`~.errors.StoreError`:
+    :class:`~.errors.TransientStoreError` (a locked database, a lost connection: worth retrying)
+    or :class:`~.errors.PermanentStoreError` (a full disk, a value the server refuses), with the
+    driver's exception as ``__cause__``; no driver exception crosses this interface.
 
     The public methods validate their arguments, then call the backend's hooks
     (``_scan``, ``_get``, ``_apply``, ``_apply_many``, ``_partitions``) with checked values.
@@ -266,28 +289,36 @@ class Store(abc.ABC):
     def apply(self, partition: str, batch: Batch) -> Union[Committed, PreconditionFailed]:
         """Check ``batch``'s guards and, if all hold, apply its writes atomically.
 
-        Returns :class:`Committed`, or :class:`PreconditionFailed` naming the first guard
-        (in ``batch.guards`` order) that failed, in which case nothing was written.
+        Guards are judged against the partition as it was before the batch, in order; then the
+        writes apply in order. Returns :class:`Committed`, or :class:`PreconditionFailed` naming
+        the first guard (in ``batch.guards`` order) that failed, in which case nothing was written.
 
         Raises:
             TypeError / ValueError: a bad partition, a non-Batch.
+            TransientStoreError / PermanentStoreError: the backend failed; nothing was written.
         """
         return self._apply(check_partition(partition), _check_batch(batch))
 
     def apply_many(self, partition: str, batches: list) -> list:
         """Apply each of ``batches`` as :meth:`apply` would, each guarded on its own; return
-        one :class:`Committed` or :class:`PreconditionFailed` per batch, in order.
+        one :class:`Committed`, :class:`PreconditionFailed` or :class:`Refused` per batch, in order.
 
-        One failed guard fails only its own batch. The batches apply in order, so a later
-        batch sees the writes of the earlier committed ones. The generic ``_apply_many``
-        calls ``_apply`` once per batch; a backend overrides it to do the whole list in one
-        round trip (one transaction) with the same per-batch results: this is how the
-        runner claims, and commits the outcomes of, many timers per round trip.
+        One failed guard fails only its own batch, and so does a batch the backend refuses (a
+        :class:`~.errors.PermanentStoreError` while applying it: a value over a server limit):
+        it is :class:`Refused` and writes nothing, and the other batches are judged and applied
+        as if it were absent. The batches apply in order, so a later batch sees the writes of the
+        earlier committed ones. The generic ``_apply_many`` calls ``_apply`` once per batch; a
+        backend overrides it to do the whole list in one round trip (one transaction) with the
+        same per-batch results: this is how the runner claims, and commits the outcomes of, many
+        timers per round trip.
 
         Raises:
             TypeError / ValueError: a bad partition, a non-list ``batches`` or a non-Batch in it.
-            Exception: whatever the backend raises; batches before the failing one may
-            have committed (the generic version) or none did (a one-transaction override).
+            TransientStoreError: the call as a whole failed (a lost connection, a locked
+                database); batches before the failing one may have committed (the generic
+                version) or none did (a one-transaction override).
+            PermanentStoreError: the call as a whole failed for a reason not tied to one batch
+                (the commit itself hit a full disk), with the same caveat.
         """
         check_partition(partition)
         if not isinstance(batches, list):
@@ -342,12 +373,36 @@ class Store(abc.ABC):
 
     def _apply_many(self, partition: str, batches: list) -> list:
         """:meth:`apply_many` with checked arguments (a non-empty list): the generic fallback,
-        one ``_apply`` per batch."""
-        return [self._apply(partition, batch) for batch in batches]
+        one ``_apply`` per batch, a :class:`PermanentStoreError` from one being its :class:`Refused`."""
+        results: list = []
+        for batch in batches:
+            try:
+                results.append(self._apply(partition, batch))
+            except PermanentStoreError as exc:
+                results.append(Refused(exc))
+        return results
 
     @abc.abstractmethod
     def _partitions(self) -> list:
         """:meth:`partitions`."""
+
+
+def consumed_write(batch: Batch) -> int:
+    """The index in ``batch.writes`` of the write that the batch's last guard performs itself, or -1.
+
+    When the last guard is ``Equals(K, V)`` and the first write to K is its delete, one conditional
+    delete (``DELETE ... WHERE key = K AND value = V``) both checks that guard and does that write:
+    every claim and every Done of the runner has this shape, so it costs one statement instead of
+    two. Only the last guard qualifies: nothing is checked after it, so a failing guard never has
+    a done delete to undo. Every backend applies exactly this rule, so the guards mean the same
+    everywhere (the shared contract suite holds them to it)."""
+    if not batch.guards or not isinstance(batch.guards[-1], Equals):
+        return -1
+    key = batch.guards[-1].key
+    for i, (k, v) in enumerate(batch.writes):
+        if k == key:
+            return i if v is None else -1
+    return -1
 
 
 def _check_batch(batch: object) -> Batch:

@@ -1,0 +1,131 @@
+"""The storage layer's errors: every backend raises StoreError itself, transient or permanent by
+SQLSTATE class or SQLite result code, and apply_many scopes a refused batch to that batch."""
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from timerwheel_c.durable.storage.errors import PermanentStoreError, TransientStoreError, is_transient
+from timerwheel_c.durable.storage.sqlite import SQLiteStore
+from timerwheel_c.durable.storage.store import Batch, Committed, Equals, PreconditionFailed, Refused
+
+P = "p"
+REFUSED = b"\xde\xad"  # the value the server is made to refuse
+
+
+def _refuse_writes_of(store, value: bytes) -> None:
+    """Install a trigger that makes the server itself refuse any write of ``value`` to ``store``'s
+    table: SQLite's RAISE(ABORT) (SQLITE_CONSTRAINT), PostgreSQL's SQLSTATE 54000 (program limit
+    exceeded, the class of an index row too large), both permanent."""
+    if isinstance(store, SQLiteStore):
+        if store.path == ":memory:":
+            pytest.skip("a trigger needs a second connection to the same database")
+        with sqlite3.connect(store.path) as db:
+            db.execute(f"CREATE TRIGGER refuse BEFORE INSERT ON timerwheel_kv WHEN NEW.value = x'{value.hex()}'"
+                       " BEGIN SELECT RAISE(ABORT, 'this value is refused'); END")
+        return
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(store._dsn, autocommit=True) as conn:
+        fn = sql.Identifier(f"{store.table}_refuse")
+        conn.execute(sql.SQL("CREATE FUNCTION {}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+                             " RAISE EXCEPTION 'this value is refused' USING ERRCODE = '54000'; END $$").format(fn))
+        conn.execute(sql.SQL("CREATE TRIGGER {} BEFORE INSERT OR UPDATE ON {} FOR EACH ROW WHEN (NEW.value = {})"
+                             " EXECUTE FUNCTION {}()").format(fn, sql.Identifier(store.table), sql.Literal(value), fn))
+
+
+def test_a_refused_batch_fails_alone_and_the_others_apply_as_if_it_were_absent(durable_store):
+    """apply_many: a batch the server refuses is Refused(PermanentStoreError) and writes nothing; the
+    batches before and after it are judged and applied as if it were absent (a later guard on its key
+    sees the key absent). A lone apply of the same batch raises the PermanentStoreError."""
+    _refuse_writes_of(durable_store, REFUSED)
+    durable_store.apply(P, Batch().put(b"a", b"1"))
+    results = durable_store.apply_many(P, [
+        Batch().require(Equals(b"a", b"1")).delete(b"a").put(b"a2", b"1"),
+        Batch().put(b"x", b"first").put(b"bad", REFUSED),
+        Batch().require(Equals(b"x", b"first")).put(b"y", b"2"),
+        Batch().put(b"z", b"3"),
+    ])
+    assert results[0] == Committed() and results[3] == Committed()
+    assert isinstance(results[1], Refused) and isinstance(results[1].error, PermanentStoreError)
+    assert "refused" in str(results[1].error) and not is_transient(results[1].error)
+    assert results[2] == PreconditionFailed(b"x")  # batch 1's put of x never happened
+    rows = dict(durable_store.scan(P, b"", b"\xff", limit=100).entries)
+    assert rows == {b"a2": b"1", b"z": b"3"}
+    with pytest.raises(PermanentStoreError, match="refused") as raised:
+        durable_store.apply(P, Batch().put(b"bad", REFUSED))
+    assert raised.value.__cause__ is not None
+    assert durable_store.get(P, b"bad") is None
+
+
+def test_sqlite_busy_is_a_transient_store_error_with_its_result_code(tmp_path):
+    """A write that finds the file locked by another connection past busy_timeout raises
+    TransientStoreError coded SQLITE_BUSY (a result code, not message text), the driver's error chained."""
+    path = tmp_path / "t.db"
+    with SQLiteStore(path, busy_timeout_ms=0) as store:
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        try:
+            with pytest.raises(TransientStoreError) as raised:
+                store.apply(P, Batch().put(b"k", b"v"))
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+        assert raised.value.code == "SQLITE_BUSY" and is_transient(raised.value)
+        assert isinstance(raised.value.__cause__, sqlite3.OperationalError)
+        assert store.apply(P, Batch().put(b"k", b"v")) == Committed()
+
+
+def test_a_file_that_is_not_a_database_is_a_permanent_error_naming_it(tmp_path):
+    """Opening a file that is not a SQLite database raises PermanentStoreError (SQLITE_NOTADB) naming the
+    path; the file is left as it was."""
+    path = tmp_path / "notes.txt"
+    path.write_bytes(b"not a database, just some text that is long enough to hold a header" * 10)
+    before = path.read_bytes()
+    with pytest.raises(PermanentStoreError, match=rf"{path}'.*not a database") as raised:
+        SQLiteStore(path)
+    assert raised.value.code == "SQLITE_NOTADB" and path.read_bytes() == before
+
+
+@pytest.mark.parametrize("sqlstate, transient", [
+    ("08006", True), ("08001", True), ("40001", True), ("40P01", True), ("57P01", True), ("57P02", True),
+    ("57P03", True), ("57014", True), ("53300", True), ("53200", True), ("55P03", True),
+    ("53100", False), ("57P04", False), ("54000", False), ("54001", False), ("22001", False), ("23505", False),
+    ("42P01", False), ("XX000", False), ("58030", False), ("28P01", False), (None, True),
+])
+def test_postgres_errors_are_classified_by_sqlstate_class(sqlstate, transient):
+    """Transient exactly for connection exceptions (08), transaction rollbacks (40), insufficient
+    resources (53) but a full disk, operator intervention (57) but a dropped database, and lock waits;
+    a program limit (54, an index row too large) and every data or integrity error are permanent."""
+    pytest.importorskip("psycopg")
+    from timerwheel_c.durable.storage.postgres import is_transient_sqlstate
+
+    assert is_transient_sqlstate(sqlstate) is transient
+
+
+def test_postgres_lost_connection_is_transient_and_the_store_reconnects():
+    """A store whose connection the server terminates raises TransientStoreError on its next call (the
+    driver's error chained), and the call after that reconnects and succeeds."""
+    import os
+    import uuid
+
+    dsn = os.environ.get("TIMERWHEEL_C_TEST_PG_DSN")
+    if not dsn:
+        pytest.skip("set TIMERWHEEL_C_TEST_PG_DSN=postgresql://... to test PostgresStore")
+    import psycopg
+    from timerwheel_c.durable.storage.postgres import PostgresStore
+
+    store = PostgresStore(dsn, table=f"timerwheel_test_{uuid.uuid4().hex[:16]}")
+    try:
+        (pid,) = store._connection().execute("SELECT pg_backend_pid()").fetchone()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        with pytest.raises(TransientStoreError) as raised:
+            store.get(P, b"k")
+        assert isinstance(raised.value.__cause__, psycopg.Error)
+        assert store.apply(P, Batch().put(b"k", b"v")) == Committed()
+    finally:
+        store.drop()
+        store.close()

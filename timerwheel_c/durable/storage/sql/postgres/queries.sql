@@ -1,0 +1,34 @@
+-- The statements of PostgresStore, one per "-- name:" section; {t} is the table, {apply_many} its function.
+
+-- name: scan_from
+SELECT key, value FROM {t} WHERE partition = %s AND key >= %s AND key < %s ORDER BY key LIMIT %s
+
+-- name: scan_after
+SELECT key, value FROM {t} WHERE partition = %s AND key > %s AND key < %s ORDER BY key LIMIT %s
+
+-- name: get
+SELECT value FROM {t} WHERE partition = %s AND key = %s
+
+-- name: partitions
+-- A loose index scan: one index probe per partition instead of a walk over every row.
+WITH RECURSIVE p AS (
+  (SELECT partition FROM {t} ORDER BY partition LIMIT 1)
+  UNION ALL
+  SELECT (SELECT partition FROM {t} WHERE partition > p.partition ORDER BY partition LIMIT 1)
+  FROM p WHERE p.partition IS NOT NULL)
+SELECT partition FROM p WHERE partition IS NOT NULL
+
+-- name: apply_many
+-- %b: binary parameters, so bytea arrays travel without text escaping.
+SELECT failed, refused FROM {apply_many}(%s, %s, %b::int[], %b::bytea[], %b::bytea[], %b::boolean[], %b::int[],
+                                         %b::bytea[], %b::bytea[], %b::int[], %s)
+
+-- name: create_meta
+CREATE TABLE IF NOT EXISTS {meta} (name text PRIMARY KEY, value text NOT NULL)
+
+-- name: schema_version
+SELECT value FROM {meta} WHERE name = 'schema_version'
+
+-- name: set_schema_version
+INSERT INTO {meta} (name, value) VALUES ('schema_version', %s)
+  ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value

@@ -1,0 +1,37 @@
+"""The backends' SQL, kept in ``sql/<backend>/`` as procrastinate keeps its ``sql/``, not in Python strings.
+
+- ``queries.sql``: the statements a backend runs, one per ``-- name: NAME`` section.
+- ``NNNN_description.sql``: numbered migrations; ``NNNN`` is the schema version the file brings a
+  database to. A database recorded at version v runs, in order, every file numbered above v (a new
+  one, all of them), inside the transaction that then records the newest number.
+
+The files ship as package data; placeholders such as ``{t}`` (the table) are filled by the backend.
+"""
+from __future__ import annotations
+
+import re
+from importlib import resources
+
+__all__ = ["migrations", "queries"]
+
+_MIGRATION = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+_SECTION = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+
+
+def _folder(backend: str):
+    return resources.files(__package__).joinpath("sql", backend)
+
+
+def migrations(backend: str) -> list:
+    """``[(version, sql text), ...]`` of ``backend``'s migrations, in version order."""
+    found = [(int(m.group(1)), f.read_text(encoding="utf-8"))
+             for f in _folder(backend).iterdir() if (m := _MIGRATION.match(f.name))]
+    return sorted(found)
+
+
+def queries(backend: str) -> dict:
+    """``{name: sql text}`` of ``backend``'s ``queries.sql`` (comment lines dropped)."""
+    text = _folder(backend).joinpath("queries.sql").read_text(encoding="utf-8")
+    parts = _SECTION.split(text)[1:]
+    return {name: "\n".join(line for line in body.strip().splitlines() if not line.lstrip().startswith("--"))
+            for name, body in zip(parts[::2], parts[1::2])}
