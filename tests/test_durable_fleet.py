@@ -190,6 +190,53 @@ def test_sigkilled_runner_partitions_are_taken_over_and_nothing_is_lost_or_doubl
 
 
 @pytest.mark.slow
+def test_a_takeover_releases_the_dead_runners_claims_at_once_and_fires_each_once(runners, schema_url):
+    """2 balanced runners; one timer per partition whose first attempt hangs, so every row sits
+    claimed (attempt 1) by its owner. One runner is SIGKILLed: the survivor takes its 8 partitions
+    over and releases the rows the dead runner had claimed, which fire (attempt 2) before the
+    retry time of their claim (the 5 s backoff they would otherwise wait out), each exactly once."""
+    hang_kind = 0xF2  # tests/durable_handlers.py FirstHangs
+    with open_store(schema_url) as store:
+        anchor(store)
+        rs = runners(2)
+        wait_until(lambda: balanced(rs, 8), "8 partitions per runner", LIVENESS_S)
+        victim, survivor = rs
+        orphaned = set(victim.owned)
+        now = wall_ms()
+        for p in PARTITIONS:
+            store.apply(p, Batch().put(keys.timer(now, hang_kind, b"h-" + p.encode()), b""))
+
+        def claimed_rows():
+            rows = {}
+            for p in PARTITIONS:
+                for k, _ in store.scan(p, keys.TAG, b"U", limit=100).entries:
+                    tk = keys.parse(k)
+                    if tk.kind == hang_kind and tk.attempt == 1:
+                        rows[p] = tk.due_at_ms
+            return rows
+
+        wait_until(lambda: len(claimed_rows()) == 16, "every row claimed by its owner", LIVENESS_S)
+        retry_at = claimed_rows()
+        victim.proc.send_signal(signal.SIGKILL)
+        victim.proc.wait()
+
+        def fired():
+            out = {}
+            for p in orphaned:
+                for k, v in store.scan(p, b"effect/", b"effect0", limit=100).entries:
+                    out.setdefault(p, []).append(int(v))
+            return out
+
+        wait_until(lambda: set(fired()) == orphaned, "the dead runner's rows to fire on the survivor", LIVENESS_S)
+        time.sleep(0.5)
+        got = fired()
+        assert all(len(v) == 1 for v in got.values()), got
+        assert all(got[p][0] < retry_at[p] for p in orphaned), {p: (got[p][0], retry_at[p]) for p in orphaned}
+        assert not any(k.startswith(b"effect/") for p in set(PARTITIONS) - orphaned
+                       for k, _ in store.scan(p, b"effect/", b"effect0", limit=10).entries)
+
+
+@pytest.mark.slow
 def test_a_runner_started_later_gets_its_share(runners, schema_url):
     """3 runners own 16 partitions (6, 5 and 5); a 4th started later owns some within
     10 s, and then every runner holds exactly 4, disjoint, covering all 16."""
@@ -291,7 +338,9 @@ def test_fleet_bench_reports_fired_per_s_and_takeover():
     from timerwheel_c.bench import fleet
 
     figures = fleet.run(PG_DSN, 160, (1, 2))
-    assert set(figures) == {"runners_1", "runners_2", "runners_2_large_budget"}
+    assert set(figures) == {"runners_1", "runners_2", "runners_2_large_budget", "new_partition_wakeup"}
+    wakeup = figures.pop("new_partition_wakeup")
+    assert wakeup["timers"] == 20 and 0 <= wakeup["lateness_p50_ms"] <= wakeup["lateness_p99_ms"]
     assert all(f["fired_per_s"] > 0 and f["timers"] == 160 and f["partitions"] == 16 for f in figures.values())
     assert [f["budget"] for f in figures.values()] == ["default", "default", "large"]
     assert "takeover_s" not in figures["runners_1"] and 0 < figures["runners_2"]["takeover_s"] < TAKEOVER_S

@@ -31,6 +31,7 @@ from ..durable.timers import keys
 from ..durable.timers.registry import Done, TimerHandler, TimerRegistry
 from ..durable.timers.runner import TickBudget
 from ..durable.storage.store import Batch
+from . import fleet_wakeup
 
 __all__ = ["run"]
 
@@ -163,7 +164,9 @@ def run(dsn: str, n_timers: int = 8000, runner_counts=(1, 4), progress: Optional
     Each entry also names its ``runners``, ``partitions`` (16), ``timers`` and ``budget``
     ("default" or "large", :data:`LARGE_BUDGET`); ``takeover_s`` (seconds from SIGKILL to
     every partition owned again) is measured with the largest fleet, default budget.
-    ``progress(k)`` is called with the number of timers just fired.
+    ``new_partition_wakeup``: the lateness of a timer into a new partition in a fleet
+    (:func:`timerwheel_c.bench.fleet_wakeup.run`). ``progress(k)`` is called with the number
+    of timers just fired.
 
     Raises:
         ValueError: ``n_timers`` < 16 or an empty ``runner_counts``.
@@ -178,6 +181,7 @@ def run(dsn: str, n_timers: int = 8000, runner_counts=(1, 4), progress: Optional
         raise ValueError(f"runner_counts must hold ints >= 1, got {runner_counts!r}")
     figures = {f"runners_{n}": _one(dsn, n, n_timers, "default", n == counts[-1] and n > 1, progress) for n in counts}
     figures[f"runners_{counts[-1]}_large_budget"] = _one(dsn, counts[-1], n_timers, "large", False, progress)
+    figures["new_partition_wakeup"] = fleet_wakeup.run(dsn)
     return figures
 
 
