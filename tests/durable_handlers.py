@@ -60,6 +60,8 @@ class FirstHangs(TimerHandler):
         return Done(Batch().put(b"effect/" + timer.reference + b"/" + token, b"%d" % (time.time_ns() // 1_000_000)))
 
 
+# A runner of an older deploy: it lacks the Effect kind.
+registry_without_effect = TimerRegistry().register(Poison()).register(SleepHandler())
 registry = (TimerRegistry().register(Effect()).register(Poison()).register(SleepHandler())
             .register(FirstHangs()))
 

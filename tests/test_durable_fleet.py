@@ -57,11 +57,11 @@ def schema_url():
 class Runner:
     """One ``python -m timerwheel_c run`` process; a thread follows its log for ownership lines."""
 
-    def __init__(self, url: str, tmp_path):
+    def __init__(self, url: str, tmp_path, handlers: str = "durable_handlers:registry"):
         env = dict(os.environ, PYTHONPATH=str(HELPERS_DIR))
         # cwd=tmp_path: never import the checkout's timerwheel_c instead of the installed one.
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "timerwheel_c", "run", "--store", url, "--handlers", "durable_handlers:registry"],
+            [sys.executable, "-m", "timerwheel_c", "run", "--store", url, "--handlers", handlers],
             cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.owned: list = []
         self.lines: list = []
@@ -90,8 +90,8 @@ class Runner:
 def runners(schema_url, tmp_path):
     started: list = []
 
-    def start(n=1):
-        new = [Runner(schema_url, tmp_path) for _ in range(n)]
+    def start(n=1, handlers="durable_handlers:registry"):
+        new = [Runner(schema_url, tmp_path, handlers) for _ in range(n)]
         started.extend(new)
         return new
 
@@ -223,7 +223,7 @@ def test_a_takeover_releases_the_dead_runners_claims_at_once_and_fires_each_once
         def fired():
             out = {}
             for p in orphaned:
-                for k, v in store.scan(p, b"effect/", b"effect0", limit=100).entries:
+                for _, v in store.scan(p, b"effect/", b"effect0", limit=100).entries:
                     out.setdefault(p, []).append(int(v))
             return out
 
@@ -234,6 +234,29 @@ def test_a_takeover_releases_the_dead_runners_claims_at_once_and_fires_each_once
         assert all(got[p][0] < retry_at[p] for p in orphaned), {p: (got[p][0], retry_at[p]) for p in orphaned}
         assert not any(k.startswith(b"effect/") for p in set(PARTITIONS) - orphaned
                        for k, _ in store.scan(p, b"effect/", b"effect0", limit=10).entries)
+
+
+@pytest.mark.slow
+def test_rows_of_a_kind_fire_whenever_a_live_runner_has_it_even_beside_runners_without_it(runners, schema_url):
+    """A runner without the Effect kind (an older deploy) owns all 16 partitions; 160 Effect timers come
+    due; a runner with the kind is started beside it. Runners group by kinds, so the new one serves
+    every partition for its kinds, and the older one leaves the rows it cannot fire in place: all 160
+    effects commit, each exactly once, within the takeover bound of the new runner's start."""
+    with open_store(schema_url) as store:
+        anchor(store)
+        [old] = runners(1, "durable_handlers:registry_without_effect")
+        wait_until(lambda: set(old.owned) == set(PARTITIONS), "the old runner to own every partition", LIVENESS_S)
+        schedule_due(store, 10)
+        time.sleep(1.0)  # the old runner has passed over the rows it cannot fire
+        assert sum(effect_counts(store).values()) == 0
+        [new] = runners(1)
+        started = time.monotonic()
+        wait_until(lambda: sum(effect_counts(store).values()) >= 160, "160 effects", LIVENESS_S)
+        assert time.monotonic() - started < TAKEOVER_S + 5
+        time.sleep(0.5)
+        counts = effect_counts(store)
+        assert len(counts) == 160 and set(counts.values()) == {1}
+        assert set(old.owned) == set(PARTITIONS) and set(new.owned) == set(PARTITIONS)
 
 
 @pytest.mark.slow

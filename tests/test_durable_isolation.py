@@ -238,3 +238,20 @@ def test_an_empty_registry_is_refused_at_start(store):
     with pytest.raises(ValueError, match="no handler"):
         svc.start()
     assert not svc.running
+
+
+def test_a_service_thread_that_ends_without_stop_says_why(store):
+    """Should the service's own thread ever end without stop() (here the store's change signal raises
+    SystemExit while the loop starts, outside any handler), ``running`` turns False and ``died`` holds
+    the exception, which ``timerwheel-c run`` reports before exiting with status 1."""
+    class Exiting(Delegating):
+        def watch(self, callback):
+            raise SystemExit(7)
+
+    h = Recording()
+    svc = DurableTimerService(Exiting(store), TimerRegistry().register(h), ["p"]).start()
+    try:
+        wait_until(lambda: not svc.running, "the thread to end", LIVENESS_S)
+        assert isinstance(svc.died, SystemExit) and svc.died.code == 7
+    finally:
+        svc.stop()

@@ -416,3 +416,67 @@ def test_run_due_batches_claims_and_commits(store):
     assert report.fired == 200 and len({t.reference for t in h.seen}) == 200
     assert counting.writes <= 2 * (1 + 200 // 64 + 2)
     assert timer_rows(store) == []
+
+
+class RefusingKeys(Delegating):
+    """Refuses (per batch, as a backend does for a row it cannot hold) every batch that writes a key for
+    which ``refuse(key)`` is true; the other batches go to the real store."""
+
+    def __init__(self, inner, refuse):
+        super().__init__(inner)
+        self.refuse = refuse
+
+    def _apply_many(self, partition, batches):
+        from timerwheel_c.durable.storage.errors import PermanentStoreError
+        from timerwheel_c.durable.storage.store import Refused
+
+        bad = [any(v is not None and self.refuse(k) for k, v in b.writes) for b in batches]
+        results = iter(self.inner.apply_many(partition, [b for b, x in zip(batches, bad) if not x]))
+        return [Refused(PermanentStoreError("row refused")) if x else next(results) for x in bad]
+
+
+def test_a_row_whose_claim_is_refused_is_quarantined_and_counted_not_retried(store):
+    """The store refuses the claim of one row (its backoff key): that row is moved to its quarantine
+    key and counted unprocessable, in the same tick; the other rows fire; a second tick sees nothing."""
+    schedule(store, NOW - 10, reference=b"bad")
+    schedule(store, NOW - 5, reference=b"good")
+    wrapped = RefusingKeys(store, lambda k: k[:1] == keys.TAG and k.endswith(b"bad") and keys.parse(k).attempt == 1)
+    h = Recorder()
+    report = run_due(wrapped, P, TimerRegistry().register(h), NOW)
+    assert (report.fired, report.unprocessable, report.stuck) == (1, 1, 0)
+    assert [t.reference for t in h.seen] == [b"good"] and timer_rows(store) == []
+    assert store.get(P, keys.quarantine(keys.timer(NOW - 10, A, b"bad"))) == b"v"
+    again = run_due(wrapped, P, TimerRegistry().register(h), NOW)
+    assert (again.scanned, again.unprocessable) == (0, 0)
+
+
+def test_a_row_that_can_be_neither_claimed_nor_quarantined_is_counted_stuck_and_skipped_when_excluded(store):
+    """Claim and quarantine both refused: the row stays in place, counted stuck and listed once in
+    stuck_keys (the tick does not loop on it); passed back as ``exclude`` it is skipped, so a caller
+    never retries it in a loop, while the other rows fire."""
+    bad_key = schedule(store, NOW - 10, reference=b"bad")
+    schedule(store, NOW - 5, reference=b"good")
+    wrapped = RefusingKeys(store, lambda k: k.endswith(b"bad"))
+    h = Recorder()
+    report = run_due(wrapped, P, TimerRegistry().register(h), NOW)
+    assert (report.fired, report.stuck, report.stuck_keys) == (1, 1, [bad_key])
+    again = claim_due(wrapped, P, TimerRegistry().register(h), NOW, exclude=set(report.stuck_keys))
+    assert (again.timers, again.report.stuck, again.report.busy) == ([], 0, 1)
+
+
+def test_release_claims_makes_first_attempt_claims_due_now_and_keeps_later_backoffs(store):
+    """release_claims moves the rows claimed for their first attempt (attempt 1, retry within the
+    first backoff) to due now, attempt kept, guarded; a row at attempt 2 keeps its backoff."""
+    from timerwheel_c.durable.timers.runner import release_claims
+
+    schedule(store, NOW - 10, reference=b"one")
+    schedule(store, NOW - 10, reference=b"two")
+    claims = claim_due(store, P, TimerRegistry().register(Recorder()), NOW)
+    assert len(claims.timers) == 2
+    [two] = [c for c in claims.timers if c.timer.reference == b"two"]
+    retry = keys.backoff(NOW + 1000 + backoff_ms(2), A, 2, NOW - 10, b"two")
+    store.apply(P, Batch().require(Equals(two.timer.key, b"v")).delete(two.timer.key).put(retry, b"v"))
+    assert release_claims(store, P, NOW + 1000) == 1
+    rows = {tk.reference: tk for tk, _ in timer_rows(store)}
+    assert (rows[b"one"].due_at_ms, rows[b"one"].attempt) == (NOW + 1000, 1)
+    assert (rows[b"two"].due_at_ms, rows[b"two"].attempt) == (NOW + 1000 + backoff_ms(2), 2)

@@ -3,7 +3,7 @@
 A *slot* is one handler call in progress: an ``async def fire`` awaited on the loop, or a
 plain ``fire`` on a worker of a bounded pool of daemon threads (APScheduler 4 likewise keeps
 its async and thread executors apart from the scheduler that composes them). Rows wait in a
-FIFO queue for a slot; every key queued, running or awaiting its commit is in :attr:`busy`,
+queue for a slot, one FIFO per partition taken round-robin (:class:`FairQueue`); every key queued, running or awaiting its commit is in :attr:`busy`,
 which the claim passes skip, so this process never claims again a row it is still firing.
 
 Cheap sync handlers do not pay a thread hand-off per call: a worker takes queued rows in runs
@@ -30,13 +30,53 @@ from ..storage.store import Store
 from .pool import DaemonPool
 from .records import Chunk, Job
 
-__all__ = ["CHUNK_S", "QUEUE_HORIZON_S", "RESCUE_S", "Executor"]
+__all__ = ["CHUNK_S", "QUEUE_HORIZON_S", "RESCUE_S", "Executor", "FairQueue"]
 
 QUEUE_HORIZON_S = 0.5
 CHUNK_S = 0.005  # longest run of queued sync fires one worker takes at once, at the measured mean
 RESCUE_S = 0.25  # a sync call running this long gives up the rows queued behind it in its chunk
 _WATCH_S = 0.05  # the watchdog's period while sync chunks are in flight
 _MEAN_WEIGHT = 0.1  # of the newest handler duration in the running mean
+
+
+class FairQueue:
+    """Claimed rows waiting for a slot: one FIFO per partition, taken round-robin across partitions,
+    so that rows claimed ahead from one partition's backlog never stand in front of another
+    partition's (a lone timer there takes the next free slot)."""
+
+    def __init__(self):
+        self._by_partition: dict = {}  # partition -> deque of Job; dict order is the round-robin order
+        self._n = 0
+
+    def __len__(self) -> int:
+        return self._n
+
+    def extend(self, jobs) -> None:
+        for job in jobs:
+            self._by_partition.setdefault(job.partition, collections.deque()).append(job)
+            self._n += 1
+
+    def push_front(self, jobs: list) -> None:
+        """Put ``jobs`` back at the head of their partitions' queues, in their order."""
+        for job in reversed(jobs):
+            self._by_partition.setdefault(job.partition, collections.deque()).appendleft(job)
+            self._n += 1
+
+    def peek(self) -> Job:
+        return self._by_partition[next(iter(self._by_partition))][0]
+
+    def pop(self) -> Job:
+        partition = next(iter(self._by_partition))
+        jobs = self._by_partition.pop(partition)
+        job = jobs.popleft()
+        if jobs:
+            self._by_partition[partition] = jobs  # to the back of the round
+        self._n -= 1
+        return job
+
+    def clear(self) -> None:
+        self._by_partition.clear()
+        self._n = 0
 
 
 class Executor:
@@ -61,7 +101,7 @@ class Executor:
         self.on_attempt = on_attempt
         self.on_slot_free = on_slot_free
         self.max_queued = max_queued
-        self.queue: collections.deque = collections.deque()
+        self.queue = FairQueue()
         self.tasks: set = set()
         self.busy: set = set()
         self.fire_mean_s: Optional[float] = None
@@ -129,16 +169,16 @@ class Executor:
     def dispatch(self) -> None:
         """Start queued rows while slots are free (never after stop(): they stay claimed)."""
         while self.queue and len(self.tasks) < self.concurrency and not self.stopping:
-            first = self.queue.popleft()
+            first = self.queue.pop()
             if self._is_async(first):
                 task = asyncio.ensure_future(self._run_async(first))
                 self._async_jobs[task] = first
             else:
                 jobs = [first]
                 for _ in range(self._chunk() - 1):
-                    if not self.queue or self._is_async(self.queue[0]):
+                    if not self.queue or self._is_async(self.queue.peek()):
                         break
-                    jobs.append(self.queue.popleft())
+                    jobs.append(self.queue.pop())
                 task = asyncio.ensure_future(self._run_sync(Chunk(jobs)))
             self.tasks.add(task)
             task.add_done_callback(self._done)
@@ -248,7 +288,7 @@ class Executor:
                                                      "its thread is left to finish and its outcome dropped")
                         self._settle(job, attempt, keep_busy=True)
                 if rescued:
-                    self.queue.extendleft(reversed(rescued))
+                    self.queue.push_front(rescued)
                     self.dispatch()
         finally:
             self._watchdog = None

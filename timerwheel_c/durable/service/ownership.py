@@ -67,7 +67,7 @@ from typing import Optional
 
 import psycopg
 
-from ..storage.errors import StoreError
+from ..storage.errors import StoreError, wrap_exceptions
 from ..storage.postgres import PostgresStore
 from ..storage.store import Ownership, check_partition
 
@@ -199,15 +199,17 @@ class PartitionOwnership(Ownership):
         ``check_interval_s`` has passed since the last evaluation, else the cached list.
 
         Raises:
-            psycopg.Error: the server cannot be reached; the ownership is then empty (the locks
-            may be gone) until a later call reconnects and takes a share again.
+            StoreError: the server cannot be reached (transient) or refused a query; the ownership
+            is then empty (the locks may be gone) until a later call reconnects and takes a share again.
         """
         with self._lock:
             now = time.monotonic()
             if now >= self._next_check:
                 try:
-                    self._rebalance()
-                except (psycopg.Error, StoreError):
+                    # The service classifies store errors by the storage hierarchy alone.
+                    with wrap_exceptions(psycopg.Error, self.store._error):
+                        self._rebalance()
+                except StoreError:
                     self._drop_connection()
                     raise
                 self._next_check = now + self.check_interval_s

@@ -29,7 +29,6 @@ from ..storage.store import Ownership, Store
 from ..timers.registry import TimerRegistry
 from ..timers.runner import TickBudget, claim_due, next_wake, release_claims
 from .activity import Activity
-from .committer import backoff_s
 from .records import Job
 
 __all__ = ["STUCK_RETRY_S", "PassResult", "Passes"]

@@ -182,7 +182,7 @@ class DurableTimerService:
         self._watcher: Optional[Watcher] = None  # the store's change signal, while the loop runs
         self.executor = Executor(concurrency, store, self._wall_ms, self._settle, self._slot_freed, budget.max_fired)
         self.committer = Committer(store, self._on_store, self._count, self._nudge, self._store_failed,
-                                   self._committed, lambda: bool(self.executor.tasks))
+                                   self._outcome_done, lambda: bool(self.executor.tasks))
         self._passes = Passes(store, registry, budget, self._served, self.ownership, self.activity, self._wall_ms,
                              self._store_failed)
         self.died: Optional[BaseException] = None
@@ -338,7 +338,6 @@ class DurableTimerService:
             self.died = exc
             log.critical("durable timer service thread ended without stop(): %s: %s", type(exc).__name__, exc,
                          exc_info=(type(exc), exc, exc.__traceback__))
-            raise
         finally:
             if self.ownership is not None:
                 self.ownership.close()
@@ -490,7 +489,7 @@ class DurableTimerService:
             return
         self.committer.add(Outcome(job.partition, job.claimed, batch))
 
-    def _committed(self, outcome: Outcome) -> None:
+    def _outcome_done(self, outcome: Outcome) -> None:
         self.executor.release(outcome.claimed.timer.key)
 
     def _count(self, report: RunReport) -> None:

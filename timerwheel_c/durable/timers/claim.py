@@ -31,7 +31,7 @@ from typing import Callable, Container, Optional, Union
 
 from . import keys
 from .registry import DueTimer, TimerHandler, TimerRegistry
-from .tick import RunReport, TickBudget, backoff_ms
+from .tick import DEFAULT_BUDGET, RunReport, TickBudget, backoff_ms
 from ..storage.store import Absent, Batch, Committed, Equals, Refused, Store, check_partition
 
 __all__ = ["PAGE", "SCAN_PAGE", "UNKNOWN_KIND_GRACE_MS", "ClaimedTimer", "Claims", "claim_due", "release_claims"]
@@ -287,7 +287,7 @@ def check_args(partition, registry, now_ms, budget) -> int:
     return keys.check_uint("now_ms", now_ms, keys.MAX_DUE_MS)
 
 
-def claim_due(store: Store, partition: str, registry: TimerRegistry, now_ms: int, budget: TickBudget = TickBudget(),
+def claim_due(store: Store, partition: str, registry: TimerRegistry, now_ms: int, budget: TickBudget = DEFAULT_BUDGET,
               *, exclude: Container[bytes] = (), clock: Callable[[], float] = time.monotonic) -> Claims:
     """Claim every due row of ``partition`` that ``budget`` lets fire (see the module docstring).
 

@@ -45,7 +45,7 @@ from typing import Callable, Optional
 from . import keys
 from .claim import PAGE, ClaimedTimer, Claimer, Claims, check_args, claim_due, release_claims
 from .registry import Done, Reschedule, Retry, TimerContext, TimerRegistry
-from .tick import BACKOFF_BASE_MS, BACKOFF_CAP_MS, RunReport, TickBudget, backoff_ms
+from .tick import BACKOFF_BASE_MS, BACKOFF_CAP_MS, DEFAULT_BUDGET, RunReport, TickBudget, backoff_ms
 from ..storage.store import Absent, Batch, Committed, Equals, Refused, Store
 
 __all__ = [
@@ -238,7 +238,7 @@ class Pace:
     fire_s: Optional[float] = None
 
 
-def run_due(store: Store, partition: str, registry: TimerRegistry, now_ms: int, budget: TickBudget = TickBudget(),
+def run_due(store: Store, partition: str, registry: TimerRegistry, now_ms: int, budget: TickBudget = DEFAULT_BUDGET,
             *, pace: Optional[Pace] = None, clock: Callable[[], float] = time.monotonic) -> RunReport:
     """Fire the due timers of one partition, within ``budget``; return a :class:`RunReport`.
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-__all__ = ["BACKOFF_BASE_MS", "BACKOFF_CAP_MS", "RunReport", "TickBudget", "backoff_ms"]
+__all__ = ["BACKOFF_BASE_MS", "BACKOFF_CAP_MS", "DEFAULT_BUDGET", "RunReport", "TickBudget", "backoff_ms"]
 
 BACKOFF_BASE_MS = 5_000
 BACKOFF_CAP_MS = 600_000
@@ -48,6 +48,9 @@ class TickBudget:
     def __post_init__(self):
         for name in ("max_fired", "max_per_kind", "max_scanned", "max_elapsed_ms"):
             object.__setattr__(self, name, _clamped(name, getattr(self, name)))
+
+
+DEFAULT_BUDGET = TickBudget()
 
 
 @dataclass
