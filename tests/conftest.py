@@ -135,8 +135,9 @@ def durable_store(request, tmp_path):
         cls = PostgresStore if request.param == "postgres" else _generic_apply_many(PostgresStore)
         store = cls(_PG_DSN, table=f"timerwheel_test_{uuid.uuid4().hex[:16]}")
         yield store
-        store.drop()
-        store.close()
+        from timerwheel_c.bench.stores import dispose
+
+        dispose(store)
         return
     from timerwheel_c.durable.storage.sqlite import SQLiteStore
 

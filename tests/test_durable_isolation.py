@@ -15,7 +15,8 @@ import pytest
 from timerwheel_c.durable import schedule
 from timerwheel_c.durable.service.service import DurableTimerService
 from timerwheel_c.durable.storage.errors import PermanentStoreError, TransientStoreError
-from timerwheel_c.durable.storage.store import Absent, Batch, Delegating, Refused
+from timerwheel_c.bench.stores import Delegating
+from timerwheel_c.durable.storage.store import Absent, Batch, Refused
 from timerwheel_c.durable.timers.registry import Done, TimerHandler, TimerKind, TimerRegistry
 from waiting import wait_until, wall_ms
 

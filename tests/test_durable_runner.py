@@ -12,7 +12,8 @@ from timerwheel_c.durable.timers.registry import Done, Reschedule, Retry, TimerH
 from timerwheel_c.durable.timers.claim import UNKNOWN_KIND_GRACE_MS
 from timerwheel_c.durable.timers.runner import TickBudget, backoff_ms, claim_due, commit_outcomes, next_wake, run_due, settle
 from timerwheel_c.durable.storage.sqlite import SQLiteStore
-from timerwheel_c.durable.storage.store import Batch, Committed, Delegating, Equals, PreconditionFailed
+from timerwheel_c.bench.stores import Delegating
+from timerwheel_c.durable.storage.store import Batch, Committed, Equals, PreconditionFailed
 
 P = "timers"
 NOW = 1_700_000_000_000

@@ -15,6 +15,7 @@ from timerwheel_c.durable.timers.registry import Done, TimerHandler, TimerKind, 
 from timerwheel_c.durable.service.service import DurableTimerService
 from timerwheel_c.durable.storage.sqlite import SQLiteStore
 from timerwheel_c.durable.storage.store import Absent, Batch
+from timerwheel_c.bench.stores import drop
 from waiting import wall_ms
 
 P = "svc"
@@ -129,7 +130,7 @@ def shared_db(request, tmp_path):
             return opened[-1]
     yield open_store
     if request.param == "postgres":
-        opened[0].drop()
+        drop(opened[0])
     for s in opened:
         s.close()
 

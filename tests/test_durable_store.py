@@ -287,7 +287,7 @@ def test_store_reprs_are_informative_and_never_hold_a_password(durable_store):
 def test_delegating_store_passes_every_call_on_and_still_validates(tmp_path):
     """Delegating (the base of the stores that observe another) passes scan, get, apply, apply_many and
     partitions to the inner store, validating arguments first; a non-Store inner is a TypeError."""
-    from timerwheel_c.durable.storage.store import Delegating
+    from timerwheel_c.bench.stores import Delegating
 
     with SQLiteStore(tmp_path / "t.db") as inner:
         store = Delegating(inner)

@@ -9,6 +9,7 @@ import pytest
 from timerwheel_c.durable.storage.errors import PermanentStoreError, TransientStoreError, is_transient
 from timerwheel_c.durable.storage.sqlite import SQLiteStore
 from timerwheel_c.durable.storage.store import Batch, Committed, Equals, PreconditionFailed, Refused
+from timerwheel_c.bench.stores import dispose
 
 P = "p"
 REFUSED = b"\xde\xad"  # the value the server is made to refuse
@@ -127,5 +128,78 @@ def test_postgres_lost_connection_is_transient_and_the_store_reconnects():
         assert isinstance(raised.value.__cause__, psycopg.Error)
         assert store.apply(P, Batch().put(b"k", b"v")) == Committed()
     finally:
-        store.drop()
-        store.close()
+        dispose(store)
+
+
+def test_a_foreign_sqlite_database_is_refused_and_left_unwritten(tmp_path):
+    """A database whose timerwheel_kv table has other columns (another program's) raises SchemaError
+    naming the table and its columns; the file is byte-for-byte as it was (no meta table, no WAL switch)."""
+    from timerwheel_c.durable.storage.store import SchemaError
+
+    path = tmp_path / "foreign.db"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE timerwheel_kv (id INTEGER PRIMARY KEY, payload TEXT)")
+        db.execute("INSERT INTO timerwheel_kv (payload) VALUES ('theirs')")
+    db.close()
+    before = path.read_bytes()
+    with pytest.raises(SchemaError, match=r"timerwheel_kv with columns \('id', 'payload'\).*nothing was written"):
+        SQLiteStore(path)
+    assert path.read_bytes() == before and not (tmp_path / "foreign.db-wal").exists()
+
+
+def test_a_bad_schema_version_is_a_clear_error_naming_it(tmp_path):
+    """A meta row whose schema_version is not a version number raises SchemaError naming the value and the
+    file, not a bare int() error."""
+    from timerwheel_c.durable.storage.store import SchemaError
+
+    path = tmp_path / "t.db"
+    SQLiteStore(path).close()
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE timerwheel_meta SET value = 'two' WHERE name = 'schema_version'")
+    db.close()
+    with pytest.raises(SchemaError, match=rf"{path}'.*schema_version 'two'.*not a version number"):
+        SQLiteStore(path)
+
+
+def test_a_sqlite_file_on_a_read_only_filesystem_says_so(tmp_path):
+    """Opening a store on a filesystem mounted read-only (a tmpfs mounted ro in a private mount namespace)
+    raises PermanentStoreError whose message says the filesystem is read-only."""
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "-rm", "true"]).returncode != 0:
+        pytest.skip("needs unshare -rm (user and mount namespaces) to mount a read-only filesystem")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    code = ("from timerwheel_c.durable.storage.sqlite import SQLiteStore\n"
+            "from timerwheel_c.durable.storage.errors import PermanentStoreError\n"
+            f"try:\n    SQLiteStore({str(ro / 'x.db')!r})\n"
+            "except PermanentStoreError as exc:\n    print(exc)\n")
+    script = f"mount -t tmpfs -o ro tmpfs {ro} && exec {sys.executable} -I -c \"$0\""
+    out = subprocess.run(["unshare", "-rm", "sh", "-c", script, code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "x.db" in out.stdout and "read-only" in out.stdout, out.stdout
+
+
+def test_postgres_bad_schema_version_is_a_clear_error_naming_it():
+    """PostgreSQL: the same SchemaError for a meta row that is not a version number."""
+    import os
+    import uuid
+
+    dsn = os.environ.get("TIMERWHEEL_C_TEST_PG_DSN")
+    if not dsn:
+        pytest.skip("set TIMERWHEEL_C_TEST_PG_DSN=postgresql://... to test PostgresStore")
+    import psycopg
+    from timerwheel_c.durable.storage.postgres import PostgresStore
+    from timerwheel_c.durable.storage.store import SchemaError
+
+    table = f"timerwheel_test_{uuid.uuid4().hex[:16]}"
+    store = PostgresStore(dsn, table=table)
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f"UPDATE {table}_meta SET value = '5x' WHERE name = 'schema_version'")
+        with pytest.raises(SchemaError, match=rf"{table}'.*schema_version '5x'"):
+            PostgresStore(dsn, table=table)
+    finally:
+        dispose(store)

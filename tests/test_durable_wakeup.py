@@ -26,6 +26,7 @@ from timerwheel_c.durable import schedule
 from timerwheel_c.durable.timers import keys
 from timerwheel_c.durable.storage.sqlite import SQLiteStore
 from timerwheel_c.durable.storage.store import Batch
+from timerwheel_c.bench.stores import dispose
 from waiting import wait_until, wall_ms
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
@@ -84,8 +85,7 @@ def backend(request, tmp_path):
         table = f"timerwheel_wake_{uuid.uuid4().hex[:12]}"
         store = PostgresStore(PG_DSN, table=table)
         yield f"postgres:{table}", store
-        store.drop()
-        store.close()
+        dispose(store)
 
 
 def test_timer_written_by_another_process_fires_promptly_and_never_early(backend, tmp_path):
@@ -218,17 +218,26 @@ def test_generic_store_watch_polls(tmp_path):
 
 @needs_pg
 def test_postgres_trigger_notifies_timer_writes_of_any_path():
-    """The trigger notifies a write of a scheduled timer row through apply and apply_many (as the module
-    functions, the service and any plain client write); a write of a non-timer key, or of a backed-off
-    row (what a runner's claim writes), does not."""
+    """Before the timer layer declares its patterns every put notifies; once it has (keys.declare_signals,
+    as schedule() and the service do), the trigger notifies a write of a scheduled timer row through
+    apply and apply_many (as the module functions, the service and any plain client write); a write of
+    a non-timer key, or of a backed-off row (what a runner's claim writes), does not. The patterns are
+    kept in the database: a second store object on the table follows them without declaring."""
     from timerwheel_c.durable.storage.postgres import PostgresStore
 
-    store = PostgresStore(PG_DSN, table=f"timerwheel_wake_{uuid.uuid4().hex[:12]}")
+    table = f"timerwheel_wake_{uuid.uuid4().hex[:12]}"
+    store = PostgresStore(PG_DSN, table=table)
     got = threading.Event()
     watcher = store.watch(got.set)
     try:
         assert watcher.connected.wait(10)
         assert got.wait(5)  # the unconditional call back once LISTEN is in place
+        got.clear()
+        store.apply(P, Batch().put(b"other/key", b""))
+        assert got.wait(5), "undeclared, every put notifies"
+        keys.declare_signals(store)
+        store.close()
+        store = PostgresStore(PG_DSN, table=table)
         for write in (lambda: store.apply(P, Batch().put(keys.timer(wall_ms(), KIND, b"a"), b"")),
                       lambda: store.apply_many(P, [Batch().put(keys.timer(wall_ms(), KIND, b"b"), b"")])):
             got.clear()
@@ -240,8 +249,7 @@ def test_postgres_trigger_notifies_timer_writes_of_any_path():
         assert not got.wait(0.5)
     finally:
         watcher.close()
-        store.drop()
-        store.close()
+        dispose(store)
 
 
 def _terminate(dsn: str, application_name: str) -> int:
@@ -287,8 +295,7 @@ def test_killed_listen_connection_reconnects_and_timers_still_fire_promptly():
         ((due_at, fired_at),) = h.fired
         assert due_at == due and due <= fired_at <= due + BOUND_MS
     finally:
-        writer.drop()
-        writer.close()
+        dispose(writer)
         store.close()
 
 
@@ -401,3 +408,41 @@ def test_durable_sleep_is_woken_by_a_service_on_another_connection(backend):
         assert due <= returned <= due + BOUND_MS, (due, returned)
     finally:
         other.close()
+
+
+@needs_pg
+def test_every_waiter_of_a_store_shares_one_listen_connection():
+    """Twenty waiters on one store (a service and durable sleeps in progress) hold one LISTEN connection
+    between them, each called back on a write; closing the last one ends it. A role limited in
+    connections is thus never exhausted by sleeps."""
+    from timerwheel_c.durable.storage.postgres import PostgresStore
+
+    store = PostgresStore(PG_DSN, table=f"timerwheel_wake_{uuid.uuid4().hex[:12]}")
+    events = [threading.Event() for _ in range(20)]
+    watchers = [store.watch(e.set) for e in events]
+    name = f"timerwheel_c listen {store.table}_wake"
+    try:
+        assert watchers[0].connected.wait(10)
+        assert _listeners(name) == 1
+        for e in events:
+            e.clear()
+        schedule(store, P, wall_ms(), KIND, b"x")
+        assert all(e.wait(5) for e in events), "every waiter is called back"
+        for w in watchers[:-1]:
+            w.close()
+        events[-1].clear()
+        schedule(store, P, wall_ms(), KIND, b"y")
+        assert events[-1].wait(5) and _listeners(name) == 1
+    finally:
+        for w in watchers:
+            w.close()
+        wait_until(lambda: _listeners(name) == 0, "the LISTEN connection to close with the last waiter")
+        dispose(store)
+
+
+def _listeners(application_name: str) -> int:
+    import psycopg
+
+    with psycopg.connect(PG_DSN, autocommit=True) as conn:
+        return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
+                            (application_name,)).fetchone()[0]

@@ -27,7 +27,8 @@ from ..durable.timers.registry import Done, TimerHandler, TimerKind, TimerRegist
 from ..durable.timers.runner import Pace, run_due
 from ..durable.service.service import DurableTimerService
 from ..durable.storage.sqlite import SQLiteStore
-from ..durable.storage.store import Batch, Committed, Delegating, Store
+from ..durable.storage.store import Batch, Committed, Store
+from .stores import Delegating, dispose
 from .durable_service import service_figures
 from .harness import NotAvailable
 
@@ -71,13 +72,6 @@ class _CommitClock(Delegating):
         return results
 
 
-def _dispose(store: Store) -> None:
-    drop = getattr(store, "drop", None)  # PostgresStore: the bench's own table goes
-    if drop is not None:
-        drop()
-    store.close()
-
-
 def _fill(store: Store, dues_ms) -> None:
     for start in range(0, len(dues_ms), 1000):
         batch = Batch()
@@ -103,7 +97,7 @@ def _fired_per_s(make_store, n_timers: int, progress) -> float:
                 progress(report.fired)
         return n_timers / (time.perf_counter() - t0)
     finally:
-        _dispose(store)
+        dispose(store)
 
 
 def _lateness(make_store, n_timers: int, progress) -> list:
@@ -125,7 +119,7 @@ def _lateness(make_store, n_timers: int, progress) -> list:
             raise RuntimeError(f"only {seen} of {n_timers} timers fired within the bound")
         return list(store.lateness_ms)
     finally:
-        _dispose(store.inner)
+        dispose(store.inner)
 
 
 def run(n_timers: int = 5000, dsn: Optional[str] = None, progress: Optional[Callable[[int], None]] = None) -> dict:

@@ -32,6 +32,7 @@ from ..durable import DurableTimerService, SQLiteStore, schedule
 from ..durable.timers import keys
 from ..durable.timers.registry import Done, TimerHandler, TimerKind, TimerRegistry
 from ..durable.storage.store import Batch, Store
+from .stores import dispose
 
 __all__ = ["IDLE_CPU_S", "IO_TIMERS", "WAKEUP_GAP_MS", "WAKEUP_LEAD_MS", "WAKEUP_TIMERS", "service_figures"]
 
@@ -84,13 +85,6 @@ def _open(target: str, dsn: Optional[str]) -> Store:
     return SQLiteStore(name)
 
 
-def _dispose(store: Store) -> None:
-    drop = getattr(store, "drop", None)
-    if drop is not None:
-        drop()
-    store.close()
-
-
 def _wakeup_lateness_ms(target: str, dsn: Optional[str], n: int, progress) -> list:
     store = _open(target, dsn)
     # The partition exists before the runner starts: a fleet runner (PostgreSQL, every partition)
@@ -127,7 +121,7 @@ def _wakeup_lateness_ms(target: str, dsn: Optional[str], n: int, progress) -> li
             runner.kill()
             runner.wait(10)
     fired = _effects(store)
-    _dispose(store)
+    dispose(store)
     if len(fired) < n:
         raise RuntimeError(f"only {len(fired)} of {n} cross-process timers fired within 30 s")
     return [float(min(fired[ref]) - due) for ref, due in dues.items()]
@@ -156,7 +150,7 @@ def _fired_per_s_20ms(make_store: Callable[[], Store], concurrency: int, n: int,
         applied = _effects(store)
     finally:
         quiet.setLevel(level)
-        _dispose(store)
+        dispose(store)
     if len(applied) < n:
         raise RuntimeError(f"only {len(applied)} of {n} timers fired at concurrency {concurrency}")
     return {"timers": n, "fired_per_s": n / elapsed_s, "duplicates": sum(len(v) - 1 for v in applied.values())}
@@ -196,7 +190,7 @@ def _watcher_idle_cpu_pct(make_store: Callable[[], Store]) -> float:
             return watched * 100
         return max(0.0, watched - cpu_share(False)) * 100
     finally:
-        _dispose(store)
+        dispose(store)
 
 
 def service_figures(backend: str, tmp: str, dsn: Optional[str] = None, progress=None, max_timers: int = 10_000) -> dict:

@@ -32,6 +32,7 @@ from ..durable.timers.registry import Done, TimerHandler, TimerRegistry
 from ..durable.timers.runner import TickBudget
 from ..durable.storage.store import Batch
 from . import fleet_wakeup
+from .stores import dispose
 
 __all__ = ["run"]
 
@@ -152,8 +153,7 @@ def _one(dsn: str, n_runners: int, n_timers: int, budget: str, takeover: bool, p
                 proc.kill()
                 proc.wait()
         conn.close()
-        store.drop()
-        store.close()
+        dispose(store)
 
 
 def run(dsn: str, n_timers: int = 8000, runner_counts=(1, 4), progress: Optional[Callable[[int], None]] = None) -> dict:

@@ -21,6 +21,7 @@ from typing import Callable, Optional
 from ..durable.storage.store import Batch
 from ..durable.timers import keys
 from ..durable.timers.registry import Done, TimerHandler, TimerRegistry
+from .stores import dispose
 
 __all__ = ["run"]
 
@@ -115,8 +116,7 @@ def run(dsn: str, n_partitions: int = 20, progress: Optional[Callable[[int], Non
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        store.drop()
-        store.close()
+        dispose(store)
 
 
 if __name__ == "__main__":

@@ -69,7 +69,7 @@ import psycopg
 
 from ..storage.errors import StoreError, wrap_exceptions
 from ..storage.postgres import PostgresStore
-from ..storage.store import Ownership, check_partition
+from ..storage.store import Ownership, check_partition, check_store
 
 __all__ = ["PartitionOwnership", "holders"]
 
@@ -132,6 +132,7 @@ def holders(store: PostgresStore, partitions: Optional[list] = None, conn: Optio
     Raises:
         psycopg.Error: the server cannot be reached.
     """
+    check_store(store, kind=PostgresStore)
     names = None if partitions is None else sorted({check_partition(p) for p in partitions})
     wanted = names if names is not None else store.partitions()
     own = conn is None
@@ -167,8 +168,7 @@ class PartitionOwnership(Ownership):
 
     def __init__(self, store: PostgresStore, partitions: Optional[list] = None, *, kinds: Optional[list] = None,
                  check_interval_s: float = 1.0):
-        if not isinstance(store, PostgresStore):
-            raise TypeError(f"store must be a PostgresStore, got {type(store).__name__} {store!r}")
+        check_store(store, kind=PostgresStore)
         if isinstance(partitions, str):
             raise TypeError(f"partitions must be a list of str or None, not the str {partitions!r}")
         if isinstance(check_interval_s, bool) or not isinstance(check_interval_s, (int, float)):

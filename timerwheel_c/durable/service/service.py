@@ -38,9 +38,9 @@ import time
 from typing import Iterable, Optional
 
 from ..storage.errors import is_transient
-from ..storage.store import Store, check_partition
+from ..storage.store import Store, check_partition, check_store
 from ..storage.watch import Watcher
-from ..timers import writer
+from ..timers import keys, writer
 from ..timers.deadline import deadline_factory
 from ..timers.due import due_at_ms_of
 from ..timers.registry import TimerKind, TimerRegistry
@@ -137,8 +137,7 @@ class DurableTimerService:
         wall_ns=time.time_ns,
         fleet: Optional[bool] = None,
     ):
-        if not isinstance(store, Store):
-            raise TypeError(f"store must be a Store, got {type(store).__name__} {store!r}")
+        check_store(store)
         if not isinstance(registry, TimerRegistry):
             raise TypeError(f"registry must be a TimerRegistry, got {type(registry).__name__} {registry!r}")
         if isinstance(partitions, str):
@@ -372,6 +371,7 @@ class DurableTimerService:
 
     def _open_watcher(self) -> Optional[Watcher]:
         try:
+            keys.declare_signals(self.store)
             return self.store.watch(self._on_change)
         except Exception as exc:
             self._store_failed(exc, 1, "change signal")

@@ -14,25 +14,30 @@ on a partition across every connection, the way SQLite's ``BEGIN IMMEDIATE`` doe
 an ``Absent`` guard cannot be defeated by a concurrent insert (row locks cannot lock a
 row that does not exist).
 
-The schema (table, function, and the ``<table>_meta`` row holding the schema version)
+The schema (table, functions, and the ``<table>_meta`` row holding the schema version)
 is created or upgraded once, inside a transaction holding an advisory lock, so any
-number of processes can open the store at the same moment; a schema written by a newer
-version raises :class:`~timerwheel_c.durable.store.SchemaVersionError`.
+number of processes can open the store at the same moment: the numbered migrations in
+``sql/postgres/`` above the recorded version run in order. A schema written by a newer
+version raises :class:`~timerwheel_c.durable.storage.store.SchemaVersionError`.
 
-The change signal (:meth:`PostgresStore.watch`): a row trigger created with the table
-(:data:`NOTIFY_DDL`, ``<table>_wake``) calls ``pg_notify('<table>_wake', '')`` for every
-insert or update of a scheduled timer row (a key starting with ``b"T"``, in the
-scheduled layout) or of a durable-sleep mark (``b"S"``), in the writing transaction, however the row was written;
-PostgreSQL folds equal notifications of one transaction into one. A
-:class:`timerwheel_c.durable.pg_listen.PgListener` receives them. Backed-off rows do not
-notify (see :data:`NOTIFY_DDL`): a second runner serving the same partition in parallel
-(not a fleet, which gives each partition one owner) finds a row that another runner
-claimed and abandoned on its next pass, within its ``max_sleep_s``.
+The change signal (:meth:`PostgresStore.watch`): a row trigger (``<table>_wake``, in
+``sql/postgres/queries.sql``) calls ``pg_notify('<table>_wake', '')`` in the writing
+transaction for every insert or update of a key matching the patterns the timer layer
+declared (:meth:`~timerwheel_c.durable.storage.store.Store.signal_writes`: scheduled timer
+rows and durable-sleep marks, not the backed-off rows a claim writes), and for every one
+until some process has declared them. The store never reads the keys itself: the
+patterns are data, kept in the meta table, and the trigger is rebuilt only when they
+change. One :class:`~timerwheel_c.durable.storage.pg_listen.PgListener` per store and
+process receives the notifications for every waiter. A second runner serving the same
+partition in parallel (not a fleet, which gives each partition one owner) finds a row that
+another runner claimed and abandoned on its next pass, within its ``max_sleep_s``.
 
-One connection per store, shared by threads under a lock; a broken connection
-(server restart, network) is replaced on the next call, and the error of the failed
-call propagates (``psycopg.OperationalError``) for the caller to retry. Fleet
-ownership (:meth:`PostgresStore.ownership`) holds its locks on a connection of its own.
+Every psycopg error is raised as a :class:`~.errors.StoreError`, transient or permanent
+by its SQLSTATE class. One connection per store, shared by threads under a lock; a
+broken connection (server restart, network) is replaced on the next call, and the failed
+call raises :class:`~.errors.TransientStoreError` for the caller to retry. Fleet
+ownership (:meth:`~timerwheel_c.durable.storage.store.Store.ownership`, whose type the service
+layer sets) holds its locks on a connection of :meth:`PostgresStore.new_connection`.
 """
 from __future__ import annotations
 
@@ -49,8 +54,8 @@ from .errors import PermanentStoreError, StoreError, TransientStoreError, wrap_e
 from .pg_listen import PgListener
 from .redact import redact
 from .sqlfiles import migrations, queries
-from .store import (Absent, Batch, Committed, Page, PreconditionFailed, Refused, SchemaVersionError, Store,
-                    consumed_write, schema_version_of)
+from .store import (Absent, Batch, Committed, Page, PreconditionFailed, Refused, SchemaVersionError,
+                    Store, consumed_write, schema_version_of)
 from .watch import Watcher
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore", "lock_key"]
@@ -108,33 +113,26 @@ def lock_key(*parts: str) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
-# The change signal: a trigger function and a row trigger, both named {wake} (the table name
-# plus "_wake", also the NOTIFY channel). It runs only when the schema is created or upgraded
-# (under the schema lock), so replacing the trigger there costs its brief table lock once.
-# Timer rows notify only in the scheduled layout (variant byte 0x00, the 11th byte): a write
-# that schedules or reschedules a timer. Deletes never make a timer due sooner, and backed-off
-# rows (a claim, a retry) are known to the runner that wrote them, so the firing itself does not
-# wake every runner of the table once per commit. Durable-sleep marks (keys starting "S", see
-# timerwheel_c.durable.sleep) notify too: their change to "fired" is what a sleep waits for.
-NOTIFY_DDL = r"""
-CREATE OR REPLACE FUNCTION {wake}() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-  PERFORM pg_notify({channel}, '');
-  RETURN NULL;
-END
-$$;
-DROP TRIGGER IF EXISTS {wake} ON {t};
-CREATE TRIGGER {wake} AFTER INSERT OR UPDATE ON {t} FOR EACH ROW
-  WHEN ((substr(NEW.key, 1, 1) = '\x54'::bytea AND substr(NEW.key, 11, 1) = '\x00'::bytea)
-        OR substr(NEW.key, 1, 1) = '\x53'::bytea)
-  EXECUTE FUNCTION {wake}()
-"""
+def when_clause(patterns: Optional[list]) -> sql.Composable:
+    """The trigger's WHEN condition for the :class:`KeyPattern` list ``patterns`` (None: every write)."""
+    if patterns is None:
+        return sql.SQL("true")
+    if not patterns:
+        return sql.SQL("false")
+    alternatives = []
+    for p in patterns:
+        parts: list = [sql.SQL("true")]
+        if p.prefix:
+            parts.append(sql.SQL("substr(NEW.key, 1, {}) = {}").format(sql.Literal(len(p.prefix)), sql.Literal(p.prefix)))
+        if p.at is not None:
+            parts.append(sql.SQL("substr(NEW.key, {}, 1) = {}").format(sql.Literal(p.at + 1), sql.Literal(bytes([p.byte]))))
+        alternatives.append(sql.SQL("({})").format(sql.SQL(" AND ").join(parts)))
+    return sql.SQL(" OR ").join(alternatives)
 
 
-def notify_ddl(table: str) -> sql.Composed:
-    """:data:`NOTIFY_DDL` for ``table`` (a checked lower-case identifier), ready to execute."""
-    wake = f"{table}_wake"
-    return sql.SQL(NOTIFY_DDL).format(wake=sql.Identifier(wake), channel=sql.Literal(wake), t=sql.Identifier(table))
+def patterns_text(patterns: list) -> str:
+    """A canonical text of ``patterns``, kept in the meta table to compare declarations."""
+    return ";".join(p.prefix.hex() + ("" if p.at is None else f"@{p.at}={p.byte:02x}") for p in patterns)
 
 
 class PostgresStore(Store):
@@ -174,9 +172,11 @@ class PostgresStore(Store):
         self._names = {
             "t": sql.Identifier(table), "meta": sql.Identifier(f"{table}_meta"),
             "apply_many": sql.Identifier(f"{table}_apply_many"), "apply_one": sql.Identifier(f"{table}_apply_one"),
-            "old_apply": sql.Identifier(f"{table}_apply"),
+            "old_apply": sql.Identifier(f"{table}_apply"), "wake": sql.Identifier(f"{table}_wake"),
+            "channel": sql.Literal(f"{table}_wake"),
         }
-        self._sql = {name: sql.SQL(text).format(**self._names) for name, text in _QUERIES.items()}
+        self._sql = {name: sql.SQL(text).format(**self._names) for name, text in _QUERIES.items() if name != "wake_trigger"}
+        self._signalled: Optional[str] = None  # the patterns this store has seen in force
         self._conn: Optional[psycopg.Connection] = None
         with self._lock, self._wrap:
             self._create_schema()
@@ -206,8 +206,33 @@ class PostgresStore(Store):
             for version, text in _MIGRATIONS:
                 if version > found:
                     conn.execute(sql.SQL(text).format(**self._names))
-            conn.execute(notify_ddl(self.table))
+            self._create_wake_trigger(conn, None)
             conn.execute(self._sql["set_schema_version"], (str(SCHEMA_VERSION),))
+
+    def _create_wake_trigger(self, conn: psycopg.Connection, patterns: Optional[list]) -> None:
+        conn.execute(sql.SQL(_QUERIES["wake_trigger"]).format(when=when_clause(patterns), **self._names))
+        if patterns is None:
+            conn.execute(self._sql["forget_signal_patterns"])
+        else:
+            conn.execute(self._sql["set_signal_patterns"], (patterns_text(patterns),))
+
+    def _signal_writes(self, patterns: list) -> None:
+        """Rebuild the trigger's WHEN condition from ``patterns``, once per database: the patterns in
+        force are kept in the meta table, so a store that finds them there (one read, once per
+        store object) changes nothing, and a second runner never rebuilds the trigger again."""
+        text = patterns_text(patterns)
+        if self._signalled == text:
+            return
+        with self._lock, self._wrap:
+            conn = self._connection()
+            row = conn.execute(self._sql["signal_patterns"]).fetchone()
+            if row is None or row[0] != text:
+                with conn.transaction():
+                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(self.table, "schema"),))
+                    row = conn.execute(self._sql["signal_patterns"]).fetchone()
+                    if row is None or row[0] != text:
+                        self._create_wake_trigger(conn, patterns)
+        self._signalled = text
 
     def new_connection(self) -> psycopg.Connection:
         """A new autocommit connection to this store's database, for callers that hold session
@@ -267,7 +292,7 @@ class PostgresStore(Store):
         return [Refused(_refusal(why)) if why is not None else Committed() if f is None else PreconditionFailed(bytes(f))
                 for f, why in zip(failed, refused)]
 
-    def watch(self, callback: Callable[[], None]) -> Watcher:
+    def _watch(self, callback: Callable[[], None]) -> Watcher:
         """The change signal (see :meth:`Store.watch`): a :class:`PgListener` on the channel
         ``<table>_wake``, on a connection of its own that reconnects after any loss."""
         return PgListener(lambda: connect(self._dsn), f"{self.table}_wake", callback)
@@ -275,25 +300,6 @@ class PostgresStore(Store):
     def _partitions(self) -> list:
         with self._lock, self._wrap:
             return [r[0] for r in self._connection().execute(self._sql["partitions"]).fetchall()]
-
-    def ownership(self, partitions: Optional[list] = None, **kwargs):
-        """A :class:`~timerwheel_c.durable.ownership.PartitionOwnership` dividing ``partitions``
-        (None: every partition of this store) among the runners asking for the same ones;
-        ``kwargs`` (``check_interval_s``) go to its constructor."""
-        from ..service.ownership import PartitionOwnership
-
-        return PartitionOwnership(self, partitions, **kwargs)
-
-    def drop(self) -> None:
-        """Drop this store's table, meta table and function (for tests and benchmarks); the store
-        is unusable afterwards."""
-        with self._lock:
-            conn = self._connection()
-            conn.execute(sql.SQL("DROP FUNCTION IF EXISTS {}").format(sql.Identifier(f"{self.table}_apply_many")))
-            conn.execute(sql.SQL("DROP FUNCTION IF EXISTS {}").format(sql.Identifier(f"{self.table}_apply_one")))
-            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(f"{self.table}_meta")))
-            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(self.table)))
-            conn.execute(sql.SQL("DROP FUNCTION IF EXISTS {}").format(sql.Identifier(f"{self.table}_wake")))
 
     def close(self) -> None:
         with self._lock:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from importlib import resources
 
-__all__ = ["migrations", "queries"]
+__all__ = ["migrations", "queries", "statements"]
 
 _MIGRATION = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 _SECTION = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
@@ -35,3 +35,19 @@ def queries(backend: str) -> dict:
     parts = _SECTION.split(text)[1:]
     return {name: "\n".join(line for line in body.strip().splitlines() if not line.lstrip().startswith("--"))
             for name, body in zip(parts[::2], parts[1::2])}
+
+
+def statements(text: str) -> list:
+    """The statements of a migration's ``text``, for a driver that runs one at a time: split after each
+    line that ends with ``;`` (comments dropped, empty statements skipped; the files keep no ``;``
+    at a line end inside a statement)."""
+    out, current = [], []
+    for line in text.splitlines():
+        if line.lstrip().startswith("--"):
+            continue
+        current.append(line)
+        if line.rstrip().endswith(";"):
+            out.append("\n".join(current).strip())
+            current = []
+    tail = "\n".join(current).strip()
+    return [s for s in out + ([tail] if tail else []) if s.strip(" ;\n")]

@@ -13,9 +13,14 @@ SQLite compares BLOBs with memcmp, then by length, which is exactly Python's byt
   processes sharing the file, which is what lets two services on one file fire each
   timer's batch effects once. ``apply_many`` does all its batches in one such
   transaction, each inside its own ``SAVEPOINT`` so a failed guard undoes only its batch.
-- The schema is created once, under ``BEGIN IMMEDIATE``, and its version is kept in the
-  ``timerwheel_meta`` table; a file written by a newer version raises
-  :class:`~timerwheel_c.durable.store.SchemaVersionError` on open.
+- The schema is created once, under ``BEGIN IMMEDIATE``: the numbered migrations of
+  ``sql/sqlite/`` above the version kept in the ``timerwheel_meta`` table run in that one
+  transaction. A file written by a newer version raises
+  :class:`~timerwheel_c.durable.storage.store.SchemaVersionError` on open; a file whose tables of
+  these names another program made raises :class:`~timerwheel_c.durable.storage.store.SchemaError`
+  before anything is written to it.
+- Every sqlite3 error is raised as a :class:`~.errors.StoreError`, transient or permanent by its
+  result code (SQLITE_BUSY and SQLITE_LOCKED are transient, SQLITE_FULL permanent).
 - Checkpoints run off the commit path: the store's connection disables WAL auto-checkpoint,
   and a small daemon thread with its own connection runs ``PRAGMA wal_checkpoint(PASSIVE)``
   every ``checkpoint_interval_s``. A passive checkpoint never blocks writers, so the
@@ -40,6 +45,7 @@ from typing import Callable, Optional, Union
 
 from .errors import PermanentStoreError, StoreError, TransientStoreError, wrap_exceptions
 from .redact import redact
+from .sqlfiles import migrations, queries, statements
 from .store import (Absent, Batch, Committed, Page, PreconditionFailed, Refused, SchemaError, SchemaVersionError,
                     Store, consumed_write, schema_version_of)
 from .watch import PollingWatcher, Watcher
@@ -48,23 +54,11 @@ __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
 log = logging.getLogger("timerwheel_c.durable")
 
-_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS timerwheel_kv ("
-    " partition TEXT NOT NULL, key BLOB NOT NULL, value BLOB NOT NULL,"
-    " PRIMARY KEY (partition, key)) WITHOUT ROWID"
-)
-_META = "CREATE TABLE IF NOT EXISTS timerwheel_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)"
-_GET = "SELECT value FROM timerwheel_kv WHERE partition = ? AND key = ?"
-_PUT = "INSERT OR REPLACE INTO timerwheel_kv (partition, key, value) VALUES (?, ?, ?)"
-_DELETE = "DELETE FROM timerwheel_kv WHERE partition = ? AND key = ?"
-_DELETE_IF = "DELETE FROM timerwheel_kv WHERE partition = ? AND key = ? AND value = ?"
+_QUERIES = queries("sqlite")
+_MIGRATIONS = migrations("sqlite")
+# 1: the key-value table alone (files from before the version row); 2: the version row.
+SCHEMA_VERSION = _MIGRATIONS[-1][0]
 _TABLES = {"timerwheel_kv": ("partition", "key", "value"), "timerwheel_meta": ("name", "value")}
-# A loose index scan: one probe of the primary key per partition (a few microseconds each), so a
-# pass costs the same with 1M stored rows as with 1k; SELECT DISTINCT would walk every row.
-_PARTITIONS = (
-    "WITH RECURSIVE p(name) AS (SELECT (SELECT partition FROM timerwheel_kv ORDER BY partition LIMIT 1) UNION ALL"
-    " SELECT (SELECT partition FROM timerwheel_kv WHERE partition > p.name ORDER BY partition LIMIT 1)"
-    " FROM p WHERE p.name IS NOT NULL) SELECT name FROM p WHERE name IS NOT NULL")
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 # SQLite's primary result codes (https://sqlite.org/rescode.html) of passing conditions: BUSY,
 # LOCKED, NOMEM, INTERRUPT, PROTOCOL (a WAL lock race) and SCHEMA (another connection changed it).
@@ -98,8 +92,6 @@ def store_error(path: str, exc: sqlite3.Error) -> StoreError:
     primary, name = result_code(exc)
     kind = TransientStoreError if primary in _TRANSIENT_CODES else PermanentStoreError
     return kind(f"SQLite database {path!r}: {exc}" + (f" ({name})" if name else ""), name)
-# 1: the key-value table alone (files from before the version row); 2: the version row.
-SCHEMA_VERSION = 2
 
 
 class SQLiteStore(Store):
@@ -234,15 +226,18 @@ class SQLiteStore(Store):
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         try:
-            db.execute(_SCHEMA)
-            db.execute(_META)
-            row = db.execute("SELECT value FROM timerwheel_meta WHERE name = 'schema_version'").fetchone()
-            found = None if row is None else schema_version_of(f"SQLite database {self.path!r}", row[0])
-            if found is not None and found > SCHEMA_VERSION:
-                raise SchemaVersionError(f"SQLite database {self.path!r}", found, SCHEMA_VERSION)
+            db.execute(_QUERIES["create_meta"])
+            row = db.execute(_QUERIES["schema_version"]).fetchone()
+            where = f"SQLite database {self.path!r}"
+            found = 0 if row is None else schema_version_of(where, row[0])
+            if found > SCHEMA_VERSION:
+                raise SchemaVersionError(where, found, SCHEMA_VERSION)
             if found != SCHEMA_VERSION:
-                db.execute("INSERT OR REPLACE INTO timerwheel_meta (name, value) VALUES ('schema_version', ?)",
-                           (str(SCHEMA_VERSION),))
+                for version, text in _MIGRATIONS:
+                    if version > found:
+                        for statement in statements(text):
+                            db.execute(statement)
+                db.execute(_QUERIES["set_schema_version"], (str(SCHEMA_VERSION),))
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:
@@ -267,18 +262,14 @@ class SQLiteStore(Store):
         return f"SQLiteStore({self.path!r}, synchronous={self.synchronous!r})"
 
     def _scan(self, partition: str, start: bytes, end: bytes, after: Optional[bytes], limit: int) -> Page:
-        lower, op = (start, ">=") if after is None else (after, ">")
+        query, lower = (_QUERIES["scan_from"], start) if after is None else (_QUERIES["scan_after"], after)
         with self._lock, self._wrap:
-            rows = self._db.execute(
-                f"SELECT key, value FROM timerwheel_kv WHERE partition = ? AND key {op} ? AND key < ?"
-                " ORDER BY key LIMIT ?",
-                (partition, lower, end, limit + 1),
-            ).fetchall()
+            rows = self._db.execute(query, (partition, lower, end, limit + 1)).fetchall()
         return Page.from_rows(rows, limit)
 
     def _get(self, partition: str, key: bytes) -> Optional[bytes]:
         with self._lock, self._wrap:
-            row = self._db.execute(_GET, (partition, key)).fetchone()
+            row = self._db.execute(_QUERIES["get"], (partition, key)).fetchone()
         return None if row is None else bytes(row[0])
 
     def _apply(self, partition: str, batch: Batch) -> Union[Committed, PreconditionFailed]:
@@ -324,19 +315,20 @@ class SQLiteStore(Store):
                 raise
         return results
 
-    def watch(self, callback: Callable[[], None]) -> Watcher:
+    def _watch(self, callback: Callable[[], None]) -> Watcher:
         """The change signal (see :meth:`Store.watch`): ``PRAGMA data_version`` on a dedicated
         connection every ``watch_interval_s``. A ``":memory:"`` database is private to this
         store's connection, which data_version does not count, so there it is the connection's
         own ``total_changes`` (rows written through it), read as often.
 
         Raises:
-            sqlite3.Error: the watcher's connection cannot be opened.
+            StoreError: the watcher's connection cannot be opened.
         """
         if self.path == ":memory:":
             return self._watch_own_connection(callback)
-        db = sqlite3.connect(self.path, timeout=self._busy_timeout_s, isolation_level=None, check_same_thread=False)
-        last = [db.execute("PRAGMA data_version").fetchone()[0]]
+        with self._wrap:
+            db = sqlite3.connect(self.path, timeout=self._busy_timeout_s, isolation_level=None, check_same_thread=False)
+            last = [db.execute("PRAGMA data_version").fetchone()[0]]
 
         def changed() -> bool:
             version = db.execute("PRAGMA data_version").fetchone()[0]
@@ -371,26 +363,26 @@ class SQLiteStore(Store):
         db = self._db
         consumed = consumed_write(batch)
         for guard in batch.guards[:-1] if consumed >= 0 else batch.guards:
-            row = db.execute(_GET, (partition, guard.key)).fetchone()
+            row = db.execute(_QUERIES["get"], (partition, guard.key)).fetchone()
             held = row is None if isinstance(guard, Absent) else row is not None and row[0] == guard.value
             if not held:
                 return guard.key
         if consumed >= 0:
             last = batch.guards[-1]
-            if db.execute(_DELETE_IF, (partition, last.key, last.value)).rowcount != 1:
+            if db.execute(_QUERIES["delete_if"], (partition, last.key, last.value)).rowcount != 1:
                 return last.key
         for i, (key, value) in enumerate(batch.writes):
             if i == consumed:
                 continue
             if value is None:
-                db.execute(_DELETE, (partition, key))
+                db.execute(_QUERIES["delete"], (partition, key))
             else:
-                db.execute(_PUT, (partition, key, value))
+                db.execute(_QUERIES["put"], (partition, key, value))
         return None
 
     def _partitions(self) -> list:
         with self._lock, self._wrap:
-            rows = self._db.execute(_PARTITIONS).fetchall()
+            rows = self._db.execute(_QUERIES["partitions"]).fetchall()
         return [r[0] for r in rows]
 
     def close(self) -> None:

@@ -18,19 +18,21 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Union
+from typing import Callable, Optional, Union, cast
 
 from .errors import PermanentStoreError
-from .watch import GENERIC_POLL_S, PollingWatcher, Watcher
+from .redact import redact
+from .watch import GENERIC_POLL_S, ChangeHub, PollingWatcher, Watcher
 
 __all__ = [
     "MAX_KEY_BYTES",
+    "MAX_PARTITION_BYTES",
     "Absent",
     "Batch",
     "Committed",
-    "Delegating",
     "Equals",
     "Guard",
+    "KeyPattern",
     "Ownership",
     "Page",
     "PreconditionFailed",
@@ -40,14 +42,19 @@ __all__ = [
     "Store",
     "check_bytes",
     "check_partition",
+    "check_store",
     "consumed_write",
 ]
 
 
-# The longest key a store must hold, in bytes, the same on every backend: a PostgreSQL btree
-# index entry holds at most about 2,700 bytes (a third of an 8 kB page), and the primary key
-# (partition, key) is such an entry, so 2,048 leaves room for the partition name.
+# The longest key and partition name a store holds, in bytes (UTF-8 for the name), the same on
+# every backend and checked once, when a row is written (Batch.put, check_partition): a PostgreSQL
+# btree index entry holds at most 2,704 bytes (a third of an 8 kB page), and the primary key
+# (partition, key) is such an entry: 8 bytes of tuple header, 4 + 256 and 4 + 2,048 bytes of
+# values with their length words and alignment make at most 2,328 bytes, so any row that can be
+# written can be indexed, and rewritten under another key of the same length, on every backend.
 MAX_KEY_BYTES = 2048
+MAX_PARTITION_BYTES = 256
 
 def check_bytes(name: str, value: object) -> bytes:
     """Return ``value`` if it is bytes, else raise TypeError naming ``name`` and the value."""
@@ -62,8 +69,9 @@ MAX_SCAN_LIMIT = 1 << 62
 
 def check_partition(partition: object) -> str:
     """Return ``partition`` if it is a non-empty str that every backend can store: encodable
-    as UTF-8 and free of NUL, which PostgreSQL's text type refuses (TypeError / ValueError
-    otherwise), so a name is valid on SQLite exactly when it is valid on PostgreSQL."""
+    as UTF-8, at most :data:`MAX_PARTITION_BYTES` (256) bytes so encoded, and free of NUL, which
+    PostgreSQL's text type refuses (TypeError / ValueError otherwise), so a name is valid on
+    SQLite exactly when it is valid on PostgreSQL."""
     if not isinstance(partition, str):
         raise TypeError(f"partition must be a str, got {type(partition).__name__} {partition!r}")
     if not partition:
@@ -71,9 +79,12 @@ def check_partition(partition: object) -> str:
     if "\x00" in partition:
         raise ValueError(f"partition must not contain NUL, got {partition!r}")
     try:
-        partition.encode("utf-8")
+        size = len(partition.encode("utf-8"))
     except UnicodeEncodeError:
         raise ValueError(f"partition must be encodable as UTF-8 (no lone surrogates), got {partition!r}") from None
+    if size > MAX_PARTITION_BYTES:
+        raise ValueError(f"partition must be at most {MAX_PARTITION_BYTES} bytes in UTF-8, got {size} bytes "
+                         f"starting {partition[:32]!r}")
     return partition
 
 
@@ -107,6 +118,35 @@ class SchemaVersionError(SchemaError, RuntimeError):
             f"timerwheel_c supports; upgrade timerwheel_c to open it")
         self.found = found
         self.supported = supported
+
+
+@dataclass(frozen=True)
+class KeyPattern:
+    """Keys that start with ``prefix`` and, when ``at`` is not None, hold the byte ``byte`` at index
+    ``at`` (0-based): how a layer above says which writes the change signal must follow
+    (:meth:`Store.signal_writes`) without the store knowing its key layout.
+
+    Raises:
+        TypeError / ValueError: a non-bytes prefix, ``at`` without ``byte`` or outside 0..MAX_KEY_BYTES-1,
+            ``byte`` outside 0..255.
+    """
+
+    prefix: bytes
+    at: Optional[int] = None
+    byte: Optional[int] = None
+
+    def __post_init__(self):
+        check_bytes("KeyPattern.prefix", self.prefix)
+        if (self.at is None) != (self.byte is None):
+            raise ValueError(f"KeyPattern needs both at and byte, or neither; got at={self.at!r}, byte={self.byte!r}")
+        if self.at is not None and not (isinstance(self.at, int) and 0 <= self.at < MAX_KEY_BYTES):
+            raise ValueError(f"KeyPattern.at must be an index 0..{MAX_KEY_BYTES - 1}, got {self.at!r}")
+        if self.byte is not None and not (isinstance(self.byte, int) and 0 <= self.byte <= 255):
+            raise ValueError(f"KeyPattern.byte must be 0..255, got {self.byte!r}")
+
+    def matches(self, key: bytes) -> bool:
+        """True when ``key`` is one of the keys this pattern describes."""
+        return key.startswith(self.prefix) and (self.at is None or (len(key) > self.at and key[self.at] == self.byte))
 
 
 @dataclass(frozen=True)
@@ -221,7 +261,7 @@ class Page:
 
 class Ownership(abc.ABC):
     """The partitions one runner owns among the live runners sharing a store
-    (:class:`timerwheel_c.durable.ownership.PartitionOwnership` on PostgreSQL)."""
+    (:class:`timerwheel_c.durable.service.ownership.PartitionOwnership` on PostgreSQL)."""
 
     check_interval_s: float
 
@@ -329,25 +369,53 @@ class Store(abc.ABC):
 
     def watch(self, callback: Callable[[], None]) -> Watcher:
         """Start the store's change signal: ``callback()`` (no argument, on the watcher's thread)
-        runs after any committed write of a timer row, from this process or another, and
-        possibly after other writes too. Returns the running :class:`Watcher`; close it.
+        runs after any committed write of a key the timer layer asked to be signalled (see
+        :meth:`signal_writes`), from this process or another, and possibly after other writes too.
+        Returns a :class:`Watcher`; close it.
 
-        This generic version calls back every second (:class:`PollingWatcher`); a backend
-        overrides it with a real detector (see :mod:`timerwheel_c.durable.watch`).
+        Every watcher of one store shares one detector (one ``LISTEN`` connection on PostgreSQL),
+        started by the first and stopped with the last (:class:`~.watch.ChangeHub`).
+
+        Raises:
+            StoreError: the detector could not be started.
         """
-        return PollingWatcher(lambda: True, callback, GENERIC_POLL_S)
+        hub = self.__dict__.get("_change_hub")
+        if hub is None:
+            hub = self.__dict__.setdefault("_change_hub", ChangeHub(self._watch))
+        return hub.add(callback)
+
+    def signal_writes(self, patterns: list) -> None:
+        """Declare which writes the change signal must follow: a put of a key matching one of
+        ``patterns`` (:class:`KeyPattern`). Until some process declares them, every put signals;
+        afterwards a backend may leave other writes unsignalled (PostgreSQL does: its trigger is
+        rebuilt from them, once per database). Idempotent; the layers above hand their key layout
+        down as this data, so the store itself knows nothing of it.
+
+        Raises:
+            TypeError: ``patterns`` is not a list of KeyPattern.
+            StoreError: the backend failed.
+        """
+        if not isinstance(patterns, list) or not all(isinstance(p, KeyPattern) for p in patterns):
+            raise TypeError(f"patterns must be a list of KeyPattern, got {patterns!r}")
+        self._signal_writes(patterns)
 
     def partitions(self) -> list:
         """Names of the partitions that hold at least one key, sorted."""
         return self._partitions()
 
+    #: The :class:`Ownership` type that divides this backend's partitions among runners, called as
+    #: ``ownership_type(store, partitions, **kwargs)``. The layer that holds that policy sets it (the
+    #: service layer sets PostgresStore's when it is imported), so that this layer imports nothing
+    #: above it. None: the backend has no way to divide the work.
+    ownership_type: Optional[Callable[..., "Ownership"]] = None
+
     def ownership(self, partitions: Optional[list] = None, **kwargs) -> Optional["Ownership"]:
         """An :class:`Ownership` dividing ``partitions`` (None: every partition of the store) among
         the runners that share this store and ask for the same ones, or None when this backend
-        has no way to (the default; SQLite stays correct with several runners, each commit
-        guarded, but does not divide the work). ``kwargs`` go to the backend's ownership type.
+        has no way to (SQLite stays correct with several runners, each commit guarded, but does
+        not divide the work). ``kwargs`` go to :attr:`ownership_type`.
         """
-        return None
+        return None if self.ownership_type is None else self.ownership_type(self, partitions, **kwargs)
 
     def close(self) -> None:  # noqa: B027 -- optional: a backend without resources keeps this no-op
         """Release the backend's resources; the store is unusable afterwards."""
@@ -386,6 +454,15 @@ class Store(abc.ABC):
     def _partitions(self) -> list:
         """:meth:`partitions`."""
 
+    def _watch(self, callback: Callable[[], None]) -> Watcher:
+        """Start this store's one change detector, calling ``callback()`` on each change. This generic
+        version calls back every second (:class:`PollingWatcher`); a backend overrides it with a real
+        detector (see :mod:`~.watch`)."""
+        return PollingWatcher(lambda: True, callback, GENERIC_POLL_S)
+
+    def _signal_writes(self, patterns: list) -> None:  # noqa: B027 -- a detector that sees every write needs none
+        """:meth:`signal_writes` with checked patterns; the default keeps signalling every write."""
+
 
 def consumed_write(batch: Batch) -> int:
     """The index in ``batch.writes`` of the write that the batch's last guard performs itself, or -1.
@@ -405,40 +482,23 @@ def consumed_write(batch: Batch) -> int:
     return -1
 
 
+def check_store(store: object, name: str = "store", kind: Optional[type] = None) -> Store:
+    """Return ``store`` if it is a :class:`Store` (and an instance of ``kind``, when given).
+
+    Raises:
+        TypeError: naming ``name`` and what was passed instead, its password masked (a DSN or URL
+            passed where a store goes is the usual mistake: the message says to open it first).
+    """
+    want = kind or Store
+    if isinstance(store, want):
+        return cast(Store, store)
+    if isinstance(store, str):
+        raise TypeError(f"{name} must be a {want.__name__}, got the str {redact(store)!r}; "
+                        "open a store URL with open_store() and pass the store")
+    raise TypeError(f"{name} must be a {want.__name__}, got {type(store).__name__} {redact(repr(store))}")
+
+
 def _check_batch(batch: object) -> Batch:
     if not isinstance(batch, Batch):
         raise TypeError(f"batch must be a Batch, got {type(batch).__name__} {batch!r}")
     return batch
-
-
-class Delegating(Store):
-    """A store passing every call on to ``inner`` (any :class:`Store`); subclass it and override a
-    hook (``_scan``, ``_get``, ``_apply``, ``_apply_many``, ``_partitions``) to observe or alter
-    those calls, as the benchmarks and tests do. The public methods still validate first."""
-
-    def __init__(self, inner: Store):
-        if not isinstance(inner, Store):
-            raise TypeError(f"inner must be a Store, got {type(inner).__name__} {inner!r}")
-        self.inner = inner
-
-    def __repr__(self):
-        return f"{type(self).__name__}({self.inner!r})"
-
-    def _scan(self, partition: str, start: bytes, end: bytes, after: Optional[bytes], limit: int) -> Page:
-        return self.inner.scan(partition, start, end, after, limit)
-
-    def _get(self, partition: str, key: bytes) -> Optional[bytes]:
-        return self.inner.get(partition, key)
-
-    def _apply(self, partition: str, batch: Batch) -> Union[Committed, PreconditionFailed]:
-        return self._apply_many(partition, [batch])[0]
-
-    def _apply_many(self, partition: str, batches: list) -> list:
-        return self.inner.apply_many(partition, batches)
-
-    def _partitions(self) -> list:
-        return self.inner.partitions()
-
-    def watch(self, callback: Callable[[], None]) -> Watcher:
-        """``inner``'s change signal: a wrapper sees the same writes its store does."""
-        return self.inner.watch(callback)

@@ -12,6 +12,11 @@ procrastinate wake their workers with PostgreSQL ``LISTEN``/``NOTIFY``:
   changes whenever another connection commits (https://sqlite.org/pragma.html#pragma_data_version).
 - Any other backend: :class:`PollingWatcher` calling back every second.
 
+Each store runs one detector per process, however many waiters it has (a service, every
+durable sleep in progress): a :class:`ChangeHub` starts it for the first waiter, fans each
+change out to all of them, and stops it when the last one leaves. On PostgreSQL that is one
+``LISTEN`` connection per store, not one per sleep.
+
 A callback may be spurious (a write that moved no timer) but is never missing for a
 committed write that schedules a timer row (PostgreSQL leaves out the backed-off rows
 that runners write when they claim one), so a runner that does a pass after each
@@ -24,7 +29,7 @@ import threading
 import time
 from typing import Callable, Optional
 
-__all__ = ["GENERIC_POLL_S", "PollingWatcher", "Watcher", "call_back"]
+__all__ = ["GENERIC_POLL_S", "ChangeHub", "PollingWatcher", "Watcher", "call_back"]
 
 log = logging.getLogger("timerwheel_c.durable")
 
@@ -114,3 +119,62 @@ class PollingWatcher(Watcher):
 
     def close(self) -> None:
         self._closing.set()
+
+
+class _Subscription(Watcher):
+    """One waiter's handle on a :class:`ChangeHub`; other attributes (``connected``, ``reconnects``,
+    ``native_id``) are those of the shared detector."""
+
+    def __init__(self, hub: "ChangeHub", callback: Callable[[], None]):
+        self._hub = hub
+        self.callback = callback
+        self.closing = threading.Event()
+
+    def close(self) -> None:
+        if not self.closing.is_set():
+            self.closing.set()
+            self._hub._remove(self)
+
+    def __getattr__(self, name: str):
+        return getattr(self._hub.detector, name)
+
+
+class ChangeHub:
+    """One change detector shared by every waiter of a store in this process.
+
+    ``start(fire)`` starts the backend's detector (a :class:`Watcher` calling ``fire()`` on each
+    change); :meth:`add` starts it for the first waiter and :meth:`Watcher.close` of the last one
+    stops it. Thread-safe.
+    """
+
+    def __init__(self, start: Callable[[Callable[[], None]], Watcher]):
+        self._start = start
+        self._lock = threading.Lock()
+        self._subscriptions: list = []
+        self.detector: Optional[Watcher] = None
+
+    def add(self, callback: Callable[[], None]) -> Watcher:
+        """Call ``callback()`` on each change until the returned handle is closed.
+
+        Raises:
+            StoreError: the detector could not be started (nothing is registered).
+        """
+        with self._lock:
+            if self.detector is None:
+                self.detector = self._start(self._fire)
+            subscription = _Subscription(self, callback)
+            self._subscriptions.append(subscription)
+        return subscription
+
+    def _remove(self, subscription: _Subscription) -> None:
+        with self._lock:
+            self._subscriptions = [s for s in self._subscriptions if s is not subscription]
+            if not self._subscriptions and self.detector is not None:
+                self.detector.close()
+                self.detector = None
+
+    def _fire(self) -> None:
+        with self._lock:
+            subscriptions = list(self._subscriptions)
+        for subscription in subscriptions:
+            call_back(subscription.callback, subscription.closing)

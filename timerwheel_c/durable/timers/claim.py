@@ -190,7 +190,7 @@ class Claimer:
         if key in self.exclude:
             report.busy += 1
             return None
-        if key[9:10] and key[9] in self.capped and keys.well_formed_head(key):
+        if keys.head_kind(key) in self.capped:
             # A row of a kind already at its cap: defer without a full parse. A single-kind
             # backlog otherwise costs a parse per deferred row, up to max_scanned per tick.
             report.deferred += 1

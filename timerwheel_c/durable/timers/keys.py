@@ -23,18 +23,40 @@ space that is not one of these layouts is *malformed*: :func:`parse` raises
 :class:`MalformedKey` (a ValueError), never crashes, and the runner keeps such rows and
 counts them.
 
+A key whose reference is longer than :data:`MAX_REFERENCE_BYTES` is malformed too: its
+backed-off form would not fit a store key, so it could never be claimed.
+
 Quarantine: a malformed row that comes due is moved once, guarded, to
-:func:`quarantine` of its key, ``"Q" | original key`` (tag ``b"Q"``, 0x51, outside the
-timer space), value unchanged. It is retained for inspection, but later scans of the
-due range no longer see it, so malformed rows cannot use up a tick's ``max_scanned``
+:func:`quarantine` of its key: the same key with its tag replaced by ``b"Q"`` (0x51,
+outside the timer space), value unchanged, so the quarantine key is exactly as long as
+the key and fits wherever the key did. It is retained for inspection, but later scans of
+the due range no longer see it, so malformed rows cannot use up a tick's ``max_scanned``
 ahead of real timers. :data:`QUARANTINE_RANGE` covers every quarantined row.
+
+Durable-sleep marks (:mod:`.sleep`) live beside the timer space: ``"S" | timer id``
+(:func:`sleep_mark`).
+
+This module is the only place the layout lives. The store is told, as data
+(:data:`SIGNALLED`, :func:`declare_signals`), which writes must wake runners: a scheduled
+timer row (variant byte 0x00) and a sleep mark, not the backed-off rows that claims write.
+
+The allocation of the first byte of a key:
+
+========  ==========================================================
+``b"Q"``  quarantined malformed timer rows
+``b"S"``  durable-sleep marks
+``b"T"``  timer rows (scheduled and backed off)
+others    free for handlers' own rows (their effects), never scanned
+========  ==========================================================
 """
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
 
-from ..storage.store import MAX_KEY_BYTES
+from typing import Optional
+
+from ..storage.store import MAX_KEY_BYTES, KeyPattern, Store
 
 __all__ = [
     "MAX_ATTEMPT",
@@ -47,12 +69,18 @@ __all__ = [
     "TimerKey",
     "TimerKind",
     "backoff",
+    "SIGNALLED",
+    "SLEEP_MARK_TAG",
     "check_uint",
+    "declare_signals",
     "due_range",
     "well_formed_head",
     "future_range",
+    "head_kind",
+    "is_timer_key",
     "parse",
     "quarantine",
+    "sleep_mark",
     "timer",
 ]
 
@@ -60,6 +88,8 @@ TAG = b"T"
 _SCHEDULED = 0x00
 _BACKED_OFF = 0x01
 _HEAD = struct.Struct(">QBB")  # effective due ms, kind, variant
+_KIND_AT = len(TAG) + 8  # index of the kind byte
+_VARIANT_AT = _KIND_AT + 1  # index of the variant byte
 _RETRY = struct.Struct(">IQ")  # attempt, original due ms
 # The longest reference whose backed-off key (the longest key form) still fits a store key.
 MAX_REFERENCE_BYTES = MAX_KEY_BYTES - len(TAG) - _HEAD.size - _RETRY.size
@@ -68,6 +98,9 @@ MAX_ATTEMPT = 2**32 - 1
 _END = b"U"  # the first key after the timer space: TAG + 1
 QUARANTINE_TAG = b"Q"
 QUARANTINE_RANGE = (QUARANTINE_TAG, b"R")  # (start, end) of the quarantine space: tag, tag + 1
+SLEEP_MARK_TAG = b"S"
+# The writes that must wake runners and sleepers through the store's change signal.
+SIGNALLED = [KeyPattern(TAG, _VARIANT_AT, _SCHEDULED), KeyPattern(SLEEP_MARK_TAG)]
 
 
 class TimerKind:
@@ -207,7 +240,7 @@ def parse(key: bytes) -> TimerKey:
         raise MalformedKey(key, "kind 0")
     rest = 1 + _HEAD.size
     if variant == _SCHEDULED:
-        return TimerKey(due_at_ms, kind, key[rest:], 0, due_at_ms)
+        return TimerKey(due_at_ms, kind, _parsed_reference(key, rest), 0, due_at_ms)
     if variant != _BACKED_OFF:
         raise MalformedKey(key, f"unknown variant byte {variant:#04x}")
     if len(key) < rest + _RETRY.size:
@@ -215,29 +248,69 @@ def parse(key: bytes) -> TimerKey:
     attempt, original = _RETRY.unpack_from(key, rest)
     if attempt == 0:
         raise MalformedKey(key, "backed-off row with attempt 0")
-    return TimerKey(due_at_ms, kind, key[rest + _RETRY.size :], attempt, original)
+    return TimerKey(due_at_ms, kind, _parsed_reference(key, rest + _RETRY.size), attempt, original)
+
+
+def _parsed_reference(key: bytes, at: int) -> bytes:
+    reference = key[at:]
+    if len(reference) > MAX_REFERENCE_BYTES:
+        raise MalformedKey(key, f"a {len(reference)}-byte reference, longer than {MAX_REFERENCE_BYTES}: "
+                                "its backed-off key would not fit a store key")
+    return reference
 
 
 def quarantine(key: bytes) -> bytes:
-    """Key under which the runner keeps the malformed timer-space row ``key``: ``b"Q" + key``
-    (outside the timer space, so due-range scans skip it).
+    """Key under which the runner keeps the malformed timer-space row ``key``: ``key`` with its tag
+    replaced by ``b"Q"`` (outside the timer space, so due-range scans skip it), the same length.
 
     Raises:
         TypeError: ``key`` is not bytes.
+        ValueError: ``key`` is not in the timer space.
     """
     if not isinstance(key, bytes):
         raise TypeError(f"key must be bytes, got {type(key).__name__} {key!r}")
-    return QUARANTINE_TAG + key
+    if not is_timer_key(key):
+        raise ValueError(f"only a timer-space key (tag b'T') is quarantined, got {key[:16]!r}")
+    return QUARANTINE_TAG + key[len(TAG):]
+
+
+def is_timer_key(key: bytes) -> bool:
+    """True when ``key`` is in the timer space (starts with the tag), well-formed or not."""
+    return key[:len(TAG)] == TAG
+
+
+def sleep_mark(reference: bytes) -> bytes:
+    """Key of the durable-sleep mark of the timer id ``reference`` (bytes)."""
+    return SLEEP_MARK_TAG + reference
+
+
+def declare_signals(store: Store) -> None:
+    """Tell ``store`` which writes its change signal must follow (:data:`SIGNALLED`); cheap after the
+    first call on a store. Writers and runners call it before they write or wait.
+
+    Raises:
+        StoreError: the store failed.
+    """
+    store.signal_writes(SIGNALLED)
 
 
 def well_formed_head(key: bytes) -> bool:
     """True when ``key`` has one layout's full structure, so that :func:`parse` could only reject
-    it for kind 0: a cheap test for hot paths that need only the kind byte ``key[9]``."""
+    it for kind 0 or an over-long reference: a cheap test for hot paths that need only the kind."""
     n = len(key)
-    if key[:1] != TAG or n < 11:
+    rest = len(TAG) + _HEAD.size
+    if key[:len(TAG)] != TAG or n < rest:
         return False
-    variant = key[10]
-    return variant == _SCHEDULED or (variant == _BACKED_OFF and n >= 23 and key[11:15] != b"\0\0\0\0")
+    variant = key[_VARIANT_AT]
+    if variant == _SCHEDULED:
+        return True
+    return variant == _BACKED_OFF and n >= rest + _RETRY.size and key[rest:rest + 4] != b"\0\0\0\0"
+
+
+def head_kind(key: bytes) -> Optional[int]:
+    """The kind byte of ``key`` when it has one layout's full header (:func:`well_formed_head`), else
+    None: the runner's cheap look at a row's kind, without a full :func:`parse`."""
+    return key[_KIND_AT] if well_formed_head(key) else None
 
 
 def due_range(now_ms: int) -> tuple[bytes, bytes]:

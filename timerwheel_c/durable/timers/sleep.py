@@ -3,7 +3,7 @@
 An execution (a workflow, a saga) that is re-run from the start after a restart calls
 the same sleeps in the same order. :class:`DurableContext` names the n-th sleep of an
 execution with a deterministic :class:`TimerId` (UUIDv5 of the execution id and n), and
-journals it in one guarded commit: a *mark* row ``b"S" + timer id`` and a timer row of
+journals it in one guarded commit: a *mark* row (:func:`keys.sleep_mark` of the timer id) and a timer row of
 kind :data:`SLEEP_KIND` (0xFF) whose reference is the timer id. A
 :class:`DurableTimerService` whose registry holds :class:`SleepHandler` fires the timer;
 the handler's batch turns the mark into "fired" under ``require(Equals(mark, pending))``,
@@ -32,14 +32,13 @@ from . import keys
 from .deadline import deadline_factory
 from .due import due_at_ms_of
 from .registry import Done, TimerHandler, TimerKind
-from ..storage.store import Absent, Batch, Equals, Store, check_partition
+from ..storage.store import Absent, Batch, Equals, Store, check_partition, check_store
 
 __all__ = ["SLEEP_KIND", "SLEEP_PARTITION", "DurableContext", "SleepHandler", "TimerId"]
 
 SLEEP_KIND = TimerKind(0xFF)
 SLEEP_PARTITION = "durable-sleep"
 _NAMESPACE = uuid.UUID("5b0c3a52-7d4e-4f0e-9a61-2f3c7d1e9b44")
-_MARK = b"S"
 _FIRED = b"F"
 _PENDING = struct.Struct(">cQ")
 _RECHECK_S = 1.0  # longest wait on the change signal before the mark is read again, seconds
@@ -70,10 +69,6 @@ class TimerId:
         return self.uuid.bytes
 
 
-def _mark_key(reference: bytes) -> bytes:
-    return _MARK + reference
-
-
 class SleepHandler(TimerHandler):
     """Fires durable sleeps: marks the sleep fired, guarded on its pending mark. Register it in the
     registry of a service that serves the sleeps' partition."""
@@ -81,7 +76,7 @@ class SleepHandler(TimerHandler):
     kind = SLEEP_KIND
 
     def fire(self, ctx, timer):
-        mark = _mark_key(timer.reference)
+        mark = keys.sleep_mark(timer.reference)
         current = ctx.store.get(ctx.partition, mark)
         if current is None or current == _FIRED:
             return Done()  # nothing to mark; the timer row just goes
@@ -105,8 +100,7 @@ class DurableContext:
     """
 
     def __init__(self, store: Store, execution_id: str, partition: str = SLEEP_PARTITION, service=None):
-        if not isinstance(store, Store):
-            raise TypeError(f"store must be a Store, got {type(store).__name__} {store!r}")
+        check_store(store)
         TimerId.for_call(execution_id, 0)  # validates the id
         self.store = store
         self.execution_id = execution_id
@@ -121,7 +115,8 @@ class DurableContext:
         tid = TimerId.for_call(self.execution_id, self.calls)
         timer_key = keys.timer(due_at_ms, SLEEP_KIND, tid.bytes)  # validates due_at_ms before counting the call
         self.calls += 1
-        mark = _mark_key(tid.bytes)
+        keys.declare_signals(self.store)
+        mark = keys.sleep_mark(tid.bytes)
         current = self.store.get(self.partition, mark)
         if current is None:
             pending = _PENDING.pack(b"P", due_at_ms)
@@ -142,7 +137,7 @@ class DurableContext:
         return self.store.get(self.partition, mark) == _FIRED
 
     def _timeout(self, mark: bytes, due: int, timeout_s) -> TimeoutError:
-        return TimeoutError(f"durable sleep {mark[1:].hex()} due {due} ms not fired within {timeout_s} s")
+        return TimeoutError(f"durable sleep {mark[len(keys.SLEEP_MARK_TAG):].hex()} due {due} ms not fired within {timeout_s} s")
 
     def sleep_until(self, due_at_ms, timeout_s: Optional[float] = None) -> bool:
         """Block until the n-th sleep's timer (due ``due_at_ms``: Unix epoch ms or an aware datetime)

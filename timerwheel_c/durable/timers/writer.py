@@ -11,15 +11,9 @@ from __future__ import annotations
 
 from . import keys
 from .due import due_at_ms_of
-from ..storage.store import Batch, Committed, Equals, Store, check_bytes, check_partition
+from ..storage.store import Batch, Committed, Equals, Store, check_bytes, check_partition, check_store
 
 __all__ = ["cancel", "schedule"]
-
-
-def _check_store(store: object) -> Store:
-    if not isinstance(store, Store):
-        raise TypeError(f"store must be a Store, got {type(store).__name__} {store!r}")
-    return store
 
 
 def schedule(store: Store, partition: str, due_at_ms, kind, reference: bytes, value: bytes = b"") -> bytes:
@@ -40,10 +34,12 @@ def schedule(store: Store, partition: str, due_at_ms, kind, reference: bytes, va
             1..255, a non-bytes reference or value, an empty partition).
         Exception: whatever the store raises.
     """
-    _check_store(store)
+    check_store(store)
     key = keys.timer(due_at_ms_of(due_at_ms), kind, reference)
     check_bytes("value", value)
-    store.apply(check_partition(partition), Batch().put(key, value))
+    check_partition(partition)
+    keys.declare_signals(store)
+    store.apply(partition, Batch().put(key, value))
     return key
 
 
@@ -58,7 +54,7 @@ def cancel(store: Store, partition: str, due_at_ms, kind, reference: bytes) -> b
         TypeError / ValueError: a bad argument, as for :func:`schedule`.
         Exception: whatever the store raises.
     """
-    _check_store(store)
+    check_store(store)
     key = keys.timer(due_at_ms_of(due_at_ms), kind, reference)
     check_partition(partition)
     value = store.get(partition, key)

@@ -32,3 +32,27 @@ SELECT value FROM {meta} WHERE name = 'schema_version'
 -- name: set_schema_version
 INSERT INTO {meta} (name, value) VALUES ('schema_version', %s)
   ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value
+
+-- name: signal_patterns
+SELECT value FROM {meta} WHERE name = 'signal_patterns'
+
+-- name: set_signal_patterns
+INSERT INTO {meta} (name, value) VALUES ('signal_patterns', %s)
+  ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value
+
+-- name: forget_signal_patterns
+DELETE FROM {meta} WHERE name = 'signal_patterns'
+
+-- name: wake_trigger
+-- The change signal: a row trigger notifies the channel {channel} in the writing transaction, so the
+-- notification is delivered on commit and never for a rolled-back write; PostgreSQL folds equal
+-- notifications of one transaction into one. {when} is built from the patterns the layers above
+-- declared (Store.signal_writes), "true" until they have. Deletes never signal.
+CREATE OR REPLACE FUNCTION {wake}() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM pg_notify({channel}, '');
+  RETURN NULL;
+END
+$$;
+DROP TRIGGER IF EXISTS {wake} ON {t};
+CREATE TRIGGER {wake} AFTER INSERT OR UPDATE ON {t} FOR EACH ROW WHEN ({when}) EXECUTE FUNCTION {wake}()

@@ -1,0 +1,80 @@
+"""Store helpers of the benchmarks and the tests, never used by the library itself.
+
+- :class:`Delegating`: a store that passes every call on to another, to observe or alter some.
+- :func:`dispose`: close a benchmark's or a test's store, dropping a PostgreSQL store's table and
+  the functions and meta table made with it first.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional, Union
+
+from timerwheel_c.durable.storage.store import Batch, Committed, Page, PreconditionFailed, Store, check_store
+from timerwheel_c.durable.storage.watch import Watcher
+
+__all__ = ["Delegating", "dispose", "drop"]
+
+# What a PostgresStore makes beside its table (sql/postgres/), each named after the table.
+_PG_FUNCTIONS = ("_apply_many", "_apply_one", "_apply", "_wake")
+
+
+class Delegating(Store):
+    """A store passing every call on to ``inner`` (any :class:`Store`); subclass it and override a
+    hook (``_scan``, ``_get``, ``_apply``, ``_apply_many``, ``_partitions``) to observe or alter
+    those calls, as the benchmarks and tests do. The public methods still validate first.
+
+    Raises:
+        TypeError: ``inner`` is not a Store (a DSN's password masked).
+    """
+
+    def __init__(self, inner: Store):
+        self.inner = check_store(inner, "inner")
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.inner!r})"
+
+    def _scan(self, partition: str, start: bytes, end: bytes, after: Optional[bytes], limit: int) -> Page:
+        return self.inner.scan(partition, start, end, after, limit)
+
+    def _get(self, partition: str, key: bytes) -> Optional[bytes]:
+        return self.inner.get(partition, key)
+
+    def _apply(self, partition: str, batch: Batch) -> Union[Committed, PreconditionFailed]:
+        return self._apply_many(partition, [batch])[0]
+
+    def _apply_many(self, partition: str, batches: list) -> list:
+        return self.inner.apply_many(partition, batches)
+
+    def _partitions(self) -> list:
+        return self.inner.partitions()
+
+    def watch(self, callback: Callable[[], None]) -> Watcher:
+        """``inner``'s change signal: a wrapper sees the same writes its store does."""
+        return self.inner.watch(callback)
+
+    def _signal_writes(self, patterns: list) -> None:
+        self.inner.signal_writes(patterns)
+
+
+def drop(store: Store) -> None:
+    """Drop a PostgresStore's table, meta table and functions (any other store: nothing); the store
+    is unusable afterwards.
+
+    Raises:
+        StoreError: the server cannot be reached.
+    """
+    table = getattr(store, "table", None)
+    if table is None or not hasattr(store, "new_connection"):
+        return
+    from psycopg import sql
+
+    with store.new_connection() as conn:
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))  # its trigger too
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(f"{table}_meta")))
+        for suffix in _PG_FUNCTIONS:
+            conn.execute(sql.SQL("DROP FUNCTION IF EXISTS {}").format(sql.Identifier(f"{table}{suffix}")))
+
+
+def dispose(store: Store) -> None:
+    """:func:`drop` then close ``store``."""
+    drop(store)
+    store.close()

@@ -1,0 +1,2 @@
+-- Version 2 is the schema_version row of timerwheel_meta (which exists before any migration runs);
+-- the tables are those of version 1.

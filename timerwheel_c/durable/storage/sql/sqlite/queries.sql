@@ -1,0 +1,39 @@
+-- The statements of SQLiteStore, one per "-- name:" section.
+
+-- name: create_meta
+CREATE TABLE IF NOT EXISTS timerwheel_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)
+
+-- name: schema_version
+SELECT value FROM timerwheel_meta WHERE name = 'schema_version'
+
+-- name: set_schema_version
+INSERT OR REPLACE INTO timerwheel_meta (name, value) VALUES ('schema_version', ?)
+
+-- name: scan_from
+SELECT key, value FROM timerwheel_kv WHERE partition = ? AND key >= ? AND key < ? ORDER BY key LIMIT ?
+
+-- name: scan_after
+SELECT key, value FROM timerwheel_kv WHERE partition = ? AND key > ? AND key < ? ORDER BY key LIMIT ?
+
+-- name: get
+SELECT value FROM timerwheel_kv WHERE partition = ? AND key = ?
+
+-- name: put
+INSERT OR REPLACE INTO timerwheel_kv (partition, key, value) VALUES (?, ?, ?)
+
+-- name: delete
+DELETE FROM timerwheel_kv WHERE partition = ? AND key = ?
+
+-- name: delete_if
+-- A guard Equals(key, value) and the delete of key in one statement (see store.consumed_write).
+DELETE FROM timerwheel_kv WHERE partition = ? AND key = ? AND value = ?
+
+-- name: partitions
+-- A loose index scan: one probe of the primary key per partition (a few microseconds each), so a
+-- pass costs the same with 1M stored rows as with 1k; SELECT DISTINCT would walk every row.
+WITH RECURSIVE p(name) AS (
+  SELECT (SELECT partition FROM timerwheel_kv ORDER BY partition LIMIT 1)
+  UNION ALL
+  SELECT (SELECT partition FROM timerwheel_kv WHERE partition > p.name ORDER BY partition LIMIT 1)
+  FROM p WHERE p.name IS NOT NULL)
+SELECT name FROM p WHERE name IS NOT NULL
