@@ -165,12 +165,21 @@ class Claimer:
             self.exhausted = page.next is None
             self.after = page.next
         fires = 0
+        exclude, capped = self.exclude, self.capped
         while self.pending and fires < max_rows:
             if self.over_budget():
                 report.stopped_on_budget = True
                 break
             key, value = self.pending.pop()
             report.scanned += 1
+            if key in exclude:
+                report.busy += 1
+                continue
+            if capped and keys.head_kind(key) in capped:
+                # A row of a kind already at its cap: deferred without a full parse (inline: a
+                # single-kind backlog costs one such look per row, up to max_scanned per tick).
+                report.deferred += 1
+                continue
             row = self._choose(key, value)
             if row is None:
                 continue
@@ -185,16 +194,9 @@ class Claimer:
         return rows
 
     def _choose(self, key: bytes, value: bytes) -> Optional[_Row]:
-        """What to do with the due row ``key``: a record, or None to leave it (counted)."""
+        """What to do with the due row ``key`` (neither excluded nor of a capped kind): a record, or
+        None to leave it (counted)."""
         report = self.report
-        if key in self.exclude:
-            report.busy += 1
-            return None
-        if keys.head_kind(key) in self.capped:
-            # A row of a kind already at its cap: defer without a full parse. A single-kind
-            # backlog otherwise costs a parse per deferred row, up to max_scanned per tick.
-            report.deferred += 1
-            return None
         try:
             tk = keys.parse(key)
         except keys.MalformedKey as exc:
