@@ -115,7 +115,7 @@ class DurableTimerService:
     still claim a row whose handler runs past its backoff (5 s on the first attempt): only one
     outcome commits, and effects outside the outcome's batch must be idempotent.
 
-    In a fleet the runners with the same kinds form one group (see
+    In a fleet the runners with the same kinds (the registry's at construction) form one group (see
     :mod:`timerwheel_c.durable.service.ownership`), so every partition's rows of a kind are
     served by a live runner that has that kind.
 
@@ -198,6 +198,7 @@ class DurableTimerService:
 
         Raises:
             RuntimeError: already started, or already stopped (the lifecycle is one-shot).
+            ValueError: the registry has no handler.
         """
         if self._thread is not None:
             raise RuntimeError("DurableTimerService already started")
