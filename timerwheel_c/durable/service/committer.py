@@ -2,7 +2,8 @@
 
 Outcomes queue per partition. A commit task takes every partition's queue that is not backing
 off and commits each with one ``apply_many`` (one transaction, one WAL flush), waiting
-:data:`GATHER_S` first while handlers are still running so that their outcomes share it.
+:data:`GATHER_S` first while fewer than a page are queued and handlers are still running, so
+that their outcomes share it.
 Each outcome is guarded on its own claimed row, so a retry is always safe, and failures stay
 where they arose:
 
@@ -50,7 +51,7 @@ class Committer:
     """
 
     def __init__(self, store: Store, on_store: Callable[..., Awaitable], counted: Callable[[RunReport], None],
-                 committed: Callable[[str, int], None], store_failed: Callable[[BaseException, int, str], None],
+                 committed: Callable[[str, int], None], store_failed: Callable[[BaseException, int, str], float],
                  done: Callable[[Outcome], None], handlers_running: Callable[[], bool]):
         self.store = store
         self._on_store = on_store
@@ -77,7 +78,7 @@ class Committer:
 
     def add(self, outcome: Outcome) -> None:
         """Queue ``outcome`` and make sure the commit task runs."""
-        self._queues.setdefault(outcome.partition, []).append(outcome)
+        self._queue_of(outcome.partition).append(outcome)
         if self.task is None:
             self.task = asyncio.ensure_future(self._run())
 
@@ -85,7 +86,8 @@ class Committer:
         try:
             while self._queues:
                 if self.queued < PAGE and self._handlers_running() and not self.stopping:
-                    # More outcomes are on their way: a moment's wait lets them share the commit.
+                    # More outcomes are on their way: a moment's wait lets them share the commit
+                    # (one transaction, one WAL flush, per partition) instead of one each.
                     await asyncio.sleep(GATHER_S)
                 now = time.monotonic()
                 ready = {p: q for p, q in self._queues.items() if self._retry_at.get(p, 0.0) <= now}
@@ -107,7 +109,7 @@ class Committer:
                     delay_s = self._store_failed(exc, failures, f"commit on partition {partition!r}")
                     if is_transient(exc):
                         # Back in this partition's own queue: the others do not wait for it.
-                        self._queues[partition] = outcomes + self._queues.get(partition, [])
+                        self._queue_of(partition)[:0] = outcomes
                         self._retry_at[partition] = time.monotonic() + delay_s
                     else:
                         self._counted(RunReport(failed=len(outcomes)))
@@ -115,6 +117,9 @@ class Committer:
                             self._done(outcome)
         finally:
             self.task = None
+
+    def _queue_of(self, partition: str) -> list:
+        return self._queues.setdefault(partition, [])
 
     def _commit(self, ready: dict) -> dict:
         """On the store thread: one ``apply_many`` per partition; returns ``{partition: error}`` of

@@ -30,23 +30,29 @@ from ..storage.store import Store
 from .pool import DaemonPool
 from .records import Chunk, Job
 
-__all__ = ["CHUNK_S", "QUEUE_HORIZON_S", "RESCUE_S", "Executor", "FairQueue"]
+__all__ = ["CHUNK_S", "QUEUE_HORIZON_S", "RESCUE_S", "RUN_S", "SHARE_S", "Executor", "FairQueue"]
 
 QUEUE_HORIZON_S = 0.5
 CHUNK_S = 0.005  # longest run of queued sync fires one worker takes at once, at the measured mean
+SHARE_S = 0.01  # a pass gives each partition at least the rows the slots fire in this long
+RUN_S = 0.01  # the longest run of one partition's rows the queue serves, at the measured mean
 RESCUE_S = 0.25  # a sync call running this long gives up the rows queued behind it in its chunk
 _WATCH_S = 0.05  # the watchdog's period while sync chunks are in flight
 _MEAN_WEIGHT = 0.1  # of the newest handler duration in the running mean
 
 
 class FairQueue:
-    """Claimed rows waiting for a slot: one FIFO per partition, taken round-robin across partitions,
-    so that rows claimed ahead from one partition's backlog never stand in front of another
-    partition's (a lone timer there takes the next free slot)."""
+    """Claimed rows waiting for a slot: one FIFO per partition, taken round-robin across partitions
+    in runs of at most ``run`` rows (set by the executor: as many as take :data:`RUN_S` at the
+    measured mean, so that cheap handlers keep a partition's outcomes together in few commits), so that
+    rows claimed ahead from one partition's backlog never stand long in front of another
+    partition's."""
 
     def __init__(self):
         self._by_partition: dict = {}  # partition -> deque of Job; dict order is the round-robin order
         self._n = 0
+        self._taken = 0  # rows taken in a row from the partition at the head
+        self.run = 1
 
     def __len__(self) -> int:
         return self._n
@@ -67,16 +73,21 @@ class FairQueue:
 
     def pop(self) -> Job:
         partition = next(iter(self._by_partition))
-        jobs = self._by_partition.pop(partition)
+        jobs = self._by_partition[partition]
         job = jobs.popleft()
-        if jobs:
-            self._by_partition[partition] = jobs  # to the back of the round
         self._n -= 1
+        self._taken += 1
+        if not jobs or self._taken >= self.run:  # to the back of the round
+            del self._by_partition[partition]
+            self._taken = 0
+            if jobs:
+                self._by_partition[partition] = jobs
         return job
 
     def clear(self) -> None:
         self._by_partition.clear()
         self._n = 0
+        self._taken = 0
 
 
 class Executor:
@@ -146,6 +157,11 @@ class Executor:
             return 0
         return min(self.max_queued, int(self.concurrency * QUEUE_HORIZON_S / max(mean_s, 1e-6)))
 
+    def rows_within(self, seconds: float, floor: int) -> int:
+        """How many rows the slots fire in ``seconds`` at the measured mean (``floor`` before any)."""
+        mean_s = self.fire_mean_s
+        return floor if mean_s is None else max(floor, int(seconds * self.concurrency / max(mean_s, 1e-6)))
+
     @property
     def in_flight(self) -> int:
         return len(self.tasks)
@@ -164,7 +180,8 @@ class Executor:
 
     def note_duration(self, seconds: float) -> None:
         mean = self.fire_mean_s
-        self.fire_mean_s = seconds if mean is None else mean + _MEAN_WEIGHT * (seconds - mean)
+        mean = self.fire_mean_s = seconds if mean is None else mean + _MEAN_WEIGHT * (seconds - mean)
+        self.queue.run = max(1, int(RUN_S / max(mean, 1e-6)))
 
     def dispatch(self) -> None:
         """Start queued rows while slots are free (never after stop(): they stay claimed)."""

@@ -3,7 +3,10 @@ error kept to the partition that raised it.
 
 A pass runs on the store thread and may claim ``free`` rows (free slots plus queue room):
 
-- Fair across partitions: a partition may first claim an equal share of ``free`` (rounded up),
+- Fair across partitions: a partition may first claim an equal share of ``free`` (rounded up,
+  to whole claim round trips of 64 rows when it is larger; at least ``min_share``, the rows the
+  slots fire in :data:`~.executor.SHARE_S` at the measured mean, so that cheap handlers still
+  commit in large batches while slow ones share finely),
   the partitions taken in an order that rotates by one each pass; what is left then goes to
   those that had more due (a second round). A backlog of thousands in one partition thus takes
   no more than its share while another partition has a timer due.
@@ -27,7 +30,7 @@ from typing import Callable, Optional
 
 from ..storage.store import Ownership, Store
 from ..timers.registry import TimerRegistry
-from ..timers.runner import TickBudget, claim_due, next_wake, release_claims
+from ..timers.runner import PAGE, TickBudget, claim_due, next_wake, release_claims
 from .activity import Activity
 from .records import Job
 
@@ -90,8 +93,9 @@ class Passes:
         self._retry_at: dict = {}  # partition -> monotonic s before which it is not passed
         self._stuck: dict = {}  # key -> monotonic s until which it is skipped
 
-    def run(self, free: int, busy: frozenset, stopping: Callable[[], bool]) -> PassResult:
-        """One pass claiming up to ``free`` rows, never one of ``busy``.
+    def run(self, free: int, busy: frozenset, stopping: Callable[[], bool], min_share: int = PAGE) -> PassResult:
+        """One pass claiming up to ``free`` rows, never one of ``busy``, giving each partition at
+        least ``min_share`` rows of room in the first round (fewer, larger commits for cheap handlers).
 
         Raises:
             Exception: only from reading the served partitions (the ownership or the store's list).
@@ -115,7 +119,9 @@ class Passes:
         jobs: list = []
         starved = False
         hungry: list = []
-        share = -(-free // max(1, len(ready)))
+        share = max(-(-free // max(1, len(ready))), min_share)
+        if share > PAGE:  # whole claim round trips: a share of 260 would cost a fifth trip for 4 rows
+            share = -(-share // PAGE) * PAGE
         for rnd, order in enumerate((ready, hungry)):
             for p in order:
                 if stopping():

@@ -44,10 +44,10 @@ from ..timers import keys, writer
 from ..timers.deadline import deadline_factory
 from ..timers.due import due_at_ms_of
 from ..timers.registry import TimerKind, TimerRegistry
-from ..timers.runner import Attempt, RunReport, TickBudget, settle
+from ..timers.runner import PAGE, Attempt, RunReport, TickBudget, settle
 from .activity import Activity
 from .committer import ERROR_BACKOFF_S, Committer, backoff_s
-from .executor import Executor
+from .executor import SHARE_S, Executor
 from .passes import Passes
 from .pool import DaemonPool
 from .records import Job, Outcome
@@ -432,7 +432,8 @@ class DurableTimerService:
                 else:
                     busy = frozenset(self.executor.busy)
                     try:
-                        result = await self._on_store(self._passes.run, free, busy, lambda: self._stopping)
+                        result = await self._on_store(self._passes.run, free, busy, lambda: self._stopping,
+                                                      self.executor.rows_within(SHARE_S, PAGE))
                         failures = 0
                     except Exception as exc:  # only reading the served partitions fails a whole pass
                         failures += 1

@@ -3,7 +3,7 @@ and the backoff schedule of failed attempts. Shared by the claim phase (:mod:`.c
 the tick (:mod:`.runner`)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 __all__ = ["BACKOFF_BASE_MS", "BACKOFF_CAP_MS", "DEFAULT_BUDGET", "RunReport", "TickBudget", "backoff_ms"]
@@ -94,8 +94,4 @@ class RunReport:
     earliest_put_ms: Optional[int] = None
     earliest_unknown_ms: Optional[int] = None
     next_wake_ms: Optional[int] = None
-    stuck_keys: list = None  # type: ignore[assignment]
-
-    def __post_init__(self):
-        if self.stuck_keys is None:
-            self.stuck_keys = []
+    stuck_keys: list = field(default_factory=list)
