@@ -160,3 +160,20 @@ def test_run_never_loads_the_bench_package(tmp_path):
         loaded[command] = out.stdout.strip().splitlines()[-1]
     assert loaded["run"] == "[]"
     assert "timerwheel_c.bench.cli" in loaded["bench"]
+
+
+def test_a_concurrency_the_system_cannot_give_threads_for_is_one_line_and_exit_2(tmp_path):
+    """--concurrency 1000 under an address-space limit too small for 1,000 thread stacks exits 2 with one
+    line on stderr naming the option and the reason, not a traceback."""
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (1_500_000_000, 1_500_000_000))
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent)}
+    out = subprocess.run([sys.executable, "-m", "timerwheel_c", "run", "--store", f"sqlite:///{tmp_path / 't.db'}",
+                          "--handlers", "durable_handlers:registry", "--concurrency", "1000"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=60, preexec_fn=limit)
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines()[-1].startswith("timerwheel-c run: cannot start 1000 handler slot(s) (--concurrency)")

@@ -96,6 +96,35 @@ def test_guarded_delete_then_rewrite_and_repeated_guards(durable_store):
     assert durable_store.get(P, b"k") is None
 
 
+def test_one_guard_rule_through_apply_and_apply_many(durable_store):
+    """The conditional-delete shortcut (store.consumed_write) applies to the last guard only, when it is
+    Equals and the key's first write deletes it; the same batches give the same results whether applied
+    one by one or in one apply_many, on every backend."""
+    from timerwheel_c.durable.storage.store import consumed_write
+
+    assert consumed_write(Batch().require(Absent(b"x")).require(Equals(b"k", b"1")).put(b"y", b"").delete(b"k")) == 1
+    assert consumed_write(Batch().require(Equals(b"k", b"1")).require(Absent(b"x")).delete(b"k")) == -1
+    assert consumed_write(Batch().require(Equals(b"k", b"1")).put(b"k", b"2").delete(b"k")) == -1
+    assert consumed_write(Batch().delete(b"k")) == -1
+
+    def batches():
+        return [
+            Batch().require(Equals(b"k", b"1")).require(Absent(b"x")).delete(b"k"),  # shortcut not taken
+            Batch().require(Absent(b"x")).require(Equals(b"k", b"1")).put(b"y", b"1").delete(b"k"),  # gone already
+            Batch().require(Equals(b"j", b"2")).require(Equals(b"j", b"2")).delete(b"j").put(b"j", b"3"),
+            Batch().require(Equals(b"j", b"3")).require(Absent(b"j")).delete(b"j"),
+        ]
+
+    expected = [Committed(), PreconditionFailed(b"k"), Committed(), PreconditionFailed(b"j")]
+    put_all(durable_store, [(b"k", b"1"), (b"j", b"2")])
+    assert [durable_store.apply(P, b) for b in batches()] == expected
+    one_by_one = dict(durable_store.scan(P, b"", b"\xff").entries)
+    durable_store.apply(P, Batch().delete(b"j").delete(b"k").delete(b"y"))
+    put_all(durable_store, [(b"k", b"1"), (b"j", b"2")])
+    assert durable_store.apply_many(P, batches()) == expected
+    assert dict(durable_store.scan(P, b"", b"\xff").entries) == one_by_one == {b"j": b"3"}
+
+
 def test_writes_apply_in_order(durable_store):
     """Later writes to the same key win inside one batch."""
     assert durable_store.apply(P, Batch().put(b"k", b"1").delete(b"k").put(b"k", b"2")) == Committed()

@@ -341,11 +341,11 @@ def throwaway_pg():
 
 def _retrying(store):
     """``store`` after one call that may fail on the connection the restart broke (it reconnects on the next)."""
-    import psycopg
+    from timerwheel_c.durable.storage.errors import TransientStoreError
 
     try:
         store.partitions()
-    except psycopg.OperationalError:
+    except TransientStoreError:
         pass
     return store
 
@@ -446,3 +446,29 @@ def _listeners(application_name: str) -> int:
     with psycopg.connect(PG_DSN, autocommit=True) as conn:
         return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
                             (application_name,)).fetchone()[0]
+
+
+def test_every_waiter_of_a_sqlite_store_shares_one_watcher_thread(tmp_path):
+    """Waiters on one SQLite store share one polling thread and connection: each is called back on
+    another connection's commit; one joining a running watcher is called back once at once; the thread
+    ends with the last waiter."""
+    db = tmp_path / "w.db"
+    store, other = SQLiteStore(db), SQLiteStore(db)
+    first, second = threading.Event(), threading.Event()
+    a = store.watch(first.set)
+    b = store.watch(second.set)
+    try:
+        assert second.wait(5), "joining a running watcher calls back once"
+        assert a.native_id == b.native_id
+        first.clear()
+        second.clear()
+        other.apply(P, Batch().put(keys.timer(wall_ms(), KIND, b"x"), b""))
+        assert first.wait(5) and second.wait(5)
+        thread = a._thread
+    finally:
+        a.close()
+        b.close()
+    thread.join(5)
+    assert not thread.is_alive()
+    store.close()
+    other.close()

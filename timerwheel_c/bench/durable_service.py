@@ -34,7 +34,8 @@ from ..durable.timers.registry import Done, TimerHandler, TimerKind, TimerRegist
 from ..durable.storage.store import Batch, Store
 from .stores import dispose
 
-__all__ = ["IDLE_CPU_S", "IO_TIMERS", "WAKEUP_GAP_MS", "WAKEUP_LEAD_MS", "WAKEUP_TIMERS", "service_figures"]
+__all__ = ["IDLE_CPU_S", "IO_TIMERS", "WAKEUP_GAP_MS", "WAKEUP_LEAD_MS", "WAKEUP_TIMERS", "service_figures",
+           "wakeup_lateness_ms"]
 
 _KIND = TimerKind(2)
 _P = "bench"
@@ -85,7 +86,13 @@ def _open(target: str, dsn: Optional[str]) -> Store:
     return SQLiteStore(name)
 
 
-def _wakeup_lateness_ms(target: str, dsn: Optional[str], n: int, progress) -> list:
+def wakeup_lateness_ms(target: str, dsn: Optional[str], n: int, progress) -> list:
+    """``wakeup_lateness_ms`` above for the store ``target`` (``sqlite:PATH`` or ``postgres:TABLE`` on
+    ``dsn``) with ``n`` timers: one lateness (ms) per timer, in writing order; ``progress(1)`` per write.
+
+    Raises:
+        RuntimeError: the runner did not start, or timers did not fire within 30 s.
+    """
     store = _open(target, dsn)
     # The partition exists before the runner starts: a fleet runner (PostgreSQL, every partition)
     # takes a brand-new partition only at its next ownership check, up to a second later.
@@ -214,7 +221,7 @@ def service_figures(backend: str, tmp: str, dsn: Optional[str] = None, progress=
         return _open(target(), dsn)
 
     figures: dict = {
-        "wakeup_lateness_ms": _wakeup_lateness_ms(target(), dsn, min(WAKEUP_TIMERS, max_timers), progress),
+        "wakeup_lateness_ms": wakeup_lateness_ms(target(), dsn, min(WAKEUP_TIMERS, max_timers), progress),
         "fired_per_s_20ms": {str(c): _fired_per_s_20ms(make_store, c, min(n, max_timers), progress)
                              for c, n in sorted(IO_TIMERS.items())},
     }

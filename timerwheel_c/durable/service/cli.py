@@ -143,7 +143,16 @@ def run(args) -> int:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, on_signal)
-    with store, DurableTimerService(store, registry, args.partitions, concurrency=args.concurrency) as service:
+    service = DurableTimerService(store, registry, args.partitions, concurrency=args.concurrency)
+    try:
+        service.start()
+    except (MemoryError, RuntimeError) as exc:  # threads or memory for --concurrency the system will not give
+        service.stop(timeout=0)
+        store.close()
+        print(f"timerwheel-c run: cannot start {args.concurrency} handler slot(s) (--concurrency): {exc}",
+              file=sys.stderr)
+        return 2
+    try:
         which = "a fleet share of all partitions" if service.ownership is not None else args.partitions or "all partitions"
         log.info("serving %s: %s, with kinds %s, %d handler(s) at once", redact(args.store), which, registry.kinds(),
                  args.concurrency)
@@ -154,5 +163,8 @@ def run(args) -> int:
                 log.critical("the durable timer thread ended without a stop: %s; exiting with status 1",
                              "unknown cause" if why is None else f"{type(why).__name__}: {why}")
                 return 1
+    finally:
+        service.stop()
+        store.close()
     log.info("stopped")
     return 0

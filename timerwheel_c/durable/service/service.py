@@ -372,7 +372,7 @@ class DurableTimerService:
 
     def _open_watcher(self) -> Optional[Watcher]:
         try:
-            keys.declare_signals(self.store)
+            keys.declare_signals(self.store)  # the writes that must wake it: not its own claims
             return self.store.watch(self._on_change)
         except Exception as exc:
             self._store_failed(exc, 1, "change signal")

@@ -108,7 +108,7 @@ class SQLiteStore(Store):
 
     Raises:
         TypeError / ValueError: a bad argument, or a URL given as the path (use
-            :func:`timerwheel_c.durable.url.open_store` for URLs).
+            :func:`timerwheel_c.durable.storage.open.open_store` for URLs).
         PermanentStoreError: the database cannot be opened; the message names the path and why
             (a missing directory, a directory, a read-only filesystem, no write permission, not a
             database file).

@@ -4,12 +4,12 @@ A partition is named by a non-empty str and is the unit of atomicity, ordering a
 ownership: a :class:`Batch` applies to one partition, all or nothing, after its guards
 (:class:`Equals`, :class:`Absent`) hold; a runner fires one partition's timers in due
 order; and in a fleet each partition is served by one runner at a time (see
-:mod:`timerwheel_c.durable.ownership`). The guarded batch is the compare-and-set that
+:mod:`timerwheel_c.durable.service.ownership`). The guarded batch is the compare-and-set that
 makes durable timers fire their batch effects at most once (the guarded-write shape of
 etcd transactions and FoundationDB's read-conflict checks).
 
-Every backend (:class:`timerwheel_c.durable.sqlite.SQLiteStore`,
-:class:`timerwheel_c.durable.postgres.PostgresStore`) implements the ``_scan``, ``_get``,
+Every backend (:class:`timerwheel_c.durable.storage.sqlite.SQLiteStore`,
+:class:`timerwheel_c.durable.storage.postgres.PostgresStore`) implements the ``_scan``, ``_get``,
 ``_apply`` (and optionally ``_apply_many``) hooks of :class:`Store`, whose public methods
 validate their arguments once, and passes the one contract suite in
 ``tests/test_durable_store.py``.

@@ -2,12 +2,12 @@
 
 Runners in one process cannot see writes made by another process (a web process that
 schedules, a second runner that backs a row off) unless something tells them. Each
-backend gives :meth:`timerwheel_c.durable.store.Store.watch` its cheapest cross-process
+backend gives :meth:`timerwheel_c.durable.storage.store.Store.watch` its cheapest cross-process
 detector, and the service waits on it beside its deadline, as APScheduler 4 and
 procrastinate wake their workers with PostgreSQL ``LISTEN``/``NOTIFY``:
 
 - PostgreSQL: a trigger sends ``NOTIFY`` in the writing transaction, and a dedicated
-  ``LISTEN`` connection receives it (:mod:`timerwheel_c.durable.pg_listen`).
+  ``LISTEN`` connection receives it (:mod:`timerwheel_c.durable.storage.pg_listen`).
 - SQLite: ``PRAGMA data_version`` on a dedicated connection, polled every 20 ms; it
   changes whenever another connection commits (https://sqlite.org/pragma.html#pragma_data_version).
 - Any other backend: :class:`PollingWatcher` calling back every second.
@@ -144,7 +144,8 @@ class ChangeHub:
 
     ``start(fire)`` starts the backend's detector (a :class:`Watcher` calling ``fire()`` on each
     change); :meth:`add` starts it for the first waiter and :meth:`Watcher.close` of the last one
-    stops it. Thread-safe.
+    stops it. A waiter that joins a running detector is called back once at once, on its own
+    thread. Thread-safe.
     """
 
     def __init__(self, start: Callable[[Callable[[], None]], Watcher]):
@@ -160,10 +161,16 @@ class ChangeHub:
             StoreError: the detector could not be started (nothing is registered).
         """
         with self._lock:
-            if self.detector is None:
+            joined = self.detector is not None
+            if not joined:
                 self.detector = self._start(self._fire)
             subscription = _Subscription(self, callback)
             self._subscriptions.append(subscription)
+        if joined:
+            # A new detector calls back once it is in place (a write before that sent no signal this
+            # waiter saw); joining a running one gets the same single call, so the waiter's first
+            # look at the store follows its registration.
+            call_back(callback, subscription.closing)
         return subscription
 
     def _remove(self, subscription: _Subscription) -> None:

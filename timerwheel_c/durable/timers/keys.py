@@ -105,7 +105,7 @@ SIGNALLED = [KeyPattern(TAG, _VARIANT_AT, _SCHEDULED), KeyPattern(SLEEP_MARK_TAG
 
 class TimerKind:
     """A timer kind, 1..255. Kind 0 is invalid; 0xF0..0xFE are reserved for tests and
-    0xFF for :mod:`timerwheel_c.durable.sleep`.
+    0xFF for :mod:`timerwheel_c.durable.timers.sleep`.
 
     Raises:
         TypeError: ``n`` is not an int.
