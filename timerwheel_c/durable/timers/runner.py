@@ -24,7 +24,8 @@ row: each commit consumes the exact row it is guarded on, and a row can be consu
 once. If ``fire`` overruns its backoff and a second runner re-claims K' (moving it to
 K''), the first runner's commit fails on its guard (counted as ``raced``) and only the
 second may commit. If the process dies between claim and commit, the row waits at K'
-and is fired again after the backoff: effects *outside* the batch must be idempotent.
+and is fired again after the backoff (or at once, when a fleet runner takes the partition
+over: :func:`release_claims`): effects *outside* the batch must be idempotent.
 
 Failures
 --------
