@@ -24,7 +24,7 @@ from typing import Callable, Optional
 
 from timerwheel_c.durable.timers import keys
 from timerwheel_c.durable.timers.registry import Done, TimerHandler, TimerKind, TimerRegistry
-from timerwheel_c.durable.timers.runner import run_due
+from timerwheel_c.durable.timers.runner import Pace, run_due
 from timerwheel_c.durable.service.service import DurableTimerService
 from timerwheel_c.durable.storage.sqlite import SQLiteStore
 from timerwheel_c.durable.storage.store import Batch, Committed, Store
@@ -86,10 +86,10 @@ def _fired_per_s(make_store, n_timers: int, progress) -> float:
         now_ms = time.time_ns() // 1_000_000
         _fill(store, [now_ms - 60_000 + i % 1000 for i in range(n_timers)])
         registry = TimerRegistry().register(_Noop())
-        fired = 0
+        fired, pace = 0, Pace()
         t0 = time.perf_counter()
         while fired < n_timers:
-            report = run_due(store, _P, registry, now_ms)
+            report = run_due(store, _P, registry, now_ms, pace=pace)
             if not report.fired:
                 raise RuntimeError(f"run_due fired nothing with {n_timers - fired} rows left: {report}")
             fired += report.fired

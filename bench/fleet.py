@@ -31,6 +31,7 @@ from timerwheel_c.durable.timers import keys
 from timerwheel_c.durable.timers.registry import Done, TimerHandler, TimerRegistry
 from timerwheel_c.durable.timers.runner import TickBudget
 from timerwheel_c.durable.storage.store import Batch
+from . import fleet_wakeup
 from .run import command
 from .stores import dispose
 
@@ -107,7 +108,7 @@ def _one(dsn: str, n_runners: int, n_timers: int, budget: str, takeover: bool, p
 
         def owners() -> dict:
             """Backend pid (of a runner's lock connection) -> how many partitions it owns."""
-            held = holders(store, PARTITIONS, conn)
+            held = holders(store, PARTITIONS, conn, kinds=[_KIND.get()])
             return {pid: list(held.values()).count(pid) for pid in set(held.values())} if len(held) == len(PARTITIONS) else {}
 
         _wait(lambda: len(owners()) == n_runners and max(owners().values()) - min(owners().values()) <= 1,
@@ -161,7 +162,9 @@ def run(dsn: str, n_timers: int = 8000, runner_counts=(1, 4), progress: Optional
     Each entry also names its ``runners``, ``partitions`` (16), ``timers`` and ``budget``
     ("default" or "large", :data:`LARGE_BUDGET`); ``takeover_s`` (seconds from SIGKILL to
     every partition owned again) is measured with the largest fleet, default budget.
-    ``progress(k)`` is called with the number of timers just fired.
+    ``new_partition_wakeup``: the lateness of a timer into a new partition in a fleet
+    (:func:`bench.fleet_wakeup.run`). ``progress(k)`` is called with the number
+    of timers just fired.
 
     Raises:
         ValueError: ``n_timers`` < 16 or an empty ``runner_counts``.
@@ -176,6 +179,7 @@ def run(dsn: str, n_timers: int = 8000, runner_counts=(1, 4), progress: Optional
         raise ValueError(f"runner_counts must hold ints >= 1, got {runner_counts!r}")
     figures = {f"runners_{n}": _one(dsn, n, n_timers, "default", n == counts[-1] and n > 1, progress) for n in counts}
     figures[f"runners_{counts[-1]}_large_budget"] = _one(dsn, counts[-1], n_timers, "large", False, progress)
+    figures["new_partition_wakeup"] = fleet_wakeup.run(dsn)
     return figures
 
 

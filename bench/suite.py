@@ -199,7 +199,12 @@ def _durable_goals(figures: dict) -> list[tuple[Goal, float | None]]:
                              unit="fired/s"), io.get("16", {}).get("fired_per_s")))
             out.append((Goal("durable", "sqlite idle change watcher", 1.0, at_most=True, unit="% of a core"),
                         fig.get("watcher_idle_cpu_pct")))
-    for fig in figures.get("fleet", {}).values():
+    fleet = dict(figures.get("fleet", {}))
+    wakeup = fleet.pop("new_partition_wakeup", None)
+    if wakeup is not None:
+        out.append((Goal("durable", "fleet wake-up into a new partition, p99", 50.0, at_most=True, unit="ms"),
+                     wakeup["lateness_p99_ms"]))
+    for fig in fleet.values():
         bound = FLEET_FIRED_PER_S_GOALS.get(fig["runners"])
         if bound is not None and fig.get("budget") != "large":  # the goals are for timerwheel-c run's budget
             out.append((Goal("durable", f"fleet of {fig['runners']} runner process(es), fired timers per second",

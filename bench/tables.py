@@ -106,6 +106,8 @@ def durable_table(rep: Reporter, figures: dict) -> None:
 def fleet_table(rep: Reporter, fleet: dict) -> None:
     """The fleet rows (goals: see the durable goals in :mod:`.suite`)."""
     rows = []
+    fleet = dict(fleet)
+    wakeup = fleet.pop("new_partition_wakeup", None)
     reference = next((fig["fired_per_s"] for fig in fleet.values()), None)
     for fig in fleet.values():
         label = f"{fig['runners']} runner process(es)" + (", large budget" if fig.get("budget") == "large" else "")
@@ -113,6 +115,9 @@ def fleet_table(rep: Reporter, fleet: dict) -> None:
         if "takeover_s" in fig:
             rows.append([f"takeover after SIGKILL ({fig['runners']} runners)", f"{fig['partitions']}",
                          f"{fig['takeover_s']:.2f} s", NOT_APPLICABLE])
+    if wakeup is not None:
+        rows.append([f"wake-up into a new partition ({wakeup['runners']} runners), p50 / p99", "new",
+                     f"{wakeup['lateness_p50_ms']:.0f} / {wakeup['lateness_p99_ms']:.0f} ms", NOT_APPLICABLE])
     rep.table("durable fleet on PostgreSQL: runner processes dividing the partitions (see bench/fleet.py)",
               ["fleet", "partitions", "measured", "fired/s vs 1 runner"], rows,
               ["the server's own synchronous_commit (on by default: one WAL flush per commit); no-op handler "

@@ -23,6 +23,7 @@ from timerwheel_c.durable.storage.store import Batch
 
 EFFECT_KIND = 0xF3
 POISON_KIND = 0xF4
+FIRST_HANGS_KIND = 0xF2
 
 
 class Effect(TimerHandler):
@@ -46,7 +47,23 @@ class Poison(TimerHandler):
         os._exit(3)
 
 
-registry = TimerRegistry().register(Effect()).register(Poison()).register(SleepHandler())
+class FirstHangs(TimerHandler):
+    """Hangs for an hour on a row's first attempt; on a later one, Done with one effect row per
+    application holding the wall ms of the fire (a runner killed mid-hang leaves its claim behind)."""
+
+    kind = TimerKind(FIRST_HANGS_KIND)
+
+    def fire(self, ctx, timer):
+        if timer.attempt == 1:
+            time.sleep(3600)
+        token = os.urandom(8).hex().encode()
+        return Done(Batch().put(b"effect/" + timer.reference + b"/" + token, b"%d" % (time.time_ns() // 1_000_000)))
+
+
+# A runner of an older deploy: it lacks the Effect kind.
+registry_without_effect = TimerRegistry().register(Poison()).register(SleepHandler())
+registry = (TimerRegistry().register(Effect()).register(Poison()).register(SleepHandler())
+            .register(FirstHangs()))
 
 
 def serve(db: str, offset_ms: str) -> None:

@@ -101,15 +101,25 @@ def test_unopenable_store_is_one_line_and_exit_2(tmp_path, capsys):
     not_a_db = tmp_path / "not-a-db"
     not_a_db.write_bytes(b"this is not sqlite" * 100)
     for url in (f"sqlite:///{tmp_path}/no/such/dir/x.db", f"sqlite:///{not_a_db}"):
-        assert main(["run", "--store", url, "--handlers", "timerwheel_c.durable:TimerRegistry"]) == 2
+        assert main(["run", "--store", url, "--handlers", "durable_handlers:registry"]) == 2
         assert url in capsys.readouterr().err
+
+
+def test_a_registry_without_handlers_is_one_line_and_exit_2_before_the_store_is_opened(tmp_path, capsys):
+    """``--handlers`` naming an empty TimerRegistry exits 2 with one line saying so (such a runner would
+    hold partitions it cannot fire), and the store file is not even created."""
+    db = tmp_path / "x.db"
+    assert main(["run", "--store", f"sqlite:///{db}", "--handlers", "timerwheel_c.durable:TimerRegistry"]) == 2
+    err = capsys.readouterr().err
+    assert "no handler registered" in err and len(err.strip().splitlines()) == 1
+    assert not db.exists()
 
 
 def test_empty_partition_is_one_line_and_exit_2(tmp_path, capsys):
     """``--partition ''`` is a bad argument: exit 2 and one line naming it, no traceback, and the
     store is not even created."""
     db = tmp_path / "x.db"
-    assert main(["run", "--store", f"sqlite:///{db}", "--handlers", "timerwheel_c.durable:TimerRegistry", "--partition", ""]) == 2
+    assert main(["run", "--store", f"sqlite:///{db}", "--handlers", "durable_handlers:registry", "--partition", ""]) == 2
     err = capsys.readouterr().err
     assert "--partition" in err and "''" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert not db.exists()
@@ -120,7 +130,7 @@ def test_refused_postgres_is_one_line_and_exit_2_with_the_password_masked(capsys
     line naming the URL, its password redacted."""
     pytest.importorskip("psycopg")
     url = "postgresql://postgres:sekrit@127.0.0.1:1/postgres?connect_timeout=5"
-    assert main(["run", "--store", url, "--handlers", "timerwheel_c.durable:TimerRegistry"]) == 2
+    assert main(["run", "--store", url, "--handlers", "durable_handlers:registry"]) == 2
     err = capsys.readouterr().err
     assert "postgresql://postgres:***@127.0.0.1:1/postgres" in err and "sekrit" not in err
     assert len(err.strip().splitlines()) == 1

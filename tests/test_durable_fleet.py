@@ -57,11 +57,11 @@ def schema_url():
 class Runner:
     """One ``python -m timerwheel_c run`` process; a thread follows its log for ownership lines."""
 
-    def __init__(self, url: str, tmp_path):
+    def __init__(self, url: str, tmp_path, handlers: str = "durable_handlers:registry"):
         env = dict(os.environ, PYTHONPATH=str(HELPERS_DIR))
         # cwd=tmp_path: never import the checkout's timerwheel_c instead of the installed one.
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "timerwheel_c", "run", "--store", url, "--handlers", "durable_handlers:registry"],
+            [sys.executable, "-m", "timerwheel_c", "run", "--store", url, "--handlers", handlers],
             cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.owned: list = []
         self.lines: list = []
@@ -90,8 +90,8 @@ class Runner:
 def runners(schema_url, tmp_path):
     started: list = []
 
-    def start(n=1):
-        new = [Runner(schema_url, tmp_path) for _ in range(n)]
+    def start(n=1, handlers="durable_handlers:registry"):
+        new = [Runner(schema_url, tmp_path, handlers) for _ in range(n)]
         started.extend(new)
         return new
 
@@ -187,6 +187,76 @@ def test_sigkilled_runner_partitions_are_taken_over_and_nothing_is_lost_or_doubl
         counts = effect_counts(store)
         assert len(counts) == 8000 and set(counts.values()) == {1}
         assert disjoint(survivors) and all(len(r.owned) <= 6 for r in survivors)
+
+
+@pytest.mark.slow
+def test_a_takeover_releases_the_dead_runners_claims_at_once_and_fires_each_once(runners, schema_url):
+    """2 balanced runners; one timer per partition whose first attempt hangs, so every row sits
+    claimed (attempt 1) by its owner. One runner is SIGKILLed: the survivor takes its 8 partitions
+    over and releases the rows the dead runner had claimed, which fire (attempt 2) before the
+    retry time of their claim (the 5 s backoff they would otherwise wait out), each exactly once."""
+    hang_kind = 0xF2  # tests/durable_handlers.py FirstHangs
+    with open_store(schema_url) as store:
+        anchor(store)
+        rs = runners(2)
+        wait_until(lambda: balanced(rs, 8), "8 partitions per runner", LIVENESS_S)
+        victim, survivor = rs
+        orphaned = set(victim.owned)
+        now = wall_ms()
+        for p in PARTITIONS:
+            store.apply(p, Batch().put(keys.timer(now, hang_kind, b"h-" + p.encode()), b""))
+
+        def claimed_rows():
+            rows = {}
+            for p in PARTITIONS:
+                for k, _ in store.scan(p, keys.TAG, b"U", limit=100).entries:
+                    tk = keys.parse(k)
+                    if tk.kind == hang_kind and tk.attempt == 1:
+                        rows[p] = tk.due_at_ms
+            return rows
+
+        wait_until(lambda: len(claimed_rows()) == 16, "every row claimed by its owner", LIVENESS_S)
+        retry_at = claimed_rows()
+        victim.proc.send_signal(signal.SIGKILL)
+        victim.proc.wait()
+
+        def fired():
+            out = {}
+            for p in orphaned:
+                for _, v in store.scan(p, b"effect/", b"effect0", limit=100).entries:
+                    out.setdefault(p, []).append(int(v))
+            return out
+
+        wait_until(lambda: set(fired()) == orphaned, "the dead runner's rows to fire on the survivor", LIVENESS_S)
+        time.sleep(0.5)
+        got = fired()
+        assert all(len(v) == 1 for v in got.values()), got
+        assert all(got[p][0] < retry_at[p] for p in orphaned), {p: (got[p][0], retry_at[p]) for p in orphaned}
+        assert not any(k.startswith(b"effect/") for p in set(PARTITIONS) - orphaned
+                       for k, _ in store.scan(p, b"effect/", b"effect0", limit=10).entries)
+
+
+@pytest.mark.slow
+def test_rows_of_a_kind_fire_whenever_a_live_runner_has_it_even_beside_runners_without_it(runners, schema_url):
+    """A runner without the Effect kind (an older deploy) owns all 16 partitions; 160 Effect timers come
+    due; a runner with the kind is started beside it. Runners group by kinds, so the new one serves
+    every partition for its kinds, and the older one leaves the rows it cannot fire in place: all 160
+    effects commit, each exactly once, within the takeover bound of the new runner's start."""
+    with open_store(schema_url) as store:
+        anchor(store)
+        [old] = runners(1, "durable_handlers:registry_without_effect")
+        wait_until(lambda: set(old.owned) == set(PARTITIONS), "the old runner to own every partition", LIVENESS_S)
+        schedule_due(store, 10)
+        time.sleep(1.0)  # the old runner has passed over the rows it cannot fire
+        assert sum(effect_counts(store).values()) == 0
+        [new] = runners(1)
+        started = time.monotonic()
+        wait_until(lambda: sum(effect_counts(store).values()) >= 160, "160 effects", LIVENESS_S)
+        assert time.monotonic() - started < TAKEOVER_S + 5
+        time.sleep(0.5)
+        counts = effect_counts(store)
+        assert len(counts) == 160 and set(counts.values()) == {1}
+        assert set(old.owned) == set(PARTITIONS) and set(new.owned) == set(PARTITIONS)
 
 
 @pytest.mark.slow
@@ -291,7 +361,9 @@ def test_fleet_bench_reports_fired_per_s_and_takeover():
     from bench import fleet
 
     figures = fleet.run(PG_DSN, 160, (1, 2))
-    assert set(figures) == {"runners_1", "runners_2", "runners_2_large_budget"}
+    assert set(figures) == {"runners_1", "runners_2", "runners_2_large_budget", "new_partition_wakeup"}
+    wakeup = figures.pop("new_partition_wakeup")
+    assert wakeup["timers"] == 20 and 0 <= wakeup["lateness_p50_ms"] <= wakeup["lateness_p99_ms"]
     assert all(f["fired_per_s"] > 0 and f["timers"] == 160 and f["partitions"] == 16 for f in figures.values())
     assert [f["budget"] for f in figures.values()] == ["default", "default", "large"]
     assert "takeover_s" not in figures["runners_1"] and 0 < figures["runners_2"]["takeover_s"] < TAKEOVER_S
@@ -344,6 +416,8 @@ def test_ownership_shares_join_leave_and_holders(schema_url):
             assert sorted(len(s) for s in shares) == [1, 1, 2] and sorted(sum(shares, [])) == parts
             assert set(holders(store, parts)) == set(parts) and len(set(holders(store, parts).values())) == 3
             c.close()
+            # The server drops a closed session's locks as its backend exits, a moment after the close.
+            wait_until(lambda: len(set(holders(store, parts).values())) < 3, "the closed runner's locks to go", LIVENESS_S)
             got_a, got_b = settle(a, b)
             assert sorted(got_a + got_b) == parts and len(got_a) == len(got_b) == 2
             assert holders(store, ["a", "b"]) == {}  # another group: nobody owns its partitions

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import logging
 import random
-import types
 
 import pytest
 
 from timerwheel_c.durable.timers import keys
 from timerwheel_c.durable.timers.registry import Done, Reschedule, Retry, TimerHandler, TimerKind, TimerRegistry
-from timerwheel_c.durable.timers import runner as runner_mod
+from timerwheel_c.durable.timers.claim import UNKNOWN_KIND_GRACE_MS
 from timerwheel_c.durable.timers.runner import TickBudget, backoff_ms, claim_due, commit_outcomes, next_wake, run_due, settle
 from timerwheel_c.durable.storage.sqlite import SQLiteStore
 from bench.stores import Delegating
@@ -113,17 +112,21 @@ def test_failure_backoff_grows_and_caps(store, how, caplog):
     assert delays == [backoff_ms(a) for a in range(1, 12)]
 
 
-def test_unknown_kind_backed_off_kept_and_warned_once(store, caplog):
-    """Rows of an unregistered kind are counted, moved to a backoff key (never fired, never dropped),
-    and logged once per kind per registry."""
+def test_unknown_kind_waits_its_grace_then_is_backed_off_kept_and_warned_once(store, caplog):
+    """Rows of an unregistered kind are left in place for UNKNOWN_KIND_GRACE_MS after their due time
+    (for a runner that has the kind), the tick waking when the grace ends; after it they are counted,
+    moved to a backoff key (never fired, never dropped), and logged once per kind per registry."""
     for i in range(3):
         schedule(store, NOW - 3 + i, kind=0xFE, reference=b"u%d" % i)
     schedule(store, NOW - 1, kind=0xFD, reference=b"w")
     registry = TimerRegistry().register(Recorder())
+    early = run_due(store, P, registry, NOW)
+    assert (early.unknown_waiting, early.unknown, early.moved) == (4, 0, 0)
+    assert early.next_wake_ms == NOW - 3 + UNKNOWN_KIND_GRACE_MS
     with caplog.at_level(logging.WARNING, logger="timerwheel_c.durable"):
-        report = run_due(store, P, registry, NOW)
+        report = run_due(store, P, registry, NOW + UNKNOWN_KIND_GRACE_MS)
         later = max(tk.due_at_ms for tk, _ in timer_rows(store))
-        report2 = run_due(store, P, registry, later)
+        report2 = run_due(store, P, registry, later + UNKNOWN_KIND_GRACE_MS)
     assert (report.unknown, report.fired, report2.unknown) == (4, 0, 4)
     warned = [r for r in caplog.records if "no handler for timer kind" in r.getMessage()]
     assert sorted(r.args[1] for r in warned) == [0xFD, 0xFE]
@@ -206,13 +209,12 @@ def test_per_kind_cap_defers_and_max_per_tick_lowers_it(store):
 
 
 @pytest.mark.parametrize("limit", ["max_fired", "max_scanned", "max_elapsed_ms"])
-def test_each_budget_limit_stops_the_tick(store, limit, monkeypatch):
+def test_each_budget_limit_stops_the_tick(store, limit):
     """Each budget limit ends the tick with stopped_on_budget while due rows remain; the limit of 1
     (the clamp floor) lets exactly one row through. The runner's monotonic clock is a fake that
-    only the handler advances (5 ms per fire), so the 1 ms elapsed limit is exceeded after exactly
+    only the handler advances (5 ms per fire), passed as run_due's clock, so the 1 ms elapsed limit is exceeded after exactly
     one row however slow the store's scan is (a real clock made this flaky on PostgreSQL)."""
     clock_s = [1000.0]
-    monkeypatch.setattr(runner_mod, "time", types.SimpleNamespace(monotonic=lambda: clock_s[0]))
 
     def slow(ctx, t):
         clock_s[0] += 0.005
@@ -223,7 +225,7 @@ def test_each_budget_limit_stops_the_tick(store, limit, monkeypatch):
     budget = TickBudget(**{limit: 0})
     assert getattr(budget, limit) == 1
     h = Recorder(outcome=slow)
-    report = run_due(store, P, TimerRegistry().register(h), NOW, budget)
+    report = run_due(store, P, TimerRegistry().register(h), NOW, budget, clock=lambda: clock_s[0])
     assert report.stopped_on_budget and report.fired == 1 and len(timer_rows(store)) == 3
     assert report.next_wake_ms == NOW
 
@@ -415,3 +417,67 @@ def test_run_due_batches_claims_and_commits(store):
     assert report.fired == 200 and len({t.reference for t in h.seen}) == 200
     assert counting.writes <= 2 * (1 + 200 // 64 + 2)
     assert timer_rows(store) == []
+
+
+class RefusingKeys(Delegating):
+    """Refuses (per batch, as a backend does for a row it cannot hold) every batch that writes a key for
+    which ``refuse(key)`` is true; the other batches go to the real store."""
+
+    def __init__(self, inner, refuse):
+        super().__init__(inner)
+        self.refuse = refuse
+
+    def _apply_many(self, partition, batches):
+        from timerwheel_c.durable.storage.errors import PermanentStoreError
+        from timerwheel_c.durable.storage.store import Refused
+
+        bad = [any(v is not None and self.refuse(k) for k, v in b.writes) for b in batches]
+        results = iter(self.inner.apply_many(partition, [b for b, x in zip(batches, bad) if not x]))
+        return [Refused(PermanentStoreError("row refused")) if x else next(results) for x in bad]
+
+
+def test_a_row_whose_claim_is_refused_is_quarantined_and_counted_not_retried(store):
+    """The store refuses the claim of one row (its backoff key): that row is moved to its quarantine
+    key and counted unprocessable, in the same tick; the other rows fire; a second tick sees nothing."""
+    schedule(store, NOW - 10, reference=b"bad")
+    schedule(store, NOW - 5, reference=b"good")
+    wrapped = RefusingKeys(store, lambda k: k[:1] == keys.TAG and k.endswith(b"bad") and keys.parse(k).attempt == 1)
+    h = Recorder()
+    report = run_due(wrapped, P, TimerRegistry().register(h), NOW)
+    assert (report.fired, report.unprocessable, report.stuck) == (1, 1, 0)
+    assert [t.reference for t in h.seen] == [b"good"] and timer_rows(store) == []
+    assert store.get(P, keys.quarantine(keys.timer(NOW - 10, A, b"bad"))) == b"v"
+    again = run_due(wrapped, P, TimerRegistry().register(h), NOW)
+    assert (again.scanned, again.unprocessable) == (0, 0)
+
+
+def test_a_row_that_can_be_neither_claimed_nor_quarantined_is_counted_stuck_and_skipped_when_excluded(store):
+    """Claim and quarantine both refused: the row stays in place, counted stuck and listed once in
+    stuck_keys (the tick does not loop on it); passed back as ``exclude`` it is skipped, so a caller
+    never retries it in a loop, while the other rows fire."""
+    bad_key = schedule(store, NOW - 10, reference=b"bad")
+    schedule(store, NOW - 5, reference=b"good")
+    wrapped = RefusingKeys(store, lambda k: k.endswith(b"bad"))
+    h = Recorder()
+    report = run_due(wrapped, P, TimerRegistry().register(h), NOW)
+    assert (report.fired, report.stuck, report.stuck_keys) == (1, 1, [bad_key])
+    again = claim_due(wrapped, P, TimerRegistry().register(h), NOW, exclude=set(report.stuck_keys))
+    assert (again.timers, again.report.stuck, again.report.busy) == ([], 0, 1)
+
+
+def test_release_claims_makes_first_attempt_claims_due_now_and_keeps_later_backoffs(store):
+    """release_claims moves the rows claimed for their first attempt (attempt 1, retry within the
+    first backoff) to due now, attempt kept, guarded; a row at attempt 2 keeps its backoff."""
+    from timerwheel_c.durable.timers.runner import release_claims
+
+    schedule(store, NOW - 10, reference=b"one")
+    schedule(store, NOW - 10, reference=b"two")
+    claims = claim_due(store, P, TimerRegistry().register(Recorder()), NOW)
+    assert len(claims.timers) == 2
+    [two] = [c for c in claims.timers if c.timer.reference == b"two"]
+    retry = keys.backoff(NOW + 1000 + backoff_ms(2), A, 2, NOW - 10, b"two")
+    store.apply(P, Batch().require(Equals(two.timer.key, b"v")).delete(two.timer.key).put(retry, b"v"))
+    assert release_claims(store, P, NOW + 1000) == 1
+    rows = {tk.reference: tk for tk, _ in timer_rows(store)}
+    assert (rows[b"one"].due_at_ms, rows[b"one"].attempt) == (NOW + 1000, 1)
+    assert (rows[b"two"].due_at_ms, rows[b"two"].attempt) == (NOW + 1000 + backoff_ms(2), 2)

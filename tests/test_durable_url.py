@@ -174,9 +174,10 @@ def test_run_cli_never_prints_the_password_of_a_store_it_cannot_open(tmp_path, r
             pytest.skip("no TIMERWHEEL_C_TEST_PG_DSN")
         url = _with_password(os.environ["TIMERWHEEL_C_TEST_PG_DSN"]).replace(
             f"{urlsplit(os.environ['TIMERWHEEL_C_TEST_PG_DSN']).username or 'postgres'}:", "no_such_role_x:", 1)
-    out = subprocess.run(_cli("run", "--store", url, "--handlers", "timerwheel_c.durable:TimerRegistry",
+    out = subprocess.run(_cli("run", "--store", url, "--handlers", "durable_handlers:registry",
                               "--log-level", "DEBUG"),
-                         cwd=tmp_path, capture_output=True, timeout=60)
+                         cwd=tmp_path, capture_output=True, timeout=60,
+                         env=dict(os.environ, PYTHONPATH=os.path.dirname(os.path.abspath(__file__))))
     assert out.returncode == 2, out.stderr
     assert b"cannot open store 'postgresql://" in out.stderr and b":***@" in out.stderr  # the failure arose
     _assert_no_password(out.stdout, out.stderr)
@@ -264,6 +265,6 @@ def test_postgresql_url_without_psycopg_gives_the_install_hint(monkeypatch, caps
     with pytest.raises(ModuleNotFoundError, match=r"pip install 'timerwheel_c\[postgres\]'"):
         open_store("postgresql://u@127.0.0.1:1/db")
     url = "postgresql://u:s3cr3t@127.0.0.1:1/db"
-    assert main(["run", "--store", url, "--handlers", "timerwheel_c.durable:TimerRegistry"]) == 2
+    assert main(["run", "--store", url, "--handlers", "durable_handlers:registry"]) == 2
     err = capsys.readouterr().err
     assert "pip install 'timerwheel_c[postgres]'" in err and "s3cr3t" not in err and len(err.strip().splitlines()) == 1

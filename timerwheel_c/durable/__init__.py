@@ -17,10 +17,11 @@ The package reads bottom-up in three layers, each importing only the ones below 
   ``sqlite:///PATH`` and ``postgresql://`` URLs, and ``redact``, which keeps their passwords out
   of every output. It knows nothing of timers.
 - :mod:`.timers`: the timer-row key encoding and :class:`TimerKind`, handlers and their
-  :class:`TimerRegistry`, :func:`run_due` and its phases, the writer (:func:`schedule`,
+  :class:`TimerRegistry`, :func:`run_due` and its phases (the claim phase in :mod:`.timers.claim`),
+  the writer (:func:`schedule`,
   :func:`cancel`) and durable sleep (:class:`DurableContext`).
-- :mod:`.service`: :class:`DurableTimerService`, partition ownership in a fleet, and
-  ``timerwheel-c run``.
+- :mod:`.service`: :class:`DurableTimerService` (the loop, composing the claim passes, an
+  executor and a committer), partition ownership in a fleet, and ``timerwheel-c run``.
 """
 from .service.service import DurableTimerService
 from .storage.open import open_store

@@ -8,9 +8,10 @@ PostgreSQL, runners started that way (on any number of hosts) form a fleet and d
 partitions among themselves, each served by one live runner at a time. ``--partition``
 pins a runner to the partitions it names.
 
-Exit status: 0 after a clean stop (SIGINT/SIGTERM); 2, with one line on stderr naming the
-offending value, on a bad argument: a handlers module that cannot be imported (or raises
-while importing; its traceback is logged at DEBUG), or a store that cannot be opened at
+Exit status: 0 after a clean stop (SIGINT/SIGTERM); 1, logged with its cause, if the
+service's thread ever ends without a stop; 2, with one line on stderr naming the offending
+value, on a bad argument: a handlers module that cannot be imported (or raises while
+importing; its traceback is logged at DEBUG), a registry with no handler, or a store that cannot be opened at
 startup (an unopenable path, a file that is not a database, a refused PostgreSQL
 connection). Every argument is checked before the store is opened, so a bad one never
 leaves a new database file behind. Store errors after startup never end the process: the
@@ -120,6 +121,10 @@ def run(args) -> int:
         log.debug("loading --handlers %r failed", args.handlers, exc_info=exc.__cause__ or exc)
         print(f"timerwheel-c run: {exc}", file=sys.stderr)
         return 2
+    if not registry.kinds():
+        print(f"timerwheel-c run: --handlers {args.handlers!r} has no handler registered; a runner without one "
+              "would hold partitions it cannot fire", file=sys.stderr)
+        return 2
     try:
         store = open_store(args.store)
     except (ValueError, ImportError) as exc:
@@ -153,7 +158,11 @@ def run(args) -> int:
                  args.concurrency)
         # Short waits keep the main thread returning to the interpreter, where signal handlers run.
         while not stop.wait(0.2):
-            pass
+            if not service.running:
+                why = service.died
+                log.critical("the durable timer thread ended without a stop: %s; exiting with status 1",
+                             "unknown cause" if why is None else f"{type(why).__name__}: {why}")
+                return 1
     finally:
         service.stop()
         store.close()

@@ -24,6 +24,21 @@ and divide them:
   therefore gets a share within about one interval after the others see it, and a dead
   runner's partitions are taken over within about one interval after its locks go.
 
+Kinds: runners group by the partitions they ask for *and* the timer kinds their registries
+handle, so a runner only ever owns partitions for kinds it can fire. During a rolling deploy
+that adds a kind, the new runners form a group of their own and divide every partition among
+themselves too: each partition then has one owner per group, the new group fires the new kind
+while both groups fire the kinds they share (each row still claimed once, by a guarded move).
+A runner leaves a due row of a kind it lacks in place for
+:data:`~timerwheel_c.durable.timers.claim.UNKNOWN_KIND_GRACE_MS` (10 s) for the group that has
+it, and only then backs it off, so rows of a kind no live runner knows do not clog the partition.
+
+Takeover: each check remembers which runner held each partition. A partition acquired from a
+runner that is no longer a member (it died: its locks went with its connection) is reported
+once by :meth:`PartitionOwnership.taken_over`, and the service then releases the rows that
+runner had claimed for their first attempt (:func:`~timerwheel_c.durable.timers.claim.release_claims`),
+so they fire again at once rather than after their 5 s backoff, still guarded on each row.
+
 A runner that is alive but stuck (a handler that never returns) keeps its connection and so
 its partitions: ownership follows the connection, not progress. Supervise runners (a
 process manager's watchdog) if handlers can hang.
@@ -52,7 +67,7 @@ from typing import Optional
 
 import psycopg
 
-from ..storage.errors import StoreError
+from ..storage.errors import StoreError, wrap_exceptions
 from ..storage.postgres import PostgresStore
 from ..storage.store import Ownership, check_partition, check_store
 
@@ -101,13 +116,15 @@ def _units(partitions: list) -> dict:
     return units
 
 
-def _group(partitions: Optional[list]) -> str:
-    return "*" if partitions is None else "\0".join(partitions)
+def _group(partitions: Optional[list], kinds: Optional[list]) -> str:
+    where = "*" if partitions is None else "\0".join(partitions)
+    return where if kinds is None else where + "\0kinds=" + ",".join(str(k) for k in sorted(set(kinds)))
 
 
-def holders(store: PostgresStore, partitions: Optional[list] = None, conn: Optional[psycopg.Connection] = None) -> dict:
+def holders(store: PostgresStore, partitions: Optional[list] = None, conn: Optional[psycopg.Connection] = None,
+            kinds: Optional[list] = None) -> dict:
     """Which runner owns each partition of the group ``partitions`` (None: the all-partitions
-    group) right now, read from ``pg_locks``: ``{partition: backend pid}``, for monitoring.
+    group) of runners with the registry ``kinds`` (a list of ints, as ``TimerRegistry.kinds()``) right now, read from ``pg_locks``: ``{partition: backend pid}``, for monitoring.
     Partitions of the group that no runner holds are absent. Does not join the group. ``conn``:
     a connection to reuse (e.g. from :meth:`PostgresStore.new_connection`), else one is opened
     and closed.
@@ -121,7 +138,7 @@ def holders(store: PostgresStore, partitions: Optional[list] = None, conn: Optio
     own = conn is None
     conn = store.new_connection() if conn is None else conn
     try:
-        members_ns, owners_ns = _namespaces(conn, store.table, _group(names))
+        members_ns, owners_ns = _namespaces(conn, store.table, _group(names, kinds))
         rows = conn.execute(_HOLDERS, (members_ns, owners_ns)).fetchall()
     finally:
         if own:
@@ -138,6 +155,8 @@ class PartitionOwnership(Ownership):
             the group's; the locks live on a connection of this object's own).
         partitions: the partitions to divide (non-empty strs), or None for every partition
             that holds a row, re-read at each check.
+        kinds: the timer kinds this runner handles (ints), part of the group (see the module
+            docstring); None for a group of its own without kinds (monitoring, tests).
         check_interval_s: seconds (> 0) between re-evaluations of the group in :meth:`owned`.
 
     :meth:`owned` returns the sorted list of partitions owned now; :meth:`close` releases
@@ -147,7 +166,8 @@ class PartitionOwnership(Ownership):
         TypeError / ValueError: bad arguments.
     """
 
-    def __init__(self, store: PostgresStore, partitions: Optional[list] = None, *, check_interval_s: float = 1.0):
+    def __init__(self, store: PostgresStore, partitions: Optional[list] = None, *, kinds: Optional[list] = None,
+                 check_interval_s: float = 1.0):
         check_store(store, kind=PostgresStore)
         if isinstance(partitions, str):
             raise TypeError(f"partitions must be a list of str or None, not the str {partitions!r}")
@@ -158,7 +178,7 @@ class PartitionOwnership(Ownership):
         self.store = store
         self.partitions = None if partitions is None else sorted({check_partition(p) for p in partitions})
         self.check_interval_s = float(check_interval_s)
-        self._group = _group(self.partitions)
+        self._group = _group(self.partitions, kinds)
         # Set on connecting: the lock namespaces include the schema the table lives in.
         self._member_ns = self._owner_ns = 0
         self._lock = threading.Lock()
@@ -166,6 +186,8 @@ class PartitionOwnership(Ownership):
         self._pid = 0
         self._owned: list = []
         self._next_check = 0.0
+        self._last_holder: dict = {}  # lock key -> the pid that held it when last seen held
+        self._taken_over: list = []
         self.members = 0
 
     def __repr__(self):
@@ -177,15 +199,17 @@ class PartitionOwnership(Ownership):
         ``check_interval_s`` has passed since the last evaluation, else the cached list.
 
         Raises:
-            psycopg.Error: the server cannot be reached; the ownership is then empty (the locks
-            may be gone) until a later call reconnects and takes a share again.
+            StoreError: the server cannot be reached (transient) or refused a query; the ownership
+            is then empty (the locks may be gone) until a later call reconnects and takes a share again.
         """
         with self._lock:
             now = time.monotonic()
             if now >= self._next_check:
                 try:
-                    self._rebalance()
-                except (psycopg.Error, StoreError):
+                    # The service classifies store errors by the storage hierarchy alone.
+                    with wrap_exceptions(psycopg.Error, self.store._error):
+                        self._rebalance()
+                except StoreError:
                     self._drop_connection()
                     raise
                 self._next_check = now + self.check_interval_s
@@ -194,6 +218,13 @@ class PartitionOwnership(Ownership):
     def recheck(self) -> None:
         """Make the next :meth:`owned` re-evaluate the group at once."""
         self._next_check = 0.0
+
+    def taken_over(self) -> list:
+        """The partitions acquired since the last call from a runner that has since left the group
+        (died), each reported once."""
+        with self._lock:
+            taken, self._taken_over = self._taken_over, []
+            return taken
 
     def close(self) -> None:
         """Release every partition and the membership (close the lock connection)."""
@@ -261,6 +292,15 @@ class PartitionOwnership(Ownership):
                                     (self._owner_ns, [_signed32(k) for k in free])).fetchall()
                 got = {k & 0xFFFFFFFF for k, ok in rows if ok}
                 mine += [k for k in free if k in got]
+                live = set(members)
+                for k in free:
+                    dead = self._last_holder.get(k)
+                    if k in got and dead is not None and dead != self._pid and dead not in live:
+                        self._taken_over += units[k]
+        for k, pid in holder.items():
+            self._last_holder[k] = pid
+        for k in mine:
+            self._last_holder[k] = self._pid
         before = self._owned
         self._owned = sorted(p for k in mine for p in units[k])
         if self._owned != before:

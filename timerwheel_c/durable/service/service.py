@@ -1,78 +1,66 @@
 """DurableTimerService: fires durable timers from a background thread, up to ``concurrency`` at once.
 
-The thread runs an asyncio loop. Each *pass* claims the due rows of the served
-partitions (:func:`timerwheel_c.durable.runner.claim_due`: one guarded move per row to
-its next backoff key, so every attempt is counted before ``fire``), at most as many as
-there is room for (see below), and starts one task per claimed row as handler slots
-free up. A task runs the handler (``async def fire`` awaited on the loop, a plain
-``fire`` on a worker of a bounded pool of daemon threads), turns the outcome into a guarded batch
-(:func:`~timerwheel_c.durable.runner.settle`) and queues it; a commit task writes the
-queued outcomes with :func:`~timerwheel_c.durable.runner.commit_outcomes` (one
-``apply_many`` per partition). Each outcome is guarded on its own claimed row, exactly
-as in a sequential :func:`~timerwheel_c.durable.runner.run_due`. Store calls run on one
-dedicated worker thread, so neither a slow handler nor a slow store blocks the loop,
-and a slow handler holds only its own slot: claims and wake-ups of the others go on.
+The service composes three parts, each in its own module, around one loop:
 
-Claims are made ahead of free slots, into a local queue, but only as many as the slots
-would start within :data:`QUEUE_HORIZON_S` at the measured mean duration of a handler call
-(none before the first measurement): no-op handlers then get passes of up to
-``budget.max_fired`` rows, like a sequential ``run_due`` chunk, while a queued row never
-waits anywhere near its first backoff (5 s), after which another runner could claim it.
-For the same reason a worker takes queued sync fires in runs of :data:`CHUNK_S` (5 ms)
-of measured work: a cheap handler does not pay a thread hand-off per call, and a slow
-one still gets a slot of its own.
+- :class:`~.passes.Passes` (the *claim passes*): on a dedicated store thread, claims the due
+  rows of the served partitions, fairly across partitions, each store error kept to its
+  partition (one guarded move per row to its next backoff key, so every attempt is counted
+  before ``fire``);
+- :class:`~.executor.Executor`: runs the claimed rows' handlers in ``concurrency`` slots (an
+  ``async def fire`` on the loop, a plain one on a daemon worker thread), never claiming again
+  a row in flight, enforcing a handler's ``timeout_s``;
+- :class:`~.committer.Committer`: writes the outcomes, many per round trip, each guarded on
+  its own claimed row (:func:`~timerwheel_c.durable.timers.runner.settle`).
 
-Between passes the thread sleeps until the earliest of: the next due time of the pass
-(converted to a *monotonic* deadline once, so a wall-clock jump cannot stall it; the
-deadline is the release timer's ``arm_at`` when this build has it, else
-``asyncio.sleep``), a *kick* and ``max_sleep_s``. A kick comes from the store's change
-signal (:meth:`Store.watch`: PostgreSQL ``NOTIFY``, SQLite ``data_version``), so a timer
-written by any process wakes the thread; from :meth:`schedule` / :meth:`notify` in this
-process; from a handler slot freeing up while due rows wait for one; and from
-:meth:`stop`. ``max_sleep_s`` is only a safety net.
+The loop (this module) runs a pass, hands its rows to the executor, then sleeps until the
+earliest of: the next due time of the pass (converted to a *monotonic* deadline once, so a
+wall-clock jump cannot stall it), a *kick*, and ``max_sleep_s`` (a safety net). A kick comes
+from the store's change signal (:meth:`Store.watch`: PostgreSQL ``NOTIFY``, SQLite
+``data_version``), so a timer written by any process wakes the thread; from :meth:`schedule` /
+:meth:`notify` in this process; from a handler slot freeing up while due rows wait for one; and
+from :meth:`stop`. In a fleet a change signal also makes the next pass re-check ownership (at
+most every :data:`RECHECK_MIN_S`), so a timer in a partition no runner owns yet (new, or newly
+emptied) fires as promptly as any other.
 
-Store errors end the pass (or delay the commit, which is retried: its guards make a retry
-safe) and are retried after a backoff of 50 ms doubling to 5 s. Transient ones (see
-:mod:`timerwheel_c.durable.store_errors`) are logged at WARNING and counted in
-``transient_errors``; anything else at ERROR with its traceback, in ``other_errors``.
-Nothing but :meth:`stop` ends the thread.
+Store errors are counted and logged (:meth:`DurableTimerService._store_failed`): transient ones
+(:class:`~timerwheel_c.durable.storage.errors.TransientStoreError`) at WARNING in
+``transient_errors``, anything else at ERROR with its traceback, in ``other_errors``. Anything a
+handler raises, ``SystemExit`` and ``KeyboardInterrupt`` included, is that handler's failure.
+Nothing but :meth:`stop` ends the thread; should it end otherwise, :attr:`died` holds why.
 """
 from __future__ import annotations
 
 import asyncio
-import collections
-import dataclasses
-import inspect
 import logging
 import math
 import threading
 import time
 from typing import Iterable, Optional
 
+from ..storage.errors import is_transient
+from ..storage.store import Store, check_partition, check_store
+from ..storage.watch import Watcher
 from ..timers import keys, writer
-from .activity import Activity
 from ..timers.deadline import deadline_factory
 from ..timers.due import due_at_ms_of
+from ..timers.registry import TimerKind, TimerRegistry
+from ..timers.runner import PAGE, Attempt, RunReport, TickBudget, settle
+from .activity import Activity
+from .committer import ERROR_BACKOFF_S, Committer, backoff_s
+from .executor import SHARE_S, Executor
+from .passes import Passes
 from .pool import DaemonPool
-from ..timers.registry import TimerContext, TimerKind, TimerRegistry
-from ..timers.runner import PAGE, ClaimedTimer, RunReport, TickBudget, claim_due, commit_outcomes, next_wake, settle
-from ..storage.store import Store, check_partition, check_store
-from ..storage.errors import is_transient
-from ..storage.watch import Watcher
+from .records import Job, Outcome
 
 __all__ = ["DEFAULT_CONCURRENCY", "DurableTimerService"]
 
 log = logging.getLogger("timerwheel_c.durable")
 
 DEFAULT_CONCURRENCY = 16
+RECHECK_MIN_S = 0.02  # the most often a change signal makes a fleet runner re-check ownership
 _DEFAULT_BUDGET = TickBudget()
-_ERROR_BACKOFF_S = (0.05, 5.0)
 _TEARDOWN_S = 1.0  # seconds stop() allows, past its timeout, for the thread to close its watcher and exit
 _NS_PER_MS = 1_000_000
-QUEUE_HORIZON_S = 0.5
-CHUNK_S = 0.005  # longest run of queued sync fires one worker takes at once, at the measured mean
-COMMIT_GATHER_S = 0.002  # how long a commit of fewer than PAGE outcomes waits for more while handlers run
-_MEAN_WEIGHT = 0.1  # of the newest handler duration in the running mean
 
 
 def _check_positive(name: str, value: object, unit: str) -> float:
@@ -81,10 +69,6 @@ def _check_positive(name: str, value: object, unit: str) -> float:
     if not (math.isfinite(value) and value > 0):
         raise ValueError(f"{name} must be finite and > 0 {unit}, got {value!r}")
     return float(value)
-
-
-def _backoff_s(failures: int) -> float:
-    return min(_ERROR_BACKOFF_S[0] * 2 ** min(failures - 1, 16), _ERROR_BACKOFF_S[1])
 
 
 class DurableTimerService:
@@ -126,9 +110,14 @@ class DurableTimerService:
     ``other_errors``; ``in_flight`` (handlers running now) and ``queued`` (rows claimed
     and waiting for a slot).
 
-    A handler that runs past its row's backoff (5 s on the first attempt) may be claimed
-    and fired again beside itself, as by a second runner: only one outcome commits, and
-    effects outside the outcome's batch must be idempotent.
+    A row in flight in this process is never claimed again by it, however long its handler
+    runs; set the handler's ``timeout_s`` to count a hung call as failed. Another runner may
+    still claim a row whose handler runs past its backoff (5 s on the first attempt): only one
+    outcome commits, and effects outside the outcome's batch must be idempotent.
+
+    In a fleet the runners with the same kinds (the registry's at construction) form one group (see
+    :mod:`timerwheel_c.durable.service.ownership`), so every partition's rows of a kind are
+    served by a live runner that has that kind.
 
     Raises:
         TypeError / ValueError: bad arguments (e.g. ``max_sleep_s`` infinite, NaN or <= 0,
@@ -168,12 +157,13 @@ class DurableTimerService:
         self.concurrency = concurrency
         if fleet not in (None, True, False):
             raise TypeError(f"fleet must be None, True or False, got {fleet!r}")
-        self.ownership = store.ownership(self.partitions) if fleet or (fleet is None and partitions is None) else None
+        in_fleet = fleet or (fleet is None and partitions is None)
+        self.ownership = store.ownership(self.partitions, kinds=registry.kinds()) if in_fleet else None
         if fleet and self.ownership is None:
             raise ValueError(f"fleet=True needs a store that divides partitions among runners (PostgreSQL), got {store!r}")
         self.budget = budget
         self._wall_ns = wall_ns
-        self._extra: set[str] = set()
+        self._extra: set = set()
         self._lock = threading.Lock()
         self._thread: Optional[threading.Thread] = None
         self._stopping = False
@@ -184,16 +174,17 @@ class DurableTimerService:
         # Wall ms the thread sleeps until; None while a pass runs or when no timer is left, so
         # that any schedule() then kicks (a kick during a pass makes the following sleep return at once).
         self._wake_ms: Optional[int] = None
-        self._tasks: set = set()
-        self._queue: collections.deque = collections.deque()  # (partition, now_ms, ClaimedTimer) claimed, not started
-        self._fire_mean_s: Optional[float] = None  # running mean duration of a handler call
-        self._async_handlers: dict = {}  # id(handler) -> whether its fire is ``async def``
         self._slot_starved = False  # a pass left due rows for want of room
-        self._to_commit: list = []
-        self._commit_task: Optional[asyncio.Task] = None
-        self._watcher: Optional[Watcher] = None  # the store's change signal, while the loop runs
-        self._fire_pool: Optional[DaemonPool] = None
+        self._changed = False  # the change signal fired: in a fleet, re-check ownership
+        self._last_recheck_s = 0.0
         self._store_pool: Optional[DaemonPool] = None
+        self._watcher: Optional[Watcher] = None  # the store's change signal, while the loop runs
+        self.executor = Executor(concurrency, store, self._wall_ms, self._settle, self._slot_freed, budget.max_fired)
+        self.committer = Committer(store, self._on_store, self._count, self._nudge, self._store_failed,
+                                   self._outcome_done, lambda: bool(self.executor.tasks))
+        self._passes = Passes(store, registry, budget, self._served, self.ownership, self.activity, self._wall_ms,
+                             self._store_failed)
+        self.died: Optional[BaseException] = None
         self.passes = 0
         self.fired = 0
         self.failed = 0
@@ -207,12 +198,16 @@ class DurableTimerService:
 
         Raises:
             RuntimeError: already started, or already stopped (the lifecycle is one-shot).
+            ValueError: the registry has no handler.
         """
         if self._thread is not None:
             raise RuntimeError("DurableTimerService already started")
         if self._stopping:
             raise RuntimeError("DurableTimerService was stopped; a stopped service cannot be started (create a new one)")
-        self._fire_pool = DaemonPool(self.concurrency, "durable-fire")
+        if not self.registry.kinds():
+            raise ValueError("the registry has no handler: a service without one would claim rows it cannot fire "
+                             "(in a fleet, whole partitions); register at least one TimerHandler")
+        self.executor.start()
         self._store_pool = DaemonPool(1, "durable-store")
         self._thread = threading.Thread(target=self._run, name="durable-timers", daemon=True)
         self._thread.start()
@@ -245,19 +240,12 @@ class DurableTimerService:
     @property
     def in_flight(self) -> int:
         """Handlers running now."""
-        return len(self._tasks)
+        return self.executor.in_flight
 
     @property
     def queued(self) -> int:
         """Rows claimed and waiting for a free handler slot."""
-        return len(self._queue)
-
-    def _queue_room(self) -> int:
-        """How many claimed rows may wait for a slot: the slots' work within QUEUE_HORIZON_S."""
-        mean_s = self._fire_mean_s
-        if mean_s is None:
-            return 0
-        return min(self.budget.max_fired, int(self.concurrency * QUEUE_HORIZON_S / max(mean_s, 1e-6)))
+        return len(self.executor.queue)
 
     def __enter__(self):
         return self.start()
@@ -321,6 +309,9 @@ class DurableTimerService:
         return writer.cancel(self.store, partition, due_at_ms, kind, reference)
 
     # -- the thread ---------------------------------------------------------------------
+    def _wall_ms(self) -> int:
+        return self._wall_ns() // _NS_PER_MS
+
     def _wake(self) -> None:
         loop, kick = self._loop, self._kick
         if loop is not None and kick is not None:
@@ -328,6 +319,11 @@ class DurableTimerService:
                 loop.call_soon_threadsafe(kick.set)
             except RuntimeError:  # the loop has closed: the thread is exiting anyway
                 pass
+
+    def _on_change(self) -> None:
+        """The store's change signal (on the watcher's thread)."""
+        self._changed = True
+        self._wake()
 
     def _run(self) -> None:
         try:
@@ -337,15 +333,19 @@ class DurableTimerService:
                 except Exception:  # a bug outside the guarded pass: log, and keep the service alive
                     log.exception("durable timer service loop failed; restarting it")
                     self._ready.set()
-                    time.sleep(_ERROR_BACKOFF_S[0])
+                    time.sleep(ERROR_BACKOFF_S[0])
+        except BaseException as exc:  # handlers' exceptions never get here: this is the service's own
+            self.died = exc
+            log.critical("durable timer service thread ended without stop(): %s: %s", type(exc).__name__, exc,
+                         exc_info=(type(exc), exc, exc.__traceback__))
         finally:
             if self.ownership is not None:
                 self.ownership.close()
             # A stop() racing start() can end the loop before _main ran: start() must not wait forever.
             self._ready.set()
-            for pool in (self._fire_pool, self._store_pool):
-                if pool is not None:
-                    pool.shutdown()
+            self.executor.shutdown()
+            if self._store_pool is not None:
+                self._store_pool.shutdown()
 
     async def _on_store(self, fn, *args):
         """Run the blocking store call ``fn(*args)`` on the store worker thread."""
@@ -354,15 +354,18 @@ class DurableTimerService:
 
     def _store_failed(self, exc: BaseException, failures: int, what: str) -> float:
         """Count and log a failed store call; return the backoff in seconds."""
-        delay_s = _backoff_s(failures)
-        self.errors += 1
+        delay_s = backoff_s(failures)
+        with self._lock:
+            self.errors += 1
+            if is_transient(exc):
+                self.transient_errors += 1
+            else:
+                self.other_errors += 1
         if is_transient(exc):
-            self.transient_errors += 1
             first = (str(exc).strip().splitlines() or [""])[0]
             log.warning("durable timer %s failed (%d in a row) on a transient store error, %s: %s; retrying in %.2f s",
                         what, failures, type(exc).__name__, first, delay_s)
         else:
-            self.other_errors += 1
             log.error("durable timer %s failed (%d in a row) on an unexpected store error; retrying in %.2f s",
                       what, failures, delay_s, exc_info=(type(exc), exc, exc.__traceback__))
         return delay_s
@@ -370,7 +373,7 @@ class DurableTimerService:
     def _open_watcher(self) -> Optional[Watcher]:
         try:
             keys.declare_signals(self.store)  # the writes that must wake it: not its own claims
-            return self.store.watch(self._wake)
+            return self.store.watch(self._on_change)
         except Exception as exc:
             self._store_failed(exc, 1, "change signal")
             return None
@@ -384,45 +387,24 @@ class DurableTimerService:
             extra = set(self._extra)
         return sorted(extra.union(self.store.partitions()))
 
-    def _claim_pass(self, free: int):
-        """On the store thread: claim up to ``free`` rows (room in slots and queue) over the served partitions. Returns
-        (earliest next wake in Unix epoch ms or None, [(partition, now_ms, ClaimedTimer)])."""
-        wake = None
-        claimed: list = []
-        for partition in self._served():
-            if self._stopping:
-                break
-            now_ms = self._wall_ns() // _NS_PER_MS
-            if free <= 0:  # rows may wait here: look again as soon as there is room
-                self._slot_starved = True
-                wake = now_ms
-                break
-            budget = self.budget
-            if free < budget.max_fired:
-                budget = dataclasses.replace(budget, max_fired=free)
-            claims = claim_due(self.store, partition, self.registry, now_ms, budget)
-            report = claims.report
-            free -= len(claims.timers)
-            if free <= 0 and report.stopped_on_budget:
-                self._slot_starved = True
-            if report.malformed:
-                log.warning("partition %r: %d malformed timer rows kept in quarantine (keys.QUARANTINE_RANGE)", partition, report.malformed)
-            partition_wake = next_wake(self.store, partition, now_ms, report)
-            if partition_wake is not None and (wake is None or partition_wake < wake):
-                wake = partition_wake
-            self.activity.count(report)
-            firsts = [now_ms - c.timer.due_at_ms for c in claims.timers if c.timer.attempt == 1]
-            self.activity.pass_ended(partition, report.stopped_on_budget and free > 0, max(firsts, default=None))
-            claimed.extend((partition, now_ms, c) for c in claims.timers)
-        return wake, claimed
+    def _recheck_in_s(self) -> Optional[float]:
+        """In a fleet after a change signal: ask the ownership to re-check now, or say in how many
+        seconds it may (at most one forced re-check per RECHECK_MIN_S)."""
+        if self.ownership is None or not self._changed:
+            return None
+        left_s = self._last_recheck_s + RECHECK_MIN_S - time.monotonic()
+        if left_s > 0:
+            return left_s
+        self._changed = False
+        self._last_recheck_s = time.monotonic()
+        self.ownership.recheck()
+        return None
 
     async def _main(self) -> None:
         # After a crash of a previous loop its tasks are gone with it: their rows stay claimed and
         # come back after their backoff, and their slots must not stay counted.
-        self._tasks = set()
-        self._queue.clear()
-        self._to_commit = []
-        self._commit_task = None
+        self.executor.reset()
+        self.committer.reset()
         deadline = deadline_factory()
         self._kick = asyncio.Event()
         self._loop = asyncio.get_running_loop()
@@ -439,22 +421,28 @@ class DurableTimerService:
                 max_s = min(self.max_sleep_s, self.activity.summary_due_in_s())
                 if self.ownership is not None:  # ownership changes (a runner joins or dies) need a look this often
                     max_s = min(max_s, self.ownership.check_interval_s)
+                recheck_s = self._recheck_in_s()
+                if recheck_s is not None:
+                    max_s = min(max_s, recheck_s)
                 max_ns = int(max_s * 1e9)
-                free = self.concurrency - len(self._tasks) + self._queue_room() - len(self._queue)
+                free = self.executor.free()
                 if free <= 0:
                     self._slot_starved = True
                     at_ns = time.monotonic_ns() + max_ns
                 else:
+                    busy = frozenset(self.executor.busy)
                     try:
-                        wake_ms, claimed = await self._on_store(self._claim_pass, free)
+                        result = await self._on_store(self._passes.run, free, busy, lambda: self._stopping,
+                                                      self.executor.rows_within(SHARE_S, PAGE))
                         failures = 0
-                    except Exception as exc:
+                    except Exception as exc:  # only reading the served partitions fails a whole pass
                         failures += 1
                         at_ns = time.monotonic_ns() + int(self._store_failed(exc, failures, "pass") * 1e9)
                     else:
                         self.passes += 1
-                        self._queue.extend(claimed)
-                        self._dispatch()
+                        self._slot_starved = self._slot_starved or result.starved
+                        self.executor.submit(result.jobs)
+                        wake_ms = result.wake_ms
                         with self._lock:
                             self._wake_ms = wake_ms
                         # Convert to the monotonic clock once, here: a later wall-clock jump cannot move it.
@@ -480,94 +468,31 @@ class DurableTimerService:
             kick.cancel()
             timer.cancel()
 
-    # -- firing and committing ------------------------------------------------------------
-    def _chunk(self) -> int:
-        """Queued sync fires one worker runs back to back: as many as take CHUNK_S at the measured
-        mean (1 for slow handlers), so that cheap handlers do not pay a thread hand-off each."""
-        mean_s = self._fire_mean_s
-        free = max(1, self.concurrency - len(self._tasks))
-        if mean_s is None:
-            return 1
-        return max(1, min(-(-len(self._queue) // free), int(CHUNK_S / max(mean_s, 1e-6))))
-
-    def _is_async(self, handler) -> bool:
-        # By id: a handler may be unhashable (a dataclass), and the registry keeps it alive.
-        found = self._async_handlers.get(id(handler))
-        if found is None:
-            found = self._async_handlers[id(handler)] = inspect.iscoroutinefunction(handler.fire)
-        return found
-
-    def _dispatch(self) -> None:
-        """Start queued rows while handler slots are free (never after stop(): they stay claimed)."""
-        while self._queue and len(self._tasks) < self.concurrency and not self._stopping:
-            first = self._queue.popleft()
-            if self._is_async(first[2].handler):
-                task = asyncio.ensure_future(self._fire_async(*first))
-            else:
-                items = [first]
-                for _ in range(self._chunk() - 1):
-                    if not self._queue or self._is_async(self._queue[0][2].handler):
-                        break
-                    items.append(self._queue.popleft())
-                task = asyncio.ensure_future(self._fire_sync(items))
-            self._tasks.add(task)
-            task.add_done_callback(self._fire_done)
-
-    def _fire_done(self, task: asyncio.Task) -> None:
-        self._tasks.discard(task)
-        self._dispatch()
+    # -- between the parts ------------------------------------------------------------------
+    def _slot_freed(self) -> None:
         # Claim more while half the queue is still there to fire, so slots do not wait on a pass.
-        if self._slot_starved and len(self._queue) <= self._queue_room() // 2 and self._kick is not None:
+        ex = self.executor
+        if self._slot_starved and len(ex.queue) <= ex.queue_room() // 2 and self._kick is not None:
             self._slot_starved = False
             self._kick.set()
 
-    async def _fire_async(self, partition: str, now_ms: int, claimed: ClaimedTimer) -> None:
-        timer = claimed.timer
-        started_ms = self._wall_ns() // _NS_PER_MS
-        started = time.monotonic()
-        try:
-            outcome, error = await claimed.handler.fire(TimerContext(self.store, partition, now_ms), timer), None
-        except Exception as exc:
-            outcome, error = None, exc
-        self._settle(partition, claimed, started_ms, time.monotonic() - started, outcome, error)
-
-    async def _fire_sync(self, items: list) -> None:
-        assert self._fire_pool is not None
-        results = await asyncio.wrap_future(self._fire_pool.submit(self._call_all, items))
-        for (partition, _, claimed), (started_ms, took_s, outcome, error) in zip(items, results):
-            self._settle(partition, claimed, started_ms, took_s, outcome, error)
-
-    def _call_all(self, items: list) -> list:
-        """On a worker: call each item's sync handler in turn; (start wall ms, seconds, outcome, error) each."""
-        results = []
-        for partition, now_ms, claimed in items:
-            started_ms = self._wall_ns() // _NS_PER_MS
-            started = time.monotonic()
-            try:
-                outcome, error = claimed.handler.fire(TimerContext(self.store, partition, now_ms), claimed.timer), None
-            except Exception as exc:
-                outcome, error = None, exc
-            results.append((started_ms, time.monotonic() - started, outcome, error))
-        return results
-
-    def _settle(self, partition: str, claimed: ClaimedTimer, started_ms: int, took_s: float, outcome, error) -> None:
-        """On the loop: log the fire, turn its outcome into the guarded batch and queue its commit."""
-        timer = claimed.timer
-        self._note_duration(took_s)
-        what = f"raised {type(error).__name__}" if error is not None else type(outcome).__name__
-        self.activity.fire(partition, timer, started_ms - timer.due_at_ms, what)
+    def _settle(self, job: Job, attempt: Attempt, keep_busy: bool) -> None:
+        """On the loop: log a handler call, turn its outcome into the guarded batch and queue its commit."""
+        timer = job.claimed.timer
+        error = attempt.error
+        what = f"raised {type(error).__name__}" if error is not None else type(attempt.outcome).__name__
+        self.activity.fire(job.partition, timer, attempt.started_ms - timer.due_at_ms, what)
         report = RunReport()
-        batch = settle(partition, claimed, report, error=error) if error is not None else settle(partition, claimed, report, outcome)
+        batch = settle(job.partition, job.claimed, report, attempt.outcome, error)
         if batch is None:
             self._count(report)
+            if not keep_busy:
+                self.executor.release(job.key)
             return
-        self._to_commit.append((partition, claimed, batch))
-        if self._commit_task is None:
-            self._commit_task = asyncio.ensure_future(self._commit_queued())
+        self.committer.add(Outcome(job.partition, job.claimed, batch))
 
-    def _note_duration(self, seconds: float) -> None:
-        mean = self._fire_mean_s
-        self._fire_mean_s = seconds if mean is None else mean + _MEAN_WEIGHT * (seconds - mean)
+    def _outcome_done(self, outcome: Outcome) -> None:
+        self.executor.release(outcome.claimed.timer.key)
 
     def _count(self, report: RunReport) -> None:
         with self._lock:  # the loop thread and the store thread both count
@@ -575,51 +500,16 @@ class DurableTimerService:
             self.failed += report.failed
         self.activity.count(report)
 
-    async def _commit_queued(self) -> None:
-        failures = 0
-        try:
-            while self._to_commit:
-                if len(self._to_commit) < PAGE and self._tasks and not self._stopping:
-                    # More outcomes are on their way: a moment's wait lets them share the commit
-                    # (one transaction, one WAL flush, per partition) instead of one each.
-                    await asyncio.sleep(COMMIT_GATHER_S)
-                items, self._to_commit = self._to_commit, []
-                try:
-                    await self._on_store(self._commit, items)
-                    failures = 0
-                except Exception as exc:
-                    failures += 1
-                    self._to_commit[:0] = items  # guarded on their claimed rows: a retry is safe
-                    await asyncio.sleep(self._store_failed(exc, failures, "commit"))
-        finally:
-            self._commit_task = None
-
-    def _commit(self, items: list) -> None:
-        """On the store thread: commit queued outcomes, one ``apply_many`` per partition."""
-        by_partition: dict = {}
-        for partition, claimed, batch in items:
-            by_partition.setdefault(partition, []).append((claimed, batch))
-        for partition, settled in by_partition.items():
-            report = RunReport()
-            commit_outcomes(self.store, partition, settled, report)
-            self._count(report)
-            if report.earliest_put_ms is not None:
-                self._nudge(partition, report.earliest_put_ms)
-
     async def _drain(self) -> None:
         """After stop(): wait for handlers in flight and their commits, up to stop()'s timeout."""
         def left_s() -> Optional[float]:
             return None if self._stop_at is None else max(0.0, self._stop_at - time.monotonic())
 
-        if self._queue:
-            log.info("stopping with %d claimed row(s) not started; they fire again after their backoff", len(self._queue))
-            self._queue.clear()
-        if self._tasks:
-            _, abandoned = await asyncio.wait(set(self._tasks), timeout=left_s())
-            if abandoned:
-                log.warning("stopping with %d handler(s) still running; their rows stay claimed and fire again "
-                            "after their backoff", len(abandoned))
-                for task in abandoned:
-                    task.cancel()
-        if self._commit_task is not None:
-            await asyncio.wait({self._commit_task}, timeout=left_s())
+        if self.executor.queue:
+            log.info("stopping with %d claimed row(s) not started; they fire again after their backoff",
+                     len(self.executor.queue))
+        abandoned = await self.executor.drain(left_s)
+        if abandoned:
+            log.warning("stopping with %d handler(s) still running; their rows stay claimed and fire again "
+                        "after their backoff", abandoned)
+        await self.committer.drain(left_s)

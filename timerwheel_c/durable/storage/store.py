@@ -273,6 +273,10 @@ class Ownership(abc.ABC):
     def recheck(self) -> None:
         """Make the next :meth:`owned` re-evaluate at once (e.g. a new partition was written)."""
 
+    def taken_over(self) -> list:
+        """The partitions acquired from an owner that died since the last call (each reported once)."""
+        return []
+
     @abc.abstractmethod
     def close(self) -> None:
         """Give up every partition."""

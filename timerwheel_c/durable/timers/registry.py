@@ -17,6 +17,7 @@ because ``fire`` may run more than once (the process can die before the commit).
 from __future__ import annotations
 
 import datetime
+import math
 import threading
 from dataclasses import dataclass
 from typing import Optional, Union
@@ -99,11 +100,15 @@ class Retry:
 class TimerHandler:
     """Base class for handlers: set ``kind`` (a :class:`TimerKind` or an int 1..255) and
     optionally ``max_per_tick`` (an int >= 1, lowering the tick budget's per-kind cap for
-    this kind; None for no extra cap), and implement :meth:`fire`.
+    this kind; None for no extra cap) and ``timeout_s`` (seconds, finite and > 0: a call of
+    :meth:`fire` running longer is counted as failed and its row backs off; an ``async def``
+    fire is cancelled, a sync one keeps its worker thread until it returns, and its late
+    outcome is dropped; None, the default, for no limit), and implement :meth:`fire`.
     """
 
     kind: Union[TimerKind, int, None] = None
     max_per_tick: Optional[int] = None
+    timeout_s: Optional[float] = None
 
     def fire(self, ctx: TimerContext, timer: DueTimer):
         """Handle one due timer; return :class:`Done`, :class:`Reschedule` or :class:`Retry`, or raise."""
@@ -126,8 +131,9 @@ class TimerRegistry:
         """Add ``handler`` under ``handler.kind``; returns self.
 
         Raises:
-            TypeError: not a TimerHandler instance, or a kind / max_per_tick of the wrong type.
-            ValueError: kind 0 or outside 1..255, a kind already registered, max_per_tick < 1.
+            TypeError: not a TimerHandler instance, or a kind / max_per_tick / timeout_s of the wrong type.
+            ValueError: kind 0 or outside 1..255, a kind already registered, max_per_tick < 1,
+                timeout_s not finite and > 0.
         """
         if not isinstance(handler, TimerHandler):
             raise TypeError(f"expected a TimerHandler instance, got {type(handler).__name__} {handler!r}")
@@ -139,6 +145,11 @@ class TimerRegistry:
             raise TypeError(f"max_per_tick must be an int or None, got {type(cap).__name__} {cap!r}")
         if cap is not None and cap < 1:
             raise ValueError(f"max_per_tick must be >= 1 or None, got {cap}")
+        timeout = handler.timeout_s
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))):
+            raise TypeError(f"timeout_s must be a number of seconds or None, got {type(timeout).__name__} {timeout!r}")
+        if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
+            raise ValueError(f"timeout_s must be finite and > 0 seconds, or None, got {timeout!r}")
         if kind in self._handlers:
             raise ValueError(f"kind {kind} is already registered to {self._handlers[kind]!r}")
         self._handlers[kind] = handler

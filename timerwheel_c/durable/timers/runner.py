@@ -15,13 +15,8 @@ pages (up to 512 rows, within the budget), in due order, and fires each through 
 
 Claim before fire
 -----------------
-Before calling ``fire`` the runner *claims* the row: one guarded write moves it from
-its key K to its next backoff key K' (attempt + 1, due ``now_ms + backoff``, value and
-original due time unchanged), ``require(Equals(K, value))``, committed (with the
-claims of the other rows of its chunk, each guarded on its own row) before any of
-them fires. Only then does it call ``fire``. So a handler that kills the process still has its attempt counted, and the
-row comes back after a growing backoff instead of in a hot loop.
-
+Before calling ``fire`` the runner *claims* the row (see :mod:`.claim`): one guarded write
+moves it to its next backoff key K', committed before the row fires.
 The handler's outcome then commits (with others, each on its own guard) guarded on the *claimed* row,
 ``require(Equals(K', value))`` plus the delete of K' (and, for a Reschedule, the put of
 the new key). Effects inside the batch are therefore applied at most once per timer
@@ -29,312 +24,86 @@ row: each commit consumes the exact row it is guarded on, and a row can be consu
 once. If ``fire`` overruns its backoff and a second runner re-claims K' (moving it to
 K''), the first runner's commit fails on its guard (counted as ``raced``) and only the
 second may commit. If the process dies between claim and commit, the row waits at K'
-and is fired again after the backoff: effects *outside* the batch must be idempotent.
+and is fired again after the backoff (or at once, when a fleet runner takes the partition
+over: :func:`release_claims`): effects *outside* the batch must be idempotent.
 
 Failures
 --------
-An exception, a :class:`Retry`, an invalid outcome or a failed commit of the handler's
-batch leave the row at its claimed backoff key; the delay of attempt ``a`` is
-``min(5 s * 2**(a-1), 600 s)``. Unknown kinds are moved to their next backoff key the
-same way (guarded, never fired) and logged once per kind per registry through the
-``timerwheel_c.durable`` logger (logging, not :mod:`warnings`: this runs in a service
-thread whose output goes to logs).
-
-Malformed rows
---------------
-A due row whose key does not parse is counted (``malformed``) and moved once, guarded
-(``require(Equals(K, value))``, ``require(Absent(Q))``), to its quarantine key
-``Q = keys.quarantine(K)`` outside the timer space, value unchanged: retained, never
-lost, but no later tick scans it again. Left in the due range, malformed rows would
-use up ``max_scanned`` on every tick and starve the real timers behind them. The move
-counts as progress. If the guard fails (another runner moved it, or a quarantined row
-with that key already exists) the row is left where it is.
+An exception (any, ``SystemExit`` and ``KeyboardInterrupt`` included: they are the
+handler's, not the runner's), a :class:`Retry`, an invalid outcome, a failed commit of the
+handler's batch or one the store refuses leave the row at its claimed backoff key; the delay
+of attempt ``a`` is ``min(5 s * 2**(a-1), 600 s)``. Unknown kinds, malformed and unprocessable
+rows: see :mod:`.claim`.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-import weakref
-from dataclasses import dataclass, field
-from typing import Optional
+from dataclasses import dataclass
+from typing import Callable, Optional
 
 from . import keys
-from .registry import Done, DueTimer, Reschedule, Retry, TimerContext, TimerHandler, TimerRegistry
-from ..storage.store import Absent, Batch, Committed, Equals, Store, check_partition
+from .claim import PAGE, ClaimedTimer, Claimer, Claims, check_args, claim_due, release_claims
+from .registry import Done, Reschedule, Retry, TimerContext, TimerRegistry
+from .tick import BACKOFF_BASE_MS, BACKOFF_CAP_MS, DEFAULT_BUDGET, RunReport, TickBudget, backoff_ms
+from ..storage.store import Absent, Batch, Committed, Equals, Refused, Store
 
 __all__ = [
-    "BACKOFF_BASE_MS", "BACKOFF_CAP_MS", "NO_PROGRESS_WAKE_MS", "PAGE", "ClaimedTimer", "Claims", "RunReport",
-    "TickBudget", "backoff_ms", "claim_due", "commit_outcomes", "fire", "next_wake", "run_due", "settle",
+    "BACKOFF_BASE_MS", "BACKOFF_CAP_MS", "NO_PROGRESS_WAKE_MS", "PAGE", "Attempt", "ClaimedTimer", "Claims", "Pace",
+    "RunReport", "TickBudget", "backoff_ms", "claim_due", "commit_outcomes", "fire", "next_wake", "release_claims",
+    "run_due", "settle",
 ]
 
 log = logging.getLogger("timerwheel_c.durable")
 
-PAGE = 64  # rows claimed per round trip, at most
-SCAN_PAGE = 512  # rows read per scan of the due range, at most
-# Per registry: the mean fire time (s) its handlers took in the last run_due, which sizes the
-# first chunk of the next one (a registry never seen starts with one row).
-_FIRE_TIME_S: "weakref.WeakKeyDictionary[TimerRegistry, float]" = weakref.WeakKeyDictionary()
-BACKOFF_BASE_MS = 5_000
-BACKOFF_CAP_MS = 600_000
 NO_PROGRESS_WAKE_MS = 5_000
 
 
-def backoff_ms(attempt: int) -> int:
-    """Delay before attempt ``attempt`` (>= 1) is due, in ms: ``min(5 s * 2**(attempt-1), 600 s)``."""
-    if attempt < 1:
-        raise ValueError(f"attempt must be >= 1, got {attempt}")
-    return BACKOFF_CAP_MS if attempt > 8 else min(BACKOFF_BASE_MS << (attempt - 1), BACKOFF_CAP_MS)
+class Attempt:
+    """One handler call, timed, its error caught: ``with Attempt(clock, wall_ms) as a: a.outcome = fire(...)``
+    (or ``await``). Afterwards ``started_ms`` (Unix epoch ms), ``took_s`` (seconds on ``clock``),
+    ``outcome`` and ``error`` (the exception it raised, or None) describe it.
 
-
-def _clamped(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"TickBudget.{name} must be an int, got {type(value).__name__} {value!r}")
-    return max(1, value)
-
-
-@dataclass(frozen=True)
-class TickBudget:
-    """Limits of one :func:`run_due` tick; each is clamped to at least 1.
-
-    ``max_fired``: handler calls per tick. ``max_per_kind``: handler calls per kind per
-    tick (lowered by a handler's ``max_per_tick``); rows over it are deferred.
-    ``max_scanned``: rows looked at. ``max_elapsed_ms``: monotonic ms since the tick began,
-    checked before each row is claimed (rows already claimed are always fired).
-
-    The defaults let one pass of a partition fire a backlog of 1,024 timers in a handful of
-    commits (claims and outcomes are batched per chunk), while no kind takes more than a
-    quarter of a pass: on PostgreSQL with synchronous commit, commits, not handler calls,
-    bound the fired/s of a runner.
+    Everything the handler raises is its own failure, ``SystemExit`` and ``KeyboardInterrupt``
+    included: only the thread that runs the service may end it. The one exception let through is
+    :class:`asyncio.CancelledError` when ``cancelled_by_caller()`` says the caller cancelled
+    the call (a stop, a timeout it turns into its own error).
     """
 
-    max_fired: int = 1024
-    max_per_kind: int = 256
-    max_scanned: int = 4096
-    max_elapsed_ms: int = 10_000
+    __slots__ = ("_clock", "_started", "started_ms", "took_s", "outcome", "error", "_cancelled_by_caller")
 
-    def __post_init__(self):
-        for name in ("max_fired", "max_per_kind", "max_scanned", "max_elapsed_ms"):
-            object.__setattr__(self, name, _clamped(name, getattr(self, name)))
+    def __init__(self, clock: Callable[[], float], wall_ms: Callable[[], int],
+                 cancelled_by_caller: Callable[[], bool] = lambda: False):
+        self._clock = clock
+        self.started_ms = wall_ms()
+        self._started = 0.0
+        self.took_s = 0.0
+        self.outcome: object = None
+        self.error: Optional[BaseException] = None
+        self._cancelled_by_caller = cancelled_by_caller
 
+    def __enter__(self) -> "Attempt":
+        self._started = self._clock()
+        return self
 
-@dataclass
-class RunReport:
-    """What one tick did.
-
-    ``fired``: outcomes committed (Done or Reschedule). ``raced``: rows another runner
-    took first (a claim or commit lost its guard on the row). ``failed``: fires that
-    raised, returned Retry or an invalid outcome, or whose batch failed to commit; the
-    row stays backed off. ``unknown``: rows of unregistered kinds, backed off.
-    ``deferred``: rows over their kind's cap. ``malformed``: rows whose key does not
-    parse, moved to their quarantine key (see the module docstring). ``scanned``: rows
-    looked at. ``moved``: rows this tick moved off the due range (claims and quarantines
-    committed: the progress that decides ``next_wake_ms``). ``stopped_on_budget``: a
-    budget limit ended the tick with due rows left. ``earliest_put_ms``: the earliest due
-    time (Unix epoch ms) of a timer row that a committed outcome wrote, or None.
-    ``next_wake_ms``: when to run again (Unix epoch ms, never before ``now_ms``), or None
-    when no timer is left; set by :func:`next_wake`.
-    """
-
-    fired: int = 0
-    raced: int = 0
-    failed: int = 0
-    unknown: int = 0
-    deferred: int = 0
-    malformed: int = 0
-    scanned: int = 0
-    moved: int = 0
-    stopped_on_budget: bool = False
-    earliest_put_ms: Optional[int] = None
-    next_wake_ms: Optional[int] = None
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        self.took_s = self._clock() - self._started
+        if exc is None:
+            return False
+        if isinstance(exc, asyncio.CancelledError) and self._cancelled_by_caller():
+            return False
+        self.error = exc
+        return True
 
 
-@dataclass(frozen=True)
-class ClaimedTimer:
-    """A row :func:`claim_due` claimed: fire ``timer`` with ``handler``, then :func:`settle`.
-
-    ``timer.key`` is the claimed (backed-off) key and ``timer.value`` the row's value:
-    the outcome's commit is guarded on exactly that row.
-    """
-
-    handler: TimerHandler
-    timer: DueTimer
-
-
-@dataclass
-class Claims:
-    """What :func:`claim_due` returns: the ``timers`` it claimed, in due order, and the
-    ``report`` counting this tick so far (scanned, raced, unknown, deferred, malformed,
-    moved, stopped_on_budget); pass the same report on to :func:`settle`,
-    :func:`commit_outcomes` and :func:`next_wake`."""
-
-    timers: list = field(default_factory=list)
-    report: RunReport = field(default_factory=RunReport)
-
-
-class _Claimer:
-    """Walks a partition's due range page by page, choosing the rows a tick may fire
-    (per the budget) and claiming them in one ``apply_many`` per call."""
-
-    def __init__(self, store: Store, partition: str, registry: TimerRegistry, now_ms: int, budget: TickBudget):
-        self.store = store
-        self.partition = partition
-        self.registry = registry
-        self.now_ms = now_ms
-        self.budget = budget
-        self.report = RunReport()
-        self.calls = 0
-        self.per_kind: dict[int, int] = {}
-        self.capped: set[int] = set()  # kinds whose cap this tick has reached
-        self.started = time.monotonic()
-        self.start, self.end = keys.due_range(now_ms)
-        self.pending: list = []  # rows of the current page not looked at yet
-        self.after: Optional[bytes] = None
-        self.exhausted = False
-
-    def over_budget(self) -> bool:
-        b = self.budget
-        elapsed_ms = (time.monotonic() - self.started) * 1000
-        return self.report.scanned >= b.max_scanned or self.calls >= b.max_fired or elapsed_ms >= b.max_elapsed_ms
-
-    @property
-    def done(self) -> bool:
-        return self.report.stopped_on_budget or (self.exhausted and not self.pending)
-
-    def claim(self, max_rows: int) -> list:
-        """Claim up to ``max_rows`` rows to fire (fewer at the end of a page, of the range, or
-        of the budget) in one round trip; returns the :class:`ClaimedTimer` list."""
-        batches, rows = self.select(max_rows)
-        return self.claimed(rows, self.store.apply_many(self.partition, batches))
-
-    def select(self, max_rows: int) -> tuple:
-        """Choose up to ``max_rows`` rows to fire, scanning a page if none is pending: returns the
-        claim batches (unknown kinds and malformed rows met on the way move too) and what
-        :meth:`claimed` needs to read their results."""
-        report = self.report
-        while not self.pending and not self.exhausted:
-            # Rows a capped kind defers cost a scan but no claim: read what is left of max_scanned
-            # in one page (up to SCAN_PAGE), not in pages of 64.
-            limit = max(1, min(SCAN_PAGE, self.budget.max_scanned - report.scanned))
-            page = self.store.scan(self.partition, self.start, self.end, self.after, limit)
-            self.pending = list(reversed(page.entries))
-            self.exhausted = page.next is None
-            self.after = page.next
-        batches: list = []
-        # (kind of row, key, value, parsed key or error, handler)
-        rows: list = []
-        fires = 0
-        while self.pending and fires < max_rows:
-            if self.over_budget():
-                report.stopped_on_budget = True
-                break
-            key, value = self.pending.pop()
-            report.scanned += 1
-            if keys.head_kind(key) in self.capped:
-                # A row of a kind already at its cap: defer without a full parse. A single-kind
-                # backlog otherwise costs a parse per deferred row, up to max_scanned per tick.
-                report.deferred += 1
-                continue
-            try:
-                tk = keys.parse(key)
-            except keys.MalformedKey as exc:
-                report.malformed += 1
-                q = keys.quarantine(key)
-                batches.append(Batch().require(Equals(key, value)).require(Absent(q)).delete(key).put(q, value))
-                rows.append(("malformed", key, value, exc, None))
-                continue
-            handler = self.registry.get(tk.kind)
-            if handler is not None:
-                cap = self.budget.max_per_kind
-                if handler.max_per_tick is not None:
-                    cap = min(cap, handler.max_per_tick)
-                count = self.per_kind.get(tk.kind, 0) + 1
-                self.per_kind[tk.kind] = count
-                if count >= cap:
-                    self.capped.add(tk.kind)
-                self.calls += 1
-                fires += 1
-            claimed = _claimed_key(self.now_ms, tk)
-            batches.append(Batch().require(Equals(key, value)).delete(key).put(claimed, value))
-            rows.append(("fire" if handler is not None else "unknown", claimed, value, tk, handler))
-        return batches, rows
-
-    def claimed(self, rows: list, results: list) -> list:
-        """Count the results of :meth:`select`'s batches; return the rows claimed for firing."""
-        report = self.report
-        claims = []
-        for (what, key, value, info, handler), result in zip(rows, results):
-            committed = isinstance(result, Committed)
-            if what == "malformed":
-                if committed:
-                    report.moved += 1
-                    log.debug("partition %r: quarantined %s as %r", self.partition, info, keys.quarantine(info.key))
-                else:
-                    log.warning("partition %r: kept %s in place (its quarantine guard failed)", self.partition, info)
-                continue
-            if not committed:
-                report.raced += 1
-                continue
-            report.moved += 1
-            if what == "unknown":
-                report.unknown += 1
-                if self.registry.first_unknown(info.kind):
-                    log.warning("partition %r: no handler for timer kind %d; backing its rows off", self.partition, info.kind)
-                continue
-            timer = DueTimer(info.original_due_at_ms, keys.TimerKind(info.kind), info.reference, value, info.attempt + 1, key)
-            claims.append(ClaimedTimer(handler, timer))
-        return claims
-
-
-def _claimed_key(now_ms: int, tk: keys.TimerKey) -> bytes:
-    """The row's next backoff key: attempt + 1, due ``now_ms + backoff``, original due time kept."""
-    attempt = min(tk.attempt + 1, keys.MAX_ATTEMPT)
-    retry_at = min(now_ms + backoff_ms(attempt), keys.MAX_DUE_MS)
-    return keys.backoff(retry_at, tk.kind, attempt, tk.original_due_at_ms, tk.reference)
-
-
-def _check_args(partition, registry, now_ms, budget) -> int:
-    check_partition(partition)
-    if not isinstance(registry, TimerRegistry):
-        raise TypeError(f"registry must be a TimerRegistry, got {type(registry).__name__} {registry!r}")
-    if not isinstance(budget, TickBudget):
-        raise TypeError(f"budget must be a TickBudget, got {type(budget).__name__} {budget!r}")
-    return keys.check_uint("now_ms", now_ms, keys.MAX_DUE_MS)
-
-
-def claim_due(store: Store, partition: str, registry: TimerRegistry, now_ms: int, budget: TickBudget = TickBudget()) -> Claims:
-    """Phase 1 of a tick: claim every due row of ``partition`` that ``budget`` lets fire.
-
-    Scans the due range (effective due <= ``now_ms``, Unix epoch ms) in pages of up to
-    :data:`SCAN_PAGE` rows and claims up to :data:`PAGE` rows per :meth:`Store.apply_many` round trip:
-    each claim moves its row to the next backoff key (the attempt counted before any
-    fire), guarded on the row. Rows of unknown kinds back off and malformed rows move to
-    quarantine in the same round trips. ``max_elapsed_ms`` is checked before each row.
-    The caller fires each :class:`ClaimedTimer` (its handler's ``fire``, in any order,
-    concurrently if it likes), turns each outcome into a batch with :func:`settle`,
-    commits them with :func:`commit_outcomes` and ends with :func:`next_wake`.
-
-    Raises:
-        TypeError / ValueError: bad arguments.
-        Exception: whatever the store raises; claims already committed stay (their rows
-        come back after the backoff).
-    """
-    now_ms = _check_args(partition, registry, now_ms, budget)
-    claimer = _Claimer(store, partition, registry, now_ms, budget)
-    timers: list = []
-    while not claimer.done:
-        timers.extend(claimer.claim(PAGE))
-    return Claims(timers, claimer.report)
-
-
-def fire(store: Store, partition: str, now_ms: int, claimed: ClaimedTimer, report: RunReport) -> Optional[Batch]:
+def fire(store: Store, partition: str, now_ms: int, claimed: ClaimedTimer, report: RunReport,
+         clock: Callable[[], float] = time.monotonic) -> Optional[Batch]:
     """Call ``claimed``'s handler and :func:`settle` its outcome (or exception); returns the batch
     to commit, or None for a counted failure."""
-    ctx = TimerContext(store, partition, now_ms)
-    try:
-        outcome = claimed.handler.fire(ctx, claimed.timer)
-    except Exception as exc:
-        return settle(partition, claimed, report, error=exc)
-    return settle(partition, claimed, report, outcome)
+    with Attempt(clock, lambda: now_ms) as attempt:
+        attempt.outcome = claimed.handler.fire(TimerContext(store, partition, now_ms), claimed.timer)
+    return settle(partition, claimed, report, attempt.outcome, attempt.error)
 
 
 def settle(partition: str, claimed: ClaimedTimer, report: RunReport, outcome: object = None,
@@ -415,6 +184,12 @@ def _count_outcomes(partition: str, pairs: list, results: list, report: RunRepor
                         continue
                     if report.earliest_put_ms is None or due_ms < report.earliest_put_ms:
                         report.earliest_put_ms = due_ms
+        elif isinstance(result, Refused):
+            # This outcome alone fails; the row stays backed off and fires again (the handler may
+            # answer differently then): never requeued in front of the other commits.
+            report.failed += 1
+            log.error("partition %r: the store refused the outcome batch of %r (%s: %s); row stays backed off",
+                      partition, key[:64], type(result.error).__name__, result.error)
         elif result.key == key:
             report.raced += 1
         else:
@@ -428,13 +203,14 @@ def next_wake(store: Store, partition: str, now_ms: int, report: RunReport) -> O
     ``now_ms`` when due rows were left (deferred or stopped on budget) and this tick made
     progress (moved some row off the due range); ``now_ms + 5 s`` when rows were left but
     nothing moved; otherwise the earliest of the next future due time (one scan) and
-    ``report.earliest_put_ms``, never earlier than ``now_ms``; None when the partition
+    ``report.earliest_put_ms`` and ``report.earliest_unknown_ms``, never earlier than ``now_ms``; None when the partition
     holds no well-formed timer.
     """
     if report.stopped_on_budget or report.deferred:
         report.next_wake_ms = now_ms if report.moved else now_ms + NO_PROGRESS_WAKE_MS
         return report.next_wake_ms
-    candidates = [t for t in (_next_future_due(store, partition, now_ms), report.earliest_put_ms) if t is not None]
+    candidates = [t for t in (_next_future_due(store, partition, now_ms), report.earliest_put_ms,
+                              report.earliest_unknown_ms) if t is not None]
     report.next_wake_ms = max(min(candidates), now_ms) if candidates else None
     return report.next_wake_ms
 
@@ -454,16 +230,26 @@ def _next_future_due(store: Store, partition: str, now_ms: int) -> Optional[int]
         after = page.next
 
 
-def run_due(store: Store, partition: str, registry: TimerRegistry, now_ms: int, budget: TickBudget = TickBudget()) -> RunReport:
+@dataclass
+class Pace:
+    """What :func:`run_due` learned of its handlers' speed: ``fire_s``, the mean seconds per fire of
+    the last tick that fired (None before any). Pass the same Pace to every tick of one runner so
+    that a tick's first chunk is sized from the previous one's: one row for a runner never seen."""
+
+    fire_s: Optional[float] = None
+
+
+def run_due(store: Store, partition: str, registry: TimerRegistry, now_ms: int, budget: TickBudget = DEFAULT_BUDGET,
+            *, pace: Optional[Pace] = None, clock: Callable[[], float] = time.monotonic) -> RunReport:
     """Fire the due timers of one partition, within ``budget``; return a :class:`RunReport`.
 
     The sequential composition of the phases: claim a chunk of rows, fire each with
     :func:`fire`, then commit the chunk's outcomes in the same ``apply_many`` round trip
     (one transaction) as the next chunk's claims, each batch guarded on its own row;
-    repeat, then :func:`next_wake`. A chunk holds as many rows as the measured mean fire time
-    (of this tick, else of the registry's previous tick; one row for a registry never
-    seen) lets finish within what is left of ``max_elapsed_ms``, at most a page: a slow
-    handler cannot stretch a tick far past its budget, and fast handlers get full pages.
+    repeat, then :func:`next_wake`. A chunk holds as many rows as the mean fire time (of
+    this tick, else ``pace.fire_s``; one row without either) lets finish within what is left
+    of ``max_elapsed_ms``, at most a page: a slow handler cannot stretch a tick far past its
+    budget, and fast handlers get full pages.
 
     Args:
         store: the backend.
@@ -472,28 +258,31 @@ def run_due(store: Store, partition: str, registry: TimerRegistry, now_ms: int, 
         now_ms: the tick's time, Unix epoch ms; rows with effective due <= now_ms are due,
             and backoff delays count from it.
         budget: limits of this tick.
+        pace: the runner's :class:`Pace`, read and updated (None: a fresh one).
+        clock: monotonic seconds (default :func:`time.monotonic`), for the budget and the pace.
 
     Raises:
         TypeError / ValueError: bad arguments.
-        Exception: whatever the store raises (e.g. ``sqlite3.OperationalError``); rows
-        already processed stay processed, the rest wait for the next tick.
+        StoreError (or another exception from the store): rows already processed stay
+        processed, the rest wait for the next tick.
     """
-    now_ms = _check_args(partition, registry, now_ms, budget)
-    claimer = _Claimer(store, partition, registry, now_ms, budget)
+    now_ms = check_args(partition, registry, now_ms, budget)
+    pace = Pace() if pace is None else pace
+    claimer = Claimer(store, partition, registry, now_ms, budget, clock=clock)
     report = claimer.report
-    per_fire_s = _FIRE_TIME_S.get(registry)
+    per_fire_s = pace.fire_s
     fired_s, fires = 0.0, 0
     pairs: list = []  # the previous chunk's outcomes, committed with the next chunk's claims
     while not claimer.done:
-        left_s = budget.max_elapsed_ms / 1000 - (time.monotonic() - claimer.started)
+        left_s = budget.max_elapsed_ms / 1000 - (clock() - claimer.started)
         chunk = 1 if per_fire_s is None else PAGE if per_fire_s <= 0 else max(1, min(PAGE, int(left_s / per_fire_s)))
-        claims, rows = claimer.select(chunk)
-        results = store.apply_many(partition, [b for _, b in pairs] + claims)
+        rows = claimer.select(chunk)
+        results = store.apply_many(partition, [b for _, b in pairs] + [b for _, b in rows])
         _count_outcomes(partition, pairs, results[:len(pairs)], report)
         claimed = claimer.claimed(rows, results[len(pairs):])
-        t0 = time.monotonic()
-        settled = [(c, fire(store, partition, now_ms, c, report)) for c in claimed]
-        fired_s += time.monotonic() - t0
+        t0 = clock()
+        settled = [(c, fire(store, partition, now_ms, c, report, clock)) for c in claimed]
+        fired_s += clock() - t0
         fires += len(claimed)
         pairs = [(c, b) for c, b in settled if b is not None]
         if fires:
@@ -501,6 +290,6 @@ def run_due(store: Store, partition: str, registry: TimerRegistry, now_ms: int, 
     if pairs:
         _count_outcomes(partition, pairs, store.apply_many(partition, [b for _, b in pairs]), report)
     if fires:
-        _FIRE_TIME_S[registry] = fired_s / fires
+        pace.fire_s = fired_s / fires
     next_wake(store, partition, now_ms, report)
     return report

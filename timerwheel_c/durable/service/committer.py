@@ -1,0 +1,144 @@
+"""The service's committer: writes handlers' outcomes to the store, many per round trip.
+
+Outcomes queue per partition. A commit task takes every partition's queue that is not backing
+off and commits each with one ``apply_many`` (one transaction, one WAL flush), waiting
+:data:`GATHER_S` first while fewer than a page are queued and handlers are still running, so
+that their outcomes share it.
+Each outcome is guarded on its own claimed row, so a retry is always safe, and failures stay
+where they arose:
+
+- one outcome the store refuses (:class:`~timerwheel_c.durable.storage.store.Refused`) fails
+  alone, counted; its row stays backed off and fires again;
+- a transient store error (:class:`~timerwheel_c.durable.storage.errors.TransientStoreError`)
+  puts that partition's outcomes back in that partition's queue, which backs off (50 ms
+  doubling to 5 s) while the other partitions commit on;
+- any other error drops that partition's outcomes, counted as failed: their rows stay backed
+  off and fire again, so nothing is lost, and nothing is retried in a loop.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Awaitable, Callable, Optional
+
+from ..storage.errors import is_transient
+from ..storage.store import Store
+from ..timers.runner import PAGE, RunReport, commit_outcomes
+from .records import Outcome
+
+__all__ = ["GATHER_S", "Committer", "backoff_s"]
+
+GATHER_S = 0.002  # how long a commit of fewer than PAGE outcomes waits for more while handlers run
+ERROR_BACKOFF_S = (0.05, 5.0)
+
+
+def backoff_s(failures: int) -> float:
+    """The wait after ``failures`` (>= 1) failed store calls in a row, in seconds: 50 ms doubling to 5 s."""
+    return min(ERROR_BACKOFF_S[0] * 2 ** min(failures - 1, 16), ERROR_BACKOFF_S[1])
+
+
+class Committer:
+    """Queues outcomes and commits them (loop thread; the store calls run on the store thread).
+
+    Args:
+        store: the backend.
+        on_store: ``await on_store(fn, *args)`` runs ``fn(*args)`` on the store thread.
+        counted: ``counted(report)`` adds a :class:`RunReport` to the service's counters (any thread).
+        committed: ``committed(partition, earliest_put_ms)`` after a commit that wrote a timer row (store thread).
+        store_failed: ``store_failed(exc, failures, what)`` counts and logs a failed store call (loop).
+        done: ``done(outcome)`` once an outcome is written or given up (loop).
+        handlers_running: whether handlers are still running (worth waiting for their outcomes).
+    """
+
+    def __init__(self, store: Store, on_store: Callable[..., Awaitable], counted: Callable[[RunReport], None],
+                 committed: Callable[[str, int], None], store_failed: Callable[[BaseException, int, str], float],
+                 done: Callable[[Outcome], None], handlers_running: Callable[[], bool]):
+        self.store = store
+        self._on_store = on_store
+        self._counted = counted
+        self._committed = committed
+        self._store_failed = store_failed
+        self._done = done
+        self._handlers_running = handlers_running
+        self._queues: dict = {}  # partition -> [Outcome], in arrival order
+        self._failures: dict = {}  # partition -> failed commits in a row
+        self._retry_at: dict = {}  # partition -> monotonic s before which it is not retried
+        self.task: Optional[asyncio.Task] = None
+        self.stopping = False
+
+    def reset(self) -> None:
+        self._queues.clear()
+        self._failures.clear()
+        self._retry_at.clear()
+        self.task = None
+
+    @property
+    def queued(self) -> int:
+        return sum(len(q) for q in self._queues.values())
+
+    def add(self, outcome: Outcome) -> None:
+        """Queue ``outcome`` and make sure the commit task runs."""
+        self._queue_of(outcome.partition).append(outcome)
+        if self.task is None:
+            self.task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        try:
+            while self._queues:
+                if self.queued < PAGE and self._handlers_running() and not self.stopping:
+                    # More outcomes are on their way: a moment's wait lets them share the commit
+                    # (one transaction, one WAL flush, per partition) instead of one each.
+                    await asyncio.sleep(GATHER_S)
+                now = time.monotonic()
+                ready = {p: q for p, q in self._queues.items() if self._retry_at.get(p, 0.0) <= now}
+                if not ready:
+                    await asyncio.sleep(max(0.0, min(self._retry_at[p] for p in self._queues) - now))
+                    continue
+                for p in ready:
+                    del self._queues[p]
+                errors = await self._on_store(self._commit, ready)
+                for partition, outcomes in ready.items():
+                    exc = errors.get(partition)
+                    if exc is None:
+                        self._failures.pop(partition, None)
+                        self._retry_at.pop(partition, None)
+                        for outcome in outcomes:
+                            self._done(outcome)
+                        continue
+                    failures = self._failures[partition] = self._failures.get(partition, 0) + 1
+                    delay_s = self._store_failed(exc, failures, f"commit on partition {partition!r}")
+                    if is_transient(exc):
+                        # Back in this partition's own queue: the others do not wait for it.
+                        self._queue_of(partition)[:0] = outcomes
+                        self._retry_at[partition] = time.monotonic() + delay_s
+                    else:
+                        self._counted(RunReport(failed=len(outcomes)))
+                        for outcome in outcomes:
+                            self._done(outcome)
+        finally:
+            self.task = None
+
+    def _queue_of(self, partition: str) -> list:
+        return self._queues.setdefault(partition, [])
+
+    def _commit(self, ready: dict) -> dict:
+        """On the store thread: one ``apply_many`` per partition; returns ``{partition: error}`` of
+        the partitions whose commit raised."""
+        errors: dict = {}
+        for partition, outcomes in ready.items():
+            report = RunReport()
+            try:
+                commit_outcomes(self.store, partition, [(o.claimed, o.batch) for o in outcomes], report)
+            except Exception as exc:
+                errors[partition] = exc
+                continue
+            self._counted(report)
+            if report.earliest_put_ms is not None:
+                self._committed(partition, report.earliest_put_ms)
+        return errors
+
+    async def drain(self, left_s: Callable[[], Optional[float]]) -> None:
+        """After stop(): wait up to ``left_s()`` seconds for the queued outcomes to commit."""
+        self.stopping = True
+        if self.task is not None:
+            await asyncio.wait({self.task}, timeout=left_s())

@@ -1,0 +1,332 @@
+"""The service's executor: runs claimed rows' handlers in ``concurrency`` slots, on the service's loop.
+
+A *slot* is one handler call in progress: an ``async def fire`` awaited on the loop, or a
+plain ``fire`` on a worker of a bounded pool of daemon threads (APScheduler 4 likewise keeps
+its async and thread executors apart from the scheduler that composes them). Rows wait in a
+queue for a slot, one FIFO per partition taken round-robin (:class:`FairQueue`); every key queued, running or awaiting its commit is in :attr:`busy`,
+which the claim passes skip, so this process never claims again a row it is still firing.
+
+Cheap sync handlers do not pay a thread hand-off per call: a worker takes queued rows in runs
+(a :class:`Chunk`) of :data:`CHUNK_S` of measured work. A watchdog, running while sync
+chunks are in flight, takes back the rows not yet started behind a call that has run
+:data:`RESCUE_S` (they go to other slots) and fails a call that has run past its handler's
+``timeout_s``. An ``async`` call past its ``timeout_s`` is cancelled. A hung call thus holds
+its own slot and nothing more.
+
+Each finished call goes, as an :class:`~timerwheel_c.durable.timers.runner.Attempt`, to the
+``on_attempt`` callback, which settles it.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import inspect
+import time
+from typing import Callable, Optional
+
+from ..timers.registry import TimerContext
+from ..timers.runner import Attempt
+from ..storage.store import Store
+from .pool import DaemonPool
+from .records import Chunk, Job
+
+__all__ = ["CHUNK_S", "QUEUE_HORIZON_S", "RESCUE_S", "RUN_S", "SHARE_S", "Executor", "FairQueue"]
+
+QUEUE_HORIZON_S = 0.5
+CHUNK_S = 0.005  # longest run of queued sync fires one worker takes at once, at the measured mean
+SHARE_S = 0.01  # a pass gives each partition at least the rows the slots fire in this long
+RUN_S = 0.01  # the longest run of one partition's rows the queue serves, at the measured mean
+RESCUE_S = 0.25  # a sync call running this long gives up the rows queued behind it in its chunk
+_WATCH_S = 0.05  # the watchdog's period while sync chunks are in flight
+_MEAN_WEIGHT = 0.1  # of the newest handler duration in the running mean
+
+
+class FairQueue:
+    """Claimed rows waiting for a slot: one FIFO per partition, taken round-robin across partitions
+    in runs of at most ``run`` rows (set by the executor: as many as take :data:`RUN_S` at the
+    measured mean, so that cheap handlers keep a partition's outcomes together in few commits), so that
+    rows claimed ahead from one partition's backlog never stand long in front of another
+    partition's."""
+
+    def __init__(self):
+        self._by_partition: dict = {}  # partition -> deque of Job; dict order is the round-robin order
+        self._n = 0
+        self._taken = 0  # rows taken in a row from the partition at the head
+        self.run = 1
+
+    def __len__(self) -> int:
+        return self._n
+
+    def extend(self, jobs) -> None:
+        for job in jobs:
+            self._by_partition.setdefault(job.partition, collections.deque()).append(job)
+            self._n += 1
+
+    def push_front(self, jobs: list) -> None:
+        """Put ``jobs`` back at the head of their partitions' queues, in their order."""
+        for job in reversed(jobs):
+            self._by_partition.setdefault(job.partition, collections.deque()).appendleft(job)
+            self._n += 1
+
+    def peek(self) -> Job:
+        return self._by_partition[next(iter(self._by_partition))][0]
+
+    def pop(self) -> Job:
+        partition = next(iter(self._by_partition))
+        jobs = self._by_partition[partition]
+        job = jobs.popleft()
+        self._n -= 1
+        self._taken += 1
+        if not jobs or self._taken >= self.run:  # to the back of the round
+            del self._by_partition[partition]
+            self._taken = 0
+            if jobs:
+                self._by_partition[partition] = jobs
+        return job
+
+    def clear(self) -> None:
+        self._by_partition.clear()
+        self._n = 0
+        self._taken = 0
+
+
+class Executor:
+    """Handler slots for one service (loop thread only, except the worker threads' calls).
+
+    Args:
+        concurrency: slots (int >= 1).
+        store: handed to handlers in their :class:`TimerContext`.
+        wall_ms: the Unix-epoch clock in ms.
+        on_attempt: ``on_attempt(job, attempt, keep_busy)`` for each call that ended or timed out (on
+            the loop); ``keep_busy``: the call still runs on its thread, so its row stays in
+            :attr:`busy` until it returns.
+        on_slot_free: called after a slot frees up (on the loop).
+        max_queued: the most rows that may wait for a slot (the pass budget's ``max_fired``).
+    """
+
+    def __init__(self, concurrency: int, store: Store, wall_ms: Callable[[], int],
+                 on_attempt: Callable[[Job, Attempt], None], on_slot_free: Callable[[], None], max_queued: int):
+        self.concurrency = concurrency
+        self.store = store
+        self.wall_ms = wall_ms
+        self.on_attempt = on_attempt
+        self.on_slot_free = on_slot_free
+        self.max_queued = max_queued
+        self.queue = FairQueue()
+        self.tasks: set = set()
+        self.busy: set = set()
+        self.fire_mean_s: Optional[float] = None
+        self.stopping = False
+        self._async: dict = {}  # id(handler) -> whether its fire is ``async def``
+        self._chunks: set = set()  # sync chunks in flight, for the watchdog
+        self._async_jobs: dict = {}  # async task -> its job
+        self._watchdog: Optional[asyncio.Task] = None
+        self._pool: Optional[DaemonPool] = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the worker threads."""
+        self._pool = DaemonPool(self.concurrency, "durable-fire")
+
+    def shutdown(self) -> None:
+        """Let the worker threads exit once idle (a hung call is abandoned with its daemon thread)."""
+        if self._pool is not None:
+            self._pool.shutdown()
+
+    def reset(self) -> None:
+        """Forget every row after the loop that ran them ended: their rows stay claimed and come
+        back after their backoff, and their slots must not stay counted."""
+        self.queue.clear()
+        self.tasks = set()
+        self.busy.clear()
+        self._chunks.clear()
+        self._async_jobs.clear()
+        self._watchdog = None
+
+    # -- what a pass may claim ------------------------------------------------------------------
+    def free(self) -> int:
+        """How many rows a pass may claim now: free slots plus the room in the queue."""
+        return self.concurrency - len(self.tasks) + self.queue_room() - len(self.queue)
+
+    def queue_room(self) -> int:
+        """How many claimed rows may wait for a slot: the slots' work within QUEUE_HORIZON_S at the
+        measured mean call (none before the first measurement), so that a queued row never waits
+        anywhere near its first backoff (5 s), after which another runner could claim it."""
+        mean_s = self.fire_mean_s
+        if mean_s is None:
+            return 0
+        return min(self.max_queued, int(self.concurrency * QUEUE_HORIZON_S / max(mean_s, 1e-6)))
+
+    def rows_within(self, seconds: float, floor: int) -> int:
+        """How many rows the slots fire in ``seconds`` at the measured mean (``floor`` before any)."""
+        mean_s = self.fire_mean_s
+        return floor if mean_s is None else max(floor, int(seconds * self.concurrency / max(mean_s, 1e-6)))
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.tasks)
+
+    # -- running -------------------------------------------------------------------------------
+    def submit(self, jobs: list) -> None:
+        """Queue claimed rows and start as many as slots allow."""
+        for job in jobs:
+            self.busy.add(job.key)
+        self.queue.extend(jobs)
+        self.dispatch()
+
+    def release(self, key: bytes) -> None:
+        """The row ``key`` is no longer in flight (settled as a failure, or its outcome committed)."""
+        self.busy.discard(key)
+
+    def note_duration(self, seconds: float) -> None:
+        mean = self.fire_mean_s
+        mean = self.fire_mean_s = seconds if mean is None else mean + _MEAN_WEIGHT * (seconds - mean)
+        self.queue.run = max(1, int(RUN_S / max(mean, 1e-6)))
+
+    def dispatch(self) -> None:
+        """Start queued rows while slots are free (never after stop(): they stay claimed)."""
+        while self.queue and len(self.tasks) < self.concurrency and not self.stopping:
+            first = self.queue.pop()
+            if self._is_async(first):
+                task = asyncio.ensure_future(self._run_async(first))
+                self._async_jobs[task] = first
+            else:
+                jobs = [first]
+                for _ in range(self._chunk() - 1):
+                    if not self.queue or self._is_async(self.queue.peek()):
+                        break
+                    jobs.append(self.queue.pop())
+                task = asyncio.ensure_future(self._run_sync(Chunk(jobs)))
+            self.tasks.add(task)
+            task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task) -> None:
+        self.tasks.discard(task)
+        self._async_jobs.pop(task, None)
+        self.dispatch()
+        self.on_slot_free()
+
+    def _chunk(self) -> int:
+        """Queued sync fires one worker runs back to back: as many as take CHUNK_S at the measured
+        mean (1 for slow handlers), so that cheap handlers do not pay a thread hand-off each."""
+        mean_s = self.fire_mean_s
+        if mean_s is None:
+            return 1
+        free = max(1, self.concurrency - len(self.tasks))
+        return max(1, min(-(-len(self.queue) // free), int(CHUNK_S / max(mean_s, 1e-6))))
+
+    def _is_async(self, job: Job) -> bool:
+        # By id: a handler may be unhashable (a dataclass), and the registry keeps it alive.
+        handler = job.claimed.handler
+        found = self._async.get(id(handler))
+        if found is None:
+            found = self._async[id(handler)] = inspect.iscoroutinefunction(handler.fire)
+        return found
+
+    def _context(self, job: Job) -> TimerContext:
+        return TimerContext(self.store, job.partition, job.now_ms)
+
+    async def _run_async(self, job: Job) -> None:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        timer = None
+        if job.timeout_s is not None and task is not None:
+            timer = loop.call_later(job.timeout_s, self._cancel, job, task, "timeout")
+        attempt = Attempt(time.monotonic, self.wall_ms, lambda: job.cancelled_by is not None)
+        try:
+            with attempt:
+                attempt.outcome = await job.claimed.handler.fire(self._context(job), job.claimed.timer)
+        except asyncio.CancelledError:
+            if job.cancelled_by != "timeout":
+                raise
+            attempt.error = TimeoutError(f"handler ran past its timeout_s={job.timeout_s} s; cancelled")
+        finally:
+            if timer is not None:
+                timer.cancel()
+        self._settle(job, attempt)
+
+    @staticmethod
+    def _cancel(job: Job, task: asyncio.Task, why: str) -> None:
+        job.cancelled_by = why
+        task.cancel()
+
+    async def _run_sync(self, chunk: Chunk) -> None:
+        assert self._pool is not None
+        self._chunks.add(chunk)
+        if self._watchdog is None:
+            self._watchdog = asyncio.ensure_future(self._watch())
+        try:
+            attempts = await asyncio.wrap_future(self._pool.submit(self._call_chunk, chunk))
+        finally:
+            self._chunks.discard(chunk)
+        for job, attempt in zip(chunk.jobs, attempts):
+            if job.settled:  # timed out already: the call's late result is dropped
+                self.release(job.key)
+            else:
+                self._settle(job, attempt)
+
+    def _call_chunk(self, chunk: Chunk) -> list:
+        """On a worker: call each job's sync handler in turn, unless the loop took it back."""
+        attempts = []
+        for i, job in enumerate(chunk.jobs):
+            with chunk.lock:
+                if i >= chunk.cut:
+                    break
+                chunk.current, chunk.started_s = i, time.monotonic()
+            with Attempt(time.monotonic, self.wall_ms) as attempt:
+                attempt.outcome = job.claimed.handler.fire(self._context(job), job.claimed.timer)
+            attempts.append(attempt)
+        with chunk.lock:
+            chunk.current = None
+        return attempts
+
+    async def _watch(self) -> None:
+        """While sync chunks are in flight: rescue rows queued behind a long call, fail calls past
+        their timeout."""
+        try:
+            while self._chunks:
+                await asyncio.sleep(_WATCH_S)
+                now = time.monotonic()
+                rescued: list = []
+                for chunk in list(self._chunks):
+                    with chunk.lock:
+                        i = chunk.current
+                        if i is None:
+                            continue
+                        running_s = now - chunk.started_s
+                        if running_s >= RESCUE_S and chunk.cut > i + 1:
+                            rescued += chunk.jobs[i + 1:chunk.cut]
+                            chunk.cut = i + 1
+                    job = chunk.jobs[i]
+                    if job.timeout_s is not None and running_s >= job.timeout_s and not job.settled:
+                        attempt = Attempt(time.monotonic, self.wall_ms)
+                        attempt.took_s = running_s
+                        attempt.error = TimeoutError(f"handler ran past its timeout_s={job.timeout_s} s; "
+                                                     "its thread is left to finish and its outcome dropped")
+                        self._settle(job, attempt, keep_busy=True)
+                if rescued:
+                    self.queue.push_front(rescued)
+                    self.dispatch()
+        finally:
+            self._watchdog = None
+
+    def _settle(self, job: Job, attempt: Attempt, keep_busy: bool = False) -> None:
+        job.settled = True
+        self.note_duration(attempt.took_s)
+        self.on_attempt(job, attempt, keep_busy)
+
+    async def drain(self, left_s: Callable[[], Optional[float]]) -> int:
+        """After stop(): drop the queue (those rows stay claimed), wait up to ``left_s()`` seconds for
+        the calls in flight, cancel the ``async`` ones still running; returns how many were abandoned."""
+        self.stopping = True
+        self.queue.clear()
+        if not self.tasks:
+            return 0
+        _, abandoned = await asyncio.wait(set(self.tasks), timeout=left_s())
+        for task in abandoned:
+            job = self._async_jobs.get(task)
+            if job is not None:
+                self._cancel(job, task, "stop")
+            else:  # a sync call: its thread is abandoned, its outcome dropped
+                task.cancel()
+        return len(abandoned)

@@ -1,0 +1,189 @@
+"""The service's claim passes: which rows of which partitions to claim now, fairly, with each store
+error kept to the partition that raised it.
+
+A pass runs on the store thread and may claim ``free`` rows (free slots plus queue room):
+
+- Fair across partitions: a partition may first claim an equal share of ``free`` (rounded up,
+  to whole claim round trips of 64 rows when it is larger; at least ``min_share``, the rows the
+  slots fire in :data:`~.executor.SHARE_S` at the measured mean, so that cheap handlers still
+  commit in large batches while slow ones share finely),
+  the partitions taken in an order that rotates by one each pass; what is left then goes to
+  those that had more due (a second round). A backlog of thousands in one partition thus takes
+  no more than its share while another partition has a timer due.
+- Errors stay with their partition: an error claiming in one (or reading its next due time)
+  keeps the rows already claimed there and everywhere else, and the pass goes on with the next
+  partition. The failing partition backs off on its own (50 ms doubling to 5 s) while the
+  others are served.
+- Rows in flight in this process (the executor's ``busy``) are never claimed again; rows that
+  can be neither claimed nor quarantined (``stuck``) are skipped for :data:`STUCK_RETRY_S`.
+- In a fleet, a partition just taken over from a runner that died first has that runner's
+  claims released (:func:`~timerwheel_c.durable.timers.claim.release_claims`), so its rows in
+  flight fire again at once instead of after their backoff.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from ..storage.store import Ownership, Store
+from ..timers.registry import TimerRegistry
+from ..timers.runner import PAGE, TickBudget, claim_due, next_wake, release_claims
+from .activity import Activity
+from .records import Job
+
+__all__ = ["STUCK_RETRY_S", "PassResult", "Passes"]
+
+log = logging.getLogger("timerwheel_c.durable")
+
+STUCK_RETRY_S = 600.0
+
+
+@dataclass
+class PassResult:
+    """What a pass claimed (``jobs``, in claim order), when to pass again (``wake_ms``, Unix epoch ms,
+    or None when no timer is left) and whether due rows were left for want of room (``starved``)."""
+
+    jobs: list
+    wake_ms: Optional[int]
+    starved: bool
+
+
+class _Excluded:
+    """Keys a pass must not claim: rows in flight, and rows stuck until their retry time."""
+
+    def __init__(self, busy: frozenset, stuck: dict, now_s: float):
+        self.busy = busy
+        self.stuck = stuck
+        self.now_s = now_s
+
+    def __contains__(self, key) -> bool:
+        return key in self.busy or self.stuck.get(key, 0.0) > self.now_s
+
+
+class Passes:
+    """Claim passes over the served partitions (store thread only).
+
+    Args:
+        store, registry, budget: as the service's.
+        served: the partitions to look at now (ownership, list or the store's).
+        ownership: the fleet ownership, or None.
+        activity: counts and logs the work.
+        wall_ms: the Unix-epoch clock in ms.
+        store_failed: ``store_failed(exc, failures, what) -> backoff s`` counts and logs an error.
+        clock: monotonic seconds.
+    """
+
+    def __init__(self, store: Store, registry: TimerRegistry, budget: TickBudget, served: Callable[[], list],
+                 ownership: Optional[Ownership], activity: Activity, wall_ms: Callable[[], int],
+                 store_failed: Callable[[BaseException, int, str], float], clock: Callable[[], float] = time.monotonic):
+        self.store = store
+        self.registry = registry
+        self.budget = budget
+        self.served = served
+        self.ownership = ownership
+        self.activity = activity
+        self.wall_ms = wall_ms
+        self.store_failed = store_failed
+        self.clock = clock
+        self._turn = 0
+        self._failures: dict = {}  # partition -> failed passes in a row
+        self._retry_at: dict = {}  # partition -> monotonic s before which it is not passed
+        self._stuck: dict = {}  # key -> monotonic s until which it is skipped
+
+    def run(self, free: int, busy: frozenset, stopping: Callable[[], bool], min_share: int = PAGE) -> PassResult:
+        """One pass claiming up to ``free`` rows, never one of ``busy``, giving each partition at
+        least ``min_share`` rows of room in the first round (fewer, larger commits for cheap handlers).
+
+        Raises:
+            Exception: only from reading the served partitions (the ownership or the store's list).
+        """
+        partitions = self.served()
+        self._release_taken_over()
+        now_s = self.clock()
+        exclude = _Excluded(busy, self._stuck, now_s)
+        wake: Optional[int] = None
+        ready: list = []
+        for p in partitions:
+            retry_at = self._retry_at.get(p)
+            if retry_at is not None and retry_at > now_s:
+                wake = _earliest(wake, self.wall_ms() + int((retry_at - now_s) * 1000) + 1)
+            else:
+                ready.append(p)
+        if ready:
+            turn = self._turn % len(ready)
+            ready = ready[turn:] + ready[:turn]
+        self._turn += 1
+        jobs: list = []
+        starved = False
+        hungry: list = []
+        share = max(-(-free // max(1, len(ready))), min_share)
+        if share > PAGE:  # whole claim round trips: a share of 260 would cost a fifth trip for 4 rows
+            share = -(-share // PAGE) * PAGE
+        for rnd, order in enumerate((ready, hungry)):
+            for p in order:
+                if stopping():
+                    return PassResult(jobs, wake, starved)
+                cap = min(share if rnd == 0 else free, free)
+                if cap <= 0:  # rows may wait here: look again as soon as there is room
+                    return PassResult(jobs, self.wall_ms(), True)
+                claimed, p_wake, more = self._claim(p, cap, exclude)
+                jobs += claimed
+                free -= len(claimed)
+                wake = _earliest(wake, p_wake)
+                if more and len(claimed) >= cap:
+                    if rnd == 0:
+                        hungry.append(p)
+                    starved = starved or free <= 0
+        return PassResult(jobs, wake, starved)
+
+    def _claim(self, partition: str, cap: int, exclude: _Excluded) -> tuple:
+        """Claim up to ``cap`` rows of ``partition``: (jobs, wake ms or None, rows left for want of room)."""
+        now_ms = self.wall_ms()
+        budget = self.budget if cap >= self.budget.max_fired else dataclasses.replace(self.budget, max_fired=cap)
+        try:
+            claims = claim_due(self.store, partition, self.registry, now_ms, budget, exclude=exclude)
+        except Exception as exc:
+            return [], self._failed(partition, exc, now_ms), False
+        report = claims.report
+        jobs = [Job(partition, now_ms, c) for c in claims.timers]
+        for key in report.stuck_keys:
+            self._stuck[key] = self.clock() + STUCK_RETRY_S
+        self.activity.count(report)
+        firsts = [now_ms - c.timer.due_at_ms for c in claims.timers if c.timer.attempt == 1]
+        self.activity.pass_ended(partition, report.stopped_on_budget and len(jobs) < cap, max(firsts, default=None))
+        if claims.error is not None:
+            return jobs, self._failed(partition, claims.error, now_ms), False
+        try:
+            wake = next_wake(self.store, partition, now_ms, report)
+        except Exception as exc:
+            return jobs, self._failed(partition, exc, now_ms), False
+        self._failures.pop(partition, None)
+        self._retry_at.pop(partition, None)
+        return jobs, wake, report.stopped_on_budget
+
+    def _failed(self, partition: str, exc: BaseException, now_ms: int) -> int:
+        """Back ``partition`` off after ``exc``; returns when to look at it again (Unix epoch ms)."""
+        failures = self._failures[partition] = self._failures.get(partition, 0) + 1
+        delay_s = self.store_failed(exc, failures, f"pass on partition {partition!r}")
+        self._retry_at[partition] = self.clock() + delay_s
+        return now_ms + int(delay_s * 1000) + 1
+
+    def _release_taken_over(self) -> None:
+        if self.ownership is None:
+            return
+        for partition in self.ownership.taken_over():
+            try:
+                moved = release_claims(self.store, partition, self.wall_ms())
+            except Exception as exc:
+                self.store_failed(exc, 1, f"release of a dead runner's claims on partition {partition!r}")
+                continue
+            if moved:
+                log.info("partition %r: taken over from a runner that died; %d row(s) it had claimed fire again now",
+                         partition, moved)
+
+
+def _earliest(a: Optional[int], b: Optional[int]) -> Optional[int]:
+    return b if a is None else a if b is None else min(a, b)

@@ -1,0 +1,64 @@
+"""The records that move between the service's parts: a claimed row on its way to a handler
+slot (:class:`Job`) and a handler's outcome on its way to the store (:class:`Outcome`)."""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Optional
+
+from ..storage.store import Batch
+from ..timers.runner import ClaimedTimer
+
+__all__ = ["Chunk", "Job", "Outcome"]
+
+
+@dataclass(eq=False)
+class Job:
+    """A row claimed by a pass at ``now_ms`` (Unix epoch ms) in ``partition``, to fire with its handler.
+
+    ``settled`` (loop thread only): its outcome or failure has been taken, so a late result (of a
+    call that timed out) is dropped. ``cancelled_by``: why the service cancelled an ``async`` call
+    (``"timeout"`` or ``"stop"``), None otherwise.
+    """
+
+    partition: str
+    now_ms: int
+    claimed: ClaimedTimer
+    settled: bool = False
+    cancelled_by: Optional[str] = None
+
+    @property
+    def key(self) -> bytes:
+        """The claimed row's key: the row this job holds in flight."""
+        return self.claimed.timer.key
+
+    @property
+    def timeout_s(self) -> Optional[float]:
+        """The handler's ``timeout_s`` (seconds) or None."""
+        return self.claimed.handler.timeout_s
+
+
+@dataclass(eq=False)
+class Chunk:
+    """Sync jobs one worker thread runs back to back. ``current`` is the index of the job running
+    now and ``started_s`` its start (monotonic s), or None between jobs; ``cut``: jobs from this
+    index on were taken back by the loop (to other slots) and must not start here. Every field
+    but ``jobs`` is guarded by ``lock``, shared by the worker and the loop."""
+
+    jobs: list
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    current: Optional[int] = None
+    started_s: float = 0.0
+    cut: int = 0
+
+    def __post_init__(self):
+        self.cut = len(self.jobs)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A handler's answer turned into the guarded ``batch`` that commits it (see :func:`~timerwheel_c.durable.timers.runner.settle`)."""
+
+    partition: str
+    claimed: ClaimedTimer
+    batch: Batch

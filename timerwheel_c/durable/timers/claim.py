@@ -1,0 +1,352 @@
+"""Phase 1 of a tick: claim a partition's due rows before any of them fires.
+
+A claim moves a row from its key K to its next backoff key K' (attempt + 1, due
+``now_ms + backoff``, value and original due time unchanged), guarded on
+``Equals(K, value)``, many claims per :meth:`Store.apply_many` round trip. So every attempt
+is counted before ``fire``: a handler that kills the process still has its attempt counted,
+and the row comes back after a growing backoff instead of in a hot loop.
+
+What a scan meets, and what becomes of it (each a record type below, never a tagged tuple):
+
+- a row of a registered kind: claimed to fire (:class:`ClaimedTimer`);
+- a row of a kind this registry lacks: left in place for :data:`UNKNOWN_KIND_GRACE_MS` after
+  its due time, so that a runner that has the kind (another service on the store, or another
+  group of a fleet, see :mod:`timerwheel_c.durable.service.ownership`) fires it; after that it
+  is backed off like a failure and logged once per kind, so rows nobody can fire do not clog
+  the due range;
+- a row whose key does not parse (*malformed*), or whose claim the store refuses or that has
+  no valid backoff key (*unprocessable*): moved once, guarded, to its quarantine key
+  ``keys.quarantine(K)`` outside the timer space, value unchanged, retained but never scanned
+  again; a row that cannot even be quarantined is left, counted ``stuck`` and listed, never
+  retried within the tick;
+- a row in ``exclude`` (a caller's rows in flight): skipped, so a process never claims again
+  a row it is still firing.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Container, Optional, Union
+
+from . import keys
+from .registry import DueTimer, TimerHandler, TimerRegistry
+from .tick import DEFAULT_BUDGET, RunReport, TickBudget, backoff_ms
+from ..storage.store import Absent, Batch, Committed, Equals, Refused, Store, check_partition
+
+__all__ = ["PAGE", "SCAN_PAGE", "UNKNOWN_KIND_GRACE_MS", "ClaimedTimer", "Claims", "claim_due", "release_claims"]
+
+log = logging.getLogger("timerwheel_c.durable")
+
+PAGE = 64  # rows claimed per round trip, at most
+SCAN_PAGE = 512  # rows read per scan of the due range, at most
+UNKNOWN_KIND_GRACE_MS = 10_000
+
+
+@dataclass(frozen=True)
+class ClaimedTimer:
+    """A row :func:`claim_due` claimed: fire ``timer`` with ``handler``, then settle its outcome.
+
+    ``timer.key`` is the claimed (backed-off) key and ``timer.value`` the row's value:
+    the outcome's commit is guarded on exactly that row.
+    """
+
+    handler: TimerHandler
+    timer: DueTimer
+
+
+@dataclass
+class Claims:
+    """What :func:`claim_due` returns: the ``timers`` it claimed, in due order, the ``report``
+    counting this tick so far, and the ``error`` (a store error) that ended the claiming early,
+    or None. Claims committed before an error are kept: their rows are claimed and must fire."""
+
+    timers: list = field(default_factory=list)
+    report: RunReport = field(default_factory=RunReport)
+    error: Optional[Exception] = None
+
+
+@dataclass(frozen=True)
+class _ToFire:
+    """A row chosen to fire: its claim moves it from ``key`` to ``claimed_key``."""
+
+    key: bytes
+    claimed_key: bytes
+    value: bytes
+    parsed: keys.TimerKey
+    handler: TimerHandler
+
+
+@dataclass(frozen=True)
+class _ToBackOff:
+    """A row of a kind nobody claimed within its grace: its claim moves it from ``key`` to ``claimed_key``."""
+
+    key: bytes
+    claimed_key: bytes
+    value: bytes
+    parsed: keys.TimerKey
+
+
+@dataclass(frozen=True)
+class _ToQuarantine:
+    """A row that cannot be claimed (``why``): moved to its quarantine key."""
+
+    key: bytes
+    value: bytes
+    why: str
+    malformed: bool
+
+
+_Row = Union[_ToFire, _ToBackOff, _ToQuarantine]
+
+
+def _claimed_key(now_ms: int, tk: keys.TimerKey) -> bytes:
+    """The row's next backoff key: attempt + 1, due ``now_ms + backoff``, original due time kept."""
+    attempt = min(tk.attempt + 1, keys.MAX_ATTEMPT)
+    retry_at = min(now_ms + backoff_ms(attempt), keys.MAX_DUE_MS)
+    return keys.backoff(retry_at, tk.kind, attempt, tk.original_due_at_ms, tk.reference)
+
+
+def _quarantine_batch(row: _ToQuarantine) -> Batch:
+    q = keys.quarantine(row.key)
+    return Batch().require(Equals(row.key, row.value)).require(Absent(q)).delete(row.key).put(q, row.value)
+
+
+class Claimer:
+    """Walks a partition's due range page by page, choosing the rows a tick may fire
+    (per the budget) and claiming them in one ``apply_many`` per call."""
+
+    def __init__(self, store: Store, partition: str, registry: TimerRegistry, now_ms: int, budget: TickBudget,
+                 exclude: Container[bytes] = (), clock: Callable[[], float] = time.monotonic):
+        self.store = store
+        self.partition = partition
+        self.registry = registry
+        self.now_ms = now_ms
+        self.budget = budget
+        self.exclude = exclude
+        self.clock = clock
+        self.report = RunReport()
+        self.calls = 0
+        self.per_kind: dict = {}
+        self.capped: set = set()  # kinds whose cap this tick has reached
+        self.started = clock()
+        self.start, self.end = keys.due_range(now_ms)
+        self.pending: list = []  # rows of the current page not looked at yet, last first
+        self.refused: list = []  # rows whose claim the store refused: quarantined next round trip
+        self.after: Optional[bytes] = None
+        self.exhausted = False
+
+    def over_budget(self) -> bool:
+        b = self.budget
+        elapsed_ms = (self.clock() - self.started) * 1000
+        return self.report.scanned >= b.max_scanned or self.calls >= b.max_fired or elapsed_ms >= b.max_elapsed_ms
+
+    @property
+    def done(self) -> bool:
+        return not self.refused and (self.report.stopped_on_budget or (self.exhausted and not self.pending))
+
+    def claim(self, max_rows: int) -> list:
+        """Claim up to ``max_rows`` rows to fire in one round trip; returns the :class:`ClaimedTimer` list."""
+        rows = self.select(max_rows)
+        return self.claimed(rows, self.store.apply_many(self.partition, [b for _, b in rows]))
+
+    def select(self, max_rows: int) -> list:
+        """Choose up to ``max_rows`` rows to fire, scanning a page if none is pending; returns
+        ``(row record, claim batch)`` pairs (rows to back off or quarantine ride along)."""
+        rows = [(r, _quarantine_batch(r)) for r in self.refused]
+        self.refused = []
+        report = self.report
+        while not self.pending and not self.exhausted:
+            # Rows a capped kind defers cost a scan but no claim: read what is left of max_scanned
+            # in one page (up to SCAN_PAGE), not in pages of 64.
+            limit = max(1, min(SCAN_PAGE, self.budget.max_scanned - report.scanned))
+            page = self.store.scan(self.partition, self.start, self.end, self.after, limit)
+            self.pending = list(reversed(page.entries))
+            self.exhausted = page.next is None
+            self.after = page.next
+        fires = 0
+        exclude, capped = self.exclude, self.capped
+        while self.pending and fires < max_rows:
+            if self.over_budget():
+                report.stopped_on_budget = True
+                break
+            key, value = self.pending.pop()
+            report.scanned += 1
+            if key in exclude:
+                report.busy += 1
+                continue
+            if capped and keys.head_kind(key) in capped:
+                # A row of a kind already at its cap: deferred without a full parse (inline: a
+                # single-kind backlog costs one such look per row, up to max_scanned per tick).
+                report.deferred += 1
+                continue
+            row = self._choose(key, value)
+            if row is None:
+                continue
+            try:
+                batch = (_quarantine_batch(row) if isinstance(row, _ToQuarantine)
+                         else Batch().require(Equals(key, value)).delete(key).put(row.claimed_key, value))
+            except ValueError as exc:  # its quarantine key is past the store's key limit
+                self._stuck(key, str(exc))
+                continue
+            rows.append((row, batch))
+            fires += isinstance(row, _ToFire)
+        return rows
+
+    def _choose(self, key: bytes, value: bytes) -> Optional[_Row]:
+        """What to do with the due row ``key`` (neither excluded nor of a capped kind): a record, or
+        None to leave it (counted)."""
+        report = self.report
+        try:
+            tk = keys.parse(key)
+        except keys.MalformedKey as exc:
+            return _ToQuarantine(key, value, str(exc), malformed=True)
+        try:
+            claimed_key = _claimed_key(self.now_ms, tk)
+        except ValueError as exc:  # no valid backoff key (e.g. past the key limit)
+            return _ToQuarantine(key, value, f"no backoff key: {exc}", malformed=False)
+        handler = self.registry.get(tk.kind)
+        if handler is None:
+            grace_ends_ms = tk.due_at_ms + UNKNOWN_KIND_GRACE_MS
+            if grace_ends_ms > self.now_ms:
+                report.unknown_waiting += 1
+                if report.earliest_unknown_ms is None or grace_ends_ms < report.earliest_unknown_ms:
+                    report.earliest_unknown_ms = grace_ends_ms
+                return None
+            return _ToBackOff(key, claimed_key, value, tk)
+        cap = self.budget.max_per_kind
+        if handler.max_per_tick is not None:
+            cap = min(cap, handler.max_per_tick)
+        count = self.per_kind.get(tk.kind, 0) + 1
+        self.per_kind[tk.kind] = count
+        if count >= cap:
+            self.capped.add(tk.kind)
+        self.calls += 1
+        return _ToFire(key, claimed_key, value, tk, handler)
+
+    def _stuck(self, key: bytes, why: str) -> None:
+        self.report.stuck += 1
+        self.report.stuck_keys.append(key)
+        log.error("partition %r: row %r can be neither claimed nor quarantined (%s); left in place, "
+                  "not retried by this runner", self.partition, key[:64], why)
+
+    def claimed(self, rows: list, results: list) -> list:
+        """Count the results of :meth:`select`'s batches; return the rows claimed for firing."""
+        report = self.report
+        claims = []
+        for (row, _), result in zip(rows, results):
+            if isinstance(row, _ToQuarantine):
+                self._quarantined(row, result)
+                continue
+            if isinstance(result, Refused):
+                self.refused.append(_ToQuarantine(row.key, row.value,
+                                                  f"claim refused by the store: {result.error}", malformed=False))
+                continue
+            if not isinstance(result, Committed):
+                report.raced += 1
+                continue
+            report.moved += 1
+            tk = row.parsed
+            if isinstance(row, _ToBackOff):
+                report.unknown += 1
+                if self.registry.first_unknown(tk.kind):
+                    log.warning("partition %r: no handler for timer kind %d in any runner within %d ms of its "
+                                "due time; backing its rows off", self.partition, tk.kind, UNKNOWN_KIND_GRACE_MS)
+                continue
+            timer = DueTimer(tk.original_due_at_ms, keys.TimerKind(tk.kind), tk.reference, row.value,
+                             tk.attempt + 1, row.claimed_key)
+            claims.append(ClaimedTimer(row.handler, timer))
+        return claims
+
+    def _quarantined(self, row: _ToQuarantine, result) -> None:
+        report = self.report
+        if isinstance(result, Committed):
+            report.moved += 1
+            if row.malformed:
+                report.malformed += 1
+            else:
+                report.unprocessable += 1
+                log.error("partition %r: quarantined row %r: %s", self.partition, row.key[:64], row.why)
+        elif isinstance(result, Refused):
+            self._stuck(row.key, f"{row.why}; quarantine refused: {result.error}")
+        else:
+            if row.malformed:
+                report.malformed += 1
+            log.warning("partition %r: kept %r in place (its quarantine guard failed)", self.partition, row.key[:64])
+
+
+def check_args(partition, registry, now_ms, budget) -> int:
+    """Check a tick's arguments; return ``now_ms``.
+
+    Raises:
+        TypeError / ValueError: naming the bad argument.
+    """
+    check_partition(partition)
+    if not isinstance(registry, TimerRegistry):
+        raise TypeError(f"registry must be a TimerRegistry, got {type(registry).__name__} {registry!r}")
+    if not isinstance(budget, TickBudget):
+        raise TypeError(f"budget must be a TickBudget, got {type(budget).__name__} {budget!r}")
+    return keys.check_uint("now_ms", now_ms, keys.MAX_DUE_MS)
+
+
+def claim_due(store: Store, partition: str, registry: TimerRegistry, now_ms: int, budget: TickBudget = DEFAULT_BUDGET,
+              *, exclude: Container[bytes] = (), clock: Callable[[], float] = time.monotonic) -> Claims:
+    """Claim every due row of ``partition`` that ``budget`` lets fire (see the module docstring).
+
+    Scans the due range (effective due <= ``now_ms``, Unix epoch ms) in pages of up to
+    :data:`SCAN_PAGE` rows and claims up to :data:`PAGE` rows per :meth:`Store.apply_many` round
+    trip. ``exclude``: keys to skip (rows the caller has in flight). ``clock``: monotonic
+    seconds, for ``max_elapsed_ms``. The caller fires each :class:`ClaimedTimer`, settles
+    and commits the outcomes and ends with :func:`~.runner.next_wake`.
+
+    A store error after some round trips committed ends the claiming there and is returned
+    as ``Claims.error``, with the rows already claimed: they must still fire.
+
+    Raises:
+        TypeError / ValueError: bad arguments.
+        StoreError (or another exception from the store): the first round trip failed.
+    """
+    now_ms = check_args(partition, registry, now_ms, budget)
+    claimer = Claimer(store, partition, registry, now_ms, budget, exclude, clock)
+    timers: list = []
+    while not claimer.done:
+        try:
+            timers.extend(claimer.claim(PAGE))
+        except Exception as exc:
+            if not timers:
+                raise
+            return Claims(timers, claimer.report, exc)
+    return Claims(timers, claimer.report)
+
+
+def release_claims(store: Store, partition: str, now_ms: int) -> int:
+    """Make due at ``now_ms`` the rows of ``partition`` that a runner claimed for their first
+    attempt and has not settled: backed-off rows at attempt 1 whose retry time lies within the
+    first backoff after ``now_ms`` (Unix epoch ms). For a partition just taken over from a
+    runner that died, whose claims would otherwise wait out their backoff. Each row moves
+    guarded on itself (its attempt kept, so the next claim counts attempt 2), hence at most
+    once. A row at attempt 1 that backs off after a failed first try is released too: it is
+    retried early once, which costs nothing but the early try. Returns how many moved.
+
+    Raises:
+        StoreError (or another exception from the store).
+    """
+    start = keys.due_range(now_ms)[1]
+    end = keys.due_range(min(now_ms + backoff_ms(1), keys.MAX_DUE_MS))[1]
+    moved, after = 0, None
+    while True:
+        page = store.scan(partition, start, end, after, SCAN_PAGE)
+        batches = []
+        for key, value in page.entries:
+            try:
+                tk = keys.parse(key)
+            except keys.MalformedKey:
+                continue
+            if tk.attempt == 1:
+                now_key = keys.backoff(now_ms, tk.kind, 1, tk.original_due_at_ms, tk.reference)
+                batches.append(Batch().require(Equals(key, value)).delete(key).put(now_key, value))
+        if batches:
+            moved += sum(isinstance(r, Committed) for r in store.apply_many(partition, batches))
+        if page.next is None:
+            return moved
+        after = page.next

@@ -1,0 +1,97 @@
+"""What one tick of the runner is allowed to do (:class:`TickBudget`) and what it did (:class:`RunReport`),
+and the backoff schedule of failed attempts. Shared by the claim phase (:mod:`.claim`) and the rest of
+the tick (:mod:`.runner`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+__all__ = ["BACKOFF_BASE_MS", "BACKOFF_CAP_MS", "DEFAULT_BUDGET", "RunReport", "TickBudget", "backoff_ms"]
+
+BACKOFF_BASE_MS = 5_000
+BACKOFF_CAP_MS = 600_000
+
+
+def backoff_ms(attempt: int) -> int:
+    """Delay before attempt ``attempt`` (>= 1) is due, in ms: ``min(5 s * 2**(attempt-1), 600 s)``."""
+    if attempt < 1:
+        raise ValueError(f"attempt must be >= 1, got {attempt}")
+    return BACKOFF_CAP_MS if attempt > 8 else min(BACKOFF_BASE_MS << (attempt - 1), BACKOFF_CAP_MS)
+
+
+def _clamped(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"TickBudget.{name} must be an int, got {type(value).__name__} {value!r}")
+    return max(1, value)
+
+
+@dataclass(frozen=True)
+class TickBudget:
+    """Limits of one tick; each is clamped to at least 1.
+
+    ``max_fired``: handler calls per tick. ``max_per_kind``: handler calls per kind per
+    tick (lowered by a handler's ``max_per_tick``); rows over it are deferred.
+    ``max_scanned``: rows looked at. ``max_elapsed_ms``: monotonic ms since the tick began,
+    checked before each row is claimed (rows already claimed are always fired).
+
+    The defaults let one pass of a partition fire a backlog of 1,024 timers in a handful of
+    commits (claims and outcomes are batched per chunk), while no kind takes more than a
+    quarter of a pass: on PostgreSQL with synchronous commit, commits, not handler calls,
+    bound the fired/s of a runner.
+    """
+
+    max_fired: int = 1024
+    max_per_kind: int = 256
+    max_scanned: int = 4096
+    max_elapsed_ms: int = 10_000
+
+    def __post_init__(self):
+        for name in ("max_fired", "max_per_kind", "max_scanned", "max_elapsed_ms"):
+            object.__setattr__(self, name, _clamped(name, getattr(self, name)))
+
+
+DEFAULT_BUDGET = TickBudget()
+
+
+@dataclass
+class RunReport:
+    """What one tick did.
+
+    ``fired``: outcomes committed (Done or Reschedule). ``raced``: rows another runner
+    took first (a claim or commit lost its guard on the row). ``failed``: fires that
+    raised, returned Retry or an invalid outcome, or whose batch failed to commit or was
+    refused by the store; the row stays backed off. ``unknown``: rows of unregistered kinds
+    backed off (after :data:`~.claim.UNKNOWN_KIND_GRACE_MS`); ``unknown_waiting``: rows of
+    unregistered kinds left in place, within that grace, for a runner that has their kind.
+    ``deferred``: rows over their kind's cap. ``malformed``: rows whose key does not parse,
+    moved to their quarantine key. ``unprocessable``: well-formed rows that the store
+    refused to claim, moved to their quarantine key too. ``stuck``: rows that could be
+    neither claimed nor quarantined, left in place and listed in ``stuck_keys`` (a caller
+    passes them as ``exclude`` to later ticks so they are not retried in a loop).
+    ``busy``: due rows skipped because the caller has them in flight (``exclude``).
+    ``scanned``: rows looked at. ``moved``: rows this tick moved off the due range (claims
+    and quarantines committed: the progress that decides ``next_wake_ms``).
+    ``stopped_on_budget``: a budget limit ended the tick with due rows left.
+    ``earliest_put_ms``: the earliest due time (Unix epoch ms) of a timer row that a
+    committed outcome wrote, or None. ``earliest_unknown_ms``: when the first row left
+    for another runner ends its grace (Unix epoch ms), or None. ``next_wake_ms``: when to
+    run again (Unix epoch ms, never before ``now_ms``), or None when no timer is left.
+    """
+
+    fired: int = 0
+    raced: int = 0
+    failed: int = 0
+    unknown: int = 0
+    unknown_waiting: int = 0
+    deferred: int = 0
+    malformed: int = 0
+    unprocessable: int = 0
+    stuck: int = 0
+    busy: int = 0
+    scanned: int = 0
+    moved: int = 0
+    stopped_on_budget: bool = False
+    earliest_put_ms: Optional[int] = None
+    earliest_unknown_ms: Optional[int] = None
+    next_wake_ms: Optional[int] = None
+    stuck_keys: list = field(default_factory=list)
