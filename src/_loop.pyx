@@ -94,6 +94,7 @@ cdef int _by_when(const void* a, const void* b) noexcept nogil:
 
 @cython.final
 @cython.no_gc_clear
+@cython.auto_pickle(False)
 @cython.freelist(256)
 cdef class TimerHandle:
     """A callback armed on the loop's wheel by ``call_at``/``call_later``; answers as
@@ -166,6 +167,7 @@ cdef class TimerHandle:
 
 @cython.final
 @cython.no_gc_clear
+@cython.auto_pickle(False)
 cdef class LoopTimers:
     """An event loop's timers on one :class:`timerwheel_c.TimerWheel` (see the pure twin).
 

@@ -9,6 +9,7 @@ logs and fails as asyncio's does. Neither twin imports the other; the compiled o
 from __future__ import annotations
 
 import math
+import numbers
 import sys
 from asyncio import base_events, format_helpers
 from typing import Any
@@ -42,7 +43,7 @@ def loop_ms(t_s: float) -> int:
 def check_when(when: Any, name: str) -> float:
     """``when`` (``call_at``) or ``delay`` (``call_later``), in seconds, as a float.
 
-    asyncio takes any number that compares with a float; so does this. ``inf`` (and anything
+    asyncio takes any number that adds to a float; so does this (``numbers.Real``). ``inf`` (and anything
     beyond the wheel's 2**62 ms) means "never", as it does on asyncio's heap.
 
     Raises:
@@ -51,10 +52,10 @@ def check_when(when: Any, name: str) -> float:
     """
     if when is None:
         raise TypeError("when cannot be None" if name == "when" else "delay must not be None")
+    if not isinstance(when, numbers.Real):  # as float + when fails on asyncio's loop
+        raise TypeError(f"{name} must be a real number of seconds, got {when!r}")
     try:
         value = float(when)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a real number of seconds, got {when!r}") from None
     except OverflowError:  # an int beyond float: as far in the future as inf
         value = math.inf if when > 0 else -math.inf
     if value != value:
