@@ -199,10 +199,9 @@ cdef class LoopTimers:
         """How many timers are armed (neither run, moved to the ready queue, nor cancelled)."""
         return self._wheel.c_count()
 
-    def call_at(self, when, callback, tuple args, context):
-        """A new :class:`TimerHandle` for ``callback(*args)`` at loop time ``when`` (s), armed.
-
-        ``context`` None means a copy of the current context.
+    def call_at(self, when, callback, *args, context=None):
+        """``loop.call_at``: a new :class:`TimerHandle` for ``callback(*args)`` at loop time
+        ``when`` (s), armed, in ``context`` (default: a copy of the current context).
 
         Raises:
             RuntimeError: the loop is closed. TypeError / ValueError: from ``check_when``.
@@ -214,8 +213,8 @@ cdef class LoopTimers:
             when_s = check_when(when, "when")
         return self._call_at(when_s, callback, args, context)
 
-    def call_later(self, delay, callback, tuple args, context):
-        """``call_at(loop.time() + delay, ...)``.
+    def call_later(self, delay, callback, *args, context=None):
+        """``loop.call_later``: ``call_at(loop.time() + delay, ...)``.
 
         Raises:
             as :meth:`call_at`, naming ``delay``.

@@ -338,3 +338,37 @@ def test_install_makes_asyncio_use_event_loop():
             loop.close()
     finally:
         asyncio.set_event_loop_policy(old)
+
+
+def test_call_later_is_the_store_method_outside_debug_and_the_checked_one_in_debug(new_wheel_loop):
+    """Outside debug mode loop.call_later is the timer store's own method (no forwarding frame);
+    set_debug(True) brings back the class's checked method (a coroutine function is refused, as
+    asyncio's debug mode does) and set_debug(False) the fast one; a subclass's override and a
+    mock set on the instance are left alone."""
+    loop = new_wheel_loop()
+    assert getattr(loop.call_later, "__self__", None) is loop._timers
+    loop.set_debug(True)
+    assert getattr(loop.call_later, "__self__", None) is loop
+
+    async def coro():
+        pass
+
+    with pytest.raises(TypeError, match="coroutines cannot be used with call_at"):
+        loop.call_later(1, coro)
+    loop.set_debug(False)
+    assert getattr(loop.call_later, "__self__", None) is loop._timers
+    loop.call_at = mocked = lambda *a, **k: None
+    loop.set_debug(True)
+    loop.set_debug(False)
+    assert loop.call_at is mocked
+
+    class Sub(type(loop)):
+        def call_later(self, delay, callback, *args, context=None):
+            return super().call_later(delay, callback, *args, context=context)
+
+    sub = Sub()
+    try:
+        assert getattr(sub.call_later, "__func__", None) is Sub.call_later
+        assert sub.call_later(1, print).when() > 0
+    finally:
+        sub.close()

@@ -56,7 +56,7 @@ def test_twins_agree_with_each_other_and_with_the_model(start_us, script):
         if op == "arm":
             when = now_s + arg / 1e6
             for k, (_, timers) in enumerate(stores):
-                handles[k].append(timers.call_at(when, print, (seq,), None))
+                handles[k].append(timers.call_at(when, print, seq))
             model[seq] = (when, max(loop_ms(when), wheel_ms + 1))
             seq += 1
         elif op == "cancel" and handles[0]:

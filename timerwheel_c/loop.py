@@ -78,6 +78,7 @@ class EventLoop(asyncio.SelectorEventLoop):  # type: ignore[misc,valid-type]
         # Before the base __init__, which calls set_debug().
         self._timers = self._timers_class(self)
         super().__init__(selector)
+        self._bind_timer_methods()
 
     def call_later(self, delay, callback, *args, context=None):
         """``loop.call_later``: run ``callback(*args)`` ``delay`` seconds from now (never before
@@ -93,7 +94,7 @@ class EventLoop(asyncio.SelectorEventLoop):  # type: ignore[misc,valid-type]
             if delay is None:
                 raise TypeError("delay must not be None")
             return self._debug_call_at(self.time() + delay, callback, args, context, 2)
-        return self._timers.call_later(delay, callback, args, context)
+        return self._timers.call_later(delay, callback, *args, context=context)
 
     def call_at(self, when, callback, *args, context=None):
         """``loop.call_at``: run ``callback(*args)`` at loop time ``when`` (seconds), never before.
@@ -102,7 +103,7 @@ class EventLoop(asyncio.SelectorEventLoop):  # type: ignore[misc,valid-type]
         """
         if self._debug:
             return self._debug_call_at(when, callback, args, context, 2)
-        return self._timers.call_at(when, callback, args, context)
+        return self._timers.call_at(when, callback, *args, context=context)
 
     def _debug_call_at(self, when, callback, args, context, depth):
         """``call_at`` with debug mode's checks and the caller's stack, as asyncio's."""
@@ -111,13 +112,30 @@ class EventLoop(asyncio.SelectorEventLoop):  # type: ignore[misc,valid-type]
         self._check_closed()
         self._check_thread()
         self._check_callback(callback, "call_at")
-        timer = self._timers.call_at(when, callback, args, context)
+        timer = self._timers.call_at(when, callback, *args, context=context)
         timer._source_traceback = format_helpers.extract_stack(sys._getframe(depth))
         return timer
 
     def set_debug(self, enabled: bool) -> None:
         super().set_debug(enabled)
         self._timers.debug = bool(enabled)
+        if "_ready" in self.__dict__:  # not from the base __init__: __init__ binds them itself
+            self._bind_timer_methods()
+
+    def _bind_timer_methods(self) -> None:
+        """Outside debug mode, ``call_later``/``call_at`` are the timer store's own methods, bound
+        on the instance: the Python frame of a forwarding method is a third of a timer's cost. In
+        debug mode (checks, source tracebacks), or where a subclass overrides them, the class's
+        methods answer. Never replaces what someone else set on the instance (a test's mock)."""
+        fast = not self._debug
+        for name in ("call_later", "call_at"):
+            bound = self.__dict__.get(name)
+            if bound is not None and getattr(bound, "__self__", None) is not self._timers:
+                continue
+            if fast and getattr(type(self), name) is getattr(EventLoop, name):
+                self.__dict__[name] = getattr(self._timers, name)
+            else:
+                self.__dict__.pop(name, None)
 
     def close(self) -> None:
         super().close()  # raises while running, before anything is dropped

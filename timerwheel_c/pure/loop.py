@@ -125,11 +125,10 @@ class LoopTimers:
         """How many timers are armed (neither run, moved to the ready queue, nor cancelled)."""
         return len(self._handles)
 
-    def call_at(self, when: float, callback: Callable[..., Any], args: tuple,
-                context: Optional[contextvars.Context]) -> TimerHandle:
-        """A new :class:`TimerHandle` for ``callback(*args)`` at loop time ``when`` (s), armed.
-
-        ``context`` None means a copy of the current context.
+    def call_at(self, when: float, callback: Callable[..., Any], *args: Any,
+                context: Optional[contextvars.Context] = None) -> TimerHandle:
+        """``loop.call_at``: a new :class:`TimerHandle` for ``callback(*args)`` at loop time
+        ``when`` (s), armed, in ``context`` (default: a copy of the current context).
 
         Raises:
             RuntimeError: the loop is closed. TypeError / ValueError: from ``check_when``.
@@ -138,9 +137,9 @@ class LoopTimers:
             when = check_when(when, "when")
         return self._call_at(when, callback, args, context)
 
-    def call_later(self, delay: float, callback: Callable[..., Any], args: tuple,
-                   context: Optional[contextvars.Context]) -> TimerHandle:
-        """``call_at(loop.time() + delay, ...)``.
+    def call_later(self, delay: float, callback: Callable[..., Any], *args: Any,
+                   context: Optional[contextvars.Context] = None) -> TimerHandle:
+        """``loop.call_later``: ``call_at(loop.time() + delay, ...)``.
 
         Raises:
             as :meth:`call_at`, naming ``delay``.
