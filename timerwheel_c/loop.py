@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import time
 import warnings
 from asyncio import base_events, format_helpers
 from asyncio.log import logger
@@ -128,6 +129,9 @@ class EventLoop(asyncio.SelectorEventLoop):  # type: ignore[misc,valid-type]
         debug mode (checks, source tracebacks), or where a subclass overrides them, the class's
         methods answer. Never replaces what someone else set on the instance (a test's mock)."""
         fast = not self._debug
+        # loop.time() is time.monotonic() itself (asyncio.timeout and wait_for read it per call).
+        if type(self).time is base_events.BaseEventLoop.time and "time" not in self.__dict__:
+            self.__dict__["time"] = time.monotonic
         for name in ("call_later", "call_at"):
             bound = self.__dict__.get(name)
             if bound is not None and getattr(bound, "__self__", None) is not self._timers:
