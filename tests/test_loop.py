@@ -100,17 +100,19 @@ def _callback_script(loop):
             loop.call_soon(log.append, soon)
 
     def block():
+        # The timers are armed here, in the loop's first iteration, so none can be due before the
+        # next one, whatever the machine's load: then all are (the sleep passes every deadline).
         log.append("block")
+        t = loop.time()
+        loop.call_at(t + 0.004, timer, "t2", "soon-from-t2")
+        loop.call_at(t + 0.002, timer, "t1", "soon-from-t1")
+        loop.call_at(t + 0.0045, timer, "t3", None)  # no tie: asyncio's heap keeps no order among ties
+        loop.call_later(0.003, timer, "t-later", "soon-from-t-later")
         loop.call_soon(log.append, "soon-from-block")
-        time.sleep(0.02)  # every timer below is due when this returns
+        time.sleep(0.02)
 
-    t = loop.time()
-    loop.call_at(t + 0.004, timer, "t2", "soon-from-t2")
-    loop.call_at(t + 0.002, timer, "t1", "soon-from-t1")
-    loop.call_at(t + 0.0045, timer, "t3", None)  # no tie: asyncio's heap keeps no order among ties
-    loop.call_later(0.003, timer, "t-later", "soon-from-t-later")
     loop.call_soon(block)
-    loop.call_later(0.2, loop.stop)
+    loop.call_later(1.0, loop.stop)  # after everything, even on a stalled machine
     loop.run_forever()
     return log
 

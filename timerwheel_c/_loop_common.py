@@ -12,21 +12,22 @@ import math
 import numbers
 import sys
 from asyncio import base_events, format_helpers
-from typing import Any
+from typing import Any, cast
 
 from ._aio_common import MAX_DUE_MS, floor_ms
 
 __all__ = ["MAX_DUE_MS", "MAX_SELECT_S", "check_when", "handle_repr", "loop_ms", "report_exception"]
 
 # asyncio's cap on one select() wait, in seconds (one day).
-MAX_SELECT_S: float = base_events.MAXIMUM_SELECT_TIMEOUT
+MAX_SELECT_S: float = base_events.MAXIMUM_SELECT_TIMEOUT  # type: ignore[attr-defined]
 # 3.13's callback format shortens a callback's repr unless the loop is in debug mode.
 _FORMAT_TAKES_DEBUG = sys.version_info >= (3, 13)
 
 
 def _format_callback(handle: Any, debug: bool) -> str:
     if _FORMAT_TAKES_DEBUG:
-        return format_helpers._format_callback_source(handle._callback, handle._args, debug=debug)
+        return format_helpers._format_callback_source(  # type: ignore[call-arg,unused-ignore]
+            handle._callback, handle._args, debug=debug)
     return format_helpers._format_callback_source(handle._callback, handle._args)
 
 
@@ -57,7 +58,7 @@ def check_when(when: Any, name: str) -> float:
     try:
         value = float(when)
     except OverflowError:  # an int beyond float: as far in the future as inf
-        value = math.inf if when > 0 else -math.inf
+        value = math.inf if cast(Any, when) > 0 else -math.inf
     if value != value:
         raise ValueError(f"{name} must not be NaN, got {when!r}")
     return value

@@ -40,6 +40,7 @@ asyncio's default proactor loop, whose timers stay on the heap.
 from __future__ import annotations
 
 import asyncio
+import collections
 import sys
 import time
 import warnings
@@ -59,12 +60,14 @@ else:
 __all__ = ["EventLoop", "TimerHandle", "new_event_loop", "run"]
 
 _T = TypeVar("_T")
+# How asyncio's debug mode names a handle in its slow-callback report.
+_format_handle: Callable[[Any], str] = base_events._format_handle  # type: ignore[attr-defined]
 _WINDOWS = sys.platform == "win32"
 # Event loop policies are deprecated from 3.14 on.
 HAS_POLICIES = sys.version_info < (3, 14)
 
 
-class EventLoop(asyncio.SelectorEventLoop):  # type: ignore[misc,valid-type]
+class EventLoop(asyncio.SelectorEventLoop):
     """asyncio's selector event loop with every timer on the timing wheel (see the module docstring).
 
     Args:
@@ -74,6 +77,13 @@ class EventLoop(asyncio.SelectorEventLoop):  # type: ignore[misc,valid-type]
 
     # The timer store's class: the compiled core, or its pure twin (the tests run both).
     _timers_class: Callable[[Any], LoopTimers] = LoopTimers
+    # asyncio's own state that _run_once reads, as BaseEventLoop keeps it (typeshed declares none).
+    _debug: bool
+    _ready: collections.deque
+    _selector: Any
+    _stopping: bool
+    _current_handle: Any
+    _process_events: Callable[[Any], None]
 
     def __init__(self, selector: Any = None) -> None:
         # Before the base __init__, which calls set_debug().
@@ -167,7 +177,7 @@ class EventLoop(asyncio.SelectorEventLoop):  # type: ignore[misc,valid-type]
                     handle._run()
                     dt = self.time() - t0
                     if dt >= self.slow_callback_duration:
-                        logger.warning("Executing %s took %.3f seconds", base_events._format_handle(handle), dt)
+                        logger.warning("Executing %s took %.3f seconds", _format_handle(handle), dt)
                 finally:
                     self._current_handle = None
             else:

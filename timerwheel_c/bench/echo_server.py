@@ -34,7 +34,7 @@ import itertools
 import sys
 import threading
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from ..aio import KeyedTimers, WheelScheduler
 from .network_server import BACKLOG, raise_fd_limit, run_server
@@ -186,9 +186,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.timers == "asyncio" and not hasattr(asyncio, "timeout"):
         parser.error("--timers asyncio needs asyncio.timeout (Python 3.11+)")
     raise_fd_limit(args.max_connections + 64)
-    factory = None
+    factory: Optional[Callable[[], asyncio.AbstractEventLoop]] = None
     if args.event_loop:
-        from ..aio import new_event_loop as factory
+        from ..aio import new_event_loop
+
+        factory = new_event_loop
     return run_server(_serve(args.timers, args.idle_timeout_ms / 1000.0), args.uvloop, factory)
 
 

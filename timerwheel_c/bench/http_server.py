@@ -76,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--loop", choices=LOOPS, required=True)
     args = parser.parse_args(argv)
+    loop: asyncio.AbstractEventLoop
     if args.loop == "uvloop":
         import uvloop
 
