@@ -1,5 +1,6 @@
-"""The event loop's timer store: the compiled core and its pure twin agree with each other and
-with a model of asyncio's rule, under hypothesis-generated arm / cancel / clock-step sequences.
+"""The event loop's timer store, driven directly on a fake clock: the compiled core and its pure
+twin agree with each other and with a model of asyncio's rule, under hypothesis-generated arm /
+cancel / clock-step sequences; and a batch survives Python code run while it is handed over.
 
 The clock is a fake loop's ``time()`` (no real time passes), so the properties are exact: each
 iteration moves exactly the timers whose ms is past (never one whose deadline is not before
@@ -18,7 +19,6 @@ import timerwheel_c._loop as c_loop
 import timerwheel_c.pure.loop as pure_loop
 from timerwheel_c._loop_common import loop_ms
 
-pytestmark = pytest.mark.c_extension
 
 
 class FakeLoop:
@@ -38,6 +38,7 @@ ops = st.lists(st.one_of(
 ), max_size=150)
 
 
+@pytest.mark.c_extension
 @settings(max_examples=300, deadline=None)
 @given(start_us=st.integers(1_000_000, 10**12), script=ops)
 def test_twins_agree_with_each_other_and_with_the_model(start_us, script):
@@ -89,3 +90,34 @@ def test_twins_agree_with_each_other_and_with_the_model(start_us, script):
             for _, s in due:
                 del model[s]
         assert stores[0][1].active_count() == stores[1][1].active_count() == len(model)
+
+
+def test_a_batch_survives_code_that_cancels_arms_and_fails_while_it_is_handed_over(loop_impl):
+    """While due handles are appended to the ready queue, the append (here a list subclass; in a
+    real loop, a finalizer the collector runs) cancels a handle of the same batch, arms a new
+    timer already due, then fails. The handles appended stay appended, the cancelled one is
+    dropped, the others are put back and, with the new timer, come due next, in deadline order."""
+    loop = FakeLoop(1000.0)
+    timers = loop_impl.LoopTimers(loop)
+    handles = [timers.call_at(1000.001 + i * 1e-4, print, i) for i in range(6)]
+
+    class Ready(list):
+        def append(self, handle):
+            if len(self) == 1:
+                handles[3].cancel()
+                timers.call_at(999.0, print, "new")
+            if len(self) == 2:
+                raise MemoryError("append failed")
+            super().append(handle)
+
+    loop.now_s = 1000.01
+    ready = Ready()
+    with pytest.raises(MemoryError, match="append failed"):
+        timers.move_due(ready)
+    assert [h._args[0] for h in ready] == [0, 1]
+    assert timers.active_count() == 4  # 2, 4, 5 put back, and the new one
+    loop.now_s = 1000.02
+    again = collections.deque()
+    assert timers.move_due(again) == 4
+    assert [h._args[0] for h in again] == ["new", 2, 4, 5]
+    assert handles[3].cancelled() and timers.active_count() == 0
