@@ -34,6 +34,9 @@ __all__ = ["LoopTimers", "TimerHandle"]
 cdef extern from "aio_clock.h":
     int tw_monotonic_s(double* out) noexcept nogil
 
+cdef extern from "tw_prefetch.h":
+    void tw_prefetch(void* p) noexcept nogil
+
 cdef extern from "Python.h":
     void PyType_Modified(PyTypeObject* t)
     ctypedef int (*visitproc)(PyObject*, void*) noexcept
@@ -134,6 +137,9 @@ cdef class TimerHandle:
         freed at once, so no cancelled handle is kept anywhere."""
         if self._cancelled:
             return
+        # What this releases, fetched while the wheel unlinks the entry (see tw_prefetch.h).
+        tw_prefetch(<PyObject*>self._callback)
+        tw_prefetch(<PyObject*>self._context)
         self._cancelled = True
         if self._timers.debug:
             self._repr = handle_repr(self, True)

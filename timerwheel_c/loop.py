@@ -89,7 +89,6 @@ class EventLoop(asyncio.SelectorEventLoop):
         # Before the base __init__, which calls set_debug().
         self._timers = self._timers_class(self)
         super().__init__(selector)
-        self._bind_timer_methods()
 
     def call_later(self, delay, callback, *args, context=None):
         """``loop.call_later``: run ``callback(*args)`` ``delay`` seconds from now (never before
@@ -130,8 +129,7 @@ class EventLoop(asyncio.SelectorEventLoop):
     def set_debug(self, enabled: bool) -> None:
         super().set_debug(enabled)
         self._timers.debug = bool(enabled)
-        if "_ready" in self.__dict__:  # not from the base __init__: __init__ binds them itself
-            self._bind_timer_methods()
+        self._bind_timer_methods()
 
     def _bind_timer_methods(self) -> None:
         """Outside debug mode, ``call_later``/``call_at`` are the timer store's own methods, bound
