@@ -104,12 +104,13 @@ def _callback_script(loop):
         # next one, whatever the machine's load: then all are (the sleep passes every deadline).
         log.append("block")
         t = loop.time()
-        loop.call_at(t + 0.004, timer, "t2", "soon-from-t2")
+        # Deadlines tens of ms apart: a slow machine (valgrind) between two calls cannot reorder them.
+        loop.call_at(t + 0.040, timer, "t2", "soon-from-t2")
         loop.call_at(t + 0.002, timer, "t1", "soon-from-t1")
-        loop.call_at(t + 0.0045, timer, "t3", None)  # no tie: asyncio's heap keeps no order among ties
-        loop.call_later(0.003, timer, "t-later", "soon-from-t-later")
+        loop.call_at(t + 0.045, timer, "t3", None)  # no tie: asyncio's heap keeps no order among ties
+        loop.call_later(0.020, timer, "t-later", "soon-from-t-later")
         loop.call_soon(log.append, "soon-from-block")
-        time.sleep(0.02)
+        time.sleep(0.1)
 
     loop.call_soon(block)
     loop.call_later(1.0, loop.stop)  # after everything, even on a stalled machine
