@@ -375,3 +375,15 @@ def test_call_later_is_the_store_method_outside_debug_and_the_checked_one_in_deb
         assert sub.call_later(1, print).when() > 0
     finally:
         sub.close()
+
+
+def test_policies_are_absent_from_314_on_with_a_message_saying_what_to_use():
+    """Where event loop policies are deprecated (3.14+), asking for EventLoopPolicy or install
+    raises AttributeError naming run() and loop_factory; the hook is checked on every Python."""
+    import timerwheel_c.loop as loop_module
+
+    with pytest.raises(AttributeError, match=r"deprecated from 3\.14.*loop_factory=timerwheel_c\.aio\.new_event_loop"):
+        loop_module.__getattr__("install")
+    with pytest.raises(AttributeError, match="has no attribute 'nothing'"):
+        aio.nothing  # noqa: B018
+    assert hasattr(aio, "install") == (sys.version_info < (3, 14))

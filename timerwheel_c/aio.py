@@ -33,6 +33,8 @@ if HAS_POLICIES:
 
 
 def __getattr__(name: str) -> object:
-    from . import loop
+    if name in ("EventLoopPolicy", "install"):  # Python 3.14+: an AttributeError saying why
+        from . import loop
 
-    return getattr(loop, name)  # EventLoopPolicy and install on 3.14+: an AttributeError saying why
+        return getattr(loop, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
