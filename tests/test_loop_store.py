@@ -121,3 +121,21 @@ def test_a_batch_survives_code_that_cancels_arms_and_fails_while_it_is_handed_ov
     assert timers.move_due(again) == 4
     assert [h._args[0] for h in again] == ["new", 2, 4, 5]
     assert handles[3].cancelled() and timers.active_count() == 0
+
+
+def test_the_store_and_its_handles_refuse_copy_and_pickle(loop_impl):
+    """copy.copy, copy.deepcopy and pickle of the store or of an armed handle raise TypeError in
+    both twins (a copy would share the original's timers), and the original still works."""
+    import copy
+    import pickle
+
+    loop = FakeLoop(1000.0)
+    timers = loop_impl.LoopTimers(loop)
+    handle = timers.call_at(1000.5, print, 1)
+    for obj in (timers, handle):
+        for clone in (copy.copy, copy.deepcopy, pickle.dumps):
+            with pytest.raises(TypeError):
+                clone(obj)
+    loop.now_s = 1001.0
+    ready = collections.deque()
+    assert timers.move_due(ready) == 1 and ready[0] is handle
