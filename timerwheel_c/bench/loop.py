@@ -20,6 +20,7 @@ import random
 from time import thread_time_ns
 from typing import Any, Callable, Optional
 
+from .aio_micro import _Conn, _timed
 from .goals import Goal
 from .harness import Stats
 
@@ -46,27 +47,6 @@ def loop_factories() -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
         return out
     out["uvloop"] = uvloop.new_event_loop
     return out
-
-
-class _Conn:
-    """A connection: its idle callback is a bound method, as a server's would be."""
-
-    __slots__ = ("handle",)
-
-    handle: Any
-
-    def on_idle(self) -> None:
-        pass
-
-
-def _timed(kernel: Callable[[], None], ops: int) -> float:
-    gc.disable()
-    try:
-        t0 = thread_time_ns()
-        kernel()
-        return (thread_time_ns() - t0) / ops
-    finally:
-        gc.enable()
 
 
 async def _measure(n: int, async_ops: int, repeats: int, seed: int, step: Callable[[], None]) -> dict:
