@@ -309,6 +309,7 @@ def test_loopback_echo_with_per_read_timeouts(new_wheel_loop):
     assert outcomes == ["timed out"]
 
 
+@pytest.mark.c_extension  # the installed package's compiled store: every CPython CI runs
 def test_new_event_loop_run_and_runner_make_event_loops():
     """new_event_loop() makes an EventLoop; run() (any Python) and asyncio.Runner (3.11+) run a
     coroutine on one and return its result."""
@@ -327,6 +328,7 @@ def test_new_event_loop_run_and_runner_make_event_loops():
             assert issubclass(runner.run(main()), EventLoop)
 
 
+@pytest.mark.c_extension
 @pytest.mark.skipif(sys.version_info >= (3, 14), reason="event loop policies are deprecated from 3.14")
 def test_install_makes_asyncio_use_event_loop():
     """install() sets EventLoopPolicy: asyncio.new_event_loop() then makes an EventLoop."""
@@ -377,6 +379,7 @@ def test_call_later_is_the_store_method_outside_debug_and_the_checked_one_in_deb
         sub.close()
 
 
+@pytest.mark.c_extension  # the installed package's compiled store: every CPython CI runs
 def test_policies_are_absent_from_314_on_with_a_message_saying_what_to_use():
     """Where event loop policies are deprecated (3.14+), asking for EventLoopPolicy or install
     raises AttributeError naming run() and loop_factory; the hook is checked on every Python."""
