@@ -6,7 +6,10 @@ per-request deadline and re-arms the connection's idle timeout, with
 
 - ``asyncio``: ``asyncio.timeout`` + ``TimerHandle.cancel()`` and ``loop.call_later``;
 - ``WheelScheduler``: ``WheelScheduler.timeout`` + ``WheelHandle.reschedule``;
-- ``KeyedTimers``: ``WheelScheduler.timeout`` + ``KeyedTimers.arm(connection id)``.
+- ``KeyedTimers``: ``WheelScheduler.timeout`` + ``KeyedTimers.arm(connection id)``;
+
+and the ``asyncio`` kind's code unchanged on timerwheel_c's ``EventLoop`` (loop ``EventLoop``),
+whose own timers are on the wheel.
 
 This process is the client (on uvloop when it imports, the same for every server): each
 connection, with its own seeded RNG, sends a 16-byte request, awaits the echo and sends again
@@ -36,10 +39,12 @@ from .network import _uvloop
 from .network_server import raise_fd_limit
 from .run import command
 
-__all__ = ["CPU_TARGET", "RATE_PER_S", "SILENT_FRACTION", "format_table", "loops", "goals", "run", "timer_kinds"]
+__all__ = ["CPU_TARGET", "EVENT_LOOP_CPU_TARGET", "RATE_PER_S", "SILENT_FRACTION", "format_table", "loops", "goals",
+           "pairs", "reference_loop", "run", "timer_kinds"]
 
 RATE_PER_S = 6000          # requests/s the clients offer, in total
 CPU_TARGET = 0.85          # WheelScheduler's server CPU per request, at most this times asyncio's
+EVENT_LOOP_CPU_TARGET = 0.7  # EventLoop's, unchanged code, at most this times the default loop's at 10k
 SILENT_FRACTION = 0.05
 PAYLOAD = bytes(range(16))
 FRAME = len(PAYLOAD).to_bytes(4, "big") + PAYLOAD
@@ -58,6 +63,18 @@ def timer_kinds() -> list[str]:
 def loops() -> list[str]:
     """The server loops measured: ``asyncio``, and ``uvloop`` when it imports."""
     return ["asyncio"] + (["uvloop"] if _uvloop() is not None else [])
+
+
+def pairs() -> list[tuple[str, str]]:
+    """The (loop, timer kind) pairs measured, in table order: every kind on each of
+    :func:`loops`, then the ``asyncio`` kind's unchanged code on ``EventLoop``."""
+    out = [(loop_name, kind) for loop_name in loops() for kind in timer_kinds()]
+    return out + ([("EventLoop", "asyncio")] if "asyncio" in timer_kinds() else [])
+
+
+def reference_loop(loop_name: str) -> str:
+    """The loop whose ``asyncio`` row a row's CPU is compared with: EventLoop's is the default loop's."""
+    return "asyncio" if loop_name == "EventLoop" else loop_name
 
 
 class _Client(asyncio.Protocol):
@@ -157,6 +174,8 @@ def _run_one(kind: str, loop_name: str, connections: int, seconds: float, seed: 
                   "--idle-timeout-ms", str(round(idle_s * 1000)), "--max-connections", str(connections))
     if loop_name == "uvloop":
         cmd.append("--uvloop")
+    elif loop_name == "EventLoop":
+        cmd.append("--event-loop")
     with tempfile.TemporaryFile("w+") as stderr:
         server = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True)
         try:
@@ -230,7 +249,7 @@ def run(connection_counts=(1000, 10000), seconds: float = 3.0, repeats: int = 3,
         raise ValueError(f"need repeats >= 1, seconds > 0 and connection counts, got "
                          f"{repeats!r}, {seconds!r}, {connection_counts!r}")
     raise_fd_limit(max(connection_counts) + 64)
-    keys = [(n, loop_name, kind) for n in connection_counts for loop_name in loops() for kind in timer_kinds()]
+    keys = [(n, loop_name, kind) for n in connection_counts for loop_name, kind in pairs()]
     runs: dict[tuple, list[dict]] = {key: [] for key in keys}
     for _ in range(repeats):  # interleaved: a burst of load from elsewhere hits every row alike
         for key in keys:
@@ -259,7 +278,7 @@ def format_table(rows: list[dict]) -> str:
             f"{'req/s':>7} {'idle fired/exp':>14} {'early loop/real':>15} {'overload':>8}")
     lines = [head, "-" * len(head)]
     for r in rows:
-        ref = base.get((r["connections"], r["loop"]))
+        ref = base.get((r["connections"], reference_loop(r["loop"])))
         ratio = f"{r['cpu_ns_per_request'] / ref:.2f}x" if ref else "-"
         lines.append(
             f"{r['connections']:>6} {r['loop']:<8} {r['timers']:<15} {r['cpu_ns_per_request']:>10.0f} "
@@ -271,7 +290,8 @@ def format_table(rows: list[dict]) -> str:
 
 def goals(figures: dict) -> list[tuple[Goal, Optional[float]]]:
     """WheelScheduler's and KeyedTimers' server CPU per request at most ``CPU_TARGET`` times
-    asyncio's timers' on the default loop, per connection count."""
+    asyncio's timers' on the default loop, per connection count; EventLoop's (asyncio's timer
+    code unchanged) at most ``EVENT_LOOP_CPU_TARGET`` times the default loop's at 10,000."""
     rows = figures["results"]
     base = {r["connections"]: r["cpu_ns_per_request"] for r in rows
             if r["loop"] == "asyncio" and r["timers"] == "asyncio"}
@@ -280,4 +300,9 @@ def goals(figures: dict) -> list[tuple[Goal, Optional[float]]]:
               CPU_TARGET, at_most=True),
          r["cpu_ns_per_request"] / base[r["connections"]] if base.get(r["connections"]) else None)
         for r in rows if r["loop"] == "asyncio" and r["timers"] != "asyncio"
+    ] + [
+        (Goal("echo", f"EventLoop / asyncio loop, unchanged code, CPU per request, {r['connections']:,} connections",
+              EVENT_LOOP_CPU_TARGET, at_most=True),
+         r["cpu_ns_per_request"] / base[r["connections"]] if base.get(r["connections"]) else None)
+        for r in rows if r["loop"] == "EventLoop" and r["connections"] >= 10_000
     ]

@@ -2,7 +2,7 @@
 
 Run as a subprocess, one per (loop, timers) pair::
 
-    python bench/run.py -m bench.echo_server --timers asyncio|wheel|keyed [--uvloop] \
+    python bench/run.py -m bench.echo_server --timers asyncio|wheel|keyed [--uvloop|--event-loop] \
         --idle-timeout-ms 2000
 
 A lean protocol, so that the timers are a visible share of the CPU per request: each request
@@ -34,7 +34,7 @@ import itertools
 import sys
 import threading
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from timerwheel_c.aio import KeyedTimers, WheelScheduler
 from .network_server import BACKLOG, raise_fd_limit, run_server
@@ -179,13 +179,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--timers", choices=TIMERS, required=True)
     parser.add_argument("--uvloop", action="store_true")
+    parser.add_argument("--event-loop", action="store_true", help="timerwheel_c.aio.EventLoop")
     parser.add_argument("--idle-timeout-ms", type=int, required=True)
     parser.add_argument("--max-connections", type=int, default=10000)
     args = parser.parse_args(argv)
     if args.timers == "asyncio" and not hasattr(asyncio, "timeout"):
         parser.error("--timers asyncio needs asyncio.timeout (Python 3.11+)")
     raise_fd_limit(args.max_connections + 64)
-    return run_server(_serve(args.timers, args.idle_timeout_ms / 1000.0), args.uvloop)
+    factory: Optional[Callable[[], asyncio.AbstractEventLoop]] = None
+    if args.event_loop:
+        from timerwheel_c.aio import new_event_loop
+
+        factory = new_event_loop
+    return run_server(_serve(args.timers, args.idle_timeout_ms / 1000.0), args.uvloop, factory)
 
 
 if __name__ == "__main__":

@@ -137,11 +137,14 @@ def main(argv: list[str] | None = None) -> int:
     return run_server(_serve(args.scheduler, args.idle_timeout_ms / 1000.0), args.uvloop)
 
 
-def run_server(serve, use_uvloop: bool) -> int:
-    """Run the coroutine ``serve`` on a new loop (uvloop's if ``use_uvloop``) and print its result
-    as the one JSON line the parent reads; returns the exit status (0)."""
+def run_server(serve, use_uvloop: bool, loop_factory=None) -> int:
+    """Run the coroutine ``serve`` on a new loop (``loop_factory()``'s if given, else uvloop's if
+    ``use_uvloop``) and print its result as the one JSON line the parent reads; returns the exit
+    status (0)."""
     loop: asyncio.AbstractEventLoop
-    if use_uvloop:
+    if loop_factory is not None:
+        loop = loop_factory()
+    elif use_uvloop:
         import uvloop
         loop = uvloop.new_event_loop()
     else:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import aio_micro, durable, echo, lateness, network, tables, workloads
+from . import aio_micro, durable, echo, http, lateness, loop, network, tables, workloads
 from .goals import Goal
 from .harness import summary
 from .impls import ASYNCIO, C_WHEEL, FLOOR, PURE_WHEEL, Impl
@@ -118,6 +118,17 @@ def _aio(ctx: Context, bar: Task) -> dict:
     return {"handles": ctx.sizes.aio_handles,
             "results": aio_micro.run(ctx.sizes.aio_handles, ctx.sizes.aio_timeout_ops, ctx.repeats, progress=bar,
                                      seed=ctx.seed)}
+
+
+def _loop(ctx: Context, bar: Task) -> dict:
+    return {"handles": ctx.sizes.aio_handles, "async_ops": ctx.sizes.aio_timeout_ops,
+            "results": loop.run(ctx.sizes.aio_handles, ctx.sizes.aio_timeout_ops, ctx.repeats, ctx.seed, progress=bar)}
+
+
+def _http(ctx: Context, bar: Task) -> dict:
+    return {"connections": ctx.sizes.http_connections, "repeats": ctx.sizes.http_repeats,
+            "results": http.run(ctx.sizes.http_connections, ctx.sizes.http_seconds, ctx.sizes.http_repeats,
+                                progress=bar)}
 
 
 def _echo(ctx: Context, bar: Task) -> dict:
@@ -228,8 +239,10 @@ WORKLOADS: tuple[Workload, ...] = (
     Workload("aio", _aio, tables.aio_table, lambda ctx: float(len(aio_micro.ROWS) * (ctx.repeats + 1)),
              aio_micro.goals, (("aio_handles", "handles armed"),)),
     Workload("echo", _echo, tables.echo_table,
-             lambda ctx: float(len(ctx.sizes.echo_connections) * len(echo.loops()) * len(echo.timer_kinds())
-                               * ctx.sizes.echo_repeats), echo.goals),
+             lambda ctx: float(len(ctx.sizes.echo_connections) * len(echo.pairs()) * ctx.sizes.echo_repeats),
+             echo.goals),
+    Workload("loop", _loop, loop.table, lambda ctx: float(len(loop.loop_factories()) * (ctx.repeats + 1)), loop.goals),
+    Workload("http", _http, http.table, lambda ctx: float(len(http.loops()) * ctx.sizes.http_repeats), http.goals),
 )
 BY_NAME = {w.name: w for w in WORKLOADS}
 

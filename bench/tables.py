@@ -8,6 +8,7 @@ divided by the row's instead, so bigger still means worse).
 """
 from __future__ import annotations
 
+from .echo import reference_loop
 from .impls import C_WHEEL
 from .report import NOT_APPLICABLE, Reporter, fmt, ratio
 
@@ -178,8 +179,8 @@ def echo_table(rep: Reporter, figures: dict) -> None:
         rows.append([
             f"{r['connections']:,}", r["loop"], r["timers"], fmt(r["cpu_ns_per_request"]),
             f"{fmt(r['cpu_ns_min'])}-{fmt(r['cpu_ns_max'])}",
-            f"{r['cpu_ns_per_request'] / base[(r['connections'], r['loop'])]:.2f}x"
-            if base.get((r["connections"], r["loop"])) else NOT_APPLICABLE,
+            f"{r['cpu_ns_per_request'] / base[(r['connections'], reference_loop(r['loop']))]:.2f}x"
+            if base.get((r["connections"], reference_loop(r["loop"]))) else NOT_APPLICABLE,
             fmt(r["requests_per_s"]), f"{r['idle_closes_fired']}/{r['idle_closes_expected']}",
             f"{r['early_closes']}/{r['client_early_closes']}", str(r["unexpected_closes"]),
         ])
@@ -188,6 +189,6 @@ def echo_table(rep: Reporter, figures: dict) -> None:
               ["conns", "loop", "timers", "CPU ns/req", "min-max", "vs asyncio", "req/s", "idle fired/exp",
                "early loop/real", "overload"], rows,
               ["CPU: server process CPU per request in the measured window, median of the runs; vs asyncio: "
-               "over asyncio.timeout + call_later on the same loop and connection count; early: idle closes "
+               "over asyncio.timeout + call_later on the same loop (EventLoop: on the default loop) and connection count; early: idle closes "
                "before the timeout on the server's loop clock (must be 0) / in real time seen by the client; "
                "overload: active connections the server closed"])

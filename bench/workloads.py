@@ -56,6 +56,9 @@ class Sizes:
     echo_connections: tuple = (1000, 10_000)
     echo_seconds: float = 3.0
     echo_repeats: int = 3
+    http_connections: int = 256
+    http_seconds: float = 5.0
+    http_repeats: int = 3
 
     @classmethod
     def quick(cls) -> "Sizes":
@@ -64,6 +67,7 @@ class Sizes:
             rto_timers=50_000, rto_per_ms=10, gap_timers=10_000, memory_timers=100_000,
             lateness_samples=200, durable_timers=1000, network_connections=200, network_seconds=2.0,
             aio_handles=20_000, aio_timeout_ops=5000, echo_connections=(1000,), echo_seconds=1.0, echo_repeats=1,
+            http_seconds=2.0, http_repeats=1,
         )
 
     def scaled(self, factor: float) -> "Sizes":

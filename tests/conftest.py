@@ -82,6 +82,31 @@ def aio_impl(request):
     return importlib.import_module(request.param)
 
 
+@pytest.fixture(params=_impl_params("loop"))
+def loop_impl(request):
+    """The event loop's timer store module: ``timerwheel_c._loop`` (C) or ``timerwheel_c.pure.loop``."""
+    return importlib.import_module(request.param)
+
+
+@pytest.fixture
+def new_wheel_loop(loop_impl):
+    """A factory of ``timerwheel_c.aio.EventLoop`` loops on ``loop_impl``'s timer store
+    (``selector=`` as EventLoop takes it); every loop made is closed at teardown."""
+    from timerwheel_c.loop import EventLoop
+
+    cls = type("EventLoop", (EventLoop,), {"_timers_class": loop_impl.LoopTimers})
+    made = []
+
+    def factory(selector=None):
+        made.append(cls(selector))
+        return made[-1]
+
+    yield factory
+    for loop in made:
+        if not loop.is_closed():
+            loop.close()
+
+
 # A generous bound for "it ran at all" on a loaded 2-core machine, in seconds.
 LIVENESS_S = 5.0
 

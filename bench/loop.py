@@ -1,0 +1,164 @@
+"""Unchanged asyncio code on timerwheel_c's EventLoop, against asyncio's default loop and uvloop.
+
+The same code runs on each loop, with ``handles`` timers armed 30 s out (one per connection, as
+a server holds them); per operation, CPU time of the bench thread, ns, median of the repeats:
+
+- ``call_later+cancel``: ``loop.call_later(30.0, cb).cancel()``;
+- ``random re-arm``: ``handle.cancel()`` + ``loop.call_later(30.0, cb)`` of each connection, in
+  a random order (a server's traffic touches connections at random; a sequential order lets the
+  prefetcher hide the cache misses);
+- ``timeout``: ``async with asyncio.timeout(30.0): pass`` (3.11+);
+- ``wait_for``: ``await asyncio.wait_for(fut, 30.0)`` of a future already done.
+
+The ratios the goals judge are the default loop's cost over EventLoop's, in one run.
+"""
+from __future__ import annotations
+
+import asyncio
+import gc
+import random
+from time import thread_time_ns
+from typing import Any, Callable, Optional
+
+from .aio_micro import _Conn, _timed
+from .goals import Goal
+from .harness import Stats
+
+__all__ = ["LOOPS", "OPS", "goals", "loop_factories", "run"]
+
+DELAY_S = 30.0
+LOOPS = ("asyncio", "EventLoop", "uvloop")
+OPS = ("call_later+cancel", "random re-arm", "timeout", "wait_for")
+# The goals: the default loop's cost over EventLoop's, at least this (and under uvloop's for the
+# first two: uvloop's cost over EventLoop's above 1).
+TARGETS = {"call_later+cancel": 5.0, "random re-arm": 4.0, "timeout": 1.5, "wait_for": 1.3}
+UVLOOP_BEATEN = ("call_later+cancel", "random re-arm")
+
+
+def loop_factories() -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
+    """The loops measured, by name: asyncio's default, EventLoop, and uvloop when it imports."""
+    from timerwheel_c.aio import new_event_loop
+
+    out: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
+        "asyncio": asyncio.new_event_loop, "EventLoop": new_event_loop}
+    try:
+        import uvloop
+    except ImportError:
+        return out
+    out["uvloop"] = uvloop.new_event_loop
+    return out
+
+
+async def _measure(n: int, async_ops: int, repeats: int, seed: int, step: Callable[[], None]) -> dict:
+    loop = asyncio.get_running_loop()
+    conns = [_Conn() for _ in range(n)]
+    for c in conns:
+        c.handle = loop.call_later(DELAY_S, c.on_idle)
+    shuffled = conns[:]
+    random.Random(seed).shuffle(shuffled)
+    timeout = getattr(asyncio, "timeout", None)
+    done = loop.create_future()
+    done.set_result(None)
+
+    def call_cancel() -> None:
+        call_later = loop.call_later
+        for c in conns:
+            call_later(DELAY_S, c.on_idle).cancel()
+
+    def rearm() -> None:
+        call_later = loop.call_later
+        for c in shuffled:
+            c.handle.cancel()
+            c.handle = call_later(DELAY_S, c.on_idle)
+
+    async def async_timed(kind: str) -> float:
+        gc.disable()
+        try:
+            t0 = thread_time_ns()
+            if kind == "timeout":
+                for _ in range(async_ops):
+                    async with timeout(DELAY_S):  # type: ignore[misc]
+                        pass
+            else:
+                wait_for = asyncio.wait_for
+                for _ in range(async_ops):
+                    await wait_for(done, DELAY_S)
+            return (thread_time_ns() - t0) / async_ops
+        finally:
+            gc.enable()
+
+    samples: dict[str, list[float]] = {}
+    for i in range(repeats + 1):  # the first run warms up and is dropped
+        phases = {"call_later+cancel": _timed(call_cancel, n), "random re-arm": _timed(rearm, n)}
+        if timeout is not None:
+            phases["timeout"] = await async_timed("timeout")
+        phases["wait_for"] = await async_timed("wait_for")
+        step()
+        if i:
+            for phase, ns in phases.items():
+                samples.setdefault(phase, []).append(ns)
+    for c in conns:
+        c.handle.cancel()
+    ops = {"call_later+cancel": n, "random re-arm": n, "timeout": async_ops, "wait_for": async_ops}
+    return {phase: Stats(values, ops[phase]).to_json() for phase, values in samples.items()}
+
+
+def run(handles: int, async_ops: int, repeats: int, seed: int = 6,
+        progress: Optional[Callable[[int], None]] = None) -> dict:
+    """Measure each loop of :func:`loop_factories`; returns ``{loop: {op: Stats JSON}}``
+    (ns per operation, the operations of the module docstring)."""
+    results = {}
+    for name, factory in loop_factories().items():
+        loop = factory()
+        try:
+            results[name] = loop.run_until_complete(
+                _measure(handles, async_ops, repeats, seed, lambda: progress and progress(1)))
+        finally:
+            loop.close()
+    return results
+
+
+def _median(cell: Any) -> Optional[float]:
+    return cell["median_ns_per_op"] if isinstance(cell, dict) else None
+
+
+def speedups(results: dict, reference: str) -> dict[str, Optional[float]]:
+    """Per operation: ``reference``'s cost over EventLoop's (None where either is missing)."""
+    ours, theirs = results.get("EventLoop", {}), results.get(reference, {})
+    out = {}
+    for op in OPS:
+        cost, ref = _median(ours.get(op)), _median(theirs.get(op))
+        out[op] = ref / cost if cost and ref else None
+    return out
+
+
+def goals(figures: dict) -> list[tuple[Goal, Optional[float]]]:
+    """EventLoop against the default loop, unchanged code: call_later + cancel at least 5x
+    cheaper, the random re-arm 4x, asyncio.timeout 1.5x, wait_for 1.3x; and the first two
+    cheaper than uvloop's (uvloop's cost over EventLoop's above 1)."""
+    results = figures["results"]
+    default, uv = speedups(results, "asyncio"), speedups(results, "uvloop")
+    out = [(Goal("loop", f"asyncio / EventLoop, {op}", TARGETS[op], at_most=False), default[op]) for op in OPS]
+    out += [(Goal("loop", f"uvloop / EventLoop, {op}", 1.0, at_most=False), uv[op]) for op in UVLOOP_BEATEN]
+    return out
+
+
+def table(rep, figures: dict) -> None:
+    """The loops side by side: ns per operation, and the default loop's and uvloop's cost over
+    EventLoop's."""
+    from .report import fmt
+
+    results = figures["results"]
+    default, uv = speedups(results, "asyncio"), speedups(results, "uvloop")
+    rows = []
+    for op in OPS:
+        cells = [op]
+        for name in LOOPS:
+            cells.append(fmt(_median(results.get(name, {}).get(op))))
+        cells += [f"{default[op]:.2f}x" if default[op] else "-", f"{uv[op]:.2f}x" if uv[op] else "-"]
+        rows.append(cells)
+    rep.table(f"loop: unchanged asyncio code on EventLoop, {figures['handles']:,} timers armed "
+              f"(see bench/loop.py)",
+              ["operation"] + [f"{name} ns" for name in LOOPS] + ["asyncio/EventLoop", "uvloop/EventLoop"], rows,
+              ["ns: CPU time of the bench thread per operation, median of the repeats; X/EventLoop: that loop's "
+               "cost over EventLoop's (above 1: EventLoop is cheaper)"])

@@ -1,0 +1,265 @@
+"""A drop-in asyncio event loop whose every timer lives on the timing wheel.
+
+``EventLoop`` is asyncio's own selector loop (``asyncio.SelectorEventLoop``: the same sockets,
+transports, signals, subprocesses) with one change: ``call_at``/``call_later``, and so everything
+built on them (``asyncio.sleep``, ``wait_for``, ``asyncio.timeout``/``timeout_at`` and their
+``reschedule``, stream timeouts, the timeouts of aiohttp, asyncpg, websockets...), arm a timer on
+a :class:`timerwheel_c.TimerWheel` instead of pushing onto a heap. Arming and cancelling are O(1),
+and a cancel frees the timer at once, where asyncio's heap keeps cancelled handles until they
+reach its top or a sweep (aiohttp#8608). The per-iteration timer work (the selector's timeout,
+moving due handles to the ready queue) is compiled: ``timerwheel_c._loop`` (``src/_loop.pyx``),
+or its pure twin :mod:`timerwheel_c.pure.loop`, chosen as the other cores are
+(:mod:`timerwheel_c._impl`); the twin's docstring gives the clock and order rules.
+
+Semantics are asyncio's, checked by running CPython's own ``test.test_asyncio`` suites on it
+(``tests/asyncio_conformance.py``): never early on ``loop.time()``; due callbacks in deadline
+order, equal deadlines in scheduling order; they run after the callbacks already ready, and what
+they ``call_soon`` runs on the next iteration. The one difference: a timer runs within 1 ms
+after its deadline (the end of its millisecond) plus the selector's wake-up, where asyncio aims
+at the deadline itself (and epoll rounds its wait up to whole ms anyway).
+
+The handles answer ``when()``, ``cancel()``, ``cancelled()``, ``get_context()`` and print as
+asyncio's do (debug mode's slow-callback report and source tracebacks included), but
+``isinstance(h, asyncio.TimerHandle)`` is False, as it is for uvloop's (uvloop#482, #704).
+
+Use it as uvloop is used::
+
+    asyncio.run(main(), loop_factory=timerwheel_c.aio.new_event_loop)   # 3.12+
+    with asyncio.Runner(loop_factory=timerwheel_c.aio.new_event_loop) as runner:   # 3.11+
+        runner.run(main())
+    timerwheel_c.aio.run(main())                                       # 3.9+
+    timerwheel_c.aio.install(); asyncio.run(main())                    # 3.9-3.13
+
+Event loop policies are deprecated from Python 3.14 (removal planned for 3.16): there
+``EventLoopPolicy`` and ``install()`` do not exist (AttributeError, saying what to use instead).
+
+Windows: ``EventLoop`` is the selector loop there too (no subprocesses or pipes, as asyncio's
+``SelectorEventLoop`` on Windows); ``new_event_loop()`` and ``run()`` warn and fall back to
+asyncio's default proactor loop, whose timers stay on the heap.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import sys
+import time
+import warnings
+from asyncio import base_events, format_helpers
+from asyncio.log import logger
+from typing import TYPE_CHECKING, Any, Callable, Coroutine, Optional, TypeVar
+
+from . import _impl
+
+if TYPE_CHECKING:  # type checkers see the pure twin, as aio-libs does
+    from .pure.loop import LoopTimers, TimerHandle
+else:
+    _core = _impl.load("loop")
+    LoopTimers = _core.LoopTimers
+    TimerHandle = _core.TimerHandle
+
+__all__ = ["EventLoop", "TimerHandle", "new_event_loop", "run"]
+
+_T = TypeVar("_T")
+# How asyncio's debug mode names a handle in its slow-callback report.
+_format_handle: Callable[[Any], str] = base_events._format_handle  # type: ignore[attr-defined]
+_WINDOWS = sys.platform == "win32"
+# Event loop policies are deprecated from 3.14 on.
+HAS_POLICIES = sys.version_info < (3, 14)
+
+
+class EventLoop(asyncio.SelectorEventLoop):
+    """asyncio's selector event loop with every timer on the timing wheel (see the module docstring).
+
+    Args:
+        selector: a :mod:`selectors` selector, as ``asyncio.SelectorEventLoop`` takes
+            (default: ``selectors.DefaultSelector()``).
+    """
+
+    # The timer store's class: the compiled core, or its pure twin (the tests run both).
+    _timers_class: Callable[[Any], LoopTimers] = LoopTimers
+    # asyncio's own state that _run_once reads, as BaseEventLoop keeps it (typeshed declares none).
+    _debug: bool
+    _ready: collections.deque
+    _selector: Any
+    _stopping: bool
+    _current_handle: Any
+    _process_events: Callable[[Any], None]
+
+    def __init__(self, selector: Any = None) -> None:
+        # Before the base __init__, which calls set_debug().
+        self._timers = self._timers_class(self)
+        super().__init__(selector)
+
+    def call_later(self, delay, callback, *args, context=None):
+        """``loop.call_later``: run ``callback(*args)`` ``delay`` seconds from now (never before
+        ``loop.time() + delay``), in ``context`` (default: a copy of the current one).
+
+        Returns:
+            a :class:`TimerHandle`.
+        Raises:
+            TypeError: ``delay`` is None or not a number. ValueError: it is NaN.
+            RuntimeError: the loop is closed.
+        """
+        if self._debug:
+            if delay is None:
+                raise TypeError("delay must not be None")
+            return self._debug_call_at(self.time() + delay, callback, args, context, 2)
+        return self._timers.call_later(delay, callback, *args, context=context)
+
+    def call_at(self, when, callback, *args, context=None):
+        """``loop.call_at``: run ``callback(*args)`` at loop time ``when`` (seconds), never before.
+
+        Raises the same exceptions as :meth:`call_later` (``when`` for ``delay``).
+        """
+        if self._debug:
+            return self._debug_call_at(when, callback, args, context, 2)
+        return self._timers.call_at(when, callback, *args, context=context)
+
+    def _debug_call_at(self, when, callback, args, context, depth):
+        """``call_at`` with debug mode's checks and the caller's stack, as asyncio's."""
+        if when is None:
+            raise TypeError("when cannot be None")
+        self._check_closed()
+        self._check_thread()
+        self._check_callback(callback, "call_at")
+        timer = self._timers.call_at(when, callback, *args, context=context)
+        timer._source_traceback = format_helpers.extract_stack(sys._getframe(depth))
+        return timer
+
+    def set_debug(self, enabled: bool) -> None:
+        super().set_debug(enabled)
+        self._timers.debug = bool(enabled)
+        self._bind_timer_methods()
+
+    def _bind_timer_methods(self) -> None:
+        """Outside debug mode, ``call_later``/``call_at`` are the timer store's own methods, bound
+        on the instance: the Python frame of a forwarding method is a third of a timer's cost. In
+        debug mode (checks, source tracebacks), or where a subclass overrides them, the class's
+        methods answer. Never replaces what someone else set on the instance (a test's mock)."""
+        fast = not self._debug
+        # loop.time() is time.monotonic() itself (asyncio.timeout and wait_for read it per call).
+        if type(self).time is base_events.BaseEventLoop.time and "time" not in self.__dict__:
+            self.__dict__["time"] = time.monotonic
+        for name in ("call_later", "call_at"):
+            bound = self.__dict__.get(name)
+            if bound is not None and getattr(bound, "__self__", None) is not self._timers:
+                continue
+            if fast and getattr(type(self), name) is getattr(EventLoop, name):
+                self.__dict__[name] = getattr(self._timers, name)
+            else:
+                self.__dict__.pop(name, None)
+
+    def close(self) -> None:
+        super().close()  # raises while running, before anything is dropped
+        self._timers.close()
+
+    def _run_once(self) -> None:
+        """One iteration, as asyncio's ``BaseEventLoop._run_once`` with the wheel for the heap:
+        wait for I/O at most until the earliest timer, move the due timers to the ready queue,
+        run what was ready."""
+        timers = self._timers
+        ready = self._ready
+        event_list = self._selector.select(timers.select_timeout(bool(ready) or self._stopping))
+        self._process_events(event_list)
+        event_list = None  # breaks cycles when an exception occurs
+        timers.move_due(ready)
+        # Only what is ready now runs: what these callbacks schedule waits for the next poll.
+        for _ in range(len(ready)):
+            handle = ready.popleft()
+            if handle._cancelled:
+                continue
+            if self._debug:
+                try:
+                    self._current_handle = handle
+                    t0 = self.time()
+                    handle._run()
+                    dt = self.time() - t0
+                    if dt >= self.slow_callback_duration:
+                        logger.warning("Executing %s took %.3f seconds", _format_handle(handle), dt)
+                finally:
+                    self._current_handle = None
+            else:
+                handle._run()
+        handle = None  # breaks cycles when an exception occurs
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """A new :class:`EventLoop`; for ``asyncio.run(..., loop_factory=)`` and ``asyncio.Runner``.
+
+    On Windows, asyncio's default (proactor) loop, with a RuntimeWarning: see the module docstring.
+    """
+    if _WINDOWS:
+        warnings.warn("timerwheel_c.aio: on Windows the event loop is asyncio's default proactor loop, "
+                      "whose timers stay on asyncio's heap", RuntimeWarning, stacklevel=2)
+        return asyncio.ProactorEventLoop()  # type: ignore[attr-defined,unused-ignore]
+    return EventLoop()
+
+
+def run(main: Coroutine[Any, Any, _T], *, debug: Optional[bool] = None, **run_kwargs: Any) -> _T:
+    """Run coroutine ``main`` on a new event loop from :func:`new_event_loop` and close it, as
+    ``asyncio.run(main, debug=...)`` (and ``uvloop.run``): the loop is made, set as the current
+    loop, and after ``main`` its tasks are cancelled, async generators and the default executor
+    shut down.
+
+    Returns:
+        ``main``'s result.
+    Raises:
+        RuntimeError: called from a running event loop. What ``main`` raises.
+    """
+    if sys.version_info >= (3, 12):
+        return asyncio.run(main, debug=debug, loop_factory=new_event_loop, **run_kwargs)
+    if sys.version_info >= (3, 11):
+        with asyncio.Runner(debug=debug, loop_factory=new_event_loop, **run_kwargs) as runner:
+            return runner.run(main)
+    if run_kwargs:
+        raise TypeError(f"run() got unexpected keyword arguments {sorted(run_kwargs)} on Python 3.9/3.10")
+    return _run_before_runner(main, debug)
+
+
+def _run_before_runner(main: Coroutine[Any, Any, _T], debug: Optional[bool]) -> _T:
+    """``asyncio.run`` of CPython 3.9/3.10 (``Lib/asyncio/runners.py``) on :func:`new_event_loop`."""
+    from asyncio import coroutines, events, runners
+
+    if events._get_running_loop() is not None:
+        raise RuntimeError("asyncio.run() cannot be called from a running event loop")
+    if not coroutines.iscoroutine(main):
+        raise ValueError(f"a coroutine was expected, got {main!r}")
+    loop = new_event_loop()
+    try:
+        events.set_event_loop(loop)
+        if debug is not None:
+            loop.set_debug(debug)
+        return loop.run_until_complete(main)
+    finally:
+        try:
+            runners._cancel_all_tasks(loop)  # type: ignore[attr-defined]
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.run_until_complete(loop.shutdown_default_executor())
+        finally:
+            events.set_event_loop(None)
+            loop.close()
+
+
+if HAS_POLICIES:
+    class EventLoopPolicy(asyncio.DefaultEventLoopPolicy):  # type: ignore[misc,valid-type,name-defined,unused-ignore]
+        """asyncio's default policy making :class:`EventLoop` loops (Python 3.9-3.13)."""
+
+        def new_event_loop(self) -> asyncio.AbstractEventLoop:
+            return new_event_loop()
+
+    def install() -> None:
+        """``asyncio.set_event_loop_policy(EventLoopPolicy())``: from then on ``asyncio.run``,
+        ``asyncio.new_event_loop`` and ``asyncio.Runner`` make :class:`EventLoop` loops
+        (Python 3.9-3.13; policies are deprecated from 3.14)."""
+        asyncio.set_event_loop_policy(EventLoopPolicy())
+
+    __all__ += ["EventLoopPolicy", "install"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("EventLoopPolicy", "install"):
+        raise AttributeError(
+            f"timerwheel_c.aio.{name} does not exist on Python {sys.version_info[0]}.{sys.version_info[1]}: "
+            "event loop policies are deprecated from 3.14; use timerwheel_c.aio.run(main()) or "
+            "asyncio.run(main(), loop_factory=timerwheel_c.aio.new_event_loop)")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,253 @@
+"""The event loop's timers on a timing wheel: ``LoopTimers`` and its ``TimerHandle``. The
+pure-Python twin of ``src/_loop.pyx``, in the same order.
+
+:class:`timerwheel_c.loop.EventLoop` keeps every timer it makes (``call_at``, ``call_later``, so
+``asyncio.sleep``, ``wait_for``, ``asyncio.timeout``, stream and library timeouts) here instead
+of on asyncio's heap, and asks this store the two things asyncio's ``_run_once`` asks its heap
+(CPython ``Lib/asyncio/base_events.py``): how long the selector may wait, and which handles are
+due, to be appended to the ready queue.
+
+The clock. The wheel counts integer ms of the loop's own clock (``loop.time()`` * 1000). A timer
+with deadline ``when`` sits in the ms it lies in, ``d = floor(when * 1000)`` (float-exact). An
+iteration at loop time ``now`` moves the timers of every ms before its own, ``d <= floor(now *
+1000) - 1``: each has ``when < (d + 1) / 1000 <= now``, so a callback never runs before its
+deadline on ``loop.time()``, and runs at most 1 ms after it plus the selector's wake-up (asyncio
+on epoll rounds its wait up to whole ms too). The selector's timeout is the one number
+"until the end of the earliest occupied ms".
+
+Order, as asyncio's heap: the handles moved in one iteration go to the ready queue by deadline,
+equal deadlines in scheduling order (the wheel fires by ms, then arming order; a stable sort by
+deadline finishes it). They run after the callbacks already ready, and what they ``call_soon``
+runs on the next iteration, exactly as in ``_run_once``.
+
+Cancel is O(1) and frees the wheel entry at once: nothing is left to sweep, unlike the heap's
+cancelled handles (aiohttp#8608). A deadline past the wheel's range (2**62 ms, or ``inf``) is
+never armed: it never fires, as on asyncio's heap.
+"""
+from __future__ import annotations
+
+import contextvars
+import math
+from collections import deque
+from typing import Any, Callable, Optional
+
+from .._common import _refuse_copy
+from .._loop_common import MAX_DUE_MS, MAX_SELECT_S, check_when, handle_repr, loop_ms, report_exception
+from .wheel import TimerWheel
+
+__all__ = ["LoopTimers", "TimerHandle"]
+
+class TimerHandle:
+    """A callback armed on the loop's wheel by ``call_at``/``call_later``; answers as
+    ``asyncio.TimerHandle`` does: ``when()``, ``cancel()``, ``cancelled()``, ``get_context()``.
+
+    Not a subclass of ``asyncio.TimerHandle`` (``isinstance`` is False, as for uvloop's handles,
+    uvloop#482): that class keeps the heap's bookkeeping, which a wheel timer has none of.
+    """
+
+    __slots__ = ("_timers", "_callback", "_args", "_context", "_when", "_timer_id", "_token",
+                 "_cancelled", "_source_traceback", "_repr", "__weakref__")
+
+    def __init__(self, timers: LoopTimers, when_s: float, callback: Callable[..., Any], args: tuple,
+                 context: contextvars.Context) -> None:
+        self._timers = timers
+        self._callback: Any = callback  # None once cancelled
+        self._args: Any = args
+        self._context = context
+        self._when = when_s
+        self._timer_id = 0  # the wheel's id while armed, else 0
+        self._token = 0     # key of timers._handles while armed
+        self._cancelled = False
+        self._source_traceback: Any = None  # debug mode: where it was made, as asyncio's
+        self._repr: Optional[str] = None    # debug mode: the repr frozen at cancel(), as asyncio's
+
+    def when(self) -> float:
+        """The deadline in loop-clock seconds (``loop.time()`` units), as asyncio's."""
+        return self._when
+
+    def get_context(self) -> contextvars.Context:
+        """The context the callback runs in (``asyncio.Handle.get_context``)."""
+        return self._context
+
+    def cancelled(self) -> bool:
+        """True once :meth:`cancel` was called."""
+        return self._cancelled
+
+    def cancel(self) -> None:
+        """Cancel the callback; a no-op if already cancelled or run. O(1): the wheel entry is
+        freed at once, so no cancelled handle is kept anywhere."""
+        if self._cancelled:
+            return
+        self._cancelled = True
+        if self._timers.debug:
+            self._repr = handle_repr(self, True)
+        self._timers._disarm(self)
+        self._callback = None
+        self._args = None
+
+    def _run(self) -> None:
+        """Run the callback in its context; its exception goes to the loop's handler, as asyncio."""
+        try:
+            self._context.run(self._callback, *self._args)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            report_exception(self, self._timers._loop, exc)
+
+    @property
+    def _loop(self) -> Any:
+        return self._timers._loop
+
+    def __repr__(self) -> str:
+        return handle_repr(self, self._timers.debug)
+
+    def __reduce_ex__(self, protocol):
+        _refuse_copy(self)
+
+
+class LoopTimers:
+    """An event loop's timers on one :class:`timerwheel_c.TimerWheel` (see the module docstring).
+
+    Args:
+        loop: the event loop; its ``time()`` is the clock.
+    """
+
+    def __init__(self, loop: Any) -> None:
+        self._loop = loop
+        self._closed = False
+        self.debug = False  # mirrors loop.get_debug(): cancel() then freezes the repr
+        self._wheel = TimerWheel(now_ms=max(loop_ms(loop.time()) - 1, 0))
+        self._handles: dict[int, TimerHandle] = {}  # token -> armed handle
+        self._next_token = 0
+        self._fired: list[int] = []  # reused by every move_due
+
+    def active_count(self) -> int:
+        """How many timers are armed (neither run, moved to the ready queue, nor cancelled)."""
+        return len(self._handles)
+
+    def call_at(self, when: float, callback: Callable[..., Any], *args: Any,
+                context: Optional[contextvars.Context] = None) -> TimerHandle:
+        """``loop.call_at``: a new :class:`TimerHandle` for ``callback(*args)`` at loop time
+        ``when`` (s), armed, in ``context`` (default: a copy of the current context).
+
+        Raises:
+            RuntimeError: the loop is closed. TypeError / ValueError: from ``check_when``.
+        """
+        if type(when) is not float or when != when:
+            when = check_when(when, "when")
+        return self._call_at(when, callback, args, context)
+
+    def call_later(self, delay: float, callback: Callable[..., Any], *args: Any,
+                   context: Optional[contextvars.Context] = None) -> TimerHandle:
+        """``loop.call_later``: ``call_at(loop.time() + delay, ...)``.
+
+        Raises:
+            as :meth:`call_at`, naming ``delay``.
+        """
+        if type(delay) is not float or delay != delay:
+            delay = check_when(delay, "delay")
+        return self._call_at(self._loop.time() + delay, callback, args, context)
+
+    def select_timeout(self, busy: bool) -> Optional[float]:
+        """The selector's timeout in seconds for this iteration, as asyncio computes it:
+        0 if ``busy`` (callbacks ready, or the loop stopping), None with no timer armed, else
+        the time until the earliest timer fires, capped at one day."""
+        wheel = self._wheel
+        if busy:
+            return 0
+        if not len(wheel):
+            return None
+        # A lower bound of the earliest due ms; a timer due in ms d fires once loop_ms(time) > d.
+        due_ms = wheel.next_fire_ms()
+        if due_ms <= wheel.now_ms():
+            due_ms = wheel.now_ms() + 1
+        wake_s = (due_ms + 1) / 1000.0
+        if loop_ms(wake_s) <= due_ms:  # float rounding put it a hair early
+            wake_s = math.nextafter(wake_s, math.inf)
+        timeout_s = wake_s - self._loop.time()
+        if timeout_s > MAX_SELECT_S:
+            return MAX_SELECT_S
+        return timeout_s if timeout_s > 0.0 else 0.0
+
+    def move_due(self, ready: deque) -> int:
+        """Append every due handle to ``ready`` (the loop's deque), in deadline order, equal
+        deadlines in scheduling order. Due: its whole ms is past on the loop clock, so its
+        deadline is strictly before ``loop.time()``. Returns how many were moved."""
+        wheel = self._wheel
+        target_ms = loop_ms(self._loop.time()) - 1
+        if target_ms <= wheel.now_ms() or self._closed:
+            return 0
+        fired = self._fired
+        fired.clear()
+        wheel.advance(target_ms, fired)
+        batch = self._settle(fired)
+        i = 0
+        try:
+            for handle in batch:
+                ready.append(handle)
+                i += 1
+        finally:
+            self._requeue(batch, i)
+        return len(batch)
+
+    def close(self) -> None:
+        """Drop every armed timer, as asyncio's close() clears its heap; later arming raises
+        RuntimeError. Handles keep their state (not cancelled). Idempotent."""
+        self._closed = True
+        self._drain()
+
+    def __reduce_ex__(self, protocol):
+        _refuse_copy(self)
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _call_at(self, when_s: float, callback: Callable[..., Any], args: tuple,
+                 context: Optional[contextvars.Context]) -> TimerHandle:
+        if self._closed:
+            raise RuntimeError("Event loop is closed")
+        handle = TimerHandle(self, when_s, callback, args,
+                             contextvars.copy_context() if context is None else context)
+        # The ms the deadline lies in; past the wheel's range it never fires, as on asyncio's heap.
+        after_ms = loop_ms(when_s)
+        if after_ms < MAX_DUE_MS:
+            token = self._next_token
+            self._next_token = token + 1
+            handle._timer_id = self._wheel.schedule(after_ms - self._wheel.now_ms(), token)
+            handle._token = token
+            self._handles[token] = handle
+        return handle
+
+    def _disarm(self, handle: TimerHandle) -> None:
+        """Take ``handle`` out of the wheel if armed there."""
+        timer_id = handle._timer_id
+        handle._timer_id = 0
+        if timer_id and self._wheel.cancel(timer_id):
+            del self._handles[handle._token]
+
+    def _settle(self, fired: list) -> list:
+        """The handles of a fired batch, marked unarmed and sorted by deadline (stable)."""
+        handles = self._handles
+        batch = [handles.pop(token) for token in fired]
+        for handle in batch:
+            handle._timer_id = 0
+        batch.sort(key=_when_of)
+        return batch
+
+    def _requeue(self, batch: list, start: int) -> None:
+        """Put back the handles an exception kept off the ready queue (from ``start``): already
+        due, they go back on the next ms, in order, so none is lost."""
+        for handle in batch[start:]:
+            if not (self._closed or handle._cancelled):
+                handle._timer_id = self._wheel.schedule(1, handle._token)
+                self._handles[handle._token] = handle
+
+    def _drain(self) -> None:
+        """Drop every armed handle (close)."""
+        handles, self._handles = self._handles, {}
+        for handle in handles.values():
+            self._wheel.cancel(handle._timer_id)
+            handle._timer_id = 0
+
+
+def _when_of(handle: TimerHandle) -> float:
+    return handle._when
