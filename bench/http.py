@@ -18,7 +18,6 @@ import re
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 from typing import Callable, Optional
 
