@@ -105,7 +105,7 @@ class Executor:
     """
 
     def __init__(self, concurrency: int, store: Store, wall_ms: Callable[[], int],
-                 on_attempt: Callable[[Job, Attempt], None], on_slot_free: Callable[[], None], max_queued: int):
+                 on_attempt: Callable[[Job, Attempt, bool], None], on_slot_free: Callable[[], None], max_queued: int):
         self.concurrency = concurrency
         self.store = store
         self.wall_ms = wall_ms
