@@ -1,8 +1,8 @@
 """Phase 1 of a tick: claim a partition's due rows before any of them fires.
 
 A claim moves a row from its key K to its next backoff key K' (attempt + 1, due
-``now_ms + backoff``, value and original due time unchanged), guarded on
-``Equals(K, value)``, many claims per :meth:`Store.apply_many` round trip. So every attempt
+``now_ms + backoff``, value and original due time unchanged) and points the timer's identity row
+(:func:`~.keys.identity`) at K', guarded on ``Equals(K, value)``, many claims per :meth:`Store.apply_many` round trip. So every attempt
 is counted before ``fire``: a handler that kills the process still has its attempt counted,
 and the row comes back after a growing backoff instead of in a hot loop.
 
@@ -185,7 +185,8 @@ class Claimer:
                 continue
             try:
                 batch = (_quarantine_batch(row) if isinstance(row, _ToQuarantine)
-                         else Batch().require(Equals(key, value)).delete(key).put(row.claimed_key, value))
+                         else Batch().require(Equals(key, value)).delete(key).put(row.claimed_key, value)
+                         .put(keys.identity_of(row.parsed), row.claimed_key))
             except ValueError as exc:  # its quarantine key is past the store's key limit
                 self._stuck(key, str(exc))
                 continue
@@ -344,7 +345,8 @@ def release_claims(store: Store, partition: str, now_ms: int) -> int:
                 continue
             if tk.attempt == 1:
                 now_key = keys.backoff(now_ms, tk.kind, 1, tk.original_due_at_ms, tk.reference)
-                batches.append(Batch().require(Equals(key, value)).delete(key).put(now_key, value))
+                batches.append(Batch().require(Equals(key, value)).delete(key).put(now_key, value)
+                               .put(keys.identity_of(tk), now_key))
         if batches:
             moved += sum(isinstance(r, Committed) for r in store.apply_many(partition, batches))
         if page.next is None:

@@ -36,6 +36,18 @@ ahead of real timers. :data:`QUARANTINE_RANGE` covers every quarantined row.
 Durable-sleep marks (:mod:`.sleep`) live beside the timer space: ``"S" | timer id``
 (:func:`sleep_mark`).
 
+Identity rows give a pending timer its name, (partition, kind, reference), so that writers find it
+without its due time::
+
+    identity:    "I" | kind u8 | reference   ->  value: the timer's current key
+
+Every write that moves a timer (a claim, a Reschedule, a by-name replace, reschedule or cancel)
+rewrites or deletes its identity row in the same guarded batch, so at most one pending timer holds
+an identity and its row says where that timer is: one extra row per timer. An identity row whose
+timer is gone (a row quarantined as unprocessable) is harmless: writers treat it as absent. Stores
+written before identity rows existed gain them on open (:func:`identity_rows`, schema version
+:data:`IDENTITY_SCHEMA_VERSION`).
+
 This module is the only place the layout lives. The store is told, as data
 (:data:`SIGNALLED`, :func:`declare_signals`), which writes must wake runners: a scheduled
 timer row (variant byte 0x00) and a sleep mark, not the backed-off rows that claims write.
@@ -43,6 +55,7 @@ timer row (variant byte 0x00) and a sleep mark, not the backed-off rows that cla
 The allocation of the first byte of a key:
 
 ========  ==========================================================
+``b"I"``  identity rows (kind, reference -> the timer's key)
 ``b"Q"``  quarantined malformed timer rows
 ``b"S"``  durable-sleep marks
 ``b"T"``  timer rows (scheduled and backed off)
@@ -57,8 +70,11 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..storage.store import MAX_KEY_BYTES, KeyPattern, Store
+from ..storage.upgrades import register_row_upgrade
 
 __all__ = [
+    "IDENTITY_SCHEMA_VERSION",
+    "IDENTITY_TAG",
     "MAX_ATTEMPT",
     "MAX_DUE_MS",
     "MAX_REFERENCE_BYTES",
@@ -77,11 +93,15 @@ __all__ = [
     "well_formed_head",
     "future_range",
     "head_kind",
+    "identity",
+    "identity_of",
+    "identity_rows",
     "is_timer_key",
     "parse",
     "quarantine",
     "sleep_mark",
     "timer",
+    "timer_range",
 ]
 
 TAG = b"T"
@@ -99,42 +119,39 @@ _END = b"U"  # the first key after the timer space: TAG + 1
 QUARANTINE_TAG = b"Q"
 QUARANTINE_RANGE = (QUARANTINE_TAG, b"R")  # (start, end) of the quarantine space: tag, tag + 1
 SLEEP_MARK_TAG = b"S"
+IDENTITY_TAG = b"I"
+IDENTITY_SCHEMA_VERSION = 6  # the store schema version whose upgrade adds identity rows
 # The writes that must wake runners and sleepers through the store's change signal.
 SIGNALLED = [KeyPattern(TAG, _VARIANT_AT, _SCHEDULED), KeyPattern(SLEEP_MARK_TAG)]
 
 
-class TimerKind:
-    """A timer kind, 1..255. Kind 0 is invalid; 0xF0..0xFE are reserved for tests and
-    0xFF for :mod:`timerwheel_c.durable.timers.sleep`.
+class TimerKind(int):
+    """A timer kind, 1..255, and an int: ``TimerKind(1) == 1``, ``int(TimerKind(1)) == 1``, and equal
+    kinds hash alike whichever form they take. Kind 0 is invalid; 0xF0..0xFE are reserved for tests
+    and 0xFF for :mod:`timerwheel_c.durable.timers.sleep`.
 
     Raises:
-        TypeError: ``n`` is not an int.
+        TypeError: ``n`` is not an int (a bool is refused too).
         ValueError: ``n`` is outside 1..255.
     """
 
-    __slots__ = ("_n",)
+    __slots__ = ()
 
-    def __init__(self, n: "int | TimerKind"):
-        if isinstance(n, TimerKind):
-            n = n.get()
+    def __new__(cls, n: "int | TimerKind"):
         if isinstance(n, bool) or not isinstance(n, int):
             raise TypeError(f"a timer kind must be an int, got {type(n).__name__} {n!r}")
         if not 1 <= n <= 255:
-            raise ValueError(f"a timer kind must be in 1..255 (0 is invalid), got {n}")
-        self._n = n
+            raise ValueError(f"a timer kind must be in 1..255 (0 is invalid), got {int(n)}")
+        return super().__new__(cls, n)
 
     def get(self) -> int:
-        """The kind number, 1..255."""
-        return self._n
-
-    def __eq__(self, other):
-        return isinstance(other, TimerKind) and other._n == self._n
-
-    def __hash__(self):
-        return hash(self._n)
+        """The kind number, 1..255, as a plain int."""
+        return int(self)
 
     def __repr__(self):
-        return f"TimerKind({self._n})"
+        return f"TimerKind({int(self)})"
+
+    __str__ = __repr__
 
 
 class MalformedKey(ValueError):
@@ -177,8 +194,8 @@ def check_uint(name: str, value: object, top: int) -> int:
 
 def _check_kind(kind: object) -> int:
     if isinstance(kind, TimerKind):
-        kind = kind.get()
-    elif isinstance(kind, bool) or not isinstance(kind, int):
+        return int(kind)
+    if isinstance(kind, bool) or not isinstance(kind, int):
         raise TypeError(f"kind must be a TimerKind or an int 1..255, got {type(kind).__name__} {kind!r}")
     check_uint("kind", kind, 255)
     if kind == 0:
@@ -274,6 +291,35 @@ def quarantine(key: bytes) -> bytes:
     return QUARANTINE_TAG + key[len(TAG):]
 
 
+def identity(kind, reference: bytes) -> bytes:
+    """Key of the identity row of the timer (``kind``, ``reference``) of a partition.
+
+    Raises:
+        TypeError / ValueError: as :func:`timer` for a bad kind or reference.
+    """
+    return IDENTITY_TAG + bytes((_check_kind(kind),)) + _check_reference(reference)
+
+
+def identity_of(tk: TimerKey) -> bytes:
+    """Key of the identity row of the parsed timer ``tk``."""
+    return IDENTITY_TAG + bytes((tk.kind,)) + tk.reference
+
+
+def identity_rows(key: bytes, value: bytes) -> list:
+    """The row upgrade of :data:`IDENTITY_SCHEMA_VERSION`: ``[(identity key, key)]`` for a stored
+    well-formed timer row ``key``, else []. Of two old timers with one identity (the layout before
+    names allowed it), the first in key order gets the identity row; the other still fires."""
+    if not is_timer_key(key):
+        return []
+    try:
+        return [(identity_of(parse(key)), key)]
+    except MalformedKey:
+        return []
+
+
+register_row_upgrade(IDENTITY_SCHEMA_VERSION, identity_rows)
+
+
 def is_timer_key(key: bytes) -> bool:
     """True when ``key`` is in the timer space (starts with the tag), well-formed or not."""
     return key[:len(TAG)] == TAG
@@ -318,6 +364,11 @@ def due_range(now_ms: int) -> tuple[bytes, bytes]:
     check_uint("now_ms", now_ms, MAX_DUE_MS)
     end = TAG + struct.pack(">Q", now_ms + 1) if now_ms < MAX_DUE_MS else _END
     return TAG, end
+
+
+def timer_range() -> tuple:
+    """``(start, end)`` covering the whole timer space, scheduled and backed-off rows, in due order."""
+    return TAG, _END
 
 
 def future_range(now_ms: int) -> tuple[bytes, bytes]:
