@@ -43,7 +43,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from . import keys
+from . import keys, schedules
 from .claim import PAGE, ClaimedTimer, Claimer, Claims, check_args, claim_due, release_claims
 from .registry import Done, Reschedule, Retry, TimerContext, TimerRegistry
 from .tick import BACKOFF_BASE_MS, BACKOFF_CAP_MS, DEFAULT_BUDGET, RunReport, TickBudget, backoff_ms
@@ -138,6 +138,14 @@ def settle(partition: str, claimed: ClaimedTimer, report: RunReport, outcome: ob
             log.error("partition %r: outcome batch is %r, not a Batch", partition, outcome.batch)
             return None
         batch.extend(outcome.batch)
+    if claimed.schedule is not None:
+        if isinstance(outcome, Reschedule):
+            report.failed += 1
+            log.error("partition %r: a schedule's occurrence cannot be rescheduled (%r); retrying it", partition, outcome)
+            return None
+        # The schedule's guard first: the claimed row's guard stays last, checked by its own delete.
+        schedules.settle_occurrence(batch, timer.reference, timer.due_at_ms, claimed.schedule)
+        return batch.require(Equals(timer.key, timer.value)).delete(timer.key)
     # The guard on the claimed row also guards the identity row: every by-name write that moves or
     # removes this timer deletes the claimed row in the same batch.
     identity = keys.identity(timer.kind, timer.reference)
