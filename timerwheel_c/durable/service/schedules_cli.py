@@ -24,7 +24,7 @@ import sys
 from ..._helptext import terminal_text
 from ..timers.schedules import (add_schedule, list_schedules, pause_schedule, remove_schedule,
                                 resume_schedule)
-from ..timers.triggers import MISFIRE_POLICIES, Cron, Every
+from ..timers.triggers import MISFIRE_POLICIES, Cron, Every, Trigger
 from .cli import open_or_say
 
 _CHANGES = {"remove": remove_schedule, "pause": pause_schedule, "resume": resume_schedule}
@@ -89,8 +89,8 @@ def main(args) -> int:
     if args.partition == "":
         print(f"timerwheel-c {command}: --partition must be a non-empty name, got ''", file=sys.stderr)
         return 2
+    trigger: Trigger = Every(1)  # replaced by the real one for "add"
     try:
-        trigger = None
         if args.action == "add":  # checked before the store is opened: a bad one leaves no new file
             trigger = (Every(args.every, jitter_s=args.jitter) if args.every is not None
                        else Cron(args.cron, args.tz, jitter_s=args.jitter))

@@ -41,7 +41,7 @@ def derived_rows(found: int, rows: Iterable) -> list:
     steps = [derive for version, derive in sorted(_ROW_UPGRADES.items()) if version > found]
     if not steps:
         return []
-    out = []
+    out: list = []
     for partition, key, value in rows:
         for derive in steps:
             out.extend((partition, k, v) for k, v in derive(bytes(key), bytes(value)))

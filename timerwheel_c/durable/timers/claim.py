@@ -230,6 +230,7 @@ class Claimer:
                     report.earliest_unknown_ms = grace_ends_ms
                 return None
             return _ToBackOff(key, claimed_key, value, tk)
+        claim = None
         if tk.occurrence:
             try:
                 claim = schedules.claim_occurrence(self.store, self.partition, key, value, tk, self.now_ms)
@@ -247,7 +248,7 @@ class Claimer:
         if count >= cap:
             self.capped.add(tk.kind)
         self.calls += 1
-        if tk.occurrence:
+        if claim is not None and claim.claimed_key is not None:
             return _ToFire(key, claim.claimed_key, value, tk, handler, claim.batch, claim.nominal_ms, claim.state)
         return _ToFire(key, claimed_key, value, tk, handler)
 
