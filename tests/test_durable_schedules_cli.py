@@ -50,6 +50,7 @@ def test_bad_arguments_are_one_line_and_exit_2(tmp_path, capsys, argv, needle):
     assert main(["schedules", argv[0], "--store", url, "--partition", "p", *argv[1:]]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and needle in err and err.startswith("timerwheel-c schedules add: ")
+    assert not (tmp_path / "bad.db").exists()  # checked before the store is opened
 
 
 def test_changing_a_missing_schedule_is_one_line_and_exit_2(url, capsys):

@@ -24,7 +24,8 @@ import sys
 from ..._helptext import terminal_text
 from ..timers.schedules import (add_schedule, list_schedules, pause_schedule, remove_schedule,
                                 resume_schedule)
-from ..timers.triggers import MISFIRE_POLICIES, Cron, Every, Trigger
+from ..timers.keys import TimerKind
+from ..timers.triggers import MISFIRE_POLICIES, Cron, Every, Trigger, check_misfire
 from .cli import open_or_say
 
 _CHANGES = {"remove": remove_schedule, "pause": pause_schedule, "resume": resume_schedule}
@@ -94,6 +95,8 @@ def main(args) -> int:
         if args.action == "add":  # checked before the store is opened: a bad one leaves no new file
             trigger = (Every(args.every, jitter_s=args.jitter) if args.every is not None
                        else Cron(args.cron, args.tz, jitter_s=args.jitter))
+            TimerKind(args.kind)
+            check_misfire(args.misfire, args.grace, args.catchup)
     except (TypeError, ValueError) as exc:
         print(f"timerwheel-c {command}: {exc}", file=sys.stderr)
         return 2
