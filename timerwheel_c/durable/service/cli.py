@@ -8,6 +8,17 @@ PostgreSQL, runners started that way (on any number of hosts) form a fleet and d
 partitions among themselves, each served by one live runner at a time. ``--partition``
 pins a runner to the partitions it names.
 
+The store URL comes from ``--store``, or from the environment variable ``TIMERWHEEL_C_STORE``
+when ``--store`` is absent. On PostgreSQL, a URL without a password (``postgresql://app@db/timers``)
+lets libpq find it in ``PGPASSWORD``, ``PGPASSFILE`` (default ``~/.pgpass``) or a service file
+(``PGSERVICE``): the way to keep a password out of ``ps`` and the shell's history.
+
+``--metrics-port PORT`` serves ``/metrics`` (Prometheus text format) and ``/healthz`` on
+``--metrics-host`` (default 127.0.0.1, loopback; needs ``pip install 'timerwheel_c[metrics]'``);
+see :mod:`timerwheel_c.durable.service.exporter`. ``--release-claims-on-stop`` makes this
+runner's unsettled claims due at once on SIGINT/SIGTERM, for another runner to take without
+waiting out their backoff; a handler still running here may then overlap with its retry there.
+
 Exit status: 0 after a clean stop (SIGINT/SIGTERM); 1, logged with its cause, if the
 service's thread ever ends without a stop; 2, with one line on stderr naming the offending
 value, on a bad argument: a handlers module that cannot be imported (or raises while
@@ -22,9 +33,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import signal
 import sys
 import threading
+from typing import Optional
 
 from ..._helptext import terminal_text
 from ..timers.registry import TimerRegistry
@@ -35,6 +48,7 @@ from .logs import log_to_stderr
 log = logging.getLogger("timerwheel_c.durable")
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+STORE_ENV = "TIMERWHEEL_C_STORE"
 
 
 class HandlersError(ValueError):
@@ -47,8 +61,9 @@ def add_parser(sub) -> None:
     """Register the ``run`` subcommand on an argparse subparsers object."""
     p = sub.add_parser("run", help="serve durable timers from a store", description=terminal_text(__doc__),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--store", required=True, metavar="URL", help="sqlite:///PATH (four slashes for an absolute path) or postgresql://USER@HOST/DB "
-                        "(a password in it is masked in every log line and message)")
+    p.add_argument("--store", default=None, metavar="URL", help="sqlite:///PATH (four slashes for an absolute path) or postgresql://USER@HOST/DB "
+                        f"(a password in it is masked in every log line and message); default: ${STORE_ENV}. "
+                        "Without a password, PostgreSQL reads PGPASSWORD, PGPASSFILE or a service file")
     p.add_argument("--handlers", required=True, metavar="MODULE:ATTR", help="a TimerRegistry, or a callable returning one")
     p.add_argument("--partition", action="append", dest="partitions", metavar="NAME",
                    help="a partition to serve (repeatable); default: every partition in the store, "
@@ -58,7 +73,37 @@ def add_parser(sub) -> None:
     p.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS, metavar="LEVEL",
                    help=f"log threshold on stderr, any case: {', '.join(LOG_LEVELS)} (default INFO); "
                         "DEBUG adds tracebacks of startup errors")
+    p.add_argument("--metrics-port", type=_port, default=None, metavar="PORT",
+                   help="serve /metrics (Prometheus) and /healthz on this port (0: any free one)")
+    p.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
+                   help="address for --metrics-port (default 127.0.0.1, loopback only)")
+    p.add_argument("--release-claims-on-stop", action="store_true",
+                   help="on SIGINT/SIGTERM make this runner's unsettled claims due at once for another runner "
+                        "(a handler still running here may overlap with its retry there)")
     p.set_defaults(func=run)
+
+
+def store_url(given: Optional[str], command: str) -> str:
+    """``given`` (``--store``), else ``$TIMERWHEEL_C_STORE``.
+
+    Raises:
+        ValueError: neither is set (one line naming both).
+    """
+    url = given if given is not None else os.environ.get(STORE_ENV)
+    if not url:
+        raise ValueError(f"timerwheel-c {command}: no store: pass --store URL or set {STORE_ENV}")
+    return url
+
+
+def _port(text: str) -> int:
+    """argparse type of ``--metrics-port``: an int in 0..65535."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a port number 0..65535, got {text!r}") from None
+    if not 0 <= n <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number 0..65535, got {n}")
+    return n
 
 
 def _concurrency(text: str) -> int:
@@ -109,6 +154,11 @@ def run(args) -> int:
     from ..storage.errors import StoreError
     from ..storage.open import open_store
 
+    try:
+        args.store = store_url(args.store, "run")
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     log_to_stderr(args.log_level, args.store)
     for partition in args.partitions or ():
         if partition == "":
@@ -144,10 +194,24 @@ def run(args) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, on_signal)
     service = DurableTimerService(store, registry, args.partitions, concurrency=args.concurrency)
+    metrics = None
+    if args.metrics_port is not None:
+        from .exporter import serve
+
+        try:
+            metrics = serve(service, args.metrics_port, args.metrics_host)
+        except (ImportError, OSError) as exc:
+            store.close()
+            print(f"timerwheel-c run: --metrics-port {args.metrics_port} on {args.metrics_host!r}: {exc}",
+                  file=sys.stderr)
+            return 2
+        log.info("serving /metrics and /healthz on http://%s:%d", metrics.host, metrics.port)
     try:
         service.start()
     except (MemoryError, RuntimeError) as exc:  # threads or memory for --concurrency the system will not give
         service.stop(timeout=0)
+        if metrics is not None:
+            metrics.close()
         store.close()
         print(f"timerwheel-c run: cannot start {args.concurrency} handler slot(s) (--concurrency): {exc}",
               file=sys.stderr)
@@ -164,7 +228,9 @@ def run(args) -> int:
                              "unknown cause" if why is None else f"{type(why).__name__}: {why}")
                 return 1
     finally:
-        service.stop()
+        service.stop(release_claims=args.release_claims_on_stop)
+        if metrics is not None:
+            metrics.close()
         store.close()
     log.info("stopped")
     return 0
