@@ -1,0 +1,67 @@
+"""Writing durable timers from asyncio code (FastAPI, Django async, aiohttp) without blocking the loop.
+
+``await aio.schedule(store, ...)`` and ``await aio.cancel(store, ...)`` take the same arguments,
+return the same values and raise the same exceptions as :func:`timerwheel_c.durable.schedule`
+and :func:`timerwheel_c.durable.cancel`: each *is* the sync function, run on a thread of the
+store's own (one per store, created on first use, a daemon that idles at no cost), while the
+event loop goes on serving other tasks. A write waiting on a lock (SQLite's ``busy_timeout``
+while another process writes, a PostgreSQL row lock) waits on that thread, never on the loop.
+Arguments are checked before the hand-off is awaited only by the sync function itself, so a bad
+argument raises from the ``await``, exactly as the sync call would.
+
+Why a thread, and not psycopg's ``AsyncConnection`` on PostgreSQL: a write is a guarded batch
+(:class:`~timerwheel_c.durable.storage.store.Batch`) that the store commits in one transaction
+under its own connection, retry and error wrapping
+(:class:`~timerwheel_c.durable.storage.errors.TransientStoreError`); an async twin of each store
+would repeat all of that, and of the writer, for a gain that does not show at a web app's
+rates (a round trip's cost is the database's, not the thread hop's: see the bench's
+``durable_aio`` figures). One thread per store also keeps a store's single connection used by
+one thread at a time, as the stores expect. This is the approach of asyncio's own
+``loop.run_in_executor`` / ``asyncio.to_thread`` for blocking libraries.
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import threading
+import weakref
+from typing import Callable, TypeVar
+
+from .storage.store import Store, check_store
+from .timers import writer
+
+__all__ = ["cancel", "schedule"]
+
+T = TypeVar("T")
+
+_executors: "weakref.WeakKeyDictionary[Store, concurrent.futures.ThreadPoolExecutor]" = weakref.WeakKeyDictionary()
+_executors_lock = threading.Lock()
+
+
+def _executor(store: Store) -> concurrent.futures.ThreadPoolExecutor:
+    """The store's writer thread (created on first use; it ends with the store object)."""
+    with _executors_lock:
+        pool = _executors.get(store)
+        if pool is None:
+            pool = _executors[store] = concurrent.futures.ThreadPoolExecutor(1, "timerwheel-c-aio-writer")
+            weakref.finalize(store, pool.shutdown, wait=False)
+        return pool
+
+
+async def _off_loop(fn: Callable[..., T], store: Store, *args, **kwargs) -> T:
+    check_store(store)
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(_executor(store), functools.partial(fn, store, *args, **kwargs))
+
+
+async def schedule(store: Store, partition: str, due_at_ms, kind, reference: bytes, value: bytes = b"") -> bytes:
+    """Await :func:`timerwheel_c.durable.schedule` (same arguments, return value and exceptions)
+    on the store's writer thread. Returns the row's key (bytes)."""
+    return await _off_loop(writer.schedule, store, partition, due_at_ms, kind, reference, value)
+
+
+async def cancel(store: Store, partition: str, due_at_ms, kind, reference: bytes) -> bool:
+    """Await :func:`timerwheel_c.durable.cancel` (same arguments, return value and exceptions) on
+    the store's writer thread. True if this call removed the timer."""
+    return await _off_loop(writer.cancel, store, partition, due_at_ms, kind, reference)
