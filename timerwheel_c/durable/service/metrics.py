@@ -34,7 +34,7 @@ __all__ = ["BACKLOG_CAP", "LATENESS_BUCKETS_S", "LatenessHistogram", "MetricsSna
 # Prometheus' cumulative buckets; +Inf is implied).
 LATENESS_BUCKETS_S: Tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
                                          300.0)
-BACKLOG_CAP = 10_000  # due rows counted per partition at most: one snapshot stays a few round trips
+BACKLOG_CAP = 1_000  # due rows counted per partition at most: a scrape costs the store one page-sized scan each
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class MetricsSnapshot:
 
     ``fired`` / ``failed`` / ``parked``: counts by kind number (1..255). ``store_errors``:
     ``{"transient": n, "permanent": n}``. ``due_backlog``: due rows by served partition
-    (each counted up to :data:`BACKLOG_CAP`; empty when the store could not be read).
+    (each counted up to :data:`BACKLOG_CAP`, so 1000 reads "at least 1000"; empty when the store could not be read).
     ``owned_partitions``, ``handlers_in_flight``: gauges. ``running``: the service thread is
     alive. ``last_progress_age_s``: seconds since a pass's claim round trip last
     succeeded (None before the first; an idle service passes at least every ``max_sleep_s``).

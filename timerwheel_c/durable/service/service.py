@@ -589,7 +589,7 @@ class DurableTimerService:
         for partition in self._served():
             n, after = 0, None
             while n < BACKLOG_CAP:
-                page = self.store.scan(partition, start, end, after, min(PAGE * 16, BACKLOG_CAP - n))
+                page = self.store.scan(partition, start, end, after, BACKLOG_CAP - n)
                 n += len(page.entries)
                 if page.next is None:
                     break
