@@ -199,3 +199,21 @@ def _healthz_through_an_outage(dsn, pg_ctl):
         server.close()
         svc.stop()
         store.close()
+
+
+def test_without_prometheus_client_the_error_says_how_to_install_it(tmp_path, monkeypatch):
+    """prometheus_client missing (None in sys.modules, as when it is not installed): serve() and
+    register() raise ModuleNotFoundError naming the extra, and metrics() still works."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)
+    store = SQLiteStore(tmp_path / "x.db")
+    svc = DurableTimerService(store, TimerRegistry().register(Counting(OK_KIND, Done())), [P])
+    try:
+        for call in (lambda: serve(svc, 0), lambda: register(svc)):
+            with pytest.raises(ModuleNotFoundError, match=r"pip install 'timerwheel_c\[metrics\]'"):
+                call()
+        assert svc.metrics().fired == {}
+    finally:
+        svc.stop()
+        store.close()
