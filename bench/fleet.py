@@ -34,6 +34,7 @@ from timerwheel_c.durable.storage.store import Batch
 from . import fleet_wakeup
 from .run import command
 from .stores import dispose
+from .procs import stop as procs_stop
 
 __all__ = ["run"]
 
@@ -141,15 +142,7 @@ def _one(dsn: str, n_runners: int, n_timers: int, budget: str, takeover: bool, p
             result["takeover_s"] = time.monotonic() - killed
         return result
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        procs_stop(procs)
         conn.close()
         dispose(store)
 

@@ -23,6 +23,7 @@ from timerwheel_c.durable.timers import keys
 from timerwheel_c.durable.timers.registry import Done, TimerHandler, TimerRegistry
 from .run import command
 from .stores import dispose
+from .procs import stop as procs_stop
 
 __all__ = ["run"]
 
@@ -108,15 +109,7 @@ def run(dsn: str, n_partitions: int = 20, progress: Optional[Callable[[int], Non
         return {"runners": _RUNNERS, "timers": n_partitions, "lateness_p50_ms": float(_nearest_rank(lateness, 0.5)),
                 "lateness_p99_ms": float(_nearest_rank(lateness, 0.99)), "lateness_max_ms": float(max(lateness))}
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        procs_stop(procs)
         dispose(store)
 
 

@@ -446,3 +446,33 @@ def test_partitions_sharing_a_lock_key_move_together_and_stay_owned(schema_url, 
         finally:
             one.close()
             two.close()
+
+
+def test_a_timer_in_a_brand_new_partition_fires_without_waiting_for_the_periodic_ownership_check(schema_url):
+    """A fleet service whose periodic ownership check is an hour away (check_interval_s set to 3600
+    s after its first check) owns the anchored partitions. A timer is written, by another store
+    handle as by another process, into a partition that did not exist: the change signal makes the
+    service re-check ownership at once, so the timer fires (within the liveness bound) instead of an
+    hour later."""
+    from timerwheel_c.durable import DurableTimerService, TimerRegistry
+    from timerwheel_c.durable.timers.registry import Done, TimerHandler, TimerKind
+    from timerwheel_c.durable.timers.writer import schedule
+
+    class Stamp(TimerHandler):
+        kind = TimerKind(EFFECT_KIND)
+
+        def fire(self, ctx, timer):
+            return Done(Batch().put(b"effect/" + timer.reference, b"1"))
+
+    with open_store(schema_url) as store, open_store(schema_url) as writer_store:
+        anchor(store)
+        with DurableTimerService(store, TimerRegistry().register(Stamp())) as svc:
+            wait_until(lambda: len(svc.ownership.owned()) == len(PARTITIONS), "the anchored partitions owned", LIVENESS_S)
+            svc.ownership.check_interval_s = 3600.0
+            svc.ownership.recheck()
+            svc.ownership.owned()  # the next periodic check is an hour from now
+            time.sleep(0.5)
+            schedule(writer_store, "fresh", wall_ms() + 100, EFFECT_KIND, b"new")
+            wait_until(lambda: store.get("fresh", b"effect/new") is not None, "the timer in the new partition",
+                       LIVENESS_S)
+            assert "fresh" in svc.ownership.owned()

@@ -51,18 +51,6 @@ class PassResult:
     starved: bool
 
 
-class _Excluded:
-    """Keys a pass must not claim: rows in flight, and rows stuck until their retry time."""
-
-    def __init__(self, busy: frozenset, stuck: dict, now_s: float):
-        self.busy = busy
-        self.stuck = stuck
-        self.now_s = now_s
-
-    def __contains__(self, key) -> bool:
-        return key in self.busy or self.stuck.get(key, 0.0) > self.now_s
-
-
 class Passes:
     """Claim passes over the served partitions (store thread only).
 
@@ -109,7 +97,9 @@ class Passes:
             self.answered_s = self.clock()
         self._release_taken_over()
         now_s = self.clock()
-        exclude = _Excluded(busy, self._stuck, now_s)
+        if self._stuck:
+            self._stuck = {k: until_s for k, until_s in self._stuck.items() if until_s > now_s}
+        exclude = busy | frozenset(self._stuck) if self._stuck else busy  # a set: one C lookup per scanned row
         wake: Optional[int] = None
         ready: list = []
         for p in partitions:
@@ -145,7 +135,7 @@ class Passes:
                     starved = starved or free <= 0
         return PassResult(jobs, wake, starved)
 
-    def _claim(self, partition: str, cap: int, exclude: _Excluded) -> tuple:
+    def _claim(self, partition: str, cap: int, exclude: frozenset) -> tuple:
         """Claim up to ``cap`` rows of ``partition``: (jobs, wake ms or None, rows left for want of room)."""
         now_ms = self.wall_ms()
         budget = self.budget if cap >= self.budget.max_fired else dataclasses.replace(self.budget, max_fired=cap)

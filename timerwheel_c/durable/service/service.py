@@ -181,6 +181,7 @@ class DurableTimerService:
         self._last_recheck_s = 0.0
         self._store_pool: Optional[DaemonPool] = None
         self._watcher: Optional[Watcher] = None  # the store's change signal, while the loop runs
+        self._settle_report = RunReport()
         self.executor = Executor(concurrency, store, self._wall_ms, self._settle, self._slot_freed, budget.max_fired)
         self.committer = Committer(store, self._on_store, self._count, self._nudge, self._store_failed,
                                    self._outcome_done, lambda: bool(self.executor.tasks))
@@ -500,9 +501,10 @@ class DurableTimerService:
         self.activity.fire(job.partition, timer, attempt.started_ms - timer.due_at_ms, what)
         if timer.attempt == 1:
             self.recorder.lateness((attempt.started_ms - timer.due_at_ms) / 1000)
-        report = RunReport()
+        report = self._settle_report  # one report until a failure is counted: most fires allocate none
         batch = settle(job.partition, job.claimed, report, attempt.outcome, error)
         if batch is None:
+            self._settle_report = RunReport()
             report.failed_kinds[timer.kind.get()] = report.failed
             self._count(report)
             if not keep_busy:
