@@ -13,11 +13,11 @@ server on a daemon thread with:
 - ``/metrics``: the figures of :mod:`~timerwheel_c.durable.service.metrics` in Prometheus
   text format, written by ``prometheus_client`` (a custom collector reading
   :meth:`DurableTimerService.metrics` at each scrape);
-- ``/healthz``: 200 ``ok`` while the service thread is alive and its last pass or store round
-  trip without a store error ended within ``stale_after_s`` (default :func:`default_stale_after_s`:
-  twice the service's longest sleep plus 10 s, 70 s for the default 30 s sleep; an idle
-  service passes at least once per sleep). Otherwise 503 with a one-line reason: the thread
-  is not running, or the store has not answered for so long. It fits Kubernetes' liveness and
+- ``/healthz``: 200 ``ok`` while the service thread is alive and a pass's claim round trip
+  last succeeded within ``stale_after_s`` (default :func:`default_stale_after_s`: twice the
+  service's longest sleep plus 10 s, 70 s for the default 30 s sleep; an idle service passes
+  at least once per sleep, and a failing store is retried within 5 s). Otherwise 503 with a
+  one-line reason: the thread is not running, or the store has not answered a pass for so long. It fits Kubernetes' liveness and
   readiness probes (a probe's ``timeoutSeconds`` above 2 s: a scrape waits that long at most
   for the store).
 
