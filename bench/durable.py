@@ -9,7 +9,8 @@
   :class:`DurableTimerService` runs, the wall time from each timer's due time to the
   commit of its Done batch (Unix epoch ms, measured in ms with ns resolution).
 
-The service figures of a fleet member (cross-process wake-ups, concurrent 20 ms handlers,
+The figures of timers by name and of recurring schedules come from :mod:`.durable_named`; the service
+figures of a fleet member (cross-process wake-ups, concurrent 20 ms handlers,
 the SQLite watcher's idle CPU) come from :mod:`.durable_service`.
 
 Contract for the bench CLI: ``run(n_timers=5000, dsn=None, progress=None) -> dict``.
@@ -29,6 +30,7 @@ from timerwheel_c.durable.service.service import DurableTimerService
 from timerwheel_c.durable.storage.sqlite import SQLiteStore
 from timerwheel_c.durable.storage.store import Batch, Committed, Store
 from .stores import Delegating, dispose
+from .durable_named import named_figures
 from .durable_service import service_figures
 from .harness import NotAvailable
 
@@ -157,5 +159,6 @@ def run(n_timers: int = 5000, dsn: Optional[str] = None, progress: Optional[Call
                 "fired_per_s": _fired_per_s(make_store, n_timers, progress),
                 "lateness_ms": _lateness(make_store, min(n_timers, 2000), progress),
                 **service_figures(name, tmp, dsn, progress, max_timers=n_timers),
+                **named_figures(make_store, progress),
             }
     return results

@@ -24,6 +24,7 @@ from timerwheel_c.durable.storage.store import Batch
 EFFECT_KIND = 0xF3
 POISON_KIND = 0xF4
 FIRST_HANGS_KIND = 0xF2
+OCCURRENCE_KIND = 0xF5
 
 
 class Effect(TimerHandler):
@@ -61,9 +62,22 @@ class FirstHangs(TimerHandler):
 
 
 # A runner of an older deploy: it lacks the Effect kind.
+class Occurrence(TimerHandler):
+    """Done with one effect row per application of a schedule's occurrence, keyed by the schedule's
+    name, the occurrence's nominal time (20 digits, so the keys sort by it) and a fresh token: an
+    occurrence committed twice shows as two rows."""
+
+    kind = TimerKind(OCCURRENCE_KIND)
+
+    def fire(self, ctx, timer):
+        time.sleep(0.002)
+        token = os.urandom(8).hex().encode()
+        return Done(Batch().put(b"occurrence/" + timer.reference + b"/%020d/" % timer.due_at_ms + token, b"1"))
+
+
 registry_without_effect = TimerRegistry().register(Poison()).register(SleepHandler())
 registry = (TimerRegistry().register(Effect()).register(Poison()).register(SleepHandler())
-            .register(FirstHangs()))
+            .register(FirstHangs()).register(Occurrence()))
 
 
 def serve(db: str, offset_ms: str) -> None:

@@ -30,7 +30,7 @@ TAKERS = {
     "check_store": check_store,
     "DurableTimerService": lambda s: DurableTimerService(s, TimerRegistry(), ["p"]),
     "schedule": lambda s: schedule(s, "p", 1_700_000_000_000, 1, b"r"),
-    "cancel": lambda s: cancel(s, "p", 1_700_000_000_000, 1, b"r"),
+    "cancel": lambda s: cancel(s, "p", 1, b"r"),
     "DurableContext": lambda s: DurableContext(s, "execution"),
     "PartitionOwnership": _ownership,
     "holders": _holders,

@@ -23,7 +23,7 @@ from timerwheel_c.durable.timers import keys
 from timerwheel_c.durable.storage.store import Batch, SchemaVersionError
 from waiting import wait_until, wall_ms
 
-CURRENT = 5  # timerwheel_c.durable.storage.postgres.SCHEMA_VERSION (psycopg may be missing at collection)
+CURRENT = 6  # timerwheel_c.durable.storage.postgres.SCHEMA_VERSION (psycopg may be missing at collection)
 
 PG_DSN = os.environ.get("TIMERWHEEL_C_TEST_PG_DSN")
 pytestmark = [

@@ -152,3 +152,46 @@ def test_cli_run_serves_and_exits_zero_on_signal(tmp_path, sig):
             proc.kill()
     assert b"stopped" in proc.stderr.read()
     store.close()
+
+
+@pytest.mark.slow
+def test_two_run_processes_commit_each_occurrence_of_a_schedule_once_through_a_sigkill(tmp_path):
+    """Two ``timerwheel-c run`` processes serve one store holding a 0.5 s schedule (misfire "all", so no
+    occurrence may be dropped); one is SIGKILLed mid-run. Every occurrence from the first to the last
+    committed is committed exactly once: the nominal times form the unbroken 0.5 s grid, none twice.
+    The test first checks that both processes were serving and that occurrences committed after the
+    kill, so it cannot pass vacuously."""
+    from timerwheel_c.durable import Every, add_schedule
+
+    db = tmp_path / "fleet.db"
+    store = SQLiteStore(db)
+    start_ms = wall_ms()
+    add_schedule(store, P, "half", Every(0.5, start=start_ms), 0xF5, misfire="all", catchup_window_s=60)
+    env = dict(os.environ, PYTHONPATH=str(HELPERS.parent))
+    cmd = [sys.executable, "-m", "timerwheel_c", "run", "--store", "sqlite:///" + str(db),
+           "--handlers", "durable_handlers:registry", "--partition", P]
+    procs = [subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+             for _ in range(2)]
+
+    def nominal_ms():
+        rows = store.scan(P, b"occurrence/", b"occurrence0", limit=100_000).entries
+        return [int(k.split(b"/")[2]) for k, _ in rows]
+
+    try:
+        wait_until(lambda: len(nominal_ms()) >= 6, "6 occurrences to commit")
+        assert all(p.poll() is None for p in procs)
+        procs[0].send_signal(signal.SIGKILL)
+        procs[0].wait(LIVENESS_S)
+        at_kill = len(nominal_ms())
+        wait_until(lambda: len(nominal_ms()) >= at_kill + 6, "6 more occurrences after the kill")
+        procs[1].send_signal(signal.SIGTERM)
+        assert procs[1].wait(LIVENESS_S) == 0
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    got = nominal_ms()
+    counts = collections.Counter(got)
+    assert [t for t, n in counts.items() if n > 1] == []
+    assert sorted(got) == [start_ms + 500 * k for k in range(1, len(got) + 1)]
+    store.close()

@@ -100,7 +100,7 @@ def test_stop_is_prompt_and_cancel_removes(store):
     svc = DurableTimerService(store, TimerRegistry().register(Effect()), [P], max_sleep_s=3600).start()
     due = wall_ms() + 3_600_000
     svc.schedule(P, due, KIND, b"c")
-    assert svc.cancel(P, due, KIND, b"c") is True and svc.cancel(P, due, KIND, b"c") is False
+    assert svc.cancel(P, KIND, b"c") is True and svc.cancel(P, KIND, b"c") is False
     time.sleep(0.1)
     t0 = time.monotonic()
     svc.stop()

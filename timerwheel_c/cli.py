@@ -15,7 +15,7 @@ import sys
 from . import IMPLEMENTATION, __version__
 
 # subcommand -> the module whose add_parser registers it
-_COMMANDS = {"run": "timerwheel_c.durable.service.cli"}
+_COMMANDS = {"run": "timerwheel_c.durable.service.cli", "schedules": "timerwheel_c.durable.service.schedules_cli"}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,8 +18,9 @@ The package reads bottom-up in three layers, each importing only the ones below 
   of every output. It knows nothing of timers.
 - :mod:`.timers`: the timer-row key encoding and :class:`TimerKind`, handlers and their
   :class:`TimerRegistry`, :func:`run_due` and its phases (the claim phase in :mod:`.timers.claim`),
-  the writer (:func:`schedule`,
-  :func:`cancel`) and durable sleep (:class:`DurableContext`).
+  timers by name (:func:`schedule`, :func:`cancel`, :func:`reschedule`, :func:`get_timer`,
+  :func:`list_timers`), recurring schedules (:func:`add_schedule` with :class:`Every` or
+  :class:`Cron`, :mod:`.timers.schedules`) and durable sleep (:class:`DurableContext`).
 - :mod:`.service`: :class:`DurableTimerService` (the loop, composing the claim passes, an
   executor and a committer), partition ownership in a fleet, and ``timerwheel-c run``.
 
@@ -33,12 +34,16 @@ from .storage.watch import Watcher
 from .timers.keys import TimerKind
 from .timers.registry import Done, DueTimer, Reschedule, Retry, TimerContext, TimerHandler, TimerRegistry
 from .timers.runner import RunReport, TickBudget, run_due
+from .timers.schedules import (ScheduleInfo, add_schedule, get_schedule, list_schedules, pause_schedule,
+                               remove_schedule, resume_schedule)
 from .timers.sleep import DurableContext, SleepHandler, TimerId
-from .timers.writer import cancel, schedule
+from .timers.triggers import Cron, Every
+from .timers.writer import PendingTimer, TimerExists, cancel, get_timer, list_timers, reschedule, schedule
 
 __all__ = [
-    "Absent", "Batch", "Committed", "Done", "DueTimer", "DurableContext", "DurableTimerService", "Equals",
-    "Page", "PreconditionFailed", "Reschedule", "Retry", "RunReport", "SQLiteStore", "SchemaVersionError", "SleepHandler",
-    "Store", "TickBudget", "TimerContext", "TimerHandler", "TimerId", "TimerKind", "TimerRegistry", "Watcher", "cancel",
-    "open_store", "run_due", "schedule",
+    "Absent", "Batch", "Committed", "Cron", "Done", "DueTimer", "DurableContext", "DurableTimerService", "Equals", "Every",
+    "Page", "PendingTimer", "PreconditionFailed", "Reschedule", "Retry", "RunReport", "SQLiteStore", "ScheduleInfo", "SchemaVersionError", "SleepHandler",
+    "Store", "TickBudget", "TimerContext", "TimerExists", "TimerHandler", "TimerId", "TimerKind", "TimerRegistry",
+    "Watcher", "add_schedule", "cancel", "get_schedule", "get_timer", "list_schedules", "list_timers", "open_store",
+    "pause_schedule", "remove_schedule", "reschedule", "resume_schedule", "run_due", "schedule",
 ]

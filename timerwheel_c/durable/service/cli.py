@@ -147,12 +147,26 @@ def load_registry(spec: str) -> TimerRegistry:
     return obj
 
 
+def open_or_say(command: str, url: str):
+    """The store of ``url``, or None after one line on stderr (``timerwheel-c COMMAND: ...``, the
+    password masked) naming why it cannot be opened: a bad URL, a missing driver, a store error."""
+    from ..storage.errors import StoreError
+    from ..storage.open import open_store
+
+    try:
+        return open_store(url)
+    except (ValueError, ImportError) as exc:
+        print(f"timerwheel-c {command}: {redact(str(exc), url)}", file=sys.stderr)
+    except StoreError as exc:
+        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        print(f"timerwheel-c {command}: cannot open store {redact(url)!r}: {redact(first_line, url)}", file=sys.stderr)
+    return None
+
+
 def run(args) -> int:
     """Run the service until SIGINT/SIGTERM; 0 on a clean stop, 2 on a bad argument or a store
     that cannot be opened (see the module docstring)."""
     from .service import DurableTimerService
-    from ..storage.errors import StoreError
-    from ..storage.open import open_store
 
     try:
         args.store = store_url(args.store, "run")
@@ -175,15 +189,8 @@ def run(args) -> int:
         print(f"timerwheel-c run: --handlers {args.handlers!r} has no handler registered; a runner without one "
               "would hold partitions it cannot fire", file=sys.stderr)
         return 2
-    try:
-        store = open_store(args.store)
-    except (ValueError, ImportError) as exc:
-        print(f"timerwheel-c run: {redact(str(exc), args.store)}", file=sys.stderr)
-        return 2
-    except StoreError as exc:
-        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        print(f"timerwheel-c run: cannot open store {redact(args.store)!r}: {redact(first_line, args.store)}",
-              file=sys.stderr)
+    store = open_or_say("run", args.store)
+    if store is None:
         return 2
     stop = threading.Event()
 

@@ -275,7 +275,8 @@ class DurableTimerService:
             raise ValueError(f"partition {partition!r} is not served by this service ({self.partitions})")
         return partition
 
-    def schedule(self, partition: str, due_at_ms, kind, reference: bytes, value: bytes = b"") -> bytes:
+    def schedule(self, partition: str, due_at_ms, kind, reference: bytes, value: bytes = b"", *,
+                 if_exists: str = "replace") -> bytes:
         """:func:`timerwheel_c.durable.schedule` on this service's store, for a served partition and a
         kind this service's registry has a handler for, then wake the thread if the timer is
         nearer than its current sleep. ``due_at_ms``: Unix epoch ms or an aware datetime.
@@ -292,9 +293,23 @@ class DurableTimerService:
         if self.registry.get(number) is None:
             raise ValueError(f"kind {number} has no handler in this service's registry "
                              f"(registered kinds: {self.registry.kinds()}); register one before scheduling it")
-        key = writer.schedule(self.store, partition, due_ms, kind, reference, value)
+        key = writer.schedule(self.store, partition, due_ms, kind, reference, value, if_exists=if_exists)
         self._nudge(partition, due_ms)
         return key
+
+    def reschedule(self, partition: str, kind, reference: bytes, due_at_ms) -> bool:
+        """:func:`timerwheel_c.durable.reschedule` for a served partition, then wake the thread if the
+        timer is now nearer than its current sleep.
+
+        Raises:
+            TypeError / ValueError: bad arguments, a partition not served.
+            Exception: whatever the store raises.
+        """
+        due_ms = due_at_ms_of(due_at_ms)
+        moved = writer.reschedule(self.store, self._check_served(partition), kind, reference, due_ms)
+        if moved:
+            self._nudge(partition, due_ms)
+        return moved
 
     def notify(self, partition: str, due_at_ms) -> None:
         """Tell the service that a timer due at ``due_at_ms`` (Unix epoch ms or an aware datetime) was
@@ -312,16 +327,16 @@ class DurableTimerService:
         if wake is None or due_ms < wake:
             self._wake()
 
-    def cancel(self, partition: str, due_at_ms, kind, reference: bytes) -> bool:
-        """:func:`timerwheel_c.durable.cancel` for a served partition: delete the timer row scheduled at
-        ``due_at_ms``; True if this call removed it (False for a row being fired or backed off).
+    def cancel(self, partition: str, kind, reference: bytes) -> bool:
+        """:func:`timerwheel_c.durable.cancel` for a served partition: remove the pending timer named
+        (``partition``, ``kind``, ``reference``), scheduled or retrying; True if this call removed it.
 
         Raises:
             TypeError / ValueError: bad arguments, a partition not served.
             Exception: whatever the store raises.
         """
         self._check_served(partition)
-        return writer.cancel(self.store, partition, due_at_ms, kind, reference)
+        return writer.cancel(self.store, partition, kind, reference)
 
     # -- the thread ---------------------------------------------------------------------
     def _wall_ms(self) -> int:

@@ -54,6 +54,7 @@ from .errors import PermanentStoreError, StoreError, TransientStoreError, wrap_e
 from .pg_listen import PgListener
 from .redact import redact
 from .sqlfiles import migrations, queries
+from .upgrades import derived_rows
 from .store import (Absent, Batch, Committed, Page, PreconditionFailed, Refused, SchemaVersionError,
                     Store, consumed_write, schema_version_of)
 from .watch import Watcher
@@ -66,7 +67,8 @@ _TABLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,51}$")  # room for the "_apply_man
 # 2: the version row and ``<table>_apply_many`` over flattened batches;
 # 3: ``<table>_apply_many`` takes ``consume`` (a guarded delete checks its own guard);
 # 4: the change-signal trigger ``<table>_wake`` (NOTIFY_DDL);
-# 5: ``<table>_apply_one``, and ``<table>_apply_many`` reports a refused batch alone.
+# 5: ``<table>_apply_one``, and ``<table>_apply_many`` reports a refused batch alone;
+# 6: the rows the layers above derive from the stored ones (storage/upgrades.py).
 _MIGRATIONS = migrations("postgres")
 SCHEMA_VERSION = _MIGRATIONS[-1][0]
 _QUERIES = queries("postgres")
@@ -206,6 +208,10 @@ class PostgresStore(Store):
             for version, text in _MIGRATIONS:
                 if version > found:
                     conn.execute(sql.SQL(text).format(**self._names))
+            added = derived_rows(found, conn.execute(self._sql["all_rows"]).fetchall())
+            if added:
+                with conn.cursor() as cur:
+                    cur.executemany(self._sql["put_if_absent"], added)
             self._create_wake_trigger(conn, None)
             conn.execute(self._sql["set_schema_version"], (str(SCHEMA_VERSION),))
 

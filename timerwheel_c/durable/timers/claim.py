@@ -1,14 +1,15 @@
 """Phase 1 of a tick: claim a partition's due rows before any of them fires.
 
 A claim moves a row from its key K to its next backoff key K' (attempt + 1, due
-``now_ms + backoff``, value and original due time unchanged), guarded on
-``Equals(K, value)``, many claims per :meth:`Store.apply_many` round trip. So every attempt
+``now_ms + backoff``, value and original due time unchanged) and points the timer's identity row
+(:func:`~.keys.identity`) at K', guarded on ``Equals(K, value)``, many claims per :meth:`Store.apply_many` round trip. So every attempt
 is counted before ``fire``: a handler that kills the process still has its attempt counted,
 and the row comes back after a growing backoff instead of in a hot loop.
 
 What a scan meets, and what becomes of it (each a record type below, never a tagged tuple):
 
-- a row of a registered kind: claimed to fire (:class:`ClaimedTimer`);
+- a row of a registered kind: claimed to fire (:class:`ClaimedTimer`); a schedule's occurrence is
+  claimed by :func:`~.schedules.claim_occurrence`, which may instead move the schedule on unfired;
 - a row of a kind this registry lacks: left in place for :data:`UNKNOWN_KIND_GRACE_MS` after
   its due time, so that a runner that has the kind (another service on the store, or another
   group of a fleet, see :mod:`timerwheel_c.durable.service.ownership`) fires it; after that it
@@ -29,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Container, Optional, Union
 
-from . import keys
+from . import keys, schedules
 from .registry import DueTimer, TimerHandler, TimerRegistry
 from .tick import DEFAULT_BUDGET, RunReport, TickBudget, backoff_ms
 from ..storage.store import Absent, Batch, Committed, Equals, Refused, Store, check_partition
@@ -53,6 +54,7 @@ class ClaimedTimer:
 
     handler: TimerHandler
     timer: DueTimer
+    schedule: Optional[bytes] = None  # a schedule's occurrence: the schedule's state its claim read
 
 
 @dataclass
@@ -75,6 +77,18 @@ class _ToFire:
     value: bytes
     parsed: keys.TimerKey
     handler: TimerHandler
+    batch: Optional[Batch] = None  # a schedule's occurrence: its claim (schedules.claim_occurrence)
+    nominal_ms: Optional[int] = None
+    schedule: Optional[bytes] = None
+
+
+@dataclass(frozen=True)
+class _ToAdvance:
+    """A schedule's occurrence row whose claim moves the schedule on without firing (``batch``)."""
+
+    key: bytes
+    value: bytes
+    batch: Batch
 
 
 @dataclass(frozen=True)
@@ -97,14 +111,14 @@ class _ToQuarantine:
     malformed: bool
 
 
-_Row = Union[_ToFire, _ToBackOff, _ToQuarantine]
+_Row = Union[_ToFire, _ToAdvance, _ToBackOff, _ToQuarantine]
 
 
 def _claimed_key(now_ms: int, tk: keys.TimerKey) -> bytes:
     """The row's next backoff key: attempt + 1, due ``now_ms + backoff``, original due time kept."""
     attempt = min(tk.attempt + 1, keys.MAX_ATTEMPT)
     retry_at = min(now_ms + backoff_ms(attempt), keys.MAX_DUE_MS)
-    return keys.backoff(retry_at, tk.kind, attempt, tk.original_due_at_ms, tk.reference)
+    return keys.backoff(retry_at, tk.kind, attempt, tk.original_due_at_ms, tk.reference, occurrence=tk.occurrence)
 
 
 def _quarantine_batch(row: _ToQuarantine) -> Batch:
@@ -185,7 +199,9 @@ class Claimer:
                 continue
             try:
                 batch = (_quarantine_batch(row) if isinstance(row, _ToQuarantine)
-                         else Batch().require(Equals(key, value)).delete(key).put(row.claimed_key, value))
+                         else row.batch if isinstance(row, (_ToAdvance, _ToFire)) and row.batch is not None
+                         else Batch().require(Equals(key, value)).delete(key).put(row.claimed_key, value)
+                         .put(keys.identity_of(row.parsed), row.claimed_key))
             except ValueError as exc:  # its quarantine key is past the store's key limit
                 self._stuck(key, str(exc))
                 continue
@@ -214,6 +230,15 @@ class Claimer:
                     report.earliest_unknown_ms = grace_ends_ms
                 return None
             return _ToBackOff(key, claimed_key, value, tk)
+        if tk.occurrence:
+            try:
+                claim = schedules.claim_occurrence(self.store, self.partition, key, value, tk, self.now_ms)
+            except ValueError as exc:
+                return _ToQuarantine(key, value, f"its schedule's row is unreadable: {exc}", malformed=False)
+            if claim is None:
+                return None
+            if claim.nominal_ms is None:
+                return _ToAdvance(key, value, claim.batch)
         cap = self.budget.max_per_kind
         if handler.max_per_tick is not None:
             cap = min(cap, handler.max_per_tick)
@@ -222,6 +247,8 @@ class Claimer:
         if count >= cap:
             self.capped.add(tk.kind)
         self.calls += 1
+        if tk.occurrence:
+            return _ToFire(key, claim.claimed_key, value, tk, handler, claim.batch, claim.nominal_ms, claim.state)
         return _ToFire(key, claimed_key, value, tk, handler)
 
     def _stuck(self, key: bytes, why: str) -> None:
@@ -246,6 +273,8 @@ class Claimer:
                 report.raced += 1
                 continue
             report.moved += 1
+            if isinstance(row, _ToAdvance):
+                continue
             tk = row.parsed
             if isinstance(row, _ToBackOff):
                 report.unknown += 1
@@ -253,9 +282,9 @@ class Claimer:
                     log.warning("partition %r: no handler for timer kind %d in any runner within %d ms of its "
                                 "due time; backing its rows off", self.partition, tk.kind, UNKNOWN_KIND_GRACE_MS)
                 continue
-            timer = DueTimer(tk.original_due_at_ms, keys.TimerKind(tk.kind), tk.reference, row.value,
-                             tk.attempt + 1, row.claimed_key)
-            claims.append(ClaimedTimer(row.handler, timer))
+            due_ms = tk.original_due_at_ms if row.nominal_ms is None else row.nominal_ms
+            timer = DueTimer(due_ms, keys.TimerKind(tk.kind), tk.reference, row.value, tk.attempt + 1, row.claimed_key)
+            claims.append(ClaimedTimer(row.handler, timer, row.schedule))
         return claims
 
     def _quarantined(self, row: _ToQuarantine, result) -> None:
@@ -368,5 +397,6 @@ def release_rows(store: Store, partition: str, claimed: list, now_ms: int) -> in
 
 def _due_now(key: bytes, value: bytes, tk, now_ms: int) -> Batch:
     """The guarded move of the backed-off row ``key`` to its key due at ``now_ms``, attempt kept."""
-    now_key = keys.backoff(now_ms, tk.kind, tk.attempt, tk.original_due_at_ms, tk.reference)
-    return Batch().require(Equals(key, value)).delete(key).put(now_key, value)
+    now_key = keys.backoff(now_ms, tk.kind, tk.attempt, tk.original_due_at_ms, tk.reference, occurrence=tk.occurrence)
+    # The identity row follows the timer to its new key, so the timer stays reachable by name.
+    return Batch().require(Equals(key, value)).delete(key).put(now_key, value).put(keys.identity_of(tk), now_key)

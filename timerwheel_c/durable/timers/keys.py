@@ -10,6 +10,12 @@ together, in due order::
     backed off:  "T" | retry_at_ms u64 BE | kind u8 | 0x01 | attempt u32 BE
                      | original due_at_ms u64 BE | reference
 
+A recurring schedule's pending occurrence uses the same two layouts with the variant bytes 0x02
+(scheduled) and 0x03 (backed off), its reference the schedule's name in UTF-8, so that the runner
+knows to settle it against the schedule's row (``"R" | name``, :func:`schedule_row`). Its backed-off
+form keeps the occurrence's *nominal* time as the original due time, so a retry fires the same
+occurrence.
+
 - ``due_at_ms`` / ``retry_at_ms``: 0 .. 2**64-1, Unix epoch milliseconds.
 - ``kind``: 1..255 (0 is never written; see :class:`TimerKind`).
 - The variant byte (0x00 / 0x01) sits after the kind, not in the tag, because a tag per
@@ -36,6 +42,19 @@ ahead of real timers. :data:`QUARANTINE_RANGE` covers every quarantined row.
 Durable-sleep marks (:mod:`.sleep`) live beside the timer space: ``"S" | timer id``
 (:func:`sleep_mark`).
 
+Identity rows give a pending timer its name, (partition, kind, reference), so that writers find it
+without its due time::
+
+    identity:    "I" | kind u8 | reference   ->  value: the timer's current key
+    occurrence:  "J" | kind u8 | name        ->  value: the schedule's pending occurrence's key
+
+Every write that moves a timer (a claim, a Reschedule, a by-name replace, reschedule or cancel)
+rewrites or deletes its identity row in the same guarded batch, so at most one pending timer holds
+an identity and its row says where that timer is: one extra row per timer. An identity row whose
+timer is gone (a row quarantined as unprocessable) is harmless: writers treat it as absent. Stores
+written before identity rows existed gain them on open (:func:`identity_rows`, schema version
+:data:`IDENTITY_SCHEMA_VERSION`).
+
 This module is the only place the layout lives. The store is told, as data
 (:data:`SIGNALLED`, :func:`declare_signals`), which writes must wake runners: a scheduled
 timer row (variant byte 0x00) and a sleep mark, not the backed-off rows that claims write.
@@ -43,6 +62,9 @@ timer row (variant byte 0x00) and a sleep mark, not the backed-off rows that cla
 The allocation of the first byte of a key:
 
 ========  ==========================================================
+``b"I"``  identity rows (kind, reference -> the timer's key)
+``b"J"``  identity rows of schedules' pending occurrences
+``b"R"``  recurring schedules' rows (:mod:`.schedule_state`)
 ``b"Q"``  quarantined malformed timer rows
 ``b"S"``  durable-sleep marks
 ``b"T"``  timer rows (scheduled and backed off)
@@ -57,11 +79,17 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..storage.store import MAX_KEY_BYTES, KeyPattern, Store
+from ..storage.upgrades import register_row_upgrade
 
 __all__ = [
+    "IDENTITY_SCHEMA_VERSION",
+    "IDENTITY_TAG",
     "MAX_ATTEMPT",
     "MAX_DUE_MS",
     "MAX_REFERENCE_BYTES",
+    "OCCURRENCE_IDENTITY_TAG",
+    "SCHEDULE_RANGE",
+    "SCHEDULE_TAG",
     "TAG",
     "MalformedKey",
     "QUARANTINE_RANGE",
@@ -77,16 +105,23 @@ __all__ = [
     "well_formed_head",
     "future_range",
     "head_kind",
+    "identity",
+    "identity_of",
+    "identity_rows",
+    "occurrence_identity",
+    "schedule_row",
     "is_timer_key",
     "parse",
     "quarantine",
     "sleep_mark",
     "timer",
+    "timer_range",
 ]
 
 TAG = b"T"
 _SCHEDULED = 0x00
 _BACKED_OFF = 0x01
+_OCCURRENCE = 0x02  # added to a variant: the row is a schedule's occurrence
 _HEAD = struct.Struct(">QBB")  # effective due ms, kind, variant
 _KIND_AT = len(TAG) + 8  # index of the kind byte
 _VARIANT_AT = _KIND_AT + 1  # index of the variant byte
@@ -99,42 +134,43 @@ _END = b"U"  # the first key after the timer space: TAG + 1
 QUARANTINE_TAG = b"Q"
 QUARANTINE_RANGE = (QUARANTINE_TAG, b"R")  # (start, end) of the quarantine space: tag, tag + 1
 SLEEP_MARK_TAG = b"S"
+IDENTITY_TAG = b"I"
+OCCURRENCE_IDENTITY_TAG = b"J"
+SCHEDULE_TAG = b"R"
+SCHEDULE_RANGE = (SCHEDULE_TAG, b"S")  # (start, end) of the schedules' rows
+IDENTITY_SCHEMA_VERSION = 6  # the store schema version whose upgrade adds identity rows
 # The writes that must wake runners and sleepers through the store's change signal.
-SIGNALLED = [KeyPattern(TAG, _VARIANT_AT, _SCHEDULED), KeyPattern(SLEEP_MARK_TAG)]
+SIGNALLED = [KeyPattern(TAG, _VARIANT_AT, _SCHEDULED), KeyPattern(TAG, _VARIANT_AT, _OCCURRENCE),
+             KeyPattern(SLEEP_MARK_TAG)]
 
 
-class TimerKind:
-    """A timer kind, 1..255. Kind 0 is invalid; 0xF0..0xFE are reserved for tests and
-    0xFF for :mod:`timerwheel_c.durable.timers.sleep`.
+class TimerKind(int):
+    """A timer kind, 1..255, and an int: ``TimerKind(1) == 1``, ``int(TimerKind(1)) == 1``, and equal
+    kinds hash alike whichever form they take. Kind 0 is invalid; 0xF0..0xFE are reserved for tests
+    and 0xFF for :mod:`timerwheel_c.durable.timers.sleep`.
 
     Raises:
-        TypeError: ``n`` is not an int.
+        TypeError: ``n`` is not an int (a bool is refused too).
         ValueError: ``n`` is outside 1..255.
     """
 
-    __slots__ = ("_n",)
+    __slots__ = ()
 
-    def __init__(self, n: "int | TimerKind"):
-        if isinstance(n, TimerKind):
-            n = n.get()
+    def __new__(cls, n: "int | TimerKind"):
         if isinstance(n, bool) or not isinstance(n, int):
             raise TypeError(f"a timer kind must be an int, got {type(n).__name__} {n!r}")
         if not 1 <= n <= 255:
-            raise ValueError(f"a timer kind must be in 1..255 (0 is invalid), got {n}")
-        self._n = n
+            raise ValueError(f"a timer kind must be in 1..255 (0 is invalid), got {int(n)}")
+        return super().__new__(cls, n)
 
     def get(self) -> int:
-        """The kind number, 1..255."""
-        return self._n
-
-    def __eq__(self, other):
-        return isinstance(other, TimerKind) and other._n == self._n
-
-    def __hash__(self):
-        return hash(self._n)
+        """The kind number, 1..255, as a plain int."""
+        return int(self)
 
     def __repr__(self):
-        return f"TimerKind({self._n})"
+        return f"TimerKind({int(self)})"
+
+    __str__ = __repr__
 
 
 class MalformedKey(ValueError):
@@ -159,6 +195,7 @@ class TimerKey:
     reference: bytes
     attempt: int
     original_due_at_ms: int
+    occurrence: bool = False
 
 
 def check_uint(name: str, value: object, top: int) -> int:
@@ -177,8 +214,8 @@ def check_uint(name: str, value: object, top: int) -> int:
 
 def _check_kind(kind: object) -> int:
     if isinstance(kind, TimerKind):
-        kind = kind.get()
-    elif isinstance(kind, bool) or not isinstance(kind, int):
+        return int(kind)
+    if isinstance(kind, bool) or not isinstance(kind, int):
         raise TypeError(f"kind must be a TimerKind or an int 1..255, got {type(kind).__name__} {kind!r}")
     check_uint("kind", kind, 255)
     if kind == 0:
@@ -195,30 +232,34 @@ def _check_reference(reference: object) -> bytes:
     return reference
 
 
-def timer(due_at_ms: int, kind, reference: bytes) -> bytes:
+def timer(due_at_ms: int, kind, reference: bytes, *, occurrence: bool = False) -> bytes:
     """Key of a scheduled timer row.
 
     Args:
         due_at_ms: due time, Unix epoch ms, 0..2**64-1.
         kind: 1..255, an int or a :class:`TimerKind`.
         reference: opaque bytes, at most :data:`MAX_REFERENCE_BYTES` (2,027).
+        occurrence: the row is a schedule's pending occurrence (``reference``: its name).
 
     Raises:
         TypeError: a non-int time or kind, a non-bytes reference.
         ValueError: a time or kind out of range, kind 0, a reference too long.
     """
-    head = _HEAD.pack(check_uint("due_at_ms", due_at_ms, MAX_DUE_MS), _check_kind(kind), _SCHEDULED)
+    head = _HEAD.pack(check_uint("due_at_ms", due_at_ms, MAX_DUE_MS), _check_kind(kind),
+                      _SCHEDULED | (_OCCURRENCE if occurrence else 0))
     return TAG + head + _check_reference(reference)
 
 
-def backoff(retry_at_ms: int, kind, attempt: int, original_due_at_ms: int, reference: bytes) -> bytes:
+def backoff(retry_at_ms: int, kind, attempt: int, original_due_at_ms: int, reference: bytes, *,
+            occurrence: bool = False) -> bytes:
     """Key of a backed-off row: due again at ``retry_at_ms`` (Unix epoch ms), attempt ``attempt`` (1..2**32-1).
 
     Raises the same errors as :func:`timer`; ``attempt`` 0 is a ValueError (that is a scheduled row).
     """
     if check_uint("attempt", attempt, MAX_ATTEMPT) == 0:
         raise ValueError("attempt must be >= 1 for a backed-off row, got 0")
-    head = _HEAD.pack(check_uint("retry_at_ms", retry_at_ms, MAX_DUE_MS), _check_kind(kind), _BACKED_OFF)
+    head = _HEAD.pack(check_uint("retry_at_ms", retry_at_ms, MAX_DUE_MS), _check_kind(kind),
+                      _BACKED_OFF | (_OCCURRENCE if occurrence else 0))
     tail = _RETRY.pack(attempt, check_uint("original_due_at_ms", original_due_at_ms, MAX_DUE_MS))
     return TAG + head + tail + _check_reference(reference)
 
@@ -239,16 +280,17 @@ def parse(key: bytes) -> TimerKey:
     if kind == 0:
         raise MalformedKey(key, "kind 0")
     rest = 1 + _HEAD.size
-    if variant == _SCHEDULED:
-        return TimerKey(due_at_ms, kind, _parsed_reference(key, rest), 0, due_at_ms)
-    if variant != _BACKED_OFF:
+    if variant > _BACKED_OFF | _OCCURRENCE:
         raise MalformedKey(key, f"unknown variant byte {variant:#04x}")
+    occurrence = bool(variant & _OCCURRENCE)
+    if variant & _BACKED_OFF == 0:
+        return TimerKey(due_at_ms, kind, _parsed_reference(key, rest), 0, due_at_ms, occurrence)
     if len(key) < rest + _RETRY.size:
         raise MalformedKey(key, "backed-off row without attempt and original due time")
     attempt, original = _RETRY.unpack_from(key, rest)
     if attempt == 0:
         raise MalformedKey(key, "backed-off row with attempt 0")
-    return TimerKey(due_at_ms, kind, _parsed_reference(key, rest + _RETRY.size), attempt, original)
+    return TimerKey(due_at_ms, kind, _parsed_reference(key, rest + _RETRY.size), attempt, original, occurrence)
 
 
 def _parsed_reference(key: bytes, at: int) -> bytes:
@@ -272,6 +314,45 @@ def quarantine(key: bytes) -> bytes:
     if not is_timer_key(key):
         raise ValueError(f"only a timer-space key (tag b'T') is quarantined, got {key[:16]!r}")
     return QUARANTINE_TAG + key[len(TAG):]
+
+
+def identity(kind, reference: bytes) -> bytes:
+    """Key of the identity row of the timer (``kind``, ``reference``) of a partition.
+
+    Raises:
+        TypeError / ValueError: as :func:`timer` for a bad kind or reference.
+    """
+    return IDENTITY_TAG + bytes((_check_kind(kind),)) + _check_reference(reference)
+
+
+def identity_of(tk: TimerKey) -> bytes:
+    """Key of the identity row of the parsed timer ``tk`` (for an occurrence, its schedule's)."""
+    return (OCCURRENCE_IDENTITY_TAG if tk.occurrence else IDENTITY_TAG) + bytes((tk.kind,)) + tk.reference
+
+
+def occurrence_identity(kind, name: bytes) -> bytes:
+    """Key of the identity row of the pending occurrence of the schedule ``name`` (UTF-8 bytes) of ``kind``."""
+    return OCCURRENCE_IDENTITY_TAG + bytes((_check_kind(kind),)) + _check_reference(name)
+
+
+def schedule_row(name: bytes) -> bytes:
+    """Key of the row of the schedule ``name`` (UTF-8 bytes, at most :data:`MAX_REFERENCE_BYTES`)."""
+    return SCHEDULE_TAG + _check_reference(name)
+
+
+def identity_rows(key: bytes, value: bytes) -> list:
+    """The row upgrade of :data:`IDENTITY_SCHEMA_VERSION`: ``[(identity key, key)]`` for a stored
+    well-formed timer row ``key``, else []. Of two old timers with one identity (the layout before
+    names allowed it), the first in key order gets the identity row; the other still fires."""
+    if not is_timer_key(key):
+        return []
+    try:
+        return [(identity_of(parse(key)), key)]
+    except MalformedKey:
+        return []
+
+
+register_row_upgrade(IDENTITY_SCHEMA_VERSION, identity_rows)
 
 
 def is_timer_key(key: bytes) -> bool:
@@ -301,9 +382,9 @@ def well_formed_head(key: bytes) -> bool:
     rest = len(TAG) + _HEAD.size
     if key[:len(TAG)] != TAG or n < rest:
         return False
-    variant = key[_VARIANT_AT]
+    variant = key[_VARIANT_AT] & ~_OCCURRENCE
     if variant == _SCHEDULED:
-        return True
+        return key[_VARIANT_AT] <= _BACKED_OFF | _OCCURRENCE
     return variant == _BACKED_OFF and n >= rest + _RETRY.size and key[rest:rest + 4] != b"\0\0\0\0"
 
 
@@ -318,6 +399,11 @@ def due_range(now_ms: int) -> tuple[bytes, bytes]:
     check_uint("now_ms", now_ms, MAX_DUE_MS)
     end = TAG + struct.pack(">Q", now_ms + 1) if now_ms < MAX_DUE_MS else _END
     return TAG, end
+
+
+def timer_range() -> tuple:
+    """``(start, end)`` covering the whole timer space, scheduled and backed-off rows, in due order."""
+    return TAG, _END
 
 
 def future_range(now_ms: int) -> tuple[bytes, bytes]:

@@ -43,7 +43,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from . import keys
+from . import keys, schedules
 from .claim import PAGE, ClaimedTimer, Claimer, Claims, check_args, claim_due, release_claims
 from .registry import Done, Reschedule, Retry, TimerContext, TimerRegistry
 from .tick import BACKOFF_BASE_MS, BACKOFF_CAP_MS, DEFAULT_BUDGET, RunReport, TickBudget, backoff_ms
@@ -113,8 +113,9 @@ def settle(partition: str, claimed: ClaimedTimer, report: RunReport, outcome: ob
     return None (the row stays at its backoff key).
 
     Done / Reschedule: the outcome's batch, plus ``require(Equals(claimed key, value))`` and
-    the delete of the claimed row, plus for a Reschedule ``require(Absent(new key))`` and its
-    put. Failures (logged as by :func:`run_due`): an exception, Retry, anything else
+    the delete of the claimed row, plus for a Done the delete of the timer's identity row, for a
+    Reschedule ``require(Absent(new key))``, its put and the identity row pointed at it (the timer
+    keeps its name). Failures (logged as by :func:`run_due`): an exception, Retry, anything else
     returned, a non-Batch outcome batch, a bad Reschedule or one to the row's own due time.
     """
     timer = claimed.timer
@@ -137,6 +138,17 @@ def settle(partition: str, claimed: ClaimedTimer, report: RunReport, outcome: ob
             log.error("partition %r: outcome batch is %r, not a Batch", partition, outcome.batch)
             return None
         batch.extend(outcome.batch)
+    if claimed.schedule is not None:
+        if isinstance(outcome, Reschedule):
+            report.failed += 1
+            log.error("partition %r: a schedule's occurrence cannot be rescheduled (%r); retrying it", partition, outcome)
+            return None
+        # The schedule's guard first: the claimed row's guard stays last, checked by its own delete.
+        schedules.settle_occurrence(batch, timer.reference, timer.due_at_ms, claimed.schedule)
+        return batch.require(Equals(timer.key, timer.value)).delete(timer.key)
+    # The guard on the claimed row also guards the identity row: every by-name write that moves or
+    # removes this timer deletes the claimed row in the same batch.
+    identity = keys.identity(timer.kind, timer.reference)
     batch.require(Equals(timer.key, timer.value)).delete(timer.key)
     if isinstance(outcome, Reschedule):
         try:
@@ -150,7 +162,9 @@ def settle(partition: str, claimed: ClaimedTimer, report: RunReport, outcome: ob
             log.error("partition %r: Reschedule to the row's own due time %d does not move it", partition, timer.due_at_ms)
             return None
         # Absent: a reschedule must never overwrite (lose) another timer's row.
-        batch.require(Absent(new_key)).put(new_key, outcome.value)
+        batch.require(Absent(new_key)).put(new_key, outcome.value).put(identity, new_key)
+    else:
+        batch.delete(identity)
     return batch
 
 

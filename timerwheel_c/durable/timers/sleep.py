@@ -121,6 +121,7 @@ class DurableContext:
         if current is None:
             pending = _PENDING.pack(b"P", due_at_ms)
             batch = Batch().require(Absent(mark)).put(mark, pending).put(timer_key, b"")
+            batch.put(keys.identity(SLEEP_KIND, tid.bytes), timer_key)
             self.store.apply(self.partition, batch)  # a PreconditionFailed means a racing replay journaled it
             if self.service is not None:
                 self.service.notify(self.partition, due_at_ms)

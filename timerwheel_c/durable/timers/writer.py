@@ -1,24 +1,86 @@
-"""Scheduling from any process: :func:`schedule` and :func:`cancel` write timer rows directly.
+"""Timers by name, from any process: :func:`schedule`, :func:`cancel`, :func:`reschedule`,
+:func:`get_timer` and :func:`list_timers` write and read timer rows directly.
 
-A web or API process that only *writes* timers needs neither a registry nor a running
-service: it writes the row, and the store's change signal (:meth:`Store.watch`) wakes
-every runner serving the partition, in this process or another. This is the shape of
-procrastinate's ``defer`` and APScheduler 4's ``add_schedule`` beside separate workers.
-:class:`timerwheel_c.durable.service.DurableTimerService` wraps both, adding a check of
-the kind against its registry and an in-process wake-up.
+A pending timer is named by its identity (partition, kind, reference), and a partition holds at most
+one pending timer per identity: its identity row (:func:`~.keys.identity`) says where the timer is,
+scheduled or backed off after a failed attempt. Every write here reads the identity row and commits
+guarded on it (``Equals``), moving or deleting the timer row it names in the same batch; a claim or
+an outcome that moves the timer meanwhile fails the guard, and the write reads again. This is the
+named job of APScheduler's ``add_job(id=..., replace_existing=...)`` and procrastinate's queueing
+lock, kept in the store's guarded batches.
+
+A web or API process that only *writes* timers needs neither a registry nor a running service: it
+writes the row, and the store's change signal (:meth:`Store.watch`) wakes every runner serving the
+partition, in this process or another. :class:`timerwheel_c.durable.service.DurableTimerService`
+wraps these, adding a check of the kind against its registry and an in-process wake-up.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Optional
+
 from . import keys
 from .due import due_at_ms_of
-from ..storage.store import Batch, Committed, Equals, Store, check_bytes, check_partition, check_store
+from ..storage.store import Absent, Batch, Committed, Equals, Store, check_bytes, check_partition, check_store
 
-__all__ = ["cancel", "schedule"]
+__all__ = ["IF_EXISTS", "STATES", "PendingTimer", "TimerExists", "cancel", "get_timer", "list_timers", "reschedule",
+           "schedule"]
+
+IF_EXISTS = ("replace", "keep", "error")
+STATES = ("scheduled", "retrying")
 
 
-def schedule(store: Store, partition: str, due_at_ms, kind, reference: bytes, value: bytes = b"") -> bytes:
-    """Write the timer row of (``due_at_ms``, ``kind``, ``reference``) with ``value`` into ``partition``,
-    overwriting a row with the same key; return the row's key (bytes).
+class TimerExists(ValueError):
+    """:func:`schedule` with ``if_exists="error"`` found a pending timer of that identity; ``.timer``
+    is that :class:`PendingTimer`."""
+
+    def __init__(self, timer: "PendingTimer"):
+        super().__init__(f"partition {timer.partition!r} already has a pending timer of kind {int(timer.kind)} "
+                         f"reference {timer.reference[:64]!r}, due {timer.due_at_ms} ms ({timer.state})")
+        self.timer = timer
+
+
+@dataclass(frozen=True)
+class PendingTimer:
+    """A pending timer as :func:`get_timer` and :func:`list_timers` report it.
+
+    ``due_at_ms``: the time it fires next, Unix epoch ms: its due time, or for a ``"retrying"``
+    timer (``attempt`` >= 1 attempts failed or are in flight) the time of its next attempt.
+    ``state``: ``"scheduled"`` or ``"retrying"``.
+    """
+
+    partition: str
+    kind: keys.TimerKind
+    reference: bytes
+    value: bytes
+    due_at_ms: int
+    attempt: int
+    state: str
+
+    @classmethod
+    def of_row(cls, partition: str, key: bytes, value: bytes) -> "PendingTimer":
+        """The timer of the stored row (``key``, ``value``). Raises MalformedKey for a malformed key."""
+        tk = keys.parse(key)
+        return cls(partition, keys.TimerKind(tk.kind), tk.reference, value, tk.due_at_ms, tk.attempt,
+                   "retrying" if tk.attempt else "scheduled")
+
+
+def _current(store: Store, partition: str, identity: bytes) -> tuple:
+    """``(timer key or None, its value or None)``: where the identity row points, and that row."""
+    key = store.get(partition, identity)
+    return (key, None) if key is None else (key, store.get(partition, key))
+
+
+def schedule(store: Store, partition: str, due_at_ms, kind, reference: bytes, value: bytes = b"", *,
+             if_exists: str = "replace") -> bytes:
+    """Arm the timer named (``partition``, ``kind``, ``reference``) for ``due_at_ms`` with ``value``;
+    return the key of the pending timer row (bytes).
+
+    ``if_exists`` says what becomes of a pending timer of that name (scheduled or retrying):
+    ``"replace"`` moves it to the new due time and value (attempts start again), ``"keep"`` leaves
+    it as it is (insert-if-absent, for deduplication; its key is returned), ``"error"`` raises
+    :class:`TimerExists`. A timer whose handler is running is pending: replacing it arms the new one
+    and the running attempt's outcome no longer commits.
 
     Args:
         store: the backend.
@@ -26,38 +88,131 @@ def schedule(store: Store, partition: str, due_at_ms, kind, reference: bytes, va
         due_at_ms: Unix epoch ms (int) or a timezone-aware datetime; an int below 10**11
             (before 1973, plausibly seconds) is accepted and logged at WARNING.
         kind: 1..255, an int or a :class:`TimerKind`.
-        reference: opaque bytes identifying the timer among those of its kind and due time.
+        reference: opaque bytes naming the timer among those of its kind.
         value: bytes handed to the handler.
 
     Raises:
+        TimerExists: ``if_exists="error"`` and a timer of that name is pending.
         TypeError / ValueError: a bad argument, naming it (a naive datetime, a kind out of
-            1..255, a non-bytes reference or value, an empty partition).
+            1..255, a non-bytes reference or value, an empty partition, an unknown ``if_exists``).
         Exception: whatever the store raises.
     """
     check_store(store)
     key = keys.timer(due_at_ms_of(due_at_ms), kind, reference)
+    identity = keys.identity(kind, reference)
     check_bytes("value", value)
     check_partition(partition)
+    if if_exists not in IF_EXISTS:
+        raise ValueError(f"if_exists must be one of {IF_EXISTS}, got {if_exists!r}")
     keys.declare_signals(store)
-    store.apply(partition, Batch().put(key, value))
-    return key
+    while True:
+        current, current_value = _current(store, partition, identity)
+        if current_value is not None and if_exists != "replace":
+            if if_exists == "keep":
+                return current
+            raise TimerExists(PendingTimer.of_row(partition, current, current_value))
+        batch = Batch()
+        if current is None:
+            batch.require(Absent(identity))
+        else:
+            batch.require(Equals(identity, current)).delete(current)
+        if isinstance(store.apply(partition, batch.put(key, value).put(identity, key)), Committed):
+            return key
 
 
-def cancel(store: Store, partition: str, due_at_ms, kind, reference: bytes) -> bool:
-    """Delete the timer row scheduled at ``due_at_ms`` (as for :func:`schedule`); True if this call removed it.
-
-    A row that a runner has claimed (it is firing or backed off) has left that key, so it is
-    not cancelled (False); nor is a row another writer replaced between the read and the
-    guarded delete.
+def cancel(store: Store, partition: str, kind, reference: bytes) -> bool:
+    """Remove the pending timer named (``partition``, ``kind``, ``reference``), scheduled or retrying;
+    True if this call removed one. A timer cancelled while its handler runs does not fire again (its
+    running attempt's outcome may still commit, if it commits first).
 
     Raises:
-        TypeError / ValueError: a bad argument, as for :func:`schedule`.
+        TypeError / ValueError: a bad argument, naming it.
+        Exception: whatever the store raises.
+    """
+    check_store(store)
+    identity = keys.identity(kind, reference)
+    check_partition(partition)
+    while True:
+        current, current_value = _current(store, partition, identity)
+        if current is None:
+            return False
+        batch = Batch().require(Equals(identity, current)).delete(current).delete(identity)
+        if isinstance(store.apply(partition, batch), Committed):
+            return current_value is not None
+
+
+def reschedule(store: Store, partition: str, kind, reference: bytes, due_at_ms) -> bool:
+    """Move the pending timer named (``partition``, ``kind``, ``reference``) to ``due_at_ms`` (Unix
+    epoch ms or an aware datetime), its value kept and its attempts started again; True if a timer
+    was pending (and so moved), False if none was.
+
+    Raises:
+        TypeError / ValueError: a bad argument, naming it.
         Exception: whatever the store raises.
     """
     check_store(store)
     key = keys.timer(due_at_ms_of(due_at_ms), kind, reference)
+    identity = keys.identity(kind, reference)
     check_partition(partition)
-    value = store.get(partition, key)
-    if value is None:
-        return False
-    return isinstance(store.apply(partition, Batch().require(Equals(key, value)).delete(key)), Committed)
+    keys.declare_signals(store)
+    while True:
+        current, current_value = _current(store, partition, identity)
+        if current_value is None:
+            return False
+        if current == key:
+            return True
+        batch = Batch().require(Equals(identity, current)).require(Equals(current, current_value))
+        if isinstance(store.apply(partition, batch.delete(current).put(key, current_value).put(identity, key)),
+                      Committed):
+            return True
+
+
+def get_timer(store: Store, partition: str, kind, reference: bytes) -> Optional[PendingTimer]:
+    """The pending timer named (``partition``, ``kind``, ``reference``), or None.
+
+    Raises:
+        TypeError / ValueError: a bad argument, naming it.
+        Exception: whatever the store raises.
+    """
+    check_store(store)
+    identity = keys.identity(kind, reference)
+    check_partition(partition)
+    current, current_value = _current(store, partition, identity)
+    return None if current_value is None else PendingTimer.of_row(partition, current, current_value)
+
+
+def list_timers(store: Store, partition: str, *, kind=None, state: Optional[str] = None,
+                limit: int = 1000) -> list:
+    """Up to ``limit`` (>= 1) pending timers of ``partition``, in the order they fire next (their
+    ``due_at_ms``), of ``kind`` only and in ``state`` only (``"scheduled"``/``"retrying"``) when
+    given. Malformed rows are not timers and are left out.
+
+    Raises:
+        TypeError / ValueError: a bad argument, naming it.
+        Exception: whatever the store raises.
+    """
+    check_store(store)
+    check_partition(partition)
+    want_kind = None if kind is None else keys.TimerKind(kind)
+    if state is not None and state not in STATES:
+        raise ValueError(f"state must be None or one of {STATES}, got {state!r}")
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError(f"limit must be an int >= 1, got {limit!r}")
+    start, end = keys.timer_range()
+    out: list = []
+    after = None
+    while len(out) < limit:
+        page = store.scan(partition, start, end, after, 512)
+        for key, value in page.entries:
+            try:
+                timer = PendingTimer.of_row(partition, key, value)
+            except keys.MalformedKey:
+                continue
+            if (want_kind is None or timer.kind == want_kind) and (state is None or timer.state == state):
+                out.append(timer)
+                if len(out) == limit:
+                    break
+        if page.next is None:
+            break
+        after = page.next
+    return out

@@ -56,3 +56,9 @@ END
 $$;
 DROP TRIGGER IF EXISTS {wake} ON {t};
 CREATE TRIGGER {wake} AFTER INSERT OR UPDATE ON {t} FOR EACH ROW WHEN ({when}) EXECUTE FUNCTION {wake}()
+
+-- name: all_rows
+SELECT partition, key, value FROM {t} ORDER BY partition, key
+
+-- name: put_if_absent
+INSERT INTO {t} (partition, key, value) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING

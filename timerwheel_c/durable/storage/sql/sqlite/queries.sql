@@ -37,3 +37,9 @@ WITH RECURSIVE p(name) AS (
   SELECT (SELECT partition FROM timerwheel_kv WHERE partition > p.name ORDER BY partition LIMIT 1)
   FROM p WHERE p.name IS NOT NULL)
 SELECT name FROM p WHERE name IS NOT NULL
+
+-- name: all_rows
+SELECT partition, key, value FROM timerwheel_kv ORDER BY partition, key
+
+-- name: put_if_absent
+INSERT OR IGNORE INTO timerwheel_kv (partition, key, value) VALUES (?, ?, ?)

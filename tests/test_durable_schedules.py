@@ -1,0 +1,168 @@
+"""Recurring schedules in the store, driven through run_due with the test's own clock (now_ms), on
+every backend: each occurrence reaches its handler once with its nominal time, the misfire policies
+after a 10-minute gap, replace on re-add, pause/resume/remove, jitter bounds, no drift. No test waits
+on a real clock, so none can flake on timing."""
+from __future__ import annotations
+
+import pytest
+
+from timerwheel_c.durable import (Done, Every, Retry, TimerHandler, TimerKind, TimerRegistry, add_schedule,
+                                  get_schedule, list_schedules, list_timers, pause_schedule, remove_schedule,
+                                  resume_schedule, run_due)
+
+P = "sched"
+KIND = 0xF4
+START = 1_800_000_000_000  # Unix epoch ms, a whole minute
+MIN = 60_000
+
+
+class Recording(TimerHandler):
+    """Records (reference, due_at_ms, value, attempt) per fire; ``answers`` pops answers (default Done)."""
+
+    kind = TimerKind(KIND)
+
+    def __init__(self, answers=()):
+        self.fired: list = []
+        self.answers = list(answers)
+
+    def fire(self, ctx, timer):
+        self.fired.append((timer.reference, timer.due_at_ms, timer.value, timer.attempt))
+        return self.answers.pop(0) if self.answers else Done()
+
+
+def drive(store, registry, now_ms, rounds=50):
+    """run_due at ``now_ms`` until a round fires nothing (a schedule's next occurrence may be due at once)."""
+    for _ in range(rounds):
+        if not run_due(store, P, registry, now_ms).fired and not run_due(store, P, registry, now_ms).moved:
+            return
+    raise AssertionError("still firing after 50 rounds")
+
+
+def test_each_occurrence_fires_once_with_its_nominal_time_reference_and_value(durable_store):
+    handler = Recording()
+    registry = TimerRegistry().register(handler)
+    info = add_schedule(durable_store, P, "tick", Every(60, start=START), KIND, b"payload")
+    assert (info.name, info.kind, info.next_fire_ms, info.paused, info.last_fired_ms) == (
+        "tick", KIND, START + MIN, False, None)
+    drive(durable_store, registry, START + MIN - 1)
+    assert handler.fired == []
+    for k in range(1, 4):
+        drive(durable_store, registry, START + k * MIN)
+        drive(durable_store, registry, START + k * MIN)  # a second pass at the same time fires nothing more
+    assert handler.fired == [(b"tick", START + k * MIN, b"payload", 1) for k in range(1, 4)]
+    info = get_schedule(durable_store, P, "tick")
+    assert (info.last_fired_ms, info.next_fire_ms) == (START + 3 * MIN, START + 4 * MIN)
+    [pending] = list_timers(durable_store, P)  # an operator sees the pending occurrence too
+    assert (pending.reference, pending.due_at_ms, pending.kind) == (b"tick", START + 4 * MIN, KIND)
+
+
+@pytest.mark.parametrize("policy, kwargs, fired", [
+    ("once", {}, [10]),
+    ("skip", {"misfire_grace_s": 90}, [9, 10]),
+    ("skip", {"misfire_grace_s": 30}, [10]),
+    ("all", {"catchup_window_s": 300}, [6, 7, 8, 9, 10]),
+])
+def test_misfire_policy_after_a_ten_minute_gap(durable_store, policy, kwargs, fired):
+    """Every minute from START; the runner comes back at START + 10 min + 1 s, so occurrence k (minute
+    k) is (10 - k) min + 1 s late: "once" fires the latest, "skip" those within the grace, "all" those
+    within the catch-up window, oldest first; then the schedule continues on its grid."""
+    handler = Recording()
+    registry = TimerRegistry().register(handler)
+    add_schedule(durable_store, P, "m", Every(60, start=START), KIND, misfire=policy, **kwargs)
+    drive(durable_store, registry, START + 10 * MIN + 1_000)
+    assert [(due - START) // MIN for _, due, _, _ in handler.fired] == fired
+    assert get_schedule(durable_store, P, "m").next_fire_ms == START + 11 * MIN
+
+
+def test_re_adding_a_name_replaces_it_and_old_occurrences_never_fire(durable_store):
+    handler = Recording()
+    registry = TimerRegistry().register(handler)
+    add_schedule(durable_store, P, "job", Every(60, start=START), KIND, b"old")
+    add_schedule(durable_store, P, "job", Every(300, start=START), KIND, b"new")
+    assert len(list_timers(durable_store, P)) == 1
+    drive(durable_store, registry, START + 4 * MIN)
+    assert handler.fired == []
+    drive(durable_store, registry, START + 5 * MIN)
+    assert handler.fired == [(b"job", START + 5 * MIN, b"new", 1)]
+    [info] = list_schedules(durable_store, P)
+    assert info.trigger == Every(300, start=START) and info.value == b"new"
+
+
+def test_replacing_a_schedule_whose_occurrence_is_retrying_drops_that_occurrence(durable_store):
+    handler = Recording([Retry()])
+    registry = TimerRegistry().register(handler)
+    add_schedule(durable_store, P, "job", Every(60, start=START), KIND, b"old")
+    drive(durable_store, registry, START + MIN)
+    assert [t.state for t in list_timers(durable_store, P)] == ["retrying"]
+    add_schedule(durable_store, P, "job", Every(60, start=START + 10 * MIN), KIND, b"new")
+    drive(durable_store, registry, START + 11 * MIN)
+    assert [(due - START) // MIN for _, due, _, _ in handler.fired] == [1, 11]
+    assert handler.fired[-1][2] == b"new"
+
+
+def test_a_failed_occurrence_is_retried_and_the_next_waits_for_it(durable_store):
+    handler = Recording([Retry(), Retry()])
+    registry = TimerRegistry().register(handler)
+    add_schedule(durable_store, P, "flaky", Every(60, start=START), KIND)
+    drive(durable_store, registry, START + MIN)
+    drive(durable_store, registry, START + 2 * MIN + 30_000)  # well past its backoff and the next nominal
+    drive(durable_store, registry, START + 3 * MIN + 30_000)
+    got = [((due - START) // MIN, attempt) for _, due, _, attempt in handler.fired]
+    # The same occurrence (1) three times until Done, never two at once; then 3 ("once" coalesces 2 and 3).
+    assert got[:3] == [(1, 1), (1, 2), (1, 3)] and got[3:] == [(3, 1)]
+
+
+def test_pause_resume_and_remove(durable_store):
+    handler = Recording()
+    registry = TimerRegistry().register(handler)
+    add_schedule(durable_store, P, "p", Every(60, start=START), KIND)
+    assert pause_schedule(durable_store, P, "p") is True
+    info = get_schedule(durable_store, P, "p")
+    assert info.paused and info.next_fire_ms is None and list_timers(durable_store, P) == []
+    drive(durable_store, registry, START + 5 * MIN)
+    assert handler.fired == []
+    assert resume_schedule(durable_store, P, "p") is True
+    drive(durable_store, registry, START + 5 * MIN)
+    assert [due for _, due, _, _ in handler.fired] == [START + 5 * MIN]  # the pause was a misfire: "once"
+    assert remove_schedule(durable_store, P, "p") is True
+    assert remove_schedule(durable_store, P, "p") is False
+    assert pause_schedule(durable_store, P, "p") is False and resume_schedule(durable_store, P, "p") is False
+    assert get_schedule(durable_store, P, "p") is None
+    assert durable_store.scan(P, b"", b"\xff").entries == []
+    drive(durable_store, registry, START + 60 * MIN)
+    assert len(handler.fired) == 1
+
+
+def test_jitter_delays_each_occurrence_within_bounds_and_keeps_the_grid(durable_store):
+    handler = Recording()
+    registry = TimerRegistry().register(handler)
+    add_schedule(durable_store, P, "j", Every(60, start=START, jitter_s=10), KIND)
+    for k in range(1, 21):
+        fire_ms = get_schedule(durable_store, P, "j").next_fire_ms
+        assert START + k * MIN <= fire_ms <= START + k * MIN + 10_000
+        drive(durable_store, registry, fire_ms - 1)
+        assert len(handler.fired) == k - 1
+        drive(durable_store, registry, fire_ms)
+    assert [due for _, due, _, _ in handler.fired] == [START + k * MIN for k in range(1, 21)]
+
+
+def test_twenty_occurrences_fired_late_do_not_drift(durable_store):
+    handler = Recording()
+    registry = TimerRegistry().register(handler)
+    add_schedule(durable_store, P, "late", Every(60, start=START), KIND)
+    for k in range(1, 21):
+        drive(durable_store, registry, START + k * MIN + 7_000)  # each fired 7 s late
+    assert [due for _, due, _, _ in handler.fired] == [START + k * MIN for k in range(1, 21)]
+    assert get_schedule(durable_store, P, "late").next_fire_ms == START + 21 * MIN
+
+
+def test_schedules_are_listed_across_partitions_and_bad_names_are_refused(durable_store):
+    add_schedule(durable_store, "a", "x", Every(60, start=START), KIND)
+    add_schedule(durable_store, "b", "y", Every(60, start=START), KIND)
+    assert [(i.partition, i.name) for i in list_schedules(durable_store)] == [("a", "x"), ("b", "y")]
+    with pytest.raises(ValueError, match="''"):
+        add_schedule(durable_store, P, "", Every(60), KIND)
+    with pytest.raises(TypeError, match="b'x'"):
+        add_schedule(durable_store, P, b"x", Every(60), KIND)
+    with pytest.raises(ValueError, match="catchup_window_s"):
+        add_schedule(durable_store, P, "z", Every(60), KIND, misfire="all")

@@ -1,0 +1,278 @@
+"""Recurring schedules in the store: the API (:func:`add_schedule` ... :func:`list_schedules`) and the
+two steps the runner takes on an occurrence (:func:`claim_occurrence`, :func:`settle_occurrence`).
+
+A schedule named ``name`` in a partition is two rows (and its pending occurrence's identity row):
+
+- its state, ``keys.schedule_row(name)`` -> :class:`~.schedule_state.ScheduleState` bytes;
+- its pending occurrence, a timer row of the schedule's kind with the occurrence variant
+  (``keys.timer(next_fire_ms, kind, name, occurrence=True)``) holding the schedule's value. The
+  runner scans and claims it with every other timer, so a schedule costs no pass of its own and
+  ``run_due`` with a fake clock drives it like any timer.
+
+Exactly once, across a fleet and through SIGKILLs: the claim of a pending occurrence reads the state,
+resolves the misfire policy (:func:`~.schedule_state.when_due`) and records the occurrence's nominal
+time in the claimed key, guarded on the state it read; the handler's ``Done`` commits its batch,
+the delete of the claimed row, the next state (:func:`~.schedule_state.done`) and the next pending
+row in one batch guarded on the claimed row and that state. A runner killed before that commit
+leaves the claimed row, which comes due again and fires the same occurrence; a commit that raced
+another fails its guard. A failure or ``Retry`` leaves the claimed row backed off: the same
+occurrence again, and the next one is not computed until this one is done, so occurrences never
+overlap. This is the schedule-as-data of APScheduler 4 (a trigger computes the next fire time, the
+store keeps it) on the guarded batch of the timer rows.
+
+Adding a name that exists replaces the schedule atomically: the old pending row (scheduled or
+backed off, found by its identity row) is deleted in the batch that writes the new state, and an
+in-flight attempt of the old schedule fails its guard, so old occurrences never fire again.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Optional
+
+from . import keys
+from .schedule_state import ScheduleState, done, new_state, paused, resumed, when_due
+from .tick import backoff_ms
+from .triggers import Trigger
+from ..storage.store import Absent, Batch, Committed, Equals, Store, check_partition, check_store
+
+__all__ = ["OccurrenceClaim", "ScheduleInfo", "add_schedule", "claim_occurrence", "get_schedule", "list_schedules",
+           "pause_schedule", "remove_schedule", "resume_schedule", "settle_occurrence"]
+
+_RNG = random.Random()
+
+
+@dataclass(frozen=True)
+class ScheduleInfo:
+    """A schedule as :func:`get_schedule` and :func:`list_schedules` report it (times Unix epoch ms).
+
+    ``next_fire_ms``: when its pending occurrence fires (nominal time + jitter), None when paused or
+    when the trigger has no more. ``last_fired_ms``: the nominal time of the last occurrence done, or
+    None. ``misfire``, ``misfire_grace_s`` (s), ``catchup_window_s`` (s or None): its misfire policy.
+    """
+
+    partition: str
+    name: str
+    trigger: Trigger
+    kind: keys.TimerKind
+    value: bytes
+    next_fire_ms: Optional[int]
+    paused: bool
+    last_fired_ms: Optional[int]
+    misfire: str
+    misfire_grace_s: float
+    catchup_window_s: Optional[float]
+
+    @classmethod
+    def of_state(cls, partition: str, name: str, state: ScheduleState) -> "ScheduleInfo":
+        return cls(partition, name, state.trigger, keys.TimerKind(state.kind), state.value, state.next_fire_ms,
+                   state.paused, state.last_fired_ms, state.misfire, state.misfire_grace_s, state.catchup_window_s)
+
+
+def _name_bytes(name: object) -> bytes:
+    if not isinstance(name, str):
+        raise TypeError(f"a schedule name must be a str, got {type(name).__name__} {name!r}")
+    if not name:
+        raise ValueError("a schedule name must be a non-empty str, got ''")
+    try:
+        raw = name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"a schedule name must be encodable as UTF-8, got {name!r}") from None
+    keys.schedule_row(raw)  # checks the length
+    return raw
+
+
+def _arm(batch: Batch, raw: bytes, state: ScheduleState) -> Batch:
+    """Add to ``batch`` the writes of ``state`` and of its pending occurrence row (if any)."""
+    batch.put(keys.schedule_row(raw), state.to_bytes())
+    identity = keys.occurrence_identity(state.kind, raw)
+    if state.next_fire_ms is None:
+        return batch.delete(identity)
+    key = keys.timer(state.next_fire_ms, state.kind, raw, occurrence=True)
+    return batch.put(key, state.value).put(identity, key)
+
+
+def _disarm(store: Store, partition: str, batch: Batch, raw: bytes, state: ScheduleState) -> Batch:
+    """Add to ``batch`` the guarded delete of ``state``'s pending occurrence row, wherever it is."""
+    identity = keys.occurrence_identity(state.kind, raw)
+    current = store.get(partition, identity)
+    if current is None:
+        return batch.require(Absent(identity))
+    return batch.require(Equals(identity, current)).delete(current).delete(identity)
+
+
+def _read(store: Store, partition: str, raw: bytes) -> tuple:
+    data = store.get(partition, keys.schedule_row(raw))
+    return (None, None) if data is None else (data, ScheduleState.from_bytes(data))
+
+
+def add_schedule(store: Store, partition: str, name: str, trigger: Trigger, kind, value: bytes = b"", *,
+                 misfire: str = "once", misfire_grace_s: float = 60.0,
+                 catchup_window_s: Optional[float] = None) -> ScheduleInfo:
+    """Add the recurring schedule ``name`` to ``partition``, or replace the one of that name atomically
+    (its trigger, kind, value and policy; its old occurrences never fire again). Each occurrence
+    reaches the handler of ``kind`` as a DueTimer whose ``due_at_ms`` is its nominal time (Unix epoch
+    ms), whose ``reference`` is ``name.encode()`` and whose ``value`` is ``value``.
+
+    Args:
+        trigger: an :class:`~.triggers.Every` or a :class:`~.triggers.Cron`.
+        kind: 1..255, an int or a TimerKind.
+        misfire: ``"once"`` (one occurrence for all those missed, the latest), ``"skip"`` (drop those
+            more than ``misfire_grace_s`` seconds late) or ``"all"`` (each missed occurrence no older
+            than ``catchup_window_s`` seconds, oldest first; required with ``"all"``).
+
+    Raises:
+        TypeError / ValueError: a bad argument, naming it.
+        Exception: whatever the store raises.
+    """
+    check_store(store)
+    check_partition(partition)
+    raw = _name_bytes(name)
+    state = new_state(trigger, kind, value, rng=_RNG, misfire=misfire, misfire_grace_s=misfire_grace_s,
+                      catchup_window_s=catchup_window_s)
+    keys.declare_signals(store)
+    while True:
+        data, old = _read(store, partition, raw)
+        batch = Batch()
+        if old is None:
+            batch.require(Absent(keys.schedule_row(raw)))
+        else:
+            _disarm(store, partition, batch.require(Equals(keys.schedule_row(raw), data)), raw, old)
+        if isinstance(store.apply(partition, _arm(batch, raw, state)), Committed):
+            return ScheduleInfo.of_state(partition, name, state)
+
+
+def _change(store: Store, partition: str, name: str, step, *, remove: bool = False) -> bool:
+    check_store(store)
+    check_partition(partition)
+    raw = _name_bytes(name)
+    keys.declare_signals(store)
+    while True:
+        data, state = _read(store, partition, raw)
+        if state is None:
+            return False
+        batch = _disarm(store, partition, Batch().require(Equals(keys.schedule_row(raw), data)), raw, state)
+        if remove:
+            batch.delete(keys.schedule_row(raw))
+        else:
+            _arm(batch, raw, step(state))
+        if isinstance(store.apply(partition, batch), Committed):
+            return True
+
+
+def remove_schedule(store: Store, partition: str, name: str) -> bool:
+    """Remove the schedule ``name`` and its pending occurrence; True if it existed. An occurrence
+    whose handler is running then fails its guard: it never commits.
+
+    Raises:
+        TypeError / ValueError: a bad argument. Exception: whatever the store raises.
+    """
+    return _change(store, partition, name, None, remove=True)
+
+
+def pause_schedule(store: Store, partition: str, name: str) -> bool:
+    """Pause the schedule ``name``: its pending occurrence is removed, and nothing fires until
+    :func:`resume_schedule`; True if the schedule exists (paused already or not).
+
+    Raises:
+        TypeError / ValueError: a bad argument. Exception: whatever the store raises.
+    """
+    return _change(store, partition, name, lambda state: state if state.paused else paused(state))
+
+
+def resume_schedule(store: Store, partition: str, name: str) -> bool:
+    """Resume the schedule ``name``: the occurrences missed while paused are resolved by its misfire
+    policy, then it continues on its grid; True if the schedule exists.
+
+    Raises:
+        TypeError / ValueError: a bad argument. Exception: whatever the store raises.
+    """
+    return _change(store, partition, name, lambda state: resumed(state, _RNG) if state.paused else state)
+
+
+def get_schedule(store: Store, partition: str, name: str) -> Optional[ScheduleInfo]:
+    """The schedule ``name`` of ``partition``, or None.
+
+    Raises:
+        TypeError / ValueError: a bad argument. Exception: whatever the store raises.
+    """
+    check_store(store)
+    check_partition(partition)
+    state = _read(store, partition, _name_bytes(name))[1]
+    return None if state is None else ScheduleInfo.of_state(partition, name, state)
+
+
+def list_schedules(store: Store, partition: Optional[str] = None) -> list:
+    """Every schedule of ``partition`` (None: of every partition), by partition then name.
+
+    Raises:
+        TypeError / ValueError: a bad partition. Exception: whatever the store raises.
+    """
+    check_store(store)
+    partitions = store.partitions() if partition is None else [check_partition(partition)]
+    out = []
+    start, end = keys.SCHEDULE_RANGE
+    for p in partitions:
+        after = None
+        while True:
+            page = store.scan(p, start, end, after, 256)
+            for key, data in page.entries:
+                name = key[len(keys.SCHEDULE_TAG):].decode("utf-8")
+                out.append(ScheduleInfo.of_state(p, name, ScheduleState.from_bytes(data)))
+            if page.next is None:
+                break
+            after = page.next
+    return out
+
+
+@dataclass(frozen=True)
+class OccurrenceClaim:
+    """How the runner claims a due occurrence row: apply ``batch``; when ``nominal_ms`` (Unix epoch ms)
+    is not None, fire the occurrence of that nominal time from ``claimed_key``, settling it with the
+    schedule's state ``state`` (the bytes read); when it is None, the batch moved the schedule on
+    without firing (every due occurrence was dropped by its misfire policy, or the schedule is gone)."""
+
+    batch: Batch
+    claimed_key: Optional[bytes]
+    nominal_ms: Optional[int]
+    state: Optional[bytes]
+
+
+def claim_occurrence(store: Store, partition: str, key: bytes, value: bytes, tk: keys.TimerKey,
+                     now_ms: int) -> Optional[OccurrenceClaim]:
+    """The claim of the due occurrence row ``key`` (parsed ``tk``), or None to leave it (woken before
+    its occurrence). Reads the schedule's state (one get).
+
+    Raises:
+        ValueError: the schedule's row is malformed (the caller quarantines the occurrence row).
+        Exception: whatever the store raises.
+    """
+    row_key = keys.schedule_row(tk.reference)
+    data = store.get(partition, row_key)
+    identity = keys.identity_of(tk)
+    guard = Batch()
+    if data is None:  # the schedule is gone: its row goes too
+        return OccurrenceClaim(guard.require(Absent(row_key)).require(Equals(key, value)).delete(key)
+                               .delete(identity), None, None, None)
+    state = ScheduleState.from_bytes(data)
+    guard.require(Equals(row_key, data)).require(Equals(key, value)).delete(key)
+    if tk.attempt:
+        nominal_ms = tk.original_due_at_ms
+    else:
+        step = when_due(state, now_ms, _RNG)
+        if step.fire_ms is None:
+            if step.state == state:
+                return None
+            return OccurrenceClaim(_arm(guard, tk.reference, step.state), None, None, None)
+        nominal_ms = step.fire_ms
+    attempt = min(tk.attempt + 1, keys.MAX_ATTEMPT)
+    claimed_key = keys.backoff(min(now_ms + backoff_ms(attempt), keys.MAX_DUE_MS), tk.kind, attempt, nominal_ms,
+                               tk.reference, occurrence=True)
+    return OccurrenceClaim(guard.put(claimed_key, value).put(identity, claimed_key), claimed_key, nominal_ms, data)
+
+
+def settle_occurrence(batch: Batch, name: bytes, nominal_ms: int, state: bytes) -> Batch:
+    """Add to ``batch`` (the Done of the occurrence at ``nominal_ms`` of schedule ``name``, read in
+    state ``state``) the move to the next occurrence, guarded on that state."""
+    current = ScheduleState.from_bytes(state)
+    return _arm(batch.require(Equals(keys.schedule_row(name), state)), name, done(current, nominal_ms, _RNG))
