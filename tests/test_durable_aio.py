@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from timerwheel_c.durable import aio, cancel, schedule
+from timerwheel_c.durable import Every, add_schedule, aio, cancel, get_schedule, get_timer, schedule
 from timerwheel_c.durable.storage.sqlite import SQLiteStore
 from timerwheel_c.durable.timers import keys
 from waiting import wall_ms
@@ -70,8 +70,9 @@ def _store(tmp_path, backend):
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 def test_async_functions_return_and_raise_what_the_sync_ones_do(tmp_path, backend):
-    """schedule returns the same key; cancel True then False; a bad kind and a naive datetime raise
-    the same exception type with the same message as the sync call."""
+    """Each async function returns what its sync twin returns on the same rows (schedule's key,
+    get_timer's PendingTimer, reschedule and cancel's bool, add_schedule's ScheduleInfo), and a
+    bad argument raises the same exception type with the same message."""
     if backend == "postgres" and not PG_DSN:
         pytest.skip("TIMERWHEEL_C_TEST_PG_DSN is not set")
     store = _store(tmp_path, backend)
@@ -81,15 +82,26 @@ def test_async_functions_return_and_raise_what_the_sync_ones_do(tmp_path, backen
         async def main():
             key = await aio.schedule(store, P, due, KIND, b"a")
             assert key == schedule(store, P, due, KIND, b"a")
-            assert await aio.cancel(store, P, due, KIND, b"a") is True
-            assert await aio.cancel(store, P, due, KIND, b"a") is False
-            assert cancel(store, P, due, KIND, b"a") is False
+            assert await aio.get_timer(store, P, KIND, b"a") == get_timer(store, P, KIND, b"a")
+            assert await aio.reschedule(store, P, KIND, b"a", due + 1000) is True
+            assert (await aio.get_timer(store, P, KIND, b"a")).due_at_ms == due + 1000
+            assert await aio.cancel(store, P, KIND, b"a") is True
+            assert await aio.cancel(store, P, KIND, b"a") is False
+            assert cancel(store, P, KIND, b"a") is False
+            assert await aio.get_timer(store, P, KIND, b"a") is None
+            info = await aio.add_schedule(store, P, "hourly", Every(3600), KIND)
+            assert info == get_schedule(store, P, "hourly")
             for bad in ((P, due, 0, b"a"), ("", due, KIND, b"a"), (P, due, KIND, "text")):
                 with pytest.raises((TypeError, ValueError)) as sync_err:
                     schedule(store, *bad)
                 with pytest.raises(sync_err.type) as async_err:
                     await aio.schedule(store, *bad)
                 assert str(async_err.value) == str(sync_err.value)
+            with pytest.raises(ValueError) as sync_err:
+                add_schedule(store, P, "", Every(1), KIND)
+            with pytest.raises(ValueError) as async_err:
+                await aio.add_schedule(store, P, "", Every(1), KIND)
+            assert str(async_err.value) == str(sync_err.value)
             with pytest.raises(TypeError, match="store"):
                 await aio.schedule(object(), P, due, KIND, b"a")
 

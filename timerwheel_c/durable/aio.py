@@ -1,13 +1,13 @@
 """Writing durable timers from asyncio code (FastAPI, Django async, aiohttp) without blocking the loop.
 
-``await aio.schedule(store, ...)`` and ``await aio.cancel(store, ...)`` take the same arguments,
-return the same values and raise the same exceptions as :func:`timerwheel_c.durable.schedule`
-and :func:`timerwheel_c.durable.cancel`: each *is* the sync function, run on a thread of the
+``await aio.schedule(store, ...)``, ``cancel``, ``reschedule``, ``get_timer`` and
+``add_schedule`` take the same arguments, return the same values and raise the same exceptions
+as the functions of those names in :mod:`timerwheel_c.durable`: each *is* the sync function, run on a thread of the
 store's own (one per store, created on first use, a daemon that idles at no cost), while the
 event loop goes on serving other tasks. A write waiting on a lock (SQLite's ``busy_timeout``
 while another process writes, a PostgreSQL row lock) waits on that thread, never on the loop.
-Arguments are checked before the hand-off is awaited only by the sync function itself, so a bad
-argument raises from the ``await``, exactly as the sync call would.
+Arguments are checked by the sync function itself, so a bad argument raises from the
+``await``, exactly as the sync call would. (``requeue`` joins them, the same way, with parking.)
 
 Why a thread, and not psycopg's ``AsyncConnection`` on PostgreSQL: a write is a guarded batch
 (:class:`~timerwheel_c.durable.storage.store.Batch`) that the store commits in one transaction
@@ -26,12 +26,13 @@ import concurrent.futures
 import functools
 import threading
 import weakref
-from typing import Callable, TypeVar
+from typing import Callable, Optional, TypeVar
 
 from .storage.store import Store, check_store
-from .timers import writer
+from .timers import schedules, writer
+from .timers.triggers import Trigger
 
-__all__ = ["cancel", "schedule"]
+__all__ = ["add_schedule", "cancel", "get_timer", "reschedule", "schedule"]
 
 T = TypeVar("T")
 
@@ -55,13 +56,35 @@ async def _off_loop(fn: Callable[..., T], store: Store, *args, **kwargs) -> T:
     return await loop.run_in_executor(_executor(store), functools.partial(fn, store, *args, **kwargs))
 
 
-async def schedule(store: Store, partition: str, due_at_ms, kind, reference: bytes, value: bytes = b"") -> bytes:
+async def schedule(store: Store, partition: str, due_at_ms, kind, reference: bytes, value: bytes = b"", *,
+                   if_exists: str = "replace") -> bytes:
     """Await :func:`timerwheel_c.durable.schedule` (same arguments, return value and exceptions)
-    on the store's writer thread. Returns the row's key (bytes)."""
-    return await _off_loop(writer.schedule, store, partition, due_at_ms, kind, reference, value)
+    on the store's writer thread. Returns the pending timer row's key (bytes)."""
+    return await _off_loop(writer.schedule, store, partition, due_at_ms, kind, reference, value, if_exists=if_exists)
 
 
-async def cancel(store: Store, partition: str, due_at_ms, kind, reference: bytes) -> bool:
+async def cancel(store: Store, partition: str, kind, reference: bytes) -> bool:
     """Await :func:`timerwheel_c.durable.cancel` (same arguments, return value and exceptions) on
     the store's writer thread. True if this call removed the timer."""
-    return await _off_loop(writer.cancel, store, partition, due_at_ms, kind, reference)
+    return await _off_loop(writer.cancel, store, partition, kind, reference)
+
+
+async def reschedule(store: Store, partition: str, kind, reference: bytes, due_at_ms) -> bool:
+    """Await :func:`timerwheel_c.durable.reschedule` (same arguments, return value and exceptions)
+    on the store's writer thread. True if this call moved the pending timer."""
+    return await _off_loop(writer.reschedule, store, partition, kind, reference, due_at_ms)
+
+
+async def get_timer(store: Store, partition: str, kind, reference: bytes) -> Optional[writer.PendingTimer]:
+    """Await :func:`timerwheel_c.durable.get_timer` (same arguments, return value and exceptions)
+    on the store's writer thread: the pending timer of that name, or None."""
+    return await _off_loop(writer.get_timer, store, partition, kind, reference)
+
+
+async def add_schedule(store: Store, partition: str, name: str, trigger: Trigger, kind, value: bytes = b"", *,
+                       misfire: str = "once", misfire_grace_s: float = 60.0,
+                       catchup_window_s: Optional[float] = None) -> schedules.ScheduleInfo:
+    """Await :func:`timerwheel_c.durable.add_schedule` (same arguments, return value and
+    exceptions) on the store's writer thread."""
+    return await _off_loop(schedules.add_schedule, store, partition, name, trigger, kind, value, misfire=misfire,
+                           misfire_grace_s=misfire_grace_s, catchup_window_s=catchup_window_s)
