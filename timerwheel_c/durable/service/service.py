@@ -577,13 +577,14 @@ class DurableTimerService:
 
         The due backlog is counted on the store thread (a scan per served partition, up to
         :data:`~.metrics.BACKLOG_CAP` rows each), waiting at most ``backlog_timeout_s`` seconds;
-        when the store does not answer in time, or the thread is not running, it is empty.
+        when the store does not answer in time, or the thread is not running, or
+        ``backlog_timeout_s`` is 0 (a health check's cheap read), it is empty.
         Never raises on a store error.
         """
         fired, failed, lateness = self.recorder.counts()
         backlog: dict = {}
         pool = self._store_pool
-        if self.running and pool is not None:
+        if self.running and pool is not None and backlog_timeout_s > 0:
             try:
                 backlog = pool.submit(self._backlog).result(timeout=backlog_timeout_s)
             except Exception:  # a store down or slow: the other figures still tell the story
@@ -591,8 +592,15 @@ class DurableTimerService:
         with self._lock:
             errors = {"transient": self.transient_errors, "permanent": self.other_errors}
         progress = self._passes.answered_s
-        owned = (len(self.ownership.owned()) if self.ownership is not None
-                 else len(self.partitions) if self.partitions is not None else len(backlog))
+        if backlog or (self.ownership is None and self.partitions is None):
+            owned = len(backlog)
+        elif self.ownership is None:
+            owned = len(self.partitions or ())
+        else:
+            try:
+                owned = len(self.ownership.owned())
+            except Exception:  # the store is down: the ownership is empty until it reconnects
+                owned = 0
         return MetricsSnapshot(
             fired=fired, failed=failed, parked={kind: 0 for kind in self.registry.kinds()}, lateness=lateness,
             due_backlog=backlog, owned_partitions=owned, store_errors=errors,
