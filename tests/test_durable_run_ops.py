@@ -144,3 +144,16 @@ def test_a_pgpass_file_supplies_the_password(tmp_path, scram_cluster):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_schedules_commands_read_the_env_store_too(tmp_path, monkeypatch, capsys):
+    """Every command takes TIMERWHEEL_C_STORE when --store is absent: schedules add then list."""
+    monkeypatch.setenv("TIMERWHEEL_C_STORE", f"sqlite:///{tmp_path / 'env.db'}")
+    assert main(["schedules", "add", "--partition", "p", "beat", "--every", "60", "--kind", "8"]) == 0
+    capsys.readouterr()
+    assert main(["schedules", "list", "--json"]) == 0
+    assert '"beat"' in capsys.readouterr().out
+    monkeypatch.delenv("TIMERWHEEL_C_STORE")
+    assert main(["schedules", "list"]) == 2
+    assert capsys.readouterr().err.strip() == ("timerwheel-c schedules list: no store: pass --store URL "
+                                               "or set TIMERWHEEL_C_STORE")

@@ -147,12 +147,18 @@ def load_registry(spec: str) -> TimerRegistry:
     return obj
 
 
-def open_or_say(command: str, url: str):
-    """The store of ``url``, or None after one line on stderr (``timerwheel-c COMMAND: ...``, the
-    password masked) naming why it cannot be opened: a bad URL, a missing driver, a store error."""
+def open_or_say(command: str, url: Optional[str]):
+    """The store of ``url`` (None: ``$TIMERWHEEL_C_STORE``), or None after one line on stderr
+    (``timerwheel-c COMMAND: ...``, the password masked) naming why it cannot be opened: no URL,
+    a bad URL, a missing driver, a store error."""
     from ..storage.errors import StoreError
     from ..storage.open import open_store
 
+    try:
+        url = store_url(url, command)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return None
     try:
         return open_store(url)
     except (ValueError, ImportError) as exc:
