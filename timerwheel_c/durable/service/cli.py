@@ -95,26 +95,23 @@ def store_url(given: Optional[str], command: str) -> str:
     return url
 
 
-def _port(text: str) -> int:
-    """argparse type of ``--metrics-port``: an int in 0..65535."""
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a port number 0..65535, got {text!r}") from None
-    if not 0 <= n <= 65535:
-        raise argparse.ArgumentTypeError(f"must be a port number 0..65535, got {n}")
-    return n
+def _int_in(low: int, high: Optional[int], what: str):
+    """An argparse type: an int in ``low..high`` (no upper bound when ``high`` is None), else an
+    ArgumentTypeError naming the text and ``what`` (argparse turns it into one line, exit 2)."""
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
+        if n < low or (high is not None and n > high):
+            raise argparse.ArgumentTypeError(f"must be {what}, got {n}")
+        return n
+
+    return parse
 
 
-def _concurrency(text: str) -> int:
-    """argparse type of ``--concurrency``: an int >= 1 (argparse turns the ValueError into exit 2)."""
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an int >= 1, got {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be an int >= 1, got {n}")
-    return n
+_port = _int_in(0, 65535, "a port number 0..65535")
+_concurrency = _int_in(1, None, "an int >= 1")
 
 
 def load_registry(spec: str) -> TimerRegistry:
