@@ -12,7 +12,7 @@ The figures and their Prometheus names (:mod:`~timerwheel_c.durable.service.expo
 ``timerwheel_lateness_seconds``    histogram of fire time minus due time (s), first attempts only:
                                    a retry is late by its backoff, by design
 ``timerwheel_due_backlog``         rows due now (not yet fired) per served partition, counted up to
-                                   :data:`BACKLOG_CAP` each
+                                   :data:`BACKLOG_CAP` each, at most once per :data:`BACKLOG_EVERY_S`
 ``timerwheel_owned_partitions``    partitions this runner serves now
 ``timerwheel_store_errors_total``  failed store calls, by ``transient`` or ``permanent``
 ``timerwheel_handlers_in_flight``  handlers running now
@@ -28,13 +28,14 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Mapping, Tuple
 
-__all__ = ["BACKLOG_CAP", "LATENESS_BUCKETS_S", "LatenessHistogram", "MetricsSnapshot", "Recorder"]
+__all__ = ["BACKLOG_CAP", "BACKLOG_EVERY_S", "LATENESS_BUCKETS_S", "LatenessHistogram", "MetricsSnapshot", "Recorder"]
 
 # Seconds: from a healthy runner's few ms to the minutes of a stalled one (the upper bounds of
 # Prometheus' cumulative buckets; +Inf is implied).
 LATENESS_BUCKETS_S: Tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
                                          300.0)
 BACKLOG_CAP = 1_000  # due rows counted per partition at most: a scrape costs the store one page-sized scan each
+BACKLOG_EVERY_S = 1.0  # the backlog is counted at most this often (s): scrapes closer together reuse it
 
 
 @dataclass(frozen=True)

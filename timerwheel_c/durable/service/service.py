@@ -49,7 +49,7 @@ from ..timers.runner import PAGE, Attempt, RunReport, TickBudget, settle
 from .activity import Activity
 from .committer import ERROR_BACKOFF_S, Committer, backoff_s
 from .executor import SHARE_S, Executor
-from .metrics import BACKLOG_CAP, MetricsSnapshot, Recorder
+from .metrics import BACKLOG_CAP, BACKLOG_EVERY_S, MetricsSnapshot, Recorder
 from .passes import Passes
 from .pool import DaemonPool
 from .records import Job, Outcome
@@ -191,6 +191,7 @@ class DurableTimerService:
         self.recorder = Recorder()
         self._release_on_stop = False
         self._jobs: dict = {}  # claimed key -> Job, for the rows in flight (release on stop)
+        self._backlog_cache: tuple = (-math.inf, {})  # (monotonic s, due rows by partition)
         self.passes = 0
         self.fired = 0
         self.failed = 0
@@ -576,7 +577,8 @@ class DurableTimerService:
         """The service's figures now, as plain data (see :mod:`~timerwheel_c.durable.service.metrics`).
 
         The due backlog is counted on the store thread (a scan per served partition, up to
-        :data:`~.metrics.BACKLOG_CAP` rows each), waiting at most ``backlog_timeout_s`` seconds;
+        :data:`~.metrics.BACKLOG_CAP` rows each) at most once per :data:`~.metrics.BACKLOG_EVERY_S`
+        (a scrape within that reuses the last count), waiting at most ``backlog_timeout_s`` seconds;
         when the store does not answer in time, or the thread is not running, or
         ``backlog_timeout_s`` is 0 (a health check's cheap read), it is empty.
         Never raises on a store error.
@@ -584,11 +586,16 @@ class DurableTimerService:
         fired, failed, lateness = self.recorder.counts()
         backlog: dict = {}
         pool = self._store_pool
+        cached_at_s, cached = self._backlog_cache
         if self.running and pool is not None and backlog_timeout_s > 0:
-            try:
-                backlog = pool.submit(self._backlog).result(timeout=backlog_timeout_s)
-            except Exception:  # a store down or slow: the other figures still tell the story
-                backlog = {}
+            if time.monotonic() - cached_at_s < BACKLOG_EVERY_S:
+                backlog = cached
+            else:
+                try:
+                    backlog = pool.submit(self._backlog).result(timeout=backlog_timeout_s)
+                except Exception:  # a store down or slow: the other figures still tell the story
+                    backlog = {}
+                self._backlog_cache = (time.monotonic(), backlog)
         with self._lock:
             errors = {"transient": self.transient_errors, "permanent": self.other_errors}
         progress = self._passes.answered_s
