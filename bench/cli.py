@@ -23,12 +23,14 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 import traceback
 
 from timerwheel_c import _impl
 from timerwheel_c._helptext import terminal_text
+from timerwheel_c.durable.service.cli import STORE_ENV
 from timerwheel_c.durable.service.logs import log_to_stderr
 from timerwheel_c.durable.storage.redact import redact
 from . import goals, plot, preflight, suite, tables
@@ -57,7 +59,10 @@ def parser() -> argparse.ArgumentParser:
                    help="timed repeats after the one warm-up run (default 3)")
     p.add_argument("--json", metavar="FILE", help="write every figure, raw samples included, to FILE")
     p.add_argument("--plot", metavar="DIR", help="draw PNG charts into DIR (needs the 'plot' extra: matplotlib)")
-    p.add_argument("--pg-dsn", metavar="DSN", default=None, help="also run the durable workload on PostgreSQL (its password is masked in every output)")
+    p.add_argument("--pg-dsn", metavar="DSN", default=None,
+                   help="also run the durable workload on PostgreSQL (its password is masked in every output); "
+                        f"default: ${STORE_ENV} when that is a postgresql:// URL (a sqlite one is ignored: "
+                        "the bench makes its own SQLite files). Without a password, libpq reads PGPASSWORD or PGPASSFILE")
     p.add_argument("--seed", type=int, default=20261129, help="seed of every workload's inputs")
     p.add_argument("--scale", type=float, default=1.0, metavar="F",
                    help="multiply every workload's timer, op and sample counts by F (e.g. 0.1 on a slow machine)")
@@ -93,6 +98,10 @@ def _positive_int(text: str) -> int:
 def run(args: argparse.Namespace) -> int:
     """Measure the selected workloads, then print the tables and write ``--json`` and ``--plot``
     from the same figures; return the exit status."""
+    if args.pg_dsn is None and "durable" in args.only:
+        env_url = os.environ.get(STORE_ENV, "")
+        if env_url.startswith(("postgresql://", "postgres://")):
+            args.pg_dsn = env_url
     log_to_stderr(logging.WARNING, args.pg_dsn)
     if args.plot is not None:
         try:

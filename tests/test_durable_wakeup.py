@@ -9,9 +9,7 @@ is killed, or a server that restarts, loses no timer and applies no effect twice
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -27,6 +25,7 @@ from timerwheel_c.durable.timers import keys
 from timerwheel_c.durable.storage.sqlite import SQLiteStore
 from timerwheel_c.durable.storage.store import Batch
 from bench.stores import dispose
+from pg_cluster import throwaway_cluster
 from waiting import wait_until, wall_ms
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
@@ -37,7 +36,6 @@ P = "jobs"
 BOUND_MS = 2_000  # "fires promptly": generous for a loaded 2-core machine; the bench reports the real figure
 LIVENESS_S = 30.0
 PG_DSN = os.environ.get("TIMERWHEEL_C_TEST_PG_DSN")
-PGBIN = Path(os.environ.get("PGBIN", "/usr/lib/postgresql/15/bin"))
 needs_pg = pytest.mark.skipif(not PG_DSN, reason="no TIMERWHEEL_C_TEST_PG_DSN")
 
 
@@ -301,42 +299,11 @@ def test_killed_listen_connection_reconnects_and_timers_still_fire_promptly():
 
 # -- a PostgreSQL restart, on a throwaway cluster of the test's own ---------------------------
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def throwaway_pg():
     """A PostgreSQL cluster of this test's own (never the shared server): yields (dsn, pg_ctl(args...))."""
-    if not (PGBIN / "initdb").exists():
-        pytest.skip(f"no PostgreSQL server binaries in {PGBIN}")
-    pytest.importorskip("psycopg")
-    import tempfile
-
-    root = Path(tempfile.mkdtemp(prefix="timerwheel-c-pg-"))
-    as_pg = []
-    if os.geteuid() == 0:
-        shutil.chown(root, "postgres")
-        as_pg = ["runuser", "-u", "postgres", "--"]
-    port = _free_port()
-    data = root / "data"
-    subprocess.run([*as_pg, str(PGBIN / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres"],
-                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    opts = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off"
-
-    def pg_ctl(*args):
-        subprocess.run([*as_pg, str(PGBIN / "pg_ctl"), "-D", str(data), "-l", str(root / "log"), "-w", "-o", opts, *args],
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-    pg_ctl("start")
-    try:
-        yield f"postgresql://postgres@127.0.0.1:{port}/postgres", pg_ctl
-    finally:
-        subprocess.run([*as_pg, str(PGBIN / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        shutil.rmtree(root, ignore_errors=True)
+    with throwaway_cluster() as cluster:
+        yield cluster
 
 
 def _retrying(store):

@@ -23,6 +23,8 @@ The package reads bottom-up in three layers, each importing only the ones below 
   :class:`Cron`, :mod:`.timers.schedules`) and durable sleep (:class:`DurableContext`).
 - :mod:`.service`: :class:`DurableTimerService` (the loop, composing the claim passes, an
   executor and a committer), partition ownership in a fleet, and ``timerwheel-c run``.
+
+:mod:`.aio` gives the writer to asyncio code (``await aio.schedule(...)``) without blocking its loop.
 """
 from .service.service import DurableTimerService
 from .storage.open import open_store

@@ -8,6 +8,17 @@ PostgreSQL, runners started that way (on any number of hosts) form a fleet and d
 partitions among themselves, each served by one live runner at a time. ``--partition``
 pins a runner to the partitions it names.
 
+The store URL comes from ``--store``, or from the environment variable ``TIMERWHEEL_C_STORE``
+when ``--store`` is absent. On PostgreSQL, a URL without a password (``postgresql://app@db/timers``)
+lets libpq find it in ``PGPASSWORD``, ``PGPASSFILE`` (default ``~/.pgpass``) or a service file
+(``PGSERVICE``): the way to keep a password out of ``ps`` and the shell's history.
+
+``--metrics-port PORT`` serves ``/metrics`` (Prometheus text format) and ``/healthz`` on
+``--metrics-host`` (default 127.0.0.1, loopback; needs ``pip install 'timerwheel_c[metrics]'``);
+see :mod:`timerwheel_c.durable.service.exporter`. ``--release-claims-on-stop`` makes this
+runner's unsettled claims due at once on SIGINT/SIGTERM, for another runner to take without
+waiting out their backoff; a handler still running here may then overlap with its retry there.
+
 Exit status: 0 after a clean stop (SIGINT/SIGTERM); 1, logged with its cause, if the
 service's thread ever ends without a stop; 2, with one line on stderr naming the offending
 value, on a bad argument: a handlers module that cannot be imported (or raises while
@@ -22,9 +33,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import signal
 import sys
 import threading
+from typing import Optional
 
 from ..._helptext import terminal_text
 from ..timers.registry import TimerRegistry
@@ -35,6 +48,7 @@ from .logs import log_to_stderr
 log = logging.getLogger("timerwheel_c.durable")
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+STORE_ENV = "TIMERWHEEL_C_STORE"
 
 
 class HandlersError(ValueError):
@@ -47,8 +61,9 @@ def add_parser(sub) -> None:
     """Register the ``run`` subcommand on an argparse subparsers object."""
     p = sub.add_parser("run", help="serve durable timers from a store", description=terminal_text(__doc__),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--store", required=True, metavar="URL", help="sqlite:///PATH (four slashes for an absolute path) or postgresql://USER@HOST/DB "
-                        "(a password in it is masked in every log line and message)")
+    p.add_argument("--store", default=None, metavar="URL", help="sqlite:///PATH (four slashes for an absolute path) or postgresql://USER@HOST/DB "
+                        f"(a password in it is masked in every log line and message); default: ${STORE_ENV}. "
+                        "Without a password, PostgreSQL reads PGPASSWORD, PGPASSFILE or a service file")
     p.add_argument("--handlers", required=True, metavar="MODULE:ATTR", help="a TimerRegistry, or a callable returning one")
     p.add_argument("--partition", action="append", dest="partitions", metavar="NAME",
                    help="a partition to serve (repeatable); default: every partition in the store, "
@@ -58,18 +73,45 @@ def add_parser(sub) -> None:
     p.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS, metavar="LEVEL",
                    help=f"log threshold on stderr, any case: {', '.join(LOG_LEVELS)} (default INFO); "
                         "DEBUG adds tracebacks of startup errors")
+    p.add_argument("--metrics-port", type=_port, default=None, metavar="PORT",
+                   help="serve /metrics (Prometheus) and /healthz on this port (0: any free one)")
+    p.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
+                   help="address for --metrics-port (default 127.0.0.1, loopback only)")
+    p.add_argument("--release-claims-on-stop", action="store_true",
+                   help="on SIGINT/SIGTERM make this runner's unsettled claims due at once for another runner "
+                        "(a handler still running here may overlap with its retry there)")
     p.set_defaults(func=run)
 
 
-def _concurrency(text: str) -> int:
-    """argparse type of ``--concurrency``: an int >= 1 (argparse turns the ValueError into exit 2)."""
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an int >= 1, got {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be an int >= 1, got {n}")
-    return n
+def store_url(given: Optional[str], command: str) -> str:
+    """``given`` (``--store``), else ``$TIMERWHEEL_C_STORE``.
+
+    Raises:
+        ValueError: neither is set (one line naming both).
+    """
+    url = given if given is not None else os.environ.get(STORE_ENV)
+    if not url:
+        raise ValueError(f"timerwheel-c {command}: no store: pass --store URL or set {STORE_ENV}")
+    return url
+
+
+def _int_in(low: int, high: Optional[int], what: str):
+    """An argparse type: an int in ``low..high`` (no upper bound when ``high`` is None), else an
+    ArgumentTypeError naming the text and ``what`` (argparse turns it into one line, exit 2)."""
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
+        if n < low or (high is not None and n > high):
+            raise argparse.ArgumentTypeError(f"must be {what}, got {n}")
+        return n
+
+    return parse
+
+
+_port = _int_in(0, 65535, "a port number 0..65535")
+_concurrency = _int_in(1, None, "an int >= 1")
 
 
 def load_registry(spec: str) -> TimerRegistry:
@@ -102,12 +144,18 @@ def load_registry(spec: str) -> TimerRegistry:
     return obj
 
 
-def open_or_say(command: str, url: str):
-    """The store of ``url``, or None after one line on stderr (``timerwheel-c COMMAND: ...``, the
-    password masked) naming why it cannot be opened: a bad URL, a missing driver, a store error."""
+def open_or_say(command: str, url: Optional[str]):
+    """The store of ``url`` (None: ``$TIMERWHEEL_C_STORE``), or None after one line on stderr
+    (``timerwheel-c COMMAND: ...``, the password masked) naming why it cannot be opened: no URL,
+    a bad URL, a missing driver, a store error."""
     from ..storage.errors import StoreError
     from ..storage.open import open_store
 
+    try:
+        url = store_url(url, command)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return None
     try:
         return open_store(url)
     except (ValueError, ImportError) as exc:
@@ -123,6 +171,11 @@ def run(args) -> int:
     that cannot be opened (see the module docstring)."""
     from .service import DurableTimerService
 
+    try:
+        args.store = store_url(args.store, "run")
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     log_to_stderr(args.log_level, args.store)
     for partition in args.partitions or ():
         if partition == "":
@@ -151,10 +204,24 @@ def run(args) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, on_signal)
     service = DurableTimerService(store, registry, args.partitions, concurrency=args.concurrency)
+    metrics = None
+    if args.metrics_port is not None:
+        from .exporter import serve
+
+        try:
+            metrics = serve(service, args.metrics_port, args.metrics_host)
+        except (ImportError, OSError) as exc:
+            store.close()
+            print(f"timerwheel-c run: --metrics-port {args.metrics_port} on {args.metrics_host!r}: {exc}",
+                  file=sys.stderr)
+            return 2
+        log.info("serving /metrics and /healthz on http://%s:%d", metrics.host, metrics.port)
     try:
         service.start()
     except (MemoryError, RuntimeError) as exc:  # threads or memory for --concurrency the system will not give
         service.stop(timeout=0)
+        if metrics is not None:
+            metrics.close()
         store.close()
         print(f"timerwheel-c run: cannot start {args.concurrency} handler slot(s) (--concurrency): {exc}",
               file=sys.stderr)
@@ -171,7 +238,9 @@ def run(args) -> int:
                              "unknown cause" if why is None else f"{type(why).__name__}: {why}")
                 return 1
     finally:
-        service.stop()
+        service.stop(release_claims=args.release_claims_on_stop)
+        if metrics is not None:
+            metrics.close()
         store.close()
     log.info("stopped")
     return 0

@@ -112,7 +112,11 @@ class Committer:
                         self._queue_of(partition)[:0] = outcomes
                         self._retry_at[partition] = time.monotonic() + delay_s
                     else:
-                        self._counted(RunReport(failed=len(outcomes)))
+                        dropped = RunReport(failed=len(outcomes))
+                        for o in outcomes:
+                            kind = o.claimed.timer.kind.get()
+                            dropped.failed_kinds[kind] = dropped.failed_kinds.get(kind, 0) + 1
+                        self._counted(dropped)
                         for outcome in outcomes:
                             self._done(outcome)
         finally:

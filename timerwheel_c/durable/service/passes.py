@@ -62,6 +62,9 @@ class Passes:
         wall_ms: the Unix-epoch clock in ms.
         store_failed: ``store_failed(exc, failures, what) -> backoff s`` counts and logs an error.
         clock: monotonic seconds.
+
+    ``answered_s``: when (``clock``) a claim round trip last succeeded, or the served partitions
+    were read and there were none; None before that. The service's health check reads it.
     """
 
     def __init__(self, store: Store, registry: TimerRegistry, budget: TickBudget, served: Callable[[], list],
@@ -80,6 +83,7 @@ class Passes:
         self._failures: dict = {}  # partition -> failed passes in a row
         self._retry_at: dict = {}  # partition -> monotonic s before which it is not passed
         self._stuck: dict = {}  # key -> monotonic s until which it is skipped
+        self.answered_s: Optional[float] = None  # monotonic s the store last answered a pass (health)
 
     def run(self, free: int, busy: frozenset, stopping: Callable[[], bool], min_share: int = PAGE) -> PassResult:
         """One pass claiming up to ``free`` rows, never one of ``busy``, giving each partition at
@@ -89,6 +93,8 @@ class Passes:
             Exception: only from reading the served partitions (the ownership or the store's list).
         """
         partitions = self.served()
+        if not partitions:  # nothing to claim: reading the served partitions was the round trip
+            self.answered_s = self.clock()
         self._release_taken_over()
         now_s = self.clock()
         if self._stuck:
@@ -152,6 +158,7 @@ class Passes:
             return jobs, self._failed(partition, exc, now_ms), False
         self._failures.pop(partition, None)
         self._retry_at.pop(partition, None)
+        self.answered_s = self.clock()
         return jobs, wake, report.stopped_on_budget
 
     def _failed(self, partition: str, exc: BaseException, now_ms: int) -> int:

@@ -38,8 +38,9 @@ def add_parser(sub) -> None:
     actions = p.add_subparsers(dest="action", required=True)
     for action in ("list", "add", *_CHANGES):
         a = actions.add_parser(action, help=f"{action} schedules" if action == "list" else f"{action} a schedule")
-        a.add_argument("--store", required=True, metavar="URL",
-                       help="sqlite:///PATH or postgresql://USER@HOST/DB (a password is masked in every message)")
+        a.add_argument("--store", default=None, metavar="URL",
+                       help="sqlite:///PATH or postgresql://USER@HOST/DB (a password is masked in every message); "
+                            "default: $TIMERWHEEL_C_STORE")
         a.add_argument("--partition", required=action != "list", metavar="P",
                        help="the partition" + (" (default: every partition)" if action == "list" else ""))
         if action == "list":

@@ -41,6 +41,7 @@ from ..storage.errors import is_transient
 from ..storage.store import Store, check_partition, check_store
 from ..storage.watch import Watcher
 from ..timers import keys, writer
+from ..timers.claim import release_rows
 from ..timers.deadline import deadline_factory
 from ..timers.due import due_at_ms_of
 from ..timers.registry import TimerKind, TimerRegistry
@@ -48,6 +49,7 @@ from ..timers.runner import PAGE, Attempt, RunReport, TickBudget, settle
 from .activity import Activity
 from .committer import ERROR_BACKOFF_S, Committer, backoff_s
 from .executor import SHARE_S, Executor
+from .metrics import BACKLOG_CAP, BACKLOG_EVERY_S, MetricsSnapshot, Recorder
 from .passes import Passes
 from .pool import DaemonPool
 from .records import Job, Outcome
@@ -186,6 +188,10 @@ class DurableTimerService:
         self._passes = Passes(store, registry, budget, self._served, self.ownership, self.activity, self._wall_ms,
                              self._store_failed)
         self.died: Optional[BaseException] = None
+        self.recorder = Recorder()
+        self._release_on_stop = False
+        self._jobs: dict = {}  # claimed key -> Job, for the rows in flight (release on stop)
+        self._backlog_cache: tuple = (-math.inf, {})  # (monotonic s, due rows by partition)
         self.passes = 0
         self.fired = 0
         self.failed = 0
@@ -215,10 +221,18 @@ class DurableTimerService:
         self._ready.wait()
         return self
 
-    def stop(self, timeout: Optional[float] = 10.0) -> None:
+    def stop(self, timeout: Optional[float] = 10.0, release_claims: bool = False) -> None:
         """Stop claiming, wait up to ``timeout`` seconds (None: no limit) for the handlers in flight
         and the commit of their outcomes, then end the thread (closing the change signal may take
         up to :data:`_TEARDOWN_S` more).
+
+        ``release_claims=True``: after that wait, make this runner's unsettled claims (rows
+        queued, and handlers abandoned at the timeout) due now, each guarded on its row, so
+        another runner fires them at once instead of after their backoff (up to 10 minutes on
+        later attempts). The trade-off: a sync handler abandoned at the timeout may still be
+        running on its thread while another runner fires the same timer's retry, so the two
+        overlap; only one outcome commits, and effects outside the batch must be idempotent
+        (as always). False (default) leaves them to their backoff.
 
         Rows claimed but not started (``queued``) are not started: they stay claimed and fire
         again after their backoff. A handler still running at the timeout is abandoned: its row stays claimed at its backoff
@@ -228,6 +242,7 @@ class DurableTimerService:
         """
         if not self._stopping:
             self._stop_at = None if timeout is None else time.monotonic() + timeout
+            self._release_on_stop = bool(release_claims)
         self._stopping = True
         self._wake()
         if self._thread is not None:
@@ -457,6 +472,8 @@ class DurableTimerService:
                     else:
                         self.passes += 1
                         self._slot_starved = self._slot_starved or result.starved
+                        self._jobs = {k: j for k, j in self._jobs.items() if k in busy}
+                        self._jobs.update((j.key, j) for j in result.jobs)
                         self.executor.submit(result.jobs)
                         wake_ms = result.wake_ms
                         with self._lock:
@@ -498,10 +515,13 @@ class DurableTimerService:
         error = attempt.error
         what = f"raised {type(error).__name__}" if error is not None else type(attempt.outcome).__name__
         self.activity.fire(job.partition, timer, attempt.started_ms - timer.due_at_ms, what)
+        if timer.attempt == 1:
+            self.recorder.lateness((attempt.started_ms - timer.due_at_ms) / 1000)
         report = self._settle_report  # one report until a failure is counted: most fires allocate none
         batch = settle(job.partition, job.claimed, report, attempt.outcome, error)
         if batch is None:
             self._settle_report = RunReport()
+            report.failed_kinds[timer.kind.get()] = report.failed
             self._count(report)
             if not keep_busy:
                 self.executor.release(job.key)
@@ -515,6 +535,10 @@ class DurableTimerService:
         with self._lock:  # the loop thread and the store thread both count
             self.fired += report.fired
             self.failed += report.failed
+        for kind, n in report.fired_kinds.items():
+            self.recorder.fired(kind, n)
+        for kind, n in report.failed_kinds.items():
+            self.recorder.failed(kind, n)
         self.activity.count(report)
 
     async def _drain(self) -> None:
@@ -530,3 +554,77 @@ class DurableTimerService:
             log.warning("stopping with %d handler(s) still running; their rows stay claimed and fire again "
                         "after their backoff", abandoned)
         await self.committer.drain(left_s)
+        if self._release_on_stop:
+            await self._release_unsettled()
+
+    async def _release_unsettled(self) -> None:
+        by_partition: dict = {}
+        for key in self.executor.busy:
+            job = self._jobs.get(key)
+            if job is not None:
+                by_partition.setdefault(job.partition, []).append(job.claimed)
+        for partition, claimed in by_partition.items():
+            try:
+                moved = await self._on_store(release_rows, self.store, partition, claimed, self._wall_ms())
+            except Exception as exc:
+                self._store_failed(exc, 1, f"release of this runner's claims on partition {partition!r}")
+                continue
+            log.info("partition %r: released %d unsettled claim(s) on stop; another runner fires them now",
+                     partition, moved)
+
+    # -- metrics ---------------------------------------------------------------------------
+    def metrics(self, backlog_timeout_s: float = 2.0) -> MetricsSnapshot:
+        """The service's figures now, as plain data (see :mod:`~timerwheel_c.durable.service.metrics`).
+
+        The due backlog is counted on the store thread (a scan per served partition, up to
+        :data:`~.metrics.BACKLOG_CAP` rows each) at most once per :data:`~.metrics.BACKLOG_EVERY_S`
+        (a scrape within that reuses the last count), waiting at most ``backlog_timeout_s`` seconds;
+        when the store does not answer in time, or the thread is not running, or
+        ``backlog_timeout_s`` is 0 (a health check's cheap read), it is empty.
+        Never raises on a store error.
+        """
+        fired, failed, lateness = self.recorder.counts()
+        backlog: dict = {}
+        pool = self._store_pool
+        cached_at_s, cached = self._backlog_cache
+        if self.running and pool is not None and backlog_timeout_s > 0:
+            if time.monotonic() - cached_at_s < BACKLOG_EVERY_S:
+                backlog = cached
+            else:
+                try:
+                    backlog = pool.submit(self._backlog).result(timeout=backlog_timeout_s)
+                except Exception:  # a store down or slow: the other figures still tell the story
+                    backlog = {}
+                self._backlog_cache = (time.monotonic(), backlog)
+        with self._lock:
+            errors = {"transient": self.transient_errors, "permanent": self.other_errors}
+        progress = self._passes.answered_s
+        if backlog or (self.ownership is None and self.partitions is None):
+            owned = len(backlog)
+        elif self.ownership is None:
+            owned = len(self.partitions or ())
+        else:
+            try:
+                owned = len(self.ownership.owned())
+            except Exception:  # the store is down: the ownership is empty until it reconnects
+                owned = 0
+        return MetricsSnapshot(
+            fired=fired, failed=failed, parked={kind: 0 for kind in self.registry.kinds()}, lateness=lateness,
+            due_backlog=backlog, owned_partitions=owned, store_errors=errors,
+            handlers_in_flight=self.in_flight, running=self.running,
+            last_progress_age_s=None if progress is None else time.monotonic() - progress)
+
+    def _backlog(self) -> dict:
+        """On the store thread: due rows per served partition, each counted up to BACKLOG_CAP."""
+        start, end = keys.due_range(self._wall_ms())
+        counts = {}
+        for partition in self._served():
+            n, after = 0, None
+            while n < BACKLOG_CAP:
+                page = self.store.scan(partition, start, end, after, BACKLOG_CAP - n)
+                n += len(page.entries)
+                if page.next is None:
+                    break
+                after = page.next
+            counts[partition] = n
+        return counts

@@ -35,7 +35,7 @@ from .registry import DueTimer, TimerHandler, TimerRegistry
 from .tick import DEFAULT_BUDGET, RunReport, TickBudget, backoff_ms
 from ..storage.store import Absent, Batch, Committed, Equals, Refused, Store, check_partition
 
-__all__ = ["PAGE", "SCAN_PAGE", "UNKNOWN_KIND_GRACE_MS", "ClaimedTimer", "Claims", "claim_due", "release_claims"]
+__all__ = ["PAGE", "SCAN_PAGE", "UNKNOWN_KIND_GRACE_MS", "ClaimedTimer", "Claims", "claim_due", "release_claims", "release_rows"]
 
 log = logging.getLogger("timerwheel_c.durable")
 
@@ -373,11 +373,31 @@ def release_claims(store: Store, partition: str, now_ms: int) -> int:
             except keys.MalformedKey:
                 continue
             if tk.attempt == 1:
-                now_key = keys.backoff(now_ms, tk.kind, 1, tk.original_due_at_ms, tk.reference, occurrence=tk.occurrence)
-                batches.append(Batch().require(Equals(key, value)).delete(key).put(now_key, value)
-                               .put(keys.identity_of(tk), now_key))
+                batches.append(_due_now(key, value, tk, now_ms))
         if batches:
             moved += sum(isinstance(r, Committed) for r in store.apply_many(partition, batches))
         if page.next is None:
             return moved
         after = page.next
+
+
+def release_rows(store: Store, partition: str, claimed: list, now_ms: int) -> int:
+    """Make due at ``now_ms`` (Unix epoch ms) the claimed rows ``claimed`` (:class:`ClaimedTimer`
+    list) of ``partition`` that a runner stopping gives up unsettled, so that another runner fires
+    them now instead of after their backoff. Each row moves guarded on itself (its attempt kept),
+    so a row whose outcome committed meanwhile is left alone. Returns how many moved.
+
+    Raises:
+        StoreError (or another exception from the store).
+    """
+    batches = [_due_now(c.timer.key, c.timer.value, keys.parse(c.timer.key), now_ms) for c in claimed]
+    if not batches:
+        return 0
+    return sum(isinstance(r, Committed) for r in store.apply_many(partition, batches))
+
+
+def _due_now(key: bytes, value: bytes, tk, now_ms: int) -> Batch:
+    """The guarded move of the backed-off row ``key`` to its key due at ``now_ms``, attempt kept."""
+    now_key = keys.backoff(now_ms, tk.kind, tk.attempt, tk.original_due_at_ms, tk.reference, occurrence=tk.occurrence)
+    # The identity row follows the timer to its new key, so the timer stays reachable by name.
+    return Batch().require(Equals(key, value)).delete(key).put(now_key, value).put(keys.identity_of(tk), now_key)

@@ -188,8 +188,10 @@ def commit_outcomes(store: Store, partition: str, settled: list, report: RunRepo
 def _count_outcomes(partition: str, pairs: list, results: list, report: RunReport) -> None:
     for (claimed, batch), result in zip(pairs, results):
         key = claimed.timer.key
+        kind = claimed.timer.kind.get()
         if isinstance(result, Committed):
             report.fired += 1
+            report.fired_kinds[kind] = report.fired_kinds.get(kind, 0) + 1
             for k, v in batch.writes:
                 if v is not None and k[:1] == keys.TAG:
                     try:
@@ -202,12 +204,14 @@ def _count_outcomes(partition: str, pairs: list, results: list, report: RunRepor
             # This outcome alone fails; the row stays backed off and fires again (the handler may
             # answer differently then): never requeued in front of the other commits.
             report.failed += 1
+            report.failed_kinds[kind] = report.failed_kinds.get(kind, 0) + 1
             log.error("partition %r: the store refused the outcome batch of %r (%s: %s); row stays backed off",
                       partition, key[:64], type(result.error).__name__, result.error)
         elif result.key == key:
             report.raced += 1
         else:
             report.failed += 1
+            report.failed_kinds[kind] = report.failed_kinds.get(kind, 0) + 1
             log.info("partition %r: batch of %r failed its guard on %r; row stays backed off", partition, key, result.key)
 
 

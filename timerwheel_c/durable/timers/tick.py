@@ -76,6 +76,7 @@ class RunReport:
     committed outcome wrote, or None. ``earliest_unknown_ms``: when the first row left
     for another runner ends its grace (Unix epoch ms), or None. ``next_wake_ms``: when to
     run again (Unix epoch ms, never before ``now_ms``), or None when no timer is left.
+    ``fired_kinds`` / ``failed_kinds``: the commits' ``fired`` / ``failed`` by kind number.
     """
 
     fired: int = 0
@@ -95,3 +96,7 @@ class RunReport:
     earliest_unknown_ms: Optional[int] = None
     next_wake_ms: Optional[int] = None
     stuck_keys: list = field(default_factory=list)
+    # kind number -> count, of the outcomes committed (``fired``) and failed to commit, for
+    # metrics by kind
+    fired_kinds: dict = field(default_factory=dict)
+    failed_kinds: dict = field(default_factory=dict)

@@ -1,0 +1,65 @@
+"""A PostgreSQL cluster of a test's own (never the shared server), for tests that stop the server
+or need a password check (the shared server trusts every local connection).
+
+``throwaway_cluster(auth="trust", password=None)`` is a context manager yielding ``(dsn, pg_ctl)``:
+``dsn`` connects as the superuser ``postgres`` (with ``password`` in it when given), and
+``pg_ctl(*args)`` runs pg_ctl on the cluster (``"stop"``, ``"start"``, ``"restart", "-m", "fast"``).
+``auth``: initdb's ``-A`` method, e.g. ``"scram-sha-256"`` so that a wrong or missing password is
+refused. Skips the test when the server binaries or psycopg are missing.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+import pytest
+
+PGBIN = Path(os.environ.get("PGBIN", "/usr/lib/postgresql/15/bin"))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def throwaway_cluster(auth: str = "trust", password: Optional[str] = None):
+    if not (PGBIN / "initdb").exists():
+        pytest.skip(f"no PostgreSQL server binaries in {PGBIN}")
+    pytest.importorskip("psycopg")
+    root = Path(tempfile.mkdtemp(prefix="timerwheel-c-pg-"))
+    as_pg = []
+    if os.geteuid() == 0:
+        shutil.chown(root, "postgres")
+        as_pg = ["runuser", "-u", "postgres", "--"]
+    port = _free_port()
+    data = root / "data"
+    init = [*as_pg, str(PGBIN / "initdb"), "-D", str(data), "-A", auth, "-U", "postgres"]
+    if password is not None:
+        pwfile = root / "pw"
+        pwfile.write_text(password + "\n")
+        if as_pg:
+            shutil.chown(pwfile, "postgres")
+        init += ["--pwfile", str(pwfile)]
+    subprocess.run(init, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    opts = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off"
+
+    def pg_ctl(*args):
+        subprocess.run([*as_pg, str(PGBIN / "pg_ctl"), "-D", str(data), "-l", str(root / "log"), "-w", "-o", opts, *args],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    pg_ctl("start")
+    try:
+        secret = "" if password is None else f":{password}"
+        yield f"postgresql://postgres{secret}@127.0.0.1:{port}/postgres", pg_ctl
+    finally:
+        subprocess.run([*as_pg, str(PGBIN / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        shutil.rmtree(root, ignore_errors=True)

@@ -1,0 +1,221 @@
+"""A durable service's metrics and health: ``/metrics`` scraped over real loopback HTTP and parsed
+with prometheus_client's own parser while timers fire; ``/healthz`` 503 when the service thread is
+stopped or its PostgreSQL store is down (a throwaway cluster stopped and restarted), 200 again
+after. Counts are compared only after every timer has fired, so no assertion depends on timing
+beyond generous liveness bounds."""
+from __future__ import annotations
+
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+prometheus_client = pytest.importorskip("prometheus_client")
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
+from timerwheel_c.durable.service.exporter import health, register, serve  # noqa: E402
+from timerwheel_c.durable.service.metrics import MetricsSnapshot  # noqa: E402
+from timerwheel_c.durable.service.service import DurableTimerService  # noqa: E402
+from timerwheel_c.durable.storage.sqlite import SQLiteStore  # noqa: E402
+from timerwheel_c.durable.timers import writer  # noqa: E402
+from timerwheel_c.durable.timers.registry import Done, Retry, TimerHandler, TimerKind, TimerRegistry  # noqa: E402
+from pg_cluster import throwaway_cluster  # noqa: E402
+from waiting import wall_ms  # noqa: E402
+
+P = "m"
+OK_KIND, FAIL_KIND = 0xE1, 0xE2
+LIVENESS_S = 30.0
+
+
+class Counting(TimerHandler):
+    def __init__(self, kind, outcome):
+        self.kind = TimerKind(kind)
+        self.outcome = outcome
+        self.calls = 0
+        self.cond = threading.Condition()
+
+    def fire(self, ctx, timer):
+        with self.cond:
+            self.calls += 1
+            self.cond.notify_all()
+        return self.outcome
+
+    def wait_for(self, n):
+        with self.cond:
+            assert self.cond.wait_for(lambda: self.calls >= n, LIVENESS_S), f"{self.calls} of {n} calls"
+
+
+def scrape(server, path="/metrics"):
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}{path}", timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def samples(text):
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def wait_until(pred, what):
+    deadline = time.monotonic() + LIVENESS_S
+    while not pred():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def test_metrics_scraped_over_http_count_what_fired(tmp_path):
+    """Scraped while timers fire (each scrape must parse), then once all have fired: fired and
+    failed by kind equal the handlers' calls, the lateness histogram counts every first attempt,
+    parked is present at 0, the backlog of the served partition is 0 and nothing is in flight."""
+    store = SQLiteStore(tmp_path / "m.db")
+    ok, bad = Counting(OK_KIND, Done()), Counting(FAIL_KIND, Retry())
+    now = wall_ms()
+    for i in range(40):
+        writer.schedule(store, P, now + 10 * i, OK_KIND, b"ok%d" % i)
+    for i in range(5):
+        writer.schedule(store, P, now + 10 * i, FAIL_KIND, b"bad%d" % i)
+    svc = DurableTimerService(store, TimerRegistry().register(ok).register(bad), [P])
+    server = serve(svc, 0)
+    try:
+        with svc:
+            scrapes = 0
+            while ok.calls < 40:
+                status, text = scrape(server)
+                assert status == 200
+                samples(text)  # parses mid-run
+                scrapes += 1
+            ok.wait_for(40)
+            bad.wait_for(5)
+            wait_until(lambda: svc.fired >= 40 and svc.failed >= 5, "outcomes committed")
+            assert scrapes >= 1
+            # The backlog is recounted at most once a second: wait for a count taken after the fires.
+            wait_until(lambda: svc.metrics().due_backlog.get(P) == 0, "the backlog recounted empty")
+            got = samples(scrape(server)[1])
+            assert got[("timerwheel_fired_total", (("kind", str(OK_KIND)),))] == 40
+            assert got[("timerwheel_failed_total", (("kind", str(FAIL_KIND)),))] == 5
+            assert got[("timerwheel_fired_total", (("kind", str(FAIL_KIND)),))] == 0
+            assert got[("timerwheel_parked_total", (("kind", str(OK_KIND)),))] == 0
+            assert got[("timerwheel_lateness_seconds_count", ())] == 45
+            assert got[("timerwheel_lateness_seconds_bucket", (("le", "+Inf"),))] == 45
+            assert got[("timerwheel_due_backlog", (("partition", P),))] == 0
+            assert got[("timerwheel_owned_partitions", ())] == 1
+            assert got[("timerwheel_handlers_in_flight", ())] == 0
+            assert got[("timerwheel_store_errors_total", (("class", "transient"),))] == 0
+            assert scrape(server, "/healthz") == (200, "ok\n")
+    finally:
+        server.close()
+        store.close()
+
+
+def test_backlog_counts_due_rows_and_snapshot_is_frozen(tmp_path):
+    """With no handler slot free (concurrency 1, a handler blocked), rows due wait in the store and
+    show in the backlog; the snapshot is a frozen dataclass."""
+    store = SQLiteStore(tmp_path / "b.db")
+    gate = threading.Event()
+
+    class Blocking(TimerHandler):
+        kind = TimerKind(OK_KIND)
+
+        def fire(self, ctx, timer):
+            gate.wait(LIVENESS_S)
+            return Done()
+
+    now = wall_ms() - 1000
+    for i in range(300):
+        writer.schedule(store, P, now + i, OK_KIND, b"%d" % i)
+    svc = DurableTimerService(store, TimerRegistry().register(Blocking()), [P], concurrency=1)
+    try:
+        with svc:
+            wait_until(lambda: svc.in_flight == 1, "a handler in flight")
+            m = svc.metrics()
+            assert isinstance(m, MetricsSnapshot)
+            with pytest.raises(AttributeError):
+                m.running = False  # type: ignore[misc]
+            assert m.handlers_in_flight == 1
+            assert 200 < m.due_backlog[P] <= 300  # the rest is claimed: queued or in flight
+            gate.set()
+    finally:
+        gate.set()
+        store.close()
+
+
+def test_register_in_an_applications_registry(tmp_path):
+    """register() adds the figures to a registry of the application's own, which formats them."""
+    store = SQLiteStore(tmp_path / "r.db")
+    svc = DurableTimerService(store, TimerRegistry().register(Counting(OK_KIND, Done())), [P])
+    registry = prometheus_client.CollectorRegistry()
+    register(svc, registry)
+    text = prometheus_client.generate_latest(registry).decode()
+    assert "timerwheel_owned_partitions 1.0" in text
+    svc.stop()
+    store.close()
+
+
+def test_healthz_503_when_the_thread_is_stopped(tmp_path):
+    """200 while the thread runs; 503 naming the reason once stop() ended it."""
+    store = SQLiteStore(tmp_path / "h.db")
+    svc = DurableTimerService(store, TimerRegistry().register(Counting(OK_KIND, Done())), [P], max_sleep_s=0.2)
+    server = serve(svc, 0)
+    try:
+        svc.start()
+        wait_until(lambda: scrape(server, "/healthz")[0] == 200, "healthy after start")
+        svc.stop()
+        status, body = scrape(server, "/healthz")
+        assert status == 503 and body == "service thread not running\n"
+    finally:
+        server.close()
+        store.close()
+
+
+@pytest.mark.slow
+def test_healthz_503_while_postgres_is_down_and_200_after():
+    """A service on a throwaway PostgreSQL cluster: healthy; the cluster stopped: 503 within the
+    bound (1 s here) plus the store's own time-outs; the cluster started again: 200."""
+    with throwaway_cluster() as (dsn, pg_ctl):
+        _healthz_through_an_outage(dsn, pg_ctl)
+
+
+def _healthz_through_an_outage(dsn, pg_ctl):
+    from timerwheel_c.durable.storage.postgres import PostgresStore
+
+    store = PostgresStore(dsn)
+    svc = DurableTimerService(store, TimerRegistry().register(Counting(OK_KIND, Done())), [P], max_sleep_s=0.2)
+    server = serve(svc, 0, stale_after_s=1.0)
+    try:
+        svc.start()
+        wait_until(lambda: scrape(server, "/healthz")[0] == 200, "healthy after start")
+        pg_ctl("stop", "-m", "fast")
+        wait_until(lambda: scrape(server, "/healthz")[0] == 503, "unhealthy with the store down")
+        assert "no clean pass or store round trip" in scrape(server, "/healthz")[1]
+        assert not health(svc, 1.0)[0]
+        pg_ctl("start")
+        wait_until(lambda: scrape(server, "/healthz")[0] == 200, "healthy again with the store back")
+    finally:
+        server.close()
+        svc.stop()
+        store.close()
+
+
+def test_without_prometheus_client_the_error_says_how_to_install_it(tmp_path, monkeypatch):
+    """prometheus_client missing (None in sys.modules, as when it is not installed): serve() and
+    register() raise ModuleNotFoundError naming the extra, and metrics() still works."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)
+    store = SQLiteStore(tmp_path / "x.db")
+    svc = DurableTimerService(store, TimerRegistry().register(Counting(OK_KIND, Done())), [P])
+    try:
+        for call in (lambda: serve(svc, 0), lambda: register(svc)):
+            with pytest.raises(ModuleNotFoundError, match=r"pip install 'timerwheel_c\[metrics\]'"):
+                call()
+        assert svc.metrics().fired == {}
+    finally:
+        svc.stop()
+        store.close()

@@ -1,0 +1,181 @@
+"""Prometheus metrics and a health check for a :class:`DurableTimerService`.
+
+In an application that already serves Prometheus metrics, register the service's figures in
+its own registry (the library formats them; nothing is served by this module then)::
+
+    from prometheus_client import REGISTRY
+    from timerwheel_c.durable.service.exporter import register
+    register(service)            # or register(service, my_registry)
+
+Standalone (``timerwheel-c run --metrics-port PORT``), :func:`serve` starts a small HTTP
+server on a daemon thread with:
+
+- ``/metrics``: the figures of :mod:`~timerwheel_c.durable.service.metrics` in Prometheus
+  text format, written by ``prometheus_client`` (a custom collector reading
+  :meth:`DurableTimerService.metrics` at each scrape);
+- ``/healthz``: 200 ``ok`` while the service thread is alive and a pass's claim round trip
+  last succeeded within ``stale_after_s`` (default :func:`default_stale_after_s`: twice the
+  service's longest sleep plus 10 s, 70 s for the default 30 s sleep; an idle service passes
+  at least once per sleep, and a failing store is retried within 5 s). Otherwise 503 with a
+  one-line reason: the thread is not running, or the store has not answered a pass for so long. It fits Kubernetes' liveness and
+  readiness probes (a probe's ``timeoutSeconds`` above 2 s: a scrape waits that long at most
+  for the store).
+
+``prometheus_client`` is the optional extra ``timerwheel_c[metrics]``; without it,
+:func:`register` and :func:`serve` raise ImportError saying so. Sources: Prometheus'
+exposition format and ``prometheus_client``'s custom collectors; Kubernetes' HTTP probes.
+"""
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Optional, Tuple
+
+__all__ = ["MetricsServer", "collector", "default_stale_after_s", "health", "register", "serve"]
+
+_MISSING = ("timerwheel_c's Prometheus metrics need prometheus_client, which is not installed: "
+            "pip install 'timerwheel_c[metrics]'")
+
+
+def _prometheus():
+    try:
+        import prometheus_client
+        from prometheus_client import core
+    except ModuleNotFoundError as exc:
+        if exc.name != "prometheus_client":
+            raise
+        raise ModuleNotFoundError(_MISSING, name="prometheus_client") from exc
+    return prometheus_client, core
+
+
+def default_stale_after_s(service) -> float:
+    """Seconds (float) after which a service with no clean pass or store round trip is unhealthy:
+    ``2 * service.max_sleep_s + 10``."""
+    return 2 * service.max_sleep_s + 10.0
+
+
+def health(service, stale_after_s: Optional[float] = None) -> Tuple[bool, str]:
+    """``(healthy, one-line reason)`` of ``service`` (see the module docstring)."""
+    bound_s = default_stale_after_s(service) if stale_after_s is None else stale_after_s
+    if not service.running:
+        died = service.died
+        return False, "service thread not running" + ("" if died is None else f": {type(died).__name__}")
+    age_s = service.metrics(backlog_timeout_s=0).last_progress_age_s
+    if age_s is None:
+        return False, "no store round trip yet"
+    if age_s > bound_s:
+        return False, f"no clean pass or store round trip for {age_s:.1f} s (bound {bound_s:.1f} s)"
+    return True, "ok"
+
+
+def collector(service):
+    """A ``prometheus_client`` collector of ``service``'s figures, read at each collection.
+
+    Raises:
+        ImportError: ``prometheus_client`` is not installed (the message says how to install it).
+    """
+    _, core = _prometheus()
+
+    class _Collector:  # the registry needs only collect()
+        def collect(self):
+            m = service.metrics()
+            for name, doc, by_kind in (
+                    ("timerwheel_fired", "Durable timer outcomes committed (Done or Reschedule), by kind", m.fired),
+                    ("timerwheel_failed", "Durable timer fires that failed and backed off, by kind", m.failed),
+                    ("timerwheel_parked", "Durable timers parked after their last attempt, by kind", m.parked)):
+                family = core.CounterMetricFamily(name, doc, labels=["kind"])
+                for kind in sorted(set(by_kind) | set(m.parked)):
+                    family.add_metric([str(kind)], by_kind.get(kind, 0))
+                yield family
+            late = m.lateness
+            hist = core.HistogramMetricFamily("timerwheel_lateness_seconds",
+                                              "Fire time minus due time of first attempts, in seconds")
+            hist.add_metric([], [(_bound(b), n) for b, n in late.buckets], late.sum_s)
+            yield hist
+            backlog = core.GaugeMetricFamily("timerwheel_due_backlog", "Timer rows due now, by served partition",
+                                             labels=["partition"])
+            for partition, n in sorted(m.due_backlog.items()):
+                backlog.add_metric([partition], n)
+            yield backlog
+            yield core.GaugeMetricFamily("timerwheel_owned_partitions", "Partitions this runner serves now",
+                                         value=m.owned_partitions)
+            errors = core.CounterMetricFamily("timerwheel_store_errors", "Failed store calls, by class",
+                                              labels=["class"])
+            for klass, n in sorted(m.store_errors.items()):
+                errors.add_metric([klass], n)
+            yield errors
+            yield core.GaugeMetricFamily("timerwheel_handlers_in_flight", "Handlers running now",
+                                         value=m.handlers_in_flight)
+
+    return _Collector()
+
+
+def _bound(bound_s: float) -> str:
+    return "+Inf" if bound_s == float("inf") else repr(bound_s)
+
+
+def register(service, registry=None):
+    """Register ``service``'s figures in ``registry`` (default: ``prometheus_client.REGISTRY``);
+    returns the collector (pass it to ``registry.unregister`` to undo).
+
+    Raises:
+        ImportError: ``prometheus_client`` is not installed.
+    """
+    prometheus_client, _ = _prometheus()
+    registry = prometheus_client.REGISTRY if registry is None else registry
+    c = collector(service)
+    registry.register(c)
+    return c
+
+
+class MetricsServer:
+    """The HTTP server :func:`serve` started: ``port`` (the bound one, for port 0), ``close()``."""
+
+    def __init__(self, httpd: ThreadingHTTPServer, thread: threading.Thread):
+        self._httpd = httpd
+        self._thread = thread
+        self.host, self.port = httpd.server_address[:2]
+
+    def close(self) -> None:
+        """Stop serving and close the socket."""
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join()
+
+
+def serve(service, port: int, host: str = "127.0.0.1", stale_after_s: Optional[float] = None) -> MetricsServer:
+    """Serve ``/metrics`` and ``/healthz`` for ``service`` on ``host:port`` (port 0: any free one)
+    from a daemon thread. Loopback by default: pass ``host="0.0.0.0"`` for a scraper elsewhere.
+
+    Raises:
+        ImportError: ``prometheus_client`` is not installed.
+        OSError: the address cannot be bound (e.g. the port is taken).
+    """
+    prometheus_client, core = _prometheus()
+    registry = core.CollectorRegistry(auto_describe=False)
+    registry.register(collector(service))
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 -- http.server's name
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                status, ctype, body = 200, prometheus_client.CONTENT_TYPE_LATEST, prometheus_client.generate_latest(registry)
+            elif path == "/healthz":
+                ok, reason = health(service, stale_after_s)
+                status, ctype, body = (200 if ok else 503), "text/plain; charset=utf-8", (reason + "\n").encode()
+            else:
+                status, ctype, body = 404, "text/plain; charset=utf-8", b"not found: try /metrics or /healthz\n"
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format, *args):  # noqa: A002 -- scrapes every few seconds would flood stderr
+            pass
+
+    httpd = ThreadingHTTPServer((host, port), Handler)
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, name="timerwheel-metrics", daemon=True)
+    thread.start()
+    return MetricsServer(httpd, thread)

@@ -1,0 +1,113 @@
+"""A durable service's figures for monitoring: :class:`MetricsSnapshot` (what
+:meth:`DurableTimerService.metrics` returns) and the :class:`Recorder` that keeps them.
+
+The figures and their Prometheus names (:mod:`~timerwheel_c.durable.service.exporter` serves them):
+
+=================================  ===================================================================
+``timerwheel_fired_total``         outcomes committed (Done or Reschedule), by kind
+``timerwheel_failed_total``        fires that failed (raised, Retry, an invalid outcome, a lost guard,
+                                   a refused or dropped commit), by kind; the row backs off
+``timerwheel_parked_total``        timers parked after their last attempt, by kind: always 0 until
+                                   handlers get a maximum number of attempts
+``timerwheel_lateness_seconds``    histogram of fire time minus due time (s), first attempts only:
+                                   a retry is late by its backoff, by design
+``timerwheel_due_backlog``         rows due now (not yet fired) per served partition, counted up to
+                                   :data:`BACKLOG_CAP` each, at most once per :data:`BACKLOG_EVERY_S`
+``timerwheel_owned_partitions``    partitions this runner serves now
+``timerwheel_store_errors_total``  failed store calls, by ``transient`` or ``permanent``
+``timerwheel_handlers_in_flight``  handlers running now
+=================================  ===================================================================
+
+No import of ``prometheus_client`` here: the snapshot is plain data for any monitoring system.
+"""
+from __future__ import annotations
+
+import bisect
+import threading
+from collections import Counter
+from dataclasses import dataclass
+from typing import Mapping, Tuple
+
+__all__ = ["BACKLOG_CAP", "BACKLOG_EVERY_S", "LATENESS_BUCKETS_S", "LatenessHistogram", "MetricsSnapshot", "Recorder"]
+
+# Seconds: from a healthy runner's few ms to the minutes of a stalled one (the upper bounds of
+# Prometheus' cumulative buckets; +Inf is implied).
+LATENESS_BUCKETS_S: Tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+                                         300.0)
+BACKLOG_CAP = 1_000  # due rows counted per partition at most: a scrape costs the store one page-sized scan each
+BACKLOG_EVERY_S = 1.0  # the backlog is counted at most this often (s): scrapes closer together reuse it
+
+
+@dataclass(frozen=True)
+class LatenessHistogram:
+    """A cumulative histogram of lateness in seconds, as Prometheus keeps one.
+
+    ``buckets``: ``(upper bound s, count of observations <= it)`` pairs, ending with
+    ``(inf, count)``. ``sum_s``: the sum of all observations (s). ``count``: how many.
+    """
+
+    buckets: Tuple[Tuple[float, int], ...]
+    sum_s: float
+    count: int
+
+
+@dataclass(frozen=True)
+class MetricsSnapshot:
+    """The figures of one service at one moment (see the module docstring for their meaning).
+
+    ``fired`` / ``failed`` / ``parked``: counts by kind number (1..255). ``store_errors``:
+    ``{"transient": n, "permanent": n}``. ``due_backlog``: due rows by served partition
+    (each counted up to :data:`BACKLOG_CAP`, so 1000 reads "at least 1000"; empty when the store could not be read).
+    ``owned_partitions``, ``handlers_in_flight``: gauges. ``running``: the service thread is
+    alive. ``last_progress_age_s``: seconds since a pass's claim round trip last
+    succeeded (None before the first; an idle service passes at least every ``max_sleep_s``).
+    """
+
+    fired: Mapping[int, int]
+    failed: Mapping[int, int]
+    parked: Mapping[int, int]
+    lateness: LatenessHistogram
+    due_backlog: Mapping[str, int]
+    owned_partitions: int
+    store_errors: Mapping[str, int]
+    handlers_in_flight: int
+    running: bool
+    last_progress_age_s: "float | None"
+
+
+class Recorder:
+    """The counters behind a :class:`MetricsSnapshot` (thread-safe: the loop and the store thread count)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._fired: Counter = Counter()
+        self._failed: Counter = Counter()
+        self._bucket_counts = [0] * (len(LATENESS_BUCKETS_S) + 1)
+        self._lateness_sum_s = 0.0
+
+    def fired(self, kind: int, n: int = 1) -> None:
+        with self._lock:
+            self._fired[kind] += n
+
+    def failed(self, kind: int, n: int = 1) -> None:
+        with self._lock:
+            self._failed[kind] += n
+
+    def lateness(self, lateness_s: float) -> None:
+        """Observe one first attempt's lateness (s; negative counts as 0: never early by design)."""
+        lateness_s = max(0.0, lateness_s)
+        i = bisect.bisect_left(LATENESS_BUCKETS_S, lateness_s)
+        with self._lock:
+            self._bucket_counts[i] += 1
+            self._lateness_sum_s += lateness_s
+
+    def counts(self) -> tuple:
+        """``(fired, failed, LatenessHistogram)`` copied under the lock."""
+        with self._lock:
+            fired, failed = dict(self._fired), dict(self._failed)
+            counts, sum_s = list(self._bucket_counts), self._lateness_sum_s
+        cumulative, total = [], 0
+        for bound, n in zip(LATENESS_BUCKETS_S + (float("inf"),), counts):
+            total += n
+            cumulative.append((bound, total))
+        return fired, failed, LatenessHistogram(tuple(cumulative), sum_s, total)
