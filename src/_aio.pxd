@@ -32,7 +32,7 @@ cdef class WheelHandle:
     cdef object _context      # None for a WheelTimeout's expiry handle
     cdef double _when
     cdef uint64_t _timer_id   # the wheel's id while armed or due in the running batch, else 0
-    cdef Py_ssize_t _token    # its index in the scheduler's _handles (its wheel token), or -1
+    cdef Py_ssize_t _token    # its index in the scheduler's _handles (its wheel token), or 0
 
 
 cdef class WheelScheduler:
