@@ -16,6 +16,12 @@ ctypedef struct key_slot_t:
     uint64_t timer_id   # the key's wheel id; 0 marks an empty slot (no timer id is 0)
     double when_s       # the deadline, loop seconds
 
+ctypedef struct token_stack_t:
+    # The free indexes of a core's list of armed handles (src/_aio_tokens.pxi), reused last first.
+    Py_ssize_t* free
+    Py_ssize_t count
+    Py_ssize_t cap
+
 
 cdef class WheelHandle:
     # 88 B with the collector's header, and no C methods (they would add a vtable pointer): the
@@ -26,7 +32,7 @@ cdef class WheelHandle:
     cdef object _context      # None for a WheelTimeout's expiry handle
     cdef double _when
     cdef uint64_t _timer_id   # the wheel's id while armed or due in the running batch, else 0
-    cdef Py_ssize_t _token    # its index in the scheduler's _handles (its wheel token), or -1
+    cdef Py_ssize_t _token    # its index in the scheduler's _handles (its wheel token), or 0
 
 
 cdef class WheelScheduler:
@@ -39,9 +45,7 @@ cdef class WheelScheduler:
     cdef object _wake          # the loop's TimerHandle of the one wake-up
     cdef TimerWheel _wheel     # the handles' wheel: tokens index _handles
     cdef list _handles         # token -> the handle it arms, None when free: the collector sees them
-    cdef Py_ssize_t* _free_tokens  # the free indexes of _handles, a stack (reused last-freed first)
-    cdef Py_ssize_t _free_count
-    cdef Py_ssize_t _free_cap
+    cdef token_stack_t _free_tokens  # the free indexes of _handles
     cdef list _keyed           # KeyedTimers sets, each on its own wheel
 
     # The C-level API.
@@ -58,9 +62,6 @@ cdef class WheelScheduler:
     cdef int _disarm(self, WheelHandle handle) except -1
     cdef int _arm_wake(self, int64_t due_ms) except -1
     cdef int _run_handles(self, int64_t now_ms) except -1
-    cdef Py_ssize_t _take_token(self, WheelHandle handle) except -1
-    cdef int _give_token(self, WheelHandle handle) except -1
-    cdef WheelHandle _handle_of(self, uint64_t token)
     cdef int _fire(self, uint64_t token) except -1
     cdef int _requeue(self, tw_fired_t* fired, Py_ssize_t start) except -1
     cdef int _end_batch(self) except -1

@@ -8,13 +8,9 @@ one loop wake-up. Same API and semantics; what the compiled core does differentl
 """
 # The wheel is driven through its C methods (src/_wheel.pxd), with no Python call per operation.
 #
-# A handle's wheel token is its index in the scheduler's ``_handles`` list, which holds the handle
-# from its arming until it runs or is cancelled (index 0 stays unused: 0 is no token, as 0 is no
-# timer id). That list is the scheduler's one reference to every armed handle, an ordinary field:
-# the collector sees the handles through it, and the list's own clear breaks a cycle, so a
-# scheduler dropped with handles pending (its loop closed) is collected, as the twin is, with no
-# hand-written traverse. Freed indexes are reused last-freed first, so the list stays as long as
-# the peak of armed handles. A re-arm of a pending handle keeps its index: the per-message path
+# A handle's wheel token is its index in the scheduler's ``_handles`` list (src/_aio_tokens.pxi):
+# the collector sees the armed handles through it, so a scheduler dropped with handles pending (its
+# loop closed) is collected, as the twin is. A re-arm of a pending handle keeps its index: the per-message path
 # never touches the list. A batch tells a token's own firing from a stale one by the handle at the
 # index and its timer id: no handle (cancelled, or the scheduler closed), or a handle whose id is
 # still pending in the wheel (re-armed by an earlier callback of the batch, or a new handle at a
@@ -47,7 +43,6 @@ import contextvars
 from timerwheel_c._aio_common import (
     HAS_UNCANCEL,
     IN_BATCH as _IN_BATCH,
-    MAX_DUE_MS as _MAX_DUE_MS,
     NO_WAKE as _NO_WAKE,
     check_callback,
     check_key,
@@ -58,9 +53,6 @@ from timerwheel_c._aio_common import (
 )
 
 __all__ = ["KeyedTimers", "WheelHandle", "WheelScheduler", "WheelTimeout"]
-
-cdef extern from "aio_clock.h":
-    int tw_monotonic_s(double* out) noexcept nogil
 
 cdef extern from "Python.h":
     ctypedef struct PyFunctionObject:
@@ -78,13 +70,10 @@ cdef extern from "Python.h":
 
 cdef enum:
     KEYS_MIN_CAP = 16
-    TOKENS_MIN_CAP = 64
 
 # The values shared with the pure twin, from the neutral module (see there).
 cdef int64_t NO_WAKE = _NO_WAKE
 cdef int64_t IN_BATCH = _IN_BATCH
-cdef int64_t MAX_DUE_MS = _MAX_DUE_MS
-cdef double MAX_DUE_MS_F = <double>MAX_DUE_MS
 
 # Task states of WheelTimeout, in the order of asyncio.Timeout's.
 cdef enum:
@@ -107,34 +96,10 @@ def _current_tasks_dict():
 
 
 cdef dict _CURRENT_TASKS = _current_tasks_dict()
-_BASE_TIME = asyncio.BaseEventLoop.time
 
 
-cdef bint _clock_matches():
-    """True if tw_monotonic_s reads time.monotonic()'s clock here (checked, not assumed)."""
-    import time
-    cdef double c
-    before = time.monotonic()
-    if tw_monotonic_s(&c) != 0:
-        return False
-    return before <= c <= time.monotonic()
-
-
-cdef bint FAST_CLOCK = _clock_matches()
-
-
-cdef inline int64_t _floor_ms(double now_s) noexcept:
-    """Largest integer ms ``n`` with ``n / 1000 <= now_s`` (float-exact, not assumed); a clock
-    outside +-2**62 ms (no real loop's) is clamped, so the wheel refuses it by name."""
-    cdef int64_t now_ms
-    if not -MAX_DUE_MS_F < now_s * 1000.0 < MAX_DUE_MS_F:
-        return MAX_DUE_MS + 1 if now_s > 0 else -MAX_DUE_MS
-    now_ms = <int64_t>floor(now_s * 1000.0)
-    if now_ms / 1000.0 > now_s:
-        now_ms -= 1
-    elif (now_ms + 1) / 1000.0 <= now_s:
-        now_ms += 1
-    return now_ms
+include "_aio_clock.pxi"
+include "_aio_tokens.pxi"
 
 
 cdef inline double _as_seconds(object value, str name) except? -1.0:
@@ -309,7 +274,7 @@ cdef class WheelScheduler:
         self._wake_ms = NO_WAKE
 
     def __dealloc__(self):
-        free(self._free_tokens)
+        free(self._free_tokens.free)
 
     def __init__(self, loop=None, *, wheel_class=None, clock_slack_s=None):
         if self._loop is not None:
@@ -554,7 +519,7 @@ cdef class WheelScheduler:
         # (its wheel timer already fired), gets a new entry: the batch skips the old one.
         if handle._timer_id == 0 or not wheel.c_reschedule(handle._timer_id, after_ms):
             if handle._token == 0:
-                self._take_token(handle)
+                handle._token = _take_token(self._handles, &self._free_tokens, handle)
             handle._timer_id = wheel.c_schedule(after_ms, <uint64_t>handle._token)
         if due_ms < self._wake_ms:
             self._arm_wake(due_ms)
@@ -563,52 +528,12 @@ cdef class WheelScheduler:
     cdef int _disarm(self, WheelHandle handle) except -1:
         """Take ``handle`` out of the wheel (if pending there) and out of ``_handles``."""
         cdef uint64_t timer_id = handle._timer_id
+        cdef Py_ssize_t token = handle._token
         handle._timer_id = 0
+        handle._token = 0
         if timer_id:
             self._wheel.c_cancel(timer_id)
-        return self._give_token(handle)
-
-    cdef Py_ssize_t _take_token(self, WheelHandle handle) except -1:
-        """Put ``handle`` in ``_handles`` at a free index (the last freed, else a new one) and
-        return it: its wheel token. The free stack grows with the list, so freeing never fails."""
-        cdef Py_ssize_t token, cap
-        cdef Py_ssize_t* grown
-        if len(self._handles) == 0:
-            # The collector cleared the list: the scheduler is garbage and a finalizer arms.
-            self._handles.append(None)
-            self._free_count = 0
-        if self._free_count:
-            self._free_count -= 1
-            token = self._free_tokens[self._free_count]
-            self._handles[token] = handle
-        else:
-            token = len(self._handles)
-            if token > self._free_cap:
-                cap = TOKENS_MIN_CAP if self._free_cap == 0 else 2 * self._free_cap
-                grown = <Py_ssize_t*>realloc(self._free_tokens, cap * sizeof(Py_ssize_t))
-                if grown == NULL:
-                    raise MemoryError(f"WheelScheduler cannot hold {token} handles")
-                self._free_tokens = grown
-                self._free_cap = cap
-            self._handles.append(handle)
-        handle._token = token
-        return token
-
-    cdef int _give_token(self, WheelHandle handle) except -1:
-        """Take ``handle`` out of ``_handles``, freeing its index (if it holds one still there)."""
-        cdef Py_ssize_t token = handle._token
-        handle._token = 0
-        if 0 < token < len(self._handles) and self._handles[token] is handle:
-            self._free_tokens[self._free_count] = token
-            self._free_count += 1
-            self._handles[token] = None  # the caller holds the handle: no finalizer runs here
-        return 0
-
-    cdef WheelHandle _handle_of(self, uint64_t token):
-        """The handle at index ``token`` of ``_handles``, or None (a freed or dropped index)."""
-        if token < <uint64_t>len(self._handles):
-            return <WheelHandle>self._handles[<Py_ssize_t>token]
-        return None
+        return _give_token(self._handles, &self._free_tokens, token, handle)
 
     cdef int _arm_wake(self, int64_t due_ms) except -1:
         """Move the one loop wake-up to ``due_ms``; aimed so the wake-up sees ``due_ms``."""
@@ -655,13 +580,14 @@ cdef class WheelScheduler:
 
     cdef int _fire(self, uint64_t token) except -1:
         """Run the handle a fired ``token`` names, if it is due."""
-        cdef WheelHandle handle = self._handle_of(token)
+        cdef WheelHandle handle = <WheelHandle>_token_handle(self._handles, token)
         # None: cancelled by an earlier callback of this batch, or closed; pending: re-armed by
         # one, or a new handle at a reused index.
         if handle is None or handle._timer_id == 0 or self._wheel.c_due_ms(handle._timer_id) >= 0:
             return 0
         handle._timer_id = 0
-        self._give_token(handle)
+        _give_token(self._handles, &self._free_tokens, <Py_ssize_t>token, handle)
+        handle._token = 0
         return _run_handle(handle)
 
     cdef int _requeue(self, tw_fired_t* fired, Py_ssize_t start) except -1:
@@ -672,7 +598,7 @@ cdef class WheelScheduler:
         cdef WheelHandle handle
         for i in range(start, fired.count):
             token = fired.tokens[i]
-            handle = self._handle_of(token)
+            handle = <WheelHandle>_token_handle(self._handles, token)
             if (not self._closed and handle is not None and handle._timer_id
                     and self._wheel.c_due_ms(handle._timer_id) < 0):
                 handle._timer_id = self._wheel.c_schedule(1, token)  # it keeps its index
@@ -695,23 +621,12 @@ cdef class WheelScheduler:
     cdef int _drain(self) except -1:
         """Cancel every armed handle (and any due in the running batch): empty the wheel, then
         ``_handles``, detached first, as clearing a callback may run Python code."""
-        cdef TimerWheel wheel = self._wheel
-        cdef tw_fired_t fired
         cdef WheelHandle handle
-        cdef list handles
-        if wheel.c_count():
-            # Every pending timer fires at the end of time; the handles are all in _handles.
-            wheel.c_advance(MAX_DUE_MS, &fired)
-            wheel.c_release(&fired)
-        handles, self._handles = self._handles, [None]
-        self._free_count = 0
-        for obj in handles:
-            if obj is not None:
-                handle = <WheelHandle>obj
-                handle._timer_id = 0
-                handle._token = 0
-                handle._callback = None
-                handle._args = None
+        for handle in _drop_tokens(self._wheel, self._handles, &self._free_tokens):
+            handle._timer_id = 0
+            handle._token = 0
+            handle._callback = None
+            handle._args = None
         return 0
 
 

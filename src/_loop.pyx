@@ -4,25 +4,24 @@
 ``timerwheel_c/pure/loop.py`` is the pure-Python twin, in the same order, and holds the design
 (the ms clock, the never-early rule, due order); ``timerwheel_c.loop.EventLoop`` drives either.
 """
-# A handle's wheel token is the handle's own address: a fired token names its handle with no
-# lookup. The wheel entry owns one reference to the handle, taken on arming; cancel() and close()
-# drop it, and move_due() hands it to the ready queue. Those are C references, invisible to the
-# collector, so the store's tp_traverse visits the handles through the wheel's entries and its
-# tp_clear closes it: a loop dropped unclosed with timers pending is collected, as asyncio's is.
+# A handle's wheel token is its index in the store's ``_handles`` list (src/_aio_tokens.pxi), as
+# in the asyncio scheduler: the collector sees the armed handles through it, so a loop dropped
+# unclosed with timers pending is collected, as asyncio's is, with no hand-written traverse.
 #
 # Reentrancy: ready.append() may run the collector, whose Python code may cancel a handle or arm
-# a timer on this very loop. So move_due() takes the batch out of the wheel first (c_advance hands
-# the token buffer over), settles every handle in C, and only then runs Python code.
+# a timer on this very loop (and so reuse a freed index). So move_due() takes the batch out of the
+# wheel first (c_advance hands the token buffer over) and, in C only, swaps each token for a
+# reference to its handle and frees its index; only then does it run Python code.
 cimport cython
 from cpython.contextvars cimport PyContext_CopyCurrent, PyContext_Enter, PyContext_Exit
-from cpython.exc cimport PyErr_WriteUnraisable
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_DECREF, Py_INCREF
 from libc.math cimport INFINITY, floor, nextafter
 from libc.stdint cimport int64_t, uint64_t
 from libc.stdlib cimport free, qsort, realloc
 
-from timerwheel_c._wheel cimport NUM_SLOTS, TimerWheel, entry_t, tw_fired_t
+from timerwheel_c._aio cimport token_stack_t
+from timerwheel_c._wheel cimport TimerWheel, tw_fired_t
 
 import asyncio
 import contextvars
@@ -31,59 +30,28 @@ from timerwheel_c._loop_common import MAX_SELECT_S, check_when, handle_repr, rep
 
 __all__ = ["LoopTimers", "TimerHandle"]
 
-cdef extern from "aio_clock.h":
-    int tw_monotonic_s(double* out) noexcept nogil
-
 cdef extern from "tw_prefetch.h":
     void tw_prefetch(void* p) noexcept nogil
-
-cdef extern from "Python.h":
-    void PyType_Modified(PyTypeObject* t)
-    ctypedef int (*visitproc)(PyObject*, void*) noexcept
-    ctypedef int (*traverseproc)(PyObject*, visitproc, void*) noexcept
-    ctypedef int (*inquiry)(PyObject*) noexcept
-    ctypedef struct PyTypeObject:
-        traverseproc tp_traverse
-        inquiry tp_clear
 
 ctypedef struct due_t:
     double when
     Py_ssize_t seq
     uint64_t token
 
-cdef int64_t MAX_DUE_MS = 1LL << 62
-cdef double MAX_DUE_MS_F = <double>(1LL << 62)
 cdef double MAX_SELECT = MAX_SELECT_S
-_BASE_TIME = asyncio.BaseEventLoop.time
+
+include "_aio_clock.pxi"
+include "_aio_tokens.pxi"
 
 
-cdef bint _clock_matches():
-    """True if tw_monotonic_s reads time.monotonic()'s clock here (checked, not assumed)."""
-    import time
-    cdef double c
-    before = time.monotonic()
-    if tw_monotonic_s(&c) != 0:
-        return False
-    return before <= c <= time.monotonic()
-
-
-cdef bint FAST_CLOCK = _clock_matches()
-
-
-cdef inline int64_t _floor_ms(double t_s) noexcept:
-    """Largest integer ms ``n`` with ``n / 1000 <= t_s`` (float-exact, not assumed); clamped to
-    [-1, 2**62], past which every time alike is "never" (a real clock is far inside it)."""
-    cdef int64_t n
+cdef inline int64_t _loop_ms(double t_s) noexcept:
+    """``loop_ms``: the ms a loop time ``t_s`` lies in, clamped to [-1, 2**62], past which every
+    time alike is "never" (a real clock is far inside it)."""
     if not t_s * 1000.0 < MAX_DUE_MS_F:
         return MAX_DUE_MS
     if not t_s * 1000.0 >= 0.0:
         return -1
-    n = <int64_t>floor(t_s * 1000.0)
-    if n / 1000.0 > t_s:
-        n -= 1
-    elif (n + 1) / 1000.0 <= t_s:
-        n += 1
-    return n
+    return _floor_ms(t_s)
 
 
 cdef int _by_when(const void* a, const void* b) noexcept nogil:
@@ -112,6 +80,7 @@ cdef class TimerHandle:
     cdef object _context
     cdef double _when
     cdef uint64_t _timer_id            # the wheel's id while armed, else 0
+    cdef Py_ssize_t _token             # its index in the store's _handles while armed, else 0
     cdef readonly bint _cancelled
     cdef public object _source_traceback   # debug mode: where it was made, as asyncio's
     cdef public object _repr               # debug mode: the repr frozen at cancel(), as asyncio's
@@ -184,22 +153,26 @@ cdef class LoopTimers:
     cdef bint _fast_clock
     cdef bint _closed
     cdef public bint debug     # mirrors loop.get_debug(): cancel() then freezes the repr
-    cdef TimerWheel _wheel     # tokens are handle addresses
+    cdef TimerWheel _wheel     # tokens index _handles
+    cdef list _handles         # token -> the handle it arms, None when free: the collector sees them
+    cdef token_stack_t _free_tokens
     cdef due_t* _sort          # move_due's scratch for a batch out of deadline order
     cdef Py_ssize_t _sort_cap
 
     def __cinit__(self, *args, **kwargs):
         self._wheel = TimerWheel(0)
+        self._handles = [None]
 
     def __init__(self, loop):
         if self._loop is not None:
             raise RuntimeError("LoopTimers.__init__ called on a store already in use")
         self._loop = loop
         self._fast_clock = FAST_CLOCK and getattr(type(loop), "time", None) is _BASE_TIME
-        self._wheel = TimerWheel(max(_floor_ms(self.c_time()) - 1, 0))
+        self._wheel = TimerWheel(max(_loop_ms(self.c_time()) - 1, 0))
 
     def __dealloc__(self):
         free(self._sort)
+        free(self._free_tokens.free)
 
     def active_count(self):
         """How many timers are armed (neither run, moved to the ready queue, nor cancelled)."""
@@ -248,7 +221,7 @@ cdef class LoopTimers:
         if due_ms <= wheel.c_now_ms():
             due_ms = wheel.c_now_ms() + 1
         wake_s = (due_ms + 1) / 1000.0
-        if _floor_ms(wake_s) <= due_ms:  # float rounding put it a hair early
+        if _loop_ms(wake_s) <= due_ms:  # float rounding put it a hair early
             wake_s = nextafter(wake_s, INFINITY)
         timeout_s = wake_s - self.c_time()
         if timeout_s > MAX_SELECT:
@@ -260,7 +233,7 @@ cdef class LoopTimers:
         deadlines in scheduling order. Due: its whole ms is past on the loop clock, so its
         deadline is strictly before ``loop.time()``. Returns how many were moved."""
         cdef TimerWheel wheel = self._wheel
-        cdef int64_t target_ms = _floor_ms(self.c_time()) - 1
+        cdef int64_t target_ms = _loop_ms(self.c_time()) - 1
         cdef tw_fired_t fired
         cdef Py_ssize_t i = 0
         cdef Py_ssize_t n
@@ -268,13 +241,12 @@ cdef class LoopTimers:
             return 0
         append = ready.append
         wheel.c_advance(target_ms, &fired)
-        n = fired.count
         try:
-            self._settle(&fired)
+            n = self._settle(&fired)
             while i < n:
                 append(<object><PyObject*><size_t>fired.tokens[i])
                 i += 1
-                Py_DECREF(<object><PyObject*><size_t>fired.tokens[i - 1])  # the wheel's, now the deque's
+                Py_DECREF(<object><PyObject*><size_t>fired.tokens[i - 1])  # the batch's, now the deque's
         finally:
             self._requeue(&fired, i)
             wheel.c_release(&fired)
@@ -307,35 +279,56 @@ cdef class LoopTimers:
         handle._context = PyContext_CopyCurrent() if context is None else context
         handle._when = when_s
         # The ms the deadline lies in; past the wheel's range it never fires, as on asyncio's heap.
-        after_ms = _floor_ms(when_s)
+        after_ms = _loop_ms(when_s)
         if after_ms < MAX_DUE_MS:
-            handle._timer_id = self._wheel.c_schedule(
-                after_ms - self._wheel.c_now_ms(), <uint64_t><size_t><PyObject*>handle)
-            Py_INCREF(handle)
+            self._arm(handle, after_ms - self._wheel.c_now_ms())
         return handle
 
-    cdef int _disarm(self, TimerHandle handle) except -1:
-        """Take ``handle`` out of the wheel if armed there, dropping the entry's reference."""
-        cdef uint64_t timer_id = handle._timer_id
-        handle._timer_id = 0
-        if timer_id and self._wheel.c_cancel(timer_id):
-            Py_DECREF(handle)
+    cdef int _arm(self, TimerHandle handle, int64_t after_ms) except -1:
+        """Arm ``handle`` ``after_ms`` ms from the wheel's now, at a new index of ``_handles``."""
+        handle._token = _take_token(self._handles, &self._free_tokens, handle)
+        handle._timer_id = self._wheel.c_schedule(after_ms, <uint64_t>handle._token)
         return 0
 
-    cdef int _settle(self, tw_fired_t* fired) except -1:
-        """Mark a fired batch's handles unarmed and sort it by deadline (stable), in C only."""
-        cdef Py_ssize_t i, n = fired.count
+    cdef int _disarm(self, TimerHandle handle) except -1:
+        """Take ``handle`` out of the wheel and out of ``_handles`` if armed."""
+        if handle._timer_id:
+            self._wheel.c_cancel(handle._timer_id)
+            _give_token(self._handles, &self._free_tokens, handle._token, handle)
+            handle._timer_id = 0
+            handle._token = 0
+        return 0
+
+    cdef Py_ssize_t _settle(self, tw_fired_t* fired) except -1:
+        """Swap a fired batch's tokens for references to their handles, freeing their indexes and
+        marking them unarmed, and sort it by deadline (stable), with no Python code run. Returns
+        the batch's new length."""
+        cdef Py_ssize_t i, n = 0
         cdef bint in_order = True
         cdef double prev = -INFINITY
         cdef TimerHandle handle
-        for i in range(n):
-            handle = <TimerHandle><PyObject*><size_t>fired.tokens[i]
+        for i in range(fired.count):
+            obj = _token_handle(self._handles, fired.tokens[i])
+            # cancel() takes a timer out of the wheel at once, so a fired token names an armed
+            # handle whose timer is no longer pending, unless the collector cleared _handles (the
+            # store is garbage) and a finalizer armed a new handle at a reused index: skipped.
+            if obj is None:
+                continue
+            handle = <TimerHandle>obj
+            if handle._timer_id == 0 or self._wheel.c_due_ms(handle._timer_id) >= 0:
+                continue
+            Py_INCREF(handle)  # the batch's, until the ready queue or _requeue takes it
+            _give_token(self._handles, &self._free_tokens, handle._token, handle)
+            fired.tokens[n] = <uint64_t><size_t><PyObject*>handle
+            n += 1
             handle._timer_id = 0
+            handle._token = 0
             if handle._when < prev:
                 in_order = False
             prev = handle._when
+        fired.count = n
         if in_order:
-            return 0
+            return n
         if n > self._sort_cap:
             self._grow_sort(n)
         for i in range(n):
@@ -345,7 +338,7 @@ cdef class LoopTimers:
         qsort(self._sort, n, sizeof(due_t), _by_when)
         for i in range(n):
             fired.tokens[i] = self._sort[i].token
-        return 0
+        return n
 
     cdef int _grow_sort(self, Py_ssize_t n) except -1:
         cdef due_t* p = <due_t*>realloc(self._sort, n * sizeof(due_t))
@@ -357,74 +350,20 @@ cdef class LoopTimers:
 
     cdef int _requeue(self, tw_fired_t* fired, Py_ssize_t start) except -1:
         """Put back the handles an exception kept off the ready queue (tokens from ``start``):
-        already due, they go back on the next ms, in order, so none is lost."""
+        already due, they go back on the next ms, in order, so none is lost. Each drops the
+        batch's reference."""
         cdef Py_ssize_t i
         cdef TimerHandle handle
         for i in range(start, fired.count):
             handle = <TimerHandle><PyObject*><size_t>fired.tokens[i]
-            if self._closed or handle._cancelled:
-                Py_DECREF(handle)
-            else:
-                handle._timer_id = self._wheel.c_schedule(1, fired.tokens[i])
+            Py_DECREF(handle)  # the local keeps it alive
+            if not (self._closed or handle._cancelled):
+                self._arm(handle, 1)
         return 0
 
     cdef int _drain(self) except -1:
-        """Drop every armed handle, with the wheel entries' references (close, tp_clear)."""
-        cdef TimerWheel wheel = self._wheel
-        cdef tw_fired_t fired
+        """Drop every armed handle (close): they keep their state, unarmed."""
         cdef TimerHandle handle
-        cdef Py_ssize_t i
-        if wheel.c_count() == 0:
-            return 0
-        wheel.c_advance(MAX_DUE_MS, &fired)  # every pending timer fires: its reference comes back
-        try:
-            for i in range(fired.count):
-                handle = <TimerHandle><PyObject*><size_t>fired.tokens[i]
-                handle._timer_id = 0
-                Py_DECREF(handle)
-        finally:
-            wheel.c_release(&fired)
+        for handle in _drop_tokens(self._wheel, self._handles, &self._free_tokens):
+            handle._timer_id = handle._token = 0
         return 0
-
-
-# -- the collector sees the handles the wheel references ------------------------------------
-
-cdef traverseproc _timers_base_traverse = NULL
-
-
-cdef int _timers_traverse(PyObject* o, visitproc visit, void* arg) noexcept:
-    """The store's generated traverse, plus one visit per wheel entry: each holds a handle."""
-    cdef int r = _timers_base_traverse(o, visit, arg)
-    cdef PyObject* wheel
-    cdef entry_t* pool
-    cdef int e
-    if r:
-        return r
-    wheel = <PyObject*>(<LoopTimers>o)._wheel
-    if wheel == <PyObject*>None:
-        return 0
-    pool = (<TimerWheel>wheel)._pool
-    for e in range((<TimerWheel>wheel)._used):
-        if pool[e].loc < NUM_SLOTS:  # linked: pending
-            r = visit(<PyObject*><size_t>pool[e].token, arg)
-            if r:
-                return r
-    return 0
-
-
-cdef int _timers_clear(PyObject* o) noexcept:
-    """Break the store's cycles through its handles: close it."""
-    cdef LoopTimers timers = <LoopTimers>o
-    timers._closed = True
-    try:
-        timers._drain()
-    except BaseException:
-        PyErr_WriteUnraisable(timers)
-    return 0
-
-
-cdef PyTypeObject* _timers_type = <PyTypeObject*>LoopTimers
-_timers_base_traverse = _timers_type.tp_traverse
-_timers_type.tp_traverse = _timers_traverse
-_timers_type.tp_clear = _timers_clear
-PyType_Modified(_timers_type)

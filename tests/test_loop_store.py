@@ -139,3 +139,34 @@ def test_the_store_and_its_handles_refuse_copy_and_pickle(loop_impl):
     loop.now_s = 1001.0
     ready = collections.deque()
     assert timers.move_due(ready) == 1 and ready[0] is handle
+
+
+def _held_by(root, depth: int) -> set:
+    """The ids of what the collector reaches from ``root`` in ``depth`` steps of tp_traverse."""
+    import gc
+
+    seen, frontier = set(), [root]
+    for _ in range(depth):
+        frontier = [r for obj in frontier for r in gc.get_referents(obj) if id(r) not in seen]
+        seen.update(id(r) for r in frontier)
+    return seen
+
+
+def test_the_collector_sees_each_armed_handle_and_no_other(loop_impl):
+    """What the collector traverses from the store reaches every armed handle (so a loop dropped
+    unclosed with timers pending is collected) and none that was cancelled, moved to the ready
+    queue or dropped by close(): the store holds no other handle. The clock is fake and the loop
+    is a plain object, so nothing else can hold or reach a handle."""
+    loop = FakeLoop(1000.0)
+    timers = loop_impl.LoopTimers(loop)
+    handles = [timers.call_at(1000.001 + i, print, i) for i in range(4)]
+    assert {id(h) for h in handles} <= _held_by(timers, 3)
+    handles[1].cancel()
+    loop.now_s = 1000.5
+    ready = collections.deque()
+    assert timers.move_due(ready) == 1 and ready[0] is handles[0]
+    held = _held_by(timers, 3)
+    assert id(handles[2]) in held and id(handles[3]) in held
+    assert id(handles[0]) not in held and id(handles[1]) not in held
+    timers.close()
+    assert not {id(h) for h in handles} & _held_by(timers, 3)

@@ -71,6 +71,51 @@ T_CREATED, T_ENTERED, T_EXPIRING, T_EXPIRED, T_EXITED = range(5)
 _STATE_NAMES = ("created", "entered", "expiring", "expired", "exited")
 
 
+# A handle's wheel token is its index in the scheduler's ``_handles`` list, which holds it from
+# its arming until it runs or is cancelled (index 0 stays unused: 0 is no token, as 0 is no timer
+# id); freed indexes are reused last-freed first. (Module functions, as in the compiled core, where
+# the event loop's timer store shares them: src/_aio_tokens.pxi.)
+
+
+def _take_token(handles: list[Any], free_tokens: list[int], handle: Any) -> int:
+    """Put ``handle`` in ``handles`` at a free index (the last freed, else a new one) and
+    return it."""
+    if not handles:
+        # The collector cleared the list: its scheduler is garbage and a finalizer arms.
+        handles.append(None)
+        free_tokens.clear()
+    if free_tokens:
+        token = free_tokens.pop()
+        handles[token] = handle
+        return token
+    handles.append(handle)
+    return len(handles) - 1
+
+
+def _give_token(handles: list[Any], free_tokens: list[int], token: int, handle: Any) -> None:
+    """Free index ``token`` if ``handle`` is still there (not after a drain or the collector's clear)."""
+    if 0 < token < len(handles) and handles[token] is handle:
+        free_tokens.append(token)
+        handles[token] = None
+
+
+def _token_handle(handles: list[Any], token: int) -> Any:
+    """The handle at index ``token``, or None (a freed or dropped index)."""
+    return handles[token] if token < len(handles) else None
+
+
+def _drop_tokens(wheel: Any, handles: list[Any], free_tokens: list[int]) -> list[Any]:
+    """Empty ``wheel`` (every pending timer fires at the end of time, its token dropped) and
+    ``handles``, and return the handles it held (no None), to reset once nothing names them: dropping a
+    reference may run Python code (a finalizer that arms again)."""
+    if len(wheel):
+        wheel.advance(MAX_DUE_MS)
+    detached = [handle for handle in handles if handle is not None]
+    del handles[1:]
+    free_tokens.clear()
+    return detached
+
+
 def _as_seconds(value: Any, name: str) -> float:
     """``check_seconds`` with the finite float first: the per-message path of every re-arm."""
     if type(value) is float and -_INF < value < _INF:
@@ -412,46 +457,18 @@ class WheelScheduler:
         # (its wheel timer already fired), gets a new entry: the batch skips the old one.
         if handle._timer_id == 0 or not wheel.reschedule(handle._timer_id, after_ms):
             if handle._token == 0:
-                self._take_token(handle)
+                handle._token = _take_token(self._handles, self._free_tokens, handle)
             handle._timer_id = wheel.schedule(after_ms, handle._token)
         if due_ms < self._wake_ms:
             self._arm_wake(due_ms)
 
     def _disarm(self, handle: WheelHandle) -> None:
         """Take ``handle`` out of the wheel (if pending there) and out of ``_handles``."""
-        timer_id = handle._timer_id
-        handle._timer_id = 0
+        timer_id, token = handle._timer_id, handle._token
+        handle._timer_id = handle._token = 0
         if timer_id:
             self._wheel.cancel(timer_id)
-        self._give_token(handle)
-
-    def _take_token(self, handle: WheelHandle) -> int:
-        """Put ``handle`` in ``_handles`` at a free index (the last freed, else a new one) and
-        return it: its wheel token."""
-        if not self._handles:
-            # The collector cleared the list: the scheduler is garbage and a finalizer arms.
-            self._handles.append(None)
-            self._free_tokens.clear()
-        if self._free_tokens:
-            token = self._free_tokens.pop()
-            self._handles[token] = handle
-        else:
-            token = len(self._handles)
-            self._handles.append(handle)
-        handle._token = token
-        return token
-
-    def _give_token(self, handle: WheelHandle) -> None:
-        """Take ``handle`` out of ``_handles``, freeing its index (if it holds one still there)."""
-        token = handle._token
-        handle._token = 0
-        if 0 < token < len(self._handles) and self._handles[token] is handle:
-            self._free_tokens.append(token)
-            self._handles[token] = None
-
-    def _handle_of(self, token: int) -> Optional[WheelHandle]:
-        """The handle at index ``token`` of ``_handles``, or None (a freed or dropped index)."""
-        return self._handles[token] if token < len(self._handles) else None
+        _give_token(self._handles, self._free_tokens, token, handle)
 
     def _arm_wake(self, due_ms: int) -> None:
         """Move the one loop wake-up to ``due_ms``; aimed so the wake-up sees ``due_ms``."""
@@ -493,20 +510,21 @@ class WheelScheduler:
 
     def _fire(self, token: int) -> None:
         """Run the handle a fired ``token`` names, if it is due."""
-        handle = self._handle_of(token)
+        handle = _token_handle(self._handles, token)
         # None: cancelled by an earlier callback of this batch, or closed; pending: re-armed by
         # one, or a new handle at a reused index.
         if handle is None or handle._timer_id == 0 or self._wheel.due_ms(handle._timer_id) is not None:
             return
         handle._timer_id = 0
-        self._give_token(handle)
+        _give_token(self._handles, self._free_tokens, token, handle)
+        handle._token = 0
         _run_handle(handle)
 
     def _requeue(self, fired: list[int], start: int) -> None:
         """Keep the handles a SystemExit/KeyboardInterrupt skipped (tokens from ``start`` on): they
         are already due, so they go back after 1 ms, in order, and none is lost."""
         for token in fired[start:]:
-            handle = self._handle_of(token)
+            handle = _token_handle(self._handles, token)
             if (not self._closed and handle is not None and handle._timer_id
                     and self._wheel.due_ms(handle._timer_id) is None):
                 handle._timer_id = self._wheel.schedule(1, token)  # it keeps its index
@@ -526,18 +544,9 @@ class WheelScheduler:
     def _drain(self) -> None:
         """Cancel every armed handle (and any due in the running batch): empty the wheel, then
         ``_handles``, detached first, as clearing a callback may run Python code."""
-        wheel = self._wheel
-        if len(wheel):
-            # Every pending timer fires at the end of time; the handles are all in _handles.
-            wheel.advance(MAX_DUE_MS)
-        handles, self._handles = self._handles, [None]
-        self._free_tokens = []
-        for handle in handles:
-            if handle is not None:
-                handle._timer_id = 0
-                handle._token = 0
-                handle._callback = None
-                handle._args = None
+        for handle in _drop_tokens(self._wheel, self._handles, self._free_tokens):
+            handle._timer_id = handle._token = 0
+            handle._callback = handle._args = None
 
     def __reduce_ex__(self, protocol):
         _refuse_copy(self)

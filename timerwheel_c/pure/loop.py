@@ -210,12 +210,16 @@ class LoopTimers:
         # The ms the deadline lies in; past the wheel's range it never fires, as on asyncio's heap.
         after_ms = loop_ms(when_s)
         if after_ms < MAX_DUE_MS:
-            token = self._next_token
-            self._next_token = token + 1
-            handle._timer_id = self._wheel.schedule(after_ms - self._wheel.now_ms(), token)
-            handle._token = token
-            self._handles[token] = handle
+            self._arm(handle, after_ms - self._wheel.now_ms())
         return handle
+
+    def _arm(self, handle: TimerHandle, after_ms: int) -> None:
+        """Arm ``handle`` ``after_ms`` ms from the wheel's now, under a new token."""
+        token = self._next_token
+        self._next_token = token + 1
+        handle._timer_id = self._wheel.schedule(after_ms, token)
+        handle._token = token
+        self._handles[token] = handle
 
     def _disarm(self, handle: TimerHandle) -> None:
         """Take ``handle`` out of the wheel if armed there."""
@@ -225,9 +229,10 @@ class LoopTimers:
             del self._handles[handle._token]
 
     def _settle(self, fired: list) -> list:
-        """The handles of a fired batch, marked unarmed and sorted by deadline (stable)."""
+        """The handles of a fired batch, marked unarmed and sorted by deadline (stable); a token
+        the collector's clear of ``_handles`` dropped is skipped."""
         handles = self._handles
-        batch = [handles.pop(token) for token in fired]
+        batch = [handle for handle in (handles.pop(token, None) for token in fired) if handle is not None]
         for handle in batch:
             handle._timer_id = 0
         batch.sort(key=_when_of)
@@ -238,8 +243,7 @@ class LoopTimers:
         due, they go back on the next ms, in order, so none is lost."""
         for handle in batch[start:]:
             if not (self._closed or handle._cancelled):
-                handle._timer_id = self._wheel.schedule(1, handle._token)
-                self._handles[handle._token] = handle
+                self._arm(handle, 1)
 
     def _drain(self) -> None:
         """Drop every armed handle (close)."""
