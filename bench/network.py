@@ -23,13 +23,12 @@ import asyncio
 import json
 import math
 import random
-import subprocess
-import tempfile
 import time
 from typing import Any, Callable, Optional
 
 from timerwheel_c.aio import WheelHandle, WheelScheduler
 from .network_server import raise_fd_limit
+from . import procs
 from .run import command
 
 __all__ = ["SILENT_FRACTION", "UNITS_PER_SCHEDULER", "run", "scheduler_names"]
@@ -231,32 +230,17 @@ def _run_one(server_args: list[str], connections: int, seconds: float, idle_time
              seed: int, progress) -> dict:
     cmd = command("bench.network_server", *server_args,
                   "--idle-timeout-ms", str(idle_timeout_ms), "--max-connections", str(connections))
-    with tempfile.TemporaryFile("w+") as stderr:
-        server = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True)
+    with procs.server(cmd, "benchmark server") as (server, port):
+        uvloop = _uvloop()
+        loop = uvloop.new_event_loop() if uvloop is not None else asyncio.new_event_loop()
         try:
-            assert server.stdout is not None  # stdout=PIPE
-            ready = server.stdout.readline()
-            if not ready.startswith("READY "):
-                stderr.seek(0)
-                raise RuntimeError(f"benchmark server did not start: {ready!r} {stderr.read()[-2000:]}")
-            port = int(ready.split()[1])
-            uvloop = _uvloop()
-            loop = uvloop.new_event_loop() if uvloop is not None else asyncio.new_event_loop()
-            try:
-                load = _Load(loop, port, connections, seconds, idle_timeout_ms / 1000.0, seed, progress)
-                client_cpu0_s = time.process_time()
-                measured_s = loop.run_until_complete(load.drive())
-                client_cpu_s = time.process_time() - client_cpu0_s
-            finally:
-                loop.close()
-            out, _ = server.communicate("STOP\n", timeout=START_TIMEOUT_S)
+            load = _Load(loop, port, connections, seconds, idle_timeout_ms / 1000.0, seed, progress)
+            client_cpu0_s = time.process_time()
+            measured_s = loop.run_until_complete(load.drive())
+            client_cpu_s = time.process_time() - client_cpu0_s
         finally:
-            if server.poll() is None:
-                server.kill()
-                server.wait()
-        if server.returncode != 0:
-            stderr.seek(0)
-            raise RuntimeError(f"benchmark server failed ({server.returncode}): {stderr.read()[-2000:]}")
+            loop.close()
+        out, _ = server.communicate("STOP\n", timeout=START_TIMEOUT_S)
     stats = json.loads(out.strip().splitlines()[-1])
     figures = _client_figures(load, measured_s)
     return {
