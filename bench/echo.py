@@ -33,7 +33,7 @@ import time
 from typing import Callable, Optional
 
 from .goals import Goal
-from .network import _uvloop
+from .network import _HangingUpClient, _uvloop
 from .network_server import raise_fd_limit
 from . import procs
 from .run import command
@@ -76,7 +76,7 @@ def reference_loop(loop_name: str) -> str:
     return "asyncio" if loop_name == "EventLoop" else loop_name
 
 
-class _Client(asyncio.Protocol):
+class _Client(_HangingUpClient):
     """One connection: request, echo, random pause, again; or one request and silence."""
 
     def __init__(self, load: "_Load", index: int) -> None:
@@ -111,16 +111,6 @@ class _Client(asyncio.Protocol):
                 pause_s = self.load.pause_s
                 self.timer = self.load.loop.call_later(self.rng.uniform(0.5 * pause_s, 1.5 * pause_s), self.send)
 
-    def close(self) -> None:
-        self.closing = True
-        self.transport.close()
-
-    def connection_lost(self, exc) -> None:
-        self.closed_at_s = time.monotonic()
-        if self.timer is not None:
-            self.timer.cancel()
-        self.load.open -= 1
-
 
 class _Load:
     def __init__(self, loop, connections: int, idle_s: float, seed: int) -> None:
@@ -133,6 +123,9 @@ class _Load:
         self.replies = 0
         self.stopping = False
         self.open = 0
+
+    def closed(self, client: _Client) -> None:
+        self.open -= 1
 
     async def connect_all(self, port: int) -> None:
         for first in range(0, self.connections, CONNECT_CONCURRENCY):

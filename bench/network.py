@@ -59,7 +59,32 @@ def scheduler_names() -> list[str]:
     return names
 
 
-class _Client(asyncio.Protocol):
+class _HangingUpClient(asyncio.Protocol):
+    """What the clients of both loopback benchmarks share: hanging up on their own, and noting a loss.
+
+    A subclass sets ``load`` (its ``closed(client)`` hears of each lost connection), ``transport``,
+    ``timer`` (the handle of the next send, or None), ``closing`` and ``closed_at_s``.
+    """
+
+    load: Any
+    transport: Any
+    timer: Any
+    closing: bool
+    closed_at_s: Optional[float]
+
+    def close(self) -> None:
+        """Client-side hang-up: its close is not an idle close."""
+        self.closing = True
+        self.transport.close()
+
+    def connection_lost(self, exc) -> None:
+        self.closed_at_s = time.monotonic()
+        if self.timer is not None:
+            self.timer.cancel()
+        self.load.closed(self)
+
+
+class _Client(_HangingUpClient):
     """One connection's request loop: send, await the echo, sleep a random interval, repeat."""
 
     def __init__(self, load: "_Load", index: int) -> None:
@@ -73,7 +98,7 @@ class _Client(asyncio.Protocol):
         self.went_silent = False
         self.closed_at_s: Optional[float] = None
         self.closing = False  # we close it (end of run), so its close is not an idle close
-        self.send_timer: Optional[WheelHandle] = None
+        self.timer: Optional[WheelHandle] = None
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -102,21 +127,10 @@ class _Client(asyncio.Protocol):
             self.went_silent = True
             return
         interval_s = self.rng.uniform(load.min_interval_s, load.max_interval_s)
-        if self.send_timer is None:
-            self.send_timer = load.timers.call_later(interval_s, self.send)
+        if self.timer is None:
+            self.timer = load.timers.call_later(interval_s, self.send)
         else:
-            self.send_timer.reschedule(interval_s)
-
-    def close(self) -> None:
-        """Client-side hang-up: its close is not an idle close."""
-        self.closing = True
-        self.transport.close()
-
-    def connection_lost(self, exc) -> None:
-        self.closed_at_s = time.monotonic()
-        if self.send_timer is not None:
-            self.send_timer.cancel()
-        self.load.closed(self)
+            self.timer.reschedule(interval_s)
 
 
 class _Load:
