@@ -47,10 +47,8 @@ class Effect(TimerHandler):
 
 
 @pytest.fixture
-def store(tmp_path):
-    s = SQLiteStore(tmp_path / "svc.db")
-    yield s
-    s.close()
+def store(sqlite_store):
+    return sqlite_store
 
 
 def put_timer(store, due_at_ms, reference):
