@@ -183,8 +183,9 @@ def durable_store(request, tmp_path):
 
 
 @pytest.fixture
-def sqlite_store(tmp_path):
-    """A SQLiteStore in a file of the test's ``tmp_path``, closed at teardown."""
+def store(tmp_path):
+    """A SQLiteStore in a file of the test's ``tmp_path``, closed at teardown. A module whose tests
+    hold for every backend overrides it with its own ``store`` fixture returning ``durable_store``."""
     from timerwheel_c.durable.storage.sqlite import SQLiteStore
 
     store = SQLiteStore(tmp_path / "sqlite.db")

@@ -26,11 +26,6 @@ LIVENESS_S = 20.0
 
 
 
-@pytest.fixture
-def store(sqlite_store):
-    return sqlite_store
-
-
 class Sleepy(TimerHandler):
     """Sleeps ``sleep_s`` in fire and records (reference, start monotonic, end monotonic, thread name);
     Done with a guarded effect row per reference, so a double application cannot commit twice."""

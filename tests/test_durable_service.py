@@ -46,11 +46,6 @@ class Effect(TimerHandler):
             assert self.cond.wait_for(lambda: len(self.fired) >= n, timeout), f"only {len(self.fired)} of {n} fired"
 
 
-@pytest.fixture
-def store(sqlite_store):
-    return sqlite_store
-
-
 def put_timer(store, due_at_ms, reference):
     store.apply(P, Batch().put(keys.timer(due_at_ms, KIND, reference), b""))
 

@@ -19,11 +19,6 @@ KIND = 0xF7
 DUE = 1_800_000_000_000  # 2027-01-15, Unix epoch ms
 
 
-@pytest.fixture
-def store(sqlite_store):
-    return sqlite_store
-
-
 def rows(store):
     return [(keys.parse(k), v) for k, v in store.scan(P, keys.TAG, b"U").entries]
 
