@@ -73,6 +73,17 @@ def _timed(kernel: Callable[[], None], ops: int) -> float:
         gc.enable()
 
 
+def _keep(samples: dict[str, list[float]], phases: dict[str, float]) -> None:
+    """Append one measured run's ns per operation, phase by phase, to ``samples``."""
+    for phase, ns in phases.items():
+        samples.setdefault(phase, []).append(ns)
+
+
+def _stats(samples: dict[str, list[float]], ops: dict[str, int]) -> dict:
+    """``{phase: Stats JSON}`` of ``samples`` (ns per operation); ``ops``: each phase's operations per run."""
+    return {phase: Stats(values, ops[phase]).to_json() for phase, values in samples.items()}
+
+
 async def _measure_row(module: Optional[str], n: int, timeout_ops: int, repeats: int, step, seed: int) -> dict:
     loop = asyncio.get_running_loop()
     conns = [_Conn() for _ in range(n)]
@@ -127,14 +138,13 @@ async def _measure_row(module: Optional[str], n: int, timeout_ops: int, repeats:
                 gc.enable()
         step()
         if i:
-            for phase, ns in phases.items():
-                samples.setdefault(phase, []).append(ns)
+            _keep(samples, phases)
     for c in conns:
         c.handle.cancel()
     if sched is not None:
         sched.close()
     ops = {"re-arm": n, "call_later+cancel": n, "keyed re-arm": n, "timeout": timeout_ops}
-    return {phase: Stats(values, ops[phase]).to_json() for phase, values in samples.items()}
+    return _stats(samples, ops)
 
 
 async def _memory_row(module: Optional[str], n: int) -> dict:

@@ -25,12 +25,11 @@ from typing import Callable, Optional
 
 from timerwheel_c.durable.timers import keys
 from timerwheel_c.durable.timers.registry import Done, TimerHandler, TimerKind, TimerRegistry
-from timerwheel_c.durable.timers.runner import Pace, run_due
 from timerwheel_c.durable.service.service import DurableTimerService
 from timerwheel_c.durable.storage.sqlite import SQLiteStore
 from timerwheel_c.durable.storage.store import Batch, Committed, Store
 from .stores import Delegating, dispose
-from .durable_named import named_figures
+from .durable_named import drain, named_figures
 from .durable_service import service_figures
 from .harness import NotAvailable
 
@@ -87,17 +86,7 @@ def _fired_per_s(make_store, n_timers: int, progress) -> float:
     try:
         now_ms = time.time_ns() // 1_000_000
         _fill(store, [now_ms - 60_000 + i % 1000 for i in range(n_timers)])
-        registry = TimerRegistry().register(_Noop())
-        fired, pace = 0, Pace()
-        t0 = time.perf_counter()
-        while fired < n_timers:
-            report = run_due(store, _P, registry, now_ms, pace=pace)
-            if not report.fired:
-                raise RuntimeError(f"run_due fired nothing with {n_timers - fired} rows left: {report}")
-            fired += report.fired
-            if progress is not None:
-                progress(report.fired)
-        return n_timers / (time.perf_counter() - t0)
+        return n_timers / drain(store, _P, TimerRegistry().register(_Noop()), now_ms, n_timers, "rows", progress)
     finally:
         dispose(store)
 

@@ -29,14 +29,13 @@ import asyncio
 import json
 import random
 import statistics
-import subprocess
-import tempfile
 import time
 from typing import Callable, Optional
 
 from .goals import Goal
-from .network import _uvloop
+from .network import _HangingUpClient, _uvloop
 from .network_server import raise_fd_limit
+from . import procs
 from .run import command
 
 __all__ = ["CPU_TARGET", "EVENT_LOOP_CPU_TARGET", "RATE_PER_S", "SILENT_FRACTION", "format_table", "loops", "goals",
@@ -77,7 +76,7 @@ def reference_loop(loop_name: str) -> str:
     return "asyncio" if loop_name == "EventLoop" else loop_name
 
 
-class _Client(asyncio.Protocol):
+class _Client(_HangingUpClient):
     """One connection: request, echo, random pause, again; or one request and silence."""
 
     def __init__(self, load: "_Load", index: int) -> None:
@@ -112,16 +111,6 @@ class _Client(asyncio.Protocol):
                 pause_s = self.load.pause_s
                 self.timer = self.load.loop.call_later(self.rng.uniform(0.5 * pause_s, 1.5 * pause_s), self.send)
 
-    def close(self) -> None:
-        self.closing = True
-        self.transport.close()
-
-    def connection_lost(self, exc) -> None:
-        self.closed_at_s = time.monotonic()
-        if self.timer is not None:
-            self.timer.cancel()
-        self.load.open -= 1
-
 
 class _Load:
     def __init__(self, loop, connections: int, idle_s: float, seed: int) -> None:
@@ -134,6 +123,9 @@ class _Load:
         self.replies = 0
         self.stopping = False
         self.open = 0
+
+    def closed(self, client: _Client) -> None:
+        self.open -= 1
 
     async def connect_all(self, port: int) -> None:
         for first in range(0, self.connections, CONNECT_CONCURRENCY):
@@ -176,36 +168,22 @@ def _run_one(kind: str, loop_name: str, connections: int, seconds: float, seed: 
         cmd.append("--uvloop")
     elif loop_name == "EventLoop":
         cmd.append("--event-loop")
-    with tempfile.TemporaryFile("w+") as stderr:
-        server = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True)
+    with procs.server(cmd, "echo server") as (server, port):
+        uvloop = _uvloop()
+        loop = uvloop.new_event_loop() if uvloop is not None else asyncio.new_event_loop()
         try:
-            assert server.stdin is not None and server.stdout is not None
-            ready = server.stdout.readline()
-            if not ready.startswith("READY "):
-                stderr.seek(0)
-                raise RuntimeError(f"echo server did not start: {ready!r} {stderr.read()[-2000:]}")
-            uvloop = _uvloop()
-            loop = uvloop.new_event_loop() if uvloop is not None else asyncio.new_event_loop()
-            try:
-                load = _Load(loop, connections, idle_s, seed)
+            load = _Load(loop, connections, idle_s, seed)
 
-                def mark() -> None:
-                    assert server.stdin is not None
-                    server.stdin.write("MARK\n")
-                    server.stdin.flush()
+            def mark() -> None:
+                assert server.stdin is not None
+                server.stdin.write("MARK\n")
+                server.stdin.flush()
 
-                loop.run_until_complete(load.drive(int(ready.split()[1]), seconds, mark))
-                out, _ = server.communicate("STOP\n", timeout=START_TIMEOUT_S)
-                loop.run_until_complete(load.hang_up())
-            finally:
-                loop.close()
+            loop.run_until_complete(load.drive(port, seconds, mark))
+            out, _ = server.communicate("STOP\n", timeout=START_TIMEOUT_S)
+            loop.run_until_complete(load.hang_up())
         finally:
-            if server.poll() is None:
-                server.kill()
-                server.wait()
-        if server.returncode != 0:
-            stderr.seek(0)
-            raise RuntimeError(f"echo server failed ({server.returncode}): {stderr.read()[-2000:]}")
+            loop.close()
     stats = json.loads(out.strip().splitlines()[-1])
     silent = [c for c in load.clients if c.silent]
     real_lateness_ms = [(c.closed_at_s - c.sent_s - idle_s) * 1000.0

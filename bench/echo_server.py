@@ -32,12 +32,10 @@ import argparse
 import asyncio
 import itertools
 import sys
-import threading
-import time
 from typing import Any, Callable, Optional
 
 from timerwheel_c.aio import KeyedTimers, WheelScheduler
-from .network_server import BACKLOG, raise_fd_limit, run_server
+from .network_server import BACKLOG, measured_window, raise_fd_limit, run_server
 
 HEADER_BYTES = 4
 DEADLINE_S = 1.0  # the per-request deadline: never reached, its arming is what is measured
@@ -153,25 +151,11 @@ async def _serve(timers: str, idle_s: float) -> dict:
     loop = asyncio.get_running_loop()
     server = _Server(loop, timers, idle_s)
     listener = await loop.create_server(lambda: _Connection(server), "127.0.0.1", 0, backlog=BACKLOG)
-    commands: asyncio.Queue = asyncio.Queue()
-
-    def read_stdin() -> None:
-        for line in iter(sys.stdin.readline, ""):
-            loop.call_soon_threadsafe(commands.put_nowait, line.strip())
-        loop.call_soon_threadsafe(commands.put_nowait, "STOP")
-
-    # A thread, not loop.connect_read_pipe: the same code on every loop and platform.
-    threading.Thread(target=read_stdin, daemon=True).start()
-    print(f"READY {listener.sockets[0].getsockname()[1]}", flush=True)
-    cpu0_s, requests0 = time.process_time(), 0
-    while (command := await commands.get()) != "STOP":
-        if command == "MARK":
-            cpu0_s, requests0 = time.process_time(), server.requests
-    cpu_s = time.process_time() - cpu0_s
+    requests, cpu_s = await measured_window(listener.sockets[0].getsockname()[1], lambda: server.requests)
     listener.close()
     if server.scheduler is not None:
         server.scheduler.close()
-    return {"requests": server.requests - requests0, "cpu_s": cpu_s,
+    return {"requests": requests, "cpu_s": cpu_s,
             "idle_closes": len(server.lateness_ms), "lateness_ms": server.lateness_ms}
 
 

@@ -18,12 +18,12 @@ import re
 import shutil
 import statistics
 import subprocess
-import tempfile
 from typing import Callable, Optional
 
 from .goals import Goal
 from .harness import NotAvailable
 from .network_server import raise_fd_limit
+from . import procs
 from .run import command
 
 __all__ = ["goals", "loops", "run", "table"]
@@ -49,30 +49,16 @@ def _check_available() -> str:
 
 def _run_one(wrk: str, loop_name: str, connections: int, seconds: float) -> dict:
     cmd = command("bench.http_server", "--loop", loop_name)
-    with tempfile.TemporaryFile("w+") as stderr:
-        server = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True)
-        try:
-            assert server.stdin is not None and server.stdout is not None
-            ready = server.stdout.readline()
-            if not ready.startswith("READY "):
-                stderr.seek(0)
-                raise RuntimeError(f"aiohttp server did not start: {ready!r} {stderr.read()[-2000:]}")
-            url = f"http://127.0.0.1:{int(ready.split()[1])}/"
-            # A short warm-up load, then the measured one inside MARK ... STOP.
-            subprocess.run([wrk, "-t1", f"-c{connections}", "-d1s", url], capture_output=True, check=True,
-                           timeout=START_TIMEOUT_S)
-            server.stdin.write("MARK\n")
-            server.stdin.flush()
-            load = subprocess.run([wrk, "-t1", f"-c{connections}", f"-d{seconds:g}s", url], capture_output=True,
-                                  text=True, check=True, timeout=START_TIMEOUT_S + seconds)
-            out, _ = server.communicate("STOP\n", timeout=START_TIMEOUT_S)
-        finally:
-            if server.poll() is None:
-                server.kill()
-                server.wait()
-        if server.returncode != 0:
-            stderr.seek(0)
-            raise RuntimeError(f"aiohttp server failed ({server.returncode}): {stderr.read()[-2000:]}")
+    with procs.server(cmd, "aiohttp server") as (server, port):
+        url = f"http://127.0.0.1:{port}/"
+        # A short warm-up load, then the measured one inside MARK ... STOP.
+        subprocess.run([wrk, "-t1", f"-c{connections}", "-d1s", url], capture_output=True, check=True,
+                       timeout=START_TIMEOUT_S)
+        server.stdin.write("MARK\n")
+        server.stdin.flush()
+        load = subprocess.run([wrk, "-t1", f"-c{connections}", f"-d{seconds:g}s", url], capture_output=True,
+                              text=True, check=True, timeout=START_TIMEOUT_S + seconds)
+        out, _ = server.communicate("STOP\n", timeout=START_TIMEOUT_S)
     stats = json.loads(out.strip().splitlines()[-1])
     rate = _RATE.search(load.stdout)
     total = _REQUESTS.search(load.stdout)

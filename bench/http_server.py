@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
-import threading
-import time
+from typing import Callable, Optional
+
+from .network_server import BACKLOG, measured_window, run_server
 
 LOOPS = ("asyncio", "EventLoop", "uvloop")
 REQUEST_TIMEOUT_S = 5.0   # never reached: its arming is what is measured
@@ -31,7 +31,6 @@ KEEPALIVE_S = 75.0        # aiohttp's default keep-alive timeout, re-armed per r
 async def _serve() -> dict:
     from aiohttp import web
 
-    loop = asyncio.get_running_loop()
     counts = {"requests": 0}
     body = b"ok"
 
@@ -50,24 +49,10 @@ async def _serve() -> dict:
     app.router.add_get("/", handle)
     runner = web.AppRunner(app, access_log=None, keepalive_timeout=KEEPALIVE_S)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0, backlog=4096)
+    site = web.TCPSite(runner, "127.0.0.1", 0, backlog=BACKLOG)
     await site.start()
-    commands: asyncio.Queue = asyncio.Queue()
-
-    def read_stdin() -> None:
-        for line in iter(sys.stdin.readline, ""):
-            loop.call_soon_threadsafe(commands.put_nowait, line.strip())
-        loop.call_soon_threadsafe(commands.put_nowait, "STOP")
-
-    threading.Thread(target=read_stdin, daemon=True).start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    print(f"READY {port}", flush=True)
-    cpu0_s, requests0 = time.process_time(), 0
-    while (command := await commands.get()) != "STOP":
-        if command == "MARK":
-            cpu0_s, requests0 = time.process_time(), counts["requests"]
-    cpu_s = time.process_time() - cpu0_s
-    requests = counts["requests"] - requests0
+    requests, cpu_s = await measured_window(port, lambda: counts["requests"])
     await runner.cleanup()
     return {"requests": requests, "cpu_s": cpu_s}
 
@@ -76,23 +61,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--loop", choices=LOOPS, required=True)
     args = parser.parse_args(argv)
-    loop: asyncio.AbstractEventLoop
-    if args.loop == "uvloop":
-        import uvloop
-
-        loop = uvloop.new_event_loop()
-    elif args.loop == "EventLoop":
+    factory: Optional[Callable[[], asyncio.AbstractEventLoop]] = None
+    if args.loop == "EventLoop":
         from timerwheel_c.aio import new_event_loop
 
-        loop = new_event_loop()
-    else:
-        loop = asyncio.new_event_loop()
-    try:
-        result = loop.run_until_complete(_serve())
-    finally:
-        loop.close()
-    print(json.dumps(result), flush=True)
-    return 0
+        factory = new_event_loop
+    return run_server(_serve(), args.loop == "uvloop", factory)
 
 
 if __name__ == "__main__":

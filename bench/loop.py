@@ -20,9 +20,8 @@ import random
 from time import thread_time_ns
 from typing import Any, Callable, Optional
 
-from .aio_micro import _Conn, _timed
+from .aio_micro import _Conn, _keep, _stats, _timed
 from .goals import Goal
-from .harness import Stats
 
 __all__ = ["LOOPS", "OPS", "goals", "loop_factories", "run"]
 
@@ -95,12 +94,11 @@ async def _measure(n: int, async_ops: int, repeats: int, seed: int, step: Callab
         phases["wait_for"] = await async_timed("wait_for")
         step()
         if i:
-            for phase, ns in phases.items():
-                samples.setdefault(phase, []).append(ns)
+            _keep(samples, phases)
     for c in conns:
         c.handle.cancel()
     ops = {"call_later+cancel": n, "random re-arm": n, "timeout": async_ops, "wait_for": async_ops}
-    return {phase: Stats(values, ops[phase]).to_json() for phase, values in samples.items()}
+    return _stats(samples, ops)
 
 
 def run(handles: int, async_ops: int, repeats: int, seed: int = 6,

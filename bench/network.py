@@ -23,13 +23,12 @@ import asyncio
 import json
 import math
 import random
-import subprocess
-import tempfile
 import time
 from typing import Any, Callable, Optional
 
 from timerwheel_c.aio import WheelHandle, WheelScheduler
 from .network_server import raise_fd_limit
+from . import procs
 from .run import command
 
 __all__ = ["SILENT_FRACTION", "UNITS_PER_SCHEDULER", "run", "scheduler_names"]
@@ -60,7 +59,32 @@ def scheduler_names() -> list[str]:
     return names
 
 
-class _Client(asyncio.Protocol):
+class _HangingUpClient(asyncio.Protocol):
+    """What the clients of both loopback benchmarks share: hanging up on their own, and noting a loss.
+
+    A subclass sets ``load`` (its ``closed(client)`` hears of each lost connection), ``transport``,
+    ``timer`` (the handle of the next send, or None), ``closing`` and ``closed_at_s``.
+    """
+
+    load: Any
+    transport: Any
+    timer: Any
+    closing: bool
+    closed_at_s: Optional[float]
+
+    def close(self) -> None:
+        """Client-side hang-up: its close is not an idle close."""
+        self.closing = True
+        self.transport.close()
+
+    def connection_lost(self, exc) -> None:
+        self.closed_at_s = time.monotonic()
+        if self.timer is not None:
+            self.timer.cancel()
+        self.load.closed(self)
+
+
+class _Client(_HangingUpClient):
     """One connection's request loop: send, await the echo, sleep a random interval, repeat."""
 
     def __init__(self, load: "_Load", index: int) -> None:
@@ -74,7 +98,7 @@ class _Client(asyncio.Protocol):
         self.went_silent = False
         self.closed_at_s: Optional[float] = None
         self.closing = False  # we close it (end of run), so its close is not an idle close
-        self.send_timer: Optional[WheelHandle] = None
+        self.timer: Optional[WheelHandle] = None
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -103,21 +127,10 @@ class _Client(asyncio.Protocol):
             self.went_silent = True
             return
         interval_s = self.rng.uniform(load.min_interval_s, load.max_interval_s)
-        if self.send_timer is None:
-            self.send_timer = load.timers.call_later(interval_s, self.send)
+        if self.timer is None:
+            self.timer = load.timers.call_later(interval_s, self.send)
         else:
-            self.send_timer.reschedule(interval_s)
-
-    def close(self) -> None:
-        """Client-side hang-up: its close is not an idle close."""
-        self.closing = True
-        self.transport.close()
-
-    def connection_lost(self, exc) -> None:
-        self.closed_at_s = time.monotonic()
-        if self.send_timer is not None:
-            self.send_timer.cancel()
-        self.load.closed(self)
+            self.timer.reschedule(interval_s)
 
 
 class _Load:
@@ -231,32 +244,17 @@ def _run_one(server_args: list[str], connections: int, seconds: float, idle_time
              seed: int, progress) -> dict:
     cmd = command("bench.network_server", *server_args,
                   "--idle-timeout-ms", str(idle_timeout_ms), "--max-connections", str(connections))
-    with tempfile.TemporaryFile("w+") as stderr:
-        server = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True)
+    with procs.server(cmd, "benchmark server") as (server, port):
+        uvloop = _uvloop()
+        loop = uvloop.new_event_loop() if uvloop is not None else asyncio.new_event_loop()
         try:
-            assert server.stdout is not None  # stdout=PIPE
-            ready = server.stdout.readline()
-            if not ready.startswith("READY "):
-                stderr.seek(0)
-                raise RuntimeError(f"benchmark server did not start: {ready!r} {stderr.read()[-2000:]}")
-            port = int(ready.split()[1])
-            uvloop = _uvloop()
-            loop = uvloop.new_event_loop() if uvloop is not None else asyncio.new_event_loop()
-            try:
-                load = _Load(loop, port, connections, seconds, idle_timeout_ms / 1000.0, seed, progress)
-                client_cpu0_s = time.process_time()
-                measured_s = loop.run_until_complete(load.drive())
-                client_cpu_s = time.process_time() - client_cpu0_s
-            finally:
-                loop.close()
-            out, _ = server.communicate("STOP\n", timeout=START_TIMEOUT_S)
+            load = _Load(loop, port, connections, seconds, idle_timeout_ms / 1000.0, seed, progress)
+            client_cpu0_s = time.process_time()
+            measured_s = loop.run_until_complete(load.drive())
+            client_cpu_s = time.process_time() - client_cpu0_s
         finally:
-            if server.poll() is None:
-                server.kill()
-                server.wait()
-        if server.returncode != 0:
-            stderr.seek(0)
-            raise RuntimeError(f"benchmark server failed ({server.returncode}): {stderr.read()[-2000:]}")
+            loop.close()
+        out, _ = server.communicate("STOP\n", timeout=START_TIMEOUT_S)
     stats = json.loads(out.strip().splitlines()[-1])
     figures = _client_figures(load, measured_s)
     return {

@@ -28,6 +28,7 @@ import json
 import sys
 import threading
 import time
+from typing import Callable
 
 from timerwheel_c.aio import WheelScheduler
 
@@ -135,6 +136,32 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     raise_fd_limit(args.max_connections + 64)
     return run_server(_serve(args.scheduler, args.idle_timeout_ms / 1000.0), args.uvloop)
+
+
+async def measured_window(port: int, requests: Callable[[], int]) -> tuple[int, float]:
+    """Print ``READY <port>``, then follow the parent's stdin: a ``MARK`` line restarts the measured
+    window, a ``STOP`` line (or EOF) ends it. ``requests()`` is the server's running request count.
+
+    Returns ``(requests, cpu_s)`` inside the window: requests answered and process CPU time
+    (user + system, seconds).
+    """
+    loop = asyncio.get_running_loop()
+    commands: asyncio.Queue = asyncio.Queue()
+
+    def read_stdin() -> None:
+        for line in iter(sys.stdin.readline, ""):
+            loop.call_soon_threadsafe(commands.put_nowait, line.strip())
+        loop.call_soon_threadsafe(commands.put_nowait, "STOP")
+
+    # A thread, not loop.connect_read_pipe: the same code on every loop and platform.
+    threading.Thread(target=read_stdin, daemon=True).start()
+    print(f"READY {port}", flush=True)
+    cpu0_s, requests0 = time.process_time(), 0
+    while (command := await commands.get()) != "STOP":
+        if command == "MARK":
+            cpu0_s, requests0 = time.process_time(), requests()
+    cpu_s = time.process_time() - cpu0_s
+    return requests() - requests0, cpu_s
 
 
 def run_server(serve, use_uvloop: bool, loop_factory=None) -> int:

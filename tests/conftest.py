@@ -64,28 +64,21 @@ def _impl_params(core: str):
     ]
 
 
-@pytest.fixture(params=_impl_params("wheel"))
-def wheel_impl(request):
-    """The wheel core module: ``timerwheel_c._wheel`` (C) or ``timerwheel_c.pure.wheel``."""
-    return importlib.import_module(request.param)
+def _impl_fixture(core: str, what: str):
+    """The fixture ``<core>_impl``, handing each test the compiled or the pure module of ``core``
+    (``what`` names it in the fixture's docstring)."""
+
+    def impl(request):
+        return importlib.import_module(request.param)
+
+    impl.__doc__ = f"The {what} module: ``timerwheel_c._{core}`` (C) or ``timerwheel_c.pure.{core}``."
+    return pytest.fixture(impl, params=_impl_params(core), name=f"{core}_impl")
 
 
-@pytest.fixture(params=_impl_params("release"))
-def release_impl(request):
-    """The release-timer core module: ``timerwheel_c._release`` (C) or ``timerwheel_c.pure.release``."""
-    return importlib.import_module(request.param)
-
-
-@pytest.fixture(params=_impl_params("aio"))
-def aio_impl(request):
-    """The asyncio scheduler module: ``timerwheel_c._aio`` (C) or ``timerwheel_c.pure.aio``."""
-    return importlib.import_module(request.param)
-
-
-@pytest.fixture(params=_impl_params("loop"))
-def loop_impl(request):
-    """The event loop's timer store module: ``timerwheel_c._loop`` (C) or ``timerwheel_c.pure.loop``."""
-    return importlib.import_module(request.param)
+wheel_impl = _impl_fixture("wheel", "wheel core")
+release_impl = _impl_fixture("release", "release-timer core")
+aio_impl = _impl_fixture("aio", "asyncio scheduler")
+loop_impl = _impl_fixture("loop", "event loop's timer store")
 
 
 @pytest.fixture
@@ -185,6 +178,17 @@ def durable_store(request, tmp_path):
 
     cls = SQLiteStore if request.param != "sqlite-generic-apply-many" else _generic_apply_many(SQLiteStore)
     store = cls(":memory:" if request.param == "sqlite-memory" else tmp_path / "timers.db")
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def store(tmp_path):
+    """A SQLiteStore in a file of the test's ``tmp_path``, closed at teardown. A module whose tests
+    hold for every backend overrides it with its own ``store`` fixture returning ``durable_store``."""
+    from timerwheel_c.durable.storage.sqlite import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "sqlite.db")
     yield store
     store.close()
 

@@ -16,7 +16,6 @@ from timerwheel_c.durable.timers import keys
 from timerwheel_c.durable.timers.registry import Done, Retry, TimerHandler, TimerKind, TimerRegistry
 from timerwheel_c.durable.service.service import DEFAULT_CONCURRENCY, DurableTimerService
 from timerwheel_c.durable.storage.errors import PermanentStoreError, TransientStoreError
-from timerwheel_c.durable.storage.sqlite import SQLiteStore
 from timerwheel_c.durable.storage.store import Absent, Batch, Store
 from waiting import wait_until, wall_ms
 
@@ -25,13 +24,6 @@ KIND = 0xF6
 LIVENESS_S = 20.0
 
 
-
-
-@pytest.fixture
-def store(tmp_path):
-    s = SQLiteStore(tmp_path / "conc.db")
-    yield s
-    s.close()
 
 
 class Sleepy(TimerHandler):

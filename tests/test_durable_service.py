@@ -46,13 +46,6 @@ class Effect(TimerHandler):
             assert self.cond.wait_for(lambda: len(self.fired) >= n, timeout), f"only {len(self.fired)} of {n} fired"
 
 
-@pytest.fixture
-def store(tmp_path):
-    s = SQLiteStore(tmp_path / "svc.db")
-    yield s
-    s.close()
-
-
 def put_timer(store, due_at_ms, reference):
     store.apply(P, Batch().put(keys.timer(due_at_ms, KIND, reference), b""))
 

@@ -13,18 +13,10 @@ from timerwheel_c.durable import DurableContext, Reschedule, cancel, schedule
 from timerwheel_c.durable.timers import keys
 from timerwheel_c.durable.timers.registry import Done, TimerHandler, TimerKind, TimerRegistry
 from timerwheel_c.durable.service.service import DurableTimerService
-from timerwheel_c.durable.storage.sqlite import SQLiteStore
 
 P = "w"
 KIND = 0xF7
 DUE = 1_800_000_000_000  # 2027-01-15, Unix epoch ms
-
-
-@pytest.fixture
-def store(tmp_path):
-    s = SQLiteStore(tmp_path / "w.db")
-    yield s
-    s.close()
 
 
 def rows(store):

@@ -71,6 +71,15 @@ def _current(store: Store, partition: str, identity: bytes) -> tuple:
     return (key, None) if key is None else (key, store.get(partition, key))
 
 
+def _checked_identity(store: Store, partition: str, kind, reference: bytes) -> bytes:
+    """The identity row's key of (``kind``, ``reference``), once ``store``, the name and ``partition``
+    are checked in that order (TypeError / ValueError naming the bad one)."""
+    check_store(store)
+    identity = keys.identity(kind, reference)
+    check_partition(partition)
+    return identity
+
+
 def schedule(store: Store, partition: str, due_at_ms, kind, reference: bytes, value: bytes = b"", *,
              if_exists: str = "replace") -> bytes:
     """Arm the timer named (``partition``, ``kind``, ``reference``) for ``due_at_ms`` with ``value``;
@@ -129,9 +138,7 @@ def cancel(store: Store, partition: str, kind, reference: bytes) -> bool:
         TypeError / ValueError: a bad argument, naming it.
         Exception: whatever the store raises.
     """
-    check_store(store)
-    identity = keys.identity(kind, reference)
-    check_partition(partition)
+    identity = _checked_identity(store, partition, kind, reference)
     while True:
         current, current_value = _current(store, partition, identity)
         if current is None:
@@ -174,9 +181,7 @@ def get_timer(store: Store, partition: str, kind, reference: bytes) -> Optional[
         TypeError / ValueError: a bad argument, naming it.
         Exception: whatever the store raises.
     """
-    check_store(store)
-    identity = keys.identity(kind, reference)
-    check_partition(partition)
+    identity = _checked_identity(store, partition, kind, reference)
     current, current_value = _current(store, partition, identity)
     return None if current_value is None else PendingTimer.of_row(partition, current, current_value)
 
