@@ -92,22 +92,23 @@ def collector(service):
                                               "Fire time minus due time of first attempts, in seconds")
             hist.add_metric([], [(_bound(b), n) for b, n in late.buckets], late.sum_s)
             yield hist
-            backlog = core.GaugeMetricFamily("timerwheel_due_backlog", "Timer rows due now, by served partition",
-                                             labels=["partition"])
-            for partition, n in sorted(m.due_backlog.items()):
-                backlog.add_metric([partition], n)
-            yield backlog
+            yield _by_label(core.GaugeMetricFamily("timerwheel_due_backlog", "Timer rows due now, by served partition",
+                                                   labels=["partition"]), m.due_backlog)
             yield core.GaugeMetricFamily("timerwheel_owned_partitions", "Partitions this runner serves now",
                                          value=m.owned_partitions)
-            errors = core.CounterMetricFamily("timerwheel_store_errors", "Failed store calls, by class",
-                                              labels=["class"])
-            for klass, n in sorted(m.store_errors.items()):
-                errors.add_metric([klass], n)
-            yield errors
+            yield _by_label(core.CounterMetricFamily("timerwheel_store_errors", "Failed store calls, by class",
+                                                     labels=["class"]), m.store_errors)
             yield core.GaugeMetricFamily("timerwheel_handlers_in_flight", "Handlers running now",
                                          value=m.handlers_in_flight)
 
     return _Collector()
+
+
+def _by_label(family, values: dict):
+    """``family`` with one sample per ``(label, value)`` of ``values``, in label order."""
+    for label, n in sorted(values.items()):
+        family.add_metric([label], n)
+    return family
 
 
 def _bound(bound_s: float) -> str:
