@@ -14,7 +14,7 @@ from timerwheel_c.durable.storage.watch import Watcher
 __all__ = ["Delegating", "dispose", "drop"]
 
 # What a PostgresStore makes beside its table (sql/postgres/), each named after the table.
-_PG_FUNCTIONS = ("_apply_many", "_apply_one", "_apply", "_wake")
+_PG_FUNCTIONS = ("_apply_many", "_apply_one", "_apply_sets", "_apply", "_wake")
 
 
 class Delegating(Store):

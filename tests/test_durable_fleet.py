@@ -20,10 +20,10 @@ from urllib.parse import quote
 import pytest
 
 from timerwheel_c.durable.timers import keys
-from timerwheel_c.durable.storage.store import Batch, SchemaVersionError
+from timerwheel_c.durable.storage.store import Batch, Committed, Equals, PreconditionFailed, SchemaVersionError
 from waiting import wait_until, wall_ms
 
-CURRENT = 6  # timerwheel_c.durable.storage.postgres.SCHEMA_VERSION (psycopg may be missing at collection)
+CURRENT = 7  # timerwheel_c.durable.storage.postgres.SCHEMA_VERSION (psycopg may be missing at collection)
 
 PG_DSN = os.environ.get("TIMERWHEEL_C_TEST_PG_DSN")
 pytestmark = [
@@ -332,6 +332,28 @@ def test_a_version_two_store_is_upgraded_in_place(schema_url):
     with psycopg.connect(schema_url) as conn:
         assert conn.execute("SELECT count(*) FROM pg_proc WHERE proname = 'timerwheel_kv_apply_many'"
                             " AND pronamespace = current_schema()::regnamespace").fetchone() == (1,)
+
+
+def test_a_version_six_store_is_upgraded_in_place(schema_url):
+    """A version-6 store (before the set-based apply function) is upgraded on open: its rows kept, the
+    function created, the version recorded, and a claim-shaped apply_many (independent batches, the
+    set-based path) commits and refuses each batch on its own guard."""
+    import psycopg
+
+    with open_store(schema_url) as store:
+        store.apply("p", Batch().put(b"a", b"1").put(b"b", b"2"))
+    with psycopg.connect(schema_url, autocommit=True) as conn:
+        conn.execute("DROP FUNCTION timerwheel_kv_apply_sets")
+        conn.execute("UPDATE timerwheel_kv_meta SET value = '6' WHERE name = 'schema_version'")
+    with open_store(schema_url) as store:
+        assert store.apply_many("p", [Batch().require(Equals(b"a", b"1")).delete(b"a").put(b"a2", b"1"),
+                                      Batch().require(Equals(b"b", b"9")).delete(b"b").put(b"b2", b"2")]) \
+            == [Committed(), PreconditionFailed(b"b")]
+        assert dict(store.scan("p", b"", b"\xff").entries) == {b"a2": b"1", b"b": b"2"}
+    with psycopg.connect(schema_url) as conn:
+        assert conn.execute("SELECT value FROM timerwheel_kv_meta WHERE name = 'schema_version'").fetchone() \
+            == (str(CURRENT),)
+        assert conn.execute("SELECT to_regproc('timerwheel_kv_apply_sets') IS NOT NULL").fetchone() == (True,)
 
 
 def test_ownership_repr_and_arguments(schema_url):

@@ -5,14 +5,17 @@ PostgreSQL orders bytea by memcmp, then length, which is Python's bytes order, s
 primary-key index serves the scans.
 
 ``apply`` and ``apply_many`` are one round trip each: a call of a PL/pgSQL function
-created with the table (``<table>_apply_many``) that takes the batches flattened into
-arrays and runs in the call's own transaction, so a list of batches costs one commit
-(one WAL flush with ``synchronous_commit`` on). It first takes ``pg_advisory_xact_lock``
-on the partition (a 64-bit hash of the table and partition names), then, batch by
-batch, checks the guards and, if all hold, writes. The lock serializes guarded commits
-on a partition across every connection, the way SQLite's ``BEGIN IMMEDIATE`` does, so
-an ``Absent`` guard cannot be defeated by a concurrent insert (row locks cannot lock a
-row that does not exist).
+created with the table that takes the batches flattened into arrays and runs in the
+call's own transaction, so a list of batches costs one commit (one WAL flush with
+``synchronous_commit`` on). It first takes ``pg_advisory_xact_lock`` on the partition (a
+64-bit hash of the table and partition names), then judges the guards and writes. The
+lock serializes guarded commits on a partition across every connection, the way SQLite's
+``BEGIN IMMEDIATE`` does, so an ``Absent`` guard cannot be defeated by a concurrent insert
+(row locks cannot lock a row that does not exist). Batches of which no two touch the same
+key (the runner's claims and outcomes) go to ``<table>_apply_sets``, which judges every
+guard and does every write of the list in one set-based statement (a join per kind of
+step instead of a statement per row), each batch still failing alone on its own guards;
+other lists go to ``<table>_apply_many``, which applies them batch by batch in order.
 
 The schema (table, functions, and the ``<table>_meta`` row holding the schema version)
 is created or upgraded once, inside a transaction holding an advisory lock, so any
@@ -44,6 +47,7 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
+from dataclasses import dataclass, field
 from typing import Callable, Optional, Union
 
 import psycopg
@@ -68,7 +72,8 @@ _TABLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,51}$")  # room for the "_apply_man
 # 3: ``<table>_apply_many`` takes ``consume`` (a guarded delete checks its own guard);
 # 4: the change-signal trigger ``<table>_wake`` (NOTIFY_DDL);
 # 5: ``<table>_apply_one``, and ``<table>_apply_many`` reports a refused batch alone;
-# 6: the rows the layers above derive from the stored ones (storage/upgrades.py).
+# 6: the rows the layers above derive from the stored ones (storage/upgrades.py);
+# 7: ``<table>_apply_sets``: independent batches of any partitions, set-based in one statement.
 _MIGRATIONS = migrations("postgres")
 SCHEMA_VERSION = _MIGRATIONS[-1][0]
 _QUERIES = queries("postgres")
@@ -143,8 +148,8 @@ class PostgresStore(Store):
     Args:
         dsn: a libpq connection string or ``postgresql://`` URL.
         table: the table name (lower-case identifier of at most 52 characters, default
-            ``timerwheel_kv``); created if missing, with ``<table>_meta``, ``<table>_apply_many``
-            and ``<table>_apply_one``.
+            ``timerwheel_kv``); created if missing, with ``<table>_meta``, ``<table>_apply_many``,
+            ``<table>_apply_one`` and ``<table>_apply_sets``.
         synchronous_commit: this store's session ``synchronous_commit`` ("on", "off", "local",
             "remote_write", "remote_apply"), or None for the server's setting. "off" skips the
             WAL flush wait per commit, like SQLite's ``synchronous=NORMAL`` in WAL mode: a
@@ -174,6 +179,7 @@ class PostgresStore(Store):
         self._names = {
             "t": sql.Identifier(table), "meta": sql.Identifier(f"{table}_meta"),
             "apply_many": sql.Identifier(f"{table}_apply_many"), "apply_one": sql.Identifier(f"{table}_apply_one"),
+            "apply_sets": sql.Identifier(f"{table}_apply_sets"),
             "old_apply": sql.Identifier(f"{table}_apply"), "wake": sql.Identifier(f"{table}_wake"),
             "channel": sql.Literal(f"{table}_wake"),
         }
@@ -266,10 +272,16 @@ class PostgresStore(Store):
         return None if row is None else bytes(row[0])
 
     def _apply(self, partition: str, batch: Batch) -> Union[Committed, PreconditionFailed]:
+        sets = _independent_sets([(partition, batch)])
+        if sets is not None:
+            return self._apply_sets(sets)[0]
         return self._apply_in_one_transaction(partition, [batch], protect=False)[0]
 
     def _apply_many(self, partition: str, batches: list) -> list:
         try:
+            sets = _independent_sets([(partition, b) for b in batches])
+            if sets is not None:
+                return self._apply_sets(sets)
             return self._apply_in_one_transaction(partition, batches, protect=False)
         except PermanentStoreError:
             # Nothing was written. Again, each batch in a subtransaction of its own: the server's
@@ -298,6 +310,15 @@ class PostgresStore(Store):
         return [Refused(_refusal(why)) if why is not None else Committed() if f is None else PreconditionFailed(bytes(f))
                 for f, why in zip(failed, refused)]
 
+    def _apply_sets(self, sets: "_Sets") -> list:
+        """Independent batches (:func:`_independent_sets`), set-based in one call of ``<table>_apply_sets``."""
+        lock_keys = sorted({lock_key(self.table, p) for p in set(sets.bp)})
+        args = (lock_keys, sets.bp, sets.ck, sets.cv, sets.g_b, sets.g_k, sets.g_v, sets.d_b, sets.d_k,
+                sets.u_b, sets.u_k, sets.u_v)
+        with self._lock, self._wrap:
+            failed = self._connection().execute(self._sql["apply_sets"], args).fetchall()[0][0]
+        return [_COMMITTED if f is None else PreconditionFailed(bytes(f)) for f in failed]
+
     def _watch(self, callback: Callable[[], None]) -> Watcher:
         """The change signal (see :meth:`Store.watch`): a :class:`PgListener` on the channel
         ``<table>_wake``, on a connection of its own that reconnects after any loss."""
@@ -311,6 +332,74 @@ class PostgresStore(Store):
         with self._lock:
             if self._conn is not None:
                 self._conn.close()
+
+
+_COMMITTED = Committed()
+
+
+@dataclass
+class _Sets:
+    """``(partition, batch)`` pairs flattened into the arrays of ``<table>_apply_sets`` (see
+    ``sql/postgres/0007_apply_sets.sql``): one entry per batch in ``bp``, ``ck``, ``cv``; one per
+    guard but the consuming one in ``g_*``; one per key finally deleted (``d_*``) or put (``u_*``)."""
+
+    bp: list = field(default_factory=list)
+    ck: list = field(default_factory=list)
+    cv: list = field(default_factory=list)
+    g_b: list = field(default_factory=list)
+    g_k: list = field(default_factory=list)
+    g_v: list = field(default_factory=list)
+    d_b: list = field(default_factory=list)
+    d_k: list = field(default_factory=list)
+    u_b: list = field(default_factory=list)
+    u_k: list = field(default_factory=list)
+    u_v: list = field(default_factory=list)
+
+
+def _independent_sets(items: list) -> Optional[_Sets]:
+    """``items`` (``(partition, batch)`` pairs) as :class:`_Sets`, or None when two batches touch the
+    same key of a partition (a guard or a write), or a batch puts back the key its last guard
+    consumes: only then does judging every guard against the state before the call, as the
+    set-based statement does, give each batch the result the batch-by-batch loop would."""
+    sets = _Sets()
+    owner: dict = {}  # (partition, key) -> the batch that touches it
+    for b, (partition, batch) in enumerate(items, 1):
+        final: dict = {}  # key -> its last write (None: a delete), in first-write order
+        for k, v in batch.writes:
+            final[k] = v
+        guards = batch.guards
+        consumed = consumed_write(batch)
+        if consumed >= 0:
+            last = guards[-1]
+            if final[last.key] is not None:
+                return None
+            del final[last.key]
+            guards = guards[:-1]
+            sets.ck.append(last.key)
+            sets.cv.append(last.value)
+            if owner.setdefault((partition, last.key), b) != b:
+                return None
+        else:
+            sets.ck.append(None)
+            sets.cv.append(None)
+        sets.bp.append(partition)
+        for g in guards:
+            if owner.setdefault((partition, g.key), b) != b:
+                return None
+            sets.g_b.append(b)
+            sets.g_k.append(g.key)
+            sets.g_v.append(None if isinstance(g, Absent) else g.value)
+        for k, v in final.items():
+            if owner.setdefault((partition, k), b) != b:
+                return None
+            if v is None:
+                sets.d_b.append(b)
+                sets.d_k.append(k)
+            else:
+                sets.u_b.append(b)
+                sets.u_k.append(k)
+                sets.u_v.append(v)
+    return sets
 
 
 def _refusal(why: str) -> StoreError:

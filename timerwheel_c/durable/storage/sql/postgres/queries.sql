@@ -23,6 +23,10 @@ SELECT partition FROM p WHERE partition IS NOT NULL
 SELECT failed, refused FROM {apply_many}(%s, %s, %b::int[], %b::bytea[], %b::bytea[], %b::boolean[], %b::int[],
                                          %b::bytea[], %b::bytea[], %b::int[], %s)
 
+-- name: apply_sets
+SELECT {apply_sets}(%b::bigint[], %s::text[], %b::bytea[], %b::bytea[], %b::int[], %b::bytea[], %b::bytea[],
+                    %b::int[], %b::bytea[], %b::int[], %b::bytea[], %b::bytea[])
+
 -- name: create_meta
 CREATE TABLE IF NOT EXISTS {meta} (name text PRIMARY KEY, value text NOT NULL)
 
