@@ -226,6 +226,59 @@ def test_apply_many_agrees_with_one_apply_per_batch(durable_store, shared):
     assert committed > 10 and failed > 10  # both outcomes arose
 
 
+def test_scan_many_answers_each_request_as_scan_does(durable_store):
+    """scan_many gives, per request and in order, the page scan gives: bounds, after, limit, paging,
+    other partitions and a partition without rows."""
+    put_all(durable_store, [(b"a", b"1"), (b"b", b"2"), (b"c", b"3"), (b"d", b"4")])
+    put_all(durable_store, [(b"b", b"q")], partition="other")
+    requests = [(P, b"", b"\xff", None, 2), (P, b"", b"\xff", b"b", 5), (P, b"b", b"d", None, 5), ("other", b"", b"\xff", None, 1),
+                ("empty", b"", b"\xff", None, 3), (P, b"b", b"c", b"a", 1), (P, b"a", b"\xff", b"d", 9)]
+    assert durable_store.scan_many(requests) == [durable_store.scan(*r) for r in requests]
+    assert durable_store.scan_many([(P, b"", b"\xff", None, 2)])[0] == Page([(b"a", b"1"), (b"b", b"2")], b"b")
+    assert durable_store.scan_many([]) == []
+
+
+def test_apply_across_judges_each_batch_on_its_own_and_keeps_partitions_apart(durable_store):
+    """apply_across returns one result per item, in order: the batches of a partition apply in their
+    order (a later one sees an earlier one's writes), a failed guard fails only its own batch, and the
+    same key in two partitions is two rows (the results and rows are those of one apply per batch)."""
+    put_all(durable_store, [(b"k", b"1")], partition="x")
+    put_all(durable_store, [(b"k", b"2")], partition="y")
+    items = [
+        ("x", Batch().require(Equals(b"k", b"1")).delete(b"k").put(b"k2", b"1")),  # a claim-shaped move
+        ("y", Batch().require(Equals(b"k", b"1")).delete(b"k")),  # y holds 2: fails alone
+        ("x", Batch().require(Equals(b"k2", b"1")).put(b"seen", b"x")),  # sees the move before it
+        ("z", Batch().require(Absent(b"k")).put(b"k", b"z")),
+        ("y", Batch().require(Equals(b"k", b"2")).delete(b"k").put(b"effect", b"y")),
+    ]
+    assert durable_store.apply_across(items) == [
+        Committed(), PreconditionFailed(b"k"), Committed(), Committed(), Committed()]
+    rows = {p: dict(durable_store.scan(p, b"", b"\xff").entries) for p in "xyz"}
+    assert rows == {"x": {b"k2": b"1", b"seen": b"x"}, "y": {b"effect": b"y"}, "z": {b"k": b"z"}}
+    independent = [(p, Batch().require(Equals(b"effect", b"y")).delete(b"effect")) for p in "xyz"]
+    assert durable_store.apply_across(independent) == [
+        PreconditionFailed(b"effect"), Committed(), PreconditionFailed(b"effect")]
+    assert durable_store.apply_across([]) == []
+
+
+def test_scan_many_and_apply_across_bad_arguments(durable_store):
+    """Each request and item is checked as scan and apply check theirs, naming the bad value."""
+    with pytest.raises(TypeError, match="requests must be a list"):
+        durable_store.scan_many((P, b"", b"\xff", None, 1))
+    with pytest.raises(TypeError, match="scan request"):
+        durable_store.scan_many([(P, b"", b"\xff")])
+    with pytest.raises(ValueError, match="limit must be >= 1"):
+        durable_store.scan_many([(P, b"", b"\xff", None, 0)])
+    with pytest.raises(TypeError, match="items must be a list"):
+        durable_store.apply_across({P: Batch()})
+    with pytest.raises(TypeError, match="pair"):
+        durable_store.apply_across([Batch()])
+    with pytest.raises(TypeError, match="batch must be a Batch"):
+        durable_store.apply_across([(P, "not a batch")])
+    with pytest.raises(ValueError, match="non-empty"):
+        durable_store.apply_across([("", Batch())])
+
+
 def test_apply_many_bad_arguments(durable_store):
     """A non-list, or a non-Batch anywhere in the list, is a TypeError naming it, and nothing is written."""
     with pytest.raises(TypeError, match="list"):

@@ -1,7 +1,7 @@
 """The service's committer: writes handlers' outcomes to the store, many per round trip.
 
 Outcomes queue per partition. A commit task takes every partition's queue that is not backing
-off and commits each with one ``apply_many`` (one transaction, one WAL flush), waiting
+off and commits them all with one ``apply_across`` (one transaction, one WAL flush), waiting
 :data:`GATHER_S` first while fewer than a page are queued and handlers are still running, so
 that their outcomes share it.
 Each outcome is guarded on its own claimed row, so a retry is always safe, and failures stay
@@ -23,7 +23,7 @@ from typing import Awaitable, Callable, Optional
 
 from ..storage.errors import is_transient
 from ..storage.store import Store
-from ..timers.runner import PAGE, RunReport, commit_outcomes
+from ..timers.runner import PAGE, RunReport, commit_across
 from .records import Outcome
 
 __all__ = ["GATHER_S", "Committer", "backoff_s"]
@@ -126,20 +126,18 @@ class Committer:
         return self._queues.setdefault(partition, [])
 
     def _commit(self, ready: dict) -> dict:
-        """On the store thread: one ``apply_many`` per partition; returns ``{partition: error}`` of
-        the partitions whose commit raised."""
-        errors: dict = {}
-        for partition, outcomes in ready.items():
-            report = RunReport()
-            try:
-                commit_outcomes(self.store, partition, [(o.claimed, o.batch) for o in outcomes], report)
-            except Exception as exc:
-                errors[partition] = exc
-                continue
+        """On the store thread: every partition's outcomes in one ``apply_across`` (one commit);
+        returns ``{partition: error}`` of the partitions whose commit raised: every one of them when
+        the call as a whole failed (an error of one batch is that batch's alone, see the module)."""
+        try:
+            reports = commit_across(self.store, {p: [(o.claimed, o.batch) for o in os] for p, os in ready.items()})
+        except Exception as exc:
+            return {partition: exc for partition in ready}
+        for partition, report in reports.items():
             self._counted(report)
             if report.earliest_put_ms is not None:
                 self._committed(partition, report.earliest_put_ms)
-        return errors
+        return {}
 
     async def drain(self, left_s: Callable[[], Optional[float]]) -> None:
         """After stop(): wait up to ``left_s()`` seconds for the queued outcomes to commit."""

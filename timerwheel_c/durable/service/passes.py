@@ -16,6 +16,11 @@ A pass runs on the store thread and may claim ``free`` rows (free slots plus que
   others are served.
 - Rows in flight in this process (the executor's ``busy``) are never claimed again; rows that
   can be neither claimed nor quarantined (``stuck``) are skipped for :data:`STUCK_RETRY_S`.
+- Few round trips: the first page of due rows of every partition is read in one
+  :meth:`~timerwheel_c.durable.storage.store.Store.scan_many`, and so is, after the claims, the next
+  due time of every partition that needs one; a pass over idle partitions thus costs two round trips,
+  not two per partition. Should such a read fail, each partition reads its own, so that an error
+  still stays with the partition that raised it.
 - In a fleet, a partition just taken over from a runner that died first has that runner's
   claims released (:func:`~timerwheel_c.durable.timers.claim.release_claims`), so its rows in
   flight fire again at once instead of after their backoff.
@@ -28,9 +33,10 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from ..storage.store import Ownership, Store
+from ..storage.store import Ownership, Page, Store
 from ..timers.registry import TimerRegistry
-from ..timers.runner import PAGE, TickBudget, claim_due, next_wake, release_claims
+from ..timers.runner import (PAGE, TickBudget, claim_due, due_request, needs_wake_scan, next_wake, release_claims,
+                             wake_request)
 from .activity import Activity
 from .records import Job
 
@@ -118,6 +124,9 @@ class Passes:
         share = max(-(-free // max(1, len(ready))), min_share)
         if share > PAGE:  # whole claim round trips: a share of 260 would cost a fifth trip for 4 rows
             share = -(-share // PAGE) * PAGE
+        now_ms = self.wall_ms()
+        firsts = self._due_pages(ready, now_ms)
+        waking: dict = {}  # partition -> (now_ms, report) of its last claim, whose next wake is to read
         for rnd, order in enumerate((ready, hungry)):
             for p in order:
                 if stopping():
@@ -125,7 +134,9 @@ class Passes:
                 cap = min(share if rnd == 0 else free, free)
                 if cap <= 0:  # rows may wait here: look again as soon as there is room
                     return PassResult(jobs, self.wall_ms(), True)
-                claimed, p_wake, more = self._claim(p, cap, exclude)
+                first = firsts.pop(p, None)
+                claimed, p_wake, more = self._claim(p, cap, exclude, now_ms if first is not None else self.wall_ms(),
+                                                    first, waking)
                 jobs += claimed
                 free -= len(claimed)
                 wake = _earliest(wake, p_wake)
@@ -133,14 +144,56 @@ class Passes:
                     if rnd == 0:
                         hungry.append(p)
                     starved = starved or free <= 0
-        return PassResult(jobs, wake, starved)
+        return PassResult(jobs, _earliest(wake, self._wakes(waking)), starved)
 
-    def _claim(self, partition: str, cap: int, exclude: frozenset) -> tuple:
-        """Claim up to ``cap`` rows of ``partition``: (jobs, wake ms or None, rows left for want of room)."""
-        now_ms = self.wall_ms()
+    def _due_pages(self, ready: list, now_ms: int) -> dict:
+        """The first page of due rows of every partition in ``ready`` at ``now_ms``, read in one
+        round trip (:meth:`Store.scan_many`): ``{partition: Page}``, or {} when there is one partition
+        or the read failed (each partition then reads its own, and keeps its own error)."""
+        if len(ready) < 2:
+            return {}
+        try:
+            return dict(zip(ready, self.store.scan_many([due_request(p, now_ms, self.budget) for p in ready])))
+        except Exception:
+            return {}
+
+    def _wakes(self, waking: dict) -> Optional[int]:
+        """Read the next wake of every partition in ``waking`` (see :meth:`_claim`) in one round trip;
+        a partition whose read fails backs off alone (the read is then its own). Returns the earliest."""
+        if not waking:
+            return None
+        pages: list = [None] * len(waking)
+        if len(waking) > 1:
+            try:
+                pages = self.store.scan_many([wake_request(p, now_ms) for p, (now_ms, _) in waking.items()])
+            except Exception:
+                pass  # each partition reads its own below, and keeps its own error
+        wake: Optional[int] = None
+        for (partition, (now_ms, report)), page in zip(waking.items(), pages):
+            try:
+                p_wake = next_wake(self.store, partition, now_ms, report, page)
+            except Exception as exc:
+                wake = _earliest(wake, self._failed(partition, exc, now_ms))
+                continue
+            self._answered(partition)
+            wake = _earliest(wake, p_wake)
+        return wake
+
+    def _answered(self, partition: str) -> None:
+        self._failures.pop(partition, None)
+        self._retry_at.pop(partition, None)
+        self.answered_s = self.clock()
+
+    def _claim(self, partition: str, cap: int, exclude: frozenset, now_ms: int, first_page: Optional[Page],
+               waking: dict) -> tuple:
+        """Claim up to ``cap`` rows of ``partition`` at ``now_ms`` (Unix epoch ms; ``first_page``: its
+        :func:`due_request`, read already, or None): (jobs, wake ms or None, rows left for want of
+        room). A wake that needs a read of the store is left to :meth:`_wakes`, in ``waking``."""
+        waking.pop(partition, None)  # this claim's wake replaces an earlier round's
         budget = self.budget if cap >= self.budget.max_fired else dataclasses.replace(self.budget, max_fired=cap)
         try:
-            claims = claim_due(self.store, partition, self.registry, now_ms, budget, exclude=exclude)
+            claims = claim_due(self.store, partition, self.registry, now_ms, budget, exclude=exclude,
+                               first_page=first_page)
         except Exception as exc:
             return [], self._failed(partition, exc, now_ms), False
         report = claims.report
@@ -152,14 +205,11 @@ class Passes:
         self.activity.pass_ended(partition, report.stopped_on_budget and len(jobs) < cap, max(firsts, default=None))
         if claims.error is not None:
             return jobs, self._failed(partition, claims.error, now_ms), False
-        try:
-            wake = next_wake(self.store, partition, now_ms, report)
-        except Exception as exc:
-            return jobs, self._failed(partition, exc, now_ms), False
-        self._failures.pop(partition, None)
-        self._retry_at.pop(partition, None)
-        self.answered_s = self.clock()
-        return jobs, wake, report.stopped_on_budget
+        if needs_wake_scan(report):
+            waking[partition] = (now_ms, report)
+            return jobs, None, report.stopped_on_budget
+        self._answered(partition)
+        return jobs, next_wake(self.store, partition, now_ms, report), report.stopped_on_budget
 
     def _failed(self, partition: str, exc: BaseException, now_ms: int) -> int:
         """Back ``partition`` off after ``exc``; returns when to look at it again (Unix epoch ms)."""

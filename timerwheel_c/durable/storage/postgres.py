@@ -310,6 +310,30 @@ class PostgresStore(Store):
         return [Refused(_refusal(why)) if why is not None else Committed() if f is None else PreconditionFailed(bytes(f))
                 for f, why in zip(failed, refused)]
 
+    def _apply_across(self, items: list) -> list:
+        sets = _independent_sets(items)
+        if sets is not None:
+            try:
+                return self._apply_sets(sets)
+            except PermanentStoreError:
+                pass  # nothing was written: each partition on its own, each batch refused alone
+        return super()._apply_across(items)
+
+    def _scan_many(self, requests: list) -> list:
+        """Every request in one statement: a LATERAL index scan per request (see ``scan_many`` in
+        ``sql/postgres/queries.sql``)."""
+        parts, lows, highs, inclusive, limits = [], [], [], [], []
+        for partition, start, end, after, limit in requests:
+            parts.append(partition)
+            lows.append(start if after is None else after)
+            highs.append(end)
+            inclusive.append(after is None)
+            limits.append(limit + 1)
+        with self._lock, self._wrap:
+            rows = self._connection().execute(self._sql["scan_many"], (parts, lows, highs, inclusive, limits)).fetchall()
+        return [Page.from_rows(list(zip(ks, vs)) if ks is not None else [], request[4])
+                for (ks, vs), request in zip(rows, requests)]
+
     def _apply_sets(self, sets: "_Sets") -> list:
         """Independent batches (:func:`_independent_sets`), set-based in one call of ``<table>_apply_sets``."""
         lock_keys = sorted({lock_key(self.table, p) for p in set(sets.bp)})

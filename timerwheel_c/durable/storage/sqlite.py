@@ -277,20 +277,24 @@ class SQLiteStore(Store):
         return None if row is None else bytes(row[0])
 
     def _apply(self, partition: str, batch: Batch) -> Union[Committed, PreconditionFailed]:
-        return self._apply_in_one_transaction(partition, [batch], nested=False)[0]
+        return self._apply_in_one_transaction([(partition, batch)], nested=False)[0]
 
     def _apply_many(self, partition: str, batches: list) -> list:
-        return self._apply_in_one_transaction(partition, batches, nested=True)
+        return self._apply_in_one_transaction([(partition, b) for b in batches], nested=True)
 
-    def _apply_in_one_transaction(self, partition: str, batches: list, nested: bool) -> list:
-        # One transaction for the whole list; ``nested`` (apply_many) runs each batch in its own
-        # savepoint, so that a failed guard or a refused batch rolls back that batch alone.
+    def _apply_across(self, items: list) -> list:
+        return self._apply_in_one_transaction(items, nested=True)
+
+    def _apply_in_one_transaction(self, items: list, nested: bool) -> list:
+        # One transaction for the whole list of (partition, batch) items; ``nested`` (apply_many,
+        # apply_across) runs each batch in its own savepoint, so that a failed guard or a refused
+        # batch rolls back that batch alone.
         results: list = []
         with self._lock, self._wrap:
             db = self._db
             db.execute("BEGIN IMMEDIATE")
             try:
-                for batch in batches:
+                for partition, batch in items:
                     if nested:
                         db.execute("SAVEPOINT batch")
                     try:

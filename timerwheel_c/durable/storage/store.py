@@ -304,19 +304,7 @@ class Store(abc.ABC):
             TypeError: non-str partition, non-bytes bounds, non-int limit.
             ValueError: empty partition, ``limit < 1``.
         """
-        check_partition(partition)
-        check_bytes("start", start)
-        check_bytes("end", end)
-        if after is not None:
-            check_bytes("after", after)
-        if isinstance(limit, bool) or not isinstance(limit, int):
-            raise TypeError(f"limit must be an int, got {type(limit).__name__} {limit!r}")
-        if limit < 1:
-            raise ValueError(f"limit must be >= 1, got {limit}")
-        # Any limit beyond 2**62 means "every row" alike; capped, it fits the backends' int64.
-        limit = min(limit, MAX_SCAN_LIMIT)
-        # An ``after`` below ``start`` never widens the range.
-        return self._scan(partition, start, end, after if after is not None and after >= start else None, limit)
+        return self._scan(*_checked_scan(partition, start, end, after, limit))
 
     def get(self, partition: str, key: bytes) -> Optional[bytes]:
         """The value at ``key``, or None.
@@ -366,6 +354,47 @@ class Store(abc.ABC):
         for batch in batches:
             _check_batch(batch)
         return self._apply_many(partition, batches) if batches else []
+
+    def scan_many(self, requests: list) -> list:
+        """One :meth:`scan` per request, a backend may answer them all in one round trip: ``requests``
+        is a list of ``(partition, start, end, after, limit)`` tuples (``after`` may be None), and the
+        result one :class:`Page` per request, in order. How a runner reads every owned partition's
+        due rows (or next due time) at once instead of a round trip per partition.
+
+        Raises:
+            TypeError / ValueError: as :meth:`scan`, for the first bad request; a non-list.
+        """
+        if not isinstance(requests, list):
+            raise TypeError(f"requests must be a list of (partition, start, end, after, limit), got {requests!r}")
+        checked = []
+        for request in requests:
+            if not isinstance(request, tuple) or len(request) != 5:
+                raise TypeError(f"a scan request must be (partition, start, end, after, limit), got {request!r}")
+            checked.append(_checked_scan(*request))
+        return self._scan_many(checked) if checked else []
+
+    def apply_across(self, items: list) -> list:
+        """:meth:`apply_many` over batches of any partitions: ``items`` is a list of ``(partition,
+        batch)`` pairs; returns one :class:`Committed`, :class:`PreconditionFailed` or
+        :class:`Refused` per item, in order. The batches of one partition apply in their order, as
+        :meth:`apply_many` applies them; batches of different partitions never see each other. A
+        backend may do the whole list in one round trip and one transaction (one commit for the
+        outcomes of every partition), as PostgreSQL does; the generic version calls
+        :meth:`apply_many` once per partition, in the order of their first item.
+
+        Raises:
+            TypeError / ValueError: a non-list, an item that is not a (partition, Batch) pair.
+            TransientStoreError / PermanentStoreError: as :meth:`apply_many`, for the call as a whole:
+                the generic version may have committed the partitions before the failing one.
+        """
+        if not isinstance(items, list):
+            raise TypeError(f"items must be a list of (partition, Batch), got {type(items).__name__} {items!r}")
+        for item in items:
+            if not isinstance(item, tuple) or len(item) != 2:
+                raise TypeError(f"an item must be a (partition, Batch) pair, got {item!r}")
+            check_partition(item[0])
+            _check_batch(item[1])
+        return self._apply_across(items) if items else []
 
     def watch(self, callback: Callable[[], None]) -> Watcher:
         """Start the store's change signal: ``callback()`` (no argument, on the watcher's thread)
@@ -450,6 +479,23 @@ class Store(abc.ABC):
                 results.append(Refused(exc))
         return results
 
+    def _scan_many(self, requests: list) -> list:
+        """:meth:`scan_many` with checked requests (a non-empty list, each as :meth:`_scan` takes it):
+        the generic version, one ``_scan`` per request."""
+        return [self._scan(*request) for request in requests]
+
+    def _apply_across(self, items: list) -> list:
+        """:meth:`apply_across` with checked items (a non-empty list): the generic version, one
+        ``_apply_many`` per partition, in the order of their first item."""
+        positions: dict = {}  # partition -> indexes of its items
+        for i, (partition, _) in enumerate(items):
+            positions.setdefault(partition, []).append(i)
+        results: list = [None] * len(items)
+        for partition, indexes in positions.items():
+            for i, result in zip(indexes, self._apply_many(partition, [items[i][1] for i in indexes])):
+                results[i] = result
+        return results
+
     @abc.abstractmethod
     def _partitions(self) -> list:
         """:meth:`partitions`."""
@@ -496,6 +542,23 @@ def check_store(store: object, name: str = "store", kind: Optional[type] = None)
         raise TypeError(f"{name} must be a {want.__name__}, got the str {redact(store)!r}; "
                         "open a store URL with open_store() and pass the store")
     raise TypeError(f"{name} must be a {want.__name__}, got {type(store).__name__} {redact(repr(store))}")
+
+
+def _checked_scan(partition, start, end, after, limit) -> tuple:
+    """The arguments of :meth:`Store.scan`, checked, as its backend hook takes them."""
+    check_partition(partition)
+    check_bytes("start", start)
+    check_bytes("end", end)
+    if after is not None:
+        check_bytes("after", after)
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise TypeError(f"limit must be an int, got {type(limit).__name__} {limit!r}")
+    if limit < 1:
+        raise ValueError(f"limit must be >= 1, got {limit}")
+    # Any limit beyond 2**62 means "every row" alike; capped, it fits the backends' int64.
+    limit = min(limit, MAX_SCAN_LIMIT)
+    # An ``after`` below ``start`` never widens the range.
+    return partition, start, end, after if after is not None and after >= start else None, limit
 
 
 def _check_batch(batch: object) -> Batch:

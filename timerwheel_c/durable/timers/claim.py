@@ -33,9 +33,10 @@ from typing import Callable, Container, Optional, Union
 from . import keys, schedules
 from .registry import DueTimer, TimerHandler, TimerRegistry
 from .tick import DEFAULT_BUDGET, RunReport, TickBudget, backoff_ms
-from ..storage.store import Absent, Batch, Committed, Equals, Refused, Store, check_partition
+from ..storage.store import Absent, Batch, Committed, Equals, Page, Refused, Store, check_partition
 
-__all__ = ["PAGE", "SCAN_PAGE", "UNKNOWN_KIND_GRACE_MS", "ClaimedTimer", "Claims", "claim_due", "release_claims", "release_rows"]
+__all__ = ["PAGE", "SCAN_PAGE", "UNKNOWN_KIND_GRACE_MS", "ClaimedTimer", "Claims", "claim_due", "due_request", "release_claims",
+           "release_rows"]
 
 log = logging.getLogger("timerwheel_c.durable")
 
@@ -131,7 +132,8 @@ class Claimer:
     (per the budget) and claiming them in one ``apply_many`` per call."""
 
     def __init__(self, store: Store, partition: str, registry: TimerRegistry, now_ms: int, budget: TickBudget,
-                 exclude: Container[bytes] = (), clock: Callable[[], float] = time.monotonic):
+                 exclude: Container[bytes] = (), clock: Callable[[], float] = time.monotonic,
+                 first_page: Optional[Page] = None):
         self.store = store
         self.partition = partition
         self.registry = registry
@@ -149,6 +151,8 @@ class Claimer:
         self.refused: list = []  # rows whose claim the store refused: quarantined next round trip
         self.after: Optional[bytes] = None
         self.exhausted = False
+        if first_page is not None:  # read already, by the request due_request() gives
+            self._take(first_page)
 
     def over_budget(self) -> bool:
         b = self.budget
@@ -174,10 +178,7 @@ class Claimer:
             # Rows a capped kind defers cost a scan but no claim: read what is left of max_scanned
             # in one page (up to SCAN_PAGE), not in pages of 64.
             limit = max(1, min(SCAN_PAGE, self.budget.max_scanned - report.scanned))
-            page = self.store.scan(self.partition, self.start, self.end, self.after, limit)
-            self.pending = list(reversed(page.entries))
-            self.exhausted = page.next is None
-            self.after = page.next
+            self._take(self.store.scan(self.partition, self.start, self.end, self.after, limit))
         fires = 0
         exclude, capped = self.exclude, self.capped
         while self.pending and fires < max_rows:
@@ -208,6 +209,11 @@ class Claimer:
             rows.append((row, batch))
             fires += isinstance(row, _ToFire)
         return rows
+
+    def _take(self, page: Page) -> None:
+        self.pending = list(reversed(page.entries))
+        self.exhausted = page.next is None
+        self.after = page.next
 
     def _choose(self, key: bytes, value: bytes) -> Optional[_Row]:
         """What to do with the due row ``key`` (neither excluded nor of a capped kind): a record, or
@@ -319,14 +325,24 @@ def check_args(partition, registry, now_ms, budget) -> int:
     return keys.check_uint("now_ms", now_ms, keys.MAX_DUE_MS)
 
 
+def due_request(partition: str, now_ms: int, budget: TickBudget = DEFAULT_BUDGET) -> tuple:
+    """The :meth:`Store.scan_many` request for the first page a claim of ``partition`` at ``now_ms``
+    (Unix epoch ms) within ``budget`` reads: its answer may be passed to :func:`claim_due` as
+    ``first_page``, so that one round trip reads the due rows of many partitions."""
+    start, end = keys.due_range(now_ms)
+    return partition, start, end, None, max(1, min(SCAN_PAGE, budget.max_scanned))
+
+
 def claim_due(store: Store, partition: str, registry: TimerRegistry, now_ms: int, budget: TickBudget = DEFAULT_BUDGET,
-              *, exclude: Container[bytes] = (), clock: Callable[[], float] = time.monotonic) -> Claims:
+              *, exclude: Container[bytes] = (), clock: Callable[[], float] = time.monotonic,
+              first_page: Optional[Page] = None) -> Claims:
     """Claim every due row of ``partition`` that ``budget`` lets fire (see the module docstring).
 
     Scans the due range (effective due <= ``now_ms``, Unix epoch ms) in pages of up to
     :data:`SCAN_PAGE` rows and claims up to :data:`PAGE` rows per :meth:`Store.apply_many` round
     trip. ``exclude``: keys to skip (rows the caller has in flight). ``clock``: monotonic
-    seconds, for ``max_elapsed_ms``. The caller fires each :class:`ClaimedTimer`, settles
+    seconds, for ``max_elapsed_ms``. ``first_page``: the answer to :func:`due_request`, read by the
+    caller (with other partitions' in one :meth:`Store.scan_many`), or None to read it here. The caller fires each :class:`ClaimedTimer`, settles
     and commits the outcomes and ends with :func:`~.runner.next_wake`.
 
     A store error after some round trips committed ends the claiming there and is returned
@@ -337,7 +353,7 @@ def claim_due(store: Store, partition: str, registry: TimerRegistry, now_ms: int
         StoreError (or another exception from the store): the first round trip failed.
     """
     now_ms = check_args(partition, registry, now_ms, budget)
-    claimer = Claimer(store, partition, registry, now_ms, budget, exclude, clock)
+    claimer = Claimer(store, partition, registry, now_ms, budget, exclude, clock, first_page)
     timers: list = []
     while not claimer.done:
         try:

@@ -44,15 +44,15 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from . import keys, schedules
-from .claim import PAGE, ClaimedTimer, Claimer, Claims, check_args, claim_due, release_claims
+from .claim import PAGE, ClaimedTimer, Claimer, Claims, check_args, claim_due, due_request, release_claims
 from .registry import Done, Reschedule, Retry, TimerContext, TimerRegistry
 from .tick import BACKOFF_BASE_MS, BACKOFF_CAP_MS, DEFAULT_BUDGET, RunReport, TickBudget, backoff_ms
-from ..storage.store import Absent, Batch, Committed, Equals, Refused, Store
+from ..storage.store import Absent, Batch, Committed, Equals, Page, Refused, Store
 
 __all__ = [
     "BACKOFF_BASE_MS", "BACKOFF_CAP_MS", "NO_PROGRESS_WAKE_MS", "PAGE", "Attempt", "ClaimedTimer", "Claims", "Pace",
-    "RunReport", "TickBudget", "backoff_ms", "claim_due", "commit_outcomes", "fire", "next_wake", "release_claims",
-    "run_due", "settle",
+    "RunReport", "TickBudget", "backoff_ms", "claim_due", "commit_across", "commit_outcomes", "due_request", "fire",
+    "needs_wake_scan", "next_wake", "release_claims", "run_due", "settle", "wake_request",
 ]
 
 log = logging.getLogger("timerwheel_c.durable")
@@ -185,6 +185,27 @@ def commit_outcomes(store: Store, partition: str, settled: list, report: RunRepo
         _count_outcomes(partition, pairs, store.apply_many(partition, [b for _, b in pairs]), report)
 
 
+def commit_across(store: Store, settled: dict) -> dict:
+    """Phase 3 for many partitions: :func:`commit_outcomes` of every partition in one
+    :meth:`Store.apply_across` call (one round trip and one commit on PostgreSQL).
+
+    ``settled``: ``{partition: [(ClaimedTimer, Batch or None), ...]}``. Returns ``{partition:
+    RunReport}`` counting each partition's outcomes as :func:`commit_outcomes` does.
+
+    Raises:
+        Exception: whatever the store raises, for the call as a whole; the uncommitted rows stay
+        at their backoff keys.
+    """
+    pairs = {p: [(c, b) for c, b in s if b is not None] for p, s in settled.items()}
+    results = store.apply_across([(p, b) for p, ps in pairs.items() for _, b in ps])
+    reports, at = {}, 0
+    for partition, ps in pairs.items():
+        report = reports[partition] = RunReport()
+        _count_outcomes(partition, ps, results[at:at + len(ps)], report)
+        at += len(ps)
+    return reports
+
+
 def _count_outcomes(partition: str, pairs: list, results: list, report: RunReport) -> None:
     for (claimed, batch), result in zip(pairs, results):
         key = claimed.timer.key
@@ -215,29 +236,43 @@ def _count_outcomes(partition: str, pairs: list, results: list, report: RunRepor
             log.info("partition %r: batch of %r failed its guard on %r; row stays backed off", partition, key, result.key)
 
 
-def next_wake(store: Store, partition: str, now_ms: int, report: RunReport) -> Optional[int]:
+def wake_request(partition: str, now_ms: int) -> tuple:
+    """The :meth:`Store.scan_many` request for the first page :func:`next_wake` reads (the rows due
+    after ``now_ms``, Unix epoch ms), whose answer may be passed to it as ``future``."""
+    start, end = keys.future_range(now_ms)
+    return partition, start, end, None, PAGE
+
+
+def next_wake(store: Store, partition: str, now_ms: int, report: RunReport, future: Optional[Page] = None) -> Optional[int]:
     """Phase 4: set and return ``report.next_wake_ms`` (Unix epoch ms, or None).
 
     ``now_ms`` when due rows were left (deferred or stopped on budget) and this tick made
     progress (moved some row off the due range); ``now_ms + 5 s`` when rows were left but
     nothing moved; otherwise the earliest of the next future due time (one scan) and
     ``report.earliest_put_ms`` and ``report.earliest_unknown_ms``, never earlier than ``now_ms``; None when the partition
-    holds no well-formed timer.
+    holds no well-formed timer. ``future``: the answer to :func:`wake_request`, read by the caller
+    (with other partitions' in one :meth:`Store.scan_many`), or None to read it here.
     """
-    if report.stopped_on_budget or report.deferred:
+    if not needs_wake_scan(report):
         report.next_wake_ms = now_ms if report.moved else now_ms + NO_PROGRESS_WAKE_MS
         return report.next_wake_ms
-    candidates = [t for t in (_next_future_due(store, partition, now_ms), report.earliest_put_ms,
+    candidates = [t for t in (_next_future_due(store, partition, now_ms, future), report.earliest_put_ms,
                               report.earliest_unknown_ms) if t is not None]
     report.next_wake_ms = max(min(candidates), now_ms) if candidates else None
     return report.next_wake_ms
 
 
-def _next_future_due(store: Store, partition: str, now_ms: int) -> Optional[int]:
+def needs_wake_scan(report: RunReport) -> bool:
+    """Whether :func:`next_wake` reads the store for ``report`` (it does not when rows were left)."""
+    return not (report.stopped_on_budget or report.deferred)
+
+
+def _next_future_due(store: Store, partition: str, now_ms: int, page: Optional[Page] = None) -> Optional[int]:
     start, end = keys.future_range(now_ms)
     after = None
     while True:
-        page = store.scan(partition, start, end, after, PAGE)
+        if page is None:
+            page = store.scan(partition, start, end, after, PAGE)
         for key, _ in page.entries:
             try:
                 return keys.parse(key).due_at_ms
@@ -245,7 +280,7 @@ def _next_future_due(store: Store, partition: str, now_ms: int) -> Optional[int]
                 continue
         if page.next is None:
             return None
-        after = page.next
+        after, page = page.next, None
 
 
 @dataclass

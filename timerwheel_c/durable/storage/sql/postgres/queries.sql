@@ -6,6 +6,17 @@ SELECT key, value FROM {t} WHERE partition = %s AND key >= %s AND key < %s ORDER
 -- name: scan_after
 SELECT key, value FROM {t} WHERE partition = %s AND key > %s AND key < %s ORDER BY key LIMIT %s
 
+-- name: scan_many
+-- Request i: rows of partition p[i] with lo[i] <= key (lo[i] < key unless incl[i]) and key < hi[i], in key
+-- order, at most n[i]: one LATERAL index scan each, one row of two arrays per request, in request order.
+SELECT s.keys, s.vals
+FROM unnest(%b::text[], %b::bytea[], %b::bytea[], %b::boolean[], %b::int8[]) WITH ORDINALITY AS r(p, lo, hi, incl, n, i)
+CROSS JOIN LATERAL (
+  SELECT array_agg(q.key ORDER BY q.key) AS keys, array_agg(q.value ORDER BY q.key) AS vals
+  FROM (SELECT key, value FROM {t} WHERE partition = r.p AND key >= r.lo AND key < r.hi AND (r.incl OR key > r.lo)
+        ORDER BY key LIMIT r.n) q) s
+ORDER BY r.i
+
 -- name: get
 SELECT value FROM {t} WHERE partition = %s AND key = %s
 
