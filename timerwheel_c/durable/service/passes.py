@@ -33,10 +33,10 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from ..storage.store import Ownership, Page, Store
+from ..storage.store import Ownership, Store
 from ..timers.registry import TimerRegistry
-from ..timers.runner import (PAGE, TickBudget, claim_due, due_request, needs_wake_scan, next_wake, release_claims,
-                             wake_request)
+from ..timers.runner import (PAGE, TickBudget, claim_due, claim_due_across, due_request, needs_wake_scan, next_wake,
+                             release_claims, wake_request)
 from .activity import Activity
 from .records import Job
 
@@ -125,18 +125,42 @@ class Passes:
         if share > PAGE:  # whole claim round trips: a share of 260 would cost a fifth trip for 4 rows
             share = -(-share // PAGE) * PAGE
         now_ms = self.wall_ms()
-        firsts = self._due_pages(ready, now_ms)
+        firsts = self._due_pages(ready, now_ms, min(share, free))
         waking: dict = {}  # partition -> (now_ms, report) of its last claim, whose next wake is to read
-        for rnd, order in enumerate((ready, hungry)):
+        rounds: tuple = (ready, hungry)
+        if firsts:  # the first round across every partition, its first claim round trip shared
+            if stopping():
+                return PassResult(jobs, wake, starved)
+            caps: dict = {}
+            left = free
+            for p in ready:
+                if left <= 0:  # rows may wait here: look again as soon as there is room
+                    wake, starved = now_ms, True
+                    break
+                caps[p] = min(share, left)
+                left -= min(caps[p], len(firsts[p].entries))  # what it can claim of the rows seen
+            requests = [(p, self._budget(cap), firsts[p]) for p, cap in caps.items()]
+            try:
+                across = claim_due_across(self.store, requests, self.registry, now_ms, exclude=exclude)
+            except Exception as exc:  # a bad argument: every partition's own failure
+                across = [exc] * len(requests)
+            for (p, cap), claims in zip(caps.items(), across):
+                claimed, p_wake, more = self._claimed(p, cap, now_ms, claims, waking)
+                jobs += claimed
+                free -= len(claimed)
+                wake = _earliest(wake, p_wake)
+                if more and len(claimed) >= cap:
+                    hungry.append(p)
+                    starved = starved or free <= 0
+            rounds = ((), hungry)
+        for rnd, order in enumerate(rounds):
             for p in order:
                 if stopping():
                     return PassResult(jobs, wake, starved)
                 cap = min(share if rnd == 0 else free, free)
                 if cap <= 0:  # rows may wait here: look again as soon as there is room
                     return PassResult(jobs, self.wall_ms(), True)
-                first = firsts.pop(p, None)
-                claimed, p_wake, more = self._claim(p, cap, exclude, now_ms if first is not None else self.wall_ms(),
-                                                    first, waking)
+                claimed, p_wake, more = self._claim(p, cap, exclude, waking)
                 jobs += claimed
                 free -= len(claimed)
                 wake = _earliest(wake, p_wake)
@@ -146,14 +170,15 @@ class Passes:
                     starved = starved or free <= 0
         return PassResult(jobs, _earliest(wake, self._wakes(waking)), starved)
 
-    def _due_pages(self, ready: list, now_ms: int) -> dict:
-        """The first page of due rows of every partition in ``ready`` at ``now_ms``, read in one
-        round trip (:meth:`Store.scan_many`): ``{partition: Page}``, or {} when there is one partition
-        or the read failed (each partition then reads its own, and keeps its own error)."""
-        if len(ready) < 2:
+    def _due_pages(self, ready: list, now_ms: int, cap: int) -> dict:
+        """The first page of due rows (at most ``cap``, what each may claim) of every partition in
+        ``ready`` at ``now_ms``, read in one round trip (:meth:`Store.scan_many`): ``{partition: Page}``,
+        or {} when there is one partition or the read failed (each partition then reads its own, and
+        keeps its own error)."""
+        if len(ready) < 2 or cap <= 0:
             return {}
         try:
-            return dict(zip(ready, self.store.scan_many([due_request(p, now_ms, self.budget) for p in ready])))
+            return dict(zip(ready, self.store.scan_many([due_request(p, now_ms, self.budget, cap) for p in ready])))
         except Exception:
             return {}
 
@@ -184,18 +209,25 @@ class Passes:
         self._retry_at.pop(partition, None)
         self.answered_s = self.clock()
 
-    def _claim(self, partition: str, cap: int, exclude: frozenset, now_ms: int, first_page: Optional[Page],
-               waking: dict) -> tuple:
-        """Claim up to ``cap`` rows of ``partition`` at ``now_ms`` (Unix epoch ms; ``first_page``: its
-        :func:`due_request`, read already, or None): (jobs, wake ms or None, rows left for want of
-        room). A wake that needs a read of the store is left to :meth:`_wakes`, in ``waking``."""
-        waking.pop(partition, None)  # this claim's wake replaces an earlier round's
-        budget = self.budget if cap >= self.budget.max_fired else dataclasses.replace(self.budget, max_fired=cap)
+    def _budget(self, cap: int) -> TickBudget:
+        return self.budget if cap >= self.budget.max_fired else dataclasses.replace(self.budget, max_fired=cap)
+
+    def _claim(self, partition: str, cap: int, exclude: frozenset, waking: dict) -> tuple:
+        """Claim up to ``cap`` rows of ``partition`` now: see :meth:`_claimed`."""
+        now_ms = self.wall_ms()
         try:
-            claims = claim_due(self.store, partition, self.registry, now_ms, budget, exclude=exclude,
-                               first_page=first_page)
+            claims = claim_due(self.store, partition, self.registry, now_ms, self._budget(cap), exclude=exclude)
         except Exception as exc:
-            return [], self._failed(partition, exc, now_ms), False
+            return self._claimed(partition, cap, now_ms, exc, waking)
+        return self._claimed(partition, cap, now_ms, claims, waking)
+
+    def _claimed(self, partition: str, cap: int, now_ms: int, claims, waking: dict) -> tuple:
+        """Take in the :class:`Claims` (or the exception) of a claim of up to ``cap`` rows of ``partition``
+        at ``now_ms`` (Unix epoch ms): (jobs, wake ms or None, rows left for want of room). A wake that
+        needs a read of the store is left to :meth:`_wakes`, in ``waking``."""
+        waking.pop(partition, None)  # this claim's wake replaces an earlier round's
+        if isinstance(claims, Exception):
+            return [], self._failed(partition, claims, now_ms), False
         report = claims.report
         jobs = [Job(partition, now_ms, c) for c in claims.timers]
         for key in report.stuck_keys:

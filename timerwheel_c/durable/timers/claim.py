@@ -35,7 +35,7 @@ from .registry import DueTimer, TimerHandler, TimerRegistry
 from .tick import DEFAULT_BUDGET, RunReport, TickBudget, backoff_ms
 from ..storage.store import Absent, Batch, Committed, Equals, Page, Refused, Store, check_partition
 
-__all__ = ["PAGE", "SCAN_PAGE", "UNKNOWN_KIND_GRACE_MS", "ClaimedTimer", "Claims", "claim_due", "due_request", "release_claims",
+__all__ = ["PAGE", "SCAN_PAGE", "UNKNOWN_KIND_GRACE_MS", "ClaimedTimer", "Claims", "claim_due", "claim_due_across", "due_request", "release_claims",
            "release_rows"]
 
 log = logging.getLogger("timerwheel_c.durable")
@@ -325,12 +325,13 @@ def check_args(partition, registry, now_ms, budget) -> int:
     return keys.check_uint("now_ms", now_ms, keys.MAX_DUE_MS)
 
 
-def due_request(partition: str, now_ms: int, budget: TickBudget = DEFAULT_BUDGET) -> tuple:
-    """The :meth:`Store.scan_many` request for the first page a claim of ``partition`` at ``now_ms``
-    (Unix epoch ms) within ``budget`` reads: its answer may be passed to :func:`claim_due` as
-    ``first_page``, so that one round trip reads the due rows of many partitions."""
+def due_request(partition: str, now_ms: int, budget: TickBudget = DEFAULT_BUDGET, max_rows: int = SCAN_PAGE) -> tuple:
+    """The :meth:`Store.scan_many` request for the first page of a claim of ``partition`` at ``now_ms``
+    (Unix epoch ms) within ``budget`` that may fire ``max_rows`` rows: its answer may be passed to
+    :func:`claim_due` as ``first_page``, so that one round trip reads the due rows of many partitions.
+    The page holds no more rows than the claim may fire (a claim that needs more reads on)."""
     start, end = keys.due_range(now_ms)
-    return partition, start, end, None, max(1, min(SCAN_PAGE, budget.max_scanned))
+    return partition, start, end, None, max(1, min(SCAN_PAGE, budget.max_scanned, max_rows))
 
 
 def claim_due(store: Store, partition: str, registry: TimerRegistry, now_ms: int, budget: TickBudget = DEFAULT_BUDGET,
@@ -363,6 +364,55 @@ def claim_due(store: Store, partition: str, registry: TimerRegistry, now_ms: int
                 raise
             return Claims(timers, claimer.report, exc)
     return Claims(timers, claimer.report)
+
+
+def claim_due_across(store: Store, requests: list, registry: TimerRegistry, now_ms: int, *,
+                     exclude: Container[bytes] = (), clock: Callable[[], float] = time.monotonic) -> list:
+    """:func:`claim_due` for many partitions at one ``now_ms`` (Unix epoch ms), their first claim
+    round trip shared: one :meth:`Store.apply_across` claims the first :data:`PAGE` rows of every
+    partition (one commit for them all); each partition then claims the rest on its own.
+
+    ``requests``: ``(partition, budget, first_page)`` triples (``first_page`` as :func:`claim_due`
+    takes it). Returns one :class:`Claims` per request, in order. Errors stay where they arose: an
+    error reading a partition's rows is that partition's ``Claims.error``; an error of the shared
+    round trip is the error of every partition that had rows in it (none of them was claimed).
+
+    Raises:
+        TypeError / ValueError: bad arguments.
+    """
+    claimers: list = []
+    rows: list = []
+    errors: list = []
+    for partition, budget, first_page in requests:
+        check_args(partition, registry, now_ms, budget)
+        claimer = Claimer(store, partition, registry, now_ms, budget, exclude, clock, first_page)
+        claimers.append(claimer)
+        try:
+            rows.append(claimer.select(PAGE))
+            errors.append(None)
+        except Exception as exc:
+            rows.append([])
+            errors.append(exc)
+    timers: list = [[] for _ in claimers]
+    items = [(c.partition, b) for c, rs in zip(claimers, rows) for _, b in rs]
+    try:
+        results = store.apply_across(items) if items else []
+    except Exception as exc:
+        errors = [exc if rs else e for rs, e in zip(rows, errors)]
+    else:
+        at = 0
+        for i, (claimer, rs) in enumerate(zip(claimers, rows)):
+            timers[i] = claimer.claimed(rs, results[at:at + len(rs)])
+            at += len(rs)
+    out = []
+    for claimer, claimed, error in zip(claimers, timers, errors):
+        while error is None and not claimer.done:
+            try:
+                claimed.extend(claimer.claim(PAGE))
+            except Exception as exc:
+                error = exc
+        out.append(Claims(claimed, claimer.report, error))
+    return out
 
 
 def release_claims(store: Store, partition: str, now_ms: int) -> int:

@@ -44,14 +44,15 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from . import keys, schedules
-from .claim import PAGE, ClaimedTimer, Claimer, Claims, check_args, claim_due, due_request, release_claims
+from .claim import (PAGE, ClaimedTimer, Claimer, Claims, check_args, claim_due, claim_due_across, due_request,
+                    release_claims)
 from .registry import Done, Reschedule, Retry, TimerContext, TimerRegistry
 from .tick import BACKOFF_BASE_MS, BACKOFF_CAP_MS, DEFAULT_BUDGET, RunReport, TickBudget, backoff_ms
 from ..storage.store import Absent, Batch, Committed, Equals, Page, Refused, Store
 
 __all__ = [
     "BACKOFF_BASE_MS", "BACKOFF_CAP_MS", "NO_PROGRESS_WAKE_MS", "PAGE", "Attempt", "ClaimedTimer", "Claims", "Pace",
-    "RunReport", "TickBudget", "backoff_ms", "claim_due", "commit_across", "commit_outcomes", "due_request", "fire",
+    "RunReport", "TickBudget", "backoff_ms", "claim_due", "claim_due_across", "commit_across", "commit_outcomes", "due_request", "fire",
     "needs_wake_scan", "next_wake", "release_claims", "run_due", "settle", "wake_request",
 ]
 
