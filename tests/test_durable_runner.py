@@ -13,6 +13,7 @@ from timerwheel_c.durable.timers.claim import UNKNOWN_KIND_GRACE_MS
 from timerwheel_c.durable.timers.runner import TickBudget, backoff_ms, claim_due, commit_outcomes, next_wake, run_due, settle
 from timerwheel_c.durable.storage.sqlite import SQLiteStore
 from bench.stores import Delegating
+from timerwheel_c.durable.storage.errors import TransientStoreError
 from timerwheel_c.durable.storage.store import Batch, Committed, Equals, PreconditionFailed
 
 P = "timers"
@@ -375,6 +376,62 @@ def test_claim_due_claims_a_page_per_round_trip_before_any_fire(store):
     assert claims.report.scanned == 100 and claims.report.moved == 100
     assert [c.timer.reference for c in claims.timers] == [b"%03d" % i for i in range(100)]
     assert all(tk.attempt == 1 and tk.due_at_ms == NOW + backoff_ms(1) for tk, _ in timer_rows(store))
+
+
+class Across(Delegating):
+    """Delegates to a real store; counts apply_across calls; scans of ``bad_scan`` and shared claims
+    with a batch of ``bad_apply`` raise."""
+
+    def __init__(self, inner, bad_scan=None, bad_apply=None):
+        super().__init__(inner)
+        self.bad_scan, self.bad_apply, self.across = bad_scan, bad_apply, 0
+
+    def _scan(self, partition, *args):
+        if partition == self.bad_scan:
+            raise TransientStoreError(f"scan of {partition} failed")
+        return super()._scan(partition, *args)
+
+    def _apply_across(self, items):
+        self.across += 1
+        if any(p == self.bad_apply for p, _ in items):
+            raise TransientStoreError("shared claim failed")
+        return self.inner.apply_across(items)
+
+
+def _schedule_in(store, partition, n):
+    for i in range(n):
+        store.apply(partition, Batch().put(keys.timer(NOW - 100 + i, A, b"%s%02d" % (partition.encode(), i)), b"v"))
+
+
+def test_claim_due_across_shares_the_first_round_trip_and_keeps_errors_with_their_partition(store):
+    """claim_due_across claims the first rows of every partition in one apply_across, each partition's
+    rows under its own budget and only its own (a row of another partition is never claimed), and the
+    rest of a partition on its own round trips. A partition whose scan fails gets that error alone;
+    when the shared claim fails, every partition that had rows in it gets the error and nothing of
+    theirs is claimed, while a partition with no due rows gets none. Deterministic (explicit now_ms)."""
+    from timerwheel_c.durable.timers.runner import claim_due_across
+
+    for partition, n in (("a", 3), ("b", 70), ("c", 2), ("d", 0)):
+        _schedule_in(store, partition, n)
+    registry = TimerRegistry().register(Recorder())
+    wide, narrow = TickBudget(1000, 1000, 1000, 60_000), TickBudget(1, 1000, 1000, 60_000)
+    across = Across(store, bad_scan="c")
+    claims = claim_due_across(across, [("a", wide, None), ("b", wide, None), ("c", wide, None), ("d", narrow, None)],
+                              registry, NOW)
+    assert across.across == 1  # one shared claim round trip; b's last 6 rows on its own
+    assert [sorted(t.timer.reference for t in cl.timers) for cl in claims[:2]] == [
+        [b"a00", b"a01", b"a02"], [b"b%02d" % i for i in range(70)]]
+    assert isinstance(claims[2].error, TransientStoreError) and claims[2].timers == []
+    assert claims[3].error is None and claims[3].timers == []
+    assert [c.error for c in claims[:2]] == [None, None]
+    _schedule_in(store, "d", 2)
+    failing = Across(store, bad_apply="d")
+    claims = claim_due_across(failing, [("c", narrow, None), ("d", narrow, None), ("e", wide, None)], registry, NOW)
+    assert [type(c.error) for c in claims] == [TransientStoreError, TransientStoreError, type(None)]
+    assert [c.timers for c in claims] == [[], [], []]
+    assert len(store.scan("c", *keys.due_range(NOW), limit=10).entries) == 2  # c's rows still due, unclaimed
+    claims = claim_due_across(store, [("c", narrow, None), ("d", narrow, None)], registry, NOW)
+    assert [len(c.timers) for c in claims] == [1, 1]  # the budget of each, on its own rows
 
 
 def test_settle_is_pure_and_commit_outcomes_fails_only_the_failed_guard(store):
