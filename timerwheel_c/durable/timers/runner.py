@@ -241,7 +241,7 @@ def wake_request(partition: str, now_ms: int) -> tuple:
     """The :meth:`Store.scan_many` request for the first page :func:`next_wake` reads (the rows due
     after ``now_ms``, Unix epoch ms), whose answer may be passed to it as ``future``."""
     start, end = keys.future_range(now_ms)
-    return partition, start, end, None, PAGE
+    return partition, start, end, None, 1
 
 
 def next_wake(store: Store, partition: str, now_ms: int, report: RunReport, future: Optional[Page] = None) -> Optional[int]:
@@ -269,6 +269,10 @@ def needs_wake_scan(report: RunReport) -> bool:
 
 
 def _next_future_due(store: Store, partition: str, now_ms: int, page: Optional[Page] = None) -> Optional[int]:
+    # The first row is read alone (wake_request): it is nearly always a well-formed key, and the
+    # rows after it (the claimed rows in flight, a backlog of thousands) would be read for nothing.
+    if page is None:
+        page = store.scan(*wake_request(partition, now_ms))
     start, end = keys.future_range(now_ms)
     after = None
     while True:
