@@ -52,11 +52,12 @@ class Activity:
         self.fired = self.failed = self.parked = self.unknown = self.raced = 0
         self._lateness_ms: list = []
 
-    def fire(self, partition: str, timer, lateness_ms: int, outcome: str) -> None:
-        """One handler call ended with ``outcome`` (a short word: Done, Retry, raised...)."""
+    def fire(self, partition: str, timer, handler, lateness_ms: int, outcome: str) -> None:
+        """One call of ``handler`` on ``timer`` ended with ``outcome`` (a short word: Done, Retry, raised...)."""
         if log.isEnabledFor(logging.DEBUG):
-            log.debug("%s fired %d ms late: %s", timer_name(partition, timer.kind, timer.reference, attempt=timer.attempt,
-                                                             due_at_ms=timer.due_at_ms), lateness_ms, outcome)
+            log.debug("%s fired %d ms late: %s", timer_name(partition, timer.kind, timer.reference, handler=handler,
+                                                             attempt=timer.attempt, due_at_ms=timer.due_at_ms),
+                      lateness_ms, outcome)
         if timer.attempt == 1:
             with self._lock:
                 self._lateness_ms.append(lateness_ms)

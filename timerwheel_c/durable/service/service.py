@@ -515,7 +515,7 @@ class DurableTimerService:
         timer = job.claimed.timer
         error = attempt.error
         what = f"raised {type(error).__name__}" if error is not None else type(attempt.outcome).__name__
-        self.activity.fire(job.partition, timer, attempt.started_ms - timer.due_at_ms, what)
+        self.activity.fire(job.partition, timer, job.claimed.handler, attempt.started_ms - timer.due_at_ms, what)
         if timer.attempt == 1:
             self.recorder.lateness((attempt.started_ms - timer.due_at_ms) / 1000)
         report = self._settle_report  # one report until a failure is counted: most fires allocate none

@@ -434,8 +434,9 @@ def release_claims(store: Store, partition: str, now_ms: int) -> int:
 def release_rows(store: Store, partition: str, claimed: list, now_ms: int) -> int:
     """Make due at ``now_ms`` (Unix epoch ms) the claimed rows ``claimed`` (:class:`ClaimedTimer`
     list) of ``partition`` that a runner stopping gives up unsettled, so that another runner fires
-    them now instead of after their backoff. Each row moves guarded on itself (its attempt kept),
-    so a row whose outcome committed meanwhile is left alone. Returns how many moved.
+    them now instead of after their backoff. Each row moves guarded on itself (its attempt kept,
+    so a row given up during its handler's last attempt is parked by the next claim, as if its
+    runner had died), so a row whose outcome committed meanwhile is left alone. Returns how many moved.
 
     Raises:
         StoreError (or another exception from the store).
