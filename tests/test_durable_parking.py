@@ -292,3 +292,25 @@ def test_parked_keys_and_values_round_trip():
     assert keys.parked_parts(keys.parked_value("oops", b"\x00value")) == ("oops", b"\x00value")
     error, value = keys.parked_parts(keys.parked_value("€" * 1000, b"v"))
     assert value == b"v" and len(error.encode()) <= keys.MAX_ERROR_BYTES and set(error[:-1]) == {"€"}
+
+
+def test_claim_and_commit_logs_name_rows_never_by_raw_key(durable_store, caplog):
+    """The log lines of the claim and commit phases name a timer as the failure lines do, and a
+    malformed row by a hex prefix: an outcome batch whose own guard fails names the timer and the
+    guarded row as text, and a malformed row kept in place (its quarantine key taken) names its key
+    in hex. No record carries raw key bytes."""
+    from timerwheel_c.durable.storage.store import Batch, Equals
+
+    bad = b"T\x00"
+    durable_store.apply(P, Batch().put(bad, b"new").put(keys.quarantine(bad), b"old"))
+    schedule(durable_store, P, NOW, KIND, b"t0")
+    handler = Failing(3, lambda t: Done(Batch().require(Equals(b"done/t0", b"x"))))
+    with caplog.at_level(logging.DEBUG, logger="timerwheel_c.durable"):
+        report = run_due(durable_store, P, TimerRegistry().register(handler), NOW)
+    assert (report.failed, report.malformed) == (1, 1)
+    messages = [r.getMessage() for r in caplog.records]
+    assert f"partition 'park' malformed row {bad.hex()} kept in place (its quarantine guard failed)" in messages
+    [guard] = [m for m in messages if "failed its guard" in m]
+    assert guard.startswith(f"timer partition 'park' kind {KIND} (Failing) reference 't0' attempt 1 of 3 due ")
+    assert "on the row 'done/t0'" in guard
+    assert all("\\x" not in m and "b'T" not in m for m in messages), messages

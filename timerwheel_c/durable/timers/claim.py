@@ -217,8 +217,8 @@ class Claimer:
                          else row.batch if isinstance(row, (_ToAdvance, _ToFire, _ToPark)) and row.batch is not None
                          else Batch().require(Equals(key, value)).delete(key).put(row.claimed_key, value)
                          .put(keys.identity_of(row.parsed), row.claimed_key))
-            except ValueError as exc:  # its quarantine key is past the store's key limit
-                self._stuck(key, str(exc))
+            except ValueError:  # its quarantine key is past the store's key limit
+                self._stuck(key, "its quarantine key would be longer than the store's key limit")
                 continue
             rows.append((row, batch))
             fires += isinstance(row, _ToFire)
@@ -231,7 +231,7 @@ class Claimer:
         try:
             tk = keys.parse(key)
         except keys.MalformedKey as exc:
-            return _ToQuarantine(key, value, str(exc), malformed=True)
+            return _ToQuarantine(key, value, exc.why, malformed=True)
         try:
             claimed_key = _claimed_key(self.now_ms, tk)
         except ValueError as exc:  # no valid backoff key (e.g. past the key limit)

@@ -201,11 +201,13 @@ class TimerKind(int):
 
 
 class MalformedKey(ValueError):
-    """A key in the timer space that matches neither layout; ``.key`` holds the raw bytes."""
+    """A key in the timer space that matches neither layout; ``.key`` holds the raw bytes and ``.why``
+    what is wrong with them (without the bytes, for a log line that names the row its own way)."""
 
     def __init__(self, key: bytes, why: str):
         super().__init__(f"malformed timer key {key!r}: {why}")
         self.key = key
+        self.why = why
 
 
 @dataclass(frozen=True)

@@ -223,16 +223,22 @@ def _count_outcomes(partition: str, pairs: list, results: list, report: RunRepor
             if not parks:  # a park's failed attempt is counted already
                 _count_failed(report, kind)
             log.error("%s: the store refused its outcome batch (%s: %s); it stays backed off",
-                      names.row_name(partition, key), type(result.error).__name__, result.error)
+                      _name(partition, claimed), type(result.error).__name__, result.error)
         elif result.key == key:
             report.raced += 1
         elif parks:
             log.info("%s: its parking failed its guard; it parks when it next comes due",
-                     names.row_name(partition, key))
+                     _name(partition, claimed))
         else:
             _count_failed(report, kind)
             log.info("%s: its outcome batch failed its guard on the row %s; it stays backed off",
-                     names.row_name(partition, key), names.reference_text(result.key))
+                     _name(partition, claimed), names.reference_text(result.key))
+
+
+def _name(partition: str, claimed: ClaimedTimer) -> str:
+    timer = claimed.timer
+    return names.timer_name(partition, timer.kind, timer.reference, handler=claimed.handler, attempt=timer.attempt,
+                            due_at_ms=timer.due_at_ms, occurrence=claimed.schedule is not None)
 
 
 def _count_failed(report: RunReport, kind: int) -> None:
