@@ -267,10 +267,11 @@ def test_a_parked_occurrence_pauses_its_schedule_and_resume_continues_it(durable
     assert not info.paused and info.next_fire_ms == NOW + 11 * MIN
 
 
-@pytest.mark.parametrize("bad, error", [(0, ValueError), (-1, ValueError), (True, TypeError), (2.5, TypeError),
-                                        ("3", TypeError)])
+@pytest.mark.parametrize("bad, error", [(0, ValueError), (-1, ValueError), (2**32, ValueError), (True, TypeError),
+                                        (2.5, TypeError), ("3", TypeError)])
 def test_bad_max_attempts_is_refused_naming_the_value(bad, error):
-    """max_attempts must be an int >= 1 or None: register refuses anything else, naming the value."""
+    """max_attempts must be an int in 1..2**32-1 (the most attempts a row's key counts) or None:
+    register refuses anything else, naming the value."""
     handler = Failing(bad)
     with pytest.raises(error, match="max_attempts") as info:
         TimerRegistry().register(handler)

@@ -26,10 +26,11 @@ from dataclasses import dataclass
 from typing import Optional, Union
 
 from .due import due_at_ms_of
-from .keys import TimerKind
+from .keys import MAX_ATTEMPT, TimerKind
 from ..storage.store import Batch, Store, check_bytes
 
 __all__ = [
+    "DEFAULT_MAX_ATTEMPTS",
     "Done",
     "DueTimer",
     "Reschedule",
@@ -38,7 +39,6 @@ __all__ = [
     "TimerHandler",
     "TimerKind",
     "TimerRegistry",
-    "DEFAULT_MAX_ATTEMPTS",
     "check_max_attempts",
 ]
 
@@ -113,15 +113,16 @@ def check_max_attempts(value: object) -> Optional[int]:
 
     Raises:
         TypeError: not an int (a bool, a float, a str...), naming the value.
-        ValueError: an int below 1, naming the value.
+        ValueError: an int outside 1..2**32-1 (the most attempts a row counts), naming the value.
     """
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"max_attempts must be an int >= 1 or None (retry for ever), got {type(value).__name__} "
                         f"{value!r}")
-    if value < 1:
-        raise ValueError(f"max_attempts must be >= 1 or None (retry for ever), got {value!r}")
+    if not 1 <= value <= MAX_ATTEMPT:
+        # Above MAX_ATTEMPT the key's attempt count saturates and would never reach it.
+        raise ValueError(f"max_attempts must be in 1..{MAX_ATTEMPT} or None (retry for ever), got {value!r}")
     return value
 
 
@@ -182,7 +183,7 @@ class TimerRegistry:
             TypeError: not a TimerHandler instance, or a kind / max_per_tick / timeout_s / max_attempts
                 of the wrong type.
             ValueError: kind 0 or outside 1..255, a kind already registered, max_per_tick < 1,
-                timeout_s not finite and > 0, max_attempts < 1.
+                timeout_s not finite and > 0, max_attempts outside 1..2**32-1.
         """
         if not isinstance(handler, TimerHandler):
             raise TypeError(f"expected a TimerHandler instance, got {type(handler).__name__} {handler!r}")
