@@ -10,9 +10,10 @@ where they arose:
 - one outcome the store refuses (:class:`~timerwheel_c.durable.storage.store.Refused`) fails
   alone, counted; its row stays backed off and fires again;
 - a transient store error (:class:`~timerwheel_c.durable.storage.errors.TransientStoreError`)
-  puts that partition's outcomes back in that partition's queue, which backs off (50 ms
-  doubling to 5 s) while the other partitions commit on;
-- any other error drops that partition's outcomes, counted as failed: their rows stay backed
+  of a commit puts its outcomes back in their partitions' queues, which back off (50 ms
+  doubling to 5 s) while partitions not in that commit commit on (on PostgreSQL and SQLite the
+  commit is one transaction, so none of it was written);
+- any other error drops that commit's outcomes, counted as failed: their rows stay backed
   off and fire again, so nothing is lost, and nothing is retried in a loop.
 """
 from __future__ import annotations
