@@ -389,10 +389,12 @@ class Store(abc.ABC):
         """
         if not isinstance(items, list):
             raise TypeError(f"items must be a list of (partition, Batch), got {type(items).__name__} {items!r}")
+        checked: set = set()  # partitions: a list holds many batches of few
         for item in items:
             if not isinstance(item, tuple) or len(item) != 2:
                 raise TypeError(f"an item must be a (partition, Batch) pair, got {item!r}")
-            check_partition(item[0])
+            if not (isinstance(item[0], str) and item[0] in checked):
+                checked.add(check_partition(item[0]))
             _check_batch(item[1])
         return self._apply_across(items) if items else []
 
