@@ -128,7 +128,10 @@ class Passes:
         if share > PAGE:  # whole claim round trips: a share of 260 would cost a fifth trip for 4 rows
             share = -(-share // PAGE) * PAGE
         now_ms = self.wall_ms()
-        firsts = self._due_pages(ready, now_ms, min(share, free))
+        # Only the partitions sure of room read ahead: with little room (fast handlers, a full
+        # queue) the rest may get none this pass, and a read of their rows would be for nothing.
+        ahead = ready[:-(-free // share)] if share > 0 else []
+        firsts = self._due_pages(ahead, now_ms, min(share, free))
         waking: dict = {}  # partition -> (now_ms, report) of its last claim, whose next wake is to read
         rounds: tuple = (ready, hungry)
         if firsts:  # the first round across every partition, its first claim round trip shared
@@ -136,9 +139,8 @@ class Passes:
                 return PassResult(jobs, wake, starved)
             caps: dict = {}
             left = free
-            for p in ready:
-                if left <= 0:  # rows may wait here: look again as soon as there is room
-                    wake, starved = now_ms, True
+            for p in ahead:
+                if left <= 0:  # the rest claim on their own below, with the room actually left
                     break
                 caps[p] = min(share, left)
                 left -= min(caps[p], len(firsts[p].entries))  # what it can claim of the rows seen
@@ -155,7 +157,7 @@ class Passes:
                 if more and len(claimed) >= cap:
                     hungry.append(p)
                     starved = starved or free <= 0
-            rounds = ((), hungry)
+            rounds = (ready[len(caps):], hungry)
         for rnd, order in enumerate(rounds):
             for p in order:
                 if stopping():
