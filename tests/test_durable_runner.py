@@ -538,3 +538,47 @@ def test_release_claims_makes_first_attempt_claims_due_now_and_keeps_later_backo
     rows = {tk.reference: tk for tk, _ in timer_rows(store)}
     assert (rows[b"one"].due_at_ms, rows[b"one"].attempt) == (NOW + 1000, 1)
     assert (rows[b"two"].due_at_ms, rows[b"two"].attempt) == (NOW + 1000 + backoff_ms(2), 2)
+
+
+class CountingReads(Delegating):
+    """Delegates to a real store; counts scan_many and scan calls and the apply round trips."""
+
+    def __init__(self, inner):
+        super().__init__(inner)
+        self.calls = []
+
+    def _scan_many(self, requests):
+        self.calls.append(("scan_many", len(requests)))
+        return self.inner.scan_many(requests)
+
+    def _scan(self, partition, *args):
+        self.calls.append(("scan", partition))
+        return super()._scan(partition, *args)
+
+    def _apply_across(self, items):
+        self.calls.append(("apply_across", len({p for p, _ in items})))
+        return self.inner.apply_across(items)
+
+
+def test_a_pass_reads_and_claims_every_partition_in_shared_round_trips(store):
+    """A service pass over 16 partitions, one with a due timer, reads their due rows in one scan_many,
+    claims in one apply_across and reads their next due times in one more scan_many: no scan of its
+    own for any partition. With room for one row only, no partition's rows are read ahead (the room
+    may reach only the first): each reads its own as its turn comes. Deterministic: the clock is fixed."""
+    from timerwheel_c.durable.service.activity import Activity
+    from timerwheel_c.durable.service.passes import Passes
+
+    partitions = [f"p{i:02d}" for i in range(16)]
+    for p in partitions:
+        store.apply(p, Batch().put(keys.timer(NOW + 60_000, A, b"later"), b""))
+    store.apply("p05", Batch().put(keys.timer(NOW - 5, A, b"due"), b""))
+    counting = CountingReads(store)
+    passes = Passes(counting, TimerRegistry().register(Recorder()), TickBudget(), lambda: partitions, None,
+                    Activity(60.0), lambda report: None, lambda: NOW, lambda exc, n, what: 1.0)
+    result = passes.run(1000, frozenset(), lambda: False)
+    assert [j.claimed.timer.reference for j in result.jobs] == [b"due"]
+    assert result.wake_ms == NOW + backoff_ms(1)  # p05's claimed row, due again after its backoff
+    assert counting.calls == [("scan_many", 16), ("apply_across", 1), ("scan_many", 16)]
+    counting.calls.clear()
+    passes.run(1, frozenset(), lambda: False)
+    assert counting.calls[:2] == [("scan", partitions[1]), ("scan", partitions[2])]  # its turn rotated by one
