@@ -35,6 +35,9 @@ process receives the notifications for every waiter. A second runner serving the
 partition in parallel (not a fleet, which gives each partition one owner) finds a row that
 another runner claimed and abandoned on its next pass, within its ``max_sleep_s``.
 
+Rows come back in PostgreSQL's binary format (psycopg's ``binary=True``): a bytea arrives as its
+bytes, never as hex text to decode, which more than halves the client's CPU time per row read.
+
 Every psycopg error is raised as a :class:`~.errors.StoreError`, transient or permanent
 by its SQLSTATE class. One connection per store, shared by threads under a lock; a
 broken connection (server restart, network) is replaced on the next call, and the failed
@@ -263,12 +266,12 @@ class PostgresStore(Store):
     def _scan(self, partition: str, start: bytes, end: bytes, after: Optional[bytes], limit: int) -> Page:
         query, lower = (self._sql["scan_from"], start) if after is None else (self._sql["scan_after"], after)
         with self._lock, self._wrap:
-            rows = self._connection().execute(query, (partition, lower, end, limit + 1)).fetchall()
+            rows = self._connection().execute(query, (partition, lower, end, limit + 1), binary=True).fetchall()
         return Page.from_rows(rows, limit)
 
     def _get(self, partition: str, key: bytes) -> Optional[bytes]:
         with self._lock, self._wrap:
-            row = self._connection().execute(self._sql["get"], (partition, key)).fetchone()
+            row = self._connection().execute(self._sql["get"], (partition, key), binary=True).fetchone()
         return None if row is None else bytes(row[0])
 
     def _apply(self, partition: str, batch: Batch) -> Union[Committed, PreconditionFailed]:
@@ -330,7 +333,8 @@ class PostgresStore(Store):
             inclusive.append(after is None)
             limits.append(limit + 1)
         with self._lock, self._wrap:
-            rows = self._connection().execute(self._sql["scan_many"], (parts, lows, highs, inclusive, limits)).fetchall()
+            rows = self._connection().execute(self._sql["scan_many"], (parts, lows, highs, inclusive, limits),
+                                              binary=True).fetchall()
         return [Page.from_rows(list(zip(ks, vs)) if ks is not None else [], request[4])
                 for (ks, vs), request in zip(rows, requests)]
 
