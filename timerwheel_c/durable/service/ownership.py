@@ -100,7 +100,7 @@ WHERE locktype = 'advisory' AND granted AND objsubid = 2
 # (%s: that namespace), with what pg_stat_activity says of the session (NULL columns where the
 # reading role may not see them).
 _RUNNER_LOCKS = """
-SELECT l.pid, l.classid::int8, l.objid::int8, a.application_name, a.client_addr::text,
+SELECT l.pid, l.classid::int8, l.objid::int8, a.application_name, host(a.client_addr),
        (extract(epoch FROM a.backend_start) * 1000)::int8
 FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
 WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2

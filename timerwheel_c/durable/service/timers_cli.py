@@ -44,7 +44,6 @@ import json
 import math
 import sys
 import time
-from typing import Optional
 
 from ..._helptext import terminal_text
 from ..storage.errors import StoreError
