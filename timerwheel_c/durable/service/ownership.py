@@ -43,7 +43,9 @@ Who is who, for an operator (:func:`runners`, ``timerwheel-c fleet status``): th
 also holds one shared advisory lock per kind of its registry, in a namespace of the schema and
 table alone, and names itself in ``application_name`` (``timerwheel_c runner on HOST pid N``, as
 ``pg_stat_activity`` shows it). Any session can so list the live runners of a table, their kinds
-and the partitions each owns from ``pg_locks``, without joining a group.
+and the partitions each owns from ``pg_locks``, without joining a group. A registry of k kinds
+so takes k more entries of the server's lock table (``max_locks_per_transaction`` x
+``max_connections`` entries in all, 6,400 by default).
 
 A runner that is alive but stuck (a handler that never returns) keeps its connection and so
 its partitions: ownership follows the connection, not progress. Supervise runners (a
@@ -120,20 +122,22 @@ def _int32(name: str) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
-def _namespaces(conn: psycopg.Connection, table: str, group: str) -> tuple:
-    """The (members, owners) advisory-lock namespaces of a group: int4 keys unique to the
-    schema, the table and the partitions asked for."""
+def _where(conn: psycopg.Connection, table: str) -> str:
+    """``schema.table`` of ``table`` as ``conn`` resolves it: what makes the lock namespaces of one store unique."""
     row = conn.execute("SELECT current_schema()").fetchone()
     assert row is not None
-    where = f"{row[0]}.{table}"
+    return f"{row[0]}.{table}"
+
+
+def _namespaces(where: str, group: str) -> tuple:
+    """The (members, owners) advisory-lock namespaces of a group: int4 keys unique to the
+    schema and table (``where``) and the partitions and kinds asked for (``group``)."""
     return _int31(where, "members", group), _int31(where, "owners", group)
 
 
-def _kinds_namespace(conn: psycopg.Connection, table: str) -> int:
-    """The advisory-lock namespace of the kinds of every runner of the table: the schema and table's alone."""
-    row = conn.execute("SELECT current_schema()").fetchone()
-    assert row is not None
-    return _int31(f"{row[0]}.{table}", "kinds")
+def _kinds_namespace(where: str) -> int:
+    """The advisory-lock namespace of the kinds of every runner of the store ``where``, whatever its group."""
+    return _int31(where, "kinds")
 
 
 def _units(partitions: list) -> dict:
@@ -168,7 +172,7 @@ def holders(store: PostgresStore, partitions: Optional[list] = None, conn: Optio
     own = conn is None
     conn = store.new_connection() if conn is None else conn
     try:
-        members_ns, owners_ns = _namespaces(conn, store.table, _group(names, kinds))
+        members_ns, owners_ns = _namespaces(_where(conn, store.table), _group(names, kinds))
         rows = conn.execute(_HOLDERS, (members_ns, owners_ns)).fetchall()
     finally:
         if own:
@@ -211,7 +215,7 @@ def runners(store: PostgresStore, conn: Optional[psycopg.Connection] = None) -> 
     conn = store.new_connection() if conn is None else conn
     try:
         with wrap_exceptions(psycopg.Error, store._error):
-            kinds_ns = _kinds_namespace(conn, store.table)
+            kinds_ns = _kinds_namespace(_where(conn, store.table))
             rows = conn.execute(_RUNNER_LOCKS, (kinds_ns,)).fetchall()
         units = _units(store.partitions())
     finally:
@@ -333,11 +337,12 @@ class PartitionOwnership(Ownership):
                 row = conn.execute("SELECT pg_backend_pid()").fetchone()
                 assert row is not None
                 self._pid = row[0]
-                self._member_ns, self._owner_ns = _namespaces(conn, self.store.table, self._group)
+                where = _where(conn, self.store.table)
+                self._member_ns, self._owner_ns = _namespaces(where, self._group)
                 conn.execute("SELECT pg_advisory_lock(%s, %s)", (self._member_ns, self._pid))
                 # For runners(): shared, so that every runner with a kind holds that kind's lock.
                 conn.execute("SELECT pg_advisory_lock_shared(%s, k) FROM unnest(%s::int4[]) AS k",
-                             (_kinds_namespace(conn, self.store.table), self._kinds))
+                             (_kinds_namespace(where), self._kinds))
                 conn.execute("SELECT set_config('application_name', %s, false)",
                              (f"timerwheel_c runner on {socket.gethostname()} pid {os.getpid()}"[:63],))
             except BaseException:

@@ -71,7 +71,8 @@ def add_parser(sub) -> None:
     helps = {"list": "list pending timers", "show": "show one timer", "cancel": "cancel one timer",
              "requeue": "put a parked or retrying timer back to scheduled", "fire-now": "make one timer due now"}
     for action, text in helps.items():
-        a = actions.add_parser(action, help=text, description=text)
+        a = actions.add_parser(action, help=text, description=terminal_text(__doc__),
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
         a.add_argument("--store", default=None, metavar="URL",
                        help="sqlite:///PATH or postgresql://USER@HOST/DB (a password is masked in every message); "
                             "default: $TIMERWHEEL_C_STORE")
