@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-import timerwheel_c.durable as durable
 from timerwheel_c.durable import Retry, TimerHandler, TimerKind, TimerRegistry, get_timer, open_store, run_due, schedule
 from timerwheel_c.durable.service.cli_text import in_words
 from waiting import wait_until, wall_ms
@@ -140,10 +139,6 @@ def test_cancel_removes_the_timer_in_any_state_once(url, timers, tmp_path):
         assert get_timer(store, "p1", 8, b"later") is not None
 
 
-needs_requeue = pytest.mark.skipif(not hasattr(durable, "requeue"), reason="requeue is not in this build")
-
-
-@needs_requeue
 def test_requeue_moves_a_retrying_timer_back_to_scheduled_and_leaves_a_scheduled_one(url, timers, tmp_path):
     """requeue --in 600: the retrying timer is scheduled again, attempt 0, due in 10 min; a scheduled
     timer is refused with exit 1, unchanged."""
@@ -162,7 +157,6 @@ def test_requeue_moves_a_retrying_timer_back_to_scheduled_and_leaves_a_scheduled
         assert get_timer(store, "p1", KIND, b"order-1") == before
 
 
-@needs_requeue
 def test_fire_now_makes_a_scheduled_or_retrying_timer_due_now(url, timers, tmp_path):
     for partition, ref in (("p1", "order-1"), ("p3", "flaky")):
         before_ms = wall_ms()
@@ -173,6 +167,44 @@ def test_fire_now_makes_a_scheduled_or_retrying_timer_due_now(url, timers, tmp_p
             timer = get_timer(store, partition, KIND, ref.encode())
             assert (timer.state, timer.attempt) == ("scheduled", 0)
             assert before_ms - MIN_MS <= timer.due_at_ms <= wall_ms()
+
+
+class Broken(TimerHandler):
+    kind = TimerKind(KIND)
+    max_attempts = 1
+
+    def fire(self, ctx, timer):
+        raise RuntimeError(f"no such order {timer.reference!r}")
+
+
+def test_a_parked_timer_is_listed_shown_counted_and_requeued(url, timers, tmp_path):
+    """A timer whose only attempt raised is parked: listed last with its error, shown, counted by
+    fleet status; requeue puts it back to scheduled with its attempts reset, due now."""
+    with open_store(url) as store:
+        schedule(store, "p1", timers - MIN_MS, KIND, b"order-2", b"v")
+        assert run_due(store, "p1", TimerRegistry().register(Broken()), timers).parked == 1
+    out = cli(tmp_path, "timers", "list", "--json", "--store", url)
+    rows = json.loads(out.stdout)
+    assert rows[-1]["reference"] == "order-2" and [r["state"] for r in rows].count("parked") == 1
+    parked = rows[-1]
+    assert (parked["state"], parked["attempt"], parked["due_at_ms"]) == ("parked", 1, timers - MIN_MS)
+    assert parked["last_error"] == "RuntimeError: no such order b'order-2'" and parked["parked_at_ms"] >= timers
+    only = json.loads(cli(tmp_path, "timers", "list", "--json", "--state", "parked", "--store", url).stdout)
+    assert only == [parked]
+    table = cli(tmp_path, "timers", "list", "--store", url).stdout.splitlines()
+    assert "parked" in table[-1] and "RuntimeError: no such order" in table[-1]
+    name = ("--store", url, "--partition", "p1", "--kind", str(KIND), "--reference", "order-2")
+    shown = cli(tmp_path, "timers", "show", *name).stdout
+    assert "parked" in shown and "RuntimeError: no such order" in shown and "parked at" in shown
+    state = json.loads(cli(tmp_path, "fleet", "status", "--json", "--store", url).stdout)
+    assert {p["partition"]: p["parked"] for p in state["partitions"]} == {"p1": 1, "p2": 0, "p3": 0}
+    before_ms = wall_ms()
+    out = cli(tmp_path, "timers", "requeue", *name)
+    assert out.returncode == 0 and "requeued" in out.stdout, out.stderr
+    with open_store(url) as store:
+        timer = get_timer(store, "p1", KIND, b"order-2")
+        assert (timer.state, timer.attempt, timer.last_error) == ("scheduled", 0, None)
+        assert before_ms - MIN_MS <= timer.due_at_ms <= wall_ms()
 
 
 def test_fleet_status_gives_each_partitions_backlog_and_oldest_due_time(url, timers, tmp_path):

@@ -41,7 +41,7 @@ from ..._helptext import terminal_text
 from ..storage.errors import StoreError
 from ..storage.redact import redact
 from ..storage.sqlite import SQLiteStore
-from ..timers.writer import STATES, list_timers
+from ..timers.writer import list_timers
 from .cli import OneLineErrors, first_line, open_or_say, store_url
 from .cli_text import in_words, local_iso, table, utc_iso
 from .metrics import BACKLOG_CAP, due_backlog
@@ -75,11 +75,6 @@ def _kinds_text(kinds) -> str:
     return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs) or "-"
 
 
-def _parked(store, partition: str) -> int:
-    """Parked timers of ``partition``, counted up to BACKLOG_CAP (0 where the store has no parked state)."""
-    return len(list_timers(store, partition, state="parked", limit=BACKLOG_CAP)) if "parked" in STATES else 0
-
-
 def status(store, now_ms: int) -> dict:
     """The fleet's state as the JSON object ``fleet status --json`` prints (see the module docstring).
 
@@ -101,7 +96,7 @@ def status(store, now_ms: int) -> dict:
     partitions = []
     for p in store.partitions():
         backlog, oldest_ms = due_backlog(store, p, now_ms)
-        parked = _parked(store, p)
+        parked = len(list_timers(store, p, state="parked", limit=BACKLOG_CAP))
         partitions.append({"partition": p, "owners": None if runners is None else owners.get(p, []),
                            "due_backlog": backlog, "due_backlog_capped": backlog >= BACKLOG_CAP,
                            "oldest_due_at": None if oldest_ms is None else utc_iso(oldest_ms),

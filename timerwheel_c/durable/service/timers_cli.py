@@ -15,13 +15,15 @@ States: ``scheduled`` (waiting for its due time), ``retrying`` (an attempt faile
 due time is that of its next attempt) and ``parked`` (its last allowed attempt failed: it stays,
 never retried, until an operator requeues or cancels it).
 
-``list`` prints the pending timers in the order they fire next, of every partition unless
+``list`` prints the pending timers in the order they fire next, then the parked ones in the order
+they were parked, of every partition unless
 ``--partition`` names one, at most ``--limit`` (default 100; a line on stderr says when more were
 left out). The table gives due times in this machine's zone and how far they are from now.
 ``--json`` prints one JSON array instead: each timer an object with ``partition``, ``kind``,
 ``reference`` (the text, or null when it is not printable UTF-8), ``reference_hex``, ``due_at``
-(ISO 8601, UTC), ``due_at_ms`` (Unix epoch ms), ``state``, ``attempt``, ``last_error`` (null when
-none) and ``value_size`` (bytes). ``show`` prints one timer, all of it: with ``--json``, that object
+(ISO 8601, UTC), ``due_at_ms`` (Unix epoch ms; a parked timer's original due time), ``state``,
+``attempt``, ``last_error`` and ``parked_at``/``parked_at_ms`` (null unless parked) and
+``value_size`` (bytes). ``show`` prints one timer, all of it: with ``--json``, that object
 plus ``value`` (text or null) and ``value_hex``.
 
 ``cancel`` removes the timer, whatever its state. ``requeue`` puts a parked or retrying timer
@@ -49,7 +51,7 @@ from ..._helptext import terminal_text
 from ..storage.errors import StoreError
 from ..storage.redact import redact
 from ..timers.keys import TimerKind
-from ..timers.writer import STATES, PendingTimer, cancel, get_timer, list_timers
+from ..timers.writer import STATES, PendingTimer, cancel, get_timer, list_timers, requeue
 from .cli import OneLineErrors, first_line, open_or_say, store_url
 from .cli_text import in_words, local_iso, reference_text, table, utc_iso
 
@@ -147,8 +149,9 @@ def as_json(timer: PendingTimer, *, value: bool = False) -> dict:
     """``timer`` as the JSON object ``list --json`` prints (``value``: with ``value`` and ``value_hex``)."""
     out = {"partition": timer.partition, "kind": int(timer.kind), "reference": reference_text(timer.reference),
            "reference_hex": timer.reference.hex(), "due_at": utc_iso(timer.due_at_ms), "due_at_ms": timer.due_at_ms,
-           "state": timer.state, "attempt": timer.attempt, "last_error": getattr(timer, "last_error", None),
-           "value_size": len(timer.value)}
+           "state": timer.state, "attempt": timer.attempt, "last_error": timer.last_error,
+           "parked_at": None if timer.parked_at_ms is None else utc_iso(timer.parked_at_ms),
+           "parked_at_ms": timer.parked_at_ms, "value_size": len(timer.value)}
     if value:
         out.update(value=reference_text(timer.value), value_hex=timer.value.hex())
     return out
@@ -164,10 +167,10 @@ def _shown_reference(reference: bytes) -> str:
 
 
 def _row(timer: PendingTimer, now_ms: int) -> dict:
-    error = getattr(timer, "last_error", None)
+    error = timer.last_error
     return {"partition": timer.partition, "kind": int(timer.kind), "reference": _shown_reference(timer.reference),
             "state": timer.state, "attempt": timer.attempt, "due": local_iso(timer.due_at_ms),
-            "when": in_words(timer.due_at_ms, now_ms), "last_error": "-" if error is None else _cut(error)}
+            "when": in_words(timer.due_at_ms, now_ms), "last_error": "-" if error is None else _cut(" ".join(error.split()))}
 
 
 def _show(timer: PendingTimer, now_ms: int) -> str:
@@ -178,18 +181,26 @@ def _show(timer: PendingTimer, now_ms: int) -> str:
               ("state", timer.state), ("attempt", timer.attempt),
               ("due at", f"{local_iso(timer.due_at_ms)} ({in_words(timer.due_at_ms, now_ms)}; "
                          f"{timer.due_at_ms} ms since the epoch)"),
-              ("last error", getattr(timer, "last_error", None) or "-"),
-              ("value", f"{len(timer.value)} bytes" + ("" if value is None or not value else f": {value}")),
+              ("parked at", "-" if timer.parked_at_ms is None else
+               f"{local_iso(timer.parked_at_ms)} ({in_words(timer.parked_at_ms, now_ms)})"),
+              ("last error", timer.last_error or "-"),
+              ("value", f"{len(timer.value)} byte{'' if len(timer.value) == 1 else 's'}" + (f": {value}" if value else "")),
               ("value hex", timer.value.hex() or "-")]
     width = max(len(name) for name, _ in fields)
     return "\n".join(f"{name.ljust(width)}  {shown}" for name, shown in fields)
+
+
+def _listed_order(timer: PendingTimer) -> tuple:
+    """The order ``list_timers`` gives a partition's timers, for merging partitions: those that will
+    fire by due time, then the parked ones by the time they were parked."""
+    return (1, timer.parked_at_ms) if timer.parked_at_ms is not None else (0, timer.due_at_ms)
 
 
 def _list(store, args, now_ms: int) -> int:
     partitions = store.partitions() if args.partition is None else [args.partition]
     # limit + 1 from each partition: one more than is printed says whether any were left out
     per = [list_timers(store, p, kind=args.kind, state=args.state, limit=args.limit + 1) for p in partitions]
-    timers = list(heapq.merge(*per, key=lambda t: t.due_at_ms))
+    timers = list(heapq.merge(*per, key=_listed_order))
     shown = timers[:args.limit]
     if args.json:
         print(json.dumps([as_json(t) for t in shown], indent=2))
@@ -223,8 +234,6 @@ def _named(store, args, now_ms: int) -> str:
         due_ms = args.due_at if args.due_at is not None else now_ms + round(1000 * (args.in_s or 0))
     else:  # fire-now
         due_ms = now_ms
-    from .. import requeue
-
     if not requeue(store, args.partition, args.kind, reference, due_at=due_ms):
         raise NoSuchTimer(f"no pending timer in {name} (it fired or was removed meanwhile)")
     return f"{'requeued' if args.action == 'requeue' else 'fired now'}: the timer of {name}, " \
