@@ -241,6 +241,28 @@ def test_a_store_error_inside_the_callers_postgres_transaction_undoes_only_the_w
 
 
 @needs_pg
+def test_psycopg_autocommit_connection_joins_a_transaction_block(tmp_path):
+    """An autocommit psycopg connection inside ``with conn.transaction():`` joins that block: a block
+    that raises rolls the timer back with the order, one that ends normally commits both."""
+    b = Backend("postgres", tmp_path)
+    try:
+        conn = b.connect(autocommit=True)
+        due = wall_ms() + 60_000
+        with pytest.raises(RuntimeError, match="undo"):
+            with conn.transaction():
+                b.insert_order(conn, "undone")
+                schedule(b.store, P, due, KIND, b"undone", conn=conn)
+                raise RuntimeError("undo")
+        with conn.transaction():
+            b.insert_order(conn, "done")
+            schedule(b.store, P, due, KIND, b"done", conn=conn)
+        assert b.orders_committed() == ["done"]
+        assert get_timer(b.store, P, KIND, b"undone") is None and get_timer(b.store, P, KIND, b"done") is not None
+    finally:
+        b.close()
+
+
+@needs_pg
 def test_the_write_holds_the_partitions_lock_until_the_caller_commits(tmp_path):
     """The write takes the partition's advisory lock that every guarded commit takes: the store's
     own apply on that partition, from another thread, waits while the caller's transaction is open

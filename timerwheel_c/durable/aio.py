@@ -36,7 +36,7 @@ from typing import Callable, Optional, TypeVar
 
 from .storage.joined import ajoined
 from .storage.store import Store, check_store
-from .timers import keys, schedules, writer
+from .timers import schedules, writer
 from .timers.steps import Steps, arun_steps
 from .timers.triggers import Trigger
 
@@ -73,11 +73,7 @@ async def _joined(store: Store, partition: str, steps: Steps[T], conn) -> T:
     for up to the connection's busy timeout while another connection holds the file's write lock).
     The contract (what ``conn`` must be, commit and rollback, locks, wake-ups) is
     :mod:`timerwheel_c.durable.storage.joined`'s."""
-    tx = ajoined(store, conn, partition)
-    # The store's one-time declaration of its change signal goes on the store's own connection, on
-    # its writer thread (after the first call it costs nothing but the hop).
-    await _off_loop(keys.declare_signals, store)
-    async with tx:
+    async with ajoined(store, conn, partition) as tx:
         return await arun_steps(steps, tx.get, tx.apply)
 
 

@@ -3,8 +3,9 @@
 An application that writes its own rows and a timer for them ("the order and its expiry timer commit
 together") passes its connection as ``conn=`` to :func:`timerwheel_c.durable.schedule`, ``cancel`` or
 ``reschedule`` (River's ``InsertTx``, procrastinate's ``connection=``). The write then joins the
-caller's transaction: it reads and writes on that connection, takes the locks the store's own write
-takes, and is never committed or rolled back by timerwheel_c. The timer exists if and only if the
+caller's transaction: it reads and writes on that connection only (nothing of it runs on the store's
+own), takes the locks the store's own write takes, and is never committed or rolled back by
+timerwheel_c. The timer exists if and only if the
 caller commits; a rollback leaves nothing.
 
 What the caller's connection must be:
@@ -199,7 +200,7 @@ class _SQLiteJoined(Joined):
             files = {name: file for _, name, file in conn.execute("PRAGMA database_list")}
         except sqlite3.ProgrammingError as exc:  # closed, or used from another thread
             raise ValueError(f"conn cannot be used: {exc}") from None
-        if not files.get("main") or os.path.realpath(files["main"]) != os.path.realpath(store.path):
+        if not _same_file(files.get("main"), store.path):
             raise ValueError(f"conn is a connection to {files.get('main') or ':memory:'!r}, not to the database "
                              f"file of {store!r}")
         autocommit = getattr(conn, "autocommit", -1)  # Python >= 3.12; -1 is LEGACY_TRANSACTION_CONTROL
@@ -231,6 +232,15 @@ class _SQLiteJoined(Joined):
         with self._wrap:
             failed = apply_batch(self._conn, self._partition, batch)
         return Committed() if failed is None else PreconditionFailed(failed)
+
+
+def _same_file(opened: Optional[str], path: str) -> bool:
+    """True when SQLite's name of a connection's main database, ``opened`` (absolute, or empty for a
+    private one), is the file at ``path``: compared as written first, and only then through symbolic
+    links (a few system calls, which would otherwise cost more than the write itself)."""
+    if not opened:
+        return False
+    return opened == os.path.abspath(path) or os.path.realpath(opened) == os.path.realpath(path)
 
 
 class _OnTheLoop:

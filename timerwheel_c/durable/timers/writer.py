@@ -100,11 +100,14 @@ def write(store: Store, partition: str, steps: Steps[T], conn=None) -> T:
         TypeError / ValueError: ``conn`` cannot carry this store's writes (naming why).
         Exception: whatever the steps or the store raise.
     """
-    tx = None if conn is None else joined(store, conn, partition)
-    keys.declare_signals(store)
-    if tx is None:
+    if conn is None:
+        keys.declare_signals(store)
         return run_steps(steps, functools.partial(store.get, partition), functools.partial(store.apply, partition))
-    with tx:
+    # No declare_signals here: until some process declares them every write signals (more wake-ups,
+    # none missed), runners declare them when they start, and declaring them may rebuild the
+    # trigger on the store's own connection, which waits for every lock on the table: one the
+    # caller's transaction may already hold.
+    with joined(store, conn, partition) as tx:
         return run_steps(steps, tx.get, tx.apply)
 
 
