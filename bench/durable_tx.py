@@ -146,7 +146,8 @@ def main(argv=None) -> int:
     print(f"schedules/s of {WRITES} writes, a commit each (conn_one_tx: one commit for all), median of "
           f"{args.rounds} interleaved rounds; x = ratio to the store's own writer in this run")
     for backend, variants in figures.items():
-        print(f"  {backend}: " + "  ".join(f"{name} {rate:8.0f}/s ({ratio:.2f}x)" for name, (rate, ratio) in variants.items()))
+        print(f"  {backend}: " + "  ".join(f"{name} {rate:8.0f}/s ({ratio:.2f}x)"
+                                           for name, (rate, ratio) in variants.items()))
     return 0
 
 

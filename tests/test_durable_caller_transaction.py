@@ -218,6 +218,26 @@ def test_writes_see_the_callers_own_uncommitted_writes(backend):
     assert get_timer(backend.store, P, KIND, b"r") is None
 
 
+def test_the_callers_row_and_text_factories_do_not_reach_the_write(backend):
+    """A caller's connection that returns rows as dicts (psycopg's ``dict_row``; a sqlite3
+    ``row_factory`` building dicts, and ``text_factory=bytes``) still carries the write: it reads on
+    cursors of its own."""
+    if backend.name == "sqlite":
+        conn = backend.connect()
+        conn.row_factory = lambda cursor, row: {c[0]: v for c, v in zip(cursor.description, row)}
+        conn.text_factory = bytes
+    else:
+        from psycopg.rows import dict_row
+
+        conn = backend.connect(row_factory=dict_row)
+    due = wall_ms() + 60_000
+    key = schedule(backend.store, P, due, KIND, b"r", conn=conn)
+    assert schedule(backend.store, P, due + 1, KIND, b"r", if_exists="keep", conn=conn) == key
+    assert reschedule(backend.store, P, KIND, b"r", due + 2, conn=conn)
+    conn.commit()
+    assert get_timer(backend.store, P, KIND, b"r").due_at_ms == due + 2
+
+
 @needs_pg
 def test_a_store_error_inside_the_callers_postgres_transaction_undoes_only_the_write(tmp_path):
     """A search_path that cannot find the store's table makes the write fail on the server

@@ -197,7 +197,12 @@ class _SQLiteJoined(Joined):
             raise ValueError(f"{store!r} is private to its own connection; conn= needs a store on a database file")
         try:
             in_transaction = conn.in_transaction
-            files = {name: file for _, name, file in conn.execute("PRAGMA database_list")}
+            # A cursor of its own, returning plain tuples whatever row_factory the caller's connection
+            # has; its text_factory may still make the names bytes.
+            cursor = conn.cursor()
+            cursor.row_factory = None
+            files = {os.fsdecode(name): os.fsdecode(file)
+                     for _, name, file in cursor.execute("PRAGMA database_list")}
         except sqlite3.ProgrammingError as exc:  # closed, or used from another thread
             raise ValueError(f"conn cannot be used: {exc}") from None
         if not _same_file(files.get("main"), store.path):
@@ -207,7 +212,7 @@ class _SQLiteJoined(Joined):
         if not in_transaction and (autocommit is True or (autocommit == -1 and conn.isolation_level is None)):
             raise ValueError("conn is in autocommit mode (isolation_level=None or autocommit=True) with no transaction "
                              "open, so the write would commit on its own: execute BEGIN on it first, or pass no conn")
-        self._conn = conn
+        self._cursor = cursor
         self._partition = partition
         self._begin = not in_transaction
         self._wrap = wrap_exceptions(sqlite3.Error, functools.partial(store_error, store.path))
@@ -215,22 +220,22 @@ class _SQLiteJoined(Joined):
     def __enter__(self) -> "_SQLiteJoined":
         with self._wrap:
             if self._begin:
-                self._conn.execute("BEGIN IMMEDIATE")
-            self._conn.execute(OPEN)
+                self._cursor.execute("BEGIN IMMEDIATE")
+            self._cursor.execute(OPEN)
         return self
 
     def __exit__(self, typ, exc, tb) -> None:
         for statement in ending(exc):
             with unless_failing(exc, self._wrap):
-                self._conn.execute(statement)
+                self._cursor.execute(statement)
 
     def get(self, key: bytes) -> Optional[bytes]:
         with self._wrap:
-            return read_value(self._conn, self._partition, key)
+            return read_value(self._cursor, self._partition, key)
 
     def apply(self, batch: Batch) -> Union[Committed, PreconditionFailed]:
         with self._wrap:
-            failed = apply_batch(self._conn, self._partition, batch)
+            failed = apply_batch(self._cursor, self._partition, batch)
         return Committed() if failed is None else PreconditionFailed(failed)
 
 

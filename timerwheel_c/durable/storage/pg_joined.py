@@ -5,7 +5,8 @@ The statements and their parameters are the store's own (:meth:`PostgresStore.qu
 :meth:`PostgresStore.apply_call`, :func:`apply_results`): a write here calls the same
 ``<table>_apply_many`` function as the store's own ``apply``, taking the same advisory lock on the
 partition and judging the guards the same way. Only where the statements run differs: on the
-caller's connection, inside a ``SAVEPOINT``, and (:class:`AsyncPgJoined`) awaited.
+caller's connection, inside a ``SAVEPOINT``, on cursors of its own that return tuples whatever
+``row_factory`` the caller's connection has, and (:class:`AsyncPgJoined`) awaited.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any, Optional, Union
 
 import psycopg
 from psycopg.pq import TransactionStatus
+from psycopg.rows import tuple_row
 
 from .errors import wrap_exceptions
 from .joined import OPEN, Joined, ending, type_name, unless_failing
@@ -79,13 +81,13 @@ class PgJoined(_OnConnection, Joined):
                 self._conn.execute(statement)
 
     def get(self, key: bytes) -> Optional[bytes]:
-        with _WRAP:
-            return _value(self._conn.execute(self._store.query("get"), (self._partition, key)).fetchone())
+        with _WRAP, self._conn.cursor(row_factory=tuple_row) as cur:
+            return _value(cur.execute(self._store.query("get"), (self._partition, key)).fetchone())
 
     def apply(self, batch: Batch) -> Union[Committed, PreconditionFailed]:
         query, args = self._store.apply_call(self._partition, [batch], False)
-        with _WRAP:
-            failed, refused = self._conn.execute(query, args).fetchone()
+        with _WRAP, self._conn.cursor(row_factory=tuple_row) as cur:
+            failed, refused = cur.execute(query, args).fetchone()
         return apply_results(failed, refused)[0]
 
 
@@ -108,10 +110,12 @@ class AsyncPgJoined(_OnConnection):
 
     async def get(self, key: bytes) -> Optional[bytes]:
         with _WRAP:
-            return _value(await (await self._conn.execute(self._store.query("get"), (self._partition, key))).fetchone())
+            async with self._conn.cursor(row_factory=tuple_row) as cur:
+                return _value(await (await cur.execute(self._store.query("get"), (self._partition, key))).fetchone())
 
     async def apply(self, batch: Batch) -> Union[Committed, PreconditionFailed]:
         query, args = self._store.apply_call(self._partition, [batch], False)
         with _WRAP:
-            failed, refused = await (await self._conn.execute(query, args)).fetchone()
+            async with self._conn.cursor(row_factory=tuple_row) as cur:
+                failed, refused = await (await cur.execute(query, args)).fetchone()
         return apply_results(failed, refused)[0]

@@ -373,14 +373,14 @@ class SQLiteStore(Store):
             self._db.close()
 
 
-def read_value(db: sqlite3.Connection, partition: str, key: bytes) -> Optional[bytes]:
-    """The value at ``key`` read on ``db`` (the store's connection, or a caller's inside its own
-    transaction: :mod:`.joined`), or None."""
+def read_value(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, key: bytes) -> Optional[bytes]:
+    """The value at ``key`` read on ``db`` (the store's connection, or a cursor of a caller's
+    connection inside its own transaction: :mod:`.joined`), or None."""
     row = db.execute(_QUERIES["get"], (partition, key)).fetchone()
     return None if row is None else bytes(row[0])
 
 
-def apply_batch(db: sqlite3.Connection, partition: str, batch: Batch) -> Optional[bytes]:
+def apply_batch(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, batch: Batch) -> Optional[bytes]:
     """Check ``batch``'s guards and write it inside ``db``'s open transaction; return the key of
     the first failed guard (nothing written: the guards are all judged before the first write), or
     None once written. The last guard may be checked by its own delete
