@@ -124,7 +124,9 @@ def test_commit_makes_the_timer_and_the_callers_row_exist_and_the_commit_wakes_t
     and commits: both exist, and the timer fires within the liveness bound, never before its due."""
     svc, handler = service(backend.store, max_sleep_s=3600)
     with svc:
-        time.sleep(0.3)  # let the runner go idle
+        # Its first pass done, the runner sleeps for the hour: the commit alone can wake it.
+        wait_until(lambda: svc.passes >= 1, "the runner's first pass")
+        time.sleep(0.1)
         conn = backend.connect()
         backend.insert_order(conn, "o1")
         due = wall_ms() + 200
