@@ -254,7 +254,7 @@ def get_timer(store: Store, partition: str, kind, reference: bytes) -> Optional[
     """
     identity = _checked_identity(store, partition, kind, reference)
     current, current_value = run_steps(_current(identity), functools.partial(store.get, partition),
-                                              functools.partial(store.apply, partition))
+                                       functools.partial(store.apply, partition))
     return None if current_value is None else PendingTimer.of_row(partition, current, current_value)
 
 
