@@ -13,6 +13,7 @@ import pytest
 
 from timerwheel_c.durable import schedule
 from timerwheel_c.durable.timers import keys
+from timerwheel_c.durable.timers.names import iso_utc
 from timerwheel_c.durable.timers.registry import Done, Retry, TimerHandler, TimerKind, TimerRegistry
 from timerwheel_c.durable.service.service import DEFAULT_CONCURRENCY, DurableTimerService
 from timerwheel_c.durable.storage.errors import PermanentStoreError, TransientStoreError
@@ -250,7 +251,8 @@ def test_store_errors_are_retried_and_counted_by_kind(store, caplog, error, tran
 
 
 def test_logs_one_debug_line_per_fire_a_summary_and_a_warning_when_behind(store, caplog):
-    """DEBUG: one line per fired timer with partition, kind, due time and lateness. INFO: a summary
+    """DEBUG: one line per fired timer naming it (partition, kind, reference, attempt, due time) with
+    its lateness. INFO: a summary
     with fired / failed counts and lateness percentiles (summary_interval_s=0.2). WARNING: a first
     attempt fired more than a second late (it was due 5 s ago) means the service fell behind."""
 
@@ -268,8 +270,9 @@ def test_logs_one_debug_line_per_fire_a_summary_and_a_warning_when_behind(store,
             wait_until(lambda: svc.fired == 1 and svc.failed == 1, "one fired, one failed")
             wait_until(lambda: any("1 fired, 1 failed" in r.getMessage() for r in caplog.records), "the summary")
     lines = [r.getMessage() for r in caplog.records
-             if r.levelno == logging.DEBUG and r.getMessage().startswith("fired ") and "attempt 1 " in r.getMessage()]
-    assert len(lines) == 2 and all(f"kind {KIND}" in m and f"due_at_ms {due}" in m and "lateness" in m for m in lines)
+             if r.levelno == logging.DEBUG and " fired " in r.getMessage() and " attempt 1 of " in r.getMessage()]
+    assert len(lines) == 2 and all(f"partition {P!r} kind {KIND} (Mixed)" in m and f"due {iso_utc(due)}" in m
+                                   and "ms late" in m for m in lines)
     summary = [r for r in caplog.records if r.levelno == logging.INFO and "1 fired, 1 failed" in r.getMessage()]
     assert summary and "p50" in summary[0].getMessage() and "p99" in summary[0].getMessage()
     assert any(r.levelno == logging.WARNING and "falling behind" in r.getMessage() for r in caplog.records)

@@ -18,9 +18,10 @@ The package reads bottom-up in three layers, each importing only the ones below 
   of every output. It knows nothing of timers.
 - :mod:`.timers`: the timer-row key encoding and :class:`TimerKind`, handlers and their
   :class:`TimerRegistry`, :func:`run_due` and its phases (the claim phase in :mod:`.timers.claim`),
-  timers by name (:func:`schedule`, :func:`cancel`, :func:`reschedule`, :func:`get_timer`,
-  :func:`list_timers`; the writers also in the caller's own transaction, ``conn=``, whose contract
-  :mod:`.storage.joined` gives), recurring schedules (:func:`add_schedule` with :class:`Every` or
+  timers by name (:func:`schedule`, :func:`cancel`, :func:`reschedule`, :func:`requeue`,
+  :func:`get_timer`, :func:`list_timers`; the writers also in the caller's own transaction, ``conn=``,
+  whose contract :mod:`.storage.joined` gives), parking after a handler's ``max_attempts``, recurring
+  schedules (:func:`add_schedule` with :class:`Every` or
   :class:`Cron`, :mod:`.timers.schedules`) and durable sleep (:class:`DurableContext`).
 - :mod:`.service`: :class:`DurableTimerService` (the loop, composing the claim passes, an
   executor and a committer), partition ownership in a fleet, and ``timerwheel-c run``.
@@ -39,12 +40,12 @@ from .timers.schedules import (ScheduleInfo, add_schedule, get_schedule, list_sc
                                remove_schedule, resume_schedule)
 from .timers.sleep import DurableContext, SleepHandler, TimerId
 from .timers.triggers import Cron, Every
-from .timers.writer import PendingTimer, TimerExists, cancel, get_timer, list_timers, reschedule, schedule
+from .timers.writer import PendingTimer, TimerExists, cancel, get_timer, list_timers, requeue, reschedule, schedule
 
 __all__ = [
     "Absent", "Batch", "Committed", "Cron", "Done", "DueTimer", "DurableContext", "DurableTimerService", "Equals", "Every",
     "Page", "PendingTimer", "PreconditionFailed", "Reschedule", "Retry", "RunReport", "SQLiteStore", "ScheduleInfo", "SchemaVersionError", "SleepHandler",
     "Store", "TickBudget", "TimerContext", "TimerExists", "TimerHandler", "TimerId", "TimerKind", "TimerRegistry",
     "Watcher", "add_schedule", "cancel", "get_schedule", "get_timer", "list_schedules", "list_timers", "open_store",
-    "pause_schedule", "remove_schedule", "reschedule", "resume_schedule", "run_due", "schedule",
+    "pause_schedule", "remove_schedule", "requeue", "reschedule", "resume_schedule", "run_due", "schedule",
 ]

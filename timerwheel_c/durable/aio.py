@@ -1,13 +1,13 @@
 """Writing durable timers from asyncio code (FastAPI, Django async, aiohttp) without blocking the loop.
 
-``await aio.schedule(store, ...)``, ``cancel``, ``reschedule``, ``get_timer`` and
+``await aio.schedule(store, ...)``, ``cancel``, ``reschedule``, ``requeue``, ``get_timer`` and
 ``add_schedule`` take the same arguments, return the same values and raise the same exceptions
 as the functions of those names in :mod:`timerwheel_c.durable`: each *is* the sync function, run on a thread of the
 store's own (one per store, created on first use, a daemon that idles at no cost), while the
 event loop goes on serving other tasks. A write waiting on a lock (SQLite's ``busy_timeout``
 while another process writes, a PostgreSQL row lock) waits on that thread, never on the loop.
 Arguments are checked by the sync function itself, so a bad argument raises from the
-``await``, exactly as the sync call would. (``requeue`` joins them, the same way, with parking.)
+``await``, exactly as the sync call would.
 
 Why a thread, and not psycopg's ``AsyncConnection`` on PostgreSQL: a write is a guarded batch
 (:class:`~timerwheel_c.durable.storage.store.Batch`) that the store commits in one transaction
@@ -40,7 +40,7 @@ from .timers import schedules, writer
 from .timers.steps import Steps, arun_steps
 from .timers.triggers import Trigger
 
-__all__ = ["add_schedule", "cancel", "get_timer", "reschedule", "schedule"]
+__all__ = ["add_schedule", "cancel", "get_timer", "requeue", "reschedule", "schedule"]
 
 T = TypeVar("T")
 
@@ -105,6 +105,12 @@ async def reschedule(store: Store, partition: str, kind, reference: bytes, due_a
     if conn is None:
         return await _off_loop(writer.reschedule, store, partition, kind, reference, due_at_ms)
     return await _joined(store, partition, writer.reschedule_steps(store, partition, kind, reference, due_at_ms), conn)
+
+
+async def requeue(store: Store, partition: str, kind, reference: bytes, due_at=None) -> bool:
+    """Await :func:`timerwheel_c.durable.requeue` (same arguments, return value and exceptions) on
+    the store's writer thread. True if the timer existed and is now scheduled."""
+    return await _off_loop(writer.requeue, store, partition, kind, reference, due_at)
 
 
 async def get_timer(store: Store, partition: str, kind, reference: bytes) -> Optional[writer.PendingTimer]:

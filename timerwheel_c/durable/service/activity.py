@@ -1,9 +1,10 @@
 """What a durable service says about its work, through the ``timerwheel_c.durable`` logger.
 
-- DEBUG, one line per fired timer: partition, kind, due time (Unix epoch ms), attempt,
-  lateness (ms from the due time to the start of ``fire``) and the outcome.
+- DEBUG, one line per fired timer, named by
+  :func:`~timerwheel_c.durable.timers.names.timer_name` (partition, kind, reference, attempt,
+  due time), its lateness (ms from the due time to the start of ``fire``) and the outcome.
 - INFO, a summary every ``summary_interval_s`` when anything happened: fired, failed
-  (the row backed off), unknown kinds backed off, raced, and the lateness p50 / p99 of
+  (the row backed off or parked), parked after their last attempt, unknown kinds backed off, raced, and the lateness p50 / p99 of
   the first attempts fired since the previous summary (retries are late by design: their
   backoff would hide the runner's own lateness).
 - WARNING when a pass falls behind: it stopped on its budget with due rows left, or it
@@ -17,6 +18,8 @@ import math
 import threading
 import time
 from typing import Optional
+
+from ..timers.names import timer_name
 
 __all__ = ["BEHIND_EVERY_S", "BEHIND_MS", "Activity"]
 
@@ -46,22 +49,25 @@ class Activity:
         self._reset()
 
     def _reset(self) -> None:
-        self.fired = self.failed = self.unknown = self.raced = 0
+        self.fired = self.failed = self.parked = self.unknown = self.raced = 0
         self._lateness_ms: list = []
 
-    def fire(self, partition: str, timer, lateness_ms: int, outcome: str) -> None:
-        """One handler call ended with ``outcome`` (a short word: Done, Retry, raised...)."""
-        log.debug("fired partition %r kind %d due_at_ms %d attempt %d lateness %d ms: %s",
-                  partition, timer.kind.get(), timer.due_at_ms, timer.attempt, lateness_ms, outcome)
+    def fire(self, partition: str, timer, handler, lateness_ms: int, outcome: str) -> None:
+        """One call of ``handler`` on ``timer`` ended with ``outcome`` (a short word: Done, Retry, raised...)."""
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s fired %d ms late: %s", timer_name(partition, timer.kind, timer.reference, handler=handler,
+                                                             attempt=timer.attempt, due_at_ms=timer.due_at_ms),
+                      lateness_ms, outcome)
         if timer.attempt == 1:
             with self._lock:
                 self._lateness_ms.append(lateness_ms)
 
     def count(self, report) -> None:
-        """Add a :class:`RunReport`'s fired / failed / unknown / raced counts."""
+        """Add a :class:`RunReport`'s fired / failed / parked / unknown / raced counts."""
         with self._lock:
             self.fired += report.fired
             self.failed += report.failed
+            self.parked += report.parked
             self.unknown += report.unknown
             self.raced += report.raced
 
@@ -93,12 +99,12 @@ class Activity:
                 return
             elapsed_s = now - self._last_summary
             self._last_summary = now
-            fired, failed, unknown, raced = self.fired, self.failed, self.unknown, self.raced
+            fired, failed, parked, unknown, raced = self.fired, self.failed, self.parked, self.unknown, self.raced
             lateness = sorted(self._lateness_ms)
             self._reset()
-        if not (fired or failed or unknown or raced):
+        if not (fired or failed or parked or unknown or raced):
             return
         late = (f"lateness p50 {_nearest_rank(lateness, 0.5)} ms, p99 {_nearest_rank(lateness, 0.99)} ms "
                 f"over {len(lateness)} first attempts" if lateness else "no first attempts")
-        log.info("durable timers in the last %.0f s: %d fired, %d failed (backed off), %d of unknown kinds backed off, "
-                 "%d raced; %s", elapsed_s, fired, failed, unknown, raced, late)
+        log.info("durable timers in the last %.0f s: %d fired, %d failed, %d parked after their last attempt, "
+                 "%d of unknown kinds backed off, %d raced; %s", elapsed_s, fired, failed, parked, unknown, raced, late)

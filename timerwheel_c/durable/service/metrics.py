@@ -7,8 +7,8 @@ The figures and their Prometheus names (:mod:`~timerwheel_c.durable.service.expo
 ``timerwheel_fired_total``         outcomes committed (Done or Reschedule), by kind
 ``timerwheel_failed_total``        fires that failed (raised, Retry, an invalid outcome, a lost guard,
                                    a refused or dropped commit), by kind; the row backs off
-``timerwheel_parked_total``        timers parked after their last attempt, by kind: always 0 until
-                                   handlers get a maximum number of attempts
+``timerwheel_parked_total``        timers parked after their last attempt (the handler's
+                                   ``max_attempts``), by kind
 ``timerwheel_lateness_seconds``    histogram of fire time minus due time (s), first attempts only:
                                    a retry is late by its backoff, by design
 ``timerwheel_due_backlog``         rows due now (not yet fired) per served partition, counted up to
@@ -82,6 +82,7 @@ class Recorder:
         self._lock = threading.Lock()
         self._fired: Counter = Counter()
         self._failed: Counter = Counter()
+        self._parked: Counter = Counter()
         self._bucket_counts = [0] * (len(LATENESS_BUCKETS_S) + 1)
         self._lateness_sum_s = 0.0
 
@@ -93,6 +94,10 @@ class Recorder:
         with self._lock:
             self._failed[kind] += n
 
+    def parked(self, kind: int, n: int = 1) -> None:
+        with self._lock:
+            self._parked[kind] += n
+
     def lateness(self, lateness_s: float) -> None:
         """Observe one first attempt's lateness (s; negative counts as 0: never early by design)."""
         lateness_s = max(0.0, lateness_s)
@@ -102,12 +107,12 @@ class Recorder:
             self._lateness_sum_s += lateness_s
 
     def counts(self) -> tuple:
-        """``(fired, failed, LatenessHistogram)`` copied under the lock."""
+        """``(fired, failed, parked, LatenessHistogram)`` copied under the lock."""
         with self._lock:
-            fired, failed = dict(self._fired), dict(self._failed)
+            fired, failed, parked = dict(self._fired), dict(self._failed), dict(self._parked)
             counts, sum_s = list(self._bucket_counts), self._lateness_sum_s
         cumulative, total = [], 0
         for bound, n in zip(LATENESS_BUCKETS_S + (float("inf"),), counts):
             total += n
             cumulative.append((bound, total))
-        return fired, failed, LatenessHistogram(tuple(cumulative), sum_s, total)
+        return fired, failed, parked, LatenessHistogram(tuple(cumulative), sum_s, total)

@@ -30,7 +30,7 @@ from typing import Callable, Optional
 
 from ..storage.store import Ownership, Store
 from ..timers.registry import TimerRegistry
-from ..timers.runner import PAGE, TickBudget, claim_due, next_wake, release_claims
+from ..timers.runner import PAGE, RunReport, TickBudget, claim_due, next_wake, release_claims
 from .activity import Activity
 from .records import Job
 
@@ -58,7 +58,8 @@ class Passes:
         store, registry, budget: as the service's.
         served: the partitions to look at now (ownership, list or the store's).
         ownership: the fleet ownership, or None.
-        activity: counts and logs the work.
+        activity: logs the work (passes falling behind).
+        counted: ``counted(report)`` adds a claim's :class:`RunReport` to the service's counters.
         wall_ms: the Unix-epoch clock in ms.
         store_failed: ``store_failed(exc, failures, what) -> backoff s`` counts and logs an error.
         clock: monotonic seconds.
@@ -68,7 +69,8 @@ class Passes:
     """
 
     def __init__(self, store: Store, registry: TimerRegistry, budget: TickBudget, served: Callable[[], list],
-                 ownership: Optional[Ownership], activity: Activity, wall_ms: Callable[[], int],
+                 ownership: Optional[Ownership], activity: Activity, counted: Callable[[RunReport], None],
+                 wall_ms: Callable[[], int],
                  store_failed: Callable[[BaseException, int, str], float], clock: Callable[[], float] = time.monotonic):
         self.store = store
         self.registry = registry
@@ -76,6 +78,7 @@ class Passes:
         self.served = served
         self.ownership = ownership
         self.activity = activity
+        self.counted = counted
         self.wall_ms = wall_ms
         self.store_failed = store_failed
         self.clock = clock
@@ -147,7 +150,7 @@ class Passes:
         jobs = [Job(partition, now_ms, c) for c in claims.timers]
         for key in report.stuck_keys:
             self._stuck[key] = self.clock() + STUCK_RETRY_S
-        self.activity.count(report)
+        self.counted(report)
         firsts = [now_ms - c.timer.due_at_ms for c in claims.timers if c.timer.attempt == 1]
         self.activity.pass_ended(partition, report.stopped_on_budget and len(jobs) < cap, max(firsts, default=None))
         if claims.error is not None:

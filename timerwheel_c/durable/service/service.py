@@ -185,7 +185,8 @@ class DurableTimerService:
         self.executor = Executor(concurrency, store, self._wall_ms, self._settle, self._slot_freed, budget.max_fired)
         self.committer = Committer(store, self._on_store, self._count, self._nudge, self._store_failed,
                                    self._outcome_done, lambda: bool(self.executor.tasks))
-        self._passes = Passes(store, registry, budget, self._served, self.ownership, self.activity, self._wall_ms,
+        self._passes = Passes(store, registry, budget, self._served, self.ownership, self.activity, self._count,
+                              self._wall_ms,
                              self._store_failed)
         self.died: Optional[BaseException] = None
         self.recorder = Recorder()
@@ -514,15 +515,16 @@ class DurableTimerService:
         timer = job.claimed.timer
         error = attempt.error
         what = f"raised {type(error).__name__}" if error is not None else type(attempt.outcome).__name__
-        self.activity.fire(job.partition, timer, attempt.started_ms - timer.due_at_ms, what)
+        self.activity.fire(job.partition, timer, job.claimed.handler, attempt.started_ms - timer.due_at_ms, what)
         if timer.attempt == 1:
             self.recorder.lateness((attempt.started_ms - timer.due_at_ms) / 1000)
         report = self._settle_report  # one report until a failure is counted: most fires allocate none
-        batch = settle(job.partition, job.claimed, report, attempt.outcome, error)
-        if batch is None:
+        batch = settle(job.partition, job.claimed, report, attempt.outcome, error, now_ms=self._wall_ms())
+        if report.failed:  # a failed attempt: its row stays backed off (batch None) or parks (batch)
             self._settle_report = RunReport()
             report.failed_kinds[timer.kind.get()] = report.failed
             self._count(report)
+        if batch is None:
             if not keep_busy:
                 self.executor.release(job.key)
             return
@@ -539,6 +541,8 @@ class DurableTimerService:
             self.recorder.fired(kind, n)
         for kind, n in report.failed_kinds.items():
             self.recorder.failed(kind, n)
+        for kind, n in report.parked_kinds.items():
+            self.recorder.parked(kind, n)
         self.activity.count(report)
 
     async def _drain(self) -> None:
@@ -583,7 +587,7 @@ class DurableTimerService:
         ``backlog_timeout_s`` is 0 (a health check's cheap read), it is empty.
         Never raises on a store error.
         """
-        fired, failed, lateness = self.recorder.counts()
+        fired, failed, parked, lateness = self.recorder.counts()
         backlog: dict = {}
         pool = self._store_pool
         cached_at_s, cached = self._backlog_cache
@@ -609,7 +613,8 @@ class DurableTimerService:
             except Exception:  # the store is down: the ownership is empty until it reconnects
                 owned = 0
         return MetricsSnapshot(
-            fired=fired, failed=failed, parked={kind: 0 for kind in self.registry.kinds()}, lateness=lateness,
+            fired=fired, failed=failed, parked={**{kind: 0 for kind in self.registry.kinds()}, **parked},
+            lateness=lateness,
             due_backlog=backlog, owned_partitions=owned, store_errors=errors,
             handlers_in_flight=self.in_flight, running=self.running,
             last_progress_age_s=None if progress is None else time.monotonic() - progress)

@@ -20,6 +20,9 @@ What a scan meets, and what becomes of it (each a record type below, never a tag
   ``keys.quarantine(K)`` outside the timer space, value unchanged, retained but never scanned
   again; a row that cannot even be quarantined is left, counted ``stuck`` and listed, never
   retried within the tick;
+- a row of a registered kind whose attempts are used up (``attempt >= max_attempts``: the process
+  died during its last attempt, or that attempt's outcome did not commit): parked instead of
+  fired again (:mod:`.parking`), in one guarded move, with a last error saying so;
 - a row in ``exclude`` (a caller's rows in flight): skipped, so a process never claims again
   a row it is still firing.
 """
@@ -30,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Container, Optional, Union
 
-from . import keys, schedules
+from . import keys, names, parking, schedules
 from .registry import DueTimer, TimerHandler, TimerRegistry
 from .tick import DEFAULT_BUDGET, RunReport, TickBudget, backoff_ms
 from ..storage.store import Absent, Batch, Committed, Equals, Refused, Store, check_partition
@@ -111,7 +114,19 @@ class _ToQuarantine:
     malformed: bool
 
 
-_Row = Union[_ToFire, _ToAdvance, _ToBackOff, _ToQuarantine]
+@dataclass(frozen=True)
+class _ToPark:
+    """A row whose attempts are used up: ``batch`` parks it (``last_error`` says why)."""
+
+    key: bytes
+    value: bytes
+    parsed: keys.TimerKey
+    handler: TimerHandler
+    batch: Batch
+    last_error: str
+
+
+_Row = Union[_ToFire, _ToAdvance, _ToBackOff, _ToQuarantine, _ToPark]
 
 
 def _claimed_key(now_ms: int, tk: keys.TimerKey) -> bytes:
@@ -199,11 +214,11 @@ class Claimer:
                 continue
             try:
                 batch = (_quarantine_batch(row) if isinstance(row, _ToQuarantine)
-                         else row.batch if isinstance(row, (_ToAdvance, _ToFire)) and row.batch is not None
+                         else row.batch if isinstance(row, (_ToAdvance, _ToFire, _ToPark)) and row.batch is not None
                          else Batch().require(Equals(key, value)).delete(key).put(row.claimed_key, value)
                          .put(keys.identity_of(row.parsed), row.claimed_key))
-            except ValueError as exc:  # its quarantine key is past the store's key limit
-                self._stuck(key, str(exc))
+            except ValueError:  # its quarantine key is past the store's key limit
+                self._stuck(key, "its quarantine key would be longer than the store's key limit")
                 continue
             rows.append((row, batch))
             fires += isinstance(row, _ToFire)
@@ -216,7 +231,7 @@ class Claimer:
         try:
             tk = keys.parse(key)
         except keys.MalformedKey as exc:
-            return _ToQuarantine(key, value, str(exc), malformed=True)
+            return _ToQuarantine(key, value, exc.why, malformed=True)
         try:
             claimed_key = _claimed_key(self.now_ms, tk)
         except ValueError as exc:  # no valid backoff key (e.g. past the key limit)
@@ -230,6 +245,13 @@ class Claimer:
                     report.earliest_unknown_ms = grace_ends_ms
                 return None
             return _ToBackOff(key, claimed_key, value, tk)
+        if parking.exhausted(handler, tk.attempt):
+            try:
+                park = self._park(key, value, tk, handler)
+            except ValueError as exc:
+                return _ToQuarantine(key, value, f"its schedule's row is unreadable: {exc}", malformed=False)
+            if park is not None:
+                return park
         claim = None
         if tk.occurrence:
             try:
@@ -252,11 +274,27 @@ class Claimer:
             return _ToFire(key, claim.claimed_key, value, tk, handler, claim.batch, claim.nominal_ms, claim.state)
         return _ToFire(key, claimed_key, value, tk, handler)
 
+    def _park(self, key: bytes, value: bytes, tk: keys.TimerKey, handler: TimerHandler) -> Optional[_ToPark]:
+        """The park of the row ``key``, whose attempts are used up; None for an occurrence of a schedule
+        that is gone (its claim deletes it, as any such occurrence).
+
+        Raises:
+            ValueError: an occurrence whose schedule's row is malformed.
+        """
+        last_error = parking.STOPPED_DURING.format(attempt=tk.attempt, max_attempts=handler.max_attempts)
+        batch = parking.park_timer(key, value, tk, self.now_ms, last_error)
+        if tk.occurrence:
+            state = self.store.get(self.partition, keys.schedule_row(tk.reference))
+            if state is None:
+                return None
+            schedules.park_occurrence(batch, tk.reference, state)
+        return _ToPark(key, value, tk, handler, batch, last_error)
+
     def _stuck(self, key: bytes, why: str) -> None:
         self.report.stuck += 1
         self.report.stuck_keys.append(key)
-        log.error("partition %r: row %r can be neither claimed nor quarantined (%s); left in place, "
-                  "not retried by this runner", self.partition, key[:64], why)
+        log.error("%s can be neither claimed nor quarantined (%s); left in place, not retried by this runner",
+                  names.row_name(self.partition, key, registry=self.registry), why)
 
     def claimed(self, rows: list, results: list) -> list:
         """Count the results of :meth:`select`'s batches; return the rows claimed for firing."""
@@ -276,6 +314,9 @@ class Claimer:
             report.moved += 1
             if isinstance(row, _ToAdvance):
                 continue
+            if isinstance(row, _ToPark):
+                self._parked(row)
+                continue
             tk = row.parsed
             if isinstance(row, _ToBackOff):
                 report.unknown += 1
@@ -288,6 +329,14 @@ class Claimer:
             claims.append(ClaimedTimer(row.handler, timer, row.schedule))
         return claims
 
+    def _parked(self, row: _ToPark) -> None:
+        report, kind = self.report, row.parsed.kind
+        report.parked += 1
+        report.parked_kinds[kind] = report.parked_kinds.get(kind, 0) + 1
+        log.error("%s parked: %s", names.timer_name(self.partition, kind, row.parsed.reference, handler=row.handler,
+                                                    attempt=row.parsed.attempt, due_at_ms=row.parsed.original_due_at_ms,
+                                                    occurrence=row.parsed.occurrence), row.last_error)
+
     def _quarantined(self, row: _ToQuarantine, result) -> None:
         report = self.report
         if isinstance(result, Committed):
@@ -296,13 +345,14 @@ class Claimer:
                 report.malformed += 1
             else:
                 report.unprocessable += 1
-                log.error("partition %r: quarantined row %r: %s", self.partition, row.key[:64], row.why)
+                log.error("%s quarantined: %s", names.row_name(self.partition, row.key, registry=self.registry), row.why)
         elif isinstance(result, Refused):
             self._stuck(row.key, f"{row.why}; quarantine refused: {result.error}")
         else:
             if row.malformed:
                 report.malformed += 1
-            log.warning("partition %r: kept %r in place (its quarantine guard failed)", self.partition, row.key[:64])
+            log.warning("%s kept in place (its quarantine guard failed)",
+                        names.row_name(self.partition, row.key, registry=self.registry))
 
 
 def check_args(partition, registry, now_ms, budget) -> int:
@@ -384,8 +434,9 @@ def release_claims(store: Store, partition: str, now_ms: int) -> int:
 def release_rows(store: Store, partition: str, claimed: list, now_ms: int) -> int:
     """Make due at ``now_ms`` (Unix epoch ms) the claimed rows ``claimed`` (:class:`ClaimedTimer`
     list) of ``partition`` that a runner stopping gives up unsettled, so that another runner fires
-    them now instead of after their backoff. Each row moves guarded on itself (its attempt kept),
-    so a row whose outcome committed meanwhile is left alone. Returns how many moved.
+    them now instead of after their backoff. Each row moves guarded on itself (its attempt kept,
+    so a row given up during its handler's last attempt is parked by the next claim, as if its
+    runner had died), so a row whose outcome committed meanwhile is left alone. Returns how many moved.
 
     Raises:
         StoreError (or another exception from the store).

@@ -42,6 +42,20 @@ ahead of real timers. :data:`QUARANTINE_RANGE` covers every quarantined row.
 Durable-sleep marks (:mod:`.sleep`) live beside the timer space: ``"S" | timer id``
 (:func:`sleep_mark`).
 
+Parked timers: a timer whose handler failed its last allowed attempt
+(:attr:`~.registry.TimerHandler.max_attempts`) moves, guarded, to its *parked* row, outside the
+timer space, so that no scan of due rows ever sees it again. The parked key is the backed-off
+layout with the tag ``b"P"`` (0x50) and, in place of the retry time, the time it was parked::
+
+    parked:      "P" | parked_at_ms u64 BE | kind u8 | variant (0x01 / 0x03) | attempt u32 BE
+                     | original due_at_ms u64 BE | reference
+    its value:   last error length u16 BE | last error (UTF-8, at most MAX_ERROR_BYTES) | the timer's value
+
+so it is exactly as long as the backed-off key it replaces, and parked rows list in the order
+they were parked (:data:`PARKED_RANGE`). The identity row of a parked timer points at its parked
+row (a parked schedule occurrence: its schedule's occurrence identity), so writers find it by
+name, :func:`~.writer.requeue` puts it back in the timer space and ``cancel`` removes it.
+
 Identity rows give a pending timer its name, (partition, kind, reference), so that writers find it
 without its due time::
 
@@ -64,6 +78,7 @@ The allocation of the first byte of a key:
 ========  ==========================================================
 ``b"I"``  identity rows (kind, reference -> the timer's key)
 ``b"J"``  identity rows of schedules' pending occurrences
+``b"P"``  parked timers (failed their last attempt; never scanned by runners)
 ``b"R"``  recurring schedules' rows (:mod:`.schedule_state`)
 ``b"Q"``  quarantined malformed timer rows
 ``b"S"``  durable-sleep marks
@@ -78,7 +93,7 @@ from dataclasses import dataclass
 
 from typing import Optional
 
-from ..storage.store import MAX_KEY_BYTES, KeyPattern, Store
+from ..storage.store import MAX_KEY_BYTES, KeyPattern, Store, check_bytes
 from ..storage.upgrades import register_row_upgrade
 
 __all__ = [
@@ -87,7 +102,10 @@ __all__ = [
     "MAX_ATTEMPT",
     "MAX_DUE_MS",
     "MAX_REFERENCE_BYTES",
+    "MAX_ERROR_BYTES",
     "OCCURRENCE_IDENTITY_TAG",
+    "PARKED_RANGE",
+    "PARKED_TAG",
     "SCHEDULE_RANGE",
     "SCHEDULE_TAG",
     "TAG",
@@ -110,8 +128,13 @@ __all__ = [
     "identity_rows",
     "occurrence_identity",
     "schedule_row",
+    "is_parked_key",
     "is_timer_key",
+    "parked",
+    "parked_parts",
+    "parked_value",
     "parse",
+    "parse_parked",
     "quarantine",
     "sleep_mark",
     "timer",
@@ -138,6 +161,10 @@ IDENTITY_TAG = b"I"
 OCCURRENCE_IDENTITY_TAG = b"J"
 SCHEDULE_TAG = b"R"
 SCHEDULE_RANGE = (SCHEDULE_TAG, b"S")  # (start, end) of the schedules' rows
+PARKED_TAG = b"P"
+PARKED_RANGE = (PARKED_TAG, QUARANTINE_TAG)  # (start, end) of the parked rows: tag, tag + 1
+MAX_ERROR_BYTES = 1_000  # the longest last error a parked row keeps, in UTF-8 bytes
+_ERROR_LENGTH = struct.Struct(">H")
 IDENTITY_SCHEMA_VERSION = 6  # the store schema version whose upgrade adds identity rows
 # The writes that must wake runners and sleepers through the store's change signal.
 SIGNALLED = [KeyPattern(TAG, _VARIANT_AT, _SCHEDULED), KeyPattern(TAG, _VARIANT_AT, _OCCURRENCE),
@@ -174,11 +201,13 @@ class TimerKind(int):
 
 
 class MalformedKey(ValueError):
-    """A key in the timer space that matches neither layout; ``.key`` holds the raw bytes."""
+    """A key in the timer space that matches neither layout; ``.key`` holds the raw bytes and ``.why``
+    what is wrong with them (without the bytes, for a log line that names the row its own way)."""
 
     def __init__(self, key: bytes, why: str):
         super().__init__(f"malformed timer key {key!r}: {why}")
         self.key = key
+        self.why = why
 
 
 @dataclass(frozen=True)
@@ -187,7 +216,8 @@ class TimerKey:
 
     ``due_at_ms`` is the row's effective due time (the retry time for a backed-off row),
     ``original_due_at_ms`` the time the timer was scheduled for; both Unix epoch ms.
-    ``attempt`` is 0 for a scheduled row.
+    ``attempt`` is 0 for a scheduled row. For a parked row (:func:`parse_parked`), ``due_at_ms``
+    is the time it was parked and ``attempt`` the attempts it used.
     """
 
     due_at_ms: int
@@ -274,6 +304,11 @@ def parse(key: bytes) -> TimerKey:
         raise TypeError(f"key must be bytes, got {type(key).__name__}")
     if key[:1] != TAG:
         raise MalformedKey(key, "not in the timer space (tag is not b'T')")
+    return _parse_tail(key)
+
+
+def _parse_tail(key: bytes) -> TimerKey:
+    """Parse ``key`` after its one-byte tag (either layout)."""
     if len(key) < 1 + _HEAD.size:
         raise MalformedKey(key, f"{len(key)} bytes, shorter than the {1 + _HEAD.size}-byte header")
     due_at_ms, kind, variant = _HEAD.unpack_from(key, 1)
@@ -299,6 +334,61 @@ def _parsed_reference(key: bytes, at: int) -> bytes:
         raise MalformedKey(key, f"a {len(reference)}-byte reference, longer than {MAX_REFERENCE_BYTES}: "
                                 "its backed-off key would not fit a store key")
     return reference
+
+
+def parked(parked_at_ms: int, tk: TimerKey) -> bytes:
+    """Key of the parked row of the timer ``tk`` (parsed from its timer row), parked at
+    ``parked_at_ms`` (Unix epoch ms) after ``tk.attempt`` (>= 1) attempts.
+
+    Raises:
+        TypeError / ValueError: as :func:`backoff` (attempt 0 included).
+    """
+    return PARKED_TAG + backoff(parked_at_ms, tk.kind, tk.attempt, tk.original_due_at_ms, tk.reference,
+                                occurrence=tk.occurrence)[len(TAG):]
+
+
+def parse_parked(key: bytes) -> TimerKey:
+    """Parse a parked row's key (:func:`parked`): ``due_at_ms`` is when it was parked.
+
+    Raises:
+        MalformedKey: not a parked key, or its rest is malformed as :func:`parse` says.
+    """
+    if not is_parked_key(key):
+        raise MalformedKey(key, "not a parked row (tag is not b'P')")
+    tk = _parse_tail(key)
+    if not tk.attempt:
+        raise MalformedKey(key, "a parked row without attempt and original due time")
+    return tk
+
+
+def is_parked_key(key: bytes) -> bool:
+    """True when ``key`` is a parked row's (starts with :data:`PARKED_TAG`), well-formed or not."""
+    return isinstance(key, bytes) and key[:len(PARKED_TAG)] == PARKED_TAG
+
+
+def parked_value(last_error: str, value: bytes) -> bytes:
+    """A parked row's value: the timer's ``value`` behind ``last_error`` (a str, cut to
+    :data:`MAX_ERROR_BYTES` UTF-8 bytes on a character boundary, marked with an ellipsis)."""
+    raw = last_error.encode("utf-8", "backslashreplace")
+    if len(raw) > MAX_ERROR_BYTES:
+        ellipsis = "\u2026".encode()
+        raw = raw[:MAX_ERROR_BYTES - len(ellipsis)].decode("utf-8", "ignore").encode() + ellipsis
+    return _ERROR_LENGTH.pack(len(raw)) + raw + check_bytes("value", value)
+
+
+def parked_parts(data: bytes) -> tuple:
+    """``(last error str, the timer's value bytes)`` of a parked row's value (:func:`parked_value`).
+
+    Raises:
+        ValueError: a value too short for its error's length.
+    """
+    if len(data) < _ERROR_LENGTH.size:
+        raise ValueError(f"a parked row's value is at least {_ERROR_LENGTH.size} bytes, got {data[:16]!r}")
+    (n,) = _ERROR_LENGTH.unpack_from(data)
+    end = _ERROR_LENGTH.size + n
+    if end > len(data):
+        raise ValueError(f"a parked row's value holds {len(data)} bytes, shorter than its {n}-byte error")
+    return data[_ERROR_LENGTH.size:end].decode("utf-8", "replace"), data[end:]
 
 
 def quarantine(key: bytes) -> bytes:

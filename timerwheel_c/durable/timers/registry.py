@@ -11,7 +11,10 @@ answers with an outcome:
   due time (Unix epoch ms) with a new value.
 - :class:`Retry` ``()``: try again later, with backoff.
 
-Raising an exception counts as a Retry. Effects *outside* the batch must be idempotent,
+Raising an exception, returning anything that is not an outcome (a forgotten ``return Done()``)
+and :class:`Retry` are failed attempts: each counts toward the handler's
+:attr:`TimerHandler.max_attempts`, after which the timer is *parked* (kept with its last error,
+never retried until requeued). Effects *outside* the batch must be idempotent,
 because ``fire`` may run more than once (the process can die before the commit).
 """
 from __future__ import annotations
@@ -23,10 +26,11 @@ from dataclasses import dataclass
 from typing import Optional, Union
 
 from .due import due_at_ms_of
-from .keys import TimerKind
+from .keys import MAX_ATTEMPT, TimerKind
 from ..storage.store import Batch, Store, check_bytes
 
 __all__ = [
+    "DEFAULT_MAX_ATTEMPTS",
     "Done",
     "DueTimer",
     "Reschedule",
@@ -35,7 +39,11 @@ __all__ = [
     "TimerHandler",
     "TimerKind",
     "TimerRegistry",
+    "check_max_attempts",
 ]
+
+# Oban's default is 20 and River's and Sidekiq's 25; see TimerHandler for why 20 here.
+DEFAULT_MAX_ATTEMPTS = 20
 
 
 @dataclass(frozen=True)
@@ -94,7 +102,28 @@ class Reschedule:
 
 @dataclass(frozen=True)
 class Retry:
-    """Outcome: not now; the row stays backed off and is tried again later."""
+    """Outcome: not now; the row stays backed off and is tried again later. It is a failed attempt:
+    it counts toward :attr:`TimerHandler.max_attempts` (as Celery's ``retry()`` counts toward its
+    ``max_retries``), so a handler that polls with Retry sets ``max_attempts`` to cover its wait,
+    or None."""
+
+
+def check_max_attempts(value: object) -> Optional[int]:
+    """Return ``value`` if it is a valid :attr:`TimerHandler.max_attempts`: an int >= 1, or None.
+
+    Raises:
+        TypeError: not an int (a bool, a float, a str...), naming the value.
+        ValueError: an int outside 1..2**32-1 (the most attempts a row counts), naming the value.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"max_attempts must be an int >= 1 or None (retry for ever), got {type(value).__name__} "
+                        f"{value!r}")
+    if not 1 <= value <= MAX_ATTEMPT:
+        # Above MAX_ATTEMPT the key's attempt count saturates and would never reach it.
+        raise ValueError(f"max_attempts must be in 1..{MAX_ATTEMPT} or None (retry for ever), got {value!r}")
+    return value
 
 
 class TimerHandler:
@@ -104,11 +133,31 @@ class TimerHandler:
     :meth:`fire` running longer is counted as failed and its row backs off; an ``async def``
     fire is cancelled, a sync one keeps its worker thread until it returns, and its late
     outcome is dropped; None, the default, for no limit), and implement :meth:`fire`.
+
+    ``max_attempts``: how many attempts a timer of this kind gets (an int >= 1), or None to retry
+    for ever. Every call of :meth:`fire` is an attempt, counted when the row is claimed, before the
+    call: one that raises, returns :class:`Retry` or anything but an outcome, runs past
+    ``timeout_s``, or never ends (its process died) is a failed attempt. After the last failed
+    attempt the timer is *parked*: kept with its attempt count, its original due time and its
+    last error (``PendingTimer.last_error``), never retried, until
+    :func:`~timerwheel_c.durable.requeue` puts it back. A schedule's occurrence that parks
+    pauses its schedule (``resume_schedule`` continues it).
+
+    The default, 20 (:data:`DEFAULT_MAX_ATTEMPTS`), spans about 2 hours 10 minutes of retries at
+    the backoff of ``min(5 s * 2**(a-1), 600 s)`` (5 s, 10 s ... 320 s, then every 10 minutes):
+    long enough to ride out a deploy, a database failover or an hour-long outage of a service
+    the handler calls, short enough that a broken handler stops repeating its side effects the
+    same day. It sits with the job queues users come from (Oban 20, River and Sidekiq 25
+    attempts) rather than Celery's 3 retries or procrastinate's single attempt, which here
+    would park a timer on a blip of under a minute; Temporal's activities retry for ever by
+    default, which is ``max_attempts = None``. ``max_attempts = 1`` fires a timer at most once
+    (a process that dies during its only attempt parks it instead of firing it again).
     """
 
     kind: Union[TimerKind, int, None] = None
     max_per_tick: Optional[int] = None
     timeout_s: Optional[float] = None
+    max_attempts: Optional[int] = DEFAULT_MAX_ATTEMPTS
 
     def fire(self, ctx: TimerContext, timer: DueTimer):
         """Handle one due timer; return :class:`Done`, :class:`Reschedule` or :class:`Retry`, or raise."""
@@ -131,9 +180,10 @@ class TimerRegistry:
         """Add ``handler`` under ``handler.kind``; returns self.
 
         Raises:
-            TypeError: not a TimerHandler instance, or a kind / max_per_tick / timeout_s of the wrong type.
+            TypeError: not a TimerHandler instance, or a kind / max_per_tick / timeout_s / max_attempts
+                of the wrong type.
             ValueError: kind 0 or outside 1..255, a kind already registered, max_per_tick < 1,
-                timeout_s not finite and > 0.
+                timeout_s not finite and > 0, max_attempts outside 1..2**32-1.
         """
         if not isinstance(handler, TimerHandler):
             raise TypeError(f"expected a TimerHandler instance, got {type(handler).__name__} {handler!r}")
@@ -150,6 +200,7 @@ class TimerRegistry:
             raise TypeError(f"timeout_s must be a number of seconds or None, got {type(timeout).__name__} {timeout!r}")
         if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
             raise ValueError(f"timeout_s must be finite and > 0 seconds, or None, got {timeout!r}")
+        check_max_attempts(handler.max_attempts)
         if kind in self._handlers:
             raise ValueError(f"kind {kind} is already registered to {self._handlers[kind]!r}")
         self._handlers[kind] = handler

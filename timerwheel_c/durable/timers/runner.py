@@ -32,8 +32,9 @@ Failures
 An exception (any, ``SystemExit`` and ``KeyboardInterrupt`` included: they are the
 handler's, not the runner's), a :class:`Retry`, an invalid outcome, a failed commit of the
 handler's batch or one the store refuses leave the row at its claimed backoff key; the delay
-of attempt ``a`` is ``min(5 s * 2**(a-1), 600 s)``. Unknown kinds, malformed and unprocessable
-rows: see :mod:`.claim`.
+of attempt ``a`` is ``min(5 s * 2**(a-1), 600 s)``. The handler's last attempt
+(``max_attempts``) that fails parks the timer instead (:mod:`.parking`). Unknown kinds,
+malformed and unprocessable rows: see :mod:`.claim`.
 """
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from . import keys, schedules
+from . import keys, names, parking, schedules
 from .claim import PAGE, ClaimedTimer, Claimer, Claims, check_args, claim_due, release_claims
 from .registry import Done, Reschedule, Retry, TimerContext, TimerRegistry
 from .tick import BACKOFF_BASE_MS, BACKOFF_CAP_MS, DEFAULT_BUDGET, RunReport, TickBudget, backoff_ms
@@ -103,46 +104,41 @@ def fire(store: Store, partition: str, now_ms: int, claimed: ClaimedTimer, repor
     to commit, or None for a counted failure."""
     with Attempt(clock, lambda: now_ms) as attempt:
         attempt.outcome = claimed.handler.fire(TimerContext(store, partition, now_ms), claimed.timer)
-    return settle(partition, claimed, report, attempt.outcome, attempt.error)
+    return settle(partition, claimed, report, attempt.outcome, attempt.error, now_ms=now_ms)
 
 
 def settle(partition: str, claimed: ClaimedTimer, report: RunReport, outcome: object = None,
-           error: Optional[BaseException] = None) -> Optional[Batch]:
+           error: Optional[BaseException] = None, *, now_ms: Optional[int] = None) -> Optional[Batch]:
     """Phase 2, pure: turn a handler's ``outcome`` (or the exception ``error`` it raised) into the
     batch that commits it, guarded on the claimed row; or count a failure in ``report`` and
-    return None (the row stays at its backoff key).
+    return None (the row stays at its backoff key), or, for a failure of the handler's last
+    attempt, the :class:`~.parking.Parking` batch that parks the timer (parked at ``now_ms``, Unix
+    epoch ms; None: the wall clock).
 
     Done / Reschedule: the outcome's batch, plus ``require(Equals(claimed key, value))`` and
     the delete of the claimed row, plus for a Done the delete of the timer's identity row, for a
     Reschedule ``require(Absent(new key))``, its put and the identity row pointed at it (the timer
-    keeps its name). Failures (logged as by :func:`run_due`): an exception, Retry, anything else
+    keeps its name). Failures (logged as :mod:`.parking` says): an exception, Retry, anything else
     returned, a non-Batch outcome batch, a bad Reschedule or one to the row's own due time.
     """
     timer = claimed.timer
     if error is not None:
-        report.failed += 1
-        log.error("partition %r: handler for kind %d raised on %r", partition, timer.kind.get(), timer.key,
-                  exc_info=(type(error), error, error.__traceback__))
-        return None
+        return _failed(partition, claimed, report, now_ms, error=error)
     if isinstance(outcome, Retry):
-        report.failed += 1
-        return None
+        return _failed(partition, claimed, report, now_ms, why="Retry: the handler asked to try again later",
+                       asked=True)
     if not isinstance(outcome, (Done, Reschedule)):
-        report.failed += 1
-        log.error("partition %r: handler for kind %d returned %r, not Done/Reschedule/Retry", partition, timer.kind.get(), outcome)
-        return None
+        return _failed(partition, claimed, report, now_ms, why=parking.wrong_outcome(outcome))
     batch = Batch()
     if outcome.batch is not None:
         if not isinstance(outcome.batch, Batch):
-            report.failed += 1
-            log.error("partition %r: outcome batch is %r, not a Batch", partition, outcome.batch)
-            return None
+            return _failed(partition, claimed, report, now_ms,
+                           why=f"the outcome's batch is {type(outcome.batch).__name__}, not a Batch")
         batch.extend(outcome.batch)
     if claimed.schedule is not None:
         if isinstance(outcome, Reschedule):
-            report.failed += 1
-            log.error("partition %r: a schedule's occurrence cannot be rescheduled (%r); retrying it", partition, outcome)
-            return None
+            return _failed(partition, claimed, report, now_ms,
+                           why="a schedule's occurrence cannot be rescheduled (it returned a Reschedule)")
         # The schedule's guard first: the claimed row's guard stays last, checked by its own delete.
         schedules.settle_occurrence(batch, timer.reference, timer.due_at_ms, claimed.schedule)
         return batch.require(Equals(timer.key, timer.value)).delete(timer.key)
@@ -154,17 +150,34 @@ def settle(partition: str, claimed: ClaimedTimer, report: RunReport, outcome: ob
         try:
             new_key = keys.timer(outcome.due_at_ms, timer.kind, timer.reference)
         except (TypeError, ValueError) as exc:
-            report.failed += 1
-            log.error("partition %r: bad Reschedule %r: %s", partition, outcome, exc)
-            return None
+            return _failed(partition, claimed, report, now_ms, why=f"a bad Reschedule: {exc}")
         if new_key == keys.timer(timer.due_at_ms, timer.kind, timer.reference):
-            report.failed += 1
-            log.error("partition %r: Reschedule to the row's own due time %d does not move it", partition, timer.due_at_ms)
-            return None
+            return _failed(partition, claimed, report, now_ms,
+                           why=f"a Reschedule to the timer's own due time {timer.due_at_ms} ms does not move it")
         # Absent: a reschedule must never overwrite (lose) another timer's row.
         batch.require(Absent(new_key)).put(new_key, outcome.value).put(identity, new_key)
     else:
         batch.delete(identity)
+    return batch
+
+
+def _failed(partition: str, claimed: ClaimedTimer, report: RunReport, now_ms: Optional[int], *,
+            error: Optional[BaseException] = None, why: Optional[str] = None, asked: bool = False) -> Optional[Batch]:
+    """Count and log a failed attempt; return None (the row stays backed off), or the batch that parks
+    the timer when this was its last attempt."""
+    report.failed += 1
+    timer, handler = claimed.timer, claimed.handler
+    tk = keys.parse(timer.key)
+    last_error = parking.last_error_of(error, why)
+    last = parking.exhausted(handler, timer.attempt)
+    parking.log_failure(partition, handler, tk, timer.attempt, timer.due_at_ms, last_error, error,
+                        retry_at_ms=None if last else tk.due_at_ms, asked=asked)
+    if not last:
+        return None
+    batch = parking.park_timer(timer.key, timer.value, tk, parking.wall_ms() if now_ms is None else now_ms,
+                               last_error)
+    if claimed.schedule is not None:
+        schedules.park_occurrence(batch, timer.reference, claimed.schedule)
     return batch
 
 
@@ -189,7 +202,11 @@ def _count_outcomes(partition: str, pairs: list, results: list, report: RunRepor
     for (claimed, batch), result in zip(pairs, results):
         key = claimed.timer.key
         kind = claimed.timer.kind.get()
-        if isinstance(result, Committed):
+        parks = isinstance(batch, parking.Parking)
+        if isinstance(result, Committed) and parks:
+            report.parked += 1
+            report.parked_kinds[kind] = report.parked_kinds.get(kind, 0) + 1
+        elif isinstance(result, Committed):
             report.fired += 1
             report.fired_kinds[kind] = report.fired_kinds.get(kind, 0) + 1
             for k, v in batch.writes:
@@ -203,16 +220,30 @@ def _count_outcomes(partition: str, pairs: list, results: list, report: RunRepor
         elif isinstance(result, Refused):
             # This outcome alone fails; the row stays backed off and fires again (the handler may
             # answer differently then): never requeued in front of the other commits.
-            report.failed += 1
-            report.failed_kinds[kind] = report.failed_kinds.get(kind, 0) + 1
-            log.error("partition %r: the store refused the outcome batch of %r (%s: %s); row stays backed off",
-                      partition, key[:64], type(result.error).__name__, result.error)
+            if not parks:  # a park's failed attempt is counted already
+                _count_failed(report, kind)
+            log.error("%s: the store refused its outcome batch (%s: %s); it stays backed off",
+                      _name(partition, claimed), type(result.error).__name__, result.error)
         elif result.key == key:
             report.raced += 1
+        elif parks:
+            log.info("%s: its parking failed its guard; it parks when it next comes due",
+                     _name(partition, claimed))
         else:
-            report.failed += 1
-            report.failed_kinds[kind] = report.failed_kinds.get(kind, 0) + 1
-            log.info("partition %r: batch of %r failed its guard on %r; row stays backed off", partition, key, result.key)
+            _count_failed(report, kind)
+            log.info("%s: its outcome batch failed its guard on the row %s; it stays backed off",
+                     _name(partition, claimed), names.reference_text(result.key))
+
+
+def _name(partition: str, claimed: ClaimedTimer) -> str:
+    timer = claimed.timer
+    return names.timer_name(partition, timer.kind, timer.reference, handler=claimed.handler, attempt=timer.attempt,
+                            due_at_ms=timer.due_at_ms, occurrence=claimed.schedule is not None)
+
+
+def _count_failed(report: RunReport, kind: int) -> None:
+    report.failed += 1
+    report.failed_kinds[kind] = report.failed_kinds.get(kind, 0) + 1
 
 
 def next_wake(store: Store, partition: str, now_ms: int, report: RunReport) -> Optional[int]:

@@ -17,7 +17,15 @@ row in one batch guarded on the claimed row and that state. A runner killed befo
 leaves the claimed row, which comes due again and fires the same occurrence; a commit that raced
 another fails its guard. A failure or ``Retry`` leaves the claimed row backed off: the same
 occurrence again, and the next one is not computed until this one is done, so occurrences never
-overlap. This is the schedule-as-data of APScheduler 4 (a trigger computes the next fire time, the
+overlap. An occurrence that fails its handler's last attempt (``max_attempts``) is parked and its
+schedule paused, in one batch guarded on the state the claim read (:func:`park_occurrence`): the
+parked occurrence keeps the schedule's occurrence identity, so it is listed (``list_timers``) and
+shown by ``get_schedule(...).paused``, and :func:`resume_schedule` drops it and continues the
+schedule from its last occurrence done, the parked one then due again under the misfire policy.
+Pausing, not moving on, because the next occurrence is never computed before this one is done
+(a schedule already waits on a failing occurrence), and because a schedule that would otherwise
+park an occurrence at every fire would pile parked rows up unseen; it is Temporal's
+``pause_on_failure`` of a schedule. This is the schedule-as-data of APScheduler 4 (a trigger computes the next fire time, the
 store keeps it) on the guarded batch of the timer rows.
 
 Adding a name that exists replaces the schedule atomically: the old pending row (scheduled or
@@ -37,7 +45,7 @@ from .triggers import Trigger
 from ..storage.store import Absent, Batch, Committed, Equals, Store, check_partition, check_store
 
 __all__ = ["OccurrenceClaim", "ScheduleInfo", "add_schedule", "claim_occurrence", "get_schedule", "list_schedules",
-           "pause_schedule", "remove_schedule", "resume_schedule", "settle_occurrence"]
+           "park_occurrence", "pause_schedule", "remove_schedule", "resume_schedule", "settle_occurrence"]
 
 _RNG = random.Random()
 
@@ -151,6 +159,8 @@ def _change(store: Store, partition: str, name: str, step, *, remove: bool = Fal
         data, state = _read(store, partition, raw)
         if state is None:
             return False
+        if not remove and step(state) == state:  # already so: a parked occurrence stays parked
+            return True
         batch = _disarm(store, partition, Batch().require(Equals(keys.schedule_row(raw), data)), raw, state)
         if remove:
             batch.delete(keys.schedule_row(raw))
@@ -172,7 +182,8 @@ def remove_schedule(store: Store, partition: str, name: str) -> bool:
 
 def pause_schedule(store: Store, partition: str, name: str) -> bool:
     """Pause the schedule ``name``: its pending occurrence is removed, and nothing fires until
-    :func:`resume_schedule`; True if the schedule exists (paused already or not).
+    :func:`resume_schedule`; True if the schedule exists (paused already or not: a paused
+    schedule, its parked occurrence included, is left as it is).
 
     Raises:
         TypeError / ValueError: a bad argument. Exception: whatever the store raises.
@@ -181,8 +192,9 @@ def pause_schedule(store: Store, partition: str, name: str) -> bool:
 
 
 def resume_schedule(store: Store, partition: str, name: str) -> bool:
-    """Resume the schedule ``name``: the occurrences missed while paused are resolved by its misfire
-    policy, then it continues on its grid; True if the schedule exists.
+    """Resume the schedule ``name``: the occurrences missed while paused (a parked occurrence among
+    them: its parked row is removed) are resolved by its misfire policy, then it continues on its
+    grid; True if the schedule exists.
 
     Raises:
         TypeError / ValueError: a bad argument. Exception: whatever the store raises.
@@ -276,3 +288,10 @@ def settle_occurrence(batch: Batch, name: bytes, nominal_ms: int, state: bytes) 
     state ``state``) the move to the next occurrence, guarded on that state."""
     current = ScheduleState.from_bytes(state)
     return _arm(batch.require(Equals(keys.schedule_row(name), state)), name, done(current, nominal_ms, _RNG))
+
+
+def park_occurrence(batch: Batch, name: bytes, state: bytes) -> Batch:
+    """Add to ``batch`` (:func:`~.parking.park_timer` of an occurrence of the schedule ``name``, whose
+    claim read the state ``state``) the pause of the schedule, guarded on that state."""
+    current = ScheduleState.from_bytes(state)
+    return batch.require(Equals(keys.schedule_row(name), state)).put(keys.schedule_row(name), paused(current).to_bytes())

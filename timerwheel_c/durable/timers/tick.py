@@ -60,7 +60,9 @@ class RunReport:
     ``fired``: outcomes committed (Done or Reschedule). ``raced``: rows another runner
     took first (a claim or commit lost its guard on the row). ``failed``: fires that
     raised, returned Retry or an invalid outcome, or whose batch failed to commit or was
-    refused by the store; the row stays backed off. ``unknown``: rows of unregistered kinds
+    refused by the store; the row stays backed off, or parks after its last attempt.
+    ``parked``: timers parked after their last attempt (:mod:`.parking`), by a failed outcome's
+    commit or by a claim that found the attempts used. ``unknown``: rows of unregistered kinds
     backed off (after :data:`~.claim.UNKNOWN_KIND_GRACE_MS`); ``unknown_waiting``: rows of
     unregistered kinds left in place, within that grace, for a runner that has their kind.
     ``deferred``: rows over their kind's cap. ``malformed``: rows whose key does not parse,
@@ -76,12 +78,14 @@ class RunReport:
     committed outcome wrote, or None. ``earliest_unknown_ms``: when the first row left
     for another runner ends its grace (Unix epoch ms), or None. ``next_wake_ms``: when to
     run again (Unix epoch ms, never before ``now_ms``), or None when no timer is left.
-    ``fired_kinds`` / ``failed_kinds``: the commits' ``fired`` / ``failed`` by kind number.
+    ``fired_kinds`` / ``failed_kinds`` / ``parked_kinds``: ``fired`` / ``failed`` / ``parked`` by
+    kind number.
     """
 
     fired: int = 0
     raced: int = 0
     failed: int = 0
+    parked: int = 0
     unknown: int = 0
     unknown_waiting: int = 0
     deferred: int = 0
@@ -100,3 +104,4 @@ class RunReport:
     # metrics by kind
     fired_kinds: dict = field(default_factory=dict)
     failed_kinds: dict = field(default_factory=dict)
+    parked_kinds: dict = field(default_factory=dict)

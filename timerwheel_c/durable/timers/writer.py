@@ -1,9 +1,9 @@
 """Timers by name, from any process: :func:`schedule`, :func:`cancel`, :func:`reschedule`,
-:func:`get_timer` and :func:`list_timers` write and read timer rows directly.
+:func:`requeue`, :func:`get_timer` and :func:`list_timers` write and read timer rows directly.
 
 A pending timer is named by its identity (partition, kind, reference), and a partition holds at most
 one pending timer per identity: its identity row (:func:`~.keys.identity`) says where the timer is,
-scheduled or backed off after a failed attempt. Every write here reads the identity row and commits
+scheduled, backed off after a failed attempt, or parked after its last (:mod:`.parking`). Every write here reads the identity row and commits
 guarded on it (``Equals``), moving or deleting the timer row it names in the same batch; a claim or
 an outcome that moves the timer meanwhile fails the guard, and the write reads again. This is the
 named job of APScheduler's ``add_job(id=..., replace_existing=...)`` and procrastinate's queueing
@@ -26,19 +26,19 @@ import functools
 from dataclasses import dataclass
 from typing import Optional, TypeVar
 
-from . import keys
+from . import keys, parking
 from .due import due_at_ms_of
 from .steps import APPLY, GET, Steps, run_steps
 from ..storage.joined import joined
 from ..storage.store import Absent, Batch, Committed, Equals, Store, check_bytes, check_partition, check_store
 
 __all__ = ["IF_EXISTS", "STATES", "PendingTimer", "TimerExists", "cancel", "cancel_steps", "get_timer", "list_timers",
-           "reschedule", "reschedule_steps", "schedule", "schedule_steps", "write"]
+           "requeue", "reschedule", "reschedule_steps", "schedule", "schedule_steps", "write"]
 
 T = TypeVar("T")
 
 IF_EXISTS = ("replace", "keep", "error")
-STATES = ("scheduled", "retrying")
+STATES = ("scheduled", "retrying", "parked")
 
 
 class TimerExists(ValueError):
@@ -56,8 +56,12 @@ class PendingTimer:
     """A pending timer as :func:`get_timer` and :func:`list_timers` report it.
 
     ``due_at_ms``: the time it fires next, Unix epoch ms: its due time, or for a ``"retrying"``
-    timer (``attempt`` >= 1 attempts failed or are in flight) the time of its next attempt.
-    ``state``: ``"scheduled"`` or ``"retrying"``.
+    timer (``attempt`` >= 1 attempts failed or are in flight) the time of its next attempt; for a
+    ``"parked"`` timer, which never fires until :func:`requeue`, the time it was due.
+    ``state``: ``"scheduled"``, ``"retrying"`` or ``"parked"`` (its ``attempt`` attempts used up).
+    ``last_error``: for a parked timer, its last attempt's error (``"TypeError: message"``,
+    passwords masked, at most :data:`~.keys.MAX_ERROR_BYTES` UTF-8 bytes); else None.
+    ``parked_at_ms``: for a parked timer, when it was parked (Unix epoch ms); else None.
     """
 
     partition: str
@@ -67,13 +71,32 @@ class PendingTimer:
     due_at_ms: int
     attempt: int
     state: str
+    last_error: Optional[str] = None
+    parked_at_ms: Optional[int] = None
 
     @classmethod
     def of_row(cls, partition: str, key: bytes, value: bytes) -> "PendingTimer":
-        """The timer of the stored row (``key``, ``value``). Raises MalformedKey for a malformed key."""
+        """The timer of the stored row (``key``, ``value``), a timer row or a parked row.
+
+        Raises:
+            MalformedKey: a malformed key (or a parked row's malformed value).
+        """
+        if keys.is_parked_key(key):
+            tk = keys.parse_parked(key)
+            try:
+                last_error, value = keys.parked_parts(value)
+            except ValueError as exc:
+                raise keys.MalformedKey(key, str(exc)) from None
+            return cls(partition, keys.TimerKind(tk.kind), tk.reference, value, tk.original_due_at_ms, tk.attempt,
+                       "parked", last_error, tk.due_at_ms)
         tk = keys.parse(key)
         return cls(partition, keys.TimerKind(tk.kind), tk.reference, value, tk.due_at_ms, tk.attempt,
                    "retrying" if tk.attempt else "scheduled")
+
+
+def _timer_value(key: bytes, value: bytes) -> bytes:
+    """The timer's own value of the stored row (``key``, ``value``): a parked row's without its error."""
+    return keys.parked_parts(value)[1] if keys.is_parked_key(key) else value
 
 
 def _current(identity: bytes) -> Steps[tuple]:
@@ -119,7 +142,9 @@ def schedule(store: Store, partition: str, due_at_ms, kind, reference: bytes, va
     ``if_exists`` says what becomes of a pending timer of that name (scheduled or retrying):
     ``"replace"`` moves it to the new due time and value (attempts start again), ``"keep"`` leaves
     it as it is (insert-if-absent, for deduplication; its key is returned), ``"error"`` raises
-    :class:`TimerExists`. A timer whose handler is running is pending: replacing it arms the new one
+    :class:`TimerExists`. A parked timer of that name is replaced whatever ``if_exists`` says (as
+    a failed job does not hold procrastinate's queueing lock, nor a failed workflow its id in
+    Temporal): the new timer is a new start. A timer whose handler is running is pending: replacing it arms the new one
     and the running attempt's outcome no longer commits.
 
     With ``conn``, the timer exists if and only if the caller commits that connection's transaction
@@ -166,7 +191,7 @@ def schedule_steps(store: Store, partition: str, due_at_ms, kind, reference: byt
 def _schedule(partition: str, key: bytes, identity: bytes, value: bytes, if_exists: str) -> Steps[bytes]:
     while True:
         current, current_value = yield from _current(identity)
-        if current_value is not None and if_exists != "replace":
+        if current_value is not None and if_exists != "replace" and not keys.is_parked_key(current):
             if if_exists == "keep":
                 return current
             raise TimerExists(PendingTimer.of_row(partition, current, current_value))
@@ -180,8 +205,8 @@ def _schedule(partition: str, key: bytes, identity: bytes, value: bytes, if_exis
 
 
 def cancel(store: Store, partition: str, kind, reference: bytes, *, conn=None) -> bool:
-    """Remove the pending timer named (``partition``, ``kind``, ``reference``), scheduled or retrying;
-    True if this call removed one. A timer cancelled while its handler runs does not fire again (its
+    """Remove the pending timer named (``partition``, ``kind``, ``reference``), scheduled, retrying or
+    parked; True if this call removed one. A timer cancelled while its handler runs does not fire again (its
     running attempt's outcome may still commit, if it commits first).
 
     Args:
@@ -211,8 +236,8 @@ def _cancel(identity: bytes) -> Steps[bool]:
 
 def reschedule(store: Store, partition: str, kind, reference: bytes, due_at_ms, *, conn=None) -> bool:
     """Move the pending timer named (``partition``, ``kind``, ``reference``) to ``due_at_ms`` (Unix
-    epoch ms or an aware datetime), its value kept and its attempts started again; True if a timer
-    was pending (and so moved), False if none was.
+    epoch ms or an aware datetime), its value kept and its attempts started again (a parked timer
+    is put back, as by :func:`requeue`); True if a timer was pending (and so moved), False if none was.
 
     Args:
         conn: None, or the caller's connection, as in :func:`schedule`.
@@ -224,8 +249,29 @@ def reschedule(store: Store, partition: str, kind, reference: bytes, due_at_ms, 
     return write(store, partition, reschedule_steps(store, partition, kind, reference, due_at_ms), conn)
 
 
+def requeue(store: Store, partition: str, kind, reference: bytes, due_at=None) -> bool:
+    """Put the timer named (``partition``, ``kind``, ``reference``) back to scheduled, due at
+    ``due_at`` (Unix epoch ms or an aware datetime, as :func:`schedule` takes; None: now), with its
+    attempt count reset and its value kept: a parked timer after its handler is fixed, or a retrying
+    one to run now instead of after its backoff. True if the timer existed (parked, retrying or
+    scheduled), False if none of that name does. The write is guarded on the timer's identity
+    row and its row, as every write here, and wakes the runners serving the partition.
+
+    A schedule's parked occurrence is not a timer of its own: ``resume_schedule`` puts its schedule
+    back to work.
+
+    Raises:
+        TypeError / ValueError: a bad argument, naming it.
+        Exception: whatever the store raises.
+    """
+    due_at_ms = parking.wall_ms() if due_at is None else due_at
+    return write(store, partition, reschedule_steps(store, partition, kind, reference, due_at_ms))
+
+
 def reschedule_steps(store: Store, partition: str, kind, reference: bytes, due_at_ms) -> Steps[bool]:
-    """:func:`reschedule`'s arguments checked (raising as it does), and its steps to :func:`write`."""
+    """:func:`reschedule`'s (and :func:`requeue`'s) arguments checked (raising as they do), and the
+    steps to :func:`write` that move the timer of that name, wherever it is (a parked one too), to its
+    scheduled row at ``due_at_ms``."""
     check_store(store)
     key = keys.timer(due_at_ms_of(due_at_ms), kind, reference)
     identity = keys.identity(kind, reference)
@@ -240,8 +286,9 @@ def _reschedule(key: bytes, identity: bytes) -> Steps[bool]:
             return False
         if current == key:
             return True
-        batch = Batch().require(Equals(identity, current)).require(Equals(current, current_value))
-        if isinstance((yield APPLY, batch.delete(current).put(key, current_value).put(identity, key)), Committed):
+        batch = Batch().require(Equals(identity, current)).require(Equals(current, current_value)).delete(current)
+        if isinstance((yield APPLY, batch.put(key, _timer_value(current, current_value)).put(identity, key)),
+                      Committed):
             return True
 
 
@@ -260,9 +307,10 @@ def get_timer(store: Store, partition: str, kind, reference: bytes) -> Optional[
 
 def list_timers(store: Store, partition: str, *, kind=None, state: Optional[str] = None,
                 limit: int = 1000) -> list:
-    """Up to ``limit`` (>= 1) pending timers of ``partition``, in the order they fire next (their
-    ``due_at_ms``), of ``kind`` only and in ``state`` only (``"scheduled"``/``"retrying"``) when
-    given. Malformed rows are not timers and are left out.
+    """Up to ``limit`` (>= 1) pending timers of ``partition``, of ``kind`` only and in ``state`` only
+    (``"scheduled"``, ``"retrying"`` or ``"parked"``) when given: first those that will fire, in the
+    order they fire next (their ``due_at_ms``), then the parked ones, in the order they were parked.
+    Malformed rows are not timers and are left out.
 
     Raises:
         TypeError / ValueError: a bad argument, naming it.
@@ -275,21 +323,23 @@ def list_timers(store: Store, partition: str, *, kind=None, state: Optional[str]
         raise ValueError(f"state must be None or one of {STATES}, got {state!r}")
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise ValueError(f"limit must be an int >= 1, got {limit!r}")
-    start, end = keys.timer_range()
+    ranges = [r for r, wanted in ((keys.timer_range(), state != "parked"), (keys.PARKED_RANGE, state in (None, "parked")))
+              if wanted]
     out: list = []
-    after = None
-    while len(out) < limit:
-        page = store.scan(partition, start, end, after, 512)
-        for key, value in page.entries:
-            try:
-                timer = PendingTimer.of_row(partition, key, value)
-            except keys.MalformedKey:
-                continue
-            if (want_kind is None or timer.kind == want_kind) and (state is None or timer.state == state):
-                out.append(timer)
-                if len(out) == limit:
-                    break
-        if page.next is None:
-            break
-        after = page.next
+    for start, end in ranges:
+        after = None
+        while len(out) < limit:
+            page = store.scan(partition, start, end, after, 512)
+            for key, value in page.entries:
+                try:
+                    timer = PendingTimer.of_row(partition, key, value)
+                except keys.MalformedKey:
+                    continue
+                if (want_kind is None or timer.kind == want_kind) and (state is None or timer.state == state):
+                    out.append(timer)
+                    if len(out) == limit:
+                        break
+            if page.next is None:
+                break
+            after = page.next
     return out

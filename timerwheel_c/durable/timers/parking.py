@@ -1,0 +1,98 @@
+"""Failed attempts and parking: what becomes of a timer whose handler fails, and how it is logged.
+
+Every call of a handler's ``fire`` is an attempt, counted in the row's key when the runner claims it
+(:mod:`.claim`), before the call. A failed attempt (an exception, :class:`~.registry.Retry`, a
+return value that is not an outcome, an invalid outcome) leaves the row at its claimed backoff key,
+so it is tried again after its backoff; the attempt that reaches the handler's
+:attr:`~.registry.TimerHandler.max_attempts` instead *parks* the timer: one guarded batch
+(:class:`Parking`) moves the claimed row to its parked key (:func:`~.keys.parked`, outside the
+timer space, so no runner scans it again), its value behind its last error, and points its
+identity row at it. A row that comes due with its attempts already used (the process died during
+the last attempt, or its outcome did not commit) is parked by the claim instead of fired again,
+with a last error saying so. A parked schedule occurrence pauses its schedule
+(:func:`~.schedules.park_occurrence`).
+
+Logs (logger ``timerwheel_c.durable``), each naming the timer by :func:`~.names.timer_name`:
+a failure at WARNING (a :class:`~.registry.Retry` before the last attempt at INFO: the handler
+asked for it), with the exception's traceback at DEBUG for the attempts before the last and at
+ERROR for the one that parks the timer. The last error kept in the parked row is the exception's
+type and message (or what the handler returned), with any store URL's password masked
+(:func:`~timerwheel_c.durable.storage.redact.redact`) and cut to :data:`~.keys.MAX_ERROR_BYTES`.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Optional
+
+from . import keys
+from .names import iso_utc, timer_name
+from .registry import TimerHandler
+from ..storage.redact import redact
+from ..storage.store import Absent, Batch, Equals
+
+__all__ = ["STOPPED_DURING", "Parking", "exhausted", "last_error_of", "log_failure", "park_timer", "wall_ms",
+           "wrong_outcome"]
+
+log = logging.getLogger("timerwheel_c.durable")
+
+STOPPED_DURING = "the runner stopped during attempt {attempt} of {max_attempts}, or its outcome did not commit"
+_OUTCOME_REPR_CHARS = 200  # of a wrong return value quoted in a last error
+
+
+class Parking(Batch):
+    """A guarded batch that parks a timer: its commit counts as ``parked``, never as ``fired``."""
+
+
+def wall_ms() -> int:
+    """Now, Unix epoch ms: when a timer is parked, absent a tick's own time."""
+    return time.time_ns() // 1_000_000
+
+
+def exhausted(handler: TimerHandler, attempt: int) -> bool:
+    """True when attempt ``attempt`` (>= 1) is ``handler``'s last (or past it)."""
+    return handler.max_attempts is not None and attempt >= handler.max_attempts
+
+
+def last_error_of(error: Optional[BaseException] = None, why: Optional[str] = None) -> str:
+    """The last error to keep and log: ``"TypeError: message"`` for ``error``, else ``why``;
+    passwords masked (its length is bounded where the parked row is written)."""
+    text = f"{type(error).__name__}: {error}" if error is not None else (why or "failed")
+    return redact(text)
+
+
+def wrong_outcome(outcome: object) -> str:
+    """The failure of a handler that returned ``outcome``, not an outcome."""
+    shown = repr(outcome)
+    if len(shown) > _OUTCOME_REPR_CHARS:
+        shown = shown[:_OUTCOME_REPR_CHARS] + "..."
+    return f"the handler returned {shown}, not Done, Reschedule or Retry"
+
+
+def park_timer(key: bytes, value: bytes, tk: keys.TimerKey, parked_at_ms: int, last_error: str) -> Parking:
+    """The guarded move of the timer row ``key`` (parsed ``tk``, holding ``value``) to its parked row,
+    its identity row pointed at it. A schedule's occurrence needs its schedule's guard and pause too:
+    :func:`~.schedules.park_occurrence` adds them."""
+    parked = keys.parked(parked_at_ms, tk)
+    batch = Parking()
+    batch.require(Equals(key, value)).require(Absent(parked)).delete(key)
+    batch.put(parked, keys.parked_value(last_error, value)).put(keys.identity_of(tk), parked)
+    return batch
+
+
+def log_failure(partition: str, handler: TimerHandler, tk: keys.TimerKey, attempt: int, due_at_ms: int,
+                last_error: str, error: Optional[BaseException], *, retry_at_ms: Optional[int],
+                asked: bool = False) -> None:
+    """Log a failed attempt (see the module docstring): ``retry_at_ms`` (Unix epoch ms) when it is
+    tried again, None when it parks; ``asked``: the handler returned Retry."""
+    name = timer_name(partition, tk.kind, tk.reference, handler=handler, attempt=attempt, due_at_ms=due_at_ms,
+                      occurrence=tk.occurrence)
+    exc_info = None if error is None else (type(error), error, error.__traceback__)
+    if retry_at_ms is not None:
+        log.log(logging.INFO if asked else logging.WARNING, "%s failed: %s; tried again at %s", name, last_error,
+                iso_utc(retry_at_ms))
+        if exc_info is not None:
+            log.debug("%s: the traceback of its failure", name, exc_info=exc_info)
+        return
+    log.warning("%s failed: %s; it was the last attempt", name, last_error)
+    log.error("%s parked after its last attempt: %s", name, last_error, exc_info=exc_info)
