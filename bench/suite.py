@@ -107,7 +107,7 @@ def _durable(ctx: Context, bar: Task) -> dict:
     else:
         from . import pgqueuer_peer, peers
 
-        figures["pgqueuer"] = peers.unavailable(f"no --pg-dsn; {pgqueuer_peer.INSTALL_HINT}")
+        figures["pgqueuer"] = peers.unavailable(f"no PostgreSQL server (--pg-dsn); {pgqueuer_peer.INSTALL_HINT}")
     return figures
 
 
