@@ -6,12 +6,23 @@ fleet of 4 runners, then pgqueuer with 4 workers at each batch size (:func:`.fle
 run exactly once. Each figure is the median of the rounds; the ratio is ours over pgqueuer's,
 within one run. Without pgqueuer (or without a server) the figures say how to get it
 (:data:`.pgqueuer_peer.INSTALL_HINT`).
+
+The default run measures this as part of ``--only durable --pg-dsn``; on its own, with the fleet's
+tables and an optional JSON file of the figures:
+
+    python bench/run.py -m bench.peers --pg-dsn DSN [--timers N] [--rounds N] [--json FILE]
 """
 from __future__ import annotations
 
+import argparse
+import json
+import os
+import sys
 from typing import Callable, Optional
 
-from . import fleet, pgqueuer_peer
+from timerwheel_c.durable.service.cli import STORE_ENV
+from . import fleet, pgqueuer_peer, tables
+from .report import Reporter
 
 __all__ = ["BATCH_SIZES", "run", "unavailable"]
 
@@ -56,3 +67,29 @@ def run(dsn: str, n_timers: int, rounds: int, progress: Optional[Callable[[int],
         median["ours_over_pgqueuer"] = ours[f"runners_{workers}"]["fired_per_s"] / median["fired_per_s"]
         results[f"workers_{workers}_batch_{batch}"] = median
     return ours, {"version": pgqueuer_peer.version(), "driver": "asyncpg", "rounds": rounds, "results": results}
+
+
+def main(argv=None) -> int:
+    """``python bench/run.py -m bench.peers``: the comparison alone; returns the exit status."""
+    p = argparse.ArgumentParser(prog="python bench/run.py -m bench.peers", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--pg-dsn", default=os.environ.get(STORE_ENV) if os.environ.get(STORE_ENV, "").startswith(
+        ("postgresql://", "postgres://")) else None, help=f"the PostgreSQL server (default: ${STORE_ENV})")
+    p.add_argument("--timers", type=int, default=10_000, help="no-op items per run (default 10,000)")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds, median (default 3)")
+    p.add_argument("--json", metavar="FILE", help="write the figures to FILE")
+    args = p.parse_args(argv)
+    if args.pg_dsn is None:
+        p.error(f"no PostgreSQL server: give --pg-dsn or set ${STORE_ENV}")
+    ours, pgq = run(args.pg_dsn, args.timers, args.rounds)
+    rep = Reporter(use_rich=False, show_progress=False)
+    tables.fleet_table(rep, ours)
+    tables.pgqueuer_table(rep, ours, pgq)
+    if args.json is not None:
+        with open(args.json, "w") as f:
+            json.dump({"fleet": ours, "pgqueuer": pgq}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
