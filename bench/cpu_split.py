@@ -22,7 +22,6 @@ from typing import Optional
 __all__ = ["CpuMeter"]
 
 _PROC = "/proc"
-_LOCAL_HOSTS = ("127.", "localhost", "::1")
 
 
 def _stat(pid: int) -> Optional[list]:
@@ -71,8 +70,8 @@ class CpuMeter:
         host = conn.info.host or ""
         backend = conn.info.backend_pid
         fields = _stat(backend)
-        if not (host.startswith("/") or host.startswith(_LOCAL_HOSTS)) or fields is None \
-                or _comm(backend) != "postgres":
+        local = host.startswith(("/", "127.")) or host in ("localhost", "::1")  # a Unix socket, or loopback
+        if not local or fields is None or _comm(backend) != "postgres":
             self.note = (f"the PostgreSQL server ({host or 'default host'}) is not a process of this "
                          "machine: its CPU time cannot be read here")
             return
