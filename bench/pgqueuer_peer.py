@@ -38,7 +38,7 @@ from .cpu_split import CpuMeter
 from .procs import stop as procs_stop
 from .run import command
 
-__all__ = ["DEFAULT_BATCH", "INSTALL_HINT", "missing", "run"]
+__all__ = ["DEFAULT_BATCH", "INSTALL_HINT", "missing", "run", "version"]
 
 DEFAULT_BATCH = 10  # QueueManager.run's batch_size default
 INSTALL_HINT = ("the comparison with pgqueuer needs it installed and a PostgreSQL server: "
