@@ -20,7 +20,9 @@ The modules, one concept each:
   floor); compiled rows exist only when :mod:`timerwheel_c._impl` chose the compiled
   cores, so ``TIMERWHEEL_C_NO_EXTENSIONS=1`` benches the pure twins alone;
 - :mod:`.workloads` (churn, expiry, mixed RTO, long gap), :mod:`.memory`,
-  :mod:`.lateness`, :mod:`.durable`, :mod:`.network` (with :mod:`.network_server`),
+  :mod:`.lateness`, :mod:`.durable` (on PostgreSQL also :mod:`.fleet`, and :mod:`.peers`: the
+  fleet beside pgqueuer, :mod:`.pgqueuer_peer`, with the CPU split of :mod:`.cpu_split`),
+  :mod:`.network` (with :mod:`.network_server`),
   :mod:`.aio_micro` (the asyncio layer per operation) and :mod:`.echo` (with
   :mod:`.echo_server`: a lean echo server whose CPU per request the timers show in):
   the measurements;

@@ -5,7 +5,8 @@
   :data:`WAKEUP_TIMERS` timers with the module-level :func:`timerwheel_c.durable.schedule`,
   one every :data:`WAKEUP_GAP_MS`, each due :data:`WAKEUP_LEAD_MS` after its write, so at
   most one is pending and the runner is idle when each arrives; the partition exists
-  before the runner starts (steady state). Lateness is the wall time
+  before the runner starts (steady state); ``wakeup_lateness_16p_ms`` (PostgreSQL) is the same
+  with the timers spread round-robin over 16 partitions the runner serves. Lateness is the wall time
   from the due time to the start of ``fire`` in the runner (ms). Only the store's change
   signal can wake the runner in time (target: p99 <= 50 ms on both backends).
 - ``fired_per_s_20ms``: :data:`IO_TIMERS` rows already due, a handler that sleeps 20 ms
@@ -64,17 +65,19 @@ class _Stamp(TimerHandler):
         return Done(Batch().put(b"effect/" + timer.reference + b"/" + os.urandom(6).hex().encode(), b"%d" % fired_ms))
 
 
-def _effects(store: Store) -> dict:
-    """reference -> [fire wall ms, one per application]."""
+def _effects(store: Store, partitions: tuple = (_P,)) -> dict:
+    """reference -> [fire wall ms, one per application], over ``partitions``."""
     out: dict = {}
-    after = None
-    while True:
-        page = store.scan(_P, b"effect/", b"effect0", after, 1000)
-        for k, v in page.entries:
-            out.setdefault(k.split(b"/")[1], []).append(int(v))
-        if page.next is None:
-            return out
-        after = page.next
+    for partition in partitions:
+        after = None
+        while True:
+            page = store.scan(partition, b"effect/", b"effect0", after, 1000)
+            for k, v in page.entries:
+                out.setdefault(k.split(b"/")[1], []).append(int(v))
+            if page.next is None:
+                break
+            after = page.next
+    return out
 
 
 def _open(target: str, dsn: Optional[str]) -> Store:
@@ -87,17 +90,20 @@ def _open(target: str, dsn: Optional[str]) -> Store:
     return SQLiteStore(name)
 
 
-def wakeup_lateness_ms(target: str, dsn: Optional[str], n: int, progress) -> list:
+def wakeup_lateness_ms(target: str, dsn: Optional[str], n: int, progress, n_partitions: int = 1) -> list:
     """``wakeup_lateness_ms`` above for the store ``target`` (``sqlite:PATH`` or ``postgres:TABLE`` on
-    ``dsn``) with ``n`` timers: one lateness (ms) per timer, in writing order; ``progress(1)`` per write.
+    ``dsn``) with ``n`` timers, round-robin over ``n_partitions`` partitions: one lateness (ms) per
+    timer, in writing order; ``progress(1)`` per write.
 
     Raises:
         RuntimeError: the runner did not start, or timers did not fire within 30 s.
     """
     store = _open(target, dsn)
-    # The partition exists before the runner starts: a fleet runner (PostgreSQL, every partition)
+    partitions = (_P,) if n_partitions == 1 else tuple(f"{_P}{i:02d}" for i in range(n_partitions))
+    # The partitions exist before the runner starts: a fleet runner (PostgreSQL, every partition)
     # takes a brand-new partition only at its next ownership check, up to a second later.
-    store.apply(_P, Batch().put(b"partition-marker", b""))
+    for partition in partitions:
+        store.apply(partition, Batch().put(b"partition-marker", b""))
     env = dict(os.environ)
     if dsn is not None:
         env[_DSN_ENV] = dsn
@@ -118,17 +124,17 @@ def wakeup_lateness_ms(target: str, dsn: Optional[str], n: int, progress) -> lis
             for i in range(n):
                 ref = b"w%04d" % i
                 dues[ref] = time.time_ns() // 1_000_000 + WAKEUP_LEAD_MS
-                schedule(store, _P, dues[ref], _KIND, ref)
+                schedule(store, partitions[i % len(partitions)], dues[ref], _KIND, ref)
                 time.sleep(WAKEUP_GAP_MS / 1000)
                 if progress is not None:
                     progress(1)
             deadline = time.monotonic() + 30
-            while len(_effects(store)) < n and time.monotonic() < deadline:
+            while len(_effects(store, partitions)) < n and time.monotonic() < deadline:
                 time.sleep(0.05)
         finally:
             runner.kill()
             runner.wait(10)
-    fired = _effects(store)
+    fired = _effects(store, partitions)
     dispose(store)
     if len(fired) < n:
         raise RuntimeError(f"only {len(fired)} of {n} cross-process timers fired within 30 s")
@@ -206,7 +212,7 @@ def service_figures(backend: str, tmp: str, dsn: Optional[str] = None, progress=
     with at most ``max_timers`` timers (a small run for tests; the sizes above otherwise).
 
     Returns ``{"wakeup_lateness_ms": [float], "fired_per_s_20ms": {"1": {...}, "16": {...}}}``
-    plus ``"watcher_idle_cpu_pct"`` for SQLite.
+    plus ``"watcher_idle_cpu_pct"`` for SQLite and ``"wakeup_lateness_16p_ms"`` for PostgreSQL.
 
     Raises:
         RuntimeError: timers did not fire (a broken build).
@@ -228,6 +234,9 @@ def service_figures(backend: str, tmp: str, dsn: Optional[str] = None, progress=
     }
     if backend == "sqlite":
         figures["watcher_idle_cpu_pct"] = _watcher_idle_cpu_pct(make_store)
+    else:
+        figures["wakeup_lateness_16p_ms"] = wakeup_lateness_ms(target(), dsn, min(WAKEUP_TIMERS, max_timers),
+                                                               progress, n_partitions=16)
     return figures
 
 

@@ -14,6 +14,11 @@ takeover time after a runner is SIGKILLed.
 - ``fired_per_s``: once every partition has its owner, ``n_timers`` rows spread over the
   partitions become due at one instant T0; the figure is ``n_timers`` over the time from T0
   until the last effect row is visible (polled every 20 ms).
+- The CPU split of that interval (:class:`.cpu_split.CpuMeter`): the runner processes' and the
+  PostgreSQL server's CPU time, in µs per fired timer.
+- With ``rounds`` > 1, each runner count runs that many times, round by round (a peer's runs, when
+  given, right after each of ours, so that the machine's drift hits both alike); the figures are
+  those of the median run.
 - ``takeover_s``: after the run, one runner is SIGKILLed; the time until every partition is
   owned again by the survivors (read from ``pg_locks``), which includes the server noticing
   the closed connection and the survivors' next ownership check (1 s interval).
@@ -32,11 +37,12 @@ from timerwheel_c.durable.timers.registry import Done, TimerHandler, TimerRegist
 from timerwheel_c.durable.timers.runner import TickBudget
 from timerwheel_c.durable.storage.store import Batch
 from . import fleet_wakeup
+from .cpu_split import CpuMeter
 from .run import command
 from .stores import dispose
 from .procs import stop as procs_stop
 
-__all__ = ["run"]
+__all__ = ["median_run", "run"]
 
 PARTITIONS = [f"fleet{i:02d}" for i in range(16)]
 _KIND = keys.TimerKind(1)
@@ -116,7 +122,9 @@ def _one(dsn: str, n_runners: int, n_timers: int, budget: str, takeover: bool, p
               f"{n_runners} runners to divide {len(PARTITIONS)} partitions")
         due_ms = time.time_ns() // 1_000_000 + 1000
         _fill(store, n_timers, due_ms)
+        meter = CpuMeter(conn)
         _wait(lambda: time.time_ns() // 1_000_000 >= due_ms, "the due time", 5)
+        meter.start([p.pid for p in procs])
         seen = 0
         deadline = time.monotonic() + 600
         while seen < n_timers:
@@ -128,10 +136,11 @@ def _one(dsn: str, n_runners: int, n_timers: int, budget: str, takeover: bool, p
                 progress(now_seen - seen)
             seen = now_seen
         elapsed_s = time.time_ns() / 1e9 - due_ms / 1000
+        cpu = meter.stop(n_timers)
         if seen != n_timers:
             raise RuntimeError(f"fleet bench: {seen} effects for {n_timers} timers (a duplicate)")
         result = {"runners": n_runners, "partitions": len(PARTITIONS), "timers": n_timers, "budget": budget,
-                  "fired_per_s": n_timers / elapsed_s}
+                  "fired_per_s": n_timers / elapsed_s, **cpu}
         if takeover:
             before = set(owners())
             procs[0].send_signal(signal.SIGKILL)
@@ -147,20 +156,39 @@ def _one(dsn: str, n_runners: int, n_timers: int, budget: str, takeover: bool, p
         dispose(store)
 
 
-def run(dsn: str, n_timers: int = 8000, runner_counts=(1, 4), progress: Optional[Callable[[int], None]] = None) -> dict:
+def median_run(runs: list) -> dict:
+    """The run of median ``fired_per_s`` among ``runs`` (the lower middle one of an even count),
+    with every run's fired/s in run order as ``fired_per_s_rounds``, and the ``takeover_s`` of
+    whichever run measured it."""
+    ordered = sorted(runs, key=lambda r: r["fired_per_s"])
+    out = {k: v for k, v in ordered[(len(ordered) - 1) // 2].items() if k != "takeover_s"}
+    takeover = [r["takeover_s"] for r in runs if "takeover_s" in r]
+    if takeover:
+        out["takeover_s"] = takeover[-1]
+    out["fired_per_s_rounds"] = [r["fired_per_s"] for r in runs]
+    return out
+
+
+def run(dsn: str, n_timers: int = 8000, runner_counts=(1, 4), progress: Optional[Callable[[int], None]] = None,
+        rounds: int = 1, peer: Optional[Callable[[int], None]] = None) -> dict:
     """Measure the fleet on the PostgreSQL server of ``dsn``; returns
     ``{"runners_1": {"fired_per_s": float, ...}, "runners_4": {..., "takeover_s": float},
     "runners_4_large_budget": {...}}`` (for ``runner_counts=(1, 4)``).
 
     Each entry also names its ``runners``, ``partitions`` (16), ``timers`` and ``budget``
-    ("default" or "large", :data:`LARGE_BUDGET`); ``takeover_s`` (seconds from SIGKILL to
-    every partition owned again) is measured with the largest fleet, default budget.
+    ("default" or "large", :data:`LARGE_BUDGET`), and gives the CPU split
+    (``runner_cpu_us_per_fired``, ``server_cpu_us_per_fired``, ``cpu_note``: see
+    :class:`.cpu_split.CpuMeter`); ``takeover_s`` (seconds from SIGKILL to
+    every partition owned again) is measured with the largest fleet, default budget, in the
+    last round. The default-budget entries are the median of ``rounds`` runs
+    (:func:`median_run`); ``peer(n)``, when given, is called right after each of them with its
+    runner count, to run a peer system interleaved with ours.
     ``new_partition_wakeup``: the lateness of a timer into a new partition in a fleet
     (:func:`bench.fleet_wakeup.run`). ``progress(k)`` is called with the number
     of timers just fired.
 
     Raises:
-        ValueError: ``n_timers`` < 16 or an empty ``runner_counts``.
+        ValueError: ``n_timers`` < 16, an empty ``runner_counts`` or ``rounds`` < 1.
         RuntimeError: the runners did not divide the partitions or fire every timer within
             the bounds (60 s to start, 600 s to fire), or an effect was doubled.
         psycopg.Error: the server cannot be reached.
@@ -170,7 +198,15 @@ def run(dsn: str, n_timers: int = 8000, runner_counts=(1, 4), progress: Optional
     counts = sorted(set(runner_counts))
     if not counts or any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in counts):
         raise ValueError(f"runner_counts must hold ints >= 1, got {runner_counts!r}")
-    figures = {f"runners_{n}": _one(dsn, n, n_timers, "default", n == counts[-1] and n > 1, progress) for n in counts}
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"rounds must be an int >= 1, got {rounds!r}")
+    runs: dict = {n: [] for n in counts}
+    for r in range(rounds):
+        for n in counts:
+            runs[n].append(_one(dsn, n, n_timers, "default", r == rounds - 1 and n == counts[-1] and n > 1, progress))
+            if peer is not None:
+                peer(n)
+    figures = {f"runners_{n}": median_run(runs[n]) for n in counts}
     figures[f"runners_{counts[-1]}_large_budget"] = _one(dsn, counts[-1], n_timers, "large", False, progress)
     figures["new_partition_wakeup"] = fleet_wakeup.run(dsn)
     return figures

@@ -94,14 +94,20 @@ def _durable(ctx: Context, bar: Task) -> dict:
     stores = durable.run(ctx.sizes.durable_timers, dsn=ctx.pg_dsn, progress=bar)
     figures = {"results": {
         store: {**fig, "lateness_summary_ms": summary(fig.get("lateness_ms", [])),
-                "wakeup_lateness_summary_ms": summary(fig.get("wakeup_lateness_ms", []))}
+                "wakeup_lateness_summary_ms": summary(fig.get("wakeup_lateness_ms", [])),
+                **({"wakeup_lateness_16p_summary_ms": summary(fig["wakeup_lateness_16p_ms"])}
+                   if "wakeup_lateness_16p_ms" in fig else {})}
         for store, fig in stores.items()
     }}
     if ctx.pg_dsn is not None and "postgres" in stores:  # psycopg is installed
-        from . import fleet
+        from . import peers
 
-        assert ctx.pg_dsn is not None
-        figures["fleet"] = fleet.run(ctx.pg_dsn, ctx.sizes.durable_timers, progress=bar)
+        figures["fleet"], figures["pgqueuer"] = peers.run(ctx.pg_dsn, ctx.sizes.durable_timers,
+                                                           ctx.sizes.durable_rounds, progress=bar)
+    else:
+        from . import pgqueuer_peer, peers
+
+        figures["pgqueuer"] = peers.unavailable(f"no PostgreSQL server (--pg-dsn); {pgqueuer_peer.INSTALL_HINT}")
     return figures
 
 
@@ -183,6 +189,12 @@ def _lateness_goals(figures: dict) -> list[tuple[Goal, float | None]]:
 # over a killed runner's share.
 FLEET_FIRED_PER_S_GOALS = {1: 3000.0, 4: 8000.0}
 TAKEOVER_GOAL_S = 10.0
+# Against pgqueuer on the same server (when compared): our fired/s over its at batch 100, by
+# process count; the server's CPU per timer our single runner fires; and the cross-process
+# wake-up p50 and p99 (ms) of a runner serving 16 partitions.
+VERSUS_PGQUEUER_GOALS = {1: 1.0, 4: 1.3}
+SERVER_CPU_GOAL_US = 40.0
+WAKEUP_16P_GOALS_MS = (3.5, 15.0)
 
 
 def _durable_goals(figures: dict) -> list[tuple[Goal, float | None]]:
@@ -190,7 +202,9 @@ def _durable_goals(figures: dict) -> list[tuple[Goal, float | None]]:
     a cross-process wake-up p99 at most 50 ms and no duplicate effect with 20 ms handlers;
     SQLite: at least 500 fired/s with 20 ms handlers at concurrency 16 and an idle change
     watcher at most 1 % of a core; the PostgreSQL fleet (when measured):
-    :data:`FLEET_FIRED_PER_S_GOALS` and a takeover after SIGKILL within :data:`TAKEOVER_GOAL_S`."""
+    :data:`FLEET_FIRED_PER_S_GOALS` and a takeover after SIGKILL within :data:`TAKEOVER_GOAL_S`;
+    against pgqueuer (when compared) :data:`VERSUS_PGQUEUER_GOALS`, and :data:`SERVER_CPU_GOAL_US` and
+    :data:`WAKEUP_16P_GOALS_MS` on PostgreSQL."""
     out: list[tuple[Goal, float | None]] = []
     for store, fig in figures["results"].items():
         out.append((Goal("durable", f"{store} fired timers per second", 5000.0, at_most=False, unit="fired/s"),
@@ -210,7 +224,21 @@ def _durable_goals(figures: dict) -> list[tuple[Goal, float | None]]:
                              unit="fired/s"), io.get("16", {}).get("fired_per_s")))
             out.append((Goal("durable", "sqlite idle change watcher", 1.0, at_most=True, unit="% of a core"),
                         fig.get("watcher_idle_cpu_pct")))
+    wake16 = figures["results"].get("postgres", {}).get("wakeup_lateness_16p_summary_ms")
+    if wake16 is not None:
+        for q, bound_ms in zip(("p50", "p99"), WAKEUP_16P_GOALS_MS):
+            out.append((Goal("durable", f"postgres wake-up {q}, timer written by another process, 16 partitions",
+                             bound_ms, at_most=True, unit="ms"), wake16.get(q)))
     fleet = dict(figures.get("fleet", {}))
+    for n, bound_x in VERSUS_PGQUEUER_GOALS.items():
+        peer = figures.get("pgqueuer", {}).get("results", {}).get(f"workers_{n}_batch_100")
+        if peer is not None:
+            out.append((Goal("durable", f"fleet of {n} runner(s) / pgqueuer {n} worker(s) at batch 100, fired/s",
+                             bound_x, at_most=False), peer["ours_over_pgqueuer"]))
+    one = fleet.get("runners_1", {})
+    if one:
+        out.append((Goal("durable", "fleet of 1 runner, server CPU per fired timer", SERVER_CPU_GOAL_US, at_most=True,
+                         unit="us"), one.get("server_cpu_us_per_fired")))
     wakeup = fleet.pop("new_partition_wakeup", None)
     if wakeup is not None:
         out.append((Goal("durable", "fleet wake-up into a new partition, p99", 50.0, at_most=True, unit="ms"),

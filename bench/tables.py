@@ -16,7 +16,7 @@ SPREAD_NOTE = ("ns are CPU time of the bench thread; figures are medians over th
                "± is half the min-max range, in % of the median")
 
 __all__ = ["aio_table", "durable_table", "echo_table", "fleet_table", "lateness_table", "machine_table",
-           "memory_table", "network_table", "timer_table"]
+           "memory_table", "network_table", "pgqueuer_table", "timer_table"]
 
 
 def _median(cell):
@@ -96,6 +96,10 @@ def durable_table(rep: Reporter, figures: dict) -> None:
         rows.append([store, str(wake.get("n", 0)), fmt(wake.get("p50")), fmt(wake.get("p99")),
                      fmt(c1.get("fired_per_s")), fmt(c16.get("fired_per_s")),
                      str(c1.get("duplicates", 0) + c16.get("duplicates", 0)), NOT_APPLICABLE if idle is None else f"{idle:.2f}"])
+        wake16 = fig.get("wakeup_lateness_16p_summary_ms")
+        if wake16 is not None:
+            rows.append([f"{store}, 16 partitions", str(wake16.get("n", 0)), fmt(wake16.get("p50")), fmt(wake16.get("p99"))]
+                        + [NOT_APPLICABLE] * 4)
     rep.table("durable service: a timer written by another process, and 20 ms handlers",
               ["store", "n", "wake-up p50 ms", "p99 ms", "fired/s c=1", "fired/s c=16", "duplicates", "idle CPU %"], rows,
               ["wake-up: due time to fire in an idle runner process, the timer written by this one; "
@@ -111,6 +115,8 @@ def durable_table(rep: Reporter, figures: dict) -> None:
                          "the chain: a handler returning Reschedule(due + 1 s), the hand-made alternative"])
     if "fleet" in figures:
         fleet_table(rep, figures["fleet"])
+    if "pgqueuer" in figures:
+        pgqueuer_table(rep, figures.get("fleet", {}), figures["pgqueuer"])
 
 
 def fleet_table(rep: Reporter, fleet: dict) -> None:
@@ -121,19 +127,53 @@ def fleet_table(rep: Reporter, fleet: dict) -> None:
     reference = next((fig["fired_per_s"] for fig in fleet.values()), None)
     for fig in fleet.values():
         label = f"{fig['runners']} runner process(es)" + (", large budget" if fig.get("budget") == "large" else "")
-        rows.append([label, f"{fig['partitions']}", fmt(fig["fired_per_s"]), ratio(fig["fired_per_s"], reference)])
+        rows.append([label, f"{fig['partitions']}", fmt(fig["fired_per_s"]), ratio(fig["fired_per_s"], reference),
+                     *_cpu(fig)])
         if "takeover_s" in fig:
             rows.append([f"takeover after SIGKILL ({fig['runners']} runners)", f"{fig['partitions']}",
-                         f"{fig['takeover_s']:.2f} s", NOT_APPLICABLE])
+                         f"{fig['takeover_s']:.2f} s"] + [NOT_APPLICABLE] * 3)
     if wakeup is not None:
         rows.append([f"wake-up into a new partition ({wakeup['runners']} runners), p50 / p99", "new",
-                     f"{wakeup['lateness_p50_ms']:.0f} / {wakeup['lateness_p99_ms']:.0f} ms", NOT_APPLICABLE])
+                     f"{wakeup['lateness_p50_ms']:.0f} / {wakeup['lateness_p99_ms']:.0f} ms"] + [NOT_APPLICABLE] * 3)
     rep.table("durable fleet on PostgreSQL: runner processes dividing the partitions (see bench/fleet.py)",
-              ["fleet", "partitions", "measured", "fired/s vs 1 runner"], rows,
+              ["fleet", "partitions", "measured", "fired/s vs 1 runner", "runner CPU us/fired", "server CPU us/fired"],
+              rows,
               ["the server's own synchronous_commit (on by default: one WAL flush per commit); no-op handler "
                "committing one effect row; the default TickBudget, as timerwheel-c run has (at most 1,024 timers, "
                "256 of a kind, per partition per tick); large budget: TickBudget(max_fired=1024, max_per_kind=1024, "
                "max_scanned=4096), no cap per kind"])
+
+
+def _cpu(fig: dict) -> list:
+    return [fmt(fig.get("runner_cpu_us_per_fired")), fmt(fig.get("server_cpu_us_per_fired"))]
+
+
+def pgqueuer_table(rep: Reporter, fleet: dict, peer: dict) -> None:
+    """The fleet beside pgqueuer on the same server (see bench/peers.py), or one line saying how to
+    get the comparison."""
+    if "missing" in peer:
+        rep.line(f"durable fleet vs pgqueuer: not compared: {peer['missing']}", "yellow")
+        return
+    rows = []
+    for name, fig in fleet.items():
+        if not name.startswith("runners_") or fig.get("budget") != "default":
+            continue
+        rows.append([f"timerwheel_c fleet, {fig['runners']} runner(s)", fmt(fig["fired_per_s"]), NOT_APPLICABLE,
+                     *_cpu(fig)])
+        for result in peer["results"].values():
+            if result["workers"] == fig["runners"]:
+                rows.append([f"pgqueuer {peer['version']}, {result['workers']} worker(s), batch {result['batch_size']}",
+                             fmt(result["fired_per_s"]), f"{result['ours_over_pgqueuer']:.2f}x", *_cpu(result)])
+    notes = [f"median of {peer['rounds']} interleaved round(s) of {next(iter(peer['results'].values()))['timers']:,} "
+             "no-op items all due at once, each checked to run exactly once; pgqueuer over asyncpg on uvloop, "
+             "as pgq run starts it",
+             "CPU: us of CPU time per fired item, the runner (worker) processes' and the PostgreSQL server's "
+             "(every server process, from /proc, including any other client's work meanwhile; n/a: the server "
+             "is not on this machine)"]
+    notes += sorted({f["cpu_note"] for f in [*fleet.values(), *peer["results"].values()]
+                     if isinstance(f, dict) and f.get("cpu_note")})
+    rep.table("durable fleet vs pgqueuer on the same PostgreSQL server (see bench/peers.py)",
+              ["system", "fired/s", "ours / pgqueuer", "runner CPU us/fired", "server CPU us/fired"], rows, notes)
 
 
 def network_table(rep: Reporter, figures: dict) -> None:

@@ -49,6 +49,7 @@ class Sizes:
     memory_timers: int = 1_000_000
     lateness_samples: int = 1000
     durable_timers: int = 10_000
+    durable_rounds: int = 3  # interleaved rounds of the fleet and pgqueuer, when compared
     network_connections: int = 1000
     network_seconds: float = 5.0
     aio_handles: int = 100_000
@@ -65,7 +66,7 @@ class Sizes:
         return cls(
             churn_conns=10_000, churn_ops=100_000, expiry_timers=50_000, expiry_real_span_ms=500,
             rto_timers=50_000, rto_per_ms=10, gap_timers=10_000, memory_timers=100_000,
-            lateness_samples=200, durable_timers=1000, network_connections=200, network_seconds=2.0,
+            lateness_samples=200, durable_timers=1000, durable_rounds=1, network_connections=200, network_seconds=2.0,
             aio_handles=20_000, aio_timeout_ops=5000, echo_connections=(1000,), echo_seconds=1.0, echo_repeats=1,
             http_seconds=2.0, http_repeats=1,
         )

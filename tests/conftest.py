@@ -183,6 +183,24 @@ def durable_store(request, tmp_path):
 
 
 @pytest.fixture
+def schema_url():
+    """A fresh schema on the PostgreSQL test server, and a URL whose sessions use it (dropped afterwards):
+    for tests whose processes open the store by URL."""
+    if not _PG_DSN:
+        pytest.skip("set TIMERWHEEL_C_TEST_PG_DSN=postgresql://... to test PostgresStore")
+    import psycopg
+    from urllib.parse import quote
+
+    schema = f"fleet_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(_PG_DSN, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    sep = "&" if "?" in _PG_DSN else "?"
+    yield f"{_PG_DSN}{sep}options={quote(f'-csearch_path={schema}')}"
+    with psycopg.connect(_PG_DSN, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.fixture
 def store(tmp_path):
     """A SQLiteStore in a file of the test's ``tmp_path``, closed at teardown. A module whose tests
     hold for every backend overrides it with its own ``store`` fixture returning ``durable_store``."""

@@ -13,9 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from pathlib import Path
-from urllib.parse import quote
 
 import pytest
 
@@ -38,20 +36,6 @@ TAKEOVER_S = 10.0
 LIVENESS_S = 60.0
 _OWNS = re.compile(r"owns (\d+) of (\d+) partitions \((\d+) runners\): \[(.*)\]")
 
-
-
-@pytest.fixture
-def schema_url():
-    """A fresh schema on the test server, and a URL whose sessions use it (dropped afterwards)."""
-    import psycopg
-
-    schema = f"fleet_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(PG_DSN, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    sep = "&" if "?" in PG_DSN else "?"
-    yield f"{PG_DSN}{sep}options={quote(f'-csearch_path={schema}')}"
-    with psycopg.connect(PG_DSN, autocommit=True) as conn:
-        conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
 class Runner:

@@ -15,7 +15,8 @@ import sys
 from . import IMPLEMENTATION, __version__
 
 # subcommand -> the module whose add_parser registers it
-_COMMANDS = {"run": "timerwheel_c.durable.service.cli", "schedules": "timerwheel_c.durable.service.schedules_cli"}
+_COMMANDS = {"run": "timerwheel_c.durable.service.cli", "schedules": "timerwheel_c.durable.service.schedules_cli",
+             "timers": "timerwheel_c.durable.service.timers_cli", "fleet": "timerwheel_c.durable.service.fleet_cli"}
 
 
 def main(argv: list[str] | None = None) -> int:

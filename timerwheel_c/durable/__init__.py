@@ -19,7 +19,9 @@ The package reads bottom-up in three layers, each importing only the ones below 
 - :mod:`.timers`: the timer-row key encoding and :class:`TimerKind`, handlers and their
   :class:`TimerRegistry`, :func:`run_due` and its phases (the claim phase in :mod:`.timers.claim`),
   timers by name (:func:`schedule`, :func:`cancel`, :func:`reschedule`, :func:`requeue`,
-  :func:`get_timer`, :func:`list_timers`), parking after a handler's ``max_attempts``, recurring schedules (:func:`add_schedule` with :class:`Every` or
+  :func:`get_timer`, :func:`list_timers`; the writers also in the caller's own transaction, ``conn=``,
+  whose contract :mod:`.storage.joined` gives), parking after a handler's ``max_attempts``, recurring
+  schedules (:func:`add_schedule` with :class:`Every` or
   :class:`Cron`, :mod:`.timers.schedules`) and durable sleep (:class:`DurableContext`).
 - :mod:`.service`: :class:`DurableTimerService` (the loop, composing the claim passes, an
   executor and a committer), partition ownership in a fleet, and ``timerwheel-c run``.

@@ -18,6 +18,12 @@ rates (a round trip's cost is the database's, not the thread hop's: see the benc
 ``durable_aio`` figures). One thread per store also keeps a store's single connection used by
 one thread at a time, as the stores expect. This is the approach of asyncio's own
 ``loop.run_in_executor`` / ``asyncio.to_thread`` for blocking libraries.
+
+With ``conn=``, ``schedule``, ``cancel`` and ``reschedule`` write in the caller's own transaction
+instead, as the sync functions do (:mod:`timerwheel_c.durable.storage.joined` gives the contract):
+on a psycopg ``AsyncConnection`` each statement is awaited on the caller's connection, on the loop,
+with no thread, since the transaction, its error handling and its commit are the caller's; a
+``sqlite3.Connection`` is used synchronously on the loop's thread, the one it belongs to.
 """
 from __future__ import annotations
 
@@ -28,8 +34,10 @@ import threading
 import weakref
 from typing import Callable, Optional, TypeVar
 
+from .storage.joined import ajoined
 from .storage.store import Store, check_store
 from .timers import schedules, writer
+from .timers.steps import Steps, arun_steps
 from .timers.triggers import Trigger
 
 __all__ = ["add_schedule", "cancel", "get_timer", "requeue", "reschedule", "schedule"]
@@ -56,23 +64,47 @@ async def _off_loop(fn: Callable[..., T], store: Store, *args, **kwargs) -> T:
     return await loop.run_in_executor(_executor(store), functools.partial(fn, store, *args, **kwargs))
 
 
+async def _joined(store: Store, partition: str, steps: Steps[T], conn) -> T:
+    """Run a writer's ``steps`` through the caller's connection ``conn`` inside its open transaction,
+    as :func:`timerwheel_c.durable.timers.writer.write` does: a ``psycopg.AsyncConnection`` for a
+    ``PostgresStore``, every statement awaited on it on this loop (no thread); or a
+    ``sqlite3.Connection`` for a :class:`SQLiteStore`, run synchronously on this loop's thread, since
+    a sqlite3 connection belongs to the thread that opened it (it blocks the loop for the write, and
+    for up to the connection's busy timeout while another connection holds the file's write lock).
+    The contract (what ``conn`` must be, commit and rollback, locks, wake-ups) is
+    :mod:`timerwheel_c.durable.storage.joined`'s."""
+    async with ajoined(store, conn, partition) as tx:
+        return await arun_steps(steps, tx.get, tx.apply)
+
+
 async def schedule(store: Store, partition: str, due_at_ms, kind, reference: bytes, value: bytes = b"", *,
-                   if_exists: str = "replace") -> bytes:
+                   if_exists: str = "replace", conn=None) -> bytes:
     """Await :func:`timerwheel_c.durable.schedule` (same arguments, return value and exceptions)
-    on the store's writer thread. Returns the pending timer row's key (bytes)."""
-    return await _off_loop(writer.schedule, store, partition, due_at_ms, kind, reference, value, if_exists=if_exists)
+    on the store's writer thread, or with ``conn`` on the caller's connection inside its open
+    transaction (see :func:`_joined`). Returns the pending timer row's key (bytes)."""
+    if conn is None:
+        return await _off_loop(writer.schedule, store, partition, due_at_ms, kind, reference, value,
+                               if_exists=if_exists)
+    return await _joined(store, partition, writer.schedule_steps(store, partition, due_at_ms, kind, reference, value,
+                                                                 if_exists), conn)
 
 
-async def cancel(store: Store, partition: str, kind, reference: bytes) -> bool:
+async def cancel(store: Store, partition: str, kind, reference: bytes, *, conn=None) -> bool:
     """Await :func:`timerwheel_c.durable.cancel` (same arguments, return value and exceptions) on
-    the store's writer thread. True if this call removed the timer."""
-    return await _off_loop(writer.cancel, store, partition, kind, reference)
+    the store's writer thread, or with ``conn`` on the caller's connection inside its open
+    transaction (see :func:`_joined`). True if this call removed the timer."""
+    if conn is None:
+        return await _off_loop(writer.cancel, store, partition, kind, reference)
+    return await _joined(store, partition, writer.cancel_steps(store, partition, kind, reference), conn)
 
 
-async def reschedule(store: Store, partition: str, kind, reference: bytes, due_at_ms) -> bool:
+async def reschedule(store: Store, partition: str, kind, reference: bytes, due_at_ms, *, conn=None) -> bool:
     """Await :func:`timerwheel_c.durable.reschedule` (same arguments, return value and exceptions)
-    on the store's writer thread. True if this call moved the pending timer."""
-    return await _off_loop(writer.reschedule, store, partition, kind, reference, due_at_ms)
+    on the store's writer thread, or with ``conn`` on the caller's connection inside its open
+    transaction (see :func:`_joined`). True if this call moved the pending timer."""
+    if conn is None:
+        return await _off_loop(writer.reschedule, store, partition, kind, reference, due_at_ms)
+    return await _joined(store, partition, writer.reschedule_steps(store, partition, kind, reference, due_at_ms), conn)
 
 
 async def requeue(store: Store, partition: str, kind, reference: bytes, due_at=None) -> bool:

@@ -83,6 +83,14 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
+class OneLineErrors(argparse.ArgumentParser):
+    """An argparse parser whose usage errors are one line on stderr (``PROG: MESSAGE``), exit 2, so
+    that every bad argument of a command reads alike; ``--help`` still gives the usage."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {message}\n")
+
+
 def store_url(given: Optional[str], command: str) -> str:
     """``given`` (``--store``), else ``$TIMERWHEEL_C_STORE``.
 
@@ -144,26 +152,36 @@ def load_registry(spec: str) -> TimerRegistry:
     return obj
 
 
-def open_or_say(command: str, url: Optional[str]):
+def open_or_say(command: str, url: Optional[str], *, existing: bool = False):
     """The store of ``url`` (None: ``$TIMERWHEEL_C_STORE``), or None after one line on stderr
     (``timerwheel-c COMMAND: ...``, the password masked) naming why it cannot be opened: no URL,
-    a bad URL, a missing driver, a store error."""
+    a bad URL, a missing driver, a store error, or with ``existing`` (commands that only read or
+    change what is there) a SQLite file that does not exist, rather than creating an empty one."""
     from ..storage.errors import StoreError
-    from ..storage.open import open_store
+    from ..storage.open import SQLITE_PREFIX, open_store
 
     try:
         url = store_url(url, command)
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return None
+    path = url[len(SQLITE_PREFIX):] if url.startswith(SQLITE_PREFIX) else None
+    if existing and path and path != ":memory:" and not os.path.exists(path):
+        print(f"timerwheel-c {command}: no SQLite store at {path!r} (this command never creates one)", file=sys.stderr)
+        return None
     try:
         return open_store(url)
     except (ValueError, ImportError) as exc:
         print(f"timerwheel-c {command}: {redact(str(exc), url)}", file=sys.stderr)
     except StoreError as exc:
-        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        print(f"timerwheel-c {command}: cannot open store {redact(url)!r}: {redact(first_line, url)}", file=sys.stderr)
+        print(f"timerwheel-c {command}: cannot open store {redact(url)!r}: {first_line(exc, url)}", file=sys.stderr)
     return None
+
+
+def first_line(exc: BaseException, url: Optional[str]) -> str:
+    """The first line of ``exc``'s message (its type's name when empty), the password of ``url``
+    masked: what a command prints of a store error (a driver's message may run to several lines)."""
+    return redact((str(exc).strip().splitlines() or [type(exc).__name__])[0], url)
 
 
 def run(args) -> int:

@@ -26,9 +26,13 @@ import bisect
 import threading
 from collections import Counter
 from dataclasses import dataclass
-from typing import Mapping, Tuple
+from typing import Mapping, Optional, Tuple
 
-__all__ = ["BACKLOG_CAP", "BACKLOG_EVERY_S", "LATENESS_BUCKETS_S", "LatenessHistogram", "MetricsSnapshot", "Recorder"]
+from ..storage.store import Store
+from ..timers import keys
+
+__all__ = ["BACKLOG_CAP", "BACKLOG_EVERY_S", "LATENESS_BUCKETS_S", "LatenessHistogram", "MetricsSnapshot", "Recorder",
+           "due_backlog"]
 
 # Seconds: from a healthy runner's few ms to the minutes of a stalled one (the upper bounds of
 # Prometheus' cumulative buckets; +Inf is implied).
@@ -36,6 +40,31 @@ LATENESS_BUCKETS_S: Tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.
                                          300.0)
 BACKLOG_CAP = 1_000  # due rows counted per partition at most: a scrape costs the store one page-sized scan each
 BACKLOG_EVERY_S = 1.0  # the backlog is counted at most this often (s): scrapes closer together reuse it
+
+
+def due_backlog(store: Store, partition: str, now_ms: int) -> Tuple[int, Optional[int]]:
+    """``(rows of partition due at now_ms, counted up to BACKLOG_CAP; the earliest one's due time)``:
+    due times are Unix epoch ms, a retrying row's the time of its next attempt, None when nothing is due.
+    Costs one page-sized scan of the due range, since rows are kept in due order.
+
+    Raises:
+        StoreError: the store failed.
+    """
+    start, end = keys.due_range(now_ms)
+    n, after, oldest_ms = 0, None, None
+    while n < BACKLOG_CAP:
+        page = store.scan(partition, start, end, after, BACKLOG_CAP - n)
+        for key, _ in page.entries:
+            if oldest_ms is None:
+                try:
+                    oldest_ms = keys.parse(key).due_at_ms
+                except keys.MalformedKey:  # quarantined once a runner reaches it; the next row tells
+                    pass
+        n += len(page.entries)
+        if page.next is None:
+            break
+        after = page.next
+    return n, oldest_ms
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,14 @@ once by :meth:`PartitionOwnership.taken_over`, and the service then releases the
 runner had claimed for their first attempt (:func:`~timerwheel_c.durable.timers.claim.release_claims`),
 so they fire again at once rather than after their 5 s backoff, still guarded on each row.
 
+Who is who, for an operator (:func:`runners`, ``timerwheel-c fleet status``): the lock connection
+also holds one shared advisory lock per kind of its registry, in a namespace of the schema and
+table alone, and names itself in ``application_name`` (``timerwheel_c runner on HOST pid N``, as
+``pg_stat_activity`` shows it). Any session can so list the live runners of a table, their kinds
+and the partitions each owns from ``pg_locks``, without joining a group. A registry of k kinds
+so takes k more entries of the server's lock table (``max_locks_per_transaction`` x
+``max_connections`` entries in all, 6,400 by default).
+
 A runner that is alive but stuck (a handler that never returns) keeps its connection and so
 its partitions: ownership follows the connection, not progress. Supervise runners (a
 process manager's watchdog) if handlers can hang.
@@ -61,8 +69,11 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import os
+import socket
 import threading
 import time
+from dataclasses import dataclass
 from typing import Optional
 
 import psycopg
@@ -71,7 +82,7 @@ from ..storage.errors import StoreError, wrap_exceptions
 from ..storage.postgres import PostgresStore
 from ..storage.store import Ownership, check_partition, check_store
 
-__all__ = ["PartitionOwnership", "holders"]
+__all__ = ["PartitionOwnership", "RunnerInfo", "holders", "runners"]
 
 log = logging.getLogger("timerwheel_c.durable")
 
@@ -87,6 +98,20 @@ WHERE locktype = 'advisory' AND granted AND objsubid = 2
 """
 
 
+# Every advisory lock of this database held by a session that holds one in the kinds namespace
+# (%s: that namespace), with what pg_stat_activity says of the session (NULL columns where the
+# reading role may not see them).
+_RUNNER_LOCKS = """
+SELECT l.pid, l.classid::int8, l.objid::int8, a.application_name, host(a.client_addr),
+       (extract(epoch FROM a.backend_start) * 1000)::int8
+FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND l.pid IN (SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 2
+                AND classid = %s::int8::oid)
+"""
+
+
 def _int31(*parts: str) -> int:
     digest = hashlib.blake2b("\0".join(parts).encode(), digest_size=4).digest()
     return int.from_bytes(digest, "big") & 0x7FFFFFFF
@@ -97,13 +122,22 @@ def _int32(name: str) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
-def _namespaces(conn: psycopg.Connection, table: str, group: str) -> tuple:
-    """The (members, owners) advisory-lock namespaces of a group: int4 keys unique to the
-    schema, the table and the partitions asked for."""
+def _where(conn: psycopg.Connection, table: str) -> str:
+    """``schema.table`` of ``table`` as ``conn`` resolves it: what makes the lock namespaces of one store unique."""
     row = conn.execute("SELECT current_schema()").fetchone()
     assert row is not None
-    where = f"{row[0]}.{table}"
+    return f"{row[0]}.{table}"
+
+
+def _namespaces(where: str, group: str) -> tuple:
+    """The (members, owners) advisory-lock namespaces of a group: int4 keys unique to the
+    schema and table (``where``) and the partitions and kinds asked for (``group``)."""
     return _int31(where, "members", group), _int31(where, "owners", group)
+
+
+def _kinds_namespace(where: str) -> int:
+    """The advisory-lock namespace of the kinds of every runner of the store ``where``, whatever its group."""
+    return _int31(where, "kinds")
 
 
 def _units(partitions: list) -> dict:
@@ -138,13 +172,67 @@ def holders(store: PostgresStore, partitions: Optional[list] = None, conn: Optio
     own = conn is None
     conn = store.new_connection() if conn is None else conn
     try:
-        members_ns, owners_ns = _namespaces(conn, store.table, _group(names, kinds))
+        members_ns, owners_ns = _namespaces(_where(conn, store.table), _group(names, kinds))
         rows = conn.execute(_HOLDERS, (members_ns, owners_ns)).fetchall()
     finally:
         if own:
             conn.close()
     units = _units(wanted)
     return {p: pid for classid, objid, pid in rows if classid == owners_ns for p in units.get(objid, ())}
+
+
+@dataclass(frozen=True)
+class RunnerInfo:
+    """A live fleet runner of a store, as :func:`runners` reads it from ``pg_locks``.
+
+    ``backend_pid``: the PostgreSQL backend of its lock connection (``pg_stat_activity.pid``, not
+    the runner's OS process id). ``kinds``: the sorted timer kinds (ints) of its registry.
+    ``partitions``: the sorted partitions it owns now. ``application_name``: what the runner calls
+    itself (``timerwheel_c runner on HOST pid N``, its OS process id; None where the reading role may not see it).
+    ``client_addr``: its address as the server sees it (None over a Unix socket or where hidden).
+    ``since_ms``: when its lock connection opened (Unix epoch ms; None where hidden).
+    """
+
+    backend_pid: int
+    kinds: tuple
+    partitions: tuple
+    application_name: Optional[str]
+    client_addr: Optional[str]
+    since_ms: Optional[int]
+
+
+def runners(store: PostgresStore, conn: Optional[psycopg.Connection] = None) -> list:
+    """The live fleet runners of ``store`` (its schema and table) right now, as :class:`RunnerInfo`s
+    sorted by backend pid: every runner whose lock connection is open, whichever group it is in.
+    Runners pinned to partitions without a fleet (``fleet=False``, ``timerwheel-c run --partition``)
+    take no locks and are not listed. ``conn``: a connection to reuse, else one is opened and closed.
+
+    Raises:
+        StoreError: the server cannot be reached or refused the query.
+    """
+    check_store(store, kind=PostgresStore)
+    own = conn is None
+    conn = store.new_connection() if conn is None else conn
+    try:
+        with wrap_exceptions(psycopg.Error, store._error):
+            kinds_ns = _kinds_namespace(_where(conn, store.table))
+            rows = conn.execute(_RUNNER_LOCKS, (kinds_ns,)).fetchall()
+        units = _units(store.partitions())
+    finally:
+        if own:
+            conn.close()
+    info: dict = {}  # pid -> (application_name, client_addr, since_ms)
+    kinds: dict = {}  # pid -> kinds
+    locks: dict = {}  # pid -> [(classid, objid)] of its other locks
+    for pid, classid, objid, name, addr, since_ms in rows:
+        info[pid] = (name, addr, since_ms)
+        if classid == kinds_ns:
+            kinds.setdefault(pid, []).append(objid)
+        elif objid != pid:  # (members namespace, backend pid) is the membership lock; the rest own partitions
+            locks.setdefault(pid, []).append(objid)
+    return [RunnerInfo(pid, tuple(sorted(kinds[pid])), tuple(sorted(p for k in locks.get(pid, ()) for p in units.get(k, ()))),
+                       *info[pid])
+            for pid in sorted(kinds)]
 
 
 class PartitionOwnership(Ownership):
@@ -179,6 +267,7 @@ class PartitionOwnership(Ownership):
         self.partitions = None if partitions is None else sorted({check_partition(p) for p in partitions})
         self.check_interval_s = float(check_interval_s)
         self._group = _group(self.partitions, kinds)
+        self._kinds = [] if kinds is None else sorted({int(k) for k in kinds})
         # Set on connecting: the lock namespaces include the schema the table lives in.
         self._member_ns = self._owner_ns = 0
         self._lock = threading.Lock()
@@ -248,8 +337,14 @@ class PartitionOwnership(Ownership):
                 row = conn.execute("SELECT pg_backend_pid()").fetchone()
                 assert row is not None
                 self._pid = row[0]
-                self._member_ns, self._owner_ns = _namespaces(conn, self.store.table, self._group)
+                where = _where(conn, self.store.table)
+                self._member_ns, self._owner_ns = _namespaces(where, self._group)
                 conn.execute("SELECT pg_advisory_lock(%s, %s)", (self._member_ns, self._pid))
+                # For runners(): shared, so that every runner with a kind holds that kind's lock.
+                conn.execute("SELECT pg_advisory_lock_shared(%s, k) FROM unnest(%s::int4[]) AS k",
+                             (_kinds_namespace(where), self._kinds))
+                conn.execute("SELECT set_config('application_name', %s, false)",
+                             (f"timerwheel_c runner on {socket.gethostname()} pid {os.getpid()}"[:63],))
             except BaseException:
                 conn.close()
                 raise

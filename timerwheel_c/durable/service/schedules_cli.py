@@ -27,7 +27,9 @@ from ..timers.schedules import (add_schedule, list_schedules, pause_schedule, re
 from ..timers.keys import TimerKind
 from ..timers.triggers import MISFIRE_POLICIES, Cron, Every, Trigger, check_misfire
 from .cli import open_or_say
+from .cli_text import table
 
+_COLUMNS = ["partition", "name", "trigger", "kind", "next_fire", "paused", "misfire"]
 _CHANGES = {"remove": remove_schedule, "pause": pause_schedule, "resume": resume_schedule}
 
 
@@ -78,13 +80,6 @@ def _row(info) -> dict:
             "paused": info.paused, "last_fired_ms": info.last_fired_ms, "misfire": info.misfire}
 
 
-def _table(rows: list) -> str:
-    columns = ["partition", "name", "trigger", "kind", "next_fire", "paused", "misfire"]
-    cells = [[c.upper().replace("_", " ") for c in columns]] + [[str(r[c]) for c in columns] for r in rows]
-    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in cells)
-
-
 def main(args) -> int:
     """Run one ``schedules`` action; 0 on success, 2 on a bad argument (one line on stderr)."""
     command = f"schedules {args.action}"
@@ -107,7 +102,7 @@ def main(args) -> int:
     try:
         if args.action == "list":
             rows = [_row(i) for i in list_schedules(store, args.partition)]
-            print(json.dumps(rows, indent=2) if args.json else _table(rows))
+            print(json.dumps(rows, indent=2) if args.json else table(rows, _COLUMNS))
         elif args.action == "add":
             info = add_schedule(store, args.partition, args.name, trigger, args.kind, args.value.encode(),
                                 misfire=args.misfire, misfire_grace_s=args.grace, catchup_window_s=args.catchup)

@@ -49,7 +49,7 @@ from ..timers.runner import PAGE, Attempt, RunReport, TickBudget, settle
 from .activity import Activity
 from .committer import ERROR_BACKOFF_S, Committer, backoff_s
 from .executor import SHARE_S, Executor
-from .metrics import BACKLOG_CAP, BACKLOG_EVERY_S, MetricsSnapshot, Recorder
+from .metrics import BACKLOG_EVERY_S, MetricsSnapshot, Recorder, due_backlog
 from .passes import Passes
 from .pool import DaemonPool
 from .records import Job, Outcome
@@ -621,15 +621,5 @@ class DurableTimerService:
 
     def _backlog(self) -> dict:
         """On the store thread: due rows per served partition, each counted up to BACKLOG_CAP."""
-        start, end = keys.due_range(self._wall_ms())
-        counts = {}
-        for partition in self._served():
-            n, after = 0, None
-            while n < BACKLOG_CAP:
-                page = self.store.scan(partition, start, end, after, BACKLOG_CAP - n)
-                n += len(page.entries)
-                if page.next is None:
-                    break
-                after = page.next
-            counts[partition] = n
-        return counts
+        now_ms = self._wall_ms()
+        return {partition: due_backlog(self.store, partition, now_ms)[0] for partition in self._served()}

@@ -10,9 +10,9 @@ from __future__ import annotations
 from .redact import redact
 from .store import Store
 
-__all__ = ["open_store"]
+__all__ = ["SQLITE_PREFIX", "open_store"]
 
-_SQLITE = "sqlite:///"
+SQLITE_PREFIX = "sqlite:///"
 
 
 def open_store(url: str) -> Store:
@@ -27,8 +27,8 @@ def open_store(url: str) -> Store:
     """
     if not isinstance(url, str):
         raise TypeError(f"store URL must be a str, got {type(url).__name__}")
-    if url.startswith(_SQLITE):
-        path = url[len(_SQLITE):]
+    if url.startswith(SQLITE_PREFIX):
+        path = url[len(SQLITE_PREFIX):]
         if not path:
             raise ValueError(f"store URL {redact(url)!r} has no path (use sqlite:///relative.db or sqlite:////abs/path.db)")
         from .sqlite import SQLiteStore

@@ -66,7 +66,7 @@ from .store import (Absent, Batch, Committed, Page, PreconditionFailed, Refused,
                     Store, consumed_write, schema_version_of)
 from .watch import Watcher
 
-__all__ = ["SCHEMA_VERSION", "PostgresStore", "lock_key"]
+__all__ = ["SCHEMA_VERSION", "PostgresStore", "apply_results", "lock_key"]
 
 _TABLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,51}$")  # room for the "_apply_many" suffix
 # The versions (sql/postgres/NNNN_*.sql bring a database to version NNNN):
@@ -292,6 +292,21 @@ class PostgresStore(Store):
             return self._apply_in_one_transaction(partition, batches, protect=True)
 
     def _apply_in_one_transaction(self, partition: str, batches: list, protect: bool) -> list:
+        query, args = self.apply_call(partition, batches, protect)
+        with self._lock, self._wrap:
+            failed, refused = self._connection().execute(query, args).fetchall()[0]
+        return apply_results(failed, refused)
+
+    def query(self, name: str) -> sql.Composed:
+        """The statement ``name`` of ``sql/postgres/queries.sql`` on this store's table, for running on
+        any psycopg connection to its database, sync or async (a caller's: :mod:`.joined`)."""
+        return self._sql[name]
+
+    def apply_call(self, partition: str, batches: list, protect: bool) -> tuple:
+        """``(statement, parameters)`` of one ``<table>_apply_many`` call applying ``batches`` (checked
+        Batch objects) to ``partition``; :func:`apply_results` reads its one row. The store's own
+        ``apply`` runs it on its connection, a write in a caller's transaction (:mod:`.joined`) on
+        theirs, so both take the same lock and judge the guards the same way."""
         wk: list  # (mypy infers no element type for it from the unpacking below)
         g_end, gk, gv, absent, w_end, wk, wv, consume = [], [], [], [], [], [], [], []
         for batch in batches:
@@ -308,10 +323,7 @@ class PostgresStore(Store):
             g_end.append(len(gk))
             w_end.append(len(wk))
         args = (partition, lock_key(self.table, partition), g_end, gk, gv, absent, w_end, wk, wv, consume, protect)
-        with self._lock, self._wrap:
-            failed, refused = self._connection().execute(self._sql["apply_many"], args).fetchall()[0]
-        return [Refused(_refusal(why)) if why is not None else Committed() if f is None else PreconditionFailed(bytes(f))
-                for f, why in zip(failed, refused)]
+        return self._sql["apply_many"], args
 
     def _apply_across(self, items: list) -> list:
         sets = _independent_sets(items)
@@ -428,6 +440,13 @@ def _independent_sets(items: list) -> Optional[_Sets]:
                 sets.u_k.append(k)
                 sets.u_v.append(v)
     return sets
+
+
+def apply_results(failed: list, refused: list) -> list:
+    """The per-batch results (:class:`Committed`, :class:`PreconditionFailed`, :class:`Refused`) of
+    the row ``(failed, refused)`` that a call of :meth:`PostgresStore.apply_call` returned."""
+    return [Refused(_refusal(why)) if why is not None else Committed() if f is None else PreconditionFailed(bytes(f))
+            for f, why in zip(failed, refused)]
 
 
 def _refusal(why: str) -> StoreError:

@@ -51,7 +51,7 @@ from .store import (Absent, Batch, Committed, Page, PreconditionFailed, Refused,
 from .upgrades import derived_rows
 from .watch import PollingWatcher, Watcher
 
-__all__ = ["SCHEMA_VERSION", "SQLiteStore"]
+__all__ = ["SCHEMA_VERSION", "SQLiteStore", "apply_batch", "read_value"]
 
 log = logging.getLogger("timerwheel_c.durable")
 
@@ -273,8 +273,7 @@ class SQLiteStore(Store):
 
     def _get(self, partition: str, key: bytes) -> Optional[bytes]:
         with self._lock, self._wrap:
-            row = self._db.execute(_QUERIES["get"], (partition, key)).fetchone()
-        return None if row is None else bytes(row[0])
+            return read_value(self._db, partition, key)
 
     def _apply(self, partition: str, batch: Batch) -> Union[Committed, PreconditionFailed]:
         return self._apply_in_one_transaction([(partition, batch)], nested=False)[0]
@@ -298,7 +297,7 @@ class SQLiteStore(Store):
                     if nested:
                         db.execute("SAVEPOINT batch")
                     try:
-                        failed = self._apply_one(partition, batch)
+                        failed = apply_batch(db, partition, batch)
                     except sqlite3.Error as exc:
                         error = self._error(exc)
                         if not nested or isinstance(error, TransientStoreError):
@@ -364,30 +363,6 @@ class SQLiteStore(Store):
         return PollingWatcher(changed, callback, self.watch_interval_s, name="sqlite-watcher")
 
 
-    def _apply_one(self, partition: str, batch: Batch) -> Optional[bytes]:
-        """Check ``batch``'s guards and write it inside the open transaction; return the key of
-        the first failed guard (the caller rolls back), or None once written. The last guard may
-        be checked by its own delete (:func:`~.store.consumed_write`, the rule every backend follows)."""
-        db = self._db
-        consumed = consumed_write(batch)
-        for guard in batch.guards[:-1] if consumed >= 0 else batch.guards:
-            row = db.execute(_QUERIES["get"], (partition, guard.key)).fetchone()
-            held = row is None if isinstance(guard, Absent) else row is not None and row[0] == guard.value
-            if not held:
-                return guard.key
-        if consumed >= 0:
-            last = batch.guards[-1]
-            if db.execute(_QUERIES["delete_if"], (partition, last.key, last.value)).rowcount != 1:
-                return last.key
-        for i, (key, value) in enumerate(batch.writes):
-            if i == consumed:
-                continue
-            if value is None:
-                db.execute(_QUERIES["delete"], (partition, key))
-            else:
-                db.execute(_QUERIES["put"], (partition, key, value))
-        return None
-
     def _partitions(self) -> list:
         with self._lock, self._wrap:
             rows = self._db.execute(_QUERIES["partitions"]).fetchall()
@@ -400,3 +375,36 @@ class SQLiteStore(Store):
             self._checkpointer = None
         with self._lock:
             self._db.close()
+
+
+def read_value(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, key: bytes) -> Optional[bytes]:
+    """The value at ``key`` read on ``db`` (the store's connection, or a cursor of a caller's
+    connection inside its own transaction: :mod:`.joined`), or None."""
+    row = db.execute(_QUERIES["get"], (partition, key)).fetchone()
+    return None if row is None else bytes(row[0])
+
+
+def apply_batch(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, batch: Batch) -> Optional[bytes]:
+    """Check ``batch``'s guards and write it inside ``db``'s open transaction; return the key of
+    the first failed guard (nothing written: the guards are all judged before the first write), or
+    None once written. The last guard may be checked by its own delete
+    (:func:`~.store.consumed_write`, the rule every backend follows). The store's own
+    :meth:`SQLiteStore.apply` and a write through a caller's connection (:mod:`.joined`) share it."""
+    consumed = consumed_write(batch)
+    for guard in batch.guards[:-1] if consumed >= 0 else batch.guards:
+        value = read_value(db, partition, guard.key)
+        held = value is None if isinstance(guard, Absent) else value == guard.value
+        if not held:
+            return guard.key
+    if consumed >= 0:
+        last = batch.guards[-1]
+        if db.execute(_QUERIES["delete_if"], (partition, last.key, last.value)).rowcount != 1:
+            return last.key
+    for i, (key, value) in enumerate(batch.writes):
+        if i == consumed:
+            continue
+        if value is None:
+            db.execute(_QUERIES["delete"], (partition, key))
+        else:
+            db.execute(_QUERIES["put"], (partition, key, value))
+    return None

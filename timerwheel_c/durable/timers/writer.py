@@ -13,18 +13,29 @@ A web or API process that only *writes* timers needs neither a registry nor a ru
 writes the row, and the store's change signal (:meth:`Store.watch`) wakes every runner serving the
 partition, in this process or another. :class:`timerwheel_c.durable.service.DurableTimerService`
 wraps these, adding a check of the kind against its registry and an in-process wake-up.
+
+With ``conn=``, :func:`schedule`, :func:`cancel` and :func:`reschedule` write through the caller's
+own open connection instead, inside its transaction, so that a timer and the application's own rows
+commit together or not at all (River's ``InsertTx``, procrastinate's ``connection=``). Each writer is
+written once, as steps (:mod:`.steps`) that :func:`write` runs on either connection and that
+:mod:`timerwheel_c.durable.aio` awaits on a psycopg ``AsyncConnection``.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, TypeVar
 
 from . import keys, parking
 from .due import due_at_ms_of
+from .steps import APPLY, GET, Steps, run_steps
+from ..storage.joined import joined
 from ..storage.store import Absent, Batch, Committed, Equals, Store, check_bytes, check_partition, check_store
 
-__all__ = ["IF_EXISTS", "STATES", "PendingTimer", "TimerExists", "cancel", "get_timer", "list_timers", "requeue",
-           "reschedule", "schedule"]
+__all__ = ["IF_EXISTS", "STATES", "PendingTimer", "TimerExists", "cancel", "cancel_steps", "get_timer", "list_timers",
+           "requeue", "reschedule", "reschedule_steps", "schedule", "schedule_steps", "write"]
+
+T = TypeVar("T")
 
 IF_EXISTS = ("replace", "keep", "error")
 STATES = ("scheduled", "retrying", "parked")
@@ -88,10 +99,10 @@ def _timer_value(key: bytes, value: bytes) -> bytes:
     return keys.parked_parts(value)[1] if keys.is_parked_key(key) else value
 
 
-def _current(store: Store, partition: str, identity: bytes) -> tuple:
+def _current(identity: bytes) -> Steps[tuple]:
     """``(timer key or None, its value or None)``: where the identity row points, and that row."""
-    key = store.get(partition, identity)
-    return (key, None) if key is None else (key, store.get(partition, key))
+    key = yield GET, identity
+    return (key, None) if key is None else (key, (yield GET, key))
 
 
 def _checked_identity(store: Store, partition: str, kind, reference: bytes) -> bytes:
@@ -103,8 +114,28 @@ def _checked_identity(store: Store, partition: str, kind, reference: bytes) -> b
     return identity
 
 
+def write(store: Store, partition: str, steps: Steps[T], conn=None) -> T:
+    """Run a writer's ``steps`` (:mod:`.steps`) on ``partition``: on the store's own connection, each
+    apply its own transaction, or with ``conn`` through the caller's connection inside its open
+    transaction (:mod:`~timerwheel_c.durable.storage.joined`), committed only when the caller commits.
+
+    Raises:
+        TypeError / ValueError: ``conn`` cannot carry this store's writes (naming why).
+        Exception: whatever the steps or the store raise.
+    """
+    if conn is None:
+        keys.declare_signals(store)
+        return run_steps(steps, functools.partial(store.get, partition), functools.partial(store.apply, partition))
+    # No declare_signals here: until some process declares them every write signals (more wake-ups,
+    # none missed), runners declare them when they start, and declaring them may rebuild the
+    # trigger on the store's own connection, which waits for every lock on the table: one the
+    # caller's transaction may already hold.
+    with joined(store, conn, partition) as tx:
+        return run_steps(steps, tx.get, tx.apply)
+
+
 def schedule(store: Store, partition: str, due_at_ms, kind, reference: bytes, value: bytes = b"", *,
-             if_exists: str = "replace") -> bytes:
+             if_exists: str = "replace", conn=None) -> bytes:
     """Arm the timer named (``partition``, ``kind``, ``reference``) for ``due_at_ms`` with ``value``;
     return the key of the pending timer row (bytes).
 
@@ -116,6 +147,9 @@ def schedule(store: Store, partition: str, due_at_ms, kind, reference: bytes, va
     Temporal): the new timer is a new start. A timer whose handler is running is pending: replacing it arms the new one
     and the running attempt's outcome no longer commits.
 
+    With ``conn``, the timer exists if and only if the caller commits that connection's transaction
+    (River's ``InsertTx``, procrastinate's ``connection=``), and runners are woken on that commit.
+
     Args:
         store: the backend.
         partition: a non-empty str.
@@ -124,13 +158,26 @@ def schedule(store: Store, partition: str, due_at_ms, kind, reference: bytes, va
         kind: 1..255, an int or a :class:`TimerKind`.
         reference: opaque bytes naming the timer among those of its kind.
         value: bytes handed to the handler.
+        conn: None (the store's own connection, the write committed at once), or the caller's open
+            connection to the store's database, the write then part of its transaction: a
+            ``sqlite3.Connection`` for a :class:`SQLiteStore`, a ``psycopg.Connection`` for a
+            ``PostgresStore`` (what it must be: :mod:`timerwheel_c.durable.storage.joined`).
 
     Raises:
-        TimerExists: ``if_exists="error"`` and a timer of that name is pending.
+        TimerExists: ``if_exists="error"`` and a timer of that name is pending (with ``conn``, the
+            caller's transaction stays usable).
         TypeError / ValueError: a bad argument, naming it (a naive datetime, a kind out of
-            1..255, a non-bytes reference or value, an empty partition, an unknown ``if_exists``).
+            1..255, a non-bytes reference or value, an empty partition, an unknown ``if_exists``,
+            a ``conn`` that cannot carry the write).
         Exception: whatever the store raises.
     """
+    return write(store, partition, schedule_steps(store, partition, due_at_ms, kind, reference, value, if_exists),
+                 conn)
+
+
+def schedule_steps(store: Store, partition: str, due_at_ms, kind, reference: bytes, value: bytes,
+                   if_exists: str) -> Steps[bytes]:
+    """:func:`schedule`'s arguments checked (raising as it does), and its steps to :func:`write`."""
     check_store(store)
     key = keys.timer(due_at_ms_of(due_at_ms), kind, reference)
     identity = keys.identity(kind, reference)
@@ -138,9 +185,12 @@ def schedule(store: Store, partition: str, due_at_ms, kind, reference: bytes, va
     check_partition(partition)
     if if_exists not in IF_EXISTS:
         raise ValueError(f"if_exists must be one of {IF_EXISTS}, got {if_exists!r}")
-    keys.declare_signals(store)
+    return _schedule(partition, key, identity, value, if_exists)
+
+
+def _schedule(partition: str, key: bytes, identity: bytes, value: bytes, if_exists: str) -> Steps[bytes]:
     while True:
-        current, current_value = _current(store, partition, identity)
+        current, current_value = yield from _current(identity)
         if current_value is not None and if_exists != "replace" and not keys.is_parked_key(current):
             if if_exists == "keep":
                 return current
@@ -150,39 +200,53 @@ def schedule(store: Store, partition: str, due_at_ms, kind, reference: bytes, va
             batch.require(Absent(identity))
         else:
             batch.require(Equals(identity, current)).delete(current)
-        if isinstance(store.apply(partition, batch.put(key, value).put(identity, key)), Committed):
+        if isinstance((yield APPLY, batch.put(key, value).put(identity, key)), Committed):
             return key
 
 
-def cancel(store: Store, partition: str, kind, reference: bytes) -> bool:
+def cancel(store: Store, partition: str, kind, reference: bytes, *, conn=None) -> bool:
     """Remove the pending timer named (``partition``, ``kind``, ``reference``), scheduled, retrying or
     parked; True if this call removed one. A timer cancelled while its handler runs does not fire again (its
     running attempt's outcome may still commit, if it commits first).
 
+    Args:
+        conn: None, or the caller's connection, as in :func:`schedule`.
+
     Raises:
         TypeError / ValueError: a bad argument, naming it.
         Exception: whatever the store raises.
     """
-    identity = _checked_identity(store, partition, kind, reference)
+    return write(store, partition, cancel_steps(store, partition, kind, reference), conn)
+
+
+def cancel_steps(store: Store, partition: str, kind, reference: bytes) -> Steps[bool]:
+    """:func:`cancel`'s arguments checked (raising as it does), and its steps to :func:`write`."""
+    return _cancel(_checked_identity(store, partition, kind, reference))
+
+
+def _cancel(identity: bytes) -> Steps[bool]:
     while True:
-        current, current_value = _current(store, partition, identity)
+        current, current_value = yield from _current(identity)
         if current is None:
             return False
         batch = Batch().require(Equals(identity, current)).delete(current).delete(identity)
-        if isinstance(store.apply(partition, batch), Committed):
+        if isinstance((yield APPLY, batch), Committed):
             return current_value is not None
 
 
-def reschedule(store: Store, partition: str, kind, reference: bytes, due_at_ms) -> bool:
+def reschedule(store: Store, partition: str, kind, reference: bytes, due_at_ms, *, conn=None) -> bool:
     """Move the pending timer named (``partition``, ``kind``, ``reference``) to ``due_at_ms`` (Unix
     epoch ms or an aware datetime), its value kept and its attempts started again (a parked timer
     is put back, as by :func:`requeue`); True if a timer was pending (and so moved), False if none was.
 
+    Args:
+        conn: None, or the caller's connection, as in :func:`schedule`.
+
     Raises:
         TypeError / ValueError: a bad argument, naming it.
         Exception: whatever the store raises.
     """
-    return _move(store, partition, kind, reference, due_at_ms)
+    return write(store, partition, reschedule_steps(store, partition, kind, reference, due_at_ms), conn)
 
 
 def requeue(store: Store, partition: str, kind, reference: bytes, due_at=None) -> bool:
@@ -200,24 +264,30 @@ def requeue(store: Store, partition: str, kind, reference: bytes, due_at=None) -
         TypeError / ValueError: a bad argument, naming it.
         Exception: whatever the store raises.
     """
-    return _move(store, partition, kind, reference, parking.wall_ms() if due_at is None else due_at)
+    due_at_ms = parking.wall_ms() if due_at is None else due_at
+    return write(store, partition, reschedule_steps(store, partition, kind, reference, due_at_ms))
 
 
-def _move(store: Store, partition: str, kind, reference: bytes, due_at_ms) -> bool:
-    """Move the timer of that name, wherever it is, to its scheduled row at ``due_at_ms``."""
+def reschedule_steps(store: Store, partition: str, kind, reference: bytes, due_at_ms) -> Steps[bool]:
+    """:func:`reschedule`'s (and :func:`requeue`'s) arguments checked (raising as they do), and the
+    steps to :func:`write` that move the timer of that name, wherever it is (a parked one too), to its
+    scheduled row at ``due_at_ms``."""
     check_store(store)
     key = keys.timer(due_at_ms_of(due_at_ms), kind, reference)
     identity = keys.identity(kind, reference)
     check_partition(partition)
-    keys.declare_signals(store)
+    return _reschedule(key, identity)
+
+
+def _reschedule(key: bytes, identity: bytes) -> Steps[bool]:
     while True:
-        current, current_value = _current(store, partition, identity)
+        current, current_value = yield from _current(identity)
         if current_value is None:
             return False
         if current == key:
             return True
         batch = Batch().require(Equals(identity, current)).require(Equals(current, current_value)).delete(current)
-        if isinstance(store.apply(partition, batch.put(key, _timer_value(current, current_value)).put(identity, key)),
+        if isinstance((yield APPLY, batch.put(key, _timer_value(current, current_value)).put(identity, key)),
                       Committed):
             return True
 
@@ -230,7 +300,8 @@ def get_timer(store: Store, partition: str, kind, reference: bytes) -> Optional[
         Exception: whatever the store raises.
     """
     identity = _checked_identity(store, partition, kind, reference)
-    current, current_value = _current(store, partition, identity)
+    current, current_value = run_steps(_current(identity), functools.partial(store.get, partition),
+                                       functools.partial(store.apply, partition))
     return None if current_value is None else PendingTimer.of_row(partition, current, current_value)
 
 

@@ -1,0 +1,143 @@
+"""The durable bench beside pgqueuer on the same PostgreSQL server: each pgqueuer run executes every
+item exactly once, both systems' figures carry the CPU split per fired timer into the JSON, pgqueuer
+leaves no schema behind, and without pgqueuer (or without a server) the durable section says in one
+line how to get the comparison. Nothing here asserts a speed: only shapes, counts and signs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+PG_DSN = os.environ.get("TIMERWHEEL_C_TEST_PG_DSN")
+BENCH_RUN = Path(__file__).resolve().parent.parent / "bench" / "run.py"
+CPU_FIELDS = {"runner_cpu_us_per_fired", "server_cpu_us_per_fired", "cpu_note"}
+needs_server = pytest.mark.skipif(not PG_DSN, reason="set TIMERWHEEL_C_TEST_PG_DSN=postgresql://... to compare on a server")
+
+
+def _needs_pgqueuer() -> None:
+    from bench import pgqueuer_peer
+
+    reason = pgqueuer_peer.missing()
+    if reason is not None:
+        pytest.skip(reason)
+
+
+def _pgqueuer_schemas() -> list:
+    import psycopg
+
+    with psycopg.connect(PG_DSN, autocommit=True) as conn:
+        return conn.execute("SELECT nspname FROM pg_namespace WHERE nspname LIKE %s",
+                            (f"timerwheel_bench_pgq_{os.getpid()}_%",)).fetchall()
+
+
+def _check_cpu(fig: dict) -> None:
+    """The server is on this machine (the test server is local): both CPU figures are numbers."""
+    assert CPU_FIELDS <= set(fig)
+    assert fig["cpu_note"] is None, fig["cpu_note"]
+    assert fig["runner_cpu_us_per_fired"] >= 0 and fig["server_cpu_us_per_fired"] >= 0
+
+
+@needs_server
+@pytest.mark.slow
+def test_pgqueuer_beside_the_fleet_runs_every_item_once_and_records_the_cpu_split():
+    """A tiny comparison (32 items, 1 process, pgqueuer at its default batch): the pgqueuer run
+    returns only if every job ran exactly once across its workers (it raises otherwise); our fleet's
+    and pgqueuer's figures both hold the CPU split, survive a JSON round trip, and give the ratio;
+    pgqueuer's schema is gone afterwards."""
+    _needs_pgqueuer()
+    from bench import peers
+
+    fleet, pgq = peers.run(PG_DSN, 32, 1, runner_counts=(1,), batch_sizes=(10,))
+    assert json.loads(json.dumps(pgq)) == pgq
+    assert set(pgq["results"]) == {"workers_1_batch_10"} and pgq["rounds"] == 1 and pgq["driver"] == "asyncpg"
+    result = pgq["results"]["workers_1_batch_10"]
+    assert result["timers"] == 32 and result["workers"] == 1 and result["batch_size"] == 10
+    assert result["fired_per_s"] > 0 and result["ours_over_pgqueuer"] > 0
+    assert len(result["fired_per_s_rounds"]) == 1
+    _check_cpu(result)
+    _check_cpu(fleet["runners_1"])
+    assert _pgqueuer_schemas() == []
+
+
+@needs_server
+@pytest.mark.slow
+def test_pgqueuer_with_several_workers_runs_each_item_once():
+    """Two workers at batch 10 share 200 items: the run checks each job id ran once across both
+    workers' reports, and says how many; no schema is left behind."""
+    _needs_pgqueuer()
+    from bench import pgqueuer_peer
+
+    result = pgqueuer_peer.run(PG_DSN, 200, 2, 10)
+    assert result["timers"] == 200 and result["workers"] == 2 and result["fired_per_s"] > 0
+    _check_cpu(result)
+    assert _pgqueuer_schemas() == []
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    ({"n_timers": 0, "workers": 1}, "n_timers"), ({"n_timers": 10, "workers": True}, "workers"),
+    ({"n_timers": 10, "workers": 1, "batch_size": 0}, "batch_size"),
+])
+def test_pgqueuer_run_refuses_bad_sizes_naming_them(kwargs, name):
+    """Sizes are checked before anything connects (the DSN points nowhere)."""
+    from bench import pgqueuer_peer
+
+    with pytest.raises(ValueError, match=name):
+        pgqueuer_peer.run("postgresql://postgres@127.0.0.1:1/x", **kwargs)
+
+
+@needs_server
+def test_cpu_meter_counts_the_runner_and_the_local_server():
+    """Over an interval in which this process (the "runner") burns CPU and the server answers
+    queries, the runner's figure is above zero, the server's is a number (the test server is local),
+    and no note is given."""
+    import psycopg
+
+    from bench.cpu_split import CpuMeter
+
+    with psycopg.connect(PG_DSN, autocommit=True) as conn:
+        meter = CpuMeter(conn)
+        meter.start([os.getpid()])
+        end = time.process_time() + 0.1
+        while time.process_time() < end:
+            conn.execute("SELECT 1")
+        figures = meter.stop(1)
+    _check_cpu(figures)
+    assert figures["runner_cpu_us_per_fired"] > 0
+
+
+def test_without_pgqueuer_the_comparison_says_how_to_get_it(tmp_path):
+    """With pgqueuer not importable, pgqueuer_peer.missing() names the extra and --pg-dsn, and the
+    durable table prints that as one line."""
+    (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['pgqueuer'] = None\n")
+    (tmp_path / "peers_without_pgqueuer.py").write_text(
+        "from bench import pgqueuer_peer, peers, tables\n"
+        "from bench.report import Reporter\n"
+        "tables.pgqueuer_table(Reporter(use_rich=False, show_progress=False), {},"
+        " peers.unavailable(pgqueuer_peer.missing()))\n")
+    out = subprocess.run([sys.executable, str(BENCH_RUN), "-m", "peers_without_pgqueuer"], cwd=tmp_path,
+                         env=dict(os.environ, PYTHONPATH=str(tmp_path)), capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert len(lines) == 1 and "not compared" in lines[0]
+    assert 'pip install ".[peers]"' in lines[0] and "--pg-dsn" in lines[0]
+
+
+def test_durable_run_without_a_server_says_how_to_get_the_comparison(monkeypatch, capsys, tmp_path):
+    """The bench's durable section without --pg-dsn (the measurement replaced; nothing timed) prints
+    one line naming the peers extra and --pg-dsn, and the JSON says the same."""
+    from bench import cli, durable
+
+    monkeypatch.setattr(durable, "run", lambda n_timers, dsn=None, progress=None: {
+        "sqlite": {"fired_per_s": 6000.0, "lateness_ms": [1.0]}})
+    monkeypatch.delenv("TIMERWHEEL_C_STORE", raising=False)
+    path = tmp_path / "figures.json"
+    assert cli.main(["--only", "durable", "--plain", "--no-progress", "--json", str(path)]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if "pgqueuer" in line]
+    assert len(lines) == 1 and 'pip install ".[peers]"' in lines[0] and "--pg-dsn" in lines[0]
+    assert "--pg-dsn" in json.loads(path.read_text())["workloads"]["durable"]["pgqueuer"]["missing"]

@@ -1,0 +1,274 @@
+"""``timerwheel-c timers``: see and steer the pending timers of a store.
+
+    timerwheel-c timers list     [--store URL] [--partition P] [--kind N] [--state S] [--limit N] [--json]
+    timerwheel-c timers show     [--store URL] --partition P --kind N (--reference R | --reference-hex HEX) [--json]
+    timerwheel-c timers cancel   [--store URL] --partition P --kind N (--reference R | --reference-hex HEX)
+    timerwheel-c timers requeue  [--store URL] --partition P --kind N (--reference R | --reference-hex HEX)
+                                 [--due-at ISO | --in SECONDS]
+    timerwheel-c timers fire-now [--store URL] --partition P --kind N (--reference R | --reference-hex HEX)
+
+A timer is named by its partition, its kind (a number 1..255: the store keeps numbers, not the
+names a registry gives them) and its reference: ``--reference`` as UTF-8 text, ``--reference-hex``
+for a binary one (``--reference-hex 00ff10``).
+
+States: ``scheduled`` (waiting for its due time), ``retrying`` (an attempt failed or runs now; its
+due time is that of its next attempt) and ``parked`` (its last allowed attempt failed: it stays,
+never retried, until an operator requeues or cancels it).
+
+``list`` prints the pending timers in the order they fire next, then the parked ones in the order
+they were parked, of every partition unless
+``--partition`` names one, at most ``--limit`` (default 100; a line on stderr says when more were
+left out). The table gives due times in this machine's zone and how far they are from now.
+``--json`` prints one JSON array instead: each timer an object with ``partition``, ``kind``,
+``reference`` (the text, or null when it is not printable UTF-8), ``reference_hex``, ``due_at``
+(ISO 8601, UTC), ``due_at_ms`` (Unix epoch ms; a parked timer's original due time), ``state``,
+``attempt``, ``last_error`` and ``parked_at``/``parked_at_ms`` (null unless parked) and
+``value_size`` (bytes). ``show`` prints one timer, all of it: with ``--json``, that object
+plus ``value`` (text or null) and ``value_hex``.
+
+``cancel`` removes the timer, whatever its state. ``requeue`` puts a parked or retrying timer
+back to scheduled with its attempts reset, due now, at ``--due-at`` (ISO 8601; without a zone,
+this machine's) or ``--in SECONDS`` from now; it leaves a scheduled timer as it is (exit 1):
+``fire-now`` is the command that moves a healthy timer. ``fire-now`` makes the timer due now
+with its attempts reset, whatever its state. A runner serving the partition fires it on its next
+pass (at once when the store signals the write).
+
+Exit status: 0 on success; 1, with one line on stderr, when no pending timer has that name (or
+``requeue`` finds it scheduled); 2, with one line on stderr naming the offending value, on a bad
+argument or a store that cannot be opened or read. None of these commands creates a SQLite file.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import heapq
+import json
+import math
+import sys
+import time
+
+from ..._helptext import terminal_text
+from ..storage.errors import StoreError
+from ..storage.redact import redact
+from ..timers.keys import TimerKind
+from ..timers.writer import STATES, PendingTimer, cancel, get_timer, list_timers, requeue
+from .cli import OneLineErrors, first_line, open_or_say, store_url
+from .cli_text import in_words, local_iso, reference_text, table, utc_iso
+
+DEFAULT_LIMIT = 100
+_NAMED = ("show", "cancel", "requeue", "fire-now")  # the actions on one timer, named by its identity
+_COLUMNS = ["partition", "kind", "reference", "state", "attempt", "due", "when", "last_error"]
+_SHOWN_CHARS = 48  # a reference or an error longer than this is cut in a table (--json has it all)
+
+
+class NoSuchTimer(LookupError):
+    """The named timer is not pending (or not in a state the action acts on): exit status 1."""
+
+
+def add_parser(sub) -> None:
+    """Register the ``timers`` subcommand (and its own subcommands) on an argparse subparsers object."""
+    p = sub.add_parser("timers", help="list, show, cancel, requeue or fire pending timers now",
+                       description=terminal_text(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
+    actions = p.add_subparsers(dest="action", required=True, parser_class=OneLineErrors)
+    helps = {"list": "list pending timers", "show": "show one timer", "cancel": "cancel one timer",
+             "requeue": "put a parked or retrying timer back to scheduled", "fire-now": "make one timer due now"}
+    for action, text in helps.items():
+        a = actions.add_parser(action, help=text, description=terminal_text(__doc__),
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
+        a.add_argument("--store", default=None, metavar="URL",
+                       help="sqlite:///PATH or postgresql://USER@HOST/DB (a password is masked in every message); "
+                            "default: $TIMERWHEEL_C_STORE")
+        a.add_argument("--partition", required=action in _NAMED, metavar="P",
+                       help="the partition" + ("" if action in _NAMED else " (default: every partition)"))
+        a.add_argument("--kind", required=action in _NAMED, type=_kind, metavar="N",
+                       help="the timer kind, 1..255" + ("" if action in _NAMED else " (default: every kind)"))
+        if action == "list":
+            a.add_argument("--state", choices=STATES, metavar="S", help=f"only timers in this state: {', '.join(STATES)}")
+            a.add_argument("--limit", type=_limit, default=DEFAULT_LIMIT, metavar="N",
+                           help=f"print at most N timers (default {DEFAULT_LIMIT})")
+        else:
+            ref = a.add_mutually_exclusive_group(required=True)
+            ref.add_argument("--reference", metavar="R", help="the timer's reference, as UTF-8 text")
+            ref.add_argument("--reference-hex", metavar="HEX", help="the timer's reference as hex digits (binary)")
+        if action == "requeue":
+            when = a.add_mutually_exclusive_group()
+            when.add_argument("--due-at", type=_iso_ms, metavar="ISO",
+                              help="due at this ISO 8601 time (without a zone: this machine's); default now")
+            when.add_argument("--in", type=_seconds, dest="in_s", metavar="SECONDS", help="due SECONDS from now")
+        if action in ("list", "show"):
+            a.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=main)
+
+
+def _kind(text: str) -> int:
+    try:
+        return int(TimerKind(int(text)))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a timer kind number 1..255, got {text!r}") from None
+
+
+def _limit(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be an int >= 1, got {text!r}")
+    return int(text)
+
+
+def _seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, got {text!r}")
+    return seconds
+
+
+def _iso_ms(text: str) -> int:
+    """ISO 8601 (a trailing ``Z`` allowed; a time without a zone is local) as Unix epoch ms."""
+    try:
+        when = dt.datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an ISO 8601 time such as 2026-12-01T18:30:00+01:00, "
+                                         f"got {text!r}") from None
+    if when.tzinfo is None:
+        when = when.astimezone()  # a naive time is this machine's local time
+    return int(when.timestamp() * 1000)
+
+
+def _reference(args) -> bytes:
+    if args.reference_hex is not None:
+        try:
+            return bytes.fromhex(args.reference_hex)
+        except ValueError:
+            raise ValueError(f"--reference-hex must be pairs of hex digits, got {args.reference_hex!r}") from None
+    # surrogateescape: argv bytes that are not UTF-8 reach the store as they were typed
+    return args.reference.encode("utf-8", "surrogateescape")
+
+
+def as_json(timer: PendingTimer, *, value: bool = False) -> dict:
+    """``timer`` as the JSON object ``list --json`` prints (``value``: with ``value`` and ``value_hex``)."""
+    out = {"partition": timer.partition, "kind": int(timer.kind), "reference": reference_text(timer.reference),
+           "reference_hex": timer.reference.hex(), "due_at": utc_iso(timer.due_at_ms), "due_at_ms": timer.due_at_ms,
+           "state": timer.state, "attempt": timer.attempt, "last_error": timer.last_error,
+           "parked_at": None if timer.parked_at_ms is None else utc_iso(timer.parked_at_ms),
+           "parked_at_ms": timer.parked_at_ms, "value_size": len(timer.value)}
+    if value:
+        out.update(value=reference_text(timer.value), value_hex=timer.value.hex())
+    return out
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= _SHOWN_CHARS else text[:_SHOWN_CHARS - 1] + "…"
+
+
+def _shown_reference(reference: bytes) -> str:
+    text = reference_text(reference)
+    return _cut(text) if text is not None else _cut("hex:" + reference.hex())
+
+
+def _row(timer: PendingTimer, now_ms: int) -> dict:
+    error = timer.last_error
+    return {"partition": timer.partition, "kind": int(timer.kind), "reference": _shown_reference(timer.reference),
+            "state": timer.state, "attempt": timer.attempt, "due": local_iso(timer.due_at_ms),
+            "when": in_words(timer.due_at_ms, now_ms), "last_error": "-" if error is None else _cut(" ".join(error.split()))}
+
+
+def _show(timer: PendingTimer, now_ms: int) -> str:
+    text = reference_text(timer.reference)
+    value = reference_text(timer.value)
+    fields = [("partition", timer.partition), ("kind", int(timer.kind)),
+              ("reference", "(not UTF-8 text)" if text is None else text), ("reference hex", timer.reference.hex()),
+              ("state", timer.state), ("attempt", timer.attempt),
+              ("due at", f"{local_iso(timer.due_at_ms)} ({in_words(timer.due_at_ms, now_ms)}; "
+                         f"{timer.due_at_ms} ms since the epoch)"),
+              ("parked at", "-" if timer.parked_at_ms is None else
+               f"{local_iso(timer.parked_at_ms)} ({in_words(timer.parked_at_ms, now_ms)})"),
+              ("last error", timer.last_error or "-"),
+              ("value", f"{len(timer.value)} byte{'' if len(timer.value) == 1 else 's'}" + (f": {value}" if value else "")),
+              ("value hex", timer.value.hex() or "-")]
+    width = max(len(name) for name, _ in fields)
+    return "\n".join(f"{name.ljust(width)}  {shown}" for name, shown in fields)
+
+
+def _listed_order(timer: PendingTimer) -> tuple:
+    """The order ``list_timers`` gives a partition's timers, for merging partitions: those that will
+    fire by due time, then the parked ones by the time they were parked."""
+    return (1, timer.parked_at_ms) if timer.parked_at_ms is not None else (0, timer.due_at_ms)
+
+
+def _list(store, args, now_ms: int) -> int:
+    partitions = store.partitions() if args.partition is None else [args.partition]
+    # limit + 1 from each partition: one more than is printed says whether any were left out
+    per = [list_timers(store, p, kind=args.kind, state=args.state, limit=args.limit + 1) for p in partitions]
+    timers = list(heapq.merge(*per, key=_listed_order))
+    shown = timers[:args.limit]
+    if args.json:
+        print(json.dumps([as_json(t) for t in shown], indent=2))
+    elif shown:
+        print(table([_row(t, now_ms) for t in shown], _COLUMNS))
+    else:
+        print("no pending timers" + ("" if args.state is None else f" in state {args.state!r}"))
+    if len(timers) > args.limit:
+        print(f"timerwheel-c timers list: showing the first {args.limit} timers; more are pending "
+              "(raise --limit, or narrow with --partition, --kind or --state)", file=sys.stderr)
+    return 0
+
+
+def _named(store, args, now_ms: int) -> str:
+    """Run a named action; what to print on success. Raises NoSuchTimer when there is nothing to act on."""
+    reference = _reference(args)
+    name = f"partition {args.partition!r} kind {args.kind} reference {_shown_reference(reference)!r}"
+    timer = get_timer(store, args.partition, args.kind, reference)
+    if timer is None:
+        raise NoSuchTimer(f"no pending timer in {name}")
+    if args.action == "show":
+        return json.dumps(as_json(timer, value=True), indent=2) if args.json else _show(timer, now_ms)
+    if args.action == "cancel":
+        if not cancel(store, args.partition, args.kind, reference):
+            raise NoSuchTimer(f"no pending timer in {name} (it fired or was removed meanwhile)")
+        return f"cancelled the {timer.state} timer of {name}"
+    if args.action == "requeue":
+        if timer.state == "scheduled":
+            raise NoSuchTimer(f"the timer of {name} is scheduled, not parked or retrying; "
+                              "fire-now makes a scheduled timer due now")
+        due_ms = args.due_at if args.due_at is not None else now_ms + round(1000 * (args.in_s or 0))
+    else:  # fire-now
+        due_ms = now_ms
+    if not requeue(store, args.partition, args.kind, reference, due_at=due_ms):
+        raise NoSuchTimer(f"no pending timer in {name} (it fired or was removed meanwhile)")
+    return f"{'requeued' if args.action == 'requeue' else 'fired now'}: the timer of {name}, " \
+           f"due {local_iso(due_ms)} ({in_words(due_ms, now_ms)})"
+
+
+def main(args) -> int:
+    """Run one ``timers`` action; 0 on success, 1 when the named timer is not pending, 2 on a bad
+    argument or a store that cannot be opened or read (one line on stderr; see the module docstring)."""
+    command = f"timers {args.action}"
+    if args.partition == "":
+        print(f"timerwheel-c {command}: --partition must be a non-empty name, got ''", file=sys.stderr)
+        return 2
+    if args.action != "list":
+        try:
+            _reference(args)  # checked before the store is opened
+        except ValueError as exc:
+            print(f"timerwheel-c {command}: {exc}", file=sys.stderr)
+            return 2
+    store = open_or_say(command, args.store, existing=True)
+    if store is None:
+        return 2
+    now_ms = time.time_ns() // 1_000_000
+    try:
+        if args.action == "list":
+            return _list(store, args, now_ms)
+        print(_named(store, args, now_ms))
+        return 0
+    except NoSuchTimer as exc:
+        print(f"timerwheel-c {command}: {exc.args[0]}", file=sys.stderr)
+        return 1
+    except (TypeError, ValueError, StoreError) as exc:
+        url = store_url(args.store, command)
+        where = f"store {redact(url)!r}: " if isinstance(exc, StoreError) else ""
+        print(f"timerwheel-c {command}: {where}{first_line(exc, url)}", file=sys.stderr)
+        return 2
+    finally:
+        store.close()

@@ -1,0 +1,268 @@
+"""Writes through the caller's own connection, inside the caller's open transaction.
+
+An application that writes its own rows and a timer for them ("the order and its expiry timer commit
+together") passes its connection as ``conn=`` to :func:`timerwheel_c.durable.schedule`, ``cancel`` or
+``reschedule`` (River's ``InsertTx``, procrastinate's ``connection=``). The write then joins the
+caller's transaction: it reads and writes on that connection only (nothing of it runs on the store's
+own), takes the locks the store's own write takes, and is never committed or rolled back by
+timerwheel_c. The timer exists if and only if the
+caller commits; a rollback leaves nothing.
+
+What the caller's connection must be:
+
+- **SQLite**: a ``sqlite3.Connection`` to the store's own database file (checked: another file, or a
+  ``":memory:"`` store, which no second connection can share, raises ValueError), from the thread
+  that opened it unless it was opened with ``check_same_thread=False``.
+- **PostgreSQL**: a ``psycopg.Connection`` (``psycopg.AsyncConnection`` in
+  :mod:`timerwheel_c.durable.aio`) to the store's database, whose ``search_path`` finds the store's
+  table by its unqualified name, as the store's own connection does. A connection to another database
+  fails on the missing table (:class:`~.errors.PermanentStoreError`), unless that database holds a
+  store of the same table name, which then receives the timer: that is not checked.
+- **Both**: the store was opened once with this database (a :class:`~.store.Store` object creates its
+  schema when it is made), and the write is visible to runners only once the caller commits.
+
+The caller's transaction, and what is done when there is none:
+
+- A transaction in progress (psycopg ``INTRANS``; sqlite3 ``in_transaction``) is joined.
+- A connection that begins transactions by itself (psycopg's default, non-autocommit; sqlite3's default
+  legacy mode with an ``isolation_level`` other than None; sqlite3 ``autocommit=False`` on Python
+  3.12+, which keeps one always open) gets the transaction that its own next statement would have
+  begun: psycopg's implicit ``BEGIN``, and on SQLite ``BEGIN IMMEDIATE``. IMMEDIATE, not the
+  DEFERRED that sqlite3 would issue: the write reads the timer's identity row and then writes, and
+  a deferred transaction that has read cannot take the write lock after another connection's commit
+  (SQLITE_BUSY at once, the busy timeout not applying), so taking it first is what makes the write
+  wait its turn instead. The transaction is then the caller's, to commit or to roll back.
+- A connection in autocommit mode with no transaction open (psycopg ``autocommit=True`` outside a
+  ``with conn.transaction():`` block; sqlite3 ``isolation_level=None`` or ``autocommit=True`` with
+  no ``BEGIN`` issued) is refused with ValueError: the write would commit on its own at once, which
+  is never what passing ``conn=`` asks for. Pass no ``conn`` for that.
+- A psycopg transaction that already failed (``INERROR``), or a closed connection, is refused with
+  ValueError.
+
+Each write runs inside a ``SAVEPOINT`` of its own, released when it ends: one that fails (a refused
+guard such as :class:`~timerwheel_c.durable.timers.writer.TimerExists`, a server error) rolls back
+to it, so it undoes only itself and leaves the caller's transaction usable, on PostgreSQL too.
+
+Locks, held until the caller's transaction ends: on PostgreSQL the write takes the partition's
+transaction-level advisory lock that every guarded commit on that partition takes (the store's
+``<table>_apply_many``), so no runner's claim or outcome interleaves with the guards it judged;
+runners wait to commit on that partition until the caller commits or rolls back. Writes to several
+partitions in one transaction should take them in one order everywhere, or PostgreSQL breaks the
+deadlock by failing one transaction (a :class:`~.errors.TransientStoreError`). On SQLite the caller's
+transaction holds the file's write lock, as any SQLite write does. Either way, commit soon after.
+
+Wake-ups come with the commit, never before and never for a rollback: on PostgreSQL the table's
+trigger calls ``pg_notify`` inside the caller's transaction, which PostgreSQL delivers on commit only;
+on SQLite the runners' watcher sees ``PRAGMA data_version`` change when the caller's commit lands
+(:mod:`.watch`). Until then the rows are invisible to every runner, due or not.
+
+Errors from the caller's connection are raised as :class:`~.errors.StoreError`, classified as the
+store's own are.
+"""
+from __future__ import annotations
+
+import abc
+import contextlib
+import functools
+import logging
+import os
+import sqlite3
+import sys
+from typing import Any, Optional, Union
+
+from .errors import StoreError, wrap_exceptions
+from .sqlite import SQLiteStore, apply_batch, read_value, store_error
+from .store import Batch, Committed, PreconditionFailed, Store, check_store
+
+__all__ = ["Joined", "ajoined", "joined"]
+
+log = logging.getLogger("timerwheel_c.durable")
+
+# One spelling that both SQLite and PostgreSQL take.
+OPEN = "SAVEPOINT timerwheel_c_write"
+_RELEASE = "RELEASE SAVEPOINT timerwheel_c_write"
+_UNDO = "ROLLBACK TO SAVEPOINT timerwheel_c_write"
+
+
+def type_name(obj: object) -> str:
+    """``module.Class`` of ``obj``: what the messages name instead of its repr, which for a
+    connection may hold its DSN."""
+    cls = type(obj)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def ending(exc: Optional[BaseException]) -> tuple:
+    """The statements that end a write: release its savepoint, or, when the write raised ``exc``,
+    first roll back to it (undoing the write alone, and clearing a PostgreSQL transaction's error)."""
+    return (_RELEASE,) if exc is None else (_UNDO, _RELEASE)
+
+
+@contextlib.contextmanager
+def unless_failing(exc: Optional[BaseException], wrap: wrap_exceptions):
+    """Raise a failure to end a write as the StoreError that ``wrap`` makes of it, unless the write
+    already failed with ``exc``: the connection is then likely gone, ``exc`` says why, and this one
+    is only logged."""
+    try:
+        with wrap:
+            yield
+    except StoreError:
+        if exc is None:
+            raise
+        log.debug("ending the write's savepoint failed after the write failed", exc_info=True)
+
+
+def _pg_joined(store: Store):
+    """The module :mod:`.pg_joined` when ``store`` is a PostgresStore, else None: a PostgresStore
+    exists only once its module was imported, so psycopg is never imported for a SQLite store."""
+    postgres = sys.modules.get(f"{__package__}.postgres")
+    if postgres is None or not isinstance(store, postgres.PostgresStore):
+        return None
+    from . import pg_joined
+
+    return pg_joined
+
+
+class Joined(abc.ABC):
+    """A write in progress on a caller's connection: entering it opens the write's savepoint (and,
+    where the connection would, begins the caller's transaction); leaving it releases the savepoint,
+    or rolls back to it when the block raised. In between, :meth:`get` and :meth:`apply` act as the
+    store's own ``get`` and ``apply`` on the write's partition, inside the caller's transaction."""
+
+    @abc.abstractmethod
+    def get(self, key: bytes) -> Optional[bytes]:
+        """The value at ``key`` as the caller's transaction sees it, or None."""
+
+    @abc.abstractmethod
+    def apply(self, batch: Batch) -> Union[Committed, PreconditionFailed]:
+        """Judge ``batch``'s guards and write it inside the caller's transaction (committed when it is)."""
+
+    @abc.abstractmethod
+    def __enter__(self) -> "Joined":
+        """Open the write's savepoint."""
+
+    @abc.abstractmethod
+    def __exit__(self, typ, exc, tb) -> None:
+        """Release the savepoint, or roll back to it when the block raised."""
+
+
+def joined(store: Store, conn: Any, partition: str) -> Joined:
+    """The :class:`Joined` write to ``partition`` of ``store`` through the caller's sync connection
+    ``conn`` (a ``sqlite3.Connection`` for a :class:`SQLiteStore`, a ``psycopg.Connection`` for a
+    ``PostgresStore``), its state checked now.
+
+    Raises:
+        TypeError: ``store`` takes no caller's connection, or ``conn`` is of the wrong type for it
+            (named by its type, never its repr, which may hold a DSN).
+        ValueError: ``conn`` is closed, to another SQLite file, in autocommit mode with no
+            transaction open, or in a failed transaction.
+    """
+    check_store(store)
+    if isinstance(store, SQLiteStore):
+        return _SQLiteJoined(store, conn, partition)
+    pg = _pg_joined(store)
+    if pg is not None:
+        return pg.PgJoined(store, conn, partition)
+    raise TypeError(f"conn= needs a SQLiteStore or a PostgresStore, got the store {store!r}")
+
+
+def ajoined(store: Store, conn: Any, partition: str):
+    """:func:`joined` for asyncio code: an async context manager whose ``get`` and ``apply`` are
+    coroutine functions. With a ``psycopg.AsyncConnection`` (a ``PostgresStore``) every statement is
+    awaited on it, on the caller's loop, with no thread. With a ``sqlite3.Connection`` (a
+    :class:`SQLiteStore`) the write runs synchronously on the loop's thread: sqlite3 connections
+    belong to the thread that opened them, so it cannot move to another; it blocks the loop for the
+    write's few statements, and for up to the connection's busy timeout while another writer holds
+    the file's lock.
+
+    Raises:
+        TypeError / ValueError: as :func:`joined` (a sync ``psycopg.Connection`` is a TypeError here).
+    """
+    check_store(store)
+    if isinstance(store, SQLiteStore):
+        return _OnTheLoop(_SQLiteJoined(store, conn, partition))
+    pg = _pg_joined(store)
+    if pg is not None:
+        return pg.AsyncPgJoined(store, conn, partition)
+    raise TypeError(f"conn= needs a SQLiteStore or a PostgresStore, got the store {store!r}")
+
+
+# -- SQLite ---------------------------------------------------------------------------------------
+
+class _SQLiteJoined(Joined):
+    def __init__(self, store: SQLiteStore, conn: Any, partition: str):
+        if not isinstance(conn, sqlite3.Connection):
+            raise TypeError(f"conn must be a sqlite3.Connection to {store.path!r} for {store!r}, "
+                            f"got {type_name(conn)}")
+        if store.path == ":memory:":
+            raise ValueError(f"{store!r} is private to its own connection; conn= needs a store on a database file")
+        try:
+            in_transaction = conn.in_transaction
+            # A cursor of its own, returning plain tuples whatever row_factory the caller's connection
+            # has; its text_factory may still make the names bytes.
+            cursor = conn.cursor()
+            cursor.row_factory = None
+            files = {os.fsdecode(name): os.fsdecode(file)
+                     for _, name, file in cursor.execute("PRAGMA database_list")}
+        except sqlite3.ProgrammingError as exc:  # closed, or used from another thread
+            raise ValueError(f"conn cannot be used: {exc}") from None
+        if not _same_file(files.get("main"), store.path):
+            raise ValueError(f"conn is a connection to {files.get('main') or ':memory:'!r}, not to the database "
+                             f"file of {store!r}")
+        autocommit = getattr(conn, "autocommit", -1)  # Python >= 3.12; -1 is LEGACY_TRANSACTION_CONTROL
+        if not in_transaction and (autocommit is True or (autocommit == -1 and conn.isolation_level is None)):
+            raise ValueError("conn is in autocommit mode (isolation_level=None or autocommit=True) with no transaction "
+                             "open, so the write would commit on its own: execute BEGIN on it first, or pass no conn")
+        self._cursor = cursor
+        self._partition = partition
+        self._begin = not in_transaction
+        self._wrap = wrap_exceptions(sqlite3.Error, functools.partial(store_error, store.path))
+
+    def __enter__(self) -> "_SQLiteJoined":
+        with self._wrap:
+            if self._begin:
+                self._cursor.execute("BEGIN IMMEDIATE")
+            self._cursor.execute(OPEN)
+        return self
+
+    def __exit__(self, typ, exc, tb) -> None:
+        for statement in ending(exc):
+            with unless_failing(exc, self._wrap):
+                self._cursor.execute(statement)
+
+    def get(self, key: bytes) -> Optional[bytes]:
+        with self._wrap:
+            return read_value(self._cursor, self._partition, key)
+
+    def apply(self, batch: Batch) -> Union[Committed, PreconditionFailed]:
+        with self._wrap:
+            failed = apply_batch(self._cursor, self._partition, batch)
+        return Committed() if failed is None else PreconditionFailed(failed)
+
+
+def _same_file(opened: Optional[str], path: str) -> bool:
+    """True when SQLite's name of a connection's main database, ``opened`` (absolute, or empty for a
+    private one), is the file at ``path``: compared as written first, and only then through symbolic
+    links (a few system calls, which would otherwise cost more than the write itself)."""
+    if not opened:
+        return False
+    return opened == os.path.abspath(path) or os.path.realpath(opened) == os.path.realpath(path)
+
+
+class _OnTheLoop:
+    """A sync :class:`Joined` behind the async interface of :func:`ajoined`, run where it is awaited."""
+
+    def __init__(self, tx: Joined):
+        self._tx = tx
+
+    async def __aenter__(self) -> "_OnTheLoop":
+        self._tx.__enter__()
+        return self
+
+    async def __aexit__(self, typ, exc, tb) -> None:
+        self._tx.__exit__(typ, exc, tb)
+
+    async def get(self, key: bytes) -> Optional[bytes]:
+        return self._tx.get(key)
+
+    async def apply(self, batch: Batch) -> Union[Committed, PreconditionFailed]:
+        return self._tx.apply(batch)

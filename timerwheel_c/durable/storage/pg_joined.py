@@ -1,0 +1,121 @@
+"""Writes through the caller's psycopg connection, sync or async, inside its open transaction: the
+PostgreSQL half of :mod:`.joined`, which documents the contract.
+
+The statements and their parameters are the store's own (:meth:`PostgresStore.query`,
+:meth:`PostgresStore.apply_call`, :func:`apply_results`): a write here calls the same
+``<table>_apply_many`` function as the store's own ``apply``, taking the same advisory lock on the
+partition and judging the guards the same way. Only where the statements run differs: on the
+caller's connection, inside a ``SAVEPOINT``, on cursors of its own that return tuples whatever
+``row_factory`` the caller's connection has, and (:class:`AsyncPgJoined`) awaited.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional, Union
+
+import psycopg
+from psycopg.pq import TransactionStatus
+from psycopg.rows import tuple_row
+
+from .errors import wrap_exceptions
+from .joined import OPEN, Joined, ending, type_name, unless_failing
+from .postgres import PostgresStore, apply_results, store_error
+from .store import Batch, Committed, PreconditionFailed
+
+__all__ = ["AsyncPgJoined", "PgJoined"]
+
+_WRAP = wrap_exceptions(psycopg.Error, store_error)
+
+
+def _check(store: PostgresStore, conn: Any, want: Any, other: Any, other_hint: str) -> None:
+    """Raise TypeError unless ``conn`` is a ``want``, ValueError unless it can join a transaction now."""
+    if isinstance(conn, other):
+        raise TypeError(f"conn is a {type_name(conn)}: {other_hint}")
+    if not isinstance(conn, want):
+        raise TypeError(f"conn must be a psycopg.{want.__qualname__} for {store!r}, got {type_name(conn)}")
+    if conn.closed or conn.broken:
+        raise ValueError(f"conn is a closed {type_name(conn)}")
+    status = conn.info.transaction_status
+    if status == TransactionStatus.INERROR:
+        raise ValueError("conn's transaction has already failed (INERROR): roll it back before writing through it")
+    if status == TransactionStatus.IDLE and conn.autocommit:
+        raise ValueError("conn is in autocommit mode with no transaction open, so the write would commit on its own: "
+                         "write inside `with conn.transaction():`, or pass no conn")
+    if status not in (TransactionStatus.IDLE, TransactionStatus.INTRANS):
+        raise ValueError(f"conn cannot start a statement now (its transaction status is {status.name})")
+
+
+def _value(row: Optional[tuple]) -> Optional[bytes]:
+    return None if row is None else bytes(row[0])
+
+
+class _OnConnection:
+    """The store, the caller's connection (checked to be a ``_want``) and the partition of a write."""
+
+    _want: Any
+    _other: Any
+    _other_hint: str
+
+    def __init__(self, store: PostgresStore, conn: Any, partition: str):
+        _check(store, conn, self._want, self._other, self._other_hint)
+        self._store = store
+        self._conn = conn
+        self._partition = partition
+
+
+class PgJoined(_OnConnection, Joined):
+    """:class:`Joined` on a ``psycopg.Connection``. In psycopg's default (non-autocommit) mode with
+    no transaction yet, the savepoint's statement is the one that makes psycopg begin it."""
+
+    _want = psycopg.Connection
+    _other = psycopg.AsyncConnection
+    _other_hint = "await timerwheel_c.durable.aio's writers with it, or pass a psycopg.Connection here"
+
+    def __enter__(self) -> "PgJoined":
+        with _WRAP:
+            self._conn.execute(OPEN)
+        return self
+
+    def __exit__(self, typ, exc, tb) -> None:
+        for statement in ending(exc):
+            with unless_failing(exc, _WRAP):
+                self._conn.execute(statement)
+
+    def get(self, key: bytes) -> Optional[bytes]:
+        with _WRAP, self._conn.cursor(row_factory=tuple_row) as cur:
+            return _value(cur.execute(self._store.query("get"), (self._partition, key)).fetchone())
+
+    def apply(self, batch: Batch) -> Union[Committed, PreconditionFailed]:
+        query, args = self._store.apply_call(self._partition, [batch], False)
+        with _WRAP, self._conn.cursor(row_factory=tuple_row) as cur:
+            failed, refused = cur.execute(query, args).fetchone()
+        return apply_results(failed, refused)[0]
+
+
+class AsyncPgJoined(_OnConnection):
+    """:class:`PgJoined` on a ``psycopg.AsyncConnection``: the same statements, awaited."""
+
+    _want = psycopg.AsyncConnection
+    _other = psycopg.Connection
+    _other_hint = "it would block the event loop: pass a psycopg.AsyncConnection, or call the sync writer"
+
+    async def __aenter__(self) -> "AsyncPgJoined":
+        with _WRAP:
+            await self._conn.execute(OPEN)
+        return self
+
+    async def __aexit__(self, typ, exc, tb) -> None:
+        for statement in ending(exc):
+            with unless_failing(exc, _WRAP):
+                await self._conn.execute(statement)
+
+    async def get(self, key: bytes) -> Optional[bytes]:
+        with _WRAP:
+            async with self._conn.cursor(row_factory=tuple_row) as cur:
+                return _value(await (await cur.execute(self._store.query("get"), (self._partition, key))).fetchone())
+
+    async def apply(self, batch: Batch) -> Union[Committed, PreconditionFailed]:
+        query, args = self._store.apply_call(self._partition, [batch], False)
+        with _WRAP:
+            async with self._conn.cursor(row_factory=tuple_row) as cur:
+                failed, refused = await (await cur.execute(query, args)).fetchone()
+        return apply_results(failed, refused)[0]
