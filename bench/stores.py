@@ -47,6 +47,10 @@ class Delegating(Store):
     def _partitions(self) -> list:
         return self.inner.partitions()
 
+    @property
+    def reads_many_at_once(self) -> bool:  # type: ignore[override]  # as the store it wraps
+        return self.inner.reads_many_at_once
+
     def watch(self, callback: Callable[[], None]) -> Watcher:
         """``inner``'s change signal: a wrapper sees the same writes its store does."""
         return self.inner.watch(callback)

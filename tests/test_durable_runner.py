@@ -541,11 +541,17 @@ def test_release_claims_makes_first_attempt_claims_due_now_and_keeps_later_backo
 
 
 class CountingReads(Delegating):
-    """Delegates to a real store; counts scan_many and scan calls and the apply round trips."""
+    """Delegates to a real store; counts scan_many and scan calls and the apply round trips; says it
+    reads many partitions at once, or not, as ``at_once`` says."""
 
-    def __init__(self, inner):
+    def __init__(self, inner, at_once):
         super().__init__(inner)
+        self.at_once = at_once
         self.calls = []
+
+    @property
+    def reads_many_at_once(self):
+        return self.at_once
 
     def _scan_many(self, requests):
         self.calls.append(("scan_many", len(requests)))
@@ -563,8 +569,8 @@ class CountingReads(Delegating):
 def test_a_pass_reads_and_claims_every_partition_in_shared_round_trips(store):
     """A service pass over 16 partitions, one with a due timer, reads their due rows in one scan_many,
     claims in one apply_across and reads their next due times in one more scan_many: no scan of its
-    own for any partition. With room for one row only, no partition's rows are read ahead (the room
-    may reach only the first): each reads its own as its turn comes. Deterministic: the clock is fixed."""
+    own for any partition. With a store that reads partitions one by one, none is read ahead: each
+    reads its own as its turn comes. Deterministic: the clock is fixed."""
     from timerwheel_c.durable.service.activity import Activity
     from timerwheel_c.durable.service.passes import Passes
 
@@ -572,13 +578,16 @@ def test_a_pass_reads_and_claims_every_partition_in_shared_round_trips(store):
     for p in partitions:
         store.apply(p, Batch().put(keys.timer(NOW + 60_000, A, b"later"), b""))
     store.apply("p05", Batch().put(keys.timer(NOW - 5, A, b"due"), b""))
-    counting = CountingReads(store)
-    passes = Passes(counting, TimerRegistry().register(Recorder()), TickBudget(), lambda: partitions, None,
-                    Activity(60.0), lambda report: None, lambda: NOW, lambda exc, n, what: 1.0)
-    result = passes.run(1000, frozenset(), lambda: False)
-    assert [j.claimed.timer.reference for j in result.jobs] == [b"due"]
-    assert result.wake_ms == NOW + backoff_ms(1)  # p05's claimed row, due again after its backoff
-    assert counting.calls == [("scan_many", 16), ("apply_across", 1), ("scan_many", 16)]
-    counting.calls.clear()
-    passes.run(1, frozenset(), lambda: False)
-    assert counting.calls[:2] == [("scan", partitions[1]), ("scan", partitions[2])]  # its turn rotated by one
+    for at_once in (True, False):
+        counting = CountingReads(store, at_once)
+        passes = Passes(counting, TimerRegistry().register(Recorder()), TickBudget(), lambda: partitions, None,
+                        Activity(60.0), lambda report: None, lambda: NOW, lambda exc, n, what: 1.0)
+        result = passes.run(1000, frozenset(), lambda: False)
+        if at_once:
+            assert [j.claimed.timer.reference for j in result.jobs] == [b"due"]
+            assert result.wake_ms == NOW + backoff_ms(1)  # p05's claimed row, due again after its backoff
+            assert counting.calls == [("scan_many", 16), ("apply_across", 1), ("scan_many", 16)]
+        else:
+            assert result.jobs == [] and result.wake_ms == NOW + backoff_ms(1)  # claimed already
+            assert counting.calls[:2] == [("scan", partitions[0]), ("scan", partitions[1])]
+            assert ("scan_many", 16) in counting.calls  # the wakes: one by one all the same, in the generic one

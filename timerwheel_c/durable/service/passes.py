@@ -127,20 +127,23 @@ class Passes:
         share = max(-(-free // max(1, len(ready))), min_share)
         if share > PAGE:  # whole claim round trips: a share of 260 would cost a fifth trip for 4 rows
             share = -(-share // PAGE) * PAGE
-        now_ms = self.wall_ms()
-        # Only the partitions sure of room read ahead: with little room (fast handlers, a full
-        # queue) the rest may get none this pass, and a read of their rows would be for nothing.
-        ahead = ready[:-(-free // share)] if share > 0 else []
-        firsts = self._due_pages(ahead, now_ms, min(share, free))
         waking: dict = {}  # partition -> (now_ms, report) of its last claim, whose next wake is to read
-        rounds: tuple = (ready, hungry)
-        if firsts:  # the first round across every partition, its first claim round trip shared
+        rest = ready
+        while rest and free > 0:  # rounds of partitions claimed together, their round trips shared
+            # Reading ahead pays only where the store reads many partitions in one round trip; with a
+            # store that reads them one by one, a partition the room never reaches would be read for
+            # nothing, so there each partition reads its own when its turn comes.
+            now_ms = self.wall_ms()
+            ahead = rest if self.store.reads_many_at_once else []
+            firsts = self._due_pages(ahead, now_ms, min(share, free))
+            if not firsts:
+                break  # one partition ahead, or the read failed: each claims on its own below
             if stopping():
                 return PassResult(jobs, wake, starved)
             caps: dict = {}
             left = free
             for p in ahead:
-                if left <= 0:  # the rest claim on their own below, with the room actually left
+                if left <= 0:  # the rest wait for the room actually left
                     break
                 caps[p] = min(share, left)
                 left -= min(caps[p], len(firsts[p].entries))  # what it can claim of the rows seen
@@ -157,7 +160,8 @@ class Passes:
                 if more and len(claimed) >= cap:
                     hungry.append(p)
                     starved = starved or free <= 0
-            rounds = (ready[len(caps):], hungry)
+            rest = rest[len(caps):]
+        rounds = (rest, hungry)
         for rnd, order in enumerate(rounds):
             for p in order:
                 if stopping():

@@ -167,6 +167,8 @@ class PostgresStore(Store):
     The DSN is kept private: ``repr`` names user, host, port and database only.
     """
 
+    reads_many_at_once = True
+
     def __init__(self, dsn: str, *, table: str = "timerwheel_kv", synchronous_commit: Optional[str] = None):
         if not isinstance(dsn, str):
             raise TypeError(f"dsn must be a str, got {type(dsn).__name__}")

@@ -434,6 +434,11 @@ class Store(abc.ABC):
         """Names of the partitions that hold at least one key, sorted."""
         return self._partitions()
 
+    #: True for a backend whose :meth:`scan_many` and :meth:`apply_across` take one round trip for
+    #: any number of partitions (PostgreSQL): a caller then reads and claims many partitions at once.
+    #: False (the generic versions): one call per partition, so reading ahead saves nothing.
+    reads_many_at_once: bool = False
+
     #: The :class:`Ownership` type that divides this backend's partitions among runners, called as
     #: ``ownership_type(store, partitions, **kwargs)``. The layer that holds that policy sets it (the
     #: service layer sets PostgresStore's when it is imported), so that this layer imports nothing

@@ -379,8 +379,8 @@ def due_request(partition: str, now_ms: int, budget: TickBudget = DEFAULT_BUDGET
     """The :meth:`Store.scan_many` request for the first page of a claim of ``partition`` at ``now_ms``
     (Unix epoch ms) within ``budget`` that may fire ``max_rows`` rows: its answer may be passed to
     :func:`claim_due` as ``first_page``, so that one round trip reads the due rows of many partitions.
-    The page holds no more rows than the claim may fire of one kind: rows past that would mostly be
-    read only to be deferred, and read again next time (a claim that needs more reads on)."""
+    The page holds no more rows than the claim may fire (a claim that needs more reads on); within
+    that, as many as the claim's own first read, which also reads past a kind's cap."""
     start, end = keys.due_range(now_ms)
     return partition, start, end, None, max(1, min(SCAN_PAGE, budget.max_scanned, budget.max_per_kind, max_rows))
 
