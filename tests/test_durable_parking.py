@@ -315,3 +315,37 @@ def test_claim_and_commit_logs_name_rows_never_by_raw_key(durable_store, caplog)
     assert guard.startswith(f"timer partition 'park' kind {KIND} (Failing) reference 't0' attempt 1 of 3 due ")
     assert "on the row 'done/t0'" in guard
     assert all("\\x" not in m and "b'T" not in m for m in messages), messages
+
+
+class Unprintable(Exception):
+    """An exception whose ``str()`` itself raises (as a buggy ``__str__`` does)."""
+
+    def __str__(self):
+        raise RuntimeError("__str__ failed")
+
+
+class BadRepr:
+    """A return value whose ``repr()`` raises."""
+
+    def __repr__(self):
+        raise RuntimeError("__repr__ failed")
+
+
+@pytest.mark.parametrize("answer", ["unprintable", "bad-repr"])
+def test_a_failure_that_cannot_be_printed_still_parks_the_timer(durable_store, answer, caplog):
+    """A handler raising an exception whose ``str()`` raises, or returning an object whose
+    ``repr()`` raises, is a failure like any other: its last attempt parks the timer with a last
+    error naming the type (as the traceback module prints such an exception), instead of the error
+    escaping the runner and leaving the row claimed."""
+    def fail(timer):
+        if answer == "unprintable":
+            raise Unprintable()
+        return BadRepr()
+
+    schedule(durable_store, P, NOW, KIND, b"r")
+    with caplog.at_level(logging.DEBUG, logger="timerwheel_c.durable"):
+        run_due(durable_store, P, TimerRegistry().register(Failing(1, fail)), NOW)
+    parked = get_timer(durable_store, P, KIND, b"r")
+    assert (parked.state, parked.attempt) == ("parked", 1)
+    assert ("Unprintable" if answer == "unprintable" else "BadRepr") in parked.last_error
+

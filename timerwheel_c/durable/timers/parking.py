@@ -57,16 +57,25 @@ def exhausted(handler: TimerHandler, attempt: int) -> bool:
 def last_error_of(error: Optional[BaseException] = None, why: Optional[str] = None) -> str:
     """The last error to keep and log: ``"TypeError: message"`` for ``error``, else ``why``;
     passwords masked (its length is bounded where the parked row is written)."""
-    text = f"{type(error).__name__}: {error}" if error is not None else (why or "failed")
+    text = f"{type(error).__name__}: {_printed(str, error)}" if error is not None else (why or "failed")
     return redact(text)
 
 
 def wrong_outcome(outcome: object) -> str:
     """The failure of a handler that returned ``outcome``, not an outcome."""
-    shown = repr(outcome)
+    shown = _printed(repr, outcome)
     if len(shown) > _OUTCOME_REPR_CHARS:
         shown = shown[:_OUTCOME_REPR_CHARS] + "..."
     return f"the handler returned {shown}, not Done, Reschedule or Retry"
+
+
+def _printed(show, obj: object) -> str:
+    """``show(obj)`` (``str`` or ``repr``), or a placeholder when that raises, as the traceback module
+    prints such an object: a failure must be recorded whatever the handler's own types do."""
+    try:
+        return show(obj)
+    except Exception:
+        return f"<{type(obj).__name__}: {show.__name__}() failed>"
 
 
 def park_timer(key: bytes, value: bytes, tk: keys.TimerKey, parked_at_ms: int, last_error: str) -> Parking:
