@@ -349,3 +349,17 @@ def test_a_failure_that_cannot_be_printed_still_parks_the_timer(durable_store, a
     assert (parked.state, parked.attempt) == ("parked", 1)
     assert ("Unprintable" if answer == "unprintable" else "BadRepr") in parked.last_error
 
+
+def test_a_huge_error_message_is_bounded_in_the_log_lines_too(durable_store, caplog):
+    """An exception message of 1 MB is cut to MAX_ERROR_BYTES in the WARNING and ERROR lines that
+    quote it, as in the parked row, so that a failing timer cannot flood the logs each attempt."""
+    schedule(durable_store, P, NOW, KIND, b"r")
+
+    def fail(timer):
+        raise ValueError("x" * 1_000_000)
+
+    with caplog.at_level(logging.WARNING, logger="timerwheel_c.durable"):
+        run_due(durable_store, P, TimerRegistry().register(Failing(1, fail)), NOW)
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(lines) == 2  # the failure at WARNING, the parking at ERROR: the situation to test
+    assert all(len(line.encode()) < keys.MAX_ERROR_BYTES + 500 for line in lines), [len(x) for x in lines]

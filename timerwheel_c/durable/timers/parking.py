@@ -56,9 +56,10 @@ def exhausted(handler: TimerHandler, attempt: int) -> bool:
 
 def last_error_of(error: Optional[BaseException] = None, why: Optional[str] = None) -> str:
     """The last error to keep and log: ``"TypeError: message"`` for ``error``, else ``why``;
-    passwords masked (its length is bounded where the parked row is written)."""
+    passwords masked, cut to :data:`~.keys.MAX_ERROR_BYTES` (the log lines that quote it are
+    bounded as the parked row is, however long the handler's message)."""
     text = f"{type(error).__name__}: {_printed(str, error)}" if error is not None else (why or "failed")
-    return redact(text)
+    return keys.error_bytes(redact(text)).decode()
 
 
 def wrong_outcome(outcome: object) -> str:
