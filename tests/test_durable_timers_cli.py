@@ -326,3 +326,20 @@ def test_durations_read_in_words_to_their_two_largest_units():
     assert in_words(now + 26 * HOUR_MS + 59 * 1000, now) == "in 1 d 2 h"
     assert in_words(now + 24 * HOUR_MS + 30 * 1000, now) == "in 1 d"
     assert in_words(None, now) == "-"
+
+
+def test_a_listed_schedule_occurrence_is_named_as_such_by_the_commands_on_one_timer(url, tmp_path):
+    """``list`` shows a schedule's pending occurrence under the schedule's name, but it is no timer of
+    its own: ``show``, ``cancel``, ``requeue`` and ``fire-now`` on the name ``list`` printed answer exit
+    1 with one line that says it is the schedule's occurrence and which command steers it, rather than
+    a bare "no pending timer" for a row the operator has just seen listed."""
+    from timerwheel_c.durable import Every, add_schedule
+
+    with open_store(url) as store:
+        add_schedule(store, "reports", "heartbeat", Every(60), KIND)
+    listed = json.loads(cli(tmp_path, "timers", "list", "--store", url, "--json").stdout)
+    assert [(t["partition"], t["kind"], t["reference"]) for t in listed] == [("reports", KIND, "heartbeat")]
+    for action in ("show", "cancel", "requeue", "fire-now"):
+        out = cli(tmp_path, "timers", action, "--store", url, "--partition", "reports", "--kind", str(KIND),
+                  "--reference", "heartbeat")
+        one_line_error(out, 1, "occurrence of schedule 'heartbeat'", "timerwheel-c schedules")
