@@ -31,7 +31,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Optional, Tuple
 
-__all__ = ["MetricsServer", "collector", "default_stale_after_s", "health", "register", "serve"]
+__all__ = ["MetricsServer", "check_address", "collector", "default_stale_after_s", "health", "register", "serve"]
 
 _MISSING = ("timerwheel_c's Prometheus metrics need prometheus_client, which is not installed: "
             "pip install 'timerwheel_c[metrics]'")
@@ -142,6 +142,18 @@ class MetricsServer:
         self._httpd.shutdown()
         self._httpd.server_close()
         self._thread.join()
+
+
+def check_address(port: int, host: str = "127.0.0.1") -> None:
+    """Check that :func:`serve` could bind ``host:port`` now (binding it and letting it go), before a
+    command creates anything: ``timerwheel-c run`` checks every argument before it opens the store.
+
+    Raises:
+        ImportError: ``prometheus_client`` is not installed.
+        OSError: the address cannot be bound (e.g. the port is taken).
+    """
+    _prometheus()
+    ThreadingHTTPServer((host, port), BaseHTTPRequestHandler).server_close()
 
 
 def serve(service, port: int, host: str = "127.0.0.1", stale_after_s: Optional[float] = None) -> MetricsServer:
