@@ -114,7 +114,9 @@ def _kind(text: str) -> int:
 
 
 def _limit(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
+    # str.isdigit() alone lets through digits int() refuses ("\u00b2"), which argparse would report
+    # without saying what it wants
+    if not text.isdigit() or not text.isascii() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"must be an int >= 1, got {text!r}")
     return int(text)
 
@@ -136,9 +138,13 @@ def _iso_ms(text: str) -> int:
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be an ISO 8601 time such as 2026-12-01T18:30:00+01:00, "
                                          f"got {text!r}") from None
-    if when.tzinfo is None:
-        when = when.astimezone()  # a naive time is this machine's local time
-    return int(when.timestamp() * 1000)
+    try:
+        if when.tzinfo is None:
+            when = when.astimezone()  # a naive time is this machine's local time
+        return int(when.timestamp() * 1000)
+    except (OverflowError, OSError, ValueError):  # a time before the platform's local time zones
+        raise argparse.ArgumentTypeError(f"must be an ISO 8601 time this machine can place in its time zone, "
+                                         f"got {text!r}") from None
 
 
 def _reference(args) -> bytes:
