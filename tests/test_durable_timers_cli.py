@@ -346,3 +346,22 @@ def test_a_listed_schedule_occurrence_is_named_as_such_by_the_commands_on_one_ti
         out = cli(tmp_path, "timers", action, "--store", url, "--partition", "reports", "--kind", str(KIND),
                   "--reference", "heartbeat")
         one_line_error(out, 1, "occurrence of schedule 'heartbeat'", "timerwheel-c schedules")
+
+
+def test_a_listing_cut_short_by_its_reader_ends_quietly(tmp_path):
+    """``timerwheel-c timers list | head -1``: the reader closes the pipe after one line while the
+    command still writes (its output is larger than a pipe's buffer); the command ends without a
+    traceback, as a shell command ends on SIGPIPE."""
+    url = "sqlite:///" + str(tmp_path / "many.db")
+    now = wall_ms()
+    with open_store(url) as store:
+        for i in range(2000):
+            schedule(store, "p", now + i, KIND, b"timer-%04d" % i)
+    env = {k: v for k, v in os.environ.items() if k != "TIMERWHEEL_C_STORE"}
+    proc = subprocess.Popen([sys.executable, "-m", "timerwheel_c", "timers", "list", "--store", url,
+                             "--limit", "2000"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    assert proc.stdout.readline().startswith(b"PARTITION")
+    proc.stdout.close()  # the reader goes away with more than a pipe's buffer still to come
+    err = proc.stderr.read().decode()
+    assert proc.wait(TIMEOUT_S) != 0 and "Traceback" not in err and "Error" not in err, err
