@@ -365,3 +365,21 @@ def test_a_listing_cut_short_by_its_reader_ends_quietly(tmp_path):
     proc.stdout.close()  # the reader goes away with more than a pipe's buffer still to come
     err = proc.stderr.read().decode()
     assert proc.wait(TIMEOUT_S) != 0 and "Traceback" not in err and "Error" not in err, err
+
+
+def test_control_characters_in_names_are_escaped_in_tables(tmp_path):
+    """A partition name holding a newline and a terminal escape sequence: ``timers list``, ``timers
+    show`` and ``fleet status`` print it escaped (``\\n``, ``\\x1b``), so that a name can neither
+    break a table's rows nor drive the operator's terminal; ``--json`` keeps it as it is."""
+    url = "sqlite:///" + str(tmp_path / "names.db")
+    evil = "evil\n\x1b[2Jname"
+    with open_store(url) as store:
+        schedule(store, evil, wall_ms() + HOUR_MS, KIND, b"r")
+    outs = [cli(tmp_path, "timers", "list", "--store", url), cli(tmp_path, "fleet", "status", "--store", url),
+            cli(tmp_path, "timers", "show", "--store", url, "--partition", evil, "--kind", str(KIND), "--reference", "r")]
+    for out in outs:
+        assert out.returncode == 0, out.stderr
+        assert "\x1b" not in out.stdout and "evil\\n\\x1b[2Jname" in out.stdout, out.stdout
+    assert len(outs[0].stdout.strip().splitlines()) == 2  # the header and one row
+    listed = json.loads(cli(tmp_path, "timers", "list", "--store", url, "--json").stdout)
+    assert [t["partition"] for t in listed] == [evil]

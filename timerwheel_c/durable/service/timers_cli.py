@@ -59,7 +59,7 @@ from ..timers.keys import TimerKind
 from ..timers.schedules import get_schedule
 from ..timers.writer import STATES, PendingTimer, cancel, get_timer, list_timers, requeue
 from .cli import OneLineErrors, first_line, open_or_say, store_url
-from .cli_text import in_words, local_iso, reference_text, table, utc_iso
+from .cli_text import in_words, local_iso, printable, reference_text, table, utc_iso
 
 DEFAULT_LIMIT = 100
 _NAMED = ("show", "cancel", "requeue", "fire-now")  # the actions on one timer, named by its identity
@@ -199,7 +199,7 @@ def _show(timer: PendingTimer, now_ms: int) -> str:
               ("value", f"{len(timer.value)} byte{'' if len(timer.value) == 1 else 's'}" + (f": {value}" if value else "")),
               ("value hex", timer.value.hex() or "-")]
     width = max(len(name) for name, _ in fields)
-    return "\n".join(f"{name.ljust(width)}  {shown}" for name, shown in fields)
+    return "\n".join(f"{name.ljust(width)}  {printable(str(shown))}" for name, shown in fields)
 
 
 def _listed_order(timer: PendingTimer) -> tuple:
