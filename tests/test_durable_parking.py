@@ -363,3 +363,23 @@ def test_a_huge_error_message_is_bounded_in_the_log_lines_too(durable_store, cap
     lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(lines) == 2  # the failure at WARNING, the parking at ERROR: the situation to test
     assert all(len(line.encode()) < keys.MAX_ERROR_BYTES + 500 for line in lines), [len(x) for x in lines]
+
+
+def test_a_password_in_a_handlers_exception_is_masked_in_the_logged_tracebacks(durable_store, caplog):
+    """A handler raising an error that quotes a database URL with its password: the tracebacks logged
+    at DEBUG (an attempt before the last) and ERROR (the one that parks it) mask the password as the
+    messages do, whatever formatter the application's handlers use; the record still carries the
+    exception itself (``exc_info``) for handlers that report it."""
+    secret = "tr4ceb4ck-pw"
+
+    def fail(timer):
+        raise ConnectionError(f"cannot reach postgresql://app:{secret}@db.example/orders")
+
+    schedule(durable_store, P, NOW, KIND, b"r")
+    with caplog.at_level(logging.DEBUG, logger="timerwheel_c.durable"):
+        run_to_the_end(durable_store, Failing(2, fail))
+    with_traceback = [r for r in caplog.records if r.exc_info]
+    assert [r.levelno for r in with_traceback] == [logging.DEBUG, logging.ERROR]  # the situation to test
+    assert "Traceback" in caplog.text and "postgresql://app:***@db.example" in caplog.text
+    assert secret not in caplog.text
+    assert all(isinstance(r.exc_info[1], ConnectionError) for r in with_traceback)
