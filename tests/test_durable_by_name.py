@@ -5,6 +5,7 @@ with its own clock (run_due's now_ms), so none waits and none can flake on timin
 from __future__ import annotations
 
 import shutil
+import threading
 import sqlite3
 from pathlib import Path
 
@@ -224,3 +225,41 @@ def test_a_postgres_store_from_the_previous_version_gains_names_on_open():
         assert store.scan("p", b"", b"\xff").entries == []
     finally:
         dispose(store)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request, tmp_path):
+    """The URL of a fresh store on each backend (PostgreSQL: a schema of the test's own)."""
+    if request.param == "postgres":
+        return request.getfixturevalue("schema_url")
+    return "sqlite:///" + str(tmp_path / "race.db")
+
+
+def test_a_timer_moved_by_another_connection_is_never_missing_by_name(store_url):
+    """A pending timer is found by name at every instant while another connection keeps moving it (as
+    a runner's claim, a reschedule or a parking does: its row and identity row rewritten in one
+    commit): get_timer never answers None for it, and reschedule never answers False. Reading the
+    identity row and then the row it points at, in two statements, used to find the row gone when a
+    move committed between them. Counted, not timed: it holds however the threads interleave."""
+    from timerwheel_c.durable import open_store
+
+    with open_store(store_url) as mover, open_store(store_url) as reader:
+        schedule(mover, P, DUE, KIND, b"r")
+        stop = threading.Event()
+        moves, mover_refused = [0], [0]
+
+        def move():
+            while not stop.is_set():
+                mover_refused[0] += not reschedule(mover, P, KIND, b"r", DUE + moves[0] % 2 * 1000)
+                moves[0] += 1
+
+        thread = threading.Thread(target=move)
+        thread.start()
+        try:
+            missing = sum(get_timer(reader, P, KIND, b"r") is None for _ in range(300))
+            refused = sum(not reschedule(reader, P, KIND, b"r", DUE + 5000) for _ in range(300))
+        finally:
+            stop.set()
+            thread.join()
+        assert moves[0] >= 10  # the situation to test: the timer kept moving during the reads
+        assert (missing, refused, mover_refused[0]) == (0, 0, 0)

@@ -174,6 +174,43 @@ def test_healthz_503_when_the_thread_is_stopped(tmp_path):
         store.close()
 
 
+
+class Blocking(TimerHandler):
+    """Holds its handler slot until ``gate`` is set."""
+
+    kind = TimerKind(OK_KIND)
+
+    def __init__(self):
+        self.gate = threading.Event()
+
+    def fire(self, ctx, timer):
+        self.gate.wait(LIVENESS_S)
+        return Done()
+
+
+def test_healthz_stays_200_while_every_handler_slot_is_busy(tmp_path):
+    """A runner whose every handler slot runs a long handler, with more rows due, makes no pass (it
+    has no room to claim into) for longer than the health bound: it is working, not stuck, and
+    /healthz stays 200 (a liveness probe must not kill it mid-work); the rows fire once slots free."""
+    store = SQLiteStore(tmp_path / "busy.db")
+    for i in range(3):
+        writer.schedule(store, P, wall_ms() - 1, OK_KIND, b"r%d" % i)
+    handler = Blocking()
+    svc = DurableTimerService(store, TimerRegistry().register(handler), [P], concurrency=1, max_sleep_s=0.2)
+    try:
+        svc.start()
+        bound_s = 1.0
+        # the situation to test: the one slot busy and no pass for longer than the bound
+        wait_until(lambda: svc.in_flight == 1 and (svc.metrics(0).last_progress_age_s or 0) > 2 * bound_s,
+                   "a busy slot and no pass for twice the bound")
+        assert health(svc, stale_after_s=bound_s)[0], health(svc, stale_after_s=bound_s)
+        handler.gate.set()
+        wait_until(lambda: not writer.list_timers(store, P), "every row fired once the slot freed")
+    finally:
+        handler.gate.set()
+        svc.stop()
+        store.close()
+
 @pytest.mark.slow
 def test_healthz_503_while_postgres_is_down_and_200_after():
     """A service on a throwaway PostgreSQL cluster: healthy; the cluster stopped: 503 within the

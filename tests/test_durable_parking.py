@@ -315,3 +315,71 @@ def test_claim_and_commit_logs_name_rows_never_by_raw_key(durable_store, caplog)
     assert guard.startswith(f"timer partition 'park' kind {KIND} (Failing) reference 't0' attempt 1 of 3 due ")
     assert "on the row 'done/t0'" in guard
     assert all("\\x" not in m and "b'T" not in m for m in messages), messages
+
+
+class Unprintable(Exception):
+    """An exception whose ``str()`` itself raises (as a buggy ``__str__`` does)."""
+
+    def __str__(self):
+        raise RuntimeError("__str__ failed")
+
+
+class BadRepr:
+    """A return value whose ``repr()`` raises."""
+
+    def __repr__(self):
+        raise RuntimeError("__repr__ failed")
+
+
+@pytest.mark.parametrize("answer", ["unprintable", "bad-repr"])
+def test_a_failure_that_cannot_be_printed_still_parks_the_timer(durable_store, answer, caplog):
+    """A handler raising an exception whose ``str()`` raises, or returning an object whose
+    ``repr()`` raises, is a failure like any other: its last attempt parks the timer with a last
+    error naming the type (as the traceback module prints such an exception), instead of the error
+    escaping the runner and leaving the row claimed."""
+    def fail(timer):
+        if answer == "unprintable":
+            raise Unprintable()
+        return BadRepr()
+
+    schedule(durable_store, P, NOW, KIND, b"r")
+    with caplog.at_level(logging.DEBUG, logger="timerwheel_c.durable"):
+        run_due(durable_store, P, TimerRegistry().register(Failing(1, fail)), NOW)
+    parked = get_timer(durable_store, P, KIND, b"r")
+    assert (parked.state, parked.attempt) == ("parked", 1)
+    assert ("Unprintable" if answer == "unprintable" else "BadRepr") in parked.last_error
+
+
+def test_a_huge_error_message_is_bounded_in_the_log_lines_too(durable_store, caplog):
+    """An exception message of 1 MB is cut to MAX_ERROR_BYTES in the WARNING and ERROR lines that
+    quote it, as in the parked row, so that a failing timer cannot flood the logs each attempt."""
+    schedule(durable_store, P, NOW, KIND, b"r")
+
+    def fail(timer):
+        raise ValueError("x" * 1_000_000)
+
+    with caplog.at_level(logging.WARNING, logger="timerwheel_c.durable"):
+        run_due(durable_store, P, TimerRegistry().register(Failing(1, fail)), NOW)
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(lines) == 2  # the failure at WARNING, the parking at ERROR: the situation to test
+    assert all(len(line.encode()) < keys.MAX_ERROR_BYTES + 500 for line in lines), [len(x) for x in lines]
+
+
+def test_a_password_in_a_handlers_exception_is_masked_in_the_logged_tracebacks(durable_store, caplog):
+    """A handler raising an error that quotes a database URL with its password: the tracebacks logged
+    at DEBUG (an attempt before the last) and ERROR (the one that parks it) mask the password as the
+    messages do, whatever formatter the application's handlers use; the record still carries the
+    exception itself (``exc_info``) for handlers that report it."""
+    secret = "tr4ceb4ck-pw"
+
+    def fail(timer):
+        raise ConnectionError(f"cannot reach postgresql://app:{secret}@db.example/orders")
+
+    schedule(durable_store, P, NOW, KIND, b"r")
+    with caplog.at_level(logging.DEBUG, logger="timerwheel_c.durable"):
+        run_to_the_end(durable_store, Failing(2, fail))
+    with_traceback = [r for r in caplog.records if r.exc_info]
+    assert [r.levelno for r in with_traceback] == [logging.DEBUG, logging.ERROR]  # the situation to test
+    assert "Traceback" in caplog.text and "postgresql://app:***@db.example" in caplog.text
+    assert secret not in caplog.text
+    assert all(isinstance(r.exc_info[1], ConnectionError) for r in with_traceback)

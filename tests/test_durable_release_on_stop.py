@@ -5,6 +5,7 @@ left at a future backoff key) rather than on how fast the second runner is; the 
 them at their backoff keys."""
 from __future__ import annotations
 
+import logging
 import threading
 
 import pytest
@@ -76,6 +77,29 @@ def test_stop_releases_unsettled_claims_for_another_runner(tmp_path, release):
         with DurableTimerService(store, TimerRegistry().register(fires), [P], fleet=False):
             wait_until(lambda: len(fires.refs) == N, "the second runner fired every released row")
         assert fires.refs == {b"%02d" % i for i in range(N)}
+    finally:
+        hangs.gate.set()
+        store.close()
+
+
+@pytest.mark.parametrize("release", [True, False])
+def test_the_stop_log_says_where_abandoned_rows_go(tmp_path, release, caplog):
+    """The WARNING about handlers still running at the stop's timeout says what becomes of their rows:
+    released for another runner now with ``release_claims=True``, else left to their backoff; it
+    never says "after their backoff" for rows the stop then releases."""
+    store = SQLiteStore(tmp_path / "log.db")
+    hangs = Hangs()
+    try:
+        writer.schedule(store, P, wall_ms() - 1000, KIND, b"r")
+        service = DurableTimerService(store, TimerRegistry().register(hangs), [P], fleet=False)
+        service.start()
+        assert hangs.started.wait(30), "the handler started"
+        with caplog.at_level(logging.INFO, logger="timerwheel_c.durable"):
+            service.stop(timeout=0.2, release_claims=release)
+        [warning] = [r.getMessage() for r in caplog.records
+                     if r.levelno == logging.WARNING and "still running" in r.getMessage()]  # the situation needed
+        assert ("after their backoff" in warning) is not release, warning
+        assert ("released" in warning) is release, warning
     finally:
         hangs.gate.set()
         store.close()

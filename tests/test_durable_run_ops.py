@@ -63,6 +63,24 @@ def _no_password_url(dsn):
     return dsn.replace(f":{SECRET}@", "@")
 
 
+def test_a_taken_metrics_port_is_one_line_exit_2_before_the_store_file_is_created(tmp_path, monkeypatch, capsys):
+    """--metrics-port on a port another socket listens on is a bad argument like any other: one line
+    naming it, exit 2, and, as for every bad argument, no new SQLite file left behind."""
+    import socket
+
+    monkeypatch.syspath_prepend(str(HELPERS_DIR))
+    db = tmp_path / "new.db"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        status = main(["run", "--store", f"sqlite:///{db}", "--handlers", "durable_handlers:registry",
+                       "--metrics-port", str(port)])
+    err = capsys.readouterr().err.strip()
+    assert status == 2 and len(err.splitlines()) == 1 and f"--metrics-port {port}" in err, err
+    assert not db.exists()
+
+
 @pytest.mark.slow
 def test_run_from_env_store_with_pgpassword_serves_metrics_and_stops_on_sigterm(tmp_path, scram_cluster):
     """The password comes only from PGPASSWORD: not in argv (psutil reads the live command line),

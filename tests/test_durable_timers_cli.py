@@ -301,6 +301,9 @@ def test_a_missing_sqlite_file_is_one_line_exit_2_and_is_not_created(argv, tmp_p
     (["show", "--partition", "p1", "--kind", "7"], ["--reference"]),
     (["requeue", "--partition", "p1", "--kind", "7", "--reference", "r", "--due-at", "soon"], ["'soon'"]),
     (["requeue", "--partition", "p1", "--kind", "7", "--reference", "r", "--in", "-5"], ["'-5'"]),
+    (["list", "--limit", "\u00b2"], ["--limit", "int >= 1", "'\u00b2'"]),  # a digit to str.isdigit, not to int()
+    (["requeue", "--partition", "p1", "--kind", "7", "--reference", "r", "--due-at", "0001-01-01T00:00:00"],
+     ["--due-at", "ISO 8601", "'0001-01-01T00:00:00'"]),  # no local time zone that early
 ])
 def test_bad_arguments_are_one_line_and_exit_2(argv, needles, tmp_path):
     url = "sqlite:///" + str(tmp_path / "t.db")
@@ -326,3 +329,57 @@ def test_durations_read_in_words_to_their_two_largest_units():
     assert in_words(now + 26 * HOUR_MS + 59 * 1000, now) == "in 1 d 2 h"
     assert in_words(now + 24 * HOUR_MS + 30 * 1000, now) == "in 1 d"
     assert in_words(None, now) == "-"
+
+
+def test_a_listed_schedule_occurrence_is_named_as_such_by_the_commands_on_one_timer(url, tmp_path):
+    """``list`` shows a schedule's pending occurrence under the schedule's name, but it is no timer of
+    its own: ``show``, ``cancel``, ``requeue`` and ``fire-now`` on the name ``list`` printed answer exit
+    1 with one line that says it is the schedule's occurrence and which command steers it, rather than
+    a bare "no pending timer" for a row the operator has just seen listed."""
+    from timerwheel_c.durable import Every, add_schedule
+
+    with open_store(url) as store:
+        add_schedule(store, "reports", "heartbeat", Every(60), KIND)
+    listed = json.loads(cli(tmp_path, "timers", "list", "--store", url, "--json").stdout)
+    assert [(t["partition"], t["kind"], t["reference"]) for t in listed] == [("reports", KIND, "heartbeat")]
+    for action in ("show", "cancel", "requeue", "fire-now"):
+        out = cli(tmp_path, "timers", action, "--store", url, "--partition", "reports", "--kind", str(KIND),
+                  "--reference", "heartbeat")
+        one_line_error(out, 1, "occurrence of schedule 'heartbeat'", "timerwheel-c schedules")
+
+
+def test_a_listing_cut_short_by_its_reader_ends_quietly(tmp_path):
+    """``timerwheel-c timers list | head -1``: the reader closes the pipe after one line while the
+    command still writes (its output is larger than a pipe's buffer); the command ends without a
+    traceback, as a shell command ends on SIGPIPE."""
+    url = "sqlite:///" + str(tmp_path / "many.db")
+    now = wall_ms()
+    with open_store(url) as store:
+        for i in range(2000):
+            schedule(store, "p", now + i, KIND, b"timer-%04d" % i)
+    env = {k: v for k, v in os.environ.items() if k != "TIMERWHEEL_C_STORE"}
+    proc = subprocess.Popen([sys.executable, "-m", "timerwheel_c", "timers", "list", "--store", url,
+                             "--limit", "2000"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    assert proc.stdout.readline().startswith(b"PARTITION")
+    proc.stdout.close()  # the reader goes away with more than a pipe's buffer still to come
+    err = proc.stderr.read().decode()
+    assert proc.wait(TIMEOUT_S) != 0 and "Traceback" not in err and "Error" not in err, err
+
+
+def test_control_characters_in_names_are_escaped_in_tables(tmp_path):
+    """A partition name holding a newline and a terminal escape sequence: ``timers list``, ``timers
+    show`` and ``fleet status`` print it escaped (``\\n``, ``\\x1b``), so that a name can neither
+    break a table's rows nor drive the operator's terminal; ``--json`` keeps it as it is."""
+    url = "sqlite:///" + str(tmp_path / "names.db")
+    evil = "evil\n\x1b[2Jname"
+    with open_store(url) as store:
+        schedule(store, evil, wall_ms() + HOUR_MS, KIND, b"r")
+    outs = [cli(tmp_path, "timers", "list", "--store", url), cli(tmp_path, "fleet", "status", "--store", url),
+            cli(tmp_path, "timers", "show", "--store", url, "--partition", evil, "--kind", str(KIND), "--reference", "r")]
+    for out in outs:
+        assert out.returncode == 0, out.stderr
+        assert "\x1b" not in out.stdout and "evil\\n\\x1b[2Jname" in out.stdout, out.stdout
+    assert len(outs[0].stdout.strip().splitlines()) == 2  # the header and one row
+    listed = json.loads(cli(tmp_path, "timers", "list", "--store", url, "--json").stdout)
+    assert [t["partition"] for t in listed] == [evil]

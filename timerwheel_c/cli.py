@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from . import IMPLEMENTATION, __version__
@@ -35,7 +36,14 @@ def main(argv: list[str] | None = None) -> int:
         if named not in _COMMANDS or named == command:
             importlib.import_module(module).add_parser(sub)
     args = parser.parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except BrokenPipeError:
+        # The reader of stdout went away (``timerwheel-c timers list | head``): end quietly, as a
+        # shell command does on SIGPIPE. stdout goes to devnull so that its flush at exit cannot
+        # fail again (the recipe of Python's signal docs, "Note on SIGPIPE").
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":

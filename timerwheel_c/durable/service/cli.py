@@ -184,6 +184,10 @@ def first_line(exc: BaseException, url: Optional[str]) -> str:
     return redact((str(exc).strip().splitlines() or [type(exc).__name__])[0], url)
 
 
+def _metrics_error(args, exc: Exception) -> str:
+    return f"timerwheel-c run: --metrics-port {args.metrics_port} on {args.metrics_host!r}: {exc}"
+
+
 def run(args) -> int:
     """Run the service until SIGINT/SIGTERM; 0 on a clean stop, 2 on a bad argument or a store
     that cannot be opened (see the module docstring)."""
@@ -210,6 +214,14 @@ def run(args) -> int:
         print(f"timerwheel-c run: --handlers {args.handlers!r} has no handler registered; a runner without one "
               "would hold partitions it cannot fire", file=sys.stderr)
         return 2
+    if args.metrics_port is not None:
+        from .exporter import check_address
+
+        try:
+            check_address(args.metrics_port, args.metrics_host)
+        except (ImportError, OSError) as exc:
+            print(_metrics_error(args, exc), file=sys.stderr)
+            return 2
     store = open_or_say("run", args.store)
     if store is None:
         return 2
@@ -228,10 +240,9 @@ def run(args) -> int:
 
         try:
             metrics = serve(service, args.metrics_port, args.metrics_host)
-        except (ImportError, OSError) as exc:
+        except (ImportError, OSError) as exc:  # taken since it was checked
             store.close()
-            print(f"timerwheel-c run: --metrics-port {args.metrics_port} on {args.metrics_host!r}: {exc}",
-                  file=sys.stderr)
+            print(_metrics_error(args, exc), file=sys.stderr)
             return 2
         log.info("serving /metrics and /healthz on http://%s:%d", metrics.host, metrics.port)
     try:

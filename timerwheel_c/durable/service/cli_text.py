@@ -8,17 +8,25 @@ from __future__ import annotations
 import datetime as dt
 from typing import Optional
 
-__all__ = ["in_words", "local_iso", "reference_text", "table", "utc_iso"]
+__all__ = ["in_words", "local_iso", "printable", "reference_text", "table", "utc_iso"]
 
 _UNITS = ((86_400_000, "d"), (3_600_000, "h"), (60_000, "min"), (1_000, "s"))
 
 
 def table(rows: list, columns: list) -> str:
     """``rows`` (dicts) as a table of ``columns`` (keys; headings are the keys upper-cased, ``_``
-    as a space), each column padded to its widest cell, trailing blanks stripped."""
-    cells = [[c.upper().replace("_", " ") for c in columns]] + [[str(r[c]) for c in columns] for r in rows]
+    as a space), each cell :func:`printable`, each column padded to its widest cell, trailing blanks
+    stripped."""
+    cells = [[c.upper().replace("_", " ") for c in columns]] + [[printable(str(r[c])) for c in columns] for r in rows]
     widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in cells)
+
+
+def printable(text: str) -> str:
+    """``text`` with each character that is not printable (a newline, a tab, the ESC of a terminal
+    escape sequence) written as its Python escape (``\\n``, ``\\x1b``): names and errors come from
+    applications, and must neither break a table's rows nor drive the operator's terminal."""
+    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def local_iso(ms: Optional[int]) -> str:

@@ -16,7 +16,9 @@ server on a daemon thread with:
 - ``/healthz``: 200 ``ok`` while the service thread is alive and a pass's claim round trip
   last succeeded within ``stale_after_s`` (default :func:`default_stale_after_s`: twice the
   service's longest sleep plus 10 s, 70 s for the default 30 s sleep; an idle service passes
-  at least once per sleep, and a failing store is retried within 5 s). Otherwise 503 with a
+  at least once per sleep, and a failing store is retried within 5 s), or every handler slot
+  is busy (no pass for want of room is work, not a stall: a hung handler is bounded by its
+  ``timeout_s``). Otherwise 503 with a
   one-line reason: the thread is not running, or the store has not answered a pass for so long. It fits Kubernetes' liveness and
   readiness probes (a probe's ``timeoutSeconds`` above 2 s: a scrape waits that long at most
   for the store).
@@ -31,7 +33,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Optional, Tuple
 
-__all__ = ["MetricsServer", "collector", "default_stale_after_s", "health", "register", "serve"]
+__all__ = ["MetricsServer", "check_address", "collector", "default_stale_after_s", "health", "register", "serve"]
 
 _MISSING = ("timerwheel_c's Prometheus metrics need prometheus_client, which is not installed: "
             "pip install 'timerwheel_c[metrics]'")
@@ -60,7 +62,12 @@ def health(service, stale_after_s: Optional[float] = None) -> Tuple[bool, str]:
     if not service.running:
         died = service.died
         return False, "service thread not running" + ("" if died is None else f": {type(died).__name__}")
-    age_s = service.metrics(backlog_timeout_s=0).last_progress_age_s
+    m = service.metrics(backlog_timeout_s=0)
+    age_s = m.last_progress_age_s
+    if age_s is not None and age_s > bound_s and m.handlers_in_flight >= service.concurrency:
+        # No pass for want of a free slot, not for a stuck thread or store: it passes again when a
+        # handler returns (a hung one is bounded by its handler's timeout_s).
+        return True, f"ok: all {service.concurrency} handler slot(s) busy"
     if age_s is None:
         return False, "no store round trip yet"
     if age_s > bound_s:
@@ -142,6 +149,18 @@ class MetricsServer:
         self._httpd.shutdown()
         self._httpd.server_close()
         self._thread.join()
+
+
+def check_address(port: int, host: str = "127.0.0.1") -> None:
+    """Check that :func:`serve` could bind ``host:port`` now (binding it and letting it go), before a
+    command creates anything: ``timerwheel-c run`` checks every argument before it opens the store.
+
+    Raises:
+        ImportError: ``prometheus_client`` is not installed.
+        OSError: the address cannot be bound (e.g. the port is taken).
+    """
+    _prometheus()
+    ThreadingHTTPServer((host, port), BaseHTTPRequestHandler).server_close()
 
 
 def serve(service, port: int, host: str = "127.0.0.1", stale_after_s: Optional[float] = None) -> MetricsServer:

@@ -550,13 +550,14 @@ class DurableTimerService:
         def left_s() -> Optional[float]:
             return None if self._stop_at is None else max(0.0, self._stop_at - time.monotonic())
 
+        # Where the rows this stop gives up go: released below, or left to their backoff.
+        fate = ("are released for another runner to fire now" if self._release_on_stop
+                else "stay claimed and fire again after their backoff")
         if self.executor.queue:
-            log.info("stopping with %d claimed row(s) not started; they fire again after their backoff",
-                     len(self.executor.queue))
+            log.info("stopping with %d claimed row(s) not started; they %s", len(self.executor.queue), fate)
         abandoned = await self.executor.drain(left_s)
         if abandoned:
-            log.warning("stopping with %d handler(s) still running; their rows stay claimed and fire again "
-                        "after their backoff", abandoned)
+            log.warning("stopping with %d handler(s) still running; their rows %s", abandoned, fate)
         await self.committer.drain(left_s)
         if self._release_on_stop:
             await self._release_unsettled()

@@ -33,6 +33,10 @@ this machine's) or ``--in SECONDS`` from now; it leaves a scheduled timer as it 
 with its attempts reset, whatever its state. A runner serving the partition fires it on its next
 pass (at once when the store signals the write).
 
+A recurring schedule's pending occurrence is listed under the schedule's name, but it is no timer
+of its own: the actions on one timer do not reach it (exit 1, naming the schedule), and
+``timerwheel-c schedules pause|resume|remove`` steer it.
+
 Exit status: 0 on success; 1, with one line on stderr, when no pending timer has that name (or
 ``requeue`` finds it scheduled); 2, with one line on stderr naming the offending value, on a bad
 argument or a store that cannot be opened or read. None of these commands creates a SQLite file.
@@ -44,6 +48,7 @@ import datetime as dt
 import heapq
 import json
 import math
+import shlex
 import sys
 import time
 
@@ -51,9 +56,10 @@ from ..._helptext import terminal_text
 from ..storage.errors import StoreError
 from ..storage.redact import redact
 from ..timers.keys import TimerKind
+from ..timers.schedules import get_schedule
 from ..timers.writer import STATES, PendingTimer, cancel, get_timer, list_timers, requeue
 from .cli import OneLineErrors, first_line, open_or_say, store_url
-from .cli_text import in_words, local_iso, reference_text, table, utc_iso
+from .cli_text import in_words, local_iso, printable, reference_text, table, utc_iso
 
 DEFAULT_LIMIT = 100
 _NAMED = ("show", "cancel", "requeue", "fire-now")  # the actions on one timer, named by its identity
@@ -108,7 +114,9 @@ def _kind(text: str) -> int:
 
 
 def _limit(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
+    # str.isdigit() alone lets through digits int() refuses ("\u00b2"), which argparse would report
+    # without saying what it wants
+    if not text.isdigit() or not text.isascii() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"must be an int >= 1, got {text!r}")
     return int(text)
 
@@ -130,9 +138,13 @@ def _iso_ms(text: str) -> int:
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be an ISO 8601 time such as 2026-12-01T18:30:00+01:00, "
                                          f"got {text!r}") from None
-    if when.tzinfo is None:
-        when = when.astimezone()  # a naive time is this machine's local time
-    return int(when.timestamp() * 1000)
+    try:
+        if when.tzinfo is None:
+            when = when.astimezone()  # a naive time is this machine's local time
+        return int(when.timestamp() * 1000)
+    except (OverflowError, OSError, ValueError):  # a time before the platform's local time zones
+        raise argparse.ArgumentTypeError(f"must be an ISO 8601 time this machine can place in its time zone, "
+                                         f"got {text!r}") from None
 
 
 def _reference(args) -> bytes:
@@ -187,7 +199,7 @@ def _show(timer: PendingTimer, now_ms: int) -> str:
               ("value", f"{len(timer.value)} byte{'' if len(timer.value) == 1 else 's'}" + (f": {value}" if value else "")),
               ("value hex", timer.value.hex() or "-")]
     width = max(len(name) for name, _ in fields)
-    return "\n".join(f"{name.ljust(width)}  {shown}" for name, shown in fields)
+    return "\n".join(f"{name.ljust(width)}  {printable(str(shown))}" for name, shown in fields)
 
 
 def _listed_order(timer: PendingTimer) -> tuple:
@@ -220,7 +232,7 @@ def _named(store, args, now_ms: int) -> str:
     name = f"partition {args.partition!r} kind {args.kind} reference {_shown_reference(reference)!r}"
     timer = get_timer(store, args.partition, args.kind, reference)
     if timer is None:
-        raise NoSuchTimer(f"no pending timer in {name}")
+        raise NoSuchTimer(f"no pending timer in {name}{_occurrence_hint(store, args, reference)}")
     if args.action == "show":
         return json.dumps(as_json(timer, value=True), indent=2) if args.json else _show(timer, now_ms)
     if args.action == "cancel":
@@ -238,6 +250,21 @@ def _named(store, args, now_ms: int) -> str:
         raise NoSuchTimer(f"no pending timer in {name} (it fired or was removed meanwhile)")
     return f"{'requeued' if args.action == 'requeue' else 'fired now'}: the timer of {name}, " \
            f"due {local_iso(due_ms)} ({in_words(due_ms, now_ms)})"
+
+
+def _occurrence_hint(store, args, reference: bytes) -> str:
+    """What to add to "no pending timer" when the name is a schedule's: ``list`` shows a schedule's
+    pending occurrence under the schedule's name, but it is no timer of its own, so the by-name
+    actions do not reach it; the ``schedules`` commands do."""
+    try:
+        schedule_name = reference.decode("utf-8")
+        info = get_schedule(store, args.partition, schedule_name)
+    except (UnicodeDecodeError, TypeError, ValueError):  # not a valid schedule name: no schedule of that name
+        return ""
+    if info is None or int(info.kind) != args.kind:
+        return ""
+    return (f"; it is an occurrence of schedule {schedule_name!r}, steered with timerwheel-c schedules "
+            f"pause|resume|remove --partition {shlex.quote(args.partition)} {shlex.quote(schedule_name)}")
 
 
 def main(args) -> int:

@@ -131,6 +131,7 @@ __all__ = [
     "is_parked_key",
     "is_timer_key",
     "parked",
+    "error_bytes",
     "parked_parts",
     "parked_value",
     "parse",
@@ -369,11 +370,18 @@ def is_parked_key(key: bytes) -> bool:
 def parked_value(last_error: str, value: bytes) -> bytes:
     """A parked row's value: the timer's ``value`` behind ``last_error`` (a str, cut to
     :data:`MAX_ERROR_BYTES` UTF-8 bytes on a character boundary, marked with an ellipsis)."""
+    raw = error_bytes(last_error)
+    return _ERROR_LENGTH.pack(len(raw)) + raw + check_bytes("value", value)
+
+
+def error_bytes(last_error: str) -> bytes:
+    """``last_error`` as UTF-8 (surrogates backslash-escaped), cut to :data:`MAX_ERROR_BYTES` bytes on a
+    character boundary and marked with an ellipsis when it was longer."""
     raw = last_error.encode("utf-8", "backslashreplace")
     if len(raw) > MAX_ERROR_BYTES:
         ellipsis = "\u2026".encode()
         raw = raw[:MAX_ERROR_BYTES - len(ellipsis)].decode("utf-8", "ignore").encode() + ellipsis
-    return _ERROR_LENGTH.pack(len(raw)) + raw + check_bytes("value", value)
+    return raw
 
 
 def parked_parts(data: bytes) -> tuple:

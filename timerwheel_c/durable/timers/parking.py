@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
+import traceback
 from typing import Optional
 
 from . import keys
@@ -56,17 +57,27 @@ def exhausted(handler: TimerHandler, attempt: int) -> bool:
 
 def last_error_of(error: Optional[BaseException] = None, why: Optional[str] = None) -> str:
     """The last error to keep and log: ``"TypeError: message"`` for ``error``, else ``why``;
-    passwords masked (its length is bounded where the parked row is written)."""
-    text = f"{type(error).__name__}: {error}" if error is not None else (why or "failed")
-    return redact(text)
+    passwords masked, cut to :data:`~.keys.MAX_ERROR_BYTES` (the log lines that quote it are
+    bounded as the parked row is, however long the handler's message)."""
+    text = f"{type(error).__name__}: {_printed(str, error)}" if error is not None else (why or "failed")
+    return keys.error_bytes(redact(text)).decode()
 
 
 def wrong_outcome(outcome: object) -> str:
     """The failure of a handler that returned ``outcome``, not an outcome."""
-    shown = repr(outcome)
+    shown = _printed(repr, outcome)
     if len(shown) > _OUTCOME_REPR_CHARS:
         shown = shown[:_OUTCOME_REPR_CHARS] + "..."
     return f"the handler returned {shown}, not Done, Reschedule or Retry"
+
+
+def _printed(show, obj: object) -> str:
+    """``show(obj)`` (``str`` or ``repr``), or a placeholder when that raises, as the traceback module
+    prints such an object: a failure must be recorded whatever the handler's own types do."""
+    try:
+        return show(obj)
+    except Exception:
+        return f"<{type(obj).__name__}: {show.__name__}() failed>"
 
 
 def park_timer(key: bytes, value: bytes, tk: keys.TimerKey, parked_at_ms: int, last_error: str) -> Parking:
@@ -87,12 +98,28 @@ def log_failure(partition: str, handler: TimerHandler, tk: keys.TimerKey, attemp
     tried again, None when it parks; ``asked``: the handler returned Retry."""
     name = timer_name(partition, tk.kind, tk.reference, handler=handler, attempt=attempt, due_at_ms=due_at_ms,
                       occurrence=tk.occurrence)
-    exc_info = None if error is None else (type(error), error, error.__traceback__)
     if retry_at_ms is not None:
         log.log(logging.INFO if asked else logging.WARNING, "%s failed: %s; tried again at %s", name, last_error,
                 iso_utc(retry_at_ms))
-        if exc_info is not None:
-            log.debug("%s: the traceback of its failure", name, exc_info=exc_info)
+        if error is not None:
+            _log_traceback(logging.DEBUG, error, "%s: the traceback of its failure", name)
         return
     log.warning("%s failed: %s; it was the last attempt", name, last_error)
-    log.error("%s parked after its last attempt: %s", name, last_error, exc_info=exc_info)
+    if error is None:
+        log.error("%s parked after its last attempt: %s", name, last_error)
+    else:
+        _log_traceback(logging.ERROR, error, "%s parked after its last attempt: %s", name, last_error)
+
+
+def _log_traceback(level: int, error: BaseException, msg: str, *args: object) -> None:
+    """Log ``msg % args`` at ``level`` with ``error`` as the record's ``exc_info`` and its traceback's
+    text, passwords masked (:func:`redact`), as the record's ``exc_text``: what every
+    ``logging.Formatter`` prints instead of formatting ``exc_info`` itself. A handler's exception may
+    quote a database URL; whatever formatter the application's handlers use, none prints it."""
+    if not log.isEnabledFor(level):
+        return
+    exc_info = (type(error), error, error.__traceback__)
+    fn, lno, func, _ = log.findCaller()
+    record = log.makeRecord(log.name, level, fn, lno, msg, args, exc_info, func)
+    record.exc_text = redact("".join(traceback.format_exception(*exc_info)).rstrip("\n"))
+    log.handle(record)

@@ -99,10 +99,26 @@ def _timer_value(key: bytes, value: bytes) -> bytes:
     return keys.parked_parts(value)[1] if keys.is_parked_key(key) else value
 
 
+_LOOKUPS = 16  # reads of a timer's row while concurrent commits keep moving it, before it counts as missing
+
+
 def _current(identity: bytes) -> Steps[tuple]:
-    """``(timer key or None, its value or None)``: where the identity row points, and that row."""
+    """``(timer key or None, its value or None)``: where the identity row points, and that row.
+
+    The two reads are two statements: a move committed between them (a runner's claim, a reschedule,
+    a parking: each rewrites the row and the identity row together) leaves the identity row read
+    pointing at a row that is gone. Both are then read again, up to :data:`_LOOKUPS` times, so that
+    a timer moving while it is looked up is found (an identity row that keeps pointing at no row
+    belongs to no pending timer)."""
     key = yield GET, identity
-    return (key, None) if key is None else (key, (yield GET, key))
+    for _ in range(_LOOKUPS):
+        if key is None:
+            break
+        value = yield GET, key
+        if value is not None:
+            return key, value
+        key = yield GET, identity
+    return key, None
 
 
 def _checked_identity(store: Store, partition: str, kind, reference: bytes) -> bytes:
