@@ -1,0 +1,157 @@
+"""The asyncio connection pools of a PostgresStore: one ``psycopg_pool.AsyncConnectionPool`` per event
+loop, on which :mod:`timerwheel_c.durable.aio` awaits its writes.
+
+One pool per loop, because an asyncio connection and the pool's worker tasks belong to the loop that
+made them: a pool made on a loop that has since closed cannot serve another (pytest-asyncio and
+``asyncio.run`` make a loop per test or per run). A loop's pool is made on its first write, with the
+store's connection string (so libpq's ``PG*`` environment fallbacks and any ``application_name`` in
+it apply as they do to the store's own connection), autocommit, and the store's
+``synchronous_commit``; it holds :data:`MIN_SIZE` .. :data:`MAX_SIZE` connections unless
+:meth:`AsyncPools.configure` says otherwise.
+
+A pool closes:
+
+- with its loop: an async generator started on the loop closes it in its ``finally``, which the
+  loop's ``shutdown_asyncgens()`` runs (``asyncio.run``, ``asyncio.Runner`` and pytest-asyncio call
+  it before closing a loop), so that no connection outlives the loop and nothing warns at exit;
+- with the store (:meth:`AsyncPools.close`, from ``PostgresStore.close``): awaited on its loop when
+  that loop runs in another thread or not at all, or scheduled on it when ``close`` is called from a
+  coroutine on that very loop (a sync call cannot wait there), finishing at the loop's next turn.
+
+A loop closed without ``shutdown_asyncgens()`` (a bare ``loop.close()``) leaves its pool's connections
+to be closed when they are collected, as it leaves any async generator unfinished.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from typing import Any, AsyncIterator, Optional
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from .errors import wrap_exceptions
+from .postgres import set_synchronous_commit, store_error
+
+__all__ = ["MAX_SIZE", "MIN_SIZE", "TIMEOUT_S", "AsyncPools"]
+
+log = logging.getLogger("timerwheel_c.durable")
+
+#: Connections each loop's pool keeps open, and opens at most (a web app's writes are short: a few
+#: connections per process serve hundreds of writes per second, and each costs the server a process).
+MIN_SIZE = 1
+MAX_SIZE = 4
+#: Seconds a write waits for a pooled connection (all busy, or the server unreachable) before it
+#: raises TransientStoreError.
+TIMEOUT_S = 10.0
+_CLOSE_WAIT_S = 10.0
+# Close tasks scheduled from a sync close on the loop's own thread: kept until done, since the loop
+# holds its tasks only weakly.
+_closing: set = set()
+
+
+class AsyncPools:
+    """The pools of one PostgresStore (its ``dsn`` and ``synchronous_commit``), one per event loop.
+
+    :meth:`connection` lends a connection of the running loop's pool, made on first use. Thread-safe:
+    loops in several threads each get their own pool.
+    """
+
+    def __init__(self, dsn: str, synchronous_commit: Optional[str]):
+        self._dsn = dsn
+        self._synchronous_commit = synchronous_commit
+        self._wrap = wrap_exceptions(psycopg.Error, lambda exc: store_error(exc, dsn))
+        self._lock = threading.Lock()
+        self._by_loop: dict = {}  # loop -> (pool, the async generator that closes it with the loop)
+        self._sizes = (MIN_SIZE, MAX_SIZE, TIMEOUT_S)
+
+    def configure(self, min_size: int = MIN_SIZE, max_size: int = MAX_SIZE, timeout_s: float = TIMEOUT_S) -> None:
+        """Size the pools made after this call: ``min_size`` connections kept open (>= 0),
+        ``max_size`` at most (>= max(1, min_size)), ``timeout_s`` seconds (> 0) a write waits for
+        one. A pool already made keeps its size.
+
+        Raises:
+            TypeError / ValueError: a bad size or timeout, naming it.
+        """
+        for name, value in (("min_size", min_size), ("max_size", max_size)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+        if min_size < 0:
+            raise ValueError(f"min_size must be >= 0, got {min_size}")
+        if max_size < max(1, min_size):
+            raise ValueError(f"max_size must be >= max(1, min_size={min_size}), got {max_size}")
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
+            raise ValueError(f"timeout_s must be a number of seconds > 0, got {timeout_s!r}")
+        self._sizes = (min_size, max_size, float(timeout_s))
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection]:
+        """A connection of the running loop's pool (autocommit), returned to it on exit.
+
+        Raises:
+            TransientStoreError: no connection within the timeout (all busy, or the server is
+                unreachable); PermanentStoreError: the server refuses the connection string.
+        """
+        with self._wrap:
+            pool = await self._pool()
+            async with pool.connection() as conn:
+                yield conn
+
+    async def _pool(self) -> AsyncConnectionPool:
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            entry = self._by_loop.get(loop)
+            made = entry is None
+            if made:
+                for old in [other for other in self._by_loop if other.is_closed()]:
+                    del self._by_loop[old]
+                min_size, max_size, timeout_s = self._sizes
+                configure = None if self._synchronous_commit is None else self._configure
+                pool: AsyncConnectionPool = AsyncConnectionPool(
+                    self._dsn, kwargs={"autocommit": True}, min_size=min_size, max_size=max_size, timeout=timeout_s,
+                    configure=configure, name="timerwheel-c-aio", open=False)
+                entry = self._by_loop[loop] = (pool, self._close_with_loop(loop, pool))
+        pool, closer = entry
+        if made:
+            await closer.__anext__()  # registered with the loop from its first step on
+        if pool.closed:  # not open yet (a concurrent first write may be opening it: open() waits for that)
+            await pool.open()
+        return pool
+
+    async def _configure(self, conn: psycopg.AsyncConnection) -> None:
+        assert self._synchronous_commit is not None
+        await conn.execute(set_synchronous_commit(self._synchronous_commit))
+
+    async def _close_with_loop(self, loop: Any, pool: AsyncConnectionPool) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            with self._lock:
+                if self._by_loop.get(loop, (None,))[0] is pool:
+                    del self._by_loop[loop]
+            await pool.close()
+
+    def close(self) -> None:
+        """Close every loop's pool (see the module's docstring for when it is done)."""
+        with self._lock:
+            entries, self._by_loop = list(self._by_loop.items()), {}
+        for loop, (pool, _) in entries:
+            if loop.is_closed():
+                continue
+            try:
+                running = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if running is loop:
+                task = loop.create_task(pool.close())
+                _closing.add(task)
+                task.add_done_callback(_closing.discard)
+            elif loop.is_running():
+                try:
+                    asyncio.run_coroutine_threadsafe(pool.close(), loop).result(_CLOSE_WAIT_S)
+                except Exception:  # the loop stopped meanwhile, or is stuck: its shutdown closes the pool
+                    log.debug("closing an async pool on its loop's thread failed", exc_info=True)
+            else:
+                loop.run_until_complete(pool.close())
