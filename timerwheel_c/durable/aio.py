@@ -77,7 +77,7 @@ def _postgres(store: Store) -> bool:
 def _has_pool() -> bool:
     """True when ``psycopg_pool`` imports; else False, with one WARNING per process."""
     try:
-        from .storage import pg_pool  # noqa: F401 -- imports psycopg_pool
+        import psycopg_pool  # noqa: F401
     except ImportError as exc:
         log.warning("async writes to PostgreSQL run on a thread per store: %s (install timerwheel-c[postgres] "
                     "for psycopg_pool)", exc)

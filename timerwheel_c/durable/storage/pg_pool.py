@@ -131,7 +131,7 @@ class AsyncPools:
             with self._lock:
                 if self._by_loop.get(loop, (None,))[0] is pool:
                     del self._by_loop[loop]
-            await pool.close()
+            await _close(pool)
 
     def close(self) -> None:
         """Close every loop's pool (see the module's docstring for when it is done)."""
@@ -145,13 +145,30 @@ class AsyncPools:
             except RuntimeError:
                 running = None
             if running is loop:
-                task = loop.create_task(pool.close())
+                task = loop.create_task(_close(pool))
                 _closing.add(task)
                 task.add_done_callback(_closing.discard)
             elif loop.is_running():
                 try:
-                    asyncio.run_coroutine_threadsafe(pool.close(), loop).result(_CLOSE_WAIT_S)
+                    asyncio.run_coroutine_threadsafe(_close(pool), loop).result(_CLOSE_WAIT_S)
                 except Exception:  # the loop stopped meanwhile, or is stuck: its shutdown closes the pool
                     log.debug("closing an async pool on its loop's thread failed", exc_info=True)
             else:
-                loop.run_until_complete(pool.close())
+                loop.run_until_complete(_close(pool))
+
+
+async def _close(pool: AsyncConnectionPool) -> None:
+    """Close ``pool`` and its idle connections, also once its worker tasks were cancelled:
+    ``asyncio.run`` cancels every task of the loop, the pool's workers among them, before it closes
+    the async generators, and ``pool.close()`` then fails waiting for its workers before it closes
+    its connections. So the idle connections are taken out and closed first, through ``getconn``,
+    which needs no worker for a connection ready in the pool."""
+    idle = []
+    while not pool.closed and pool.get_stats()["pool_available"]:
+        idle.append(await pool.getconn())
+    for conn in idle:
+        await conn.close()
+    # The workers' cancellation, not this task's: the pool is closed all the same (its flag is set
+    # first), and a connection still lent out is closed when it is given back.
+    with contextlib.suppress(asyncio.CancelledError):
+        await pool.close()
