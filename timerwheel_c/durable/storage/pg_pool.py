@@ -27,7 +27,7 @@ import asyncio
 import contextlib
 import logging
 import threading
-from typing import Any, AsyncIterator, Optional
+from typing import AsyncGenerator, AsyncIterator, Dict, Optional, Tuple
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
@@ -64,7 +64,8 @@ class AsyncPools:
         self._synchronous_commit = synchronous_commit
         self._wrap = wrap_exceptions(psycopg.Error, lambda exc: store_error(exc, dsn))
         self._lock = threading.Lock()
-        self._by_loop: dict = {}  # loop -> (pool, the async generator that closes it with the loop)
+        # loop -> (its pool, the async generator that closes the pool with the loop)
+        self._by_loop: Dict[asyncio.AbstractEventLoop, Tuple[AsyncConnectionPool, AsyncGenerator[None, None]]] = {}
         self._sizes = (MIN_SIZE, MAX_SIZE, TIMEOUT_S)
 
     def configure(self, min_size: int = MIN_SIZE, max_size: int = MAX_SIZE, timeout_s: float = TIMEOUT_S) -> None:
@@ -102,9 +103,9 @@ class AsyncPools:
     async def _pool(self) -> AsyncConnectionPool:
         loop = asyncio.get_running_loop()
         with self._lock:
-            entry = self._by_loop.get(loop)
-            made = entry is None
-            if made:
+            found = self._by_loop.get(loop)
+            made = found is None
+            if found is None:
                 for old in [other for other in self._by_loop if other.is_closed()]:
                     del self._by_loop[old]
                 min_size, max_size, timeout_s = self._sizes
@@ -112,8 +113,8 @@ class AsyncPools:
                 pool: AsyncConnectionPool = AsyncConnectionPool(
                     self._dsn, kwargs={"autocommit": True}, min_size=min_size, max_size=max_size, timeout=timeout_s,
                     configure=configure, name="timerwheel-c-aio", open=False)
-                entry = self._by_loop[loop] = (pool, self._close_with_loop(loop, pool))
-        pool, closer = entry
+                found = self._by_loop[loop] = (pool, self._close_with_loop(loop, pool))
+        pool, closer = found
         if made:
             await closer.__anext__()  # registered with the loop from its first step on
         if pool.closed:  # not open yet (a concurrent first write may be opening it: open() waits for that)
@@ -124,7 +125,8 @@ class AsyncPools:
         assert self._synchronous_commit is not None
         await conn.execute(set_synchronous_commit(self._synchronous_commit))
 
-    async def _close_with_loop(self, loop: Any, pool: AsyncConnectionPool) -> AsyncIterator[None]:
+    async def _close_with_loop(self, loop: asyncio.AbstractEventLoop,
+                               pool: AsyncConnectionPool) -> AsyncGenerator[None, None]:
         try:
             yield
         finally:
@@ -141,10 +143,10 @@ class AsyncPools:
             if loop.is_closed():
                 continue
             try:
-                running = asyncio.get_running_loop()
+                on_loop = asyncio.get_running_loop() is loop
             except RuntimeError:
-                running = None
-            if running is loop:
+                on_loop = False
+            if on_loop:
                 task = loop.create_task(_close(pool))
                 _closing.add(task)
                 task.add_done_callback(_closing.discard)
