@@ -11,15 +11,20 @@ it apply as they do to the store's own connection), autocommit, and the store's
 
 A pool closes:
 
-- with its loop: an async generator started on the loop closes it in its ``finally``, which the
-  loop's ``shutdown_asyncgens()`` runs (``asyncio.run``, ``asyncio.Runner`` and pytest-asyncio call
-  it before closing a loop), so that no connection outlives the loop and nothing warns at exit;
-- with the store (:meth:`AsyncPools.close`, from ``PostgresStore.close``): awaited on its loop when
-  that loop runs in another thread or not at all, or scheduled on it when ``close`` is called from a
-  coroutine on that very loop (a sync call cannot wait there), finishing at the loop's next turn.
+- with its loop: a task of its own waits on the loop until cancelled, and then closes the pool.
+  ``asyncio.run``, ``asyncio.Runner`` and pytest-asyncio cancel every task of a loop before closing
+  it, so no connection outlives the loop and nothing warns at exit. It must be a task, not a
+  ``finally`` run later by ``shutdown_asyncgens()``: psycopg_pool's worker tasks lose that
+  cancellation when it lands while they connect (they catch it, log "error connecting", and wait on
+  their queue again), and ``asyncio.run`` would then wait for them for ever; the pool's close hands
+  each worker the stop message it does end on;
+- with the store (:meth:`AsyncPools.close`, from ``PostgresStore.close``): by cancelling that task,
+  awaited when its loop runs in another thread or not at all; from a coroutine on that very loop (a
+  sync call cannot wait there), the close finishes at the loop's next turns.
 
-A loop closed without ``shutdown_asyncgens()`` (a bare ``loop.close()``) leaves its pool's connections
-to be closed when they are collected, as it leaves any async generator unfinished.
+A loop closed without cancelling its tasks (a bare ``loop.close()``) leaves its pool's connections
+to be closed when they are collected, with asyncio's "Task was destroyed but it is pending" for
+that task, as for any task left running.
 """
 from __future__ import annotations
 
@@ -27,7 +32,7 @@ import asyncio
 import contextlib
 import logging
 import threading
-from typing import AsyncGenerator, AsyncIterator, Dict, Optional, Tuple
+from typing import AsyncIterator, Dict, Optional, Tuple
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
@@ -47,9 +52,6 @@ MAX_SIZE = 4
 #: raises TransientStoreError.
 TIMEOUT_S = 10.0
 _CLOSE_WAIT_S = 10.0
-# Close tasks scheduled from a sync close on the loop's own thread: kept until done, since the loop
-# holds its tasks only weakly.
-_closing: set = set()
 
 
 class AsyncPools:
@@ -64,8 +66,8 @@ class AsyncPools:
         self._synchronous_commit = synchronous_commit
         self._wrap = wrap_exceptions(psycopg.Error, lambda exc: store_error(exc, dsn))
         self._lock = threading.Lock()
-        # loop -> (its pool, the async generator that closes the pool with the loop)
-        self._by_loop: Dict[asyncio.AbstractEventLoop, Tuple[AsyncConnectionPool, AsyncGenerator[None, None]]] = {}
+        # loop -> (its pool, the task that closes the pool when cancelled)
+        self._by_loop: Dict[asyncio.AbstractEventLoop, Tuple[AsyncConnectionPool, "asyncio.Task[None]"]] = {}
         self._sizes = (MIN_SIZE, MAX_SIZE, TIMEOUT_S)
 
     def configure(self, min_size: int = MIN_SIZE, max_size: int = MAX_SIZE, timeout_s: float = TIMEOUT_S) -> None:
@@ -104,7 +106,6 @@ class AsyncPools:
         loop = asyncio.get_running_loop()
         with self._lock:
             found = self._by_loop.get(loop)
-            made = found is None
             if found is None:
                 for old in [other for other in self._by_loop if other.is_closed()]:
                     del self._by_loop[old]
@@ -113,10 +114,8 @@ class AsyncPools:
                 pool: AsyncConnectionPool = AsyncConnectionPool(
                     self._dsn, kwargs={"autocommit": True}, min_size=min_size, max_size=max_size, timeout=timeout_s,
                     configure=configure, name="timerwheel-c-aio", open=False)
-                found = self._by_loop[loop] = (pool, self._close_with_loop(loop, pool))
-        pool, closer = found
-        if made:
-            await closer.__anext__()  # registered with the loop from its first step on
+                found = self._by_loop[loop] = (pool, loop.create_task(self._close_when_cancelled(loop, pool)))
+        pool = found[0]
         if pool.closed:  # not open yet (a concurrent first write may be opening it: open() waits for that)
             await pool.open()
         return pool
@@ -125,10 +124,9 @@ class AsyncPools:
         assert self._synchronous_commit is not None
         await conn.execute(set_synchronous_commit(self._synchronous_commit))
 
-    async def _close_with_loop(self, loop: asyncio.AbstractEventLoop,
-                               pool: AsyncConnectionPool) -> AsyncGenerator[None, None]:
+    async def _close_when_cancelled(self, loop: asyncio.AbstractEventLoop, pool: AsyncConnectionPool) -> None:
         try:
-            yield
+            await loop.create_future()  # until cancelled: by the loop's shutdown, or by close()
         finally:
             with self._lock:
                 if self._by_loop.get(loop, (None,))[0] is pool:
@@ -139,7 +137,7 @@ class AsyncPools:
         """Close every loop's pool (see the module's docstring for when it is done)."""
         with self._lock:
             entries, self._by_loop = list(self._by_loop.items()), {}
-        for loop, (pool, _) in entries:
+        for loop, (_, closer) in entries:
             if loop.is_closed():
                 continue
             try:
@@ -147,16 +145,20 @@ class AsyncPools:
             except RuntimeError:
                 on_loop = False
             if on_loop:
-                task = loop.create_task(_close(pool))
-                _closing.add(task)
-                task.add_done_callback(_closing.discard)
+                closer.cancel()
             elif loop.is_running():
                 try:
-                    asyncio.run_coroutine_threadsafe(_close(pool), loop).result(_CLOSE_WAIT_S)
+                    asyncio.run_coroutine_threadsafe(_cancelled(closer), loop).result(_CLOSE_WAIT_S)
                 except Exception:  # the loop stopped meanwhile, or is stuck: its shutdown closes the pool
                     log.debug("closing an async pool on its loop's thread failed", exc_info=True)
             else:
-                loop.run_until_complete(_close(pool))
+                loop.run_until_complete(_cancelled(closer))
+
+
+async def _cancelled(task: "asyncio.Task[None]") -> None:
+    """Cancel ``task`` and wait for it to end."""
+    task.cancel()
+    await asyncio.wait([task])
 
 
 async def _close(pool: AsyncConnectionPool) -> None:
