@@ -1,6 +1,6 @@
 """What operating a durable runner costs: Prometheus metrics, and the async writer.
 
-    python bench/run.py -m bench.durable_ops [--rounds N] [--pg-dsn DSN]
+    python bench/run.py -m bench.durable_ops [--rounds N] [--pg-dsn DSN] [--only metrics|writer]
 
 - ``metrics_overhead``: fired/s of a :class:`DurableTimerService` on SQLite firing
   :data:`TIMERS` rows already due (a handler returning Done at once, the case most sensitive to
@@ -8,11 +8,17 @@
   loopback HTTP every :data:`SCRAPE_EVERY_S` (a hundred times Prometheus' default rate),
   interleaved round by round so that the machine's drift hits both alike; the median of each and
   their ratio. Target: with metrics >= 0.95 x without.
-- ``async_writer``: schedules/s of ``timerwheel_c.durable.schedule`` called in a loop, against
-  ``await timerwheel_c.durable.aio.schedule`` awaited one after another and :data:`WRITES` of them
-  gathered at once, on SQLite (and PostgreSQL with ``--pg-dsn``, or ``$TIMERWHEEL_C_STORE`` when
-  that is a postgresql:// URL). The async writer is the sync one on a thread: its price is the
-  thread hop, which a round trip to the database dwarfs.
+- ``async_writer``: schedules/s of :data:`WRITES` writes, on SQLite (and PostgreSQL with ``--pg-dsn``,
+  or ``$TIMERWHEEL_C_STORE`` when that is a postgresql:// URL): ``timerwheel_c.durable.schedule``
+  called one after another, and from :data:`CONCURRENCY` threads at once; against
+  ``await timerwheel_c.durable.aio.schedule`` awaited one after another, and from
+  :data:`CONCURRENCY` tasks at once (``asyncio.gather``, each task writing in turn); the concurrent
+  writers write to one partition, then (``spread``) each to a partition of its own. On SQLite the
+  async writer is the sync one on the store's writer thread: its price is the thread hop. On
+  PostgreSQL it awaits the writes on a pool per loop (up to 4 connections), where concurrent tasks
+  overlap their round trips, while the sync writer's threads share the store's one connection; on
+  one partition the commits still queue on the partition's advisory lock (each holds it through its
+  commit's WAL flush), so the pool's gain shows with the writes spread over partitions.
 """
 from __future__ import annotations
 
@@ -39,12 +45,13 @@ from timerwheel_c.durable.timers import keys
 from timerwheel_c.durable.timers.registry import Done, TimerHandler, TimerKind, TimerRegistry
 from .stores import dispose
 
-__all__ = ["SCRAPE_EVERY_S", "TIMERS", "WRITES", "async_writer", "metrics_overhead"]
+__all__ = ["CONCURRENCY", "SCRAPE_EVERY_S", "TIMERS", "WRITES", "async_writer", "metrics_overhead"]
 
 _KIND = TimerKind(3)
 _P = "ops"
 TIMERS = {"done_at_once": 20_000, "sleep_20ms": 2_000}  # rows per handler: a few seconds of work each
-WRITES = 500
+WRITES = 512
+CONCURRENCY = 16  # writers at once: threads (sync) or tasks (async), WRITES / CONCURRENCY writes each
 SCRAPE_EVERY_S = 0.1
 
 
@@ -117,6 +124,7 @@ def metrics_overhead(rounds: int, tmp: str) -> dict:
 
 def _writes_per_s(store: Store, rounds: int) -> dict:
     due = time.time_ns() // 1_000_000 + 3_600_000
+    each = WRITES // CONCURRENCY
 
     def sync_run(tag: bytes) -> float:
         t0 = time.perf_counter()
@@ -124,30 +132,58 @@ def _writes_per_s(store: Store, rounds: int) -> dict:
             schedule(store, _P, due, _KIND, tag + b"%d" % i)
         return WRITES / (time.perf_counter() - t0)
 
+    def sync_threads(tag: bytes, spread: bool) -> float:
+        def writes(t: int):
+            partition = f"{_P}{t}" if spread else _P
+            for i in range(each):
+                schedule(store, partition, due, _KIND, tag + b"%d/%d" % (t, i))
+
+        threads = [threading.Thread(target=writes, args=(t,)) for t in range(CONCURRENCY)]
+        t0 = time.perf_counter()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return each * CONCURRENCY / (time.perf_counter() - t0)
+
     async def sequential(tag: bytes) -> float:
+        await aio.schedule(store, _P, due, _KIND, tag + b"warm")  # the loop's pool (PostgreSQL) is made here
         t0 = time.perf_counter()
         for i in range(WRITES):
             await aio.schedule(store, _P, due, _KIND, tag + b"%d" % i)
         return WRITES / (time.perf_counter() - t0)
 
-    async def gathered(tag: bytes) -> float:
-        t0 = time.perf_counter()
-        await asyncio.gather(*(aio.schedule(store, _P, due, _KIND, tag + b"%d" % i) for i in range(WRITES)))
-        return WRITES / (time.perf_counter() - t0)
+    async def tasks(tag: bytes, spread: bool) -> float:
+        async def writes(t: int):
+            partition = f"{_P}{t}" if spread else _P
+            for i in range(each):
+                await aio.schedule(store, partition, due, _KIND, tag + b"%d/%d" % (t, i))
 
-    runs: dict = {"sync": [], "async_sequential": [], "async_gathered": []}
+        await aio.schedule(store, _P, due, _KIND, tag + b"warm")
+        t0 = time.perf_counter()
+        await asyncio.gather(*(writes(t) for t in range(CONCURRENCY)))
+        return each * CONCURRENCY / (time.perf_counter() - t0)
+
+    runs: dict = {"sync": [], "sync_concurrent": [], "sync_spread": [], "async_sequential": [],
+                  "async_concurrent": [], "async_spread": []}
     for r in range(rounds):
         runs["sync"].append(sync_run(b"s%d/" % r))
+        runs["sync_concurrent"].append(sync_threads(b"t%d/" % r, False))
+        runs["sync_spread"].append(sync_threads(b"u%d/" % r, True))
         runs["async_sequential"].append(asyncio.run(sequential(b"a%d/" % r)))
-        runs["async_gathered"].append(asyncio.run(gathered(b"g%d/" % r)))
+        runs["async_concurrent"].append(asyncio.run(tasks(b"g%d/" % r, False)))
+        runs["async_spread"].append(asyncio.run(tasks(b"h%d/" % r, True)))
     med = {k: statistics.median(v) for k, v in runs.items()}
     med["async_sequential_ratio"] = med["async_sequential"] / med["sync"]
-    med["async_gathered_ratio"] = med["async_gathered"] / med["sync"]
+    med["async_concurrent_ratio"] = med["async_concurrent"] / med["sync_concurrent"]
+    med["async_spread_ratio"] = med["async_spread"] / med["sync_spread"]
     return med
 
 
 def async_writer(rounds: int, tmp: str, dsn: Optional[str]) -> dict:
-    """``{backend: {"sync": schedules/s, "async_sequential": ..., "async_gathered": ..., ratios}}``."""
+    """``{backend: {"sync": schedules/s, "sync_concurrent": ..., "sync_spread": ..., "async_sequential": ...,
+    "async_concurrent": ..., "async_spread": ..., and each async / sync ratio ("async_sequential_ratio",
+    "async_concurrent_ratio", "async_spread_ratio")}}``."""
     store: Store = SQLiteStore(Path(tmp) / "w.db")
     try:
         out = {"sqlite": _writes_per_s(store, rounds)}
@@ -170,24 +206,38 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds per figure (median; default 5)")
     p.add_argument("--pg-dsn", default=None, help=f"also the async writer on PostgreSQL (default: ${STORE_ENV} "
                                                   "when that is a postgresql:// URL)")
+    p.add_argument("--only", choices=("metrics", "writer"), default=None, help="one of the two figures (default: both)")
     args = p.parse_args(argv)
     dsn = args.pg_dsn
     if dsn is None and os.environ.get(STORE_ENV, "").startswith(("postgresql://", "postgres://")):
         dsn = os.environ[STORE_ENV]
     logging.getLogger("timerwheel_c.durable").setLevel(logging.ERROR)  # backlogs are deliberate here
     with tempfile.TemporaryDirectory(prefix="timerwheel-c-ops-") as tmp:
-        over = metrics_overhead(args.rounds, tmp)
-        writes = async_writer(args.rounds, tmp, dsn)
+        over = metrics_overhead(args.rounds, tmp) if args.only != "writer" else {}
+        writes = async_writer(args.rounds, tmp, dsn) if args.only != "metrics" else {}
+    if over:
+        _print_metrics(over, args.rounds)
+    if writes:
+        _print_writes(writes, args.rounds)
+    return 0
+
+
+def _print_metrics(over: dict, rounds: int) -> None:
     print(f"metrics overhead: fired/s of {TIMERS} due timers by handler, concurrency 16, SQLite; /metrics scraped every "
-          f"{SCRAPE_EVERY_S} s; median of {args.rounds} interleaved rounds (target: with / without >= 0.95)")
+          f"{SCRAPE_EVERY_S} s; median of {rounds} interleaved rounds (target: with / without >= 0.95)")
     for label, f in over.items():
         print(f"  {label:14s} without {f['without']:9.0f}/s  with {f['with']:9.0f}/s  with/without {f['ratio']:.3f}")
-    print(f"async writer: schedules/s of {WRITES} writes, median of {args.rounds} rounds")
+
+
+def _print_writes(writes: dict, rounds: int) -> None:
+    print(f"async writer: schedules/s of {WRITES} writes, median of {rounds} rounds; concurrent: {CONCURRENCY} "
+          "threads (sync) or tasks (async) at once, on one partition or each on its own (spread)")
     for backend, f in writes.items():
-        print(f"  {backend:9s} sync {f['sync']:8.0f}/s  async one by one {f['async_sequential']:8.0f}/s "
-              f"({f['async_sequential_ratio']:.2f}x)  async gathered {f['async_gathered']:8.0f}/s "
-              f"({f['async_gathered_ratio']:.2f}x)")
-    return 0
+        print(f"  {backend:9s}" + "  ".join(
+            f"{label}: sync {f[s]:6.0f}/s async {f[a]:6.0f}/s ({f[a + '_ratio']:.2f}x)"
+            for label, s, a in (("one at a time", "sync", "async_sequential"),
+                                ("concurrent", "sync_concurrent", "async_concurrent"),
+                                ("spread", "sync_spread", "async_spread"))))
 
 
 if __name__ == "__main__":

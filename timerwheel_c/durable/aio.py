@@ -2,22 +2,28 @@
 
 ``await aio.schedule(store, ...)``, ``cancel``, ``reschedule``, ``requeue``, ``get_timer`` and
 ``add_schedule`` take the same arguments, return the same values and raise the same exceptions
-as the functions of those names in :mod:`timerwheel_c.durable`: each *is* the sync function, run on a thread of the
-store's own (one per store, created on first use, a daemon that idles at no cost), while the
-event loop goes on serving other tasks. A write waiting on a lock (SQLite's ``busy_timeout``
-while another process writes, a PostgreSQL row lock) waits on that thread, never on the loop.
-Arguments are checked by the sync function itself, so a bad argument raises from the
-``await``, exactly as the sync call would.
+as the functions of those names in :mod:`timerwheel_c.durable`. Each writer is written once, as
+steps (:mod:`timerwheel_c.durable.timers.steps`); its arguments are checked on the loop, when the
+steps are made, so a bad argument raises from the ``await`` exactly as the sync call would; then:
 
-Why a thread, and not psycopg's ``AsyncConnection`` on PostgreSQL: a write is a guarded batch
-(:class:`~timerwheel_c.durable.storage.store.Batch`) that the store commits in one transaction
-under its own connection, retry and error wrapping
-(:class:`~timerwheel_c.durable.storage.errors.TransientStoreError`); an async twin of each store
-would repeat all of that, and of the writer, for a gain that does not show at a web app's
-rates (a round trip's cost is the database's, not the thread hop's: see the bench's
-``durable_aio`` figures). One thread per store also keeps a store's single connection used by
-one thread at a time, as the stores expect. This is the approach of asyncio's own
-``loop.run_in_executor`` / ``asyncio.to_thread`` for blocking libraries.
+- **PostgreSQL**: the steps are awaited on a connection of a ``psycopg_pool.AsyncConnectionPool``
+  that the store keeps per event loop (:mod:`timerwheel_c.durable.storage.pg_pool`: made on the
+  loop's first write, closed with the loop or the store; :func:`configure` sizes it), with no
+  thread. The statements are the store's own (the same ``<table>_apply_many`` call, advisory lock
+  on the partition and guards), on an autocommit connection, so each apply is its own transaction
+  as in the sync writer and errors are the same :class:`~timerwheel_c.durable.storage.errors.StoreError`
+  types. A write waiting on a lock (another transaction holding the partition's advisory lock)
+  waits in an ``await``; the loop serves other tasks meanwhile. Unlike the sync writer, the first
+  write does not declare the change signal's key patterns (``keys.declare_signals``): declaring them
+  may rebuild the table's trigger, a blocking DDL statement on the store's own connection that waits
+  for every lock on the table, on the loop. Until some process declares them (every runner does when
+  it starts), every write signals: more wake-ups, none missed. Without ``psycopg_pool`` installed
+  (the ``postgres`` extra installs it), the writes fall back to the thread below, with one WARNING.
+- **SQLite**: the sync writer runs on a thread of the store's own (one per store, created on first
+  use, a daemon that idles at no cost), as asyncio's ``loop.run_in_executor`` / ``asyncio.to_thread``
+  serve blocking libraries: ``sqlite3`` blocks, and a connection belongs to one thread at a time, so
+  no awaitable driver would do better. A write waiting on the file's lock (``busy_timeout``) waits
+  on that thread, never on the loop.
 
 With ``conn=``, ``schedule``, ``cancel`` and ``reschedule`` write in the caller's own transaction
 instead, as the sync functions do (:mod:`timerwheel_c.durable.storage.joined` gives the contract):
@@ -30,6 +36,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
+import logging
+import sys
 import threading
 import weakref
 from typing import Callable, Optional, TypeVar
@@ -40,9 +48,10 @@ from .timers import schedules, writer
 from .timers.steps import Steps, arun_steps
 from .timers.triggers import Trigger
 
-__all__ = ["add_schedule", "cancel", "get_timer", "requeue", "reschedule", "schedule"]
+__all__ = ["add_schedule", "cancel", "configure", "get_timer", "requeue", "reschedule", "schedule"]
 
 T = TypeVar("T")
+log = logging.getLogger("timerwheel_c.durable")
 
 _executors: "weakref.WeakKeyDictionary[Store, concurrent.futures.ThreadPoolExecutor]" = weakref.WeakKeyDictionary()
 _executors_lock = threading.Lock()
@@ -58,71 +67,111 @@ def _executor(store: Store) -> concurrent.futures.ThreadPoolExecutor:
         return pool
 
 
-async def _off_loop(fn: Callable[..., T], store: Store, *args, **kwargs) -> T:
-    check_store(store)
-    loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(_executor(store), functools.partial(fn, store, *args, **kwargs))
+def _postgres(store: Store) -> bool:
+    """True when ``store`` is a PostgresStore (whose module is imported once one exists)."""
+    postgres = sys.modules.get("timerwheel_c.durable.storage.postgres")
+    return postgres is not None and isinstance(store, postgres.PostgresStore)
 
 
-async def _joined(store: Store, partition: str, steps: Steps[T], conn) -> T:
-    """Run a writer's ``steps`` through the caller's connection ``conn`` inside its open transaction,
-    as :func:`timerwheel_c.durable.timers.writer.write` does: a ``psycopg.AsyncConnection`` for a
+@functools.lru_cache(maxsize=None)
+def _has_pool() -> bool:
+    """True when ``psycopg_pool`` imports; else False, with one WARNING per process."""
+    try:
+        import psycopg_pool  # noqa: F401
+    except ImportError as exc:
+        log.warning("async writes to PostgreSQL run on a thread per store: %s (install timerwheel-c[postgres] "
+                    "for psycopg_pool)", exc)
+        return False
+    return True
+
+
+async def _on_store(store: Store, partition: str, steps: Steps[T], run: Callable[[Store, str, Steps[T]], T]) -> T:
+    """Run ``steps`` on ``partition`` of ``store`` off the loop: awaited on the store's pooled
+    connection of this loop (PostgreSQL), else ``run(store, partition, steps)`` on its writer thread."""
+    if _postgres(store) and _has_pool():
+        async with store.async_pools().connection() as conn:  # type: ignore[attr-defined]
+            from .storage.pg_joined import AsyncPgStatements
+
+            tx = AsyncPgStatements(store, conn, partition)  # type: ignore[arg-type]
+            return await arun_steps(steps, tx.get, tx.apply)
+    return await asyncio.get_running_loop().run_in_executor(_executor(store), run, store, partition, steps)
+
+
+async def _write(store: Store, partition: str, steps: Steps[T], conn) -> T:
+    """Run a writer's ``steps``: with no ``conn`` as :func:`_on_store` does, each apply its own
+    transaction; with ``conn`` through the caller's connection inside its open transaction, as
+    :func:`timerwheel_c.durable.timers.writer.write` does: a ``psycopg.AsyncConnection`` for a
     ``PostgresStore``, every statement awaited on it on this loop (no thread); or a
     ``sqlite3.Connection`` for a :class:`SQLiteStore`, run synchronously on this loop's thread, since
     a sqlite3 connection belongs to the thread that opened it (it blocks the loop for the write, and
     for up to the connection's busy timeout while another connection holds the file's write lock).
     The contract (what ``conn`` must be, commit and rollback, locks, wake-ups) is
     :mod:`timerwheel_c.durable.storage.joined`'s."""
+    if conn is None:
+        return await _on_store(store, partition, steps, writer.write)
     async with ajoined(store, conn, partition) as tx:
         return await arun_steps(steps, tx.get, tx.apply)
 
 
+def configure(store: Store, *, min_size: int = 1, max_size: int = 4, timeout_s: float = 10.0) -> None:
+    """Size the async connection pools of the PostgresStore ``store`` made after this call (one per
+    event loop, on its first write: call this before): ``min_size`` connections kept open (>= 0),
+    ``max_size`` at most (>= max(1, min_size)), and ``timeout_s`` seconds (> 0) that a write waits
+    for one before raising :class:`~timerwheel_c.durable.storage.errors.TransientStoreError`.
+
+    Raises:
+        TypeError: ``store`` is not a PostgresStore (a SQLite store writes on a thread), or a
+            non-int size. ValueError: a size or timeout out of range, naming it.
+        ImportError: ``psycopg_pool`` is not installed (install ``timerwheel-c[postgres]``).
+    """
+    check_store(store)
+    if not _postgres(store):
+        raise TypeError(f"configure sizes the async connection pools of a PostgresStore, got {store!r} "
+                        "(whose async writes run on a thread)")
+    store.async_pools().configure(min_size, max_size, timeout_s)  # type: ignore[attr-defined]
+
+
 async def schedule(store: Store, partition: str, due_at_ms, kind, reference: bytes, value: bytes = b"", *,
                    if_exists: str = "replace", conn=None) -> bytes:
-    """Await :func:`timerwheel_c.durable.schedule` (same arguments, return value and exceptions)
-    on the store's writer thread, or with ``conn`` on the caller's connection inside its open
-    transaction (see :func:`_joined`). Returns the pending timer row's key (bytes)."""
-    if conn is None:
-        return await _off_loop(writer.schedule, store, partition, due_at_ms, kind, reference, value,
-                               if_exists=if_exists)
-    return await _joined(store, partition, writer.schedule_steps(store, partition, due_at_ms, kind, reference, value,
-                                                                 if_exists), conn)
+    """Await :func:`timerwheel_c.durable.schedule` (same arguments, return value and exceptions),
+    or with ``conn`` on the caller's connection inside its open transaction (see :func:`_write`).
+    Returns the pending timer row's key (bytes)."""
+    return await _write(store, partition, writer.schedule_steps(store, partition, due_at_ms, kind, reference, value,
+                                                                if_exists), conn)
 
 
 async def cancel(store: Store, partition: str, kind, reference: bytes, *, conn=None) -> bool:
-    """Await :func:`timerwheel_c.durable.cancel` (same arguments, return value and exceptions) on
-    the store's writer thread, or with ``conn`` on the caller's connection inside its open
-    transaction (see :func:`_joined`). True if this call removed the timer."""
-    if conn is None:
-        return await _off_loop(writer.cancel, store, partition, kind, reference)
-    return await _joined(store, partition, writer.cancel_steps(store, partition, kind, reference), conn)
+    """Await :func:`timerwheel_c.durable.cancel` (same arguments, return value and exceptions), or
+    with ``conn`` on the caller's connection inside its open transaction (see :func:`_write`). True
+    if this call removed the timer."""
+    return await _write(store, partition, writer.cancel_steps(store, partition, kind, reference), conn)
 
 
 async def reschedule(store: Store, partition: str, kind, reference: bytes, due_at_ms, *, conn=None) -> bool:
-    """Await :func:`timerwheel_c.durable.reschedule` (same arguments, return value and exceptions)
-    on the store's writer thread, or with ``conn`` on the caller's connection inside its open
-    transaction (see :func:`_joined`). True if this call moved the pending timer."""
-    if conn is None:
-        return await _off_loop(writer.reschedule, store, partition, kind, reference, due_at_ms)
-    return await _joined(store, partition, writer.reschedule_steps(store, partition, kind, reference, due_at_ms), conn)
+    """Await :func:`timerwheel_c.durable.reschedule` (same arguments, return value and exceptions),
+    or with ``conn`` on the caller's connection inside its open transaction (see :func:`_write`).
+    True if this call moved the pending timer."""
+    return await _write(store, partition, writer.reschedule_steps(store, partition, kind, reference, due_at_ms), conn)
 
 
 async def requeue(store: Store, partition: str, kind, reference: bytes, due_at=None) -> bool:
-    """Await :func:`timerwheel_c.durable.requeue` (same arguments, return value and exceptions) on
-    the store's writer thread. True if the timer existed and is now scheduled."""
-    return await _off_loop(writer.requeue, store, partition, kind, reference, due_at)
+    """Await :func:`timerwheel_c.durable.requeue` (same arguments, return value and exceptions).
+    True if the timer existed and is now scheduled."""
+    return await _write(store, partition, writer.requeue_steps(store, partition, kind, reference, due_at), None)
 
 
 async def get_timer(store: Store, partition: str, kind, reference: bytes) -> Optional[writer.PendingTimer]:
-    """Await :func:`timerwheel_c.durable.get_timer` (same arguments, return value and exceptions)
-    on the store's writer thread: the pending timer of that name, or None."""
-    return await _off_loop(writer.get_timer, store, partition, kind, reference)
+    """Await :func:`timerwheel_c.durable.get_timer` (same arguments, return value and exceptions):
+    the pending timer of that name, or None."""
+    return await _on_store(store, partition, writer.get_timer_steps(store, partition, kind, reference),
+                           writer.on_store)
 
 
 async def add_schedule(store: Store, partition: str, name: str, trigger: Trigger, kind, value: bytes = b"", *,
                        misfire: str = "once", misfire_grace_s: float = 60.0,
                        catchup_window_s: Optional[float] = None) -> schedules.ScheduleInfo:
     """Await :func:`timerwheel_c.durable.add_schedule` (same arguments, return value and
-    exceptions) on the store's writer thread."""
-    return await _off_loop(schedules.add_schedule, store, partition, name, trigger, kind, value, misfire=misfire,
-                           misfire_grace_s=misfire_grace_s, catchup_window_s=catchup_window_s)
+    exceptions)."""
+    return await _write(store, partition, schedules.add_schedule_steps(
+        store, partition, name, trigger, kind, value, misfire=misfire, misfire_grace_s=misfire_grace_s,
+        catchup_window_s=catchup_window_s), None)

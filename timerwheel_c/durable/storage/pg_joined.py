@@ -6,7 +6,10 @@ The statements and their parameters are the store's own (:meth:`PostgresStore.qu
 ``<table>_apply_many`` function as the store's own ``apply``, taking the same advisory lock on the
 partition and judging the guards the same way. Only where the statements run differs: on the
 caller's connection, inside a ``SAVEPOINT``, on cursors of its own that return tuples whatever
-``row_factory`` the caller's connection has, and (:class:`AsyncPgJoined`) awaited.
+``row_factory`` the caller's connection has, and (:class:`AsyncPgJoined`) awaited. The awaited
+statements alone (:class:`AsyncPgStatements`) also carry :mod:`timerwheel_c.durable.aio`'s writes on
+an autocommit connection of the store's pool (:mod:`.pg_pool`), where each apply is its own
+transaction, as the store's own ``apply`` is.
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ from .joined import OPEN, Joined, ending, type_name, unless_failing
 from .postgres import PostgresStore, apply_results, store_error
 from .store import Batch, Committed, PreconditionFailed
 
-__all__ = ["AsyncPgJoined", "PgJoined"]
+__all__ = ["AsyncPgJoined", "AsyncPgStatements", "PgJoined"]
 
 _WRAP = wrap_exceptions(psycopg.Error, store_error)
 
@@ -49,7 +52,16 @@ def _value(row: Optional[tuple]) -> Optional[bytes]:
 
 
 class _OnConnection:
-    """The store, the caller's connection (checked to be a ``_want``) and the partition of a write."""
+    """The store, a connection and the partition of a write."""
+
+    def __init__(self, store: PostgresStore, conn: Any, partition: str):
+        self._store = store
+        self._conn = conn
+        self._partition = partition
+
+
+class _Joining(_OnConnection):
+    """A write through the caller's connection, checked to be a ``_want`` that can join a transaction now."""
 
     _want: Any
     _other: Any
@@ -57,12 +69,10 @@ class _OnConnection:
 
     def __init__(self, store: PostgresStore, conn: Any, partition: str):
         _check(store, conn, self._want, self._other, self._other_hint)
-        self._store = store
-        self._conn = conn
-        self._partition = partition
+        super().__init__(store, conn, partition)
 
 
-class PgJoined(_OnConnection, Joined):
+class PgJoined(_Joining, Joined):
     """:class:`Joined` on a ``psycopg.Connection``. In psycopg's default (non-autocommit) mode with
     no transaction yet, the savepoint's statement is the one that makes psycopg begin it."""
 
@@ -91,7 +101,24 @@ class PgJoined(_OnConnection, Joined):
         return apply_results(failed, refused)[0]
 
 
-class AsyncPgJoined(_OnConnection):
+class AsyncPgStatements(_OnConnection):
+    """:meth:`PgJoined.get` and :meth:`PgJoined.apply` on a ``psycopg.AsyncConnection``, awaited;
+    in whatever transaction state the connection is (autocommit: each statement its own)."""
+
+    async def get(self, key: bytes) -> Optional[bytes]:
+        with _WRAP:
+            async with self._conn.cursor(row_factory=tuple_row) as cur:
+                return _value(await (await cur.execute(self._store.query("get"), (self._partition, key))).fetchone())
+
+    async def apply(self, batch: Batch) -> Union[Committed, PreconditionFailed]:
+        query, args = self._store.apply_call(self._partition, [batch], False)
+        with _WRAP:
+            async with self._conn.cursor(row_factory=tuple_row) as cur:
+                failed, refused = await (await cur.execute(query, args)).fetchone()
+        return apply_results(failed, refused)[0]
+
+
+class AsyncPgJoined(_Joining, AsyncPgStatements):
     """:class:`PgJoined` on a ``psycopg.AsyncConnection``: the same statements, awaited."""
 
     _want = psycopg.AsyncConnection
@@ -107,15 +134,3 @@ class AsyncPgJoined(_OnConnection):
         for statement in ending(exc):
             with unless_failing(exc, _WRAP):
                 await self._conn.execute(statement)
-
-    async def get(self, key: bytes) -> Optional[bytes]:
-        with _WRAP:
-            async with self._conn.cursor(row_factory=tuple_row) as cur:
-                return _value(await (await cur.execute(self._store.query("get"), (self._partition, key))).fetchone())
-
-    async def apply(self, batch: Batch) -> Union[Committed, PreconditionFailed]:
-        query, args = self._store.apply_call(self._partition, [batch], False)
-        with _WRAP:
-            async with self._conn.cursor(row_factory=tuple_row) as cur:
-                failed, refused = await (await cur.execute(query, args)).fetchone()
-        return apply_results(failed, refused)[0]

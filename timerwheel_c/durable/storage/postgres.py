@@ -43,7 +43,8 @@ by its SQLSTATE class. One connection per store, shared by threads under a lock;
 broken connection (server restart, network) is replaced on the next call, and the failed
 call raises :class:`~.errors.TransientStoreError` for the caller to retry. Fleet
 ownership (:meth:`~timerwheel_c.durable.storage.store.Store.ownership`, whose type the service
-layer sets) holds its locks on a connection of :meth:`PostgresStore.new_connection`.
+layer sets) holds its locks on a connection of :meth:`PostgresStore.new_connection`. asyncio code
+writes on a pool of connections per event loop (:meth:`PostgresStore.async_pools`, :mod:`.pg_pool`).
 """
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ import hashlib
 import re
 import threading
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Union
+from typing import TYPE_CHECKING, Callable, Optional, Union
 
 import psycopg
 from psycopg import sql
@@ -66,7 +67,10 @@ from .store import (Absent, Batch, Committed, Page, PreconditionFailed, Refused,
                     Store, consumed_write, schema_version_of)
 from .watch import Watcher
 
-__all__ = ["SCHEMA_VERSION", "PostgresStore", "apply_results", "lock_key"]
+if TYPE_CHECKING:
+    from .pg_pool import AsyncPools
+
+__all__ = ["SCHEMA_VERSION", "PostgresStore", "apply_results", "lock_key", "set_synchronous_commit"]
 
 _TABLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,51}$")  # room for the "_apply_many" suffix
 # The versions (sql/postgres/NNNN_*.sql bring a database to version NNNN):
@@ -370,7 +374,24 @@ class PostgresStore(Store):
         with self._lock, self._wrap:
             return [r[0] for r in self._connection().execute(self._sql["partitions"]).fetchall()]
 
+    def async_pools(self) -> "AsyncPools":
+        """This store's asyncio connection pools, one per event loop (:mod:`.pg_pool`), created on
+        first call; they close with the store.
+
+        Raises:
+            ImportError: ``psycopg_pool`` is not installed (the ``postgres`` extra installs it).
+        """
+        pools = self.__dict__.get("_async_pools")
+        if pools is None:
+            from .pg_pool import AsyncPools
+
+            pools = self.__dict__.setdefault("_async_pools", AsyncPools(self._dsn, self.synchronous_commit))
+        return pools
+
     def close(self) -> None:
+        pools = self.__dict__.pop("_async_pools", None)
+        if pools is not None:
+            pools.close()
         with self._lock:
             if self._conn is not None:
                 self._conn.close()
@@ -470,7 +491,7 @@ def connect(dsn: str, synchronous_commit: Optional[str] = None) -> psycopg.Conne
     try:
         conn = psycopg.connect(dsn, autocommit=True)
         if synchronous_commit is not None:
-            conn.execute(sql.SQL("SET synchronous_commit = {}").format(sql.Literal(synchronous_commit)))
+            conn.execute(set_synchronous_commit(synchronous_commit))
     except psycopg.Error as exc:
         error = store_error(exc, dsn)
         if redact(str(exc), dsn) != str(exc):
@@ -478,6 +499,11 @@ def connect(dsn: str, synchronous_commit: Optional[str] = None) -> psycopg.Conne
             raise error from None
         raise error from exc
     return conn
+
+
+def set_synchronous_commit(value: str) -> sql.Composed:
+    """The statement that sets a session's ``synchronous_commit`` to ``value`` (a checked setting)."""
+    return sql.SQL("SET synchronous_commit = {}").format(sql.Literal(value))
 
 
 def describe_dsn(dsn: str) -> str:

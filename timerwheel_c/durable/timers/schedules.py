@@ -40,11 +40,13 @@ from typing import Optional
 
 from . import keys
 from .schedule_state import ScheduleState, done, new_state, paused, resumed, when_due
+from .steps import APPLY, GET, Steps
 from .tick import backoff_ms
 from .triggers import Trigger
+from .writer import on_store, write
 from ..storage.store import Absent, Batch, Committed, Equals, Store, check_partition, check_store
 
-__all__ = ["OccurrenceClaim", "ScheduleInfo", "add_schedule", "claim_occurrence", "get_schedule", "list_schedules",
+__all__ = ["OccurrenceClaim", "ScheduleInfo", "add_schedule", "add_schedule_steps", "claim_occurrence", "get_schedule", "list_schedules",
            "park_occurrence", "pause_schedule", "remove_schedule", "resume_schedule", "settle_occurrence"]
 
 _RNG = random.Random()
@@ -100,17 +102,18 @@ def _arm(batch: Batch, raw: bytes, state: ScheduleState) -> Batch:
     return batch.put(key, state.value).put(identity, key)
 
 
-def _disarm(store: Store, partition: str, batch: Batch, raw: bytes, state: ScheduleState) -> Batch:
+def _disarm(batch: Batch, raw: bytes, state: ScheduleState) -> Steps[Batch]:
     """Add to ``batch`` the guarded delete of ``state``'s pending occurrence row, wherever it is."""
     identity = keys.occurrence_identity(state.kind, raw)
-    current = store.get(partition, identity)
+    current = yield GET, identity
     if current is None:
         return batch.require(Absent(identity))
     return batch.require(Equals(identity, current)).delete(current).delete(identity)
 
 
-def _read(store: Store, partition: str, raw: bytes) -> tuple:
-    data = store.get(partition, keys.schedule_row(raw))
+def _read(raw: bytes) -> Steps[tuple]:
+    """``(state bytes, ScheduleState)`` of the schedule ``raw``, or ``(None, None)``."""
+    data = yield GET, keys.schedule_row(raw)
     return (None, None) if data is None else (data, ScheduleState.from_bytes(data))
 
 
@@ -133,40 +136,55 @@ def add_schedule(store: Store, partition: str, name: str, trigger: Trigger, kind
         TypeError / ValueError: a bad argument, naming it.
         Exception: whatever the store raises.
     """
+    return write(store, partition, add_schedule_steps(store, partition, name, trigger, kind, value, misfire=misfire,
+                                                      misfire_grace_s=misfire_grace_s,
+                                                      catchup_window_s=catchup_window_s))
+
+
+def add_schedule_steps(store: Store, partition: str, name: str, trigger: Trigger, kind, value: bytes = b"", *,
+                       misfire: str = "once", misfire_grace_s: float = 60.0,
+                       catchup_window_s: Optional[float] = None) -> Steps[ScheduleInfo]:
+    """:func:`add_schedule`'s arguments checked (raising as it does), and its steps
+    (:mod:`.steps`) to :func:`~.writer.write`."""
     check_store(store)
     check_partition(partition)
     raw = _name_bytes(name)
     state = new_state(trigger, kind, value, rng=_RNG, misfire=misfire, misfire_grace_s=misfire_grace_s,
                       catchup_window_s=catchup_window_s)
-    keys.declare_signals(store)
+    return _add(partition, name, raw, state)
+
+
+def _add(partition: str, name: str, raw: bytes, state: ScheduleState) -> Steps[ScheduleInfo]:
     while True:
-        data, old = _read(store, partition, raw)
+        data, old = yield from _read(raw)
         batch = Batch()
         if old is None:
             batch.require(Absent(keys.schedule_row(raw)))
         else:
-            _disarm(store, partition, batch.require(Equals(keys.schedule_row(raw), data)), raw, old)
-        if isinstance(store.apply(partition, _arm(batch, raw, state)), Committed):
+            yield from _disarm(batch.require(Equals(keys.schedule_row(raw), data)), raw, old)
+        if isinstance((yield APPLY, _arm(batch, raw, state)), Committed):
             return ScheduleInfo.of_state(partition, name, state)
 
 
 def _change(store: Store, partition: str, name: str, step, *, remove: bool = False) -> bool:
     check_store(store)
     check_partition(partition)
-    raw = _name_bytes(name)
-    keys.declare_signals(store)
+    return write(store, partition, _changed(_name_bytes(name), step, remove))
+
+
+def _changed(raw: bytes, step, remove: bool) -> Steps[bool]:
     while True:
-        data, state = _read(store, partition, raw)
+        data, state = yield from _read(raw)
         if state is None:
             return False
         if not remove and step(state) == state:  # already so: a parked occurrence stays parked
             return True
-        batch = _disarm(store, partition, Batch().require(Equals(keys.schedule_row(raw), data)), raw, state)
+        batch = yield from _disarm(Batch().require(Equals(keys.schedule_row(raw), data)), raw, state)
         if remove:
             batch.delete(keys.schedule_row(raw))
         else:
             _arm(batch, raw, step(state))
-        if isinstance(store.apply(partition, batch), Committed):
+        if isinstance((yield APPLY, batch), Committed):
             return True
 
 
@@ -210,7 +228,7 @@ def get_schedule(store: Store, partition: str, name: str) -> Optional[ScheduleIn
     """
     check_store(store)
     check_partition(partition)
-    state = _read(store, partition, _name_bytes(name))[1]
+    state = on_store(store, partition, _read(_name_bytes(name)))[1]
     return None if state is None else ScheduleInfo.of_state(partition, name, state)
 
 

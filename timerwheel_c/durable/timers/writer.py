@@ -32,8 +32,9 @@ from .steps import APPLY, GET, Steps, run_steps
 from ..storage.joined import joined
 from ..storage.store import Absent, Batch, Committed, Equals, Store, check_bytes, check_partition, check_store
 
-__all__ = ["IF_EXISTS", "STATES", "PendingTimer", "TimerExists", "cancel", "cancel_steps", "get_timer", "list_timers",
-           "requeue", "reschedule", "reschedule_steps", "schedule", "schedule_steps", "write"]
+__all__ = ["IF_EXISTS", "STATES", "PendingTimer", "TimerExists", "cancel", "cancel_steps", "get_timer", "get_timer_steps",
+           "list_timers", "on_store", "requeue", "requeue_steps", "reschedule", "reschedule_steps", "schedule",
+           "schedule_steps", "write"]
 
 T = TypeVar("T")
 
@@ -141,13 +142,19 @@ def write(store: Store, partition: str, steps: Steps[T], conn=None) -> T:
     """
     if conn is None:
         keys.declare_signals(store)
-        return run_steps(steps, functools.partial(store.get, partition), functools.partial(store.apply, partition))
+        return on_store(store, partition, steps)
     # No declare_signals here: until some process declares them every write signals (more wake-ups,
     # none missed), runners declare them when they start, and declaring them may rebuild the
     # trigger on the store's own connection, which waits for every lock on the table: one the
     # caller's transaction may already hold.
     with joined(store, conn, partition) as tx:
         return run_steps(steps, tx.get, tx.apply)
+
+
+def on_store(store: Store, partition: str, steps: Steps[T]) -> T:
+    """Run ``steps`` on ``partition`` through the store's own ``get`` and ``apply``: each apply its own
+    transaction, each read outside any (the guards judge what was read)."""
+    return run_steps(steps, functools.partial(store.get, partition), functools.partial(store.apply, partition))
 
 
 def schedule(store: Store, partition: str, due_at_ms, kind, reference: bytes, value: bytes = b"", *,
@@ -280,8 +287,12 @@ def requeue(store: Store, partition: str, kind, reference: bytes, due_at=None) -
         TypeError / ValueError: a bad argument, naming it.
         Exception: whatever the store raises.
     """
-    due_at_ms = parking.wall_ms() if due_at is None else due_at
-    return write(store, partition, reschedule_steps(store, partition, kind, reference, due_at_ms))
+    return write(store, partition, requeue_steps(store, partition, kind, reference, due_at))
+
+
+def requeue_steps(store: Store, partition: str, kind, reference: bytes, due_at=None) -> Steps[bool]:
+    """:func:`requeue`'s arguments checked (raising as it does), and its steps to :func:`write`."""
+    return reschedule_steps(store, partition, kind, reference, parking.wall_ms() if due_at is None else due_at)
 
 
 def reschedule_steps(store: Store, partition: str, kind, reference: bytes, due_at_ms) -> Steps[bool]:
@@ -315,9 +326,16 @@ def get_timer(store: Store, partition: str, kind, reference: bytes) -> Optional[
         TypeError / ValueError: a bad argument, naming it.
         Exception: whatever the store raises.
     """
-    identity = _checked_identity(store, partition, kind, reference)
-    current, current_value = run_steps(_current(identity), functools.partial(store.get, partition),
-                                       functools.partial(store.apply, partition))
+    return on_store(store, partition, get_timer_steps(store, partition, kind, reference))
+
+
+def get_timer_steps(store: Store, partition: str, kind, reference: bytes) -> Steps[Optional[PendingTimer]]:
+    """:func:`get_timer`'s arguments checked (raising as it does), and its steps (reads only)."""
+    return _timer(partition, _checked_identity(store, partition, kind, reference))
+
+
+def _timer(partition: str, identity: bytes) -> Steps[Optional[PendingTimer]]:
+    current, current_value = yield from _current(identity)
     return None if current_value is None else PendingTimer.of_row(partition, current, current_value)
 
 

@@ -1,0 +1,279 @@
+"""The async writer on PostgreSQL (timerwheel_c.durable.aio over psycopg_pool): writes are awaited on a
+pooled connection of the running loop, with no thread; the loop keeps serving other tasks while a write
+waits on the partition's advisory lock held by another connection's open transaction; errors are the
+sync writer's; the pool closes with its loop and with the store, and each new loop gets its own.
+
+Timing is asserted only as liveness (a ticker ran while the write waited; the write landed within a
+generous bound once the lock went), never as a speed. Needs the shared server
+(TIMERWHEEL_C_TEST_PG_DSN); the stopped-server test runs a throwaway cluster of its own."""
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+import warnings
+
+import pytest
+
+psycopg = pytest.importorskip("psycopg")
+pytest.importorskip("psycopg_pool")
+
+from psycopg.conninfo import make_conninfo  # noqa: E402
+
+from timerwheel_c.durable import TimerExists, aio, get_timer, schedule  # noqa: E402
+from timerwheel_c.durable.storage.errors import TransientStoreError  # noqa: E402
+from timerwheel_c.durable.storage.postgres import PostgresStore  # noqa: E402
+from timerwheel_c.durable.storage.sqlite import SQLiteStore  # noqa: E402
+from timerwheel_c.durable.timers import keys  # noqa: E402
+from waiting import LIVENESS_S, wait_until, wall_ms  # noqa: E402
+
+PG_DSN = os.environ.get("TIMERWHEEL_C_TEST_PG_DSN")
+pytestmark = pytest.mark.skipif(not PG_DSN, reason="TIMERWHEEL_C_TEST_PG_DSN is not set")
+
+P = "aio-pg"
+KIND = 0xD2
+
+
+@pytest.fixture
+def app():
+    """A unique ``application_name``, so that the test counts its own connections on the shared server."""
+    return f"tw_aio_{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def store(app):
+    from bench.stores import dispose
+
+    s = PostgresStore(make_conninfo(PG_DSN, application_name=app), table=f"tw_aio_{uuid.uuid4().hex[:12]}")
+    try:
+        yield s
+    finally:
+        dispose(s)
+
+
+def _connections(app: str) -> int:
+    with psycopg.connect(PG_DSN, autocommit=True) as c:
+        return c.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (app,)).fetchone()[0]
+
+
+def test_writes_on_postgres_start_no_thread(store):
+    """Every async function, and 50 gathered schedules, run on the loop's pool: no thread starts (the
+    SQLite path's writer thread, or any other); threads of earlier tests may end meanwhile."""
+    due = wall_ms() + 3_600_000
+    before = set(threading.enumerate())
+
+    async def main():
+        await aio.schedule(store, P, due, KIND, b"a")
+        assert (await aio.get_timer(store, P, KIND, b"a")).due_at_ms == due
+        assert await aio.reschedule(store, P, KIND, b"a", due + 1)
+        assert await aio.requeue(store, P, KIND, b"a", due + 2)
+        assert await aio.cancel(store, P, KIND, b"a")
+        return await asyncio.gather(*(aio.schedule(store, P, due, KIND, b"%d" % i) for i in range(50)))
+
+    got = asyncio.run(main())
+    assert len(set(got)) == 50 and all(store.get(P, k) == b"" for k in got)
+    started = set(threading.enumerate()) - before
+    assert not started, f"threads started by the writes: {[t.name for t in started]}"
+
+
+def test_loop_serves_other_tasks_while_a_write_waits_on_the_partitions_lock(store):
+    """A second connection's open transaction holds the partition's advisory lock (a ``conn=`` write
+    not yet committed); ``await aio.schedule`` on that partition waits for it while a ticker task
+    keeps running every 10 ms; after the commit, both timers exist."""
+    due = wall_ms() + 3_600_000
+    holder = psycopg.connect(PG_DSN)
+    try:
+        schedule(store, P, due, KIND, b"held", conn=holder)  # the transaction stays open
+
+        async def main():
+            ticks = 0
+
+            async def ticker():
+                nonlocal ticks
+                while True:
+                    await asyncio.sleep(0.01)
+                    ticks += 1
+
+            tick_task = asyncio.ensure_future(ticker())
+            write = asyncio.ensure_future(aio.schedule(store, P, due, KIND, b"r", b"v"))
+            await asyncio.sleep(0.5)
+            assert not write.done(), "the write should be waiting on the partition's lock"
+            assert ticks >= 5, f"the loop served the ticker only {ticks} times while the write waited"
+            holder.commit()
+            key = await asyncio.wait_for(write, LIVENESS_S)
+            tick_task.cancel()
+            return key
+
+        key = asyncio.run(main())
+        assert key == keys.timer(due, KIND, b"r") and store.get(P, key) == b"v"
+        assert get_timer(store, P, KIND, b"held") is not None
+    finally:
+        holder.close()
+
+
+def test_timer_exists_and_bad_arguments_raise_as_the_sync_writer_does(store):
+    """``if_exists="error"`` raises TimerExists with the sync writer's message and timer; a bad kind,
+    reference or partition raises the sync writer's exception type and message."""
+    due = wall_ms() + 3_600_000
+    schedule(store, P, due, KIND, b"x")
+
+    async def main():
+        with pytest.raises(TimerExists) as sync_err:
+            schedule(store, P, due, KIND, b"x", if_exists="error")
+        with pytest.raises(TimerExists) as async_err:
+            await aio.schedule(store, P, due, KIND, b"x", if_exists="error")
+        assert str(async_err.value) == str(sync_err.value) and async_err.value.timer == sync_err.value.timer
+        for call in (lambda f: f(store, P, due, KIND, b"x", if_exists="sometimes"),
+                     lambda f: f(store, P, due, 256, b"x"), lambda f: f(store, "", due, KIND, b"x"),
+                     lambda f: f(store, P, "tomorrow", KIND, b"x")):
+            with pytest.raises((TypeError, ValueError)) as sync_err:
+                call(schedule)
+            with pytest.raises(sync_err.type) as async_err:
+                await call(aio.schedule)
+            assert str(async_err.value) == str(sync_err.value)
+
+    asyncio.run(main())
+
+
+def test_pool_closes_with_its_loop_and_with_the_store_and_each_loop_gets_its_own(store, app):
+    """Two ``asyncio.run`` in sequence both write (the second on a pool of its own: the first's
+    loop is gone); once a loop ends its pool's connections are gone, leaving the store's own; a
+    store closed from a coroutine on the loop closes that loop's pool too; no ResourceWarning."""
+    due = wall_ms() + 3_600_000
+    own = _connections(app)
+    assert own == 1, f"the store's own connection should be its one connection, found {own}"
+
+    async def write(ref: bytes, close: bool = False):
+        await aio.schedule(store, P, due, KIND, ref)
+        assert _connections(app) > own, "the write should have opened a pooled connection"
+        if close:
+            store.close()  # schedules the pool's close on this loop: let the loop run it
+            deadline = time.monotonic() + LIVENESS_S
+            while _connections(app) != 0:
+                assert time.monotonic() < deadline, "connections left after the store was closed"
+                await asyncio.sleep(0.05)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        asyncio.run(write(b"one"))
+        wait_until(lambda: _connections(app) == own, "the first loop's pool closed with its loop")
+        asyncio.run(write(b"two"))
+        wait_until(lambda: _connections(app) == own, "the second loop's pool closed with its loop")
+        assert get_timer(store, P, KIND, b"one") is not None and get_timer(store, P, KIND, b"two") is not None
+        asyncio.run(write(b"three", close=True))
+        gc.collect()
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)], [str(w.message) for w in caught]
+
+
+def test_a_script_writing_from_asyncio_run_exits_without_warnings(tmp_path):
+    """A program that writes from ``asyncio.run`` and closes its store after (the pool left to close
+    with the loop) exits 0 under ``-X dev -W error``, ten times over (a shutdown can land while the
+    pool is still connecting): no ResourceWarning, no task destroyed while pending, no unclosed
+    connection, and no hang."""
+    table = f"tw_aio_{uuid.uuid4().hex[:12]}"
+    script = tmp_path / "app.py"
+    script.write_text(f"""
+import asyncio
+from timerwheel_c.durable import aio
+from timerwheel_c.durable.storage.postgres import PostgresStore
+
+store = PostgresStore({PG_DSN!r}, table={table!r})
+
+async def main():
+    await asyncio.gather(*(aio.schedule(store, "p", 2**40, 7, b"%d" % i) for i in range(20)))
+
+for _ in range(10):
+    asyncio.run(main())
+store.close()
+""")
+    try:
+        done = subprocess.run([sys.executable, "-X", "dev", "-W", "error", str(script)], capture_output=True, text=True,
+                              timeout=120, cwd=tmp_path)
+        # asyncio's debug mode may log a slow callback on a loaded machine, and psycopg_pool a connection
+        # attempt cut short by the loop's shutdown: neither is a leak.
+        leaks = ("ResourceWarning", "Exception ignored", "Task was destroyed", "unclosed", "Traceback")
+        assert done.returncode == 0 and not any(leak in done.stderr for leak in leaks), done.stderr
+    finally:
+        from bench.stores import dispose
+
+        dispose(PostgresStore(PG_DSN, table=table))
+
+
+def test_stopped_server_raises_transient_store_error_and_writes_resume_after_restart():
+    """On a throwaway cluster: a write after the server stops raises TransientStoreError, as the sync
+    writer's does; once the server is back, the async writes land again (retried as an app would)."""
+    from pg_cluster import throwaway_cluster
+
+    with throwaway_cluster() as (dsn, pg_ctl):
+        store = PostgresStore(dsn)
+        aio.configure(store, timeout_s=2.0)
+        due = wall_ms() + 3_600_000
+
+        async def write(ref: bytes):
+            return await aio.schedule(store, P, due, KIND, ref)
+
+        async def main():
+            await write(b"before")
+            pg_ctl("stop", "-m", "fast")
+            with pytest.raises(TransientStoreError):
+                schedule(store, P, due, KIND, b"sync-down")
+            with pytest.raises(TransientStoreError):
+                await write(b"down")
+            pg_ctl("start")
+            deadline = asyncio.get_running_loop().time() + LIVENESS_S
+            while True:
+                try:
+                    return await write(b"after")
+                except TransientStoreError:
+                    assert asyncio.get_running_loop().time() < deadline, "writes never resumed"
+                    await asyncio.sleep(0.1)
+
+        try:
+            assert asyncio.run(main()) == keys.timer(due, KIND, b"after")
+            assert get_timer(store, P, KIND, b"before") is not None
+        finally:
+            store.close()
+
+
+def test_without_psycopg_pool_the_writes_fall_back_to_a_thread_with_one_warning(store, monkeypatch, caplog):
+    """With ``psycopg_pool`` not importable, the async writer still writes, on the store's writer
+    thread, and says once, at WARNING, which extra to install."""
+    monkeypatch.setitem(sys.modules, "psycopg_pool", None)
+    monkeypatch.delitem(sys.modules, "timerwheel_c.durable.storage.pg_pool")
+    aio._has_pool.cache_clear()
+    try:
+        due = wall_ms() + 3_600_000
+        with caplog.at_level(logging.WARNING, "timerwheel_c.durable"):
+            async def main():
+                for ref in (b"a", b"b"):
+                    await aio.schedule(store, P, due, KIND, ref)
+                return [t.name for t in threading.enumerate()]
+
+            names = asyncio.run(main())
+        assert "timerwheel-c-aio-writer_0" in names
+        assert get_timer(store, P, KIND, b"b") is not None
+        warned = [r for r in caplog.records if "timerwheel-c[postgres]" in r.getMessage()]
+        assert len(warned) == 1, [r.getMessage() for r in caplog.records]
+    finally:
+        aio._has_pool.cache_clear()
+
+
+def test_configure_checks_its_arguments(store, tmp_path):
+    """configure names the bad argument; a SQLite store, which has no pool, is a TypeError."""
+    with pytest.raises(TypeError, match="PostgresStore"):
+        aio.configure(SQLiteStore(tmp_path / "s.db"), max_size=2)
+    with pytest.raises(ValueError, match="max_size"):
+        aio.configure(store, min_size=3, max_size=2)
+    with pytest.raises(ValueError, match="min_size"):
+        aio.configure(store, min_size=-1)
+    with pytest.raises(TypeError, match="max_size"):
+        aio.configure(store, max_size=2.5)
+    with pytest.raises(ValueError, match="timeout_s"):
+        aio.configure(store, timeout_s=0)
+    aio.configure(store, min_size=0, max_size=2, timeout_s=5)

@@ -1,0 +1,178 @@
+"""The asyncio connection pools of a PostgresStore: one ``psycopg_pool.AsyncConnectionPool`` per event
+loop, on which :mod:`timerwheel_c.durable.aio` awaits its writes.
+
+One pool per loop, because an asyncio connection and the pool's worker tasks belong to the loop that
+made them: a pool made on a loop that has since closed cannot serve another (pytest-asyncio and
+``asyncio.run`` make a loop per test or per run). A loop's pool is made on its first write, with the
+store's connection string (so libpq's ``PG*`` environment fallbacks and any ``application_name`` in
+it apply as they do to the store's own connection), autocommit, and the store's
+``synchronous_commit``; it holds :data:`MIN_SIZE` .. :data:`MAX_SIZE` connections unless
+:meth:`AsyncPools.configure` says otherwise.
+
+A pool closes:
+
+- with its loop: a task of its own waits on the loop until cancelled, and then closes the pool.
+  ``asyncio.run``, ``asyncio.Runner`` and pytest-asyncio cancel every task of a loop before closing
+  it, so no connection outlives the loop and nothing warns at exit. It must be a task, not a
+  ``finally`` run later by ``shutdown_asyncgens()``: psycopg_pool's worker tasks lose that
+  cancellation when it lands while they connect (they catch it, log "error connecting", and wait on
+  their queue again), and ``asyncio.run`` would then wait for them for ever; the pool's close hands
+  each worker the stop message it does end on;
+- with the store (:meth:`AsyncPools.close`, from ``PostgresStore.close``): by cancelling that task,
+  awaited when its loop runs in another thread or not at all; from a coroutine on that very loop (a
+  sync call cannot wait there), the close finishes at the loop's next turns.
+
+A loop closed without cancelling its tasks (a bare ``loop.close()``) leaves its pool's connections
+to be closed when they are collected, with asyncio's "Task was destroyed but it is pending" for
+that task, as for any task left running.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from typing import AsyncIterator, Dict, Optional, Tuple
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from .errors import wrap_exceptions
+from .postgres import set_synchronous_commit, store_error
+
+__all__ = ["MAX_SIZE", "MIN_SIZE", "TIMEOUT_S", "AsyncPools"]
+
+log = logging.getLogger("timerwheel_c.durable")
+
+#: Connections each loop's pool keeps open, and opens at most (a web app's writes are short: a few
+#: connections per process serve hundreds of writes per second, and each costs the server a process).
+MIN_SIZE = 1
+MAX_SIZE = 4
+#: Seconds a write waits for a pooled connection (all busy, or the server unreachable) before it
+#: raises TransientStoreError.
+TIMEOUT_S = 10.0
+_CLOSE_WAIT_S = 10.0
+
+
+class AsyncPools:
+    """The pools of one PostgresStore (its ``dsn`` and ``synchronous_commit``), one per event loop.
+
+    :meth:`connection` lends a connection of the running loop's pool, made on first use. Thread-safe:
+    loops in several threads each get their own pool.
+    """
+
+    def __init__(self, dsn: str, synchronous_commit: Optional[str]):
+        self._dsn = dsn
+        self._synchronous_commit = synchronous_commit
+        self._wrap = wrap_exceptions(psycopg.Error, lambda exc: store_error(exc, dsn))
+        self._lock = threading.Lock()
+        # loop -> (its pool, the task that closes the pool when cancelled)
+        self._by_loop: Dict[asyncio.AbstractEventLoop, Tuple[AsyncConnectionPool, "asyncio.Task[None]"]] = {}
+        self._sizes = (MIN_SIZE, MAX_SIZE, TIMEOUT_S)
+
+    def configure(self, min_size: int = MIN_SIZE, max_size: int = MAX_SIZE, timeout_s: float = TIMEOUT_S) -> None:
+        """Size the pools made after this call: ``min_size`` connections kept open (>= 0),
+        ``max_size`` at most (>= max(1, min_size)), ``timeout_s`` seconds (> 0) a write waits for
+        one. A pool already made keeps its size.
+
+        Raises:
+            TypeError / ValueError: a bad size or timeout, naming it.
+        """
+        for name, value in (("min_size", min_size), ("max_size", max_size)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+        if min_size < 0:
+            raise ValueError(f"min_size must be >= 0, got {min_size}")
+        if max_size < max(1, min_size):
+            raise ValueError(f"max_size must be >= max(1, min_size={min_size}), got {max_size}")
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
+            raise ValueError(f"timeout_s must be a number of seconds > 0, got {timeout_s!r}")
+        self._sizes = (min_size, max_size, float(timeout_s))
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection]:
+        """A connection of the running loop's pool (autocommit), returned to it on exit.
+
+        Raises:
+            TransientStoreError: no connection within the timeout (all busy, or the server is
+                unreachable); PermanentStoreError: the server refuses the connection string.
+        """
+        with self._wrap:
+            pool = await self._pool()
+            async with pool.connection() as conn:
+                yield conn
+
+    async def _pool(self) -> AsyncConnectionPool:
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            found = self._by_loop.get(loop)
+            if found is None:
+                for old in [other for other in self._by_loop if other.is_closed()]:
+                    del self._by_loop[old]
+                min_size, max_size, timeout_s = self._sizes
+                configure = None if self._synchronous_commit is None else self._configure
+                pool: AsyncConnectionPool = AsyncConnectionPool(
+                    self._dsn, kwargs={"autocommit": True}, min_size=min_size, max_size=max_size, timeout=timeout_s,
+                    configure=configure, name="timerwheel-c-aio", open=False)
+                found = self._by_loop[loop] = (pool, loop.create_task(self._close_when_cancelled(loop, pool)))
+        pool = found[0]
+        if pool.closed:  # not open yet (a concurrent first write may be opening it: open() waits for that)
+            await pool.open()
+        return pool
+
+    async def _configure(self, conn: psycopg.AsyncConnection) -> None:
+        assert self._synchronous_commit is not None
+        await conn.execute(set_synchronous_commit(self._synchronous_commit))
+
+    async def _close_when_cancelled(self, loop: asyncio.AbstractEventLoop, pool: AsyncConnectionPool) -> None:
+        try:
+            await loop.create_future()  # until cancelled: by the loop's shutdown, or by close()
+        finally:
+            with self._lock:
+                if self._by_loop.get(loop, (None,))[0] is pool:
+                    del self._by_loop[loop]
+            await _close(pool)
+
+    def close(self) -> None:
+        """Close every loop's pool (see the module's docstring for when it is done)."""
+        with self._lock:
+            entries, self._by_loop = list(self._by_loop.items()), {}
+        for loop, (_, closer) in entries:
+            if loop.is_closed():
+                continue
+            try:
+                on_loop = asyncio.get_running_loop() is loop
+            except RuntimeError:
+                on_loop = False
+            if on_loop:
+                closer.cancel()
+            elif loop.is_running():
+                try:
+                    asyncio.run_coroutine_threadsafe(_cancelled(closer), loop).result(_CLOSE_WAIT_S)
+                except Exception:  # the loop stopped meanwhile, or is stuck: its shutdown closes the pool
+                    log.debug("closing an async pool on its loop's thread failed", exc_info=True)
+            else:
+                loop.run_until_complete(_cancelled(closer))
+
+
+async def _cancelled(task: "asyncio.Task[None]") -> None:
+    """Cancel ``task`` and wait for it to end."""
+    task.cancel()
+    await asyncio.wait([task])
+
+
+async def _close(pool: AsyncConnectionPool) -> None:
+    """Close ``pool`` and its idle connections, also once its worker tasks were cancelled:
+    ``asyncio.run`` cancels every task of the loop, the pool's workers among them, before it closes
+    the async generators, and ``pool.close()`` then fails waiting for its workers before it closes
+    its connections. So the idle connections are taken out and closed first, through ``getconn``,
+    which needs no worker for a connection ready in the pool."""
+    idle = []
+    while not pool.closed and pool.get_stats()["pool_available"]:
+        idle.append(await pool.getconn())
+    for conn in idle:
+        await conn.close()
+    # The workers' cancellation, not this task's: the pool is closed all the same (its flag is set
+    # first), and a connection still lent out is closed when it is given back.
+    with contextlib.suppress(asyncio.CancelledError):
+        await pool.close()
