@@ -158,6 +158,22 @@ def test_register_in_an_applications_registry(tmp_path):
     store.close()
 
 
+def test_a_second_service_in_one_registry_is_refused(tmp_path):
+    """Two services' series in one registry would be duplicates that a scrape cannot tell apart:
+    the second register() raises ValueError, as prometheus_client does for any duplicate name."""
+    store = SQLiteStore(tmp_path / "two.db")
+    registry = prometheus_client.CollectorRegistry()
+    services = [DurableTimerService(store, TimerRegistry().register(Counting(OK_KIND, Done())), [p])
+                for p in (P, P + "-other")]
+    register(services[0], registry)
+    with pytest.raises(ValueError, match="timerwheel_"):
+        register(services[1], registry)
+    assert prometheus_client.generate_latest(registry).decode().count("timerwheel_owned_partitions 1.0") == 1
+    for svc in services:
+        svc.stop()
+    store.close()
+
+
 def test_healthz_503_when_the_thread_is_stopped(tmp_path):
     """200 while the thread runs; 503 naming the reason once stop() ended it."""
     store = SQLiteStore(tmp_path / "h.db")

@@ -83,7 +83,12 @@ def collector(service):
     """
     _, core = _prometheus()
 
-    class _Collector:  # the registry needs only collect()
+    class _Collector:
+        def describe(self):
+            # The registry checks the names describe() gives against those it holds, so a second
+            # service registered in one registry is refused instead of duplicating every series.
+            return list(self.collect())
+
         def collect(self):
             m = service.metrics()
             for name, doc, by_kind in (
@@ -124,10 +129,12 @@ def _bound(bound_s: float) -> str:
 
 def register(service, registry=None):
     """Register ``service``'s figures in ``registry`` (default: ``prometheus_client.REGISTRY``);
-    returns the collector (pass it to ``registry.unregister`` to undo).
+    returns the collector (pass it to ``registry.unregister`` to undo). One service per registry:
+    the series carry no label of the service.
 
     Raises:
         ImportError: ``prometheus_client`` is not installed.
+        ValueError: ``registry`` already holds these series (another service was registered in it).
     """
     prometheus_client, _ = _prometheus()
     registry = prometheus_client.REGISTRY if registry is None else registry
