@@ -55,9 +55,10 @@ class Chunk:
         self.cut = len(self.jobs)
 
 
-@dataclass(frozen=True)
+@dataclass
 class Outcome:
-    """A handler's answer turned into the guarded ``batch`` that commits it (see :func:`~timerwheel_c.durable.timers.runner.settle`)."""
+    """A handler's answer turned into the guarded ``batch`` that commits it (see :func:`~timerwheel_c.durable.timers.runner.settle`).
+    Not frozen, as :class:`Job`: one is made for every timer fired."""
 
     partition: str
     claimed: ClaimedTimer

@@ -59,6 +59,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from .errors import PermanentStoreError, StoreError, TransientStoreError, wrap_exceptions
+from .pg_arrays import ByteaArray, Int4Array, Int8Array, TextArray, register as register_arrays
 from .pg_listen import PgListener
 from .redact import redact
 from .sqlfiles import migrations, queries
@@ -266,7 +267,7 @@ class PostgresStore(Store):
 
     def _connection(self) -> psycopg.Connection:
         if self._conn is None or self._conn.closed:
-            self._conn = connect(self._dsn, self.synchronous_commit)
+            self._conn = register_arrays(connect(self._dsn, self.synchronous_commit))
         return self._conn
 
     def _scan(self, partition: str, start: bytes, end: bytes, after: Optional[bytes], limit: int) -> Page:
@@ -343,7 +344,7 @@ class PostgresStore(Store):
     def _scan_many(self, requests: list) -> list:
         """Every request in one statement: a LATERAL index scan per request (see ``scan_many`` in
         ``sql/postgres/queries.sql``)."""
-        parts, lows, highs, inclusive, limits = [], [], [], [], []
+        parts, lows, highs, inclusive, limits = TextArray(), ByteaArray(), ByteaArray(), [], Int8Array()
         for partition, start, end, after, limit in requests:
             parts.append(partition)
             lows.append(start if after is None else after)
@@ -358,7 +359,7 @@ class PostgresStore(Store):
 
     def _apply_sets(self, sets: "_Sets") -> list:
         """Independent batches (:func:`_independent_sets`), set-based in one call of ``<table>_apply_sets``."""
-        lock_keys = sorted({lock_key(self.table, p) for p in set(sets.bp)})
+        lock_keys = Int8Array(sorted({lock_key(self.table, p) for p in set(sets.bp)}))
         args = (lock_keys, sets.bp, sets.ck, sets.cv, sets.g_b, sets.g_k, sets.g_v, sets.d_b, sets.d_k,
                 sets.u_b, sets.u_k, sets.u_v)
         with self._lock, self._wrap:
@@ -406,17 +407,17 @@ class _Sets:
     ``sql/postgres/0007_apply_sets.sql``): one entry per batch in ``bp``, ``ck``, ``cv``; one per
     guard but the consuming one in ``g_*``; one per key finally deleted (``d_*``) or put (``u_*``)."""
 
-    bp: list = field(default_factory=list)
-    ck: list = field(default_factory=list)
-    cv: list = field(default_factory=list)
-    g_b: list = field(default_factory=list)
-    g_k: list = field(default_factory=list)
-    g_v: list = field(default_factory=list)
-    d_b: list = field(default_factory=list)
-    d_k: list = field(default_factory=list)
-    u_b: list = field(default_factory=list)
-    u_k: list = field(default_factory=list)
-    u_v: list = field(default_factory=list)
+    bp: list = field(default_factory=TextArray)
+    ck: list = field(default_factory=ByteaArray)
+    cv: list = field(default_factory=ByteaArray)
+    g_b: list = field(default_factory=Int4Array)
+    g_k: list = field(default_factory=ByteaArray)
+    g_v: list = field(default_factory=ByteaArray)
+    d_b: list = field(default_factory=Int4Array)
+    d_k: list = field(default_factory=ByteaArray)
+    u_b: list = field(default_factory=Int4Array)
+    u_k: list = field(default_factory=ByteaArray)
+    u_v: list = field(default_factory=ByteaArray)
 
 
 def _independent_sets(items: list) -> Optional[_Sets]:

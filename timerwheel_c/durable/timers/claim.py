@@ -72,9 +72,10 @@ class Claims:
     error: Optional[Exception] = None
 
 
-@dataclass(frozen=True)
+@dataclass
 class _ToFire:
-    """A row chosen to fire: its claim moves it from ``key`` to ``claimed_key``."""
+    """A row chosen to fire: its claim moves it from ``key`` to ``claimed_key``. Not frozen: one is
+    made for every row fired, and a frozen dataclass's ``__init__`` costs about five times as much."""
 
     key: bytes
     claimed_key: bytes
