@@ -15,7 +15,7 @@ import pytest
 from timerwheel_c.durable import Every, add_schedule, aio, cancel, get_schedule, get_timer, schedule
 from timerwheel_c.durable.storage.sqlite import SQLiteStore
 from timerwheel_c.durable.timers import keys
-from waiting import wall_ms
+from waiting import wall_ms, write_while_ticking
 
 P = "aio"
 KIND = 0xD1
@@ -31,28 +31,9 @@ def test_loop_serves_other_tasks_while_a_write_waits_on_the_sqlite_lock(tmp_path
     holder = sqlite3.connect(path, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
 
-    async def main():
-        ticks = 0
-
-        async def ticker():
-            nonlocal ticks
-            while True:
-                await asyncio.sleep(0.01)
-                ticks += 1
-
-        tick_task = asyncio.ensure_future(ticker())
-        write = asyncio.ensure_future(aio.schedule(store, P, due, KIND, b"r", b"v"))
-        await asyncio.sleep(0.5)
-        assert not write.done(), "the write should be waiting on the held lock"
-        assert ticks >= 5, f"the loop served the ticker only {ticks} times while the write waited"
-        waited_ticks = ticks
-        holder.execute("COMMIT")
-        key = await asyncio.wait_for(write, 30)
-        tick_task.cancel()
-        return key, waited_ticks
-
     try:
-        key, _ = asyncio.run(main())
+        key = asyncio.run(write_while_ticking(aio.schedule(store, P, due, KIND, b"r", b"v"), "the held lock",
+                                              lambda: holder.execute("COMMIT")))
         assert key == keys.timer(due, KIND, b"r")
         assert store.get(P, key) == b"v"
     finally:

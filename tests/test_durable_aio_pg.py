@@ -31,7 +31,7 @@ from timerwheel_c.durable.storage.errors import TransientStoreError  # noqa: E40
 from timerwheel_c.durable.storage.postgres import PostgresStore  # noqa: E402
 from timerwheel_c.durable.storage.sqlite import SQLiteStore  # noqa: E402
 from timerwheel_c.durable.timers import keys  # noqa: E402
-from waiting import LIVENESS_S, wait_until, wall_ms  # noqa: E402
+from waiting import LIVENESS_S, wait_until, wall_ms, write_while_ticking  # noqa: E402
 
 PG_DSN = os.environ.get("TIMERWHEEL_C_TEST_PG_DSN")
 pytestmark = pytest.mark.skipif(not PG_DSN, reason="TIMERWHEEL_C_TEST_PG_DSN is not set")
@@ -91,26 +91,8 @@ def test_loop_serves_other_tasks_while_a_write_waits_on_the_partitions_lock(stor
     try:
         schedule(store, P, due, KIND, b"held", conn=holder)  # the transaction stays open
 
-        async def main():
-            ticks = 0
-
-            async def ticker():
-                nonlocal ticks
-                while True:
-                    await asyncio.sleep(0.01)
-                    ticks += 1
-
-            tick_task = asyncio.ensure_future(ticker())
-            write = asyncio.ensure_future(aio.schedule(store, P, due, KIND, b"r", b"v"))
-            await asyncio.sleep(0.5)
-            assert not write.done(), "the write should be waiting on the partition's lock"
-            assert ticks >= 5, f"the loop served the ticker only {ticks} times while the write waited"
-            holder.commit()
-            key = await asyncio.wait_for(write, LIVENESS_S)
-            tick_task.cancel()
-            return key
-
-        key = asyncio.run(main())
+        key = asyncio.run(write_while_ticking(aio.schedule(store, P, due, KIND, b"r", b"v"),
+                                              "the partition's lock", holder.commit))
         assert key == keys.timer(due, KIND, b"r") and store.get(P, key) == b"v"
         assert get_timer(store, P, KIND, b"held") is not None
     finally:

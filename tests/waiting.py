@@ -1,10 +1,12 @@
-"""Helpers that the durable tests share: the wall clock in ms, and a liveness wait.
+"""Helpers that the durable tests share: the wall clock in ms, a liveness wait, and an async write
+shown to wait on a lock without blocking its event loop.
 
 A wait asserts only that something happened within a generous bound, never how fast: the
 bound holds on a loaded 2-vCPU machine, so a failure means "never", not "slow".
 """
 from __future__ import annotations
 
+import asyncio
 import time
 
 LIVENESS_S = 30.0
@@ -21,3 +23,27 @@ def wait_until(predicate, what: str, timeout: float = LIVENESS_S) -> None:
     while not predicate():
         assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
         time.sleep(0.02)
+
+
+async def write_while_ticking(write, waits_on: str, release, timeout: float = LIVENESS_S):
+    """Await the coroutine ``write`` while a ticker task runs every 10 ms; after 0.5 s assert that
+    the write still waits (on ``waits_on``) and the ticker ran at least 5 times, then call
+    ``release()`` (which frees the lock) and return the write's result, within ``timeout`` s."""
+    ticks = 0
+
+    async def ticker():
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    tick_task = asyncio.ensure_future(ticker())
+    pending = asyncio.ensure_future(write)
+    try:
+        await asyncio.sleep(0.5)
+        assert not pending.done(), f"the write should be waiting on {waits_on}"
+        assert ticks >= 5, f"the loop served the ticker only {ticks} times while the write waited"
+        release()
+        return await asyncio.wait_for(pending, timeout)
+    finally:
+        tick_task.cancel()
