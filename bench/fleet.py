@@ -118,8 +118,12 @@ def _one(dsn: str, n_runners: int, n_timers: int, budget: str, takeover: bool, p
             held = holders(store, PARTITIONS, conn, kinds=[_KIND.get()])
             return {pid: list(held.values()).count(pid) for pid in set(held.values())} if len(held) == len(PARTITIONS) else {}
 
-        _wait(lambda: len(owners()) == n_runners and max(owners().values()) - min(owners().values()) <= 1,
-              f"{n_runners} runners to divide {len(PARTITIONS)} partitions")
+        def divided() -> bool:
+            # One read: a second could see the partitions mid-rebalance, held by no one.
+            counts = owners()
+            return len(counts) == n_runners and max(counts.values()) - min(counts.values()) <= 1
+
+        _wait(divided, f"{n_runners} runners to divide {len(PARTITIONS)} partitions")
         due_ms = time.time_ns() // 1_000_000 + 1000
         _fill(store, n_timers, due_ms)
         meter = CpuMeter(conn)

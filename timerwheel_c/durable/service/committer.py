@@ -39,13 +39,14 @@ def backoff_s(failures: int) -> float:
 
 
 class Committer:
-    """Queues outcomes and commits them (loop thread; the store calls run on the store thread).
+    """Queues outcomes and commits them (loop thread; the store calls run on the commit thread).
 
     Args:
-        store: the backend.
-        on_store: ``await on_store(fn, *args)`` runs ``fn(*args)`` on the store thread.
+        store: the backend the commits write to (the service sets its second connection here, when the
+            backend has one: :meth:`~timerwheel_c.durable.storage.store.Store.open_sibling`).
+        on_store: ``await on_store(fn, *args)`` runs ``fn(*args)`` on the thread that owns ``store``.
         counted: ``counted(report)`` adds a :class:`RunReport` to the service's counters (any thread).
-        committed: ``committed(partition, earliest_put_ms)`` after a commit that wrote a timer row (store thread).
+        committed: ``committed(partition, earliest_put_ms)`` after a commit that wrote a timer row (that thread).
         store_failed: ``store_failed(exc, failures, what)`` counts and logs a failed store call (loop).
         done: ``done(outcome)`` once an outcome is written or given up (loop).
         handlers_running: whether handlers are still running (worth waiting for their outcomes).
@@ -127,7 +128,7 @@ class Committer:
         return self._queues.setdefault(partition, [])
 
     def _commit(self, ready: dict) -> dict:
-        """On the store thread: every partition's outcomes in one ``apply_across`` (one commit);
+        """On the commit thread: every partition's outcomes in one ``apply_across`` (one commit);
         returns ``{partition: error}`` of the partitions whose commit raised: every one of them when
         the call as a whole failed (an error of one batch is that batch's alone, see the module)."""
         try:

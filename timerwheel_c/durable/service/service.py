@@ -10,7 +10,9 @@ The service composes three parts, each in its own module, around one loop:
   ``async def fire`` on the loop, a plain one on a daemon worker thread), never claiming again
   a row in flight, enforcing a handler's ``timeout_s``;
 - :class:`~.committer.Committer`: writes the outcomes, many per round trip, each guarded on
-  its own claimed row (:func:`~timerwheel_c.durable.timers.runner.settle`).
+  its own claimed row (:func:`~timerwheel_c.durable.timers.runner.settle`); on PostgreSQL on a
+  thread and connection of its own (:meth:`Store.open_sibling`), so that claims and commits
+  overlap, on SQLite (one writer at a time) on the store thread.
 
 The loop (this module) runs a pass, hands its rows to the executor, then sleeps until the
 earliest of: the next due time of the pass (converted to a *monotonic* deadline once, so a
@@ -85,8 +87,9 @@ class DurableTimerService:
             16: handlers waiting 20 ms on I/O then reach several hundred fires per second,
             and each pass claims up to 16 rows in one round trip, which keeps the cost of a
             pass small against the fires it starts; idle worker threads cost nothing). Sync
-            handlers get that many daemon worker threads; async ones run on the service's loop. Commits of outcomes are batched on one store thread, so the
-            limit never multiplies connections or writers.
+            handlers get that many daemon worker threads; async ones run on the service's loop. Commits of outcomes are batched on one
+            commit thread, so the limit never multiplies connections or writers (a service
+            holds two store connections on PostgreSQL, one for claims and one for commits).
         budget: the :class:`TickBudget` of each pass, per partition (``max_fired`` is
             further lowered to the free handler slots). Its caps, and a handler's
             ``max_per_tick``, bound the rows one pass claims, not the handlers in flight:
@@ -180,10 +183,11 @@ class DurableTimerService:
         self._changed = False  # the change signal fired: in a fleet, re-check ownership
         self._last_recheck_s = 0.0
         self._store_pool: Optional[DaemonPool] = None
+        self._commit_pool: Optional[DaemonPool] = None  # with a store that writes on two connections at once
         self._watcher: Optional[Watcher] = None  # the store's change signal, while the loop runs
         self._settle_report = RunReport()
         self.executor = Executor(concurrency, store, self._wall_ms, self._settle, self._slot_freed, budget.max_fired)
-        self.committer = Committer(store, self._on_store, self._count, self._nudge, self._store_failed,
+        self.committer = Committer(store, self._on_commit_store, self._count, self._nudge, self._store_failed,
                                    self._outcome_done, lambda: bool(self.executor.tasks))
         self._passes = Passes(store, registry, budget, self._served, self.ownership, self.activity, self._count,
                               self._wall_ms,
@@ -217,6 +221,13 @@ class DurableTimerService:
                              "(in a fleet, whole partitions); register at least one TimerHandler")
         self.executor.start()
         self._store_pool = DaemonPool(1, "durable-store")
+        sibling = self.store.open_sibling()
+        if sibling is not None:
+            # Outcomes commit on a thread and connection of their own: a pass's claims never wait
+            # behind a commit's round trip, nor a commit behind a claim's, and the server runs both at
+            # once. The two never write the same row unguarded: each outcome is guarded on its claim.
+            self.committer.store = sibling
+            self._commit_pool = DaemonPool(1, "durable-commit")
         self._thread = threading.Thread(target=self._run, name="durable-timers", daemon=True)
         self._thread.start()
         self._ready.wait()
@@ -378,11 +389,22 @@ class DurableTimerService:
             self.executor.shutdown()
             if self._store_pool is not None:
                 self._store_pool.shutdown()
+            if self._commit_pool is not None:
+                # Closed on its own thread, after any commit still running there: stop() never waits on it.
+                self._commit_pool.submit(self.committer.store.close)
+                self._commit_pool.shutdown()
 
     async def _on_store(self, fn, *args):
         """Run the blocking store call ``fn(*args)`` on the store worker thread."""
         assert self._store_pool is not None
         return await asyncio.wrap_future(self._store_pool.submit(fn, *args))
+
+    async def _on_commit_store(self, fn, *args):
+        """Run the committer's blocking store call ``fn(*args)`` on the commit thread, or on the store
+        thread with a store that has no second connection (:meth:`Store.open_sibling`)."""
+        if self._commit_pool is None:
+            return await self._on_store(fn, *args)
+        return await asyncio.wrap_future(self._commit_pool.submit(fn, *args))
 
     def _store_failed(self, exc: BaseException, failures: int, what: str) -> float:
         """Count and log a failed store call; return the backoff in seconds."""

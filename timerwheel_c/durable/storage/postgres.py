@@ -48,6 +48,7 @@ writes on a pool of connections per event loop (:meth:`PostgresStore.async_pools
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import re
 import threading
@@ -388,6 +389,14 @@ class PostgresStore(Store):
 
             pools = self.__dict__.setdefault("_async_pools", AsyncPools(self._dsn, self.synchronous_commit))
         return pools
+
+    def open_sibling(self) -> "PostgresStore":
+        """The same table, statements and settings over a connection of its own (opened on first
+        use); the schema is in place already, so nothing is read or created here."""
+        sibling = copy.copy(self)
+        sibling.__dict__.update(_lock=threading.Lock(), _conn=None)
+        sibling.__dict__.pop("_async_pools", None)
+        return sibling
 
     def close(self) -> None:
         pools = self.__dict__.pop("_async_pools", None)

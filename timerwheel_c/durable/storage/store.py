@@ -253,9 +253,10 @@ class Page:
 
     @classmethod
     def from_rows(cls, rows: list, limit: int) -> "Page":
-        """The page for up to ``limit + 1`` ``(key, value)`` rows a backend read in key order: the
+        """The page for up to ``limit + 1`` ``(key, value)`` rows of bytes a backend read in key order
+        (psycopg and sqlite3 load bytea and BLOB as bytes, so rows are taken as they are): the
         extra row, if present, only says that more follow (so ``next`` is never a dead end)."""
-        entries = [(bytes(k), bytes(v)) for k, v in rows[:limit]]
+        entries = rows[:limit]
         return cls(entries, entries[-1][0] if len(rows) > limit else None)
 
 
@@ -452,6 +453,13 @@ class Store(abc.ABC):
         not divide the work). ``kwargs`` go to :attr:`ownership_type`.
         """
         return None if self.ownership_type is None else self.ownership_type(self, partitions, **kwargs)
+
+    def open_sibling(self) -> Optional["Store"]:
+        """A second handle on this store's data over a connection of its own, so that two threads
+        write at once (the service commits outcomes on one while it claims on the other), or None
+        for a backend whose writes cannot overlap (SQLite takes one writer at a time, so a second
+        connection would only wait). The caller closes it; closing it leaves this store open."""
+        return None
 
     def close(self) -> None:  # noqa: B027 -- optional: a backend without resources keeps this no-op
         """Release the backend's resources; the store is unusable afterwards."""

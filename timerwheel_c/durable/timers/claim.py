@@ -134,8 +134,7 @@ _Row = Union[_ToFire, _ToAdvance, _ToBackOff, _ToQuarantine, _ToPark]
 def _claimed_key(now_ms: int, tk: keys.TimerKey) -> bytes:
     """The row's next backoff key: attempt + 1, due ``now_ms + backoff``, original due time kept."""
     attempt = min(tk.attempt + 1, keys.MAX_ATTEMPT)
-    retry_at = min(now_ms + backoff_ms(attempt), keys.MAX_DUE_MS)
-    return keys.backoff(retry_at, tk.kind, attempt, tk.original_due_at_ms, tk.reference, occurrence=tk.occurrence)
+    return keys.next_attempt(tk, min(now_ms + backoff_ms(attempt), keys.MAX_DUE_MS), attempt)
 
 
 def _quarantine_batch(row: _ToQuarantine) -> Batch:
@@ -217,8 +216,10 @@ class Claimer:
             try:
                 batch = (_quarantine_batch(row) if isinstance(row, _ToQuarantine)
                          else row.batch if isinstance(row, (_ToAdvance, _ToFire, _ToPark)) and row.batch is not None
-                         else Batch().require(Equals(key, value)).delete(key).put(row.claimed_key, value)
-                         .put(keys.identity_of(row.parsed), row.claimed_key))
+                         # The claim's move, its fields filled directly: every key here was built or
+                         # parsed by keys, so Batch.put's checks would only repeat theirs.
+                         else Batch([Equals(key, value)], [(key, None), (row.claimed_key, value),
+                                                           (keys.identity_of(row.parsed), row.claimed_key)]))
             except ValueError:  # its quarantine key is past the store's key limit
                 self._stuck(key, "its quarantine key would be longer than the store's key limit")
                 continue
@@ -332,7 +333,7 @@ class Claimer:
                                 "due time; backing its rows off", self.partition, tk.kind, UNKNOWN_KIND_GRACE_MS)
                 continue
             due_ms = tk.original_due_at_ms if row.nominal_ms is None else row.nominal_ms
-            timer = DueTimer(due_ms, keys.TimerKind(tk.kind), tk.reference, row.value, tk.attempt + 1, row.claimed_key)
+            timer = DueTimer(due_ms, keys.KINDS[tk.kind], tk.reference, row.value, tk.attempt + 1, row.claimed_key)
             claims.append(ClaimedTimer(row.handler, timer, row.schedule))
         return claims
 

@@ -99,6 +99,7 @@ from ..storage.upgrades import register_row_upgrade
 __all__ = [
     "IDENTITY_SCHEMA_VERSION",
     "IDENTITY_TAG",
+    "KINDS",
     "MAX_ATTEMPT",
     "MAX_DUE_MS",
     "MAX_REFERENCE_BYTES",
@@ -134,6 +135,7 @@ __all__ = [
     "error_bytes",
     "parked_parts",
     "parked_value",
+    "next_attempt",
     "parse",
     "parse_parked",
     "quarantine",
@@ -199,6 +201,11 @@ class TimerKind(int):
         return f"TimerKind({int(self)})"
 
     __str__ = __repr__
+
+
+# Every kind, built once: a runner names the kind of each row it fires, and TimerKind() checks its
+# argument each time (index by the kind number, 1..255, of a parsed key).
+KINDS = (None,) + tuple(TimerKind(n) for n in range(1, 256))
 
 
 class MalformedKey(ValueError):
@@ -293,6 +300,14 @@ def backoff(retry_at_ms: int, kind, attempt: int, original_due_at_ms: int, refer
                       _BACKED_OFF | (_OCCURRENCE if occurrence else 0))
     tail = _RETRY.pack(attempt, check_uint("original_due_at_ms", original_due_at_ms, MAX_DUE_MS))
     return TAG + head + tail + _check_reference(reference)
+
+
+def next_attempt(tk: TimerKey, retry_at_ms: int, attempt: int) -> bytes:
+    """:func:`backoff` for the timer ``tk``, parsed from a well-formed key (so its kind, original due time
+    and reference need no check again): its key backed off to ``retry_at_ms`` (Unix epoch ms,
+    0..:data:`MAX_DUE_MS`) at ``attempt`` (1..:data:`MAX_ATTEMPT`), which the caller clamped."""
+    head = _HEAD.pack(retry_at_ms, tk.kind, _BACKED_OFF | (_OCCURRENCE if tk.occurrence else 0))
+    return TAG + head + _RETRY.pack(attempt, tk.original_due_at_ms) + tk.reference
 
 
 def parse(key: bytes) -> TimerKey:
