@@ -13,7 +13,7 @@ takeover time after a runner is SIGKILLed.
   one WAL flush per commit), unlike the single-process durable bench.
 - ``fired_per_s``: once every partition has its owner, ``n_timers`` rows spread over the
   partitions become due at one instant T0; the figure is ``n_timers`` over the time from T0
-  until no timer row is left (polled every 20 ms; the outcome that deletes a timer's row
+  until no timer row is left (:func:`.drain.wait_done`; the outcome that deletes a timer's row
   commits its effect row in the same transaction), after which the effect rows are counted.
 - The CPU split of that interval (:class:`.cpu_split.CpuMeter`): the runner processes' and the
   PostgreSQL server's CPU time, in µs per fired timer.
@@ -39,6 +39,7 @@ from timerwheel_c.durable.timers.runner import TickBudget
 from timerwheel_c.durable.storage.store import Batch
 from . import fleet_wakeup
 from .cpu_split import CpuMeter
+from .drain import wait_done
 from .run import command
 from .stores import dispose
 from .procs import stop as procs_stop
@@ -92,16 +93,16 @@ def _effects(conn, table: str) -> int:
     return conn.execute(query, (_EFFECT, bytes([_EFFECT[0] + 1]))).fetchone()[0]
 
 
-def _unsettled(conn, table: str) -> int:
-    """Timer rows left, scheduled or claimed: an index range per partition. The outcome that deletes a
-    claimed row commits its effect row in the same transaction, so none left means every effect is
-    written. Polled instead of the effects, whose count has no index to use and reads the whole
-    table, growing as the run goes: that read was a tenth of the server's CPU per fired timer,
-    charged to the runners (pgqueuer's poll counts its shrinking queue table)."""
+def _unsettled(conn, table: str, count: bool) -> int:
+    """Timer rows left, scheduled or claimed, in the partitions' index ranges: how many (``count``), or
+    whether any (0 or 1, a probe that stops at the first). The outcome that deletes a claimed row
+    commits its effect row in the same transaction, so none left means every effect is written;
+    the effect rows themselves have no index to count them by."""
     from psycopg import sql
 
-    query = sql.SQL("SELECT count(*) FROM {} WHERE partition = ANY(%s) AND key >= %s AND key < %s").format(
-        sql.Identifier(table))
+    inner = sql.SQL("SELECT {} FROM {} WHERE partition = ANY(%s) AND key >= %s AND key < %s").format(
+        sql.SQL("count(*)" if count else "1"), sql.Identifier(table))
+    query = inner if count else sql.SQL("SELECT count(*) FROM ({} LIMIT 1) AS probe").format(inner)
     return conn.execute(query, (PARTITIONS, keys.TAG, bytes([keys.TAG[0] + 1]))).fetchone()[0]
 
 
@@ -143,16 +144,8 @@ def _one(dsn: str, n_runners: int, n_timers: int, budget: str, takeover: bool, p
         meter = CpuMeter(conn)
         _wait(lambda: time.time_ns() // 1_000_000 >= due_ms, "the due time", 5)
         meter.start([p.pid for p in procs])
-        seen = 0
-        deadline = time.monotonic() + 600
-        while seen < n_timers:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"fleet bench: only {seen} of {n_timers} timers fired within 600 s")
-            time.sleep(_POLL_S)
-            now_seen = n_timers - _unsettled(conn, table)
-            if progress is not None and now_seen > seen:
-                progress(now_seen - seen)
-            seen = now_seen
+        wait_done(n_timers, lambda: _unsettled(conn, table, False) > 0, lambda: _unsettled(conn, table, True),
+                  progress, 600, "fleet bench: timers unsettled")
         elapsed_s = time.time_ns() / 1e9 - due_ms / 1000
         cpu = meter.stop(n_timers)
         effects = _effects(conn, table)

@@ -35,6 +35,7 @@ from importlib import metadata
 from typing import Callable, Optional
 
 from .cpu_split import CpuMeter
+from .drain import wait_done
 from .procs import stop as procs_stop
 from .run import command
 
@@ -46,7 +47,6 @@ INSTALL_HINT = ("the comparison with pgqueuer needs it installed and a PostgreSQ
 _ENTRYPOINT = "noop"
 _DSN_ENV = "TIMERWHEEL_C_PGQ_DSN"
 _LEAD_S = 2.0  # from the enqueue to T0: time to commit the jobs before any is due
-_POLL_S = 0.02
 _START_S = 60.0
 _counter = iter(range(1_000_000))
 
@@ -159,7 +159,9 @@ def run(dsn: str, n_timers: int, workers: int, batch_size: int = DEFAULT_BATCH,
     from psycopg import sql
 
     schema = f"timerwheel_bench_pgq_{os.getpid()}_{next(_counter)}"
-    count = sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(schema, _settings(schema).queue_table))
+    queue = sql.Identifier(schema, _settings(schema).queue_table)
+    count = sql.SQL("SELECT count(*) FROM {}").format(queue)
+    probe = sql.SQL("SELECT count(*) FROM (SELECT 1 FROM {} LIMIT 1) AS probe").format(queue)
     asyncio.run(_admin(dsn, schema, "install"))
     procs: list = []
     try:
@@ -173,19 +175,18 @@ def run(dsn: str, n_timers: int, workers: int, batch_size: int = DEFAULT_BATCH,
             meter = CpuMeter(conn)
             time.sleep(max(0.0, due_s - time.time()))
             meter.start([p.pid for p in procs])
-            left, deadline = n_timers, time.monotonic() + 600
-            while left:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"pgqueuer bench: {left} of {n_timers} jobs still queued after 600 s")
-                if any(p.poll() is not None for p in procs):
-                    raise _failed(f"a worker exited with {left} of {n_timers} jobs still queued", log)
-                time.sleep(_POLL_S)
-                row = conn.execute(count).fetchone()
+
+            def left(query) -> int:
+                row = conn.execute(query).fetchone()
                 assert row is not None  # count(*) has one row
-                now_left = row[0]
-                if progress is not None and now_left < left:
-                    progress(left - now_left)
-                left = now_left
+                return row[0]
+
+            def alive() -> None:
+                if any(p.poll() is not None for p in procs):
+                    raise _failed(f"a worker exited with {left(count)} of {n_timers} jobs still queued", log)
+
+            wait_done(n_timers, lambda: left(probe) > 0, lambda: left(count), progress, 600,
+                      "pgqueuer bench: jobs queued", alive)
             elapsed_s = time.time() - due_s
             cpu = meter.stop(n_timers)
             ran = _executed(procs, log)
