@@ -190,6 +190,9 @@ class Claimer:
         self.refused = []
         report = self.report
         while not self.pending and not self.exhausted:
+            if self.over_budget():  # a claim that used up its budget reads no page it cannot claim from
+                report.stopped_on_budget = True
+                return rows
             # Rows a capped kind defers cost a scan but no claim: read what is left of max_scanned
             # in one page (up to SCAN_PAGE), not in pages of 64.
             limit = max(1, min(SCAN_PAGE, self.budget.max_scanned - report.scanned))
@@ -422,8 +425,11 @@ def claim_due(store: Store, partition: str, registry: TimerRegistry, now_ms: int
 def claim_due_across(store: Store, requests: list, registry: TimerRegistry, now_ms: int, *,
                      exclude: Container[bytes] = (), clock: Callable[[], float] = time.monotonic) -> list:
     """:func:`claim_due` for many partitions at one ``now_ms`` (Unix epoch ms), their first claim
-    round trip shared: one :meth:`Store.apply_across` claims the first :data:`PAGE` rows of every
-    partition (one commit for them all); each partition then claims the rest on its own.
+    round trip shared: one :meth:`Store.apply_across` claims every row of every partition's first
+    page that its budget lets fire (one statement and one commit for them all: the page holds no
+    more rows than the budget, see :func:`due_request`); a partition then claims whatever its budget
+    leaves on its own, :data:`PAGE` rows per round trip. Claiming the first page in pieces of a
+    :data:`PAGE` cost a round trip each, one after another, most of a pass's time.
 
     ``requests``: ``(partition, budget, first_page)`` triples (``first_page`` as :func:`claim_due`
     takes it). Returns one :class:`Claims` per request, in order. Errors stay where they arose: an
@@ -441,7 +447,7 @@ def claim_due_across(store: Store, requests: list, registry: TimerRegistry, now_
         claimer = Claimer(store, partition, registry, now_ms, budget, exclude, clock, first_page)
         claimers.append(claimer)
         try:
-            rows.append(claimer.select(PAGE))
+            rows.append(claimer.select(budget.max_fired))
             errors.append(None)
         except Exception as exc:
             rows.append([])
