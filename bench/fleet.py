@@ -5,7 +5,8 @@ takeover time after a runner is SIGKILLed.
   in the environment, never on a command line that ``ps`` shows), each a
   :class:`~timerwheel_c.durable.service.service.DurableTimerService` with ``fleet=True`` over the same
   list of 16 partitions, whose partitions they divide (advisory-lock ownership), and a no-op
-  handler whose Done batch commits one effect row; the default
+  handler whose Done batch commits one effect row; the process prepared for the collector as
+  ``timerwheel-c run`` prepares its own (:func:`~timerwheel_c.durable.service.process.prepare_process`); the default
   :class:`~timerwheel_c.durable.timers.runner.TickBudget`, as ``timerwheel-c run`` has (at most 1,024
   timers, 256 of one kind, per partition per tick), and, for the largest fleet, once more with
   :data:`LARGE_BUDGET` (no cap per kind), which shows what the cap per kind costs in round trips.
@@ -67,11 +68,13 @@ LARGE_BUDGET = TickBudget(max_fired=1024, max_per_kind=1024, max_scanned=4096)
 def _runner(dsn: str, table: str, budget: str) -> None:
     """Process entry: serve the fleet's partitions until SIGTERM, with the default or the large budget."""
     from timerwheel_c.durable.storage.postgres import PostgresStore
+    from timerwheel_c.durable.service.process import prepare_process
     from timerwheel_c.durable.service.service import DurableTimerService
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     store = PostgresStore(dsn, table=table)
     registry = TimerRegistry().register(_Noop())
+    prepare_process()  # a process that exists to run the service, as timerwheel-c run prepares its own
     with DurableTimerService(store, registry, PARTITIONS, fleet=True,
                              budget=LARGE_BUDGET if budget == "large" else TickBudget()):
         while True:

@@ -191,6 +191,7 @@ def _metrics_error(args, exc: Exception) -> str:
 def run(args) -> int:
     """Run the service until SIGINT/SIGTERM; 0 on a clean stop, 2 on a bad argument or a store
     that cannot be opened (see the module docstring)."""
+    from .process import prepare_process
     from .service import DurableTimerService
 
     try:
@@ -245,6 +246,7 @@ def run(args) -> int:
             print(_metrics_error(args, exc), file=sys.stderr)
             return 2
         log.info("serving /metrics and /healthz on http://%s:%d", metrics.host, metrics.port)
+    prepare_process()  # this process exists to run the service: see .process
     try:
         service.start()
     except (MemoryError, RuntimeError) as exc:  # threads or memory for --concurrency the system will not give
