@@ -384,12 +384,17 @@ class Across(Delegating):
 
     def __init__(self, inner, bad_scan=None, bad_apply=None):
         super().__init__(inner)
-        self.bad_scan, self.bad_apply, self.across = bad_scan, bad_apply, 0
+        self.bad_scan, self.bad_apply, self.across, self.many, self.scans = bad_scan, bad_apply, 0, 0, 0
 
     def _scan(self, partition, *args):
+        self.scans += 1
         if partition == self.bad_scan:
             raise TransientStoreError(f"scan of {partition} failed")
         return super()._scan(partition, *args)
+
+    def _apply_many(self, partition, batches):
+        self.many += 1
+        return super()._apply_many(partition, batches)
 
     def _apply_across(self, items):
         self.across += 1
@@ -404,9 +409,10 @@ def _schedule_in(store, partition, n):
 
 
 def test_claim_due_across_shares_the_first_round_trip_and_keeps_errors_with_their_partition(store):
-    """claim_due_across claims the first rows of every partition in one apply_across, each partition's
-    rows under its own budget and only its own (a row of another partition is never claimed), and the
-    rest of a partition on its own round trips. A partition whose scan fails gets that error alone;
+    """claim_due_across claims every row of every partition's first page that its budget lets fire in
+    one apply_across (70 rows of one partition too, not 64 of them and the rest on a round trip of its
+    own), each partition's rows under its own budget and only its own (a row of another partition is
+    never claimed). A partition whose scan fails gets that error alone;
     when the shared claim fails, every partition that had rows in it gets the error and nothing of
     theirs is claimed, while a partition with no due rows gets none. Deterministic (explicit now_ms)."""
     from timerwheel_c.durable.timers.runner import claim_due_across
@@ -418,7 +424,7 @@ def test_claim_due_across_shares_the_first_round_trip_and_keeps_errors_with_thei
     across = Across(store, bad_scan="c")
     claims = claim_due_across(across, [("a", wide, None), ("b", wide, None), ("c", wide, None), ("d", narrow, None)],
                               registry, NOW)
-    assert across.across == 1  # one shared claim round trip; b's last 6 rows on its own
+    assert (across.across, across.many) == (1, 0)  # one shared claim round trip, b's 70 rows in it
     assert [sorted(t.timer.reference for t in cl.timers) for cl in claims[:2]] == [
         [b"a00", b"a01", b"a02"], [b"b%02d" % i for i in range(70)]]
     assert isinstance(claims[2].error, TransientStoreError) and claims[2].timers == []
@@ -432,6 +438,22 @@ def test_claim_due_across_shares_the_first_round_trip_and_keeps_errors_with_thei
     assert len(store.scan("c", *keys.due_range(NOW), limit=10).entries) == 2  # c's rows still due, unclaimed
     claims = claim_due_across(store, [("c", narrow, None), ("d", narrow, None)], registry, NOW)
     assert [len(c.timers) for c in claims] == [1, 1]  # the budget of each, on its own rows
+
+
+def test_a_claim_that_used_up_its_budget_reads_no_further_page(store):
+    """A partition with more due rows than its budget, its first page read as a pass reads it (no more
+    rows than the budget, :func:`due_request`): the claim claims that page and stops, rather than
+    reading the next page only to find the budget used up."""
+    from timerwheel_c.durable.timers.claim import due_request
+
+    for i in range(600):
+        schedule(store, NOW - 1000 + i, reference=b"%03d" % i)
+    budget = TickBudget(64, 1000, 4096, 60_000)
+    first = store.scan_many([due_request(P, NOW, budget, 64)])[0]
+    counting = Across(store)
+    claims = claim_due(counting, P, TimerRegistry().register(Recorder()), NOW, budget, first_page=first)
+    assert len(claims.timers) == 64 and claims.report.stopped_on_budget
+    assert counting.scans == 0
 
 
 def test_settle_is_pure_and_commit_outcomes_fails_only_the_failed_guard(store):

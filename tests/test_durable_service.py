@@ -207,3 +207,68 @@ def test_max_sleep_must_be_finite_and_positive(bad):
         DurableTimerService(SQLiteStore(":memory:"), TimerRegistry(), ["p"], max_sleep_s=bad)
     with pytest.raises(TypeError, match="max_sleep_s"):
         DurableTimerService(SQLiteStore(":memory:"), TimerRegistry(), ["p"], max_sleep_s="5")
+
+
+class Blocking(TimerHandler):
+    """Done with a put of the row ``blocked`` for the reference ``b"held"``, a plain effect row for any
+    other; records each reference fired."""
+
+    kind = TimerKind(KIND)
+
+    def __init__(self):
+        self.fired = []
+
+    def fire(self, ctx, timer):
+        self.fired.append(timer.reference)
+        return Done(Batch().put(b"blocked" if timer.reference == b"held" else b"effect/" + timer.reference, b"1"))
+
+
+@pytest.mark.skipif(not PG_DSN, reason="no TIMERWHEEL_C_TEST_PG_DSN")
+def test_a_commit_waiting_on_a_lock_does_not_hold_up_the_claims_on_postgresql():
+    """On PostgreSQL outcomes commit on a connection and thread of their own (Store.open_sibling): while
+    one commit waits on a row lock another session holds, the service still claims and fires the
+    timers that come due, in another partition too, and every outcome commits once the lock goes."""
+    import psycopg
+    from timerwheel_c.durable.storage.postgres import PostgresStore
+
+    store = PostgresStore(PG_DSN, table=f"timerwheel_test_{uuid.uuid4().hex[:16]}")
+    writer = PostgresStore(PG_DSN, table=store.table)  # the test's own connection: never queued behind the service's
+    try:
+        writer.apply(P, Batch().put(b"blocked", b"0"))
+        h = Blocking()
+        with psycopg.connect(PG_DSN) as holder, psycopg.connect(PG_DSN, autocommit=True) as watcher:
+            svc = DurableTimerService(store, TimerRegistry().register(h), [P, "other"]).start()
+            try:
+                try:
+                    holder.execute(f'SELECT 1 FROM "{store.table}" WHERE partition = %s AND key = %s FOR UPDATE',
+                                   (P, b"blocked"))
+                    put_timer(writer, wall_ms() - 1, b"held")
+
+                    def commit_waiting() -> bool:  # (not on holder: its transaction keeps one snapshot of it)
+                        return watcher.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                                               "AND query LIKE %s", (f"%{store.table}%",)).fetchone()[0] > 0
+
+                    deadline = time.monotonic() + LIVENESS_S
+                    while not commit_waiting():
+                        assert time.monotonic() < deadline, "the outcome's commit never waited on the held row"
+                        time.sleep(0.02)
+                    writer.apply("other", Batch().put(keys.timer(wall_ms() - 1, KIND, b"later"), b""))
+                    deadline = time.monotonic() + LIVENESS_S
+                    while b"later" not in h.fired:
+                        assert time.monotonic() < deadline, f"a timer due while a commit waited never fired: {h.fired}"
+                        time.sleep(0.02)
+                    assert commit_waiting()  # still held: the fire did not wait for it
+                finally:
+                    holder.rollback()  # before the stop, which would otherwise wait on the commit it holds up
+                deadline = time.monotonic() + LIVENESS_S
+                while writer.get("other", b"effect/later") is None or writer.get(P, b"blocked") != b"1":
+                    assert time.monotonic() < deadline, "the outcomes did not commit once the lock was released"
+                    time.sleep(0.02)
+            finally:
+                svc.stop()
+        assert writer.scan(P, keys.TAG, b"U").entries == [] and writer.scan("other", keys.TAG, b"U").entries == []
+    finally:
+        from bench.stores import dispose
+
+        writer.close()
+        dispose(store)
