@@ -435,43 +435,47 @@ def _independent_sets(items: list) -> Optional[_Sets]:
     consumes: only then does judging every guard against the state before the call, as the
     set-based statement does, give each batch the result the batch-by-batch loop would."""
     sets = _Sets()
-    owner: dict = {}  # (partition, key) -> the batch that touches it
+    # Bound once: this runs for every batch a runner claims or commits.
+    bp, ck, cv = sets.bp.append, sets.ck.append, sets.cv.append
+    g_b, g_k, g_v = sets.g_b.append, sets.g_k.append, sets.g_v.append
+    d_b, d_k = sets.d_b.append, sets.d_k.append
+    u_b, u_k, u_v = sets.u_b.append, sets.u_k.append, sets.u_v.append
+    touched: dict = {}  # partition -> the keys its batches so far touch
     for b, (partition, batch) in enumerate(items, 1):
-        final: dict = {}  # key -> its last write (None: a delete), in first-write order
-        for k, v in batch.writes:
-            final[k] = v
+        final = dict(batch.writes)  # key -> its last write (None: a delete), in first-write order
         guards = batch.guards
-        consumed = consumed_write(batch)
-        if consumed >= 0:
+        keys = touched.get(partition)
+        if keys is None:
+            keys = touched[partition] = set()
+        before = len(keys)
+        mine = set(final)
+        if consumed_write(batch) >= 0:
             last = guards[-1]
-            if final[last.key] is not None:
+            if final.pop(last.key) is not None:
                 return None
-            del final[last.key]
             guards = guards[:-1]
-            sets.ck.append(last.key)
-            sets.cv.append(last.value)
-            if owner.setdefault((partition, last.key), b) != b:
-                return None
+            ck(last.key)
+            cv(last.value)
         else:
-            sets.ck.append(None)
-            sets.cv.append(None)
-        sets.bp.append(partition)
+            ck(None)
+            cv(None)
+        bp(partition)
         for g in guards:
-            if owner.setdefault((partition, g.key), b) != b:
-                return None
-            sets.g_b.append(b)
-            sets.g_k.append(g.key)
-            sets.g_v.append(None if isinstance(g, Absent) else g.value)
+            mine.add(g.key)
+            g_b(b)
+            g_k(g.key)
+            g_v(None if isinstance(g, Absent) else g.value)
+        keys |= mine
+        if len(keys) != before + len(mine):  # a key an earlier batch touches
+            return None
         for k, v in final.items():
-            if owner.setdefault((partition, k), b) != b:
-                return None
             if v is None:
-                sets.d_b.append(b)
-                sets.d_k.append(k)
+                d_b(b)
+                d_k(k)
             else:
-                sets.u_b.append(b)
-                sets.u_k.append(k)
-                sets.u_v.append(v)
+                u_b(b)
+                u_k(k)
+                u_v(v)
     return sets
 
 
