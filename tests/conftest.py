@@ -182,6 +182,27 @@ def durable_store(request, tmp_path):
     store.close()
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=_NEEDS_PG)])
+def runner_backend(request, tmp_path):
+    """(target, store) for tests whose runner is a process of its own (tests/durable_runner_proc.py):
+    the runner process's STORE argument and the test's own connection to that store."""
+    if request.param == "sqlite":
+        from timerwheel_c.durable.storage.sqlite import SQLiteStore
+
+        db = tmp_path / "runner.db"
+        store = SQLiteStore(db)
+        yield str(db), store
+        store.close()
+        return
+    from timerwheel_c.durable.storage.postgres import PostgresStore
+    from bench.stores import dispose
+
+    table = f"timerwheel_runner_{uuid.uuid4().hex[:12]}"
+    store = PostgresStore(_PG_DSN, table=table)
+    yield f"postgres:{table}", store
+    dispose(store)
+
+
 @pytest.fixture
 def schema_url():
     """A fresh schema on the PostgreSQL test server, and a URL whose sessions use it (dropped afterwards):

@@ -10,14 +10,11 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 
-from bench.stores import dispose
 from timerwheel_c.durable import DurableTimerService, TimerHandler, TimerKind, TimerRegistry, get_timer, schedule
-from timerwheel_c.durable.storage.sqlite import SQLiteStore
 from timerwheel_c.durable.timers import keys
 from waiting import wait_until, wall_ms
 
@@ -26,26 +23,7 @@ pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 RUNNER = Path(__file__).resolve().parent / "durable_runner_proc.py"
 KIND = 0xF5  # the kind tests/durable_runner_proc.py serves
 P = "jobs"
-PG_DSN = os.environ.get("TIMERWHEEL_C_TEST_PG_DSN")
-needs_pg = pytest.mark.skipif(not PG_DSN, reason="no TIMERWHEEL_C_TEST_PG_DSN")
 SHIFT_NS = 60 * 1_000_000_000  # a runner's clock this far ahead finds a first backoff (5 s) long over
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=needs_pg)])
-def backend(request, tmp_path):
-    """(target, store): the runner process's STORE argument and the test's own connection to that store."""
-    if request.param == "sqlite":
-        db = tmp_path / "park.db"
-        store = SQLiteStore(db)
-        yield str(db), store
-        store.close()
-    else:
-        from timerwheel_c.durable.storage.postgres import PostgresStore
-
-        table = f"timerwheel_park_{uuid.uuid4().hex[:12]}"
-        store = PostgresStore(PG_DSN, table=table)
-        yield f"postgres:{table}", store
-        dispose(store)
 
 
 class Counting(TimerHandler):
@@ -71,12 +49,12 @@ def shifted_ns():
     return time.time_ns() + SHIFT_NS
 
 
-def test_runner_killed_during_the_last_attempt_parks_instead_of_firing_again(backend, tmp_path):
+def test_runner_killed_during_the_last_attempt_parks_instead_of_firing_again(runner_backend, tmp_path):
     """A runner process claims a timer (attempt 1) and is SIGKILLed inside its handler. A service
     whose handler allows one attempt (max_attempts=1: at most once), with its clock past the row's
     backoff, parks the row instead of calling the handler again: the parked timer says the runner
     stopped during attempt 1 of 1, and the park counts in timerwheel_parked_total."""
-    target, store = backend
+    target, store = runner_backend
     ready = tmp_path / "ready"
     due = wall_ms()
     schedule(store, P, due, KIND, b"victim", b"payload")
@@ -102,10 +80,10 @@ def test_runner_killed_during_the_last_attempt_parks_instead_of_firing_again(bac
 
 
 @pytest.mark.parametrize("forget", [False, True])
-def test_parked_total_counts_each_parked_timer_by_kind(backend, forget):
+def test_parked_total_counts_each_parked_timer_by_kind(runner_backend, forget):
     """Three timers whose handler raises (or returns no outcome) with max_attempts=1: each is parked
     after its one attempt, and timerwheel_parked_total reads 3 for the kind, next to 3 failed."""
-    _, store = backend
+    _, store = runner_backend
     for i in range(3):
         schedule(store, P, wall_ms() - 1, KIND, b"t%d" % i)
     handler = Counting(max_attempts=1, forget=forget)

@@ -69,29 +69,12 @@ def kill(proc):
     proc.wait(10)
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=needs_pg)])
-def backend(request, tmp_path):
-    """(target, store): the runner process's STORE argument and the test's own connection to that store."""
-    if request.param == "sqlite":
-        db = tmp_path / "wake.db"
-        store = SQLiteStore(db)
-        yield str(db), store
-        store.close()
-    else:
-        from timerwheel_c.durable.storage.postgres import PostgresStore
-
-        table = f"timerwheel_wake_{uuid.uuid4().hex[:12]}"
-        store = PostgresStore(PG_DSN, table=table)
-        yield f"postgres:{table}", store
-        dispose(store)
-
-
-def test_timer_written_by_another_process_fires_promptly_and_never_early(backend, tmp_path):
+def test_timer_written_by_another_process_fires_promptly_and_never_early(runner_backend, tmp_path):
     """An idle runner process (max_sleep_s an hour) serves the store; this process writes five timers,
     each due 300 ms ahead, with the module-level schedule(), which cannot kick the runner directly.
     Each fires exactly once, never before its due time and within BOUND_MS of it: only the store's
     change signal can have woken the runner in time."""
-    target, store = backend
+    target, store = runner_backend
     # The partition exists first: a PostgreSQL runner serving every partition (a fleet member) takes a
     # brand-new partition at its next ownership check, up to a second later.
     store.apply(P, Batch().put(b"partition-marker", b""))
@@ -193,7 +176,7 @@ def test_sqlite_watcher_idle_cpu_is_small(tmp_path):
 
 
 def test_generic_store_watch_polls(tmp_path):
-    """A backend without its own detector gets the generic watcher, which calls back about every second."""
+    """A runner_backend without its own detector gets the generic watcher, which calls back about every second."""
     from timerwheel_c.durable.storage.store import Store
 
     class Plain(Store):
@@ -261,7 +244,7 @@ def _terminate(dsn: str, application_name: str) -> int:
 
 @needs_pg
 def test_killed_listen_connection_reconnects_and_timers_still_fire_promptly():
-    """A service idles (max_sleep_s an hour); its LISTEN backend is killed with pg_terminate_backend
+    """A service idles (max_sleep_s an hour); its LISTEN runner_backend is killed with pg_terminate_backend
     (asserted to have happened). A timer then written through another connection fires within
     BOUND_MS of its due time and never before it: the listener reconnected and LISTENs again."""
     from timerwheel_c.durable import DurableTimerService, Done, TimerHandler, TimerKind, TimerRegistry
@@ -352,14 +335,14 @@ def test_postgres_restart_with_timers_pending_applies_every_effect_once(throwawa
     observer.close()
 
 
-def test_durable_sleep_is_woken_by_a_service_on_another_connection(backend):
+def test_durable_sleep_is_woken_by_a_service_on_another_connection(runner_backend):
     """A durable sleep journaled through one connection, with no service handle to notify, is fired by a
     service on another connection (woken only by the change signal: max_sleep_s is an hour) and the
     sleep returns after its due time and within BOUND_MS of it."""
     from timerwheel_c.durable import DurableContext, DurableTimerService, SleepHandler, TimerRegistry
     from timerwheel_c.durable.timers.sleep import SLEEP_PARTITION
 
-    target, store = backend
+    target, store = runner_backend
     if target.startswith("postgres:"):
         from timerwheel_c.durable.storage.postgres import PostgresStore
 
