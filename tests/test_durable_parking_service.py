@@ -4,7 +4,6 @@ last attempt leaves a row that the next runner parks instead of firing again, an
 tests wait only for liveness (something happened within a generous bound), never on speed."""
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
