@@ -14,7 +14,9 @@ from typing import Callable, Optional
 
 __all__ = ["COUNT_EVERY_S", "POLL_S", "wait_done"]
 
-POLL_S = 0.02
+# A run of 10,000 items at 25,000/s lasts 0.4 s: polling every 20 ms added up to 5 % to the faster
+# system's time; a probe is one index step, so every 5 ms costs the server nothing to speak of.
+POLL_S = 0.005
 COUNT_EVERY_S = 0.5
 
 

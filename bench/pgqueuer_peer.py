@@ -12,8 +12,8 @@ server, for a side-by-side figure (the ``peers`` extra installs it).
   wait on the same connection, which would make the figure a measure of that wait.
 - ``fired_per_s``: once every worker is up, ``n_timers`` jobs are enqueued in one statement, each with
   ``execute_after`` so that all come due at one instant T0; the figure is ``n_timers`` over the time
-  from T0 until the queue table is empty (every job acknowledged; polled every 20 ms), as the fleet
-  bench times until the last effect row.
+  from T0 until the queue table is empty (every job acknowledged; polled as :func:`.drain.wait_done`
+  polls), as the fleet bench times until its last timer row is gone.
 - Exactly once: each worker reports the id of every job its entrypoint ran; the run fails unless
   every job ran once across the workers. pgqueuer's delivery is at least once (a job whose
   heartbeat lapses is picked again), which a no-op run never provokes.
