@@ -225,9 +225,10 @@ class Blocking(TimerHandler):
 
 @pytest.mark.skipif(not PG_DSN, reason="no TIMERWHEEL_C_TEST_PG_DSN")
 def test_a_commit_waiting_on_a_lock_does_not_hold_up_the_claims_on_postgresql():
-    """On PostgreSQL outcomes commit on a connection and thread of their own (Store.open_sibling): while
-    one commit waits on a row lock another session holds, the service still claims and fires the
-    timers that come due, in another partition too, and every outcome commits once the lock goes."""
+    """With separate_commits on PostgreSQL, outcomes commit on a connection and thread of their own
+    (Store.open_sibling): while one commit waits on a row lock another session holds, the service
+    still claims and fires the timers that come due, in another partition too, and every outcome
+    commits once the lock goes."""
     import psycopg
     from timerwheel_c.durable.storage.postgres import PostgresStore
 
@@ -237,7 +238,7 @@ def test_a_commit_waiting_on_a_lock_does_not_hold_up_the_claims_on_postgresql():
         writer.apply(P, Batch().put(b"blocked", b"0"))
         h = Blocking()
         with psycopg.connect(PG_DSN) as holder, psycopg.connect(PG_DSN, autocommit=True) as watcher:
-            svc = DurableTimerService(store, TimerRegistry().register(h), [P, "other"]).start()
+            svc = DurableTimerService(store, TimerRegistry().register(h), [P, "other"], separate_commits=True).start()
             try:
                 try:
                     holder.execute(f'SELECT 1 FROM "{store.table}" WHERE partition = %s AND key = %s FOR UPDATE',
@@ -272,3 +273,8 @@ def test_a_commit_waiting_on_a_lock_does_not_hold_up_the_claims_on_postgresql():
 
         writer.close()
         dispose(store)
+
+
+def test_separate_commits_must_be_a_bool(store):
+    with pytest.raises(TypeError, match="separate_commits must be a bool, got str 'yes'"):
+        DurableTimerService(store, TimerRegistry().register(Effect()), separate_commits="yes")

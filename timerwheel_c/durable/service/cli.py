@@ -80,6 +80,9 @@ def add_parser(sub) -> None:
     p.add_argument("--release-claims-on-stop", action="store_true",
                    help="on SIGINT/SIGTERM make this runner's unsettled claims due at once for another runner "
                         "(a handler still running here may overlap with its retry there)")
+    p.add_argument("--separate-commits", action="store_true",
+                   help="PostgreSQL: commit outcomes on a connection of their own, so that claims never wait "
+                        "behind a commit (one more connection; pays when the server has cores to spare)")
     p.set_defaults(func=run)
 
 
@@ -234,7 +237,8 @@ def run(args) -> int:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, on_signal)
-    service = DurableTimerService(store, registry, args.partitions, concurrency=args.concurrency)
+    service = DurableTimerService(store, registry, args.partitions, concurrency=args.concurrency,
+                                  separate_commits=args.separate_commits)
     metrics = None
     if args.metrics_port is not None:
         from .exporter import serve

@@ -39,11 +39,11 @@ def backoff_s(failures: int) -> float:
 
 
 class Committer:
-    """Queues outcomes and commits them (loop thread; the store calls run on the commit thread).
+    """Queues outcomes and commits them (loop thread; the store calls run on the thread ``on_store`` names).
 
     Args:
-        store: the backend the commits write to (the service sets its second connection here, when the
-            backend has one: :meth:`~timerwheel_c.durable.storage.store.Store.open_sibling`).
+        store: the backend the commits write to (with ``separate_commits`` the service sets its second
+            connection here: :meth:`~timerwheel_c.durable.storage.store.Store.open_sibling`).
         on_store: ``await on_store(fn, *args)`` runs ``fn(*args)`` on the thread that owns ``store``.
         counted: ``counted(report)`` adds a :class:`RunReport` to the service's counters (any thread).
         committed: ``committed(partition, earliest_put_ms)`` after a commit that wrote a timer row (that thread).
@@ -128,7 +128,7 @@ class Committer:
         return self._queues.setdefault(partition, [])
 
     def _commit(self, ready: dict) -> dict:
-        """On the commit thread: every partition's outcomes in one ``apply_across`` (one commit);
+        """On the store (or commit) thread: every partition's outcomes in one ``apply_across`` (one commit);
         returns ``{partition: error}`` of the partitions whose commit raised: every one of them when
         the call as a whole failed (an error of one batch is that batch's alone, see the module)."""
         try:
