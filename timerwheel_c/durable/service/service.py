@@ -412,7 +412,8 @@ class DurableTimerService:
 
     async def _on_commit_store(self, fn, *args):
         """Run the committer's blocking store call ``fn(*args)`` on the commit thread, or on the store
-        thread with a store that has no second connection (:meth:`Store.open_sibling`)."""
+        thread when there is none (``separate_commits`` off, or a store without a second connection:
+        :meth:`Store.open_sibling`)."""
         if self._commit_pool is None:
             return await self._on_store(fn, *args)
         return await asyncio.wrap_future(self._commit_pool.submit(fn, *args))
