@@ -68,17 +68,18 @@ LARGE_BUDGET = TickBudget(max_fired=1024, max_per_kind=1024, max_scanned=4096)
 def _runner(dsn: str, table: str, budget: str) -> None:
     """Process entry: serve the fleet's partitions until SIGTERM, with the default or the large budget."""
     from timerwheel_c.durable.storage.postgres import PostgresStore
-    from timerwheel_c.durable.service.process import prepare_process
+    from timerwheel_c.durable.service.process import StopSignals, prepare_process
     from timerwheel_c.durable.service.service import DurableTimerService
 
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    store = PostgresStore(dsn, table=table)
-    registry = TimerRegistry().register(_Noop())
-    prepare_process()  # a process that exists to run the service, as timerwheel-c run prepares its own
-    with DurableTimerService(store, registry, PARTITIONS, fleet=True,
-                             budget=LARGE_BUDGET if budget == "large" else TickBudget()):
-        while True:
-            time.sleep(1)
+    with StopSignals((signal.SIGTERM,)) as stop:
+        store = PostgresStore(dsn, table=table)
+        registry = TimerRegistry().register(_Noop())
+        prepare_process()  # a process that exists to run the service, as timerwheel-c run prepares its own
+        with DurableTimerService(store, registry, PARTITIONS, fleet=True,
+                                 budget=LARGE_BUDGET if budget == "large" else TickBudget()):
+            while stop.wait(1) is None:
+                pass
+        store.close()
 
 
 def _wait(predicate, what: str, timeout_s: float = _START_S) -> None:

@@ -44,14 +44,16 @@ class _Stamp(TimerHandler):
 
 def _runner(dsn: str, table: str) -> None:
     """Process entry: serve every partition of ``table`` as a fleet member until SIGTERM."""
+    from timerwheel_c.durable.service.process import StopSignals
     from timerwheel_c.durable.service.service import DurableTimerService
     from timerwheel_c.durable.storage.postgres import PostgresStore
 
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    store = PostgresStore(dsn, table=table)
-    with DurableTimerService(store, TimerRegistry().register(_Stamp()), None, fleet=True):
-        while True:
-            time.sleep(1)
+    with StopSignals((signal.SIGTERM,)) as stop:
+        store = PostgresStore(dsn, table=table)
+        with DurableTimerService(store, TimerRegistry().register(_Stamp()), None, fleet=True):
+            while stop.wait(1) is None:
+                pass
+        store.close()
 
 
 def _nearest_rank(values: list, q: float) -> float:

@@ -34,9 +34,7 @@ import argparse
 import importlib
 import logging
 import os
-import signal
 import sys
-import threading
 from typing import Optional
 
 from ..._helptext import terminal_text
@@ -194,8 +192,7 @@ def _metrics_error(args, exc: Exception) -> str:
 def run(args) -> int:
     """Run the service until SIGINT/SIGTERM; 0 on a clean stop, 2 on a bad argument or a store
     that cannot be opened (see the module docstring)."""
-    from .process import prepare_process
-    from .service import DurableTimerService
+    from .process import StopSignals
 
     try:
         args.store = store_url(args.store, "run")
@@ -229,14 +226,15 @@ def run(args) -> int:
     store = open_or_say("run", args.store)
     if store is None:
         return 2
-    stop = threading.Event()
+    with StopSignals() as stop:  # from here on SIGINT/SIGTERM is a stop request, never a KeyboardInterrupt
+        return _serve(args, store, registry, stop)
 
-    def on_signal(signum, frame):
-        log.info("received %s; stopping", signal.Signals(signum).name)
-        stop.set()
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, on_signal)
+def _serve(args, store, registry, stop) -> int:
+    """Serve until ``stop`` (a :class:`~.process.StopSignals`) receives a signal."""
+    from .process import prepare_process
+    from .service import DurableTimerService
+
     service = DurableTimerService(store, registry, args.partitions, concurrency=args.concurrency,
                                   separate_commits=args.separate_commits)
     metrics = None
@@ -265,13 +263,14 @@ def run(args) -> int:
         which = "a fleet share of all partitions" if service.ownership is not None else args.partitions or "all partitions"
         log.info("serving %s: %s, with kinds %s, %d handler(s) at once", redact(args.store), which, registry.kinds(),
                  args.concurrency)
-        # Short waits keep the main thread returning to the interpreter, where signal handlers run.
-        while not stop.wait(0.2):
+        # The wait ends at once on a signal; its timeout is how often the thread's life is checked.
+        while (received := stop.wait(0.2)) is None:
             if not service.running:
                 why = service.died
                 log.critical("the durable timer thread ended without a stop: %s; exiting with status 1",
                              "unknown cause" if why is None else f"{type(why).__name__}: {why}")
                 return 1
+        log.info("received %s; stopping", received.name)
     finally:
         service.stop(release_claims=args.release_claims_on_stop)
         if metrics is not None:

@@ -20,13 +20,27 @@ These settings belong to the process, not to a library inside it: the service ne
 on its own. ``timerwheel-c run`` calls :func:`prepare_process` once its handlers are loaded; an
 application that runs :class:`~.service.DurableTimerService` in a process of its own may do the
 same.
+
+Such a process serves until SIGINT or SIGTERM, and :class:`StopSignals` is how it waits for one.
+Python runs a signal handler on the main thread "at a later point (for example at the next
+bytecode instruction)" (the ``signal`` module's documentation), wherever that thread is. A handler
+that takes a lock deadlocks when the signal lands while the main thread holds that same lock:
+``threading.Event.set()`` called by a handler while the main thread is inside ``Event.wait()`` on
+that event (its condition's lock is held for a few bytecodes around each wait) never returns, and
+the process then ignores every later SIGTERM (CPython's issue tracker has the same hazard for
+``multiprocessing.Event``, gh-126434). The handler of :class:`StopSignals` only stores the signal,
+and :func:`signal.set_wakeup_fd` wakes the waiting thread, as asyncio's own signal handling does.
 """
 from __future__ import annotations
 
 import gc
 import logging
+import select
+import signal
+import socket
+from typing import Optional
 
-__all__ = ["GC_THRESHOLDS", "prepare_process"]
+__all__ = ["GC_THRESHOLDS", "StopSignals", "prepare_process"]
 
 log = logging.getLogger("timerwheel_c.durable")
 
@@ -47,3 +61,76 @@ def prepare_process() -> tuple:
     log.debug("garbage collector: %d objects frozen, thresholds %s (were %s)", gc.get_freeze_count(),
               GC_THRESHOLDS, previous)
     return previous
+
+
+class StopSignals:
+    """SIGINT and SIGTERM, received as a stop request that the main thread waits on.
+
+    ``with StopSignals() as stop: while stop.wait(0.2) is None: ...``. On entry it installs a
+    handler for each signal in ``signums`` (a tuple of :class:`signal.Signals`) and a wake-up
+    socket (:func:`signal.set_wakeup_fd`); on exit it puts back the handlers and wake-up fd it
+    replaced. The handler stores the signal and takes no lock, so it is safe wherever the signal
+    lands (see the module docstring); the first signal received is the one kept.
+
+    Raises:
+        ValueError: entered on a thread other than the main thread (a Python rule for signal
+            handlers).
+    """
+
+    def __init__(self, signums: tuple = (signal.SIGINT, signal.SIGTERM)) -> None:
+        self.signums = tuple(signal.Signals(s) for s in signums)
+        #: The first signal received, or None.
+        self.received: Optional[signal.Signals] = None
+        self._previous: dict = {}
+        self._previous_fd: Optional[int] = None  # the wake-up fd replaced, once this one is set
+        self._sockets: Optional[tuple] = None
+
+    def _on_signal(self, signum, frame) -> None:
+        # A single store: no lock, no I/O (the wake-up fd is written by the interpreter's C handler).
+        if self.received is None:
+            self.received = signal.Signals(signum)
+
+    def __enter__(self) -> "StopSignals":
+        reader, writer = socket.socketpair()
+        reader.setblocking(False)
+        writer.setblocking(False)  # set_wakeup_fd needs a non-blocking fd: a full buffer drops a byte, never blocks
+        self._sockets = (reader, writer)
+        try:
+            self._previous_fd = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+            for signum in self.signums:
+                self._previous[signum] = signal.signal(signum, self._on_signal)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for signum, previous in self._previous.items():
+            signal.signal(signum, signal.SIG_DFL if previous is None else previous)  # None: not set from Python
+        self._previous.clear()
+        if self._previous_fd is not None:
+            signal.set_wakeup_fd(self._previous_fd)
+            self._previous_fd = None
+        if self._sockets is not None:
+            for sock in self._sockets:
+                sock.close()
+            self._sockets = None
+
+    def wait(self, timeout_s: float) -> Optional[signal.Signals]:
+        """Wait up to ``timeout_s`` seconds for a signal; return the first one received, or None.
+        Returns at once when one arrives, or has already.
+
+        Raises:
+            RuntimeError: not entered.
+        """
+        if self._sockets is None:
+            raise RuntimeError("StopSignals.wait() outside its with block")
+        if self.received is None:
+            reader = self._sockets[0]
+            if select.select([reader], [], [], timeout_s)[0]:
+                try:
+                    while reader.recv(512):
+                        pass
+                except BlockingIOError:
+                    pass
+        return self.received
