@@ -22,6 +22,21 @@ CHECKOUT = Path(__file__).resolve().parent.parent
 BENCH_RUN = CHECKOUT / "bench" / "run.py"
 
 
+def bench_without(tmp_path: Path, module: str, name: str, script: str):
+    """Run ``python bench/run.py -m NAME`` in ``tmp_path``, where NAME is the module ``script`` (its
+    source text) and the module ``module`` cannot be imported, as in an install without the extra
+    that brings it (a ``sitecustomize`` sets ``sys.modules[module] = None``); returns the completed
+    process, stdout and stderr as text."""
+    import subprocess
+    import sys
+
+    (tmp_path / "sitecustomize.py").write_text(f"import sys\nsys.modules[{module!r}] = None\n")
+    (tmp_path / f"{name}.py").write_text(script)
+    return subprocess.run([sys.executable, str(BENCH_RUN), "-m", name], cwd=tmp_path,
+                          env=dict(os.environ, PYTHONPATH=str(tmp_path)), capture_output=True, text=True,
+                          timeout=120)
+
+
 def _load_bench() -> None:
     """Make ``import bench`` find the checkout's bench/ as its launcher does: by location, with no
     ``sys.path`` entry for the checkout, so ``timerwheel_c`` still comes from the installed package."""
@@ -219,6 +234,15 @@ def schema_url():
     yield f"{_PG_DSN}{sep}options={quote(f'-csearch_path={schema}')}"
     with psycopg.connect(_PG_DSN, autocommit=True) as conn:
         conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request, tmp_path):
+    """The URL of a fresh, empty store on each backend: a SQLite file in ``tmp_path``, or a schema
+    of the test's own on the PostgreSQL test server (skipped without one)."""
+    if request.param == "postgres":
+        return request.getfixturevalue("schema_url")
+    return "sqlite:///" + str(tmp_path / "timers.db")
 
 
 @pytest.fixture

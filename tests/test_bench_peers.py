@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
+from conftest import bench_without
+
 PG_DSN = os.environ.get("TIMERWHEEL_C_TEST_PG_DSN")
-BENCH_RUN = Path(__file__).resolve().parent.parent / "bench" / "run.py"
 CPU_FIELDS = {"runner_cpu_us_per_fired", "server_cpu_us_per_fired", "cpu_note"}
 needs_server = pytest.mark.skipif(not PG_DSN, reason="set TIMERWHEEL_C_TEST_PG_DSN=postgresql://... to compare on a server")
 
@@ -114,14 +112,11 @@ def test_cpu_meter_counts_the_runner_and_the_local_server():
 def test_without_pgqueuer_the_comparison_says_how_to_get_it(tmp_path):
     """With pgqueuer not importable, pgqueuer_peer.missing() names the extra and --pg-dsn, and the
     durable table prints that as one line."""
-    (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['pgqueuer'] = None\n")
-    (tmp_path / "peers_without_pgqueuer.py").write_text(
-        "from bench import pgqueuer_peer, peers, tables\n"
-        "from bench.report import Reporter\n"
-        "tables.pgqueuer_table(Reporter(use_rich=False, show_progress=False), {},"
-        " peers.unavailable(pgqueuer_peer.missing()))\n")
-    out = subprocess.run([sys.executable, str(BENCH_RUN), "-m", "peers_without_pgqueuer"], cwd=tmp_path,
-                         env=dict(os.environ, PYTHONPATH=str(tmp_path)), capture_output=True, text=True, timeout=120)
+    out = bench_without(tmp_path, "pgqueuer", "peers_without_pgqueuer",
+                        "from bench import pgqueuer_peer, peers, tables\n"
+                        "from bench.report import Reporter\n"
+                        "tables.pgqueuer_table(Reporter(use_rich=False, show_progress=False), {},"
+                        " peers.unavailable(pgqueuer_peer.missing()))\n")
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert len(lines) == 1 and "not compared" in lines[0]

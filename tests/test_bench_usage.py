@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-CHECKOUT = Path(__file__).resolve().parent.parent
-BENCH_RUN = CHECKOUT / "bench" / "run.py"
+from conftest import BENCH_RUN, CHECKOUT, bench_without
+
 TIMEOUT_S = 120.0
 
 
@@ -132,15 +132,11 @@ def test_pg_dsn_without_the_durable_workload_is_noted(tmp_path):
 def test_durable_measurement_with_a_dsn_but_without_psycopg_says_so(tmp_path):
     """Called directly, the durable measurement given a DSN without psycopg raises NotAvailable
     with the install command, rather than returning the SQLite figures alone."""
-    (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['psycopg'] = None\n")
-    (tmp_path / "durable_without_psycopg.py").write_text(
-        "from bench import durable\n"
-        "from bench.harness import NotAvailable\n"
-        "try:\n    durable.run(10, dsn='postgresql://postgres@127.0.0.1:1/x')\n"
-        "except NotAvailable as exc:\n    print(exc)\n")
-    out = subprocess.run([sys.executable, str(BENCH_RUN), "-m", "durable_without_psycopg"], cwd=tmp_path,
-                         env=dict(os.environ, PYTHONPATH=str(tmp_path)), capture_output=True, text=True,
-                         timeout=TIMEOUT_S)
+    out = bench_without(tmp_path, "psycopg", "durable_without_psycopg",
+                        "from bench import durable\n"
+                        "from bench.harness import NotAvailable\n"
+                        "try:\n    durable.run(10, dsn='postgresql://postgres@127.0.0.1:1/x')\n"
+                        "except NotAvailable as exc:\n    print(exc)\n")
     assert out.returncode == 0, out.stderr
     assert "pip install 'timerwheel_c[postgres]'" in out.stdout
 

@@ -227,14 +227,6 @@ def test_a_postgres_store_from_the_previous_version_gains_names_on_open():
         dispose(store)
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def store_url(request, tmp_path):
-    """The URL of a fresh store on each backend (PostgreSQL: a schema of the test's own)."""
-    if request.param == "postgres":
-        return request.getfixturevalue("schema_url")
-    return "sqlite:///" + str(tmp_path / "race.db")
-
-
 def test_a_timer_moved_by_another_connection_is_never_missing_by_name(store_url):
     """A pending timer is found by name at every instant while another connection keeps moving it (as
     a runner's claim, a reschedule or a parking does: its row and identity row rewritten in one

@@ -46,12 +46,10 @@ def one_line_error(out: subprocess.CompletedProcess, status: int, *needles: str)
     return err
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def url(request, tmp_path):
-    """The URL of an empty store on each backend (PostgreSQL: a fresh schema)."""
-    if request.param == "postgres":
-        return request.getfixturevalue("schema_url")
-    return "sqlite:///" + str(tmp_path / "timers.db")
+@pytest.fixture
+def url(store_url):
+    """The URL of an empty store on each backend (conftest's ``store_url``)."""
+    return store_url
 
 
 class Failing(TimerHandler):
