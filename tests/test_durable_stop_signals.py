@@ -109,3 +109,8 @@ def test_sigterm_on_any_line_of_the_serving_loop_is_a_clean_stop(tmp_path):
                 failed.append((n, proc.returncode, err.decode(errors="replace")[-1500:]))
     assert hung == [], f"SIGTERM on these lines after serving never stopped the runner: {hung}"
     assert failed == []
+
+
+def test_a_value_that_names_no_signal_is_a_value_error_naming_it():
+    with pytest.raises(ValueError, match="12345"):
+        StopSignals((signal.SIGTERM, 12345))

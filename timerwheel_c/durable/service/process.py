@@ -73,8 +73,8 @@ class StopSignals:
     lands (see the module docstring); the first signal received is the one kept.
 
     Raises:
-        ValueError: entered on a thread other than the main thread (a Python rule for signal
-            handlers).
+        ValueError: a value of ``signums`` that names no signal (at construction); entered on a
+            thread other than the main thread (a Python rule for signal handlers).
     """
 
     def __init__(self, signums: tuple = (signal.SIGINT, signal.SIGTERM)) -> None:
