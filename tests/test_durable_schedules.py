@@ -4,9 +4,11 @@ after a 10-minute gap, replace on re-add, pause/resume/remove, jitter bounds, no
 on a real clock, so none can flake on timing."""
 from __future__ import annotations
 
+import time
+
 import pytest
 
-from timerwheel_c.durable import (Done, Every, Retry, TimerHandler, TimerKind, TimerRegistry, add_schedule,
+from timerwheel_c.durable import (Cron, Done, Every, Retry, TimerHandler, TimerKind, TimerRegistry, add_schedule,
                                   get_schedule, list_schedules, list_timers, pause_schedule, remove_schedule,
                                   resume_schedule, run_due)
 
@@ -86,6 +88,55 @@ def test_re_adding_a_name_replaces_it_and_old_occurrences_never_fire(durable_sto
     assert handler.fired == [(b"job", START + 5 * MIN, b"new", 1)]
     [info] = list_schedules(durable_store, P)
     assert info.trigger == Every(300, start=START) and info.value == b"new"
+
+
+def test_re_adding_an_equal_schedule_keeps_its_place_and_never_fires_a_done_occurrence_again(durable_store):
+    """An application that adds its schedules at every start, with a fixed start in the past: the
+    occurrence done before the restart is not fired again (it was, from the trigger's start, under
+    "once"), and a changed value still takes effect; one that was in flight fires again, not lost."""
+    handler = Recording()
+    registry = TimerRegistry().register(handler)
+    trigger = Every(3600, start=START)
+    add_schedule(durable_store, P, "hourly", trigger, KIND, b"v1")
+    drive(durable_store, registry, START + 60 * MIN)
+    assert [(due - START) // MIN for _, due, _, _ in handler.fired] == [60]
+    info = add_schedule(durable_store, P, "hourly", Every(3600, start=START), KIND, b"v2")  # the restart
+    assert (info.last_fired_ms, info.next_fire_ms) == (START + 60 * MIN, START + 120 * MIN)
+    drive(durable_store, registry, START + 90 * MIN)
+    assert len(handler.fired) == 1
+    drive(durable_store, registry, START + 120 * MIN)
+    assert handler.fired[1:] == [(b"hourly", START + 120 * MIN, b"v2", 1)]
+    # An occurrence in flight (here: its attempt failed, so it is backed off) when the same schedule is
+    # added again is the next to fire; with a later start, the schedule starts afresh from it.
+    failing = Recording([Retry()])
+    run_due(durable_store, P, TimerRegistry().register(failing), START + 180 * MIN)
+    assert [t.state for t in list_timers(durable_store, P)] == ["retrying"]
+    add_schedule(durable_store, P, "hourly", trigger, KIND, b"v3")
+    drive(durable_store, registry, START + 181 * MIN)
+    assert handler.fired[2:] == [(b"hourly", START + 180 * MIN, b"v3", 1)]
+    add_schedule(durable_store, P, "hourly", Every(3600, start=START + 600 * MIN), KIND)
+    assert get_schedule(durable_store, P, "hourly").next_fire_ms == START + 660 * MIN
+
+
+def test_re_adding_a_cron_schedule_with_the_default_start_keeps_the_occurrence_it_owed(durable_store):
+    """No runner served the partition at 03:00; the application restarts at 09:00 and adds its nightly
+    schedule again with the default start (now, which a cron start only bounds from below): the 03:00
+    occurrence it owed still fires, once, then the next day's. (Days in the past, since the default
+    start is the real now.)"""
+    handler = Recording()
+    registry = TimerRegistry().register(handler)
+    day_ms = 24 * 60 * MIN
+    midnight = (time.time_ns() // 1_000_000 // day_ms - 3) * day_ms  # a UTC midnight three days ago
+    add_schedule(durable_store, P, "nightly", Cron("0 3 * * *", start=midnight), KIND)
+    info = add_schedule(durable_store, P, "nightly", Cron("0 3 * * *"), KIND, b"v2")  # the restart
+    assert info.next_fire_ms == midnight + 180 * MIN and info.value == b"v2"
+    drive(durable_store, registry, midnight + 540 * MIN)
+    assert handler.fired == [(b"nightly", midnight + 180 * MIN, b"v2", 1)]
+    drive(durable_store, registry, midnight + day_ms + 180 * MIN)
+    assert [due for _, due, _, _ in handler.fired] == [midnight + 180 * MIN, midnight + day_ms + 180 * MIN]
+    # A start in the future is honoured: nothing before it fires.
+    future = Cron("0 3 * * *", start=midnight + 10 * day_ms)
+    assert add_schedule(durable_store, P, "nightly", future, KIND).next_fire_ms == midnight + 10 * day_ms + 180 * MIN
 
 
 def test_replacing_a_schedule_whose_occurrence_is_retrying_drops_that_occurrence(durable_store):

@@ -64,3 +64,19 @@ def test_an_unopenable_store_is_one_line_and_exit_2(tmp_path, capsys):
     assert main(["schedules", "list", "--store", url]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "cannot open store" in err
+
+
+def test_a_next_fire_past_the_year_9999_is_shown_as_a_dash(url, capsys):
+    """An interval may be as long as timedelta.max (some 2.7 million years), so a next fire time may
+    lie past what datetime can show: add and list print "-" for it, exit 0, and the store's other
+    schedules are still listed (its ms stay in the JSON)."""
+    assert main(["schedules", "add", "--store", url, "--partition", "p", "far", "--every", "8e13", "--kind", "1"]) == 0
+    assert "next fire -" in capsys.readouterr().out
+    assert main(["schedules", "add", "--store", url, "--partition", "p", "near", "--every", "60", "--kind", "1"]) == 0
+    capsys.readouterr()
+    assert main(["schedules", "list", "--store", url]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert len(table) == 3 and any(line.split()[1:2] == ["far"] and " - " in line for line in table)
+    assert main(["schedules", "list", "--store", url, "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["far"]["next_fire"] == "-" and rows["far"]["next_fire_ms"] > 10**16 and rows["near"]["next_fire"] != "-"

@@ -15,6 +15,7 @@ from timerwheel_c.durable.timers.registry import Done, TimerHandler, TimerKind, 
 from timerwheel_c.durable.service.service import DurableTimerService
 from timerwheel_c.durable.storage.sqlite import SQLiteStore
 from timerwheel_c.durable.storage.store import Absent, Batch
+from timerwheel_c.durable.timers.tick import BACKOFF_BASE_MS
 from bench.stores import drop
 from waiting import wall_ms
 
@@ -85,6 +86,42 @@ def test_nearer_schedule_wakes_the_thread_early(store):
         svc.schedule(P, wall_ms() + 100, KIND, b"near")
         h.wait_for(1)
     assert [r for r, _, _ in h.fired] == [b"near"]
+
+
+class SlowFirstFailure(TimerHandler):
+    """Attempt 1 fails after running past the first backoff; later attempts succeed. Records
+    (attempt, wall ms at start, wall ms at end)."""
+
+    kind = TimerKind(KIND)
+
+    def __init__(self):
+        self.attempts = []
+
+    def fire(self, ctx, timer):
+        started = wall_ms()
+        if timer.attempt == 1:
+            time.sleep(BACKOFF_BASE_MS / 1000 + 1.0)
+            self.attempts.append((timer.attempt, started, wall_ms()))
+            raise RuntimeError("failed after its backoff had passed")
+        self.attempts.append((timer.attempt, started, wall_ms()))
+        return Done()
+
+
+@pytest.mark.slow
+def test_a_retry_due_while_its_slow_attempt_ran_fires_when_that_attempt_fails(store):
+    """The first attempt's backoff (5 s from its claim) runs out while the handler still runs, so the
+    passes made meanwhile skip the row (in flight). When the attempt then fails, the retry fires
+    within the liveness bound, not after max_sleep_s (an hour here), and not before the attempt ended."""
+    h = SlowFirstFailure()
+    with DurableTimerService(store, TimerRegistry().register(h), [P], max_sleep_s=3600) as svc:
+        svc.schedule(P, wall_ms(), KIND, b"slow")
+        deadline = time.monotonic() + BACKOFF_BASE_MS / 1000 + 1.0 + LIVENESS_S
+        while len(h.attempts) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert [a for a, _, _ in h.attempts] == [1, 2], h.attempts
+    (_, first_start, first_end), (_, second_start, _) = h.attempts
+    assert first_end - first_start > BACKOFF_BASE_MS  # the situation arose: the backoff ran out mid-attempt
+    assert second_start >= first_end  # the row stayed in flight until its attempt failed
 
 
 def test_stop_is_prompt_and_cancel_removes(store):

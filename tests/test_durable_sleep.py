@@ -3,6 +3,8 @@ and a sleep fired once when two runners race for it."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import time
 import uuid
 
@@ -75,3 +77,31 @@ def test_two_runners_fire_a_sleep_once(tmp_path):
     assert DurableContext(b, "race").sleep_until(due) is True
     for s in (a, b):
         s.close()
+
+
+FAR_SLEEPER = """
+import sys
+from timerwheel_c.durable import DurableContext, SQLiteStore
+ctx = DurableContext(SQLiteStore(sys.argv[1]), "far")
+print("sleeping", flush=True)
+ctx.sleep_until(2**64 - 1)
+"""
+
+
+def test_a_sleep_centuries_ahead_waits_instead_of_overflowing(tmp_path):
+    """A due time the keys allow (up to 2**64-1 ms) but beyond what time.sleep or the release timer
+    take: the blocking form keeps waiting (its process is still alive, quietly, a second after it
+    began; it is then killed), and the await form ends only at its timeout_s, with TimeoutError."""
+    proc = subprocess.Popen([sys.executable, "-c", FAR_SLEEPER, str(tmp_path / "far.db")], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "sleeping"  # the situation arose: the call was made
+        time.sleep(1.0)
+        assert proc.poll() is None, proc.stderr.read()
+    finally:
+        proc.kill()
+        proc.wait()
+    assert "Error" not in proc.stderr.read()
+    ctx = DurableContext(SQLiteStore(":memory:"), "far-async")
+    with pytest.raises(TimeoutError):
+        asyncio.run(ctx.sleep_until_async(2**64 - 1, timeout_s=0.2))

@@ -6,6 +6,7 @@ for a timer that is not pending). Time assertions compare with the wall clock re
 command, with minutes of slack, so a loaded machine cannot make them flake."""
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import signal
@@ -153,6 +154,23 @@ def test_requeue_moves_a_retrying_timer_back_to_scheduled_and_leaves_a_scheduled
     one_line_error(refused, 1, "scheduled", "fire-now")
     with open_store(url) as store:
         assert get_timer(store, "p1", KIND, b"order-1") == before
+
+
+def test_requeue_due_at_is_the_exact_ms_given(url, timers, tmp_path):
+    """requeue --due-at lands on the ms given, never one before it: this time is one whose float
+    timestamp times 1000 falls just short of its ms. A time before 1970 is refused in one line."""
+    given = "2038-09-14T18:20:04.523Z"
+    exact_ms = (dt.datetime(2038, 9, 14, 18, 20, 4, 523000, tzinfo=dt.timezone.utc)
+                - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)) // dt.timedelta(milliseconds=1)
+    assert int(dt.datetime.fromisoformat(given[:-1] + "+00:00").timestamp() * 1000) == exact_ms - 1  # the situation arose
+    out = cli(tmp_path, "timers", "requeue", "--store", url, "--partition", "p3", "--kind", str(KIND),
+              "--reference", "flaky", "--due-at", given)
+    assert out.returncode == 0 and "requeued" in out.stdout, out.stderr
+    with open_store(url) as store:
+        assert get_timer(store, "p3", KIND, b"flaky").due_at_ms == exact_ms
+    early = cli(tmp_path, "timers", "requeue", "--store", url, "--partition", "p3", "--kind", str(KIND),
+                "--reference", "flaky", "--due-at", "1969-12-31T23:59:59Z")
+    one_line_error(early, 2, "--due-at", "1970", "1969-12-31T23:59:59Z")
 
 
 def test_fire_now_makes_a_scheduled_or_retrying_timer_due_now(url, timers, tmp_path):

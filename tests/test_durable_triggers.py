@@ -446,6 +446,8 @@ def test_repr_and_str_for_a_table():
     (lambda: Cron("61 * * * *"), ValueError, ["minute", "'61'"]),
     (lambda: Cron("0 24 * * *"), ValueError, ["hour", "'24'"]),
     (lambda: Cron("0 0 32 * *"), ValueError, ["day-of-month", "'32'"]),
+    (lambda: Cron("0 0 30 2 *"), ValueError, ["day-of-month field '30'", "no month", "'2'", "never fire"]),
+    (lambda: Cron("0 0 31 4,6 *"), ValueError, ["day-of-month field '31'", "no month", "'4,6'"]),
     (lambda: Cron("0 0 * 13 *"), ValueError, ["month", "'13'"]),
     (lambda: Cron("0 0 * * 8"), ValueError, ["day-of-week", "'8'"]),
     (lambda: Cron("0 0 * *"), ValueError, ["5 fields", "got 4"]),

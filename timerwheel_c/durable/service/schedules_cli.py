@@ -71,7 +71,10 @@ def _local(ms, trigger) -> str:
     if ms is None:
         return "-"
     zone = trigger.tz if isinstance(trigger, Cron) else dt.timezone.utc
-    return dt.datetime.fromtimestamp(ms / 1000, zone).strftime("%Y-%m-%d %H:%M:%S %Z")
+    try:
+        return dt.datetime.fromtimestamp(ms / 1000, zone).strftime("%Y-%m-%d %H:%M:%S %Z")
+    except (OverflowError, OSError, ValueError):  # beyond year 9999: an interval may be up to timedelta.max
+        return "-"
 
 
 def _row(info) -> dict:

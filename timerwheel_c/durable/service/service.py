@@ -561,8 +561,20 @@ class DurableTimerService:
         if batch is None:
             if not keep_busy:
                 self.executor.release(job.key)
+                self._retry_due(job.key)
             return
         self.committer.add(Outcome(job.partition, job.claimed, batch))
+
+    def _retry_due(self, key: bytes) -> None:
+        """On the loop, after a failed attempt left its row backed off at ``key``: pass again now if that
+        row is due before the planned wake. Its backoff runs from the claim, so a handler slower than
+        the backoff (5 s for a first attempt) leaves it due already, and the passes made while it was in
+        flight skipped it: without this, its retry would wait for ``max_sleep_s``."""
+        due_ms = keys.parse(key).due_at_ms
+        with self._lock:
+            wake = self._wake_ms
+        if (wake is None or due_ms < wake) and self._kick is not None:
+            self._kick.set()
 
     def _outcome_done(self, outcome: Outcome) -> None:
         self.executor.release(outcome.claimed.timer.key)

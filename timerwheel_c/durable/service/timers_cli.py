@@ -55,6 +55,7 @@ import time
 from ..._helptext import terminal_text
 from ..storage.errors import StoreError
 from ..storage.redact import redact
+from ..timers.due import due_at_ms_of
 from ..timers.keys import TimerKind
 from ..timers.schedules import get_schedule
 from ..timers.writer import STATES, PendingTimer, cancel, get_timer, list_timers, requeue
@@ -141,10 +142,14 @@ def _iso_ms(text: str) -> int:
     try:
         if when.tzinfo is None:
             when = when.astimezone()  # a naive time is this machine's local time
-        return int(when.timestamp() * 1000)
     except (OverflowError, OSError, ValueError):  # a time before the platform's local time zones
         raise argparse.ArgumentTypeError(f"must be an ISO 8601 time this machine can place in its time zone, "
                                          f"got {text!r}") from None
+    try:
+        # Exact: timestamp() * 1000 is a float product, 1 ms short for some times (2038-09-14T18:20:04.523Z)
+        return due_at_ms_of(when, "--due-at")
+    except ValueError:  # before 1970
+        raise argparse.ArgumentTypeError(f"must be a time from 1970-01-01 UTC on, got {text!r}") from None
 
 
 def _reference(args) -> bytes:

@@ -7,7 +7,8 @@ returns the state to write; the runner writes it in the same guarded batch as th
 occurrence's timer row, guarded on the state it read, so each occurrence commits once:
 
 - :func:`new_state`: a schedule just added (or replaced: the old pending row is deleted in
-  the same batch, so the old occurrences never fire again).
+  the same batch, so the old occurrences never fire again); :func:`replaced`: what a schedule
+  added again keeps of the one it replaces.
 - :func:`when_due`: the pending occurrence's row came due. Either it names the nominal time
   to fire (which the claim records, so that a retry fires the same occurrence), or every
   due occurrence was dropped under the misfire policy and the schedule moves on unfired.
@@ -27,9 +28,9 @@ from dataclasses import dataclass
 from typing import Optional
 
 from .keys import TimerKind
-from .triggers import RandomSource, Trigger, check_misfire, due_occurrences, trigger_from_dict
+from .triggers import Cron, RandomSource, Trigger, check_misfire, due_occurrences, trigger_from_dict
 
-__all__ = ["FORMAT_VERSION", "ScheduleState", "Step", "done", "new_state", "paused", "resumed", "when_due"]
+__all__ = ["FORMAT_VERSION", "ScheduleState", "Step", "done", "new_state", "paused", "replaced", "resumed", "when_due"]
 
 FORMAT_VERSION = 1
 # The row's value: version u8 | length of the JSON part u32 BE | JSON | the schedule's value
@@ -146,6 +147,33 @@ def new_state(trigger: Trigger, kind: "int | TimerKind", value: bytes = b"", *, 
                           last_nominal_ms=trigger.start_ms, last_fired_ms=None, next_nominal_ms=None,
                           next_fire_ms=None)
     return _armed(_checked(state), rng)
+
+
+def replaced(old: ScheduleState, new: ScheduleState, now_ms: int, rng: RandomSource) -> ScheduleState:
+    """The state written when a schedule in state ``old`` is added again as ``new`` (a
+    :func:`new_state`) at ``now_ms`` (Unix epoch ms): an application that adds its schedules at
+    every start must neither fire again an occurrence already done nor drop one still owed.
+
+    - An equal trigger (its start included) keeps its place on the grid: the last occurrence done
+      or dropped and the last fired carry over (started afresh from a start in the past, it would
+      fire the last occurrence again under the misfire policy).
+    - A :class:`~.triggers.Cron` equal but for a later start that is not in the future (the default
+      start, now) is the same schedule: a cron start only bounds its occurrences from below, so the
+      two agree on every occurrence after ``now_ms``, and the stored trigger and its place are kept,
+      with the occurrences it still owed (missed while no runner served it, or in flight).
+    - Any other trigger starts afresh from its start; an :class:`~.triggers.Every` with another start
+      is another grid.
+
+    Kind, value and policy are always ``new``'s, and the schedule is not paused.
+    """
+    trigger = old.trigger
+    if new.trigger != trigger and not (
+            isinstance(new.trigger, Cron) and isinstance(trigger, Cron)
+            and trigger.start_ms <= new.trigger.start_ms <= now_ms
+            and {**new.trigger.to_dict(), "start_ms": 0} == {**trigger.to_dict(), "start_ms": 0}):
+        return new
+    return _armed(dataclasses.replace(new, trigger=trigger, last_nominal_ms=old.last_nominal_ms,
+                                      last_fired_ms=old.last_fired_ms), rng)
 
 
 @dataclass(frozen=True)

@@ -30,16 +30,21 @@ store keeps it) on the guarded batch of the timer rows.
 
 Adding a name that exists replaces the schedule atomically: the old pending row (scheduled or
 backed off, found by its identity row) is deleted in the batch that writes the new state, and an
-in-flight attempt of the old schedule fails its guard, so old occurrences never fire again.
+in-flight attempt of the old schedule fails its guard, so old occurrences never fire again. Added
+again with an equal trigger (an application that adds its schedules at every start; for a cron,
+one whose start is later but not in the future), the schedule keeps its place on the grid
+(:func:`~.schedule_state.replaced`): an occurrence already done is not fired again, one still owed
+still fires, and one that was in flight fires again, since its attempt's commit now fails.
 """
 from __future__ import annotations
 
 import random
+import time
 from dataclasses import dataclass
 from typing import Optional
 
 from . import keys
-from .schedule_state import ScheduleState, done, new_state, paused, resumed, when_due
+from .schedule_state import ScheduleState, done, new_state, paused, replaced, resumed, when_due
 from .steps import APPLY, GET, Steps
 from .tick import backoff_ms
 from .triggers import Trigger
@@ -121,7 +126,9 @@ def add_schedule(store: Store, partition: str, name: str, trigger: Trigger, kind
                  misfire: str = "once", misfire_grace_s: float = 60.0,
                  catchup_window_s: Optional[float] = None) -> ScheduleInfo:
     """Add the recurring schedule ``name`` to ``partition``, or replace the one of that name atomically
-    (its trigger, kind, value and policy; its old occurrences never fire again). Each occurrence
+    (its trigger, kind, value and policy; its old occurrences never fire again; with an equal trigger,
+    or a cron equal but for a later start not in the future, it keeps its place on the grid, so an
+    occurrence already done never fires again and one still owed still fires). Each occurrence
     reaches the handler of ``kind`` as a DueTimer whose ``due_at_ms`` is its nominal time (Unix epoch
     ms), whose ``reference`` is ``name.encode()`` and whose ``value`` is ``value``.
 
@@ -158,12 +165,14 @@ def _add(partition: str, name: str, raw: bytes, state: ScheduleState) -> Steps[S
     while True:
         data, old = yield from _read(raw)
         batch = Batch()
+        new = state
         if old is None:
             batch.require(Absent(keys.schedule_row(raw)))
         else:
+            new = replaced(old, state, time.time_ns() // 1_000_000, _RNG)
             yield from _disarm(batch.require(Equals(keys.schedule_row(raw), data)), raw, old)
-        if isinstance((yield APPLY, _arm(batch, raw, state)), Committed):
-            return ScheduleInfo.of_state(partition, name, state)
+        if isinstance((yield APPLY, _arm(batch, raw, new)), Committed):
+            return ScheduleInfo.of_state(partition, name, new)
 
 
 def _change(store: Store, partition: str, name: str, step, *, remove: bool = False) -> bool:

@@ -42,6 +42,10 @@ _NAMESPACE = uuid.UUID("5b0c3a52-7d4e-4f0e-9a61-2f3c7d1e9b44")
 _FIRED = b"F"
 _PENDING = struct.Struct(">cQ")
 _RECHECK_S = 1.0  # longest wait on the change signal before the mark is read again, seconds
+# The longest single in-process wait, seconds: a due time centuries ahead (keys allow 2**64-1 ms) is
+# more than time.sleep or the release timer take (an OverflowError or a ValueError after the
+# sleep was journaled), so it is waited for in waits of at most a day.
+_WAIT_CHUNK_S = 86_400
 
 
 @dataclass(frozen=True)
@@ -154,12 +158,16 @@ class DurableContext:
         if due is None:
             return True
         give_up = None if timeout_s is None else time.monotonic() + timeout_s
-        remaining_s = max(0.0, due / 1000 - time.time())
+        end_s = time.monotonic() + max(0.0, due / 1000 - time.time())
         if give_up is not None:
-            remaining_s = min(remaining_s, max(0.0, give_up - time.monotonic()))
+            end_s = min(end_s, give_up)
         changed = threading.Event()
         with self.store.watch(changed.set):
-            time.sleep(remaining_s)
+            while True:
+                left_s = end_s - time.monotonic()
+                if left_s <= 0:
+                    break
+                time.sleep(min(left_s, _WAIT_CHUNK_S))
             while True:
                 changed.clear()  # before the read: a commit after it sets the event again
                 if self._fired(mark):
@@ -185,7 +193,13 @@ class DurableContext:
             loop.call_soon_threadsafe(changed.set)
 
         async def wait():
-            await deadline_factory()(time.monotonic_ns() + max(0, due * 1_000_000 - time.time_ns()))
+            deadline = deadline_factory()
+            end_ns = time.monotonic_ns() + max(0, due * 1_000_000 - time.time_ns())
+            while True:
+                now_ns = time.monotonic_ns()
+                if now_ns >= end_ns:
+                    break
+                await deadline(min(end_ns, now_ns + _WAIT_CHUNK_S * 1_000_000_000))
             while True:
                 changed.clear()
                 if self._fired(mark):

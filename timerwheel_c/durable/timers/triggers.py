@@ -304,6 +304,14 @@ def _zone_of(tz: object) -> ZoneInfo:
     raise TypeError(f"tz must be an IANA time zone name or a tzinfo, got {type(tz).__name__} {tz!r}")
 
 
+def _parses(fields: Tuple[str, ...]) -> bool:
+    try:
+        CronSim(" ".join(fields), _dt.datetime(2000, 1, 1))
+    except CronSimError:
+        return False
+    return True
+
+
 def _cron_fields(expression: object) -> Tuple[str, ...]:
     if not isinstance(expression, str):
         raise TypeError(f"a cron expression must be a str, got {type(expression).__name__} {expression!r}")
@@ -321,6 +329,10 @@ def _cron_fields(expression: object) -> Tuple[str, ...]:
     except CronSimError as e:
         # cronsim says "Bad minute", "Bad day-of-month"...: name the field and quote it.
         message = str(e)
+        if message == "Bad day-of-month" and _parses(fields[:3] + ("*",) + fields[4:]):
+            # cronsim says so too when each field is valid but no month of the expression has the day
+            raise ValueError(f"cron expression {expression!r}: day-of-month field {fields[2]!r} falls in no month "
+                             f"of month field {fields[3]!r}, so it would never fire") from None
         for i, field in enumerate(_CRON_FIELDS):
             if message == f"Bad {field}":
                 raise ValueError(f"cron expression {expression!r}: bad {field} field {fields[i]!r} "
