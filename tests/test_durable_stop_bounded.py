@@ -12,10 +12,12 @@ slow machine: the margin is the liveness bound of every durable test.
 """
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -23,11 +25,12 @@ from pathlib import Path
 import pytest
 
 from timerwheel_c.durable.service.cli import EXIT_GRACE_S, STOP_S
+from timerwheel_c.durable.service.pool import DaemonExecutor
 from durable_stop_handlers import ROW_LOCK_KIND, THREAD_KIND
 from pg_cluster import throwaway_cluster
 from waiting import LIVENESS_S, wait_until, wall_ms
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")]
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 
 HELPERS_DIR = Path(__file__).resolve().parent
 BOUND_S = STOP_S + EXIT_GRACE_S + LIVENESS_S
@@ -128,6 +131,7 @@ def _check_ended(runner: Runner, waited_for: str) -> None:
     assert "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_sigterm_ends_a_runner_whose_commit_waits_on_a_row_lock(stopped):
     """The handler's Done commits on the runner's store connection and waits there on the row lock;
     closing the store waited for that connection for as long as the other transaction stays open. The
@@ -137,6 +141,7 @@ def test_sigterm_ends_a_runner_whose_commit_waits_on_a_row_lock(stopped):
     assert "stopping with 1 outcome(s) not committed" in runner.stderr()
 
 
+@pytest.mark.slow
 def test_sigterm_ends_a_runner_whose_async_handler_awaits_a_thread_that_never_returns(stopped):
     """The handler is cancelled at the stop's timeout, but the executor's thread runs on: the
     service's loop has a default executor of daemon threads, so neither ``asyncio.run`` nor the
@@ -149,9 +154,48 @@ def test_sigterm_ends_a_runner_whose_async_handler_awaits_a_thread_that_never_re
     assert GAVE_UP not in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_sigterm_while_the_service_starts_on_a_store_that_does_not_answer_stops_it(stopped):
     """The service's start waits on the store's meta table, locked by another session; the signal
     received meanwhile was only recorded, and nothing looked at it until the start returned."""
     runner = stopped["start"]
     _check_ended(runner, "closing the store")
     assert "received SIGTERM while starting; stopping" in runner.stderr()
+
+
+def _minus(a, b=0):
+    return a - b
+
+
+def test_the_daemon_executor_runs_calls_and_its_shutdown_leaves_a_call_in_progress():
+    """What the service's loop runs ``asyncio.to_thread`` on: calls with and without keyword
+    arguments, and a shutdown that returns while a call still runs (that call is abandoned)."""
+    executor = DaemonExecutor("stop-test", workers=2)
+    assert executor.submit(_minus, 5, b=2).result(LIVENESS_S) == 3
+    assert executor.submit(_minus, 5).result(LIVENESS_S) == 5
+    gate = threading.Event()
+    running = executor.submit(gate.wait, LIVENESS_S)
+    executor.shutdown(wait=True)
+    assert not running.done()
+    gate.set()
+    assert running.result(LIVENESS_S) is True
+
+
+def test_asyncio_run_ends_while_a_to_thread_call_on_the_daemon_executor_still_runs():
+    """``asyncio.run`` cancels the task awaiting the call, then shuts the default executor down: with
+    asyncio's own ThreadPoolExecutor that waits for the call, which here would not return until the
+    gate opens after the bound."""
+    gate = threading.Event()
+
+    async def main():
+        asyncio.get_running_loop().set_default_executor(DaemonExecutor("stop-test"))
+        asyncio.ensure_future(asyncio.to_thread(gate.wait, 10 * LIVENESS_S))
+        await asyncio.sleep(0.05)  # the call is on its thread
+
+    runner = threading.Thread(target=asyncio.run, args=(main(),), daemon=True)
+    runner.start()
+    runner.join(LIVENESS_S)
+    try:
+        assert not runner.is_alive(), "asyncio.run waited for the call in progress"
+    finally:
+        gate.set()

@@ -79,7 +79,9 @@ class DaemonExecutor(concurrent.futures.ThreadPoolExecutor):
         self._pool = DaemonPool(workers, name)
 
     def submit(self, fn, /, *args, **kwargs) -> concurrent.futures.Future:
-        return self._pool.submit(functools.partial(fn, *args, **kwargs) if kwargs else fn, *args)
+        if kwargs:
+            return self._pool.submit(functools.partial(fn, *args, **kwargs))
+        return self._pool.submit(fn, *args)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         self._pool.shutdown()
