@@ -19,7 +19,13 @@ see :mod:`timerwheel_c.durable.service.exporter`. ``--release-claims-on-stop`` m
 runner's unsettled claims due at once on SIGINT/SIGTERM, for another runner to take without
 waiting out their backoff; a handler still running here may then overlap with its retry there.
 
-Exit status: 0 after a clean stop (SIGINT/SIGTERM); 1, logged with its cause, if the
+On SIGINT/SIGTERM the handlers in flight get 10 s (``STOP_S``) to finish and commit; a handler
+still running then is abandoned (its row stays claimed, as :meth:`DurableTimerService.stop` says).
+The process ends within 15 s (``STOP_S`` + ``EXIT_GRACE_S``) of the signal, also when the store
+does not answer: past that it ends without closing it, with a WARNING naming what it waited for.
+A signal received while the service starts stops it too.
+
+Exit status: 0 after a stop (SIGINT/SIGTERM); 1, logged with its cause, if the
 service's thread ever ends without a stop; 2, with one line on stderr naming the offending
 value, on a bad argument: a handlers module that cannot be imported (or raises while
 importing; its traceback is logged at DEBUG), a registry with no handler, or a store that cannot be opened at
@@ -31,10 +37,12 @@ service logs them and retries.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import importlib
 import logging
 import os
 import sys
+import threading
 from typing import Optional
 
 from ..._helptext import terminal_text
@@ -47,6 +55,12 @@ log = logging.getLogger("timerwheel_c.durable")
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 STORE_ENV = "TIMERWHEEL_C_STORE"
+#: Seconds a stop gives the handlers in flight and the commit of their outcomes (``service.stop``'s timeout).
+STOP_S = 10.0
+#: Seconds more for the rest of a stop (the service thread's teardown, closing the metrics server and
+#: the store) before the process ends without waiting for it.
+EXIT_GRACE_S = 5.0
+_START_POLL_S = 0.01  # how often a signal is looked for while the service starts
 
 
 class HandlersError(ValueError):
@@ -250,7 +264,7 @@ def _serve(args, store, registry, stop) -> int:
         log.info("serving /metrics and /healthz on http://%s:%d", metrics.host, metrics.port)
     prepare_process()  # this process exists to run the service: see .process
     try:
-        service.start()
+        received = _start(service, stop)
     except (MemoryError, RuntimeError) as exc:  # threads or memory for --concurrency the system will not give
         service.stop(timeout=0)
         if metrics is not None:
@@ -259,22 +273,68 @@ def _serve(args, store, registry, stop) -> int:
         print(f"timerwheel-c run: cannot start {args.concurrency} handler slot(s) (--concurrency): {exc}",
               file=sys.stderr)
         return 2
+    status = 0
     try:
-        which = "a fleet share of all partitions" if service.ownership is not None else args.partitions or "all partitions"
-        log.info("serving %s: %s, with kinds %s, %d handler(s) at once", redact(args.store), which, registry.kinds(),
-                 args.concurrency)
-        # The wait ends at once on a signal; its timeout is how often the thread's life is checked.
-        while (received := stop.wait(0.2)) is None:
-            if not service.running:
-                why = service.died
-                log.critical("the durable timer thread ended without a stop: %s; exiting with status 1",
-                             "unknown cause" if why is None else f"{type(why).__name__}: {why}")
-                return 1
-        log.info("received %s; stopping", received.name)
+        if received is not None:
+            log.info("received %s while starting; stopping", received.name)
+        else:
+            which = "a fleet share of all partitions" if service.ownership is not None else args.partitions or "all partitions"
+            log.info("serving %s: %s, with kinds %s, %d handler(s) at once", redact(args.store), which,
+                     registry.kinds(), args.concurrency)
+            # The wait ends at once on a signal; its timeout is how often the thread's life is checked.
+            while (received := stop.wait(0.2)) is None:
+                if not service.running:
+                    why = service.died
+                    log.critical("the durable timer thread ended without a stop: %s; exiting with status 1",
+                                 "unknown cause" if why is None else f"{type(why).__name__}: {why}")
+                    status = 1
+                    return status
+            log.info("received %s; stopping", received.name)
     finally:
-        service.stop(release_claims=args.release_claims_on_stop)
-        if metrics is not None:
-            metrics.close()
-        store.close()
+        _stop(args, service, metrics, store, status)
     log.info("stopped")
     return 0
+
+
+def _start(service, stop):
+    """``service.start()`` on a thread of its own while this thread waits for a signal too: start()
+    waits for the store (the change signal's first statement), which may not answer, and a signal
+    meanwhile must still stop the process. Returns the signal received first (a
+    :class:`signal.Signals`), or None once the service started.
+
+    Raises:
+        MemoryError / RuntimeError: what ``service.start()`` raised.
+    """
+    started: concurrent.futures.Future = concurrent.futures.Future()
+
+    def start() -> None:
+        try:
+            service.start()
+        except BaseException as exc:
+            started.set_exception(exc)
+        else:
+            started.set_result(None)
+
+    threading.Thread(target=start, name="durable-start", daemon=True).start()
+    while not started.done():
+        received = stop.wait(_START_POLL_S)
+        if received is not None:
+            return received
+    started.result()
+    return None
+
+
+def _stop(args, service, metrics, store, status: int) -> None:
+    """Stop the service and close the metrics server and the store; ends the process with ``status``
+    if that takes past :data:`STOP_S` + :data:`EXIT_GRACE_S` seconds (see :class:`~.process.StopDeadline`)."""
+    from .process import StopDeadline
+
+    deadline = StopDeadline(STOP_S + EXIT_GRACE_S, status)
+    deadline.step = "stopping the service"
+    service.stop(timeout=STOP_S, release_claims=args.release_claims_on_stop)
+    if metrics is not None:
+        deadline.step = "closing the metrics server"
+        metrics.close()
+    deadline.step = "closing the store: a statement the server has not answered holds its connection"
+    store.close()
+    deadline.cancel()

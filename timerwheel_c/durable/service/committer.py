@@ -67,11 +67,13 @@ class Committer:
         self._retry_at: dict = {}  # partition -> monotonic s before which it is not retried
         self.task: Optional[asyncio.Task] = None
         self.stopping = False
+        self._committing = 0  # outcomes in the commit in progress
 
     def reset(self) -> None:
         self._queues.clear()
         self._failures.clear()
         self._retry_at.clear()
+        self._committing = 0
         self.task = None
 
     @property
@@ -98,7 +100,11 @@ class Committer:
                     continue
                 for p in ready:
                     del self._queues[p]
-                errors = await self._on_store(self._commit, ready)
+                self._committing = sum(len(q) for q in ready.values())
+                try:
+                    errors = await self._on_store(self._commit, ready)
+                finally:
+                    self._committing = 0
                 for partition, outcomes in ready.items():
                     exc = errors.get(partition)
                     if exc is None:
@@ -141,8 +147,10 @@ class Committer:
                 self._committed(partition, report.earliest_put_ms)
         return {}
 
-    async def drain(self, left_s: Callable[[], Optional[float]]) -> None:
-        """After stop(): wait up to ``left_s()`` seconds for the queued outcomes to commit."""
+    async def drain(self, left_s: Callable[[], Optional[float]]) -> int:
+        """After stop(): wait up to ``left_s()`` seconds for the queued outcomes to commit; returns how
+        many did not by then (queued, or in a commit the store has not answered)."""
         self.stopping = True
         if self.task is not None:
             await asyncio.wait({self.task}, timeout=left_s())
+        return self.queued + self._committing

@@ -4,16 +4,21 @@ Not :class:`concurrent.futures.ThreadPoolExecutor`: its threads are joined when 
 interpreter exits, so one handler that never returns would keep the process from exiting
 after :meth:`DurableTimerService.stop` gave up on it. These threads are daemons; a call
 still running when the service stops is abandoned (its row stays claimed and comes back
-after its backoff), which is the documented contract.
+after its backoff), which is the documented contract. :class:`DaemonExecutor` gives the service's
+event loop the same for ``asyncio.to_thread`` and ``loop.run_in_executor(None, ...)`` in an
+``async`` handler: asyncio's own default executor is a ThreadPoolExecutor, whose threads the
+interpreter joins at exit (daemon or not) and ``asyncio.run`` joins when it ends.
 """
 from __future__ import annotations
 
 import concurrent.futures
+import functools
+import os
 import queue
 import threading
 from typing import Callable
 
-__all__ = ["DaemonPool"]
+__all__ = ["DaemonExecutor", "DaemonPool"]
 
 
 class DaemonPool:
@@ -57,3 +62,26 @@ class DaemonPool:
         """Ask every worker to exit after the calls already queued; does not wait."""
         for _ in self._threads:
             self._jobs.put(None)
+
+
+class DaemonExecutor(concurrent.futures.ThreadPoolExecutor):
+    """An event loop's default executor on a :class:`DaemonPool` of ``workers`` threads (default
+    asyncio's own count, ``min(32, cpu count + 4)``) named ``name-<i>``: set it with
+    ``loop.set_default_executor``, which takes nothing but a ThreadPoolExecutor, hence the base
+    class; none of the base class's threads ever starts. :meth:`shutdown` does not wait for a call
+    in progress, so a call that never returns keeps neither ``asyncio.run`` nor the process from
+    ending; it is abandoned with its daemon thread.
+    """
+
+    def __init__(self, name: str, workers: int = 0):
+        workers = workers or min(32, (os.cpu_count() or 1) + 4)
+        super().__init__(max_workers=workers, thread_name_prefix=name)
+        self._pool = DaemonPool(workers, name)
+
+    def submit(self, fn, /, *args, **kwargs) -> concurrent.futures.Future:
+        if kwargs:
+            return self._pool.submit(functools.partial(fn, *args, **kwargs))
+        return self._pool.submit(fn, *args)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self._pool.shutdown()

@@ -30,17 +30,25 @@ that event (its condition's lock is held for a few bytecodes around each wait) n
 the process then ignores every later SIGTERM (CPython's issue tracker has the same hazard for
 ``multiprocessing.Event``, gh-126434). The handler of :class:`StopSignals` only stores the signal,
 and :func:`signal.set_wakeup_fd` wakes the waiting thread, as asyncio's own signal handling does.
+
+Once a stop is asked for, :class:`StopDeadline` bounds how long the process takes to end. Closing a
+store has no bound of its own: a statement the server does not answer (a frozen or partitioned
+server, a row lock another session holds) keeps its connection, which cannot be closed under the
+thread waiting on it. Kubernetes sends SIGKILL 30 s after SIGTERM by default
+(``terminationGracePeriodSeconds``); a process that ends itself first says why in its last log line.
 """
 from __future__ import annotations
 
 import gc
 import logging
+import os
 import select
 import signal
 import socket
+import threading
 from typing import Optional
 
-__all__ = ["GC_THRESHOLDS", "StopSignals", "prepare_process"]
+__all__ = ["GC_THRESHOLDS", "StopDeadline", "StopSignals", "prepare_process"]
 
 log = logging.getLogger("timerwheel_c.durable")
 
@@ -134,3 +142,39 @@ class StopSignals:
                 except BlockingIOError:
                     pass
         return self.received
+
+
+class StopDeadline:
+    """Ends the process with ``os._exit(status)`` if it is still running ``after_s`` seconds (a
+    positive float) after construction, unless :meth:`cancel` was called first.
+
+    The process then skips what an exit would wait for (closing a store, joining threads, atexit
+    callbacks): it is taken only when one of those waits has outrun the whole deadline, at which
+    point the alternative is SIGKILL. Before ending it logs one WARNING naming :attr:`step`, the
+    part of the stop it was in (set it as the stop goes), and flushes the root logger's handlers.
+    A daemon thread waits out the deadline; construct it on any thread. Raises nothing.
+    """
+
+    def __init__(self, after_s: float, status: int = 0) -> None:
+        self.after_s = after_s
+        self.status = status
+        #: What the stop is doing now, for the warning (e.g. "closing the store").
+        self.step = "stopping"
+        self._cancelled = threading.Event()
+        threading.Thread(target=self._watch, name="stop-deadline", daemon=True).start()
+
+    def _watch(self) -> None:
+        if self._cancelled.wait(self.after_s):
+            return
+        log.warning("the stop has not finished %.0f s after it began (%s); ending the process without waiting more",
+                    self.after_s, self.step)
+        for handler in logging.getLogger().handlers:
+            try:
+                handler.flush()
+            except Exception:  # a broken stderr must not keep the process alive
+                pass
+        os._exit(self.status)
+
+    def cancel(self) -> None:
+        """The stop finished: do not end the process."""
+        self._cancelled.set()

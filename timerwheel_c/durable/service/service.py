@@ -53,7 +53,7 @@ from .committer import ERROR_BACKOFF_S, Committer, backoff_s
 from .executor import SHARE_S, Executor
 from .metrics import BACKLOG_EVERY_S, MetricsSnapshot, Recorder, due_backlog
 from .passes import Passes
-from .pool import DaemonPool
+from .pool import DaemonExecutor, DaemonPool
 from .records import Job, Outcome
 
 __all__ = ["DEFAULT_CONCURRENCY", "DurableTimerService"]
@@ -474,6 +474,8 @@ class DurableTimerService:
         deadline = deadline_factory()
         self._kick = asyncio.Event()
         self._loop = asyncio.get_running_loop()
+        # asyncio.to_thread in a handler: a call past the stop must not keep the process alive (see .pool).
+        self._loop.set_default_executor(DaemonExecutor("durable-async-thread"))
         watcher = self._watcher = self._open_watcher()
         self._ready.set()
         failures = 0
@@ -604,7 +606,10 @@ class DurableTimerService:
         abandoned = await self.executor.drain(left_s)
         if abandoned:
             log.warning("stopping with %d handler(s) still running; their rows %s", abandoned, fate)
-        await self.committer.drain(left_s)
+        uncommitted = await self.committer.drain(left_s)
+        if uncommitted:
+            log.warning("stopping with %d outcome(s) not committed (a commit the store has not answered may still "
+                        "land); unless it does, their rows %s", uncommitted, fate)
         if self._release_on_stop:
             await self._release_unsettled()
 
