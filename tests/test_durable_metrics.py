@@ -256,6 +256,35 @@ def _healthz_through_an_outage(dsn, pg_ctl):
         store.close()
 
 
+def test_metrics_answer_while_the_fleet_ownership_waits_on_the_store(schema_url):
+    """In a fleet, an evaluation of the ownership holds its lock through its round trips, for as long
+    as a server that does not answer (frozen, partitioned) keeps them waiting; the lock is held here
+    as such an evaluation holds it. /metrics and /healthz still answer, with the ownership last known,
+    instead of each scrape waiting (and leaving a thread behind) until the server answers."""
+    from timerwheel_c.durable import open_store
+
+    store = open_store(schema_url)
+    svc = DurableTimerService(store, TimerRegistry().register(Counting(OK_KIND, Done())), None, fleet=True,
+                              max_sleep_s=0.2)
+    server = serve(svc, 0)
+    try:
+        svc.start()
+        assert svc.ownership is not None
+        wait_until(lambda: scrape(server, "/healthz")[0] == 200, "healthy after start")
+        answers: list = []
+        with svc.ownership._lock:
+            scraper = threading.Thread(target=lambda: answers.extend(scrape(server, p) for p in ("/metrics", "/healthz")),
+                                       daemon=True)
+            scraper.start()
+            scraper.join(LIVENESS_S)
+        assert [status for status, _ in answers] == [200, 200], answers
+        assert samples(answers[0][1])[("timerwheel_owned_partitions", ())] == 0
+    finally:
+        server.close()
+        svc.stop()
+        store.close()
+
+
 def test_without_prometheus_client_the_error_says_how_to_install_it(tmp_path, monkeypatch):
     """prometheus_client missing (None in sys.modules, as when it is not installed): serve() and
     register() raise ModuleNotFoundError naming the extra, and metrics() still works."""

@@ -660,10 +660,7 @@ class DurableTimerService:
         elif self.ownership is None:
             owned = len(self.partitions or ())
         else:
-            try:
-                owned = len(self.ownership.owned())
-            except Exception:  # the store is down: the ownership is empty until it reconnects
-                owned = 0
+            owned = len(self.ownership.last_owned())  # never a round trip here: see last_owned()
         return MetricsSnapshot(
             fired=fired, failed=failed, parked={**{kind: 0 for kind in self.registry.kinds()}, **parked},
             lateness=lateness,
