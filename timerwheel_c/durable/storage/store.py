@@ -271,6 +271,11 @@ class Ownership(abc.ABC):
         """The partitions this runner serves now, sorted; call it before each pass."""
 
     @abc.abstractmethod
+    def last_owned(self) -> list:
+        """The partitions :meth:`owned` returned last, sorted, without waiting for the store (for
+        readers off the service's thread, such as metrics)."""
+
+    @abc.abstractmethod
     def recheck(self) -> None:
         """Make the next :meth:`owned` re-evaluate at once (e.g. a new partition was written)."""
 
