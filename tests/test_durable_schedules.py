@@ -139,6 +139,24 @@ def test_re_adding_a_cron_schedule_with_the_default_start_keeps_the_occurrence_i
     assert add_schedule(durable_store, P, "nightly", future, KIND).next_fire_ms == midnight + 10 * day_ms + 180 * MIN
 
 
+def test_re_adding_an_every_schedule_with_no_start_keeps_its_grid(durable_store):
+    """An application that adds ``Every(7200)`` at every start, with no start: each add used to
+    re-base the grid on that moment, so restarts more often than the interval pushed the first
+    occurrence away for good and it never fired. Added again with no start it keeps its grid, and
+    fires on it; a changed interval or an explicit start is still a new grid."""
+    handler = Recording()
+    registry = TimerRegistry().register(handler)
+    first = add_schedule(durable_store, P, "sync", Every(7200), KIND, b"v1")
+    time.sleep(0.01)  # a later default start: a re-based grid would have another next fire time
+    again = add_schedule(durable_store, P, "sync", Every(7200), KIND, b"v2")
+    assert again.next_fire_ms == first.next_fire_ms and again.trigger.start_ms == first.trigger.start_ms
+    drive(durable_store, registry, first.next_fire_ms)
+    assert handler.fired == [(b"sync", first.next_fire_ms, b"v2", 1)]
+    assert add_schedule(durable_store, P, "sync", Every(3600), KIND).trigger.start_ms > first.trigger.start_ms
+    explicit = add_schedule(durable_store, P, "sync", Every(3600, start=START), KIND)
+    assert explicit.trigger.start_ms == START
+
+
 def test_replacing_a_schedule_whose_occurrence_is_retrying_drops_that_occurrence(durable_store):
     handler = Recording([Retry()])
     registry = TimerRegistry().register(handler)

@@ -157,20 +157,25 @@ def replaced(old: ScheduleState, new: ScheduleState, now_ms: int, rng: RandomSou
     - An equal trigger (its start included) keeps its place on the grid: the last occurrence done
       or dropped and the last fired carry over (started afresh from a start in the past, it would
       fire the last occurrence again under the misfire policy).
-    - A :class:`~.triggers.Cron` equal but for a later start that is not in the future (the default
-      start, now) is the same schedule: a cron start only bounds its occurrences from below, so the
-      two agree on every occurrence after ``now_ms``, and the stored trigger and its place are kept,
-      with the occurrences it still owed (missed while no runner served it, or in flight).
-    - Any other trigger starts afresh from its start; an :class:`~.triggers.Every` with another start
-      is another grid.
+    - A trigger equal but for a start it was not given (``default_start``: the time it was
+      built) keeps the stored trigger and its place: the caller named no start, and an
+      :class:`~.triggers.Every` re-based on each restart's now would push its first occurrence an
+      interval away every time, so one added again more often than its interval never fired.
+    - A :class:`~.triggers.Cron` equal but for a later start that is not in the future is the same
+      schedule: a cron start only bounds its occurrences from below, so the two agree on every
+      occurrence after ``now_ms``, and the stored trigger and its place are kept, with the
+      occurrences it still owed (missed while no runner served it, or in flight).
+    - Any other trigger starts afresh from its start; an :class:`~.triggers.Every` given another
+      start is another grid.
 
     Kind, value and policy are always ``new``'s, and the schedule is not paused.
     """
     trigger = old.trigger
-    if new.trigger != trigger and not (
-            isinstance(new.trigger, Cron) and isinstance(trigger, Cron)
-            and trigger.start_ms <= new.trigger.start_ms <= now_ms
-            and {**new.trigger.to_dict(), "start_ms": 0} == {**trigger.to_dict(), "start_ms": 0}):
+    same_but_start = type(new.trigger) is type(trigger) and \
+        {**new.trigger.to_dict(), "start_ms": 0} == {**trigger.to_dict(), "start_ms": 0}
+    if new.trigger != trigger and not (same_but_start and (
+            new.trigger.default_start
+            or (isinstance(trigger, Cron) and trigger.start_ms <= new.trigger.start_ms <= now_ms))):
         return new
     return _armed(dataclasses.replace(new, trigger=trigger, last_nominal_ms=old.last_nominal_ms,
                                       last_fired_ms=old.last_fired_ms), rng)

@@ -121,11 +121,15 @@ class Trigger:
     Attributes:
         start_ms: occurrences fall strictly after it (Unix epoch ms).
         jitter_ms: each occurrence fires up to this many ms after its nominal time.
+        default_start: True when the constructor was given no start (so ``start_ms`` is the time
+            it ran); not stored, and not part of equality. A schedule added again with such a
+            trigger keeps the start it has (see :func:`~.schedules.add_schedule`).
     """
 
-    __slots__ = ("start_ms", "jitter_ms")
+    __slots__ = ("start_ms", "jitter_ms", "default_start")
     start_ms: int
     jitter_ms: int
+    default_start: bool
 
     @property
     def jitter_s(self) -> float:
@@ -220,7 +224,9 @@ class Every(Trigger):
         interval: seconds (an int or float > 0, rounded to the ms) or a :class:`datetime.timedelta`;
             at least 1 ms.
         start: the grid's origin, an aware :class:`datetime.datetime` or Unix epoch ms;
-            defaults to now. The first occurrence is one interval after it.
+            defaults to now. The first occurrence is one interval after it. A schedule added
+            again with no start keeps the grid it has, so an application that adds its
+            schedules at every start does not push each first occurrence an interval away.
         jitter_s: each occurrence fires up to this many seconds after its nominal time
             (ms resolution, default 0, less than the interval).
 
@@ -248,6 +254,7 @@ class Every(Trigger):
                              f"got {interval!r} ({interval_ms} ms)")
         self.interval_ms = interval_ms
         self.start_ms = _start_ms_of(start)
+        self.default_start = start is None
         self.jitter_ms = _jitter_ms_of(jitter_s)
         if self.jitter_ms >= interval_ms:
             # An occurrence could then fire after the next one's nominal time: they would
@@ -376,6 +383,7 @@ class Cron(Trigger):
         self._on_wall_clock = not fields[1].startswith("*")
         self.tz = _zone_of(tz)
         self.start_ms = _start_ms_of(start)
+        self.default_start = start is None
         self.jitter_ms = _jitter_ms_of(jitter_s)
 
     def occurrences(self, after_ms: int) -> Iterator[int]:
