@@ -168,9 +168,11 @@ def _minus(a, b=0):
 
 
 def test_the_daemon_executor_runs_calls_and_its_shutdown_leaves_a_call_in_progress():
-    """What the service's loop runs ``asyncio.to_thread`` on: calls with and without keyword
-    arguments, and a shutdown that returns while a call still runs (that call is abandoned)."""
-    executor = DaemonExecutor("stop-test", workers=2)
+    """What the service's loop runs ``asyncio.to_thread`` on: no thread until the first call, calls
+    with and without keyword arguments, and a shutdown that returns while a call still runs (that
+    call is abandoned)."""
+    executor = DaemonExecutor("stop-lazy", workers=2)
+    assert not [t for t in threading.enumerate() if t.name.startswith("stop-lazy-")]  # none before a call
     assert executor.submit(_minus, 5, b=2).result(LIVENESS_S) == 3
     assert executor.submit(_minus, 5).result(LIVENESS_S) == 5
     gate = threading.Event()

@@ -16,7 +16,7 @@ import functools
 import os
 import queue
 import threading
-from typing import Callable
+from typing import Callable, Optional
 
 __all__ = ["DaemonExecutor", "DaemonPool"]
 
@@ -68,20 +68,29 @@ class DaemonExecutor(concurrent.futures.ThreadPoolExecutor):
     """An event loop's default executor on a :class:`DaemonPool` of ``workers`` threads (default
     asyncio's own count, ``min(32, cpu count + 4)``) named ``name-<i>``: set it with
     ``loop.set_default_executor``, which takes nothing but a ThreadPoolExecutor, hence the base
-    class; none of the base class's threads ever starts. :meth:`shutdown` does not wait for a call
+    class; none of the base class's threads ever starts. The pool starts with the first call, so
+    a loop whose handlers never use it starts no thread. :meth:`shutdown` does not wait for a call
     in progress, so a call that never returns keeps neither ``asyncio.run`` nor the process from
     ending; it is abandoned with its daemon thread.
     """
 
     def __init__(self, name: str, workers: int = 0):
-        workers = workers or min(32, (os.cpu_count() or 1) + 4)
-        super().__init__(max_workers=workers, thread_name_prefix=name)
-        self._pool = DaemonPool(workers, name)
+        self._workers = workers or min(32, (os.cpu_count() or 1) + 4)
+        super().__init__(max_workers=self._workers, thread_name_prefix=name)
+        self._name = name
+        self._pool: Optional[DaemonPool] = None
+        self._pool_lock = threading.Lock()  # to_thread may be called from several threads at once
 
     def submit(self, fn, /, *args, **kwargs) -> concurrent.futures.Future:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = DaemonPool(self._workers, self._name)
+            pool = self._pool
         if kwargs:
-            return self._pool.submit(functools.partial(fn, *args, **kwargs))
-        return self._pool.submit(fn, *args)
+            return pool.submit(functools.partial(fn, *args, **kwargs))
+        return pool.submit(fn, *args)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        self._pool.shutdown()
+        with self._pool_lock:
+            if self._pool is not None:
+                self._pool.shutdown()
