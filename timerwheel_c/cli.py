@@ -17,7 +17,8 @@ from . import IMPLEMENTATION, __version__
 
 # subcommand -> the module whose add_parser registers it
 _COMMANDS = {"run": "timerwheel_c.durable.service.cli", "schedules": "timerwheel_c.durable.service.schedules_cli",
-             "timers": "timerwheel_c.durable.service.timers_cli", "fleet": "timerwheel_c.durable.service.fleet_cli"}
+             "timers": "timerwheel_c.durable.service.timers_cli", "fleet": "timerwheel_c.durable.service.fleet_cli",
+             "web": "timerwheel_c.durable.service.web_cli"}
 
 
 def main(argv: list[str] | None = None) -> int:

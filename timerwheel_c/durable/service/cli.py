@@ -15,9 +15,11 @@ lets libpq find it in ``PGPASSWORD``, ``PGPASSFILE`` (default ``~/.pgpass``) or 
 
 ``--metrics-port PORT`` serves ``/metrics`` (Prometheus text format) and ``/healthz`` on
 ``--metrics-host`` (default 127.0.0.1, loopback; needs ``pip install 'timerwheel_c[metrics]'``);
-see :mod:`timerwheel_c.durable.service.exporter`. ``--release-claims-on-stop`` makes this
-runner's unsettled claims due at once on SIGINT/SIGTERM, for another runner to take without
-waiting out their backoff; a handler still running here may then overlap with its retry there.
+see :mod:`timerwheel_c.durable.service.exporter`. It serves the live status page at ``/`` too
+(see ``timerwheel-c web --help``), and with ``--web-actions`` the page's buttons that change state.
+``--release-claims-on-stop`` makes this runner's unsettled claims due at once on SIGINT/SIGTERM,
+for another runner to take without waiting out their backoff; a handler still running here may
+then overlap with its retry there.
 
 On SIGINT/SIGTERM the handlers in flight get 10 s (``STOP_S``) to finish and commit; a handler
 still running then is abandoned (its row stays claimed, as :meth:`DurableTimerService.stop` says).
@@ -89,6 +91,9 @@ def add_parser(sub) -> None:
                    help="serve /metrics (Prometheus) and /healthz on this port (0: any free one)")
     p.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
                    help="address for --metrics-port (default 127.0.0.1, loopback only)")
+    p.add_argument("--web-actions", action="store_true",
+                   help="allow the status page at / to requeue, fire now, cancel, pause and resume; off loopback, "
+                        "a POST needs the token in $TIMERWHEEL_C_WEB_TOKEN")
     p.add_argument("--release-claims-on-stop", action="store_true",
                    help="on SIGINT/SIGTERM make this runner's unsettled claims due at once for another runner "
                         "(a handler still running here may overlap with its retry there)")
@@ -237,6 +242,13 @@ def run(args) -> int:
         except (ImportError, OSError) as exc:
             print(_metrics_error(args, exc), file=sys.stderr)
             return 2
+    elif args.web_actions:
+        print("timerwheel-c run: --web-actions needs --metrics-port (the status page is served there)", file=sys.stderr)
+        return 2
+    from .web_cli import actions_allowed
+
+    if not actions_allowed("run", args.metrics_host, args.web_actions):
+        return 2
     store = open_or_say("run", args.store)
     if store is None:
         return 2
@@ -251,17 +263,24 @@ def _serve(args, store, registry, stop) -> int:
 
     service = DurableTimerService(store, registry, args.partitions, concurrency=args.concurrency,
                                   separate_commits=args.separate_commits)
-    metrics = None
+    metrics = page = None
     if args.metrics_port is not None:
         from .exporter import serve
+        from .web_cli import make_page
 
+        page = make_page("run", args.store, args.metrics_host, args.web_actions, service=service)
+        if page is None:  # its store would not open (one line said why)
+            store.close()
+            return 2
         try:
-            metrics = serve(service, args.metrics_port, args.metrics_host)
+            metrics = serve(service, args.metrics_port, args.metrics_host, page=page)
         except (ImportError, OSError) as exc:  # taken since it was checked
+            page.close()
             store.close()
             print(_metrics_error(args, exc), file=sys.stderr)
             return 2
-        log.info("serving /metrics and /healthz on http://%s:%d", metrics.host, metrics.port)
+        log.info("serving /metrics, /healthz and the status page on http://%s:%d (actions %s)", metrics.host,
+                 metrics.port, "on" if args.web_actions else "off")
     prepare_process()  # this process exists to run the service: see .process
     try:
         received = _start(service, stop)
@@ -269,6 +288,7 @@ def _serve(args, store, registry, stop) -> int:
         service.stop(timeout=0)
         if metrics is not None:
             metrics.close()
+            page.close()
         store.close()
         print(f"timerwheel-c run: cannot start {args.concurrency} handler slot(s) (--concurrency): {exc}",
               file=sys.stderr)
@@ -291,7 +311,7 @@ def _serve(args, store, registry, stop) -> int:
                     return status
             log.info("received %s; stopping", received.name)
     finally:
-        _stop(args, service, metrics, store, status)
+        _stop(args, service, metrics, page, store, status)
     log.info("stopped")
     return 0
 
@@ -324,8 +344,8 @@ def _start(service, stop):
     return None
 
 
-def _stop(args, service, metrics, store, status: int) -> None:
-    """Stop the service and close the metrics server and the store; ends the process with ``status``
+def _stop(args, service, metrics, page, store, status: int) -> None:
+    """Stop the service and close the metrics server, its status page and the store; ends the process with ``status``
     if that takes past :data:`STOP_S` + :data:`EXIT_GRACE_S` seconds (see :class:`~.process.StopDeadline`)."""
     from .process import StopDeadline
 
@@ -335,6 +355,8 @@ def _stop(args, service, metrics, store, status: int) -> None:
     if metrics is not None:
         deadline.step = "closing the metrics server"
         metrics.close()
+        deadline.step = "closing the status page's store"
+        page.close()
     deadline.step = "closing the store: a statement the server has not answered holds its connection"
     store.close()
     deadline.cancel()

@@ -29,9 +29,10 @@ exposition format and ``prometheus_client``'s custom collectors; Kubernetes' HTT
 """
 from __future__ import annotations
 
-import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Optional, Tuple
+
+from .web_http import PageHandler, WebServer
 
 __all__ = ["MetricsServer", "check_address", "collector", "default_stale_after_s", "health", "register", "serve"]
 
@@ -143,19 +144,8 @@ def register(service, registry=None):
     return c
 
 
-class MetricsServer:
-    """The HTTP server :func:`serve` started: ``port`` (the bound one, for port 0), ``close()``."""
-
-    def __init__(self, httpd: ThreadingHTTPServer, thread: threading.Thread):
-        self._httpd = httpd
-        self._thread = thread
-        self.host, self.port = httpd.server_address[:2]
-
-    def close(self) -> None:
-        """Stop serving and close the socket."""
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join()
+#: The HTTP server :func:`serve` started: ``host``, ``port`` (the bound one, for port 0), ``close()``.
+MetricsServer = WebServer
 
 
 def check_address(port: int, host: str = "127.0.0.1") -> None:
@@ -170,9 +160,11 @@ def check_address(port: int, host: str = "127.0.0.1") -> None:
     ThreadingHTTPServer((host, port), BaseHTTPRequestHandler).server_close()
 
 
-def serve(service, port: int, host: str = "127.0.0.1", stale_after_s: Optional[float] = None) -> MetricsServer:
+def serve(service, port: int, host: str = "127.0.0.1", stale_after_s: Optional[float] = None,
+          page=None) -> MetricsServer:
     """Serve ``/metrics`` and ``/healthz`` for ``service`` on ``host:port`` (port 0: any free one)
-    from a daemon thread. Loopback by default: pass ``host="0.0.0.0"`` for a scraper elsewhere.
+    from a daemon thread, and ``page`` (a :class:`~.web.StatusPage`) at ``/`` when given.
+    Loopback by default: pass ``host="0.0.0.0"`` for a scraper elsewhere.
 
     Raises:
         ImportError: ``prometheus_client`` is not installed.
@@ -182,27 +174,13 @@ def serve(service, port: int, host: str = "127.0.0.1", stale_after_s: Optional[f
     registry = core.CollectorRegistry(auto_describe=False)
     registry.register(collector(service))
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 -- http.server's name
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                status, ctype, body = 200, prometheus_client.CONTENT_TYPE_LATEST, prometheus_client.generate_latest(registry)
-            elif path == "/healthz":
-                ok, reason = health(service, stale_after_s)
-                status, ctype, body = (200 if ok else 503), "text/plain; charset=utf-8", (reason + "\n").encode()
-            else:
-                status, ctype, body = 404, "text/plain; charset=utf-8", b"not found: try /metrics or /healthz\n"
-            self.send_response(status)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def metrics() -> tuple:
+        return 200, prometheus_client.CONTENT_TYPE_LATEST, prometheus_client.generate_latest(registry)
 
-        def log_message(self, format, *args):  # noqa: A002 -- scrapes every few seconds would flood stderr
-            pass
+    def healthz() -> tuple:
+        ok, reason = health(service, stale_after_s)
+        return (200 if ok else 503), "text/plain; charset=utf-8", (reason + "\n").encode()
 
-    httpd = ThreadingHTTPServer((host, port), Handler)
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, name="timerwheel-metrics", daemon=True)
-    thread.start()
-    return MetricsServer(httpd, thread)
+    handler = type("MetricsHandler", (PageHandler,), {"page": page, "routes": {"/metrics": metrics, "/healthz": healthz},
+                                                     "not_found": b"not found: try /metrics or /healthz\n"})
+    return WebServer(handler, port, host, "timerwheel-metrics")

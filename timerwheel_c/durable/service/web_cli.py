@@ -1,0 +1,107 @@
+"""``timerwheel-c web``: serve the live status page of a store, on a machine that runs no runner.
+
+    timerwheel-c web [--store URL] [--port PORT] [--host HOST] [--web-actions]
+
+The page shows the fleet, each partition's owner,
+due backlog, oldest due time and parked timers, a search of the pending timers and the
+schedules. A runner serves the same page at ``/`` of ``timerwheel-c run --metrics-port``, with
+fired/s and lateness drawn from its own counters, which this command has none of.
+
+``--host`` is 127.0.0.1 (loopback) by default. ``--web-actions`` turns on the buttons that
+change state (requeue, fire now, cancel, pause, resume); on a host other than loopback they
+also need the token in ``$TIMERWHEEL_C_WEB_TOKEN``, which the operator types on the page.
+The store URL, and its password, never appear on the page.
+
+Exit status: 0 after SIGINT/SIGTERM; 2, with one line on stderr, on a bad argument, an address
+that cannot be bound, or a store that cannot be opened.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from ..._helptext import terminal_text
+from ..storage.redact import redact
+from .cli import _port, open_or_say, store_url
+from .logs import log_to_stderr
+
+log = logging.getLogger("timerwheel_c.durable")
+
+DEFAULT_PORT = 8080
+
+
+def add_parser(sub) -> None:
+    """Register the ``web`` subcommand on an argparse subparsers object."""
+    p = sub.add_parser("web", help="serve the live status page of a store", description=terminal_text(__doc__),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--store", default=None, metavar="URL",
+                   help="sqlite:///PATH or postgresql://USER@HOST/DB (a password is masked in every message); "
+                        "default: $TIMERWHEEL_C_STORE")
+    p.add_argument("--port", type=_port, default=DEFAULT_PORT, metavar="PORT",
+                   help=f"the port (0: any free one; default {DEFAULT_PORT})")
+    p.add_argument("--host", default="127.0.0.1", metavar="HOST", help="the address (default 127.0.0.1, loopback only)")
+    p.add_argument("--web-actions", action="store_true",
+                   help="allow the page to requeue, fire now, cancel, pause and resume; off loopback, "
+                        "a POST needs the token in $TIMERWHEEL_C_WEB_TOKEN")
+    p.set_defaults(func=main)
+
+
+def actions_allowed(command: str, host: str, actions: bool) -> bool:
+    """Whether the page's ``actions`` can be served on ``host``: False after one line on stderr when
+    they are on, ``host`` is not loopback and ``$TIMERWHEEL_C_WEB_TOKEN`` is unset. Checked before
+    a command opens its store."""
+    from .web import TOKEN_ENV, is_loopback
+
+    if actions and not is_loopback(host) and not os.environ.get(TOKEN_ENV):
+        print(f"timerwheel-c {command}: --web-actions on {host!r} (not loopback) needs a token: set ${TOKEN_ENV}",
+              file=sys.stderr)
+        return False
+    return True
+
+
+def make_page(command: str, url: str, host: str, actions: bool, service=None):
+    """A :class:`~.web.StatusPage` on a store of its own opened from ``url`` (``service``: the
+    runner's, whose counters it charts), or None after one line on stderr saying why the store
+    cannot be opened. Call :func:`actions_allowed` first."""
+    from .web import TOKEN_ENV, StatusPage
+
+    store = open_or_say(command, url, existing=service is None)
+    if store is None:
+        return None
+    return StatusPage(store, url, service=service, actions=actions, host=host, token=os.environ.get(TOKEN_ENV) or None)
+
+
+def main(args) -> int:
+    """Serve the page until SIGINT/SIGTERM; 0 then, 2 on a bad argument (one line on stderr)."""
+    from .process import StopSignals
+    from .web import serve_page
+
+    try:
+        url = store_url(args.store, "web")
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    log_to_stderr("INFO", url)
+    if not actions_allowed("web", args.host, args.web_actions):
+        return 2
+    page = make_page("web", url, args.host, args.web_actions)
+    if page is None:
+        return 2
+    try:
+        server = serve_page(page, args.port, args.host)
+    except OSError as exc:
+        page.close()
+        print(f"timerwheel-c web: --port {args.port} on {args.host!r}: {exc}", file=sys.stderr)
+        return 2
+    with StopSignals() as stop:
+        log.info("serving the status page of %s on http://%s:%d/ (actions %s)", redact(url), server.host, server.port,
+                 "on" if args.web_actions else "off")
+        received = None
+        while received is None:
+            received = stop.wait(1.0)
+        log.info("received %s; stopping", received.name)
+    server.close()
+    page.close()
+    return 0
