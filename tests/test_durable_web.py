@@ -385,3 +385,33 @@ def test_a_runner_serves_the_page_with_its_chart_beside_metrics(browser, tmp_pat
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(LIVENESS_S) == 0
+
+
+def test_the_fleet_shows_a_live_postgresql_runner_with_its_heartbeat(browser, schema_url, tmp_path):
+    """A runner on PostgreSQL is listed with its host, OS pid, kinds, partitions and a heartbeat age
+    (its ownership check runs about every second, so the age stays within a generous bound), and
+    owns the partition in the partitions table."""
+    import socket
+
+    with open_store(schema_url) as store:
+        schedule(store, "q0", wall_ms() + 60 * MIN_MS, 0xF3, b"r")
+    env = dict(os.environ, PYTHONPATH=str(HELPERS_DIR))
+    proc = subprocess.Popen([sys.executable, "-m", "timerwheel_c", "run", "--store", schema_url, "--handlers",
+                             "durable_handlers:registry"], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    page, server, base = serving(schema_url)
+    try:
+        browser.get(base)
+        fleet = wait_text(browser, "#fleet", f"\t{proc.pid}\t")
+        cells = fleet.splitlines()[1].split("\t")
+        assert cells[0] == socket.gethostname() and cells[1] == str(proc.pid) and cells[5] == "q0", cells
+        beat = re.fullmatch(r"(\d+\.\d) s ago", cells[6])
+        assert beat and float(beat.group(1)) < LIVENESS_S, cells
+        owner = wait_text(browser, "#partitions", f"pid {proc.pid}")
+        assert f"{socket.gethostname()} pid {proc.pid}" in owner
+        assert console_errors(browser) == []
+    finally:
+        server.close()
+        page.close()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(LIVENESS_S) == 0

@@ -168,8 +168,17 @@ def _partitions(fleet: dict, now_ms: int) -> str:
 
 
 def _polyline(points: list, x_of, y_of, color: str) -> str:
-    coords = " ".join(f"{x_of(x):.1f},{y_of(y):.1f}" for x, y in points if y is not None)
-    return f'<polyline fill="none" stroke="{color}" stroke-width="1.8" points="{coords}"/>' if coords else ""
+    """A line through ``points`` with a dot on each, so that a single interval shows too."""
+    xy = [(x_of(x), y_of(y)) for x, y in points if y is not None]
+    if not xy:
+        return ""
+    coords = " ".join(f"{x:.1f},{y:.1f}" for x, y in xy)
+    dots = "".join(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="2.2" fill="{color}"/>' for x, y in xy)
+    return f'<polyline fill="none" stroke="{color}" stroke-width="1.8" points="{coords}"/>{dots}'
+
+
+def _figure(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
 
 def _chart(title: str, series: list, unit: str) -> str:
@@ -187,7 +196,7 @@ def _chart(title: str, series: list, unit: str) -> str:
     legend = " ".join(f'<tspan fill="{color}">&#9632; {esc(label)}</tspan>' for label, color, _ in series)
     grid = "".join(f'<line x1="{left}" x2="{w - 8}" y1="{y_of(top_value * f):.1f}" y2="{y_of(top_value * f):.1f}" '
                    f'stroke="#e3e6ee"/><text x="{left - 4}" y="{y_of(top_value * f) + 4:.1f}" text-anchor="end" '
-                   f'font-size="10" fill="#5c6578">{top_value * f:.3g}</text>' for f in (0, 0.5, 1))
+                   f'font-size="10" fill="#5c6578">{_figure(top_value * f)}</text>' for f in (0, 0.5, 1))
     return (f'<div class="chart"><div class="t">{esc(title)} ({esc(unit)})</div>'
             f'<svg width="{w}" height="{h}" viewBox="0 0 {w} {h}" role="img" aria-label="{esc(title)}">{grid}{lines}'
             f'<text x="{left}" y="{h - 4}" font-size="10" fill="#5c6578">{int(HISTORY_S // 60)} min ago</text>'
