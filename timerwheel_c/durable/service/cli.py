@@ -279,8 +279,9 @@ def _serve(args, store, registry, stop) -> int:
             store.close()
             print(_metrics_error(args, exc), file=sys.stderr)
             return 2
-        log.info("serving /metrics, /healthz and the status page on http://%s:%d (actions %s)", metrics.host,
-                 metrics.port, "on" if args.web_actions else "off")
+        log.info("serving /metrics and /healthz on http://%s:%d", metrics.host, metrics.port)
+        log.info("serving the status page on http://%s:%d/ (actions %s)", metrics.host, metrics.port,
+                 "on" if args.web_actions else "off")
     prepare_process()  # this process exists to run the service: see .process
     try:
         received = _start(service, stop)
@@ -288,6 +289,7 @@ def _serve(args, store, registry, stop) -> int:
         service.stop(timeout=0)
         if metrics is not None:
             metrics.close()
+        if page is not None:
             page.close()
         store.close()
         print(f"timerwheel-c run: cannot start {args.concurrency} handler slot(s) (--concurrency): {exc}",
@@ -355,6 +357,7 @@ def _stop(args, service, metrics, page, store, status: int) -> None:
     if metrics is not None:
         deadline.step = "closing the metrics server"
         metrics.close()
+    if page is not None:
         deadline.step = "closing the status page's store"
         page.close()
     deadline.step = "closing the store: a statement the server has not answered holds its connection"
