@@ -415,3 +415,22 @@ def test_the_fleet_shows_a_live_postgresql_runner_with_its_heartbeat(browser, sc
         page.close()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(LIVENESS_S) == 0
+
+
+def test_a_search_names_a_bad_field_and_stops_reading_at_its_bound(known, monkeypatch):
+    """A kind outside 1..255 or an unknown state is a line on the page naming the value, never an
+    error page; a search by a part of a reference reads at most SCAN_LIMIT timers, and then says
+    that more may match."""
+    import timerwheel_c.durable.service.web as web
+
+    page = StatusPage(open_store(known), known)
+    try:
+        for query, needle in (({"kind": "300"}, "'300'"), ({"kind": "x"}, "'x'"), ({"state": "gone"}, "'gone'")):
+            data = page.read(query)
+            assert data["timers"] is None and needle in data["search_error"], data["search_error"]
+        assert [t.reference for t in page.read({"reference": "order"})["timers"]] == [b"order-1", b"order-2"]
+        monkeypatch.setattr(web, "SCAN_LIMIT", 2)
+        data = page.read({"reference": "order"})
+        assert data["more"] and len(data["timers"]) <= 1, data["timers"]
+    finally:
+        page.close()

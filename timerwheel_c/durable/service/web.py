@@ -55,7 +55,7 @@ __all__ = ["ACTIONS", "HISTORY_S", "TOKEN_ENV", "RateHistory", "StatusPage", "We
 TOKEN_ENV = "TIMERWHEEL_C_WEB_TOKEN"
 SAMPLE_EVERY_S = 5.0  # a runner's counters are sampled this often (s) for the chart
 SEARCH_LIMIT = 100  # timers a search shows at most
-SCAN_LIMIT = 10_000  # timers read per partition at most for a search by a part of a reference
+SCAN_LIMIT = 10_000  # timers read at most for a search by a part of a reference
 ACTIONS = ("requeue", "fire-now", "cancel", "pause", "resume")
 _TIMER_ACTIONS = ACTIONS[:3]
 
@@ -241,7 +241,8 @@ class StatusPage:
 
     def _search(self, query: dict) -> tuple:
         """``(timers, more)``: up to :data:`SEARCH_LIMIT` pending timers matching ``query``, and
-        whether more matched. Raises ValueError naming a bad field."""
+        whether more may match (more matched, or a search by a part of a reference stopped after
+        :data:`SCAN_LIMIT` timers). Raises ValueError naming a bad field."""
         partition = query.get("partition") or None
         kind_text = query.get("kind") or ""
         kind = None
@@ -260,13 +261,16 @@ class StatusPage:
             if timer is not None and (state is None or timer.state == state):
                 return [timer], False
         found: list = []
+        budget = SCAN_LIMIT  # rows read for a part of a reference, over all partitions: each refresh reads them again
         for p in partitions:
-            for t in list_timers(self.store, p, kind=kind, state=state, limit=SCAN_LIMIT if needle else SEARCH_LIMIT + 1):
-                if not needle or needle in t.reference.decode("utf-8", "replace") or needle.lower() == t.reference.hex():
-                    found.append(t)
-            if len(found) > SEARCH_LIMIT:
-                break
-        return found[:SEARCH_LIMIT], len(found) > SEARCH_LIMIT
+            batch = list_timers(self.store, p, kind=kind, state=state,
+                                limit=budget if needle else SEARCH_LIMIT + 1 - len(found))
+            budget -= len(batch)
+            found += [t for t in batch if not needle or needle in t.reference.decode("utf-8", "replace")
+                      or needle.lower() == t.reference.hex()]
+            if len(found) > SEARCH_LIMIT or budget <= 0:
+                return found[:SEARCH_LIMIT], True
+        return found, False
 
     # -- acting ----------------------------------------------------------------------------------
 

@@ -260,7 +260,8 @@ def _timers(data: dict, actions: bool) -> str:
         rows.append(f"<tr><td>{esc(t.partition)}</td><td class=num>{int(t.kind)}</td><td class=ref>{_reference(t.reference)}</td>"
                     f'<td><span class="badge {esc(t.state)}">{esc(t.state)}</span></td><td class=num>{t.attempt}</td>'
                     f"<td>{_when(t.due_at_ms, now_ms)}</td><td class=err>{esc(t.last_error or '-')}</td>{buttons}</tr>")
-    more = f'<p class="muted">Showing the first {len(timers)}; more match: narrow the search.</p>' if data["more"] else ""
+    more = (f'<p class="muted">Showing the first {len(timers)}; more may match: narrow the search by partition, '
+            'kind or state.</p>' if data["more"] else "")
     return _table(["partition", "kind", "reference", "state", "attempt", "due", "last error"]
                   + (["actions"] if actions else []), rows, "No pending timer matches.") + more
 
