@@ -163,7 +163,7 @@ class StatusPage:
     """
 
     def __init__(self, store, url: Optional[str] = None, *, service=None, actions: bool = False,
-                 host: str = "127.0.0.1", token: Optional[str] = None, clock: Callable[[], float] = time.time):
+                 host: str = "127.0.0.1", token: Optional[str] = None):
         self.loopback = is_loopback(host)
         if actions and not self.loopback and not token:
             raise ValueError(f"actions on a page bound to {host!r} (not loopback) need a token: set ${TOKEN_ENV}")
@@ -173,7 +173,6 @@ class StatusPage:
         self._token = token
         # On loopback the page's own forms carry this one: a page of another site cannot read it.
         self.form_token = secrets.token_urlsafe(24) if self.loopback else ""
-        self._clock = clock
         self._store_lock = threading.Lock()  # one store call at a time from the server's threads
         self.history: Optional[RateHistory] = None
         self._sampling = threading.Event()
@@ -196,7 +195,8 @@ class StatusPage:
         self.store.close()
 
     def now_ms(self) -> int:
-        return int(self._clock() * 1000)
+        """Now, in Unix epoch ms (the durable layer's clock)."""
+        return time.time_ns() // 1_000_000
 
     # -- reading ---------------------------------------------------------------------------------
 
