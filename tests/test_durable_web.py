@@ -343,13 +343,19 @@ def test_the_web_command_serves_the_page_without_the_store_password(known, tmp_p
         assert proc.wait(LIVENESS_S) == 0
 
 
-def test_the_web_command_refuses_actions_off_loopback_without_a_token(tmp_path):
-    """One line naming the variable, exit 2, and no SQLite file created."""
+@pytest.mark.parametrize("argv, needle", [
+    (["web", "--host", "0.0.0.0", "--web-actions"], TOKEN_ENV),
+    (["run", "--handlers", "durable_handlers:registry", "--metrics-port", "0", "--metrics-host", "0.0.0.0",
+      "--web-actions"], TOKEN_ENV),
+    (["run", "--handlers", "durable_handlers:registry", "--web-actions"], "--metrics-port")])
+def test_actions_off_loopback_without_a_token_or_without_a_page_are_refused(argv, needle, tmp_path):
+    """One line naming what is missing, exit 2, and no SQLite file created."""
     store = tmp_path / "never.db"
-    out = subprocess.run([sys.executable, "-m", "timerwheel_c", "web", "--store", f"sqlite:///{store}", "--host",
-                          "0.0.0.0", "--web-actions"], cwd=tmp_path, capture_output=True, text=True,
-                         timeout=LIVENESS_S, env={k: v for k, v in os.environ.items() if k != TOKEN_ENV})
-    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and TOKEN_ENV in out.stderr, out.stderr
+    env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
+    env["PYTHONPATH"] = str(HELPERS_DIR)
+    out = subprocess.run([sys.executable, "-m", "timerwheel_c", *argv, "--store", f"sqlite:///{store}"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=LIVENESS_S, env=env)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and needle in out.stderr, out.stderr
     assert not store.exists()
 
 
