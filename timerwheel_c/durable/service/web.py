@@ -7,7 +7,7 @@ What it reads, through the same functions as the operator commands (``fleet stat
 - the fleet: the live runners (PostgreSQL only: SQLite records none), each with its host, OS pid,
   since when it is a member, its kinds, its partitions, and its heartbeat age: how long ago its
   lock connection last ran its ownership check (``pg_stat_activity.state_change``, measured on the
-  server's clock; a live runner checks about every second);
+  server's clock; a fleet runner's loop checks about every second);
 - per partition: its owner(s), its due backlog, its oldest due time and how late that is, its
   parked timers;
 - the timers a search names (partition, kind, state, a reference or a part of one), with state,
