@@ -4,7 +4,8 @@ browser. A known store (SQLite, and PostgreSQL when the test server is set) must
 a search finds a timer; a requeue from the page works with actions on and is refused with them
 off; a hostile reference renders as text and runs nothing; no page logs a console error. Each
 browser wait is a liveness bound (30 s), never a speed: a loaded machine cannot make them flake.
-A screenshot of a runner's page, chart included, is written to build/ and its path printed."""
+Screenshots of a runner's page (chart included) and of a PostgreSQL fleet's are written to build/,
+their paths printed."""
 from __future__ import annotations
 
 import os
@@ -359,6 +360,15 @@ def test_actions_off_loopback_without_a_token_or_without_a_page_are_refused(argv
     assert not store.exists()
 
 
+def screenshot(browser, request, path: Path) -> None:
+    """Save the browser's window as the PNG ``path`` and print where, for a person to look at."""
+    path.parent.mkdir(exist_ok=True)
+    browser.save_screenshot(str(path))
+    with request.getfixturevalue("capsys").disabled():
+        print(f"\nstatus page screenshot: {path}")
+    assert path.stat().st_size > 10_000
+
+
 def test_a_runner_serves_the_page_with_its_chart_beside_metrics(browser, tmp_path, request):
     """``run --metrics-port 0`` serves the page at ``/`` beside ``/metrics``; once the runner fired a
     timer, the chart of its own counters is drawn. The screenshot of that page is written to
@@ -382,10 +392,7 @@ def test_a_runner_serves_the_page_with_its_chart_beside_metrics(browser, tmp_pat
         browser.get(base + "/?state=parked")
         wait_text(browser, "#rates", "fired/s")  # two samples of the counters: the first interval drawn
         wait_text(browser, "#partitions", "p3")
-        SCREENSHOT.parent.mkdir(exist_ok=True)
-        browser.save_screenshot(str(SCREENSHOT))
-        request.config.pluginmanager.get_plugin("terminalreporter").write_line(f"status page screenshot: {SCREENSHOT}")
-        assert SCREENSHOT.stat().st_size > 10_000
+        screenshot(browser, request, SCREENSHOT)
         assert browser.find_elements("css selector", "#rates svg polyline")
         assert console_errors(browser) == []
     finally:
@@ -393,10 +400,10 @@ def test_a_runner_serves_the_page_with_its_chart_beside_metrics(browser, tmp_pat
         assert proc.wait(LIVENESS_S) == 0
 
 
-def test_the_fleet_shows_a_live_postgresql_runner_with_its_heartbeat(browser, schema_url, tmp_path):
+def test_the_fleet_shows_a_live_postgresql_runner_with_its_heartbeat(browser, schema_url, tmp_path, request):
     """A runner on PostgreSQL is listed with its host, OS pid, kinds, partitions and a heartbeat age
     (its ownership check runs about every second, so the age stays within a generous bound), and
-    owns the partition in the partitions table."""
+    owns the partition in the partitions table. Its screenshot goes to build/status-page-fleet.png."""
     import socket
 
     with open_store(schema_url) as store:
@@ -415,6 +422,7 @@ def test_the_fleet_shows_a_live_postgresql_runner_with_its_heartbeat(browser, sc
         assert beat and float(beat.group(1)) < LIVENESS_S, cells
         owner = wait_text(browser, "#partitions", f"pid {proc.pid}")
         assert f"{socket.gethostname()} pid {proc.pid}" in owner
+        screenshot(browser, request, SCREENSHOT.with_name("status-page-fleet.png"))
         assert console_errors(browser) == []
     finally:
         server.close()

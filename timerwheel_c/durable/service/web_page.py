@@ -96,10 +96,11 @@ def esc(value) -> str:
     return html.escape(printable(str(value)), quote=True)
 
 
-def _when(ms: Optional[int], now_ms: int) -> str:
+def _when(ms: Optional[int], now_ms: int, *, due: bool = True) -> str:
+    """A time and how far it is from now; a ``due`` time past by a second is marked late."""
     if ms is None:
         return '<span class="muted">-</span>'
-    late = ' class="late"' if ms < now_ms - 1000 else ""
+    late = ' class="late"' if due and ms < now_ms - 1000 else ' class="muted"'
     return f'{esc(local_iso(ms))} <span{late}>({esc(in_words(ms, now_ms))})</span>'
 
 
@@ -138,7 +139,7 @@ def _fleet(fleet: dict, now_ms: int) -> str:
         beat = r.get("heartbeat_ms")
         beat_text = "-" if beat is None else f"{beat / 1000:.1f} s ago"
         rows.append(f"<tr><td>{esc(host)}</td><td class=num>{esc(pid)}</td><td class=num>{esc(r['backend_pid'])}</td>"
-                    f"<td>{_when(r['since_ms'], now_ms)}</td><td>{esc(_kinds_text(r['kinds']))}</td>"
+                    f"<td>{_when(r['since_ms'], now_ms, due=False)}</td><td>{esc(_kinds_text(r['kinds']))}</td>"
                     f"<td>{esc(', '.join(r['partitions']) or '-')}</td><td class=num>{esc(beat_text)}</td></tr>")
     return _table(["host", "pid", "backend pid", "since", "kinds", "partitions", "heartbeat"], rows,
                   "No live runner holds this store's partitions.")
