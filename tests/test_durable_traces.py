@@ -176,3 +176,13 @@ def test_without_opentelemetry_fires_are_not_traced():
     """)
     done = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_bench_row_measures_a_fire_with_and_without_otel():
+    """``bench.durable_traces`` measures each variant in a process of its own (tracing is decided at
+    import) and reports the ratio to the untraced fire; a calibration, so only its shape is checked."""
+    from bench.durable_traces import VARIANTS, fire_costs
+
+    figures = fire_costs(1, 20)
+    assert set(figures) == set(VARIANTS)
+    assert figures["no otel"][1] == 1.0 and all(us > 0 for us, _ in figures.values())

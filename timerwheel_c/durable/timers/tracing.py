@@ -43,18 +43,29 @@ ENABLED = trace is not None
 SPAN_PREFIX = "timerwheel.fire "
 
 
-def _start(handler, partition: str, timer, started_ms: int):
+# A proxy until the application sets its tracer provider, then that provider's tracer: safe to
+# take once, at import.
+_tracer = None if trace is None else trace.get_tracer("timerwheel_c.durable")
+
+
+def _start(handler):
     """The fire's span, started and made current (a context manager yielding the span)."""
-    kind_name = type(handler).__name__
-    tracer = trace.get_tracer("timerwheel_c.durable")
-    return tracer.start_as_current_span(
-        SPAN_PREFIX + kind_name, kind=trace.SpanKind.CONSUMER, record_exception=False, set_status_on_exception=False,
-        attributes={"timerwheel.partition": partition, "timerwheel.kind": int(timer.kind),
-                    "timerwheel.kind_name": kind_name, "timerwheel.reference": reference_text(timer.reference),
-                    "timerwheel.attempt": timer.attempt, "timerwheel.lateness_ms": started_ms - timer.due_at_ms})
+    return _tracer.start_as_current_span(SPAN_PREFIX + type(handler).__name__, kind=trace.SpanKind.CONSUMER,
+                                         record_exception=False, set_status_on_exception=False)
+
+
+def _began(span, handler, partition: str, timer, started_ms: int) -> None:
+    # Built only for a recorded span: the API alone, without an SDK, records nothing.
+    if span.is_recording():
+        span.set_attributes({"timerwheel.partition": partition, "timerwheel.kind": int(timer.kind),
+                             "timerwheel.kind_name": type(handler).__name__,
+                             "timerwheel.reference": reference_text(timer.reference),
+                             "timerwheel.attempt": timer.attempt, "timerwheel.lateness_ms": started_ms - timer.due_at_ms})
 
 
 def _ended(span, outcome: Any) -> None:
+    if not span.is_recording():
+        return
     name = type(outcome).__name__
     span.set_attribute("timerwheel.outcome", name)
     if name == "Retry":
@@ -62,6 +73,8 @@ def _ended(span, outcome: Any) -> None:
 
 
 def _raised(span, exc: BaseException) -> None:
+    if not span.is_recording():
+        return
     span.set_attribute("timerwheel.outcome", f"raised {type(exc).__name__}")
     # Not span.record_exception: its message and traceback would carry a password the handler's
     # error quoted to whatever collector the spans go to.
@@ -75,7 +88,8 @@ def _raised(span, exc: BaseException) -> None:
 def fire(handler, ctx, timer, started_ms: int) -> Any:
     """``handler.fire(ctx, timer)`` inside its span (``ctx.partition`` names the partition,
     ``started_ms`` is the call's start, Unix epoch ms); returns its outcome, raises what it raises."""
-    with _start(handler, ctx.partition, timer, started_ms) as span:
+    with _start(handler) as span:
+        _began(span, handler, ctx.partition, timer, started_ms)
         try:
             outcome = handler.fire(ctx, timer)
         except BaseException as exc:
@@ -87,7 +101,8 @@ def fire(handler, ctx, timer, started_ms: int) -> Any:
 
 async def fire_async(handler, ctx, timer, started_ms: int) -> Any:
     """:func:`fire` of an ``async def fire``: awaited inside its span."""
-    with _start(handler, ctx.partition, timer, started_ms) as span:
+    with _start(handler) as span:
+        _began(span, handler, ctx.partition, timer, started_ms)
         try:
             outcome = await handler.fire(ctx, timer)
         except BaseException as exc:
