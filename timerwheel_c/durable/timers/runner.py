@@ -357,7 +357,7 @@ def run_due(store: Store, partition: str, registry: TimerRegistry, now_ms: int, 
     Raises:
         TypeError / ValueError: bad arguments.
         StoreError (or another exception from the store): rows already processed stay
-        processed, the rest wait for the next tick.
+            processed, the rest wait for the next tick.
     """
     now_ms = check_args(partition, registry, now_ms, budget)
     pace = Pace() if pace is None else pace
