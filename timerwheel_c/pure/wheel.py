@@ -469,7 +469,7 @@ class TimerWheel:
         """``advance(now_ms)`` returning the fired tokens as a 1-d ndarray of uint64, in fire order.
 
         Raises:
-            as ``advance``.
+            TypeError / ValueError: as ``advance``.
         """
         if now_ms is _MISSING:
             raise TypeError(_missing_error("advance_array", "now_ms"))

@@ -24,6 +24,7 @@ import inspect
 import time
 from typing import Callable, Optional
 
+from ..timers import tracing
 from ..timers.registry import TimerContext
 from ..timers.runner import Attempt
 from ..storage.store import Store
@@ -39,6 +40,7 @@ RUN_S = 0.01  # the longest run of one partition's rows the queue serves, at the
 RESCUE_S = 0.25  # a sync call running this long gives up the rows queued behind it in its chunk
 _WATCH_S = 0.05  # the watchdog's period while sync chunks are in flight
 _MEAN_WEIGHT = 0.1  # of the newest handler duration in the running mean
+_TRACED = tracing.ENABLED  # decided once: without opentelemetry-api a fire pays no tracing check beyond this
 
 
 class FairQueue:
@@ -235,7 +237,11 @@ class Executor:
         attempt = Attempt(time.monotonic, self.wall_ms, lambda: job.cancelled_by is not None)
         try:
             with attempt:
-                attempt.outcome = await job.claimed.handler.fire(self._context(job), job.claimed.timer)
+                if _TRACED:
+                    attempt.outcome = await tracing.fire_async(job.claimed.handler, self._context(job),
+                                                               job.claimed.timer, attempt.started_ms)
+                else:
+                    attempt.outcome = await job.claimed.handler.fire(self._context(job), job.claimed.timer)
         except asyncio.CancelledError:
             if job.cancelled_by != "timeout":
                 raise
@@ -274,7 +280,11 @@ class Executor:
                     break
                 chunk.current, chunk.started_s = i, time.monotonic()
             with Attempt(time.monotonic, self.wall_ms) as attempt:
-                attempt.outcome = job.claimed.handler.fire(self._context(job), job.claimed.timer)
+                if _TRACED:
+                    attempt.outcome = tracing.fire(job.claimed.handler, self._context(job), job.claimed.timer,
+                                                   attempt.started_ms)
+                else:
+                    attempt.outcome = job.claimed.handler.fire(self._context(job), job.claimed.timer)
             attempts.append(attempt)
         with chunk.lock:
             chunk.current = None

@@ -44,7 +44,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from . import keys, names, parking, schedules
+from . import keys, names, parking, schedules, tracing
 from .claim import (PAGE, ClaimedTimer, Claimer, Claims, check_args, claim_due, claim_due_across, due_request,
                     release_claims)
 from .registry import Done, Reschedule, Retry, TimerContext, TimerRegistry
@@ -60,6 +60,7 @@ __all__ = [
 log = logging.getLogger("timerwheel_c.durable")
 
 NO_PROGRESS_WAKE_MS = 5_000
+_TRACED = tracing.ENABLED  # decided once: without opentelemetry-api a fire pays no tracing check beyond this
 
 
 class Attempt:
@@ -104,7 +105,10 @@ def fire(store: Store, partition: str, now_ms: int, claimed: ClaimedTimer, repor
     """Call ``claimed``'s handler and :func:`settle` its outcome (or exception); returns the batch
     to commit, or None for a counted failure."""
     with Attempt(clock, lambda: now_ms) as attempt:
-        attempt.outcome = claimed.handler.fire(TimerContext(store, partition, now_ms), claimed.timer)
+        if _TRACED:
+            attempt.outcome = tracing.fire(claimed.handler, TimerContext(store, partition, now_ms), claimed.timer, now_ms)
+        else:
+            attempt.outcome = claimed.handler.fire(TimerContext(store, partition, now_ms), claimed.timer)
     return settle(partition, claimed, report, attempt.outcome, attempt.error, now_ms=now_ms)
 
 
@@ -353,7 +357,7 @@ def run_due(store: Store, partition: str, registry: TimerRegistry, now_ms: int, 
     Raises:
         TypeError / ValueError: bad arguments.
         StoreError (or another exception from the store): rows already processed stay
-        processed, the rest wait for the next tick.
+            processed, the rest wait for the next tick.
     """
     now_ms = check_args(partition, registry, now_ms, budget)
     pace = Pace() if pace is None else pace

@@ -1,0 +1,188 @@
+"""Each fire of a durable timer is an OpenTelemetry span when opentelemetry-api is installed, and
+costs nothing when it is not.
+
+The spans are read from opentelemetry-sdk's in-memory exporter, behind the process's one tracer
+provider (set once here: OpenTelemetry refuses to replace it). Time is injected as ``now_ms`` in the
+runner's tests; the service's tests wait on their own outcome with a generous liveness bound.
+"""
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+pytest.importorskip("opentelemetry.sdk.trace", reason="the test extra's opentelemetry-sdk reads the spans")
+
+from opentelemetry import trace  # noqa: E402
+from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
+
+from timerwheel_c.durable import DurableTimerService, schedule  # noqa: E402
+from timerwheel_c.durable.storage.sqlite import SQLiteStore  # noqa: E402
+from timerwheel_c.durable.timers import tracing  # noqa: E402
+from timerwheel_c.durable.timers.registry import Done, Retry, TimerHandler, TimerKind, TimerRegistry  # noqa: E402
+from timerwheel_c.durable.timers.runner import run_due  # noqa: E402
+
+NOW = 1_800_000_000_000
+P = "traces"
+
+
+@pytest.fixture(scope="module")
+def exporter():
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
+        provider = TracerProvider()
+        trace.set_tracer_provider(provider)
+    found = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(found))
+    yield found
+    found.shutdown()
+
+
+def _fires(exporter) -> list:
+    return [s for s in exporter.get_finished_spans() if s.name.startswith(tracing.SPAN_PREFIX)]
+
+
+class Expire(TimerHandler):
+    kind = TimerKind(1)
+
+    def fire(self, ctx, timer):
+        with trace.get_tracer("app").start_as_current_span("send reminder"):
+            return Done()
+
+
+class Flaky(TimerHandler):
+    kind = TimerKind(2)
+
+    def fire(self, ctx, timer):
+        raise ConnectionError("could not reach postgresql://app:hunter2@db/app")
+
+
+class Later(TimerHandler):
+    kind = TimerKind(3)
+
+    def fire(self, ctx, timer):
+        return Retry()
+
+
+def test_a_runner_fire_is_a_span_with_the_timer_its_lateness_and_outcome(exporter):
+    """A fired timer's span names its kind by its handler and carries partition, kind, reference
+    (as text), attempt, lateness (the tick's time minus the due time, injected) and outcome; a span
+    the handler starts is its child."""
+    exporter.clear()
+    store = SQLiteStore(":memory:")
+    schedule(store, P, NOW - 250, 1, b"order-42")
+    report = run_due(store, P, TimerRegistry().register(Expire()), NOW)
+    assert report.fired == 1
+    (span,) = _fires(exporter)
+    assert span.name == "timerwheel.fire Expire" and span.kind == trace.SpanKind.CONSUMER
+    assert dict(span.attributes) == {"timerwheel.partition": P, "timerwheel.kind": 1, "timerwheel.kind_name": "Expire",
+                                     "timerwheel.reference": "'order-42'", "timerwheel.attempt": 1,
+                                     "timerwheel.lateness_ms": 250, "timerwheel.outcome": "Done"}
+    assert span.status.status_code == trace.StatusCode.UNSET
+    (child,) = [s for s in exporter.get_finished_spans() if s.name == "send reminder"]
+    assert child.parent is not None and child.parent.span_id == span.context.span_id
+    assert child.context.trace_id == span.context.trace_id
+
+
+def test_a_failed_attempt_is_an_error_span_whose_exception_has_its_password_masked(exporter):
+    """A handler that raises gives an ERROR span with an ``exception`` event; the password its
+    message quotes reaches neither the event nor the status (as in the log lines). A Retry() is an
+    ERROR span too. A binary reference is written as hex."""
+    exporter.clear()
+    store = SQLiteStore(":memory:")
+    schedule(store, P, NOW, 2, b"\xff\x00")
+    schedule(store, P, NOW, 3, b"later")
+    report = run_due(store, P, TimerRegistry().register(Flaky()).register(Later()), NOW)
+    assert report.failed == 2
+    spans = {s.attributes["timerwheel.kind"]: s for s in _fires(exporter)}
+    raised, retried = spans[2], spans[3]
+    assert raised.attributes["timerwheel.outcome"] == "raised ConnectionError"
+    assert raised.attributes["timerwheel.reference"] == "hex ff00"
+    assert raised.status.status_code == trace.StatusCode.ERROR
+    (event,) = [e for e in raised.events if e.name == "exception"]
+    assert event.attributes["exception.type"] == "ConnectionError"
+    assert "could not reach" in event.attributes["exception.message"]
+    assert "ConnectionError" in event.attributes["exception.stacktrace"]
+    shown = [raised.status.description, *event.attributes.values()]
+    assert all("hunter2" not in str(text) for text in shown) and "***" in event.attributes["exception.message"]
+    assert retried.attributes["timerwheel.outcome"] == "Retry"
+    assert retried.status.status_code == trace.StatusCode.ERROR
+
+
+class AsyncExpire(TimerHandler):
+    kind = TimerKind(4)
+
+    async def fire(self, ctx, timer):
+        await asyncio.sleep(0)
+        with trace.get_tracer("app").start_as_current_span("async child"):
+            return Done()
+
+
+def test_the_service_traces_its_sync_and_async_fires(exporter):
+    """A service's fires, on its worker threads and on its loop, are spans too, each the parent of
+    what its handler starts. The waits are liveness bounds."""
+    exporter.clear()
+    store = SQLiteStore(":memory:")
+    registry = TimerRegistry().register(Expire()).register(AsyncExpire())
+    with DurableTimerService(store, registry, [P]) as service:
+        now_ms = time.time_ns() // 1_000_000
+        service.schedule(P, now_ms, TimerKind(1), b"sync-1")
+        service.schedule(P, now_ms, TimerKind(4), b"async-1")
+        deadline = time.monotonic() + 30
+        while len(_fires(exporter)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    fire_sync, fire_async = spans["timerwheel.fire Expire"], spans["timerwheel.fire AsyncExpire"]
+    assert fire_sync.attributes["timerwheel.reference"] == "'sync-1'"
+    assert fire_async.attributes["timerwheel.outcome"] == "Done"
+    assert fire_sync.attributes["timerwheel.lateness_ms"] >= 0
+    assert spans["send reminder"].parent.span_id == fire_sync.context.span_id
+    assert spans["async child"].parent.span_id == fire_async.context.span_id
+
+
+def test_without_opentelemetry_fires_are_not_traced():
+    """With opentelemetry not importable, the check is made once at import (ENABLED False in the
+    runner and the executor) and a service still fires: the otel extra is optional."""
+    source = textwrap.dedent("""
+        import sys, time
+        sys.modules["opentelemetry"] = None      # as if opentelemetry-api were not installed
+        from timerwheel_c.durable import DurableTimerService, SQLiteStore
+        from timerwheel_c.durable.service import executor
+        from timerwheel_c.durable.timers import runner, tracing
+        from timerwheel_c.durable.timers.registry import Done, TimerHandler, TimerKind, TimerRegistry
+        assert not tracing.ENABLED and not runner._TRACED and not executor._TRACED
+
+        fired = []
+        class Count(TimerHandler):
+            kind = TimerKind(1)
+            def fire(self, ctx, timer):
+                fired.append(timer.reference)
+                return Done()
+
+        store = SQLiteStore(":memory:")
+        with DurableTimerService(store, TimerRegistry().register(Count()), ["p"]) as service:
+            service.schedule("p", time.time_ns() // 1_000_000, TimerKind(1), b"r")
+            deadline = time.monotonic() + 30
+            while not fired and time.monotonic() < deadline:
+                time.sleep(0.01)
+        assert fired == [b"r"], fired
+        assert "opentelemetry.trace" not in sys.modules
+    """)
+    done = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_bench_row_measures_a_fire_with_and_without_otel():
+    """``bench.durable_traces`` measures each variant in a process of its own (tracing is decided at
+    import) and reports the ratio to the untraced fire; a calibration, so only its shape is checked."""
+    from bench.durable_traces import VARIANTS, fire_costs
+
+    figures = fire_costs(1, 20)
+    assert set(figures) == set(VARIANTS)
+    assert figures["no otel"][1] == 1.0 and all(us > 0 for us, _ in figures.values())
