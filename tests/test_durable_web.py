@@ -449,3 +449,38 @@ def test_a_search_names_a_bad_field_and_stops_reading_at_its_bound(known, monkey
         assert data["more"] and len(data["timers"]) <= 1, data["timers"]
     finally:
         page.close()
+
+
+def test_each_action_changes_what_it_names_and_nothing_else(known):
+    """fire-now makes a scheduled timer due now; requeue refuses a scheduled one (409, it is for
+    parked or retrying timers); cancel removes one; pause and resume flip a schedule; a malformed or
+    unknown action is a 400 naming it."""
+    from timerwheel_c.durable.service.web import Refused
+    from timerwheel_c.durable.timers.schedules import get_schedule
+
+    page = StatusPage(open_store(known), known, actions=True)
+
+    def act(action: str, target: bytes, partition: str, kind: int = KIND) -> str:
+        return page.act({"token": page.form_token, "act": f"{action} {kind} {target.hex()} {partition}"})
+
+    try:
+        before_ms = wall_ms()
+        assert act("fire-now", b"order-1", "p1").startswith("fire-now: partition 'p1'")
+        timer = get_timer(page.store, "p1", KIND, b"order-1")
+        assert timer.state == "scheduled" and before_ms <= timer.due_at_ms <= wall_ms()
+        with pytest.raises(Refused, match="nothing pending") as refused:
+            act("requeue", b"late-1", "p1")
+        assert refused.value.status == 409
+        act("cancel", b"late-1", "p1")
+        assert get_timer(page.store, "p1", KIND, b"late-1") is None
+        act("pause", b"nightly", "p1", 0)
+        assert get_schedule(page.store, "p1", "nightly").paused
+        act("resume", b"nightly", "p1", 0)
+        assert not get_schedule(page.store, "p1", "nightly").paused
+        for form, needle in (({"act": "requeue 7 zz p1"}, "malformed"), ({"act": "drop 7 00 p1"}, "'drop'")):
+            with pytest.raises(Refused, match=needle) as refused:
+                page.act({"token": page.form_token, **form})
+            assert refused.value.status == 400
+        assert get_timer(page.store, "p2", KIND, b"order-2").state == "parked"
+    finally:
+        page.close()
