@@ -40,13 +40,14 @@ import time
 from typing import Iterable, Optional
 
 from ..storage.errors import is_transient
+from ..storage.redact import redact
 from ..storage.store import Store, check_partition, check_store
 from ..storage.watch import Watcher
 from ..timers import keys, writer
 from ..timers.claim import release_rows
 from ..timers.deadline import deadline_factory
 from ..timers.due import due_at_ms_of
-from ..timers.registry import TimerKind, TimerRegistry
+from ..timers.registry import TimerKind, TimerRegistry, check_registry
 from ..timers.runner import PAGE, Attempt, RunReport, TickBudget, settle
 from .activity import Activity
 from .committer import ERROR_BACKOFF_S, Committer, backoff_s
@@ -151,10 +152,9 @@ class DurableTimerService:
         separate_commits: bool = False,
     ):
         check_store(store)
-        if not isinstance(registry, TimerRegistry):
-            raise TypeError(f"registry must be a TimerRegistry, got {type(registry).__name__} {registry!r}")
+        check_registry(registry)
         if isinstance(partitions, str):
-            raise TypeError(f"partitions must be an iterable of str, not the str {partitions!r}")
+            raise TypeError(f"partitions must be an iterable of str, not the str {redact(partitions)!r}")
         if not isinstance(budget, TickBudget):
             raise TypeError(f"budget must be a TickBudget, got {type(budget).__name__} {budget!r}")
         if isinstance(concurrency, bool) or not isinstance(concurrency, int):

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Container, Optional, Union
 
 from . import keys, names, parking, schedules
-from .registry import DueTimer, TimerHandler, TimerRegistry
+from .registry import DueTimer, TimerHandler, TimerRegistry, check_registry
 from .tick import DEFAULT_BUDGET, RunReport, TickBudget, backoff_ms
 from ..storage.store import Absent, Batch, Committed, Equals, Page, Refused, Store, check_partition
 
@@ -373,8 +373,7 @@ def check_args(partition, registry, now_ms, budget) -> int:
         TypeError / ValueError: naming the bad argument.
     """
     check_partition(partition)
-    if not isinstance(registry, TimerRegistry):
-        raise TypeError(f"registry must be a TimerRegistry, got {type(registry).__name__} {registry!r}")
+    check_registry(registry)
     if not isinstance(budget, TickBudget):
         raise TypeError(f"budget must be a TickBudget, got {type(budget).__name__} {budget!r}")
     return keys.check_uint("now_ms", now_ms, keys.MAX_DUE_MS)
