@@ -61,9 +61,12 @@ def test_changing_a_missing_schedule_is_one_line_and_exit_2(url, capsys):
 
 def test_an_unopenable_store_is_one_line_and_exit_2(tmp_path, capsys):
     url = "sqlite:///" + str(tmp_path / "missing-dir" / "s.db")
-    assert main(["schedules", "list", "--store", url]) == 2
+    assert main(["schedules", "add", "--store", url, "--partition", "p", "s", "--every", "60", "--kind", "1"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "cannot open store" in err
+    assert main(["schedules", "list", "--store", url]) == 2  # list never creates a file: it says there is none
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no SQLite store at" in err
 
 
 def test_a_next_fire_past_the_year_9999_is_shown_as_a_dash(url, capsys):

@@ -27,6 +27,9 @@ else objects with ``backend_pid``, ``name``, ``client_addr``, ``since``/``since_
 SQLite), ``due_backlog``, ``due_backlog_capped``, ``oldest_due_at``/``oldest_due_at_ms``,
 ``parked``, ``parked_capped``); times are ISO 8601 UTC and Unix epoch ms.
 
+It only reads: no DDL (a PostgreSQL role with SELECT on the store's tables suffices), a database
+without a store is refused ("no timerwheel_c store here"), and a SQLite file is opened read-only.
+
 Exit status: 0; 2, with one line on stderr, on a store that cannot be opened or read.
 """
 from __future__ import annotations
@@ -140,7 +143,7 @@ def _tables(state: dict) -> str:
 def main(args) -> int:
     """Print the fleet's status; 0, or 2 on a store that cannot be opened or read (one line on stderr)."""
     command = f"fleet {args.action}"
-    store = open_or_say(command, args.store, existing=True)
+    store = open_or_say(command, args.store, existing=True, read_only=True)
     if store is None:
         return 2
     try:

@@ -12,7 +12,9 @@ runners (``timerwheel-c run``) fire the occurrences; these commands only write t
 
 Exit status: 0 on success; 2, with one line on stderr naming the offending value, on a bad argument
 (a bad cron field, an unknown zone, an interval <= 0, a kind outside 1..255, a schedule that does
-not exist) or a store that cannot be opened.
+not exist) or a store that cannot be opened. ``list`` only reads:
+no DDL (a PostgreSQL role with SELECT on the store's tables suffices), a database without a store is
+refused ("no timerwheel_c store here"), and a SQLite file is opened read-only.
 """
 from __future__ import annotations
 
@@ -99,7 +101,7 @@ def main(args) -> int:
     except (TypeError, ValueError) as exc:
         print(f"timerwheel-c {command}: {exc}", file=sys.stderr)
         return 2
-    store = open_or_say(command, args.store)
+    store = open_or_say(command, args.store, existing=args.action == "list", read_only=args.action == "list")
     if store is None:
         return 2
     try:
