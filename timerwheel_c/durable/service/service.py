@@ -25,8 +25,8 @@ most every :data:`RECHECK_MIN_S`), so a timer in a partition no runner owns yet 
 emptied) fires as promptly as any other.
 
 Store errors are counted and logged (:meth:`DurableTimerService._store_failed`): transient ones
-(:class:`~timerwheel_c.durable.storage.errors.TransientStoreError`) at WARNING in
-``transient_errors``, anything else at ERROR with its traceback, in ``other_errors``. Anything a
+(:class:`~timerwheel_c.durable.storage.errors.TransientStoreError`) in ``transient_errors``, at
+WARNING for the first of a run of failures (later ones at DEBUG, until a call succeeds), anything else at ERROR with its traceback, in ``other_errors``. Anything a
 handler raises, ``SystemExit`` and ``KeyboardInterrupt`` included, is that handler's failure.
 Nothing but :meth:`stop` ends the thread; should it end otherwise, :attr:`died` holds why.
 """
@@ -429,8 +429,10 @@ class DurableTimerService:
                 self.other_errors += 1
         if is_transient(exc):
             first = (str(exc).strip().splitlines() or [""])[0]
-            log.warning("durable timer %s failed (%d in a row) on a transient store error, %s: %s; retrying in %.2f s",
-                        what, failures, type(exc).__name__, first, delay_s)
+            # Once per episode: a failover or a read-only period fails every retry until it ends.
+            log.log(logging.WARNING if failures == 1 else logging.DEBUG,
+                    "durable timer %s failed (%d in a row) on a transient store error, %s: %s; retrying in %.2f s",
+                    what, failures, type(exc).__name__, first, delay_s)
         else:
             log.error("durable timer %s failed (%d in a row) on an unexpected store error; retrying in %.2f s",
                       what, failures, delay_s, exc_info=(type(exc), exc, exc.__traceback__))

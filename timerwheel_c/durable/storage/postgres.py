@@ -88,14 +88,17 @@ SCHEMA_VERSION = _MIGRATIONS[-1][0]
 _QUERIES = queries("postgres")
 # SQLSTATEs of passing conditions (https://www.postgresql.org/docs/current/errcodes-appendix.html),
 # by class: 08 connection exception, 40 transaction rollback (serialization failure, deadlock),
-# 53 insufficient resources (too many connections, out of memory) but for 53100 disk full, which
-# stays until someone frees space, and 57 operator intervention (admin or crash shutdown, cannot
-# connect now, query canceled) but for 57P04 database dropped; 55P03 lock not available and 55006
-# object in use. Everything else (22 data exception, 23 integrity, 54 program limit exceeded such as
-# an index row too large, 42 syntax or access, XX internal) is permanent.
+# 53 insufficient resources (too many connections, out of memory, disk full) and 57 operator
+# intervention (admin or crash shutdown, cannot connect now, query canceled) but for 57P04 database
+# dropped; 55P03 lock not available, 55006 object in use, and 25006 read-only SQL transaction (a
+# standby during a failover, or default_transaction_read_only set for maintenance). A full disk and
+# a read-only server refuse every write, whatever the row: a store-wide refusal, which ends when
+# space is freed or writes come back, so a runner backs off and retries rather than quarantine the
+# rows it met meanwhile. Everything else (22 data exception, 23 integrity, 54 program limit exceeded
+# such as an index row too large, 42 syntax or access, XX internal) is permanent.
 _TRANSIENT_CLASSES = ("08", "40", "53", "57")
-_PERMANENT_IN_TRANSIENT_CLASSES = ("53100", "57P04")
-_TRANSIENT_STATES = ("55P03", "55006")
+_PERMANENT_IN_TRANSIENT_CLASSES = ("57P04",)
+_TRANSIENT_STATES = ("55P03", "55006", "25006")
 
 
 def is_transient_sqlstate(sqlstate: Optional[str]) -> bool:
@@ -165,8 +168,8 @@ class PostgresStore(Store):
             server crash may lose the last commits, each one whole, never half of one.
         read_only: for the commands that only read: no DDL runs (the schema is neither created
             nor upgraded) and the session is ``default_transaction_read_only``, so a role with
-            SELECT alone on the table and ``<table>_meta`` can open it; a write fails with a
-            PermanentStoreError.
+            SELECT alone on the table and ``<table>_meta`` can open it; a write fails (SQLSTATE
+            25006).
 
     Raises:
         TypeError / ValueError: a bad argument.

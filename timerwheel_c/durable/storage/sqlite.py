@@ -64,17 +64,20 @@ SCHEMA_VERSION = _MIGRATIONS[-1][0]
 _TABLES = {"timerwheel_kv": ("partition", "key", "value"), "timerwheel_meta": ("name", "value")}
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 # SQLite's primary result codes (https://sqlite.org/rescode.html) of passing conditions: BUSY,
-# LOCKED, NOMEM, INTERRUPT, PROTOCOL (a WAL lock race) and SCHEMA (another connection changed it).
-_TRANSIENT_CODES = {5: "SQLITE_BUSY", 6: "SQLITE_LOCKED", 7: "SQLITE_NOMEM", 9: "SQLITE_INTERRUPT",
-                    15: "SQLITE_PROTOCOL", 17: "SQLITE_SCHEMA"}
+# LOCKED, NOMEM, INTERRUPT, PROTOCOL (a WAL lock race) and SCHEMA (another connection changed it),
+# and the store-wide refusals of a file that was open for writing: READONLY (the file or its
+# filesystem turned read-only) and FULL (the disk), which end when someone steps in, and which a
+# runner backs off from rather than quarantine the rows it met. Opening a file refuses them at
+# once (PermanentStoreError, see SQLiteStore._open_error).
+_TRANSIENT_CODES = {5: "SQLITE_BUSY", 6: "SQLITE_LOCKED", 7: "SQLITE_NOMEM", 8: "SQLITE_READONLY", 9: "SQLITE_INTERRUPT",
+                    13: "SQLITE_FULL", 15: "SQLITE_PROTOCOL", 17: "SQLITE_SCHEMA"}
 # Python before 3.11 gives no result code; SQLite's fixed text for each code (sqlite3_errstr(),
 # which is what sqlite3_errmsg() returns for these) maps the message back to it, there only.
 _ERRSTR_CODES = {"database is locked": 5, "database table is locked": 6, "out of memory": 7, "interrupted": 9,
                  "locking protocol": 15, "database schema has changed": 17, "database or disk is full": 13,
                  "attempt to write a readonly database": 8, "disk I/O error": 10, "unable to open database file": 14,
                  "database disk image is malformed": 11, "file is not a database": 26}
-_CODE_NAMES = {**_TRANSIENT_CODES, 8: "SQLITE_READONLY", 10: "SQLITE_IOERR", 11: "SQLITE_CORRUPT",
-               13: "SQLITE_FULL", 14: "SQLITE_CANTOPEN", 26: "SQLITE_NOTADB"}
+_CODE_NAMES = {**_TRANSIENT_CODES, 10: "SQLITE_IOERR", 11: "SQLITE_CORRUPT", 14: "SQLITE_CANTOPEN", 26: "SQLITE_NOTADB"}
 
 
 def result_code(exc: sqlite3.Error) -> tuple:
@@ -112,7 +115,7 @@ class SQLiteStore(Store):
             nothing is created, upgraded or written, so a file this process may not write (or in a
             directory it may not write) can be read. A file without a ``-wal`` beside it (no
             connection has it open) is read as ``immutable``, which needs no lock or shared-memory
-            file; a write then fails with a PermanentStoreError.
+            file; a write then fails (SQLITE_READONLY).
 
     Raises:
         TypeError / ValueError: a bad argument, or a URL given as the path (use
@@ -218,7 +221,7 @@ class SQLiteStore(Store):
         """The error to raise when the file cannot be opened: it names the path and, where the
         cause is visible from here, says it (SQLite itself only says "unable to open")."""
         error = self._error(exc)
-        if isinstance(error, TransientStoreError) or self.path == ":memory:":
+        if result_code(exc)[0] in (5, 6) or self.path == ":memory:":  # busy or locked: worth retrying
             return error
         path = os.path.abspath(self.path)
         parent = os.path.dirname(path)
