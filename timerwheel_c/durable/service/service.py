@@ -16,7 +16,8 @@ The service composes three parts, each in its own module, around one loop:
 
 The loop (this module) runs a pass, hands its rows to the executor, then sleeps until the
 earliest of: the next due time of the pass (converted to a *monotonic* deadline once, so a
-wall-clock jump cannot stall it), a *kick*, and ``max_sleep_s`` (a safety net). A kick comes
+wall-clock jump cannot stall it), a step of the wall clock either way (read every second), a
+*kick*, and ``max_sleep_s`` (a safety net). A kick comes
 from the store's change signal (:meth:`Store.watch`: PostgreSQL ``NOTIFY``, SQLite
 ``data_version``), so a timer written by any process wakes the thread; from :meth:`schedule` /
 :meth:`notify` in this process; from a handler slot freeing up while due rows wait for one; and
@@ -66,6 +67,11 @@ RECHECK_MIN_S = 0.02  # the most often a change signal makes a fleet runner re-c
 _DEFAULT_BUDGET = TickBudget()
 _TEARDOWN_S = 1.0  # seconds stop() allows, past its timeout, for the thread to close its watcher and exit
 _NS_PER_MS = 1_000_000
+#: Seconds between two reads of the wall clock during a sleep, and the change (ns) of the wall
+#: clock against the monotonic one that counts as a step: a step either way ends the sleep, whose
+#: deadline was converted from a due time under the old reading (see :meth:`_wall_clock_stepped`).
+CLOCK_CHECK_S = 1.0
+CLOCK_STEP_NS = 100_000_000
 
 
 def _check_positive(name: str, value: object, unit: str) -> float:
@@ -534,11 +540,23 @@ class DurableTimerService:
         assert self._kick is not None  # set by the serving loop before it first sleeps
         kick = asyncio.ensure_future(self._kick.wait())
         timer = asyncio.ensure_future(deadline(at_ns))
+        step = asyncio.ensure_future(self._wall_clock_stepped())
         try:
-            await asyncio.wait({kick, timer}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({kick, timer, step}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             kick.cancel()
             timer.cancel()
+            step.cancel()
+
+    async def _wall_clock_stepped(self) -> None:
+        """Return once the wall clock steps (moves against the monotonic clock by more than
+        :data:`CLOCK_STEP_NS`), read every :data:`CLOCK_CHECK_S`. A sleep's deadline is monotonic,
+        converted from a due time by the wall clock of its pass: a pass run while the clock was set
+        back an hour sleeps up to ``max_sleep_s``, and only this ends that sleep once the clock is
+        corrected (a step forward makes timers due now), within about a second."""
+        offset_ns = self._wall_ns() - time.monotonic_ns()
+        while abs(self._wall_ns() - time.monotonic_ns() - offset_ns) <= CLOCK_STEP_NS:
+            await asyncio.sleep(CLOCK_CHECK_S)  # the loop's monotonic clock: a step does not move it
 
     # -- between the parts ------------------------------------------------------------------
     def _slot_freed(self) -> None:
