@@ -44,10 +44,9 @@ from ..._helptext import terminal_text
 from ..storage.errors import StoreError
 from ..storage.redact import redact
 from ..storage.sqlite import SQLiteStore
-from ..timers.writer import list_timers
 from .cli import OneLineErrors, first_line, open_or_say, store_url
 from .cli_text import in_words, local_iso, table, utc_iso
-from .metrics import BACKLOG_CAP, due_backlog
+from .metrics import BACKLOG_CAP, due_backlog, parked_count
 
 _RUNNER_COLUMNS = ["backend_pid", "name", "client", "since", "kinds", "partitions"]
 _PARTITION_COLUMNS = ["partition", "owner", "due_backlog", "oldest_due", "parked"]
@@ -99,7 +98,7 @@ def status(store, now_ms: int) -> dict:
     partitions = []
     for p in store.partitions():
         backlog, oldest_ms = due_backlog(store, p, now_ms)
-        parked = len(list_timers(store, p, state="parked", limit=BACKLOG_CAP))
+        parked = parked_count(store, p)
         partitions.append({"partition": p, "owners": None if runners is None else owners.get(p, []),
                            "due_backlog": backlog, "due_backlog_capped": backlog >= BACKLOG_CAP,
                            "oldest_due_at": None if oldest_ms is None else utc_iso(oldest_ms),

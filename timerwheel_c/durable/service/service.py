@@ -53,7 +53,7 @@ from ..timers.runner import PAGE, Attempt, RunReport, TickBudget, settle
 from .activity import Activity
 from .committer import ERROR_BACKOFF_S, Committer, backoff_s
 from .executor import SHARE_S, Executor
-from .metrics import BACKLOG_EVERY_S, MetricsSnapshot, Recorder, due_backlog
+from .metrics import BACKLOG_EVERY_S, MetricsSnapshot, Recorder, due_backlog, parked_count
 from .passes import Passes
 from .pool import DaemonExecutor, DaemonPool
 from .records import Job, Outcome
@@ -213,7 +213,7 @@ class DurableTimerService:
         self.recorder = Recorder()
         self._release_on_stop = False
         self._jobs: dict = {}  # claimed key -> Job, for the rows in flight (release on stop)
-        self._backlog_cache: tuple = (-math.inf, {})  # (monotonic s, due rows by partition)
+        self._backlog_cache: tuple = (-math.inf, ({}, {}))  # (monotonic s, (due rows, parked timers) by partition)
         self.passes = 0
         self.fired = 0
         self.failed = 0
@@ -574,6 +574,7 @@ class DurableTimerService:
         self.activity.fire(job.partition, timer, job.claimed.handler, attempt.started_ms - timer.due_at_ms, what)
         if timer.attempt == 1:
             self.recorder.lateness((attempt.started_ms - timer.due_at_ms) / 1000)
+        self.recorder.handler_duration(attempt.took_s)
         report = self._settle_report  # one report until a failure is counted: most fires allocate none
         batch = settle(job.partition, job.claimed, report, attempt.outcome, error, now_ms=self._wall_ms())
         if report.failed:  # a failed attempt: its row stays backed off (batch None) or parks (batch)
@@ -659,19 +660,20 @@ class DurableTimerService:
         ``backlog_timeout_s`` is 0 (a health check's cheap read), it is empty.
         Never raises on a store error.
         """
-        fired, failed, parked, lateness = self.recorder.counts()
+        fired, failed, parked, lateness, durations = self.recorder.counts()
         backlog: dict = {}
+        parked_now: dict = {}
         pool = self._store_pool
         cached_at_s, cached = self._backlog_cache
         if self.running and pool is not None and backlog_timeout_s > 0:
             if time.monotonic() - cached_at_s < BACKLOG_EVERY_S:
-                backlog = cached
+                backlog, parked_now = cached
             else:
                 try:
-                    backlog = pool.submit(self._backlog).result(timeout=backlog_timeout_s)
+                    backlog, parked_now = pool.submit(self._backlog).result(timeout=backlog_timeout_s)
                 except Exception:  # a store down or slow: the other figures still tell the story
-                    backlog = {}
-                self._backlog_cache = (time.monotonic(), backlog)
+                    backlog, parked_now = {}, {}
+                self._backlog_cache = (time.monotonic(), (backlog, parked_now))
         with self._lock:
             errors = {"transient": self.transient_errors, "permanent": self.other_errors}
         progress = self._passes.answered_s
@@ -683,12 +685,14 @@ class DurableTimerService:
             owned = len(self.ownership.last_owned())  # never a round trip here: see last_owned()
         return MetricsSnapshot(
             fired=fired, failed=failed, parked={**{kind: 0 for kind in self.registry.kinds()}, **parked},
-            lateness=lateness,
-            due_backlog=backlog, owned_partitions=owned, store_errors=errors,
+            lateness=lateness, handler_duration=durations,
+            due_backlog=backlog, parked_timers=parked_now, owned_partitions=owned, store_errors=errors,
             handlers_in_flight=self.in_flight, running=self.running,
             last_progress_age_s=None if progress is None else time.monotonic() - progress)
 
-    def _backlog(self) -> dict:
-        """On the store thread: due rows per served partition, each counted up to BACKLOG_CAP."""
+    def _backlog(self) -> tuple:
+        """On the store thread: ``(due rows, parked timers)`` per served partition, each counted up to BACKLOG_CAP."""
         now_ms = self._wall_ms()
-        return {partition: due_backlog(self.store, partition, now_ms)[0] for partition in self._served()}
+        served = self._served()
+        return ({partition: due_backlog(self.store, partition, now_ms)[0] for partition in served},
+                {partition: parked_count(self.store, partition) for partition in served})
