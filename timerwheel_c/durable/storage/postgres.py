@@ -225,7 +225,7 @@ class PostgresStore(Store):
         ``to_regclass`` looks the tables up on the search path without needing a privilege on them."""
         conn = self._connection()
         has_table, has_meta = conn.execute("SELECT to_regclass(%s) IS NOT NULL, to_regclass(%s) IS NOT NULL",
-                                           (self.table, f"{self.table}_meta")).fetchone()
+                                           (self.table, f"{self.table}_meta")).fetchall()[0]
         found: Optional[int] = None
         where = f"PostgreSQL table {self.table!r}"
         if has_table:

@@ -165,25 +165,16 @@ class SQLiteStore(Store):
                 isolation_level=None, check_same_thread=False, uri=bool(read_only))
         except sqlite3.Error as exc:
             raise self._open_error(exc) from exc
-        if read_only:
-            try:
-                self._while_busy(self._refuse_foreign_tables)
-                self._while_busy(self._check_schema)
-            except sqlite3.Error as exc:
-                self._db.close()
-                raise self._open_error(exc) from exc
-            except BaseException:
-                self._db.close()
-                raise
-            self._checkpointer = None
-            return
         try:
             # Checked before anything is written: a foreign file must come out as it went in.
             self._while_busy(self._refuse_foreign_tables)
-            if self.path != ":memory:":
-                self._while_busy(lambda: self._db.execute("PRAGMA journal_mode=WAL"))
-            self._db.execute(f"PRAGMA synchronous={synchronous}")
-            self._while_busy(self._create_schema)
+            if read_only:
+                self._while_busy(self._check_schema)
+            else:
+                if self.path != ":memory:":
+                    self._while_busy(lambda: self._db.execute("PRAGMA journal_mode=WAL"))
+                self._db.execute(f"PRAGMA synchronous={synchronous}")
+                self._while_busy(self._create_schema)
         except sqlite3.Error as exc:
             self._db.close()
             raise self._open_error(exc) from exc
@@ -191,7 +182,7 @@ class SQLiteStore(Store):
             self._db.close()
             raise
         self._checkpointer = None
-        if self.path != ":memory:" and checkpoint_interval_s is not None:
+        if self.path != ":memory:" and checkpoint_interval_s is not None and not read_only:
             self._db.execute("PRAGMA wal_autocheckpoint=0")
             self._closing = threading.Event()
             self._checkpointer = threading.Thread(
