@@ -38,6 +38,7 @@ def _python_as_unprivileged() -> tuple:
     system's Python of this version (this interpreter may sit where ``nobody`` cannot read), which
     imports the installed package from its directory."""
     import shutil
+    import subprocess
     import sys
 
     import timerwheel_c
@@ -48,8 +49,11 @@ def _python_as_unprivileged() -> tuple:
     if python is None:
         pytest.skip(f"running as root, and no system python{sys.version_info[0]}.{sys.version_info[1]} to run as nobody")
     site = os.path.dirname(os.path.dirname(os.path.abspath(timerwheel_c.__file__)))
-    return [python, "-m", "timerwheel_c"], {"user": "nobody", "cwd": "/",
-                                           "env": {"PATH": "/usr/bin:/bin", "PYTHONPATH": site}}
+    how = {"user": "nobody", "cwd": "/", "env": {"PATH": "/usr/bin:/bin", "PYTHONPATH": site}}
+    probe = subprocess.run([python, "-c", "import timerwheel_c.durable"], capture_output=True, text=True, timeout=60, **how)
+    if probe.returncode != 0:
+        pytest.skip(f"running as root, and nobody cannot import the installed package: {probe.stderr.strip()[-200:]}")
+    return [python, "-m", "timerwheel_c"], how
 
 
 def test_a_read_only_sqlite_file_in_a_read_only_directory_is_listed_and_left_unchanged():

@@ -20,7 +20,7 @@ from waiting import LIVENESS_S, wait_until, wall_ms
 
 PG_DSN = os.environ.get("TIMERWHEEL_C_TEST_PG_DSN")
 KIND = 0xE7
-pytestmark = pytest.mark.skipif(not PG_DSN, reason="no TIMERWHEEL_C_TEST_PG_DSN")
+needs_pg = pytest.mark.skipif(not PG_DSN, reason="no TIMERWHEEL_C_TEST_PG_DSN")
 
 
 class Recorded(TimerHandler):
@@ -64,6 +64,7 @@ def server_read_only():
             conn.execute("SELECT pg_reload_conf()")
 
 
+@needs_pg
 def test_timers_due_while_the_server_refuses_writes_fire_once_writes_come_back(schema_url, server_read_only, caplog):
     """Five timers (one attempt each) fall due while the server refuses every write: none fires then
     (a claim is a write), the service logs one WARNING for its passes, and once writes come back all
@@ -95,6 +96,7 @@ def test_timers_due_while_the_server_refuses_writes_fire_once_writes_come_back(s
         store.close()
 
 
+@needs_pg
 def test_a_read_only_server_error_is_transient_and_refuses_no_single_batch(schema_url, server_read_only):
     """``apply_many`` on a read-only server raises TransientStoreError for the call as a whole (SQLSTATE
     25006), rather than a Refused result per batch, which the runner would take for the rows' own fault."""
@@ -109,3 +111,21 @@ def test_a_read_only_server_error_is_transient_and_refuses_no_single_batch(schem
             store.apply_many("p", [Batch().put(b"k1", b"v"), Batch().put(b"k2", b"v")])
     finally:
         store.close()
+
+
+def test_a_full_sqlite_database_is_transient_for_the_whole_call(tmp_path):
+    """A SQLite database that cannot grow (SQLITE_FULL: a full disk, here its ``max_page_count``
+    reached) fails ``apply_many`` as a whole with a TransientStoreError, not with a Refused result
+    per batch, which the runner would take for the rows' own fault and quarantine them."""
+    from timerwheel_c.durable import SQLiteStore
+    from timerwheel_c.durable.storage.errors import TransientStoreError
+    from timerwheel_c.durable.storage.store import Batch
+
+    with SQLiteStore(tmp_path / "full.db") as store:
+        store.apply("p", Batch().put(b"k0", b"v"))
+        # The store's own connection: max_page_count is a setting of the connection that writes.
+        pages = store._db.execute("PRAGMA page_count").fetchone()[0]
+        store._db.execute(f"PRAGMA max_page_count = {pages}")
+        with pytest.raises(TransientStoreError, match="SQLITE_FULL"):
+            store.apply_many("p", [Batch().put(b"k1", b"v" * 20_000), Batch().put(b"k2", b"v")])
+        assert store.get("p", b"k2") is None  # the call as a whole wrote nothing
