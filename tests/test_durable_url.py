@@ -371,3 +371,13 @@ def test_a_dsn_passed_where_the_registry_goes_is_masked_in_the_type_error():
                 call()
             assert "password=***" in str(exc.value)
             _assert_no_secret(str(exc.value))
+
+
+@pytest.mark.parametrize("dsn", [f"host=db.example user=app password={SECRET} dbname=timers",
+                                 "host=db.example password='Xy7 kP2q-Secret'"])
+def test_open_store_masks_a_keyword_value_dsn_whole(dsn):
+    """open_store takes URLs only: a keyword/value DSN is refused with a ValueError naming it, its
+    password masked whole."""
+    with pytest.raises(ValueError, match=r"unsupported store URL .*password=\*\*\*") as exc:
+        open_store(dsn)
+    _assert_no_secret(str(exc.value))

@@ -540,13 +540,14 @@ class DurableTimerService:
         assert self._kick is not None  # set by the serving loop before it first sleeps
         kick = asyncio.ensure_future(self._kick.wait())
         timer = asyncio.ensure_future(deadline(at_ns))
-        step = asyncio.ensure_future(self._wall_clock_stepped())
+        waits = {kick, timer}
+        if at_ns - time.monotonic_ns() > CLOCK_CHECK_S * 1e9:  # a shorter sleep ends before its first look
+            waits.add(asyncio.ensure_future(self._wall_clock_stepped()))
         try:
-            await asyncio.wait({kick, timer, step}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            kick.cancel()
-            timer.cancel()
-            step.cancel()
+            for waiting in waits:
+                waiting.cancel()
 
     async def _wall_clock_stepped(self) -> None:
         """Return once the wall clock steps (moves against the monotonic clock by more than
