@@ -327,13 +327,13 @@ def test_a_wall_clock_set_back_and_corrected_does_not_stall_the_sleep(store):
     h = Effect()
     with DurableTimerService(store, TimerRegistry().register(h), [P], fleet=False, max_sleep_s=3600,
                              summary_interval_s=3600, wall_ns=lambda: time.time_ns() + shift_ns[0]) as svc:
-        due = wall_ms() + 2000
-        svc.schedule(P, due, KIND, b"t")
+        wait_until(lambda: svc.passes >= 1, "the first pass")  # then it sleeps: nothing is due
         passes = svc.passes
         shift_ns[0] = -3600 * 10**9  # set back an hour
-        svc.schedule(P, wall_ms() + 7_200_000, KIND, b"far")  # a kick: a pass under the wrong clock
+        due = wall_ms() + 2000
+        svc.schedule(P, due, KIND, b"t")  # a kick: the next pass runs under the clock set back
         wait_until(lambda: svc.passes > passes, "a pass under the clock set back")
-        time.sleep(0.2)  # the pass has gone to sleep on its hour-long deadline
+        time.sleep(0.2)  # that pass has gone to sleep on its hour-long deadline
         shift_ns[0] = 0  # corrected
         h.wait_for(1)
     (reference, fired_at, due_at) = h.fired[0]
