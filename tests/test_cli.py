@@ -51,3 +51,17 @@ def test_terminal_text_strips_inline_markup():
     assert terminal_text(doc) == ("timerwheel-c run: a TimerRegistry, open_store, the guide and x.\n\n"
                                   "Run:\n\n    python -m timerwheel_c run")
     assert terminal_text(None) is None
+
+
+@pytest.mark.parametrize("command", [(), ("run",), ("timers", "list"), ("timers", "cancel"), ("schedules", "list"),
+                                     ("schedules", "remove"), ("fleet", "status")])
+def test_help_states_the_exit_status(tmp_path, command):
+    """The top-level help states the one exit-status rule of every subcommand (0 done, 1 not there,
+    2 bad arguments or store), and each subcommand's help says what each status means for it."""
+    out = cli(tmp_path, *command, "--help")
+    assert out.returncode == 0, out.stderr
+    if not command:
+        assert "exit status, for every subcommand:" in out.stdout
+        assert re.search(r"^  1  what the command names is not there", out.stdout, re.MULTILINE), out.stdout
+    else:
+        assert "Exit status: 0" in out.stdout, out.stdout

@@ -301,3 +301,79 @@ def test_without_prometheus_client_the_error_says_how_to_install_it(tmp_path, mo
     finally:
         svc.stop()
         store.close()
+
+
+class SlowThenRaise(TimerHandler):
+    """Sleeps ``sleep_s`` then raises, with one attempt: every timer it fires is parked."""
+
+    max_attempts = 1
+
+    def __init__(self, kind, sleep_s):
+        self.kind = TimerKind(kind)
+        self.sleep_s = sleep_s
+        self.calls = 0
+        self.lock = threading.Lock()
+
+    def fire(self, ctx, timer):
+        time.sleep(self.sleep_s)
+        with self.lock:
+            self.calls += 1
+        raise RuntimeError("refused by the downstream service")
+
+
+def test_metrics_give_the_timers_parked_now_and_a_histogram_of_handler_durations(tmp_path):
+    """Three timers whose one attempt fails are parked: ``timerwheel_parked_timers`` of the partition
+    reads 3 (the timers parked now, where ``timerwheel_parked_total`` counts parkings by this runner).
+    ``timerwheel_handler_seconds`` counts every handler call (the 3 slow ones, which each took at
+    least 0.3 s, and 4 quick ones): none of the slow calls falls in a bucket below 0.3 s."""
+    store = SQLiteStore(tmp_path / "p.db")
+    ok, slow = Counting(OK_KIND, Done()), SlowThenRaise(FAIL_KIND, 0.3)
+    now = wall_ms()
+    for i in range(4):
+        writer.schedule(store, P, now, OK_KIND, b"ok%d" % i)
+    for i in range(3):
+        writer.schedule(store, P, now, FAIL_KIND, b"slow%d" % i)
+    svc = DurableTimerService(store, TimerRegistry().register(ok).register(slow), [P])
+    server = serve(svc, 0)
+    try:
+        with svc:
+            wait_until(lambda: svc.metrics().parked_timers.get(P) == 3 and svc.fired >= 4, "three timers parked")
+            got = samples(scrape(server)[1])
+            assert got[("timerwheel_parked_timers", (("partition", P),))] == 3
+            assert got[("timerwheel_handler_seconds_count", ())] == 7
+            assert got[("timerwheel_handler_seconds_bucket", (("le", "0.25"),))] <= 4
+            assert got[("timerwheel_handler_seconds_bucket", (("le", "+Inf"),))] == 7
+            assert got[("timerwheel_handler_seconds_sum", ())] >= 0.9
+    finally:
+        server.close()
+        store.close()
+
+
+def test_healthz_and_metrics_answer_head_as_get(tmp_path):
+    """HEAD /healthz and HEAD /metrics answer with GET's status and headers and no body (a load
+    balancer's or an uptime checker's probe), not 501."""
+    import http.client
+
+    store = SQLiteStore(tmp_path / "h.db")
+    svc = DurableTimerService(store, TimerRegistry().register(Counting(OK_KIND, Done())), [P])
+    server = serve(svc, 0)
+    try:
+        with svc:
+            wait_until(lambda: health(svc)[0], "the service healthy")
+            for path in ("/healthz", "/metrics"):
+                conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+                try:
+                    conn.request("GET", path)
+                    got = conn.getresponse()
+                    body = got.read()
+                    conn.request("HEAD", path)
+                    head = conn.getresponse()
+                    assert head.status == got.status == 200
+                    assert head.read() == b""
+                    assert head.getheader("Content-Type") == got.getheader("Content-Type")
+                    assert int(head.getheader("Content-Length")) > 0 and body
+                finally:
+                    conn.close()
+    finally:
+        server.close()
+        store.close()

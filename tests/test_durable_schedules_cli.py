@@ -1,13 +1,16 @@
-"""``timerwheel-c schedules``: add, list (table and JSON, next fire time in the schedule's zone), pause,
-resume, remove; bad arguments are one line on stderr and exit 2, before any store file is made."""
+"""``timerwheel-c schedules``: add, list (a table in this machine's zone, JSON in UTC), pause, resume,
+remove; bad arguments are one line on stderr and exit 2, before any store file is made."""
 from __future__ import annotations
 
+import datetime as dt
 import json
+from zoneinfo import ZoneInfo
 
 import pytest
 
 from timerwheel_c.cli import main
 from timerwheel_c.durable import SQLiteStore, get_schedule
+from timerwheel_c.durable.service.cli_text import local_iso
 
 
 @pytest.fixture
@@ -25,10 +28,12 @@ def test_add_list_pause_resume_remove(url, tmp_path, capsys):
     assert main(["schedules", "list", "--store", url]) == 0
     table = capsys.readouterr().out.splitlines()
     assert table[0].split()[:3] == ["PARTITION", "NAME", "TRIGGER"] and len(table) == 3
-    assert any("nightly" in line and ("GMT" in line or "BST" in line) and "02:30:00" in line for line in table)
     assert main(["schedules", "list", "--store", url, "--partition", "p", "--json"]) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
-    assert rows["beat"]["kind"] == 8 and rows["beat"]["misfire"] == "all" and rows["beat"]["next_fire"].endswith("UTC")
+    assert rows["beat"]["kind"] == 8 and rows["beat"]["misfire"] == "all" and rows["beat"]["next_fire"].endswith("Z")
+    nightly = dt.datetime.fromtimestamp(rows["nightly"]["next_fire_ms"] / 1000, ZoneInfo("Europe/London"))
+    assert nightly.strftime("%H:%M:%S") == "02:30:00"
+    assert any("nightly" in line and local_iso(rows["nightly"]["next_fire_ms"]) in line for line in table)
     assert main(["schedules", "pause", "--store", url, "--partition", "p", "beat"]) == 0
     assert main(["schedules", "resume", "--store", url, "--partition", "p", "beat"]) == 0
     assert main(["schedules", "remove", "--store", url, "--partition", "p", "nightly"]) == 0
@@ -53,17 +58,24 @@ def test_bad_arguments_are_one_line_and_exit_2(tmp_path, capsys, argv, needle):
     assert not (tmp_path / "bad.db").exists()  # checked before the store is opened
 
 
-def test_changing_a_missing_schedule_is_one_line_and_exit_2(url, capsys):
-    assert main(["schedules", "remove", "--store", url, "--partition", "p", "ghost"]) == 2
+@pytest.mark.parametrize("action", ["remove", "pause", "resume"])
+def test_changing_a_missing_schedule_is_one_line_and_exit_1(url, capsys, action):
+    """A schedule that does not exist is "not found", exit 1, as a missing timer is for ``timers``:
+    one rule for every subcommand (2 is for bad arguments and stores that cannot be opened)."""
+    assert main(["schedules", "add", "--store", url, "--partition", "p", "other", "--every", "60", "--kind", "1"]) == 0
+    assert main(["schedules", action, "--store", url, "--partition", "p", "ghost"]) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "'ghost'" in err
 
 
 def test_an_unopenable_store_is_one_line_and_exit_2(tmp_path, capsys):
     url = "sqlite:///" + str(tmp_path / "missing-dir" / "s.db")
-    assert main(["schedules", "list", "--store", url]) == 2
+    assert main(["schedules", "add", "--store", url, "--partition", "p", "s", "--every", "60", "--kind", "1"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "cannot open store" in err
+    assert main(["schedules", "list", "--store", url]) == 2  # list never creates a file: it says there is none
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no SQLite store at" in err
 
 
 def test_a_next_fire_past_the_year_9999_is_shown_as_a_dash(url, capsys):
@@ -79,4 +91,35 @@ def test_a_next_fire_past_the_year_9999_is_shown_as_a_dash(url, capsys):
     assert len(table) == 3 and any(line.split()[1:2] == ["far"] and " - " in line for line in table)
     assert main(["schedules", "list", "--store", url, "--json"]) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
-    assert rows["far"]["next_fire"] == "-" and rows["far"]["next_fire_ms"] > 10**16 and rows["near"]["next_fire"] != "-"
+    assert rows["far"]["next_fire"] is None and rows["far"]["next_fire_ms"] > 10**16 and rows["near"]["next_fire"]
+
+
+def test_timers_list_and_schedules_list_show_times_in_one_format(url, capsys, monkeypatch):
+    """In a zone with a half-hour offset (Asia/Kolkata, +05:30): both tables give times in this
+    machine's zone as ISO 8601 with its offset, and both JSON outputs give them in ISO 8601 UTC
+    (``...Z``) beside the epoch ms, whatever the schedule's own zone."""
+    import re
+    import time
+
+    monkeypatch.setenv("TZ", "Asia/Kolkata")
+    time.tzset()
+    try:
+        assert main(["schedules", "add", "--store", url, "--partition", "p", "tokyo", "--cron", "0 9 * * *",
+                     "--tz", "Asia/Tokyo", "--kind", "1"]) == 0
+        assert main(["schedules", "add", "--store", url, "--partition", "p", "beat", "--every", "3600", "--kind", "2"]) == 0
+        capsys.readouterr()
+        assert main(["schedules", "list", "--store", url, "--json"]) == 0
+        schedules = json.loads(capsys.readouterr().out)
+        assert main(["timers", "list", "--store", url, "--json"]) == 0
+        timers = json.loads(capsys.readouterr().out)
+        assert len(schedules) == 2 and len(timers) == 2  # each schedule's pending occurrence is listed
+        for shown, ms in [(s["next_fire"], s["next_fire_ms"]) for s in schedules] + [(t["due_at"], t["due_at_ms"]) for t in timers]:
+            assert shown == dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat(timespec="milliseconds")[:-6] + "Z"
+        local = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+05:30")
+        for command in (["schedules", "list"], ["timers", "list"]):
+            assert main([*command, "--store", url]) == 0
+            rows = capsys.readouterr().out.splitlines()[1:]
+            assert len(rows) == 2 and all(len(local.findall(row)) == 1 for row in rows), rows
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()

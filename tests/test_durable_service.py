@@ -17,7 +17,7 @@ from timerwheel_c.durable.storage.sqlite import SQLiteStore
 from timerwheel_c.durable.storage.store import Absent, Batch
 from timerwheel_c.durable.timers.tick import BACKOFF_BASE_MS
 from bench.stores import drop
-from waiting import wall_ms
+from waiting import wait_until, wall_ms
 
 P = "svc"
 KIND = 0xF2
@@ -315,3 +315,26 @@ def test_a_commit_waiting_on_a_lock_does_not_hold_up_the_claims_on_postgresql():
 def test_separate_commits_must_be_a_bool(store):
     with pytest.raises(TypeError, match="separate_commits must be a bool, got str 'yes'"):
         DurableTimerService(store, TimerRegistry().register(Effect()), separate_commits="yes")
+
+
+def test_a_wall_clock_set_back_and_corrected_does_not_stall_the_sleep(store):
+    """A pass that runs while the wall clock is set back an hour sees the timer an hour away and
+    sleeps as long as it may (``max_sleep_s`` and the summary interval an hour here); once the
+    clock is corrected, the sleep re-reads it, ends, and the timer fires within the liveness
+    bound, not before its due time. The clock is the service's injected ``wall_ns``: the real
+    one is never changed."""
+    shift_ns = [0]
+    h = Effect()
+    with DurableTimerService(store, TimerRegistry().register(h), [P], fleet=False, max_sleep_s=3600,
+                             summary_interval_s=3600, wall_ns=lambda: time.time_ns() + shift_ns[0]) as svc:
+        wait_until(lambda: svc.passes >= 1, "the first pass")  # then it sleeps: nothing is due
+        passes = svc.passes
+        shift_ns[0] = -3600 * 10**9  # set back an hour
+        due = wall_ms() + 2000
+        svc.schedule(P, due, KIND, b"t")  # a kick: the next pass runs under the clock set back
+        wait_until(lambda: svc.passes > passes, "a pass under the clock set back")
+        time.sleep(0.2)  # that pass has gone to sleep on its hour-long deadline
+        shift_ns[0] = 0  # corrected
+        h.wait_for(1)
+    (reference, fired_at, due_at) = h.fired[0]
+    assert reference == b"t" and due_at == due and fired_at >= due

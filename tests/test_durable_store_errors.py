@@ -93,12 +93,13 @@ def test_a_file_that_is_not_a_database_is_a_permanent_error_naming_it(tmp_path):
 @pytest.mark.parametrize("sqlstate, transient", [
     ("08006", True), ("08001", True), ("40001", True), ("40P01", True), ("57P01", True), ("57P02", True),
     ("57P03", True), ("57014", True), ("53300", True), ("53200", True), ("55P03", True),
-    ("53100", False), ("57P04", False), ("54000", False), ("54001", False), ("22001", False), ("23505", False),
+    ("53100", True), ("25006", True), ("57P04", False), ("54000", False), ("54001", False), ("22001", False), ("23505", False),
     ("42P01", False), ("XX000", False), ("58030", False), ("28P01", False), (None, True),
 ])
 def test_postgres_errors_are_classified_by_sqlstate_class(sqlstate, transient):
     """Transient exactly for connection exceptions (08), transaction rollbacks (40), insufficient
-    resources (53) but a full disk, operator intervention (57) but a dropped database, and lock waits;
+    resources (53, a full disk too), operator intervention (57) but a dropped database, lock waits
+    and a read-only transaction (25006: a standby, or a server set read-only);
     a program limit (54, an index row too large) and every data or integrity error are permanent."""
     pytest.importorskip("psycopg")
     from timerwheel_c.durable.storage.postgres import is_transient_sqlstate

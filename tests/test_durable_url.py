@@ -268,3 +268,116 @@ def test_postgresql_url_without_psycopg_gives_the_install_hint(monkeypatch, caps
     assert main(["run", "--store", url, "--handlers", "durable_handlers:registry"]) == 2
     err = capsys.readouterr().err
     assert "pip install 'timerwheel_c[postgres]'" in err and "s3cr3t" not in err and len(err.strip().splitlines()) == 1
+
+
+# -- every DSN form is masked whole, wherever one can be passed --------------------------------
+
+SECRET = "Xy7&kP2q-Secret"
+SECRET_PIECES = ("Xy7", "kP2q-Secret", "kP2q")  # a mask that stops at "&" or a space leaves one of these
+
+
+def _assert_no_secret(text: str) -> None:
+    for piece in SECRET_PIECES:
+        assert piece not in text, text
+
+
+@pytest.mark.parametrize("dsn, shown", [
+    (f"host=db.example user=app password={SECRET} dbname=timers", "host=db.example user=app password=*** dbname=timers"),
+    ("host=db.example password='Xy7 kP2q-Secret' dbname=timers", "host=db.example password=*** dbname=timers"),
+    (r"host=db.example password='Xy7\' kP2q-Secret' dbname=timers", "host=db.example password=*** dbname=timers"),
+    ("host=db.example password='Xy7 kP2q-Secret", "host=db.example password=***"),
+    ("host=db.example password = Xy7&kP2q-Secret", "host=db.example password = ***"),
+    (f"postgresql://app@db.example/timers?password={SECRET}&sslmode=require",
+     "postgresql://app@db.example/timers?password=***&sslmode=require"),
+    (f"postgresql://app@db.example/timers?sslmode=require&password={SECRET}",
+     "postgresql://app@db.example/timers?sslmode=require&password=***"),
+])
+def test_redact_masks_a_keyword_value_or_query_password_whole(dsn, shown):
+    """A keyword/value password runs to the next whitespace (libpq reads ``password=Xy7&kP2q``
+    as ``Xy7&kP2q``) or to its closing quote (an unclosed one to the end); a query password
+    not percent-encoded runs over the pieces without ``=`` that follow it. All of it is masked."""
+    from timerwheel_c.durable.storage.redact import redact
+
+    assert redact(dsn) == shown
+
+
+def test_redact_masks_what_libpq_quotes_back_of_a_password():
+    """libpq's refusal of an unencoded ``&`` in a URL's password quotes the tail of the password
+    alone; given the URL, that tail is masked too."""
+    import psycopg
+
+    from timerwheel_c.durable.storage.redact import redact
+
+    url = f"postgresql://app@127.0.0.1:1/timers?password={SECRET}"
+    with pytest.raises(psycopg.Error) as exc:
+        psycopg.connect(url, connect_timeout=2)
+    assert "kP2q-Secret" in str(exc.value)  # the situation arose: the driver quotes a piece of it
+    _assert_no_secret(redact(str(exc.value), url))
+
+
+@pytest.mark.parametrize("form", ["service", "passfile", "quoted passfile"])
+def test_redact_masks_the_password_a_service_file_or_passfile_holds(tmp_path, monkeypatch, form):
+    """A DSN that names a connection service (``service=NAME``) or a password file
+    (``passfile=PATH``) carries no password itself; the one in that file is masked wherever a
+    text quotes it, given the DSN."""
+    from timerwheel_c.durable.storage.redact import redact
+
+    service_file = tmp_path / "pg_service.conf"
+    service_file.write_text(f"[billing]\nhost=db.example\npassword={SECRET}\n")
+    passfile = tmp_path / "my pgpass"  # a space: the keyword/value form quotes the path
+    passfile.write_text(f"# comment\ndb.example:5432:*:app:{SECRET}\n")
+    monkeypatch.setenv("PGSERVICEFILE", str(service_file))
+    dsn = {"service": "postgresql://app@/timers?service=billing",
+           "passfile": f"postgresql://app@db.example/timers?passfile={str(passfile).replace(' ', '%20')}",
+           "quoted passfile": f"host=db.example user=app passfile='{passfile}'"}[form]
+    text = f"connection to server failed: password {SECRET} was refused"
+    assert redact(text, dsn) == "connection to server failed: password *** was refused"
+    assert redact(text, "postgresql://app@db.example/timers?service=nosuchservice") == text  # nothing to mask
+
+
+@pytest.mark.parametrize("command", [["run", "--handlers", "durable_handlers:registry"], ["timers", "list"],
+                                     ["schedules", "list"], ["fleet", "status"]])
+@pytest.mark.parametrize("dsn", [
+    f"host=127.0.0.1 port=1 user=app password={SECRET} dbname=timers",
+    "host=127.0.0.1 port=1 password='Xy7 kP2q-Secret'",
+    f"postgresql://app@127.0.0.1:1/timers?password={SECRET}",
+    f"postgresql://app:{SECRET.replace('&', '%26')}@127.0.0.1:1/timers?connect_timeout=2",
+], ids=["keyword", "quoted keyword", "query not encoded", "url"])
+def test_every_command_masks_every_dsn_form_whole(capsys, command, dsn):
+    """``run``, ``timers list``, ``schedules list`` and ``fleet status`` given a store they cannot
+    open (a keyword/value string open_store does not take, a URL libpq refuses, a closed port)
+    exit 2 with one line on stderr, and no piece of the password is in any output."""
+    from timerwheel_c.cli import main
+
+    pytest.importorskip("psycopg")
+    assert main([*command, "--store", dsn]) == 2
+    out = capsys.readouterr()
+    assert len(out.err.strip().splitlines()) == 1, out.err
+    assert "***" in out.err  # the line names the store, masked
+    _assert_no_secret(out.out + out.err)
+
+
+def test_a_dsn_passed_where_the_registry_goes_is_masked_in_the_type_error():
+    """``DurableTimerService(store, DSN)`` and ``claim_due(store, partition, DSN, ...)`` raise a
+    TypeError naming what was passed, its password masked whole."""
+    from timerwheel_c.durable import DurableTimerService, SQLiteStore
+    from timerwheel_c.durable.timers.claim import claim_due
+
+    dsn = f"host=db.example user=app password={SECRET} dbname=timers"
+    with SQLiteStore(":memory:") as store:
+        for call in (lambda: DurableTimerService(store, dsn), lambda: DurableTimerService(store, [dsn]),
+                     lambda: claim_due(store, "p", dsn, 0)):
+            with pytest.raises(TypeError, match="registry must be a TimerRegistry") as exc:
+                call()
+            assert "password=***" in str(exc.value)
+            _assert_no_secret(str(exc.value))
+
+
+@pytest.mark.parametrize("dsn", [f"host=db.example user=app password={SECRET} dbname=timers",
+                                 "host=db.example password='Xy7 kP2q-Secret'"])
+def test_open_store_masks_a_keyword_value_dsn_whole(dsn):
+    """open_store takes URLs only: a keyword/value DSN is refused with a ValueError naming it, its
+    password masked whole."""
+    with pytest.raises(ValueError, match=r"unsupported store URL .*password=\*\*\*") as exc:
+        open_store(dsn)
+    _assert_no_secret(str(exc.value))

@@ -15,6 +15,16 @@ import sys
 
 from . import IMPLEMENTATION, __version__
 
+#: The exit status of every subcommand (each one's --help says what it means there).
+EXIT_STATUS = """\
+exit status, for every subcommand:
+  0  done
+  1  what the command names is not there or not in a state it acts on (no such timer or
+     schedule; requeue of a timer that is scheduled), or the command ended otherwise than
+     asked (run: the service stopped without a signal)
+  2  bad arguments, or a store that cannot be opened or read
+each with one line on stderr saying why"""
+
 # subcommand -> the module whose add_parser registers it
 _COMMANDS = {"run": "timerwheel_c.durable.service.cli", "schedules": "timerwheel_c.durable.service.schedules_cli",
              "timers": "timerwheel_c.durable.service.timers_cli", "fleet": "timerwheel_c.durable.service.fleet_cli",
@@ -28,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="timerwheel-c",
         description="timerwheel_c from the command line: a durable timer service.",
+        epilog=EXIT_STATUS, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version",
                         version=f"%(prog)s {__version__} ({IMPLEMENTATION} cores, Python {sys.version.split()[0]})")

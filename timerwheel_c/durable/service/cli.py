@@ -172,11 +172,13 @@ def load_registry(spec: str) -> TimerRegistry:
     return obj
 
 
-def open_or_say(command: str, url: Optional[str], *, existing: bool = False):
+def open_or_say(command: str, url: Optional[str], *, existing: bool = False, read_only: bool = False):
     """The store of ``url`` (None: ``$TIMERWHEEL_C_STORE``), or None after one line on stderr
     (``timerwheel-c COMMAND: ...``, the password masked) naming why it cannot be opened: no URL,
     a bad URL, a missing driver, a store error, or with ``existing`` (commands that only read or
-    change what is there) a SQLite file that does not exist, rather than creating an empty one."""
+    change what is there) a SQLite file that does not exist, rather than creating an empty one.
+    ``read_only`` (commands that only read) opens it with ``open_store(url, read_only=True)``:
+    no DDL, a SELECT-only role suffices, and a database without a store is refused."""
     from ..storage.errors import StoreError
     from ..storage.open import SQLITE_PREFIX, open_store
 
@@ -190,7 +192,7 @@ def open_or_say(command: str, url: Optional[str], *, existing: bool = False):
         print(f"timerwheel-c {command}: no SQLite store at {path!r} (this command never creates one)", file=sys.stderr)
         return None
     try:
-        return open_store(url)
+        return open_store(url, read_only=read_only)
     except (ValueError, ImportError) as exc:
         print(f"timerwheel-c {command}: {redact(str(exc), url)}", file=sys.stderr)
     except StoreError as exc:

@@ -29,13 +29,13 @@ def printable(text: str) -> str:
     return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
-def local_iso(ms: Optional[int]) -> str:
-    """Unix epoch ``ms`` as ISO 8601 in the machine's local zone, to the second
+def local_iso(ms: Optional[int], zone: Optional[dt.tzinfo] = None) -> str:
+    """Unix epoch ``ms`` as ISO 8601 in ``zone`` (default: the machine's local zone), to the second
     (``2026-12-01T18:46:30+01:00``); ``-`` for None or a time outside ``datetime``'s range."""
     if ms is None:
         return "-"
     try:
-        return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).astimezone().isoformat(timespec="seconds")
+        return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).astimezone(zone).isoformat(timespec="seconds")
     except (OverflowError, OSError, ValueError):  # beyond year 9999: keys allow due times up to 2**64-1 ms
         return "-"
 

@@ -13,7 +13,7 @@ server on a daemon thread with:
 - ``/metrics``: the figures of :mod:`~timerwheel_c.durable.service.metrics` in Prometheus
   text format, written by ``prometheus_client`` (a custom collector reading
   :meth:`DurableTimerService.metrics` at each scrape);
-- ``/healthz``: 200 ``ok`` while the service thread is alive and a pass's claim round trip
+- ``/healthz``: (GET or HEAD, as each path) 200 ``ok`` while the service thread is alive and a pass's claim round trip
   last succeeded within ``stale_after_s`` (default :func:`default_stale_after_s`: twice the
   service's longest sleep plus 10 s, 70 s for the default 30 s sleep; an idle service passes
   at least once per sleep, and a failing store is retried within 5 s), or every handler slot
@@ -105,8 +105,14 @@ def collector(service):
                                               "Fire time minus due time of first attempts, in seconds")
             hist.add_metric([], [(_bound(b), n) for b, n in late.buckets], late.sum_s)
             yield hist
+            took = m.handler_duration
+            hist = core.HistogramMetricFamily("timerwheel_handler_seconds", "Handler call durations, in seconds")
+            hist.add_metric([], [(_bound(b), n) for b, n in took.buckets], took.sum_s)
+            yield hist
             yield _by_label(core.GaugeMetricFamily("timerwheel_due_backlog", "Timer rows due now, by served partition",
                                                    labels=["partition"]), m.due_backlog)
+            yield _by_label(core.GaugeMetricFamily("timerwheel_parked_timers", "Timers parked now, by served partition",
+                                                   labels=["partition"]), m.parked_timers)
             yield core.GaugeMetricFamily("timerwheel_owned_partitions", "Partitions this runner serves now",
                                          value=m.owned_partitions)
             yield _by_label(core.CounterMetricFamily("timerwheel_store_errors", "Failed store calls, by class",

@@ -27,6 +27,9 @@ else objects with ``backend_pid``, ``name``, ``client_addr``, ``since``/``since_
 SQLite), ``due_backlog``, ``due_backlog_capped``, ``oldest_due_at``/``oldest_due_at_ms``,
 ``parked``, ``parked_capped``); times are ISO 8601 UTC and Unix epoch ms.
 
+It only reads: no DDL (a PostgreSQL role with SELECT on the store's tables suffices), a database
+without a store is refused ("no timerwheel_c store here"), and a SQLite file is opened read-only.
+
 Exit status: 0; 2, with one line on stderr, on a store that cannot be opened or read.
 """
 from __future__ import annotations
@@ -41,10 +44,9 @@ from ..._helptext import terminal_text
 from ..storage.errors import StoreError
 from ..storage.redact import redact
 from ..storage.sqlite import SQLiteStore
-from ..timers.writer import list_timers
 from .cli import OneLineErrors, first_line, open_or_say, store_url
 from .cli_text import in_words, local_iso, table, utc_iso
-from .metrics import BACKLOG_CAP, due_backlog
+from .metrics import BACKLOG_CAP, due_backlog, parked_count
 
 _RUNNER_COLUMNS = ["backend_pid", "name", "client", "since", "kinds", "partitions"]
 _PARTITION_COLUMNS = ["partition", "owner", "due_backlog", "oldest_due", "parked"]
@@ -96,7 +98,7 @@ def status(store, now_ms: int) -> dict:
     partitions = []
     for p in store.partitions():
         backlog, oldest_ms = due_backlog(store, p, now_ms)
-        parked = len(list_timers(store, p, state="parked", limit=BACKLOG_CAP))
+        parked = parked_count(store, p)
         partitions.append({"partition": p, "owners": None if runners is None else owners.get(p, []),
                            "due_backlog": backlog, "due_backlog_capped": backlog >= BACKLOG_CAP,
                            "oldest_due_at": None if oldest_ms is None else utc_iso(oldest_ms),
@@ -140,7 +142,7 @@ def _tables(state: dict) -> str:
 def main(args) -> int:
     """Print the fleet's status; 0, or 2 on a store that cannot be opened or read (one line on stderr)."""
     command = f"fleet {args.action}"
-    store = open_or_say(command, args.store, existing=True)
+    store = open_or_say(command, args.store, existing=True, read_only=True)
     if store is None:
         return 2
     try:

@@ -11,8 +11,12 @@ The figures and their Prometheus names (:mod:`~timerwheel_c.durable.service.expo
                                    ``max_attempts``), by kind
 ``timerwheel_lateness_seconds``    histogram of fire time minus due time (s), first attempts only:
                                    a retry is late by its backoff, by design
+``timerwheel_handler_seconds``     histogram of handler call durations (s), every attempt, whatever
+                                   its outcome
 ``timerwheel_due_backlog``         rows due now (not yet fired) per served partition, counted up to
                                    :data:`BACKLOG_CAP` each, at most once per :data:`BACKLOG_EVERY_S`
+``timerwheel_parked_timers``       timers parked now (waiting for an operator) per served partition,
+                                   counted up to :data:`BACKLOG_CAP` each, with the due backlog
 ``timerwheel_owned_partitions``    partitions this runner serves now
 ``timerwheel_store_errors_total``  failed store calls, by ``transient`` or ``permanent``
 ``timerwheel_handlers_in_flight``  handlers running now
@@ -30,14 +34,18 @@ from typing import Mapping, Optional, Tuple
 
 from ..storage.store import Store
 from ..timers import keys
+from ..timers.writer import list_timers
 
-__all__ = ["BACKLOG_CAP", "BACKLOG_EVERY_S", "LATENESS_BUCKETS_S", "LatenessHistogram", "MetricsSnapshot", "Recorder",
-           "due_backlog"]
+__all__ = ["BACKLOG_CAP", "BACKLOG_EVERY_S", "DURATION_BUCKETS_S", "Histogram", "LATENESS_BUCKETS_S", "MetricsSnapshot",
+           "Recorder", "due_backlog", "parked_count"]
 
 # Seconds: from a healthy runner's few ms to the minutes of a stalled one (the upper bounds of
 # Prometheus' cumulative buckets; +Inf is implied).
 LATENESS_BUCKETS_S: Tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
                                          300.0)
+# Seconds: from a handler that writes one row (about a ms) to one that calls a slow service.
+DURATION_BUCKETS_S: Tuple[float, ...] = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+                                         60.0, 300.0)
 BACKLOG_CAP = 1_000  # due rows counted per partition at most: a scrape costs the store one page-sized scan each
 BACKLOG_EVERY_S = 1.0  # the backlog is counted at most this often (s): scrapes closer together reuse it
 
@@ -67,9 +75,18 @@ def due_backlog(store: Store, partition: str, now_ms: int) -> Tuple[int, Optiona
     return n, oldest_ms
 
 
+def parked_count(store: Store, partition: str) -> int:
+    """Timers parked in ``partition`` now, counted up to :data:`BACKLOG_CAP` (one page-sized scan).
+
+    Raises:
+        StoreError: the store failed.
+    """
+    return len(list_timers(store, partition, state="parked", limit=BACKLOG_CAP))
+
+
 @dataclass(frozen=True)
-class LatenessHistogram:
-    """A cumulative histogram of lateness in seconds, as Prometheus keeps one.
+class Histogram:
+    """A cumulative histogram of seconds (lateness, handler durations), as Prometheus keeps one.
 
     ``buckets``: ``(upper bound s, count of observations <= it)`` pairs, ending with
     ``(inf, count)``. ``sum_s``: the sum of all observations (s). ``count``: how many.
@@ -85,8 +102,9 @@ class MetricsSnapshot:
     """The figures of one service at one moment (see the module docstring for their meaning).
 
     ``fired`` / ``failed`` / ``parked``: counts by kind number (1..255). ``store_errors``:
-    ``{"transient": n, "permanent": n}``. ``due_backlog``: due rows by served partition
-    (each counted up to :data:`BACKLOG_CAP`, so 1000 reads "at least 1000"; empty when the store could not be read).
+    ``{"transient": n, "permanent": n}``. ``due_backlog`` / ``parked_timers``: due rows and timers
+    parked now, by served partition (each counted up to :data:`BACKLOG_CAP`, so 1000 reads "at least
+    1000"; empty when the store could not be read). ``lateness`` / ``handler_duration``: histograms (s).
     ``owned_partitions``, ``handlers_in_flight``: gauges. ``running``: the service thread is
     alive. ``last_progress_age_s``: seconds since a pass's claim round trip last
     succeeded (None before the first; an idle service passes at least every ``max_sleep_s``).
@@ -95,13 +113,36 @@ class MetricsSnapshot:
     fired: Mapping[int, int]
     failed: Mapping[int, int]
     parked: Mapping[int, int]
-    lateness: LatenessHistogram
+    lateness: Histogram
+    handler_duration: Histogram
     due_backlog: Mapping[str, int]
+    parked_timers: Mapping[str, int]
     owned_partitions: int
     store_errors: Mapping[str, int]
     handlers_in_flight: int
     running: bool
     last_progress_age_s: "float | None"
+
+
+class _Buckets:
+    """The counts behind one :class:`Histogram` (the caller holds the lock)."""
+
+    def __init__(self, bounds_s: Tuple[float, ...]):
+        self.bounds_s = bounds_s
+        self.counts = [0] * (len(bounds_s) + 1)
+        self.sum_s = 0.0
+
+    def observe(self, seconds: float) -> None:
+        seconds = max(0.0, seconds)
+        self.counts[bisect.bisect_left(self.bounds_s, seconds)] += 1
+        self.sum_s += seconds
+
+    def snapshot(self) -> Histogram:
+        cumulative, total = [], 0
+        for bound, n in zip(self.bounds_s + (float("inf"),), self.counts):
+            total += n
+            cumulative.append((bound, total))
+        return Histogram(tuple(cumulative), self.sum_s, total)
 
 
 class Recorder:
@@ -112,8 +153,8 @@ class Recorder:
         self._fired: Counter = Counter()
         self._failed: Counter = Counter()
         self._parked: Counter = Counter()
-        self._bucket_counts = [0] * (len(LATENESS_BUCKETS_S) + 1)
-        self._lateness_sum_s = 0.0
+        self._lateness = _Buckets(LATENESS_BUCKETS_S)
+        self._duration = _Buckets(DURATION_BUCKETS_S)
 
     def fired(self, kind: int, n: int = 1) -> None:
         with self._lock:
@@ -129,19 +170,16 @@ class Recorder:
 
     def lateness(self, lateness_s: float) -> None:
         """Observe one first attempt's lateness (s; negative counts as 0: never early by design)."""
-        lateness_s = max(0.0, lateness_s)
-        i = bisect.bisect_left(LATENESS_BUCKETS_S, lateness_s)
         with self._lock:
-            self._bucket_counts[i] += 1
-            self._lateness_sum_s += lateness_s
+            self._lateness.observe(lateness_s)
+
+    def handler_duration(self, took_s: float) -> None:
+        """Observe one handler call's duration (s)."""
+        with self._lock:
+            self._duration.observe(took_s)
 
     def counts(self) -> tuple:
-        """``(fired, failed, parked, LatenessHistogram)`` copied under the lock."""
+        """``(fired, failed, parked, lateness Histogram, handler duration Histogram)`` copied under the lock."""
         with self._lock:
-            fired, failed, parked = dict(self._fired), dict(self._failed), dict(self._parked)
-            counts, sum_s = list(self._bucket_counts), self._lateness_sum_s
-        cumulative, total = [], 0
-        for bound, n in zip(LATENESS_BUCKETS_S + (float("inf"),), counts):
-            total += n
-            cumulative.append((bound, total))
-        return fired, failed, parked, LatenessHistogram(tuple(cumulative), sum_s, total)
+            return (dict(self._fired), dict(self._failed), dict(self._parked), self._lateness.snapshot(),
+                    self._duration.snapshot())

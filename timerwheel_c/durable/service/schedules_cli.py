@@ -6,18 +6,21 @@
                                   [--catchup SECONDS] [--jitter SECONDS]
     timerwheel-c schedules remove --store URL --partition P NAME   (also pause, resume)
 
-``list`` prints a table, or with ``--json`` one JSON array, giving each schedule's next fire time in
-its own zone (UTC for ``--every``). ``add`` replaces a schedule of the same name atomically. The
+``list`` prints a table giving each schedule's next fire time in this machine's zone (ISO 8601 with
+its offset, as ``timers list`` does), or with ``--json`` one JSON array of objects with
+``partition``, ``name``, ``trigger``, ``kind``, ``next_fire``/``next_fire_ms``, ``paused``,
+``last_fired``/``last_fired_ms`` and ``misfire``: times ISO 8601 UTC and Unix epoch ms. ``add`` replaces a schedule of the same name atomically. The
 runners (``timerwheel-c run``) fire the occurrences; these commands only write the store.
 
-Exit status: 0 on success; 2, with one line on stderr naming the offending value, on a bad argument
-(a bad cron field, an unknown zone, an interval <= 0, a kind outside 1..255, a schedule that does
-not exist) or a store that cannot be opened.
+Exit status: 0 on success; 1, with one line on stderr, when the named schedule does not exist; 2,
+with one line on stderr naming the offending value, on a bad argument (a bad cron field, an unknown
+zone, an interval <= 0, a kind outside 1..255) or a store that cannot be opened. ``list`` only reads:
+no DDL (a PostgreSQL role with SELECT on the store's tables suffices), a database without a store is
+refused ("no timerwheel_c store here"), and a SQLite file is opened read-only.
 """
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import sys
 
@@ -26,8 +29,8 @@ from ..timers.schedules import (add_schedule, list_schedules, pause_schedule, re
                                 resume_schedule)
 from ..timers.keys import TimerKind
 from ..timers.triggers import MISFIRE_POLICIES, Cron, Every, Trigger, check_misfire
-from .cli import open_or_say
-from .cli_text import table
+from .cli import OneLineErrors, open_or_say
+from .cli_text import local_iso, table, utc_iso
 
 _COLUMNS = ["partition", "name", "trigger", "kind", "next_fire", "paused", "misfire"]
 _CHANGES = {"remove": remove_schedule, "pause": pause_schedule, "resume": resume_schedule}
@@ -37,9 +40,10 @@ def add_parser(sub) -> None:
     """Register the ``schedules`` subcommand (and its own subcommands) on an argparse subparsers object."""
     p = sub.add_parser("schedules", help="list, add, remove, pause or resume recurring schedules",
                        description=terminal_text(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
-    actions = p.add_subparsers(dest="action", required=True)
+    actions = p.add_subparsers(dest="action", required=True, parser_class=OneLineErrors)
     for action in ("list", "add", *_CHANGES):
-        a = actions.add_parser(action, help=f"{action} schedules" if action == "list" else f"{action} a schedule")
+        a = actions.add_parser(action, help=f"{action} schedules" if action == "list" else f"{action} a schedule",
+                               description=terminal_text(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
         a.add_argument("--store", default=None, metavar="URL",
                        help="sqlite:///PATH or postgresql://USER@HOST/DB (a password is masked in every message); "
                             "default: $TIMERWHEEL_C_STORE")
@@ -67,24 +71,25 @@ def add_parser(sub) -> None:
     p.set_defaults(func=main)
 
 
-def _local(ms, trigger) -> str:
-    if ms is None:
-        return "-"
-    zone = trigger.tz if isinstance(trigger, Cron) else dt.timezone.utc
-    try:
-        return dt.datetime.fromtimestamp(ms / 1000, zone).strftime("%Y-%m-%d %H:%M:%S %Z")
-    except (OverflowError, OSError, ValueError):  # beyond year 9999: an interval may be up to timedelta.max
-        return "-"
-
-
 def _row(info) -> dict:
+    """``info`` as a table row: times in this machine's zone (``-`` past the year 9999)."""
     return {"partition": info.partition, "name": info.name, "trigger": str(info.trigger), "kind": int(info.kind),
-            "next_fire": _local(info.next_fire_ms, info.trigger), "next_fire_ms": info.next_fire_ms,
-            "paused": info.paused, "last_fired_ms": info.last_fired_ms, "misfire": info.misfire}
+            "next_fire": local_iso(info.next_fire_ms), "paused": info.paused, "misfire": info.misfire}
+
+
+def _as_json(info) -> dict:
+    """``info`` as the JSON object ``list --json`` prints: times ISO 8601 UTC (null when absent, or past
+    the year 9999) and Unix epoch ms."""
+    return {"partition": info.partition, "name": info.name, "trigger": str(info.trigger), "kind": int(info.kind),
+            "next_fire": None if info.next_fire_ms is None else utc_iso(info.next_fire_ms),
+            "next_fire_ms": info.next_fire_ms, "paused": info.paused,
+            "last_fired": None if info.last_fired_ms is None else utc_iso(info.last_fired_ms),
+            "last_fired_ms": info.last_fired_ms, "misfire": info.misfire}
 
 
 def main(args) -> int:
-    """Run one ``schedules`` action; 0 on success, 2 on a bad argument (one line on stderr)."""
+    """Run one ``schedules`` action; 0 on success, 1 when the named schedule does not exist, 2 on a bad
+    argument or a store that cannot be opened (one line on stderr)."""
     command = f"schedules {args.action}"
     if args.partition == "":
         print(f"timerwheel-c {command}: --partition must be a non-empty name, got ''", file=sys.stderr)
@@ -99,21 +104,21 @@ def main(args) -> int:
     except (TypeError, ValueError) as exc:
         print(f"timerwheel-c {command}: {exc}", file=sys.stderr)
         return 2
-    store = open_or_say(command, args.store)
+    store = open_or_say(command, args.store, existing=args.action == "list", read_only=args.action == "list")
     if store is None:
         return 2
     try:
         if args.action == "list":
-            rows = [_row(i) for i in list_schedules(store, args.partition)]
-            print(json.dumps(rows, indent=2) if args.json else table(rows, _COLUMNS))
+            infos = list_schedules(store, args.partition)
+            print(json.dumps([_as_json(i) for i in infos], indent=2) if args.json else table([_row(i) for i in infos], _COLUMNS))
         elif args.action == "add":
             info = add_schedule(store, args.partition, args.name, trigger, args.kind, args.value.encode(),
                                 misfire=args.misfire, misfire_grace_s=args.grace, catchup_window_s=args.catchup)
-            print(f"added {info.name!r}: {info.trigger}, next fire {_local(info.next_fire_ms, info.trigger)}")
+            print(f"added {info.name!r}: {info.trigger}, next fire {local_iso(info.next_fire_ms)}")
         elif not _CHANGES[args.action](store, args.partition, args.name):
             print(f"timerwheel-c {command}: partition {args.partition!r} has no schedule named {args.name!r}",
                   file=sys.stderr)
-            return 2
+            return 1
         else:
             print(f"{args.action}d {args.name!r}")  # removed, paused, resumed
     except (TypeError, ValueError) as exc:

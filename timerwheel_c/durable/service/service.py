@@ -16,7 +16,8 @@ The service composes three parts, each in its own module, around one loop:
 
 The loop (this module) runs a pass, hands its rows to the executor, then sleeps until the
 earliest of: the next due time of the pass (converted to a *monotonic* deadline once, so a
-wall-clock jump cannot stall it), a *kick*, and ``max_sleep_s`` (a safety net). A kick comes
+wall-clock jump cannot stall it), a step of the wall clock either way (read every second), a
+*kick*, and ``max_sleep_s`` (a safety net). A kick comes
 from the store's change signal (:meth:`Store.watch`: PostgreSQL ``NOTIFY``, SQLite
 ``data_version``), so a timer written by any process wakes the thread; from :meth:`schedule` /
 :meth:`notify` in this process; from a handler slot freeing up while due rows wait for one; and
@@ -25,8 +26,8 @@ most every :data:`RECHECK_MIN_S`), so a timer in a partition no runner owns yet 
 emptied) fires as promptly as any other.
 
 Store errors are counted and logged (:meth:`DurableTimerService._store_failed`): transient ones
-(:class:`~timerwheel_c.durable.storage.errors.TransientStoreError`) at WARNING in
-``transient_errors``, anything else at ERROR with its traceback, in ``other_errors``. Anything a
+(:class:`~timerwheel_c.durable.storage.errors.TransientStoreError`) in ``transient_errors``, at
+WARNING for the first of a run of failures (later ones at DEBUG, until a call succeeds), anything else at ERROR with its traceback, in ``other_errors``. Anything a
 handler raises, ``SystemExit`` and ``KeyboardInterrupt`` included, is that handler's failure.
 Nothing but :meth:`stop` ends the thread; should it end otherwise, :attr:`died` holds why.
 """
@@ -40,18 +41,19 @@ import time
 from typing import Iterable, Optional
 
 from ..storage.errors import is_transient
+from ..storage.redact import redact
 from ..storage.store import Store, check_partition, check_store
 from ..storage.watch import Watcher
 from ..timers import keys, writer
 from ..timers.claim import release_rows
 from ..timers.deadline import deadline_factory
 from ..timers.due import due_at_ms_of
-from ..timers.registry import TimerKind, TimerRegistry
+from ..timers.registry import TimerKind, TimerRegistry, check_registry
 from ..timers.runner import PAGE, Attempt, RunReport, TickBudget, settle
 from .activity import Activity
 from .committer import ERROR_BACKOFF_S, Committer, backoff_s
 from .executor import SHARE_S, Executor
-from .metrics import BACKLOG_EVERY_S, MetricsSnapshot, Recorder, due_backlog
+from .metrics import BACKLOG_EVERY_S, MetricsSnapshot, Recorder, due_backlog, parked_count
 from .passes import Passes
 from .pool import DaemonExecutor, DaemonPool
 from .records import Job, Outcome
@@ -65,6 +67,11 @@ RECHECK_MIN_S = 0.02  # the most often a change signal makes a fleet runner re-c
 _DEFAULT_BUDGET = TickBudget()
 _TEARDOWN_S = 1.0  # seconds stop() allows, past its timeout, for the thread to close its watcher and exit
 _NS_PER_MS = 1_000_000
+#: Seconds between two reads of the wall clock during a sleep, and the change (ns) of the wall
+#: clock against the monotonic one that counts as a step: a step either way ends the sleep, whose
+#: deadline was converted from a due time under the old reading (see :meth:`_wall_clock_stepped`).
+CLOCK_CHECK_S = 1.0
+CLOCK_STEP_NS = 100_000_000
 
 
 def _check_positive(name: str, value: object, unit: str) -> float:
@@ -151,10 +158,9 @@ class DurableTimerService:
         separate_commits: bool = False,
     ):
         check_store(store)
-        if not isinstance(registry, TimerRegistry):
-            raise TypeError(f"registry must be a TimerRegistry, got {type(registry).__name__} {registry!r}")
+        check_registry(registry)
         if isinstance(partitions, str):
-            raise TypeError(f"partitions must be an iterable of str, not the str {partitions!r}")
+            raise TypeError(f"partitions must be an iterable of str, not the str {redact(partitions)!r}")
         if not isinstance(budget, TickBudget):
             raise TypeError(f"budget must be a TickBudget, got {type(budget).__name__} {budget!r}")
         if isinstance(concurrency, bool) or not isinstance(concurrency, int):
@@ -207,7 +213,7 @@ class DurableTimerService:
         self.recorder = Recorder()
         self._release_on_stop = False
         self._jobs: dict = {}  # claimed key -> Job, for the rows in flight (release on stop)
-        self._backlog_cache: tuple = (-math.inf, {})  # (monotonic s, due rows by partition)
+        self._backlog_cache: tuple = (-math.inf, ({}, {}))  # (monotonic s, (due rows, parked timers) by partition)
         self.passes = 0
         self.fired = 0
         self.failed = 0
@@ -429,8 +435,10 @@ class DurableTimerService:
                 self.other_errors += 1
         if is_transient(exc):
             first = (str(exc).strip().splitlines() or [""])[0]
-            log.warning("durable timer %s failed (%d in a row) on a transient store error, %s: %s; retrying in %.2f s",
-                        what, failures, type(exc).__name__, first, delay_s)
+            # Once per episode: a failover or a read-only period fails every retry until it ends.
+            log.log(logging.WARNING if failures == 1 else logging.DEBUG,
+                    "durable timer %s failed (%d in a row) on a transient store error, %s: %s; retrying in %.2f s",
+                    what, failures, type(exc).__name__, first, delay_s)
         else:
             log.error("durable timer %s failed (%d in a row) on an unexpected store error; retrying in %.2f s",
                       what, failures, delay_s, exc_info=(type(exc), exc, exc.__traceback__))
@@ -532,11 +540,24 @@ class DurableTimerService:
         assert self._kick is not None  # set by the serving loop before it first sleeps
         kick = asyncio.ensure_future(self._kick.wait())
         timer = asyncio.ensure_future(deadline(at_ns))
+        waits = {kick, timer}
+        if at_ns - time.monotonic_ns() > CLOCK_CHECK_S * 1e9:  # a shorter sleep ends before its first look
+            waits.add(asyncio.ensure_future(self._wall_clock_stepped()))
         try:
-            await asyncio.wait({kick, timer}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            kick.cancel()
-            timer.cancel()
+            for waiting in waits:
+                waiting.cancel()
+
+    async def _wall_clock_stepped(self) -> None:
+        """Return once the wall clock steps (moves against the monotonic clock by more than
+        :data:`CLOCK_STEP_NS`), read every :data:`CLOCK_CHECK_S`. A sleep's deadline is monotonic,
+        converted from a due time by the wall clock of its pass: a pass run while the clock was set
+        back an hour sleeps up to ``max_sleep_s``, and only this ends that sleep once the clock is
+        corrected (a step forward makes timers due now), within about a second."""
+        offset_ns = self._wall_ns() - time.monotonic_ns()
+        while abs(self._wall_ns() - time.monotonic_ns() - offset_ns) <= CLOCK_STEP_NS:
+            await asyncio.sleep(CLOCK_CHECK_S)  # the loop's monotonic clock: a step does not move it
 
     # -- between the parts ------------------------------------------------------------------
     def _slot_freed(self) -> None:
@@ -554,6 +575,7 @@ class DurableTimerService:
         self.activity.fire(job.partition, timer, job.claimed.handler, attempt.started_ms - timer.due_at_ms, what)
         if timer.attempt == 1:
             self.recorder.lateness((attempt.started_ms - timer.due_at_ms) / 1000)
+        self.recorder.handler_duration(attempt.took_s)
         report = self._settle_report  # one report until a failure is counted: most fires allocate none
         batch = settle(job.partition, job.claimed, report, attempt.outcome, error, now_ms=self._wall_ms())
         if report.failed:  # a failed attempt: its row stays backed off (batch None) or parks (batch)
@@ -639,19 +661,20 @@ class DurableTimerService:
         ``backlog_timeout_s`` is 0 (a health check's cheap read), it is empty.
         Never raises on a store error.
         """
-        fired, failed, parked, lateness = self.recorder.counts()
+        fired, failed, parked, lateness, durations = self.recorder.counts()
         backlog: dict = {}
+        parked_now: dict = {}
         pool = self._store_pool
         cached_at_s, cached = self._backlog_cache
         if self.running and pool is not None and backlog_timeout_s > 0:
             if time.monotonic() - cached_at_s < BACKLOG_EVERY_S:
-                backlog = cached
+                backlog, parked_now = cached
             else:
                 try:
-                    backlog = pool.submit(self._backlog).result(timeout=backlog_timeout_s)
+                    backlog, parked_now = pool.submit(self._backlog).result(timeout=backlog_timeout_s)
                 except Exception:  # a store down or slow: the other figures still tell the story
-                    backlog = {}
-                self._backlog_cache = (time.monotonic(), backlog)
+                    backlog, parked_now = {}, {}
+                self._backlog_cache = (time.monotonic(), (backlog, parked_now))
         with self._lock:
             errors = {"transient": self.transient_errors, "permanent": self.other_errors}
         progress = self._passes.answered_s
@@ -663,12 +686,14 @@ class DurableTimerService:
             owned = len(self.ownership.last_owned())  # never a round trip here: see last_owned()
         return MetricsSnapshot(
             fired=fired, failed=failed, parked={**{kind: 0 for kind in self.registry.kinds()}, **parked},
-            lateness=lateness,
-            due_backlog=backlog, owned_partitions=owned, store_errors=errors,
+            lateness=lateness, handler_duration=durations,
+            due_backlog=backlog, parked_timers=parked_now, owned_partitions=owned, store_errors=errors,
             handlers_in_flight=self.in_flight, running=self.running,
             last_progress_age_s=None if progress is None else time.monotonic() - progress)
 
-    def _backlog(self) -> dict:
-        """On the store thread: due rows per served partition, each counted up to BACKLOG_CAP."""
+    def _backlog(self) -> tuple:
+        """On the store thread: ``(due rows, parked timers)`` per served partition, each counted up to BACKLOG_CAP."""
         now_ms = self._wall_ms()
-        return {partition: due_backlog(self.store, partition, now_ms)[0] for partition in self._served()}
+        served = self._served()
+        return ({partition: due_backlog(self.store, partition, now_ms)[0] for partition in served},
+                {partition: parked_count(self.store, partition) for partition in served})

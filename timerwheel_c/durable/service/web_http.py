@@ -22,6 +22,8 @@ class PageHandler(BaseHTTPRequestHandler):
     routes: Dict[str, Callable[[], tuple]] = {}
     not_found = b"not found\n"
 
+    _head = False
+
     def do_GET(self):  # noqa: N802 -- http.server's name
         route = self.routes.get(self.path.split("?", 1)[0])
         if route is not None:
@@ -29,6 +31,10 @@ class PageHandler(BaseHTTPRequestHandler):
             self._send(code, {"Content-Type": ctype}, body)
         else:
             self._page("GET", b"")
+
+    def do_HEAD(self):  # noqa: N802 -- a probe or a load balancer may check with HEAD: GET's answer, no body
+        self._head = True
+        self.do_GET()
 
     def do_POST(self):  # noqa: N802
         try:
@@ -49,7 +55,8 @@ class PageHandler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        self.wfile.write(body)
+        if not self._head:
+            self.wfile.write(body)
 
     def log_message(self, format, *args):  # noqa: A002 -- a refreshing page would flood stderr
         pass

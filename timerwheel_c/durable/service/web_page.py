@@ -6,16 +6,17 @@ characters shown as their escapes (``\\n``, ``\\x1b``), as the operator commands
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import hashlib
 import html
 import re
 from typing import Optional
 from urllib.parse import urlencode
 
+from ..timers.triggers import Cron
 from ..timers.writer import STATES
 from .cli_text import in_words, local_iso, printable
 from .fleet_cli import _kinds_text
-from .schedules_cli import _local
 
 __all__ = ["HISTORY_S", "REFRESH_S", "SCRIPT_SHA256", "esc", "message_page", "render"]
 
@@ -219,6 +220,11 @@ def _rates(history: Optional[list]) -> str:
             + "</div>")
 
 
+def _in_zone(ms, trigger) -> str:
+    """``ms`` in the zone of ``trigger`` (a cron's; UTC for an interval, which has none)."""
+    return local_iso(ms, trigger.tz if isinstance(trigger, Cron) else dt.timezone.utc)
+
+
 def _schedules(schedules: list, now_ms: int, actions: bool) -> str:
     rows = []
     for s in schedules:
@@ -227,9 +233,9 @@ def _schedules(schedules: list, now_ms: int, actions: bool) -> str:
         if actions:
             buttons = f'<td class="actions">{_button("resume" if s.paused else "pause", 0, s.name.encode(), s.partition)}</td>'
         rows.append(f"<tr><td>{esc(s.partition)}</td><td>{esc(s.name)}</td><td>{esc(s.trigger)}</td>"
-                    f"<td class=num>{int(s.kind)}</td><td>{esc(_local(s.next_fire_ms, s.trigger))}"
+                    f"<td class=num>{int(s.kind)}</td><td>{esc(_in_zone(s.next_fire_ms, s.trigger))}"
                     f" <span class=muted>{esc(in_words(s.next_fire_ms, now_ms))}</span></td><td>{paused}</td>"
-                    f"<td>{esc(_local(s.last_fired_ms, s.trigger))}</td>{buttons}</tr>")
+                    f"<td>{esc(_in_zone(s.last_fired_ms, s.trigger))}</td>{buttons}</tr>")
     return _table(["partition", "name", "trigger", "kind", "next fire", "state", "last run"] + (["actions"] if actions else []),
                   rows, "No schedule in this store.")
 

@@ -2,9 +2,12 @@
 never match driver classes or message text (as procrastinate's connector wraps its driver's errors).
 
 - :class:`TransientStoreError`: a passing condition worth retrying as it is (a lost or refused
-  connection, a server restart, a serialization failure or deadlock, SQLite's busy/locked).
+  connection, a server restart, a serialization failure or deadlock, SQLite's busy/locked), or a
+  refusal of every write by the store as a whole (a full disk, a read-only server or file, as
+  during a failover), which ends without any change to the call: a runner backs off the whole
+  pass, and quarantines no row for it.
 - :class:`PermanentStoreError`: retrying the same call will fail the same way (a value the
-  server refuses, a full disk, a read-only or corrupt file, a schema this version does not know).
+  server refuses, a corrupt file, a schema this version does not know).
 
 Each keeps the driver's exception as ``__cause__`` and its code as ``code`` (a PostgreSQL SQLSTATE
 such as ``"54000"``, a SQLite result code name such as ``"SQLITE_BUSY"``, or None). Backends

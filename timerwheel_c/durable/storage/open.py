@@ -15,8 +15,11 @@ __all__ = ["SQLITE_PREFIX", "open_store"]
 SQLITE_PREFIX = "sqlite:///"
 
 
-def open_store(url: str) -> Store:
-    """Open the store named by ``url``.
+def open_store(url: str, *, read_only: bool = False) -> Store:
+    """Open the store named by ``url``; with ``read_only``, for reading alone: nothing is created,
+    upgraded or written, a database without a store raises
+    :class:`~timerwheel_c.durable.storage.store.NoStoreError`, and a SQLite file is opened
+    read-only (see each store's ``read_only``).
 
     Raises:
         TypeError: ``url`` is not a str.
@@ -33,7 +36,7 @@ def open_store(url: str) -> Store:
             raise ValueError(f"store URL {redact(url)!r} has no path (use sqlite:///relative.db or sqlite:////abs/path.db)")
         from .sqlite import SQLiteStore
 
-        return SQLiteStore(path)
+        return SQLiteStore(path, read_only=read_only)
     if url.startswith(("postgresql://", "postgres://")):
         try:
             from .postgres import PostgresStore
@@ -43,5 +46,5 @@ def open_store(url: str) -> Store:
             raise ModuleNotFoundError(
                 "a postgresql:// store needs psycopg 3, which is not installed: "
                 "pip install 'timerwheel_c[postgres]'", name="psycopg") from exc
-        return PostgresStore(url)
+        return PostgresStore(url, read_only=read_only)
     raise ValueError(f"unsupported store URL {redact(url)!r}: expected sqlite:///PATH or postgresql://...")

@@ -66,7 +66,7 @@ from .redact import redact
 from .sqlfiles import migrations, queries
 from .upgrades import derived_rows
 from .store import (Absent, Batch, Committed, Page, PreconditionFailed, Refused, SchemaVersionError,
-                    Store, consumed_write, schema_version_of)
+                    Store, check_readable_version, consumed_write, schema_version_of)
 from .watch import Watcher
 
 if TYPE_CHECKING:
@@ -88,14 +88,17 @@ SCHEMA_VERSION = _MIGRATIONS[-1][0]
 _QUERIES = queries("postgres")
 # SQLSTATEs of passing conditions (https://www.postgresql.org/docs/current/errcodes-appendix.html),
 # by class: 08 connection exception, 40 transaction rollback (serialization failure, deadlock),
-# 53 insufficient resources (too many connections, out of memory) but for 53100 disk full, which
-# stays until someone frees space, and 57 operator intervention (admin or crash shutdown, cannot
-# connect now, query canceled) but for 57P04 database dropped; 55P03 lock not available and 55006
-# object in use. Everything else (22 data exception, 23 integrity, 54 program limit exceeded such as
-# an index row too large, 42 syntax or access, XX internal) is permanent.
+# 53 insufficient resources (too many connections, out of memory, disk full) and 57 operator
+# intervention (admin or crash shutdown, cannot connect now, query canceled) but for 57P04 database
+# dropped; 55P03 lock not available, 55006 object in use, and 25006 read-only SQL transaction (a
+# standby during a failover, or default_transaction_read_only set for maintenance). A full disk and
+# a read-only server refuse every write, whatever the row: a store-wide refusal, which ends when
+# space is freed or writes come back, so a runner backs off and retries rather than quarantine the
+# rows it met meanwhile. Everything else (22 data exception, 23 integrity, 54 program limit exceeded
+# such as an index row too large, 42 syntax or access, XX internal) is permanent.
 _TRANSIENT_CLASSES = ("08", "40", "53", "57")
-_PERMANENT_IN_TRANSIENT_CLASSES = ("53100", "57P04")
-_TRANSIENT_STATES = ("55P03", "55006")
+_PERMANENT_IN_TRANSIENT_CLASSES = ("57P04",)
+_TRANSIENT_STATES = ("55P03", "55006", "25006")
 
 
 def is_transient_sqlstate(sqlstate: Optional[str]) -> bool:
@@ -163,19 +166,26 @@ class PostgresStore(Store):
             "remote_write", "remote_apply"), or None for the server's setting. "off" skips the
             WAL flush wait per commit, like SQLite's ``synchronous=NORMAL`` in WAL mode: a
             server crash may lose the last commits, each one whole, never half of one.
+        read_only: for the commands that only read: no DDL runs (the schema is neither created
+            nor upgraded) and the session is ``default_transaction_read_only``, so a role with
+            SELECT alone on the table and ``<table>_meta`` can open it; a write fails (SQLSTATE
+            25006).
 
     Raises:
         TypeError / ValueError: a bad argument.
         TransientStoreError: the server cannot be reached now; PermanentStoreError: it refuses
             this DSN or the table cannot be created. The message never holds the DSN's password.
-        SchemaError / SchemaVersionError: the meta table holds an unusable or newer schema version.
+        SchemaError / SchemaVersionError: the meta table holds an unusable or newer schema version
+            (with ``read_only``, an older one too: a read-only open does not upgrade it).
+        NoStoreError: with ``read_only``, the database has no such table ("no timerwheel_c store here").
 
     The DSN is kept private: ``repr`` names user, host, port and database only.
     """
 
     reads_many_at_once = True
 
-    def __init__(self, dsn: str, *, table: str = "timerwheel_kv", synchronous_commit: Optional[str] = None):
+    def __init__(self, dsn: str, *, table: str = "timerwheel_kv", synchronous_commit: Optional[str] = None,
+                 read_only: bool = False):
         if not isinstance(dsn, str):
             raise TypeError(f"dsn must be a str, got {type(dsn).__name__}")
         if not isinstance(table, str) or not _TABLE_NAME.match(table):
@@ -185,6 +195,7 @@ class PostgresStore(Store):
         self._dsn = dsn
         self.synchronous_commit = synchronous_commit
         self.table = table
+        self.read_only = bool(read_only)
         self._lock = threading.Lock()
         self._wrap = wrap_exceptions(psycopg.Error, self._error)
         self._names = {
@@ -198,13 +209,29 @@ class PostgresStore(Store):
         self._signalled: Optional[str] = None  # the patterns this store has seen in force
         self._conn: Optional[psycopg.Connection] = None
         with self._lock, self._wrap:
-            self._create_schema()
+            if self.read_only:
+                self._check_schema()
+            else:
+                self._create_schema()
 
     def __repr__(self):
         return f"PostgresStore({describe_dsn(self._dsn)}, table={self.table!r})"
 
     def _error(self, exc: psycopg.Error) -> StoreError:
         return store_error(exc, self._dsn)
+
+    def _check_schema(self) -> None:
+        """Read the schema version for a read-only open (see :func:`check_readable_version`);
+        ``to_regclass`` looks the tables up on the search path without needing a privilege on them."""
+        conn = self._connection()
+        has_table, has_meta = conn.execute("SELECT to_regclass(%s) IS NOT NULL, to_regclass(%s) IS NOT NULL",
+                                           (self.table, f"{self.table}_meta")).fetchall()[0]
+        found: Optional[int] = None
+        where = f"PostgreSQL table {self.table!r}"
+        if has_table:
+            row = conn.execute(self._sql["schema_version"]).fetchone() if has_meta else None
+            found = 0 if row is None else schema_version_of(where, row[0])
+        check_readable_version(where, found, SCHEMA_VERSION)
 
     def _create_schema(self) -> None:
         """Create or upgrade the schema once: every opener takes the same transaction-level
@@ -268,7 +295,10 @@ class PostgresStore(Store):
 
     def _connection(self) -> psycopg.Connection:
         if self._conn is None or self._conn.closed:
-            self._conn = register_arrays(connect(self._dsn, self.synchronous_commit))
+            conn = register_arrays(connect(self._dsn, self.synchronous_commit))
+            if self.read_only:  # a write of this store fails, whatever path it takes
+                conn.execute("SET default_transaction_read_only = on")
+            self._conn = conn
         return self._conn
 
     def _scan(self, partition: str, start: bytes, end: bytes, after: Optional[bytes], limit: int) -> Page:

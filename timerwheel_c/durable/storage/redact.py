@@ -2,12 +2,15 @@
 
 A PostgreSQL URL may carry a password (``postgresql://user:PASSWORD@host/db``, or
 ``password=PASSWORD`` in the query or in a keyword/value connection string, see the
-PostgreSQL docs, "Connection Strings"). :func:`redact` is the one path by which a URL,
-or any text that may quote one, reaches a log line, an exception message, a ``repr``,
-or the bench's printed and JSON output.
+PostgreSQL docs, "Connection Strings"), or name a file that holds one (``service=NAME``, a
+section of the connection service file; ``passfile=PATH``, a password file). :func:`redact`
+is the one path by which a URL, or any text that may quote one, reaches a log line, an
+exception message, a ``repr``, or the bench's printed and JSON output.
 """
 from __future__ import annotations
 
+import configparser
+import os
 import re
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -18,14 +21,65 @@ MASK = "***"
 # whitespace (a mistyped URL is still printed back in an error): masking too much is harmless,
 # stopping at a space would print the rest of the password.
 _URL_PASSWORD = re.compile(r"(?P<keep>\b[A-Za-z][A-Za-z0-9+.-]*://[^:@/\s]*:)[^/]*(?=@)")
-# password=PASSWORD or sslpassword=PASSWORD (libpq's client-key passphrase), in a URL query or a
-# keyword/value string (quoted with '...' there).
-_KEYWORD_PASSWORD = re.compile(r"(?P<keep>\b(?:ssl)?password\s*=\s*)(?:'(?:[^'\\]|\\.)*'|[^\s&'\"]*)",
+# password=PASSWORD or sslpassword=PASSWORD (libpq's client-key passphrase). In a URL's query (after
+# "?" or "&") the value ends at the next "&" that starts a parameter: a "&" of the password should be
+# percent-encoded there, and where it is not ("password=Xy7&kP2q", which libpq refuses, quoting
+# "kP2q"), the pieces without "=" that follow are the rest of the password; in a keyword/value string libpq ends it only at whitespace ("password=a&b" is "a&b"), or
+# it is quoted with '...' (an unclosed quote runs to the end, and so does the mask).
+_QUERY_PASSWORD = re.compile(r"(?P<keep>(?<=[?&])(?:ssl)?password=)[^&#\s]*(?:&[^&=#\s]*(?=[&#\s]|$))*",
+                             re.IGNORECASE)
+_KEYWORD_PASSWORD = re.compile(r"(?P<keep>(?<![?&\w])(?:ssl)?password\s*=\s*)(?:'(?:[^'\\]|\\.)*'?|\S*)",
                                re.IGNORECASE)
+# service=NAME and passfile=PATH, in a URL's query or a keyword/value string (quoted or not).
+_FILE_REFERENCE = re.compile(r"(?<![\w])(?P<key>service|passfile)\s*=\s*(?:'(?P<quoted>(?:[^'\\]|\\.)*)'|(?P<bare>[^&\s]*))",
+                             re.IGNORECASE)
 
 
-def _passwords(url: str) -> set[str]:
-    """The password(s) ``url`` carries, raw and percent-decoded, to mask wherever they appear verbatim."""
+def _unquote_keyword(value: str) -> str:
+    """A keyword/value string's value as libpq reads it: without its quotes and backslash escapes."""
+    if value.startswith("'"):
+        value = value[1:-1] if value.endswith("'") and len(value) >= 2 else value[1:]
+        value = re.sub(r"\\(.)", r"\1", value)
+    return value
+
+
+def _service_passwords(name: str) -> set:
+    """The passwords of section ``name`` of the connection service files libpq reads
+    (``PGSERVICEFILE`` or ``~/.pg_service.conf``, then ``PGSYSCONFDIR/pg_service.conf``)."""
+    paths = [os.environ.get("PGSERVICEFILE") or os.path.expanduser("~/.pg_service.conf")]
+    if os.environ.get("PGSYSCONFDIR"):
+        paths.append(os.path.join(os.environ["PGSYSCONFDIR"], "pg_service.conf"))
+    found = set()
+    for path in paths:
+        parser = configparser.ConfigParser(interpolation=None, strict=False)
+        try:
+            parser.read(path)
+        except (configparser.Error, OSError, UnicodeDecodeError):
+            continue
+        if parser.has_section(name):
+            found |= {v for k, v in parser.items(name) if k in ("password", "sslpassword")}
+    return found
+
+
+def _passfile_passwords(path: str) -> set:
+    """Every password of the password file ``path`` (lines ``host:port:db:user:password``, with
+    ``\\:`` and ``\\\\`` escapes), or none when it cannot be read."""
+    try:
+        with open(os.path.expanduser(path), encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return set()
+    found = set()
+    for line in lines:
+        fields = re.split(r"(?<!\\):", line, maxsplit=4)
+        if len(fields) == 5 and not line.startswith("#"):
+            found.add(re.sub(r"\\(.)", r"\1", fields[4]))
+    return found
+
+
+def _passwords(url: str) -> frozenset:
+    """The password(s) ``url`` carries or names (in a service file or a password file), raw and
+    percent-decoded, to mask wherever they appear verbatim."""
     found: set[str] = set()
     try:
         parts = urlsplit(url)
@@ -35,21 +89,29 @@ def _passwords(url: str) -> set[str]:
                   if k.lower() in ("password", "sslpassword")}
     except ValueError:  # not a URL (a keyword/value string, or a malformed one): the regexes still apply
         pass
+    for match in _QUERY_PASSWORD.finditer(url):
+        pieces = match.group(0)[len(match.group("keep")):]
+        found |= {pieces, unquote(pieces), *pieces.split("&")}
     for match in _KEYWORD_PASSWORD.finditer(url):
-        value = match.group(0)[len(match.group("keep")):]
-        if value.startswith("'") and value.endswith("'") and len(value) >= 2:
-            value = re.sub(r"\\(.)", r"\1", value[1:-1])
+        value = _unquote_keyword(match.group(0)[len(match.group("keep")):])
         found |= {value, unquote(value)}
-    return {p for p in found if p}
+    for match in _FILE_REFERENCE.finditer(url):
+        value = unquote(_unquote_keyword(f"'{match.group('quoted')}'") if match.group("quoted") is not None
+                        else match.group("bare"))
+        if value:
+            found |= (_service_passwords if match.group("key").lower() == "service" else _passfile_passwords)(value)
+    return frozenset(p for p in found if p)
 
 
 def redact(text: str, *urls: str | None) -> str:
     """``text`` with every password replaced by ``***``.
 
-    Masks the password of any URL or ``password=`` parameter that ``text`` quotes, and,
-    wherever it appears verbatim (for example inside a driver's error message), the
-    password of each of ``urls`` (the store URLs ``text`` may have come from; None is
-    skipped). ``redact(url)`` is the URL fit to print.
+    Masks the password of any URL or ``password=`` parameter that ``text`` quotes (the whole
+    value: in a keyword/value string up to the next whitespace, or its closing quote), and,
+    wherever it appears verbatim (for example inside a driver's error message), each password
+    of ``urls`` (the store URLs ``text`` may have come from; None is skipped): the ones they
+    carry and the ones in the service file section or password file they name. ``redact(url)``
+    is the URL fit to print.
     """
     secrets: set[str] = set()
     for url in urls:
@@ -58,4 +120,5 @@ def redact(text: str, *urls: str | None) -> str:
     for secret in sorted(secrets, key=len, reverse=True):
         text = text.replace(secret, MASK)
     text = _URL_PASSWORD.sub(rf"\g<keep>{MASK}", text)
+    text = _QUERY_PASSWORD.sub(rf"\g<keep>{MASK}", text)
     return _KEYWORD_PASSWORD.sub(rf"\g<keep>{MASK}", text)

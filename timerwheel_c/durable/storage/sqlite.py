@@ -41,13 +41,14 @@ import os
 import sqlite3
 import threading
 import time
+import urllib.parse
 from typing import Callable, Optional, Union
 
 from .errors import PermanentStoreError, StoreError, TransientStoreError, wrap_exceptions
 from .redact import redact
 from .sqlfiles import migrations, queries, statements
 from .store import (Absent, Batch, Committed, Page, PreconditionFailed, Refused, SchemaError, SchemaVersionError,
-                    Store, consumed_write, schema_version_of)
+                    Store, check_readable_version, consumed_write, schema_version_of)
 from .upgrades import derived_rows
 from .watch import PollingWatcher, Watcher
 
@@ -63,17 +64,20 @@ SCHEMA_VERSION = _MIGRATIONS[-1][0]
 _TABLES = {"timerwheel_kv": ("partition", "key", "value"), "timerwheel_meta": ("name", "value")}
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 # SQLite's primary result codes (https://sqlite.org/rescode.html) of passing conditions: BUSY,
-# LOCKED, NOMEM, INTERRUPT, PROTOCOL (a WAL lock race) and SCHEMA (another connection changed it).
-_TRANSIENT_CODES = {5: "SQLITE_BUSY", 6: "SQLITE_LOCKED", 7: "SQLITE_NOMEM", 9: "SQLITE_INTERRUPT",
-                    15: "SQLITE_PROTOCOL", 17: "SQLITE_SCHEMA"}
+# LOCKED, NOMEM, INTERRUPT, PROTOCOL (a WAL lock race) and SCHEMA (another connection changed it),
+# and the store-wide refusals of a file that was open for writing: READONLY (the file or its
+# filesystem turned read-only) and FULL (the disk), which end when someone steps in, and which a
+# runner backs off from rather than quarantine the rows it met. Opening a file refuses them at
+# once (PermanentStoreError, see SQLiteStore._open_error).
+_TRANSIENT_CODES = {5: "SQLITE_BUSY", 6: "SQLITE_LOCKED", 7: "SQLITE_NOMEM", 8: "SQLITE_READONLY", 9: "SQLITE_INTERRUPT",
+                    13: "SQLITE_FULL", 15: "SQLITE_PROTOCOL", 17: "SQLITE_SCHEMA"}
 # Python before 3.11 gives no result code; SQLite's fixed text for each code (sqlite3_errstr(),
 # which is what sqlite3_errmsg() returns for these) maps the message back to it, there only.
 _ERRSTR_CODES = {"database is locked": 5, "database table is locked": 6, "out of memory": 7, "interrupted": 9,
                  "locking protocol": 15, "database schema has changed": 17, "database or disk is full": 13,
                  "attempt to write a readonly database": 8, "disk I/O error": 10, "unable to open database file": 14,
                  "database disk image is malformed": 11, "file is not a database": 26}
-_CODE_NAMES = {**_TRANSIENT_CODES, 8: "SQLITE_READONLY", 10: "SQLITE_IOERR", 11: "SQLITE_CORRUPT",
-               13: "SQLITE_FULL", 14: "SQLITE_CANTOPEN", 26: "SQLITE_NOTADB"}
+_CODE_NAMES = {**_TRANSIENT_CODES, 10: "SQLITE_IOERR", 11: "SQLITE_CORRUPT", 14: "SQLITE_CANTOPEN", 26: "SQLITE_NOTADB"}
 
 
 def result_code(exc: sqlite3.Error) -> tuple:
@@ -107,6 +111,11 @@ class SQLiteStore(Store):
             database, or None to leave checkpoints to SQLite's auto-checkpoint on commit.
         watch_interval_s: seconds (> 0) between two reads of ``PRAGMA data_version`` by
             :meth:`watch`; the worst-case delay before a runner sees another process's write.
+        read_only: open the file read-only (SQLite's ``mode=ro``) for the commands that only read:
+            nothing is created, upgraded or written, so a file this process may not write (or in a
+            directory it may not write) can be read. A file without a ``-wal`` beside it (no
+            connection has it open) is read as ``immutable``, which needs no lock or shared-memory
+            file; a write then fails (SQLITE_READONLY).
 
     Raises:
         TypeError / ValueError: a bad argument, or a URL given as the path (use
@@ -118,10 +127,13 @@ class SQLiteStore(Store):
         SchemaError: the file holds tables of the same names that timerwheel_c did not make
             (nothing is written to it), or a ``schema_version`` that is not an integer.
         SchemaVersionError: the file was written by a newer timerwheel_c.
+        NoStoreError: with ``read_only``, the file holds no timerwheel_c store; SchemaError: one of
+            an older version, which a read-only open does not upgrade.
     """
 
     def __init__(self, path, *, busy_timeout_ms: int = 5000, synchronous: str = "NORMAL",
-                 checkpoint_interval_s: Optional[float] = 1.0, watch_interval_s: float = 0.02):
+                 checkpoint_interval_s: Optional[float] = 1.0, watch_interval_s: float = 0.02,
+                 read_only: bool = False):
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__} {path!r}")
         if isinstance(busy_timeout_ms, bool) or not isinstance(busy_timeout_ms, int) or busy_timeout_ms < 0:
@@ -145,20 +157,24 @@ class SQLiteStore(Store):
         self._busy_timeout_s = busy_timeout_ms / 1000
         self._lock = threading.Lock()
         self._wrap = wrap_exceptions(sqlite3.Error, self._error)
+        self.read_only = bool(read_only)
         try:
             # isolation_level=None: no implicit transactions; apply() opens its own.
             self._db = sqlite3.connect(
-                self.path, timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False
-            )
+                self._read_only_uri() if read_only else self.path, timeout=busy_timeout_ms / 1000,
+                isolation_level=None, check_same_thread=False, uri=bool(read_only))
         except sqlite3.Error as exc:
             raise self._open_error(exc) from exc
         try:
             # Checked before anything is written: a foreign file must come out as it went in.
             self._while_busy(self._refuse_foreign_tables)
-            if self.path != ":memory:":
-                self._while_busy(lambda: self._db.execute("PRAGMA journal_mode=WAL"))
-            self._db.execute(f"PRAGMA synchronous={synchronous}")
-            self._while_busy(self._create_schema)
+            if read_only:
+                self._while_busy(self._check_schema)
+            else:
+                if self.path != ":memory:":
+                    self._while_busy(lambda: self._db.execute("PRAGMA journal_mode=WAL"))
+                self._db.execute(f"PRAGMA synchronous={synchronous}")
+                self._while_busy(self._create_schema)
         except sqlite3.Error as exc:
             self._db.close()
             raise self._open_error(exc) from exc
@@ -166,7 +182,7 @@ class SQLiteStore(Store):
             self._db.close()
             raise
         self._checkpointer = None
-        if self.path != ":memory:" and checkpoint_interval_s is not None:
+        if self.path != ":memory:" and checkpoint_interval_s is not None and not read_only:
             self._db.execute("PRAGMA wal_autocheckpoint=0")
             self._closing = threading.Event()
             self._checkpointer = threading.Thread(
@@ -196,7 +212,7 @@ class SQLiteStore(Store):
         """The error to raise when the file cannot be opened: it names the path and, where the
         cause is visible from here, says it (SQLite itself only says "unable to open")."""
         error = self._error(exc)
-        if isinstance(error, TransientStoreError) or self.path == ":memory:":
+        if result_code(exc)[0] in (5, 6) or self.path == ":memory:":  # busy or locked: worth retrying
             return error
         path = os.path.abspath(self.path)
         parent = os.path.dirname(path)
@@ -221,6 +237,27 @@ class SQLiteStore(Store):
                 raise SchemaError(
                     f"SQLite database {self.path!r} has a table {table} with columns {found}, not {columns}: "
                     "it was not made by timerwheel_c; refusing to use it (nothing was written)")
+
+    def _read_only_uri(self) -> str:
+        """The ``file:`` URI that opens :attr:`path` read-only. While a connection has the file open in
+        WAL mode its ``-wal`` exists, and ``mode=ro`` reads it (under the shared-memory locks); without
+        one the file alone is the database, read as ``immutable``: SQLite then takes no lock and makes
+        no ``-shm`` or ``-wal``, so a directory this process may not write does not stop it."""
+        if self.path == ":memory:":
+            return "file::memory:?mode=ro"
+        path = os.path.abspath(self.path)
+        mode = "mode=ro" if os.path.exists(path + "-wal") else "mode=ro&immutable=1"
+        return f"file:{urllib.parse.quote(path)}?{mode}"
+
+    def _check_schema(self) -> None:
+        """Read the schema version for a read-only open (see :func:`check_readable_version`)."""
+        tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        found: Optional[int] = None
+        where = f"table timerwheel_kv of SQLite database {self.path!r}"
+        if "timerwheel_kv" in tables:
+            row = self._db.execute(_QUERIES["schema_version"]).fetchone() if "timerwheel_meta" in tables else None
+            found = 0 if row is None else schema_version_of(where, row[0])
+        check_readable_version(where, found, SCHEMA_VERSION)
 
     def _create_schema(self) -> None:
         """Create or upgrade the schema under the write lock, once, even when many processes open

@@ -33,6 +33,7 @@ __all__ = [
     "Equals",
     "Guard",
     "KeyPattern",
+    "NoStoreError",
     "Ownership",
     "Page",
     "PreconditionFailed",
@@ -42,6 +43,7 @@ __all__ = [
     "Store",
     "check_bytes",
     "check_partition",
+    "check_readable_version",
     "check_store",
     "consumed_write",
 ]
@@ -104,6 +106,30 @@ def schema_version_of(where: str, value: object) -> int:
         raise SchemaError(f"{where} records schema_version {value!r}, which is not a version number (an "
                           "integer >= 1): the meta table was edited or not made by timerwheel_c")
     return int(text)
+
+
+class NoStoreError(SchemaError):
+    """A read-only open found no timerwheel_c store in the database (a typo'd database or path, or
+    one no runner has used yet); nothing was created in it."""
+
+
+def check_readable_version(where: str, found: Optional[int], supported: int) -> None:
+    """Check, for a read-only open, the schema version ``found`` in ``where`` (None: the store's
+    table is missing; 0: a store from before the version row) against ``supported``: a read-only
+    open never creates or upgrades a schema, so it reads only the version it knows.
+
+    Raises:
+        NoStoreError: ``found`` is None ("no timerwheel_c store here").
+        SchemaVersionError: ``found`` is newer than ``supported``.
+        SchemaError: ``found`` is older: a runner or a writing command upgrades it first.
+    """
+    if found is None:
+        raise NoStoreError(f"no timerwheel_c store here: {where} does not exist (a read-only command never creates it)")
+    if found > supported:
+        raise SchemaVersionError(where, found, supported)
+    if found < supported:
+        raise SchemaError(f"{where} has store schema version {found}, older than the version {supported} of this "
+                          "timerwheel_c: a runner or a writing command upgrades it (a read-only command never does)")
 
 
 class SchemaVersionError(SchemaError, RuntimeError):

@@ -15,11 +15,12 @@ What a scan meets, and what becomes of it (each a record type below, never a tag
   group of a fleet, see :mod:`timerwheel_c.durable.service.ownership`) fires it; after that it
   is backed off like a failure and logged once per kind, so rows nobody can fire do not clog
   the due range;
-- a row whose key does not parse (*malformed*), or whose claim the store refuses or that has
-  no valid backoff key (*unprocessable*): moved once, guarded, to its quarantine key
+- a row whose key does not parse (*malformed*), or whose claim the store refuses for its content
+  or that has no valid backoff key (*unprocessable*): moved once, guarded, to its quarantine key
   ``keys.quarantine(K)`` outside the timer space, value unchanged, retained but never scanned
   again; a row that cannot even be quarantined is left, counted ``stuck`` and listed, never
-  retried within the tick;
+  retried within the tick. A refusal of the store as a whole (a transient one: a read-only server,
+  a full disk) is no row's fault: the row stays in place, untouched, for a later pass;
 - a row of a registered kind whose attempts are used up (``attempt >= max_attempts``: the process
   died during its last attempt, or that attempt's outcome did not commit): parked instead of
   fired again (:mod:`.parking`), in one guarded move, with a last error saying so;
@@ -34,8 +35,9 @@ from dataclasses import dataclass, field
 from typing import Callable, Container, Optional, Union
 
 from . import keys, names, parking, schedules
-from .registry import DueTimer, TimerHandler, TimerRegistry
+from .registry import DueTimer, TimerHandler, TimerRegistry, check_registry
 from .tick import DEFAULT_BUDGET, RunReport, TickBudget, backoff_ms
+from ..storage.errors import is_transient
 from ..storage.store import Absent, Batch, Committed, Equals, Page, Refused, Store, check_partition
 
 __all__ = ["PAGE", "SCAN_PAGE", "UNKNOWN_KIND_GRACE_MS", "ClaimedTimer", "Claims", "claim_due", "claim_due_across", "due_request", "release_claims",
@@ -316,6 +318,10 @@ class Claimer:
                 self._quarantined(row, result)
                 continue
             if isinstance(result, Refused):
+                if is_transient(result.error):
+                    # A store-wide refusal (a read-only server, a full disk), not one of this row's
+                    # content: left in place for a later pass, which backs off as a whole while it lasts.
+                    continue
                 self.refused.append(_ToQuarantine(row.key, row.value,
                                                   f"claim refused by the store: {result.error}", malformed=False))
                 continue
@@ -358,7 +364,8 @@ class Claimer:
                 report.unprocessable += 1
                 log.error("%s quarantined: %s", names.row_name(self.partition, row.key, registry=self.registry), row.why)
         elif isinstance(result, Refused):
-            self._stuck(row.key, f"{row.why}; quarantine refused: {result.error}")
+            if not is_transient(result.error):  # a store-wide refusal leaves the row for a later pass
+                self._stuck(row.key, f"{row.why}; quarantine refused: {result.error}")
         else:
             if row.malformed:
                 report.malformed += 1
@@ -373,8 +380,7 @@ def check_args(partition, registry, now_ms, budget) -> int:
         TypeError / ValueError: naming the bad argument.
     """
     check_partition(partition)
-    if not isinstance(registry, TimerRegistry):
-        raise TypeError(f"registry must be a TimerRegistry, got {type(registry).__name__} {registry!r}")
+    check_registry(registry)
     if not isinstance(budget, TickBudget):
         raise TypeError(f"budget must be a TickBudget, got {type(budget).__name__} {budget!r}")
     return keys.check_uint("now_ms", now_ms, keys.MAX_DUE_MS)

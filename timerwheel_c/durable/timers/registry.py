@@ -27,6 +27,7 @@ from typing import Optional, Union
 
 from .due import due_at_ms_of
 from .keys import MAX_ATTEMPT, TimerKind
+from ..storage.redact import redact
 from ..storage.store import Batch, Store, check_bytes
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "TimerKind",
     "TimerRegistry",
     "check_max_attempts",
+    "check_registry",
 ]
 
 # Oban's default is 20 and River's and Sidekiq's 25; see TimerHandler for why 20 here.
@@ -221,3 +223,15 @@ class TimerRegistry:
                 return False
             self._warned.add(kind)
             return True
+
+
+def check_registry(registry: object) -> TimerRegistry:
+    """Return ``registry`` if it is a :class:`TimerRegistry`.
+
+    Raises:
+        TypeError: naming what was passed instead, any password in it masked (a store URL passed
+            where the registry goes is the usual mistake).
+    """
+    if not isinstance(registry, TimerRegistry):
+        raise TypeError(f"registry must be a TimerRegistry, got {type(registry).__name__} {redact(repr(registry))}")
+    return registry

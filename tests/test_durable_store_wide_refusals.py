@@ -1,0 +1,131 @@
+"""A refusal of every write by the store as a whole (a PostgreSQL server set read-only, as during a
+failover or maintenance; a full disk) is transient: the runner backs off the whole pass, logs one
+WARNING for the episode, quarantines no row, and fires the timers within seconds of writes coming
+back. Only a refusal of one row's own content quarantines that row.
+
+Run on the real PostgreSQL server of ``TIMERWHEEL_C_TEST_PG_DSN``, made read-only with ``ALTER SYSTEM
+SET default_transaction_read_only`` (restored however the test ends). Timing assertions are liveness
+bounds only."""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+import pytest
+
+from timerwheel_c.durable import DurableTimerService, TimerRegistry, list_timers, open_store, schedule
+from timerwheel_c.durable.timers.registry import Done, TimerHandler, TimerKind
+from waiting import LIVENESS_S, wait_until, wall_ms
+
+PG_DSN = os.environ.get("TIMERWHEEL_C_TEST_PG_DSN")
+KIND = 0xE7
+needs_pg = pytest.mark.skipif(not PG_DSN, reason="no TIMERWHEEL_C_TEST_PG_DSN")
+
+
+class Recorded(TimerHandler):
+    """Done at once; records each reference with the wall ms it fired at."""
+
+    kind = TimerKind(KIND)
+    max_attempts = 1  # "fires at most once": a store-wide refusal must not use the one attempt up
+
+    def __init__(self):
+        self.fired: list = []
+        self.lock = threading.Lock()
+
+    def fire(self, ctx, timer):
+        with self.lock:
+            self.fired.append((timer.reference, wall_ms()))
+        return Done()
+
+
+@pytest.fixture
+def server_read_only():
+    """``server_read_only(on)``: set the test server's ``default_transaction_read_only`` for every
+    session (ALTER SYSTEM and a reload), waiting until a new session sees it; reset at teardown."""
+    import psycopg
+
+    def switch(on: bool) -> None:
+        with psycopg.connect(PG_DSN, autocommit=True) as conn:
+            conn.execute(f"ALTER SYSTEM SET default_transaction_read_only = {'on' if on else 'off'}")
+            conn.execute("SELECT pg_reload_conf()")
+        want = "on" if on else "off"
+        wait_until(lambda: _setting() == want, f"default_transaction_read_only = {want}")
+
+    def _setting() -> str:
+        with psycopg.connect(PG_DSN, autocommit=True) as conn:
+            return conn.execute("SHOW default_transaction_read_only").fetchone()[0]
+
+    try:
+        yield switch
+    finally:
+        with psycopg.connect(PG_DSN, autocommit=True) as conn:
+            conn.execute("ALTER SYSTEM RESET default_transaction_read_only")
+            conn.execute("SELECT pg_reload_conf()")
+
+
+@needs_pg
+def test_timers_due_while_the_server_refuses_writes_fire_once_writes_come_back(schema_url, server_read_only, caplog):
+    """Five timers (one attempt each) fall due while the server refuses every write: none fires then
+    (a claim is a write), the service logs one WARNING for its passes, and once writes come back all
+    five fire within the liveness bound, none parked or quarantined. Before, each was "neither
+    claimed nor quarantined" and skipped for 600 s."""
+    handler = Recorded()
+    store = open_store(schema_url)
+    service = DurableTimerService(store, TimerRegistry().register(handler), ["p"], max_sleep_s=1.0)
+    try:
+        with caplog.at_level(logging.WARNING, logger="timerwheel_c.durable"):
+            service.start()
+            due_ms = wall_ms() + 3000  # time for the reload to reach every session before it
+            for i in range(5):
+                schedule(store, "p", due_ms, KIND, b"t%d" % i)
+            server_read_only(True)
+            wait_until(lambda: service.transient_errors >= 3 and wall_ms() > due_ms + 1000,
+                       "three failed passes after the due time")  # the refusal arose, and was retried
+            assert handler.fired == []
+            server_read_only(False)
+            wait_until(lambda: len(handler.fired) == 5, "all five timers to fire", LIVENESS_S)
+        assert sorted(r for r, _ in handler.fired) == [b"t%d" % i for i in range(5)]
+        assert all(fired_ms >= due_ms for _, fired_ms in handler.fired)
+        warnings = [r.getMessage() for r in caplog.records
+                    if r.levelno == logging.WARNING and "transient store error" in r.getMessage()]
+        assert len(warnings) == 1 and "read-only transaction" in warnings[0], warnings
+        assert list_timers(store, "p", state="parked") == []
+    finally:
+        service.stop(timeout=10)
+        store.close()
+
+
+@needs_pg
+def test_a_read_only_server_error_is_transient_and_refuses_no_single_batch(schema_url, server_read_only):
+    """``apply_many`` on a read-only server raises TransientStoreError for the call as a whole (SQLSTATE
+    25006), rather than a Refused result per batch, which the runner would take for the rows' own fault."""
+    from timerwheel_c.durable.storage.errors import TransientStoreError
+    from timerwheel_c.durable.storage.store import Batch
+
+    store = open_store(schema_url)
+    try:
+        store.apply("p", Batch().put(b"k0", b"v"))
+        server_read_only(True)
+        with pytest.raises(TransientStoreError, match="25006"):
+            store.apply_many("p", [Batch().put(b"k1", b"v"), Batch().put(b"k2", b"v")])
+    finally:
+        store.close()
+
+
+def test_a_full_sqlite_database_is_transient_for_the_whole_call(tmp_path):
+    """A SQLite database that cannot grow (SQLITE_FULL: a full disk, here its ``max_page_count``
+    reached) fails ``apply_many`` as a whole with a TransientStoreError, not with a Refused result
+    per batch, which the runner would take for the rows' own fault and quarantine them."""
+    from timerwheel_c.durable import SQLiteStore
+    from timerwheel_c.durable.storage.errors import TransientStoreError
+    from timerwheel_c.durable.storage.store import Batch
+
+    with SQLiteStore(tmp_path / "full.db") as store:
+        store.apply("p", Batch().put(b"k0", b"v"))
+        # The store's own connection: max_page_count is a setting of the connection that writes.
+        pages = store._db.execute("PRAGMA page_count").fetchone()[0]
+        store._db.execute(f"PRAGMA max_page_count = {pages}")
+        with pytest.raises(TransientStoreError, match="SQLITE_FULL"):
+            store.apply_many("p", [Batch().put(b"k1", b"v" * 20_000), Batch().put(b"k2", b"v")])
+        assert store.get("p", b"k2") is None  # the call as a whole wrote nothing
