@@ -84,7 +84,7 @@ def status(store, now_ms: int) -> dict:
     runners: Optional[list] = None
     owners: dict = {}
     if not isinstance(store, SQLiteStore):
-        from .ownership import runners as live_runners
+        from ..storage.pg_ownership import runners as live_runners
 
         runners = []
         for r in live_runners(store):

@@ -20,8 +20,8 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
 
 from .errors import wrap_exceptions
-from .joined import OPEN, Joined, ending, type_name, unless_failing
 from .postgres import PostgresStore, apply_results, store_error
+from .savepoint import OPEN, Joined, ending, type_name, unless_failing
 from .store import Batch, Committed, PreconditionFailed
 
 __all__ = ["AsyncPgJoined", "AsyncPgStatements", "PgJoined"]

@@ -4,7 +4,7 @@ A partition is named by a non-empty str and is the unit of atomicity, ordering a
 ownership: a :class:`Batch` applies to one partition, all or nothing, after its guards
 (:class:`Equals`, :class:`Absent`) hold; a runner fires one partition's timers in due
 order; and in a fleet each partition is served by one runner at a time (see
-:mod:`timerwheel_c.durable.service.ownership`). The guarded batch is the compare-and-set that
+:mod:`timerwheel_c.durable.storage.pg_ownership`). The guarded batch is the compare-and-set that
 makes durable timers fire their batch effects at most once (the guarded-write shape of
 etcd transactions and FoundationDB's read-conflict checks).
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Union, cast
+from typing import Callable, NoReturn, Optional, Union, cast
 
 from .errors import PermanentStoreError
 from .redact import redact
@@ -262,7 +262,7 @@ class Page:
 
 class Ownership(abc.ABC):
     """The partitions one runner owns among the live runners sharing a store
-    (:class:`timerwheel_c.durable.service.ownership.PartitionOwnership` on PostgreSQL)."""
+    (:class:`timerwheel_c.durable.storage.pg_ownership.PartitionOwnership` on PostgreSQL)."""
 
     check_interval_s: float
 
@@ -446,9 +446,8 @@ class Store(abc.ABC):
     reads_many_at_once: bool = False
 
     #: The :class:`Ownership` type that divides this backend's partitions among runners, called as
-    #: ``ownership_type(store, partitions, **kwargs)``. The layer that holds that policy sets it (the
-    #: service layer sets PostgresStore's when it is imported), so that this layer imports nothing
-    #: above it. None: the backend has no way to divide the work.
+    #: ``ownership_type(store, partitions, **kwargs)``, set by the backend's own class beside its SQL
+    #: (PostgresStore's: :mod:`.pg_ownership`). None: the backend has no way to divide the work.
     ownership_type: Optional[Callable[..., "Ownership"]] = None
 
     def ownership(self, partitions: Optional[list] = None, **kwargs) -> Optional["Ownership"]:
@@ -558,10 +557,16 @@ def check_store(store: object, name: str = "store", kind: Optional[type] = None)
     want = kind or Store
     if isinstance(store, want):
         return cast(Store, store)
+    refuse_store(store, name, want.__name__)
+
+
+def refuse_store(store: object, name: str, want: str) -> NoReturn:
+    """Raise the TypeError of :func:`check_store` for ``store``, passed as ``name`` where a ``want``
+    (a class name) goes."""
     if isinstance(store, str):
-        raise TypeError(f"{name} must be a {want.__name__}, got the str {redact(store)!r}; "
+        raise TypeError(f"{name} must be a {want}, got the str {redact(store)!r}; "
                         "open a store URL with open_store() and pass the store")
-    raise TypeError(f"{name} must be a {want.__name__}, got {type(store).__name__} {redact(repr(store))}")
+    raise TypeError(f"{name} must be a {want}, got {type(store).__name__} {redact(repr(store))}")
 
 
 def _checked_scan(partition, start, end, after, limit) -> tuple:
