@@ -13,11 +13,25 @@ import importlib
 import os
 import sys
 
-from . import IMPLEMENTATION, __version__
+from . import __version__
 
 # subcommand -> the module whose add_parser registers it
 _COMMANDS = {"run": "timerwheel_c.durable.service.cli", "schedules": "timerwheel_c.durable.service.schedules_cli",
              "timers": "timerwheel_c.durable.service.timers_cli", "fleet": "timerwheel_c.durable.service.fleet_cli"}
+
+
+class _Version(argparse.Action):
+    """``--version``: argparse's own, but the cores it names are loaded only when it is asked for,
+    not by every command (the durable commands use none)."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, help="show program's version number and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from . import IMPLEMENTATION
+
+        print(f"{parser.prog} {__version__} ({IMPLEMENTATION} cores, Python {sys.version.split()[0]})")
+        parser.exit()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,8 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="timerwheel-c",
         description="timerwheel_c from the command line: a durable timer service.",
     )
-    parser.add_argument("--version", action="version",
-                        version=f"%(prog)s {__version__} ({IMPLEMENTATION} cores, Python {sys.version.split()[0]})")
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", required=True)
     named = next((arg for arg in argv if not arg.startswith("-")), None)
     for command, module in _COMMANDS.items():

@@ -47,7 +47,7 @@ from typing import Optional
 
 from ..._helptext import terminal_text
 from ..timers.registry import TimerRegistry
-from .service import DEFAULT_CONCURRENCY
+from .pool import DEFAULT_CONCURRENCY
 from ..storage.redact import redact
 from .logs import log_to_stderr
 

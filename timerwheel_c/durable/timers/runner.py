@@ -38,7 +38,6 @@ malformed and unprocessable rows: see :mod:`.claim`.
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from dataclasses import dataclass
@@ -93,8 +92,11 @@ class Attempt:
         self.took_s = self._clock() - self._started
         if exc is None:
             return False
-        if isinstance(exc, asyncio.CancelledError) and self._cancelled_by_caller():
-            return False
+        if not isinstance(exc, Exception):  # asyncio's CancelledError is a BaseException, and asyncio loaded
+            import asyncio
+
+            if isinstance(exc, asyncio.CancelledError) and self._cancelled_by_caller():
+                return False
         self.error = exc
         return True
 
