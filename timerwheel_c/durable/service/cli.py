@@ -141,8 +141,8 @@ def load_registry(spec: str) -> TimerRegistry:
     """Import ``module:attribute`` and return the TimerRegistry it names (calling it if callable).
 
     Raises:
-        HandlersError: ``spec`` is not ``module:attribute``; the module cannot be imported or
-            raises while importing; the attribute is missing; calling it raises; or the
+        HandlersError: ``spec`` is not ``module:attribute``; the module cannot be imported, or
+            raises (``sys.exit()`` included) while importing; the attribute is missing; calling it raises; or the
             result is no TimerRegistry. The original exception is the ``__cause__``.
     """
     module_name, sep, attr = spec.partition(":")
@@ -150,7 +150,7 @@ def load_registry(spec: str) -> TimerRegistry:
         raise HandlersError(f"--handlers must be MODULE:ATTR, got {spec!r}")
     try:
         module = importlib.import_module(module_name)
-    except Exception as exc:  # any error of the user's module at import time is a bad argument
+    except (Exception, SystemExit) as exc:  # any error of the user's module at import time is a bad argument
         raise HandlersError(f"--handlers {spec!r}: importing module {module_name!r} failed: "
                             f"{type(exc).__name__}: {exc}") from exc
     try:
