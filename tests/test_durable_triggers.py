@@ -13,6 +13,7 @@ import functools
 import itertools
 import json
 import random
+import warnings
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -524,3 +525,15 @@ def test_a_bad_stored_trigger_is_refused(data, words):
         assert word in str(raised.value)
     with pytest.raises(ValueError, match="JSON"):
         trigger_from_bytes(b"\xff{not json")
+
+
+@pytest.mark.parametrize("tz, meant", [("EST", "America/New_York"), ("MST", "America/Denver")])
+def test_a_fixed_offset_zone_picked_for_a_regions_clock_warns(tz, meant):
+    """``"EST"`` keeps UTC-5 all year: a cron meant for New York's 09:00 would fire at 10:00 local half
+    the year, so it warns, naming the zone meant; a zone with daylight saving time, or UTC, does not."""
+    with pytest.warns(UserWarning, match=meant):
+        Cron("0 9 * * *", tz)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Cron("0 9 * * *", meant)
+        Cron("0 9 * * *", "UTC")

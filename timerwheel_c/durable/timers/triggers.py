@@ -37,6 +37,7 @@ import datetime as _dt
 import json
 import math
 import time
+import warnings
 from dataclasses import dataclass
 from itertools import islice, takewhile
 from typing import Iterator, Optional, Protocol, Tuple, Union
@@ -291,6 +292,10 @@ class Every(Trigger):
         return f"every {_format_s(self.interval_ms)}"
 
 
+# Zones without daylight saving time that are picked by mistake for a region's clock, and that clock.
+_FIXED_BY_MISTAKE = {"EST": "America/New_York", "MST": "America/Denver"}
+
+
 def _zone_of(tz: object) -> ZoneInfo:
     """``tz`` as a ZoneInfo with an IANA key, so that it can be stored by name."""
     if isinstance(tz, str):
@@ -371,6 +376,10 @@ class Cron(Trigger):
         TypeError: an argument of the wrong type, naming it.
         ValueError: a bad expression, naming the field and its text (``Cron("61 * * * *")``:
             "bad minute field '61'"); an unknown zone; a negative jitter; a naive ``start``.
+
+    Warns:
+        UserWarning: ``tz`` is ``"EST"`` or ``"MST"``, fixed offsets without daylight saving time that
+            are usually meant as ``"America/New_York"`` or ``"America/Denver"``.
     """
 
     __slots__ = ("expression", "tz", "_expr", "_on_wall_clock")
@@ -382,6 +391,11 @@ class Cron(Trigger):
         self._expr = " ".join(fields)
         self._on_wall_clock = not fields[1].startswith("*")
         self.tz = _zone_of(tz)
+        meant = _FIXED_BY_MISTAKE.get(self.tz.key)
+        if meant is not None:
+            warnings.warn(f"tz {self.tz.key!r} keeps one UTC offset all year, with no daylight saving time, so "
+                          f"half the year it fires an hour off the local clock; for that clock use {meant!r}",
+                          UserWarning, stacklevel=2)
         self.start_ms = _start_ms_of(start)
         self.default_start = start is None
         self.jitter_ms = _jitter_ms_of(jitter_s)
