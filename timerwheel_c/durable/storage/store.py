@@ -26,6 +26,7 @@ from .watch import GENERIC_POLL_S, ChangeHub, PollingWatcher, Watcher
 
 __all__ = [
     "MAX_KEY_BYTES",
+    "MAX_VALUE_BYTES",
     "MAX_PARTITION_BYTES",
     "Absent",
     "Batch",
@@ -55,6 +56,11 @@ __all__ = [
 # written can be indexed, and rewritten under another key of the same length, on every backend.
 MAX_KEY_BYTES = 2048
 MAX_PARTITION_BYTES = 256
+# The largest value a row holds, in bytes, checked when it is written (Batch.put): a runner reads
+# rows a page at a time, and a driver holds a value several times over while it decodes it (one
+# value of 100 MB took about 950 MB of a runner's memory on PostgreSQL), so a value the store
+# accepts must stay small next to a process's memory. 1 MiB, Kafka's default message.max.bytes.
+MAX_VALUE_BYTES = 1 << 20
 
 def check_bytes(name: str, value: object) -> bytes:
     """Return ``value`` if it is bytes, else raise TypeError naming ``name`` and the value."""
@@ -194,15 +200,19 @@ class Batch:
         return self
 
     def put(self, key: bytes, value: bytes) -> "Batch":
-        """Write ``value`` at ``key`` (both bytes, the key at most :data:`MAX_KEY_BYTES`); returns self.
+        """Write ``value`` at ``key`` (both bytes, the key at most :data:`MAX_KEY_BYTES`, the value at
+        most :data:`MAX_VALUE_BYTES`); returns self.
 
         Raises:
             TypeError: a non-bytes key or value.
-            ValueError: a key longer than :data:`MAX_KEY_BYTES`.
+            ValueError: a key longer than :data:`MAX_KEY_BYTES`, or a value longer than :data:`MAX_VALUE_BYTES`.
         """
         if len(check_bytes("key", key)) > MAX_KEY_BYTES:
             raise ValueError(f"key must be at most {MAX_KEY_BYTES} bytes, got {len(key)} bytes starting {key[:16]!r}")
-        self.writes.append((key, check_bytes("value", value)))
+        if len(check_bytes("value", value)) > MAX_VALUE_BYTES:
+            raise ValueError(f"a value must be at most {MAX_VALUE_BYTES:,} bytes, got {len(value):,} bytes "
+                             f"for the key starting {key[:16]!r}")
+        self.writes.append((key, value))
         return self
 
     def delete(self, key: bytes) -> "Batch":
