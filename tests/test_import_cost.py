@@ -85,3 +85,17 @@ def test_a_top_level_name_loads_its_core_on_first_use(name):
     loaded = _loaded_after(f"import timerwheel_c\nassert timerwheel_c.{name} is not None\n"
                            f"from timerwheel_c import {name}\n")
     assert loaded & {"timerwheel_c._wheel", "timerwheel_c._release"}
+
+
+def test_dir_lists_the_names_loaded_on_first_use():
+    """``dir()`` of both packages names what ``__all__`` promises before anything is loaded (for
+    completion and documentation tools), and reading each name then works."""
+    code = """
+import timerwheel_c, timerwheel_c.durable as durable
+for module in (timerwheel_c, durable):
+    missing = set(module.__all__) - set(dir(module))
+    assert not missing, (module.__name__, missing)
+for module in (timerwheel_c, durable):
+    assert all(getattr(module, name) is not None for name in module.__all__)
+"""
+    assert "numpy" in _loaded_after(code)  # the names were read: the cores loaded with them

@@ -63,3 +63,7 @@ def __getattr__(name: str) -> Any:
 
         return DurableTimerService
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(__all__))
