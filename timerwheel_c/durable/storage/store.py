@@ -26,8 +26,8 @@ from .watch import GENERIC_POLL_S, ChangeHub, PollingWatcher, Watcher
 
 __all__ = [
     "MAX_KEY_BYTES",
-    "MAX_VALUE_BYTES",
     "MAX_PARTITION_BYTES",
+    "MAX_VALUE_BYTES",
     "Absent",
     "Batch",
     "Committed",
@@ -45,6 +45,7 @@ __all__ = [
     "check_partition",
     "check_store",
     "consumed_write",
+    "refuse_store",
 ]
 
 
