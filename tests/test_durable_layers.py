@@ -166,6 +166,13 @@ def test_no_durable_module_patches_a_class_it_imported():
     assert class_patches(ROOT, "timerwheel_c.durable") == []
 
 
+def test_no_durable_module_picks_a_backend_by_what_is_imported():
+    """Which backend a store is, is asked of the store (its class, its methods), never read from
+    ``sys.modules``: what another part of the program happened to import decides nothing."""
+    for name, path in _modules(ROOT, "timerwheel_c.durable").items():
+        assert "sys.modules" not in path.read_text(encoding="utf-8"), name
+
+
 def _package(tmp_path: Path, files: dict) -> Path:
     root = tmp_path / "pkg"
     for rel, text in {"__init__.py": "", **files}.items():
