@@ -92,7 +92,9 @@ class Attempt:
         self.took_s = self._clock() - self._started
         if exc is None:
             return False
-        if not isinstance(exc, Exception):  # asyncio's CancelledError is a BaseException, and asyncio loaded
+        if not isinstance(exc, Exception):
+            # Only a BaseException can be asyncio's CancelledError, and one raised means asyncio is
+            # loaded: importing it here costs a lookup, and spares a process without asyncio its import.
             import asyncio
 
             if isinstance(exc, asyncio.CancelledError) and self._cancelled_by_caller():
