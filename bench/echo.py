@@ -33,7 +33,7 @@ import time
 from typing import Callable, Optional
 
 from .goals import Goal
-from .network import _HangingUpClient, _uvloop
+from .network import _HangingUpClient, _uvloop, overloaded
 from .network_server import raise_fd_limit
 from . import procs
 from .run import command
@@ -251,13 +251,14 @@ def run(connection_counts=(1000, 10000), seconds: float = 3.0, repeats: int = 3,
 def format_table(rows: list[dict]) -> str:
     """The rows of :func:`run` as a plain-text table, CPU as a ratio to asyncio's timers on the
     same loop and connection count."""
-    base = {(r["connections"], r["loop"]): r["cpu_ns_per_request"] for r in rows if r["timers"] == "asyncio"}
+    base = {(r["connections"], r["loop"]): r for r in rows if r["timers"] == "asyncio"}
     head = (f"{'conns':>6} {'loop':<8} {'timers':<15} {'CPU ns/req':>10} {'min-max':>13} {'vs asyncio':>10} "
             f"{'req/s':>7} {'idle fired/exp':>14} {'early loop/real':>15} {'overload':>8}")
     lines = [head, "-" * len(head)]
     for r in rows:
         ref = base.get((r["connections"], reference_loop(r["loop"])))
-        ratio = f"{r['cpu_ns_per_request'] / ref:.2f}x" if ref else "-"
+        ratio = ("-" if ref is None or not ref["cpu_ns_per_request"] else "overload" if overloaded(r, ref)
+                 else f"{r['cpu_ns_per_request'] / ref['cpu_ns_per_request']:.2f}x")
         lines.append(
             f"{r['connections']:>6} {r['loop']:<8} {r['timers']:<15} {r['cpu_ns_per_request']:>10.0f} "
             f"{r['cpu_ns_min']:>6.0f}-{r['cpu_ns_max']:<6.0f} {ratio:>10} {r['requests_per_s']:>7.0f} "
@@ -266,21 +267,28 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _cpu_ratio(row: dict, ref: Optional[dict]) -> Optional[float]:
+    """``row``'s CPU per request over ``ref``'s; None when there is no reference, or when either row's
+    server closed active connections (:func:`~.network.overloaded`): such a row measured less work."""
+    if ref is None or not ref["cpu_ns_per_request"] or overloaded(row, ref):
+        return None
+    return row["cpu_ns_per_request"] / ref["cpu_ns_per_request"]
+
+
 def goals(figures: dict) -> list[tuple[Goal, Optional[float]]]:
     """WheelScheduler's and KeyedTimers' server CPU per request at most ``CPU_TARGET`` times
     asyncio's timers' on the default loop, per connection count; EventLoop's (asyncio's timer
     code unchanged) at most ``EVENT_LOOP_CPU_TARGET`` times the default loop's at 10,000."""
     rows = figures["results"]
-    base = {r["connections"]: r["cpu_ns_per_request"] for r in rows
-            if r["loop"] == "asyncio" and r["timers"] == "asyncio"}
+    base = {r["connections"]: r for r in rows if r["loop"] == "asyncio" and r["timers"] == "asyncio"}
     return [
         (Goal("echo", f"{r['timers']} / asyncio timers, CPU per request, {r['connections']:,} connections",
               CPU_TARGET, at_most=True),
-         r["cpu_ns_per_request"] / base[r["connections"]] if base.get(r["connections"]) else None)
+         _cpu_ratio(r, base.get(r["connections"])))
         for r in rows if r["loop"] == "asyncio" and r["timers"] != "asyncio"
     ] + [
         (Goal("echo", f"EventLoop / asyncio loop, unchanged code, CPU per request, {r['connections']:,} connections",
               EVENT_LOOP_CPU_TARGET, at_most=True),
-         r["cpu_ns_per_request"] / base[r["connections"]] if base.get(r["connections"]) else None)
+         _cpu_ratio(r, base.get(r["connections"])))
         for r in rows if r["loop"] == "EventLoop" and r["connections"] >= 10_000
     ]

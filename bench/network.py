@@ -31,7 +31,7 @@ from .network_server import raise_fd_limit
 from . import procs
 from .run import command
 
-__all__ = ["SILENT_FRACTION", "UNITS_PER_SCHEDULER", "run", "scheduler_names"]
+__all__ = ["SILENT_FRACTION", "UNITS_PER_SCHEDULER", "overloaded", "run", "scheduler_names"]
 
 SILENT_FRACTION = 0.2
 CONNECT_CONCURRENCY = 200  # connects in flight at once: well under the listen backlog
@@ -49,6 +49,13 @@ def _uvloop():
     except ImportError:
         return None
     return uvloop
+
+
+def overloaded(*rows: dict) -> bool:
+    """True when the server closed active connections (``unexpected_closes``) in any of ``rows``
+    (a run's figures): it served fewer of them than asked, so its CPU per request compares with
+    no other row, and a ratio of it would mislead."""
+    return any(row.get("unexpected_closes") for row in rows)
 
 
 def scheduler_names() -> list[str]:

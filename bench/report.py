@@ -11,6 +11,7 @@ from typing import Any, Sequence
 
 try:
     from rich.console import Console
+    from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 except ImportError:  # plain-text fallback, see the module docstring
@@ -110,22 +111,25 @@ class Reporter:
             if self._show_progress:
                 print(f"bench: running {name} ...", file=sys.stderr, flush=True)
             return Task(None, None)
-        return Task(self._progress, self._progress.add_task(name, total=total))
+        return Task(self._progress, self._progress.add_task(escape(name), total=total))
+
+    # Every text reaches rich escaped: it reads "[...]" as markup, so `pip install ".[peers]"` printed
+    # `pip install "."`. The bench's text is plain; styles come as arguments only.
 
     def line(self, text: str, style: str = "") -> None:
         if self.rich:
-            self.out.print(text, style=style or None)
+            self.out.print(escape(text), style=style or None)
         else:
             print(text, flush=True)
 
     def table(self, title: str, headers: list[str], rows: list[list[str]], notes: Sequence[str] = ()) -> None:
         """One table: the first column left-aligned, the figures right-aligned."""
         if self.rich:
-            t = Table(title=title, title_justify="left", title_style="bold")
+            t = Table(title=escape(title), title_justify="left", title_style="bold")
             for i, h in enumerate(headers):
-                t.add_column(h, justify="left" if i == 0 else "right")
+                t.add_column(escape(h), justify="left" if i == 0 else "right")
             for row in rows:
-                t.add_row(*row)
+                t.add_row(*(escape(str(c)) for c in row))
             self.out.print(t)
         else:
             widths = [max(len(str(r[i])) for r in [headers] + rows) for i in range(len(headers))]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from .echo import reference_loop
 from .impls import C_WHEEL
+from .network import overloaded
 from .report import NOT_APPLICABLE, Reporter, fmt, ratio
 
 SPREAD_NOTE = ("ns are CPU time of the bench thread; figures are medians over the repeats; "
@@ -176,6 +177,12 @@ def pgqueuer_table(rep: Reporter, fleet: dict, peer: dict) -> None:
               ["system", "fired/s", "ours / pgqueuer", "runner CPU us/fired", "server CPU us/fired"], rows, notes)
 
 
+# The ratio cell of a row whose server, or whose reference row's, closed active connections.
+OVERLOAD = "overload"
+OVERLOAD_NOTE = (f"{OVERLOAD} in a ratio column: the server closed active connections in this row or in the row "
+                 "it is compared with, so it served less than was asked and no ratio is shown")
+
+
 def network_table(rep: Reporter, figures: dict) -> None:
     runs = figures["results"]
     rows = []
@@ -184,7 +191,8 @@ def network_table(rep: Reporter, figures: dict) -> None:
         base = runs.get("uvloop call_later" if name.startswith("uvloop") else "call_later", {})
         rows.append([
             name, fmt(fig.get("requests_per_s")), fmt(lat.get("p50")), fmt(lat.get("p99")),
-            fmt(fig.get("cpu_ns_per_request")), ratio(fig.get("cpu_ns_per_request"), base.get("cpu_ns_per_request")),
+            fmt(fig.get("cpu_ns_per_request")),
+            OVERLOAD if overloaded(fig, base) else ratio(fig.get("cpu_ns_per_request"), base.get("cpu_ns_per_request")),
             f"{fig.get('idle_closes_fired', '-')}/{fig.get('idle_closes_expected', '-')}",
             fmt(close.get("p50")), fmt(close.get("p99")), str(fig.get("early_closes", "-")),
             str(fig.get("unexpected_closes", "-")),
@@ -194,7 +202,7 @@ def network_table(rep: Reporter, figures: dict) -> None:
                "idle fired/exp", "late p50 ms", "p99 ms", "early", "overload"], rows,
               ["lat: per-request round trip; CPU: server process CPU per request; CPU ratio: against the same "
                "loop's call_later row; idle fired/exp and late: idle closes and their lateness; early: closes "
-               "before the timeout (must be 0); overload: active connections the server closed"])
+               "before the timeout (must be 0); overload: active connections the server closed", OVERLOAD_NOTE])
 
 
 def aio_table(rep: Reporter, figures: dict) -> None:
@@ -223,13 +231,14 @@ def aio_table(rep: Reporter, figures: dict) -> None:
 def echo_table(rep: Reporter, figures: dict) -> None:
     rows = []
     runs = figures["results"]
-    base = {(r["connections"], r["loop"]): r["cpu_ns_per_request"] for r in runs if r["timers"] == "asyncio"}
+    base = {(r["connections"], r["loop"]): r for r in runs if r["timers"] == "asyncio"}
     for r in runs:
+        ref = base.get((r["connections"], reference_loop(r["loop"])))
         rows.append([
             f"{r['connections']:,}", r["loop"], r["timers"], fmt(r["cpu_ns_per_request"]),
             f"{fmt(r['cpu_ns_min'])}-{fmt(r['cpu_ns_max'])}",
-            f"{r['cpu_ns_per_request'] / base[(r['connections'], reference_loop(r['loop']))]:.2f}x"
-            if base.get((r["connections"], reference_loop(r["loop"]))) else NOT_APPLICABLE,
+            NOT_APPLICABLE if ref is None or not ref["cpu_ns_per_request"] else OVERLOAD if overloaded(r, ref)
+            else f"{r['cpu_ns_per_request'] / ref['cpu_ns_per_request']:.2f}x",
             fmt(r["requests_per_s"]), f"{r['idle_closes_fired']}/{r['idle_closes_expected']}",
             f"{r['early_closes']}/{r['client_early_closes']}", str(r["unexpected_closes"]),
         ])
@@ -240,4 +249,4 @@ def echo_table(rep: Reporter, figures: dict) -> None:
               ["CPU: server process CPU per request in the measured window, median of the runs; vs asyncio: "
                "over asyncio.timeout + call_later on the same loop (EventLoop: on the default loop) and connection count; early: idle closes "
                "before the timeout on the server's loop clock (must be 0) / in real time seen by the client; "
-               "overload: active connections the server closed"])
+               "overload: active connections the server closed", OVERLOAD_NOTE])

@@ -49,3 +49,36 @@ def test_echo_runs_every_timer_kind_and_no_idle_close_is_early():
         assert r["idle_closes_fired"] >= r["idle_closes_expected"] and r["early_closes"] == 0, r
         assert r["cpu_ns_per_request"] > 0 and r["requests_per_s"] > 0, r
     assert echo.format_table(rows) and echo.goals({"results": rows})
+
+
+def _echo_row(loop: str, timers: str, cpu: float, overload: int = 0) -> dict:
+    return {"connections": 10_000, "loop": loop, "timers": timers, "cpu_ns_per_request": cpu, "cpu_ns_min": cpu,
+            "cpu_ns_max": cpu, "requests_per_s": 1000.0, "idle_closes_expected": 5, "idle_closes_fired": 5,
+            "early_closes": 0, "client_early_closes": 0, "unexpected_closes": overload}
+
+
+def test_a_row_whose_server_closed_active_connections_shows_no_ratio(capsys):
+    """The server closed 824 active connections in one row: it served less than was asked, so that
+    row's ratio (and every ratio against it) is flagged ``overload`` in the tables and judged n/a
+    in the goals, while a clean row still gets its ratio."""
+    from bench import tables
+    from bench.report import Reporter
+
+    rows = [_echo_row("asyncio", "asyncio", 1000.0), _echo_row("asyncio", "WheelScheduler", 600.0, overload=824),
+            _echo_row("asyncio", "KeyedTimers", 500.0)]
+    judged = dict((goal.name, value) for goal, value in echo.goals({"results": rows}))
+    assert [v for name, v in judged.items() if "WheelScheduler" in name] == [None]
+    assert [v for name, v in judged.items() if "KeyedTimers" in name] == [0.5]
+    plain = echo.format_table(rows).splitlines()
+    assert "overload" in plain[3] and "0.60x" not in plain[3] and "0.50x" in plain[4]
+    tables.echo_table(Reporter(use_rich=False, show_progress=False), {"results": rows, "repeats": 1})
+    network = {"call_later": {"requests_per_s": 1.0, "cpu_ns_per_request": 1000.0, "latency_summary_us": {},
+                              "idle_close_lateness_summary_ms": {}},
+               "WheelScheduler": {"requests_per_s": 1.0, "cpu_ns_per_request": 600.0, "unexpected_closes": 824,
+                                  "latency_summary_us": {}, "idle_close_lateness_summary_ms": {}}}
+    tables.network_table(Reporter(use_rich=False, show_progress=False), {"results": network})
+    out = capsys.readouterr().out
+    echo_line = next(line for line in out.splitlines() if "WheelScheduler" in line and "10,000" in line)
+    network_line = next(line for line in out.splitlines() if line.startswith("WheelScheduler"))
+    assert "overload" in echo_line and "0.60x" not in echo_line
+    assert "overload" in network_line and "0.6x" not in network_line

@@ -276,3 +276,19 @@ def test_one_percentile_definition():
     assert s == {"n": 6, "min": 1.0, "p50": float(np.percentile(values, 50)),
                  "p95": float(np.percentile(values, 95)), "p99": float(np.percentile(values, 99)), "max": 100.0}
     assert summary([]) == {"n": 0}
+
+
+@pytest.mark.parametrize("use_rich", [True, False], ids=["rich", "plain"])
+def test_text_with_brackets_prints_as_written(capsys, use_rich):
+    """rich reads ``[peers]`` as markup: every line, title, header, cell and note the bench prints is
+    escaped, so ``pip install ".[peers]"`` stays a command one can paste."""
+    if use_rich:
+        pytest.importorskip("rich")
+    from bench.report import Reporter
+
+    rep = Reporter(use_rich=use_rich, show_progress=False)
+    rep.line('pip install ".[peers]"')
+    rep.table("peers [pgqueuer]", ["[a]", "b"], [['".[peers]"', "[1]"]], notes=["needs .[peers]"])
+    out = capsys.readouterr().out
+    for text in ('pip install ".[peers]"', "peers [pgqueuer]", "[a]", '".[peers]"', "[1]", "needs .[peers]"):
+        assert text in out, (text, out)

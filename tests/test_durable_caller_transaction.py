@@ -241,6 +241,34 @@ def test_the_callers_row_and_text_factories_do_not_reach_the_write(backend):
 
 
 @needs_pg
+def test_a_psycopg_connection_with_raw_cursors_carries_the_write(tmp_path):
+    """A caller's connection whose ``cursor_factory`` is ``psycopg.RawCursor`` (or
+    ``AsyncRawCursor``), whose queries take ``$1`` placeholders, still carries the write, sync and
+    async: the write's statements run on cursors of the kind they are written for."""
+    import psycopg
+
+    b = Backend("postgres", tmp_path)
+    due = wall_ms() + 60_000
+
+    async def on_async():
+        async with await psycopg.AsyncConnection.connect(PG_DSN, cursor_factory=psycopg.AsyncRawCursor) as conn:
+            await aio.schedule(b.store, P, due, KIND, b"a", conn=conn)
+            assert await aio.reschedule(b.store, P, KIND, b"a", due + 1, conn=conn)
+            await conn.commit()
+
+    try:
+        conn = b.connect(cursor_factory=psycopg.RawCursor)
+        schedule(b.store, P, due, KIND, b"s", conn=conn)
+        assert reschedule(b.store, P, KIND, b"s", due + 2, conn=conn)
+        conn.commit()
+        asyncio.run(on_async())
+        assert get_timer(b.store, P, KIND, b"s").due_at_ms == due + 2
+        assert get_timer(b.store, P, KIND, b"a").due_at_ms == due + 1
+    finally:
+        b.close()
+
+
+@needs_pg
 def test_a_store_error_inside_the_callers_postgres_transaction_undoes_only_the_write(tmp_path):
     """A search_path that cannot find the store's table makes the write fail on the server
     (PermanentStoreError); the caller's transaction, which would otherwise be aborted, is usable:

@@ -23,6 +23,7 @@ BROKEN_MODULES = {
     "bad_syntax": "def registry(:\n",
     "not_a_registry": "registry = 42\n",
     "factory_raises": "def registry():\n    raise KeyError('missing kind table')\n",
+    "exits_on_import": "import sys\nsys.exit(3)\n",
 }
 
 
@@ -45,6 +46,7 @@ def handler_dir(tmp_path):
     ("nosuchmod:registry", ["'nosuchmod'", "ModuleNotFoundError"]),
     ("not_a_registry:registry", ["'not_a_registry:registry'", "int, not a TimerRegistry"]),
     ("factory_raises:registry", ["'factory_raises:registry'", "KeyError", "missing kind table"]),
+    ("exits_on_import:registry", ["'exits_on_import'", "SystemExit: 3"]),
     ("durable_handlers:nosuchattr", ["'durable_handlers'", "no attribute 'nosuchattr'"]),
     ("nocolon", ["'nocolon'", "MODULE:ATTR"]),
 ])

@@ -342,7 +342,7 @@ def test_a_version_six_store_is_upgraded_in_place(schema_url):
 
 def test_ownership_repr_and_arguments(schema_url):
     """The ownership object validates its arguments and its repr names no password."""
-    from timerwheel_c.durable.service.ownership import PartitionOwnership
+    from timerwheel_c.durable.storage.pg_ownership import PartitionOwnership
 
     with open_store(schema_url) as store:
         with pytest.raises(TypeError, match="'p'"):
@@ -402,7 +402,7 @@ def test_ownership_shares_join_leave_and_holders(schema_url):
     covering all 4; when one closes (its locks go with its connection) the others take its
     partitions back. holders() agrees, read from pg_locks. Each step re-evaluates explicitly
     (recheck), so no timing is involved."""
-    from timerwheel_c.durable.service.ownership import holders
+    from timerwheel_c.durable.storage.pg_ownership import holders
 
     parts = ["a", "b", "c", "d"]
     with open_store(schema_url) as store:
@@ -436,9 +436,9 @@ def test_partitions_sharing_a_lock_key_move_together_and_stay_owned(schema_url, 
     """Two partitions whose 32-bit lock keys collide (forced here by a coarse key function) share one
     lock: they are owned together, by one runner, and never left unowned; the shares count them as
     one unit."""
-    from timerwheel_c.durable.service import ownership
+    from timerwheel_c.durable.storage import pg_ownership
 
-    monkeypatch.setattr(ownership, "_int32", lambda name: 7 if name in ("a", "b") else 9)
+    monkeypatch.setattr(pg_ownership, "_int32", lambda name: 7 if name in ("a", "b") else 9)
     with open_store(schema_url) as store:
         one, two = store.ownership(["a", "b", "c"], check_interval_s=3600), store.ownership(["a", "b", "c"], check_interval_s=3600)
         try:
@@ -448,7 +448,7 @@ def test_partitions_sharing_a_lock_key_move_together_and_stay_owned(schema_url, 
                     o.owned()
             shares = sorted([one.owned(), two.owned()], key=len)
             assert shares == [["c"], ["a", "b"]]
-            assert ownership.holders(store, ["a", "b", "c"]).keys() == {"a", "b", "c"}
+            assert pg_ownership.holders(store, ["a", "b", "c"]).keys() == {"a", "b", "c"}
         finally:
             one.close()
             two.close()

@@ -1,16 +1,19 @@
 """The durable package reads bottom-up in three layers, storage, timers, service, each importing only
-the ones below it: checked on the installed sources with ``ast``, every import statement, at module
-level or inside a function."""
+the ones below it, with no import circle (an import inside a function counts: run, it closes the
+circle as surely as one at the top) and no module patching a class it imported at run time: checked
+on the installed sources with ``ast``, every import statement, at module level or inside a function.
+Imports under ``if TYPE_CHECKING:`` never run, and are left out. The checkers are tried on small
+made-up packages too, so that a check that can no longer fail is seen."""
 from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import Iterator
 
 import timerwheel_c.durable as durable
 
 ROOT = Path(durable.__file__).resolve().parent
 LAYERS = ["storage", "timers", "service"]
-
 
 
 def _imported_layers(path: Path) -> set:
@@ -46,3 +49,157 @@ def test_the_storage_layer_knows_no_timer_key_layout():
             text = path.read_text(encoding="utf-8")
             for layout in ("substr(NEW.key, 11", "'\\x54'", "'\\x53'", "key[9]", "key[10]"):
                 assert layout not in text, f"{path.relative_to(ROOT)} holds the key layout {layout!r}"
+
+
+# -- the package as modules ----------------------------------------------------------------------
+
+def _modules(root: Path, package: str) -> dict:
+    """``{dotted module name: path}`` of every module of the package ``package`` at ``root``."""
+    found = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join([package, *parts])] = path
+    return found
+
+
+def _running_nodes(tree: ast.AST) -> Iterator[ast.AST]:
+    """Every node of ``tree`` but those under ``if TYPE_CHECKING:``, which never run."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                todo.extend(child.orelse)
+            else:
+                todo.append(child)
+
+
+def _imported(name: str, path: Path, modules: dict) -> dict:
+    """``{imported module: line}``: the package's modules that the module ``name`` at ``path``
+    imports (a name imported from a package counts as its submodule when there is one)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out: dict = {}
+    for node in _running_nodes(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+        else:
+            continue
+        for target in targets:
+            if target in modules and target != name:
+                out.setdefault(target, node.lineno)
+    return out
+
+
+def import_circles(root: Path, package: str) -> list:
+    """The import circles among the modules of ``package`` at ``root``: each a list of modules, the
+    first repeated at the end. Importing a module imports its packages first, which is no edge
+    here: a package's ``__init__`` importing its own modules is no circle."""
+    modules = _modules(root, package)
+    edges = {name: _imported(name, path, modules) for name, path in modules.items()}
+    circles = []
+    state: dict = {}  # module -> 1 on the current path, 2 done
+
+    def visit(name: str, path: list) -> None:
+        state[name] = 1
+        for target in sorted(edges[name]):
+            if state.get(target) == 1:
+                circles.append(path[path.index(target):] + [target])
+            elif target not in state:
+                visit(target, path + [target])
+        state[name] = 2
+
+    for name in sorted(modules):
+        if name not in state:
+            visit(name, [name])
+    return circles
+
+
+def _root_name(node: ast.AST) -> str:
+    """``a`` of ``a``, ``a.B`` or ``a.B.c``; "" for anything else."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else ""
+
+
+def class_patches(root: Path, package: str) -> list:
+    """``module:line: text`` of every assignment (or ``setattr``) to an attribute of a name that the
+    module imported: a class of another module changed at run time, which a reader of that class
+    never sees."""
+    found = []
+    for name, path in _modules(root, package).items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        imported = set()
+        for node in _running_nodes(tree):
+            if isinstance(node, ast.ImportFrom):
+                imported |= {a.asname or a.name for a in node.names}
+            elif isinstance(node, ast.Import):
+                imported |= {a.asname or a.name.partition(".")[0] for a in node.names}
+        for node in _running_nodes(tree):
+            targets: list = []
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr" and node.args:
+                targets = [ast.Attribute(value=node.args[0], attr="?")]
+            for target in targets:
+                if isinstance(target, ast.Attribute) and _root_name(target.value) in imported:
+                    found.append(f"{name}:{node.lineno}: {ast.unparse(node).splitlines()[0]}")
+    return found
+
+
+def test_no_import_circle_in_the_durable_package_lazy_ones_included():
+    """No two durable modules import each other, directly or around a longer circle, at any level."""
+    assert len(_modules(ROOT, "timerwheel_c.durable")) >= 40, "the package's modules were found"
+    assert import_circles(ROOT, "timerwheel_c.durable") == []
+
+
+def test_no_durable_module_patches_a_class_it_imported():
+    """A backend's parts are named by its own class (``PostgresStore.ownership_type``), never set on it
+    from another module when that one is imported."""
+    assert class_patches(ROOT, "timerwheel_c.durable") == []
+
+
+def test_no_durable_module_picks_a_backend_by_what_is_imported():
+    """Which backend a store is, is asked of the store (its class, its methods), never read from
+    ``sys.modules``: what another part of the program happened to import decides nothing."""
+    for name, path in _modules(ROOT, "timerwheel_c.durable").items():
+        assert "sys.modules" not in path.read_text(encoding="utf-8"), name
+
+
+def _package(tmp_path: Path, files: dict) -> Path:
+    root = tmp_path / "pkg"
+    for rel, text in {"__init__.py": "", **files}.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text, encoding="utf-8")
+    return root
+
+
+def test_the_circle_check_sees_a_circle_closed_by_an_import_inside_a_function(tmp_path):
+    """``a`` imports ``b`` at its top, ``b`` imports ``a`` only inside a function: a circle. The same
+    import under ``if TYPE_CHECKING:`` is none."""
+    lazy = _package(tmp_path, {"a.py": "from . import b\n",
+                               "b.py": "def f():\n    from .a import x\n    return x\n"})
+    assert import_circles(lazy, "pkg") == [["pkg.a", "pkg.b", "pkg.a"]]
+    typing_only = _package(tmp_path / "t", {"a.py": "from .b import y\n",
+                                            "b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import x\n"})
+    assert import_circles(typing_only, "pkg") == []
+    layered = _package(tmp_path / "l", {"low/__init__.py": "", "low/s.py": "X = 1\n",
+                                        "up/__init__.py": "", "up/t.py": "def f():\n    from ..low import s\n"})
+    assert import_circles(layered, "pkg") == []
+
+
+def test_the_patch_check_sees_a_class_of_another_module_changed_at_run_time(tmp_path):
+    """An assignment to, or ``setattr`` on, an imported class is found, at the top of a module or
+    inside a function; a module setting its own class's attribute is not."""
+    root = _package(tmp_path, {
+        "store.py": "class Store:\n    kind = None\nStore.kind = 1\n",
+        "up.py": "from .store import Store\nStore.kind = 2\n",
+        "later.py": "def wire():\n    from . import store\n    setattr(store.Store, 'kind', 3)\n"})
+    assert class_patches(root, "pkg") == ["pkg.later:3: setattr(store.Store, 'kind', 3)", "pkg.up:2: Store.kind = 2"]

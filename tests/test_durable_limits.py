@@ -7,8 +7,9 @@ import os
 
 import pytest
 
-from timerwheel_c.durable.storage.store import (MAX_KEY_BYTES, MAX_PARTITION_BYTES, Batch, Committed, Equals,
-                                                check_partition)
+from timerwheel_c.durable import Every, Reschedule, add_schedule, get_timer, schedule
+from timerwheel_c.durable.storage.store import (MAX_KEY_BYTES, MAX_PARTITION_BYTES, MAX_VALUE_BYTES, Batch, Committed,
+                                                Equals, check_partition)
 from timerwheel_c.durable.timers import keys
 from timerwheel_c.durable.timers.registry import Done, TimerHandler, TimerKind, TimerRegistry
 from timerwheel_c.durable.timers.runner import run_due
@@ -80,3 +81,32 @@ def test_a_timer_key_at_the_store_limit_is_quarantined_not_retried(durable_store
         assert len(keys.quarantine(key)) == MAX_KEY_BYTES and durable_store.get(LONGEST, keys.quarantine(key)) == b"?"
     again = run_due(durable_store, LONGEST, registry, NOW)
     assert (again.malformed, again.scanned) == (0, 0)
+
+
+def test_a_value_over_the_limit_is_refused_when_written_and_the_longest_is_stored(durable_store):
+    """A value of MAX_VALUE_BYTES + 1 is a ValueError naming the limit when the batch is made, before
+    any backend sees it; one of MAX_VALUE_BYTES is written and read back whole."""
+    with pytest.raises(ValueError, match=f"at most {MAX_VALUE_BYTES:,} bytes, got {MAX_VALUE_BYTES + 1:,}"):
+        Batch().put(b"k", bytes(MAX_VALUE_BYTES + 1))
+    longest = os.urandom(MAX_VALUE_BYTES)
+    assert isinstance(durable_store.apply("p", Batch().put(b"k", longest)), Committed)
+    assert durable_store.get("p", b"k") == longest
+
+
+def test_a_timer_value_is_refused_over_its_limit_and_the_longest_can_be_parked(durable_store):
+    """A timer's value (schedule, a schedule's occurrences, a Reschedule outcome) may be at most
+    MAX_TIMER_VALUE_BYTES: a parked row adds the longest last error to it and stays within the store's
+    limit. One byte more is a ValueError naming the limit, and nothing is written."""
+    longest = bytes(keys.MAX_TIMER_VALUE_BYTES)
+    too_long = longest + b"x"
+    assert len(keys.parked_value("e" * 10 * keys.MAX_ERROR_BYTES, longest)) <= MAX_VALUE_BYTES
+    needle = f"at most {keys.MAX_TIMER_VALUE_BYTES:,} bytes"
+    with pytest.raises(ValueError, match=needle):
+        schedule(durable_store, "p", NOW, KIND, b"r", too_long)
+    with pytest.raises(ValueError, match=needle):
+        add_schedule(durable_store, "p", "s", Every(60), KIND, too_long)
+    with pytest.raises(ValueError, match=needle):
+        Reschedule(NOW, too_long)
+    assert durable_store.partitions() == []
+    schedule(durable_store, "p", NOW, KIND, b"r", longest)
+    assert get_timer(durable_store, "p", KIND, b"r").value == longest

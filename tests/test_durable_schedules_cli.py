@@ -49,6 +49,7 @@ def test_add_list_pause_resume_remove(url, tmp_path, capsys):
     (["add", "n", "--every", "0", "--kind", "1"], "0"),
     (["add", "n", "--every", "5", "--kind", "256"], "256"),
     (["add", "n", "--every", "5", "--kind", "1", "--misfire", "all"], "catchup_window_s"),
+    (["add", "n", "--every", "60", "--tz", "Europe/Paris", "--kind", "1"], "--tz applies to --cron only"),
 ])
 def test_bad_arguments_are_one_line_and_exit_2(tmp_path, capsys, argv, needle):
     url = "sqlite:///" + str(tmp_path / "bad.db")

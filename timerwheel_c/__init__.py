@@ -10,22 +10,24 @@
 
 ``IMPLEMENTATION`` says which cores this process uses: ``"c"`` or ``"pure"``
 (see :mod:`timerwheel_c._impl` for the rule).
+
+The names above are loaded on first use (PEP 562), so that a program importing only
+:mod:`timerwheel_c.durable` (every ``timerwheel-c`` command) pays for no core, no numpy and no
+asyncio it does not use. The first use of a core's name, or of ``IMPLEMENTATION``, makes the
+choice of :mod:`timerwheel_c._impl` as an import of every core used to: a missing extension warns
+then, or raises ImportError under ``TIMERWHEEL_C_REQUIRE_EXTENSIONS=1``.
 """
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import _impl
 from .errors import ReleaseTimerClosed
-from .process_timer import arm_at, release_timer_started, sleep, sleep_until
 
-TimerWheel = _impl.load("wheel").TimerWheel
-ReleaseTimer = _impl.load("release").ReleaseTimer
-Deadline = _impl.load("release").Deadline
-# The asyncio scheduler (timerwheel_c.aio), loaded here so IMPLEMENTATION covers it too.
-_impl.load("aio")
+if TYPE_CHECKING:  # type checkers see the pure twins, as aio-libs does
+    from .process_timer import arm_at, release_timer_started, sleep, sleep_until
+    from .pure.release import Deadline, ReleaseTimer
+    from .pure.wheel import TimerWheel
 
-# Read after every core is loaded: a fallback of any of them makes it "pure".
-IMPLEMENTATION = _impl.IMPLEMENTATION
+    IMPLEMENTATION: str
 
 __all__ = [
     "IMPLEMENTATION",
@@ -40,10 +42,34 @@ __all__ = [
 ]
 __version__ = "0.1.0"
 
+# name -> the core that defines it
+_CORE_NAMES = {"TimerWheel": "wheel", "ReleaseTimer": "release", "Deadline": "release"}
+_PROCESS_TIMER_NAMES = ("arm_at", "release_timer_started", "sleep", "sleep_until")
+# The cores whose choice IMPLEMENTATION reports (the asyncio scheduler's, timerwheel_c.aio, too).
+_CORES = ("wheel", "release", "aio")
+
+
+def _load(name: str) -> Any:
+    if name in _PROCESS_TIMER_NAMES:
+        return getattr(importlib.import_module(".process_timer", __name__), name)
+    if name == "pure":  # after a plain ``import timerwheel_c``, as the docs use it
+        return importlib.import_module(".pure", __name__)
+    if name not in _CORE_NAMES and name != "IMPLEMENTATION":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    # By import_module, not ``from . import``: that asks this module for the attribute first.
+    impl = importlib.import_module("._impl", __name__)
+    if name == "IMPLEMENTATION":
+        for core in _CORES:
+            impl.load(core)
+        return impl.IMPLEMENTATION  # read after every core is loaded: a fallback of any makes it "pure"
+    return getattr(impl.load(_CORE_NAMES[name]), name)
+
 
 def __getattr__(name: str) -> Any:
-    # ``timerwheel_c.pure`` after a plain ``import timerwheel_c``, as the docs use it, without
-    # importing the twins into every process (PEP 562).
-    if name == "pure":
-        return importlib.import_module(".pure", __name__)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = _load(name)
+    globals()[name] = value  # later reads are plain attribute reads
+    return value
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(__all__) | {"pure"})

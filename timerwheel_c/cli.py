@@ -13,7 +13,7 @@ import importlib
 import os
 import sys
 
-from . import IMPLEMENTATION, __version__
+from . import __version__
 
 #: The exit status of every subcommand (each one's --help says what it means there).
 EXIT_STATUS = """\
@@ -31,6 +31,20 @@ _COMMANDS = {"run": "timerwheel_c.durable.service.cli", "schedules": "timerwheel
              "web": "timerwheel_c.durable.service.web_cli"}
 
 
+class _Version(argparse.Action):
+    """``--version``: argparse's own, but the cores it names are loaded only when it is asked for,
+    not by every command (the durable commands use none)."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, help="show program's version number and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from . import IMPLEMENTATION
+
+        print(f"{parser.prog} {__version__} ({IMPLEMENTATION} cores, Python {sys.version.split()[0]})")
+        parser.exit()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` (default: ``sys.argv[1:]``) and run the subcommand; returns its exit status."""
     if argv is None:
@@ -40,8 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         description="timerwheel_c from the command line: a durable timer service.",
         epilog=EXIT_STATUS, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version",
-                        version=f"%(prog)s {__version__} ({IMPLEMENTATION} cores, Python {sys.version.split()[0]})")
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", required=True)
     named = next((arg for arg in argv if not arg.startswith("-")), None)
     for command, module in _COMMANDS.items():

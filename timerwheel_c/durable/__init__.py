@@ -7,7 +7,7 @@ key-value contract). ``docs/DESIGN.md`` ("Durable timers") gives the design.
 
 Due times are Unix epoch ms; every in-process wait is on the monotonic clock. A store is
 split into partitions, the unit of ordering, atomicity and ownership: on PostgreSQL, N
-runner processes divide the partitions among themselves (:mod:`.ownership`).
+runner processes divide the partitions among themselves (:mod:`.storage.pg_ownership`).
 
 The package reads bottom-up in three layers, each importing only the ones below it:
 
@@ -28,7 +28,8 @@ The package reads bottom-up in three layers, each importing only the ones below 
 
 :mod:`.aio` gives the writer to asyncio code (``await aio.schedule(...)``) without blocking its loop.
 """
-from .service.service import DurableTimerService
+from typing import TYPE_CHECKING, Any
+
 from .storage.open import open_store
 from .storage.sqlite import SQLiteStore
 from .storage.store import Absent, Batch, Committed, Equals, Page, PreconditionFailed, SchemaVersionError, Store
@@ -42,6 +43,9 @@ from .timers.sleep import DurableContext, SleepHandler, TimerId
 from .timers.triggers import Cron, Every
 from .timers.writer import PendingTimer, TimerExists, cancel, get_timer, list_timers, requeue, reschedule, schedule
 
+if TYPE_CHECKING:
+    from .service.service import DurableTimerService
+
 __all__ = [
     "Absent", "Batch", "Committed", "Cron", "Done", "DueTimer", "DurableContext", "DurableTimerService", "Equals", "Every",
     "Page", "PendingTimer", "PreconditionFailed", "Reschedule", "Retry", "RunReport", "SQLiteStore", "ScheduleInfo", "SchemaVersionError", "SleepHandler",
@@ -49,3 +53,17 @@ __all__ = [
     "Watcher", "add_schedule", "cancel", "get_schedule", "get_timer", "list_schedules", "list_timers", "open_store",
     "pause_schedule", "remove_schedule", "requeue", "reschedule", "resume_schedule", "run_due", "schedule",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The service (and asyncio, its threads and its metrics) loads on first use (PEP 562): a program
+    # that only schedules timers, and every ``timerwheel-c`` command but ``run``, never pays for it.
+    if name == "DurableTimerService":
+        from .service.service import DurableTimerService
+
+        return DurableTimerService
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(__all__))

@@ -37,7 +37,6 @@ import asyncio
 import concurrent.futures
 import functools
 import logging
-import sys
 import threading
 import weakref
 from typing import Callable, Optional, TypeVar
@@ -68,9 +67,9 @@ def _executor(store: Store) -> concurrent.futures.ThreadPoolExecutor:
 
 
 def _postgres(store: Store) -> bool:
-    """True when ``store`` is a PostgresStore (whose module is imported once one exists)."""
-    postgres = sys.modules.get("timerwheel_c.durable.storage.postgres")
-    return postgres is not None and isinstance(store, postgres.PostgresStore)
+    """True when ``store`` is a PostgresStore: the backend whose class offers ``async_pools``, asked
+    of the store itself, so that no module is looked up and psycopg is never imported for another."""
+    return callable(getattr(store, "async_pools", None))
 
 
 @functools.lru_cache(maxsize=None)

@@ -49,8 +49,9 @@ from typing import Optional
 
 from ..._helptext import terminal_text
 from ..timers.registry import TimerRegistry
-from .service import DEFAULT_CONCURRENCY
+from .pool import DEFAULT_CONCURRENCY
 from ..storage.redact import redact
+from .cli_text import first_line
 from .logs import log_to_stderr
 
 log = logging.getLogger("timerwheel_c.durable")
@@ -146,8 +147,8 @@ def load_registry(spec: str) -> TimerRegistry:
     """Import ``module:attribute`` and return the TimerRegistry it names (calling it if callable).
 
     Raises:
-        HandlersError: ``spec`` is not ``module:attribute``; the module cannot be imported or
-            raises while importing; the attribute is missing; calling it raises; or the
+        HandlersError: ``spec`` is not ``module:attribute``; the module cannot be imported, or
+            raises (``sys.exit()`` included) while importing; the attribute is missing; calling it raises; or the
             result is no TimerRegistry. The original exception is the ``__cause__``.
     """
     module_name, sep, attr = spec.partition(":")
@@ -155,7 +156,7 @@ def load_registry(spec: str) -> TimerRegistry:
         raise HandlersError(f"--handlers must be MODULE:ATTR, got {spec!r}")
     try:
         module = importlib.import_module(module_name)
-    except Exception as exc:  # any error of the user's module at import time is a bad argument
+    except (Exception, SystemExit) as exc:  # any error of the user's module at import time is a bad argument
         raise HandlersError(f"--handlers {spec!r}: importing module {module_name!r} failed: "
                             f"{type(exc).__name__}: {exc}") from exc
     try:
@@ -200,10 +201,31 @@ def open_or_say(command: str, url: Optional[str], *, existing: bool = False, rea
     return None
 
 
-def first_line(exc: BaseException, url: Optional[str]) -> str:
-    """The first line of ``exc``'s message (its type's name when empty), the password of ``url``
-    masked: what a command prints of a store error (a driver's message may run to several lines)."""
-    return redact((str(exc).strip().splitlines() or [type(exc).__name__])[0], url)
+
+
+def actions_allowed(command: str, host: str, actions: bool) -> bool:
+    """Whether the page's ``actions`` can be served on ``host``: False after one line on stderr when
+    they are on, ``host`` is not loopback and ``$TIMERWHEEL_C_WEB_TOKEN`` is unset. Checked before
+    a command opens its store."""
+    from .web import TOKEN_ENV, is_loopback
+
+    if actions and not is_loopback(host) and not os.environ.get(TOKEN_ENV):
+        print(f"timerwheel-c {command}: --web-actions on {host!r} (not loopback) needs a token: set ${TOKEN_ENV}",
+              file=sys.stderr)
+        return False
+    return True
+
+
+def make_page(command: str, url: str, host: str, actions: bool, service=None):
+    """A :class:`~.web.StatusPage` on a store of its own opened from ``url`` (``service``: the
+    runner's, whose counters it charts), or None after one line on stderr saying why the store
+    cannot be opened. Call :func:`actions_allowed` first."""
+    from .web import TOKEN_ENV, StatusPage
+
+    store = open_or_say(command, url, existing=service is None)
+    if store is None:
+        return None
+    return StatusPage(store, url, service=service, actions=actions, host=host, token=os.environ.get(TOKEN_ENV) or None)
 
 
 def _metrics_error(args, exc: Exception) -> str:
@@ -247,8 +269,6 @@ def run(args) -> int:
     elif args.web_actions:
         print("timerwheel-c run: --web-actions needs --metrics-port (the status page is served there)", file=sys.stderr)
         return 2
-    from .web_cli import actions_allowed
-
     if not actions_allowed("run", args.metrics_host, args.web_actions):
         return 2
     store = open_or_say("run", args.store)
@@ -268,7 +288,6 @@ def _serve(args, store, registry, stop) -> int:
     metrics = page = None
     if args.metrics_port is not None:
         from .exporter import serve
-        from .web_cli import make_page
 
         page = make_page("run", args.store, args.metrics_host, args.web_actions, service=service)
         if page is None:  # its store would not open (one line said why)

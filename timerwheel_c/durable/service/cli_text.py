@@ -8,6 +8,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import Optional
 
+from ..storage.redact import redact
+
 __all__ = ["in_words", "local_iso", "printable", "reference_text", "table", "utc_iso"]
 
 _UNITS = ((86_400_000, "d"), (3_600_000, "h"), (60_000, "min"), (1_000, "s"))
@@ -77,3 +79,9 @@ def reference_text(reference: bytes) -> Optional[str]:
     except UnicodeDecodeError:
         return None
     return text if text.isprintable() else None
+
+
+def first_line(exc: BaseException, url: Optional[str]) -> str:
+    """The first line of ``exc``'s message (its type's name when empty), the password of ``url``
+    masked: what a command prints of a store error (a driver's message may run to several lines)."""
+    return redact((str(exc).strip().splitlines() or [type(exc).__name__])[0], url)

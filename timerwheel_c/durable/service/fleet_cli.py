@@ -38,15 +38,13 @@ import argparse
 import json
 import sys
 import time
-from typing import Optional
 
 from ..._helptext import terminal_text
 from ..storage.errors import StoreError
 from ..storage.redact import redact
-from ..storage.sqlite import SQLiteStore
-from .cli import OneLineErrors, first_line, open_or_say, store_url
-from .cli_text import in_words, local_iso, table, utc_iso
-from .metrics import BACKLOG_CAP, due_backlog, parked_count
+from .cli import OneLineErrors, open_or_say, store_url
+from .cli_text import first_line, in_words, local_iso, table
+from .fleet import kinds_text, status
 
 _RUNNER_COLUMNS = ["backend_pid", "name", "client", "since", "kinds", "partitions"]
 _PARTITION_COLUMNS = ["partition", "owner", "due_backlog", "oldest_due", "parked"]
@@ -66,47 +64,6 @@ def add_parser(sub) -> None:
     p.set_defaults(func=main)
 
 
-def _kinds_text(kinds) -> str:
-    """Sorted kind numbers as runs: ``1-3,7``."""
-    runs: list = []
-    for k in kinds:
-        if runs and runs[-1][1] == k - 1:
-            runs[-1][1] = k
-        else:
-            runs.append([k, k])
-    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs) or "-"
-
-
-def status(store, now_ms: int) -> dict:
-    """The fleet's state as the JSON object ``fleet status --json`` prints (see the module docstring).
-
-    Raises:
-        StoreError: the store failed.
-    """
-    runners: Optional[list] = None
-    owners: dict = {}
-    if not isinstance(store, SQLiteStore):
-        from .ownership import runners as live_runners
-
-        runners = []
-        for r in live_runners(store):
-            runners.append({"backend_pid": r.backend_pid, "name": r.application_name, "client_addr": r.client_addr,
-                            "since": None if r.since_ms is None else utc_iso(r.since_ms), "since_ms": r.since_ms,
-                            "kinds": list(r.kinds), "partitions": list(r.partitions)})
-            for p in r.partitions:
-                owners.setdefault(p, []).append(r.backend_pid)
-    partitions = []
-    for p in store.partitions():
-        backlog, oldest_ms = due_backlog(store, p, now_ms)
-        parked = parked_count(store, p)
-        partitions.append({"partition": p, "owners": None if runners is None else owners.get(p, []),
-                           "due_backlog": backlog, "due_backlog_capped": backlog >= BACKLOG_CAP,
-                           "oldest_due_at": None if oldest_ms is None else utc_iso(oldest_ms),
-                           "oldest_due_at_ms": oldest_ms, "parked": parked, "parked_capped": parked >= BACKLOG_CAP})
-    return {"backend": "sqlite" if runners is None else "postgresql", "now_ms": now_ms, "runners": runners,
-            "partitions": partitions}
-
-
 def _count(n: int, capped: bool) -> str:
     return f"{n}+" if capped else str(n)
 
@@ -123,7 +80,7 @@ def _tables(state: dict) -> str:
         out.append(table([{"backend_pid": r["backend_pid"], "name": r["name"] or "-", "client": r["client_addr"] or "-",
                            "since": "-" if r["since_ms"] is None else
                            f"{local_iso(r['since_ms'])} ({in_words(r['since_ms'], now_ms)})",
-                           "kinds": _kinds_text(r["kinds"]), "partitions": len(r["partitions"])}
+                           "kinds": kinds_text(r["kinds"]), "partitions": len(r["partitions"])}
                           for r in state["runners"]], _RUNNER_COLUMNS))
     out.append("")
     if not state["partitions"]:

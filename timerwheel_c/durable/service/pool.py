@@ -18,7 +18,11 @@ import queue
 import threading
 from typing import Callable, Optional
 
-__all__ = ["DaemonExecutor", "DaemonPool"]
+__all__ = ["DEFAULT_CONCURRENCY", "DaemonExecutor", "DaemonPool"]
+
+#: Handlers the service runs at once by default: the workers of its pool. Here, not in the service's
+#: module, so that ``timerwheel-c run --help`` shows it without loading the service (and asyncio).
+DEFAULT_CONCURRENCY = 16
 
 
 class DaemonPool:

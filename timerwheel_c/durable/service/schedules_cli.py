@@ -58,7 +58,7 @@ def add_parser(sub) -> None:
         when = a.add_mutually_exclusive_group(required=True)
         when.add_argument("--every", type=float, metavar="SECONDS", help="fire every SECONDS (> 0, ms resolution)")
         when.add_argument("--cron", metavar="EXPR", help="fire on a 5-field cron expression, or @hourly/@daily/...")
-        a.add_argument("--tz", default="UTC", metavar="ZONE", help="the IANA zone of --cron (default UTC)")
+        a.add_argument("--tz", metavar="ZONE", help="the IANA zone of --cron (default UTC; not with --every)")
         a.add_argument("--kind", required=True, type=int, metavar="N", help="the timer kind (1..255) of the handler")
         a.add_argument("--value", default="", metavar="TEXT", help="the value (UTF-8) each occurrence fires with")
         a.add_argument("--misfire", default="once", choices=MISFIRE_POLICIES, metavar="POLICY",
@@ -97,8 +97,11 @@ def main(args) -> int:
     trigger: Trigger = Every(1)  # replaced by the real one for "add"
     try:
         if args.action == "add":  # checked before the store is opened: a bad one leaves no new file
+            if args.every is not None and args.tz is not None:
+                raise ValueError(f"--tz applies to --cron only, got --tz {args.tz!r} with --every: an interval "
+                                 "counts seconds of real time, in no zone")
             trigger = (Every(args.every, jitter_s=args.jitter) if args.every is not None
-                       else Cron(args.cron, args.tz, jitter_s=args.jitter))
+                       else Cron(args.cron, args.tz or "UTC", jitter_s=args.jitter))
             TimerKind(args.kind)
             check_misfire(args.misfire, args.grace, args.catchup)
     except (TypeError, ValueError) as exc:

@@ -55,14 +55,13 @@ from .committer import ERROR_BACKOFF_S, Committer, backoff_s
 from .executor import SHARE_S, Executor
 from .metrics import BACKLOG_EVERY_S, MetricsSnapshot, Recorder, due_backlog, parked_count
 from .passes import Passes
-from .pool import DaemonExecutor, DaemonPool
+from .pool import DEFAULT_CONCURRENCY, DaemonExecutor, DaemonPool
 from .records import Job, Outcome
 
 __all__ = ["DEFAULT_CONCURRENCY", "DurableTimerService"]
 
 log = logging.getLogger("timerwheel_c.durable")
 
-DEFAULT_CONCURRENCY = 16
 RECHECK_MIN_S = 0.02  # the most often a change signal makes a fleet runner re-check ownership
 _DEFAULT_BUDGET = TickBudget()
 _TEARDOWN_S = 1.0  # seconds stop() allows, past its timeout, for the thread to close its watcher and exit
@@ -104,7 +103,7 @@ class DurableTimerService:
             only, since the store's change signal wakes the thread on every timer write.
         fleet: divide ``partitions`` (None: all of the store's) with the other services asking
             for the same ones, each partition served by one live service at a time (see
-            :mod:`timerwheel_c.durable.ownership`); the sleep is then capped at the ownership's
+            :mod:`timerwheel_c.durable.storage.pg_ownership`); the sleep is then capped at the ownership's
             check interval. None (default): True when ``partitions`` is None and the store
             supports it (:meth:`Store.ownership`: PostgreSQL), else False.
         summary_interval_s: seconds (finite, > 0) between INFO summaries of the work done
@@ -135,7 +134,7 @@ class DurableTimerService:
     outcome commits, and effects outside the outcome's batch must be idempotent.
 
     In a fleet the runners with the same kinds (the registry's at construction) form one group (see
-    :mod:`timerwheel_c.durable.service.ownership`), so every partition's rows of a kind are
+    :mod:`timerwheel_c.durable.storage.pg_ownership`), so every partition's rows of a kind are
     served by a live runner that has that kind.
 
     Raises:

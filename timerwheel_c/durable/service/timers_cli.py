@@ -63,8 +63,8 @@ from ..timers.due import due_at_ms_of
 from ..timers.keys import TimerKind
 from ..timers.schedules import get_schedule
 from ..timers.writer import STATES, PendingTimer, cancel, get_timer, list_timers, requeue
-from .cli import OneLineErrors, first_line, open_or_say, store_url
-from .cli_text import in_words, local_iso, printable, reference_text, table, utc_iso
+from .cli import OneLineErrors, open_or_say, store_url
+from .cli_text import first_line, in_words, local_iso, printable, reference_text, table, utc_iso
 
 DEFAULT_LIMIT = 100
 _NAMED = ("show", "cancel", "requeue", "fire-now")  # the actions on one timer, named by its identity

@@ -43,8 +43,8 @@ from ..storage.errors import StoreError
 from ..timers.keys import TimerKind
 from ..timers.schedules import list_schedules, pause_schedule, resume_schedule
 from ..timers.writer import STATES, cancel, get_timer, list_timers, requeue
-from .cli import first_line
-from .fleet_cli import status
+from .cli_text import first_line
+from .fleet import status
 from .metrics import LATENESS_BUCKETS_S
 from .web_http import PageHandler, WebServer
 from .web_page import HISTORY_S, SCRIPT_SHA256, message_page, render
@@ -202,7 +202,7 @@ class StatusPage:
 
     def read(self, query: dict) -> dict:
         """What the page shows for ``query`` (the search: ``partition``, ``kind``, ``state``,
-        ``reference``, as strings): ``fleet`` (:func:`~.fleet_cli.status`, with ``heartbeat_ms``
+        ``reference``, as strings): ``fleet`` (:func:`~.fleet.status`, with ``heartbeat_ms``
         per runner), ``schedules``, ``timers`` (None without a search), ``search_error``,
         ``error`` (a store error, one line, password masked), ``history``, ``now_ms``."""
         now_ms = self.now_ms()

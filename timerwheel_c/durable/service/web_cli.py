@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 
 from ..._helptext import terminal_text
 from ..storage.redact import redact
-from .cli import _port, open_or_say, store_url
+from .cli import _port, actions_allowed, make_page, store_url
 from .logs import log_to_stderr
 
 log = logging.getLogger("timerwheel_c.durable")
@@ -46,31 +45,6 @@ def add_parser(sub) -> None:
                    help="allow the page to requeue, fire now, cancel, pause and resume; off loopback, "
                         "a POST needs the token in $TIMERWHEEL_C_WEB_TOKEN")
     p.set_defaults(func=main)
-
-
-def actions_allowed(command: str, host: str, actions: bool) -> bool:
-    """Whether the page's ``actions`` can be served on ``host``: False after one line on stderr when
-    they are on, ``host`` is not loopback and ``$TIMERWHEEL_C_WEB_TOKEN`` is unset. Checked before
-    a command opens its store."""
-    from .web import TOKEN_ENV, is_loopback
-
-    if actions and not is_loopback(host) and not os.environ.get(TOKEN_ENV):
-        print(f"timerwheel-c {command}: --web-actions on {host!r} (not loopback) needs a token: set ${TOKEN_ENV}",
-              file=sys.stderr)
-        return False
-    return True
-
-
-def make_page(command: str, url: str, host: str, actions: bool, service=None):
-    """A :class:`~.web.StatusPage` on a store of its own opened from ``url`` (``service``: the
-    runner's, whose counters it charts), or None after one line on stderr saying why the store
-    cannot be opened. Call :func:`actions_allowed` first."""
-    from .web import TOKEN_ENV, StatusPage
-
-    store = open_or_say(command, url, existing=service is None)
-    if store is None:
-        return None
-    return StatusPage(store, url, service=service, actions=actions, host=host, token=os.environ.get(TOKEN_ENV) or None)
 
 
 def main(args) -> int:

@@ -61,88 +61,29 @@ store's own are.
 """
 from __future__ import annotations
 
-import abc
-import contextlib
 import functools
-import logging
 import os
 import sqlite3
-import sys
 from typing import Any, Optional, Union
 
-from .errors import StoreError, wrap_exceptions
+from .errors import wrap_exceptions
+from .savepoint import OPEN, Joined, ending, type_name, unless_failing
 from .sqlite import SQLiteStore, apply_batch, read_value, store_error
 from .store import Batch, Committed, PreconditionFailed, Store, check_store
 
 __all__ = ["Joined", "ajoined", "joined"]
 
-log = logging.getLogger("timerwheel_c.durable")
-
-# One spelling that both SQLite and PostgreSQL take.
-OPEN = "SAVEPOINT timerwheel_c_write"
-_RELEASE = "RELEASE SAVEPOINT timerwheel_c_write"
-_UNDO = "ROLLBACK TO SAVEPOINT timerwheel_c_write"
-
-
-def type_name(obj: object) -> str:
-    """``module.Class`` of ``obj``: what the messages name instead of its repr, which for a
-    connection may hold its DSN."""
-    cls = type(obj)
-    return f"{cls.__module__}.{cls.__qualname__}"
-
-
-def ending(exc: Optional[BaseException]) -> tuple:
-    """The statements that end a write: release its savepoint, or, when the write raised ``exc``,
-    first roll back to it (undoing the write alone, and clearing a PostgreSQL transaction's error)."""
-    return (_RELEASE,) if exc is None else (_UNDO, _RELEASE)
-
-
-@contextlib.contextmanager
-def unless_failing(exc: Optional[BaseException], wrap: wrap_exceptions):
-    """Raise a failure to end a write as the StoreError that ``wrap`` makes of it, unless the write
-    already failed with ``exc``: the connection is then likely gone, ``exc`` says why, and this one
-    is only logged."""
-    try:
-        with wrap:
-            yield
-    except StoreError:
-        if exc is None:
-            raise
-        log.debug("ending the write's savepoint failed after the write failed", exc_info=True)
-
 
 def _pg_joined(store: Store):
-    """The module :mod:`.pg_joined` when ``store`` is a PostgresStore, else None: a PostgresStore
-    exists only once its module was imported, so psycopg is never imported for a SQLite store."""
-    postgres = sys.modules.get(f"{__package__}.postgres")
-    if postgres is None or not isinstance(store, postgres.PostgresStore):
+    """The module :mod:`.pg_joined` when ``store`` is a PostgresStore, else None. Asked only of a store
+    that is no SQLiteStore, so psycopg is never imported for a SQLite store."""
+    try:
+        from . import pg_joined
+    except ModuleNotFoundError as exc:  # no psycopg: no PostgresStore exists
+        if exc.name != "psycopg":
+            raise
         return None
-    from . import pg_joined
-
-    return pg_joined
-
-
-class Joined(abc.ABC):
-    """A write in progress on a caller's connection: entering it opens the write's savepoint (and,
-    where the connection would, begins the caller's transaction); leaving it releases the savepoint,
-    or rolls back to it when the block raised. In between, :meth:`get` and :meth:`apply` act as the
-    store's own ``get`` and ``apply`` on the write's partition, inside the caller's transaction."""
-
-    @abc.abstractmethod
-    def get(self, key: bytes) -> Optional[bytes]:
-        """The value at ``key`` as the caller's transaction sees it, or None."""
-
-    @abc.abstractmethod
-    def apply(self, batch: Batch) -> Union[Committed, PreconditionFailed]:
-        """Judge ``batch``'s guards and write it inside the caller's transaction (committed when it is)."""
-
-    @abc.abstractmethod
-    def __enter__(self) -> "Joined":
-        """Open the write's savepoint."""
-
-    @abc.abstractmethod
-    def __exit__(self, typ, exc, tb) -> None:
-        """Release the savepoint, or roll back to it when the block raised."""
+    return pg_joined if isinstance(store, pg_joined.PostgresStore) else None
 
 
 def joined(store: Store, conn: Any, partition: str) -> Joined:

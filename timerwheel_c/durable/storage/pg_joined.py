@@ -5,8 +5,9 @@ The statements and their parameters are the store's own (:meth:`PostgresStore.qu
 :meth:`PostgresStore.apply_call`, :func:`apply_results`): a write here calls the same
 ``<table>_apply_many`` function as the store's own ``apply``, taking the same advisory lock on the
 partition and judging the guards the same way. Only where the statements run differs: on the
-caller's connection, inside a ``SAVEPOINT``, on cursors of its own that return tuples whatever
-``row_factory`` the caller's connection has, and (:class:`AsyncPgJoined`) awaited. The awaited
+caller's connection, inside a ``SAVEPOINT``, on cursors of its own that bind ``%s`` and return
+tuples whatever ``cursor_factory`` (``psycopg.RawCursor`` takes ``$1``) and ``row_factory`` the
+caller's connection has, and (:class:`AsyncPgJoined`) awaited. The awaited
 statements alone (:class:`AsyncPgStatements`) also carry :mod:`timerwheel_c.durable.aio`'s writes on
 an autocommit connection of the store's pool (:mod:`.pg_pool`), where each apply is its own
 transaction, as the store's own ``apply`` is.
@@ -20,8 +21,8 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
 
 from .errors import wrap_exceptions
-from .joined import OPEN, Joined, ending, type_name, unless_failing
 from .postgres import PostgresStore, apply_results, store_error
+from .savepoint import OPEN, Joined, ending, type_name, unless_failing
 from .store import Batch, Committed, PreconditionFailed
 
 __all__ = ["AsyncPgJoined", "AsyncPgStatements", "PgJoined"]
@@ -91,14 +92,15 @@ class PgJoined(_Joining, Joined):
                 self._conn.execute(statement)
 
     def get(self, key: bytes) -> Optional[bytes]:
-        with _WRAP, self._conn.cursor(row_factory=tuple_row) as cur:
+        with _WRAP, psycopg.Cursor(self._conn, row_factory=tuple_row) as cur:
             return _value(cur.execute(self._store.query("get"), (self._partition, key)).fetchone())
 
     def apply(self, batch: Batch) -> Union[Committed, PreconditionFailed]:
         query, args = self._store.apply_call(self._partition, [batch], False)
-        with _WRAP, self._conn.cursor(row_factory=tuple_row) as cur:
-            failed, refused = cur.execute(query, args).fetchone()
-        return apply_results(failed, refused)[0]
+        with _WRAP, psycopg.Cursor(self._conn, row_factory=tuple_row) as cur:
+            row = cur.execute(query, args).fetchone()
+        assert row is not None  # the apply function returns one row: (failed, refused)
+        return apply_results(*row)[0]
 
 
 class AsyncPgStatements(_OnConnection):
@@ -107,15 +109,16 @@ class AsyncPgStatements(_OnConnection):
 
     async def get(self, key: bytes) -> Optional[bytes]:
         with _WRAP:
-            async with self._conn.cursor(row_factory=tuple_row) as cur:
+            async with psycopg.AsyncCursor(self._conn, row_factory=tuple_row) as cur:
                 return _value(await (await cur.execute(self._store.query("get"), (self._partition, key))).fetchone())
 
     async def apply(self, batch: Batch) -> Union[Committed, PreconditionFailed]:
         query, args = self._store.apply_call(self._partition, [batch], False)
         with _WRAP:
-            async with self._conn.cursor(row_factory=tuple_row) as cur:
-                failed, refused = await (await cur.execute(query, args)).fetchone()
-        return apply_results(failed, refused)[0]
+            async with psycopg.AsyncCursor(self._conn, row_factory=tuple_row) as cur:
+                row = await (await cur.execute(query, args)).fetchone()
+        assert row is not None  # the apply function returns one row: (failed, refused)
+        return apply_results(*row)[0]
 
 
 class AsyncPgJoined(_Joining, AsyncPgStatements):

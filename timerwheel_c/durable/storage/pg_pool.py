@@ -32,13 +32,13 @@ import asyncio
 import contextlib
 import logging
 import threading
-from typing import AsyncIterator, Dict, Optional, Tuple
+from typing import AsyncIterator, Callable, Dict, Optional, Tuple
 
 import psycopg
+from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
-from .errors import wrap_exceptions
-from .postgres import set_synchronous_commit, store_error
+from .errors import StoreError, wrap_exceptions
 
 __all__ = ["MAX_SIZE", "MIN_SIZE", "TIMEOUT_S", "AsyncPools"]
 
@@ -55,16 +55,18 @@ _CLOSE_WAIT_S = 10.0
 
 
 class AsyncPools:
-    """The pools of one PostgresStore (its ``dsn`` and ``synchronous_commit``), one per event loop.
+    """The pools of one PostgresStore, one per event loop, given by the store: its ``dsn``, its
+    ``error`` (the :class:`StoreError` it raises for a psycopg error), and ``setup``, the statement
+    that sets its session's ``synchronous_commit`` on each new connection (None: the server's).
 
     :meth:`connection` lends a connection of the running loop's pool, made on first use. Thread-safe:
     loops in several threads each get their own pool.
     """
 
-    def __init__(self, dsn: str, synchronous_commit: Optional[str]):
+    def __init__(self, dsn: str, error: Callable[[psycopg.Error], StoreError], setup: Optional[sql.Composed]):
         self._dsn = dsn
-        self._synchronous_commit = synchronous_commit
-        self._wrap = wrap_exceptions(psycopg.Error, lambda exc: store_error(exc, dsn))
+        self._setup = setup
+        self._wrap = wrap_exceptions(psycopg.Error, error)
         self._lock = threading.Lock()
         # loop -> (its pool, the task that closes the pool when cancelled)
         self._by_loop: Dict[asyncio.AbstractEventLoop, Tuple[AsyncConnectionPool, "asyncio.Task[None]"]] = {}
@@ -110,7 +112,7 @@ class AsyncPools:
                 for old in [other for other in self._by_loop if other.is_closed()]:
                     del self._by_loop[old]
                 min_size, max_size, timeout_s = self._sizes
-                configure = None if self._synchronous_commit is None else self._configure
+                configure = None if self._setup is None else self._configure
                 pool: AsyncConnectionPool = AsyncConnectionPool(
                     self._dsn, kwargs={"autocommit": True}, min_size=min_size, max_size=max_size, timeout=timeout_s,
                     configure=configure, name="timerwheel-c-aio", open=False)
@@ -121,8 +123,8 @@ class AsyncPools:
         return pool
 
     async def _configure(self, conn: psycopg.AsyncConnection) -> None:
-        assert self._synchronous_commit is not None
-        await conn.execute(set_synchronous_commit(self._synchronous_commit))
+        assert self._setup is not None
+        await conn.execute(self._setup)
 
     async def _close_when_cancelled(self, loop: asyncio.AbstractEventLoop, pool: AsyncConnectionPool) -> None:
         try:

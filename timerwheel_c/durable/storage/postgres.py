@@ -42,13 +42,14 @@ Every psycopg error is raised as a :class:`~.errors.StoreError`, transient or pe
 by its SQLSTATE class. One connection per store, shared by threads under a lock; a
 broken connection (server restart, network) is replaced on the next call, and the failed
 call raises :class:`~.errors.TransientStoreError` for the caller to retry. Fleet
-ownership (:meth:`~timerwheel_c.durable.storage.store.Store.ownership`, whose type the service
-layer sets) holds its locks on a connection of :meth:`PostgresStore.new_connection`. asyncio code
+ownership (:meth:`~timerwheel_c.durable.storage.store.Store.ownership`: :mod:`.pg_ownership`)
+holds its locks on a connection of :meth:`PostgresStore.new_connection`. asyncio code
 writes on a pool of connections per event loop (:meth:`PostgresStore.async_pools`, :mod:`.pg_pool`).
 """
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import re
 import threading
@@ -62,6 +63,7 @@ from psycopg.conninfo import conninfo_to_dict
 from .errors import PermanentStoreError, StoreError, TransientStoreError, wrap_exceptions
 from .pg_arrays import ByteaArray, Int4Array, Int8Array, TextArray, register as register_arrays
 from .pg_listen import PgListener
+from .pg_ownership import PartitionOwnership
 from .redact import redact
 from .sqlfiles import migrations, queries
 from .upgrades import derived_rows
@@ -183,6 +185,7 @@ class PostgresStore(Store):
     """
 
     reads_many_at_once = True
+    ownership_type = PartitionOwnership
 
     def __init__(self, dsn: str, *, table: str = "timerwheel_kv", synchronous_commit: Optional[str] = None,
                  read_only: bool = False):
@@ -417,7 +420,9 @@ class PostgresStore(Store):
         if pools is None:
             from .pg_pool import AsyncPools
 
-            pools = self.__dict__.setdefault("_async_pools", AsyncPools(self._dsn, self.synchronous_commit))
+            pools = self.__dict__.setdefault("_async_pools", AsyncPools(
+                self._dsn, functools.partial(store_error, dsn=self._dsn),
+                None if self.synchronous_commit is None else set_synchronous_commit(self.synchronous_commit)))
         return pools
 
     def open_sibling(self) -> "PostgresStore":

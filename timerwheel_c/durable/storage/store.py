@@ -4,7 +4,7 @@ A partition is named by a non-empty str and is the unit of atomicity, ordering a
 ownership: a :class:`Batch` applies to one partition, all or nothing, after its guards
 (:class:`Equals`, :class:`Absent`) hold; a runner fires one partition's timers in due
 order; and in a fleet each partition is served by one runner at a time (see
-:mod:`timerwheel_c.durable.service.ownership`). The guarded batch is the compare-and-set that
+:mod:`timerwheel_c.durable.storage.pg_ownership`). The guarded batch is the compare-and-set that
 makes durable timers fire their batch effects at most once (the guarded-write shape of
 etcd transactions and FoundationDB's read-conflict checks).
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Union, cast
+from typing import Callable, NoReturn, Optional, Union, cast
 
 from .errors import PermanentStoreError
 from .redact import redact
@@ -27,6 +27,7 @@ from .watch import GENERIC_POLL_S, ChangeHub, PollingWatcher, Watcher
 __all__ = [
     "MAX_KEY_BYTES",
     "MAX_PARTITION_BYTES",
+    "MAX_VALUE_BYTES",
     "Absent",
     "Batch",
     "Committed",
@@ -46,6 +47,7 @@ __all__ = [
     "check_readable_version",
     "check_store",
     "consumed_write",
+    "refuse_store",
 ]
 
 
@@ -57,6 +59,11 @@ __all__ = [
 # written can be indexed, and rewritten under another key of the same length, on every backend.
 MAX_KEY_BYTES = 2048
 MAX_PARTITION_BYTES = 256
+# The largest value a row holds, in bytes, checked when it is written (Batch.put): a runner reads
+# rows a page at a time, and a driver holds a value several times over while it decodes it (one
+# value of 100 MB took about 950 MB of a runner's memory on PostgreSQL), so a value the store
+# accepts must stay small next to a process's memory. 1 MiB, Kafka's default message.max.bytes.
+MAX_VALUE_BYTES = 1 << 20
 
 def check_bytes(name: str, value: object) -> bytes:
     """Return ``value`` if it is bytes, else raise TypeError naming ``name`` and the value."""
@@ -220,15 +227,19 @@ class Batch:
         return self
 
     def put(self, key: bytes, value: bytes) -> "Batch":
-        """Write ``value`` at ``key`` (both bytes, the key at most :data:`MAX_KEY_BYTES`); returns self.
+        """Write ``value`` at ``key`` (both bytes, the key at most :data:`MAX_KEY_BYTES`, the value at
+        most :data:`MAX_VALUE_BYTES`); returns self.
 
         Raises:
             TypeError: a non-bytes key or value.
-            ValueError: a key longer than :data:`MAX_KEY_BYTES`.
+            ValueError: a key longer than :data:`MAX_KEY_BYTES`, or a value longer than :data:`MAX_VALUE_BYTES`.
         """
         if len(check_bytes("key", key)) > MAX_KEY_BYTES:
             raise ValueError(f"key must be at most {MAX_KEY_BYTES} bytes, got {len(key)} bytes starting {key[:16]!r}")
-        self.writes.append((key, check_bytes("value", value)))
+        if len(check_bytes("value", value)) > MAX_VALUE_BYTES:
+            raise ValueError(f"a value must be at most {MAX_VALUE_BYTES:,} bytes, got {len(value):,} bytes "
+                             f"for the key starting {key[:16]!r}")
+        self.writes.append((key, value))
         return self
 
     def delete(self, key: bytes) -> "Batch":
@@ -288,7 +299,7 @@ class Page:
 
 class Ownership(abc.ABC):
     """The partitions one runner owns among the live runners sharing a store
-    (:class:`timerwheel_c.durable.service.ownership.PartitionOwnership` on PostgreSQL)."""
+    (:class:`timerwheel_c.durable.storage.pg_ownership.PartitionOwnership` on PostgreSQL)."""
 
     check_interval_s: float
 
@@ -472,9 +483,8 @@ class Store(abc.ABC):
     reads_many_at_once: bool = False
 
     #: The :class:`Ownership` type that divides this backend's partitions among runners, called as
-    #: ``ownership_type(store, partitions, **kwargs)``. The layer that holds that policy sets it (the
-    #: service layer sets PostgresStore's when it is imported), so that this layer imports nothing
-    #: above it. None: the backend has no way to divide the work.
+    #: ``ownership_type(store, partitions, **kwargs)``, set by the backend's own class beside its SQL
+    #: (PostgresStore's: :mod:`.pg_ownership`). None: the backend has no way to divide the work.
     ownership_type: Optional[Callable[..., "Ownership"]] = None
 
     def ownership(self, partitions: Optional[list] = None, **kwargs) -> Optional["Ownership"]:
@@ -584,10 +594,16 @@ def check_store(store: object, name: str = "store", kind: Optional[type] = None)
     want = kind or Store
     if isinstance(store, want):
         return cast(Store, store)
+    refuse_store(store, name, want.__name__)
+
+
+def refuse_store(store: object, name: str, want: str) -> NoReturn:
+    """Raise the TypeError of :func:`check_store` for ``store``, passed as ``name`` where a ``want``
+    (a class name) goes."""
     if isinstance(store, str):
-        raise TypeError(f"{name} must be a {want.__name__}, got the str {redact(store)!r}; "
+        raise TypeError(f"{name} must be a {want}, got the str {redact(store)!r}; "
                         "open a store URL with open_store() and pass the store")
-    raise TypeError(f"{name} must be a {want.__name__}, got {type(store).__name__} {redact(repr(store))}")
+    raise TypeError(f"{name} must be a {want}, got {type(store).__name__} {redact(repr(store))}")
 
 
 def _checked_scan(partition, start, end, after, limit) -> tuple:

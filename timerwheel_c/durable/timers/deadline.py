@@ -6,8 +6,6 @@ runs on the monotonic clock, so a wall-clock jump cannot move a deadline once it
 """
 from __future__ import annotations
 
-from ...process_timer import arm_at
-
 __all__ = ["deadline_factory"]
 
 
@@ -17,6 +15,9 @@ def deadline_factory():
     Raises (when awaited):
         ValueError: ``at_ns`` is out of the int64 ns range (see :func:`timerwheel_c.arm_at`).
     """
+    # Here, not at the module's top: the release core (and asyncio) load when a service or a durable
+    # sleep first needs a deadline, not with every import of the durable package.
+    from ...process_timer import arm_at
 
     async def deadline(at_ns: int):
         await arm_at(at_ns / 1e9)

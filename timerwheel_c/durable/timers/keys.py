@@ -93,7 +93,7 @@ from dataclasses import dataclass
 
 from typing import Optional
 
-from ..storage.store import MAX_KEY_BYTES, KeyPattern, Store, check_bytes
+from ..storage.store import MAX_KEY_BYTES, MAX_VALUE_BYTES, KeyPattern, Store, check_bytes
 from ..storage.upgrades import register_row_upgrade
 
 __all__ = [
@@ -103,6 +103,7 @@ __all__ = [
     "MAX_ATTEMPT",
     "MAX_DUE_MS",
     "MAX_REFERENCE_BYTES",
+    "MAX_TIMER_VALUE_BYTES",
     "MAX_ERROR_BYTES",
     "OCCURRENCE_IDENTITY_TAG",
     "PARKED_RANGE",
@@ -119,6 +120,7 @@ __all__ = [
     "SIGNALLED",
     "SLEEP_MARK_TAG",
     "check_uint",
+    "check_value",
     "declare_signals",
     "due_range",
     "well_formed_head",
@@ -168,6 +170,9 @@ PARKED_TAG = b"P"
 PARKED_RANGE = (PARKED_TAG, QUARANTINE_TAG)  # (start, end) of the parked rows: tag, tag + 1
 MAX_ERROR_BYTES = 1_000  # the longest last error a parked row keeps, in UTF-8 bytes
 _ERROR_LENGTH = struct.Struct(">H")
+# The largest value a timer (or a schedule's occurrences) fires with, in bytes: the store's limit
+# less the room a parked row takes for its last error, so that a timer that can be written can be parked.
+MAX_TIMER_VALUE_BYTES = MAX_VALUE_BYTES - _ERROR_LENGTH.size - MAX_ERROR_BYTES
 IDENTITY_SCHEMA_VERSION = 6  # the store schema version whose upgrade adds identity rows
 # The writes that must wake runners and sleepers through the store's change signal.
 SIGNALLED = [KeyPattern(TAG, _VARIANT_AT, _SCHEDULED), KeyPattern(TAG, _VARIANT_AT, _OCCURRENCE),
@@ -234,6 +239,18 @@ class TimerKey:
     attempt: int
     original_due_at_ms: int
     occurrence: bool = False
+
+
+def check_value(name: str, value: object) -> bytes:
+    """``value`` if it is bytes of at most :data:`MAX_TIMER_VALUE_BYTES`: what a timer fires with.
+
+    Raises:
+        TypeError: not bytes, naming ``name``. ValueError: longer, naming ``name`` and its length.
+    """
+    raw = check_bytes(name, value)
+    if len(raw) > MAX_TIMER_VALUE_BYTES:
+        raise ValueError(f"{name} must be at most {MAX_TIMER_VALUE_BYTES:,} bytes, got {len(raw):,} bytes")
+    return raw
 
 
 def check_uint(name: str, value: object, top: int) -> int:

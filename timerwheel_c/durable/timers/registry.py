@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from typing import Optional, Union
 
 from .due import due_at_ms_of
-from .keys import MAX_ATTEMPT, TimerKind
+from .keys import MAX_ATTEMPT, TimerKind, check_value
 from ..storage.redact import redact
-from ..storage.store import Batch, Store, check_bytes
+from ..storage.store import Batch, Store
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
@@ -96,7 +96,7 @@ class Reschedule:
     batch: Optional[Batch] = None
 
     def __post_init__(self):
-        check_bytes("Reschedule.value", self.value)
+        check_value("Reschedule.value", self.value)
         if isinstance(self.due_at_ms, (int, datetime.datetime)) and not isinstance(self.due_at_ms, bool):
             # Other types are left for the runner to reject (and count) when it settles the outcome.
             object.__setattr__(self, "due_at_ms", due_at_ms_of(self.due_at_ms, "Reschedule.due_at_ms"))

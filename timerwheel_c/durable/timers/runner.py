@@ -38,7 +38,6 @@ malformed and unprocessable rows: see :mod:`.claim`.
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from dataclasses import dataclass
@@ -94,8 +93,13 @@ class Attempt:
         self.took_s = self._clock() - self._started
         if exc is None:
             return False
-        if isinstance(exc, asyncio.CancelledError) and self._cancelled_by_caller():
-            return False
+        if not isinstance(exc, Exception):
+            # Only a BaseException can be asyncio's CancelledError, and one raised means asyncio is
+            # loaded: importing it here costs a lookup, and spares a process without asyncio its import.
+            import asyncio
+
+            if isinstance(exc, asyncio.CancelledError) and self._cancelled_by_caller():
+                return False
         self.error = exc
         return True
 

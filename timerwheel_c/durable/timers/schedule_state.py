@@ -27,7 +27,7 @@ import struct
 from dataclasses import dataclass
 from typing import Optional
 
-from .keys import TimerKind
+from .keys import TimerKind, check_value
 from .triggers import Cron, RandomSource, Trigger, check_misfire, due_occurrences, trigger_from_dict
 
 __all__ = ["FORMAT_VERSION", "ScheduleState", "Step", "done", "new_state", "paused", "replaced", "resumed", "when_due"]
@@ -132,8 +132,8 @@ def new_state(trigger: Trigger, kind: "int | TimerKind", value: bytes = b"", *, 
     the misfire policy).
 
     Raises:
-        TypeError, ValueError: a bad kind (not 1..255), a value that is not bytes, or a
-            misfire policy :func:`~.triggers.check_misfire` refuses.
+        TypeError, ValueError: a bad kind (not 1..255), a value that is not bytes or longer than
+            :data:`~.keys.MAX_TIMER_VALUE_BYTES`, or a misfire policy :func:`~.triggers.check_misfire` refuses.
     """
     if not isinstance(trigger, Trigger):
         raise TypeError(f"trigger must be an Every or a Cron, got {type(trigger).__name__} {trigger!r}")
@@ -141,8 +141,8 @@ def new_state(trigger: Trigger, kind: "int | TimerKind", value: bytes = b"", *, 
         raise TypeError(f"value must be bytes, got {type(value).__name__}")
     check_misfire(misfire, misfire_grace_s, catchup_window_s)
     # Floats, so that equal states give equal bytes (60 and 60.0 are written differently).
-    state = ScheduleState(trigger=trigger, kind=TimerKind(kind).get(), value=bytes(value), misfire=misfire,
-                          misfire_grace_s=float(misfire_grace_s),
+    state = ScheduleState(trigger=trigger, kind=TimerKind(kind).get(), value=check_value("value", bytes(value)),
+                          misfire=misfire, misfire_grace_s=float(misfire_grace_s),
                           catchup_window_s=None if catchup_window_s is None else float(catchup_window_s), paused=False,
                           last_nominal_ms=trigger.start_ms, last_fired_ms=None, next_nominal_ms=None,
                           next_fire_ms=None)

@@ -20,7 +20,6 @@ mark from any process; :data:`_RECHECK_S` is only a safety net.
 """
 from __future__ import annotations
 
-import asyncio
 import struct
 import threading
 import time
@@ -183,6 +182,8 @@ class DurableContext:
     async def sleep_until_async(self, due_at_ms, timeout_s: Optional[float] = None) -> bool:
         """The ``await`` form of :meth:`sleep_until` (store calls are short and made on the loop thread);
         it sleeps on the release timer (``timerwheel_c.arm_at``) when this build has it."""
+        import asyncio  # here: the durable package loads without asyncio, and a coroutine has it loaded
+
         mark, due = self._journal(due_at_ms)
         if due is None:
             return True

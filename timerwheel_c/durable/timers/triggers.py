@@ -21,7 +21,10 @@ job's hour field deciding which side of it a job is on:
   A wall time in the spring-forward gap fires once, at the first instant after the gap
   (``30 2 * * *`` in New York on 2026-03-08 fires at 03:00 EDT); a wall time in the repeated
   fall-back hour fires once, at its first occurrence (``30 1 * * *`` fires at 01:30 EDT, not
-  again at 01:30 EST). Nothing is skipped for a day and no wall time fires twice.
+  again at 01:30 EST). Nothing is skipped for a day and no wall time fires twice. The wall
+  times of one gap fire together, once; a wall time the gap ends on is no gap time and fires
+  too, 1 ms after them (``0 2,3 * * *`` fires at 03:00:00.000 EDT for 02:00, and at
+  03:00:00.001 for 03:00), since occurrences are distinct instants.
 - A job whose hour field starts with ``*`` lives on real time: it fires in every real hour
   that matches, so twice in a repeated hour and not in the hour that does not exist.
 
@@ -37,6 +40,7 @@ import datetime as _dt
 import json
 import math
 import time
+import warnings
 from dataclasses import dataclass
 from itertools import islice, takewhile
 from typing import Iterator, Optional, Protocol, Tuple, Union
@@ -291,6 +295,10 @@ class Every(Trigger):
         return f"every {_format_s(self.interval_ms)}"
 
 
+# Zones without daylight saving time that are picked by mistake for a region's clock, and that clock.
+_FIXED_BY_MISTAKE = {"EST": "America/New_York", "MST": "America/Denver"}
+
+
 def _zone_of(tz: object) -> ZoneInfo:
     """``tz`` as a ZoneInfo with an IANA key, so that it can be stored by name."""
     if isinstance(tz, str):
@@ -371,6 +379,10 @@ class Cron(Trigger):
         TypeError: an argument of the wrong type, naming it.
         ValueError: a bad expression, naming the field and its text (``Cron("61 * * * *")``:
             "bad minute field '61'"); an unknown zone; a negative jitter; a naive ``start``.
+
+    Warns:
+        UserWarning: ``tz`` is ``"EST"`` or ``"MST"``, fixed offsets without daylight saving time that
+            are usually meant as ``"America/New_York"`` or ``"America/Denver"``.
     """
 
     __slots__ = ("expression", "tz", "_expr", "_on_wall_clock")
@@ -382,6 +394,11 @@ class Cron(Trigger):
         self._expr = " ".join(fields)
         self._on_wall_clock = not fields[1].startswith("*")
         self.tz = _zone_of(tz)
+        meant = _FIXED_BY_MISTAKE.get(self.tz.key)
+        if meant is not None:
+            warnings.warn(f"tz {self.tz.key!r} keeps one UTC offset all year, with no daylight saving time, so "
+                          f"half the year it fires an hour off the local clock; for that clock use {meant!r}",
+                          UserWarning, stacklevel=2)
         self.start_ms = _start_ms_of(start)
         self.default_start = start is None
         self.jitter_ms = _jitter_ms_of(jitter_s)
@@ -400,7 +417,10 @@ class Cron(Trigger):
         # past the year 9999 no datetime, so no occurrence, can be represented.
         try:
             if self._on_wall_clock:
-                for wall in CronSim(self._expr, local.replace(tzinfo=None)):
+                # From 1 ms before after_ms's wall time: cronsim yields what is strictly after its start, and
+                # the wall time after_ms reads may still have an occurrence of its own after after_ms (the
+                # one that a gap's occurrence precedes by 1 ms, see _instant_ms).
+                for wall in CronSim(self._expr, local.replace(tzinfo=None) - _MS):
                     due_ms = self._instant_ms(wall)
                     # Skipped: wall times of a repeated hour whose first occurrence is already
                     # past (after_ms in the hour's second pass; at most an hour of minutes), and
@@ -424,11 +444,12 @@ class Cron(Trigger):
     def _instant_ms(self, wall: _dt.datetime) -> int:
         """The instant (Unix epoch ms) a naive wall time of this zone fires at: its first
         occurrence if it is repeated (fold=0 is the earlier, PEP 495), the end of the gap if
-        it does not exist."""
+        it does not exist, and 1 ms after the end of a gap that ends on it when the expression
+        names a wall time in that gap too (whose occurrence takes the gap's end)."""
         first = wall.replace(tzinfo=self.tz, fold=0)
         first_ms = (first - _EPOCH) // _MS
         if first.astimezone(_dt.timezone.utc).astimezone(self.tz).replace(tzinfo=None) == wall:
-            return first_ms
+            return first_ms + self._gap_before(wall, first_ms)
         # In a gap, fold=0 reads the wall time with the offset from before the gap (an instant
         # after the gap) and fold=1 with the one from after it (an instant before the gap):
         # the transition lies between the two. Bisect to it in ms.
@@ -442,6 +463,18 @@ class Cron(Trigger):
             else:
                 hi = mid
         return hi
+
+    def _gap_before(self, wall: _dt.datetime, at_ms: int) -> int:
+        """1 when a spring-forward gap ends at ``at_ms`` (the instant of the existing wall time
+        ``wall``) and the expression names a wall time inside it, else 0."""
+        after, before = self._offset_at(at_ms), self._offset_at(at_ms - 1)
+        if after is None or before is None or after <= before:
+            return 0
+        try:  # the first wall time the expression names from the gap's first one on
+            named = next(CronSim(self._expr, wall - (after - before) - _dt.timedelta(seconds=1)))
+        except StopIteration:
+            return 0
+        return int(named < wall)
 
     def _offset_at(self, at_ms: int) -> Optional[_dt.timedelta]:
         return (_EPOCH + _dt.timedelta(milliseconds=at_ms)).astimezone(self.tz).utcoffset()

@@ -30,7 +30,7 @@ from . import keys, parking
 from .due import due_at_ms_of
 from .steps import APPLY, GET, Steps, run_steps
 from ..storage.joined import joined
-from ..storage.store import Absent, Batch, Committed, Equals, Store, check_bytes, check_partition, check_store
+from ..storage.store import Absent, Batch, Committed, Equals, Store, check_partition, check_store
 
 __all__ = ["IF_EXISTS", "STATES", "PendingTimer", "TimerExists", "cancel", "cancel_steps", "get_timer", "get_timer_steps",
            "list_timers", "on_store", "requeue", "requeue_steps", "reschedule", "reschedule_steps", "schedule",
@@ -204,7 +204,7 @@ def schedule_steps(store: Store, partition: str, due_at_ms, kind, reference: byt
     check_store(store)
     key = keys.timer(due_at_ms_of(due_at_ms), kind, reference)
     identity = keys.identity(kind, reference)
-    check_bytes("value", value)
+    keys.check_value("value", value)
     check_partition(partition)
     if if_exists not in IF_EXISTS:
         raise ValueError(f"if_exists must be one of {IF_EXISTS}, got {if_exists!r}")

@@ -1,5 +1,9 @@
 """Partition ownership: runner processes on one PostgreSQL database divide the partitions.
 
+The PostgreSQL backend's :class:`~.store.Ownership`, its SQL beside its store's:
+:class:`~.postgres.PostgresStore` names :class:`PartitionOwnership` as its ``ownership_type``, so
+:meth:`~.store.Store.ownership` builds it for the service, which never imports a driver.
+
 The model
 ---------
 A partition is the unit of ordering, atomicity and ownership: its timers fire in due
@@ -54,7 +58,7 @@ process manager's watchdog) if handlers can hang.
 Ownership makes the fleet efficient (no two runners scan and claim the same rows) and
 keeps each partition in due order under one runner; it is not what makes effects
 exactly-once. That stays the guarded commit on each row (see
-:mod:`timerwheel_c.durable.runner`): if two runners ever serve one partition for a
+:mod:`timerwheel_c.durable.timers.runner`): if two runners ever serve one partition for a
 moment (a lock connection lost while its process carries on), a row is still claimed
 by one of them and its batch effects still commit at most once.
 
@@ -74,13 +78,15 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional, cast
 
 import psycopg
 
-from ..storage.errors import StoreError, wrap_exceptions
-from ..storage.postgres import PostgresStore
-from ..storage.store import Ownership, check_partition, check_store
+from .errors import StoreError, wrap_exceptions
+from .store import Ownership, Store, check_partition, refuse_store
+
+if TYPE_CHECKING:  # the store's module imports this one: at run time its class is known by _check_store
+    from .postgres import PostgresStore
 
 __all__ = ["PartitionOwnership", "RunnerInfo", "holders", "runners"]
 
@@ -110,6 +116,18 @@ WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
   AND l.pid IN (SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 2
                 AND classid = %s::int8::oid)
 """
+
+
+def _check_store(store: object) -> "PostgresStore":
+    """``store`` if it is a PostgresStore, recognised as a store whose ``ownership_type`` is
+    :class:`PartitionOwnership`: its module imports this one, so this one cannot import its class.
+
+    Raises:
+        TypeError: naming what was passed instead, its password masked.
+    """
+    if not (isinstance(store, Store) and getattr(type(store), "ownership_type", None) is PartitionOwnership):
+        refuse_store(store, "store", "PostgresStore")
+    return cast("PostgresStore", store)
 
 
 def _int31(*parts: str) -> int:
@@ -166,7 +184,7 @@ def holders(store: PostgresStore, partitions: Optional[list] = None, conn: Optio
     Raises:
         psycopg.Error: the server cannot be reached.
     """
-    check_store(store, kind=PostgresStore)
+    _check_store(store)
     names = None if partitions is None else sorted({check_partition(p) for p in partitions})
     wanted = names if names is not None else store.partitions()
     own = conn is None
@@ -210,7 +228,7 @@ def runners(store: PostgresStore, conn: Optional[psycopg.Connection] = None) -> 
     Raises:
         StoreError: the server cannot be reached or refused the query.
     """
-    check_store(store, kind=PostgresStore)
+    _check_store(store)
     own = conn is None
     conn = store.new_connection() if conn is None else conn
     try:
@@ -256,7 +274,7 @@ class PartitionOwnership(Ownership):
 
     def __init__(self, store: PostgresStore, partitions: Optional[list] = None, *, kinds: Optional[list] = None,
                  check_interval_s: float = 1.0):
-        check_store(store, kind=PostgresStore)
+        _check_store(store)
         if isinstance(partitions, str):
             raise TypeError(f"partitions must be a list of str or None, not the str {partitions!r}")
         if isinstance(check_interval_s, bool) or not isinstance(check_interval_s, (int, float)):

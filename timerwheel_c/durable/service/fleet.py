@@ -1,0 +1,55 @@
+"""The state of a fleet as one store tells it: its live runners (PostgreSQL) and, per partition, the
+owner, due backlog, oldest due time and parked count. ``timerwheel-c fleet status`` prints it and the
+status page shows it; the shape is the JSON object that ``fleet status --json`` prints (its module
+docstring, :mod:`.fleet_cli`, gives every field).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from ..storage.sqlite import SQLiteStore
+from .cli_text import utc_iso
+from .metrics import BACKLOG_CAP, due_backlog, parked_count
+
+__all__ = ["kinds_text", "status"]
+
+
+def kinds_text(kinds) -> str:
+    """Sorted kind numbers as runs: ``1-3,7``."""
+    runs: list = []
+    for k in kinds:
+        if runs and runs[-1][1] == k - 1:
+            runs[-1][1] = k
+        else:
+            runs.append([k, k])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs) or "-"
+
+
+def status(store, now_ms: int) -> dict:
+    """The fleet's state as the JSON object ``fleet status --json`` prints (see the module docstring).
+
+    Raises:
+        StoreError: the store failed.
+    """
+    runners: Optional[list] = None
+    owners: dict = {}
+    if not isinstance(store, SQLiteStore):
+        from ..storage.pg_ownership import runners as live_runners
+
+        runners = []
+        for r in live_runners(store):
+            runners.append({"backend_pid": r.backend_pid, "name": r.application_name, "client_addr": r.client_addr,
+                            "since": None if r.since_ms is None else utc_iso(r.since_ms), "since_ms": r.since_ms,
+                            "kinds": list(r.kinds), "partitions": list(r.partitions)})
+            for p in r.partitions:
+                owners.setdefault(p, []).append(r.backend_pid)
+    partitions = []
+    for p in store.partitions():
+        backlog, oldest_ms = due_backlog(store, p, now_ms)
+        parked = parked_count(store, p)
+        partitions.append({"partition": p, "owners": None if runners is None else owners.get(p, []),
+                           "due_backlog": backlog, "due_backlog_capped": backlog >= BACKLOG_CAP,
+                           "oldest_due_at": None if oldest_ms is None else utc_iso(oldest_ms),
+                           "oldest_due_at_ms": oldest_ms, "parked": parked, "parked_capped": parked >= BACKLOG_CAP})
+    return {"backend": "sqlite" if runners is None else "postgresql", "now_ms": now_ms, "runners": runners,
+            "partitions": partitions}
