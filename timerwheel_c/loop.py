@@ -105,7 +105,7 @@ class EventLoop(asyncio.SelectorEventLoop):
         super().__init__(selector)
 
     # The timer store's compiled methods (or the pure twin's functions): see their docstrings.
-    time = _core.time  # type: ignore[assignment]
+    time = _core.time
     call_at = _core.call_at  # type: ignore[assignment]
     call_later = _core.call_later  # type: ignore[assignment]
 
