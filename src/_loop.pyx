@@ -49,7 +49,7 @@ cdef extern from "Python.h":
 
 ctypedef struct due_t:
     double when
-    Py_ssize_t seq
+    int64_t seq
     uint64_t token
 
 cdef double MAX_SELECT = MAX_SELECT_S
@@ -86,7 +86,7 @@ cdef inline int64_t _loop_ms(double t_s) noexcept:
 
 
 cdef int _by_when(const void* a, const void* b) noexcept nogil:
-    """qsort order of a fire batch: deadline, then the wheel's order (arming order per ms)."""
+    """qsort order of a fire batch: deadline, then arming order."""
     cdef const due_t* x = <const due_t*>a
     cdef const due_t* y = <const due_t*>b
     if x.when != y.when:  # keys from _sort_key: never NaN
@@ -110,6 +110,7 @@ cdef class TimerHandle:
     cdef readonly object _args
     cdef object _context
     cdef double _when
+    cdef int64_t _seq                  # arming order: ties of deadline run in it
     cdef uint64_t _timer_id            # the wheel's id while armed, else 0
     cdef Py_ssize_t _token             # its index in the store's _handles while armed, else 0
     cdef readonly bint _cancelled
@@ -218,6 +219,8 @@ cdef class LoopTimers:
     cdef bint _fast_clock
     cdef bint _closed
     cdef bint _due_now        # a timer was armed due now since the last move_due
+    cdef double _held_when    # earliest deadline waiting in the wheel's current ms (inf: none)
+    cdef int64_t _next_seq
     cdef public bint debug     # mirrors loop.get_debug(): cancel() then freezes the repr
     cdef TimerWheel _wheel     # tokens index _handles
     cdef list _handles         # token -> the handle it arms, None when free: the collector sees them
@@ -229,6 +232,7 @@ cdef class LoopTimers:
         self._wheel = TimerWheel(0)
         self._handles = [None]
         self._loop_dict = {}
+        self._held_when = INFINITY
 
     def __init__(self, loop):
         if self._loop is not None:
@@ -238,7 +242,7 @@ cdef class LoopTimers:
         self._fast_clock = FAST_CLOCK and type(loop_dict) is dict
         if self._fast_clock:
             self._loop_dict = loop_dict
-        self._wheel = TimerWheel(max(_loop_ms(self.c_time()) - 1, 0))
+        self._wheel = TimerWheel(max(_loop_ms(self.c_time()), 0))
 
     def __dealloc__(self):
         free(self._sort)
@@ -296,12 +300,15 @@ cdef class LoopTimers:
         if self._due_now:
             return 0
         wheel = self._wheel
-        # A lower bound of the earliest due ms; a timer due in ms d fires once floor_ms(time) > d.
+        if self._held_when < INFINITY:  # in the current ms: before every later ms's timer
+            timeout_s = self._held_when - now_s
+            return timeout_s if timeout_s > 0.0 else 0.0
+        # A lower bound of the earliest due ms; a timer due in ms d is looked at once floor_ms(time) >= d.
         due_ms = wheel.c_next_fire_ms()
         if due_ms <= wheel.c_now_ms():
             due_ms = wheel.c_now_ms() + 1
-        wake_s = (due_ms + 1) / 1000.0
-        if _loop_ms(wake_s) <= due_ms:  # float rounding put it a hair early
+        wake_s = due_ms / 1000.0
+        if _loop_ms(wake_s) < due_ms:  # float rounding put it a hair early
             wake_s = nextafter(wake_s, INFINITY)
         timeout_s = wake_s - now_s
         if timeout_s > MAX_SELECT:
@@ -310,9 +317,8 @@ cdef class LoopTimers:
 
     def move_due(self, ready):
         """Append every due handle to ``ready`` (the loop's deque), in deadline order, equal
-        deadlines in scheduling order. Due: armed due now (its deadline was at or before
-        ``loop.time()`` when armed), or its whole ms is past on the loop clock. Returns how many
-        were moved."""
+        deadlines in scheduling order. Due: its deadline is at or before ``loop.time()`` (or NaN),
+        as asyncio's ``_run_once`` moves its heap's. Returns how many were moved."""
         cdef double now_s
         cdef int64_t target_ms
         cdef TimerWheel wheel
@@ -324,16 +330,17 @@ cdef class LoopTimers:
         now_s = self.c_time()
         self._follow_clock(now_s)
         wheel = self._wheel
-        target_ms = _loop_ms(now_s) - 1
+        target_ms = _loop_ms(now_s)
         if target_ms <= wheel.c_now_ms():
-            if not self._due_now:
+            if not (self._due_now or self._held_when <= now_s):
                 return 0
             target_ms = wheel.c_now_ms()
         append = ready.append
         self._due_now = False
+        self._held_when = INFINITY
         wheel.c_advance(target_ms, &fired)
         try:
-            n = self._settle(&fired)
+            n = self._settle(&fired, now_s)
             while i < n:
                 append(<object><PyObject*><size_t>fired.tokens[i])
                 i += 1
@@ -365,7 +372,8 @@ cdef class LoopTimers:
 
     cdef TimerHandle _call_at(self, double when_s, double now_s, object callback, tuple args, object context):
         """A new handle for ``callback`` at ``when_s``, armed: due now if ``when_s`` is at or before
-        ``now_s`` (the loop's time) or NaN, as on asyncio's heap; else in the ms it lies in."""
+        ``now_s`` (the loop's time) or NaN, as on asyncio's heap; else in the ms it lies in (held
+        in the wheel's current ms if it lies there, or before: a negative loop time)."""
         cdef TimerHandle handle
         cdef int64_t due_ms
         if self._closed:
@@ -376,6 +384,8 @@ cdef class LoopTimers:
         handle._args = args
         handle._context = PyContext_CopyCurrent() if context is None else context
         handle._when = when_s
+        handle._seq = self._next_seq
+        self._next_seq += 1
         if not when_s > now_s:
             self._due_now = True
             self._arm(handle, self._wheel.c_now_ms())
@@ -383,11 +393,13 @@ cdef class LoopTimers:
         # Past the wheel's range it never fires, as on asyncio's heap.
         due_ms = _loop_ms(when_s)
         if due_ms < MAX_DUE_MS:
-            if due_ms <= self._wheel.c_now_ms():
+            if due_ms < self._wheel.c_now_ms():
                 # After now but before the wheel: the loop's clock went back (a patched clock).
                 self._follow_clock(now_s)
-                if due_ms <= self._wheel.c_now_ms():  # a negative loop time: all in ms -1
-                    due_ms = self._wheel.c_now_ms() + 1
+            if due_ms <= self._wheel.c_now_ms():
+                due_ms = self._wheel.c_now_ms()
+                if when_s < self._held_when:
+                    self._held_when = when_s
             self._arm(handle, due_ms)
         return handle
 
@@ -411,7 +423,7 @@ cdef class LoopTimers:
         """If the loop's clock went back before the wheel's time (a patched or virtual clock:
         ``mock.patch``, looptime), move the wheel back with it: every armed handle is filed again
         by its deadline, in the old wheel's fire order, so equal deadlines keep scheduling order."""
-        cdef int64_t now_ms = max(_loop_ms(now_s) - 1, 0)
+        cdef int64_t now_ms = max(_loop_ms(now_s), 0)
         cdef TimerWheel old = self._wheel
         cdef TimerWheel wheel
         cdef tw_fired_t fired
@@ -421,12 +433,15 @@ cdef class LoopTimers:
         if now_ms >= old.c_now_ms():
             return 0
         wheel = TimerWheel(now_ms)
+        self._held_when = INFINITY
         old.c_advance(MAX_DUE_MS, &fired)
         try:
             for i in range(fired.count):
                 handle = <TimerHandle>_token_handle(self._handles, fired.tokens[i])
                 if handle._when > now_s:
-                    due_ms = max(_loop_ms(handle._when), now_ms + 1)
+                    due_ms = max(_loop_ms(handle._when), now_ms)
+                    if due_ms == now_ms and handle._when < self._held_when:
+                        self._held_when = handle._when
                 else:  # due now, NaN included
                     due_ms = now_ms
                     self._due_now = True
@@ -436,13 +451,16 @@ cdef class LoopTimers:
             self._wheel = wheel
         return 0
 
-    cdef Py_ssize_t _settle(self, tw_fired_t* fired) except -1:
+    cdef Py_ssize_t _settle(self, tw_fired_t* fired, double now_s) except -1:
         """Swap a fired batch's tokens for references to their handles, freeing their indexes and
-        marking them unarmed, and sort it by deadline (stable), with no Python code run. Returns
-        the batch's new length."""
+        marking them unarmed, and sort it by deadline then arming order, with no Python code run.
+        A handle of the current ms whose deadline is after ``now_s`` is held instead: armed again
+        at the wheel's now, under the same index. Returns the batch's new length."""
         cdef Py_ssize_t i, n = 0
         cdef bint in_order = True
         cdef double prev = -INFINITY
+        cdef double key
+        cdef int64_t prev_seq = -1
         cdef TimerHandle handle
         for i in range(fired.count):
             obj = _token_handle(self._handles, fired.tokens[i])
@@ -454,23 +472,31 @@ cdef class LoopTimers:
             handle = <TimerHandle>obj
             if handle._timer_id == 0 or self._wheel.c_due_ms(handle._timer_id) >= 0:
                 continue
+            if handle._when > now_s:
+                handle._timer_id = self._wheel.c_schedule_at(self._wheel.c_now_ms(), fired.tokens[i])
+                if handle._when < self._held_when:
+                    self._held_when = handle._when
+                continue
             Py_INCREF(handle)  # the batch's, until the ready queue or _requeue takes it
             _give_token(self._handles, &self._free_tokens, handle._token, handle)
             fired.tokens[n] = <uint64_t><size_t><PyObject*>handle
             n += 1
             handle._timer_id = 0
             handle._token = 0
-            if _sort_key(handle._when) < prev:
+            key = _sort_key(handle._when)
+            if key < prev or (key == prev and handle._seq < prev_seq):
                 in_order = False
-            prev = _sort_key(handle._when)
+            prev = key
+            prev_seq = handle._seq
         fired.count = n
         if in_order:
             return n
         if n > self._sort_cap:
             self._grow_sort(n)
         for i in range(n):
-            self._sort[i].when = _sort_key((<TimerHandle><PyObject*><size_t>fired.tokens[i])._when)
-            self._sort[i].seq = i
+            handle = <TimerHandle><PyObject*><size_t>fired.tokens[i]
+            self._sort[i].when = _sort_key(handle._when)
+            self._sort[i].seq = handle._seq
             self._sort[i].token = fired.tokens[i]
         qsort(self._sort, n, sizeof(due_t), _by_when)
         for i in range(n):

@@ -92,6 +92,49 @@ def test_a_due_timer_overtakes_a_busy_call_soon_chain(new_wheel_loop):
     assert turns.index("due") <= 3
 
 
+def _order_within_one_ms(loop):
+    """On a clock driven by hand: a timer due later in the current ms, then the clock passing its
+    deadline, then a call_later(0); another timer later in the same ms. Returns the run order,
+    with the clock reading at each run."""
+    clock = [100.0]
+    order = []
+
+    def run(name):
+        order.append((name, clock[0]))
+
+    async def turns(n):
+        for _ in range(n):
+            await asyncio.sleep(0)
+
+    async def main():
+        loop.call_at(100.0003, run, "at 100.0003")
+        loop.call_at(100.0007, run, "at 100.0007")
+        await turns(3)
+        clock[0] = 100.0005
+        loop.call_later(0, run, "later(0) at 100.0005")
+        await turns(3)
+        clock[0] = 100.0007
+        await turns(3)
+
+    with mock.patch.object(loop, "time", lambda: clock[0]):
+        _run_bounded(loop, main())
+    return order
+
+
+def test_timers_of_the_current_ms_run_when_due_in_deadline_order_as_on_asyncio(new_wheel_loop):
+    """Every timer whose deadline is at or before loop.time() runs at the next iteration, even
+    within the current ms, and never one before its deadline: a timer due at 100.0003 runs before
+    a call_later(0) made at 100.0005 (deadline order), and one due at 100.0007 runs only once the
+    clock reads 100.0007: the order and clock readings of asyncio's loop."""
+    reference = asyncio.new_event_loop()
+    try:
+        expected = _order_within_one_ms(reference)
+    finally:
+        reference.close()
+    assert [name for name, _ in expected] == ["at 100.0003", "later(0) at 100.0005", "at 100.0007"]
+    assert _order_within_one_ms(new_wheel_loop()) == expected
+
+
 @pytest.mark.parametrize("target", ["loop.time", "time.monotonic"])
 def test_a_patched_clock_moves_the_timers_as_on_asyncio(new_wheel_loop, target):
     """With loop.time (on the instance) or time.monotonic patched to a clock driven by hand that

@@ -12,20 +12,20 @@ The clock. The wheel counts integer ms of the loop's own clock (``loop.time()`` 
 every call, so a patched ``loop.time`` or ``time.monotonic`` and the virtual clocks built on them
 (looptime, aiotools' VirtualClock) move these timers as they move asyncio's; should that clock go
 back before the wheel's time, the wheel follows it (each armed timer filed again by its deadline).
-A deadline at or before ``loop.time()`` when it is armed (``call_soon``-like: ``call_later(0)``,
-``call_later(-1)``, ``call_at(loop.time())``, a NaN deadline) is due now: the wheel's
-``schedule_at`` files it at its current ms, and the next iteration moves it, as asyncio's
-``_run_once`` does, between the callbacks already ready and the ones they queue. Any other timer
-with deadline ``when`` sits in the ms it lies in, ``d = floor(when * 1000)`` (float-exact). An
-iteration at loop time ``now`` moves the timers of every ms before its own, ``d <= floor(now *
-1000) - 1``: each has ``when < (d + 1) / 1000 <= now``, so a callback never runs before its
-deadline on ``loop.time()``, and runs at most 1 ms after it plus the selector's wake-up (asyncio
-on epoll rounds its wait up to whole ms too). The selector's timeout is the one number
-"until the end of the earliest occupied ms".
+An iteration at loop time ``now`` moves every timer whose deadline is at or before ``now`` (or
+NaN), exactly as asyncio's ``_run_once`` moves its heap's, and no other: never early on
+``loop.time()``. A deadline at or before ``loop.time()`` when it is armed (``call_later(0)``,
+``call_later(-1)``, ``call_at(loop.time())``, NaN) is due now: the wheel's ``schedule_at`` files
+it at the wheel's current ms, and the next iteration moves it, between the callbacks already
+ready and the ones they queue. Any other timer with deadline ``when`` sits in the ms it lies in,
+``d = floor(when * 1000)`` (float-exact). An iteration advances the wheel to its own ms,
+``floor(now * 1000)``: the timers of earlier ms are all due (``when < (d + 1) / 1000 <= now``);
+those of the current ms not yet due are held, filed again at the wheel's current ms, and the
+selector waits exactly until the earliest of them (asyncio on epoll rounds its wait up to whole
+ms). With none held, the selector's timeout is "until the start of the earliest occupied ms".
 
 Order, as asyncio's heap: the handles moved in one iteration go to the ready queue by deadline,
-equal deadlines in scheduling order (the wheel fires by ms, then arming order; a stable sort by
-deadline finishes it). They run after the callbacks already ready, and what they ``call_soon``
+equal deadlines in scheduling order (a sort by deadline, then arming order). They run after the callbacks already ready, and what they ``call_soon``
 runs on the next iteration, exactly as in ``_run_once``.
 
 Cancel is O(1) and frees the wheel entry at once: nothing is left to sweep, unlike the heap's
@@ -62,7 +62,7 @@ class TimerHandle:
     uvloop#482): that class keeps the heap's bookkeeping, which a wheel timer has none of.
     """
 
-    __slots__ = ("_timers", "_callback", "_args", "_context", "_when", "_timer_id", "_token",
+    __slots__ = ("_timers", "_callback", "_args", "_context", "_when", "_seq", "_timer_id", "_token",
                  "_cancelled", "_source_traceback", "_repr", "__weakref__")
 
     def __init__(self, timers: LoopTimers, when_s: float, callback: Callable[..., Any], args: tuple,
@@ -72,6 +72,7 @@ class TimerHandle:
         self._args: Any = args
         self._context = context
         self._when = when_s
+        self._seq = 0  # arming order: ties of deadline run in it
         self._timer_id = 0  # the wheel's id while armed, else 0
         self._token = 0     # key of timers._handles while armed
         self._cancelled = False
@@ -164,8 +165,10 @@ class LoopTimers:
         self._loop = loop
         self._closed = False
         self._due_now = False  # a timer was armed due now since the last move_due
+        self._held_when = math.inf  # earliest deadline waiting in the wheel's current ms (inf: none)
+        self._next_seq = 0
         self.debug = False  # mirrors loop.get_debug(): cancel() then freezes the repr
-        self._wheel = TimerWheel(now_ms=max(loop_ms(loop.time()) - 1, 0))
+        self._wheel = TimerWheel(now_ms=max(loop_ms(loop.time()), 0))
         self._handles: dict[int, TimerHandle] = {}  # token -> armed handle
         self._next_token = 0
         self._fired: list[int] = []  # reused by every move_due
@@ -215,12 +218,14 @@ class LoopTimers:
         if self._due_now:
             return 0
         wheel = self._wheel
-        # A lower bound of the earliest due ms; a timer due in ms d fires once loop_ms(time) > d.
+        if self._held_when < math.inf:  # in the current ms: before every later ms's timer
+            return max(self._held_when - now_s, 0.0)
+        # A lower bound of the earliest due ms; a timer due in ms d is looked at once loop_ms(time) >= d.
         due_ms = wheel.next_fire_ms()
         if due_ms <= wheel.now_ms():
             due_ms = wheel.now_ms() + 1
-        wake_s = (due_ms + 1) / 1000.0
-        if loop_ms(wake_s) <= due_ms:  # float rounding put it a hair early
+        wake_s = due_ms / 1000.0
+        if loop_ms(wake_s) < due_ms:  # float rounding put it a hair early
             wake_s = math.nextafter(wake_s, math.inf)
         timeout_s = wake_s - now_s
         if timeout_s > MAX_SELECT_S:
@@ -229,24 +234,24 @@ class LoopTimers:
 
     def move_due(self, ready: deque) -> int:
         """Append every due handle to ``ready`` (the loop's deque), in deadline order, equal
-        deadlines in scheduling order. Due: armed due now (its deadline was at or before
-        ``loop.time()`` when armed), or its whole ms is past on the loop clock. Returns how many
-        were moved."""
+        deadlines in scheduling order. Due: its deadline is at or before ``loop.time()`` (or NaN),
+        as asyncio's ``_run_once`` moves its heap's. Returns how many were moved."""
         if self._closed:
             return 0
         now_s = self._loop.time()
         self._follow_clock(now_s)
         wheel = self._wheel
-        target_ms = loop_ms(now_s) - 1
+        target_ms = loop_ms(now_s)
         if target_ms <= wheel.now_ms():
-            if not self._due_now:
+            if not (self._due_now or self._held_when <= now_s):
                 return 0
             target_ms = wheel.now_ms()
         fired = self._fired
         fired.clear()
         self._due_now = False
+        self._held_when = math.inf
         wheel.advance(target_ms, fired)
-        batch = self._settle(fired)
+        batch = self._settle(fired, now_s)
         i = 0
         try:
             for handle in batch:
@@ -270,11 +275,14 @@ class LoopTimers:
     def _call_at(self, when_s: float, now_s: float, callback: Callable[..., Any], args: tuple,
                  context: Optional[contextvars.Context]) -> TimerHandle:
         """A new handle for ``callback`` at ``when_s``, armed: due now if ``when_s`` is at or before
-        ``now_s`` (the loop's time) or NaN, as on asyncio's heap; else in the ms it lies in."""
+        ``now_s`` (the loop's time) or NaN, as on asyncio's heap; else in the ms it lies in (held
+        in the wheel's current ms if it lies there, or before: a negative loop time)."""
         if self._closed:
             raise RuntimeError("Event loop is closed")
         handle = TimerHandle(self, when_s, callback, args,
                              contextvars.copy_context() if context is None else context)
+        handle._seq = self._next_seq
+        self._next_seq += 1
         if not when_s > now_s:
             self._due_now = True
             self._arm(handle, self._wheel.now_ms())
@@ -282,11 +290,12 @@ class LoopTimers:
         # Past the wheel's range it never fires, as on asyncio's heap.
         due_ms = loop_ms(when_s)
         if due_ms < MAX_DUE_MS:
-            if due_ms <= self._wheel.now_ms():
+            if due_ms < self._wheel.now_ms():
                 # After now but before the wheel: the loop's clock went back (a patched clock).
                 self._follow_clock(now_s)
-                if due_ms <= self._wheel.now_ms():  # a negative loop time: all in ms -1
-                    due_ms = self._wheel.now_ms() + 1
+            if due_ms <= self._wheel.now_ms():
+                due_ms = self._wheel.now_ms()
+                self._held_when = min(self._held_when, when_s)
             self._arm(handle, due_ms)
         return handle
 
@@ -310,16 +319,19 @@ class LoopTimers:
         """If the loop's clock went back before the wheel's time (a patched or virtual clock:
         ``mock.patch``, looptime), move the wheel back with it: every armed handle is filed again
         by its deadline, in the old wheel's fire order, so equal deadlines keep scheduling order."""
-        now_ms = max(loop_ms(now_s) - 1, 0)
+        now_ms = max(loop_ms(now_s), 0)
         old = self._wheel
         if now_ms >= old.now_ms():
             return
         wheel = TimerWheel(now_ms=now_ms)
+        self._held_when = math.inf
         try:
             for token in old.advance(MAX_DUE_MS):
                 handle = self._handles[token]
                 if handle._when > now_s:
-                    due_ms = max(loop_ms(handle._when), now_ms + 1)
+                    due_ms = max(loop_ms(handle._when), now_ms)
+                    if due_ms == now_ms:
+                        self._held_when = min(self._held_when, handle._when)
                 else:  # due now, NaN included
                     due_ms = now_ms
                     self._due_now = True
@@ -327,14 +339,25 @@ class LoopTimers:
         finally:
             self._wheel = wheel
 
-    def _settle(self, fired: list) -> list:
-        """The handles of a fired batch, marked unarmed and sorted by deadline (stable); a token
-        the collector's clear of ``_handles`` dropped is skipped."""
+    def _settle(self, fired: list, now_s: float) -> list:
+        """The handles of a fired batch, marked unarmed and sorted by deadline then arming order;
+        a token the collector's clear of ``_handles`` dropped is skipped. A handle of the current
+        ms whose deadline is after ``now_s`` is held instead: armed again at the wheel's now,
+        under the same token."""
         handles = self._handles
-        batch = [handle for handle in (handles.pop(token, None) for token in fired) if handle is not None]
-        for handle in batch:
+        batch = []
+        for token in fired:
+            handle = handles.get(token)
+            if handle is None:
+                continue
+            if handle._when > now_s:
+                handle._timer_id = self._wheel.schedule_at(self._wheel.now_ms(), token)
+                self._held_when = min(self._held_when, handle._when)
+                continue
+            del handles[token]
             handle._timer_id = 0
-        batch.sort(key=when_key)
+            batch.append(handle)
+        batch.sort(key=_due_order)
         return batch
 
     def _requeue(self, batch: list, start: int) -> None:
@@ -351,6 +374,10 @@ class LoopTimers:
         for handle in handles.values():
             self._wheel.cancel(handle._timer_id)
             handle._timer_id = 0
+
+
+def _due_order(handle: TimerHandle) -> tuple:
+    return (when_key(handle), handle._seq)
 
 
 # EventLoop's own methods, on its class (so a patch of type(loop) sees every call, as on asyncio's
