@@ -14,14 +14,14 @@ or its pure twin :mod:`timerwheel_c.pure.loop`, chosen as the other cores are
 Semantics are asyncio's, checked by running CPython's own ``test.test_asyncio`` suites on it
 (``tests/asyncio_conformance.py``): never early on ``loop.time()``; due callbacks in deadline
 order, equal deadlines in scheduling order; they run after the callbacks already ready, and what
-they ``call_soon`` runs on the next iteration. A deadline already due when it is armed
-(``call_later(0)``, ``call_later(-1)``, ``call_at(loop.time())``) runs at the next iteration,
-between the callbacks already ready and the ones they queue, as on asyncio's loop. A NaN delay
-or deadline is due at once too, as on asyncio's heap (where it is never after the loop's time):
-``asyncio.sleep(nan)`` returns at once, ``wait_for(x, nan)`` and ``asyncio.timeout(nan)`` expire
-(uvloop refuses NaN instead). The one difference: any other timer runs within 1 ms after its
-deadline (the end of its millisecond) plus the selector's wake-up, where asyncio aims at the
-deadline itself (and epoll rounds its wait up to whole ms anyway).
+they ``call_soon`` runs on the next iteration. Each iteration moves every timer whose deadline
+is at or before ``loop.time()``, as asyncio's ``_run_once`` does: a deadline already due when it
+is armed (``call_later(0)``, ``call_later(-1)``, ``call_at(loop.time())``) runs at the next
+iteration, between the callbacks already ready and the ones they queue, and any other timer once
+the clock reaches its deadline, plus the selector's wake-up. A NaN delay or deadline is due at
+once too, as on asyncio's heap (where it is never after the loop's time): ``asyncio.sleep(nan)``
+returns at once, ``wait_for(x, nan)`` and ``asyncio.timeout(nan)`` expire (uvloop refuses NaN
+instead).
 
 The clock is ``loop.time()``, followed wherever it is patched, as asyncio's loop follows it:
 ``mock.patch.object(loop, "time", ...)``, ``mock.patch("time.monotonic", ...)`` and the virtual
