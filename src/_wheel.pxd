@@ -79,6 +79,7 @@ cdef class TimerWheel:
 
     # The C-level API: the Python methods of the same name without their argument conversion.
     cdef uint64_t c_schedule(self, int64_t after_ms, uint64_t token) except 0
+    cdef uint64_t c_schedule_at(self, int64_t due_ms, uint64_t token) except 0
     cdef bint c_cancel(self, uint64_t timer_id) noexcept
     cdef int c_reschedule(self, uint64_t timer_id, int64_t after_ms) except -1
     cdef void c_prefetch(self, uint64_t timer_id) noexcept

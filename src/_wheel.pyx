@@ -512,6 +512,43 @@ cdef class TimerWheel:
         _as_token(token, &tok)
         return self._arm(self._due_for(delay, after_ms), tok)
 
+    def schedule_at(self, due_ms=_MISSING, token=_MISSING):
+        """Arm a timer due at ``due_ms`` ms on the wheel's clock that fires ``token``.
+
+        A due time at or before ``now_ms()`` is due now: the next ``advance``, ``advance(now_ms())``
+        included, fires it (``schedule`` instead counts a delay of 0 or less as the next tick).
+        A caller whose clock is finer than 1 ms arms a deadline it knows is past this way, so it
+        runs at once instead of at the end of the current ms.
+
+        Args:
+            due_ms: the due time in ms, an int (any int at or before ``now_ms()`` means now).
+            token: an int in [0, 2**64) handed back by ``advance`` when the timer fires.
+
+        Returns:
+            A positive int id (< 2**64), as ``schedule`` returns.
+
+        Raises:
+            TypeError: ``due_ms`` or ``token`` is not an int (bool, float, str, None...).
+            ValueError: ``token`` outside [0, 2**64), or ``due_ms`` beyond 2**62.
+        """
+        if due_ms is _MISSING:
+            raise TypeError(_missing_error("schedule_at", "due_ms"))
+        if token is _MISSING:
+            raise TypeError(_missing_error("schedule_at", "token"))
+        # Every conversion (which may run a foreign __index__) before the wheel is read or changed.
+        cdef int overflow = 0
+        cdef long long due
+        cdef uint64_t tok
+        if type(due_ms) is not int:
+            due_ms = _as_int(due_ms, "due_ms")
+        due = _long_as_i64_overflow(due_ms, &overflow)
+        _as_token(token, &tok)
+        if overflow > 0 or (overflow == 0 and due > MAX_DUE_MS):
+            raise ValueError(f"due_ms {due_ms} is beyond 2**62 ms")
+        if overflow < 0 or due < self._elapsed:
+            due = self._elapsed
+        return self._arm(due, tok)
+
     def cancel(self, timer_id=_MISSING):
         """Cancel a pending timer and free its entry at once.
 
@@ -660,7 +697,8 @@ cdef class TimerWheel:
         """Fire every timer due at or before ``now_ms`` ms, exactly once, in fire order.
 
         Fire order is non-decreasing due time; timers due at the same ms fire in arming order
-        (the order of their ``schedule``/``reschedule`` calls). ``advance(now_ms())`` is a no-op.
+        (the order of their ``schedule``/``reschedule`` calls). ``advance(now_ms())`` fires only the
+        timers due now (``schedule_at`` a due time at or before ``now_ms()``).
 
         Args:
             now_ms: the new time in ms, an int >= ``now_ms()`` and <= 2**62.
@@ -682,8 +720,6 @@ cdef class TimerWheel:
             # Before the wheel is read: allocating may run the GC, whose Python code may advance it.
             fired = []
         now = self._check_now(now_ms)
-        if now == self._elapsed:
-            return fired
         n = self._run(now)
         buf = self._detach_buf(&cap)
         try:
@@ -706,8 +742,7 @@ cdef class TimerWheel:
         cdef cnp.ndarray tokens
         cdef Py_ssize_t cap
         cdef uint64_t* buf
-        if now > self._elapsed:
-            n = self._run(now)
+        n = self._run(now)
         buf = self._detach_buf(&cap)
         try:
             # The C API, not np.empty and a memoryview: their fixed cost outweighs a tick's few tokens.
@@ -863,6 +898,17 @@ cdef class TimerWheel:
         cdef int64_t delay = 1 if after_ms < 1 else after_ms
         return self._arm(self._due_for(delay, after_ms), token)
 
+    cdef uint64_t c_schedule_at(self, int64_t due_ms, uint64_t token) except 0:
+        """``schedule_at(due_ms, token)``: the new timer's id (never 0); due now if ``due_ms`` is at
+        or before ``c_now_ms()``.
+
+        Raises:
+            ValueError: ``due_ms`` is beyond 2**62. MemoryError: the pool cannot grow.
+        """
+        if due_ms > MAX_DUE_MS:
+            raise ValueError(f"due_ms {due_ms} is beyond 2**62 ms")
+        return self._arm(due_ms if due_ms > self._elapsed else self._elapsed, token)
+
     cdef bint c_cancel(self, uint64_t timer_id) noexcept:
         """``cancel(timer_id)``: True exactly once for a pending timer."""
         cdef int32_t e = self._find(timer_id)
@@ -904,8 +950,10 @@ cdef class TimerWheel:
         cdef Py_ssize_t n = 0
         if now_ms < self._elapsed or now_ms > MAX_DUE_MS:
             self._check_now(now_ms)
-        if now_ms > self._elapsed:
+        if self._count:
             n = self._run(now_ms)
+        else:
+            self._elapsed = now_ms
         fired.tokens = self._detach_buf(&fired.cap)
         fired.count = n
         return 0

@@ -102,7 +102,9 @@ def new_wheel_loop(loop_impl):
     (``selector=`` as EventLoop takes it); every loop made is closed at teardown."""
     from timerwheel_c.loop import EventLoop
 
-    cls = type("EventLoop", (EventLoop,), {"_timers_class": loop_impl.LoopTimers})
+    # The twin's store and its methods of EventLoop (time, call_at, call_later).
+    cls = type("EventLoop", (EventLoop,), {"_timers_class": loop_impl.LoopTimers, "time": loop_impl.time,
+                                            "call_at": loop_impl.call_at, "call_later": loop_impl.call_later})
     made = []
 
     def factory(selector=None):

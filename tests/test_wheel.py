@@ -31,6 +31,48 @@ def test_schedule_clamps_delay_and_returns_positive_id(wheel_impl):
     assert tw.advance(1003) == [9]
 
 
+def test_schedule_at_a_due_time_at_or_before_now_is_due_now(wheel_impl):
+    """schedule_at: a due time at or before now_ms() (any int below it too) is due now, fired by
+    the next advance, advance(now_ms()) included, before the timers of later ms, in arming order;
+    a later due time fires at its ms, never before. Pure virtual time: deterministic."""
+    tw = wheel_impl.TimerWheel(now_ms=1000)
+    assert tw.advance(1000) == []  # nothing due now: still a no-op
+    tw.schedule_at(1002, 5)
+    tw.schedule_at(1000, 1)
+    tw.schedule_at(-(10**30), 2)
+    tw.schedule(0, 9)  # a delay of 0 stays the next tick
+    tw.schedule_at(999, 3)
+    assert tw.due_ms(tw.schedule_at(1001, 4)) == 1001
+    assert tw.poll_timeout() == 0 and tw.next_fire_ms() == 1000
+    assert tw.advance(1000) == [1, 2, 3]
+    assert tw.advance(1000) == []
+    assert tw.advance(1001) == [9, 4]
+    assert tw.advance(1001) == []
+    tw.schedule_at(1001, 6)
+    assert list(tw.advance_array(1002)) == [6, 5]
+    far = 3 * 3600 * 1000  # an overflow level
+    tw.schedule_at(far, 7)
+    assert tw.advance(far - 1) == [] and tw.advance(far) == [7]
+
+
+def test_schedule_at_refuses_bad_due_times_by_name(wheel_impl):
+    """schedule_at: a due time beyond 2**62 ms, a non-int due time or a bad token raises naming
+    the value; the wheel is unchanged."""
+    tw = wheel_impl.TimerWheel(now_ms=0)
+    with pytest.raises(ValueError, match=r"due_ms 4611686018427387905 is beyond 2\*\*62"):
+        tw.schedule_at(MAX_DUE_MS + 1, 1)
+    with pytest.raises(ValueError, match=r"beyond 2\*\*62"):
+        tw.schedule_at(10**30, 1)
+    with pytest.raises(TypeError, match="due_ms"):
+        tw.schedule_at(1.5, 1)
+    with pytest.raises(ValueError, match="token -1"):
+        tw.schedule_at(5, -1)
+    with pytest.raises(TypeError, match="schedule_at"):
+        tw.schedule_at(5)
+    assert tw.active_count() == 0
+    assert tw.due_ms(tw.schedule_at(MAX_DUE_MS, 1)) == MAX_DUE_MS
+
+
 def test_advance_fires_each_due_timer_once_and_never_early(wheel_impl):
     """advance: every timer fires exactly once, at the first advance at or after its due time, and
     never before; covers slot wrap, exact multiples of 512, multi-rotation delays, many rotations

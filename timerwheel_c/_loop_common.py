@@ -1,5 +1,6 @@
 """What both twins of the event loop's timer store share: the handle's repr, the report of a
-callback's exception, and the argument checks of ``call_at``/``call_later``.
+callback's exception, the argument checks of ``call_at``/``call_later``, the due order of
+deadlines, and the read-only view ``loop._scheduled``.
 
 All of it follows asyncio's ``events.Handle``/``TimerHandle`` and ``BaseEventLoop.call_at``
 (CPython ``Lib/asyncio/events.py``, ``base_events.py``), so that a timer on the wheel reads,
@@ -12,11 +13,13 @@ import math
 import numbers
 import sys
 from asyncio import base_events, format_helpers
-from typing import Any, cast
+from collections.abc import Sequence
+from typing import Any, cast, overload
 
 from ._aio_common import MAX_DUE_MS, floor_ms
 
-__all__ = ["MAX_DUE_MS", "MAX_SELECT_S", "check_when", "handle_repr", "loop_ms", "report_exception"]
+__all__ = ["MAX_DUE_MS", "MAX_SELECT_S", "ScheduledView", "check_when", "handle_repr", "loop_ms",
+           "report_exception", "when_key"]
 
 # asyncio's cap on one select() wait, in seconds (one day).
 MAX_SELECT_S: float = base_events.MAXIMUM_SELECT_TIMEOUT  # type: ignore[attr-defined]
@@ -45,11 +48,13 @@ def check_when(when: Any, name: str) -> float:
     """``when`` (``call_at``) or ``delay`` (``call_later``), in seconds, as a float.
 
     asyncio takes any number that adds to a float; so does this (``numbers.Real``). ``inf`` (and anything
-    beyond the wheel's 2**62 ms) means "never", as it does on asyncio's heap.
+    beyond the wheel's 2**62 ms) means "never", as it does on asyncio's heap. NaN passes: on
+    asyncio's heap a NaN deadline is never after the loop's time, so the timer runs at the next
+    iteration (``asyncio.sleep(nan)`` returns at once, ``asyncio.timeout(nan)`` expires), and the
+    stores arm it due now.
 
     Raises:
         TypeError: it is None (with asyncio's message) or not a real number.
-        ValueError: it is NaN, which has no place in time order.
     """
     if when is None:
         raise TypeError("when cannot be None" if name == "when" else "delay must not be None")
@@ -59,9 +64,54 @@ def check_when(when: Any, name: str) -> float:
         value = float(when)
     except OverflowError:  # an int beyond float: as far in the future as inf
         value = math.inf if cast(Any, when) > 0 else -math.inf
-    if value != value:
-        raise ValueError(f"{name} must not be NaN, got {when!r}")
     return value
+
+
+def when_key(handle: Any) -> float:
+    """A handle's place in due order: its ``when()``, NaN first (due at once)."""
+    when_s: float = handle.when()
+    return when_s if when_s == when_s else -math.inf
+
+
+class ScheduledView(Sequence):
+    """``loop._scheduled`` of an EventLoop: a read-only view of the armed timer handles, ordered
+    by ``when()`` (so ``[0]`` is the earliest, as on asyncio's heap), for the test helpers and
+    libraries that read asyncio's heap.
+
+    Unlike asyncio's heap, it never holds a cancelled handle: a cancel takes the timer off the
+    wheel at once, where asyncio's heap keeps it until it reaches the top or a sweep. ``len()``
+    is O(1); indexing and iterating list the handles, O(n log n).
+
+    Args:
+        timers: the loop's timer store.
+    """
+
+    __slots__ = ("_timers",)
+
+    def __init__(self, timers: Any) -> None:
+        self._timers = timers
+
+    def __len__(self) -> int:
+        return int(self._timers.active_count())
+
+    @overload
+    def __getitem__(self, index: int) -> Any: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list: ...
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._timers.scheduled()[index]
+
+    def __iter__(self) -> Any:
+        return iter(self._timers.scheduled())
+
+    def __repr__(self) -> str:
+        return f"<ScheduledView {self._timers.scheduled()!r}>"
+
+    def clear(self) -> None:
+        """Nothing: asyncio's ``BaseEventLoop.close()`` empties its heap through this, and
+        EventLoop's ``close()`` drops the wheel's timers itself."""
 
 
 def handle_repr(handle: Any, debug: bool) -> str:

@@ -14,13 +14,27 @@ or its pure twin :mod:`timerwheel_c.pure.loop`, chosen as the other cores are
 Semantics are asyncio's, checked by running CPython's own ``test.test_asyncio`` suites on it
 (``tests/asyncio_conformance.py``): never early on ``loop.time()``; due callbacks in deadline
 order, equal deadlines in scheduling order; they run after the callbacks already ready, and what
-they ``call_soon`` runs on the next iteration. The one difference: a timer runs within 1 ms
-after its deadline (the end of its millisecond) plus the selector's wake-up, where asyncio aims
-at the deadline itself (and epoll rounds its wait up to whole ms anyway).
+they ``call_soon`` runs on the next iteration. Each iteration moves every timer whose deadline
+is at or before ``loop.time()``, as asyncio's ``_run_once`` does: a deadline already due when it
+is armed (``call_later(0)``, ``call_later(-1)``, ``call_at(loop.time())``) runs at the next
+iteration, between the callbacks already ready and the ones they queue, and any other timer once
+the clock reaches its deadline, plus the selector's wake-up. A NaN delay or deadline is due at
+once too, as on asyncio's heap (where it is never after the loop's time): ``asyncio.sleep(nan)``
+returns at once, ``wait_for(x, nan)`` and ``asyncio.timeout(nan)`` expire (uvloop refuses NaN
+instead).
 
-The handles answer ``when()``, ``cancel()``, ``cancelled()``, ``get_context()`` and print as
-asyncio's do (debug mode's slow-callback report and source tracebacks included), but
-``isinstance(h, asyncio.TimerHandle)`` is False, as it is for uvloop's (uvloop#482, #704).
+The clock is ``loop.time()``, followed wherever it is patched, as asyncio's loop follows it:
+``mock.patch.object(loop, "time", ...)``, ``mock.patch("time.monotonic", ...)`` and the virtual
+clocks built on them (looptime, aiotools' VirtualClock) move these timers too (with looptime,
+``await asyncio.sleep(3600)`` ends at once). ``time``, ``call_at`` and ``call_later`` are methods
+of the class, compiled, never bound onto the instance: a patch of ``type(loop)`` sees every call.
+
+The handles answer ``when()``, ``cancel()``, ``cancelled()``, ``get_context()``, compare and hash
+as asyncio's ``TimerHandle`` do (ordered by ``when()``) and print as asyncio's do (debug mode's
+slow-callback report, through ``asyncio.base_events.logger`` as in asyncio's ``_run_once``, and
+source tracebacks included), but ``isinstance(h, asyncio.TimerHandle)`` is False, as it is for
+uvloop's (uvloop#482, #704). ``loop._scheduled`` is a read-only view of the armed handles, ordered
+by ``when()``; unlike asyncio's heap it holds no cancelled handle (a cancel frees the timer at once).
 
 Use it as uvloop is used::
 
@@ -42,20 +56,19 @@ from __future__ import annotations
 import asyncio
 import collections
 import sys
-import time
 import warnings
 from asyncio import base_events, format_helpers
-from asyncio.log import logger
 from typing import TYPE_CHECKING, Any, Callable, Coroutine, Optional, TypeVar
 
 from . import _impl
+from ._loop_common import ScheduledView
 
 if TYPE_CHECKING:  # type checkers see the pure twin, as aio-libs does
-    from .pure.loop import LoopTimers, TimerHandle
+    from .pure import loop as _core
 else:
     _core = _impl.load("loop")
-    LoopTimers = _core.LoopTimers
-    TimerHandle = _core.TimerHandle
+LoopTimers = _core.LoopTimers
+TimerHandle = _core.TimerHandle
 
 __all__ = ["EventLoop", "TimerHandle", "new_event_loop", "run"]
 
@@ -86,37 +99,40 @@ class EventLoop(asyncio.SelectorEventLoop):
     _process_events: Callable[[Any], None]
 
     def __init__(self, selector: Any = None) -> None:
-        # Before the base __init__, which calls set_debug().
+        # Before the base __init__, which calls set_debug() and sets _scheduled.
         self._timers = self._timers_class(self)
+        self._scheduled_view = ScheduledView(self._timers)
         super().__init__(selector)
 
-    def call_later(self, delay, callback, *args, context=None):
-        """``loop.call_later``: run ``callback(*args)`` ``delay`` seconds from now (never before
-        ``loop.time() + delay``), in ``context`` (default: a copy of the current one).
+    # The timer store's compiled methods (or the pure twin's functions): see their docstrings.
+    time = _core.time
+    call_at = _core.call_at  # type: ignore[assignment]
+    call_later = _core.call_later  # type: ignore[assignment]
 
-        Returns:
-            a :class:`TimerHandle`.
-        Raises:
-            TypeError: ``delay`` is None or not a number. ValueError: it is NaN.
-            RuntimeError: the loop is closed.
-        """
-        if self._debug:
-            if delay is None:
-                raise TypeError("delay must not be None")
-            return self._debug_call_at(self.time() + delay, callback, args, context, 2)
-        return self._timers.call_later(delay, callback, *args, context=context)
+    @property
+    def _scheduled(self) -> ScheduledView:
+        """The armed timer handles, read-only, ordered by ``when()`` (see ScheduledView)."""
+        return self._scheduled_view
 
-    def call_at(self, when, callback, *args, context=None):
-        """``loop.call_at``: run ``callback(*args)`` at loop time ``when`` (seconds), never before.
+    @_scheduled.setter
+    def _scheduled(self, value: Any) -> None:
+        # asyncio's BaseEventLoop.__init__ starts its heap empty here; nothing else may set it.
+        if value != []:
+            raise AttributeError(f"EventLoop._scheduled is a read-only view of the wheel's timers, not {value!r}")
 
-        Raises the same exceptions as :meth:`call_later` (``when`` for ``delay``).
-        """
-        if self._debug:
-            return self._debug_call_at(when, callback, args, context, 2)
-        return self._timers.call_at(when, callback, *args, context=context)
+    def _call_later_checked(self, delay, callback, args, context, depth):
+        """``call_later`` off the compiled path (debug mode, or another timer store class)."""
+        if not self._debug:
+            return self._timers.call_later(delay, callback, *args, context=context)
+        if delay is None:
+            raise TypeError("delay must not be None")
+        return self._call_at_checked(self.time() + delay, callback, args, context, depth + 1)
 
-    def _debug_call_at(self, when, callback, args, context, depth):
-        """``call_at`` with debug mode's checks and the caller's stack, as asyncio's."""
+    def _call_at_checked(self, when, callback, args, context, depth):
+        """``call_at`` off the compiled path: in debug mode with its checks and the stack of the
+        caller ``depth`` frames up, as asyncio's."""
+        if not self._debug:
+            return self._timers.call_at(when, callback, *args, context=context)
         if when is None:
             raise TypeError("when cannot be None")
         self._check_closed()
@@ -129,25 +145,6 @@ class EventLoop(asyncio.SelectorEventLoop):
     def set_debug(self, enabled: bool) -> None:
         super().set_debug(enabled)
         self._timers.debug = bool(enabled)
-        self._bind_timer_methods()
-
-    def _bind_timer_methods(self) -> None:
-        """Outside debug mode, ``call_later``/``call_at`` are the timer store's own methods, bound
-        on the instance: the Python frame of a forwarding method is a third of a timer's cost. In
-        debug mode (checks, source tracebacks), or where a subclass overrides them, the class's
-        methods answer. Never replaces what someone else set on the instance (a test's mock)."""
-        fast = not self._debug
-        # loop.time() is time.monotonic() itself (asyncio.timeout and wait_for read it per call).
-        if type(self).time is base_events.BaseEventLoop.time and "time" not in self.__dict__:
-            self.__dict__["time"] = time.monotonic
-        for name in ("call_later", "call_at"):
-            bound = self.__dict__.get(name)
-            if bound is not None and getattr(bound, "__self__", None) is not self._timers:
-                continue
-            if fast and getattr(type(self), name) is getattr(EventLoop, name):
-                self.__dict__[name] = getattr(self._timers, name)
-            else:
-                self.__dict__.pop(name, None)
 
     def close(self) -> None:
         super().close()  # raises while running, before anything is dropped
@@ -175,7 +172,9 @@ class EventLoop(asyncio.SelectorEventLoop):
                     handle._run()
                     dt = self.time() - t0
                     if dt >= self.slow_callback_duration:
-                        logger.warning("Executing %s took %.3f seconds", _format_handle(handle), dt)
+                        # The module global, looked up now, as asyncio's _run_once: tests replace it.
+                        base_events.logger.warning(  # type: ignore[attr-defined]
+                            "Executing %s took %.3f seconds", _format_handle(handle), dt)
                 finally:
                     self._current_handle = None
             else:

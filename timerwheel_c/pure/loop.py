@@ -1,5 +1,6 @@
-"""The event loop's timers on a timing wheel: ``LoopTimers`` and its ``TimerHandle``. The
-pure-Python twin of ``src/_loop.pyx``, in the same order.
+"""The event loop's timers on a timing wheel: ``LoopTimers`` and its ``TimerHandle``, and the
+methods ``EventLoop`` takes from here (``time``, ``call_at``, ``call_later``). The pure-Python twin
+of ``src/_loop.pyx``, in the same order.
 
 :class:`timerwheel_c.loop.EventLoop` keeps every timer it makes (``call_at``, ``call_later``, so
 ``asyncio.sleep``, ``wait_for``, ``asyncio.timeout``, stream and library timeouts) here instead
@@ -7,17 +8,24 @@ of on asyncio's heap, and asks this store the two things asyncio's ``_run_once``
 (CPython ``Lib/asyncio/base_events.py``): how long the selector may wait, and which handles are
 due, to be appended to the ready queue.
 
-The clock. The wheel counts integer ms of the loop's own clock (``loop.time()`` * 1000). A timer
-with deadline ``when`` sits in the ms it lies in, ``d = floor(when * 1000)`` (float-exact). An
-iteration at loop time ``now`` moves the timers of every ms before its own, ``d <= floor(now *
-1000) - 1``: each has ``when < (d + 1) / 1000 <= now``, so a callback never runs before its
-deadline on ``loop.time()``, and runs at most 1 ms after it plus the selector's wake-up (asyncio
-on epoll rounds its wait up to whole ms too). The selector's timeout is the one number
-"until the end of the earliest occupied ms".
+The clock. The wheel counts integer ms of the loop's own clock (``loop.time()`` * 1000), read at
+every call, so a patched ``loop.time`` or ``time.monotonic`` and the virtual clocks built on them
+(looptime, aiotools' VirtualClock) move these timers as they move asyncio's; should that clock go
+back before the wheel's time, the wheel follows it (each armed timer filed again by its deadline).
+An iteration at loop time ``now`` moves every timer whose deadline is at or before ``now`` (or
+NaN), exactly as asyncio's ``_run_once`` moves its heap's, and no other: never early on
+``loop.time()``. A deadline at or before ``loop.time()`` when it is armed (``call_later(0)``,
+``call_later(-1)``, ``call_at(loop.time())``, NaN) is due now: the wheel's ``schedule_at`` files
+it at the wheel's current ms, and the next iteration moves it, between the callbacks already
+ready and the ones they queue. Any other timer with deadline ``when`` sits in the ms it lies in,
+``d = floor(when * 1000)`` (float-exact). An iteration advances the wheel to its own ms,
+``floor(now * 1000)``: the timers of earlier ms are all due (``when < (d + 1) / 1000 <= now``);
+those of the current ms not yet due are held, filed again at the wheel's current ms, and the
+selector waits exactly until the earliest of them (asyncio on epoll rounds its wait up to whole
+ms). With none held, the selector's timeout is "until the start of the earliest occupied ms".
 
 Order, as asyncio's heap: the handles moved in one iteration go to the ready queue by deadline,
-equal deadlines in scheduling order (the wheel fires by ms, then arming order; a stable sort by
-deadline finishes it). They run after the callbacks already ready, and what they ``call_soon``
+equal deadlines in scheduling order (a sort by deadline, then arming order). They run after the callbacks already ready, and what they ``call_soon``
 runs on the next iteration, exactly as in ``_run_once``.
 
 Cancel is O(1) and frees the wheel entry at once: nothing is left to sweep, unlike the heap's
@@ -28,14 +36,23 @@ from __future__ import annotations
 
 import contextvars
 import math
+import time as _time_module
 from collections import deque
 from typing import Any, Callable, Optional
 
 from .._common import _refuse_copy
-from .._loop_common import MAX_DUE_MS, MAX_SELECT_S, check_when, handle_repr, loop_ms, report_exception
+from .._loop_common import (
+    MAX_DUE_MS,
+    MAX_SELECT_S,
+    check_when,
+    handle_repr,
+    loop_ms,
+    report_exception,
+    when_key,
+)
 from .wheel import TimerWheel
 
-__all__ = ["LoopTimers", "TimerHandle"]
+__all__ = ["LoopTimers", "TimerHandle", "call_at", "call_later", "time"]
 
 class TimerHandle:
     """A callback armed on the loop's wheel by ``call_at``/``call_later``; answers as
@@ -45,7 +62,7 @@ class TimerHandle:
     uvloop#482): that class keeps the heap's bookkeeping, which a wheel timer has none of.
     """
 
-    __slots__ = ("_timers", "_callback", "_args", "_context", "_when", "_timer_id", "_token",
+    __slots__ = ("_timers", "_callback", "_args", "_context", "_when", "_seq", "_timer_id", "_token",
                  "_cancelled", "_source_traceback", "_repr", "__weakref__")
 
     def __init__(self, timers: LoopTimers, when_s: float, callback: Callable[..., Any], args: tuple,
@@ -55,6 +72,7 @@ class TimerHandle:
         self._args: Any = args
         self._context = context
         self._when = when_s
+        self._seq = 0  # arming order: ties of deadline run in it
         self._timer_id = 0  # the wheel's id while armed, else 0
         self._token = 0     # key of timers._handles while armed
         self._cancelled = False
@@ -101,6 +119,37 @@ class TimerHandle:
     def __repr__(self) -> str:
         return handle_repr(self, self._timers.debug)
 
+    # Compared and hashed as asyncio's TimerHandle (CPython Lib/asyncio/events.py): ordered by
+    # when(), equal when deadline, callback, arguments and cancellation are.
+    def __hash__(self) -> int:
+        return hash(self._when)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TimerHandle):
+            return NotImplemented
+        return (self._when == other._when and self._callback == other._callback and self._args == other._args
+                and self._cancelled == other._cancelled)
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, TimerHandle):
+            return NotImplemented
+        return self._when < other._when
+
+    def __le__(self, other: object) -> bool:
+        if not isinstance(other, TimerHandle):
+            return NotImplemented
+        return self._when < other._when or self.__eq__(other)
+
+    def __gt__(self, other: object) -> bool:
+        if not isinstance(other, TimerHandle):
+            return NotImplemented
+        return self._when > other._when
+
+    def __ge__(self, other: object) -> bool:
+        if not isinstance(other, TimerHandle):
+            return NotImplemented
+        return self._when > other._when or self.__eq__(other)
+
     def __reduce_ex__(self, protocol):
         _refuse_copy(self)
 
@@ -115,8 +164,11 @@ class LoopTimers:
     def __init__(self, loop: Any) -> None:
         self._loop = loop
         self._closed = False
+        self._due_now = False  # a timer was armed due now since the last move_due
+        self._held_when = math.inf  # earliest deadline waiting in the wheel's current ms (inf: none)
+        self._next_seq = 0
         self.debug = False  # mirrors loop.get_debug(): cancel() then freezes the repr
-        self._wheel = TimerWheel(now_ms=max(loop_ms(loop.time()) - 1, 0))
+        self._wheel = TimerWheel(now_ms=max(loop_ms(loop.time()), 0))
         self._handles: dict[int, TimerHandle] = {}  # token -> armed handle
         self._next_token = 0
         self._fired: list[int] = []  # reused by every move_due
@@ -125,17 +177,21 @@ class LoopTimers:
         """How many timers are armed (neither run, moved to the ready queue, nor cancelled)."""
         return len(self._handles)
 
+    def scheduled(self) -> list:
+        """The armed handles, a new list ordered by ``when()`` (NaN first: due at once)."""
+        return sorted(self._handles.values(), key=when_key)
+
     def call_at(self, when: float, callback: Callable[..., Any], *args: Any,
                 context: Optional[contextvars.Context] = None) -> TimerHandle:
         """``loop.call_at``: a new :class:`TimerHandle` for ``callback(*args)`` at loop time
         ``when`` (s), armed, in ``context`` (default: a copy of the current context).
 
         Raises:
-            RuntimeError: the loop is closed. TypeError / ValueError: from ``check_when``.
+            RuntimeError: the loop is closed. TypeError: from ``check_when``.
         """
-        if type(when) is not float or when != when:
+        if type(when) is not float:
             when = check_when(when, "when")
-        return self._call_at(when, callback, args, context)
+        return self._call_at(when, self._loop.time(), callback, args, context)
 
     def call_later(self, delay: float, callback: Callable[..., Any], *args: Any,
                    context: Optional[contextvars.Context] = None) -> TimerHandle:
@@ -144,43 +200,58 @@ class LoopTimers:
         Raises:
             as :meth:`call_at`, naming ``delay``.
         """
-        if type(delay) is not float or delay != delay:
+        if type(delay) is not float:
             delay = check_when(delay, "delay")
-        return self._call_at(self._loop.time() + delay, callback, args, context)
+        now_s = self._loop.time()
+        return self._call_at(now_s + delay, now_s, callback, args, context)
 
     def select_timeout(self, busy: bool) -> Optional[float]:
         """The selector's timeout in seconds for this iteration, as asyncio computes it:
-        0 if ``busy`` (callbacks ready, or the loop stopping), None with no timer armed, else
-        the time until the earliest timer fires, capped at one day."""
-        wheel = self._wheel
-        if busy:
+        0 if ``busy`` (callbacks ready, or the loop stopping) or a timer is due now, None with
+        no timer armed, else the time until the earliest timer fires, capped at one day."""
+        if busy or self._due_now:
             return 0
-        if not len(wheel):
+        if not len(self._wheel):
             return None
-        # A lower bound of the earliest due ms; a timer due in ms d fires once loop_ms(time) > d.
+        now_s = self._loop.time()
+        self._follow_clock(now_s)
+        if self._due_now:
+            return 0
+        wheel = self._wheel
+        if self._held_when < math.inf:  # in the current ms: before every later ms's timer
+            return max(self._held_when - now_s, 0.0)
+        # A lower bound of the earliest due ms; a timer due in ms d is looked at once loop_ms(time) >= d.
         due_ms = wheel.next_fire_ms()
         if due_ms <= wheel.now_ms():
             due_ms = wheel.now_ms() + 1
-        wake_s = (due_ms + 1) / 1000.0
-        if loop_ms(wake_s) <= due_ms:  # float rounding put it a hair early
+        wake_s = due_ms / 1000.0
+        if loop_ms(wake_s) < due_ms:  # float rounding put it a hair early
             wake_s = math.nextafter(wake_s, math.inf)
-        timeout_s = wake_s - self._loop.time()
+        timeout_s = wake_s - now_s
         if timeout_s > MAX_SELECT_S:
             return MAX_SELECT_S
         return timeout_s if timeout_s > 0.0 else 0.0
 
     def move_due(self, ready: deque) -> int:
         """Append every due handle to ``ready`` (the loop's deque), in deadline order, equal
-        deadlines in scheduling order. Due: its whole ms is past on the loop clock, so its
-        deadline is strictly before ``loop.time()``. Returns how many were moved."""
-        wheel = self._wheel
-        target_ms = loop_ms(self._loop.time()) - 1
-        if target_ms <= wheel.now_ms() or self._closed:
+        deadlines in scheduling order. Due: its deadline is at or before ``loop.time()`` (or NaN),
+        as asyncio's ``_run_once`` moves its heap's. Returns how many were moved."""
+        if self._closed:
             return 0
+        now_s = self._loop.time()
+        self._follow_clock(now_s)
+        wheel = self._wheel
+        target_ms = loop_ms(now_s)
+        if target_ms <= wheel.now_ms():
+            if not (self._due_now or self._held_when <= now_s):
+                return 0
+            target_ms = wheel.now_ms()
         fired = self._fired
         fired.clear()
+        self._due_now = False
+        self._held_when = math.inf
         wheel.advance(target_ms, fired)
-        batch = self._settle(fired)
+        batch = self._settle(fired, now_s)
         i = 0
         try:
             for handle in batch:
@@ -201,23 +272,39 @@ class LoopTimers:
 
     # -- internals ----------------------------------------------------------------------------
 
-    def _call_at(self, when_s: float, callback: Callable[..., Any], args: tuple,
+    def _call_at(self, when_s: float, now_s: float, callback: Callable[..., Any], args: tuple,
                  context: Optional[contextvars.Context]) -> TimerHandle:
+        """A new handle for ``callback`` at ``when_s``, armed: due now if ``when_s`` is at or before
+        ``now_s`` (the loop's time) or NaN, as on asyncio's heap; else in the ms it lies in (held
+        in the wheel's current ms if it lies there, or before: a negative loop time)."""
         if self._closed:
             raise RuntimeError("Event loop is closed")
         handle = TimerHandle(self, when_s, callback, args,
                              contextvars.copy_context() if context is None else context)
-        # The ms the deadline lies in; past the wheel's range it never fires, as on asyncio's heap.
-        after_ms = loop_ms(when_s)
-        if after_ms < MAX_DUE_MS:
-            self._arm(handle, after_ms - self._wheel.now_ms())
+        handle._seq = self._next_seq
+        self._next_seq += 1
+        if not when_s > now_s:
+            self._due_now = True
+            self._arm(handle, self._wheel.now_ms())
+            return handle
+        # Past the wheel's range it never fires, as on asyncio's heap.
+        due_ms = loop_ms(when_s)
+        if due_ms < MAX_DUE_MS:
+            if due_ms < self._wheel.now_ms():
+                # After now but before the wheel: the loop's clock went back (a patched clock).
+                self._follow_clock(now_s)
+            if due_ms <= self._wheel.now_ms():
+                due_ms = self._wheel.now_ms()
+                self._held_when = min(self._held_when, when_s)
+            self._arm(handle, due_ms)
         return handle
 
-    def _arm(self, handle: TimerHandle, after_ms: int) -> None:
-        """Arm ``handle`` ``after_ms`` ms from the wheel's now, under a new token."""
+    def _arm(self, handle: TimerHandle, due_ms: int) -> None:
+        """Arm ``handle`` due at ``due_ms`` on the wheel (due now if not after its now), under a
+        new token."""
         token = self._next_token
         self._next_token = token + 1
-        handle._timer_id = self._wheel.schedule(after_ms, token)
+        handle._timer_id = self._wheel.schedule_at(due_ms, token)
         handle._token = token
         self._handles[token] = handle
 
@@ -228,22 +315,58 @@ class LoopTimers:
         if timer_id and self._wheel.cancel(timer_id):
             del self._handles[handle._token]
 
-    def _settle(self, fired: list) -> list:
-        """The handles of a fired batch, marked unarmed and sorted by deadline (stable); a token
-        the collector's clear of ``_handles`` dropped is skipped."""
+    def _follow_clock(self, now_s: float) -> None:
+        """If the loop's clock went back before the wheel's time (a patched or virtual clock:
+        ``mock.patch``, looptime), move the wheel back with it: every armed handle is filed again
+        by its deadline, in the old wheel's fire order, so equal deadlines keep scheduling order."""
+        now_ms = max(loop_ms(now_s), 0)
+        old = self._wheel
+        if now_ms >= old.now_ms():
+            return
+        wheel = TimerWheel(now_ms=now_ms)
+        self._held_when = math.inf
+        try:
+            for token in old.advance(MAX_DUE_MS):
+                handle = self._handles[token]
+                if handle._when > now_s:
+                    due_ms = max(loop_ms(handle._when), now_ms)
+                    if due_ms == now_ms:
+                        self._held_when = min(self._held_when, handle._when)
+                else:  # due now, NaN included
+                    due_ms = now_ms
+                    self._due_now = True
+                handle._timer_id = wheel.schedule_at(due_ms, token)
+        finally:
+            self._wheel = wheel
+
+    def _settle(self, fired: list, now_s: float) -> list:
+        """The handles of a fired batch, marked unarmed and sorted by deadline then arming order;
+        a token the collector's clear of ``_handles`` dropped is skipped. A handle of the current
+        ms whose deadline is after ``now_s`` is held instead: armed again at the wheel's now,
+        under the same token."""
         handles = self._handles
-        batch = [handle for handle in (handles.pop(token, None) for token in fired) if handle is not None]
-        for handle in batch:
+        batch = []
+        for token in fired:
+            handle = handles.get(token)
+            if handle is None:
+                continue
+            if handle._when > now_s:
+                handle._timer_id = self._wheel.schedule_at(self._wheel.now_ms(), token)
+                self._held_when = min(self._held_when, handle._when)
+                continue
+            del handles[token]
             handle._timer_id = 0
-        batch.sort(key=_when_of)
+            batch.append(handle)
+        batch.sort(key=_due_order)
         return batch
 
     def _requeue(self, batch: list, start: int) -> None:
         """Put back the handles an exception kept off the ready queue (from ``start``): already
-        due, they go back on the next ms, in order, so none is lost."""
+        due, they are armed due now again, in order, so none is lost."""
         for handle in batch[start:]:
             if not (self._closed or handle._cancelled):
-                self._arm(handle, 1)
+                self._due_now = True
+                self._arm(handle, self._wheel.now_ms())
 
     def _drain(self) -> None:
         """Drop every armed handle (close)."""
@@ -253,5 +376,46 @@ class LoopTimers:
             handle._timer_id = 0
 
 
-def _when_of(handle: TimerHandle) -> float:
-    return handle._when
+def _due_order(handle: TimerHandle) -> tuple:
+    return (when_key(handle), handle._seq)
+
+
+# EventLoop's own methods, on its class (so a patch of type(loop) sees every call, as on asyncio's
+# loop); the compiled twin's have no Python frame.
+
+def time(loop: Any) -> float:
+    """``loop.time()``: asyncio's clock, ``time.monotonic()``, in seconds (a patch of
+    ``time.monotonic`` is followed, as asyncio's loop follows it)."""
+    return _time_module.monotonic()
+
+
+def call_at(loop: Any, when: float, callback: Callable[..., Any], *args: Any,
+            context: Optional[contextvars.Context] = None) -> TimerHandle:
+    """``loop.call_at``: run ``callback(*args)`` at loop time ``when`` (seconds), never before;
+    at the next iteration if ``when`` is at or before ``loop.time()`` (or NaN), as asyncio.
+
+    Returns:
+        a :class:`TimerHandle`.
+    Raises:
+        TypeError: ``when`` is None or not a real number. RuntimeError: the loop is closed.
+    """
+    timers = loop._timers
+    if timers.debug:
+        return loop._call_at_checked(when, callback, args, context, 2)
+    return timers.call_at(when, callback, *args, context=context)
+
+
+def call_later(loop: Any, delay: float, callback: Callable[..., Any], *args: Any,
+               context: Optional[contextvars.Context] = None) -> TimerHandle:
+    """``loop.call_later``: run ``callback(*args)`` ``delay`` seconds from now (never before
+    ``loop.time() + delay``; at the next iteration for a delay of 0 or less, or NaN).
+
+    Returns:
+        a :class:`TimerHandle`.
+    Raises:
+        TypeError: ``delay`` is None or not a real number. RuntimeError: the loop is closed.
+    """
+    timers = loop._timers
+    if timers.debug:
+        return loop._call_later_checked(delay, callback, args, context, 2)
+    return timers.call_later(delay, callback, *args, context=context)

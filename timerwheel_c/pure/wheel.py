@@ -322,6 +322,37 @@ class TimerWheel:
         token = _as_token(token)
         return self._arm(self._due_for(delay, after_ms), token)
 
+    def schedule_at(self, due_ms=_MISSING, token=_MISSING):
+        """Arm a timer due at ``due_ms`` ms on the wheel's clock that fires ``token``.
+
+        A due time at or before ``now_ms()`` is due now: the next ``advance``, ``advance(now_ms())``
+        included, fires it (``schedule`` instead counts a delay of 0 or less as the next tick).
+        A caller whose clock is finer than 1 ms arms a deadline it knows is past this way, so it
+        runs at once instead of at the end of the current ms.
+
+        Args:
+            due_ms: the due time in ms, an int (any int at or before ``now_ms()`` means now).
+            token: an int in [0, 2**64) handed back by ``advance`` when the timer fires.
+
+        Returns:
+            A positive int id (< 2**64), as ``schedule`` returns.
+
+        Raises:
+            TypeError: ``due_ms`` or ``token`` is not an int (bool, float, str, None...).
+            ValueError: ``token`` outside [0, 2**64), or ``due_ms`` beyond 2**62.
+        """
+        if due_ms is _MISSING:
+            raise TypeError(_missing_error("schedule_at", "due_ms"))
+        if token is _MISSING:
+            raise TypeError(_missing_error("schedule_at", "token"))
+        # Every conversion (which may run a foreign __index__) before the wheel is read or changed.
+        if type(due_ms) is not int:
+            due_ms = _as_int(due_ms, "due_ms")
+        token = _as_token(token)
+        if due_ms > MAX_DUE_MS:
+            raise ValueError(f"due_ms {due_ms} is beyond 2**62 ms")
+        return self._arm(max(due_ms, self._elapsed), token)
+
     def cancel(self, timer_id=_MISSING):
         """Cancel a pending timer and free its entry at once.
 
@@ -439,7 +470,8 @@ class TimerWheel:
         """Fire every timer due at or before ``now_ms`` ms, exactly once, in fire order.
 
         Fire order is non-decreasing due time; timers due at the same ms fire in arming order
-        (the order of their ``schedule``/``reschedule`` calls). ``advance(now_ms())`` is a no-op.
+        (the order of their ``schedule``/``reschedule`` calls). ``advance(now_ms())`` fires only the
+        timers due now (``schedule_at`` a due time at or before ``now_ms()``).
 
         Args:
             now_ms: the new time in ms, an int >= ``now_ms()`` and <= 2**62.
@@ -460,8 +492,6 @@ class TimerWheel:
             # Before the wheel is read: allocating may run the GC, whose Python code may advance it.
             fired = []
         now = self._check_now(now_ms)
-        if now == self._elapsed:
-            return fired
         self._run(now, fired)
         return fired
 

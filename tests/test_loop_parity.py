@@ -1,0 +1,321 @@
+"""timerwheel_c.aio.EventLoop behaves as asyncio's own loop where real code and test suites look at
+its timers: a deadline already due, a patched or virtual clock, a patch of the loop's class, NaN,
+``loop._scheduled`` and handle order, and the slow-callback logger. On both twins of the timer
+store (``new_wheel_loop``); where the property is "as asyncio", the same code runs on asyncio's
+own loop beside it and both must agree.
+
+No test sleeps for a deadline: a due-now timer needs no time to pass, and the patched clocks are
+driven by hand. Each run that a timer never firing would hang is stopped after LIVENESS_S of real
+time by a thread (a patched clock cannot bound it), so it fails instead.
+"""
+from __future__ import annotations
+
+import asyncio
+import math
+import sys
+import threading
+from unittest import mock
+
+import pytest
+from conftest import LIVENESS_S
+
+
+def _run_bounded(loop, coro):
+    """``loop.run_until_complete(coro)``, stopped from a thread after LIVENESS_S of real time
+    (RuntimeError: the loop stopped before the coroutine completed)."""
+    watchdog = threading.Timer(LIVENESS_S, loop.call_soon_threadsafe, (loop.stop,))
+    watchdog.start()
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        watchdog.cancel()
+
+
+def _order_of_due_timers(loop):
+    """The run order of callbacks a callback schedules: two call_soon chains, and timers already
+    due (call_later(0), call_later(-1), call_at(loop.time())) armed between them."""
+    order = []
+
+    def chain(name, left):
+        order.append(name)
+        if left:
+            loop.call_soon(chain, name + "'", left - 1)
+
+    def start():
+        loop.call_soon(chain, "soon", 3)
+        loop.call_later(0, order.append, "later(0)")
+        loop.call_later(-1, order.append, "later(-1)")
+        loop.call_at(loop.time(), order.append, "at(now)")
+        loop.call_soon(chain, "soon2", 3)
+        loop.call_later(3600, order.append, "never")
+
+    async def main():
+        loop.call_soon(start)
+        while len(order) < 11:
+            await asyncio.sleep(0)
+
+    _run_bounded(loop, main())
+    return order
+
+
+def test_a_timer_already_due_runs_at_the_next_iteration_as_on_asyncio(new_wheel_loop):
+    """call_later(0), call_later(-1) and call_at(loop.time()) run at the next iteration, after
+    the callbacks already ready and before what those queue, in deadline order: the same order
+    as on asyncio's loop (where the timers are due at once), not at the end of the current ms."""
+    reference = asyncio.new_event_loop()
+    try:
+        expected = _order_of_due_timers(reference)
+    finally:
+        reference.close()
+    assert expected[:5] == ["soon", "soon2", "later(-1)", "later(0)", "at(now)"]  # the test's premise
+    assert _order_of_due_timers(new_wheel_loop()) == expected
+
+
+def test_a_due_timer_overtakes_a_busy_call_soon_chain(new_wheel_loop):
+    """A callback that keeps re-queueing itself (a busy loop) lets a call_later(0) armed beside it
+    run at the next iteration: after one more turn of the chain, not after a ms of turns."""
+    loop = new_wheel_loop()
+    turns = []
+
+    def spin():
+        turns.append(None)
+        if len(turns) < 100_000:
+            loop.call_soon(spin)
+
+    def due():
+        loop.stop()
+        turns.append("due")
+
+    loop.call_soon(spin)
+    loop.call_soon(loop.call_later, 0, due)
+    loop.run_forever()
+    assert turns.index("due") <= 3
+
+
+def _order_within_one_ms(loop):
+    """On a clock driven by hand: a timer due later in the current ms, then the clock passing its
+    deadline, then a call_later(0); another timer later in the same ms. Returns the run order,
+    with the clock reading at each run."""
+    clock = [100.0]
+    order = []
+
+    def run(name):
+        order.append((name, clock[0]))
+
+    async def turns(n):
+        for _ in range(n):
+            await asyncio.sleep(0)
+
+    async def main():
+        loop.call_at(100.0003, run, "at 100.0003")
+        loop.call_at(100.0007, run, "at 100.0007")
+        await turns(3)
+        clock[0] = 100.0005
+        loop.call_later(0, run, "later(0) at 100.0005")
+        await turns(3)
+        clock[0] = 100.0007
+        await turns(3)
+
+    with mock.patch.object(loop, "time", lambda: clock[0]):
+        _run_bounded(loop, main())
+    return order
+
+
+def test_timers_of_the_current_ms_run_when_due_in_deadline_order_as_on_asyncio(new_wheel_loop):
+    """Every timer whose deadline is at or before loop.time() runs at the next iteration, even
+    within the current ms, and never one before its deadline: a timer due at 100.0003 runs before
+    a call_later(0) made at 100.0005 (deadline order), and one due at 100.0007 runs only once the
+    clock reads 100.0007: the order and clock readings of asyncio's loop."""
+    reference = asyncio.new_event_loop()
+    try:
+        expected = _order_within_one_ms(reference)
+    finally:
+        reference.close()
+    assert [name for name, _ in expected] == ["at 100.0003", "later(0) at 100.0005", "at 100.0007"]
+    assert _order_within_one_ms(new_wheel_loop()) == expected
+
+
+@pytest.mark.parametrize("target", ["loop.time", "time.monotonic"])
+def test_a_patched_clock_moves_the_timers_as_on_asyncio(new_wheel_loop, target):
+    """With loop.time (on the instance) or time.monotonic patched to a clock driven by hand that
+    starts at 0 (far before the real monotonic clock the wheel started at), asyncio.sleep(3600)
+    ends once the clock is moved 3600 s on, and never before: the loop reads the patched clock,
+    and its wheel follows the clock back."""
+    loop = new_wheel_loop()
+    clock = [0.0]
+    woke = []
+
+    async def sleeper():
+        await asyncio.sleep(3600)
+        woke.append(loop.time())
+
+    async def main():
+        task = loop.create_task(sleeper())
+        for _ in range(5):
+            await asyncio.sleep(0)
+        clock[0] = 3599.999
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not woke  # never early
+        clock[0] = 3600.5
+        await task
+
+    patch = (mock.patch.object(loop, "time", lambda: clock[0]) if target == "loop.time"
+             else mock.patch("time.monotonic", lambda: clock[0]))
+    with patch:
+        _run_bounded(loop, main())
+    assert woke == [3600.5]
+
+
+def test_looptime_fast_forwards_the_event_loop_as_asyncio_loop():
+    """looptime (a virtual clock that subclasses the loop's class at run time and moves time in
+    its select) makes asyncio.sleep(3600) end at once, at loop time 3600, on EventLoop as on
+    asyncio's loop."""
+    looptime = pytest.importorskip("looptime")
+    from timerwheel_c.loop import EventLoop
+
+    async def main(loop):
+        start = loop.time()
+        await asyncio.sleep(3600)
+        return loop.time() - start
+
+    for make in (asyncio.new_event_loop, EventLoop):
+        loop = looptime.patch_event_loop(make(), start=0)
+        try:
+            assert loop.looptime_on, make  # patching enables it
+            slept = _run_bounded(loop, main(loop))
+            assert 3600 <= slept < 3600.01, make
+        finally:
+            loop.close()
+
+
+def test_a_patch_of_the_loop_class_sees_every_timer_call(new_wheel_loop):
+    """time, call_later and call_at are the class's, never bound onto the instance: a patch of
+    type(loop) sees every asyncio.sleep (call_later), asyncio.timeout's reschedule (call_at) and
+    a patched type(loop).time moves the timers, as on asyncio's loop."""
+    loop = new_wheel_loop()
+    cls = type(loop)
+    assert not {"time", "call_at", "call_later"} & set(vars(loop))
+    seen = []
+
+    def spy(name):
+        original = getattr(cls, name)
+
+        def method(self, *args, **kwargs):
+            seen.append((name, args[0]))
+            return original(self, *args, **kwargs)
+        return method
+
+    async def main():
+        await asyncio.sleep(0.001)
+        loop.call_at(loop.time() + 10, print).cancel()
+
+    with mock.patch.object(cls, "call_later", spy("call_later")), mock.patch.object(cls, "call_at", spy("call_at")):
+        loop.run_until_complete(main())
+    assert ("call_later", 0.001) in seen
+    assert any(name == "call_at" for name, _ in seen)
+
+    clock = [0.0]
+    ran = []
+    with mock.patch.object(cls, "time", lambda self: clock[0]):
+        loop.call_later(60, ran.append, "timer")
+        loop.call_soon(clock.__setitem__, 0, 61.0)
+        _run_bounded(loop, _until(lambda: ran))
+    assert ran == ["timer"]
+
+
+async def _until(predicate):
+    while not predicate():
+        await asyncio.sleep(0)
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="asyncio.timeout is 3.11+")
+def test_nan_deadlines_behave_as_on_asyncio_loop(new_wheel_loop):
+    """asyncio.sleep(nan) returns at once, wait_for(x, nan) and asyncio.timeout(nan) expire, and
+    call_later(nan) runs at the next iteration with when() NaN: the outcomes of asyncio's loop
+    (where a NaN deadline is never after the loop's time), not a ValueError."""
+    nan = float("nan")
+
+    async def outcomes(loop):
+        got = [await asyncio.sleep(nan, "slept")]
+        try:
+            await asyncio.wait_for(asyncio.Event().wait(), nan)
+        except asyncio.TimeoutError:
+            got.append("wait_for expired")
+        try:
+            async with asyncio.timeout(nan):
+                await asyncio.Event().wait()
+        except TimeoutError:
+            got.append("timeout expired")
+        fut = loop.create_future()
+        handle = loop.call_later(nan, fut.set_result, "ran")
+        got += [await fut, math.isnan(handle.when())]
+        return got
+
+    expected = ["slept", "wait_for expired", "timeout expired", "ran", True]
+    reference = asyncio.new_event_loop()
+    try:
+        # Bounded by a thread, not a timer: on asyncio's heap a NaN entry can sink below any other.
+        assert _run_bounded(reference, outcomes(reference)) == expected
+    finally:
+        reference.close()
+    loop = new_wheel_loop()
+    assert _run_bounded(loop, outcomes(loop)) == expected
+
+
+def test_scheduled_is_a_read_only_view_of_the_live_handles_by_when(new_wheel_loop):
+    """loop._scheduled lists the armed handles ordered by when() ([0] is the earliest, as on
+    asyncio's heap), drops a cancelled one at once (asyncio's heap keeps it), and cannot be
+    replaced or appended to."""
+    loop = new_wheel_loop()
+    assert len(loop._scheduled) == 0 and list(loop._scheduled) == []
+    late = loop.call_later(30, print)
+    early = loop.call_later(10, print)
+    middle = loop.call_later(20, print)
+    assert list(loop._scheduled) == [early, middle, late]
+    assert loop._scheduled[0] is early and len(loop._scheduled) == 3
+    middle.cancel()
+    assert [h for h in loop._scheduled] == [early, late]
+    with pytest.raises(AttributeError, match="read-only"):
+        loop._scheduled = [early]
+    assert not hasattr(loop._scheduled, "append")
+    loop.close()
+    assert len(loop._scheduled) == 0
+
+
+def test_handles_order_and_compare_as_asyncio_timer_handles(new_wheel_loop):
+    """Handles order by when() (<, <=, >, >=, sorted, heapq), are equal and hash as asyncio's
+    TimerHandle (same deadline, callback, arguments and state), and refuse to order against
+    anything else with TypeError."""
+    loop = new_wheel_loop()
+    a = loop.call_at(100.0, print, 1)
+    b = loop.call_at(200.0, print, 1)
+    same = loop.call_at(100.0, print, 1)
+    assert a < b and a <= b and b > a and b >= a and not b < a and not a > b
+    assert a <= same and a >= same and a == same and hash(a) == hash(same) == hash(100.0)
+    assert a != b and sorted([b, a]) == [a, b]
+    same.cancel()
+    assert a != same
+    with pytest.raises(TypeError):
+        a < 1  # noqa: B015
+    reference = asyncio.TimerHandle(100.0, print, (1,), asyncio.new_event_loop())
+    reference._loop.close()
+    assert (reference < asyncio.TimerHandle(200.0, print, (1,), reference._loop)) == (a < b)
+
+
+def test_slow_callback_warning_goes_through_asyncio_base_events_logger(new_wheel_loop):
+    """In debug mode a slow callback is reported through the module global
+    asyncio.base_events.logger, looked up at the report as asyncio's _run_once does, so a test
+    that replaces it (CPython's test_base_events test_log_slow_callbacks) sees the report."""
+    loop = new_wheel_loop()
+    loop.set_debug(True)
+    loop.slow_callback_duration = 0.0
+
+    def stop_loop_cb():
+        loop.stop()
+
+    with mock.patch("asyncio.base_events.logger") as logger:
+        loop.call_soon(stop_loop_cb)
+        loop.run_forever()
+    fmt, *args = logger.warning.call_args[0]
+    assert "stop_loop_cb" in fmt % tuple(args) and (fmt % tuple(args)).startswith("Executing <Handle")
