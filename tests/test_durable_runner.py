@@ -9,7 +9,7 @@ import pytest
 
 from timerwheel_c.durable.timers import keys
 from timerwheel_c.durable.timers.registry import Done, Reschedule, Retry, TimerHandler, TimerKind, TimerRegistry
-from timerwheel_c.durable.timers.claim import UNKNOWN_KIND_GRACE_MS
+from timerwheel_c.durable.timers.claim import UNKNOWN_KIND_BACKOFF_MS, UNKNOWN_KIND_GRACE_MS
 from timerwheel_c.durable.timers.runner import TickBudget, backoff_ms, claim_due, commit_outcomes, next_wake, run_due, settle
 from timerwheel_c.durable.storage.sqlite import SQLiteStore
 from bench.stores import Delegating
@@ -116,7 +116,8 @@ def test_failure_backoff_grows_and_caps(store, how, caplog):
 def test_unknown_kind_waits_its_grace_then_is_backed_off_kept_and_warned_once(store, caplog):
     """Rows of an unregistered kind are left in place for UNKNOWN_KIND_GRACE_MS after their due time
     (for a runner that has the kind), the tick waking when the grace ends; after it they are counted,
-    moved to a backoff key (never fired, never dropped), and logged once per kind per registry."""
+    moved UNKNOWN_KIND_BACKOFF_MS later with no attempt counted (never fired, never dropped), and
+    logged once per kind per registry."""
     for i in range(3):
         schedule(store, NOW - 3 + i, kind=0xFE, reference=b"u%d" % i)
     schedule(store, NOW - 1, kind=0xFD, reference=b"w")
@@ -132,7 +133,8 @@ def test_unknown_kind_waits_its_grace_then_is_backed_off_kept_and_warned_once(st
     warned = [r for r in caplog.records if "no handler for timer kind" in r.getMessage()]
     assert sorted(r.args[1] for r in warned) == [0xFD, 0xFE]
     rows = timer_rows(store)
-    assert len(rows) == 4 and {tk.attempt for tk, _ in rows} == {2}
+    assert len(rows) == 4 and {(tk.attempt, tk.due_at_ms) for tk, _ in rows} == {
+        (0, later + UNKNOWN_KIND_GRACE_MS + UNKNOWN_KIND_BACKOFF_MS)}
 
 
 def test_malformed_rows_retained_and_counted(store):

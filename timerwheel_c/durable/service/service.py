@@ -43,7 +43,7 @@ from ..storage.errors import is_transient
 from ..storage.store import Store, check_partition, check_store
 from ..storage.watch import Watcher
 from ..timers import keys, writer
-from ..timers.claim import release_rows
+from ..timers.claim import refund_rows, release_rows
 from ..timers.deadline import deadline_factory
 from ..timers.due import due_at_ms_of
 from ..timers.registry import TimerKind, TimerRegistry
@@ -257,8 +257,9 @@ class DurableTimerService:
         overlap; only one outcome commits, and effects outside the batch must be idempotent
         (as always). False (default) leaves them to their backoff.
 
-        Rows claimed but not started (``queued``) are not started: they stay claimed and fire
-        again after their backoff. A handler still running at the timeout is abandoned: its row stays claimed at its backoff
+        Rows claimed but not started (``queued``) are not started: each gets back the attempt its
+        claim counted and is due now (an attempt counts a handler call, so a timer with
+        ``max_attempts=1`` still fires on the next runner). A handler still running at the timeout is abandoned: its row stays claimed at its backoff
         key and is fired again after that backoff (by this process if restarted, or another
         runner). An abandoned ``async`` handler is cancelled; a sync one finishes on its daemon
         thread, and its outcome is discarded.
@@ -598,11 +599,12 @@ class DurableTimerService:
         def left_s() -> Optional[float]:
             return None if self._stop_at is None else max(0.0, self._stop_at - time.monotonic())
 
-        # Where the rows this stop gives up go: released below, or left to their backoff.
+        # Where the rows this stop gives up in their handler go: released below, or left to their backoff.
         fate = ("are released for another runner to fire now" if self._release_on_stop
                 else "stay claimed and fire again after their backoff")
         if self.executor.queue:
-            log.info("stopping with %d claimed row(s) not started; they %s", len(self.executor.queue), fate)
+            log.info("stopping with %d claimed row(s) not started; they get their attempt back and are due now",
+                     len(self.executor.queue))
         abandoned = await self.executor.drain(left_s)
         if abandoned:
             log.warning("stopping with %d handler(s) still running; their rows %s", abandoned, fate)
@@ -610,23 +612,25 @@ class DurableTimerService:
         if uncommitted:
             log.warning("stopping with %d outcome(s) not committed (a commit the store has not answered may still "
                         "land); unless it does, their rows %s", uncommitted, fate)
-        if self._release_on_stop:
-            await self._release_unsettled()
+        await self._release_unsettled()
 
     async def _release_unsettled(self) -> None:
+        """Give their attempt back to the claimed rows no handler was called for, due now; with
+        ``release_claims``, also make due now (attempt kept) the rows given up in their handler."""
         by_partition: dict = {}
         for key in self.executor.busy:
             job = self._jobs.get(key)
-            if job is not None:
-                by_partition.setdefault(job.partition, []).append(job.claimed)
-        for partition, claimed in by_partition.items():
+            if job is not None and (self._release_on_stop or not job.started):
+                by_partition.setdefault((job.partition, job.started), []).append(job.claimed)
+        for (partition, started), claimed in by_partition.items():
+            move, what = (release_rows, "released") if started else (refund_rows, "gave the attempt back to")
             try:
-                moved = await self._on_store(release_rows, self.store, partition, claimed, self._wall_ms())
+                moved = await self._on_store(move, self.store, partition, claimed, self._wall_ms())
             except Exception as exc:
                 self._store_failed(exc, 1, f"release of this runner's claims on partition {partition!r}")
                 continue
-            log.info("partition %r: released %d unsettled claim(s) on stop; another runner fires them now",
-                     partition, moved)
+            log.info("partition %r: %s %d unsettled claim(s) on stop; another runner fires them now",
+                     partition, what, moved)
 
     # -- metrics ---------------------------------------------------------------------------
     def metrics(self, backlog_timeout_s: float = 2.0) -> MetricsSnapshot:
