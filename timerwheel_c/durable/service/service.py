@@ -14,6 +14,13 @@ The service composes three parts, each in its own module, around one loop:
   or, with ``separate_commits=True`` on PostgreSQL, on a thread and connection of its own
   (:meth:`Store.open_sibling`), so that claims and commits overlap.
 
+Where the store can bound a lock wait (PostgreSQL), claims and commits run on a connection of the
+service's own whose waits for a lock another transaction holds last at most :data:`LOCK_WAIT_MS`:
+a caller's open transaction on a partition, or a row lock on one partition's effect row, then
+fails that partition's claim or commit alone (a transient error, the partition backing off and
+retrying), while the other partitions, which shared the round trip, are claimed and committed
+in round trips of their own.
+
 The loop (this module) runs a pass, hands its rows to the executor, then sleeps until the
 earliest of: the next due time of the pass (converted to a *monotonic* deadline once, so a
 wall-clock jump cannot stall it), a *kick*, and ``max_sleep_s`` (a safety net). A kick comes
@@ -56,7 +63,7 @@ from .passes import Passes
 from .pool import DaemonExecutor, DaemonPool
 from .records import Job, Outcome
 
-__all__ = ["DEFAULT_CONCURRENCY", "DurableTimerService"]
+__all__ = ["DEFAULT_CONCURRENCY", "LOCK_WAIT_MS", "DurableTimerService"]
 
 log = logging.getLogger("timerwheel_c.durable")
 
@@ -65,6 +72,11 @@ RECHECK_MIN_S = 0.02  # the most often a change signal makes a fleet runner re-c
 _DEFAULT_BUDGET = TickBudget()
 _TEARDOWN_S = 1.0  # seconds stop() allows, past its timeout, for the thread to close its watcher and exit
 _NS_PER_MS = 1_000_000
+# The longest a claim or a commit waits for a lock another transaction holds (a caller's open
+# transaction on a partition, a row lock on an effect row), where the store bounds it (PostgreSQL's
+# lock_timeout): past it that partition's call fails alone and backs off while the others go on.
+# Far above a writer's ordinary transaction (milliseconds), far below the first backoff (5 s).
+LOCK_WAIT_MS = 250
 
 
 def _check_positive(name: str, value: object, unit: str) -> float:
@@ -232,7 +244,13 @@ class DurableTimerService:
                              "(in a fleet, whole partitions); register at least one TimerHandler")
         self.executor.start()
         self._store_pool = DaemonPool(1, "durable-store")
-        sibling = self.store.open_sibling() if self._separate_commits else None
+        # Claims and commits on a connection of the service's own whose lock waits are bounded:
+        # a lock held on one partition then holds up that partition alone. The caller's store, and
+        # its connection, stay as they were (handlers and the caller's own writes use it).
+        bounded = self.store.open_sibling(lock_wait_ms=LOCK_WAIT_MS)
+        if bounded is not None:
+            self._passes.store = self.committer.store = bounded
+        sibling = self.store.open_sibling(lock_wait_ms=LOCK_WAIT_MS) if self._separate_commits else None
         if sibling is not None:
             # Outcomes commit on a thread and connection of their own: a pass's claims never wait
             # behind a commit's round trip, nor a commit behind a claim's, and the server runs both at
@@ -400,6 +418,8 @@ class DurableTimerService:
             self._ready.set()
             self.executor.shutdown()
             if self._store_pool is not None:
+                if self._passes.store is not self.store:
+                    self._store_pool.submit(self._passes.store.close)
                 self._store_pool.shutdown()
             if self._commit_pool is not None:
                 # Closed on its own thread, after any commit still running there: stop() never waits on it.
@@ -625,7 +645,7 @@ class DurableTimerService:
         for (partition, started), claimed in by_partition.items():
             move, what = (release_rows, "released") if started else (refund_rows, "gave the attempt back to")
             try:
-                moved = await self._on_store(move, self.store, partition, claimed, self._wall_ms())
+                moved = await self._on_store(move, self._passes.store, partition, claimed, self._wall_ms())
             except Exception as exc:
                 self._store_failed(exc, 1, f"release of this runner's claims on partition {partition!r}")
                 continue

@@ -66,7 +66,7 @@ from .redact import redact
 from .sqlfiles import migrations, queries
 from .upgrades import derived_rows
 from .store import (Absent, Batch, Committed, Page, PreconditionFailed, Refused, SchemaVersionError,
-                    Store, consumed_write, schema_version_of)
+                    Store, check_lock_wait_ms, consumed_write, schema_version_of)
 from .watch import Watcher
 
 if TYPE_CHECKING:
@@ -196,6 +196,7 @@ class PostgresStore(Store):
         }
         self._sql = {name: sql.SQL(text).format(**self._names) for name, text in _QUERIES.items() if name != "wake_trigger"}
         self._signalled: Optional[str] = None  # the patterns this store has seen in force
+        self._lock_wait_ms: Optional[int] = None  # the session's lock_timeout (open_sibling), None: none
         self._conn: Optional[psycopg.Connection] = None
         with self._lock, self._wrap:
             self._create_schema()
@@ -268,7 +269,7 @@ class PostgresStore(Store):
 
     def _connection(self) -> psycopg.Connection:
         if self._conn is None or self._conn.closed:
-            self._conn = register_arrays(connect(self._dsn, self.synchronous_commit))
+            self._conn = register_arrays(connect(self._dsn, self.synchronous_commit, self._lock_wait_ms))
         return self._conn
 
     def _scan(self, partition: str, start: bytes, end: bytes, after: Optional[bytes], limit: int) -> Page:
@@ -390,11 +391,17 @@ class PostgresStore(Store):
             pools = self.__dict__.setdefault("_async_pools", AsyncPools(self._dsn, self.synchronous_commit))
         return pools
 
-    def open_sibling(self) -> "PostgresStore":
+    def open_sibling(self, *, lock_wait_ms: Optional[int] = None) -> "PostgresStore":
         """The same table, statements and settings over a connection of its own (opened on first
-        use); the schema is in place already, so nothing is read or created here."""
+        use); the schema is in place already, so nothing is read or created here. ``lock_wait_ms``
+        (see :meth:`Store.open_sibling`) is the session's ``lock_timeout``, which bounds the waits
+        for a partition's advisory lock and for row locks alike (SQLSTATE 55P03, transient).
+
+        Raises:
+            TypeError / ValueError: ``lock_wait_ms`` is not None or an int >= 1.
+        """
         sibling = copy.copy(self)
-        sibling.__dict__.update(_lock=threading.Lock(), _conn=None)
+        sibling.__dict__.update(_lock=threading.Lock(), _conn=None, _lock_wait_ms=check_lock_wait_ms(lock_wait_ms))
         sibling.__dict__.pop("_async_pools", None)
         return sibling
 
@@ -494,9 +501,10 @@ def _refusal(why: str) -> StoreError:
     return kind(f"PostgreSQL refused the batch: {message} (SQLSTATE {sqlstate})", sqlstate)
 
 
-def connect(dsn: str, synchronous_commit: Optional[str] = None) -> psycopg.Connection:
+def connect(dsn: str, synchronous_commit: Optional[str] = None, lock_wait_ms: Optional[int] = None) -> psycopg.Connection:
     """An autocommit psycopg connection to ``dsn``, with the session's ``synchronous_commit``
-    set unless it is None.
+    set unless it is None, and its ``lock_timeout`` to ``lock_wait_ms`` (a checked int, ms) unless
+    that is None.
 
     Raises:
         StoreError: the server cannot be reached (transient) or refuses the DSN (permanent);
@@ -506,6 +514,8 @@ def connect(dsn: str, synchronous_commit: Optional[str] = None) -> psycopg.Conne
         conn = psycopg.connect(dsn, autocommit=True)
         if synchronous_commit is not None:
             conn.execute(set_synchronous_commit(synchronous_commit))
+        if lock_wait_ms is not None:
+            conn.execute(sql.SQL("SET lock_timeout = {}").format(sql.Literal(f"{lock_wait_ms}ms")))
     except psycopg.Error as exc:
         error = store_error(exc, dsn)
         if redact(str(exc), dsn) != str(exc):

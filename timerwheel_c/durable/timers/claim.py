@@ -450,8 +450,10 @@ def claim_due_across(store: Store, requests: list, registry: TimerRegistry, now_
 
     ``requests``: ``(partition, budget, first_page)`` triples (``first_page`` as :func:`claim_due`
     takes it). Returns one :class:`Claims` per request, in order. Errors stay where they arose: an
-    error reading a partition's rows is that partition's ``Claims.error``; an error of the shared
-    round trip is the error of every partition that had rows in it (none of them was claimed).
+    error reading a partition's rows is that partition's ``Claims.error``; when the shared round
+    trip fails (nothing of it was written: a lock on one partition that it waited on past the
+    store's bound, say), each partition claims those rows in a round trip of its own, so that the
+    error is the error of the partition that raised it and the others are claimed.
 
     Raises:
         TypeError / ValueError: bad arguments.
@@ -474,7 +476,15 @@ def claim_due_across(store: Store, requests: list, registry: TimerRegistry, now_
     try:
         results = store.apply_across(items) if items else []
     except Exception as exc:
-        errors = [exc if rs else e for rs, e in zip(rows, errors)]
+        if sum(1 for rs in rows if rs) < 2:
+            errors = [exc if rs else e for rs, e in zip(rows, errors)]
+        else:
+            for i, (claimer, rs) in enumerate(zip(claimers, rows)):
+                if rs:
+                    try:
+                        timers[i] = claimer.claimed(rs, store.apply_many(claimer.partition, [b for _, b in rs]))
+                    except Exception as own:
+                        errors[i] = own
     else:
         at = 0
         for i, (claimer, rs) in enumerate(zip(claimers, rows)):
