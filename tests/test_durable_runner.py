@@ -381,8 +381,8 @@ def test_claim_due_claims_a_page_per_round_trip_before_any_fire(store):
 
 
 class Across(Delegating):
-    """Delegates to a real store; counts apply_across calls; scans of ``bad_scan`` and shared claims
-    with a batch of ``bad_apply`` raise."""
+    """Delegates to a real store; counts apply_across calls; scans of ``bad_scan``, shared claims
+    with a batch of ``bad_apply`` and that partition's own claims raise."""
 
     def __init__(self, inner, bad_scan=None, bad_apply=None):
         super().__init__(inner)
@@ -396,6 +396,8 @@ class Across(Delegating):
 
     def _apply_many(self, partition, batches):
         self.many += 1
+        if partition == self.bad_apply:
+            raise TransientStoreError(f"claim on {partition} failed")
         return super()._apply_many(partition, batches)
 
     def _apply_across(self, items):
@@ -415,8 +417,9 @@ def test_claim_due_across_shares_the_first_round_trip_and_keeps_errors_with_thei
     one apply_across (70 rows of one partition too, not 64 of them and the rest on a round trip of its
     own), each partition's rows under its own budget and only its own (a row of another partition is
     never claimed). A partition whose scan fails gets that error alone;
-    when the shared claim fails, every partition that had rows in it gets the error and nothing of
-    theirs is claimed, while a partition with no due rows gets none. Deterministic (explicit now_ms)."""
+    when the shared claim fails (a lock on one partition, say), each partition that had rows in it
+    claims them on its own, so only the partition whose own claim fails gets an error and has nothing
+    claimed, while a partition with no due rows gets none. Deterministic (explicit now_ms)."""
     from timerwheel_c.durable.timers.runner import claim_due_across
 
     for partition, n in (("a", 3), ("b", 70), ("c", 2), ("d", 0)):
@@ -435,9 +438,10 @@ def test_claim_due_across_shares_the_first_round_trip_and_keeps_errors_with_thei
     _schedule_in(store, "d", 2)
     failing = Across(store, bad_apply="d")
     claims = claim_due_across(failing, [("c", narrow, None), ("d", narrow, None), ("e", wide, None)], registry, NOW)
-    assert [type(c.error) for c in claims] == [TransientStoreError, TransientStoreError, type(None)]
-    assert [c.timers for c in claims] == [[], [], []]
-    assert len(store.scan("c", *keys.due_range(NOW), limit=10).entries) == 2  # c's rows still due, unclaimed
+    assert (failing.across, failing.many) == (1, 2)  # the shared claim, then one of each partition's own
+    assert [type(c.error) for c in claims] == [type(None), TransientStoreError, type(None)]
+    assert [[t.timer.reference for t in c.timers] for c in claims] == [[b"c00"], [], []]
+    assert len(store.scan("d", *keys.due_range(NOW), limit=10).entries) == 2  # d's rows still due, unclaimed
     claims = claim_due_across(store, [("c", narrow, None), ("d", narrow, None)], registry, NOW)
     assert [len(c.timers) for c in claims] == [1, 1]  # the budget of each, on its own rows
 
