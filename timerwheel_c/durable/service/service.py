@@ -44,7 +44,7 @@ import logging
 import math
 import threading
 import time
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 from ..storage.errors import is_transient
 from ..storage.store import Store, check_partition, check_store
@@ -56,10 +56,11 @@ from ..timers.due import due_at_ms_of
 from ..timers.registry import TimerKind, TimerRegistry
 from ..timers.runner import PAGE, Attempt, RunReport, TickBudget, settle
 from .activity import Activity
+from .clock import StoreClock
 from .committer import ERROR_BACKOFF_S, Committer, backoff_s
 from .executor import SHARE_S, Executor
 from .metrics import BACKLOG_EVERY_S, MetricsSnapshot, Recorder, due_backlog
-from .passes import Passes
+from .passes import PassResult, Passes
 from .pool import DaemonExecutor, DaemonPool
 from .records import Job, Outcome
 
@@ -114,7 +115,9 @@ class DurableTimerService:
             supports it (:meth:`Store.ownership`: PostgreSQL), else False.
         summary_interval_s: seconds (finite, > 0) between INFO summaries of the work done
             (see :mod:`timerwheel_c.durable.activity`).
-        wall_ns: the Unix-epoch clock in ns (default :func:`time.time_ns`); tests shift it.
+        wall_ns: the Unix-epoch clock in ns that judges due times; None (default): the store server's
+            clock where it has one (PostgreSQL: :class:`~.clock.StoreClock`, so that a host clock
+            running ahead never fires a timer early), else :func:`time.time_ns`. Tests shift it.
         separate_commits: True: with a store that can write on a second connection at once
             (:meth:`Store.open_sibling`: PostgreSQL), commit outcomes on a thread and connection
             of their own, so that claims never wait behind a commit, not even behind one that waits
@@ -158,7 +161,7 @@ class DurableTimerService:
         budget: TickBudget = _DEFAULT_BUDGET,
         max_sleep_s: float = 30.0,
         summary_interval_s: float = 60.0,
-        wall_ns=time.time_ns,
+        wall_ns: Optional[Callable[[], int]] = None,
         fleet: Optional[bool] = None,
         separate_commits: bool = False,
     ):
@@ -187,7 +190,11 @@ class DurableTimerService:
         if fleet and self.ownership is None:
             raise ValueError(f"fleet=True needs a store that divides partitions among runners (PostgreSQL), got {store!r}")
         self.budget = budget
-        self._wall_ns = wall_ns
+        self._clock: Optional[StoreClock] = None
+        if wall_ns is None:
+            self._clock = StoreClock()
+            wall_ns = self._clock.now_ns
+        self._wall_ns: Callable[[], int] = wall_ns
         self._extra: set = set()
         self._lock = threading.Lock()
         self._thread: Optional[threading.Thread] = None
@@ -521,7 +528,7 @@ class DurableTimerService:
                 else:
                     busy = frozenset(self.executor.busy)
                     try:
-                        result = await self._on_store(self._passes.run, free, busy, lambda: self._stopping,
+                        result = await self._on_store(self._pass, free, busy, lambda: self._stopping,
                                                       self.executor.rows_within(SHARE_S, PAGE))
                         failures = 0
                     except Exception as exc:  # only reading the served partitions fails a whole pass
@@ -548,6 +555,12 @@ class DurableTimerService:
                 watcher.close()
             self._watcher = None
             self._loop = None
+
+    def _pass(self, *args) -> PassResult:
+        """On the store thread: read the server's clock when it is time to, then a claim pass."""
+        if self._clock is not None:
+            self._clock.refresh(self._passes.store)
+        return self._passes.run(*args)
 
     async def _sleep_until(self, deadline, at_ns: int) -> None:
         assert self._kick is not None  # set by the serving loop before it first sleeps

@@ -391,6 +391,19 @@ class PostgresStore(Store):
             pools = self.__dict__.setdefault("_async_pools", AsyncPools(self._dsn, self.synchronous_commit))
         return pools
 
+    def clock_ns(self) -> int:
+        """The server's ``clock_timestamp()`` (the time at the call, not at the transaction's start),
+        Unix epoch ns at PostgreSQL's resolution of 1 µs.
+
+        Raises:
+            StoreError: the server cannot be reached (transient).
+        """
+        with self._lock, self._wrap:
+            (micros,) = self._connection().execute(self._CLOCK).fetchall()[0]
+        return int(micros) * 1000
+
+    _CLOCK = sql.SQL("SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8")
+
     def open_sibling(self, *, lock_wait_ms: Optional[int] = None) -> "PostgresStore":
         """The same table, statements and settings over a connection of its own (opened on first
         use); the schema is in place already, so nothing is read or created here. ``lock_wait_ms``

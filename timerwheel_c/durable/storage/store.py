@@ -475,6 +475,16 @@ class Store(abc.ABC):
         """
         return None if self.ownership_type is None else self.ownership_type(self, partitions, **kwargs)
 
+    def clock_ns(self) -> Optional[int]:
+        """The store server's wall clock now, Unix epoch ns, for runners on many hosts to agree on
+        what is due; None for a store without a server of its own (SQLite: its runners share a host,
+        and its clock). One round trip where there is a server.
+
+        Raises:
+            StoreError: the server cannot be reached.
+        """
+        return None
+
     def open_sibling(self, *, lock_wait_ms: Optional[int] = None) -> Optional["Store"]:
         """A second handle on this store's data over a connection of its own, so that two threads
         write at once (the service commits outcomes on one while it claims on the other), or None
