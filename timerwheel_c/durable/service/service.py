@@ -525,6 +525,10 @@ class DurableTimerService:
                 if free <= 0:
                     self._slot_starved = True
                     at_ns = time.monotonic_ns() + max_ns
+                    if self.ownership is not None:
+                        # No pass, but the ownership's evaluation is this runner's heartbeat (its lease):
+                        # handlers that fill every slot for long must not make it look frozen.
+                        await self._on_store(self._heartbeat)
                 else:
                     busy = frozenset(self.executor.busy)
                     try:
@@ -555,6 +559,14 @@ class DurableTimerService:
                 watcher.close()
             self._watcher = None
             self._loop = None
+
+    def _heartbeat(self) -> None:
+        """On the store thread: evaluate the ownership when it is due (see :mod:`.ownership`'s lease)."""
+        assert self.ownership is not None
+        try:
+            self.ownership.owned()
+        except Exception as exc:
+            self._store_failed(exc, 1, "ownership check")
 
     def _pass(self, *args) -> PassResult:
         """On the store thread: read the server's clock when it is time to, then a claim pass."""
