@@ -9,6 +9,8 @@ settings except ``max_sleep_s``, an hour, so only the change signal can wake it)
   holding the wall ms of the fire, so a double application shows as two rows.
 - ``hang``: kind 0xF5 creates ``READY.<reference hex>`` when it starts, then sleeps for an hour
   (a handler the test kills mid-flight).
+
+``registry`` holds the ``stamp`` handler, for ``timerwheel-c run --handlers durable_runner_proc:registry``.
 """
 from __future__ import annotations
 
@@ -43,6 +45,9 @@ class Hang(TimerHandler):
         Path(f"{self.ready}.{timer.reference.hex()}").touch()
         time.sleep(3600)
         return Done()
+
+
+registry = TimerRegistry().register(Stamp())
 
 
 def open_target(target: str):

@@ -9,7 +9,7 @@ import pytest
 
 from timerwheel_c.durable.timers import keys
 from timerwheel_c.durable.timers.registry import Done, Reschedule, Retry, TimerHandler, TimerKind, TimerRegistry
-from timerwheel_c.durable.timers.claim import UNKNOWN_KIND_GRACE_MS
+from timerwheel_c.durable.timers.claim import UNKNOWN_KIND_BACKOFF_MS, UNKNOWN_KIND_GRACE_MS
 from timerwheel_c.durable.timers.runner import TickBudget, backoff_ms, claim_due, commit_outcomes, next_wake, run_due, settle
 from timerwheel_c.durable.storage.sqlite import SQLiteStore
 from bench.stores import Delegating
@@ -116,7 +116,8 @@ def test_failure_backoff_grows_and_caps(store, how, caplog):
 def test_unknown_kind_waits_its_grace_then_is_backed_off_kept_and_warned_once(store, caplog):
     """Rows of an unregistered kind are left in place for UNKNOWN_KIND_GRACE_MS after their due time
     (for a runner that has the kind), the tick waking when the grace ends; after it they are counted,
-    moved to a backoff key (never fired, never dropped), and logged once per kind per registry."""
+    moved UNKNOWN_KIND_BACKOFF_MS later with no attempt counted (never fired, never dropped), and
+    logged once per kind per registry."""
     for i in range(3):
         schedule(store, NOW - 3 + i, kind=0xFE, reference=b"u%d" % i)
     schedule(store, NOW - 1, kind=0xFD, reference=b"w")
@@ -132,7 +133,8 @@ def test_unknown_kind_waits_its_grace_then_is_backed_off_kept_and_warned_once(st
     warned = [r for r in caplog.records if "no handler for timer kind" in r.getMessage()]
     assert sorted(r.args[1] for r in warned) == [0xFD, 0xFE]
     rows = timer_rows(store)
-    assert len(rows) == 4 and {tk.attempt for tk, _ in rows} == {2}
+    assert len(rows) == 4 and {(tk.attempt, tk.due_at_ms) for tk, _ in rows} == {
+        (0, later + UNKNOWN_KIND_GRACE_MS + UNKNOWN_KIND_BACKOFF_MS)}
 
 
 def test_malformed_rows_retained_and_counted(store):
@@ -379,8 +381,8 @@ def test_claim_due_claims_a_page_per_round_trip_before_any_fire(store):
 
 
 class Across(Delegating):
-    """Delegates to a real store; counts apply_across calls; scans of ``bad_scan`` and shared claims
-    with a batch of ``bad_apply`` raise."""
+    """Delegates to a real store; counts apply_across calls; scans of ``bad_scan``, shared claims
+    with a batch of ``bad_apply`` and that partition's own claims raise."""
 
     def __init__(self, inner, bad_scan=None, bad_apply=None):
         super().__init__(inner)
@@ -394,6 +396,8 @@ class Across(Delegating):
 
     def _apply_many(self, partition, batches):
         self.many += 1
+        if partition == self.bad_apply:
+            raise TransientStoreError(f"claim on {partition} failed")
         return super()._apply_many(partition, batches)
 
     def _apply_across(self, items):
@@ -413,8 +417,9 @@ def test_claim_due_across_shares_the_first_round_trip_and_keeps_errors_with_thei
     one apply_across (70 rows of one partition too, not 64 of them and the rest on a round trip of its
     own), each partition's rows under its own budget and only its own (a row of another partition is
     never claimed). A partition whose scan fails gets that error alone;
-    when the shared claim fails, every partition that had rows in it gets the error and nothing of
-    theirs is claimed, while a partition with no due rows gets none. Deterministic (explicit now_ms)."""
+    when the shared claim fails (a lock on one partition, say), each partition that had rows in it
+    claims them on its own, so only the partition whose own claim fails gets an error and has nothing
+    claimed, while a partition with no due rows gets none. Deterministic (explicit now_ms)."""
     from timerwheel_c.durable.timers.runner import claim_due_across
 
     for partition, n in (("a", 3), ("b", 70), ("c", 2), ("d", 0)):
@@ -433,9 +438,10 @@ def test_claim_due_across_shares_the_first_round_trip_and_keeps_errors_with_thei
     _schedule_in(store, "d", 2)
     failing = Across(store, bad_apply="d")
     claims = claim_due_across(failing, [("c", narrow, None), ("d", narrow, None), ("e", wide, None)], registry, NOW)
-    assert [type(c.error) for c in claims] == [TransientStoreError, TransientStoreError, type(None)]
-    assert [c.timers for c in claims] == [[], [], []]
-    assert len(store.scan("c", *keys.due_range(NOW), limit=10).entries) == 2  # c's rows still due, unclaimed
+    assert (failing.across, failing.many) == (1, 2)  # the shared claim, then one of each partition's own
+    assert [type(c.error) for c in claims] == [type(None), TransientStoreError, type(None)]
+    assert [[t.timer.reference for t in c.timers] for c in claims] == [[b"c00"], [], []]
+    assert len(store.scan("d", *keys.due_range(NOW), limit=10).entries) == 2  # d's rows still due, unclaimed
     claims = claim_due_across(store, [("c", narrow, None), ("d", narrow, None)], registry, NOW)
     assert [len(c.timers) for c in claims] == [1, 1]  # the budget of each, on its own rows
 

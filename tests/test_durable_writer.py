@@ -131,17 +131,18 @@ class Nop(TimerHandler):
 def test_service_schedule_refuses_a_kind_without_handler_but_the_runner_tolerates_rows_of_it(store):
     """The service's schedule() raises for a kind its registry cannot fire, naming the kind and the
     registered ones, and writes nothing; a row of that kind written some other way is still backed
-    off by the runner (never fired, never lost)."""
+    off by the runner (moved later with no attempt counted: never fired, never lost)."""
     svc = DurableTimerService(store, TimerRegistry().register(Nop()), [P])
     with pytest.raises(ValueError, match=r"kind 200 has no handler.*\[247\]"):
         svc.schedule(P, DUE, 200, b"x")
     assert rows(store) == []
-    schedule(store, P, int(time.time() * 1000) - 10, 200, b"x")
+    due = int(time.time() * 1000) - 10
+    schedule(store, P, due, 200, b"x")
     with svc:
         deadline = time.monotonic() + 20
-        while not [tk for tk, _ in rows(store) if tk.attempt == 1] and time.monotonic() < deadline:
+        while not [tk for tk, _ in rows(store) if tk.due_at_ms > due] and time.monotonic() < deadline:
             time.sleep(0.02)
-    assert [(tk.kind, tk.attempt) for tk, _ in rows(store)] == [(200, 1)]
+    assert [(tk.kind, tk.attempt, tk.due_at_ms > due) for tk, _ in rows(store)] == [(200, 0, True)]
 
 
 def test_service_schedule_and_cancel_wrap_the_module_functions(store):

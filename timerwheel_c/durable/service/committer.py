@@ -9,10 +9,13 @@ where they arose:
 
 - one outcome the store refuses (:class:`~timerwheel_c.durable.storage.store.Refused`) fails
   alone, counted; its row stays backed off and fires again;
+- a commit of many partitions that fails (on PostgreSQL and SQLite the commit is one
+  transaction, so none of it was written) is made again partition by partition, so that a lock
+  held on one partition's rows (a caller's open transaction, a row lock on an effect row, each
+  waited on no longer than the service's bound) fails that partition's commit alone;
 - a transient store error (:class:`~timerwheel_c.durable.storage.errors.TransientStoreError`)
-  of a commit puts its outcomes back in their partitions' queues, which back off (50 ms
-  doubling to 5 s) while partitions not in that commit commit on (on PostgreSQL and SQLite the
-  commit is one transaction, so none of it was written);
+  of a partition's commit puts its outcomes back in its queue, which backs off (50 ms
+  doubling to 5 s) while the other partitions commit on;
 - any other error drops that commit's outcomes, counted as failed: their rows stay backed
   off and fire again, so nothing is lost, and nothing is retried in a loop.
 """
@@ -135,17 +138,27 @@ class Committer:
 
     def _commit(self, ready: dict) -> dict:
         """On the store (or commit) thread: every partition's outcomes in one ``apply_across`` (one commit);
-        returns ``{partition: error}`` of the partitions whose commit raised: every one of them when
-        the call as a whole failed (an error of one batch is that batch's alone, see the module)."""
+        should that fail, each partition's in a commit of its own. Returns ``{partition: error}`` of the
+        partitions whose commit raised (an error of one batch is that batch's alone, see the module)."""
+        settled = {p: [(o.claimed, o.batch) for o in os] for p, os in ready.items()}
         try:
-            reports = commit_across(self.store, {p: [(o.claimed, o.batch) for o in os] for p, os in ready.items()})
+            reports = commit_across(self.store, settled)
         except Exception as exc:
-            return {partition: exc for partition in ready}
+            if len(settled) < 2:
+                return {partition: exc for partition in settled}
+            reports, errors = {}, {}
+            for partition, pairs in settled.items():
+                try:
+                    reports.update(commit_across(self.store, {partition: pairs}))
+                except Exception as own:
+                    errors[partition] = own
+        else:
+            errors = {}
         for partition, report in reports.items():
             self._counted(report)
             if report.earliest_put_ms is not None:
                 self._committed(partition, report.earliest_put_ms)
-        return {}
+        return errors
 
     async def drain(self, left_s: Callable[[], Optional[float]]) -> int:
         """After stop(): wait up to ``left_s()`` seconds for the queued outcomes to commit; returns how

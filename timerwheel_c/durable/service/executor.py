@@ -235,6 +235,7 @@ class Executor:
         if job.timeout_s is not None and task is not None:
             timer = loop.call_later(job.timeout_s, self._cancel, job, task, "timeout")
         attempt = Attempt(time.monotonic, self.wall_ms, lambda: job.cancelled_by is not None)
+        job.started = True
         try:
             with attempt:
                 if _TRACED:
@@ -279,6 +280,7 @@ class Executor:
                 if i >= chunk.cut:
                     break
                 chunk.current, chunk.started_s = i, time.monotonic()
+                job.started = True
             with Attempt(time.monotonic, self.wall_ms) as attempt:
                 if _TRACED:
                     attempt.outcome = tracing.fire(job.claimed.handler, self._context(job), job.claimed.timer,
@@ -326,10 +328,15 @@ class Executor:
         self.on_attempt(job, attempt, keep_busy)
 
     async def drain(self, left_s: Callable[[], Optional[float]]) -> int:
-        """After stop(): drop the queue (those rows stay claimed), wait up to ``left_s()`` seconds for
-        the calls in flight, cancel the ``async`` ones still running; returns how many were abandoned."""
+        """After stop(): drop the queue and the rows of sync chunks not started yet (none of them
+        starts now: those rows stay claimed, with ``Job.started`` False), wait up to ``left_s()``
+        seconds for the calls in flight, cancel the ``async`` ones still running; returns how many
+        were abandoned."""
         self.stopping = True
         self.queue.clear()
+        for chunk in self._chunks:
+            with chunk.lock:
+                chunk.cut = min(chunk.cut, sum(job.started for job in chunk.jobs))
         if not self.tasks:
             return 0
         _, abandoned = await asyncio.wait(set(self.tasks), timeout=left_s())

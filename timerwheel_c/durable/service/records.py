@@ -18,7 +18,9 @@ class Job:
 
     ``settled`` (loop thread only): its outcome or failure has been taken, so a late result (of a
     call that timed out) is dropped. ``cancelled_by``: why the service cancelled an ``async`` call
-    (``"timeout"`` or ``"stop"``), None otherwise.
+    (``"timeout"`` or ``"stop"``), None otherwise. ``started``: its handler was called (set by the
+    slot before the call; a sync slot sets it under its chunk's lock), so a stop gives the attempt
+    back only to the rows never started.
     """
 
     partition: str
@@ -26,6 +28,7 @@ class Job:
     claimed: ClaimedTimer
     settled: bool = False
     cancelled_by: Optional[str] = None
+    started: bool = False
 
     @property
     def key(self) -> bytes:

@@ -14,6 +14,13 @@ The service composes three parts, each in its own module, around one loop:
   or, with ``separate_commits=True`` on PostgreSQL, on a thread and connection of its own
   (:meth:`Store.open_sibling`), so that claims and commits overlap.
 
+Where the store can bound a lock wait (PostgreSQL), claims and commits run on a connection of the
+service's own whose waits for a lock another transaction holds last at most :data:`LOCK_WAIT_MS`:
+a caller's open transaction on a partition, or a row lock on one partition's effect row, then
+fails that partition's claim or commit alone (a transient error, the partition backing off and
+retrying), while the other partitions, which shared the round trip, are claimed and committed
+in round trips of their own.
+
 The loop (this module) runs a pass, hands its rows to the executor, then sleeps until the
 earliest of: the next due time of the pass (converted to a *monotonic* deadline once, so a
 wall-clock jump cannot stall it), a step of the wall clock either way (read every second), a
@@ -38,27 +45,28 @@ import logging
 import math
 import threading
 import time
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 from ..storage.errors import is_transient
 from ..storage.redact import redact
 from ..storage.store import Store, check_partition, check_store
 from ..storage.watch import Watcher
 from ..timers import keys, writer
-from ..timers.claim import release_rows
+from ..timers.claim import refund_rows, release_rows
 from ..timers.deadline import deadline_factory
 from ..timers.due import due_at_ms_of
 from ..timers.registry import TimerKind, TimerRegistry, check_registry
 from ..timers.runner import PAGE, Attempt, RunReport, TickBudget, settle
 from .activity import Activity
+from .clock import StoreClock
 from .committer import ERROR_BACKOFF_S, Committer, backoff_s
 from .executor import SHARE_S, Executor
 from .metrics import BACKLOG_EVERY_S, MetricsSnapshot, Recorder, due_backlog, parked_count
-from .passes import Passes
+from .passes import PassResult, Passes
 from .pool import DEFAULT_CONCURRENCY, DaemonExecutor, DaemonPool
 from .records import Job, Outcome
 
-__all__ = ["DEFAULT_CONCURRENCY", "DurableTimerService"]
+__all__ = ["DEFAULT_CONCURRENCY", "LOCK_WAIT_MS", "DurableTimerService"]
 
 log = logging.getLogger("timerwheel_c.durable")
 
@@ -71,6 +79,11 @@ _NS_PER_MS = 1_000_000
 #: deadline was converted from a due time under the old reading (see :meth:`_wall_clock_stepped`).
 CLOCK_CHECK_S = 1.0
 CLOCK_STEP_NS = 100_000_000
+# The longest a claim or a commit waits for a lock another transaction holds (a caller's open
+# transaction on a partition, a row lock on an effect row), where the store bounds it (PostgreSQL's
+# lock_timeout): past it that partition's call fails alone and backs off while the others go on.
+# Far above a writer's ordinary transaction (milliseconds), far below the first backoff (5 s).
+LOCK_WAIT_MS = 250
 
 
 def _check_positive(name: str, value: object, unit: str) -> float:
@@ -108,7 +121,9 @@ class DurableTimerService:
             supports it (:meth:`Store.ownership`: PostgreSQL), else False.
         summary_interval_s: seconds (finite, > 0) between INFO summaries of the work done
             (see :mod:`timerwheel_c.durable.activity`).
-        wall_ns: the Unix-epoch clock in ns (default :func:`time.time_ns`); tests shift it.
+        wall_ns: the Unix-epoch clock in ns that judges due times; None (default): the store server's
+            clock where it has one (PostgreSQL: :class:`~.clock.StoreClock`, so that a host clock
+            running ahead never fires a timer early), else :func:`time.time_ns`. Tests shift it.
         separate_commits: True: with a store that can write on a second connection at once
             (:meth:`Store.open_sibling`: PostgreSQL), commit outcomes on a thread and connection
             of their own, so that claims never wait behind a commit, not even behind one that waits
@@ -152,7 +167,7 @@ class DurableTimerService:
         budget: TickBudget = _DEFAULT_BUDGET,
         max_sleep_s: float = 30.0,
         summary_interval_s: float = 60.0,
-        wall_ns=time.time_ns,
+        wall_ns: Optional[Callable[[], int]] = None,
         fleet: Optional[bool] = None,
         separate_commits: bool = False,
     ):
@@ -180,7 +195,11 @@ class DurableTimerService:
         if fleet and self.ownership is None:
             raise ValueError(f"fleet=True needs a store that divides partitions among runners (PostgreSQL), got {store!r}")
         self.budget = budget
-        self._wall_ns = wall_ns
+        self._clock: Optional[StoreClock] = None
+        if wall_ns is None:
+            self._clock = StoreClock()
+            wall_ns = self._clock.now_ns
+        self._wall_ns: Callable[[], int] = wall_ns
         self._extra: set = set()
         self._lock = threading.Lock()
         self._thread: Optional[threading.Thread] = None
@@ -237,7 +256,13 @@ class DurableTimerService:
                              "(in a fleet, whole partitions); register at least one TimerHandler")
         self.executor.start()
         self._store_pool = DaemonPool(1, "durable-store")
-        sibling = self.store.open_sibling() if self._separate_commits else None
+        # Claims and commits on a connection of the service's own whose lock waits are bounded:
+        # a lock held on one partition then holds up that partition alone. The caller's store, and
+        # its connection, stay as they were (handlers and the caller's own writes use it).
+        bounded = self.store.open_sibling(lock_wait_ms=LOCK_WAIT_MS)
+        if bounded is not None:
+            self._passes.store = self.committer.store = bounded
+        sibling = self.store.open_sibling(lock_wait_ms=LOCK_WAIT_MS) if self._separate_commits else None
         if sibling is not None:
             # Outcomes commit on a thread and connection of their own: a pass's claims never wait
             # behind a commit's round trip, nor a commit behind a claim's, and the server runs both at
@@ -262,8 +287,9 @@ class DurableTimerService:
         overlap; only one outcome commits, and effects outside the batch must be idempotent
         (as always). False (default) leaves them to their backoff.
 
-        Rows claimed but not started (``queued``) are not started: they stay claimed and fire
-        again after their backoff. A handler still running at the timeout is abandoned: its row stays claimed at its backoff
+        Rows claimed but not started (``queued``) are not started: each gets back the attempt its
+        claim counted and is due now (an attempt counts a handler call, so a timer with
+        ``max_attempts=1`` still fires on the next runner). A handler still running at the timeout is abandoned: its row stays claimed at its backoff
         key and is fired again after that backoff (by this process if restarted, or another
         runner). An abandoned ``async`` handler is cancelled; a sync one finishes on its daemon
         thread, and its outcome is discarded.
@@ -404,6 +430,8 @@ class DurableTimerService:
             self._ready.set()
             self.executor.shutdown()
             if self._store_pool is not None:
+                if self._passes.store is not self.store:
+                    self._store_pool.submit(self._passes.store.close)
                 self._store_pool.shutdown()
             if self._commit_pool is not None:
                 # Closed on its own thread, after any commit still running there: stop() never waits on it.
@@ -504,10 +532,14 @@ class DurableTimerService:
                 if free <= 0:
                     self._slot_starved = True
                     at_ns = time.monotonic_ns() + max_ns
+                    if self.ownership is not None:
+                        # No pass, but the ownership's evaluation is this runner's heartbeat (its lease):
+                        # handlers that fill every slot for long must not make it look frozen.
+                        await self._on_store(self._heartbeat)
                 else:
                     busy = frozenset(self.executor.busy)
                     try:
-                        result = await self._on_store(self._passes.run, free, busy, lambda: self._stopping,
+                        result = await self._on_store(self._pass, free, busy, lambda: self._stopping,
                                                       self.executor.rows_within(SHARE_S, PAGE))
                         failures = 0
                     except Exception as exc:  # only reading the served partitions fails a whole pass
@@ -534,6 +566,20 @@ class DurableTimerService:
                 watcher.close()
             self._watcher = None
             self._loop = None
+
+    def _heartbeat(self) -> None:
+        """On the store thread: evaluate the ownership when it is due (see :mod:`.ownership`'s lease)."""
+        assert self.ownership is not None
+        try:
+            self.ownership.owned()
+        except Exception as exc:
+            self._store_failed(exc, 1, "ownership check")
+
+    def _pass(self, *args) -> PassResult:
+        """On the store thread: read the server's clock when it is time to, then a claim pass."""
+        if self._clock is not None:
+            self._clock.refresh(self._passes.store)
+        return self._passes.run(*args)
 
     async def _sleep_until(self, deadline, at_ns: int) -> None:
         assert self._kick is not None  # set by the serving loop before it first sleeps
@@ -619,11 +665,12 @@ class DurableTimerService:
         def left_s() -> Optional[float]:
             return None if self._stop_at is None else max(0.0, self._stop_at - time.monotonic())
 
-        # Where the rows this stop gives up go: released below, or left to their backoff.
+        # Where the rows this stop gives up in their handler go: released below, or left to their backoff.
         fate = ("are released for another runner to fire now" if self._release_on_stop
                 else "stay claimed and fire again after their backoff")
         if self.executor.queue:
-            log.info("stopping with %d claimed row(s) not started; they %s", len(self.executor.queue), fate)
+            log.info("stopping with %d claimed row(s) not started; they get their attempt back and are due now",
+                     len(self.executor.queue))
         abandoned = await self.executor.drain(left_s)
         if abandoned:
             log.warning("stopping with %d handler(s) still running; their rows %s", abandoned, fate)
@@ -631,23 +678,25 @@ class DurableTimerService:
         if uncommitted:
             log.warning("stopping with %d outcome(s) not committed (a commit the store has not answered may still "
                         "land); unless it does, their rows %s", uncommitted, fate)
-        if self._release_on_stop:
-            await self._release_unsettled()
+        await self._release_unsettled()
 
     async def _release_unsettled(self) -> None:
+        """Give their attempt back to the claimed rows no handler was called for, due now; with
+        ``release_claims``, also make due now (attempt kept) the rows given up in their handler."""
         by_partition: dict = {}
         for key in self.executor.busy:
             job = self._jobs.get(key)
-            if job is not None:
-                by_partition.setdefault(job.partition, []).append(job.claimed)
-        for partition, claimed in by_partition.items():
+            if job is not None and (self._release_on_stop or not job.started):
+                by_partition.setdefault((job.partition, job.started), []).append(job.claimed)
+        for (partition, started), claimed in by_partition.items():
+            move, what = (release_rows, "released") if started else (refund_rows, "gave the attempt back to")
             try:
-                moved = await self._on_store(release_rows, self.store, partition, claimed, self._wall_ms())
+                moved = await self._on_store(move, self._passes.store, partition, claimed, self._wall_ms())
             except Exception as exc:
                 self._store_failed(exc, 1, f"release of this runner's claims on partition {partition!r}")
                 continue
-            log.info("partition %r: released %d unsettled claim(s) on stop; another runner fires them now",
-                     partition, moved)
+            log.info("partition %r: %s %d unsettled claim(s) on stop; another runner fires them now",
+                     partition, what, moved)
 
     # -- metrics ---------------------------------------------------------------------------
     def metrics(self, backlog_timeout_s: float = 2.0) -> MetricsSnapshot:

@@ -35,7 +35,8 @@ themselves too: each partition then has one owner per group, the new group fires
 while both groups fire the kinds they share (each row still claimed once, by a guarded move).
 A runner leaves a due row of a kind it lacks in place for
 :data:`~timerwheel_c.durable.timers.claim.UNKNOWN_KIND_GRACE_MS` (10 s) for the group that has
-it, and only then backs it off, so rows of a kind no live runner knows do not clog the partition.
+it, and only then moves it later (counting no attempt), so rows of a kind no live runner knows
+do not clog the partition.
 
 Takeover: each check remembers which runner held each partition. A partition acquired from a
 runner that is no longer a member (it died: its locks went with its connection) is reported
@@ -51,9 +52,28 @@ and the partitions each owns from ``pg_locks``, without joining a group. A regis
 so takes k more entries of the server's lock table (``max_locks_per_transaction`` x
 ``max_connections`` entries in all, 6,400 by default).
 
-A runner that is alive but stuck (a handler that never returns) keeps its connection and so
-its partitions: ownership follows the connection, not progress. Supervise runners (a
-process manager's watchdog) if handlers can hang.
+A lease: a runner frozen with its connections open (SIGSTOP, a paused VM, a long stop-the-world
+pause) still answers TCP keepalives, so its session locks would stay for ever. Every evaluation
+runs queries on the lock connection, which the server stamps in ``pg_stat_activity.query_start``:
+that is the runner's heartbeat, read on the server's clock, with no table and no write. A member
+of the group whose lock connection has started no query for :data:`LEASE_S` has its lock session
+ended by the first live member to see it (``pg_terminate_backend``); its locks go with it, and its
+partitions are taken over, and its first-attempt claims released, as a dead runner's. When the
+frozen runner wakes, its next evaluation finds its lock connection gone: it owns nothing until it
+has reconnected and taken a share again, which rejoins it cleanly. The fence is the guarded commit
+of every row: an outcome it commits late for a row the new owner released or fired fails its
+guard and is counted as raced, never applied. Temporal fences a shard's late writes with a range
+ID checked on each write; here each row's own guard already does that, so no range ID is kept.
+
+The trade-off of ``pg_terminate_backend``: it needs the runners to share a role (or the
+``pg_signal_backend`` role); where it is refused, the refusal is logged once and the frozen
+runner keeps its partitions until its connection ends. And the lease must outlast the longest
+time a live runner goes without an evaluation: a pass is bounded by its budget's
+``max_elapsed_ms`` (10 s by default) and each claim's lock wait, so :data:`LEASE_S` is 20 s, and a
+frozen runner's partitions are taken over within about 20 s plus one ``check_interval_s``. A
+runner that is alive but stuck in a handler (one that never returns) still runs its loop and
+evaluates, so it keeps its partitions: supervise runners (a process manager's watchdog) if
+handlers can hang.
 
 Ownership makes the fleet efficient (no two runners scan and claim the same rows) and
 keeps each partition in due order under one runner; it is not what makes effects
@@ -88,13 +108,25 @@ from .store import Ownership, Store, check_partition, refuse_store
 if TYPE_CHECKING:  # the store's module imports this one: at run time its class is known by _check_store
     from .postgres import PostgresStore
 
-__all__ = ["PartitionOwnership", "RunnerInfo", "holders", "runners"]
+__all__ = ["LEASE_S", "PartitionOwnership", "RunnerInfo", "holders", "runners"]
 
 log = logging.getLogger("timerwheel_c.durable")
 
 # Server-side keepalives on the lock connection: a vanished host's locks go after about
 # idle + interval * count seconds instead of the OS default of hours.
 _KEEPALIVE_SETTINGS = (("tcp_keepalives_idle", 5), ("tcp_keepalives_interval", 2), ("tcp_keepalives_count", 3))
+
+LEASE_S = 20.0  # a member whose lock connection started no query for this long is ended (see above)
+
+# The members of the group (%s: the members namespace) whose lock connection (the session holding the
+# membership lock) has started no query for %s seconds, by the server's clock.
+_STALE_MEMBERS = """
+SELECT l.pid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND l.classid = %s::int8::oid AND l.pid <> pg_backend_pid()
+  AND a.query_start < clock_timestamp() - make_interval(secs => %s)
+"""
 
 _HOLDERS = """
 SELECT classid::int8, objid::int8, pid FROM pg_locks
@@ -264,6 +296,9 @@ class PartitionOwnership(Ownership):
         kinds: the timer kinds this runner handles (ints), part of the group (see the module
             docstring); None for a group of its own without kinds (monitoring, tests).
         check_interval_s: seconds (> 0) between re-evaluations of the group in :meth:`owned`.
+        lease_s: seconds (finite, > ``check_interval_s``) after which a member whose lock connection
+            ran no query is ended (see the module docstring); None (default): :data:`LEASE_S`, or
+            twice ``check_interval_s`` when that is longer.
 
     :meth:`owned` returns the sorted list of partitions owned now; :meth:`close` releases
     them all (closing the lock connection). Thread-safe.
@@ -273,7 +308,7 @@ class PartitionOwnership(Ownership):
     """
 
     def __init__(self, store: PostgresStore, partitions: Optional[list] = None, *, kinds: Optional[list] = None,
-                 check_interval_s: float = 1.0):
+                 check_interval_s: float = 1.0, lease_s: Optional[float] = None):
         _check_store(store)
         if isinstance(partitions, str):
             raise TypeError(f"partitions must be a list of str or None, not the str {partitions!r}")
@@ -281,9 +316,17 @@ class PartitionOwnership(Ownership):
             raise TypeError(f"check_interval_s must be a number of seconds, got {type(check_interval_s).__name__} {check_interval_s!r}")
         if not (math.isfinite(check_interval_s) and check_interval_s > 0):
             raise ValueError(f"check_interval_s must be finite and > 0 seconds, got {check_interval_s!r}")
+        if lease_s is None:
+            lease_s = max(LEASE_S, 2.0 * check_interval_s)
+        if isinstance(lease_s, bool) or not isinstance(lease_s, (int, float)):
+            raise TypeError(f"lease_s must be a number of seconds, got {type(lease_s).__name__} {lease_s!r}")
+        if not (math.isfinite(lease_s) and lease_s > check_interval_s):
+            raise ValueError(f"lease_s must be finite and > check_interval_s ({check_interval_s!r} s), got {lease_s!r}")
         self.store = store
         self.partitions = None if partitions is None else sorted({check_partition(p) for p in partitions})
         self.check_interval_s = float(check_interval_s)
+        self.lease_s = float(lease_s)
+        self._terminate_refused = False  # pg_terminate_backend was refused (logged once)
         self._group = _group(self.partitions, kinds)
         self._kinds = [] if kinds is None else sorted({int(k) for k in kinds})
         # Set on connecting: the lock namespaces include the schema the table lives in.
@@ -376,8 +419,25 @@ class PartitionOwnership(Ownership):
             self._conn = conn
         return self._conn
 
+    def _end_stale_members(self, conn: psycopg.Connection) -> None:
+        """End the lock session of every member past its lease (see the module docstring)."""
+        stale = [r[0] for r in conn.execute(_STALE_MEMBERS, (self._member_ns, self.lease_s)).fetchall()]
+        for pid in stale:
+            try:
+                conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            except psycopg.errors.InsufficientPrivilege as exc:
+                if not self._terminate_refused:
+                    self._terminate_refused = True
+                    log.warning("fleet: a runner (backend pid %d) made no progress for %.0f s, but this role may "
+                                "not end its session (%s); its partitions stay with it until its connection ends",
+                                pid, self.lease_s, str(exc).strip())
+                continue
+            log.warning("fleet: ended the lock session of a runner (backend pid %d) that made no progress for %.0f s; "
+                        "its partitions are taken over", pid, self.lease_s)
+
     def _rebalance(self) -> None:
         conn = self._connection()
+        self._end_stale_members(conn)
         wanted = self.partitions if self.partitions is not None else self.store.partitions()
         units = _units(wanted)
         order = list(units)

@@ -68,7 +68,7 @@ from .redact import redact
 from .sqlfiles import migrations, queries
 from .upgrades import derived_rows
 from .store import (Absent, Batch, Committed, Page, PreconditionFailed, Refused, SchemaVersionError,
-                    Store, check_readable_version, consumed_write, schema_version_of)
+                    Store, check_lock_wait_ms, check_readable_version, consumed_write, schema_version_of)
 from .watch import Watcher
 
 if TYPE_CHECKING:
@@ -210,6 +210,7 @@ class PostgresStore(Store):
         }
         self._sql = {name: sql.SQL(text).format(**self._names) for name, text in _QUERIES.items() if name != "wake_trigger"}
         self._signalled: Optional[str] = None  # the patterns this store has seen in force
+        self._lock_wait_ms: Optional[int] = None  # the session's lock_timeout (open_sibling), None: none
         self._conn: Optional[psycopg.Connection] = None
         with self._lock, self._wrap:
             if self.read_only:
@@ -298,7 +299,7 @@ class PostgresStore(Store):
 
     def _connection(self) -> psycopg.Connection:
         if self._conn is None or self._conn.closed:
-            conn = register_arrays(connect(self._dsn, self.synchronous_commit))
+            conn = register_arrays(connect(self._dsn, self.synchronous_commit, self._lock_wait_ms))
             if self.read_only:  # a write of this store fails, whatever path it takes
                 conn.execute("SET default_transaction_read_only = on")
             self._conn = conn
@@ -425,11 +426,30 @@ class PostgresStore(Store):
                 None if self.synchronous_commit is None else set_synchronous_commit(self.synchronous_commit)))
         return pools
 
-    def open_sibling(self) -> "PostgresStore":
+    def clock_ns(self) -> int:
+        """The server's ``clock_timestamp()`` (the time at the call, not at the transaction's start),
+        Unix epoch ns at PostgreSQL's resolution of 1 µs.
+
+        Raises:
+            StoreError: the server cannot be reached (transient).
+        """
+        with self._lock, self._wrap:
+            (micros,) = self._connection().execute(self._CLOCK).fetchall()[0]
+        return int(micros) * 1000
+
+    _CLOCK = sql.SQL("SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8")
+
+    def open_sibling(self, *, lock_wait_ms: Optional[int] = None) -> "PostgresStore":
         """The same table, statements and settings over a connection of its own (opened on first
-        use); the schema is in place already, so nothing is read or created here."""
+        use); the schema is in place already, so nothing is read or created here. ``lock_wait_ms``
+        (see :meth:`Store.open_sibling`) is the session's ``lock_timeout``, which bounds the waits
+        for a partition's advisory lock and for row locks alike (SQLSTATE 55P03, transient).
+
+        Raises:
+            TypeError / ValueError: ``lock_wait_ms`` is not None or an int >= 1.
+        """
         sibling = copy.copy(self)
-        sibling.__dict__.update(_lock=threading.Lock(), _conn=None)
+        sibling.__dict__.update(_lock=threading.Lock(), _conn=None, _lock_wait_ms=check_lock_wait_ms(lock_wait_ms))
         sibling.__dict__.pop("_async_pools", None)
         return sibling
 
@@ -529,9 +549,10 @@ def _refusal(why: str) -> StoreError:
     return kind(f"PostgreSQL refused the batch: {message} (SQLSTATE {sqlstate})", sqlstate)
 
 
-def connect(dsn: str, synchronous_commit: Optional[str] = None) -> psycopg.Connection:
+def connect(dsn: str, synchronous_commit: Optional[str] = None, lock_wait_ms: Optional[int] = None) -> psycopg.Connection:
     """An autocommit psycopg connection to ``dsn``, with the session's ``synchronous_commit``
-    set unless it is None.
+    set unless it is None, and its ``lock_timeout`` to ``lock_wait_ms`` (a checked int, ms) unless
+    that is None.
 
     Raises:
         StoreError: the server cannot be reached (transient) or refuses the DSN (permanent);
@@ -541,6 +562,8 @@ def connect(dsn: str, synchronous_commit: Optional[str] = None) -> psycopg.Conne
         conn = psycopg.connect(dsn, autocommit=True)
         if synchronous_commit is not None:
             conn.execute(set_synchronous_commit(synchronous_commit))
+        if lock_wait_ms is not None:
+            conn.execute(sql.SQL("SET lock_timeout = {}").format(sql.Literal(f"{lock_wait_ms}ms")))
     except psycopg.Error as exc:
         error = store_error(exc, dsn)
         if redact(str(exc), dsn) != str(exc):

@@ -43,6 +43,7 @@ __all__ = [
     "SchemaVersionError",
     "Store",
     "check_bytes",
+    "check_lock_wait_ms",
     "check_partition",
     "check_readable_version",
     "check_store",
@@ -74,6 +75,21 @@ def check_bytes(name: str, value: object) -> bytes:
 
 # The largest scan limit passed to a backend (which reads limit + 1 rows as an int64).
 MAX_SCAN_LIMIT = 1 << 62
+
+
+def check_lock_wait_ms(lock_wait_ms: object) -> Optional[int]:
+    """``lock_wait_ms`` of :meth:`Store.open_sibling`, checked: None or an int >= 1 (ms).
+
+    Raises:
+        TypeError / ValueError: naming the value.
+    """
+    if lock_wait_ms is None:
+        return None
+    if isinstance(lock_wait_ms, bool) or not isinstance(lock_wait_ms, int):
+        raise TypeError(f"lock_wait_ms must be None or an int (ms), got {type(lock_wait_ms).__name__} {lock_wait_ms!r}")
+    if lock_wait_ms < 1:
+        raise ValueError(f"lock_wait_ms must be >= 1 (ms), got {lock_wait_ms}")
+    return lock_wait_ms
 
 
 def check_partition(partition: object) -> str:
@@ -495,11 +511,31 @@ class Store(abc.ABC):
         """
         return None if self.ownership_type is None else self.ownership_type(self, partitions, **kwargs)
 
-    def open_sibling(self) -> Optional["Store"]:
+    def clock_ns(self) -> Optional[int]:
+        """The store server's wall clock now, Unix epoch ns, for runners on many hosts to agree on
+        what is due; None for a store without a server of its own (SQLite: its runners share a host,
+        and its clock). One round trip where there is a server.
+
+        Raises:
+            StoreError: the server cannot be reached.
+        """
+        return None
+
+    def open_sibling(self, *, lock_wait_ms: Optional[int] = None) -> Optional["Store"]:
         """A second handle on this store's data over a connection of its own, so that two threads
         write at once (the service commits outcomes on one while it claims on the other), or None
         for a backend whose writes cannot overlap (SQLite takes one writer at a time, so a second
-        connection would only wait). The caller closes it; closing it leaves this store open."""
+        connection would only wait). The caller closes it; closing it leaves this store open.
+
+        ``lock_wait_ms`` (int >= 1, or None: no bound): the longest the sibling's calls wait for a
+        lock another transaction holds (a partition's, a row's), in ms; past it a call raises
+        :class:`~.errors.TransientStoreError` with nothing written, so that its caller retries that
+        partition later while the others go on (the service's claims and commits).
+
+        Raises:
+            TypeError / ValueError: ``lock_wait_ms`` is not None or an int >= 1.
+        """
+        check_lock_wait_ms(lock_wait_ms)
         return None
 
     def close(self) -> None:  # noqa: B027 -- optional: a backend without resources keeps this no-op

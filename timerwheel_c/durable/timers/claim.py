@@ -4,7 +4,9 @@ A claim moves a row from its key K to its next backoff key K' (attempt + 1, due
 ``now_ms + backoff``, value and original due time unchanged) and points the timer's identity row
 (:func:`~.keys.identity`) at K', guarded on ``Equals(K, value)``, many claims per :meth:`Store.apply_many` round trip. So every attempt
 is counted before ``fire``: a handler that kills the process still has its attempt counted,
-and the row comes back after a growing backoff instead of in a hot loop.
+and the row comes back after a growing backoff instead of in a hot loop. A claimed row whose
+handler is never called (a runner stopping with rows queued) is given its attempt back by
+:func:`refund_rows`, so attempts count calls, not claims.
 
 What a scan meets, and what becomes of it (each a record type below, never a tagged tuple):
 
@@ -13,10 +15,13 @@ What a scan meets, and what becomes of it (each a record type below, never a tag
 - a row of a kind this registry lacks: left in place for :data:`UNKNOWN_KIND_GRACE_MS` after
   its due time, so that a runner that has the kind (another service on the store, or another
   group of a fleet, see :mod:`timerwheel_c.durable.storage.pg_ownership`) fires it; after that it
-  is backed off like a failure and logged once per kind, so rows nobody can fire do not clog
-  the due range;
-- a row whose key does not parse (*malformed*), or whose claim the store refuses for its content
-  or that has no valid backoff key (*unprocessable*): moved once, guarded, to its quarantine key
+  is moved :data:`UNKNOWN_KIND_BACKOFF_MS` later and logged once per kind, so rows nobody can
+  fire do not clog the due range. That move charges no attempt (no handler was called): in a
+  rolling deploy, the runner that has the kind still finds every attempt of ``max_attempts``
+  left. A row never tried keeps the scheduled layout, which has a single due time, so its due
+  time becomes the retry time;
+- a row whose key does not parse (*malformed*), or whose claim the store refuses for its content or that has
+  no valid backoff key (*unprocessable*): moved once, guarded, to its quarantine key
   ``keys.quarantine(K)`` outside the timer space, value unchanged, retained but never scanned
   again; a row that cannot even be quarantined is left, counted ``stuck`` and listed, never
   retried within the tick. A refusal of the store as a whole (a transient one: a read-only server,
@@ -40,14 +45,17 @@ from .tick import DEFAULT_BUDGET, RunReport, TickBudget, backoff_ms
 from ..storage.errors import is_transient
 from ..storage.store import Absent, Batch, Committed, Equals, Page, Refused, Store, check_partition
 
-__all__ = ["PAGE", "SCAN_PAGE", "UNKNOWN_KIND_GRACE_MS", "ClaimedTimer", "Claims", "claim_due", "claim_due_across", "due_request", "release_claims",
-           "release_rows"]
+__all__ = ["PAGE", "SCAN_PAGE", "UNKNOWN_KIND_BACKOFF_MS", "UNKNOWN_KIND_GRACE_MS", "ClaimedTimer", "Claims", "claim_due",
+           "claim_due_across", "due_request", "refund_rows", "release_claims", "release_rows"]
 
 log = logging.getLogger("timerwheel_c.durable")
 
 PAGE = 64  # rows claimed per round trip, at most
 SCAN_PAGE = 512  # rows read per scan of the due range, at most
 UNKNOWN_KIND_GRACE_MS = 10_000
+# How much later a row of a kind nobody claimed within its grace comes back. Constant, as such a
+# move counts no attempt: with the grace, each such row costs one move per 40 s.
+UNKNOWN_KIND_BACKOFF_MS = 30_000
 
 
 @dataclass(frozen=True)
@@ -137,6 +145,14 @@ def _claimed_key(now_ms: int, tk: keys.TimerKey) -> bytes:
     """The row's next backoff key: attempt + 1, due ``now_ms + backoff``, original due time kept."""
     attempt = min(tk.attempt + 1, keys.MAX_ATTEMPT)
     return keys.next_attempt(tk, min(now_ms + backoff_ms(attempt), keys.MAX_DUE_MS), attempt)
+
+
+def _moved_key(tk: keys.TimerKey, due_ms: int, attempt: int) -> bytes:
+    """The key of the timer ``tk`` due at ``due_ms`` (Unix epoch ms) with ``attempt`` attempts
+    counted: the scheduled layout for 0 (which has one due time), else the backed-off layout."""
+    if attempt == 0:
+        return keys.timer(due_ms, tk.kind, tk.reference, occurrence=tk.occurrence)
+    return keys.next_attempt(tk, due_ms, attempt)
 
 
 def _quarantine_batch(row: _ToQuarantine) -> Batch:
@@ -257,7 +273,8 @@ class Claimer:
                 if report.earliest_unknown_ms is None or grace_ends_ms < report.earliest_unknown_ms:
                     report.earliest_unknown_ms = grace_ends_ms
                 return None
-            return _ToBackOff(key, claimed_key, value, tk)
+            return _ToBackOff(key, _moved_key(tk, min(self.now_ms + UNKNOWN_KIND_BACKOFF_MS, keys.MAX_DUE_MS),
+                                              tk.attempt), value, tk)
         if parking.exhausted(handler, tk.attempt):
             try:
                 park = self._park(key, value, tk, handler)
@@ -439,8 +456,10 @@ def claim_due_across(store: Store, requests: list, registry: TimerRegistry, now_
 
     ``requests``: ``(partition, budget, first_page)`` triples (``first_page`` as :func:`claim_due`
     takes it). Returns one :class:`Claims` per request, in order. Errors stay where they arose: an
-    error reading a partition's rows is that partition's ``Claims.error``; an error of the shared
-    round trip is the error of every partition that had rows in it (none of them was claimed).
+    error reading a partition's rows is that partition's ``Claims.error``; when the shared round
+    trip fails (nothing of it was written: a lock on one partition that it waited on past the
+    store's bound, say), each partition claims those rows in a round trip of its own, so that the
+    error is the error of the partition that raised it and the others are claimed.
 
     Raises:
         TypeError / ValueError: bad arguments.
@@ -463,7 +482,15 @@ def claim_due_across(store: Store, requests: list, registry: TimerRegistry, now_
     try:
         results = store.apply_across(items) if items else []
     except Exception as exc:
-        errors = [exc if rs else e for rs, e in zip(rows, errors)]
+        if sum(1 for rs in rows if rs) < 2:
+            errors = [exc if rs else e for rs, e in zip(rows, errors)]
+        else:
+            for i, (claimer, rs) in enumerate(zip(claimers, rows)):
+                if rs:
+                    try:
+                        timers[i] = claimer.claimed(rs, store.apply_many(claimer.partition, [b for _, b in rs]))
+                    except Exception as own:
+                        errors[i] = own
     else:
         at = 0
         for i, (claimer, rs) in enumerate(zip(claimers, rows)):
@@ -528,8 +555,34 @@ def release_rows(store: Store, partition: str, claimed: list, now_ms: int) -> in
     return sum(isinstance(r, Committed) for r in store.apply_many(partition, batches))
 
 
-def _due_now(key: bytes, value: bytes, tk, now_ms: int) -> Batch:
-    """The guarded move of the backed-off row ``key`` to its key due at ``now_ms``, attempt kept."""
-    now_key = keys.backoff(now_ms, tk.kind, tk.attempt, tk.original_due_at_ms, tk.reference, occurrence=tk.occurrence)
+def refund_rows(store: Store, partition: str, claimed: list, now_ms: int) -> int:
+    """Give back the attempt that claiming counted to the claimed rows ``claimed`` (:class:`ClaimedTimer`
+    list) of ``partition`` whose handler was never called (rows a stopping runner had queued), and
+    make them due at ``now_ms`` (Unix epoch ms): the next claim counts the same attempt again, so
+    a timer with ``max_attempts=1`` still fires. A row claimed for its first attempt goes back to
+    its scheduled key at its original due time. Each row moves guarded on itself, so a row another
+    runner took meanwhile is left alone. Returns how many moved.
+
+    Only for rows no handler was called for: a row given up during its handler keeps its attempt
+    (:func:`release_rows`), since that call may have had effects.
+
+    Raises:
+        StoreError (or another exception from the store).
+    """
+    batches = []
+    for c in claimed:
+        tk = keys.parse(c.timer.key)
+        attempt = tk.attempt - 1
+        batches.append(_due_now(c.timer.key, c.timer.value, tk, tk.original_due_at_ms if attempt == 0 else now_ms,
+                                attempt))
+    if not batches:
+        return 0
+    return sum(isinstance(r, Committed) for r in store.apply_many(partition, batches))
+
+
+def _due_now(key: bytes, value: bytes, tk: keys.TimerKey, due_ms: int, attempt: Optional[int] = None) -> Batch:
+    """The guarded move of the backed-off row ``key`` to its key due at ``due_ms`` (Unix epoch ms) with
+    ``attempt`` attempts counted (None: its own)."""
+    now_key = _moved_key(tk, due_ms, tk.attempt if attempt is None else attempt)
     # The identity row follows the timer to its new key, so the timer stays reachable by name.
     return Batch().require(Equals(key, value)).delete(key).put(now_key, value).put(keys.identity_of(tk), now_key)
