@@ -170,24 +170,31 @@ def test_two_run_processes_commit_each_occurrence_of_a_schedule_once_through_a_s
     occurrence may be dropped); one is SIGKILLed mid-run. Every occurrence from the first to the last
     committed is committed exactly once: the nominal times form the unbroken 0.5 s grid, none twice.
     The test first checks that both processes were serving and that occurrences committed after the
-    kill, so it cannot pass vacuously."""
+    kill, so it cannot pass vacuously. The schedule starts once both processes serve, so a slow
+    start-up never turns its first occurrences into a catch-up."""
     from timerwheel_c.durable import Every, add_schedule
 
     db = tmp_path / "fleet.db"
     store = SQLiteStore(db)
-    start_ms = wall_ms()
-    add_schedule(store, P, "half", Every(0.5, start=start_ms), 0xF5, misfire="all", catchup_window_s=60)
     env = dict(os.environ, PYTHONPATH=str(HELPERS.parent))
     cmd = [sys.executable, "-m", "timerwheel_c", "run", "--store", "sqlite:///" + str(db),
            "--handlers", "durable_handlers:registry", "--partition", P]
-    procs = [subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-             for _ in range(2)]
+    logs = [tmp_path / f"stderr-{i}" for i in range(2)]
+    procs = []
+    for log in logs:
+        with open(log, "wb") as err:
+            procs.append(subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=err))
 
     def nominal_ms():
         rows = store.scan(P, b"occurrence/", b"occurrence0", limit=100_000).entries
         return [int(k.split(b"/")[2]) for k, _ in rows]
 
     try:
+        wait_until(lambda: all(b"serving" in log.read_bytes() or p.poll() is not None for log, p in zip(logs, procs)),
+                   "both processes to serve")
+        assert all(p.poll() is None for p in procs), [log.read_text() for log in logs]
+        start_ms = wall_ms()
+        add_schedule(store, P, "half", Every(0.5, start=start_ms), 0xF5, misfire="all", catchup_window_s=60)
         wait_until(lambda: len(nominal_ms()) >= 6, "6 occurrences to commit")
         assert all(p.poll() is None for p in procs)
         procs[0].send_signal(signal.SIGKILL)
