@@ -4,8 +4,10 @@ Run as ``python durable_handlers.py MODE ...`` or import ``registry`` (``--handl
 
 - ``serve DB OFFSET_MS``: a DurableTimerService on every partition of DB, its wall clock shifted
   by OFFSET_MS, until killed.
-- ``sleeper DB LOG DUE0 DUE1``: an execution doing two durable sleeps, appending a line to LOG
-  after each (``<n> fired`` or ``<n> replayed``), with a service in the same process.
+- ``sleeper DB LOG DELAY0_MS DELAY1_MS``: an execution doing two durable sleeps, each due its delay
+  after the call that journals it (so a slow process start-up never eats into it), appending a
+  line to LOG after each (``<n> fired|replayed <wall ms> <due ms asked>``), with a service in the
+  same process. A replay waits on the due time journaled before, not on the one it asks.
 - ``open URL GO``: import everything, print ``ready``, wait for the file GO to exist, then open
   (and close) the store of URL: many of these open one store at the same moment.
 """
@@ -88,14 +90,15 @@ def serve(db: str, offset_ms: str) -> None:
         time.sleep(1)
 
 
-def sleeper(db: str, log_path: str, due0: str, due1: str) -> None:
+def sleeper(db: str, log_path: str, delay0_ms: str, delay1_ms: str) -> None:
     store = SQLiteStore(db)
     with DurableTimerService(store, registry, [SLEEP_PARTITION]) as service:
         ctx = DurableContext(store, "execution-1", service=service)
-        for n, due in enumerate((int(due0), int(due1))):
-            replayed = ctx.sleep_until(due, timeout_s=60)
+        for n, delay_ms in enumerate((int(delay0_ms), int(delay1_ms))):
+            due_ms = time.time_ns() // 1_000_000 + delay_ms
+            replayed = ctx.sleep_until(due_ms, timeout_s=60)
             with open(log_path, "a") as f:
-                f.write(f"{n} {'replayed' if replayed else 'fired'} {time.time_ns() // 1_000_000}\n")
+                f.write(f"{n} {'replayed' if replayed else 'fired'} {time.time_ns() // 1_000_000} {due_ms}\n")
 
 
 def open_when(url: str, go: str) -> None:

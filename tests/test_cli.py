@@ -1,42 +1,35 @@
 """The ``timerwheel-c`` command itself: ``--version``, and help written for a terminal.
 
-Each case runs ``python -m timerwheel_c`` in a subprocess from a fresh directory, as a user
-does; nothing here is timed.
+Each case runs the command in-process (tests/cli_run.py); ``python -m timerwheel_c`` as a real
+process is in test_durable_process.py. Nothing here is timed.
 """
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 
 import pytest
 
 import timerwheel_c
 from timerwheel_c._helptext import terminal_text
+from cli_run import run_cli
 
-TIMEOUT_S = 60.0
 # What reST inline markup looks like when a terminal shows it literally.
 MARKUP = re.compile(r"``|:(?:class|func|meth|mod|attr|data|exc|ref):`|\w::$", re.MULTILINE)
 
 
-def cli(tmp_path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "timerwheel_c", *args], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=TIMEOUT_S)
-
-
-def test_version_names_the_package_version_and_the_cores(tmp_path):
+def test_version_names_the_package_version_and_the_cores():
     """``--version`` on the top-level command prints the version and which cores run, exit 0."""
-    out = cli(tmp_path, "--version")
+    out = run_cli("--version")
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().startswith(f"timerwheel-c {timerwheel_c.__version__} ")
     assert f"({timerwheel_c.IMPLEMENTATION} cores" in out.stdout
 
 
 @pytest.mark.parametrize("command", [[], ["run"]])
-def test_help_is_plain_terminal_text(tmp_path, command):
+def test_help_is_plain_terminal_text(command):
     """Every help page is plain text: no reST roles, double backquotes or literal-block ``::``,
     and no numbered work items. The page is checked to be the real one (it has its usage line)."""
-    out = cli(tmp_path, *command, "--help")
+    out = run_cli(*command, "--help")
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith(f"usage: timerwheel-c {' '.join(command)}".rstrip())
     assert not MARKUP.search(out.stdout), MARKUP.search(out.stdout)

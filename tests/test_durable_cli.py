@@ -1,7 +1,9 @@
 """``timerwheel-c run``'s argument handling: every bad argument, an unopenable store and a
 handlers module that fails to import included, is one line on stderr naming the value, and
 exit status 2 (a traceback only at DEBUG), before anything is served or created. The
-handlers cases run the real command in a subprocess, in a fresh directory (never the
+command runs in-process (tests/cli_run.py), with the broken handler modules importable from a
+fresh directory; the DEBUG traceback, which logging set up at start-up prints, and one bad
+handlers spec also run as the real command in a subprocess, in that directory (never the
 checkout, so the installed package is the one imported). (Serving and stopping on a signal
 are in test_durable_process.py.)"""
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from timerwheel_c.cli import main
+from cli_run import run_cli
 
 HELPERS_DIR = Path(__file__).resolve().parent
 TIMEOUT_S = 60.0
@@ -27,20 +30,31 @@ BROKEN_MODULES = {
 }
 
 
-def run_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+def run_process(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    """``timerwheel-c run ARGS`` as a real process in ``tmp_path``, its handler modules importable."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(HELPERS_DIR)]))
     return subprocess.run([sys.executable, "-m", "timerwheel_c", "run", *args], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=TIMEOUT_S)
 
 
+def run_in_process(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    """``timerwheel-c run ARGS`` in this process (``tmp_path``, as handler_dir makes it, is already on
+    sys.path and the working directory)."""
+    return run_cli("run", *args)
+
+
 @pytest.fixture
-def handler_dir(tmp_path):
+def handler_dir(tmp_path, monkeypatch):
     for name, source in BROKEN_MODULES.items():
         (tmp_path / f"{name}.py").write_text(source)
-    return tmp_path
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)  # a relative --store names a file here, as in the real process's cwd
+    yield tmp_path
+    for name in BROKEN_MODULES:  # the ones that import stay cached: the next test's files are its own
+        sys.modules.pop(name, None)
 
 
-@pytest.mark.parametrize("spec, needles", [
+BAD_HANDLERS = [
     ("raises_on_import:registry", ["'raises_on_import'", "RuntimeError", "handlers cannot start: no config"]),
     ("bad_syntax:registry", ["'bad_syntax'", "SyntaxError"]),
     ("nosuchmod:registry", ["'nosuchmod'", "ModuleNotFoundError"]),
@@ -49,15 +63,20 @@ def handler_dir(tmp_path):
     ("exits_on_import:registry", ["'exits_on_import'", "SystemExit: 3"]),
     ("durable_handlers:nosuchattr", ["'durable_handlers'", "no attribute 'nosuchattr'"]),
     ("nocolon", ["'nocolon'", "MODULE:ATTR"]),
-])
-def test_bad_handlers_are_one_line_exit_2_and_create_no_database(handler_dir, spec, needles):
+]
+
+
+@pytest.mark.parametrize("run, spec, needles",
+                         [pytest.param(run_in_process, spec, needles, id=spec) for spec, needles in BAD_HANDLERS]
+                         + [pytest.param(run_process, *BAD_HANDLERS[0], id="real-process")])
+def test_bad_handlers_are_one_line_exit_2_and_create_no_database(handler_dir, run, spec, needles):
     """A handlers spec that cannot give a registry, for any reason (including a module raising
     while it is imported), exits 2 with exactly one stderr line naming the spec or module and
     the error; the SQLite file named by --store does not exist afterwards, because the handlers
     are checked before the store is opened."""
     db = handler_dir / "t7.db"
     before = sorted(p.name for p in handler_dir.iterdir())
-    out = run_cli(handler_dir, "--store", f"sqlite:///{db}", "--handlers", spec)
+    out = run(handler_dir, "--store", f"sqlite:///{db}", "--handlers", spec)
     assert out.returncode == 2, out.stderr
     lines = out.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("timerwheel-c run: "), out.stderr
@@ -72,7 +91,7 @@ def test_bad_handlers_are_one_line_exit_2_and_create_no_database(handler_dir, sp
 def test_debug_in_any_case_logs_the_handlers_traceback(handler_dir, level):
     """--log-level takes any case; at DEBUG the failing import's traceback (down to the user's
     own line) is logged, after which the same one-line error and exit 2 follow."""
-    out = run_cli(handler_dir, "--store", f"sqlite:///{handler_dir / 'x.db'}",
+    out = run_process(handler_dir, "--store", f"sqlite:///{handler_dir / 'x.db'}",
                   "--handlers", "raises_on_import:registry", "--log-level", level)
     assert out.returncode == 2, out.stderr
     assert "Traceback (most recent call last)" in out.stderr
@@ -82,7 +101,7 @@ def test_debug_in_any_case_logs_the_handlers_traceback(handler_dir, level):
 
 def test_unknown_log_level_is_a_usage_error_naming_it(handler_dir):
     """An unknown level exits 2 through argparse, naming the value and the choices."""
-    out = run_cli(handler_dir, "--store", "sqlite:///x.db", "--handlers", "durable_handlers:registry",
+    out = run_in_process(handler_dir, "--store", "sqlite:///x.db", "--handlers", "durable_handlers:registry",
                   "--log-level", "loud")
     assert out.returncode == 2
     assert "'LOUD'" in out.stderr and "DEBUG" in out.stderr
@@ -91,7 +110,7 @@ def test_unknown_log_level_is_a_usage_error_naming_it(handler_dir):
 
 def test_bad_store_url_is_named_once_handlers_are_valid(tmp_path):
     """With valid handlers, an unsupported store URL exits 2 naming the URL."""
-    out = run_cli(tmp_path, "--store", "mysql://x", "--handlers", "durable_handlers:registry")
+    out = run_in_process(tmp_path, "--store", "mysql://x", "--handlers", "durable_handlers:registry")
     assert out.returncode == 2 and "mysql://x" in out.stderr
     assert len(out.stderr.splitlines()) == 1, out.stderr
 

@@ -303,12 +303,9 @@ def test_claims_run_ahead_of_free_slots_by_at_most_the_budget(store):
 def test_run_refuses_a_bad_concurrency_with_one_line_and_exit_2(tmp_path, bad):
     """`timerwheel-c run --concurrency N` takes an int >= 1; anything else exits 2 naming the value,
     before any store is opened (no database file appears)."""
-    import subprocess
-    import sys
+    from cli_run import run_cli
 
     db = tmp_path / "never.db"
-    done = subprocess.run([sys.executable, "-m", "timerwheel_c", "run", "--store", f"sqlite:///{db}",
-                           "--handlers", "json:loads", "--concurrency", bad], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=60)
+    done = run_cli("run", "--store", f"sqlite:///{db}", "--handlers", "json:loads", "--concurrency", bad)
     assert done.returncode == 2 and "--concurrency" in done.stderr and bad in done.stderr, done.stderr
     assert not db.exists()

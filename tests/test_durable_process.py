@@ -105,24 +105,34 @@ def test_poison_handler_is_retried_with_growing_backoff(tmp_path):
 def test_durable_sleep_survives_a_restart(tmp_path):
     """An execution sleeps twice; its process is killed during the second sleep. The replay in a new
     process returns from the first sleep at once (already fired, not journaled again) and from the
-    second after its due time; each sleep has exactly one timer journaled and fired."""
+    second not before its journaled due time; each sleep has exactly one timer journaled and fired.
+
+    The child computes each due time when it makes the call (0.2 s, then 3 s ahead), so however
+    slowly a loaded machine starts it, the second sleep is journaled and still pending when the
+    test sees it, and the kill lands inside it."""
     db, log = tmp_path / "sleep.db", tmp_path / "log.txt"
-    due0, due1 = wall_ms() + 200, wall_ms() + 2500
-    first = spawn(tmp_path, "sleeper", db, log, due0, due1)
+    first = spawn(tmp_path, "sleeper", db, log, 200, 3000)
     wait_until(lambda: db.exists(), "the database")
     store = SQLiteStore(db)
-    # kill only once the second sleep is journaled (and, being due in 2.5 s, not yet fired)
-    wait_until(lambda: [r.due_at_ms for r in timer_rows(store, SLEEP_PARTITION)] == [due1], "second sleep")
+
+    def second_sleep():
+        # the log line is written once the first sleep's row is gone, so a row seen after it is the second's
+        return timer_rows(store, SLEEP_PARTITION) if log.exists() else []
+
+    wait_until(second_sleep, "the second sleep journaled")
+    [row] = second_sleep()
     first.send_signal(signal.SIGKILL)
     first.wait(10)
-    lines = log.read_text().split()
-    assert lines[:2] == ["0", "fired"] and int(lines[2]) >= due0 and len(lines) == 3
+    [line] = log.read_text().splitlines()
+    n, how, fired_ms, due0 = line.split()
+    assert (n, how) == ("0", "fired") and int(fired_ms) >= int(due0)
+    assert row.due_at_ms >= int(fired_ms) + 3000  # the second sleep's, asked after the first returned
 
-    second = spawn(tmp_path, "sleeper", db, log, due0, due1)
+    second = spawn(tmp_path, "sleeper", db, log, 200, 3000)
     assert second.wait(LIVENESS_S) == 0, second.stderr.read().decode()
     rows = [line.split() for line in log.read_text().splitlines()]
     assert [r[:2] for r in rows] == [["0", "fired"], ["0", "replayed"], ["1", "fired"]]
-    assert int(rows[2][2]) >= due1
+    assert int(rows[2][2]) >= row.due_at_ms
     assert timer_rows(store, SLEEP_PARTITION) == []
     marks = store.scan(SLEEP_PARTITION, b"S", b"T").entries
     assert [v for _, v in marks] == [b"F", b"F"]
@@ -160,24 +170,31 @@ def test_two_run_processes_commit_each_occurrence_of_a_schedule_once_through_a_s
     occurrence may be dropped); one is SIGKILLed mid-run. Every occurrence from the first to the last
     committed is committed exactly once: the nominal times form the unbroken 0.5 s grid, none twice.
     The test first checks that both processes were serving and that occurrences committed after the
-    kill, so it cannot pass vacuously."""
+    kill, so it cannot pass vacuously. The schedule starts once both processes serve, so a slow
+    start-up never turns its first occurrences into a catch-up."""
     from timerwheel_c.durable import Every, add_schedule
 
     db = tmp_path / "fleet.db"
     store = SQLiteStore(db)
-    start_ms = wall_ms()
-    add_schedule(store, P, "half", Every(0.5, start=start_ms), 0xF5, misfire="all", catchup_window_s=60)
     env = dict(os.environ, PYTHONPATH=str(HELPERS.parent))
     cmd = [sys.executable, "-m", "timerwheel_c", "run", "--store", "sqlite:///" + str(db),
            "--handlers", "durable_handlers:registry", "--partition", P]
-    procs = [subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-             for _ in range(2)]
+    logs = [tmp_path / f"stderr-{i}" for i in range(2)]
+    procs = []
+    for log in logs:
+        with open(log, "wb") as err:
+            procs.append(subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=err))
 
     def nominal_ms():
         rows = store.scan(P, b"occurrence/", b"occurrence0", limit=100_000).entries
         return [int(k.split(b"/")[2]) for k, _ in rows]
 
     try:
+        wait_until(lambda: all(b"serving" in log.read_bytes() or p.poll() is not None for log, p in zip(logs, procs)),
+                   "both processes to serve")
+        assert all(p.poll() is None for p in procs), [log.read_text() for log in logs]
+        start_ms = wall_ms()
+        add_schedule(store, P, "half", Every(0.5, start=start_ms), 0xF5, misfire="all", catchup_window_s=60)
         wait_until(lambda: len(nominal_ms()) >= 6, "6 occurrences to commit")
         assert all(p.poll() is None for p in procs)
         procs[0].send_signal(signal.SIGKILL)

@@ -89,33 +89,44 @@ def test_nearer_schedule_wakes_the_thread_early(store):
 
 
 class SlowFirstFailure(TimerHandler):
-    """Attempt 1 fails after running past the first backoff; later attempts succeed. Records
-    (attempt, wall ms at start, wall ms at end)."""
+    """Attempt 1 outlives the first backoff, then fails; later attempts succeed. Time is the service's
+    injected wall clock (``wall_ns``): attempt 1 moves it past the backoff, instead of sleeping the
+    backoff out, and kicks a pass, which it waits for before failing. Records (attempt, clock ms at
+    start, clock ms at end)."""
 
     kind = TimerKind(KIND)
 
     def __init__(self):
         self.attempts = []
+        self.shift_ns = 0
+        self.service = None
+
+    def wall_ns(self):
+        return time.time_ns() + self.shift_ns
 
     def fire(self, ctx, timer):
-        started = wall_ms()
+        started = self.wall_ns() // 1_000_000
         if timer.attempt == 1:
-            time.sleep(BACKOFF_BASE_MS / 1000 + 1.0)
-            self.attempts.append((timer.attempt, started, wall_ms()))
+            passes = self.service.passes  # the pass that claimed the row counted before this call
+            self.shift_ns += (BACKOFF_BASE_MS + 1000) * 1_000_000
+            self.service.notify(P, timer.due_at_ms)
+            wait_until(lambda: self.service.passes > passes, "a pass while attempt 1 runs")
+            self.attempts.append((timer.attempt, started, self.wall_ns() // 1_000_000))
             raise RuntimeError("failed after its backoff had passed")
-        self.attempts.append((timer.attempt, started, wall_ms()))
+        self.attempts.append((timer.attempt, started, self.wall_ns() // 1_000_000))
         return Done()
 
 
-@pytest.mark.slow
 def test_a_retry_due_while_its_slow_attempt_ran_fires_when_that_attempt_fails(store):
-    """The first attempt's backoff (5 s from its claim) runs out while the handler still runs, so the
-    passes made meanwhile skip the row (in flight). When the attempt then fails, the retry fires
-    within the liveness bound, not after max_sleep_s (an hour here), and not before the attempt ended."""
+    """The first attempt's backoff (5 s from its claim) runs out while the handler still runs (on the
+    service's clock, moved by hand), so a pass made meanwhile skips the row (in flight). When the
+    attempt then fails, the retry fires within the liveness bound, not after max_sleep_s (an hour
+    here), and not before the attempt ended."""
     h = SlowFirstFailure()
-    with DurableTimerService(store, TimerRegistry().register(h), [P], max_sleep_s=3600) as svc:
-        svc.schedule(P, wall_ms(), KIND, b"slow")
-        deadline = time.monotonic() + BACKOFF_BASE_MS / 1000 + 1.0 + LIVENESS_S
+    with DurableTimerService(store, TimerRegistry().register(h), [P], max_sleep_s=3600, wall_ns=h.wall_ns) as svc:
+        h.service = svc
+        svc.schedule(P, h.wall_ns() // 1_000_000, KIND, b"slow")
+        deadline = time.monotonic() + LIVENESS_S
         while len(h.attempts) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
     assert [a for a, _, _ in h.attempts] == [1, 2], h.attempts

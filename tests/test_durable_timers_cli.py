@@ -1,5 +1,6 @@
 """The operator commands, ``timerwheel-c timers list|show|cancel|requeue|fire-now`` and ``timerwheel-c
-fleet status``, run as real processes against a SQLite file and the shared PostgreSQL server (a schema
+fleet status``, run in-process (tests/cli_run.py; real processes where a pipe's reader or a runner
+must be one) against a SQLite file and the shared PostgreSQL server (a schema
 of the test's own): tables for a terminal, ``--json`` that parses, the store from ``TIMERWHEEL_C_STORE``,
 binary references by hex, and every bad argument or store as one line on stderr with exit 2 (exit 1
 for a timer that is not pending). Time assertions compare with the wall clock read around each
@@ -18,6 +19,7 @@ import pytest
 
 from timerwheel_c.durable import Retry, TimerHandler, TimerKind, TimerRegistry, get_timer, open_store, run_due, schedule
 from timerwheel_c.durable.service.cli_text import in_words
+from cli_run import run_cli
 from waiting import wait_until, wall_ms
 
 HELPERS_DIR = Path(__file__).resolve().parent
@@ -28,14 +30,10 @@ HOUR_MS = 3_600_000
 EFFECT_KIND = 0xF3  # tests/durable_handlers.py
 
 
-def cli(cwd: Path, *args: str, store_env: str | None = None) -> subprocess.CompletedProcess:
-    """``python -m timerwheel_c ARGS`` in ``cwd`` (never the checkout), with ``$TIMERWHEEL_C_STORE`` set
-    to ``store_env`` or unset."""
-    env = {k: v for k, v in os.environ.items() if k != "TIMERWHEEL_C_STORE"}
-    if store_env is not None:
-        env["TIMERWHEEL_C_STORE"] = store_env
-    return subprocess.run([sys.executable, "-m", "timerwheel_c", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=TIMEOUT_S)
+def cli(*args: str, store_env: str | None = None) -> subprocess.CompletedProcess:
+    """``timerwheel-c ARGS`` in this process (tests/cli_run.py), with ``$TIMERWHEEL_C_STORE`` set to
+    ``store_env`` or unset."""
+    return run_cli(*args, env={"TIMERWHEEL_C_STORE": store_env})
 
 
 def one_line_error(out: subprocess.CompletedProcess, status: int, *needles: str) -> str:
@@ -81,7 +79,7 @@ def timers(url):
 
 def test_list_prints_every_partition_in_due_order_as_a_table_and_as_json(url, timers, tmp_path):
     """Every pending timer, of all partitions, in due order; the table in words, the JSON with both forms."""
-    out = cli(tmp_path, "timers", "list", "--json", "--store", url)
+    out = cli("timers", "list", "--json", "--store", url)
     assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)
     assert [(r["partition"], r["reference_hex"]) for r in rows] == [
@@ -93,7 +91,7 @@ def test_list_prints_every_partition_in_due_order_as_a_table_and_as_json(url, ti
     assert (order["reference"], order["state"], order["attempt"]) == ("order-1", "scheduled", 0)
     assert later["kind"] == 8
 
-    table = cli(tmp_path, "timers", "list", "--store", url).stdout.splitlines()
+    table = cli("timers", "list", "--store", url).stdout.splitlines()
     assert table[0].split()[:4] == ["PARTITION", "KIND", "REFERENCE", "STATE"] and len(table) == 5
     assert "hex:" + b"\xff\x00bin".hex() in table[1] and "2 h ago" in table[1]
     assert "order-1" in table[3] and ("in 2 min" in table[3] or "in 3 min" in table[3])
@@ -101,7 +99,7 @@ def test_list_prints_every_partition_in_due_order_as_a_table_and_as_json(url, ti
 
 def test_list_filters_by_partition_kind_and_state_and_says_when_it_is_cut(url, timers, tmp_path):
     def listed(*args):
-        out = cli(tmp_path, "timers", "list", "--json", "--store", url, *args)
+        out = cli("timers", "list", "--json", "--store", url, *args)
         assert out.returncode == 0, out.stderr
         return [bytes.fromhex(r["reference_hex"]) for r in json.loads(out.stdout)], out.stderr
 
@@ -114,15 +112,15 @@ def test_list_filters_by_partition_kind_and_state_and_says_when_it_is_cut(url, t
 
 
 def test_show_finds_a_binary_reference_by_hex_and_a_missing_timer_is_exit_1(url, timers, tmp_path):
-    out = cli(tmp_path, "timers", "show", "--json", "--store", url, "--partition", "p2", "--kind", str(KIND),
+    out = cli("timers", "show", "--json", "--store", url, "--partition", "p2", "--kind", str(KIND),
               "--reference-hex", b"\xff\x00bin".hex())
     assert out.returncode == 0, out.stderr
     shown = json.loads(out.stdout)
     assert shown["reference"] is None and (shown["value"], shown["value_hex"]) == (None, "0102")
-    text = cli(tmp_path, "timers", "show", "--store", url, "--partition", "p1", "--kind", str(KIND),
+    text = cli("timers", "show", "--store", url, "--partition", "p1", "--kind", str(KIND),
                "--reference", "order-1").stdout
     assert "order-1" in text and "value-1" in text and "scheduled" in text
-    missing = cli(tmp_path, "timers", "show", "--store", url, "--partition", "p1", "--kind", str(KIND),
+    missing = cli("timers", "show", "--store", url, "--partition", "p1", "--kind", str(KIND),
                   "--reference", "ghost")
     one_line_error(missing, 1, "'ghost'", "no pending timer")
 
@@ -130,9 +128,9 @@ def test_show_finds_a_binary_reference_by_hex_and_a_missing_timer_is_exit_1(url,
 def test_cancel_removes_the_timer_in_any_state_once(url, timers, tmp_path):
     for partition, ref in (("p1", "order-1"), ("p3", "flaky")):
         args = ("timers", "cancel", "--store", url, "--partition", partition, "--kind", str(KIND), "--reference", ref)
-        out = cli(tmp_path, *args)
+        out = cli(*args)
         assert out.returncode == 0 and "cancelled" in out.stdout, out.stderr
-        one_line_error(cli(tmp_path, *args), 1, repr(ref))
+        one_line_error(cli(*args), 1, repr(ref))
     with open_store(url) as store:
         assert get_timer(store, "p1", KIND, b"order-1") is None and get_timer(store, "p3", KIND, b"flaky") is None
         assert get_timer(store, "p1", 8, b"later") is not None
@@ -141,7 +139,7 @@ def test_cancel_removes_the_timer_in_any_state_once(url, timers, tmp_path):
 def test_requeue_moves_a_retrying_timer_back_to_scheduled_and_leaves_a_scheduled_one(url, timers, tmp_path):
     """requeue --in 600: the retrying timer is scheduled again, attempt 0, due in 10 min; a scheduled
     timer is refused with exit 1, unchanged."""
-    out = cli(tmp_path, "timers", "requeue", "--store", url, "--partition", "p3", "--kind", str(KIND),
+    out = cli("timers", "requeue", "--store", url, "--partition", "p3", "--kind", str(KIND),
               "--reference", "flaky", "--in", "600")
     assert out.returncode == 0 and "requeued" in out.stdout, out.stderr
     with open_store(url) as store:
@@ -149,7 +147,7 @@ def test_requeue_moves_a_retrying_timer_back_to_scheduled_and_leaves_a_scheduled
         assert (timer.state, timer.attempt) == ("scheduled", 0)
         assert timers + 10 * MIN_MS <= timer.due_at_ms <= wall_ms() + 10 * MIN_MS
         before = get_timer(store, "p1", KIND, b"order-1")
-    refused = cli(tmp_path, "timers", "requeue", "--store", url, "--partition", "p1", "--kind", str(KIND),
+    refused = cli("timers", "requeue", "--store", url, "--partition", "p1", "--kind", str(KIND),
                   "--reference", "order-1")
     one_line_error(refused, 1, "scheduled", "fire-now")
     with open_store(url) as store:
@@ -163,12 +161,12 @@ def test_requeue_due_at_is_the_exact_ms_given(url, timers, tmp_path):
     exact_ms = (dt.datetime(2038, 9, 14, 18, 20, 4, 523000, tzinfo=dt.timezone.utc)
                 - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)) // dt.timedelta(milliseconds=1)
     assert int(dt.datetime.fromisoformat(given[:-1] + "+00:00").timestamp() * 1000) == exact_ms - 1  # the situation arose
-    out = cli(tmp_path, "timers", "requeue", "--store", url, "--partition", "p3", "--kind", str(KIND),
+    out = cli("timers", "requeue", "--store", url, "--partition", "p3", "--kind", str(KIND),
               "--reference", "flaky", "--due-at", given)
     assert out.returncode == 0 and "requeued" in out.stdout, out.stderr
     with open_store(url) as store:
         assert get_timer(store, "p3", KIND, b"flaky").due_at_ms == exact_ms
-    early = cli(tmp_path, "timers", "requeue", "--store", url, "--partition", "p3", "--kind", str(KIND),
+    early = cli("timers", "requeue", "--store", url, "--partition", "p3", "--kind", str(KIND),
                 "--reference", "flaky", "--due-at", "1969-12-31T23:59:59Z")
     one_line_error(early, 2, "--due-at", "1970", "1969-12-31T23:59:59Z")
 
@@ -176,7 +174,7 @@ def test_requeue_due_at_is_the_exact_ms_given(url, timers, tmp_path):
 def test_fire_now_makes_a_scheduled_or_retrying_timer_due_now(url, timers, tmp_path):
     for partition, ref in (("p1", "order-1"), ("p3", "flaky")):
         before_ms = wall_ms()
-        out = cli(tmp_path, "timers", "fire-now", "--store", url, "--partition", partition, "--kind", str(KIND),
+        out = cli("timers", "fire-now", "--store", url, "--partition", partition, "--kind", str(KIND),
                   "--reference", ref)
         assert out.returncode == 0 and "fired now" in out.stdout, out.stderr
         with open_store(url) as store:
@@ -199,23 +197,23 @@ def test_a_parked_timer_is_listed_shown_counted_and_requeued(url, timers, tmp_pa
     with open_store(url) as store:
         schedule(store, "p1", timers - MIN_MS, KIND, b"order-2", b"v")
         assert run_due(store, "p1", TimerRegistry().register(Broken()), timers).parked == 1
-    out = cli(tmp_path, "timers", "list", "--json", "--store", url)
+    out = cli("timers", "list", "--json", "--store", url)
     rows = json.loads(out.stdout)
     assert rows[-1]["reference"] == "order-2" and [r["state"] for r in rows].count("parked") == 1
     parked = rows[-1]
     assert (parked["state"], parked["attempt"], parked["due_at_ms"]) == ("parked", 1, timers - MIN_MS)
     assert parked["last_error"] == "RuntimeError: no such order b'order-2'" and parked["parked_at_ms"] >= timers
-    only = json.loads(cli(tmp_path, "timers", "list", "--json", "--state", "parked", "--store", url).stdout)
+    only = json.loads(cli("timers", "list", "--json", "--state", "parked", "--store", url).stdout)
     assert only == [parked]
-    table = cli(tmp_path, "timers", "list", "--store", url).stdout.splitlines()
+    table = cli("timers", "list", "--store", url).stdout.splitlines()
     assert "parked" in table[-1] and "RuntimeError: no such order" in table[-1]
     name = ("--store", url, "--partition", "p1", "--kind", str(KIND), "--reference", "order-2")
-    shown = cli(tmp_path, "timers", "show", *name).stdout
+    shown = cli("timers", "show", *name).stdout
     assert "parked" in shown and "RuntimeError: no such order" in shown and "parked at" in shown
-    state = json.loads(cli(tmp_path, "fleet", "status", "--json", "--store", url).stdout)
+    state = json.loads(cli("fleet", "status", "--json", "--store", url).stdout)
     assert {p["partition"]: p["parked"] for p in state["partitions"]} == {"p1": 1, "p2": 0, "p3": 0}
     before_ms = wall_ms()
-    out = cli(tmp_path, "timers", "requeue", *name)
+    out = cli("timers", "requeue", *name)
     assert out.returncode == 0 and "requeued" in out.stdout, out.stderr
     with open_store(url) as store:
         timer = get_timer(store, "p1", KIND, b"order-2")
@@ -226,7 +224,7 @@ def test_a_parked_timer_is_listed_shown_counted_and_requeued(url, timers, tmp_pa
 def test_fleet_status_gives_each_partitions_backlog_and_oldest_due_time(url, timers, tmp_path):
     """Due now: p2's overdue timer and p3's retrying one once its backoff passed (not yet, so p3 is
     not due); p1's are in the future. SQLite records no runners; PostgreSQL has none live."""
-    out = cli(tmp_path, "fleet", "status", "--json", "--store", url)
+    out = cli("fleet", "status", "--json", "--store", url)
     assert out.returncode == 0, out.stderr
     state = json.loads(out.stdout)
     parts = {p["partition"]: p for p in state["partitions"]}
@@ -238,7 +236,7 @@ def test_fleet_status_gives_each_partitions_backlog_and_oldest_due_time(url, tim
         assert state["backend"] == "sqlite" and state["runners"] is None and parts["p2"]["owners"] is None
     else:
         assert state["backend"] == "postgresql" and state["runners"] == [] and parts["p2"]["owners"] == []
-    table = cli(tmp_path, "fleet", "status", "--store", url).stdout
+    table = cli("fleet", "status", "--store", url).stdout
     assert "runners:" in table and "2 h ago" in table and "DUE BACKLOG" in table
 
 
@@ -260,7 +258,7 @@ def test_fleet_status_lists_live_runners_with_their_kinds_and_partitions(schema_
         seen: dict = {}
 
         def status_is(predicate) -> bool:
-            out = cli(tmp_path, "fleet", "status", "--json", "--store", schema_url)
+            out = cli("fleet", "status", "--json", "--store", schema_url)
             assert out.returncode == 0, out.stderr
             seen["state"] = json.loads(out.stdout)
             return predicate(seen["state"])
@@ -273,7 +271,7 @@ def test_fleet_status_lists_live_runners_with_their_kinds_and_partitions(schema_
         assert kinds == sorted([registry.kinds(), registry_without_effect.kinds()])
         assert {p for r in state["runners"] for p in r["partitions"]} == {"q0", "q1", "q2", "q3"}
         assert all(f"pid {proc.pid}" in " ".join(r["name"] for r in state["runners"]) for proc in procs)
-        table = cli(tmp_path, "fleet", "status", "--store", schema_url).stdout
+        table = cli("fleet", "status", "--store", schema_url).stdout
         assert "runners: 2 live" in table and "BACKEND PID" in table
         procs[0].send_signal(signal.SIGKILL)
         procs[0].wait(TIMEOUT_S)
@@ -293,7 +291,7 @@ def test_fleet_status_lists_live_runners_with_their_kinds_and_partitions(schema_
 def test_an_unreachable_store_is_one_line_exit_2_and_never_its_password(argv, tmp_path):
     pytest.importorskip("psycopg")
     url = "postgresql://postgres:sekrit@127.0.0.1:1/postgres?connect_timeout=5"
-    err = one_line_error(cli(tmp_path, *argv, "--store", url), 2, "postgresql://postgres:***@127.0.0.1:1/postgres")
+    err = one_line_error(cli(*argv, "--store", url), 2, "postgresql://postgres:***@127.0.0.1:1/postgres")
     assert "sekrit" not in err
 
 
@@ -301,10 +299,10 @@ def test_an_unreachable_store_is_one_line_exit_2_and_never_its_password(argv, tm
                                                                             "--kind", "1", "--reference", "r"]])
 def test_a_missing_sqlite_file_is_one_line_exit_2_and_is_not_created(argv, tmp_path):
     db = tmp_path / "typo.db"
-    one_line_error(cli(tmp_path, *argv, "--store", f"sqlite:///{db}"), 2, str(db), "no SQLite store")
+    one_line_error(cli(*argv, "--store", f"sqlite:///{db}"), 2, str(db), "no SQLite store")
     assert not db.exists()
-    one_line_error(cli(tmp_path, *argv, "--store", "mysql://x"), 2, "mysql://x")
-    one_line_error(cli(tmp_path, *argv), 2, "TIMERWHEEL_C_STORE")
+    one_line_error(cli(*argv, "--store", "mysql://x"), 2, "mysql://x")
+    one_line_error(cli(*argv), 2, "TIMERWHEEL_C_STORE")
 
 
 @pytest.mark.parametrize("argv, needles", [
@@ -325,16 +323,16 @@ def test_bad_arguments_are_one_line_and_exit_2(argv, needles, tmp_path):
     url = "sqlite:///" + str(tmp_path / "t.db")
     with open_store(url):
         pass
-    one_line_error(cli(tmp_path, "timers", *argv, "--store", url), 2, *needles)
+    one_line_error(cli("timers", *argv, "--store", url), 2, *needles)
 
 
 def test_the_store_comes_from_the_environment_without_a_url_on_the_command_line(url, timers, tmp_path):
     """With TIMERWHEEL_C_STORE set, no command line names the store (so ps never shows its URL)."""
     for argv in (["timers", "list", "--json"], ["fleet", "status", "--json"],
                  ["timers", "show", "--partition", "p1", "--kind", str(KIND), "--reference", "order-1"]):
-        out = cli(tmp_path, *argv, store_env=url)
+        out = cli(*argv, store_env=url)
         assert out.returncode == 0, out.stderr
-    assert len(json.loads(cli(tmp_path, "timers", "list", "--json", store_env=url).stdout)) == 4
+    assert len(json.loads(cli("timers", "list", "--json", store_env=url).stdout)) == 4
 
 
 def test_durations_read_in_words_to_their_two_largest_units():
@@ -356,10 +354,10 @@ def test_a_listed_schedule_occurrence_is_named_as_such_by_the_commands_on_one_ti
 
     with open_store(url) as store:
         add_schedule(store, "reports", "heartbeat", Every(60), KIND)
-    listed = json.loads(cli(tmp_path, "timers", "list", "--store", url, "--json").stdout)
+    listed = json.loads(cli("timers", "list", "--store", url, "--json").stdout)
     assert [(t["partition"], t["kind"], t["reference"]) for t in listed] == [("reports", KIND, "heartbeat")]
     for action in ("show", "cancel", "requeue", "fire-now"):
-        out = cli(tmp_path, "timers", action, "--store", url, "--partition", "reports", "--kind", str(KIND),
+        out = cli("timers", action, "--store", url, "--partition", "reports", "--kind", str(KIND),
                   "--reference", "heartbeat")
         one_line_error(out, 1, "occurrence of schedule 'heartbeat'", "timerwheel-c schedules")
 
@@ -391,11 +389,11 @@ def test_control_characters_in_names_are_escaped_in_tables(tmp_path):
     evil = "evil\n\x1b[2Jname"
     with open_store(url) as store:
         schedule(store, evil, wall_ms() + HOUR_MS, KIND, b"r")
-    outs = [cli(tmp_path, "timers", "list", "--store", url), cli(tmp_path, "fleet", "status", "--store", url),
-            cli(tmp_path, "timers", "show", "--store", url, "--partition", evil, "--kind", str(KIND), "--reference", "r")]
+    outs = [cli("timers", "list", "--store", url), cli("fleet", "status", "--store", url),
+            cli("timers", "show", "--store", url, "--partition", evil, "--kind", str(KIND), "--reference", "r")]
     for out in outs:
         assert out.returncode == 0, out.stderr
         assert "\x1b" not in out.stdout and "evil\\n\\x1b[2Jname" in out.stdout, out.stdout
     assert len(outs[0].stdout.strip().splitlines()) == 2  # the header and one row
-    listed = json.loads(cli(tmp_path, "timers", "list", "--store", url, "--json").stdout)
+    listed = json.loads(cli("timers", "list", "--store", url, "--json").stdout)
     assert [t["partition"] for t in listed] == [evil]
