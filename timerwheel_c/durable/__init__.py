@@ -34,7 +34,7 @@ from .storage.sqlite import SQLiteStore
 from .storage.store import Absent, Batch, Committed, Equals, Page, PreconditionFailed, SchemaVersionError, Store
 from .storage.watch import Watcher
 from .timers.keys import TimerKind
-from .timers.registry import Done, DueTimer, Reschedule, Retry, TimerContext, TimerHandler, TimerRegistry
+from .timers.registry import Done, DueTimer, FunctionHandler, Reschedule, Retry, TimerContext, TimerHandler, TimerRegistry
 from .timers.runner import RunReport, TickBudget, run_due
 from .timers.schedules import (ScheduleInfo, add_schedule, get_schedule, list_schedules, pause_schedule,
                                remove_schedule, resume_schedule)
@@ -43,7 +43,7 @@ from .timers.triggers import Cron, Every
 from .timers.writer import PendingTimer, TimerExists, cancel, get_timer, list_timers, requeue, reschedule, schedule
 
 __all__ = [
-    "Absent", "Batch", "Committed", "Cron", "Done", "DueTimer", "DurableContext", "DurableTimerService", "Equals", "Every",
+    "Absent", "Batch", "Committed", "Cron", "Done", "DueTimer", "DurableContext", "DurableTimerService", "Equals", "Every", "FunctionHandler",
     "Page", "PendingTimer", "PreconditionFailed", "Reschedule", "Retry", "RunReport", "SQLiteStore", "ScheduleInfo", "SchemaVersionError", "SleepHandler",
     "Store", "TickBudget", "TimerContext", "TimerExists", "TimerHandler", "TimerId", "TimerKind", "TimerRegistry",
     "Watcher", "add_schedule", "cancel", "get_schedule", "get_timer", "list_schedules", "list_timers", "open_store",

@@ -14,6 +14,7 @@ import datetime
 from typing import Optional
 
 from . import keys
+from .registry import handler_name
 
 __all__ = ["iso_utc", "reference_text", "row_name", "timer_name"]
 
@@ -48,7 +49,7 @@ def timer_name(partition: str, kind: int, reference: bytes, *, handler=None, att
     class and gives the attempt's maximum (``attempt 2 of 20``, or ``attempt 2 (no limit)`` for
     ``max_attempts=None``). ``due_at_ms``: Unix epoch ms.
     """
-    kind_text = f"{int(kind)}" if handler is None else f"{int(kind)} ({type(handler).__name__})"
+    kind_text = f"{int(kind)}" if handler is None else f"{int(kind)} ({handler_name(handler)})"
     text = (f"{'schedule occurrence' if occurrence else 'timer'} partition {partition!r} kind {kind_text} "
             f"reference {reference_text(reference)}")
     if attempt is not None:

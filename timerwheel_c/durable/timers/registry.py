@@ -16,6 +16,16 @@ and :class:`Retry` are failed attempts: each counts toward the handler's
 :attr:`TimerHandler.max_attempts`, after which the timer is *parked* (kept with its last error,
 never retried until requeued). Effects *outside* the batch must be idempotent,
 because ``fire`` may run more than once (the process can die before the commit).
+
+A handler is a :class:`TimerHandler` subclass, or a plain function ``fire(ctx, timer)`` (sync or
+``async def``) registered with the :meth:`TimerRegistry.handler` decorator, as procrastinate's
+``@app.task`` registers a task:
+
+    registry = TimerRegistry()
+
+    @registry.handler(TimerKind(1), max_attempts=5)
+    def expire_ticket(ctx, timer):
+        return Done()
 """
 from __future__ import annotations
 
@@ -35,6 +45,7 @@ __all__ = [
     "DueTimer",
     "Reschedule",
     "Retry",
+    "FunctionHandler",
     "TimerContext",
     "TimerHandler",
     "TimerKind",
@@ -164,6 +175,36 @@ class TimerHandler:
         raise NotImplementedError
 
 
+def handler_name(handler: TimerHandler) -> str:
+    """How logs and messages name ``handler``: a function handler by its function's qualified name,
+    a class handler by its class."""
+    return handler.name if isinstance(handler, FunctionHandler) else type(handler).__name__
+
+
+class FunctionHandler(TimerHandler):
+    """A plain function ``function(ctx, timer)``, sync or ``async def``, as the handler of ``kind``,
+    with the options a :class:`TimerHandler` subclass sets as class attributes. Made by
+    :meth:`TimerRegistry.handler`; ``function`` must return an outcome as :meth:`TimerHandler.fire`
+    does (a forgotten ``return Done()`` is a failed attempt).
+
+    ``function`` becomes this object's ``fire`` itself, not a method that calls it, so a fire costs
+    what a class handler's does, and an ``async def`` one is awaited on the service's loop."""
+
+    def __init__(self, function, kind, *, max_attempts: Optional[int] = DEFAULT_MAX_ATTEMPTS,
+                 timeout_s: Optional[float] = None, max_per_tick: Optional[int] = None):
+        if not callable(function):
+            raise TypeError(f"a handler function must be callable, got {type(function).__name__} {function!r}")
+        self.fire = function  # type: ignore[method-assign]
+        self.name: str = getattr(function, "__qualname__", None) or repr(function)
+        self.kind = kind
+        self.max_attempts = max_attempts
+        self.timeout_s = timeout_s
+        self.max_per_tick = max_per_tick
+
+    def __repr__(self):
+        return f"FunctionHandler({self.name}, kind={self.kind!r})"
+
+
 class TimerRegistry:
     """Handlers by kind. ``register`` chains: ``TimerRegistry().register(a).register(b)``.
 
@@ -205,6 +246,23 @@ class TimerRegistry:
             raise ValueError(f"kind {kind} is already registered to {self._handlers[kind]!r}")
         self._handlers[kind] = handler
         return self
+
+    def handler(self, kind, *, max_attempts: Optional[int] = DEFAULT_MAX_ATTEMPTS, timeout_s: Optional[float] = None,
+                max_per_tick: Optional[int] = None):
+        """Decorator: register the decorated function ``f(ctx, timer)`` (sync or ``async def``) as the
+        handler of ``kind`` (a :class:`TimerKind` or an int 1..255), with the options of
+        :class:`TimerHandler`; returns ``f`` itself, still callable (a test calls it directly).
+
+        Raises:
+            TypeError / ValueError: as :meth:`register` (a bad kind or option, a kind already
+                registered), at decoration time; TypeError for a non-callable.
+        """
+        def register(function):
+            self.register(FunctionHandler(function, kind, max_attempts=max_attempts, timeout_s=timeout_s,
+                                          max_per_tick=max_per_tick))
+            return function
+
+        return register
 
     def get(self, kind: int) -> Optional[TimerHandler]:
         """The handler for ``kind`` (an int), or None."""
