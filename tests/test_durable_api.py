@@ -77,3 +77,63 @@ def test_the_handler_decorator_checks_its_arguments_when_it_decorates():
     registry.handler(1)(lambda ctx, timer: Done())
     with pytest.raises(ValueError, match="already registered"):
         registry.handler(1)(lambda ctx, timer: Done())
+
+
+@pytest.fixture
+def host_now(monkeypatch):
+    """Relative due times count from this fixed 'now' (ms), not the wall clock."""
+    from timerwheel_c.durable.timers import due
+
+    monkeypatch.setattr(due, "relative_base_ms", lambda: NOW)
+    return NOW
+
+
+def test_a_timedelta_or_delay_seconds_is_due_that_long_from_now(store, host_now):
+    """A timedelta where the due time goes, or ``delay=`` seconds (rounded up to the ms, never early),
+    counts from now: schedule, reschedule, the service's writers and a Reschedule outcome alike."""
+    import datetime
+
+    from timerwheel_c.durable import Reschedule, reschedule
+
+    schedule(store, P, datetime.timedelta(minutes=5), 1, b"a")
+    assert get_timer(store, P, 1, b"a").due_at_ms == host_now + 300_000
+    schedule(store, P, None, 1, b"b", b"v", delay=1.0001)
+    assert get_timer(store, P, 1, b"b").due_at_ms == host_now + 1001
+    assert reschedule(store, P, 1, b"b", delay=60)
+    assert get_timer(store, P, 1, b"b").due_at_ms == host_now + 60_000
+    assert reschedule(store, P, 1, b"a", datetime.timedelta(microseconds=1))
+    assert get_timer(store, P, 1, b"a").due_at_ms == host_now + 1
+    assert Reschedule(datetime.timedelta(seconds=2), b"").due_at_ms == host_now + 2000
+
+
+def test_a_bad_relative_due_time_is_refused_naming_it(store, host_now):
+    """A negative delay or timedelta, a non-finite or non-number delay, and a delay given with a due
+    time are refused with one line naming the value; nothing is written."""
+    import datetime
+
+    cases = [((datetime.timedelta(seconds=-1),), {}, ValueError, "days=-1"),
+             ((None,), {"delay": -0.5}, ValueError, "-0.5"),
+             ((None,), {"delay": float("nan")}, ValueError, "nan"),
+             ((None,), {"delay": "5"}, TypeError, "'5'"),
+             ((None,), {"delay": True}, TypeError, "True"),
+             ((NOW + 5,), {"delay": 5}, TypeError, "not both"),
+             ((None,), {}, TypeError, "NoneType")]
+    for due, kwargs, error, named in cases:
+        with pytest.raises(error, match=named):
+            schedule(store, P, *due, 1, b"x", **kwargs)
+    assert get_timer(store, P, 1, b"x") is None
+
+
+def test_the_async_writer_takes_a_delay(store, host_now):
+    """``await aio.schedule(..., delay=)`` and ``aio.reschedule(..., delay=)`` count from now as the sync ones do."""
+    import asyncio
+
+    from timerwheel_c.durable import aio
+
+    async def main():
+        await aio.schedule(store, P, None, 2, b"c", delay=3)
+        assert get_timer(store, P, 2, b"c").due_at_ms == host_now + 3000
+        assert await aio.reschedule(store, P, 2, b"c", delay=4)
+
+    asyncio.run(main())
+    assert get_timer(store, P, 2, b"c").due_at_ms == host_now + 4000

@@ -45,7 +45,7 @@ from ..storage.watch import Watcher
 from ..timers import keys, writer
 from ..timers.claim import release_rows
 from ..timers.deadline import deadline_factory
-from ..timers.due import due_at_ms_of
+from ..timers.due import due_at_ms_of, due_or_delay
 from ..timers.registry import TimerKind, TimerRegistry
 from ..timers.runner import PAGE, Attempt, RunReport, TickBudget, settle
 from .activity import Activity
@@ -300,18 +300,18 @@ class DurableTimerService:
         return partition
 
     def schedule(self, partition: str, due_at_ms, kind, reference: bytes, value: bytes = b"", *,
-                 if_exists: str = "replace") -> bytes:
+                 if_exists: str = "replace", delay=None) -> bytes:
         """:func:`timerwheel_c.durable.schedule` on this service's store, for a served partition and a
         kind this service's registry has a handler for, then wake the thread if the timer is
-        nearer than its current sleep. ``due_at_ms``: Unix epoch ms or an aware datetime.
-        Returns the row's key.
+        nearer than its current sleep. ``due_at_ms``: Unix epoch ms, an aware datetime or a timedelta
+        from now; or None and ``delay`` seconds from now. Returns the row's key.
 
         Raises:
             TypeError / ValueError: bad arguments (see :func:`timerwheel_c.durable.schedule`), a
                 partition not served, a kind with no handler in the registry.
             Exception: whatever the store raises.
         """
-        due_ms = due_at_ms_of(due_at_ms)
+        due_ms = due_at_ms_of(due_or_delay(due_at_ms, delay))
         self._check_served(partition)
         number = TimerKind(kind).get()
         if self.registry.get(number) is None:
@@ -321,15 +321,15 @@ class DurableTimerService:
         self._nudge(partition, due_ms)
         return key
 
-    def reschedule(self, partition: str, kind, reference: bytes, due_at_ms) -> bool:
-        """:func:`timerwheel_c.durable.reschedule` for a served partition, then wake the thread if the
-        timer is now nearer than its current sleep.
+    def reschedule(self, partition: str, kind, reference: bytes, due_at_ms=None, *, delay=None) -> bool:
+        """:func:`timerwheel_c.durable.reschedule` for a served partition (``due_at_ms`` or ``delay``
+        seconds from now), then wake the thread if the timer is now nearer than its current sleep.
 
         Raises:
             TypeError / ValueError: bad arguments, a partition not served.
             Exception: whatever the store raises.
         """
-        due_ms = due_at_ms_of(due_at_ms)
+        due_ms = due_at_ms_of(due_or_delay(due_at_ms, delay))
         moved = writer.reschedule(self.store, self._check_served(partition), kind, reference, due_ms)
         if moved:
             self._nudge(partition, due_ms)

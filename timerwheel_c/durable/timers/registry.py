@@ -93,8 +93,9 @@ class Done:
 
 @dataclass(frozen=True)
 class Reschedule:
-    """Outcome: move the timer to ``due_at_ms`` (Unix epoch ms, or a timezone-aware datetime,
-    converted on construction) with ``value``; ``batch`` commits with the move.
+    """Outcome: move the timer to ``due_at_ms`` (Unix epoch ms, a timezone-aware datetime or a
+    ``datetime.timedelta`` from now, converted on construction) with ``value``; ``batch`` commits
+    with the move.
 
     A Reschedule whose key equals the row's scheduled key, or whose due time is not a valid
     one, is a failure (the row backs off). A naive datetime raises ValueError.
@@ -106,7 +107,7 @@ class Reschedule:
 
     def __post_init__(self):
         check_bytes("Reschedule.value", self.value)
-        if isinstance(self.due_at_ms, (int, datetime.datetime)) and not isinstance(self.due_at_ms, bool):
+        if isinstance(self.due_at_ms, (int, datetime.datetime, datetime.timedelta)) and not isinstance(self.due_at_ms, bool):
             # Other types are left for the runner to reject (and count) when it settles the outcome.
             object.__setattr__(self, "due_at_ms", due_at_ms_of(self.due_at_ms, "Reschedule.due_at_ms"))
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Optional, TypeVar
 
 from . import keys, parking
-from .due import due_at_ms_of
+from .due import due_at_ms_of, due_or_delay
 from .steps import APPLY, GET, Steps, run_steps
 from ..storage.joined import joined
 from ..storage.store import Absent, Batch, Committed, Equals, Store, check_bytes, check_partition, check_store
@@ -158,7 +158,7 @@ def on_store(store: Store, partition: str, steps: Steps[T]) -> T:
 
 
 def schedule(store: Store, partition: str, due_at_ms, kind, reference: bytes, value: bytes = b"", *,
-             if_exists: str = "replace", conn=None) -> bytes:
+             if_exists: str = "replace", conn=None, delay=None) -> bytes:
     """Arm the timer named (``partition``, ``kind``, ``reference``) for ``due_at_ms`` with ``value``;
     return the key of the pending timer row (bytes).
 
@@ -176,8 +176,9 @@ def schedule(store: Store, partition: str, due_at_ms, kind, reference: bytes, va
     Args:
         store: the backend.
         partition: a non-empty str.
-        due_at_ms: Unix epoch ms (int) or a timezone-aware datetime; an int below 10**11
-            (before 1973, plausibly seconds) is accepted and logged at WARNING.
+        due_at_ms: Unix epoch ms (int), a timezone-aware datetime, or a ``datetime.timedelta`` from
+            now; an int below 10**11 (before 1973, plausibly seconds) is accepted and logged at
+            WARNING. None with ``delay``.
         kind: 1..255, an int or a :class:`TimerKind`.
         reference: opaque bytes naming the timer among those of its kind.
         value: bytes handed to the handler.
@@ -185,6 +186,8 @@ def schedule(store: Store, partition: str, due_at_ms, kind, reference: bytes, va
             connection to the store's database, the write then part of its transaction: a
             ``sqlite3.Connection`` for a :class:`SQLiteStore`, a ``psycopg.Connection`` for a
             ``PostgresStore`` (what it must be: :mod:`timerwheel_c.durable.storage.joined`).
+        delay: instead of ``due_at_ms``, seconds from now (an int or float >= 0, rounded up to the ms).
+            A relative due time counts from this host's wall clock when the call is made.
 
     Raises:
         TimerExists: ``if_exists="error"`` and a timer of that name is pending (with ``conn``, the
@@ -194,8 +197,8 @@ def schedule(store: Store, partition: str, due_at_ms, kind, reference: bytes, va
             a ``conn`` that cannot carry the write).
         Exception: whatever the store raises.
     """
-    return write(store, partition, schedule_steps(store, partition, due_at_ms, kind, reference, value, if_exists),
-                 conn)
+    return write(store, partition, schedule_steps(store, partition, due_or_delay(due_at_ms, delay), kind, reference,
+                                                  value, if_exists), conn)
 
 
 def schedule_steps(store: Store, partition: str, due_at_ms, kind, reference: bytes, value: bytes,
@@ -257,9 +260,10 @@ def _cancel(identity: bytes) -> Steps[bool]:
             return current_value is not None
 
 
-def reschedule(store: Store, partition: str, kind, reference: bytes, due_at_ms, *, conn=None) -> bool:
+def reschedule(store: Store, partition: str, kind, reference: bytes, due_at_ms=None, *, conn=None,
+               delay=None) -> bool:
     """Move the pending timer named (``partition``, ``kind``, ``reference``) to ``due_at_ms`` (Unix
-    epoch ms or an aware datetime), its value kept and its attempts started again (a parked timer
+    epoch ms, an aware datetime or a timedelta from now) or ``delay`` seconds from now, its value kept and its attempts started again (a parked timer
     is put back, as by :func:`requeue`); True if a timer was pending (and so moved), False if none was.
 
     Args:
@@ -269,7 +273,8 @@ def reschedule(store: Store, partition: str, kind, reference: bytes, due_at_ms, 
         TypeError / ValueError: a bad argument, naming it.
         Exception: whatever the store raises.
     """
-    return write(store, partition, reschedule_steps(store, partition, kind, reference, due_at_ms), conn)
+    return write(store, partition, reschedule_steps(store, partition, kind, reference, due_or_delay(due_at_ms, delay)),
+                 conn)
 
 
 def requeue(store: Store, partition: str, kind, reference: bytes, due_at=None) -> bool:
