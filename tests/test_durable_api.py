@@ -137,3 +137,73 @@ def test_the_async_writer_takes_a_delay(store, host_now):
 
     asyncio.run(main())
     assert get_timer(store, P, 2, b"c").due_at_ms == host_now + 4000
+
+
+def _pending(store, partition):
+    from timerwheel_c.durable import list_timers
+
+    return {(int(t.kind), t.reference): (t.due_at_ms, t.value) for t in list_timers(store, partition, limit=10_000)}
+
+
+def _rows(store, partition):
+    """Every stored row of ``partition``: a timer written twice must leave no second row behind."""
+    return store.scan(partition, b"", b"\xff" * 8, limit=100_000).entries
+
+
+def test_schedule_many_writes_every_timer_by_name_across_partitions_and_chunks(store, monkeypatch):
+    """Timers of two partitions, more than a chunk each, with and without a value, all end pending
+    under their names, as a loop of schedule() leaves them; each can be cancelled by name."""
+    from timerwheel_c.durable import cancel, schedule_many
+    from timerwheel_c.durable.timers import bulk
+
+    monkeypatch.setattr(bulk, "CHUNK", 3)
+    timers = [(f"p{i % 2}", NOW + i, 1 + i % 3, b"r%d" % i, b"v%d" % i) for i in range(10)]
+    schedule_many(store, iter(timers + [("p0", NOW + 99, 4, b"bare")]))
+    expected = {p: {} for p in ("p0", "p1")}
+    for partition, due, kind, reference, value in timers + [("p0", NOW + 99, 4, b"bare", b"")]:
+        expected[partition][(kind, reference)] = (due, value)
+    assert _pending(store, "p0") == expected["p0"] and _pending(store, "p1") == expected["p1"]
+    assert cancel(store, "p1", 2, b"r1") and get_timer(store, "p1", 2, b"r1") is None
+
+
+@pytest.mark.parametrize("chunk", [2000, 2])
+def test_schedule_many_keeps_the_name_rules_of_schedule(store, monkeypatch, chunk):
+    """With a name already pending or given twice: "replace" moves it (the last given wins, no stray
+    row left), "keep" leaves it, "error" writes every other timer and then raises TimerExists
+    naming the pending one; in one chunk or many."""
+    from timerwheel_c.durable import TimerExists, schedule_many
+    from timerwheel_c.durable.timers import bulk
+
+    monkeypatch.setattr(bulk, "CHUNK", chunk)
+    schedule(store, P, NOW, 1, b"old", b"was")
+    rows_before = len(_rows(store, P))
+    schedule_many(store, [(P, NOW + 1, 1, b"old", b"new"), (P, NOW + 2, 1, b"dup", b"a"), (P, NOW + 3, 1, b"dup", b"b")])
+    assert _pending(store, P) == {(1, b"old"): (NOW + 1, b"new"), (1, b"dup"): (NOW + 3, b"b")}
+    assert len(_rows(store, P)) == rows_before + 2
+    schedule_many(store, [(P, NOW + 7, 1, b"old", b"kept?"), (P, NOW + 8, 1, b"k", b"new")], if_exists="keep")
+    assert _pending(store, P)[(1, b"old")] == (NOW + 1, b"new") and _pending(store, P)[(1, b"k")] == (NOW + 8, b"new")
+    with pytest.raises(TimerExists, match="reference b'old'") as raised:
+        schedule_many(store, [(P, NOW + 9, 1, b"old", b"x"), (P, NOW + 9, 1, b"e", b"y")], if_exists="error")
+    assert raised.value.timer.due_at_ms == NOW + 1
+    assert _pending(store, P)[(1, b"e")] == (NOW + 9, b"y") and _pending(store, P)[(1, b"old")] == (NOW + 1, b"new")
+
+
+def test_schedule_many_checks_every_timer_before_writing_any(store):
+    """A bad timer anywhere in the input (a naive datetime, a kind out of range, a str reference, a
+    wrong shape) or a bad if_exists raises naming it, and nothing is written."""
+    import datetime
+
+    from timerwheel_c.durable import schedule_many
+
+    good = (P, NOW, 1, b"good", b"")
+    cases = [((P, datetime.datetime(2030, 1, 1), 1, b"r", b""), ValueError, r"timers\[1\]: .*naive"),
+             ((P, NOW, 256, b"r", b""), ValueError, r"timers\[1\]: .*256"),
+             ((P, NOW, 1, "r", b""), TypeError, r"timers\[1\]: .*reference"),
+             ((P, NOW, 1), TypeError, r"timers\[1\] must be a tuple"),
+             (("", NOW, 1, b"r", b""), ValueError, r"timers\[1\]: .*partition")]
+    for bad, error, named in cases:
+        with pytest.raises(error, match=named):
+            schedule_many(store, [good, bad])
+    with pytest.raises(ValueError, match="'upsert'"):
+        schedule_many(store, [good], if_exists="upsert")
+    assert _pending(store, P) == {}

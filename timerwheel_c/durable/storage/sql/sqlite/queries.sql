@@ -18,6 +18,10 @@ SELECT key, value FROM timerwheel_kv WHERE partition = ? AND key > ? AND key < ?
 -- name: get
 SELECT value FROM timerwheel_kv WHERE partition = ? AND key = ?
 
+-- name: present
+-- Which of many keys hold a row: {keys} is filled with one "?" per key.
+SELECT key FROM timerwheel_kv WHERE partition = ? AND key IN ({keys})
+
 -- name: put
 INSERT OR REPLACE INTO timerwheel_kv (partition, key, value) VALUES (?, ?, ?)
 
