@@ -207,3 +207,21 @@ def test_schedule_many_checks_every_timer_before_writing_any(store):
     with pytest.raises(ValueError, match="'upsert'"):
         schedule_many(store, [good], if_exists="upsert")
     assert _pending(store, P) == {}
+
+
+def test_the_api_bench_rows_measure_both_forms(tmp_path):
+    """bench.durable_api's rows run end to end on a small load: a fire cost for each handler form,
+    and schedule_many beside a loop of schedule(), every figure a positive number."""
+    import itertools
+
+    from bench.durable_api import bulk_figures, fire_figures
+    from timerwheel_c.durable import SQLiteStore
+
+    counter = itertools.count()
+
+    def make_store():
+        return SQLiteStore(tmp_path / f"b{next(counter)}.db")
+
+    fire = fire_figures(make_store, 50, 1)
+    bulk = bulk_figures(make_store, 50, 1)
+    assert all(v > 0 for v in (*fire.values(), *bulk.values())), (fire, bulk)
