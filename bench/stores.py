@@ -44,6 +44,12 @@ class Delegating(Store):
     def _apply_many(self, partition: str, batches: list) -> list:
         return self.inner.apply_many(partition, batches)
 
+    def _record_labels(self, labels: dict) -> dict:
+        return self.inner.record_labels(labels)
+
+    def _labels(self, prefix: str) -> dict:
+        return self.inner.labels(prefix)
+
     def _partitions(self) -> list:
         return self.inner.partitions()
 

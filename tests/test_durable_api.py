@@ -225,3 +225,61 @@ def test_the_api_bench_rows_measure_both_forms(tmp_path):
     fire = fire_figures(make_store, 50, 1)
     bulk = bulk_figures(make_store, 50, 1)
     assert all(v > 0 for v in (*fire.values(), *bulk.values())), (fire, bulk)
+
+
+def test_a_kind_name_is_recorded_once_and_a_disagreeing_writer_or_runner_is_refused(store_url):
+    """The first writer of a named kind records its name in the store; a writer or a service (in
+    another process: another store object) naming that kind otherwise is refused with one line
+    naming both names, before it writes or starts; a kind without a name is never checked."""
+    from timerwheel_c.durable import KindNameMismatch, open_store, schedule_many
+    from timerwheel_c.durable.timers.kind_names import kind_names
+
+    first, other = open_store(store_url), open_store(store_url)
+    try:
+        schedule(first, P, NOW, TimerKind(1, "send-reminder"), b"a")
+        schedule(other, P, NOW, TimerKind(1, "send-reminder"), b"b")
+        schedule(other, P, NOW, 1, b"c")
+        assert kind_names(other) == {1: "send-reminder"}
+        with pytest.raises(KindNameMismatch, match="kind 1 is named 'expire-ticket' here but 'send-reminder'"):
+            schedule(other, P, NOW, TimerKind(1, "expire-ticket"), b"d")
+        with pytest.raises(KindNameMismatch, match="'expire-ticket'"):
+            schedule_many(other, [(P, NOW, TimerKind(1, "expire-ticket"), b"e")])
+        registry = TimerRegistry()
+        registry.handler(TimerKind(1, "expire-ticket"))(lambda ctx, timer: Done())
+        service = DurableTimerService(other, registry, [P])
+        with pytest.raises(KindNameMismatch, match="'send-reminder' in the store"):
+            service.start()
+        assert get_timer(first, P, 1, b"d") is None and get_timer(first, P, 1, b"e") is None
+    finally:
+        first.close()
+        other.close()
+
+
+def test_a_codec_kind_takes_any_value_and_hands_the_handler_it_decoded(store, caplog):
+    """With ``codec="json"`` a writer takes a dict and the handler (named in logs by the kind's name)
+    receives it decoded; a stored value that does not decode is a failed attempt naming the
+    codec's error, not a crash; a kind without a codec stays bytes only."""
+    from timerwheel_c.durable import schedule_many
+
+    kind = TimerKind(9, "send-reminder", codec="json")
+    registry = TimerRegistry()
+    seen = []
+
+    @registry.handler(kind, max_attempts=1)
+    def remind(ctx, timer):
+        seen.append(timer.value)
+        return Done()
+
+    schedule(store, P, NOW - 3, kind, b"u1", {"user": 7, "text": "héllo"})
+    schedule_many(store, [(P, NOW - 2, kind, b"u2", [1, 2])])
+    schedule(store, P, NOW - 1, 9, b"raw", b"not json")
+    with caplog.at_level(logging.WARNING, logger="timerwheel_c.durable"):
+        run_due(store, P, registry, NOW)
+    assert seen == [{"user": 7, "text": "héllo"}, [1, 2]]
+    parked = get_timer(store, P, 9, b"raw")
+    assert parked.state == "parked" and "JSONDecodeError" in parked.last_error
+    assert "kind 9 'send-reminder' (" in caplog.text
+    with pytest.raises(TypeError, match="value must be bytes"):
+        schedule(store, P, NOW, 3, b"x", {"user": 7})
+    with pytest.raises(TypeError, match="codec"):
+        TimerKind(3, "x", codec="yaml")

@@ -34,7 +34,9 @@ from .storage.sqlite import SQLiteStore
 from .storage.store import Absent, Batch, Committed, Equals, Page, PreconditionFailed, SchemaVersionError, Store
 from .storage.watch import Watcher
 from .timers.bulk import schedule_many
+from .timers.codecs import JSON, Codec
 from .timers.keys import TimerKind
+from .timers.kind_names import KindNameMismatch
 from .timers.registry import Done, DueTimer, FunctionHandler, Reschedule, Retry, TimerContext, TimerHandler, TimerRegistry
 from .timers.runner import RunReport, TickBudget, run_due
 from .timers.schedules import (ScheduleInfo, add_schedule, get_schedule, list_schedules, pause_schedule,
@@ -44,7 +46,7 @@ from .timers.triggers import Cron, Every
 from .timers.writer import PendingTimer, TimerExists, cancel, get_timer, list_timers, requeue, reschedule, schedule
 
 __all__ = [
-    "Absent", "Batch", "Committed", "Cron", "Done", "DueTimer", "DurableContext", "DurableTimerService", "Equals", "Every", "FunctionHandler",
+    "Absent", "Batch", "Codec", "Committed", "Cron", "Done", "DueTimer", "DurableContext", "DurableTimerService", "Equals", "Every", "FunctionHandler", "JSON", "KindNameMismatch",
     "Page", "PendingTimer", "PreconditionFailed", "Reschedule", "Retry", "RunReport", "SQLiteStore", "ScheduleInfo", "SchemaVersionError", "SleepHandler",
     "Store", "TickBudget", "TimerContext", "TimerExists", "TimerHandler", "TimerId", "TimerKind", "TimerRegistry",
     "Watcher", "add_schedule", "cancel", "get_schedule", "get_timer", "list_schedules", "list_timers", "open_store",

@@ -46,6 +46,7 @@ from ..timers import keys, writer
 from ..timers.claim import release_rows
 from ..timers.deadline import deadline_factory
 from ..timers.due import due_at_ms_of, due_or_delay
+from ..timers.kind_names import check_kind_names
 from ..timers.registry import TimerKind, TimerRegistry
 from ..timers.runner import PAGE, Attempt, RunReport, TickBudget, settle
 from .activity import Activity
@@ -227,6 +228,7 @@ class DurableTimerService:
             raise RuntimeError("DurableTimerService already started")
         if self._stopping:
             raise RuntimeError("DurableTimerService was stopped; a stopped service cannot be started (create a new one)")
+        check_kind_names(self.store, self.registry.named_kinds())
         if not self.registry.kinds():
             raise ValueError("the registry has no handler: a service without one would claim rows it cannot fire "
                              "(in a fleet, whole partitions); register at least one TimerHandler")

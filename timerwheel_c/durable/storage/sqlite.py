@@ -368,6 +368,24 @@ class SQLiteStore(Store):
             rows = self._db.execute(_QUERIES["partitions"]).fetchall()
         return [r[0] for r in rows]
 
+    def _record_labels(self, labels: dict) -> dict:
+        with self._lock, self._wrap:
+            db = self._db
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.executemany(_QUERIES["record_label"], list(labels.items()))
+                recorded = dict(db.execute(_QUERIES["labels"], ("",)).fetchall())
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+        return {name: recorded[name] for name in labels}
+
+    def _labels(self, prefix: str) -> dict:
+        with self._lock, self._wrap:
+            return {k: v for k, v in self._db.execute(_QUERIES["labels"], (prefix,)).fetchall() if k.startswith(prefix)}
+
     def close(self) -> None:
         if self._checkpointer is not None:
             self._closing.set()

@@ -13,10 +13,11 @@ from __future__ import annotations
 from typing import Iterable, Optional
 
 from . import keys
+from .codecs import encoded
 from .due import due_at_ms_of
+from .kind_names import check_kind_names
 from .writer import IF_EXISTS, TimerExists, _schedule, on_store
-from ..storage.store import Absent, Batch, PreconditionFailed, Refused, check_bytes, check_partition, \
-    check_store
+from ..storage.store import Absent, Batch, PreconditionFailed, Refused, check_partition, check_store
 
 __all__ = ["CHUNK", "schedule_many"]
 
@@ -35,7 +36,7 @@ def _checked(index: int, timer: object) -> tuple:
     try:
         key = keys.timer(due_at_ms_of(due_at), kind, reference)
         identity = keys.identity(kind, reference)
-        check_bytes("value", value)
+        value = encoded(kind, value)
         check_partition(partition)
     except (TypeError, ValueError) as exc:
         raise type(exc)(f"timers[{index}]: {exc}") from exc
@@ -89,6 +90,7 @@ def schedule_many(store, timers: Iterable[tuple], *, if_exists: str = "replace")
 
     Raises:
         TypeError / ValueError: a bad timer (``timers[i]: ...`` naming it) or ``if_exists``; nothing written.
+        KindNameMismatch: a named kind the store records under another name; nothing written.
         TimerExists: ``if_exists="error"`` and some names were pending: the first of them, once
             every other timer is written.
         StoreError: the store failed or refused a timer; the chunks before it are written.
@@ -97,9 +99,13 @@ def schedule_many(store, timers: Iterable[tuple], *, if_exists: str = "replace")
     if if_exists not in IF_EXISTS:
         raise ValueError(f"if_exists must be one of {IF_EXISTS}, got {if_exists!r}")
     by_partition: dict = {}
+    named: dict = {}  # kind number -> the first named TimerKind given for it
     for index, timer in enumerate(timers):
         partition, key, identity, value = _checked(index, timer)
         by_partition.setdefault(partition, []).append((key, identity, value))
+        if getattr(timer[2], "name", None) is not None:
+            named.setdefault(int(timer[2]), timer[2])
+    check_kind_names(store, named.values())
     keys.declare_signals(store)
     exists: Optional[TimerExists] = None
     for partition, rows in by_partition.items():

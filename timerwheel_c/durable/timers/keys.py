@@ -88,11 +88,13 @@ others    free for handlers' own rows (their effects), never scanned
 """
 from __future__ import annotations
 
+import re
 import struct
 from dataclasses import dataclass
 
 from typing import Optional
 
+from .codecs import codec_of
 from ..storage.store import MAX_KEY_BYTES, KeyPattern, Store, check_bytes
 from ..storage.upgrades import register_row_upgrade
 
@@ -174,31 +176,60 @@ SIGNALLED = [KeyPattern(TAG, _VARIANT_AT, _SCHEDULED), KeyPattern(TAG, _VARIANT_
              KeyPattern(SLEEP_MARK_TAG)]
 
 
+_KIND_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}\Z")
+
+
+def check_kind_name(name: object) -> str:
+    """Return ``name`` if it is a valid kind name: 1 to 64 ASCII letters, digits and ``._:-``, the
+    first a letter or a digit (``"send-reminder"``).
+
+    Raises:
+        TypeError: not a str; ValueError: not of that form, naming it.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"a kind name must be a str, got {type(name).__name__} {name!r}")
+    if not _KIND_NAME.match(name):
+        raise ValueError(f"a kind name must be 1 to 64 ASCII letters, digits and '._:-', starting with a letter or "
+                         f"a digit, got {name!r}")
+    return name
+
+
 class TimerKind(int):
     """A timer kind, 1..255, and an int: ``TimerKind(1) == 1``, ``int(TimerKind(1)) == 1``, and equal
     kinds hash alike whichever form they take. Kind 0 is invalid; 0xF0..0xFE are reserved for tests
     and 0xFF for :mod:`timerwheel_c.durable.timers.sleep`.
 
+    ``name`` (optional, :func:`check_kind_name`): what the kind is for (``TimerKind(1,
+    "send-reminder")``). A store records each kind's name when a writer or a runner first uses it,
+    and refuses one that names the kind otherwise (:mod:`.kind_names`); logs and the CLI show it.
+    ``codec`` (optional, :mod:`.codecs`): ``"json"``, a :class:`~.codecs.Codec` or a ``(dumps, loads)``
+    pair: writers then take any value it encodes and handlers receive the decoded value.
+
     Raises:
-        TypeError: ``n`` is not an int (a bool is refused too).
-        ValueError: ``n`` is outside 1..255.
+        TypeError: ``n`` is not an int (a bool is refused too), a name not a str, a bad codec.
+        ValueError: ``n`` is outside 1..255, a malformed name.
     """
 
-    __slots__ = ()
+    name: "str | None"
+    codec: object
 
-    def __new__(cls, n: "int | TimerKind"):
+    def __new__(cls, n: "int | TimerKind", name: "str | None" = None, codec: object = None):
         if isinstance(n, bool) or not isinstance(n, int):
             raise TypeError(f"a timer kind must be an int, got {type(n).__name__} {n!r}")
         if not 1 <= n <= 255:
             raise ValueError(f"a timer kind must be in 1..255 (0 is invalid), got {int(n)}")
-        return super().__new__(cls, n)
+        self = super().__new__(cls, n)
+        self.name = None if name is None else check_kind_name(name)
+        self.codec = codec_of(codec)
+        return self
 
     def get(self) -> int:
         """The kind number, 1..255, as a plain int."""
         return int(self)
 
     def __repr__(self):
-        return f"TimerKind({int(self)})"
+        named = "" if self.name is None else f", {self.name!r}"
+        return f"TimerKind({int(self)}{named})"
 
     __str__ = __repr__
 

@@ -29,7 +29,9 @@ A handler is a :class:`TimerHandler` subclass, or a plain function ``fire(ctx, t
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime
+import inspect
 import math
 import threading
 from dataclasses import dataclass
@@ -176,6 +178,23 @@ class TimerHandler:
         raise NotImplementedError
 
 
+def _decoding(fire, codec):
+    """``fire`` called with the timer's value decoded by ``codec`` (a decode error is that attempt's
+    failure); an ``async def`` stays one, so that the service still awaits it on its loop."""
+    if inspect.iscoroutinefunction(fire):
+        async def decoded_async(ctx, timer):
+            return await fire(ctx, dataclasses.replace(timer, value=codec.loads(timer.value)))
+
+        decoded_async.decodes = codec  # type: ignore[attr-defined]
+        return decoded_async
+
+    def decoded(ctx, timer):
+        return fire(ctx, dataclasses.replace(timer, value=codec.loads(timer.value)))
+
+    decoded.decodes = codec  # type: ignore[attr-defined]
+    return decoded
+
+
 def handler_name(handler: TimerHandler) -> str:
     """How logs and messages name ``handler``: a function handler by its function's qualified name,
     a class handler by its class."""
@@ -221,6 +240,9 @@ class TimerRegistry:
     def register(self, handler: TimerHandler) -> "TimerRegistry":
         """Add ``handler`` under ``handler.kind``; returns self.
 
+        A kind with a codec (``TimerKind(n, name, codec=...)``) has its handler's ``fire`` receive the
+        timer's value decoded.
+
         Raises:
             TypeError: not a TimerHandler instance, or a kind / max_per_tick / timeout_s / max_attempts
                 of the wrong type.
@@ -245,6 +267,9 @@ class TimerRegistry:
         check_max_attempts(handler.max_attempts)
         if kind in self._handlers:
             raise ValueError(f"kind {kind} is already registered to {self._handlers[kind]!r}")
+        codec = getattr(handler.kind, "codec", None)
+        if codec is not None and getattr(handler.fire, "decodes", None) is not codec:
+            handler.fire = _decoding(handler.fire, codec)  # type: ignore[method-assign]
         self._handlers[kind] = handler
         return self
 
@@ -272,6 +297,10 @@ class TimerRegistry:
     def kinds(self) -> list:
         """The registered kinds, sorted ints."""
         return sorted(self._handlers)
+
+    def named_kinds(self) -> list:
+        """The registered kinds as their handlers give them (TimerKinds with their names, or ints)."""
+        return [self._handlers[kind].kind for kind in sorted(self._handlers)]
 
     def first_unknown(self, kind: int) -> bool:
         """True the first time ``kind`` is reported unknown to this registry, False after."""

@@ -27,10 +27,12 @@ from dataclasses import dataclass
 from typing import Optional, TypeVar
 
 from . import keys, parking
+from .codecs import encoded
 from .due import due_at_ms_of, due_or_delay
+from .kind_names import check_kind_names
 from .steps import APPLY, GET, Steps, run_steps
 from ..storage.joined import joined
-from ..storage.store import Absent, Batch, Committed, Equals, Store, check_bytes, check_partition, check_store
+from ..storage.store import Absent, Batch, Committed, Equals, Store, check_partition, check_store
 
 __all__ = ["IF_EXISTS", "STATES", "PendingTimer", "TimerExists", "cancel", "cancel_steps", "get_timer", "get_timer_steps",
            "list_timers", "on_store", "requeue", "requeue_steps", "reschedule", "reschedule_steps", "schedule",
@@ -181,7 +183,8 @@ def schedule(store: Store, partition: str, due_at_ms, kind, reference: bytes, va
             WARNING. None with ``delay``.
         kind: 1..255, an int or a :class:`TimerKind`.
         reference: opaque bytes naming the timer among those of its kind.
-        value: bytes handed to the handler.
+        value: bytes handed to the handler; any value its codec encodes for a kind with a codec
+            (``TimerKind(1, "name", codec="json")``), handed to the handler decoded.
         conn: None (the store's own connection, the write committed at once), or the caller's open
             connection to the store's database, the write then part of its transaction: a
             ``sqlite3.Connection`` for a :class:`SQLiteStore`, a ``psycopg.Connection`` for a
@@ -195,10 +198,14 @@ def schedule(store: Store, partition: str, due_at_ms, kind, reference: bytes, va
         TypeError / ValueError: a bad argument, naming it (a naive datetime, a kind out of
             1..255, a non-bytes reference or value, an empty partition, an unknown ``if_exists``,
             a ``conn`` that cannot carry the write).
+        KindNameMismatch: a named kind the store records under another name (checked without ``conn``).
         Exception: whatever the store raises.
     """
-    return write(store, partition, schedule_steps(store, partition, due_or_delay(due_at_ms, delay), kind, reference,
-                                                  value, if_exists), conn)
+    steps = schedule_steps(store, partition, due_or_delay(due_at_ms, delay), kind, reference, value, if_exists)
+    if conn is None:
+        # Not inside a caller's transaction: on SQLite it holds the write lock the record would wait for.
+        check_kind_names(store, [kind])
+    return write(store, partition, steps, conn)
 
 
 def schedule_steps(store: Store, partition: str, due_at_ms, kind, reference: bytes, value: bytes,
@@ -207,7 +214,7 @@ def schedule_steps(store: Store, partition: str, due_at_ms, kind, reference: byt
     check_store(store)
     key = keys.timer(due_at_ms_of(due_at_ms), kind, reference)
     identity = keys.identity(kind, reference)
-    check_bytes("value", value)
+    value = encoded(kind, value)
     check_partition(partition)
     if if_exists not in IF_EXISTS:
         raise ValueError(f"if_exists must be one of {IF_EXISTS}, got {if_exists!r}")
