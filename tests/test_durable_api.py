@@ -283,3 +283,30 @@ def test_a_codec_kind_takes_any_value_and_hands_the_handler_it_decoded(store, ca
         schedule(store, P, NOW, 3, b"x", {"user": 7})
     with pytest.raises(TypeError, match="codec"):
         TimerKind(3, "x", codec="yaml")
+
+
+def test_timers_list_and_show_give_the_kind_names_the_store_records(store_url, tmp_path):
+    """``timerwheel-c timers list`` shows a named kind as its number and name (``kind_name`` in the
+    JSON, null for a kind without one), and ``timers show`` the same, from another process."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from timerwheel_c.durable import open_store
+
+    with open_store(store_url) as writer:
+        schedule(writer, P, NOW, TimerKind(3, "send-reminder"), b"r1")
+        schedule(writer, P, NOW + 1, 4, b"r2")
+    env = {k: v for k, v in os.environ.items() if k != "TIMERWHEEL_C_STORE"}
+
+    def cli(*args):
+        out = subprocess.run([sys.executable, "-m", "timerwheel_c", "timers", *args, "--store", store_url], cwd=tmp_path,
+                             env=env, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    rows = json.loads(cli("list", "--json"))
+    assert [(r["kind"], r["kind_name"]) for r in rows] == [(3, "send-reminder"), (4, None)]
+    assert "3 send-reminder" in cli("list").splitlines()[1]
+    assert "3 send-reminder" in cli("show", "--partition", P, "--kind", "3", "--reference", "r1")
