@@ -310,3 +310,55 @@ def test_timers_list_and_show_give_the_kind_names_the_store_records(store_url, t
     assert [(r["kind"], r["kind_name"]) for r in rows] == [(3, "send-reminder"), (4, None)]
     assert "3 send-reminder" in cli("list").splitlines()[1]
     assert "3 send-reminder" in cli("show", "--partition", P, "--kind", "3", "--reference", "r1")
+
+
+def test_a_handlers_backoff_sets_the_delays_between_its_attempts(store):
+    """A Backoff(base 1 s, factor 3, cap 5 s) retries a failing timer 1 s, 3 s, then 5 s after each
+    attempt's tick (driven by hand), where the default would wait 5 s, 10 s, 20 s; jitter only ever
+    shortens a delay, by at most its fraction."""
+    from timerwheel_c.durable import Backoff, Retry
+
+    registry = TimerRegistry()
+
+    @registry.handler(1, backoff=Backoff(base_s=1, factor=3, cap_s=5), max_attempts=None)
+    def failing(ctx, timer):
+        return Retry()
+
+    schedule(store, P, NOW, 1, b"r")
+    now = NOW
+    for delay_ms in (1000, 3000, 5000, 5000):
+        assert run_due(store, P, registry, now).failed == 1
+        timer = get_timer(store, P, 1, b"r")
+        assert (timer.state, timer.due_at_ms) == ("retrying", now + delay_ms)
+        now += delay_ms
+    jittered = Backoff(base_s=10, jitter=0.5)
+    assert all(5000 <= jittered.delay_ms(1) <= 10_000 for _ in range(200))
+    for bad in (dict(base_s=0), dict(factor=0.5), dict(base_s=5, cap_s=1), dict(jitter=2), dict(base_s=float("inf"))):
+        with pytest.raises(ValueError, match="Backoff"):
+            Backoff(**bad)
+    with pytest.raises(TypeError, match="Backoff"):
+        registry.handler(2, backoff=5)(failing)
+
+
+def test_retry_with_a_delay_is_tried_again_that_long_after_its_tick(store):
+    """Retry(delay=0.25) moves the retry to 250 ms after the tick (not the 5 s backoff), counted as a
+    failed attempt and not as a fire; its last attempt parks the timer whatever the delay."""
+    from timerwheel_c.durable import Retry
+
+    registry = TimerRegistry()
+
+    @registry.handler(1, max_attempts=2)
+    def soon(ctx, timer):
+        return Retry(delay=0.25)
+
+    schedule(store, P, NOW, 1, b"r")
+    report = run_due(store, P, registry, NOW)
+    assert (report.failed, report.fired) == (1, 0)
+    timer = get_timer(store, P, 1, b"r")
+    assert (timer.state, timer.attempt, timer.due_at_ms) == ("retrying", 1, NOW + 250)
+    assert run_due(store, P, registry, NOW + 249).failed == 0
+    assert run_due(store, P, registry, NOW + 250).parked == 1
+    assert get_timer(store, P, 1, b"r").state == "parked"
+    for bad, error in ((-1, ValueError), (float("nan"), ValueError), ("1", TypeError), (True, TypeError)):
+        with pytest.raises(error, match="Retry.delay"):
+            Retry(delay=bad)

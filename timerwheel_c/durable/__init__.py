@@ -39,6 +39,7 @@ from .timers.keys import TimerKind
 from .timers.kind_names import KindNameMismatch
 from .timers.registry import Done, DueTimer, FunctionHandler, Reschedule, Retry, TimerContext, TimerHandler, TimerRegistry
 from .timers.runner import RunReport, TickBudget, run_due
+from .timers.tick import Backoff
 from .timers.schedules import (ScheduleInfo, add_schedule, get_schedule, list_schedules, pause_schedule,
                                remove_schedule, resume_schedule)
 from .timers.sleep import DurableContext, SleepHandler, TimerId
@@ -46,7 +47,7 @@ from .timers.triggers import Cron, Every
 from .timers.writer import PendingTimer, TimerExists, cancel, get_timer, list_timers, requeue, reschedule, schedule
 
 __all__ = [
-    "Absent", "Batch", "Codec", "Committed", "Cron", "Done", "DueTimer", "DurableContext", "DurableTimerService", "Equals", "Every", "FunctionHandler", "JSON", "KindNameMismatch",
+    "Absent", "Backoff", "Batch", "Codec", "Committed", "Cron", "Done", "DueTimer", "DurableContext", "DurableTimerService", "Equals", "Every", "FunctionHandler", "JSON", "KindNameMismatch",
     "Page", "PendingTimer", "PreconditionFailed", "Reschedule", "Retry", "RunReport", "SQLiteStore", "ScheduleInfo", "SchemaVersionError", "SleepHandler",
     "Store", "TickBudget", "TimerContext", "TimerExists", "TimerHandler", "TimerId", "TimerKind", "TimerRegistry",
     "Watcher", "add_schedule", "cancel", "get_schedule", "get_timer", "list_schedules", "list_timers", "open_store",

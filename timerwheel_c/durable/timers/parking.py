@@ -32,7 +32,7 @@ from .registry import TimerHandler
 from ..storage.redact import redact
 from ..storage.store import Absent, Batch, Equals
 
-__all__ = ["STOPPED_DURING", "Parking", "exhausted", "last_error_of", "log_failure", "park_timer", "wall_ms",
+__all__ = ["STOPPED_DURING", "Parking", "RetryLater", "exhausted", "last_error_of", "log_failure", "park_timer", "wall_ms",
            "wrong_outcome"]
 
 log = logging.getLogger("timerwheel_c.durable")
@@ -43,6 +43,11 @@ _OUTCOME_REPR_CHARS = 200  # of a wrong return value quoted in a last error
 
 class Parking(Batch):
     """A guarded batch that parks a timer: its commit counts as ``parked``, never as ``fired``."""
+
+
+class RetryLater(Batch):
+    """A guarded batch that moves a failed attempt's retry to the time its ``Retry(delay=)`` asked for:
+    its commit counts as neither ``fired`` nor ``parked`` (the failure is counted when settled)."""
 
 
 def wall_ms() -> int:

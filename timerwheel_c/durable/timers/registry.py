@@ -9,7 +9,7 @@ answers with an outcome:
   most once per timer row.
 - :class:`Reschedule` ``(due_at_ms, value, batch)``: as Done, but the row moves to a new
   due time (Unix epoch ms) with a new value.
-- :class:`Retry` ``()``: try again later, with backoff.
+- :class:`Retry` ``()``: try again later, with the handler's backoff, or ``Retry(delay=s)`` in ``s`` seconds.
 
 Raising an exception, returning anything that is not an outcome (a forgotten ``return Done()``)
 and :class:`Retry` are failed attempts: each counts toward the handler's
@@ -39,10 +39,12 @@ from typing import Optional, Union
 
 from .due import due_at_ms_of
 from .keys import MAX_ATTEMPT, TimerKind
+from .tick import Backoff
 from ..storage.store import Batch, Store, check_bytes
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
+    "Backoff",
     "Done",
     "DueTimer",
     "Reschedule",
@@ -116,10 +118,27 @@ class Reschedule:
 
 @dataclass(frozen=True)
 class Retry:
-    """Outcome: not now; the row stays backed off and is tried again later. It is a failed attempt:
+    """Outcome: not now; the row stays backed off and is tried again later: after the handler's
+    backoff, or ``delay`` seconds after this attempt's tick when given (a number >= 0, rounded up to
+    the ms, as Celery's ``retry(countdown=)``). It is a failed attempt:
     it counts toward :attr:`TimerHandler.max_attempts` (as Celery's ``retry()`` counts toward its
     ``max_retries``), so a handler that polls with Retry sets ``max_attempts`` to cover its wait,
-    or None."""
+    or None.
+
+    Raises:
+        TypeError / ValueError: a delay that is not a finite number >= 0, naming it.
+    """
+
+    delay: Optional[float] = None
+
+    def __post_init__(self):
+        delay = self.delay
+        if delay is None:
+            return
+        if isinstance(delay, bool) or not isinstance(delay, (int, float)):
+            raise TypeError(f"Retry.delay must be a number of seconds or None, got {type(delay).__name__} {delay!r}")
+        if not (math.isfinite(delay) and delay >= 0):
+            raise ValueError(f"Retry.delay must be finite and >= 0 seconds, got {delay!r}")
 
 
 def check_max_attempts(value: object) -> Optional[int]:
@@ -172,6 +191,9 @@ class TimerHandler:
     max_per_tick: Optional[int] = None
     timeout_s: Optional[float] = None
     max_attempts: Optional[int] = DEFAULT_MAX_ATTEMPTS
+    #: The delays between attempts (:class:`~.tick.Backoff`: base, factor, cap, jitter); None: the
+    #: default, 5 s doubling up to 10 minutes.
+    backoff: Optional[Backoff] = None
 
     def fire(self, ctx: TimerContext, timer: DueTimer):
         """Handle one due timer; return :class:`Done`, :class:`Reschedule` or :class:`Retry`, or raise."""
@@ -211,7 +233,8 @@ class FunctionHandler(TimerHandler):
     what a class handler's does, and an ``async def`` one is awaited on the service's loop."""
 
     def __init__(self, function, kind, *, max_attempts: Optional[int] = DEFAULT_MAX_ATTEMPTS,
-                 timeout_s: Optional[float] = None, max_per_tick: Optional[int] = None):
+                 timeout_s: Optional[float] = None, max_per_tick: Optional[int] = None,
+                 backoff: Optional[Backoff] = None):
         if not callable(function):
             raise TypeError(f"a handler function must be callable, got {type(function).__name__} {function!r}")
         self.fire = function  # type: ignore[method-assign]
@@ -220,6 +243,7 @@ class FunctionHandler(TimerHandler):
         self.max_attempts = max_attempts
         self.timeout_s = timeout_s
         self.max_per_tick = max_per_tick
+        self.backoff = backoff
 
     def __repr__(self):
         return f"FunctionHandler({self.name}, kind={self.kind!r})"
@@ -265,6 +289,9 @@ class TimerRegistry:
         if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
             raise ValueError(f"timeout_s must be finite and > 0 seconds, or None, got {timeout!r}")
         check_max_attempts(handler.max_attempts)
+        if handler.backoff is not None and not isinstance(handler.backoff, Backoff):
+            raise TypeError(f"backoff must be a Backoff or None, got {type(handler.backoff).__name__} "
+                            f"{handler.backoff!r}")
         if kind in self._handlers:
             raise ValueError(f"kind {kind} is already registered to {self._handlers[kind]!r}")
         codec = getattr(handler.kind, "codec", None)
@@ -274,7 +301,7 @@ class TimerRegistry:
         return self
 
     def handler(self, kind, *, max_attempts: Optional[int] = DEFAULT_MAX_ATTEMPTS, timeout_s: Optional[float] = None,
-                max_per_tick: Optional[int] = None):
+                max_per_tick: Optional[int] = None, backoff: Optional[Backoff] = None):
         """Decorator: register the decorated function ``f(ctx, timer)`` (sync or ``async def``) as the
         handler of ``kind`` (a :class:`TimerKind` or an int 1..255), with the options of
         :class:`TimerHandler`; returns ``f`` itself, still callable (a test calls it directly).
@@ -285,7 +312,7 @@ class TimerRegistry:
         """
         def register(function):
             self.register(FunctionHandler(function, kind, max_attempts=max_attempts, timeout_s=timeout_s,
-                                          max_per_tick=max_per_tick))
+                                          max_per_tick=max_per_tick, backoff=backoff))
             return function
 
         return register

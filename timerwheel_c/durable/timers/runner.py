@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -126,8 +127,11 @@ def settle(partition: str, claimed: ClaimedTimer, report: RunReport, outcome: ob
     if error is not None:
         return _failed(partition, claimed, report, now_ms, error=error)
     if isinstance(outcome, Retry):
-        return _failed(partition, claimed, report, now_ms, why="Retry: the handler asked to try again later",
-                       asked=True)
+        why = "Retry: the handler asked to try again later"
+        if outcome.delay is None:
+            return _failed(partition, claimed, report, now_ms, why=why, asked=True)
+        return _failed(partition, claimed, report, now_ms, why=f"{why}, in {outcome.delay} s", asked=True,
+                       retry_in_ms=math.ceil(outcome.delay * 1000))
     if not isinstance(outcome, (Done, Reschedule)):
         return _failed(partition, claimed, report, now_ms, why=parking.wrong_outcome(outcome))
     batch = Batch()
@@ -163,20 +167,30 @@ def settle(partition: str, claimed: ClaimedTimer, report: RunReport, outcome: ob
 
 
 def _failed(partition: str, claimed: ClaimedTimer, report: RunReport, now_ms: Optional[int], *,
-            error: Optional[BaseException] = None, why: Optional[str] = None, asked: bool = False) -> Optional[Batch]:
-    """Count and log a failed attempt; return None (the row stays backed off), or the batch that parks
-    the timer when this was its last attempt."""
+            error: Optional[BaseException] = None, why: Optional[str] = None, asked: bool = False,
+            retry_in_ms: Optional[int] = None) -> Optional[Batch]:
+    """Count and log a failed attempt; return None (the row stays backed off), the
+    :class:`~.parking.RetryLater` batch that moves its retry to ``retry_in_ms`` from ``now_ms`` (a
+    ``Retry(delay=)``), or the batch that parks the timer when this was its last attempt."""
     report.failed += 1
     timer, handler = claimed.timer, claimed.handler
     tk = keys.parse(timer.key)
     last_error = parking.last_error_of(error, why)
     last = parking.exhausted(handler, timer.attempt)
+    if now_ms is None:
+        now_ms = parking.wall_ms()
+    retry_key = None
+    if not last and retry_in_ms is not None:
+        retry_key = keys.backoff(min(now_ms + retry_in_ms, keys.MAX_DUE_MS), tk.kind, tk.attempt,
+                                 tk.original_due_at_ms, tk.reference, occurrence=tk.occurrence)
     parking.log_failure(partition, handler, tk, timer.attempt, timer.due_at_ms, last_error, error,
-                        retry_at_ms=None if last else tk.due_at_ms, asked=asked)
+                        retry_at_ms=None if last else keys.parse(retry_key or timer.key).due_at_ms, asked=asked)
+    if retry_key is not None and retry_key != timer.key:
+        batch = parking.RetryLater().require(Equals(timer.key, timer.value)).delete(timer.key)
+        return batch.put(retry_key, timer.value).put(keys.identity_of(tk), retry_key)
     if not last:
         return None
-    batch = parking.park_timer(timer.key, timer.value, tk, parking.wall_ms() if now_ms is None else now_ms,
-                               last_error)
+    batch = parking.park_timer(timer.key, timer.value, tk, now_ms, last_error)
     if claimed.schedule is not None:
         schedules.park_occurrence(batch, timer.reference, claimed.schedule)
     return batch
@@ -225,12 +239,14 @@ def _count_outcomes(partition: str, pairs: list, results: list, report: RunRepor
         key = claimed.timer.key
         kind = claimed.timer.kind.get()
         parks = isinstance(batch, parking.Parking)
+        retries = isinstance(batch, parking.RetryLater)  # a failure, counted when it was settled
         if isinstance(result, Committed) and parks:
             report.parked += 1
             report.parked_kinds[kind] = report.parked_kinds.get(kind, 0) + 1
         elif isinstance(result, Committed):
-            report.fired += 1
-            report.fired_kinds[kind] = report.fired_kinds.get(kind, 0) + 1
+            if not retries:
+                report.fired += 1
+                report.fired_kinds[kind] = report.fired_kinds.get(kind, 0) + 1
             for k, v in batch.writes:
                 if v is not None and k[:1] == keys.TAG:
                     try:
@@ -242,7 +258,7 @@ def _count_outcomes(partition: str, pairs: list, results: list, report: RunRepor
         elif isinstance(result, Refused):
             # This outcome alone fails; the row stays backed off and fires again (the handler may
             # answer differently then): never requeued in front of the other commits.
-            if not parks:  # a park's failed attempt is counted already
+            if not (parks or retries):  # their failed attempt is counted already
                 _count_failed(report, kind)
             log.error("%s: the store refused its outcome batch (%s: %s); it stays backed off",
                       _name(partition, claimed), type(result.error).__name__, result.error)
@@ -251,6 +267,8 @@ def _count_outcomes(partition: str, pairs: list, results: list, report: RunRepor
         elif parks:
             log.info("%s: its parking failed its guard; it parks when it next comes due",
                      _name(partition, claimed))
+        elif retries:
+            log.info("%s: its Retry(delay=...) failed its guard; it stays at its backoff", _name(partition, claimed))
         else:
             _count_failed(report, kind)
             log.info("%s: its outcome batch failed its guard on the row %s; it stays backed off",

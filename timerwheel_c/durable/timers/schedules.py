@@ -280,9 +280,10 @@ class OccurrenceClaim:
 
 
 def claim_occurrence(store: Store, partition: str, key: bytes, value: bytes, tk: keys.TimerKey,
-                     now_ms: int) -> Optional[OccurrenceClaim]:
+                     now_ms: int, backoff=None) -> Optional[OccurrenceClaim]:
     """The claim of the due occurrence row ``key`` (parsed ``tk``), or None to leave it (woken before
-    its occurrence). Reads the schedule's state (one get).
+    its occurrence), backed off by ``backoff`` (its handler's :class:`~.tick.Backoff`, None: the
+    default). Reads the schedule's state (one get).
 
     Raises:
         ValueError: the schedule's row is malformed (the caller quarantines the occurrence row).
@@ -307,7 +308,7 @@ def claim_occurrence(store: Store, partition: str, key: bytes, value: bytes, tk:
             return OccurrenceClaim(_arm(guard, tk.reference, step.state), None, None, None)
         nominal_ms = step.fire_ms
     attempt = min(tk.attempt + 1, keys.MAX_ATTEMPT)
-    claimed_key = keys.backoff(min(now_ms + backoff_ms(attempt), keys.MAX_DUE_MS), tk.kind, attempt, nominal_ms,
+    claimed_key = keys.backoff(min(now_ms + backoff_ms(attempt, backoff), keys.MAX_DUE_MS), tk.kind, attempt, nominal_ms,
                                tk.reference, occurrence=True)
     return OccurrenceClaim(guard.put(claimed_key, value).put(identity, claimed_key), claimed_key, nominal_ms, data)
 
