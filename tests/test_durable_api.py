@@ -362,3 +362,84 @@ def test_retry_with_a_delay_is_tried_again_that_long_after_its_tick(store):
     for bad, error in ((-1, ValueError), (float("nan"), ValueError), ("1", TypeError), (True, TypeError)):
         with pytest.raises(error, match="Retry.delay"):
             Retry(delay=bad)
+
+
+def _fire_all(store, registry, now_ms):
+    """run_due at ``now_ms`` until a round fires and moves nothing (each occurrence owed comes due in turn)."""
+    fired = 0
+    for _ in range(100):
+        report = run_due(store, P, registry, now_ms)
+        fired += report.fired
+        if not report.fired and not report.moved:
+            return fired
+    raise AssertionError("run_due kept firing")
+
+
+@pytest.mark.parametrize("limit, fired", [(dict(max_runs=3), 3), (dict(end=NOW + 2500), 2)])
+def test_a_schedule_stops_after_its_end_or_max_runs_and_says_so(store, limit, fired):
+    """Every(1 s) with max_runs=3 fires 3 occurrences, with end 2.5 s after its start 2, however long
+    the runners keep going (time driven by hand, the misfire policy 'all' owing every one); the
+    store's schedule then reports itself ended, with its runs counted."""
+    from timerwheel_c.durable import Every, add_schedule, get_schedule
+
+    registry = TimerRegistry()
+    seen = []
+
+    @registry.handler(1)
+    def tick(ctx, timer):
+        seen.append(timer.due_at_ms)
+        return Done()
+
+    add_schedule(store, P, "tick", Every(1, start=NOW, **limit), 1, misfire="all", catchup_window_s=3600)
+    assert not get_schedule(store, P, "tick").ended
+    assert _fire_all(store, registry, NOW + 10_000) == fired
+    assert _fire_all(store, registry, NOW + 20_000) == 0
+    assert seen == [NOW + 1000 * (i + 1) for i in range(fired)]
+    info = get_schedule(store, P, "tick")
+    assert info.ended and info.next_fire_ms is None and info.runs == (3 if "max_runs" in limit else 0)
+
+
+def test_end_and_max_runs_are_stored_with_the_trigger_and_checked():
+    """end and max_runs survive the stored form (a trigger stored without them reads as before), and
+    an end not after the start, a max_runs below 1 or not an int are refused naming the value."""
+    from timerwheel_c.durable import Cron, Every
+    from timerwheel_c.durable.timers.triggers import trigger_from_dict
+
+    for trigger in (Every(60, start=NOW, end=NOW + 3_600_000, max_runs=5),
+                    Cron("0 3 * * *", "Europe/London", start=NOW, max_runs=2)):
+        assert trigger_from_dict(trigger.to_dict()) == trigger
+    plain = Every(60, start=NOW)
+    assert "end_ms" not in plain.to_dict() and trigger_from_dict(plain.to_dict()).max_runs is None
+    assert "at most 5 runs" in str(Every(60, start=NOW, max_runs=5))
+    with pytest.raises(ValueError, match="end must be after the start"):
+        Every(60, start=NOW, end=NOW)
+    with pytest.raises(ValueError, match="max_runs must be >= 1"):
+        Cron("* * * * *", max_runs=0)
+    with pytest.raises(TypeError, match="max_runs"):
+        Every(60, max_runs="3")
+
+
+def test_schedules_list_says_a_schedule_has_ended(store_url, tmp_path):
+    """``timerwheel-c schedules list`` shows 'ended' where the next fire time would be, and the JSON
+    gives ended and runs."""
+    import json
+    import subprocess
+    import sys
+
+    from timerwheel_c.durable import Every, add_schedule, open_store
+
+    with open_store(store_url) as store:
+        add_schedule(store, P, "once", Every(1, start=NOW, max_runs=1), 1)
+        registry = TimerRegistry()
+        registry.handler(1)(lambda ctx, timer: Done())
+        assert _fire_all(store, registry, NOW + 5000) == 1
+
+    def cli(*args):
+        out = subprocess.run([sys.executable, "-m", "timerwheel_c", "schedules", "list", "--store", store_url, *args],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    assert "ended" in cli().splitlines()[1]
+    [row] = json.loads(cli("--json"))
+    assert row["ended"] is True and row["runs"] == 1

@@ -79,8 +79,9 @@ def _local(ms, trigger) -> str:
 
 def _row(info) -> dict:
     return {"partition": info.partition, "name": info.name, "trigger": str(info.trigger), "kind": int(info.kind),
-            "next_fire": _local(info.next_fire_ms, info.trigger), "next_fire_ms": info.next_fire_ms,
-            "paused": info.paused, "last_fired_ms": info.last_fired_ms, "misfire": info.misfire}
+            "next_fire": "ended" if info.ended else _local(info.next_fire_ms, info.trigger),
+            "next_fire_ms": info.next_fire_ms, "paused": info.paused, "last_fired_ms": info.last_fired_ms,
+            "misfire": info.misfire, "runs": info.runs, "ended": info.ended}
 
 
 def main(args) -> int:

@@ -65,6 +65,9 @@ class ScheduleInfo:
     ``next_fire_ms``: when its pending occurrence fires (nominal time + jitter), None when paused or
     when the trigger has no more. ``last_fired_ms``: the nominal time of the last occurrence done, or
     None. ``misfire``, ``misfire_grace_s`` (s), ``catchup_window_s`` (s or None): its misfire policy.
+    ``runs``: the occurrences done (counted for a trigger with ``max_runs``, else 0). ``ended``: True
+    once it fires no more, past its trigger's ``end`` or ``max_runs`` (or a trigger with no more
+    occurrences).
     """
 
     partition: str
@@ -78,11 +81,14 @@ class ScheduleInfo:
     misfire: str
     misfire_grace_s: float
     catchup_window_s: Optional[float]
+    runs: int = 0
+    ended: bool = False
 
     @classmethod
     def of_state(cls, partition: str, name: str, state: ScheduleState) -> "ScheduleInfo":
         return cls(partition, name, state.trigger, keys.TimerKind(state.kind), state.value, state.next_fire_ms,
-                   state.paused, state.last_fired_ms, state.misfire, state.misfire_grace_s, state.catchup_window_s)
+                   state.paused, state.last_fired_ms, state.misfire, state.misfire_grace_s, state.catchup_window_s,
+                   state.runs, not state.paused and state.next_nominal_ms is None)
 
 
 def _name_bytes(name: object) -> bytes:
