@@ -287,7 +287,7 @@ def test_a_codec_kind_takes_any_value_and_hands_the_handler_it_decoded(store, ca
 
 def test_timers_list_and_show_give_the_kind_names_the_store_records(store_url, tmp_path):
     """``timerwheel-c timers list`` shows a named kind as its number and name (``kind_name`` in the
-    JSON, null for a kind without one), and ``timers show`` the same, from another process."""
+    JSON, null for a kind without one), ``timers show`` and ``fleet status`` the same, from another process."""
     import json
     import os
     import subprocess
@@ -308,6 +308,9 @@ def test_timers_list_and_show_give_the_kind_names_the_store_records(store_url, t
 
     rows = json.loads(cli("list", "--json"))
     assert [(r["kind"], r["kind_name"]) for r in rows] == [(3, "send-reminder"), (4, None)]
+    fleet = subprocess.run([sys.executable, "-m", "timerwheel_c", "fleet", "status", "--store", store_url], cwd=tmp_path,
+                           env=env, capture_output=True, text=True, timeout=60)
+    assert fleet.returncode == 0 and "kinds: 3 send-reminder" in fleet.stdout, fleet.stderr
     assert "3 send-reminder" in cli("list").splitlines()[1]
     assert "3 send-reminder" in cli("show", "--partition", P, "--kind", "3", "--reference", "r1")
 

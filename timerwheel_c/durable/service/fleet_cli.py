@@ -25,7 +25,8 @@ object: ``backend`` (``"postgresql"`` or ``"sqlite"``), ``now_ms``, ``runners`` 
 else objects with ``backend_pid``, ``name``, ``client_addr``, ``since``/``since_ms``, ``kinds``,
 ``partitions``) and ``partitions`` (objects with ``partition``, ``owners`` (backend pids; null on
 SQLite), ``due_backlog``, ``due_backlog_capped``, ``oldest_due_at``/``oldest_due_at_ms``,
-``parked``, ``parked_capped``); times are ISO 8601 UTC and Unix epoch ms.
+``parked``, ``parked_capped``) and ``kind_names`` (the kinds' names the store records, by kind
+number); times are ISO 8601 UTC and Unix epoch ms.
 
 Exit status: 0; 2, with one line on stderr, on a store that cannot be opened or read.
 """
@@ -41,6 +42,7 @@ from ..._helptext import terminal_text
 from ..storage.errors import StoreError
 from ..storage.redact import redact
 from ..storage.sqlite import SQLiteStore
+from ..timers.kind_names import kind_names
 from ..timers.writer import list_timers
 from .cli import OneLineErrors, first_line, open_or_say, store_url
 from .cli_text import in_words, local_iso, table, utc_iso
@@ -101,8 +103,9 @@ def status(store, now_ms: int) -> dict:
                            "due_backlog": backlog, "due_backlog_capped": backlog >= BACKLOG_CAP,
                            "oldest_due_at": None if oldest_ms is None else utc_iso(oldest_ms),
                            "oldest_due_at_ms": oldest_ms, "parked": parked, "parked_capped": parked >= BACKLOG_CAP})
+    names = {str(k): v for k, v in sorted(kind_names(store).items())}
     return {"backend": "sqlite" if runners is None else "postgresql", "now_ms": now_ms, "runners": runners,
-            "partitions": partitions}
+            "partitions": partitions, "kind_names": names}
 
 
 def _count(n: int, capped: bool) -> str:
@@ -123,6 +126,8 @@ def _tables(state: dict) -> str:
                            f"{local_iso(r['since_ms'])} ({in_words(r['since_ms'], now_ms)})",
                            "kinds": _kinds_text(r["kinds"]), "partitions": len(r["partitions"])}
                           for r in state["runners"]], _RUNNER_COLUMNS))
+    if state["kind_names"]:
+        out.append("kinds: " + ", ".join(f"{k} {name}" for k, name in state["kind_names"].items()))
     out.append("")
     if not state["partitions"]:
         out.append("partitions: none (no partition holds a row)")
