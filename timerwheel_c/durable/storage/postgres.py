@@ -382,7 +382,7 @@ class PostgresStore(Store):
             with conn.transaction():
                 with conn.cursor() as cur:
                     cur.executemany(self._sql["record_label"], list(labels.items()))
-                recorded = dict(conn.execute(self._sql["labels"], ("",)).fetchall())
+                recorded: dict = dict(conn.execute(self._sql["labels"], ("",)).fetchall())
         return {name: recorded[name] for name in labels}
 
     def _labels(self, prefix: str) -> dict:

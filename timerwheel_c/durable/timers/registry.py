@@ -207,13 +207,13 @@ def _decoding(fire, codec):
         async def decoded_async(ctx, timer):
             return await fire(ctx, dataclasses.replace(timer, value=codec.loads(timer.value)))
 
-        decoded_async.decodes = codec  # type: ignore[attr-defined]
+        decoded_async.decodes = codec
         return decoded_async
 
     def decoded(ctx, timer):
         return fire(ctx, dataclasses.replace(timer, value=codec.loads(timer.value)))
 
-    decoded.decodes = codec  # type: ignore[attr-defined]
+    decoded.decodes = codec
     return decoded
 
 
