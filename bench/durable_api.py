@@ -28,11 +28,10 @@ import uuid
 from typing import Callable, Optional
 
 from timerwheel_c.durable import Done, TimerHandler, TimerKind, TimerRegistry, schedule, schedule_many
-from timerwheel_c.durable.service.cli import STORE_ENV
 from timerwheel_c.durable.storage.sqlite import SQLiteStore
 from timerwheel_c.durable.storage.store import Store
 from .durable_named import drain
-from .stores import dispose
+from .stores import add_pg_dsn, dispose, pg_dsn
 
 __all__ = ["bulk_figures", "fire_figures"]
 
@@ -131,12 +130,9 @@ def main(argv=None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--timers", type=int, default=20_000, help="timers per figure (default 20000)")
     p.add_argument("--rounds", type=int, default=3, help="rounds per figure (median; default 3)")
-    p.add_argument("--pg-dsn", default=None, help=f"also on PostgreSQL (default: ${STORE_ENV} when that is a "
-                                                  "postgresql:// URL)")
+    add_pg_dsn(p)
     args = p.parse_args(argv)
-    dsn = args.pg_dsn
-    if dsn is None and os.environ.get(STORE_ENV, "").startswith(("postgresql://", "postgres://")):
-        dsn = os.environ[STORE_ENV]
+    dsn = pg_dsn(args.pg_dsn)
     with tempfile.TemporaryDirectory(prefix="timerwheel-c-api-") as tmp:
         counter = iter(range(1_000_000))
         stores: dict = {"sqlite": lambda: SQLiteStore(os.path.join(tmp, f"api{next(counter)}.db"))}
