@@ -446,3 +446,33 @@ def test_schedules_list_says_a_schedule_has_ended(store_url, tmp_path):
     assert "ended" in cli().splitlines()[1]
     [row] = json.loads(cli("--json"))
     assert row["ended"] is True and row["runs"] == 1
+
+
+def test_a_retrying_timer_keeps_its_last_error_until_it_is_done_or_moved(store):
+    """After a failed attempt a retrying timer reports that attempt's error (get_timer and
+    list_timers alike); a later success, a cancel or a replace leaves no error behind, so a new
+    timer of the same name never shows an old one."""
+    from timerwheel_c.durable import cancel, list_timers
+
+    registry = TimerRegistry()
+    answers = {b"a": [RuntimeError("db down"), None], b"b": [ValueError("bad input")]}
+
+    @registry.handler(1)
+    def flaky(ctx, timer):
+        error = answers[timer.reference].pop(0) if answers[timer.reference] else None
+        if error is not None:
+            raise error
+        return Done()
+
+    schedule(store, P, NOW, 1, b"a")
+    schedule(store, P, NOW, 1, b"b")
+    run_due(store, P, registry, NOW)
+    assert get_timer(store, P, 1, b"a").last_error == "RuntimeError: db down"
+    assert {t.reference: t.last_error for t in list_timers(store, P)} == {b"a": "RuntimeError: db down",
+                                                                          b"b": "ValueError: bad input"}
+    rows_with_errors = len(_rows(store, P))
+    assert cancel(store, P, 1, b"b") and len(_rows(store, P)) == rows_with_errors - 3  # row, identity, error
+    run_due(store, P, registry, get_timer(store, P, 1, b"a").due_at_ms)
+    assert get_timer(store, P, 1, b"a") is None and _rows(store, P) == []
+    schedule(store, P, NOW, 1, b"a")
+    assert get_timer(store, P, 1, b"a").last_error is None

@@ -47,6 +47,7 @@ from ..timers.claim import release_rows
 from ..timers.deadline import deadline_factory
 from ..timers.due import due_at_ms_of, due_or_delay
 from ..timers.kind_names import check_kind_names
+from ..timers.parking import RetryLater
 from ..timers.registry import TimerKind, TimerRegistry
 from ..timers.runner import PAGE, Attempt, RunReport, TickBudget, settle
 from .activity import Activity
@@ -558,27 +559,16 @@ class DurableTimerService:
             self.recorder.lateness((attempt.started_ms - timer.due_at_ms) / 1000)
         report = self._settle_report  # one report until a failure is counted: most fires allocate none
         batch = settle(job.partition, job.claimed, report, attempt.outcome, error, now_ms=self._wall_ms())
-        if report.failed:  # a failed attempt: its row stays backed off (batch None) or parks (batch)
+        if report.failed:  # a failed attempt: its row stays backed off, its error recorded (RetryLater), or parks
             self._settle_report = RunReport()
             report.failed_kinds[timer.kind.get()] = report.failed
             self._count(report)
-        if batch is None:
-            if not keep_busy:
-                self.executor.release(job.key)
-                self._retry_due(job.key)
+        if keep_busy and isinstance(batch, RetryLater):
+            # The call runs on in its thread: its row stays in flight, never claimed again here until it
+            # returns, so nothing commits for it now (its error is not kept). A commit wakes the thread
+            # for the row's retry (its earliest put), which a slow attempt may have left due already.
             return
         self.committer.add(Outcome(job.partition, job.claimed, batch))
-
-    def _retry_due(self, key: bytes) -> None:
-        """On the loop, after a failed attempt left its row backed off at ``key``: pass again now if that
-        row is due before the planned wake. Its backoff runs from the claim, so a handler slower than
-        the backoff (5 s for a first attempt) leaves it due already, and the passes made while it was in
-        flight skipped it: without this, its retry would wait for ``max_sleep_s``."""
-        due_ms = keys.parse(key).due_at_ms
-        with self._lock:
-            wake = self._wake_ms
-        if (wake is None or due_ms < wake) and self._kick is not None:
-            self._kick.set()
 
     def _outcome_done(self, outcome: Outcome) -> None:
         self.executor.release(outcome.claimed.timer.key)

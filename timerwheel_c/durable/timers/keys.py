@@ -76,7 +76,8 @@ timer row (variant byte 0x00) and a sleep mark, not the backed-off rows that cla
 The allocation of the first byte of a key:
 
 ========  ==========================================================
-``b"I"``  identity rows (kind, reference -> the timer's key)
+``b"I"``  identity rows (kind, reference -> the timer's key); ``"I" | 0x00 | kind | reference``:
+          a retrying timer's last error (:func:`last_error_row`; ``"J" | 0x00 ...`` an occurrence's)
 ``b"J"``  identity rows of schedules' pending occurrences
 ``b"P"``  parked timers (failed their last attempt; never scanned by runners)
 ``b"R"``  recurring schedules' rows (:mod:`.schedule_state`)
@@ -101,6 +102,10 @@ from ..storage.upgrades import register_row_upgrade
 __all__ = [
     "IDENTITY_SCHEMA_VERSION",
     "IDENTITY_TAG",
+    "last_error_row",
+    "last_error_text",
+    "last_error_value",
+    "may_keep_an_error",
     "KINDS",
     "MAX_ATTEMPT",
     "MAX_DUE_MS",
@@ -472,6 +477,40 @@ def identity(kind, reference: bytes) -> bytes:
 def identity_of(tk: TimerKey) -> bytes:
     """Key of the identity row of the parsed timer ``tk`` (for an occurrence, its schedule's)."""
     return (OCCURRENCE_IDENTITY_TAG if tk.occurrence else IDENTITY_TAG) + bytes((tk.kind,)) + tk.reference
+
+
+_LAST_ERROR = struct.Struct(">QI")  # original due_at_ms, attempt
+
+
+def last_error_row(identity_key: bytes) -> bytes:
+    """Key of the row keeping the last error of the retrying timer whose identity row is
+    ``identity_key``: that key with a 0x00 after its tag, where an identity row has its kind (never
+    0), so that it is no identity row's key and no scan of identity rows is needed to tell them apart."""
+    return identity_key[:1] + b"\x00" + identity_key[1:]
+
+
+def last_error_value(tk: TimerKey, last_error: str) -> bytes:
+    """The value of :func:`last_error_row` for the failed attempt ``tk.attempt`` of the timer ``tk``
+    (its claimed row): the attempt it belongs to, then the error as a parked row keeps it."""
+    return _LAST_ERROR.pack(tk.original_due_at_ms, tk.attempt) + error_bytes(last_error)
+
+
+def last_error_text(value: Optional[bytes], tk: TimerKey) -> Optional[str]:
+    """The last error kept in ``value`` (of :func:`last_error_row`, or None) when it belongs to the
+    retrying timer ``tk`` (the same original due time, and ``tk``'s attempt or the one before, which
+    is in flight), else None: a row left by an earlier timer of that name is never shown."""
+    if value is None or len(value) < _LAST_ERROR.size:
+        return None
+    original_due_at_ms, attempt = _LAST_ERROR.unpack_from(value)
+    if original_due_at_ms != tk.original_due_at_ms or attempt not in (tk.attempt, tk.attempt - 1):
+        return None
+    return bytes(value[_LAST_ERROR.size:]).decode("utf-8", "replace")
+
+
+def may_keep_an_error(key: bytes) -> bool:
+    """True when the timer row ``key`` (a parked or backed-off one) may have a :func:`last_error_row`
+    to delete with it: a scheduled row never has."""
+    return key[:1] == PARKED_TAG or (key[:1] == TAG and len(key) > _VARIANT_AT and bool(key[_VARIANT_AT] & _BACKED_OFF))
 
 
 def occurrence_identity(kind, name: bytes) -> bytes:

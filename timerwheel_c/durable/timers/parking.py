@@ -46,8 +46,9 @@ class Parking(Batch):
 
 
 class RetryLater(Batch):
-    """A guarded batch that moves a failed attempt's retry to the time its ``Retry(delay=)`` asked for:
-    its commit counts as neither ``fired`` nor ``parked`` (the failure is counted when settled)."""
+    """A guarded batch that records a failed attempt's last error and, for a ``Retry(delay=)``, moves
+    its retry to the time asked for: its commit counts as neither ``fired`` nor ``parked`` (the
+    failure is counted when settled)."""
 
 
 def wall_ms() -> int:
@@ -93,6 +94,8 @@ def park_timer(key: bytes, value: bytes, tk: keys.TimerKey, parked_at_ms: int, l
     batch = Parking()
     batch.require(Equals(key, value)).require(Absent(parked)).delete(key)
     batch.put(parked, keys.parked_value(last_error, value)).put(keys.identity_of(tk), parked)
+    if tk.attempt > 1:  # the parked row keeps the last error now
+        batch.delete(keys.last_error_row(keys.identity_of(tk)))
     return batch
 
 

@@ -113,7 +113,8 @@ def settle(partition: str, claimed: ClaimedTimer, report: RunReport, outcome: ob
            error: Optional[BaseException] = None, *, now_ms: Optional[int] = None) -> Optional[Batch]:
     """Phase 2, pure: turn a handler's ``outcome`` (or the exception ``error`` it raised) into the
     batch that commits it, guarded on the claimed row; or count a failure in ``report`` and
-    return None (the row stays at its backoff key), or, for a failure of the handler's last
+    return the :class:`~.parking.RetryLater` batch that records its error (the row stays at its
+    backoff key, or moves to a ``Retry(delay=)``'s), or, for a failure of the handler's last
     attempt, the :class:`~.parking.Parking` batch that parks the timer (parked at ``now_ms``, Unix
     epoch ms; None: the wall clock).
 
@@ -146,7 +147,7 @@ def settle(partition: str, claimed: ClaimedTimer, report: RunReport, outcome: ob
                            why="a schedule's occurrence cannot be rescheduled (it returned a Reschedule)")
         # The schedule's guard first: the claimed row's guard stays last, checked by its own delete.
         schedules.settle_occurrence(batch, timer.reference, timer.due_at_ms, claimed.schedule)
-        return batch.require(Equals(timer.key, timer.value)).delete(timer.key)
+        return _forget_error(batch.require(Equals(timer.key, timer.value)).delete(timer.key), timer)
     # The guard on the claimed row also guards the identity row: every by-name write that moves or
     # removes this timer deletes the claimed row in the same batch.
     identity = keys.identity(timer.kind, timer.reference)
@@ -163,14 +164,22 @@ def settle(partition: str, claimed: ClaimedTimer, report: RunReport, outcome: ob
         batch.require(Absent(new_key)).put(new_key, outcome.value).put(identity, new_key)
     else:
         batch.delete(identity)
+    return _forget_error(batch, timer)
+
+
+def _forget_error(batch: Batch, timer) -> Batch:
+    """``batch`` with the delete of the timer's kept last error, when an earlier attempt may have
+    left one (a first attempt's outcome, the common case, writes nothing more)."""
+    if timer.attempt > 1:
+        batch.delete(keys.last_error_row(keys.identity_of(keys.parse(timer.key))))
     return batch
 
 
 def _failed(partition: str, claimed: ClaimedTimer, report: RunReport, now_ms: Optional[int], *,
             error: Optional[BaseException] = None, why: Optional[str] = None, asked: bool = False,
             retry_in_ms: Optional[int] = None) -> Optional[Batch]:
-    """Count and log a failed attempt; return None (the row stays backed off), the
-    :class:`~.parking.RetryLater` batch that moves its retry to ``retry_in_ms`` from ``now_ms`` (a
+    """Count and log a failed attempt; return the :class:`~.parking.RetryLater` batch that keeps its
+    last error (the row stays backed off) and moves its retry to ``retry_in_ms`` from ``now_ms`` (a
     ``Retry(delay=)``), or the batch that parks the timer when this was its last attempt."""
     report.failed += 1
     timer, handler = claimed.timer, claimed.handler
@@ -185,11 +194,13 @@ def _failed(partition: str, claimed: ClaimedTimer, report: RunReport, now_ms: Op
                                  tk.original_due_at_ms, tk.reference, occurrence=tk.occurrence)
     parking.log_failure(partition, handler, tk, timer.attempt, timer.due_at_ms, last_error, error,
                         retry_at_ms=None if last else keys.parse(retry_key or timer.key).due_at_ms, asked=asked)
-    if retry_key is not None and retry_key != timer.key:
-        batch = parking.RetryLater().require(Equals(timer.key, timer.value)).delete(timer.key)
-        return batch.put(retry_key, timer.value).put(keys.identity_of(tk), retry_key)
     if not last:
-        return None
+        # The error is kept beside the row, guarded on it, for get_timer and `timers list` to show.
+        identity = keys.identity_of(tk)
+        batch = parking.RetryLater().require(Equals(timer.key, timer.value))
+        if retry_key is not None and retry_key != timer.key:
+            batch.delete(timer.key).put(retry_key, timer.value).put(identity, retry_key)
+        return batch.put(keys.last_error_row(identity), keys.last_error_value(tk, last_error))
     batch = parking.park_timer(timer.key, timer.value, tk, now_ms, last_error)
     if claimed.schedule is not None:
         schedules.park_occurrence(batch, timer.reference, claimed.schedule)
@@ -247,6 +258,9 @@ def _count_outcomes(partition: str, pairs: list, results: list, report: RunRepor
             if not retries:
                 report.fired += 1
                 report.fired_kinds[kind] = report.fired_kinds.get(kind, 0) + 1
+            elif report.earliest_put_ms is None or keys.parse(key).due_at_ms < report.earliest_put_ms:
+                # Its row stays due at its backoff, which may have passed while the handler ran: wake for it.
+                report.earliest_put_ms = keys.parse(key).due_at_ms
             for k, v in batch.writes:
                 if v is not None and k[:1] == keys.TAG:
                     try:
@@ -268,7 +282,7 @@ def _count_outcomes(partition: str, pairs: list, results: list, report: RunRepor
             log.info("%s: its parking failed its guard; it parks when it next comes due",
                      _name(partition, claimed))
         elif retries:
-            log.info("%s: its Retry(delay=...) failed its guard; it stays at its backoff", _name(partition, claimed))
+            log.info("%s: the record of its failure failed its guard (the timer moved meanwhile)", _name(partition, claimed))
         else:
             _count_failed(report, kind)
             log.info("%s: its outcome batch failed its guard on the row %s; it stays backed off",

@@ -22,6 +22,7 @@ written once, as steps (:mod:`.steps`) that :func:`write` runs on either connect
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 from typing import Optional, TypeVar
@@ -62,8 +63,8 @@ class PendingTimer:
     timer (``attempt`` >= 1 attempts failed or are in flight) the time of its next attempt; for a
     ``"parked"`` timer, which never fires until :func:`requeue`, the time it was due.
     ``state``: ``"scheduled"``, ``"retrying"`` or ``"parked"`` (its ``attempt`` attempts used up).
-    ``last_error``: for a parked timer, its last attempt's error (``"TypeError: message"``,
-    passwords masked, at most :data:`~.keys.MAX_ERROR_BYTES` UTF-8 bytes); else None.
+    ``last_error``: for a parked or a retrying timer, its last failed attempt's error (``"TypeError:
+    message"``, passwords masked, at most :data:`~.keys.MAX_ERROR_BYTES` UTF-8 bytes); else None.
     ``parked_at_ms``: for a parked timer, when it was parked (Unix epoch ms); else None.
     """
 
@@ -103,6 +104,12 @@ def _timer_value(key: bytes, value: bytes) -> bytes:
 
 
 _LOOKUPS = 16  # reads of a timer's row while concurrent commits keep moving it, before it counts as missing
+
+
+def _forget_error(batch: Batch, current: bytes, identity: bytes) -> Batch:
+    """``batch``, which moves or removes the timer row ``current``, with the delete of the last error
+    its failed attempts may have kept (a scheduled row never has one: nothing more to write)."""
+    return batch.delete(keys.last_error_row(identity)) if keys.may_keep_an_error(current) else batch
 
 
 def _current(identity: bytes) -> Steps[tuple]:
@@ -232,7 +239,7 @@ def _schedule(partition: str, key: bytes, identity: bytes, value: bytes, if_exis
         if current is None:
             batch.require(Absent(identity))
         else:
-            batch.require(Equals(identity, current)).delete(current)
+            _forget_error(batch.require(Equals(identity, current)).delete(current), current, identity)
         if isinstance((yield APPLY, batch.put(key, value).put(identity, key)), Committed):
             return key
 
@@ -262,7 +269,8 @@ def _cancel(identity: bytes) -> Steps[bool]:
         current, current_value = yield from _current(identity)
         if current is None:
             return False
-        batch = Batch().require(Equals(identity, current)).delete(current).delete(identity)
+        batch = _forget_error(Batch().require(Equals(identity, current)).delete(current).delete(identity), current,
+                              identity)
         if isinstance((yield APPLY, batch), Committed):
             return current_value is not None
 
@@ -326,6 +334,7 @@ def _reschedule(key: bytes, identity: bytes) -> Steps[bool]:
         if current == key:
             return True
         batch = Batch().require(Equals(identity, current)).require(Equals(current, current_value)).delete(current)
+        _forget_error(batch, current, identity)
         if isinstance((yield APPLY, batch.put(key, _timer_value(current, current_value)).put(identity, key)),
                       Committed):
             return True
@@ -348,7 +357,18 @@ def get_timer_steps(store: Store, partition: str, kind, reference: bytes) -> Ste
 
 def _timer(partition: str, identity: bytes) -> Steps[Optional[PendingTimer]]:
     current, current_value = yield from _current(identity)
-    return None if current_value is None else PendingTimer.of_row(partition, current, current_value)
+    if current_value is None:
+        return None
+    timer = PendingTimer.of_row(partition, current, current_value)
+    if timer.state == "retrying":
+        timer = _with_error(timer, current, (yield GET, keys.last_error_row(identity)))
+    return timer
+
+
+def _with_error(timer: PendingTimer, key: bytes, kept: Optional[bytes]) -> PendingTimer:
+    """The retrying ``timer`` (its row ``key``) with the last error ``kept`` in its error row, if that is its own."""
+    error = keys.last_error_text(kept, keys.parse(key))
+    return timer if error is None else dataclasses.replace(timer, last_error=error)
 
 
 def list_timers(store: Store, partition: str, *, kind=None, state: Optional[str] = None,
@@ -382,6 +402,9 @@ def list_timers(store: Store, partition: str, *, kind=None, state: Optional[str]
                 except keys.MalformedKey:
                     continue
                 if (want_kind is None or timer.kind == want_kind) and (state is None or timer.state == state):
+                    if timer.state == "retrying":
+                        identity = keys.identity_of(keys.parse(key))
+                        timer = _with_error(timer, key, store.get(partition, keys.last_error_row(identity)))
                     out.append(timer)
                     if len(out) == limit:
                         break
