@@ -148,7 +148,7 @@ def main(argv=None) -> int:
             bulk = bulk_figures(make_store, args.timers, args.rounds)
             line = (f"bulk, {backend}: schedule_many {bulk['many_per_s']:8.0f} timers/s ({args.timers} timers), "
                     f"schedule() loop {bulk['loop_per_s']:6.0f}/s ({bulk['many_over_loop']:.1f}x)")
-            if backend == "postgres":
+            if backend == "postgres" and dsn:
                 peer = pgqueuer_enqueue_per_s(dsn, args.timers, args.rounds)
                 line += ("; pgqueuer enqueue: not installed (pip install \".[peers]\")" if peer is None else
                          f"; pgqueuer batch enqueue {peer:8.0f} jobs/s ({bulk['many_per_s'] / peer:.2f}x)")

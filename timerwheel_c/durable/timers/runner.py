@@ -101,16 +101,16 @@ class Attempt:
 
 
 def fire(store: Store, partition: str, now_ms: int, claimed: ClaimedTimer, report: RunReport,
-         clock: Callable[[], float] = time.monotonic) -> Optional[Batch]:
+         clock: Callable[[], float] = time.monotonic) -> Batch:
     """Call ``claimed``'s handler and :func:`settle` its outcome (or exception); returns the batch
-    to commit, or None for a counted failure."""
+    to commit (for a counted failure, the one that records it or parks the timer)."""
     with Attempt(clock, lambda: now_ms) as attempt:
         attempt.outcome = claimed.handler.fire(TimerContext(store, partition, now_ms), claimed.timer)
     return settle(partition, claimed, report, attempt.outcome, attempt.error, now_ms=now_ms)
 
 
 def settle(partition: str, claimed: ClaimedTimer, report: RunReport, outcome: object = None,
-           error: Optional[BaseException] = None, *, now_ms: Optional[int] = None) -> Optional[Batch]:
+           error: Optional[BaseException] = None, *, now_ms: Optional[int] = None) -> Batch:
     """Phase 2, pure: turn a handler's ``outcome`` (or the exception ``error`` it raised) into the
     batch that commits it, guarded on the claimed row; or count a failure in ``report`` and
     return the :class:`~.parking.RetryLater` batch that records its error (the row stays at its
@@ -177,7 +177,7 @@ def _forget_error(batch: Batch, timer) -> Batch:
 
 def _failed(partition: str, claimed: ClaimedTimer, report: RunReport, now_ms: Optional[int], *,
             error: Optional[BaseException] = None, why: Optional[str] = None, asked: bool = False,
-            retry_in_ms: Optional[int] = None) -> Optional[Batch]:
+            retry_in_ms: Optional[int] = None) -> Batch:
     """Count and log a failed attempt; return the :class:`~.parking.RetryLater` batch that keeps its
     last error (the row stays backed off) and moves its retry to ``retry_in_ms`` from ``now_ms`` (a
     ``Retry(delay=)``), or the batch that parks the timer when this was its last attempt."""
