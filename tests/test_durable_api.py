@@ -476,3 +476,26 @@ def test_a_retrying_timer_keeps_its_last_error_until_it_is_done_or_moved(store):
     assert get_timer(store, P, 1, b"a") is None and _rows(store, P) == []
     schedule(store, P, NOW, 1, b"a")
     assert get_timer(store, P, 1, b"a").last_error is None
+
+
+def test_a_runner_whose_handlers_name_a_kind_otherwise_exits_2_with_one_line(tmp_path):
+    """``timerwheel-c run`` with handlers naming kind 1 'expire-ticket', on a store that records it as
+    'send-reminder', exits 2 with one line naming both, never serving (run as a real process)."""
+    import os
+    import subprocess
+    import sys
+
+    from timerwheel_c.durable import SQLiteStore
+
+    db = tmp_path / "timers.db"
+    with SQLiteStore(db) as store:
+        schedule(store, P, NOW, TimerKind(1, "send-reminder"), b"a")
+    (tmp_path / "other_app.py").write_text(
+        "from timerwheel_c.durable import Done, TimerKind, TimerRegistry\n"
+        "registry = TimerRegistry()\n"
+        "registry.handler(TimerKind(1, 'expire-ticket'))(lambda ctx, timer: Done())\n")
+    out = subprocess.run([sys.executable, "-m", "timerwheel_c", "run", "--store", f"sqlite:///{db}", "--handlers",
+                          "other_app:registry"], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(tmp_path)),
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert out.stderr.startswith("timerwheel-c run: kind 1 is named 'expire-ticket' here but 'send-reminder' in the store")
