@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sqlite3
 import statistics
 import tempfile
@@ -31,11 +30,10 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from timerwheel_c.durable import aio, schedule
-from timerwheel_c.durable.service.cli import STORE_ENV
 from timerwheel_c.durable.storage.sqlite import SQLiteStore
 from timerwheel_c.durable.storage.store import Store
 from timerwheel_c.durable.timers.registry import TimerKind
-from .stores import dispose
+from .stores import add_pg_dsn, dispose, pg_dsn
 
 __all__ = ["WRITES", "tx_writes"]
 
@@ -135,12 +133,9 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python bench/run.py -m bench.durable_tx", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds per figure (median; default 5)")
-    p.add_argument("--pg-dsn", default=None, help=f"also on PostgreSQL (default: ${STORE_ENV} when that is a "
-                                                  "postgresql:// URL)")
+    add_pg_dsn(p)
     args = p.parse_args(argv)
-    dsn = args.pg_dsn
-    if dsn is None and os.environ.get(STORE_ENV, "").startswith(("postgresql://", "postgres://")):
-        dsn = os.environ[STORE_ENV]
+    dsn = pg_dsn(args.pg_dsn)
     with tempfile.TemporaryDirectory(prefix="timerwheel-c-tx-") as tmp:
         figures = tx_writes(args.rounds, tmp, dsn)
     print(f"schedules/s of {WRITES} writes, a commit each (conn_one_tx: one commit for all), median of "

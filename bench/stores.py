@@ -1,17 +1,19 @@
 """Store helpers of the benchmarks and the tests, never used by the library itself.
 
 - :class:`Delegating`: a store that passes every call on to another, to observe or alter some.
+- :func:`add_pg_dsn`, :func:`pg_dsn`: a bench module's `--pg-dsn`, defaulting to `$TIMERWHEEL_C_STORE`.
 - :func:`dispose`: close a benchmark's or a test's store, dropping a PostgreSQL store's table and
   the functions and meta table made with it first.
 """
 from __future__ import annotations
 
+import os
 from typing import Callable, Optional, Union
 
 from timerwheel_c.durable.storage.store import Batch, Committed, Page, PreconditionFailed, Store, check_store
 from timerwheel_c.durable.storage.watch import Watcher
 
-__all__ = ["Delegating", "dispose", "drop"]
+__all__ = ["Delegating", "add_pg_dsn", "dispose", "drop", "pg_dsn"]
 
 # What a PostgresStore makes beside its table (sql/postgres/), each named after the table.
 _PG_FUNCTIONS = ("_apply_many", "_apply_one", "_apply_sets", "_apply", "_wake")
@@ -43,6 +45,12 @@ class Delegating(Store):
 
     def _apply_many(self, partition: str, batches: list) -> list:
         return self.inner.apply_many(partition, batches)
+
+    def _record_labels(self, labels: dict) -> dict:
+        return self.inner.record_labels(labels)
+
+    def _labels(self, prefix: str) -> dict:
+        return self.inner.labels(prefix)
 
     def _partitions(self) -> list:
         return self.inner.partitions()
@@ -82,3 +90,22 @@ def dispose(store: Store) -> None:
     """:func:`drop` then close ``store``."""
     drop(store)
     store.close()
+
+
+def add_pg_dsn(parser) -> None:
+    """Add ``--pg-dsn`` to a bench module's argparse ``parser``: the figures on PostgreSQL too."""
+    from timerwheel_c.durable.service.cli import STORE_ENV
+
+    parser.add_argument("--pg-dsn", default=None, help=f"also on PostgreSQL (default: ${STORE_ENV} when that is a "
+                                                       "postgresql:// URL)")
+
+
+def pg_dsn(given: Optional[str]) -> Optional[str]:
+    """The PostgreSQL DSN of a bench run: ``given`` (``--pg-dsn``), else ``$TIMERWHEEL_C_STORE`` when
+    that is a postgresql:// URL, else None."""
+    from timerwheel_c.durable.service.cli import STORE_ENV
+
+    found = os.environ.get(STORE_ENV, "")
+    if given is None and found.startswith(("postgresql://", "postgres://")):
+        return found
+    return given

@@ -48,10 +48,10 @@ def test_terminal_text_strips_inline_markup():
 
 @pytest.mark.parametrize("command", [(), ("run",), ("timers", "list"), ("timers", "cancel"), ("schedules", "list"),
                                      ("schedules", "remove"), ("fleet", "status")])
-def test_help_states_the_exit_status(tmp_path, command):
+def test_help_states_the_exit_status(command):
     """The top-level help states the one exit-status rule of every subcommand (0 done, 1 not there,
     2 bad arguments or store), and each subcommand's help says what each status means for it."""
-    out = cli(tmp_path, *command, "--help")
+    out = run_cli(*command, "--help")
     assert out.returncode == 0, out.stderr
     if not command:
         assert "exit status, for every subcommand:" in out.stdout

@@ -84,7 +84,8 @@ def test_last_failed_attempt_parks_the_timer(durable_store, how, caplog):
 
 
 def test_max_attempts_none_retries_past_the_default(durable_store, caplog):
-    """max_attempts=None retries for ever: past the default's 20 attempts the timer is still retrying."""
+    """max_attempts=None retries for ever: past the default's 20 attempts the timer is still retrying,
+    with its last attempt's error."""
     handler = Failing(None)
     registry = TimerRegistry().register(handler)
     schedule(durable_store, P, NOW, KIND, b"r")
@@ -92,7 +93,8 @@ def test_max_attempts_none_retries_past_the_default(durable_store, caplog):
         for _ in range(DEFAULT_MAX_ATTEMPTS + 5):
             run_due(durable_store, P, registry, retry_time(durable_store))
     timer = get_timer(durable_store, P, KIND, b"r")
-    assert (timer.state, timer.attempt, timer.last_error) == ("retrying", DEFAULT_MAX_ATTEMPTS + 5, None)
+    assert (timer.state, timer.attempt, timer.last_error) == ("retrying", DEFAULT_MAX_ATTEMPTS + 5,
+                                                              f"RuntimeError: boom on attempt {DEFAULT_MAX_ATTEMPTS + 5}")
 
 
 def test_a_row_due_with_its_attempts_used_is_parked_not_fired(durable_store, caplog):

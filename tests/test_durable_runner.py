@@ -8,6 +8,7 @@ import random
 import pytest
 
 from timerwheel_c.durable.timers import keys
+from timerwheel_c.durable.timers.parking import RetryLater
 from timerwheel_c.durable.timers.registry import Done, Reschedule, Retry, TimerHandler, TimerKind, TimerRegistry
 from timerwheel_c.durable.timers.claim import UNKNOWN_KIND_BACKOFF_MS, UNKNOWN_KIND_GRACE_MS
 from timerwheel_c.durable.timers.runner import TickBudget, backoff_ms, claim_due, commit_outcomes, next_wake, run_due, settle
@@ -463,8 +464,8 @@ def test_a_claim_that_used_up_its_budget_reads_no_further_page(store):
 
 
 def test_settle_is_pure_and_commit_outcomes_fails_only_the_failed_guard(store):
-    """settle turns outcomes into batches guarded on the claimed row (or counts a failure) without
-    touching the store; commit_outcomes commits them in one round trip, where one failed guard fails
+    """settle turns outcomes into batches guarded on the claimed row (or counts a failure, whose batch
+    only records its error) without touching the store; commit_outcomes commits them in one round trip, where one failed guard fails
     only its own outcome and a re-claimed row counts as raced. Deterministic."""
     for i in range(4):
         schedule(store, NOW - 10 + i, reference=b"%d" % i)
@@ -478,7 +479,7 @@ def test_settle_is_pure_and_commit_outcomes_fails_only_the_failed_guard(store):
         (c2, settle(P, c2, report, error=RuntimeError("boom"))),
         (c3, settle(P, c3, report, Reschedule(NOW + 50, b"again"))),
     ]
-    assert settled[2][1] is None and report.failed == 1 and timer_rows(store) == before
+    assert isinstance(settled[2][1], RetryLater) and report.failed == 1 and timer_rows(store) == before
     assert settled[0][1].guards[-1] == Equals(c0.timer.key, c0.timer.value)
     # another runner re-claims c3's row before the commit
     assert store.apply(P, Batch().delete(c3.timer.key)) == Committed()

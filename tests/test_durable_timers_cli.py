@@ -87,7 +87,7 @@ def test_list_prints_every_partition_in_due_order_as_a_table_and_as_json(url, ti
     binary, flaky, order, later = rows
     assert binary["reference"] is None and binary["kind"] == KIND and binary["value_size"] == 2
     assert binary["due_at_ms"] == timers - 2 * HOUR_MS and binary["due_at"].endswith("Z")
-    assert (flaky["state"], flaky["attempt"], flaky["last_error"]) == ("retrying", 1, None)
+    assert (flaky["state"], flaky["attempt"]) == ("retrying", 1) and flaky["last_error"].startswith("Retry:")
     assert (order["reference"], order["state"], order["attempt"]) == ("order-1", "scheduled", 0)
     assert later["kind"] == 8
 

@@ -19,7 +19,7 @@ The package reads bottom-up in three layers, each importing only the ones below 
 - :mod:`.timers`: the timer-row key encoding and :class:`TimerKind`, handlers and their
   :class:`TimerRegistry`, :func:`run_due` and its phases (the claim phase in :mod:`.timers.claim`),
   timers by name (:func:`schedule`, :func:`cancel`, :func:`reschedule`, :func:`requeue`,
-  :func:`get_timer`, :func:`list_timers`; the writers also in the caller's own transaction, ``conn=``,
+  :func:`get_timer`, :func:`list_timers`; :func:`schedule_many` in bulk; the writers also in the caller's own transaction, ``conn=``,
   whose contract :mod:`.storage.joined` gives), parking after a handler's ``max_attempts``, recurring
   schedules (:func:`add_schedule` with :class:`Every` or
   :class:`Cron`, :mod:`.timers.schedules`) and durable sleep (:class:`DurableContext`).
@@ -34,9 +34,13 @@ from .storage.open import open_store
 from .storage.sqlite import SQLiteStore
 from .storage.store import Absent, Batch, Committed, Equals, Page, PreconditionFailed, SchemaVersionError, Store
 from .storage.watch import Watcher
+from .timers.bulk import schedule_many
+from .timers.codecs import JSON, Codec
 from .timers.keys import TimerKind
-from .timers.registry import Done, DueTimer, Reschedule, Retry, TimerContext, TimerHandler, TimerRegistry
+from .timers.kind_names import KindNameMismatch
+from .timers.registry import Done, DueTimer, FunctionHandler, Reschedule, Retry, TimerContext, TimerHandler, TimerRegistry
 from .timers.runner import RunReport, TickBudget, run_due
+from .timers.tick import Backoff
 from .timers.schedules import (ScheduleInfo, add_schedule, get_schedule, list_schedules, pause_schedule,
                                remove_schedule, resume_schedule)
 from .timers.sleep import DurableContext, SleepHandler, TimerId
@@ -47,11 +51,11 @@ if TYPE_CHECKING:
     from .service.service import DurableTimerService
 
 __all__ = [
-    "Absent", "Batch", "Committed", "Cron", "Done", "DueTimer", "DurableContext", "DurableTimerService", "Equals", "Every",
+    "Absent", "Backoff", "Batch", "Codec", "Committed", "Cron", "Done", "DueTimer", "DurableContext", "DurableTimerService", "Equals", "Every", "FunctionHandler", "JSON", "KindNameMismatch",
     "Page", "PendingTimer", "PreconditionFailed", "Reschedule", "Retry", "RunReport", "SQLiteStore", "ScheduleInfo", "SchemaVersionError", "SleepHandler",
     "Store", "TickBudget", "TimerContext", "TimerExists", "TimerHandler", "TimerId", "TimerKind", "TimerRegistry",
     "Watcher", "add_schedule", "cancel", "get_schedule", "get_timer", "list_schedules", "list_timers", "open_store",
-    "pause_schedule", "remove_schedule", "requeue", "reschedule", "resume_schedule", "run_due", "schedule",
+    "pause_schedule", "remove_schedule", "requeue", "reschedule", "resume_schedule", "run_due", "schedule", "schedule_many",
 ]
 
 

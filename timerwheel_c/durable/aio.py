@@ -44,6 +44,7 @@ from typing import Callable, Optional, TypeVar
 from .storage.joined import ajoined
 from .storage.store import Store, check_store
 from .timers import schedules, writer
+from .timers.due import due_or_delay
 from .timers.steps import Steps, arun_steps
 from .timers.triggers import Trigger
 
@@ -131,12 +132,12 @@ def configure(store: Store, *, min_size: int = 1, max_size: int = 4, timeout_s: 
 
 
 async def schedule(store: Store, partition: str, due_at_ms, kind, reference: bytes, value: bytes = b"", *,
-                   if_exists: str = "replace", conn=None) -> bytes:
+                   if_exists: str = "replace", conn=None, delay=None) -> bytes:
     """Await :func:`timerwheel_c.durable.schedule` (same arguments, return value and exceptions),
     or with ``conn`` on the caller's connection inside its open transaction (see :func:`_write`).
     Returns the pending timer row's key (bytes)."""
-    return await _write(store, partition, writer.schedule_steps(store, partition, due_at_ms, kind, reference, value,
-                                                                if_exists), conn)
+    return await _write(store, partition, writer.schedule_steps(store, partition, due_or_delay(due_at_ms, delay), kind,
+                                                                reference, value, if_exists), conn)
 
 
 async def cancel(store: Store, partition: str, kind, reference: bytes, *, conn=None) -> bool:
@@ -146,11 +147,13 @@ async def cancel(store: Store, partition: str, kind, reference: bytes, *, conn=N
     return await _write(store, partition, writer.cancel_steps(store, partition, kind, reference), conn)
 
 
-async def reschedule(store: Store, partition: str, kind, reference: bytes, due_at_ms, *, conn=None) -> bool:
+async def reschedule(store: Store, partition: str, kind, reference: bytes, due_at_ms=None, *, conn=None,
+                     delay=None) -> bool:
     """Await :func:`timerwheel_c.durable.reschedule` (same arguments, return value and exceptions),
     or with ``conn`` on the caller's connection inside its open transaction (see :func:`_write`).
     True if this call moved the pending timer."""
-    return await _write(store, partition, writer.reschedule_steps(store, partition, kind, reference, due_at_ms), conn)
+    return await _write(store, partition, writer.reschedule_steps(store, partition, kind, reference,
+                                                                  due_or_delay(due_at_ms, delay)), conn)
 
 
 async def requeue(store: Store, partition: str, kind, reference: bytes, due_at=None) -> bool:

@@ -282,6 +282,7 @@ def _serve(args, store, registry, stop) -> int:
     """Serve until ``stop`` (a :class:`~.process.StopSignals`) receives a signal."""
     from .process import prepare_process
     from .service import DurableTimerService
+    from ..timers.kind_names import KindNameMismatch
 
     service = DurableTimerService(store, registry, args.partitions, concurrency=args.concurrency,
                                   separate_commits=args.separate_commits)
@@ -306,6 +307,13 @@ def _serve(args, store, registry, stop) -> int:
     prepare_process()  # this process exists to run the service: see .process
     try:
         received = _start(service, stop)
+    except KindNameMismatch as exc:  # its handlers are another application's: one line, as a bad argument
+        service.stop(timeout=0)
+        if metrics is not None:
+            metrics.close()
+        store.close()
+        print(f"timerwheel-c run: {exc}", file=sys.stderr)
+        return 2
     except (MemoryError, RuntimeError) as exc:  # threads or memory for --concurrency the system will not give
         service.stop(timeout=0)
         if metrics is not None:

@@ -1,5 +1,5 @@
 """The state of a fleet as one store tells it: its live runners (PostgreSQL) and, per partition, the
-owner, due backlog, oldest due time and parked count. ``timerwheel-c fleet status`` prints it and the
+owner, due backlog, oldest due time and parked count, and the kinds' names the store records. ``timerwheel-c fleet status`` prints it and the
 status page shows it; the shape is the JSON object that ``fleet status --json`` prints (its module
 docstring, :mod:`.fleet_cli`, gives every field).
 """
@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ..storage.sqlite import SQLiteStore
+from ..timers.kind_names import kind_names
 from .cli_text import utc_iso
 from .metrics import BACKLOG_CAP, due_backlog, parked_count
 
@@ -51,5 +52,6 @@ def status(store, now_ms: int) -> dict:
                            "due_backlog": backlog, "due_backlog_capped": backlog >= BACKLOG_CAP,
                            "oldest_due_at": None if oldest_ms is None else utc_iso(oldest_ms),
                            "oldest_due_at_ms": oldest_ms, "parked": parked, "parked_capped": parked >= BACKLOG_CAP})
+    names = {str(k): v for k, v in sorted(kind_names(store).items())}
     return {"backend": "sqlite" if runners is None else "postgresql", "now_ms": now_ms, "runners": runners,
-            "partitions": partitions}
+            "partitions": partitions, "kind_names": names}

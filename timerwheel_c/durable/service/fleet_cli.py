@@ -25,7 +25,8 @@ object: ``backend`` (``"postgresql"`` or ``"sqlite"``), ``now_ms``, ``runners`` 
 else objects with ``backend_pid``, ``name``, ``client_addr``, ``since``/``since_ms``, ``kinds``,
 ``partitions``) and ``partitions`` (objects with ``partition``, ``owners`` (backend pids; null on
 SQLite), ``due_backlog``, ``due_backlog_capped``, ``oldest_due_at``/``oldest_due_at_ms``,
-``parked``, ``parked_capped``); times are ISO 8601 UTC and Unix epoch ms.
+``parked``, ``parked_capped``) and ``kind_names`` (the kinds' names the store records, by kind
+number); times are ISO 8601 UTC and Unix epoch ms.
 
 It only reads: no DDL (a PostgreSQL role with SELECT on the store's tables suffices), a database
 without a store is refused ("no timerwheel_c store here"), and a SQLite file is opened read-only.
@@ -82,6 +83,8 @@ def _tables(state: dict) -> str:
                            f"{local_iso(r['since_ms'])} ({in_words(r['since_ms'], now_ms)})",
                            "kinds": kinds_text(r["kinds"]), "partitions": len(r["partitions"])}
                           for r in state["runners"]], _RUNNER_COLUMNS))
+    if state["kind_names"]:
+        out.append("kinds: " + ", ".join(f"{k} {name}" for k, name in state["kind_names"].items()))
     out.append("")
     if not state["partitions"]:
         out.append("partitions: none (no partition holds a row)")

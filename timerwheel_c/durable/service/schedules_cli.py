@@ -74,7 +74,8 @@ def add_parser(sub) -> None:
 def _row(info) -> dict:
     """``info`` as a table row: times in this machine's zone (``-`` past the year 9999)."""
     return {"partition": info.partition, "name": info.name, "trigger": str(info.trigger), "kind": int(info.kind),
-            "next_fire": local_iso(info.next_fire_ms), "paused": info.paused, "misfire": info.misfire}
+            "next_fire": "ended" if info.ended else local_iso(info.next_fire_ms), "paused": info.paused,
+            "misfire": info.misfire}
 
 
 def _as_json(info) -> dict:
@@ -84,7 +85,7 @@ def _as_json(info) -> dict:
             "next_fire": None if info.next_fire_ms is None else utc_iso(info.next_fire_ms),
             "next_fire_ms": info.next_fire_ms, "paused": info.paused,
             "last_fired": None if info.last_fired_ms is None else utc_iso(info.last_fired_ms),
-            "last_fired_ms": info.last_fired_ms, "misfire": info.misfire}
+            "last_fired_ms": info.last_fired_ms, "misfire": info.misfire, "runs": info.runs, "ended": info.ended}
 
 
 def main(args) -> int:

@@ -54,7 +54,9 @@ from ..storage.watch import Watcher
 from ..timers import keys, writer
 from ..timers.claim import refund_rows, release_rows
 from ..timers.deadline import deadline_factory
-from ..timers.due import due_at_ms_of
+from ..timers.due import due_at_ms_of, due_or_delay
+from ..timers.kind_names import check_kind_names
+from ..timers.parking import RetryLater
 from ..timers.registry import TimerKind, TimerRegistry, check_registry
 from ..timers.runner import PAGE, Attempt, RunReport, TickBudget, settle
 from .activity import Activity
@@ -251,6 +253,7 @@ class DurableTimerService:
             raise RuntimeError("DurableTimerService already started")
         if self._stopping:
             raise RuntimeError("DurableTimerService was stopped; a stopped service cannot be started (create a new one)")
+        check_kind_names(self.store, self.registry.named_kinds())
         if not self.registry.kinds():
             raise ValueError("the registry has no handler: a service without one would claim rows it cannot fire "
                              "(in a fleet, whole partitions); register at least one TimerHandler")
@@ -331,18 +334,18 @@ class DurableTimerService:
         return partition
 
     def schedule(self, partition: str, due_at_ms, kind, reference: bytes, value: bytes = b"", *,
-                 if_exists: str = "replace") -> bytes:
+                 if_exists: str = "replace", delay=None) -> bytes:
         """:func:`timerwheel_c.durable.schedule` on this service's store, for a served partition and a
         kind this service's registry has a handler for, then wake the thread if the timer is
-        nearer than its current sleep. ``due_at_ms``: Unix epoch ms or an aware datetime.
-        Returns the row's key.
+        nearer than its current sleep. ``due_at_ms``: Unix epoch ms, an aware datetime or a timedelta
+        from now; or None and ``delay`` seconds from now. Returns the row's key.
 
         Raises:
             TypeError / ValueError: bad arguments (see :func:`timerwheel_c.durable.schedule`), a
                 partition not served, a kind with no handler in the registry.
             Exception: whatever the store raises.
         """
-        due_ms = due_at_ms_of(due_at_ms)
+        due_ms = due_at_ms_of(due_or_delay(due_at_ms, delay))
         self._check_served(partition)
         number = TimerKind(kind).get()
         if self.registry.get(number) is None:
@@ -352,15 +355,15 @@ class DurableTimerService:
         self._nudge(partition, due_ms)
         return key
 
-    def reschedule(self, partition: str, kind, reference: bytes, due_at_ms) -> bool:
-        """:func:`timerwheel_c.durable.reschedule` for a served partition, then wake the thread if the
-        timer is now nearer than its current sleep.
+    def reschedule(self, partition: str, kind, reference: bytes, due_at_ms=None, *, delay=None) -> bool:
+        """:func:`timerwheel_c.durable.reschedule` for a served partition (``due_at_ms`` or ``delay``
+        seconds from now), then wake the thread if the timer is now nearer than its current sleep.
 
         Raises:
             TypeError / ValueError: bad arguments, a partition not served.
             Exception: whatever the store raises.
         """
-        due_ms = due_at_ms_of(due_at_ms)
+        due_ms = due_at_ms_of(due_or_delay(due_at_ms, delay))
         moved = writer.reschedule(self.store, self._check_served(partition), kind, reference, due_ms)
         if moved:
             self._nudge(partition, due_ms)
@@ -623,27 +626,16 @@ class DurableTimerService:
         self.recorder.handler_duration(attempt.took_s)
         report = self._settle_report  # one report until a failure is counted: most fires allocate none
         batch = settle(job.partition, job.claimed, report, attempt.outcome, error, now_ms=self._wall_ms())
-        if report.failed:  # a failed attempt: its row stays backed off (batch None) or parks (batch)
+        if report.failed:  # a failed attempt: its row stays backed off, its error recorded (RetryLater), or parks
             self._settle_report = RunReport()
             report.failed_kinds[timer.kind.get()] = report.failed
             self._count(report)
-        if batch is None:
-            if not keep_busy:
-                self.executor.release(job.key)
-                self._retry_due(job.key)
+        if keep_busy and isinstance(batch, RetryLater):
+            # The call runs on in its thread: its row stays in flight, never claimed again here until it
+            # returns, so nothing commits for it now (its error is not kept). A commit wakes the thread
+            # for the row's retry (its earliest put), which a slow attempt may have left due already.
             return
         self.committer.add(Outcome(job.partition, job.claimed, batch))
-
-    def _retry_due(self, key: bytes) -> None:
-        """On the loop, after a failed attempt left its row backed off at ``key``: pass again now if that
-        row is due before the planned wake. Its backoff runs from the claim, so a handler slower than
-        the backoff (5 s for a first attempt) leaves it due already, and the passes made while it was in
-        flight skipped it: without this, its retry would wait for ``max_sleep_s``."""
-        due_ms = keys.parse(key).due_at_ms
-        with self._lock:
-            wake = self._wake_ms
-        if (wake is None or due_ms < wake) and self._kick is not None:
-            self._kick.set()
 
     def _outcome_done(self, outcome: Outcome) -> None:
         self.executor.release(outcome.claimed.timer.key)

@@ -20,6 +20,7 @@ they were parked, of every partition unless
 ``--partition`` names one, at most ``--limit`` (default 100; a line on stderr says when more were
 left out). The table gives due times in this machine's zone and how far they are from now.
 ``--json`` prints one JSON array instead: each timer an object with ``partition``, ``kind``,
+``kind_name`` (the name the store records for the kind, or null; tables show it after the number),
 ``reference`` (the text, or null when it is not printable UTF-8), ``reference_hex``, ``due_at``
 (ISO 8601, UTC), ``due_at_ms`` (Unix epoch ms; a parked timer's original due time), ``state``,
 ``attempt``, ``last_error`` and ``parked_at``/``parked_at_ms`` (null unless parked) and
@@ -55,12 +56,14 @@ import math
 import shlex
 import sys
 import time
+from typing import Optional
 
 from ..._helptext import terminal_text
 from ..storage.errors import StoreError
 from ..storage.redact import redact
 from ..timers.due import due_at_ms_of
 from ..timers.keys import TimerKind
+from ..timers.kind_names import kind_names
 from ..timers.schedules import get_schedule
 from ..timers.writer import STATES, PendingTimer, cancel, get_timer, list_timers, requeue
 from .cli import OneLineErrors, open_or_say, store_url
@@ -166,9 +169,17 @@ def _reference(args) -> bytes:
     return args.reference.encode("utf-8", "surrogateescape")
 
 
-def as_json(timer: PendingTimer, *, value: bool = False) -> dict:
-    """``timer`` as the JSON object ``list --json`` prints (``value``: with ``value`` and ``value_hex``)."""
-    out = {"partition": timer.partition, "kind": int(timer.kind), "reference": reference_text(timer.reference),
+def _kind_text(timer: PendingTimer, names: dict) -> str:
+    """The kind as tables show it: its number, then the name the store records for it, if any."""
+    name = names.get(int(timer.kind))
+    return str(int(timer.kind)) if name is None else f"{int(timer.kind)} {name}"
+
+
+def as_json(timer: PendingTimer, *, value: bool = False, names: Optional[dict] = None) -> dict:
+    """``timer`` as the JSON object ``list --json`` prints (``value``: with ``value`` and ``value_hex``;
+    ``names``: the kind names the store records, :func:`~..timers.kind_names.kind_names`)."""
+    out = {"partition": timer.partition, "kind": int(timer.kind), "kind_name": (names or {}).get(int(timer.kind)),
+           "reference": reference_text(timer.reference),
            "reference_hex": timer.reference.hex(), "due_at": utc_iso(timer.due_at_ms), "due_at_ms": timer.due_at_ms,
            "state": timer.state, "attempt": timer.attempt, "last_error": timer.last_error,
            "parked_at": None if timer.parked_at_ms is None else utc_iso(timer.parked_at_ms),
@@ -187,17 +198,17 @@ def _shown_reference(reference: bytes) -> str:
     return _cut(text) if text is not None else _cut("hex:" + reference.hex())
 
 
-def _row(timer: PendingTimer, now_ms: int) -> dict:
+def _row(timer: PendingTimer, now_ms: int, names: dict) -> dict:
     error = timer.last_error
-    return {"partition": timer.partition, "kind": int(timer.kind), "reference": _shown_reference(timer.reference),
+    return {"partition": timer.partition, "kind": _kind_text(timer, names), "reference": _shown_reference(timer.reference),
             "state": timer.state, "attempt": timer.attempt, "due": local_iso(timer.due_at_ms),
             "when": in_words(timer.due_at_ms, now_ms), "last_error": "-" if error is None else _cut(" ".join(error.split()))}
 
 
-def _show(timer: PendingTimer, now_ms: int) -> str:
+def _show(timer: PendingTimer, now_ms: int, names: dict) -> str:
     text = reference_text(timer.reference)
     value = reference_text(timer.value)
-    fields = [("partition", timer.partition), ("kind", int(timer.kind)),
+    fields = [("partition", timer.partition), ("kind", _kind_text(timer, names)),
               ("reference", "(not UTF-8 text)" if text is None else text), ("reference hex", timer.reference.hex()),
               ("state", timer.state), ("attempt", timer.attempt),
               ("due at", f"{local_iso(timer.due_at_ms)} ({in_words(timer.due_at_ms, now_ms)}; "
@@ -224,9 +235,10 @@ def _list(store, args, now_ms: int) -> int:
     timers = list(heapq.merge(*per, key=_listed_order))
     shown = timers[:args.limit]
     if args.json:
-        print(json.dumps([as_json(t) for t in shown], indent=2))
+        print(json.dumps([as_json(t, names=kind_names(store)) for t in shown], indent=2))
     elif shown:
-        print(table([_row(t, now_ms) for t in shown], _COLUMNS))
+        names = kind_names(store)
+        print(table([_row(t, now_ms, names) for t in shown], _COLUMNS))
     else:
         print("no pending timers" + ("" if args.state is None else f" in state {args.state!r}"))
     if len(timers) > args.limit:
@@ -243,7 +255,9 @@ def _named(store, args, now_ms: int) -> str:
     if timer is None:
         raise NoSuchTimer(f"no pending timer in {name}{_occurrence_hint(store, args, reference)}")
     if args.action == "show":
-        return json.dumps(as_json(timer, value=True), indent=2) if args.json else _show(timer, now_ms)
+        names = kind_names(store)
+        return json.dumps(as_json(timer, value=True, names=names), indent=2) if args.json else _show(timer, now_ms,
+                                                                                                       names)
     if args.action == "cancel":
         if not cancel(store, args.partition, args.kind, reference):
             raise NoSuchTimer(f"no pending timer in {name} (it fired or was removed meanwhile)")

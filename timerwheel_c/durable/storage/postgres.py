@@ -410,6 +410,19 @@ class PostgresStore(Store):
         with self._lock, self._wrap:
             return [r[0] for r in self._connection().execute(self._sql["partitions"]).fetchall()]
 
+    def _record_labels(self, labels: dict) -> dict:
+        with self._lock, self._wrap:
+            conn = self._connection()
+            with conn.transaction():
+                with conn.cursor() as cur:
+                    cur.executemany(self._sql["record_label"], list(labels.items()))
+                recorded: dict = dict(conn.execute(self._sql["labels"], ("",)).fetchall())
+        return {name: recorded[name] for name in labels}
+
+    def _labels(self, prefix: str) -> dict:
+        with self._lock, self._wrap:
+            return dict(self._connection().execute(self._sql["labels"], (prefix,)).fetchall())
+
     def async_pools(self) -> "AsyncPools":
         """This store's asyncio connection pools, one per event loop (:mod:`.pg_pool`), created on
         first call; they close with the store.

@@ -493,6 +493,24 @@ class Store(abc.ABC):
         """Names of the partitions that hold at least one key, sorted."""
         return self._partitions()
 
+    def record_labels(self, labels: dict) -> dict:
+        """Record each of ``labels`` (``{name: text}``, str to str: the layers above name things with
+        them, e.g. ``"kind:1" -> "send-reminder"``) that has no text recorded yet, atomically across
+        every process sharing the store, and return the text now recorded for each of those names
+        (the one given, or the one another writer recorded first).
+
+        Raises:
+            TypeError: not a dict of str to str.
+            StoreError: the backend failed.
+        """
+        if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+            raise TypeError(f"labels must be a dict of str to str, got {labels!r}")
+        return self._record_labels(labels) if labels else {}
+
+    def labels(self, prefix: str = "") -> dict:
+        """``{name: text}`` of every recorded label whose name starts with ``prefix``."""
+        return self._labels(prefix)
+
     #: True for a backend whose :meth:`scan_many` and :meth:`apply_across` take one round trip for
     #: any number of partitions (PostgreSQL): a caller then reads and claims many partitions at once.
     #: False (the generic versions): one call per partition, so reading ahead saves nothing.
@@ -597,6 +615,16 @@ class Store(abc.ABC):
         version calls back every second (:class:`PollingWatcher`); a backend overrides it with a real
         detector (see :mod:`~.watch`)."""
         return PollingWatcher(lambda: True, callback, GENERIC_POLL_S)
+
+    def _record_labels(self, labels: dict) -> dict:
+        """:meth:`record_labels`; this generic version keeps them in this store object only (a backend
+        with a table of its own records them there, for every process)."""
+        recorded = self.__dict__.setdefault("_labels_here", {})
+        return {name: recorded.setdefault(name, text) for name, text in labels.items()}
+
+    def _labels(self, prefix: str) -> dict:
+        """:meth:`labels`; see :meth:`_record_labels`."""
+        return {k: v for k, v in self.__dict__.get("_labels_here", {}).items() if k.startswith(prefix)}
 
     def _signal_writes(self, patterns: list) -> None:  # noqa: B027 -- a detector that sees every write needs none
         """:meth:`signal_writes` with checked patterns; the default keeps signalling every write."""

@@ -141,10 +141,11 @@ class _ToPark:
 _Row = Union[_ToFire, _ToAdvance, _ToBackOff, _ToQuarantine, _ToPark]
 
 
-def _claimed_key(now_ms: int, tk: keys.TimerKey) -> bytes:
-    """The row's next backoff key: attempt + 1, due ``now_ms + backoff``, original due time kept."""
+def _claimed_key(now_ms: int, tk: keys.TimerKey, handler: Optional[TimerHandler]) -> bytes:
+    """The row's next backoff key: attempt + 1, due ``now_ms +`` the handler's backoff, original due time kept."""
     attempt = min(tk.attempt + 1, keys.MAX_ATTEMPT)
-    return keys.next_attempt(tk, min(now_ms + backoff_ms(attempt), keys.MAX_DUE_MS), attempt)
+    policy = None if handler is None else handler.backoff
+    return keys.next_attempt(tk, min(now_ms + backoff_ms(attempt, policy), keys.MAX_DUE_MS), attempt)
 
 
 def _moved_key(tk: keys.TimerKey, due_ms: int, attempt: int) -> bytes:
@@ -261,11 +262,11 @@ class Claimer:
             tk = keys.parse(key)
         except keys.MalformedKey as exc:
             return _ToQuarantine(key, value, exc.why, malformed=True)
+        handler = self.registry.get(tk.kind)
         try:
-            claimed_key = _claimed_key(self.now_ms, tk)
+            claimed_key = _claimed_key(self.now_ms, tk, handler)
         except ValueError as exc:  # no valid backoff key (e.g. past the key limit)
             return _ToQuarantine(key, value, f"no backoff key: {exc}", malformed=False)
-        handler = self.registry.get(tk.kind)
         if handler is None:
             grace_ends_ms = tk.due_at_ms + UNKNOWN_KIND_GRACE_MS
             if grace_ends_ms > self.now_ms:
@@ -285,7 +286,8 @@ class Claimer:
         claim = None
         if tk.occurrence:
             try:
-                claim = schedules.claim_occurrence(self.store, self.partition, key, value, tk, self.now_ms)
+                claim = schedules.claim_occurrence(self.store, self.partition, key, value, tk, self.now_ms,
+                                                   handler.backoff)
             except ValueError as exc:
                 return _ToQuarantine(key, value, f"its schedule's row is unreadable: {exc}", malformed=False)
             if claim is None:

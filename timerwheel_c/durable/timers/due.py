@@ -1,4 +1,9 @@
-"""Due times as the public API takes them: Unix epoch ms (an int) or a timezone-aware ``datetime``.
+"""Due times as the public API takes them: Unix epoch ms (an int), a timezone-aware ``datetime``, or
+relative to now: a ``datetime.timedelta`` in the due time's place, or ``delay=`` seconds.
+
+A relative due time becomes absolute when the write is prepared, on :func:`relative_base_ms`'s clock:
+the host's wall clock, the one place to change should relative due times be judged on another (a
+database server's).
 
 Two unit mistakes are easy to make and would otherwise pass silently:
 
@@ -16,8 +21,10 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
+import math
+import time
 
-__all__ = ["PLAUSIBLY_FINER_FROM", "PLAUSIBLY_SECONDS_BELOW", "due_at_ms_of"]
+__all__ = ["PLAUSIBLY_FINER_FROM", "PLAUSIBLY_SECONDS_BELOW", "due_at_ms_of", "due_or_delay", "relative_base_ms"]
 
 log = logging.getLogger("timerwheel_c.durable")
 
@@ -27,20 +34,56 @@ _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 _MS = _dt.timedelta(milliseconds=1)
 
 
+def relative_base_ms() -> int:
+    """Now, Unix epoch ms, as relative due times count from it: the host's wall clock."""
+    return time.time_ns() // 1_000_000
+
+
+def _relative(delay_ms: int, shown: object, name: str) -> int:
+    if delay_ms < 0:
+        raise ValueError(f"{name} must not be negative, got {shown!r}")
+    return relative_base_ms() + delay_ms
+
+
+def due_or_delay(due_at: object, delay: object, name: str = "due_at_ms") -> object:
+    """``due_at`` as given when ``delay`` is None (for :func:`due_at_ms_of` to check and convert, as it
+    would be without a delay), else the due time ``delay`` seconds from now (an int or a float >= 0,
+    rounded up to the ms so that a timer never comes due before its delay has passed), Unix epoch ms,
+    with ``due_at`` None.
+
+    Raises:
+        TypeError: both given; a delay that is not a number (a bool, a str, a timedelta...).
+        ValueError: a negative or non-finite delay.
+    """
+    if delay is None:
+        return due_at
+    if due_at is not None:
+        raise TypeError(f"give {name} or delay=, not both: got {name}={due_at!r} and delay={delay!r}")
+    if isinstance(delay, bool) or not isinstance(delay, (int, float)):
+        raise TypeError(f"delay must be a number of seconds, got {type(delay).__name__} {delay!r}")
+    if not math.isfinite(delay):
+        raise ValueError(f"delay must be a finite number of seconds, got {delay!r}")
+    return _relative(math.ceil(delay * 1000), delay, "delay")
+
+
 def due_at_ms_of(value: object, name: str = "due_at_ms") -> int:
     """Return ``value`` as Unix epoch ms (int).
 
     Args:
-        value: an int (Unix epoch ms) or a timezone-aware :class:`datetime.datetime`
-            (converted exactly, rounding down to the ms).
+        value: an int (Unix epoch ms), a timezone-aware :class:`datetime.datetime` (converted
+            exactly, rounding down to the ms) or a :class:`datetime.timedelta` >= 0 (that long from
+            :func:`relative_base_ms`, rounded up to the ms).
         name: the argument's name, for messages.
 
     Raises:
-        TypeError: neither an int (bool excluded) nor a datetime.
-        ValueError: a naive datetime (no ``tzinfo``), or one before 1970-01-01 UTC.
+        TypeError: neither an int (bool excluded), a datetime nor a timedelta (None: give a due time
+            or a delay).
+        ValueError: a naive datetime (no ``tzinfo``), one before 1970-01-01 UTC, a negative timedelta.
 
     Range checks of ints (0..2**64-1) stay with :func:`timerwheel_c.durable.keys.timer`.
     """
+    if isinstance(value, _dt.timedelta):
+        return _relative(-(-value // _MS), value, name)
     if isinstance(value, _dt.datetime):
         if value.tzinfo is None or value.utcoffset() is None:
             raise ValueError(
@@ -50,7 +93,7 @@ def due_at_ms_of(value: object, name: str = "due_at_ms") -> int:
             raise ValueError(f"{name} must not be before 1970-01-01 UTC, got {value!r}")
         return ms
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int (Unix epoch ms) or an aware datetime, got {type(value).__name__} {value!r}")
+        raise TypeError(f"{name} must be an int (Unix epoch ms), an aware datetime or a timedelta, got {type(value).__name__} {value!r}")
     if 0 <= value < PLAUSIBLY_SECONDS_BELOW:
         log.warning("%s=%d is before 1973 as Unix epoch ms: if it is in seconds, multiply by 1000", name, value)
     elif value >= PLAUSIBLY_FINER_FROM:

@@ -76,7 +76,8 @@ timer row (variant byte 0x00) and a sleep mark, not the backed-off rows that cla
 The allocation of the first byte of a key:
 
 ========  ==========================================================
-``b"I"``  identity rows (kind, reference -> the timer's key)
+``b"I"``  identity rows (kind, reference -> the timer's key); ``"I" | 0x00 | kind | reference``:
+          a retrying timer's last error (:func:`last_error_row`; ``"J" | 0x00 ...`` an occurrence's)
 ``b"J"``  identity rows of schedules' pending occurrences
 ``b"P"``  parked timers (failed their last attempt; never scanned by runners)
 ``b"R"``  recurring schedules' rows (:mod:`.schedule_state`)
@@ -88,17 +89,23 @@ others    free for handlers' own rows (their effects), never scanned
 """
 from __future__ import annotations
 
+import re
 import struct
 from dataclasses import dataclass
 
 from typing import Optional
 
+from .codecs import codec_of
 from ..storage.store import MAX_KEY_BYTES, MAX_VALUE_BYTES, KeyPattern, Store, check_bytes
 from ..storage.upgrades import register_row_upgrade
 
 __all__ = [
     "IDENTITY_SCHEMA_VERSION",
     "IDENTITY_TAG",
+    "last_error_row",
+    "last_error_text",
+    "last_error_value",
+    "may_keep_an_error",
     "KINDS",
     "MAX_ATTEMPT",
     "MAX_DUE_MS",
@@ -179,31 +186,60 @@ SIGNALLED = [KeyPattern(TAG, _VARIANT_AT, _SCHEDULED), KeyPattern(TAG, _VARIANT_
              KeyPattern(SLEEP_MARK_TAG)]
 
 
+_KIND_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}\Z")
+
+
+def check_kind_name(name: object) -> str:
+    """Return ``name`` if it is a valid kind name: 1 to 64 ASCII letters, digits and ``._:-``, the
+    first a letter or a digit (``"send-reminder"``).
+
+    Raises:
+        TypeError: not a str; ValueError: not of that form, naming it.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"a kind name must be a str, got {type(name).__name__} {name!r}")
+    if not _KIND_NAME.match(name):
+        raise ValueError(f"a kind name must be 1 to 64 ASCII letters, digits and '._:-', starting with a letter or "
+                         f"a digit, got {name!r}")
+    return name
+
+
 class TimerKind(int):
     """A timer kind, 1..255, and an int: ``TimerKind(1) == 1``, ``int(TimerKind(1)) == 1``, and equal
     kinds hash alike whichever form they take. Kind 0 is invalid; 0xF0..0xFE are reserved for tests
     and 0xFF for :mod:`timerwheel_c.durable.timers.sleep`.
 
+    ``name`` (optional, :func:`check_kind_name`): what the kind is for (``TimerKind(1,
+    "send-reminder")``). A store records each kind's name when a writer or a runner first uses it,
+    and refuses one that names the kind otherwise (:mod:`.kind_names`); logs and the CLI show it.
+    ``codec`` (optional, :mod:`.codecs`): ``"json"``, a :class:`~.codecs.Codec` or a ``(dumps, loads)``
+    pair: writers then take any value it encodes and handlers receive the decoded value.
+
     Raises:
-        TypeError: ``n`` is not an int (a bool is refused too).
-        ValueError: ``n`` is outside 1..255.
+        TypeError: ``n`` is not an int (a bool is refused too), a name not a str, a bad codec.
+        ValueError: ``n`` is outside 1..255, a malformed name.
     """
 
-    __slots__ = ()
+    name: "str | None"
+    codec: object
 
-    def __new__(cls, n: "int | TimerKind"):
+    def __new__(cls, n: "int | TimerKind", name: "str | None" = None, codec: object = None):
         if isinstance(n, bool) or not isinstance(n, int):
             raise TypeError(f"a timer kind must be an int, got {type(n).__name__} {n!r}")
         if not 1 <= n <= 255:
             raise ValueError(f"a timer kind must be in 1..255 (0 is invalid), got {int(n)}")
-        return super().__new__(cls, n)
+        self = super().__new__(cls, n)
+        self.name = None if name is None else check_kind_name(name)
+        self.codec = codec_of(codec)
+        return self
 
     def get(self) -> int:
         """The kind number, 1..255, as a plain int."""
         return int(self)
 
     def __repr__(self):
-        return f"TimerKind({int(self)})"
+        named = "" if self.name is None else f", {self.name!r}"
+        return f"TimerKind({int(self)}{named})"
 
     __str__ = __repr__
 
@@ -458,6 +494,40 @@ def identity(kind, reference: bytes) -> bytes:
 def identity_of(tk: TimerKey) -> bytes:
     """Key of the identity row of the parsed timer ``tk`` (for an occurrence, its schedule's)."""
     return (OCCURRENCE_IDENTITY_TAG if tk.occurrence else IDENTITY_TAG) + bytes((tk.kind,)) + tk.reference
+
+
+_LAST_ERROR = struct.Struct(">QI")  # original due_at_ms, attempt
+
+
+def last_error_row(identity_key: bytes) -> bytes:
+    """Key of the row keeping the last error of the retrying timer whose identity row is
+    ``identity_key``: that key with a 0x00 after its tag, where an identity row has its kind (never
+    0), so that it is no identity row's key and no scan of identity rows is needed to tell them apart."""
+    return identity_key[:1] + b"\x00" + identity_key[1:]
+
+
+def last_error_value(tk: TimerKey, last_error: str) -> bytes:
+    """The value of :func:`last_error_row` for the failed attempt ``tk.attempt`` of the timer ``tk``
+    (its claimed row): the attempt it belongs to, then the error as a parked row keeps it."""
+    return _LAST_ERROR.pack(tk.original_due_at_ms, tk.attempt) + error_bytes(last_error)
+
+
+def last_error_text(value: Optional[bytes], tk: TimerKey) -> Optional[str]:
+    """The last error kept in ``value`` (of :func:`last_error_row`, or None) when it belongs to the
+    retrying timer ``tk`` (the same original due time, and ``tk``'s attempt or the one before, which
+    is in flight), else None: a row left by an earlier timer of that name is never shown."""
+    if value is None or len(value) < _LAST_ERROR.size:
+        return None
+    original_due_at_ms, attempt = _LAST_ERROR.unpack_from(value)
+    if original_due_at_ms != tk.original_due_at_ms or attempt not in (tk.attempt, tk.attempt - 1):
+        return None
+    return bytes(value[_LAST_ERROR.size:]).decode("utf-8", "replace")
+
+
+def may_keep_an_error(key: bytes) -> bool:
+    """True when the timer row ``key`` (a parked or backed-off one) may have a :func:`last_error_row`
+    to delete with it: a scheduled row never has."""
+    return key[:1] == PARKED_TAG or (key[:1] == TAG and len(key) > _VARIANT_AT and bool(key[_VARIANT_AT] & _BACKED_OFF))
 
 
 def occurrence_identity(kind, name: bytes) -> bytes:

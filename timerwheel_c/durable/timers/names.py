@@ -14,6 +14,7 @@ import datetime
 from typing import Optional
 
 from . import keys
+from .registry import handler_name
 
 __all__ = ["iso_utc", "reference_text", "row_name", "timer_name"]
 
@@ -41,14 +42,17 @@ def reference_text(reference: bytes) -> str:
 
 def timer_name(partition: str, kind: int, reference: bytes, *, handler=None, attempt: Optional[int] = None,
                due_at_ms: Optional[int] = None, occurrence: bool = False) -> str:
-    """``timer partition 'p' kind 3 (Reminder) reference 'order-42' attempt 2 of 20 due 2026-...Z``:
-    the parts given, in that order (``schedule occurrence ...`` for a schedule's occurrence).
+    """``timer partition 'p' kind 3 'send-reminder' (Reminder) reference 'order-42' attempt 2 of 20 due
+    2026-...Z``: the parts given, in that order (``schedule occurrence ...`` for a schedule's occurrence).
 
     ``handler``: the kind's :class:`~.registry.TimerHandler`, if known: it names the kind by its
-    class and gives the attempt's maximum (``attempt 2 of 20``, or ``attempt 2 (no limit)`` for
+    kind's name (if any) and its class or function, and gives the attempt's maximum (``attempt 2 of 20``, or ``attempt 2 (no limit)`` for
     ``max_attempts=None``). ``due_at_ms``: Unix epoch ms.
     """
-    kind_text = f"{int(kind)}" if handler is None else f"{int(kind)} ({type(handler).__name__})"
+    kind_text = f"{int(kind)}"
+    if handler is not None:
+        name = getattr(handler.kind, "name", None)
+        kind_text += f" ({handler_name(handler)})" if name is None else f" {name!r} ({handler_name(handler)})"
     text = (f"{'schedule occurrence' if occurrence else 'timer'} partition {partition!r} kind {kind_text} "
             f"reference {reference_text(reference)}")
     if attempt is not None:

@@ -32,7 +32,7 @@ from .registry import TimerHandler
 from ..storage.redact import redact
 from ..storage.store import Absent, Batch, Equals
 
-__all__ = ["STOPPED_DURING", "Parking", "exhausted", "last_error_of", "log_failure", "park_timer", "wall_ms",
+__all__ = ["STOPPED_DURING", "Parking", "RetryLater", "exhausted", "last_error_of", "log_failure", "park_timer", "wall_ms",
            "wrong_outcome"]
 
 log = logging.getLogger("timerwheel_c.durable")
@@ -43,6 +43,12 @@ _OUTCOME_REPR_CHARS = 200  # of a wrong return value quoted in a last error
 
 class Parking(Batch):
     """A guarded batch that parks a timer: its commit counts as ``parked``, never as ``fired``."""
+
+
+class RetryLater(Batch):
+    """A guarded batch that records a failed attempt's last error and, for a ``Retry(delay=)``, moves
+    its retry to the time asked for: its commit counts as neither ``fired`` nor ``parked`` (the
+    failure is counted when settled)."""
 
 
 def wall_ms() -> int:
@@ -88,6 +94,8 @@ def park_timer(key: bytes, value: bytes, tk: keys.TimerKey, parked_at_ms: int, l
     batch = Parking()
     batch.require(Equals(key, value)).require(Absent(parked)).delete(key)
     batch.put(parked, keys.parked_value(last_error, value)).put(keys.identity_of(tk), parked)
+    if tk.attempt > 1:  # the parked row keeps the last error now
+        batch.delete(keys.last_error_row(keys.identity_of(tk)))
     return batch
 
 

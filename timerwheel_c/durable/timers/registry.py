@@ -9,17 +9,29 @@ answers with an outcome:
   most once per timer row.
 - :class:`Reschedule` ``(due_at_ms, value, batch)``: as Done, but the row moves to a new
   due time (Unix epoch ms) with a new value.
-- :class:`Retry` ``()``: try again later, with backoff.
+- :class:`Retry` ``()``: try again later, with the handler's backoff, or ``Retry(delay=s)`` in ``s`` seconds.
 
 Raising an exception, returning anything that is not an outcome (a forgotten ``return Done()``)
 and :class:`Retry` are failed attempts: each counts toward the handler's
 :attr:`TimerHandler.max_attempts`, after which the timer is *parked* (kept with its last error,
 never retried until requeued). Effects *outside* the batch must be idempotent,
 because ``fire`` may run more than once (the process can die before the commit).
+
+A handler is a :class:`TimerHandler` subclass, or a plain function ``fire(ctx, timer)`` (sync or
+``async def``) registered with the :meth:`TimerRegistry.handler` decorator, as procrastinate's
+``@app.task`` registers a task:
+
+    registry = TimerRegistry()
+
+    @registry.handler(TimerKind(1), max_attempts=5)
+    def expire_ticket(ctx, timer):
+        return Done()
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime
+import inspect
 import math
 import threading
 from dataclasses import dataclass
@@ -27,15 +39,18 @@ from typing import Optional, Union
 
 from .due import due_at_ms_of
 from .keys import MAX_ATTEMPT, TimerKind, check_value
+from .tick import Backoff
 from ..storage.redact import redact
 from ..storage.store import Batch, Store
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
+    "Backoff",
     "Done",
     "DueTimer",
     "Reschedule",
     "Retry",
+    "FunctionHandler",
     "TimerContext",
     "TimerHandler",
     "TimerKind",
@@ -84,8 +99,9 @@ class Done:
 
 @dataclass(frozen=True)
 class Reschedule:
-    """Outcome: move the timer to ``due_at_ms`` (Unix epoch ms, or a timezone-aware datetime,
-    converted on construction) with ``value``; ``batch`` commits with the move.
+    """Outcome: move the timer to ``due_at_ms`` (Unix epoch ms, a timezone-aware datetime or a
+    ``datetime.timedelta`` from now, converted on construction) with ``value``; ``batch`` commits
+    with the move.
 
     A Reschedule whose key equals the row's scheduled key, or whose due time is not a valid
     one, is a failure (the row backs off). A naive datetime raises ValueError.
@@ -97,17 +113,34 @@ class Reschedule:
 
     def __post_init__(self):
         check_value("Reschedule.value", self.value)
-        if isinstance(self.due_at_ms, (int, datetime.datetime)) and not isinstance(self.due_at_ms, bool):
+        if isinstance(self.due_at_ms, (int, datetime.datetime, datetime.timedelta)) and not isinstance(self.due_at_ms, bool):
             # Other types are left for the runner to reject (and count) when it settles the outcome.
             object.__setattr__(self, "due_at_ms", due_at_ms_of(self.due_at_ms, "Reschedule.due_at_ms"))
 
 
 @dataclass(frozen=True)
 class Retry:
-    """Outcome: not now; the row stays backed off and is tried again later. It is a failed attempt:
+    """Outcome: not now; the row stays backed off and is tried again later: after the handler's
+    backoff, or ``delay`` seconds after this attempt's tick when given (a number >= 0, rounded up to
+    the ms, as Celery's ``retry(countdown=)``). It is a failed attempt:
     it counts toward :attr:`TimerHandler.max_attempts` (as Celery's ``retry()`` counts toward its
     ``max_retries``), so a handler that polls with Retry sets ``max_attempts`` to cover its wait,
-    or None."""
+    or None.
+
+    Raises:
+        TypeError / ValueError: a delay that is not a finite number >= 0, naming it.
+    """
+
+    delay: Optional[float] = None
+
+    def __post_init__(self):
+        delay = self.delay
+        if delay is None:
+            return
+        if isinstance(delay, bool) or not isinstance(delay, (int, float)):
+            raise TypeError(f"Retry.delay must be a number of seconds or None, got {type(delay).__name__} {delay!r}")
+        if not (math.isfinite(delay) and delay >= 0):
+            raise ValueError(f"Retry.delay must be finite and >= 0 seconds, got {delay!r}")
 
 
 def check_max_attempts(value: object) -> Optional[int]:
@@ -160,10 +193,62 @@ class TimerHandler:
     max_per_tick: Optional[int] = None
     timeout_s: Optional[float] = None
     max_attempts: Optional[int] = DEFAULT_MAX_ATTEMPTS
+    #: The delays between attempts (:class:`~.tick.Backoff`: base, factor, cap, jitter); None: the
+    #: default, 5 s doubling up to 10 minutes.
+    backoff: Optional[Backoff] = None
 
     def fire(self, ctx: TimerContext, timer: DueTimer):
         """Handle one due timer; return :class:`Done`, :class:`Reschedule` or :class:`Retry`, or raise."""
         raise NotImplementedError
+
+
+def _decoding(fire, codec):
+    """``fire`` called with the timer's value decoded by ``codec`` (a decode error is that attempt's
+    failure); an ``async def`` stays one, so that the service still awaits it on its loop."""
+    if inspect.iscoroutinefunction(fire):
+        async def decoded_async(ctx, timer):
+            return await fire(ctx, dataclasses.replace(timer, value=codec.loads(timer.value)))
+
+        decoded_async.decodes = codec
+        return decoded_async
+
+    def decoded(ctx, timer):
+        return fire(ctx, dataclasses.replace(timer, value=codec.loads(timer.value)))
+
+    decoded.decodes = codec
+    return decoded
+
+
+def handler_name(handler: TimerHandler) -> str:
+    """How logs and messages name ``handler``: a function handler by its function's qualified name,
+    a class handler by its class."""
+    return handler.name if isinstance(handler, FunctionHandler) else type(handler).__name__
+
+
+class FunctionHandler(TimerHandler):
+    """A plain function ``function(ctx, timer)``, sync or ``async def``, as the handler of ``kind``,
+    with the options a :class:`TimerHandler` subclass sets as class attributes. Made by
+    :meth:`TimerRegistry.handler`; ``function`` must return an outcome as :meth:`TimerHandler.fire`
+    does (a forgotten ``return Done()`` is a failed attempt).
+
+    ``function`` becomes this object's ``fire`` itself, not a method that calls it, so a fire costs
+    what a class handler's does, and an ``async def`` one is awaited on the service's loop."""
+
+    def __init__(self, function, kind, *, max_attempts: Optional[int] = DEFAULT_MAX_ATTEMPTS,
+                 timeout_s: Optional[float] = None, max_per_tick: Optional[int] = None,
+                 backoff: Optional[Backoff] = None):
+        if not callable(function):
+            raise TypeError(f"a handler function must be callable, got {type(function).__name__} {function!r}")
+        self.fire = function  # type: ignore[method-assign]
+        self.name: str = getattr(function, "__qualname__", None) or repr(function)
+        self.kind = kind
+        self.max_attempts = max_attempts
+        self.timeout_s = timeout_s
+        self.max_per_tick = max_per_tick
+        self.backoff = backoff
+
+    def __repr__(self):
+        return f"FunctionHandler({self.name}, kind={self.kind!r})"
 
 
 class TimerRegistry:
@@ -180,6 +265,9 @@ class TimerRegistry:
 
     def register(self, handler: TimerHandler) -> "TimerRegistry":
         """Add ``handler`` under ``handler.kind``; returns self.
+
+        A kind with a codec (``TimerKind(n, name, codec=...)``) has its handler's ``fire`` receive the
+        timer's value decoded.
 
         Raises:
             TypeError: not a TimerHandler instance, or a kind / max_per_tick / timeout_s / max_attempts
@@ -203,10 +291,33 @@ class TimerRegistry:
         if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
             raise ValueError(f"timeout_s must be finite and > 0 seconds, or None, got {timeout!r}")
         check_max_attempts(handler.max_attempts)
+        if handler.backoff is not None and not isinstance(handler.backoff, Backoff):
+            raise TypeError(f"backoff must be a Backoff or None, got {type(handler.backoff).__name__} "
+                            f"{handler.backoff!r}")
         if kind in self._handlers:
             raise ValueError(f"kind {kind} is already registered to {self._handlers[kind]!r}")
+        codec = getattr(handler.kind, "codec", None)
+        if codec is not None and getattr(handler.fire, "decodes", None) is not codec:
+            handler.fire = _decoding(handler.fire, codec)  # type: ignore[method-assign]
         self._handlers[kind] = handler
         return self
+
+    def handler(self, kind, *, max_attempts: Optional[int] = DEFAULT_MAX_ATTEMPTS, timeout_s: Optional[float] = None,
+                max_per_tick: Optional[int] = None, backoff: Optional[Backoff] = None):
+        """Decorator: register the decorated function ``f(ctx, timer)`` (sync or ``async def``) as the
+        handler of ``kind`` (a :class:`TimerKind` or an int 1..255), with the options of
+        :class:`TimerHandler`; returns ``f`` itself, still callable (a test calls it directly).
+
+        Raises:
+            TypeError / ValueError: as :meth:`register` (a bad kind or option, a kind already
+                registered), at decoration time; TypeError for a non-callable.
+        """
+        def register(function):
+            self.register(FunctionHandler(function, kind, max_attempts=max_attempts, timeout_s=timeout_s,
+                                          max_per_tick=max_per_tick, backoff=backoff))
+            return function
+
+        return register
 
     def get(self, kind: int) -> Optional[TimerHandler]:
         """The handler for ``kind`` (an int), or None."""
@@ -215,6 +326,10 @@ class TimerRegistry:
     def kinds(self) -> list:
         """The registered kinds, sorted ints."""
         return sorted(self._handlers)
+
+    def named_kinds(self) -> list:
+        """The registered kinds as their handlers give them (TimerKinds with their names, or ints)."""
+        return [self._handlers[kind].kind for kind in sorted(self._handlers)]
 
     def first_unknown(self, kind: int) -> bool:
         """True the first time ``kind`` is reported unknown to this registry, False after."""

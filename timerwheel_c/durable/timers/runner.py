@@ -39,6 +39,7 @@ malformed and unprocessable rows: see :mod:`.claim`.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -105,9 +106,9 @@ class Attempt:
 
 
 def fire(store: Store, partition: str, now_ms: int, claimed: ClaimedTimer, report: RunReport,
-         clock: Callable[[], float] = time.monotonic) -> Optional[Batch]:
+         clock: Callable[[], float] = time.monotonic) -> Batch:
     """Call ``claimed``'s handler and :func:`settle` its outcome (or exception); returns the batch
-    to commit, or None for a counted failure."""
+    to commit (for a counted failure, the one that records it or parks the timer)."""
     with Attempt(clock, lambda: now_ms) as attempt:
         if _TRACED:
             attempt.outcome = tracing.fire(claimed.handler, TimerContext(store, partition, now_ms), claimed.timer, now_ms)
@@ -117,10 +118,11 @@ def fire(store: Store, partition: str, now_ms: int, claimed: ClaimedTimer, repor
 
 
 def settle(partition: str, claimed: ClaimedTimer, report: RunReport, outcome: object = None,
-           error: Optional[BaseException] = None, *, now_ms: Optional[int] = None) -> Optional[Batch]:
+           error: Optional[BaseException] = None, *, now_ms: Optional[int] = None) -> Batch:
     """Phase 2, pure: turn a handler's ``outcome`` (or the exception ``error`` it raised) into the
     batch that commits it, guarded on the claimed row; or count a failure in ``report`` and
-    return None (the row stays at its backoff key), or, for a failure of the handler's last
+    return the :class:`~.parking.RetryLater` batch that records its error (the row stays at its
+    backoff key, or moves to a ``Retry(delay=)``'s), or, for a failure of the handler's last
     attempt, the :class:`~.parking.Parking` batch that parks the timer (parked at ``now_ms``, Unix
     epoch ms; None: the wall clock).
 
@@ -134,8 +136,11 @@ def settle(partition: str, claimed: ClaimedTimer, report: RunReport, outcome: ob
     if error is not None:
         return _failed(partition, claimed, report, now_ms, error=error)
     if isinstance(outcome, Retry):
-        return _failed(partition, claimed, report, now_ms, why="Retry: the handler asked to try again later",
-                       asked=True)
+        why = "Retry: the handler asked to try again later"
+        if outcome.delay is None:
+            return _failed(partition, claimed, report, now_ms, why=why, asked=True)
+        return _failed(partition, claimed, report, now_ms, why=f"{why}, in {outcome.delay} s", asked=True,
+                       retry_in_ms=math.ceil(outcome.delay * 1000))
     if not isinstance(outcome, (Done, Reschedule)):
         return _failed(partition, claimed, report, now_ms, why=parking.wrong_outcome(outcome))
     batch = Batch()
@@ -150,7 +155,7 @@ def settle(partition: str, claimed: ClaimedTimer, report: RunReport, outcome: ob
                            why="a schedule's occurrence cannot be rescheduled (it returned a Reschedule)")
         # The schedule's guard first: the claimed row's guard stays last, checked by its own delete.
         schedules.settle_occurrence(batch, timer.reference, timer.due_at_ms, claimed.schedule)
-        return batch.require(Equals(timer.key, timer.value)).delete(timer.key)
+        return _forget_error(batch.require(Equals(timer.key, timer.value)).delete(timer.key), timer)
     # The guard on the claimed row also guards the identity row: every by-name write that moves or
     # removes this timer deletes the claimed row in the same batch.
     identity = keys.identity(timer.kind, timer.reference)
@@ -167,24 +172,44 @@ def settle(partition: str, claimed: ClaimedTimer, report: RunReport, outcome: ob
         batch.require(Absent(new_key)).put(new_key, outcome.value).put(identity, new_key)
     else:
         batch.delete(identity)
+    return _forget_error(batch, timer)
+
+
+def _forget_error(batch: Batch, timer) -> Batch:
+    """``batch`` with the delete of the timer's kept last error, when an earlier attempt may have
+    left one (a first attempt's outcome, the common case, writes nothing more)."""
+    if timer.attempt > 1:
+        batch.delete(keys.last_error_row(keys.identity_of(keys.parse(timer.key))))
     return batch
 
 
 def _failed(partition: str, claimed: ClaimedTimer, report: RunReport, now_ms: Optional[int], *,
-            error: Optional[BaseException] = None, why: Optional[str] = None, asked: bool = False) -> Optional[Batch]:
-    """Count and log a failed attempt; return None (the row stays backed off), or the batch that parks
-    the timer when this was its last attempt."""
+            error: Optional[BaseException] = None, why: Optional[str] = None, asked: bool = False,
+            retry_in_ms: Optional[int] = None) -> Batch:
+    """Count and log a failed attempt; return the :class:`~.parking.RetryLater` batch that keeps its
+    last error (the row stays backed off) and moves its retry to ``retry_in_ms`` from ``now_ms`` (a
+    ``Retry(delay=)``), or the batch that parks the timer when this was its last attempt."""
     report.failed += 1
     timer, handler = claimed.timer, claimed.handler
     tk = keys.parse(timer.key)
     last_error = parking.last_error_of(error, why)
     last = parking.exhausted(handler, timer.attempt)
+    if now_ms is None:
+        now_ms = parking.wall_ms()
+    retry_key = None
+    if not last and retry_in_ms is not None:
+        retry_key = keys.backoff(min(now_ms + retry_in_ms, keys.MAX_DUE_MS), tk.kind, tk.attempt,
+                                 tk.original_due_at_ms, tk.reference, occurrence=tk.occurrence)
     parking.log_failure(partition, handler, tk, timer.attempt, timer.due_at_ms, last_error, error,
-                        retry_at_ms=None if last else tk.due_at_ms, asked=asked)
+                        retry_at_ms=None if last else keys.parse(retry_key or timer.key).due_at_ms, asked=asked)
     if not last:
-        return None
-    batch = parking.park_timer(timer.key, timer.value, tk, parking.wall_ms() if now_ms is None else now_ms,
-                               last_error)
+        # The error is kept beside the row, guarded on it, for get_timer and `timers list` to show.
+        identity = keys.identity_of(tk)
+        batch = parking.RetryLater().require(Equals(timer.key, timer.value))
+        if retry_key is not None and retry_key != timer.key:
+            batch.delete(timer.key).put(retry_key, timer.value).put(identity, retry_key)
+        return batch.put(keys.last_error_row(identity), keys.last_error_value(tk, last_error))
+    batch = parking.park_timer(timer.key, timer.value, tk, now_ms, last_error)
     if claimed.schedule is not None:
         schedules.park_occurrence(batch, timer.reference, claimed.schedule)
     return batch
@@ -233,12 +258,17 @@ def _count_outcomes(partition: str, pairs: list, results: list, report: RunRepor
         key = claimed.timer.key
         kind = claimed.timer.kind.get()
         parks = isinstance(batch, parking.Parking)
+        retries = isinstance(batch, parking.RetryLater)  # a failure, counted when it was settled
         if isinstance(result, Committed) and parks:
             report.parked += 1
             report.parked_kinds[kind] = report.parked_kinds.get(kind, 0) + 1
         elif isinstance(result, Committed):
-            report.fired += 1
-            report.fired_kinds[kind] = report.fired_kinds.get(kind, 0) + 1
+            if not retries:
+                report.fired += 1
+                report.fired_kinds[kind] = report.fired_kinds.get(kind, 0) + 1
+            elif report.earliest_put_ms is None or keys.parse(key).due_at_ms < report.earliest_put_ms:
+                # Its row stays due at its backoff, which may have passed while the handler ran: wake for it.
+                report.earliest_put_ms = keys.parse(key).due_at_ms
             for k, v in batch.writes:
                 if v is not None and k[:1] == keys.TAG:
                     try:
@@ -250,7 +280,7 @@ def _count_outcomes(partition: str, pairs: list, results: list, report: RunRepor
         elif isinstance(result, Refused):
             # This outcome alone fails; the row stays backed off and fires again (the handler may
             # answer differently then): never requeued in front of the other commits.
-            if not parks:  # a park's failed attempt is counted already
+            if not (parks or retries):  # their failed attempt is counted already
                 _count_failed(report, kind)
             log.error("%s: the store refused its outcome batch (%s: %s); it stays backed off",
                       _name(partition, claimed), type(result.error).__name__, result.error)
@@ -259,6 +289,8 @@ def _count_outcomes(partition: str, pairs: list, results: list, report: RunRepor
         elif parks:
             log.info("%s: its parking failed its guard; it parks when it next comes due",
                      _name(partition, claimed))
+        elif retries:
+            log.info("%s: the record of its failure failed its guard (the timer moved meanwhile)", _name(partition, claimed))
         else:
             _count_failed(report, kind)
             log.info("%s: its outcome batch failed its guard on the row %s; it stays backed off",

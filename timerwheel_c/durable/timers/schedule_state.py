@@ -57,6 +57,7 @@ class ScheduleState:
         next_nominal_ms: the pending occurrence's nominal time, or None (paused, or the
             trigger has no more).
         next_fire_ms: when the pending occurrence's row is due: nominal + jitter, or None.
+        runs: the occurrences done; stored only for a trigger with ``max_runs``.
     """
 
     trigger: Trigger
@@ -70,12 +71,15 @@ class ScheduleState:
     last_fired_ms: Optional[int]
     next_nominal_ms: Optional[int]
     next_fire_ms: Optional[int]
+    runs: int = 0
 
     def to_bytes(self) -> bytes:
         """The row's value; :meth:`from_bytes` reads it back into an equal state. Equal states
         give equal bytes, so a guard comparing values compares states."""
         meta = {name: getattr(self, name) for name in _FIELDS}
         meta["trigger"] = self.trigger.to_dict()
+        if self.trigger.max_runs is not None:
+            meta["runs"] = self.runs
         text = json.dumps(meta, sort_keys=True, separators=(",", ":")).encode()
         return _HEAD.pack(FORMAT_VERSION, len(text)) + text + self.value
 
@@ -99,7 +103,7 @@ class ScheduleState:
             meta = json.loads(data[_HEAD.size:end].decode()) if end <= len(data) else None
         except (UnicodeDecodeError, json.JSONDecodeError):
             meta = None
-        if not isinstance(meta, dict) or set(meta) != set(_FIELDS):
+        if not isinstance(meta, dict) or set(meta) - {"runs"} != set(_FIELDS):
             raise ValueError(f"a schedule row's fields are malformed: {data[:120]!r}")
         meta["trigger"] = trigger_from_dict(meta["trigger"])
         return _checked(cls(value=data[end:], **meta))
@@ -110,6 +114,8 @@ def _checked(state: ScheduleState) -> ScheduleState:
     TimerKind(state.kind)
     if not isinstance(state.paused, bool):
         raise ValueError(f"paused must be a bool, got {state.paused!r}")
+    if isinstance(state.runs, bool) or not isinstance(state.runs, int) or state.runs < 0:
+        raise ValueError(f"runs must be an int >= 0, got {state.runs!r}")
     for name in ("last_nominal_ms", "last_fired_ms", "next_nominal_ms", "next_fire_ms"):
         ms = getattr(state, name)
         if ms is not None and (isinstance(ms, bool) or not isinstance(ms, int) or not 0 <= ms < 2**64):
@@ -118,8 +124,11 @@ def _checked(state: ScheduleState) -> ScheduleState:
 
 
 def _armed(state: ScheduleState, rng: RandomSource) -> ScheduleState:
-    """``state`` with its pending occurrence the one after its last nominal time."""
+    """``state`` with its pending occurrence the one after its last nominal time, none past its
+    trigger's end or runs."""
     nominal_ms = state.trigger.next_after(state.last_nominal_ms)
+    if nominal_ms is not None and state.trigger.ended(nominal_ms, state.runs):
+        nominal_ms = None
     fire_ms = None if nominal_ms is None else state.trigger.jittered(nominal_ms, rng)
     return dataclasses.replace(state, next_nominal_ms=nominal_ms, next_fire_ms=fire_ms)
 
@@ -178,7 +187,7 @@ def replaced(old: ScheduleState, new: ScheduleState, now_ms: int, rng: RandomSou
             or (isinstance(trigger, Cron) and trigger.start_ms <= new.trigger.start_ms <= now_ms))):
         return new
     return _armed(dataclasses.replace(new, trigger=trigger, last_nominal_ms=old.last_nominal_ms,
-                                      last_fired_ms=old.last_fired_ms), rng)
+                                      last_fired_ms=old.last_fired_ms, runs=old.runs), rng)
 
 
 @dataclass(frozen=True)
@@ -207,6 +216,9 @@ def when_due(state: ScheduleState, now_ms: int, rng: RandomSource) -> Step:
     """
     due = due_occurrences(state.trigger, state.last_nominal_ms, now_ms, state.misfire, state.misfire_grace_s,
                           state.catchup_window_s, limit=1)
+    if due.fire_ms and state.trigger.ended(due.fire_ms[0], state.runs):
+        # Owed occurrences past the end (missed while no runner served it) never fire: it ends here.
+        return Step(None, dataclasses.replace(state, next_nominal_ms=None, next_fire_ms=None))
     if due.fire_ms:
         return Step(due.fire_ms[0], state)
     if due.last_missed_ms is None:  # woken before the occurrence: leave the row as it is
@@ -217,7 +229,8 @@ def when_due(state: ScheduleState, now_ms: int, rng: RandomSource) -> Step:
 def done(state: ScheduleState, nominal_ms: int, rng: RandomSource) -> ScheduleState:
     """The state after the occurrence at ``nominal_ms`` is done: the next occurrence follows
     ``nominal_ms`` on the grid (already due if more are owed)."""
-    return _armed(dataclasses.replace(state, last_nominal_ms=nominal_ms, last_fired_ms=nominal_ms), rng)
+    return _armed(dataclasses.replace(state, last_nominal_ms=nominal_ms, last_fired_ms=nominal_ms, runs=state.runs + 1),
+                  rng)
 
 
 def paused(state: ScheduleState) -> ScheduleState:

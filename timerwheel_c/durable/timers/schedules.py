@@ -65,6 +65,9 @@ class ScheduleInfo:
     ``next_fire_ms``: when its pending occurrence fires (nominal time + jitter), None when paused or
     when the trigger has no more. ``last_fired_ms``: the nominal time of the last occurrence done, or
     None. ``misfire``, ``misfire_grace_s`` (s), ``catchup_window_s`` (s or None): its misfire policy.
+    ``runs``: the occurrences done (counted for a trigger with ``max_runs``, else 0). ``ended``: True
+    once it fires no more, past its trigger's ``end`` or ``max_runs`` (or a trigger with no more
+    occurrences).
     """
 
     partition: str
@@ -78,11 +81,14 @@ class ScheduleInfo:
     misfire: str
     misfire_grace_s: float
     catchup_window_s: Optional[float]
+    runs: int = 0
+    ended: bool = False
 
     @classmethod
     def of_state(cls, partition: str, name: str, state: ScheduleState) -> "ScheduleInfo":
         return cls(partition, name, state.trigger, keys.TimerKind(state.kind), state.value, state.next_fire_ms,
-                   state.paused, state.last_fired_ms, state.misfire, state.misfire_grace_s, state.catchup_window_s)
+                   state.paused, state.last_fired_ms, state.misfire, state.misfire_grace_s, state.catchup_window_s,
+                   state.runs, not state.paused and state.next_nominal_ms is None)
 
 
 def _name_bytes(name: object) -> bytes:
@@ -280,9 +286,10 @@ class OccurrenceClaim:
 
 
 def claim_occurrence(store: Store, partition: str, key: bytes, value: bytes, tk: keys.TimerKey,
-                     now_ms: int) -> Optional[OccurrenceClaim]:
+                     now_ms: int, backoff=None) -> Optional[OccurrenceClaim]:
     """The claim of the due occurrence row ``key`` (parsed ``tk``), or None to leave it (woken before
-    its occurrence). Reads the schedule's state (one get).
+    its occurrence), backed off by ``backoff`` (its handler's :class:`~.tick.Backoff`, None: the
+    default). Reads the schedule's state (one get).
 
     Raises:
         ValueError: the schedule's row is malformed (the caller quarantines the occurrence row).
@@ -307,7 +314,7 @@ def claim_occurrence(store: Store, partition: str, key: bytes, value: bytes, tk:
             return OccurrenceClaim(_arm(guard, tk.reference, step.state), None, None, None)
         nominal_ms = step.fire_ms
     attempt = min(tk.attempt + 1, keys.MAX_ATTEMPT)
-    claimed_key = keys.backoff(min(now_ms + backoff_ms(attempt), keys.MAX_DUE_MS), tk.kind, attempt, nominal_ms,
+    claimed_key = keys.backoff(min(now_ms + backoff_ms(attempt, backoff), keys.MAX_DUE_MS), tk.kind, attempt, nominal_ms,
                                tk.reference, occurrence=True)
     return OccurrenceClaim(guard.put(claimed_key, value).put(identity, claimed_key), claimed_key, nominal_ms, data)
 

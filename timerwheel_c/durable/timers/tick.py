@@ -3,19 +3,73 @@ and the backoff schedule of failed attempts. Shared by the claim phase (:mod:`.c
 the tick (:mod:`.runner`)."""
 from __future__ import annotations
 
+import math
+import random
 from dataclasses import dataclass, field
 from typing import Optional
 
-__all__ = ["BACKOFF_BASE_MS", "BACKOFF_CAP_MS", "DEFAULT_BUDGET", "RunReport", "TickBudget", "backoff_ms"]
+__all__ = ["BACKOFF_BASE_MS", "BACKOFF_CAP_MS", "DEFAULT_BUDGET", "Backoff", "RunReport", "TickBudget", "backoff_ms"]
 
 BACKOFF_BASE_MS = 5_000
 BACKOFF_CAP_MS = 600_000
 
 
-def backoff_ms(attempt: int) -> int:
-    """Delay before attempt ``attempt`` (>= 1) is due, in ms: ``min(5 s * 2**(attempt-1), 600 s)``."""
+_RNG = random.Random()
+
+
+def _seconds(name: str, value: object, low: float, high: float = math.inf) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"Backoff.{name} must be a number, got {type(value).__name__} {value!r}")
+    if not (math.isfinite(value) and low <= value <= high):
+        raise ValueError(f"Backoff.{name} must be finite and in {low}..{high}, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """A handler's retry delays (its ``backoff`` attribute, or ``@registry.handler(kind, backoff=...)``):
+    attempt ``a`` (>= 1) is tried ``min(base_s * factor**(a-1), cap_s)`` seconds after the previous
+    one began, each delay then shortened by a random fraction of up to ``jitter`` (0..1, as AWS's
+    "equal jitter" spreads retries of timers that failed together). The default is 5 s doubling up
+    to 10 minutes, without jitter. The delay also bounds how long an attempt runs before another
+    runner may take the timer again: a handler that runs longer than its first delay needs a larger
+    ``base_s`` (or a ``timeout_s``).
+
+    Raises:
+        TypeError / ValueError: ``base_s`` not > 0 (at least 0.001), ``factor`` < 1, ``cap_s`` <
+            ``base_s``, ``jitter`` outside 0..1, naming the value.
+    """
+
+    base_s: float = BACKOFF_BASE_MS / 1000
+    factor: float = 2.0
+    cap_s: float = BACKOFF_CAP_MS / 1000
+    jitter: float = 0.0
+
+    def __post_init__(self):
+        _seconds("base_s", self.base_s, 0.001)
+        _seconds("factor", self.factor, 1.0)
+        _seconds("cap_s", self.cap_s, self.base_s)
+        _seconds("jitter", self.jitter, 0.0, 1.0)
+
+    def delay_ms(self, attempt: int) -> int:
+        """The delay before attempt ``attempt`` (>= 1), in ms (at least 1)."""
+        exponent = min(attempt - 1, 1023)  # beyond it the cap holds whatever the factor
+        try:
+            delay_s = min(self.base_s * self.factor ** exponent, self.cap_s)
+        except OverflowError:
+            delay_s = self.cap_s
+        if self.jitter:
+            delay_s -= delay_s * self.jitter * _RNG.random()
+        return max(1, int(delay_s * 1000))
+
+
+def backoff_ms(attempt: int, policy: Optional[Backoff] = None) -> int:
+    """Delay before attempt ``attempt`` (>= 1) is due, in ms: ``policy``'s, or by default
+    ``min(5 s * 2**(attempt-1), 600 s)``."""
     if attempt < 1:
         raise ValueError(f"attempt must be >= 1, got {attempt}")
+    if policy is not None:
+        return policy.delay_ms(attempt)
     return BACKOFF_CAP_MS if attempt > 8 else min(BACKOFF_BASE_MS << (attempt - 1), BACKOFF_CAP_MS)
 
 

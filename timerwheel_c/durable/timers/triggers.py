@@ -57,6 +57,7 @@ from cronsim import CronSim, CronSimError
 
 from .due import due_at_ms_of
 from .keys import MAX_DUE_MS
+from .names import iso_utc
 
 __all__ = [
     "FORMAT_VERSION", "MISFIRE_POLICIES", "Cron", "DueOccurrences", "Every", "RandomSource", "Trigger",
@@ -70,6 +71,7 @@ _MS = _dt.timedelta(milliseconds=1)
 # The longest interval a timedelta holds (some 2.7 million years), so that every stored
 # interval converts back (trigger_from_dict).
 _MAX_INTERVAL_MS = _dt.timedelta.max // _MS
+_LIMITS = ("end_ms", "max_runs")  # stored only when set, so a schedule without them reads as before
 _CRON_FIELDS = ("minute", "hour", "day-of-month", "month", "day-of-week")
 _CRON_RANGES = {"minute": "0-59", "hour": "0-23", "day-of-month": "1-31", "month": "1-12 or JAN-DEC",
                 "day-of-week": "0-7 or SUN-SAT"}
@@ -130,10 +132,31 @@ class Trigger:
             trigger keeps the start it has (see :func:`~.schedules.add_schedule`).
     """
 
-    __slots__ = ("start_ms", "jitter_ms", "default_start")
+    __slots__ = ("start_ms", "jitter_ms", "default_start", "end_ms", "max_runs")
     start_ms: int
     jitter_ms: int
     default_start: bool
+    end_ms: Optional[int]
+    max_runs: Optional[int]
+
+    def _set_limits(self, end: object, max_runs: object) -> None:
+        """``end`` (the last time an occurrence may fall, an aware datetime or Unix epoch ms, after the
+        start) and ``max_runs`` (the most occurrences done, an int >= 1), each None for no limit, as
+        APScheduler 4's triggers take ``end_time`` (and its schedules ``max_runs``)."""
+        self.end_ms = None if end is None else _check_ms("end", due_at_ms_of(end, "end"))
+        if self.end_ms is not None and self.end_ms <= self.start_ms:
+            raise ValueError(f"end must be after the start ({self.start_ms} ms), got {end!r}")
+        if max_runs is not None and (isinstance(max_runs, bool) or not isinstance(max_runs, int)):
+            raise TypeError(f"max_runs must be an int >= 1 or None, got {type(max_runs).__name__} {max_runs!r}")
+        if max_runs is not None and max_runs < 1:
+            raise ValueError(f"max_runs must be >= 1 or None, got {max_runs!r}")
+        self.max_runs = max_runs
+
+    def ended(self, nominal_ms: int, runs: int) -> bool:
+        """True when no occurrence at ``nominal_ms`` (Unix epoch ms) may fire: past ``end_ms``, or
+        ``runs`` occurrences done already reach ``max_runs``."""
+        return (self.end_ms is not None and nominal_ms > self.end_ms) or \
+            (self.max_runs is not None and runs >= self.max_runs)
 
     @property
     def jitter_s(self) -> float:
@@ -197,7 +220,8 @@ class Trigger:
     def to_dict(self) -> dict:
         """A JSON-able dict with a ``version`` field, from which :func:`trigger_from_dict`
         rebuilds an equal trigger."""
-        return {"version": FORMAT_VERSION, "start_ms": self.start_ms, "jitter_ms": self.jitter_ms}
+        limits = {name: getattr(self, name) for name in _LIMITS if getattr(self, name) is not None}
+        return {"version": FORMAT_VERSION, "start_ms": self.start_ms, "jitter_ms": self.jitter_ms, **limits}
 
     def to_bytes(self) -> bytes:
         """:meth:`to_dict` as compact UTF-8 JSON with sorted keys: equal triggers give equal bytes."""
@@ -217,7 +241,13 @@ class Trigger:
 
     def __str__(self):
         jitter = f", jitter {_format_s(self.jitter_ms)}" if self.jitter_ms else ""
-        return f"{self._describe()}{jitter}"
+        until = "" if self.end_ms is None else f", until {iso_utc(self.end_ms)}"
+        runs = "" if self.max_runs is None else f", at most {self.max_runs} run{'s' if self.max_runs > 1 else ''}"
+        return f"{self._describe()}{jitter}{until}{runs}"
+
+    def _limits_repr(self) -> str:
+        return "".join(f", {name.replace('_ms', '')}={getattr(self, name)}" for name in _LIMITS
+                       if getattr(self, name) is not None)
 
 
 class Every(Trigger):
@@ -233,6 +263,8 @@ class Every(Trigger):
             schedules at every start does not push each first occurrence an interval away.
         jitter_s: each occurrence fires up to this many seconds after its nominal time
             (ms resolution, default 0, less than the interval).
+        end: no occurrence falls after it (an aware datetime or Unix epoch ms, after ``start``); None.
+        max_runs: the schedule stops once this many occurrences are done (an int >= 1); None.
 
     Raises:
         TypeError: an argument of the wrong type, naming it.
@@ -243,7 +275,8 @@ class Every(Trigger):
 
     __slots__ = ("interval_ms",)
 
-    def __init__(self, interval: Union[float, _dt.timedelta], *, start: object = None, jitter_s: float = 0.0):
+    def __init__(self, interval: Union[float, _dt.timedelta], *, start: object = None, jitter_s: float = 0.0,
+                 end: object = None, max_runs: Optional[int] = None):
         if isinstance(interval, _dt.timedelta):
             interval_ms = round(interval / _MS)
         elif isinstance(interval, bool) or not isinstance(interval, (int, float)):
@@ -264,6 +297,7 @@ class Every(Trigger):
             # An occurrence could then fire after the next one's nominal time: they would
             # coalesce under "once", or fire out of order.
             raise ValueError(f"jitter_s must be less than the interval ({interval_ms} ms), got {jitter_s!r}")
+        self._set_limits(end, max_runs)
 
     def next_after(self, after_ms: int) -> Optional[int]:
         _check_ms("after_ms", after_ms)
@@ -289,7 +323,7 @@ class Every(Trigger):
         return {**super().to_dict(), "trigger": "every", "interval_ms": self.interval_ms}
 
     def __repr__(self):
-        return f"Every({self.interval_ms / 1000!r}, start={self.start_ms}, jitter_s={self.jitter_s!r})"
+        return f"Every({self.interval_ms / 1000!r}, start={self.start_ms}, jitter_s={self.jitter_s!r}{self._limits_repr()})"
 
     def _describe(self) -> str:
         return f"every {_format_s(self.interval_ms)}"
@@ -372,6 +406,7 @@ class Cron(Trigger):
         jitter_s: each occurrence fires up to this many seconds after its nominal time; keep
             it under the shortest gap between occurrences, or an occurrence may fire after the
             next one's nominal time (and coalesce with it under ``"once"``).
+        end, max_runs: as :class:`Every`'s.
 
     DST: see the module docstring (cronie's rule, keyed on the hour field).
 
@@ -388,7 +423,7 @@ class Cron(Trigger):
     __slots__ = ("expression", "tz", "_expr", "_on_wall_clock")
 
     def __init__(self, expression: str, tz: Union[str, _dt.tzinfo] = "UTC", *, start: object = None,
-                 jitter_s: float = 0.0):
+                 jitter_s: float = 0.0, end: object = None, max_runs: Optional[int] = None):
         fields = _cron_fields(expression)
         self.expression = expression.strip()
         self._expr = " ".join(fields)
@@ -402,6 +437,7 @@ class Cron(Trigger):
         self.start_ms = _start_ms_of(start)
         self.default_start = start is None
         self.jitter_ms = _jitter_ms_of(jitter_s)
+        self._set_limits(end, max_runs)
 
     def occurrences(self, after_ms: int) -> Iterator[int]:
         _check_ms("after_ms", after_ms)
@@ -483,7 +519,8 @@ class Cron(Trigger):
         return {**super().to_dict(), "trigger": "cron", "expression": self.expression, "tz": self.tz.key}
 
     def __repr__(self):
-        return f"Cron({self.expression!r}, tz={self.tz.key!r}, start={self.start_ms}, jitter_s={self.jitter_s!r})"
+        return (f"Cron({self.expression!r}, tz={self.tz.key!r}, start={self.start_ms}, jitter_s={self.jitter_s!r}"
+                f"{self._limits_repr()})")
 
     def _describe(self) -> str:
         return f"cron {self.expression!r} {self.tz.key}"
@@ -506,7 +543,7 @@ def trigger_from_dict(data: object) -> Trigger:
     if kind not in ("every", "cron"):
         raise ValueError(f"stored trigger type {kind!r} is unknown (expected 'every' or 'cron')")
     expected = {"version", "trigger", "start_ms", "jitter_ms"} | (
-        {"interval_ms"} if kind == "every" else {"expression", "tz"})
+        {"interval_ms"} if kind == "every" else {"expression", "tz"}) | (set(_LIMITS) & set(data))
     if set(data) != expected:
         raise ValueError(f"stored {kind} trigger: missing keys {sorted(expected - set(data))}, "
                          f"unknown keys {sorted(set(data) - expected)}")
@@ -514,9 +551,11 @@ def trigger_from_dict(data: object) -> Trigger:
         for name in ("start_ms", "jitter_ms") + (("interval_ms",) if kind == "every" else ()):
             _check_ms(name, data[name])
         jitter_s = data["jitter_ms"] / 1000
+        limits = {"end": data.get("end_ms"), "max_runs": data.get("max_runs")}
         if kind == "every":
-            return Every(_dt.timedelta(milliseconds=data["interval_ms"]), start=data["start_ms"], jitter_s=jitter_s)
-        return Cron(data["expression"], data["tz"], start=data["start_ms"], jitter_s=jitter_s)
+            return Every(_dt.timedelta(milliseconds=data["interval_ms"]), start=data["start_ms"], jitter_s=jitter_s,
+                         **limits)
+        return Cron(data["expression"], data["tz"], start=data["start_ms"], jitter_s=jitter_s, **limits)
     except (TypeError, OverflowError) as e:
         raise ValueError(f"stored {kind} trigger: {e}") from None
 

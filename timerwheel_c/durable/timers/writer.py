@@ -22,12 +22,15 @@ written once, as steps (:mod:`.steps`) that :func:`write` runs on either connect
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 from typing import Optional, TypeVar
 
 from . import keys, parking
-from .due import due_at_ms_of
+from .codecs import encoded
+from .due import due_at_ms_of, due_or_delay
+from .kind_names import check_kind_names
 from .steps import APPLY, GET, Steps, run_steps
 from ..storage.joined import joined
 from ..storage.store import Absent, Batch, Committed, Equals, Store, check_partition, check_store
@@ -60,8 +63,8 @@ class PendingTimer:
     timer (``attempt`` >= 1 attempts failed or are in flight) the time of its next attempt; for a
     ``"parked"`` timer, which never fires until :func:`requeue`, the time it was due.
     ``state``: ``"scheduled"``, ``"retrying"`` or ``"parked"`` (its ``attempt`` attempts used up).
-    ``last_error``: for a parked timer, its last attempt's error (``"TypeError: message"``,
-    passwords masked, at most :data:`~.keys.MAX_ERROR_BYTES` UTF-8 bytes); else None.
+    ``last_error``: for a parked or a retrying timer, its last failed attempt's error (``"TypeError:
+    message"``, passwords masked, at most :data:`~.keys.MAX_ERROR_BYTES` UTF-8 bytes); else None.
     ``parked_at_ms``: for a parked timer, when it was parked (Unix epoch ms); else None.
     """
 
@@ -101,6 +104,12 @@ def _timer_value(key: bytes, value: bytes) -> bytes:
 
 
 _LOOKUPS = 16  # reads of a timer's row while concurrent commits keep moving it, before it counts as missing
+
+
+def _forget_error(batch: Batch, current: bytes, identity: bytes) -> Batch:
+    """``batch``, which moves or removes the timer row ``current``, with the delete of the last error
+    its failed attempts may have kept (a scheduled row never has one: nothing more to write)."""
+    return batch.delete(keys.last_error_row(identity)) if keys.may_keep_an_error(current) else batch
 
 
 def _current(identity: bytes) -> Steps[tuple]:
@@ -158,7 +167,7 @@ def on_store(store: Store, partition: str, steps: Steps[T]) -> T:
 
 
 def schedule(store: Store, partition: str, due_at_ms, kind, reference: bytes, value: bytes = b"", *,
-             if_exists: str = "replace", conn=None) -> bytes:
+             if_exists: str = "replace", conn=None, delay=None) -> bytes:
     """Arm the timer named (``partition``, ``kind``, ``reference``) for ``due_at_ms`` with ``value``;
     return the key of the pending timer row (bytes).
 
@@ -176,15 +185,19 @@ def schedule(store: Store, partition: str, due_at_ms, kind, reference: bytes, va
     Args:
         store: the backend.
         partition: a non-empty str.
-        due_at_ms: Unix epoch ms (int) or a timezone-aware datetime; an int below 10**11
-            (before 1973, plausibly seconds) is accepted and logged at WARNING.
+        due_at_ms: Unix epoch ms (int), a timezone-aware datetime, or a ``datetime.timedelta`` from
+            now; an int below 10**11 (before 1973, plausibly seconds) is accepted and logged at
+            WARNING. None with ``delay``.
         kind: 1..255, an int or a :class:`TimerKind`.
         reference: opaque bytes naming the timer among those of its kind.
-        value: bytes handed to the handler.
+        value: bytes handed to the handler; any value its codec encodes for a kind with a codec
+            (``TimerKind(1, "name", codec="json")``), handed to the handler decoded.
         conn: None (the store's own connection, the write committed at once), or the caller's open
             connection to the store's database, the write then part of its transaction: a
             ``sqlite3.Connection`` for a :class:`SQLiteStore`, a ``psycopg.Connection`` for a
             ``PostgresStore`` (what it must be: :mod:`timerwheel_c.durable.storage.joined`).
+        delay: instead of ``due_at_ms``, seconds from now (an int or float >= 0, rounded up to the ms).
+            A relative due time counts from this host's wall clock when the call is made.
 
     Raises:
         TimerExists: ``if_exists="error"`` and a timer of that name is pending (with ``conn``, the
@@ -192,10 +205,14 @@ def schedule(store: Store, partition: str, due_at_ms, kind, reference: bytes, va
         TypeError / ValueError: a bad argument, naming it (a naive datetime, a kind out of
             1..255, a non-bytes reference or value, an empty partition, an unknown ``if_exists``,
             a ``conn`` that cannot carry the write).
+        KindNameMismatch: a named kind the store records under another name (checked without ``conn``).
         Exception: whatever the store raises.
     """
-    return write(store, partition, schedule_steps(store, partition, due_at_ms, kind, reference, value, if_exists),
-                 conn)
+    steps = schedule_steps(store, partition, due_or_delay(due_at_ms, delay), kind, reference, value, if_exists)
+    if conn is None:
+        # Not inside a caller's transaction: on SQLite it holds the write lock the record would wait for.
+        check_kind_names(store, [kind])
+    return write(store, partition, steps, conn)
 
 
 def schedule_steps(store: Store, partition: str, due_at_ms, kind, reference: bytes, value: bytes,
@@ -204,6 +221,7 @@ def schedule_steps(store: Store, partition: str, due_at_ms, kind, reference: byt
     check_store(store)
     key = keys.timer(due_at_ms_of(due_at_ms), kind, reference)
     identity = keys.identity(kind, reference)
+    value = encoded(kind, value)
     keys.check_value("value", value)
     check_partition(partition)
     if if_exists not in IF_EXISTS:
@@ -222,7 +240,7 @@ def _schedule(partition: str, key: bytes, identity: bytes, value: bytes, if_exis
         if current is None:
             batch.require(Absent(identity))
         else:
-            batch.require(Equals(identity, current)).delete(current)
+            _forget_error(batch.require(Equals(identity, current)).delete(current), current, identity)
         if isinstance((yield APPLY, batch.put(key, value).put(identity, key)), Committed):
             return key
 
@@ -252,14 +270,16 @@ def _cancel(identity: bytes) -> Steps[bool]:
         current, current_value = yield from _current(identity)
         if current is None:
             return False
-        batch = Batch().require(Equals(identity, current)).delete(current).delete(identity)
+        batch = _forget_error(Batch().require(Equals(identity, current)).delete(current).delete(identity), current,
+                              identity)
         if isinstance((yield APPLY, batch), Committed):
             return current_value is not None
 
 
-def reschedule(store: Store, partition: str, kind, reference: bytes, due_at_ms, *, conn=None) -> bool:
+def reschedule(store: Store, partition: str, kind, reference: bytes, due_at_ms=None, *, conn=None,
+               delay=None) -> bool:
     """Move the pending timer named (``partition``, ``kind``, ``reference``) to ``due_at_ms`` (Unix
-    epoch ms or an aware datetime), its value kept and its attempts started again (a parked timer
+    epoch ms, an aware datetime or a timedelta from now) or ``delay`` seconds from now, its value kept and its attempts started again (a parked timer
     is put back, as by :func:`requeue`); True if a timer was pending (and so moved), False if none was.
 
     Args:
@@ -269,7 +289,8 @@ def reschedule(store: Store, partition: str, kind, reference: bytes, due_at_ms, 
         TypeError / ValueError: a bad argument, naming it.
         Exception: whatever the store raises.
     """
-    return write(store, partition, reschedule_steps(store, partition, kind, reference, due_at_ms), conn)
+    return write(store, partition, reschedule_steps(store, partition, kind, reference, due_or_delay(due_at_ms, delay)),
+                 conn)
 
 
 def requeue(store: Store, partition: str, kind, reference: bytes, due_at=None) -> bool:
@@ -314,6 +335,7 @@ def _reschedule(key: bytes, identity: bytes) -> Steps[bool]:
         if current == key:
             return True
         batch = Batch().require(Equals(identity, current)).require(Equals(current, current_value)).delete(current)
+        _forget_error(batch, current, identity)
         if isinstance((yield APPLY, batch.put(key, _timer_value(current, current_value)).put(identity, key)),
                       Committed):
             return True
@@ -336,7 +358,18 @@ def get_timer_steps(store: Store, partition: str, kind, reference: bytes) -> Ste
 
 def _timer(partition: str, identity: bytes) -> Steps[Optional[PendingTimer]]:
     current, current_value = yield from _current(identity)
-    return None if current_value is None else PendingTimer.of_row(partition, current, current_value)
+    if current_value is None:
+        return None
+    timer = PendingTimer.of_row(partition, current, current_value)
+    if timer.state == "retrying":
+        timer = _with_error(timer, current, (yield GET, keys.last_error_row(identity)))
+    return timer
+
+
+def _with_error(timer: PendingTimer, key: bytes, kept: Optional[bytes]) -> PendingTimer:
+    """The retrying ``timer`` (its row ``key``) with the last error ``kept`` in its error row, if that is its own."""
+    error = keys.last_error_text(kept, keys.parse(key))
+    return timer if error is None else dataclasses.replace(timer, last_error=error)
 
 
 def list_timers(store: Store, partition: str, *, kind=None, state: Optional[str] = None,
@@ -370,6 +403,9 @@ def list_timers(store: Store, partition: str, *, kind=None, state: Optional[str]
                 except keys.MalformedKey:
                     continue
                 if (want_kind is None or timer.kind == want_kind) and (state is None or timer.state == state):
+                    if timer.state == "retrying":
+                        identity = keys.identity_of(keys.parse(key))
+                        timer = _with_error(timer, key, store.get(partition, keys.last_error_row(identity)))
                     out.append(timer)
                     if len(out) == limit:
                         break

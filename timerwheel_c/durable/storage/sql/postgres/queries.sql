@@ -77,3 +77,11 @@ SELECT partition, key, value FROM {t} ORDER BY partition, key
 
 -- name: put_if_absent
 INSERT INTO {t} (partition, key, value) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING
+
+-- name: record_label
+-- A label (a name given by the layers above, such as a timer kind's) kept in the meta table under
+-- "label:NAME"; the first writer's text stays.
+INSERT INTO {meta} (name, value) VALUES ('label:' || %s, %s) ON CONFLICT (name) DO NOTHING
+
+-- name: labels
+SELECT substr(name, 7), value FROM {meta} WHERE name LIKE 'label:%%' AND starts_with(substr(name, 7), %s)

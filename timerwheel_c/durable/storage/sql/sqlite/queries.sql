@@ -18,6 +18,10 @@ SELECT key, value FROM timerwheel_kv WHERE partition = ? AND key > ? AND key < ?
 -- name: get
 SELECT value FROM timerwheel_kv WHERE partition = ? AND key = ?
 
+-- name: present
+-- Which of many keys hold a row: {keys} is filled with one "?" per key.
+SELECT key FROM timerwheel_kv WHERE partition = ? AND key IN ({keys})
+
 -- name: put
 INSERT OR REPLACE INTO timerwheel_kv (partition, key, value) VALUES (?, ?, ?)
 
@@ -43,3 +47,11 @@ SELECT partition, key, value FROM timerwheel_kv ORDER BY partition, key
 
 -- name: put_if_absent
 INSERT OR IGNORE INTO timerwheel_kv (partition, key, value) VALUES (?, ?, ?)
+
+-- name: record_label
+-- A label (a name given by the layers above, such as a timer kind's) kept in the meta table under
+-- "label:NAME"; the first writer's text stays.
+INSERT OR IGNORE INTO timerwheel_meta (name, value) VALUES ('label:' || ?, ?)
+
+-- name: labels
+SELECT substr(name, 7), value FROM timerwheel_meta WHERE name >= 'label:' || ? AND name < 'label;'

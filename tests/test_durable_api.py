@@ -1,0 +1,501 @@
+"""The durable API's convenience forms: function handlers, relative due times, bulk writes. Each
+test drives time by hand (an explicit ``now_ms`` to run_due) or waits within a generous liveness
+bound for a timer already due, so none depends on the machine's speed."""
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+
+from timerwheel_c.durable import DurableTimerService, TimerKind, TimerRegistry, get_timer, schedule
+from timerwheel_c.durable.storage.store import Batch
+from timerwheel_c.durable.timers.registry import Done, FunctionHandler
+from timerwheel_c.durable.timers.runner import run_due
+
+P = "api"
+NOW = 1_700_000_000_000
+LIVENESS_S = 30
+
+
+@pytest.fixture
+def store(durable_store):
+    return durable_store
+
+
+def test_a_sync_function_handler_fires_and_keeps_its_options(store, caplog):
+    """@registry.handler registers a plain function under its kind, returns it unchanged, and its
+    max_attempts parks the timer after that many failures, logged under the function's name."""
+    registry = TimerRegistry()
+    seen = []
+
+    @registry.handler(TimerKind(5), max_attempts=1)
+    def expire(ctx, timer):
+        seen.append((ctx.partition, timer.reference, timer.value))
+        if timer.reference == b"bad":
+            raise RuntimeError("boom")
+        return Done(Batch().put(b"done/" + timer.reference, timer.value))
+
+    assert callable(expire) and not isinstance(expire, FunctionHandler)
+    assert isinstance(registry.get(5), FunctionHandler) and registry.get(5).max_attempts == 1
+    schedule(store, P, NOW - 10, 5, b"ok", b"v")
+    schedule(store, P, NOW - 5, 5, b"bad", b"w")
+    with caplog.at_level(logging.WARNING, logger="timerwheel_c.durable"):
+        run_due(store, P, registry, NOW)
+    assert seen == [(P, b"ok", b"v"), (P, b"bad", b"w")]
+    assert store.get(P, b"done/ok") == b"v" and get_timer(store, P, 5, b"ok") is None
+    assert get_timer(store, P, 5, b"bad").state == "parked"
+    assert "kind 5 (test_a_sync_function_handler_fires_and_keeps_its_options.<locals>.expire)" in caplog.text
+
+
+def test_an_async_function_handler_is_awaited_by_the_service(store):
+    """An ``async def`` registered with the decorator is awaited on the service's loop: its timer,
+    already due, fires within the liveness bound."""
+    registry = TimerRegistry()
+
+    @registry.handler(6)
+    async def remind(ctx, timer):
+        return Done(Batch().put(b"reminded/" + timer.reference, b"1"))
+
+    with DurableTimerService(store, registry, [P]) as service:
+        service.schedule(P, time.time_ns() // 1_000_000 - 1, 6, b"u1")
+        deadline = time.monotonic() + LIVENESS_S
+        while store.get(P, b"reminded/u1") is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert store.get(P, b"reminded/u1") == b"1"
+
+
+def test_the_handler_decorator_checks_its_arguments_when_it_decorates():
+    """A bad kind or option, a kind taken twice or a non-callable raise at decoration time, naming the value."""
+    registry = TimerRegistry()
+    with pytest.raises(ValueError, match="256"):
+        registry.handler(256)(lambda ctx, timer: Done())
+    with pytest.raises(ValueError, match="max_attempts"):
+        registry.handler(1, max_attempts=0)(lambda ctx, timer: Done())
+    with pytest.raises(TypeError, match="callable"):
+        registry.handler(1)("not a function")
+    registry.handler(1)(lambda ctx, timer: Done())
+    with pytest.raises(ValueError, match="already registered"):
+        registry.handler(1)(lambda ctx, timer: Done())
+
+
+@pytest.fixture
+def host_now(monkeypatch):
+    """Relative due times count from this fixed 'now' (ms), not the wall clock."""
+    from timerwheel_c.durable.timers import due
+
+    monkeypatch.setattr(due, "relative_base_ms", lambda: NOW)
+    return NOW
+
+
+def test_a_timedelta_or_delay_seconds_is_due_that_long_from_now(store, host_now):
+    """A timedelta where the due time goes, or ``delay=`` seconds (rounded up to the ms, never early),
+    counts from now: schedule, reschedule, the service's writers and a Reschedule outcome alike."""
+    import datetime
+
+    from timerwheel_c.durable import Reschedule, reschedule
+
+    schedule(store, P, datetime.timedelta(minutes=5), 1, b"a")
+    assert get_timer(store, P, 1, b"a").due_at_ms == host_now + 300_000
+    schedule(store, P, None, 1, b"b", b"v", delay=1.0001)
+    assert get_timer(store, P, 1, b"b").due_at_ms == host_now + 1001
+    assert reschedule(store, P, 1, b"b", delay=60)
+    assert get_timer(store, P, 1, b"b").due_at_ms == host_now + 60_000
+    assert reschedule(store, P, 1, b"a", datetime.timedelta(microseconds=1))
+    assert get_timer(store, P, 1, b"a").due_at_ms == host_now + 1
+    assert Reschedule(datetime.timedelta(seconds=2), b"").due_at_ms == host_now + 2000
+
+
+def test_a_bad_relative_due_time_is_refused_naming_it(store, host_now):
+    """A negative delay or timedelta, a non-finite or non-number delay, and a delay given with a due
+    time are refused with one line naming the value; nothing is written."""
+    import datetime
+
+    cases = [((datetime.timedelta(seconds=-1),), {}, ValueError, "days=-1"),
+             ((None,), {"delay": -0.5}, ValueError, "-0.5"),
+             ((None,), {"delay": float("nan")}, ValueError, "nan"),
+             ((None,), {"delay": "5"}, TypeError, "'5'"),
+             ((None,), {"delay": True}, TypeError, "True"),
+             ((NOW + 5,), {"delay": 5}, TypeError, "not both"),
+             ((None,), {}, TypeError, "NoneType")]
+    for due, kwargs, error, named in cases:
+        with pytest.raises(error, match=named):
+            schedule(store, P, *due, 1, b"x", **kwargs)
+    assert get_timer(store, P, 1, b"x") is None
+
+
+def test_the_async_writer_takes_a_delay(store, host_now):
+    """``await aio.schedule(..., delay=)`` and ``aio.reschedule(..., delay=)`` count from now as the sync ones do."""
+    import asyncio
+
+    from timerwheel_c.durable import aio
+
+    async def main():
+        await aio.schedule(store, P, None, 2, b"c", delay=3)
+        assert get_timer(store, P, 2, b"c").due_at_ms == host_now + 3000
+        assert await aio.reschedule(store, P, 2, b"c", delay=4)
+
+    asyncio.run(main())
+    assert get_timer(store, P, 2, b"c").due_at_ms == host_now + 4000
+
+
+def _pending(store, partition):
+    from timerwheel_c.durable import list_timers
+
+    return {(int(t.kind), t.reference): (t.due_at_ms, t.value) for t in list_timers(store, partition, limit=10_000)}
+
+
+def _rows(store, partition):
+    """Every stored row of ``partition``: a timer written twice must leave no second row behind."""
+    return store.scan(partition, b"", b"\xff" * 8, limit=100_000).entries
+
+
+def test_schedule_many_writes_every_timer_by_name_across_partitions_and_chunks(store, monkeypatch):
+    """Timers of two partitions, more than a chunk each, with and without a value, all end pending
+    under their names, as a loop of schedule() leaves them; each can be cancelled by name."""
+    from timerwheel_c.durable import cancel, schedule_many
+    from timerwheel_c.durable.timers import bulk
+
+    monkeypatch.setattr(bulk, "CHUNK", 3)
+    timers = [(f"p{i % 2}", NOW + i, 1 + i % 3, b"r%d" % i, b"v%d" % i) for i in range(10)]
+    schedule_many(store, iter(timers + [("p0", NOW + 99, 4, b"bare")]))
+    expected = {p: {} for p in ("p0", "p1")}
+    for partition, due, kind, reference, value in timers + [("p0", NOW + 99, 4, b"bare", b"")]:
+        expected[partition][(kind, reference)] = (due, value)
+    assert _pending(store, "p0") == expected["p0"] and _pending(store, "p1") == expected["p1"]
+    assert cancel(store, "p1", 2, b"r1") and get_timer(store, "p1", 2, b"r1") is None
+
+
+@pytest.mark.parametrize("chunk", [2000, 2])
+def test_schedule_many_keeps_the_name_rules_of_schedule(store, monkeypatch, chunk):
+    """With a name already pending or given twice: "replace" moves it (the last given wins, no stray
+    row left), "keep" leaves it, "error" writes every other timer and then raises TimerExists
+    naming the pending one; in one chunk or many."""
+    from timerwheel_c.durable import TimerExists, schedule_many
+    from timerwheel_c.durable.timers import bulk
+
+    monkeypatch.setattr(bulk, "CHUNK", chunk)
+    schedule(store, P, NOW, 1, b"old", b"was")
+    rows_before = len(_rows(store, P))
+    schedule_many(store, [(P, NOW + 1, 1, b"old", b"new"), (P, NOW + 2, 1, b"dup", b"a"), (P, NOW + 3, 1, b"dup", b"b")])
+    assert _pending(store, P) == {(1, b"old"): (NOW + 1, b"new"), (1, b"dup"): (NOW + 3, b"b")}
+    assert len(_rows(store, P)) == rows_before + 2
+    schedule_many(store, [(P, NOW + 7, 1, b"old", b"kept?"), (P, NOW + 8, 1, b"k", b"new")], if_exists="keep")
+    assert _pending(store, P)[(1, b"old")] == (NOW + 1, b"new") and _pending(store, P)[(1, b"k")] == (NOW + 8, b"new")
+    with pytest.raises(TimerExists, match="reference b'old'") as raised:
+        schedule_many(store, [(P, NOW + 9, 1, b"old", b"x"), (P, NOW + 9, 1, b"e", b"y")], if_exists="error")
+    assert raised.value.timer.due_at_ms == NOW + 1
+    assert _pending(store, P)[(1, b"e")] == (NOW + 9, b"y") and _pending(store, P)[(1, b"old")] == (NOW + 1, b"new")
+
+
+def test_schedule_many_checks_every_timer_before_writing_any(store):
+    """A bad timer anywhere in the input (a naive datetime, a kind out of range, a str reference, a
+    wrong shape) or a bad if_exists raises naming it, and nothing is written."""
+    import datetime
+
+    from timerwheel_c.durable import schedule_many
+
+    good = (P, NOW, 1, b"good", b"")
+    cases = [((P, datetime.datetime(2030, 1, 1), 1, b"r", b""), ValueError, r"timers\[1\]: .*naive"),
+             ((P, NOW, 256, b"r", b""), ValueError, r"timers\[1\]: .*256"),
+             ((P, NOW, 1, "r", b""), TypeError, r"timers\[1\]: .*reference"),
+             ((P, NOW, 1), TypeError, r"timers\[1\] must be a tuple"),
+             (("", NOW, 1, b"r", b""), ValueError, r"timers\[1\]: .*partition")]
+    for bad, error, named in cases:
+        with pytest.raises(error, match=named):
+            schedule_many(store, [good, bad])
+    with pytest.raises(ValueError, match="'upsert'"):
+        schedule_many(store, [good], if_exists="upsert")
+    assert _pending(store, P) == {}
+
+
+def test_the_api_bench_rows_measure_both_forms(tmp_path):
+    """bench.durable_api's rows run end to end on a small load: a fire cost for each handler form,
+    and schedule_many beside a loop of schedule(), every figure a positive number."""
+    import itertools
+
+    from bench.durable_api import bulk_figures, fire_figures
+    from timerwheel_c.durable import SQLiteStore
+
+    counter = itertools.count()
+
+    def make_store():
+        return SQLiteStore(tmp_path / f"b{next(counter)}.db")
+
+    fire = fire_figures(make_store, 50, 1)
+    bulk = bulk_figures(make_store, 50, 1)
+    assert all(v > 0 for v in (*fire.values(), *bulk.values())), (fire, bulk)
+
+
+def test_a_kind_name_is_recorded_once_and_a_disagreeing_writer_or_runner_is_refused(store_url):
+    """The first writer of a named kind records its name in the store; a writer or a service (in
+    another process: another store object) naming that kind otherwise is refused with one line
+    naming both names, before it writes or starts; a kind without a name is never checked."""
+    from timerwheel_c.durable import KindNameMismatch, open_store, schedule_many
+    from timerwheel_c.durable.timers.kind_names import kind_names
+
+    first, other = open_store(store_url), open_store(store_url)
+    try:
+        schedule(first, P, NOW, TimerKind(1, "send-reminder"), b"a")
+        schedule(other, P, NOW, TimerKind(1, "send-reminder"), b"b")
+        schedule(other, P, NOW, 1, b"c")
+        assert kind_names(other) == {1: "send-reminder"}
+        with pytest.raises(KindNameMismatch, match="kind 1 is named 'expire-ticket' here but 'send-reminder'"):
+            schedule(other, P, NOW, TimerKind(1, "expire-ticket"), b"d")
+        with pytest.raises(KindNameMismatch, match="'expire-ticket'"):
+            schedule_many(other, [(P, NOW, TimerKind(1, "expire-ticket"), b"e")])
+        registry = TimerRegistry()
+        registry.handler(TimerKind(1, "expire-ticket"))(lambda ctx, timer: Done())
+        service = DurableTimerService(other, registry, [P])
+        with pytest.raises(KindNameMismatch, match="'send-reminder' in the store"):
+            service.start()
+        assert get_timer(first, P, 1, b"d") is None and get_timer(first, P, 1, b"e") is None
+    finally:
+        first.close()
+        other.close()
+
+
+def test_a_codec_kind_takes_any_value_and_hands_the_handler_it_decoded(store, caplog):
+    """With ``codec="json"`` a writer takes a dict and the handler (named in logs by the kind's name)
+    receives it decoded; a stored value that does not decode is a failed attempt naming the
+    codec's error, not a crash; a kind without a codec stays bytes only."""
+    from timerwheel_c.durable import schedule_many
+
+    kind = TimerKind(9, "send-reminder", codec="json")
+    registry = TimerRegistry()
+    seen = []
+
+    @registry.handler(kind, max_attempts=1)
+    def remind(ctx, timer):
+        seen.append(timer.value)
+        return Done()
+
+    schedule(store, P, NOW - 3, kind, b"u1", {"user": 7, "text": "héllo"})
+    schedule_many(store, [(P, NOW - 2, kind, b"u2", [1, 2])])
+    schedule(store, P, NOW - 1, 9, b"raw", b"not json")
+    with caplog.at_level(logging.WARNING, logger="timerwheel_c.durable"):
+        run_due(store, P, registry, NOW)
+    assert seen == [{"user": 7, "text": "héllo"}, [1, 2]]
+    parked = get_timer(store, P, 9, b"raw")
+    assert parked.state == "parked" and "JSONDecodeError" in parked.last_error
+    assert "kind 9 'send-reminder' (" in caplog.text
+    with pytest.raises(TypeError, match="value must be bytes"):
+        schedule(store, P, NOW, 3, b"x", {"user": 7})
+    with pytest.raises(TypeError, match="codec"):
+        TimerKind(3, "x", codec="yaml")
+
+
+def test_timers_list_and_show_give_the_kind_names_the_store_records(store_url, tmp_path):
+    """``timerwheel-c timers list`` shows a named kind as its number and name (``kind_name`` in the
+    JSON, null for a kind without one), ``timers show`` and ``fleet status`` the same, from another process."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from timerwheel_c.durable import open_store
+
+    with open_store(store_url) as writer:
+        schedule(writer, P, NOW, TimerKind(3, "send-reminder"), b"r1")
+        schedule(writer, P, NOW + 1, 4, b"r2")
+    env = {k: v for k, v in os.environ.items() if k != "TIMERWHEEL_C_STORE"}
+
+    def cli(*args):
+        out = subprocess.run([sys.executable, "-m", "timerwheel_c", "timers", *args, "--store", store_url], cwd=tmp_path,
+                             env=env, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    rows = json.loads(cli("list", "--json"))
+    assert [(r["kind"], r["kind_name"]) for r in rows] == [(3, "send-reminder"), (4, None)]
+    fleet = subprocess.run([sys.executable, "-m", "timerwheel_c", "fleet", "status", "--store", store_url], cwd=tmp_path,
+                           env=env, capture_output=True, text=True, timeout=60)
+    assert fleet.returncode == 0 and "kinds: 3 send-reminder" in fleet.stdout, fleet.stderr
+    assert "3 send-reminder" in cli("list").splitlines()[1]
+    assert "3 send-reminder" in cli("show", "--partition", P, "--kind", "3", "--reference", "r1")
+
+
+def test_a_handlers_backoff_sets_the_delays_between_its_attempts(store):
+    """A Backoff(base 1 s, factor 3, cap 5 s) retries a failing timer 1 s, 3 s, then 5 s after each
+    attempt's tick (driven by hand), where the default would wait 5 s, 10 s, 20 s; jitter only ever
+    shortens a delay, by at most its fraction."""
+    from timerwheel_c.durable import Backoff, Retry
+
+    registry = TimerRegistry()
+
+    @registry.handler(1, backoff=Backoff(base_s=1, factor=3, cap_s=5), max_attempts=None)
+    def failing(ctx, timer):
+        return Retry()
+
+    schedule(store, P, NOW, 1, b"r")
+    now = NOW
+    for delay_ms in (1000, 3000, 5000, 5000):
+        assert run_due(store, P, registry, now).failed == 1
+        timer = get_timer(store, P, 1, b"r")
+        assert (timer.state, timer.due_at_ms) == ("retrying", now + delay_ms)
+        now += delay_ms
+    jittered = Backoff(base_s=10, jitter=0.5)
+    assert all(5000 <= jittered.delay_ms(1) <= 10_000 for _ in range(200))
+    for bad in (dict(base_s=0), dict(factor=0.5), dict(base_s=5, cap_s=1), dict(jitter=2), dict(base_s=float("inf"))):
+        with pytest.raises(ValueError, match="Backoff"):
+            Backoff(**bad)
+    with pytest.raises(TypeError, match="Backoff"):
+        registry.handler(2, backoff=5)(failing)
+
+
+def test_retry_with_a_delay_is_tried_again_that_long_after_its_tick(store):
+    """Retry(delay=0.25) moves the retry to 250 ms after the tick (not the 5 s backoff), counted as a
+    failed attempt and not as a fire; its last attempt parks the timer whatever the delay."""
+    from timerwheel_c.durable import Retry
+
+    registry = TimerRegistry()
+
+    @registry.handler(1, max_attempts=2)
+    def soon(ctx, timer):
+        return Retry(delay=0.25)
+
+    schedule(store, P, NOW, 1, b"r")
+    report = run_due(store, P, registry, NOW)
+    assert (report.failed, report.fired) == (1, 0)
+    timer = get_timer(store, P, 1, b"r")
+    assert (timer.state, timer.attempt, timer.due_at_ms) == ("retrying", 1, NOW + 250)
+    assert run_due(store, P, registry, NOW + 249).failed == 0
+    assert run_due(store, P, registry, NOW + 250).parked == 1
+    assert get_timer(store, P, 1, b"r").state == "parked"
+    for bad, error in ((-1, ValueError), (float("nan"), ValueError), ("1", TypeError), (True, TypeError)):
+        with pytest.raises(error, match="Retry.delay"):
+            Retry(delay=bad)
+
+
+def _fire_all(store, registry, now_ms):
+    """run_due at ``now_ms`` until a round fires and moves nothing (each occurrence owed comes due in turn)."""
+    fired = 0
+    for _ in range(100):
+        report = run_due(store, P, registry, now_ms)
+        fired += report.fired
+        if not report.fired and not report.moved:
+            return fired
+    raise AssertionError("run_due kept firing")
+
+
+@pytest.mark.parametrize("limit, fired", [(dict(max_runs=3), 3), (dict(end=NOW + 2500), 2)])
+def test_a_schedule_stops_after_its_end_or_max_runs_and_says_so(store, limit, fired):
+    """Every(1 s) with max_runs=3 fires 3 occurrences, with end 2.5 s after its start 2, however long
+    the runners keep going (time driven by hand, the misfire policy 'all' owing every one); the
+    store's schedule then reports itself ended, with its runs counted."""
+    from timerwheel_c.durable import Every, add_schedule, get_schedule
+
+    registry = TimerRegistry()
+    seen = []
+
+    @registry.handler(1)
+    def tick(ctx, timer):
+        seen.append(timer.due_at_ms)
+        return Done()
+
+    add_schedule(store, P, "tick", Every(1, start=NOW, **limit), 1, misfire="all", catchup_window_s=3600)
+    assert not get_schedule(store, P, "tick").ended
+    assert _fire_all(store, registry, NOW + 10_000) == fired
+    assert _fire_all(store, registry, NOW + 20_000) == 0
+    assert seen == [NOW + 1000 * (i + 1) for i in range(fired)]
+    info = get_schedule(store, P, "tick")
+    assert info.ended and info.next_fire_ms is None and info.runs == (3 if "max_runs" in limit else 0)
+
+
+def test_end_and_max_runs_are_stored_with_the_trigger_and_checked():
+    """end and max_runs survive the stored form (a trigger stored without them reads as before), and
+    an end not after the start, a max_runs below 1 or not an int are refused naming the value."""
+    from timerwheel_c.durable import Cron, Every
+    from timerwheel_c.durable.timers.triggers import trigger_from_dict
+
+    for trigger in (Every(60, start=NOW, end=NOW + 3_600_000, max_runs=5),
+                    Cron("0 3 * * *", "Europe/London", start=NOW, max_runs=2)):
+        assert trigger_from_dict(trigger.to_dict()) == trigger
+    plain = Every(60, start=NOW)
+    assert "end_ms" not in plain.to_dict() and trigger_from_dict(plain.to_dict()).max_runs is None
+    assert "at most 5 runs" in str(Every(60, start=NOW, max_runs=5))
+    with pytest.raises(ValueError, match="end must be after the start"):
+        Every(60, start=NOW, end=NOW)
+    with pytest.raises(ValueError, match="max_runs must be >= 1"):
+        Cron("* * * * *", max_runs=0)
+    with pytest.raises(TypeError, match="max_runs"):
+        Every(60, max_runs="3")
+
+
+def test_schedules_list_says_a_schedule_has_ended(store_url, tmp_path):
+    """``timerwheel-c schedules list`` shows 'ended' where the next fire time would be, and the JSON
+    gives ended and runs."""
+    import json
+    import subprocess
+    import sys
+
+    from timerwheel_c.durable import Every, add_schedule, open_store
+
+    with open_store(store_url) as store:
+        add_schedule(store, P, "once", Every(1, start=NOW, max_runs=1), 1)
+        registry = TimerRegistry()
+        registry.handler(1)(lambda ctx, timer: Done())
+        assert _fire_all(store, registry, NOW + 5000) == 1
+
+    def cli(*args):
+        out = subprocess.run([sys.executable, "-m", "timerwheel_c", "schedules", "list", "--store", store_url, *args],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    assert "ended" in cli().splitlines()[1]
+    [row] = json.loads(cli("--json"))
+    assert row["ended"] is True and row["runs"] == 1
+
+
+def test_a_retrying_timer_keeps_its_last_error_until_it_is_done_or_moved(store):
+    """After a failed attempt a retrying timer reports that attempt's error (get_timer and
+    list_timers alike); a later success, a cancel or a replace leaves no error behind, so a new
+    timer of the same name never shows an old one."""
+    from timerwheel_c.durable import cancel, list_timers
+
+    registry = TimerRegistry()
+    answers = {b"a": [RuntimeError("db down"), None], b"b": [ValueError("bad input")]}
+
+    @registry.handler(1)
+    def flaky(ctx, timer):
+        error = answers[timer.reference].pop(0) if answers[timer.reference] else None
+        if error is not None:
+            raise error
+        return Done()
+
+    schedule(store, P, NOW, 1, b"a")
+    schedule(store, P, NOW, 1, b"b")
+    run_due(store, P, registry, NOW)
+    assert get_timer(store, P, 1, b"a").last_error == "RuntimeError: db down"
+    assert {t.reference: t.last_error for t in list_timers(store, P)} == {b"a": "RuntimeError: db down",
+                                                                          b"b": "ValueError: bad input"}
+    rows_with_errors = len(_rows(store, P))
+    assert cancel(store, P, 1, b"b") and len(_rows(store, P)) == rows_with_errors - 3  # row, identity, error
+    run_due(store, P, registry, get_timer(store, P, 1, b"a").due_at_ms)
+    assert get_timer(store, P, 1, b"a") is None and _rows(store, P) == []
+    schedule(store, P, NOW, 1, b"a")
+    assert get_timer(store, P, 1, b"a").last_error is None
+
+
+def test_a_runner_whose_handlers_name_a_kind_otherwise_exits_2_with_one_line(tmp_path):
+    """``timerwheel-c run`` with handlers naming kind 1 'expire-ticket', on a store that records it as
+    'send-reminder', exits 2 with one line naming both, never serving (run as a real process)."""
+    import os
+    import subprocess
+    import sys
+
+    from timerwheel_c.durable import SQLiteStore
+
+    db = tmp_path / "timers.db"
+    with SQLiteStore(db) as store:
+        schedule(store, P, NOW, TimerKind(1, "send-reminder"), b"a")
+    (tmp_path / "other_app.py").write_text(
+        "from timerwheel_c.durable import Done, TimerKind, TimerRegistry\n"
+        "registry = TimerRegistry()\n"
+        "registry.handler(TimerKind(1, 'expire-ticket'))(lambda ctx, timer: Done())\n")
+    out = subprocess.run([sys.executable, "-m", "timerwheel_c", "run", "--store", f"sqlite:///{db}", "--handlers",
+                          "other_app:registry"], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(tmp_path)),
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert out.stderr.startswith("timerwheel-c run: kind 1 is named 'expire-ticket' here but 'send-reminder' in the store")

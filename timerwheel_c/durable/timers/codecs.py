@@ -1,0 +1,65 @@
+"""Codecs: how a kind's timer values are stored, when they are not bytes already.
+
+A timer's value is stored as bytes. A kind given a codec (``TimerKind(1, "send-reminder",
+codec="json")``) lets writers take any value the codec encodes (``schedule(..., {"user": 7})``),
+and its handler receive the decoded value as ``timer.value``. Without a codec (the default) values
+stay bytes, as stored. A value the codec cannot decode is that attempt's failure, with the codec's
+error as the timer's last error.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from ..storage.store import check_bytes
+
+__all__ = ["JSON", "Codec", "codec_of", "encoded"]
+
+
+@dataclass(frozen=True)
+class Codec:
+    """``dumps(value) -> bytes`` and ``loads(bytes) -> value``, named for messages."""
+
+    dumps: Callable[[object], bytes]
+    loads: Callable[[bytes], object]
+    name: str = "custom"
+
+
+def _json_dumps(value: object) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+#: JSON as UTF-8, compact; what ``codec="json"`` names.
+JSON = Codec(_json_dumps, json.loads, "json")
+
+
+def codec_of(codec: object) -> Optional[Codec]:
+    """``codec`` as a :class:`Codec`: None (values stay bytes), ``"json"``, a Codec, or a
+    ``(dumps, loads)`` pair of callables.
+
+    Raises:
+        TypeError: anything else, naming it.
+    """
+    if codec is None or isinstance(codec, Codec):
+        return codec
+    if codec == "json":
+        return JSON
+    if isinstance(codec, tuple) and len(codec) == 2 and all(callable(f) for f in codec):
+        return Codec(codec[0], codec[1])
+    raise TypeError(f"codec must be None, 'json', a Codec or a (dumps, loads) pair of callables, got "
+                    f"{type(codec).__name__} {codec!r}")
+
+
+def encoded(kind: object, value: object) -> bytes:
+    """``value`` as stored for a timer of ``kind``: encoded by the kind's codec if it has one, else
+    ``value`` itself, which must then be bytes.
+
+    Raises:
+        TypeError: a value that is not bytes for a kind without a codec, or a codec whose ``dumps``
+            did not return bytes; whatever the codec's ``dumps`` raises (TypeError, ValueError).
+    """
+    codec = getattr(kind, "codec", None)
+    if codec is None:
+        return check_bytes("value", value)
+    return check_bytes(f"value encoded by the {codec.name} codec of kind {int(kind)}", codec.dumps(value))  # type: ignore[call-overload]
