@@ -172,3 +172,33 @@ def test_a_postgresql_database_without_a_store_is_refused_and_left_empty(schema_
         assert "no timerwheel_c store here" in err and len(err.strip().splitlines()) == 1, err
     with psycopg.connect(schema_url, autocommit=True) as conn:
         assert conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = current_schema()").fetchone()[0] == 0
+
+
+def test_the_status_page_without_actions_opens_no_store_into_another_database(tmp_path, capsys):
+    """``timerwheel-c web`` without ``--web-actions`` only reads, as the read-only commands: on a
+    SQLite database holding no timerwheel_c store it is refused in one line and writes nothing."""
+    import sqlite3
+
+    from timerwheel_c.durable.service.cli import make_page
+
+    path = tmp_path / "other.db"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE notes (body TEXT)")
+    db.close()
+    before = _snapshot(tmp_path)
+    assert make_page("web", f"sqlite:///{path}", "127.0.0.1", False) is None
+    err = capsys.readouterr().err
+    assert "no timerwheel_c store here" in err and len(err.strip().splitlines()) == 1, err
+    assert _snapshot(tmp_path) == before
+
+
+def test_a_select_only_role_serves_the_status_page(reader_url):
+    """A role with SELECT on the store's tables and nothing else serves the page without actions:
+    it shows the store's timer (no DDL on opening)."""
+    from timerwheel_c.durable.service.cli import make_page
+
+    _owner, url = reader_url
+    page = make_page("web", url, "127.0.0.1", False)
+    assert page is not None
+    status, _headers, body = page.respond("GET", "/?reference=ro-timer", "127.0.0.1")
+    assert status == 200 and b"ro-timer" in body

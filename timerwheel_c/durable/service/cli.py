@@ -222,7 +222,8 @@ def make_page(command: str, url: str, host: str, actions: bool, service=None):
     cannot be opened. Call :func:`actions_allowed` first."""
     from .web import TOKEN_ENV, StatusPage
 
-    store = open_or_say(command, url, existing=service is None)
+    # A page without actions only reads: no DDL, so a SELECT-only role serves it, as the read-only commands.
+    store = open_or_say(command, url, existing=service is None, read_only=service is None and not actions)
     if store is None:
         return None
     return StatusPage(store, url, service=service, actions=actions, host=host, token=os.environ.get(TOKEN_ENV) or None)
