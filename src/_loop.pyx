@@ -133,6 +133,7 @@ cdef class TimerHandle:
         """True once :meth:`cancel` was called."""
         return self._cancelled
 
+    @cython.nonecheck(True)  # a handle made with __new__ has no store: AttributeError, never a crash
     def cancel(self):
         """Cancel the callback; a no-op if already cancelled or run. O(1): the wheel entry is
         freed at once, so no cancelled handle is kept anywhere."""
@@ -148,6 +149,7 @@ cdef class TimerHandle:
         self._callback = None
         self._args = None
 
+    @cython.nonecheck(True)
     def _run(self):
         """Run the callback in its context; its exception goes to the loop's handler, as asyncio."""
         try:
@@ -165,9 +167,11 @@ cdef class TimerHandle:
             report_exception(self, self._timers._loop, exc)
 
     @property
+    @cython.nonecheck(True)
     def _loop(self):
         return self._timers._loop
 
+    @cython.nonecheck(True)
     def __repr__(self):
         return handle_repr(self, self._timers.debug)
 

@@ -291,11 +291,15 @@ def _assert_no_secret(text: str) -> None:
      "postgresql://app@db.example/timers?password=***&sslmode=require"),
     (f"postgresql://app@db.example/timers?sslmode=require&password={SECRET}",
      "postgresql://app@db.example/timers?sslmode=require&password=***"),
+    # A "/" left unencoded in a URL's password: a URL parser ends the authority there, the user did not.
+    ("postgresql://app:Xy7/kP2q-Secret@db.example:5432/timers", "postgresql://app:***@db.example:5432/timers"),
+    ("cannot open 'postgresql://app:Xy7/kP2q@Secret@db/t': no", "cannot open 'postgresql://app:***@db/t': no"),
 ])
 def test_redact_masks_a_keyword_value_or_query_password_whole(dsn, shown):
     """A keyword/value password runs to the next whitespace (libpq reads ``password=Xy7&kP2q``
     as ``Xy7&kP2q``) or to its closing quote (an unclosed one to the end); a query password
-    not percent-encoded runs over the pieces without ``=`` that follow it. All of it is masked."""
+    not percent-encoded runs over the pieces without ``=`` that follow it; a URL's password with a
+    ``/`` runs to the last ``@``. All of it is masked."""
     from timerwheel_c.durable.storage.redact import redact
 
     assert redact(dsn) == shown

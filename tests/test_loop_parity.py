@@ -319,3 +319,16 @@ def test_slow_callback_warning_goes_through_asyncio_base_events_logger(new_wheel
         loop.run_forever()
     fmt, *args = logger.warning.call_args[0]
     assert "stop_loop_cb" in fmt % tuple(args) and (fmt % tuple(args)).startswith("Executing <Handle")
+
+
+def test_a_handle_made_without_the_loop_raises_and_never_crashes(new_wheel_loop):
+    """A handle made with ``__new__`` (a library or a fuzzer bypassing the constructor) belongs to no
+    loop: each method that reaches the loop raises AttributeError, as asyncio's and the pure twin's do,
+    where the compiled handle read through a NULL store and crashed the process."""
+    loop = new_wheel_loop()
+    handle = loop.call_later(10, print)
+    bare = type(handle).__new__(type(handle))
+    for use in (bare._run, lambda: bare._loop, bare.cancel, lambda: repr(bare)):
+        with pytest.raises(AttributeError):
+            use()
+    handle.cancel()

@@ -20,6 +20,9 @@ class PageHandler(BaseHTTPRequestHandler):
 
     page = None
     routes: Dict[str, Callable[[], tuple]] = {}
+    # Seconds a connection may sit between reads (socketserver's socket timeout): a request that
+    # promises a longer body than it sends must not hold a server thread for ever.
+    timeout = 30.0
     not_found = b"not found\n"
 
     _head = False

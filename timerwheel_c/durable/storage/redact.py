@@ -20,7 +20,9 @@ MASK = "***"
 # scheme://user:PASSWORD@host: the password runs to the last "@" of the authority. It may hold
 # whitespace (a mistyped URL is still printed back in an error): masking too much is harmless,
 # stopping at a space would print the rest of the password.
-_URL_PASSWORD = re.compile(r"(?P<keep>\b[A-Za-z][A-Za-z0-9+.-]*://[^:@/\s]*:)[^/]*(?=@)")
+# A "/" the password holds unencoded ends the authority for a URL parser, but it is still the
+# password the user typed: then the mask runs to the last "@" before whitespace.
+_URL_PASSWORD = re.compile(r"(?P<keep>\b[A-Za-z][A-Za-z0-9+.-]*://[^:@/\s]*:)(?:[^/]*(?=@)|\S*(?=@))")
 # password=PASSWORD or sslpassword=PASSWORD (libpq's client-key passphrase). In a URL's query (after
 # "?" or "&") the value ends at the next "&" that starts a parameter: a "&" of the password should be
 # percent-encoded there, and where it is not ("password=Xy7&kP2q", which libpq refuses, quoting
