@@ -41,3 +41,22 @@ def test_cpython_asyncio_suites_pass_on_event_loop():
 def test_cpython_asyncio_suites_pass_on_event_loop_with_the_pure_twin():
     """The same suites pass with the pure-Python twin of the timer store."""
     _run("--pure")
+
+
+@pytest.mark.c_extension
+def test_a_module_that_builds_no_event_loop_is_reported_as_not_covering_it(tmp_path):
+    """The runner's table cannot turn an untested module into a pass: test_pep492 runs its tests
+    on asyncio's BaseEventLoop with a mocked selector, so its row says it does not cover the loop
+    (0 EventLoops), beside test_context's, which builds one and passes; a run of such modules
+    alone fails, as no EventLoop was made. Both modules are tiny and exist on 3.9-3.14."""
+    table = tmp_path / "table.txt"
+    proc = subprocess.run([sys.executable, str(RUNNER), "test_pep492", "test_context", "--table", str(table)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    rows = {line.split()[0]: line.split() for line in table.read_text().splitlines()[2:-1]}
+    assert rows["test_pep492"][4] == "0" and "does not cover the loop" in " ".join(rows["test_pep492"])
+    assert int(rows["test_context"][4]) > 0 and rows["test_context"][-1] == "passes"
+
+    alone = subprocess.run([sys.executable, str(RUNNER), "test_pep492"], capture_output=True, text=True, timeout=600)
+    assert alone.returncode == 1
+    assert "no EventLoop was made" in alone.stdout
