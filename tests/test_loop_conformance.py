@@ -60,3 +60,34 @@ def test_a_module_that_builds_no_event_loop_is_reported_as_not_covering_it(tmp_p
     alone = subprocess.run([sys.executable, str(RUNNER), "test_pep492"], capture_output=True, text=True, timeout=600)
     assert alone.returncode == 1
     assert "no EventLoop was made" in alone.stdout
+
+
+@pytest.mark.c_extension
+def test_the_documented_uses_warn_of_nothing_deprecated():
+    """Each way the docs give to run on EventLoop, on this CPython, runs with DeprecationWarning
+    turned into an error: import, run(), asyncio.run or asyncio.Runner with loop_factory (3.11+),
+    and install() where policies are not deprecated (3.9-3.13). On 3.14, where policies are, this
+    proves that none of them touches a policy API; install() is then absent, as documented."""
+    code = """if True:
+        import asyncio, sys
+        import timerwheel_c.aio as aio
+
+        async def main():
+            return type(asyncio.get_running_loop())
+
+        assert aio.run(main()) is aio.EventLoop
+        if sys.version_info >= (3, 12):
+            assert asyncio.run(main(), loop_factory=aio.new_event_loop) is aio.EventLoop
+        if sys.version_info >= (3, 11):
+            with asyncio.Runner(loop_factory=aio.new_event_loop) as runner:
+                assert runner.run(main()) is aio.EventLoop
+        if sys.version_info < (3, 14):
+            aio.install()
+            assert asyncio.run(main()) is aio.EventLoop
+        else:
+            assert not hasattr(aio, "install") and not hasattr(aio, "EventLoopPolicy")
+        print("ok")
+    """
+    proc = subprocess.run([sys.executable, "-W", "error::DeprecationWarning", "-c", code],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stdout + proc.stderr
