@@ -75,7 +75,7 @@ def _child(suite: str, loop: str, source: Path, out: Path) -> None:
             _testbase.BaseTestCase.is_asyncio_loop = lambda self: isinstance(self.loop, EventLoop)
         os.chdir(source)
         loader = unittest.TestLoader()
-        tests = unittest.TestSuite(t for t in asyncio_conformance._iter(loader.discover("tests", top_level_dir="."))
+        tests = unittest.TestSuite(t for t in asyncio_conformance.iter_tests(loader.discover("tests", top_level_dir="."))
                                    if isinstance(t, _testbase.AIOTestCase))
         result = unittest.TextTestRunner(verbosity=0, stream=sys.stderr).run(tests)
         failed = {t.id() for t, _ in result.failures + result.errors} | {t.id() for t in result.unexpectedSuccesses}

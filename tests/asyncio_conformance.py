@@ -116,10 +116,11 @@ def _plain_test_loop(loop_class: type):
         utils.TestCase.new_test_loop = original
 
 
-def _iter(suite):
+def iter_tests(suite):
+    """The test cases of a unittest suite, however nested."""
     for item in suite:
         if isinstance(item, unittest.TestSuite):
-            yield from _iter(item)
+            yield from iter_tests(item)
         else:
             yield item
 
@@ -166,7 +167,7 @@ def _run_module(name: str, loop_class: type, made: collections.Counter, verbosit
         return row
     suite = unittest.TestLoader().loadTestsFromModule(module)
     # Taken now: a suite drops its tests as it runs them.
-    known_run = {t.id() for t in _iter(suite) if _known(t.id())}
+    known_run = {t.id() for t in iter_tests(suite) if _known(t.id())}
     made.clear()
     stream = sys.stdout if verbosity > 1 else io.StringIO()
     with _plain_test_loop(loop_class) if name in PLAIN_TEST_LOOP else contextlib.nullcontext():
@@ -191,11 +192,12 @@ def _table(rows: list[Row], twin: str, seconds: float) -> str:
                          str(r.loops["TestLoop"]), r.verdict) for r in rows]
     widths = [max(len(line[i]) for line in cells) for i in range(len(header) - 1)]
     total = sum((r.loops for r in rows), collections.Counter())
+    loops = {"EventLoop": total["EventLoop"], **dict(total.most_common())}  # EventLoop first
     return "".join(
         [f"CPython {sys.version.split()[0]}, {twin} timers: {sum(r.run for r in rows)} tests in {seconds:.0f} s, "
          f"{sum(r.covers for r in rows)} of {len(rows)} modules cover the loop\n"]
         + ["  ".join(cell.ljust(w) for cell, w in zip(line, widths)) + "  " + line[-1] + "\n" for line in cells]
-        + [f"loops made: { {'EventLoop': total['EventLoop'], **dict(total.most_common())} }\n"])
+        + [f"loops made: {loops}\n"])
 
 
 def main(argv=None) -> int:
