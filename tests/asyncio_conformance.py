@@ -7,7 +7,8 @@ Runs the suites that ship with the interpreter (``test.test_asyncio.<MODULE>``; 
 suite makes one:
 
 - ``asyncio.SelectorEventLoop`` (what test_events' and test_sock_lowlevel's loop test classes
-  instantiate, with each selector) is EventLoop;
+  instantiate, with each selector) and, from 3.13, ``asyncio.EventLoop`` (the ``loop_factory`` of
+  test_taskgroups' and test_tasks' ``IsolatedAsyncioTestCase`` classes on 3.14) are EventLoop;
 - the default policy's loop factory is EventLoop, so ``asyncio.new_event_loop()``,
   ``asyncio.run()``, ``asyncio.Runner`` and ``IsolatedAsyncioTestCase`` make EventLoops, even
   after a test module resets the policy;
@@ -85,11 +86,15 @@ def substitute(loop_class: type) -> tuple[type, ...]:
     selector loop classes, which no test may build any more."""
     asyncio_loops: tuple[type, ...] = (asyncio.SelectorEventLoop,)
     asyncio.SelectorEventLoop = loop_class  # type: ignore[misc]
+    if hasattr(asyncio, "EventLoop"):  # 3.13+: the platform's default loop, test_taskgroups' loop_factory
+        asyncio.EventLoop = loop_class
     if sys.platform != "win32":
         import asyncio.unix_events as unix_events
 
         asyncio_loops += (unix_events._UnixSelectorEventLoop,)  # type: ignore[attr-defined]
         unix_events.SelectorEventLoop = loop_class  # type: ignore[misc]
+        if hasattr(unix_events, "EventLoop"):
+            unix_events.EventLoop = loop_class
         unix_events._UnixDefaultEventLoopPolicy._loop_factory = loop_class  # type: ignore[attr-defined]
     return asyncio_loops
 
