@@ -233,7 +233,9 @@ def main(argv=None) -> int:
         print(f"{name}: {rows[-1].run} tests, {rows[-1].verdict}, {time.monotonic() - module_started:.0f} s",
               flush=True)
 
-    report = _table(rows, "pure" if args.pure else "compiled", time.monotonic() - started)
+    # What ran, not what was asked: without its compiled cores the package runs the pure twin.
+    twin = "pure" if ".pure." in loop_class._timers_class.__module__ else "compiled"
+    report = _table(rows, twin, time.monotonic() - started)
     print("\n" + report, end="")
     if args.table:
         with open(args.table, "a") as out:
