@@ -27,7 +27,6 @@ service's executor then call the handler directly, with no span and no work per 
 """
 from __future__ import annotations
 
-import asyncio
 import traceback
 from typing import Any, Optional
 
@@ -131,6 +130,8 @@ def fire(handler, ctx, timer, started_ms: int) -> Any:
 async def fire_async(handler, ctx, timer, started_ms: int) -> Any:
     """:func:`fire` of an ``async def fire``: awaited inside its span (its trace context read on a
     worker thread, off the event loop)."""
+    import asyncio  # loaded already where an async handler runs; not by every writer's import of this module
+
     with _start(handler, await asyncio.to_thread(_links, ctx, timer)) as span:
         _began(span, handler, ctx.partition, timer, started_ms)
         try:
