@@ -244,3 +244,28 @@ def test_the_trace_context_goes_with_a_cancel_and_a_replace_and_a_stale_one_link
     assert run_due(store, P, TimerRegistry().register(Expire()), NOW).fired == 1
     (span,) = _fires(exporter)
     assert not span.links and _kept_context(store, 1, b"r") is None
+
+
+class Once(TimerHandler):
+    kind = TimerKind(5)
+    max_attempts = 1
+
+    def fire(self, ctx, timer):
+        raise RuntimeError("no luck")
+
+
+def test_a_retry_links_again_and_parking_deletes_the_trace_context(exporter):
+    """A failed attempt keeps the trace context, so the retry's span links to the writer's span too;
+    a timer parked after its last attempt keeps none."""
+    exporter.clear()
+    store = SQLiteStore(":memory:")
+    with trace.get_tracer("app").start_as_current_span("checkout") as writer_span:
+        schedule(store, P, NOW, 3, b"retried")
+        schedule(store, P, NOW, 5, b"parked")
+    registry = TimerRegistry().register(Later()).register(Once())
+    assert run_due(store, P, registry, NOW).failed == 2
+    assert _kept_context(store, 3, b"retried") is not None and _kept_context(store, 5, b"parked") is None
+    run_due(store, P, registry, NOW + 86_400_000)
+    retries = [s for s in _fires(exporter) if s.attributes["timerwheel.kind"] == 3]
+    assert [s.attributes["timerwheel.attempt"] for s in retries] == [1, 2]
+    assert all([link.context.span_id for link in s.links] == [writer_span.get_span_context().span_id] for s in retries)
