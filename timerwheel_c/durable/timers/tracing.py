@@ -18,9 +18,10 @@ handler starts are its children. Its attributes:
 The span links to the span that scheduled the timer, as Temporal and Celery link a run to its
 caller's: :func:`~.writer.schedule` called while a valid span is current keeps that span's W3C
 ``traceparent`` in a row beside the timer's identity row (:func:`~.keys.trace_context_row`), in
-the schedule's batch; each traced fire reads it (one more read per fire, made only with tracing)
-and adds a ``Link`` to its span context. The row goes when the timer fires, is cancelled, replaced,
-rescheduled or parked; a row a runner without tracing left is told apart by its due time.
+the schedule's batch; each traced fire reads it (one more read per fire, made only once an SDK's
+tracer provider is set) and adds a ``Link`` to its span context. The row goes when the timer fires,
+is cancelled, replaced, rescheduled or parked; a row a runner without tracing left is told apart by
+its due time.
 
 Without ``opentelemetry-api``, :data:`ENABLED` is False, decided once at import: the runner and the
 service's executor then call the handler directly, with no span and no work per fire.
@@ -67,6 +68,8 @@ def traceparent() -> Optional[bytes]:
 
 def _links(ctx, timer) -> list:
     """``[Link]`` to the span that scheduled ``timer`` (its kept trace context), or []."""
+    if isinstance(trace.get_tracer_provider(), (trace.ProxyTracerProvider, trace.NoOpTracerProvider)):
+        return []  # the API alone, no SDK: no span records the link, so the read is spared
     tk = keys.parse(timer.key)
     kept = ctx.store.get(ctx.partition, keys.trace_context_row(keys.identity_of(tk)))
     text = keys.trace_context_text(kept, tk)
