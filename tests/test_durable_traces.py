@@ -126,14 +126,15 @@ class AsyncExpire(TimerHandler):
 
 def test_the_service_traces_its_sync_and_async_fires(exporter):
     """A service's fires, on its worker threads and on its loop, are spans too, each the parent of
-    what its handler starts. The waits are liveness bounds."""
+    what its handler starts and linked to the span that scheduled it. The waits are liveness bounds."""
     exporter.clear()
     store = SQLiteStore(":memory:")
     registry = TimerRegistry().register(Expire()).register(AsyncExpire())
     with DurableTimerService(store, registry, [P]) as service:
         now_ms = time.time_ns() // 1_000_000
-        service.schedule(P, now_ms, TimerKind(1), b"sync-1")
-        service.schedule(P, now_ms, TimerKind(4), b"async-1")
+        with trace.get_tracer("app").start_as_current_span("request") as writer_span:
+            service.schedule(P, now_ms, TimerKind(1), b"sync-1")
+            service.schedule(P, now_ms, TimerKind(4), b"async-1")
         deadline = time.monotonic() + 30
         while len(_fires(exporter)) < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -144,6 +145,8 @@ def test_the_service_traces_its_sync_and_async_fires(exporter):
     assert fire_sync.attributes["timerwheel.lateness_ms"] >= 0
     assert spans["send reminder"].parent.span_id == fire_sync.context.span_id
     assert spans["async child"].parent.span_id == fire_async.context.span_id
+    for fired in (fire_sync, fire_async):
+        assert [link.context.span_id for link in fired.links] == [writer_span.get_span_context().span_id]
 
 
 def test_without_opentelemetry_fires_are_not_traced():
@@ -186,3 +189,83 @@ def test_the_bench_row_measures_a_fire_with_and_without_otel():
     figures = fire_costs(1, 20)
     assert set(figures) == set(VARIANTS)
     assert figures["no otel"][1] == 1.0 and all(us > 0 for us, _ in figures.values())
+
+
+def _kept_context(store, kind, reference):
+    from timerwheel_c.durable.timers import keys
+
+    return store.get(P, keys.trace_context_row(keys.identity(kind, reference)))
+
+
+def test_a_fire_links_to_the_span_that_scheduled_it(exporter, store_url):
+    """A timer scheduled inside a span keeps its W3C trace context beside its identity row; its fire's
+    span links to that span (same trace and span ids), and the row is gone once it fired. A timer
+    scheduled without a span keeps none, and its fire has no link. On each backend."""
+    from timerwheel_c.durable.storage.open import open_store
+
+    exporter.clear()
+    store = open_store(store_url)
+    with trace.get_tracer("app").start_as_current_span("checkout") as writer_span:
+        schedule(store, P, NOW, 1, b"linked")
+    schedule(store, P, NOW, 1, b"unlinked")
+    kept = _kept_context(store, 1, b"linked")
+    assert kept is not None and len(kept) == 8 + 55
+    assert _kept_context(store, 1, b"unlinked") is None
+    report = run_due(store, P, TimerRegistry().register(Expire()), NOW)
+    assert report.fired == 2
+    spans = {s.attributes["timerwheel.reference"]: s for s in _fires(exporter)}
+    (link,) = spans["'linked'"].links
+    assert link.context.trace_id == writer_span.get_span_context().trace_id
+    assert link.context.span_id == writer_span.get_span_context().span_id
+    assert not spans["'unlinked'"].links
+    assert _kept_context(store, 1, b"linked") is None
+    store.close()
+
+
+def test_the_trace_context_goes_with_a_cancel_and_a_replace_and_a_stale_one_links_nothing(exporter):
+    """Cancelling a timer scheduled in a span deletes its trace context; replacing it outside a span
+    deletes the replaced timer's; a context left for another due time (by a runner without tracing)
+    is not linked."""
+    from timerwheel_c.durable import cancel
+    from timerwheel_c.durable.storage.store import Batch
+    from timerwheel_c.durable.timers import keys
+
+    exporter.clear()
+    store = SQLiteStore(":memory:")
+    with trace.get_tracer("app").start_as_current_span("checkout"):
+        schedule(store, P, NOW, 1, b"c")
+        schedule(store, P, NOW, 1, b"r")
+    assert cancel(store, P, 1, b"c") and _kept_context(store, 1, b"c") is None
+    schedule(store, P, NOW, 1, b"r")
+    assert _kept_context(store, 1, b"r") is None
+    with trace.get_tracer("app").start_as_current_span("earlier"):
+        stale = keys.trace_context_value(NOW - 1, tracing.traceparent())
+    store.apply(P, Batch().put(keys.trace_context_row(keys.identity(1, b"r")), stale))
+    assert run_due(store, P, TimerRegistry().register(Expire()), NOW).fired == 1
+    (span,) = _fires(exporter)
+    assert not span.links and _kept_context(store, 1, b"r") is None
+
+
+class Once(TimerHandler):
+    kind = TimerKind(5)
+    max_attempts = 1
+
+    def fire(self, ctx, timer):
+        raise RuntimeError("no luck")
+
+
+def test_a_retry_links_again_and_parking_deletes_the_trace_context(exporter):
+    """A failed attempt keeps the trace context, so the retry's span links to the writer's span too;
+    a timer parked after its last attempt keeps none."""
+    exporter.clear()
+    store = SQLiteStore(":memory:")
+    with trace.get_tracer("app").start_as_current_span("checkout") as writer_span:
+        schedule(store, P, NOW, 3, b"retried")
+        schedule(store, P, NOW, 5, b"parked")
+    registry = TimerRegistry().register(Later()).register(Once())
+    assert run_due(store, P, registry, NOW).failed == 2
+    assert _kept_context(store, 3, b"retried") is not None and _kept_context(store, 5, b"parked") is None
+    run_due(store, P, registry, NOW + 86_400_000)
+    retries = [s for s in _fires(exporter) if s.attributes["timerwheel.kind"] == 3]
+    assert [s.attributes["timerwheel.attempt"] for s in retries] == [1, 2]
+    assert all([link.context.span_id for link in s.links] == [writer_span.get_span_context().span_id] for s in retries)

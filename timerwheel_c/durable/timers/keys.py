@@ -77,7 +77,9 @@ The allocation of the first byte of a key:
 
 ========  ==========================================================
 ``b"I"``  identity rows (kind, reference -> the timer's key); ``"I" | 0x00 | kind | reference``:
-          a retrying timer's last error (:func:`last_error_row`; ``"J" | 0x00 ...`` an occurrence's)
+          a retrying timer's last error (:func:`last_error_row`; ``"J" | 0x00 ...`` an occurrence's);
+          ``"I" | 0x00 | 0x00 | kind | reference``: the trace context its writer's span left
+          (:func:`trace_context_row`; 0x00 0x00 is neither an identity row's kind nor a last error's)
 ``b"J"``  identity rows of schedules' pending occurrences
 ``b"P"``  parked timers (failed their last attempt; never scanned by runners)
 ``b"R"``  recurring schedules' rows (:mod:`.schedule_state`)
@@ -106,6 +108,9 @@ __all__ = [
     "last_error_text",
     "last_error_value",
     "may_keep_an_error",
+    "trace_context_row",
+    "trace_context_value",
+    "trace_context_text",
     "KINDS",
     "MAX_ATTEMPT",
     "MAX_DUE_MS",
@@ -522,6 +527,31 @@ def last_error_text(value: Optional[bytes], tk: TimerKey) -> Optional[str]:
     if original_due_at_ms != tk.original_due_at_ms or attempt not in (tk.attempt, tk.attempt - 1):
         return None
     return bytes(value[_LAST_ERROR.size:]).decode("utf-8", "replace")
+
+
+def trace_context_row(identity_key: bytes) -> bytes:
+    """Key of the row keeping the W3C trace context of the span that scheduled the timer whose
+    identity row is ``identity_key``: that key with 0x00 0x00 after its tag (a last error's row has
+    its kind, never 0, after its one 0x00), so that it is neither an identity row nor a last error's."""
+    return identity_key[:1] + b"\x00\x00" + identity_key[1:]
+
+
+_TRACED_DUE = struct.Struct(">Q")  # the original due_at_ms of the timer the context belongs to
+
+
+def trace_context_value(due_at_ms: int, traceparent: bytes) -> bytes:
+    """The value of :func:`trace_context_row` for the timer scheduled at ``due_at_ms`` (Unix epoch
+    ms): that due time, then its writer's ``traceparent`` header (ASCII bytes, 55 for version 00)."""
+    return _TRACED_DUE.pack(due_at_ms) + traceparent
+
+
+def trace_context_text(value: Optional[bytes], tk: TimerKey) -> Optional[str]:
+    """The ``traceparent`` kept in ``value`` (of :func:`trace_context_row`, or None) when it belongs
+    to the timer ``tk`` (the same original due time), else None: a row an earlier timer of that name
+    left (its runner without tracing, so it never deleted it) is never linked."""
+    if value is None or len(value) <= _TRACED_DUE.size or _TRACED_DUE.unpack_from(value)[0] != tk.original_due_at_ms:
+        return None
+    return bytes(value[_TRACED_DUE.size:]).decode("ascii", "replace")
 
 
 def may_keep_an_error(key: bytes) -> bool:

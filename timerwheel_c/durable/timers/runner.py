@@ -177,9 +177,15 @@ def settle(partition: str, claimed: ClaimedTimer, report: RunReport, outcome: ob
 
 def _forget_error(batch: Batch, timer) -> Batch:
     """``batch`` with the delete of the timer's kept last error, when an earlier attempt may have
-    left one (a first attempt's outcome, the common case, writes nothing more)."""
-    if timer.attempt > 1:
-        batch.delete(keys.last_error_row(keys.identity_of(keys.parse(timer.key))))
+    left one (a first attempt's outcome, the common case, writes nothing more), and, when fires are
+    traced, of its writer's trace context (a runner without tracing leaves it: the next write of
+    that name deletes or replaces it, and it links no later timer, whose due time differs)."""
+    if timer.attempt > 1 or _TRACED:
+        identity = keys.identity_of(keys.parse(timer.key))
+        if timer.attempt > 1:
+            batch.delete(keys.last_error_row(identity))
+        if _TRACED:
+            batch.delete(keys.trace_context_row(identity))
     return batch
 
 

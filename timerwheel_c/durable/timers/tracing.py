@@ -15,10 +15,13 @@ handler starts are its children. Its attributes:
   ``exception`` event. Its message and traceback have their passwords masked
   (:func:`~timerwheel_c.durable.storage.redact.redact`), as the log lines and parked rows have.
 
-The span has no link to the span that scheduled the timer: carrying a trace context from the
-writer to the fire would need it stored with the timer, and a timer row's value is the caller's
-bytes, handed to the handler as they were written, while its key's layout is what the claims,
-the change signals and the parked rows read; docs/DESIGN.md ("Traces") says what that link needs.
+The span links to the span that scheduled the timer, as Temporal and Celery link a run to its
+caller's: :func:`~.writer.schedule` called while a valid span is current keeps that span's W3C
+``traceparent`` in a row beside the timer's identity row (:func:`~.keys.trace_context_row`), in
+the schedule's batch; each traced fire reads it (one more read per fire, made only once an SDK's
+tracer provider is set) and adds a ``Link`` to its span context. The row goes when the timer fires,
+is cancelled, replaced, rescheduled or parked; a row a runner without tracing left is told apart by
+its due time.
 
 Without ``opentelemetry-api``, :data:`ENABLED` is False, decided once at import: the runner and the
 service's executor then call the handler directly, with no span and no work per fire.
@@ -26,18 +29,20 @@ service's executor then call the handler directly, with no span and no work per 
 from __future__ import annotations
 
 import traceback
-from typing import Any
+from typing import Any, Optional
 
+from . import keys
 from .names import reference_text
 from .parking import last_error_of
 from ..storage.redact import redact
 
 try:
     from opentelemetry import trace
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 except ImportError:  # the otel extra is not installed: fires are not traced
     trace = None  # type: ignore[assignment]
 
-__all__ = ["ENABLED", "SPAN_PREFIX", "fire", "fire_async"]
+__all__ = ["ENABLED", "SPAN_PREFIX", "fire", "fire_async", "traceparent"]
 
 ENABLED = trace is not None
 SPAN_PREFIX = "timerwheel.fire "
@@ -46,12 +51,38 @@ SPAN_PREFIX = "timerwheel.fire "
 # A proxy until the application sets its tracer provider, then that provider's tracer: safe to
 # take once, at import.
 _tracer = None if trace is None else trace.get_tracer("timerwheel_c.durable")
+# W3C trace context whatever propagator the application set: the stored header must read back alike.
+_w3c = None if trace is None else TraceContextTextMapPropagator()
 
 
-def _start(handler):
+def traceparent() -> Optional[bytes]:
+    """The W3C ``traceparent`` header (ASCII bytes, 55 for version 00) of the span current in the
+    caller, or None without ``opentelemetry-api`` or without a valid current span."""
+    if trace is None or not trace.get_current_span().get_span_context().is_valid:
+        return None
+    carrier: dict = {}
+    _w3c.inject(carrier)
+    found = carrier.get("traceparent")
+    return None if found is None else found.encode("ascii")
+
+
+def _links(ctx, timer) -> list:
+    """``[Link]`` to the span that scheduled ``timer`` (its kept trace context), or []."""
+    if isinstance(trace.get_tracer_provider(), (trace.ProxyTracerProvider, trace.NoOpTracerProvider)):
+        return []  # the API alone, no SDK: no span records the link, so the read is spared
+    tk = keys.parse(timer.key)
+    kept = ctx.store.get(ctx.partition, keys.trace_context_row(keys.identity_of(tk)))
+    text = keys.trace_context_text(kept, tk)
+    if text is None:
+        return []
+    linked = trace.get_current_span(_w3c.extract({"traceparent": text})).get_span_context()
+    return [trace.Link(linked)] if linked.is_valid else []
+
+
+def _start(handler, links: list):
     """The fire's span, started and made current (a context manager yielding the span)."""
     return _tracer.start_as_current_span(SPAN_PREFIX + type(handler).__name__, kind=trace.SpanKind.CONSUMER,
-                                         record_exception=False, set_status_on_exception=False)
+                                         links=links, record_exception=False, set_status_on_exception=False)
 
 
 def _began(span, handler, partition: str, timer, started_ms: int) -> None:
@@ -88,7 +119,7 @@ def _raised(span, exc: BaseException) -> None:
 def fire(handler, ctx, timer, started_ms: int) -> Any:
     """``handler.fire(ctx, timer)`` inside its span (``ctx.partition`` names the partition,
     ``started_ms`` is the call's start, Unix epoch ms); returns its outcome, raises what it raises."""
-    with _start(handler) as span:
+    with _start(handler, _links(ctx, timer)) as span:
         _began(span, handler, ctx.partition, timer, started_ms)
         try:
             outcome = handler.fire(ctx, timer)
@@ -100,8 +131,11 @@ def fire(handler, ctx, timer, started_ms: int) -> Any:
 
 
 async def fire_async(handler, ctx, timer, started_ms: int) -> Any:
-    """:func:`fire` of an ``async def fire``: awaited inside its span."""
-    with _start(handler) as span:
+    """:func:`fire` of an ``async def fire``: awaited inside its span (its trace context read on a
+    worker thread, off the event loop)."""
+    import asyncio  # loaded already where an async handler runs; not by every writer's import of this module
+
+    with _start(handler, await asyncio.to_thread(_links, ctx, timer)) as span:
         _began(span, handler, ctx.partition, timer, started_ms)
         try:
             outcome = await handler.fire(ctx, timer)

@@ -27,7 +27,7 @@ import functools
 from dataclasses import dataclass
 from typing import Optional, TypeVar
 
-from . import keys, parking
+from . import keys, parking, tracing
 from .codecs import encoded
 from .due import due_at_ms_of, due_or_delay
 from .kind_names import check_kind_names
@@ -108,7 +108,9 @@ _LOOKUPS = 16  # reads of a timer's row while concurrent commits keep moving it,
 
 def _forget_error(batch: Batch, current: bytes, identity: bytes) -> Batch:
     """``batch``, which moves or removes the timer row ``current``, with the delete of the last error
-    its failed attempts may have kept (a scheduled row never has one: nothing more to write)."""
+    its failed attempts may have kept (a scheduled row never has one) and of the trace context its
+    writer may have kept (any row may have one)."""
+    batch.delete(keys.trace_context_row(identity))
     return batch.delete(keys.last_error_row(identity)) if keys.may_keep_an_error(current) else batch
 
 
@@ -226,10 +228,15 @@ def schedule_steps(store: Store, partition: str, due_at_ms, kind, reference: byt
     check_partition(partition)
     if if_exists not in IF_EXISTS:
         raise ValueError(f"if_exists must be one of {IF_EXISTS}, got {if_exists!r}")
-    return _schedule(partition, key, identity, value, if_exists)
+    traced = tracing.traceparent()
+    context = None if traced is None else keys.trace_context_value(keys.parse(key).due_at_ms, traced)
+    return _schedule(partition, key, identity, value, if_exists, context)
 
 
-def _schedule(partition: str, key: bytes, identity: bytes, value: bytes, if_exists: str) -> Steps[bytes]:
+def _schedule(partition: str, key: bytes, identity: bytes, value: bytes, if_exists: str,
+              context: Optional[bytes] = None) -> Steps[bytes]:
+    """The steps of a schedule; ``context``: the value of the timer's trace context row to write
+    (:func:`~.keys.trace_context_value`), None for none."""
     while True:
         current, current_value = yield from _current(identity)
         if current_value is not None and if_exists != "replace" and not keys.is_parked_key(current):
@@ -241,6 +248,8 @@ def _schedule(partition: str, key: bytes, identity: bytes, value: bytes, if_exis
             batch.require(Absent(identity))
         else:
             _forget_error(batch.require(Equals(identity, current)).delete(current), current, identity)
+        if context is not None:  # after the delete of the replaced timer's: a later write wins
+            batch.put(keys.trace_context_row(identity), context)
         if isinstance((yield APPLY, batch.put(key, value).put(identity, key)), Committed):
             return key
 
