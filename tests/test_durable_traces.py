@@ -149,7 +149,7 @@ def test_the_service_traces_its_sync_and_async_fires(exporter):
         assert [link.context.span_id for link in fired.links] == [writer_span.get_span_context().span_id]
 
 
-def test_without_opentelemetry_fires_are_not_traced():
+def test_without_opentelemetry_fires_are_not_traced(tmp_path):
     """With opentelemetry not importable, the check is made once at import (ENABLED False in the
     runner and the executor) and a service still fires: the otel extra is optional."""
     source = textwrap.dedent("""
@@ -177,7 +177,8 @@ def test_without_opentelemetry_fires_are_not_traced():
         assert fired == [b"r"], fired
         assert "opentelemetry.trace" not in sys.modules
     """)
-    done = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True, timeout=120)
+    # Run outside the checkout: ``-c`` puts the working directory first on sys.path.
+    done = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
 
 

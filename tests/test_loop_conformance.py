@@ -63,7 +63,7 @@ def test_a_module_that_builds_no_event_loop_is_reported_as_not_covering_it(tmp_p
 
 
 @pytest.mark.c_extension
-def test_the_documented_uses_warn_of_nothing_deprecated():
+def test_the_documented_uses_warn_of_nothing_deprecated(tmp_path):
     """Each way the docs give to run on EventLoop, on this CPython, runs with DeprecationWarning
     turned into an error: import, run(), asyncio.run or asyncio.Runner with loop_factory (3.11+),
     and install() where policies are not deprecated (3.9-3.13). On 3.14, where policies are, this
@@ -88,6 +88,7 @@ def test_the_documented_uses_warn_of_nothing_deprecated():
             assert not hasattr(aio, "install") and not hasattr(aio, "EventLoopPolicy")
         print("ok")
     """
+    # Run outside the checkout: ``-c`` puts the working directory first on sys.path.
     proc = subprocess.run([sys.executable, "-W", "error::DeprecationWarning", "-c", code],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stdout + proc.stderr

@@ -3,8 +3,8 @@ twin agree with each other and with a model of asyncio's rule, under hypothesis-
 cancel / clock-step sequences; and a batch survives Python code run while it is handed over.
 
 The clock is a fake loop's ``time()`` (no real time passes), so the properties are exact: each
-iteration moves exactly the timers whose ms is past (never one whose deadline is not before
-``loop.time()``), in deadline order with ties in scheduling order, and both twins return the same
+iteration moves exactly the timers whose deadline is at or before ``loop.time()`` (never one
+whose deadline is after it), in deadline order with ties in scheduling order, and both twins return the same
 batches, the same selector timeouts and the same counts.
 """
 from __future__ import annotations
@@ -47,10 +47,9 @@ def test_twins_agree_with_each_other_and_with_the_model(start_us, script):
         loop = FakeLoop(start_us / 1e6)
         stores.append((loop, core.LoopTimers(loop)))
     handles = [[], []]
-    # The model: armed timers as (when, seq) and the ms each becomes due in (its own ms, or the
-    # store's next one if that is already past when it is armed).
+    # The model: armed timers as seq -> deadline. An iteration moves every one whose deadline is at
+    # or before loop.time(), as asyncio's _run_once does, in deadline order, ties in arming order.
     model = {}
-    wheel_ms = loop_ms(start_us / 1e6) - 1
     seq = 0
     for op, arg in script:
         now_s = stores[0][0].now_s
@@ -58,7 +57,7 @@ def test_twins_agree_with_each_other_and_with_the_model(start_us, script):
             when = now_s + arg / 1e6
             for k, (_, timers) in enumerate(stores):
                 handles[k].append(timers.call_at(when, print, seq))
-            model[seq] = (when, max(loop_ms(when), wheel_ms + 1))
+            model[seq] = when
             seq += 1
         elif op == "cancel" and handles[0]:
             i = arg % len(handles[0])
@@ -69,9 +68,9 @@ def test_twins_agree_with_each_other_and_with_the_model(start_us, script):
             timeouts = [timers.select_timeout(False) for _, timers in stores]
             assert timeouts[0] == timeouts[1]
             if model:
-                # The selector's wait reaches the end of the earliest due ms, never beyond it.
-                earliest = min(due for _, due in model.values())
-                assert now_s + timeouts[0] <= (earliest + 1) / 1000.0 + 1e-9 or timeouts[0] == 0
+                # The selector's wait ends by the end of the earliest deadline's ms, never beyond it.
+                earliest = min(model.values())
+                assert now_s + timeouts[0] <= (loop_ms(earliest) + 1) / 1000.0 + 1e-9 or timeouts[0] == 0
             for loop, _ in stores:
                 loop.now_s = now_s + arg / 1e6
             now_s = stores[0][0].now_s
@@ -81,12 +80,8 @@ def test_twins_agree_with_each_other_and_with_the_model(start_us, script):
                 timers.move_due(ready)
                 batches.append([h._args[0] for h in ready])
             assert batches[0] == batches[1]
-            target = loop_ms(now_s) - 1
-            if target > wheel_ms:
-                wheel_ms = target
-            due = sorted((w, s) for s, (w, d) in model.items() if d <= wheel_ms)
+            due = sorted((w, s) for s, w in model.items() if w <= now_s)
             assert batches[0] == [s for _, s in due]
-            assert all(w < now_s for w, _ in due)  # never early on loop.time()
             for _, s in due:
                 del model[s]
         assert stores[0][1].active_count() == stores[1][1].active_count() == len(model)
