@@ -110,7 +110,9 @@ def _child(suite: str, loop: str, source: Path, out: Path) -> None:
                         outcome[key].append(report.nodeid)
 
         os.chdir(source)
-        pytest.main(["-q", "-p", "no:cacheprovider", *ANYIO_DESELECT, *(f"tests/{m}" for m in ANYIO_MODULES)],
+        # looptime (installed with the test extra) registers a plugin that needs pytest-asyncio.
+        pytest.main(["-q", "-p", "no:cacheprovider", "-p", "no:looptime_plugin", *ANYIO_DESELECT,
+                     *(f"tests/{m}" for m in ANYIO_MODULES)],
                     plugins=[Outcomes()])
         outcome["passed"] = [t for t in outcome["passed"] if t not in outcome["failed"]]
     out.write_text(json.dumps({**outcome, "loops": dict(made)}))
