@@ -234,7 +234,7 @@ def test_nan_deadlines_behave_as_on_asyncio_loop(new_wheel_loop):
     """asyncio.sleep(nan), wait_for(x, nan), asyncio.timeout(nan) and call_later(nan) have the
     outcomes they have on asyncio's loop of this CPython, where a NaN deadline is never after the
     loop's time: the sleep returns at once, the waits expire, the callback runs at the next iteration
-    with when() NaN (on 3.14, asyncio.sleep(nan) itself raises ValueError, before any loop; where
+    with when() NaN (from 3.13, asyncio.sleep(nan) itself raises ValueError, before any loop; where
     asyncio's loop fails in its selector on a NaN timeout, EventLoop keeps its earlier outcomes)."""
     nan = float("nan")
 
@@ -266,8 +266,8 @@ def test_nan_deadlines_behave_as_on_asyncio_loop(new_wheel_loop):
     except ValueError:
         # Newer CPythons' epoll selector refuses the NaN timeout asyncio's own loop hands it (it rounds
         # the timeout with math.ceil): asyncio has no outcome to follow there, so EventLoop keeps the
-        # one it has on earlier CPythons (3.14's asyncio.sleep refuses NaN itself, before any loop).
-        expected = ["ValueError" if sys.version_info >= (3, 14) else "slept", "TimeoutError", "TimeoutError", "ran", True]
+        # one it has on earlier CPythons (from 3.13 asyncio.sleep refuses NaN itself, before any loop).
+        expected = ["ValueError" if sys.version_info >= (3, 13) else "slept", "TimeoutError", "TimeoutError", "ran", True]
     finally:
         reference.close()
     assert expected[-2:] == ["ran", True] and "ValueError" not in expected[1:], expected  # the case arose
