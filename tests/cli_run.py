@@ -23,18 +23,19 @@ def _environ(changes: Mapping[str, Optional[str]]) -> Iterator[None]:
     """``os.environ`` with each name set to its value, or removed for None, restored afterwards."""
     saved = {name: os.environ.get(name) for name in changes}
     try:
-        for name, value in changes.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        _set_environ(changes)
         yield
     finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        _set_environ(saved)
+
+
+def _set_environ(values: Mapping[str, Optional[str]]) -> None:
+    """Set each name of ``os.environ`` to its value, or remove it for None."""
+    for name, value in values.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 def run_cli(*args: str, env: Optional[Mapping[str, Optional[str]]] = None) -> subprocess.CompletedProcess:
