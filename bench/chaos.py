@@ -112,7 +112,8 @@ def _runner() -> int:
     from timerwheel_c.cli import main as cli_main
 
     os.environ["TIMERWHEEL_C_STORE"] = os.environ[_SCHEMA_DSN_ENV]
-    return cli_main(["run", "--handlers", "bench.chaos:registry"])
+    # 4 handler threads, not the default 16: each holds a connection for its clock reads.
+    return cli_main(["run", "--handlers", "bench.chaos:registry", "--concurrency", "4"])
 
 
 def faketime_lib() -> Optional[str]:
@@ -181,13 +182,14 @@ class Chaos:
         self.url = f"{dsn}{sep}options={quote(f'-csearch_path={self.schema}')}"
         self.names: dict = {}
         self.unsure_writes = 0
+        self.rescheduled = 0  # reschedules that moved a pending timer
         self.events: list = []  # (server ms, fault, detail)
         self.skipped: list = []  # one line per fault or condition left out
         self.procs: list = [None, None, None]
         self.faults = self._usable(faults)
         self._offset_ms = 0  # server clock minus this host's, ms
         self._start_ms = 0  # the writer's start, ms by the server's clock
-        self.logs = Path(tempfile.mkdtemp(prefix="timerwheel-c-chaos-"))  # the runners' stderr
+        self.logs = Path()  # the runners' stderr, a directory of the run's own (kept when the start fails)
 
     # -- set-up ---------------------------------------------------------------------------------------
 
@@ -272,6 +274,7 @@ class Chaos:
                     schedule(store, entry.partition, due_ms, KIND, ref)
                 elif what == "reschedule" and reschedule(store, entry.partition, KIND, ref, due_ms):
                     entry.due_ms = due_ms
+                    self.rescheduled += 1
                 elif what == "cancel" and cancel(store, entry.partition, KIND, ref):
                     entry.cancelled = True
             except Exception:  # noqa: BLE001 - the outcome is unknown: this name is not judged
@@ -363,6 +366,7 @@ class Chaos:
         from timerwheel_c.durable import schedule
         from timerwheel_c.durable.storage.postgres import PostgresStore
 
+        self.logs = Path(tempfile.mkdtemp(prefix="timerwheel-c-chaos-"))
         with self._control() as conn:
             conn.execute(f"CREATE SCHEMA {self.schema}")
         store = PostgresStore(self.url)
@@ -388,7 +392,9 @@ class Chaos:
             writer.join()
             end_ms = self._server_ms()
             self._wait_fired(store, end_ms)
-            return self.report(end_ms)
+            report = self.report(end_ms)
+            shutil.rmtree(self.logs, ignore_errors=True)
+            return report
         finally:
             stop.set()
             for p in self.procs:
@@ -427,7 +433,8 @@ class Chaos:
 
     def report(self, end_ms: int) -> dict:
         """``{"faults": [{"at_s", "fault", "detail", "worst_lateness_ms"}], "skipped": [str], "timers": int,
-        "fired": int, "unsure_writes": int, "lost": int, "doubled": int, "early": int, "after_cancel": int}``;
+        "fired": int, "cancelled": int, "rescheduled": int, "unsure_writes": int, "lost": int, "doubled": int,
+        "early": int, "after_cancel": int}``;
         ``at_s`` is seconds from the writer's start, lateness in ms by the server's clock (None: no
         timer was due in that window)."""
         judged = [n for n in self.names.values() if not n.unsure]
@@ -447,7 +454,8 @@ class Chaos:
             faults.append({"at_s": round((at_ms - first_ms) / 1000, 1), "fault": fault, "detail": detail,
                            "worst_lateness_ms": max(late) if late else None})
         return {"faults": faults, "skipped": self.skipped, "timers": len(self.names),
-                "fired": sum(1 for n in judged if n.fires), "unsure_writes": self.unsure_writes, **counts}
+                "fired": sum(1 for n in judged if n.fires), "cancelled": sum(1 for n in judged if n.cancelled),
+                "rescheduled": self.rescheduled, "unsure_writes": self.unsure_writes, **counts}
 
 
 def print_report(report: dict, say=print) -> None:
@@ -461,7 +469,8 @@ def print_report(report: dict, say=print) -> None:
         say(f"         {line}")
     say("")
     say(f"faults injected: {len(report['faults']) - 1}; timers named: {report['timers']:,}, fired: "
-        f"{report['fired']:,}; writes with an unknown outcome (not judged): {report['unsure_writes']:,}")
+        f"{report['fired']:,}, cancelled: {report['cancelled']:,}, rescheduled: {report['rescheduled']:,}; "
+        f"writes with an unknown outcome (not judged): {report['unsure_writes']:,}")
     for key, what in (("lost", "lost"), ("doubled", "doubled"), ("early", "fired early"),
                       ("after_cancel", "fired after a successful cancel")):
         say(f"  {what:<34} {report[key]:>6}  {'ok' if report[key] == 0 else 'FAILED'}")
