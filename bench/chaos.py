@@ -379,6 +379,8 @@ class Chaos:
             for i in range(len(self.procs)):
                 self._start_runner(i)
             self._wait_divided(store)
+            if faketime_lib() is not None:
+                self.say(f"chaos: runner 2's host clock runs {self.skew_s:+g} s off (libfaketime) for the whole run")
             self.say(f"chaos: 3 runners serve {len(PARTITIONS)} partitions; writing for {self.duration_s:g} s")
             started = time.monotonic()
             self._start_ms = self._server_ms()
@@ -433,10 +435,11 @@ class Chaos:
 
     def report(self, end_ms: int) -> dict:
         """``{"faults": [{"at_s", "fault", "detail", "worst_lateness_ms"}], "skipped": [str], "timers": int,
-        "fired": int, "cancelled": int, "rescheduled": int, "unsure_writes": int, "lost": int, "doubled": int,
-        "early": int, "after_cancel": int}``;
-        ``at_s`` is seconds from the writer's start, lateness in ms by the server's clock (None: no
-        timer was due in that window)."""
+        "skew_s": float or None, "fired": int, "cancelled": int, "rescheduled": int, "unsure_writes": int,
+        "lost": int, "doubled": int, "early": int, "after_cancel": int}``. ``at_s``: seconds from the
+        writer's start; ``worst_lateness_ms``: of the timers due from that fault until the next, by the
+        server's clock (None: none was due); ``skew_s``: runner 2's clock offset in s (None without
+        libfaketime)."""
         judged = [n for n in self.names.values() if not n.unsure]
         counts = {
             "lost": sum(1 for n in self._expected(end_ms) if not n.fires),
@@ -454,6 +457,7 @@ class Chaos:
             faults.append({"at_s": round((at_ms - first_ms) / 1000, 1), "fault": fault, "detail": detail,
                            "worst_lateness_ms": max(late) if late else None})
         return {"faults": faults, "skipped": self.skipped, "timers": len(self.names),
+                "skew_s": self.skew_s if faketime_lib() is not None else None,
                 "fired": sum(1 for n in judged if n.fires), "cancelled": sum(1 for n in judged if n.cancelled),
                 "rescheduled": self.rescheduled, "unsure_writes": self.unsure_writes, **counts}
 
@@ -465,6 +469,8 @@ def print_report(report: dict, say=print) -> None:
     for f in report["faults"]:
         late = "-" if f["worst_lateness_ms"] is None else f"{f['worst_lateness_ms']:,}"
         say(f"{f['at_s']:>7}  {f['fault']:<11} {late:>19}  {f['detail']}")
+    if report["skew_s"] is not None:
+        say(f"         skewed clock: runner 2's host clock ran {report['skew_s']:+g} s off throughout (libfaketime)")
     for line in report["skipped"]:
         say(f"         {line}")
     say("")
