@@ -70,22 +70,15 @@ FAULTS = ("sigkill", "sigstop", "drop", "pg-restart", "read-only")
 
 
 class _ServerClock(threading.local):
-    """One connection per handler thread, read for the server's clock; reopened after an error."""
+    """A store of its own per handler thread (the runner's store's sibling), read for the server's clock,
+    so that the reads never queue behind the runner's own statements."""
 
-    conn = None
+    store = None
 
-    def now_us(self) -> int:
-        import psycopg
-
-        try:
-            if self.conn is None or self.conn.closed:
-                self.conn = psycopg.connect(os.environ[_SCHEMA_DSN_ENV], autocommit=True, connect_timeout=5)
-            return self.conn.execute("SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8").fetchone()[0]
-        except psycopg.Error:
-            if self.conn is not None:
-                self.conn.close()
-            self.conn = None
-            raise
+    def now_us(self, runner_store) -> int:
+        if self.store is None:
+            self.store = runner_store.open_sibling()
+        return self.store.clock_ns() // 1000
 
 
 _clock = _ServerClock()
@@ -99,7 +92,7 @@ class Record(TimerHandler):
     kind = KIND
 
     def fire(self, ctx, timer):
-        at_us = _clock.now_us()
+        at_us = _clock.now_us(ctx.store)
         row = FIRED + timer.reference + b"/" + os.urandom(8).hex().encode()
         return Done(Batch().put(row, b"%d %d %d" % (at_us, os.getpid(), timer.attempt)))
 
