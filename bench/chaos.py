@@ -8,8 +8,9 @@ reschedules and cancels some of them. Meanwhile, one after the other, spread ove
 - ``sigkill``: a runner is SIGKILLed, then started again;
 - ``sigstop``: a runner is frozen with SIGSTOP for ``--freeze-s`` (its connections stay open), then
   woken with SIGCONT;
-- ``drop``: iptables drops every packet of a runner's open connections to the server for
-  ``--hold-s`` (only as root, where iptables works);
+- ``drop``: iptables drops every packet of a runner's open connections to the server, in this host's
+  OUTPUT chain, for ``--hold-s`` (only as root, where iptables works; a connection the runner opens
+  meanwhile is not dropped);
 - ``pg-restart``: ``pg_ctl restart -m fast`` of the server (only with ``--pg-data``, the server's
   data directory on this host);
 - ``read-only``: ``ALTER SYSTEM SET default_transaction_read_only = on`` and a reload, for
@@ -125,9 +126,15 @@ def iptables_usable() -> Optional[str]:
     return None if probe.returncode == 0 else f"iptables -L fails: {probe.stderr.strip()[:120]}"
 
 
-def _pg_ctl() -> Optional[str]:
-    candidates = [os.path.join(os.environ.get("PGBIN", "/usr/lib/postgresql/15/bin"), "pg_ctl"),
-                  *sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"), reverse=True), shutil.which("pg_ctl")]
+def _pg_ctl(data: str) -> Optional[str]:
+    """The pg_ctl of the server version whose data directory is ``data`` (its PG_VERSION), else PGBIN's
+    or the one on PATH; None when none is found."""
+    with contextlib.suppress(OSError):
+        version = (Path(data) / "PG_VERSION").read_text().strip()
+        candidate = f"/usr/lib/postgresql/{version}/bin/pg_ctl"
+        if os.access(candidate, os.X_OK):
+            return candidate
+    candidates = [os.path.join(os.environ.get("PGBIN", "/usr/lib/postgresql/15/bin"), "pg_ctl"), shutil.which("pg_ctl")]
     return next((c for c in candidates if c and os.access(c, os.X_OK)), None)
 
 
@@ -194,7 +201,7 @@ class Chaos:
                 why = iptables_usable()
             elif fault == "pg-restart":
                 why = ("no --pg-data (the server's data directory on this host)" if self.pg_data is None
-                       else None if _pg_ctl() else "no pg_ctl found (set PGBIN)")
+                       else None if _pg_ctl(self.pg_data) else "no pg_ctl found (set PGBIN)")
             if why is None:
                 usable.append(fault)
             else:
@@ -344,7 +351,7 @@ class Chaos:
 
             as_owner = ["runuser", "-u", pwd.getpwuid(owner).pw_name, "--"]
         self._event("pg-restart", "pg_ctl restart -m fast")
-        subprocess.run([*as_owner, str(_pg_ctl()), "-D", str(data), "-m", "fast", "-w", "restart"], check=True,
+        subprocess.run([*as_owner, str(_pg_ctl(self.pg_data)), "-D", str(data), "-m", "fast", "-w", "restart"], check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     # -- the run --------------------------------------------------------------------------------------
@@ -362,6 +369,9 @@ class Chaos:
         self.logs = Path(tempfile.mkdtemp(prefix="timerwheel-c-chaos-"))
         with self._control() as conn:
             conn.execute(f"CREATE SCHEMA {self.schema}")
+            if "read-only" in self.faults and conn.execute("SHOW is_superuser").fetchone() != ("on",):
+                self.faults.remove("read-only")
+                self.skipped.append("read-only: skipped, ALTER SYSTEM needs a superuser")
         store = PostgresStore(self.url)
         stop = threading.Event()
         writer = threading.Thread(target=self._write, args=(store, stop), name="chaos-writer", daemon=True)
