@@ -13,7 +13,8 @@ judged alone, by its key and value, as one of the old layouts:
 - an identity row (``"I"`` or ``"J"`` then a kind, whose value is the key of a timer of that name):
   it is dropped, and every timer gains its identity row anew, as below;
 - anything else (``b"Ticket/42"``, ``b"Result/42"``, a quarantined ``"Q"`` row, which no layout
-  tells apart from an application's): it stays where it is, as an application's row.
+  tells apart from an application's, a timer whose reference is too long for the 0x00 to fit in
+  front of its backed-off key): it stays where it is, as an application's row.
 
 Names. A store written before names existed (schema version 5 and below) may hold several timers of
 one name (partition, kind, reference). The one due last keeps the name (for a backed-off or parked
