@@ -5,11 +5,11 @@ one-letter tag after it: the *internal key space*. An application's own rows (a 
 must not begin with 0x00 (:func:`check_application_key` refuses them where a handler's batch enters
 the timer layer), so that they are never in a range the library scans, whatever their keys
 otherwise: ``b"Ticket/42"`` is no timer row and ``b"Result/42"`` no schedule's row. Below, ``"T"``
-stands for the two bytes ``b"\x00T"``, and so on for every tag. Stores written before the
+stands for the two bytes ``b"\\x00T"``, and so on for every tag. Stores written before the
 reservation, whose tags had no 0x00, are rewritten once when opened (:mod:`.key_upgrade`).
 
 Every timer row lives in the *timer space* of a partition: keys that begin with the
-tag :data:`TAG` (``b"\x00T"``). Two layouts share that space; both put the *effective* due
+tag :data:`TAG` (``b"\\x00T"``). Two layouts share that space; both put the *effective* due
 time (the time the runner should look at the row, Unix epoch ms) right after the tag,
 so one scan of the timer space in key order visits plain and backed-off rows
 together, in due order::
