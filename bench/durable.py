@@ -65,7 +65,7 @@ class _CommitClock(Delegating):
                 continue
             # The runner's Done batch deletes the claimed (backed-off) row it is guarded on.
             for key, value in batch.writes:
-                if value is None and key[:1] == keys.TAG:
+                if value is None and keys.is_timer_key(key):
                     tk = keys.parse(key)
                     if tk.attempt:
                         with self.lock:

@@ -107,7 +107,7 @@ def _unsettled(conn, table: str, count: bool) -> int:
     inner = sql.SQL("SELECT {} FROM {} WHERE partition = ANY(%s) AND key >= %s AND key < %s").format(
         sql.SQL("count(*)" if count else "1"), sql.Identifier(table))
     query = inner if count else sql.SQL("SELECT count(*) FROM ({} LIMIT 1) AS probe").format(inner)
-    return conn.execute(query, (PARTITIONS, keys.TAG, bytes([keys.TAG[0] + 1]))).fetchone()[0]
+    return conn.execute(query, (PARTITIONS, *keys.timer_range())).fetchone()[0]
 
 
 def _fill(store, n_timers: int, due_ms: int) -> None:

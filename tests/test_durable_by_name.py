@@ -208,15 +208,15 @@ def test_a_postgres_store_from_the_previous_version_gains_names_on_open():
 
     from bench.stores import dispose
     from timerwheel_c.durable.storage.postgres import PostgresStore
-    from timerwheel_c.durable.storage.store import Batch
 
     dsn = os.environ["TIMERWHEEL_C_TEST_PG_DSN"]
     table = f"timerwheel_test_{uuid.uuid4().hex[:16]}"
     store = PostgresStore(dsn, table=table)
     try:
-        store.apply("p", Batch().put(keys.timer(DUE, 7, b"alpha"), b"A")
-                    .put(keys.backoff(DUE + 5000, 7, 2, DUE - 1000, b"retrying"), b"R"))
         with psycopg.connect(dsn, autocommit=True) as conn:
+            # The layout of that version: the same keys without the reserved 0x00 in front.
+            conn.execute(f"INSERT INTO {table} (partition, key, value) VALUES ('p', %s, 'A'), ('p', %s, 'R')",
+                         (keys.timer(DUE, 7, b"alpha")[1:], keys.backoff(DUE + 5000, 7, 2, DUE - 1000, b"retrying")[1:]))
             conn.execute(f"UPDATE {table}_meta SET value = '5' WHERE name = 'schema_version'")
         store.close()
         store = PostgresStore(dsn, table=table)

@@ -21,7 +21,7 @@ from timerwheel_c.durable.timers import keys
 from timerwheel_c.durable.storage.store import Batch, Committed, Equals, PreconditionFailed, SchemaVersionError
 from waiting import wait_until, wall_ms
 
-CURRENT = 7  # timerwheel_c.durable.storage.postgres.SCHEMA_VERSION (psycopg may be missing at collection)
+CURRENT = 8  # timerwheel_c.durable.storage.postgres.SCHEMA_VERSION (psycopg may be missing at collection)
 
 PG_DSN = os.environ.get("TIMERWHEEL_C_TEST_PG_DSN")
 pytestmark = [

@@ -69,7 +69,7 @@ def test_a_timer_key_at_the_store_limit_is_quarantined_not_retried(durable_store
     reference too long to back off: it is malformed, moved once to its quarantine key (as long as the
     key, so it fits) and never scanned again. Likewise a malformed key at the limit."""
     at_limit = keys.timer(NOW - 2, KIND, b"") + os.urandom(MAX_KEY_BYTES - len(keys.timer(0, KIND, b"")))
-    garbage = keys.TAG + b"\x00" * 8 + bytes([KIND, 0x07]) + os.urandom(MAX_KEY_BYTES - 11)
+    garbage = keys.TAG + b"\x00" * 8 + bytes([KIND, 0x07]) + os.urandom(MAX_KEY_BYTES - len(keys.TAG) - 10)
     assert len(at_limit) == len(garbage) == MAX_KEY_BYTES
     for key in (at_limit, garbage):
         durable_store.apply(LONGEST, Batch().put(key, b"?"))

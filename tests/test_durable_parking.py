@@ -285,7 +285,7 @@ def test_parked_keys_and_values_round_trip():
     value gives back the error and the timer's value, the error cut on a character boundary."""
     tk = keys.parse(keys.backoff(NOW + 5000, KIND, 3, NOW, b"ref", occurrence=True))
     key = keys.parked(NOW + 7000, tk)
-    assert key[:1] == keys.PARKED_TAG and keys.PARKED_RANGE[0] <= key < keys.PARKED_RANGE[1]
+    assert keys.is_parked_key(key) and keys.PARKED_RANGE[0] <= key < keys.PARKED_RANGE[1]
     assert not keys.is_timer_key(key) and keys.is_parked_key(key)
     back = keys.parse_parked(key)
     assert (back.due_at_ms, back.kind, back.attempt, back.original_due_at_ms, back.reference, back.occurrence) == (
@@ -304,7 +304,7 @@ def test_claim_and_commit_logs_name_rows_never_by_raw_key(durable_store, caplog)
     in hex. No record carries raw key bytes."""
     from timerwheel_c.durable.storage.store import Batch, Equals
 
-    bad = b"T\x00"
+    bad = keys.TAG + b"\x00"
     durable_store.apply(P, Batch().put(bad, b"new").put(keys.quarantine(bad), b"old"))
     schedule(durable_store, P, NOW, KIND, b"t0")
     handler = Failing(3, lambda t: Done(Batch().require(Equals(b"done/t0", b"x"))))

@@ -142,7 +142,7 @@ def test_malformed_rows_retained_and_counted(store):
     """Malformed keys in the due range are counted and kept, moved with their value to their
     quarantine key outside the timer space, so the next tick does not scan them again; the
     well-formed rows after them fire."""
-    bad = [b"T\x00", keys.TAG + (NOW - 5).to_bytes(8, "big") + b"\xf0\x09junk"]
+    bad = [keys.TAG + b"\x00", keys.TAG + (NOW - 5).to_bytes(8, "big") + b"\xf0\x09junk"]
     for k in bad:
         store.apply(P, Batch().put(k, b"?"))
     schedule(store, NOW - 1)
@@ -159,7 +159,7 @@ def test_malformed_rows_retained_and_counted(store):
 def test_malformed_row_kept_in_place_when_its_quarantine_key_is_taken(store):
     """The quarantine move is guarded with Absent: a row already quarantined under the same key is
     never overwritten; the new malformed row then stays where it is, still counted."""
-    bad = b"T\x00"
+    bad = keys.TAG + b"\x00"
     store.apply(P, Batch().put(bad, b"new").put(keys.quarantine(bad), b"old"))
     report = run_due(store, P, TimerRegistry(), NOW)
     assert report.malformed == 1
@@ -271,12 +271,13 @@ def test_next_wake_rules(store):
     assert run_due(store, P, registry, NOW).next_wake_ms == NOW + 777
     # earliest put by a commit, in the past: clamped to now
     schedule(store, NOW - 1, reference=b"again")
-    back = Recorder(B, outcome=lambda ctx, t: Done(Batch().put(keys.timer(NOW - 100, B, b"z"), b"")))
+    back = Recorder(B, outcome=lambda ctx, t: Reschedule(NOW - 100, b""))
     schedule(store, NOW - 1, kind=B, reference=b"putter")
     report = run_due(store, P, TimerRegistry().register(Recorder()).register(back), NOW)
     assert report.fired == 2 and report.next_wake_ms == NOW
     # nothing left
-    store.apply(P, Batch().delete(keys.timer(NOW - 100, B, b"z")).delete(keys.timer(NOW + 777, A, b"later")))
+    store.apply(P, Batch().delete(keys.timer(NOW - 100, B, b"putter")).delete(keys.identity(B, b"putter"))
+                .delete(keys.timer(NOW + 777, A, b"later")))
     assert run_due(store, P, registry, NOW).next_wake_ms is None
 
 
@@ -527,7 +528,7 @@ def test_a_row_whose_claim_is_refused_is_quarantined_and_counted_not_retried(sto
     key and counted unprocessable, in the same tick; the other rows fire; a second tick sees nothing."""
     schedule(store, NOW - 10, reference=b"bad")
     schedule(store, NOW - 5, reference=b"good")
-    wrapped = RefusingKeys(store, lambda k: k[:1] == keys.TAG and k.endswith(b"bad") and keys.parse(k).attempt == 1)
+    wrapped = RefusingKeys(store, lambda k: keys.is_timer_key(k) and k.endswith(b"bad") and keys.parse(k).attempt == 1)
     h = Recorder()
     report = run_due(wrapped, P, TimerRegistry().register(h), NOW)
     assert (report.fired, report.unprocessable, report.stuck) == (1, 1, 0)

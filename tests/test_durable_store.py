@@ -393,9 +393,9 @@ def test_sqlite_schema_version_is_recorded_and_a_newer_one_refused(tmp_path):
     db = sqlite3.connect(path)
     assert db.execute("SELECT value FROM timerwheel_meta WHERE name = 'schema_version'").fetchall() == [(str(SCHEMA_VERSION),)]
     with db:
-        db.execute("UPDATE timerwheel_meta SET value = '7' WHERE name = 'schema_version'")
+        db.execute("UPDATE timerwheel_meta SET value = ? WHERE name = 'schema_version'", (str(SCHEMA_VERSION + 1),))
     db.close()
-    with pytest.raises(SchemaVersionError, match=rf"{path}'.*version 7.*version {SCHEMA_VERSION}"):
+    with pytest.raises(SchemaVersionError, match=rf"{path}'.*version {SCHEMA_VERSION + 1}.*version {SCHEMA_VERSION}"):
         SQLiteStore(path)
 
 

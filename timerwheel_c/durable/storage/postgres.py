@@ -66,7 +66,7 @@ from .pg_listen import PgListener
 from .pg_ownership import PartitionOwnership
 from .redact import redact
 from .sqlfiles import migrations, queries
-from .upgrades import derived_rows
+from .upgrades import rewritten_rows
 from .store import (Absent, Batch, Committed, Page, PreconditionFailed, Refused, SchemaVersionError,
                     Store, check_lock_wait_ms, check_readable_version, consumed_write, schema_version_of)
 from .watch import Watcher
@@ -84,7 +84,8 @@ _TABLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,51}$")  # room for the "_apply_man
 # 4: the change-signal trigger ``<table>_wake`` (NOTIFY_DDL);
 # 5: ``<table>_apply_one``, and ``<table>_apply_many`` reports a refused batch alone;
 # 6: the rows the layers above derive from the stored ones (storage/upgrades.py);
-# 7: ``<table>_apply_sets``: independent batches of any partitions, set-based in one statement.
+# 7: ``<table>_apply_sets``: independent batches of any partitions, set-based in one statement;
+# 8: the rows the layers above rewrite (storage/upgrades.py).
 _MIGRATIONS = migrations("postgres")
 SCHEMA_VERSION = _MIGRATIONS[-1][0]
 _QUERIES = queries("postgres")
@@ -256,10 +257,12 @@ class PostgresStore(Store):
             for version, text in _MIGRATIONS:
                 if version > found:
                     conn.execute(sql.SQL(text).format(**self._names))
-            added = derived_rows(found, conn.execute(self._sql["all_rows"]).fetchall())
-            if added:
-                with conn.cursor() as cur:
-                    cur.executemany(self._sql["put_if_absent"], added)
+            deletes, puts = rewritten_rows(found, conn.execute(self._sql["all_rows"]).fetchall())
+            with conn.cursor() as cur:
+                if deletes:
+                    cur.executemany(self._sql["delete_row"], deletes)
+                if puts:
+                    cur.executemany(self._sql["put_row"], puts)
             self._create_wake_trigger(conn, None)
             conn.execute(self._sql["set_schema_version"], (str(SCHEMA_VERSION),))
 

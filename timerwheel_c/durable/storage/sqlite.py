@@ -49,7 +49,7 @@ from .redact import redact
 from .sqlfiles import migrations, queries, statements
 from .store import (Absent, Batch, Committed, Page, PreconditionFailed, Refused, SchemaError, SchemaVersionError,
                     Store, check_readable_version, consumed_write, schema_version_of)
-from .upgrades import derived_rows
+from .upgrades import rewritten_rows
 from .watch import PollingWatcher, Watcher
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore", "apply_batch", "read_value"]
@@ -59,7 +59,7 @@ log = logging.getLogger("timerwheel_c.durable")
 _QUERIES = queries("sqlite")
 _MIGRATIONS = migrations("sqlite")
 # 1: the key-value table alone (files from before the version row); 2: the version row; 6: the rows
-# the layers above derive (storage/upgrades.py).
+# the layers above derive; 8: the rows the layers above rewrite (storage/upgrades.py).
 SCHEMA_VERSION = _MIGRATIONS[-1][0]
 _TABLES = {"timerwheel_kv": ("partition", "key", "value"), "timerwheel_meta": ("name", "value")}
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
@@ -276,8 +276,9 @@ class SQLiteStore(Store):
                     if version > found:
                         for statement in statements(text):
                             db.execute(statement)
-                added = derived_rows(found, db.execute(_QUERIES["all_rows"]).fetchall())
-                db.executemany(_QUERIES["put_if_absent"], added)
+                deletes, puts = rewritten_rows(found, db.execute(_QUERIES["all_rows"]).fetchall())
+                db.executemany(_QUERIES["delete"], deletes)
+                db.executemany(_QUERIES["put"], puts)
                 db.execute(_QUERIES["set_schema_version"], (str(SCHEMA_VERSION),))
             db.execute("COMMIT")
         except BaseException:

@@ -1,7 +1,15 @@
 """Encoding of durable timer rows as ordered store keys, and the :class:`TimerKind` they carry.
 
+Every key the library writes begins with the reserved byte 0x00 (:data:`RESERVED`) and a
+one-letter tag after it: the *internal key space*. An application's own rows (a handler's effects)
+must not begin with 0x00 (:func:`check_application_key` refuses them where a handler's batch enters
+the timer layer), so that they are never in a range the library scans, whatever their keys
+otherwise: ``b"Ticket/42"`` is no timer row and ``b"Result/42"`` no schedule's row. Below, ``"T"``
+stands for the two bytes ``b"\\x00T"``, and so on for every tag. Stores written before the
+reservation, whose tags had no 0x00, are rewritten once when opened (:mod:`.key_upgrade`).
+
 Every timer row lives in the *timer space* of a partition: keys that begin with the
-tag byte ``b"T"`` (0x54). Two layouts share that space; both put the *effective* due
+tag :data:`TAG` (``b"\\x00T"``). Two layouts share that space; both put the *effective* due
 time (the time the runner should look at the row, Unix epoch ms) right after the tag,
 so one scan of the timer space in key order visits plain and backed-off rows
 together, in due order::
@@ -33,7 +41,7 @@ A key whose reference is longer than :data:`MAX_REFERENCE_BYTES` is malformed to
 backed-off form would not fit a store key, so it could never be claimed.
 
 Quarantine: a malformed row that comes due is moved once, guarded, to
-:func:`quarantine` of its key: the same key with its tag replaced by ``b"Q"`` (0x51,
+:func:`quarantine` of its key: the same key with its tag replaced by ``"Q"`` (0x00 0x51,
 outside the timer space), value unchanged, so the quarantine key is exactly as long as
 the key and fits wherever the key did. It is retained for inspection, but later scans of
 the due range no longer see it, so malformed rows cannot use up a tick's ``max_scanned``
@@ -45,7 +53,7 @@ Durable-sleep marks (:mod:`.sleep`) live beside the timer space: ``"S" | timer i
 Parked timers: a timer whose handler failed its last allowed attempt
 (:attr:`~.registry.TimerHandler.max_attempts`) moves, guarded, to its *parked* row, outside the
 timer space, so that no scan of due rows ever sees it again. The parked key is the backed-off
-layout with the tag ``b"P"`` (0x50) and, in place of the retry time, the time it was parked::
+layout with the tag ``"P"`` (0x00 0x50) and, in place of the retry time, the time it was parked::
 
     parked:      "P" | parked_at_ms u64 BE | kind u8 | variant (0x01 / 0x03) | attempt u32 BE
                      | original due_at_ms u64 BE | reference
@@ -66,14 +74,13 @@ Every write that moves a timer (a claim, a Reschedule, a by-name replace, resche
 rewrites or deletes its identity row in the same guarded batch, so at most one pending timer holds
 an identity and its row says where that timer is: one extra row per timer. An identity row whose
 timer is gone (a row quarantined as unprocessable) is harmless: writers treat it as absent. Stores
-written before identity rows existed gain them on open (:func:`identity_rows`, schema version
-:data:`IDENTITY_SCHEMA_VERSION`).
+written before identity rows existed gain them on open (:mod:`.key_upgrade`).
 
 This module is the only place the layout lives. The store is told, as data
 (:data:`SIGNALLED`, :func:`declare_signals`), which writes must wake runners: a scheduled
 timer row (variant byte 0x00) and a sleep mark, not the backed-off rows that claims write.
 
-The allocation of the first byte of a key:
+The allocation of the byte after the reserved 0x00 of a key:
 
 ========  ==========================================================
 ``b"I"``  identity rows (kind, reference -> the timer's key); ``"I" | 0x00 | kind | reference``:
@@ -86,8 +93,12 @@ The allocation of the first byte of a key:
 ``b"Q"``  quarantined malformed timer rows
 ``b"S"``  durable-sleep marks
 ``b"T"``  timer rows (scheduled and backed off)
-others    free for handlers' own rows (their effects), never scanned
+others    free for later internal rows
 ========  ==========================================================
+
+Every key that does not begin with 0x00 is free for applications' own rows (a handler's effects),
+never scanned. A store from before the reservation may still hold rows whose first byte is one of
+these letters, which are not of these layouts: they are applications' rows, and stay where they are.
 """
 from __future__ import annotations
 
@@ -98,11 +109,9 @@ from dataclasses import dataclass
 from typing import Optional
 
 from .codecs import codec_of
-from ..storage.store import MAX_KEY_BYTES, MAX_VALUE_BYTES, KeyPattern, Store, check_bytes
-from ..storage.upgrades import register_row_upgrade
+from ..storage.store import MAX_KEY_BYTES, MAX_VALUE_BYTES, Batch, KeyPattern, Store, check_bytes
 
 __all__ = [
-    "IDENTITY_SCHEMA_VERSION",
     "IDENTITY_TAG",
     "last_error_row",
     "last_error_text",
@@ -122,6 +131,7 @@ __all__ = [
     "PARKED_TAG",
     "SCHEDULE_RANGE",
     "SCHEDULE_TAG",
+    "RESERVED",
     "TAG",
     "MalformedKey",
     "QUARANTINE_RANGE",
@@ -131,6 +141,8 @@ __all__ = [
     "backoff",
     "SIGNALLED",
     "SLEEP_MARK_TAG",
+    "check_application_batch",
+    "check_application_key",
     "check_uint",
     "check_value",
     "declare_signals",
@@ -140,7 +152,6 @@ __all__ = [
     "head_kind",
     "identity",
     "identity_of",
-    "identity_rows",
     "occurrence_identity",
     "schedule_row",
     "is_parked_key",
@@ -158,7 +169,8 @@ __all__ = [
     "timer_range",
 ]
 
-TAG = b"T"
+RESERVED = b"\x00"  # the first byte of every key the library writes; refused in applications' rows
+TAG = RESERVED + b"T"
 _SCHEDULED = 0x00
 _BACKED_OFF = 0x01
 _OCCURRENCE = 0x02  # added to a variant: the row is a schedule's occurrence
@@ -170,22 +182,21 @@ _RETRY = struct.Struct(">IQ")  # attempt, original due ms
 MAX_REFERENCE_BYTES = MAX_KEY_BYTES - len(TAG) - _HEAD.size - _RETRY.size
 MAX_DUE_MS = 2**64 - 1
 MAX_ATTEMPT = 2**32 - 1
-_END = b"U"  # the first key after the timer space: TAG + 1
-QUARANTINE_TAG = b"Q"
-QUARANTINE_RANGE = (QUARANTINE_TAG, b"R")  # (start, end) of the quarantine space: tag, tag + 1
-SLEEP_MARK_TAG = b"S"
-IDENTITY_TAG = b"I"
-OCCURRENCE_IDENTITY_TAG = b"J"
-SCHEDULE_TAG = b"R"
-SCHEDULE_RANGE = (SCHEDULE_TAG, b"S")  # (start, end) of the schedules' rows
-PARKED_TAG = b"P"
+_END = RESERVED + b"U"  # the first key after the timer space: TAG + 1
+QUARANTINE_TAG = RESERVED + b"Q"
+QUARANTINE_RANGE = (QUARANTINE_TAG, RESERVED + b"R")  # (start, end) of the quarantine space: tag, tag + 1
+SLEEP_MARK_TAG = RESERVED + b"S"
+IDENTITY_TAG = RESERVED + b"I"
+OCCURRENCE_IDENTITY_TAG = RESERVED + b"J"
+SCHEDULE_TAG = RESERVED + b"R"
+SCHEDULE_RANGE = (SCHEDULE_TAG, RESERVED + b"S")  # (start, end) of the schedules' rows
+PARKED_TAG = RESERVED + b"P"
 PARKED_RANGE = (PARKED_TAG, QUARANTINE_TAG)  # (start, end) of the parked rows: tag, tag + 1
 MAX_ERROR_BYTES = 1_000  # the longest last error a parked row keeps, in UTF-8 bytes
 _ERROR_LENGTH = struct.Struct(">H")
 # The largest value a timer (or a schedule's occurrences) fires with, in bytes: the store's limit
 # less the room a parked row takes for its last error, so that a timer that can be written can be parked.
 MAX_TIMER_VALUE_BYTES = MAX_VALUE_BYTES - _ERROR_LENGTH.size - MAX_ERROR_BYTES
-IDENTITY_SCHEMA_VERSION = 6  # the store schema version whose upgrade adds identity rows
 # The writes that must wake runners and sleepers through the store's change signal.
 SIGNALLED = [KeyPattern(TAG, _VARIANT_AT, _SCHEDULED), KeyPattern(TAG, _VARIANT_AT, _OCCURRENCE),
              KeyPattern(SLEEP_MARK_TAG)]
@@ -334,7 +345,7 @@ def timer(due_at_ms: int, kind, reference: bytes, *, occurrence: bool = False) -
     Args:
         due_at_ms: due time, Unix epoch ms, 0..2**64-1.
         kind: 1..255, an int or a :class:`TimerKind`.
-        reference: opaque bytes, at most :data:`MAX_REFERENCE_BYTES` (2,027).
+        reference: opaque bytes, at most :data:`MAX_REFERENCE_BYTES` (2,026).
         occurrence: the row is a schedule's pending occurrence (``reference``: its name).
 
     Raises:
@@ -376,19 +387,19 @@ def parse(key: bytes) -> TimerKey:
     """
     if not isinstance(key, bytes):
         raise TypeError(f"key must be bytes, got {type(key).__name__}")
-    if key[:1] != TAG:
-        raise MalformedKey(key, "not in the timer space (tag is not b'T')")
+    if key[:len(TAG)] != TAG:
+        raise MalformedKey(key, f"not in the timer space (its tag is not {TAG!r})")
     return _parse_tail(key)
 
 
 def _parse_tail(key: bytes) -> TimerKey:
-    """Parse ``key`` after its one-byte tag (either layout)."""
-    if len(key) < 1 + _HEAD.size:
-        raise MalformedKey(key, f"{len(key)} bytes, shorter than the {1 + _HEAD.size}-byte header")
-    due_at_ms, kind, variant = _HEAD.unpack_from(key, 1)
+    """Parse ``key`` after its tag (either layout; every tag is as long as :data:`TAG`)."""
+    if len(key) < len(TAG) + _HEAD.size:
+        raise MalformedKey(key, f"{len(key)} bytes, shorter than the {len(TAG) + _HEAD.size}-byte header")
+    due_at_ms, kind, variant = _HEAD.unpack_from(key, len(TAG))
     if kind == 0:
         raise MalformedKey(key, "kind 0")
-    rest = 1 + _HEAD.size
+    rest = len(TAG) + _HEAD.size
     if variant > _BACKED_OFF | _OCCURRENCE:
         raise MalformedKey(key, f"unknown variant byte {variant:#04x}")
     occurrence = bool(variant & _OCCURRENCE)
@@ -428,7 +439,7 @@ def parse_parked(key: bytes) -> TimerKey:
         MalformedKey: not a parked key, or its rest is malformed as :func:`parse` says.
     """
     if not is_parked_key(key):
-        raise MalformedKey(key, "not a parked row (tag is not b'P')")
+        raise MalformedKey(key, f"not a parked row (its tag is not {PARKED_TAG!r})")
     tk = _parse_tail(key)
     if not tk.attempt:
         raise MalformedKey(key, "a parked row without attempt and original due time")
@@ -474,7 +485,7 @@ def parked_parts(data: bytes) -> tuple:
 
 def quarantine(key: bytes) -> bytes:
     """Key under which the runner keeps the malformed timer-space row ``key``: ``key`` with its tag
-    replaced by ``b"Q"`` (outside the timer space, so due-range scans skip it), the same length.
+    replaced by :data:`QUARANTINE_TAG` (outside the timer space, so due-range scans skip it), the same length.
 
     Raises:
         TypeError: ``key`` is not bytes.
@@ -483,7 +494,7 @@ def quarantine(key: bytes) -> bytes:
     if not isinstance(key, bytes):
         raise TypeError(f"key must be bytes, got {type(key).__name__} {key!r}")
     if not is_timer_key(key):
-        raise ValueError(f"only a timer-space key (tag b'T') is quarantined, got {key[:16]!r}")
+        raise ValueError(f"only a timer-space key (tag {TAG!r}) is quarantined, got {key[:16]!r}")
     return QUARANTINE_TAG + key[len(TAG):]
 
 
@@ -508,7 +519,7 @@ def last_error_row(identity_key: bytes) -> bytes:
     """Key of the row keeping the last error of the retrying timer whose identity row is
     ``identity_key``: that key with a 0x00 after its tag, where an identity row has its kind (never
     0), so that it is no identity row's key and no scan of identity rows is needed to tell them apart."""
-    return identity_key[:1] + b"\x00" + identity_key[1:]
+    return identity_key[:len(IDENTITY_TAG)] + b"\x00" + identity_key[len(IDENTITY_TAG):]
 
 
 def last_error_value(tk: TimerKey, last_error: str) -> bytes:
@@ -533,7 +544,7 @@ def trace_context_row(identity_key: bytes) -> bytes:
     """Key of the row keeping the W3C trace context of the span that scheduled the timer whose
     identity row is ``identity_key``: that key with 0x00 0x00 after its tag (a last error's row has
     its kind, never 0, after its one 0x00), so that it is neither an identity row nor a last error's."""
-    return identity_key[:1] + b"\x00\x00" + identity_key[1:]
+    return identity_key[:len(IDENTITY_TAG)] + b"\x00\x00" + identity_key[len(IDENTITY_TAG):]
 
 
 _TRACED_DUE = struct.Struct(">Q")  # the original due_at_ms of the timer the context belongs to
@@ -557,7 +568,8 @@ def trace_context_text(value: Optional[bytes], tk: TimerKey) -> Optional[str]:
 def may_keep_an_error(key: bytes) -> bool:
     """True when the timer row ``key`` (a parked or backed-off one) may have a :func:`last_error_row`
     to delete with it: a scheduled row never has."""
-    return key[:1] == PARKED_TAG or (key[:1] == TAG and len(key) > _VARIANT_AT and bool(key[_VARIANT_AT] & _BACKED_OFF))
+    tag = key[:len(TAG)]
+    return tag == PARKED_TAG or (tag == TAG and len(key) > _VARIANT_AT and bool(key[_VARIANT_AT] & _BACKED_OFF))
 
 
 def occurrence_identity(kind, name: bytes) -> bytes:
@@ -570,19 +582,29 @@ def schedule_row(name: bytes) -> bytes:
     return SCHEDULE_TAG + _check_reference(name)
 
 
-def identity_rows(key: bytes, value: bytes) -> list:
-    """The row upgrade of :data:`IDENTITY_SCHEMA_VERSION`: ``[(identity key, key)]`` for a stored
-    well-formed timer row ``key``, else []. Of two old timers with one identity (the layout before
-    names allowed it), the first in key order gets the identity row; the other still fires."""
-    if not is_timer_key(key):
-        return []
-    try:
-        return [(identity_of(parse(key)), key)]
-    except MalformedKey:
-        return []
+def check_application_key(key: bytes) -> bytes:
+    """``key`` if an application may write it: a key that does not begin with :data:`RESERVED`
+    (0x00), which the library keeps for its own rows.
+
+    Raises:
+        ValueError: ``key`` begins with 0x00, naming it.
+    """
+    if key[:len(RESERVED)] == RESERVED:
+        raise ValueError(f"the key {key[:64]!r} begins with 0x00, which timerwheel_c reserves for its own rows: "
+                         "an application's rows must use keys that begin with any other byte")
+    return key
 
 
-register_row_upgrade(IDENTITY_SCHEMA_VERSION, identity_rows)
+def check_application_batch(batch: Batch) -> Batch:
+    """``batch`` if none of its writes goes to a reserved key (:func:`check_application_key`): what a
+    handler's outcome may commit. Its guards may name any key (a read changes no row).
+
+    Raises:
+        ValueError: a write to a key that begins with 0x00, naming the key.
+    """
+    for key, _ in batch.writes:
+        check_application_key(key)
+    return batch
 
 
 def is_timer_key(key: bytes) -> bool:

@@ -130,7 +130,9 @@ def settle(partition: str, claimed: ClaimedTimer, report: RunReport, outcome: ob
     the delete of the claimed row, plus for a Done the delete of the timer's identity row, for a
     Reschedule ``require(Absent(new key))``, its put and the identity row pointed at it (the timer
     keeps its name). Failures (logged as :mod:`.parking` says): an exception, Retry, anything else
-    returned, a non-Batch outcome batch, a bad Reschedule or one to the row's own due time.
+    returned, a non-Batch outcome batch or one that writes a key beginning with 0x00 (reserved for the
+    library's rows, :func:`~.keys.check_application_key`), a bad Reschedule or one to the row's own
+    due time.
     """
     timer = claimed.timer
     if error is not None:
@@ -148,6 +150,11 @@ def settle(partition: str, claimed: ClaimedTimer, report: RunReport, outcome: ob
         if not isinstance(outcome.batch, Batch):
             return _failed(partition, claimed, report, now_ms,
                            why=f"the outcome's batch is {type(outcome.batch).__name__}, not a Batch")
+        if not claimed.handler._writes_reserved_keys:
+            try:
+                keys.check_application_batch(outcome.batch)
+            except ValueError as exc:
+                return _failed(partition, claimed, report, now_ms, why=f"the outcome's batch: {exc}")
         batch.extend(outcome.batch)
     if claimed.schedule is not None:
         if isinstance(outcome, Reschedule):
@@ -276,7 +283,7 @@ def _count_outcomes(partition: str, pairs: list, results: list, report: RunRepor
                 # Its row stays due at its backoff, which may have passed while the handler ran: wake for it.
                 report.earliest_put_ms = keys.parse(key).due_at_ms
             for k, v in batch.writes:
-                if v is not None and k[:1] == keys.TAG:
+                if v is not None and keys.is_timer_key(k):
                     try:
                         due_ms = keys.parse(k).due_at_ms
                     except keys.MalformedKey:

@@ -77,6 +77,7 @@ class SleepHandler(TimerHandler):
     registry of a service that serves the sleeps' partition."""
 
     kind = SLEEP_KIND
+    _writes_reserved_keys = True  # its batch marks the sleep fired, a row of the library's own
 
     def fire(self, ctx, timer):
         mark = keys.sleep_mark(timer.reference)

@@ -75,8 +75,12 @@ CREATE TRIGGER {wake} AFTER INSERT OR UPDATE ON {t} FOR EACH ROW WHEN ({when}) E
 -- name: all_rows
 SELECT partition, key, value FROM {t} ORDER BY partition, key
 
--- name: put_if_absent
-INSERT INTO {t} (partition, key, value) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING
+-- name: delete_row
+DELETE FROM {t} WHERE partition = %s AND key = %s
+
+-- name: put_row
+INSERT INTO {t} (partition, key, value) VALUES (%s, %s, %s)
+ON CONFLICT (partition, key) DO UPDATE SET value = EXCLUDED.value
 
 -- name: record_label
 -- A label (a name given by the layers above, such as a timer kind's) kept in the meta table under

@@ -45,9 +45,6 @@ SELECT name FROM p WHERE name IS NOT NULL
 -- name: all_rows
 SELECT partition, key, value FROM timerwheel_kv ORDER BY partition, key
 
--- name: put_if_absent
-INSERT OR IGNORE INTO timerwheel_kv (partition, key, value) VALUES (?, ?, ?)
-
 -- name: record_label
 -- A label (a name given by the layers above, such as a timer kind's) kept in the meta table under
 -- "label:NAME"; the first writer's text stays.
