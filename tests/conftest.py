@@ -17,7 +17,7 @@ import pytest
 
 import timerwheel_c
 
-CHECKOUT = Path(__file__).resolve().parent.parent
+from locations import CHECKOUT
 # The bench's launcher: ``[sys.executable, str(BENCH_RUN), ...]`` runs it as the README does.
 BENCH_RUN = CHECKOUT / "bench" / "run.py"
 

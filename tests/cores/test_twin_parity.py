@@ -26,7 +26,7 @@ import timerwheel_c._release_common as release_common
 
 pytestmark = pytest.mark.c_extension
 
-CHECKOUT = Path(__file__).resolve().parent.parent
+from locations import CHECKOUT
 
 WHEEL_CONSTANTS = ("L0_BITS", "L0_SLOTS", "LEVEL_BITS", "LEVEL_SLOTS", "NUM_LEVELS", "LEVEL_BASE",
                    "NUM_SLOTS", "NUM_WORDS", "MAX_ENTRIES")

@@ -1,7 +1,7 @@
 """Attempts count handler calls, not claims, on SQLite and PostgreSQL: a timer with
 ``max_attempts=1`` still fires after a runner that lacks its kind moved it on (a rolling deploy),
 and after a runner stopped with it queued but not started. A runner killed inside a handler
-still has that attempt counted (tests/test_durable_parking_service.py proves the park that follows).
+still has that attempt counted (tests/e2e/test_durable_parking_service.py proves the park that follows).
 
 The claim test drives time by hand (``now_ms`` given to each claim); the service test waits only
 for liveness, never on speed."""

@@ -27,10 +27,11 @@ from timerwheel_c.durable.storage.store import Batch
 from bench.stores import dispose
 from pg_cluster import throwaway_cluster
 from waiting import wait_until, wall_ms
+from locations import TESTS
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 
-RUNNER = Path(__file__).resolve().parent / "durable_runner_proc.py"
+RUNNER = TESTS / "durable_runner_proc.py"
 KIND = 0xF5
 P = "jobs"
 BOUND_MS = 2_000  # "fires promptly": generous for a loaded 2-core machine; the bench reports the real figure

@@ -31,7 +31,7 @@ from waiting import LIVENESS_S, wait_until, wall_ms
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 
-HELPERS_DIR = Path(__file__).resolve().parent
+from locations import TESTS as HELPERS_DIR
 BOUND_S = STOP_S + EXIT_GRACE_S + LIVENESS_S
 GAVE_UP = "ending the process without waiting more"
 

@@ -9,11 +9,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-CHECKOUT = Path(__file__).resolve().parent.parent
+from locations import CHECKOUT
 SHOW = "import timerwheel_c; print(timerwheel_c.IMPLEMENTATION)"
 
 

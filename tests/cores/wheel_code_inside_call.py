@@ -1,8 +1,8 @@
-"""Run as a subprocess by tests/test_wheel.py: Python code schedules timers on a wheel *during* a
+"""Run as a subprocess by tests/cores/test_wheel.py: Python code schedules timers on a wheel *during* a
 call that fills C memory from the wheel's state, and the run prints whether it did and where
 every timer went.
 
-    python tests/wheel_code_inside_call.py MODULE CALL
+    python tests/cores/wheel_code_inside_call.py MODULE CALL
 
 MODULE is the wheel's module (``timerwheel_c._wheel``); CALL is one of :data:`CALLS`. The hook
 runs the garbage collector's way (``gc.callbacks``, at the start of a collection inside

@@ -12,7 +12,7 @@ A page's blocks run in order, each in a process of its own, in one empty directo
 so that a shell block may read the files an earlier Python block wrote: ``python`` blocks with the
 interpreter running the tests, ``bash`` blocks under ``bash -euo pipefail`` with that interpreter's
 ``bin`` first on ``PATH`` (so ``python`` and ``timerwheel-c`` are the installed package's). The
-README's Python blocks run in tests/test_readme.py. The examples assert their own outcomes; their
+README's Python blocks run in tests/project/test_readme.py. The examples assert their own outcomes; their
 waits are liveness bounds of seconds, so a loaded machine only makes them slower.
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-CHECKOUT = Path(__file__).resolve().parent.parent
+from locations import CHECKOUT
 DOCS = CHECKOUT / "docs"
 README = CHECKOUT / "README.md"
 BLOCK = re.compile(r"^(?:<!-- (?P<mark>[^>]*?) -->\n)?```(?P<lang>[\w-]*)\n(?P<source>.*?)^```$", re.S | re.M)

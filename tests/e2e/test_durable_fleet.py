@@ -13,7 +13,6 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -29,7 +28,7 @@ pytestmark = [
     pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals"),
 ]
 
-HELPERS_DIR = Path(__file__).resolve().parent
+from locations import TESTS as HELPERS_DIR
 EFFECT_KIND = 0xF3  # tests/durable_handlers.py: Done with one distinct effect row per application
 PARTITIONS = [f"p{i:02d}" for i in range(16)]
 TAKEOVER_S = 10.0

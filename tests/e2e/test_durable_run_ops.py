@@ -13,14 +13,13 @@ import subprocess
 import sys
 import threading
 import urllib.request
-from pathlib import Path
 
 import pytest
 
 from timerwheel_c.cli import main
 from pg_cluster import throwaway_cluster
 
-HELPERS_DIR = Path(__file__).resolve().parent
+from locations import TESTS as HELPERS_DIR
 TIMEOUT_S = 60.0
 SECRET = "s3cret-pw"
 

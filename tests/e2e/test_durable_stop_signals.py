@@ -9,16 +9,16 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 from timerwheel_c.durable.service.process import StopSignals
 from waiting import LIVENESS_S
+from locations import TESTS
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 
-DRIVER = Path(__file__).resolve().parent / "signal_at_line.py"
+DRIVER = TESTS / "signal_at_line.py"
 #: Lines the main thread runs after ``run`` says it serves, one signal each: more than one turn of
 #: its loop (17 lines with StopSignals, 39 with the threading.Event it replaced).
 LINES = 40

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-CHECKOUT = Path(__file__).resolve().parent.parent
+from locations import CHECKOUT
 SCRIPT = CHECKOUT / ".ci" / "check_dist.py"
 
 pytestmark = pytest.mark.skipif(not SCRIPT.exists(), reason="needs the checkout's .ci/")

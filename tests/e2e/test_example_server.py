@@ -13,11 +13,12 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "idle_timeout_server.py"
+from locations import CHECKOUT
+
+EXAMPLE = CHECKOUT / "examples" / "idle_timeout_server.py"
 IDLE_S = 0.5
 ACTIVE_FOR_S = 1.5
 LIVENESS_S = 10.0

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-CHECKOUT = Path(__file__).resolve().parent.parent
+from locations import CHECKOUT
 ROOTS = ("timerwheel_c", "src", "bench", "tests", "examples", "docs", ".ci", ".github")
 TOP_FILES = ("README.md", "pyproject.toml", "setup.py", "MANIFEST.in")
 SUFFIXES = {".py", ".pyx", ".pxd", ".pyi", ".h", ".md", ".toml", ".yml", ".yaml", ".supp", ".txt", ""}
@@ -39,7 +39,7 @@ def _digest(word: str) -> str:
 def test_the_scan_covers_the_shipped_text():
     """Not vacuous: the scan reads the package, the cores, the bench, the tests and the README."""
     names = {p.relative_to(CHECKOUT).as_posix() for p in _shipped_files()}
-    for expected in ("README.md", "src/_wheel.pyx", "timerwheel_c/aio.py", "tests/test_wheel.py", "docs/DESIGN.md",
+    for expected in ("README.md", "src/_wheel.pyx", "timerwheel_c/aio.py", "tests/cores/test_wheel.py", "docs/DESIGN.md",
                      "bench/cli.py"):
         assert expected in names
 
@@ -56,6 +56,6 @@ def test_no_numbered_work_item_or_private_source_is_named(path):
 
 def test_tests_are_named_by_behaviour_not_by_number():
     """No ``test_01_...``: a test's name says what it proves."""
-    numbered = [f"{p.name}: {m}" for p in sorted((CHECKOUT / "tests").glob("test_*.py"))
+    numbered = [f"{p.name}: {m}" for p in sorted((CHECKOUT / "tests").rglob("test_*.py"))
                 for m in re.findall(r"def (test_\d+\w*)", p.read_text(encoding="utf-8"))]
     assert not numbered

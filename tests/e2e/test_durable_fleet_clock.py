@@ -18,7 +18,6 @@ import signal
 import subprocess
 import sys
 import threading
-from pathlib import Path
 
 import pytest
 
@@ -33,7 +32,7 @@ pytestmark = [
     pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals"),
 ]
 
-HELPERS_DIR = Path(__file__).resolve().parent
+from locations import TESTS as HELPERS_DIR
 STAMP_KIND = 0xF5  # tests/durable_runner_proc.py: Done with an effect row holding the runner's wall ms
 P = "clock"
 N = 5

@@ -27,8 +27,8 @@ from waiting import LIVENESS_S, wait_until, wall_ms
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
-HELPERS_DIR = Path(__file__).resolve().parent
-SCREENSHOT = HELPERS_DIR.parent / "build" / "status-page.png"
+from locations import CHECKOUT, TESTS as HELPERS_DIR
+SCREENSHOT = CHECKOUT / "build" / "status-page.png"
 KIND = 7
 MIN_MS = 60_000
 HOSTILE = '<script>window.pwned = 1</script><img src=x onerror="window.pwned = 2">&amp;\u202e"'

@@ -18,7 +18,7 @@ import pytest
 from timerwheel_c.cli import main
 from cli_run import run_cli
 
-HELPERS_DIR = Path(__file__).resolve().parent
+from locations import TESTS as HELPERS_DIR
 TIMEOUT_S = 60.0
 
 BROKEN_MODULES = {
@@ -165,7 +165,7 @@ def test_a_concurrency_the_system_cannot_give_threads_for_is_one_line_and_exit_2
     def limit():
         resource.setrlimit(resource.RLIMIT_AS, (1_500_000_000, 1_500_000_000))
 
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent)}
+    env = {**os.environ, "PYTHONPATH": str(HELPERS_DIR)}
     out = subprocess.run([sys.executable, "-m", "timerwheel_c", "run", "--store", f"sqlite:///{tmp_path / 't.db'}",
                           "--handlers", "durable_handlers:registry", "--concurrency", "1000"], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=60, preexec_fn=limit)

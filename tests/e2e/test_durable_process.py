@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -18,10 +17,11 @@ from timerwheel_c.durable.timers.sleep import SLEEP_PARTITION
 from timerwheel_c.durable.storage.sqlite import SQLiteStore
 from timerwheel_c.durable.storage.store import Batch
 from waiting import wait_until, wall_ms
+from locations import TESTS
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 
-HELPERS = Path(__file__).resolve().parent / "durable_handlers.py"
+HELPERS = TESTS / "durable_handlers.py"
 EFFECT_KIND, POISON_KIND = 0xF3, 0xF4
 P = "jobs"
 LIVENESS_S = 30.0

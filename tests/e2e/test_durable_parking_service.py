@@ -16,10 +16,11 @@ import pytest
 from timerwheel_c.durable import DurableTimerService, TimerHandler, TimerKind, TimerRegistry, get_timer, schedule
 from timerwheel_c.durable.timers import keys
 from waiting import wait_until, wall_ms
+from locations import TESTS
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 
-RUNNER = Path(__file__).resolve().parent / "durable_runner_proc.py"
+RUNNER = TESTS / "durable_runner_proc.py"
 KIND = 0xF5  # the kind tests/durable_runner_proc.py serves
 P = "jobs"
 SHIFT_NS = 60 * 1_000_000_000  # a runner's clock this far ahead finds a first backoff (5 s) long over

@@ -170,7 +170,7 @@ FIXTURE = Path(__file__).parent / "data" / "durable_store_schema2.db"
 
 
 def test_a_store_written_by_the_previous_version_gains_names_on_open(tmp_path):
-    """tests/data/durable_store_schema2.db was written by the version before timers had names (schema
+    """tests/durable/timers/data/durable_store_schema2.db was written by the version before timers had names (schema
     version 2): two scheduled timers in partition p, one in q, a timer backed off after a failed
     attempt, a malformed timer row and a user row. Opening it upgrades it in place, once: every
     timer is then found by name, and nothing else changes."""

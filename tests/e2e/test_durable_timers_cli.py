@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -22,7 +21,7 @@ from timerwheel_c.durable.service.cli_text import in_words
 from cli_run import run_cli
 from waiting import wait_until, wall_ms
 
-HELPERS_DIR = Path(__file__).resolve().parent
+from locations import TESTS as HELPERS_DIR
 TIMEOUT_S = 60.0
 KIND = 7
 MIN_MS = 60_000

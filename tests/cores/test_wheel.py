@@ -592,7 +592,7 @@ def test_timers_scheduled_from_python_code_inside_a_call_are_never_lost(tmp_path
     such an allocation would write the timers the hook scheduled past the buffer's end (the pure
     twin holds the property: it has no C buffer).
 
-    Checked in a subprocess (tests/wheel_code_inside_call.py), since a corrupted heap may crash
+    Checked in a subprocess (tests/cores/wheel_code_inside_call.py), since a corrupted heap may crash
     it: every timer is either returned or still pending. Deterministic: the hook acts once, inside
     the call, and the test asserts that it did."""
     pytest.importorskip("timerwheel_c._wheel")

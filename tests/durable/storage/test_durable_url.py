@@ -8,6 +8,7 @@ import pytest
 from bench import durable as bench_durable
 from timerwheel_c.durable.storage.sqlite import SQLiteStore
 from timerwheel_c.durable.storage.open import open_store
+from locations import CHECKOUT, TESTS
 
 
 def test_sqlite_urls(tmp_path, monkeypatch):
@@ -177,7 +178,7 @@ def test_run_cli_never_prints_the_password_of_a_store_it_cannot_open(tmp_path, r
     out = subprocess.run(_cli("run", "--store", url, "--handlers", "durable_handlers:registry",
                               "--log-level", "DEBUG"),
                          cwd=tmp_path, capture_output=True, timeout=60,
-                         env=dict(os.environ, PYTHONPATH=os.path.dirname(os.path.abspath(__file__))))
+                         env=dict(os.environ, PYTHONPATH=str(TESTS)))
     assert out.returncode == 2, out.stderr
     assert b"cannot open store 'postgresql://" in out.stderr and b":***@" in out.stderr  # the failure arose
     _assert_no_password(out.stdout, out.stderr)
@@ -191,11 +192,10 @@ def test_run_cli_never_logs_the_password_while_serving(tmp_path):
     import signal
     import subprocess
     import time
-    from pathlib import Path
 
     pytest.importorskip("psycopg")
     url = _with_password(os.environ["TIMERWHEEL_C_TEST_PG_DSN"])
-    handlers = Path(__file__).resolve().parent
+    handlers = TESTS
     env = dict(os.environ, PYTHONPATH=str(handlers))
     err_path, out_path = tmp_path / "stderr", tmp_path / "stdout"
     with open(err_path, "wb") as err, open(out_path, "wb") as out:
@@ -226,7 +226,6 @@ def test_bench_never_prints_or_writes_the_pg_dsn_password(tmp_path, reachable):
     import json
     import subprocess
     import sys
-    from pathlib import Path
 
     pytest.importorskip("psycopg")
     if reachable:
@@ -236,7 +235,7 @@ def test_bench_never_prints_or_writes_the_pg_dsn_password(tmp_path, reachable):
     else:
         dsn = f"postgresql://app:{PASSWORD}@127.0.0.1:{_free_port()}/timers?connect_timeout=5"
     path = tmp_path / "figures.json"
-    bench_run = Path(__file__).resolve().parent.parent / "bench" / "run.py"
+    bench_run = CHECKOUT / "bench" / "run.py"
     out = subprocess.run([sys.executable, str(bench_run), "--only", "durable", "--pg-dsn", dsn, "--scale", "0.002",
                           "--repeat", "1", "--plain", "--json", str(path)],
                          cwd=tmp_path, capture_output=True, timeout=300)
