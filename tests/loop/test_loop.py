@@ -1,6 +1,6 @@
 """timerwheel_c.aio.EventLoop: asyncio's loop with every timer on the wheel, on both twins of
 its timer store (``loop_impl``). CPython's own asyncio suites run on it separately
-(tests/loop/asyncio_conformance.py, through test_loop_conformance.py); these prove the properties the
+(tests/conformance/asyncio_conformance.py, through test_loop_conformance.py); these prove the properties the
 wheel adds or could break: never early, asyncio's order, cancel frees at once, the handle's API.
 
 No test asserts a speed or a lateness number: the properties hold on a loaded machine.

@@ -1,6 +1,6 @@
 """CPython's own asyncio tests, run on timerwheel_c's EventLoop, with a table per module.
 
-    python tests/loop/asyncio_conformance.py [--pure] [-v] [MODULE ...]
+    python tests/conformance/asyncio_conformance.py [--pure] [-v] [MODULE ...]
 
 Runs the suites that ship with the interpreter (``test.test_asyncio.<MODULE>``; default: every
 ``test_*`` module this Python has), one module at a time, with the loop substituted wherever the

@@ -1,4 +1,4 @@
-"""CPython's own asyncio suites pass on timerwheel_c's EventLoop (tests/loop/asyncio_conformance.py,
+"""CPython's own asyncio suites pass on timerwheel_c's EventLoop (tests/conformance/asyncio_conformance.py,
 run in a child interpreter so its substitution of asyncio's loop classes stays there).
 
 The compiled store runs on every CPython CI builds; the pure twin's run (slow: a whole second
