@@ -153,6 +153,7 @@ def test_system_exit_or_keyboard_interrupt_in_a_handler_is_its_failure_and_the_s
         assert svc.running
 
 
+@pytest.mark.slow  # the service's stop() waits its default 10 s for the hung call, in real time
 def test_a_row_in_flight_is_never_claimed_again_by_its_own_service(store):
     """A handler hangs (concurrency 2). The service's wall clock is moved past the row's backoff (5 s),
     so the claimed row is due again: it is not claimed again beside itself (one call), and the other
@@ -175,7 +176,8 @@ def test_a_row_in_flight_is_never_claimed_again_by_its_own_service(store):
         release.set()
 
 
-@pytest.mark.parametrize("flavour", ["sync", "async"])
+# The sync flavour's stop() waits its default 10 s for the hung thread, in real time.
+@pytest.mark.parametrize("flavour", [pytest.param("sync", marks=pytest.mark.slow), "async"])
 def test_a_handler_past_its_timeout_is_a_failure_and_holds_only_its_own_slot(store, flavour):
     """timeout_s=0.2 on a handler that hangs: the call is counted failed (its row backs off, nothing
     committed) and, with concurrency 2, the other timers behind it fire."""

@@ -28,6 +28,7 @@ def test_sqlite_urls(tmp_path, monkeypatch):
         open_store(None)
 
 
+@pytest.mark.slow  # runs every durable workload of the bench, small: seconds
 def test_bench_contract_shape():
     """bench.durable.run returns {"sqlite": {"fired_per_s": float > 0, "lateness_ms": [n floats], and the
     service figures: "wakeup_lateness_ms": [n floats], "fired_per_s_20ms": {"1": .., "16": ..} with no
@@ -217,7 +218,8 @@ def test_run_cli_never_logs_the_password_while_serving(tmp_path):
     _assert_no_password(out_path.read_bytes(), err_path.read_bytes())
 
 
-@pytest.mark.parametrize("reachable", [False, True], ids=["unreachable", "reachable"])
+# Reachable, it runs the bench's whole durable section against the server: minutes on a loaded machine.
+@pytest.mark.parametrize("reachable", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["unreachable", "reachable"])
 def test_bench_never_prints_or_writes_the_pg_dsn_password(tmp_path, reachable):
     """``python bench/run.py --only durable --pg-dsn URL`` with a password: on a closed port (the
     run stops before any workload, exit 2, naming the masked DSN) and on the real server (it

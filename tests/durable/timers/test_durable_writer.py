@@ -128,6 +128,7 @@ class Nop(TimerHandler):
         return Done()
 
 
+@pytest.mark.slow  # waits out the runner's grace for an unknown kind (10 s) in real time
 def test_service_schedule_refuses_a_kind_without_handler_but_the_runner_tolerates_rows_of_it(store):
     """The service's schedule() raises for a kind its registry cannot fire, naming the kind and the
     registered ones, and writes nothing; a row of that kind written some other way is still backed
