@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from locations import CHECKOUT
+
 SHOW = "import timerwheel_c; print(timerwheel_c.IMPLEMENTATION)"
 
 

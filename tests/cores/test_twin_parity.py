@@ -23,10 +23,9 @@ import pytest
 import timerwheel_c._aio_common as aio_common
 import timerwheel_c._common as common
 import timerwheel_c._release_common as release_common
+from locations import CHECKOUT
 
 pytestmark = pytest.mark.c_extension
-
-from locations import CHECKOUT
 
 WHEEL_CONSTANTS = ("L0_BITS", "L0_SLOTS", "LEVEL_BITS", "LEVEL_SLOTS", "NUM_LEVELS", "LEVEL_BASE",
                    "NUM_SLOTS", "NUM_WORDS", "MAX_ENTRIES")

@@ -17,8 +17,8 @@ import pytest
 
 from timerwheel_c.cli import main
 from cli_run import run_cli
-
 from locations import TESTS as HELPERS_DIR
+
 TIMEOUT_S = 60.0
 
 BROKEN_MODULES = {

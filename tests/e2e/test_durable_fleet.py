@@ -19,6 +19,7 @@ import pytest
 from timerwheel_c.durable.timers import keys
 from timerwheel_c.durable.storage.store import Batch, Committed, Equals, PreconditionFailed, SchemaVersionError
 from waiting import wait_until, wall_ms
+from locations import TESTS as HELPERS_DIR
 
 CURRENT = 7  # timerwheel_c.durable.storage.postgres.SCHEMA_VERSION (psycopg may be missing at collection)
 
@@ -28,7 +29,6 @@ pytestmark = [
     pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals"),
 ]
 
-from locations import TESTS as HELPERS_DIR
 EFFECT_KIND = 0xF3  # tests/durable_handlers.py: Done with one distinct effect row per application
 PARTITIONS = [f"p{i:02d}" for i in range(16)]
 TAKEOVER_S = 10.0

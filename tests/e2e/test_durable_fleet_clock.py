@@ -23,6 +23,7 @@ import pytest
 
 from timerwheel_c.durable import schedule
 from waiting import wait_until
+from locations import TESTS as HELPERS_DIR
 
 PG_DSN = os.environ.get("TIMERWHEEL_C_TEST_PG_DSN")
 pytestmark = [
@@ -32,7 +33,6 @@ pytestmark = [
     pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals"),
 ]
 
-from locations import TESTS as HELPERS_DIR
 STAMP_KIND = 0xF5  # tests/durable_runner_proc.py: Done with an effect row holding the runner's wall ms
 P = "clock"
 N = 5

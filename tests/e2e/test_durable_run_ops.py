@@ -18,8 +18,8 @@ import pytest
 
 from timerwheel_c.cli import main
 from pg_cluster import throwaway_cluster
-
 from locations import TESTS as HELPERS_DIR
+
 TIMEOUT_S = 60.0
 SECRET = "s3cret-pw"
 

@@ -28,10 +28,10 @@ from timerwheel_c.durable.service.pool import DaemonExecutor
 from durable_stop_handlers import ROW_LOCK_KIND, THREAD_KIND
 from pg_cluster import throwaway_cluster
 from waiting import LIVENESS_S, wait_until, wall_ms
+from locations import TESTS as HELPERS_DIR
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 
-from locations import TESTS as HELPERS_DIR
 BOUND_S = STOP_S + EXIT_GRACE_S + LIVENESS_S
 GAVE_UP = "ending the process without waiting more"
 

@@ -20,8 +20,8 @@ from timerwheel_c.durable import Retry, TimerHandler, TimerKind, TimerRegistry, 
 from timerwheel_c.durable.service.cli_text import in_words
 from cli_run import run_cli
 from waiting import wait_until, wall_ms
-
 from locations import TESTS as HELPERS_DIR
+
 TIMEOUT_S = 60.0
 KIND = 7
 MIN_MS = 60_000

@@ -24,10 +24,10 @@ from timerwheel_c.durable.service.web import StatusPage, TOKEN_ENV, RateHistory,
 from timerwheel_c.durable.timers.schedules import add_schedule
 from timerwheel_c.durable.timers.triggers import Cron
 from waiting import LIVENESS_S, wait_until, wall_ms
+from locations import CHECKOUT, TESTS as HELPERS_DIR
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
-from locations import CHECKOUT, TESTS as HELPERS_DIR
 SCREENSHOT = CHECKOUT / "build" / "status-page.png"
 KIND = 7
 MIN_MS = 60_000

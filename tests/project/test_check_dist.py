@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from locations import CHECKOUT
+
 SCRIPT = CHECKOUT / ".ci" / "check_dist.py"
 
 pytestmark = pytest.mark.skipif(not SCRIPT.exists(), reason="needs the checkout's .ci/")

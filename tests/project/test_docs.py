@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from locations import CHECKOUT
+
 DOCS = CHECKOUT / "docs"
 README = CHECKOUT / "README.md"
 BLOCK = re.compile(r"^(?:<!-- (?P<mark>[^>]*?) -->\n)?```(?P<lang>[\w-]*)\n(?P<source>.*?)^```$", re.S | re.M)

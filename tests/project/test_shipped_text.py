@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from locations import CHECKOUT
+
 ROOTS = ("timerwheel_c", "src", "bench", "tests", "examples", "docs", ".ci", ".github")
 TOP_FILES = ("README.md", "pyproject.toml", "setup.py", "MANIFEST.in")
 SUFFIXES = {".py", ".pyx", ".pxd", ".pyi", ".h", ".md", ".toml", ".yml", ".yaml", ".supp", ".txt", ""}
