@@ -5,7 +5,7 @@
 Each suite's tests come from its source distribution on PyPI at the version installed here
 (``pip download --no-binary <name> --no-deps <name>==<version>``, kept in ``--cache``), and run
 twice, each time in a child interpreter: on asyncio's default loop, then with EventLoop
-substituted for it as tests/asyncio_conformance.py does (the default policy's loop factory and
+substituted for it as tests/conformance/asyncio_conformance.py does (the default policy's loop factory and
 ``asyncio.SelectorEventLoop``). Every event loop constructed is counted by class.
 
 - uvloop: its AIO test classes (``uvloop._testbase.AIOTestCase``: the same tests as on uvloop,
@@ -73,7 +73,7 @@ def _sources(name: str, cache: Path) -> Path:
 
 def _child(suite: str, loop: str, source: Path, out: Path) -> None:
     """In the child interpreter: count loops, substitute EventLoop if asked, run, write the outcome."""
-    sys.path.insert(0, str(CHECKOUT / "tests"))
+    sys.path.insert(0, str(CHECKOUT / "tests" / "conformance"))
     import asyncio_conformance
 
     from timerwheel_c.loop import EventLoop

@@ -40,5 +40,5 @@ Adding a workload:
 
 ``--only NAME``, ``--json``, the progress bar, failure isolation and "not available"
 lines (raise :class:`.harness.NotAvailable` from the measurement) then follow, and a
-test in ``tests/test_bench_cli.py`` can run it at ``--scale 0.002``.
+test in ``tests/benchmarks/test_bench_cli.py`` can run it at ``--scale 0.002``.
 """

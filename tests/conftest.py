@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 import timerwheel_c
+from locations import CHECKOUT
 
-CHECKOUT = Path(__file__).resolve().parent.parent
 # The bench's launcher: ``[sys.executable, str(BENCH_RUN), ...]`` runs it as the README does.
 BENCH_RUN = CHECKOUT / "bench" / "run.py"
 

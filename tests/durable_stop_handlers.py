@@ -1,4 +1,4 @@
-"""Handlers whose work outlives a stop, for tests/test_durable_stop_bounded.py (``--handlers
+"""Handlers whose work outlives a stop, for tests/e2e/test_durable_stop_bounded.py (``--handlers
 durable_stop_handlers:registry``). Each writes the file ``$STOP_TEST_MARKS/<its name>`` once the
 situation it makes is in place, so that the test signals the runner only then."""
 from __future__ import annotations

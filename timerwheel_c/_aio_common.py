@@ -3,7 +3,7 @@ and the loop clock's lag behind real time.
 
 Neither twin imports the other (after aio-libs' neutral ``_helpers`` modules); the compiled
 scheduler (``src/_aio.pyx``) calls these on its slow paths only, inlines the fast ones, and
-takes every constant it shares with the pure twin from here (``tests/test_twin_parity.py``).
+takes every constant it shares with the pure twin from here (``tests/cores/test_twin_parity.py``).
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ or its pure twin :mod:`timerwheel_c.pure.loop`, chosen as the other cores are
 (:mod:`timerwheel_c._impl`); the twin's docstring gives the clock and order rules.
 
 Semantics are asyncio's, checked by running CPython's own ``test.test_asyncio`` suites on it
-(``tests/asyncio_conformance.py``): never early on ``loop.time()``; due callbacks in deadline
+(``tests/conformance/asyncio_conformance.py``): never early on ``loop.time()``; due callbacks in deadline
 order, equal deadlines in scheduling order; they run after the callbacks already ready, and what
 they ``call_soon`` runs on the next iteration. Each iteration moves every timer whose deadline
 is at or before ``loop.time()``, as asyncio's ``_run_once`` does: a deadline already due when it

@@ -12,7 +12,7 @@ Every backend (:class:`timerwheel_c.durable.storage.sqlite.SQLiteStore`,
 :class:`timerwheel_c.durable.storage.postgres.PostgresStore`) implements the ``_scan``, ``_get``,
 ``_apply`` (and optionally ``_apply_many``) hooks of :class:`Store`, whose public methods
 validate their arguments once, and passes the one contract suite in
-``tests/test_durable_store.py``.
+``tests/durable/storage/test_durable_store.py``.
 """
 from __future__ import annotations
 

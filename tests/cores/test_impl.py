@@ -1,0 +1,68 @@
+"""The choice between compiled cores and pure twins (timerwheel_c._impl), seen from a new process.
+
+Each test runs a fresh interpreter, because the choice is made once at import. Importing from
+the source checkout (where ``python -m`` and a REPL put the checkout first on sys.path) is the
+realistic way a compiled core goes missing, so it stands in for a broken build. Deterministic.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from locations import CHECKOUT
+
+SHOW = "import timerwheel_c; print(timerwheel_c.IMPLEMENTATION)"
+
+
+def run(args, cwd, **env_overrides):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TIMERWHEEL_C_")}
+    env.update(env_overrides)
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def checkout():
+    if not (CHECKOUT / "timerwheel_c" / "__init__.py").exists():
+        pytest.skip("needs the source checkout beside the tests")
+    return CHECKOUT
+
+
+def test_installed_package_is_compiled(tmp_path):
+    """Outside the checkout the installed package uses its compiled cores, with no warning."""
+    done = run(["-c", SHOW], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "c" and "RuntimeWarning" not in done.stderr
+
+
+def test_no_extensions_forces_pure_silently(tmp_path):
+    """TIMERWHEEL_C_NO_EXTENSIONS=1 is a deliberate choice: pure, and no warning."""
+    done = run(["-c", SHOW], tmp_path, TIMERWHEEL_C_NO_EXTENSIONS="1")
+    assert done.stdout.strip() == "pure" and "RuntimeWarning" not in done.stderr
+
+
+def test_fallback_from_source_checkout_names_the_cause_once(checkout):
+    """A missing compiled core falls back to pure with one warning that says why and what to do."""
+    done = run(["-c", SHOW], checkout)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "pure"
+    assert done.stderr.count("RuntimeWarning") == 1
+    assert "source checkout" in done.stderr and "python -I" in done.stderr
+
+
+def test_require_extensions_turns_fallback_into_import_error(checkout):
+    """With TIMERWHEEL_C_REQUIRE_EXTENSIONS=1 (as in CI) the same import fails: never a silent pure pass."""
+    done = run(["-c", SHOW], checkout, TIMERWHEEL_C_REQUIRE_EXTENSIONS="1")
+    assert done.returncode != 0
+    assert "ImportError" in done.stderr and "forbids the pure fallback" in done.stderr
+
+
+def test_bench_refuses_to_run_on_an_accidental_fallback(checkout):
+    """The bench compares the compiled cores: on a fallback (here the source tree put first on
+    sys.path by PYTHONPATH) it exits 2 with the cause, not a pure-only table."""
+    done = run([str(checkout / "bench" / "run.py"), "--quick", "--only", "gap", "--no-progress"], checkout,
+               PYTHONPATH=str(checkout))
+    assert done.returncode == 2
+    assert "source checkout" in done.stderr and "TIMERWHEEL_C_NO_EXTENSIONS=1" in done.stderr

@@ -1,0 +1,260 @@
+"""No row, handler or partition may stall the rest of a DurableTimerService: a store error stays with
+the partition that raised it, a refused outcome fails alone, anything a handler raises (SystemExit
+included) is its own failure, a row in flight is never claimed again by its own service, a handler's
+timeout_s turns a hung call into a failure, and partitions are served fairly. Each runs on every
+store backend (the ``durable_store`` fixture: SQLite and the real PostgreSQL). Timing assertions are
+only liveness bounds (seconds) and orderings, never a speed."""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from timerwheel_c.durable import schedule
+from timerwheel_c.durable.service.service import DurableTimerService
+from timerwheel_c.durable.storage.errors import PermanentStoreError, TransientStoreError
+from bench.stores import Delegating
+from timerwheel_c.durable.storage.store import Absent, Batch, Refused
+from timerwheel_c.durable.timers.registry import Done, TimerHandler, TimerKind, TimerRegistry
+from waiting import wait_until, wall_ms
+
+KIND = 0xF6
+LIVENESS_S = 30.0
+
+
+@pytest.fixture
+def store(durable_store):
+    return durable_store
+
+
+class Recording(TimerHandler):
+    """Records (partition, reference, attempt) per call; Done with a guarded effect row per reference.
+    ``behave(timer)`` may raise or sleep first."""
+
+    kind = TimerKind(KIND)
+
+    def __init__(self, behave=None, timeout_s=None):
+        self.behave = behave
+        self.timeout_s = timeout_s
+        self.lock = threading.Lock()
+        self.calls: list = []
+
+    def fire(self, ctx, timer):
+        with self.lock:
+            self.calls.append((ctx.partition, timer.reference, timer.attempt))
+        if self.behave is not None:
+            self.behave(timer)
+        k = b"effect/" + timer.reference
+        return Done(Batch().require(Absent(k)).put(k, b"1"))
+
+    def refs(self, partition=None):
+        with self.lock:
+            return [r for p, r, _ in self.calls if partition is None or p == partition]
+
+
+def effects(store, partition):
+    return {k[len(b"effect/"):] for k, _ in store.scan(partition, b"effect/", b"effect0", limit=100_000).entries}
+
+
+class FailingPartition(Delegating):
+    """Scans of partition ``bad`` raise ``error`` while it is set (the real store underneath)."""
+
+    def __init__(self, inner, bad, error):
+        super().__init__(inner)
+        self.bad = bad
+        self.error = error
+
+    def _scan(self, partition, *args):
+        if partition == self.bad and self.error is not None:
+            raise self.error
+        return super()._scan(partition, *args)
+
+
+@pytest.mark.parametrize("error", [TransientStoreError("connection lost"), PermanentStoreError("disk I/O error")])
+def test_a_store_error_in_one_partition_neither_drops_claims_elsewhere_nor_starves_later_partitions(store, error):
+    """Partition "b" raises on every scan. The rows of "a" (before it in order) and "c" (after it) all
+    fire on their first attempt (so no claim was dropped and refired after a backoff) while "b" keeps
+    failing (asserted: errors counted); once healed, "b" fires too."""
+    failing = FailingPartition(store, "b", error)
+    for p in "abc":
+        for i in range(5):
+            schedule(store, p, wall_ms() - 10, KIND, b"%s%d" % (p.encode(), i))
+    h = Recording()
+    with DurableTimerService(failing, TimerRegistry().register(h), ["a", "b", "c"]) as svc:
+        wait_until(lambda: len(effects(store, "a")) == 5 and len(effects(store, "c")) == 5, "a and c", LIVENESS_S)
+        assert svc.errors >= 1 and not h.refs("b")
+        assert all(attempt == 1 for p, _, attempt in h.calls)
+        failing.error = None
+        svc.notify("b", wall_ms())
+        wait_until(lambda: len(effects(store, "b")) == 5, "b after healing", LIVENESS_S)
+
+
+class RefusingPoison(Delegating):
+    """Refuses (per batch, as a backend does for a value it cannot hold) every batch writing a key that
+    starts with b"poison"; passes the rest to the real store."""
+
+    def _apply_many(self, partition, batches):
+        bad = [any(k.startswith(b"poison") for k, _ in b.writes) for b in batches]
+        results = iter(self.inner.apply_many(partition, [b for b, x in zip(batches, bad) if not x]))
+        return [Refused(PermanentStoreError("value refused")) if x else next(results) for x in bad]
+
+
+def test_a_refused_outcome_fails_alone_and_never_holds_back_other_commits(store):
+    """One handler's outcome batch is refused by the store, every time. It is counted as failed and
+    its row stays backed off; meanwhile all 20 timers of another partition commit (the refused batch is
+    never requeued in front of them)."""
+    class Poisoned(Recording):
+        def fire(self, ctx, timer):
+            if timer.reference == b"bad":
+                return Done(Batch().put(b"poison/x", b"1"))
+            return super().fire(ctx, timer)
+
+    wrapped = RefusingPoison(store)
+    schedule(store, "x", wall_ms() - 10, KIND, b"bad")
+    for i in range(20):
+        schedule(store, "y", wall_ms() - 5, KIND, b"y%02d" % i)
+    with DurableTimerService(wrapped, TimerRegistry().register(Poisoned()), ["x", "y"]) as svc:
+        wait_until(lambda: len(effects(store, "y")) == 20 and svc.failed >= 1, "y committed, bad failed", LIVENESS_S)
+        assert svc.fired == 20
+    assert store.get("x", b"poison/x") is None
+
+
+@pytest.mark.parametrize("raised", [SystemExit(3), KeyboardInterrupt()])
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_system_exit_or_keyboard_interrupt_in_a_handler_is_its_failure_and_the_service_goes_on(store, raised, flavour):
+    """A handler raising SystemExit or KeyboardInterrupt (sync or async) is counted as failed, like any
+    exception; the service's thread keeps running and fires the next timer."""
+    class Raising(TimerHandler):
+        kind = TimerKind(KIND)
+
+        def __init__(self):
+            self.fired = []
+
+        def fire(self, ctx, timer):
+            if timer.reference == b"boom":
+                raise raised
+            self.fired.append(timer.reference)
+            return Done()
+
+    class AsyncRaising(Raising):
+        async def fire(self, ctx, timer):
+            return Raising.fire(self, ctx, timer)
+
+    h = Raising() if flavour == "sync" else AsyncRaising()
+    schedule(store, "p", wall_ms() - 10, KIND, b"boom")
+    with DurableTimerService(store, TimerRegistry().register(h), ["p"]) as svc:
+        wait_until(lambda: svc.failed >= 1, "the failure counted", LIVENESS_S)
+        assert svc.running and svc.died is None
+        schedule(store, "p", wall_ms(), KIND, b"next")
+        svc.notify("p", wall_ms())
+        wait_until(lambda: h.fired == [b"next"], "the next timer", LIVENESS_S)
+        assert svc.running
+
+
+@pytest.mark.slow  # the service's stop() waits its default 10 s for the hung call, in real time
+def test_a_row_in_flight_is_never_claimed_again_by_its_own_service(store):
+    """A handler hangs (concurrency 2). The service's wall clock is moved past the row's backoff (5 s),
+    so the claimed row is due again: it is not claimed again beside itself (one call), and the other
+    slot still fires every other timer."""
+    release = threading.Event()
+    shift_ms = [0]
+    h = Recording(lambda t: release.wait(LIVENESS_S) if t.reference == b"hang" else None)
+    schedule(store, "p", wall_ms() - 10, KIND, b"hang")
+    try:
+        with DurableTimerService(store, TimerRegistry().register(h), ["p"], concurrency=2,
+                                 wall_ns=lambda: time.time_ns() + shift_ms[0] * 1_000_000) as svc:
+            wait_until(lambda: h.refs() == [b"hang"], "the hung call", LIVENESS_S)
+            shift_ms[0] = 60_000  # the hung row's backoff key is due now
+            for i in range(10):
+                schedule(store, "p", wall_ms() + 60_000, KIND, b"o%d" % i)
+            svc.notify("p", wall_ms() + 60_000)
+            wait_until(lambda: len(effects(store, "p")) == 10, "the other timers", LIVENESS_S)
+            assert h.refs().count(b"hang") == 1 and svc.in_flight == 1
+    finally:
+        release.set()
+
+
+# The sync flavour's stop() waits its default 10 s for the hung thread, in real time.
+@pytest.mark.parametrize("flavour", [pytest.param("sync", marks=pytest.mark.slow), "async"])
+def test_a_handler_past_its_timeout_is_a_failure_and_holds_only_its_own_slot(store, flavour):
+    """timeout_s=0.2 on a handler that hangs: the call is counted failed (its row backs off, nothing
+    committed) and, with concurrency 2, the other timers behind it fire."""
+    release = threading.Event()
+
+    class Hanging(Recording):
+        async def afire(self, ctx, timer):
+            if timer.reference == b"hang":
+                await asyncio.sleep(LIVENESS_S)
+            return Recording.fire(self, ctx, timer)
+
+    h = Hanging(lambda t: release.wait(LIVENESS_S) if t.reference == b"hang" else None, timeout_s=0.2)
+    if flavour == "async":
+        h.fire = h.afire
+    schedule(store, "p", wall_ms() - 10, KIND, b"hang")
+    for i in range(10):
+        schedule(store, "p", wall_ms() - 5, KIND, b"o%d" % i)
+    try:
+        with DurableTimerService(store, TimerRegistry().register(h), ["p"], concurrency=2) as svc:
+            wait_until(lambda: svc.failed >= 1, "the timeout counted as a failure", LIVENESS_S)
+            wait_until(lambda: len(effects(store, "p")) == 10, "the other timers", LIVENESS_S)
+            assert b"hang" not in effects(store, "p")
+    finally:
+        release.set()
+
+
+def test_a_backlog_in_one_partition_does_not_starve_a_lone_timer_in_another(store):
+    """3,000 rows due in "a" (each fire takes 1 ms, concurrency 2) and one timer due in "b": b fires
+    before a third of a's backlog has (the passes share the slots across partitions)."""
+    order: list = []
+    lock = threading.Lock()
+
+    class Slow(TimerHandler):
+        kind = TimerKind(KIND)
+
+        def fire(self, ctx, timer):
+            time.sleep(0.001)
+            with lock:
+                order.append(ctx.partition)
+            return Done()
+
+    now = wall_ms()
+    for start in range(0, 3000, 500):
+        batch = Batch()
+        for i in range(start, start + 500):
+            from timerwheel_c.durable.timers import keys
+            batch.put(keys.timer(now - 5000 + i % 1000, KIND, b"a%05d" % i), b"")
+        store.apply("a", batch)
+    schedule(store, "b", now, KIND, b"lone")
+    with DurableTimerService(store, TimerRegistry().register(Slow()), ["a", "b"], concurrency=2):
+        wait_until(lambda: "b" in order, "the lone timer in b", LIVENESS_S * 2)
+        with lock:
+            before_b = order.index("b")
+    assert before_b < 1000, f"b fired after {before_b} rows of a"
+
+
+def test_an_empty_registry_is_refused_at_start(store):
+    """start() with a registry without handlers raises ValueError (such a runner would claim rows it
+    cannot fire) and leaves nothing running."""
+    svc = DurableTimerService(store, TimerRegistry(), ["p"])
+    with pytest.raises(ValueError, match="no handler"):
+        svc.start()
+    assert not svc.running
+
+
+def test_a_service_thread_that_ends_without_stop_says_why(store):
+    """Should the service's own thread ever end without stop() (here the store's change signal raises
+    SystemExit while the loop starts, outside any handler), ``running`` turns False and ``died`` holds
+    the exception, which ``timerwheel-c run`` reports before exiting with status 1."""
+    class Exiting(Delegating):
+        def watch(self, callback):
+            raise SystemExit(7)
+
+    h = Recording()
+    svc = DurableTimerService(Exiting(store), TimerRegistry().register(h), ["p"]).start()
+    try:
+        wait_until(lambda: not svc.running, "the thread to end", LIVENESS_S)
+        assert isinstance(svc.died, SystemExit) and svc.died.code == 7
+    finally:
+        svc.stop()

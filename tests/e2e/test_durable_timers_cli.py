@@ -1,0 +1,398 @@
+"""The operator commands, ``timerwheel-c timers list|show|cancel|requeue|fire-now`` and ``timerwheel-c
+fleet status``, run in-process (tests/cli_run.py; real processes where a pipe's reader or a runner
+must be one) against a SQLite file and the shared PostgreSQL server (a schema
+of the test's own): tables for a terminal, ``--json`` that parses, the store from ``TIMERWHEEL_C_STORE``,
+binary references by hex, and every bad argument or store as one line on stderr with exit 2 (exit 1
+for a timer that is not pending). Time assertions compare with the wall clock read around each
+command, with minutes of slack, so a loaded machine cannot make them flake."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from timerwheel_c.durable import Retry, TimerHandler, TimerKind, TimerRegistry, get_timer, open_store, run_due, schedule
+from timerwheel_c.durable.service.cli_text import in_words
+from cli_run import run_cli
+from waiting import wait_until, wall_ms
+from locations import TESTS as HELPERS_DIR
+
+TIMEOUT_S = 60.0
+KIND = 7
+MIN_MS = 60_000
+HOUR_MS = 3_600_000
+EFFECT_KIND = 0xF3  # tests/durable_handlers.py
+
+
+def cli(*args: str, store_env: str | None = None) -> subprocess.CompletedProcess:
+    """``timerwheel-c ARGS`` in this process (tests/cli_run.py), with ``$TIMERWHEEL_C_STORE`` set to
+    ``store_env`` or unset."""
+    return run_cli(*args, env={"TIMERWHEEL_C_STORE": store_env})
+
+
+def one_line_error(out: subprocess.CompletedProcess, status: int, *needles: str) -> str:
+    assert out.returncode == status, (out.returncode, out.stdout, out.stderr)
+    err = out.stderr.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    for needle in needles:
+        assert needle in err, err
+    return err
+
+
+@pytest.fixture
+def url(store_url):
+    """The URL of an empty store on each backend (conftest's ``store_url``)."""
+    return store_url
+
+
+class Failing(TimerHandler):
+    kind = TimerKind(KIND)
+
+    def fire(self, ctx, timer):
+        return Retry()
+
+
+def retrying(store, partition: str, reference: bytes, due_ms: int) -> None:
+    """A pending timer whose first attempt failed (its next attempt is after a backoff)."""
+    schedule(store, partition, due_ms, KIND, reference)
+    assert run_due(store, partition, TimerRegistry().register(Failing()), due_ms).failed == 1
+
+
+@pytest.fixture
+def timers(url):
+    """Four pending timers: p1 'order-1' in 3 min and kind 8 'later' in a day, p2 a binary reference
+    2 h overdue, and p3 'flaky' retrying. Returns the wall ms they were written at."""
+    now = wall_ms()
+    with open_store(url) as store:
+        schedule(store, "p1", now + 3 * MIN_MS, KIND, b"order-1", b"value-1")
+        schedule(store, "p1", now + 24 * HOUR_MS, 8, b"later")
+        schedule(store, "p2", now - 2 * HOUR_MS, KIND, b"\xff\x00bin", b"\x01\x02")
+        retrying(store, "p3", b"flaky", now - MIN_MS)
+    return now
+
+
+def test_list_prints_every_partition_in_due_order_as_a_table_and_as_json(url, timers, tmp_path):
+    """Every pending timer, of all partitions, in due order; the table in words, the JSON with both forms."""
+    out = cli("timers", "list", "--json", "--store", url)
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    assert [(r["partition"], r["reference_hex"]) for r in rows] == [
+        ("p2", b"\xff\x00bin".hex()), ("p3", b"flaky".hex()), ("p1", b"order-1".hex()), ("p1", b"later".hex())]
+    binary, flaky, order, later = rows
+    assert binary["reference"] is None and binary["kind"] == KIND and binary["value_size"] == 2
+    assert binary["due_at_ms"] == timers - 2 * HOUR_MS and binary["due_at"].endswith("Z")
+    assert (flaky["state"], flaky["attempt"]) == ("retrying", 1) and flaky["last_error"].startswith("Retry:")
+    assert (order["reference"], order["state"], order["attempt"]) == ("order-1", "scheduled", 0)
+    assert later["kind"] == 8
+
+    table = cli("timers", "list", "--store", url).stdout.splitlines()
+    assert table[0].split()[:4] == ["PARTITION", "KIND", "REFERENCE", "STATE"] and len(table) == 5
+    assert "hex:" + b"\xff\x00bin".hex() in table[1] and "2 h ago" in table[1]
+    assert "order-1" in table[3] and ("in 2 min" in table[3] or "in 3 min" in table[3])
+
+
+def test_list_filters_by_partition_kind_and_state_and_says_when_it_is_cut(url, timers, tmp_path):
+    def listed(*args):
+        out = cli("timers", "list", "--json", "--store", url, *args)
+        assert out.returncode == 0, out.stderr
+        return [bytes.fromhex(r["reference_hex"]) for r in json.loads(out.stdout)], out.stderr
+
+    assert listed("--partition", "p1") == ([b"order-1", b"later"], "")
+    assert listed("--kind", "8") == ([b"later"], "")
+    assert listed("--state", "retrying") == ([b"flaky"], "")
+    assert listed("--partition", "nowhere") == ([], "")
+    refs, err = listed("--limit", "2")
+    assert refs == [b"\xff\x00bin", b"flaky"] and "first 2" in err and "--limit" in err
+
+
+def test_show_finds_a_binary_reference_by_hex_and_a_missing_timer_is_exit_1(url, timers, tmp_path):
+    out = cli("timers", "show", "--json", "--store", url, "--partition", "p2", "--kind", str(KIND),
+              "--reference-hex", b"\xff\x00bin".hex())
+    assert out.returncode == 0, out.stderr
+    shown = json.loads(out.stdout)
+    assert shown["reference"] is None and (shown["value"], shown["value_hex"]) == (None, "0102")
+    text = cli("timers", "show", "--store", url, "--partition", "p1", "--kind", str(KIND),
+               "--reference", "order-1").stdout
+    assert "order-1" in text and "value-1" in text and "scheduled" in text
+    missing = cli("timers", "show", "--store", url, "--partition", "p1", "--kind", str(KIND),
+                  "--reference", "ghost")
+    one_line_error(missing, 1, "'ghost'", "no pending timer")
+
+
+def test_cancel_removes_the_timer_in_any_state_once(url, timers, tmp_path):
+    for partition, ref in (("p1", "order-1"), ("p3", "flaky")):
+        args = ("timers", "cancel", "--store", url, "--partition", partition, "--kind", str(KIND), "--reference", ref)
+        out = cli(*args)
+        assert out.returncode == 0 and "cancelled" in out.stdout, out.stderr
+        one_line_error(cli(*args), 1, repr(ref))
+    with open_store(url) as store:
+        assert get_timer(store, "p1", KIND, b"order-1") is None and get_timer(store, "p3", KIND, b"flaky") is None
+        assert get_timer(store, "p1", 8, b"later") is not None
+
+
+def test_requeue_moves_a_retrying_timer_back_to_scheduled_and_leaves_a_scheduled_one(url, timers, tmp_path):
+    """requeue --in 600: the retrying timer is scheduled again, attempt 0, due in 10 min; a scheduled
+    timer is refused with exit 1, unchanged."""
+    out = cli("timers", "requeue", "--store", url, "--partition", "p3", "--kind", str(KIND),
+              "--reference", "flaky", "--in", "600")
+    assert out.returncode == 0 and "requeued" in out.stdout, out.stderr
+    with open_store(url) as store:
+        timer = get_timer(store, "p3", KIND, b"flaky")
+        assert (timer.state, timer.attempt) == ("scheduled", 0)
+        assert timers + 10 * MIN_MS <= timer.due_at_ms <= wall_ms() + 10 * MIN_MS
+        before = get_timer(store, "p1", KIND, b"order-1")
+    refused = cli("timers", "requeue", "--store", url, "--partition", "p1", "--kind", str(KIND),
+                  "--reference", "order-1")
+    one_line_error(refused, 1, "scheduled", "fire-now")
+    with open_store(url) as store:
+        assert get_timer(store, "p1", KIND, b"order-1") == before
+
+
+def test_requeue_due_at_is_the_exact_ms_given(url, timers, tmp_path):
+    """requeue --due-at lands on the ms given, never one before it: this time is one whose float
+    timestamp times 1000 falls just short of its ms. A time before 1970 is refused in one line."""
+    given = "2038-09-14T18:20:04.523Z"
+    exact_ms = (dt.datetime(2038, 9, 14, 18, 20, 4, 523000, tzinfo=dt.timezone.utc)
+                - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)) // dt.timedelta(milliseconds=1)
+    assert int(dt.datetime.fromisoformat(given[:-1] + "+00:00").timestamp() * 1000) == exact_ms - 1  # the situation arose
+    out = cli("timers", "requeue", "--store", url, "--partition", "p3", "--kind", str(KIND),
+              "--reference", "flaky", "--due-at", given)
+    assert out.returncode == 0 and "requeued" in out.stdout, out.stderr
+    with open_store(url) as store:
+        assert get_timer(store, "p3", KIND, b"flaky").due_at_ms == exact_ms
+    early = cli("timers", "requeue", "--store", url, "--partition", "p3", "--kind", str(KIND),
+                "--reference", "flaky", "--due-at", "1969-12-31T23:59:59Z")
+    one_line_error(early, 2, "--due-at", "1970", "1969-12-31T23:59:59Z")
+
+
+def test_fire_now_makes_a_scheduled_or_retrying_timer_due_now(url, timers, tmp_path):
+    for partition, ref in (("p1", "order-1"), ("p3", "flaky")):
+        before_ms = wall_ms()
+        out = cli("timers", "fire-now", "--store", url, "--partition", partition, "--kind", str(KIND),
+                  "--reference", ref)
+        assert out.returncode == 0 and "fired now" in out.stdout, out.stderr
+        with open_store(url) as store:
+            timer = get_timer(store, partition, KIND, ref.encode())
+            assert (timer.state, timer.attempt) == ("scheduled", 0)
+            assert before_ms - MIN_MS <= timer.due_at_ms <= wall_ms()
+
+
+class Broken(TimerHandler):
+    kind = TimerKind(KIND)
+    max_attempts = 1
+
+    def fire(self, ctx, timer):
+        raise RuntimeError(f"no such order {timer.reference!r}")
+
+
+def test_a_parked_timer_is_listed_shown_counted_and_requeued(url, timers, tmp_path):
+    """A timer whose only attempt raised is parked: listed last with its error, shown, counted by
+    fleet status; requeue puts it back to scheduled with its attempts reset, due now."""
+    with open_store(url) as store:
+        schedule(store, "p1", timers - MIN_MS, KIND, b"order-2", b"v")
+        assert run_due(store, "p1", TimerRegistry().register(Broken()), timers).parked == 1
+    out = cli("timers", "list", "--json", "--store", url)
+    rows = json.loads(out.stdout)
+    assert rows[-1]["reference"] == "order-2" and [r["state"] for r in rows].count("parked") == 1
+    parked = rows[-1]
+    assert (parked["state"], parked["attempt"], parked["due_at_ms"]) == ("parked", 1, timers - MIN_MS)
+    assert parked["last_error"] == "RuntimeError: no such order b'order-2'" and parked["parked_at_ms"] >= timers
+    only = json.loads(cli("timers", "list", "--json", "--state", "parked", "--store", url).stdout)
+    assert only == [parked]
+    table = cli("timers", "list", "--store", url).stdout.splitlines()
+    assert "parked" in table[-1] and "RuntimeError: no such order" in table[-1]
+    name = ("--store", url, "--partition", "p1", "--kind", str(KIND), "--reference", "order-2")
+    shown = cli("timers", "show", *name).stdout
+    assert "parked" in shown and "RuntimeError: no such order" in shown and "parked at" in shown
+    state = json.loads(cli("fleet", "status", "--json", "--store", url).stdout)
+    assert {p["partition"]: p["parked"] for p in state["partitions"]} == {"p1": 1, "p2": 0, "p3": 0}
+    before_ms = wall_ms()
+    out = cli("timers", "requeue", *name)
+    assert out.returncode == 0 and "requeued" in out.stdout, out.stderr
+    with open_store(url) as store:
+        timer = get_timer(store, "p1", KIND, b"order-2")
+        assert (timer.state, timer.attempt, timer.last_error) == ("scheduled", 0, None)
+        assert before_ms - MIN_MS <= timer.due_at_ms <= wall_ms()
+
+
+def test_fleet_status_gives_each_partitions_backlog_and_oldest_due_time(url, timers, tmp_path):
+    """Due now: p2's overdue timer and p3's retrying one once its backoff passed (not yet, so p3 is
+    not due); p1's are in the future. SQLite records no runners; PostgreSQL has none live."""
+    out = cli("fleet", "status", "--json", "--store", url)
+    assert out.returncode == 0, out.stderr
+    state = json.loads(out.stdout)
+    parts = {p["partition"]: p for p in state["partitions"]}
+    assert sorted(parts) == ["p1", "p2", "p3"]
+    assert (parts["p1"]["due_backlog"], parts["p1"]["oldest_due_at_ms"]) == (0, None)
+    assert (parts["p2"]["due_backlog"], parts["p2"]["oldest_due_at_ms"]) == (1, timers - 2 * HOUR_MS)
+    assert all(p["parked"] == 0 and not p["due_backlog_capped"] for p in parts.values())
+    if url.startswith("sqlite"):
+        assert state["backend"] == "sqlite" and state["runners"] is None and parts["p2"]["owners"] is None
+    else:
+        assert state["backend"] == "postgresql" and state["runners"] == [] and parts["p2"]["owners"] == []
+    table = cli("fleet", "status", "--store", url).stdout
+    assert "runners:" in table and "2 h ago" in table and "DUE BACKLOG" in table
+
+
+def test_fleet_status_lists_live_runners_with_their_kinds_and_partitions(schema_url, tmp_path):
+    """Two runners with different registries on one PostgreSQL store: both listed with their kinds,
+    each partition owned by one of each group; a runner killed with SIGKILL leaves the list once the
+    server sees its connection close (generous bound: 30 s)."""
+    with open_store(schema_url) as store:
+        for i in range(4):
+            schedule(store, f"q{i}", wall_ms() + HOUR_MS, EFFECT_KIND, b"r")
+    env = dict(os.environ, PYTHONPATH=str(HELPERS_DIR))
+    procs = [subprocess.Popen([sys.executable, "-m", "timerwheel_c", "run", "--store", schema_url, "--handlers",
+                               f"durable_handlers:{registry}"], cwd=tmp_path, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for registry in ("registry", "registry_without_effect")]
+    try:
+        from durable_handlers import registry, registry_without_effect
+
+        seen: dict = {}
+
+        def status_is(predicate) -> bool:
+            out = cli("fleet", "status", "--json", "--store", schema_url)
+            assert out.returncode == 0, out.stderr
+            seen["state"] = json.loads(out.stdout)
+            return predicate(seen["state"])
+
+        wait_until(lambda: status_is(lambda s: len(s["runners"]) == 2 and all(len(p["owners"]) == 2
+                                                                             for p in s["partitions"])),
+                   "two runners owning every partition", timeout=30)
+        state = seen["state"]
+        kinds = sorted(r["kinds"] for r in state["runners"])
+        assert kinds == sorted([registry.kinds(), registry_without_effect.kinds()])
+        assert {p for r in state["runners"] for p in r["partitions"]} == {"q0", "q1", "q2", "q3"}
+        assert all(f"pid {proc.pid}" in " ".join(r["name"] for r in state["runners"]) for proc in procs)
+        table = cli("fleet", "status", "--store", schema_url).stdout
+        assert "runners: 2 live" in table and "BACKEND PID" in table
+        procs[0].send_signal(signal.SIGKILL)
+        procs[0].wait(TIMEOUT_S)
+        wait_until(lambda: status_is(lambda s: len(s["runners"]) == 1), "the killed runner gone from the list",
+                   timeout=30)
+        state = seen["state"]
+        assert state["runners"][0]["kinds"] == registry_without_effect.kinds()
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(TIMEOUT_S)
+
+
+@pytest.mark.parametrize("argv", [["timers", "list"], ["timers", "show", "--partition", "p", "--kind", "1",
+                                                        "--reference", "r"], ["fleet", "status"]])
+def test_an_unreachable_store_is_one_line_exit_2_and_never_its_password(argv, tmp_path):
+    pytest.importorskip("psycopg")
+    url = "postgresql://postgres:sekrit@127.0.0.1:1/postgres?connect_timeout=5"
+    err = one_line_error(cli(*argv, "--store", url), 2, "postgresql://postgres:***@127.0.0.1:1/postgres")
+    assert "sekrit" not in err
+
+
+@pytest.mark.parametrize("argv", [["timers", "list"], ["fleet", "status"], ["timers", "cancel", "--partition", "p",
+                                                                            "--kind", "1", "--reference", "r"]])
+def test_a_missing_sqlite_file_is_one_line_exit_2_and_is_not_created(argv, tmp_path):
+    db = tmp_path / "typo.db"
+    one_line_error(cli(*argv, "--store", f"sqlite:///{db}"), 2, str(db), "no SQLite store")
+    assert not db.exists()
+    one_line_error(cli(*argv, "--store", "mysql://x"), 2, "mysql://x")
+    one_line_error(cli(*argv), 2, "TIMERWHEEL_C_STORE")
+
+
+@pytest.mark.parametrize("argv, needles", [
+    (["list", "--kind", "256"], ["--kind", "'256'"]),
+    (["list", "--kind", "seven"], ["--kind", "'seven'"]),
+    (["list", "--limit", "0"], ["--limit", "'0'"]),
+    (["list", "--state", "asleep"], ["'asleep'"]),
+    (["list", "--partition", ""], ["--partition", "''"]),
+    (["show", "--partition", "p1", "--kind", "7", "--reference-hex", "0g"], ["--reference-hex", "'0g'"]),
+    (["show", "--partition", "p1", "--kind", "7"], ["--reference"]),
+    (["requeue", "--partition", "p1", "--kind", "7", "--reference", "r", "--due-at", "soon"], ["'soon'"]),
+    (["requeue", "--partition", "p1", "--kind", "7", "--reference", "r", "--in", "-5"], ["'-5'"]),
+    (["list", "--limit", "\u00b2"], ["--limit", "int >= 1", "'\u00b2'"]),  # a digit to str.isdigit, not to int()
+    (["requeue", "--partition", "p1", "--kind", "7", "--reference", "r", "--due-at", "0001-01-01T00:00:00"],
+     ["--due-at", "ISO 8601", "'0001-01-01T00:00:00'"]),  # no local time zone that early
+])
+def test_bad_arguments_are_one_line_and_exit_2(argv, needles, tmp_path):
+    url = "sqlite:///" + str(tmp_path / "t.db")
+    with open_store(url):
+        pass
+    one_line_error(cli("timers", *argv, "--store", url), 2, *needles)
+
+
+def test_the_store_comes_from_the_environment_without_a_url_on_the_command_line(url, timers, tmp_path):
+    """With TIMERWHEEL_C_STORE set, no command line names the store (so ps never shows its URL)."""
+    for argv in (["timers", "list", "--json"], ["fleet", "status", "--json"],
+                 ["timers", "show", "--partition", "p1", "--kind", str(KIND), "--reference", "order-1"]):
+        out = cli(*argv, store_env=url)
+        assert out.returncode == 0, out.stderr
+    assert len(json.loads(cli("timers", "list", "--json", store_env=url).stdout)) == 4
+
+
+def test_durations_read_in_words_to_their_two_largest_units():
+    now = 1_800_000_000_000
+    assert in_words(now + 400, now) == "now"
+    assert in_words(now + 3 * MIN_MS, now) == "in 3 min"
+    assert in_words(now - 2 * HOUR_MS - 5 * MIN_MS - 7000, now) == "2 h 5 min ago"
+    assert in_words(now + 26 * HOUR_MS + 59 * 1000, now) == "in 1 d 2 h"
+    assert in_words(now + 24 * HOUR_MS + 30 * 1000, now) == "in 1 d"
+    assert in_words(None, now) == "-"
+
+
+def test_a_listed_schedule_occurrence_is_named_as_such_by_the_commands_on_one_timer(url, tmp_path):
+    """``list`` shows a schedule's pending occurrence under the schedule's name, but it is no timer of
+    its own: ``show``, ``cancel``, ``requeue`` and ``fire-now`` on the name ``list`` printed answer exit
+    1 with one line that says it is the schedule's occurrence and which command steers it, rather than
+    a bare "no pending timer" for a row the operator has just seen listed."""
+    from timerwheel_c.durable import Every, add_schedule
+
+    with open_store(url) as store:
+        add_schedule(store, "reports", "heartbeat", Every(60), KIND)
+    listed = json.loads(cli("timers", "list", "--store", url, "--json").stdout)
+    assert [(t["partition"], t["kind"], t["reference"]) for t in listed] == [("reports", KIND, "heartbeat")]
+    for action in ("show", "cancel", "requeue", "fire-now"):
+        out = cli("timers", action, "--store", url, "--partition", "reports", "--kind", str(KIND),
+                  "--reference", "heartbeat")
+        one_line_error(out, 1, "occurrence of schedule 'heartbeat'", "timerwheel-c schedules")
+
+
+def test_a_listing_cut_short_by_its_reader_ends_quietly(tmp_path):
+    """``timerwheel-c timers list | head -1``: the reader closes the pipe after one line while the
+    command still writes (its output is larger than a pipe's buffer); the command ends without a
+    traceback, as a shell command ends on SIGPIPE."""
+    url = "sqlite:///" + str(tmp_path / "many.db")
+    now = wall_ms()
+    with open_store(url) as store:
+        for i in range(2000):
+            schedule(store, "p", now + i, KIND, b"timer-%04d" % i)
+    env = {k: v for k, v in os.environ.items() if k != "TIMERWHEEL_C_STORE"}
+    proc = subprocess.Popen([sys.executable, "-m", "timerwheel_c", "timers", "list", "--store", url,
+                             "--limit", "2000"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    assert proc.stdout.readline().startswith(b"PARTITION")
+    proc.stdout.close()  # the reader goes away with more than a pipe's buffer still to come
+    err = proc.stderr.read().decode()
+    assert proc.wait(TIMEOUT_S) != 0 and "Traceback" not in err and "Error" not in err, err
+
+
+def test_control_characters_in_names_are_escaped_in_tables(tmp_path):
+    """A partition name holding a newline and a terminal escape sequence: ``timers list``, ``timers
+    show`` and ``fleet status`` print it escaped (``\\n``, ``\\x1b``), so that a name can neither
+    break a table's rows nor drive the operator's terminal; ``--json`` keeps it as it is."""
+    url = "sqlite:///" + str(tmp_path / "names.db")
+    evil = "evil\n\x1b[2Jname"
+    with open_store(url) as store:
+        schedule(store, evil, wall_ms() + HOUR_MS, KIND, b"r")
+    outs = [cli("timers", "list", "--store", url), cli("fleet", "status", "--store", url),
+            cli("timers", "show", "--store", url, "--partition", evil, "--kind", str(KIND), "--reference", "r")]
+    for out in outs:
+        assert out.returncode == 0, out.stderr
+        assert "\x1b" not in out.stdout and "evil\\n\\x1b[2Jname" in out.stdout, out.stdout
+    assert len(outs[0].stdout.strip().splitlines()) == 2  # the header and one row
+    listed = json.loads(cli("timers", "list", "--store", url, "--json").stdout)
+    assert [t["partition"] for t in listed] == [evil]

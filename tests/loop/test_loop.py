@@ -1,0 +1,389 @@
+"""timerwheel_c.aio.EventLoop: asyncio's loop with every timer on the wheel, on both twins of
+its timer store (``loop_impl``). CPython's own asyncio suites run on it separately
+(tests/conformance/asyncio_conformance.py, through test_loop_conformance.py); these prove the properties the
+wheel adds or could break: never early, asyncio's order, cancel frees at once, the handle's API.
+
+No test asserts a speed or a lateness number: the properties hold on a loaded machine.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import gc
+import logging
+import math
+import sys
+import time
+import weakref
+
+import pytest
+
+import timerwheel_c.aio as aio
+from timerwheel_c.loop import EventLoop
+
+
+def test_every_asyncio_timer_is_armed_on_the_wheel(new_wheel_loop):
+    """asyncio.sleep, wait_for, asyncio.timeout (3.11+) and a stream read's timeout each arm a
+    timer the store counts, and nothing lands on asyncio's heap (loop._scheduled, its view of the
+    wheel, lists no asyncio.TimerHandle)."""
+    loop = new_wheel_loop()
+    seen = []
+
+    async def main():
+        timers = loop._timers
+        sleeper = asyncio.ensure_future(asyncio.sleep(10))
+        await asyncio.sleep(0)
+        seen.append(("sleep", timers.active_count()))
+        sleeper.cancel()
+        waiter = asyncio.ensure_future(asyncio.wait_for(asyncio.Event().wait(), 10))
+        await asyncio.sleep(0)
+        seen.append(("wait_for", timers.active_count()))
+        waiter.cancel()
+        if sys.version_info >= (3, 11):
+            async with asyncio.timeout(10) as cm:
+                cm.reschedule(loop.time() + 20)
+                seen.append(("timeout", timers.active_count()))
+        await asyncio.sleep(0)
+        seen.append(("heap", sum(isinstance(h, asyncio.TimerHandle) for h in loop._scheduled)))
+
+    loop.run_until_complete(main())
+    counts = dict(seen)
+    assert counts["sleep"] >= 1 and counts["wait_for"] >= 1
+    assert counts.get("timeout", 1) >= 1
+    assert counts["heap"] == 0
+
+
+def test_timers_never_run_before_their_deadline_on_loop_time(new_wheel_loop):
+    """Each of 300 timers, at delays spread over 0-30 ms (many sharing a ms, some at 0 and below),
+    finds loop.time() strictly past its when() when its callback runs; all of them run."""
+    loop = new_wheel_loop()
+    ran = []
+
+    def check(handle_box):
+        ran.append(loop.time() - handle_box[0].when())
+
+    async def main():
+        for i in range(300):
+            box = []
+            box.append(loop.call_later((i % 31) / 1000.0 - 0.002 + (i % 7) * 1e-4, check, box))
+        while len(ran) < 300:
+            await asyncio.sleep(0.005)
+
+    loop.run_until_complete(asyncio.wait_for(main(), 10))
+    assert len(ran) == 300
+    assert min(ran) > 0
+
+
+def test_due_timers_run_in_deadline_order_equal_deadlines_in_scheduling_order(new_wheel_loop):
+    """Timers armed out of deadline order, several per ms and several per deadline, all due by the
+    time a blocking callback returns, run in one iteration sorted by when(), ties in the order they
+    were scheduled: the order asyncio's heap gives."""
+    loop = new_wheel_loop()
+    order = []
+    base = loop.time() + 0.002
+    whens = [base + 0.0007, base, base + 0.0003, base, base + 0.0031, base + 0.0003, base - 0.5, base]
+    for i, when in enumerate(whens):
+        loop.call_at(when, order.append, i)
+    loop.call_soon(time.sleep, 0.02)  # everything is due when it returns
+    loop.call_later(0.03, loop.stop)
+    loop.run_forever()
+    expected = sorted(range(len(whens)), key=lambda i: (whens[i], i))
+    assert order == expected
+
+
+def _callback_script(loop):
+    """Timers and call_soon callbacks interleaved; returns the order the callbacks ran in."""
+    log = []
+
+    def timer(name, soon):
+        log.append(name)
+        if soon:
+            loop.call_soon(log.append, soon)
+
+    def block():
+        # The timers are armed here, in the loop's first iteration, so none can be due before the
+        # next one, whatever the machine's load: then all are (the sleep passes every deadline).
+        log.append("block")
+        t = loop.time()
+        # Deadlines tens of ms apart: a slow machine (valgrind) between two calls cannot reorder them.
+        loop.call_at(t + 0.040, timer, "t2", "soon-from-t2")
+        loop.call_at(t + 0.002, timer, "t1", "soon-from-t1")
+        loop.call_at(t + 0.045, timer, "t3", None)  # no tie: asyncio's heap keeps no order among ties
+        loop.call_later(0.020, timer, "t-later", "soon-from-t-later")
+        loop.call_soon(log.append, "soon-from-block")
+        time.sleep(0.1)
+
+    loop.call_soon(block)
+    loop.call_later(1.0, loop.stop)  # after everything, even on a stalled machine
+    loop.run_forever()
+    return log
+
+
+def test_call_soon_inside_a_timer_callback_runs_in_asyncio_order(new_wheel_loop):
+    """The same script of timers that call_soon, run on asyncio's default loop and on EventLoop,
+    logs the same order: due timers run after what was already ready, and what they schedule runs
+    on the next iteration."""
+    default = asyncio.new_event_loop()
+    try:
+        expected = _callback_script(default)
+    finally:
+        default.close()
+    assert expected.index("soon-from-block") < expected.index("t1")  # the premise: one batch after block
+    assert _callback_script(new_wheel_loop()) == expected
+
+
+def test_cancel_frees_the_timer_at_once(new_wheel_loop):
+    """A cancelled handle leaves the store at once (its count drops, no sweep needed) and nothing
+    keeps it alive: its weak reference dies when the caller drops it."""
+    loop = new_wheel_loop()
+    handles = [loop.call_later(100, print) for _ in range(1000)]
+    assert loop._timers.active_count() == 1000
+    for h in handles[:600]:
+        h.cancel()
+    assert loop._timers.active_count() == 400
+    ref = weakref.ref(handles[0])
+    del h
+    handles = handles[600:]
+    assert ref() is None
+    assert all(not h.cancelled() for h in handles)
+
+
+def test_handle_answers_as_asyncio_timerhandle(new_wheel_loop):
+    """when(), cancelled(), cancel() (idempotent), get_context() and repr() answer as
+    asyncio.TimerHandle's; isinstance(h, asyncio.TimerHandle) is False, as documented."""
+    loop = new_wheel_loop()
+    ctx = contextvars.copy_context()
+    h = loop.call_at(12345.5, print, "x", context=ctx)
+    assert h.when() == 12345.5
+    assert h.get_context() is ctx
+    assert not h.cancelled()
+    assert repr(h).startswith("<TimerHandle when=12345.5 print(")
+    h.cancel()
+    h.cancel()
+    assert h.cancelled()
+    assert repr(h) == "<TimerHandle cancelled when=12345.5>"
+    assert not isinstance(h, asyncio.TimerHandle)
+    assert isinstance(loop.call_later(1, print).get_context(), contextvars.Context)
+
+
+def test_callback_runs_in_its_context(new_wheel_loop):
+    """A callback runs in the context given (or copied at scheduling), as asyncio's."""
+    loop = new_wheel_loop()
+    var = contextvars.ContextVar("var", default="unset")
+    seen = []
+    var.set("scheduled")
+    loop.call_later(0.001, lambda: seen.append(var.get()))
+    ctx = contextvars.Context()
+    ctx.run(var.set, "given")
+    loop.call_later(0.001, lambda: seen.append(var.get()), context=ctx)
+    var.set("later")
+    loop.run_until_complete(asyncio.sleep(0.01))
+    assert seen == ["scheduled", "given"]
+
+
+def test_debug_mode_reports_a_slow_timer_callback_with_where_it_was_made(new_wheel_loop, caplog):
+    """In debug mode a timer callback slower than slow_callback_duration is logged, as asyncio
+    logs it: the handle's repr, with the file and line that scheduled it."""
+    loop = new_wheel_loop()
+    loop.set_debug(True)
+    loop.slow_callback_duration = 0.001
+
+    def slow():
+        time.sleep(0.01)
+
+    h = loop.call_later(0.001, slow)
+    line = sys._getframe().f_lineno - 1
+    with caplog.at_level(logging.WARNING, logger="asyncio"):
+        loop.run_until_complete(asyncio.sleep(0.03))
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("Executing <TimerHandle when=" in m and f"test_loop.py:{line}" in m for m in messages), messages
+    assert h._source_traceback[-1][1] == line
+
+
+def test_callback_exception_goes_to_the_loop_exception_handler(new_wheel_loop):
+    """An exception in a timer callback reaches the loop's exception handler with the handle, as
+    asyncio's, and the loop goes on."""
+    loop = new_wheel_loop()
+    got = []
+    loop.set_exception_handler(lambda lp, context: got.append(context))
+
+    def boom():
+        raise ValueError("boom")
+
+    h = loop.call_later(0.001, boom)
+    loop.run_until_complete(asyncio.sleep(0.02))
+    assert len(got) == 1
+    assert got[0]["handle"] is h and isinstance(got[0]["exception"], ValueError)
+    assert got[0]["message"].startswith("Exception in callback ")
+
+
+@pytest.mark.parametrize("method, value, error, match", [
+    ("call_later", None, TypeError, "delay must not be None"),
+    ("call_at", None, TypeError, "when cannot be None"),
+    ("call_later", "5", TypeError, "delay must be a real number of seconds, got '5'"),
+])
+def test_bad_deadlines_are_refused_by_name(new_wheel_loop, method, value, error, match):
+    """A None or non-number deadline raises a specific error naming it; nothing is armed."""
+    loop = new_wheel_loop()
+    with pytest.raises(error, match=match):
+        getattr(loop, method)(value, print)
+    assert loop._timers.active_count() == 0
+
+
+def test_an_infinite_deadline_never_fires_and_still_cancels(new_wheel_loop):
+    """call_later(inf) (or a deadline past the wheel's range) never fires, as on asyncio's heap;
+    the selector is not told to wait for it, and cancel() works."""
+    loop = new_wheel_loop()
+    ran = []
+    h = loop.call_later(math.inf, ran.append, 1)
+    h2 = loop.call_at(1e300, ran.append, 2)
+    assert loop._timers.select_timeout(False) is None
+    loop.run_until_complete(asyncio.sleep(0.005))
+    h.cancel()
+    assert h.cancelled() and not h2.cancelled() and ran == []
+
+
+def test_arming_on_a_closed_loop_raises_and_close_drops_every_timer(new_wheel_loop):
+    """close() drops the armed timers (as asyncio's clears its heap); arming afterwards raises
+    RuntimeError('Event loop is closed'), as asyncio's call_at does."""
+    loop = new_wheel_loop()
+    handles = [loop.call_later(1, print) for _ in range(10)]
+    loop.close()
+    assert loop._timers.active_count() == 0
+    with pytest.raises(RuntimeError, match="Event loop is closed"):
+        loop.call_later(1, print)
+    handles[0].cancel()
+    assert handles[0].cancelled()
+
+
+def test_an_unclosed_loop_with_pending_timers_is_collected(new_wheel_loop):
+    """A loop dropped unclosed with timers pending (each referencing the loop) is collected: the
+    store shows its handles to the garbage collector, so the cycle through them is found."""
+    cls = type(new_wheel_loop())
+    loop = cls()
+    for _ in range(5):
+        loop.call_later(100, loop.stop)
+    ref = weakref.ref(loop)
+    with pytest.warns(ResourceWarning):
+        del loop
+        gc.collect()
+        gc.collect()
+    assert ref() is None
+
+
+def test_loopback_echo_with_per_read_timeouts(new_wheel_loop):
+    """Real loopback sockets: a stream server that reads with wait_for per message echoes a client
+    that talks, and times out a client that stays silent, while both are open at once."""
+    loop = new_wheel_loop()
+    outcomes = []
+
+    async def handle(reader, writer):
+        try:
+            while True:
+                line = await asyncio.wait_for(reader.readline(), 0.2)
+                if not line:
+                    break
+                writer.write(line)
+                await writer.drain()
+        except asyncio.TimeoutError:
+            outcomes.append("timed out")
+        finally:
+            writer.close()
+
+    async def main():
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        silent = await asyncio.open_connection("127.0.0.1", port)
+        r, w = await asyncio.open_connection("127.0.0.1", port)
+        for i in range(20):
+            w.write(b"ping %d\n" % i)
+            assert await asyncio.wait_for(r.readline(), 5) == b"ping %d\n" % i
+            await asyncio.sleep(0.01)
+        w.close()
+        assert await asyncio.wait_for(silent[0].read(), 5) == b""  # closed by the server's timeout
+        silent[1].close()
+        server.close()
+        await server.wait_closed()
+
+    loop.run_until_complete(asyncio.wait_for(main(), 20))
+    assert outcomes == ["timed out"]
+
+
+@pytest.mark.c_extension  # the installed package's compiled store: every CPython CI runs
+def test_new_event_loop_run_and_runner_make_event_loops():
+    """new_event_loop() makes an EventLoop; run() (any Python) and asyncio.Runner (3.11+) run a
+    coroutine on one and return its result."""
+    async def main():
+        await asyncio.sleep(0.001)
+        return type(asyncio.get_running_loop())
+
+    loop = aio.new_event_loop()
+    try:
+        assert isinstance(loop, EventLoop)
+    finally:
+        loop.close()
+    assert issubclass(aio.run(main()), EventLoop)
+    if sys.version_info >= (3, 11):
+        with asyncio.Runner(loop_factory=aio.new_event_loop) as runner:
+            assert issubclass(runner.run(main()), EventLoop)
+
+
+@pytest.mark.c_extension
+@pytest.mark.skipif(sys.version_info >= (3, 14), reason="event loop policies are deprecated from 3.14")
+def test_install_makes_asyncio_use_event_loop():
+    """install() sets EventLoopPolicy: asyncio.new_event_loop() then makes an EventLoop."""
+    old = asyncio.get_event_loop_policy()
+    try:
+        aio.install()
+        assert isinstance(asyncio.get_event_loop_policy(), aio.EventLoopPolicy)
+        loop = asyncio.new_event_loop()
+        try:
+            assert isinstance(loop, EventLoop)
+        finally:
+            loop.close()
+    finally:
+        asyncio.set_event_loop_policy(old)
+
+
+def test_call_later_is_checked_in_debug_and_a_subclass_override_answers(new_wheel_loop):
+    """set_debug(True) makes call_later/call_at check their callback (a coroutine function is
+    refused, as asyncio's debug mode does) and set_debug(False) drops the checks; a subclass's
+    override answers, and a mock set on the instance stays."""
+    loop = new_wheel_loop()
+    loop.set_debug(True)
+
+    async def coro():
+        pass
+
+    with pytest.raises(TypeError, match="coroutines cannot be used with call_at"):
+        loop.call_later(1, coro)
+    loop.set_debug(False)
+    loop.call_later(1, coro).cancel()
+    loop.call_at = mocked = lambda *a, **k: None
+    loop.set_debug(True)
+    loop.set_debug(False)
+    assert loop.call_at is mocked
+
+    class Sub(type(loop)):
+        def call_later(self, delay, callback, *args, context=None):
+            return super().call_later(delay, callback, *args, context=context)
+
+    sub = Sub()
+    try:
+        assert getattr(sub.call_later, "__func__", None) is Sub.call_later
+        assert sub.call_later(1, print).when() > 0
+    finally:
+        sub.close()
+
+
+@pytest.mark.c_extension  # the installed package's compiled store: every CPython CI runs
+def test_policies_are_absent_from_314_on_with_a_message_saying_what_to_use():
+    """Where event loop policies are deprecated (3.14+), asking for EventLoopPolicy or install
+    raises AttributeError naming run() and loop_factory; the hook is checked on every Python."""
+    import timerwheel_c.loop as loop_module
+
+    with pytest.raises(AttributeError, match=r"deprecated from 3\.14.*loop_factory=timerwheel_c\.aio\.new_event_loop"):
+        loop_module.__getattr__("install")
+    with pytest.raises(AttributeError, match="has no attribute 'nothing'"):
+        aio.nothing  # noqa: B018
+    assert hasattr(aio, "install") == (sys.version_info < (3, 14))
