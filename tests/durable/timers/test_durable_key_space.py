@@ -179,7 +179,7 @@ FIXTURE = Path(__file__).parent / "data" / "durable_store_schema2.db"
 
 
 def test_duplicate_names_from_before_names_stay_reachable(tmp_path):
-    """tests/data/durable_store_schema2.db (schema version 2, before names) with a second and a third
+    """tests/durable/timers/data/durable_store_schema2.db (schema version 2, before names) with a second and a third
     timer named (p, 7, b"alpha") added in that layout: after the upgrade the one due last keeps the
     name; the others are renamed b"alpha#dup2" and b"alpha#dup3", found, listed and cancelled by
     those names; a schedule() of b"alpha" replaces the newest and makes no new timer."""
