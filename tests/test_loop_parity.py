@@ -295,6 +295,33 @@ def test_scheduled_is_a_read_only_view_of_the_live_handles_by_when(new_wheel_loo
     assert len(loop._scheduled) == 0
 
 
+def test_timer_cancelled_count_counts_the_cancelled_handles_scheduled_lists(new_wheel_loop):
+    """loop._timer_cancelled_count counts the cancelled handles loop._scheduled holds, as on
+    asyncio's loop beside it (there some, kept on the heap; here none, the wheel drops them), so
+    ``len(_scheduled) - _timer_cancelled_count`` is the live timers on both; a count that would
+    disagree with the view cannot be set."""
+    reference = asyncio.new_event_loop()
+    loop = new_wheel_loop()
+    try:
+        for each in (reference, loop):
+            handles = [each.call_later(delay, print) for delay in (10, 20, 30, 40)]
+            handles[1].cancel()
+            handles[3].cancel()
+            handles[3].cancel()  # a second cancel counts once
+            each.call_soon(each.stop)
+            each.run_forever()  # an iteration: asyncio's sweeps only the heap's top
+            held = [h for h in each._scheduled if h.cancelled()]
+            assert each._timer_cancelled_count == len(held), each
+            assert len(each._scheduled) - each._timer_cancelled_count == 2, each
+        assert reference._timer_cancelled_count == 2  # the case arose: asyncio's heap holds them
+        loop._timer_cancelled_count = 0  # what asyncio's __init__ sets
+        with pytest.raises(AttributeError, match="not 5"):
+            loop._timer_cancelled_count = 5
+        assert loop._timer_cancelled_count == 0
+    finally:
+        reference.close()
+
+
 def test_handles_order_and_compare_as_asyncio_timer_handles(new_wheel_loop):
     """Handles order by when() (<, <=, >, >=, sorted, heapq), are equal and hash as asyncio's
     TimerHandle (same deadline, callback, arguments and state), and refuse to order against
