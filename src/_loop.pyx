@@ -34,7 +34,6 @@ from timerwheel_c._loop_common import (
     check_when,
     handle_repr,
     report_exception,
-    when_key,
 )
 
 __all__ = ["LoopTimers", "TimerHandle", "call_at", "call_later", "time"]
@@ -70,9 +69,12 @@ cdef inline bint _monotonic_is_real() noexcept:
     return FAST_CLOCK and PyDict_GetItem(_TIME_DICT, _MONOTONIC_NAME) == <PyObject*>_MONOTONIC
 
 
-cdef inline double _sort_key(double when_s) noexcept nogil:
-    """A deadline's place in due order: NaN (due at once, as on asyncio's heap) first."""
-    return when_s if when_s == when_s else -INFINITY
+cdef inline double _order_key(double when_s, double now_s) noexcept nogil:
+    """``order_key``: a deadline's place in due order, never NaN: ``when_s``, or for a NaN deadline
+    the loop time ``now_s`` it was armed at (as ``call_later(0)`` then)."""
+    if when_s == when_s:
+        return when_s
+    return now_s if now_s == now_s else -INFINITY
 
 
 cdef inline int64_t _loop_ms(double t_s) noexcept:
@@ -89,7 +91,7 @@ cdef int _by_when(const void* a, const void* b) noexcept nogil:
     """qsort order of a fire batch: deadline, then arming order."""
     cdef const due_t* x = <const due_t*>a
     cdef const due_t* y = <const due_t*>b
-    if x.when != y.when:  # keys from _sort_key: never NaN
+    if x.when != y.when:  # keys from _order_key: never NaN
         return -1 if x.when < y.when else 1
     return -1 if x.seq < y.seq else (1 if x.seq > y.seq else 0)
 
@@ -110,6 +112,7 @@ cdef class TimerHandle:
     cdef readonly object _args
     cdef object _context
     cdef double _when
+    cdef double _order_s               # its place in due order: _order_key(when, loop time armed at)
     cdef int64_t _seq                  # arming order: ties of deadline run in it
     cdef uint64_t _timer_id            # the wheel's id while armed, else 0
     cdef Py_ssize_t _token             # its index in the store's _handles while armed, else 0
@@ -257,8 +260,23 @@ cdef class LoopTimers:
         return self._wheel.c_count()
 
     def scheduled(self):
-        """The armed handles, a new list ordered by ``when()`` (NaN first: due at once)."""
-        return sorted([handle for handle in self._handles if handle is not None], key=when_key)
+        """The armed handles, a new list in due order: by ``when()``, equal deadlines in arming
+        order, a NaN deadline placed as the loop time it was armed at."""
+        cdef Py_ssize_t i, n = 0
+        cdef TimerHandle handle
+        cdef list handles = self._handles
+        if len(handles) > self._sort_cap:
+            self._grow_sort(len(handles))
+        # No Python code runs from here to the list: _handles cannot change under the sort.
+        for i in range(1, len(handles)):
+            if handles[i] is not None:
+                handle = <TimerHandle>handles[i]
+                self._sort[n].when = handle._order_s
+                self._sort[n].seq = handle._seq
+                self._sort[n].token = <uint64_t>i
+                n += 1
+        qsort(self._sort, n, sizeof(due_t), _by_when)
+        return [handles[self._sort[i].token] for i in range(n)]
 
     def call_at(self, when, callback, *args, context=None):
         """``loop.call_at``: a new :class:`TimerHandle` for ``callback(*args)`` at loop time
@@ -388,6 +406,7 @@ cdef class LoopTimers:
         handle._args = args
         handle._context = PyContext_CopyCurrent() if context is None else context
         handle._when = when_s
+        handle._order_s = _order_key(when_s, now_s)
         handle._seq = self._next_seq
         self._next_seq += 1
         if not when_s > now_s:
@@ -487,7 +506,7 @@ cdef class LoopTimers:
             n += 1
             handle._timer_id = 0
             handle._token = 0
-            key = _sort_key(handle._when)
+            key = handle._order_s
             if key < prev or (key == prev and handle._seq < prev_seq):
                 in_order = False
             prev = key
@@ -499,7 +518,7 @@ cdef class LoopTimers:
             self._grow_sort(n)
         for i in range(n):
             handle = <TimerHandle><PyObject*><size_t>fired.tokens[i]
-            self._sort[i].when = _sort_key(handle._when)
+            self._sort[i].when = handle._order_s
             self._sort[i].seq = handle._seq
             self._sort[i].token = fired.tokens[i]
         qsort(self._sort, n, sizeof(due_t), _by_when)
@@ -510,7 +529,7 @@ cdef class LoopTimers:
     cdef int _grow_sort(self, Py_ssize_t n) except -1:
         cdef due_t* p = <due_t*>realloc(self._sort, n * sizeof(due_t))
         if p == NULL:
-            raise MemoryError(f"cannot sort a fire batch of {n} timers")
+            raise MemoryError(f"cannot sort {n} timers")
         self._sort = p
         self._sort_cap = n
         return 0

@@ -275,6 +275,47 @@ def test_nan_deadlines_behave_as_on_asyncio_loop(new_wheel_loop):
     assert _run_bounded(loop, outcomes(loop)) == expected
 
 
+def _run_order(loop, *delays):
+    """The order in which timers armed in one callback with these delays run (a NaN delay
+    included), each named by its delay, after a few iterations (all are due at once)."""
+    order = []
+
+    def arm():
+        for delay in delays:
+            loop.call_later(delay, order.append, str(delay))
+
+    loop.call_soon(arm)
+    for _ in range(4):
+        loop.call_soon(loop.stop)
+        loop.run_forever()
+    return order
+
+
+@pytest.mark.parametrize("delays", [(0, math.nan), (math.nan, 0), (-1, math.nan, 0), (0, -1, math.nan),
+                                    (0, 0, math.nan), (math.nan,)], ids=str)
+def test_nan_deadline_runs_in_the_place_of_its_arming_time_as_on_asyncio_loop(new_wheel_loop, delays):
+    """A NaN deadline, which asyncio's heap never moves past the entries pushed before it, runs
+    after the due timers armed before it and before those armed after it, as on asyncio's loop
+    beside it: in the place of the loop time it was armed at, never first of all."""
+    reference = asyncio.new_event_loop()
+    try:
+        expected = _run_order(reference, *delays)
+    finally:
+        reference.close()
+    assert sorted(expected) == sorted(str(d) for d in delays)  # every timer ran on asyncio's loop
+    assert _run_order(new_wheel_loop(), *delays) == expected
+
+
+def test_nan_deadline_where_asyncio_heap_gives_no_order(new_wheel_loop):
+    """Where asyncio's heap orders a NaN entry by its shape (it blocks the entries pushed below
+    it, rises when a sift picks it as a right child, or waits under a later timer armed before
+    it), the NaN timer still takes the place of its arming time: an earlier deadline armed after
+    it runs first, an equal one armed after it runs after it, and a later timer never holds it."""
+    assert _run_order(new_wheel_loop(), math.nan, -1) == ["-1", "nan"]
+    assert _run_order(new_wheel_loop(), -1, 0, math.nan, 0) == ["-1", "0", "nan", "0"]
+    assert _run_order(new_wheel_loop(), 3600, math.nan) == ["nan"]
+
+
 def test_scheduled_is_a_read_only_view_of_the_live_handles_by_when(new_wheel_loop):
     """loop._scheduled lists the armed handles ordered by when() ([0] is the earliest, as on
     asyncio's heap), drops a cancelled one at once (asyncio's heap keeps it), and cannot be

@@ -19,7 +19,7 @@ from typing import Any, cast, overload
 from ._aio_common import MAX_DUE_MS, floor_ms
 
 __all__ = ["MAX_DUE_MS", "MAX_SELECT_S", "ScheduledView", "check_when", "handle_repr", "loop_ms",
-           "report_exception", "when_key"]
+           "order_key", "report_exception"]
 
 # asyncio's cap on one select() wait, in seconds (one day).
 MAX_SELECT_S: float = base_events.MAXIMUM_SELECT_TIMEOUT  # type: ignore[attr-defined]
@@ -67,10 +67,18 @@ def check_when(when: Any, name: str) -> float:
     return value
 
 
-def when_key(handle: Any) -> float:
-    """A handle's place in due order: its ``when()``, NaN first (due at once)."""
-    when_s: float = handle.when()
-    return when_s if when_s == when_s else -math.inf
+def order_key(when_s: float, now_s: float) -> float:
+    """A deadline's place in due order (seconds, never NaN): ``when_s``, or for a NaN deadline the
+    loop time ``now_s`` it was armed at, as ``call_later(0)`` then.
+
+    asyncio's heap gives a NaN deadline no order (every comparison with it is false): heappush
+    leaves it where it lands, behind the entries pushed before it, and it runs once it reaches
+    the top. Placed at its arming time, it runs after the due timers armed before it and before
+    those armed after it with a later deadline, as on asyncio's heap in the cases that have an
+    answer there (the heap empty of other timers, or every timer due)."""
+    if when_s == when_s:
+        return when_s
+    return now_s if now_s == now_s else -math.inf
 
 
 class ScheduledView(Sequence):

@@ -21,7 +21,8 @@ iteration, between the callbacks already ready and the ones they queue, and any 
 the clock reaches its deadline, plus the selector's wake-up. A NaN delay or deadline is due at
 once too, as on asyncio's heap (where it is never after the loop's time): ``asyncio.sleep(nan)``
 returns at once, ``wait_for(x, nan)`` and ``asyncio.timeout(nan)`` expire (uvloop refuses NaN
-instead).
+instead); it runs in the place of the loop time it was armed at, as ``call_later(0)`` then (the
+heap gives NaN no order: see docs/DESIGN.md).
 
 The clock is ``loop.time()``, followed wherever it is patched, as asyncio's loop follows it:
 ``mock.patch.object(loop, "time", ...)``, ``mock.patch("time.monotonic", ...)`` and the virtual

@@ -47,8 +47,8 @@ from .._loop_common import (
     check_when,
     handle_repr,
     loop_ms,
+    order_key,
     report_exception,
-    when_key,
 )
 from .wheel import TimerWheel
 
@@ -62,7 +62,7 @@ class TimerHandle:
     uvloop#482): that class keeps the heap's bookkeeping, which a wheel timer has none of.
     """
 
-    __slots__ = ("_timers", "_callback", "_args", "_context", "_when", "_seq", "_timer_id", "_token",
+    __slots__ = ("_timers", "_callback", "_args", "_context", "_when", "_order_s", "_seq", "_timer_id", "_token",
                  "_cancelled", "_source_traceback", "_repr", "__weakref__")
 
     def __init__(self, timers: LoopTimers, when_s: float, callback: Callable[..., Any], args: tuple,
@@ -72,6 +72,7 @@ class TimerHandle:
         self._args: Any = args
         self._context = context
         self._when = when_s
+        self._order_s = when_s  # its place in due order: order_key(when, loop time armed at)
         self._seq = 0  # arming order: ties of deadline run in it
         self._timer_id = 0  # the wheel's id while armed, else 0
         self._token = 0     # key of timers._handles while armed
@@ -178,8 +179,9 @@ class LoopTimers:
         return len(self._handles)
 
     def scheduled(self) -> list:
-        """The armed handles, a new list ordered by ``when()`` (NaN first: due at once)."""
-        return sorted(self._handles.values(), key=when_key)
+        """The armed handles, a new list in due order: by ``when()``, equal deadlines in arming
+        order, a NaN deadline placed as the loop time it was armed at."""
+        return sorted(self._handles.values(), key=_due_order)
 
     def call_at(self, when: float, callback: Callable[..., Any], *args: Any,
                 context: Optional[contextvars.Context] = None) -> TimerHandle:
@@ -281,6 +283,7 @@ class LoopTimers:
             raise RuntimeError("Event loop is closed")
         handle = TimerHandle(self, when_s, callback, args,
                              contextvars.copy_context() if context is None else context)
+        handle._order_s = order_key(when_s, now_s)
         handle._seq = self._next_seq
         self._next_seq += 1
         if not when_s > now_s:
@@ -377,7 +380,7 @@ class LoopTimers:
 
 
 def _due_order(handle: TimerHandle) -> tuple:
-    return (when_key(handle), handle._seq)
+    return (handle._order_s, handle._seq)
 
 
 # EventLoop's own methods, on its class (so a patch of type(loop) sees every call, as on asyncio's
