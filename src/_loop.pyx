@@ -78,8 +78,8 @@ cdef inline double _order_key(double when_s, double now_s) noexcept nogil:
 
 
 cdef inline int64_t _loop_ms(double t_s) noexcept:
-    """``loop_ms``: the ms a loop time ``t_s`` lies in, clamped to [-1, 2**62], past which every
-    time alike is "never" (a real clock is far inside it)."""
+    """``loop_ms``: the ms a loop time ``t_s`` lies in, clamped to [-1, 2**62] (a real clock is far
+    inside it; the wheel's last ms holds every later deadline, held by its own value)."""
     if not t_s * 1000.0 < MAX_DUE_MS_F:
         return MAX_DUE_MS
     if not t_s * 1000.0 >= 0.0:
@@ -324,10 +324,14 @@ cdef class LoopTimers:
         wheel = self._wheel
         if self._held_when < INFINITY:  # in the current ms: before every later ms's timer
             timeout_s = self._held_when - now_s
+            if timeout_s > MAX_SELECT:  # the wheel's last ms, past its range
+                return MAX_SELECT
             return timeout_s if timeout_s > 0.0 else 0.0
         # A lower bound of the earliest due ms; a timer due in ms d is looked at once floor_ms(time) >= d.
         due_ms = wheel.c_next_fire_ms()
         if due_ms <= wheel.c_now_ms():
+            if wheel.c_now_ms() == MAX_DUE_MS:  # the last ms holds only inf deadlines now
+                return MAX_SELECT
             due_ms = wheel.c_now_ms() + 1
         wake_s = due_ms / 1000.0
         if _loop_ms(wake_s) < due_ms:  # float rounding put it a hair early
@@ -413,17 +417,16 @@ cdef class LoopTimers:
             self._due_now = True
             self._arm(handle, self._wheel.c_now_ms())
             return handle
-        # Past the wheel's range it never fires, as on asyncio's heap.
+        # Past the wheel's range (inf too), in its last ms: held there until the clock passes it.
         due_ms = _loop_ms(when_s)
-        if due_ms < MAX_DUE_MS:
-            if due_ms < self._wheel.c_now_ms():
-                # After now but before the wheel: the loop's clock went back (a patched clock).
-                self._follow_clock(now_s)
-            if due_ms <= self._wheel.c_now_ms():
-                due_ms = self._wheel.c_now_ms()
-                if when_s < self._held_when:
-                    self._held_when = when_s
-            self._arm(handle, due_ms)
+        if due_ms < self._wheel.c_now_ms():
+            # After now but before the wheel: the loop's clock went back (a patched clock).
+            self._follow_clock(now_s)
+        if due_ms <= self._wheel.c_now_ms():
+            due_ms = self._wheel.c_now_ms()
+            if when_s < self._held_when:
+                self._held_when = when_s
+        self._arm(handle, due_ms)
         return handle
 
     cdef int _arm(self, TimerHandle handle, int64_t due_ms) except -1:

@@ -36,7 +36,8 @@ def _format_callback(handle: Any, debug: bool) -> str:
 
 def loop_ms(t_s: float) -> int:
     """The ms a loop time ``t_s`` (seconds) lies in: the largest ``n`` with ``n / 1000 <= t_s``,
-    clamped to [-1, 2**62], past which every time alike is "never" (a real clock is far inside)."""
+    clamped to [-1, 2**62] (a real clock is far inside it; the wheel's last ms holds every later
+    deadline, held by its own value)."""
     if not t_s * 1000.0 < MAX_DUE_MS:
         return MAX_DUE_MS
     if not t_s * 1000.0 >= 0.0:
@@ -48,7 +49,8 @@ def check_when(when: Any, name: str) -> float:
     """``when`` (``call_at``) or ``delay`` (``call_later``), in seconds, as a float.
 
     asyncio takes any number that adds to a float; so does this (``numbers.Real``). ``inf`` (and anything
-    beyond the wheel's 2**62 ms) means "never", as it does on asyncio's heap. NaN passes: on
+    beyond the wheel's 2**62 ms) is kept, shown in ``loop._scheduled`` and never run before the
+    loop's time reaches it (``inf`` never), as on asyncio's heap. NaN passes: on
     asyncio's heap a NaN deadline is never after the loop's time, so the timer runs at the next
     iteration (``asyncio.sleep(nan)`` returns at once, ``asyncio.timeout(nan)`` expires), and the
     stores arm it due now.

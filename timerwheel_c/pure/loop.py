@@ -29,8 +29,10 @@ equal deadlines in scheduling order (a sort by deadline, then arming order). The
 runs on the next iteration, exactly as in ``_run_once``.
 
 Cancel is O(1) and frees the wheel entry at once: nothing is left to sweep, unlike the heap's
-cancelled handles (aiohttp#8608). A deadline past the wheel's range (2**62 ms, or ``inf``) is
-never armed: it never fires, as on asyncio's heap.
+cancelled handles (aiohttp#8608). A deadline past the wheel's range (2**62 ms, about 146 million
+years of loop time, or ``inf``) is filed in the wheel's last ms, where it is held as any
+not-yet-due timer of the current ms is once the clock gets there: listed in ``loop._scheduled``,
+cancellable, and never run before the loop's time reaches it (``inf`` never), as on asyncio's heap.
 """
 from __future__ import annotations
 
@@ -221,10 +223,13 @@ class LoopTimers:
             return 0
         wheel = self._wheel
         if self._held_when < math.inf:  # in the current ms: before every later ms's timer
-            return max(self._held_when - now_s, 0.0)
+            # (capped: the wheel's last ms, past its range, holds deadlines any time later)
+            return min(max(self._held_when - now_s, 0.0), MAX_SELECT_S)
         # A lower bound of the earliest due ms; a timer due in ms d is looked at once loop_ms(time) >= d.
         due_ms = wheel.next_fire_ms()
         if due_ms <= wheel.now_ms():
+            if wheel.now_ms() == MAX_DUE_MS:  # the last ms holds only inf deadlines now
+                return MAX_SELECT_S
             due_ms = wheel.now_ms() + 1
         wake_s = due_ms / 1000.0
         if loop_ms(wake_s) < due_ms:  # float rounding put it a hair early
@@ -290,16 +295,15 @@ class LoopTimers:
             self._due_now = True
             self._arm(handle, self._wheel.now_ms())
             return handle
-        # Past the wheel's range it never fires, as on asyncio's heap.
+        # Past the wheel's range (inf too), in its last ms: held there until the clock passes it.
         due_ms = loop_ms(when_s)
-        if due_ms < MAX_DUE_MS:
-            if due_ms < self._wheel.now_ms():
-                # After now but before the wheel: the loop's clock went back (a patched clock).
-                self._follow_clock(now_s)
-            if due_ms <= self._wheel.now_ms():
-                due_ms = self._wheel.now_ms()
-                self._held_when = min(self._held_when, when_s)
-            self._arm(handle, due_ms)
+        if due_ms < self._wheel.now_ms():
+            # After now but before the wheel: the loop's clock went back (a patched clock).
+            self._follow_clock(now_s)
+        if due_ms <= self._wheel.now_ms():
+            due_ms = self._wheel.now_ms()
+            self._held_when = min(self._held_when, when_s)
+        self._arm(handle, due_ms)
         return handle
 
     def _arm(self, handle: TimerHandle, due_ms: int) -> None:
