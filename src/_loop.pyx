@@ -290,7 +290,7 @@ cdef class LoopTimers:
             when_s = <double>when
         else:
             when_s = check_when(when, "when")
-        return self._call_at(when_s, self.c_time(), callback, args, context)
+        return self._call_at_when(when_s, callback, args, context)
 
     def call_later(self, delay, callback, *args, context=None):
         """``loop.call_later``: ``call_at(loop.time() + delay, ...)``.
@@ -396,12 +396,26 @@ cdef class LoopTimers:
                 return now_s
         return self._loop.time()
 
-    cdef TimerHandle _call_at(self, double when_s, double now_s, object callback, tuple args, object context):
-        """A new handle for ``callback`` at ``when_s``, armed: due now if ``when_s`` is at or before
-        ``now_s`` (the loop's time) or NaN, as on asyncio's heap; else in the ms it lies in (held
-        in the wheel's current ms if it lies there, or before: a negative loop time)."""
+    cdef TimerHandle _call_at_when(self, double when_s, object callback, tuple args, object context):
+        """``call_at``: :meth:`_call_at`, reading the loop's time only where it decides anything. A
+        deadline in a ms after the wheel's now is armed in that ms whatever the time: if it is
+        already due, the next iteration advances the wheel to its ms and moves it, as it moves a
+        due-now one, in the same order; if not, it is held until due, as ever."""
         cdef TimerHandle handle
-        cdef int64_t due_ms
+        cdef int64_t due_ms = _loop_ms(when_s)
+        if when_s == when_s and due_ms > self._wheel.c_now_ms():
+            handle = self._new_handle(when_s, when_s, callback, args, context)
+            self._arm(handle, due_ms)
+            return handle
+        return self._call_at(when_s, self.c_time(), callback, args, context)
+
+    cdef TimerHandle _new_handle(self, double when_s, double order_s, object callback, tuple args, object context):
+        """A new, unarmed handle for ``callback(*args)`` at ``when_s``, in due order at ``order_s``.
+
+        Raises:
+            RuntimeError: the store is closed.
+        """
+        cdef TimerHandle handle
         if self._closed:
             raise RuntimeError("Event loop is closed")
         handle = TimerHandle.__new__(TimerHandle)
@@ -410,9 +424,17 @@ cdef class LoopTimers:
         handle._args = args
         handle._context = PyContext_CopyCurrent() if context is None else context
         handle._when = when_s
-        handle._order_s = _order_key(when_s, now_s)
+        handle._order_s = order_s
         handle._seq = self._next_seq
         self._next_seq += 1
+        return handle
+
+    cdef TimerHandle _call_at(self, double when_s, double now_s, object callback, tuple args, object context):
+        """A new handle for ``callback`` at ``when_s``, armed: due now if ``when_s`` is at or before
+        ``now_s`` (the loop's time) or NaN, as on asyncio's heap; else in the ms it lies in (held
+        in the wheel's current ms if it lies there, or before: a negative loop time)."""
+        cdef TimerHandle handle = self._new_handle(when_s, _order_key(when_s, now_s), callback, args, context)
+        cdef int64_t due_ms
         if not when_s > now_s:
             self._due_now = True
             self._arm(handle, self._wheel.c_now_ms())
@@ -593,7 +615,7 @@ def call_at(loop, when, callback, *args, context=None):
         when_s = <double>when
     else:
         when_s = check_when(when, "when")
-    return (<LoopTimers>timers)._call_at(when_s, (<LoopTimers>timers).c_time(), callback, args, context)
+    return (<LoopTimers>timers)._call_at_when(when_s, callback, args, context)
 
 
 @cython.binding(True)

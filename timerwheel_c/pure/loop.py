@@ -195,7 +195,7 @@ class LoopTimers:
         """
         if type(when) is not float:
             when = check_when(when, "when")
-        return self._call_at(when, self._loop.time(), callback, args, context)
+        return self._call_at_when(when, callback, args, context)
 
     def call_later(self, delay: float, callback: Callable[..., Any], *args: Any,
                    context: Optional[contextvars.Context] = None) -> TimerHandle:
@@ -279,18 +279,41 @@ class LoopTimers:
 
     # -- internals ----------------------------------------------------------------------------
 
+    def _call_at_when(self, when_s: float, callback: Callable[..., Any], args: tuple,
+                      context: Optional[contextvars.Context]) -> TimerHandle:
+        """``call_at``: :meth:`_call_at`, reading the loop's time only where it decides anything. A
+        deadline in a ms after the wheel's now is armed in that ms whatever the time: if it is
+        already due, the next iteration advances the wheel to its ms and moves it, as it moves a
+        due-now one, in the same order; if not, it is held until due, as ever."""
+        due_ms = loop_ms(when_s)
+        if when_s == when_s and due_ms > self._wheel.now_ms():
+            handle = self._new_handle(when_s, when_s, callback, args, context)
+            self._arm(handle, due_ms)
+            return handle
+        return self._call_at(when_s, self._loop.time(), callback, args, context)
+
+    def _new_handle(self, when_s: float, order_s: float, callback: Callable[..., Any], args: tuple,
+                    context: Optional[contextvars.Context]) -> TimerHandle:
+        """A new, unarmed handle for ``callback(*args)`` at ``when_s``, in due order at ``order_s``.
+
+        Raises:
+            RuntimeError: the store is closed.
+        """
+        if self._closed:
+            raise RuntimeError("Event loop is closed")
+        handle = TimerHandle(self, when_s, callback, args,
+                             contextvars.copy_context() if context is None else context)
+        handle._order_s = order_s
+        handle._seq = self._next_seq
+        self._next_seq += 1
+        return handle
+
     def _call_at(self, when_s: float, now_s: float, callback: Callable[..., Any], args: tuple,
                  context: Optional[contextvars.Context]) -> TimerHandle:
         """A new handle for ``callback`` at ``when_s``, armed: due now if ``when_s`` is at or before
         ``now_s`` (the loop's time) or NaN, as on asyncio's heap; else in the ms it lies in (held
         in the wheel's current ms if it lies there, or before: a negative loop time)."""
-        if self._closed:
-            raise RuntimeError("Event loop is closed")
-        handle = TimerHandle(self, when_s, callback, args,
-                             contextvars.copy_context() if context is None else context)
-        handle._order_s = order_key(when_s, now_s)
-        handle._seq = self._next_seq
-        self._next_seq += 1
+        handle = self._new_handle(when_s, order_key(when_s, now_s), callback, args, context)
         if not when_s > now_s:
             self._due_now = True
             self._arm(handle, self._wheel.now_ms())
