@@ -71,6 +71,51 @@ def test_a_timer_already_due_runs_at_the_next_iteration_as_on_asyncio(new_wheel_
     assert _order_of_due_timers(new_wheel_loop()) == expected
 
 
+def _order_of_deadlines_passed_since_the_last_iteration(loop):
+    """On a clock driven by hand: an iteration at 100.0, then a callback moves the clock to 100.5
+    and arms deadlines it has already passed (100.3, 100.2, each in a ms after the last
+    iteration's) and a call_later(0), between two call_soon chains. Returns the run order."""
+    clock = [100.0]
+    order = []
+
+    def chain(name, left):
+        order.append(name)
+        if left:
+            loop.call_soon(chain, name + "'", left - 1)
+
+    def start():
+        clock[0] = 100.5
+        loop.call_soon(chain, "soon", 2)
+        loop.call_at(100.3, order.append, "at(100.3)")
+        loop.call_later(0, order.append, "later(0)")
+        loop.call_at(100.2, order.append, "at(100.2)")
+        loop.call_soon(chain, "soon2", 2)
+
+    async def main():
+        await asyncio.sleep(0)  # an iteration at 100.0: the wheel's now
+        loop.call_soon(start)
+        while len(order) < 9:
+            await asyncio.sleep(0)
+
+    with mock.patch.object(loop, "time", lambda: clock[0]):
+        _run_bounded(loop, main())
+    return order
+
+
+def test_deadlines_passed_since_the_last_iteration_run_at_the_next_one_as_on_asyncio(new_wheel_loop):
+    """A deadline the clock passed after the last iteration, in a later ms than that iteration's,
+    is due at once as a call_later(0) is: all run at the next iteration, in deadline order, after
+    the callbacks already ready and before what those queue, as on asyncio's loop (call_at files
+    such a deadline in its ms without reading the clock)."""
+    reference = asyncio.new_event_loop()
+    try:
+        expected = _order_of_deadlines_passed_since_the_last_iteration(reference)
+    finally:
+        reference.close()
+    assert expected[:5] == ["soon", "soon2", "at(100.2)", "at(100.3)", "later(0)"]  # the premise
+    assert _order_of_deadlines_passed_since_the_last_iteration(new_wheel_loop()) == expected
+
+
 def test_a_due_timer_overtakes_a_busy_call_soon_chain(new_wheel_loop):
     """A callback that keeps re-queueing itself (a busy loop) lets a call_later(0) armed beside it
     run at the next iteration: after one more turn of the chain, not after a ms of turns."""
