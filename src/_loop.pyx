@@ -34,7 +34,6 @@ from timerwheel_c._loop_common import (
     check_when,
     handle_repr,
     report_exception,
-    when_key,
 )
 
 __all__ = ["LoopTimers", "TimerHandle", "call_at", "call_later", "time"]
@@ -46,6 +45,8 @@ cdef extern from "Python.h":
     # The type's attribute as the method cache finds it (borrowed, NULL if none): what
     # ``type(loop).time`` is, without the descriptor call.
     PyObject* _PyType_Lookup(PyTypeObject* tp, PyObject* name)
+    ctypedef struct PyListObject:
+        PyObject** ob_item
 
 ctypedef struct due_t:
     double when
@@ -70,14 +71,17 @@ cdef inline bint _monotonic_is_real() noexcept:
     return FAST_CLOCK and PyDict_GetItem(_TIME_DICT, _MONOTONIC_NAME) == <PyObject*>_MONOTONIC
 
 
-cdef inline double _sort_key(double when_s) noexcept nogil:
-    """A deadline's place in due order: NaN (due at once, as on asyncio's heap) first."""
-    return when_s if when_s == when_s else -INFINITY
+cdef inline double _order_key(double when_s, double now_s) noexcept nogil:
+    """``order_key``: a deadline's place in due order, never NaN: ``when_s``, or for a NaN deadline
+    the loop time ``now_s`` it was armed at (as ``call_later(0)`` then)."""
+    if when_s == when_s:
+        return when_s
+    return now_s if now_s == now_s else -INFINITY
 
 
 cdef inline int64_t _loop_ms(double t_s) noexcept:
-    """``loop_ms``: the ms a loop time ``t_s`` lies in, clamped to [-1, 2**62], past which every
-    time alike is "never" (a real clock is far inside it)."""
+    """``loop_ms``: the ms a loop time ``t_s`` lies in, clamped to [-1, 2**62] (a real clock is far
+    inside it; the wheel's last ms holds every later deadline, held by its own value)."""
     if not t_s * 1000.0 < MAX_DUE_MS_F:
         return MAX_DUE_MS
     if not t_s * 1000.0 >= 0.0:
@@ -89,7 +93,7 @@ cdef int _by_when(const void* a, const void* b) noexcept nogil:
     """qsort order of a fire batch: deadline, then arming order."""
     cdef const due_t* x = <const due_t*>a
     cdef const due_t* y = <const due_t*>b
-    if x.when != y.when:  # keys from _sort_key: never NaN
+    if x.when != y.when:  # keys from _order_key: never NaN
         return -1 if x.when < y.when else 1
     return -1 if x.seq < y.seq else (1 if x.seq > y.seq else 0)
 
@@ -110,6 +114,7 @@ cdef class TimerHandle:
     cdef readonly object _args
     cdef object _context
     cdef double _when
+    cdef double _order_s               # its place in due order: _order_key(when, loop time armed at)
     cdef int64_t _seq                  # arming order: ties of deadline run in it
     cdef uint64_t _timer_id            # the wheel's id while armed, else 0
     cdef Py_ssize_t _token             # its index in the store's _handles while armed, else 0
@@ -139,7 +144,11 @@ cdef class TimerHandle:
         freed at once, so no cancelled handle is kept anywhere."""
         if self._cancelled:
             return
-        # What this releases, fetched while the wheel unlinks the entry (see tw_prefetch.h).
+        # What this touches at random (the wheel entry, the handle's index) and then releases,
+        # all fetched at once, so the misses overlap instead of stalling in turn (see tw_prefetch.h).
+        if self._timer_id:
+            self._timers._wheel.c_prefetch(self._timer_id)
+            tw_prefetch(&(<PyListObject*>self._timers._handles).ob_item[self._token])
         tw_prefetch(<PyObject*>self._callback)
         tw_prefetch(<PyObject*>self._context)
         self._cancelled = True
@@ -257,8 +266,23 @@ cdef class LoopTimers:
         return self._wheel.c_count()
 
     def scheduled(self):
-        """The armed handles, a new list ordered by ``when()`` (NaN first: due at once)."""
-        return sorted([handle for handle in self._handles if handle is not None], key=when_key)
+        """The armed handles, a new list in due order: by ``when()``, equal deadlines in arming
+        order, a NaN deadline placed as the loop time it was armed at."""
+        cdef Py_ssize_t i, n = 0
+        cdef TimerHandle handle
+        cdef list handles = self._handles
+        if len(handles) > self._sort_cap:
+            self._grow_sort(len(handles))
+        # No Python code runs from here to the list: _handles cannot change under the sort.
+        for i in range(1, len(handles)):
+            if handles[i] is not None:
+                handle = <TimerHandle>handles[i]
+                self._sort[n].when = handle._order_s
+                self._sort[n].seq = handle._seq
+                self._sort[n].token = <uint64_t>i
+                n += 1
+        qsort(self._sort, n, sizeof(due_t), _by_when)
+        return [handles[self._sort[i].token] for i in range(n)]
 
     def call_at(self, when, callback, *args, context=None):
         """``loop.call_at``: a new :class:`TimerHandle` for ``callback(*args)`` at loop time
@@ -272,7 +296,7 @@ cdef class LoopTimers:
             when_s = <double>when
         else:
             when_s = check_when(when, "when")
-        return self._call_at(when_s, self.c_time(), callback, args, context)
+        return self._call_at_when(when_s, callback, args, context)
 
     def call_later(self, delay, callback, *args, context=None):
         """``loop.call_later``: ``call_at(loop.time() + delay, ...)``.
@@ -306,10 +330,14 @@ cdef class LoopTimers:
         wheel = self._wheel
         if self._held_when < INFINITY:  # in the current ms: before every later ms's timer
             timeout_s = self._held_when - now_s
+            if timeout_s > MAX_SELECT:  # the wheel's last ms, past its range
+                return MAX_SELECT
             return timeout_s if timeout_s > 0.0 else 0.0
         # A lower bound of the earliest due ms; a timer due in ms d is looked at once floor_ms(time) >= d.
         due_ms = wheel.c_next_fire_ms()
         if due_ms <= wheel.c_now_ms():
+            if wheel.c_now_ms() == MAX_DUE_MS:  # the last ms holds only inf deadlines now
+                return MAX_SELECT
             due_ms = wheel.c_now_ms() + 1
         wake_s = due_ms / 1000.0
         if _loop_ms(wake_s) < due_ms:  # float rounding put it a hair early
@@ -374,12 +402,26 @@ cdef class LoopTimers:
                 return now_s
         return self._loop.time()
 
-    cdef TimerHandle _call_at(self, double when_s, double now_s, object callback, tuple args, object context):
-        """A new handle for ``callback`` at ``when_s``, armed: due now if ``when_s`` is at or before
-        ``now_s`` (the loop's time) or NaN, as on asyncio's heap; else in the ms it lies in (held
-        in the wheel's current ms if it lies there, or before: a negative loop time)."""
+    cdef TimerHandle _call_at_when(self, double when_s, object callback, tuple args, object context):
+        """``call_at``: :meth:`_call_at`, reading the loop's time only where it decides anything. A
+        deadline in a ms after the wheel's now is armed in that ms whatever the time: if it is
+        already due, the next iteration advances the wheel to its ms and moves it, as it moves a
+        due-now one, in the same order; if not, it is held until due, as ever."""
         cdef TimerHandle handle
-        cdef int64_t due_ms
+        cdef int64_t due_ms = _loop_ms(when_s)
+        if when_s == when_s and due_ms > self._wheel.c_now_ms():
+            handle = self._new_handle(when_s, when_s, callback, args, context)
+            self._arm(handle, due_ms)
+            return handle
+        return self._call_at(when_s, self.c_time(), callback, args, context)
+
+    cdef TimerHandle _new_handle(self, double when_s, double order_s, object callback, tuple args, object context):
+        """A new, unarmed handle for ``callback(*args)`` at ``when_s``, in due order at ``order_s``.
+
+        Raises:
+            RuntimeError: the store is closed.
+        """
+        cdef TimerHandle handle
         if self._closed:
             raise RuntimeError("Event loop is closed")
         handle = TimerHandle.__new__(TimerHandle)
@@ -388,23 +430,31 @@ cdef class LoopTimers:
         handle._args = args
         handle._context = PyContext_CopyCurrent() if context is None else context
         handle._when = when_s
+        handle._order_s = order_s
         handle._seq = self._next_seq
         self._next_seq += 1
+        return handle
+
+    cdef TimerHandle _call_at(self, double when_s, double now_s, object callback, tuple args, object context):
+        """A new handle for ``callback`` at ``when_s``, armed: due now if ``when_s`` is at or before
+        ``now_s`` (the loop's time) or NaN, as on asyncio's heap; else in the ms it lies in (held
+        in the wheel's current ms if it lies there, or before: a negative loop time)."""
+        cdef TimerHandle handle = self._new_handle(when_s, _order_key(when_s, now_s), callback, args, context)
+        cdef int64_t due_ms
         if not when_s > now_s:
             self._due_now = True
             self._arm(handle, self._wheel.c_now_ms())
             return handle
-        # Past the wheel's range it never fires, as on asyncio's heap.
+        # Past the wheel's range (inf too), in its last ms: held there until the clock passes it.
         due_ms = _loop_ms(when_s)
-        if due_ms < MAX_DUE_MS:
-            if due_ms < self._wheel.c_now_ms():
-                # After now but before the wheel: the loop's clock went back (a patched clock).
-                self._follow_clock(now_s)
-            if due_ms <= self._wheel.c_now_ms():
-                due_ms = self._wheel.c_now_ms()
-                if when_s < self._held_when:
-                    self._held_when = when_s
-            self._arm(handle, due_ms)
+        if due_ms < self._wheel.c_now_ms():
+            # After now but before the wheel: the loop's clock went back (a patched clock).
+            self._follow_clock(now_s)
+        if due_ms <= self._wheel.c_now_ms():
+            due_ms = self._wheel.c_now_ms()
+            if when_s < self._held_when:
+                self._held_when = when_s
+        self._arm(handle, due_ms)
         return handle
 
     cdef int _arm(self, TimerHandle handle, int64_t due_ms) except -1:
@@ -487,7 +537,7 @@ cdef class LoopTimers:
             n += 1
             handle._timer_id = 0
             handle._token = 0
-            key = _sort_key(handle._when)
+            key = handle._order_s
             if key < prev or (key == prev and handle._seq < prev_seq):
                 in_order = False
             prev = key
@@ -499,7 +549,7 @@ cdef class LoopTimers:
             self._grow_sort(n)
         for i in range(n):
             handle = <TimerHandle><PyObject*><size_t>fired.tokens[i]
-            self._sort[i].when = _sort_key(handle._when)
+            self._sort[i].when = handle._order_s
             self._sort[i].seq = handle._seq
             self._sort[i].token = fired.tokens[i]
         qsort(self._sort, n, sizeof(due_t), _by_when)
@@ -510,7 +560,7 @@ cdef class LoopTimers:
     cdef int _grow_sort(self, Py_ssize_t n) except -1:
         cdef due_t* p = <due_t*>realloc(self._sort, n * sizeof(due_t))
         if p == NULL:
-            raise MemoryError(f"cannot sort a fire batch of {n} timers")
+            raise MemoryError(f"cannot sort {n} timers")
         self._sort = p
         self._sort_cap = n
         return 0
@@ -571,7 +621,7 @@ def call_at(loop, when, callback, *args, context=None):
         when_s = <double>when
     else:
         when_s = check_when(when, "when")
-    return (<LoopTimers>timers)._call_at(when_s, (<LoopTimers>timers).c_time(), callback, args, context)
+    return (<LoopTimers>timers)._call_at_when(when_s, callback, args, context)
 
 
 @cython.binding(True)

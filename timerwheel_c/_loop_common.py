@@ -19,7 +19,7 @@ from typing import Any, cast, overload
 from ._aio_common import MAX_DUE_MS, floor_ms
 
 __all__ = ["MAX_DUE_MS", "MAX_SELECT_S", "ScheduledView", "check_when", "handle_repr", "loop_ms",
-           "report_exception", "when_key"]
+           "order_key", "report_exception"]
 
 # asyncio's cap on one select() wait, in seconds (one day).
 MAX_SELECT_S: float = base_events.MAXIMUM_SELECT_TIMEOUT  # type: ignore[attr-defined]
@@ -36,7 +36,8 @@ def _format_callback(handle: Any, debug: bool) -> str:
 
 def loop_ms(t_s: float) -> int:
     """The ms a loop time ``t_s`` (seconds) lies in: the largest ``n`` with ``n / 1000 <= t_s``,
-    clamped to [-1, 2**62], past which every time alike is "never" (a real clock is far inside)."""
+    clamped to [-1, 2**62] (a real clock is far inside it; the wheel's last ms holds every later
+    deadline, held by its own value)."""
     if not t_s * 1000.0 < MAX_DUE_MS:
         return MAX_DUE_MS
     if not t_s * 1000.0 >= 0.0:
@@ -48,7 +49,8 @@ def check_when(when: Any, name: str) -> float:
     """``when`` (``call_at``) or ``delay`` (``call_later``), in seconds, as a float.
 
     asyncio takes any number that adds to a float; so does this (``numbers.Real``). ``inf`` (and anything
-    beyond the wheel's 2**62 ms) means "never", as it does on asyncio's heap. NaN passes: on
+    beyond the wheel's 2**62 ms) is kept, shown in ``loop._scheduled`` and never run before the
+    loop's time reaches it (``inf`` never), as on asyncio's heap. NaN passes: on
     asyncio's heap a NaN deadline is never after the loop's time, so the timer runs at the next
     iteration (``asyncio.sleep(nan)`` returns at once, ``asyncio.timeout(nan)`` expires), and the
     stores arm it due now.
@@ -67,10 +69,18 @@ def check_when(when: Any, name: str) -> float:
     return value
 
 
-def when_key(handle: Any) -> float:
-    """A handle's place in due order: its ``when()``, NaN first (due at once)."""
-    when_s: float = handle.when()
-    return when_s if when_s == when_s else -math.inf
+def order_key(when_s: float, now_s: float) -> float:
+    """A deadline's place in due order (seconds, never NaN): ``when_s``, or for a NaN deadline the
+    loop time ``now_s`` it was armed at, as ``call_later(0)`` then.
+
+    asyncio's heap gives a NaN deadline no order (every comparison with it is false): heappush
+    leaves it where it lands, behind the entries pushed before it, and it runs once it reaches
+    the top. Placed at its arming time, it runs after the due timers armed before it and before
+    those armed after it with a later deadline, as on asyncio's heap in the cases that have an
+    answer there (the heap empty of other timers, or every timer due)."""
+    if when_s == when_s:
+        return when_s
+    return now_s if now_s == now_s else -math.inf
 
 
 class ScheduledView(Sequence):

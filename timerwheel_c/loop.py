@@ -21,7 +21,8 @@ iteration, between the callbacks already ready and the ones they queue, and any 
 the clock reaches its deadline, plus the selector's wake-up. A NaN delay or deadline is due at
 once too, as on asyncio's heap (where it is never after the loop's time): ``asyncio.sleep(nan)``
 returns at once, ``wait_for(x, nan)`` and ``asyncio.timeout(nan)`` expire (uvloop refuses NaN
-instead).
+instead); it runs in the place of the loop time it was armed at, as ``call_later(0)`` then (the
+heap gives NaN no order: see docs/DESIGN.md).
 
 The clock is ``loop.time()``, followed wherever it is patched, as asyncio's loop follows it:
 ``mock.patch.object(loop, "time", ...)``, ``mock.patch("time.monotonic", ...)`` and the virtual
@@ -34,7 +35,8 @@ as asyncio's ``TimerHandle`` do (ordered by ``when()``) and print as asyncio's d
 slow-callback report, through ``asyncio.base_events.logger`` as in asyncio's ``_run_once``, and
 source tracebacks included), but ``isinstance(h, asyncio.TimerHandle)`` is False, as it is for
 uvloop's (uvloop#482, #704). ``loop._scheduled`` is a read-only view of the armed handles, ordered
-by ``when()``; unlike asyncio's heap it holds no cancelled handle (a cancel frees the timer at once).
+by ``when()``; unlike asyncio's heap it holds no cancelled handle (a cancel frees the timer at once),
+so ``loop._timer_cancelled_count``, which counts those, is 0.
 
 Use it as uvloop is used::
 
@@ -119,6 +121,22 @@ class EventLoop(asyncio.SelectorEventLoop):
         # asyncio's BaseEventLoop.__init__ starts its heap empty here; nothing else may set it.
         if value != []:
             raise AttributeError(f"EventLoop._scheduled is a read-only view of the wheel's timers, not {value!r}")
+
+    @property
+    def _timer_cancelled_count(self) -> int:
+        """asyncio's count of the cancelled handles its heap still holds (``BaseEventLoop`` adds
+        one in ``_timer_handle_cancelled`` and takes one off as each leaves the heap): always 0
+        here, since a cancel takes the timer off the wheel at once. So it agrees with
+        ``loop._scheduled`` as on asyncio's loop: it counts the cancelled handles listed there, and
+        ``len(loop._scheduled) - loop._timer_cancelled_count`` is the number of live timers."""
+        return 0
+
+    @_timer_cancelled_count.setter
+    def _timer_cancelled_count(self, value: int) -> None:
+        # asyncio's BaseEventLoop.__init__ starts the count at 0 here; any other count would lie.
+        if value != 0:
+            raise AttributeError(
+                f"EventLoop._timer_cancelled_count counts the cancelled handles the wheel holds, always 0, not {value!r}")
 
     def _call_later_checked(self, delay, callback, args, context, depth):
         """``call_later`` off the compiled path (debug mode, or another timer store class)."""

@@ -15,6 +15,8 @@ import math
 import sys
 import time
 import weakref
+from asyncio import base_events
+from unittest import mock
 
 import pytest
 
@@ -230,17 +232,44 @@ def test_bad_deadlines_are_refused_by_name(new_wheel_loop, method, value, error,
     assert loop._timers.active_count() == 0
 
 
-def test_an_infinite_deadline_never_fires_and_still_cancels(new_wheel_loop):
-    """call_later(inf) (or a deadline past the wheel's range) never fires, as on asyncio's heap;
-    the selector is not told to wait for it, and cancel() works."""
+def test_a_deadline_past_the_wheel_range_is_listed_cancellable_and_never_early(new_wheel_loop):
+    """Deadlines past the wheel's 2**62 ms (call_later(1e18), call_at(1e300), inf, an int delay
+    beyond float) are kept as asyncio's heap keeps them: listed in loop._scheduled with when()
+    as given, the selector told to wait asyncio's one-day cap, cancellable. A hand-moved clock
+    then runs each once it reaches its deadline and never before (inf never)."""
     loop = new_wheel_loop()
+    clock = [loop.time()]
     ran = []
-    h = loop.call_later(math.inf, ran.append, 1)
-    h2 = loop.call_at(1e300, ran.append, 2)
-    assert loop._timers.select_timeout(False) is None
-    loop.run_until_complete(asyncio.sleep(0.005))
-    h.cancel()
-    assert h.cancelled() and not h2.cancelled() and ran == []
+
+    def iterate():
+        loop.call_soon(loop.stop)
+        loop.run_forever()
+
+    with mock.patch.object(loop, "time", lambda: clock[0]):
+        within = loop.call_later(1e15, ran.append, "1e15")  # 31 million years: the wheel's top level
+        past = loop.call_later(1e18, ran.append, "1e18")
+        at = loop.call_at(1e300, ran.append, "1e300")
+        never = loop.call_at(math.inf, ran.append, "inf")
+        gone = loop.call_later(2**1100, ran.append, "2**1100")
+        assert list(loop._scheduled) == [within, past, at, never, gone]
+        assert (within.when(), past.when(), at.when()) == (clock[0] + 1e15, clock[0] + 1e18, 1e300)
+        assert never.when() == gone.when() == math.inf
+        assert loop._timers.select_timeout(False) == base_events.MAXIMUM_SELECT_TIMEOUT
+        gone.cancel()
+        assert list(loop._scheduled) == [within, past, at, never]
+        iterate()
+        assert ran == []
+        clock[0] = math.nextafter(1e300, 0.0)  # a hair before at's deadline
+        iterate()
+        assert ran == ["1e15", "1e18"]
+        assert loop._timers.select_timeout(False) == base_events.MAXIMUM_SELECT_TIMEOUT
+        clock[0] = 1e300
+        iterate()
+        assert ran == ["1e15", "1e18", "1e300"]
+        clock[0] = sys.float_info.max
+        iterate()
+        assert ran == ["1e15", "1e18", "1e300"] and list(loop._scheduled) == [never]
+        assert loop._timers.select_timeout(False) == base_events.MAXIMUM_SELECT_TIMEOUT
 
 
 def test_arming_on_a_closed_loop_raises_and_close_drops_every_timer(new_wheel_loop):

@@ -71,6 +71,51 @@ def test_a_timer_already_due_runs_at_the_next_iteration_as_on_asyncio(new_wheel_
     assert _order_of_due_timers(new_wheel_loop()) == expected
 
 
+def _order_of_deadlines_passed_since_the_last_iteration(loop):
+    """On a clock driven by hand: an iteration at 100.0, then a callback moves the clock to 100.5
+    and arms deadlines it has already passed (100.3, 100.2, each in a ms after the last
+    iteration's) and a call_later(0), between two call_soon chains. Returns the run order."""
+    clock = [100.0]
+    order = []
+
+    def chain(name, left):
+        order.append(name)
+        if left:
+            loop.call_soon(chain, name + "'", left - 1)
+
+    def start():
+        clock[0] = 100.5
+        loop.call_soon(chain, "soon", 2)
+        loop.call_at(100.3, order.append, "at(100.3)")
+        loop.call_later(0, order.append, "later(0)")
+        loop.call_at(100.2, order.append, "at(100.2)")
+        loop.call_soon(chain, "soon2", 2)
+
+    async def main():
+        await asyncio.sleep(0)  # an iteration at 100.0: the wheel's now
+        loop.call_soon(start)
+        while len(order) < 9:
+            await asyncio.sleep(0)
+
+    with mock.patch.object(loop, "time", lambda: clock[0]):
+        _run_bounded(loop, main())
+    return order
+
+
+def test_deadlines_passed_since_the_last_iteration_run_at_the_next_one_as_on_asyncio(new_wheel_loop):
+    """A deadline the clock passed after the last iteration, in a later ms than that iteration's,
+    is due at once as a call_later(0) is: all run at the next iteration, in deadline order, after
+    the callbacks already ready and before what those queue, as on asyncio's loop (call_at files
+    such a deadline in its ms without reading the clock)."""
+    reference = asyncio.new_event_loop()
+    try:
+        expected = _order_of_deadlines_passed_since_the_last_iteration(reference)
+    finally:
+        reference.close()
+    assert expected[:5] == ["soon", "soon2", "at(100.2)", "at(100.3)", "later(0)"]  # the premise
+    assert _order_of_deadlines_passed_since_the_last_iteration(new_wheel_loop()) == expected
+
+
 def test_a_due_timer_overtakes_a_busy_call_soon_chain(new_wheel_loop):
     """A callback that keeps re-queueing itself (a busy loop) lets a call_later(0) armed beside it
     run at the next iteration: after one more turn of the chain, not after a ms of turns."""
@@ -275,6 +320,47 @@ def test_nan_deadlines_behave_as_on_asyncio_loop(new_wheel_loop):
     assert _run_bounded(loop, outcomes(loop)) == expected
 
 
+def _run_order(loop, *delays):
+    """The order in which timers armed in one callback with these delays run (a NaN delay
+    included), each named by its delay, after a few iterations (all are due at once)."""
+    order = []
+
+    def arm():
+        for delay in delays:
+            loop.call_later(delay, order.append, str(delay))
+
+    loop.call_soon(arm)
+    for _ in range(4):
+        loop.call_soon(loop.stop)
+        loop.run_forever()
+    return order
+
+
+@pytest.mark.parametrize("delays", [(0, math.nan), (math.nan, 0), (-1, math.nan, 0), (0, -1, math.nan),
+                                    (0, 0, math.nan), (math.nan,)], ids=str)
+def test_nan_deadline_runs_in_the_place_of_its_arming_time_as_on_asyncio_loop(new_wheel_loop, delays):
+    """A NaN deadline, which asyncio's heap never moves past the entries pushed before it, runs
+    after the due timers armed before it and before those armed after it, as on asyncio's loop
+    beside it: in the place of the loop time it was armed at, never first of all."""
+    reference = asyncio.new_event_loop()
+    try:
+        expected = _run_order(reference, *delays)
+    finally:
+        reference.close()
+    assert sorted(expected) == sorted(str(d) for d in delays)  # every timer ran on asyncio's loop
+    assert _run_order(new_wheel_loop(), *delays) == expected
+
+
+def test_nan_deadline_where_asyncio_heap_gives_no_order(new_wheel_loop):
+    """Where asyncio's heap orders a NaN entry by its shape (it blocks the entries pushed below
+    it, rises when a sift picks it as a right child, or waits under a later timer armed before
+    it), the NaN timer still takes the place of its arming time: an earlier deadline armed after
+    it runs first, an equal one armed after it runs after it, and a later timer never holds it."""
+    assert _run_order(new_wheel_loop(), math.nan, -1) == ["-1", "nan"]
+    assert _run_order(new_wheel_loop(), -1, 0, math.nan, 0) == ["-1", "0", "nan", "0"]
+    assert _run_order(new_wheel_loop(), 3600, math.nan) == ["nan"]
+
+
 def test_scheduled_is_a_read_only_view_of_the_live_handles_by_when(new_wheel_loop):
     """loop._scheduled lists the armed handles ordered by when() ([0] is the earliest, as on
     asyncio's heap), drops a cancelled one at once (asyncio's heap keeps it), and cannot be
@@ -293,6 +379,33 @@ def test_scheduled_is_a_read_only_view_of_the_live_handles_by_when(new_wheel_loo
     assert not hasattr(loop._scheduled, "append")
     loop.close()
     assert len(loop._scheduled) == 0
+
+
+def test_timer_cancelled_count_counts_the_cancelled_handles_scheduled_lists(new_wheel_loop):
+    """loop._timer_cancelled_count counts the cancelled handles loop._scheduled holds, as on
+    asyncio's loop beside it (there some, kept on the heap; here none, the wheel drops them), so
+    ``len(_scheduled) - _timer_cancelled_count`` is the live timers on both; a count that would
+    disagree with the view cannot be set."""
+    reference = asyncio.new_event_loop()
+    loop = new_wheel_loop()
+    try:
+        for each in (reference, loop):
+            handles = [each.call_later(delay, print) for delay in (10, 20, 30, 40)]
+            handles[1].cancel()
+            handles[3].cancel()
+            handles[3].cancel()  # a second cancel counts once
+            each.call_soon(each.stop)
+            each.run_forever()  # an iteration: asyncio's sweeps only the heap's top
+            held = [h for h in each._scheduled if h.cancelled()]
+            assert each._timer_cancelled_count == len(held), each
+            assert len(each._scheduled) - each._timer_cancelled_count == 2, each
+        assert reference._timer_cancelled_count == 2  # the case arose: asyncio's heap holds them
+        loop._timer_cancelled_count = 0  # what asyncio's __init__ sets
+        with pytest.raises(AttributeError, match="not 5"):
+            loop._timer_cancelled_count = 5
+        assert loop._timer_cancelled_count == 0
+    finally:
+        reference.close()
 
 
 def test_handles_order_and_compare_as_asyncio_timer_handles(new_wheel_loop):

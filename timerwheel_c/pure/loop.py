@@ -29,8 +29,10 @@ equal deadlines in scheduling order (a sort by deadline, then arming order). The
 runs on the next iteration, exactly as in ``_run_once``.
 
 Cancel is O(1) and frees the wheel entry at once: nothing is left to sweep, unlike the heap's
-cancelled handles (aiohttp#8608). A deadline past the wheel's range (2**62 ms, or ``inf``) is
-never armed: it never fires, as on asyncio's heap.
+cancelled handles (aiohttp#8608). A deadline past the wheel's range (2**62 ms, about 146 million
+years of loop time, or ``inf``) is filed in the wheel's last ms, where it is held as any
+not-yet-due timer of the current ms is once the clock gets there: listed in ``loop._scheduled``,
+cancellable, and never run before the loop's time reaches it (``inf`` never), as on asyncio's heap.
 """
 from __future__ import annotations
 
@@ -47,8 +49,8 @@ from .._loop_common import (
     check_when,
     handle_repr,
     loop_ms,
+    order_key,
     report_exception,
-    when_key,
 )
 from .wheel import TimerWheel
 
@@ -62,7 +64,7 @@ class TimerHandle:
     uvloop#482): that class keeps the heap's bookkeeping, which a wheel timer has none of.
     """
 
-    __slots__ = ("_timers", "_callback", "_args", "_context", "_when", "_seq", "_timer_id", "_token",
+    __slots__ = ("_timers", "_callback", "_args", "_context", "_when", "_order_s", "_seq", "_timer_id", "_token",
                  "_cancelled", "_source_traceback", "_repr", "__weakref__")
 
     def __init__(self, timers: LoopTimers, when_s: float, callback: Callable[..., Any], args: tuple,
@@ -72,6 +74,7 @@ class TimerHandle:
         self._args: Any = args
         self._context = context
         self._when = when_s
+        self._order_s = when_s  # its place in due order: order_key(when, loop time armed at)
         self._seq = 0  # arming order: ties of deadline run in it
         self._timer_id = 0  # the wheel's id while armed, else 0
         self._token = 0     # key of timers._handles while armed
@@ -178,8 +181,9 @@ class LoopTimers:
         return len(self._handles)
 
     def scheduled(self) -> list:
-        """The armed handles, a new list ordered by ``when()`` (NaN first: due at once)."""
-        return sorted(self._handles.values(), key=when_key)
+        """The armed handles, a new list in due order: by ``when()``, equal deadlines in arming
+        order, a NaN deadline placed as the loop time it was armed at."""
+        return sorted(self._handles.values(), key=_due_order)
 
     def call_at(self, when: float, callback: Callable[..., Any], *args: Any,
                 context: Optional[contextvars.Context] = None) -> TimerHandle:
@@ -191,7 +195,7 @@ class LoopTimers:
         """
         if type(when) is not float:
             when = check_when(when, "when")
-        return self._call_at(when, self._loop.time(), callback, args, context)
+        return self._call_at_when(when, callback, args, context)
 
     def call_later(self, delay: float, callback: Callable[..., Any], *args: Any,
                    context: Optional[contextvars.Context] = None) -> TimerHandle:
@@ -219,10 +223,13 @@ class LoopTimers:
             return 0
         wheel = self._wheel
         if self._held_when < math.inf:  # in the current ms: before every later ms's timer
-            return max(self._held_when - now_s, 0.0)
+            # (capped: the wheel's last ms, past its range, holds deadlines any time later)
+            return min(max(self._held_when - now_s, 0.0), MAX_SELECT_S)
         # A lower bound of the earliest due ms; a timer due in ms d is looked at once loop_ms(time) >= d.
         due_ms = wheel.next_fire_ms()
         if due_ms <= wheel.now_ms():
+            if wheel.now_ms() == MAX_DUE_MS:  # the last ms holds only inf deadlines now
+                return MAX_SELECT_S
             due_ms = wheel.now_ms() + 1
         wake_s = due_ms / 1000.0
         if loop_ms(wake_s) < due_ms:  # float rounding put it a hair early
@@ -272,31 +279,54 @@ class LoopTimers:
 
     # -- internals ----------------------------------------------------------------------------
 
+    def _call_at_when(self, when_s: float, callback: Callable[..., Any], args: tuple,
+                      context: Optional[contextvars.Context]) -> TimerHandle:
+        """``call_at``: :meth:`_call_at`, reading the loop's time only where it decides anything. A
+        deadline in a ms after the wheel's now is armed in that ms whatever the time: if it is
+        already due, the next iteration advances the wheel to its ms and moves it, as it moves a
+        due-now one, in the same order; if not, it is held until due, as ever."""
+        due_ms = loop_ms(when_s)
+        if when_s == when_s and due_ms > self._wheel.now_ms():
+            handle = self._new_handle(when_s, when_s, callback, args, context)
+            self._arm(handle, due_ms)
+            return handle
+        return self._call_at(when_s, self._loop.time(), callback, args, context)
+
+    def _new_handle(self, when_s: float, order_s: float, callback: Callable[..., Any], args: tuple,
+                    context: Optional[contextvars.Context]) -> TimerHandle:
+        """A new, unarmed handle for ``callback(*args)`` at ``when_s``, in due order at ``order_s``.
+
+        Raises:
+            RuntimeError: the store is closed.
+        """
+        if self._closed:
+            raise RuntimeError("Event loop is closed")
+        handle = TimerHandle(self, when_s, callback, args,
+                             contextvars.copy_context() if context is None else context)
+        handle._order_s = order_s
+        handle._seq = self._next_seq
+        self._next_seq += 1
+        return handle
+
     def _call_at(self, when_s: float, now_s: float, callback: Callable[..., Any], args: tuple,
                  context: Optional[contextvars.Context]) -> TimerHandle:
         """A new handle for ``callback`` at ``when_s``, armed: due now if ``when_s`` is at or before
         ``now_s`` (the loop's time) or NaN, as on asyncio's heap; else in the ms it lies in (held
         in the wheel's current ms if it lies there, or before: a negative loop time)."""
-        if self._closed:
-            raise RuntimeError("Event loop is closed")
-        handle = TimerHandle(self, when_s, callback, args,
-                             contextvars.copy_context() if context is None else context)
-        handle._seq = self._next_seq
-        self._next_seq += 1
+        handle = self._new_handle(when_s, order_key(when_s, now_s), callback, args, context)
         if not when_s > now_s:
             self._due_now = True
             self._arm(handle, self._wheel.now_ms())
             return handle
-        # Past the wheel's range it never fires, as on asyncio's heap.
+        # Past the wheel's range (inf too), in its last ms: held there until the clock passes it.
         due_ms = loop_ms(when_s)
-        if due_ms < MAX_DUE_MS:
-            if due_ms < self._wheel.now_ms():
-                # After now but before the wheel: the loop's clock went back (a patched clock).
-                self._follow_clock(now_s)
-            if due_ms <= self._wheel.now_ms():
-                due_ms = self._wheel.now_ms()
-                self._held_when = min(self._held_when, when_s)
-            self._arm(handle, due_ms)
+        if due_ms < self._wheel.now_ms():
+            # After now but before the wheel: the loop's clock went back (a patched clock).
+            self._follow_clock(now_s)
+        if due_ms <= self._wheel.now_ms():
+            due_ms = self._wheel.now_ms()
+            self._held_when = min(self._held_when, when_s)
+        self._arm(handle, due_ms)
         return handle
 
     def _arm(self, handle: TimerHandle, due_ms: int) -> None:
@@ -377,7 +407,7 @@ class LoopTimers:
 
 
 def _due_order(handle: TimerHandle) -> tuple:
-    return (when_key(handle), handle._seq)
+    return (handle._order_s, handle._seq)
 
 
 # EventLoop's own methods, on its class (so a patch of type(loop) sees every call, as on asyncio's
