@@ -16,6 +16,8 @@ key (the runner's claims and outcomes) go to ``<table>_apply_sets``, which judge
 guard and does every write of the list in one set-based statement (a join per kind of
 step instead of a statement per row), each batch still failing alone on its own guards;
 other lists go to ``<table>_apply_many``, which applies them batch by batch in order.
+A large batch that only puts new keys, guarded by ``Absent`` on them (a chunk of ``schedule_many``),
+goes in with one ``COPY`` instead (:mod:`.pg_copy`), the primary key judging its guards.
 
 The schema (table, functions, and the ``<table>_meta`` row holding the schema version)
 is created or upgraded once, inside a transaction holding an advisory lock, so any
@@ -62,6 +64,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from .errors import PermanentStoreError, StoreError, TransientStoreError, wrap_exceptions
 from .pg_arrays import ByteaArray, Int4Array, Int8Array, TextArray, register as register_arrays
+from .pg_copy import copy_new_rows, copyable
 from .pg_listen import PgListener
 from .pg_ownership import PartitionOwnership
 from .redact import redact
@@ -317,6 +320,11 @@ class PostgresStore(Store):
         return None if row is None else bytes(row[0])
 
     def _apply(self, partition: str, batch: Batch) -> Union[Committed, PreconditionFailed]:
+        if copyable(batch):
+            with self._lock, self._wrap:
+                if copy_new_rows(self._connection(), self._sql["copy_rows"], lock_key(self.table, partition),
+                                 partition, batch.writes):
+                    return _COMMITTED
         sets = _independent_sets([(partition, batch)])
         if sets is not None:
             return self._apply_sets(sets)[0]
