@@ -729,7 +729,8 @@ class DurableTimerService:
             lateness=lateness, handler_duration=durations,
             due_backlog=backlog, parked_timers=parked_now, owned_partitions=owned, store_errors=errors,
             handlers_in_flight=self.in_flight, running=self.running,
-            last_progress_age_s=None if progress is None else time.monotonic() - progress)
+            last_progress_age_s=None if progress is None else time.monotonic() - progress,
+            kind_names={int(k): k.name for k in self.registry.named_kinds() if getattr(k, "name", None) is not None})
 
     def _backlog(self) -> tuple:
         """On the store thread: ``(due rows, parked timers)`` per served partition, each counted up to BACKLOG_CAP."""
