@@ -64,7 +64,7 @@ def test_async_functions_return_and_raise_what_the_sync_ones_do(tmp_path, backen
             key = await aio.schedule(store, P, due, KIND, b"a")
             assert key == schedule(store, P, due, KIND, b"a")
             assert await aio.get_timer(store, P, KIND, b"a") == get_timer(store, P, KIND, b"a")
-            assert await aio.reschedule(store, P, KIND, b"a", due + 1000) is True
+            assert await aio.reschedule(store, P, due + 1000, KIND, b"a") is True
             assert (await aio.get_timer(store, P, KIND, b"a")).due_at_ms == due + 1000
             assert await aio.cancel(store, P, KIND, b"a") is True
             assert await aio.cancel(store, P, KIND, b"a") is False

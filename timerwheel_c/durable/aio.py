@@ -174,11 +174,13 @@ async def cancel(store: Store, partition: str, kind, reference: bytes, *, conn=N
     return await _write(store, partition, writer.cancel_steps(store, partition, kind, reference), conn)
 
 
-async def reschedule(store: Store, partition: str, kind, reference: bytes, due_at_ms=None, *, conn=None,
-                     delay=None) -> bool:
-    """Await :func:`timerwheel_c.durable.reschedule` (same arguments, return value and exceptions),
-    or with ``conn`` on the caller's connection inside its open transaction (see :func:`_write`).
-    True if this call moved the pending timer."""
+async def reschedule(store: Store, partition: str, due_at_ms=None, kind=None, reference: Optional[bytes] = None, *,
+                     conn=None, delay=None) -> bool:
+    """Await :func:`timerwheel_c.durable.reschedule` (same arguments, in :func:`schedule`'s order, the
+    former order accepted with a DeprecationWarning; same return value and exceptions), or with
+    ``conn`` on the caller's connection inside its open transaction (see :func:`_write`). True if
+    this call moved the pending timer."""
+    due_at_ms, kind, reference = writer.in_schedule_order(due_at_ms, kind, reference)
     return await _write(store, partition, writer.reschedule_steps(store, partition, kind, reference,
                                                                   due_or_delay(due_at_ms, delay)), conn)
 
