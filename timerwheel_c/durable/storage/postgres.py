@@ -175,6 +175,8 @@ class PostgresStore(Store):
             nor upgraded) and the session is ``default_transaction_read_only``, so a role with
             SELECT alone on the table and ``<table>_meta`` can open it; a write fails (SQLSTATE
             25006).
+        create: False for a command that writes rows but must not create a store: no DDL runs, as
+            with ``read_only``, but the session may write.
 
     Raises:
         TypeError / ValueError: a bad argument.
@@ -182,7 +184,8 @@ class PostgresStore(Store):
             this DSN or the table cannot be created. The message never holds the DSN's password.
         SchemaError / SchemaVersionError: the meta table holds an unusable or newer schema version
             (with ``read_only``, an older one too: a read-only open does not upgrade it).
-        NoStoreError: with ``read_only``, the database has no such table ("no timerwheel_c store here").
+        NoStoreError: with ``read_only`` or ``create=False``, the database has no such table ("no
+            timerwheel_c store here").
 
     The DSN is kept private: ``repr`` names user, host, port and database only.
     """
@@ -191,7 +194,7 @@ class PostgresStore(Store):
     ownership_type = PartitionOwnership
 
     def __init__(self, dsn: str, *, table: str = "timerwheel_kv", synchronous_commit: Optional[str] = None,
-                 read_only: bool = False):
+                 read_only: bool = False, create: bool = True):
         if not isinstance(dsn, str):
             raise TypeError(f"dsn must be a str, got {type(dsn).__name__}")
         if not isinstance(table, str) or not _TABLE_NAME.match(table):
@@ -216,7 +219,7 @@ class PostgresStore(Store):
         self._lock_wait_ms: Optional[int] = None  # the session's lock_timeout (open_sibling), None: none
         self._conn: Optional[psycopg.Connection] = None
         with self._lock, self._wrap:
-            if self.read_only:
+            if self.read_only or not create:
                 self._check_schema()
             else:
                 self._create_schema()
