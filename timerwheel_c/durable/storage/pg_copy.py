@@ -51,7 +51,7 @@ def payload(partition: str, writes: list) -> bytes:
     return _HEADER + b"".join([head + _LEN(len(k)) + k + _LEN(len(v)) + v for k, v in writes]) + _TRAILER
 
 
-def copy_new_rows(conn: psycopg.Connection, statement: sql.Composable, lock: int, partition: str,
+def copy_new_rows(conn: psycopg.Connection, statement: sql.Composed, lock: int, partition: str,
                   writes: list) -> bool:
     """Insert ``writes`` (``(key, value)`` pairs of new keys) into ``partition`` with ``statement``
     (``copy_rows`` of ``sql/postgres/queries.sql``) in one transaction holding the advisory lock
