@@ -188,6 +188,23 @@ def test_schedule_many_keeps_the_name_rules_of_schedule(store, monkeypatch, chun
     assert _pending(store, P)[(1, b"e")] == (NOW + 9, b"y") and _pending(store, P)[(1, b"old")] == (NOW + 1, b"new")
 
 
+def test_schedule_many_of_a_full_chunk_keeps_the_name_rules_too(store):
+    """A chunk large enough for PostgreSQL's COPY of new rows (300 timers) with one name already
+    pending: that chunk's first write fails as a whole, and the timers end as a loop of schedule()
+    leaves them (the pending one replaced, or kept, no stray row); with every name new, one write."""
+    from timerwheel_c.durable import schedule_many
+
+    schedule(store, P, NOW, 1, b"r150", b"was")
+    timers = [(P, NOW + i, 1, b"r%d" % i, b"v%d" % i) for i in range(300)]
+    schedule_many(store, timers, if_exists="keep")
+    assert _pending(store, P)[(1, b"r150")] == (NOW, b"was") and len(_pending(store, P)) == 300
+    schedule_many(store, timers)
+    assert _pending(store, P) == {(1, b"r%d" % i): (NOW + i, b"v%d" % i) for i in range(300)}
+    assert len(_rows(store, P)) == 600
+    schedule_many(store, [("fresh", NOW, 1, b"n%d" % i) for i in range(300)])
+    assert len(_rows(store, "fresh")) == 600
+
+
 def test_schedule_many_checks_every_timer_before_writing_any(store):
     """A bad timer anywhere in the input (a naive datetime, a kind out of range, a str reference, a
     wrong shape) or a bad if_exists raises naming it, and nothing is written."""
