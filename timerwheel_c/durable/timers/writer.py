@@ -37,8 +37,8 @@ from ..storage.joined import joined
 from ..storage.store import Absent, Batch, Committed, Equals, Store, check_partition, check_store
 
 __all__ = ["IF_EXISTS", "STATES", "PendingTimer", "TimerExists", "cancel", "cancel_steps", "get_timer", "get_timer_steps",
-           "in_schedule_order", "list_timers", "on_store", "requeue", "requeue_steps", "reschedule", "reschedule_steps", "schedule",
-           "schedule_steps", "write"]
+           "in_schedule_order", "list_timers", "on_store", "requeue", "requeue_steps", "reschedule", "reschedule_steps",
+           "schedule", "schedule_steps", "write"]
 
 T = TypeVar("T")
 
