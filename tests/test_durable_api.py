@@ -207,17 +207,20 @@ def test_schedule_many_of_a_full_chunk_keeps_the_name_rules_too(store):
 
 def test_schedule_many_checks_every_timer_before_writing_any(store):
     """A bad timer anywhere in the input (a naive datetime, a kind out of range, a str reference, a
-    wrong shape) or a bad if_exists raises naming it, and nothing is written."""
+    wrong shape, a value longer than schedule() takes) or a bad if_exists raises naming it, and
+    nothing is written."""
     import datetime
 
     from timerwheel_c.durable import schedule_many
+    from timerwheel_c.durable.timers.keys import MAX_TIMER_VALUE_BYTES
 
     good = (P, NOW, 1, b"good", b"")
     cases = [((P, datetime.datetime(2030, 1, 1), 1, b"r", b""), ValueError, r"timers\[1\]: .*naive"),
              ((P, NOW, 256, b"r", b""), ValueError, r"timers\[1\]: .*256"),
              ((P, NOW, 1, "r", b""), TypeError, r"timers\[1\]: .*reference"),
              ((P, NOW, 1), TypeError, r"timers\[1\] must be a tuple"),
-             (("", NOW, 1, b"r", b""), ValueError, r"timers\[1\]: .*partition")]
+             (("", NOW, 1, b"r", b""), ValueError, r"timers\[1\]: .*partition"),
+             ((P, NOW, 1, b"r", bytes(MAX_TIMER_VALUE_BYTES + 1)), ValueError, r"timers\[1\]: value must be at most")]
     for bad, error, named in cases:
         with pytest.raises(error, match=named):
             schedule_many(store, [good, bad])
