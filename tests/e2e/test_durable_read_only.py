@@ -202,3 +202,54 @@ def test_a_select_only_role_serves_the_status_page(reader_url):
     assert page is not None
     status, _headers, body = page.respond("GET", "/?reference=ro-timer", "127.0.0.1")
     assert status == 200 and b"ro-timer" in body
+
+
+def test_the_status_page_with_actions_creates_no_sqlite_store(tmp_path, capsys):
+    """``timerwheel-c web --web-actions`` writes rows but never makes a store: on a fresh path no file
+    is created, and a SQLite database holding no timerwheel_c store is refused in one line, "no
+    timerwheel_c store here", and comes out unchanged. On a store, the page opens and can act."""
+    import sqlite3
+
+    from timerwheel_c.durable import requeue
+    from timerwheel_c.durable.service.cli import make_page
+    from timerwheel_c.durable.storage.sqlite import SQLiteStore
+    from timerwheel_c.durable.storage.store import NoStoreError
+
+    fresh = tmp_path / "fresh.db"
+    assert make_page("web", f"sqlite:///{fresh}", "127.0.0.1", True) is None
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and not os.path.exists(fresh), err
+    with pytest.raises(NoStoreError, match="no timerwheel_c store here"):
+        SQLiteStore(fresh, create=False)
+    assert os.listdir(tmp_path) == []
+    path = tmp_path / "other.db"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE notes (body TEXT)")
+    db.close()
+    before = _snapshot(tmp_path)
+    assert make_page("web", f"sqlite:///{path}", "127.0.0.1", True) is None
+    err = capsys.readouterr().err
+    assert "no timerwheel_c store here" in err and len(err.strip().splitlines()) == 1, err
+    assert _snapshot(tmp_path) == before
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    _fill(url)
+    page = make_page("web", url, "127.0.0.1", True)
+    assert page is not None
+    try:
+        assert page.actions and requeue(page.store, "p", 1, b"ro-timer")  # its store writes
+    finally:
+        page.close()
+
+
+def test_the_status_page_with_actions_creates_no_postgresql_store(schema_url, capsys):
+    """On a PostgreSQL database without our tables, ``timerwheel-c web --web-actions`` is refused in
+    one line, "no timerwheel_c store here", and creates no table there."""
+    import psycopg
+
+    from timerwheel_c.durable.service.cli import make_page
+
+    assert make_page("web", schema_url, "127.0.0.1", True) is None
+    err = capsys.readouterr().err
+    assert "no timerwheel_c store here" in err and len(err.strip().splitlines()) == 1, err
+    with psycopg.connect(schema_url, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = current_schema()").fetchone()[0] == 0

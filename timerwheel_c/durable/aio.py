@@ -1,9 +1,10 @@
 """Writing durable timers from asyncio code (FastAPI, Django async, aiohttp) without blocking the loop.
 
-``await aio.schedule(store, ...)``, ``cancel``, ``reschedule``, ``requeue``, ``get_timer`` and
-``add_schedule`` take the same arguments, return the same values and raise the same exceptions
-as the functions of those names in :mod:`timerwheel_c.durable`. Each writer is written once, as
-steps (:mod:`timerwheel_c.durable.timers.steps`); its arguments are checked on the loop, when the
+``await aio.schedule(store, ...)``, ``schedule_many``, ``cancel``, ``reschedule``, ``requeue``,
+``get_timer`` and ``add_schedule`` take the same arguments, return the same values and raise the
+same exceptions as the functions of those names in :mod:`timerwheel_c.durable`. Each writer but
+``schedule_many`` (which runs the sync one on the thread below, on both backends) is written once,
+as steps (:mod:`timerwheel_c.durable.timers.steps`); its arguments are checked on the loop, when the
 steps are made, so a bad argument raises from the ``await`` exactly as the sync call would; then:
 
 - **PostgreSQL**: the steps are awaited on a connection of a ``psycopg_pool.AsyncConnectionPool``
@@ -39,16 +40,17 @@ import functools
 import logging
 import threading
 import weakref
-from typing import Callable, Optional, TypeVar
+from typing import Callable, Iterable, Optional, TypeVar
 
 from .storage.joined import ajoined
 from .storage.store import Store, check_store
-from .timers import schedules, writer
+from .timers import bulk, schedules, writer
 from .timers.due import due_or_delay
+from .timers.kind_names import check_kind_names, unconfirmed
 from .timers.steps import Steps, arun_steps
 from .timers.triggers import Trigger
 
-__all__ = ["add_schedule", "cancel", "configure", "get_timer", "requeue", "reschedule", "schedule"]
+__all__ = ["add_schedule", "cancel", "configure", "get_timer", "requeue", "reschedule", "schedule", "schedule_many"]
 
 T = TypeVar("T")
 log = logging.getLogger("timerwheel_c.durable")
@@ -131,13 +133,38 @@ def configure(store: Store, *, min_size: int = 1, max_size: int = 4, timeout_s: 
     store.async_pools().configure(min_size, max_size, timeout_s)  # type: ignore[attr-defined]
 
 
+async def _check_kind_names(store: Store, kinds: list) -> None:
+    """:func:`~timerwheel_c.durable.timers.kind_names.check_kind_names` on the store's writer thread
+    (it reads and records in the store with blocking calls), skipped with no thread once this
+    process has checked every named kind of ``kinds`` against ``store``."""
+    if unconfirmed(store, kinds):
+        await asyncio.get_running_loop().run_in_executor(_executor(store), check_kind_names, store, kinds)
+
+
 async def schedule(store: Store, partition: str, due_at_ms, kind, reference: bytes, value: bytes = b"", *,
                    if_exists: str = "replace", conn=None, delay=None) -> bytes:
-    """Await :func:`timerwheel_c.durable.schedule` (same arguments, return value and exceptions),
-    or with ``conn`` on the caller's connection inside its open transaction (see :func:`_write`).
-    Returns the pending timer row's key (bytes)."""
-    return await _write(store, partition, writer.schedule_steps(store, partition, due_or_delay(due_at_ms, delay), kind,
-                                                                reference, value, if_exists), conn)
+    """Await :func:`timerwheel_c.durable.schedule` (same arguments, return value and exceptions:
+    a named kind the store records under another name raises KindNameMismatch, checked without
+    ``conn``), or with ``conn`` on the caller's connection inside its open transaction (see
+    :func:`_write`). Returns the pending timer row's key (bytes)."""
+    steps = writer.schedule_steps(store, partition, due_or_delay(due_at_ms, delay), kind, reference, value, if_exists)
+    if conn is None:
+        await _check_kind_names(store, [kind])
+    return await _write(store, partition, steps, conn)
+
+
+async def schedule_many(store: Store, timers: Iterable[tuple], *, if_exists: str = "replace") -> None:
+    """Await :func:`timerwheel_c.durable.schedule_many` (same arguments and exceptions; every timer
+    checked before any is written, a named kind checked against the store's name for it).
+
+    ``timers`` is read on the loop; the writes then run on the store's writer thread on both
+    backends, as the sync call does them (on PostgreSQL, the store's own connection and its
+    ``COPY`` of new rows): a transaction per chunk of timers of a partition, each a blocking
+    statement of thousands of rows that no pooled connection would make shorter for the loop."""
+    check_store(store)
+    rows = list(timers)
+    await asyncio.get_running_loop().run_in_executor(
+        _executor(store), functools.partial(bulk.schedule_many, store, rows, if_exists=if_exists))
 
 
 async def cancel(store: Store, partition: str, kind, reference: bytes, *, conn=None) -> bool:
@@ -147,11 +174,13 @@ async def cancel(store: Store, partition: str, kind, reference: bytes, *, conn=N
     return await _write(store, partition, writer.cancel_steps(store, partition, kind, reference), conn)
 
 
-async def reschedule(store: Store, partition: str, kind, reference: bytes, due_at_ms=None, *, conn=None,
-                     delay=None) -> bool:
-    """Await :func:`timerwheel_c.durable.reschedule` (same arguments, return value and exceptions),
-    or with ``conn`` on the caller's connection inside its open transaction (see :func:`_write`).
-    True if this call moved the pending timer."""
+async def reschedule(store: Store, partition: str, due_at_ms=None, kind=None, reference: Optional[bytes] = None, *,
+                     conn=None, delay=None) -> bool:
+    """Await :func:`timerwheel_c.durable.reschedule` (same arguments, in :func:`schedule`'s order, the
+    former order accepted with a DeprecationWarning; same return value and exceptions), or with
+    ``conn`` on the caller's connection inside its open transaction (see :func:`_write`). True if
+    this call moved the pending timer."""
+    due_at_ms, kind, reference = writer.in_schedule_order(due_at_ms, kind, reference)
     return await _write(store, partition, writer.reschedule_steps(store, partition, kind, reference,
                                                                   due_or_delay(due_at_ms, delay)), conn)
 

@@ -98,10 +98,10 @@ def test_metrics_scraped_over_http_count_what_fired(tmp_path):
             # The backlog is recounted at most once a second: wait for a count taken after the fires.
             wait_until(lambda: svc.metrics().due_backlog.get(P) == 0, "the backlog recounted empty")
             got = samples(scrape(server)[1])
-            assert got[("timerwheel_fired_total", (("kind", str(OK_KIND)),))] == 40
-            assert got[("timerwheel_failed_total", (("kind", str(FAIL_KIND)),))] == 5
-            assert got[("timerwheel_fired_total", (("kind", str(FAIL_KIND)),))] == 0
-            assert got[("timerwheel_parked_total", (("kind", str(OK_KIND)),))] == 0
+            assert got[("timerwheel_fired_total", (("kind", str(OK_KIND)), ("kind_name", "")))] == 40
+            assert got[("timerwheel_failed_total", (("kind", str(FAIL_KIND)), ("kind_name", "")))] == 5
+            assert got[("timerwheel_fired_total", (("kind", str(FAIL_KIND)), ("kind_name", "")))] == 0
+            assert got[("timerwheel_parked_total", (("kind", str(OK_KIND)), ("kind_name", "")))] == 0
             assert got[("timerwheel_lateness_seconds_count", ())] == 45
             assert got[("timerwheel_lateness_seconds_bucket", (("le", "+Inf"),))] == 45
             assert got[("timerwheel_due_backlog", (("partition", P),))] == 0
@@ -156,6 +156,30 @@ def test_register_in_an_applications_registry(tmp_path):
     assert "timerwheel_owned_partitions 1.0" in text
     svc.stop()
     store.close()
+
+
+def test_metrics_by_kind_carry_the_kinds_name_beside_its_number(tmp_path):
+    """A kind whose handler names it (``TimerKind(n, "send-reminder")``) is labelled with that name
+    in every figure by kind, fired or not; a kind without a name gets an empty ``kind_name``."""
+    store = SQLiteStore(tmp_path / "names.db")
+    named = Counting(OK_KIND, Done())
+    named.kind = TimerKind(OK_KIND, "send-reminder")
+    writer.schedule(store, P, wall_ms(), named.kind, b"r")
+    svc = DurableTimerService(store, TimerRegistry().register(named).register(Counting(FAIL_KIND, Retry())), [P])
+    registry = prometheus_client.CollectorRegistry()
+    register(svc, registry)
+    try:
+        with svc:
+            named.wait_for(1)
+            wait_until(lambda: svc.fired >= 1, "the outcome committed")
+            got = samples(prometheus_client.generate_latest(registry).decode())
+    finally:
+        store.close()
+    assert got[("timerwheel_fired_total", (("kind", str(OK_KIND)), ("kind_name", "send-reminder")))] == 1
+    for family in ("failed", "parked"):
+        assert got[(f"timerwheel_{family}_total", (("kind", str(OK_KIND)), ("kind_name", "send-reminder")))] == 0
+    assert got[("timerwheel_parked_total", (("kind", str(FAIL_KIND)), ("kind_name", "")))] == 0
+    assert svc.metrics().kind_names == {OK_KIND: "send-reminder"}
 
 
 def test_a_second_service_in_one_registry_is_refused(tmp_path):

@@ -64,7 +64,7 @@ def test_async_functions_return_and_raise_what_the_sync_ones_do(tmp_path, backen
             key = await aio.schedule(store, P, due, KIND, b"a")
             assert key == schedule(store, P, due, KIND, b"a")
             assert await aio.get_timer(store, P, KIND, b"a") == get_timer(store, P, KIND, b"a")
-            assert await aio.reschedule(store, P, KIND, b"a", due + 1000) is True
+            assert await aio.reschedule(store, P, due + 1000, KIND, b"a") is True
             assert (await aio.get_timer(store, P, KIND, b"a")).due_at_ms == due + 1000
             assert await aio.cancel(store, P, KIND, b"a") is True
             assert await aio.cancel(store, P, KIND, b"a") is False
@@ -111,3 +111,88 @@ def test_many_concurrent_async_writes_all_land(tmp_path):
         assert all(store.get(P, k) == b"" for k in got)
     finally:
         store.close()
+
+
+def _dispose(store, backend):
+    if backend == "postgres":
+        from bench.stores import dispose
+
+        dispose(store)
+    else:
+        store.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_async_schedule_many_writes_and_refuses_as_the_sync_one_does(tmp_path, backend):
+    """aio.schedule_many leaves a partition as schedule_many leaves another given the same timers
+    (a pending name replaced, kept or refused by if_exists, a name given twice: the last wins), takes
+    any iterable, and raises the sync call's exception and message for a bad timer, writing nothing."""
+    from timerwheel_c.durable import TimerExists, list_timers, schedule_many
+
+    if backend == "postgres" and not PG_DSN:
+        pytest.skip("TIMERWHEEL_C_TEST_PG_DSN is not set")
+    store = _store(tmp_path, backend)
+    due = wall_ms() + 3_600_000
+    timers = [(due + i, KIND, b"r%d" % (i % 150), b"v%d" % i) for i in range(200)]  # 50 names given twice
+
+    def state(partition):
+        return [(t.reference, t.due_at_ms, t.value) for t in list_timers(store, partition)]
+
+    async def main():
+        for partition in ("sync", "async"):
+            schedule(store, partition, due - 1, KIND, b"r0", b"old")
+        schedule_many(store, [("sync", *t) for t in timers])
+        await aio.schedule_many(store, (("async", *t) for t in timers))
+        assert state("async") == state("sync") and len(state("sync")) == 150
+        schedule_many(store, [("sync", due, KIND, b"r1", b"kept?")], if_exists="keep")
+        await aio.schedule_many(store, [("async", due, KIND, b"r1", b"kept?")], if_exists="keep")
+        assert state("async") == state("sync")
+        with pytest.raises(TimerExists, match="reference b'r2'"):
+            await aio.schedule_many(store, [("async", due, KIND, b"r2"), ("async", due, KIND, b"new")],
+                                    if_exists="error")
+        assert (await aio.get_timer(store, "async", KIND, b"new")).due_at_ms == due
+        bad = [("async", due, KIND, b"fine"), ("async", due, KIND, "text")]
+        with pytest.raises(TypeError) as sync_err:
+            schedule_many(store, bad)
+        with pytest.raises(TypeError) as async_err:
+            await aio.schedule_many(store, bad)
+        assert str(async_err.value) == str(sync_err.value) and "timers[1]" in str(sync_err.value)
+        assert await aio.get_timer(store, "async", KIND, b"fine") is None
+        with pytest.raises(TypeError, match="store"):
+            await aio.schedule_many(object(), [])
+
+    try:
+        asyncio.run(main())
+    finally:
+        _dispose(store, backend)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_async_writers_refuse_a_kind_the_store_names_otherwise(tmp_path, backend):
+    """A second store object on the same database (a process that has checked nothing yet) whose
+    name for kind 9 differs from the one recorded: aio.schedule and aio.schedule_many raise
+    KindNameMismatch naming both names and write nothing; the recorded name writes on."""
+    from timerwheel_c.durable import KindNameMismatch, TimerKind
+
+    if backend == "postgres" and not PG_DSN:
+        pytest.skip("TIMERWHEEL_C_TEST_PG_DSN is not set")
+    store = _store(tmp_path, backend)
+    other = store.open_sibling() if backend == "postgres" else SQLiteStore(tmp_path / "same.db")
+    due = wall_ms() + 3_600_000
+
+    async def main():
+        await aio.schedule(store, P, due, TimerKind(9, "send-reminder"), b"a")
+        with pytest.raises(KindNameMismatch, match="'expire-ticket' here but 'send-reminder'"):
+            await aio.schedule(other, P, due, TimerKind(9, "expire-ticket"), b"b")
+        with pytest.raises(KindNameMismatch, match="'expire-ticket' here but 'send-reminder'"):
+            await aio.schedule_many(other, [(P, due, TimerKind(9, "expire-ticket"), b"c")])
+        for reference in (b"b", b"c"):
+            assert await aio.get_timer(store, P, 9, reference) is None
+        await aio.schedule_many(other, [(P, due, TimerKind(9, "send-reminder"), b"d")])
+        assert await aio.get_timer(store, P, 9, b"d") is not None
+
+    try:
+        asyncio.run(main())
+    finally:
+        other.close()
+        _dispose(store, backend)

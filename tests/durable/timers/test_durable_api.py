@@ -99,9 +99,9 @@ def test_a_timedelta_or_delay_seconds_is_due_that_long_from_now(store, host_now)
     assert get_timer(store, P, 1, b"a").due_at_ms == host_now + 300_000
     schedule(store, P, None, 1, b"b", b"v", delay=1.0001)
     assert get_timer(store, P, 1, b"b").due_at_ms == host_now + 1001
-    assert reschedule(store, P, 1, b"b", delay=60)
+    assert reschedule(store, P, None, 1, b"b", delay=60)
     assert get_timer(store, P, 1, b"b").due_at_ms == host_now + 60_000
-    assert reschedule(store, P, 1, b"a", datetime.timedelta(microseconds=1))
+    assert reschedule(store, P, datetime.timedelta(microseconds=1), 1, b"a")
     assert get_timer(store, P, 1, b"a").due_at_ms == host_now + 1
     assert Reschedule(datetime.timedelta(seconds=2), b"").due_at_ms == host_now + 2000
 
@@ -133,7 +133,7 @@ def test_the_async_writer_takes_a_delay(store, host_now):
     async def main():
         await aio.schedule(store, P, None, 2, b"c", delay=3)
         assert get_timer(store, P, 2, b"c").due_at_ms == host_now + 3000
-        assert await aio.reschedule(store, P, 2, b"c", delay=4)
+        assert await aio.reschedule(store, P, None, 2, b"c", delay=4)
 
     asyncio.run(main())
     assert get_timer(store, P, 2, b"c").due_at_ms == host_now + 4000
@@ -188,19 +188,39 @@ def test_schedule_many_keeps_the_name_rules_of_schedule(store, monkeypatch, chun
     assert _pending(store, P)[(1, b"e")] == (NOW + 9, b"y") and _pending(store, P)[(1, b"old")] == (NOW + 1, b"new")
 
 
+def test_schedule_many_of_a_full_chunk_keeps_the_name_rules_too(store):
+    """A chunk large enough for PostgreSQL's COPY of new rows (300 timers) with one name already
+    pending: that chunk's first write fails as a whole, and the timers end as a loop of schedule()
+    leaves them (the pending one replaced, or kept, no stray row); with every name new, one write."""
+    from timerwheel_c.durable import schedule_many
+
+    schedule(store, P, NOW, 1, b"r150", b"was")
+    timers = [(P, NOW + i, 1, b"r%d" % i, b"v%d" % i) for i in range(300)]
+    schedule_many(store, timers, if_exists="keep")
+    assert _pending(store, P)[(1, b"r150")] == (NOW, b"was") and len(_pending(store, P)) == 300
+    schedule_many(store, timers)
+    assert _pending(store, P) == {(1, b"r%d" % i): (NOW + i, b"v%d" % i) for i in range(300)}
+    assert len(_rows(store, P)) == 600
+    schedule_many(store, [("fresh", NOW, 1, b"n%d" % i) for i in range(300)])
+    assert len(_rows(store, "fresh")) == 600
+
+
 def test_schedule_many_checks_every_timer_before_writing_any(store):
     """A bad timer anywhere in the input (a naive datetime, a kind out of range, a str reference, a
-    wrong shape) or a bad if_exists raises naming it, and nothing is written."""
+    wrong shape, a value longer than schedule() takes) or a bad if_exists raises naming it, and
+    nothing is written."""
     import datetime
 
     from timerwheel_c.durable import schedule_many
+    from timerwheel_c.durable.timers.keys import MAX_TIMER_VALUE_BYTES
 
     good = (P, NOW, 1, b"good", b"")
     cases = [((P, datetime.datetime(2030, 1, 1), 1, b"r", b""), ValueError, r"timers\[1\]: .*naive"),
              ((P, NOW, 256, b"r", b""), ValueError, r"timers\[1\]: .*256"),
              ((P, NOW, 1, "r", b""), TypeError, r"timers\[1\]: .*reference"),
              ((P, NOW, 1), TypeError, r"timers\[1\] must be a tuple"),
-             (("", NOW, 1, b"r", b""), ValueError, r"timers\[1\]: .*partition")]
+             (("", NOW, 1, b"r", b""), ValueError, r"timers\[1\]: .*partition"),
+             ((P, NOW, 1, b"r", bytes(MAX_TIMER_VALUE_BYTES + 1)), ValueError, r"timers\[1\]: value must be at most")]
     for bad, error, named in cases:
         with pytest.raises(error, match=named):
             schedule_many(store, [good, bad])
@@ -499,3 +519,36 @@ def test_a_runner_whose_handlers_name_a_kind_otherwise_exits_2_with_one_line(tmp
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert out.stderr.startswith("timerwheel-c run: kind 1 is named 'expire-ticket' here but 'send-reminder' in the store")
+
+
+def test_reschedule_takes_schedules_order_and_the_former_one_with_a_deprecation_warning(store):
+    """reschedule(store, partition, due_at, kind, reference), as schedule() orders them, moves the
+    timer with no warning, and so do keywords; the former order (kind, reference, due_at), told apart
+    by the bytes reference where the kind goes, moves it too with a DeprecationWarning naming the new
+    order; the service's and the awaitable reschedule agree. A missing kind or reference is a TypeError."""
+    import asyncio
+    import warnings
+
+    from timerwheel_c.durable import aio, reschedule
+
+    schedule(store, P, NOW, 3, b"r")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert reschedule(store, P, NOW + 1, 3, b"r") and get_timer(store, P, 3, b"r").due_at_ms == NOW + 1
+        assert reschedule(store, P, kind=3, reference=b"r", due_at_ms=NOW + 2)
+        assert asyncio.run(aio.reschedule(store, P, NOW + 3, TimerKind(3), b"r"))
+    assert get_timer(store, P, 3, b"r").due_at_ms == NOW + 3
+    with pytest.warns(DeprecationWarning, match=r"reschedule\(store, partition, due_at_ms, kind, reference\)"):
+        assert reschedule(store, P, 3, b"r", NOW + 4)
+    with pytest.warns(DeprecationWarning, match="schedule\\(\\)'s order"):
+        assert asyncio.run(aio.reschedule(store, P, 3, b"r", NOW + 5))
+    assert get_timer(store, P, 3, b"r").due_at_ms == NOW + 5
+    service = DurableTimerService(store, TimerRegistry().register(FunctionHandler(lambda ctx, timer: Done(), 3)), [P])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert service.reschedule(P, NOW + 6, 3, b"r")
+    with pytest.warns(DeprecationWarning):
+        assert service.reschedule(P, 3, b"r", NOW + 7)
+    assert get_timer(store, P, 3, b"r").due_at_ms == NOW + 7
+    with pytest.raises(TypeError, match="a kind and a reference"):
+        reschedule(store, P, NOW)

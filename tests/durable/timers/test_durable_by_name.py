@@ -79,13 +79,13 @@ def test_an_unknown_if_exists_is_a_value_error_naming_it(durable_store):
 
 
 def test_reschedule_get_and_list(durable_store):
-    assert reschedule(durable_store, P, KIND, b"a", DUE) is False
+    assert reschedule(durable_store, P, DUE, KIND, b"a") is False
     assert get_timer(durable_store, P, KIND, b"a") is None
     schedule(durable_store, P, DUE + 3000, KIND, b"a", b"va")
     schedule(durable_store, P, DUE + 1000, KIND, b"b", b"vb")
     schedule(durable_store, P, DUE + 2000, KIND - 1, b"c", b"vc")
-    assert reschedule(durable_store, P, KIND, b"a", DUE) is True
-    assert reschedule(durable_store, P, KIND, b"a", DUE) is True  # already there
+    assert reschedule(durable_store, P, DUE, KIND, b"a") is True
+    assert reschedule(durable_store, P, DUE, KIND, b"a") is True  # already there
     assert get_timer(durable_store, P, KIND, b"a").due_at_ms == DUE
     assert get_timer(durable_store, P, KIND, b"a").value == b"va"
     assert [t.reference for t in list_timers(durable_store, P)] == [b"a", b"b", b"c"]
@@ -242,14 +242,14 @@ def test_a_timer_moved_by_another_connection_is_never_missing_by_name(store_url)
 
         def move():
             while not stop.is_set():
-                mover_refused[0] += not reschedule(mover, P, KIND, b"r", DUE + moves[0] % 2 * 1000)
+                mover_refused[0] += not reschedule(mover, P, DUE + moves[0] % 2 * 1000, KIND, b"r")
                 moves[0] += 1
 
         thread = threading.Thread(target=move)
         thread.start()
         try:
             missing = sum(get_timer(reader, P, KIND, b"r") is None for _ in range(300))
-            refused = sum(not reschedule(reader, P, KIND, b"r", DUE + 5000) for _ in range(300))
+            refused = sum(not reschedule(reader, P, DUE + 5000, KIND, b"r") for _ in range(300))
         finally:
             stop.set()
             thread.join()

@@ -182,7 +182,7 @@ def test_timer_exists_inside_the_callers_transaction_leaves_it_usable(backend):
         schedule(backend.store, P, due + 5, KIND, b"o1", b"second", if_exists="error", conn=conn)
     assert raised.value.timer.value == b"first"
     backend.insert_order(conn, "o2")
-    assert reschedule(backend.store, P, KIND, b"o1", due + 10, conn=conn)
+    assert reschedule(backend.store, P, due + 10, KIND, b"o1", conn=conn)
     conn.commit()
     assert backend.orders_committed() == ["o1", "o2"]
     timer = get_timer(backend.store, P, KIND, b"o1")
@@ -196,12 +196,12 @@ def test_cancel_and_reschedule_commit_and_roll_back_with_the_caller(backend):
     schedule(backend.store, P, due, KIND, b"b")
     conn = backend.connect()
     assert cancel(backend.store, P, KIND, b"a", conn=conn)
-    assert reschedule(backend.store, P, KIND, b"b", due + 1, conn=conn)
+    assert reschedule(backend.store, P, due + 1, KIND, b"b", conn=conn)
     conn.rollback()
     assert get_timer(backend.store, P, KIND, b"a").due_at_ms == due
     assert get_timer(backend.store, P, KIND, b"b").due_at_ms == due
     assert cancel(backend.store, P, KIND, b"a", conn=conn)
-    assert reschedule(backend.store, P, KIND, b"b", due + 1, conn=conn)
+    assert reschedule(backend.store, P, due + 1, KIND, b"b", conn=conn)
     conn.commit()
     assert get_timer(backend.store, P, KIND, b"a") is None
     assert get_timer(backend.store, P, KIND, b"b").due_at_ms == due + 1
@@ -235,7 +235,7 @@ def test_the_callers_row_and_text_factories_do_not_reach_the_write(backend):
     due = wall_ms() + 60_000
     key = schedule(backend.store, P, due, KIND, b"r", conn=conn)
     assert schedule(backend.store, P, due + 1, KIND, b"r", if_exists="keep", conn=conn) == key
-    assert reschedule(backend.store, P, KIND, b"r", due + 2, conn=conn)
+    assert reschedule(backend.store, P, due + 2, KIND, b"r", conn=conn)
     conn.commit()
     assert get_timer(backend.store, P, KIND, b"r").due_at_ms == due + 2
 
@@ -253,13 +253,13 @@ def test_a_psycopg_connection_with_raw_cursors_carries_the_write(tmp_path):
     async def on_async():
         async with await psycopg.AsyncConnection.connect(PG_DSN, cursor_factory=psycopg.AsyncRawCursor) as conn:
             await aio.schedule(b.store, P, due, KIND, b"a", conn=conn)
-            assert await aio.reschedule(b.store, P, KIND, b"a", due + 1, conn=conn)
+            assert await aio.reschedule(b.store, P, due + 1, KIND, b"a", conn=conn)
             await conn.commit()
 
     try:
         conn = b.connect(cursor_factory=psycopg.RawCursor)
         schedule(b.store, P, due, KIND, b"s", conn=conn)
-        assert reschedule(b.store, P, KIND, b"s", due + 2, conn=conn)
+        assert reschedule(b.store, P, due + 2, KIND, b"s", conn=conn)
         conn.commit()
         asyncio.run(on_async())
         assert get_timer(b.store, P, KIND, b"s").due_at_ms == due + 2
@@ -351,7 +351,7 @@ def test_async_psycopg_connection_commit_and_rollback(tmp_path):
             await conn.rollback()
             with pytest.raises(TimerExists):
                 await aio.schedule(b.store, P, due, KIND, b"o1", if_exists="error", conn=conn)
-            assert await aio.reschedule(b.store, P, KIND, b"o1", due + 1, conn=conn)
+            assert await aio.reschedule(b.store, P, due + 1, KIND, b"o1", conn=conn)
             await conn.execute(f"INSERT INTO {b.orders} (id) VALUES ('o3')")
             await conn.commit()
             assert await aio.cancel(b.store, P, KIND, b"o1", conn=conn)
@@ -376,7 +376,7 @@ def test_async_with_a_sqlite3_connection_commits_and_rolls_back_with_it(tmp_path
         await aio.schedule(b.store, P, due, KIND, b"kept", conn=conn)
         conn.commit()
         await aio.schedule(b.store, P, due, KIND, b"dropped", conn=conn)
-        assert await aio.reschedule(b.store, P, KIND, b"kept", due + 1, conn=conn)
+        assert await aio.reschedule(b.store, P, due + 1, KIND, b"kept", conn=conn)
         conn.rollback()
 
     try:
@@ -490,7 +490,7 @@ def test_psycopg_connections_that_cannot_carry_the_write_are_refused_without_the
         errors.append(raised.value)
         with_password.close()
         with pytest.raises(ValueError, match="closed") as raised:
-            reschedule(b.store, P, KIND, b"r", due, conn=with_password)
+            reschedule(b.store, P, due, KIND, b"r", conn=with_password)
         errors.append(raised.value)
 
         async def mixups():

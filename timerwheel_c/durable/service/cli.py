@@ -173,13 +173,16 @@ def load_registry(spec: str) -> TimerRegistry:
     return obj
 
 
-def open_or_say(command: str, url: Optional[str], *, existing: bool = False, read_only: bool = False):
+def open_or_say(command: str, url: Optional[str], *, existing: bool = False, read_only: bool = False,
+                create: bool = True):
     """The store of ``url`` (None: ``$TIMERWHEEL_C_STORE``), or None after one line on stderr
     (``timerwheel-c COMMAND: ...``, the password masked) naming why it cannot be opened: no URL,
     a bad URL, a missing driver, a store error, or with ``existing`` (commands that only read or
     change what is there) a SQLite file that does not exist, rather than creating an empty one.
     ``read_only`` (commands that only read) opens it with ``open_store(url, read_only=True)``:
-    no DDL, a SELECT-only role suffices, and a database without a store is refused."""
+    no DDL, a SELECT-only role suffices, and a database without a store is refused. ``create=False``
+    (commands that change rows but must not make a store) runs no DDL either and refuses such a
+    database alike, on a session that may write."""
     from ..storage.errors import StoreError
     from ..storage.open import SQLITE_PREFIX, open_store
 
@@ -193,7 +196,7 @@ def open_or_say(command: str, url: Optional[str], *, existing: bool = False, rea
         print(f"timerwheel-c {command}: no SQLite store at {path!r} (this command never creates one)", file=sys.stderr)
         return None
     try:
-        return open_store(url, read_only=read_only)
+        return open_store(url, read_only=read_only, create=create)
     except (ValueError, ImportError) as exc:
         print(f"timerwheel-c {command}: {redact(str(exc), url)}", file=sys.stderr)
     except StoreError as exc:
@@ -223,7 +226,9 @@ def make_page(command: str, url: str, host: str, actions: bool, service=None):
     from .web import TOKEN_ENV, StatusPage
 
     # A page without actions only reads: no DDL, so a SELECT-only role serves it, as the read-only commands.
-    store = open_or_say(command, url, existing=service is None, read_only=service is None and not actions)
+    # With actions it writes rows, but still creates no store: it acts on timers a runner keeps.
+    store = open_or_say(command, url, existing=service is None, read_only=service is None and not actions,
+                        create=service is not None)
     if store is None:
         return None
     return StatusPage(store, url, service=service, actions=actions, host=host, token=os.environ.get(TOKEN_ENV) or None)

@@ -11,7 +11,7 @@ Standalone (``timerwheel-c run --metrics-port PORT``), :func:`serve` starts a sm
 server on a daemon thread with:
 
 - ``/metrics``: the figures of :mod:`~timerwheel_c.durable.service.metrics` in Prometheus
-  text format, written by ``prometheus_client`` (a custom collector reading
+  text format (those by kind labelled with its number and its name, ``kind_name``), written by ``prometheus_client`` (a custom collector reading
   :meth:`DurableTimerService.metrics` at each scrape);
 - ``/healthz``: (GET or HEAD, as each path) 200 ``ok`` while the service thread is alive and a pass's claim round trip
   last succeeded within ``stale_after_s`` (default :func:`default_stale_after_s`: twice the
@@ -96,9 +96,9 @@ def collector(service):
                     ("timerwheel_fired", "Durable timer outcomes committed (Done or Reschedule), by kind", m.fired),
                     ("timerwheel_failed", "Durable timer fires that failed and backed off, by kind", m.failed),
                     ("timerwheel_parked", "Durable timers parked after their last attempt, by kind", m.parked)):
-                family = core.CounterMetricFamily(name, doc, labels=["kind"])
+                family = core.CounterMetricFamily(name, doc, labels=["kind", "kind_name"])
                 for kind in sorted(set(by_kind) | set(m.parked)):
-                    family.add_metric([str(kind)], by_kind.get(kind, 0))
+                    family.add_metric([str(kind), m.kind_names.get(kind, "")], by_kind.get(kind, 0))
                 yield family
             late = m.lateness
             hist = core.HistogramMetricFamily("timerwheel_lateness_seconds",

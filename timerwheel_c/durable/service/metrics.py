@@ -22,6 +22,10 @@ The figures and their Prometheus names (:mod:`~timerwheel_c.durable.service.expo
 ``timerwheel_handlers_in_flight``  handlers running now
 =================================  ===================================================================
 
+The figures by kind carry the kind's number and, when its handler names it
+(``TimerKind(1, "send-reminder")``, the name the store records), its name: the labels ``kind`` and
+``kind_name`` (empty for a kind without a name).
+
 No import of ``prometheus_client`` here: the snapshot is plain data for any monitoring system.
 """
 from __future__ import annotations
@@ -29,7 +33,7 @@ from __future__ import annotations
 import bisect
 import threading
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Optional, Tuple
 
 from ..storage.store import Store
@@ -101,7 +105,8 @@ class Histogram:
 class MetricsSnapshot:
     """The figures of one service at one moment (see the module docstring for their meaning).
 
-    ``fired`` / ``failed`` / ``parked``: counts by kind number (1..255). ``store_errors``:
+    ``fired`` / ``failed`` / ``parked``: counts by kind number (1..255). ``kind_names``: the name of
+    each kind whose handler names it, by kind number. ``store_errors``:
     ``{"transient": n, "permanent": n}``. ``due_backlog`` / ``parked_timers``: due rows and timers
     parked now, by served partition (each counted up to :data:`BACKLOG_CAP`, so 1000 reads "at least
     1000"; empty when the store could not be read). ``lateness`` / ``handler_duration``: histograms (s).
@@ -122,6 +127,7 @@ class MetricsSnapshot:
     handlers_in_flight: int
     running: bool
     last_progress_age_s: "float | None"
+    kind_names: Mapping[int, str] = field(default_factory=dict)
 
 
 class _Buckets:

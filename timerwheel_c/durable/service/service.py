@@ -355,16 +355,19 @@ class DurableTimerService:
         self._nudge(partition, due_ms)
         return key
 
-    def reschedule(self, partition: str, kind, reference: bytes, due_at_ms=None, *, delay=None) -> bool:
+    def reschedule(self, partition: str, due_at_ms=None, kind=None, reference: Optional[bytes] = None, *,
+                   delay=None) -> bool:
         """:func:`timerwheel_c.durable.reschedule` for a served partition (``due_at_ms`` or ``delay``
-        seconds from now), then wake the thread if the timer is now nearer than its current sleep.
+        seconds from now; the arguments in :meth:`schedule`'s order, the former order accepted with
+        a DeprecationWarning), then wake the thread if the timer is now nearer than its current sleep.
 
         Raises:
             TypeError / ValueError: bad arguments, a partition not served.
             Exception: whatever the store raises.
         """
+        due_at_ms, kind, reference = writer.in_schedule_order(due_at_ms, kind, reference)
         due_ms = due_at_ms_of(due_or_delay(due_at_ms, delay))
-        moved = writer.reschedule(self.store, self._check_served(partition), kind, reference, due_ms)
+        moved = writer.reschedule(self.store, self._check_served(partition), due_ms, kind, reference)
         if moved:
             self._nudge(partition, due_ms)
         return moved
@@ -729,7 +732,8 @@ class DurableTimerService:
             lateness=lateness, handler_duration=durations,
             due_backlog=backlog, parked_timers=parked_now, owned_partitions=owned, store_errors=errors,
             handlers_in_flight=self.in_flight, running=self.running,
-            last_progress_age_s=None if progress is None else time.monotonic() - progress)
+            last_progress_age_s=None if progress is None else time.monotonic() - progress,
+            kind_names={int(k): k.name for k in self.registry.named_kinds() if getattr(k, "name", None) is not None})
 
     def _backlog(self) -> tuple:
         """On the store thread: ``(due rows, parked timers)`` per served partition, each counted up to BACKLOG_CAP."""

@@ -12,6 +12,9 @@ change state (requeue, fire now, cancel, pause, resume); on a host other than lo
 also need the token in ``$TIMERWHEEL_C_WEB_TOKEN``, which the operator types on the page.
 The store URL, and its password, never appear on the page.
 
+The command never creates a store, with or without ``--web-actions``: it runs no DDL, and a
+database (or SQLite path) without one is refused ("no timerwheel_c store here").
+
 Exit status: 0 after SIGINT/SIGTERM; 2, with one line on stderr, on a bad argument, an address
 that cannot be bound, or a store that cannot be opened.
 """

@@ -15,11 +15,13 @@ __all__ = ["SQLITE_PREFIX", "open_store"]
 SQLITE_PREFIX = "sqlite:///"
 
 
-def open_store(url: str, *, read_only: bool = False) -> Store:
+def open_store(url: str, *, read_only: bool = False, create: bool = True) -> Store:
     """Open the store named by ``url``; with ``read_only``, for reading alone: nothing is created,
     upgraded or written, a database without a store raises
     :class:`~timerwheel_c.durable.storage.store.NoStoreError`, and a SQLite file is opened
-    read-only (see each store's ``read_only``).
+    read-only (see each store's ``read_only``). With ``create=False``, for a command that writes
+    rows but must not make a store: nothing is created or upgraded (no file, no DDL), and a
+    database without a store raises NoStoreError, but the store may write.
 
     Raises:
         TypeError: ``url`` is not a str.
@@ -36,7 +38,7 @@ def open_store(url: str, *, read_only: bool = False) -> Store:
             raise ValueError(f"store URL {redact(url)!r} has no path (use sqlite:///relative.db or sqlite:////abs/path.db)")
         from .sqlite import SQLiteStore
 
-        return SQLiteStore(path, read_only=read_only)
+        return SQLiteStore(path, read_only=read_only, create=create)
     if url.startswith(("postgresql://", "postgres://")):
         try:
             from .postgres import PostgresStore
@@ -46,5 +48,5 @@ def open_store(url: str, *, read_only: bool = False) -> Store:
             raise ModuleNotFoundError(
                 "a postgresql:// store needs psycopg 3, which is not installed: "
                 "pip install 'timerwheel_c[postgres]'", name="psycopg") from exc
-        return PostgresStore(url, read_only=read_only)
+        return PostgresStore(url, read_only=read_only, create=create)
     raise ValueError(f"unsupported store URL {redact(url)!r}: expected sqlite:///PATH or postgresql://...")

@@ -16,6 +16,8 @@ key (the runner's claims and outcomes) go to ``<table>_apply_sets``, which judge
 guard and does every write of the list in one set-based statement (a join per kind of
 step instead of a statement per row), each batch still failing alone on its own guards;
 other lists go to ``<table>_apply_many``, which applies them batch by batch in order.
+A large batch that only puts new keys, guarded by ``Absent`` on them (a chunk of ``schedule_many``),
+goes in with one ``COPY`` instead (:mod:`.pg_copy`), the primary key judging its guards.
 
 The schema (table, functions, and the ``<table>_meta`` row holding the schema version)
 is created or upgraded once, inside a transaction holding an advisory lock, so any
@@ -62,6 +64,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from .errors import PermanentStoreError, StoreError, TransientStoreError, wrap_exceptions
 from .pg_arrays import ByteaArray, Int4Array, Int8Array, TextArray, register as register_arrays
+from .pg_copy import copy_new_rows, copyable
 from .pg_listen import PgListener
 from .pg_ownership import PartitionOwnership
 from .redact import redact
@@ -173,6 +176,8 @@ class PostgresStore(Store):
             nor upgraded) and the session is ``default_transaction_read_only``, so a role with
             SELECT alone on the table and ``<table>_meta`` can open it; a write fails (SQLSTATE
             25006).
+        create: False for a command that writes rows but must not create a store: no DDL runs, as
+            with ``read_only``, but the session may write.
 
     Raises:
         TypeError / ValueError: a bad argument.
@@ -180,7 +185,8 @@ class PostgresStore(Store):
             this DSN or the table cannot be created. The message never holds the DSN's password.
         SchemaError / SchemaVersionError: the meta table holds an unusable or newer schema version
             (with ``read_only``, an older one too: a read-only open does not upgrade it).
-        NoStoreError: with ``read_only``, the database has no such table ("no timerwheel_c store here").
+        NoStoreError: with ``read_only`` or ``create=False``, the database has no such table ("no
+            timerwheel_c store here").
 
     The DSN is kept private: ``repr`` names user, host, port and database only.
     """
@@ -189,7 +195,7 @@ class PostgresStore(Store):
     ownership_type = PartitionOwnership
 
     def __init__(self, dsn: str, *, table: str = "timerwheel_kv", synchronous_commit: Optional[str] = None,
-                 read_only: bool = False):
+                 read_only: bool = False, create: bool = True):
         if not isinstance(dsn, str):
             raise TypeError(f"dsn must be a str, got {type(dsn).__name__}")
         if not isinstance(table, str) or not _TABLE_NAME.match(table):
@@ -214,7 +220,7 @@ class PostgresStore(Store):
         self._lock_wait_ms: Optional[int] = None  # the session's lock_timeout (open_sibling), None: none
         self._conn: Optional[psycopg.Connection] = None
         with self._lock, self._wrap:
-            if self.read_only:
+            if self.read_only or not create:
                 self._check_schema()
             else:
                 self._create_schema()
@@ -320,6 +326,11 @@ class PostgresStore(Store):
         return None if row is None else bytes(row[0])
 
     def _apply(self, partition: str, batch: Batch) -> Union[Committed, PreconditionFailed]:
+        if copyable(batch):
+            with self._lock, self._wrap:
+                if copy_new_rows(self._connection(), self._sql["copy_rows"], lock_key(self.table, partition),
+                                 partition, batch.writes):
+                    return _COMMITTED
         sets = _independent_sets([(partition, batch)])
         if sets is not None:
             return self._apply_sets(sets)[0]

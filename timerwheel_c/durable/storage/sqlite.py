@@ -47,8 +47,8 @@ from typing import Callable, Optional, Union
 from .errors import PermanentStoreError, StoreError, TransientStoreError, wrap_exceptions
 from .redact import redact
 from .sqlfiles import migrations, queries, statements
-from .store import (Absent, Batch, Committed, Page, PreconditionFailed, Refused, SchemaError, SchemaVersionError,
-                    Store, check_readable_version, consumed_write, schema_version_of)
+from .store import (Absent, Batch, Committed, NoStoreError, Page, PreconditionFailed, Refused, SchemaError,
+                    SchemaVersionError, Store, check_readable_version, consumed_write, schema_version_of)
 from .upgrades import rewritten_rows
 from .watch import PollingWatcher, Watcher
 
@@ -116,6 +116,8 @@ class SQLiteStore(Store):
             directory it may not write) can be read. A file without a ``-wal`` beside it (no
             connection has it open) is read as ``immutable``, which needs no lock or shared-memory
             file; a write then fails (SQLITE_READONLY).
+        create: False for a command that writes rows but must not create a store: no file is
+            created (SQLite's ``mode=rw``) and no DDL runs, as with ``read_only``, but it may write.
 
     Raises:
         TypeError / ValueError: a bad argument, or a URL given as the path (use
@@ -127,13 +129,13 @@ class SQLiteStore(Store):
         SchemaError: the file holds tables of the same names that timerwheel_c did not make
             (nothing is written to it), or a ``schema_version`` that is not an integer.
         SchemaVersionError: the file was written by a newer timerwheel_c.
-        NoStoreError: with ``read_only``, the file holds no timerwheel_c store; SchemaError: one of
+        NoStoreError: with ``read_only`` or ``create=False``, the file holds no timerwheel_c store; SchemaError: one of
             an older version, which a read-only open does not upgrade.
     """
 
     def __init__(self, path, *, busy_timeout_ms: int = 5000, synchronous: str = "NORMAL",
                  checkpoint_interval_s: Optional[float] = 1.0, watch_interval_s: float = 0.02,
-                 read_only: bool = False):
+                 read_only: bool = False, create: bool = True):
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__} {path!r}")
         if isinstance(busy_timeout_ms, bool) or not isinstance(busy_timeout_ms, int) or busy_timeout_ms < 0:
@@ -158,23 +160,29 @@ class SQLiteStore(Store):
         self._lock = threading.Lock()
         self._wrap = wrap_exceptions(sqlite3.Error, self._error)
         self.read_only = bool(read_only)
+        if not create and self.path != ":memory:" and not os.path.exists(self.path):
+            raise NoStoreError(f"no timerwheel_c store here: SQLite database {self.path!r} does not exist "
+                               "(this command never creates it)")
         try:
             # isolation_level=None: no implicit transactions; apply() opens its own.
             self._db = sqlite3.connect(
-                self._read_only_uri() if read_only else self.path, timeout=busy_timeout_ms / 1000,
-                isolation_level=None, check_same_thread=False, uri=bool(read_only))
+                self._read_only_uri() if read_only else self.path if create else self._existing_uri(),
+                timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False,
+                uri=bool(read_only) or not create)
         except sqlite3.Error as exc:
             raise self._open_error(exc) from exc
         try:
             # Checked before anything is written: a foreign file must come out as it went in.
             self._while_busy(self._refuse_foreign_tables)
-            if read_only:
+            if read_only or not create:
                 self._while_busy(self._check_schema)
             else:
                 if self.path != ":memory:":
                     self._while_busy(lambda: self._db.execute("PRAGMA journal_mode=WAL"))
                 self._db.execute(f"PRAGMA synchronous={synchronous}")
                 self._while_busy(self._create_schema)
+            if not create and not read_only:  # writes without DDL: the store's WAL mode is the file's own already
+                self._db.execute(f"PRAGMA synchronous={synchronous}")
         except sqlite3.Error as exc:
             self._db.close()
             raise self._open_error(exc) from exc
@@ -249,8 +257,14 @@ class SQLiteStore(Store):
         mode = "mode=ro" if os.path.exists(path + "-wal") else "mode=ro&immutable=1"
         return f"file:{urllib.parse.quote(path)}?{mode}"
 
+    def _existing_uri(self) -> str:
+        """The ``file:`` URI that opens :attr:`path` for writing only if it exists (``mode=rw``)."""
+        if self.path == ":memory:":
+            return "file::memory:"
+        return f"file:{urllib.parse.quote(os.path.abspath(self.path))}?mode=rw"
+
     def _check_schema(self) -> None:
-        """Read the schema version for a read-only open (see :func:`check_readable_version`)."""
+        """Read the schema version for an open that runs no DDL (see :func:`check_readable_version`)."""
         tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         found: Optional[int] = None
         where = f"table timerwheel_kv of SQLite database {self.path!r}"

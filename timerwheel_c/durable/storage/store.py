@@ -132,12 +132,12 @@ def schema_version_of(where: str, value: object) -> int:
 
 
 class NoStoreError(SchemaError):
-    """A read-only open found no timerwheel_c store in the database (a typo'd database or path, or
-    one no runner has used yet); nothing was created in it."""
+    """A read-only open, or one with ``create=False``, found no timerwheel_c store in the database (a
+    typo'd database or path, or one no runner has used yet); nothing was created in it."""
 
 
 def check_readable_version(where: str, found: Optional[int], supported: int) -> None:
-    """Check, for a read-only open, the schema version ``found`` in ``where`` (None: the store's
+    """Check, for an open that runs no DDL (read-only, or ``create=False``), the schema version ``found`` in ``where`` (None: the store's
     table is missing; 0: a store from before the version row) against ``supported``: a read-only
     open never creates or upgrades a schema, so it reads only the version it knows.
 
@@ -147,12 +147,12 @@ def check_readable_version(where: str, found: Optional[int], supported: int) -> 
         SchemaError: ``found`` is older: a runner or a writing command upgrades it first.
     """
     if found is None:
-        raise NoStoreError(f"no timerwheel_c store here: {where} does not exist (a read-only command never creates it)")
+        raise NoStoreError(f"no timerwheel_c store here: {where} does not exist (this command never creates it)")
     if found > supported:
         raise SchemaVersionError(where, found, supported)
     if found < supported:
         raise SchemaError(f"{where} has store schema version {found}, older than the version {supported} of this "
-                          "timerwheel_c: a runner or a writing command upgrades it (a read-only command never does)")
+                          "timerwheel_c: a runner or a writing command upgrades it (this command never does)")
 
 
 class SchemaVersionError(SchemaError, RuntimeError):

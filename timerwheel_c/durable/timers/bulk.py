@@ -36,7 +36,7 @@ def _checked(index: int, timer: object) -> tuple:
     try:
         key = keys.timer(due_at_ms_of(due_at), kind, reference)
         identity = keys.identity(kind, reference)
-        value = encoded(kind, value)
+        value = keys.check_value("value", encoded(kind, value))
         check_partition(partition)
     except (TypeError, ValueError) as exc:
         raise type(exc)(f"timers[{index}]: {exc}") from exc
@@ -50,15 +50,12 @@ def _write_chunk(store, partition: str, chunk: list, if_exists: str) -> Optional
     first TimerExists raised for ``"error"``, or None."""
     identities = {identity for _, identity, _ in chunk}
     if len(identities) == len(chunk):
-        batch = Batch()
         # The timer rows, then the identity rows, each in key order: the b-tree is written a page at a
-        # time instead of jumping between the two key ranges.
-        for _, identity, _ in chunk:
-            batch.require(Absent(identity))
-        for key, _, value in sorted(chunk):
-            batch.put(key, value)
-        for key, identity, _ in sorted(chunk, key=lambda row: row[1]):
-            batch.put(identity, key)
+        # time instead of jumping between the two key ranges. Built without Batch.put, whose checks
+        # _checked has made already: they were a sixth of the whole call's time.
+        writes = [(key, value) for key, _, value in sorted(chunk)]
+        writes += [(identity, key) for key, identity, _ in sorted(chunk, key=lambda row: row[1])]
+        batch = Batch([Absent(identity) for _, identity, _ in chunk], writes)
         if not isinstance(store.apply(partition, batch), PreconditionFailed):
             return None
     exists = None

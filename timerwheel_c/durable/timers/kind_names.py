@@ -4,9 +4,9 @@ kind differs is refused with one line (:class:`KindNameMismatch`), so that handl
 another application's kinds are never pointed at this one's timers.
 
 A name is checked once per store object and kind in a process (a read-and-record round trip the
-first time, nothing after), by :func:`~.writer.schedule`, :func:`~.bulk.schedule_many` and a
-service when it starts. A kind without a name is never checked. The names are the store's labels
-``kind:N`` (:meth:`Store.record_labels`).
+first time, nothing after), by :func:`~.writer.schedule`, :func:`~.bulk.schedule_many`, their
+awaitable forms in :mod:`timerwheel_c.durable.aio` and a service when it starts. A kind without a
+name is never checked. The names are the store's labels ``kind:N`` (:meth:`Store.record_labels`).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Iterable
 
 from ..storage.store import Store
 
-__all__ = ["KindNameMismatch", "check_kind_names", "kind_names"]
+__all__ = ["KindNameMismatch", "check_kind_names", "kind_names", "unconfirmed"]
 
 _PREFIX = "kind:"
 _confirmed: "weakref.WeakKeyDictionary[Store, dict]" = weakref.WeakKeyDictionary()
@@ -40,12 +40,7 @@ def check_kind_names(store: Store, kinds: Iterable) -> None:
         KindNameMismatch: a kind recorded under another name.
         StoreError: the store failed.
     """
-    wanted = {int(k): k.name for k in kinds if getattr(k, "name", None) is not None}
-    if not wanted:
-        return
-    with _lock:
-        confirmed = _confirmed.setdefault(store, {})
-        todo = {n: name for n, name in wanted.items() if confirmed.get(n) != name}
+    todo = unconfirmed(store, kinds)
     if not todo:
         return
     recorded = store.record_labels({f"{_PREFIX}{n}": name for n, name in todo.items()})
@@ -54,7 +49,18 @@ def check_kind_names(store: Store, kinds: Iterable) -> None:
         if found != name:
             raise KindNameMismatch(n, name, found)
     with _lock:
-        confirmed.update(todo)
+        _confirmed.setdefault(store, {}).update(todo)
+
+
+def unconfirmed(store: Store, kinds: Iterable) -> dict:
+    """``{kind number: name}`` of the named ``kinds`` not yet checked against ``store`` in this process:
+    empty when :func:`check_kind_names` would read nothing (no I/O here)."""
+    wanted = {int(k): k.name for k in kinds if getattr(k, "name", None) is not None}
+    if not wanted:
+        return {}
+    with _lock:
+        confirmed = _confirmed.setdefault(store, {})
+        return {n: name for n, name in wanted.items() if confirmed.get(n) != name}
 
 
 def kind_names(store: Store) -> dict:

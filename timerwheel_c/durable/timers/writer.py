@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import warnings
 from dataclasses import dataclass
 from typing import Optional, TypeVar
 
@@ -36,8 +37,8 @@ from ..storage.joined import joined
 from ..storage.store import Absent, Batch, Committed, Equals, Store, check_partition, check_store
 
 __all__ = ["IF_EXISTS", "STATES", "PendingTimer", "TimerExists", "cancel", "cancel_steps", "get_timer", "get_timer_steps",
-           "list_timers", "on_store", "requeue", "requeue_steps", "reschedule", "reschedule_steps", "schedule",
-           "schedule_steps", "write"]
+           "in_schedule_order", "list_timers", "on_store", "requeue", "requeue_steps", "reschedule", "reschedule_steps",
+           "schedule", "schedule_steps", "write"]
 
 T = TypeVar("T")
 
@@ -285,11 +286,40 @@ def _cancel(identity: bytes) -> Steps[bool]:
             return current_value is not None
 
 
-def reschedule(store: Store, partition: str, kind, reference: bytes, due_at_ms=None, *, conn=None,
-               delay=None) -> bool:
+def in_schedule_order(due_at_ms, kind, reference) -> tuple:
+    """``(due_at_ms, kind, reference)`` of a :func:`reschedule` call, in :func:`schedule`'s order.
+
+    Before that order, ``reschedule`` took ``(kind, reference, due_at_ms)``. A call in the old order
+    is told apart without doubt: its reference (bytes) lands where the kind goes, which no kind is.
+    Such a call is put in order with a DeprecationWarning; the old order will be refused in a
+    later release.
+
+    Raises:
+        TypeError: ``kind`` or ``reference`` is missing.
+    """
+    if isinstance(kind, (bytes, bytearray, memoryview)):
+        warnings.warn("reschedule(store, partition, kind, reference, due_at_ms) is deprecated: pass the "
+                      "arguments in schedule()'s order, reschedule(store, partition, due_at_ms, kind, reference), "
+                      "or by keyword", DeprecationWarning, stacklevel=3)
+        due_at_ms, kind, reference = reference, due_at_ms, kind
+    if kind is None or reference is None:
+        raise TypeError(f"reschedule needs a kind and a reference, got kind={kind!r}, reference={reference!r}")
+    return due_at_ms, kind, reference
+
+
+def reschedule(store: Store, partition: str, due_at_ms=None, kind=None, reference: Optional[bytes] = None, *,
+               conn=None, delay=None) -> bool:
     """Move the pending timer named (``partition``, ``kind``, ``reference``) to ``due_at_ms`` (Unix
-    epoch ms, an aware datetime or a timedelta from now) or ``delay`` seconds from now, its value kept and its attempts started again (a parked timer
-    is put back, as by :func:`requeue`); True if a timer was pending (and so moved), False if none was.
+    epoch ms, an aware datetime or a timedelta from now) or ``delay`` seconds from now, its value
+    kept and its attempts started again (a parked timer is put back, as by :func:`requeue`); True
+    if a timer was pending (and so moved), False if none was.
+
+    The arguments come in :func:`schedule`'s order (``due_at_ms`` None with ``delay``:
+    ``reschedule(store, partition, None, kind, reference, delay=60)``, or by keyword). The former
+    order, ``(kind, reference, due_at_ms)`` positionally, still works with a DeprecationWarning
+    (:func:`in_schedule_order`); a call giving ``kind`` and ``reference`` positionally in that order
+    and ``due_at_ms`` by keyword now raises TypeError (two values for ``due_at_ms``): pass all three
+    by keyword.
 
     Args:
         conn: None, or the caller's connection, as in :func:`schedule`.
@@ -298,6 +328,7 @@ def reschedule(store: Store, partition: str, kind, reference: bytes, due_at_ms=N
         TypeError / ValueError: a bad argument, naming it.
         Exception: whatever the store raises.
     """
+    due_at_ms, kind, reference = in_schedule_order(due_at_ms, kind, reference)
     return write(store, partition, reschedule_steps(store, partition, kind, reference, due_or_delay(due_at_ms, delay)),
                  conn)
 

@@ -82,6 +82,10 @@ DELETE FROM {t} WHERE partition = %s AND key = %s
 INSERT INTO {t} (partition, key, value) VALUES (%s, %s, %s)
 ON CONFLICT (partition, key) DO UPDATE SET value = EXCLUDED.value
 
+-- name: copy_rows
+-- New rows in bulk (storage/pg_copy.py): a key already present aborts it with SQLSTATE 23505.
+COPY {t} (partition, key, value) FROM STDIN (FORMAT BINARY)
+
 -- name: record_label
 -- A label (a name given by the layers above, such as a timer kind's) kept in the meta table under
 -- "label:NAME"; the first writer's text stays.
