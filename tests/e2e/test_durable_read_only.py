@@ -236,7 +236,7 @@ def test_the_status_page_with_actions_creates_no_sqlite_store(tmp_path, capsys):
     page = make_page("web", url, "127.0.0.1", True)
     assert page is not None
     try:
-        assert page.actions and requeue(page.store, "p", 1, b"ro-timer")  # its store writes
+        assert page.actions and requeue(page.store, "p", None, 1, b"ro-timer")  # its store writes
     finally:
         page.close()
 

@@ -46,7 +46,7 @@ from .storage.joined import ajoined
 from .storage.store import Store, check_store
 from .timers import bulk, schedules, writer
 from .timers.due import due_or_delay
-from .timers.kind_names import check_kind_names, unconfirmed
+from .timers.kind_names import unconfirmed
 from .timers.steps import Steps, arun_steps
 from .timers.triggers import Trigger
 
@@ -133,12 +133,12 @@ def configure(store: Store, *, min_size: int = 1, max_size: int = 4, timeout_s: 
     store.async_pools().configure(min_size, max_size, timeout_s)  # type: ignore[attr-defined]
 
 
-async def _check_kind_names(store: Store, kinds: list) -> None:
-    """:func:`~timerwheel_c.durable.timers.kind_names.check_kind_names` on the store's writer thread
-    (it reads and records in the store with blocking calls), skipped with no thread once this
-    process has checked every named kind of ``kinds`` against ``store``."""
-    if unconfirmed(store, kinds):
-        await asyncio.get_running_loop().run_in_executor(_executor(store), check_kind_names, store, kinds)
+async def _check_kind_name(store: Store, kind, conn=None) -> None:
+    """:func:`~timerwheel_c.durable.timers.writer.check_kind_name` on the store's writer thread (it
+    reads and records in the store with blocking calls), skipped with no thread once this process
+    has checked ``kind``'s name against ``store``, and with ``conn`` as the sync one skips it."""
+    if conn is None and unconfirmed(store, [kind]):
+        await asyncio.get_running_loop().run_in_executor(_executor(store), writer.check_kind_name, store, kind)
 
 
 async def schedule(store: Store, partition: str, due_at_ms, kind, reference: bytes, value: bytes = b"", *,
@@ -148,8 +148,7 @@ async def schedule(store: Store, partition: str, due_at_ms, kind, reference: byt
     ``conn``), or with ``conn`` on the caller's connection inside its open transaction (see
     :func:`_write`). Returns the pending timer row's key (bytes)."""
     steps = writer.schedule_steps(store, partition, due_or_delay(due_at_ms, delay), kind, reference, value, if_exists)
-    if conn is None:
-        await _check_kind_names(store, [kind])
+    await _check_kind_name(store, kind, conn)
     return await _write(store, partition, steps, conn)
 
 
@@ -171,7 +170,9 @@ async def cancel(store: Store, partition: str, kind, reference: bytes, *, conn=N
     """Await :func:`timerwheel_c.durable.cancel` (same arguments, return value and exceptions), or
     with ``conn`` on the caller's connection inside its open transaction (see :func:`_write`). True
     if this call removed the timer."""
-    return await _write(store, partition, writer.cancel_steps(store, partition, kind, reference), conn)
+    steps = writer.cancel_steps(store, partition, kind, reference)
+    await _check_kind_name(store, kind, conn)
+    return await _write(store, partition, steps, conn)
 
 
 async def reschedule(store: Store, partition: str, due_at_ms=None, kind=None, reference: Optional[bytes] = None, *,
@@ -181,14 +182,19 @@ async def reschedule(store: Store, partition: str, due_at_ms=None, kind=None, re
     ``conn`` on the caller's connection inside its open transaction (see :func:`_write`). True if
     this call moved the pending timer."""
     due_at_ms, kind, reference = writer.in_schedule_order(due_at_ms, kind, reference)
-    return await _write(store, partition, writer.reschedule_steps(store, partition, kind, reference,
-                                                                  due_or_delay(due_at_ms, delay)), conn)
+    steps = writer.reschedule_steps(store, partition, kind, reference, due_or_delay(due_at_ms, delay))
+    await _check_kind_name(store, kind, conn)
+    return await _write(store, partition, steps, conn)
 
 
-async def requeue(store: Store, partition: str, kind, reference: bytes, due_at=None) -> bool:
-    """Await :func:`timerwheel_c.durable.requeue` (same arguments, return value and exceptions).
-    True if the timer existed and is now scheduled."""
-    return await _write(store, partition, writer.requeue_steps(store, partition, kind, reference, due_at), None)
+async def requeue(store: Store, partition: str, due_at=None, kind=None, reference: Optional[bytes] = None) -> bool:
+    """Await :func:`timerwheel_c.durable.requeue` (same arguments, in :func:`schedule`'s order, the
+    former order accepted with a DeprecationWarning; same return value and exceptions). True if the
+    timer existed and is now scheduled."""
+    due_at, kind, reference = writer.in_schedule_order(due_at, kind, reference, function="requeue", due="due_at")
+    steps = writer.requeue_steps(store, partition, kind, reference, due_at)
+    await _check_kind_name(store, kind)
+    return await _write(store, partition, steps, None)
 
 
 async def get_timer(store: Store, partition: str, kind, reference: bytes) -> Optional[writer.PendingTimer]:
@@ -202,7 +208,8 @@ async def add_schedule(store: Store, partition: str, name: str, trigger: Trigger
                        misfire: str = "once", misfire_grace_s: float = 60.0,
                        catchup_window_s: Optional[float] = None) -> schedules.ScheduleInfo:
     """Await :func:`timerwheel_c.durable.add_schedule` (same arguments, return value and
-    exceptions)."""
-    return await _write(store, partition, schedules.add_schedule_steps(
-        store, partition, name, trigger, kind, value, misfire=misfire, misfire_grace_s=misfire_grace_s,
-        catchup_window_s=catchup_window_s), None)
+    exceptions: a named kind the store records under another name raises KindNameMismatch)."""
+    steps = schedules.add_schedule_steps(store, partition, name, trigger, kind, value, misfire=misfire,
+                                         misfire_grace_s=misfire_grace_s, catchup_window_s=catchup_window_s)
+    await _check_kind_name(store, kind)
+    return await _write(store, partition, steps, None)

@@ -196,3 +196,37 @@ def test_async_writers_refuse_a_kind_the_store_names_otherwise(tmp_path, backend
     finally:
         other.close()
         _dispose(store, backend)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_every_async_writer_refuses_a_kind_the_store_names_otherwise(tmp_path, backend):
+    """aio.cancel, aio.reschedule, aio.requeue and aio.add_schedule, from a second store object on
+    the same database whose name for kind 9 differs from the one recorded, raise KindNameMismatch
+    naming both names and change nothing; with the recorded name they write on."""
+    from timerwheel_c.durable import KindNameMismatch, TimerKind
+
+    if backend == "postgres" and not PG_DSN:
+        pytest.skip("TIMERWHEEL_C_TEST_PG_DSN is not set")
+    store = _store(tmp_path, backend)
+    other = store.open_sibling() if backend == "postgres" else SQLiteStore(tmp_path / "same.db")
+    due = wall_ms() + 3_600_000
+    wrong, right = TimerKind(9, "expire-ticket"), TimerKind(9, "send-reminder")
+
+    async def main():
+        await aio.schedule(store, P, due, right, b"a")
+        for write in (aio.cancel(other, P, wrong, b"a"), aio.reschedule(other, P, due + 1, wrong, b"a"),
+                      aio.requeue(other, P, due + 2, wrong, b"a"), aio.add_schedule(other, P, "hourly", Every(3600), wrong)):
+            with pytest.raises(KindNameMismatch, match="'expire-ticket' here but 'send-reminder'"):
+                await write
+        assert (await aio.get_timer(store, P, 9, b"a")).due_at_ms == due
+        assert get_schedule(store, P, "hourly") is None
+        assert await aio.reschedule(other, P, due + 1, right, b"a")
+        assert await aio.requeue(other, P, due + 2, right, b"a")
+        assert await aio.cancel(other, P, right, b"a")
+        assert (await aio.add_schedule(other, P, "hourly", Every(3600), right)).name == "hourly"
+
+    try:
+        asyncio.run(main())
+    finally:
+        other.close()
+        _dispose(store, backend)

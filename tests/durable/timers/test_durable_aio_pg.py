@@ -72,7 +72,7 @@ def test_writes_on_postgres_start_no_thread(store):
         await aio.schedule(store, P, due, KIND, b"a")
         assert (await aio.get_timer(store, P, KIND, b"a")).due_at_ms == due
         assert await aio.reschedule(store, P, due + 1, KIND, b"a")
-        assert await aio.requeue(store, P, KIND, b"a", due + 2)
+        assert await aio.requeue(store, P, due + 2, KIND, b"a")
         assert await aio.cancel(store, P, KIND, b"a")
         return await asyncio.gather(*(aio.schedule(store, P, due, KIND, b"%d" % i) for i in range(50)))
 

@@ -552,3 +552,64 @@ def test_reschedule_takes_schedules_order_and_the_former_one_with_a_deprecation_
     assert get_timer(store, P, 3, b"r").due_at_ms == NOW + 7
     with pytest.raises(TypeError, match="a kind and a reference"):
         reschedule(store, P, NOW)
+
+
+def test_requeue_takes_schedules_order_and_the_former_one_with_a_deprecation_warning(store):
+    """requeue(store, partition, due_at, kind, reference), as schedule() orders them, moves the
+    timer with no warning, and so do keywords; the former order (kind, reference, due_at, or no
+    due_at for now), told apart by the bytes reference where the kind goes, moves it too with a
+    DeprecationWarning naming the new order; the awaitable requeue agrees. A missing kind or
+    reference is a TypeError naming requeue."""
+    import asyncio
+    import warnings
+
+    from timerwheel_c.durable import aio, requeue
+
+    schedule(store, P, NOW, 3, b"r")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert requeue(store, P, NOW + 1, 3, b"r") and get_timer(store, P, 3, b"r").due_at_ms == NOW + 1
+        assert requeue(store, P, kind=3, reference=b"r", due_at=NOW + 2)
+        assert asyncio.run(aio.requeue(store, P, NOW + 3, TimerKind(3), b"r"))
+        assert not requeue(store, P, None, 3, b"missing")
+    assert get_timer(store, P, 3, b"r").due_at_ms == NOW + 3
+    with pytest.warns(DeprecationWarning, match=r"requeue\(store, partition, due_at, kind, reference\)"):
+        assert requeue(store, P, 3, b"r", NOW + 4)
+    assert get_timer(store, P, 3, b"r").due_at_ms == NOW + 4
+    with pytest.warns(DeprecationWarning, match="schedule\\(\\)'s order"):
+        assert asyncio.run(aio.requeue(store, P, 3, b"r", NOW + 5))
+    assert get_timer(store, P, 3, b"r").due_at_ms == NOW + 5
+    before_ms = int(time.time() * 1000)
+    with pytest.warns(DeprecationWarning):
+        assert requeue(store, P, 3, b"r")  # due now: later than NOW, not before this call
+    assert get_timer(store, P, 3, b"r").due_at_ms >= before_ms
+    with pytest.raises(TypeError, match="requeue needs a kind and a reference"):
+        requeue(store, P, NOW)
+
+
+def test_every_writer_refuses_a_kind_the_store_names_otherwise(store_url):
+    """cancel, reschedule, requeue and add_schedule, from a store object that has checked nothing
+    yet (another process's), whose TimerKind names kind 1 otherwise than the store records, raise
+    KindNameMismatch naming both names and change nothing, as schedule() does; add_schedule of a
+    kind not yet named records its name, and with the recorded name each of them writes on."""
+    from timerwheel_c.durable import (Every, KindNameMismatch, add_schedule, cancel, get_schedule, open_store, requeue,
+                                      reschedule)
+    from timerwheel_c.durable.timers.kind_names import kind_names
+
+    first, other = open_store(store_url), open_store(store_url)
+    wrong, right = TimerKind(1, "expire-ticket"), TimerKind(1, "send-reminder")
+    try:
+        schedule(first, P, NOW, right, b"a")
+        for write in (lambda: cancel(other, P, wrong, b"a"), lambda: reschedule(other, P, NOW + 1, wrong, b"a"),
+                      lambda: requeue(other, P, NOW + 2, wrong, b"a"),
+                      lambda: add_schedule(other, P, "hourly", Every(3600), wrong)):
+            with pytest.raises(KindNameMismatch, match="kind 1 is named 'expire-ticket' here but 'send-reminder'"):
+                write()
+        assert get_timer(first, P, 1, b"a").due_at_ms == NOW and get_schedule(first, P, "hourly") is None
+        add_schedule(other, P, "daily", Every(86400), TimerKind(2, "send-digest"))
+        assert kind_names(first) == {1: "send-reminder", 2: "send-digest"}
+        assert reschedule(other, P, NOW + 1, right, b"a") and requeue(other, P, NOW + 2, right, b"a")
+        assert cancel(other, P, right, b"a") and get_timer(first, P, 1, b"a") is None
+    finally:
+        first.close()
+        other.close()

@@ -137,7 +137,7 @@ def test_requeue_resets_attempts_and_the_timer_fires(durable_store, state, caplo
         else:
             run_due(durable_store, P, registry, NOW)
     assert get_timer(durable_store, P, KIND, b"r").state == state
-    assert requeue(durable_store, P, KIND, b"r", due_at=NOW + MIN) is True
+    assert requeue(durable_store, P, NOW + MIN, KIND, b"r") is True
     timer = get_timer(durable_store, P, KIND, b"r")
     assert (timer.state, timer.attempt, timer.due_at_ms, timer.value, timer.last_error) == (
         "scheduled", 0, NOW + MIN, b"payload", None)
@@ -155,10 +155,10 @@ def test_requeue_defaults_to_now_and_a_missing_timer_is_false(durable_store):
 
     schedule(durable_store, P, NOW + 10 * MIN, KIND, b"r")
     before = time.time_ns() // 1_000_000
-    assert requeue(durable_store, P, KIND, b"r") is True
+    assert requeue(durable_store, P, None, KIND, b"r") is True
     after = time.time_ns() // 1_000_000
     assert before <= get_timer(durable_store, P, KIND, b"r").due_at_ms <= after
-    assert requeue(durable_store, P, KIND, b"missing") is False
+    assert requeue(durable_store, P, kind=KIND, reference=b"missing") is False
     assert get_timer(durable_store, P, KIND, b"missing") is None
 
 
@@ -170,9 +170,9 @@ def test_aio_requeue_forwards_to_requeue(durable_store, caplog):
     schedule(durable_store, P, NOW, KIND, b"r")
     with caplog.at_level(logging.CRITICAL, logger="timerwheel_c.durable"):
         run_to_the_end(durable_store, handler)
-    assert asyncio.run(aio.requeue(durable_store, P, KIND, b"r", NOW)) is True
+    assert asyncio.run(aio.requeue(durable_store, P, NOW, KIND, b"r")) is True
     assert get_timer(durable_store, P, KIND, b"r").state == "scheduled"
-    assert asyncio.run(aio.requeue(durable_store, P, KIND, b"nobody")) is False
+    assert asyncio.run(aio.requeue(durable_store, P, None, KIND, b"nobody")) is False
 
 
 def test_a_parked_timer_is_cancelled_and_replaced_by_name(durable_store, caplog):

@@ -269,7 +269,7 @@ def _named(store, args, now_ms: int) -> str:
         due_ms = args.due_at if args.due_at is not None else now_ms + round(1000 * (args.in_s or 0))
     else:  # fire-now
         due_ms = now_ms
-    if not requeue(store, args.partition, args.kind, reference, due_at=due_ms):
+    if not requeue(store, args.partition, due_ms, args.kind, reference):
         raise NoSuchTimer(f"no pending timer in {name} (it fired or was removed meanwhile)")
     return f"{'requeued' if args.action == 'requeue' else 'fired now'}: the timer of {name}, " \
            f"due {local_iso(due_ms)} ({in_words(due_ms, now_ms)})"

@@ -320,7 +320,7 @@ class StatusPage:
         timer = get_timer(self.store, partition, kind, reference)
         if timer is None or (action == "requeue" and timer.state == "scheduled"):
             return False  # requeue moves a parked or retrying timer; fire-now moves any
-        return requeue(self.store, partition, kind, reference, due_at=self.now_ms())
+        return requeue(self.store, partition, self.now_ms(), kind, reference)
 
     # -- HTTP ------------------------------------------------------------------------------------
 

@@ -4,8 +4,10 @@ kind differs is refused with one line (:class:`KindNameMismatch`), so that handl
 another application's kinds are never pointed at this one's timers.
 
 A name is checked once per store object and kind in a process (a read-and-record round trip the
-first time, nothing after), by :func:`~.writer.schedule`, :func:`~.bulk.schedule_many`, their
-awaitable forms in :mod:`timerwheel_c.durable.aio` and a service when it starts. A kind without a
+first time, nothing after), by every writer (:func:`~.writer.schedule`, :func:`~.bulk.schedule_many`,
+``cancel``, ``reschedule``, ``requeue``, :func:`~.schedules.add_schedule`; through
+:func:`~.writer.check_kind_name`), their awaitable forms in :mod:`timerwheel_c.durable.aio` and a
+service when it starts. A kind without a
 name is never checked. The names are the store's labels ``kind:N`` (:meth:`Store.record_labels`).
 """
 from __future__ import annotations

@@ -49,7 +49,7 @@ from .schedule_state import ScheduleState, done, new_state, paused, replaced, re
 from .steps import APPLY, GET, Steps
 from .tick import backoff_ms
 from .triggers import Trigger
-from .writer import on_store, write
+from .writer import check_kind_name, on_store, write
 from ..storage.store import Absent, Batch, Committed, Equals, Store, check_partition, check_store
 
 __all__ = ["OccurrenceClaim", "ScheduleInfo", "add_schedule", "add_schedule_steps", "claim_occurrence", "get_schedule", "list_schedules",
@@ -149,11 +149,13 @@ def add_schedule(store: Store, partition: str, name: str, trigger: Trigger, kind
 
     Raises:
         TypeError / ValueError: a bad argument, naming it.
+        KindNameMismatch: a named kind the store records under another name; nothing written.
         Exception: whatever the store raises.
     """
-    return write(store, partition, add_schedule_steps(store, partition, name, trigger, kind, value, misfire=misfire,
-                                                      misfire_grace_s=misfire_grace_s,
-                                                      catchup_window_s=catchup_window_s))
+    steps = add_schedule_steps(store, partition, name, trigger, kind, value, misfire=misfire,
+                               misfire_grace_s=misfire_grace_s, catchup_window_s=catchup_window_s)
+    check_kind_name(store, kind)
+    return write(store, partition, steps)
 
 
 def add_schedule_steps(store: Store, partition: str, name: str, trigger: Trigger, kind, value: bytes = b"", *,

@@ -36,8 +36,8 @@ from .steps import APPLY, GET, Steps, run_steps
 from ..storage.joined import joined
 from ..storage.store import Absent, Batch, Committed, Equals, Store, check_partition, check_store
 
-__all__ = ["IF_EXISTS", "STATES", "PendingTimer", "TimerExists", "cancel", "cancel_steps", "get_timer", "get_timer_steps",
-           "in_schedule_order", "list_timers", "on_store", "requeue", "requeue_steps", "reschedule", "reschedule_steps",
+__all__ = ["IF_EXISTS", "STATES", "PendingTimer", "TimerExists", "cancel", "cancel_steps", "check_kind_name", "get_timer",
+           "get_timer_steps", "in_schedule_order", "list_timers", "on_store", "requeue", "requeue_steps", "reschedule", "reschedule_steps",
            "schedule", "schedule_steps", "write"]
 
 T = TypeVar("T")
@@ -212,10 +212,22 @@ def schedule(store: Store, partition: str, due_at_ms, kind, reference: bytes, va
         Exception: whatever the store raises.
     """
     steps = schedule_steps(store, partition, due_or_delay(due_at_ms, delay), kind, reference, value, if_exists)
-    if conn is None:
-        # Not inside a caller's transaction: on SQLite it holds the write lock the record would wait for.
-        check_kind_names(store, [kind])
+    check_kind_name(store, kind, conn)
     return write(store, partition, steps, conn)
+
+
+def check_kind_name(store: Store, kind, conn=None) -> None:
+    """Refuse a writer whose name for ``kind`` (a :class:`TimerKind`; an int has none) differs from
+    the one ``store`` records, recording it where none is (:func:`~.kind_names.check_kind_names`),
+    before a write on the store's own connection; with ``conn`` nothing is checked, since inside the
+    caller's transaction (on SQLite, holding the file's write lock) the record would wait for it.
+
+    Raises:
+        KindNameMismatch: the store records another name for ``kind``.
+        StoreError: the store failed.
+    """
+    if conn is None:
+        check_kind_names(store, [kind])
 
 
 def schedule_steps(store: Store, partition: str, due_at_ms, kind, reference: bytes, value: bytes,
@@ -265,9 +277,12 @@ def cancel(store: Store, partition: str, kind, reference: bytes, *, conn=None) -
 
     Raises:
         TypeError / ValueError: a bad argument, naming it.
+        KindNameMismatch: a named kind the store records under another name (checked without ``conn``).
         Exception: whatever the store raises.
     """
-    return write(store, partition, cancel_steps(store, partition, kind, reference), conn)
+    steps = cancel_steps(store, partition, kind, reference)
+    check_kind_name(store, kind, conn)
+    return write(store, partition, steps, conn)
 
 
 def cancel_steps(store: Store, partition: str, kind, reference: bytes) -> Steps[bool]:
@@ -286,24 +301,24 @@ def _cancel(identity: bytes) -> Steps[bool]:
             return current_value is not None
 
 
-def in_schedule_order(due_at_ms, kind, reference) -> tuple:
-    """``(due_at_ms, kind, reference)`` of a :func:`reschedule` call, in :func:`schedule`'s order.
+def in_schedule_order(due_at_ms, kind, reference, *, function: str = "reschedule", due: str = "due_at_ms") -> tuple:
+    """``(due_at_ms, kind, reference)`` of a call of ``function`` (:func:`reschedule`, :func:`requeue`),
+    whose due time parameter is named ``due``, in :func:`schedule`'s order.
 
-    Before that order, ``reschedule`` took ``(kind, reference, due_at_ms)``. A call in the old order
-    is told apart without doubt: its reference (bytes) lands where the kind goes, which no kind is.
-    Such a call is put in order with a DeprecationWarning; the old order will be refused in a
-    later release.
+    Before that order, both took ``(kind, reference, due)``. A call in the old order is told apart
+    without doubt: its reference (bytes) lands where the kind goes, which no kind is. Such a call
+    is put in order with a DeprecationWarning; the old order will be refused in a later release.
 
     Raises:
         TypeError: ``kind`` or ``reference`` is missing.
     """
     if isinstance(kind, (bytes, bytearray, memoryview)):
-        warnings.warn("reschedule(store, partition, kind, reference, due_at_ms) is deprecated: pass the "
-                      "arguments in schedule()'s order, reschedule(store, partition, due_at_ms, kind, reference), "
-                      "or by keyword", DeprecationWarning, stacklevel=3)
+        warnings.warn(f"{function}(store, partition, kind, reference, {due}) is deprecated: pass the arguments in "
+                      f"schedule()'s order, {function}(store, partition, {due}, kind, reference), or by keyword",
+                      DeprecationWarning, stacklevel=3)
         due_at_ms, kind, reference = reference, due_at_ms, kind
     if kind is None or reference is None:
-        raise TypeError(f"reschedule needs a kind and a reference, got kind={kind!r}, reference={reference!r}")
+        raise TypeError(f"{function} needs a kind and a reference, got kind={kind!r}, reference={reference!r}")
     return due_at_ms, kind, reference
 
 
@@ -326,14 +341,16 @@ def reschedule(store: Store, partition: str, due_at_ms=None, kind=None, referenc
 
     Raises:
         TypeError / ValueError: a bad argument, naming it.
+        KindNameMismatch: a named kind the store records under another name (checked without ``conn``).
         Exception: whatever the store raises.
     """
     due_at_ms, kind, reference = in_schedule_order(due_at_ms, kind, reference)
-    return write(store, partition, reschedule_steps(store, partition, kind, reference, due_or_delay(due_at_ms, delay)),
-                 conn)
+    steps = reschedule_steps(store, partition, kind, reference, due_or_delay(due_at_ms, delay))
+    check_kind_name(store, kind, conn)
+    return write(store, partition, steps, conn)
 
 
-def requeue(store: Store, partition: str, kind, reference: bytes, due_at=None) -> bool:
+def requeue(store: Store, partition: str, due_at=None, kind=None, reference: Optional[bytes] = None) -> bool:
     """Put the timer named (``partition``, ``kind``, ``reference``) back to scheduled, due at
     ``due_at`` (Unix epoch ms or an aware datetime, as :func:`schedule` takes; None: now), with its
     attempt count reset and its value kept: a parked timer after its handler is fixed, or a retrying
@@ -341,14 +358,24 @@ def requeue(store: Store, partition: str, kind, reference: bytes, due_at=None) -
     scheduled), False if none of that name does. The write is guarded on the timer's identity
     row and its row, as every write here, and wakes the runners serving the partition.
 
+    The arguments come in :func:`schedule`'s order (due now: ``requeue(store, partition, None,
+    kind, reference)``, or by keyword). The former order, ``(kind, reference, due_at)``
+    positionally, still works with a DeprecationWarning (:func:`in_schedule_order`); a call giving
+    ``kind`` and ``reference`` positionally in that order and ``due_at`` by keyword now raises
+    TypeError (two values for ``due_at``): pass all three by keyword.
+
     A schedule's parked occurrence is not a timer of its own: ``resume_schedule`` puts its schedule
     back to work.
 
     Raises:
         TypeError / ValueError: a bad argument, naming it.
+        KindNameMismatch: a named kind the store records under another name.
         Exception: whatever the store raises.
     """
-    return write(store, partition, requeue_steps(store, partition, kind, reference, due_at))
+    due_at, kind, reference = in_schedule_order(due_at, kind, reference, function="requeue", due="due_at")
+    steps = requeue_steps(store, partition, kind, reference, due_at)
+    check_kind_name(store, kind)
+    return write(store, partition, steps)
 
 
 def requeue_steps(store: Store, partition: str, kind, reference: bytes, due_at=None) -> Steps[bool]:
