@@ -272,7 +272,7 @@ class Chaos:
             try:
                 if what == "schedule":
                     schedule(store, entry.partition, due_ms, KIND, ref)
-                elif what == "reschedule" and reschedule(store, entry.partition, KIND, ref, due_ms):
+                elif what == "reschedule" and reschedule(store, entry.partition, due_ms, KIND, ref):
                     entry.due_ms = due_ms
                     self.rescheduled += 1
                 elif what == "cancel" and cancel(store, entry.partition, KIND, ref):
