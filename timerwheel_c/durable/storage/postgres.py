@@ -65,9 +65,10 @@ from .pg_arrays import ByteaArray, Int4Array, Int8Array, TextArray, register as 
 from .pg_listen import PgListener
 from .pg_ownership import PartitionOwnership
 from .redact import redact
+from .shards import DEFAULT_SHARD_COUNT, check_shard_count
 from .sqlfiles import migrations, queries
 from .upgrades import derived_rows
-from .store import (Absent, Batch, Committed, Page, PreconditionFailed, Refused, SchemaVersionError,
+from .store import (Absent, Batch, Committed, Page, PreconditionFailed, Refused, SchemaError, SchemaVersionError,
                     Store, check_lock_wait_ms, check_readable_version, consumed_write, schema_version_of)
 from .watch import Watcher
 
@@ -84,7 +85,8 @@ _TABLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,51}$")  # room for the "_apply_man
 # 4: the change-signal trigger ``<table>_wake`` (NOTIFY_DDL);
 # 5: ``<table>_apply_one``, and ``<table>_apply_many`` reports a refused batch alone;
 # 6: the rows the layers above derive from the stored ones (storage/upgrades.py);
-# 7: ``<table>_apply_sets``: independent batches of any partitions, set-based in one statement.
+# 7: ``<table>_apply_sets``: independent batches of any partitions, set-based in one statement;
+# 8: the generated ``shard`` column and its index ``<table>_shard`` (storage/shards.py).
 _MIGRATIONS = migrations("postgres")
 SCHEMA_VERSION = _MIGRATIONS[-1][0]
 _QUERIES = queries("postgres")
@@ -172,6 +174,8 @@ class PostgresStore(Store):
             nor upgraded) and the session is ``default_transaction_read_only``, so a role with
             SELECT alone on the table and ``<table>_meta`` can open it; a write fails (SQLSTATE
             25006).
+        shard_count: the number of shards (1..4096, see :mod:`.shards`) of a store this open creates,
+            or upgrades from before shards; a store that has them keeps its own (:attr:`shard_count`).
 
     Raises:
         TypeError / ValueError: a bad argument.
@@ -188,7 +192,8 @@ class PostgresStore(Store):
     ownership_type = PartitionOwnership
 
     def __init__(self, dsn: str, *, table: str = "timerwheel_kv", synchronous_commit: Optional[str] = None,
-                 read_only: bool = False):
+                 read_only: bool = False, shard_count: int = DEFAULT_SHARD_COUNT):
+        check_shard_count(shard_count)
         if not isinstance(dsn, str):
             raise TypeError(f"dsn must be a str, got {type(dsn).__name__}")
         if not isinstance(table, str) or not _TABLE_NAME.match(table):
@@ -199,12 +204,13 @@ class PostgresStore(Store):
         self.synchronous_commit = synchronous_commit
         self.table = table
         self.read_only = bool(read_only)
+        self.shard_count = shard_count
         self._lock = threading.Lock()
         self._wrap = wrap_exceptions(psycopg.Error, self._error)
         self._names = {
             "t": sql.Identifier(table), "meta": sql.Identifier(f"{table}_meta"),
             "apply_many": sql.Identifier(f"{table}_apply_many"), "apply_one": sql.Identifier(f"{table}_apply_one"),
-            "apply_sets": sql.Identifier(f"{table}_apply_sets"),
+            "apply_sets": sql.Identifier(f"{table}_apply_sets"), "shard_index": sql.Identifier(f"{table}_shard"),
             "old_apply": sql.Identifier(f"{table}_apply"), "wake": sql.Identifier(f"{table}_wake"),
             "channel": sql.Literal(f"{table}_wake"),
         }
@@ -236,6 +242,7 @@ class PostgresStore(Store):
             row = conn.execute(self._sql["schema_version"]).fetchone() if has_meta else None
             found = 0 if row is None else schema_version_of(where, row[0])
         check_readable_version(where, found, SCHEMA_VERSION)
+        self.shard_count = self._recorded_shard_count(conn)
 
     def _create_schema(self) -> None:
         """Create or upgrade the schema once: every opener takes the same transaction-level
@@ -249,19 +256,38 @@ class PostgresStore(Store):
             row = conn.execute(self._sql["schema_version"]).fetchone()
             where = f"PostgreSQL table {self.table!r}"
             found = 0 if row is None else schema_version_of(where, row[0])
-            if found == SCHEMA_VERSION:
-                return
             if found > SCHEMA_VERSION:
                 raise SchemaVersionError(where, found, SCHEMA_VERSION)
+            if found != SCHEMA_VERSION:
+                conn.execute(self._sql["set_shard_count"], (str(self.shard_count),))
+            self.shard_count = self._recorded_shard_count(conn)
+            if found == SCHEMA_VERSION:
+                return
             for version, text in _MIGRATIONS:
                 if version > found:
-                    conn.execute(sql.SQL(text).format(**self._names))
+                    conn.execute(sql.SQL(text).format(**self._names, shard_count=sql.Literal(self.shard_count)))
             added = derived_rows(found, conn.execute(self._sql["all_rows"]).fetchall())
             if added:
                 with conn.cursor() as cur:
                     cur.executemany(self._sql["put_if_absent"], added)
             self._create_wake_trigger(conn, None)
             conn.execute(self._sql["set_schema_version"], (str(SCHEMA_VERSION),))
+
+    def _recorded_shard_count(self, conn: psycopg.Connection) -> int:
+        """The shard count recorded in the meta table (the default for a store from before shards,
+        which a read-only open does not upgrade).
+
+        Raises:
+            SchemaError: the recorded count is not a shard count, naming it.
+        """
+        row = conn.execute(self._sql["shard_count"]).fetchone()
+        if row is None:
+            return DEFAULT_SHARD_COUNT
+        try:
+            return check_shard_count(int(row[0]))
+        except ValueError:
+            raise SchemaError(f"PostgreSQL table {self.table!r} records shard_count {row[0]!r}, which is not a "
+                              "shard count: the meta table was edited or not made by timerwheel_c") from None
 
     def _create_wake_trigger(self, conn: psycopg.Connection, patterns: Optional[list]) -> None:
         conn.execute(sql.SQL(_QUERIES["wake_trigger"]).format(when=when_clause(patterns), **self._names))
@@ -391,6 +417,17 @@ class PostgresStore(Store):
                                               binary=True).fetchall()
         return [Page.from_rows(list(zip(ks, vs)) if ks is not None else [], request[4])
                 for (ks, vs), request in zip(rows, requests)]
+
+    def _scan_shards(self, shards: list, start: bytes, end: bytes, limit: int) -> list:
+        """Every shard in one statement: a LATERAL range scan of the shard index per shard (see
+        ``scan_shards`` in ``sql/postgres/queries.sql``)."""
+        with self._lock, self._wrap:
+            rows = self._connection().execute(self._sql["scan_shards"], (Int4Array(shards), start, end, limit),
+                                              binary=True).fetchall()
+        out: list = [[] for _ in shards]
+        for i, partition, key, value in rows:
+            out[i - 1].append((partition, key, value))
+        return out
 
     def _apply_sets(self, sets: "_Sets") -> list:
         """Independent batches (:func:`_independent_sets`), set-based in one call of ``<table>_apply_sets``."""

@@ -46,6 +46,7 @@ from typing import Callable, Optional, Union
 
 from .errors import PermanentStoreError, StoreError, TransientStoreError, wrap_exceptions
 from .redact import redact
+from .shards import DEFAULT_SHARD_COUNT, check_shard_count, shard_of
 from .sqlfiles import migrations, queries, statements
 from .store import (Absent, Batch, Committed, Page, PreconditionFailed, Refused, SchemaError, SchemaVersionError,
                     Store, check_readable_version, consumed_write, schema_version_of)
@@ -59,9 +60,11 @@ log = logging.getLogger("timerwheel_c.durable")
 _QUERIES = queries("sqlite")
 _MIGRATIONS = migrations("sqlite")
 # 1: the key-value table alone (files from before the version row); 2: the version row; 6: the rows
-# the layers above derive (storage/upgrades.py).
+# the layers above derive (storage/upgrades.py); 8: each row's shard, and the index that scans a shard.
 SCHEMA_VERSION = _MIGRATIONS[-1][0]
-_TABLES = {"timerwheel_kv": ("partition", "key", "value"), "timerwheel_meta": ("name", "value")}
+# The columns of each table, as any version made them (ALTER TABLE appends a column).
+_TABLES = {"timerwheel_kv": (("partition", "key", "value"), ("partition", "key", "value", "shard")),
+           "timerwheel_meta": (("name", "value"),)}
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 # SQLite's primary result codes (https://sqlite.org/rescode.html) of passing conditions: BUSY,
 # LOCKED, NOMEM, INTERRUPT, PROTOCOL (a WAL lock race) and SCHEMA (another connection changed it),
@@ -116,6 +119,8 @@ class SQLiteStore(Store):
             directory it may not write) can be read. A file without a ``-wal`` beside it (no
             connection has it open) is read as ``immutable``, which needs no lock or shared-memory
             file; a write then fails (SQLITE_READONLY).
+        shard_count: the number of shards (1..4096, see :mod:`.shards`) of a store this open creates,
+            or upgrades from before shards; a store that has them keeps its own (:attr:`shard_count`).
 
     Raises:
         TypeError / ValueError: a bad argument, or a URL given as the path (use
@@ -133,7 +138,8 @@ class SQLiteStore(Store):
 
     def __init__(self, path, *, busy_timeout_ms: int = 5000, synchronous: str = "NORMAL",
                  checkpoint_interval_s: Optional[float] = 1.0, watch_interval_s: float = 0.02,
-                 read_only: bool = False):
+                 read_only: bool = False, shard_count: int = DEFAULT_SHARD_COUNT):
+        check_shard_count(shard_count)
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__} {path!r}")
         if isinstance(busy_timeout_ms, bool) or not isinstance(busy_timeout_ms, int) or busy_timeout_ms < 0:
@@ -158,6 +164,7 @@ class SQLiteStore(Store):
         self._lock = threading.Lock()
         self._wrap = wrap_exceptions(sqlite3.Error, self._error)
         self.read_only = bool(read_only)
+        self.shard_count = shard_count
         try:
             # isolation_level=None: no implicit transactions; apply() opens its own.
             self._db = sqlite3.connect(
@@ -233,9 +240,9 @@ class SQLiteStore(Store):
         table some other program made, which this store must neither use nor write into."""
         for table, columns in _TABLES.items():
             found = tuple(row[1] for row in self._db.execute(f"PRAGMA table_info({table})"))
-            if found and found != columns:
+            if found and found not in columns:
                 raise SchemaError(
-                    f"SQLite database {self.path!r} has a table {table} with columns {found}, not {columns}: "
+                    f"SQLite database {self.path!r} has a table {table} with columns {found}, not {columns[-1]}: "
                     "it was not made by timerwheel_c; refusing to use it (nothing was written)")
 
     def _read_only_uri(self) -> str:
@@ -258,6 +265,7 @@ class SQLiteStore(Store):
             row = self._db.execute(_QUERIES["schema_version"]).fetchone() if "timerwheel_meta" in tables else None
             found = 0 if row is None else schema_version_of(where, row[0])
         check_readable_version(where, found, SCHEMA_VERSION)
+        self.shard_count = self._recorded_shard_count(self._db)
 
     def _create_schema(self) -> None:
         """Create or upgrade the schema under the write lock, once, even when many processes open
@@ -271,19 +279,41 @@ class SQLiteStore(Store):
             found = 0 if row is None else schema_version_of(where, row[0])
             if found > SCHEMA_VERSION:
                 raise SchemaVersionError(where, found, SCHEMA_VERSION)
+            db.execute(_QUERIES["set_shard_count"], (str(self.shard_count),))
+            count = self.shard_count = self._recorded_shard_count(db)
             if found != SCHEMA_VERSION:
-                for version, text in _MIGRATIONS:
-                    if version > found:
-                        for statement in statements(text):
-                            db.execute(statement)
+                db.create_function("timerwheel_shard", 1, lambda p: shard_of(p, count), deterministic=True)
+                try:
+                    for version, text in _MIGRATIONS:
+                        if version > found:
+                            for statement in statements(text):
+                                db.execute(statement)
+                finally:
+                    db.create_function("timerwheel_shard", 1, None)
                 added = derived_rows(found, db.execute(_QUERIES["all_rows"]).fetchall())
-                db.executemany(_QUERIES["put_if_absent"], added)
+                db.executemany(_QUERIES["put_if_absent"], [(p, k, v, shard_of(p, count)) for p, k, v in added])
                 db.execute(_QUERIES["set_schema_version"], (str(SCHEMA_VERSION),))
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
+
+    def _recorded_shard_count(self, db: sqlite3.Connection) -> int:
+        """The shard count recorded in the meta table (the default for a store from before shards,
+        which a read-only open does not upgrade).
+
+        Raises:
+            SchemaError: the recorded count is not a shard count, naming it.
+        """
+        row = db.execute(_QUERIES["shard_count"]).fetchone()
+        if row is None:
+            return DEFAULT_SHARD_COUNT
+        try:
+            return check_shard_count(int(row[0]))
+        except ValueError:
+            raise SchemaError(f"SQLite database {self.path!r} records shard_count {row[0]!r}, which is not a "
+                              "shard count: the meta table was edited or not made by timerwheel_c") from None
 
     def _error(self, exc: sqlite3.Error) -> StoreError:
         return store_error(self.path, exc)
@@ -307,6 +337,11 @@ class SQLiteStore(Store):
         with self._lock, self._wrap:
             rows = self._db.execute(query, (partition, lower, end, limit + 1)).fetchall()
         return Page.from_rows(rows, limit)
+
+    def _scan_shards(self, shards: list, start: bytes, end: bytes, limit: int) -> list:
+        # One index range scan per shard, all under the lock: each costs an index probe plus its rows.
+        with self._lock, self._wrap:
+            return [self._db.execute(_QUERIES["scan_shard"], (shard, start, end, limit)).fetchall() for shard in shards]
 
     def _get(self, partition: str, key: bytes) -> Optional[bytes]:
         with self._lock, self._wrap:
@@ -334,7 +369,7 @@ class SQLiteStore(Store):
                     if nested:
                         db.execute("SAVEPOINT batch")
                     try:
-                        failed = apply_batch(db, partition, batch)
+                        failed = apply_batch(db, partition, batch, shard_of(partition, self.shard_count))
                     except sqlite3.Error as exc:
                         error = self._error(exc)
                         if not nested or isinstance(error, TransientStoreError):
@@ -452,7 +487,7 @@ def _present(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, want
     return found
 
 
-def apply_batch(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, batch: Batch) -> Optional[bytes]:
+def apply_batch(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, batch: Batch, shard: int) -> Optional[bytes]:
     """Check ``batch``'s guards and write it inside ``db``'s open transaction; return the key of
     the first failed guard (nothing written: the guards are all judged before the first write), or
     None once written. The last guard may be checked by its own delete
@@ -460,7 +495,8 @@ def apply_batch(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, b
     :meth:`SQLiteStore.apply` and a write through a caller's connection (:mod:`.joined`) share it.
 
     A large batch (many timers written at once) costs a statement per row, not three: its Absent
-    guards are read a few hundred keys per statement and each run of puts is one ``executemany``."""
+    guards are read a few hundred keys per statement and each run of puts is one ``executemany``.
+    ``shard``: the partition's shard (:func:`~.shards.shard_of`), which every put records."""
     consumed = consumed_write(batch)
     guards = batch.guards[:-1] if consumed >= 0 else batch.guards
     absent = [guard.key for guard in guards if isinstance(guard, Absent)]
@@ -482,7 +518,7 @@ def apply_batch(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, b
         if i == consumed:
             continue
         if value is not None:
-            puts.append((partition, key, value))
+            puts.append((partition, key, value, shard))
             continue
         if puts:
             db.executemany(_QUERIES["put"], puts)

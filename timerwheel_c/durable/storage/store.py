@@ -22,6 +22,7 @@ from typing import Callable, NoReturn, Optional, Union, cast
 
 from .errors import PermanentStoreError
 from .redact import redact
+from .shards import check_shards
 from .watch import GENERIC_POLL_S, ChangeHub, PollingWatcher, Watcher
 
 __all__ = [
@@ -432,6 +433,26 @@ class Store(abc.ABC):
             checked.append(_checked_scan(*request))
         return self._scan_many(checked) if checked else []
 
+    #: The number of shards of this store (see :mod:`.shards`), fixed when the store was created and
+    #: recorded in it; a backend without shards of its own has one, which holds every partition.
+    shard_count: int = 1
+
+    def scan_shards(self, shards: list, start: bytes, end: bytes, limit: int) -> list:
+        """The rows with ``start <= key < end`` of every partition of each of ``shards``: one list per
+        shard, in the order given, of at most ``limit`` ``(partition, key, value)`` triples in key order
+        (ties by partition name) across the shard's partitions. How a runner reads the due rows, or the
+        next due time, of any number of partitions with one index range scan per shard (one round trip
+        for them all on PostgreSQL): a pass then costs O(shards), never O(partitions). A list shorter
+        than ``limit`` holds every such row of its shard.
+
+        Raises:
+            TypeError / ValueError: ``shards`` is not a list of distinct ints in 0..:attr:`shard_count` - 1,
+                or ``start``, ``end``, ``limit`` as :meth:`scan` takes them, naming the value.
+        """
+        check_shards(shards, self.shard_count)
+        _, start, end, _, limit = _checked_scan("-", start, end, None, limit)
+        return self._scan_shards(shards, start, end, limit) if shards else []
+
     def apply_across(self, items: list) -> list:
         """:meth:`apply_many` over batches of any partitions: ``items`` is a list of ``(partition,
         batch)`` pairs; returns one :class:`Committed`, :class:`PreconditionFailed` or
@@ -593,6 +614,14 @@ class Store(abc.ABC):
         """:meth:`scan_many` with checked requests (a non-empty list, each as :meth:`_scan` takes it):
         the generic version, one ``_scan`` per request."""
         return [self._scan(*request) for request in requests]
+
+    def _scan_shards(self, shards: list, start: bytes, end: bytes, limit: int) -> list:
+        """:meth:`scan_shards` with checked arguments (a non-empty list of shards): the generic version
+        for a store of one shard, one :meth:`scan` per partition, merged (a backend with a shard column
+        reads each shard with one index range scan instead)."""
+        rows = sorted((key, partition, value) for partition in self._partitions()
+                      for key, value in self._scan(partition, start, end, None, limit).entries)[:limit]
+        return [[(partition, key, value) for key, partition, value in rows]]
 
     def _apply_across(self, items: list) -> list:
         """:meth:`apply_across` with checked items (a non-empty list): the generic version, one
