@@ -226,9 +226,11 @@ class DurableTimerService:
         self.executor = Executor(concurrency, store, self._wall_ms, self._settle, self._slot_freed, budget.max_fired)
         self.committer = Committer(store, self._on_commit_store, self._count, self._nudge, self._store_failed,
                                    self._outcome_done, lambda: bool(self.executor.tasks))
+        # Serving the whole store alone, a pass reads by shard: its cost does not grow with partitions.
+        whole_store = self.ownership is None and self.partitions is None
         self._passes = Passes(store, registry, budget, self._served, self.ownership, self.activity, self._count,
-                              self._wall_ms,
-                             self._store_failed)
+                              self._wall_ms, self._store_failed,
+                              shards=(lambda: list(range(store.shard_count))) if whole_store else None)
         self.died: Optional[BaseException] = None
         self.recorder = Recorder()
         self._release_on_stop = False

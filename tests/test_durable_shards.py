@@ -1,0 +1,114 @@
+"""Shards: a service serving the whole store passes over shards, never over partitions one by one.
+
+The property: with 100,000 partitions each holding one timer a day away, a timer written by another
+connection, due shortly, still fires, never before its due time and within a generous liveness bound,
+and, structurally, the passes read the store by shard: not one per-partition read of the idle
+partitions and no listing of them, counted through the store itself (a Delegating wrapper around the
+real store, no mock). The lateness figure against the number of partitions is the bench's job.
+"""
+from __future__ import annotations
+
+import threading
+
+from timerwheel_c.durable import schedule
+from timerwheel_c.durable.service.service import DurableTimerService
+from timerwheel_c.durable.storage.open import open_store
+from timerwheel_c.durable.storage.store import Batch
+from timerwheel_c.durable.timers import keys
+from timerwheel_c.durable.timers.registry import Done, TimerHandler, TimerKind, TimerRegistry
+from bench.stores import Delegating, dispose
+from waiting import wait_until, wall_ms
+
+KIND = 0xF3
+PARTITIONS = 100_000
+LIVENESS_S = 30.0
+CHUNK = 10_000
+
+
+class Counting(Delegating):
+    """The real store, counting the partitions its reads name one by one and its shard reads."""
+
+    def __init__(self, inner):
+        super().__init__(inner)
+        self.lock = threading.Lock()
+        self.partition_reads = 0  # scan and scan_many requests, one per partition named
+        self.listings = 0  # partitions(): a walk over every partition
+        self.shard_reads = 0
+        self.shard_rows = 0
+
+    def _scan(self, partition, start, end, after, limit):
+        with self.lock:
+            self.partition_reads += 1
+        return super()._scan(partition, start, end, after, limit)
+
+    def _scan_many(self, requests):
+        with self.lock:
+            self.partition_reads += len(requests)
+        return self.inner.scan_many(requests)
+
+    def _partitions(self):
+        with self.lock:
+            self.listings += 1
+        return super()._partitions()
+
+    def _scan_shards(self, shards, start, end, limit):
+        rows = super()._scan_shards(shards, start, end, limit)
+        with self.lock:
+            self.shard_reads += 1
+            self.shard_rows += sum(len(r) for r in rows)
+        return rows
+
+    def counts(self) -> tuple:
+        with self.lock:
+            return self.partition_reads, self.listings, self.shard_reads, self.shard_rows
+
+
+class Stamp(TimerHandler):
+    kind = TimerKind(KIND)
+
+    def __init__(self):
+        self.fired: dict = {}
+        self.cond = threading.Condition()
+
+    def fire(self, ctx, timer):
+        with self.cond:
+            self.fired.setdefault(timer.reference, []).append(wall_ms())
+            self.cond.notify_all()
+        return Done()
+
+
+def test_a_new_timer_fires_among_100k_idle_partitions_and_passes_read_by_shard(store_url):
+    """100,000 partitions x 1 timer a day away, written in bulk; a service serves the whole store
+    (max_sleep_s an hour, so only the change signal wakes it). Another connection writes a timer due
+    300 ms later: it fires once, not early, within LIVENESS_S; meanwhile no pass listed the partitions
+    or read one partition's rows for an idle one (a pass over partitions one by one would read 100,000),
+    and each shard read returned at most a handful of rows per shard."""
+    writer = open_store(store_url)
+    inner = open_store(store_url)
+    store = Counting(inner)
+    try:
+        far = wall_ms() + 86_400_000
+        items = [(f"entity-{i}", Batch().put(keys.timer(far + i, KIND, b"idle-%d" % i), b"")) for i in range(PARTITIONS)]
+        for at in range(0, PARTITIONS, CHUNK):
+            assert all(type(r).__name__ == "Committed" for r in writer.apply_across(items[at:at + CHUNK]))
+        del items
+        handler = Stamp()
+        with DurableTimerService(store, TimerRegistry().register(handler), max_sleep_s=3600):
+            wait_until(lambda: store.counts()[2] >= 2, "the service's first pass")
+            before = store.counts()
+            due = wall_ms() + 300
+            schedule(writer, "entity-new", due, KIND, b"new")
+            with handler.cond:
+                assert handler.cond.wait_for(lambda: b"new" in handler.fired, LIVENESS_S), "the new timer never fired"
+            after = store.counts()
+        assert handler.fired == {b"new": handler.fired[b"new"]} and len(handler.fired[b"new"]) == 1
+        assert due <= handler.fired[b"new"][0] <= due + LIVENESS_S * 1000
+        reads, listings, shard_reads, shard_rows = (a - b for a, b in zip(after, before))
+        assert shard_reads >= 2, "the passes read by shard (the situation under test arose)"
+        assert listings == 0 and after[1] == 0, "no pass walked the partitions"
+        # The new timer's own partition is read by its claim and its outcome's commit; never the idle ones.
+        assert reads < 50, f"{reads} per-partition reads: the passes looked at partitions one by one"
+        assert shard_rows <= shard_reads * 2 * store.shard_count, shard_rows
+    finally:
+        dispose(writer)
+        inner.close()
