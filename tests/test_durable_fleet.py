@@ -21,7 +21,7 @@ from timerwheel_c.durable.timers import keys
 from timerwheel_c.durable.storage.store import Batch, Committed, Equals, PreconditionFailed, SchemaVersionError
 from waiting import wait_until, wall_ms
 
-CURRENT = 7  # timerwheel_c.durable.storage.postgres.SCHEMA_VERSION (psycopg may be missing at collection)
+CURRENT = 8  # timerwheel_c.durable.storage.postgres.SCHEMA_VERSION (psycopg may be missing at collection)
 
 PG_DSN = os.environ.get("TIMERWHEEL_C_TEST_PG_DSN")
 pytestmark = [
@@ -304,7 +304,7 @@ def test_a_version_one_table_is_upgraded_in_place(schema_url):
         assert store.get("p", b"k") == b"v"
         assert store.apply_many("p", [Batch().put(b"k2", b"v2")]) and store.get("p", b"k2") == b"v2"
     with psycopg.connect(schema_url) as conn:
-        assert conn.execute("SELECT value FROM timerwheel_kv_meta").fetchone() == (str(CURRENT),)
+        assert conn.execute("SELECT value FROM timerwheel_kv_meta WHERE name = 'schema_version'").fetchone() == (str(CURRENT),)
         assert conn.execute("SELECT to_regproc('timerwheel_kv_apply')").fetchone() == (None,)
 
 
