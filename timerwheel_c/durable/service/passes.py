@@ -30,7 +30,7 @@ A pass runs on the store thread and may claim ``free`` rows (free slots plus que
   away as with one: idle partitions are never looked at one by one. A shard read is the pass's
   read of what it serves, so its failure fails the pass (the service backs off) as reading the
   partitions does. A shard whose due rows fill the read holds more: the pass says so (starved, or
-  a wake now), and the next pass reads on.
+  a wake now, after a pass that claimed), and the next pass reads on.
 - In a fleet, a partition just taken over from a runner that died first has that runner's
   claims released (:func:`~timerwheel_c.durable.timers.claim.release_claims`), so its rows in
   flight fire again at once instead of after their backoff.
@@ -46,7 +46,7 @@ from typing import Callable, Optional
 from ..storage.store import Ownership, Page, Store
 from ..timers import keys
 from ..timers.registry import TimerRegistry
-from ..timers.claim import SCAN_PAGE
+from ..timers.claim import SCAN_PAGE, release_range
 from ..timers.runner import (NO_PROGRESS_WAKE_MS, PAGE, RunReport, TickBudget, claim_due, claim_due_across,
                              due_request, needs_wake_scan, next_wake, release_claims, wake_request)
 from .activity import Activity
@@ -211,7 +211,10 @@ class Passes:
         wake = _earliest(wake, self._wakes(waking))
         if shards is not None:
             wake = _earliest(wake, self._next_due_in_shards(shards, self.wall_ms()))
-            if full:  # rows the shard read did not reach: read on now, or as soon as there is room
+            # Rows the shard read did not reach: read on now, or as soon as there is room. Only after
+            # a pass that claimed: rows it could not (a kind in its grace, rows in flight) are not read
+            # again in a loop, their claims' reports say when to look again.
+            if full and jobs:
                 starved = starved or free <= 0
                 wake = self.wall_ms()
         return PassResult(jobs, wake, starved)
@@ -273,6 +276,18 @@ class Passes:
             return dict(zip(ready, self.store.scan_many([due_request(p, now_ms, self.budget, cap) for p in ready])))
         except Exception:
             return {}
+
+    def _claimed_in_shards(self, shards: list) -> list:
+        """The partitions of ``shards`` (just taken over) holding rows where a dead runner's first
+        claims wait (:func:`release_range`): one :meth:`Store.scan_shards` of up to
+        :data:`_TAKEN_OVER_ROWS` rows per shard; a partition past that fires its rows after their
+        backoff instead. Nothing (logged) when the read fails: the rows then wait out their backoff."""
+        try:
+            found = self.store.scan_shards(shards, *release_range(self.wall_ms()), _TAKEN_OVER_ROWS)
+        except Exception as exc:
+            self.store_failed(exc, 1, f"read of the claims in the shards {shards} taken over from a runner that died")
+            return []
+        return list(dict.fromkeys(partition for rows in found for partition, _, _ in rows))
 
     def _wakes(self, waking: dict) -> Optional[int]:
         """Read the next wake of every partition in ``waking`` (see :meth:`_claim`) in one round trip;
@@ -349,7 +364,10 @@ class Passes:
     def _release_taken_over(self) -> None:
         if self.ownership is None:
             return
-        for partition in self.ownership.taken_over():
+        taken = self.ownership.taken_over()
+        if self.ownership.by_shard and taken:
+            taken = self._claimed_in_shards(taken)
+        for partition in taken:
             try:
                 moved = release_claims(self.store, partition, self.wall_ms())
             except Exception as exc:
@@ -371,6 +389,9 @@ def _first_due(rows: list) -> Optional[int]:
         except keys.MalformedKey:
             continue
     return None
+
+
+_TAKEN_OVER_ROWS = 10_000  # rows per shard taken over read for the partitions to release
 
 
 def _earliest(a: Optional[int], b: Optional[int]) -> Optional[int]:

@@ -63,7 +63,7 @@ from .activity import Activity
 from .clock import StoreClock
 from .committer import ERROR_BACKOFF_S, Committer, backoff_s
 from .executor import SHARE_S, Executor
-from .metrics import BACKLOG_EVERY_S, MetricsSnapshot, Recorder, due_backlog, parked_count
+from .metrics import BACKLOG_EVERY_S, MetricsSnapshot, Recorder, due_backlog, parked_count, shard_backlog
 from .passes import PassResult, Passes
 from .pool import DEFAULT_CONCURRENCY, DaemonExecutor, DaemonPool
 from .records import Job, Outcome
@@ -226,11 +226,15 @@ class DurableTimerService:
         self.executor = Executor(concurrency, store, self._wall_ms, self._settle, self._slot_freed, budget.max_fired)
         self.committer = Committer(store, self._on_commit_store, self._count, self._nudge, self._store_failed,
                                    self._outcome_done, lambda: bool(self.executor.tasks))
-        # Serving the whole store alone, a pass reads by shard: its cost does not grow with partitions.
-        whole_store = self.ownership is None and self.partitions is None
+        # Serving the whole store (alone, or a fleet's share of its shards), a pass reads by shard: its
+        # cost does not grow with the number of partitions.
+        shards: Optional[Callable[[], list]] = None
+        if self.ownership is not None and self.ownership.by_shard:
+            shards = self.ownership.owned
+        elif self.ownership is None and self.partitions is None:
+            shards = lambda: list(range(store.shard_count))  # noqa: E731
         self._passes = Passes(store, registry, budget, self._served, self.ownership, self.activity, self._count,
-                              self._wall_ms, self._store_failed,
-                              shards=(lambda: list(range(store.shard_count))) if whole_store else None)
+                              self._wall_ms, self._store_failed, shards=shards)
         self.died: Optional[BaseException] = None
         self.recorder = Recorder()
         self._release_on_stop = False
@@ -734,8 +738,11 @@ class DurableTimerService:
             last_progress_age_s=None if progress is None else time.monotonic() - progress)
 
     def _backlog(self) -> tuple:
-        """On the store thread: ``(due rows, parked timers)`` per served partition, each counted up to BACKLOG_CAP."""
+        """On the store thread: ``(due rows, parked timers)`` per served partition, each counted up to BACKLOG_CAP
+        (by shard: the partitions holding such rows, read a shard at a time, up to BACKLOG_CAP per shard)."""
         now_ms = self._wall_ms()
+        if self._passes.shards is not None:
+            return shard_backlog(self.store, self._passes.shards(), now_ms)
         served = self._served()
         return ({partition: due_backlog(self.store, partition, now_ms)[0] for partition in served},
                 {partition: parked_count(self.store, partition) for partition in served})

@@ -319,6 +319,9 @@ class Ownership(abc.ABC):
     (:class:`timerwheel_c.durable.storage.pg_ownership.PartitionOwnership` on PostgreSQL)."""
 
     check_interval_s: float
+    #: True when the units owned are the store's shards (:meth:`Store.scan_shards`): :meth:`owned`,
+    #: :meth:`last_owned` and :meth:`taken_over` then give shard numbers (ints), not partitions.
+    by_shard: bool = False
 
     @abc.abstractmethod
     def owned(self) -> list:
