@@ -153,3 +153,19 @@ def test_a_backlog_beyond_one_shard_read_fires_whole_and_each_partition_in_due_o
         assert len(by_partition) == 300 and all(d == sorted(d) for d in by_partition.values())
     finally:
         store.close()
+
+
+def test_the_partitions_bench_reports_each_count_and_judges_its_goal_only_at_its_size(capsys, monkeypatch):
+    """bench.durable_partitions at a tiny size: a p50 and p99 per partition count (never judged here),
+    and its goal reported as not applicable, since it is set at 100,000 partitions."""
+    import json
+
+    from bench import durable_partitions
+
+    monkeypatch.delenv("TIMERWHEEL_C_STORE", raising=False)
+    assert durable_partitions.main(["--partitions", "1", "30", "--timers", "2", "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert sorted(figures["sqlite"]) == ["1", "30"]
+    assert all(len(f["lateness_ms"]) == 2 and f["p99_ms"] >= f["p50_ms"] for f in figures["sqlite"].values())
+    [verdict] = figures["goals"]
+    assert verdict["met"] is None and verdict["set_at"] == "100,000 partitions" and verdict["backend"] == "sqlite"
