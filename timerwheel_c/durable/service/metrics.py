@@ -17,8 +17,8 @@ The figures and their Prometheus names (:mod:`~timerwheel_c.durable.service.expo
                                    :data:`BACKLOG_CAP` each, at most once per :data:`BACKLOG_EVERY_S`
 ``timerwheel_parked_timers``       timers parked now (waiting for an operator) per served partition,
                                    counted up to :data:`BACKLOG_CAP` each, with the due backlog
-``timerwheel_owned_partitions``    partitions this runner serves now (a fleet runner serving the
-                                   whole store: the shards it owns)
+``timerwheel_owned_partitions``    partitions this runner serves now (serving the whole store: the
+                                   shards it reads, all of them or a fleet's share)
 ``timerwheel_store_errors_total``  failed store calls, by ``transient`` or ``permanent``
 ``timerwheel_handlers_in_flight``  handlers running now
 =================================  ===================================================================

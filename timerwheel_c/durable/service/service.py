@@ -724,7 +724,9 @@ class DurableTimerService:
         with self._lock:
             errors = {"transient": self.transient_errors, "permanent": self.other_errors}
         progress = self._passes.answered_s
-        if backlog or (self.ownership is None and self.partitions is None):
+        if self._passes.shards is not None:  # serving the whole store: the shards it reads
+            owned = self.store.shard_count if self.ownership is None else len(self.ownership.last_owned())
+        elif backlog:
             owned = len(backlog)
         elif self.ownership is None:
             owned = len(self.partitions or ())
