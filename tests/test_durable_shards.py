@@ -8,6 +8,7 @@ real store, no mock). The lateness figure against the number of partitions is th
 """
 from __future__ import annotations
 
+import hashlib
 import threading
 
 from timerwheel_c.durable import schedule
@@ -169,3 +170,40 @@ def test_the_partitions_bench_reports_each_count_and_judges_its_goal_only_at_its
     assert all(len(f["lateness_ms"]) == 2 and f["p99_ms"] >= f["p50_ms"] for f in figures["sqlite"].values())
     [verdict] = figures["goals"]
     assert verdict["met"] is None and verdict["set_at"] == "100,000 partitions" and verdict["backend"] == "sqlite"
+
+
+def test_a_timer_without_a_partition_lies_in_the_one_its_reference_names_and_is_found_again(store_url):
+    """schedule() and schedule_many() with partition None put the timer in the partition derived from
+    its reference ("ref:" and 16 hex digits, the same in every process and version), the same for every
+    kind; get_timer(), reschedule() and cancel() with None find it there; a named partition is kept."""
+    from timerwheel_c.durable import get_timer
+    from timerwheel_c.durable.timers.bulk import schedule_many
+    from timerwheel_c.durable.timers.partitions import partition_of
+    from timerwheel_c.durable.timers.writer import cancel, reschedule
+
+    store = open_store(store_url)
+    try:
+        due = wall_ms() + 3_600_000
+        schedule(store, None, due, KIND, b"order-42")
+        schedule_many(store, [(None, due, KIND, b"order-43"), ("named", due, KIND, b"order-44")])
+        derived = partition_of(None, b"order-42")
+        assert derived == "ref:" + hashlib.blake2b(b"order-42", digest_size=8).hexdigest()
+        assert partition_of(None, b"order-42") == derived and partition_of("named", b"order-42") == "named"
+        assert set(store.partitions()) == {derived, partition_of(None, b"order-43"), "named"}
+        assert get_timer(store, None, KIND, b"order-42").due_at_ms == due
+        assert get_timer(store, None, KIND, b"order-43") is not None
+        assert reschedule(store, None, KIND, b"order-42", due + 1)
+        assert get_timer(store, derived, KIND, b"order-42").due_at_ms == due + 1
+        assert cancel(store, None, KIND, b"order-42") and get_timer(store, None, KIND, b"order-42") is None
+    finally:
+        dispose(store)
+
+
+def test_a_left_out_partition_needs_a_bytes_reference():
+    """With partition None, a reference that is not bytes is a TypeError naming it (nothing derived)."""
+    import pytest
+
+    from timerwheel_c.durable.timers.partitions import partition_of
+
+    with pytest.raises(TypeError, match="reference must be bytes, got str 'order-42'"):
+        partition_of(None, "order-42")
