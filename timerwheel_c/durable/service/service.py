@@ -116,8 +116,8 @@ class DurableTimerService:
             ``concurrency`` bounds those.
         max_sleep_s: longest sleep between passes, in seconds (finite, > 0); a safety net
             only, since the store's change signal wakes the thread on every timer write.
-        fleet: divide ``partitions`` (None: all of the store's) with the other services asking
-            for the same ones, each partition served by one live service at a time (see
+        fleet: divide ``partitions`` (None: the whole store, divided by shard) with the other services
+            asking for the same ones, each partition (or shard) served by one live service at a time (see
             :mod:`timerwheel_c.durable.storage.pg_ownership`); the sleep is then capped at the ownership's
             check interval. None (default): True when ``partitions`` is None and the store
             supports it (:meth:`Store.ownership`: PostgreSQL), else False.

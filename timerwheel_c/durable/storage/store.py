@@ -453,6 +453,7 @@ class Store(abc.ABC):
                 or ``start``, ``end``, ``limit`` as :meth:`scan` takes them, naming the value.
         """
         check_shards(shards, self.shard_count)
+        # scan's checks of the range and the limit, with a placeholder partition.
         _, start, end, _, limit = _checked_scan("-", start, end, None, limit)
         return self._scan_shards(shards, start, end, limit) if shards else []
 
