@@ -93,6 +93,7 @@ _TABLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,51}$")  # room for the "_apply_man
 # 8: the generated ``shard`` column and its index ``<table>_shard`` (storage/shards.py).
 _MIGRATIONS = migrations("postgres")
 SCHEMA_VERSION = _MIGRATIONS[-1][0]
+_SHARDS_VERSION = 8  # the migration that adds the shard column (reshard runs it again)
 _QUERIES = queries("postgres")
 # SQLSTATEs of passing conditions (https://www.postgresql.org/docs/current/errcodes-appendix.html),
 # by class: 08 connection exception, 40 transaction rollback (serialization failure, deadlock),
@@ -138,6 +139,11 @@ def lock_key(*parts: str) -> int:
     ``pg_advisory_lock(bigint)`` takes it."""
     digest = hashlib.blake2b("\0".join(parts).encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big", signed=True)
+
+
+def shard_locks(table: str, shard_count: int) -> list:
+    """The transaction-level advisory lock key of each shard of ``table``, by shard number."""
+    return [lock_key(table, "shard", str(n)) for n in range(shard_count)]
 
 
 def when_clause(patterns: Optional[list]) -> sql.Composable:
@@ -227,7 +233,7 @@ class PostgresStore(Store):
                 self._check_schema()
             else:
                 self._create_schema()
-        self._shard_locks = [lock_key(table, "shard", str(n)) for n in range(self.shard_count)]
+        self._shard_locks = shard_locks(table, self.shard_count)
 
     def __repr__(self):
         return f"PostgresStore({describe_dsn(self._dsn)}, table={self.table!r})"
@@ -277,6 +283,19 @@ class PostgresStore(Store):
                     cur.executemany(self._sql["put_if_absent"], added)
             self._create_wake_trigger(conn, None)
             conn.execute(self._sql["set_schema_version"], (str(SCHEMA_VERSION),))
+
+    def _reshard(self, shard_count: int) -> None:
+        """The generated column is rebuilt with the new count (version 8's statements), which rewrites
+        the table and its shard index, under the schema lock."""
+        shards_sql = next(text for version, text in _MIGRATIONS if version == _SHARDS_VERSION)
+        with self._lock, self._wrap:
+            conn = self._connection()
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(self.table, "schema"),))
+                conn.execute(self._sql["drop_shard_column"])
+                conn.execute(sql.SQL(shards_sql).format(**self._names, shard_count=sql.Literal(shard_count)))
+                conn.execute(self._sql["change_shard_count"], (str(shard_count),))
+        self._shard_locks = shard_locks(self.table, shard_count)
 
     def _recorded_shard_count(self, conn: psycopg.Connection) -> int:
         """The shard count recorded in the meta table (the default for a store from before shards,

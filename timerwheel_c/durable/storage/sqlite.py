@@ -299,6 +299,22 @@ class SQLiteStore(Store):
                 db.execute("ROLLBACK")
             raise
 
+    def _reshard(self, shard_count: int) -> None:
+        with self._lock, self._wrap:
+            db = self._db
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.create_function("timerwheel_shard", 1, lambda p: shard_of(p, shard_count), deterministic=True)
+                db.execute(_QUERIES["reshard"])
+                db.execute(_QUERIES["change_shard_count"], (str(shard_count),))
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+            finally:
+                db.create_function("timerwheel_shard", 1, None)
+
     def _recorded_shard_count(self, db: sqlite3.Connection) -> int:
         """The shard count recorded in the meta table (the default for a store from before shards,
         which a read-only open does not upgrade).

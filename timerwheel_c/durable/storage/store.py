@@ -22,7 +22,7 @@ from typing import Callable, NoReturn, Optional, Union, cast
 
 from .errors import PermanentStoreError
 from .redact import redact
-from .shards import check_shards
+from .shards import check_shard_count, check_shards
 from .watch import GENERIC_POLL_S, ChangeHub, PollingWatcher, Watcher
 
 __all__ = [
@@ -457,6 +457,21 @@ class Store(abc.ABC):
         _, start, end, _, limit = _checked_scan("-", start, end, None, limit)
         return self._scan_shards(shards, start, end, limit) if shards else []
 
+    def reshard(self, shard_count: int) -> None:
+        """Change the store's number of shards to ``shard_count`` (1..4096): every row's shard is
+        recomputed and the new count recorded, in one transaction under the schema lock. Stop every
+        runner of the store first, and open the store again in every process afterwards: a runner
+        owns and reads shards by number, and a store object keeps the count it opened with.
+
+        Raises:
+            TypeError / ValueError: a bad ``shard_count``, naming it.
+            NotImplementedError: a backend without shards of its own.
+            StoreError: the backend failed; nothing changed.
+        """
+        check_shard_count(shard_count)
+        self._reshard(shard_count)
+        self.shard_count = shard_count
+
     def apply_across(self, items: list) -> list:
         """:meth:`apply_many` over batches of any partitions: ``items`` is a list of ``(partition,
         batch)`` pairs; returns one :class:`Committed`, :class:`PreconditionFailed` or
@@ -626,6 +641,10 @@ class Store(abc.ABC):
         rows = sorted((key, partition, value) for partition in self._partitions()
                       for key, value in self._scan(partition, start, end, None, limit).entries)[:limit]
         return [[(partition, key, value) for key, partition, value in rows]]
+
+    def _reshard(self, shard_count: int) -> None:
+        """:meth:`reshard` with a checked count."""
+        raise NotImplementedError(f"{type(self).__name__} has no shards of its own to change")
 
     def _apply_across(self, items: list) -> list:
         """:meth:`apply_across` with checked items (a non-empty list): the generic version, one

@@ -32,6 +32,13 @@ SELECT value FROM {meta} WHERE name = 'shard_count'
 -- name: set_shard_count
 INSERT INTO {meta} (name, value) VALUES ('shard_count', %s) ON CONFLICT (name) DO NOTHING
 
+-- name: change_shard_count
+INSERT INTO {meta} (name, value) VALUES ('shard_count', %s) ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value
+
+-- name: drop_shard_column
+-- Before version 8's statements run again with another count; its index goes with the column.
+ALTER TABLE {t} DROP COLUMN IF EXISTS shard
+
 -- name: get
 SELECT value FROM {t} WHERE partition = %s AND key = %s
 

@@ -59,6 +59,13 @@ SELECT value FROM timerwheel_meta WHERE name = 'shard_count'
 -- name: set_shard_count
 INSERT OR IGNORE INTO timerwheel_meta (name, value) VALUES ('shard_count', ?)
 
+-- name: change_shard_count
+INSERT OR REPLACE INTO timerwheel_meta (name, value) VALUES ('shard_count', ?)
+
+-- name: reshard
+-- timerwheel_shard(partition): registered by the store for this statement (see 0008_shards.sql).
+UPDATE timerwheel_kv SET shard = timerwheel_shard(partition)
+
 -- name: record_label
 -- A label (a name given by the layers above, such as a timer kind's) kept in the meta table under
 -- "label:NAME"; the first writer's text stays.
