@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import threading
 
+import pytest
+
 from timerwheel_c.durable import schedule
 from timerwheel_c.durable.service.service import DurableTimerService
 from timerwheel_c.durable.storage.open import open_store
@@ -78,6 +80,7 @@ class Stamp(TimerHandler):
         return Done()
 
 
+@pytest.mark.slow
 def test_a_new_timer_fires_among_100k_idle_partitions_and_passes_read_by_shard(store_url):
     """100,000 partitions x 1 timer a day away, written in bulk; a service serves the whole store
     (max_sleep_s an hour, so only the change signal wakes it). Another connection writes a timer due
@@ -201,8 +204,6 @@ def test_a_timer_without_a_partition_lies_in_the_one_its_reference_names_and_is_
 
 def test_a_left_out_partition_needs_a_bytes_reference():
     """With partition None, a reference that is not bytes is a TypeError naming it (nothing derived)."""
-    import pytest
-
     from timerwheel_c.durable.timers.partitions import partition_of
 
     with pytest.raises(TypeError, match="reference must be bytes, got str 'order-42'"):
