@@ -21,7 +21,7 @@ _PG_FUNCTIONS = ("_apply_many", "_apply_one", "_apply_sets", "_apply", "_wake")
 
 class Delegating(Store):
     """A store passing every call on to ``inner`` (any :class:`Store`); subclass it and override a
-    hook (``_scan``, ``_get``, ``_apply``, ``_apply_many``, ``_partitions``) to observe or alter
+    hook (``_scan``, ``_get``, ``_apply``, ``_apply_many``, ``_scan_shards``, ``_partitions``) to observe or alter
     those calls, as the benchmarks and tests do. The public methods still validate first.
 
     Raises:
@@ -39,6 +39,13 @@ class Delegating(Store):
 
     def _get(self, partition: str, key: bytes) -> Optional[bytes]:
         return self.inner.get(partition, key)
+
+    def _scan_shards(self, shards: list, start: bytes, end: bytes, limit: int) -> list:
+        return self.inner.scan_shards(shards, start, end, limit)
+
+    @property
+    def shard_count(self) -> int:  # type: ignore[override]  # as the store it wraps
+        return self.inner.shard_count
 
     def _apply(self, partition: str, batch: Batch) -> Union[Committed, PreconditionFailed]:
         return self._apply_many(partition, [batch])[0]

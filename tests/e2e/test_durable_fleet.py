@@ -21,7 +21,7 @@ from timerwheel_c.durable.storage.store import Batch, Committed, Equals, Precond
 from waiting import wait_until, wall_ms
 from locations import TESTS as HELPERS_DIR
 
-CURRENT = 8  # timerwheel_c.durable.storage.postgres.SCHEMA_VERSION (psycopg may be missing at collection)
+CURRENT = 9  # timerwheel_c.durable.storage.postgres.SCHEMA_VERSION (psycopg may be missing at collection)
 
 PG_DSN = os.environ.get("TIMERWHEEL_C_TEST_PG_DSN")
 pytestmark = [
@@ -30,10 +30,26 @@ pytestmark = [
 ]
 
 EFFECT_KIND = 0xF3  # tests/durable_handlers.py: Done with one distinct effect row per application
-PARTITIONS = [f"p{i:02d}" for i in range(16)]
+SHARDS = 16  # the stores here are made with 16 shards, and the partitions are one per shard: a fleet over
+# the whole store divides its shards, so owning a shard here is owning its one partition
+
+
+def _one_partition_per_shard() -> dict:
+    from timerwheel_c.durable.storage.shards import shard_of
+
+    by_shard: dict = {}
+    i = 0
+    while len(by_shard) < SHARDS:
+        by_shard.setdefault(shard_of(f"p{i:02d}", SHARDS), f"p{i:02d}")
+        i += 1
+    return by_shard
+
+
+PARTITION_OF_SHARD = _one_partition_per_shard()
+PARTITIONS = sorted(PARTITION_OF_SHARD.values())
 TAKEOVER_S = 10.0
 LIVENESS_S = 60.0
-_OWNS = re.compile(r"owns (\d+) of (\d+) partitions \((\d+) runners\): \[(.*)\]")
+_OWNS = re.compile(r"owns (\d+) of (\d+) shards \((\d+) runners\): \[(.*)\]")
 
 
 
@@ -46,7 +62,8 @@ class Runner:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "timerwheel_c", "run", "--store", url, "--handlers", handlers],
             cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        self.owned: list = []
+        self.shards: list = []  # the shards it owns, as it last logged them
+        self.owned: list = []  # their partitions, in a store of SHARDS shards with one partition each
         self.lines: list = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -56,7 +73,8 @@ class Runner:
             self.lines.append(line)
             m = _OWNS.search(line)
             if m:
-                self.owned = re.findall(r"'([^']*)'", m.group(4))
+                self.shards = [int(n) for n in re.findall(r"\d+", m.group(4))]
+                self.owned = [PARTITION_OF_SHARD[n] for n in self.shards if n in PARTITION_OF_SHARD]
 
     def wait_serving(self):
         """Wait until the process logs that it serves: a bound measured from then excludes its start-up."""
@@ -93,7 +111,7 @@ def runners(schema_url, tmp_path):
 def open_store(url):
     from timerwheel_c.durable.storage.postgres import PostgresStore
 
-    return PostgresStore(url)
+    return PostgresStore(url, shard_count=SHARDS)
 
 
 def anchor(store):
@@ -303,7 +321,7 @@ def test_a_version_one_table_is_upgraded_in_place(schema_url):
         assert store.get("p", b"k") == b"v"
         assert store.apply_many("p", [Batch().put(b"k2", b"v2")]) and store.get("p", b"k2") == b"v2"
     with psycopg.connect(schema_url) as conn:
-        assert conn.execute("SELECT value FROM timerwheel_kv_meta").fetchone() == (str(CURRENT),)
+        assert conn.execute("SELECT value FROM timerwheel_kv_meta WHERE name = 'schema_version'").fetchone() == (str(CURRENT),)
         assert conn.execute("SELECT to_regproc('timerwheel_kv_apply')").fetchone() == (None,)
 
 
@@ -467,7 +485,7 @@ def test_a_timer_in_a_brand_new_partition_fires_without_waiting_for_the_periodic
     s after its first check) owns the anchored partitions. A timer is written, by another store
     handle as by another process, into a partition that did not exist: the change signal makes the
     service re-check ownership at once, so the timer fires (within the liveness bound) instead of an
-    hour later."""
+    hour later (its shard is owned already: the fleet divides shards)."""
     from timerwheel_c.durable import DurableTimerService, TimerRegistry
     from timerwheel_c.durable.timers.registry import Done, TimerHandler, TimerKind
     from timerwheel_c.durable.timers.writer import schedule
@@ -489,4 +507,60 @@ def test_a_timer_in_a_brand_new_partition_fires_without_waiting_for_the_periodic
             schedule(writer_store, "fresh", wall_ms() + 100, EFFECT_KIND, b"new")
             wait_until(lambda: store.get("fresh", b"effect/new") is not None, "the timer in the new partition",
                        LIVENESS_S)
-            assert "fresh" in svc.ownership.owned()
+            from timerwheel_c.durable.storage.shards import shard_of
+
+            assert shard_of("fresh", SHARDS) in svc.ownership.owned()  # a fleet over the store owns shards
+
+
+@pytest.mark.slow
+def test_two_runners_over_20k_partitions_on_a_default_server_hold_locks_bounded_by_shards(tmp_path):
+    """A server of the test's own with PostgreSQL's default lock table (max_locks_per_transaction 64 x
+    max_connections 100: 6,400 entries, asserted), 20,000 partitions each holding one due timer, and a
+    fleet of 2 runners over the whole store. Runners own shards and every guarded commit locks its
+    partitions' shards, so the advisory locks held at any moment stay within a few times the shard
+    count (sampled from pg_locks), no runner logs "out of shared memory", and every timer's effect
+    commits exactly once. Holding a lock per partition, as runners once did, needs 20,000 entries."""
+    from pg_cluster import throwaway_cluster
+    from timerwheel_c.durable.storage.postgres import PostgresStore
+
+    n = 20_000
+    with throwaway_cluster() as (dsn, _):
+        with PostgresStore(dsn) as store:
+            with store.new_connection() as conn:
+                assert conn.execute("SHOW max_locks_per_transaction").fetchone() == ("64",)
+            now = wall_ms()
+            items = [(f"entity-{i}", Batch().put(keys.timer(now - 1000, EFFECT_KIND, b"e%05d" % i), b""))
+                     for i in range(n)]
+            for at in range(0, n, 5_000):
+                assert set(map(type, store.apply_across(items[at:at + 5_000]))) == {Committed}
+            everything = list(range(store.shard_count))
+
+            def effects() -> collections.Counter:
+                counts: collections.Counter = collections.Counter()
+                for rows in store.scan_shards(everything, b"effect/", b"effect0", 10 * n):
+                    counts.update(key.split(b"/")[1] for _, key, _ in rows)
+                return counts
+
+            rs = [Runner(dsn, tmp_path) for _ in range(2)]
+            most_locks = 0
+            try:
+                with store.new_connection() as conn:
+                    def locks_held() -> int:
+                        nonlocal most_locks
+                        held = conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'").fetchone()[0]
+                        most_locks = max(most_locks, held)
+                        return held
+
+                    wait_until(lambda: locks_held() >= 0 and sum(effects().values()) >= n, f"{n:,} effects",
+                               LIVENESS_S * 3)
+                wait_until(lambda: sorted(rs[0].shards + rs[1].shards) == everything, "the two runners to divide "
+                           "every shard", LIVENESS_S)
+                time.sleep(0.5)  # a doubled effect would show up by now as a count of 2
+                counts = effects()
+            finally:
+                for r in rs:
+                    r.stop()
+            assert len(counts) == n and set(counts.values()) == {1}
+            logs = "".join(line for r in rs for line in r.lines)
+            assert "out of shared memory" not in logs, logs[-2000:]
+            assert 0 < most_locks <= 4 * store.shard_count, most_locks

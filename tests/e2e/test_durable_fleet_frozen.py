@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from test_durable_fleet import PARTITIONS, Runner, anchor, balanced, effect_counts, schedule_due
+from test_durable_fleet import PARTITIONS, SHARDS, Runner, anchor, balanced, effect_counts, schedule_due
 from waiting import wait_until
 
 PG_DSN = os.environ.get("TIMERWHEEL_C_TEST_PG_DSN")
@@ -33,7 +33,7 @@ TAKEOVER_S = 60.0  # the lease (20 s) and a rebalance, with room for a loaded ma
 def test_a_frozen_runner_loses_its_partitions_and_rejoins_when_it_wakes(schema_url, tmp_path):
     from timerwheel_c.durable.storage.postgres import PostgresStore
 
-    store = PostgresStore(schema_url)
+    store = PostgresStore(schema_url, shard_count=SHARDS)  # one partition per shard, as test_durable_fleet's
     anchor(store)  # the partitions exist before the runners start
     rs = [Runner(schema_url, tmp_path) for _ in range(2)]  # durable_handlers:registry
     try:

@@ -268,7 +268,9 @@ def test_fleet_status_lists_live_runners_with_their_kinds_and_partitions(schema_
         state = seen["state"]
         kinds = sorted(r["kinds"] for r in state["runners"])
         assert kinds == sorted([registry.kinds(), registry_without_effect.kinds()])
-        assert {p for r in state["runners"] for p in r["partitions"]} == {"q0", "q1", "q2", "q3"}
+        # Runners over the whole store own shards, each group all of them: a partition's owners are its shard's.
+        assert all(sorted(r["shards"]) == list(range(64)) and r["partitions"] == [] for r in state["runners"])
+        assert {p["partition"] for p in state["partitions"]} == {"q0", "q1", "q2", "q3"}
         assert all(f"pid {proc.pid}" in " ".join(r["name"] for r in state["runners"]) for proc in procs)
         table = cli("fleet", "status", "--store", schema_url).stdout
         assert "runners: 2 live" in table and "BACKEND PID" in table

@@ -1,6 +1,7 @@
 """The store contract: every backend (the ``durable_store`` fixture's params) must pass all of it."""
 from __future__ import annotations
 
+import importlib
 import os
 import sqlite3
 import threading
@@ -437,3 +438,135 @@ def test_delegating_store_passes_every_call_on_and_still_validates(tmp_path):
             store.scan(P, b"", b"\xff", limit="2")
     with pytest.raises(TypeError, match="Store"):
         Delegating(object())
+
+
+def test_scan_shards_reads_each_shard_across_its_partitions_in_key_order(durable_store):
+    """scan_shards answers, per shard and in the order asked, the rows in [start, end) of every partition
+    of that shard (shard_of, the one hash every backend records), in key order (ties by partition),
+    at most ``limit``; a shard with no rows gives []. Row-for-row what a scan of each partition gives."""
+    from timerwheel_c.durable.storage.shards import shard_of
+
+    count = durable_store.shard_count
+    names = [f"entity-{i}" for i in range(40)] + ["é-ünïcode"]
+    for i, name in enumerate(names):
+        durable_store.apply(name, Batch().put(b"k%03d" % (i % 7), name.encode()).put(b"z", b"-").put(b"a", b"-"))
+    by_shard: dict = {}
+    for name in names:
+        by_shard.setdefault(shard_of(name, count), []).append(name)
+    assert len(by_shard) > 1, "the names spread over several shards, so each read must keep them apart"
+    shards = sorted(by_shard, reverse=True)
+    expected = [sorted((k, p, v) for p in by_shard[s] for k, v in durable_store.scan(p, b"k", b"l").entries)
+                for s in shards]
+    got = durable_store.scan_shards(shards, b"k", b"l", 1000)
+    assert got == [[(p, k, v) for k, p, v in rows] for rows in expected]
+    assert durable_store.scan_shards(shards, b"k", b"l", 2) == [rows[:2] for rows in got]
+    empty = next(s for s in range(count) if s not in by_shard) if len(by_shard) < count else None
+    if empty is not None:
+        assert durable_store.scan_shards([empty], b"", b"\xff", 5) == [[]]
+    assert durable_store.scan_shards([], b"", b"\xff", 5) == []
+
+
+def test_scan_shards_bad_arguments(durable_store):
+    """A shard outside the store's, given twice, or not an int, and scan's own checks, each name the value."""
+    count = durable_store.shard_count
+    with pytest.raises(ValueError, match=f"shard {count} is out of range"):
+        durable_store.scan_shards([count], b"", b"\xff", 1)
+    with pytest.raises(ValueError, match="shard 0 is given twice"):
+        durable_store.scan_shards([0, 0], b"", b"\xff", 1)
+    with pytest.raises(TypeError, match="a shard must be an int"):
+        durable_store.scan_shards(["0"], b"", b"\xff", 1)
+    with pytest.raises(TypeError, match="shards must be a list"):
+        durable_store.scan_shards((0,), b"", b"\xff", 1)
+    with pytest.raises(ValueError, match="limit must be >= 1"):
+        durable_store.scan_shards([0], b"", b"\xff", 0)
+    with pytest.raises(TypeError, match="start must be bytes"):
+        durable_store.scan_shards([0], "", b"\xff", 1)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_store_from_before_shards_upgrades_in_place_and_keeps_its_rows_reachable(backend, tmp_path):
+    """A store at the schema version before shards (the shard column, its index and the recorded count
+    taken away again) gets them back on open, under the schema lock: every stored row is then in the
+    shard of its partition, and the count asked for by that open is recorded."""
+    from timerwheel_c.durable.storage.shards import shard_of
+
+    if backend == "sqlite":
+        from timerwheel_c.durable.storage.sqlite import SQLiteStore as cls
+
+        open_store = lambda **kw: cls(tmp_path / "old.db", **kw)  # noqa: E731
+    else:
+        dsn = os.environ.get("TIMERWHEEL_C_TEST_PG_DSN")
+        if not dsn:
+            pytest.skip("set TIMERWHEEL_C_TEST_PG_DSN=postgresql://... to test PostgresStore")
+        import uuid
+
+        from timerwheel_c.durable.storage.postgres import PostgresStore as cls
+
+        table = f"timerwheel_test_{uuid.uuid4().hex[:16]}"
+        open_store = lambda **kw: cls(dsn, table=table, **kw)  # noqa: E731
+    store = open_store()
+    for name in ("a", "b", "c", "d", "e"):
+        store.apply(name, Batch().put(b"k", name.encode()))
+    meta = "timerwheel_meta" if backend == "sqlite" else f"{store.table}_meta"
+    kv = "timerwheel_kv" if backend == "sqlite" else store.table
+    before = [
+        f"DROP INDEX {kv}_shard", f"ALTER TABLE {kv} DROP COLUMN shard",
+        f"DELETE FROM {meta} WHERE name = 'shard_count'",
+        f"UPDATE {meta} SET value = '{importlib.import_module(cls.__module__).SCHEMA_VERSION - 1}' "
+        "WHERE name = 'schema_version'"]
+    if backend == "sqlite":
+        store.close()
+        db = sqlite3.connect(tmp_path / "old.db")
+        with db:
+            for statement in before:
+                db.execute(statement)
+        db.close()
+    else:
+        with store.new_connection() as conn:
+            for statement in before:
+                conn.execute(statement)
+        store.close()
+    store = open_store(shard_count=5)
+    try:
+        assert store.shard_count == 5
+        found = store.scan_shards(list(range(5)), b"", b"\xff", 10)
+        assert sorted(row for rows in found for row in rows) == [(n, b"k", n.encode()) for n in "abcde"]
+        assert all(shard_of(p, 5) == s for s, rows in enumerate(found) for p, _, _ in rows)
+        again = open_store(shard_count=9)  # an existing store keeps its own count
+        assert again.shard_count == 5
+        again.close()
+    finally:
+        if backend == "postgres":
+            from bench.stores import dispose
+
+            dispose(store)
+        else:
+            store.close()
+
+
+def test_reshard_moves_every_row_to_its_shard_under_the_new_count_and_records_it(durable_store, tmp_path):
+    """reshard(n) recomputes every row's shard (shard_of with the new count) and records n: a store
+    opened afterwards has n shards, and scan_shards over them finds every row where shard_of says.
+    A bad count is a ValueError naming it, and nothing changes."""
+    from timerwheel_c.durable.storage.shards import shard_of
+
+    names = [f"e{i}" for i in range(30)]
+    for name in names:
+        durable_store.apply(name, Batch().put(b"k", name.encode()))
+    with pytest.raises(ValueError, match="shard_count must be 1..4096, got 0"):
+        durable_store.reshard(0)
+    durable_store.reshard(7)
+    assert durable_store.shard_count == 7
+    found = durable_store.scan_shards(list(range(7)), b"", b"\xff", 100)
+    assert sorted(p for rows in found for p, _, _ in rows) == sorted(names)
+    assert all(shard_of(p, 7) == s for s, rows in enumerate(found) for p, _, _ in rows)
+    durable_store.apply("later", Batch().put(b"k", b"v"))  # a write after it lands in the new shard
+    assert ("later", b"k", b"v") in durable_store.scan_shards([shard_of("later", 7)], b"", b"\xff", 100)[0]
+    if hasattr(durable_store, "table"):  # PostgreSQL: another store object on the same table
+        again = type(durable_store)(os.environ["TIMERWHEEL_C_TEST_PG_DSN"], table=durable_store.table)
+    elif durable_store.path != ":memory:":
+        again = type(durable_store)(durable_store.path)
+    else:
+        return  # a private in-memory database: no other handle can open it
+    assert again.shard_count == 7
+    again.close()

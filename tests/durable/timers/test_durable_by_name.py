@@ -193,7 +193,7 @@ def test_a_store_written_by_the_previous_version_gains_names_on_open(tmp_path):
     with sqlite3.connect(path) as db:
         from timerwheel_c.durable.storage.sqlite import SCHEMA_VERSION
 
-        assert db.execute("SELECT value FROM timerwheel_meta").fetchall() == [(str(SCHEMA_VERSION),)]
+        assert db.execute("SELECT value FROM timerwheel_meta WHERE name = 'schema_version'").fetchall() == [(str(SCHEMA_VERSION),)]
 
 
 @pytest.mark.skipif(not __import__("os").environ.get("TIMERWHEEL_C_TEST_PG_DSN"),

@@ -17,6 +17,7 @@ from bench.stores import Delegating
 from timerwheel_c.cli import main
 from timerwheel_c.durable import (Done, Every, SQLiteStore, TimerRegistry, add_schedule, cancel, get_timer, list_schedules,
                                   list_timers, open_store, run_due, schedule, TimerHandler)
+from timerwheel_c.durable.storage.shards import DEFAULT_SHARD_COUNT, shard_of
 from timerwheel_c.durable.storage.store import Batch
 from timerwheel_c.durable.timers import keys
 from timerwheel_c.durable.timers.key_upgrade import KEY_SPACE_SCHEMA_VERSION
@@ -133,7 +134,7 @@ def _previous_layout(rows: list) -> list:
 
 def _write_then_downgrade(url: str) -> list:
     """Fill the store at ``url`` through today's API, then rewrite its rows in the previous layout and
-    record schema version 7 (the version before this one); returns the rows as they were."""
+    record schema version 8 (the version before this one); returns the rows as they were."""
     with open_store(url) as store:
         schedule(store, P, NOW + 1000, KIND, b"alpha", b"A")
         schedule(store, P, NOW + 2000, KIND, b"beta", b"B")
@@ -143,8 +144,9 @@ def _write_then_downgrade(url: str) -> list:
         with sqlite3.connect(url[len("sqlite:///"):]) as db:
             rows = db.execute("SELECT partition, key, value FROM timerwheel_kv").fetchall()
             db.execute("DELETE FROM timerwheel_kv")
-            db.executemany("INSERT INTO timerwheel_kv VALUES (?, ?, ?)", _previous_layout(rows))
-            db.execute("UPDATE timerwheel_meta SET value = '7' WHERE name = 'schema_version'")
+            db.executemany("INSERT INTO timerwheel_kv (partition, key, value, shard) VALUES (?, ?, ?, ?)",
+                           [(p, k, v, shard_of(p, DEFAULT_SHARD_COUNT)) for p, k, v in _previous_layout(rows)])
+            db.execute("UPDATE timerwheel_meta SET value = '8' WHERE name = 'schema_version'")
         return rows
     import psycopg
 
@@ -154,7 +156,7 @@ def _write_then_downgrade(url: str) -> list:
             conn.execute("DELETE FROM timerwheel_kv")
             with conn.cursor() as cur:
                 cur.executemany("INSERT INTO timerwheel_kv VALUES (%s, %s, %s)", _previous_layout(rows))
-            conn.execute("UPDATE timerwheel_kv_meta SET value = '7' WHERE name = 'schema_version'")
+            conn.execute("UPDATE timerwheel_kv_meta SET value = '8' WHERE name = 'schema_version'")
     return rows
 
 

@@ -335,7 +335,8 @@ def _serve(args, store, registry, stop) -> int:
         if received is not None:
             log.info("received %s while starting; stopping", received.name)
         else:
-            which = "a fleet share of all partitions" if service.ownership is not None else args.partitions or "all partitions"
+            which = ("a fleet share of the store's shards" if service.ownership is not None
+                     else args.partitions or "all partitions")
             log.info("serving %s: %s, with kinds %s, %d handler(s) at once", redact(args.store), which,
                      registry.kinds(), args.concurrency)
             # The wait ends at once on a signal; its timeout is how often the thread's life is checked.

@@ -113,7 +113,7 @@ def collector(service):
                                                    labels=["partition"]), m.due_backlog)
             yield _by_label(core.GaugeMetricFamily("timerwheel_parked_timers", "Timers parked now, by served partition",
                                                    labels=["partition"]), m.parked_timers)
-            yield core.GaugeMetricFamily("timerwheel_owned_partitions", "Partitions this runner serves now",
+            yield core.GaugeMetricFamily("timerwheel_owned_partitions", "Partitions this runner serves now (serving the whole store: shards)",
                                          value=m.owned_partitions)
             yield _by_label(core.CounterMetricFamily("timerwheel_store_errors", "Failed store calls, by class",
                                                      labels=["class"]), m.store_errors)

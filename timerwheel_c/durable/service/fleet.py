@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from typing import Optional
 
+from ..storage.shards import shard_of
 from ..storage.sqlite import SQLiteStore
 from ..timers.kind_names import kind_names
 from .cli_text import utc_iso
 from .metrics import BACKLOG_CAP, due_backlog, parked_count
 
-__all__ = ["kinds_text", "status"]
+__all__ = ["kinds_text", "owned_text", "status"]
 
 
 def kinds_text(kinds) -> str:
@@ -26,6 +27,14 @@ def kinds_text(kinds) -> str:
     return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs) or "-"
 
 
+def owned_text(runner: dict) -> str:
+    """What a runner of :func:`status` owns, as text: its partitions, or ``shards 0-31`` when it owns
+    shards of a store it serves whole, or ``-``."""
+    if runner["partitions"]:
+        return ", ".join(runner["partitions"])
+    return f"shards {kinds_text(runner['shards'])}" if runner.get("shards") else "-"
+
+
 def status(store, now_ms: int) -> dict:
     """The fleet's state as the JSON object ``fleet status --json`` prints (see the module docstring).
 
@@ -34,6 +43,7 @@ def status(store, now_ms: int) -> dict:
     """
     runners: Optional[list] = None
     owners: dict = {}
+    shard_owners: dict = {}  # a fleet over the whole store owns shards, and so each partition in them
     if not isinstance(store, SQLiteStore):
         from ..storage.pg_ownership import runners as live_runners
 
@@ -41,14 +51,17 @@ def status(store, now_ms: int) -> dict:
         for r in live_runners(store):
             runners.append({"backend_pid": r.backend_pid, "name": r.application_name, "client_addr": r.client_addr,
                             "since": None if r.since_ms is None else utc_iso(r.since_ms), "since_ms": r.since_ms,
-                            "kinds": list(r.kinds), "partitions": list(r.partitions)})
+                            "kinds": list(r.kinds), "partitions": list(r.partitions), "shards": list(r.shards)})
             for p in r.partitions:
                 owners.setdefault(p, []).append(r.backend_pid)
+            for shard in r.shards:
+                shard_owners.setdefault(shard, []).append(r.backend_pid)
     partitions = []
     for p in store.partitions():
         backlog, oldest_ms = due_backlog(store, p, now_ms)
         parked = parked_count(store, p)
-        partitions.append({"partition": p, "owners": None if runners is None else owners.get(p, []),
+        held = owners.get(p, []) + shard_owners.get(shard_of(p, store.shard_count), [])
+        partitions.append({"partition": p, "owners": None if runners is None else held,
                            "due_backlog": backlog, "due_backlog_capped": backlog >= BACKLOG_CAP,
                            "oldest_due_at": None if oldest_ms is None else utc_iso(oldest_ms),
                            "oldest_due_at_ms": oldest_ms, "parked": parked, "parked_capped": parked >= BACKLOG_CAP})

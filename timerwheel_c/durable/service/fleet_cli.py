@@ -10,7 +10,8 @@ What each backend can tell:
 
 - PostgreSQL: the live fleet runners, from ``pg_locks``: each one's PostgreSQL backend pid (the
   owner column), the name it gives its connection (``timerwheel_c runner on HOST pid N``, with its
-  OS process id), its address, since when it is a member, its kinds and its partitions. A runner
+  OS process id), its address, since when it is a member, its kinds and its partitions (the
+  partitions of a list it was given, or the shards it owns of a store it serves whole). A runner
   holds these locks on a connection of its own, so one killed disappears from the list when its
   connection closes (at once, or within about 10 s for a vanished host). A partition has one
   owner per group of runners with the same kinds (two during a rolling deploy that adds a kind),
@@ -23,7 +24,7 @@ What each backend can tell:
 The table gives times in this machine's zone and how far they are from now. ``--json`` prints one
 object: ``backend`` (``"postgresql"`` or ``"sqlite"``), ``now_ms``, ``runners`` (null on SQLite;
 else objects with ``backend_pid``, ``name``, ``client_addr``, ``since``/``since_ms``, ``kinds``,
-``partitions``) and ``partitions`` (objects with ``partition``, ``owners`` (backend pids; null on
+``partitions``, ``shards``) and ``partitions`` (objects with ``partition``, ``owners`` (backend pids; null on
 SQLite), ``due_backlog``, ``due_backlog_capped``, ``oldest_due_at``/``oldest_due_at_ms``,
 ``parked``, ``parked_capped``) and ``kind_names`` (the kinds' names the store records, by kind
 number); times are ISO 8601 UTC and Unix epoch ms.
@@ -45,7 +46,7 @@ from ..storage.errors import StoreError
 from ..storage.redact import redact
 from .cli import OneLineErrors, open_or_say, store_url
 from .cli_text import first_line, in_words, local_iso, table
-from .fleet import kinds_text, status
+from .fleet import kinds_text, owned_text, status
 
 _RUNNER_COLUMNS = ["backend_pid", "name", "client", "since", "kinds", "partitions"]
 _PARTITION_COLUMNS = ["partition", "owner", "due_backlog", "oldest_due", "parked"]
@@ -81,7 +82,7 @@ def _tables(state: dict) -> str:
         out.append(table([{"backend_pid": r["backend_pid"], "name": r["name"] or "-", "client": r["client_addr"] or "-",
                            "since": "-" if r["since_ms"] is None else
                            f"{local_iso(r['since_ms'])} ({in_words(r['since_ms'], now_ms)})",
-                           "kinds": kinds_text(r["kinds"]), "partitions": len(r["partitions"])}
+                           "kinds": kinds_text(r["kinds"]), "partitions": owned_text(r) if r["shards"] else len(r["partitions"])}
                           for r in state["runners"]], _RUNNER_COLUMNS))
     if state["kind_names"]:
         out.append("kinds: " + ", ".join(f"{k} {name}" for k, name in state["kind_names"].items()))

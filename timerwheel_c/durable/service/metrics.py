@@ -17,7 +17,8 @@ The figures and their Prometheus names (:mod:`~timerwheel_c.durable.service.expo
                                    :data:`BACKLOG_CAP` each, at most once per :data:`BACKLOG_EVERY_S`
 ``timerwheel_parked_timers``       timers parked now (waiting for an operator) per served partition,
                                    counted up to :data:`BACKLOG_CAP` each, with the due backlog
-``timerwheel_owned_partitions``    partitions this runner serves now
+``timerwheel_owned_partitions``    partitions this runner serves now (serving the whole store: the
+                                   shards it reads, all of them or a fleet's share)
 ``timerwheel_store_errors_total``  failed store calls, by ``transient`` or ``permanent``
 ``timerwheel_handlers_in_flight``  handlers running now
 =================================  ===================================================================
@@ -41,7 +42,7 @@ from ..timers import keys
 from ..timers.writer import list_timers
 
 __all__ = ["BACKLOG_CAP", "BACKLOG_EVERY_S", "DURATION_BUCKETS_S", "Histogram", "LATENESS_BUCKETS_S", "MetricsSnapshot",
-           "Recorder", "due_backlog", "parked_count"]
+           "Recorder", "due_backlog", "parked_count", "shard_backlog"]
 
 # Seconds: from a healthy runner's few ms to the minutes of a stalled one (the upper bounds of
 # Prometheus' cumulative buckets; +Inf is implied).
@@ -77,6 +78,27 @@ def due_backlog(store: Store, partition: str, now_ms: int) -> Tuple[int, Optiona
             break
         after = page.next
     return n, oldest_ms
+
+
+def shard_backlog(store: Store, shards: list, now_ms: int) -> tuple:
+    """``({partition: due rows}, {partition: parked timers})`` of the partitions of ``shards`` that
+    hold any, at ``now_ms`` (Unix epoch ms): two :meth:`Store.scan_shards` of up to
+    :data:`BACKLOG_CAP` rows per shard, so a scrape costs the same with a million idle partitions
+    as with one.
+
+    Raises:
+        StoreError: the store failed.
+    """
+    due: dict = {}
+    parked: dict = {}
+    for rows in store.scan_shards(shards, *keys.due_range(now_ms), BACKLOG_CAP):
+        for partition, _, _ in rows:
+            due[partition] = due.get(partition, 0) + 1
+    for rows in store.scan_shards(shards, *keys.PARKED_RANGE, BACKLOG_CAP):
+        for partition, key, _ in rows:
+            if keys.is_parked_key(key):
+                parked[partition] = parked.get(partition, 0) + 1
+    return due, parked
 
 
 def parked_count(store: Store, partition: str) -> int:

@@ -21,6 +21,16 @@ A pass runs on the store thread and may claim ``free`` rows (free slots plus que
   due time of every partition that needs one; a pass over idle partitions thus costs two round trips,
   not two per partition. Should such a read fail, each partition reads its own, so that an error
   still stays with the partition that raised it.
+- By shard, when the service serves the whole store (``shards`` given): the pass reads the due
+  rows of every shard, in due order across each shard's partitions, with one
+  :meth:`~timerwheel_c.durable.storage.store.Store.scan_shards` (an index range scan per shard), and
+  claims in the partitions those rows lie in, their first pages taken from that read; after the
+  claims, the next due time of the whole store is one more such read, the first future row of each
+  shard. A pass thus costs O(shards), the same with a million partitions holding a timer a day
+  away as with one: idle partitions are never looked at one by one. A shard read is the pass's
+  read of what it serves, so its failure fails the pass (the service backs off) as reading the
+  partitions does. A shard whose due rows fill the read holds more: the pass says so (starved, or
+  a wake now, after a pass that claimed), and the next pass reads on.
 - In a fleet, a partition just taken over from a runner that died first has that runner's
   claims released (:func:`~timerwheel_c.durable.timers.claim.release_claims`), so its rows in
   flight fire again at once instead of after their backoff.
@@ -33,10 +43,12 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from ..storage.store import Ownership, Store
+from ..storage.store import Ownership, Page, Store
+from ..timers import keys
 from ..timers.registry import TimerRegistry
-from ..timers.runner import (PAGE, RunReport, TickBudget, claim_due, claim_due_across, due_request, needs_wake_scan, next_wake,
-                             release_claims, wake_request)
+from ..timers.claim import SCAN_PAGE, release_range
+from ..timers.runner import (NO_PROGRESS_WAKE_MS, PAGE, RunReport, TickBudget, claim_due, claim_due_across,
+                             due_request, needs_wake_scan, next_wake, release_claims, wake_request)
 from .activity import Activity
 from .records import Job
 
@@ -69,6 +81,8 @@ class Passes:
         wall_ms: the Unix-epoch clock in ms.
         store_failed: ``store_failed(exc, failures, what) -> backoff s`` counts and logs an error.
         clock: monotonic seconds.
+        shards: the shards to read now (``shards()``: a list of ints), or None to pass over the
+            partitions ``served`` gives one by one; given, ``served`` is not called.
 
     ``answered_s``: when (``clock``) a claim round trip last succeeded, or the served partitions
     were read and there were none; None before that. The service's health check reads it.
@@ -77,7 +91,8 @@ class Passes:
     def __init__(self, store: Store, registry: TimerRegistry, budget: TickBudget, served: Callable[[], list],
                  ownership: Optional[Ownership], activity: Activity, counted: Callable[[RunReport], None],
                  wall_ms: Callable[[], int],
-                 store_failed: Callable[[BaseException, int, str], float], clock: Callable[[], float] = time.monotonic):
+                 store_failed: Callable[[BaseException, int, str], float], clock: Callable[[], float] = time.monotonic,
+                 shards: Optional[Callable[[], list]] = None):
         self.store = store
         self.registry = registry
         self.budget = budget
@@ -88,6 +103,7 @@ class Passes:
         self.wall_ms = wall_ms
         self.store_failed = store_failed
         self.clock = clock
+        self.shards = shards
         self._turn = 0
         self._failures: dict = {}  # partition -> failed passes in a row
         self._retry_at: dict = {}  # partition -> monotonic s before which it is not passed
@@ -101,9 +117,18 @@ class Passes:
         Raises:
             Exception: only from reading the served partitions (the ownership or the store's list).
         """
-        partitions = self.served()
-        if not partitions:  # nothing to claim: reading the served partitions was the round trip
+        found: Optional[dict] = None  # by shard: partition -> its due rows the shard read found
+        full = False  # a shard read came back full: the shard holds due rows it did not reach
+        shards = self.shards() if self.shards is not None else None
+        if shards is not None:
+            found, full = self._due_in_shards(shards, self.wall_ms(), free)
+            # Partitions backing off after an error are looked at again, alone, once their time comes.
+            partitions = list(found) + [p for p in self._retry_at if p not in found]
             self.answered_s = self.clock()
+        else:
+            partitions = self.served()
+            if not partitions:  # nothing to claim: reading the served partitions was the round trip
+                self.answered_s = self.clock()
         self._release_taken_over()
         now_s = self.clock()
         if self._stuck:
@@ -132,10 +157,16 @@ class Passes:
         while rest and free > 0:  # rounds of partitions claimed together, their round trips shared
             # Reading ahead pays only where the store reads many partitions in one round trip; with a
             # store that reads them one by one, a partition the room never reaches would be read for
-            # nothing, so there each partition reads its own when its turn comes.
+            # nothing, so there each partition reads its own when its turn comes. By shard, the first
+            # round's pages are the shard read's, whatever the store.
             now_ms = self.wall_ms()
-            ahead = rest if self.store.reads_many_at_once else []
-            firsts = self._due_pages(ahead, now_ms, min(share, free))
+            if found is not None:
+                ahead = [p for p in rest if p in found]
+                firsts = self._shard_pages(found, full, ahead, min(share, free))
+                found = None
+            else:
+                ahead = rest if self.store.reads_many_at_once else []
+                firsts = self._due_pages(ahead, now_ms, min(share, free))
             if not firsts:
                 break  # one partition ahead, or the read failed: each claims on its own below
             if stopping():
@@ -160,7 +191,7 @@ class Passes:
                 if more and len(claimed) >= cap:
                     hungry.append(p)
                     starved = starved or free <= 0
-            rest = rest[len(caps):]
+            rest = [p for p in rest if p not in caps]
         rounds = (rest, hungry)
         for rnd, order in enumerate(rounds):
             for p in order:
@@ -177,7 +208,62 @@ class Passes:
                     if rnd == 0:
                         hungry.append(p)
                     starved = starved or free <= 0
-        return PassResult(jobs, _earliest(wake, self._wakes(waking)), starved)
+        wake = _earliest(wake, self._wakes(waking))
+        if shards is not None:
+            wake = _earliest(wake, self._next_due_in_shards(shards, self.wall_ms()))
+            # Rows the shard read did not reach: read on now, or as soon as there is room. Only after
+            # a pass that claimed: rows it could not (a kind in its grace, rows in flight) are not read
+            # again in a loop, their claims' reports say when to look again.
+            if full and jobs:
+                starved = starved or free <= 0
+                wake = self.wall_ms()
+        return PassResult(jobs, wake, starved)
+
+    def _due_in_shards(self, shards: list, now_ms: int, free: int) -> tuple:
+        """The due rows at ``now_ms`` of every shard in ``shards``, up to ``free`` (at most
+        :data:`SCAN_PAGE`) per shard, in one :meth:`Store.scan_shards`: ``({partition: [(key, value),
+        ...]}, whether some shard's read came back full)``, the partitions in the order their first
+        row was read (due order within each shard)."""
+        limit = max(1, min(SCAN_PAGE, free))
+        found: dict = {}
+        full = False
+        start, end = keys.due_range(now_ms)
+        for rows in self.store.scan_shards(shards, start, end, limit):
+            full = full or len(rows) >= limit
+            for partition, key, value in rows:
+                found.setdefault(partition, []).append((key, value))
+        return found, full
+
+    def _shard_pages(self, found: dict, full: bool, partitions: list, cap: int) -> dict:
+        """The first page of a claim of each of ``partitions`` (as :func:`due_request` would read it,
+        for a claim of ``cap`` rows) from the rows the shard read ``found``; a page says more follow
+        (``next``) when it was cut, or when its shard's read came back ``full``."""
+        limit = due_request(partitions[0], 0, self.budget, cap)[4] if partitions else 0
+        pages: dict = {}
+        for p in partitions:
+            rows = found[p]
+            entries = rows[:limit]
+            pages[p] = Page(entries, entries[-1][0] if full or len(rows) > limit else None)
+        return pages
+
+    def _next_due_in_shards(self, shards: list, now_ms: int) -> Optional[int]:
+        """The earliest due time after ``now_ms`` of a well-formed timer row in ``shards``: the first
+        future row of each shard, in one :meth:`Store.scan_shards`. A shard whose first row does not
+        parse (a malformed key, quarantined only once due) is read again a page at a time; if even
+        that page holds none, the pass looks again in :data:`NO_PROGRESS_WAKE_MS`."""
+        start, end = keys.future_range(now_ms)
+        wake: Optional[int] = None
+        for shard, rows in zip(shards, self.store.scan_shards(shards, start, end, 1)):
+            if not rows:
+                continue
+            due = _first_due(rows)
+            if due is None:
+                page = self.store.scan_shards([shard], start, end, PAGE)[0]
+                due = _first_due(page)
+                if due is None:
+                    due = now_ms + NO_PROGRESS_WAKE_MS if len(page) >= PAGE else None
+            wake = _earliest(wake, due)
+        return wake
 
     def _due_pages(self, ready: list, now_ms: int, cap: int) -> dict:
         """The first page of due rows (at most ``cap``, what each may claim) of every partition in
@@ -191,13 +277,29 @@ class Passes:
         except Exception:
             return {}
 
+    def _claimed_in_shards(self, shards: list) -> list:
+        """The partitions of ``shards`` (just taken over) holding rows where a dead runner's first
+        claims wait (:func:`release_range`): one :meth:`Store.scan_shards` of up to
+        :data:`_TAKEN_OVER_ROWS` rows per shard; a partition past that fires its rows after their
+        backoff instead. Nothing (logged) when the read fails: the rows then wait out their backoff."""
+        try:
+            found = self.store.scan_shards(shards, *release_range(self.wall_ms()), _TAKEN_OVER_ROWS)
+        except Exception as exc:
+            self.store_failed(exc, 1, f"read of the claims in the shards {shards} taken over from a runner that died")
+            return []
+        return list(dict.fromkeys(partition for rows in found for partition, _, _ in rows))
+
     def _wakes(self, waking: dict) -> Optional[int]:
         """Read the next wake of every partition in ``waking`` (see :meth:`_claim`) in one round trip;
         a partition whose read fails backs off alone (the read is then its own). Returns the earliest."""
         if not waking:
             return None
         pages: list = [None] * len(waking)
-        if len(waking) > 1:
+        if self.shards is not None:
+            # The shards' own read (_next_due_in_shards) covers every partition's future rows: each
+            # claim's report adds only what it knows itself (rows it put, kinds it left).
+            pages = [_NOTHING_AHEAD] * len(waking)
+        elif len(waking) > 1:
             try:
                 pages = self.store.scan_many([wake_request(p, now_ms) for p, (now_ms, _) in waking.items()])
             except Exception:
@@ -262,7 +364,10 @@ class Passes:
     def _release_taken_over(self) -> None:
         if self.ownership is None:
             return
-        for partition in self.ownership.taken_over():
+        taken = self.ownership.taken_over()
+        if self.ownership.by_shard and taken:
+            taken = self._claimed_in_shards(taken)
+        for partition in taken:
             try:
                 moved = release_claims(self.store, partition, self.wall_ms())
             except Exception as exc:
@@ -271,6 +376,22 @@ class Passes:
             if moved:
                 log.info("partition %r: taken over from a runner that died; %d row(s) it had claimed fire again now",
                          partition, moved)
+
+
+_NOTHING_AHEAD = Page([], None)
+
+
+def _first_due(rows: list) -> Optional[int]:
+    """The due time of the first well-formed timer key among ``(partition, key, value)`` rows."""
+    for _, key, _ in rows:
+        try:
+            return keys.parse(key).due_at_ms
+        except keys.MalformedKey:
+            continue
+    return None
+
+
+_TAKEN_OVER_ROWS = 10_000  # rows per shard taken over read for the partitions to release
 
 
 def _earliest(a: Optional[int], b: Optional[int]) -> Optional[int]:

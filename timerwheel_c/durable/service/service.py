@@ -63,7 +63,7 @@ from .activity import Activity
 from .clock import StoreClock
 from .committer import ERROR_BACKOFF_S, Committer, backoff_s
 from .executor import SHARE_S, Executor
-from .metrics import BACKLOG_EVERY_S, MetricsSnapshot, Recorder, due_backlog, parked_count
+from .metrics import BACKLOG_EVERY_S, MetricsSnapshot, Recorder, due_backlog, parked_count, shard_backlog
 from .passes import PassResult, Passes
 from .pool import DEFAULT_CONCURRENCY, DaemonExecutor, DaemonPool
 from .records import Job, Outcome
@@ -116,8 +116,8 @@ class DurableTimerService:
             ``concurrency`` bounds those.
         max_sleep_s: longest sleep between passes, in seconds (finite, > 0); a safety net
             only, since the store's change signal wakes the thread on every timer write.
-        fleet: divide ``partitions`` (None: all of the store's) with the other services asking
-            for the same ones, each partition served by one live service at a time (see
+        fleet: divide ``partitions`` (None: the whole store, divided by shard) with the other services
+            asking for the same ones, each partition (or shard) served by one live service at a time (see
             :mod:`timerwheel_c.durable.storage.pg_ownership`); the sleep is then capped at the ownership's
             check interval. None (default): True when ``partitions`` is None and the store
             supports it (:meth:`Store.ownership`: PostgreSQL), else False.
@@ -226,9 +226,15 @@ class DurableTimerService:
         self.executor = Executor(concurrency, store, self._wall_ms, self._settle, self._slot_freed, budget.max_fired)
         self.committer = Committer(store, self._on_commit_store, self._count, self._nudge, self._store_failed,
                                    self._outcome_done, lambda: bool(self.executor.tasks))
+        # Serving the whole store (alone, or a fleet's share of its shards), a pass reads by shard: its
+        # cost does not grow with the number of partitions.
+        shards: Optional[Callable[[], list]] = None
+        if self.ownership is not None and self.ownership.by_shard:
+            shards = self.ownership.owned
+        elif self.ownership is None and self.partitions is None:
+            shards = lambda: list(range(store.shard_count))  # noqa: E731
         self._passes = Passes(store, registry, budget, self._served, self.ownership, self.activity, self._count,
-                              self._wall_ms,
-                             self._store_failed)
+                              self._wall_ms, self._store_failed, shards=shards)
         self.died: Optional[BaseException] = None
         self.recorder = Recorder()
         self._release_on_stop = False
@@ -721,7 +727,9 @@ class DurableTimerService:
         with self._lock:
             errors = {"transient": self.transient_errors, "permanent": self.other_errors}
         progress = self._passes.answered_s
-        if backlog or (self.ownership is None and self.partitions is None):
+        if self._passes.shards is not None:  # serving the whole store: the shards it reads
+            owned = self.store.shard_count if self.ownership is None else len(self.ownership.last_owned())
+        elif backlog:
             owned = len(backlog)
         elif self.ownership is None:
             owned = len(self.partitions or ())
@@ -736,8 +744,11 @@ class DurableTimerService:
             kind_names={int(k): k.name for k in self.registry.named_kinds() if getattr(k, "name", None) is not None})
 
     def _backlog(self) -> tuple:
-        """On the store thread: ``(due rows, parked timers)`` per served partition, each counted up to BACKLOG_CAP."""
+        """On the store thread: ``(due rows, parked timers)`` per served partition, each counted up to BACKLOG_CAP
+        (by shard: the partitions holding such rows, read a shard at a time, up to BACKLOG_CAP per shard)."""
         now_ms = self._wall_ms()
+        if self._passes.shards is not None:
+            return shard_backlog(self.store, self._passes.shards(), now_ms)
         served = self._served()
         return ({partition: due_backlog(self.store, partition, now_ms)[0] for partition in served},
                 {partition: parked_count(self.store, partition) for partition in served})

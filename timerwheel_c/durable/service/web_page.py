@@ -16,7 +16,7 @@ from urllib.parse import urlencode
 from ..timers.triggers import Cron
 from ..timers.writer import STATES
 from .cli_text import in_words, local_iso, printable
-from .fleet import kinds_text
+from .fleet import kinds_text, owned_text
 
 __all__ = ["HISTORY_S", "REFRESH_S", "SCRIPT_SHA256", "esc", "message_page", "render"]
 
@@ -141,7 +141,7 @@ def _fleet(fleet: dict, now_ms: int) -> str:
         beat_text = "-" if beat is None else f"{beat / 1000:.1f} s ago"
         rows.append(f"<tr><td>{esc(host)}</td><td class=num>{esc(pid)}</td><td class=num>{esc(r['backend_pid'])}</td>"
                     f"<td>{_when(r['since_ms'], now_ms, due=False)}</td><td>{esc(kinds_text(r['kinds']))}</td>"
-                    f"<td>{esc(', '.join(r['partitions']) or '-')}</td><td class=num>{esc(beat_text)}</td></tr>")
+                    f"<td>{esc(owned_text(r))}</td><td class=num>{esc(beat_text)}</td></tr>")
     return _table(["host", "pid", "backend pid", "since", "kinds", "partitions", "heartbeat"], rows,
                   "No live runner holds this store's partitions.")
 

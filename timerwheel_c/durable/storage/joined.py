@@ -68,6 +68,7 @@ from typing import Any, Optional, Union
 
 from .errors import wrap_exceptions
 from .savepoint import OPEN, Joined, ending, type_name, unless_failing
+from .shards import shard_of
 from .sqlite import SQLiteStore, apply_batch, read_value, store_error
 from .store import Batch, Committed, PreconditionFailed, Store, check_store
 
@@ -155,6 +156,7 @@ class _SQLiteJoined(Joined):
                              "open, so the write would commit on its own: execute BEGIN on it first, or pass no conn")
         self._cursor = cursor
         self._partition = partition
+        self._shard = shard_of(partition, store.shard_count)
         self._begin = not in_transaction
         self._wrap = wrap_exceptions(sqlite3.Error, functools.partial(store_error, store.path))
 
@@ -176,7 +178,7 @@ class _SQLiteJoined(Joined):
 
     def apply(self, batch: Batch) -> Union[Committed, PreconditionFailed]:
         with self._wrap:
-            failed = apply_batch(self._cursor, self._partition, batch)
+            failed = apply_batch(self._cursor, self._partition, batch, self._shard)
         return Committed() if failed is None else PreconditionFailed(failed)
 
 

@@ -38,6 +38,13 @@ A runner leaves a due row of a kind it lacks in place for
 it, and only then moves it later (counting no attempt), so rows of a kind no live runner knows
 do not clog the partition.
 
+Shards: runners that serve the whole store (``partitions=None``) divide its shards, not its
+partitions (:mod:`.shards`): the units of that group are the store's ``shard_count`` shards, so the
+locks a runner holds are bounded by the shard count (64 by default), never by the partitions, and
+a store of 100,000 partitions costs each runner a few dozen entries of the server's lock table.
+:meth:`PartitionOwnership.owned` then gives shard numbers (``by_shard``), which the service reads
+with :meth:`~.store.Store.scan_shards`. Runners given a list of partitions still divide those.
+
 Takeover: each check remembers which runner held each partition. A partition acquired from a
 runner that is no longer a member (it died: its locks went with its connection) is reported
 once by :meth:`PartitionOwnership.taken_over`, and the service then releases the rows that
@@ -82,11 +89,11 @@ exactly-once. That stays the guarded commit on each row (see
 moment (a lock connection lost while its process carries on), a row is still claimed
 by one of them and its batch effects still commit at most once.
 
-How many partitions: at least as many as the most runners you will run (a runner
-with no partition is idle), and a few times more so that shares stay even when
-runners come and go: for example 16 partitions for up to 4-8 runners, or 64 for 16.
-Partitions cost nothing when empty; a timer goes to the partition its key names, so
-hash the entity an ordering must hold for (a user, an order) to a partition name.
+How many partitions: as many as the entities whose timers must stay in order (a user, an
+order); a fleet over the whole store divides the store's shards, whatever the number of
+partitions. A fleet given a list of partitions divides that list: give it at least as many as the
+most runners you will run (a runner with no partition is idle), and a few times more so that
+shares stay even when runners come and go.
 """
 from __future__ import annotations
 
@@ -103,6 +110,7 @@ from typing import TYPE_CHECKING, Optional, cast
 import psycopg
 
 from .errors import StoreError, wrap_exceptions
+from .shards import shard_of
 from .store import Ownership, Store, check_partition, refuse_store
 
 if TYPE_CHECKING:  # the store's module imports this one: at run time its class is known by _check_store
@@ -200,15 +208,32 @@ def _units(partitions: list) -> dict:
     return units
 
 
+def _shard_unit(shard: int) -> str:
+    """The unit name of a shard: NUL never appears in a partition name (check_partition), so a
+    shard's unit never names a partition."""
+    return f"\0shard {shard}"
+
+
+def _unit_shard(unit: str) -> int:
+    return int(unit.rsplit(" ", 1)[1])
+
+
+def _wanted(store: "PostgresStore", partitions: Optional[list]) -> list:
+    """The units a group divides: its partitions, or every shard of the store for the whole store."""
+    return partitions if partitions is not None else [_shard_unit(n) for n in range(store.shard_count)]
+
+
 def _group(partitions: Optional[list], kinds: Optional[list]) -> str:
-    where = "*" if partitions is None else "\0".join(partitions)
+    # The whole store's group divides shards: a namespace of its own, never shared with runners of a
+    # version that divided its partitions.
+    where = "*shards" if partitions is None else "\0".join(partitions)
     return where if kinds is None else where + "\0kinds=" + ",".join(str(k) for k in sorted(set(kinds)))
 
 
 def holders(store: PostgresStore, partitions: Optional[list] = None, conn: Optional[psycopg.Connection] = None,
             kinds: Optional[list] = None) -> dict:
-    """Which runner owns each partition of the group ``partitions`` (None: the all-partitions
-    group) of runners with the registry ``kinds`` (a list of ints, as ``TimerRegistry.kinds()``) right now, read from ``pg_locks``: ``{partition: backend pid}``, for monitoring.
+    """Which runner owns each partition of the group ``partitions`` (None: the whole store's group,
+    which divides shards: each stored partition is then owned by its shard's owner) of runners with the registry ``kinds`` (a list of ints, as ``TimerRegistry.kinds()``) right now, read from ``pg_locks``: ``{partition: backend pid}``, for monitoring.
     Partitions of the group that no runner holds are absent. Does not join the group. ``conn``:
     a connection to reuse (e.g. from :meth:`PostgresStore.new_connection`), else one is opened
     and closed.
@@ -218,7 +243,7 @@ def holders(store: PostgresStore, partitions: Optional[list] = None, conn: Optio
     """
     _check_store(store)
     names = None if partitions is None else sorted({check_partition(p) for p in partitions})
-    wanted = names if names is not None else store.partitions()
+    wanted = _wanted(store, names)
     own = conn is None
     conn = store.new_connection() if conn is None else conn
     try:
@@ -228,7 +253,11 @@ def holders(store: PostgresStore, partitions: Optional[list] = None, conn: Optio
         if own:
             conn.close()
     units = _units(wanted)
-    return {p: pid for classid, objid, pid in rows if classid == owners_ns for p in units.get(objid, ())}
+    owners = {p: pid for classid, objid, pid in rows if classid == owners_ns for p in units.get(objid, ())}
+    if names is not None:
+        return owners
+    return {p: owners[_shard_unit(shard_of(p, store.shard_count))] for p in store.partitions()
+            if _shard_unit(shard_of(p, store.shard_count)) in owners}
 
 
 @dataclass(frozen=True)
@@ -237,7 +266,8 @@ class RunnerInfo:
 
     ``backend_pid``: the PostgreSQL backend of its lock connection (``pg_stat_activity.pid``, not
     the runner's OS process id). ``kinds``: the sorted timer kinds (ints) of its registry.
-    ``partitions``: the sorted partitions it owns now. ``application_name``: what the runner calls
+    ``partitions``: the sorted partitions it owns now (of a list it was given). ``shards``: the sorted
+    shards it owns now (serving the whole store). ``application_name``: what the runner calls
     itself (``timerwheel_c runner on HOST pid N``, its OS process id; None where the reading role may not see it).
     ``client_addr``: its address as the server sees it (None over a Unix socket or where hidden).
     ``since_ms``: when its lock connection opened (Unix epoch ms; None where hidden).
@@ -249,6 +279,7 @@ class RunnerInfo:
     application_name: Optional[str]
     client_addr: Optional[str]
     since_ms: Optional[int]
+    shards: tuple = ()
 
 
 def runners(store: PostgresStore, conn: Optional[psycopg.Connection] = None) -> list:
@@ -268,6 +299,7 @@ def runners(store: PostgresStore, conn: Optional[psycopg.Connection] = None) -> 
             kinds_ns = _kinds_namespace(_where(conn, store.table))
             rows = conn.execute(_RUNNER_LOCKS, (kinds_ns,)).fetchall()
         units = _units(store.partitions())
+        shard_units = _units(_wanted(store, None))
     finally:
         if own:
             conn.close()
@@ -280,9 +312,13 @@ def runners(store: PostgresStore, conn: Optional[psycopg.Connection] = None) -> 
             kinds.setdefault(pid, []).append(objid)
         elif objid != pid:  # (members namespace, backend pid) is the membership lock; the rest own partitions
             locks.setdefault(pid, []).append(objid)
-    return [RunnerInfo(pid, tuple(sorted(kinds[pid])), tuple(sorted(p for k in locks.get(pid, ()) for p in units.get(k, ()))),
-                       *info[pid])
-            for pid in sorted(kinds)]
+    out = []
+    for pid in sorted(kinds):
+        name, addr, since_ms = info[pid]
+        held = locks.get(pid, ())
+        out.append(RunnerInfo(pid, tuple(sorted(kinds[pid])), tuple(sorted(p for k in held for p in units.get(k, ()))),
+                              name, addr, since_ms, tuple(sorted(_unit_shard(u) for k in held for u in shard_units.get(k, ())))))
+    return out
 
 
 class PartitionOwnership(Ownership):
@@ -327,6 +363,7 @@ class PartitionOwnership(Ownership):
         self.check_interval_s = float(check_interval_s)
         self.lease_s = float(lease_s)
         self._terminate_refused = False  # pg_terminate_backend was refused (logged once)
+        self.by_shard = self.partitions is None
         self._group = _group(self.partitions, kinds)
         self._kinds = [] if kinds is None else sorted({int(k) for k in kinds})
         # Set on connecting: the lock namespaces include the schema the table lives in.
@@ -341,11 +378,11 @@ class PartitionOwnership(Ownership):
         self.members = 0
 
     def __repr__(self):
-        which = "all partitions" if self.partitions is None else f"{len(self.partitions)} partitions"
+        which = "all shards" if self.partitions is None else f"{len(self.partitions)} partitions"
         return f"PartitionOwnership({self.store!r}, {which}, owned={len(self._owned)}, members={self.members})"
 
     def owned(self) -> list:
-        """The partitions this runner owns, sorted; re-evaluated (one or two round trips) when
+        """The partitions this runner owns, sorted (the shard numbers, ints, when :attr:`by_shard`); re-evaluated (one or two round trips) when
         ``check_interval_s`` has passed since the last evaluation, else the cached list.
 
         Raises:
@@ -438,8 +475,9 @@ class PartitionOwnership(Ownership):
     def _rebalance(self) -> None:
         conn = self._connection()
         self._end_stale_members(conn)
-        wanted = self.partitions if self.partitions is not None else self.store.partitions()
+        wanted = _wanted(self.store, self.partitions)
         units = _units(wanted)
+        named = _unit_shard if self.by_shard else str
         order = list(units)
         members: list = []
         holder: dict = {}
@@ -476,16 +514,16 @@ class PartitionOwnership(Ownership):
                 for k in free:
                     dead = self._last_holder.get(k)
                     if k in got and dead is not None and dead != self._pid and dead not in live:
-                        self._taken_over += units[k]
+                        self._taken_over += [named(u) for u in units[k]]
         for k, pid in holder.items():
             self._last_holder[k] = pid
         for k in mine:
             self._last_holder[k] = self._pid
         before = self._owned
-        self._owned = sorted(p for k in mine for p in units[k])
+        self._owned = sorted(named(u) for k in mine for u in units[k])
         if self._owned != before:
-            log.info("fleet: this runner owns %d of %d partitions (%d runners): %s",
-                     len(self._owned), len(wanted), len(members), self._owned)
+            log.info("fleet: this runner owns %d of %d %s (%d runners): %s", len(self._owned), len(wanted),
+                     "shards" if self.by_shard else "partitions", len(members), self._owned)
 
 
 def _signed32(k: int) -> int:

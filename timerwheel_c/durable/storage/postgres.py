@@ -7,11 +7,15 @@ primary-key index serves the scans.
 ``apply`` and ``apply_many`` are one round trip each: a call of a PL/pgSQL function
 created with the table that takes the batches flattened into arrays and runs in the
 call's own transaction, so a list of batches costs one commit (one WAL flush with
-``synchronous_commit`` on). It first takes ``pg_advisory_xact_lock`` on the partition (a
-64-bit hash of the table and partition names), then judges the guards and writes. The
-lock serializes guarded commits on a partition across every connection, the way SQLite's
-``BEGIN IMMEDIATE`` does, so an ``Absent`` guard cannot be defeated by a concurrent insert
-(row locks cannot lock a row that does not exist). Batches of which no two touch the same
+``synchronous_commit`` on). It first takes ``pg_advisory_xact_lock`` on the partition's shard
+(a 64-bit hash of the table name and the shard, :mod:`.shards`), then judges the guards and
+writes. The lock serializes guarded commits on a shard's partitions across every connection,
+the way SQLite's ``BEGIN IMMEDIATE`` does, so an ``Absent`` guard cannot be defeated by a
+concurrent insert (row locks cannot lock a row that does not exist). It is per shard, not per
+partition, so that a transaction never holds more of the server's lock table than the shard
+count, however many partitions it writes: a claim over 20,000 partitions once took 20,000 locks
+and ran the server out of shared memory. Guarded commits on two partitions of one shard thus
+wait for each other; a fleet gives each shard one runner, so only writers meet there. Batches of which no two touch the same
 key (the runner's claims and outcomes) go to ``<table>_apply_sets``, which judges every
 guard and does every write of the list in one set-based statement (a join per kind of
 step instead of a statement per row), each batch still failing alone on its own guards;
@@ -68,9 +72,10 @@ from .pg_copy import copy_new_rows, copyable
 from .pg_listen import PgListener
 from .pg_ownership import PartitionOwnership
 from .redact import redact
+from .shards import DEFAULT_SHARD_COUNT, check_shard_count, shard_of
 from .sqlfiles import migrations, queries
 from .upgrades import rewritten_rows
-from .store import (Absent, Batch, Committed, Page, PreconditionFailed, Refused, SchemaVersionError,
+from .store import (Absent, Batch, Committed, Page, PreconditionFailed, Refused, SchemaError, SchemaVersionError,
                     Store, check_lock_wait_ms, check_readable_version, consumed_write, schema_version_of)
 from .watch import Watcher
 
@@ -88,9 +93,11 @@ _TABLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,51}$")  # room for the "_apply_man
 # 5: ``<table>_apply_one``, and ``<table>_apply_many`` reports a refused batch alone;
 # 6: the rows the layers above derive from the stored ones (storage/upgrades.py);
 # 7: ``<table>_apply_sets``: independent batches of any partitions, set-based in one statement;
-# 8: the rows the layers above rewrite (storage/upgrades.py).
+# 8: the generated ``shard`` column and its index ``<table>_shard`` (storage/shards.py);
+# 9: the rows the layers above rewrite (storage/upgrades.py).
 _MIGRATIONS = migrations("postgres")
 SCHEMA_VERSION = _MIGRATIONS[-1][0]
+_SHARDS_VERSION = 8  # the migration that adds the shard column (reshard runs it again)
 _QUERIES = queries("postgres")
 # SQLSTATEs of passing conditions (https://www.postgresql.org/docs/current/errcodes-appendix.html),
 # by class: 08 connection exception, 40 transaction rollback (serialization failure, deadlock),
@@ -138,6 +145,11 @@ def lock_key(*parts: str) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
+def shard_locks(table: str, shard_count: int) -> list:
+    """The transaction-level advisory lock key of each shard of ``table``, by shard number."""
+    return [lock_key(table, "shard", str(n)) for n in range(shard_count)]
+
+
 def when_clause(patterns: Optional[list]) -> sql.Composable:
     """The trigger's WHEN condition for the :class:`KeyPattern` list ``patterns`` (None: every write)."""
     if patterns is None:
@@ -178,6 +190,8 @@ class PostgresStore(Store):
             25006).
         create: False for a command that writes rows but must not create a store: no DDL runs, as
             with ``read_only``, but the session may write.
+        shard_count: the number of shards (1..4096, see :mod:`.shards`) of a store this open creates,
+            or upgrades from before shards; a store that has them keeps its own (:attr:`shard_count`).
 
     Raises:
         TypeError / ValueError: a bad argument.
@@ -195,7 +209,8 @@ class PostgresStore(Store):
     ownership_type = PartitionOwnership
 
     def __init__(self, dsn: str, *, table: str = "timerwheel_kv", synchronous_commit: Optional[str] = None,
-                 read_only: bool = False, create: bool = True):
+                 read_only: bool = False, create: bool = True, shard_count: int = DEFAULT_SHARD_COUNT):
+        check_shard_count(shard_count)
         if not isinstance(dsn, str):
             raise TypeError(f"dsn must be a str, got {type(dsn).__name__}")
         if not isinstance(table, str) or not _TABLE_NAME.match(table):
@@ -206,12 +221,13 @@ class PostgresStore(Store):
         self.synchronous_commit = synchronous_commit
         self.table = table
         self.read_only = bool(read_only)
+        self.shard_count = shard_count
         self._lock = threading.Lock()
         self._wrap = wrap_exceptions(psycopg.Error, self._error)
         self._names = {
             "t": sql.Identifier(table), "meta": sql.Identifier(f"{table}_meta"),
             "apply_many": sql.Identifier(f"{table}_apply_many"), "apply_one": sql.Identifier(f"{table}_apply_one"),
-            "apply_sets": sql.Identifier(f"{table}_apply_sets"),
+            "apply_sets": sql.Identifier(f"{table}_apply_sets"), "shard_index": sql.Identifier(f"{table}_shard"),
             "old_apply": sql.Identifier(f"{table}_apply"), "wake": sql.Identifier(f"{table}_wake"),
             "channel": sql.Literal(f"{table}_wake"),
         }
@@ -224,6 +240,7 @@ class PostgresStore(Store):
                 self._check_schema()
             else:
                 self._create_schema()
+        self._shard_locks = shard_locks(table, self.shard_count)
 
     def __repr__(self):
         return f"PostgresStore({describe_dsn(self._dsn)}, table={self.table!r})"
@@ -243,6 +260,7 @@ class PostgresStore(Store):
             row = conn.execute(self._sql["schema_version"]).fetchone() if has_meta else None
             found = 0 if row is None else schema_version_of(where, row[0])
         check_readable_version(where, found, SCHEMA_VERSION)
+        self.shard_count = self._recorded_shard_count(conn)
 
     def _create_schema(self) -> None:
         """Create or upgrade the schema once: every opener takes the same transaction-level
@@ -256,13 +274,16 @@ class PostgresStore(Store):
             row = conn.execute(self._sql["schema_version"]).fetchone()
             where = f"PostgreSQL table {self.table!r}"
             found = 0 if row is None else schema_version_of(where, row[0])
-            if found == SCHEMA_VERSION:
-                return
             if found > SCHEMA_VERSION:
                 raise SchemaVersionError(where, found, SCHEMA_VERSION)
+            if found != SCHEMA_VERSION:
+                conn.execute(self._sql["set_shard_count"], (str(self.shard_count),))
+            self.shard_count = self._recorded_shard_count(conn)
+            if found == SCHEMA_VERSION:
+                return
             for version, text in _MIGRATIONS:
                 if version > found:
-                    conn.execute(sql.SQL(text).format(**self._names))
+                    conn.execute(sql.SQL(text).format(**self._names, shard_count=sql.Literal(self.shard_count)))
             deletes, puts = rewritten_rows(found, conn.execute(self._sql["all_rows"]).fetchall())
             with conn.cursor() as cur:
                 if deletes:
@@ -271,6 +292,35 @@ class PostgresStore(Store):
                     cur.executemany(self._sql["put_row"], puts)
             self._create_wake_trigger(conn, None)
             conn.execute(self._sql["set_schema_version"], (str(SCHEMA_VERSION),))
+
+    def _reshard(self, shard_count: int) -> None:
+        """The generated column is rebuilt with the new count (version 8's statements), which rewrites
+        the table and its shard index, under the schema lock."""
+        shards_sql = next(text for version, text in _MIGRATIONS if version == _SHARDS_VERSION)
+        with self._lock, self._wrap:
+            conn = self._connection()
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(self.table, "schema"),))
+                conn.execute(self._sql["drop_shard_column"])
+                conn.execute(sql.SQL(shards_sql).format(**self._names, shard_count=sql.Literal(shard_count)))
+                conn.execute(self._sql["change_shard_count"], (str(shard_count),))
+        self._shard_locks = shard_locks(self.table, shard_count)
+
+    def _recorded_shard_count(self, conn: psycopg.Connection) -> int:
+        """The shard count recorded in the meta table (the default for a store from before shards,
+        which a read-only open does not upgrade).
+
+        Raises:
+            SchemaError: the recorded count is not a shard count, naming it.
+        """
+        row = conn.execute(self._sql["shard_count"]).fetchone()
+        if row is None:
+            return DEFAULT_SHARD_COUNT
+        try:
+            return check_shard_count(int(row[0]))
+        except ValueError:
+            raise SchemaError(f"PostgreSQL table {self.table!r} records shard_count {row[0]!r}, which is not a "
+                              "shard count: the meta table was edited or not made by timerwheel_c") from None
 
     def _create_wake_trigger(self, conn: psycopg.Connection, patterns: Optional[list]) -> None:
         conn.execute(sql.SQL(_QUERIES["wake_trigger"]).format(when=when_clause(patterns), **self._names))
@@ -378,7 +428,7 @@ class PostgresStore(Store):
                 wv.append(v)
             g_end.append(len(gk))
             w_end.append(len(wk))
-        args = (partition, lock_key(self.table, partition), g_end, gk, gv, absent, w_end, wk, wv, consume, protect)
+        args = (partition, self.shard_lock(partition), g_end, gk, gv, absent, w_end, wk, wv, consume, protect)
         return self._sql["apply_many"], args
 
     def _apply_across(self, items: list) -> list:
@@ -406,9 +456,25 @@ class PostgresStore(Store):
         return [Page.from_rows(list(zip(ks, vs)) if ks is not None else [], request[4])
                 for (ks, vs), request in zip(rows, requests)]
 
+    def shard_lock(self, partition: str) -> int:
+        """The transaction-level advisory lock key that every guarded commit on ``partition`` takes:
+        its shard's (see the module docstring)."""
+        return self._shard_locks[shard_of(partition, self.shard_count)]
+
+    def _scan_shards(self, shards: list, start: bytes, end: bytes, limit: int) -> list:
+        """Every shard in one statement: a LATERAL range scan of the shard index per shard (see
+        ``scan_shards`` in ``sql/postgres/queries.sql``)."""
+        with self._lock, self._wrap:
+            rows = self._connection().execute(self._sql["scan_shards"], (Int4Array(shards), start, end, limit),
+                                              binary=True).fetchall()
+        out: list = [[] for _ in shards]
+        for i, partition, key, value in rows:
+            out[i - 1].append((partition, key, value))
+        return out
+
     def _apply_sets(self, sets: "_Sets") -> list:
         """Independent batches (:func:`_independent_sets`), set-based in one call of ``<table>_apply_sets``."""
-        lock_keys = Int8Array(sorted({lock_key(self.table, p) for p in set(sets.bp)}))
+        lock_keys = Int8Array(sorted({self.shard_lock(p) for p in set(sets.bp)}))
         args = (lock_keys, sets.bp, sets.ck, sets.cv, sets.g_b, sets.g_k, sets.g_v, sets.d_b, sets.d_k,
                 sets.u_b, sets.u_k, sets.u_v)
         with self._lock, self._wrap:

@@ -46,6 +46,7 @@ from typing import Callable, Optional, Union
 
 from .errors import PermanentStoreError, StoreError, TransientStoreError, wrap_exceptions
 from .redact import redact
+from .shards import DEFAULT_SHARD_COUNT, check_shard_count, shard_of
 from .sqlfiles import migrations, queries, statements
 from .store import (Absent, Batch, Committed, NoStoreError, Page, PreconditionFailed, Refused, SchemaError,
                     SchemaVersionError, Store, check_readable_version, consumed_write, schema_version_of)
@@ -59,9 +60,12 @@ log = logging.getLogger("timerwheel_c.durable")
 _QUERIES = queries("sqlite")
 _MIGRATIONS = migrations("sqlite")
 # 1: the key-value table alone (files from before the version row); 2: the version row; 6: the rows
-# the layers above derive; 8: the rows the layers above rewrite (storage/upgrades.py).
+# the layers above derive; 8: each row's shard, and the index that scans a shard; 9: the rows the
+# layers above rewrite (storage/upgrades.py).
 SCHEMA_VERSION = _MIGRATIONS[-1][0]
-_TABLES = {"timerwheel_kv": ("partition", "key", "value"), "timerwheel_meta": ("name", "value")}
+# The columns of each table, as any version made them (ALTER TABLE appends a column).
+_TABLES = {"timerwheel_kv": (("partition", "key", "value"), ("partition", "key", "value", "shard")),
+           "timerwheel_meta": (("name", "value"),)}
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 # SQLite's primary result codes (https://sqlite.org/rescode.html) of passing conditions: BUSY,
 # LOCKED, NOMEM, INTERRUPT, PROTOCOL (a WAL lock race) and SCHEMA (another connection changed it),
@@ -118,6 +122,8 @@ class SQLiteStore(Store):
             file; a write then fails (SQLITE_READONLY).
         create: False for a command that writes rows but must not create a store: no file is
             created (SQLite's ``mode=rw``) and no DDL runs, as with ``read_only``, but it may write.
+        shard_count: the number of shards (1..4096, see :mod:`.shards`) of a store this open creates,
+            or upgrades from before shards; a store that has them keeps its own (:attr:`shard_count`).
 
     Raises:
         TypeError / ValueError: a bad argument, or a URL given as the path (use
@@ -135,7 +141,8 @@ class SQLiteStore(Store):
 
     def __init__(self, path, *, busy_timeout_ms: int = 5000, synchronous: str = "NORMAL",
                  checkpoint_interval_s: Optional[float] = 1.0, watch_interval_s: float = 0.02,
-                 read_only: bool = False, create: bool = True):
+                 read_only: bool = False, create: bool = True, shard_count: int = DEFAULT_SHARD_COUNT):
+        check_shard_count(shard_count)
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__} {path!r}")
         if isinstance(busy_timeout_ms, bool) or not isinstance(busy_timeout_ms, int) or busy_timeout_ms < 0:
@@ -163,6 +170,7 @@ class SQLiteStore(Store):
         if not create and self.path != ":memory:" and not os.path.exists(self.path):
             raise NoStoreError(f"no timerwheel_c store here: SQLite database {self.path!r} does not exist "
                                "(this command never creates it)")
+        self.shard_count = shard_count
         try:
             # isolation_level=None: no implicit transactions; apply() opens its own.
             self._db = sqlite3.connect(
@@ -241,9 +249,9 @@ class SQLiteStore(Store):
         table some other program made, which this store must neither use nor write into."""
         for table, columns in _TABLES.items():
             found = tuple(row[1] for row in self._db.execute(f"PRAGMA table_info({table})"))
-            if found and found != columns:
+            if found and found not in columns:
                 raise SchemaError(
-                    f"SQLite database {self.path!r} has a table {table} with columns {found}, not {columns}: "
+                    f"SQLite database {self.path!r} has a table {table} with columns {found}, not {columns[-1]}: "
                     "it was not made by timerwheel_c; refusing to use it (nothing was written)")
 
     def _read_only_uri(self) -> str:
@@ -272,6 +280,7 @@ class SQLiteStore(Store):
             row = self._db.execute(_QUERIES["schema_version"]).fetchone() if "timerwheel_meta" in tables else None
             found = 0 if row is None else schema_version_of(where, row[0])
         check_readable_version(where, found, SCHEMA_VERSION)
+        self.shard_count = self._recorded_shard_count(self._db)
 
     def _create_schema(self) -> None:
         """Create or upgrade the schema under the write lock, once, even when many processes open
@@ -285,20 +294,58 @@ class SQLiteStore(Store):
             found = 0 if row is None else schema_version_of(where, row[0])
             if found > SCHEMA_VERSION:
                 raise SchemaVersionError(where, found, SCHEMA_VERSION)
+            db.execute(_QUERIES["set_shard_count"], (str(self.shard_count),))
+            count = self.shard_count = self._recorded_shard_count(db)
             if found != SCHEMA_VERSION:
-                for version, text in _MIGRATIONS:
-                    if version > found:
-                        for statement in statements(text):
-                            db.execute(statement)
+                db.create_function("timerwheel_shard", 1, lambda p: shard_of(p, count), deterministic=True)
+                try:
+                    for version, text in _MIGRATIONS:
+                        if version > found:
+                            for statement in statements(text):
+                                db.execute(statement)
+                finally:
+                    db.create_function("timerwheel_shard", 1, None)
                 deletes, puts = rewritten_rows(found, db.execute(_QUERIES["all_rows"]).fetchall())
                 db.executemany(_QUERIES["delete"], deletes)
-                db.executemany(_QUERIES["put"], puts)
+                db.executemany(_QUERIES["put"], [(p, k, v, shard_of(p, count)) for p, k, v in puts])
                 db.execute(_QUERIES["set_schema_version"], (str(SCHEMA_VERSION),))
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
+
+    def _reshard(self, shard_count: int) -> None:
+        with self._lock, self._wrap:
+            db = self._db
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.create_function("timerwheel_shard", 1, lambda p: shard_of(p, shard_count), deterministic=True)
+                db.execute(_QUERIES["reshard"])
+                db.execute(_QUERIES["change_shard_count"], (str(shard_count),))
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+            finally:
+                db.create_function("timerwheel_shard", 1, None)
+
+    def _recorded_shard_count(self, db: sqlite3.Connection) -> int:
+        """The shard count recorded in the meta table (the default for a store from before shards,
+        which a read-only open does not upgrade).
+
+        Raises:
+            SchemaError: the recorded count is not a shard count, naming it.
+        """
+        row = db.execute(_QUERIES["shard_count"]).fetchone()
+        if row is None:
+            return DEFAULT_SHARD_COUNT
+        try:
+            return check_shard_count(int(row[0]))
+        except ValueError:
+            raise SchemaError(f"SQLite database {self.path!r} records shard_count {row[0]!r}, which is not a "
+                              "shard count: the meta table was edited or not made by timerwheel_c") from None
 
     def _error(self, exc: sqlite3.Error) -> StoreError:
         return store_error(self.path, exc)
@@ -322,6 +369,11 @@ class SQLiteStore(Store):
         with self._lock, self._wrap:
             rows = self._db.execute(query, (partition, lower, end, limit + 1)).fetchall()
         return Page.from_rows(rows, limit)
+
+    def _scan_shards(self, shards: list, start: bytes, end: bytes, limit: int) -> list:
+        # One index range scan per shard, all under the lock: each costs an index probe plus its rows.
+        with self._lock, self._wrap:
+            return [self._db.execute(_QUERIES["scan_shard"], (shard, start, end, limit)).fetchall() for shard in shards]
 
     def _get(self, partition: str, key: bytes) -> Optional[bytes]:
         with self._lock, self._wrap:
@@ -349,7 +401,7 @@ class SQLiteStore(Store):
                     if nested:
                         db.execute("SAVEPOINT batch")
                     try:
-                        failed = apply_batch(db, partition, batch)
+                        failed = apply_batch(db, partition, batch, shard_of(partition, self.shard_count))
                     except sqlite3.Error as exc:
                         error = self._error(exc)
                         if not nested or isinstance(error, TransientStoreError):
@@ -467,7 +519,7 @@ def _present(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, want
     return found
 
 
-def apply_batch(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, batch: Batch) -> Optional[bytes]:
+def apply_batch(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, batch: Batch, shard: int) -> Optional[bytes]:
     """Check ``batch``'s guards and write it inside ``db``'s open transaction; return the key of
     the first failed guard (nothing written: the guards are all judged before the first write), or
     None once written. The last guard may be checked by its own delete
@@ -475,7 +527,8 @@ def apply_batch(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, b
     :meth:`SQLiteStore.apply` and a write through a caller's connection (:mod:`.joined`) share it.
 
     A large batch (many timers written at once) costs a statement per row, not three: its Absent
-    guards are read a few hundred keys per statement and each run of puts is one ``executemany``."""
+    guards are read a few hundred keys per statement and each run of puts is one ``executemany``.
+    ``shard``: the partition's shard (:func:`~.shards.shard_of`), which every put records."""
     consumed = consumed_write(batch)
     guards = batch.guards[:-1] if consumed >= 0 else batch.guards
     absent = [guard.key for guard in guards if isinstance(guard, Absent)]
@@ -497,7 +550,7 @@ def apply_batch(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, b
         if i == consumed:
             continue
         if value is not None:
-            puts.append((partition, key, value))
+            puts.append((partition, key, value, shard))
             continue
         if puts:
             db.executemany(_QUERIES["put"], puts)

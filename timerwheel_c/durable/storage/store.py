@@ -22,6 +22,7 @@ from typing import Callable, NoReturn, Optional, Union, cast
 
 from .errors import PermanentStoreError
 from .redact import redact
+from .shards import check_shard_count, check_shards
 from .watch import GENERIC_POLL_S, ChangeHub, PollingWatcher, Watcher
 
 __all__ = [
@@ -318,6 +319,9 @@ class Ownership(abc.ABC):
     (:class:`timerwheel_c.durable.storage.pg_ownership.PartitionOwnership` on PostgreSQL)."""
 
     check_interval_s: float
+    #: True when the units owned are the store's shards (:meth:`Store.scan_shards`): :meth:`owned`,
+    #: :meth:`last_owned` and :meth:`taken_over` then give shard numbers (ints), not partitions.
+    by_shard: bool = False
 
     @abc.abstractmethod
     def owned(self) -> list:
@@ -431,6 +435,42 @@ class Store(abc.ABC):
                 raise TypeError(f"a scan request must be (partition, start, end, after, limit), got {request!r}")
             checked.append(_checked_scan(*request))
         return self._scan_many(checked) if checked else []
+
+    #: The number of shards of this store (see :mod:`.shards`), fixed when the store was created and
+    #: recorded in it; a backend without shards of its own has one, which holds every partition.
+    shard_count: int = 1
+
+    def scan_shards(self, shards: list, start: bytes, end: bytes, limit: int) -> list:
+        """The rows with ``start <= key < end`` of every partition of each of ``shards``: one list per
+        shard, in the order given, of at most ``limit`` ``(partition, key, value)`` triples in key order
+        (ties by partition name) across the shard's partitions. How a runner reads the due rows, or the
+        next due time, of any number of partitions with one index range scan per shard (one round trip
+        for them all on PostgreSQL): a pass then costs O(shards), never O(partitions). A list shorter
+        than ``limit`` holds every such row of its shard.
+
+        Raises:
+            TypeError / ValueError: ``shards`` is not a list of distinct ints in 0..:attr:`shard_count` - 1,
+                or ``start``, ``end``, ``limit`` as :meth:`scan` takes them, naming the value.
+        """
+        check_shards(shards, self.shard_count)
+        # scan's checks of the range and the limit, with a placeholder partition.
+        _, start, end, _, limit = _checked_scan("-", start, end, None, limit)
+        return self._scan_shards(shards, start, end, limit) if shards else []
+
+    def reshard(self, shard_count: int) -> None:
+        """Change the store's number of shards to ``shard_count`` (1..4096): every row's shard is
+        recomputed and the new count recorded, in one transaction under the schema lock. Stop every
+        runner of the store first, and open the store again in every process afterwards: a runner
+        owns and reads shards by number, and a store object keeps the count it opened with.
+
+        Raises:
+            TypeError / ValueError: a bad ``shard_count``, naming it.
+            NotImplementedError: a backend without shards of its own.
+            StoreError: the backend failed; nothing changed.
+        """
+        check_shard_count(shard_count)
+        self._reshard(shard_count)
+        self.shard_count = shard_count
 
     def apply_across(self, items: list) -> list:
         """:meth:`apply_many` over batches of any partitions: ``items`` is a list of ``(partition,
@@ -593,6 +633,18 @@ class Store(abc.ABC):
         """:meth:`scan_many` with checked requests (a non-empty list, each as :meth:`_scan` takes it):
         the generic version, one ``_scan`` per request."""
         return [self._scan(*request) for request in requests]
+
+    def _scan_shards(self, shards: list, start: bytes, end: bytes, limit: int) -> list:
+        """:meth:`scan_shards` with checked arguments (a non-empty list of shards): the generic version
+        for a store of one shard, one :meth:`scan` per partition, merged (a backend with a shard column
+        reads each shard with one index range scan instead)."""
+        rows = sorted((key, partition, value) for partition in self._partitions()
+                      for key, value in self._scan(partition, start, end, None, limit).entries)[:limit]
+        return [[(partition, key, value) for key, partition, value in rows]]
+
+    def _reshard(self, shard_count: int) -> None:
+        """:meth:`reshard` with a checked count."""
+        raise NotImplementedError(f"{type(self).__name__} has no shards of its own to change")
 
     def _apply_across(self, items: list) -> list:
         """:meth:`apply_across` with checked items (a non-empty list): the generic version, one

@@ -16,6 +16,7 @@ from . import keys
 from .codecs import encoded
 from .due import due_at_ms_of
 from .kind_names import check_kind_names
+from .partitions import partition_of
 from .writer import IF_EXISTS, TimerExists, _schedule, on_store
 from ..storage.store import Absent, Batch, PreconditionFailed, Refused, check_partition, check_store
 
@@ -34,6 +35,7 @@ def _checked(index: int, timer: object) -> tuple:
     partition, due_at, kind, reference = timer[:4]
     value = timer[4] if len(timer) == 5 else b""
     try:
+        partition = partition_of(partition, reference)
         key = keys.timer(due_at_ms_of(due_at), kind, reference)
         identity = keys.identity(kind, reference)
         value = keys.check_value("value", encoded(kind, value))
@@ -81,7 +83,8 @@ def schedule_many(store, timers: Iterable[tuple], *, if_exists: str = "replace")
     Args:
         store: the backend.
         timers: ``(partition, due_at, kind, reference, value)`` tuples, in ``schedule()``'s argument
-            order (``value`` may be left out: ``b""``); ``due_at`` as ``schedule()`` takes it (Unix
+            order (``value`` may be left out: ``b""``; ``partition`` may be None, derived from the
+            reference as ``schedule()`` derives it); ``due_at`` as ``schedule()`` takes it (Unix
             epoch ms, an aware datetime, a timedelta from now).
         if_exists: as ``schedule()``'s, for each name already pending.
 

@@ -46,7 +46,7 @@ from ..storage.errors import is_transient
 from ..storage.store import Absent, Batch, Committed, Equals, Page, Refused, Store, check_partition
 
 __all__ = ["PAGE", "SCAN_PAGE", "UNKNOWN_KIND_BACKOFF_MS", "UNKNOWN_KIND_GRACE_MS", "ClaimedTimer", "Claims", "claim_due",
-           "claim_due_across", "due_request", "refund_rows", "release_claims", "release_rows"]
+           "claim_due_across", "due_request", "refund_rows", "release_claims", "release_range", "release_rows"]
 
 log = logging.getLogger("timerwheel_c.durable")
 
@@ -509,6 +509,12 @@ def claim_due_across(store: Store, requests: list, registry: TimerRegistry, now_
     return out
 
 
+def release_range(now_ms: int) -> tuple[bytes, bytes]:
+    """``(start, end)`` of the keys :func:`release_claims` looks at: rows due after ``now_ms`` (Unix
+    epoch ms) and within the first backoff after it, where a runner's first-attempt claims wait."""
+    return keys.due_range(now_ms)[1], keys.due_range(min(now_ms + backoff_ms(1), keys.MAX_DUE_MS))[1]
+
+
 def release_claims(store: Store, partition: str, now_ms: int) -> int:
     """Make due at ``now_ms`` the rows of ``partition`` that a runner claimed for their first
     attempt and has not settled: backed-off rows at attempt 1 whose retry time lies within the
@@ -521,8 +527,7 @@ def release_claims(store: Store, partition: str, now_ms: int) -> int:
     Raises:
         StoreError (or another exception from the store).
     """
-    start = keys.due_range(now_ms)[1]
-    end = keys.due_range(min(now_ms + backoff_ms(1), keys.MAX_DUE_MS))[1]
+    start, end = release_range(now_ms)
     moved, after = 0, None
     while True:
         page = store.scan(partition, start, end, after, SCAN_PAGE)

@@ -35,7 +35,7 @@ from ..storage.upgrades import register_rewrite
 
 __all__ = ["KEY_SPACE_SCHEMA_VERSION", "DUPLICATE_SUFFIX", "upgraded_partition"]
 
-KEY_SPACE_SCHEMA_VERSION = 8
+KEY_SPACE_SCHEMA_VERSION = 9
 DUPLICATE_SUFFIX = b"#dup"
 _MARK_KEY_BYTES = 1 + 16  # "S" | a TimerId's 16 bytes
 _ERROR_HEAD = 8 + 4  # a last error's value: original due_at_ms u64, attempt u32, then the text

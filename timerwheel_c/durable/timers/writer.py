@@ -32,6 +32,7 @@ from . import keys, parking, tracing
 from .codecs import encoded
 from .due import due_at_ms_of, due_or_delay
 from .kind_names import check_kind_names
+from .partitions import partition_of
 from .steps import APPLY, GET, Steps, run_steps
 from ..storage.joined import joined
 from ..storage.store import Absent, Batch, Committed, Equals, Store, check_partition, check_store
@@ -169,7 +170,7 @@ def on_store(store: Store, partition: str, steps: Steps[T]) -> T:
     return run_steps(steps, functools.partial(store.get, partition), functools.partial(store.apply, partition))
 
 
-def schedule(store: Store, partition: str, due_at_ms, kind, reference: bytes, value: bytes = b"", *,
+def schedule(store: Store, partition: Optional[str], due_at_ms, kind, reference: bytes, value: bytes = b"", *,
              if_exists: str = "replace", conn=None, delay=None) -> bytes:
     """Arm the timer named (``partition``, ``kind``, ``reference``) for ``due_at_ms`` with ``value``;
     return the key of the pending timer row (bytes).
@@ -187,7 +188,8 @@ def schedule(store: Store, partition: str, due_at_ms, kind, reference: bytes, va
 
     Args:
         store: the backend.
-        partition: a non-empty str.
+        partition: a non-empty str, or None for the partition derived from ``reference``
+            (:func:`~.partitions.partition_of`: ``"ref:"`` and a hash of it).
         due_at_ms: Unix epoch ms (int), a timezone-aware datetime, or a ``datetime.timedelta`` from
             now; an int below 10**11 (before 1973, plausibly seconds) is accepted and logged at
             WARNING. None with ``delay``.
@@ -211,6 +213,7 @@ def schedule(store: Store, partition: str, due_at_ms, kind, reference: bytes, va
         KindNameMismatch: a named kind the store records under another name (checked without ``conn``).
         Exception: whatever the store raises.
     """
+    partition = partition_of(partition, reference)
     steps = schedule_steps(store, partition, due_or_delay(due_at_ms, delay), kind, reference, value, if_exists)
     check_kind_name(store, kind, conn)
     return write(store, partition, steps, conn)
@@ -267,7 +270,7 @@ def _schedule(partition: str, key: bytes, identity: bytes, value: bytes, if_exis
             return key
 
 
-def cancel(store: Store, partition: str, kind, reference: bytes, *, conn=None) -> bool:
+def cancel(store: Store, partition: Optional[str], kind, reference: bytes, *, conn=None) -> bool:
     """Remove the pending timer named (``partition``, ``kind``, ``reference``), scheduled, retrying or
     parked; True if this call removed one. A timer cancelled while its handler runs does not fire again (its
     running attempt's outcome may still commit, if it commits first).
@@ -280,6 +283,7 @@ def cancel(store: Store, partition: str, kind, reference: bytes, *, conn=None) -
         KindNameMismatch: a named kind the store records under another name (checked without ``conn``).
         Exception: whatever the store raises.
     """
+    partition = partition_of(partition, reference)
     steps = cancel_steps(store, partition, kind, reference)
     check_kind_name(store, kind, conn)
     return write(store, partition, steps, conn)
@@ -322,7 +326,7 @@ def in_schedule_order(due_at_ms, kind, reference, *, function: str = "reschedule
     return due_at_ms, kind, reference
 
 
-def reschedule(store: Store, partition: str, due_at_ms=None, kind=None, reference: Optional[bytes] = None, *,
+def reschedule(store: Store, partition: Optional[str], due_at_ms=None, kind=None, reference: Optional[bytes] = None, *,
                conn=None, delay=None) -> bool:
     """Move the pending timer named (``partition``, ``kind``, ``reference``) to ``due_at_ms`` (Unix
     epoch ms, an aware datetime or a timedelta from now) or ``delay`` seconds from now, its value
@@ -345,6 +349,7 @@ def reschedule(store: Store, partition: str, due_at_ms=None, kind=None, referenc
         Exception: whatever the store raises.
     """
     due_at_ms, kind, reference = in_schedule_order(due_at_ms, kind, reference)
+    partition = partition_of(partition, reference)
     steps = reschedule_steps(store, partition, kind, reference, due_or_delay(due_at_ms, delay))
     check_kind_name(store, kind, conn)
     return write(store, partition, steps, conn)
@@ -408,13 +413,14 @@ def _reschedule(key: bytes, identity: bytes) -> Steps[bool]:
             return True
 
 
-def get_timer(store: Store, partition: str, kind, reference: bytes) -> Optional[PendingTimer]:
+def get_timer(store: Store, partition: Optional[str], kind, reference: bytes) -> Optional[PendingTimer]:
     """The pending timer named (``partition``, ``kind``, ``reference``), or None.
 
     Raises:
         TypeError / ValueError: a bad argument, naming it.
         Exception: whatever the store raises.
     """
+    partition = partition_of(partition, reference)
     return on_store(store, partition, get_timer_steps(store, partition, kind, reference))
 
 

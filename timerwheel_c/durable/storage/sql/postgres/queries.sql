@@ -17,6 +17,28 @@ CROSS JOIN LATERAL (
         ORDER BY key LIMIT r.n) q) s
 ORDER BY r.i
 
+-- name: scan_shards
+-- Rows of each shard s[i] with lo <= key < hi, at most n per shard, in key order across its partitions:
+-- one range scan of the (shard, key, partition) index per shard, in request order.
+SELECT s.i, r.partition, r.key, r.value
+FROM unnest(%b::int4[]) WITH ORDINALITY AS s(shard, i)
+CROSS JOIN LATERAL (SELECT partition, key, value FROM {t} WHERE shard = s.shard AND key >= %b AND key < %b
+                    ORDER BY key, partition LIMIT %b) r
+ORDER BY s.i, r.key, r.partition
+
+-- name: shard_count
+SELECT value FROM {meta} WHERE name = 'shard_count'
+
+-- name: set_shard_count
+INSERT INTO {meta} (name, value) VALUES ('shard_count', %s) ON CONFLICT (name) DO NOTHING
+
+-- name: change_shard_count
+INSERT INTO {meta} (name, value) VALUES ('shard_count', %s) ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value
+
+-- name: drop_shard_column
+-- Before version 8's statements run again with another count; its index goes with the column.
+ALTER TABLE {t} DROP COLUMN IF EXISTS shard
+
 -- name: get
 SELECT value FROM {t} WHERE partition = %s AND key = %s
 

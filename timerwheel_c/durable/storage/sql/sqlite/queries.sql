@@ -23,7 +23,7 @@ SELECT value FROM timerwheel_kv WHERE partition = ? AND key = ?
 SELECT key FROM timerwheel_kv WHERE partition = ? AND key IN ({keys})
 
 -- name: put
-INSERT OR REPLACE INTO timerwheel_kv (partition, key, value) VALUES (?, ?, ?)
+INSERT OR REPLACE INTO timerwheel_kv (partition, key, value, shard) VALUES (?, ?, ?, ?)
 
 -- name: delete
 DELETE FROM timerwheel_kv WHERE partition = ? AND key = ?
@@ -44,6 +44,24 @@ SELECT name FROM p WHERE name IS NOT NULL
 
 -- name: all_rows
 SELECT partition, key, value FROM timerwheel_kv ORDER BY partition, key
+
+-- name: scan_shard
+-- One index range scan of (shard, key, partition): a shard's rows in key order across its partitions.
+SELECT partition, key, value FROM timerwheel_kv WHERE shard = ? AND key >= ? AND key < ?
+  ORDER BY key, partition LIMIT ?
+
+-- name: shard_count
+SELECT value FROM timerwheel_meta WHERE name = 'shard_count'
+
+-- name: set_shard_count
+INSERT OR IGNORE INTO timerwheel_meta (name, value) VALUES ('shard_count', ?)
+
+-- name: change_shard_count
+INSERT OR REPLACE INTO timerwheel_meta (name, value) VALUES ('shard_count', ?)
+
+-- name: reshard
+-- timerwheel_shard(partition): registered by the store for this statement (see 0008_shards.sql).
+UPDATE timerwheel_kv SET shard = timerwheel_shard(partition)
 
 -- name: record_label
 -- A label (a name given by the layers above, such as a timer kind's) kept in the meta table under

@@ -1,4 +1,4 @@
--- Version 8 adds no table: the timer layer moves its rows into the reserved key space (0x00 first)
+-- Version 9 adds no table: the timer layer moves its rows into the reserved key space (0x00 first)
 -- and names every timer (storage/upgrades.py, timers/key_upgrade.py), in the transaction that
 -- records this version.
 SELECT 1;
