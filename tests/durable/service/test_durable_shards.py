@@ -195,7 +195,7 @@ def test_a_timer_without_a_partition_lies_in_the_one_its_reference_names_and_is_
         assert set(store.partitions()) == {derived, partition_of(None, b"order-43"), "named"}
         assert get_timer(store, None, KIND, b"order-42").due_at_ms == due
         assert get_timer(store, None, KIND, b"order-43") is not None
-        assert reschedule(store, None, KIND, b"order-42", due + 1)
+        assert reschedule(store, None, due + 1, KIND, b"order-42")
         assert get_timer(store, derived, KIND, b"order-42").due_at_ms == due + 1
         assert cancel(store, None, KIND, b"order-42") and get_timer(store, None, KIND, b"order-42") is None
     finally:

@@ -204,7 +204,8 @@ def test_duplicate_names_from_before_names_stay_reachable(tmp_path):
         assert get_timer(store, "p", 7, b"alpha#dup3").value == b"A2"
         assert store.get("p", b"T\x00junk") == b"M" and store.get("p", b"user-row") == b"U"
     with sqlite3.connect(path) as db:
-        assert db.execute("SELECT value FROM timerwheel_meta").fetchall() >= [(str(KEY_SPACE_SCHEMA_VERSION),)]
+        version = db.execute("SELECT value FROM timerwheel_meta WHERE name = 'schema_version'").fetchone()[0]
+        assert int(version) >= KEY_SPACE_SCHEMA_VERSION
 
 
 def _old_key(path: Path, reference: bytes) -> bytes:

@@ -23,10 +23,17 @@ def _folder(backend: str):
 
 
 def migrations(backend: str) -> list:
-    """``[(version, sql text), ...]`` of ``backend``'s migrations, in version order."""
-    found = [(int(m.group(1)), f.read_text(encoding="utf-8"))
-             for f in _folder(backend).iterdir() if (m := _MIGRATION.match(f.name))]
-    return sorted(found)
+    """``[(version, sql text), ...]`` of ``backend``'s migrations, in version order.
+
+    Raises:
+        RuntimeError: two files carry one version (a store would record the version after running
+            either, so the other would never run on an upgraded store), naming both.
+    """
+    files = sorted((int(m.group(1)), f.name, f) for f in _folder(backend).iterdir() if (m := _MIGRATION.match(f.name)))
+    for (version, name, _), (again, other, _) in zip(files, files[1:]):
+        if version == again:
+            raise RuntimeError(f"the {backend} migrations {name} and {other} both carry version {version}")
+    return [(version, f.read_text(encoding="utf-8")) for version, _, f in files]
 
 
 def queries(backend: str) -> dict:

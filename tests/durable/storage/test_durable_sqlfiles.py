@@ -1,0 +1,22 @@
+"""The SQL files each backend ships: numbered migrations, one file a version."""
+from __future__ import annotations
+
+import pytest
+
+from timerwheel_c.durable.storage import sqlfiles
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_each_shipped_migration_carries_a_version_of_its_own(backend):
+    versions = [version for version, _ in sqlfiles.migrations(backend)]
+    assert versions == sorted(set(versions)) and versions[0] == 1
+
+
+def test_two_migrations_of_one_version_are_refused_naming_both(tmp_path, monkeypatch):
+    """A store records the newest version after running its migrations, so of two files numbered
+    alike one would never run on a store upgraded past it: refused when the files are read."""
+    (tmp_path / "0008_shards.sql").write_text("SELECT 1;")
+    (tmp_path / "0008_reserved_keys.sql").write_text("SELECT 1;")
+    monkeypatch.setattr(sqlfiles, "_folder", lambda backend: tmp_path)
+    with pytest.raises(RuntimeError, match="0008_reserved_keys.sql and 0008_shards.sql both carry version 8"):
+        sqlfiles.migrations("sqlite")
