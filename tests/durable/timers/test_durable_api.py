@@ -613,3 +613,16 @@ def test_every_writer_refuses_a_kind_the_store_names_otherwise(store_url):
     finally:
         first.close()
         other.close()
+
+
+@pytest.mark.parametrize("due", [2 ** 64, 10 ** 30])
+def test_a_due_time_out_of_range_is_refused_without_the_year_5000_warning(store, caplog, due):
+    """A due time beyond the store's range is refused with one ValueError: no WARNING that it looks
+    like us or ns comes first (the CLI's one line on stderr would be two)."""
+    with caplog.at_level(logging.WARNING, logger="timerwheel_c.durable"):
+        with pytest.raises(ValueError, match="due_at_ms must be in"):
+            schedule(store, "p", due, 1, b"r", b"")
+        with pytest.raises(ValueError, match="due_at_ms must be in"):
+            schedule(store, "p", None, 1, b"r", b"", delay=float(due))
+    assert "year 5000" not in caplog.text
+    assert get_timer(store, "p", 1, b"r") is None
