@@ -626,3 +626,21 @@ def test_a_due_time_out_of_range_is_refused_without_the_year_5000_warning(store,
             schedule(store, "p", None, 1, b"r", b"", delay=float(due))
     assert "year 5000" not in caplog.text
     assert get_timer(store, "p", 1, b"r") is None
+
+
+def test_schedule_many_refuses_two_names_for_one_kind_in_one_call(store):
+    """schedule_many checks every timer's kind name, not only the first one given for each kind: a
+    later timer naming that kind otherwise is refused, as that timer's schedule() would be, and
+    nothing of the call is written, whether the store had recorded the name before or not."""
+    from timerwheel_c.durable import KindNameMismatch, list_timers, schedule_many
+
+    timers = [(P, NOW, TimerKind(1, "send-reminder"), b"a"), (P, NOW, 1, b"b"),
+              (P, NOW, TimerKind(1, "expire-ticket"), b"c")]
+    with pytest.raises(KindNameMismatch, match="kind 1 is named 'expire-ticket' here but 'send-reminder'"):
+        schedule_many(store, timers)
+    assert list_timers(store, P) == []
+    with pytest.raises(KindNameMismatch, match="'expire-ticket' here but 'send-reminder'"):
+        schedule_many(store, timers)  # the store has recorded 'send-reminder' now
+    assert list_timers(store, P) == []
+    schedule_many(store, timers[:2])
+    assert [t.reference for t in list_timers(store, P)] == [b"a", b"b"]
