@@ -386,3 +386,20 @@ def test_open_store_masks_a_keyword_value_dsn_whole(dsn):
     with pytest.raises(ValueError, match=r"unsupported store URL .*password=\*\*\*") as exc:
         open_store(dsn)
     _assert_no_secret(str(exc.value))
+
+
+def test_redact_masks_the_host_libpq_quotes_back_of_a_password_with_an_unencoded_at():
+    """libpq ends a URL's password at its first ``@`` and reads the rest as the host, which its
+    error quotes back (``failed to resolve host 'Qm8-tail@127.0.0.1'``); given the URL, that tail
+    of the password is masked too, not only the part a URL parser calls the password."""
+    import psycopg
+
+    from timerwheel_c.durable.storage.redact import redact
+
+    url = "postgresql://app:Wv3-head@Qm8-tail@127.0.0.1:1/timers"
+    with pytest.raises(psycopg.Error) as exc:
+        psycopg.connect(url, connect_timeout=2)
+    assert "Qm8-tail" in str(exc.value)  # the situation arose: the driver quotes the tail as a host
+    shown = redact(str(exc.value), url)
+    assert "Qm8-tail" not in shown and "Wv3-head" not in shown, shown
+    assert "127.0.0.1" in shown  # the host the user meant is still named

@@ -613,3 +613,34 @@ def test_every_writer_refuses_a_kind_the_store_names_otherwise(store_url):
     finally:
         first.close()
         other.close()
+
+
+@pytest.mark.parametrize("due", [2 ** 64, 10 ** 30])
+def test_a_due_time_out_of_range_is_refused_without_the_year_5000_warning(store, caplog, due):
+    """A due time beyond the store's range is refused with one ValueError: no WARNING that it looks
+    like us or ns comes first (the CLI's one line on stderr would be two)."""
+    with caplog.at_level(logging.WARNING, logger="timerwheel_c.durable"):
+        with pytest.raises(ValueError, match="due_at_ms must be in"):
+            schedule(store, "p", due, 1, b"r", b"")
+        with pytest.raises(ValueError, match="due_at_ms must be in"):
+            schedule(store, "p", None, 1, b"r", b"", delay=float(due))
+    assert "year 5000" not in caplog.text
+    assert get_timer(store, "p", 1, b"r") is None
+
+
+def test_schedule_many_refuses_two_names_for_one_kind_in_one_call(store):
+    """schedule_many checks every timer's kind name, not only the first one given for each kind: a
+    later timer naming that kind otherwise is refused, as that timer's schedule() would be, and
+    nothing of the call is written, whether the store had recorded the name before or not."""
+    from timerwheel_c.durable import KindNameMismatch, list_timers, schedule_many
+
+    timers = [(P, NOW, TimerKind(1, "send-reminder"), b"a"), (P, NOW, 1, b"b"),
+              (P, NOW, TimerKind(1, "expire-ticket"), b"c")]
+    with pytest.raises(KindNameMismatch, match="kind 1 is named 'expire-ticket' here but 'send-reminder'"):
+        schedule_many(store, timers)
+    assert list_timers(store, P) == []
+    with pytest.raises(KindNameMismatch, match="'expire-ticket' here but 'send-reminder'"):
+        schedule_many(store, timers)  # the store has recorded 'send-reminder' now
+    assert list_timers(store, P) == []
+    schedule_many(store, timers[:2])
+    assert [t.reference for t in list_timers(store, P)] == [b"a", b"b"]

@@ -87,6 +87,10 @@ def _passwords(url: str) -> frozenset:
         parts = urlsplit(url)
         if parts.password:
             found |= {parts.password, unquote(parts.password)}
+            # An unencoded "@" in the password: libpq ends the password at the first "@" and reads
+            # the rest as the host, which its errors quote back ("failed to resolve host 'TAIL@db'").
+            head, *tails = parts.password.split("@")
+            found |= {head, *("@".join(tails[i:]) + "@" for i in range(len(tails)) if "".join(tails[i:]))}
         found |= {v for k, v in parse_qsl(parts.query, keep_blank_values=False)
                   if k.lower() in ("password", "sslpassword")}
     except ValueError:  # not a URL (a keyword/value string, or a malformed one): the regexes still apply

@@ -15,7 +15,7 @@ from typing import Iterable, Optional
 from . import keys
 from .codecs import encoded
 from .due import due_at_ms_of
-from .kind_names import check_kind_names
+from .kind_names import KindNameMismatch, check_kind_names
 from .partitions import partition_of
 from .writer import IF_EXISTS, TimerExists, _schedule, on_store
 from ..storage.store import Absent, Batch, PreconditionFailed, Refused, check_partition, check_store
@@ -90,7 +90,8 @@ def schedule_many(store, timers: Iterable[tuple], *, if_exists: str = "replace")
 
     Raises:
         TypeError / ValueError: a bad timer (``timers[i]: ...`` naming it) or ``if_exists``; nothing written.
-        KindNameMismatch: a named kind the store records under another name; nothing written.
+        KindNameMismatch: a named kind the store records under another name, or two timers naming one
+            kind otherwise; nothing written.
         TimerExists: ``if_exists="error"`` and some names were pending: the first of them, once
             every other timer is written.
         StoreError: the store failed or refused a timer; the chunks before it are written.
@@ -100,12 +101,17 @@ def schedule_many(store, timers: Iterable[tuple], *, if_exists: str = "replace")
         raise ValueError(f"if_exists must be one of {IF_EXISTS}, got {if_exists!r}")
     by_partition: dict = {}
     named: dict = {}  # kind number -> the first named TimerKind given for it
+    renamed: dict = {}  # kind number -> another name a later timer gives it
     for index, timer in enumerate(timers):
         partition, key, identity, value = _checked(index, timer)
         by_partition.setdefault(partition, []).append((key, identity, value))
-        if getattr(timer[2], "name", None) is not None:
-            named.setdefault(int(timer[2]), timer[2])
+        name = getattr(timer[2], "name", None)
+        if name is not None and named.setdefault(int(timer[2]), timer[2]).name != name:
+            renamed.setdefault(int(timer[2]), name)
     check_kind_names(store, named.values())
+    if renamed:  # each kind's first name is the store's now: another one is refused, as schedule() would
+        number = min(renamed)
+        raise KindNameMismatch(number, renamed[number], named[number].name)
     keys.declare_signals(store)
     exists: Optional[TimerExists] = None
     for partition, rows in by_partition.items():

@@ -96,7 +96,7 @@ def due_at_ms_of(value: object, name: str = "due_at_ms") -> int:
         raise TypeError(f"{name} must be an int (Unix epoch ms), an aware datetime or a timedelta, got {type(value).__name__} {value!r}")
     if 0 <= value < PLAUSIBLY_SECONDS_BELOW:
         log.warning("%s=%d is before 1973 as Unix epoch ms: if it is in seconds, multiply by 1000", name, value)
-    elif value >= PLAUSIBLY_FINER_FROM:
+    elif PLAUSIBLY_FINER_FROM <= value < 2**64:  # above 2**64-1 it is refused (keys.timer), never warned of first
         log.warning("%s=%d is after the year 5000 as Unix epoch ms: if it is in us or ns "
                     "(time.time_ns()), divide by 1000 or 1000000", name, value)
     return value
