@@ -70,7 +70,8 @@ def backend(request, tmp_path):
 
     def query(text):
         with psycopg.connect(_PG_DSN, autocommit=True) as conn:
-            return conn.execute(text).fetchall()
+            cur = conn.execute(text)
+            return cur.fetchall() if cur.description else []
     yield _Backend(store, query, f"{table}_timers", f"{table}_meta")
     dispose(store)
 
@@ -118,3 +119,36 @@ def test_the_view_agrees_with_list_timers_on_every_column(backend):
              "parked_at_ms": None if r["parked_at_ms"] is None else int(r["parked_at_ms"])} for r in got] == \
         sorted(want, key=lambda r: (r["state"], r["due_at_ms"]))
     assert {r["state"] for r in got} == {"scheduled", "retrying", "parked"}
+
+
+def test_a_store_of_version_9_gains_the_view_when_opened(backend):
+    """A store recorded at version 9 (its view dropped, as before this migration) is brought to the
+    current version by the next open, and the view then lists the timers written before."""
+    _write_timers(backend.store)
+    backend.store.close()
+    backend.query(f"DROP VIEW {backend.view}")
+    backend.query(f"UPDATE {backend.meta} SET value = '9' WHERE name = 'schema_version'")
+    with pytest.raises(Exception, match=backend.view):
+        backend.query(f"SELECT count(*) FROM {backend.view}")  # the situation the upgrade must mend
+    backend.store = _reopened(backend.store)
+    assert backend.query(f"SELECT value FROM {backend.meta} WHERE name = 'schema_version'") == [("10",)]
+    assert sorted(r["reference"] for r in backend.rows()) == sorted(t.reference for t in list_timers(backend.store, P))
+
+
+def _reopened(store):
+    """A new store object on ``store``'s (closed) database."""
+    return type(store)(store.path) if hasattr(store, "path") else type(store)(_PG_DSN, table=store.table)
+
+
+@pytest.mark.skipif(not _PG_DSN, reason="set TIMERWHEEL_C_TEST_PG_DSN=postgresql://... to test PostgresStore")
+def test_a_resharded_postgres_store_keeps_its_view(backend):
+    """reshard() drops the shard column the view reads and adds it again: the view is made again with
+    it, and shows the new shards; reference_text is the reference where it is UTF-8, NULL where not."""
+    if backend.view == "timerwheel_timers":
+        pytest.skip("SQLite's reshard rewrites the column in place")
+    _write_timers(backend.store)
+    backend.store.reshard(3)
+    assert {r["shard"] for r in backend.rows()} == {shard_of(P, 3)}
+    texts = dict(backend.query(f"SELECT reference, reference_text FROM {backend.view}"))
+    assert {bytes(k): v for k, v in texts.items()} == {
+        b"order-1": "order-1", b"\xff\xfe": None, b"order-2": "order-2", b"order-3": "order-3", b"nightly": "nightly"}
