@@ -76,10 +76,6 @@ def backend(request, tmp_path):
     dispose(store)
 
 
-def _ms(when: datetime) -> int:
-    return round(when.timestamp() * 1000)
-
-
 def _write_timers(store) -> None:
     """Two scheduled timers (one with a reference that is not UTF-8), a retrying one, a parked one and a
     schedule's pending occurrence, plus a malformed timer row and an application row the view leaves out."""
@@ -90,7 +86,14 @@ def _write_timers(store) -> None:
     batch = (Batch().put(retry, b"v3")
              .put(keys.parked(DUE + 1, parked_tk), keys.parked_value("ValueError: no such order", b"v4"))
              .put(keys.timer(DUE + 9_000, 10, b"nightly", occurrence=True), b"")
-             .put(keys.TAG + b"\x01", b"malformed").put(b"Ticket/42", b"app"))
+             .put(b"Ticket/42", b"app"))
+    for malformed in (keys.TAG + b"\x01",  # shorter than the header
+                      keys.TAG + struct.pack(">QBB", DUE, 0, 0) + b"kind-0",
+                      keys.TAG + struct.pack(">QBB", DUE, 7, 4) + b"variant-4",
+                      keys.TAG + struct.pack(">QBBIQ", DUE, 7, 1, 0, DUE) + b"attempt-0",
+                      keys.TAG + struct.pack(">QBB", DUE, 7, 1) + b"short"):  # backed off, no attempt
+        batch.put(malformed, b"")
+    batch.put(keys.parked(DUE + 2, keys.TimerKey(DUE, 9, b"cut", 1, DUE)), b"\x00\x09cut")  # its error cut short
     store.apply(P, batch)
 
 
