@@ -155,3 +155,27 @@ def test_a_resharded_postgres_store_keeps_its_view(backend):
     texts = dict(backend.query(f"SELECT reference, reference_text FROM {backend.view}"))
     assert {bytes(k): v for k, v in texts.items()} == {
         b"order-1": "order-1", b"\xff\xfe": None, b"order-2": "order-2", b"order-3": "order-3", b"nightly": "nightly"}
+
+
+@pytest.mark.skipif(not _PG_DSN, reason="set TIMERWHEEL_C_TEST_PG_DSN=postgresql://... to test PostgresStore")
+def test_a_role_with_select_on_the_view_alone_reads_it(backend):
+    """A monitoring role granted SELECT on the view, and nothing on the store's table, reads the
+    timers through it (the view reads the table with its owner's rights), as the docs tell operators."""
+    if backend.view == "timerwheel_timers":
+        pytest.skip("SQLite has no roles")
+    import psycopg
+
+    _write_timers(backend.store)
+    role = f"tw_monitor_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(_PG_DSN, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} NOLOGIN")
+        try:
+            conn.execute(f"GRANT SELECT ON {backend.view} TO {role}")
+            conn.execute(f"SET ROLE {role}")
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(f"SELECT count(*) FROM {backend.store.table}")  # the table itself is out of reach
+            assert conn.execute(f"SELECT count(*) FROM {backend.view}").fetchone() == (5,)
+        finally:
+            conn.execute("RESET ROLE")
+            conn.execute(f"DROP OWNED BY {role}")
+            conn.execute(f"DROP ROLE {role}")
