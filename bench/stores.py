@@ -75,7 +75,7 @@ class Delegating(Store):
 
 
 def drop(store: Store) -> None:
-    """Drop a PostgresStore's table, meta table and functions (any other store: nothing); the store
+    """Drop a PostgresStore's table, its timers' view, meta table and functions (any other store: nothing); the store
     is unusable afterwards.
 
     Raises:
@@ -87,6 +87,7 @@ def drop(store: Store) -> None:
     from psycopg import sql
 
     with store.new_connection() as conn:
+        conn.execute(sql.SQL("DROP VIEW IF EXISTS {}").format(sql.Identifier(f"{table}_timers")))  # it reads the table
         conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))  # its trigger too
         conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(f"{table}_meta")))
         for suffix in _PG_FUNCTIONS:

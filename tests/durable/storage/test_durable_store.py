@@ -508,8 +508,9 @@ def test_a_store_from_before_shards_upgrades_in_place_and_keeps_its_rows_reachab
         store.apply(name, Batch().put(b"k", name.encode()))
     meta = "timerwheel_meta" if backend == "sqlite" else f"{store.table}_meta"
     kv = "timerwheel_kv" if backend == "sqlite" else store.table
+    view = "timerwheel_timers" if backend == "sqlite" else f"{store.table}_timers"  # came with version 10
     before = [
-        f"DROP INDEX {kv}_shard", f"ALTER TABLE {kv} DROP COLUMN shard",
+        f"DROP VIEW {view}", f"DROP INDEX {kv}_shard", f"ALTER TABLE {kv} DROP COLUMN shard",
         f"DELETE FROM {meta} WHERE name = 'shard_count'",
         f"UPDATE {meta} SET value = '7' WHERE name = 'schema_version'"]  # shards came with version 8
     if backend == "sqlite":

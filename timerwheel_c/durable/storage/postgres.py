@@ -94,10 +94,12 @@ _TABLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,51}$")  # room for the "_apply_man
 # 6: the rows the layers above derive from the stored ones (storage/upgrades.py);
 # 7: ``<table>_apply_sets``: independent batches of any partitions, set-based in one statement;
 # 8: the generated ``shard`` column and its index ``<table>_shard`` (storage/shards.py);
-# 9: the rows the layers above rewrite (storage/upgrades.py).
+# 9: the rows the layers above rewrite (storage/upgrades.py);
+# 10: the view ``<table>_timers`` of the pending timers in typed columns, for operators' SQL.
 _MIGRATIONS = migrations("postgres")
 SCHEMA_VERSION = _MIGRATIONS[-1][0]
 _SHARDS_VERSION = 8  # the migration that adds the shard column (reshard runs it again)
+_TIMERS_VIEW_VERSION = 10  # the migration that makes the timers' view, which reads the shard column
 _QUERIES = queries("postgres")
 # SQLSTATEs of passing conditions (https://www.postgresql.org/docs/current/errcodes-appendix.html),
 # by class: 08 connection exception, 40 transaction rollback (serialization failure, deadlock),
@@ -228,6 +230,7 @@ class PostgresStore(Store):
             "t": sql.Identifier(table), "meta": sql.Identifier(f"{table}_meta"),
             "apply_many": sql.Identifier(f"{table}_apply_many"), "apply_one": sql.Identifier(f"{table}_apply_one"),
             "apply_sets": sql.Identifier(f"{table}_apply_sets"), "shard_index": sql.Identifier(f"{table}_shard"),
+            "timers_view": sql.Identifier(f"{table}_timers"),
             "old_apply": sql.Identifier(f"{table}_apply"), "wake": sql.Identifier(f"{table}_wake"),
             "channel": sql.Literal(f"{table}_wake"),
         }
@@ -295,14 +298,18 @@ class PostgresStore(Store):
 
     def _reshard(self, shard_count: int) -> None:
         """The generated column is rebuilt with the new count (version 8's statements), which rewrites
-        the table and its shard index, under the schema lock."""
-        shards_sql = next(text for version, text in _MIGRATIONS if version == _SHARDS_VERSION)
+        the table and its shard index, under the schema lock; the timers' view, which reads the column,
+        is dropped first and made again (version 10's statements)."""
+        shards_sql, view_sql = (next(text for version, text in _MIGRATIONS if version == wanted)
+                                for wanted in (_SHARDS_VERSION, _TIMERS_VIEW_VERSION))
         with self._lock, self._wrap:
             conn = self._connection()
             with conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(self.table, "schema"),))
+                conn.execute(self._sql["drop_timers_view"])
                 conn.execute(self._sql["drop_shard_column"])
                 conn.execute(sql.SQL(shards_sql).format(**self._names, shard_count=sql.Literal(shard_count)))
+                conn.execute(sql.SQL(view_sql).format(**self._names))
                 conn.execute(self._sql["change_shard_count"], (str(shard_count),))
         self._shard_locks = shard_locks(self.table, shard_count)
 

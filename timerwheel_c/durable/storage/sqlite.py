@@ -61,7 +61,7 @@ _QUERIES = queries("sqlite")
 _MIGRATIONS = migrations("sqlite")
 # 1: the key-value table alone (files from before the version row); 2: the version row; 6: the rows
 # the layers above derive; 8: each row's shard, and the index that scans a shard; 9: the rows the
-# layers above rewrite (storage/upgrades.py).
+# layers above rewrite (storage/upgrades.py); 10: the view timerwheel_timers, for operators' SQL.
 SCHEMA_VERSION = _MIGRATIONS[-1][0]
 # The columns of each table, as any version made them (ALTER TABLE appends a column).
 _TABLES = {"timerwheel_kv": (("partition", "key", "value"), ("partition", "key", "value", "shard")),

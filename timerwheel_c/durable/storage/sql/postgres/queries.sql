@@ -35,6 +35,10 @@ INSERT INTO {meta} (name, value) VALUES ('shard_count', %s) ON CONFLICT (name) D
 -- name: change_shard_count
 INSERT INTO {meta} (name, value) VALUES ('shard_count', %s) ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value
 
+-- name: drop_timers_view
+-- Before the shard column it reads is dropped (reshard); version 10's statements make it again.
+DROP VIEW IF EXISTS {timers_view}
+
 -- name: drop_shard_column
 -- Before version 8's statements run again with another count; its index goes with the column.
 ALTER TABLE {t} DROP COLUMN IF EXISTS shard
