@@ -26,7 +26,7 @@ drawn as the text "n/a", never left blank.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Union
+from typing import Optional, Union
 
 from .report import NOT_APPLICABLE
 
@@ -253,13 +253,13 @@ def _lateness(plt, wl: dict):
     return fig
 
 
-def _lines(ax, series: dict[str, tuple[list, list]], ylabel: str) -> None:
-    """One line with markers per ``series[label] = (xs, ys)``, on a linear y axis from zero, each
-    point labelled with its value."""
+def _lines(ax, series: dict[str, tuple[list, list]], ylabel: str, styles: Optional[dict[str, dict]] = None) -> None:
+    """One line with markers per ``series[label] = (xs, ys)`` (matplotlib keywords per label in
+    ``styles``), on a linear y axis from zero, each point labelled with its value."""
     from matplotlib import ticker
 
     for label, (xs, ys) in series.items():
-        (drawn,) = ax.plot(xs, ys, marker="o", label=label)
+        (drawn,) = ax.plot(xs, ys, marker="o", label=label, **(styles or {}).get(label, {}))
         for x, y in zip(xs, ys):
             ax.annotate(_number(y), (x, y), textcoords="offset points", xytext=(0, 5), ha="center", fontsize=7,
                         color=drawn.get_color())
@@ -273,13 +273,14 @@ def _partitions(plt, wl: dict):
     """Wake-up p50 and p99 against the partition count (log axis), a line per backend and percentile."""
     from matplotlib import ticker
 
-    series = {}
-    for backend, by_count in wl["results"].items():
+    series, styles = {}, {}
+    for i, (backend, by_count) in enumerate(wl["results"].items()):
         counts = sorted(by_count, key=int)
-        for q in ("p50", "p99"):
+        for q, linestyle in (("p50", "-"), ("p99", "--")):
             series[f"{backend} {q}"] = ([int(n) for n in counts], [by_count[n][f"{q}_ms"] for n in counts])
+            styles[f"{backend} {q}"] = {"color": f"C{i}", "linestyle": linestyle}  # a colour per backend
     fig, ax = plt.subplots(figsize=(8, 4))
-    _lines(ax, series, "wake-up lateness, ms (linear axis from 0)")
+    _lines(ax, series, "wake-up lateness, ms (from 0); solid p50, dashed p99", styles)
     ax.set_xscale("log")
     ax.set_xticks(sorted({x for xs, _ in series.values() for x in xs}))
     ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:,.0f}"))
