@@ -124,3 +124,18 @@ def test_without_the_pgqueuer_comparison_there_is_no_peers_chart_and_one_line_sa
         for fig in out.values():
             plt.close(fig)
     assert plot.notes(figures) == ["no peers chart: pgqueuer not compared: no PostgreSQL server (--pg-dsn)"]
+
+
+def test_the_bench_says_in_one_line_why_it_drew_no_peers_chart(monkeypatch, capsys, tmp_path):
+    """``--only durable --plot`` without a server (the measurement replaced; nothing timed) draws
+    durable.png, no peers.png, and prints one line saying why."""
+    pytest.importorskip("matplotlib")
+    from bench import durable
+
+    monkeypatch.setattr(durable, "run", lambda n_timers, dsn=None, progress=None: {
+        "sqlite": {"fired_per_s": 6000.0, "lateness_ms": [1.0]}})
+    monkeypatch.delenv("TIMERWHEEL_C_STORE", raising=False)
+    assert cli.main(["--only", "durable", "--plain", "--no-progress", "--plot", str(tmp_path)]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if "peers chart" in line]
+    assert len(lines) == 1 and lines[0].startswith("no peers chart: pgqueuer not compared: ")
+    assert (tmp_path / "durable.png").exists() and not (tmp_path / "peers.png").exists()
