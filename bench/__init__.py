@@ -22,6 +22,7 @@ The modules, one concept each:
 - :mod:`.workloads` (churn, expiry, mixed RTO, long gap), :mod:`.memory`,
   :mod:`.lateness`, :mod:`.durable` (on PostgreSQL also :mod:`.fleet`, and :mod:`.peers`: the
   fleet beside pgqueuer, :mod:`.pgqueuer_peer`, with the CPU split of :mod:`.cpu_split`),
+  :mod:`.durable_partitions` (the wake-up among up to 100,000 idle partitions),
   :mod:`.network` (with :mod:`.network_server`),
   :mod:`.aio_micro` (the asyncio layer per operation) and :mod:`.echo` (with
   :mod:`.echo_server`: a lean echo server whose CPU per request the timers show in):

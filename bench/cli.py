@@ -44,6 +44,7 @@ from .workloads import Sizes
 __all__ = ["PROG", "WORKLOADS", "main", "parser", "run"]
 
 WORKLOADS = tuple(w.name for w in suite.WORKLOADS)
+PG_WORKLOADS = ("durable", "partitions")  # the workloads --pg-dsn also runs on PostgreSQL
 # The command as the README gives it, and the prefix of every line the bench prints on stderr.
 PROG = "bench"
 
@@ -60,7 +61,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="FILE", help="write every figure, raw samples included, to FILE")
     p.add_argument("--plot", metavar="DIR", help="draw PNG charts into DIR (needs the 'plot' extra: matplotlib)")
     p.add_argument("--pg-dsn", metavar="DSN", default=None,
-                   help="also run the durable workload on PostgreSQL (its password is masked in every output); "
+                   help="also run the durable and partitions workloads on PostgreSQL (its password is masked in every output); "
                         f"default: ${STORE_ENV} when that is a postgresql:// URL (a sqlite one is ignored: "
                         "the bench makes its own SQLite files). Without a password, libpq reads PGPASSWORD or PGPASSFILE")
     p.add_argument("--seed", type=int, default=20261129, help="seed of every workload's inputs")
@@ -98,7 +99,7 @@ def _positive_int(text: str) -> int:
 def run(args: argparse.Namespace) -> int:
     """Measure the selected workloads, then print the tables and write ``--json`` and ``--plot``
     from the same figures; return the exit status."""
-    if args.pg_dsn is None and "durable" in args.only:
+    if args.pg_dsn is None and set(PG_WORKLOADS) & set(args.only):
         env_url = os.environ.get(STORE_ENV, "")
         if env_url.startswith(("postgresql://", "postgres://")):
             args.pg_dsn = env_url
@@ -140,6 +141,8 @@ def run(args: argparse.Namespace) -> int:
         if args.plot is not None:
             for path in plot.draw(args.plot, figures):
                 out.line(f"chart written to {path}")
+            for note in plot.notes(figures):
+                out.line(note, "yellow")
     except OSError as exc:  # checked before the run, so something changed since: a full disk, a removed directory
         print(f"{PROG}: error: writing the output failed after the run: {exc}; "
               "the tables above hold the figures", file=sys.stderr)
@@ -155,8 +158,9 @@ def _preflight(args: argparse.Namespace) -> None:
         preflight.check_plot_dir(args.plot)
     if args.pg_dsn is None:
         return
-    if "durable" not in args.only:
-        print(f"{PROG}: note: --pg-dsn is unused: --only leaves out the durable workload", file=sys.stderr)
+    if not set(PG_WORKLOADS) & set(args.only):
+        print(f"{PROG}: note: --pg-dsn is unused: --only leaves out the durable workload "
+              "and the partitions one", file=sys.stderr)
         return
     try:
         preflight.check_postgres(args.pg_dsn)

@@ -134,10 +134,14 @@ def wakeup_lateness_ms(target: str, dsn: Optional[str], n: int, progress, n_part
         finally:
             runner.kill()
             runner.wait(10)
-    fired = _effects(store, partitions)
-    dispose(store)
-    if len(fired) < n:
-        raise RuntimeError(f"only {len(fired)} of {n} cross-process timers fired within 30 s")
+        fired = _effects(store, partitions)
+        dispose(store)
+        if len(fired) < n:
+            # Which timers, and what the runner said, while its log still exists: a bare count says
+            # neither whether the runner was stalled nor which write it missed.
+            missing = b", ".join(sorted(set(dues) - set(fired))).decode()
+            raise RuntimeError(f"only {len(fired)} of {n} cross-process timers fired within 30 s (not: {missing}); "
+                               f"the runner's log: {log_path.read_text(errors='replace')[-2000:] or '(empty)'}")
     return [float(min(fired[ref]) - due) for ref, due in dues.items()]
 
 

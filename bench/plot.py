@@ -10,7 +10,12 @@
 - ``aio.png``: ns per operation of each asyncio timer API per row, and bytes per armed
   handle and key;
 - ``echo.png``: server CPU per request (ns, min-max whiskers) per loop and timer keeper,
-  one series per connection count.
+  one series per connection count;
+- ``partitions.png``: the cross-process wake-up p50 and p99 (ms) against the number of idle
+  partitions, a line per backend and percentile, on a log axis of partitions;
+- ``peers.png``: fired timers per second against the number of runner processes, our PostgreSQL
+  fleet next to pgqueuer at each batch size (when the durable workload compared them; otherwise
+  :func:`notes` says why there is no such chart).
 
 Every bar chart is on a linear axis from zero, so bar lengths compare as the figures do (a log
 axis would make a third look like a sixth). Every chart states its sizes (timers, connections,
@@ -21,11 +26,11 @@ drawn as the text "n/a", never left blank.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Union
+from typing import Optional, Union
 
 from .report import NOT_APPLICABLE
 
-__all__ = ["PlotUnavailable", "charts", "draw", "require"]
+__all__ = ["PlotUnavailable", "charts", "draw", "notes", "require"]
 
 # One bar: (median, low, high) of a figure; or why it does not apply.
 Cell = Union[tuple, str]
@@ -248,6 +253,76 @@ def _lateness(plt, wl: dict):
     return fig
 
 
+def _lines(ax, series: dict[str, tuple[list, list]], ylabel: str, styles: Optional[dict[str, dict]] = None) -> None:
+    """One line with markers per ``series[label] = (xs, ys)`` (matplotlib keywords per label in
+    ``styles``), on a linear y axis from zero, each point labelled with its value."""
+    from matplotlib import ticker
+
+    for label, (xs, ys) in series.items():
+        (drawn,) = ax.plot(xs, ys, marker="o", label=label, **(styles or {}).get(label, {}))
+        for x, y in zip(xs, ys):
+            ax.annotate(_number(y), (x, y), textcoords="offset points", xytext=(0, 5), ha="center", fontsize=7,
+                        color=drawn.get_color())
+    ax.set_ylim(bottom=0, top=max((max(ys) for _, ys in series.values() if ys), default=1.0) * 1.2)
+    ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: _number(v)))
+    ax.set_ylabel(ylabel, fontsize=8)
+    ax.legend(fontsize=8)
+
+
+def _partitions(plt, wl: dict):
+    """Wake-up p50 and p99 against the partition count (log axis), a line per backend and percentile."""
+    from matplotlib import ticker
+
+    series, styles = {}, {}
+    for i, (backend, by_count) in enumerate(wl["results"].items()):
+        counts = sorted(by_count, key=int)
+        for q, linestyle in (("p50", "-"), ("p99", "--")):
+            series[f"{backend} {q}"] = ([int(n) for n in counts], [by_count[n][f"{q}_ms"] for n in counts])
+            styles[f"{backend} {q}"] = {"color": f"C{i}", "linestyle": linestyle}  # a colour per backend
+    fig, ax = plt.subplots(figsize=(8, 4))
+    _lines(ax, series, "wake-up lateness, ms (from 0); solid p50, dashed p99", styles)
+    ax.set_xscale("log")
+    ax.set_xticks(sorted({x for xs, _ in series.values() for x in xs}))
+    ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:,.0f}"))
+    ax.xaxis.set_minor_locator(ticker.NullLocator())
+    ax.margins(x=0.1)
+    ax.set_xlabel("idle partitions in the store (log axis), one timer a day away in each", fontsize=8)
+    ax.set_title(f"cross-process wake-up against idle partitions: p50 and p99 of {wl.get('timers', 0):,} timers "
+                 "per point", fontsize=9)
+    return fig
+
+
+def _peers(plt, wl: dict):
+    """Fired/s against runner processes: our fleet beside pgqueuer at each batch size; None unless
+    the durable workload compared them."""
+    peer = wl.get("pgqueuer", {})
+    fleet = [f for f in wl.get("fleet", {}).values() if f.get("runners") and f.get("budget", "default") == "default"]
+    if not peer.get("results") or not fleet:
+        return None
+    fleet.sort(key=lambda f: f["runners"])
+    series = {"timerwheel_c fleet": ([f["runners"] for f in fleet], [f["fired_per_s"] for f in fleet])}
+    for result in sorted(peer["results"].values(), key=lambda r: (r["batch_size"], r["workers"])):
+        xs, ys = series.setdefault(f"pgqueuer {peer.get('version', '')}, batch {result['batch_size']}", ([], []))
+        xs.append(result["workers"])
+        ys.append(result["fired_per_s"])
+    fig, ax = plt.subplots(figsize=(8, 4))
+    _lines(ax, series, "fired items per second (linear axis from 0)")
+    ax.set_xticks(sorted({x for xs, _ in series.values() for x in xs}))
+    ax.margins(x=0.15)
+    ax.set_xlabel("runner (worker) processes", fontsize=8)
+    timers = next(iter(peer["results"].values())).get("timers", 0)
+    ax.set_title(f"PostgreSQL: our fleet next to pgqueuer, {timers:,} no-op items all due at once, median of "
+                 f"{peer.get('rounds', 1)} interleaved round(s)", fontsize=9)
+    return fig
+
+
+def notes(figures: dict) -> list[str]:
+    """One line per chart that ``figures`` could hold but do not, saying why (the peers chart when
+    the durable workload ran without the pgqueuer comparison)."""
+    peer = figures.get("workloads", {}).get("durable", {}).get("pgqueuer", {})
+    return [f"no peers chart: pgqueuer not compared: {peer['missing']}"] if "missing" in peer else []
+
+
 def charts(figures: dict) -> dict:
     """``{workload: matplotlib Figure}``, laid out, for every chart the JSON ``figures`` hold.
 
@@ -281,6 +356,11 @@ def charts(figures: dict) -> dict:
                 out[name] = fig
         elif name == "durable":
             out[name] = _durable(plt, wl, config)
+            peers = _peers(plt, wl)
+            if peers is not None:
+                out["peers"] = peers
+        elif name == "partitions":
+            out[name] = _partitions(plt, wl)
         elif name == "network":
             out[name] = _network(plt, wl, config)
     for fig in out.values():

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import aio_micro, durable, echo, http, lateness, loop, network, tables, workloads
+from . import aio_micro, durable, durable_partitions, echo, http, lateness, loop, network, tables, workloads
 from .goals import Goal
 from .harness import summary
 from .impls import ASYNCIO, C_WHEEL, FLOOR, PURE_WHEEL, Impl
@@ -109,6 +109,11 @@ def _durable(ctx: Context, bar: Task) -> dict:
 
         figures["pgqueuer"] = peers.unavailable(f"no PostgreSQL server (--pg-dsn); {pgqueuer_peer.INSTALL_HINT}")
     return figures
+
+
+def _partitions(ctx: Context, bar: Task) -> dict:
+    return durable_partitions.measure(durable_partitions.counts(ctx.sizes.partitions_max),
+                                      ctx.sizes.partitions_timers, ctx.pg_dsn)
 
 
 def _network(ctx: Context, bar: Task) -> dict:
@@ -262,6 +267,8 @@ WORKLOADS: tuple[Workload, ...] = (
              lambda ctx: float(ctx.sizes.lateness_samples * len(lateness.SERIES)), _lateness_goals),
     Workload("durable", _durable, tables.durable_table, lambda ctx: None, _durable_goals,
              (("durable_timers", "timers"),)),
+    Workload("partitions", _partitions, durable_partitions.table, lambda ctx: None, durable_partitions.goals,
+             (("partitions_max", "partitions"),)),
     Workload("network", _network, tables.network_table,
              lambda ctx: float(network.UNITS_PER_SCHEDULER * len(network.scheduler_names()))),
     Workload("aio", _aio, tables.aio_table, lambda ctx: float(len(aio_micro.ROWS) * (ctx.repeats + 1)),
