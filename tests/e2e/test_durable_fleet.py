@@ -216,7 +216,7 @@ def test_a_takeover_releases_the_dead_runners_claims_at_once_and_fires_each_once
         def claimed_rows():
             rows = {}
             for p in PARTITIONS:
-                for k, _ in store.scan(p, keys.TAG, b"U", limit=100).entries:
+                for k, _ in store.scan(p, *keys.timer_range(), limit=100).entries:
                     tk = keys.parse(k)
                     if tk.kind == hang_kind and tk.attempt == 1:
                         rows[p] = tk.due_at_ms

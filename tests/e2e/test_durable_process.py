@@ -40,7 +40,7 @@ def effects(store):
 
 
 def timer_rows(store, partition=P):
-    return [keys.parse(k) for k, _ in store.scan(partition, keys.TAG, b"U", limit=100_000).entries]
+    return [keys.parse(k) for k, _ in store.scan(partition, *keys.timer_range(), limit=100_000).entries]
 
 
 @pytest.mark.slow
@@ -134,7 +134,8 @@ def test_durable_sleep_survives_a_restart(tmp_path):
     assert [r[:2] for r in rows] == [["0", "fired"], ["0", "replayed"], ["1", "fired"]]
     assert int(rows[2][2]) >= row.due_at_ms
     assert timer_rows(store, SLEEP_PARTITION) == []
-    marks = store.scan(SLEEP_PARTITION, b"S", b"T").entries
+    tag = keys.SLEEP_MARK_TAG  # every key that begins with it: up to the tag with its last byte one higher
+    marks = store.scan(SLEEP_PARTITION, tag, tag[:-1] + bytes([tag[-1] + 1])).entries
     assert [v for _, v in marks] == [b"F", b"F"]
     store.close()
 

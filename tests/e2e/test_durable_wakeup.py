@@ -109,7 +109,7 @@ def test_handler_killed_mid_flight_fires_again_after_its_backoff(tmp_path):
         wait_until(lambda: Path(f"{ready}.{b'victim'.hex()}").exists(), "the handler to start")
     finally:
         kill(first)
-    (row,) = [keys.parse(k) for k, _ in store.scan(P, keys.TAG, b"U").entries]
+    (row,) = [keys.parse(k) for k, _ in store.scan(P, *keys.timer_range()).entries]
     assert row.attempt == 1 and row.reference == b"victim", row
     second, _ = spawn_runner(tmp_path, "stamp", db)
     ready_ms = wall_ms()
@@ -329,7 +329,7 @@ def test_postgres_restart_with_timers_pending_applies_every_effect_once(throwawa
         wait_until(lambda: len(effects(observer)) >= 5, "some effects before the restart")
         pg_ctl("restart", "-m", "fast")
         assert len(effects(_retrying(observer))) < 40, "the restart must land while timers are pending"
-        wait_until(lambda: not observer.scan(P, keys.TAG, b"U").entries and len(effects(observer)) == 40,
+        wait_until(lambda: not observer.scan(P, *keys.timer_range()).entries and len(effects(observer)) == 40,
                    "every timer to fire after the restart")
         assert svc.transient_errors >= 1 and svc.other_errors == 0
     applied = effects(observer)

@@ -83,7 +83,7 @@ def test_sleeping_handlers_overlap_up_to_the_limit_and_never_beyond(store):
     overlap = max_overlap([(s, e) for _, s, e, _ in h.calls])
     assert 2 <= overlap <= 4, overlap
     assert all(name.startswith("durable-fire") for *_, name in h.calls)
-    assert store.scan(P, keys.TAG, b"U").entries == []
+    assert store.scan(P, *keys.timer_range()).entries == []
 
 
 def test_async_handlers_run_on_the_service_loop_concurrently(store):
@@ -127,7 +127,7 @@ def test_a_slow_handler_does_not_hold_back_the_others(store):
         wait_until(lambda: len(effects(store)) == 4, "all four effects")
     ends = {ref: (s, e) for ref, s, e, _ in h.calls}
     assert all(ends[ref][1] < ends[b"slow"][1] for ref in dues), "the quick ones ended before the slow one"
-    assert store.scan(P, keys.TAG, b"U").entries == []
+    assert store.scan(P, *keys.timer_range()).entries == []
 
 
 def test_stop_waits_for_handlers_in_flight_and_commits_their_outcomes(store):
@@ -141,7 +141,7 @@ def test_stop_waits_for_handlers_in_flight_and_commits_their_outcomes(store):
     threading.Timer(0.5, release.set).start()
     svc.stop(timeout=10)
     assert not svc.running
-    assert effects(store) == [b"effect/busy"] and store.scan(P, keys.TAG, b"U").entries == []
+    assert effects(store) == [b"effect/busy"] and store.scan(P, *keys.timer_range()).entries == []
 
 
 def test_stop_gives_up_on_a_stuck_handler_and_leaves_its_row_claimed(store, caplog):
@@ -158,7 +158,7 @@ def test_stop_gives_up_on_a_stuck_handler_and_leaves_its_row_claimed(store, capl
         svc.stop(timeout=0.3)
         assert time.monotonic() - t0 < 5 and not svc.running
         assert "still running" in caplog.text
-        (key,) = [k for k, _ in store.scan(P, keys.TAG, b"U").entries]
+        (key,) = [k for k, _ in store.scan(P, *keys.timer_range()).entries]
         row = keys.parse(key)
         assert row.attempt == 1 and row.due_at_ms > wall_ms() and effects(store) == []
     finally:
@@ -186,7 +186,7 @@ def test_async_handler_stuck_at_stop_is_cancelled(store):
     wait_until(lambda: svc.in_flight == 1, "the handler to start")
     svc.stop(timeout=0.2)
     assert cancelled.wait(5) and not svc.running
-    assert keys.parse(store.scan(P, keys.TAG, b"U").entries[0][0]).attempt == 1
+    assert keys.parse(store.scan(P, *keys.timer_range()).entries[0][0]).attempt == 1
 
 
 def test_many_short_handlers_apply_each_effect_once(store):
@@ -198,7 +198,7 @@ def test_many_short_handlers_apply_each_effect_once(store):
     with DurableTimerService(store, TimerRegistry().register(h), [P], concurrency=16) as svc:
         wait_until(lambda: svc.fired == 300, "300 fired")
     assert len(effects(store)) == 300 and len(h.calls) == 300
-    assert store.scan(P, keys.TAG, b"U").entries == []
+    assert store.scan(P, *keys.timer_range()).entries == []
 
 
 class Failing(Store):

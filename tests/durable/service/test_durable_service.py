@@ -193,7 +193,7 @@ def test_two_services_on_one_database_fire_each_effect_once(shared_db):
     effects = [k for k, _ in writer.scan(P, b"effect/", b"effect0", limit=10_000).entries]
     refs = sorted(k.split(b"/")[1] for k in effects)
     assert refs == sorted(b"%03d" % i for i in range(300))
-    assert writer.scan(P, keys.TAG, b"U").entries == []
+    assert writer.scan(P, *keys.timer_range()).entries == []
 
 
 def test_start_after_stop_raises_promptly():
@@ -315,7 +315,7 @@ def test_a_commit_waiting_on_a_lock_does_not_hold_up_the_claims_on_postgresql():
                     time.sleep(0.02)
             finally:
                 svc.stop()
-        assert writer.scan(P, keys.TAG, b"U").entries == [] and writer.scan("other", keys.TAG, b"U").entries == []
+        assert writer.scan(P, *keys.timer_range()).entries == [] and writer.scan("other", *keys.timer_range()).entries == []
     finally:
         from bench.stores import dispose
 

@@ -36,7 +36,7 @@ class Recording(TimerHandler):
 
 
 def timer_rows(store, partition=P):
-    return store.scan(partition, keys.TAG, b"U").entries
+    return store.scan(partition, *keys.timer_range()).entries
 
 
 def test_timer_kind_is_an_int():

@@ -49,7 +49,7 @@ def schedule(store, due_at_ms, kind=A, reference=b"r", value=b"v"):
 
 
 def timer_rows(store):
-    start, end = keys.TAG, b"U"
+    start, end = keys.timer_range()
     return [(keys.parse(k), v) for k, v in store.scan(P, start, end, limit=10_000).entries]
 
 

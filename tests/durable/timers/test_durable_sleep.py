@@ -48,7 +48,7 @@ def test_blocking_and_await_forms_and_replay(tmp_path):
         assert replay.sleep_until(due0) is True
         assert asyncio.run(replay.sleep_until_async(due1)) is True
         assert time.monotonic() - t0 < 5
-    assert store.scan(SLEEP_PARTITION, keys.TAG, b"U").entries == []
+    assert store.scan(SLEEP_PARTITION, *keys.timer_range()).entries == []
     store.close()
 
 

@@ -20,7 +20,7 @@ DUE = 1_800_000_000_000  # 2027-01-15, Unix epoch ms
 
 
 def rows(store):
-    return [(keys.parse(k), v) for k, v in store.scan(P, keys.TAG, b"U").entries]
+    return [(keys.parse(k), v) for k, v in store.scan(P, *keys.timer_range()).entries]
 
 
 def test_schedule_writes_the_row_and_cancel_by_name_removes_it_once(store):
