@@ -30,15 +30,9 @@ from ..storage.store import Store
 from ..timers.runner import PAGE, RunReport, commit_across
 from .records import Outcome
 
-__all__ = ["GATHER_S", "Committer", "backoff_s"]
+__all__ = ["GATHER_S", "Committer"]
 
 GATHER_S = 0.002  # how long a commit of fewer than PAGE outcomes waits for more while handlers run
-ERROR_BACKOFF_S = (0.05, 5.0)
-
-
-def backoff_s(failures: int) -> float:
-    """The wait after ``failures`` (>= 1) failed store calls in a row, in seconds: 50 ms doubling to 5 s."""
-    return min(ERROR_BACKOFF_S[0] * 2 ** min(failures - 1, 16), ERROR_BACKOFF_S[1])
 
 
 class Committer:
