@@ -638,7 +638,8 @@ class DurableTimerService:
         corrected (a step forward makes timers due now), within about a second."""
         offset_ns = self._wall_ns() - self.clock.monotonic_ns()
         while abs(self._wall_ns() - self.clock.monotonic_ns() - offset_ns) <= CLOCK_STEP_NS:
-            await asyncio.sleep(CLOCK_CHECK_S)  # the loop's monotonic clock: a step does not move it
+            # On the monotonic clock: a step of the wall clock does not move it.
+            await self.clock.sleep_until(self.clock.monotonic_ns() + int(CLOCK_CHECK_S * 1e9))
 
     # -- between the parts ------------------------------------------------------------------
     def _slot_freed(self) -> None:
