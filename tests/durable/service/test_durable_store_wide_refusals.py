@@ -117,6 +117,46 @@ def test_timers_due_while_the_server_refuses_writes_fire_once_writes_come_back(s
 
 
 @needs_pg
+def test_a_commit_the_server_refuses_is_retried_after_its_backoff_on_the_clock(schema_url, server_read_only, caplog):
+    """A handler's outcome reaches its commit while the server refuses writes: the commit fails as
+    transient and backs off (a minute, by the Timing, on a ManualClock). Once writes are back nothing
+    commits until the test advances the clock past that minute; then the outcome commits, once."""
+    clock = ManualClock()
+    release = threading.Event()
+
+    class Held(Recorded):
+        def fire(self, ctx, timer):
+            release.wait(LIVENESS_S)
+            return Recorded.fire(self, ctx, timer)
+
+    handler = Held(clock)
+    store = open_store(schema_url)
+    schedule(store, "p", clock.wall_ns() // 1_000_000 - 10, KIND, b"c")
+    service = DurableTimerService(store, TimerRegistry().register(handler), ["p"], max_sleep_s=1.0, clock=clock,
+                                  wall_ns=clock.wall_ns, timing=Timing(backoff_base_s=60.0, backoff_max_s=60.0))
+    try:
+        with caplog.at_level(logging.WARNING, logger="timerwheel_c.durable"):
+            service.start()
+            wait_until(lambda: service.in_flight == 1, "the handler running")
+            server_read_only(True)
+            release.set()
+            wait_until(lambda: any("commit on partition 'p' failed" in r.getMessage() for r in caplog.records),
+                       "the commit refused")
+        server_read_only(False)
+        assert service.fired == 0 and handler.fired  # fired, its outcome waiting out the backoff
+        clock.advance(59.0)
+        wait_until(lambda: clock.waiting >= 1, "the service asleep on the clock")
+        assert service.fired == 0  # writes are back, the backoff is not over
+        clock.advance(1.0)
+        wait_until(lambda: service.fired == 1, "the outcome committed", LIVENESS_S)
+        assert list_timers(store, "p") == [] and len(handler.fired) == 1
+    finally:
+        release.set()
+        service.stop(timeout=10)
+        store.close()
+
+
+@needs_pg
 def test_a_read_only_server_error_is_transient_and_refuses_no_single_batch(schema_url, server_read_only):
     """``apply_many`` on a read-only server raises TransientStoreError for the call as a whole (SQLSTATE
     25006), rather than a Refused result per batch, which the runner would take for the rows' own fault."""

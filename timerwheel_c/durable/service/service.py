@@ -242,7 +242,7 @@ class DurableTimerService:
         self._settle_report = RunReport()
         self.executor = Executor(concurrency, store, self._wall_ms, self._settle, self._slot_freed, budget.max_fired)
         self.committer = Committer(store, self._on_commit_store, self._count, self._nudge, self._store_failed,
-                                   self._outcome_done, lambda: bool(self.executor.tasks))
+                                   self._outcome_done, lambda: bool(self.executor.tasks), self.clock)
         # Serving the whole store (alone, or a fleet's share of its shards), a pass reads by shard: its
         # cost does not grow with the number of partitions.
         shards: Optional[Callable[[], list]] = None
