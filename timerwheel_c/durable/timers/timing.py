@@ -10,14 +10,16 @@ It lives in the timers layer, below the service, so that durable sleeps can take
 """
 from __future__ import annotations
 
-import asyncio
 import math
 import threading
 import time
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from .claim import UNKNOWN_KIND_GRACE_MS
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = ["DEFAULT_TIMING", "SYSTEM_CLOCK", "Clock", "ManualClock", "SystemClock", "Timing"]
 
@@ -116,11 +118,14 @@ class ManualClock:
             self._cond.wait_for(lambda: self._mono_ns >= until)
 
     async def sleep_until(self, at_ns: int) -> None:
-        future = asyncio.get_running_loop().create_future()
+        import asyncio  # here: the durable package loads without asyncio, and a coroutine has it loaded
+
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
         with self._cond:
             if at_ns <= self._mono_ns:
                 return
-            entry = (at_ns, asyncio.get_running_loop(), future)
+            entry = (at_ns, loop, future)
             self._waiters.append(entry)
         try:
             await future
