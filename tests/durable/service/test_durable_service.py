@@ -16,6 +16,7 @@ from timerwheel_c.durable.service.service import DurableTimerService
 from timerwheel_c.durable.storage.sqlite import SQLiteStore
 from timerwheel_c.durable.storage.store import Absent, Batch
 from timerwheel_c.durable.timers.tick import BACKOFF_BASE_MS
+from timerwheel_c.durable.timers.timing import ManualClock
 from bench.stores import drop
 from waiting import wait_until, wall_ms
 
@@ -331,21 +332,28 @@ def test_separate_commits_must_be_a_bool(store):
 def test_a_wall_clock_set_back_and_corrected_does_not_stall_the_sleep(store):
     """A pass that runs while the wall clock is set back an hour sees the timer an hour away and
     sleeps as long as it may (``max_sleep_s`` and the summary interval an hour here); once the
-    clock is corrected, the sleep re-reads it, ends, and the timer fires within the liveness
-    bound, not before its due time. The clock is the service's injected ``wall_ns``: the real
-    one is never changed."""
+    clock is corrected, the sleep re-reads it a second later, ends, and the timer fires, not before
+    its due time. Time is a ManualClock the test advances, and the wall clock the service's injected
+    ``wall_ns`` on it: the real one is never changed, and no second is waited out in real time."""
+    clock = ManualClock()
     shift_ns = [0]
     h = Effect()
     with DurableTimerService(store, TimerRegistry().register(h), [P], fleet=False, max_sleep_s=3600,
-                             summary_interval_s=3600, wall_ns=lambda: time.time_ns() + shift_ns[0]) as svc:
-        wait_until(lambda: svc.passes >= 1, "the first pass")  # then it sleeps: nothing is due
+                             summary_interval_s=3600, clock=clock,
+                             wall_ns=lambda: clock.wall_ns() + shift_ns[0]) as svc:
+        wait_until(lambda: svc.passes >= 1 and clock.waiting >= 1, "the first pass, then its sleep")
         passes = svc.passes
         shift_ns[0] = -3600 * 10**9  # set back an hour
-        due = wall_ms() + 2000
+        due = clock.wall_ns() // 10**6 + 2000
         svc.schedule(P, due, KIND, b"t")  # a kick: the next pass runs under the clock set back
-        wait_until(lambda: svc.passes > passes, "a pass under the clock set back")
-        time.sleep(0.2)  # that pass has gone to sleep on its hour-long deadline
+        # That pass has gone to sleep on its hour-long deadline and on the wall clock's next look.
+        wait_until(lambda: svc.passes > passes and clock.waiting >= 2, "a pass under the clock set back, asleep")
+        passes = svc.passes
         shift_ns[0] = 0  # corrected
+        clock.advance(1.0)  # the look that sees the step
+        wait_until(lambda: svc.passes > passes and clock.waiting >= 1, "a pass under the corrected clock, asleep")
+        assert h.fired == []  # a second before its due time
+        clock.advance(1.0)
         h.wait_for(1)
-    (reference, fired_at, due_at) = h.fired[0]
-    assert reference == b"t" and due_at == due and fired_at >= due
+    (reference, _, due_at) = h.fired[0]
+    assert reference == b"t" and due_at == due

@@ -5,7 +5,7 @@ back. Only a refusal of one row's own content quarantines that row.
 
 Run on the real PostgreSQL server of ``TIMERWHEEL_C_TEST_PG_DSN``, made read-only with ``ALTER SYSTEM
 SET default_transaction_read_only`` (restored however the test ends). Timing assertions are liveness
-bounds only."""
+bounds only; the service's time is a ManualClock the test advances."""
 from __future__ import annotations
 
 import logging
@@ -16,7 +16,8 @@ import pytest
 
 from timerwheel_c.durable import DurableTimerService, TimerRegistry, list_timers, open_store, schedule
 from timerwheel_c.durable.timers.registry import Done, TimerHandler, TimerKind
-from waiting import LIVENESS_S, wait_until, wall_ms
+from timerwheel_c.durable.timers.timing import ManualClock, Timing
+from waiting import LIVENESS_S, wait_until
 
 PG_DSN = os.environ.get("TIMERWHEEL_C_TEST_PG_DSN")
 KIND = 0xE7
@@ -24,19 +25,30 @@ needs_pg = pytest.mark.skipif(not PG_DSN, reason="no TIMERWHEEL_C_TEST_PG_DSN")
 
 
 class Recorded(TimerHandler):
-    """Done at once; records each reference with the wall ms it fired at."""
+    """Done at once; records each reference with the ms it fired at by ``clock``'s wall clock."""
 
     kind = TimerKind(KIND)
     max_attempts = 1  # "fires at most once": a store-wide refusal must not use the one attempt up
 
-    def __init__(self):
+    def __init__(self, clock: ManualClock):
+        self.clock = clock
         self.fired: list = []
         self.lock = threading.Lock()
 
     def fire(self, ctx, timer):
         with self.lock:
-            self.fired.append((timer.reference, wall_ms()))
+            self.fired.append((timer.reference, self.clock.wall_ns() // 1_000_000))
         return Done()
+
+
+def advance_until(clock: ManualClock, done, step_s: float, what: str) -> None:
+    """Advance ``clock`` by ``step_s`` each time the service is asleep on it, until ``done()``."""
+    def step() -> bool:
+        if not done() and clock.waiting:
+            clock.advance(step_s)
+        return done()
+
+    wait_until(step, what, LIVENESS_S)
 
 
 @pytest.fixture
@@ -68,30 +80,78 @@ def server_read_only():
 def test_timers_due_while_the_server_refuses_writes_fire_once_writes_come_back(schema_url, server_read_only, caplog):
     """Five timers (one attempt each) fall due while the server refuses every write: none fires then
     (a claim is a write), the service logs one WARNING for its passes, and once writes come back all
-    five fire within the liveness bound, none parked or quarantined. Before, each was "neither
-    claimed nor quarantined" and skipped for 600 s."""
-    handler = Recorded()
+    five fire at the end of the backoff, none parked or quarantined. Before, each was "neither
+    claimed nor quarantined" and skipped for 600 s. Time is a ManualClock, and the backoff a minute:
+    the due time, the failed passes and the backoff pass only as the test advances the clock, and
+    nothing fires while writes are back but the backoff is not over."""
+    clock = ManualClock()
+    handler = Recorded(clock)
     store = open_store(schema_url)
-    service = DurableTimerService(store, TimerRegistry().register(handler), ["p"], max_sleep_s=1.0)
+    service = DurableTimerService(store, TimerRegistry().register(handler), ["p"], max_sleep_s=1.0, clock=clock,
+                                  wall_ns=clock.wall_ns, timing=Timing(backoff_base_s=60.0, backoff_max_s=60.0))
     try:
         with caplog.at_level(logging.WARNING, logger="timerwheel_c.durable"):
             service.start()
-            due_ms = wall_ms() + 3000  # time for the reload to reach every session before it
+            due_ms = clock.wall_ns() // 1_000_000 + 1000
             for i in range(5):
                 schedule(store, "p", due_ms, KIND, b"t%d" % i)
             server_read_only(True)
-            wait_until(lambda: service.transient_errors >= 3 and wall_ms() > due_ms + 1000,
-                       "three failed passes after the due time")  # the refusal arose, and was retried
-            assert handler.fired == []
+            advance_until(clock, lambda: service.transient_errors >= 3, 1.0,
+                          "three failed passes after the due time")  # the refusal arose, and was retried
+            assert clock.wall_ns() // 1_000_000 > due_ms and handler.fired == []
             server_read_only(False)
+            wait_until(lambda: clock.waiting >= 1, "the service asleep in its backoff")
+            assert handler.fired == []  # writes are back, the backoff is not over
+            clock.advance(60.0)
             wait_until(lambda: len(handler.fired) == 5, "all five timers to fire", LIVENESS_S)
         assert sorted(r for r, _ in handler.fired) == [b"t%d" % i for i in range(5)]
         assert all(fired_ms >= due_ms for _, fired_ms in handler.fired)
         warnings = [r.getMessage() for r in caplog.records
                     if r.levelno == logging.WARNING and "transient store error" in r.getMessage()]
         assert len(warnings) == 1 and "read-only transaction" in warnings[0], warnings
+        assert "retrying in 60.00 s" in warnings[0], warnings  # the Timing's backoff, not the default 50 ms
         assert list_timers(store, "p", state="parked") == []
     finally:
+        service.stop(timeout=10)
+        store.close()
+
+
+@needs_pg
+def test_a_commit_the_server_refuses_is_retried_after_its_backoff_on_the_clock(schema_url, server_read_only, caplog):
+    """A handler's outcome reaches its commit while the server refuses writes: the commit fails as
+    transient and backs off (a minute, by the Timing, on a ManualClock). Once writes are back nothing
+    commits until the test advances the clock past that minute; then the outcome commits, once."""
+    clock = ManualClock()
+    release = threading.Event()
+
+    class Held(Recorded):
+        def fire(self, ctx, timer):
+            release.wait(LIVENESS_S)
+            return Recorded.fire(self, ctx, timer)
+
+    handler = Held(clock)
+    store = open_store(schema_url)
+    schedule(store, "p", clock.wall_ns() // 1_000_000 - 10, KIND, b"c")
+    service = DurableTimerService(store, TimerRegistry().register(handler), ["p"], max_sleep_s=1.0, clock=clock,
+                                  wall_ns=clock.wall_ns, timing=Timing(backoff_base_s=60.0, backoff_max_s=60.0))
+    try:
+        with caplog.at_level(logging.WARNING, logger="timerwheel_c.durable"):
+            service.start()
+            wait_until(lambda: service.in_flight == 1, "the handler running")
+            server_read_only(True)
+            release.set()
+            wait_until(lambda: any("commit on partition 'p' failed" in r.getMessage() for r in caplog.records),
+                       "the commit refused")
+        server_read_only(False)
+        assert service.fired == 0 and handler.fired  # fired, its outcome waiting out the backoff
+        clock.advance(59.0)
+        wait_until(lambda: clock.waiting >= 1, "the service asleep on the clock")
+        assert service.fired == 0  # writes are back, the backoff is not over
+        clock.advance(1.0)
+        wait_until(lambda: service.fired == 1, "the outcome committed", LIVENESS_S)
+        assert list_timers(store, "p") == [] and len(handler.fired) == 1
+    finally:
+        release.set()
         service.stop(timeout=10)
         store.close()
 

@@ -16,7 +16,8 @@ from timerwheel_c.durable.timers.runner import run_due
 from timerwheel_c.durable.service.service import DurableTimerService
 from timerwheel_c.durable.timers.sleep import SLEEP_PARTITION, DurableContext, SleepHandler, TimerId
 from timerwheel_c.durable.storage.sqlite import SQLiteStore
-from waiting import wall_ms
+from timerwheel_c.durable.timers.timing import ManualClock
+from waiting import LIVENESS_S, wait_until, wall_ms
 
 
 
@@ -105,3 +106,37 @@ def test_a_sleep_centuries_ahead_waits_instead_of_overflowing(tmp_path):
     ctx = DurableContext(SQLiteStore(":memory:"), "far-async")
     with pytest.raises(TimeoutError):
         asyncio.run(ctx.sleep_until_async(2**64 - 1, timeout_s=0.2))
+
+
+def test_an_hours_sleep_both_forms_ends_when_the_services_manual_clock_passes_it(tmp_path):
+    """A durable sleep of an hour, blocking and awaited, on a service given a ManualClock: the context
+    takes the service's clock, so neither form has returned while the clock is a second short of the
+    due time, and both return once it is advanced past it (the service fires the sleep's timer on
+    the same clock). On the host's clock the hour would outlast the liveness bound."""
+    import threading
+
+    clock = ManualClock()
+    store = SQLiteStore(tmp_path / "s.db")
+    due = clock.wall_ns() // 1_000_000 + 3_600_000
+    done: list = []
+    with DurableTimerService(store, TimerRegistry().register(SleepHandler()), [SLEEP_PARTITION], clock=clock) as svc:
+        ctx = DurableContext(store, "exec-clock", service=svc)
+        assert ctx.clock is clock
+        blocking = threading.Thread(target=lambda: done.append(("sync", ctx.sleep_until(due))))
+        blocking.start()
+        wait_until(lambda: ctx.calls == 1, "the blocking sleep journaled")
+        loop = asyncio.new_event_loop()
+        awaited = threading.Thread(target=lambda: done.append(("async", loop.run_until_complete(
+            DurableContext(store, "exec-clock-2", service=svc).sleep_until_async(due)))))
+        awaited.start()
+        # The service and the awaited sleep asleep on the clock (the blocking one sleeps in a Condition).
+        wait_until(lambda: clock.waiting >= 2, "the service and the awaited sleep asleep on the clock")
+        clock.advance(3599.0)
+        wait_until(lambda: clock.waiting >= 2, "asleep again a second short of the due time")
+        assert done == []
+        clock.advance(1.0)
+        blocking.join(LIVENESS_S)
+        awaited.join(LIVENESS_S)
+        loop.close()
+    store.close()
+    assert sorted(done) == [("async", False), ("sync", False)]

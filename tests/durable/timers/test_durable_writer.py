@@ -13,6 +13,9 @@ from timerwheel_c.durable import DurableContext, Reschedule, cancel, schedule
 from timerwheel_c.durable.timers import keys
 from timerwheel_c.durable.timers.registry import Done, TimerHandler, TimerKind, TimerRegistry
 from timerwheel_c.durable.service.service import DurableTimerService
+from timerwheel_c.durable.timers.claim import UNKNOWN_KIND_GRACE_MS
+from timerwheel_c.durable.timers.timing import ManualClock
+from waiting import wait_until
 
 P = "w"
 KIND = 0xF7
@@ -128,21 +131,22 @@ class Nop(TimerHandler):
         return Done()
 
 
-@pytest.mark.slow  # waits out the runner's grace for an unknown kind (10 s) in real time
 def test_service_schedule_refuses_a_kind_without_handler_but_the_runner_tolerates_rows_of_it(store):
     """The service's schedule() raises for a kind its registry cannot fire, naming the kind and the
     registered ones, and writes nothing; a row of that kind written some other way is still backed
-    off by the runner (moved later with no attempt counted: never fired, never lost)."""
-    svc = DurableTimerService(store, TimerRegistry().register(Nop()), [P])
+    off by the runner (moved later with no attempt counted: never fired, never lost). The runner's
+    grace for an unknown kind (10 s) passes on a ManualClock the test advances, not in real time."""
+    clock = ManualClock()
+    svc = DurableTimerService(store, TimerRegistry().register(Nop()), [P], clock=clock)
     with pytest.raises(ValueError, match=r"kind 200 has no handler.*\[247\]"):
         svc.schedule(P, DUE, 200, b"x")
     assert rows(store) == []
-    due = int(time.time() * 1000) - 10
+    due = clock.wall_ns() // 1_000_000 - 10
     schedule(store, P, due, 200, b"x")
     with svc:
-        deadline = time.monotonic() + 20
-        while not [tk for tk, _ in rows(store) if tk.due_at_ms > due] and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_until(lambda: svc.passes >= 1 and clock.waiting >= 1, "the service asleep on the clock")
+        clock.advance(UNKNOWN_KIND_GRACE_MS / 1000)
+        wait_until(lambda: [tk for tk, _ in rows(store) if tk.due_at_ms > due], "the row backed off", 20.0)
     assert [(tk.kind, tk.attempt, tk.due_at_ms > due) for tk, _ in rows(store)] == [(200, 0, True)]
 
 

@@ -22,23 +22,17 @@ where they arose:
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Awaitable, Callable, Optional
 
 from ..storage.errors import is_transient
 from ..storage.store import Store
 from ..timers.runner import PAGE, RunReport, commit_across
+from ..timers.timing import SYSTEM_CLOCK, Clock
 from .records import Outcome
 
-__all__ = ["GATHER_S", "Committer", "backoff_s"]
+__all__ = ["GATHER_S", "Committer"]
 
 GATHER_S = 0.002  # how long a commit of fewer than PAGE outcomes waits for more while handlers run
-ERROR_BACKOFF_S = (0.05, 5.0)
-
-
-def backoff_s(failures: int) -> float:
-    """The wait after ``failures`` (>= 1) failed store calls in a row, in seconds: 50 ms doubling to 5 s."""
-    return min(ERROR_BACKOFF_S[0] * 2 ** min(failures - 1, 16), ERROR_BACKOFF_S[1])
 
 
 class Committer:
@@ -53,12 +47,14 @@ class Committer:
         store_failed: ``store_failed(exc, failures, what)`` counts and logs a failed store call (loop).
         done: ``done(outcome)`` once an outcome is written or given up (loop).
         handlers_running: whether handlers are still running (worth waiting for their outcomes).
+        clock: where the retry of a failed commit waits (its backoff is ``store_failed``'s answer).
     """
 
     def __init__(self, store: Store, on_store: Callable[..., Awaitable], counted: Callable[[RunReport], None],
                  committed: Callable[[str, int], None], store_failed: Callable[[BaseException, int, str], float],
-                 done: Callable[[Outcome], None], handlers_running: Callable[[], bool]):
+                 done: Callable[[Outcome], None], handlers_running: Callable[[], bool], clock: Clock = SYSTEM_CLOCK):
         self.store = store
+        self.clock = clock
         self._on_store = on_store
         self._counted = counted
         self._committed = committed
@@ -67,7 +63,7 @@ class Committer:
         self._handlers_running = handlers_running
         self._queues: dict = {}  # partition -> [Outcome], in arrival order
         self._failures: dict = {}  # partition -> failed commits in a row
-        self._retry_at: dict = {}  # partition -> monotonic s before which it is not retried
+        self._retry_at: dict = {}  # partition -> monotonic ns (``clock``) before which it is not retried
         self.task: Optional[asyncio.Task] = None
         self.stopping = False
         self._committing = 0  # outcomes in the commit in progress
@@ -96,10 +92,10 @@ class Committer:
                     # More outcomes are on their way: a moment's wait lets them share the commit
                     # (one transaction, one WAL flush, per partition) instead of one each.
                     await asyncio.sleep(GATHER_S)
-                now = time.monotonic()
-                ready = {p: q for p, q in self._queues.items() if self._retry_at.get(p, 0.0) <= now}
+                now = self.clock.monotonic_ns()
+                ready = {p: q for p, q in self._queues.items() if self._retry_at.get(p, now) <= now}
                 if not ready:
-                    await asyncio.sleep(max(0.0, min(self._retry_at[p] for p in self._queues) - now))
+                    await self.clock.sleep_until(min(self._retry_at[p] for p in self._queues))
                     continue
                 for p in ready:
                     del self._queues[p]
@@ -121,7 +117,7 @@ class Committer:
                     if is_transient(exc):
                         # Back in this partition's own queue: the others do not wait for it.
                         self._queue_of(partition)[:0] = outcomes
-                        self._retry_at[partition] = time.monotonic() + delay_s
+                        self._retry_at[partition] = self.clock.monotonic_ns() + int(delay_s * 1e9)
                     else:
                         dropped = RunReport(failed=len(outcomes))
                         for o in outcomes:

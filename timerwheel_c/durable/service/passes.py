@@ -46,7 +46,7 @@ from typing import Callable, Optional
 from ..storage.store import Ownership, Page, Store
 from ..timers import keys
 from ..timers.registry import TimerRegistry
-from ..timers.claim import SCAN_PAGE, release_range
+from ..timers.claim import SCAN_PAGE, UNKNOWN_KIND_GRACE_MS, release_range
 from ..timers.runner import (NO_PROGRESS_WAKE_MS, PAGE, RunReport, TickBudget, claim_due, claim_due_across,
                              due_request, needs_wake_scan, next_wake, release_claims, wake_request)
 from .activity import Activity
@@ -81,6 +81,8 @@ class Passes:
         wall_ms: the Unix-epoch clock in ms.
         store_failed: ``store_failed(exc, failures, what) -> backoff s`` counts and logs an error.
         clock: monotonic seconds.
+        grace_ms: how long after its due time a row of a kind the registry lacks is left for a
+            runner that has it, ms (see :mod:`~timerwheel_c.durable.timers.claim`).
         shards: the shards to read now (``shards()``: a list of ints), or None to pass over the
             partitions ``served`` gives one by one; given, ``served`` is not called.
 
@@ -92,8 +94,9 @@ class Passes:
                  ownership: Optional[Ownership], activity: Activity, counted: Callable[[RunReport], None],
                  wall_ms: Callable[[], int],
                  store_failed: Callable[[BaseException, int, str], float], clock: Callable[[], float] = time.monotonic,
-                 shards: Optional[Callable[[], list]] = None):
+                 shards: Optional[Callable[[], list]] = None, grace_ms: int = UNKNOWN_KIND_GRACE_MS):
         self.store = store
+        self.grace_ms = grace_ms
         self.registry = registry
         self.budget = budget
         self.served = served
@@ -180,7 +183,8 @@ class Passes:
                 left -= min(caps[p], len(firsts[p].entries))  # what it can claim of the rows seen
             requests = [(p, self._budget(cap), firsts[p]) for p, cap in caps.items()]
             try:
-                across = claim_due_across(self.store, requests, self.registry, now_ms, exclude=exclude)
+                across = claim_due_across(self.store, requests, self.registry, now_ms, exclude=exclude,
+                                          grace_ms=self.grace_ms)
             except Exception as exc:  # a bad argument: every partition's own failure
                 across = [exc] * len(requests)
             for (p, cap), claims in zip(caps.items(), across):
@@ -327,7 +331,8 @@ class Passes:
         """Claim up to ``cap`` rows of ``partition`` now: see :meth:`_claimed`."""
         now_ms = self.wall_ms()
         try:
-            claims = claim_due(self.store, partition, self.registry, now_ms, self._budget(cap), exclude=exclude)
+            claims = claim_due(self.store, partition, self.registry, now_ms, self._budget(cap), exclude=exclude,
+                               grace_ms=self.grace_ms)
         except Exception as exc:
             return self._claimed(partition, cap, now_ms, exc, waking)
         return self._claimed(partition, cap, now_ms, claims, waking)

@@ -44,8 +44,8 @@ import asyncio
 import logging
 import math
 import threading
-import time
-from typing import Callable, Iterable, Optional
+from enum import Enum
+from typing import Callable, Iterable, Optional, Union
 
 from ..storage.errors import is_transient
 from ..storage.redact import redact
@@ -53,15 +53,15 @@ from ..storage.store import Store, check_partition, check_store
 from ..storage.watch import Watcher
 from ..timers import keys, writer
 from ..timers.claim import refund_rows, release_rows
-from ..timers.deadline import deadline_factory
 from ..timers.due import due_at_ms_of, due_or_delay
 from ..timers.kind_names import check_kind_names
 from ..timers.parking import RetryLater
 from ..timers.registry import TimerKind, TimerRegistry, check_registry
 from ..timers.runner import PAGE, Attempt, RunReport, TickBudget, settle
+from ..timers.timing import DEFAULT_TIMING, SYSTEM_CLOCK, Clock, Timing
 from .activity import Activity
 from .clock import StoreClock
-from .committer import ERROR_BACKOFF_S, Committer, backoff_s
+from .committer import Committer
 from .executor import SHARE_S, Executor
 from .metrics import BACKLOG_EVERY_S, MetricsSnapshot, Recorder, due_backlog, parked_count, shard_backlog
 from .passes import PassResult, Passes
@@ -86,6 +86,10 @@ CLOCK_STEP_NS = 100_000_000
 # lock_timeout): past it that partition's call fails alone and backs off while the others go on.
 # Far above a writer's ordinary transaction (milliseconds), far below the first backoff (5 s).
 LOCK_WAIT_MS = 250
+
+
+class _Default(Enum):
+    TIMING = "the service's Timing"  # stop()'s timeout when none is given
 
 
 def _check_positive(name: str, value: object, unit: str) -> float:
@@ -125,7 +129,14 @@ class DurableTimerService:
             (see :mod:`timerwheel_c.durable.activity`).
         wall_ns: the Unix-epoch clock in ns that judges due times; None (default): the store server's
             clock where it has one (PostgreSQL: :class:`~.clock.StoreClock`, so that a host clock
-            running ahead never fires a timer early), else :func:`time.time_ns`. Tests shift it.
+            running ahead never fires a timer early), else ``clock``'s wall clock. Tests shift it.
+        clock: where the service reads time and sleeps (a
+            :class:`~timerwheel_c.durable.timers.timing.Clock`); None (default): the host's clocks.
+            A test gives a :class:`~timerwheel_c.durable.timers.timing.ManualClock` and drives the
+            service's sleeps, backoffs and grace by hand. The store server's clock, where it is used,
+            is carried on this clock's monotonic one.
+        timing: the backoff after failed store calls, the unknown-kind grace and stop()'s default wait
+            (a :class:`~timerwheel_c.durable.timers.timing.Timing`); None (default): the defaults.
         separate_commits: True: with a store that can write on a second connection at once
             (:meth:`Store.open_sibling`: PostgreSQL), commit outcomes on a thread and connection
             of their own, so that claims never wait behind a commit, not even behind one that waits
@@ -172,9 +183,15 @@ class DurableTimerService:
         wall_ns: Optional[Callable[[], int]] = None,
         fleet: Optional[bool] = None,
         separate_commits: bool = False,
+        clock: Optional[Clock] = None,
+        timing: Optional[Timing] = None,
     ):
         check_store(store)
         check_registry(registry)
+        if timing is not None and not isinstance(timing, Timing):
+            raise TypeError(f"timing must be a Timing, got {type(timing).__name__} {timing!r}")
+        self.clock: Clock = SYSTEM_CLOCK if clock is None else clock
+        self.timing = DEFAULT_TIMING if timing is None else timing
         if isinstance(partitions, str):
             raise TypeError(f"partitions must be an iterable of str, not the str {redact(partitions)!r}")
         if not isinstance(budget, TickBudget):
@@ -199,7 +216,7 @@ class DurableTimerService:
         self.budget = budget
         self._clock: Optional[StoreClock] = None
         if wall_ns is None:
-            self._clock = StoreClock()
+            self._clock = StoreClock(self.clock.wall_ns, self.clock.monotonic_ns)
             wall_ns = self._clock.now_ns
         self._wall_ns: Callable[[], int] = wall_ns
         self._extra: set = set()
@@ -225,7 +242,7 @@ class DurableTimerService:
         self._settle_report = RunReport()
         self.executor = Executor(concurrency, store, self._wall_ms, self._settle, self._slot_freed, budget.max_fired)
         self.committer = Committer(store, self._on_commit_store, self._count, self._nudge, self._store_failed,
-                                   self._outcome_done, lambda: bool(self.executor.tasks))
+                                   self._outcome_done, lambda: bool(self.executor.tasks), self.clock)
         # Serving the whole store (alone, or a fleet's share of its shards), a pass reads by shard: its
         # cost does not grow with the number of partitions.
         shards: Optional[Callable[[], list]] = None
@@ -234,7 +251,8 @@ class DurableTimerService:
         elif self.ownership is None and self.partitions is None:
             shards = lambda: list(range(store.shard_count))  # noqa: E731
         self._passes = Passes(store, registry, budget, self._served, self.ownership, self.activity, self._count,
-                              self._wall_ms, self._store_failed, shards=shards)
+                              self._wall_ms, self._store_failed, self._monotonic_s, shards=shards,
+                              grace_ms=self.timing.unknown_kind_grace_ms)
         self.died: Optional[BaseException] = None
         self.recorder = Recorder()
         self._release_on_stop = False
@@ -283,8 +301,9 @@ class DurableTimerService:
         self._ready.wait()
         return self
 
-    def stop(self, timeout: Optional[float] = 10.0, release_claims: bool = False) -> None:
-        """Stop claiming, wait up to ``timeout`` seconds (None: no limit) for the handlers in flight
+    def stop(self, timeout: Union[float, None, _Default] = _Default.TIMING, release_claims: bool = False) -> None:
+        """Stop claiming, wait up to ``timeout`` seconds (None: no limit; default: ``timing.stop_timeout_s``,
+        10 s unless the service was given another :class:`~timerwheel_c.durable.timers.timing.Timing`) for the handlers in flight
         and the commit of their outcomes, then end the thread (closing the change signal may take
         up to :data:`_TEARDOWN_S` more).
 
@@ -303,8 +322,11 @@ class DurableTimerService:
         runner). An abandoned ``async`` handler is cancelled; a sync one finishes on its daemon
         thread, and its outcome is discarded.
         """
+        if timeout is _Default.TIMING:
+            timeout = self.timing.stop_timeout_s
+        assert not isinstance(timeout, _Default)  # for mypy: replaced just above
         if not self._stopping:
-            self._stop_at = None if timeout is None else time.monotonic() + timeout
+            self._stop_at = None if timeout is None else self._monotonic_s() + timeout
             self._release_on_stop = bool(release_claims)
         self._stopping = True
         self._wake()
@@ -409,6 +431,9 @@ class DurableTimerService:
     def _wall_ms(self) -> int:
         return self._wall_ns() // _NS_PER_MS
 
+    def _monotonic_s(self) -> float:
+        return self.clock.monotonic_ns() / 1e9
+
     def _wake(self) -> None:
         loop, kick = self._loop, self._kick
         if loop is not None and kick is not None:
@@ -430,7 +455,7 @@ class DurableTimerService:
                 except Exception:  # a bug outside the guarded pass: log, and keep the service alive
                     log.exception("durable timer service loop failed; restarting it")
                     self._ready.set()
-                    time.sleep(ERROR_BACKOFF_S[0])
+                    self.clock.sleep(self.timing.backoff_base_s)
         except BaseException as exc:  # handlers' exceptions never get here: this is the service's own
             self.died = exc
             log.critical("durable timer service thread ended without stop(): %s: %s", type(exc).__name__, exc,
@@ -465,7 +490,7 @@ class DurableTimerService:
 
     def _store_failed(self, exc: BaseException, failures: int, what: str) -> float:
         """Count and log a failed store call; return the backoff in seconds."""
-        delay_s = backoff_s(failures)
+        delay_s = self.timing.backoff_s(failures)
         with self._lock:
             self.errors += 1
             if is_transient(exc):
@@ -505,11 +530,11 @@ class DurableTimerService:
         seconds it may (at most one forced re-check per RECHECK_MIN_S)."""
         if self.ownership is None or not self._changed:
             return None
-        left_s = self._last_recheck_s + RECHECK_MIN_S - time.monotonic()
+        left_s = self._last_recheck_s + RECHECK_MIN_S - self._monotonic_s()
         if left_s > 0:
             return left_s
         self._changed = False
-        self._last_recheck_s = time.monotonic()
+        self._last_recheck_s = self._monotonic_s()
         self.ownership.recheck()
         return None
 
@@ -518,7 +543,6 @@ class DurableTimerService:
         # come back after their backoff, and their slots must not stay counted.
         self.executor.reset()
         self.committer.reset()
-        deadline = deadline_factory()
         self._kick = asyncio.Event()
         self._loop = asyncio.get_running_loop()
         # asyncio.to_thread in a handler: a call past the stop must not keep the process alive (see .pool).
@@ -543,7 +567,7 @@ class DurableTimerService:
                 free = self.executor.free()
                 if free <= 0:
                     self._slot_starved = True
-                    at_ns = time.monotonic_ns() + max_ns
+                    at_ns = self.clock.monotonic_ns() + max_ns
                     if self.ownership is not None:
                         # No pass, but the ownership's evaluation is this runner's heartbeat (its lease):
                         # handlers that fill every slot for long must not make it look frozen.
@@ -556,7 +580,7 @@ class DurableTimerService:
                         failures = 0
                     except Exception as exc:  # only reading the served partitions fails a whole pass
                         failures += 1
-                        at_ns = time.monotonic_ns() + int(self._store_failed(exc, failures, "pass") * 1e9)
+                        at_ns = self.clock.monotonic_ns() + int(self._store_failed(exc, failures, "pass") * 1e9)
                     else:
                         self.passes += 1
                         self._slot_starved = self._slot_starved or result.starved
@@ -568,10 +592,10 @@ class DurableTimerService:
                             self._wake_ms = wake_ms
                         # Convert to the monotonic clock once, here: a later wall-clock jump cannot move it.
                         sleep_ns = max_ns if wake_ms is None else min(max(0, wake_ms * _NS_PER_MS - self._wall_ns()), max_ns)
-                        at_ns = time.monotonic_ns() + sleep_ns
+                        at_ns = self.clock.monotonic_ns() + sleep_ns
                 if self._stopping:
                     break
-                await self._sleep_until(deadline, at_ns)
+                await self._sleep_until(at_ns)
             await self._drain()
         finally:
             if watcher is not None:
@@ -593,12 +617,12 @@ class DurableTimerService:
             self._clock.refresh(self._passes.store)
         return self._passes.run(*args)
 
-    async def _sleep_until(self, deadline, at_ns: int) -> None:
+    async def _sleep_until(self, at_ns: int) -> None:
         assert self._kick is not None  # set by the serving loop before it first sleeps
         kick = asyncio.ensure_future(self._kick.wait())
-        timer = asyncio.ensure_future(deadline(at_ns))
+        timer = asyncio.ensure_future(self.clock.sleep_until(at_ns))
         waits = {kick, timer}
-        if at_ns - time.monotonic_ns() > CLOCK_CHECK_S * 1e9:  # a shorter sleep ends before its first look
+        if at_ns - self.clock.monotonic_ns() > CLOCK_CHECK_S * 1e9:  # a shorter sleep ends before its first look
             waits.add(asyncio.ensure_future(self._wall_clock_stepped()))
         try:
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
@@ -612,9 +636,10 @@ class DurableTimerService:
         converted from a due time by the wall clock of its pass: a pass run while the clock was set
         back an hour sleeps up to ``max_sleep_s``, and only this ends that sleep once the clock is
         corrected (a step forward makes timers due now), within about a second."""
-        offset_ns = self._wall_ns() - time.monotonic_ns()
-        while abs(self._wall_ns() - time.monotonic_ns() - offset_ns) <= CLOCK_STEP_NS:
-            await asyncio.sleep(CLOCK_CHECK_S)  # the loop's monotonic clock: a step does not move it
+        offset_ns = self._wall_ns() - self.clock.monotonic_ns()
+        while abs(self._wall_ns() - self.clock.monotonic_ns() - offset_ns) <= CLOCK_STEP_NS:
+            # On the monotonic clock: a step of the wall clock does not move it.
+            await self.clock.sleep_until(self.clock.monotonic_ns() + int(CLOCK_CHECK_S * 1e9))
 
     # -- between the parts ------------------------------------------------------------------
     def _slot_freed(self) -> None:
@@ -664,7 +689,7 @@ class DurableTimerService:
     async def _drain(self) -> None:
         """After stop(): wait for handlers in flight and their commits, up to stop()'s timeout."""
         def left_s() -> Optional[float]:
-            return None if self._stop_at is None else max(0.0, self._stop_at - time.monotonic())
+            return None if self._stop_at is None else max(0.0, self._stop_at - self._monotonic_s())
 
         # Where the rows this stop gives up in their handler go: released below, or left to their backoff.
         fate = ("are released for another runner to fire now" if self._release_on_stop
@@ -716,14 +741,14 @@ class DurableTimerService:
         pool = self._store_pool
         cached_at_s, cached = self._backlog_cache
         if self.running and pool is not None and backlog_timeout_s > 0:
-            if time.monotonic() - cached_at_s < BACKLOG_EVERY_S:
+            if self._monotonic_s() - cached_at_s < BACKLOG_EVERY_S:
                 backlog, parked_now = cached
             else:
                 try:
                     backlog, parked_now = pool.submit(self._backlog).result(timeout=backlog_timeout_s)
                 except Exception:  # a store down or slow: the other figures still tell the story
                     backlog, parked_now = {}, {}
-                self._backlog_cache = (time.monotonic(), (backlog, parked_now))
+                self._backlog_cache = (self._monotonic_s(), (backlog, parked_now))
         with self._lock:
             errors = {"transient": self.transient_errors, "permanent": self.other_errors}
         progress = self._passes.answered_s
@@ -740,7 +765,7 @@ class DurableTimerService:
             lateness=lateness, handler_duration=durations,
             due_backlog=backlog, parked_timers=parked_now, owned_partitions=owned, store_errors=errors,
             handlers_in_flight=self.in_flight, running=self.running,
-            last_progress_age_s=None if progress is None else time.monotonic() - progress,
+            last_progress_age_s=None if progress is None else self._monotonic_s() - progress,
             kind_names={int(k): k.name for k in self.registry.named_kinds() if getattr(k, "name", None) is not None})
 
     def _backlog(self) -> tuple:

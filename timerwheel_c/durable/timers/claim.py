@@ -167,8 +167,9 @@ class Claimer:
 
     def __init__(self, store: Store, partition: str, registry: TimerRegistry, now_ms: int, budget: TickBudget,
                  exclude: Container[bytes] = (), clock: Callable[[], float] = time.monotonic,
-                 first_page: Optional[Page] = None):
+                 first_page: Optional[Page] = None, grace_ms: int = UNKNOWN_KIND_GRACE_MS):
         self.store = store
+        self.grace_ms = grace_ms
         self.partition = partition
         self.registry = registry
         self.now_ms = now_ms
@@ -268,7 +269,7 @@ class Claimer:
         except ValueError as exc:  # no valid backoff key (e.g. past the key limit)
             return _ToQuarantine(key, value, f"no backoff key: {exc}", malformed=False)
         if handler is None:
-            grace_ends_ms = tk.due_at_ms + UNKNOWN_KIND_GRACE_MS
+            grace_ends_ms = tk.due_at_ms + self.grace_ms
             if grace_ends_ms > self.now_ms:
                 report.unknown_waiting += 1
                 if report.earliest_unknown_ms is None or grace_ends_ms < report.earliest_unknown_ms:
@@ -358,7 +359,7 @@ class Claimer:
                 report.unknown += 1
                 if self.registry.first_unknown(tk.kind):
                     log.warning("partition %r: no handler for timer kind %d in any runner within %d ms of its "
-                                "due time; backing its rows off", self.partition, tk.kind, UNKNOWN_KIND_GRACE_MS)
+                                "due time; backing its rows off", self.partition, tk.kind, self.grace_ms)
                 continue
             due_ms = tk.original_due_at_ms if row.nominal_ms is None else row.nominal_ms
             timer = DueTimer(due_ms, keys.KINDS[tk.kind], tk.reference, row.value, tk.attempt + 1, row.claimed_key)
@@ -417,13 +418,14 @@ def due_request(partition: str, now_ms: int, budget: TickBudget = DEFAULT_BUDGET
 
 def claim_due(store: Store, partition: str, registry: TimerRegistry, now_ms: int, budget: TickBudget = DEFAULT_BUDGET,
               *, exclude: Container[bytes] = (), clock: Callable[[], float] = time.monotonic,
-              first_page: Optional[Page] = None) -> Claims:
+              first_page: Optional[Page] = None, grace_ms: int = UNKNOWN_KIND_GRACE_MS) -> Claims:
     """Claim every due row of ``partition`` that ``budget`` lets fire (see the module docstring).
 
     Scans the due range (effective due <= ``now_ms``, Unix epoch ms) in pages of up to
     :data:`SCAN_PAGE` rows and claims up to :data:`PAGE` rows per :meth:`Store.apply_many` round
     trip. ``exclude``: keys to skip (rows the caller has in flight). ``clock``: monotonic
-    seconds, for ``max_elapsed_ms``. ``first_page``: the answer to :func:`due_request`, read by the
+    seconds, for ``max_elapsed_ms``. ``grace_ms``: how long after its due time a row of a kind
+    ``registry`` lacks is left for a runner that has it (ms). ``first_page``: the answer to :func:`due_request`, read by the
     caller (with other partitions' in one :meth:`Store.scan_many`), or None to read it here. The caller fires each :class:`ClaimedTimer`, settles
     and commits the outcomes and ends with :func:`~.runner.next_wake`.
 
@@ -435,7 +437,7 @@ def claim_due(store: Store, partition: str, registry: TimerRegistry, now_ms: int
         StoreError (or another exception from the store): the first round trip failed.
     """
     now_ms = check_args(partition, registry, now_ms, budget)
-    claimer = Claimer(store, partition, registry, now_ms, budget, exclude, clock, first_page)
+    claimer = Claimer(store, partition, registry, now_ms, budget, exclude, clock, first_page, grace_ms)
     timers: list = []
     while not claimer.done:
         try:
@@ -448,7 +450,8 @@ def claim_due(store: Store, partition: str, registry: TimerRegistry, now_ms: int
 
 
 def claim_due_across(store: Store, requests: list, registry: TimerRegistry, now_ms: int, *,
-                     exclude: Container[bytes] = (), clock: Callable[[], float] = time.monotonic) -> list:
+                     exclude: Container[bytes] = (), clock: Callable[[], float] = time.monotonic,
+                     grace_ms: int = UNKNOWN_KIND_GRACE_MS) -> list:
     """:func:`claim_due` for many partitions at one ``now_ms`` (Unix epoch ms), their first claim
     round trip shared: one :meth:`Store.apply_across` claims every row of every partition's first
     page that its budget lets fire (one statement and one commit for them all: the page holds no
@@ -457,7 +460,7 @@ def claim_due_across(store: Store, requests: list, registry: TimerRegistry, now_
     :data:`PAGE` cost a round trip each, one after another, most of a pass's time.
 
     ``requests``: ``(partition, budget, first_page)`` triples (``first_page`` as :func:`claim_due`
-    takes it). Returns one :class:`Claims` per request, in order. Errors stay where they arose: an
+    takes it); ``grace_ms`` as :func:`claim_due` takes it. Returns one :class:`Claims` per request, in order. Errors stay where they arose: an
     error reading a partition's rows is that partition's ``Claims.error``; when the shared round
     trip fails (nothing of it was written: a lock on one partition that it waited on past the
     store's bound, say), each partition claims those rows in a round trip of its own, so that the
@@ -471,7 +474,7 @@ def claim_due_across(store: Store, requests: list, registry: TimerRegistry, now_
     errors: list = []
     for partition, budget, first_page in requests:
         check_args(partition, registry, now_ms, budget)
-        claimer = Claimer(store, partition, registry, now_ms, budget, exclude, clock, first_page)
+        claimer = Claimer(store, partition, registry, now_ms, budget, exclude, clock, first_page, grace_ms)
         claimers.append(claimer)
         try:
             rows.append(claimer.select(budget.max_fired))

@@ -22,15 +22,14 @@ from __future__ import annotations
 
 import struct
 import threading
-import time
 import uuid
 from dataclasses import dataclass
 from typing import Optional
 
 from . import keys
-from .deadline import deadline_factory
 from .due import due_at_ms_of
 from .registry import Done, TimerHandler, TimerKind
+from .timing import SYSTEM_CLOCK, Clock
 from ..storage.store import Absent, Batch, Equals, Store, check_partition, check_store
 
 __all__ = ["SLEEP_KIND", "SLEEP_PARTITION", "DurableContext", "SleepHandler", "TimerId"]
@@ -98,18 +97,23 @@ class DurableContext:
         service: the in-process :class:`DurableTimerService` serving ``partition``, if any; it is
             notified of each new sleep so it wakes in time. A service in another process finds
             the sleep on its next pass (at the latest after its ``max_sleep_s``).
+        clock: the :class:`~.timing.Clock` the wait until the due time and ``timeout_s`` run on; None
+            (default): ``service``'s clock when there is one, else the host's. A test gives the
+            service's :class:`~.timing.ManualClock` and advances it.
 
     Each call of :meth:`sleep_until` / :meth:`sleep_until_async` is the next sleep of the
     execution (n = 0, 1, ...), whichever form is used.
     """
 
-    def __init__(self, store: Store, execution_id: str, partition: str = SLEEP_PARTITION, service=None):
+    def __init__(self, store: Store, execution_id: str, partition: str = SLEEP_PARTITION, service=None,
+                 clock: Optional[Clock] = None):
         check_store(store)
         TimerId.for_call(execution_id, 0)  # validates the id
         self.store = store
         self.execution_id = execution_id
         self.partition = check_partition(partition)
         self.service = service
+        self.clock: Clock = clock if clock is not None else getattr(service, "clock", SYSTEM_CLOCK)
         self.calls = 0
 
     def _journal(self, due_at_ms):
@@ -157,24 +161,25 @@ class DurableContext:
         mark, due = self._journal(due_at_ms)
         if due is None:
             return True
-        give_up = None if timeout_s is None else time.monotonic() + timeout_s
-        end_s = time.monotonic() + max(0.0, due / 1000 - time.time())
+        clock = self.clock
+        give_up = None if timeout_s is None else clock.monotonic_ns() / 1e9 + timeout_s
+        end_s = clock.monotonic_ns() / 1e9 + max(0.0, due / 1000 - clock.wall_ns() / 1e9)
         if give_up is not None:
             end_s = min(end_s, give_up)
         changed = threading.Event()
         with self.store.watch(changed.set):
             while True:
-                left_s = end_s - time.monotonic()
+                left_s = end_s - clock.monotonic_ns() / 1e9
                 if left_s <= 0:
                     break
-                time.sleep(min(left_s, _WAIT_CHUNK_S))
+                clock.sleep(min(left_s, _WAIT_CHUNK_S))
             while True:
                 changed.clear()  # before the read: a commit after it sets the event again
                 if self._fired(mark):
                     return False
                 wait_s = _RECHECK_S
                 if give_up is not None:
-                    left_s = give_up - time.monotonic()
+                    left_s = give_up - clock.monotonic_ns() / 1e9
                     if left_s <= 0:
                         raise self._timeout(mark, due, timeout_s)
                     wait_s = min(wait_s, left_s)
@@ -194,14 +199,15 @@ class DurableContext:
         def on_change():
             loop.call_soon_threadsafe(changed.set)
 
+        clock = self.clock
+
         async def wait():
-            deadline = deadline_factory()
-            end_ns = time.monotonic_ns() + max(0, due * 1_000_000 - time.time_ns())
+            end_ns = clock.monotonic_ns() + max(0, due * 1_000_000 - clock.wall_ns())
             while True:
-                now_ns = time.monotonic_ns()
+                now_ns = clock.monotonic_ns()
                 if now_ns >= end_ns:
                     break
-                await deadline(min(end_ns, now_ns + _WAIT_CHUNK_S * 1_000_000_000))
+                await clock.sleep_until(min(end_ns, now_ns + _WAIT_CHUNK_S * 1_000_000_000))
             while True:
                 changed.clear()
                 if self._fired(mark):

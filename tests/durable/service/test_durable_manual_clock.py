@@ -1,0 +1,131 @@
+"""Injected time: a service given a ManualClock and a Timing sleeps, backs off and waits out the
+unknown-kind grace on that clock, so a test drives an hour of them by hand in no real time, as tokio's
+``time::pause()``/``advance()`` do. Each test waits for the service to be asleep on the clock before it
+advances it (``clock.waiting``), and only liveness bounds are real time: none can flake on a loaded
+machine, and none could pass on the host's clock, whose hour never passes within the bound."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+
+import pytest
+
+from timerwheel_c.durable.service.service import DurableTimerService
+from timerwheel_c.durable.storage.store import Batch
+from timerwheel_c.durable.timers import keys
+from timerwheel_c.durable.timers.registry import Done, TimerHandler, TimerKind, TimerRegistry
+from timerwheel_c.durable.timers.timing import ManualClock, Timing
+from waiting import LIVENESS_S, wait_until
+
+P = "clock"
+KIND = 0xE9
+UNKNOWN = 0xEA  # a kind no handler in these tests has
+HOUR_S = 3600.0
+
+
+class Noted(TimerHandler):
+    """Done at once; records each reference."""
+
+    kind = TimerKind(KIND)
+
+    def __init__(self):
+        self.fired: list = []
+
+    def fire(self, ctx, timer):
+        self.fired.append(timer.reference)
+        return Done()
+
+
+def test_advance_wakes_a_sleeping_thread_and_an_async_wait_at_their_deadline_and_not_before():
+    """A blocking sleep and an async wait on a ManualClock end once advance() reaches their deadline,
+    not at an advance short of it; the wall clock moves with the monotonic one."""
+    clock = ManualClock(wall_ns=1_000_000_000, monotonic_ns=5)
+    slept = threading.Event()
+    sleeper = threading.Thread(target=lambda: (clock.sleep(10.0), slept.set()))
+    sleeper.start()
+    loop = asyncio.new_event_loop()
+    waiter = threading.Thread(target=lambda: loop.run_until_complete(clock.sleep_until(5 + 10 * 10**9)))
+    waiter.start()
+    wait_until(lambda: clock.waiting == 1, "the async wait to register")
+    clock.advance(9.999)
+    assert not slept.wait(0.2) and waiter.is_alive()
+    clock.advance(0.001)
+    assert slept.wait(LIVENESS_S)
+    waiter.join(LIVENESS_S)
+    assert not waiter.is_alive() and clock.waiting == 0
+    sleeper.join(LIVENESS_S)
+    loop.close()
+    assert clock.monotonic_ns() == 5 + 10 * 10**9
+    assert clock.wall_ns() == 1_000_000_000 + 10 * 10**9
+
+
+@pytest.mark.parametrize("seconds", [-1.0, float("nan"), float("inf")])
+def test_a_manual_clock_refuses_to_advance_by_a_bad_amount_naming_it(seconds):
+    with pytest.raises(ValueError, match=repr(seconds)):
+        ManualClock().advance(seconds)
+
+
+@pytest.mark.parametrize("field, value, error", [
+    ("backoff_base_s", 0.0, ValueError), ("backoff_max_s", float("inf"), ValueError),
+    ("stop_timeout_s", "10", TypeError), ("unknown_kind_grace_ms", -1, ValueError),
+    ("unknown_kind_grace_ms", 1.5, ValueError), ("backoff_max_s", 0.01, ValueError),
+])
+def test_a_bad_timing_is_refused_naming_the_field_and_value(field, value, error):
+    with pytest.raises(error, match=field) as info:
+        Timing(**{field: value})
+    assert repr(value) in str(info.value)
+
+
+def test_timing_backoff_doubles_from_its_base_to_its_max():
+    timing = Timing(backoff_base_s=1.0, backoff_max_s=5.0)
+    assert [timing.backoff_s(n) for n in (1, 2, 3, 4, 100)] == [1.0, 2.0, 4.0, 5.0, 5.0]
+    assert Timing().backoff_s(1) == 0.05 and Timing().backoff_s(100) == 5.0  # the service's long-standing values
+
+
+def test_the_unknown_kind_grace_is_timing_s_and_waited_out_on_the_manual_clock(store, caplog):
+    """A row of a kind no handler has stays in place through a grace of an hour (Timing) and is backed off
+    once the ManualClock is advanced past it: the service slept on the injected clock, and judged the
+    row's due time by its wall clock. On the host's clocks (before the injection) nothing moved in time."""
+    clock = ManualClock()
+    due_ms = clock.wall_ns() // 1_000_000
+    key = keys.timer(due_ms, UNKNOWN, b"orphan")
+    store.apply(P, Batch().put(key, b""))
+    timing = Timing(unknown_kind_grace_ms=int(HOUR_S * 1000))
+    service = DurableTimerService(store, TimerRegistry().register(Noted()), [P], max_sleep_s=HOUR_S,
+                                  clock=clock, timing=timing)
+    with caplog.at_level(logging.WARNING, logger="timerwheel_c.durable"), service:
+        wait_until(lambda: service.passes >= 1 and clock.waiting >= 1, "the service asleep on the clock")
+        clock.advance(HOUR_S - 1)
+        wait_until(lambda: service.passes >= 2 and clock.waiting >= 1, "a pass within the grace, then sleep")
+        assert store.get(P, key) == b""  # within its grace: left for a runner that has the kind
+        clock.advance(1.0)
+        wait_until(lambda: store.get(P, key) is None, "the row backed off past its grace", LIVENESS_S)
+    assert service.died is None
+    assert any("no handler for timer kind %d" % UNKNOWN in r.getMessage() and "3600000 ms" in r.getMessage()
+               for r in caplog.records), [r.getMessage() for r in caplog.records]
+
+
+def test_stop_waits_timing_s_stop_timeout_by_default_for_a_handler_in_flight(store):
+    """stop() with no timeout gives a hung handler Timing.stop_timeout_s (here 0.2 s), not 10 s: the
+    stop returns within the liveness bound, far below the 10 s default it replaced, with the handler
+    abandoned."""
+    release = threading.Event()
+
+    class Hung(Noted):
+        def fire(self, ctx, timer):
+            release.wait(LIVENESS_S)
+            return Done()
+
+    store.apply(P, Batch().put(keys.timer(1, KIND, b"hung"), b""))
+    service = DurableTimerService(store, TimerRegistry().register(Hung()), [P], timing=Timing(stop_timeout_s=0.2))
+    service.start()
+    try:
+        wait_until(lambda: service.in_flight == 1, "the handler running")
+        stopper = threading.Thread(target=service.stop)
+        stopper.start()
+        stopper.join(5.0)
+        assert not stopper.is_alive(), "stop() waited past its Timing's 0.2 s (and the 1 s teardown)"
+    finally:
+        release.set()
+        service.stop()
