@@ -47,6 +47,7 @@ from .storage.store import Store, check_store
 from .timers import bulk, schedules, writer
 from .timers.due import due_or_delay
 from .timers.kind_names import unconfirmed
+from .timers.partitions import partition_of
 from .timers.steps import Steps, arun_steps
 from .timers.triggers import Trigger
 
@@ -141,12 +142,13 @@ async def _check_kind_name(store: Store, kind, conn=None) -> None:
         await asyncio.get_running_loop().run_in_executor(_executor(store), writer.check_kind_name, store, kind)
 
 
-async def schedule(store: Store, partition: str, due_at_ms, kind, reference: bytes, value: bytes = b"", *,
+async def schedule(store: Store, partition: Optional[str], due_at_ms, kind, reference: bytes, value: bytes = b"", *,
                    if_exists: str = "replace", conn=None, delay=None) -> bytes:
     """Await :func:`timerwheel_c.durable.schedule` (same arguments, return value and exceptions:
     a named kind the store records under another name raises KindNameMismatch, checked without
     ``conn``), or with ``conn`` on the caller's connection inside its open transaction (see
     :func:`_write`). Returns the pending timer row's key (bytes)."""
+    partition = partition_of(partition, reference)
     steps = writer.schedule_steps(store, partition, due_or_delay(due_at_ms, delay), kind, reference, value, if_exists)
     await _check_kind_name(store, kind, conn)
     return await _write(store, partition, steps, conn)
@@ -166,22 +168,24 @@ async def schedule_many(store: Store, timers: Iterable[tuple], *, if_exists: str
         _executor(store), functools.partial(bulk.schedule_many, store, rows, if_exists=if_exists))
 
 
-async def cancel(store: Store, partition: str, kind, reference: bytes, *, conn=None) -> bool:
+async def cancel(store: Store, partition: Optional[str], kind, reference: bytes, *, conn=None) -> bool:
     """Await :func:`timerwheel_c.durable.cancel` (same arguments, return value and exceptions), or
     with ``conn`` on the caller's connection inside its open transaction (see :func:`_write`). True
     if this call removed the timer."""
+    partition = partition_of(partition, reference)
     steps = writer.cancel_steps(store, partition, kind, reference)
     await _check_kind_name(store, kind, conn)
     return await _write(store, partition, steps, conn)
 
 
-async def reschedule(store: Store, partition: str, due_at_ms=None, kind=None, reference: Optional[bytes] = None, *,
+async def reschedule(store: Store, partition: Optional[str], due_at_ms=None, kind=None, reference: Optional[bytes] = None, *,
                      conn=None, delay=None) -> bool:
     """Await :func:`timerwheel_c.durable.reschedule` (same arguments, in :func:`schedule`'s order, the
     former order accepted with a DeprecationWarning; same return value and exceptions), or with
     ``conn`` on the caller's connection inside its open transaction (see :func:`_write`). True if
     this call moved the pending timer."""
     due_at_ms, kind, reference = writer.in_schedule_order(due_at_ms, kind, reference)
+    partition = partition_of(partition, reference)
     steps = writer.reschedule_steps(store, partition, kind, reference, due_or_delay(due_at_ms, delay))
     await _check_kind_name(store, kind, conn)
     return await _write(store, partition, steps, conn)
@@ -197,9 +201,10 @@ async def requeue(store: Store, partition: str, due_at=None, kind=None, referenc
     return await _write(store, partition, steps, None)
 
 
-async def get_timer(store: Store, partition: str, kind, reference: bytes) -> Optional[writer.PendingTimer]:
+async def get_timer(store: Store, partition: Optional[str], kind, reference: bytes) -> Optional[writer.PendingTimer]:
     """Await :func:`timerwheel_c.durable.get_timer` (same arguments, return value and exceptions):
     the pending timer of that name, or None."""
+    partition = partition_of(partition, reference)
     return await _on_store(store, partition, writer.get_timer_steps(store, partition, kind, reference),
                            writer.on_store)
 

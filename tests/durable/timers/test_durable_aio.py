@@ -230,3 +230,29 @@ def test_every_async_writer_refuses_a_kind_the_store_names_otherwise(tmp_path, b
     finally:
         other.close()
         _dispose(store, backend)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_async_writers_take_a_left_out_partition_from_the_reference_as_the_sync_ones_do(tmp_path, backend):
+    """None for the partition: the async writers put the timer in the partition its reference names,
+    where the sync get_timer finds it, and find, move and cancel it again by None."""
+    if backend == "postgres" and not PG_DSN:
+        pytest.skip("TIMERWHEEL_C_TEST_PG_DSN is not set")
+    store = _store(tmp_path, backend)
+    due = wall_ms() + 3_600_000
+
+    async def main():
+        await aio.schedule(store, None, due, 7, b"order-42", b"v")
+        assert get_timer(store, None, 7, b"order-42").due_at_ms == due
+        assert (await aio.get_timer(store, None, 7, b"order-42")).value == b"v"
+        assert await aio.reschedule(store, None, due + 1, 7, b"order-42") is True
+        assert get_timer(store, None, 7, b"order-42").due_at_ms == due + 1
+        assert await aio.cancel(store, None, 7, b"order-42") is True
+        assert await aio.get_timer(store, None, 7, b"order-42") is None
+        with pytest.raises(TypeError, match="reference must be bytes, got str 'order-42'"):
+            await aio.schedule(store, None, due, 7, "order-42")
+
+    try:
+        asyncio.run(main())
+    finally:
+        _dispose(store, backend)
