@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Optional
 from urllib.parse import quote
 
+from timerwheel_c.durable.storage.shards import shard_of
 from timerwheel_c.durable.storage.store import Batch
 from timerwheel_c.durable.timers.keys import TimerKind
 from timerwheel_c.durable.timers.registry import Done, TimerHandler, TimerRegistry
@@ -62,7 +63,11 @@ from .stores import add_pg_dsn, pg_dsn
 __all__ = ["Chaos", "main", "registry"]
 
 KIND = TimerKind(0xC4)
-PARTITIONS = [f"chaos{i:02d}" for i in range(12)]
+# The store is made with one shard per partition, and the partitions are named so that each lies in a
+# shard of its own: the fleet divides shards, so every runner then serves some of the partitions (with
+# 12 partitions over 64 shards, one runner could own none of theirs, and never be divided in).
+SHARDS = 12
+PARTITIONS = list({shard_of(name, SHARDS): name for name in (f"chaos{i:03d}" for i in range(999, -1, -1))}.values())
 FIRED = b"chaos-fired/"  # effect rows, outside the timer rows' key space
 _SCHEMA_DSN_ENV = "TIMERWHEEL_C_CHAOS_DSN"  # the runner's DSN, kept off its command line (ps shows that)
 _START_S = 90.0  # bound on the runners starting and dividing the partitions, on a loaded machine
@@ -372,7 +377,7 @@ class Chaos:
             if "read-only" in self.faults and conn.execute("SHOW is_superuser").fetchone() != ("on",):
                 self.faults.remove("read-only")
                 self.skipped.append("read-only: skipped, ALTER SYSTEM needs a superuser")
-        store = PostgresStore(self.url)
+        store = PostgresStore(self.url, shard_count=SHARDS)
         stop = threading.Event()
         writer = threading.Thread(target=self._write, args=(store, stop), name="chaos-writer", daemon=True)
         try:

@@ -79,7 +79,7 @@ def test_a_short_chaos_run_loses_doubles_and_fires_early_nothing(tmp_path):
         proc = subprocess.run([sys.executable, str(BENCH_RUN), "-m", "bench.chaos", "--pg-dsn", dsn, "--pg-data", data,
                                "--duration-s", "30", "--hold-s", "3", "--freeze-s", "4", "--grace-s", "90",
                                "--json", str(out)], cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    assert proc.returncode in (0, 1) and out.exists(), proc.stdout + proc.stderr
     report = json.loads(out.read_text())
     injected = [f["fault"] for f in report["faults"][1:]]
     wanted = ["sigkill", "sigstop"] + (["drop"] if iptables_usable() is None else []) + ["pg-restart", "read-only"]
