@@ -119,7 +119,10 @@ class AsyncPools:
                 found = self._by_loop[loop] = (pool, loop.create_task(self._close_when_cancelled(loop, pool)))
         pool = found[0]
         if pool.closed:  # not open yet (a concurrent first write may be opening it: open() waits for that)
-            await pool.open()
+            # wait=True: the first write finds the pool's min_size connections made, instead of asking
+            # for one while they connect, which makes the pool grow by another whose connect the
+            # loop's shutdown may cancel half-way, leaving a session on the server until collected.
+            await pool.open(wait=True, timeout=self._sizes[2])
         return pool
 
     async def _configure(self, conn: psycopg.AsyncConnection) -> None:
