@@ -40,6 +40,12 @@ FLAKY = {
         "races anyio's worker thread, which holds the loop until it exits: outside pytest, 30 runs of "
         "it leaked the loop 7 times on asyncio's loop and 10 on EventLoop",
 }
+# Tests left out of a suite on both loops, because they hang there whatever the loop: test id -> why.
+LEFT_OUT = {
+    "Test_AIO_Signals.test_signals_sigint_uvcode":
+        "uvloop 0.23.0's test: its child process, on asyncio's own loop, never ends after the SIGINT "
+        "(seen for over 10 minutes in one CI run), and a hung test stops the suite",
+}
 SUITES = ("uvloop", "anyio")
 # anyio's modules that drive the event loop (timers, sockets, streams, threads, subprocesses,
 # signals, task groups); left out for time, as they test anyio's own layers and not the loop:
@@ -93,7 +99,8 @@ def _child(suite: str, loop: str, source: Path, out: Path) -> None:
         os.chdir(source)
         loader = unittest.TestLoader()
         tests = unittest.TestSuite(t for t in asyncio_conformance.iter_tests(loader.discover("tests", top_level_dir="."))
-                                   if isinstance(t, _testbase.AIOTestCase))
+                                   if isinstance(t, _testbase.AIOTestCase)
+                                   and not any(t.id().endswith(left_out) for left_out in LEFT_OUT))
         result = unittest.TextTestRunner(verbosity=0, stream=sys.stderr).run(tests)
         failed = {t.id() for t, _ in result.failures + result.errors} | {t.id() for t in result.unexpectedSuccesses}
         skipped = {t.id() for t, _ in result.skipped}
