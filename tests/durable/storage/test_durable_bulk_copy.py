@@ -86,3 +86,37 @@ def test_the_copy_payload_is_postgresql_binary_copy_format():
     rows = (b"\x00\x03" + b"\x00\x00\x00\x03p\xc3\xa9" + b"\x00\x00\x00\x01k" + b"\x00\x00\x00\x00"
             + b"\x00\x03" + b"\x00\x00\x00\x03p\xc3\xa9" + b"\x00\x00\x00\x02\x00\xff" + b"\x00\x00\x00\x02vv")
     assert data == signature + b"\x00" * 8 + rows + b"\xff\xff"
+
+
+def test_a_copy_waits_for_the_lock_of_its_partitions_shard_as_every_guarded_commit_does():
+    """The COPY of an insert-only batch takes the advisory lock every guarded commit on its partition
+    takes (its shard's), so it cannot slip between another transaction's guard and its write: while
+    another session holds that lock, the batch waits, and lands once the lock is let go."""
+    dsn = os.environ.get("TIMERWHEEL_C_TEST_PG_DSN")
+    if not dsn:
+        pytest.skip("set TIMERWHEEL_C_TEST_PG_DSN=postgresql://... to test PostgresStore")
+    import threading
+
+    import psycopg
+
+    from bench.stores import dispose
+    from timerwheel_c.durable.storage.postgres import PostgresStore
+    from waiting import wait_until
+
+    store = PostgresStore(dsn, table=f"tw_copy_{uuid.uuid4().hex[:12]}")
+    try:
+        with psycopg.connect(dsn) as holder:
+            holder.execute("SELECT pg_advisory_xact_lock(%s)", (store.shard_lock(P),))
+            results: list = []
+            writer = threading.Thread(target=lambda: results.append(store.apply(P, _insert_only(ROWS))))
+            writer.start()
+            wait_until(lambda: holder.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted").fetchone()[0] >= 1,
+                "the COPY waiting on the shard's lock")
+            # read on the holder's session: the store's own connection is the one waiting
+            assert results == [] and holder.execute(f"SELECT count(*) FROM {store.table}").fetchone() == (0,)
+            holder.rollback()
+        writer.join(30)
+        assert results == [Committed()] and len(_rows(store)) == 2 * ROWS
+    finally:
+        dispose(store)

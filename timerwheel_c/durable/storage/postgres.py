@@ -385,7 +385,7 @@ class PostgresStore(Store):
     def _apply(self, partition: str, batch: Batch) -> Union[Committed, PreconditionFailed]:
         if copyable(batch):
             with self._lock, self._wrap:
-                if copy_new_rows(self._connection(), self._sql["copy_rows"], lock_key(self.table, partition),
+                if copy_new_rows(self._connection(), self._sql["copy_rows"], self.shard_lock(partition),
                                  partition, batch.writes):
                     return _COMMITTED
         sets = _independent_sets([(partition, batch)])
