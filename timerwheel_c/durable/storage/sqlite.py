@@ -36,13 +36,14 @@ SQLite compares BLOBs with memcmp, then by length, which is exactly Python's byt
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sqlite3
 import threading
 import time
 import urllib.parse
-from typing import Callable, Optional, Union
+from typing import Callable, Iterator, Optional, Union
 
 from .errors import PermanentStoreError, StoreError, TransientStoreError, wrap_exceptions
 from .redact import redact
@@ -297,14 +298,11 @@ class SQLiteStore(Store):
             db.execute(_QUERIES["set_shard_count"], (str(self.shard_count),))
             count = self.shard_count = self._recorded_shard_count(db)
             if found != SCHEMA_VERSION:
-                db.create_function("timerwheel_shard", 1, lambda p: shard_of(p, count), deterministic=True)
-                try:
+                with _shard_function(db, count):
                     for version, text in _MIGRATIONS:
                         if version > found:
                             for statement in statements(text):
                                 db.execute(statement)
-                finally:
-                    db.create_function("timerwheel_shard", 1, None)
                 deletes, puts = rewritten_rows(found, db.execute(_QUERIES["all_rows"]).fetchall())
                 db.executemany(_QUERIES["delete"], deletes)
                 db.executemany(_QUERIES["put"], [(p, k, v, shard_of(p, count)) for p, k, v in puts])
@@ -320,16 +318,14 @@ class SQLiteStore(Store):
             db = self._db
             db.execute("BEGIN IMMEDIATE")
             try:
-                db.create_function("timerwheel_shard", 1, lambda p: shard_of(p, shard_count), deterministic=True)
-                db.execute(_QUERIES["reshard"])
+                with _shard_function(db, shard_count):
+                    db.execute(_QUERIES["reshard"])
                 db.execute(_QUERIES["change_shard_count"], (str(shard_count),))
                 db.execute("COMMIT")
             except BaseException:
                 if db.in_transaction:
                     db.execute("ROLLBACK")
                 raise
-            finally:
-                db.create_function("timerwheel_shard", 1, None)
 
     def _recorded_shard_count(self, db: sqlite3.Connection) -> int:
         """The shard count recorded in the meta table (the default for a store from before shards,
@@ -497,6 +493,18 @@ class SQLiteStore(Store):
             self._checkpointer = None
         with self._lock:
             self._db.close()
+
+
+@contextlib.contextmanager
+def _shard_function(db: sqlite3.Connection, shard_count: int) -> Iterator[None]:
+    """``timerwheel_shard(partition)``, :func:`~.shards.shard_of` under ``shard_count``, registered on
+    ``db`` for the statements that fill the shard column (``0008_shards.sql``, ``reshard``) and taken
+    away after them: a function of ours must not outlive them on a connection others may share."""
+    db.create_function("timerwheel_shard", 1, lambda partition: shard_of(partition, shard_count), deterministic=True)
+    try:
+        yield
+    finally:
+        db.create_function("timerwheel_shard", 1, None)
 
 
 def read_value(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, key: bytes) -> Optional[bytes]:
