@@ -167,17 +167,29 @@ def test_async_schedule_many_writes_and_refuses_as_the_sync_one_does(tmp_path, b
         _dispose(store, backend)
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
-def test_async_writers_refuse_a_kind_the_store_names_otherwise(tmp_path, backend):
+@pytest.fixture(params=["sqlite", "postgres"])
+def two_writers(request, tmp_path):
+    """``(store, other)``: two store objects on one database, the second a process that has checked
+    no kind's name yet."""
+    backend = request.param
+    if backend == "postgres" and not PG_DSN:
+        pytest.skip("TIMERWHEEL_C_TEST_PG_DSN is not set")
+    store = _store(tmp_path, backend)
+    other = store.open_sibling() if backend == "postgres" else SQLiteStore(tmp_path / "same.db")
+    try:
+        yield store, other
+    finally:
+        other.close()
+        _dispose(store, backend)
+
+
+def test_async_writers_refuse_a_kind_the_store_names_otherwise(two_writers):
     """A second store object on the same database (a process that has checked nothing yet) whose
     name for kind 9 differs from the one recorded: aio.schedule and aio.schedule_many raise
     KindNameMismatch naming both names and write nothing; the recorded name writes on."""
     from timerwheel_c.durable import KindNameMismatch, TimerKind
 
-    if backend == "postgres" and not PG_DSN:
-        pytest.skip("TIMERWHEEL_C_TEST_PG_DSN is not set")
-    store = _store(tmp_path, backend)
-    other = store.open_sibling() if backend == "postgres" else SQLiteStore(tmp_path / "same.db")
+    store, other = two_writers
     due = wall_ms() + 3_600_000
 
     async def main():
@@ -191,24 +203,16 @@ def test_async_writers_refuse_a_kind_the_store_names_otherwise(tmp_path, backend
         await aio.schedule_many(other, [(P, due, TimerKind(9, "send-reminder"), b"d")])
         assert await aio.get_timer(store, P, 9, b"d") is not None
 
-    try:
-        asyncio.run(main())
-    finally:
-        other.close()
-        _dispose(store, backend)
+    asyncio.run(main())
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
-def test_every_async_writer_refuses_a_kind_the_store_names_otherwise(tmp_path, backend):
+def test_every_async_writer_refuses_a_kind_the_store_names_otherwise(two_writers):
     """aio.cancel, aio.reschedule, aio.requeue and aio.add_schedule, from a second store object on
     the same database whose name for kind 9 differs from the one recorded, raise KindNameMismatch
     naming both names and change nothing; with the recorded name they write on."""
     from timerwheel_c.durable import KindNameMismatch, TimerKind
 
-    if backend == "postgres" and not PG_DSN:
-        pytest.skip("TIMERWHEEL_C_TEST_PG_DSN is not set")
-    store = _store(tmp_path, backend)
-    other = store.open_sibling() if backend == "postgres" else SQLiteStore(tmp_path / "same.db")
+    store, other = two_writers
     due = wall_ms() + 3_600_000
     wrong, right = TimerKind(9, "expire-ticket"), TimerKind(9, "send-reminder")
 
@@ -225,11 +229,7 @@ def test_every_async_writer_refuses_a_kind_the_store_names_otherwise(tmp_path, b
         assert await aio.cancel(other, P, right, b"a")
         assert (await aio.add_schedule(other, P, "hourly", Every(3600), right)).name == "hourly"
 
-    try:
-        asyncio.run(main())
-    finally:
-        other.close()
-        _dispose(store, backend)
+    asyncio.run(main())
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
