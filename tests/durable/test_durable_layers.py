@@ -35,7 +35,7 @@ def test_each_layer_imports_only_the_layers_below_it():
     """storage imports nothing from timers or service; timers nothing from service."""
     seen = 0
     for rank, layer in enumerate(LAYERS):
-        for path in sorted((ROOT / layer).glob("*.py")):
+        for path in sorted((ROOT / layer).rglob("*.py")):
             seen += 1
             above = {t for t in _imported_layers(path) if LAYERS.index(t) > rank}
             assert not above, f"{path.relative_to(ROOT)} imports the layer(s) above it: {sorted(above)}"

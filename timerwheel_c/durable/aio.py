@@ -8,7 +8,7 @@ as steps (:mod:`timerwheel_c.durable.timers.steps`); its arguments are checked o
 steps are made, so a bad argument raises from the ``await`` exactly as the sync call would; then:
 
 - **PostgreSQL**: the steps are awaited on a connection of a ``psycopg_pool.AsyncConnectionPool``
-  that the store keeps per event loop (:mod:`timerwheel_c.durable.storage.pg_pool`: made on the
+  that the store keeps per event loop (:mod:`timerwheel_c.durable.storage.postgres.pool`: made on the
   loop's first write, closed with the loop or the store; :func:`configure` sizes it), with no
   thread. The statements are the store's own (the same ``<table>_apply_many`` call, advisory lock
   on the partition and guards), on an autocommit connection, so each apply is its own transaction
@@ -93,7 +93,7 @@ async def _on_store(store: Store, partition: str, steps: Steps[T], run: Callable
     connection of this loop (PostgreSQL), else ``run(store, partition, steps)`` on its writer thread."""
     if _postgres(store) and _has_pool():
         async with store.async_pools().connection() as conn:  # type: ignore[attr-defined]
-            from .storage.pg_joined import AsyncPgStatements
+            from .storage.postgres.joined import AsyncPgStatements
 
             tx = AsyncPgStatements(store, conn, partition)  # type: ignore[arg-type]
             return await arun_steps(steps, tx.get, tx.apply)

@@ -122,7 +122,7 @@ class DurableTimerService:
             only, since the store's change signal wakes the thread on every timer write.
         fleet: divide ``partitions`` (None: the whole store, divided by shard) with the other services
             asking for the same ones, each partition (or shard) served by one live service at a time (see
-            :mod:`timerwheel_c.durable.storage.pg_ownership`); the sleep is then capped at the ownership's
+            :mod:`timerwheel_c.durable.storage.postgres.ownership`); the sleep is then capped at the ownership's
             check interval. None (default): True when ``partitions`` is None and the store
             supports it (:meth:`Store.ownership`: PostgreSQL), else False.
         summary_interval_s: seconds (finite, > 0) between INFO summaries of the work done
@@ -162,7 +162,7 @@ class DurableTimerService:
     outcome commits, and effects outside the outcome's batch must be idempotent.
 
     In a fleet the runners with the same kinds (the registry's at construction) form one group (see
-    :mod:`timerwheel_c.durable.storage.pg_ownership`), so every partition's rows of a kind are
+    :mod:`timerwheel_c.durable.storage.postgres.ownership`), so every partition's rows of a kind are
     served by a live runner that has that kind.
 
     Raises:

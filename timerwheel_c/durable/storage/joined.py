@@ -69,17 +69,17 @@ from typing import Any, Optional, Union
 from .errors import wrap_exceptions
 from .savepoint import OPEN, Joined, ending, type_name, unless_failing
 from .shards import shard_of
-from .sqlite import SQLiteStore, apply_batch, read_value, store_error
+from .sqlite.store import SQLiteStore, apply_batch, read_value, store_error
 from .store import Batch, Committed, PreconditionFailed, Store, check_store
 
 __all__ = ["Joined", "ajoined", "joined"]
 
 
 def _pg_joined(store: Store):
-    """The module :mod:`.pg_joined` when ``store`` is a PostgresStore, else None. Asked only of a store
+    """The module :mod:`.postgres.joined` when ``store`` is a PostgresStore, else None. Asked only of a store
     that is no SQLiteStore, so psycopg is never imported for a SQLite store."""
     try:
-        from . import pg_joined
+        from .postgres import joined as pg_joined
     except ModuleNotFoundError as exc:  # no psycopg: no PostgresStore exists
         if exc.name != "psycopg":
             raise

@@ -4,7 +4,7 @@ A partition is named by a non-empty str and is the unit of atomicity, ordering a
 ownership: a :class:`Batch` applies to one partition, all or nothing, after its guards
 (:class:`Equals`, :class:`Absent`) hold; a runner fires one partition's timers in due
 order; and in a fleet each partition is served by one runner at a time (see
-:mod:`timerwheel_c.durable.storage.pg_ownership`). The guarded batch is the compare-and-set that
+:mod:`timerwheel_c.durable.storage.postgres.ownership`). The guarded batch is the compare-and-set that
 makes durable timers fire their batch effects at most once (the guarded-write shape of
 etcd transactions and FoundationDB's read-conflict checks).
 
@@ -316,7 +316,7 @@ class Page:
 
 class Ownership(abc.ABC):
     """The partitions one runner owns among the live runners sharing a store
-    (:class:`timerwheel_c.durable.storage.pg_ownership.PartitionOwnership` on PostgreSQL)."""
+    (:class:`timerwheel_c.durable.storage.postgres.ownership.PartitionOwnership` on PostgreSQL)."""
 
     check_interval_s: float
     #: True when the units owned are the store's shards (:meth:`Store.scan_shards`): :meth:`owned`,
@@ -558,7 +558,7 @@ class Store(abc.ABC):
 
     #: The :class:`Ownership` type that divides this backend's partitions among runners, called as
     #: ``ownership_type(store, partitions, **kwargs)``, set by the backend's own class beside its SQL
-    #: (PostgresStore's: :mod:`.pg_ownership`). None: the backend has no way to divide the work.
+    #: (PostgresStore's: :mod:`.postgres.ownership`). None: the backend has no way to divide the work.
     ownership_type: Optional[Callable[..., "Ownership"]] = None
 
     def ownership(self, partitions: Optional[list] = None, **kwargs) -> Optional["Ownership"]:

@@ -1,7 +1,7 @@
 """Partition ownership: runner processes on one PostgreSQL database divide the partitions.
 
 The PostgreSQL backend's :class:`~.store.Ownership`, its SQL beside its store's:
-:class:`~.postgres.PostgresStore` names :class:`PartitionOwnership` as its ``ownership_type``, so
+:class:`~.store.PostgresStore` names :class:`PartitionOwnership` as its ``ownership_type``, so
 :meth:`~.store.Store.ownership` builds it for the service, which never imports a driver.
 
 The model
@@ -109,12 +109,12 @@ from typing import TYPE_CHECKING, Optional, cast
 
 import psycopg
 
-from .errors import StoreError, wrap_exceptions
-from .shards import shard_of
-from .store import Ownership, Store, check_partition, refuse_store
+from ..errors import StoreError, wrap_exceptions
+from ..shards import shard_of
+from ..store import Ownership, Store, check_partition, refuse_store
 
 if TYPE_CHECKING:  # the store's module imports this one: at run time its class is known by _check_store
-    from .postgres import PostgresStore
+    from .store import PostgresStore
 
 __all__ = ["LEASE_S", "PartitionOwnership", "RunnerInfo", "holders", "runners"]
 

@@ -21,22 +21,22 @@ guard and does every write of the list in one set-based statement (a join per ki
 step instead of a statement per row), each batch still failing alone on its own guards;
 other lists go to ``<table>_apply_many``, which applies them batch by batch in order.
 A large batch that only puts new keys, guarded by ``Absent`` on them (a chunk of ``schedule_many``),
-goes in with one ``COPY`` instead (:mod:`.pg_copy`), the primary key judging its guards.
+goes in with one ``COPY`` instead (:mod:`.copy`), the primary key judging its guards.
 
 The schema (table, functions, and the ``<table>_meta`` row holding the schema version)
 is created or upgraded once, inside a transaction holding an advisory lock, so any
 number of processes can open the store at the same moment: the numbered migrations in
-``sql/postgres/`` above the recorded version run in order. A schema written by a newer
+``postgres/sql/`` above the recorded version run in order. A schema written by a newer
 version raises :class:`~timerwheel_c.durable.storage.store.SchemaVersionError`.
 
 The change signal (:meth:`PostgresStore.watch`): a row trigger (``<table>_wake``, in
-``sql/postgres/queries.sql``) calls ``pg_notify('<table>_wake', '')`` in the writing
+``postgres/sql/queries.sql``) calls ``pg_notify('<table>_wake', '')`` in the writing
 transaction for every insert or update of a key matching the patterns the timer layer
 declared (:meth:`~timerwheel_c.durable.storage.store.Store.signal_writes`: scheduled timer
 rows and durable-sleep marks, not the backed-off rows a claim writes), and for every one
 until some process has declared them. The store never reads the keys itself: the
 patterns are data, kept in the meta table, and the trigger is rebuilt only when they
-change. One :class:`~timerwheel_c.durable.storage.pg_listen.PgListener` per store and
+change. One :class:`~timerwheel_c.durable.storage.postgres.listen.PgListener` per store and
 process receives the notifications for every waiter. A second runner serving the same
 partition in parallel (not a fleet, which gives each partition one owner) finds a row that
 another runner claimed and abandoned on its next pass, within its ``max_sleep_s``.
@@ -48,9 +48,9 @@ Every psycopg error is raised as a :class:`~.errors.StoreError`, transient or pe
 by its SQLSTATE class. One connection per store, shared by threads under a lock; a
 broken connection (server restart, network) is replaced on the next call, and the failed
 call raises :class:`~.errors.TransientStoreError` for the caller to retry. Fleet
-ownership (:meth:`~timerwheel_c.durable.storage.store.Store.ownership`: :mod:`.pg_ownership`)
+ownership (:meth:`~timerwheel_c.durable.storage.store.Store.ownership`: :mod:`.ownership`)
 holds its locks on a connection of :meth:`PostgresStore.new_connection`. asyncio code
-writes on a pool of connections per event loop (:meth:`PostgresStore.async_pools`, :mod:`.pg_pool`).
+writes on a pool of connections per event loop (:meth:`PostgresStore.async_pools`, :mod:`.pool`).
 """
 from __future__ import annotations
 
@@ -66,26 +66,26 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
-from .errors import PermanentStoreError, StoreError, TransientStoreError, wrap_exceptions
-from .pg_arrays import ByteaArray, Int4Array, Int8Array, TextArray, register as register_arrays
-from .pg_copy import copy_new_rows, copyable
-from .pg_listen import PgListener
-from .pg_ownership import PartitionOwnership
-from .redact import redact
-from .shards import DEFAULT_SHARD_COUNT, check_shard_count, shard_of
-from .sqlfiles import migrations, queries
-from .upgrades import rewritten_rows
-from .store import (Absent, Batch, Committed, Page, PreconditionFailed, Refused, SchemaError, SchemaVersionError,
+from ..errors import PermanentStoreError, StoreError, TransientStoreError, wrap_exceptions
+from .arrays import ByteaArray, Int4Array, Int8Array, TextArray, register as register_arrays
+from .copy import copy_new_rows, copyable
+from .listen import PgListener
+from .ownership import PartitionOwnership
+from ..redact import redact
+from ..shards import DEFAULT_SHARD_COUNT, check_shard_count, shard_of
+from ..sqlfiles import migrations, queries
+from ..upgrades import rewritten_rows
+from ..store import (Absent, Batch, Committed, Page, PreconditionFailed, Refused, SchemaError, SchemaVersionError,
                     Store, check_lock_wait_ms, check_readable_version, consumed_write, schema_version_of)
-from .watch import Watcher
+from ..watch import Watcher
 
 if TYPE_CHECKING:
-    from .pg_pool import AsyncPools
+    from .pool import AsyncPools
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore", "apply_results", "lock_key", "set_synchronous_commit"]
 
 _TABLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,51}$")  # room for the "_apply_many" suffix
-# The versions (sql/postgres/NNNN_*.sql bring a database to version NNNN):
+# The versions (postgres/sql/NNNN_*.sql bring a database to version NNNN):
 # 1: the table and a one-batch ``<table>_apply`` (databases from before the version row);
 # 2: the version row and ``<table>_apply_many`` over flattened batches;
 # 3: ``<table>_apply_many`` takes ``consume`` (a guarded delete checks its own guard);
@@ -411,7 +411,7 @@ class PostgresStore(Store):
         return apply_results(failed, refused)
 
     def query(self, name: str) -> sql.Composed:
-        """The statement ``name`` of ``sql/postgres/queries.sql`` on this store's table, for running on
+        """The statement ``name`` of ``postgres/sql/queries.sql`` on this store's table, for running on
         any psycopg connection to its database, sync or async (a caller's: :mod:`.joined`)."""
         return self._sql[name]
 
@@ -449,7 +449,7 @@ class PostgresStore(Store):
 
     def _scan_many(self, requests: list) -> list:
         """Every request in one statement: a LATERAL index scan per request (see ``scan_many`` in
-        ``sql/postgres/queries.sql``)."""
+        ``postgres/sql/queries.sql``)."""
         parts, lows, highs, inclusive, limits = TextArray(), ByteaArray(), ByteaArray(), [], Int8Array()
         for partition, start, end, after, limit in requests:
             parts.append(partition)
@@ -470,7 +470,7 @@ class PostgresStore(Store):
 
     def _scan_shards(self, shards: list, start: bytes, end: bytes, limit: int) -> list:
         """Every shard in one statement: a LATERAL range scan of the shard index per shard (see
-        ``scan_shards`` in ``sql/postgres/queries.sql``)."""
+        ``scan_shards`` in ``postgres/sql/queries.sql``)."""
         with self._lock, self._wrap:
             rows = self._connection().execute(self._sql["scan_shards"], (Int4Array(shards), start, end, limit),
                                               binary=True).fetchall()
@@ -511,7 +511,7 @@ class PostgresStore(Store):
             return dict(self._connection().execute(self._sql["labels"], (prefix,)).fetchall())
 
     def async_pools(self) -> "AsyncPools":
-        """This store's asyncio connection pools, one per event loop (:mod:`.pg_pool`), created on
+        """This store's asyncio connection pools, one per event loop (:mod:`.pool`), created on
         first call; they close with the store.
 
         Raises:
@@ -519,7 +519,7 @@ class PostgresStore(Store):
         """
         pools = self.__dict__.get("_async_pools")
         if pools is None:
-            from .pg_pool import AsyncPools
+            from .pool import AsyncPools
 
             pools = self.__dict__.setdefault("_async_pools", AsyncPools(
                 self._dsn, functools.partial(store_error, dsn=self._dsn),
@@ -568,7 +568,7 @@ _COMMITTED = Committed()
 @dataclass
 class _Sets:
     """``(partition, batch)`` pairs flattened into the arrays of ``<table>_apply_sets`` (see
-    ``sql/postgres/0007_apply_sets.sql``): one entry per batch in ``bp``, ``ck``, ``cv``; one per
+    ``postgres/sql/0007_apply_sets.sql``): one entry per batch in ``bp``, ``ck``, ``cv``; one per
     guard but the consuming one in ``g_*``; one per key finally deleted (``d_*``) or put (``u_*``)."""
 
     bp: list = field(default_factory=TextArray)

@@ -14,7 +14,7 @@ SQLite compares BLOBs with memcmp, then by length, which is exactly Python's byt
   timer's batch effects once. ``apply_many`` does all its batches in one such
   transaction, each inside its own ``SAVEPOINT`` so a failed guard undoes only its batch.
 - The schema is created once, under ``BEGIN IMMEDIATE``: the numbered migrations of
-  ``sql/sqlite/`` above the version kept in the ``timerwheel_meta`` table run in that one
+  ``sqlite/sql/`` above the version kept in the ``timerwheel_meta`` table run in that one
   transaction. A file written by a newer version raises
   :class:`~timerwheel_c.durable.storage.store.SchemaVersionError` on open; a file whose tables of
   these names another program made raises :class:`~timerwheel_c.durable.storage.store.SchemaError`
@@ -45,14 +45,14 @@ import time
 import urllib.parse
 from typing import Callable, Iterator, Optional, Union
 
-from .errors import PermanentStoreError, StoreError, TransientStoreError, wrap_exceptions
-from .redact import redact
-from .shards import DEFAULT_SHARD_COUNT, check_shard_count, shard_of
-from .sqlfiles import migrations, queries, statements
-from .store import (Absent, Batch, Committed, NoStoreError, Page, PreconditionFailed, Refused, SchemaError,
+from ..errors import PermanentStoreError, StoreError, TransientStoreError, wrap_exceptions
+from ..redact import redact
+from ..shards import DEFAULT_SHARD_COUNT, check_shard_count, shard_of
+from ..sqlfiles import migrations, queries, statements
+from ..store import (Absent, Batch, Committed, NoStoreError, Page, PreconditionFailed, Refused, SchemaError,
                     SchemaVersionError, Store, check_readable_version, consumed_write, schema_version_of)
-from .upgrades import rewritten_rows
-from .watch import PollingWatcher, Watcher
+from ..upgrades import rewritten_rows
+from ..watch import PollingWatcher, Watcher
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore", "apply_batch", "read_value"]
 

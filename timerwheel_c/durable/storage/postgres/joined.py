@@ -9,7 +9,7 @@ caller's connection, inside a ``SAVEPOINT``, on cursors of its own that bind ``%
 tuples whatever ``cursor_factory`` (``psycopg.RawCursor`` takes ``$1``) and ``row_factory`` the
 caller's connection has, and (:class:`AsyncPgJoined`) awaited. The awaited
 statements alone (:class:`AsyncPgStatements`) also carry :mod:`timerwheel_c.durable.aio`'s writes on
-an autocommit connection of the store's pool (:mod:`.pg_pool`), where each apply is its own
+an autocommit connection of the store's pool (:mod:`.pool`), where each apply is its own
 transaction, as the store's own ``apply`` is.
 """
 from __future__ import annotations
@@ -20,10 +20,10 @@ import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
 
-from .errors import wrap_exceptions
-from .postgres import PostgresStore, apply_results, store_error
-from .savepoint import OPEN, Joined, ending, type_name, unless_failing
-from .store import Batch, Committed, PreconditionFailed
+from ..errors import wrap_exceptions
+from .store import PostgresStore, apply_results, store_error
+from ..savepoint import OPEN, Joined, ending, type_name, unless_failing
+from ..store import Batch, Committed, PreconditionFailed
 
 __all__ = ["AsyncPgJoined", "AsyncPgStatements", "PgJoined"]
 
