@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Callable, NoReturn, Optional, Union, cast
+from typing import TYPE_CHECKING, Any, Callable, NoReturn, Optional, Union, cast
 
 from .errors import PermanentStoreError
 from .redact import redact
 from .shards import check_shard_count, check_shards
 from .watch import GENERIC_POLL_S, ChangeHub, PollingWatcher, Watcher
+
+if TYPE_CHECKING:
+    from .savepoint import Joined
 
 __all__ = [
     "MAX_KEY_BYTES",
@@ -568,6 +571,27 @@ class Store(abc.ABC):
         not divide the work). ``kwargs`` go to :attr:`ownership_type`.
         """
         return None if self.ownership_type is None else self.ownership_type(self, partitions, **kwargs)
+
+    def joined(self, conn: Any, partition: str) -> "Joined":
+        """The write to ``partition`` through the caller's own sync connection ``conn``, inside its
+        open transaction (:mod:`.joined` gives the contract), its state checked now; a backend that
+        takes callers' connections overrides it.
+
+        Raises:
+            TypeError: this store takes no caller's connection (the default), or ``conn`` is of the
+                wrong type for it (named by its type, never its repr, which may hold a DSN).
+            ValueError: ``conn`` cannot join a transaction now (a backend's own reasons).
+        """
+        raise TypeError(f"conn= needs a SQLiteStore or a PostgresStore, got the store {self!r}")
+
+    def ajoined(self, conn: Any, partition: str) -> Any:
+        """:meth:`joined` for asyncio code: an async context manager whose ``get`` and ``apply`` are
+        coroutine functions, over the caller's connection ``conn`` as the backend takes it.
+
+        Raises:
+            TypeError / ValueError: as :meth:`joined`.
+        """
+        raise TypeError(f"conn= needs a SQLiteStore or a PostgresStore, got the store {self!r}")
 
     def clock_ns(self) -> Optional[int]:
         """The store server's wall clock now, Unix epoch ns, for runners on many hosts to agree on

@@ -2,7 +2,7 @@
 PostgreSQL half of :mod:`.joined`, which documents the contract.
 
 The statements and their parameters are the store's own (:meth:`PostgresStore.query`,
-:meth:`PostgresStore.apply_call`, :func:`apply_results`): a write here calls the same
+:meth:`PostgresStore.apply_call`, :func:`~.results.apply_results`): a write here calls the same
 ``<table>_apply_many`` function as the store's own ``apply``, taking the same advisory lock on the
 partition and judging the guards the same way. Only where the statements run differs: on the
 caller's connection, inside a ``SAVEPOINT``, on cursors of its own that bind ``%s`` and return
@@ -14,16 +14,19 @@ transaction, as the store's own ``apply`` is.
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
 
 from ..errors import wrap_exceptions
-from .store import PostgresStore, apply_results, store_error
 from ..savepoint import OPEN, Joined, ending, type_name, unless_failing
 from ..store import Batch, Committed, PreconditionFailed
+from .results import apply_results, store_error
+
+if TYPE_CHECKING:
+    from .store import PostgresStore
 
 __all__ = ["AsyncPgJoined", "AsyncPgStatements", "PgJoined"]
 

@@ -60,29 +60,31 @@ import hashlib
 import re
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
-from ..errors import PermanentStoreError, StoreError, TransientStoreError, wrap_exceptions
+from ..errors import PermanentStoreError, StoreError, wrap_exceptions
 from .arrays import ByteaArray, Int4Array, Int8Array, TextArray, register as register_arrays
 from .copy import copy_new_rows, copyable
 from .listen import PgListener
+from .joined import AsyncPgJoined, AsyncPgStatements, PgJoined
 from .ownership import PartitionOwnership
+from .results import apply_results, store_error
 from ..redact import redact
 from ..shards import DEFAULT_SHARD_COUNT, check_shard_count, shard_of
 from ..sqlfiles import migrations, queries
 from ..upgrades import rewritten_rows
-from ..store import (Absent, Batch, Committed, Page, PreconditionFailed, Refused, SchemaError, SchemaVersionError,
+from ..store import (Absent, Batch, Committed, Page, PreconditionFailed, SchemaError, SchemaVersionError,
                     Store, check_lock_wait_ms, check_readable_version, consumed_write, schema_version_of)
 from ..watch import Watcher
 
 if TYPE_CHECKING:
     from .pool import AsyncPools
 
-__all__ = ["SCHEMA_VERSION", "PostgresStore", "apply_results", "lock_key", "set_synchronous_commit"]
+__all__ = ["SCHEMA_VERSION", "PostgresStore", "lock_key", "set_synchronous_commit"]
 
 _TABLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,51}$")  # room for the "_apply_many" suffix
 # The versions (postgres/sql/NNNN_*.sql bring a database to version NNNN):
@@ -101,45 +103,6 @@ SCHEMA_VERSION = _MIGRATIONS[-1][0]
 _SHARDS_VERSION = 8  # the migration that adds the shard column (reshard runs it again)
 _TIMERS_VIEW_VERSION = 10  # the migration that makes the timers' view, which reads the shard column
 _QUERIES = queries("postgres")
-# SQLSTATEs of passing conditions (https://www.postgresql.org/docs/current/errcodes-appendix.html),
-# by class: 08 connection exception, 40 transaction rollback (serialization failure, deadlock),
-# 53 insufficient resources (too many connections, out of memory, disk full) and 57 operator
-# intervention (admin or crash shutdown, cannot connect now, query canceled) but for 57P04 database
-# dropped; 55P03 lock not available, 55006 object in use, and 25006 read-only SQL transaction (a
-# standby during a failover, or default_transaction_read_only set for maintenance). A full disk and
-# a read-only server refuse every write, whatever the row: a store-wide refusal, which ends when
-# space is freed or writes come back, so a runner backs off and retries rather than quarantine the
-# rows it met meanwhile. Everything else (22 data exception, 23 integrity, 54 program limit exceeded
-# such as an index row too large, 42 syntax or access, XX internal) is permanent.
-_TRANSIENT_CLASSES = ("08", "40", "53", "57")
-_PERMANENT_IN_TRANSIENT_CLASSES = ("57P04",)
-_TRANSIENT_STATES = ("55P03", "55006", "25006")
-
-
-def is_transient_sqlstate(sqlstate: Optional[str]) -> bool:
-    """True for a SQLSTATE of a passing condition (see above); None (an error the client raised
-    itself, without a server reply: a lost or refused connection) counts as one."""
-    if sqlstate is None:
-        return True
-    if sqlstate in _PERMANENT_IN_TRANSIENT_CLASSES:
-        return False
-    return sqlstate[:2] in _TRANSIENT_CLASSES or sqlstate in _TRANSIENT_STATES
-
-
-def store_error(exc: psycopg.Error, dsn: Optional[str] = None) -> StoreError:
-    """The :class:`StoreError` for a psycopg error: classified by its SQLSTATE (a client-side error
-    without one is transient when it is about the connection, permanent otherwise: a malformed DSN
-    or a misuse); the message is the driver's, its password redacted."""
-    sqlstate = getattr(exc, "sqlstate", None)
-    if sqlstate is None:
-        transient = isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError))
-    else:
-        transient = is_transient_sqlstate(sqlstate)
-    message = redact(str(exc).strip() or type(exc).__name__, dsn)
-    kind = TransientStoreError if transient else PermanentStoreError
-    return kind(f"PostgreSQL: {message}" + (f" (SQLSTATE {sqlstate})" if sqlstate else ""), sqlstate)
-
-
 def lock_key(*parts: str) -> int:
     """A signed 64-bit advisory-lock key for the names ``parts`` (a blake2b hash), as
     ``pg_advisory_lock(bigint)`` takes it."""
@@ -510,6 +473,16 @@ class PostgresStore(Store):
         with self._lock, self._wrap:
             return dict(self._connection().execute(self._sql["labels"], (prefix,)).fetchall())
 
+    @staticmethod
+    def async_pools_error() -> Optional[ImportError]:
+        """None when :meth:`async_pools` can make pools, else why not: the ImportError of
+        ``psycopg_pool``, which is not installed (the ``postgres`` extra installs it)."""
+        try:
+            import psycopg_pool  # noqa: F401
+        except ImportError as exc:
+            return exc
+        return None
+
     def async_pools(self) -> "AsyncPools":
         """This store's asyncio connection pools, one per event loop (:mod:`.pool`), created on
         first call; they close with the store.
@@ -525,6 +498,30 @@ class PostgresStore(Store):
                 self._dsn, functools.partial(store_error, dsn=self._dsn),
                 None if self.synchronous_commit is None else set_synchronous_commit(self.synchronous_commit)))
         return pools
+
+    def joined(self, conn: Any, partition: str) -> PgJoined:
+        """The write to ``partition`` through the caller's ``psycopg.Connection`` ``conn``, inside its
+        transaction (:mod:`..joined` gives the contract).
+
+        Raises:
+            TypeError: ``conn`` is no ``psycopg.Connection`` (an ``AsyncConnection`` is named as such).
+            ValueError: ``conn`` is closed, in a failed transaction, or in autocommit mode with no
+                transaction open.
+        """
+        return PgJoined(self, conn, partition)
+
+    def ajoined(self, conn: Any, partition: str) -> AsyncPgJoined:
+        """:meth:`joined` on a ``psycopg.AsyncConnection``, every statement awaited on it.
+
+        Raises:
+            TypeError / ValueError: as :meth:`joined` (a sync ``psycopg.Connection`` is a TypeError here).
+        """
+        return AsyncPgJoined(self, conn, partition)
+
+    def statements_on(self, conn: psycopg.AsyncConnection, partition: str) -> AsyncPgStatements:
+        """This store's ``get`` and ``apply`` on ``partition``, awaited on ``conn``, an autocommit
+        connection of :meth:`async_pools` (each apply its own transaction, as :meth:`apply` is)."""
+        return AsyncPgStatements(self, conn, partition)
 
     def clock_ns(self) -> int:
         """The server's ``clock_timestamp()`` (the time at the call, not at the transaction's start),
@@ -632,21 +629,6 @@ def _independent_sets(items: list) -> Optional[_Sets]:
                 u_k(k)
                 u_v(v)
     return sets
-
-
-def apply_results(failed: list, refused: list) -> list:
-    """The per-batch results (:class:`Committed`, :class:`PreconditionFailed`, :class:`Refused`) of
-    the row ``(failed, refused)`` that a call of :meth:`PostgresStore.apply_call` returned."""
-    return [Refused(_refusal(why)) if why is not None else Committed() if f is None else PreconditionFailed(bytes(f))
-            for f, why in zip(failed, refused)]
-
-
-def _refusal(why: str) -> StoreError:
-    """The error of a batch the server refused inside ``<table>_apply_many``: ``why`` is
-    ``"SQLSTATE message"``."""
-    sqlstate, _, message = why.partition(" ")
-    kind = TransientStoreError if is_transient_sqlstate(sqlstate) else PermanentStoreError
-    return kind(f"PostgreSQL refused the batch: {message} (SQLSTATE {sqlstate})", sqlstate)
 
 
 def connect(dsn: str, synchronous_commit: Optional[str] = None, lock_wait_ms: Optional[int] = None) -> psycopg.Connection:
