@@ -301,8 +301,11 @@ def runners(store: PostgresStore, conn: Optional[psycopg.Connection] = None) -> 
         with wrap_exceptions(psycopg.Error, store._error):
             kinds_ns = _kinds_namespace(_where(conn, store.table))
             rows = conn.execute(_RUNNER_LOCKS, (kinds_ns,)).fetchall()
-        units = _units(store.partitions())
         shard_units = _units(_wanted(store, None))
+        # The partitions are read (every one of them: a scan of the store) only when a runner owns a
+        # lock that is no shard's, one of a group given a list of partitions.
+        units = _units(store.partitions()) if any(objid not in shard_units and objid != pid and classid != kinds_ns
+                                                 for pid, classid, objid, *_ in rows) else {}
     finally:
         if own:
             conn.close()
