@@ -193,7 +193,9 @@ def measure(dsn: str, partitions: int = GOAL_AT, runners: int = RUNNERS, pg_log:
     store = PostgresStore(fleet.url)
     try:
         conn = store.new_connection()
-        max_locks = int(conn.execute("SHOW max_locks_per_transaction").fetchone()[0])
+        row = conn.execute("SHOW max_locks_per_transaction").fetchone()
+        assert row is not None
+        max_locks = int(row[0])
         say(f"filling {partitions:,} partitions")
         _fill(store, partitions)
         say(f"starting {runners} runners")
