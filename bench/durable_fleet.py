@@ -97,13 +97,9 @@ def _runner() -> int:
 
 
 def _probe_partitions(shard_count: int) -> dict:
-    """One partition name per shard: ``{shard: partition}``."""
-    found: dict = {}
-    i = 0
-    while len(found) < shard_count:
-        found.setdefault(shard_of(f"probe{i}", shard_count), f"probe{i}")
-        i += 1
-    return found
+    """One partition name per shard: ``{shard: partition}`` (names enough to reach every shard of a store
+    of up to a few thousand shards, the last one found kept)."""
+    return {shard_of(name, shard_count): name for name in (f"probe{i}" for i in range(64 * shard_count))}
 
 
 def _fill(store, partitions: int) -> None:

@@ -6,14 +6,13 @@ whose lease (minutes here) never passes within the bound."""
 from __future__ import annotations
 
 import os
-import threading
 
 import pytest
 
 from timerwheel_c.durable.service.service import DurableTimerService
 from timerwheel_c.durable.storage.store import Batch
 from timerwheel_c.durable.timers import keys
-from timerwheel_c.durable.timers.registry import Done, TimerHandler, TimerKind, TimerRegistry
+from timerwheel_c.durable.timers.registry import Done, TimerKind, TimerRegistry
 from timerwheel_c.durable.timers.timing import ManualClock, Timing
 from waiting import wait_until
 
@@ -24,21 +23,6 @@ SHARDS = 16
 KIND = 0xEB
 INTERVAL_S = 60.0  # ownership interval on the manual clock: no real minute passes in these tests
 LEASE_S = 600.0
-
-
-class Noted(TimerHandler):
-    """Done at once; records each reference."""
-
-    kind = TimerKind(KIND)
-
-    def __init__(self):
-        self.fired: list = []
-        self.lock = threading.Lock()
-
-    def fire(self, ctx, timer):
-        with self.lock:
-            self.fired.append(timer.reference)
-        return Done()
 
 
 @pytest.mark.parametrize("field, value, error", [
@@ -125,26 +109,33 @@ def test_a_fleet_service_takes_its_timing_and_clock_into_its_ownership_and_fires
 
     clock = ManualClock()
     timing = Timing(ownership_interval_s=INTERVAL_S, ownership_lease_s=LEASE_S)
-    handler = Noted()
+    fired: list = []
+    registry = TimerRegistry()
+
+    @registry.handler(KIND)
+    def note(ctx, timer):
+        fired.append(timer.reference)
+        return Done()
+
     with PostgresStore(schema_url, shard_count=SHARDS) as store:
         store.apply("p", Batch().put(keys.timer(clock.wall_ns() // 1_000_000, TimerKind(KIND), b"due"), b""))
         frozen = _ownership(store, clock, kinds=[KIND])
         try:
             assert frozen.owned() == list(range(SHARDS))
-            with DurableTimerService(store, TimerRegistry().register(handler), fleet=True, clock=clock,
+            with DurableTimerService(store, registry, fleet=True, clock=clock,
                                      timing=timing) as svc:
                 assert (svc.ownership.check_interval_s, svc.ownership.lease_s) == (INTERVAL_S, LEASE_S)
                 wait_until(lambda: clock.waiting >= 1, "the service asleep on the clock")
                 clock.advance(LEASE_S - INTERVAL_S)
                 wait_until(lambda: clock.waiting >= 1, "the service asleep again, short of the lease")
-                assert handler.fired == [] and svc.ownership.last_owned() == []
+                assert fired == [] and svc.ownership.last_owned() == []
 
-                def fired() -> bool:
+                def fired_once() -> bool:
                     clock.advance(INTERVAL_S)
-                    return handler.fired == [b"due"]
+                    return fired == [b"due"]
 
-                wait_until(fired, "the frozen runner's timer to fire")
+                wait_until(fired_once, "the frozen runner's timer to fire")
                 assert svc.ownership.last_owned() == list(range(SHARDS))
         finally:
             frozen.close()
-    assert handler.fired == [b"due"]
+    assert fired == [b"due"]
