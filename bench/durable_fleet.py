@@ -36,6 +36,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -252,13 +253,15 @@ def measure(dsn: str, partitions: int = GOAL_AT, runners: int = RUNNERS, pg_log:
         store.close()
         with contextlib.suppress(Exception), psycopg.connect(dsn, autocommit=True) as admin:
             admin.execute(f"DROP SCHEMA {fleet.schema} CASCADE")
+    lock_errors = _lock_errors(logs, pg_log, pg_log_from)
+    shutil.rmtree(logs, ignore_errors=True)  # kept only when the runners failed to start (named in the error)
     return {"partitions": partitions, "runners": runners, "shards": len(probe_of), "probes": wanted,
             "max_locks_per_transaction": max_locks, "killed_shards": killed_shards,
             "takeover_s": min(first_us.values()) / 1e6 if first_us else None,
             "takeover_all_s": max(first_us.values()) / 1e6 if len(first_us) == len(killed_shards) else None,
             "handover_s": handover_s,
             "not_once": wanted - sum(len(h) == 1 for h in fires.values()),
-            "lock_errors": _lock_errors(logs, pg_log, pg_log_from), "most_advisory_locks": fleet.most_locks}
+            "lock_errors": lock_errors, "most_advisory_locks": fleet.most_locks}
 
 
 def unavailable(why: str) -> dict:
