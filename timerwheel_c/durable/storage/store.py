@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from .savepoint import Joined
 
 __all__ = [
+    "CHECK_INTERVAL_S",
+    "LEASE_S",
     "MAX_KEY_BYTES",
     "MAX_PARTITION_BYTES",
     "MAX_VALUE_BYTES",
@@ -315,6 +317,10 @@ class Page:
         extra row, if present, only says that more follow (so ``next`` is never a dead end)."""
         entries = rows[:limit]
         return cls(entries, entries[-1][0] if len(rows) > limit else None)
+
+
+CHECK_INTERVAL_S = 1.0  # the default longest time between two evaluations of a runner's ownership, s
+LEASE_S = 20.0  # the default lease of a fleet runner that ran no ownership query (pg_ownership), s
 
 
 class Ownership(abc.ABC):
