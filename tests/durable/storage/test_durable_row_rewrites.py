@@ -49,3 +49,47 @@ def test_no_step_above_the_found_version_reads_no_row(monkeypatch):
         yield
 
     assert upgrades.rewritten_rows(9, rows()) == ([], [])
+
+
+@pytest.mark.parametrize("backend", ["postgres", "sqlite"])
+def test_a_migration_that_rewrites_rows_says_so(backend):
+    """Each backend's version 9 (the reserved key space) is marked, so its rewrite is required."""
+    from timerwheel_c.durable.storage import sqlfiles
+
+    assert 9 in sqlfiles.rewrite_versions(sqlfiles.migrations(backend))
+
+
+def test_an_upgrade_whose_required_rewrite_is_not_declared_is_refused_naming_the_version(monkeypatch):
+    """A copy of the source that was never installed has no entry points: the upgrade stops, naming
+    the version, before any row is read, instead of moving on and leaving the rows unreachable."""
+    _declare(monkeypatch)
+
+    def rows():
+        raise AssertionError("the rows were read")
+        yield
+
+    with pytest.raises(RuntimeError, match="schema version 9 rewrites the stored rows, but no function is declared"):
+        upgrades.rewritten_rows(8, rows(), required=[9, 10])
+    assert upgrades.rewritten_rows(9, rows(), required=[9]) == ([], [])
+
+
+def test_an_upgrade_of_a_sqlite_store_without_its_declared_rewrite_fails_and_leaves_the_store_as_it_was(
+        monkeypatch, tmp_path):
+    """Through a real store: the old version and its rows stay, so an installed package upgrades it later."""
+    import sqlite3
+
+    from timerwheel_c.durable import SQLiteStore
+
+    path = str(tmp_path / "old.db")
+    with SQLiteStore(path):
+        pass
+    db = sqlite3.connect(path)
+    with db:
+        db.execute("UPDATE timerwheel_meta SET value = '8' WHERE name = 'schema_version'")
+    db.close()
+    _declare(monkeypatch)
+    with pytest.raises(RuntimeError, match="schema version 9 rewrites the stored rows"):
+        SQLiteStore(path)
+    db = sqlite3.connect(path)
+    assert db.execute("SELECT value FROM timerwheel_meta WHERE name = 'schema_version'").fetchone() == ("8",)
+    db.close()

@@ -3,7 +3,8 @@
 - ``queries.sql``: the statements a backend runs, one per ``-- name: NAME`` section.
 - ``NNNN_description.sql``: numbered migrations; ``NNNN`` is the schema version the file brings a
   database to. A database recorded at version v runs, in order, every file numbered above v (a new
-  one, all of them), inside the transaction that then records the newest number.
+  one, all of them), inside the transaction that then records the newest number. A migration whose
+  step is a row rewrite of a layer above (:mod:`.upgrades`) holds the line :data:`REWRITES_ROWS`.
 
 The files ship as package data; placeholders such as ``{t}`` (the table) are filled by the backend.
 """
@@ -12,7 +13,10 @@ from __future__ import annotations
 import re
 from importlib import resources
 
-__all__ = ["migrations", "queries", "statements"]
+__all__ = ["REWRITES_ROWS", "migrations", "queries", "rewrite_versions", "statements"]
+
+#: The line that marks a migration whose step is a declared row rewrite.
+REWRITES_ROWS = "-- step: rewrites rows"
 
 _MIGRATION = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 _SECTION = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
@@ -34,6 +38,11 @@ def migrations(backend: str) -> list:
         if version == again:
             raise RuntimeError(f"the {backend} migrations {name} and {other} both carry version {version}")
     return [(version, f.read_text(encoding="utf-8")) for version, _, f in files]
+
+
+def rewrite_versions(migrations: list) -> list:
+    """The versions of ``migrations`` (as :func:`migrations` gives them) that hold :data:`REWRITES_ROWS`."""
+    return [version for version, text in migrations if REWRITES_ROWS in text.splitlines()]
 
 
 def queries(backend: str) -> dict:

@@ -320,7 +320,7 @@ class Page:
 
 
 CHECK_INTERVAL_S = 1.0  # the default longest time between two evaluations of a runner's ownership, s
-LEASE_S = 20.0  # the default lease of a fleet runner that ran no ownership query (pg_ownership), s
+LEASE_S = 20.0  # the default lease of a fleet runner that ran no ownership query (postgres/ownership.py), s
 
 
 class Ownership(abc.ABC):

@@ -54,19 +54,29 @@ def declared_rewrites() -> dict:
     return {version: entry.load() for version, entry in found.items()}
 
 
-def rewritten_rows(found: int, rows: Iterable) -> tuple:
+def rewritten_rows(found: int, rows: Iterable, required: Iterable[int] = ()) -> tuple:
     """``(deletes, puts)`` that upgrade a database at schema version ``found`` from its stored
     ``rows`` (``(partition, key, value)`` triples ordered by partition): ``deletes`` the
     ``(partition, key)`` pairs to remove, ``puts`` the ``(partition, key, value)`` rows to write
     (insert or replace), each step of the declared versions above ``found`` in version order
     (:func:`declared_rewrites`); ``([], [])`` when no step lies above ``found`` (``rows`` is then
-    not read).
+    not read). ``required``: the versions whose migration says it rewrites rows
+    (:func:`~.sqlfiles.rewrite_versions`).
 
     Raises:
-        RuntimeError: as :func:`declared_rewrites`.
+        RuntimeError: as :func:`declared_rewrites`; or a version of ``required`` above ``found``
+            has no declared rewrite (the package's metadata is missing, as in a copy of the source
+            that was never installed), naming the version: upgrading on would leave the rows where
+            the new version no longer reads them.
         ValueError (or what a rewrite raises): a rewrite refused a partition's rows.
     """
-    steps = [rewrite for version, rewrite in sorted(declared_rewrites().items()) if version > found]
+    declared = declared_rewrites()
+    missing = sorted(version for version in required if version > found and version not in declared)
+    if missing:
+        raise RuntimeError(f"schema version {missing[0]} rewrites the stored rows, but no function is declared "
+                           f"for it in the entry-point group {GROUP!r}: install the package (pip install) "
+                           "so that its metadata is found, then open the store again")
+    steps = [rewrite for version, rewrite in sorted(declared.items()) if version > found]
     deletes: list = []
     puts: list = []
     if not steps:

@@ -75,7 +75,7 @@ from .ownership import PartitionOwnership
 from .results import apply_results, store_error
 from ..redact import redact
 from ..shards import DEFAULT_SHARD_COUNT, check_shard_count, shard_of
-from ..sqlfiles import migrations, queries
+from ..sqlfiles import migrations, queries, rewrite_versions
 from ..upgrades import rewritten_rows
 from ..store import (Absent, Batch, Committed, Page, PreconditionFailed, SchemaError, SchemaVersionError,
                     Store, check_lock_wait_ms, check_readable_version, consumed_write, schema_version_of)
@@ -99,6 +99,7 @@ _TABLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,51}$")  # room for the "_apply_man
 # 9: the rows the layers above rewrite (storage/upgrades.py);
 # 10: the view ``<table>_timers`` of the pending timers in typed columns, for operators' SQL.
 _MIGRATIONS = migrations("postgres")
+_ROW_REWRITES = rewrite_versions(_MIGRATIONS)  # versions that must find their declared rewrite
 SCHEMA_VERSION = _MIGRATIONS[-1][0]
 _SHARDS_VERSION = 8  # the migration that adds the shard column (reshard runs it again)
 _TIMERS_VIEW_VERSION = 10  # the migration that makes the timers' view, which reads the shard column
@@ -250,7 +251,7 @@ class PostgresStore(Store):
             for version, text in _MIGRATIONS:
                 if version > found:
                     conn.execute(sql.SQL(text).format(**self._names, shard_count=sql.Literal(self.shard_count)))
-            deletes, puts = rewritten_rows(found, conn.execute(self._sql["all_rows"]).fetchall())
+            deletes, puts = rewritten_rows(found, conn.execute(self._sql["all_rows"]).fetchall(), _ROW_REWRITES)
             with conn.cursor() as cur:
                 if deletes:
                     cur.executemany(self._sql["delete_row"], deletes)
@@ -466,12 +467,12 @@ class PostgresStore(Store):
             with conn.transaction():
                 with conn.cursor() as cur:
                     cur.executemany(self._sql["record_label"], list(labels.items()))
-                recorded: dict = dict(conn.execute(self._sql["labels"], ("",)).fetchall())
+                recorded: dict = dict(conn.execute(self._sql["labels"], ("",)).fetchall(), _ROW_REWRITES)
         return {name: recorded[name] for name in labels}
 
     def _labels(self, prefix: str) -> dict:
         with self._lock, self._wrap:
-            return dict(self._connection().execute(self._sql["labels"], (prefix,)).fetchall())
+            return dict(self._connection().execute(self._sql["labels"], (prefix,)).fetchall(), _ROW_REWRITES)
 
     @staticmethod
     def async_pools_error() -> Optional[ImportError]:

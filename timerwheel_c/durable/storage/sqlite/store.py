@@ -48,7 +48,7 @@ from typing import Any, Callable, Iterator, Optional, Union
 from ..errors import PermanentStoreError, StoreError, TransientStoreError, wrap_exceptions
 from ..redact import redact
 from ..shards import DEFAULT_SHARD_COUNT, check_shard_count, shard_of
-from ..sqlfiles import migrations, statements
+from ..sqlfiles import migrations, rewrite_versions, statements
 from ..store import (Batch, Committed, NoStoreError, Page, PreconditionFailed, Refused, SchemaError,
                     SchemaVersionError, Store, check_readable_version, schema_version_of)
 from ..upgrades import rewritten_rows
@@ -62,6 +62,7 @@ __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 log = logging.getLogger("timerwheel_c.durable")
 
 _MIGRATIONS = migrations("sqlite")
+_ROW_REWRITES = rewrite_versions(_MIGRATIONS)  # versions that must find their declared rewrite
 # 1: the key-value table alone (files from before the version row); 2: the version row; 6: the rows
 # the layers above derive; 8: each row's shard, and the index that scans a shard; 9: the rows the
 # layers above rewrite (storage/upgrades.py); 10: the view timerwheel_timers, for operators' SQL.
@@ -268,7 +269,7 @@ class SQLiteStore(Store):
                         if version > found:
                             for statement in statements(text):
                                 db.execute(statement)
-                deletes, puts = rewritten_rows(found, db.execute(_QUERIES["all_rows"]).fetchall())
+                deletes, puts = rewritten_rows(found, db.execute(_QUERIES["all_rows"]).fetchall(), _ROW_REWRITES)
                 db.executemany(_QUERIES["delete"], deletes)
                 db.executemany(_QUERIES["put"], [(p, k, v, shard_of(p, count)) for p, k, v in puts])
                 db.execute(_QUERIES["set_schema_version"], (str(SCHEMA_VERSION),))
@@ -459,7 +460,7 @@ class SQLiteStore(Store):
             db.execute("BEGIN IMMEDIATE")
             try:
                 db.executemany(_QUERIES["record_label"], list(labels.items()))
-                recorded = dict(db.execute(_QUERIES["labels"], ("",)).fetchall())
+                recorded = dict(db.execute(_QUERIES["labels"], ("",)).fetchall(), _ROW_REWRITES)
                 db.execute("COMMIT")
             except BaseException:
                 if db.in_transaction:
