@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import aio_micro, durable, durable_partitions, echo, http, lateness, loop, network, tables, workloads
+from . import (aio_micro, durable, durable_embedded, durable_partitions, echo, http, lateness, loop, network, tables,
+               workloads)
 from .goals import Goal
 from .harness import summary
 from .impls import ASYNCIO, C_WHEEL, FLOOR, PURE_WHEEL, Impl
@@ -114,6 +115,10 @@ def _durable(ctx: Context, bar: Task) -> dict:
 def _partitions(ctx: Context, bar: Task) -> dict:
     return durable_partitions.measure(durable_partitions.counts(ctx.sizes.partitions_max),
                                       ctx.sizes.partitions_timers, ctx.pg_dsn)
+
+
+def _embedded(ctx: Context, bar: Task) -> dict:
+    return durable_embedded.measure(max(10, ctx.sizes.durable_timers // 2), ctx.sizes.durable_rounds, ctx.pg_dsn)
 
 
 def _network(ctx: Context, bar: Task) -> dict:
@@ -269,6 +274,7 @@ WORKLOADS: tuple[Workload, ...] = (
              (("durable_timers", "timers"),)),
     Workload("partitions", _partitions, durable_partitions.table, lambda ctx: None, durable_partitions.goals,
              (("partitions_max", "partitions"),)),
+    Workload("embedded", _embedded, durable_embedded.table, lambda ctx: None, durable_embedded.goals),
     Workload("network", _network, tables.network_table,
              lambda ctx: float(network.UNITS_PER_SCHEDULER * len(network.scheduler_names()))),
     Workload("aio", _aio, tables.aio_table, lambda ctx: float(len(aio_micro.ROWS) * (ctx.repeats + 1)),
