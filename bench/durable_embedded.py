@@ -103,14 +103,15 @@ def _child(mode: str, target: str, n_timers: int) -> None:
             batch.put(keys.timer(due_ms, _KIND, b"%08d" % i), b"")
         store.apply(partition, batch)
     done = threading.Event()
-    registry = TimerRegistry().register(_Noop(n_timers, done))
+    handler = _Noop(n_timers, done)
+    registry = TimerRegistry().register(handler)
     if mode == "run":
         prepare_process()
-    meter = None
+    meter = conn = None
     if dsn is not None:
         from .cpu_split import CpuMeter
 
-        conn = store.new_connection()
+        conn = store.new_connection()  # type: ignore[attr-defined]  # a PostgresStore's
         meter = CpuMeter(conn)
         meter.start([os.getpid()])
     gc_timer = _GcTimer()
@@ -118,7 +119,7 @@ def _child(mode: str, target: str, n_timers: int) -> None:
     cpu0, t0 = time.process_time(), time.perf_counter()
     with DurableTimerService(store, registry, PARTITIONS):
         if not done.wait(_TIMEOUT_S):
-            raise RuntimeError(f"embedded bench: {registry.get(_KIND.get()).left} of {n_timers} timers unfired")
+            raise RuntimeError(f"embedded bench: {handler.left} of {n_timers} timers unfired")
         start, end = keys.timer_range()
         while any(store.scan(p, start, end, None, 1).entries for p in PARTITIONS):
             time.sleep(0.005)
@@ -127,7 +128,7 @@ def _child(mode: str, target: str, n_timers: int) -> None:
     gc.callbacks.remove(gc_timer)
     figures = {"mode": mode, "fired_per_s": n_timers / elapsed_s, "runner_cpu_us_per_fired": cpu_s * 1e6 / n_timers,
                "gc_share": gc_timer.cpu_s / cpu_s if cpu_s else None, "gc_passes": gc_timer.passes}
-    if meter is not None:
+    if meter is not None and conn is not None:
         figures["server_cpu_us_per_fired"] = meter.stop(n_timers)["server_cpu_us_per_fired"]
         conn.close()
     store.close()
@@ -157,7 +158,7 @@ def measure(n_timers: int, rounds: int, dsn: Optional[str] = None) -> dict:
     """
     results: dict = {}
     with tempfile.TemporaryDirectory(prefix="timerwheel_c-embedded-") as tmp:
-        backends = [("sqlite", lambda mode, r: f"sqlite:{os.path.join(tmp, f'{mode}{r}.db')}", None)]
+        backends: list = [("sqlite", lambda mode, r: f"sqlite:{os.path.join(tmp, f'{mode}{r}.db')}", None)]
         if dsn is not None:
             backends.append(("postgresql", lambda mode, r: f"postgres:timerwheel_bench_embedded_{mode}_{r}_{os.getpid()}",
                              dsn))
