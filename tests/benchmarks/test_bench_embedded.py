@@ -30,6 +30,8 @@ def test_the_bench_measures_an_embedded_service_against_a_run_process_and_judges
         assert f["mode"] == mode and f["fired_per_s"] > 0 and f["runner_cpu_us_per_fired"] > 0
         assert 0 <= f["gc_share"] <= 1
     assert sqlite["embedded_over_run"] == sqlite["embedded"]["fired_per_s"] / sqlite["run"]["fired_per_s"]
+    assert sqlite["embedded_over_run_cpu"] == (sqlite["run"]["runner_cpu_us_per_fired"]
+                                               / sqlite["embedded"]["runner_cpu_us_per_fired"])
     [verdict] = figures["goals"]
     assert (verdict["workload"], verdict["name"], verdict["goal"]) == ("embedded", GOAL_NAME, ">= 0.90x")
     assert verdict["measured"] == sqlite["embedded_over_run"]
