@@ -57,7 +57,9 @@ END
 $$;
 
 -- The same in {apply_sets}: a batch whose consuming guard's value is put (its last write) under a key
--- that holds no row moves the row there (moves, moved); the others delete it (gone), as before.
+-- that holds no row moves the row there (moves, moved); the others delete it (gone), as before. The
+-- statements that leave out the moves do so with NOT IN, a hashed subplan: a NOT EXISTS on the CTE
+-- became a nested loop over it per row (the planner cannot know its size), quadratic in the batches.
 CREATE OR REPLACE FUNCTION {apply_sets}(lock_keys bigint[], bp text[], ck bytea[], cv bytea[],
                                         g_b int[], g_k bytea[], g_v bytea[], d_b int[], d_k bytea[],
                                         u_b int[], u_k bytea[], u_v bytea[])
@@ -89,7 +91,7 @@ BEGIN
   ), gone AS (
     DELETE FROM {t} t USING unnest(bp, ck, cv) WITH ORDINALITY AS c(p, k, v, b)
     WHERE c.k IS NOT NULL AND t.partition = c.p AND t.key = c.k AND t.value = c.v
-      AND NOT EXISTS (SELECT 1 FROM bad WHERE bad.b = c.b) AND NOT EXISTS (SELECT 1 FROM moves WHERE moves.b = c.b)
+      AND NOT EXISTS (SELECT 1 FROM bad WHERE bad.b = c.b) AND c.b NOT IN (SELECT b FROM moves)
     RETURNING c.b
   ), ok AS (
     SELECT c.b FROM unnest(ck) WITH ORDINALITY AS c(k, b)
@@ -104,7 +106,7 @@ BEGIN
   ), put AS (
     INSERT INTO {t} (partition, key, value)
     SELECT bp[u.b], u.k, u.v FROM unnest(u_b, u_k, u_v) AS u(b, k, v) JOIN ok ON ok.b = u.b
-    WHERE NOT EXISTS (SELECT 1 FROM moves WHERE moves.b = u.b AND moves.k = u.k)
+    WHERE (u.b, u.k) NOT IN (SELECT b, k FROM moves)
     ON CONFLICT (partition, key) DO UPDATE SET value = EXCLUDED.value
   )
   SELECT array_agg(CASE WHEN ok.b IS NULL THEN coalesce(bad.k, c.k) END ORDER BY c.b) INTO failed
