@@ -132,3 +132,29 @@ def test_a_store_of_version_10_upgrades_to_moving_claims_when_opened(store):
         assert _per_fire(before, _row_writes(upgraded), FIRES - 1) == {"ins": 0, "upd": 2, "del": 2}
     finally:
         upgraded.close()
+
+
+@pytest.mark.parametrize("path", ["apply_many", "apply_across"])
+def test_a_move_leaves_the_rows_a_delete_and_a_put_leave(store, path):
+    """A batch that consumes a row and puts its value under another key leaves the rows the delete and
+    the put would, on the loop (apply_many) and in the set-based statement (apply_across over two
+    partitions): moved when the new key is free (one UPDATE, no INSERT), overwritten when a row holds
+    it (the put's upsert, the consumed row deleted), and nothing written when the guard fails."""
+    from timerwheel_c.durable.storage.store import Batch, Committed, Equals, PreconditionFailed
+
+    for p in ("a", "b"):
+        store.apply(p, Batch().put(b"K1", b"V").put(b"K2", b"V").put(b"X", b"old").put(b"K3", b"V"))
+    batches = [Batch().require(Equals(b"K1", b"V")).delete(b"K1").put(b"M1", b"V"),  # a free key: moved
+               Batch().require(Equals(b"K2", b"V")).delete(b"K2").put(b"X", b"V"),  # a taken key: overwritten
+               Batch().require(Equals(b"K3", b"other")).delete(b"K3").put(b"M3", b"other")]  # its guard fails
+    before = _row_writes(store)
+    if path == "apply_many":
+        results = [r for p in ("a", "b") for r in store.apply_many(p, batches)]
+    else:
+        results = store.apply_across([(p, b) for p in ("a", "b") for b in batches])
+    after = _row_writes(store)
+    assert [type(r) for r in results] == [Committed, Committed, PreconditionFailed] * 2
+    for p in ("a", "b"):
+        assert dict(store.scan(p, b"", b"\xff", limit=10).entries) == {b"M1": b"V", b"X": b"V", b"K3": b"V"}
+    # per partition: the move (an update), the overwrite (an update) and the consumed row's delete
+    assert {what: n / 2 for what, n in _per_fire(before, after, 1).items()} == {"ins": 0, "upd": 2, "del": 1}

@@ -78,16 +78,22 @@ BEGIN
     WHERE CASE WHEN g.v IS NULL THEN t.key IS NOT NULL ELSE t.key IS NULL OR t.value <> g.v END
     ORDER BY g.b, g.i
   ), moves AS (
-    SELECT DISTINCT ON (u.b) u.b, u.k
+    -- Batch b's consumed row (c.p, c.k, c.v) and the key m it moves to. Joined, not subscripted: a
+    -- subscript of a bytea[] walks the array to its element.
+    SELECT DISTINCT ON (u.b) u.b, u.k AS m, c.p, c.k, c.v
     FROM unnest(u_b, u_k, u_v) WITH ORDINALITY AS u(b, k, v, i)
-    WHERE ck[u.b] IS NOT NULL AND u.v = cv[u.b]
-      AND NOT EXISTS (SELECT 1 FROM {t} t WHERE t.partition = bp[u.b] AND t.key = u.k)
+    JOIN unnest(bp, ck, cv) WITH ORDINALITY AS c(p, k, v, b) ON c.b = u.b
+    -- One index probe per candidate (an aggregate keeps it a probe: as NOT EXISTS the planner makes
+    -- it an anti join, hashing a scan of the whole table for a candidate list it takes to be short).
+    CROSS JOIN LATERAL (SELECT count(*) AS n FROM (SELECT 1 FROM {t} t WHERE t.partition = c.p AND t.key = u.k
+                                                   LIMIT 1) AS one) AS taken
+    WHERE c.k IS NOT NULL AND u.v = c.v AND taken.n = 0
     ORDER BY u.b, u.i
   ), moved AS (
-    UPDATE {t} t SET key = m.k FROM moves m
-    WHERE t.partition = bp[m.b] AND t.key = ck[m.b] AND t.value = cv[m.b]
-      AND NOT EXISTS (SELECT 1 FROM bad WHERE bad.b = m.b)
-    RETURNING m.b
+    UPDATE {t} t SET key = mv.m FROM moves mv
+    WHERE t.partition = mv.p AND t.key = mv.k AND t.value = mv.v
+      AND NOT EXISTS (SELECT 1 FROM bad WHERE bad.b = mv.b)
+    RETURNING mv.b
   ), gone AS (
     DELETE FROM {t} t USING unnest(bp, ck, cv) WITH ORDINALITY AS c(p, k, v, b)
     WHERE c.k IS NOT NULL AND t.partition = c.p AND t.key = c.k AND t.value = c.v
@@ -106,7 +112,7 @@ BEGIN
   ), put AS (
     INSERT INTO {t} (partition, key, value)
     SELECT bp[u.b], u.k, u.v FROM unnest(u_b, u_k, u_v) AS u(b, k, v) JOIN ok ON ok.b = u.b
-    WHERE (u.b, u.k) NOT IN (SELECT b, k FROM moves)
+    WHERE (u.b, u.k) NOT IN (SELECT b, m FROM moves)
     ON CONFLICT (partition, key) DO UPDATE SET value = EXCLUDED.value
   )
   SELECT array_agg(CASE WHEN ok.b IS NULL THEN coalesce(bad.k, c.k) END ORDER BY c.b) INTO failed
