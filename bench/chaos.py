@@ -237,7 +237,7 @@ class Chaos:
                                              stdout=subprocess.DEVNULL, stderr=log)
 
     def _wait_divided(self, store) -> None:
-        from timerwheel_c.durable.storage.pg_ownership import holders
+        from timerwheel_c.durable.storage.postgres.ownership import holders
 
         deadline = time.monotonic() + _START_S
         while True:

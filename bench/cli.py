@@ -44,7 +44,7 @@ from .workloads import Sizes
 __all__ = ["PROG", "WORKLOADS", "main", "parser", "run"]
 
 WORKLOADS = tuple(w.name for w in suite.WORKLOADS)
-PG_WORKLOADS = ("durable", "partitions", "embedded")  # the workloads --pg-dsn also runs on PostgreSQL
+PG_WORKLOADS = ("durable", "partitions", "fleet", "embedded")  # the workloads --pg-dsn also runs on PostgreSQL
 # The command as the README gives it, and the prefix of every line the bench prints on stderr.
 PROG = "bench"
 
@@ -61,7 +61,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="FILE", help="write every figure, raw samples included, to FILE")
     p.add_argument("--plot", metavar="DIR", help="draw PNG charts into DIR (needs the 'plot' extra: matplotlib)")
     p.add_argument("--pg-dsn", metavar="DSN", default=None,
-                   help="also run the durable and partitions workloads on PostgreSQL (its password is masked in every output); "
+                   help="also run the durable and partitions workloads on PostgreSQL, and the fleet one there (its password is masked in every output); "
                         f"default: ${STORE_ENV} when that is a postgresql:// URL (a sqlite one is ignored: "
                         "the bench makes its own SQLite files). Without a password, libpq reads PGPASSWORD or PGPASSFILE")
     p.add_argument("--seed", type=int, default=20261129, help="seed of every workload's inputs")
@@ -159,8 +159,8 @@ def _preflight(args: argparse.Namespace) -> None:
     if args.pg_dsn is None:
         return
     if not set(PG_WORKLOADS) & set(args.only):
-        print(f"{PROG}: note: --pg-dsn is unused: --only leaves out the durable workload "
-              "and the partitions one", file=sys.stderr)
+        print(f"{PROG}: note: --pg-dsn is unused: --only leaves out the durable workload, "
+              "the partitions one and the fleet one", file=sys.stderr)
         return
     try:
         preflight.check_postgres(args.pg_dsn)

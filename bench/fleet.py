@@ -119,7 +119,7 @@ def _fill(store, n_timers: int, due_ms: int) -> None:
 
 
 def _one(dsn: str, n_runners: int, n_timers: int, budget: str, takeover: bool, progress) -> dict:
-    from timerwheel_c.durable.storage.pg_ownership import holders
+    from timerwheel_c.durable.storage.postgres.ownership import holders
     from timerwheel_c.durable.storage.postgres import PostgresStore
 
     table = f"timerwheel_fleet_{os.getpid()}_{n_runners}_{budget}"

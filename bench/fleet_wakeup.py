@@ -72,7 +72,7 @@ def run(dsn: str, n_partitions: int = 20, progress: Optional[Callable[[int], Non
             or a timer did not fire within 10 s.
         psycopg.Error: the server cannot be reached.
     """
-    from timerwheel_c.durable.storage.pg_ownership import holders
+    from timerwheel_c.durable.storage.postgres.ownership import holders
     from timerwheel_c.durable.storage.postgres import PostgresStore
 
     if isinstance(n_partitions, bool) or not isinstance(n_partitions, int) or n_partitions < 1:

@@ -15,7 +15,7 @@ from timerwheel_c.durable.storage.watch import Watcher
 
 __all__ = ["Delegating", "add_pg_dsn", "dispose", "drop", "pg_dsn"]
 
-# What a PostgresStore makes beside its table (sql/postgres/), each named after the table.
+# What a PostgresStore makes beside its table (storage/postgres/sql/), each named after the table.
 _PG_FUNCTIONS = ("_apply_many", "_apply_one", "_apply_sets", "_apply", "_wake")
 
 

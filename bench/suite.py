@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import (aio_micro, durable, durable_embedded, durable_partitions, echo, http, lateness, loop, network, tables,
-               workloads)
+from . import (aio_micro, durable, durable_embedded, durable_fleet, durable_partitions, echo, http, lateness, loop,
+               network, tables, workloads)
 from .goals import Goal
 from .harness import summary
 from .impls import ASYNCIO, C_WHEEL, FLOOR, PURE_WHEEL, Impl
@@ -115,6 +115,12 @@ def _durable(ctx: Context, bar: Task) -> dict:
 def _partitions(ctx: Context, bar: Task) -> dict:
     return durable_partitions.measure(durable_partitions.counts(ctx.sizes.partitions_max),
                                       ctx.sizes.partitions_timers, ctx.pg_dsn)
+
+
+def _fleet(ctx: Context, bar: Task) -> dict:
+    if ctx.pg_dsn is None:
+        return durable_fleet.unavailable("no PostgreSQL server (--pg-dsn)")
+    return durable_fleet.measure(ctx.pg_dsn, ctx.sizes.fleet_partitions)
 
 
 def _embedded(ctx: Context, bar: Task) -> dict:
@@ -274,6 +280,8 @@ WORKLOADS: tuple[Workload, ...] = (
              (("durable_timers", "timers"),)),
     Workload("partitions", _partitions, durable_partitions.table, lambda ctx: None, durable_partitions.goals,
              (("partitions_max", "partitions"),)),
+    Workload("fleet", _fleet, durable_fleet.table, lambda ctx: None, durable_fleet.goals,
+             (("fleet_partitions", "partitions"),)),
     Workload("embedded", _embedded, durable_embedded.table, lambda ctx: None, durable_embedded.goals),
     Workload("network", _network, tables.network_table,
              lambda ctx: float(network.UNITS_PER_SCHEDULER * len(network.scheduler_names()))),

@@ -16,29 +16,18 @@ ROOT = Path(durable.__file__).resolve().parent
 LAYERS = ["storage", "timers", "service"]
 
 
-def _imported_layers(path: Path) -> set:
-    """The durable layers that ``path`` (a module inside a layer) imports, by relative import."""
-    layers = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom):
-            if node.level >= 2:  # from ..timers import x, from ..service.service import y
-                target = (node.module or "").split(".")[0]
-                layers |= {target} if target else {alias.name for alias in node.names}
-            elif node.level == 0 and (node.module or "").startswith("timerwheel_c.durable."):
-                layers.add(node.module.split(".")[2])
-        elif isinstance(node, ast.Import):
-            layers |= {a.name.split(".")[2] for a in node.names if a.name.startswith("timerwheel_c.durable.")}
-    return layers & set(LAYERS)
-
-
 def test_each_layer_imports_only_the_layers_below_it():
-    """storage imports nothing from timers or service; timers nothing from service."""
+    """storage imports nothing from timers or service; timers nothing from service (the backend
+    folders of storage included)."""
+    modules = _modules(ROOT, "timerwheel_c.durable")
     seen = 0
-    for rank, layer in enumerate(LAYERS):
-        for path in sorted((ROOT / layer).glob("*.py")):
-            seen += 1
-            above = {t for t in _imported_layers(path) if LAYERS.index(t) > rank}
-            assert not above, f"{path.relative_to(ROOT)} imports the layer(s) above it: {sorted(above)}"
+    for name, path in modules.items():
+        layer = _layer(name)
+        if layer not in LAYERS:
+            continue
+        seen += 1
+        above = {_layer(t) for t in _imported(name, path, modules)} & set(LAYERS[LAYERS.index(layer) + 1:])
+        assert not above, f"{path.relative_to(ROOT)} imports the layer(s) above it: {sorted(above)}"
     assert seen >= 20, "the layers' modules were found"
 
 
@@ -96,6 +85,96 @@ def _imported(name: str, path: Path, modules: dict) -> dict:
             if target in modules and target != name:
                 out.setdefault(target, node.lineno)
     return out
+
+
+def _layer(name: str, package: str = "timerwheel_c.durable") -> str:
+    """The first part of the module ``name`` below ``package`` (its layer); "" for the package itself."""
+    return name[len(package) + 1:].split(".")[0]
+
+
+#: The database drivers: only a backend folder of storage imports one.
+DRIVERS = ("psycopg", "psycopg_pool", "sqlite3")
+#: The one neutral storage module that imports backend folders: it opens the backend a URL names,
+#: importing it only then, so a SQLite program never imports psycopg.
+FACTORY = "open"
+
+
+def _drivers(path: Path) -> set:
+    """The drivers (:data:`DRIVERS`) that the module at ``path`` imports, at any level."""
+    found = set()
+    for node in _running_nodes(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            found.add((node.module or "").split(".")[0])
+    return found & set(DRIVERS)
+
+
+def backend_breaks(root: Path, package: str) -> list:
+    """``module: what`` of every import that breaks the storage layer's shape: a backend is a folder
+    of ``storage/`` (a package: ``storage/postgres/``, ``storage/sqlite/``) that imports no other
+    backend; the neutral modules of ``storage/`` (the contract and its helpers) import no backend but
+    the factory (:data:`FACTORY`) and no driver; and no module outside ``storage/`` imports a driver."""
+    modules = _modules(root, package)
+    backends = {path.parent.name for path in (root / "storage").glob("*/__init__.py")}
+
+    def backend(name: str) -> str:
+        parts = name[len(package) + 1:].split(".")
+        return parts[1] if parts[0] == "storage" and len(parts) > 1 and parts[1] in backends else ""
+
+    breaks = []
+    for name, path in modules.items():
+        short = name[len(package) + 1:]
+        mine = backend(name)
+        others = sorted({backend(t) for t in _imported(name, path, modules)} - {"", mine})
+        drivers = sorted(_drivers(path))
+        if mine:
+            breaks += [f"{short}: imports the backend {other}" for other in others]
+        elif _layer(name, package) == "storage":
+            if short != f"storage.{FACTORY}":
+                breaks += [f"{short}: imports the backend {other}" for other in others]
+            breaks += [f"{short}: imports the driver {driver}" for driver in drivers]
+        else:
+            breaks += [f"{short}: imports the driver {driver}" for driver in drivers]
+    return breaks
+
+
+def import_time_calls(root: Path, package: str) -> list:
+    """``module:line: text`` of every call, made when the module is imported, of a function that the
+    module imported from another module of ``package`` whose result is dropped (a statement of its
+    own, or a decorator): a registration into another module's registry, which a reader of that
+    module never sees and a program that does not import this one never gets. A call that defines
+    a name of this module (``X = f()``) is no registration."""
+    found = []
+    modules = _modules(root, package)
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        imported = set()
+        for node in _running_nodes(tree):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith(package)):
+                imported |= {a.asname or a.name for a in node.names}
+            elif isinstance(node, ast.Import):
+                imported |= {a.asname or a.name.partition(".")[0] for a in node.names if a.name.startswith(package)}
+        todo = list(ast.iter_child_nodes(tree))
+        while todo:  # the statements that run on import: not those inside a function
+            node = todo.pop()
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                calls = node.decorator_list if not isinstance(node, ast.Lambda) else []
+            elif isinstance(node, ast.ClassDef):
+                calls = list(node.decorator_list)
+                todo.extend(node.body)
+            elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+                calls = [node.value]
+            else:
+                if not (isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)):
+                    todo.extend(child for child in ast.iter_child_nodes(node)
+                                if isinstance(child, (ast.stmt, ast.excepthandler)))
+                continue
+            for call in calls:
+                func = call.func if isinstance(call, ast.Call) else call
+                if _root_name(func) in imported:
+                    found.append(f"{name}:{call.lineno}: {ast.unparse(call).splitlines()[0]}")
+    return sorted(found)
 
 
 def import_circles(root: Path, package: str) -> list:
@@ -173,6 +252,21 @@ def test_no_durable_module_picks_a_backend_by_what_is_imported():
         assert "sys.modules" not in path.read_text(encoding="utf-8"), name
 
 
+def test_each_backend_is_a_folder_that_imports_no_other_and_holds_the_drivers():
+    """A backend folder of storage imports no other backend; storage's neutral modules import no
+    backend (but the factory, which opens the one a URL names) and no driver; nothing above storage
+    imports a driver: what a backend needs sits behind the store."""
+    backends = sorted(path.parent.name for path in (ROOT / "storage").glob("*/__init__.py"))
+    assert backends == ["postgres", "sqlite"], "the backend folders were found"
+    assert backend_breaks(ROOT, "timerwheel_c.durable") == []
+
+
+def test_no_durable_module_registers_into_another_when_imported():
+    """Importing a module calls nothing of another module for its effect (a registration, a hook):
+    what a backend or a layer needs is passed to it, or declared, never set up by an import."""
+    assert import_time_calls(ROOT, "timerwheel_c.durable") == []
+
+
 def _package(tmp_path: Path, files: dict) -> Path:
     root = tmp_path / "pkg"
     for rel, text in {"__init__.py": "", **files}.items():
@@ -203,3 +297,41 @@ def test_the_patch_check_sees_a_class_of_another_module_changed_at_run_time(tmp_
         "up.py": "from .store import Store\nStore.kind = 2\n",
         "later.py": "def wire():\n    from . import store\n    setattr(store.Store, 'kind', 3)\n"})
     assert class_patches(root, "pkg") == ["pkg.later:3: setattr(store.Store, 'kind', 3)", "pkg.up:2: Store.kind = 2"]
+
+
+def test_the_backend_check_sees_a_crossing_between_backends_and_a_driver_above_storage(tmp_path):
+    """One backend importing another (even inside a function), a neutral storage module importing a
+    backend, and a module above storage importing a driver are each found; a backend importing its
+    driver and the neutral modules, and the factory importing a backend, are not."""
+    root = _package(tmp_path, {
+        "storage/__init__.py": "",
+        "storage/store.py": "X = 1\n",
+        "storage/open.py": "def open_store():\n    from .one.store import S\n",
+        "storage/helper.py": "from .two import T\nimport sqlite3\n",
+        "storage/one/__init__.py": "",
+        "storage/one/store.py": "import psycopg\nfrom ..store import X\ndef f():\n    from ..two.store import T\n",
+        "storage/two/__init__.py": "",
+        "storage/two/store.py": "import sqlite3\n",
+        "timers/__init__.py": "",
+        "timers/t.py": "def f():\n    import psycopg.rows\n"})
+    assert sorted(backend_breaks(root, "pkg")) == [
+        "storage.helper: imports the backend two", "storage.helper: imports the driver sqlite3",
+        "storage.one.store: imports the backend two", "timers.t: imports the driver psycopg"]
+
+
+def test_the_registration_check_sees_a_call_into_another_module_at_import(tmp_path):
+    """A statement that calls an imported function of the package when the module is imported (at
+    its top, under an ``if``, in a class body, or as a decorator) is found; the same call inside a
+    function, a call whose result the module keeps, and a call of the standard library are not."""
+    root = _package(tmp_path, {
+        "low.py": "HOOKS = {}\ndef register(v, f):\n    HOOKS[v] = f\ndef hook(f):\n    return f\n",
+        "up.py": ("from .low import register, hook\nimport logging\n"
+                  "def rewrite(rows):\n    return rows\n"
+                  "register(9, rewrite)\n"
+                  "if True:\n    register(10, rewrite)\n"
+                  "@hook\ndef g():\n    register(11, rewrite)\n"
+                  "KEPT = register(12, rewrite)\nlogging.getLogger('x')\n"),
+        "pkgwide.py": "import pkg.low\nclass C:\n    pkg.low.register(13, None)\n"})
+    assert import_time_calls(root, "pkg") == [
+        "pkg.pkgwide:3: pkg.low.register(13, None)", "pkg.up:5: register(9, rewrite)",
+        "pkg.up:7: register(10, rewrite)", "pkg.up:8: hook"]

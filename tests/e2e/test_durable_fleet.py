@@ -368,7 +368,7 @@ def test_a_version_six_store_is_upgraded_in_place(schema_url):
 
 def test_ownership_repr_and_arguments(schema_url):
     """The ownership object validates its arguments and its repr names no password."""
-    from timerwheel_c.durable.storage.pg_ownership import PartitionOwnership
+    from timerwheel_c.durable.storage.postgres.ownership import PartitionOwnership
 
     with open_store(schema_url) as store:
         with pytest.raises(TypeError, match="'p'"):
@@ -428,7 +428,7 @@ def test_ownership_shares_join_leave_and_holders(schema_url):
     covering all 4; when one closes (its locks go with its connection) the others take its
     partitions back. holders() agrees, read from pg_locks. Each step re-evaluates explicitly
     (recheck), so no timing is involved."""
-    from timerwheel_c.durable.storage.pg_ownership import holders
+    from timerwheel_c.durable.storage.postgres.ownership import holders
 
     parts = ["a", "b", "c", "d"]
     with open_store(schema_url) as store:
@@ -462,7 +462,7 @@ def test_partitions_sharing_a_lock_key_move_together_and_stay_owned(schema_url, 
     """Two partitions whose 32-bit lock keys collide (forced here by a coarse key function) share one
     lock: they are owned together, by one runner, and never left unowned; the shares count them as
     one unit."""
-    from timerwheel_c.durable.storage import pg_ownership
+    from timerwheel_c.durable.storage.postgres import ownership as pg_ownership
 
     monkeypatch.setattr(pg_ownership, "_int32", lambda name: 7 if name in ("a", "b") else 9)
     with open_store(schema_url) as store:

@@ -66,7 +66,7 @@ def test_a_frozen_runner_loses_its_partitions_and_rejoins_when_it_wakes(schema_u
 @pytest.mark.parametrize("bad, error", [(0.5, ValueError), (float("inf"), ValueError), (True, TypeError),
                                         ("20", TypeError)])
 def test_a_lease_that_is_no_number_of_seconds_above_the_check_interval_is_refused_by_name(schema_url, bad, error):
-    from timerwheel_c.durable.storage.pg_ownership import PartitionOwnership
+    from timerwheel_c.durable.storage.postgres.ownership import PartitionOwnership
     from timerwheel_c.durable.storage.postgres import PostgresStore
 
     with PostgresStore(schema_url) as store, pytest.raises(error, match=f"lease_s .*{re.escape(repr(bad))}"):

@@ -7,7 +7,7 @@ key-value contract). ``docs/DESIGN.md`` ("Durable timers") gives the design.
 
 Due times are Unix epoch ms; every in-process wait is on the monotonic clock. A store is
 split into partitions, the unit of ordering, atomicity and ownership: on PostgreSQL, N
-runner processes divide the partitions among themselves (:mod:`.storage.pg_ownership`).
+runner processes divide the partitions among themselves (:mod:`.storage.postgres.ownership`).
 
 The package reads bottom-up in three layers, each importing only the ones below it:
 

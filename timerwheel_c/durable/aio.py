@@ -8,7 +8,7 @@ as steps (:mod:`timerwheel_c.durable.timers.steps`); its arguments are checked o
 steps are made, so a bad argument raises from the ``await`` exactly as the sync call would; then:
 
 - **PostgreSQL**: the steps are awaited on a connection of a ``psycopg_pool.AsyncConnectionPool``
-  that the store keeps per event loop (:mod:`timerwheel_c.durable.storage.pg_pool`: made on the
+  that the store keeps per event loop (:mod:`timerwheel_c.durable.storage.postgres.pool`: made on the
   loop's first write, closed with the loop or the store; :func:`configure` sizes it), with no
   thread. The statements are the store's own (the same ``<table>_apply_many`` call, advisory lock
   on the partition and guards), on an autocommit connection, so each apply is its own transaction
@@ -77,13 +77,13 @@ def _postgres(store: Store) -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-def _has_pool() -> bool:
-    """True when ``psycopg_pool`` imports; else False, with one WARNING per process."""
-    try:
-        import psycopg_pool  # noqa: F401
-    except ImportError as exc:
+def _has_pool(kind: type) -> bool:
+    """True when the PostgresStore class ``kind`` can make async pools (``psycopg_pool`` imports);
+    else False, with one WARNING per process."""
+    error = kind.async_pools_error()  # type: ignore[attr-defined]
+    if error is not None:
         log.warning("async writes to PostgreSQL run on a thread per store: %s (install timerwheel-c[postgres] "
-                    "for psycopg_pool)", exc)
+                    "for psycopg_pool)", error)
         return False
     return True
 
@@ -91,11 +91,9 @@ def _has_pool() -> bool:
 async def _on_store(store: Store, partition: str, steps: Steps[T], run: Callable[[Store, str, Steps[T]], T]) -> T:
     """Run ``steps`` on ``partition`` of ``store`` off the loop: awaited on the store's pooled
     connection of this loop (PostgreSQL), else ``run(store, partition, steps)`` on its writer thread."""
-    if _postgres(store) and _has_pool():
+    if _postgres(store) and _has_pool(type(store)):
         async with store.async_pools().connection() as conn:  # type: ignore[attr-defined]
-            from .storage.pg_joined import AsyncPgStatements
-
-            tx = AsyncPgStatements(store, conn, partition)  # type: ignore[arg-type]
+            tx = store.statements_on(conn, partition)  # type: ignore[attr-defined]
             return await arun_steps(steps, tx.get, tx.apply)
     return await asyncio.get_running_loop().run_in_executor(_executor(store), run, store, partition, steps)
 

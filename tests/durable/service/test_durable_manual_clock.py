@@ -129,3 +129,39 @@ def test_stop_waits_timing_s_stop_timeout_by_default_for_a_handler_in_flight(sto
     finally:
         release.set()
         service.stop()
+
+
+def test_a_claims_time_budget_runs_on_the_services_clock():
+    """A claim's ``max_elapsed_ms`` is judged on the service's clock: with a store whose every write
+    round trip takes an hour of that clock (it advances the ManualClock), a pass over 2,000 due rows
+    stops on its budget after the first claim round trip (64 rows), where the host's clock, on which
+    those round trips take microseconds, would let it claim up to the kind's cap (256)."""
+    from timerwheel_c.durable.service.activity import Activity
+    from timerwheel_c.durable.service.passes import Passes
+    from timerwheel_c.durable.storage.sqlite import SQLiteStore
+    from timerwheel_c.durable.timers.claim import PAGE
+    from timerwheel_c.durable.timers.runner import TickBudget
+
+    clock = ManualClock()
+
+    class HourLongWrites(SQLiteStore):
+        def apply_many(self, partition, batches):
+            clock.advance(HOUR_S)
+            return super().apply_many(partition, batches)
+
+        def apply_across(self, items):
+            clock.advance(HOUR_S)
+            return super().apply_across(items)
+
+    store = HourLongWrites(":memory:")
+    now_ms = clock.wall_ns() // 1_000_000
+    batch = Batch()
+    for i in range(2_000):
+        batch.put(keys.timer(now_ms - 10, TimerKind(KIND), b"r%04d" % i), b"")
+    store.apply(P, batch)
+    passes = Passes(store, TimerRegistry().register(Noted()), TickBudget(), lambda: [P], None, Activity(60.0),
+                    lambda report: None, lambda: now_ms, lambda exc, n, what: 1.0,
+                    lambda: clock.monotonic_ns() / 1e9)
+    result = passes.run(1_000, frozenset(), lambda: False)
+    assert len(result.jobs) == PAGE
+    store.close()

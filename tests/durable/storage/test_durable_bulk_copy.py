@@ -1,5 +1,5 @@
 """A large batch that only puts new keys (a chunk of schedule_many): every backend applies it as any
-batch, all or nothing on its guards; PostgreSQL writes it with one COPY (storage/pg_copy.py) and
+batch, all or nothing on its guards; PostgreSQL writes it with one COPY (storage/postgres/copy.py) and
 falls back to its set-based apply when some key is present. Deterministic: one thread, no clock."""
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def test_postgres_writes_a_large_insert_only_batch_with_one_copy_and_small_ones_
     if not dsn:
         pytest.skip("set TIMERWHEEL_C_TEST_PG_DSN=postgresql://... to test PostgresStore")
     from bench.stores import dispose
-    from timerwheel_c.durable.storage import pg_copy, postgres
+    from timerwheel_c.durable.storage.postgres import copy as pg_copy, store as postgres
     from timerwheel_c.durable.storage.store import Equals
 
     copies: list = []
@@ -79,7 +79,7 @@ def test_postgres_writes_a_large_insert_only_batch_with_one_copy_and_small_ones_
 def test_the_copy_payload_is_postgresql_binary_copy_format():
     """The payload: PostgreSQL's 11-byte signature, two zero header words, per row a field count of 3
     and each field's length word before its bytes, then the -1 trailer."""
-    from timerwheel_c.durable.storage.pg_copy import payload
+    from timerwheel_c.durable.storage.postgres.copy import payload
 
     data = payload("pé", [(b"k", b""), (b"\x00\xff", b"vv")])
     signature = b"PGCOPY\n\xff\r\n\x00"

@@ -14,14 +14,14 @@ DSNS = [f"postgresql://app:{SECRET}@db.example/timers", f"host=db user=app passw
 
 def _ownership(store):
     pytest.importorskip("psycopg")
-    from timerwheel_c.durable.storage.pg_ownership import PartitionOwnership
+    from timerwheel_c.durable.storage.postgres.ownership import PartitionOwnership
 
     return PartitionOwnership(store)
 
 
 def _holders(store):
     pytest.importorskip("psycopg")
-    from timerwheel_c.durable.storage.pg_ownership import holders
+    from timerwheel_c.durable.storage.postgres.ownership import holders
 
     return holders(store)
 

@@ -102,7 +102,7 @@ def test_postgres_errors_are_classified_by_sqlstate_class(sqlstate, transient):
     and a read-only transaction (25006: a standby, or a server set read-only);
     a program limit (54, an index row too large) and every data or integrity error are permanent."""
     pytest.importorskip("psycopg")
-    from timerwheel_c.durable.storage.postgres import is_transient_sqlstate
+    from timerwheel_c.durable.storage.postgres.results import is_transient_sqlstate
 
     assert is_transient_sqlstate(sqlstate) is transient
 

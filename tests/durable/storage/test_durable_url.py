@@ -262,7 +262,9 @@ def test_postgresql_url_without_psycopg_gives_the_install_hint(monkeypatch, caps
     from timerwheel_c.cli import main
 
     monkeypatch.setitem(sys.modules, "psycopg", None)
-    monkeypatch.delitem(sys.modules, "timerwheel_c.durable.storage.postgres", raising=False)
+    backend = "timerwheel_c.durable.storage.postgres"
+    for name in [name for name in sys.modules if name == backend or name.startswith(backend + ".")]:
+        monkeypatch.delitem(sys.modules, name)
     with pytest.raises(ModuleNotFoundError, match=r"pip install 'timerwheel_c\[postgres\]'"):
         open_store("postgresql://u@127.0.0.1:1/db")
     url = "postgresql://u:s3cr3t@127.0.0.1:1/db"

@@ -227,7 +227,7 @@ def test_without_psycopg_pool_the_writes_fall_back_to_a_thread_with_one_warning(
     """With ``psycopg_pool`` not importable, the async writer still writes, on the store's writer
     thread, and says once, at WARNING, which extra to install."""
     monkeypatch.setitem(sys.modules, "psycopg_pool", None)
-    monkeypatch.delitem(sys.modules, "timerwheel_c.durable.storage.pg_pool")
+    monkeypatch.delitem(sys.modules, "timerwheel_c.durable.storage.postgres.pool")
     aio._has_pool.cache_clear()
     try:
         due = wall_ms() + 3_600_000

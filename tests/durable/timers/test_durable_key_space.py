@@ -208,6 +208,16 @@ def test_duplicate_names_from_before_names_stay_reachable(tmp_path):
         assert int(version) >= KEY_SPACE_SCHEMA_VERSION
 
 
+def test_the_key_space_rewrite_is_found_by_its_declared_entry_point():
+    """The storage layer finds the timer layer's rewrite by the entry point the package declares,
+    under the schema version that brings a store into the reserved key space: no import registers it,
+    and the storage layer imports nothing of the timer layer to find it."""
+    from timerwheel_c.durable.storage.upgrades import declared_rewrites
+    from timerwheel_c.durable.timers.key_upgrade import upgraded_partition
+
+    assert declared_rewrites() == {KEY_SPACE_SCHEMA_VERSION: upgraded_partition}
+
+
 def _old_key(path: Path, reference: bytes) -> bytes:
     """The key of the fixture's old-layout timer row of ``reference``."""
     with sqlite3.connect(path) as db:

@@ -3,6 +3,7 @@ and a sleep fired once when two runners race for it."""
 from __future__ import annotations
 
 import asyncio
+import re
 import subprocess
 import sys
 import time
@@ -140,3 +141,44 @@ def test_an_hours_sleep_both_forms_ends_when_the_services_manual_clock_passes_it
         loop.close()
     store.close()
     assert sorted(done) == [("async", False), ("sync", False)]
+
+
+def test_an_awaited_sleeps_timeout_runs_on_its_manual_clock():
+    """An awaited sleep an hour away with a timeout of a minute, on a ManualClock nobody else moves: it
+    has not given up while the clock is short of the minute, and raises TimeoutError once the clock is
+    advanced past it (no real minute passes: on the host's clock it would outlast the liveness bound)."""
+    import threading
+
+    clock = ManualClock()
+    ctx = DurableContext(SQLiteStore(":memory:"), "timeout-clock", clock=clock)
+    due = clock.wall_ns() // 1_000_000 + 3_600_000
+    raised: list = []
+    loop = asyncio.new_event_loop()
+
+    def sleep():
+        try:
+            loop.run_until_complete(ctx.sleep_until_async(due, timeout_s=60.0))
+        except TimeoutError as exc:
+            raised.append(exc)
+
+    waiter = threading.Thread(target=sleep, daemon=True)
+    waiter.start()
+    wait_until(lambda: clock.waiting >= 2, "the sleep and its timeout asleep on the clock")
+    clock.advance(59.0)
+    wait_until(lambda: clock.waiting >= 2, "asleep again a second short of the timeout")
+    assert raised == [] and waiter.is_alive()
+    clock.advance(1.0)
+    waiter.join(LIVENESS_S)
+    loop.close()
+    assert len(raised) == 1 and "within 60.0 s" in str(raised[0])
+
+
+@pytest.mark.parametrize("bad, error", [(float("nan"), ValueError), ("5", TypeError), (True, TypeError)])
+def test_a_sleeps_timeout_that_is_no_number_of_seconds_is_refused_by_name_before_it_is_journaled(bad, error):
+    store = SQLiteStore(":memory:")
+    ctx = DurableContext(store, "bad-timeout")
+    with pytest.raises(error, match=f"timeout_s .*{re.escape(repr(bad))}"):
+        ctx.sleep_until(wall_ms() + 60_000, timeout_s=bad)
+    with pytest.raises(error, match=f"timeout_s .*{re.escape(repr(bad))}"):
+        asyncio.run(ctx.sleep_until_async(wall_ms() + 60_000, timeout_s=bad))
+    assert ctx.calls == 0 and store.scan(SLEEP_PARTITION, *keys.timer_range()).entries == []

@@ -90,7 +90,9 @@ class Committer:
             while self._queues:
                 if self.queued < PAGE and self._handlers_running() and not self.stopping:
                     # More outcomes are on their way: a moment's wait lets them share the commit
-                    # (one transaction, one WAL flush, per partition) instead of one each.
+                    # (one transaction, one WAL flush, per partition) instead of one each. Real time,
+                    # not ``clock``: it waits for handlers that run in real time, and on a manual clock
+                    # that a test does not advance it would hold every commit.
                     await asyncio.sleep(GATHER_S)
                 now = self.clock.monotonic_ns()
                 ready = {p: q for p, q in self._queues.items() if self._retry_at.get(p, now) <= now}

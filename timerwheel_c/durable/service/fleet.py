@@ -45,7 +45,7 @@ def status(store, now_ms: int) -> dict:
     owners: dict = {}
     shard_owners: dict = {}  # a fleet over the whole store owns shards, and so each partition in them
     if not isinstance(store, SQLiteStore):
-        from ..storage.pg_ownership import runners as live_runners
+        from ..storage.postgres.ownership import runners as live_runners
 
         runners = []
         for r in live_runners(store):

@@ -80,7 +80,7 @@ class Passes:
         counted: ``counted(report)`` adds a claim's :class:`RunReport` to the service's counters.
         wall_ms: the Unix-epoch clock in ms.
         store_failed: ``store_failed(exc, failures, what) -> backoff s`` counts and logs an error.
-        clock: monotonic seconds.
+        clock: monotonic seconds (the service's clock): retries, skips and each claim's budget (``max_elapsed_ms``).
         grace_ms: how long after its due time a row of a kind the registry lacks is left for a
             runner that has it, ms (see :mod:`~timerwheel_c.durable.timers.claim`).
         shards: the shards to read now (``shards()``: a list of ints), or None to pass over the
@@ -184,7 +184,7 @@ class Passes:
             requests = [(p, self._budget(cap), firsts[p]) for p, cap in caps.items()]
             try:
                 across = claim_due_across(self.store, requests, self.registry, now_ms, exclude=exclude,
-                                          grace_ms=self.grace_ms)
+                                          clock=self.clock, grace_ms=self.grace_ms)
             except Exception as exc:  # a bad argument: every partition's own failure
                 across = [exc] * len(requests)
             for (p, cap), claims in zip(caps.items(), across):
@@ -332,7 +332,7 @@ class Passes:
         now_ms = self.wall_ms()
         try:
             claims = claim_due(self.store, partition, self.registry, now_ms, self._budget(cap), exclude=exclude,
-                               grace_ms=self.grace_ms)
+                               clock=self.clock, grace_ms=self.grace_ms)
         except Exception as exc:
             return self._claimed(partition, cap, now_ms, exc, waking)
         return self._claimed(partition, cap, now_ms, claims, waking)

@@ -122,7 +122,7 @@ class DurableTimerService:
             only, since the store's change signal wakes the thread on every timer write.
         fleet: divide ``partitions`` (None: the whole store, divided by shard) with the other services
             asking for the same ones, each partition (or shard) served by one live service at a time (see
-            :mod:`timerwheel_c.durable.storage.pg_ownership`); the sleep is then capped at the ownership's
+            :mod:`timerwheel_c.durable.storage.postgres.ownership`); the sleep is then capped at the ownership's
             check interval. None (default): True when ``partitions`` is None and the store
             supports it (:meth:`Store.ownership`: PostgreSQL), else False.
         summary_interval_s: seconds (finite, > 0) between INFO summaries of the work done
@@ -135,7 +135,8 @@ class DurableTimerService:
             A test gives a :class:`~timerwheel_c.durable.timers.timing.ManualClock` and drives the
             service's sleeps, backoffs and grace by hand. The store server's clock, where it is used,
             is carried on this clock's monotonic one.
-        timing: the backoff after failed store calls, the unknown-kind grace and stop()'s default wait
+        timing: the backoff after failed store calls, the unknown-kind grace, stop()'s default wait and
+            a fleet's ownership interval and lease, read on ``clock``
             (a :class:`~timerwheel_c.durable.timers.timing.Timing`); None (default): the defaults.
         separate_commits: True: with a store that can write on a second connection at once
             (:meth:`Store.open_sibling`: PostgreSQL), commit outcomes on a thread and connection
@@ -162,7 +163,7 @@ class DurableTimerService:
     outcome commits, and effects outside the outcome's batch must be idempotent.
 
     In a fleet the runners with the same kinds (the registry's at construction) form one group (see
-    :mod:`timerwheel_c.durable.storage.pg_ownership`), so every partition's rows of a kind are
+    :mod:`timerwheel_c.durable.storage.postgres.ownership`), so every partition's rows of a kind are
     served by a live runner that has that kind.
 
     Raises:
@@ -210,7 +211,9 @@ class DurableTimerService:
         if fleet not in (None, True, False):
             raise TypeError(f"fleet must be None, True or False, got {fleet!r}")
         in_fleet = fleet or (fleet is None and partitions is None)
-        self.ownership = store.ownership(self.partitions, kinds=registry.kinds()) if in_fleet else None
+        self.ownership = store.ownership(self.partitions, kinds=registry.kinds(), monotonic_ns=self.clock.monotonic_ns,
+                                         check_interval_s=self.timing.ownership_interval_s,
+                                         lease_s=self.timing.ownership_lease_s) if in_fleet else None
         if fleet and self.ownership is None:
             raise ValueError(f"fleet=True needs a store that divides partitions among runners (PostgreSQL), got {store!r}")
         self.budget = budget

@@ -213,7 +213,9 @@ class StatusPage:
             try:
                 out["fleet"] = fleet = status(self.store, now_ms)
                 if fleet["runners"]:
-                    beats = self._heartbeats([r["backend_pid"] for r in fleet["runners"]])
+                    from ..storage.postgres.activity import heartbeats
+
+                    beats = heartbeats(self.store, [r["backend_pid"] for r in fleet["runners"]])
                     for r in fleet["runners"]:
                         r["heartbeat_ms"] = beats.get(r["backend_pid"])
                 out["schedules"] = list_schedules(self.store)
@@ -225,19 +227,6 @@ class StatusPage:
             except StoreError as exc:
                 out["error"] = first_line(exc, self._url)
         return out
-
-    def _heartbeats(self, backend_pids: list) -> dict:
-        """backend pid -> ms since its lock connection's last statement ended, on the server's clock."""
-        import psycopg
-
-        try:
-            with self.store.new_connection() as conn:
-                rows = conn.execute(
-                    "SELECT pid, (extract(epoch FROM clock_timestamp() - state_change) * 1000)::int8 "
-                    "FROM pg_stat_activity WHERE pid = ANY(%s)", (backend_pids,)).fetchall()
-        except psycopg.Error:  # a role that may not see them, or a server gone meanwhile: not shown
-            return {}
-        return {pid: ms for pid, ms in rows if ms is not None}
 
     def _search(self, query: dict) -> tuple:
         """``(timers, more)``: up to :data:`SEARCH_LIMIT` pending timers matching ``query``, and

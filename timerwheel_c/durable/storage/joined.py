@@ -61,36 +61,18 @@ store's own are.
 """
 from __future__ import annotations
 
-import functools
-import os
-import sqlite3
-from typing import Any, Optional, Union
+from typing import Any
 
-from .errors import wrap_exceptions
-from .savepoint import OPEN, Joined, ending, type_name, unless_failing
-from .shards import shard_of
-from .sqlite import SQLiteStore, apply_batch, read_value, store_error
-from .store import Batch, Committed, PreconditionFailed, Store, check_store
+from .savepoint import Joined
+from .store import Store, check_store
 
 __all__ = ["Joined", "ajoined", "joined"]
 
 
-def _pg_joined(store: Store):
-    """The module :mod:`.pg_joined` when ``store`` is a PostgresStore, else None. Asked only of a store
-    that is no SQLiteStore, so psycopg is never imported for a SQLite store."""
-    try:
-        from . import pg_joined
-    except ModuleNotFoundError as exc:  # no psycopg: no PostgresStore exists
-        if exc.name != "psycopg":
-            raise
-        return None
-    return pg_joined if isinstance(store, pg_joined.PostgresStore) else None
-
-
 def joined(store: Store, conn: Any, partition: str) -> Joined:
     """The :class:`Joined` write to ``partition`` of ``store`` through the caller's sync connection
-    ``conn`` (a ``sqlite3.Connection`` for a :class:`SQLiteStore`, a ``psycopg.Connection`` for a
-    ``PostgresStore``), its state checked now.
+    ``conn`` (a ``sqlite3.Connection`` for a ``SQLiteStore``, a ``psycopg.Connection`` for a
+    ``PostgresStore``), its state checked now: the store's own :meth:`~.store.Store.joined`.
 
     Raises:
         TypeError: ``store`` takes no caller's connection, or ``conn`` is of the wrong type for it
@@ -98,20 +80,14 @@ def joined(store: Store, conn: Any, partition: str) -> Joined:
         ValueError: ``conn`` is closed, to another SQLite file, in autocommit mode with no
             transaction open, or in a failed transaction.
     """
-    check_store(store)
-    if isinstance(store, SQLiteStore):
-        return _SQLiteJoined(store, conn, partition)
-    pg = _pg_joined(store)
-    if pg is not None:
-        return pg.PgJoined(store, conn, partition)
-    raise TypeError(f"conn= needs a SQLiteStore or a PostgresStore, got the store {store!r}")
+    return check_store(store).joined(conn, partition)
 
 
-def ajoined(store: Store, conn: Any, partition: str):
+def ajoined(store: Store, conn: Any, partition: str) -> Any:
     """:func:`joined` for asyncio code: an async context manager whose ``get`` and ``apply`` are
     coroutine functions. With a ``psycopg.AsyncConnection`` (a ``PostgresStore``) every statement is
     awaited on it, on the caller's loop, with no thread. With a ``sqlite3.Connection`` (a
-    :class:`SQLiteStore`) the write runs synchronously on the loop's thread: sqlite3 connections
+    ``SQLiteStore``) the write runs synchronously on the loop's thread: sqlite3 connections
     belong to the thread that opened them, so it cannot move to another; it blocks the loop for the
     write's few statements, and for up to the connection's busy timeout while another writer holds
     the file's lock.
@@ -119,93 +95,4 @@ def ajoined(store: Store, conn: Any, partition: str):
     Raises:
         TypeError / ValueError: as :func:`joined` (a sync ``psycopg.Connection`` is a TypeError here).
     """
-    check_store(store)
-    if isinstance(store, SQLiteStore):
-        return _OnTheLoop(_SQLiteJoined(store, conn, partition))
-    pg = _pg_joined(store)
-    if pg is not None:
-        return pg.AsyncPgJoined(store, conn, partition)
-    raise TypeError(f"conn= needs a SQLiteStore or a PostgresStore, got the store {store!r}")
-
-
-# -- SQLite ---------------------------------------------------------------------------------------
-
-class _SQLiteJoined(Joined):
-    def __init__(self, store: SQLiteStore, conn: Any, partition: str):
-        if not isinstance(conn, sqlite3.Connection):
-            raise TypeError(f"conn must be a sqlite3.Connection to {store.path!r} for {store!r}, "
-                            f"got {type_name(conn)}")
-        if store.path == ":memory:":
-            raise ValueError(f"{store!r} is private to its own connection; conn= needs a store on a database file")
-        try:
-            in_transaction = conn.in_transaction
-            # A cursor of its own, returning plain tuples whatever row_factory the caller's connection
-            # has; its text_factory may still make the names bytes.
-            cursor = conn.cursor()
-            cursor.row_factory = None
-            files = {os.fsdecode(name): os.fsdecode(file)
-                     for _, name, file in cursor.execute("PRAGMA database_list")}
-        except sqlite3.ProgrammingError as exc:  # closed, or used from another thread
-            raise ValueError(f"conn cannot be used: {exc}") from None
-        if not _same_file(files.get("main"), store.path):
-            raise ValueError(f"conn is a connection to {files.get('main') or ':memory:'!r}, not to the database "
-                             f"file of {store!r}")
-        autocommit = getattr(conn, "autocommit", -1)  # Python >= 3.12; -1 is LEGACY_TRANSACTION_CONTROL
-        if not in_transaction and (autocommit is True or (autocommit == -1 and conn.isolation_level is None)):
-            raise ValueError("conn is in autocommit mode (isolation_level=None or autocommit=True) with no transaction "
-                             "open, so the write would commit on its own: execute BEGIN on it first, or pass no conn")
-        self._cursor = cursor
-        self._partition = partition
-        self._shard = shard_of(partition, store.shard_count)
-        self._begin = not in_transaction
-        self._wrap = wrap_exceptions(sqlite3.Error, functools.partial(store_error, store.path))
-
-    def __enter__(self) -> "_SQLiteJoined":
-        with self._wrap:
-            if self._begin:
-                self._cursor.execute("BEGIN IMMEDIATE")
-            self._cursor.execute(OPEN)
-        return self
-
-    def __exit__(self, typ, exc, tb) -> None:
-        for statement in ending(exc):
-            with unless_failing(exc, self._wrap):
-                self._cursor.execute(statement)
-
-    def get(self, key: bytes) -> Optional[bytes]:
-        with self._wrap:
-            return read_value(self._cursor, self._partition, key)
-
-    def apply(self, batch: Batch) -> Union[Committed, PreconditionFailed]:
-        with self._wrap:
-            failed = apply_batch(self._cursor, self._partition, batch, self._shard)
-        return Committed() if failed is None else PreconditionFailed(failed)
-
-
-def _same_file(opened: Optional[str], path: str) -> bool:
-    """True when SQLite's name of a connection's main database, ``opened`` (absolute, or empty for a
-    private one), is the file at ``path``: compared as written first, and only then through symbolic
-    links (a few system calls, which would otherwise cost more than the write itself)."""
-    if not opened:
-        return False
-    return opened == os.path.abspath(path) or os.path.realpath(opened) == os.path.realpath(path)
-
-
-class _OnTheLoop:
-    """A sync :class:`Joined` behind the async interface of :func:`ajoined`, run where it is awaited."""
-
-    def __init__(self, tx: Joined):
-        self._tx = tx
-
-    async def __aenter__(self) -> "_OnTheLoop":
-        self._tx.__enter__()
-        return self
-
-    async def __aexit__(self, typ, exc, tb) -> None:
-        self._tx.__exit__(typ, exc, tb)
-
-    async def get(self, key: bytes) -> Optional[bytes]:
-        return self._tx.get(key)
-
-    async def apply(self, batch: Batch) -> Union[Committed, PreconditionFailed]:
-        return self._tx.apply(batch)
+    return check_store(store).ajoined(conn, partition)

@@ -36,12 +36,12 @@ def open_store(url: str, *, read_only: bool = False, create: bool = True) -> Sto
         path = url[len(SQLITE_PREFIX):]
         if not path:
             raise ValueError(f"store URL {redact(url)!r} has no path (use sqlite:///relative.db or sqlite:////abs/path.db)")
-        from .sqlite import SQLiteStore
+        from .sqlite.store import SQLiteStore
 
         return SQLiteStore(path, read_only=read_only, create=create)
     if url.startswith(("postgresql://", "postgres://")):
         try:
-            from .postgres import PostgresStore
+            from .postgres.store import PostgresStore
         except ModuleNotFoundError as exc:
             if exc.name != "psycopg":
                 raise

@@ -1,5 +1,5 @@
 """A write's savepoint on a caller's connection, and :class:`Joined`, the interface of such a write:
-what the SQLite half (:mod:`.joined`) and the PostgreSQL half (:mod:`.pg_joined`) of writes in the
+what the SQLite half (:mod:`.joined`) and the PostgreSQL half (:mod:`.postgres.joined`) of writes in the
 caller's own transaction share. :mod:`.joined` gives the contract and picks the half for a store.
 """
 from __future__ import annotations

@@ -10,7 +10,7 @@ with one (Temporal maps workflows onto a fixed number of history shards the same
 The hash is MD5 of the partition name's UTF-8, its first four bytes big-endian, modulo the shard
 count: stable across processes, hosts and versions (never Python's salted ``hash()``), and
 computable in SQL, which PostgreSQL's generated ``shard`` column does
-(``sql/postgres/0008_shards.sql``) with the same result. MD5 here spreads names; it guards nothing.
+(``postgres/sql/0008_shards.sql``) with the same result. MD5 here spreads names; it guards nothing.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The backends' SQL, kept in ``sql/<backend>/`` as procrastinate keeps its ``sql/``, not in Python strings.
+"""The backends' SQL, kept in each backend's folder, ``<backend>/sql/``, as procrastinate keeps its ``sql/``, not in Python strings.
 
 - ``queries.sql``: the statements a backend runs, one per ``-- name: NAME`` section.
 - ``NNNN_description.sql``: numbered migrations; ``NNNN`` is the schema version the file brings a
@@ -19,7 +19,7 @@ _SECTION = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 
 
 def _folder(backend: str):
-    return resources.files(__package__).joinpath("sql", backend)
+    return resources.files(__package__).joinpath(backend, "sql")
 
 
 def migrations(backend: str) -> list:

@@ -4,7 +4,7 @@ A partition is named by a non-empty str and is the unit of atomicity, ordering a
 ownership: a :class:`Batch` applies to one partition, all or nothing, after its guards
 (:class:`Equals`, :class:`Absent`) hold; a runner fires one partition's timers in due
 order; and in a fleet each partition is served by one runner at a time (see
-:mod:`timerwheel_c.durable.storage.pg_ownership`). The guarded batch is the compare-and-set that
+:mod:`timerwheel_c.durable.storage.postgres.ownership`). The guarded batch is the compare-and-set that
 makes durable timers fire their batch effects at most once (the guarded-write shape of
 etcd transactions and FoundationDB's read-conflict checks).
 
@@ -18,14 +18,19 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Callable, NoReturn, Optional, Union, cast
+from typing import TYPE_CHECKING, Any, Callable, NoReturn, Optional, Union, cast
 
 from .errors import PermanentStoreError
 from .redact import redact
 from .shards import check_shard_count, check_shards
 from .watch import GENERIC_POLL_S, ChangeHub, PollingWatcher, Watcher
 
+if TYPE_CHECKING:
+    from .savepoint import Joined
+
 __all__ = [
+    "CHECK_INTERVAL_S",
+    "LEASE_S",
     "MAX_KEY_BYTES",
     "MAX_PARTITION_BYTES",
     "MAX_VALUE_BYTES",
@@ -314,9 +319,13 @@ class Page:
         return cls(entries, entries[-1][0] if len(rows) > limit else None)
 
 
+CHECK_INTERVAL_S = 1.0  # the default longest time between two evaluations of a runner's ownership, s
+LEASE_S = 20.0  # the default lease of a fleet runner that ran no ownership query (pg_ownership), s
+
+
 class Ownership(abc.ABC):
     """The partitions one runner owns among the live runners sharing a store
-    (:class:`timerwheel_c.durable.storage.pg_ownership.PartitionOwnership` on PostgreSQL)."""
+    (:class:`timerwheel_c.durable.storage.postgres.ownership.PartitionOwnership` on PostgreSQL)."""
 
     check_interval_s: float
     #: True when the units owned are the store's shards (:meth:`Store.scan_shards`): :meth:`owned`,
@@ -558,7 +567,7 @@ class Store(abc.ABC):
 
     #: The :class:`Ownership` type that divides this backend's partitions among runners, called as
     #: ``ownership_type(store, partitions, **kwargs)``, set by the backend's own class beside its SQL
-    #: (PostgresStore's: :mod:`.pg_ownership`). None: the backend has no way to divide the work.
+    #: (PostgresStore's: :mod:`.postgres.ownership`). None: the backend has no way to divide the work.
     ownership_type: Optional[Callable[..., "Ownership"]] = None
 
     def ownership(self, partitions: Optional[list] = None, **kwargs) -> Optional["Ownership"]:
@@ -568,6 +577,27 @@ class Store(abc.ABC):
         not divide the work). ``kwargs`` go to :attr:`ownership_type`.
         """
         return None if self.ownership_type is None else self.ownership_type(self, partitions, **kwargs)
+
+    def joined(self, conn: Any, partition: str) -> "Joined":
+        """The write to ``partition`` through the caller's own sync connection ``conn``, inside its
+        open transaction (:mod:`.joined` gives the contract), its state checked now; a backend that
+        takes callers' connections overrides it.
+
+        Raises:
+            TypeError: this store takes no caller's connection (the default), or ``conn`` is of the
+                wrong type for it (named by its type, never its repr, which may hold a DSN).
+            ValueError: ``conn`` cannot join a transaction now (a backend's own reasons).
+        """
+        raise TypeError(f"conn= needs a SQLiteStore or a PostgresStore, got the store {self!r}")
+
+    def ajoined(self, conn: Any, partition: str) -> Any:
+        """:meth:`joined` for asyncio code: an async context manager whose ``get`` and ``apply`` are
+        coroutine functions, over the caller's connection ``conn`` as the backend takes it.
+
+        Raises:
+            TypeError / ValueError: as :meth:`joined`.
+        """
+        raise TypeError(f"conn= needs a SQLiteStore or a PostgresStore, got the store {self!r}")
 
     def clock_ns(self) -> Optional[int]:
         """The store server's wall clock now, Unix epoch ns, for runners on many hosts to agree on

@@ -3,47 +3,70 @@
 A numbered SQL migration (:mod:`.sqlfiles`) changes tables. Some upgrades instead change the rows
 themselves in a way that only a layer above can work out (the timer layer moving its rows into the
 reserved key space, and naming its timers), and the store must not learn what the rows mean. Such
-a layer registers a function for a schema version with :func:`register_rewrite` when it is imported
-(the whole package is imported before any store is opened). A backend, bringing a database from
-below that version, hands it each partition's rows and writes the difference (the rows it dropped
-or moved deleted, the new and changed ones put) inside the one transaction, under the one lock,
-that runs its SQL migrations and records the new version: the upgrade happens once, whole or not at
-all, however many processes open the store at the same moment. This is procrastinate's numbered
-migrations with the data step given as a function instead of SQL.
+a layer declares a function for a schema version as an entry point of the group :data:`GROUP`,
+named by the version (this package's ``pyproject.toml`` declares the timer layer's), as SQLAlchemy
+finds its dialects: nothing is registered when a module is imported, storage imports no layer
+above it, and a program that imports the storage layer alone upgrades a store whole. A backend,
+bringing a database from below that version, loads the declared functions, hands each one every
+partition's rows and writes the difference (the rows it dropped or moved deleted, the new and
+changed ones put) inside the one transaction, under the one lock, that runs its SQL migrations and
+records the new version: the upgrade happens once, whole or not at all, however many processes
+open the store at the same moment. This is procrastinate's numbered migrations with the data step
+given as a function instead of SQL.
 """
 from __future__ import annotations
 
 import itertools
-from typing import Callable, Iterable
+import sys
+from importlib import metadata
+from typing import Iterable
 
-__all__ = ["register_rewrite", "rewritten_rows"]
+__all__ = ["GROUP", "declared_rewrites", "rewritten_rows"]
 
-# version -> rewrite({key: value}) -> {key: value}: a partition's rows before and after.
-_REWRITES: dict = {}
+#: The entry-point group of the row rewrites: each entry named by the schema version (an int >= 1)
+#: it brings a database to, its object a function ``rewrite({key: value}) -> {key: value}``.
+GROUP = "timerwheel_c.row_rewrites"
 
 
-def register_rewrite(version: int, rewrite: Callable[[dict], dict]) -> None:
-    """Make ``rewrite(rows)`` run on every partition when a database is brought from below ``version``
-    (an int >= 1) to it or past it: ``rows`` is the partition's ``{key: value}`` (bytes), as left by
-    the rewrites of lower versions, and it returns the partition's rows after the step (a new dict;
-    a key it leaves out is deleted). Idempotent for the same function.
+def declared_rewrites() -> dict:
+    """``{version: rewrite}`` of the entry points of :data:`GROUP`, each loaded: ``rewrite(rows)``
+    takes a partition's ``{key: value}`` (bytes), as left by the rewrites of lower versions, and
+    returns the partition's rows after the step (a new dict; a key it leaves out is deleted). One
+    entry declared twice (the same package found on two paths) counts once.
 
     Raises:
-        ValueError: another function is registered for ``version``.
+        RuntimeError: an entry's name is not a version (an int >= 1), or two entries of one version
+            name different functions, naming them.
     """
-    known = _REWRITES.get(version)
-    if known is not None and known is not rewrite:
-        raise ValueError(f"schema version {version} already has the row rewrite {known!r}")
-    _REWRITES[version] = rewrite
+    if sys.version_info >= (3, 10):
+        entries = metadata.entry_points(group=GROUP)
+    else:
+        entries = metadata.entry_points().get(GROUP, ())
+    found: dict = {}
+    for entry in entries:
+        if not entry.name.isdigit() or int(entry.name) < 1:
+            raise RuntimeError(f"the row rewrite {entry.value!r} of {GROUP!r} is named {entry.name!r}, "
+                               "not by the schema version it brings a store to")
+        known = found.setdefault(int(entry.name), entry)
+        if known.value != entry.value:
+            raise RuntimeError(f"schema version {entry.name} has two row rewrites in {GROUP!r}: {known.value!r} "
+                               f"and {entry.value!r}")
+    return {version: entry.load() for version, entry in found.items()}
 
 
 def rewritten_rows(found: int, rows: Iterable) -> tuple:
     """``(deletes, puts)`` that upgrade a database at schema version ``found`` from its stored
     ``rows`` (``(partition, key, value)`` triples ordered by partition): ``deletes`` the
     ``(partition, key)`` pairs to remove, ``puts`` the ``(partition, key, value)`` rows to write
-    (insert or replace), each step of the registered versions above ``found`` in version order;
-    ``([], [])`` when no step lies above ``found`` (``rows`` is then not read)."""
-    steps = [rewrite for version, rewrite in sorted(_REWRITES.items()) if version > found]
+    (insert or replace), each step of the declared versions above ``found`` in version order
+    (:func:`declared_rewrites`); ``([], [])`` when no step lies above ``found`` (``rows`` is then
+    not read).
+
+    Raises:
+        RuntimeError: as :func:`declared_rewrites`.
+        ValueError (or what a rewrite raises): a rewrite refused a partition's rows.
+    """
+    steps = [rewrite for version, rewrite in sorted(declared_rewrites().items()) if version > found]
     deletes: list = []
     puts: list = []
     if not steps:

@@ -7,7 +7,7 @@ detector, and the service waits on it beside its deadline, as APScheduler 4 and
 procrastinate wake their workers with PostgreSQL ``LISTEN``/``NOTIFY``:
 
 - PostgreSQL: a trigger sends ``NOTIFY`` in the writing transaction, and a dedicated
-  ``LISTEN`` connection receives it (:mod:`timerwheel_c.durable.storage.pg_listen`).
+  ``LISTEN`` connection receives it (:mod:`timerwheel_c.durable.storage.postgres.listen`).
 - SQLite: ``PRAGMA data_version`` on a dedicated connection, polled every 20 ms; it
   changes whenever another connection commits (https://sqlite.org/pragma.html#pragma_data_version).
 - Any other backend: :class:`PollingWatcher` calling back every second.

@@ -14,7 +14,7 @@ What a scan meets, and what becomes of it (each a record type below, never a tag
   claimed by :func:`~.schedules.claim_occurrence`, which may instead move the schedule on unfired;
 - a row of a kind this registry lacks: left in place for :data:`UNKNOWN_KIND_GRACE_MS` after
   its due time, so that a runner that has the kind (another service on the store, or another
-  group of a fleet, see :mod:`timerwheel_c.durable.storage.pg_ownership`) fires it; after that it
+  group of a fleet, see :mod:`timerwheel_c.durable.storage.postgres.ownership`) fires it; after that it
   is moved :data:`UNKNOWN_KIND_BACKOFF_MS` later and logged once per kind, so rows nobody can
   fire do not clog the due range. That move charges no attempt (no handler was called): in a
   rolling deploy, the runner that has the kind still finds every attempt of ``max_attempts``

@@ -1,6 +1,7 @@
 """The in-place upgrade of a store written before the reserved key space (schema version
 :data:`KEY_SPACE_SCHEMA_VERSION`), run once by the store, under its schema lock, in the transaction
-that records the version (:mod:`..storage.upgrades`).
+that records the version (:mod:`..storage.upgrades`), which finds :func:`upgraded_partition` by the
+entry point that ``pyproject.toml`` declares for it: importing this module registers nothing.
 
 Before it, the library's tags were one letter with no 0x00 in front (``b"T"``, not ``b"\\x00T"``;
 :mod:`.keys`), in the key space that applications' rows use too. Every row of one partition is
@@ -31,7 +32,6 @@ from typing import Optional
 
 from . import keys
 from .schedule_state import ScheduleState
-from ..storage.upgrades import register_rewrite
 
 __all__ = ["KEY_SPACE_SCHEMA_VERSION", "DUPLICATE_SUFFIX", "upgraded_partition"]
 
@@ -78,7 +78,7 @@ def _moves(key: bytes, value: bytes) -> bool:
 
 
 def upgraded_partition(rows: dict) -> dict:
-    """The rewrite of :data:`KEY_SPACE_SCHEMA_VERSION` (:func:`~..storage.upgrades.register_rewrite`):
+    """The rewrite of :data:`KEY_SPACE_SCHEMA_VERSION` (declared in :data:`~..storage.upgrades.GROUP`):
     one partition's rows ``{key: value}`` in the old layouts, as the module docstring says they move.
 
     Raises:
@@ -137,5 +137,3 @@ def _key_of(key: bytes, tk: keys.TimerKey) -> bytes:
         return keys.backoff(tk.due_at_ms, tk.kind, tk.attempt, tk.original_due_at_ms, tk.reference)
     return keys.timer(tk.due_at_ms, tk.kind, tk.reference)
 
-
-register_rewrite(KEY_SPACE_SCHEMA_VERSION, upgraded_partition)

@@ -20,6 +20,7 @@ mark from any process; :data:`_RECHECK_S` is only a safety net.
 """
 from __future__ import annotations
 
+import math
 import struct
 import threading
 import uuid
@@ -145,6 +146,21 @@ class DurableContext:
     def _fired(self, mark: bytes) -> bool:
         return self.store.get(self.partition, mark) == _FIRED
 
+    def _give_up_ns(self, timeout_s) -> Optional[int]:
+        """When (monotonic ns on ``clock``) a wait of ``timeout_s`` seconds from now gives up; None for no
+        timeout (None or infinity).
+
+        Raises:
+            TypeError / ValueError: ``timeout_s`` not None nor a number of seconds, or NaN, naming it.
+        """
+        if timeout_s is None:
+            return None
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)):
+            raise TypeError(f"timeout_s must be a number of seconds or None, got {type(timeout_s).__name__} {timeout_s!r}")
+        if math.isnan(timeout_s):
+            raise ValueError(f"timeout_s must be a number of seconds or None, got {timeout_s!r}")
+        return None if timeout_s == math.inf else self.clock.monotonic_ns() + round(max(0.0, timeout_s) * 1e9)
+
     def _timeout(self, mark: bytes, due: int, timeout_s) -> TimeoutError:
         return TimeoutError(f"durable sleep {mark[len(keys.SLEEP_MARK_TAG):].hex()} due {due} ms not fired within {timeout_s} s")
 
@@ -158,11 +174,12 @@ class DurableContext:
             TypeError / ValueError: a bad ``due_at_ms`` (a naive datetime, a non-int).
             TimeoutError: not fired within ``timeout_s`` seconds (monotonic), if given.
         """
+        give_up_ns = self._give_up_ns(timeout_s)
         mark, due = self._journal(due_at_ms)
         if due is None:
             return True
         clock = self.clock
-        give_up = None if timeout_s is None else clock.monotonic_ns() / 1e9 + timeout_s
+        give_up = None if give_up_ns is None else give_up_ns / 1e9
         end_s = clock.monotonic_ns() / 1e9 + max(0.0, due / 1000 - clock.wall_ns() / 1e9)
         if give_up is not None:
             end_s = min(end_s, give_up)
@@ -187,9 +204,11 @@ class DurableContext:
 
     async def sleep_until_async(self, due_at_ms, timeout_s: Optional[float] = None) -> bool:
         """The ``await`` form of :meth:`sleep_until` (store calls are short and made on the loop thread);
-        it sleeps on the release timer (``timerwheel_c.arm_at``) when this build has it."""
+        it sleeps on the release timer (``timerwheel_c.arm_at``) when this build has it. ``timeout_s``
+        runs on ``clock``, as the wait for the due time does."""
         import asyncio  # here: the durable package loads without asyncio, and a coroutine has it loaded
 
+        give_up_ns = self._give_up_ns(timeout_s)
         mark, due = self._journal(due_at_ms)
         if due is None:
             return True
@@ -213,13 +232,23 @@ class DurableContext:
                 if self._fired(mark):
                     return
                 try:
+                    # Real time: a poll in case a change signal is missed, never a deadline.
                     await asyncio.wait_for(changed.wait(), _RECHECK_S)
                 except asyncio.TimeoutError:
                     pass
 
         with self.store.watch(on_change):
+            if give_up_ns is None:
+                await wait()
+                return False
+            waiting = asyncio.ensure_future(wait())
+            give_up = asyncio.ensure_future(clock.sleep_until(give_up_ns))
             try:
-                await asyncio.wait_for(wait(), timeout_s)
-            except asyncio.TimeoutError:
-                raise self._timeout(mark, due, timeout_s) from None
+                done, _ = await asyncio.wait({waiting, give_up}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                waiting.cancel()
+                give_up.cancel()
+            if waiting not in done:
+                raise self._timeout(mark, due, timeout_s)
+            waiting.result()  # its store error, if a read failed
         return False

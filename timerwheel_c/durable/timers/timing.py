@@ -1,5 +1,6 @@
 """Injected time and policy for the durable service: a :class:`Clock` (wall and monotonic, and the
-waits on the latter) and a :class:`Timing` (the backoff, the unknown-kind grace, stop()'s wait).
+waits on the latter) and a :class:`Timing` (the backoff, the unknown-kind grace, stop()'s wait, and a
+fleet's ownership interval and lease).
 
 The service reads time only through its clock, so a test gives it a :class:`ManualClock` and drives
 time by hand, as tokio's ``time::pause()``/``advance()`` and the ``time_machine`` package do: nothing
@@ -16,6 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from ..storage.store import CHECK_INTERVAL_S, LEASE_S
 from .claim import UNKNOWN_KIND_GRACE_MS
 
 if TYPE_CHECKING:
@@ -150,18 +152,29 @@ class Timing:
         unknown_kind_grace_ms: how long after its due time a row of a kind this runner lacks is left
             for a runner that has it, ms (see :mod:`.claim`).
         stop_timeout_s: stop()'s default wait for the handlers in flight, s.
+        ownership_interval_s: in a fleet, the longest a runner goes between two evaluations of its
+            ownership (which runners live, what it owns), s: a dead runner's share is taken over
+            within about this long once its locks are gone.
+        ownership_lease_s: in a fleet, how long a runner whose lock connection ran no query is left
+            before a live runner ends its session and takes its share over (a frozen runner), s; above
+            ``ownership_interval_s``, and above the longest pass (its budget's ``max_elapsed_ms``).
+            Both are read on the service's clock (see
+            :mod:`timerwheel_c.durable.storage.postgres.ownership`).
 
     Raises:
-        TypeError / ValueError: a value that is not a finite number > 0 (the grace: an int >= 0), naming it.
+        TypeError / ValueError: a value that is not a finite number > 0 (the grace: an int >= 0), a lease
+            not above the interval, naming it.
     """
 
     backoff_base_s: float = 0.05
     backoff_max_s: float = 5.0
     unknown_kind_grace_ms: int = UNKNOWN_KIND_GRACE_MS
     stop_timeout_s: float = 10.0
+    ownership_interval_s: float = CHECK_INTERVAL_S
+    ownership_lease_s: float = LEASE_S
 
     def __post_init__(self) -> None:
-        for name in ("backoff_base_s", "backoff_max_s", "stop_timeout_s"):
+        for name in ("backoff_base_s", "backoff_max_s", "stop_timeout_s", "ownership_interval_s", "ownership_lease_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise TypeError(f"Timing.{name} must be a number of seconds, got {type(value).__name__} {value!r}")
@@ -173,6 +186,9 @@ class Timing:
         if self.backoff_max_s < self.backoff_base_s:
             raise ValueError(f"Timing.backoff_max_s ({self.backoff_max_s!r}) is below backoff_base_s "
                              f"({self.backoff_base_s!r})")
+        if self.ownership_lease_s <= self.ownership_interval_s:
+            raise ValueError(f"Timing.ownership_lease_s ({self.ownership_lease_s!r}) must be above "
+                             f"ownership_interval_s ({self.ownership_interval_s!r}): a live runner would lose its share")
 
     def backoff_s(self, failures: int) -> float:
         """The wait after ``failures`` (>= 1) failed store calls in a row, s: the base doubling to the max."""

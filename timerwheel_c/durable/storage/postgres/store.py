@@ -21,22 +21,22 @@ guard and does every write of the list in one set-based statement (a join per ki
 step instead of a statement per row), each batch still failing alone on its own guards;
 other lists go to ``<table>_apply_many``, which applies them batch by batch in order.
 A large batch that only puts new keys, guarded by ``Absent`` on them (a chunk of ``schedule_many``),
-goes in with one ``COPY`` instead (:mod:`.pg_copy`), the primary key judging its guards.
+goes in with one ``COPY`` instead (:mod:`.copy`), the primary key judging its guards.
 
 The schema (table, functions, and the ``<table>_meta`` row holding the schema version)
 is created or upgraded once, inside a transaction holding an advisory lock, so any
 number of processes can open the store at the same moment: the numbered migrations in
-``sql/postgres/`` above the recorded version run in order. A schema written by a newer
+``postgres/sql/`` above the recorded version run in order. A schema written by a newer
 version raises :class:`~timerwheel_c.durable.storage.store.SchemaVersionError`.
 
 The change signal (:meth:`PostgresStore.watch`): a row trigger (``<table>_wake``, in
-``sql/postgres/queries.sql``) calls ``pg_notify('<table>_wake', '')`` in the writing
+``postgres/sql/queries.sql``) calls ``pg_notify('<table>_wake', '')`` in the writing
 transaction for every insert or update of a key matching the patterns the timer layer
 declared (:meth:`~timerwheel_c.durable.storage.store.Store.signal_writes`: scheduled timer
 rows and durable-sleep marks, not the backed-off rows a claim writes), and for every one
 until some process has declared them. The store never reads the keys itself: the
 patterns are data, kept in the meta table, and the trigger is rebuilt only when they
-change. One :class:`~timerwheel_c.durable.storage.pg_listen.PgListener` per store and
+change. One :class:`~timerwheel_c.durable.storage.postgres.listen.PgListener` per store and
 process receives the notifications for every waiter. A second runner serving the same
 partition in parallel (not a fleet, which gives each partition one owner) finds a row that
 another runner claimed and abandoned on its next pass, within its ``max_sleep_s``.
@@ -48,9 +48,9 @@ Every psycopg error is raised as a :class:`~.errors.StoreError`, transient or pe
 by its SQLSTATE class. One connection per store, shared by threads under a lock; a
 broken connection (server restart, network) is replaced on the next call, and the failed
 call raises :class:`~.errors.TransientStoreError` for the caller to retry. Fleet
-ownership (:meth:`~timerwheel_c.durable.storage.store.Store.ownership`: :mod:`.pg_ownership`)
+ownership (:meth:`~timerwheel_c.durable.storage.store.Store.ownership`: :mod:`.ownership`)
 holds its locks on a connection of :meth:`PostgresStore.new_connection`. asyncio code
-writes on a pool of connections per event loop (:meth:`PostgresStore.async_pools`, :mod:`.pg_pool`).
+writes on a pool of connections per event loop (:meth:`PostgresStore.async_pools`, :mod:`.pool`).
 """
 from __future__ import annotations
 
@@ -60,32 +60,34 @@ import hashlib
 import re
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
-from .errors import PermanentStoreError, StoreError, TransientStoreError, wrap_exceptions
-from .pg_arrays import ByteaArray, Int4Array, Int8Array, TextArray, register as register_arrays
-from .pg_copy import copy_new_rows, copyable
-from .pg_listen import PgListener
-from .pg_ownership import PartitionOwnership
-from .redact import redact
-from .shards import DEFAULT_SHARD_COUNT, check_shard_count, shard_of
-from .sqlfiles import migrations, queries
-from .upgrades import rewritten_rows
-from .store import (Absent, Batch, Committed, Page, PreconditionFailed, Refused, SchemaError, SchemaVersionError,
+from ..errors import PermanentStoreError, StoreError, wrap_exceptions
+from .arrays import ByteaArray, Int4Array, Int8Array, TextArray, register as register_arrays
+from .copy import copy_new_rows, copyable
+from .listen import PgListener
+from .joined import AsyncPgJoined, AsyncPgStatements, PgJoined
+from .ownership import PartitionOwnership
+from .results import apply_results, store_error
+from ..redact import redact
+from ..shards import DEFAULT_SHARD_COUNT, check_shard_count, shard_of
+from ..sqlfiles import migrations, queries
+from ..upgrades import rewritten_rows
+from ..store import (Absent, Batch, Committed, Page, PreconditionFailed, SchemaError, SchemaVersionError,
                     Store, check_lock_wait_ms, check_readable_version, consumed_write, schema_version_of)
-from .watch import Watcher
+from ..watch import Watcher
 
 if TYPE_CHECKING:
-    from .pg_pool import AsyncPools
+    from .pool import AsyncPools
 
-__all__ = ["SCHEMA_VERSION", "PostgresStore", "apply_results", "lock_key", "set_synchronous_commit"]
+__all__ = ["SCHEMA_VERSION", "PostgresStore", "lock_key", "set_synchronous_commit"]
 
 _TABLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,51}$")  # room for the "_apply_many" suffix
-# The versions (sql/postgres/NNNN_*.sql bring a database to version NNNN):
+# The versions (postgres/sql/NNNN_*.sql bring a database to version NNNN):
 # 1: the table and a one-batch ``<table>_apply`` (databases from before the version row);
 # 2: the version row and ``<table>_apply_many`` over flattened batches;
 # 3: ``<table>_apply_many`` takes ``consume`` (a guarded delete checks its own guard);
@@ -102,45 +104,6 @@ SCHEMA_VERSION = _MIGRATIONS[-1][0]
 _SHARDS_VERSION = 8  # the migration that adds the shard column (reshard runs it again)
 _TIMERS_VIEW_VERSION = 10  # the migration that makes the timers' view, which reads the shard column
 _QUERIES = queries("postgres")
-# SQLSTATEs of passing conditions (https://www.postgresql.org/docs/current/errcodes-appendix.html),
-# by class: 08 connection exception, 40 transaction rollback (serialization failure, deadlock),
-# 53 insufficient resources (too many connections, out of memory, disk full) and 57 operator
-# intervention (admin or crash shutdown, cannot connect now, query canceled) but for 57P04 database
-# dropped; 55P03 lock not available, 55006 object in use, and 25006 read-only SQL transaction (a
-# standby during a failover, or default_transaction_read_only set for maintenance). A full disk and
-# a read-only server refuse every write, whatever the row: a store-wide refusal, which ends when
-# space is freed or writes come back, so a runner backs off and retries rather than quarantine the
-# rows it met meanwhile. Everything else (22 data exception, 23 integrity, 54 program limit exceeded
-# such as an index row too large, 42 syntax or access, XX internal) is permanent.
-_TRANSIENT_CLASSES = ("08", "40", "53", "57")
-_PERMANENT_IN_TRANSIENT_CLASSES = ("57P04",)
-_TRANSIENT_STATES = ("55P03", "55006", "25006")
-
-
-def is_transient_sqlstate(sqlstate: Optional[str]) -> bool:
-    """True for a SQLSTATE of a passing condition (see above); None (an error the client raised
-    itself, without a server reply: a lost or refused connection) counts as one."""
-    if sqlstate is None:
-        return True
-    if sqlstate in _PERMANENT_IN_TRANSIENT_CLASSES:
-        return False
-    return sqlstate[:2] in _TRANSIENT_CLASSES or sqlstate in _TRANSIENT_STATES
-
-
-def store_error(exc: psycopg.Error, dsn: Optional[str] = None) -> StoreError:
-    """The :class:`StoreError` for a psycopg error: classified by its SQLSTATE (a client-side error
-    without one is transient when it is about the connection, permanent otherwise: a malformed DSN
-    or a misuse); the message is the driver's, its password redacted."""
-    sqlstate = getattr(exc, "sqlstate", None)
-    if sqlstate is None:
-        transient = isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError))
-    else:
-        transient = is_transient_sqlstate(sqlstate)
-    message = redact(str(exc).strip() or type(exc).__name__, dsn)
-    kind = TransientStoreError if transient else PermanentStoreError
-    return kind(f"PostgreSQL: {message}" + (f" (SQLSTATE {sqlstate})" if sqlstate else ""), sqlstate)
-
-
 def lock_key(*parts: str) -> int:
     """A signed 64-bit advisory-lock key for the names ``parts`` (a blake2b hash), as
     ``pg_advisory_lock(bigint)`` takes it."""
@@ -412,7 +375,7 @@ class PostgresStore(Store):
         return apply_results(failed, refused)
 
     def query(self, name: str) -> sql.Composed:
-        """The statement ``name`` of ``sql/postgres/queries.sql`` on this store's table, for running on
+        """The statement ``name`` of ``postgres/sql/queries.sql`` on this store's table, for running on
         any psycopg connection to its database, sync or async (a caller's: :mod:`.joined`)."""
         return self._sql[name]
 
@@ -450,7 +413,7 @@ class PostgresStore(Store):
 
     def _scan_many(self, requests: list) -> list:
         """Every request in one statement: a LATERAL index scan per request (see ``scan_many`` in
-        ``sql/postgres/queries.sql``)."""
+        ``postgres/sql/queries.sql``)."""
         parts, lows, highs, inclusive, limits = TextArray(), ByteaArray(), ByteaArray(), [], Int8Array()
         for partition, start, end, after, limit in requests:
             parts.append(partition)
@@ -471,7 +434,7 @@ class PostgresStore(Store):
 
     def _scan_shards(self, shards: list, start: bytes, end: bytes, limit: int) -> list:
         """Every shard in one statement: a LATERAL range scan of the shard index per shard (see
-        ``scan_shards`` in ``sql/postgres/queries.sql``)."""
+        ``scan_shards`` in ``postgres/sql/queries.sql``)."""
         with self._lock, self._wrap:
             rows = self._connection().execute(self._sql["scan_shards"], (Int4Array(shards), start, end, limit),
                                               binary=True).fetchall()
@@ -511,8 +474,18 @@ class PostgresStore(Store):
         with self._lock, self._wrap:
             return dict(self._connection().execute(self._sql["labels"], (prefix,)).fetchall())
 
+    @staticmethod
+    def async_pools_error() -> Optional[ImportError]:
+        """None when :meth:`async_pools` can make pools, else why not: the ImportError of
+        ``psycopg_pool``, which is not installed (the ``postgres`` extra installs it)."""
+        try:
+            import psycopg_pool  # noqa: F401
+        except ImportError as exc:
+            return exc
+        return None
+
     def async_pools(self) -> "AsyncPools":
-        """This store's asyncio connection pools, one per event loop (:mod:`.pg_pool`), created on
+        """This store's asyncio connection pools, one per event loop (:mod:`.pool`), created on
         first call; they close with the store.
 
         Raises:
@@ -520,12 +493,36 @@ class PostgresStore(Store):
         """
         pools = self.__dict__.get("_async_pools")
         if pools is None:
-            from .pg_pool import AsyncPools
+            from .pool import AsyncPools
 
             pools = self.__dict__.setdefault("_async_pools", AsyncPools(
                 self._dsn, functools.partial(store_error, dsn=self._dsn),
                 None if self.synchronous_commit is None else set_synchronous_commit(self.synchronous_commit)))
         return pools
+
+    def joined(self, conn: Any, partition: str) -> PgJoined:
+        """The write to ``partition`` through the caller's ``psycopg.Connection`` ``conn``, inside its
+        transaction (:mod:`..joined` gives the contract).
+
+        Raises:
+            TypeError: ``conn`` is no ``psycopg.Connection`` (an ``AsyncConnection`` is named as such).
+            ValueError: ``conn`` is closed, in a failed transaction, or in autocommit mode with no
+                transaction open.
+        """
+        return PgJoined(self, conn, partition)
+
+    def ajoined(self, conn: Any, partition: str) -> AsyncPgJoined:
+        """:meth:`joined` on a ``psycopg.AsyncConnection``, every statement awaited on it.
+
+        Raises:
+            TypeError / ValueError: as :meth:`joined` (a sync ``psycopg.Connection`` is a TypeError here).
+        """
+        return AsyncPgJoined(self, conn, partition)
+
+    def statements_on(self, conn: psycopg.AsyncConnection, partition: str) -> AsyncPgStatements:
+        """This store's ``get`` and ``apply`` on ``partition``, awaited on ``conn``, an autocommit
+        connection of :meth:`async_pools` (each apply its own transaction, as :meth:`apply` is)."""
+        return AsyncPgStatements(self, conn, partition)
 
     def clock_ns(self) -> int:
         """The server's ``clock_timestamp()`` (the time at the call, not at the transaction's start),
@@ -569,7 +566,7 @@ _COMMITTED = Committed()
 @dataclass
 class _Sets:
     """``(partition, batch)`` pairs flattened into the arrays of ``<table>_apply_sets`` (see
-    ``sql/postgres/0007_apply_sets.sql``): one entry per batch in ``bp``, ``ck``, ``cv``; one per
+    ``postgres/sql/0007_apply_sets.sql``): one entry per batch in ``bp``, ``ck``, ``cv``; one per
     guard but the consuming one in ``g_*``; one per key finally deleted (``d_*``) or put (``u_*``)."""
 
     bp: list = field(default_factory=TextArray)
@@ -633,21 +630,6 @@ def _independent_sets(items: list) -> Optional[_Sets]:
                 u_k(k)
                 u_v(v)
     return sets
-
-
-def apply_results(failed: list, refused: list) -> list:
-    """The per-batch results (:class:`Committed`, :class:`PreconditionFailed`, :class:`Refused`) of
-    the row ``(failed, refused)`` that a call of :meth:`PostgresStore.apply_call` returned."""
-    return [Refused(_refusal(why)) if why is not None else Committed() if f is None else PreconditionFailed(bytes(f))
-            for f, why in zip(failed, refused)]
-
-
-def _refusal(why: str) -> StoreError:
-    """The error of a batch the server refused inside ``<table>_apply_many``: ``why`` is
-    ``"SQLSTATE message"``."""
-    sqlstate, _, message = why.partition(" ")
-    kind = TransientStoreError if is_transient_sqlstate(sqlstate) else PermanentStoreError
-    return kind(f"PostgreSQL refused the batch: {message} (SQLSTATE {sqlstate})", sqlstate)
 
 
 def connect(dsn: str, synchronous_commit: Optional[str] = None, lock_wait_ms: Optional[int] = None) -> psycopg.Connection:

@@ -2,28 +2,31 @@
 PostgreSQL half of :mod:`.joined`, which documents the contract.
 
 The statements and their parameters are the store's own (:meth:`PostgresStore.query`,
-:meth:`PostgresStore.apply_call`, :func:`apply_results`): a write here calls the same
+:meth:`PostgresStore.apply_call`, :func:`~.results.apply_results`): a write here calls the same
 ``<table>_apply_many`` function as the store's own ``apply``, taking the same advisory lock on the
 partition and judging the guards the same way. Only where the statements run differs: on the
 caller's connection, inside a ``SAVEPOINT``, on cursors of its own that bind ``%s`` and return
 tuples whatever ``cursor_factory`` (``psycopg.RawCursor`` takes ``$1``) and ``row_factory`` the
 caller's connection has, and (:class:`AsyncPgJoined`) awaited. The awaited
 statements alone (:class:`AsyncPgStatements`) also carry :mod:`timerwheel_c.durable.aio`'s writes on
-an autocommit connection of the store's pool (:mod:`.pg_pool`), where each apply is its own
+an autocommit connection of the store's pool (:mod:`.pool`), where each apply is its own
 transaction, as the store's own ``apply`` is.
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
 
-from .errors import wrap_exceptions
-from .postgres import PostgresStore, apply_results, store_error
-from .savepoint import OPEN, Joined, ending, type_name, unless_failing
-from .store import Batch, Committed, PreconditionFailed
+from ..errors import wrap_exceptions
+from ..savepoint import OPEN, Joined, ending, type_name, unless_failing
+from ..store import Batch, Committed, PreconditionFailed
+from .results import apply_results, store_error
+
+if TYPE_CHECKING:
+    from .store import PostgresStore
 
 __all__ = ["AsyncPgJoined", "AsyncPgStatements", "PgJoined"]
 

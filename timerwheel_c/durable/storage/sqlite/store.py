@@ -14,7 +14,7 @@ SQLite compares BLOBs with memcmp, then by length, which is exactly Python's byt
   timer's batch effects once. ``apply_many`` does all its batches in one such
   transaction, each inside its own ``SAVEPOINT`` so a failed guard undoes only its batch.
 - The schema is created once, under ``BEGIN IMMEDIATE``: the numbered migrations of
-  ``sql/sqlite/`` above the version kept in the ``timerwheel_meta`` table run in that one
+  ``sqlite/sql/`` above the version kept in the ``timerwheel_meta`` table run in that one
   transaction. A file written by a newer version raises
   :class:`~timerwheel_c.durable.storage.store.SchemaVersionError` on open; a file whose tables of
   these names another program made raises :class:`~timerwheel_c.durable.storage.store.SchemaError`
@@ -43,22 +43,24 @@ import sqlite3
 import threading
 import time
 import urllib.parse
-from typing import Callable, Iterator, Optional, Union
+from typing import Any, Callable, Iterator, Optional, Union
 
-from .errors import PermanentStoreError, StoreError, TransientStoreError, wrap_exceptions
-from .redact import redact
-from .shards import DEFAULT_SHARD_COUNT, check_shard_count, shard_of
-from .sqlfiles import migrations, queries, statements
-from .store import (Absent, Batch, Committed, NoStoreError, Page, PreconditionFailed, Refused, SchemaError,
-                    SchemaVersionError, Store, check_readable_version, consumed_write, schema_version_of)
-from .upgrades import rewritten_rows
-from .watch import PollingWatcher, Watcher
+from ..errors import PermanentStoreError, StoreError, TransientStoreError, wrap_exceptions
+from ..redact import redact
+from ..shards import DEFAULT_SHARD_COUNT, check_shard_count, shard_of
+from ..sqlfiles import migrations, statements
+from ..store import (Batch, Committed, NoStoreError, Page, PreconditionFailed, Refused, SchemaError,
+                    SchemaVersionError, Store, check_readable_version, schema_version_of)
+from ..upgrades import rewritten_rows
+from ..watch import PollingWatcher, Watcher
+from .errors import result_code, store_error
+from .joined import OnTheLoop, SQLiteJoined
+from .rows import QUERIES as _QUERIES, apply_batch, read_value
 
-__all__ = ["SCHEMA_VERSION", "SQLiteStore", "apply_batch", "read_value"]
+__all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
 log = logging.getLogger("timerwheel_c.durable")
 
-_QUERIES = queries("sqlite")
 _MIGRATIONS = migrations("sqlite")
 # 1: the key-value table alone (files from before the version row); 2: the version row; 6: the rows
 # the layers above derive; 8: each row's shard, and the index that scans a shard; 9: the rows the
@@ -68,43 +70,6 @@ SCHEMA_VERSION = _MIGRATIONS[-1][0]
 _TABLES = {"timerwheel_kv": (("partition", "key", "value"), ("partition", "key", "value", "shard")),
            "timerwheel_meta": (("name", "value"),)}
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
-# SQLite's primary result codes (https://sqlite.org/rescode.html) of passing conditions: BUSY,
-# LOCKED, NOMEM, INTERRUPT, PROTOCOL (a WAL lock race) and SCHEMA (another connection changed it),
-# and the store-wide refusals of a file that was open for writing: READONLY (the file or its
-# filesystem turned read-only) and FULL (the disk), which end when someone steps in, and which a
-# runner backs off from rather than quarantine the rows it met. Opening a file refuses them at
-# once (PermanentStoreError, see SQLiteStore._open_error).
-_TRANSIENT_CODES = {5: "SQLITE_BUSY", 6: "SQLITE_LOCKED", 7: "SQLITE_NOMEM", 8: "SQLITE_READONLY", 9: "SQLITE_INTERRUPT",
-                    13: "SQLITE_FULL", 15: "SQLITE_PROTOCOL", 17: "SQLITE_SCHEMA"}
-# Python before 3.11 gives no result code; SQLite's fixed text for each code (sqlite3_errstr(),
-# which is what sqlite3_errmsg() returns for these) maps the message back to it, there only.
-_ERRSTR_CODES = {"database is locked": 5, "database table is locked": 6, "out of memory": 7, "interrupted": 9,
-                 "locking protocol": 15, "database schema has changed": 17, "database or disk is full": 13,
-                 "attempt to write a readonly database": 8, "disk I/O error": 10, "unable to open database file": 14,
-                 "database disk image is malformed": 11, "file is not a database": 26}
-_CODE_NAMES = {**_TRANSIENT_CODES, 10: "SQLITE_IOERR", 11: "SQLITE_CORRUPT", 14: "SQLITE_CANTOPEN", 26: "SQLITE_NOTADB"}
-
-
-def result_code(exc: sqlite3.Error) -> tuple:
-    """``(primary result code, its name)`` of a sqlite3 error, ``(None, None)`` when it has none
-    (a closed connection, a misuse of the module)."""
-    code = getattr(exc, "sqlite_errorcode", None)  # Python >= 3.11
-    if code is None:
-        code = _ERRSTR_CODES.get(str(exc))
-        if code is None:
-            return None, None
-    name = getattr(exc, "sqlite_errorname", None) or _CODE_NAMES.get(code & 0xFF, f"SQLITE_{code & 0xFF}")
-    return code & 0xFF, name
-
-
-def store_error(path: str, exc: sqlite3.Error) -> StoreError:
-    """The :class:`StoreError` for a sqlite3 error on the database ``path``: transient for the
-    result codes of passing conditions, permanent for every other."""
-    primary, name = result_code(exc)
-    kind = TransientStoreError if primary in _TRANSIENT_CODES else PermanentStoreError
-    return kind(f"SQLite database {path!r}: {exc}" + (f" ({name})" if name else ""), name)
-
-
 class SQLiteStore(Store):
     """The store contract on a SQLite database (stdlib :mod:`sqlite3`).
 
@@ -343,6 +308,26 @@ class SQLiteStore(Store):
             raise SchemaError(f"SQLite database {self.path!r} records shard_count {row[0]!r}, which is not a "
                               "shard count: the meta table was edited or not made by timerwheel_c") from None
 
+    def joined(self, conn: Any, partition: str) -> SQLiteJoined:
+        """The write to ``partition`` through the caller's ``sqlite3.Connection`` ``conn`` to this
+        store's file, inside its transaction (:mod:`..joined` gives the contract).
+
+        Raises:
+            TypeError: ``conn`` is no ``sqlite3.Connection``.
+            ValueError: ``conn`` is closed or of another thread, to another file (or this store is
+                ``":memory:"``), or in autocommit mode with no transaction open.
+        """
+        return SQLiteJoined(self, conn, partition)
+
+    def ajoined(self, conn: Any, partition: str) -> OnTheLoop:
+        """:meth:`joined` behind the async interface, run synchronously where it is awaited: a
+        sqlite3 connection belongs to the thread that opened it.
+
+        Raises:
+            TypeError / ValueError: as :meth:`joined`.
+        """
+        return OnTheLoop(SQLiteJoined(self, conn, partition))
+
     def _error(self, exc: sqlite3.Error) -> StoreError:
         return store_error(self.path, exc)
 
@@ -505,65 +490,3 @@ def _shard_function(db: sqlite3.Connection, shard_count: int) -> Iterator[None]:
         yield
     finally:
         db.create_function("timerwheel_shard", 1, None)
-
-
-def read_value(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, key: bytes) -> Optional[bytes]:
-    """The value at ``key`` read on ``db`` (the store's connection, or a cursor of a caller's
-    connection inside its own transaction: :mod:`.joined`), or None."""
-    row = db.execute(_QUERIES["get"], (partition, key)).fetchone()
-    return None if row is None else bytes(row[0])
-
-
-_IN_LIST = 500  # keys per "key IN (...)" read: under SQLite's oldest bound of 999 parameters
-
-
-def _present(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, wanted: list) -> set:
-    """Those of the keys ``wanted`` that hold a row of ``partition``, read :data:`_IN_LIST` at a time."""
-    found: set = set()
-    for i in range(0, len(wanted), _IN_LIST):
-        part = wanted[i:i + _IN_LIST]
-        query = _QUERIES["present"].replace("{keys}", ",".join("?" * len(part)))
-        found.update(bytes(row[0]) for row in db.execute(query, (partition, *part)))
-    return found
-
-
-def apply_batch(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, batch: Batch, shard: int) -> Optional[bytes]:
-    """Check ``batch``'s guards and write it inside ``db``'s open transaction; return the key of
-    the first failed guard (nothing written: the guards are all judged before the first write), or
-    None once written. The last guard may be checked by its own delete
-    (:func:`~.store.consumed_write`, the rule every backend follows). The store's own
-    :meth:`SQLiteStore.apply` and a write through a caller's connection (:mod:`.joined`) share it.
-
-    A large batch (many timers written at once) costs a statement per row, not three: its Absent
-    guards are read a few hundred keys per statement and each run of puts is one ``executemany``.
-    ``shard``: the partition's shard (:func:`~.shards.shard_of`), which every put records."""
-    consumed = consumed_write(batch)
-    guards = batch.guards[:-1] if consumed >= 0 else batch.guards
-    absent = [guard.key for guard in guards if isinstance(guard, Absent)]
-    present = _present(db, partition, absent) if len(absent) > 1 else None
-    for guard in guards:
-        if present is not None and isinstance(guard, Absent):
-            held = guard.key not in present
-        else:
-            value = read_value(db, partition, guard.key)
-            held = value is None if isinstance(guard, Absent) else value == guard.value
-        if not held:
-            return guard.key
-    if consumed >= 0:
-        last = batch.guards[-1]
-        if db.execute(_QUERIES["delete_if"], (partition, last.key, last.value)).rowcount != 1:
-            return last.key
-    puts: list = []
-    for i, (key, value) in enumerate(batch.writes):
-        if i == consumed:
-            continue
-        if value is not None:
-            puts.append((partition, key, value, shard))
-            continue
-        if puts:
-            db.executemany(_QUERIES["put"], puts)
-            puts = []
-        db.execute(_QUERIES["delete"], (partition, key))
-    if puts:
-        db.executemany(_QUERIES["put"], puts)
-    return None

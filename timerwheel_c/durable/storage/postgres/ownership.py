@@ -1,7 +1,7 @@
 """Partition ownership: runner processes on one PostgreSQL database divide the partitions.
 
 The PostgreSQL backend's :class:`~.store.Ownership`, its SQL beside its store's:
-:class:`~.postgres.PostgresStore` names :class:`PartitionOwnership` as its ``ownership_type``, so
+:class:`~.store.PostgresStore` names :class:`PartitionOwnership` as its ``ownership_type``, so
 :meth:`~.store.Store.ownership` builds it for the service, which never imports a driver.
 
 The model
@@ -19,7 +19,8 @@ and divide them:
   releases session locks by itself when the connection ends, so a runner killed with
   SIGKILL loses its partitions the moment its socket closes; for a host that vanishes
   without closing its sockets, the lock connection sets TCP keepalives of about 10 s.
-- Every ``check_interval_s`` (1 s by default) each runner reads ``pg_locks``: the live
+- Every ``check_interval_s`` (1 s by default, on the runner's injected clock: the service's
+  ``Timing.ownership_interval_s``) each runner reads ``pg_locks``: the live
   members N and which partitions are held. Its fair share of the P partitions is
   ``P // N``, plus one for the first ``P % N`` members in backend-pid order, so the shares
   add up to P. Over it, it releases the surplus (between passes, so never mid-pass);
@@ -62,9 +63,13 @@ so takes k more entries of the server's lock table (``max_locks_per_transaction`
 A lease: a runner frozen with its connections open (SIGSTOP, a paused VM, a long stop-the-world
 pause) still answers TCP keepalives, so its session locks would stay for ever. Every evaluation
 runs queries on the lock connection, which the server stamps in ``pg_stat_activity.query_start``:
-that is the runner's heartbeat, read on the server's clock, with no table and no write. A member
-of the group whose lock connection has started no query for :data:`LEASE_S` has its lock session
-ended by the first live member to see it (``pg_terminate_backend``); its locks go with it, and its
+that is the runner's heartbeat, with no table and no write. Each member notes, at every evaluation,
+the ``query_start`` of every other member and when (on its own monotonic clock, the one injected
+into it) it first saw that value; a member whose ``query_start`` has not moved for :data:`LEASE_S`
+of the observer's clock has its lock session ended by the first live member to see it
+(``pg_terminate_backend``). Only differences of one runner's clock are compared, so a host clock
+that disagrees with the server's moves no lease, and a test drives the lease with a manual clock;
+a runner that joins a fleet waits a whole lease before it ends anyone; its locks go with it, and its
 partitions are taken over, and its first-attempt claims released, as a dead runner's. When the
 frozen runner wakes, its next evaluation finds its lock connection gone: it owns nothing until it
 has reconnected and taken a share again, which rejoins it cleanly. The fence is the guarded commit
@@ -77,7 +82,8 @@ The trade-off of ``pg_terminate_backend``: it needs the runners to share a role 
 runner keeps its partitions until its connection ends. And the lease must outlast the longest
 time a live runner goes without an evaluation: a pass is bounded by its budget's
 ``max_elapsed_ms`` (10 s by default) and each claim's lock wait, so :data:`LEASE_S` is 20 s, and a
-frozen runner's partitions are taken over within about 20 s plus one ``check_interval_s``. A
+frozen runner's partitions are taken over within about 20 s plus two ``check_interval_s`` (the
+observer sees a new ``query_start`` up to one interval late). A
 runner that is alive but stuck in a handler (one that never returns) still runs its loop and
 evaluates, so it keeps its partitions: supervise runners (a process manager's watchdog) if
 handlers can hang.
@@ -105,16 +111,16 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional, cast
+from typing import TYPE_CHECKING, Callable, Optional, cast
 
 import psycopg
 
-from .errors import StoreError, wrap_exceptions
-from .shards import shard_of
-from .store import Ownership, Store, check_partition, refuse_store
+from ..errors import StoreError, wrap_exceptions
+from ..shards import shard_of
+from ..store import CHECK_INTERVAL_S, LEASE_S, Ownership, Store, check_partition, refuse_store
 
 if TYPE_CHECKING:  # the store's module imports this one: at run time its class is known by _check_store
-    from .postgres import PostgresStore
+    from .store import PostgresStore
 
 __all__ = ["LEASE_S", "PartitionOwnership", "RunnerInfo", "holders", "runners"]
 
@@ -124,16 +130,13 @@ log = logging.getLogger("timerwheel_c.durable")
 # idle + interval * count seconds instead of the OS default of hours.
 _KEEPALIVE_SETTINGS = (("tcp_keepalives_idle", 5), ("tcp_keepalives_interval", 2), ("tcp_keepalives_count", 3))
 
-LEASE_S = 20.0  # a member whose lock connection started no query for this long is ended (see above)
-
-# The members of the group (%s: the members namespace) whose lock connection (the session holding the
-# membership lock) has started no query for %s seconds, by the server's clock.
-_STALE_MEMBERS = """
-SELECT l.pid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+# The other members of the group (%s: the members namespace) and when their lock connection (the
+# session holding the membership lock) last started a query (NULL where this role may not see it).
+_MEMBER_QUERIES = """
+SELECT l.pid, a.query_start FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
 WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
   AND l.classid = %s::int8::oid AND l.pid <> pg_backend_pid()
-  AND a.query_start < clock_timestamp() - make_interval(secs => %s)
 """
 
 _HOLDERS = """
@@ -298,8 +301,11 @@ def runners(store: PostgresStore, conn: Optional[psycopg.Connection] = None) -> 
         with wrap_exceptions(psycopg.Error, store._error):
             kinds_ns = _kinds_namespace(_where(conn, store.table))
             rows = conn.execute(_RUNNER_LOCKS, (kinds_ns,)).fetchall()
-        units = _units(store.partitions())
         shard_units = _units(_wanted(store, None))
+        # The partitions are read (every one of them: a scan of the store) only when a runner owns a
+        # lock that is no shard's, one of a group given a list of partitions.
+        units = _units(store.partitions()) if any(objid not in shard_units and objid != pid and classid != kinds_ns
+                                                 for pid, classid, objid, *_ in rows) else {}
     finally:
         if own:
             conn.close()
@@ -335,16 +341,19 @@ class PartitionOwnership(Ownership):
         lease_s: seconds (finite, > ``check_interval_s``) after which a member whose lock connection
             ran no query is ended (see the module docstring); None (default): :data:`LEASE_S`, or
             twice ``check_interval_s`` when that is longer.
+        monotonic_ns: the clock both are read on, monotonic ns (default :func:`time.monotonic_ns`;
+            the service gives its injected clock's, so a test drives the interval and the lease by hand).
 
     :meth:`owned` returns the sorted list of partitions owned now; :meth:`close` releases
     them all (closing the lock connection). Thread-safe.
 
     Raises:
-        TypeError / ValueError: bad arguments.
+        TypeError / ValueError: bad arguments, naming them.
     """
 
     def __init__(self, store: PostgresStore, partitions: Optional[list] = None, *, kinds: Optional[list] = None,
-                 check_interval_s: float = 1.0, lease_s: Optional[float] = None):
+                 check_interval_s: float = CHECK_INTERVAL_S, lease_s: Optional[float] = None,
+                 monotonic_ns: Callable[[], int] = time.monotonic_ns):
         _check_store(store)
         if isinstance(partitions, str):
             raise TypeError(f"partitions must be a list of str or None, not the str {partitions!r}")
@@ -358,10 +367,14 @@ class PartitionOwnership(Ownership):
             raise TypeError(f"lease_s must be a number of seconds, got {type(lease_s).__name__} {lease_s!r}")
         if not (math.isfinite(lease_s) and lease_s > check_interval_s):
             raise ValueError(f"lease_s must be finite and > check_interval_s ({check_interval_s!r} s), got {lease_s!r}")
+        if not callable(monotonic_ns):
+            raise TypeError(f"monotonic_ns must be a callable returning monotonic ns, got {monotonic_ns!r}")
         self.store = store
         self.partitions = None if partitions is None else sorted({check_partition(p) for p in partitions})
         self.check_interval_s = float(check_interval_s)
         self.lease_s = float(lease_s)
+        self._monotonic_ns = monotonic_ns
+        self._heard: dict = {}  # another member's pid -> (its query_start, monotonic ns first seen so)
         self._terminate_refused = False  # pg_terminate_backend was refused (logged once)
         self.by_shard = self.partitions is None
         self._group = _group(self.partitions, kinds)
@@ -372,7 +385,7 @@ class PartitionOwnership(Ownership):
         self._conn: Optional[psycopg.Connection] = None
         self._pid = 0
         self._owned: list = []
-        self._next_check = 0.0
+        self._next_check_ns: Optional[int] = None  # monotonic ns of the next evaluation; None: at once
         self._last_holder: dict = {}  # lock key -> the pid that held it when last seen held
         self._taken_over: list = []
         self.members = 0
@@ -390,8 +403,8 @@ class PartitionOwnership(Ownership):
             is then empty (the locks may be gone) until a later call reconnects and takes a share again.
         """
         with self._lock:
-            now = time.monotonic()
-            if now >= self._next_check:
+            now = self._monotonic_ns()
+            if self._next_check_ns is None or now >= self._next_check_ns:
                 try:
                     # The service classifies store errors by the storage hierarchy alone.
                     with wrap_exceptions(psycopg.Error, self.store._error):
@@ -399,7 +412,7 @@ class PartitionOwnership(Ownership):
                 except StoreError:
                     self._drop_connection()
                     raise
-                self._next_check = now + self.check_interval_s
+                self._next_check_ns = now + round(self.check_interval_s * 1e9)
             return list(self._owned)
 
     def last_owned(self) -> list:
@@ -411,7 +424,7 @@ class PartitionOwnership(Ownership):
 
     def recheck(self) -> None:
         """Make the next :meth:`owned` re-evaluate the group at once."""
-        self._next_check = 0.0
+        self._next_check_ns = None
 
     def taken_over(self) -> list:
         """The partitions acquired since the last call from a runner that has since left the group
@@ -427,7 +440,8 @@ class PartitionOwnership(Ownership):
 
     def _drop_connection(self) -> None:
         self._owned = []
-        self._next_check = 0.0
+        self._next_check_ns = None
+        self._heard = {}  # a new lock session waits a whole lease before it ends anyone
         if self._conn is not None:
             self._conn.close()
             self._conn = None
@@ -458,7 +472,17 @@ class PartitionOwnership(Ownership):
 
     def _end_stale_members(self, conn: psycopg.Connection) -> None:
         """End the lock session of every member past its lease (see the module docstring)."""
-        stale = [r[0] for r in conn.execute(_STALE_MEMBERS, (self._member_ns, self.lease_s)).fetchall()]
+        now = self._monotonic_ns()
+        heard: dict = {}
+        stale = []
+        for pid, started in conn.execute(_MEMBER_QUERIES, (self._member_ns,)).fetchall():
+            if started is None:  # hidden from this role: never judged
+                continue
+            last = self._heard.get(pid)
+            heard[pid] = last if last is not None and last[0] == started else (started, now)
+            if now - heard[pid][1] >= self.lease_s * 1e9:
+                stale.append(pid)
+        self._heard = heard
         for pid in stale:
             try:
                 conn.execute("SELECT pg_terminate_backend(%s)", (pid,))

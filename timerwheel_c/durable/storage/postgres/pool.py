@@ -38,7 +38,7 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
-from .errors import StoreError, wrap_exceptions
+from ..errors import StoreError, wrap_exceptions
 
 __all__ = ["MAX_SIZE", "MIN_SIZE", "TIMEOUT_S", "AsyncPools"]
 

@@ -1,7 +1,7 @@
 """The PostgreSQL change signal: a dedicated ``LISTEN`` connection that outlives server restarts.
 
 Writers notify through a trigger on the store's table (``wake_trigger`` in
-``sql/postgres/queries.sql``, see :mod:`timerwheel_c.durable.storage.postgres`): every insert or update of a key the timer layer declared calls
+``postgres/sql/queries.sql``, see :mod:`timerwheel_c.durable.storage.postgres`): every insert or update of a key the timer layer declared calls
 ``pg_notify`` in the writing transaction, so the notification is delivered on commit
 and never for a rolled-back write (https://www.postgresql.org/docs/current/sql-notify.html),
 whichever client wrote the row.
@@ -28,8 +28,8 @@ from typing import Callable
 import psycopg
 from psycopg import sql
 
-from .errors import StoreError
-from .watch import Watcher, call_back
+from ..errors import StoreError
+from ..watch import Watcher, call_back
 
 __all__ = ["PgListener"]
 

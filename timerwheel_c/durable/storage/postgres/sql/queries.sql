@@ -109,7 +109,7 @@ INSERT INTO {t} (partition, key, value) VALUES (%s, %s, %s)
 ON CONFLICT (partition, key) DO UPDATE SET value = EXCLUDED.value
 
 -- name: copy_rows
--- New rows in bulk (storage/pg_copy.py): a key already present aborts it with SQLSTATE 23505.
+-- New rows in bulk (storage/postgres/copy.py): a key already present aborts it with SQLSTATE 23505.
 COPY {t} (partition, key, value) FROM STDIN (FORMAT BINARY)
 
 -- name: record_label

@@ -1,4 +1,4 @@
-"""New rows in bulk through ``COPY``: how :class:`~.postgres.PostgresStore` applies a large batch that
+"""New rows in bulk through ``COPY``: how :class:`~.store.PostgresStore` applies a large batch that
 only inserts.
 
 A batch of :func:`~timerwheel_c.durable.timers.bulk.schedule_many` puts thousands of new rows, each
@@ -11,7 +11,7 @@ nothing written, and the caller applies the batch the ordinary way, which names 
 failed (or overwrites the unguarded row the batch puts). PostgreSQL's binary ``COPY`` layout: a
 signature and two header words, then per row a field count and a length word before each field,
 and a -1 trailer (``src/backend/commands/copyfromparse.c``); the payload is built in one
-``bytes.join``, as :mod:`.pg_arrays` builds its arrays.
+``bytes.join``, as :mod:`.arrays` builds its arrays.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import struct
 import psycopg
 from psycopg import sql
 
-from .store import Absent, Batch
+from ..store import Absent, Batch
 
 __all__ = ["MIN_ROWS", "copy_new_rows", "copyable", "payload"]
 
@@ -54,7 +54,7 @@ def payload(partition: str, writes: list) -> bytes:
 def copy_new_rows(conn: psycopg.Connection, statement: sql.Composed, lock: int, partition: str,
                   writes: list) -> bool:
     """Insert ``writes`` (``(key, value)`` pairs of new keys) into ``partition`` with ``statement``
-    (``copy_rows`` of ``sql/postgres/queries.sql``) in one transaction holding the advisory lock
+    (``copy_rows`` of ``postgres/sql/queries.sql``) in one transaction holding the advisory lock
     ``lock``; True once committed, False (nothing written) when some key was present.
 
     Raises:

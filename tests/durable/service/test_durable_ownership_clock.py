@@ -1,0 +1,141 @@
+"""Fleet ownership on the injected clock, on the real PostgreSQL server: its check interval and its
+lease run on the clock it is given (the service's), so a test drives a frozen runner's lease by hand
+with a :class:`ManualClock` instead of sitting it out, and a Timing with a bad interval or lease is
+refused by name. Real time appears only in liveness bounds; none could pass on the host's clock,
+whose lease (minutes here) never passes within the bound."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from timerwheel_c.durable.service.service import DurableTimerService
+from timerwheel_c.durable.storage.store import Batch
+from timerwheel_c.durable.timers import keys
+from timerwheel_c.durable.timers.registry import Done, TimerKind, TimerRegistry
+from timerwheel_c.durable.timers.timing import ManualClock, Timing
+from waiting import wait_until
+
+PG_DSN = os.environ.get("TIMERWHEEL_C_TEST_PG_DSN")
+needs_pg = pytest.mark.skipif(not PG_DSN, reason="set TIMERWHEEL_C_TEST_PG_DSN=postgresql://... to test the fleet")
+
+SHARDS = 16
+KIND = 0xEB
+INTERVAL_S = 60.0  # ownership interval on the manual clock: no real minute passes in these tests
+LEASE_S = 600.0
+
+
+@pytest.mark.parametrize("field, value, error", [
+    ("ownership_interval_s", 0.0, ValueError), ("ownership_interval_s", "1", TypeError),
+    ("ownership_lease_s", float("inf"), ValueError), ("ownership_lease_s", 0.5, ValueError),
+    ("ownership_lease_s", True, TypeError),
+])
+def test_a_bad_ownership_timing_is_refused_naming_the_field_and_value(field, value, error):
+    with pytest.raises(error, match=field) as info:
+        Timing(**{field: value})
+    assert repr(value) in str(info.value)
+
+
+def _ownership(store, clock, kinds=None):
+    return store.ownership(None, kinds=kinds, check_interval_s=INTERVAL_S, lease_s=LEASE_S,
+                           monotonic_ns=clock.monotonic_ns)
+
+
+@needs_pg
+def test_ownership_re_evaluates_when_its_clock_passes_the_interval_and_not_before(schema_url):
+    """Two runners over 16 shards: the first takes them all; the second, joining, gets none while the
+    first's cached ownership holds; once the clock passes the interval the first gives up its surplus
+    and the second takes it: eight each."""
+    from timerwheel_c.durable.storage.postgres import PostgresStore
+
+    clock = ManualClock()
+    with PostgresStore(schema_url, shard_count=SHARDS) as store:
+        a, b = _ownership(store, clock), _ownership(store, clock)
+        try:
+            assert a.owned() == list(range(SHARDS))
+            assert b.owned() == []
+            clock.advance(INTERVAL_S - 1)
+            assert len(a.owned()) == SHARDS and b.owned() == []  # neither re-evaluated: cached
+            clock.advance(1.0)
+            assert len(a.owned()) == SHARDS // 2
+            assert len(b.owned()) == SHARDS // 2
+            assert sorted(a.owned() + b.owned()) == list(range(SHARDS))
+        finally:
+            a.close()
+            b.close()
+
+
+@needs_pg
+def test_a_frozen_runner_is_ended_once_the_clock_passes_its_lease_and_its_shards_are_taken_over(schema_url):
+    """Of two runners dividing 16 shards, one stops evaluating (frozen, its connection open). The other
+    ends its lock session only once the clock has carried it past the lease from the frozen runner's
+    last query, not a second before, then takes over every shard and reports them taken over."""
+    from timerwheel_c.durable.storage.postgres import PostgresStore
+
+    clock = ManualClock()
+    with PostgresStore(schema_url, shard_count=SHARDS) as store:
+        frozen, live = _ownership(store, clock), _ownership(store, clock)
+        try:
+            frozen.owned()
+            live.owned()
+            clock.advance(INTERVAL_S)
+            frozen.owned()  # its last query: it is frozen from here on
+            live.owned()
+            frozen_shards = frozen.last_owned()
+            assert len(frozen_shards) == len(live.last_owned()) == SHARDS // 2  # the situation arose
+            for _ in range(int(LEASE_S // INTERVAL_S) - 1):
+                clock.advance(INTERVAL_S)
+                assert len(live.owned()) == SHARDS // 2 and live.members == 2
+            clock.advance(INTERVAL_S)  # the lease from the frozen runner's last query has passed
+
+            def all_taken() -> bool:
+                clock.advance(INTERVAL_S)  # the server ends the session a moment after it is asked to
+                return live.owned() == list(range(SHARDS))
+
+            wait_until(all_taken, "the live runner to take every shard over")
+            assert live.members == 1
+            assert sorted(live.taken_over()) == frozen_shards
+        finally:
+            frozen.close()
+            live.close()
+
+
+@needs_pg
+def test_a_fleet_service_takes_its_timing_and_clock_into_its_ownership_and_fires_a_frozen_runners_timer(schema_url):
+    """A fleet service given a ManualClock and a Timing: its ownership evaluates on that clock with that
+    interval and lease. A frozen runner (an ownership that stopped evaluating) holds every shard; a
+    timer due now fires only after the service's clock is advanced past the lease, exactly once."""
+    from timerwheel_c.durable.storage.postgres import PostgresStore
+
+    clock = ManualClock()
+    timing = Timing(ownership_interval_s=INTERVAL_S, ownership_lease_s=LEASE_S)
+    fired: list = []
+    registry = TimerRegistry()
+
+    @registry.handler(KIND)
+    def note(ctx, timer):
+        fired.append(timer.reference)
+        return Done()
+
+    with PostgresStore(schema_url, shard_count=SHARDS) as store:
+        store.apply("p", Batch().put(keys.timer(clock.wall_ns() // 1_000_000, TimerKind(KIND), b"due"), b""))
+        frozen = _ownership(store, clock, kinds=[KIND])
+        try:
+            assert frozen.owned() == list(range(SHARDS))
+            with DurableTimerService(store, registry, fleet=True, clock=clock,
+                                     timing=timing) as svc:
+                assert (svc.ownership.check_interval_s, svc.ownership.lease_s) == (INTERVAL_S, LEASE_S)
+                wait_until(lambda: clock.waiting >= 1, "the service asleep on the clock")
+                clock.advance(LEASE_S - INTERVAL_S)
+                wait_until(lambda: clock.waiting >= 1, "the service asleep again, short of the lease")
+                assert fired == [] and svc.ownership.last_owned() == []
+
+                def fired_once() -> bool:
+                    clock.advance(INTERVAL_S)
+                    return fired == [b"due"]
+
+                wait_until(fired_once, "the frozen runner's timer to fire")
+                assert svc.ownership.last_owned() == list(range(SHARDS))
+        finally:
+            frozen.close()
+    assert fired == [b"due"]

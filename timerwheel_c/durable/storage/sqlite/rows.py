@@ -1,0 +1,76 @@
+"""The statements of a read and of a guarded write inside an open transaction, on the store's own
+connection (:mod:`.store`) or on a cursor of a caller's connection (:mod:`.joined`), so that both
+judge guards and write rows the same way.
+"""
+from __future__ import annotations
+
+import sqlite3
+from typing import Optional, Union
+
+from ..sqlfiles import queries
+from ..store import Absent, Batch, consumed_write
+
+__all__ = ["QUERIES", "apply_batch", "read_value"]
+
+QUERIES = queries("sqlite")
+
+def read_value(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, key: bytes) -> Optional[bytes]:
+    """The value at ``key`` read on ``db`` (the store's connection, or a cursor of a caller's
+    connection inside its own transaction: :mod:`.joined`), or None."""
+    row = db.execute(QUERIES["get"], (partition, key)).fetchone()
+    return None if row is None else bytes(row[0])
+
+
+_IN_LIST = 500  # keys per "key IN (...)" read: under SQLite's oldest bound of 999 parameters
+
+
+def _present(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, wanted: list) -> set:
+    """Those of the keys ``wanted`` that hold a row of ``partition``, read :data:`_IN_LIST` at a time."""
+    found: set = set()
+    for i in range(0, len(wanted), _IN_LIST):
+        part = wanted[i:i + _IN_LIST]
+        query = QUERIES["present"].replace("{keys}", ",".join("?" * len(part)))
+        found.update(bytes(row[0]) for row in db.execute(query, (partition, *part)))
+    return found
+
+
+def apply_batch(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, batch: Batch, shard: int) -> Optional[bytes]:
+    """Check ``batch``'s guards and write it inside ``db``'s open transaction; return the key of
+    the first failed guard (nothing written: the guards are all judged before the first write), or
+    None once written. The last guard may be checked by its own delete
+    (:func:`~.store.consumed_write`, the rule every backend follows). The store's own
+    :meth:`~.store.SQLiteStore.apply` and a write through a caller's connection (:mod:`.joined`) share it.
+
+    A large batch (many timers written at once) costs a statement per row, not three: its Absent
+    guards are read a few hundred keys per statement and each run of puts is one ``executemany``.
+    ``shard``: the partition's shard (:func:`~.shards.shard_of`), which every put records."""
+    consumed = consumed_write(batch)
+    guards = batch.guards[:-1] if consumed >= 0 else batch.guards
+    absent = [guard.key for guard in guards if isinstance(guard, Absent)]
+    present = _present(db, partition, absent) if len(absent) > 1 else None
+    for guard in guards:
+        if present is not None and isinstance(guard, Absent):
+            held = guard.key not in present
+        else:
+            value = read_value(db, partition, guard.key)
+            held = value is None if isinstance(guard, Absent) else value == guard.value
+        if not held:
+            return guard.key
+    if consumed >= 0:
+        last = batch.guards[-1]
+        if db.execute(QUERIES["delete_if"], (partition, last.key, last.value)).rowcount != 1:
+            return last.key
+    puts: list = []
+    for i, (key, value) in enumerate(batch.writes):
+        if i == consumed:
+            continue
+        if value is not None:
+            puts.append((partition, key, value, shard))
+            continue
+        if puts:
+            db.executemany(QUERIES["put"], puts)
+            puts = []
+        db.execute(QUERIES["delete"], (partition, key))
+    if puts:
+        db.executemany(QUERIES["put"], puts)
+    return None
