@@ -63,11 +63,13 @@ class _Noop(TimerHandler):
     def __init__(self, n: int, done: threading.Event) -> None:
         self.left = n
         self.done = done
+        self._lock = threading.Lock()  # the service's worker threads fire sync handlers side by side
 
     def fire(self, ctx, timer):
-        self.left -= 1  # one runner thread fires (the default concurrency runs sync handlers in turn)
-        if self.left <= 0:
-            self.done.set()
+        with self._lock:
+            self.left -= 1
+            if self.left <= 0:
+                self.done.set()
         return Done()
 
 
