@@ -44,7 +44,7 @@ from .workloads import Sizes
 __all__ = ["PROG", "WORKLOADS", "main", "parser", "run"]
 
 WORKLOADS = tuple(w.name for w in suite.WORKLOADS)
-PG_WORKLOADS = ("durable", "partitions", "fleet")  # the workloads --pg-dsn also runs on PostgreSQL
+PG_WORKLOADS = ("durable", "partitions", "fleet", "embedded")  # the workloads --pg-dsn also runs on PostgreSQL
 # The command as the README gives it, and the prefix of every line the bench prints on stderr.
 PROG = "bench"
 

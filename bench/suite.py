@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import aio_micro, durable, durable_fleet, durable_partitions, echo, http, lateness, loop, network, tables, workloads
+from . import (aio_micro, durable, durable_embedded, durable_fleet, durable_partitions, echo, http, lateness, loop,
+               network, tables, workloads)
 from .goals import Goal
 from .harness import summary
 from .impls import ASYNCIO, C_WHEEL, FLOOR, PURE_WHEEL, Impl
@@ -120,6 +121,10 @@ def _fleet(ctx: Context, bar: Task) -> dict:
     if ctx.pg_dsn is None:
         return durable_fleet.unavailable("no PostgreSQL server (--pg-dsn)")
     return durable_fleet.measure(ctx.pg_dsn, ctx.sizes.fleet_partitions)
+
+
+def _embedded(ctx: Context, bar: Task) -> dict:
+    return durable_embedded.measure(max(10, ctx.sizes.durable_timers // 2), ctx.sizes.durable_rounds, ctx.pg_dsn)
 
 
 def _network(ctx: Context, bar: Task) -> dict:
@@ -277,6 +282,7 @@ WORKLOADS: tuple[Workload, ...] = (
              (("partitions_max", "partitions"),)),
     Workload("fleet", _fleet, durable_fleet.table, lambda ctx: None, durable_fleet.goals,
              (("fleet_partitions", "partitions"),)),
+    Workload("embedded", _embedded, durable_embedded.table, lambda ctx: None, durable_embedded.goals),
     Workload("network", _network, tables.network_table,
              lambda ctx: float(network.UNITS_PER_SCHEDULER * len(network.scheduler_names()))),
     Workload("aio", _aio, tables.aio_table, lambda ctx: float(len(aio_micro.ROWS) * (ctx.repeats + 1)),

@@ -134,7 +134,8 @@ def test_a_store_of_version_9_gains_the_view_when_opened(backend):
     with pytest.raises(Exception, match=backend.view):
         backend.query(f"SELECT count(*) FROM {backend.view}")  # the situation the upgrade must mend
     backend.store = _reopened(backend.store)
-    assert backend.query(f"SELECT value FROM {backend.meta} WHERE name = 'schema_version'") == [("10",)]
+    [(version,)] = backend.query(f"SELECT value FROM {backend.meta} WHERE name = 'schema_version'")
+    assert int(version) >= 10
     assert sorted(r["reference"] for r in backend.rows()) == sorted(t.reference for t in list_timers(backend.store, P))
 
 

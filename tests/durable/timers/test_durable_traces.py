@@ -182,6 +182,47 @@ def test_without_opentelemetry_fires_are_not_traced(tmp_path):
     assert done.returncode == 0, done.stderr
 
 
+def test_with_the_api_alone_a_fire_starts_no_span(tmp_path):
+    """With opentelemetry-api installed but no SDK's tracer provider set, a fire is the handler's call
+    alone: the tracer is never asked for a span (here one that fails if asked), in the runner and in
+    the service. In a process of its own: the tracer provider can be set once per process, and the
+    other tests here set one."""
+    source = textwrap.dedent("""
+        import time
+        from timerwheel_c.durable import DurableTimerService, SQLiteStore, schedule
+        from timerwheel_c.durable.timers import tracing
+        from timerwheel_c.durable.timers.registry import Done, TimerHandler, TimerKind, TimerRegistry
+        from timerwheel_c.durable.timers.runner import run_due
+        assert tracing.ENABLED
+
+        class NoSpans:
+            def start_as_current_span(self, *args, **kwargs):
+                raise AssertionError("a span was started with no SDK's tracer provider set")
+        tracing._tracer = NoSpans()
+
+        fired = []
+        class Count(TimerHandler):
+            kind = TimerKind(1)
+            def fire(self, ctx, timer):
+                fired.append(timer.reference)
+                return Done()
+
+        registry = TimerRegistry().register(Count())
+        store = SQLiteStore(":memory:")
+        schedule(store, "p", 1_800_000_000_000, TimerKind(1), b"runner")
+        assert run_due(store, "p", registry, 1_800_000_000_000).fired == 1
+        with DurableTimerService(store, registry, ["p"]) as service:
+            service.schedule("p", time.time_ns() // 1_000_000, TimerKind(1), b"service")
+            deadline = time.monotonic() + 30
+            while len(fired) < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+        assert fired == [b"runner", b"service"], fired
+    """)
+    # Run outside the checkout: ``-c`` puts the working directory first on sys.path.
+    done = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+
+
 def test_the_bench_row_measures_a_fire_with_and_without_otel():
     """``bench.durable_traces`` measures each variant in a process of its own (tracing is decided at
     import) and reports the ratio to the untraced fire; a calibration, so only its shape is checked."""

@@ -18,8 +18,9 @@ handler starts are its children. Its attributes:
 The span links to the span that scheduled the timer, as Temporal and Celery link a run to its
 caller's: :func:`~.writer.schedule` called while a valid span is current keeps that span's W3C
 ``traceparent`` in a row beside the timer's identity row (:func:`~.keys.trace_context_row`), in
-the schedule's batch; each traced fire reads it (one more read per fire, made only once an SDK's
-tracer provider is set) and adds a ``Link`` to its span context. The row goes when the timer fires,
+the schedule's batch; each traced fire reads it (one more read per fire) and adds a ``Link`` to its
+span context. Spans start only once an SDK's tracer provider is set: with the API alone a fire is the
+handler's call and nothing more. The row goes when the timer fires,
 is cancelled, replaced, rescheduled or parked; a row a runner without tracing left is told apart by
 its due time.
 
@@ -66,10 +67,16 @@ def traceparent() -> Optional[bytes]:
     return None if found is None else found.encode("ascii")
 
 
+def _recording() -> bool:
+    """Whether an SDK's tracer provider is set: with the API alone no span records anything, so a
+    fire then starts none (a span would cost the fire most of its time: a context manager, a
+    context attached and detached, for a span nobody sees). Asked per fire: an application may set
+    its provider after the service started."""
+    return not isinstance(trace.get_tracer_provider(), (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
+
+
 def _links(ctx, timer) -> list:
     """``[Link]`` to the span that scheduled ``timer`` (its kept trace context), or []."""
-    if isinstance(trace.get_tracer_provider(), (trace.ProxyTracerProvider, trace.NoOpTracerProvider)):
-        return []  # the API alone, no SDK: no span records the link, so the read is spared
     tk = keys.parse(timer.key)
     kept = ctx.store.get(ctx.partition, keys.trace_context_row(keys.identity_of(tk)))
     text = keys.trace_context_text(kept, tk)
@@ -118,7 +125,10 @@ def _raised(span, exc: BaseException) -> None:
 
 def fire(handler, ctx, timer, started_ms: int) -> Any:
     """``handler.fire(ctx, timer)`` inside its span (``ctx.partition`` names the partition,
-    ``started_ms`` is the call's start, Unix epoch ms); returns its outcome, raises what it raises."""
+    ``started_ms`` is the call's start, Unix epoch ms); returns its outcome, raises what it raises.
+    Without an SDK's tracer provider, the call alone, with no span."""
+    if not _recording():
+        return handler.fire(ctx, timer)
     with _start(handler, _links(ctx, timer)) as span:
         _began(span, handler, ctx.partition, timer, started_ms)
         try:
@@ -133,6 +143,8 @@ def fire(handler, ctx, timer, started_ms: int) -> Any:
 async def fire_async(handler, ctx, timer, started_ms: int) -> Any:
     """:func:`fire` of an ``async def fire``: awaited inside its span (its trace context read on a
     worker thread, off the event loop)."""
+    if not _recording():
+        return await handler.fire(ctx, timer)
     import asyncio  # loaded already where an async handler runs; not by every writer's import of this module
 
     with _start(handler, await asyncio.to_thread(_links, ctx, timer)) as span:

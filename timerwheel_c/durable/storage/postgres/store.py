@@ -97,7 +97,8 @@ _TABLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,51}$")  # room for the "_apply_man
 # 7: ``<table>_apply_sets``: independent batches of any partitions, set-based in one statement;
 # 8: the generated ``shard`` column and its index ``<table>_shard`` (storage/shards.py);
 # 9: the rows the layers above rewrite (storage/upgrades.py);
-# 10: the view ``<table>_timers`` of the pending timers in typed columns, for operators' SQL.
+# 10: the view ``<table>_timers`` of the pending timers in typed columns, for operators' SQL;
+# 11: a batch that consumes a row and puts its value under a free key moves the row (one UPDATE).
 _MIGRATIONS = migrations("postgres")
 _ROW_REWRITES = rewrite_versions(_MIGRATIONS)  # versions that must find their declared rewrite
 SCHEMA_VERSION = _MIGRATIONS[-1][0]

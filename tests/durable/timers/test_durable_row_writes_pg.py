@@ -1,0 +1,160 @@
+"""The row writes a fired timer costs on PostgreSQL, counted by the server itself (pg_stat_user_tables'
+n_tup_ins, n_tup_upd and n_tup_del of the store's tables): its claim moves the row to its backoff key
+with one UPDATE of the key (no DELETE and INSERT) and points its identity row there, and its outcome
+deletes both rows: four row writes per fire, whether the partition is served alone (run_due,
+apply_many) or with others in one statement (claim_due_across and commit_across, apply_sets).
+
+Deterministic: it counts tuples, never time. The store's own connection flushes its counters
+(pg_stat_force_next_flush, PostgreSQL 15) before the counts are read on that same connection, and
+every due time is a fixed Unix epoch ms. Needs TIMERWHEEL_C_TEST_PG_DSN."""
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+from timerwheel_c.durable.timers.registry import Done, TimerRegistry
+from timerwheel_c.durable.timers.runner import RunReport, claim_due_across, commit_across, fire, run_due
+from timerwheel_c.durable.timers.tick import TickBudget
+from timerwheel_c.durable.timers.writer import schedule
+
+psycopg = pytest.importorskip("psycopg")
+
+PG_DSN = os.environ.get("TIMERWHEEL_C_TEST_PG_DSN")
+pytestmark = pytest.mark.skipif(not PG_DSN, reason="TIMERWHEEL_C_TEST_PG_DSN is not set")
+
+DUE = 1_700_000_000_000  # 2023-11-14T22:13:20Z
+NOW = DUE + 60_000
+KIND = 0x31
+FIRES = 40  # per partition
+WRITES_PER_FIRE = 4  # the claim's move and identity pointer, the outcome's two deletes
+
+
+@pytest.fixture
+def store():
+    from bench.stores import dispose
+    from timerwheel_c.durable.storage.postgres import PostgresStore
+
+    store = PostgresStore(PG_DSN, table=f"timerwheel_writes_{uuid.uuid4().hex[:12]}")
+    if store._connection().info.server_version < 150000:
+        store.close()
+        pytest.skip("pg_stat_force_next_flush() needs PostgreSQL 15")
+    yield store
+    dispose(store)
+
+
+def _row_writes(store) -> dict:
+    """``{"ins": n, "upd": n, "del": n}`` of the store's tables, as the server counts them now."""
+    conn = store._connection()
+    # The counters of this backend's own writes reach the shared statistics when it next goes idle:
+    # forced, they are there once this statement has returned, whatever the flush interval.
+    conn.execute("SELECT pg_stat_force_next_flush()")
+    conn.execute("SELECT pg_stat_clear_snapshot()")
+    row = conn.execute("SELECT sum(n_tup_ins), sum(n_tup_upd), sum(n_tup_del) FROM pg_stat_user_tables "
+                       "WHERE relname = %s OR relname = %s", (store.table, f"{store.table}_meta")).fetchone()
+    return dict(zip(("ins", "upd", "del"), (int(n or 0) for n in row)))
+
+
+def _registry() -> TimerRegistry:
+    registry = TimerRegistry()
+    registry.handler(KIND)(lambda ctx, timer: Done())
+    return registry
+
+
+def _schedule(store, partitions) -> None:
+    for partition in partitions:
+        for i in range(FIRES):
+            schedule(store, partition, DUE + i, KIND, b"r%03d" % i, b"v")
+
+
+def _per_fire(before: dict, after: dict, fired: int) -> dict:
+    return {what: (after[what] - before[what]) / fired for what in before}
+
+
+def test_a_fired_timer_costs_four_row_writes_served_alone(store):
+    """run_due on one partition (apply_many): every timer fires, and the server counted one UPDATE for
+    the claim's move, one for the identity row and two DELETEs per fire, no INSERT."""
+    _schedule(store, ["p"])
+    before = _row_writes(store)
+    report = run_due(store, "p", _registry(), NOW, TickBudget(1000, 1000, 1000, 60_000))
+    after = _row_writes(store)
+    assert report.fired == FIRES
+    per_fire = _per_fire(before, after, FIRES)
+    assert per_fire == {"ins": 0, "upd": 2, "del": 2}, per_fire
+    assert sum(per_fire.values()) <= WRITES_PER_FIRE
+
+
+def test_a_fired_timer_costs_four_row_writes_served_across_partitions(store):
+    """claim_due_across and commit_across over three partitions (one apply_sets statement each way, the
+    path of a service's pass): the same writes per fire as a partition served alone."""
+    partitions = ["a", "b", "c"]
+    _schedule(store, partitions)
+    registry, budget = _registry(), TickBudget(1000, 1000, 1000, 60_000)
+    before = _row_writes(store)
+    claims = claim_due_across(store, [(p, budget, None) for p in partitions], registry, NOW)
+    assert [c.error for c in claims] == [None] * len(partitions)
+    settled = {p: [(c, fire(store, p, NOW, c, RunReport())) for c in cl.timers] for p, cl in zip(partitions, claims)}
+    reports = commit_across(store, settled)
+    after = _row_writes(store)
+    fired = sum(r.fired for r in reports.values())
+    assert fired == FIRES * len(partitions)
+    per_fire = _per_fire(before, after, fired)
+    assert per_fire == {"ins": 0, "upd": 2, "del": 2}, per_fire
+    assert sum(per_fire.values()) <= WRITES_PER_FIRE
+
+
+def test_a_store_of_version_10_upgrades_to_moving_claims_when_opened(store):
+    """A store recorded at version 10, its functions those of before (a claim deletes and inserts: five
+    writes per fire), is brought to the current version by the next open, under the schema lock, and
+    a fire then costs the four writes; the timers written before the upgrade fire."""
+    from psycopg import sql
+
+    from timerwheel_c.durable.storage.postgres import PostgresStore
+    from timerwheel_c.durable.storage.sqlfiles import migrations
+
+    _schedule(store, ["p"])
+    old = dict(migrations("postgres"))
+    conn = store._connection()
+    for version in (5, 7):  # the functions as version 10 left them
+        conn.execute(sql.SQL(old[version]).format(**store._names))
+    conn.execute(f"UPDATE {store.table}_meta SET value = '10' WHERE name = 'schema_version'")
+    before = _row_writes(store)
+    assert run_due(store, "p", _registry(), NOW, TickBudget(1, 1000, 1000, 60_000)).fired == 1
+    assert sum(_per_fire(before, _row_writes(store), 1).values()) == 5  # the situation the upgrade mends
+    upgraded = PostgresStore(PG_DSN, table=store.table)
+    try:
+        assert conn.execute(f"SELECT value FROM {store.table}_meta WHERE name = 'schema_version'").fetchone()[0] == \
+            str(max(old))
+        before = _row_writes(upgraded)
+        report = run_due(upgraded, "p", _registry(), NOW, TickBudget(1000, 1000, 1000, 60_000))
+        assert report.fired == FIRES - 1
+        assert _per_fire(before, _row_writes(upgraded), FIRES - 1) == {"ins": 0, "upd": 2, "del": 2}
+    finally:
+        upgraded.close()
+
+
+@pytest.mark.parametrize("path", ["apply_many", "apply_across"])
+def test_a_move_leaves_the_rows_a_delete_and_a_put_leave(store, path):
+    """A batch that consumes a row and puts its value under another key leaves the rows the delete and
+    the put would, on the loop (apply_many) and in the set-based statement (apply_across over two
+    partitions): moved when the new key is free (one UPDATE, no INSERT), overwritten when a row holds
+    it (the put's upsert, the consumed row deleted), and nothing written when the guard fails."""
+    from timerwheel_c.durable.storage.store import Batch, Committed, Equals, PreconditionFailed
+
+    for p in ("a", "b"):
+        store.apply(p, Batch().put(b"K1", b"V").put(b"K2", b"V").put(b"X", b"old").put(b"K3", b"V"))
+    batches = [Batch().require(Equals(b"K1", b"V")).delete(b"K1").put(b"M1", b"V"),  # a free key: moved
+               Batch().require(Equals(b"K2", b"V")).delete(b"K2").put(b"X", b"V"),  # a taken key: overwritten
+               Batch().require(Equals(b"K3", b"other")).delete(b"K3").put(b"M3", b"other")]  # its guard fails
+    before = _row_writes(store)
+    if path == "apply_many":
+        results = [r for p in ("a", "b") for r in store.apply_many(p, batches)]
+    else:
+        results = store.apply_across([(p, b) for p in ("a", "b") for b in batches])
+    after = _row_writes(store)
+    assert [type(r) for r in results] == [Committed, Committed, PreconditionFailed] * 2
+    for p in ("a", "b"):
+        assert dict(store.scan(p, b"", b"\xff", limit=10).entries) == {b"M1": b"V", b"X": b"V", b"K3": b"V"}
+    # per partition: the move (an update), the overwrite (an update) and the consumed row's delete
+    assert {what: n / 2 for what, n in _per_fire(before, after, 1).items()} == {"ins": 0, "upd": 2, "del": 1}
