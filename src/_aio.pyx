@@ -17,6 +17,14 @@ one loop wake-up. Same API and semantics; what the compiled core does differentl
 # reused index), is skipped; else the handle is due. Neither class lets the collector clear its
 # fields (no_gc_clear), so no method can meet a None wheel or list.
 #
+# Lazy re-arm: a re-arm to the same or a later deadline (WheelHandle.reschedule, KeyedTimers.arm)
+# writes the deadline alone and leaves the wheel entry, due earlier, in place: over many timers
+# re-armed at random, the entry is a cache miss the re-arm no longer pays (the handle or key slot
+# it must touch anyway is the other). When the entry fires, the batch re-files the timer by its
+# deadline if that is still ahead (never early), else runs it; an earlier deadline re-files at
+# once (never late). As the batch's order then comes from the old due times, a batch that a late
+# loop entered is checked to be in due order and sorted if not (_order_batch).
+#
 # Keyed timers: each KeyedTimers has its own wheel whose tokens are the keys, and an open
 # addressing table key -> (timer id, deadline) of 24 B per slot, linear probing with backward-shift
 # deletion (no tombstones), at most 13/16 full: about 60 B per armed key with the wheel entry, no
@@ -197,7 +205,9 @@ cdef class WheelHandle:
 
         Works whether the handle is pending, is due in the running fire batch (it then
         runs at the new time, not now), or has already run (it runs once more: a
-        callback may re-arm itself). Keeps the handle and its callback.
+        callback may re-arm itself). Keeps the handle and its callback. A move to the same or
+        a later time writes the deadline alone (the wheel entry stays, and is re-filed when it
+        comes due), so among callbacks due at its new ms it runs in the order it was re-filed.
 
         Returns:
             True if armed; False if the handle was cancelled (nothing is armed).

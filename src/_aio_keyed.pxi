@@ -24,7 +24,10 @@ cdef class KeyedTimers:
         """Arm ``key`` to fire ``delay`` seconds from now (``loop.time() + delay``), never earlier.
 
         Re-arms in place if ``key`` is armed (also when it is due in the running batch: it then
-        fires at the new time, not now). A delay of 0 or less fires on the next tick (1 ms).
+        fires at the new time, not now). A delay of 0 or less fires on the next tick (1 ms). A
+        re-arm to the same or a later time writes the deadline alone (the wheel entry stays, and
+        is re-filed when it comes due), so among keys due at its new ms it fires in the order it
+        was re-filed.
 
         Raises:
             TypeError: ``key`` is not an int or ``delay`` not a real number. ValueError:

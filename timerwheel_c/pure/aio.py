@@ -174,7 +174,9 @@ class WheelHandle:
 
         Works whether the handle is pending, is due in the running fire batch (it then
         runs at the new time, not now), or has already run (it runs once more: a
-        callback may re-arm itself). Keeps the handle and its callback.
+        callback may re-arm itself). Keeps the handle and its callback. A move to the same or
+        a later time writes the deadline alone (the wheel entry stays, and is re-filed when it
+        comes due), so among callbacks due at its new ms it runs in the order it was re-filed.
 
         Returns:
             True if armed; False if the handle was cancelled (nothing is armed).
@@ -788,7 +790,10 @@ class KeyedTimers:
         """Arm ``key`` to fire ``delay`` seconds from now (``loop.time() + delay``), never earlier.
 
         Re-arms in place if ``key`` is armed (also when it is due in the running batch: it then
-        fires at the new time, not now). A delay of 0 or less fires on the next tick (1 ms).
+        fires at the new time, not now). A delay of 0 or less fires on the next tick (1 ms). A
+        re-arm to the same or a later time writes the deadline alone (the wheel entry stays, and
+        is re-filed when it comes due), so among keys due at its new ms it fires in the order it
+        was re-filed.
 
         Raises:
             TypeError: ``key`` is not an int or ``delay`` not a real number. ValueError:
