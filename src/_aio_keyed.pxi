@@ -91,7 +91,7 @@ cdef class KeyedTimers:
             tw_prefetch(&self._slots[self._home(key)])
         when_s = scheduler.c_time() + delay_s
         due_ms = scheduler._due_ms(when_s)
-        # From here to the table write no Python code runs but on an error path.
+        # No Python code runs from a _find to the table write but on an error path.
         i = self._find(key)
         if i >= 0 and when_s >= self._slots[i].when_s:
             # The same or a later deadline: the key keeps its wheel entry, due earlier, and only
@@ -99,7 +99,7 @@ cdef class KeyedTimers:
             # the key by this deadline. So does a key due in the running batch.
             self._slots[i].when_s = when_s
             return 0
-        after_ms = scheduler._after_ms(wheel, due_ms)
+        after_ms = scheduler._after_ms(wheel, due_ms)  # may call loop.time(): look the key up again
         i = self._find(key)
         if i >= 0:
             if not wheel.c_reschedule(self._slots[i].timer_id, after_ms):
