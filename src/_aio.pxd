@@ -62,7 +62,7 @@ cdef class WheelScheduler:
     cdef int _disarm(self, WheelHandle handle) except -1
     cdef int _arm_wake(self, int64_t due_ms) except -1
     cdef int _run_handles(self, int64_t now_ms) except -1
-    cdef int _fire(self, uint64_t token) except -1
+    cdef int _fire(self, uint64_t token, int64_t now_ms) except -1
     cdef int _requeue(self, tw_fired_t* fired, Py_ssize_t start) except -1
     cdef int _end_batch(self) except -1
     cdef int _drain(self) except -1

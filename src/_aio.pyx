@@ -17,6 +17,14 @@ one loop wake-up. Same API and semantics; what the compiled core does differentl
 # reused index), is skipped; else the handle is due. Neither class lets the collector clear its
 # fields (no_gc_clear), so no method can meet a None wheel or list.
 #
+# Lazy re-arm: a re-arm to the same or a later deadline (WheelHandle.reschedule, KeyedTimers.arm)
+# writes the deadline alone and leaves the wheel entry, due earlier, in place: over many timers
+# re-armed at random, the entry is a cache miss the re-arm no longer pays (the handle or key slot
+# it must touch anyway is the other). When the entry fires, the batch re-files the timer by its
+# deadline if that is still ahead (never early), else runs it; an earlier deadline re-files at
+# once (never late). As the batch's order then comes from the old due times, a batch that a late
+# loop entered is checked to be in due order and sorted if not (_order_batch).
+#
 # Keyed timers: each KeyedTimers has its own wheel whose tokens are the keys, and an open
 # addressing table key -> (timer id, deadline) of 24 B per slot, linear probing with backward-shift
 # deletion (no tombstones), at most 13/16 full: about 60 B per armed key with the wheel entry, no
@@ -53,6 +61,9 @@ from timerwheel_c._aio_common import (
 )
 
 __all__ = ["KeyedTimers", "WheelHandle", "WheelScheduler", "WheelTimeout"]
+
+cdef extern from "tw_prefetch.h":
+    void tw_prefetch(void* p) noexcept nogil
 
 cdef extern from "Python.h":
     ctypedef struct PyFunctionObject:
@@ -194,7 +205,9 @@ cdef class WheelHandle:
 
         Works whether the handle is pending, is due in the running fire batch (it then
         runs at the new time, not now), or has already run (it runs once more: a
-        callback may re-arm itself). Keeps the handle and its callback.
+        callback may re-arm itself). Keeps the handle and its callback. A move to the same or
+        a later time writes the deadline alone (the wheel entry stays, and is re-filed when it
+        comes due), so among callbacks due at its new ms it runs in the order it was re-filed.
 
         Returns:
             True if armed; False if the handle was cancelled (nothing is armed).
@@ -202,13 +215,9 @@ cdef class WheelHandle:
             TypeError: ``delay`` is not a real number. ValueError: it is NaN or infinite.
             RuntimeError: the scheduler is closed.
         """
-        cdef double d
         if self._callback is None:
             return False
-        if self._timer_id:
-            self._scheduler._wheel.c_prefetch(self._timer_id)
-        d = _as_seconds(delay, "delay")
-        return self._scheduler.c_reschedule(self, d)
+        return self._scheduler.c_reschedule(self, _as_seconds(delay, "delay"))
 
     def __repr__(self):
         state = "cancelled" if self._callback is None else f"when={self._when:.3f}"
@@ -427,9 +436,18 @@ cdef class WheelScheduler:
             return False
         if handle._scheduler is not self:
             raise ValueError(f"{handle!r} belongs to another WheelScheduler")
+        cdef double when_s
         if not isfinite(delay_s):
             check_seconds(delay_s)
-        self._arm_handle(handle, self.c_time() + delay_s)
+        when_s = self.c_time() + delay_s
+        # A pending handle (or one due in the running batch) moved to the same or a later deadline
+        # keeps its wheel entry, due earlier: only its deadline changes, and the handle is the one
+        # object touched. When the entry fires, the batch re-files it by this deadline (_fire).
+        if handle._timer_id != 0 and when_s >= handle._when:
+            self._due_ms(when_s)  # the range check
+            handle._when = when_s
+            return True
+        self._arm_handle(handle, when_s)
         return True
 
     cdef int c_cancel(self, WheelHandle handle) except -1:
@@ -570,20 +588,27 @@ cdef class WheelScheduler:
             return 0
         wheel.c_advance(now_ms, &fired)
         try:
+            _order_batch(self, _handle_due, &fired)
             while i < fired.count:
                 i += 1
-                self._fire(fired.tokens[i - 1])
+                self._fire(fired.tokens[i - 1], now_ms)
         finally:
             self._requeue(&fired, i)
             wheel.c_release(&fired)
         return 0
 
-    cdef int _fire(self, uint64_t token) except -1:
-        """Run the handle a fired ``token`` names, if it is due."""
+    cdef int _fire(self, uint64_t token, int64_t now_ms) except -1:
+        """Run the handle a fired ``token`` names, if it is due at ``now_ms``; re-file it by its
+        deadline if that moved later while its entry waited."""
         cdef WheelHandle handle = <WheelHandle>_token_handle(self._handles, token)
+        cdef int64_t due_ms
         # None: cancelled by an earlier callback of this batch, or closed; pending: re-armed by
         # one, or a new handle at a reused index.
         if handle is None or handle._timer_id == 0 or self._wheel.c_due_ms(handle._timer_id) >= 0:
+            return 0
+        due_ms = self._due_ms(handle._when)
+        if due_ms > now_ms:
+            handle._timer_id = self._wheel.c_schedule(due_ms - self._wheel.c_now_ms(), token)
             return 0
         handle._timer_id = 0
         _give_token(self._handles, &self._free_tokens, <Py_ssize_t>token, handle)
@@ -591,8 +616,8 @@ cdef class WheelScheduler:
         return _run_handle(handle)
 
     cdef int _requeue(self, tw_fired_t* fired, Py_ssize_t start) except -1:
-        """Keep the handles a SystemExit/KeyboardInterrupt skipped (tokens from ``start`` on): they
-        are already due, so they go back after 1 ms, in order, and none is lost."""
+        """Keep the handles a SystemExit/KeyboardInterrupt skipped (tokens from ``start`` on): each
+        goes back at its due time, the next tick at the earliest, in order, and none is lost."""
         cdef Py_ssize_t i
         cdef uint64_t token
         cdef WheelHandle handle
@@ -601,7 +626,9 @@ cdef class WheelScheduler:
             handle = <WheelHandle>_token_handle(self._handles, token)
             if (not self._closed and handle is not None and handle._timer_id
                     and self._wheel.c_due_ms(handle._timer_id) < 0):
-                handle._timer_id = self._wheel.c_schedule(1, token)  # it keeps its index
+                # It keeps its index; a delay under 1 ms counts as 1.
+                handle._timer_id = self._wheel.c_schedule(
+                    self._due_ms(handle._when) - self._wheel.c_now_ms(), token)
         return 0
 
     cdef int _end_batch(self) except -1:
@@ -628,6 +655,43 @@ cdef class WheelScheduler:
             handle._callback = None
             handle._args = None
         return 0
+
+
+# The due ms of a fired token's timer, or ``last`` if the token names none any more.
+ctypedef int64_t (*token_due_t)(object owner, uint64_t token, int64_t last) except? -2
+
+
+cdef int _order_batch(object owner, token_due_t due_of, tw_fired_t* fired) except -1:
+    """Put a batch of ``owner``'s tokens in due order (stable). A timer re-armed later in place
+    fires from its earlier wheel entry, and is re-filed then; but when the loop woke after its new
+    due time as well, it is due, and belongs among the timers of that due time."""
+    cdef Py_ssize_t i
+    cdef int64_t due, last = 0
+    cdef list dues, tokens
+    for i in range(fired.count):
+        due = due_of(owner, fired.tokens[i], last)
+        if due < last:
+            break
+        last = due
+    else:
+        return 0
+    dues = []
+    last = 0
+    for i in range(fired.count):
+        last = due_of(owner, fired.tokens[i], last)
+        dues.append((last, i))
+    tokens = [fired.tokens[i] for _, i in sorted(dues)]
+    for i in range(fired.count):
+        fired.tokens[i] = tokens[i]
+    return 0
+
+
+cdef int64_t _handle_due(object scheduler, uint64_t token, int64_t last) except? -2:
+    """``token_due_t`` of a WheelScheduler's handles: the deadline's due ms."""
+    cdef object handle = _token_handle((<WheelScheduler>scheduler)._handles, token)
+    if handle is None:
+        return last
+    return (<WheelScheduler>scheduler)._due_ms((<WheelHandle>handle)._when)
 
 
 cdef inline int64_t _next_wake(TimerWheel wheel, int64_t wake_ms) noexcept:

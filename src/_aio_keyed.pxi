@@ -24,7 +24,10 @@ cdef class KeyedTimers:
         """Arm ``key`` to fire ``delay`` seconds from now (``loop.time() + delay``), never earlier.
 
         Re-arms in place if ``key`` is armed (also when it is due in the running batch: it then
-        fires at the new time, not now). A delay of 0 or less fires on the next tick (1 ms).
+        fires at the new time, not now). A delay of 0 or less fires on the next tick (1 ms). A
+        re-arm to the same or a later time writes the deadline alone (the wheel entry stays, and
+        is re-filed when it comes due), so among keys due at its new ms it fires in the order it
+        was re-filed.
 
         Raises:
             TypeError: ``key`` is not an int or ``delay`` not a real number. ValueError:
@@ -83,13 +86,20 @@ cdef class KeyedTimers:
             raise RuntimeError("WheelScheduler is closed")
         if not isfinite(delay_s):
             check_seconds(delay_s)
-        i = self._find(key)
-        if i >= 0:
-            wheel.c_prefetch(self._slots[i].timer_id)
+        if self._cap:
+            # The key's slot starts loading while the clock is read.
+            tw_prefetch(&self._slots[self._home(key)])
         when_s = scheduler.c_time() + delay_s
         due_ms = scheduler._due_ms(when_s)
-        after_ms = scheduler._after_ms(wheel, due_ms)
-        # From here to the table write no Python code runs but on an error path.
+        # No Python code runs from a _find to the table write but on an error path.
+        i = self._find(key)
+        if i >= 0 and when_s >= self._slots[i].when_s:
+            # The same or a later deadline: the key keeps its wheel entry, due earlier, and only
+            # its deadline changes (one table slot touched); when the entry fires, _run re-files
+            # the key by this deadline. So does a key due in the running batch.
+            self._slots[i].when_s = when_s
+            return 0
+        after_ms = scheduler._after_ms(wheel, due_ms)  # may call loop.time(): look the key up again
         i = self._find(key)
         if i >= 0:
             if not wheel.c_reschedule(self._slots[i].timer_id, after_ms):
@@ -121,11 +131,12 @@ cdef class KeyedTimers:
         cdef TimerWheel wheel = self._wheel
         cdef tw_fired_t fired
         cdef Py_ssize_t i = 0, j
-        cdef int64_t key
+        cdef int64_t key, due_ms
         if now_ms <= wheel.c_now_ms():
             return 0
         wheel.c_advance(now_ms, &fired)
         try:
+            _order_batch(self, _key_due, &fired)
             while i < fired.count:
                 key = <int64_t>fired.tokens[i]
                 i += 1
@@ -133,16 +144,22 @@ cdef class KeyedTimers:
                 # Absent: cancelled by an earlier callback of this batch; pending: re-armed by one.
                 if j < 0 or wheel.c_due_ms(self._slots[j].timer_id) >= 0:
                     continue
+                due_ms = self._scheduler._due_ms(self._slots[j].when_s)
+                if due_ms > now_ms:  # re-armed later while its entry waited: re-filed, not run
+                    self._slots[j].timer_id = wheel.c_schedule(due_ms - wheel.c_now_ms(), <uint64_t>key)
+                    continue
                 self._remove(j)
                 self._fire(key)
         finally:
-            # A SystemExit/KeyboardInterrupt skipped the rest: back after 1 ms, in order.
+            # A SystemExit/KeyboardInterrupt skipped the rest: back at their due times, the next
+            # tick at the earliest (a delay under 1 ms counts as 1), in order.
             while i < fired.count:
                 key = <int64_t>fired.tokens[i]
                 i += 1
                 j = self._find(key)
                 if j >= 0 and wheel.c_due_ms(self._slots[j].timer_id) < 0:
-                    self._slots[j].timer_id = wheel.c_schedule(1, <uint64_t>key)
+                    self._slots[j].timer_id = wheel.c_schedule(
+                        self._scheduler._due_ms(self._slots[j].when_s) - wheel.c_now_ms(), <uint64_t>key)
             wheel.c_release(&fired)
         return 0
 
@@ -232,6 +249,15 @@ cdef class KeyedTimers:
 
     def __repr__(self):
         return f"<KeyedTimers armed={self._count} {self._callback!r}>"
+
+
+cdef int64_t _key_due(object keyed, uint64_t token, int64_t last) except? -2:
+    """``token_due_t`` of a KeyedTimers: the key's deadline's due ms."""
+    cdef KeyedTimers k = <KeyedTimers>keyed
+    cdef Py_ssize_t j = k._find(<int64_t>token)
+    if j < 0:
+        return last
+    return k._scheduler._due_ms(k._slots[j].when_s)
 
 
 cdef inline int64_t _as_key(object key) except? -1:

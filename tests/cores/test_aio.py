@@ -435,3 +435,67 @@ def test_close_from_a_callback_skips_the_rest_of_the_batch_quietly(aio_impl):
     ran, errors = asyncio.run(main())
     assert ran == [1], "the first callback did not run: the test proved nothing"
     assert errors == [], [ctx.get("message") for ctx in errors]
+
+
+class _HandLoop:
+    """A loop whose clock moves only by ``run_to``: on time (each wake-up at its own time) or
+    late (the clock jumps first, then every due wake-up runs)."""
+    def __init__(self):
+        self.now = 100.0
+        self._timers = []
+    def time(self):
+        return self.now
+    def call_at(self, when, callback, *args):
+        entry = [when, len(self._timers), callback]
+        self._timers.append(entry)
+        return _Dropped(entry)
+    def call_exception_handler(self, context):
+        raise AssertionError(context)
+    def run_to(self, when, *, late=False):
+        if late:
+            self.now = when
+        while True:
+            due = sorted(t for t in self._timers if t[2] is not None and t[0] <= when)
+            if not due:
+                break
+            self._timers.remove(due[0])
+            self.now = max(self.now, due[0][0])
+            due[0][2]()
+        self.now = when
+
+
+class _Dropped:
+    def __init__(self, entry):
+        self._entry = entry
+    def cancel(self):
+        self._entry[2] = None
+
+
+def test_rearmed_later_runs_by_its_new_deadline_on_time_and_on_a_late_loop(aio_impl):
+    """A handle and a key re-armed to a later deadline keep their earlier wheel entry, which is
+    re-filed when it comes due: on a loop that keeps time, nothing runs at the old deadline and
+    each runs once, at its new one; on a loop that wakes once after every deadline, they still
+    run in due order (after the timers due between their old and new deadlines). Deterministic:
+    the loop's clock moves by hand."""
+    loop = _HandLoop()
+    sched = aio_impl.WheelScheduler(loop)
+    ran = []
+    keys = sched.keyed(lambda key: ran.append((key, loop.now)))
+    a = sched.call_later(1.0, lambda: ran.append(("a", loop.now)))
+    keys.arm(1, 1.0)
+    assert a.reschedule(3.0) is True and keys.arm(1, 3.0) is None
+    loop.run_to(102.0)
+    assert ran == [] and sched.active_count() == 1 and len(keys) == 1  # the old entry came due
+    loop.run_to(110.0)
+    assert [name for name, _ in ran] == ["a", 1] and all(at >= 103.0 for _, at in ran)
+
+    ran.clear()
+    a = sched.call_later(1.0, lambda: ran.append(("a", loop.now)))
+    sched.call_later(2.0, lambda: ran.append(("b", loop.now)))
+    keys.arm(1, 1.0)
+    keys.arm(2, 2.0)
+    assert a.reschedule(3.0) is True and keys.arm(1, 3.0) is None
+    loop.run_to(120.0, late=True)
+    assert [name for name, _ in ran] == ["b", "a", 2, 1]
+    assert sched.active_count() == 0 and len(keys) == 0
+    sched.close()

@@ -174,7 +174,9 @@ class WheelHandle:
 
         Works whether the handle is pending, is due in the running fire batch (it then
         runs at the new time, not now), or has already run (it runs once more: a
-        callback may re-arm itself). Keeps the handle and its callback.
+        callback may re-arm itself). Keeps the handle and its callback. A move to the same or
+        a later time writes the deadline alone (the wheel entry stays, and is re-filed when it
+        comes due), so among callbacks due at its new ms it runs in the order it was re-filed.
 
         Returns:
             True if armed; False if the handle was cancelled (nothing is armed).
@@ -374,7 +376,15 @@ class WheelScheduler:
             return False
         if handle._scheduler is not self:
             raise ValueError(f"{handle!r} belongs to another WheelScheduler")
-        self._arm_handle(handle, self._time() + delay_s)
+        when_s = self._time() + delay_s
+        # A pending handle (or one due in the running batch) moved to the same or a later deadline
+        # keeps its wheel entry, due earlier: only its deadline changes, and the handle is the one
+        # object touched. When the entry fires, the batch re-files it by this deadline (_fire).
+        if handle._timer_id != 0 and when_s >= handle._when:
+            self._due_ms(when_s)  # the range check
+            handle._when = when_s
+            return True
+        self._arm_handle(handle, when_s)
         return True
 
     def _cancel(self, handle: WheelHandle) -> None:
@@ -502,18 +512,24 @@ class WheelScheduler:
         fired = wheel.advance(now_ms)  # this batch's own list: a nested batch gets another
         i = 0
         try:
+            _order_batch(self, _handle_due, fired)
             while i < len(fired):
                 i += 1
-                self._fire(fired[i - 1])
+                self._fire(fired[i - 1], now_ms)
         finally:
             self._requeue(fired, i)
 
-    def _fire(self, token: int) -> None:
-        """Run the handle a fired ``token`` names, if it is due."""
+    def _fire(self, token: int, now_ms: int) -> None:
+        """Run the handle a fired ``token`` names, if it is due at ``now_ms``; re-file it by its
+        deadline if that moved later while its entry waited."""
         handle = _token_handle(self._handles, token)
         # None: cancelled by an earlier callback of this batch, or closed; pending: re-armed by
         # one, or a new handle at a reused index.
         if handle is None or handle._timer_id == 0 or self._wheel.due_ms(handle._timer_id) is not None:
+            return
+        due_ms = self._due_ms(handle._when)
+        if due_ms > now_ms:
+            handle._timer_id = self._wheel.schedule(due_ms - self._wheel.now_ms(), token)
             return
         handle._timer_id = 0
         _give_token(self._handles, self._free_tokens, token, handle)
@@ -521,13 +537,15 @@ class WheelScheduler:
         _run_handle(handle)
 
     def _requeue(self, fired: list[int], start: int) -> None:
-        """Keep the handles a SystemExit/KeyboardInterrupt skipped (tokens from ``start`` on): they
-        are already due, so they go back after 1 ms, in order, and none is lost."""
+        """Keep the handles a SystemExit/KeyboardInterrupt skipped (tokens from ``start`` on): each
+        goes back at its due time, the next tick at the earliest, in order, and none is lost."""
         for token in fired[start:]:
             handle = _token_handle(self._handles, token)
             if (not self._closed and handle is not None and handle._timer_id
                     and self._wheel.due_ms(handle._timer_id) is None):
-                handle._timer_id = self._wheel.schedule(1, token)  # it keeps its index
+                # It keeps its index; a delay under 1 ms counts as 1.
+                handle._timer_id = self._wheel.schedule(
+                    self._due_ms(handle._when) - self._wheel.now_ms(), token)
 
     def _end_batch(self) -> None:
         """Re-arm the wake-up once, at the earliest due time of any wheel."""
@@ -550,6 +568,37 @@ class WheelScheduler:
 
     def __reduce_ex__(self, protocol):
         _refuse_copy(self)
+
+
+def _order_batch(owner: Any, due_of: Callable[[Any, int, int], int], fired: list[int]) -> None:
+    """Put a batch of ``owner``'s tokens in due order (stable). A timer re-armed later in place
+    fires from its earlier wheel entry, and is re-filed then; but when the loop woke after its new
+    due time as well, it is due, and belongs among the timers of that due time.
+
+    ``due_of(owner, token, last)`` is the due ms of a token's timer, or ``last`` if it names none.
+    """
+    last = 0
+    for token in fired:
+        due = due_of(owner, token, last)
+        if due < last:
+            break
+        last = due
+    else:
+        return
+    dues = []
+    last = 0
+    for i, token in enumerate(fired):
+        last = due_of(owner, token, last)
+        dues.append((last, i))
+    fired[:] = [fired[i] for _, i in sorted(dues)]
+
+
+def _handle_due(scheduler: WheelScheduler, token: int, last: int) -> int:
+    """``_order_batch``'s ``due_of`` for a WheelScheduler's handles: the deadline's due ms."""
+    handle = _token_handle(scheduler._handles, token)
+    if handle is None:
+        return last
+    return scheduler._due_ms(handle._when)
 
 
 def _next_wake(wheel: Any, wake_ms: int) -> int:
@@ -698,6 +747,14 @@ class WheelTimeout:
         return f"<WheelTimeout [{_STATE_NAMES[self._state]}] when={self.when()}>"
 
 
+def _key_due(keyed: KeyedTimers, token: int, last: int) -> int:
+    """``_order_batch``'s ``due_of`` for a KeyedTimers: the key's deadline's due ms."""
+    entry = keyed._entries.get(_key_of(token))
+    if entry is None:
+        return last
+    return keyed._scheduler._due_ms(entry[1])
+
+
 def _as_key(key: Any) -> int:
     """``key`` as an int64: exact ints inline, anything else through ``check_key``."""
     if type(key) is int and KEY_MIN <= key < KEY_LIMIT:
@@ -733,7 +790,10 @@ class KeyedTimers:
         """Arm ``key`` to fire ``delay`` seconds from now (``loop.time() + delay``), never earlier.
 
         Re-arms in place if ``key`` is armed (also when it is due in the running batch: it then
-        fires at the new time, not now). A delay of 0 or less fires on the next tick (1 ms).
+        fires at the new time, not now). A delay of 0 or less fires on the next tick (1 ms). A
+        re-arm to the same or a later time writes the deadline alone (the wheel entry stays, and
+        is re-filed when it comes due), so among keys due at its new ms it fires in the order it
+        was re-filed.
 
         Raises:
             TypeError: ``key`` is not an int or ``delay`` not a real number. ValueError:
@@ -786,8 +846,14 @@ class KeyedTimers:
             raise RuntimeError("WheelScheduler is closed")
         when_s = scheduler._time() + delay_s
         due_ms = scheduler._due_ms(when_s)
-        after_ms = scheduler._after_ms(wheel, due_ms)
         entry = self._entries.get(key)  # [timer id, deadline in loop seconds]
+        if entry is not None and when_s >= entry[1]:
+            # The same or a later deadline: the key keeps its wheel entry, due earlier, and only
+            # its deadline changes (one table slot touched); when the entry fires, _run re-files
+            # the key by this deadline. So does a key due in the running batch.
+            entry[1] = when_s
+            return
+        after_ms = scheduler._after_ms(wheel, due_ms)
         if entry is not None:
             if not wheel.reschedule(entry[0], after_ms):
                 # Due in the running batch: a new entry; the batch skips the old token.
@@ -815,6 +881,7 @@ class KeyedTimers:
         entries = self._entries
         i = 0
         try:
+            _order_batch(self, _key_due, fired)
             while i < len(fired):
                 key = _key_of(fired[i])
                 i += 1
@@ -822,16 +889,22 @@ class KeyedTimers:
                 # Absent: cancelled by an earlier callback of this batch; pending: re-armed by one.
                 if entry is None or wheel.due_ms(entry[0]) is not None:
                     continue
+                due_ms = self._scheduler._due_ms(entry[1])
+                if due_ms > now_ms:  # re-armed later while its entry waited: re-filed, not run
+                    entry[0] = wheel.schedule(due_ms - wheel.now_ms(), fired[i - 1])
+                    continue
                 del entries[key]
                 self._fire(key)
         finally:
-            # A SystemExit/KeyboardInterrupt skipped the rest: back after 1 ms, in order.
+            # A SystemExit/KeyboardInterrupt skipped the rest: back at their due times, the next
+            # tick at the earliest (a delay under 1 ms counts as 1), in order.
             while i < len(fired):
                 key = _key_of(fired[i])
                 i += 1
                 entry = entries.get(key)
                 if entry is not None and wheel.due_ms(entry[0]) is None:
-                    entry[0] = wheel.schedule(1, fired[i - 1])
+                    entry[0] = wheel.schedule(
+                        self._scheduler._due_ms(entry[1]) - wheel.now_ms(), fired[i - 1])
 
     def _fire(self, key: int) -> None:
         """Run ``callback(key)`` in the set's context; exceptions go to the loop's handler."""
