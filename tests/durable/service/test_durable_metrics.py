@@ -21,6 +21,7 @@ from timerwheel_c.durable.service.service import DurableTimerService  # noqa: E4
 from timerwheel_c.durable.storage.sqlite import SQLiteStore  # noqa: E402
 from timerwheel_c.durable.timers import writer  # noqa: E402
 from timerwheel_c.durable.timers.registry import Done, Retry, TimerHandler, TimerKind, TimerRegistry  # noqa: E402
+from timerwheel_c.durable.timers.timing import ManualClock  # noqa: E402
 from pg_cluster import throwaway_cluster  # noqa: E402
 from waiting import wall_ms  # noqa: E402
 
@@ -231,15 +232,21 @@ class Blocking(TimerHandler):
 def test_healthz_stays_200_while_every_handler_slot_is_busy(tmp_path):
     """A runner whose every handler slot runs a long handler, with more rows due, makes no pass (it
     has no room to claim into) for longer than the health bound: it is working, not stuck, and
-    /healthz stays 200 (a liveness probe must not kill it mid-work); the rows fire once slots free."""
+    /healthz stays 200 (a liveness probe must not kill it mid-work); the rows fire once slots free.
+    The service's time is a ManualClock: the test moves it past the bound instead of waiting."""
+    clock = ManualClock()
     store = SQLiteStore(tmp_path / "busy.db")
     for i in range(3):
-        writer.schedule(store, P, wall_ms() - 1, OK_KIND, b"r%d" % i)
+        writer.schedule(store, P, clock.wall_ns() // 1_000_000 - 1, OK_KIND, b"r%d" % i)
     handler = Blocking()
-    svc = DurableTimerService(store, TimerRegistry().register(handler), [P], concurrency=1, max_sleep_s=0.2)
+    svc = DurableTimerService(store, TimerRegistry().register(handler), [P], concurrency=1, max_sleep_s=0.2,
+                              clock=clock, wall_ns=clock.wall_ns)
     try:
         svc.start()
         bound_s = 1.0
+        wait_until(lambda: svc.in_flight == 1, "the one slot busy")
+        for _ in range(15):  # 3 s in steps of the service's longest sleep, waking any pass it would make
+            clock.advance(0.2)
         # the situation to test: the one slot busy and no pass for longer than the bound
         wait_until(lambda: svc.in_flight == 1 and (svc.metrics(0).last_progress_age_s or 0) > 2 * bound_s,
                    "a busy slot and no pass for twice the bound")
