@@ -25,6 +25,18 @@ def wait_until(predicate, what: str, timeout: float = LIVENESS_S) -> None:
         time.sleep(0.02)
 
 
+def advance_until(clock, done, step_s: float, what: str, timeout: float = LIVENESS_S) -> None:
+    """Advance the ManualClock ``clock`` by ``step_s`` each time a service is asleep on it, until
+    ``done()``; fail naming ``what`` after ``timeout`` s of real time. A service busy with a store
+    call is never stepped past: its clock moves only while it waits on it."""
+    def step() -> bool:
+        if not done() and clock.waiting:
+            clock.advance(step_s)
+        return done()
+
+    wait_until(step, what, timeout)
+
+
 async def write_while_ticking(write, waits_on: str, release, timeout: float = LIVENESS_S):
     """Await the coroutine ``write`` while a ticker task runs every 10 ms; after 0.5 s assert that
     the write still waits (on ``waits_on``) and the ticker ran at least 5 times, then call

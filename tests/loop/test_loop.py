@@ -113,10 +113,12 @@ def _callback_script(loop):
         loop.call_at(t + 0.045, timer, "t3", None)  # no tie: asyncio's heap keeps no order among ties
         loop.call_later(0.020, timer, "t-later", "soon-from-t-later")
         loop.call_soon(log.append, "soon-from-block")
+        # The last timer due stops the loop after everything, however stalled the machine: it fires
+        # last in the next iteration, so its call_soon(stop) queues behind what the others queued.
+        loop.call_at(t + 0.050, loop.call_soon, loop.stop)
         time.sleep(0.1)
 
     loop.call_soon(block)
-    loop.call_later(1.0, loop.stop)  # after everything, even on a stalled machine
     loop.run_forever()
     return log
 
@@ -131,6 +133,7 @@ def test_call_soon_inside_a_timer_callback_runs_in_asyncio_order(new_wheel_loop)
     finally:
         default.close()
     assert expected.index("soon-from-block") < expected.index("t1")  # the premise: one batch after block
+    assert {"t3", "soon-from-t1", "soon-from-t2", "soon-from-t-later"} <= set(expected)  # and all ran
     assert _callback_script(new_wheel_loop()) == expected
 
 

@@ -18,7 +18,8 @@ from timerwheel_c.durable.timers.registry import Done, Retry, TimerHandler, Time
 from timerwheel_c.durable.service.service import DEFAULT_CONCURRENCY, DurableTimerService
 from timerwheel_c.durable.storage.errors import PermanentStoreError, TransientStoreError
 from timerwheel_c.durable.storage.store import Absent, Batch, Store
-from waiting import wait_until, wall_ms
+from timerwheel_c.durable.timers.timing import ManualClock
+from waiting import advance_until, wait_until, wall_ms
 
 P = "conc"
 KIND = 0xF6
@@ -114,19 +115,37 @@ def test_async_handlers_run_on_the_service_loop_concurrently(store):
 
 
 def test_a_slow_handler_does_not_hold_back_the_others(store):
-    """One handler sleeps 3 s; timers due while it runs still fire (before it ends), each not
-    before its due time: the slow handler holds only its own slot."""
-    schedule(store, P, wall_ms() - 10, KIND, b"slow")
-    h = Sleepy(lambda t: 3.0 if t.reference == b"slow" else 0.0)
-    with DurableTimerService(store, TimerRegistry().register(h), [P], concurrency=4, max_sleep_s=3600) as svc:
+    """One handler blocks until the test releases it; three timers falling due while it runs fire and
+    commit meanwhile, each not before its due time: the slow handler holds only its own slot. The
+    service's time is a ManualClock the test advances, so no due time is waited for in real time."""
+    clock = ManualClock()
+    release = threading.Event()
+    fired_ms = {}
+
+    def hold(timer) -> float:
+        fired_ms[timer.reference] = clock.wall_ns() // 1_000_000
+        if timer.reference == b"slow":  # held past the test's own bound on the quick ones
+            assert release.wait(3 * LIVENESS_S)
+        return 0.0
+
+    schedule(store, P, clock.wall_ns() // 1_000_000 - 10, KIND, b"slow")
+    h = Sleepy(hold)
+    with DurableTimerService(store, TimerRegistry().register(h), [P], concurrency=4, max_sleep_s=3600,
+                             clock=clock, wall_ns=clock.wall_ns) as svc:
         wait_until(lambda: svc.in_flight == 1, "the slow handler to start")
         dues = {}
         for i in range(3):
-            dues[b"q%d" % i] = due = wall_ms() + 100 * (i + 1)
+            dues[b"q%d" % i] = due = clock.wall_ns() // 1_000_000 + 100 * (i + 1)
             svc.schedule(P, due, KIND, b"q%d" % i)
+        try:
+            advance_until(clock, lambda: len(effects(store)) == 3, 0.05,
+                          "the quick ones' effects while the slow one runs", LIVENESS_S)
+        finally:
+            release.set()
         wait_until(lambda: len(effects(store)) == 4, "all four effects")
     ends = {ref: (s, e) for ref, s, e, _ in h.calls}
     assert all(ends[ref][1] < ends[b"slow"][1] for ref in dues), "the quick ones ended before the slow one"
+    assert all(fired_ms[ref] >= due for ref, due in dues.items()), (fired_ms, dues)
     assert store.scan(P, *keys.timer_range()).entries == []
 
 
@@ -279,15 +298,16 @@ def test_logs_one_debug_line_per_fire_a_summary_and_a_warning_when_behind(store,
 
 
 def test_claims_run_ahead_of_free_slots_by_at_most_the_budget(store):
-    """With 100 ms handlers, concurrency 2 and TickBudget(max_fired=5), rows claimed but not started
-    (queued) never exceed 5, although the measured handler time would allow 10 (two slots' work
+    """With 50 ms handlers, concurrency 2 and TickBudget(max_fired=5), rows claimed but not started
+    (queued) never exceed 5, although the measured handler time would allow more (two slots' work
     within QUEUE_HORIZON_S); all 30 timers fire once. The queue is asserted to have been used."""
     from timerwheel_c.durable.timers.runner import TickBudget
     from timerwheel_c.durable.service.executor import QUEUE_HORIZON_S
 
-    assert 2 * QUEUE_HORIZON_S / 0.1 > 5
+    handler_s = 0.05
+    assert 2 * QUEUE_HORIZON_S / handler_s > 5
     store.apply_many(P, [Batch().put(keys.timer(wall_ms() - 100, KIND, b"%02d" % i), b"") for i in range(30)])
-    h = Sleepy(0.1)
+    h = Sleepy(handler_s)
     seen = []
     with DurableTimerService(store, TimerRegistry().register(h), [P], concurrency=2, budget=TickBudget(max_fired=5)) as svc:
         deadline = time.monotonic() + LIVENESS_S

@@ -21,8 +21,9 @@ from timerwheel_c.durable.service.service import DurableTimerService  # noqa: E4
 from timerwheel_c.durable.storage.sqlite import SQLiteStore  # noqa: E402
 from timerwheel_c.durable.timers import writer  # noqa: E402
 from timerwheel_c.durable.timers.registry import Done, Retry, TimerHandler, TimerKind, TimerRegistry  # noqa: E402
+from timerwheel_c.durable.timers.timing import ManualClock  # noqa: E402
 from pg_cluster import throwaway_cluster  # noqa: E402
-from waiting import wall_ms  # noqa: E402
+from waiting import advance_until, wall_ms  # noqa: E402
 
 P = "m"
 OK_KIND, FAIL_KIND = 0xE1, 0xE2
@@ -73,30 +74,38 @@ def wait_until(pred, what):
 def test_metrics_scraped_over_http_count_what_fired(tmp_path):
     """Scraped while timers fire (each scrape must parse), then once all have fired: fired and
     failed by kind equal the handlers' calls, the lateness histogram counts every first attempt,
-    parked is present at 0, the backlog of the served partition is 0 and nothing is in flight."""
+    parked is present at 0, the backlog of the served partition is 0 and nothing is in flight. The
+    service's time is a ManualClock, moved on in steps while it sleeps between the due times."""
+    clock = ManualClock()
     store = SQLiteStore(tmp_path / "m.db")
     ok, bad = Counting(OK_KIND, Done()), Counting(FAIL_KIND, Retry())
-    now = wall_ms()
+    now = clock.wall_ns() // 1_000_000
     for i in range(40):
         writer.schedule(store, P, now + 10 * i, OK_KIND, b"ok%d" % i)
     for i in range(5):
         writer.schedule(store, P, now + 10 * i, FAIL_KIND, b"bad%d" % i)
-    svc = DurableTimerService(store, TimerRegistry().register(ok).register(bad), [P])
+    svc = DurableTimerService(store, TimerRegistry().register(ok).register(bad), [P], clock=clock, wall_ns=clock.wall_ns)
     server = serve(svc, 0)
     try:
         with svc:
-            scrapes = 0
-            while ok.calls < 40:
+            scrapes = []
+
+            def scraped_until_all_fired() -> bool:
                 status, text = scrape(server)
                 assert status == 200
                 samples(text)  # parses mid-run
-                scrapes += 1
+                scrapes.append(status)
+                return ok.calls >= 40
+
+            advance_until(clock, scraped_until_all_fired, 0.05, "40 timers fired while scraped", LIVENESS_S)
             ok.wait_for(40)
             bad.wait_for(5)
             wait_until(lambda: svc.fired >= 40 and svc.failed >= 5, "outcomes committed")
-            assert scrapes >= 1
-            # The backlog is recounted at most once a second: wait for a count taken after the fires.
-            wait_until(lambda: svc.metrics().due_backlog.get(P) == 0, "the backlog recounted empty")
+            assert scrapes
+            # The backlog is recounted at most once a second on the service's clock: move it on until
+            # a count taken after the fires.
+            advance_until(clock, lambda: svc.metrics().due_backlog.get(P) == 0, 0.5, "the backlog recounted empty",
+                          LIVENESS_S)
             got = samples(scrape(server)[1])
             assert got[("timerwheel_fired_total", (("kind", str(OK_KIND)), ("kind_name", "")))] == 40
             assert got[("timerwheel_failed_total", (("kind", str(FAIL_KIND)), ("kind_name", "")))] == 5
@@ -231,15 +240,21 @@ class Blocking(TimerHandler):
 def test_healthz_stays_200_while_every_handler_slot_is_busy(tmp_path):
     """A runner whose every handler slot runs a long handler, with more rows due, makes no pass (it
     has no room to claim into) for longer than the health bound: it is working, not stuck, and
-    /healthz stays 200 (a liveness probe must not kill it mid-work); the rows fire once slots free."""
+    /healthz stays 200 (a liveness probe must not kill it mid-work); the rows fire once slots free.
+    The service's time is a ManualClock: the test moves it past the bound instead of waiting."""
+    clock = ManualClock()
     store = SQLiteStore(tmp_path / "busy.db")
     for i in range(3):
-        writer.schedule(store, P, wall_ms() - 1, OK_KIND, b"r%d" % i)
+        writer.schedule(store, P, clock.wall_ns() // 1_000_000 - 1, OK_KIND, b"r%d" % i)
     handler = Blocking()
-    svc = DurableTimerService(store, TimerRegistry().register(handler), [P], concurrency=1, max_sleep_s=0.2)
+    svc = DurableTimerService(store, TimerRegistry().register(handler), [P], concurrency=1, max_sleep_s=0.2,
+                              clock=clock, wall_ns=clock.wall_ns)
     try:
         svc.start()
         bound_s = 1.0
+        wait_until(lambda: svc.in_flight == 1, "the one slot busy")
+        for _ in range(15):  # 3 s in steps of the service's longest sleep, waking any pass it would make
+            clock.advance(0.2)
         # the situation to test: the one slot busy and no pass for longer than the bound
         wait_until(lambda: svc.in_flight == 1 and (svc.metrics(0).last_progress_age_s or 0) > 2 * bound_s,
                    "a busy slot and no pass for twice the bound")

@@ -6,7 +6,9 @@ commits of partition ``b`` go on, and ``a``'s timers fire once the lock is gone.
 The property is an order of events, not a speed: every timer of ``b`` has fired and its outcome
 committed (its row gone from the store) while the holder's transaction is still open. The hold
 lasts far longer than the runner's bounded lock wait and its retries (``HOLD_S``), and the test
-first checks that the situation arose (``a``'s due timer did not fire during the hold).
+first checks that the situation arose (``a``'s due timer did not fire during the hold). The
+service's time is a ManualClock: the timers fall due only as the test advances it, once the lock is
+held and the runner has started, so no real time passes waiting for a due time.
 A bound on lock waits that is not a positive int of ms is refused by name."""
 from __future__ import annotations
 
@@ -19,13 +21,15 @@ import pytest
 
 from timerwheel_c.durable import Batch, DurableTimerService, TimerRegistry, get_timer, schedule
 from timerwheel_c.durable.timers.registry import Done, TimerHandler, TimerKind
-from waiting import wait_until, wall_ms
+from timerwheel_c.durable.timers.timing import ManualClock
+from waiting import advance_until, wall_ms
 
 PG_DSN = os.environ.get("TIMERWHEEL_C_TEST_PG_DSN")
 needs_pg = pytest.mark.skipif(not PG_DSN, reason="set TIMERWHEEL_C_TEST_PG_DSN=postgresql://... to test PostgresStore")
 
 KIND = 0xE8
 HOLD_S = 10.0  # how long the holder keeps partition a's lock: far above the runner's lock wait
+STEP_S = 0.2  # the service's clock moves this far each time it sleeps: b's due times are 0.2 s apart
 EFFECT = b"effect/a"
 
 
@@ -66,7 +70,8 @@ def test_a_lock_on_one_partition_holds_up_only_that_partition(pg_store, hold, se
     store = pg_store
     handler = Effects()
     store.apply("a", Batch().put(EFFECT, b"before"))  # a's effect row exists, so a session can lock it
-    due = wall_ms() + 1500  # after the holder has its lock and the runner has started
+    clock = ManualClock()
+    due = clock.wall_ns() // 1_000_000 + 1500  # comes only as the test advances the clock, lock held
     schedule(store, "a", due, KIND, b"a0")
     b_refs = [b"b%d" % i for i in range(5)]
     for i, ref in enumerate(b_refs):
@@ -75,21 +80,24 @@ def test_a_lock_on_one_partition_holds_up_only_that_partition(pg_store, hold, se
     runner_store = PostgresStore(PG_DSN, table=store.table)
     try:
         if hold == "caller_transaction":
-            schedule(store, "a", wall_ms(), KIND, b"in-tx", conn=app)
+            schedule(store, "a", clock.wall_ns() // 1_000_000, KIND, b"in-tx", conn=app)
         else:
             app.execute(f"SELECT value FROM {store.table} WHERE partition = 'a' AND key = %s FOR UPDATE", (EFFECT,))
         held_until = time.monotonic() + HOLD_S
         with DurableTimerService(runner_store, TimerRegistry().register(handler), ["a", "b"], fleet=False,
-                                 separate_commits=separate_commits):
-            wait_until(lambda: all(get_timer(store, "b", KIND, r) is None for r in b_refs),
-                       "b's timers to fire and commit", timeout=max(0.0, held_until - time.monotonic()))
+                                 separate_commits=separate_commits, clock=clock, wall_ns=clock.wall_ns):
+            advance_until(clock, lambda: all(get_timer(store, "b", KIND, r) is None for r in b_refs), STEP_S,
+                          "b's timers to fire and commit", timeout=max(0.0, held_until - time.monotonic()))
             assert time.monotonic() < held_until  # b committed while a's lock was still held
+            assert clock.wall_ns() // 1_000_000 >= due  # a's timer was due during the hold
             assert get_timer(store, "a", KIND, b"a0") is not None  # a was held up: the situation arose
             assert store.get("b", b"effect/b") is not None
             app.commit()
-            wait_until(lambda: get_timer(store, "a", KIND, b"a0") is None, "a's timer to fire once the lock is gone")
+            advance_until(clock, lambda: get_timer(store, "a", KIND, b"a0") is None, STEP_S,
+                          "a's timer to fire once the lock is gone")
             if hold == "caller_transaction":
-                wait_until(lambda: get_timer(store, "a", KIND, b"in-tx") is None, "the caller's timer to fire")
+                advance_until(clock, lambda: get_timer(store, "a", KIND, b"in-tx") is None, STEP_S,
+                              "the caller's timer to fire")
     finally:
         app.close()
         runner_store.close()

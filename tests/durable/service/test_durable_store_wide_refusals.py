@@ -17,7 +17,7 @@ import pytest
 from timerwheel_c.durable import DurableTimerService, TimerRegistry, list_timers, open_store, schedule
 from timerwheel_c.durable.timers.registry import Done, TimerHandler, TimerKind
 from timerwheel_c.durable.timers.timing import ManualClock, Timing
-from waiting import LIVENESS_S, wait_until
+from waiting import LIVENESS_S, advance_until, wait_until
 
 PG_DSN = os.environ.get("TIMERWHEEL_C_TEST_PG_DSN")
 KIND = 0xE7
@@ -39,16 +39,6 @@ class Recorded(TimerHandler):
         with self.lock:
             self.fired.append((timer.reference, self.clock.wall_ns() // 1_000_000))
         return Done()
-
-
-def advance_until(clock: ManualClock, done, step_s: float, what: str) -> None:
-    """Advance ``clock`` by ``step_s`` each time the service is asleep on it, until ``done()``."""
-    def step() -> bool:
-        if not done() and clock.waiting:
-            clock.advance(step_s)
-        return done()
-
-    wait_until(step, what, LIVENESS_S)
 
 
 @pytest.fixture

@@ -5,14 +5,14 @@ sync writer's; the pool closes with its loop and with the store, and each new lo
 
 Timing is asserted only as liveness (a ticker ran while the write waited; the write landed within a
 generous bound once the lock went), never as a speed. Needs the shared server
-(TIMERWHEEL_C_TEST_PG_DSN); the stopped-server test runs a throwaway cluster of its own."""
+(TIMERWHEEL_C_TEST_PG_DSN). The tests that run a process of their own (a script's exit, a stopped
+server) are in tests/e2e/test_durable_aio_pg_processes.py."""
 from __future__ import annotations
 
 import asyncio
 import gc
 import logging
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -27,7 +27,6 @@ pytest.importorskip("psycopg_pool")
 from psycopg.conninfo import make_conninfo  # noqa: E402
 
 from timerwheel_c.durable import TimerExists, aio, get_timer, schedule  # noqa: E402
-from timerwheel_c.durable.storage.errors import TransientStoreError  # noqa: E402
 from timerwheel_c.durable.storage.postgres import PostgresStore  # noqa: E402
 from timerwheel_c.durable.storage.sqlite import SQLiteStore  # noqa: E402
 from timerwheel_c.durable.timers import keys  # noqa: E402
@@ -151,76 +150,6 @@ def test_pool_closes_with_its_loop_and_with_the_store_and_each_loop_gets_its_own
         asyncio.run(write(b"three", close=True))
         gc.collect()
     assert not [w for w in caught if issubclass(w.category, ResourceWarning)], [str(w.message) for w in caught]
-
-
-def test_a_script_writing_from_asyncio_run_exits_without_warnings(tmp_path):
-    """A program that writes from ``asyncio.run`` and closes its store after (the pool left to close
-    with the loop) exits 0 under ``-X dev -W error``, ten times over (a shutdown can land while the
-    pool is still connecting): no ResourceWarning, no task destroyed while pending, no unclosed
-    connection, and no hang."""
-    table = f"tw_aio_{uuid.uuid4().hex[:12]}"
-    script = tmp_path / "app.py"
-    script.write_text(f"""
-import asyncio
-from timerwheel_c.durable import aio
-from timerwheel_c.durable.storage.postgres import PostgresStore
-
-store = PostgresStore({PG_DSN!r}, table={table!r})
-
-async def main():
-    await asyncio.gather(*(aio.schedule(store, "p", 2**40, 7, b"%d" % i) for i in range(20)))
-
-for _ in range(10):
-    asyncio.run(main())
-store.close()
-""")
-    try:
-        done = subprocess.run([sys.executable, "-X", "dev", "-W", "error", str(script)], capture_output=True, text=True,
-                              timeout=120, cwd=tmp_path)
-        # asyncio's debug mode may log a slow callback on a loaded machine, and psycopg_pool a connection
-        # attempt cut short by the loop's shutdown: neither is a leak.
-        leaks = ("ResourceWarning", "Exception ignored", "Task was destroyed", "unclosed", "Traceback")
-        assert done.returncode == 0 and not any(leak in done.stderr for leak in leaks), done.stderr
-    finally:
-        from bench.stores import dispose
-
-        dispose(PostgresStore(PG_DSN, table=table))
-
-
-def test_stopped_server_raises_transient_store_error_and_writes_resume_after_restart():
-    """On a throwaway cluster: a write after the server stops raises TransientStoreError, as the sync
-    writer's does; once the server is back, the async writes land again (retried as an app would)."""
-    from pg_cluster import throwaway_cluster
-
-    with throwaway_cluster() as (dsn, pg_ctl):
-        store = PostgresStore(dsn)
-        aio.configure(store, timeout_s=2.0)
-        due = wall_ms() + 3_600_000
-
-        async def write(ref: bytes):
-            return await aio.schedule(store, P, due, KIND, ref)
-
-        async def main():
-            await write(b"before")
-            pg_ctl("stop", "-m", "fast")
-            with pytest.raises(TransientStoreError):
-                schedule(store, P, due, KIND, b"sync-down")
-            with pytest.raises(TransientStoreError):
-                await write(b"down")
-            pg_ctl("start")
-            deadline = asyncio.get_running_loop().time() + LIVENESS_S
-            while True:
-                try:
-                    return await write(b"after")
-                except TransientStoreError:
-                    assert asyncio.get_running_loop().time() < deadline, "writes never resumed"
-                    await asyncio.sleep(0.1)
-
-        try:
-            assert asyncio.run(main()) == keys.timer(due, KIND, b"after")
-            assert get_timer(store, P, KIND, b"before") is not None
-        finally:
-            store.close()
 
 
 def test_without_psycopg_pool_the_writes_fall_back_to_a_thread_with_one_warning(store, monkeypatch, caplog):

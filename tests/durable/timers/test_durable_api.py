@@ -305,34 +305,29 @@ def test_a_codec_kind_takes_any_value_and_hands_the_handler_it_decoded(store, ca
         TimerKind(3, "x", codec="yaml")
 
 
-def test_timers_list_and_show_give_the_kind_names_the_store_records(store_url, tmp_path):
+def test_timers_list_and_show_give_the_kind_names_the_store_records(store_url):
     """``timerwheel-c timers list`` shows a named kind as its number and name (``kind_name`` in the
-    JSON, null for a kind without one), ``timers show`` and ``fleet status`` the same, from another process."""
+    JSON, null for a kind without one), ``timers show`` and ``fleet status`` the same: read from the
+    store by the command's own store object (tests/cli_run.py), never from the writer's."""
     import json
-    import os
-    import subprocess
-    import sys
 
+    from cli_run import run_cli
     from timerwheel_c.durable import open_store
 
     with open_store(store_url) as writer:
         schedule(writer, P, NOW, TimerKind(3, "send-reminder"), b"r1")
         schedule(writer, P, NOW + 1, 4, b"r2")
-    env = {k: v for k, v in os.environ.items() if k != "TIMERWHEEL_C_STORE"}
 
     def cli(*args):
-        out = subprocess.run([sys.executable, "-m", "timerwheel_c", "timers", *args, "--store", store_url], cwd=tmp_path,
-                             env=env, capture_output=True, text=True, timeout=60)
+        out = run_cli(*args, "--store", store_url, env={"TIMERWHEEL_C_STORE": None})
         assert out.returncode == 0, out.stderr
         return out.stdout
 
-    rows = json.loads(cli("list", "--json"))
+    rows = json.loads(cli("timers", "list", "--json"))
     assert [(r["kind"], r["kind_name"]) for r in rows] == [(3, "send-reminder"), (4, None)]
-    fleet = subprocess.run([sys.executable, "-m", "timerwheel_c", "fleet", "status", "--store", store_url], cwd=tmp_path,
-                           env=env, capture_output=True, text=True, timeout=60)
-    assert fleet.returncode == 0 and "kinds: 3 send-reminder" in fleet.stdout, fleet.stderr
-    assert "3 send-reminder" in cli("list").splitlines()[1]
-    assert "3 send-reminder" in cli("show", "--partition", P, "--kind", "3", "--reference", "r1")
+    assert "kinds: 3 send-reminder" in cli("fleet", "status")
+    assert "3 send-reminder" in cli("timers", "list").splitlines()[1]
+    assert "3 send-reminder" in cli("timers", "show", "--partition", P, "--kind", "3", "--reference", "r1")
 
 
 def test_a_handlers_backoff_sets_the_delays_between_its_attempts(store):
@@ -442,13 +437,12 @@ def test_end_and_max_runs_are_stored_with_the_trigger_and_checked():
         Every(60, max_runs="3")
 
 
-def test_schedules_list_says_a_schedule_has_ended(store_url, tmp_path):
+def test_schedules_list_says_a_schedule_has_ended(store_url):
     """``timerwheel-c schedules list`` shows 'ended' where the next fire time would be, and the JSON
-    gives ended and runs."""
+    gives ended and runs (the command run in-process, tests/cli_run.py)."""
     import json
-    import subprocess
-    import sys
 
+    from cli_run import run_cli
     from timerwheel_c.durable import Every, add_schedule, open_store
 
     with open_store(store_url) as store:
@@ -458,8 +452,7 @@ def test_schedules_list_says_a_schedule_has_ended(store_url, tmp_path):
         assert _fire_all(store, registry, NOW + 5000) == 1
 
     def cli(*args):
-        out = subprocess.run([sys.executable, "-m", "timerwheel_c", "schedules", "list", "--store", store_url, *args],
-                             cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        out = run_cli("schedules", "list", "--store", store_url, *args, env={"TIMERWHEEL_C_STORE": None})
         assert out.returncode == 0, out.stderr
         return out.stdout
 

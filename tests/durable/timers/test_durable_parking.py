@@ -353,12 +353,13 @@ def test_a_failure_that_cannot_be_printed_still_parks_the_timer(durable_store, a
 
 
 def test_a_huge_error_message_is_bounded_in_the_log_lines_too(durable_store, caplog):
-    """An exception message of 1 MB is cut to MAX_ERROR_BYTES in the WARNING and ERROR lines that
-    quote it, as in the parked row, so that a failing timer cannot flood the logs each attempt."""
+    """An exception message a hundred times MAX_ERROR_BYTES is cut to MAX_ERROR_BYTES in the WARNING
+    and ERROR lines that quote it, as in the parked row, so that a failing timer cannot flood the logs
+    each attempt."""
     schedule(durable_store, P, NOW, KIND, b"r")
 
     def fail(timer):
-        raise ValueError("x" * 1_000_000)
+        raise ValueError("x" * (100 * keys.MAX_ERROR_BYTES))
 
     with caplog.at_level(logging.WARNING, logger="timerwheel_c.durable"):
         run_due(durable_store, P, TimerRegistry().register(Failing(1, fail)), NOW)

@@ -1,26 +1,22 @@
 """The operator commands, ``timerwheel-c timers list|show|cancel|requeue|fire-now`` and ``timerwheel-c
-fleet status``, run in-process (tests/cli_run.py; real processes where a pipe's reader or a runner
-must be one) against a SQLite file and the shared PostgreSQL server (a schema
-of the test's own): tables for a terminal, ``--json`` that parses, the store from ``TIMERWHEEL_C_STORE``,
-binary references by hex, and every bad argument or store as one line on stderr with exit 2 (exit 1
+fleet status``, run in-process (tests/cli_run.py; the tests where a pipe's reader or a runner must be
+a real process are in tests/e2e/test_durable_timers_cli_processes.py) against a SQLite file and the
+shared PostgreSQL server (a schema of the test's own): tables for a terminal, ``--json`` that parses,
+the store from ``TIMERWHEEL_C_STORE``, binary references by hex, and every bad argument or store as one line on stderr with exit 2 (exit 1
 for a timer that is not pending). Time assertions compare with the wall clock read around each
 command, with minutes of slack, so a loaded machine cannot make them flake."""
 from __future__ import annotations
 
 import datetime as dt
 import json
-import os
-import signal
 import subprocess
-import sys
 
 import pytest
 
 from timerwheel_c.durable import Retry, TimerHandler, TimerKind, TimerRegistry, get_timer, open_store, run_due, schedule
 from timerwheel_c.durable.service.cli_text import in_words
 from cli_run import run_cli
-from waiting import wait_until, wall_ms
-from locations import TESTS as HELPERS_DIR
+from waiting import wall_ms
 
 TIMEOUT_S = 60.0
 KIND = 7
@@ -239,54 +235,6 @@ def test_fleet_status_gives_each_partitions_backlog_and_oldest_due_time(url, tim
     assert "runners:" in table and "2 h ago" in table and "DUE BACKLOG" in table
 
 
-def test_fleet_status_lists_live_runners_with_their_kinds_and_partitions(schema_url, tmp_path):
-    """Two runners with different registries on one PostgreSQL store: both listed with their kinds,
-    each partition owned by one of each group; a runner killed with SIGKILL leaves the list once the
-    server sees its connection close (generous bound: 30 s)."""
-    with open_store(schema_url) as store:
-        for i in range(4):
-            schedule(store, f"q{i}", wall_ms() + HOUR_MS, EFFECT_KIND, b"r")
-    env = dict(os.environ, PYTHONPATH=str(HELPERS_DIR))
-    procs = [subprocess.Popen([sys.executable, "-m", "timerwheel_c", "run", "--store", schema_url, "--handlers",
-                               f"durable_handlers:{registry}"], cwd=tmp_path, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-             for registry in ("registry", "registry_without_effect")]
-    try:
-        from durable_handlers import registry, registry_without_effect
-
-        seen: dict = {}
-
-        def status_is(predicate) -> bool:
-            out = cli("fleet", "status", "--json", "--store", schema_url)
-            assert out.returncode == 0, out.stderr
-            seen["state"] = json.loads(out.stdout)
-            return predicate(seen["state"])
-
-        wait_until(lambda: status_is(lambda s: len(s["runners"]) == 2 and all(len(p["owners"]) == 2
-                                                                             for p in s["partitions"])),
-                   "two runners owning every partition", timeout=30)
-        state = seen["state"]
-        kinds = sorted(r["kinds"] for r in state["runners"])
-        assert kinds == sorted([registry.kinds(), registry_without_effect.kinds()])
-        # Runners over the whole store own shards, each group all of them: a partition's owners are its shard's.
-        assert all(sorted(r["shards"]) == list(range(64)) and r["partitions"] == [] for r in state["runners"])
-        assert {p["partition"] for p in state["partitions"]} == {"q0", "q1", "q2", "q3"}
-        assert all(f"pid {proc.pid}" in " ".join(r["name"] for r in state["runners"]) for proc in procs)
-        table = cli("fleet", "status", "--store", schema_url).stdout
-        assert "runners: 2 live" in table and "BACKEND PID" in table
-        procs[0].send_signal(signal.SIGKILL)
-        procs[0].wait(TIMEOUT_S)
-        wait_until(lambda: status_is(lambda s: len(s["runners"]) == 1), "the killed runner gone from the list",
-                   timeout=30)
-        state = seen["state"]
-        assert state["runners"][0]["kinds"] == registry_without_effect.kinds()
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                proc.wait(TIMEOUT_S)
-
-
 @pytest.mark.parametrize("argv", [["timers", "list"], ["timers", "show", "--partition", "p", "--kind", "1",
                                                         "--reference", "r"], ["fleet", "status"]])
 def test_an_unreachable_store_is_one_line_exit_2_and_never_its_password(argv, tmp_path):
@@ -361,25 +309,6 @@ def test_a_listed_schedule_occurrence_is_named_as_such_by_the_commands_on_one_ti
         out = cli("timers", action, "--store", url, "--partition", "reports", "--kind", str(KIND),
                   "--reference", "heartbeat")
         one_line_error(out, 1, "occurrence of schedule 'heartbeat'", "timerwheel-c schedules")
-
-
-def test_a_listing_cut_short_by_its_reader_ends_quietly(tmp_path):
-    """``timerwheel-c timers list | head -1``: the reader closes the pipe after one line while the
-    command still writes (its output is larger than a pipe's buffer); the command ends without a
-    traceback, as a shell command ends on SIGPIPE."""
-    url = "sqlite:///" + str(tmp_path / "many.db")
-    now = wall_ms()
-    with open_store(url) as store:
-        for i in range(2000):
-            schedule(store, "p", now + i, KIND, b"timer-%04d" % i)
-    env = {k: v for k, v in os.environ.items() if k != "TIMERWHEEL_C_STORE"}
-    proc = subprocess.Popen([sys.executable, "-m", "timerwheel_c", "timers", "list", "--store", url,
-                             "--limit", "2000"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
-    assert proc.stdout.readline().startswith(b"PARTITION")
-    proc.stdout.close()  # the reader goes away with more than a pipe's buffer still to come
-    err = proc.stderr.read().decode()
-    assert proc.wait(TIMEOUT_S) != 0 and "Traceback" not in err and "Error" not in err, err
 
 
 def test_control_characters_in_names_are_escaped_in_tables(tmp_path):

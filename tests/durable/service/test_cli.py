@@ -1,7 +1,7 @@
 """The ``timerwheel-c`` command itself: ``--version``, and help written for a terminal.
 
 Each case runs the command in-process (tests/cli_run.py); ``python -m timerwheel_c`` as a real
-process is in test_durable_process.py. Nothing here is timed.
+process is in tests/e2e/test_durable_process.py. Nothing here is timed.
 """
 from __future__ import annotations
 
