@@ -45,7 +45,7 @@ def test_equal_deadlines_run_in_scheduling_order(aio_run, until):
 
 
 def _script_cancels(call_at, loop, log):
-    """A cancels B (same deadline, next in line) and C (later); D cancels itself while running."""
+    """A cancels B (next in line, usually in A's batch) and C (later); D cancels itself while running."""
     when = loop.time() + 0.01
     handles = {}
     def a():
@@ -57,8 +57,9 @@ def _script_cancels(call_at, loop, log):
         handles["d"].cancel()
         log.append(("d cancelled()", handles["d"].cancelled()))
     handles["a"] = call_at(when, a)
-    # b a hair after a: asyncio's heap does not keep arming order on exact ties
-    handles["b"] = call_at(when + 1e-6, log.append, "b")
+    # b 2 ms after a: asyncio's heap does not keep arming order on exact ties, and uvloop turns
+    # call_at into a whole-ms delay from the moment of arming, so a hair later could round earlier
+    handles["b"] = call_at(when + 0.002, log.append, "b")
     handles["c"] = call_at(when + 0.01, log.append, "c")
     handles["d"] = call_at(when + 0.005, d)
     call_at(when + 0.02, log.append, "end")
