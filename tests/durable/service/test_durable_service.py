@@ -83,7 +83,7 @@ def test_nearer_schedule_wakes_the_thread_early(store):
     with DurableTimerService(store, TimerRegistry().register(h), [P], max_sleep_s=7200) as svc:
         svc.schedule(P, wall_ms() + 3_600_000, KIND, b"far")
         time.sleep(0.2)
-        assert svc.passes >= 1 and svc._wake_ms is not None and svc._wake_ms > wall_ms() + 3_000_000
+        assert svc.passes >= 1 and svc.wakeup.wake_ms is not None and svc.wakeup.wake_ms > wall_ms() + 3_000_000
         svc.schedule(P, wall_ms() + 100, KIND, b"near")
         h.wait_for(1)
     assert [r for r, _, _ in h.fired] == [b"near"]
