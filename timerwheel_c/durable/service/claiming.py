@@ -63,9 +63,9 @@ class Claimer:
     Args:
         store, registry, budget, partitions, ownership, clock, timing, max_sleep_s: the service's
             (``partitions`` checked; None: every partition of the store).
-        wall_ns: the Unix-epoch clock in ns that judges due times; store_clock: the store server's
-            clock behind it, refreshed before each pass, or None.
-        executor: the run stage its jobs go to; busy: the rows in flight, never claimed again.
+        wall_ns: the Unix-epoch clock in ns that judges due times; None: the store server's clock
+            (:class:`~.clock.StoreClock`, read before a pass when it is time to), carried on ``clock``.
+        busy: the rows in flight, never claimed again.
         recorder: where passes' claims and store errors are counted; wakeup: what ends its sleeps.
 
     ``passes``: completed passes. ``by_pass.store``: the connection claims run on (:meth:`start` may
@@ -74,17 +74,18 @@ class Claimer:
 
     def __init__(self, store: Store, registry: TimerRegistry, budget: TickBudget, partitions: Optional[list],
                  ownership: Optional[Ownership], clock: Clock, timing: Timing, max_sleep_s: float,
-                 wall_ns: Callable[[], int], store_clock: Optional[StoreClock], executor: Executor, busy: InFlight,
-                 recorder: Recorder, wakeup: Wakeup):
+                 wall_ns: Optional[Callable[[], int]], busy: InFlight, recorder: Recorder, wakeup: Wakeup):
         self.store = store
         self.partitions = partitions
         self.ownership = ownership
         self.clock = clock
         self.timing = timing
         self.max_sleep_s = max_sleep_s
-        self.wall_ns = wall_ns
-        self.store_clock = store_clock
-        self.executor = executor
+        self.store_clock: Optional[StoreClock] = None
+        if wall_ns is None:
+            self.store_clock = StoreClock(clock.wall_ns, clock.monotonic_ns)
+            wall_ns = self.store_clock.now_ns
+        self.wall_ns: Callable[[], int] = wall_ns
         self.busy = busy
         self.recorder = recorder
         self.activity: Activity = recorder.activity
@@ -111,13 +112,14 @@ class Claimer:
     def monotonic_s(self) -> float:
         return self.clock.monotonic_ns() / 1e9
 
-    def start(self) -> None:
-        """Start the store thread. Claims run on a connection of its own whose lock waits are bounded
+    def start(self) -> DaemonPool:
+        """Start the store thread; returns its pool. Claims run on a connection of its own whose lock waits are bounded
         (:data:`LOCK_WAIT_MS`), where the store opens one: a lock held on one partition then holds up
         that partition alone. The caller's store, and its connection, stay as they were (handlers and
         the caller's own writes use it)."""
         self.pool = DaemonPool(1, "durable-store")
         self.by_pass.store = self.store.open_sibling(lock_wait_ms=LOCK_WAIT_MS) or self.store
+        return self.pool
 
     def close(self) -> None:
         """As the service's thread ends: let the store thread go, closing the connection of its own
@@ -136,9 +138,10 @@ class Claimer:
         return self.recorder.store_failed(exc, failures, what, self.timing.backoff_s(failures))
 
     # -- the loop ----------------------------------------------------------------------------
-    async def serve(self, ready: threading.Event) -> None:
-        """Claim and submit until :attr:`stopping`, the change signal open meanwhile; ``ready`` is set
-        once the change signal is open and the wakeup bound (a ring from then on is never lost)."""
+    async def serve(self, executor: Executor, ready: threading.Event) -> None:
+        """Claim rows and submit them to the run stage ``executor`` until :attr:`stopping`, the change
+        signal open meanwhile; ``ready`` is set once the change signal is open and the wakeup bound
+        (a ring from then on is never lost)."""
         self.wakeup.bind()
         self.watcher = self._open_watcher()
         ready.set()
@@ -158,23 +161,23 @@ class Claimer:
                 if recheck_s is not None:
                     max_s = min(max_s, recheck_s)
                 max_ns = int(max_s * 1e9)
-                free = self.executor.free()
+                free = executor.free()
                 if free <= 0:
-                    self.executor.starved = True
+                    executor.starved = True
                     at_ns = self.clock.monotonic_ns() + max_ns
                     if self.ownership is not None:
                         await self.on_store(self._heartbeat)
                 else:
                     try:
                         result = await self.on_store(self._pass, free, self.busy.keys(), lambda: self.stopping,
-                                                     self.executor.rows_within(SHARE_S, PAGE))
+                                                     executor.rows_within(SHARE_S, PAGE))
                         failures = 0
                     except Exception as exc:  # only reading the served partitions fails a whole pass
                         failures += 1
                         at_ns = self.clock.monotonic_ns() + int(self._store_failed(exc, failures, "pass") * 1e9)
                     else:
                         self.passes += 1
-                        self.executor.submit(result.jobs, result.starved)
+                        executor.submit(result.jobs, result.starved)
                         wake_ms = result.wake_ms
                         self.wakeup.sleeping_until(wake_ms)
                         # Convert to the monotonic clock once, here: a later wall-clock jump cannot move it.

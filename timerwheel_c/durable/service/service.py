@@ -1,26 +1,20 @@
 """DurableTimerService: fires durable timers from a background thread, up to ``concurrency`` at once.
 
-The service is a pipeline of three stages, each a class in its own module that owns its thread or
-task, its state and its counters, joined by queues of typed records (:mod:`.records`); read them in
-order to follow a timer from its claim to its commit:
+A pipeline of three stages, each a class of its own module that owns its thread or task, its state
+and its counters, joined by queues of typed records (:mod:`.records`); read in order, they follow a
+timer from its claim to its commit:
 
-1. :class:`~.claiming.Claimer` (with :class:`~.passes.Passes`): on its store thread, claims the due
-   rows of the served partitions, fairly, each store error kept to its partition, and submits them
-   as :class:`~.records.Job` records; then sleeps until the next due time or a ring of its
-   :class:`~.wakeup.Wakeup`;
-2. :class:`~.executor.Executor`: runs each job's handler in one of ``concurrency`` slots and queues
+1. :class:`~.claiming.Claimer` claims due rows on its store thread (:class:`~.passes.Passes`) and
+   submits them as :class:`~.records.Job` records, then sleeps until the next due time or a ring of
+   its :class:`~.wakeup.Wakeup`;
+2. :class:`~.executor.Executor` runs each job's handler in one of ``concurrency`` slots and queues
    its answer, settled into a guarded batch, as an :class:`~.records.Outcome`;
-3. :class:`~.committer.Committer`: commits the outcomes, many per round trip, on the store thread or
-   (``separate_commits``) a thread and connection of its own; a row then leaves the rows in flight.
+3. :class:`~.committer.Committer` commits the outcomes, many per round trip; each row then leaves the
+   rows in flight (:class:`~.records.InFlight`).
 
-Every stage counts into one :class:`~.metrics.Recorder`, which :meth:`DurableTimerService.metrics`
-reads. No stage calls back into this module: it checks the arguments once, wires the stages, and
-keeps the public API. Where the store can bound a lock wait (PostgreSQL), claims and commits run on
-a connection of the service's own whose waits last at most :data:`LOCK_WAIT_MS`, so a lock held on
-one partition fails that partition's claim or commit alone. Store errors are counted and logged
-(:meth:`~.metrics.Recorder.store_failed`); anything a handler raises, ``SystemExit`` and
-``KeyboardInterrupt`` included, is that handler's failure. Nothing but :meth:`stop` ends the
-thread; should it end otherwise, :attr:`died` holds why.
+Each stage counts into one :class:`~.metrics.Recorder`, which :meth:`DurableTimerService.metrics`
+reads; none calls back into this module, which checks the arguments once (:mod:`.arguments`), wires
+the stages, runs them on one thread (:class:`~.thread.ServiceThread`) and keeps the public API.
 """
 from __future__ import annotations
 
@@ -37,7 +31,6 @@ from ..timers.timing import Clock, Timing
 from .activity import Activity
 from .arguments import check_arguments
 from .claiming import LOCK_WAIT_MS, Claimer
-from .clock import StoreClock
 from .committer import Committer
 from .executor import Executor
 from .metrics import MetricsSnapshot, Recorder
@@ -62,87 +55,70 @@ class DurableTimerService:
     Args:
         store: the backend (:class:`timerwheel_c.durable.store.Store`).
         registry: handlers by kind (:class:`TimerRegistry`).
-        partitions: names to serve (non-empty str each), or None for every partition in
-            the store (re-read on each pass) plus those scheduled through this service.
-        concurrency: handlers running at once (int >= 1; default :data:`DEFAULT_CONCURRENCY`,
-            16: handlers waiting 20 ms on I/O then reach several hundred fires per second,
-            and each pass claims up to 16 rows in one round trip, which keeps the cost of a
-            pass small against the fires it starts; idle worker threads cost nothing). Sync
-            handlers get that many daemon worker threads; async ones run on the service's loop. Commits of outcomes are batched on one
-            thread, so the limit never multiplies connections or writers.
-        budget: the :class:`TickBudget` of each pass, per partition (``max_fired`` is
-            further lowered to the free handler slots). Its caps, and a handler's
-            ``max_per_tick``, bound the rows one pass claims, not the handlers in flight:
-            ``concurrency`` bounds those.
-        max_sleep_s: longest sleep between passes, in seconds (finite, > 0); a safety net
-            only, since the store's change signal wakes the thread on every timer write.
-        fleet: divide ``partitions`` (None: the whole store, divided by shard) with the other services
-            asking for the same ones, each partition (or shard) served by one live service at a time (see
-            :mod:`timerwheel_c.durable.storage.pg_ownership`); the sleep is then capped at the ownership's
-            check interval. None (default): True when ``partitions`` is None and the store
-            supports it (:meth:`Store.ownership`: PostgreSQL), else False.
-        summary_interval_s: seconds (finite, > 0) between INFO summaries of the work done
-            (see :mod:`~timerwheel_c.durable.service.activity`).
-        wall_ns: the Unix-epoch clock in ns that judges due times; None (default): the store server's
-            clock where it has one (PostgreSQL: :class:`~.clock.StoreClock`, so that a host clock
-            running ahead never fires a timer early), else ``clock``'s wall clock. Tests shift it.
-        clock: where the service reads time and sleeps (a
-            :class:`~timerwheel_c.durable.timers.timing.Clock`); None (default): the host's clocks.
-            A test gives a :class:`~timerwheel_c.durable.timers.timing.ManualClock` and drives the
-            service's sleeps, backoffs and grace by hand. The store server's clock, where it is used,
+        partitions: names to serve (non-empty str each), or None for every partition in the store (re-read on each
+            pass) plus those scheduled through this service.
+        concurrency: handlers running at once (int >= 1; default :data:`DEFAULT_CONCURRENCY`, 16: handlers waiting
+            20 ms on I/O then reach several hundred fires per second, and each pass claims up to 16 rows in one
+            round trip, which keeps the cost of a pass small against the fires it starts; idle worker threads cost
+            nothing). Sync handlers get that many daemon worker threads; async ones run on the service's loop.
+            Commits of outcomes are batched on one thread, so the limit never multiplies connections or writers.
+        budget: the :class:`TickBudget` of each pass, per partition (``max_fired`` is further lowered to the free
+            handler slots). Its caps, and a handler's ``max_per_tick``, bound the rows one pass claims, not the
+            handlers in flight: ``concurrency`` bounds those.
+        max_sleep_s: longest sleep between passes, in seconds (finite, > 0); a safety net only, since the store's
+            change signal wakes the thread on every timer write.
+        fleet: divide ``partitions`` (None: the whole store, divided by shard) with the other services asking for
+            the same ones, each partition (or shard) served by one live service at a time (see
+            :mod:`timerwheel_c.durable.storage.pg_ownership`); the sleep is then capped at the ownership's check
+            interval. None (default): True when ``partitions`` is None and the store supports it
+            (:meth:`Store.ownership`: PostgreSQL), else False.
+        summary_interval_s: seconds (finite, > 0) between INFO summaries of the work done (see
+            :mod:`~timerwheel_c.durable.service.activity`).
+        wall_ns: the Unix-epoch clock in ns that judges due times; None (default): the store server's clock where it
+            has one (PostgreSQL: :class:`~.clock.StoreClock`, so that a host clock running ahead never fires a timer
+            early), else ``clock``'s wall clock. Tests shift it.
+        clock: where the service reads time and sleeps (a :class:`~timerwheel_c.durable.timers.timing.Clock`); None
+            (default): the host's clocks. A test gives a :class:`~timerwheel_c.durable.timers.timing.ManualClock`
+            and drives the service's sleeps, backoffs and grace by hand. The store server's clock, where it is used,
             is carried on this clock's monotonic one.
-        timing: the backoff after failed store calls, the unknown-kind grace and stop()'s default wait
-            (a :class:`~timerwheel_c.durable.timers.timing.Timing`); None (default): the defaults.
+        timing: the backoff after failed store calls, the unknown-kind grace and stop()'s default wait (a
+            :class:`~timerwheel_c.durable.timers.timing.Timing`); None (default): the defaults.
         separate_commits: True: with a store that can write on a second connection at once
-            (:meth:`Store.open_sibling`: PostgreSQL), commit outcomes on a thread and connection
-            of their own, so that claims never wait behind a commit, not even behind one that waits
-            on a row lock another transaction holds (a handler's effect row, say); only the commits
-            wait. False (default): claims and commits take turns on the store thread's one
-            connection. Measured with the server on the same 2 vCPUs (``bench.peers``): one runner
-            fired about 9 % more timers per second with it, four runners about 14 % fewer, their
-            claims and commits then contending for the server's CPU and the partitions' locks.
+            (:meth:`Store.open_sibling`: PostgreSQL), commit outcomes on a thread and connection of their own, so
+            that claims never wait behind a commit, not even behind one that waits on a row lock another transaction
+            holds (a handler's effect row, say); only the commits wait. False (default): claims and commits take
+            turns on the store thread's one connection. Measured with the server on the same 2 vCPUs
+            (``bench.peers``): one runner fired about 9 % more timers per second with it, four runners about 14 %
+            fewer, their claims and commits then contending for the server's CPU and the partitions' locks.
 
-    Use as ``with DurableTimerService(...) as svc:`` or ``start()`` / ``stop()``. The lifecycle
-    is one-shot: ``start()`` at most once, and never after ``stop()`` (even a ``stop()`` before
-    any ``start()``); both raise RuntimeError. ``stop()`` may be called any number of times.
+    Use as ``with DurableTimerService(...) as svc:`` or ``start()`` / ``stop()``. The lifecycle is one-shot:
+    ``start()`` at most once, and never after ``stop()`` (even a ``stop()`` before any ``start()``); both raise
+    RuntimeError. ``stop()`` may be called any number of times.
 
-    Counters for monitoring: ``passes`` (completed passes), ``fired`` (outcomes committed),
-    ``failed`` (fires that raised, returned Retry or an invalid outcome, or lost their
-    guard), ``errors`` (failed store calls) split into ``transient_errors`` and
-    ``other_errors``; ``in_flight`` (handlers running now) and ``queued`` (rows claimed
-    and waiting for a slot).
+    Counters for monitoring: ``passes`` (completed passes), ``fired`` (outcomes committed), ``failed`` (fires that
+    raised, returned Retry or an invalid outcome, or lost their guard), ``errors`` (failed store calls) split into
+    ``transient_errors`` and ``other_errors``; ``in_flight`` (handlers running now) and ``queued`` (rows claimed and
+    waiting for a slot).
 
-    A row in flight in this process is never claimed again by it, however long its handler
-    runs; set the handler's ``timeout_s`` to count a hung call as failed. Another runner may
-    still claim a row whose handler runs past its backoff (5 s on the first attempt): only one
-    outcome commits, and effects outside the outcome's batch must be idempotent.
+    A row in flight in this process is never claimed again by it, however long its handler runs; set the handler's
+    ``timeout_s`` to count a hung call as failed. Another runner may still claim a row whose handler runs past its
+    backoff (5 s on the first attempt): only one outcome commits, and effects outside the outcome's batch must be
+    idempotent.
 
     In a fleet the runners with the same kinds (the registry's at construction) form one group (see
-    :mod:`timerwheel_c.durable.storage.pg_ownership`), so every partition's rows of a kind are
-    served by a live runner that has that kind.
+    :mod:`timerwheel_c.durable.storage.pg_ownership`), so every partition's rows of a kind are served by a live
+    runner that has that kind.
 
     Raises:
-        TypeError / ValueError: bad arguments (e.g. ``max_sleep_s`` infinite, NaN or <= 0,
-            ``concurrency`` < 1), naming the value.
+        TypeError / ValueError: bad arguments (e.g. ``max_sleep_s`` infinite, NaN or <= 0, ``concurrency`` < 1),
+            naming the value.
     """
 
-
-    def __init__(
-        self,
-        store: Store,
-        registry: TimerRegistry,
-        partitions: Optional[Iterable[str]] = None,
-        *,
-        concurrency: int = DEFAULT_CONCURRENCY,
-        budget: TickBudget = _DEFAULT_BUDGET,
-        max_sleep_s: float = 30.0,
-        summary_interval_s: float = 60.0,
-        wall_ns: Optional[Callable[[], int]] = None,
-        fleet: Optional[bool] = None,
-        separate_commits: bool = False,
-        clock: Optional[Clock] = None,
-        timing: Optional[Timing] = None,
-    ):
+    def __init__(self, store: Store, registry: TimerRegistry, partitions: Optional[Iterable[str]] = None, *,
+                 concurrency: int = DEFAULT_CONCURRENCY, budget: TickBudget = _DEFAULT_BUDGET, max_sleep_s: float = 30.0,
+                 summary_interval_s: float = 60.0, wall_ns: Optional[Callable[[], int]] = None,
+                 fleet: Optional[bool] = None, separate_commits: bool = False, clock: Optional[Clock] = None,
+                 timing: Optional[Timing] = None):
         check_store(store)
         check_registry(registry)
         args = check_arguments(partitions, concurrency, budget, max_sleep_s, summary_interval_s, fleet,
@@ -154,24 +130,16 @@ class DurableTimerService:
         self.ownership = store.ownership(self.partitions, kinds=registry.kinds()) if args.in_fleet else None
         if fleet and self.ownership is None:
             raise ValueError(f"fleet=True needs a store that divides partitions among runners (PostgreSQL), got {store!r}")
-        self.recorder = Recorder(Activity(args.summary_interval_s))
-        self.activity = self.recorder.activity
-        store_clock = None
-        if wall_ns is None:
-            store_clock = StoreClock(self.clock.wall_ns, self.clock.monotonic_ns)
-            wall_ns = store_clock.now_ns
-        self._separate_commits = args.separate_commits
-        # The stages, last first: each is handed the one its records go to.
+        self.recorder, self._separate_commits = Recorder(Activity(args.summary_interval_s)), args.separate_commits
+        # The stages, the last first: each is handed the next (the claimer's, on the service's thread).
         self.wakeup = Wakeup(self.ownership, collect=self.partitions is None)
         busy = InFlight()
         self.committer = Committer(store, self.recorder, self.timing, self.clock, busy, self.wakeup)
         self.claimer = Claimer(store, registry, budget, self.partitions, self.ownership, self.clock, self.timing,
-                               self.max_sleep_s, wall_ns, store_clock, None, busy, self.recorder, self.wakeup)
+                               self.max_sleep_s, wall_ns, busy, self.recorder, self.wakeup)
         self.executor = Executor(concurrency, store, self.claimer.wall_ms, budget.max_fired, self.committer,
                                  self.recorder, busy, self.wakeup)
-        self.claimer.executor = self.executor
-        self._thread = ServiceThread(self.claimer, self.executor, self.committer, self.ownership, self.clock,
-                                     self.timing)
+        self._thread = ServiceThread(self.claimer, self.executor, self.committer, self.ownership, self.clock, self.timing)
         self._started = self._stopping = False
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -191,61 +159,44 @@ class DurableTimerService:
             raise ValueError("the registry has no handler: a service without one would claim rows it cannot fire "
                              "(in a fleet, whole partitions); register at least one TimerHandler")
         self.executor.start()
-        self.claimer.start()
-        assert self.claimer.pool is not None
-        self.committer.start(self.claimer.pool, self.claimer.by_pass.store, self._separate_commits, LOCK_WAIT_MS)
+        self.committer.start(self.claimer.start(), self.claimer.by_pass.store, self._separate_commits, LOCK_WAIT_MS)
         self._started = True
-        self._thread.thread.start()
-        self._thread.ready.wait()
+        self._thread.start()
         return self
 
     def stop(self, timeout: Union[float, None, _Default] = _Default.TIMING, release_claims: bool = False) -> None:
-        """Stop claiming, wait up to ``timeout`` seconds (None: no limit; default: ``timing.stop_timeout_s``,
-        10 s unless the service was given another :class:`~timerwheel_c.durable.timers.timing.Timing`) for the handlers in flight
-        and the commit of their outcomes, then end the thread (closing the change signal may take
-        up to :data:`_TEARDOWN_S` more).
+        """Stop claiming, wait up to ``timeout`` seconds (None: no limit; default: ``timing.stop_timeout_s``, 10 s
+        unless the service was given another :class:`~timerwheel_c.durable.timers.timing.Timing`) for the handlers in
+        flight and the commit of their outcomes, then end the thread (closing the change signal may take up to
+        :data:`_TEARDOWN_S` more).
 
-        ``release_claims=True``: after that wait, make this runner's unsettled claims (rows
-        queued, and handlers abandoned at the timeout) due now, each guarded on its row, so
-        another runner fires them at once instead of after their backoff (up to 10 minutes on
-        later attempts). The trade-off: a sync handler abandoned at the timeout may still be
-        running on its thread while another runner fires the same timer's retry, so the two
-        overlap; only one outcome commits, and effects outside the batch must be idempotent
-        (as always). False (default) leaves them to their backoff.
+        ``release_claims=True``: after that wait, make this runner's unsettled claims (rows queued, and handlers
+        abandoned at the timeout) due now, each guarded on its row, so another runner fires them at once instead of
+        after their backoff (up to 10 minutes on later attempts). The trade-off: a sync handler abandoned at the
+        timeout may still be running on its thread while another runner fires the same timer's retry, so the two
+        overlap; only one outcome commits, and effects outside the batch must be idempotent (as always). False
+        (default) leaves them to their backoff.
 
-        Rows claimed but not started (``queued``) are not started: each gets back the attempt its
-        claim counted and is due now (an attempt counts a handler call, so a timer with
-        ``max_attempts=1`` still fires on the next runner). A handler still running at the timeout is abandoned: its row stays claimed at its backoff
-        key and is fired again after that backoff (by this process if restarted, or another
-        runner). An abandoned ``async`` handler is cancelled; a sync one finishes on its daemon
-        thread, and its outcome is discarded.
+        Rows claimed but not started (``queued``) are not started: each gets back the attempt its claim counted and
+        is due now (an attempt counts a handler call, so a timer with ``max_attempts=1`` still fires on the next
+        runner). A handler still running at the timeout is abandoned: its row stays claimed at its backoff key and
+        is fired again after that backoff (by this process if restarted, or another runner). An abandoned ``async``
+        handler is cancelled; a sync one finishes on its daemon thread, and its outcome is discarded.
         """
         if timeout is _Default.TIMING:
             timeout = self.timing.stop_timeout_s
         assert not isinstance(timeout, _Default)  # for mypy: replaced just above
         if not self._stopping:
-            self._thread.stop_at = None if timeout is None else self._monotonic_s() + timeout
+            self._thread.stop_at = None if timeout is None else self.clock.monotonic_ns() / 1e9 + timeout
             self._thread.release_on_stop = bool(release_claims)
         self._stopping = self.claimer.stopping = True
         self.wakeup.ring()
         if self._started:
             self._thread.thread.join(None if timeout is None else timeout + _TEARDOWN_S)
 
-    @property
-    def running(self) -> bool:
-        """True while the thread is alive."""
-        return self._thread.thread.is_alive()
-
-    @property
-    def in_flight(self) -> int:
-        """Handlers running now."""
-        return self.executor.in_flight
-
-    @property
-    def queued(self) -> int:
-        """Rows claimed and waiting for a free handler slot."""
-        return len(self.executor.queue)
-
+    running = property(lambda self: self._thread.thread.is_alive(), doc="True while the thread is alive.")
+    in_flight = property(lambda self: self.executor.in_flight, doc="Handlers running now.")
+    queued = property(lambda self: len(self.executor.queue), doc="Rows claimed and waiting for a free handler slot.")
     died = property(lambda self: self._thread.died, doc="Why the thread ended without stop(), or None.")
     passes = property(lambda self: self.claimer.passes, doc="Completed claim passes.")
     fired = property(lambda self: self.recorder.fired_total, doc="Outcomes committed.")
@@ -326,19 +277,14 @@ class DurableTimerService:
         """
         return writer.cancel(self.store, self._check_served(partition), kind, reference)
 
-    def _monotonic_s(self) -> float:
-        return self.clock.monotonic_ns() / 1e9
-
-    # -- metrics ---------------------------------------------------------------------------
     def metrics(self, backlog_timeout_s: float = 2.0) -> MetricsSnapshot:
         """The service's figures now, as plain data (see :mod:`~timerwheel_c.durable.service.metrics`).
 
-        The due backlog is counted on the store thread (a scan per served partition, up to
-        :data:`~.metrics.BACKLOG_CAP` rows each) at most once per :data:`~.metrics.BACKLOG_EVERY_S`
-        (a scrape within that reuses the last count), waiting at most ``backlog_timeout_s`` seconds;
-        when the store does not answer in time, or the thread is not running, or
-        ``backlog_timeout_s`` is 0 (a health check's cheap read), it is empty.
-        Never raises on a store error.
+        The due backlog is counted on the store thread (a scan per served partition, up to :data:`~.metrics.BACKLOG_CAP`
+        rows each) at most once per :data:`~.metrics.BACKLOG_EVERY_S` (a scrape within that reuses the last count),
+        waiting at most ``backlog_timeout_s`` seconds; when the store does not answer in time, or the thread is not
+        running, or ``backlog_timeout_s`` is 0 (a health check's cheap read), it is empty. Never raises on a store
+        error.
         """
         fired, failed, parked, lateness, durations = self.recorder.counts()
         backlog, parked_now = self.claimer.backlog_cached(backlog_timeout_s if self.running else 0)
@@ -348,5 +294,5 @@ class DurableTimerService:
             lateness=lateness, handler_duration=durations, due_backlog=backlog, parked_timers=parked_now,
             owned_partitions=self.claimer.owned(backlog), store_errors=self.recorder.store_errors(),
             handlers_in_flight=self.in_flight, running=self.running,
-            last_progress_age_s=None if progress is None else self._monotonic_s() - progress,
+            last_progress_age_s=None if progress is None else self.clock.monotonic_ns() / 1e9 - progress,
             kind_names={int(k): k.name for k in self.registry.named_kinds() if getattr(k, "name", None) is not None})

@@ -40,6 +40,11 @@ class ServiceThread:
         self.died: Optional[BaseException] = None
         self.thread = threading.Thread(target=self._run, name="durable-timers", daemon=True)
 
+    def start(self) -> None:
+        """Start the thread; return once its claimer listens (see :meth:`Claimer.serve`)."""
+        self.thread.start()
+        self.ready.wait()
+
     def _monotonic_s(self) -> float:
         return self.clock.monotonic_ns() / 1e9
 
@@ -72,8 +77,7 @@ class ServiceThread:
         self.committer.reset()
         # asyncio.to_thread in a handler: a call past the stop must not keep the process alive (see .pool).
         asyncio.get_running_loop().set_default_executor(DaemonExecutor("durable-async-thread"))
-        serving = asyncio.ensure_future(self.claimer.serve(self.ready))
-        await serving
+        await self.claimer.serve(self.executor, self.ready)
         await self._drain()
 
     async def _drain(self) -> None:
