@@ -68,8 +68,8 @@ class Claimer:
         busy: the rows in flight, never claimed again.
         recorder: where passes' claims and store errors are counted; wakeup: what ends its sleeps.
 
-    ``passes``: completed passes. ``by_pass.store``: the connection claims run on (:meth:`start` may
-    give one of the service's own). ``stopping``: set by the service; the loop ends at its next look.
+    ``pass_count``: completed passes. ``passes.store``: the connection claims run on (:meth:`start`
+    may give one of the service's own). ``stopping``: set by the service; the loop ends at its next look.
     """
 
     def __init__(self, store: Store, registry: TimerRegistry, budget: TickBudget, partitions: Optional[list],
@@ -92,7 +92,7 @@ class Claimer:
         self.wakeup = wakeup
         self.pool: Optional[DaemonPool] = None
         self.watcher: Optional[Watcher] = None  # the store's change signal, while the loop runs
-        self.passes = 0
+        self.pass_count = 0
         self.stopping = False
         self._last_recheck_s = 0.0
         self._backlog_cache: tuple = (-math.inf, ({}, {}))  # (monotonic s, (due rows, parked timers) by partition)
@@ -103,7 +103,7 @@ class Claimer:
             shards = ownership.owned
         elif ownership is None and partitions is None:
             shards = lambda: list(range(store.shard_count))  # noqa: E731
-        self.by_pass = Passes(store, registry, budget, self._served, ownership, recorder, self.wall_ms, timing,
+        self.passes = Passes(store, registry, budget, self._served, ownership, recorder, self.wall_ms, timing,
                               self.monotonic_s, shards=shards)
 
     def wall_ms(self) -> int:
@@ -113,20 +113,20 @@ class Claimer:
         return self.clock.monotonic_ns() / 1e9
 
     def start(self) -> DaemonPool:
-        """Start the store thread; returns its pool. Claims run on a connection of its own whose lock waits are bounded
-        (:data:`LOCK_WAIT_MS`), where the store opens one: a lock held on one partition then holds up
-        that partition alone. The caller's store, and its connection, stay as they were (handlers and
-        the caller's own writes use it)."""
+        """Start the store thread; returns its pool. Claims run on a connection of its own whose lock
+        waits are bounded (:data:`LOCK_WAIT_MS`), where the store opens one: a lock held on one
+        partition then holds up that partition alone. The caller's store, and its connection, stay as
+        they were (handlers and the caller's own writes use it)."""
         self.pool = DaemonPool(1, "durable-store")
-        self.by_pass.store = self.store.open_sibling(lock_wait_ms=LOCK_WAIT_MS) or self.store
+        self.passes.store = self.store.open_sibling(lock_wait_ms=LOCK_WAIT_MS) or self.store
         return self.pool
 
     def close(self) -> None:
         """As the service's thread ends: let the store thread go, closing the connection of its own
         there, after any call still running (never waited for)."""
         if self.pool is not None:
-            if self.by_pass.store is not self.store:
-                self.pool.submit(self.by_pass.store.close)
+            if self.passes.store is not self.store:
+                self.pool.submit(self.passes.store.close)
             self.pool.shutdown()
 
     async def on_store(self, fn, *args):
@@ -176,7 +176,7 @@ class Claimer:
                         failures += 1
                         at_ns = self.clock.monotonic_ns() + int(self._store_failed(exc, failures, "pass") * 1e9)
                     else:
-                        self.passes += 1
+                        self.pass_count += 1
                         executor.submit(result.jobs, result.starved)
                         wake_ms = result.wake_ms
                         self.wakeup.sleeping_until(wake_ms)
@@ -204,8 +204,8 @@ class Claimer:
     def _pass(self, *args) -> PassResult:
         """On the store thread: read the server's clock when it is time to, then a claim pass."""
         if self.store_clock is not None:
-            self.store_clock.refresh(self.by_pass.store)
-        return self.by_pass.run(*args)
+            self.store_clock.refresh(self.passes.store)
+        return self.passes.run(*args)
 
     async def _sleep_until(self, at_ns: int) -> None:
         assert self.wakeup.kick is not None  # bound by serve() before it first sleeps
@@ -270,7 +270,7 @@ class Claimer:
         for (partition, started), claimed in by_partition.items():
             move, what = (release_rows, "released") if started else (refund_rows, "gave the attempt back to")
             try:
-                moved = await self.on_store(move, self.by_pass.store, partition, claimed, self.wall_ms())
+                moved = await self.on_store(move, self.passes.store, partition, claimed, self.wall_ms())
             except Exception as exc:
                 self._store_failed(exc, 1, f"release of this runner's claims on partition {partition!r}")
                 continue
@@ -283,8 +283,8 @@ class Claimer:
         BACKLOG_CAP (by shard: the partitions holding such rows, read a shard at a time, up to
         BACKLOG_CAP per shard)."""
         now_ms = self.wall_ms()
-        if self.by_pass.shards is not None:
-            return shard_backlog(self.store, self.by_pass.shards(), now_ms)
+        if self.passes.shards is not None:
+            return shard_backlog(self.store, self.passes.shards(), now_ms)
         served = self._served()
         return ({partition: due_backlog(self.store, partition, now_ms)[0] for partition in served},
                 {partition: parked_count(self.store, partition) for partition in served})
@@ -308,7 +308,7 @@ class Claimer:
 
     def owned(self, backlog: dict) -> int:
         """The partitions (or shards) this runner serves now, for the metrics: never a round trip."""
-        if self.by_pass.shards is not None:  # serving the whole store: the shards it reads
+        if self.passes.shards is not None:  # serving the whole store: the shards it reads
             return self.store.shard_count if self.ownership is None else len(self.ownership.last_owned())
         if backlog:
             return len(backlog)

@@ -74,9 +74,9 @@ class Committer:
         """Commit on the claimer's thread ``claims`` through its connection ``claims_store``; with
         ``separate``, on a thread and connection of the commits' own where the store opens a second
         one (:meth:`~timerwheel_c.durable.storage.store.Store.open_sibling`, its lock waits bounded
-        to ``lock_wait_ms`` as the claims' are),
-        so that a pass's claims never wait behind a commit's round trip, nor a commit behind a
-        claim's. The two never write the same row unguarded: each outcome is guarded on its claim."""
+        to ``lock_wait_ms`` ms as the claims' are), so that a pass's claims never wait behind a
+        commit's round trip, nor a commit behind a claim's. The two never write the same row
+        unguarded: each outcome is guarded on its claim."""
         own = self.store.open_sibling(lock_wait_ms=lock_wait_ms) if separate else None
         if own is None:
             self.pool, self.store = claims, claims_store

@@ -159,7 +159,7 @@ class DurableTimerService:
             raise ValueError("the registry has no handler: a service without one would claim rows it cannot fire "
                              "(in a fleet, whole partitions); register at least one TimerHandler")
         self.executor.start()
-        self.committer.start(self.claimer.start(), self.claimer.by_pass.store, self._separate_commits, LOCK_WAIT_MS)
+        self.committer.start(self.claimer.start(), self.claimer.passes.store, self._separate_commits, LOCK_WAIT_MS)
         self._started = True
         self._thread.start()
         return self
@@ -198,7 +198,7 @@ class DurableTimerService:
     in_flight = property(lambda self: self.executor.in_flight, doc="Handlers running now.")
     queued = property(lambda self: len(self.executor.queue), doc="Rows claimed and waiting for a free handler slot.")
     died = property(lambda self: self._thread.died, doc="Why the thread ended without stop(), or None.")
-    passes = property(lambda self: self.claimer.passes, doc="Completed claim passes.")
+    passes = property(lambda self: self.claimer.pass_count, doc="Completed claim passes.")
     fired = property(lambda self: self.recorder.fired_total, doc="Outcomes committed.")
     failed = property(lambda self: self.recorder.failed_total, doc="Fires that failed (see the class docstring).")
     transient_errors = property(lambda self: self.recorder.transient_errors, doc="Transient store errors.")
@@ -288,7 +288,7 @@ class DurableTimerService:
         """
         fired, failed, parked, lateness, durations = self.recorder.counts()
         backlog, parked_now = self.claimer.backlog_cached(backlog_timeout_s if self.running else 0)
-        progress = self.claimer.by_pass.answered_s
+        progress = self.claimer.passes.answered_s
         return MetricsSnapshot(
             fired=fired, failed=failed, parked={**{kind: 0 for kind in self.registry.kinds()}, **parked},
             lateness=lateness, handler_duration=durations, due_backlog=backlog, parked_timers=parked_now,
