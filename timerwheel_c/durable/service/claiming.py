@@ -140,58 +140,59 @@ class Claimer:
     # -- the loop ----------------------------------------------------------------------------
     async def serve(self, executor: Executor, ready: threading.Event) -> None:
         """Claim rows and submit them to the run stage ``executor`` until :attr:`stopping`, the change
-        signal open meanwhile; ``ready`` is set once the change signal is open and the wakeup bound
-        (a ring from then on is never lost)."""
+        signal open (until :meth:`unlisten`); ``ready`` is set once the change signal is open and the
+        wakeup bound (a ring from then on is never lost)."""
         self.wakeup.bind()
         self.watcher = self._open_watcher()
         ready.set()
         failures = 0
-        try:
-            while not self.stopping:
-                self.wakeup.sleeping_until(None)
-                assert self.wakeup.kick is not None
-                self.wakeup.kick.clear()
-                if self.watcher is None:
-                    self.watcher = self._open_watcher()
-                self.activity.maybe_summarize()
-                max_s = min(self.max_sleep_s, self.activity.summary_due_in_s())
-                if self.ownership is not None:  # ownership changes (a runner joins or dies) need a look this often
-                    max_s = min(max_s, self.ownership.check_interval_s)
-                recheck_s = self._recheck_in_s()
-                if recheck_s is not None:
-                    max_s = min(max_s, recheck_s)
-                max_ns = int(max_s * 1e9)
-                free = executor.free()
-                if free <= 0:
-                    executor.starved = True
-                    at_ns = self.clock.monotonic_ns() + max_ns
-                    if self.ownership is not None:
-                        await self.on_store(self._heartbeat)
+        while not self.stopping:
+            self.wakeup.sleeping_until(None)
+            assert self.wakeup.kick is not None
+            self.wakeup.kick.clear()
+            if self.watcher is None:
+                self.watcher = self._open_watcher()
+            self.activity.maybe_summarize()
+            max_s = min(self.max_sleep_s, self.activity.summary_due_in_s())
+            if self.ownership is not None:  # ownership changes (a runner joins or dies) need a look this often
+                max_s = min(max_s, self.ownership.check_interval_s)
+            recheck_s = self._recheck_in_s()
+            if recheck_s is not None:
+                max_s = min(max_s, recheck_s)
+            max_ns = int(max_s * 1e9)
+            free = executor.free()
+            if free <= 0:
+                executor.starved = True
+                at_ns = self.clock.monotonic_ns() + max_ns
+                if self.ownership is not None:
+                    await self.on_store(self._heartbeat)
+            else:
+                try:
+                    result = await self.on_store(self._pass, free, self.busy.keys(), lambda: self.stopping,
+                                                 executor.rows_within(SHARE_S, PAGE))
+                    failures = 0
+                except Exception as exc:  # only reading the served partitions fails a whole pass
+                    failures += 1
+                    at_ns = self.clock.monotonic_ns() + int(self._store_failed(exc, failures, "pass") * 1e9)
                 else:
-                    try:
-                        result = await self.on_store(self._pass, free, self.busy.keys(), lambda: self.stopping,
-                                                     executor.rows_within(SHARE_S, PAGE))
-                        failures = 0
-                    except Exception as exc:  # only reading the served partitions fails a whole pass
-                        failures += 1
-                        at_ns = self.clock.monotonic_ns() + int(self._store_failed(exc, failures, "pass") * 1e9)
-                    else:
-                        self.pass_count += 1
-                        executor.submit(result.jobs, result.starved)
-                        wake_ms = result.wake_ms
-                        self.wakeup.sleeping_until(wake_ms)
-                        # Convert to the monotonic clock once, here: a later wall-clock jump cannot move it.
-                        sleep_ns = max_ns if wake_ms is None else min(max(0, wake_ms * _NS_PER_MS - self.wall_ns()),
-                                                                      max_ns)
-                        at_ns = self.clock.monotonic_ns() + sleep_ns
-                if self.stopping:
-                    break
-                await self._sleep_until(at_ns)
-        finally:
-            if self.watcher is not None:
-                self.watcher.close()
-            self.watcher = None
-            self.wakeup.unbind()
+                    self.pass_count += 1
+                    executor.submit(result.jobs, result.starved)
+                    wake_ms = result.wake_ms
+                    self.wakeup.sleeping_until(wake_ms)
+                    # Convert to the monotonic clock once, here: a later wall-clock jump cannot move it.
+                    sleep_ns = max_ns if wake_ms is None else min(max(0, wake_ms * _NS_PER_MS - self.wall_ns()),
+                                                                  max_ns)
+                    at_ns = self.clock.monotonic_ns() + sleep_ns
+            if self.stopping:
+                break
+            await self._sleep_until(at_ns)
+
+    def unlisten(self) -> None:
+        """Close the change signal and unbind the wakeup, once the pipeline has drained (on the loop)."""
+        if self.watcher is not None:
+            self.watcher.close()
+        self.watcher = None
+        self.wakeup.unbind()
 
     def _heartbeat(self) -> None:
         """On the store thread: evaluate the ownership when it is due (see :mod:`.ownership`'s lease)."""

@@ -77,8 +77,11 @@ class ServiceThread:
         self.committer.reset()
         # asyncio.to_thread in a handler: a call past the stop must not keep the process alive (see .pool).
         asyncio.get_running_loop().set_default_executor(DaemonExecutor("durable-async-thread"))
-        await self.claimer.serve(self.executor, self.ready)
-        await self._drain()
+        try:
+            await self.claimer.serve(self.executor, self.ready)
+            await self._drain()
+        finally:
+            self.claimer.unlisten()
 
     async def _drain(self) -> None:
         def left_s() -> Optional[float]:
