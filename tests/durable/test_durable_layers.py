@@ -267,6 +267,37 @@ def test_no_durable_module_registers_into_another_when_imported():
     assert import_time_calls(ROOT, "timerwheel_c.durable") == []
 
 
+def hub_callbacks(source: str, hub: str) -> list:
+    """``line: text`` of every call in ``source`` that hands another object a method of the class
+    ``hub`` (``self.method``) or a lambda: a callback through which that object would call back into
+    the hub. A property (its value, or its getter in ``property(lambda self: ...)``) is no callback."""
+    tree = ast.parse(source)
+    found = []
+    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == hub):
+        methods = {n.name for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                   and not any(ast.unparse(d) == "property" for d in n.decorator_list)}
+        for call in (n for n in ast.walk(cls) if isinstance(n, ast.Call)):
+            if isinstance(call.func, ast.Name) and call.func.id == "property":
+                continue
+            for arg in [*call.args, *(k.value for k in call.keywords)]:
+                handed_method = (isinstance(arg, ast.Attribute) and isinstance(arg.value, ast.Name)
+                                 and arg.value.id == "self" and arg.attr in methods)
+                if handed_method or isinstance(arg, ast.Lambda):
+                    found.append(f"{call.lineno}: {ast.unparse(call).splitlines()[0]}")
+    return found
+
+
+def test_no_stage_of_the_durable_service_calls_back_into_it():
+    """The service wires its stages (claim, run, commit) and hands them objects (the next stage, the
+    recorder, the wakeup), never one of its own methods nor a lambda to call back through: a timer's
+    walk from claim to commit reads in the stages' modules, in order, without a turn through
+    ``service.py``. A stage importing the service module would be an import circle, which
+    :func:`test_no_import_circle_in_the_durable_package_lazy_ones_included` refuses."""
+    source = (ROOT / "service" / "service.py").read_text(encoding="utf-8")
+    assert "class DurableTimerService" in source, "the service's class was found"
+    assert hub_callbacks(source, "DurableTimerService") == []
+
+
 def _package(tmp_path: Path, files: dict) -> Path:
     root = tmp_path / "pkg"
     for rel, text in {"__init__.py": "", **files}.items():
@@ -335,3 +366,23 @@ def test_the_registration_check_sees_a_call_into_another_module_at_import(tmp_pa
     assert import_time_calls(root, "pkg") == [
         "pkg.pkgwide:3: pkg.low.register(13, None)", "pkg.up:5: register(9, rewrite)",
         "pkg.up:7: register(10, rewrite)", "pkg.up:8: hook"]
+
+
+def test_the_callback_check_sees_a_method_or_a_lambda_handed_to_a_part():
+    """A bound method of the hub, or a lambda, handed to another object is found, as an argument or
+    a keyword; an object handed over, a call of the hub's own method and a property are not."""
+    source = (
+        "class Hub:\n"
+        "    size = property(lambda self: 1)\n"
+        "    def __init__(self, part):\n"
+        "        self.a = part(self.done, self.recorder, self.helper(), self.running)\n"
+        "        self.b = part(on_free=lambda: self.helper())\n"
+        "    def done(self):\n"
+        "        pass\n"
+        "    def helper(self):\n"
+        "        pass\n"
+        "    @property\n"
+        "    def running(self):\n"
+        "        return True\n")
+    assert hub_callbacks(source, "Hub") == ["4: part(self.done, self.recorder, self.helper(), self.running)",
+                                            "5: part(on_free=lambda: self.helper())"]

@@ -270,9 +270,9 @@ def test_killed_listen_connection_reconnects_and_timers_still_fire_promptly():
     h = Record()
     try:
         with DurableTimerService(store, TimerRegistry().register(h), [P], max_sleep_s=3600) as svc:
-            wait_until(lambda: svc._watcher is not None and svc._watcher.connected.is_set(), "LISTEN")
-            assert _terminate(PG_DSN, svc._watcher.application_name) == 1
-            wait_until(lambda: svc._watcher.reconnects >= 1 and svc._watcher.connected.is_set(), "the reconnect")
+            wait_until(lambda: svc.claimer.watcher is not None and svc.claimer.watcher.connected.is_set(), "LISTEN")
+            assert _terminate(PG_DSN, svc.claimer.watcher.application_name) == 1
+            wait_until(lambda: svc.claimer.watcher.reconnects >= 1 and svc.claimer.watcher.connected.is_set(), "the reconnect")
             due = wall_ms() + 300
             schedule(writer, P, due, KIND, b"after-kill")
             assert h.event.wait(BOUND_MS / 1000 + 10)

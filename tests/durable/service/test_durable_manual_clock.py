@@ -137,6 +137,7 @@ def test_a_claims_time_budget_runs_on_the_services_clock():
     stops on its budget after the first claim round trip (64 rows), where the host's clock, on which
     those round trips take microseconds, would let it claim up to the kind's cap (256)."""
     from timerwheel_c.durable.service.activity import Activity
+    from timerwheel_c.durable.service.metrics import Recorder
     from timerwheel_c.durable.service.passes import Passes
     from timerwheel_c.durable.storage.sqlite import SQLiteStore
     from timerwheel_c.durable.timers.claim import PAGE
@@ -159,9 +160,8 @@ def test_a_claims_time_budget_runs_on_the_services_clock():
     for i in range(2_000):
         batch.put(keys.timer(now_ms - 10, TimerKind(KIND), b"r%04d" % i), b"")
     store.apply(P, batch)
-    passes = Passes(store, TimerRegistry().register(Noted()), TickBudget(), lambda: [P], None, Activity(60.0),
-                    lambda report: None, lambda: now_ms, lambda exc, n, what: 1.0,
-                    lambda: clock.monotonic_ns() / 1e9)
+    passes = Passes(store, TimerRegistry().register(Noted()), TickBudget(), lambda: [P], None, Recorder(Activity(60.0)),
+                    lambda: now_ms, Timing(), lambda: clock.monotonic_ns() / 1e9)
     result = passes.run(1_000, frozenset(), lambda: False)
     assert len(result.jobs) == PAGE
     store.close()

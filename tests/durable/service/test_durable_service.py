@@ -3,6 +3,7 @@ prompt stop, two services on one database (store errors: test_durable_concurrenc
 "not before the due time" and generous liveness bounds (seconds), never speeds."""
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -83,7 +84,7 @@ def test_nearer_schedule_wakes_the_thread_early(store):
     with DurableTimerService(store, TimerRegistry().register(h), [P], max_sleep_s=7200) as svc:
         svc.schedule(P, wall_ms() + 3_600_000, KIND, b"far")
         time.sleep(0.2)
-        assert svc.passes >= 1 and svc._wake_ms is not None and svc._wake_ms > wall_ms() + 3_000_000
+        assert svc.passes >= 1 and svc.wakeup.wake_ms is not None and svc.wakeup.wake_ms > wall_ms() + 3_000_000
         svc.schedule(P, wall_ms() + 100, KIND, b"near")
         h.wait_for(1)
     assert [r for r, _, _ in h.fired] == [b"near"]
@@ -357,3 +358,17 @@ def test_a_wall_clock_set_back_and_corrected_does_not_stall_the_sleep(store):
         h.wait_for(1)
     (reference, _, due_at) = h.fired[0]
     assert reference == b"t" and due_at == due
+
+
+def test_a_due_time_in_seconds_is_checked_and_warned_of_once_per_call(store, caplog):
+    """A due time that reads as seconds (an int before 1973 as Unix epoch ms) is accepted, and logged
+    at WARNING once per schedule() or reschedule(): by the service, which checks it at its edge, and
+    not again by the writer it hands the checked value to. The timer is written at that due time.
+    Deterministic: the service is never started, so nothing fires."""
+    svc = DurableTimerService(store, TimerRegistry().register(Effect()), [P])
+    with caplog.at_level(logging.WARNING, logger="timerwheel_c.durable"):
+        svc.schedule(P, 1_000_000, KIND, b"secs")
+        assert svc.reschedule(P, 2_000_000, KIND, b"secs")
+    warned = [r.getMessage() for r in caplog.records if "before 1973" in r.getMessage()]
+    assert len(warned) == 2 and "=1000000 " in warned[0] and "=2000000 " in warned[1], warned
+    assert store.get(P, keys.timer(2_000_000, KIND, b"secs")) is not None

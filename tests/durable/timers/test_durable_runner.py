@@ -601,8 +601,9 @@ def test_a_pass_reads_and_claims_every_partition_in_shared_round_trips(store):
     claims in one apply_across and reads their next due times in one more scan_many: no scan of its
     own for any partition. With a store that reads partitions one by one, none is read ahead: each
     reads its own as its turn comes. Deterministic: the clock is fixed."""
-    from timerwheel_c.durable.service.activity import Activity
+    from timerwheel_c.durable.service.metrics import Recorder as Counts
     from timerwheel_c.durable.service.passes import Passes
+    from timerwheel_c.durable.timers.timing import Timing
 
     partitions = [f"p{i:02d}" for i in range(16)]
     for p in partitions:
@@ -611,7 +612,7 @@ def test_a_pass_reads_and_claims_every_partition_in_shared_round_trips(store):
     for at_once in (True, False):
         counting = CountingReads(store, at_once)
         passes = Passes(counting, TimerRegistry().register(Recorder()), TickBudget(), lambda: partitions, None,
-                        Activity(60.0), lambda report: None, lambda: NOW, lambda exc, n, what: 1.0)
+                        Counts(), lambda: NOW, Timing())
         result = passes.run(1000, frozenset(), lambda: False)
         if at_once:
             assert [j.claimed.timer.reference for j in result.jobs] == [b"due"]

@@ -1,4 +1,6 @@
-"""The service's committer: writes handlers' outcomes to the store, many per round trip.
+"""The commit stage: writes handlers' outcomes to the store, many per round trip, on its own thread
+(with ``separate_commits``) or the claimer's store thread, and ends each row's walk: once its
+outcome is written or given up, the row leaves the rows in flight (:class:`~.records.InFlight`).
 
 Outcomes queue per partition. A commit task takes every partition's queue that is not backing
 off and commits them all with one ``apply_across`` (one transaction, one WAL flush), waiting
@@ -22,13 +24,16 @@ where they arose:
 from __future__ import annotations
 
 import asyncio
-from typing import Awaitable, Callable, Optional
+from typing import Callable, Optional
 
 from ..storage.errors import is_transient
 from ..storage.store import Store
 from ..timers.runner import PAGE, RunReport, commit_across
-from ..timers.timing import SYSTEM_CLOCK, Clock
-from .records import Outcome
+from ..timers.timing import Clock, Timing
+from .metrics import Recorder
+from .pool import DaemonPool
+from .records import InFlight, Outcome
+from .wakeup import Wakeup
 
 __all__ = ["GATHER_S", "Committer"]
 
@@ -36,37 +41,54 @@ GATHER_S = 0.002  # how long a commit of fewer than PAGE outcomes waits for more
 
 
 class Committer:
-    """Queues outcomes and commits them (loop thread; the store calls run on the thread ``on_store`` names).
+    """Queues outcomes and commits them (loop thread; the store calls run on :attr:`pool`'s thread).
 
     Args:
-        store: the backend the commits write to (with ``separate_commits`` the service sets its second
-            connection here: :meth:`~timerwheel_c.durable.storage.store.Store.open_sibling`).
-        on_store: ``await on_store(fn, *args)`` runs ``fn(*args)`` on the thread that owns ``store``.
-        counted: ``counted(report)`` adds a :class:`RunReport` to the service's counters (any thread).
-        committed: ``committed(partition, earliest_put_ms)`` after a commit that wrote a timer row (that thread).
-        store_failed: ``store_failed(exc, failures, what)`` counts and logs a failed store call (loop).
-        done: ``done(outcome)`` once an outcome is written or given up (loop).
-        handlers_running: whether handlers are still running (worth waiting for their outcomes).
-        clock: where the retry of a failed commit waits (its backoff is ``store_failed``'s answer).
+        store: the backend the commits write to (:meth:`start` may give it another connection:
+            :meth:`~timerwheel_c.durable.storage.store.Store.open_sibling`).
+        recorder: where commits, failures and store errors are counted.
+        timing: the backoff of a failed commit; clock: where its retry waits.
+        busy: the rows in flight; a row leaves them once its outcome is written or given up.
+        wakeup: told of every timer row a commit wrote (a handler's Reschedule, a retry), which may
+            be nearer than the claimer's sleep.
     """
 
-    def __init__(self, store: Store, on_store: Callable[..., Awaitable], counted: Callable[[RunReport], None],
-                 committed: Callable[[str, int], None], store_failed: Callable[[BaseException, int, str], float],
-                 done: Callable[[Outcome], None], handlers_running: Callable[[], bool], clock: Clock = SYSTEM_CLOCK):
+    def __init__(self, store: Store, recorder: Recorder, timing: Timing, clock: Clock, busy: InFlight,
+                 wakeup: Wakeup):
         self.store = store
+        self.recorder = recorder
+        self.timing = timing
         self.clock = clock
-        self._on_store = on_store
-        self._counted = counted
-        self._committed = committed
-        self._store_failed = store_failed
-        self._done = done
-        self._handlers_running = handlers_running
+        self.busy = busy
+        self.wakeup = wakeup
+        self.pool: Optional[DaemonPool] = None  # the thread the commits run on, set by start()
         self._queues: dict = {}  # partition -> [Outcome], in arrival order
         self._failures: dict = {}  # partition -> failed commits in a row
         self._retry_at: dict = {}  # partition -> monotonic ns (``clock``) before which it is not retried
         self.task: Optional[asyncio.Task] = None
         self.stopping = False
         self._committing = 0  # outcomes in the commit in progress
+        self._own = False  # the commits run on a thread and connection of their own
+
+    def start(self, claims: DaemonPool, claims_store: Store, separate: bool, lock_wait_ms: int) -> None:
+        """Commit on the claimer's thread ``claims`` through its connection ``claims_store``; with
+        ``separate``, on a thread and connection of the commits' own where the store opens a second
+        one (:meth:`~timerwheel_c.durable.storage.store.Store.open_sibling`, its lock waits bounded
+        to ``lock_wait_ms`` ms as the claims' are), so that a pass's claims never wait behind a
+        commit's round trip, nor a commit behind a claim's. The two never write the same row
+        unguarded: each outcome is guarded on its claim."""
+        own = self.store.open_sibling(lock_wait_ms=lock_wait_ms) if separate else None
+        if own is None:
+            self.pool, self.store = claims, claims_store
+        else:
+            self.pool, self.store, self._own = DaemonPool(1, "durable-commit"), own, True
+
+    def close(self) -> None:
+        """As the service's thread ends: let the commit thread of its own go, closing its connection
+        there, after any commit still running (never waited for)."""
+        if self._own and self.pool is not None:
+            self.pool.submit(self.store.close)
+            self.pool.shutdown()
 
     def reset(self) -> None:
         self._queues.clear()
@@ -88,7 +110,7 @@ class Committer:
     async def _run(self) -> None:
         try:
             while self._queues:
-                if self.queued < PAGE and self._handlers_running() and not self.stopping:
+                if self.queued < PAGE and self._on_their_way() and not self.stopping:
                     # More outcomes are on their way: a moment's wait lets them share the commit
                     # (one transaction, one WAL flush, per partition) instead of one each. Real time,
                     # not ``clock``: it waits for handlers that run in real time, and on a manual clock
@@ -102,8 +124,9 @@ class Committer:
                 for p in ready:
                     del self._queues[p]
                 self._committing = sum(len(q) for q in ready.values())
+                assert self.pool is not None  # set by start(), before any outcome
                 try:
-                    errors = await self._on_store(self._commit, ready)
+                    errors = await asyncio.wrap_future(self.pool.submit(self._commit, ready))
                 finally:
                     self._committing = 0
                 for partition, outcomes in ready.items():
@@ -112,10 +135,11 @@ class Committer:
                         self._failures.pop(partition, None)
                         self._retry_at.pop(partition, None)
                         for outcome in outcomes:
-                            self._done(outcome)
+                            self.busy.discard(outcome.claimed.timer.key)
                         continue
                     failures = self._failures[partition] = self._failures.get(partition, 0) + 1
-                    delay_s = self._store_failed(exc, failures, f"commit on partition {partition!r}")
+                    delay_s = self.recorder.store_failed(exc, failures, f"commit on partition {partition!r}",
+                                                         self.timing.backoff_s(failures))
                     if is_transient(exc):
                         # Back in this partition's own queue: the others do not wait for it.
                         self._queue_of(partition)[:0] = outcomes
@@ -125,11 +149,15 @@ class Committer:
                         for o in outcomes:
                             kind = o.claimed.timer.kind.get()
                             dropped.failed_kinds[kind] = dropped.failed_kinds.get(kind, 0) + 1
-                        self._counted(dropped)
+                        self.recorder.count(dropped)
                         for outcome in outcomes:
-                            self._done(outcome)
+                            self.busy.discard(outcome.claimed.timer.key)
         finally:
             self.task = None
+
+    def _on_their_way(self) -> bool:
+        """Whether rows in flight have outcomes still to come (their handlers run, or wait for a slot)."""
+        return len(self.busy) > self.queued + self._committing
 
     def _queue_of(self, partition: str) -> list:
         return self._queues.setdefault(partition, [])
@@ -153,9 +181,9 @@ class Committer:
         else:
             errors = {}
         for partition, report in reports.items():
-            self._counted(report)
+            self.recorder.count(report)
             if report.earliest_put_ms is not None:
-                self._committed(partition, report.earliest_put_ms)
+                self.wakeup.written(partition, report.earliest_put_ms)
         return errors
 
     async def drain(self, left_s: Callable[[], Optional[float]]) -> int:

@@ -1,4 +1,5 @@
-"""The service's executor: runs claimed rows' handlers in ``concurrency`` slots, on the service's loop.
+"""The run stage: runs claimed rows' handlers in ``concurrency`` slots, on the service's loop, and
+hands each outcome to the commit stage.
 
 A *slot* is one handler call in progress: an ``async def fire`` awaited on the loop, or a
 plain ``fire`` on a worker of a bounded pool of daemon threads (APScheduler 4 likewise keeps
@@ -13,8 +14,10 @@ chunks are in flight, takes back the rows not yet started behind a call that has
 ``timeout_s``. An ``async`` call past its ``timeout_s`` is cancelled. A hung call thus holds
 its own slot and nothing more.
 
-Each finished call goes, as an :class:`~timerwheel_c.durable.timers.runner.Attempt`, to the
-``on_attempt`` callback, which settles it.
+Each finished call, an :class:`~timerwheel_c.durable.timers.runner.Attempt`, is settled here
+(:func:`~timerwheel_c.durable.timers.runner.settle`: the handler's answer becomes the guarded batch
+that commits it) and queued, as an :class:`~.records.Outcome`, on the commit stage. A slot freeing
+up while claimed rows wait for room rings the claimer (:class:`~.wakeup.Wakeup`).
 """
 from __future__ import annotations
 
@@ -25,11 +28,15 @@ import time
 from typing import Callable, Optional
 
 from ..timers import tracing
+from ..timers.parking import RetryLater
 from ..timers.registry import TimerContext
-from ..timers.runner import Attempt
+from ..timers.runner import Attempt, RunReport, settle
 from ..storage.store import Store
+from .committer import Committer
+from .metrics import Recorder
 from .pool import DaemonPool
-from .records import Chunk, Job
+from .records import Chunk, InFlight, Job, Outcome
+from .wakeup import Wakeup
 
 __all__ = ["CHUNK_S", "QUEUE_HORIZON_S", "RESCUE_S", "RUN_S", "SHARE_S", "Executor", "FairQueue"]
 
@@ -99,24 +106,27 @@ class Executor:
         concurrency: slots (int >= 1).
         store: handed to handlers in their :class:`TimerContext`.
         wall_ms: the Unix-epoch clock in ms.
-        on_attempt: ``on_attempt(job, attempt, keep_busy)`` for each call that ended or timed out (on
-            the loop); ``keep_busy``: the call still runs on its thread, so its row stays in
-            :attr:`busy` until it returns.
-        on_slot_free: called after a slot frees up (on the loop).
         max_queued: the most rows that may wait for a slot (the pass budget's ``max_fired``).
+        committer: the commit stage, whose queue each outcome joins.
+        recorder: where fires are counted (lateness, durations, failures).
+        busy: the rows in flight, shared with the claim and commit stages.
+        wakeup: rung when a slot frees up while claimed rows wait for room.
     """
 
-    def __init__(self, concurrency: int, store: Store, wall_ms: Callable[[], int],
-                 on_attempt: Callable[[Job, Attempt, bool], None], on_slot_free: Callable[[], None], max_queued: int):
+    def __init__(self, concurrency: int, store: Store, wall_ms: Callable[[], int], max_queued: int,
+                 committer: Committer, recorder: Recorder, busy: InFlight, wakeup: Wakeup):
         self.concurrency = concurrency
         self.store = store
         self.wall_ms = wall_ms
-        self.on_attempt = on_attempt
-        self.on_slot_free = on_slot_free
         self.max_queued = max_queued
+        self.committer = committer
+        self.recorder = recorder
+        self.wakeup = wakeup
         self.queue = FairQueue()
         self.tasks: set = set()
-        self.busy: set = set()
+        self.busy = busy
+        self.starved = False  # a pass left due rows for want of room: ring the claimer once there is
+        self._report = RunReport()  # one report until a failure is counted: most fires allocate none
         self.fire_mean_s: Optional[float] = None
         self.stopping = False
         self._async: dict = {}  # id(handler) -> whether its fire is ``async def``
@@ -141,6 +151,7 @@ class Executor:
         self.queue.clear()
         self.tasks = set()
         self.busy.clear()
+        self.starved = False
         self._chunks.clear()
         self._async_jobs.clear()
         self._watchdog = None
@@ -169,16 +180,14 @@ class Executor:
         return len(self.tasks)
 
     # -- running -------------------------------------------------------------------------------
-    def submit(self, jobs: list) -> None:
-        """Queue claimed rows and start as many as slots allow."""
+    def submit(self, jobs: list, starved: bool) -> None:
+        """Queue claimed rows and start as many as slots allow; ``starved``: the pass that claimed
+        them left due rows for want of room."""
         for job in jobs:
-            self.busy.add(job.key)
+            self.busy.add(job)
+        self.starved = self.starved or starved
         self.queue.extend(jobs)
         self.dispatch()
-
-    def release(self, key: bytes) -> None:
-        """The row ``key`` is no longer in flight (settled as a failure, or its outcome committed)."""
-        self.busy.discard(key)
 
     def note_duration(self, seconds: float) -> None:
         mean = self.fire_mean_s
@@ -206,7 +215,10 @@ class Executor:
         self.tasks.discard(task)
         self._async_jobs.pop(task, None)
         self.dispatch()
-        self.on_slot_free()
+        # Claim more while half the queue is still there to fire, so slots do not wait on a pass.
+        if self.starved and len(self.queue) <= self.queue_room() // 2:
+            self.starved = False
+            self.wakeup.ring()
 
     def _chunk(self) -> int:
         """Queued sync fires one worker runs back to back: as many as take CHUNK_S at the measured
@@ -268,7 +280,7 @@ class Executor:
             self._chunks.discard(chunk)
         for job, attempt in zip(chunk.jobs, attempts):
             if job.settled:  # timed out already: the call's late result is dropped
-                self.release(job.key)
+                self.busy.discard(job.key)
             else:
                 self._settle(job, attempt)
 
@@ -323,9 +335,31 @@ class Executor:
             self._watchdog = None
 
     def _settle(self, job: Job, attempt: Attempt, keep_busy: bool = False) -> None:
+        """Log and count a call that ended or timed out, turn its outcome into the guarded batch and
+        queue its commit. ``keep_busy``: the call still runs on its thread, so its row stays in flight
+        until it returns."""
         job.settled = True
         self.note_duration(attempt.took_s)
-        self.on_attempt(job, attempt, keep_busy)
+        timer = job.claimed.timer
+        error = attempt.error
+        lateness_ms = attempt.started_ms - timer.due_at_ms
+        what = f"raised {type(error).__name__}" if error is not None else type(attempt.outcome).__name__
+        self.recorder.activity.fire(job.partition, timer, job.claimed.handler, lateness_ms, what)
+        if timer.attempt == 1:
+            self.recorder.lateness(lateness_ms / 1000)
+        self.recorder.handler_duration(attempt.took_s)
+        report = self._report
+        batch = settle(job.partition, job.claimed, report, attempt.outcome, error, now_ms=self.wall_ms())
+        if report.failed:  # a failed attempt: its row stays backed off, its error recorded (RetryLater), or parks
+            self._report = RunReport()
+            report.failed_kinds[timer.kind.get()] = report.failed
+            self.recorder.count(report)
+        if keep_busy and isinstance(batch, RetryLater):
+            # The call runs on in its thread: its row stays in flight, never claimed again here until it
+            # returns, so nothing commits for it now (its error is not kept). A commit wakes the claimer
+            # for the row's retry (its earliest put), which a slow attempt may have left due already.
+            return
+        self.committer.add(Outcome(job.partition, job.claimed, batch))
 
     async def drain(self, left_s: Callable[[], Optional[float]]) -> int:
         """After stop(): drop the queue and the rows of sync chunks not started yet (none of them

@@ -32,14 +32,18 @@ No import of ``prometheus_client`` here: the snapshot is plain data for any moni
 from __future__ import annotations
 
 import bisect
+import logging
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Tuple
 
+from ..storage.errors import is_transient
 from ..storage.store import Store
 from ..timers import keys
+from ..timers.runner import RunReport
 from ..timers.writer import list_timers
+from .activity import Activity
 
 __all__ = ["BACKLOG_CAP", "BACKLOG_EVERY_S", "DURATION_BUCKETS_S", "Histogram", "LATENESS_BUCKETS_S", "MetricsSnapshot",
            "Recorder", "due_backlog", "parked_count", "shard_backlog"]
@@ -53,6 +57,8 @@ DURATION_BUCKETS_S: Tuple[float, ...] = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0
                                          60.0, 300.0)
 BACKLOG_CAP = 1_000  # due rows counted per partition at most: a scrape costs the store one page-sized scan each
 BACKLOG_EVERY_S = 1.0  # the backlog is counted at most this often (s): scrapes closer together reuse it
+
+log = logging.getLogger("timerwheel_c.durable")
 
 
 def due_backlog(store: Store, partition: str, now_ms: int) -> Tuple[int, Optional[int]]:
@@ -174,27 +180,56 @@ class _Buckets:
 
 
 class Recorder:
-    """The counters behind a :class:`MetricsSnapshot` (thread-safe: the loop and the store thread count)."""
+    """The one place a service's stages count their work, read by :meth:`DurableTimerService.metrics`
+    (thread-safe: the loop, the store thread and the commit thread count).
 
-    def __init__(self):
+    Args:
+        activity: the service's log of its work (:class:`~.activity.Activity`), told every count.
+
+    Totals: ``fired`` (outcomes committed), ``failed`` (fires that failed, see the module docstring),
+    ``errors`` (failed store calls) split into ``transient_errors`` and ``other_errors``.
+    """
+
+    def __init__(self, activity: Optional[Activity] = None):
+        self.activity = Activity(60.0) if activity is None else activity
         self._lock = threading.Lock()
         self._fired: Counter = Counter()
         self._failed: Counter = Counter()
         self._parked: Counter = Counter()
         self._lateness = _Buckets(LATENESS_BUCKETS_S)
         self._duration = _Buckets(DURATION_BUCKETS_S)
+        self.fired_total = self.failed_total = 0
+        self.transient_errors = self.other_errors = 0
 
-    def fired(self, kind: int, n: int = 1) -> None:
+    def count(self, report: RunReport) -> None:
+        """Add a claim's, a settle's or a commit's :class:`RunReport` (totals and counts by kind)."""
         with self._lock:
-            self._fired[kind] += n
+            self.fired_total += report.fired
+            self.failed_total += report.failed
+            self._fired.update(report.fired_kinds)
+            self._failed.update(report.failed_kinds)
+            self._parked.update(report.parked_kinds)
+        self.activity.count(report)
 
-    def failed(self, kind: int, n: int = 1) -> None:
+    def store_failed(self, exc: BaseException, failures: int, what: str, delay_s: float) -> float:
+        """Count and log the failed store call ``what`` (``failures`` in a row, retried in ``delay_s``
+        seconds); returns ``delay_s``. Transient errors log at WARNING for the first of a run (DEBUG
+        after: a failover fails every retry until it ends), any other at ERROR with its traceback."""
+        transient = is_transient(exc)
         with self._lock:
-            self._failed[kind] += n
-
-    def parked(self, kind: int, n: int = 1) -> None:
-        with self._lock:
-            self._parked[kind] += n
+            if transient:
+                self.transient_errors += 1
+            else:
+                self.other_errors += 1
+        if transient:
+            first = (str(exc).strip().splitlines() or [""])[0]
+            log.log(logging.WARNING if failures == 1 else logging.DEBUG,
+                    "durable timer %s failed (%d in a row) on a transient store error, %s: %s; retrying in %.2f s",
+                    what, failures, type(exc).__name__, first, delay_s)
+        else:
+            log.error("durable timer %s failed (%d in a row) on an unexpected store error; retrying in %.2f s",
+                      what, failures, delay_s, exc_info=(type(exc), exc, exc.__traceback__))
+        return delay_s
 
     def lateness(self, lateness_s: float) -> None:
         """Observe one first attempt's lateness (s; negative counts as 0: never early by design)."""
@@ -211,3 +246,8 @@ class Recorder:
         with self._lock:
             return (dict(self._fired), dict(self._failed), dict(self._parked), self._lateness.snapshot(),
                     self._duration.snapshot())
+
+    def store_errors(self) -> dict:
+        """``{"transient": n, "permanent": n}``: failed store calls so far."""
+        with self._lock:
+            return {"transient": self.transient_errors, "permanent": self.other_errors}

@@ -1,4 +1,4 @@
-"""The service's claim passes: which rows of which partitions to claim now, fairly, with each store
+"""The claim stage's passes: which rows of which partitions to claim now, fairly, with each store
 error kept to the partition that raised it.
 
 A pass runs on the store thread and may claim ``free`` rows (free slots plus queue room):
@@ -46,10 +46,11 @@ from typing import Callable, Optional
 from ..storage.store import Ownership, Page, Store
 from ..timers import keys
 from ..timers.registry import TimerRegistry
-from ..timers.claim import SCAN_PAGE, UNKNOWN_KIND_GRACE_MS, release_range
-from ..timers.runner import (NO_PROGRESS_WAKE_MS, PAGE, RunReport, TickBudget, claim_due, claim_due_across,
+from ..timers.claim import SCAN_PAGE, release_range
+from ..timers.runner import (NO_PROGRESS_WAKE_MS, PAGE, TickBudget, claim_due, claim_due_across,
                              due_request, needs_wake_scan, next_wake, release_claims, wake_request)
-from .activity import Activity
+from ..timers.timing import Timing
+from .metrics import Recorder
 from .records import Job
 
 __all__ = ["STUCK_RETRY_S", "PassResult", "Passes"]
@@ -76,13 +77,11 @@ class Passes:
         store, registry, budget: as the service's.
         served: the partitions to look at now (ownership, list or the store's).
         ownership: the fleet ownership, or None.
-        activity: logs the work (passes falling behind).
-        counted: ``counted(report)`` adds a claim's :class:`RunReport` to the service's counters.
+        recorder: counts each claim's report and each failed store call (and logs passes falling behind).
         wall_ms: the Unix-epoch clock in ms.
-        store_failed: ``store_failed(exc, failures, what) -> backoff s`` counts and logs an error.
+        timing: the backoff of a partition whose claim failed, and the grace of a row of a kind the
+            registry lacks (see :mod:`~timerwheel_c.durable.timers.claim`).
         clock: monotonic seconds (the service's clock): retries, skips and each claim's budget (``max_elapsed_ms``).
-        grace_ms: how long after its due time a row of a kind the registry lacks is left for a
-            runner that has it, ms (see :mod:`~timerwheel_c.durable.timers.claim`).
         shards: the shards to read now (``shards()``: a list of ints), or None to pass over the
             partitions ``served`` gives one by one; given, ``served`` is not called.
 
@@ -91,20 +90,17 @@ class Passes:
     """
 
     def __init__(self, store: Store, registry: TimerRegistry, budget: TickBudget, served: Callable[[], list],
-                 ownership: Optional[Ownership], activity: Activity, counted: Callable[[RunReport], None],
-                 wall_ms: Callable[[], int],
-                 store_failed: Callable[[BaseException, int, str], float], clock: Callable[[], float] = time.monotonic,
-                 shards: Optional[Callable[[], list]] = None, grace_ms: int = UNKNOWN_KIND_GRACE_MS):
+                 ownership: Optional[Ownership], recorder: Recorder, wall_ms: Callable[[], int], timing: Timing,
+                 clock: Callable[[], float] = time.monotonic, shards: Optional[Callable[[], list]] = None):
         self.store = store
-        self.grace_ms = grace_ms
+        self.grace_ms = timing.unknown_kind_grace_ms
         self.registry = registry
         self.budget = budget
         self.served = served
         self.ownership = ownership
-        self.activity = activity
-        self.counted = counted
+        self.recorder = recorder
         self.wall_ms = wall_ms
-        self.store_failed = store_failed
+        self.timing = timing
         self.clock = clock
         self.shards = shards
         self._turn = 0
@@ -289,7 +285,7 @@ class Passes:
         try:
             found = self.store.scan_shards(shards, *release_range(self.wall_ms()), _TAKEN_OVER_ROWS)
         except Exception as exc:
-            self.store_failed(exc, 1, f"read of the claims in the shards {shards} taken over from a runner that died")
+            self._store_failed(exc, 1, f"read of the claims in the shards {shards} taken over from a runner that died")
             return []
         return list(dict.fromkeys(partition for rows in found for partition, _, _ in rows))
 
@@ -348,9 +344,9 @@ class Passes:
         jobs = [Job(partition, now_ms, c) for c in claims.timers]
         for key in report.stuck_keys:
             self._stuck[key] = self.clock() + STUCK_RETRY_S
-        self.counted(report)
+        self.recorder.count(report)
         firsts = [now_ms - c.timer.due_at_ms for c in claims.timers if c.timer.attempt == 1]
-        self.activity.pass_ended(partition, report.stopped_on_budget and len(jobs) < cap, max(firsts, default=None))
+        self.recorder.activity.pass_ended(partition, report.stopped_on_budget and len(jobs) < cap, max(firsts, default=None))
         if claims.error is not None:
             return jobs, self._failed(partition, claims.error, now_ms), False
         if needs_wake_scan(report):
@@ -362,9 +358,12 @@ class Passes:
     def _failed(self, partition: str, exc: BaseException, now_ms: int) -> int:
         """Back ``partition`` off after ``exc``; returns when to look at it again (Unix epoch ms)."""
         failures = self._failures[partition] = self._failures.get(partition, 0) + 1
-        delay_s = self.store_failed(exc, failures, f"pass on partition {partition!r}")
+        delay_s = self._store_failed(exc, failures, f"pass on partition {partition!r}")
         self._retry_at[partition] = self.clock() + delay_s
         return now_ms + int(delay_s * 1000) + 1
+
+    def _store_failed(self, exc: BaseException, failures: int, what: str) -> float:
+        return self.recorder.store_failed(exc, failures, what, self.timing.backoff_s(failures))
 
     def _release_taken_over(self) -> None:
         if self.ownership is None:
@@ -376,7 +375,7 @@ class Passes:
             try:
                 moved = release_claims(self.store, partition, self.wall_ms())
             except Exception as exc:
-                self.store_failed(exc, 1, f"release of a dead runner's claims on partition {partition!r}")
+                self._store_failed(exc, 1, f"release of a dead runner's claims on partition {partition!r}")
                 continue
             if moved:
                 log.info("partition %r: taken over from a runner that died; %d row(s) it had claimed fire again now",

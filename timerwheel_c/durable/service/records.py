@@ -1,5 +1,6 @@
-"""The records that move between the service's parts: a claimed row on its way to a handler
-slot (:class:`Job`) and a handler's outcome on its way to the store (:class:`Outcome`)."""
+"""The records that move between the service's stages: a claimed row on its way to a handler
+slot (:class:`Job`) and a handler's outcome on its way to the store (:class:`Outcome`), and the rows
+in flight from their claim to their commit (:class:`InFlight`)."""
 from __future__ import annotations
 
 import threading
@@ -9,7 +10,7 @@ from typing import Optional
 from ..storage.store import Batch
 from ..timers.runner import ClaimedTimer
 
-__all__ = ["Chunk", "Job", "Outcome"]
+__all__ = ["Chunk", "InFlight", "Job", "Outcome"]
 
 
 @dataclass(eq=False)
@@ -66,3 +67,28 @@ class Outcome:
     partition: str
     claimed: ClaimedTimer
     batch: Batch
+
+
+class InFlight:
+    """The rows this process holds from their claim until their outcome commits or is given up: a
+    ``{key: Job}`` the claimer skips (never claiming again a row it is still firing), the run stage
+    fills (:meth:`add`) and the commit stage empties (:meth:`discard`). Loop thread only; the claim
+    pass on the store thread reads a frozen copy (:meth:`keys`)."""
+
+    def __init__(self):
+        self.jobs: dict = {}
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+    def add(self, job: Job) -> None:
+        self.jobs[job.key] = job
+
+    def discard(self, key: bytes) -> None:
+        self.jobs.pop(key, None)
+
+    def keys(self) -> frozenset:
+        return frozenset(self.jobs)
+
+    def clear(self) -> None:
+        self.jobs.clear()

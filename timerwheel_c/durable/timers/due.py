@@ -24,7 +24,8 @@ import logging
 import math
 import time
 
-__all__ = ["PLAUSIBLY_FINER_FROM", "PLAUSIBLY_SECONDS_BELOW", "due_at_ms_of", "due_or_delay", "relative_base_ms"]
+__all__ = ["PLAUSIBLY_FINER_FROM", "PLAUSIBLY_SECONDS_BELOW", "DueMs", "due_at_ms_of", "due_or_delay",
+           "relative_base_ms"]
 
 log = logging.getLogger("timerwheel_c.durable")
 
@@ -32,6 +33,14 @@ PLAUSIBLY_SECONDS_BELOW = 10**11
 PLAUSIBLY_FINER_FROM = 10**14
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 _MS = _dt.timedelta(milliseconds=1)
+
+
+class DueMs(int):
+    """A due time :func:`due_at_ms_of` has checked and converted, Unix epoch ms. Taken again, it is
+    returned as it is: a layer that passes it down is not checked, converted nor warned about twice
+    (the service checks a due time at its edge, then hands it to the writer)."""
+
+    __slots__ = ()
 
 
 def relative_base_ms() -> int:
@@ -67,7 +76,7 @@ def due_or_delay(due_at: object, delay: object, name: str = "due_at_ms") -> obje
 
 
 def due_at_ms_of(value: object, name: str = "due_at_ms") -> int:
-    """Return ``value`` as Unix epoch ms (int).
+    """Return ``value`` as Unix epoch ms (int; a :class:`DueMs` as it is, checked already).
 
     Args:
         value: an int (Unix epoch ms), a timezone-aware :class:`datetime.datetime` (converted
@@ -82,6 +91,8 @@ def due_at_ms_of(value: object, name: str = "due_at_ms") -> int:
 
     Range checks of ints (0..2**64-1) stay with :func:`timerwheel_c.durable.keys.timer`.
     """
+    if type(value) is DueMs:
+        return value
     if isinstance(value, _dt.timedelta):
         return _relative(-(-value // _MS), value, name)
     if isinstance(value, _dt.datetime):

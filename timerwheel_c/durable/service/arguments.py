@@ -1,0 +1,70 @@
+"""The service's arguments, checked once, at its edge (:class:`DurableTimerService`'s constructor),
+before anything that may hold a connection (the fleet ownership) is opened: the stages below take
+them as they are, and check nothing again."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable, Optional
+
+from ..storage.redact import redact
+from ..storage.store import check_partition
+from ..timers.runner import TickBudget
+from ..timers.timing import DEFAULT_TIMING, SYSTEM_CLOCK, Clock, Timing
+
+__all__ = ["Arguments", "check_arguments"]
+
+
+@dataclass(frozen=True)
+class Arguments:
+    """The service's arguments once checked (see :class:`DurableTimerService` for each). ``partitions``
+    is a list of checked names or None; ``in_fleet``: whether to ask the store for an ownership."""
+
+    partitions: Optional[list]
+    concurrency: int
+    budget: TickBudget
+    max_sleep_s: float
+    summary_interval_s: float
+    in_fleet: bool
+    separate_commits: bool
+    clock: Clock
+    timing: Timing
+
+
+def _positive(name: str, value: object, unit: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of {unit}, got {type(value).__name__} {value!r}")
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be finite and > 0 {unit}, got {value!r}")
+    return float(value)
+
+
+def check_arguments(partitions: Optional[Iterable[str]], concurrency: int, budget: TickBudget, max_sleep_s: float,
+                    summary_interval_s: float, fleet: Optional[bool], separate_commits: bool,
+                    clock: Optional[Clock], timing: Optional[Timing]) -> Arguments:
+    """The service's arguments checked, each in turn, the defaults filled in.
+
+    Raises:
+        TypeError / ValueError: a bad argument, naming its value (a partition's name redacted when a
+            str is given for the iterable of them).
+    """
+    if timing is not None and not isinstance(timing, Timing):
+        raise TypeError(f"timing must be a Timing, got {type(timing).__name__} {timing!r}")
+    if isinstance(partitions, str):
+        raise TypeError(f"partitions must be an iterable of str, not the str {redact(partitions)!r}")
+    if not isinstance(budget, TickBudget):
+        raise TypeError(f"budget must be a TickBudget, got {type(budget).__name__} {budget!r}")
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int):
+        raise TypeError(f"concurrency must be an int, got {type(concurrency).__name__} {concurrency!r}")
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+    max_sleep_s = _positive("max_sleep_s", max_sleep_s, "seconds")
+    summary_interval_s = _positive("summary_interval_s", summary_interval_s, "seconds")
+    checked = None if partitions is None else [check_partition(p) for p in partitions]
+    if fleet not in (None, True, False):
+        raise TypeError(f"fleet must be None, True or False, got {fleet!r}")
+    if not isinstance(separate_commits, bool):
+        raise TypeError(f"separate_commits must be a bool, got {type(separate_commits).__name__} {separate_commits!r}")
+    return Arguments(checked, concurrency, budget, max_sleep_s, summary_interval_s,
+                     bool(fleet or (fleet is None and partitions is None)), separate_commits,
+                     SYSTEM_CLOCK if clock is None else clock, DEFAULT_TIMING if timing is None else timing)

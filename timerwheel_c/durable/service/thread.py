@@ -1,0 +1,103 @@
+"""The service's thread: one event loop on which the three stages run, restarted after a bug, and
+drained down the pipeline on stop (the handlers in flight, then their commits, then the rows left
+unsettled released), within stop()'s timeout."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from typing import Optional
+
+from ..storage.store import Ownership
+from ..timers.timing import Clock, Timing
+from .claiming import Claimer
+from .committer import Committer
+from .executor import Executor
+from .pool import DaemonExecutor
+
+__all__ = ["ServiceThread"]
+
+log = logging.getLogger("timerwheel_c.durable")
+
+
+class ServiceThread:
+    """The thread ``durable-timers`` running ``claimer``, ``executor`` and ``committer`` on its loop.
+
+    ``stop_at``: monotonic s (``clock``) by which stop() wants the stages drained, None: no limit.
+    ``release_on_stop``: on stop, release the rows given up in their handler too. ``died``: why the
+    thread ended without stop(), or None. As it ends, each stage lets its own threads go.
+    """
+
+    def __init__(self, claimer: Claimer, executor: Executor, committer: Committer, ownership: Optional[Ownership],
+                 clock: Clock, timing: Timing):
+        self.claimer, self.executor, self.committer = claimer, executor, committer
+        self.ownership = ownership
+        self.clock = clock
+        self.timing = timing
+        self.ready = threading.Event()
+        self.stop_at: Optional[float] = None
+        self.release_on_stop = False
+        self.died: Optional[BaseException] = None
+        self.thread = threading.Thread(target=self._run, name="durable-timers", daemon=True)
+
+    def start(self) -> None:
+        """Start the thread; return once its claimer listens (see :meth:`Claimer.serve`)."""
+        self.thread.start()
+        self.ready.wait()
+
+    def _monotonic_s(self) -> float:
+        return self.clock.monotonic_ns() / 1e9
+
+    def _run(self) -> None:
+        try:
+            while not self.claimer.stopping:
+                try:
+                    asyncio.run(self._main())
+                except Exception:  # a bug outside the guarded pass: log, and keep the service alive
+                    log.exception("durable timer service loop failed; restarting it")
+                    self.ready.set()
+                    self.clock.sleep(self.timing.backoff_base_s)
+        except BaseException as exc:  # handlers' exceptions never get here: this is the service's own
+            self.died = exc
+            log.critical("durable timer service thread ended without stop(): %s: %s", type(exc).__name__, exc,
+                         exc_info=(type(exc), exc, exc.__traceback__))
+        finally:
+            if self.ownership is not None:
+                self.ownership.close()
+            # A stop() racing start() can end the loop before _main ran: start() must not wait forever.
+            self.ready.set()
+            self.executor.shutdown()
+            self.claimer.close()
+            self.committer.close()
+
+    async def _main(self) -> None:
+        # After a crash of a previous loop its tasks are gone with it: their rows stay claimed and
+        # come back after their backoff, and their slots must not stay counted.
+        self.executor.reset()
+        self.committer.reset()
+        # asyncio.to_thread in a handler: a call past the stop must not keep the process alive (see .pool).
+        asyncio.get_running_loop().set_default_executor(DaemonExecutor("durable-async-thread"))
+        try:
+            await self.claimer.serve(self.executor, self.ready)
+            await self._drain()
+        finally:
+            self.claimer.unlisten()
+
+    async def _drain(self) -> None:
+        def left_s() -> Optional[float]:
+            return None if self.stop_at is None else max(0.0, self.stop_at - self._monotonic_s())
+
+        # Where the rows this stop gives up in their handler go: released below, or left to their backoff.
+        fate = ("are released for another runner to fire now" if self.release_on_stop
+                else "stay claimed and fire again after their backoff")
+        if self.executor.queue:
+            log.info("stopping with %d claimed row(s) not started; they get their attempt back and are due now",
+                     len(self.executor.queue))
+        abandoned = await self.executor.drain(left_s)
+        if abandoned:
+            log.warning("stopping with %d handler(s) still running; their rows %s", abandoned, fate)
+        uncommitted = await self.committer.drain(left_s)
+        if uncommitted:
+            log.warning("stopping with %d outcome(s) not committed (a commit the store has not answered may still "
+                        "land); unless it does, their rows %s", uncommitted, fate)
+        await self.claimer.release_unsettled(self.release_on_stop)
