@@ -54,10 +54,12 @@ def test_a_runner_with_a_skewed_clock_judges_due_times_by_the_servers(schema_url
     store = PostgresStore(schema_url)
     lines: list = []
     env = dict(os.environ, PYTHONPATH=str(HELPERS_DIR))
-    # cwd=tmp_path: never import the checkout's timerwheel_c instead of the installed one.
+    # cwd=tmp_path: never import the checkout's timerwheel_c instead of the installed one. A session of
+    # its own: faketime runs the runner as its child, so signals go to the group, or the runner outlives it.
     proc = subprocess.Popen(["faketime", "-f", f"{skew_s:+d}s", sys.executable, "-m", "timerwheel_c", "run",
                              "--store", schema_url, "--partition", P, "--handlers", "durable_runner_proc:registry"],
-                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
     reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
     reader.start()
     try:
@@ -72,11 +74,11 @@ def test_a_runner_with_a_skewed_clock_judges_due_times_by_the_servers(schema_url
         wait_until(lambda: len(effects(store)) == N, "every timer to fire", LIVENESS_S)
         fired = effects(store)
     finally:
-        proc.send_signal(signal.SIGTERM)
+        os.killpg(proc.pid, signal.SIGTERM)
         try:
             proc.wait(20)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         reader.join(5)
         store.close()
