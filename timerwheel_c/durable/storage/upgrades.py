@@ -54,14 +54,16 @@ def declared_rewrites() -> dict:
     return {version: entry.load() for version, entry in found.items()}
 
 
-def rewritten_rows(found: int, rows: Iterable, required: Iterable[int] = ()) -> tuple:
-    """``(deletes, puts)`` that upgrade a database at schema version ``found`` from its stored
-    ``rows`` (``(partition, key, value)`` triples ordered by partition): ``deletes`` the
+def rewritten_rows(found: int, rows: Iterable, required: Iterable[int] = (), *, target: int) -> tuple:
+    """``(deletes, puts)`` that upgrade a database from schema version ``found`` to ``target`` from
+    its stored ``rows`` (``(partition, key, value)`` triples ordered by partition): ``deletes`` the
     ``(partition, key)`` pairs to remove, ``puts`` the ``(partition, key, value)`` rows to write
-    (insert or replace), each step of the declared versions above ``found`` in version order
-    (:func:`declared_rewrites`); ``([], [])`` when no step lies above ``found`` (``rows`` is then
-    not read). ``required``: the versions whose migration says it rewrites rows
-    (:func:`~.sqlfiles.rewrite_versions`).
+    (insert or replace), each step of the declared versions above ``found`` and at most ``target``
+    in version order (:func:`declared_rewrites`); ``([], [])`` when no step lies there (``rows`` is
+    then not read). A step declared for a version above ``target`` (a newer copy of the package
+    found on the path) is left for the code that brings the store to that version: run now, it
+    would run again then, on rows it already rewrote. ``required``: the versions whose migration
+    says it rewrites rows (:func:`~.sqlfiles.rewrite_versions`).
 
     Raises:
         RuntimeError: as :func:`declared_rewrites`; or a version of ``required`` above ``found``
@@ -71,12 +73,12 @@ def rewritten_rows(found: int, rows: Iterable, required: Iterable[int] = ()) -> 
         ValueError (or what a rewrite raises): a rewrite refused a partition's rows.
     """
     declared = declared_rewrites()
-    missing = sorted(version for version in required if version > found and version not in declared)
+    missing = sorted(version for version in required if found < version <= target and version not in declared)
     if missing:
         raise RuntimeError(f"schema version {missing[0]} rewrites the stored rows, but no function is declared "
                            f"for it in the entry-point group {GROUP!r}: install the package (pip install) "
                            "so that its metadata is found, then open the store again")
-    steps = [rewrite for version, rewrite in sorted(declared.items()) if version > found]
+    steps = [rewrite for version, rewrite in sorted(declared.items()) if found < version <= target]
     deletes: list = []
     puts: list = []
     if not steps:
