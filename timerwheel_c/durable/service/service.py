@@ -168,7 +168,8 @@ class DurableTimerService:
 
     Raises:
         TypeError / ValueError: bad arguments (e.g. ``max_sleep_s`` infinite, NaN or <= 0,
-            ``concurrency`` < 1), naming the value.
+            ``concurrency`` < 1, in a fleet a ``timing.ownership_lease_s`` not above the budget's
+            ``max_elapsed_ms``), naming the value.
     """
 
     def __init__(
@@ -211,6 +212,11 @@ class DurableTimerService:
         if fleet not in (None, True, False):
             raise TypeError(f"fleet must be None, True or False, got {fleet!r}")
         in_fleet = fleet or (fleet is None and partitions is None)
+        # A pass runs no ownership evaluation, this runner's heartbeat: a lease a pass can outlast
+        # would have a live runner ended and its share taken over mid-pass.
+        if in_fleet and store.ownership_type is not None and self.timing.ownership_lease_s * 1000 <= budget.max_elapsed_ms:
+            raise ValueError(f"Timing.ownership_lease_s ({self.timing.ownership_lease_s!r} s) must be above the "
+                             f"longest pass, budget.max_elapsed_ms ({budget.max_elapsed_ms!r} ms)")
         self.ownership = store.ownership(self.partitions, kinds=registry.kinds(), monotonic_ns=self.clock.monotonic_ns,
                                          check_interval_s=self.timing.ownership_interval_s,
                                          lease_s=self.timing.ownership_lease_s) if in_fleet else None
