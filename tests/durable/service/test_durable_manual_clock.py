@@ -131,6 +131,20 @@ def test_stop_waits_timing_s_stop_timeout_by_default_for_a_handler_in_flight(sto
         service.stop()
 
 
+@pytest.mark.parametrize("how", ["timing", "argument"])
+def test_stop_with_a_timeout_longer_than_a_thread_can_wait_stops(store, how):
+    """A stop timeout of 1e10 s (a finite number, above threading.TIMEOUT_MAX) waits as long as it
+    can: stop() returns once the thread ends, and raises no OverflowError from the join."""
+    timing = Timing(stop_timeout_s=1e10) if how == "timing" else None
+    service = DurableTimerService(store, TimerRegistry().register(Noted()), [P], timing=timing)
+    service.start()
+    if how == "timing":
+        service.stop()
+    else:
+        service.stop(timeout=1e10)
+    assert not service.running and service.died is None
+
+
 def test_a_claims_time_budget_runs_on_the_services_clock():
     """A claim's ``max_elapsed_ms`` is judged on the service's clock: with a store whose every write
     round trip takes an hour of that clock (it advances the ManualClock), a pass over 2,000 due rows

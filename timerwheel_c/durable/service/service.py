@@ -340,7 +340,8 @@ class DurableTimerService:
         self._stopping = True
         self._wake()
         if self._thread is not None:
-            self._thread.join(None if timeout is None else timeout + _TEARDOWN_S)
+            # A wait past the threading module's longest is no wait at all to it (OverflowError).
+            self._thread.join(None if timeout is None else min(timeout + _TEARDOWN_S, threading.TIMEOUT_MAX))
 
     @property
     def running(self) -> bool:
