@@ -76,6 +76,10 @@ RECHECK_MIN_S = 0.02  # the most often a change signal makes a fleet runner re-c
 _DEFAULT_BUDGET = TickBudget()
 _TEARDOWN_S = 1.0  # seconds stop() allows, past its timeout, for the thread to close its watcher and exit
 _NS_PER_MS = 1_000_000
+# The longest one sleep of the thread, ns: a max_sleep_s or backoff of millennia is finite but past the
+# clock's range (int64 ns), where its wait would fail at once and the thread spin; past a day it
+# sleeps again.
+_LONGEST_SLEEP_NS = 86_400 * 1_000_000_000
 #: Seconds between two reads of the wall clock during a sleep, and the change (ns) of the wall
 #: clock against the monotonic one that counts as a step: a step either way ends the sleep, whose
 #: deadline was converted from a due time under the old reading (see :meth:`_wall_clock_stepped`).
@@ -629,6 +633,7 @@ class DurableTimerService:
 
     async def _sleep_until(self, at_ns: int) -> None:
         assert self._kick is not None  # set by the serving loop before it first sleeps
+        at_ns = min(at_ns, self.clock.monotonic_ns() + _LONGEST_SLEEP_NS)
         kick = asyncio.ensure_future(self._kick.wait())
         timer = asyncio.ensure_future(self.clock.sleep_until(at_ns))
         waits = {kick, timer}
