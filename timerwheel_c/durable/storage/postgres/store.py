@@ -469,12 +469,12 @@ class PostgresStore(Store):
             with conn.transaction():
                 with conn.cursor() as cur:
                     cur.executemany(self._sql["record_label"], list(labels.items()))
-                recorded: dict = dict(conn.execute(self._sql["labels"], ("",)).fetchall(), _ROW_REWRITES)
+                recorded: dict = dict(conn.execute(self._sql["labels"], ("",)).fetchall())
         return {name: recorded[name] for name in labels}
 
     def _labels(self, prefix: str) -> dict:
         with self._lock, self._wrap:
-            return dict(self._connection().execute(self._sql["labels"], (prefix,)).fetchall(), _ROW_REWRITES)
+            return dict(self._connection().execute(self._sql["labels"], (prefix,)).fetchall())
 
     @staticmethod
     def async_pools_error() -> Optional[ImportError]:

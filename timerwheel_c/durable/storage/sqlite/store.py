@@ -461,7 +461,7 @@ class SQLiteStore(Store):
             db.execute("BEGIN IMMEDIATE")
             try:
                 db.executemany(_QUERIES["record_label"], list(labels.items()))
-                recorded = dict(db.execute(_QUERIES["labels"], ("",)).fetchall(), _ROW_REWRITES)
+                recorded = dict(db.execute(_QUERIES["labels"], ("",)).fetchall())
                 db.execute("COMMIT")
             except BaseException:
                 if db.in_transaction:
