@@ -62,6 +62,18 @@ def test_a_rewrite_declared_above_the_target_version_is_left_for_that_version(mo
     assert upgrades.rewritten_rows(8, rows, required=[9, 12], target=12) == ([], [("p", b"k", None)])
 
 
+def test_only_the_rewrites_an_upgrade_runs_are_loaded_and_one_that_cannot_be_is_refused_naming_it(monkeypatch):
+    """A declared rewrite whose module is gone (an uninstalled plugin's stale metadata) stops no
+    upgrade that does not run it; an upgrade that needs it is refused with a RuntimeError naming the
+    entry and its version, never a bare ImportError."""
+    _declare(monkeypatch, ("3", "no_such_module_of_timerwheel_c:rewrite"), ("9", "builtins:dict"),
+             ("12", "no_such_module_of_timerwheel_c:rewrite"))
+    assert upgrades.rewritten_rows(8, [("p", b"k", b"v")], required=[9], target=11) == ([], [])
+    with pytest.raises(RuntimeError, match="'no_such_module_of_timerwheel_c:rewrite' of schema version 12 .*"
+                                           "cannot be loaded: ModuleNotFoundError"):
+        upgrades.rewritten_rows(11, [("p", b"k", b"v")], target=12)
+
+
 @pytest.mark.parametrize("backend", ["postgres", "sqlite"])
 def test_a_migration_that_rewrites_rows_says_so(backend):
     """Each backend's version 9 (the reserved key space) is marked, so its rewrite is required."""
