@@ -131,6 +131,33 @@ def test_stop_waits_timing_s_stop_timeout_by_default_for_a_handler_in_flight(sto
         service.stop()
 
 
+@pytest.mark.parametrize("how", ["timing", "argument"])
+def test_stop_with_a_timeout_longer_than_a_thread_can_wait_stops(store, how):
+    """A stop timeout of 1e10 s (a finite number, above threading.TIMEOUT_MAX) waits as long as it
+    can: stop() returns once the thread ends, and raises no OverflowError from the join."""
+    timing = Timing(stop_timeout_s=1e10) if how == "timing" else None
+    service = DurableTimerService(store, TimerRegistry().register(Noted()), [P], timing=timing)
+    service.start()
+    if how == "timing":
+        service.stop()
+    else:
+        service.stop(timeout=1e10)
+    assert not service.running and service.died is None
+
+
+def test_a_sleep_of_millennia_on_the_host_clock_sleeps_and_does_not_spin(store):
+    """max_sleep_s=1e12 s is finite, but its deadline is past the host clock's int64 ns: the idle
+    thread sleeps (a day at most, then again) rather than failing that wait at once and passing
+    again, thousands of times a second. Holds on a loaded machine: a sleeping thread makes no pass
+    in the half second, a spinning one hundreds."""
+    service = DurableTimerService(store, TimerRegistry().register(Noted()), [P], max_sleep_s=1e12,
+                                  summary_interval_s=1e12)
+    with service:
+        wait_until(lambda: service.passes >= 1, "the first pass")
+        threading.Event().wait(0.5)
+        assert service.passes < 20 and service.died is None
+
+
 def test_a_claims_time_budget_runs_on_the_services_clock():
     """A claim's ``max_elapsed_ms`` is judged on the service's clock: with a store whose every write
     round trip takes an hour of that clock (it advances the ManualClock), a pass over 2,000 due rows

@@ -36,6 +36,24 @@ def test_a_bad_ownership_timing_is_refused_naming_the_field_and_value(field, val
     assert repr(value) in str(info.value)
 
 
+@needs_pg
+@pytest.mark.parametrize("lease_s, max_elapsed_ms", [(5.0, 10_000), (10.0, 10_000), (20.0, 60_000)])
+def test_a_fleet_lease_a_pass_can_outlast_is_refused_naming_both(schema_url, lease_s, max_elapsed_ms):
+    """A pass makes no ownership evaluation, the runner's heartbeat: with a lease no longer than the
+    longest pass (the budget's max_elapsed_ms), the other runners would end a live runner mid-pass
+    and take its share over. Refused at construction, naming both values; the same lease is fine
+    where no fleet is formed (pinned partitions)."""
+    from timerwheel_c.durable.storage.postgres import PostgresStore
+    from timerwheel_c.durable.timers.tick import TickBudget
+
+    timing = Timing(ownership_interval_s=1.0, ownership_lease_s=lease_s)
+    budget = TickBudget(max_elapsed_ms=max_elapsed_ms)
+    with PostgresStore(schema_url, shard_count=SHARDS) as store:
+        with pytest.raises(ValueError, match=f"ownership_lease_s \\({lease_s!r} s\\).*max_elapsed_ms \\({max_elapsed_ms!r} ms"):
+            DurableTimerService(store, TimerRegistry(), timing=timing, budget=budget)
+        DurableTimerService(store, TimerRegistry(), ["p"], timing=timing, budget=budget).stop()
+
+
 def _ownership(store, clock, kinds=None):
     return store.ownership(None, kinds=kinds, check_interval_s=INTERVAL_S, lease_s=LEASE_S,
                            monotonic_ns=clock.monotonic_ns)

@@ -31,7 +31,7 @@ def test_one_rewrite_declared_twice_counts_once(monkeypatch):
 def test_a_rewrite_not_named_by_a_version_is_refused_naming_it(monkeypatch, name):
     _declare(monkeypatch, (name, REWRITE))
     with pytest.raises(RuntimeError, match=f"named {name!r}, not by the schema version"):
-        upgrades.rewritten_rows(1, [])
+        upgrades.rewritten_rows(1, [], target=9)
 
 
 def test_two_rewrites_for_one_version_are_refused_naming_both(monkeypatch):
@@ -48,7 +48,30 @@ def test_no_step_above_the_found_version_reads_no_row(monkeypatch):
         raise AssertionError("the rows were read")
         yield
 
-    assert upgrades.rewritten_rows(9, rows()) == ([], [])
+    assert upgrades.rewritten_rows(9, rows(), target=9) == ([], [])
+
+
+def test_a_rewrite_declared_above_the_target_version_is_left_for_that_version(monkeypatch):
+    """A newer copy of the package on the path declares the step of a version this code does not
+    bring the store to (here one that would set every value to None): upgrading to the target runs
+    the steps up to it and not that one, which the newer code runs once when it brings the store on
+    (run now as well, it would run twice). Nor is a version above the target required."""
+    _declare(monkeypatch, ("9", "builtins:dict"), ("12", "builtins:dict.fromkeys"))
+    rows = [("p", b"k", b"v")]
+    assert upgrades.rewritten_rows(8, rows, required=[9, 12, 13], target=11) == ([], [])
+    assert upgrades.rewritten_rows(8, rows, required=[9, 12], target=12) == ([], [("p", b"k", None)])
+
+
+def test_only_the_rewrites_an_upgrade_runs_are_loaded_and_one_that_cannot_be_is_refused_naming_it(monkeypatch):
+    """A declared rewrite whose module is gone (an uninstalled plugin's stale metadata) stops no
+    upgrade that does not run it; an upgrade that needs it is refused with a RuntimeError naming the
+    entry and its version, never a bare ImportError."""
+    _declare(monkeypatch, ("3", "no_such_module_of_timerwheel_c:rewrite"), ("9", "builtins:dict"),
+             ("12", "no_such_module_of_timerwheel_c:rewrite"))
+    assert upgrades.rewritten_rows(8, [("p", b"k", b"v")], required=[9], target=11) == ([], [])
+    with pytest.raises(RuntimeError, match="'no_such_module_of_timerwheel_c:rewrite' of schema version 12 .*"
+                                           "cannot be loaded: ModuleNotFoundError"):
+        upgrades.rewritten_rows(11, [("p", b"k", b"v")], target=12)
 
 
 @pytest.mark.parametrize("backend", ["postgres", "sqlite"])
@@ -69,8 +92,8 @@ def test_an_upgrade_whose_required_rewrite_is_not_declared_is_refused_naming_the
         yield
 
     with pytest.raises(RuntimeError, match="schema version 9 rewrites the stored rows, but no function is declared"):
-        upgrades.rewritten_rows(8, rows(), required=[9, 10])
-    assert upgrades.rewritten_rows(9, rows(), required=[9]) == ([], [])
+        upgrades.rewritten_rows(8, rows(), required=[9, 10], target=10)
+    assert upgrades.rewritten_rows(9, rows(), required=[9], target=10) == ([], [])
 
 
 def test_an_upgrade_of_a_sqlite_store_without_its_declared_rewrite_fails_and_leaves_the_store_as_it_was(
@@ -93,3 +116,25 @@ def test_an_upgrade_of_a_sqlite_store_without_its_declared_rewrite_fails_and_lea
     db = sqlite3.connect(path)
     assert db.execute("SELECT value FROM timerwheel_meta WHERE name = 'schema_version'").fetchone() == ("8",)
     db.close()
+
+
+def test_an_upgrade_of_a_sqlite_store_runs_no_rewrite_declared_above_its_version(monkeypatch, tmp_path):
+    """Through a real store brought up from version 8, with a newer copy's step for version 12
+    declared beside the package's own: the stored value is read back unchanged, and a reopen (at the
+    current version) rewrites nothing either."""
+    import sqlite3
+
+    from timerwheel_c.durable import SQLiteStore
+    from timerwheel_c.durable.storage.store import Batch
+
+    path = str(tmp_path / "old.db")
+    with SQLiteStore(path) as store:
+        store.apply("p", Batch().put(b"app/k", b"v"))
+    db = sqlite3.connect(path)
+    with db:
+        db.execute("UPDATE timerwheel_meta SET value = '8' WHERE name = 'schema_version'")
+    db.close()
+    _declare(monkeypatch, ("9", REWRITE), ("12", "builtins:dict.fromkeys"))
+    for _ in range(2):
+        with SQLiteStore(path) as store:
+            assert store.get("p", b"app/k") == b"v"

@@ -569,3 +569,13 @@ def test_reshard_moves_every_row_to_its_shard_under_the_new_count_and_records_it
         return  # a private in-memory database: no other handle can open it
     assert again.shard_count == 7
     again.close()
+
+
+def test_record_labels_keeps_the_first_text_of_each_name_and_labels_reads_them_by_prefix(durable_store):
+    """The labels contract on every backend: a name's first recorded text stays (a second writer gets
+    it back), and labels() returns the recorded ones whose name starts with the prefix."""
+    assert durable_store.record_labels({"kind:1": "send-reminder"}) == {"kind:1": "send-reminder"}
+    assert durable_store.record_labels({"kind:1": "other", "kind:2": "digest", "x:1": "y"}) == {
+        "kind:1": "send-reminder", "kind:2": "digest", "x:1": "y"}
+    assert durable_store.labels("kind:") == {"kind:1": "send-reminder", "kind:2": "digest"}
+    assert durable_store.labels() == {"kind:1": "send-reminder", "kind:2": "digest", "x:1": "y"}

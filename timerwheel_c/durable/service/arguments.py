@@ -41,12 +41,14 @@ def _positive(name: str, value: object, unit: str) -> float:
 
 def check_arguments(partitions: Optional[Iterable[str]], concurrency: int, budget: TickBudget, max_sleep_s: float,
                     summary_interval_s: float, fleet: Optional[bool], separate_commits: bool,
-                    clock: Optional[Clock], timing: Optional[Timing]) -> Arguments:
-    """The service's arguments checked, each in turn, the defaults filled in.
+                    clock: Optional[Clock], timing: Optional[Timing], divides: bool = False) -> Arguments:
+    """The service's arguments checked, each in turn, the defaults filled in. ``divides``: the store
+    divides its partitions among a fleet (it has an ownership).
 
     Raises:
         TypeError / ValueError: a bad argument, naming its value (a partition's name redacted when a
-            str is given for the iterable of them).
+            str is given for the iterable of them); in a fleet, a ``timing.ownership_lease_s`` not
+            above the budget's ``max_elapsed_ms``, naming both.
     """
     if timing is not None and not isinstance(timing, Timing):
         raise TypeError(f"timing must be a Timing, got {type(timing).__name__} {timing!r}")
@@ -65,6 +67,12 @@ def check_arguments(partitions: Optional[Iterable[str]], concurrency: int, budge
         raise TypeError(f"fleet must be None, True or False, got {fleet!r}")
     if not isinstance(separate_commits, bool):
         raise TypeError(f"separate_commits must be a bool, got {type(separate_commits).__name__} {separate_commits!r}")
-    return Arguments(checked, concurrency, budget, max_sleep_s, summary_interval_s,
-                     bool(fleet or (fleet is None and partitions is None)), separate_commits,
-                     SYSTEM_CLOCK if clock is None else clock, DEFAULT_TIMING if timing is None else timing)
+    in_fleet = bool(fleet or (fleet is None and partitions is None))
+    timing = DEFAULT_TIMING if timing is None else timing
+    # A pass runs no ownership evaluation, this runner's heartbeat: a lease a pass can outlast would
+    # have a live runner ended and its share taken over mid-pass.
+    if in_fleet and divides and timing.ownership_lease_s * 1000 <= budget.max_elapsed_ms:
+        raise ValueError(f"Timing.ownership_lease_s ({timing.ownership_lease_s!r} s) must be above the "
+                         f"longest pass, budget.max_elapsed_ms ({budget.max_elapsed_ms!r} ms)")
+    return Arguments(checked, concurrency, budget, max_sleep_s, summary_interval_s, in_fleet, separate_commits,
+                     SYSTEM_CLOCK if clock is None else clock, timing)

@@ -122,7 +122,7 @@ class DurableTimerService:
         check_store(store)
         check_registry(registry)
         args = check_arguments(partitions, concurrency, budget, max_sleep_s, summary_interval_s, fleet,
-                               separate_commits, clock, timing)
+                               separate_commits, clock, timing, divides=store.ownership_type is not None)
         self.clock, self.timing, self.max_sleep_s = args.clock, args.timing, args.max_sleep_s
         self.store, self.registry, self.budget, self.concurrency = store, registry, budget, concurrency
         self.partitions = args.partitions
@@ -194,7 +194,7 @@ class DurableTimerService:
         self._stopping = self.claimer.stopping = True
         self.wakeup.ring()
         if self._started:
-            self._thread.thread.join(None if timeout is None else timeout + _TEARDOWN_S)
+            self._thread.join(None if timeout is None else timeout + _TEARDOWN_S)
 
     running = property(lambda self: self._thread.thread.is_alive(), doc="True while the thread is alive.")
     in_flight = property(lambda self: self.executor.in_flight, doc="Handlers running now.")

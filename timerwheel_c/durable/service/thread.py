@@ -45,6 +45,11 @@ class ServiceThread:
         self.thread.start()
         self.ready.wait()
 
+    def join(self, timeout_s: Optional[float]) -> None:
+        """Wait up to ``timeout_s`` seconds (None: no limit) for the thread to end."""
+        # A wait past the threading module's longest is no wait at all to it (OverflowError).
+        self.thread.join(None if timeout_s is None else min(timeout_s, threading.TIMEOUT_MAX))
+
     def _monotonic_s(self) -> float:
         return self.clock.monotonic_ns() / 1e9
 

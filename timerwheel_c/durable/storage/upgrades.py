@@ -19,7 +19,7 @@ from __future__ import annotations
 import itertools
 import sys
 from importlib import metadata
-from typing import Iterable
+from typing import Iterable, Optional
 
 __all__ = ["GROUP", "declared_rewrites", "rewritten_rows"]
 
@@ -28,15 +28,17 @@ __all__ = ["GROUP", "declared_rewrites", "rewritten_rows"]
 GROUP = "timerwheel_c.row_rewrites"
 
 
-def declared_rewrites() -> dict:
-    """``{version: rewrite}`` of the entry points of :data:`GROUP`, each loaded: ``rewrite(rows)``
-    takes a partition's ``{key: value}`` (bytes), as left by the rewrites of lower versions, and
-    returns the partition's rows after the step (a new dict; a key it leaves out is deleted). One
-    entry declared twice (the same package found on two paths) counts once.
+def declared_rewrites(above: int = 0, upto: Optional[int] = None) -> dict:
+    """``{version: rewrite}`` of the entry points of :data:`GROUP` for the versions above ``above``
+    and at most ``upto`` (None: no bound), each loaded: ``rewrite(rows)`` takes a partition's
+    ``{key: value}`` (bytes), as left by the rewrites of lower versions, and returns the partition's
+    rows after the step (a new dict; a key it leaves out is deleted). One entry declared twice (the
+    same package found on two paths) counts once. Only the entries of those versions are loaded, so
+    one that cannot be imported stops only an upgrade that needs it.
 
     Raises:
-        RuntimeError: an entry's name is not a version (an int >= 1), or two entries of one version
-            name different functions, naming them.
+        RuntimeError: an entry's name is not a version (an int >= 1), two entries of one version
+            name different functions, or an entry of those versions cannot be loaded, naming them.
     """
     if sys.version_info >= (3, 10):
         entries = metadata.entry_points(group=GROUP)
@@ -51,17 +53,28 @@ def declared_rewrites() -> dict:
         if known.value != entry.value:
             raise RuntimeError(f"schema version {entry.name} has two row rewrites in {GROUP!r}: {known.value!r} "
                                f"and {entry.value!r}")
-    return {version: entry.load() for version, entry in found.items()}
+    return {version: _load(version, entry) for version, entry in found.items()
+            if version > above and (upto is None or version <= upto)}
 
 
-def rewritten_rows(found: int, rows: Iterable, required: Iterable[int] = ()) -> tuple:
-    """``(deletes, puts)`` that upgrade a database at schema version ``found`` from its stored
-    ``rows`` (``(partition, key, value)`` triples ordered by partition): ``deletes`` the
+def _load(version: int, entry: metadata.EntryPoint):
+    try:
+        return entry.load()
+    except Exception as exc:
+        raise RuntimeError(f"the row rewrite {entry.value!r} of schema version {version} in {GROUP!r} cannot be "
+                           f"loaded: {type(exc).__name__}: {exc}") from exc
+
+
+def rewritten_rows(found: int, rows: Iterable, required: Iterable[int] = (), *, target: int) -> tuple:
+    """``(deletes, puts)`` that upgrade a database from schema version ``found`` to ``target`` from
+    its stored ``rows`` (``(partition, key, value)`` triples ordered by partition): ``deletes`` the
     ``(partition, key)`` pairs to remove, ``puts`` the ``(partition, key, value)`` rows to write
-    (insert or replace), each step of the declared versions above ``found`` in version order
-    (:func:`declared_rewrites`); ``([], [])`` when no step lies above ``found`` (``rows`` is then
-    not read). ``required``: the versions whose migration says it rewrites rows
-    (:func:`~.sqlfiles.rewrite_versions`).
+    (insert or replace), each step of the declared versions above ``found`` and at most ``target``
+    in version order (:func:`declared_rewrites`); ``([], [])`` when no step lies there (``rows`` is
+    then not read). A step declared for a version above ``target`` (a newer copy of the package
+    found on the path) is left for the code that brings the store to that version: run now, it
+    would run again then, on rows it already rewrote. ``required``: the versions whose migration
+    says it rewrites rows (:func:`~.sqlfiles.rewrite_versions`).
 
     Raises:
         RuntimeError: as :func:`declared_rewrites`; or a version of ``required`` above ``found``
@@ -70,13 +83,13 @@ def rewritten_rows(found: int, rows: Iterable, required: Iterable[int] = ()) -> 
             the new version no longer reads them.
         ValueError (or what a rewrite raises): a rewrite refused a partition's rows.
     """
-    declared = declared_rewrites()
-    missing = sorted(version for version in required if version > found and version not in declared)
+    declared = declared_rewrites(found, target)
+    missing = sorted(version for version in required if found < version <= target and version not in declared)
     if missing:
         raise RuntimeError(f"schema version {missing[0]} rewrites the stored rows, but no function is declared "
                            f"for it in the entry-point group {GROUP!r}: install the package (pip install) "
                            "so that its metadata is found, then open the store again")
-    steps = [rewrite for version, rewrite in sorted(declared.items()) if version > found]
+    steps = [rewrite for _, rewrite in sorted(declared.items())]
     deletes: list = []
     puts: list = []
     if not steps:

@@ -252,7 +252,8 @@ class PostgresStore(Store):
             for version, text in _MIGRATIONS:
                 if version > found:
                     conn.execute(sql.SQL(text).format(**self._names, shard_count=sql.Literal(self.shard_count)))
-            deletes, puts = rewritten_rows(found, conn.execute(self._sql["all_rows"]).fetchall(), _ROW_REWRITES)
+            deletes, puts = rewritten_rows(found, conn.execute(self._sql["all_rows"]).fetchall(), _ROW_REWRITES,
+                                           target=SCHEMA_VERSION)
             with conn.cursor() as cur:
                 if deletes:
                     cur.executemany(self._sql["delete_row"], deletes)

@@ -269,7 +269,8 @@ class SQLiteStore(Store):
                         if version > found:
                             for statement in statements(text):
                                 db.execute(statement)
-                deletes, puts = rewritten_rows(found, db.execute(_QUERIES["all_rows"]).fetchall(), _ROW_REWRITES)
+                deletes, puts = rewritten_rows(found, db.execute(_QUERIES["all_rows"]).fetchall(), _ROW_REWRITES,
+                                               target=SCHEMA_VERSION)
                 db.executemany(_QUERIES["delete"], deletes)
                 db.executemany(_QUERIES["put"], [(p, k, v, shard_of(p, count)) for p, k, v in puts])
                 db.execute(_QUERIES["set_schema_version"], (str(SCHEMA_VERSION),))
