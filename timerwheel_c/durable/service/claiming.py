@@ -272,7 +272,7 @@ class Claimer:
         by_partition: dict = {}
         for job in self.busy.jobs.values():
             if release_started or not job.started:
-                by_partition.setdefault((job.partition, job.started), []).append(job.claimed)
+                by_partition.setdefault((job.partition, job.started), []).append(job)
         for (partition, started), claimed in by_partition.items():
             move, what = (release_rows, "released") if started else (refund_rows, "gave the attempt back to")
             try:

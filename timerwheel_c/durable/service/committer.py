@@ -32,7 +32,7 @@ from ..timers.runner import PAGE, RunReport, commit_across
 from ..timers.timing import Clock, Timing
 from .metrics import Recorder
 from .pool import DaemonPool
-from .records import InFlight, Outcome
+from .records import InFlight, Job
 from .wakeup import Wakeup
 
 __all__ = ["GATHER_S", "Committer"]
@@ -62,7 +62,7 @@ class Committer:
         self.busy = busy
         self.wakeup = wakeup
         self.pool: Optional[DaemonPool] = None  # the thread the commits run on, set by start()
-        self._queues: dict = {}  # partition -> [Outcome], in arrival order
+        self._queues: dict = {}  # partition -> [Job] whose batch commits its outcome, in arrival order
         self._failures: dict = {}  # partition -> failed commits in a row
         self._retry_at: dict = {}  # partition -> monotonic ns (``clock``) before which it is not retried
         self.task: Optional[asyncio.Task] = None
@@ -101,9 +101,9 @@ class Committer:
     def queued(self) -> int:
         return sum(len(q) for q in self._queues.values())
 
-    def add(self, outcome: Outcome) -> None:
-        """Queue ``outcome`` and make sure the commit task runs."""
-        self._queue_of(outcome.partition).append(outcome)
+    def add(self, job: Job) -> None:
+        """Queue ``job``, its ``batch`` set, and make sure the commit task runs."""
+        self._queue_of(job.partition).append(job)
         if self.task is None:
             self.task = asyncio.ensure_future(self._run())
 
@@ -135,7 +135,7 @@ class Committer:
                         self._failures.pop(partition, None)
                         self._retry_at.pop(partition, None)
                         for outcome in outcomes:
-                            self.busy.discard(outcome.claimed.timer.key)
+                            self.busy.discard(outcome.key)
                         continue
                     failures = self._failures[partition] = self._failures.get(partition, 0) + 1
                     delay_s = self.recorder.store_failed(exc, failures, f"commit on partition {partition!r}",
@@ -147,11 +147,11 @@ class Committer:
                     else:
                         dropped = RunReport(failed=len(outcomes))
                         for o in outcomes:
-                            kind = o.claimed.timer.kind.get()
+                            kind = o.timer.kind.get()
                             dropped.failed_kinds[kind] = dropped.failed_kinds.get(kind, 0) + 1
                         self.recorder.count(dropped)
                         for outcome in outcomes:
-                            self.busy.discard(outcome.claimed.timer.key)
+                            self.busy.discard(outcome.key)
         finally:
             self.task = None
 
@@ -166,7 +166,7 @@ class Committer:
         """On the store (or commit) thread: every partition's outcomes in one ``apply_across`` (one commit);
         should that fail, each partition's in a commit of its own. Returns ``{partition: error}`` of the
         partitions whose commit raised (an error of one batch is that batch's alone, see the module)."""
-        settled = {p: [(o.claimed, o.batch) for o in os] for p, os in ready.items()}
+        settled = {p: [(o, o.batch) for o in os] for p, os in ready.items()}
         try:
             reports = commit_across(self.store, settled)
         except Exception as exc:

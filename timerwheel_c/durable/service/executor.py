@@ -16,7 +16,7 @@ its own slot and nothing more.
 
 Each finished call, an :class:`~timerwheel_c.durable.timers.runner.Attempt`, is settled here
 (:func:`~timerwheel_c.durable.timers.runner.settle`: the handler's answer becomes the guarded batch
-that commits it) and queued, as an :class:`~.records.Outcome`, on the commit stage. A slot freeing
+that commits it) and its :class:`~.records.Job` queued, batch and all, on the commit stage. A slot freeing
 up while claimed rows wait for room rings the claimer (:class:`~.wakeup.Wakeup`).
 """
 from __future__ import annotations
@@ -35,7 +35,7 @@ from ..storage.store import Store
 from .committer import Committer
 from .metrics import Recorder
 from .pool import DaemonPool
-from .records import Chunk, InFlight, Job, Outcome
+from .records import Chunk, InFlight, Job
 from .wakeup import Wakeup
 
 __all__ = ["CHUNK_S", "QUEUE_HORIZON_S", "RESCUE_S", "RUN_S", "SHARE_S", "Executor", "FairQueue"]
@@ -231,7 +231,7 @@ class Executor:
 
     def _is_async(self, job: Job) -> bool:
         # By id: a handler may be unhashable (a dataclass), and the registry keeps it alive.
-        handler = job.claimed.handler
+        handler = job.handler
         found = self._async.get(id(handler))
         if found is None:
             found = self._async[id(handler)] = inspect.iscoroutinefunction(handler.fire)
@@ -251,10 +251,10 @@ class Executor:
         try:
             with attempt:
                 if _TRACED:
-                    attempt.outcome = await tracing.fire_async(job.claimed.handler, self._context(job),
-                                                               job.claimed.timer, attempt.started_ms)
+                    attempt.outcome = await tracing.fire_async(job.handler, self._context(job),
+                                                               job.timer, attempt.started_ms)
                 else:
-                    attempt.outcome = await job.claimed.handler.fire(self._context(job), job.claimed.timer)
+                    attempt.outcome = await job.handler.fire(self._context(job), job.timer)
         except asyncio.CancelledError:
             if job.cancelled_by != "timeout":
                 raise
@@ -295,10 +295,10 @@ class Executor:
                 job.started = True
             with Attempt(time.monotonic, self.wall_ms) as attempt:
                 if _TRACED:
-                    attempt.outcome = tracing.fire(job.claimed.handler, self._context(job), job.claimed.timer,
+                    attempt.outcome = tracing.fire(job.handler, self._context(job), job.timer,
                                                    attempt.started_ms)
                 else:
-                    attempt.outcome = job.claimed.handler.fire(self._context(job), job.claimed.timer)
+                    attempt.outcome = job.handler.fire(self._context(job), job.timer)
             attempts.append(attempt)
         with chunk.lock:
             chunk.current = None
@@ -340,16 +340,16 @@ class Executor:
         until it returns."""
         job.settled = True
         self.note_duration(attempt.took_s)
-        timer = job.claimed.timer
+        timer = job.timer
         error = attempt.error
         lateness_ms = attempt.started_ms - timer.due_at_ms
         what = f"raised {type(error).__name__}" if error is not None else type(attempt.outcome).__name__
-        self.recorder.activity.fire(job.partition, timer, job.claimed.handler, lateness_ms, what)
+        self.recorder.activity.fire(job.partition, timer, job.handler, lateness_ms, what)
         if timer.attempt == 1:
             self.recorder.lateness(lateness_ms / 1000)
         self.recorder.handler_duration(attempt.took_s)
         report = self._report
-        batch = settle(job.partition, job.claimed, report, attempt.outcome, error, now_ms=self.wall_ms())
+        batch = settle(job.partition, job, report, attempt.outcome, error, now_ms=self.wall_ms())
         if report.failed:  # a failed attempt: its row stays backed off, its error recorded (RetryLater), or parks
             self._report = RunReport()
             report.failed_kinds[timer.kind.get()] = report.failed
@@ -359,7 +359,8 @@ class Executor:
             # returns, so nothing commits for it now (its error is not kept). A commit wakes the claimer
             # for the row's retry (its earliest put), which a slow attempt may have left due already.
             return
-        self.committer.add(Outcome(job.partition, job.claimed, batch))
+        job.batch = batch
+        self.committer.add(job)
 
     async def drain(self, left_s: Callable[[], Optional[float]]) -> int:
         """After stop(): drop the queue and the rows of sync chunks not started yet (none of them

@@ -1,6 +1,10 @@
 """The records that move between the service's stages: a claimed row on its way to a handler
-slot (:class:`Job`) and a handler's outcome on its way to the store (:class:`Outcome`), and the rows
-in flight from their claim to their commit (:class:`InFlight`)."""
+slot and then, its outcome settled, to the store (:class:`Job`), and the rows in flight from their
+claim to their commit (:class:`InFlight`).
+
+One record carries a row the whole way: every object alive per row in flight costs the cyclic
+collector, whose passes come more often and promote more to its oldest generation (the whole of an
+application's objects, scanned again at each full pass) the more containers are alive at once."""
 from __future__ import annotations
 
 import threading
@@ -10,36 +14,56 @@ from typing import Optional
 from ..storage.store import Batch
 from ..timers.runner import ClaimedTimer
 
-__all__ = ["Chunk", "InFlight", "Job", "Outcome"]
+__all__ = ["Chunk", "InFlight", "Job"]
 
 
-@dataclass(eq=False)
-class Job:
-    """A row claimed by a pass at ``now_ms`` (Unix epoch ms) in ``partition``, to fire with its handler.
+class Job(ClaimedTimer):
+    """A row claimed by a pass at ``now_ms`` (Unix epoch ms) in ``partition``, to fire with its handler:
+    the :class:`ClaimedTimer` ``claimed`` itself (its ``handler``, ``timer`` and ``schedule``, which
+    stay frozen), so that a row in flight is one object, not two.
 
     ``settled`` (loop thread only): its outcome or failure has been taken, so a late result (of a
     call that timed out) is dropped. ``cancelled_by``: why the service cancelled an ``async`` call
     (``"timeout"`` or ``"stop"``), None otherwise. ``started``: its handler was called (set by the
     slot before the call; a sync slot sets it under its chunk's lock), so a stop gives the attempt
-    back only to the rows never started.
+    back only to the rows never started. ``batch``: the guarded batch that commits its handler's
+    outcome (see :func:`~timerwheel_c.durable.timers.runner.settle`), set as the job joins the commit
+    stage's queue, None before.
     """
 
-    partition: str
-    now_ms: int
-    claimed: ClaimedTimer
-    settled: bool = False
-    cancelled_by: Optional[str] = None
-    started: bool = False
+    # Each job is a row in flight of its own: compared and hashed by identity, never by its timer.
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
+
+    def __init__(self, partition: str, now_ms: int, claimed: ClaimedTimer):
+        # The claimed fields are frozen (the dataclass refuses their assignment); the others are the job's.
+        object.__setattr__(self, "handler", claimed.handler)
+        object.__setattr__(self, "timer", claimed.timer)
+        object.__setattr__(self, "schedule", claimed.schedule)
+        self.partition = partition
+        self.now_ms = now_ms
+        self.settled = False
+        self.cancelled_by: Optional[str] = None
+        self.started = False
+        self.batch: Optional[Batch] = None
+
+    def __repr__(self) -> str:
+        return f"Job(partition={self.partition!r}, now_ms={self.now_ms}, timer={self.timer!r})"
+
+    @property
+    def claimed(self) -> ClaimedTimer:
+        """The row as its pass claimed it: this job itself, as above."""
+        return self
 
     @property
     def key(self) -> bytes:
         """The claimed row's key: the row this job holds in flight."""
-        return self.claimed.timer.key
+        return self.timer.key
 
     @property
     def timeout_s(self) -> Optional[float]:
         """The handler's ``timeout_s`` (seconds) or None."""
-        return self.claimed.handler.timeout_s
+        return self.handler.timeout_s
 
 
 @dataclass(eq=False)
@@ -57,16 +81,6 @@ class Chunk:
 
     def __post_init__(self):
         self.cut = len(self.jobs)
-
-
-@dataclass
-class Outcome:
-    """A handler's answer turned into the guarded ``batch`` that commits it (see :func:`~timerwheel_c.durable.timers.runner.settle`).
-    Not frozen, as :class:`Job`: one is made for every timer fired."""
-
-    partition: str
-    claimed: ClaimedTimer
-    batch: Batch
 
 
 class InFlight:

@@ -8,7 +8,7 @@ timer from its claim to its commit:
    submits them as :class:`~.records.Job` records, then sleeps until the next due time or a ring of
    its :class:`~.wakeup.Wakeup`;
 2. :class:`~.executor.Executor` runs each job's handler in one of ``concurrency`` slots and queues
-   its answer, settled into a guarded batch, as an :class:`~.records.Outcome`;
+   its answer, settled into a guarded batch, on the same job;
 3. :class:`~.committer.Committer` commits the outcomes, many per round trip; each row then leaves the
    rows in flight (:class:`~.records.InFlight`).
 

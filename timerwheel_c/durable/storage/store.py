@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHECK_INTERVAL_S",
+    "COMMITTED",
     "LEASE_S",
     "MAX_KEY_BYTES",
     "MAX_PARTITION_BYTES",
@@ -281,6 +282,11 @@ class Batch:
 @dataclass(frozen=True)
 class Committed:
     """:meth:`Store.apply` wrote the whole batch."""
+
+
+#: The :class:`Committed` the backends return, one for every batch: it holds nothing, so one shared
+#: instance spares the cyclic collector an object per committed batch.
+COMMITTED = Committed()
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import psycopg
 
 from ..errors import PermanentStoreError, StoreError, TransientStoreError
 from ..redact import redact
-from ..store import Committed, PreconditionFailed, Refused
+from ..store import COMMITTED, PreconditionFailed, Refused
 
 __all__ = ["apply_results", "is_transient_sqlstate", "store_error"]
 
@@ -57,7 +57,7 @@ def store_error(exc: psycopg.Error, dsn: Optional[str] = None) -> StoreError:
 def apply_results(failed: list, refused: list) -> list:
     """The per-batch results (:class:`Committed`, :class:`PreconditionFailed`, :class:`Refused`) of
     the row ``(failed, refused)`` that a call of :meth:`PostgresStore.apply_call` returned."""
-    return [Refused(_refusal(why)) if why is not None else Committed() if f is None else PreconditionFailed(bytes(f))
+    return [Refused(_refusal(why)) if why is not None else COMMITTED if f is None else PreconditionFailed(bytes(f))
             for f, why in zip(failed, refused)]
 
 

@@ -77,7 +77,7 @@ from ..redact import redact
 from ..shards import DEFAULT_SHARD_COUNT, check_shard_count, shard_of
 from ..sqlfiles import migrations, queries, rewrite_versions
 from ..upgrades import rewritten_rows
-from ..store import (Absent, Batch, Committed, Page, PreconditionFailed, SchemaError, SchemaVersionError,
+from ..store import (COMMITTED, Absent, Batch, Committed, Page, PreconditionFailed, SchemaError, SchemaVersionError,
                     Store, check_lock_wait_ms, check_readable_version, consumed_write, schema_version_of)
 from ..watch import Watcher
 
@@ -353,7 +353,7 @@ class PostgresStore(Store):
             with self._lock, self._wrap:
                 if copy_new_rows(self._connection(), self._sql["copy_rows"], self.shard_lock(partition),
                                  partition, batch.writes):
-                    return _COMMITTED
+                    return COMMITTED
         sets = _independent_sets([(partition, batch)])
         if sets is not None:
             return self._apply_sets(sets)[0]
@@ -452,7 +452,7 @@ class PostgresStore(Store):
                 sets.u_b, sets.u_k, sets.u_v)
         with self._lock, self._wrap:
             failed = self._connection().execute(self._sql["apply_sets"], args).fetchall()[0][0]
-        return [_COMMITTED if f is None else PreconditionFailed(bytes(f)) for f in failed]
+        return [COMMITTED if f is None else PreconditionFailed(bytes(f)) for f in failed]
 
     def _watch(self, callback: Callable[[], None]) -> Watcher:
         """The change signal (see :meth:`Store.watch`): a :class:`PgListener` on the channel
@@ -561,8 +561,6 @@ class PostgresStore(Store):
             if self._conn is not None:
                 self._conn.close()
 
-
-_COMMITTED = Committed()
 
 
 @dataclass

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 from ..errors import wrap_exceptions
 from ..savepoint import OPEN, Joined, ending, type_name, unless_failing
 from ..shards import shard_of
-from ..store import Batch, Committed, PreconditionFailed
+from ..store import COMMITTED, Batch, Committed, PreconditionFailed
 from .errors import store_error
 from .rows import apply_batch, read_value
 
@@ -75,7 +75,7 @@ class SQLiteJoined(Joined):
     def apply(self, batch: Batch) -> Union[Committed, PreconditionFailed]:
         with self._wrap:
             failed = apply_batch(self._cursor, self._partition, batch, self._shard)
-        return Committed() if failed is None else PreconditionFailed(failed)
+        return COMMITTED if failed is None else PreconditionFailed(failed)
 
 
 def _same_file(opened: Optional[str], path: str) -> bool:

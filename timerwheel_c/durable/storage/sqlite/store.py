@@ -49,7 +49,7 @@ from ..errors import PermanentStoreError, StoreError, TransientStoreError, wrap_
 from ..redact import redact
 from ..shards import DEFAULT_SHARD_COUNT, check_shard_count, shard_of
 from ..sqlfiles import migrations, rewrite_versions, statements
-from ..store import (Batch, Committed, NoStoreError, Page, PreconditionFailed, Refused, SchemaError,
+from ..store import (COMMITTED, Batch, Committed, NoStoreError, Page, PreconditionFailed, Refused, SchemaError,
                     SchemaVersionError, Store, check_readable_version, schema_version_of)
 from ..upgrades import rewritten_rows
 from ..watch import PollingWatcher, Watcher
@@ -377,7 +377,9 @@ class SQLiteStore(Store):
         # batch rolls back that batch alone.
         results: list = []
         with self._lock, self._wrap:
-            db = self._db
+            # One cursor for every statement: each Connection.execute makes a cursor of its own, and
+            # the connection a weak reference to it, a handful of the collector's objects per batch.
+            db = self._db.cursor()
             db.execute("BEGIN IMMEDIATE")
             try:
                 for partition, batch in items:
@@ -394,7 +396,7 @@ class SQLiteStore(Store):
                         results.append(Refused(error))
                         continue
                     if failed is None:
-                        results.append(Committed())
+                        results.append(COMMITTED)
                     else:
                         results.append(PreconditionFailed(failed))
                         db.execute("ROLLBACK TO batch" if nested else "ROLLBACK")
@@ -404,7 +406,7 @@ class SQLiteStore(Store):
                         db.execute("RELEASE batch")
                 db.execute("COMMIT")
             except BaseException:
-                if db.in_transaction:
+                if self._db.in_transaction:
                     db.execute("ROLLBACK")
                 raise
         return results
