@@ -17,6 +17,7 @@ import pytest
 
 import timerwheel_c
 from locations import CHECKOUT
+from pg_cluster import fresh_schema_url
 
 # The bench's launcher: ``[sys.executable, str(BENCH_RUN), ...]`` runs it as the README does.
 BENCH_RUN = CHECKOUT / "bench" / "run.py"
@@ -226,16 +227,8 @@ def schema_url():
     for tests whose processes open the store by URL."""
     if not _PG_DSN:
         pytest.skip("set TIMERWHEEL_C_TEST_PG_DSN=postgresql://... to test PostgresStore")
-    import psycopg
-    from urllib.parse import quote
-
-    schema = f"fleet_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(_PG_DSN, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    sep = "&" if "?" in _PG_DSN else "?"
-    yield f"{_PG_DSN}{sep}options={quote(f'-csearch_path={schema}')}"
-    with psycopg.connect(_PG_DSN, autocommit=True) as conn:
-        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+    with fresh_schema_url(_PG_DSN) as url:
+        yield url
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -6,6 +6,9 @@ or need a password check (the shared server trusts every local connection).
 ``pg_ctl(*args)`` runs pg_ctl on the cluster (``"stop"``, ``"start"``, ``"restart", "-m", "fast"``).
 ``auth``: initdb's ``-A`` method, e.g. ``"scram-sha-256"`` so that a wrong or missing password is
 refused. Skips the test when the server binaries or psycopg are missing.
+
+``fresh_schema_url(dsn)`` is a context manager yielding the URL of a fresh schema on the server of
+``dsn`` (the URL's sessions use it), dropped afterwards.
 """
 from __future__ import annotations
 
@@ -15,8 +18,10 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import uuid
 from pathlib import Path
 from typing import Optional
+from urllib.parse import quote
 
 import pytest
 
@@ -63,3 +68,18 @@ def throwaway_cluster(auth: str = "trust", password: Optional[str] = None):
         subprocess.run([*as_pg, str(PGBIN / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         shutil.rmtree(root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def fresh_schema_url(dsn: str):
+    import psycopg
+
+    schema = f"fleet_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    sep = "&" if "?" in dsn else "?"
+    try:
+        yield f"{dsn}{sep}options={quote(f'-csearch_path={schema}')}"
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")

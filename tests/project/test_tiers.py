@@ -8,6 +8,7 @@ import re
 from locations import CHECKOUT, TESTS
 
 README = (CHECKOUT / "README.md").read_text(encoding="utf-8")
+PYPROJECT = (CHECKOUT / "pyproject.toml").read_text(encoding="utf-8")
 
 
 def _tiers() -> list:
@@ -26,8 +27,11 @@ def test_the_readme_names_every_tier():
 
 
 def test_the_fast_tier_command_names_only_tiers_that_exist():
-    """The README's fast-tier command is ``pytest tests/A tests/B ... -m "not slow"``, every folder a tier."""
-    command = re.search(r"^pytest (tests/\S+(?: tests/\S+)*) -m \"not slow\"$", README, flags=re.M)
+    """The README's fast-tier command is ``pytest tests/A tests/B ... -m "not slow" -n 2``, every folder a
+    tier, run on two pytest-xdist workers (the test extra installs pytest-xdist)."""
+    command = re.search(r"^pytest (tests/\S+(?: tests/\S+)*) -m \"not slow\" -n 2$", README, flags=re.M)
     assert command, "README.md names no fast-tier command"
     folders = [path.split("/", 1)[1] for path in command.group(1).split()]
     assert "e2e" not in folders and all((TESTS / folder).is_dir() for folder in folders), folders
+    test_extra = re.search(r"^test = \[(.*)\]$", PYPROJECT, flags=re.M)
+    assert test_extra and '"pytest-xdist' in test_extra.group(1), "the test extra does not install pytest-xdist"

@@ -3,13 +3,13 @@ failover or maintenance; a full disk) is transient: the runner backs off the who
 WARNING for the episode, quarantines no row, and fires the timers within seconds of writes coming
 back. Only a refusal of one row's own content quarantines that row.
 
-Run on the real PostgreSQL server of ``TIMERWHEEL_C_TEST_PG_DSN``, made read-only with ``ALTER SYSTEM
-SET default_transaction_read_only`` (restored however the test ends). Timing assertions are liveness
-bounds only; the service's time is a ManualClock the test advances."""
+Run on a real PostgreSQL cluster of this module's own, made read-only with ``ALTER SYSTEM SET
+default_transaction_read_only`` (restored however the test ends): never on the shared test server,
+whose other sessions (another pytest-xdist worker's tests) it would make read-only too. Timing
+assertions are liveness bounds only; the service's time is a ManualClock the test advances."""
 from __future__ import annotations
 
 import logging
-import os
 import threading
 
 import pytest
@@ -17,11 +17,10 @@ import pytest
 from timerwheel_c.durable import DurableTimerService, TimerRegistry, list_timers, open_store, schedule
 from timerwheel_c.durable.timers.registry import Done, TimerHandler, TimerKind
 from timerwheel_c.durable.timers.timing import ManualClock, Timing
+from pg_cluster import fresh_schema_url, throwaway_cluster
 from waiting import LIVENESS_S, advance_until, wait_until
 
-PG_DSN = os.environ.get("TIMERWHEEL_C_TEST_PG_DSN")
 KIND = 0xE7
-needs_pg = pytest.mark.skipif(not PG_DSN, reason="no TIMERWHEEL_C_TEST_PG_DSN")
 
 
 class Recorded(TimerHandler):
@@ -41,32 +40,45 @@ class Recorded(TimerHandler):
         return Done()
 
 
+@pytest.fixture(scope="module")
+def own_server():
+    """The DSN of this module's own PostgreSQL cluster (skips without the server binaries)."""
+    with throwaway_cluster() as (dsn, _):
+        yield dsn
+
+
 @pytest.fixture
-def server_read_only():
-    """``server_read_only(on)``: set the test server's ``default_transaction_read_only`` for every
+def schema_url(own_server):
+    """A fresh schema on ``own_server`` and a URL whose sessions use it (dropped afterwards)."""
+    with fresh_schema_url(own_server) as url:
+        yield url
+
+
+@pytest.fixture
+def server_read_only(own_server):
+    """``server_read_only(on)``: set ``own_server``'s ``default_transaction_read_only`` for every
     session (ALTER SYSTEM and a reload), waiting until a new session sees it; reset at teardown."""
     import psycopg
 
     def switch(on: bool) -> None:
-        with psycopg.connect(PG_DSN, autocommit=True) as conn:
+        with psycopg.connect(own_server, autocommit=True) as conn:
             conn.execute(f"ALTER SYSTEM SET default_transaction_read_only = {'on' if on else 'off'}")
             conn.execute("SELECT pg_reload_conf()")
         want = "on" if on else "off"
         wait_until(lambda: _setting() == want, f"default_transaction_read_only = {want}")
 
     def _setting() -> str:
-        with psycopg.connect(PG_DSN, autocommit=True) as conn:
+        with psycopg.connect(own_server, autocommit=True) as conn:
             return conn.execute("SHOW default_transaction_read_only").fetchone()[0]
 
     try:
         yield switch
     finally:
-        with psycopg.connect(PG_DSN, autocommit=True) as conn:
+        with psycopg.connect(own_server, autocommit=True) as conn:
             conn.execute("ALTER SYSTEM RESET default_transaction_read_only")
             conn.execute("SELECT pg_reload_conf()")
 
 
-@needs_pg
 def test_timers_due_while_the_server_refuses_writes_fire_once_writes_come_back(schema_url, server_read_only, caplog):
     """Five timers (one attempt each) fall due while the server refuses every write: none fires then
     (a claim is a write), the service logs one WARNING for its passes, and once writes come back all
@@ -106,7 +118,6 @@ def test_timers_due_while_the_server_refuses_writes_fire_once_writes_come_back(s
         store.close()
 
 
-@needs_pg
 def test_a_commit_the_server_refuses_is_retried_after_its_backoff_on_the_clock(schema_url, server_read_only, caplog):
     """A handler's outcome reaches its commit while the server refuses writes: the commit fails as
     transient and backs off (a minute, by the Timing, on a ManualClock). Once writes are back nothing
@@ -146,7 +157,6 @@ def test_a_commit_the_server_refuses_is_retried_after_its_backoff_on_the_clock(s
         store.close()
 
 
-@needs_pg
 def test_a_read_only_server_error_is_transient_and_refuses_no_single_batch(schema_url, server_read_only):
     """``apply_many`` on a read-only server raises TransientStoreError for the call as a whole (SQLSTATE
     25006), rather than a Refused result per batch, which the runner would take for the rows' own fault."""

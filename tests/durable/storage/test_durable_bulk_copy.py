@@ -110,8 +110,10 @@ def test_a_copy_waits_for_the_lock_of_its_partitions_shard_as_every_guarded_comm
             results: list = []
             writer = threading.Thread(target=lambda: results.append(store.apply(P, _insert_only(ROWS))))
             writer.start()
+            # only a wait on this holder counts: other tests (other xdist workers) share the server
             wait_until(lambda: holder.execute(
-                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted").fetchone()[0] >= 1,
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+                "AND %s = ANY(pg_blocking_pids(pid))", (holder.info.backend_pid,)).fetchone()[0] >= 1,
                 "the COPY waiting on the shard's lock")
             # read on the holder's session: the store's own connection is the one waiting
             assert results == [] and holder.execute(f"SELECT count(*) FROM {store.table}").fetchone() == (0,)
