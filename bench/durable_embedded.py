@@ -41,7 +41,7 @@ from typing import Optional
 from timerwheel_c.durable.storage.store import Batch
 from timerwheel_c.durable.timers import keys
 from timerwheel_c.durable.timers.registry import Done, TimerHandler, TimerRegistry
-from .goals import Goal, line
+from .goals import Goal, print_alone
 from .report import Reporter, fmt
 from .run import command
 from .stores import add_pg_dsn, pg_dsn
@@ -231,12 +231,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     figures = measure(args.timers, args.rounds, pg_dsn(args.pg_dsn))
     verdicts = [goal.judge(value) for goal, value in goals(figures)]
+    print_alone(figures, verdicts, table, args.json)
     if args.json:
-        print(json.dumps({**figures, "goals": verdicts}))
         return 0
-    table(Reporter(use_rich=False, show_progress=False), figures)
-    for verdict in verdicts:
-        print(line(verdict))
     for backend, by_mode in figures["results"].items():
         print(f"{backend}: embedded / run = {by_mode['embedded_over_run']:.2f} in fired/s, "
               f"{by_mode['embedded_over_run_cpu']:.2f} in runner CPU per fired timer")

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -51,7 +50,7 @@ from timerwheel_c.durable.storage.shards import shard_of
 from timerwheel_c.durable.storage.store import Batch
 from timerwheel_c.durable.timers import keys
 from timerwheel_c.durable.timers.registry import Done, TimerHandler, TimerKind, TimerRegistry
-from .goals import Goal, line
+from .goals import Goal, print_alone
 from .procs import stop as procs_stop
 from .report import Reporter, fmt
 from .run import command
@@ -323,12 +322,7 @@ def main(argv=None) -> int:
                       say=(lambda text: None) if args.json else (lambda text: print(text, flush=True)))
     set_at = None if (args.partitions, args.runners) == (GOAL_AT, RUNNERS) else f"{RUNNERS} runners, {GOAL_AT:,} partitions"
     verdicts = [goal.judge(value, set_at) for goal, value in goals(figures)]
-    if args.json:
-        print(json.dumps({**figures, "goals": verdicts}))
-    else:
-        table(Reporter(use_rich=False, show_progress=False), figures)
-        for verdict in verdicts:
-            print(line(verdict))
+    print_alone(figures, verdicts, table, args.json)
     return 1 if figures["not_once"] or figures["lock_errors"] else 0
 
 

@@ -18,7 +18,6 @@ for the server)::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -29,7 +28,7 @@ from typing import Optional
 from timerwheel_c.durable import Batch
 from timerwheel_c.durable.timers import keys
 from .durable_service import WAKEUP_TIMERS, _open, wakeup_lateness_ms
-from .goals import Goal, line
+from .goals import Goal, print_alone
 from .report import Reporter, fmt
 from .stores import add_pg_dsn, pg_dsn
 
@@ -107,12 +106,7 @@ def main(argv=None) -> int:
     figures = measure(partition_counts, args.timers, pg_dsn(args.pg_dsn))
     set_at = None if partition_counts[-1] == GOAL_AT else f"{GOAL_AT:,} partitions"
     verdicts = [goal.judge(value, set_at) for goal, value in goals(figures)]
-    if args.json:
-        print(json.dumps({**figures, "goals": verdicts}))
-        return 0
-    table(Reporter(use_rich=False, show_progress=False), figures)
-    for verdict in verdicts:
-        print(line(verdict))
+    print_alone(figures, verdicts, table, args.json)
     return 0
 
 

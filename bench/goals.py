@@ -16,13 +16,14 @@ the exit status says whether the run itself was correct.
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
-from .report import NOT_APPLICABLE, fmt
+from .report import NOT_APPLICABLE, Reporter, fmt
 
-__all__ = ["HEADERS", "Goal", "line", "rows", "style", "summary"]
+__all__ = ["HEADERS", "Goal", "line", "print_alone", "rows", "style", "summary"]
 
 HEADERS = ["goal", "target", "measured", "met"]
 
@@ -72,6 +73,17 @@ def _met(verdict: dict) -> str:
 def line(verdict: dict) -> str:
     """One verdict as a sentence: ``goal: NAME <= 1.5x; measured 1.23x: met``."""
     return f"goal: {verdict['name']} {verdict['goal']}; measured {_measured(verdict)}: {_met(verdict)}"
+
+
+def print_alone(figures: dict, verdicts: list[dict], table: Callable[[Reporter, dict], None], as_json: bool) -> None:
+    """A workload module run on its own prints its ``figures`` with their ``verdicts``: one JSON
+    object (the figures plus ``goals``), or ``table``'s plain table then a line per verdict."""
+    if as_json:
+        print(json.dumps({**figures, "goals": verdicts}))
+        return
+    table(Reporter(use_rich=False, show_progress=False), figures)
+    for verdict in verdicts:
+        print(line(verdict))
 
 
 def rows(verdicts: list[dict]) -> list[list[str]]:
