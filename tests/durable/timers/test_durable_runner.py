@@ -615,7 +615,7 @@ def test_a_pass_reads_and_claims_every_partition_in_shared_round_trips(store):
                         Counts(), lambda: NOW, Timing())
         result = passes.run(1000, frozenset(), lambda: False)
         if at_once:
-            assert [j.claimed.timer.reference for j in result.jobs] == [b"due"]
+            assert [j.timer.reference for j in result.jobs] == [b"due"]
             assert result.wake_ms == NOW + backoff_ms(1)  # p05's claimed row, due again after its backoff
             assert counting.calls == [("scan_many", 16), ("apply_across", 1), ("scan_many", 16)]
         else:

@@ -51,11 +51,6 @@ class Job(ClaimedTimer):
         return f"Job(partition={self.partition!r}, now_ms={self.now_ms}, timer={self.timer!r})"
 
     @property
-    def claimed(self) -> ClaimedTimer:
-        """The row as its pass claimed it: this job itself, as above."""
-        return self
-
-    @property
     def key(self) -> bytes:
         """The claimed row's key: the row this job holds in flight."""
         return self.timer.key
