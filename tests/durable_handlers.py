@@ -2,8 +2,10 @@
 
 Run as ``python durable_handlers.py MODE ...`` or import ``registry`` (``--handlers durable_handlers:registry``).
 
-- ``serve DB OFFSET_MS``: a DurableTimerService on every partition of DB, its wall clock shifted
-  by OFFSET_MS, until killed.
+- ``serve DB OFFSET_MS [HOLD_AFTER]``: a DurableTimerService on every partition of DB, its wall
+  clock shifted by OFFSET_MS, until killed. With HOLD_AFTER, the Effect handler hangs from its
+  HOLD_AFTER+1-th fire on, so a kill sent once HOLD_AFTER effects are seen lands mid-run however
+  fast the process fires.
 - ``sleeper DB LOG DELAY0_MS DELAY1_MS``: an execution doing two durable sleeps, each due its delay
   after the call that journals it (so a slow process start-up never eats into it), appending a
   line to LOG after each (``<n> fired|replayed <wall ms> <due ms asked>``), with a service in the
@@ -13,6 +15,7 @@ Run as ``python durable_handlers.py MODE ...`` or import ``registry`` (``--handl
 """
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 import time
@@ -31,11 +34,17 @@ OCCURRENCE_KIND = 0xF5
 
 class Effect(TimerHandler):
     """Done with one effect row per application, keyed by reference and a fresh token, so an effect
-    applied twice shows as two rows. Sleeps 2 ms so a kill lands inside ``fire`` more often than not."""
+    applied twice shows as two rows. Sleeps 2 ms so a kill lands inside ``fire`` more often than not,
+    and for an hour once ``hold_after`` fires have started (``None``: never)."""
 
     kind = TimerKind(EFFECT_KIND)
+    hold_after: int | None = None
+    # next() on itertools.count is atomic under the GIL, so concurrent fires each get their own number.
+    _fires = itertools.count(1)
 
     def fire(self, ctx, timer):
+        if self.hold_after is not None and next(self._fires) > self.hold_after:
+            time.sleep(3600)
         time.sleep(0.002)
         token = os.urandom(8).hex().encode()
         return Done(Batch().put(b"effect/" + timer.reference + b"/" + token, b"1"))
@@ -82,8 +91,10 @@ registry = (TimerRegistry().register(Effect()).register(Poison()).register(Sleep
             .register(FirstHangs()).register(Occurrence()))
 
 
-def serve(db: str, offset_ms: str) -> None:
+def serve(db: str, offset_ms: str, hold_after: str | None = None) -> None:
     shift_ns = int(offset_ms) * 1_000_000
+    if hold_after is not None:
+        Effect.hold_after = int(hold_after)
     store = SQLiteStore(db)
     DurableTimerService(store, registry, None, wall_ns=lambda: time.time_ns() + shift_ns).start()
     while True:

@@ -46,7 +46,7 @@ def timer_rows(store, partition=P):
 @pytest.mark.slow
 def test_sigkill_mid_run_then_restart_applies_every_effect_exactly_once(tmp_path):
     """400 due timers; the service process is SIGKILLed once some but not all effects are committed
-    (asserted), then restarted with its clock 700 s ahead so rows claimed by the dead process (backed
+    (asserted; its handler hangs from the 151st fire on, so the kill lands mid-run on any machine), then restarted with its clock 700 s ahead so rows claimed by the dead process (backed
     off <= 5 s) are due. Every timer's batch effect is then present exactly once (each application
     writes a distinct row, so a double application would show) and no timer row is left."""
     db = tmp_path / "restart.db"
@@ -57,7 +57,7 @@ def test_sigkill_mid_run_then_restart_applies_every_effect_exactly_once(tmp_path
         batch.put(keys.timer(wall_ms() - 10_000 + i, EFFECT_KIND, ref), b"")
     store.apply(P, batch)
 
-    first = spawn(tmp_path, "serve", db, 0)
+    first = spawn(tmp_path, "serve", db, 0, 150)
     wait_until(lambda: len(effects(store)) >= 100, "100 effects")
     first.send_signal(signal.SIGKILL)
     first.wait(10)
