@@ -94,7 +94,7 @@ async def _on_store(store: Store, partition: str, steps: Steps[T], run: Callable
     if _postgres(store) and _has_pool(type(store)):
         async with store.async_pools().connection() as conn:  # type: ignore[attr-defined]
             tx = store.statements_on(conn, partition)  # type: ignore[attr-defined]
-            return await arun_steps(steps, tx.get, tx.apply)
+            return await arun_steps(steps, tx.get, tx.apply, tx.scan)
     return await asyncio.get_running_loop().run_in_executor(_executor(store), run, store, partition, steps)
 
 
@@ -111,7 +111,7 @@ async def _write(store: Store, partition: str, steps: Steps[T], conn) -> T:
     if conn is None:
         return await _on_store(store, partition, steps, writer.write)
     async with ajoined(store, conn, partition) as tx:
-        return await arun_steps(steps, tx.get, tx.apply)
+        return await arun_steps(steps, tx.get, tx.apply, tx.scan)
 
 
 def configure(store: Store, *, min_size: int = 1, max_size: int = 4, timeout_s: float = 10.0) -> None:

@@ -155,6 +155,85 @@ def test_a_timer_replaced_while_its_handler_runs_fires_at_its_new_time_only(dura
     assert durable_store.scan(P, b"", b"\xff").entries == []
 
 
+def _claim_first_attempt(store, registry):
+    """Claim the due rows of ``P`` for their first attempt, as a runner does before it fires them."""
+    from timerwheel_c.durable.timers.claim import claim_due
+
+    claims = claim_due(store, P, registry, DUE)
+    assert claims.error is None
+    return claims.timers
+
+
+def _commit_done(store, claimed):
+    """Fire and commit ``claimed`` (its handler answers Done) as the runner does; the RunReport."""
+    from timerwheel_c.durable.timers.runner import RunReport, commit_outcomes, fire
+
+    report = RunReport()
+    commit_outcomes(store, P, [(c, fire(store, P, DUE, c, report)) for c in claimed], report)
+    return report
+
+
+def test_a_first_claim_leaves_the_identity_row_and_the_name_still_finds_the_claimed_row(durable_store):
+    """A first attempt's claim moves the row and leaves the identity row naming the scheduled key (no
+    write to it: a fire writes the timer row once and deletes both rows). Found by name all the same,
+    past more than one page of other timers due before its retry time: get_timer shows it retrying,
+    schedule(if_exists="error") finds it pending, and cancel removes it, so that its attempt's commit
+    fails its guard and nothing fires it again."""
+    registry = TimerRegistry().register(Recording())
+    schedule(durable_store, P, DUE, KIND, b"claimed", b"v")
+    for i in range(300):  # due after it and before its retry time: rows the search reads past
+        schedule(durable_store, P, DUE + 1 + i, KIND, b"later%03d" % i)
+    [claimed] = _claim_first_attempt(durable_store, registry)
+    scheduled = keys.timer(DUE, KIND, b"claimed")
+    assert claimed.timer.key != scheduled
+    assert durable_store.get(P, keys.identity(KIND, b"claimed")) == scheduled
+    pending = get_timer(durable_store, P, KIND, b"claimed")
+    assert (pending.state, pending.attempt, pending.value) == ("retrying", 1, b"v")
+    assert pending.due_at_ms == keys.parse(claimed.timer.key).due_at_ms
+    with pytest.raises(TimerExists, match="retrying"):
+        schedule(durable_store, P, DUE, KIND, b"claimed", if_exists="error")
+    assert cancel(durable_store, P, KIND, b"claimed") is True
+    assert get_timer(durable_store, P, KIND, b"claimed") is None
+    report = _commit_done(durable_store, [claimed])
+    assert (report.fired, report.raced) == (0, 1)
+    assert durable_store.get(P, keys.identity(KIND, b"claimed")) is None
+    assert len(durable_store.scan(P, *keys.timer_range(), limit=1000).entries) == 300
+
+
+def test_a_cancel_that_read_the_row_before_its_first_claim_fails_its_guard_and_finds_it_again(durable_store):
+    """The claim commits between a cancel's read of the scheduled row and its write: the identity row
+    still names that key, so only the cancel's guard on the row itself (Equals) sees the move. The
+    cancel's first write fails, its second finds the claimed row and removes it; the attempt's
+    commit then loses its guard. Without the row's guard the cancel would delete a row that was gone,
+    answer True, and the timer would fire. Driven step by step: no thread, no timing."""
+    from timerwheel_c.durable.timers.steps import run_steps
+    from timerwheel_c.durable.timers.writer import cancel_steps
+
+    registry = TimerRegistry().register(Recording())
+    schedule(durable_store, P, DUE, KIND, b"raced", b"v")
+    scheduled, claimed = keys.timer(DUE, KIND, b"raced"), []
+
+    def get(key):
+        value = durable_store.get(P, key)
+        if key == scheduled and value is not None and not claimed:
+            claimed.extend(_claim_first_attempt(durable_store, registry))  # the claim lands right after the read
+        return value
+
+    applied = []
+
+    def apply(batch):
+        applied.append(durable_store.apply(P, batch))
+        return applied[-1]
+
+    assert run_steps(cancel_steps(durable_store, P, KIND, b"raced"), get, apply,
+                     lambda start, end, limit: durable_store.scan(P, start, end, limit=limit).entries) is True
+    assert len(claimed) == 1  # the situation to test: the claim committed between the read and the write
+    assert [type(r).__name__ for r in applied] == ["PreconditionFailed", "Committed"]
+    report = _commit_done(durable_store, claimed)
+    assert (report.fired, report.raced) == (0, 1)
+    assert durable_store.scan(P, b"", b"\xff").entries == []
+
+
 def test_a_handlers_reschedule_keeps_the_name(durable_store):
     handler = Recording(lambda timer: Reschedule(timer.due_at_ms + 1000, b"again") if timer.value == b"" else Done())
     registry = TimerRegistry().register(handler)

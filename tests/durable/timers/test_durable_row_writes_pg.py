@@ -1,8 +1,8 @@
 """The row writes a fired timer costs on PostgreSQL, counted by the server itself (pg_stat_user_tables'
 n_tup_ins, n_tup_upd and n_tup_del of the store's tables): its claim moves the row to its backoff key
-with one UPDATE of the key (no DELETE and INSERT) and points its identity row there, and its outcome
-deletes both rows: four row writes per fire, whether the partition is served alone (run_due,
-apply_many) or with others in one statement (claim_due_across and commit_across, apply_sets).
+with one UPDATE of the key (no DELETE and INSERT) and leaves its identity row naming the scheduled key,
+and its outcome deletes both rows: three row writes per fire, whether the partition is served alone
+(run_due, apply_many) or with others in one statement (claim_due_across and commit_across, apply_sets).
 
 Deterministic: it counts tuples, never time. The store's own connection flushes its counters
 (pg_stat_force_next_flush, PostgreSQL 15) before the counts are read on that same connection, and
@@ -28,7 +28,8 @@ DUE = 1_700_000_000_000  # 2023-11-14T22:13:20Z
 NOW = DUE + 60_000
 KIND = 0x31
 FIRES = 40  # per partition
-WRITES_PER_FIRE = 4  # the claim's move and identity pointer, the outcome's two deletes
+WRITES_PER_FIRE = 3  # the claim's move, the outcome's two deletes
+PER_FIRE = {"ins": 0, "upd": 1, "del": 2}
 
 
 @pytest.fixture
@@ -72,20 +73,20 @@ def _per_fire(before: dict, after: dict, fired: int) -> dict:
     return {what: (after[what] - before[what]) / fired for what in before}
 
 
-def test_a_fired_timer_costs_four_row_writes_served_alone(store):
+def test_a_fired_timer_costs_three_row_writes_served_alone(store):
     """run_due on one partition (apply_many): every timer fires, and the server counted one UPDATE for
-    the claim's move, one for the identity row and two DELETEs per fire, no INSERT."""
+    the claim's move and two DELETEs per fire, no INSERT and no write to the identity row."""
     _schedule(store, ["p"])
     before = _row_writes(store)
     report = run_due(store, "p", _registry(), NOW, TickBudget(1000, 1000, 1000, 60_000))
     after = _row_writes(store)
     assert report.fired == FIRES
     per_fire = _per_fire(before, after, FIRES)
-    assert per_fire == {"ins": 0, "upd": 2, "del": 2}, per_fire
+    assert per_fire == PER_FIRE, per_fire
     assert sum(per_fire.values()) <= WRITES_PER_FIRE
 
 
-def test_a_fired_timer_costs_four_row_writes_served_across_partitions(store):
+def test_a_fired_timer_costs_three_row_writes_served_across_partitions(store):
     """claim_due_across and commit_across over three partitions (one apply_sets statement each way, the
     path of a service's pass): the same writes per fire as a partition served alone."""
     partitions = ["a", "b", "c"]
@@ -100,14 +101,14 @@ def test_a_fired_timer_costs_four_row_writes_served_across_partitions(store):
     fired = sum(r.fired for r in reports.values())
     assert fired == FIRES * len(partitions)
     per_fire = _per_fire(before, after, fired)
-    assert per_fire == {"ins": 0, "upd": 2, "del": 2}, per_fire
+    assert per_fire == PER_FIRE, per_fire
     assert sum(per_fire.values()) <= WRITES_PER_FIRE
 
 
 def test_a_store_of_version_10_upgrades_to_moving_claims_when_opened(store):
-    """A store recorded at version 10, its functions those of before (a claim deletes and inserts: five
-    writes per fire), is brought to the current version by the next open, under the schema lock, and
-    a fire then costs the four writes; the timers written before the upgrade fire."""
+    """A store recorded at version 10, its functions those of before (a claim deletes and inserts), is
+    brought to the current version by the next open, under the schema lock, and a fire then costs the
+    three writes; the timers written before the upgrade fire."""
     from psycopg import sql
 
     from timerwheel_c.durable.storage.postgres import PostgresStore
@@ -121,17 +122,50 @@ def test_a_store_of_version_10_upgrades_to_moving_claims_when_opened(store):
     conn.execute(f"UPDATE {store.table}_meta SET value = '10' WHERE name = 'schema_version'")
     before = _row_writes(store)
     assert run_due(store, "p", _registry(), NOW, TickBudget(1, 1000, 1000, 60_000)).fired == 1
-    assert sum(_per_fire(before, _row_writes(store), 1).values()) == 5  # the situation the upgrade mends
+    assert sum(_per_fire(before, _row_writes(store), 1).values()) == 4  # the situation the upgrade mends
     upgraded = PostgresStore(PG_DSN, table=store.table)
     try:
-        assert conn.execute(f"SELECT value FROM {store.table}_meta WHERE name = 'schema_version'").fetchone()[0] == \
-            str(max(old))
+        assert _version(upgraded) == str(max(old))
         before = _row_writes(upgraded)
         report = run_due(upgraded, "p", _registry(), NOW, TickBudget(1000, 1000, 1000, 60_000))
         assert report.fired == FIRES - 1
-        assert _per_fire(before, _row_writes(upgraded), FIRES - 1) == {"ins": 0, "upd": 2, "del": 2}
+        assert _per_fire(before, _row_writes(upgraded), FIRES - 1) == PER_FIRE
     finally:
         upgraded.close()
+
+
+def test_a_store_of_version_11_upgrades_to_claims_that_keep_the_identity_row_when_opened(store):
+    """A store recorded at version 11, one timer claimed the way version 11 claims (its identity row
+    pointed at the claimed key, a fourth row write), is brought to the current version by the next
+    open, under the schema lock (which a process of version 11 then refuses to open). That timer is
+    still found and cancelled by name, and the others fire at three writes each."""
+    from timerwheel_c.durable.storage.postgres import PostgresStore
+    from timerwheel_c.durable.storage.store import Batch, Equals
+    from timerwheel_c.durable.timers import keys
+    from timerwheel_c.durable.timers.writer import cancel, get_timer
+
+    _schedule(store, ["p"])
+    store._connection().execute(f"UPDATE {store.table}_meta SET value = '11' WHERE name = 'schema_version'")
+    scheduled = keys.timer(DUE, KIND, b"r000")
+    claimed = keys.backoff(NOW + 5000, KIND, 1, DUE, b"r000")
+    assert store.apply("p", Batch().require(Equals(scheduled, b"v")).delete(scheduled).put(claimed, b"v")
+                       .put(keys.identity(KIND, b"r000"), claimed)).__class__.__name__ == "Committed"
+    upgraded = PostgresStore(PG_DSN, table=store.table)
+    try:
+        assert _version(upgraded) == "12"
+        assert get_timer(upgraded, "p", KIND, b"r000").attempt == 1
+        assert cancel(upgraded, "p", KIND, b"r000") is True
+        before = _row_writes(upgraded)
+        report = run_due(upgraded, "p", _registry(), NOW, TickBudget(1000, 1000, 1000, 60_000))
+        assert report.fired == FIRES - 1
+        assert _per_fire(before, _row_writes(upgraded), FIRES - 1) == PER_FIRE
+    finally:
+        upgraded.close()
+
+
+def _version(store) -> str:
+    return store._connection().execute(f"SELECT value FROM {store.table}_meta WHERE name = 'schema_version'"
+                                       ).fetchone()[0]
 
 
 @pytest.mark.parametrize("path", ["apply_many", "apply_across"])

@@ -2,7 +2,9 @@
 
 A claim moves a row from its key K to its next backoff key K' (attempt + 1, due
 ``now_ms + backoff``, value and original due time unchanged) and points the timer's identity row
-(:func:`~.keys.identity`) at K', guarded on ``Equals(K, value)``, many claims per :meth:`Store.apply_many` round trip. So every attempt
+(:func:`~.keys.identity`) at K' (but for a first attempt, whose writers find K' by
+:func:`~.keys.first_claim`), guarded on ``Equals(K, value)``, many claims per :meth:`Store.apply_many`
+round trip. So every attempt
 is counted before ``fire``: a handler that kills the process still has its attempt counted,
 and the row comes back after a growing backoff instead of in a hot loop. A claimed row whose
 handler is never called (a runner stopping with rows queued) is given its attempt back by
@@ -156,6 +158,15 @@ def _moved_key(tk: keys.TimerKey, due_ms: int, attempt: int) -> bytes:
     return keys.next_attempt(tk, due_ms, attempt)
 
 
+def _claim_writes(row: Union[_ToFire, _ToBackOff], key: bytes, value: bytes) -> list:
+    """The writes of the claim (or move) of the row ``key``: the row to its new key, and its identity row
+    pointed there, unless a first attempt's writers find it without (:func:`~.keys.claim_keeps_identity`)."""
+    writes = [(key, None), (row.claimed_key, value)]
+    if not (isinstance(row, _ToFire) and keys.claim_keeps_identity(row.parsed)):
+        writes.append((keys.identity_of(row.parsed), row.claimed_key))
+    return writes
+
+
 def _quarantine_batch(row: _ToQuarantine) -> Batch:
     q = keys.quarantine(row.key)
     return Batch().require(Equals(row.key, row.value)).require(Absent(q)).delete(row.key).put(q, row.value)
@@ -241,8 +252,7 @@ class Claimer:
                          else row.batch if isinstance(row, (_ToAdvance, _ToFire, _ToPark)) and row.batch is not None
                          # The claim's move, its fields filled directly: every key here was built or
                          # parsed by keys, so Batch.put's checks would only repeat theirs.
-                         else Batch([Equals(key, value)], [(key, None), (row.claimed_key, value),
-                                                           (keys.identity_of(row.parsed), row.claimed_key)]))
+                         else Batch([Equals(key, value)], _claim_writes(row, key, value)))
             except ValueError:  # its quarantine key is past the store's key limit
                 self._stuck(key, "its quarantine key would be longer than the store's key limit")
                 continue

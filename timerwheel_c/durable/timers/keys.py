@@ -72,7 +72,11 @@ without its due time::
 
 Every write that moves a timer (a claim, a Reschedule, a by-name replace, reschedule or cancel)
 rewrites or deletes its identity row in the same guarded batch, so at most one pending timer holds
-an identity and its row says where that timer is: one extra row per timer. An identity row whose
+an identity and its row says where that timer is: one extra row per timer. One move leaves it: the
+claim of a plain timer's scheduled row for its first attempt (:func:`claim_keeps_identity`), the move
+every fire makes, so that a fire writes its timer row once and both rows' deletes (three row writes).
+The identity row then names the scheduled key, now gone, and a writer finds the claimed row in one
+range of the timer space (:func:`first_claim`). An identity row whose
 timer is gone (a row quarantined as unprocessable) is harmless: writers treat it as absent. Stores
 written before identity rows existed gain them on open (:mod:`.key_upgrade`).
 
@@ -138,6 +142,8 @@ __all__ = [
     "QUARANTINE_TAG",
     "TimerKey",
     "TimerKind",
+    "claim_keeps_identity",
+    "first_claim",
     "backoff",
     "SIGNALLED",
     "SLEEP_MARK_TAG",
@@ -377,6 +383,28 @@ def next_attempt(tk: TimerKey, retry_at_ms: int, attempt: int) -> bytes:
     0..:data:`MAX_DUE_MS`) at ``attempt`` (1..:data:`MAX_ATTEMPT`), which the caller clamped."""
     head = _HEAD.pack(retry_at_ms, tk.kind, _BACKED_OFF | (_OCCURRENCE if tk.occurrence else 0))
     return TAG + head + _RETRY.pack(attempt, tk.original_due_at_ms) + tk.reference
+
+
+def first_claim(key: bytes) -> Optional[tuple]:
+    """Where to look for the row that the first claim of the scheduled row ``key`` moved it to: that
+    claim leaves the identity row naming ``key`` (one row write per fire fewer), so a writer that finds
+    ``key`` gone looks here. ``(start, end, suffix)``: the claimed key is in ``[start, end)`` (its retry
+    time is the claim's time plus a backoff, never before the due time; ``end`` is the end of the timer
+    space) and ends with ``suffix`` after its retry time (kind, variant, attempt 1, original due time,
+    reference), which no other timer's key does. None when ``key`` is no plain scheduled row (a
+    backed-off, parked or occurrence row, or malformed), whose every move rewrites the identity row.
+    """
+    if not is_timer_key(key) or len(key) < len(TAG) + _HEAD.size or key[_VARIANT_AT] != _SCHEDULED:
+        return None
+    due_at_ms, kind, _ = _HEAD.unpack_from(key, len(TAG))
+    tail = bytes((kind, _BACKED_OFF)) + _RETRY.pack(1, due_at_ms) + key[len(TAG) + _HEAD.size:]
+    return key[:_KIND_AT], _END, tail
+
+
+def claim_keeps_identity(tk: TimerKey) -> bool:
+    """True when the claim of the row ``tk`` leaves its identity row as it is (a plain timer's first
+    attempt, which :func:`first_claim` finds); every other move points the identity row at the new key."""
+    return tk.attempt == 0 and not tk.occurrence
 
 
 def parse(key: bytes) -> TimerKey:

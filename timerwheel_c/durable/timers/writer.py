@@ -33,7 +33,7 @@ from .codecs import encoded
 from .due import due_at_ms_of, due_or_delay
 from .kind_names import check_kind_names
 from .partitions import partition_of
-from .steps import APPLY, GET, Steps, run_steps
+from .steps import APPLY, GET, SCAN, Steps, run_steps
 from ..storage.joined import joined
 from ..storage.store import Absent, Batch, Committed, Equals, Store, check_partition, check_store
 
@@ -117,22 +117,58 @@ def _forget_error(batch: Batch, current: bytes, identity: bytes) -> Batch:
 
 
 def _current(identity: bytes) -> Steps[tuple]:
-    """``(timer key or None, its value or None)``: where the identity row points, and that row.
+    """``(named, timer key or None, its value or None)``: the key the identity row names (None when
+    there is none), where the timer is, and that row. The two differ only while a plain timer is
+    claimed for its first attempt: that claim leaves the identity row naming the scheduled key, and
+    the claimed row is found in :func:`~.keys.first_claim`'s range. A by-name write guards on both
+    (``Equals(identity, named)``, ``Equals(key, value)``), so a claim that moves the row after it was
+    read fails the write's guard instead of leaving it to delete a row that is gone.
 
-    The two reads are two statements: a move committed between them (a runner's claim, a reschedule,
-    a parking: each rewrites the row and the identity row together) leaves the identity row read
-    pointing at a row that is gone. Both are then read again, up to :data:`_LOOKUPS` times, so that
-    a timer moving while it is looked up is found (an identity row that keeps pointing at no row
-    belongs to no pending timer)."""
-    key = yield GET, identity
+    The reads are several statements: a move committed between them (a runner's claim, a reschedule,
+    a parking) leaves the identity row read pointing at a row that is gone. They are then made again,
+    up to :data:`_LOOKUPS` times, so that a timer moving while it is looked up is found (an identity
+    row that keeps pointing at no row belongs to no pending timer)."""
+    named = yield GET, identity
     for _ in range(_LOOKUPS):
-        if key is None:
+        if named is None:
             break
-        value = yield GET, key
+        value = yield GET, named
         if value is not None:
-            return key, value
-        key = yield GET, identity
-    return key, None
+            return named, named, value
+        claimed = yield from _first_claim(named)
+        if claimed is not None:
+            return (named, *claimed)
+        named = yield GET, identity
+    return named, named, None
+
+
+def _guarded(batch: Batch, identity: bytes, named: bytes, current: bytes, value: Optional[bytes]) -> Batch:
+    """``batch`` guarded on what :func:`_current` read: the identity row naming ``named``, and the timer's
+    row ``current`` holding ``value`` (when there is one; last, so that the store's delete of it judges it)."""
+    batch.require(Equals(identity, named))
+    return batch if value is None else batch.require(Equals(current, value))
+
+
+_SEARCH_PAGE = 256  # rows per read of the range where a first claim may have moved a timer
+
+
+def _first_claim(scheduled: bytes) -> Steps[Optional[tuple]]:
+    """``(key, value)`` of the row that the first claim of the scheduled row ``scheduled`` moved it to,
+    or None. Reads the rows due from its due time until that claim's retry time: those fired within
+    one backoff of it, and the backlog before it."""
+    where = keys.first_claim(scheduled)
+    if where is None:
+        return None
+    start, end, tail = where
+    at = len(start)
+    while True:
+        rows = yield SCAN, (start, end, _SEARCH_PAGE)
+        for key, value in rows:
+            if key[at:] == tail:
+                return key, value
+        if len(rows) < _SEARCH_PAGE:
+            return None
+        start = rows[-1][0] + b"\0"
 
 
 def _checked_identity(store: Store, partition: str, kind, reference: bytes) -> bytes:
@@ -161,13 +197,14 @@ def write(store: Store, partition: str, steps: Steps[T], conn=None) -> T:
     # trigger on the store's own connection, which waits for every lock on the table: one the
     # caller's transaction may already hold.
     with joined(store, conn, partition) as tx:
-        return run_steps(steps, tx.get, tx.apply)
+        return run_steps(steps, tx.get, tx.apply, tx.scan)
 
 
 def on_store(store: Store, partition: str, steps: Steps[T]) -> T:
     """Run ``steps`` on ``partition`` through the store's own ``get`` and ``apply``: each apply its own
     transaction, each read outside any (the guards judge what was read)."""
-    return run_steps(steps, functools.partial(store.get, partition), functools.partial(store.apply, partition))
+    return run_steps(steps, functools.partial(store.get, partition), functools.partial(store.apply, partition),
+                     lambda start, end, limit: store.scan(partition, start, end, limit=limit).entries)
 
 
 def schedule(store: Store, partition: Optional[str], due_at_ms, kind, reference: bytes, value: bytes = b"", *,
@@ -254,16 +291,16 @@ def _schedule(partition: str, key: bytes, identity: bytes, value: bytes, if_exis
     """The steps of a schedule; ``context``: the value of the timer's trace context row to write
     (:func:`~.keys.trace_context_value`), None for none."""
     while True:
-        current, current_value = yield from _current(identity)
+        named, current, current_value = yield from _current(identity)
         if current_value is not None and if_exists != "replace" and not keys.is_parked_key(current):
             if if_exists == "keep":
                 return current
             raise TimerExists(PendingTimer.of_row(partition, current, current_value))
         batch = Batch()
-        if current is None:
+        if named is None:
             batch.require(Absent(identity))
         else:
-            _forget_error(batch.require(Equals(identity, current)).delete(current), current, identity)
+            _forget_error(_guarded(batch, identity, named, current, current_value).delete(current), current, identity)
         if context is not None:  # after the delete of the replaced timer's: a later write wins
             batch.put(keys.trace_context_row(identity), context)
         if isinstance((yield APPLY, batch.put(key, value).put(identity, key)), Committed):
@@ -296,11 +333,11 @@ def cancel_steps(store: Store, partition: str, kind, reference: bytes) -> Steps[
 
 def _cancel(identity: bytes) -> Steps[bool]:
     while True:
-        current, current_value = yield from _current(identity)
-        if current is None:
+        named, current, current_value = yield from _current(identity)
+        if named is None:
             return False
-        batch = _forget_error(Batch().require(Equals(identity, current)).delete(current).delete(identity), current,
-                              identity)
+        batch = _forget_error(_guarded(Batch(), identity, named, current, current_value).delete(current).delete(identity),
+                              current, identity)
         if isinstance((yield APPLY, batch), Committed):
             return current_value is not None
 
@@ -401,12 +438,12 @@ def reschedule_steps(store: Store, partition: str, kind, reference: bytes, due_a
 
 def _reschedule(key: bytes, identity: bytes) -> Steps[bool]:
     while True:
-        current, current_value = yield from _current(identity)
+        named, current, current_value = yield from _current(identity)
         if current_value is None:
             return False
         if current == key:
             return True
-        batch = Batch().require(Equals(identity, current)).require(Equals(current, current_value)).delete(current)
+        batch = _guarded(Batch(), identity, named, current, current_value).delete(current)
         _forget_error(batch, current, identity)
         if isinstance((yield APPLY, batch.put(key, _timer_value(current, current_value)).put(identity, key)),
                       Committed):
@@ -430,7 +467,7 @@ def get_timer_steps(store: Store, partition: str, kind, reference: bytes) -> Ste
 
 
 def _timer(partition: str, identity: bytes) -> Steps[Optional[PendingTimer]]:
-    current, current_value = yield from _current(identity)
+    _, current, current_value = yield from _current(identity)
     if current_value is None:
         return None
     timer = PendingTimer.of_row(partition, current, current_value)

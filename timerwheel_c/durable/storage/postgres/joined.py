@@ -98,6 +98,10 @@ class PgJoined(_Joining, Joined):
         with _WRAP, psycopg.Cursor(self._conn, row_factory=tuple_row) as cur:
             return _value(cur.execute(self._store.query("get"), (self._partition, key)).fetchone())
 
+    def scan(self, start: bytes, end: bytes, limit: int) -> list:
+        with _WRAP, psycopg.Cursor(self._conn, row_factory=tuple_row) as cur:
+            return cur.execute(self._store.query("scan_from"), (self._partition, start, end, limit), binary=True).fetchall()
+
     def apply(self, batch: Batch) -> Union[Committed, PreconditionFailed]:
         query, args = self._store.apply_call(self._partition, [batch], False)
         with _WRAP, psycopg.Cursor(self._conn, row_factory=tuple_row) as cur:
@@ -107,13 +111,19 @@ class PgJoined(_Joining, Joined):
 
 
 class AsyncPgStatements(_OnConnection):
-    """:meth:`PgJoined.get` and :meth:`PgJoined.apply` on a ``psycopg.AsyncConnection``, awaited;
+    """:meth:`PgJoined.get`, :meth:`PgJoined.scan` and :meth:`PgJoined.apply` on a ``psycopg.AsyncConnection``, awaited;
     in whatever transaction state the connection is (autocommit: each statement its own)."""
 
     async def get(self, key: bytes) -> Optional[bytes]:
         with _WRAP:
             async with psycopg.AsyncCursor(self._conn, row_factory=tuple_row) as cur:
                 return _value(await (await cur.execute(self._store.query("get"), (self._partition, key))).fetchone())
+
+    async def scan(self, start: bytes, end: bytes, limit: int) -> list:
+        with _WRAP:
+            async with psycopg.AsyncCursor(self._conn, row_factory=tuple_row) as cur:
+                query, args = self._store.query("scan_from"), (self._partition, start, end, limit)
+                return await (await cur.execute(query, args, binary=True)).fetchall()
 
     async def apply(self, batch: Batch) -> Union[Committed, PreconditionFailed]:
         query, args = self._store.apply_call(self._partition, [batch], False)

@@ -14,7 +14,7 @@ from ..savepoint import OPEN, Joined, ending, type_name, unless_failing
 from ..shards import shard_of
 from ..store import COMMITTED, Batch, Committed, PreconditionFailed
 from .errors import store_error
-from .rows import apply_batch, read_value
+from .rows import QUERIES, apply_batch, read_value
 
 if TYPE_CHECKING:
     from .store import SQLiteStore
@@ -72,6 +72,11 @@ class SQLiteJoined(Joined):
         with self._wrap:
             return read_value(self._cursor, self._partition, key)
 
+    def scan(self, start: bytes, end: bytes, limit: int) -> list:
+        with self._wrap:
+            rows = self._cursor.execute(QUERIES["scan_from"], (self._partition, start, end, limit)).fetchall()
+        return [(bytes(key), bytes(value)) for key, value in rows]
+
     def apply(self, batch: Batch) -> Union[Committed, PreconditionFailed]:
         with self._wrap:
             failed = apply_batch(self._cursor, self._partition, batch, self._shard)
@@ -102,6 +107,9 @@ class OnTheLoop:
 
     async def get(self, key: bytes) -> Optional[bytes]:
         return self._tx.get(key)
+
+    async def scan(self, start: bytes, end: bytes, limit: int) -> list:
+        return self._tx.scan(start, end, limit)
 
     async def apply(self, batch: Batch) -> Union[Committed, PreconditionFailed]:
         return self._tx.apply(batch)

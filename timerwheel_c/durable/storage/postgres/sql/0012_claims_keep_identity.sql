@@ -1,0 +1,7 @@
+-- Version 12: no table changes. A plain timer's first claim moves its row and leaves its identity row
+-- naming the scheduled key (timers/keys.py, claim_keeps_identity), so that a fired timer costs three
+-- row writes: the claim's move and the outcome's deletes of the row and of its identity row. Writers
+-- of this version find such a claimed row in a range of the timer space (keys.first_claim); a writer
+-- of an earlier version would take that timer for gone (a second timer of one name, a cancel that
+-- removes nothing). The version recorded here makes every earlier version refuse the store
+-- (SchemaVersionError) instead: restart every process on this version.

@@ -1,0 +1,7 @@
+-- Version 12 (the number PostgreSQL's store has for the same step; SQLite had no version 11): no table
+-- changes. A plain timer's first claim moves its row and leaves its identity row naming the scheduled
+-- key (timers/keys.py, claim_keeps_identity), so that a fired timer writes its timer row once and then
+-- deletes it and its identity row. Writers of this version find such a claimed row in a range of the
+-- timer space (keys.first_claim); a writer of an earlier version would take that timer for gone (a
+-- second timer of one name, a cancel that removes nothing). The version recorded here makes every
+-- earlier version refuse the file (SchemaVersionError) instead: restart every process on this version.
