@@ -509,3 +509,53 @@ def test_psycopg_connections_that_cannot_carry_the_write_are_refused_without_the
     finally:
         sqlite_backend.close()
         b.close()
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_timer_claimed_for_its_first_attempt_is_cancelled_and_rescheduled_through_the_callers_connection(
+        backend, mode):
+    """A first attempt's claim leaves the identity row naming the scheduled key, so a write by name
+    looks for the claimed row in the timer space: through the caller's connection too, sync and
+    awaited (psycopg's AsyncConnection; a sqlite3 connection on the loop). The cancel and the
+    reschedule commit with the caller, and the claimed attempts' outcomes then lose their guards
+    while the untouched one fires. Driven by a fixed clock: nothing waits."""
+    from timerwheel_c.durable.timers.claim import claim_due
+    from timerwheel_c.durable.timers.runner import RunReport, commit_outcomes, fire
+
+    due, later = 1_700_000_000_000, 1_800_000_000_000
+    registry = TimerRegistry().register(Recorder())
+    for reference in (b"a", b"b", b"c"):
+        schedule(backend.store, P, due, KIND, reference)
+    claimed = claim_due(backend.store, P, registry, due).timers
+    assert len(claimed) == 3
+
+    if mode == "sync":
+        conn = backend.connect()
+        assert cancel(backend.store, P, KIND, b"a", conn=conn) is True
+        assert reschedule(backend.store, P, later, KIND, b"b", conn=conn) is True
+        conn.commit()
+    elif backend.name == "postgres":
+        import psycopg
+
+        async def main():
+            async with await psycopg.AsyncConnection.connect(PG_DSN) as conn:
+                assert await aio.cancel(backend.store, P, KIND, b"a", conn=conn) is True
+                assert await aio.reschedule(backend.store, P, later, KIND, b"b", conn=conn) is True
+                await conn.commit()
+
+        asyncio.run(main())
+    else:
+        conn = backend.connect()
+
+        async def main():
+            assert await aio.cancel(backend.store, P, KIND, b"a", conn=conn) is True
+            assert await aio.reschedule(backend.store, P, later, KIND, b"b", conn=conn) is True
+
+        asyncio.run(main())
+        conn.commit()
+    report = RunReport()
+    commit_outcomes(backend.store, P, [(c, fire(backend.store, P, due, c, report)) for c in claimed], report)
+    assert (report.fired, report.raced) == (1, 2)
+    assert get_timer(backend.store, P, KIND, b"a") is None
+    assert get_timer(backend.store, P, KIND, b"b").due_at_ms == later
+    assert get_timer(backend.store, P, KIND, b"c") is None
