@@ -3,9 +3,11 @@
 
 A pending timer is named by its identity (partition, kind, reference), and a partition holds at most
 one pending timer per identity: its identity row (:func:`~.keys.identity`) says where the timer is,
-scheduled, backed off after a failed attempt, or parked after its last (:mod:`.parking`). Every write here reads the identity row and commits
-guarded on it (``Equals``), moving or deleting the timer row it names in the same batch; a claim or
-an outcome that moves the timer meanwhile fails the guard, and the write reads again. This is the
+scheduled, backed off after a failed attempt, or parked after its last (:mod:`.parking`); while a
+first attempt is claimed it names the scheduled key still, and the claimed row is found from it
+(:func:`~.keys.first_claim`). Every write here reads the identity row and the timer's row and commits
+guarded on both (``Equals``), moving or deleting that row in the same batch; a claim or an outcome
+that moves the timer meanwhile fails the guard, and the write reads again. This is the
 named job of APScheduler's ``add_job(id=..., replace_existing=...)`` and procrastinate's queueing
 lock, kept in the store's guarded batches.
 
