@@ -82,19 +82,23 @@ class Claims:
     error: Optional[Exception] = None
 
 
-@dataclass
-class _ToFire:
-    """A row chosen to fire: ``batch`` claims it (moves it from ``key`` to ``timer.key``), then
-    ``handler`` fires ``timer``. Not frozen: one is made for every row fired, and a frozen
-    dataclass's ``__init__`` costs about five times as much. It holds the :class:`DueTimer` the
-    handler gets, built as the row is chosen, and not the parsed key: every object alive per row
+class _ToFire(Batch):
+    """A row chosen to fire, and the batch that claims it (its guards and writes: the move from
+    ``key`` to ``timer.key``), then ``handler`` fires ``timer`` (``schedule``: for a schedule's
+    occurrence, the schedule's state its claim read).
+
+    One object per row: the record is its claim's batch, and holds the :class:`DueTimer` the
+    handler gets, built as the row is chosen, not the parsed key. Every container alive per row
     through the claim's round trip costs the cyclic collector (see :meth:`Claimer.select`)."""
 
-    key: bytes
-    timer: DueTimer
-    handler: TimerHandler
-    batch: Batch
-    schedule: Optional[bytes] = None  # a schedule's occurrence: the schedule's state its claim read
+    def __init__(self, guards: list, writes: list, key: bytes, timer: DueTimer, handler: TimerHandler,
+                 schedule: Optional[bytes] = None):
+        self.guards = guards
+        self.writes = writes
+        self.key = key
+        self.timer = timer
+        self.handler = handler
+        self.schedule = schedule
 
 
 @dataclass(frozen=True)
@@ -166,11 +170,12 @@ def _moved_key(tk: keys.TimerKey, due_ms: int, attempt: int) -> bytes:
     return keys.next_attempt(tk, due_ms, attempt)
 
 
-def _move(key: bytes, value: bytes, claimed_key: bytes, tk: keys.TimerKey) -> Batch:
-    """The claim's guarded move of the row ``key`` (parsed ``tk``) to ``claimed_key``, its identity row
-    following it. Its fields are filled directly: every key here was built or parsed by keys, so
-    Batch.put's checks would only repeat theirs."""
-    return Batch([Equals(key, value)], [(key, None), (claimed_key, value), (keys.identity_of(tk), claimed_key)])
+def _move_writes(key: bytes, value: bytes, claimed_key: bytes, tk: keys.TimerKey) -> list:
+    """The writes of a claim's move of the row ``key`` (parsed ``tk``) to ``claimed_key``: the row, then
+    its identity row pointed at its new key; guarded by ``Equals(key, value)``. The batch's fields are
+    filled directly: every key here was built or parsed by keys, so Batch.put's checks would only
+    repeat theirs."""
+    return [(key, None), (claimed_key, value), (keys.identity_of(tk), claimed_key)]
 
 
 def _quarantine_batch(row: _ToQuarantine) -> Batch:
@@ -260,14 +265,16 @@ class Claimer:
             row = self._choose(key, value)
             if row is None:
                 continue
-            if isinstance(row, _ToQuarantine):
+            if isinstance(row, _ToFire):
+                batch: Batch = row
+            elif isinstance(row, _ToQuarantine):
                 try:
                     batch = _quarantine_batch(row)
                 except ValueError:  # its quarantine key is past the store's key limit
                     self._stuck(key, "its quarantine key would be longer than the store's key limit")
                     continue
             elif isinstance(row, _ToBackOff):
-                batch = _move(key, value, row.claimed_key, row.parsed)
+                batch = Batch([Equals(key, value)], _move_writes(key, value, row.claimed_key, row.parsed))
             else:
                 batch = row.batch
             rows.append(row)
@@ -328,14 +335,13 @@ class Claimer:
         if count >= cap:
             self.capped.add(tk.kind)
         self.calls += 1
-        schedule = None
         if claim is not None and claim.claimed_key is not None:
             assert claim.nominal_ms is not None  # an occurrence to fire has its nominal time
-            claimed_key, batch, due_ms, schedule = claim.claimed_key, claim.batch, claim.nominal_ms, claim.state
-        else:
-            batch, due_ms = _move(key, value, claimed_key, tk), tk.original_due_at_ms
-        timer = DueTimer(due_ms, keys.KINDS[tk.kind], tk.reference, value, tk.attempt + 1, claimed_key)
-        return _ToFire(key, timer, handler, batch, schedule)
+            timer = DueTimer(claim.nominal_ms, keys.KINDS[tk.kind], tk.reference, value, tk.attempt + 1,
+                             claim.claimed_key)
+            return _ToFire(claim.batch.guards, claim.batch.writes, key, timer, handler, claim.state)
+        timer = DueTimer(tk.original_due_at_ms, keys.KINDS[tk.kind], tk.reference, value, tk.attempt + 1, claimed_key)
+        return _ToFire([Equals(key, value)], _move_writes(key, value, claimed_key, tk), key, timer, handler)
 
     def _park(self, key: bytes, value: bytes, tk: keys.TimerKey, handler: TimerHandler) -> Optional[_ToPark]:
         """The park of the row ``key``, whose attempts are used up; None for an occurrence of a schedule
