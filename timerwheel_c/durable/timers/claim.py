@@ -37,7 +37,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Container, Optional, Union
+from typing import Callable, Container, Optional, Union, cast
 
 from . import keys, names, parking, schedules
 from .registry import DueTimer, TimerHandler, TimerRegistry, check_registry
@@ -335,12 +335,12 @@ class Claimer:
         if count >= cap:
             self.capped.add(tk.kind)
         self.calls += 1
+        kind = cast(keys.TimerKind, keys.KINDS[tk.kind])  # a parsed key's kind is 1..255, never KINDS[0]
         if claim is not None and claim.claimed_key is not None:
             assert claim.nominal_ms is not None  # an occurrence to fire has its nominal time
-            timer = DueTimer(claim.nominal_ms, keys.KINDS[tk.kind], tk.reference, value, tk.attempt + 1,
-                             claim.claimed_key)
+            timer = DueTimer(claim.nominal_ms, kind, tk.reference, value, tk.attempt + 1, claim.claimed_key)
             return _ToFire(claim.batch.guards, claim.batch.writes, key, timer, handler, claim.state)
-        timer = DueTimer(tk.original_due_at_ms, keys.KINDS[tk.kind], tk.reference, value, tk.attempt + 1, claimed_key)
+        timer = DueTimer(tk.original_due_at_ms, kind, tk.reference, value, tk.attempt + 1, claimed_key)
         return _ToFire([Equals(key, value)], _move_writes(key, value, claimed_key, tk), key, timer, handler)
 
     def _park(self, key: bytes, value: bytes, tk: keys.TimerKey, handler: TimerHandler) -> Optional[_ToPark]:
