@@ -287,6 +287,8 @@ class Executor:
     def _call_chunk(self, chunk: Chunk) -> list:
         """On a worker: call each job's sync handler in turn, unless the loop took it back."""
         attempts = []
+        # Asked once per chunk (CHUNK_S of calls), not per call: it reads the environment.
+        traced = _TRACED and tracing.recording()
         for i, job in enumerate(chunk.jobs):
             with chunk.lock:
                 if i >= chunk.cut:
@@ -294,7 +296,7 @@ class Executor:
                 chunk.current, chunk.started_s = i, time.monotonic()
                 job.started = True
             with Attempt(time.monotonic, self.wall_ms) as attempt:
-                if _TRACED:
+                if traced:
                     attempt.outcome = tracing.fire(job.handler, self._context(job), job.timer,
                                                    attempt.started_ms)
                 else:

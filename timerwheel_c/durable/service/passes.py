@@ -180,7 +180,7 @@ class Passes:
             requests = [(p, self._budget(cap), firsts[p]) for p, cap in caps.items()]
             try:
                 across = claim_due_across(self.store, requests, self.registry, now_ms, exclude=exclude,
-                                          clock=self.clock, grace_ms=self.grace_ms)
+                                          clock=self.clock, grace_ms=self.grace_ms, claimed_as=Job)
             except Exception as exc:  # a bad argument: every partition's own failure
                 across = [exc] * len(requests)
             for (p, cap), claims in zip(caps.items(), across):
@@ -328,7 +328,7 @@ class Passes:
         now_ms = self.wall_ms()
         try:
             claims = claim_due(self.store, partition, self.registry, now_ms, self._budget(cap), exclude=exclude,
-                               clock=self.clock, grace_ms=self.grace_ms)
+                               clock=self.clock, grace_ms=self.grace_ms, claimed_as=Job)
         except Exception as exc:
             return self._claimed(partition, cap, now_ms, exc, waking)
         return self._claimed(partition, cap, now_ms, claims, waking)
@@ -341,7 +341,7 @@ class Passes:
         if isinstance(claims, Exception):
             return [], self._failed(partition, claims, now_ms), False
         report = claims.report
-        jobs = [Job(partition, now_ms, c) for c in claims.timers]
+        jobs = claims.timers  # made Jobs by the claim (claimed_as)
         for key in report.stuck_keys:
             self._stuck[key] = self.clock() + STUCK_RETRY_S
         self.recorder.count(report)

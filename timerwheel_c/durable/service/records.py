@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ..storage.store import Batch
+from ..timers.registry import DueTimer, TimerHandler
 from ..timers.runner import ClaimedTimer
 
 __all__ = ["Chunk", "InFlight", "Job"]
@@ -19,8 +20,8 @@ __all__ = ["Chunk", "InFlight", "Job"]
 
 class Job(ClaimedTimer):
     """A row claimed by a pass at ``now_ms`` (Unix epoch ms) in ``partition``, to fire with its handler:
-    the :class:`ClaimedTimer` ``claimed`` itself (its ``handler``, ``timer`` and ``schedule``, which
-    stay frozen), so that a row in flight is one object, not two.
+    a :class:`ClaimedTimer` itself (its ``handler``, ``timer`` and ``schedule``, which stay frozen),
+    made by the claim, so that a row in flight is one object from its claim to its commit.
 
     ``settled`` (loop thread only): its outcome or failure has been taken, so a late result (of a
     call that timed out) is dropped. ``cancelled_by``: why the service cancelled an ``async`` call
@@ -35,17 +36,30 @@ class Job(ClaimedTimer):
     __eq__ = object.__eq__
     __hash__ = object.__hash__
 
-    def __init__(self, partition: str, now_ms: int, claimed: ClaimedTimer):
-        # The claimed fields are frozen (the dataclass refuses their assignment); the others are the job's.
-        object.__setattr__(self, "handler", claimed.handler)
-        object.__setattr__(self, "timer", claimed.timer)
-        object.__setattr__(self, "schedule", claimed.schedule)
-        self.partition = partition
-        self.now_ms = now_ms
-        self.settled = False
-        self.cancelled_by: Optional[str] = None
-        self.started = False
-        self.batch: Optional[Batch] = None
+    # Declared for type checkers: __init__ sets them.
+    partition: str
+    now_ms: int
+    settled: bool
+    cancelled_by: Optional[str]
+    started: bool
+    batch: Optional[Batch]
+
+    def __init__(self, partition: str, now_ms: int, handler: TimerHandler, timer: DueTimer,
+                 schedule: Optional[bytes] = None):
+        # Its signature is a claim's ``claimed_as`` (:data:`~timerwheel_c.durable.timers.claim.ClaimedAs`):
+        # the claim makes the Job itself, one record per row, never a ClaimedTimer and then its Job.
+        # The claimed fields are frozen (the dataclass refuses their assignment); the others are the
+        # job's. All are set past the frozen dataclass's __setattr__, a Python call per field per fire.
+        setattr_ = object.__setattr__
+        setattr_(self, "handler", handler)
+        setattr_(self, "timer", timer)
+        setattr_(self, "schedule", schedule)
+        setattr_(self, "partition", partition)
+        setattr_(self, "now_ms", now_ms)
+        setattr_(self, "settled", False)
+        setattr_(self, "cancelled_by", None)
+        setattr_(self, "started", False)
+        setattr_(self, "batch", None)
 
     def __repr__(self) -> str:
         return f"Job(partition={self.partition!r}, now_ms={self.now_ms}, timer={self.timer!r})"

@@ -39,7 +39,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Container, Optional, Union
+from typing import Callable, Container, Optional, Union, cast
 
 from . import keys, names, parking, schedules
 from .registry import DueTimer, TimerHandler, TimerRegistry, check_registry
@@ -47,8 +47,8 @@ from .tick import DEFAULT_BUDGET, RunReport, TickBudget, backoff_ms
 from ..storage.errors import is_transient
 from ..storage.store import Absent, Batch, Committed, Equals, Page, Refused, Store, check_partition
 
-__all__ = ["PAGE", "SCAN_PAGE", "UNKNOWN_KIND_BACKOFF_MS", "UNKNOWN_KIND_GRACE_MS", "ClaimedTimer", "Claims", "claim_due",
-           "claim_due_across", "due_request", "refund_rows", "release_claims", "release_range", "release_rows"]
+__all__ = ["PAGE", "SCAN_PAGE", "UNKNOWN_KIND_BACKOFF_MS", "UNKNOWN_KIND_GRACE_MS", "ClaimedAs", "ClaimedTimer", "Claims",
+           "claim_due", "claim_due_across", "due_request", "refund_rows", "release_claims", "release_range", "release_rows"]
 
 log = logging.getLogger("timerwheel_c.durable")
 
@@ -84,19 +84,23 @@ class Claims:
     error: Optional[Exception] = None
 
 
-@dataclass
-class _ToFire:
-    """A row chosen to fire: its claim moves it from ``key`` to ``claimed_key``. Not frozen: one is
-    made for every row fired, and a frozen dataclass's ``__init__`` costs about five times as much."""
+class _ToFire(Batch):
+    """A row chosen to fire, and the batch that claims it (its guards and writes: the move from
+    ``key`` to ``timer.key``), then ``handler`` fires ``timer`` (``schedule``: for a schedule's
+    occurrence, the schedule's state its claim read).
 
-    key: bytes
-    claimed_key: bytes
-    value: bytes
-    parsed: keys.TimerKey
-    handler: TimerHandler
-    batch: Optional[Batch] = None  # a schedule's occurrence: its claim (schedules.claim_occurrence)
-    nominal_ms: Optional[int] = None
-    schedule: Optional[bytes] = None
+    One object per row: the record is its claim's batch, and holds the :class:`DueTimer` the
+    handler gets, built as the row is chosen, not the parsed key. Every container alive per row
+    through the claim's round trip costs the cyclic collector (see :meth:`Claimer.select`)."""
+
+    def __init__(self, guards: list, writes: list, key: bytes, timer: DueTimer, handler: TimerHandler,
+                 schedule: Optional[bytes] = None):
+        self.guards = guards
+        self.writes = writes
+        self.key = key
+        self.timer = timer
+        self.handler = handler
+        self.schedule = schedule
 
 
 @dataclass(frozen=True)
@@ -142,6 +146,16 @@ class _ToPark:
 
 _Row = Union[_ToFire, _ToAdvance, _ToBackOff, _ToQuarantine, _ToPark]
 
+#: What a claim makes of each row it claimed to fire: ``claimed_as(partition, now_ms, handler, timer,
+#: schedule)`` gives the :class:`ClaimedTimer` (or a subclass: a caller's own record of the row,
+#: made once instead of wrapping a ClaimedTimer) that the claim returns.
+ClaimedAs = Callable[[str, int, TimerHandler, DueTimer, Optional[bytes]], ClaimedTimer]
+
+
+def _claimed_timer(partition: str, now_ms: int, handler: TimerHandler, timer: DueTimer,
+                   schedule: Optional[bytes]) -> ClaimedTimer:
+    return ClaimedTimer(handler, timer, schedule)
+
 
 def _claimed_key(now_ms: int, tk: keys.TimerKey, handler: Optional[TimerHandler]) -> bytes:
     """The row's next backoff key: attempt + 1, due ``now_ms +`` the handler's backoff, original due time kept."""
@@ -158,13 +172,15 @@ def _moved_key(tk: keys.TimerKey, due_ms: int, attempt: int) -> bytes:
     return keys.next_attempt(tk, due_ms, attempt)
 
 
-def _claim_writes(row: Union[_ToFire, _ToBackOff], key: bytes, value: bytes) -> list:
-    """The writes of the claim (or move) of the row ``key``: the row to its new key, and its identity row
-    pointed there, unless a first attempt's writers find it without (:func:`~.keys.claim_keeps_identity`)."""
-    writes = [(key, None), (row.claimed_key, value)]
-    if not (isinstance(row, _ToFire) and keys.claim_keeps_identity(row.parsed)):
-        writes.append((keys.identity_of(row.parsed), row.claimed_key))
-    return writes
+def _move_writes(key: bytes, value: bytes, claimed_key: bytes, tk: keys.TimerKey, keeps_identity: bool = False) -> list:
+    """The writes of a claim's move of the row ``key`` (parsed ``tk``) to ``claimed_key``: the row, then
+    its identity row pointed at its new key, unless ``keeps_identity`` (a first attempt's claim, whose
+    writers find the row without: :func:`~.keys.claim_keeps_identity`); guarded by ``Equals(key, value)``.
+    The batch's fields are filled directly: every key here was built or parsed by keys, so Batch.put's
+    checks would only repeat theirs."""
+    if keeps_identity:
+        return [(key, None), (claimed_key, value)]
+    return [(key, None), (claimed_key, value), (keys.identity_of(tk), claimed_key)]
 
 
 def _quarantine_batch(row: _ToQuarantine) -> Batch:
@@ -178,8 +194,10 @@ class Claimer:
 
     def __init__(self, store: Store, partition: str, registry: TimerRegistry, now_ms: int, budget: TickBudget,
                  exclude: Container[bytes] = (), clock: Callable[[], float] = time.monotonic,
-                 first_page: Optional[Page] = None, grace_ms: int = UNKNOWN_KIND_GRACE_MS):
+                 first_page: Optional[Page] = None, grace_ms: int = UNKNOWN_KIND_GRACE_MS,
+                 claimed_as: ClaimedAs = _claimed_timer):
         self.store = store
+        self.claimed_as = claimed_as
         self.grace_ms = grace_ms
         self.partition = partition
         self.registry = registry
@@ -211,19 +229,24 @@ class Claimer:
 
     def claim(self, max_rows: int) -> list:
         """Claim up to ``max_rows`` rows to fire in one round trip; returns the :class:`ClaimedTimer` list."""
-        rows = self.select(max_rows)
-        return self.claimed(rows, self.store.apply_many(self.partition, [b for _, b in rows]))
+        rows, batches = self.select(max_rows)
+        return self.claimed(rows, self.store.apply_many(self.partition, batches))
 
-    def select(self, max_rows: int) -> list:
+    def select(self, max_rows: int) -> tuple:
         """Choose up to ``max_rows`` rows to fire, scanning a page if none is pending; returns
-        ``(row record, claim batch)`` pairs (rows to back off or quarantine ride along)."""
-        rows = [(r, _quarantine_batch(r)) for r in self.refused]
+        ``(row records, claim batches)``, two lists in step (rows to back off or quarantine ride along).
+
+        Two lists, not a pair per row: the rows of a pass live through its claim's round trip,
+        long enough for the collector's young passes to meet them, and each container they hold
+        is one more to count and promote towards the full collections that walk the whole heap."""
+        rows = self.refused
+        batches = [_quarantine_batch(r) for r in rows]
         self.refused = []
         report = self.report
         while not self.pending and not self.exhausted:
             if self.over_budget():  # a claim that used up its budget reads no page it cannot claim from
                 report.stopped_on_budget = True
-                return rows
+                return rows, batches
             # Rows a capped kind defers cost a scan but no claim: read what is left of max_scanned
             # in one page (up to SCAN_PAGE), not in pages of 64.
             limit = max(1, min(SCAN_PAGE, self.budget.max_scanned - report.scanned))
@@ -247,18 +270,22 @@ class Claimer:
             row = self._choose(key, value)
             if row is None:
                 continue
-            try:
-                batch = (_quarantine_batch(row) if isinstance(row, _ToQuarantine)
-                         else row.batch if isinstance(row, (_ToAdvance, _ToFire, _ToPark)) and row.batch is not None
-                         # The claim's move, its fields filled directly: every key here was built or
-                         # parsed by keys, so Batch.put's checks would only repeat theirs.
-                         else Batch([Equals(key, value)], _claim_writes(row, key, value)))
-            except ValueError:  # its quarantine key is past the store's key limit
-                self._stuck(key, "its quarantine key would be longer than the store's key limit")
-                continue
-            rows.append((row, batch))
+            if isinstance(row, _ToFire):
+                batch: Batch = row
+            elif isinstance(row, _ToQuarantine):
+                try:
+                    batch = _quarantine_batch(row)
+                except ValueError:  # its quarantine key is past the store's key limit
+                    self._stuck(key, "its quarantine key would be longer than the store's key limit")
+                    continue
+            elif isinstance(row, _ToBackOff):
+                batch = Batch([Equals(key, value)], _move_writes(key, value, row.claimed_key, row.parsed))
+            else:
+                batch = row.batch
+            rows.append(row)
+            batches.append(batch)
             fires += isinstance(row, _ToFire)
-        return rows
+        return rows, batches
 
     def _take(self, page: Page) -> None:
         self.pending = list(reversed(page.entries))
@@ -313,9 +340,14 @@ class Claimer:
         if count >= cap:
             self.capped.add(tk.kind)
         self.calls += 1
+        kind = cast(keys.TimerKind, keys.KINDS[tk.kind])  # a parsed key's kind is 1..255, never KINDS[0]
         if claim is not None and claim.claimed_key is not None:
-            return _ToFire(key, claim.claimed_key, value, tk, handler, claim.batch, claim.nominal_ms, claim.state)
-        return _ToFire(key, claimed_key, value, tk, handler)
+            assert claim.nominal_ms is not None  # an occurrence to fire has its nominal time
+            timer = DueTimer(claim.nominal_ms, kind, tk.reference, value, tk.attempt + 1, claim.claimed_key)
+            return _ToFire(claim.batch.guards, claim.batch.writes, key, timer, handler, claim.state)
+        timer = DueTimer(tk.original_due_at_ms, kind, tk.reference, value, tk.attempt + 1, claimed_key)
+        return _ToFire([Equals(key, value)], _move_writes(key, value, claimed_key, tk, keys.claim_keeps_identity(tk)),
+                       key, timer, handler)
 
     def _park(self, key: bytes, value: bytes, tk: keys.TimerKey, handler: TimerHandler) -> Optional[_ToPark]:
         """The park of the row ``key``, whose attempts are used up; None for an occurrence of a schedule
@@ -340,10 +372,12 @@ class Claimer:
                   names.row_name(self.partition, key, registry=self.registry), why)
 
     def claimed(self, rows: list, results: list) -> list:
-        """Count the results of :meth:`select`'s batches; return the rows claimed for firing."""
+        """Count the results of the batches of :meth:`select`'s ``rows``; return the rows claimed for
+        firing, each made by :attr:`claimed_as`."""
         report = self.report
         claims = []
-        for (row, _), result in zip(rows, results):
+        make, partition, now_ms = self.claimed_as, self.partition, self.now_ms
+        for row, result in zip(rows, results):
             if isinstance(row, _ToQuarantine):
                 self._quarantined(row, result)
                 continue
@@ -352,7 +386,8 @@ class Claimer:
                     # A store-wide refusal (a read-only server, a full disk), not one of this row's
                     # content: left in place for a later pass, which backs off as a whole while it lasts.
                     continue
-                self.refused.append(_ToQuarantine(row.key, row.value,
+                value = row.timer.value if isinstance(row, _ToFire) else row.value
+                self.refused.append(_ToQuarantine(row.key, value,
                                                   f"claim refused by the store: {result.error}", malformed=False))
                 continue
             if not isinstance(result, Committed):
@@ -364,16 +399,13 @@ class Claimer:
             if isinstance(row, _ToPark):
                 self._parked(row)
                 continue
-            tk = row.parsed
             if isinstance(row, _ToBackOff):
                 report.unknown += 1
-                if self.registry.first_unknown(tk.kind):
+                if self.registry.first_unknown(row.parsed.kind):
                     log.warning("partition %r: no handler for timer kind %d in any runner within %d ms of its "
-                                "due time; backing its rows off", self.partition, tk.kind, self.grace_ms)
+                                "due time; backing its rows off", self.partition, row.parsed.kind, self.grace_ms)
                 continue
-            due_ms = tk.original_due_at_ms if row.nominal_ms is None else row.nominal_ms
-            timer = DueTimer(due_ms, keys.KINDS[tk.kind], tk.reference, row.value, tk.attempt + 1, row.claimed_key)
-            claims.append(ClaimedTimer(row.handler, timer, row.schedule))
+            claims.append(make(partition, now_ms, row.handler, row.timer, row.schedule))
         return claims
 
     def _parked(self, row: _ToPark) -> None:
@@ -428,7 +460,8 @@ def due_request(partition: str, now_ms: int, budget: TickBudget = DEFAULT_BUDGET
 
 def claim_due(store: Store, partition: str, registry: TimerRegistry, now_ms: int, budget: TickBudget = DEFAULT_BUDGET,
               *, exclude: Container[bytes] = (), clock: Callable[[], float] = time.monotonic,
-              first_page: Optional[Page] = None, grace_ms: int = UNKNOWN_KIND_GRACE_MS) -> Claims:
+              first_page: Optional[Page] = None, grace_ms: int = UNKNOWN_KIND_GRACE_MS,
+              claimed_as: ClaimedAs = _claimed_timer) -> Claims:
     """Claim every due row of ``partition`` that ``budget`` lets fire (see the module docstring).
 
     Scans the due range (effective due <= ``now_ms``, Unix epoch ms) in pages of up to
@@ -436,7 +469,8 @@ def claim_due(store: Store, partition: str, registry: TimerRegistry, now_ms: int
     trip. ``exclude``: keys to skip (rows the caller has in flight). ``clock``: monotonic
     seconds, for ``max_elapsed_ms``. ``grace_ms``: how long after its due time a row of a kind
     ``registry`` lacks is left for a runner that has it (ms). ``first_page``: the answer to :func:`due_request`, read by the
-    caller (with other partitions' in one :meth:`Store.scan_many`), or None to read it here. The caller fires each :class:`ClaimedTimer`, settles
+    caller (with other partitions' in one :meth:`Store.scan_many`), or None to read it here. ``claimed_as``: what each
+    row claimed becomes (:data:`ClaimedAs`; by default a :class:`ClaimedTimer`). The caller fires each :class:`ClaimedTimer`, settles
     and commits the outcomes and ends with :func:`~.runner.next_wake`.
 
     A store error after some round trips committed ends the claiming there and is returned
@@ -447,7 +481,7 @@ def claim_due(store: Store, partition: str, registry: TimerRegistry, now_ms: int
         StoreError (or another exception from the store): the first round trip failed.
     """
     now_ms = check_args(partition, registry, now_ms, budget)
-    claimer = Claimer(store, partition, registry, now_ms, budget, exclude, clock, first_page, grace_ms)
+    claimer = Claimer(store, partition, registry, now_ms, budget, exclude, clock, first_page, grace_ms, claimed_as)
     timers: list = []
     while not claimer.done:
         try:
@@ -461,7 +495,7 @@ def claim_due(store: Store, partition: str, registry: TimerRegistry, now_ms: int
 
 def claim_due_across(store: Store, requests: list, registry: TimerRegistry, now_ms: int, *,
                      exclude: Container[bytes] = (), clock: Callable[[], float] = time.monotonic,
-                     grace_ms: int = UNKNOWN_KIND_GRACE_MS) -> list:
+                     grace_ms: int = UNKNOWN_KIND_GRACE_MS, claimed_as: ClaimedAs = _claimed_timer) -> list:
     """:func:`claim_due` for many partitions at one ``now_ms`` (Unix epoch ms), their first claim
     round trip shared: one :meth:`Store.apply_across` claims every row of every partition's first
     page that its budget lets fire (one statement and one commit for them all: the page holds no
@@ -470,7 +504,7 @@ def claim_due_across(store: Store, requests: list, registry: TimerRegistry, now_
     :data:`PAGE` cost a round trip each, one after another, most of a pass's time.
 
     ``requests``: ``(partition, budget, first_page)`` triples (``first_page`` as :func:`claim_due`
-    takes it); ``grace_ms`` as :func:`claim_due` takes it. Returns one :class:`Claims` per request, in order. Errors stay where they arose: an
+    takes it); ``grace_ms`` and ``claimed_as`` as :func:`claim_due` takes them. Returns one :class:`Claims` per request, in order. Errors stay where they arose: an
     error reading a partition's rows is that partition's ``Claims.error``; when the shared round
     trip fails (nothing of it was written: a lock on one partition that it waited on past the
     store's bound, say), each partition claims those rows in a round trip of its own, so that the
@@ -480,35 +514,35 @@ def claim_due_across(store: Store, requests: list, registry: TimerRegistry, now_
         TypeError / ValueError: bad arguments.
     """
     claimers: list = []
-    rows: list = []
+    rows: list = []  # per request: (row records, claim batches) as Claimer.select gives them
     errors: list = []
     for partition, budget, first_page in requests:
         check_args(partition, registry, now_ms, budget)
-        claimer = Claimer(store, partition, registry, now_ms, budget, exclude, clock, first_page, grace_ms)
+        claimer = Claimer(store, partition, registry, now_ms, budget, exclude, clock, first_page, grace_ms, claimed_as)
         claimers.append(claimer)
         try:
             rows.append(claimer.select(budget.max_fired))
             errors.append(None)
         except Exception as exc:
-            rows.append([])
+            rows.append(([], []))
             errors.append(exc)
     timers: list = [[] for _ in claimers]
-    items = [(c.partition, b) for c, rs in zip(claimers, rows) for _, b in rs]
+    items = [(c.partition, b) for c, (_, bs) in zip(claimers, rows) for b in bs]
     try:
         results = store.apply_across(items) if items else []
     except Exception as exc:
-        if sum(1 for rs in rows if rs) < 2:
-            errors = [exc if rs else e for rs, e in zip(rows, errors)]
+        if sum(1 for rs, _ in rows if rs) < 2:
+            errors = [exc if rs else e for (rs, _), e in zip(rows, errors)]
         else:
-            for i, (claimer, rs) in enumerate(zip(claimers, rows)):
+            for i, (claimer, (rs, bs)) in enumerate(zip(claimers, rows)):
                 if rs:
                     try:
-                        timers[i] = claimer.claimed(rs, store.apply_many(claimer.partition, [b for _, b in rs]))
+                        timers[i] = claimer.claimed(rs, store.apply_many(claimer.partition, bs))
                     except Exception as own:
                         errors[i] = own
     else:
         at = 0
-        for i, (claimer, rs) in enumerate(zip(claimers, rows)):
+        for i, (claimer, (rs, _)) in enumerate(zip(claimers, rows)):
             timers[i] = claimer.claimed(rs, results[at:at + len(rs)])
             at += len(rs)
     out = []

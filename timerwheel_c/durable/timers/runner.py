@@ -162,7 +162,7 @@ def settle(partition: str, claimed: ClaimedTimer, report: RunReport, outcome: ob
                            why="a schedule's occurrence cannot be rescheduled (it returned a Reschedule)")
         # The schedule's guard first: the claimed row's guard stays last, checked by its own delete.
         schedules.settle_occurrence(batch, timer.reference, timer.due_at_ms, claimed.schedule)
-        return _forget_error(batch.require(Equals(timer.key, timer.value)).delete(timer.key), timer)
+        return _forget_error(batch.require(Equals(timer.key, timer.value)).delete(timer.key), timer, None)
     # The guard on the claimed row also guards the identity row: every by-name write that moves or
     # removes this timer deletes the claimed row in the same batch.
     identity = keys.identity(timer.kind, timer.reference)
@@ -179,16 +179,18 @@ def settle(partition: str, claimed: ClaimedTimer, report: RunReport, outcome: ob
         batch.require(Absent(new_key)).put(new_key, outcome.value).put(identity, new_key)
     else:
         batch.delete(identity)
-    return _forget_error(batch, timer)
+    return _forget_error(batch, timer, identity)
 
 
-def _forget_error(batch: Batch, timer) -> Batch:
+def _forget_error(batch: Batch, timer, identity: Optional[bytes]) -> Batch:
     """``batch`` with the delete of the timer's kept last error, when an earlier attempt may have
     left one (a first attempt's outcome, the common case, writes nothing more), and, when fires are
     traced, of its writer's trace context (a runner without tracing leaves it: the next write of
-    that name deletes or replaces it, and it links no later timer, whose due time differs)."""
+    that name deletes or replaces it, and it links no later timer, whose due time differs).
+    ``identity``: the timer's identity row, when the caller has it (None: read from its key)."""
     if timer.attempt > 1 or _TRACED:
-        identity = keys.identity_of(keys.parse(timer.key))
+        if identity is None:
+            identity = keys.identity_of(keys.parse(timer.key))
         if timer.attempt > 1:
             batch.delete(keys.last_error_row(identity))
         if _TRACED:
@@ -240,7 +242,7 @@ def commit_outcomes(store: Store, partition: str, settled: list, report: RunRepo
     Raises:
         Exception: whatever the store raises; the uncommitted rows stay at their backoff keys.
     """
-    pairs = [(c, b) for c, b in settled if b is not None]
+    pairs = [pair for pair in settled if pair[1] is not None]
     if pairs:
         _count_outcomes(partition, pairs, store.apply_many(partition, [b for _, b in pairs]), report)
 
@@ -256,7 +258,8 @@ def commit_across(store: Store, settled: dict) -> dict:
         Exception: whatever the store raises, for the call as a whole; the uncommitted rows stay
         at their backoff keys.
     """
-    pairs = {p: [(c, b) for c, b in s if b is not None] for p, s in settled.items()}
+    # The caller's pairs themselves, not copies: a tuple per outcome more for the collector to count.
+    pairs = {p: [pair for pair in s if pair[1] is not None] for p, s in settled.items()}
     results = store.apply_across([(p, b) for p, ps in pairs.items() for _, b in ps])
     reports, at = {}, 0
     for partition, ps in pairs.items():
@@ -418,8 +421,8 @@ def run_due(store: Store, partition: str, registry: TimerRegistry, now_ms: int, 
     while not claimer.done:
         left_s = budget.max_elapsed_ms / 1000 - (clock() - claimer.started)
         chunk = 1 if per_fire_s is None else PAGE if per_fire_s <= 0 else max(1, min(PAGE, int(left_s / per_fire_s)))
-        rows = claimer.select(chunk)
-        results = store.apply_many(partition, [b for _, b in pairs] + [b for _, b in rows])
+        rows, batches = claimer.select(chunk)
+        results = store.apply_many(partition, [b for _, b in pairs] + batches)
         _count_outcomes(partition, pairs, results[:len(pairs)], report)
         claimed = claimer.claimed(rows, results[len(pairs):])
         t0 = clock()

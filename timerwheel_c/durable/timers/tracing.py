@@ -43,7 +43,7 @@ try:
 except ImportError:  # the otel extra is not installed: fires are not traced
     trace = None  # type: ignore[assignment]
 
-__all__ = ["ENABLED", "SPAN_PREFIX", "fire", "fire_async", "traceparent"]
+__all__ = ["ENABLED", "SPAN_PREFIX", "fire", "fire_async", "recording", "traceparent"]
 
 ENABLED = trace is not None
 SPAN_PREFIX = "timerwheel.fire "
@@ -67,11 +67,12 @@ def traceparent() -> Optional[bytes]:
     return None if found is None else found.encode("ascii")
 
 
-def _recording() -> bool:
+def recording() -> bool:
     """Whether an SDK's tracer provider is set: with the API alone no span records anything, so a
     fire then starts none (a span would cost the fire most of its time: a context manager, a
     context attached and detached, for a span nobody sees). Asked per fire: an application may set
-    its provider after the service started."""
+    its provider after the service started (the service's executor asks once per run of sync calls,
+    a few ms of them)."""
     return not isinstance(trace.get_tracer_provider(), (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
 
 
@@ -127,7 +128,7 @@ def fire(handler, ctx, timer, started_ms: int) -> Any:
     """``handler.fire(ctx, timer)`` inside its span (``ctx.partition`` names the partition,
     ``started_ms`` is the call's start, Unix epoch ms); returns its outcome, raises what it raises.
     Without an SDK's tracer provider, the call alone, with no span."""
-    if not _recording():
+    if not recording():
         return handler.fire(ctx, timer)
     with _start(handler, _links(ctx, timer)) as span:
         _began(span, handler, ctx.partition, timer, started_ms)
@@ -143,7 +144,7 @@ def fire(handler, ctx, timer, started_ms: int) -> Any:
 async def fire_async(handler, ctx, timer, started_ms: int) -> Any:
     """:func:`fire` of an ``async def fire``: awaited inside its span (its trace context read on a
     worker thread, off the event loop)."""
-    if not _recording():
+    if not recording():
         return await handler.fire(ctx, timer)
     import asyncio  # loaded already where an async handler runs; not by every writer's import of this module
 
