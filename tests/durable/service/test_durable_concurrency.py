@@ -166,20 +166,23 @@ def test_stop_waits_for_handlers_in_flight_and_commits_their_outcomes(store):
 def test_stop_gives_up_on_a_stuck_handler_and_leaves_its_row_claimed(store, caplog):
     """A handler stuck past stop()'s timeout is abandoned: stop() returns within seconds, says so at
     WARNING, and the row stays at its claimed backoff key (attempt 1, due later), so it fires again
-    after that backoff; nothing was committed for it."""
+    after that backoff; nothing was committed for it. The service's time is a ManualClock that never
+    moves, so no stall of a loaded machine can bring the backoff's end before the test reads it."""
+    clock = ManualClock()
     release = threading.Event()
-    h = Sleepy(lambda t: release.wait(30) and 0.0)
-    schedule(store, P, wall_ms() - 10, KIND, b"stuck")
-    svc = DurableTimerService(store, TimerRegistry().register(h), [P]).start()
+    h = Sleepy(lambda t: release.wait(3 * LIVENESS_S) and 0.0)
+    schedule(store, P, clock.wall_ns() // 1_000_000 - 10, KIND, b"stuck")
+    svc = DurableTimerService(store, TimerRegistry().register(h), [P], clock=clock, wall_ns=clock.wall_ns).start()
     try:
         wait_until(lambda: svc.in_flight == 1, "the handler to start")
         t0 = time.monotonic()
         svc.stop(timeout=0.3)
-        assert time.monotonic() - t0 < 5 and not svc.running
+        # A liveness bound: stop() waited for its timeout, not for the handler (held 3 * LIVENESS_S).
+        assert time.monotonic() - t0 < LIVENESS_S and not svc.running
         assert "still running" in caplog.text
         (key,) = [k for k, _ in store.scan(P, *keys.timer_range()).entries]
         row = keys.parse(key)
-        assert row.attempt == 1 and row.due_at_ms > wall_ms() and effects(store) == []
+        assert row.attempt == 1 and row.due_at_ms > clock.wall_ns() // 1_000_000 and effects(store) == []
     finally:
         release.set()
 
