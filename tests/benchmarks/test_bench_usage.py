@@ -1,6 +1,7 @@
 """``python bench/run.py`` as a user first meets it: what it says, once and in one line, when it
-cannot run as asked. Each case runs the real command in a subprocess, except the one that
-must replace a measurement, which runs it in this process; none times anything.
+cannot run as asked, and when several runs start at once. Each case runs the real command in a
+subprocess, except the one that must replace a measurement, which runs it in this process, and the
+one whose processes build the bench's floor at once; none times anything.
 """
 from __future__ import annotations
 
