@@ -13,8 +13,10 @@ import hashlib
 import importlib.machinery
 import importlib.util
 import io
+import shutil
 import sys
 import sysconfig
+import tempfile
 from pathlib import Path
 from types import ModuleType
 
@@ -63,10 +65,19 @@ def load() -> ModuleType:
     out = _build_dir(Cython.__version__)
     built = [p for s in importlib.machinery.EXTENSION_SUFFIXES for p in out.glob(NAME + s)]
     if not built:
+        # Built beside, then renamed into place: bench runs started at once (the test suite's
+        # pytest-xdist workers) each build their own and never load a module another one is writing.
+        CACHE.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=CACHE))
         try:
-            _compile(out)
+            _compile(scratch)
         except (Exception, SystemExit) as exc:  # distutils reports a compiler failure as SystemExit
+            shutil.rmtree(scratch, ignore_errors=True)
             raise NotAvailable(f"compiling {SOURCE.name} failed: {exc}") from exc
+        try:
+            scratch.rename(out)
+        except OSError:  # another run's build got there first: it is the same build
+            shutil.rmtree(scratch, ignore_errors=True)
         built = [p for s in importlib.machinery.EXTENSION_SUFFIXES for p in out.glob(NAME + s)]
         if not built:
             raise NotAvailable(f"compiling {SOURCE.name} left no extension module in {out}")

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import timerwheel_c
-from locations import CHECKOUT
+from locations import CHECKOUT, TESTS
 from pg_cluster import fresh_schema_url
 
 # The bench's launcher: ``[sys.executable, str(BENCH_RUN), ...]`` runs it as the README does.
@@ -71,6 +71,27 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if "c_extension" in item.keywords:
                 item.add_marker(skip)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        _long_first(items)
+
+
+# The fast tier (README.md): these tiers without the tests marked slow.
+FAST_TIERS = ("cores", "loop", "durable", "project")
+
+
+def _long_first(items) -> None:
+    """Under pytest-xdist (the README's test command, ``-n 2 --dist loadgroup``), put every test outside
+    the fast tier first, each part in its collection order. The scheduler hands out single tests in
+    this order (after the ``xdist_group`` groups, which it puts first), so the tests that take seconds
+    to minutes start early and the fast tier's many short tests fill the end of the run on both
+    workers, instead of one worker running a long test alone at the end. Every worker collects the
+    same order, as xdist requires; a run without workers keeps pytest's order."""
+    def fast(item) -> bool:
+        path = Path(item.path)
+        tier = path.relative_to(TESTS).parts[0] if TESTS in path.parents else ""
+        return tier in FAST_TIERS and item.get_closest_marker("slow") is None
+
+    items.sort(key=fast)
 
 
 def _impl_params(core: str):

@@ -1,6 +1,7 @@
 """``python bench/run.py`` as a user first meets it: what it says, once and in one line, when it
-cannot run as asked. Each case runs the real command in a subprocess, except the one that
-must replace a measurement, which runs it in this process; none times anything.
+cannot run as asked, and when several runs start at once. Each case runs the real command in a
+subprocess, except the one that must replace a measurement, which runs it in this process, and the
+one whose processes build the bench's floor at once; none times anything.
 """
 from __future__ import annotations
 
@@ -176,3 +177,41 @@ def test_help_is_plain_terminal_text(tmp_path):
     assert out.stdout.startswith("usage: python bench/run.py")
     assert not re.search(r"``|:(?:class|func|meth|mod|attr|data|exc|ref):`|\w::$", out.stdout, re.MULTILINE)
     assert not re.search(r"\bissue \d", out.stdout)
+
+
+_BUILD_FLOOR = """if True:
+    import importlib.util, sys, time
+    from pathlib import Path
+    spec = importlib.util.spec_from_file_location("_bench_launcher", sys.argv[1])
+    launcher = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(launcher)
+    launcher.load()
+    import bench.floor as floor
+    floor.CACHE = Path(sys.argv[2])
+    print("ready", flush=True)
+    while not Path(sys.argv[3]).exists():
+        time.sleep(0.01)
+    print(floor.load().__file__)
+"""
+
+
+@pytest.mark.slow
+def test_bench_runs_started_at_once_each_load_the_floor_they_share(tmp_path):
+    """Four processes that find no build of the floor (bench/floor.py) start building it at once into
+    one cache, as the bench runs of the test suite's pytest-xdist workers do on a fresh checkout: each
+    loads a whole module, and one build is left in the cache. Built in place, they compiled and
+    linked into one directory, and a process loaded a module another was rewriting. The processes
+    are all imported before a file starts them, so their builds overlap."""
+    pytest.importorskip("Cython")
+    cache, go = tmp_path / "cache", tmp_path / "go"
+    procs = [subprocess.Popen([sys.executable, "-c", _BUILD_FLOOR, str(BENCH_RUN), str(cache), str(go)],
+                              cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(4)]
+    for p in procs:  # each prints "ready" once imported; one that failed ends its stdout instead
+        p.stdout.readline()
+    go.touch()
+    done = [(p.wait(300), p.stdout.read(), p.stderr.read()) for p in procs]
+    assert [d[0] for d in done] == [0] * 4, [d[2][-2000:] for d in done]
+    loaded = {d[1].strip() for d in done}
+    assert len(loaded) == 1 and Path(loaded.pop()).parent.parent == cache, done
+    assert len(list(cache.iterdir())) == 1  # every other build was thrown away

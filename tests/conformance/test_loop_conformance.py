@@ -17,6 +17,10 @@ from pathlib import Path
 import pytest
 
 RUNNER = Path(__file__).with_name("asyncio_conformance.py")
+# The two whole runs, minutes each, stay on one pytest-xdist worker (the README's test command), one
+# after the other: their tables append to one file, and two CPython suites at once would double the
+# load their timing tests see. xdist hands out its groups first, so they never land at the run's end.
+WHOLE_RUN = pytest.mark.xdist_group("conformance")
 
 
 def _run(*args: str) -> None:
@@ -29,6 +33,7 @@ def _run(*args: str) -> None:
     assert "loops made: {'EventLoop': " in proc.stdout, tail
 
 
+@WHOLE_RUN
 @pytest.mark.c_extension
 def test_cpython_asyncio_suites_pass_on_event_loop():
     """Every test_asyncio module of this CPython passes on the compiled timer store, or is
@@ -37,6 +42,7 @@ def test_cpython_asyncio_suites_pass_on_event_loop():
     _run()
 
 
+@WHOLE_RUN
 @pytest.mark.slow
 def test_cpython_asyncio_suites_pass_on_event_loop_with_the_pure_twin():
     """The same suites pass with the pure-Python twin of the timer store."""

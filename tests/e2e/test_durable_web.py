@@ -30,6 +30,8 @@ CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 SCREENSHOT = CHECKOUT / "build" / "status-page.png"
 KIND = 7
+# Under pytest-xdist (the README's test command) these tests run on one worker, in one chromium.
+pytestmark = pytest.mark.xdist_group("chromium")
 MIN_MS = 60_000
 HOSTILE = '<script>window.pwned = 1</script><img src=x onerror="window.pwned = 2">&amp;\u202e"'
 

@@ -35,3 +35,28 @@ def test_the_fast_tier_command_names_only_tiers_that_exist():
     assert "e2e" not in folders and all((TESTS / folder).is_dir() for folder in folders), folders
     test_extra = re.search(r"^test = \[(.*)\]$", PYPROJECT, flags=re.M)
     assert test_extra and '"pytest-xdist' in test_extra.group(1), "the test extra does not install pytest-xdist"
+
+
+def test_the_test_command_runs_every_tier_on_two_workers_with_the_long_tests_first():
+    """The README's test command (the one .ci/run runs) collects every tier on two pytest-xdist workers
+    with ``--dist loadgroup``, so the ``xdist_group`` marks hold. In a worker (``PYTEST_XDIST_WORKER``
+    set, as xdist sets it) the tests outside the fast tier are collected first, so they are handed out
+    first; without workers the order is pytest's. Collection only: nothing runs."""
+    import os
+    import subprocess
+    import sys
+
+    command = re.search(r"<!-- ci:test -->\n```bash\n(.*)\n```\n<!-- /ci:test -->", README)
+    assert command and command.group(1) == 'pip install ".[test]" && pytest -n 2 --dist loadgroup', command
+    paths = ["tests/project/test_tiers.py", "tests/e2e/test_durable_read_only.py"]
+    alone = {k: v for k, v in os.environ.items() if k != "PYTEST_XDIST_WORKER"}  # this test may run in a worker
+
+    def files_in_collection_order(env: dict) -> list:
+        # -I: the checkout is not on sys.path, so the tests import the installed package, as ``pytest`` does.
+        proc = subprocess.run([sys.executable, "-I", "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                               *paths], cwd=CHECKOUT, env=env, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return list(dict.fromkeys(line.split("::")[0] for line in proc.stdout.splitlines() if "::" in line))
+
+    assert files_in_collection_order(alone) == paths
+    assert files_in_collection_order(dict(alone, PYTEST_XDIST_WORKER="gw0")) == paths[::-1]
