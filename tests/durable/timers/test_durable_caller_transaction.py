@@ -24,7 +24,8 @@ from timerwheel_c.durable import (Batch, DurableTimerService, SQLiteStore, Timer
 from timerwheel_c.durable.storage.errors import PermanentStoreError
 from timerwheel_c.durable.timers.registry import Done, TimerHandler, TimerKind
 from bench.stores import dispose
-from waiting import LIVENESS_S, wait_until, wall_ms
+from timerwheel_c.durable.timers.timing import ManualClock
+from waiting import LIVENESS_S, advance_until, wait_until, wall_ms
 
 P = "tx"
 KIND = 0xE7
@@ -142,15 +143,17 @@ def test_commit_makes_the_timer_and_the_callers_row_exist_and_the_commit_wakes_t
 
 def test_rollback_leaves_nothing_and_fires_nothing(backend):
     """The caller schedules a timer already due (and cancels none), with its order, then rolls back:
-    neither exists, and a runner passing every 100 ms fires nothing over ten passes and more."""
-    svc, handler = service(backend.store, max_sleep_s=0.1)
+    neither exists, and a runner passing every 100 ms fires nothing over ten passes and more. The
+    runner's time is a ManualClock the test advances 100 ms each time the runner sleeps on it."""
+    clock = ManualClock()
+    svc, handler = service(backend.store, max_sleep_s=0.1, clock=clock)
     with svc:
         conn = backend.connect()
         backend.insert_order(conn, "o1")
         schedule(backend.store, P, wall_ms() - 1_000, KIND, b"o1", conn=conn)
         conn.rollback()
         passes = svc.passes
-        wait_until(lambda: svc.passes >= passes + 10, "ten more passes of the runner")
+        advance_until(clock, lambda: svc.passes >= passes + 10, 0.1, "ten more passes of the runner")
     assert handler.fired == []
     assert get_timer(backend.store, P, KIND, b"o1") is None
     assert backend.orders_committed() == []
