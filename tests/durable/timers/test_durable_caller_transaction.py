@@ -319,8 +319,10 @@ def test_psycopg_autocommit_connection_joins_a_transaction_block(tmp_path):
 @needs_pg
 def test_the_write_holds_the_partitions_lock_until_the_caller_commits(tmp_path):
     """The write takes the partition's advisory lock that every guarded commit takes: the store's
-    own apply on that partition, from another thread, waits while the caller's transaction is open
-    (0.5 s at least, far beyond a round trip) and completes once it commits."""
+    own apply on that partition, from another thread, waits on that lock, held by the caller's open
+    transaction (the server says so), and completes once it commits."""
+    import psycopg
+
     b = Backend("postgres", tmp_path)
     try:
         conn = b.connect()
@@ -328,7 +330,12 @@ def test_the_write_holds_the_partitions_lock_until_the_caller_commits(tmp_path):
         done = threading.Event()
         other = threading.Thread(target=lambda: (b.store.apply(P, Batch().put(b"x", b"1")), done.set()))
         other.start()
-        assert not done.wait(0.5), "a guarded commit on the partition ran while the caller held its lock"
+        with psycopg.connect(PG_DSN, autocommit=True) as watcher:  # only a wait on the caller's session counts
+            wait_until(lambda: watcher.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+                "AND %s = ANY(pg_blocking_pids(pid))", (conn.info.backend_pid,)).fetchone()[0] >= 1,
+                "the store's apply waiting on the caller's lock")
+        assert not done.is_set(), "a guarded commit on the partition ran while the caller held its lock"
         conn.commit()
         assert done.wait(LIVENESS_S)
         other.join()
