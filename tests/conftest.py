@@ -10,7 +10,6 @@ import asyncio
 import importlib
 import importlib.util
 import os
-import uuid
 from pathlib import Path
 
 import pytest
@@ -199,19 +198,41 @@ def _generic_apply_many(cls):
     return type(f"Generic{cls.__name__}", (cls,), {"_apply_many": Store._apply_many})
 
 
+@pytest.fixture(scope="session")
+def pg_tables():
+    """This test process's :class:`pg_tables.TablePool` on the PostgreSQL test server (skipped without
+    one): one per pytest-xdist worker, its tables dropped at the end of the session."""
+    if not _PG_DSN:
+        pytest.skip("set TIMERWHEEL_C_TEST_PG_DSN=postgresql://... to test PostgresStore")
+    from pg_tables import TablePool
+
+    pool = TablePool(_PG_DSN)
+    yield pool
+    pool.close()
+
+
+@pytest.fixture
+def pg_table(pg_tables):
+    """The name of a PostgresStore table on the PostgreSQL test server that no other test holds while
+    this one runs: migrated to the current version, empty, with the meta rows of a new store; emptied
+    for the next test afterwards, or dropped if the test changed its schema (tests/pg_tables.py)."""
+    name = pg_tables.take()
+    yield name
+    pg_tables.give_back(name)
+
+
 @pytest.fixture(params=["sqlite-file", "sqlite-memory", "sqlite-generic-apply-many",
                         pytest.param("postgres", marks=_NEEDS_PG), pytest.param("postgres-generic-apply-many", marks=_NEEDS_PG)])
 def durable_store(request, tmp_path):
-    """A fresh durable-timer store per backend; a new backend joins by adding one param."""
+    """A fresh, empty durable-timer store per backend (on PostgreSQL, a table of ``pg_table``); a new
+    backend joins by adding one param."""
     if request.param.startswith("postgres"):
         from timerwheel_c.durable.storage.postgres import PostgresStore
 
         cls = PostgresStore if request.param == "postgres" else _generic_apply_many(PostgresStore)
-        store = cls(_PG_DSN, table=f"timerwheel_test_{uuid.uuid4().hex[:16]}")
+        store = cls(_PG_DSN, table=request.getfixturevalue("pg_table"))
         yield store
-        from bench.stores import dispose
-
-        dispose(store)
+        store.close()
         return
     from timerwheel_c.durable.storage.sqlite import SQLiteStore
 
@@ -234,12 +255,11 @@ def runner_backend(request, tmp_path):
         store.close()
         return
     from timerwheel_c.durable.storage.postgres import PostgresStore
-    from bench.stores import dispose
 
-    table = f"timerwheel_runner_{uuid.uuid4().hex[:12]}"
+    table = request.getfixturevalue("pg_table")
     store = PostgresStore(_PG_DSN, table=table)
     yield f"postgres:{table}", store
-    dispose(store)
+    store.close()
 
 
 @pytest.fixture

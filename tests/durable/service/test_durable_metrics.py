@@ -23,11 +23,10 @@ from timerwheel_c.durable.timers import writer  # noqa: E402
 from timerwheel_c.durable.timers.registry import Done, Retry, TimerHandler, TimerKind, TimerRegistry  # noqa: E402
 from timerwheel_c.durable.timers.timing import ManualClock  # noqa: E402
 from pg_cluster import throwaway_cluster  # noqa: E402
-from waiting import advance_until, wall_ms  # noqa: E402
+from waiting import LIVENESS_S, advance_until, wait_until, wall_ms  # noqa: E402
 
 P = "m"
 OK_KIND, FAIL_KIND = 0xE1, 0xE2
-LIVENESS_S = 30.0
 
 
 class Counting(TimerHandler):
@@ -62,13 +61,6 @@ def samples(text):
         for s in family.samples:
             out[(s.name, tuple(sorted(s.labels.items())))] = s.value
     return out
-
-
-def wait_until(pred, what):
-    deadline = time.monotonic() + LIVENESS_S
-    while not pred():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.05)
 
 
 def test_metrics_scraped_over_http_count_what_fired(tmp_path):

@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-import uuid
 
 import pytest
 
@@ -49,13 +48,12 @@ class Effects(TimerHandler):
 
 
 @pytest.fixture
-def pg_store():
+def pg_store(pg_table):
     from timerwheel_c.durable.storage.postgres import PostgresStore
-    from bench.stores import dispose
 
-    store = PostgresStore(PG_DSN, table=f"timerwheel_iso_{uuid.uuid4().hex[:12]}")
+    store = PostgresStore(PG_DSN, table=pg_table)
     yield store
-    dispose(store)
+    store.close()
 
 
 @needs_pg

@@ -7,7 +7,6 @@ import logging
 import os
 import threading
 import time
-import uuid
 
 import pytest
 
@@ -18,7 +17,6 @@ from timerwheel_c.durable.storage.sqlite import SQLiteStore
 from timerwheel_c.durable.storage.store import Absent, Batch
 from timerwheel_c.durable.timers.tick import BACKOFF_BASE_MS
 from timerwheel_c.durable.timers.timing import ManualClock
-from bench.stores import drop
 from waiting import wait_until, wall_ms
 
 P = "svc"
@@ -69,7 +67,7 @@ def test_sleeps_until_due_and_never_fires_early(store):
     with max_sleep_s far above, so only the exact sleep can have woken the thread."""
     h = Effect()
     with DurableTimerService(store, TimerRegistry().register(h), [P], max_sleep_s=3600) as svc:
-        time.sleep(0.05)
+        wait_until(lambda: svc.passes >= 1, "the first pass, after which the thread sleeps for an hour")
         due = wall_ms() + 300
         svc.schedule(P, due, KIND, b"t")
         h.wait_for(1)
@@ -83,8 +81,8 @@ def test_nearer_schedule_wakes_the_thread_early(store):
     h = Effect()
     with DurableTimerService(store, TimerRegistry().register(h), [P], max_sleep_s=7200) as svc:
         svc.schedule(P, wall_ms() + 3_600_000, KIND, b"far")
-        time.sleep(0.2)
-        assert svc.passes >= 1 and svc.wakeup.wake_ms is not None and svc.wakeup.wake_ms > wall_ms() + 3_000_000
+        wait_until(lambda: svc.wakeup.wake_ms is not None, "the thread asleep until the far timer")
+        assert svc.passes >= 1 and svc.wakeup.wake_ms > wall_ms() + 3_000_000
         svc.schedule(P, wall_ms() + 100, KIND, b"near")
         h.wait_for(1)
     assert [r for r, _, _ in h.fired] == [b"near"]
@@ -128,9 +126,7 @@ def test_a_retry_due_while_its_slow_attempt_ran_fires_when_that_attempt_fails(st
     with DurableTimerService(store, TimerRegistry().register(h), [P], max_sleep_s=3600, wall_ns=h.wall_ns) as svc:
         h.service = svc
         svc.schedule(P, h.wall_ns() // 1_000_000, KIND, b"slow")
-        deadline = time.monotonic() + LIVENESS_S
-        while len(h.attempts) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: len(h.attempts) >= 2, "the retry", LIVENESS_S)
     assert [a for a, _, _ in h.attempts] == [1, 2], h.attempts
     (_, first_start, first_end), (_, second_start, _) = h.attempts
     assert first_end - first_start > BACKOFF_BASE_MS  # the situation arose: the backoff ran out mid-attempt
@@ -144,7 +140,7 @@ def test_stop_is_prompt_and_cancel_removes(store):
     due = wall_ms() + 3_600_000
     svc.schedule(P, due, KIND, b"c")
     assert svc.cancel(P, KIND, b"c") is True and svc.cancel(P, KIND, b"c") is False
-    time.sleep(0.1)
+    wait_until(lambda: svc.passes >= 1, "the first pass, after which the thread sleeps for an hour")
     t0 = time.monotonic()
     svc.stop()
     assert not svc.running and time.monotonic() - t0 < 5
@@ -166,14 +162,12 @@ def shared_db(request, tmp_path):
     else:
         from timerwheel_c.durable.storage.postgres import PostgresStore
 
-        table = f"timerwheel_test_{uuid.uuid4().hex[:16]}"
+        table = request.getfixturevalue("pg_table")
 
         def open_store():
             opened.append(PostgresStore(PG_DSN, table=table))
             return opened[-1]
     yield open_store
-    if request.param == "postgres":
-        drop(opened[0])
     for s in opened:
         s.close()
 
@@ -189,9 +183,7 @@ def test_two_services_on_one_database_fire_each_effect_once(shared_db):
     h1, h2 = Effect(b"one"), Effect(b"two")
     s1, s2 = shared_db(), shared_db()
     with DurableTimerService(s1, TimerRegistry().register(h1), [P]), DurableTimerService(s2, TimerRegistry().register(h2), [P]):
-        deadline = time.monotonic() + LIVENESS_S
-        while len(h1.fired) + len(h2.fired) < 300 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_until(lambda: len(h1.fired) + len(h2.fired) >= 300, "300 fires", LIVENESS_S)
     effects = [k for k, _ in writer.scan(P, b"effect/", b"effect0", limit=10_000).entries]
     refs = sorted(k.split(b"/")[1] for k in effects)
     assert refs == sorted(b"%03d" % i for i in range(300))
@@ -274,7 +266,7 @@ class Blocking(TimerHandler):
 
 
 @pytest.mark.skipif(not PG_DSN, reason="no TIMERWHEEL_C_TEST_PG_DSN")
-def test_a_commit_waiting_on_a_lock_does_not_hold_up_the_claims_on_postgresql():
+def test_a_commit_waiting_on_a_lock_does_not_hold_up_the_claims_on_postgresql(pg_table):
     """With separate_commits on PostgreSQL, outcomes commit on a connection and thread of their own
     (Store.open_sibling): while one commit waits on a row lock another session holds, the service
     still claims and fires the timers that come due, in another partition too, and every outcome
@@ -282,7 +274,7 @@ def test_a_commit_waiting_on_a_lock_does_not_hold_up_the_claims_on_postgresql():
     import psycopg
     from timerwheel_c.durable.storage.postgres import PostgresStore
 
-    store = PostgresStore(PG_DSN, table=f"timerwheel_test_{uuid.uuid4().hex[:16]}")
+    store = PostgresStore(PG_DSN, table=pg_table)
     writer = PostgresStore(PG_DSN, table=store.table)  # the test's own connection: never queued behind the service's
     try:
         writer.apply(P, Batch().put(b"blocked", b"0"))
@@ -299,30 +291,20 @@ def test_a_commit_waiting_on_a_lock_does_not_hold_up_the_claims_on_postgresql():
                         return watcher.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
                                                "AND query LIKE %s", (f"%{store.table}%",)).fetchone()[0] > 0
 
-                    deadline = time.monotonic() + LIVENESS_S
-                    while not commit_waiting():
-                        assert time.monotonic() < deadline, "the outcome's commit never waited on the held row"
-                        time.sleep(0.02)
+                    wait_until(commit_waiting, "the outcome's commit to wait on the held row", LIVENESS_S)
                     writer.apply("other", Batch().put(keys.timer(wall_ms() - 1, KIND, b"later"), b""))
-                    deadline = time.monotonic() + LIVENESS_S
-                    while b"later" not in h.fired:
-                        assert time.monotonic() < deadline, f"a timer due while a commit waited never fired: {h.fired}"
-                        time.sleep(0.02)
+                    wait_until(lambda: b"later" in h.fired, "a timer due while a commit waited to fire", LIVENESS_S)
                     assert commit_waiting()  # still held: the fire did not wait for it
                 finally:
                     holder.rollback()  # before the stop, which would otherwise wait on the commit it holds up
-                deadline = time.monotonic() + LIVENESS_S
-                while writer.get("other", b"effect/later") is None or writer.get(P, b"blocked") != b"1":
-                    assert time.monotonic() < deadline, "the outcomes did not commit once the lock was released"
-                    time.sleep(0.02)
+                wait_until(lambda: writer.get("other", b"effect/later") is not None and writer.get(P, b"blocked") == b"1",
+                           "the outcomes to commit once the lock was released", LIVENESS_S)
             finally:
                 svc.stop()
         assert writer.scan(P, *keys.timer_range()).entries == [] and writer.scan("other", *keys.timer_range()).entries == []
     finally:
-        from bench.stores import dispose
-
         writer.close()
-        dispose(store)
+        store.close()
 
 
 def test_separate_commits_must_be_a_bool(store):

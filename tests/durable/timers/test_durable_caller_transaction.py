@@ -15,7 +15,6 @@ import os
 import sqlite3
 import sys
 import threading
-import time
 import uuid
 
 import pytest
@@ -25,7 +24,8 @@ from timerwheel_c.durable import (Batch, DurableTimerService, SQLiteStore, Timer
 from timerwheel_c.durable.storage.errors import PermanentStoreError
 from timerwheel_c.durable.timers.registry import Done, TimerHandler, TimerKind
 from bench.stores import dispose
-from waiting import LIVENESS_S, wait_until, wall_ms
+from timerwheel_c.durable.timers.timing import ManualClock
+from waiting import LIVENESS_S, advance_until, wait_until, wall_ms
 
 P = "tx"
 KIND = 0xE7
@@ -34,7 +34,7 @@ needs_pg = pytest.mark.skipif(not PG_DSN, reason="no TIMERWHEEL_C_TEST_PG_DSN")
 
 
 class Recorder(TimerHandler):
-    """Done at once; records each fired reference with the wall ms it fired at."""
+    """Done at once; records each fired reference with the wall ms it fired at and its value."""
 
     kind = TimerKind(KIND)
 
@@ -42,7 +42,7 @@ class Recorder(TimerHandler):
         self.fired: list = []
 
     def fire(self, ctx, timer):
-        self.fired.append((timer.reference, wall_ms()))
+        self.fired.append((timer.reference, wall_ms(), timer.value))
         return Done()
 
 
@@ -124,32 +124,36 @@ def test_commit_makes_the_timer_and_the_callers_row_exist_and_the_commit_wakes_t
     and commits: both exist, and the timer fires within the liveness bound, never before its due."""
     svc, handler = service(backend.store, max_sleep_s=3600)
     with svc:
-        # Its first pass done, the runner sleeps for the hour: the commit alone can wake it.
+        # Its first pass done, the runner sleeps for the hour: the commit alone can wake it (the change
+        # signal is open before the first pass, and a ring after it is never lost).
         wait_until(lambda: svc.passes >= 1, "the runner's first pass")
-        time.sleep(0.1)
         conn = backend.connect()
         backend.insert_order(conn, "o1")
         due = wall_ms() + 200
         schedule(backend.store, P, due, KIND, b"o1", b"expire", conn=conn)
         conn.commit()
         assert backend.orders_committed() == ["o1"]
-        assert get_timer(backend.store, P, KIND, b"o1").value == b"expire"
+        # Pending, or on a loaded machine already past its 200 ms and fired (with its value, below).
+        pending = get_timer(backend.store, P, KIND, b"o1")
+        assert pending is not None and pending.value == b"expire" or handler.fired
         wait_until(lambda: handler.fired, "the committed timer to fire")
-    ((reference, fired_at),) = handler.fired
-    assert reference == b"o1" and fired_at >= due
+    ((reference, fired_at, value),) = handler.fired
+    assert reference == b"o1" and value == b"expire" and fired_at >= due
 
 
 def test_rollback_leaves_nothing_and_fires_nothing(backend):
     """The caller schedules a timer already due (and cancels none), with its order, then rolls back:
-    neither exists, and a runner passing every 100 ms fires nothing over ten passes and more."""
-    svc, handler = service(backend.store, max_sleep_s=0.1)
+    neither exists, and a runner passing every 100 ms fires nothing over ten passes and more. The
+    runner's time is a ManualClock the test advances 100 ms each time the runner sleeps on it."""
+    clock = ManualClock()
+    svc, handler = service(backend.store, max_sleep_s=0.1, clock=clock)
     with svc:
         conn = backend.connect()
         backend.insert_order(conn, "o1")
         schedule(backend.store, P, wall_ms() - 1_000, KIND, b"o1", conn=conn)
         conn.rollback()
         passes = svc.passes
-        wait_until(lambda: svc.passes >= passes + 10, "ten more passes of the runner")
+        advance_until(clock, lambda: svc.passes >= passes + 10, 0.1, "ten more passes of the runner")
     assert handler.fired == []
     assert get_timer(backend.store, P, KIND, b"o1") is None
     assert backend.orders_committed() == []
@@ -167,7 +171,7 @@ def test_a_due_timer_never_fires_while_the_transaction_is_open_and_fires_after_c
         assert handler.fired == [], "a timer fired before its transaction committed"
         conn.commit()
         wait_until(lambda: handler.fired, "the timer to fire after the commit")
-    assert [r for r, _ in handler.fired] == [b"late"]
+    assert [r for r, _, _ in handler.fired] == [b"late"]
 
 
 def test_timer_exists_inside_the_callers_transaction_leaves_it_usable(backend):
@@ -315,8 +319,10 @@ def test_psycopg_autocommit_connection_joins_a_transaction_block(tmp_path):
 @needs_pg
 def test_the_write_holds_the_partitions_lock_until_the_caller_commits(tmp_path):
     """The write takes the partition's advisory lock that every guarded commit takes: the store's
-    own apply on that partition, from another thread, waits while the caller's transaction is open
-    (0.5 s at least, far beyond a round trip) and completes once it commits."""
+    own apply on that partition, from another thread, waits on that lock, held by the caller's open
+    transaction (the server says so), and completes once it commits."""
+    import psycopg
+
     b = Backend("postgres", tmp_path)
     try:
         conn = b.connect()
@@ -324,7 +330,12 @@ def test_the_write_holds_the_partitions_lock_until_the_caller_commits(tmp_path):
         done = threading.Event()
         other = threading.Thread(target=lambda: (b.store.apply(P, Batch().put(b"x", b"1")), done.set()))
         other.start()
-        assert not done.wait(0.5), "a guarded commit on the partition ran while the caller held its lock"
+        with psycopg.connect(PG_DSN, autocommit=True) as watcher:  # only a wait on the caller's session counts
+            wait_until(lambda: watcher.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+                "AND %s = ANY(pg_blocking_pids(pid))", (conn.info.backend_pid,)).fetchone()[0] >= 1,
+                "the store's apply waiting on the caller's lock")
+        assert not done.is_set(), "a guarded commit on the partition ran while the caller held its lock"
         conn.commit()
         assert done.wait(LIVENESS_S)
         other.join()

@@ -145,15 +145,22 @@ ZONES = ["America/New_York", "Europe/London", "Australia/Lord_Howe", "America/Sa
 
 @functools.lru_cache(maxsize=None)
 def transitions_ms(zone: str, year: int) -> tuple:
-    """The instants (Unix epoch ms, to the half hour) at which the zone's UTC offset changes in a year."""
-    tz, t, out = ZoneInfo(zone), dt.datetime(year, 1, 1, tzinfo=UTC), []
-    previous = t.astimezone(tz).utcoffset()
-    while t.year == year:
-        t += dt.timedelta(minutes=30)
-        offset = t.astimezone(tz).utcoffset()
-        if offset != previous:
-            out.append((t - EPOCH) // dt.timedelta(milliseconds=1))
-        previous = offset
+    """The instants (Unix epoch ms, to the half hour) at which the zone's UTC offset changes in a year.
+    Only a quarter day whose ends differ in offset is walked by the half hour (no zone changes its
+    offset twice within six hours), about a sixth of the conversions of walking the whole year."""
+    tz, start, out = ZoneInfo(zone), dt.datetime(year, 1, 1, tzinfo=UTC), []
+    quarter, half = dt.timedelta(hours=6), dt.timedelta(minutes=30)
+    while start.year == year:
+        end = start + quarter
+        if end.astimezone(tz).utcoffset() != start.astimezone(tz).utcoffset():
+            t, previous = start, start.astimezone(tz).utcoffset()
+            while t < end:
+                t += half
+                offset = t.astimezone(tz).utcoffset()
+                if offset != previous and t.year == year:
+                    out.append((t - EPOCH) // dt.timedelta(milliseconds=1))
+                previous = offset
+        start = end
     return tuple(out)
 
 
