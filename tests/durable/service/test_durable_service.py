@@ -214,34 +214,6 @@ def test_start_after_stop_raises_promptly():
     assert outcome == ["RuntimeError"], "the documented lifecycle is one-shot: start after stop raises"
 
 
-def test_infinite_max_sleep_never_makes_a_failing_service():
-    """Bad input gets a clear exception up front, never a broken service: ``max_sleep_s=inf``
-    is either a ValueError at construction or a service whose passes never fail (an infinite
-    sleep must not reach ``int(inf * 1e9)`` in the loop)."""
-    import logging
-    import time
-
-    records = []
-
-    class Collect(logging.Handler):
-        def emit(self, record):
-            records.append(record.getMessage())
-
-    handler = Collect()
-    logger = logging.getLogger("timerwheel_c.durable")
-    logger.addHandler(handler)
-    try:
-        try:
-            svc = DurableTimerService(SQLiteStore(":memory:"), TimerRegistry(), ["p"], max_sleep_s=float("inf"))
-        except ValueError:
-            return
-        with svc:
-            time.sleep(0.5)
-        assert not [r for r in records if "failed" in r], records[:3]
-    finally:
-        logger.removeHandler(handler)
-
-
 @pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan"), 0, -1.0])
 def test_max_sleep_must_be_finite_and_positive(bad):
     """``max_sleep_s`` must be finite and > 0 seconds: a ValueError naming the value, at construction."""
