@@ -1,12 +1,12 @@
 /* Reads of a contextvars.Context that CPython's public C API has no call for: the current
- * context of the thread (the PyThreadState field asyncio's C accelerator and contextvars read),
- * and a context's variables, the immutable mapping (a HAMT) that every copy of it shares until a
+ * context of the thread (a field of PyThreadState, which CPython's contextvars reads), and a
+ * context's variables, the immutable mapping (a HAMT) that every copy of it shares until a
  * variable is set in one of them (PEP 567).
  *
- * The layout of a context is CPython's (Include/internal/pycore_context.h, the same from 3.7 on):
- * the object header, the previous context, then the variables. src/_loop.pyx checks it when it
- * loads, on contexts it makes and changes, and arms every handle with a copy of its own instead
- * (as asyncio does) unless the check holds.
+ * The layout of a context is CPython's (Include/internal/pycore_context.h; the same on 3.9 to
+ * 3.13, checked here): the object header, the previous context, then the variables.
+ * src/_loop.pyx checks it when it loads, on contexts it makes and changes, and arms every handle
+ * with a copy of its own instead (as asyncio does) unless the check holds.
  */
 #ifndef TW_CONTEXT_H
 #define TW_CONTEXT_H
