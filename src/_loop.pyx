@@ -40,6 +40,8 @@ __all__ = ["LoopTimers", "TimerHandle", "call_at", "call_later", "time"]
 
 cdef extern from "tw_prefetch.h":
     void tw_prefetch(void* p) noexcept nogil
+    void tw_prefetch_freed(PyObject* op) noexcept
+    void tw_prefetch_gc_next(PyObject* op) noexcept
 
 cdef extern from "tw_context.h":
     PyObject* tw_current_context() noexcept
@@ -170,14 +172,16 @@ cdef class TimerHandle:
     def cancel(self):
         """Cancel the callback; a no-op if already cancelled or run. O(1): the wheel entry is
         freed at once, so no cancelled handle is kept anywhere."""
+        # What this touches at random (the wheel entry, the handle's index) and then releases
+        # (the callback; the handle itself, which a re-arm drops right after its call_later),
+        # all fetched at once, so the misses overlap instead of stalling in turn (see tw_prefetch.h).
+        tw_prefetch_freed(<PyObject*>self)
         if self._cancelled:
             return
-        # What this touches at random (the wheel entry, the handle's index) and then releases,
-        # all fetched at once, so the misses overlap instead of stalling in turn (see tw_prefetch.h).
         if self._timer_id:
             self._timers._wheel.c_prefetch(self._timer_id)
             tw_prefetch(&(<PyListObject*>self._timers._handles).ob_item[self._token])
-        tw_prefetch(<PyObject*>self._callback)
+        tw_prefetch_freed(<PyObject*>self._callback)
         tw_prefetch(<PyObject*>self._context)
         self._cancelled = True
         if self._timers.debug:
@@ -185,6 +189,7 @@ cdef class TimerHandle:
         self._timers._disarm(self)
         self._callback = None
         self._args = None
+        tw_prefetch_gc_next(<PyObject*>self)
 
     cdef object _own_context(self):
         """The handle's context: a copy of the store's snapshot made now, if it shares one. The
