@@ -14,7 +14,7 @@ the methods ``EventLoop`` takes from here: ``time``, ``call_at``, ``call_later``
 # wheel first (c_advance hands the token buffer over) and, in C only, swaps each token for a
 # reference to its handle and frees its index; only then does it run Python code.
 cimport cython
-from cpython.contextvars cimport PyContext_CopyCurrent, PyContext_Enter, PyContext_Exit
+from cpython.contextvars cimport PyContext_Copy, PyContext_CopyCurrent, PyContext_Enter, PyContext_Exit
 from cpython.dict cimport PyDict_GetItem
 from cpython.object cimport Py_TYPE, PyObject, PyTypeObject
 from cpython.ref cimport Py_DECREF, Py_INCREF
@@ -40,6 +40,12 @@ __all__ = ["LoopTimers", "TimerHandle", "call_at", "call_later", "time"]
 
 cdef extern from "tw_prefetch.h":
     void tw_prefetch(void* p) noexcept nogil
+    void tw_prefetch_freed(PyObject* op) noexcept
+    void tw_prefetch_gc_next(PyObject* op) noexcept
+
+cdef extern from "tw_context.h":
+    PyObject* tw_current_context() noexcept
+    PyObject* tw_context_vars(PyObject* ctx) noexcept
 
 cdef extern from "Python.h":
     # The type's attribute as the method cache finds it (borrowed, NULL if none): what
@@ -69,6 +75,28 @@ cdef str _TIME_NAME = "time"
 cdef inline bint _monotonic_is_real() noexcept:
     """True unless someone replaced ``time.monotonic`` (a test's patch)."""
     return FAST_CLOCK and PyDict_GetItem(_TIME_DICT, _MONOTONIC_NAME) == <PyObject*>_MONOTONIC
+
+
+def _context_reads_hold():
+    """True if tw_context.h reads this interpreter's contexts right: the current context is the
+    one entered, a copy shares its original's variables, and setting one gives new ones."""
+    cdef object var = contextvars.ContextVar("timerwheel_c_probe")
+    cdef object ctx = contextvars.Context()
+    cdef object copy = PyContext_Copy(ctx)
+
+    def entered():
+        return tw_current_context() == <PyObject*>ctx
+
+    if not ctx.run(entered) or tw_context_vars(<PyObject*>copy) != tw_context_vars(<PyObject*>ctx):
+        return False
+    ctx.run(var.set, 1)
+    return tw_context_vars(<PyObject*>copy) != tw_context_vars(<PyObject*>ctx) and copy.get(var) is None
+
+
+# Handles armed without a context share a snapshot of the current one while its variables stay
+# the same (LoopTimers._snapshot): a context copy per handle is most of what freeing a re-armed
+# timer costs, and most timers are cancelled before they run.
+cdef bint SHARED_CONTEXT = _context_reads_hold()
 
 
 cdef inline double _order_key(double when_s, double now_s) noexcept nogil:
@@ -109,16 +137,18 @@ cdef class TimerHandle:
     Not a subclass of ``asyncio.TimerHandle`` (``isinstance`` is False, as for uvloop's handles,
     uvloop#482): that class keeps the heap's bookkeeping, which a wheel timer has none of.
     """
+    # What cancel() reads comes first, beside the header the method call has just loaded.
     cdef LoopTimers _timers
+    cdef uint64_t _timer_id            # the wheel's id while armed, else 0
+    cdef Py_ssize_t _token             # its index in the store's _handles while armed, else 0
     cdef readonly object _callback     # None once cancelled
+    cdef object _context               # the store's snapshot while _context_shared
+    cdef readonly bint _cancelled
+    cdef bint _context_shared          # its own copy of _context is made when first needed
     cdef readonly object _args
-    cdef object _context
     cdef double _when
     cdef double _order_s               # its place in due order: _order_key(when, loop time armed at)
     cdef int64_t _seq                  # arming order: ties of deadline run in it
-    cdef uint64_t _timer_id            # the wheel's id while armed, else 0
-    cdef Py_ssize_t _token             # its index in the store's _handles while armed, else 0
-    cdef readonly bint _cancelled
     cdef public object _source_traceback   # debug mode: where it was made, as asyncio's
     cdef public object _repr               # debug mode: the repr frozen at cancel(), as asyncio's
     cdef object __weakref__
@@ -132,7 +162,7 @@ cdef class TimerHandle:
 
     def get_context(self):
         """The context the callback runs in (``asyncio.Handle.get_context``)."""
-        return self._context
+        return self._own_context()
 
     def cancelled(self):
         """True once :meth:`cancel` was called."""
@@ -142,14 +172,16 @@ cdef class TimerHandle:
     def cancel(self):
         """Cancel the callback; a no-op if already cancelled or run. O(1): the wheel entry is
         freed at once, so no cancelled handle is kept anywhere."""
+        # What this touches at random (the wheel entry, the handle's index) and then releases
+        # (the callback; the handle itself, which a re-arm drops right after its call_later),
+        # all fetched at once, so the misses overlap instead of stalling in turn (see tw_prefetch.h).
+        tw_prefetch_freed(<PyObject*>self)
         if self._cancelled:
             return
-        # What this touches at random (the wheel entry, the handle's index) and then releases,
-        # all fetched at once, so the misses overlap instead of stalling in turn (see tw_prefetch.h).
         if self._timer_id:
             self._timers._wheel.c_prefetch(self._timer_id)
             tw_prefetch(&(<PyListObject*>self._timers._handles).ob_item[self._token])
-        tw_prefetch(<PyObject*>self._callback)
+        tw_prefetch_freed(<PyObject*>self._callback)
         tw_prefetch(<PyObject*>self._context)
         self._cancelled = True
         if self._timers.debug:
@@ -157,11 +189,22 @@ cdef class TimerHandle:
         self._timers._disarm(self)
         self._callback = None
         self._args = None
+        tw_prefetch_gc_next(<PyObject*>self)
+
+    cdef object _own_context(self):
+        """The handle's context: a copy of the store's snapshot made now, if it shares one. The
+        copy holds the variables the snapshot holds, those current at ``call_at``, as the copy
+        asyncio makes there would; it is made at the first need since most timers never run."""
+        if self._context_shared:
+            self._context = PyContext_Copy(self._context)
+            self._context_shared = False
+        return self._context
 
     @cython.nonecheck(True)
     def _run(self):
         """Run the callback in its context; its exception goes to the loop's handler, as asyncio."""
         try:
+            self._own_context()
             if type(self._context) is contextvars.Context:
                 PyContext_Enter(self._context)
                 try:
@@ -240,6 +283,7 @@ cdef class LoopTimers:
     cdef token_stack_t _free_tokens
     cdef due_t* _sort          # move_due's scratch for a batch out of deadline order
     cdef Py_ssize_t _sort_cap
+    cdef object _snapshot      # a copy of a current context that no callback enters, or None
 
     def __cinit__(self, *args, **kwargs):
         self._wheel = TimerWheel(0)
@@ -359,6 +403,8 @@ cdef class LoopTimers:
         cdef Py_ssize_t n
         if self._closed:
             return 0
+        # A snapshot lives one iteration past its arming: it holds no variable's value longer.
+        self._snapshot = None
         now_s = self.c_time()
         self._follow_clock(now_s)
         wheel = self._wheel
@@ -428,12 +474,28 @@ cdef class LoopTimers:
         handle._timers = self
         handle._callback = callback
         handle._args = args
-        handle._context = PyContext_CopyCurrent() if context is None else context
+        if context is not None:
+            handle._context = context
+        elif SHARED_CONTEXT and self._share_context():
+            handle._context = self._snapshot
+            handle._context_shared = True
+        else:
+            handle._context = PyContext_CopyCurrent()
         handle._when = when_s
         handle._order_s = order_s
         handle._seq = self._next_seq
         self._next_seq += 1
         return handle
+
+    cdef bint _share_context(self) except -1:
+        """Make ``_snapshot`` hold the current context's variables; False if the thread has no
+        current context yet (a copy makes one)."""
+        cdef PyObject* current = tw_current_context()
+        if current == NULL:
+            return False
+        if self._snapshot is None or tw_context_vars(<PyObject*>self._snapshot) != tw_context_vars(current):
+            self._snapshot = PyContext_CopyCurrent()
+        return True
 
     cdef TimerHandle _call_at(self, double when_s, double now_s, object callback, tuple args, object context):
         """A new handle for ``callback`` at ``when_s``, armed: due now if ``when_s`` is at or before

@@ -186,6 +186,83 @@ def test_callback_runs_in_its_context(new_wheel_loop):
     assert seen == ["scheduled", "given"]
 
 
+def test_handles_armed_in_one_context_each_run_in_a_copy_of_their_own(new_wheel_loop):
+    """Handles armed without a context each run in a copy of their own of the context current at
+    arming, as asyncio's: a variable one callback sets is unseen by a handle armed beside it, seen
+    by one the callback arms, and get_context() answers the very context the callback ran in,
+    before the run, after it and after cancel()."""
+    loop = new_wheel_loop()
+    var = contextvars.ContextVar("var", default="unset")
+    seen = []
+
+    def cb(name, arms=None):
+        seen.append((name, var.get()))
+        var.set(name)
+        if arms:
+            handles.append(loop.call_later(0, cb, arms))
+
+    def arm():
+        return [loop.call_later(0, cb, "first", "third"), loop.call_later(0, cb, "second")]
+
+    handles = contextvars.copy_context().run(arm)
+    early = handles[0].get_context()
+    cancelled = loop.call_later(0, cb, "cancelled")
+    cancelled.cancel()
+    done = loop.create_future()
+    loop.call_later(0.001, done.set_result, None)
+    loop.run_until_complete(done)
+    assert seen == [("first", "unset"), ("second", "unset"), ("third", "first")]
+    assert handles[0].get_context() is early and early[var] == "first"
+    contexts = [h.get_context() for h in handles]
+    assert [ctx[var] for ctx in contexts] == ["first", "second", "third"]
+    assert all(ctx is h.get_context() for ctx, h in zip(contexts, handles))
+    assert var not in cancelled.get_context() and cancelled.get_context() is cancelled.get_context()
+
+
+def test_a_handle_runs_with_the_variables_of_its_arming_never_later_ones(new_wheel_loop):
+    """Each handle's context holds the variables as they were at its call_later, whatever the
+    arming context sets after it, as asyncio's copy at arming holds them."""
+    loop = new_wheel_loop()
+    var = contextvars.ContextVar("var", default="unset")
+    seen = []
+
+    def arm():
+        var.set("a")
+        loop.call_later(0, lambda: seen.append(var.get()))
+        loop.call_later(0, lambda: seen.append(var.get()))
+        var.set("b")
+        loop.call_later(0, lambda: seen.append(var.get()))
+        var.set("c")
+
+    contextvars.copy_context().run(arm)
+    loop.call_later(0, lambda: seen.append(var.get()))
+    done = loop.create_future()
+    loop.call_later(0.001, done.set_result, None)
+    loop.run_until_complete(done)
+    assert seen == ["a", "a", "b", "unset"]
+
+
+def test_a_context_variable_outlives_its_timers_by_one_loop_iteration_at_most(new_wheel_loop):
+    """What a context variable holds is freed once the last handle armed with it is gone and the
+    loop has run an iteration (the store keeps the variables of the last arming until its next
+    iteration), as on asyncio's loop, where the handle's copy is the only holder."""
+    loop = new_wheel_loop()
+    var = contextvars.ContextVar("var")
+
+    class Payload:
+        pass
+
+    def arm():
+        payload = Payload()
+        var.set(payload)
+        loop.call_later(30, print).cancel()
+        return weakref.ref(payload)
+
+    ref = contextvars.copy_context().run(arm)
+    loop.run_until_complete(asyncio.sleep(0))
+    assert ref() is None
+
+
 def test_debug_mode_reports_a_slow_timer_callback_with_where_it_was_made(new_wheel_loop, caplog):
     """In debug mode a timer callback slower than slow_callback_duration is logged, as asyncio
     logs it: the handle's repr, with the file and line that scheduled it."""

@@ -33,6 +33,13 @@ cancelled handles (aiohttp#8608). A deadline past the wheel's range (2**62 ms, a
 years of loop time, or ``inf``) is filed in the wheel's last ms, where it is held as any
 not-yet-due timer of the current ms is once the clock gets there: listed in ``loop._scheduled``,
 cancellable, and never run before the loop's time reaches it (``inf`` never), as on asyncio's heap.
+
+Contexts, as asyncio's: a handle armed without one runs in a copy of its own of the context
+current at arming, which ``get_context()`` answers. This twin copies at arming. The compiled one
+copies when the handle first runs or is asked for its context, from a snapshot it shares among
+the handles armed while the current context's variables stay the same (a copy is an object
+freed with the handle, and most timers are cancelled unrun); the snapshot, never entered, is
+dropped at each iteration, so no variable's value outlives its handles by more than one.
 """
 from __future__ import annotations
 
