@@ -149,3 +149,64 @@ def test_concurrent_cancels_of_a_name_in_flight_agree_on_one_true(durable_store)
     report = _commit(durable_store, claimed)
     assert (report.fired, report.raced) == (0, 1)
     assert get_timer(durable_store, P, KIND, b"contended") is None
+
+
+@pytest.mark.parametrize("recovery", ["released", "waited out"])
+def test_a_name_whose_runner_died_mid_fire_is_cancelled_once_and_never_fires_again(durable_store, recovery):
+    """The runner that claimed the first attempt dies before its outcome: the partition's next owner
+    either releases its claims (release_claims, which points the identity row at the moved row) or
+    waits out the backoff and claims attempt 2. Cancelled by name in between, the timer is gone: the
+    cancel is True once, no runner fires it later, and the dead runner's late Done loses its guard."""
+    from timerwheel_c.durable.timers.claim import release_claims
+
+    handler = Recording()
+    registry = TimerRegistry().register(handler)
+    schedule(durable_store, P, DUE, KIND, b"orphan", b"v")
+    [dead] = _claim(durable_store, registry)
+    if recovery == "released":
+        assert release_claims(durable_store, P, DUE + 1) == 1
+        assert get_timer(durable_store, P, KIND, b"orphan").due_at_ms == DUE + 1
+    else:
+        retry_at = keys.parse(dead.timer.key).due_at_ms
+        [second] = _claim(durable_store, registry, retry_at)
+        assert second.timer.attempt == 2
+    assert cancel(durable_store, P, KIND, b"orphan") is True
+    assert cancel(durable_store, P, KIND, b"orphan") is False
+    assert run_due(durable_store, P, registry, DUE + 3_600_000).fired == 0
+    report = _commit(durable_store, [dead])
+    assert (report.fired, report.raced) == (0, 1)
+    assert durable_store.scan(P, b"", b"\xff").entries == []
+
+
+def test_a_name_parked_after_its_only_attempt_is_found_replaced_and_cancelled(durable_store):
+    """max_attempts=1 and the first attempt fails: the timer is parked, its identity row pointed at
+    the parked row. It is found parked, schedule(if_exists="error") replaces it (a parked timer is
+    no pending one), and a cancel of the replacement is True once; nothing fires again."""
+    handler = Recording(lambda timer: Retry())
+    handler.max_attempts = 1
+    registry = TimerRegistry().register(handler)
+    schedule(durable_store, P, DUE, KIND, b"once", b"v")
+    assert run_due(durable_store, P, registry, DUE).failed == 1
+    assert get_timer(durable_store, P, KIND, b"once").state == "parked"
+    schedule(durable_store, P, DUE + 10, KIND, b"once", b"again", if_exists="error")
+    assert get_timer(durable_store, P, KIND, b"once").state == "scheduled"
+    assert cancel(durable_store, P, KIND, b"once") is True
+    assert cancel(durable_store, P, KIND, b"once") is False
+    assert run_due(durable_store, P, registry, DUE + 3_600_000).fired == 0
+    assert handler.fired == [(b"once", b"v", 1)] and durable_store.scan(P, b"", b"\xff").entries == []
+
+
+def test_the_longest_reference_in_flight_is_found_by_name(durable_store):
+    """A reference of MAX_REFERENCE_BYTES, whose claimed key is the longest key a store takes, beside
+    one a byte shorter that is its prefix: each is found and cancelled as itself while claimed."""
+    registry = TimerRegistry().register(Recording())
+    longest = b"\xff" * keys.MAX_REFERENCE_BYTES
+    for ref in (longest, longest[:-1]):
+        schedule(durable_store, P, DUE, KIND, ref)
+    claimed = _claim(durable_store, registry)
+    assert len(claimed) == 2 and all(c.timer.attempt == 1 for c in claimed)
+    assert get_timer(durable_store, P, KIND, longest).reference == longest
+    assert cancel(durable_store, P, KIND, longest[:-1]) is True
+    assert get_timer(durable_store, P, KIND, longest).state == "retrying"
+    report = _commit(durable_store, claimed)
+    assert (report.fired, report.raced) == (1, 1)
