@@ -12,6 +12,7 @@ import pytest
 
 from timerwheel_c.durable import (Done, Retry, TimerExists, TimerHandler, TimerKind, TimerRegistry, cancel,
                                   get_timer, reschedule, run_due, schedule)
+from timerwheel_c.durable.storage.store import Batch
 from timerwheel_c.durable.timers import keys
 from timerwheel_c.durable.timers.claim import claim_due
 from timerwheel_c.durable.timers.runner import RunReport, commit_outcomes, fire
@@ -210,3 +211,56 @@ def test_the_longest_reference_in_flight_is_found_by_name(durable_store):
     assert get_timer(durable_store, P, KIND, longest).state == "retrying"
     report = _commit(durable_store, claimed)
     assert (report.fired, report.raced) == (1, 1)
+
+
+def test_a_name_cancelled_while_its_handler_hangs_is_not_fired_again(durable_store):
+    """The handler of a first attempt blocks (a real runner in a thread) while the name is read,
+    cancelled and scheduled anew with if_exists="keep" from the test's thread: the hung attempt is
+    found retrying, the cancel is True, the new timer is armed, and the hung attempt's Done, once
+    released, loses its guard, so the name fires once more only, as the new timer."""
+    entered, release = threading.Event(), threading.Event()
+
+    def hang(timer):
+        if timer.value == b"hung":
+            entered.set()
+            assert release.wait(timeout=120)
+        return Done()
+
+    handler = Recording(hang)
+    registry = TimerRegistry().register(handler)
+    schedule(durable_store, P, DUE, KIND, b"stuck", b"hung")
+    reports = []
+    runner = threading.Thread(target=lambda: reports.append(run_due(durable_store, P, registry, DUE)))
+    runner.start()
+    try:
+        assert entered.wait(timeout=120)
+        assert get_timer(durable_store, P, KIND, b"stuck").state == "retrying"
+        assert cancel(durable_store, P, KIND, b"stuck") is True
+        schedule(durable_store, P, DUE + 10, KIND, b"stuck", b"new", if_exists="keep")
+    finally:
+        release.set()
+        runner.join(timeout=120)
+    assert (reports[0].fired, reports[0].raced) == (0, 1)
+    run_due(durable_store, P, registry, DUE + 3_600_000)
+    assert handler.fired == [(b"stuck", b"hung", 1), (b"stuck", b"new", 1)]
+    assert durable_store.scan(P, b"", b"\xff").entries == []
+
+
+def test_a_first_attempt_claimed_the_previous_way_is_found_by_name(durable_store):
+    """A store whose runner claimed a first attempt before this version pointed the identity row at
+    the claimed row: writers of this version find it there as well, and its outcome, committed by a
+    runner of this version, removes both rows."""
+    registry = TimerRegistry().register(Recording())
+    schedule(durable_store, P, DUE, KIND, b"old-way", b"v")
+    [claimed] = _claim(durable_store, registry)
+    durable_store.apply(P, Batch().put(keys.identity(KIND, b"old-way"), claimed.timer.key))  # the old claim's write
+    assert get_timer(durable_store, P, KIND, b"old-way").state == "retrying"
+    report = _commit(durable_store, [claimed])
+    assert (report.fired, report.raced) == (1, 0)
+    assert durable_store.scan(P, b"", b"\xff").entries == []
+    schedule(durable_store, P, DUE, KIND, b"old-way", b"v")
+    [claimed] = _claim(durable_store, registry)
+    durable_store.apply(P, Batch().put(keys.identity(KIND, b"old-way"), claimed.timer.key))
+    assert cancel(durable_store, P, KIND, b"old-way") is True
+    assert _commit(durable_store, [claimed]).raced == 1
+    assert durable_store.scan(P, b"", b"\xff").entries == []
