@@ -432,6 +432,8 @@ cdef class LoopTimers:
         """Drop every armed timer, as asyncio's close() clears its heap; later arming raises
         RuntimeError. Handles keep their state (not cancelled). Idempotent."""
         self._closed = True
+        # No iteration follows to drop the snapshot: its variables would live as long as the loop.
+        self._snapshot = None
         self._drain()
 
     # -- internals ----------------------------------------------------------------------------
