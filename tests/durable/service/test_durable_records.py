@@ -3,10 +3,14 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import sys
+import threading
+import time
 
 import pytest
 
 from timerwheel_c.durable.service.records import Job
+from timerwheel_c.durable.service.service import DurableTimerService
 from timerwheel_c.durable.storage.store import Batch, Equals
 from timerwheel_c.durable.timers import keys
 from timerwheel_c.durable.timers.claim import Claimer
@@ -99,3 +103,39 @@ def test_the_rows_of_a_claim_hold_few_containers_through_its_round_trip(store):
     gc.collect()
     shared = {id(handler), id(registry), *(id(kind) for kind in keys.KINDS)}
     assert _tracked_per_row(rows + batches, shared) <= 5 * 64
+
+
+def test_the_service_sets_a_jobs_own_fields_without_the_frozen_setattr(store):
+    """A fired row's Job gets ``started``, ``settled`` and ``batch`` set by the executor, on the loop
+    and a worker thread; ``job.name = value`` would call the frozen dataclass's ``__setattr__``, a
+    Python call per assignment per fire. The executor sets them past it (``records.set_field``):
+    a profile hook on every thread started with the service sees no such call while 20 rows fire.
+    Deterministic: it counts calls, no timing; it first checks that the rows fired."""
+    fired: list = []
+    setattrs: list = []
+
+    class _Recording(_Noop):
+        def fire(self, ctx, timer):
+            fired.append(timer.reference)
+            return Done()
+
+    def hook(frame, event, arg):
+        if event == "call" and frame.f_code.co_name == "__setattr__" and isinstance(frame.f_locals.get("self"), Job):
+            setattrs.append(frame.f_locals.get("name"))
+
+    _write_due(store, "p", 20)
+    threading.setprofile(hook)
+    sys.setprofile(hook)
+    try:
+        with DurableTimerService(store, TimerRegistry().register(_Recording()), ["p"]):
+            deadline = time.monotonic() + 20
+            while len(fired) < 20 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            # Every outcome committed: no timer row is left (the deletes commit with the outcome).
+            while store.scan("p", *keys.timer_range(), None, 1).entries and time.monotonic() < deadline:
+                time.sleep(0.01)
+    finally:
+        sys.setprofile(None)
+        threading.setprofile(None)  # type: ignore[arg-type]
+    assert len(fired) == 20
+    assert setattrs == []
