@@ -347,9 +347,7 @@ class Executor:
         lateness_ms = attempt.started_ms - timer.due_at_ms
         what = f"raised {type(error).__name__}" if error is not None else type(attempt.outcome).__name__
         self.recorder.activity.fire(job.partition, timer, job.handler, lateness_ms, what)
-        if timer.attempt == 1:
-            self.recorder.lateness(lateness_ms / 1000)
-        self.recorder.handler_duration(attempt.took_s)
+        self.recorder.fire_ended(lateness_ms / 1000 if timer.attempt == 1 else None, attempt.took_s)
         report = self._report
         batch = settle(job.partition, job, report, attempt.outcome, error, now_ms=self.wall_ms())
         if report.failed:  # a failed attempt: its row stays backed off, its error recorded (RetryLater), or parks
