@@ -139,3 +139,27 @@ def test_the_service_sets_a_jobs_own_fields_without_the_frozen_setattr(store):
         threading.setprofile(None)  # type: ignore[arg-type]
     assert len(fired) == 20
     assert setattrs == []
+
+
+def test_a_claims_guard_on_its_row_is_made_without_rechecking_it(store):
+    """Claimer.select guards each row it claims on its key and value as read (Equals), made without
+    Equals' checks of both (the key was parsed, both came from the store): a profile hook sees no
+    call of Equals' ``__post_init__`` while 8 rows are chosen, and each guard equals the
+    checked Equals of its row. Deterministic: it names the calls, no timing."""
+    _write_due(store, "p", 8)
+    claimer = Claimer(store, "p", TimerRegistry().register(_Noop()), _NOW_MS, TickBudget(1000, 1000, 1000, 60_000))
+    called: list = []
+
+    def hook(frame, event, arg):
+        if event == "call":
+            owner = frame.f_locals.get("self")
+            called.append((type(owner).__name__ if owner is not None else "", frame.f_code.co_name))
+
+    sys.setprofile(hook)
+    try:
+        rows, batches = claimer.select(8)
+    finally:
+        sys.setprofile(None)
+    assert len(rows) == 8 and ("Claimer", "_choose") in called  # the rows were chosen under the hook
+    assert ("Equals", "__post_init__") not in called
+    assert [b.guards for b in batches] == [[Equals(row.key, row.timer.value)] for row in rows]
