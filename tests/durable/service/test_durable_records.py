@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from timerwheel_c.durable.service.records import Job
+from timerwheel_c.durable.service.records import InFlight, Job
 from timerwheel_c.durable.service.service import DurableTimerService
 from timerwheel_c.durable.storage.store import Batch, Equals
 from timerwheel_c.durable.timers import keys
@@ -163,3 +163,18 @@ def test_a_claims_guard_on_its_row_is_made_without_rechecking_it(store):
     assert len(rows) == 8 and ("Claimer", "_choose") in called  # the rows were chosen under the hook
     assert ("Equals", "__post_init__") not in called
     assert [b.guards for b in batches] == [[Equals(row.key, row.timer.value)] for row in rows]
+
+
+def test_a_commit_discards_its_rows_in_flight_in_one_call():
+    """The commit stage discards the rows of a commit's outcomes in one InFlight call, keyed by each
+    job's claimed row; a row not in flight (given up already) is no error, the others stay in flight.
+    Deterministic, no store."""
+    key_of = [keys.timer(_NOW_MS, _KIND, b"ref%d" % i) for i in range(3)]
+    jobs = [Job("p", _NOW_MS, _Noop(), DueTimer(_NOW_MS, keys.KINDS[1], b"ref%d" % i, b"v", 1, key_of[i]))
+            for i in range(3)]
+    busy = InFlight()
+    for job in jobs:
+        busy.add(job)
+    busy.discard_jobs([jobs[0], jobs[2]])
+    busy.discard_jobs([jobs[0]])
+    assert busy.keys() == frozenset({key_of[1]}) and busy.jobs[key_of[1]] is jobs[1]

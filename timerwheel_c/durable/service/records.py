@@ -110,10 +110,17 @@ class InFlight:
         return len(self.jobs)
 
     def add(self, job: Job) -> None:
-        self.jobs[job.key] = job
+        self.jobs[job.timer.key] = job  # not job.key: a property, a Python call per fire
 
     def discard(self, key: bytes) -> None:
         self.jobs.pop(key, None)
+
+    def discard_jobs(self, jobs: list) -> None:
+        """Discard the rows of ``jobs`` (their outcomes committed or given up): one call per commit,
+        not one per row."""
+        pop = self.jobs.pop
+        for job in jobs:
+            pop(job.timer.key, None)
 
     def keys(self) -> frozenset:
         return frozenset(self.jobs)
