@@ -16,7 +16,7 @@ prometheus_client = pytest.importorskip("prometheus_client")
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from timerwheel_c.durable.service.exporter import health, register, serve  # noqa: E402
-from timerwheel_c.durable.service.metrics import MetricsSnapshot  # noqa: E402
+from timerwheel_c.durable.service.metrics import MetricsSnapshot, Recorder  # noqa: E402
 from timerwheel_c.durable.service.service import DurableTimerService  # noqa: E402
 from timerwheel_c.durable.storage.sqlite import SQLiteStore  # noqa: E402
 from timerwheel_c.durable.timers import writer  # noqa: E402
@@ -409,3 +409,16 @@ def test_healthz_and_metrics_answer_head_as_get(tmp_path):
     finally:
         server.close()
         store.close()
+
+
+def test_a_fires_lateness_and_duration_are_observed_in_one_call():
+    """The executor observes each call's duration, and a first attempt's lateness, in one Recorder
+    call under one lock (per fire), not one call and one lock each: a retry's lateness (None) is not
+    observed, a negative lateness counts as 0. Deterministic: it reads the histograms back."""
+    recorder = Recorder()
+    recorder.fire_ended(0.25, 0.5)
+    recorder.fire_ended(None, 1.5)
+    recorder.fire_ended(-1.0, 0.0)
+    lateness, duration = recorder.counts()[3:]
+    assert (lateness.count, lateness.sum_s) == (2, 0.25)
+    assert (duration.count, duration.sum_s) == (3, 2.0)

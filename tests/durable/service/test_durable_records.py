@@ -3,10 +3,14 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import sys
+import threading
+import time
 
 import pytest
 
-from timerwheel_c.durable.service.records import Job
+from timerwheel_c.durable.service.records import InFlight, Job
+from timerwheel_c.durable.service.service import DurableTimerService
 from timerwheel_c.durable.storage.store import Batch, Equals
 from timerwheel_c.durable.timers import keys
 from timerwheel_c.durable.timers.claim import Claimer
@@ -99,3 +103,78 @@ def test_the_rows_of_a_claim_hold_few_containers_through_its_round_trip(store):
     gc.collect()
     shared = {id(handler), id(registry), *(id(kind) for kind in keys.KINDS)}
     assert _tracked_per_row(rows + batches, shared) <= 5 * 64
+
+
+def test_the_service_sets_a_jobs_own_fields_without_the_frozen_setattr(store):
+    """A fired row's Job gets ``started``, ``settled`` and ``batch`` set by the executor, on the loop
+    and a worker thread; ``job.name = value`` would call the frozen dataclass's ``__setattr__``, a
+    Python call per assignment per fire. The executor sets them past it (``records.set_field``):
+    a profile hook on every thread started with the service sees no such call while 20 rows fire.
+    Deterministic: it counts calls, no timing; it first checks that the rows fired."""
+    fired: list = []
+    setattrs: list = []
+
+    class _Recording(_Noop):
+        def fire(self, ctx, timer):
+            fired.append(timer.reference)
+            return Done()
+
+    def hook(frame, event, arg):
+        if event == "call" and frame.f_code.co_name == "__setattr__" and isinstance(frame.f_locals.get("self"), Job):
+            setattrs.append(frame.f_locals.get("name"))
+
+    _write_due(store, "p", 20)
+    threading.setprofile(hook)
+    sys.setprofile(hook)
+    try:
+        with DurableTimerService(store, TimerRegistry().register(_Recording()), ["p"]):
+            deadline = time.monotonic() + 20
+            while len(fired) < 20 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            # Every outcome committed: no timer row is left (the deletes commit with the outcome).
+            while store.scan("p", *keys.timer_range(), None, 1).entries and time.monotonic() < deadline:
+                time.sleep(0.01)
+    finally:
+        sys.setprofile(None)
+        threading.setprofile(None)  # type: ignore[arg-type]
+    assert len(fired) == 20
+    assert setattrs == []
+
+
+def test_a_claims_guard_on_its_row_is_made_without_rechecking_it(store):
+    """Claimer.select guards each row it claims on its key and value as read (Equals), made without
+    Equals' checks of both (the key was parsed, both came from the store): a profile hook sees no
+    call of Equals' ``__post_init__`` while 8 rows are chosen, and each guard equals the
+    checked Equals of its row. Deterministic: it names the calls, no timing."""
+    _write_due(store, "p", 8)
+    claimer = Claimer(store, "p", TimerRegistry().register(_Noop()), _NOW_MS, TickBudget(1000, 1000, 1000, 60_000))
+    called: list = []
+
+    def hook(frame, event, arg):
+        if event == "call":
+            owner = frame.f_locals.get("self")
+            called.append((type(owner).__name__ if owner is not None else "", frame.f_code.co_name))
+
+    sys.setprofile(hook)
+    try:
+        rows, batches = claimer.select(8)
+    finally:
+        sys.setprofile(None)
+    assert len(rows) == 8 and ("Claimer", "_choose") in called  # the rows were chosen under the hook
+    assert ("Equals", "__post_init__") not in called
+    assert [b.guards for b in batches] == [[Equals(row.key, row.timer.value)] for row in rows]
+
+
+def test_a_commit_discards_its_rows_in_flight_in_one_call():
+    """The commit stage discards the rows of a commit's outcomes in one InFlight call, keyed by each
+    job's claimed row; a row not in flight (given up already) is no error, the others stay in flight.
+    Deterministic, no store."""
+    key_of = [keys.timer(_NOW_MS, _KIND, b"ref%d" % i) for i in range(3)]
+    jobs = [Job("p", _NOW_MS, _Noop(), DueTimer(_NOW_MS, keys.KINDS[1], b"ref%d" % i, b"v", 1, key_of[i]))
+            for i in range(3)]
+    busy = InFlight()
+    for job in jobs:
+        busy.add(job)
+    busy.discard_jobs([jobs[0], jobs[2]])
+    busy.discard_jobs([jobs[0]])
+    assert busy.keys() == frozenset({key_of[1]}) and busy.jobs[key_of[1]] is jobs[1]

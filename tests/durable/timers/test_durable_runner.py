@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import random
+import sys
 
 import pytest
 
@@ -11,7 +12,8 @@ from timerwheel_c.durable.timers import keys
 from timerwheel_c.durable.timers.parking import RetryLater
 from timerwheel_c.durable.timers.registry import Done, Reschedule, Retry, TimerHandler, TimerKind, TimerRegistry
 from timerwheel_c.durable.timers.claim import UNKNOWN_KIND_BACKOFF_MS, UNKNOWN_KIND_GRACE_MS
-from timerwheel_c.durable.timers.runner import TickBudget, backoff_ms, claim_due, commit_outcomes, next_wake, run_due, settle
+from timerwheel_c.durable.timers.runner import (RunReport, TickBudget, backoff_ms, claim_due, commit_outcomes, next_wake,
+                                               run_due, settle)
 from timerwheel_c.durable.storage.sqlite import SQLiteStore
 from bench.stores import Delegating
 from timerwheel_c.durable.storage.errors import TransientStoreError
@@ -492,6 +494,33 @@ def test_settle_is_pure_and_commit_outcomes_fails_only_the_failed_guard(store):
     assert store.get(P, keys.timer(NOW + 50, A, b"3")) is None
     assert next_wake(store, P, NOW, report) == report.next_wake_ms == NOW + backoff_ms(1)
 
+
+def test_settle_of_a_done_fills_its_batch_without_batchs_checking_methods(store):
+    """settle runs once per fire: the batch of a Done (its outcome's writes, the guard on the claimed
+    row, the deletes of that row and of the identity row) holds what Batch's chained methods would
+    build, but is filled without calling them (each would check again a key settle has checked or
+    built as bytes), and the outcome's writes are checked for reserved keys without a call per write.
+    Deterministic: a profile hook names the Python functions settle calls."""
+    schedule(store, NOW - 10, reference=b"r")
+    (claimed,) = claim_due(store, P, TimerRegistry().register(Recorder()), NOW).timers
+    outcome = Done(Batch().put(b"effect/a", b"1").put(b"effect/b", b"2"))
+    called: list = []
+
+    def hook(frame, event, arg):
+        if event == "call":
+            called.append(frame.f_code.co_name)
+
+    sys.setprofile(hook)
+    try:
+        batch = settle(P, claimed, RunReport(), outcome)
+    finally:
+        sys.setprofile(None)
+    timer = claimed.timer
+    assert batch.guards == [Equals(timer.key, timer.value)]
+    assert batch.writes[:4] == [(b"effect/a", b"1"), (b"effect/b", b"2"), (timer.key, None),
+                                (keys.identity(timer.kind, timer.reference), None)]
+    assert "check_application_batch" in called  # the hook saw settle's calls
+    assert not {"require", "delete", "extend", "put", "check_application_key"} & set(called)
 
 def test_run_due_batches_claims_and_commits(store):
     """run_due over 200 due rows with a fast handler writes in a handful of round trips, not two per

@@ -134,8 +134,7 @@ class Committer:
                     if exc is None:
                         self._failures.pop(partition, None)
                         self._retry_at.pop(partition, None)
-                        for outcome in outcomes:
-                            self.busy.discard(outcome.key)
+                        self.busy.discard_jobs(outcomes)
                         continue
                     failures = self._failures[partition] = self._failures.get(partition, 0) + 1
                     delay_s = self.recorder.store_failed(exc, failures, f"commit on partition {partition!r}",
@@ -150,8 +149,7 @@ class Committer:
                             kind = o.timer.kind.get()
                             dropped.failed_kinds[kind] = dropped.failed_kinds.get(kind, 0) + 1
                         self.recorder.count(dropped)
-                        for outcome in outcomes:
-                            self.busy.discard(outcome.key)
+                        self.busy.discard_jobs(outcomes)
         finally:
             self.task = None
 

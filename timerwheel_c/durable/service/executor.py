@@ -35,7 +35,7 @@ from ..storage.store import Store
 from .committer import Committer
 from .metrics import Recorder
 from .pool import DaemonPool
-from .records import Chunk, InFlight, Job
+from .records import Chunk, InFlight, Job, set_field
 from .wakeup import Wakeup
 
 __all__ = ["CHUNK_S", "QUEUE_HORIZON_S", "RESCUE_S", "RUN_S", "SHARE_S", "Executor", "FairQueue"]
@@ -294,7 +294,7 @@ class Executor:
                 if i >= chunk.cut:
                     break
                 chunk.current, chunk.started_s = i, time.monotonic()
-                job.started = True
+                set_field(job, "started", True)
             with Attempt(time.monotonic, self.wall_ms) as attempt:
                 if traced:
                     attempt.outcome = tracing.fire(job.handler, self._context(job), job.timer,
@@ -340,16 +340,14 @@ class Executor:
         """Log and count a call that ended or timed out, turn its outcome into the guarded batch and
         queue its commit. ``keep_busy``: the call still runs on its thread, so its row stays in flight
         until it returns."""
-        job.settled = True
+        set_field(job, "settled", True)
         self.note_duration(attempt.took_s)
         timer = job.timer
         error = attempt.error
         lateness_ms = attempt.started_ms - timer.due_at_ms
         what = f"raised {type(error).__name__}" if error is not None else type(attempt.outcome).__name__
         self.recorder.activity.fire(job.partition, timer, job.handler, lateness_ms, what)
-        if timer.attempt == 1:
-            self.recorder.lateness(lateness_ms / 1000)
-        self.recorder.handler_duration(attempt.took_s)
+        self.recorder.fire_ended(lateness_ms / 1000 if timer.attempt == 1 else None, attempt.took_s)
         report = self._report
         batch = settle(job.partition, job, report, attempt.outcome, error, now_ms=self.wall_ms())
         if report.failed:  # a failed attempt: its row stays backed off, its error recorded (RetryLater), or parks
@@ -361,7 +359,7 @@ class Executor:
             # returns, so nothing commits for it now (its error is not kept). A commit wakes the claimer
             # for the row's retry (its earliest put), which a slow attempt may have left due already.
             return
-        job.batch = batch
+        set_field(job, "batch", batch)
         self.committer.add(job)
 
     async def drain(self, left_s: Callable[[], Optional[float]]) -> int:

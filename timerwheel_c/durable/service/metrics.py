@@ -231,14 +231,13 @@ class Recorder:
                       what, failures, delay_s, exc_info=(type(exc), exc, exc.__traceback__))
         return delay_s
 
-    def lateness(self, lateness_s: float) -> None:
-        """Observe one first attempt's lateness (s; negative counts as 0: never early by design)."""
+    def fire_ended(self, lateness_s: Optional[float], took_s: float) -> None:
+        """Observe one handler call: its duration ``took_s`` (s) and, for a first attempt, its
+        lateness ``lateness_s`` (s; negative counts as 0: never early by design; None for a retry).
+        One call and one lock per fire for both."""
         with self._lock:
-            self._lateness.observe(lateness_s)
-
-    def handler_duration(self, took_s: float) -> None:
-        """Observe one handler call's duration (s)."""
-        with self._lock:
+            if lateness_s is not None:
+                self._lateness.observe(lateness_s)
             self._duration.observe(took_s)
 
     def counts(self) -> tuple:

@@ -15,7 +15,12 @@ from ..storage.store import Batch
 from ..timers.registry import DueTimer, TimerHandler
 from ..timers.runner import ClaimedTimer
 
-__all__ = ["Chunk", "InFlight", "Job"]
+__all__ = ["Chunk", "InFlight", "Job", "set_field"]
+
+#: ``set_field(job, name, value)``: sets one of a :class:`Job`'s own fields (``settled``, ``started``,
+#: ``batch``, ``cancelled_by``) past the frozen dataclass's ``__setattr__``, which ``job.name = value``
+#: calls, a Python call per assignment: the executor sets three per fire. Never a claimed field.
+set_field = object.__setattr__
 
 
 class Job(ClaimedTimer):
@@ -50,7 +55,7 @@ class Job(ClaimedTimer):
         # the claim makes the Job itself, one record per row, never a ClaimedTimer and then its Job.
         # The claimed fields are frozen (the dataclass refuses their assignment); the others are the
         # job's. All are set past the frozen dataclass's __setattr__, a Python call per field per fire.
-        setattr_ = object.__setattr__
+        setattr_ = set_field
         setattr_(self, "handler", handler)
         setattr_(self, "timer", timer)
         setattr_(self, "schedule", schedule)
@@ -105,10 +110,17 @@ class InFlight:
         return len(self.jobs)
 
     def add(self, job: Job) -> None:
-        self.jobs[job.key] = job
+        self.jobs[job.timer.key] = job  # not job.key: a property, a Python call per fire
 
     def discard(self, key: bytes) -> None:
         self.jobs.pop(key, None)
+
+    def discard_jobs(self, jobs: list) -> None:
+        """Discard the rows of ``jobs`` (their outcomes committed or given up): one call per commit,
+        not one per row."""
+        pop = self.jobs.pop
+        for job in jobs:
+            pop(job.timer.key, None)
 
     def keys(self) -> frozenset:
         return frozenset(self.jobs)

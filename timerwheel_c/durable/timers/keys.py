@@ -631,7 +631,8 @@ def check_application_batch(batch: Batch) -> Batch:
         ValueError: a write to a key that begins with 0x00, naming the key.
     """
     for key, _ in batch.writes:
-        check_application_key(key)
+        if key[:len(RESERVED)] == RESERVED:  # the check inline: it runs for each write of each fire's outcome
+            check_application_key(key)
     return batch
 
 

@@ -49,8 +49,15 @@ class Int8Array(list):
 def _dump_buffers(items: list, oid: int) -> bytes:
     if not items:
         return _EMPTY.pack(0, 0, oid)
-    head = _HEAD.pack(1, None in items, oid, len(items), 1)
-    return head + b"".join([_NULL if item is None else _LEN(len(item)) + item for item in items])
+    if None in items:
+        head = _HEAD.pack(1, 1, oid, len(items), 1)
+        return head + b"".join([_NULL if item is None else _LEN(len(item)) + item for item in items])
+    # No NULL (most arrays): the length words and the elements interleaved by slice assignment, the
+    # per-element work in C (map), not a comprehension's bytecode and a concatenation per element.
+    parts: list = [b""] * (2 * len(items))
+    parts[::2] = map(_LEN, map(len, items))
+    parts[1::2] = items
+    return _HEAD.pack(1, 0, oid, len(items), 1) + b"".join(parts)
 
 
 def _dump_ints(items: list, oid: int, element) -> bytes:
