@@ -46,10 +46,11 @@ class SystemClock:
     """The host's clocks: :func:`time.time_ns`, :func:`time.monotonic_ns`; waits on the process-wide
     release timer (see :mod:`.deadline`)."""
 
-    # The C functions themselves, not methods that call them: a service reads its clocks a few
-    # times per fired timer (the claim's budget, each call's start, its settle), a Python frame each.
-    wall_ns = staticmethod(time.time_ns)
-    monotonic_ns = staticmethod(time.monotonic_ns)
+    def wall_ns(self) -> int:
+        return time.time_ns()
+
+    def monotonic_ns(self) -> int:
+        return time.monotonic_ns()
 
     def sleep(self, seconds: float) -> None:
         time.sleep(seconds)
