@@ -46,6 +46,8 @@ class SystemClock:
     """The host's clocks: :func:`time.time_ns`, :func:`time.monotonic_ns`; waits on the process-wide
     release timer (see :mod:`.deadline`)."""
 
+    # Methods that look the functions up at each read, not the functions themselves: a test tool
+    # that patches the time module (freezegun) must move this clock as it moves asyncio's loop.
     def wall_ns(self) -> int:
         return time.time_ns()
 
