@@ -48,72 +48,95 @@ def loop_factories() -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
     return out
 
 
-async def _measure(n: int, async_ops: int, repeats: int, seed: int, step: Callable[[], None]) -> dict:
-    loop = asyncio.get_running_loop()
-    conns = [_Conn() for _ in range(n)]
-    for c in conns:
-        c.handle = loop.call_later(DELAY_S, c.on_idle)
-    shuffled = conns[:]
-    random.Random(seed).shuffle(shuffled)
-    timeout = getattr(asyncio, "timeout", None)
-    done = loop.create_future()
-    done.set_result(None)
+class _Loop:
+    """One loop's side of the bench: ``n`` connections with a timer each, armed ``DELAY_S`` out
+    on ``loop`` (which need not run), and one measured round of every operation."""
 
-    def call_cancel() -> None:
-        call_later = loop.call_later
-        for c in conns:
+    def __init__(self, loop: asyncio.AbstractEventLoop, n: int, async_ops: int, seed: int) -> None:
+        self.loop, self.n, self.async_ops = loop, n, async_ops
+        self.conns = [_Conn() for _ in range(n)]
+        for c in self.conns:
+            c.handle = loop.call_later(DELAY_S, c.on_idle)
+        self.shuffled = self.conns[:]
+        random.Random(seed).shuffle(self.shuffled)
+        self.samples: dict[str, list[float]] = {}
+
+    def call_cancel(self) -> None:
+        call_later = self.loop.call_later
+        for c in self.conns:
             call_later(DELAY_S, c.on_idle).cancel()
 
-    def rearm() -> None:
-        call_later = loop.call_later
-        for c in shuffled:
+    def rearm(self) -> None:
+        call_later = self.loop.call_later
+        for c in self.shuffled:
             c.handle.cancel()
             c.handle = call_later(DELAY_S, c.on_idle)
 
-    async def async_timed(kind: str) -> float:
+    async def async_timed(self, kind: str) -> float:
+        timeout, ops = getattr(asyncio, "timeout", None), self.async_ops
+        done = self.loop.create_future()
+        done.set_result(None)
         gc.disable()
         try:
             t0 = thread_time_ns()
             if kind == "timeout":
-                for _ in range(async_ops):
+                for _ in range(ops):
                     async with timeout(DELAY_S):  # type: ignore[misc]
                         pass
             else:
                 wait_for = asyncio.wait_for
-                for _ in range(async_ops):
+                for _ in range(ops):
                     await wait_for(done, DELAY_S)
-            return (thread_time_ns() - t0) / async_ops
+            return (thread_time_ns() - t0) / ops
         finally:
             gc.enable()
 
-    samples: dict[str, list[float]] = {}
-    for i in range(repeats + 1):  # the first run warms up and is dropped
-        phases = {"call_later+cancel": _timed(call_cancel, n), "random re-arm": _timed(rearm, n)}
-        if timeout is not None:
-            phases["timeout"] = await async_timed("timeout")
-        phases["wait_for"] = await async_timed("wait_for")
-        step()
-        if i:
-            _keep(samples, phases)
-    for c in conns:
-        c.handle.cancel()
-    ops = {"call_later+cancel": n, "random re-arm": n, "timeout": async_ops, "wait_for": async_ops}
-    return _stats(samples, ops)
+    async def _round(self) -> dict[str, float]:
+        phases = {"call_later+cancel": _timed(self.call_cancel, self.n), "random re-arm": _timed(self.rearm, self.n)}
+        if hasattr(asyncio, "timeout"):
+            phases["timeout"] = await self.async_timed("timeout")
+        phases["wait_for"] = await self.async_timed("wait_for")
+        return phases
+
+    def round(self, keep: bool) -> None:
+        """Measure every operation on this loop, twice, and record the second round if ``keep``: the
+        first brings this loop's handles back into the caches the other loops' turns evicted."""
+        self.loop.run_until_complete(self._round())
+        phases = self.loop.run_until_complete(self._round())
+        if keep:
+            _keep(self.samples, phases)
+
+    def close(self) -> dict:
+        for c in self.conns:
+            c.handle.cancel()
+        self.loop.close()
+        ops = {"call_later+cancel": self.n, "random re-arm": self.n, "timeout": self.async_ops, "wait_for": self.async_ops}
+        return _stats(self.samples, ops)
 
 
 def run(handles: int, async_ops: int, repeats: int, seed: int = 6,
         progress: Optional[Callable[[int], None]] = None) -> dict:
     """Measure each loop of :func:`loop_factories`; returns ``{loop: {op: Stats JSON}}``
-    (ns per operation, the operations of the module docstring)."""
-    results = {}
-    for name, factory in loop_factories().items():
-        loop = factory()
-        try:
-            results[name] = loop.run_until_complete(
-                _measure(handles, async_ops, repeats, seed, lambda: progress and progress(1)))
-        finally:
-            loop.close()
-    return results
+    (ns per operation, the operations of the module docstring).
+
+    The loops take turns, one round of every operation each (after a round that warms the caches
+    up again), in an order reversed every other turn: a shared machine's slow spells (another
+    guest's CPU steal) then fall on every loop alike, where measuring one loop's repeats and then
+    the next's put a spell on one loop's side of the ratio."""
+    benches = {}
+    try:
+        for name, factory in loop_factories().items():
+            benches[name] = _Loop(factory(), handles, async_ops, seed)
+        for i in range(repeats + 1):  # the first round warms up and is dropped
+            for bench in (list(benches.values()) if i % 2 else list(benches.values())[::-1]):
+                bench.round(keep=i > 0)
+                if progress:
+                    progress(1)
+        return {name: bench.close() for name, bench in benches.items()}
+    finally:
+        for bench in benches.values():
+            if not bench.loop.is_closed():
+                bench.loop.close()
 
 
 def _median(cell: Any) -> Optional[float]:
