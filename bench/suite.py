@@ -114,7 +114,7 @@ def _durable(ctx: Context, bar: Task) -> dict:
 
 def _partitions(ctx: Context, bar: Task) -> dict:
     return durable_partitions.measure(durable_partitions.counts(ctx.sizes.partitions_max),
-                                      ctx.sizes.partitions_timers, ctx.pg_dsn)
+                                      ctx.sizes.partitions_timers, ctx.pg_dsn, ctx.sizes.partitions_effect_rows)
 
 
 def _fleet(ctx: Context, bar: Task) -> dict:

@@ -52,6 +52,7 @@ class Sizes:
     durable_rounds: int = 3  # interleaved rounds of the fleet and pgqueuer, when compared
     partitions_max: int = 100_000  # idle partitions of the largest store the wake-up is measured on
     partitions_timers: int = 30  # timers measured per partition count
+    partitions_effect_rows: int = 1_000_000  # an application's rows in each of those stores
     fleet_partitions: int = 100_000  # partitions of the store a fleet of runners serves, one runner SIGKILLed
     network_connections: int = 1000
     network_seconds: float = 5.0
@@ -70,7 +71,8 @@ class Sizes:
             churn_conns=10_000, churn_ops=100_000, expiry_timers=50_000, expiry_real_span_ms=500,
             rto_timers=50_000, rto_per_ms=10, gap_timers=10_000, memory_timers=100_000,
             lateness_samples=200, durable_timers=1000, durable_rounds=1,
-            partitions_max=10_000, partitions_timers=10, fleet_partitions=2_000,
+            partitions_max=10_000, partitions_timers=10, partitions_effect_rows=10_000,
+            fleet_partitions=2_000,
             network_connections=200, network_seconds=2.0,
             aio_handles=20_000, aio_timeout_ops=5000, echo_connections=(1000,), echo_seconds=1.0, echo_repeats=1,
             http_seconds=2.0, http_repeats=1,
@@ -81,7 +83,7 @@ class Sizes:
         a factor below 1 also shortens uvloop's real expiry run (at least 100 ms)."""
         counts = ("churn_conns", "churn_ops", "expiry_timers", "rto_timers", "gap_timers",
                   "memory_timers", "lateness_samples", "durable_timers", "partitions_max", "partitions_timers",
-                  "fleet_partitions",
+                  "partitions_effect_rows", "fleet_partitions",
                   "network_connections", "aio_handles", "aio_timeout_ops")
         kw = dict(self.__dict__)
         for name in counts:

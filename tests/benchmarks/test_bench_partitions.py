@@ -62,6 +62,8 @@ def test_quick_mode_measures_up_to_10000_partitions_and_the_default_up_to_100000
     assert durable_partitions.counts(Sizes().partitions_max) == [1, 1_000, 10_000, 100_000]
     assert durable_partitions.counts(Sizes.quick().partitions_max) == [1, 1_000, 10_000]
     assert durable_partitions.counts(200) == [1, 200]
+    assert Sizes().partitions_effect_rows == durable_partitions.EFFECT_ROWS == 1_000_000
+    assert Sizes.quick().partitions_effect_rows == 10_000
 
 
 PEERS = {

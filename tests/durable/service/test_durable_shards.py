@@ -161,14 +161,19 @@ def test_a_backlog_beyond_one_shard_read_fires_whole_and_each_partition_in_due_o
 
 def test_the_partitions_bench_reports_each_count_and_judges_its_goal_only_at_its_size(capsys, monkeypatch):
     """bench.durable_partitions at a tiny size: a p50 and p99 per partition count (never judged here),
-    and its goal reported as not applicable, since it is set at 100,000 partitions."""
+    with effect rows whose keys begin with "T" beside the idle timers, and its goal reported as not
+    applicable, since it is set at 100,000 partitions; a negative count of effect rows is refused."""
     import json
 
     from bench import durable_partitions
 
     monkeypatch.delenv("TIMERWHEEL_C_STORE", raising=False)
-    assert durable_partitions.main(["--partitions", "1", "30", "--timers", "2", "--json"]) == 0
+    with pytest.raises(SystemExit) as refused:
+        durable_partitions.main(["--effect-rows", "-1"])
+    assert refused.value.code == 2 and "-1" in capsys.readouterr().err
+    assert durable_partitions.main(["--partitions", "1", "30", "--timers", "2", "--effect-rows", "500", "--json"]) == 0
     figures = json.loads(capsys.readouterr().out)
+    assert figures["effect_rows"] == 500 and durable_partitions.EFFECT_PREFIX[:1] == b"T"
     assert sorted(figures["results"]["sqlite"]) == ["1", "30"]
     assert all(len(f["lateness_ms"]) == 2 and f["p99_ms"] >= f["p50_ms"] for f in figures["results"]["sqlite"].values())
     [verdict] = figures["goals"]
