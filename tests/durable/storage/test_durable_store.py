@@ -260,6 +260,33 @@ def test_apply_many_agrees_with_one_apply_per_batch(durable_store, shared):
     assert committed > 10 and failed > 10  # both outcomes arose
 
 
+def test_postgres_sends_only_lists_of_many_independent_batches_to_the_set_based_statement(pg_table):
+    """A single batch (a by-name schedule or cancel) and a list shorter than SETS_FROM go batch by batch,
+    where the set-based statement's fixed cost would double the server's time per call; a list of
+    SETS_FROM independent batches (a runner's claim) goes set-based. Counted on the store's own calls,
+    which still reach the server, and the results checked."""
+    from timerwheel_c.durable.storage.postgres import PostgresStore
+    from timerwheel_c.durable.storage.postgres.store import SETS_FROM
+
+    store = PostgresStore(os.environ["TIMERWHEEL_C_TEST_PG_DSN"], table=pg_table)
+    calls = []
+    real = store._apply_sets
+    store._apply_sets = lambda sets: calls.append(len(sets.bp)) or real(sets)
+    try:
+        assert store.apply(P, Batch().require(Absent(b"one")).put(b"one", b"1")) == Committed()
+        assert store.apply(P, Batch().require(Equals(b"one", b"1")).delete(b"one").put(b"two", b"1")) == Committed()
+        few = [Batch().put(b"f%d" % i, b"x") for i in range(SETS_FROM - 1)]
+        assert store.apply_many(P, few) == [Committed()] * len(few)
+        assert calls == []
+        many = [Batch().require(Equals(b"f%d" % i, b"x")).delete(b"f%d" % i) for i in range(SETS_FROM - 1)]
+        many.append(Batch().require(Absent(b"one")).put(b"one", b"2"))
+        assert store.apply_many(P, many) == [Committed()] * SETS_FROM
+        assert calls == [SETS_FROM]
+        assert store.scan(P, b"", b"\xff", limit=10).entries == [(b"one", b"2"), (b"two", b"1")]
+    finally:
+        store.close()
+
+
 def test_scan_many_answers_each_request_as_scan_does(durable_store):
     """scan_many gives, per request and in order, the page scan gives: bounds, after, limit, paging,
     other partitions and a partition without rows."""

@@ -16,10 +16,11 @@ partition, so that a transaction never holds more of the server's lock table tha
 count, however many partitions it writes: a claim over 20,000 partitions once took 20,000 locks
 and ran the server out of shared memory. Guarded commits on two partitions of one shard thus
 wait for each other; a fleet gives each shard one runner, so only writers meet there. Batches of which no two touch the same
-key (the runner's claims and outcomes) go to ``<table>_apply_sets``, which judges every
-guard and does every write of the list in one set-based statement (a join per kind of
-step instead of a statement per row), each batch still failing alone on its own guards;
-other lists go to ``<table>_apply_many``, which applies them batch by batch in order.
+key (the runner's claims and outcomes) go to ``<table>_apply_sets`` when there are at least
+:data:`SETS_FROM` of them: it judges every guard and does every write of the list in one
+set-based statement (a join per kind of step instead of a statement per row), each batch still
+failing alone on its own guards. Other lists, and every single batch (a by-name ``schedule`` or
+``cancel``), go to ``<table>_apply_many``, which applies them batch by batch in order.
 A large batch that only puts new keys, guarded by ``Absent`` on them (a chunk of ``schedule_many``),
 goes in with one ``COPY`` instead (:mod:`.copy`), the primary key judging its guards.
 
@@ -84,7 +85,13 @@ from ..watch import Watcher
 if TYPE_CHECKING:
     from .pool import AsyncPools
 
-__all__ = ["SCHEMA_VERSION", "PostgresStore", "lock_key", "set_synchronous_commit"]
+__all__ = ["SCHEMA_VERSION", "SETS_FROM", "PostgresStore", "lock_key", "set_synchronous_commit"]
+
+# The fewest batches that go to ``<table>_apply_sets``. The set-based statement has a fixed cost
+# the batch-by-batch loop has not (about 300 us of server CPU for one batch against 150 us, on
+# PostgreSQL 15 and a small table) and a lower cost per batch (15-40 us against 25-70 us), and the
+# two meet at about 8 batches; bench/durable_named.py's re-arms by name are single batches.
+SETS_FROM = 8
 
 _TABLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,51}$")  # room for the "_apply_many" suffix
 # The versions (postgres/sql/NNNN_*.sql bring a database to version NNNN):
@@ -354,14 +361,11 @@ class PostgresStore(Store):
                 if copy_new_rows(self._connection(), self._sql["copy_rows"], self.shard_lock(partition),
                                  partition, batch.writes):
                     return COMMITTED
-        sets = _independent_sets([(partition, batch)])
-        if sets is not None:
-            return self._apply_sets(sets)[0]
         return self._apply_in_one_transaction(partition, [batch], protect=False)[0]
 
     def _apply_many(self, partition: str, batches: list) -> list:
         try:
-            sets = _independent_sets([(partition, b) for b in batches])
+            sets = _independent_sets([(partition, b) for b in batches]) if len(batches) >= SETS_FROM else None
             if sets is not None:
                 return self._apply_sets(sets)
             return self._apply_in_one_transaction(partition, batches, protect=False)
