@@ -226,6 +226,24 @@ def _random_batches(rng, keys: list, n: int) -> list:
     return out
 
 
+def test_sqlite_put_over_a_stored_key_rewrites_its_value_and_leaves_the_shard_index_alone(tmp_path):
+    """A put over a stored key (a re-arm's identity row, a rewritten effect row) sets the value: its
+    program deletes nothing from the shard index, where INSERT OR REPLACE deleted the row from it and
+    inserted it again. The row reads back with its new value."""
+    from timerwheel_c.durable.storage.sqlite.rows import QUERIES
+
+    store = SQLiteStore(tmp_path / "timers.db")
+    try:
+        ops = [row[1] for row in store._db.execute("EXPLAIN " + QUERIES["put"], (P, b"k", b"v", 0))]
+        assert "IdxDelete" not in ops
+        put_all(store, [(b"k", b"1")])
+        put_all(store, [(b"k", b"2")])
+        assert store.get(P, b"k") == b"2"
+        assert store._db.execute("SELECT count(*) FROM timerwheel_kv INDEXED BY timerwheel_kv_shard WHERE shard >= 0").fetchone()[0] == 1
+    finally:
+        store.close()
+
+
 @pytest.mark.parametrize("shared", [False, True], ids=["own-keys", "shared-keys"])
 def test_apply_many_agrees_with_one_apply_per_batch(durable_store, shared):
     """apply_many gives each batch the result, and leaves the rows, that one apply per batch in order

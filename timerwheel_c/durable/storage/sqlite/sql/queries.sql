@@ -23,7 +23,11 @@ SELECT value FROM timerwheel_kv WHERE partition = ? AND key = ?
 SELECT key FROM timerwheel_kv WHERE partition = ? AND key IN ({keys})
 
 -- name: put
-INSERT OR REPLACE INTO timerwheel_kv (partition, key, value, shard) VALUES (?, ?, ?, ?)
+-- An upsert, not INSERT OR REPLACE: that deletes a stored row and inserts it again, in the shard
+-- index too, where setting the value leaves that index alone (a row's shard follows from its
+-- partition, part of the primary key, so it never changes here).
+INSERT INTO timerwheel_kv (partition, key, value, shard) VALUES (?, ?, ?, ?)
+  ON CONFLICT (partition, key) DO UPDATE SET value = excluded.value
 
 -- name: delete
 DELETE FROM timerwheel_kv WHERE partition = ? AND key = ?
