@@ -105,7 +105,9 @@ _TABLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,51}$")  # room for the "_apply_man
 # 8: the generated ``shard`` column and its index ``<table>_shard`` (storage/shards.py);
 # 9: the rows the layers above rewrite (storage/upgrades.py);
 # 10: the view ``<table>_timers`` of the pending timers in typed columns, for operators' SQL;
-# 11: a batch that consumes a row and puts its value under a free key moves the row (one UPDATE).
+# 11: a batch that consumes a row and puts its value under a free key moves the row (one UPDATE);
+# 12: no table changes: a first claim leaves the identity row (a version no earlier process reads);
+# 13: ``<table>_apply_sets`` takes each partition beside its row and each move's key beside its batch.
 _MIGRATIONS = migrations("postgres")
 _ROW_REWRITES = rewrite_versions(_MIGRATIONS)  # versions that must find their declared rewrite
 SCHEMA_VERSION = _MIGRATIONS[-1][0]
@@ -452,8 +454,8 @@ class PostgresStore(Store):
     def _apply_sets(self, sets: "_Sets") -> list:
         """Independent batches (:func:`_independent_sets`), set-based in one call of ``<table>_apply_sets``."""
         lock_keys = Int8Array(sorted({self.shard_lock(p) for p in set(sets.bp)}))
-        args = (lock_keys, sets.bp, sets.ck, sets.cv, sets.g_b, sets.g_k, sets.g_v, sets.d_b, sets.d_k,
-                sets.u_b, sets.u_k, sets.u_v)
+        args = (lock_keys, sets.bp, sets.ck, sets.cv, sets.mt, sets.g_b, sets.g_p, sets.g_k, sets.g_v,
+                sets.d_b, sets.d_p, sets.d_k, sets.u_b, sets.u_p, sets.u_k, sets.u_v)
         with self._lock, self._wrap:
             failed = self._connection().execute(self._sql["apply_sets"], args).fetchall()[0][0]
         return [COMMITTED if f is None else PreconditionFailed(bytes(f)) for f in failed]
@@ -570,18 +572,23 @@ class PostgresStore(Store):
 @dataclass
 class _Sets:
     """``(partition, batch)`` pairs flattened into the arrays of ``<table>_apply_sets`` (see
-    ``postgres/sql/0007_apply_sets.sql``): one entry per batch in ``bp``, ``ck``, ``cv``; one per
-    guard but the consuming one in ``g_*``; one per key finally deleted (``d_*``) or put (``u_*``)."""
+    ``postgres/sql/0013_apply_sets_flat.sql``): one entry per batch in ``bp``, ``ck``, ``cv`` and ``mt``
+    (the key its consumed row may move to); one per guard but the consuming one in ``g_*``; one per key
+    finally deleted (``d_*``) or put (``u_*``) but the move's, each with its partition."""
 
     bp: list = field(default_factory=TextArray)
     ck: list = field(default_factory=ByteaArray)
     cv: list = field(default_factory=ByteaArray)
+    mt: list = field(default_factory=ByteaArray)
     g_b: list = field(default_factory=Int4Array)
+    g_p: list = field(default_factory=TextArray)
     g_k: list = field(default_factory=ByteaArray)
     g_v: list = field(default_factory=ByteaArray)
     d_b: list = field(default_factory=Int4Array)
+    d_p: list = field(default_factory=TextArray)
     d_k: list = field(default_factory=ByteaArray)
     u_b: list = field(default_factory=Int4Array)
+    u_p: list = field(default_factory=TextArray)
     u_k: list = field(default_factory=ByteaArray)
     u_v: list = field(default_factory=ByteaArray)
 
@@ -590,13 +597,17 @@ def _independent_sets(items: list) -> Optional[_Sets]:
     """``items`` (``(partition, batch)`` pairs) as :class:`_Sets`, or None when two batches touch the
     same key of a partition (a guard or a write), or a batch puts back the key its last guard
     consumes: only then does judging every guard against the state before the call, as the
-    set-based statement does, give each batch the result the batch-by-batch loop would."""
+    set-based statement does, give each batch the result the batch-by-batch loop would.
+
+    A batch that consumes a row and puts the row's value under another key (its first such put, in
+    the order of the keys' first writes) names that key in ``mt`` instead of ``u_*``: the statement
+    moves the row there with one ``UPDATE`` when the key is free, and puts it otherwise."""
     sets = _Sets()
     # Bound once: this runs for every batch a runner claims or commits.
-    bp, ck, cv = sets.bp.append, sets.ck.append, sets.cv.append
-    g_b, g_k, g_v = sets.g_b.append, sets.g_k.append, sets.g_v.append
-    d_b, d_k = sets.d_b.append, sets.d_k.append
-    u_b, u_k, u_v = sets.u_b.append, sets.u_k.append, sets.u_v.append
+    bp, ck, cv, mt = sets.bp.append, sets.ck.append, sets.cv.append, sets.mt.append
+    g_b, g_p, g_k, g_v = sets.g_b.append, sets.g_p.append, sets.g_k.append, sets.g_v.append
+    d_b, d_p, d_k = sets.d_b.append, sets.d_p.append, sets.d_k.append
+    u_b, u_p, u_k, u_v = sets.u_b.append, sets.u_p.append, sets.u_k.append, sets.u_v.append
     touched: dict = {}  # partition -> the keys its batches so far touch
     for b, (partition, batch) in enumerate(items, 1):
         final = dict(batch.writes)  # key -> its last write (None: a delete), in first-write order
@@ -606,6 +617,8 @@ def _independent_sets(items: list) -> Optional[_Sets]:
             keys = touched[partition] = set()
         before = len(keys)
         mine = set(final)
+        move: object = None  # the consumed value while its move's key is still to find
+        target = None  # the key the consumed row moves to
         if consumed_write(batch) >= 0:
             last = guards[-1]
             if final.pop(last.key) is not None:
@@ -613,6 +626,7 @@ def _independent_sets(items: list) -> Optional[_Sets]:
             guards = guards[:-1]
             ck(last.key)
             cv(last.value)
+            move = last.value
         else:
             ck(None)
             cv(None)
@@ -620,6 +634,7 @@ def _independent_sets(items: list) -> Optional[_Sets]:
         for g in guards:
             mine.add(g.key)
             g_b(b)
+            g_p(partition)
             g_k(g.key)
             g_v(None if isinstance(g, Absent) else g.value)
         keys |= mine
@@ -628,11 +643,17 @@ def _independent_sets(items: list) -> Optional[_Sets]:
         for k, v in final.items():
             if v is None:
                 d_b(b)
+                d_p(partition)
                 d_k(k)
+            elif v == move:
+                target = k
+                move = None
             else:
                 u_b(b)
+                u_p(partition)
                 u_k(k)
                 u_v(v)
+        mt(target)
     return sets
 
 

@@ -61,8 +61,9 @@ SELECT failed, refused FROM {apply_many}(%s, %s, %b::int[], %b::bytea[], %b::byt
                                          %b::bytea[], %b::bytea[], %b::int[], %s)
 
 -- name: apply_sets
-SELECT {apply_sets}(%b::bigint[], %b::text[], %b::bytea[], %b::bytea[], %b::int[], %b::bytea[], %b::bytea[],
-                    %b::int[], %b::bytea[], %b::int[], %b::bytea[], %b::bytea[])
+SELECT {apply_sets}(%b::bigint[], %b::text[], %b::bytea[], %b::bytea[], %b::bytea[],
+                    %b::int[], %b::text[], %b::bytea[], %b::bytea[], %b::int[], %b::text[], %b::bytea[],
+                    %b::int[], %b::text[], %b::bytea[], %b::bytea[])
 
 -- name: create_meta
 CREATE TABLE IF NOT EXISTS {meta} (name text PRIMARY KEY, value text NOT NULL)
