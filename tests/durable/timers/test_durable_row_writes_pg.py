@@ -176,7 +176,10 @@ def test_a_move_leaves_the_rows_a_delete_and_a_put_leave(store, path):
     """A batch that consumes a row and puts its value under another key leaves the rows the delete and
     the put would, on the loop (apply_many) and in the set-based statement (apply_across over two
     partitions): moved when the new key is free (one UPDATE, no INSERT), overwritten when a row holds
-    it (the put's upsert, the consumed row deleted), and nothing written when the guard fails."""
+    it (the put's upsert, the consumed row deleted), and nothing written when the guard fails. The
+    set-based statement takes every move's key on trust first: a key that holds a row fails the
+    primary key and undoes that attempt, whose updates the server still counts, and the second
+    attempt probes each key."""
     from timerwheel_c.durable.storage.store import Batch, Committed, Equals, PreconditionFailed
 
     for p in ("a", "b"):
@@ -193,5 +196,11 @@ def test_a_move_leaves_the_rows_a_delete_and_a_put_leave(store, path):
     assert [type(r) for r in results] == [Committed, Committed, PreconditionFailed] * 2
     for p in ("a", "b"):
         assert dict(store.scan(p, b"", b"\xff", limit=10).entries) == {b"M1": b"V", b"X": b"V", b"K3": b"V"}
-    # per partition: the move (an update), the overwrite (an update) and the consumed row's delete
-    assert {what: n / 2 for what, n in _per_fire(before, after, 1).items()} == {"ins": 0, "upd": 2, "del": 1}
+    # per partition: the move (an update), the overwrite (an update) and the consumed row's delete; in the
+    # set-based statement also the undone attempt's moves (one or two per partition, as far as the server
+    # got before the taken key)
+    writes = {what: n / 2 for what, n in _per_fire(before, after, 1).items()}
+    if path == "apply_many":
+        assert writes == {"ins": 0, "upd": 2, "del": 1}
+    else:
+        assert writes["ins"] == 0 and writes["del"] == 1 and 2 < writes["upd"] <= 4, writes
