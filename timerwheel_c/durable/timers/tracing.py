@@ -21,8 +21,8 @@ caller's: :func:`~.writer.schedule` called while a valid span is current keeps t
 the schedule's batch; each traced fire reads it (one more read per fire) and adds a ``Link`` to its
 span context. Spans start only once an SDK's tracer provider is set: with the API alone a fire is the
 handler's call and nothing more. The row goes when the timer fires,
-is cancelled, replaced, rescheduled or parked (a fire without a span, with the API alone, leaves it);
-a row a runner without tracing left is told apart by its due time.
+is cancelled, replaced, rescheduled or parked; a row a runner without tracing left is told apart by
+its due time.
 
 Without ``opentelemetry-api``, :data:`ENABLED` is False, decided once at import: the runner and the
 service's executor then call the handler directly, with no span and no work per fire.
