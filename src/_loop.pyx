@@ -15,7 +15,6 @@ the methods ``EventLoop`` takes from here: ``time``, ``call_at``, ``call_later``
 # reference to its handle and frees its index; only then does it run Python code.
 cimport cython
 from cpython.contextvars cimport PyContext_Copy, PyContext_CopyCurrent, PyContext_Enter, PyContext_Exit
-from cpython.dict cimport PyDict_GetItem
 from cpython.object cimport Py_TYPE, PyObject, PyTypeObject
 from cpython.ref cimport Py_DECREF, Py_INCREF
 from libc.math cimport INFINITY, floor, nextafter
@@ -47,6 +46,61 @@ cdef extern from "tw_context.h":
     PyObject* tw_current_context() noexcept
     PyObject* tw_context_vars(PyObject* ctx) noexcept
 
+cdef extern from *:
+    """
+    /* A dict's value for one exact-str key (borrowed; NULL if absent), remembered with the dict's
+     * version tag where the interpreter keeps one (PEP 509: 3.9 to 3.13, with the GIL), so a read
+     * of an unchanged dict is one comparison instead of a lookup (about a hundred instructions, the
+     * larger part of a clock read); every change of the dict gives it a new tag, so a patch set or
+     * undone is seen at the next read. Elsewhere, a lookup at every read. The remembered value is
+     * the dict's own reference, valid while the tag holds. A lookup cannot fail for such a key, but
+     * a failure reads as absent, as PyDict_GetItem's does. */
+    #if PY_VERSION_HEX < 0x030E0000 && !defined(Py_GIL_DISABLED)
+    #define TW_DICT_VERSIONS 1
+    #else
+    #define TW_DICT_VERSIONS 0
+    #endif
+    typedef struct { uint64_t version; PyObject *value; } tw_dict_memo;
+
+    static inline uint64_t tw_dict_version(PyObject *dict) {
+    #if TW_DICT_VERSIONS
+    #if defined(__GNUC__)
+    #pragma GCC diagnostic push
+    #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+    #endif
+        return ((PyDictObject *)dict)->ma_version_tag;  /* deprecated from 3.12, kept until 3.14 */
+    #if defined(__GNUC__)
+    #pragma GCC diagnostic pop
+    #endif
+    #else
+        (void)dict;
+        return 0;
+    #endif
+    }
+
+    static inline PyObject *tw_dict_get(PyObject *dict, PyObject *key, tw_dict_memo *memo) {
+        /* Read before the lookup: a change the lookup itself makes leaves a stale tag, never a
+         * stale value. */
+        uint64_t version = tw_dict_version(dict);
+        PyObject *value;
+        if (TW_DICT_VERSIONS && version != 0 && version == memo->version) {
+            return memo->value;
+        }
+        value = PyDict_GetItemWithError(dict, key);
+        if (value == NULL && PyErr_Occurred()) {
+            PyErr_Clear();
+        }
+        memo->version = version;
+        memo->value = value;
+        return value;
+    }
+    """
+    ctypedef struct tw_dict_memo:
+        uint64_t version
+        PyObject* value
+    uint64_t tw_dict_version(object d) noexcept
+    PyObject* tw_dict_get(object d, object key, tw_dict_memo* memo) noexcept
+
 cdef extern from "Python.h":
     # The type's attribute as the method cache finds it (borrowed, NULL if none): what
     # ``type(loop).time`` is, without the descriptor call.
@@ -70,11 +124,13 @@ cdef dict _TIME_DICT = _time_module.__dict__
 cdef object _MONOTONIC = _time_module.monotonic
 cdef str _MONOTONIC_NAME = "monotonic"
 cdef str _TIME_NAME = "time"
+cdef tw_dict_memo _MONOTONIC_MEMO
+cdef str _TIMERS_NAME = "_timers"
 
 
 cdef inline bint _monotonic_is_real() noexcept:
     """True unless someone replaced ``time.monotonic`` (a test's patch)."""
-    return FAST_CLOCK and PyDict_GetItem(_TIME_DICT, _MONOTONIC_NAME) == <PyObject*>_MONOTONIC
+    return FAST_CLOCK and tw_dict_get(_TIME_DICT, _MONOTONIC_NAME, &_MONOTONIC_MEMO) == <PyObject*>_MONOTONIC
 
 
 def _context_reads_hold():
@@ -272,6 +328,7 @@ cdef class LoopTimers:
     """
     cdef object _loop
     cdef dict _loop_dict      # the loop's __dict__: a ``time`` set there (a test's patch) is seen
+    cdef tw_dict_memo _time_memo  # _loop_dict's ``time`` as last read
     cdef bint _fast_clock
     cdef bint _closed
     cdef bint _due_now        # a timer was armed due now since the last move_due
@@ -302,6 +359,7 @@ cdef class LoopTimers:
         self._wheel = TimerWheel(max(_loop_ms(self.c_time()), 0))
 
     def __dealloc__(self):
+        _forget_loop(<PyObject*>self)
         free(self._sort)
         free(self._free_tokens.free)
 
@@ -443,7 +501,7 @@ cdef class LoopTimers:
         (or this module's ``time``) and nothing patched it, else ``loop.time()`` itself."""
         cdef double now_s
         cdef PyObject* loop_time
-        if self._fast_clock and _monotonic_is_real() and PyDict_GetItem(self._loop_dict, _TIME_NAME) == NULL:
+        if self._fast_clock and _monotonic_is_real() and tw_dict_get(self._loop_dict, _TIME_NAME, &self._time_memo) == NULL:
             loop_time = _PyType_Lookup(Py_TYPE(self._loop), <PyObject*>_TIME_NAME)
             if (loop_time == <PyObject*>_LOOP_TIME or loop_time == <PyObject*>_BASE_TIME) \
                     and tw_monotonic_s(&now_s) == 0:
@@ -651,6 +709,47 @@ cdef class LoopTimers:
         return 0
 
 
+# The store of the loop last armed on, remembered with its __dict__'s version tag, so that
+# call_at/call_later on an unchanged loop find ``loop._timers`` with one comparison instead of an
+# attribute lookup (a type lookup and a dict lookup, a tenth of a re-arm's instructions). Borrowed:
+# the store holds its loop and __dict__, and forgets the memo when it is freed; any change of the
+# loop's __dict__ (a ``_timers`` set, a ``time`` patched) gives it a new tag, and so a lookup.
+cdef PyObject* _memo_loop = NULL
+cdef PyObject* _memo_timers = NULL
+cdef uint64_t _memo_version = 0
+
+
+cdef inline object _loop_timers(object loop):
+    """``loop._timers``, through the memo while the loop's __dict__ is unchanged."""
+    global _memo_loop, _memo_timers, _memo_version
+    cdef LoopTimers timers
+    cdef uint64_t version
+    cdef tw_dict_memo probe
+    if <PyObject*>loop == _memo_loop:
+        timers = <LoopTimers>_memo_timers
+        if tw_dict_version(timers._loop_dict) == _memo_version:
+            return timers
+    found = loop._timers
+    if type(found) is LoopTimers and (<LoopTimers>found)._loop is loop and (<LoopTimers>found)._fast_clock:
+        timers = <LoopTimers>found
+        # Read after the lookup: a __dict__ changed by it (a property on a subclass) is looked up again.
+        version = tw_dict_version(timers._loop_dict)
+        probe.version = 0
+        if version != 0 and tw_dict_get(timers._loop_dict, _TIMERS_NAME, &probe) == <PyObject*>found:
+            _memo_loop = <PyObject*>loop
+            _memo_timers = <PyObject*>found
+            _memo_version = version
+    return found
+
+
+cdef inline void _forget_loop(PyObject* timers) noexcept:
+    """Drop the memo if it names ``timers``, which is being freed."""
+    global _memo_loop, _memo_timers, _memo_version
+    if _memo_timers == timers:
+        _memo_loop = _memo_timers = NULL
+        _memo_version = 0
+
+
 # EventLoop's own methods, on its class (so a patch of type(loop) sees every call, as on asyncio's
 # loop) and compiled (no Python frame: a forwarding method's frame is a third of a timer's cost).
 
@@ -678,7 +777,7 @@ def call_at(loop, when, callback, *args, context=None):
         TypeError: ``when`` is None or not a real number. RuntimeError: the loop is closed.
     """
     cdef double when_s
-    timers = loop._timers
+    timers = _loop_timers(loop)
     if type(timers) is not LoopTimers or (<LoopTimers>timers).debug:
         return loop._call_at_checked(when, callback, args, context, 1)
     if type(when) is float:
@@ -699,7 +798,7 @@ def call_later(loop, delay, callback, *args, context=None):
         TypeError: ``delay`` is None or not a real number. RuntimeError: the loop is closed.
     """
     cdef double delay_s, now_s
-    timers = loop._timers
+    timers = _loop_timers(loop)
     if type(timers) is not LoopTimers or (<LoopTimers>timers).debug:
         return loop._call_later_checked(delay, callback, args, context, 1)
     if type(delay) is float:
