@@ -161,3 +161,26 @@ def test_bad_schedules_and_bad_rows_are_refused():
     bad_time = dataclasses.replace(new_state(every, KIND, rng=rng), last_fired_ms=-1).to_bytes()
     with pytest.raises(ValueError, match="last_fired_ms"):
         ScheduleState.from_bytes(bad_time)
+
+
+def test_a_row_read_again_gives_the_state_kept_from_its_first_read_and_a_bad_row_is_never_kept(monkeypatch):
+    """An occurrence's claim and its outcome read the same row: the second read returns the first's
+    frozen state instead of decoding again; a row that fails to decode raises at every read; the
+    states kept are at most DECODED_STATES, and a full set is emptied, never grown."""
+    from timerwheel_c.durable.timers import schedule_state
+
+    rng = random.Random(7)
+    data = new_state(Cron("*/5 * * * *", "Europe/Paris", start=START), KIND, b"v", rng=rng).to_bytes()
+    first = ScheduleState.from_bytes(data)
+    assert ScheduleState.from_bytes(bytearray(data)) is first
+    assert ScheduleState.from_bytes(first.to_bytes()) is first
+    bad = b"\x02" + data[1:]
+    for _ in range(2):
+        with pytest.raises(ValueError, match="version 2"):
+            ScheduleState.from_bytes(bad)
+    monkeypatch.setattr(schedule_state, "DECODED_STATES", 3)
+    monkeypatch.setattr(schedule_state, "_DECODED", {})
+    states = [new_state(Every(60 + i, start=START), KIND, rng=rng) for i in range(7)]
+    for state in states:
+        assert ScheduleState.from_bytes(state.to_bytes()) == state
+        assert len(schedule_state._DECODED) <= 3
