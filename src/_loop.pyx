@@ -49,13 +49,15 @@ cdef extern from "tw_context.h":
 cdef extern from *:
     """
     /* A dict's value for one exact-str key (borrowed; NULL if absent), remembered with the dict's
-     * version tag where the interpreter keeps one (PEP 509: 3.9 to 3.13, with the GIL), so a read
-     * of an unchanged dict is one comparison instead of a lookup (about a hundred instructions, the
-     * larger part of a clock read); every change of the dict gives it a new tag, so a patch set or
-     * undone is seen at the next read. Elsewhere, a lookup at every read. The remembered value is
+     * version tag where every change of the dict renews it (PEP 509: 3.9 to 3.12, with the GIL), so
+     * a read of an unchanged dict is one comparison instead of a lookup (about a hundred
+     * instructions, the larger part of a clock read), and a patch set or undone is seen at the next
+     * read. Not on 3.13: an attribute set on an object whose __dict__ shares the object's inline
+     * values writes the values without renewing the dict's tag, so a loop.time patched that way
+     * went unseen. Elsewhere, a lookup at every read. The remembered value is
      * the dict's own reference, valid while the tag holds. A lookup cannot fail for such a key, but
      * a failure reads as absent, as PyDict_GetItem's does. */
-    #if PY_VERSION_HEX < 0x030E0000 && !defined(Py_GIL_DISABLED)
+    #if PY_VERSION_HEX < 0x030D0000 && !defined(Py_GIL_DISABLED)
     #define TW_DICT_VERSIONS 1
     #else
     #define TW_DICT_VERSIONS 0

@@ -405,9 +405,10 @@ def test_each_call_arms_on_its_own_loops_store_as_loops_come_and_go(new_wheel_lo
         loop.close()
         del loop, handle
         gc.collect()
-    # An address came back, the case the store must not confuse; valgrind's allocator holds freed
-    # blocks back, so there the rounds prove only the turns and the replaced store.
-    if "vgpreload" not in os.environ.get("LD_PRELOAD", ""):
+    # An address came back, the case the store must not confuse. valgrind's allocator holds freed
+    # blocks back, and so did CPython 3.13 here, where the store keeps no memo (it looks up every
+    # time): there the rounds prove only the turns and the replaced store.
+    if "vgpreload" not in os.environ.get("LD_PRELOAD", "") and sys.version_info < (3, 13):
         assert len(seen) < 50
 
 
