@@ -244,6 +244,33 @@ def test_sqlite_put_over_a_stored_key_rewrites_its_value_and_leaves_the_shard_in
         store.close()
 
 
+def test_sqlite_scan_of_many_shards_probes_them_in_one_statement_and_reads_only_those_that_hold_rows(tmp_path):
+    """A pass over idle shards costs one statement, not one per shard (one per 500 shards), and it
+    still returns each shard's rows in the range, in key order, at most
+    ``limit``, in request order, with [] for the others."""
+    from timerwheel_c.durable.storage.shards import shard_of
+
+    store = SQLiteStore(tmp_path / "timers.db", shard_count=1200)
+    try:
+        statements: list = []
+        store._db.set_trace_callback(statements.append)
+        shards = list(range(1200))
+        assert store.scan_shards(shards, b"a", b"z", 10) == [[]] * 1200
+        assert len(statements) == 3  # 1200 shards, 500 per probe
+        parts = [f"p{i}" for i in range(40)]
+        for p in parts:
+            store.apply(p, Batch().put(b"m2", p.encode()).put(b"m1", p.encode()).put(b"zz", b"out of range"))
+        statements.clear()
+        found = store.scan_shards(shards, b"a", b"z", 1)
+        held = {shard_of(p, 1200) for p in parts}
+        assert len(statements) == 3 + len(held)
+        for shard, rows in zip(shards, found):
+            expect = sorted((p, b"m1", p.encode()) for p in parts if shard_of(p, 1200) == shard)[:1]
+            assert [(p, bytes(k), bytes(v)) for p, k, v in rows] == expect
+    finally:
+        store.close()
+
+
 @pytest.mark.parametrize("shared", [False, True], ids=["own-keys", "shared-keys"])
 def test_apply_many_agrees_with_one_apply_per_batch(durable_store, shared):
     """apply_many gives each batch the result, and leaves the rows, that one apply per batch in order

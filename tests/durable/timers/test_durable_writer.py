@@ -157,3 +157,36 @@ def test_service_schedule_and_cancel_wrap_the_module_functions(store):
     assert svc.cancel(P, KIND, b"r") is True and svc.cancel(P, KIND, b"r") is False
     with pytest.raises(ValueError, match="not served"):
         svc.schedule("elsewhere", DUE, KIND, b"r")
+
+
+def test_a_write_on_sqlite_reads_and_commits_in_one_transaction_and_one_that_raises_rolls_back(tmp_path):
+    """On SQLite a by-name write's reads and its guarded batch run in one BEGIN IMMEDIATE transaction,
+    the reads with no read transaction of their own; a write that raises (``if_exists="error"`` over
+    a pending timer) rolls it back, writes nothing and leaves the file's write lock free."""
+    import sqlite3
+
+    from timerwheel_c.durable import TimerExists
+    from timerwheel_c.durable.storage.sqlite import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "timers.db")
+    try:
+        schedule(store, P, DUE, KIND, b"ref", b"v1")
+        statements: list = []
+        store._db.set_trace_callback(statements.append)
+        schedule(store, P, DUE + 1, KIND, b"ref", b"v2")
+        begins = [i for i, s in enumerate(statements) if s.startswith("BEGIN")]
+        reads = [i for i, s in enumerate(statements) if s.startswith("SELECT value FROM timerwheel_kv")]
+        assert len(begins) == 1 and statements[begins[0]] == "BEGIN IMMEDIATE" and statements[-1] == "COMMIT"
+        assert len(reads) >= 2 and min(reads) > begins[0]
+        statements.clear()
+        with pytest.raises(TimerExists):
+            schedule(store, P, DUE + 2, KIND, b"ref", b"v3", if_exists="error")
+        assert statements[-1] == "ROLLBACK"
+        store._db.set_trace_callback(None)
+        other = sqlite3.connect(tmp_path / "timers.db", timeout=0, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # raises "database is locked" were the write lock still held
+        other.execute("ROLLBACK")
+        other.close()
+        assert [v for _, v in rows(store)] == [b"v2"]
+    finally:
+        store.close()

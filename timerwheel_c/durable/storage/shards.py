@@ -14,6 +14,7 @@ computable in SQL, which PostgreSQL's generated ``shard`` column does
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 
 __all__ = ["DEFAULT_SHARD_COUNT", "MAX_SHARD_COUNT", "check_shard_count", "check_shards", "shard_of"]
@@ -58,6 +59,9 @@ def check_shards(shards: object, shard_count: int) -> list:
     return shards
 
 
+# Kept per (partition, count): a writer or a runner meets the same partitions again and again, and an
+# MD5 per write costs more than the lookup (4096 entries of a few hundred bytes each at most).
+@functools.lru_cache(maxsize=4096)
 def shard_of(partition: str, shard_count: int) -> int:
     """The shard (0..``shard_count`` - 1) of the partition named ``partition`` (a checked name)."""
     digest = hashlib.md5(partition.encode("utf-8"), usedforsecurity=False).digest()

@@ -17,8 +17,9 @@ validate their arguments once, and passes the one contract suite in
 from __future__ import annotations
 
 import abc
+import contextlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, NoReturn, Optional, Union, cast
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, NoReturn, Optional, Union, cast
 
 from .errors import PermanentStoreError
 from .redact import redact
@@ -585,6 +586,21 @@ class Store(abc.ABC):
         """
         return None if self.ownership_type is None else self.ownership_type(self, partitions, **kwargs)
 
+    def own_write(self, partition: str) -> ContextManager[Any]:
+        """A writer's reads and batches of ``partition`` on the store's own connection: a context
+        manager yielding an object whose ``get(key)`` (bytes or None), ``scan(start, end, limit)``
+        (a list of ``(key, value)`` in key order) and ``apply(batch)`` (:class:`Committed` or
+        :class:`PreconditionFailed`) act as the store's own :meth:`get`, :meth:`scan` and
+        :meth:`apply`. The default reads outside any transaction and commits each apply on its own,
+        the guards judging what was read; a backend whose transactions cost less than the reads'
+        own overrides it to hold them all in one (SQLite), committed when the block ends, rolled
+        back when it raises.
+
+        Raises:
+            TypeError / ValueError: a bad partition.
+        """
+        return contextlib.nullcontext(_OwnCalls(self, check_partition(partition)))
+
     def joined(self, conn: Any, partition: str) -> "Joined":
         """The write to ``partition`` through the caller's own sync connection ``conn``, inside its
         open transaction (:mod:`.joined` gives the contract), its state checked now; a backend that
@@ -717,6 +733,25 @@ class Store(abc.ABC):
 
     def _signal_writes(self, patterns: list) -> None:  # noqa: B027 -- a detector that sees every write needs none
         """:meth:`signal_writes` with checked patterns; the default keeps signalling every write."""
+
+
+class _OwnCalls:
+    """The default :meth:`Store.own_write`: each call is the store's own public one on the partition."""
+
+    __slots__ = ("_store", "_partition")
+
+    def __init__(self, store: Store, partition: str):
+        self._store = store
+        self._partition = partition
+
+    def get(self, key: bytes) -> Optional[bytes]:
+        return self._store.get(self._partition, key)
+
+    def scan(self, start: bytes, end: bytes, limit: int) -> list:
+        return self._store.scan(self._partition, start, end, limit=limit).entries
+
+    def apply(self, batch: Batch) -> Union[Committed, PreconditionFailed]:
+        return self._store.apply(self._partition, batch)
 
 
 def consumed_write(batch: Batch) -> int:

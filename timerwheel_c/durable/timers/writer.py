@@ -183,8 +183,9 @@ def _checked_identity(store: Store, partition: str, kind, reference: bytes) -> b
 
 
 def write(store: Store, partition: str, steps: Steps[T], conn=None) -> T:
-    """Run a writer's ``steps`` (:mod:`.steps`) on ``partition``: on the store's own connection, each
-    apply its own transaction, or with ``conn`` through the caller's connection inside its open
+    """Run a writer's ``steps`` (:mod:`.steps`) on ``partition``: on the store's own connection
+    (:meth:`~timerwheel_c.durable.storage.store.Store.own_write`: one transaction on SQLite, each
+    apply its own on PostgreSQL), or with ``conn`` through the caller's connection inside its open
     transaction (:mod:`~timerwheel_c.durable.storage.joined`), committed only when the caller commits.
 
     Raises:
@@ -193,7 +194,8 @@ def write(store: Store, partition: str, steps: Steps[T], conn=None) -> T:
     """
     if conn is None:
         keys.declare_signals(store)
-        return on_store(store, partition, steps)
+        with store.own_write(partition) as tx:
+            return run_steps(steps, tx.get, tx.apply, tx.scan)
     # No declare_signals here: until some process declares them every write signals (more wake-ups,
     # none missed), runners declare them when they start, and declaring them may rebuild the
     # trigger on the store's own connection, which waits for every lock on the table: one the

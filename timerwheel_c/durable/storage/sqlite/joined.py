@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 from ..errors import wrap_exceptions
 from ..savepoint import OPEN, Joined, ending, type_name, unless_failing
 from ..shards import shard_of
-from ..store import COMMITTED, Batch, Committed, PreconditionFailed
+from ..store import Batch, Committed, PreconditionFailed
 from .errors import store_error
-from .rows import QUERIES, apply_batch, read_value
+from .rows import OnCursor
 
 if TYPE_CHECKING:
     from .store import SQLiteStore
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 __all__ = ["OnTheLoop", "SQLiteJoined"]
 
 
-class SQLiteJoined(Joined):
+class SQLiteJoined(OnCursor, Joined):
     """:class:`Joined` on a ``sqlite3.Connection`` to the store's own database file. A connection
     that begins transactions by itself, with none open yet, gets ``BEGIN IMMEDIATE`` (:mod:`..joined`
     says why not DEFERRED)."""
@@ -50,11 +50,9 @@ class SQLiteJoined(Joined):
         if not in_transaction and (autocommit is True or (autocommit == -1 and conn.isolation_level is None)):
             raise ValueError("conn is in autocommit mode (isolation_level=None or autocommit=True) with no transaction "
                              "open, so the write would commit on its own: execute BEGIN on it first, or pass no conn")
-        self._cursor = cursor
-        self._partition = partition
-        self._shard = shard_of(partition, store.shard_count)
+        OnCursor.__init__(self, cursor, partition, shard_of(partition, store.shard_count),
+                          wrap_exceptions(sqlite3.Error, functools.partial(store_error, store.path)))
         self._begin = not in_transaction
-        self._wrap = wrap_exceptions(sqlite3.Error, functools.partial(store_error, store.path))
 
     def __enter__(self) -> "SQLiteJoined":
         with self._wrap:
@@ -67,20 +65,6 @@ class SQLiteJoined(Joined):
         for statement in ending(exc):
             with unless_failing(exc, self._wrap):
                 self._cursor.execute(statement)
-
-    def get(self, key: bytes) -> Optional[bytes]:
-        with self._wrap:
-            return read_value(self._cursor, self._partition, key)
-
-    def scan(self, start: bytes, end: bytes, limit: int) -> list:
-        with self._wrap:
-            rows = self._cursor.execute(QUERIES["scan_from"], (self._partition, start, end, limit)).fetchall()
-        return [(bytes(key), bytes(value)) for key, value in rows]
-
-    def apply(self, batch: Batch) -> Union[Committed, PreconditionFailed]:
-        with self._wrap:
-            failed = apply_batch(self._cursor, self._partition, batch, self._shard)
-        return COMMITTED if failed is None else PreconditionFailed(failed)
 
 
 def _same_file(opened: Optional[str], path: str) -> bool:

@@ -8,9 +8,10 @@ import sqlite3
 from typing import Optional, Union
 
 from ..sqlfiles import queries
-from ..store import Absent, Batch, consumed_write
+from ..errors import wrap_exceptions
+from ..store import COMMITTED, Absent, Batch, Committed, PreconditionFailed, consumed_write
 
-__all__ = ["QUERIES", "apply_batch", "read_value"]
+__all__ = ["QUERIES", "OnCursor", "apply_batch", "occupied_shards", "read_value"]
 
 QUERIES = queries("sqlite")
 
@@ -31,6 +32,17 @@ def _present(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, want
         part = wanted[i:i + _IN_LIST]
         query = QUERIES["present"].replace("{keys}", ",".join("?" * len(part)))
         found.update(bytes(row[0]) for row in db.execute(query, (partition, *part)))
+    return found
+
+
+def occupied_shards(db: Union[sqlite3.Connection, sqlite3.Cursor], shards: list, start: bytes, end: bytes) -> set:
+    """Those of ``shards`` that hold a row with ``start <= key < end``, probed :data:`_IN_LIST` shards
+    per statement."""
+    found: set = set()
+    for i in range(0, len(shards), _IN_LIST):
+        part = shards[i:i + _IN_LIST]
+        query = QUERIES["occupied_shards"].replace("{shards}", ",".join(["(?)"] * len(part)))
+        found.update(row[0] for row in db.execute(query, (*part, start, end)))
     return found
 
 
@@ -74,3 +86,30 @@ def apply_batch(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, b
     if puts:
         db.executemany(QUERIES["put"], puts)
     return None
+
+
+class OnCursor:
+    """A write's reads and batches of one partition on ``cursor``, inside a transaction its owner
+    opened and ends: the caller's (:class:`~.joined.SQLiteJoined`) or the store's own
+    (:meth:`~.store.SQLiteStore.own_write`). ``shard``: the partition's; ``wrap`` turns sqlite3 errors
+    into the store's."""
+
+    def __init__(self, cursor: sqlite3.Cursor, partition: str, shard: int, wrap: wrap_exceptions):
+        self._cursor = cursor
+        self._partition = partition
+        self._shard = shard
+        self._wrap = wrap
+
+    def get(self, key: bytes) -> Optional[bytes]:
+        with self._wrap:
+            return read_value(self._cursor, self._partition, key)
+
+    def scan(self, start: bytes, end: bytes, limit: int) -> list:
+        with self._wrap:
+            rows = self._cursor.execute(QUERIES["scan_from"], (self._partition, start, end, limit)).fetchall()
+        return [(bytes(key), bytes(value)) for key, value in rows]
+
+    def apply(self, batch: Batch) -> Union[Committed, PreconditionFailed]:
+        with self._wrap:
+            failed = apply_batch(self._cursor, self._partition, batch, self._shard)
+        return COMMITTED if failed is None else PreconditionFailed(failed)

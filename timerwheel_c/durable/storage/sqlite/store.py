@@ -50,12 +50,12 @@ from ..redact import redact
 from ..shards import DEFAULT_SHARD_COUNT, check_shard_count, shard_of
 from ..sqlfiles import migrations, rewrite_versions, statements
 from ..store import (COMMITTED, Batch, Committed, NoStoreError, Page, PreconditionFailed, Refused, SchemaError,
-                    SchemaVersionError, Store, check_readable_version, schema_version_of)
+                    SchemaVersionError, Store, check_partition, check_readable_version, schema_version_of)
 from ..upgrades import rewritten_rows
 from ..watch import PollingWatcher, Watcher
 from .errors import result_code, store_error
 from .joined import OnTheLoop, SQLiteJoined
-from .rows import QUERIES as _QUERIES, apply_batch, read_value
+from .rows import QUERIES as _QUERIES, OnCursor, apply_batch, occupied_shards, read_value
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
@@ -310,6 +310,30 @@ class SQLiteStore(Store):
             raise SchemaError(f"SQLite database {self.path!r} records shard_count {row[0]!r}, which is not a "
                               "shard count: the meta table was edited or not made by timerwheel_c") from None
 
+    @contextlib.contextmanager
+    def own_write(self, partition: str) -> Iterator[OnCursor]:
+        """A writer's reads and batches of ``partition`` in one ``BEGIN IMMEDIATE`` transaction on the
+        store's connection (see :meth:`Store.own_write`), committed when the block ends and rolled
+        back when it raises. Its reads then need no read transaction of their own, each a lock and an
+        unlock of the WAL index (two ``fcntl`` calls), and no other writer can move a row between a
+        read and the batch guarded on it. For writes only: the file's write lock is held throughout.
+
+        Raises:
+            TypeError / ValueError: a bad partition.
+            TransientStoreError: another connection held the write lock past the busy timeout.
+        """
+        shard = shard_of(check_partition(partition), self.shard_count)
+        with self._lock, self._wrap:
+            db = self._db.cursor()
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield OnCursor(db, partition, shard, self._wrap)
+                db.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+
     def joined(self, conn: Any, partition: str) -> SQLiteJoined:
         """The write to ``partition`` through the caller's ``sqlite3.Connection`` ``conn`` to this
         store's file, inside its transaction (:mod:`..joined` gives the contract).
@@ -354,9 +378,13 @@ class SQLiteStore(Store):
         return Page.from_rows(rows, limit)
 
     def _scan_shards(self, shards: list, start: bytes, end: bytes, limit: int) -> list:
-        # One index range scan per shard, all under the lock: each costs an index probe plus its rows.
+        # Under the lock, one statement finds the shards holding a row in the range (an index probe
+        # each), then one index range scan reads each of those: an idle pass over 64 shards costs
+        # one statement, not 64 (about 20 us rather than 400).
         with self._lock, self._wrap:
-            return [self._db.execute(_QUERIES["scan_shard"], (shard, start, end, limit)).fetchall() for shard in shards]
+            held = occupied_shards(self._db, shards, start, end)
+            return [self._db.execute(_QUERIES["scan_shard"], (shard, start, end, limit)).fetchall() if shard in held
+                    else [] for shard in shards]
 
     def _get(self, partition: str, key: bytes) -> Optional[bytes]:
         with self._lock, self._wrap:

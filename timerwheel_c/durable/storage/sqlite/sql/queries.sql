@@ -54,6 +54,13 @@ SELECT partition, key, value FROM timerwheel_kv ORDER BY partition, key
 SELECT partition, key, value FROM timerwheel_kv WHERE shard = ? AND key >= ? AND key < ?
   ORDER BY key, partition LIMIT ?
 
+-- name: occupied_shards
+-- Which of the shards in {shards} (one "(?)" per shard) hold a row with lo <= key < hi: an index
+-- probe of (shard, key, partition) per shard, all inside one statement, so that a pass over many
+-- idle shards costs one statement rather than one per shard.
+SELECT s.column1 FROM (VALUES {shards}) AS s
+WHERE EXISTS (SELECT 1 FROM timerwheel_kv WHERE shard = s.column1 AND key >= ? AND key < ?)
+
 -- name: shard_count
 SELECT value FROM timerwheel_meta WHERE name = 'shard_count'
 
