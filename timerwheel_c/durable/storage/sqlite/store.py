@@ -25,6 +25,8 @@ SQLite compares BLOBs with memcmp, then by length, which is exactly Python's byt
   and a small daemon thread with its own connection runs ``PRAGMA wal_checkpoint(PASSIVE)``
   every ``checkpoint_interval_s``. A passive checkpoint never blocks writers, so the
   checkpoint's fsyncs no longer land inside a timer's commit (they were the p99 lateness).
+  Past :data:`WAL_RESTART_FRAMES` frames it truncates the WAL, which under a steady stream of
+  commits a passive checkpoint never lets start over.
 - ``busy_timeout`` makes a second writer wait for the lock instead of failing at once.
 - The change signal (:meth:`SQLiteStore.watch`) is ``PRAGMA data_version`` read every
   ``watch_interval_s`` (20 ms) on a connection of its own: the value changes whenever another
@@ -57,7 +59,7 @@ from .errors import result_code, store_error
 from .joined import OnTheLoop, SQLiteJoined
 from .rows import QUERIES as _QUERIES, OnCursor, apply_batch, occupied_shards, read_value
 
-__all__ = ["SCHEMA_VERSION", "SQLiteStore"]
+__all__ = ["SCHEMA_VERSION", "WAL_RESTART_FRAMES", "WAL_RESTART_WAIT_MS", "SQLiteStore"]
 
 log = logging.getLogger("timerwheel_c.durable")
 
@@ -68,6 +70,12 @@ _ROW_REWRITES = rewrite_versions(_MIGRATIONS)  # versions that must find their d
 # layers above rewrite (storage/upgrades.py); 10: the view timerwheel_timers, for operators' SQL.
 SCHEMA_VERSION = _MIGRATIONS[-1][0]
 # The columns of each table, as any version made them (ALTER TABLE appends a column).
+# The WAL's length, in frames (a page each, 4 kB by default), past which the checkpoint thread
+# truncates it (:func:`_restart_wal`): about 40 MB, a few seconds of the busiest commits.
+WAL_RESTART_FRAMES = 10_000
+# How long that truncation waits for the writer and for readers, in ms: new writers wait while it does.
+WAL_RESTART_WAIT_MS = 20
+
 _TABLES = {"timerwheel_kv": (("partition", "key", "value"), ("partition", "key", "value", "shard")),
            "timerwheel_meta": (("name", "value"),)}
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
@@ -362,7 +370,9 @@ class SQLiteStore(Store):
         try:
             while not self._closing.wait(interval_s):
                 try:
-                    db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    frames = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1]
+                    if frames > WAL_RESTART_FRAMES:
+                        _restart_wal(db, busy_timeout_ms)
                 except sqlite3.Error:  # busy or vanished: the next round (or the next commit) retries
                     log.debug("WAL checkpoint of %s failed", self.path, exc_info=True)
         finally:
@@ -510,6 +520,22 @@ class SQLiteStore(Store):
             self._checkpointer = None
         with self._lock:
             self._db.close()
+
+
+def _restart_wal(db: sqlite3.Connection, busy_timeout_ms: int) -> None:
+    """Copy the rest of the WAL into the database and truncate it, waiting at most
+    :data:`WAL_RESTART_WAIT_MS` for the writer and the readers of older snapshots, on ``db`` (the
+    checkpoint thread's connection, whose busy timeout is ``busy_timeout_ms`` otherwise).
+
+    A WAL starts over only when a writer finds every frame copied back; while commits arrive faster
+    than a passive checkpoint copies, none ever does: one timer rescheduling itself in a loop grew
+    the file by about 100 MB a second, for good, and every commit cost more as the WAL index grew. A TRUNCATE checkpoint makes new writers wait while it runs, hence its short wait: a busy
+    one gives up, and the next round tries again."""
+    db.execute(f"PRAGMA busy_timeout={WAL_RESTART_WAIT_MS}")
+    try:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    finally:
+        db.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
 
 
 @contextlib.contextmanager
