@@ -245,8 +245,9 @@ def test_sqlite_put_over_a_stored_key_rewrites_its_value_and_leaves_the_shard_in
 
 
 def test_sqlite_scan_of_many_shards_probes_them_in_one_statement_and_reads_only_those_that_hold_rows(tmp_path):
-    """A pass over idle shards costs one statement, not one per shard (one per 500 shards), and it
-    still returns each shard's rows in the range, in key order, at most
+    """A pass over idle shards costs one statement, not one per shard (one per 500 shards), and so
+    does a read of each shard's first row however many hold rows; a longer read scans only the
+    shards that hold rows. Each still returns every shard's rows in the range, in key order, at most
     ``limit``, in request order, with [] for the others."""
     from timerwheel_c.durable.storage.shards import shard_of
 
@@ -260,13 +261,14 @@ def test_sqlite_scan_of_many_shards_probes_them_in_one_statement_and_reads_only_
         parts = [f"p{i}" for i in range(40)]
         for p in parts:
             store.apply(p, Batch().put(b"m2", p.encode()).put(b"m1", p.encode()).put(b"zz", b"out of range"))
-        statements.clear()
-        found = store.scan_shards(shards, b"a", b"z", 1)
         held = {shard_of(p, 1200) for p in parts}
-        assert len(statements) == 3 + len(held)
-        for shard, rows in zip(shards, found):
-            expect = sorted((p, b"m1", p.encode()) for p in parts if shard_of(p, 1200) == shard)[:1]
-            assert [(p, bytes(k), bytes(v)) for p, k, v in rows] == expect
+        for limit, expected_statements in ((1, 3), (3, 3 + len(held))):
+            statements.clear()
+            found = store.scan_shards(shards, b"a", b"z", limit)
+            assert len(statements) == expected_statements
+            for shard, rows in zip(shards, found):
+                expect = sorted((key, p, p.encode()) for p in parts if shard_of(p, 1200) == shard for key in (b"m1", b"m2"))
+                assert [(bytes(k), p, bytes(v)) for p, k, v in rows] == expect[:limit]
     finally:
         store.close()
 

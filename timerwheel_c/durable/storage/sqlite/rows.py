@@ -11,7 +11,7 @@ from ..sqlfiles import queries
 from ..errors import wrap_exceptions
 from ..store import COMMITTED, Absent, Batch, Committed, PreconditionFailed, consumed_write
 
-__all__ = ["QUERIES", "OnCursor", "apply_batch", "occupied_shards", "read_value"]
+__all__ = ["QUERIES", "OnCursor", "apply_batch", "first_in_shards", "occupied_shards", "read_value"]
 
 QUERIES = queries("sqlite")
 
@@ -35,15 +35,27 @@ def _present(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, want
     return found
 
 
-def occupied_shards(db: Union[sqlite3.Connection, sqlite3.Cursor], shards: list, start: bytes, end: bytes) -> set:
-    """Those of ``shards`` that hold a row with ``start <= key < end``, probed :data:`_IN_LIST` shards
-    per statement."""
-    found: set = set()
+def _per_shard(db: Union[sqlite3.Connection, sqlite3.Cursor], name: str, shards: list, start: bytes,
+               end: bytes) -> list:
+    """The rows of the statement ``name`` over ``shards`` and the range ``start <= key < end``,
+    :data:`_IN_LIST` shards per statement."""
+    found: list = []
     for i in range(0, len(shards), _IN_LIST):
         part = shards[i:i + _IN_LIST]
-        query = QUERIES["occupied_shards"].replace("{shards}", ",".join(["(?)"] * len(part)))
-        found.update(row[0] for row in db.execute(query, (*part, start, end)))
+        found += db.execute(QUERIES[name].replace("{shards}", ",".join(["(?)"] * len(part))), (*part, start, end))
     return found
+
+
+def occupied_shards(db: Union[sqlite3.Connection, sqlite3.Cursor], shards: list, start: bytes, end: bytes) -> set:
+    """Those of ``shards`` that hold a row with ``start <= key < end``."""
+    return {row[0] for row in _per_shard(db, "occupied_shards", shards, start, end)}
+
+
+def first_in_shards(db: Union[sqlite3.Connection, sqlite3.Cursor], shards: list, start: bytes, end: bytes) -> dict:
+    """``{shard: (partition, key, value)}``: the first row with ``start <= key < end`` of each of
+    ``shards`` that holds one, in (key, partition) order, as a scan of the shard with limit 1 reads it."""
+    return {shard: (partition, key, value) for shard, partition, key, value in
+            _per_shard(db, "first_in_shards", shards, start, end)}
 
 
 def apply_batch(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, batch: Batch, shard: int) -> Optional[bytes]:

@@ -57,7 +57,7 @@ from ..upgrades import rewritten_rows
 from ..watch import PollingWatcher, Watcher
 from .errors import result_code, store_error
 from .joined import OnTheLoop, SQLiteJoined
-from .rows import QUERIES as _QUERIES, OnCursor, apply_batch, occupied_shards, read_value
+from .rows import QUERIES as _QUERIES, OnCursor, apply_batch, first_in_shards, occupied_shards, read_value
 
 __all__ = ["SCHEMA_VERSION", "WAL_RESTART_FRAMES", "WAL_RESTART_WAIT_MS", "SQLiteStore"]
 
@@ -390,8 +390,12 @@ class SQLiteStore(Store):
     def _scan_shards(self, shards: list, start: bytes, end: bytes, limit: int) -> list:
         # Under the lock, one statement finds the shards holding a row in the range (an index probe
         # each), then one index range scan reads each of those: an idle pass over 64 shards costs
-        # one statement, not 64 (about 20 us rather than 400).
+        # one statement, not 64 (about 20 us rather than 400). The first row of each (a pass's
+        # look for its next wake-up) is one statement too, however many shards hold rows.
         with self._lock, self._wrap:
+            if limit == 1:
+                first = first_in_shards(self._db, shards, start, end)
+                return [[first[shard]] if shard in first else [] for shard in shards]
             held = occupied_shards(self._db, shards, start, end)
             return [self._db.execute(_QUERIES["scan_shard"], (shard, start, end, limit)).fetchall() if shard in held
                     else [] for shard in shards]

@@ -61,6 +61,15 @@ SELECT partition, key, value FROM timerwheel_kv WHERE shard = ? AND key >= ? AND
 SELECT s.column1 FROM (VALUES {shards}) AS s
 WHERE EXISTS (SELECT 1 FROM timerwheel_kv WHERE shard = s.column1 AND key >= ? AND key < ?)
 
+-- name: first_in_shards
+-- The first row (in key order, then partition) with lo <= key < hi of each of the shards in {shards}
+-- (one "(?)" per shard) that holds one: a correlated index probe of (shard, key, partition) per
+-- shard, and its row by primary key, all inside one statement.
+SELECT s.column1, t.partition, t.key, t.value FROM (VALUES {shards}) AS s
+JOIN timerwheel_kv AS t ON t.shard = s.column1 AND (t.key, t.partition) = (
+  SELECT key, partition FROM timerwheel_kv WHERE shard = s.column1 AND key >= ? AND key < ?
+  ORDER BY key, partition LIMIT 1)
+
 -- name: shard_count
 SELECT value FROM timerwheel_meta WHERE name = 'shard_count'
 
