@@ -522,6 +522,28 @@ def test_settle_of_a_done_fills_its_batch_without_batchs_checking_methods(store)
     assert "check_application_batch" in called  # the hook saw settle's calls
     assert not {"require", "delete", "extend", "put", "check_application_key"} & set(called)
 
+def test_settle_reads_its_wall_clock_only_for_a_failure(store):
+    """settle given a clock (``wall_ms``) and no ``now_ms`` reads it only to time a failure: a Done
+    settles without a read (a service's clock costs a few calls per read, once per fire), and a
+    Retry(delay=) moves the row to that clock's time plus the delay. Deterministic: the clock is a
+    counter of reads that returns a fixed time."""
+    schedule(store, NOW - 10, reference=b"done")
+    schedule(store, NOW - 5, reference=b"retry")
+    done, retried = claim_due(store, P, TimerRegistry().register(Recorder()), NOW).timers
+    reads: list = []
+
+    def wall_ms() -> int:
+        reads.append(1)
+        return NOW + 7
+
+    batch = settle(P, done, RunReport(), Done(), wall_ms=wall_ms)
+    assert batch.guards == [Equals(done.timer.key, done.timer.value)] and reads == []
+    retry = settle(P, retried, RunReport(), Retry(delay=2), wall_ms=wall_ms)
+    assert isinstance(retry, RetryLater) and reads == [1]
+    moved = [k for k, v in retry.writes if v is not None and keys.is_timer_key(k)]
+    assert [keys.parse(k).due_at_ms for k in moved] == [NOW + 7 + 2000]
+
+
 def test_run_due_batches_claims_and_commits(store):
     """run_due over 200 due rows with a fast handler writes in a handful of round trips, not two per
     timer (the first chunk is one row, then pages of 64), and fires each row once."""

@@ -103,7 +103,7 @@ class Committer:
 
     def add(self, job: Job) -> None:
         """Queue ``job``, its ``batch`` set, and make sure the commit task runs."""
-        self._queue_of(job.partition).append(job)
+        self._queues.setdefault(job.partition, []).append(job)
         if self.task is None:
             self.task = asyncio.ensure_future(self._run())
 
@@ -141,7 +141,7 @@ class Committer:
                                                          self.timing.backoff_s(failures))
                     if is_transient(exc):
                         # Back in this partition's own queue: the others do not wait for it.
-                        self._queue_of(partition)[:0] = outcomes
+                        self._queues.setdefault(partition, [])[:0] = outcomes
                         self._retry_at[partition] = self.clock.monotonic_ns() + int(delay_s * 1e9)
                     else:
                         dropped = RunReport(failed=len(outcomes))
@@ -156,9 +156,6 @@ class Committer:
     def _on_their_way(self) -> bool:
         """Whether rows in flight have outcomes still to come (their handlers run, or wait for a slot)."""
         return len(self.busy) > self.queued + self._committing
-
-    def _queue_of(self, partition: str) -> list:
-        return self._queues.setdefault(partition, [])
 
     def _commit(self, ready: dict) -> dict:
         """On the store (or commit) thread: every partition's outcomes in one ``apply_across`` (one commit);

@@ -77,8 +77,15 @@ class FairQueue:
             self._by_partition.setdefault(job.partition, collections.deque()).appendleft(job)
             self._n += 1
 
-    def peek(self) -> Job:
-        return self._by_partition[next(iter(self._by_partition))][0]
+    def pop_run(self, first: Job, limit: int, is_async: Callable[[Job], bool]) -> list:
+        """``first`` (popped already), then the next queued jobs while they are not ``is_async``: up to
+        ``limit`` jobs in all, for one worker's run. One call per run, where a length and a look at
+        the head per job were a call each."""
+        jobs = [first]
+        by_partition = self._by_partition
+        while self._n and len(jobs) < limit and not is_async(by_partition[next(iter(by_partition))][0]):
+            jobs.append(self.pop())
+        return jobs
 
     def pop(self) -> Job:
         partition = next(iter(self._by_partition))
@@ -202,11 +209,7 @@ class Executor:
                 task = asyncio.ensure_future(self._run_async(first))
                 self._async_jobs[task] = first
             else:
-                jobs = [first]
-                for _ in range(self._chunk() - 1):
-                    if not self.queue or self._is_async(self.queue.peek()):
-                        break
-                    jobs.append(self.queue.pop())
+                jobs = self.queue.pop_run(first, self._chunk(), self._is_async)
                 task = asyncio.ensure_future(self._run_sync(Chunk(jobs)))
             self.tasks.add(task)
             task.add_done_callback(self._done)
@@ -237,9 +240,6 @@ class Executor:
             found = self._async[id(handler)] = inspect.iscoroutinefunction(handler.fire)
         return found
 
-    def _context(self, job: Job) -> TimerContext:
-        return TimerContext(self.store, job.partition, job.now_ms)
-
     async def _run_async(self, job: Job) -> None:
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
@@ -248,13 +248,13 @@ class Executor:
             timer = loop.call_later(job.timeout_s, self._cancel, job, task, "timeout")
         attempt = Attempt(time.monotonic, self.wall_ms, lambda: job.cancelled_by is not None)
         job.started = True
+        context = TimerContext(self.store, job.partition, job.now_ms)
         try:
             with attempt:
                 if _TRACED:
-                    attempt.outcome = await tracing.fire_async(job.handler, self._context(job),
-                                                               job.timer, attempt.started_ms)
+                    attempt.outcome = await tracing.fire_async(job.handler, context, job.timer, attempt.started_ms)
                 else:
-                    attempt.outcome = await job.handler.fire(self._context(job), job.timer)
+                    attempt.outcome = await job.handler.fire(context, job.timer)
         except asyncio.CancelledError:
             if job.cancelled_by != "timeout":
                 raise
@@ -296,11 +296,11 @@ class Executor:
                 chunk.current, chunk.started_s = i, time.monotonic()
                 set_field(job, "started", True)
             with Attempt(time.monotonic, self.wall_ms) as attempt:
+                context = TimerContext(self.store, job.partition, job.now_ms)
                 if traced:
-                    attempt.outcome = tracing.fire(job.handler, self._context(job), job.timer,
-                                                   attempt.started_ms)
+                    attempt.outcome = tracing.fire(job.handler, context, job.timer, attempt.started_ms)
                 else:
-                    attempt.outcome = job.handler.fire(self._context(job), job.timer)
+                    attempt.outcome = job.handler.fire(context, job.timer)
             attempts.append(attempt)
         with chunk.lock:
             chunk.current = None
@@ -349,7 +349,7 @@ class Executor:
         self.recorder.activity.fire(job.partition, timer, job.handler, lateness_ms, what)
         self.recorder.fire_ended(lateness_ms / 1000 if timer.attempt == 1 else None, attempt.took_s)
         report = self._report
-        batch = settle(job.partition, job, report, attempt.outcome, error, now_ms=self.wall_ms())
+        batch = settle(job.partition, job, report, attempt.outcome, error, wall_ms=self.wall_ms)
         if report.failed:  # a failed attempt: its row stays backed off, its error recorded (RetryLater), or parks
             self._report = RunReport()
             report.failed_kinds[timer.kind.get()] = report.failed

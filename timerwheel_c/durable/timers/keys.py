@@ -188,6 +188,7 @@ _RETRY = struct.Struct(">IQ")  # attempt, original due ms
 MAX_REFERENCE_BYTES = MAX_KEY_BYTES - len(TAG) - _HEAD.size - _RETRY.size
 MAX_DUE_MS = 2**64 - 1
 MAX_ATTEMPT = 2**32 - 1
+_new = object.__new__
 _END = RESERVED + b"U"  # the first key after the timer space: TAG + 1
 QUARANTINE_TAG = RESERVED + b"Q"
 QUARANTINE_RANGE = (QUARANTINE_TAG, RESERVED + b"R")  # (start, end) of the quarantine space: tag, tag + 1
@@ -432,21 +433,25 @@ def _parse_tail(key: bytes) -> TimerKey:
         raise MalformedKey(key, f"unknown variant byte {variant:#04x}")
     occurrence = bool(variant & _OCCURRENCE)
     if variant & _BACKED_OFF == 0:
-        return TimerKey(due_at_ms, kind, _parsed_reference(key, rest), 0, due_at_ms, occurrence)
-    if len(key) < rest + _RETRY.size:
-        raise MalformedKey(key, "backed-off row without attempt and original due time")
-    attempt, original = _RETRY.unpack_from(key, rest)
-    if attempt == 0:
-        raise MalformedKey(key, "backed-off row with attempt 0")
-    return TimerKey(due_at_ms, kind, _parsed_reference(key, rest + _RETRY.size), attempt, original, occurrence)
-
-
-def _parsed_reference(key: bytes, at: int) -> bytes:
-    reference = key[at:]
+        attempt, original = 0, due_at_ms
+    else:
+        if len(key) < rest + _RETRY.size:
+            raise MalformedKey(key, "backed-off row without attempt and original due time")
+        attempt, original = _RETRY.unpack_from(key, rest)
+        if attempt == 0:
+            raise MalformedKey(key, "backed-off row with attempt 0")
+        rest += _RETRY.size
+    reference = key[rest:]
     if len(reference) > MAX_REFERENCE_BYTES:
         raise MalformedKey(key, f"a {len(reference)}-byte reference, longer than {MAX_REFERENCE_BYTES}: "
                                 "its backed-off key would not fit a store key")
-    return reference
+    # Every claimed row is parsed: its fields go in with one dict update, where the frozen dataclass's
+    # __init__ would make a Python call and six object.__setattr__ calls. Its values are ints, bytes
+    # and a bool, so the dict stays untracked by the cyclic collector.
+    parsed = _new(TimerKey)
+    parsed.__dict__.update(due_at_ms=due_at_ms, kind=kind, reference=reference, attempt=attempt,
+                           original_due_at_ms=original, occurrence=occurrence)
+    return parsed
 
 
 def parked(parked_at_ms: int, tk: TimerKey) -> bytes:
@@ -532,6 +537,10 @@ def identity(kind, reference: bytes) -> bytes:
     Raises:
         TypeError / ValueError: as :func:`timer` for a bad kind or reference.
     """
+    if type(kind) is TimerKind and type(reference) is bytes and len(reference) <= MAX_REFERENCE_BYTES:
+        # A runner's own case, once per fire (a kind of KINDS, a parsed reference): nothing to check
+        # that the type does not already promise, so no call to the checks.
+        return IDENTITY_TAG + bytes((kind,)) + reference
     return IDENTITY_TAG + bytes((_check_kind(kind),)) + _check_reference(reference)
 
 

@@ -61,6 +61,7 @@ log = logging.getLogger("timerwheel_c.durable")
 
 NO_PROGRESS_WAKE_MS = 5_000
 _TRACED = tracing.ENABLED  # decided once: without opentelemetry-api a fire pays no tracing check beyond this
+_TAG_LEN = len(keys.TAG)
 
 
 class Attempt:
@@ -118,13 +119,15 @@ def fire(store: Store, partition: str, now_ms: int, claimed: ClaimedTimer, repor
 
 
 def settle(partition: str, claimed: ClaimedTimer, report: RunReport, outcome: object = None,
-           error: Optional[BaseException] = None, *, now_ms: Optional[int] = None) -> Batch:
+           error: Optional[BaseException] = None, *, now_ms: Optional[int] = None,
+           wall_ms: Optional[Callable[[], int]] = None) -> Batch:
     """Phase 2, pure: turn a handler's ``outcome`` (or the exception ``error`` it raised) into the
     batch that commits it, guarded on the claimed row; or count a failure in ``report`` and
     return the :class:`~.parking.RetryLater` batch that records its error (the row stays at its
     backoff key, or moves to a ``Retry(delay=)``'s), or, for a failure of the handler's last
     attempt, the :class:`~.parking.Parking` batch that parks the timer (parked at ``now_ms``, Unix
-    epoch ms; None: the wall clock).
+    epoch ms; None: ``wall_ms()``, or without it the host's wall clock, read only for a failure,
+    which alone needs the time: a service's clock costs a few calls per read).
 
     Done / Reschedule: the outcome's batch, plus ``require(Equals(claimed key, value))`` and
     the delete of the claimed row, plus for a Done the delete of the timer's identity row, for a
@@ -136,32 +139,32 @@ def settle(partition: str, claimed: ClaimedTimer, report: RunReport, outcome: ob
     """
     timer = claimed.timer
     if error is not None:
-        return _failed(partition, claimed, report, now_ms, error=error)
+        return _failed(partition, claimed, report, now_ms, wall_ms, error=error)
     if isinstance(outcome, Retry):
         why = "Retry: the handler asked to try again later"
         if outcome.delay is None:
-            return _failed(partition, claimed, report, now_ms, why=why, asked=True)
-        return _failed(partition, claimed, report, now_ms, why=f"{why}, in {outcome.delay} s", asked=True,
-                       retry_in_ms=math.ceil(outcome.delay * 1000))
+            return _failed(partition, claimed, report, now_ms, wall_ms, why=why, asked=True)
+        return _failed(partition, claimed, report, now_ms, wall_ms, why=f"{why}, in {outcome.delay} s",
+                       asked=True, retry_in_ms=math.ceil(outcome.delay * 1000))
     if not isinstance(outcome, (Done, Reschedule)):
-        return _failed(partition, claimed, report, now_ms, why=parking.wrong_outcome(outcome))
+        return _failed(partition, claimed, report, now_ms, wall_ms, why=parking.wrong_outcome(outcome))
     # Per fire: the batch's lists are filled directly where Batch's methods would only repeat a check
     # already made (a type checked here, a key the guard just checked or keys built as bytes).
     batch = Batch()
     if outcome.batch is not None:
         if not isinstance(outcome.batch, Batch):
-            return _failed(partition, claimed, report, now_ms,
+            return _failed(partition, claimed, report, now_ms, wall_ms,
                            why=f"the outcome's batch is {type(outcome.batch).__name__}, not a Batch")
         if not claimed.handler._writes_reserved_keys:
             try:
                 keys.check_application_batch(outcome.batch)
             except ValueError as exc:
-                return _failed(partition, claimed, report, now_ms, why=f"the outcome's batch: {exc}")
+                return _failed(partition, claimed, report, now_ms, wall_ms, why=f"the outcome's batch: {exc}")
         batch.guards.extend(outcome.batch.guards)
         batch.writes.extend(outcome.batch.writes)
     if claimed.schedule is not None:
         if isinstance(outcome, Reschedule):
-            return _failed(partition, claimed, report, now_ms,
+            return _failed(partition, claimed, report, now_ms, wall_ms,
                            why="a schedule's occurrence cannot be rescheduled (it returned a Reschedule)")
         # The schedule's guard first: the claimed row's guard stays last, checked by its own delete.
         schedules.settle_occurrence(batch, timer.reference, timer.due_at_ms, claimed.schedule)
@@ -175,9 +178,9 @@ def settle(partition: str, claimed: ClaimedTimer, report: RunReport, outcome: ob
         try:
             new_key = keys.timer(outcome.due_at_ms, timer.kind, timer.reference)
         except (TypeError, ValueError) as exc:
-            return _failed(partition, claimed, report, now_ms, why=f"a bad Reschedule: {exc}")
+            return _failed(partition, claimed, report, now_ms, wall_ms, why=f"a bad Reschedule: {exc}")
         if new_key == keys.timer(timer.due_at_ms, timer.kind, timer.reference):
-            return _failed(partition, claimed, report, now_ms,
+            return _failed(partition, claimed, report, now_ms, wall_ms,
                            why=f"a Reschedule to the timer's own due time {timer.due_at_ms} ms does not move it")
         # Absent: a reschedule must never overwrite (lose) another timer's row.
         batch.require(Absent(new_key)).put(new_key, outcome.value).put(identity, new_key)
@@ -202,19 +205,21 @@ def _forget_error(batch: Batch, timer, identity: Optional[bytes]) -> Batch:
     return batch
 
 
-def _failed(partition: str, claimed: ClaimedTimer, report: RunReport, now_ms: Optional[int], *,
+def _failed(partition: str, claimed: ClaimedTimer, report: RunReport, now_ms: Optional[int],
+            wall_ms: Optional[Callable[[], int]], *,
             error: Optional[BaseException] = None, why: Optional[str] = None, asked: bool = False,
             retry_in_ms: Optional[int] = None) -> Batch:
     """Count and log a failed attempt; return the :class:`~.parking.RetryLater` batch that keeps its
     last error (the row stays backed off) and moves its retry to ``retry_in_ms`` from ``now_ms`` (a
-    ``Retry(delay=)``), or the batch that parks the timer when this was its last attempt."""
+    ``Retry(delay=)``), or the batch that parks the timer when this was its last attempt (``now_ms``
+    None: ``wall_ms()``, or without it the host's wall clock)."""
     report.failed += 1
     timer, handler = claimed.timer, claimed.handler
     tk = keys.parse(timer.key)
     last_error = parking.last_error_of(error, why)
     last = parking.exhausted(handler, timer.attempt)
     if now_ms is None:
-        now_ms = parking.wall_ms()
+        now_ms = parking.wall_ms() if wall_ms is None else wall_ms()
     retry_key = None
     if not last and retry_in_ms is not None:
         retry_key = keys.backoff(min(now_ms + retry_in_ms, keys.MAX_DUE_MS), tk.kind, tk.attempt,
@@ -290,7 +295,7 @@ def _count_outcomes(partition: str, pairs: list, results: list, report: RunRepor
                 # Its row stays due at its backoff, which may have passed while the handler ran: wake for it.
                 report.earliest_put_ms = keys.parse(key).due_at_ms
             for k, v in batch.writes:
-                if v is not None and keys.is_timer_key(k):
+                if v is not None and k[:_TAG_LEN] == keys.TAG:  # keys.is_timer_key inline: per put of each outcome
                     try:
                         due_ms = keys.parse(k).due_at_ms
                     except keys.MalformedKey:
