@@ -307,7 +307,7 @@ def test_apply_many_agrees_with_one_apply_per_batch(durable_store, shared):
     assert committed > 10 and failed > 10  # both outcomes arose
 
 
-def test_postgres_set_based_statement_consumes_a_row_exactly_when_the_guard_rule_says(durable_store):
+def test_postgres_set_based_statement_consumes_a_row_exactly_when_the_guard_rule_says():
     """The set-based statement's arrays (_independent_sets) name a batch's consumed row (``ck``, ``cv``)
     exactly when store.consumed_write says its last guard performs its first write, the rule every
     backend applies: the arrays check it inline, so each shape of the rule is compared with the rule
