@@ -307,34 +307,6 @@ def test_apply_many_agrees_with_one_apply_per_batch(durable_store, shared):
     assert committed > 10 and failed > 10  # both outcomes arose
 
 
-def test_postgres_set_based_statement_consumes_a_row_exactly_when_the_guard_rule_says():
-    """The set-based statement's arrays (_independent_sets) name a batch's consumed row (``ck``, ``cv``)
-    exactly when store.consumed_write says its last guard performs its first write, the rule every
-    backend applies: the arrays check it inline, so each shape of the rule is compared with the rule
-    itself, the guarded row's delete first, after other writes, after a put of the same key, and
-    guards that are not a last Equals. Deterministic: no server, the arrays only."""
-    pytest.importorskip("psycopg")
-    from timerwheel_c.durable.storage.postgres.store import _independent_sets
-    from timerwheel_c.durable.storage.store import consumed_write
-
-    shapes = [
-        Batch().require(Equals(b"k", b"1")).delete(b"k").put(b"m", b"1"),  # a claim's move
-        Batch().require(Equals(b"k", b"1")).put(b"e", b"").delete(b"k").delete(b"i"),  # an outcome with an effect
-        Batch().require(Absent(b"x")).require(Equals(b"k", b"1")).put(b"y", b"").delete(b"k"),
-        Batch().require(Equals(b"k", b"1")).require(Absent(b"x")).delete(b"k"),
-        Batch().require(Equals(b"k", b"1")).put(b"k", b"2").put(b"z", b""),
-        Batch().require(Equals(b"k", b"1")).put(b"z", b""),
-        Batch().require(Absent(b"k")).delete(b"k"),
-        Batch().delete(b"k"),
-    ]
-    consumed = [consumed_write(b) >= 0 for b in shapes]
-    assert True in consumed and False in consumed  # both verdicts arise
-    for batch, consumes in zip(shapes, consumed):
-        sets = _independent_sets([(P, batch)])
-        assert sets is not None
-        assert (sets.ck, sets.cv) == (([b"k"], [b"1"]) if consumes else ([None], [None]))
-
-
 def test_postgres_sends_only_lists_of_many_independent_batches_to_the_set_based_statement(pg_table):
     """A single batch (a by-name schedule or cancel) and a list shorter than SETS_FROM go batch by batch,
     where the set-based statement's fixed cost would double the server's time per call; a list of

@@ -522,6 +522,7 @@ def test_settle_of_a_done_fills_its_batch_without_batchs_checking_methods(store)
     assert "check_application_batch" in called  # the hook saw settle's calls
     assert not {"require", "delete", "extend", "put", "check_application_key"} & set(called)
 
+
 def test_settle_reads_its_wall_clock_only_for_a_failure(store):
     """settle given a clock (``wall_ms``) and no ``now_ms`` reads it only to time a failure: a Done
     settles without a read (a service's clock costs a few calls per read, once per fire), and a

@@ -78,9 +78,8 @@ from ..redact import redact
 from ..shards import DEFAULT_SHARD_COUNT, check_shard_count, shard_of
 from ..sqlfiles import migrations, queries, rewrite_versions
 from ..upgrades import rewritten_rows
-from ..store import (COMMITTED, Absent, Batch, Committed, Equals, Page, PreconditionFailed, SchemaError,
-                    SchemaVersionError, Store, check_lock_wait_ms, check_readable_version, consumed_write,
-                    schema_version_of)
+from ..store import (COMMITTED, Absent, Batch, Committed, Page, PreconditionFailed, SchemaError, SchemaVersionError,
+                    Store, check_lock_wait_ms, check_readable_version, consumed_write, schema_version_of)
 from ..watch import Watcher
 
 if TYPE_CHECKING:
@@ -611,8 +610,7 @@ def _independent_sets(items: list) -> Optional[_Sets]:
     u_b, u_p, u_k, u_v = sets.u_b.append, sets.u_p.append, sets.u_k.append, sets.u_v.append
     touched: dict = {}  # partition -> the keys its batches so far touch
     for b, (partition, batch) in enumerate(items, 1):
-        writes = batch.writes
-        final = dict(writes)  # key -> its last write (None: a delete), in first-write order
+        final = dict(batch.writes)  # key -> its last write (None: a delete), in first-write order
         guards = batch.guards
         keys = touched.get(partition)
         if keys is None:
@@ -621,20 +619,14 @@ def _independent_sets(items: list) -> Optional[_Sets]:
         mine = set(final)
         move: object = None  # the consumed value while its move's key is still to find
         target = None  # the key the consumed row moves to
-        last = guards[-1] if guards else None
-        consumed: Optional[Equals] = None  # the last guard, when it consumes its row
-        if isinstance(last, Equals):  # consumed_write(batch) >= 0, inline: a call per batch claimed or committed
-            for k, v in writes:
-                if k == last.key:
-                    consumed = last if v is None else None
-                    break
-        if consumed is not None:
-            if final.pop(consumed.key) is not None:
+        if consumed_write(batch) >= 0:
+            last = guards[-1]
+            if final.pop(last.key) is not None:
                 return None
             guards = guards[:-1]
-            ck(consumed.key)
-            cv(consumed.value)
-            move = consumed.value
+            ck(last.key)
+            cv(last.value)
+            move = last.value
         else:
             ck(None)
             cv(None)
