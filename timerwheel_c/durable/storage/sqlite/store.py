@@ -69,16 +69,18 @@ _ROW_REWRITES = rewrite_versions(_MIGRATIONS)  # versions that must find their d
 # the layers above derive; 8: each row's shard, and the index that scans a shard; 9: the rows the
 # layers above rewrite (storage/upgrades.py); 10: the view timerwheel_timers, for operators' SQL.
 SCHEMA_VERSION = _MIGRATIONS[-1][0]
-# The columns of each table, as any version made them (ALTER TABLE appends a column).
 # The WAL's length, in frames (a page each, 4 kB by default), past which the checkpoint thread
 # truncates it (:func:`_restart_wal`): about 40 MB, a few seconds of the busiest commits.
 WAL_RESTART_FRAMES = 10_000
 # How long that truncation waits for the writer and for readers, in ms: new writers wait while it does.
 WAL_RESTART_WAIT_MS = 20
 
+# The columns of each table, as any version made them (ALTER TABLE appends a column).
 _TABLES = {"timerwheel_kv": (("partition", "key", "value"), ("partition", "key", "value", "shard")),
            "timerwheel_meta": (("name", "value"),)}
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
+
+
 class SQLiteStore(Store):
     """The store contract on a SQLite database (stdlib :mod:`sqlite3`).
 
@@ -390,7 +392,7 @@ class SQLiteStore(Store):
     def _scan_shards(self, shards: list, start: bytes, end: bytes, limit: int) -> list:
         # Under the lock, one statement finds the shards holding a row in the range (an index probe
         # each), then one index range scan reads each of those: an idle pass over 64 shards costs
-        # one statement, not 64 (about 20 us rather than 400). The first row of each (a pass's
+        # one statement, not 64 (about 40 us rather than 400). The first row of each (a pass's
         # look for its next wake-up) is one statement too, however many shards hold rows.
         with self._lock, self._wrap:
             if limit == 1:
@@ -533,8 +535,9 @@ def _restart_wal(db: sqlite3.Connection, busy_timeout_ms: int) -> None:
 
     A WAL starts over only when a writer finds every frame copied back; while commits arrive faster
     than a passive checkpoint copies, none ever does: one timer rescheduling itself in a loop grew
-    the file by about 100 MB a second, for good, and every commit cost more as the WAL index grew. A TRUNCATE checkpoint makes new writers wait while it runs, hence its short wait: a busy
-    one gives up, and the next round tries again."""
+    the file by about 100 MB a second, for good, and every commit cost more as the WAL index grew.
+    A TRUNCATE checkpoint makes new writers wait while it runs, hence its short wait: a busy one
+    gives up, and the next round tries again."""
     db.execute(f"PRAGMA busy_timeout={WAL_RESTART_WAIT_MS}")
     try:
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
