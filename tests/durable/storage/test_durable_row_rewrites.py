@@ -119,12 +119,13 @@ def test_an_upgrade_of_a_sqlite_store_without_its_declared_rewrite_fails_and_lea
 
 
 def test_an_upgrade_of_a_sqlite_store_runs_no_rewrite_declared_above_its_version(monkeypatch, tmp_path):
-    """Through a real store brought up from version 8, with a newer copy's step for version 13
-    declared beside the package's own: the stored value is read back unchanged, and a reopen (at the
-    current version) rewrites nothing either."""
+    """Through a real store brought up from version 8, with a newer copy's step for the version after
+    the current one declared beside the package's own: the stored value is read back unchanged, and a
+    reopen (at the current version) rewrites nothing either."""
     import sqlite3
 
     from timerwheel_c.durable import SQLiteStore
+    from timerwheel_c.durable.storage.sqlite import SCHEMA_VERSION
     from timerwheel_c.durable.storage.store import Batch
 
     path = str(tmp_path / "old.db")
@@ -134,7 +135,7 @@ def test_an_upgrade_of_a_sqlite_store_runs_no_rewrite_declared_above_its_version
     with db:
         db.execute("UPDATE timerwheel_meta SET value = '8' WHERE name = 'schema_version'")
     db.close()
-    _declare(monkeypatch, ("9", REWRITE), ("13", "builtins:dict.fromkeys"))
+    _declare(monkeypatch, ("9", REWRITE), (str(SCHEMA_VERSION + 1), "builtins:dict.fromkeys"))
     for _ in range(2):
         with SQLiteStore(path) as store:
             assert store.get("p", b"app/k") == b"v"

@@ -236,10 +236,48 @@ def test_sqlite_put_over_a_stored_key_rewrites_its_value_and_leaves_the_shard_in
     try:
         ops = [row[1] for row in store._db.execute("EXPLAIN " + QUERIES["put"], (P, b"k", b"v", 0))]
         assert "IdxDelete" not in ops
-        put_all(store, [(b"k", b"1")])
-        put_all(store, [(b"k", b"2")])
-        assert store.get(P, b"k") == b"2"
-        assert store._db.execute("SELECT count(*) FROM timerwheel_kv INDEXED BY timerwheel_kv_shard WHERE shard >= 0").fetchone()[0] == 1
+        put_all(store, [(b"\x00Tk", b"1")])  # a key the index by shard holds (SHARD_SPACE)
+        put_all(store, [(b"\x00Tk", b"2")])
+        assert store.get(P, b"\x00Tk") == b"2"
+        assert store._db.execute("SELECT count(*) FROM timerwheel_kv INDEXED BY timerwheel_kv_shard WHERE shard >= 0 "
+                                 "AND key >= x'0050' AND key < x'0055'").fetchone()[0] == 1
+    finally:
+        store.close()
+
+
+def test_sqlite_reads_by_shard_search_the_partial_index_and_other_rows_write_no_entry(tmp_path):
+    """The index by shard holds only SHARD_SPACE (the rows passes read by shard), so SQLite uses it only
+    for a statement whose WHERE repeats its terms: every read by shard of that space searches it (a
+    plan without it would scan the whole table each pass). A row outside the space (a name, a
+    schedule, an application's row) writes no entry: 2,000 of them, put at scattered keys with no
+    checkpoint running, append about one WAL frame (page) each, where the index made it about two;
+    a read by shard of their range still answers, by a scan."""
+    import random
+
+    from timerwheel_c.durable.storage.shards import shard_of
+    from timerwheel_c.durable.storage.sqlite.rows import QUERIES
+    from timerwheel_c.durable.storage.store import SHARD_SPACE
+
+    store = SQLiteStore(tmp_path / "t.db", checkpoint_interval_s=3600)
+    try:
+        db = store._db
+        for name in ("scan_shard", "occupied_shards", "first_in_shards"):
+            sql = QUERIES[name].replace("{shards}", "(?)")
+            args = (0, *SHARD_SPACE, 10) if name == "scan_shard" else (0, *SHARD_SPACE)
+            plan = " ".join(row[3] for row in db.execute("EXPLAIN QUERY PLAN " + sql, args))
+            assert "USING COVERING INDEX timerwheel_kv_shard" in plan or "USING INDEX timerwheel_kv_shard" in plan, (name, plan)
+        page = db.execute("PRAGMA page_size").fetchone()[0]
+        wal = tmp_path / "t.db-wal"
+        n = 2000
+        names = [b"\x00I%08d" % i for i in range(n)] + [b"Ticket/%08d" % i for i in range(n)]
+        random.Random(7).shuffle(names)
+        put_all(store, [(k, b"v") for k in names[:200]])
+        before = wal.stat().st_size
+        for i in range(200, 200 + n):
+            store.apply(P, Batch().put(names[i], b"v"))
+        assert (wal.stat().st_size - before) / (page + 24) / n < 1.5  # each frame: a 24-byte header and a page
+        assert store.scan_shards([shard_of(P, store.shard_count)], b"Ticket/", b"Ticket0", 3)[0] == [
+            (P, k, b"v") for k in sorted(k for k in names[:200 + n] if k.startswith(b"Ticket/"))[:3]]
     finally:
         store.close()
 
@@ -256,18 +294,20 @@ def test_sqlite_scan_of_many_shards_probes_them_in_one_statement_and_reads_only_
         statements: list = []
         store._db.set_trace_callback(statements.append)
         shards = list(range(1200))
-        assert store.scan_shards(shards, b"a", b"z", 10) == [[]] * 1200
+        start, end = b"\x00Ta", b"\x00Tz"  # in the rows passes read by shard (SHARD_SPACE)
+        assert store.scan_shards(shards, start, end, 10) == [[]] * 1200
         assert len(statements) == 3  # 1200 shards, 500 per probe
         parts = [f"p{i}" for i in range(40)]
         for p in parts:
-            store.apply(p, Batch().put(b"m2", p.encode()).put(b"m1", p.encode()).put(b"zz", b"out of range"))
+            store.apply(p, Batch().put(b"\x00Tm2", p.encode()).put(b"\x00Tm1", p.encode()).put(b"\x00Tzz", b"out"))
         held = {shard_of(p, 1200) for p in parts}
         for limit, expected_statements in ((1, 3), (3, 3 + len(held))):
             statements.clear()
-            found = store.scan_shards(shards, b"a", b"z", limit)
+            found = store.scan_shards(shards, start, end, limit)
             assert len(statements) == expected_statements
             for shard, rows in zip(shards, found):
-                expect = sorted((key, p, p.encode()) for p in parts if shard_of(p, 1200) == shard for key in (b"m1", b"m2"))
+                expect = sorted((key, p, p.encode()) for p in parts if shard_of(p, 1200) == shard
+                                for key in (b"\x00Tm1", b"\x00Tm2"))
                 assert [(bytes(k), p, bytes(v)) for p, k, v in rows] == expect[:limit]
     finally:
         store.close()

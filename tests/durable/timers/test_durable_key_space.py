@@ -208,6 +208,46 @@ def test_duplicate_names_from_before_names_stay_reachable(tmp_path):
         assert int(version) >= KEY_SPACE_SCHEMA_VERSION
 
 
+FIXTURE_12 = Path(__file__).parent / "data" / "durable_store_schema12.db"
+
+
+def test_a_store_of_schema_12_keeps_its_timers_when_its_index_by_shard_narrows(tmp_path):
+    """tests/durable/timers/data/durable_store_schema12.db, written by the previous version (schema 12:
+    an index by shard over every row): named timers in three partitions, a schedule, a timer backed
+    off after a failure, a parked one, and an application's row in each partition. Opened, its index
+    by shard holds only the rows passes read by shard; the view shows what it showed, and every
+    timer is listed, found and cancelled by name, re-armed and fired, through a read by shard too."""
+    from timerwheel_c.durable.storage.sqlite import SCHEMA_VERSION
+
+    path = tmp_path / "old.db"
+    shutil.copy(FIXTURE_12, path)
+    with sqlite3.connect(path) as db:
+        view = db.execute("SELECT * FROM timerwheel_timers ORDER BY partition, kind, reference").fetchall()
+    assert len(view) == 9
+    with SQLiteStore(path) as store:
+        db = store._db
+        assert db.execute("SELECT value FROM timerwheel_meta WHERE name = 'schema_version'").fetchone() == (
+            str(SCHEMA_VERSION),)
+        (index,) = db.execute("SELECT sql FROM sqlite_master WHERE name = 'timerwheel_kv_shard'").fetchone()
+        assert "WHERE key >= x'0050' AND key < x'0055'" in index
+        assert db.execute("SELECT * FROM timerwheel_timers ORDER BY partition, kind, reference").fetchall() == view
+        assert store.partitions() == ["orders/1", "orders/2", "users/7"]
+        assert {(t.reference, t.state) for t in list_timers(store, "users/7")} == {
+            (b"remind", "scheduled"), (b"expire", "scheduled"), (b"fails", "retrying"), (b"parks", "parked")}
+        assert [s.name for s in list_schedules(store)] == ["beat"]
+        assert cancel(store, "orders/2", 7, b"remind") is True and get_timer(store, "orders/2", 7, b"remind") is None
+        due = get_timer(store, "orders/1", 7, b"remind").due_at_ms
+        schedule(store, "orders/1", due - 30_000, 7, b"remind", b"R2", if_exists="replace")
+        assert [t.value for t in list_timers(store, "orders/1", kind=7) if t.reference == b"remind"] == [b"R2"]
+        shard = shard_of("orders/1", store.shard_count)
+        assert [bytes(k) for p, k, _ in store.scan_shards([shard], *keys.due_range(due), 10)[0] if p == "orders/1"] == sorted(
+            [keys.timer(view[0][4], 7, b"beat", occurrence=True), keys.timer(due - 30_000, 7, b"remind")])
+        handler = Fires()
+        run_due(store, "orders/1", TimerRegistry().register(handler), due)
+        assert sorted(handler.fired) == [b"beat", b"remind"]
+        assert all(store.get(p, b"Ticket/42") == b"app" for p in store.partitions())
+
+
 def test_the_key_space_rewrite_is_found_by_its_declared_entry_point():
     """The storage layer finds the timer layer's rewrite by the entry point the package declares,
     under the schema version that brings a store into the reserved key space: no import registers it,

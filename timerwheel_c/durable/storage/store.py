@@ -36,6 +36,7 @@ __all__ = [
     "MAX_KEY_BYTES",
     "MAX_PARTITION_BYTES",
     "MAX_VALUE_BYTES",
+    "SHARD_SPACE",
     "Absent",
     "Batch",
     "Committed",
@@ -73,6 +74,11 @@ MAX_PARTITION_BYTES = 256
 # value of 100 MB took about 950 MB of a runner's memory on PostgreSQL), so a value the store
 # accepts must stay small next to a process's memory. 1 MiB, Kafka's default message.max.bytes.
 MAX_VALUE_BYTES = 1 << 20
+# The key range ``(start, end)`` of the rows that passes read by shard (:meth:`Store.scan_shards`):
+# the timer layer's parked rows through its timer rows (timers/keys.py). A backend may index by shard
+# only these, so that names and applications' rows write no index entry; a read by shard of a range
+# outside it is still answered, by a scan.
+SHARD_SPACE = (b"\x00P", b"\x00U")
 
 def check_bytes(name: str, value: object) -> bytes:
     """Return ``value`` if it is bytes, else raise TypeError naming ``name`` and the value."""

@@ -51,7 +51,7 @@ from ..errors import PermanentStoreError, StoreError, TransientStoreError, wrap_
 from ..redact import redact
 from ..shards import DEFAULT_SHARD_COUNT, check_shard_count, shard_of
 from ..sqlfiles import migrations, rewrite_versions, statements
-from ..store import (COMMITTED, Batch, Committed, NoStoreError, Page, PreconditionFailed, Refused, SchemaError,
+from ..store import (COMMITTED, SHARD_SPACE, Batch, Committed, NoStoreError, Page, PreconditionFailed, Refused, SchemaError,
                     SchemaVersionError, Store, check_partition, check_readable_version, schema_version_of)
 from ..upgrades import rewritten_rows
 from ..watch import PollingWatcher, Watcher
@@ -67,7 +67,8 @@ _MIGRATIONS = migrations("sqlite")
 _ROW_REWRITES = rewrite_versions(_MIGRATIONS)  # versions that must find their declared rewrite
 # 1: the key-value table alone (files from before the version row); 2: the version row; 6: the rows
 # the layers above derive; 8: each row's shard, and the index that scans a shard; 9: the rows the
-# layers above rewrite (storage/upgrades.py); 10: the view timerwheel_timers, for operators' SQL.
+# layers above rewrite (storage/upgrades.py); 10: the view timerwheel_timers, for operators' SQL;
+# 14: the index by shard kept to SHARD_SPACE.
 SCHEMA_VERSION = _MIGRATIONS[-1][0]
 # The WAL's length, in frames (a page each, 4 kB by default), past which the checkpoint thread
 # truncates it (:func:`_restart_wal`): about 40 MB, a few seconds of the busiest commits.
@@ -394,6 +395,11 @@ class SQLiteStore(Store):
         # each), then one index range scan reads each of those: an idle pass over 64 shards costs
         # one statement, not 64 (about 40 us rather than 400). The first row of each (a pass's
         # look for its next wake-up) is one statement too, however many shards hold rows.
+        if not SHARD_SPACE[0] <= start <= end <= SHARD_SPACE[1]:
+            # A range the partial index by shard does not hold: a scan of the table per shard.
+            with self._lock, self._wrap:
+                return [self._db.execute(_QUERIES["scan_shard_elsewhere"], (shard, start, end, limit)).fetchall()
+                        for shard in shards]
         with self._lock, self._wrap:
             if limit == 1:
                 first = first_in_shards(self._db, shards, start, end)

@@ -49,8 +49,17 @@ SELECT name FROM p WHERE name IS NOT NULL
 -- name: all_rows
 SELECT partition, key, value FROM timerwheel_kv ORDER BY partition, key
 
+-- The reads by shard of a range within SHARD_SPACE (storage/store.py) repeat the terms of the partial
+-- index timerwheel_kv_shard (0014_shard_index_partial.sql), which SQLite uses only then.
+
 -- name: scan_shard
 -- One index range scan of (shard, key, partition): a shard's rows in key order across its partitions.
+SELECT partition, key, value FROM timerwheel_kv WHERE shard = ? AND key >= ? AND key < ?
+  AND key >= x'0050' AND key < x'0055'
+  ORDER BY key, partition LIMIT ?
+
+-- name: scan_shard_elsewhere
+-- The same read of a range outside SHARD_SPACE, which no index serves: a scan of the table.
 SELECT partition, key, value FROM timerwheel_kv WHERE shard = ? AND key >= ? AND key < ?
   ORDER BY key, partition LIMIT ?
 
@@ -59,7 +68,8 @@ SELECT partition, key, value FROM timerwheel_kv WHERE shard = ? AND key >= ? AND
 -- probe of (shard, key, partition) per shard, all inside one statement, so that a pass over many
 -- idle shards costs one statement rather than one per shard.
 SELECT s.column1 FROM (VALUES {shards}) AS s
-WHERE EXISTS (SELECT 1 FROM timerwheel_kv WHERE shard = s.column1 AND key >= ? AND key < ?)
+WHERE EXISTS (SELECT 1 FROM timerwheel_kv WHERE shard = s.column1 AND key >= ? AND key < ?
+  AND key >= x'0050' AND key < x'0055')
 
 -- name: first_in_shards
 -- The first row (in key order, then partition) with lo <= key < hi of each of the shards in {shards}
@@ -68,6 +78,7 @@ WHERE EXISTS (SELECT 1 FROM timerwheel_kv WHERE shard = s.column1 AND key >= ? A
 SELECT s.column1, t.partition, t.key, t.value FROM (VALUES {shards}) AS s
 JOIN timerwheel_kv AS t ON t.shard = s.column1 AND (t.key, t.partition) = (
   SELECT key, partition FROM timerwheel_kv WHERE shard = s.column1 AND key >= ? AND key < ?
+    AND key >= x'0050' AND key < x'0055'
   ORDER BY key, partition LIMIT 1)
 
 -- name: shard_count
