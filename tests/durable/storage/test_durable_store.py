@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import threading
 
@@ -240,7 +241,7 @@ def test_sqlite_put_over_a_stored_key_rewrites_its_value_and_leaves_the_shard_in
         put_all(store, [(b"\x00Tk", b"2")])
         assert store.get(P, b"\x00Tk") == b"2"
         assert store._db.execute("SELECT count(*) FROM timerwheel_kv INDEXED BY timerwheel_kv_shard WHERE shard >= 0 "
-                                 "AND key >= x'0050' AND key < x'0055'").fetchone()[0] == 1
+                                 "AND substr(key, 1, 2) >= x'0050' AND substr(key, 1, 2) < x'0055'").fetchone()[0] == 1
     finally:
         store.close()
 
@@ -266,6 +267,11 @@ def test_sqlite_reads_by_shard_search_the_partial_index_and_other_rows_write_no_
             args = (0, *SHARD_SPACE, 10) if name == "scan_shard" else (0, *SHARD_SPACE)
             plan = " ".join(row[3] for row in db.execute("EXPLAIN QUERY PLAN " + sql, args))
             assert "USING COVERING INDEX timerwheel_kv_shard" in plan or "USING INDEX timerwheel_kv_shard" in plan, (name, plan)
+        # The index's terms must not compare the bare key column: SQLite would judge a statement's
+        # "key >= ?" against them by its bound value, and prepare the statement again whenever that
+        # value changes (every range scan of a partition, at about 2.5 times the cost).
+        (index,) = db.execute("SELECT sql FROM sqlite_master WHERE name = 'timerwheel_kv_shard'").fetchone()
+        assert not re.search(r"\bkey\s*[<>=]", index.split("WHERE", 1)[1]), index
         page = db.execute("PRAGMA page_size").fetchone()[0]
         wal = tmp_path / "t.db-wal"
         n = 2000

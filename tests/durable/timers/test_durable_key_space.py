@@ -229,7 +229,7 @@ def test_a_store_of_schema_12_keeps_its_timers_when_its_index_by_shard_narrows(t
         assert db.execute("SELECT value FROM timerwheel_meta WHERE name = 'schema_version'").fetchone() == (
             str(SCHEMA_VERSION),)
         (index,) = db.execute("SELECT sql FROM sqlite_master WHERE name = 'timerwheel_kv_shard'").fetchone()
-        assert "WHERE key >= x'0050' AND key < x'0055'" in index
+        assert "WHERE substr(key, 1, 2) >= x'0050' AND substr(key, 1, 2) < x'0055'" in index
         assert db.execute("SELECT * FROM timerwheel_timers ORDER BY partition, kind, reference").fetchall() == view
         assert store.partitions() == ["orders/1", "orders/2", "users/7"]
         assert {(t.reference, t.state) for t in list_timers(store, "users/7")} == {

@@ -55,7 +55,7 @@ SELECT partition, key, value FROM timerwheel_kv ORDER BY partition, key
 -- name: scan_shard
 -- One index range scan of (shard, key, partition): a shard's rows in key order across its partitions.
 SELECT partition, key, value FROM timerwheel_kv WHERE shard = ? AND key >= ? AND key < ?
-  AND key >= x'0050' AND key < x'0055'
+  AND substr(key, 1, 2) >= x'0050' AND substr(key, 1, 2) < x'0055'
   ORDER BY key, partition LIMIT ?
 
 -- name: scan_shard_elsewhere
@@ -69,7 +69,7 @@ SELECT partition, key, value FROM timerwheel_kv WHERE shard = ? AND key >= ? AND
 -- idle shards costs one statement rather than one per shard.
 SELECT s.column1 FROM (VALUES {shards}) AS s
 WHERE EXISTS (SELECT 1 FROM timerwheel_kv WHERE shard = s.column1 AND key >= ? AND key < ?
-  AND key >= x'0050' AND key < x'0055')
+  AND substr(key, 1, 2) >= x'0050' AND substr(key, 1, 2) < x'0055')
 
 -- name: first_in_shards
 -- The first row (in key order, then partition) with lo <= key < hi of each of the shards in {shards}
@@ -78,7 +78,7 @@ WHERE EXISTS (SELECT 1 FROM timerwheel_kv WHERE shard = s.column1 AND key >= ? A
 SELECT s.column1, t.partition, t.key, t.value FROM (VALUES {shards}) AS s
 JOIN timerwheel_kv AS t ON t.shard = s.column1 AND (t.key, t.partition) = (
   SELECT key, partition FROM timerwheel_kv WHERE shard = s.column1 AND key >= ? AND key < ?
-    AND key >= x'0050' AND key < x'0055'
+    AND substr(key, 1, 2) >= x'0050' AND substr(key, 1, 2) < x'0055'
   ORDER BY key, partition LIMIT 1)
 
 -- name: shard_count
