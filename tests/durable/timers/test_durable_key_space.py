@@ -208,6 +208,23 @@ def test_duplicate_names_from_before_names_stay_reachable(tmp_path):
         assert int(version) >= KEY_SPACE_SCHEMA_VERSION
 
 
+def test_the_rows_passes_read_by_shard_lie_in_the_space_sqlite_indexes_by_shard():
+    """The parked rows and the timer rows (the ranges passes read by shard) lie in the storage layer's
+    SHARD_SPACE, and SQLite's partial index and its reads by shard spell that space's bounds: a key
+    layout that drifted from it would leave every pass scanning the whole table, correctly and slowly."""
+    from timerwheel_c.durable.storage.sqlite.rows import QUERIES
+    from timerwheel_c.durable.storage.sqlite.store import _MIGRATIONS
+    from timerwheel_c.durable.storage.store import SHARD_SPACE
+
+    start, end = SHARD_SPACE
+    for lo, hi in (keys.PARKED_RANGE, keys.timer_range(), keys.due_range(NOW), keys.future_range(NOW)):
+        assert start <= lo <= hi <= end, (lo, hi)
+    terms = f"substr(key, 1, 2) >= x'{start.hex()}' AND substr(key, 1, 2) < x'{end.hex()}'"
+    assert terms in dict(_MIGRATIONS)[14]
+    for name in ("scan_shard", "occupied_shards", "first_in_shards"):
+        assert terms in " ".join(QUERIES[name].split()), name
+
+
 FIXTURE_12 = Path(__file__).parent / "data" / "durable_store_schema12.db"
 
 

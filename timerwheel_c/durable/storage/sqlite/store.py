@@ -391,15 +391,15 @@ class SQLiteStore(Store):
         return Page.from_rows(rows, limit)
 
     def _scan_shards(self, shards: list, start: bytes, end: bytes, limit: int) -> list:
-        # Under the lock, one statement finds the shards holding a row in the range (an index probe
-        # each), then one index range scan reads each of those: an idle pass over 64 shards costs
-        # one statement, not 64 (about 40 us rather than 400). The first row of each (a pass's
-        # look for its next wake-up) is one statement too, however many shards hold rows.
         if not SHARD_SPACE[0] <= start <= end <= SHARD_SPACE[1]:
             # A range the partial index by shard does not hold: a scan of the table per shard.
             with self._lock, self._wrap:
                 return [self._db.execute(_QUERIES["scan_shard_elsewhere"], (shard, start, end, limit)).fetchall()
                         for shard in shards]
+        # Under the lock, one statement finds the shards holding a row in the range (an index probe
+        # each), then one index range scan reads each of those: an idle pass over 64 shards costs
+        # one statement, not 64 (about 40 us rather than 400). The first row of each (a pass's
+        # look for its next wake-up) is one statement too, however many shards hold rows.
         with self._lock, self._wrap:
             if limit == 1:
                 first = first_in_shards(self._db, shards, start, end)
