@@ -227,6 +227,47 @@ def _random_batches(rng, keys: list, n: int) -> list:
     return out
 
 
+def test_own_write_judges_each_guard_on_the_rows_as_they_stand(durable_store):
+    """Inside one ``own_write`` block a guard holds only on the row as it stands: a guard on a value
+    other than the one read fails, and once a batch has written, a guard on what was read before it
+    is judged on the written row (a backend may judge a guard on its own earlier read only while no
+    write of its own came between)."""
+    with durable_store.own_write(P) as tx:
+        assert tx.get(b"k") is None
+        assert isinstance(tx.apply(Batch().require(Equals(b"k", b"other")).put(b"x", b"1")), PreconditionFailed)
+        assert tx.apply(Batch().require(Absent(b"k")).put(b"k", b"1")) == COMMITTED
+        assert isinstance(tx.apply(Batch().require(Absent(b"k")).put(b"k", b"2")), PreconditionFailed)
+        assert tx.get(b"k") == b"1"
+        assert tx.apply(Batch().require(Equals(b"k", b"1")).require(Absent(b"x")).put(b"k", b"3")) == COMMITTED
+        assert isinstance(tx.apply(Batch().require(Equals(b"k", b"1")).put(b"k", b"4")), PreconditionFailed)
+    assert durable_store.get(P, b"k") == b"3" and durable_store.get(P, b"x") is None
+
+
+def test_sqlite_own_write_judges_a_guard_on_a_row_it_read_without_reading_it_again(tmp_path):
+    """SQLite's ``own_write`` holds the file's write lock from ``BEGIN IMMEDIATE``, so a row it read
+    stays as read until its own batch writes: a guard on that row costs no second statement. A
+    re-arm by name reads each row once (it read the identity row twice before)."""
+    from timerwheel_c.durable import schedule
+
+    store = SQLiteStore(tmp_path / "timers.db")
+    try:
+        schedule(store, P, 2_000_000_000_000, 2, b"ref")
+        statements: list = []
+        store._db.set_trace_callback(statements.append)
+        schedule(store, P, 2_000_000_000_001, 2, b"ref")
+        reads = [s for s in statements if s.startswith("SELECT value FROM timerwheel_kv")]
+        assert len(reads) == len(set(reads)) == 2, statements
+        statements.clear()
+        with store.own_write(P) as tx:
+            tx.get(b"a")
+            assert tx.apply(Batch().require(Absent(b"a")).put(b"a", b"1")) == COMMITTED
+            assert isinstance(tx.apply(Batch().require(Absent(b"a")).put(b"a", b"2")), PreconditionFailed)
+        reads = [s for s in statements if s.startswith("SELECT value FROM timerwheel_kv")]
+        assert len(reads) == 2, statements  # the first guard judged on the read, the second read again
+    finally:
+        store.close()
+
+
 def test_sqlite_put_over_a_stored_key_rewrites_its_value_and_leaves_the_shard_index_alone(tmp_path):
     """A put over a stored key (a re-arm's identity row, a rewritten effect row) sets the value: its
     program deletes nothing from the shard index, where INSERT OR REPLACE deleted the row from it and

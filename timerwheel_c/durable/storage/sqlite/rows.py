@@ -58,7 +58,8 @@ def first_in_shards(db: Union[sqlite3.Connection, sqlite3.Cursor], shards: list,
             _per_shard(db, "first_in_shards", shards, start, end)}
 
 
-def apply_batch(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, batch: Batch, shard: int) -> Optional[bytes]:
+def apply_batch(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, batch: Batch, shard: int,
+                read: Optional[dict] = None) -> Optional[bytes]:
     """Check ``batch``'s guards and write it inside ``db``'s open transaction; return the key of
     the first failed guard (nothing written: the guards are all judged before the first write), or
     None once written. The last guard may be checked by its own delete
@@ -67,7 +68,10 @@ def apply_batch(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, b
 
     A large batch (many timers written at once) costs a statement per row, not three: its Absent
     guards are read a few hundred keys per statement and each run of puts is one ``executemany``.
-    ``shard``: the partition's shard (:func:`~.shards.shard_of`), which every put records."""
+    ``shard``: the partition's shard (:func:`~.shards.shard_of`), which every put records.
+    ``read``: ``{key: value or None}`` of rows already read in this transaction while it held the
+    file's write lock, so that no other connection can have changed them: a guard on one of them is
+    judged on that value, without a statement."""
     consumed = consumed_write(batch)
     guards = batch.guards[:-1] if consumed >= 0 else batch.guards
     absent = [guard.key for guard in guards if isinstance(guard, Absent)]
@@ -76,7 +80,7 @@ def apply_batch(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, b
         if present is not None and isinstance(guard, Absent):
             held = guard.key not in present
         else:
-            value = read_value(db, partition, guard.key)
+            value = read[guard.key] if read is not None and guard.key in read else read_value(db, partition, guard.key)
             held = value is None if isinstance(guard, Absent) else value == guard.value
         if not held:
             return guard.key
@@ -104,17 +108,24 @@ class OnCursor:
     """A write's reads and batches of one partition on ``cursor``, inside a transaction its owner
     opened and ends: the caller's (:class:`~.joined.SQLiteJoined`) or the store's own
     (:meth:`~.store.SQLiteStore.own_write`). ``shard``: the partition's; ``wrap`` turns sqlite3 errors
-    into the store's."""
+    into the store's. ``locked``: the transaction holds the file's write lock from its first
+    statement (``BEGIN IMMEDIATE``), so that a row read stays as read until this cursor writes, and
+    a guard on it needs no second read (a re-arm by name reads its identity row once, not twice)."""
 
-    def __init__(self, cursor: sqlite3.Cursor, partition: str, shard: int, wrap: wrap_exceptions):
+    def __init__(self, cursor: sqlite3.Cursor, partition: str, shard: int, wrap: wrap_exceptions,
+                 locked: bool = False):
         self._cursor = cursor
         self._partition = partition
         self._shard = shard
         self._wrap = wrap
+        self._read: Optional[dict] = {} if locked else None
 
     def get(self, key: bytes) -> Optional[bytes]:
         with self._wrap:
-            return read_value(self._cursor, self._partition, key)
+            value = read_value(self._cursor, self._partition, key)
+        if self._read is not None:
+            self._read[key] = value
+        return value
 
     def scan(self, start: bytes, end: bytes, limit: int) -> list:
         with self._wrap:
@@ -123,5 +134,7 @@ class OnCursor:
 
     def apply(self, batch: Batch) -> Union[Committed, PreconditionFailed]:
         with self._wrap:
-            failed = apply_batch(self._cursor, self._partition, batch, self._shard)
+            failed = apply_batch(self._cursor, self._partition, batch, self._shard, self._read)
+        if failed is None and self._read:
+            self._read.clear()  # the batch wrote: what was read may be stale now
         return COMMITTED if failed is None else PreconditionFailed(failed)

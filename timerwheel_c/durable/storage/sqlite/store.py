@@ -338,7 +338,7 @@ class SQLiteStore(Store):
             db = self._db.cursor()
             db.execute("BEGIN IMMEDIATE")
             try:
-                yield OnCursor(db, partition, shard, self._wrap)
+                yield OnCursor(db, partition, shard, self._wrap, locked=True)
                 db.execute("COMMIT")
             except BaseException:
                 if self._db.in_transaction:
