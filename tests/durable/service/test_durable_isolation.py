@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from timerwheel_c.durable import schedule
+from timerwheel_c.durable import Backoff, get_timer, schedule
 from timerwheel_c.durable.service.service import DurableTimerService
 from timerwheel_c.durable.storage.errors import PermanentStoreError, TransientStoreError
 from bench.stores import Delegating
@@ -202,6 +202,31 @@ def test_a_handler_past_its_timeout_is_a_failure_and_holds_only_its_own_slot(sto
             wait_until(lambda: svc.failed >= 1, "the timeout counted as a failure", LIVENESS_S)
             wait_until(lambda: len(effects(store, "p")) == 10, "the other timers", LIVENESS_S)
             assert b"hang" not in effects(store, "p")
+    finally:
+        release.set()
+
+
+def test_a_sync_call_past_its_timeout_keeps_its_error_and_is_retried_once_it_returns(store):
+    """A sync call past its timeout_s: its failure commits at once (the pending timer shows the
+    TimeoutError while the call still runs), the row is not fired again while that call runs, and
+    once it returns the retry, due by then (backoff 0.1 s), runs without waiting out the claimer's
+    longest sleep (max_sleep_s=120 s, past the liveness bound)."""
+    release = threading.Event()
+    h = Recording(lambda t: release.wait(LIVENESS_S) if t.attempt == 1 else None, timeout_s=0.2)
+    h.backoff = Backoff(base_s=0.1, cap_s=0.1)
+    schedule(store, "p", wall_ms() - 10, KIND, b"slow")
+    try:
+        with DurableTimerService(store, TimerRegistry().register(h), ["p"], max_sleep_s=120, timing=SHORT_STOP):
+            def kept_error():
+                pending = get_timer(store, "p", KIND, b"slow")
+                return pending is not None and "TimeoutError" in (pending.last_error or "")
+            wait_until(kept_error, "the timed-out attempt's error kept", LIVENESS_S)
+            time.sleep(0.3)  # past the retry's due time: the call still runs, so the row stays in flight
+            assert h.calls == [("p", b"slow", 1)]
+            release.set()
+            wait_until(lambda: len(h.calls) == 2, "the retry once the call returned", LIVENESS_S)
+            wait_until(lambda: effects(store, "p") == {b"slow"}, "the retry's outcome", LIVENESS_S)
+            assert h.calls[1] == ("p", b"slow", 2)
     finally:
         release.set()
 

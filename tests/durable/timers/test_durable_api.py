@@ -417,6 +417,32 @@ def test_a_schedule_stops_after_its_end_or_max_runs_and_says_so(store, limit, fi
     assert info.ended and info.next_fire_ms is None and info.runs == (3 if "max_runs" in limit else 0)
 
 
+@pytest.mark.parametrize("misfire, extra, fired", [
+    ("once", {}, [3000]),
+    ("skip", dict(misfire_grace_s=3600), [1000, 2000, 3000]),
+    ("all", dict(catchup_window_s=3600), [1000, 2000, 3000]),
+])
+def test_a_schedule_whose_end_passed_while_no_runner_served_it_fires_what_it_owed(store, misfire, extra, fired):
+    """Every(1 s) from NOW to NOW + 3 s, first served at NOW + 10 s (an outage past its end): each
+    policy fires the occurrences it owed up to the end ("once" the last of them, as APScheduler's
+    coalescing does), never one past the end, and the schedule then reports itself ended."""
+    from timerwheel_c.durable import Every, add_schedule, get_schedule
+
+    registry = TimerRegistry()
+    seen = []
+
+    @registry.handler(1)
+    def tick(ctx, timer):
+        seen.append(timer.due_at_ms - NOW)
+        return Done()
+
+    add_schedule(store, P, "tick", Every(1, start=NOW, end=NOW + 3000), 1, misfire=misfire, **extra)
+    assert _fire_all(store, registry, NOW + 10_000) == len(fired)
+    assert seen == fired
+    info = get_schedule(store, P, "tick")
+    assert info.ended and info.next_fire_ms is None
+
+
 def test_end_and_max_runs_are_stored_with_the_trigger_and_checked():
     """end and max_runs survive the stored form (a trigger stored without them reads as before), and
     an end not after the start, a max_runs below 1 or not an int are refused naming the value."""

@@ -154,8 +154,9 @@ class Committer:
             self.task = None
 
     def _on_their_way(self) -> bool:
-        """Whether rows in flight have outcomes still to come (their handlers run, or wait for a slot)."""
-        return len(self.busy) > self.queued + self._committing
+        """Whether rows in flight have outcomes still to come (their handlers run, or wait for a slot;
+        a row held past its timed-out call's outcome has none)."""
+        return len(self.busy) - len(self.busy.held) > self.queued + self._committing
 
     def _commit(self, ready: dict) -> dict:
         """On the store (or commit) thread: every partition's outcomes in one ``apply_across`` (one commit);

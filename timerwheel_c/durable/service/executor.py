@@ -28,7 +28,6 @@ import time
 from typing import Callable, Optional
 
 from ..timers import tracing
-from ..timers.parking import RetryLater
 from ..timers.registry import TimerContext
 from ..timers.runner import Attempt, RunReport, settle
 from ..storage.store import Store
@@ -280,7 +279,10 @@ class Executor:
             self._chunks.discard(chunk)
         for job, attempt in zip(chunk.jobs, attempts):
             if job.settled:  # timed out already: the call's late result is dropped
-                self.busy.discard(job.key)
+                # Its retry was left out of the claimer's last look (the row was in flight), and may
+                # be due by now: nothing else would wake the claimer for it before its longest sleep.
+                self.busy.release(job)
+                self.wakeup.ring()
             else:
                 self._settle(job, attempt)
 
@@ -354,11 +356,11 @@ class Executor:
             self._report = RunReport()
             report.failed_kinds[timer.kind.get()] = report.failed
             self.recorder.count(report)
-        if keep_busy and isinstance(batch, RetryLater):
-            # The call runs on in its thread: its row stays in flight, never claimed again here until it
-            # returns, so nothing commits for it now (its error is not kept). A commit wakes the claimer
-            # for the row's retry (its earliest put), which a slow attempt may have left due already.
-            return
+        if keep_busy:
+            # The call runs on in its thread: its failure commits now (its error is kept, its retry or
+            # its parking written), but its row stays in flight, never claimed again here, until the
+            # call returns (:meth:`_run_sync`).
+            self.busy.hold(job)
         set_field(job, "batch", batch)
         self.committer.add(job)
 

@@ -100,11 +100,14 @@ class Chunk:
 class InFlight:
     """The rows this process holds from their claim until their outcome commits or is given up: a
     ``{key: Job}`` the claimer skips (never claiming again a row it is still firing), the run stage
-    fills (:meth:`add`) and the commit stage empties (:meth:`discard`). Loop thread only; the claim
+    fills (:meth:`add`) and the commit stage empties (:meth:`discard_jobs`). Loop thread only; the claim
     pass on the store thread reads a frozen copy (:meth:`keys`)."""
 
     def __init__(self):
         self.jobs: dict = {}
+        # Jobs settled while their sync call runs on past its timeout: their failure commits at once,
+        # but the row stays in flight until the call returns (:meth:`release`), never fired twice at once.
+        self.held: set = set()
 
     def __len__(self) -> int:
         return len(self.jobs)
@@ -112,18 +115,28 @@ class InFlight:
     def add(self, job: Job) -> None:
         self.jobs[job.timer.key] = job  # not job.key: a property, a Python call per fire
 
-    def discard(self, key: bytes) -> None:
-        self.jobs.pop(key, None)
+    def hold(self, job: Job) -> None:
+        """Keep ``job``'s row in flight past the commit of its outcome, until :meth:`release`."""
+        self.held.add(job)
+
+    def release(self, job: Job) -> None:
+        """``job``'s call has returned: its row leaves the rows in flight (unless a later claim of the
+        same key holds it now)."""
+        self.held.discard(job)
+        if self.jobs.get(job.timer.key) is job:
+            del self.jobs[job.timer.key]
 
     def discard_jobs(self, jobs: list) -> None:
-        """Discard the rows of ``jobs`` (their outcomes committed or given up): one call per commit,
-        not one per row."""
-        pop = self.jobs.pop
+        """Discard the rows of ``jobs`` (their outcomes committed or given up), but those held until
+        their call returns: one call per commit, not one per row."""
+        pop, held = self.jobs.pop, self.held
         for job in jobs:
-            pop(job.timer.key, None)
+            if not held or job not in held:
+                pop(job.timer.key, None)
 
     def keys(self) -> frozenset:
         return frozenset(self.jobs)
 
     def clear(self) -> None:
         self.jobs.clear()
+        self.held.clear()

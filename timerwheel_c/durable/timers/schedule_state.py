@@ -236,7 +236,7 @@ def when_due(state: ScheduleState, now_ms: int, rng: RandomSource) -> Step:
     due = due_occurrences(state.trigger, state.last_nominal_ms, now_ms, state.misfire, state.misfire_grace_s,
                           state.catchup_window_s, limit=1)
     if due.fire_ms and state.trigger.ended(due.fire_ms[0], state.runs):
-        # Owed occurrences past the end (missed while no runner served it) never fire: it ends here.
+        # An occurrence past max_runs (due_occurrences never owes one past end_ms) never fires: it ends here.
         return Step(None, dataclasses.replace(state, next_nominal_ms=None, next_fire_ms=None))
     if due.fire_ms:
         return Step(due.fire_ms[0], state)

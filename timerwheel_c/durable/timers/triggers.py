@@ -603,8 +603,8 @@ class DueOccurrences:
     Attributes:
         fire_ms: nominal times to fire now, oldest first, one at a time (never overlapping).
             When occurrence ``o`` is done, the schedule's last nominal time becomes ``o``.
-        last_missed_ms: the latest occurrence at or before now (fired or dropped), or None if
-            none is due. When ``fire_ms`` is empty and this is not None, every due occurrence
+        last_missed_ms: the latest occurrence at or before now and the trigger's end (fired or
+            dropped), or None if none is due. When ``fire_ms`` is empty and this is not None, every due occurrence
             was dropped: the last nominal time becomes this, with nothing fired.
         next_ms: the first occurrence strictly after now (or None if the trigger has no more):
             where the schedule continues on its grid.
@@ -624,6 +624,9 @@ def due_occurrences(trigger: Trigger, last_nominal_ms: int, now_ms: int, misfire
     Policies (APScheduler's coalescing and misfire grace time, Quartz's misfire instructions):
 
     - ``"once"``: a single occurrence for all that are due, the most recent one.
+
+    Only occurrences at or before the trigger's ``end_ms`` are due, whatever the policy: a
+    schedule whose end passed while no runner served it fires what it owed before the end.
     - ``"skip"``: drops every occurrence more than ``misfire_grace_s`` late and fires the
       others, oldest first.
     - ``"all"``: fires each due occurrence no older than ``catchup_window_s``, oldest first.
@@ -645,7 +648,11 @@ def due_occurrences(trigger: Trigger, last_nominal_ms: int, now_ms: int, misfire
     _check_ms("now_ms", now_ms)
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise ValueError(f"limit must be an int >= 1, got {limit!r}")
-    last_missed_ms = trigger.last_at_or_before(now_ms, last_nominal_ms)
+    # Only occurrences up to the trigger's end are owed: an outage that outlasts the end still
+    # owes the ones before it, and "once" coalesces them into the last of those, not into a grid
+    # point past the end that would end the schedule with nothing fired.
+    upto_ms = now_ms if trigger.end_ms is None else min(now_ms, trigger.end_ms)
+    last_missed_ms = trigger.last_at_or_before(upto_ms, last_nominal_ms)
     next_ms = trigger.next_after(max(now_ms, last_nominal_ms))
     if last_missed_ms is None:
         return DueOccurrences((), None, next_ms)
@@ -655,5 +662,5 @@ def due_occurrences(trigger: Trigger, last_nominal_ms: int, now_ms: int, misfire
     assert window_s is not None  # check_misfire requires it with "all"
     oldest_ms = now_ms - round(window_s * 1000) - trigger.jitter_ms
     after_ms = max(last_nominal_ms, min(oldest_ms - 1, MAX_DUE_MS))
-    fire = tuple(islice(takewhile(lambda due_ms: due_ms <= now_ms, trigger.occurrences(after_ms)), limit))
+    fire = tuple(islice(takewhile(lambda due_ms: due_ms <= upto_ms, trigger.occurrences(after_ms)), limit))
     return DueOccurrences(fire, last_missed_ms, next_ms)
