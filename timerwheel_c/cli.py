@@ -31,6 +31,15 @@ _COMMANDS = {"run": "timerwheel_c.durable.service.cli", "schedules": "timerwheel
              "web": "timerwheel_c.durable.service.web_cli"}
 
 
+class OneLineErrors(argparse.ArgumentParser):
+    """An argparse parser whose usage errors are one line on stderr (``PROG: MESSAGE``), exit 2, so
+    that every bad argument of every command reads alike; ``--help`` still gives the usage. Its
+    subparsers, and theirs, are of its class (argparse's default), so each command's are too."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {message}\n")
+
+
 class _Version(argparse.Action):
     """``--version``: argparse's own, but the cores it names are loaded only when it is asked for,
     not by every command (the durable commands use none)."""
@@ -49,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` (default: ``sys.argv[1:]``) and run the subcommand; returns its exit status."""
     if argv is None:
         argv = sys.argv[1:]
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrors(
         prog="timerwheel-c",
         description="timerwheel_c from the command line: a durable timer service.",
         epilog=EXIT_STATUS, formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -27,6 +27,8 @@ BROKEN_MODULES = {
     "not_a_registry": "registry = 42\n",
     "factory_raises": "def registry():\n    raise KeyError('missing kind table')\n",
     "exits_on_import": "import sys\nsys.exit(3)\n",
+    "leaks_on_import": 'raise RuntimeError("cannot reach postgresql://app:sekrit@db/x")\n',
+    "factory_leaks": "def registry():\n    raise ValueError('connect failed: host=db password=sekrit dbname=x')\n",
 }
 
 
@@ -85,6 +87,35 @@ def test_bad_handlers_are_one_line_exit_2_and_create_no_database(handler_dir, ru
     assert "Traceback" not in out.stderr
     after = sorted(p.name for p in handler_dir.iterdir() if p.name != "__pycache__")
     assert after == before and not db.exists()
+
+
+@pytest.mark.parametrize("spec, shown", [("leaks_on_import:registry", "app:***@db"),
+                                         ("factory_leaks:registry", "password=***")])
+def test_a_password_in_a_failing_handlers_modules_error_is_masked(handler_dir, spec, shown):
+    """The handlers' import or factory error is quoted in the one-line message with a database
+    URL's or a connection string's password masked, as every log line masks it."""
+    out = run_in_process(handler_dir, "--store", f"sqlite:///{handler_dir / 'x.db'}", "--handlers", spec)
+    assert out.returncode == 2 and shown in out.stderr and "sekrit" not in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("args", [
+    ["run", "--handlers", "m:r", "--concurrency", "0"],
+    ["run", "--handlers", "m:r", "--metrics-port", "99999"],
+    ["run", "--handlers", "m:r", "--log-level", "bogus"],
+    ["web", "--port", "x"],
+    ["timers"],
+    ["fleet", "--bogus"],
+    ["schedules", "add"],
+    ["bogus"],
+], ids=" ".join)
+def test_every_commands_usage_error_is_one_line_and_exit_2(handler_dir, args):
+    """A usage error argparse finds, in any command or in none, is one line on stderr naming the
+    command and the argument (the usage block only under --help), as the exit status promises."""
+    out = run_cli(*args)
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("timerwheel-c"), out.stderr
+    assert "usage:" not in out.stderr
 
 
 @pytest.mark.parametrize("level", ["debug", "Debug", "DEBUG"])

@@ -104,14 +104,6 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-class OneLineErrors(argparse.ArgumentParser):
-    """An argparse parser whose usage errors are one line on stderr (``PROG: MESSAGE``), exit 2, so
-    that every bad argument of a command reads alike; ``--help`` still gives the usage."""
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: {message}\n")
-
-
 def store_url(given: Optional[str], command: str) -> str:
     """``given`` (``--store``), else ``$TIMERWHEEL_C_STORE``.
 
@@ -158,7 +150,7 @@ def load_registry(spec: str) -> TimerRegistry:
         module = importlib.import_module(module_name)
     except (Exception, SystemExit) as exc:  # any error of the user's module at import time is a bad argument
         raise HandlersError(f"--handlers {spec!r}: importing module {module_name!r} failed: "
-                            f"{type(exc).__name__}: {exc}") from exc
+                            f"{type(exc).__name__}: {redact(str(exc))}") from exc
     try:
         obj = getattr(module, attr)
     except AttributeError as exc:
@@ -167,7 +159,8 @@ def load_registry(spec: str) -> TimerRegistry:
         try:
             obj = obj()
         except Exception as exc:
-            raise HandlersError(f"--handlers {spec!r}: calling {attr!r} failed: {type(exc).__name__}: {exc}") from exc
+            raise HandlersError(f"--handlers {spec!r}: calling {attr!r} failed: {type(exc).__name__}: "
+                                f"{redact(str(exc))}") from exc
     if not isinstance(obj, TimerRegistry):
         raise HandlersError(f"--handlers {spec!r} is a {type(obj).__name__}, not a TimerRegistry")
     return obj

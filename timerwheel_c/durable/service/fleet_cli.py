@@ -44,7 +44,7 @@ import time
 from ..._helptext import terminal_text
 from ..storage.errors import StoreError
 from ..storage.redact import redact
-from .cli import OneLineErrors, open_or_say, store_url
+from .cli import open_or_say, store_url
 from .cli_text import first_line, in_words, local_iso, table
 from .fleet import kinds_text, owned_text, status
 
@@ -56,7 +56,7 @@ def add_parser(sub) -> None:
     """Register the ``fleet`` subcommand (and its ``status``) on an argparse subparsers object."""
     p = sub.add_parser("fleet", help="the live runners and the state of each partition",
                        description=terminal_text(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
-    actions = p.add_subparsers(dest="action", required=True, parser_class=OneLineErrors)
+    actions = p.add_subparsers(dest="action", required=True)
     a = actions.add_parser("status", help="the live runners and the state of each partition",
                            description=terminal_text(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
     a.add_argument("--store", default=None, metavar="URL",

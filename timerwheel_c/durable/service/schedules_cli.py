@@ -29,7 +29,7 @@ from ..timers.schedules import (add_schedule, list_schedules, pause_schedule, re
                                 resume_schedule)
 from ..timers.keys import TimerKind
 from ..timers.triggers import MISFIRE_POLICIES, Cron, Every, Trigger, check_misfire
-from .cli import OneLineErrors, open_or_say
+from .cli import open_or_say
 from .cli_text import local_iso, table, utc_iso
 
 _COLUMNS = ["partition", "name", "trigger", "kind", "next_fire", "paused", "misfire"]
@@ -40,7 +40,7 @@ def add_parser(sub) -> None:
     """Register the ``schedules`` subcommand (and its own subcommands) on an argparse subparsers object."""
     p = sub.add_parser("schedules", help="list, add, remove, pause or resume recurring schedules",
                        description=terminal_text(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
-    actions = p.add_subparsers(dest="action", required=True, parser_class=OneLineErrors)
+    actions = p.add_subparsers(dest="action", required=True)
     for action in ("list", "add", *_CHANGES):
         a = actions.add_parser(action, help=f"{action} schedules" if action == "list" else f"{action} a schedule",
                                description=terminal_text(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)

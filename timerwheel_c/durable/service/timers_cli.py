@@ -66,7 +66,7 @@ from ..timers.keys import TimerKind
 from ..timers.kind_names import kind_names
 from ..timers.schedules import get_schedule
 from ..timers.writer import STATES, PendingTimer, cancel, get_timer, list_timers, requeue
-from .cli import OneLineErrors, open_or_say, store_url
+from .cli import open_or_say, store_url
 from .cli_text import first_line, in_words, local_iso, printable, reference_text, table, utc_iso
 
 DEFAULT_LIMIT = 100
@@ -83,7 +83,7 @@ def add_parser(sub) -> None:
     """Register the ``timers`` subcommand (and its own subcommands) on an argparse subparsers object."""
     p = sub.add_parser("timers", help="list, show, cancel, requeue or fire pending timers now",
                        description=terminal_text(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
-    actions = p.add_subparsers(dest="action", required=True, parser_class=OneLineErrors)
+    actions = p.add_subparsers(dest="action", required=True)
     helps = {"list": "list pending timers", "show": "show one timer", "cancel": "cancel one timer",
              "requeue": "put a parked or retrying timer back to scheduled", "fire-now": "make one timer due now"}
     for action, text in helps.items():

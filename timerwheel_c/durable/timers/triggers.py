@@ -424,16 +424,30 @@ class Cron(Trigger):
 
     def __init__(self, expression: str, tz: Union[str, _dt.tzinfo] = "UTC", *, start: object = None,
                  jitter_s: float = 0.0, end: object = None, max_runs: Optional[int] = None):
-        fields = _cron_fields(expression)
-        self.expression = expression.strip()
-        self._expr = " ".join(fields)
-        self._on_wall_clock = not fields[1].startswith("*")
-        self.tz = _zone_of(tz)
+        self._init(expression, tz, start, jitter_s, end, max_runs)
         meant = _FIXED_BY_MISTAKE.get(self.tz.key)
         if meant is not None:
             warnings.warn(f"tz {self.tz.key!r} keeps one UTC offset all year, with no daylight saving time, so "
                           f"half the year it fires an hour off the local clock; for that clock use {meant!r}",
                           UserWarning, stacklevel=2)
+
+    @classmethod
+    def _stored(cls, expression: str, tz: str, start_ms: int, jitter_s: float, end: object,
+                max_runs: Optional[int]) -> "Cron":
+        """The Cron a stored schedule names, without the warning about its zone: that was given when
+        the schedule was made, and a read (every claim of an occurrence) must not repeat it, nor fail
+        under ``-W error``."""
+        cron = cls.__new__(cls)
+        cron._init(expression, tz, start_ms, jitter_s, end, max_runs)
+        return cron
+
+    def _init(self, expression: str, tz: Union[str, _dt.tzinfo], start: object, jitter_s: float, end: object,
+              max_runs: Optional[int]) -> None:
+        fields = _cron_fields(expression)
+        self.expression = expression.strip()
+        self._expr = " ".join(fields)
+        self._on_wall_clock = not fields[1].startswith("*")
+        self.tz = _zone_of(tz)
         self.start_ms = _start_ms_of(start)
         self.default_start = start is None
         self.jitter_ms = _jitter_ms_of(jitter_s)
@@ -555,7 +569,7 @@ def trigger_from_dict(data: object) -> Trigger:
         if kind == "every":
             return Every(_dt.timedelta(milliseconds=data["interval_ms"]), start=data["start_ms"], jitter_s=jitter_s,
                          **limits)
-        return Cron(data["expression"], data["tz"], start=data["start_ms"], jitter_s=jitter_s, **limits)
+        return Cron._stored(data["expression"], data["tz"], data["start_ms"], jitter_s, **limits)
     except (TypeError, OverflowError) as e:
         raise ValueError(f"stored {kind} trigger: {e}") from None
 
