@@ -43,6 +43,16 @@ def test_add_list_pause_resume_remove(url, tmp_path, capsys):
         assert get_schedule(store, "p", "beat").value == b""
 
 
+def test_a_value_that_is_not_utf8_is_stored_as_typed(url, tmp_path, capsys):
+    """``--value`` bytes that are not UTF-8 (argv as the OS gave it, surrogate-escaped by Python)
+    are stored as typed, as ``timers``' references are, never a UnicodeEncodeError."""
+    typed = b"\xff\xfeok".decode("utf-8", "surrogateescape")
+    assert main(["schedules", "add", "--store", url, "--partition", "p", "raw", "--every", "60", "--kind", "3",
+                 "--value", typed]) == 0, capsys.readouterr().err
+    with SQLiteStore(tmp_path / "s.db") as store:
+        assert get_schedule(store, "p", "raw").value == b"\xff\xfeok"
+
+
 @pytest.mark.parametrize("argv, needle", [
     (["add", "n", "--cron", "61 * * * *", "--kind", "1"], "minute"),
     (["add", "n", "--cron", "@daily", "--tz", "Mars/Olympus", "--kind", "1"], "Mars/Olympus"),

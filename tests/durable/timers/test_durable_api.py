@@ -104,6 +104,9 @@ def test_a_timedelta_or_delay_seconds_is_due_that_long_from_now(store, host_now)
     assert reschedule(store, P, datetime.timedelta(microseconds=1), 1, b"a")
     assert get_timer(store, P, 1, b"a").due_at_ms == host_now + 1
     assert Reschedule(datetime.timedelta(seconds=2), b"").due_at_ms == host_now + 2000
+    # The longest timedelta (about 2.7 million years) is a due time still, never an OverflowError.
+    schedule(store, P, datetime.timedelta.max, 1, b"c")
+    assert get_timer(store, P, 1, b"c").due_at_ms == host_now + datetime.timedelta.max // datetime.timedelta(milliseconds=1) + 1
 
 
 def test_a_bad_relative_due_time_is_refused_naming_it(store, host_now):
@@ -117,7 +120,9 @@ def test_a_bad_relative_due_time_is_refused_naming_it(store, host_now):
              ((None,), {"delay": "5"}, TypeError, "'5'"),
              ((None,), {"delay": True}, TypeError, "True"),
              ((NOW + 5,), {"delay": 5}, TypeError, "not both"),
-             ((None,), {}, TypeError, "NoneType")]
+             ((None,), {}, TypeError, "NoneType"),
+             ((None,), {"delay": 1e300}, ValueError, "delay must end by the latest due time.*1e\\+300"),
+             ((None,), {"delay": 2**70}, ValueError, "delay .*1180591620717411303424")]
     for due, kwargs, error, named in cases:
         with pytest.raises(error, match=named):
             schedule(store, P, *due, 1, b"x", **kwargs)
@@ -636,12 +641,13 @@ def test_every_writer_refuses_a_kind_the_store_names_otherwise(store_url):
 
 @pytest.mark.parametrize("due", [2 ** 64, 10 ** 30])
 def test_a_due_time_out_of_range_is_refused_without_the_year_5000_warning(store, caplog, due):
-    """A due time beyond the store's range is refused with one ValueError: no WARNING that it looks
-    like us or ns comes first (the CLI's one line on stderr would be two)."""
+    """A due time beyond the store's range is refused with one ValueError naming the argument given
+    (``due_at_ms`` or ``delay``): no WARNING that it looks like us or ns comes first (the CLI's one
+    line on stderr would be two)."""
     with caplog.at_level(logging.WARNING, logger="timerwheel_c.durable"):
         with pytest.raises(ValueError, match="due_at_ms must be in"):
             schedule(store, "p", due, 1, b"r", b"")
-        with pytest.raises(ValueError, match="due_at_ms must be in"):
+        with pytest.raises(ValueError, match="delay must end by the latest due time"):
             schedule(store, "p", None, 1, b"r", b"", delay=float(due))
     assert "year 5000" not in caplog.text
     assert get_timer(store, "p", 1, b"r") is None

@@ -233,5 +233,7 @@ def test_schedules_are_listed_across_partitions_and_bad_names_are_refused(durabl
         add_schedule(durable_store, P, "", Every(60), KIND)
     with pytest.raises(TypeError, match="b'x'"):
         add_schedule(durable_store, P, b"x", Every(60), KIND)
+    with pytest.raises(ValueError, match=r"a schedule name must be at most \d+ UTF-8 bytes, got 3000 bytes starting 'nnn"):
+        add_schedule(durable_store, P, "n" * 3000, Every(60), KIND)
     with pytest.raises(ValueError, match="catchup_window_s"):
         add_schedule(durable_store, P, "z", Every(60), KIND, misfire="all")

@@ -46,7 +46,7 @@ def test_schedule_writes_the_row_and_cancel_by_name_removes_it_once(store):
     (("STORE", P, 1.5e12, KIND, b"r"), TypeError, "1500000000000.0"),
     (("STORE", P, -1, KIND, b"r"), ValueError, "-1"),
     (("STORE", P, 2**64, KIND, b"r"), ValueError, str(2**64)),
-    (("STORE", P, DUE, 0, b"r"), ValueError, "kind 0"),
+    (("STORE", P, DUE, 0, b"r"), ValueError, "kind must be in 1..255, got 0"),
     (("STORE", P, DUE, 256, b"r"), ValueError, "256"),
     (("STORE", P, DUE, KIND, "r"), TypeError, "'r'"),
     (("STORE", P, dt.datetime(2030, 1, 1), KIND, b"r"), ValueError, "naive"),

@@ -116,7 +116,8 @@ def main(args) -> int:
             infos = list_schedules(store, args.partition)
             print(json.dumps([_as_json(i) for i in infos], indent=2) if args.json else table([_row(i) for i in infos], _COLUMNS))
         elif args.action == "add":
-            info = add_schedule(store, args.partition, args.name, trigger, args.kind, args.value.encode(),
+            info = add_schedule(store, args.partition, args.name, trigger, args.kind,
+                                args.value.encode("utf-8", "surrogateescape"),  # argv bytes as typed, UTF-8 or not
                                 misfire=args.misfire, misfire_grace_s=args.grace, catchup_window_s=args.catchup)
             print(f"added {info.name!r}: {info.trigger}, next fire {local_iso(info.next_fire_ms)}")
         elif not _CHANGES[args.action](store, args.partition, args.name):

@@ -209,7 +209,7 @@ def _show(timer: PendingTimer, now_ms: int, names: dict) -> str:
     text = reference_text(timer.reference)
     value = reference_text(timer.value)
     fields = [("partition", timer.partition), ("kind", _kind_text(timer, names)),
-              ("reference", "(not UTF-8 text)" if text is None else text), ("reference hex", timer.reference.hex()),
+              ("reference", "(not printable UTF-8 text)" if text is None else text), ("reference hex", timer.reference.hex()),
               ("state", timer.state), ("attempt", timer.attempt),
               ("due at", f"{local_iso(timer.due_at_ms)} ({in_words(timer.due_at_ms, now_ms)}; "
                          f"{timer.due_at_ms} ms since the epoch)"),

@@ -24,6 +24,8 @@ import logging
 import math
 import time
 
+from .keys import MAX_DUE_MS
+
 __all__ = ["PLAUSIBLY_FINER_FROM", "PLAUSIBLY_SECONDS_BELOW", "DueMs", "due_at_ms_of", "due_or_delay",
            "relative_base_ms"]
 
@@ -51,7 +53,10 @@ def relative_base_ms() -> int:
 def _relative(delay_ms: int, shown: object, name: str) -> int:
     if delay_ms < 0:
         raise ValueError(f"{name} must not be negative, got {shown!r}")
-    return relative_base_ms() + delay_ms
+    due_ms = relative_base_ms() + delay_ms
+    if due_ms > MAX_DUE_MS:
+        raise ValueError(f"{name} must end by the latest due time, 2**64-1 ms after 1970 UTC, got {shown!r}")
+    return due_ms
 
 
 def due_or_delay(due_at: object, delay: object, name: str = "due_at_ms") -> object:
@@ -94,7 +99,8 @@ def due_at_ms_of(value: object, name: str = "due_at_ms") -> int:
     if type(value) is DueMs:
         return value
     if isinstance(value, _dt.timedelta):
-        return _relative(-(-value // _MS), value, name)
+        whole_ms, part = divmod(value, _MS)  # not -(-value // _MS): -timedelta.max overflows
+        return _relative(whole_ms + bool(part), value, name)
     if isinstance(value, _dt.datetime):
         if value.tzinfo is None or value.utcoffset() is None:
             raise ValueError(

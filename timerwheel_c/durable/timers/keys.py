@@ -331,9 +331,8 @@ def _check_kind(kind: object) -> int:
         return int(kind)
     if isinstance(kind, bool) or not isinstance(kind, int):
         raise TypeError(f"kind must be a TimerKind or an int 1..255, got {type(kind).__name__} {kind!r}")
-    check_uint("kind", kind, 255)
-    if kind == 0:
-        raise ValueError("kind 0 is invalid (kinds are 1..255)")
+    if not 1 <= kind <= 255:
+        raise ValueError(f"kind must be in 1..255, got {kind!r}")
     return kind
 
 

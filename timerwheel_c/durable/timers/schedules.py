@@ -100,7 +100,9 @@ def _name_bytes(name: object) -> bytes:
         raw = name.encode("utf-8")
     except UnicodeEncodeError:
         raise ValueError(f"a schedule name must be encodable as UTF-8, got {name!r}") from None
-    keys.schedule_row(raw)  # checks the length
+    if len(raw) > keys.MAX_REFERENCE_BYTES:  # the occurrences' key holds it as a timer's reference
+        raise ValueError(f"a schedule name must be at most {keys.MAX_REFERENCE_BYTES} UTF-8 bytes, got {len(raw)} "
+                         f"bytes starting {name[:16]!r}")
     return raw
 
 
