@@ -231,6 +231,46 @@ def test_a_sync_call_past_its_timeout_keeps_its_error_and_is_retried_once_it_ret
         release.set()
 
 
+def test_a_call_that_fails_after_its_retry_came_due_is_retried_without_waiting_out_the_longest_sleep(store):
+    """A sync call that runs past its backoff (0.1 s) and then raises: its retry is due by the time
+    its failure commits, and the runner's last wake skipped the row (in flight then), so the commit
+    must wake it once the row has left the rows in flight; the retry runs well before the claimer's
+    longest sleep (max_sleep_s=120 s, past the liveness bound)."""
+    def behave(timer):
+        if timer.attempt == 1:
+            time.sleep(0.5)
+            raise RuntimeError("first attempt fails late")
+
+    h = Recording(behave)
+    h.backoff = Backoff(base_s=0.1, cap_s=0.1)
+    schedule(store, "p", wall_ms() - 10, KIND, b"late")
+    with DurableTimerService(store, TimerRegistry().register(h), ["p"], max_sleep_s=120):
+        wait_until(lambda: effects(store, "p") == {b"late"}, "the retry's outcome", LIVENESS_S)
+    assert [attempt for _, _, attempt in h.calls] == [1, 2]
+
+
+def test_an_outcome_whose_own_guard_fails_after_its_retry_came_due_is_retried_promptly(store):
+    """A sync call that runs past its backoff (0.1 s) and returns Done with a batch whose own guard
+    fails: the outcome fails, its row stays at its backoff key, due by then, and the commit wakes the
+    runner for it as a failure's does; the retry runs well before max_sleep_s=120 s."""
+    class GuardFailsFirst(Recording):
+        def fire(self, ctx, timer):
+            if timer.attempt > 1:
+                return Recording.fire(self, ctx, timer)
+            with self.lock:
+                self.calls.append((ctx.partition, timer.reference, timer.attempt))
+            time.sleep(0.5)
+            return Done(Batch().require(Absent(b"never-absent")))
+
+    h = GuardFailsFirst()
+    h.backoff = Backoff(base_s=0.1, cap_s=0.1)
+    store.apply("p", Batch().put(b"never-absent", b"1"))
+    schedule(store, "p", wall_ms() - 10, KIND, b"guarded")
+    with DurableTimerService(store, TimerRegistry().register(h), ["p"], max_sleep_s=120):
+        wait_until(lambda: effects(store, "p") == {b"guarded"}, "the retry's outcome", LIVENESS_S)
+    assert [attempt for _, _, attempt in h.calls] == [1, 2]
+
+
 def test_a_backlog_in_one_partition_does_not_starve_a_lone_timer_in_another(store):
     """3,000 rows due in "a" (each fire takes 1 ms, concurrency 2) and one timer due in "b": b fires
     before a third of a's backlog has (the passes share the slots across partitions)."""

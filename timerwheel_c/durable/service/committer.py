@@ -24,7 +24,7 @@ where they arose:
 from __future__ import annotations
 
 import asyncio
-from typing import Callable, Optional
+from typing import Callable, Optional, Tuple
 
 from ..storage.errors import is_transient
 from ..storage.store import Store
@@ -126,7 +126,7 @@ class Committer:
                 self._committing = sum(len(q) for q in ready.values())
                 assert self.pool is not None  # set by start(), before any outcome
                 try:
-                    errors = await asyncio.wrap_future(self.pool.submit(self._commit, ready))
+                    errors, wakes = await asyncio.wrap_future(self.pool.submit(self._commit, ready))
                 finally:
                     self._committing = 0
                 for partition, outcomes in ready.items():
@@ -135,6 +135,10 @@ class Committer:
                         self._failures.pop(partition, None)
                         self._retry_at.pop(partition, None)
                         self.busy.discard_jobs(outcomes)
+                        if partition in wakes:
+                            # Only now that its rows have left the rows in flight: a pass the ring
+                            # started before would skip them, and sleep past the retry it was rung for.
+                            self.wakeup.written(partition, wakes[partition])
                         continue
                     failures = self._failures[partition] = self._failures.get(partition, 0) + 1
                     delay_s = self.recorder.store_failed(exc, failures, f"commit on partition {partition!r}",
@@ -150,6 +154,7 @@ class Committer:
                             dropped.failed_kinds[kind] = dropped.failed_kinds.get(kind, 0) + 1
                         self.recorder.count(dropped)
                         self.busy.discard_jobs(outcomes)
+                        self.wakeup.ring()  # their rows stay at their backoff keys, which may be due by now
         finally:
             self.task = None
 
@@ -158,16 +163,18 @@ class Committer:
         a row held past its timed-out call's outcome has none)."""
         return len(self.busy) - len(self.busy.held) > self.queued + self._committing
 
-    def _commit(self, ready: dict) -> dict:
+    def _commit(self, ready: dict) -> Tuple[dict, dict]:
         """On the store (or commit) thread: every partition's outcomes in one ``apply_across`` (one commit);
-        should that fail, each partition's in a commit of its own. Returns ``{partition: error}`` of the
-        partitions whose commit raised (an error of one batch is that batch's alone, see the module)."""
+        should that fail, each partition's in a commit of its own. Returns ``({partition: error}, {partition:
+        wake ms})``: the partitions whose commit raised (an error of one batch is that batch's alone, see
+        the module), and for the others that wrote a timer row or left one at its backoff key, the
+        earliest such row's due time (Unix epoch ms)."""
         settled = {p: [(o, o.batch) for o in os] for p, os in ready.items()}
         try:
             reports = commit_across(self.store, settled)
         except Exception as exc:
             if len(settled) < 2:
-                return {partition: exc for partition in settled}
+                return {partition: exc for partition in settled}, {}
             reports, errors = {}, {}
             for partition, pairs in settled.items():
                 try:
@@ -176,11 +183,12 @@ class Committer:
                     errors[partition] = own
         else:
             errors = {}
+        wakes = {}
         for partition, report in reports.items():
             self.recorder.count(report)
             if report.earliest_put_ms is not None:
-                self.wakeup.written(partition, report.earliest_put_ms)
-        return errors
+                wakes[partition] = report.earliest_put_ms
+        return errors, wakes
 
     async def drain(self, left_s: Callable[[], Optional[float]]) -> int:
         """After stop(): wait up to ``left_s()`` seconds for the queued outcomes to commit; returns how

@@ -291,9 +291,8 @@ def _count_outcomes(partition: str, pairs: list, results: list, report: RunRepor
             if not retries:
                 report.fired += 1
                 report.fired_kinds[kind] = report.fired_kinds.get(kind, 0) + 1
-            elif report.earliest_put_ms is None or keys.parse(key).due_at_ms < report.earliest_put_ms:
-                # Its row stays due at its backoff, which may have passed while the handler ran: wake for it.
-                report.earliest_put_ms = keys.parse(key).due_at_ms
+            else:
+                _left_backed_off(report, key)
             for k, v in batch.writes:
                 if v is not None and k[:_TAG_LEN] == keys.TAG:  # keys.is_timer_key inline: per put of each outcome
                     try:
@@ -307,6 +306,7 @@ def _count_outcomes(partition: str, pairs: list, results: list, report: RunRepor
             # answer differently then): never requeued in front of the other commits.
             if not (parks or retries):  # their failed attempt is counted already
                 _count_failed(report, kind)
+            _left_backed_off(report, key)
             log.error("%s: the store refused its outcome batch (%s: %s); it stays backed off",
                       _name(partition, claimed), type(result.error).__name__, result.error)
         elif result.key == key:
@@ -318,8 +318,17 @@ def _count_outcomes(partition: str, pairs: list, results: list, report: RunRepor
             log.info("%s: the record of its failure failed its guard (the timer moved meanwhile)", _name(partition, claimed))
         else:
             _count_failed(report, kind)
+            _left_backed_off(report, key)
             log.info("%s: its outcome batch failed its guard on the row %s; it stays backed off",
                      _name(partition, claimed), names.reference_text(result.key))
+
+
+def _left_backed_off(report: RunReport, key: bytes) -> None:
+    """The claimed row ``key`` stays at its backoff key, due at its retry time, which may have passed
+    while the handler ran (the runner's last wake skipped it, in flight then): wake for it."""
+    due_ms = keys.parse(key).due_at_ms
+    if report.earliest_put_ms is None or due_ms < report.earliest_put_ms:
+        report.earliest_put_ms = due_ms
 
 
 def _name(partition: str, claimed: ClaimedTimer) -> str:

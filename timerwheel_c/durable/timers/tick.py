@@ -129,7 +129,8 @@ class RunReport:
     and quarantines committed: the progress that decides ``next_wake_ms``).
     ``stopped_on_budget``: a budget limit ended the tick with due rows left.
     ``earliest_put_ms``: the earliest due time (Unix epoch ms) of a timer row that a
-    committed outcome wrote, or None. ``earliest_unknown_ms``: when the first row left
+    committed outcome wrote, or that an outcome left at its backoff key (a failure, a refused or
+    guard-failed outcome: its retry may have come due while the handler ran), or None. ``earliest_unknown_ms``: when the first row left
     for another runner ends its grace (Unix epoch ms), or None. ``next_wake_ms``: when to
     run again (Unix epoch ms, never before ``now_ms``), or None when no timer is left.
     ``fired_kinds`` / ``failed_kinds`` / ``parked_kinds``: ``fired`` / ``failed`` / ``parked`` by
