@@ -296,8 +296,10 @@ cdef class WheelScheduler:
         self._loop = asyncio.get_running_loop() if loop is None else loop
         self._time = self._loop.time
         # asyncio's own loop.time() is time.monotonic(): read it in C. A loop that overrides
-        # time() (uvloop, a test's clock) is called.
-        self._fast_clock = FAST_CLOCK and getattr(type(self._loop), "time", None) is _BASE_TIME
+        # time() (uvloop, a test's clock set on the class or the instance) is called, as the pure
+        # twin calls the loop.time it bound here.
+        self._fast_clock = FAST_CLOCK and PyMethod_Check(self._time) \
+            and PyMethod_GET_FUNCTION(self._time) == <PyObject*>_BASE_TIME
         self._slack_s = check_slack(
             default_clock_slack_s(self._loop) if clock_slack_s is None else clock_slack_s)
         self._wheel = TimerWheel(_floor_ms(self.c_time()))
@@ -413,9 +415,10 @@ cdef class WheelScheduler:
     # -- the C-level API (declared in src/_aio.pxd): the Python methods without conversions --
 
     cdef double c_time(self) except? -1.0:
-        """The loop's time in seconds: asyncio's clock read in C, else ``loop.time()``."""
+        """The loop's time in seconds: asyncio's clock read in C while nothing patched
+        ``time.monotonic``, else ``loop.time()``."""
         cdef double now_s
-        if self._fast_clock and tw_monotonic_s(&now_s) == 0:
+        if self._fast_clock and _monotonic_is_real() and tw_monotonic_s(&now_s) == 0:
             return now_s
         return self._time()
 

@@ -1,9 +1,19 @@
 # The loop clock as both asyncio cores read it (src/_aio.pyx, src/_loop.pyx include this): asyncio's
-# loop.time() read in C when the loop is asyncio's own and the C read is checked to be its clock,
+# loop.time() read in C when the loop is asyncio's own, the C read is checked to be its clock and
+# nothing patched time.monotonic,
 # and a loop time's whole ms, float-exact (the twins: timerwheel_c._aio_common.floor_ms).
 
 cdef extern from "aio_clock.h":
     int tw_monotonic_s(double* out) noexcept nogil
+
+cdef extern from "tw_dict.h":
+    ctypedef struct tw_dict_memo:
+        uint64_t version
+        PyObject* value
+    uint64_t tw_dict_version(object d) noexcept
+    PyObject* tw_dict_get(object d, object key, tw_dict_memo* memo) noexcept
+
+import time as _time_module
 
 from timerwheel_c._aio_common import MAX_DUE_MS as _MAX_DUE_MS
 
@@ -23,6 +33,18 @@ cdef bint _clock_matches():
 
 
 cdef bint FAST_CLOCK = _clock_matches()
+
+# time.monotonic as imported: asyncio's BaseEventLoop.time() calls whatever the time module holds
+# at the call, so mock.patch("time.monotonic") moves its timers; the C read stands in only for it.
+cdef dict _TIME_DICT = _time_module.__dict__
+cdef object _MONOTONIC = _time_module.monotonic
+cdef str _MONOTONIC_NAME = "monotonic"
+cdef tw_dict_memo _MONOTONIC_MEMO
+
+
+cdef inline bint _monotonic_is_real() noexcept:
+    """True unless someone replaced ``time.monotonic`` (a test's patch)."""
+    return FAST_CLOCK and tw_dict_get(_TIME_DICT, _MONOTONIC_NAME, &_MONOTONIC_MEMO) == <PyObject*>_MONOTONIC
 
 
 cdef inline int64_t _floor_ms(double now_s) noexcept:

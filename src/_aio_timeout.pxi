@@ -81,6 +81,7 @@ cdef class WheelTimeout:
         """
         self._reschedule(None if when is None else _as_seconds(when, "when"))
 
+    @cython.nonecheck(True)  # a WheelTimeout made with __new__ has no scheduler: AttributeError, never a crash
     def reschedule_after(self, delay):
         """Move the deadline to ``delay`` seconds from now (``loop.time() + delay``); ``None``
         disarms it. The per-message re-arm of an idle timeout; asyncio has no such method.

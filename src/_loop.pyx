@@ -26,7 +26,6 @@ from timerwheel_c._wheel cimport TimerWheel, tw_fired_t
 
 import asyncio
 import contextvars
-import time as _time_module
 
 from timerwheel_c._loop_common import (
     MAX_SELECT_S,
@@ -46,63 +45,6 @@ cdef extern from "tw_context.h":
     PyObject* tw_current_context() noexcept
     PyObject* tw_context_vars(PyObject* ctx) noexcept
 
-cdef extern from *:
-    """
-    /* A dict's value for one exact-str key (borrowed; NULL if absent), remembered with the dict's
-     * version tag where every change of the dict renews it (PEP 509: 3.9 to 3.12, with the GIL), so
-     * a read of an unchanged dict is one comparison instead of a lookup (about a hundred
-     * instructions, the larger part of a clock read), and a patch set or undone is seen at the next
-     * read. Not on 3.13: an attribute set on an object whose __dict__ shares the object's inline
-     * values writes the values without renewing the dict's tag, so a loop.time patched that way
-     * went unseen. Elsewhere, a lookup at every read. The remembered value is
-     * the dict's own reference, valid while the tag holds. A lookup cannot fail for such a key, but
-     * a failure reads as absent, as PyDict_GetItem's does. */
-    #if PY_VERSION_HEX < 0x030D0000 && !defined(Py_GIL_DISABLED)
-    #define TW_DICT_VERSIONS 1
-    #else
-    #define TW_DICT_VERSIONS 0
-    #endif
-    typedef struct { uint64_t version; PyObject *value; } tw_dict_memo;
-
-    static inline uint64_t tw_dict_version(PyObject *dict) {
-    #if TW_DICT_VERSIONS
-    #if defined(__GNUC__)
-    #pragma GCC diagnostic push
-    #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-    #endif
-        return ((PyDictObject *)dict)->ma_version_tag;  /* deprecated from 3.12, kept until 3.14 */
-    #if defined(__GNUC__)
-    #pragma GCC diagnostic pop
-    #endif
-    #else
-        (void)dict;
-        return 0;
-    #endif
-    }
-
-    static inline PyObject *tw_dict_get(PyObject *dict, PyObject *key, tw_dict_memo *memo) {
-        /* Read before the lookup: a change the lookup itself makes leaves a stale tag, never a
-         * stale value. */
-        uint64_t version = tw_dict_version(dict);
-        PyObject *value;
-        if (TW_DICT_VERSIONS && version != 0 && version == memo->version) {
-            return memo->value;
-        }
-        value = PyDict_GetItemWithError(dict, key);
-        if (value == NULL && PyErr_Occurred()) {
-            PyErr_Clear();
-        }
-        memo->version = version;
-        memo->value = value;
-        return value;
-    }
-    """
-    ctypedef struct tw_dict_memo:
-        uint64_t version
-        PyObject* value
-    uint64_t tw_dict_version(object d) noexcept
-    PyObject* tw_dict_get(object d, object key, tw_dict_memo* memo) noexcept
-
 cdef extern from "Python.h":
     # The type's attribute as the method cache finds it (borrowed, NULL if none): what
     # ``type(loop).time`` is, without the descriptor call.
@@ -120,19 +62,8 @@ cdef double MAX_SELECT = MAX_SELECT_S
 include "_aio_clock.pxi"
 include "_aio_tokens.pxi"
 
-# time.monotonic as imported: asyncio's BaseEventLoop.time() calls whatever the time module holds
-# at the call, so mock.patch("time.monotonic") moves its timers; the C read stands in only for it.
-cdef dict _TIME_DICT = _time_module.__dict__
-cdef object _MONOTONIC = _time_module.monotonic
-cdef str _MONOTONIC_NAME = "monotonic"
 cdef str _TIME_NAME = "time"
-cdef tw_dict_memo _MONOTONIC_MEMO
 cdef str _TIMERS_NAME = "_timers"
-
-
-cdef inline bint _monotonic_is_real() noexcept:
-    """True unless someone replaced ``time.monotonic`` (a test's patch)."""
-    return FAST_CLOCK and tw_dict_get(_TIME_DICT, _MONOTONIC_NAME, &_MONOTONIC_MEMO) == <PyObject*>_MONOTONIC
 
 
 def _context_reads_hold():

@@ -659,6 +659,11 @@ cdef class ReleaseTimer:
         instead of joining; the native thread never runs Python, so only the pure twin
         meets that case. Idempotent.
         """
+        self._stop()
+
+    cdef _stop(self):
+        """close()'s work, which __dealloc__ calls directly: a subclass's close() that forgets the
+        base's (or raises) must not leave the thread running on the Core that __dealloc__ frees."""
         cdef Core *c = self._core
         cdef Py_ssize_t i
         if not _ours(c):
@@ -700,7 +705,7 @@ cdef class ReleaseTimer:
         if c == NULL:
             return
         if _ours(c):
-            self.close()
+            self._stop()
         if not c.detached:
             _core_free(c)
         self._core = NULL

@@ -71,12 +71,14 @@ cdef class _Channel:
         cdef Chan *ch = self.ch
         cdef uint64_t *keys
         cdef Py_ssize_t n, i
-        cdef bint closed, overflow
+        cdef bint closed, overflow, ours
         if ch == NULL:
             return
         if not ch.helper:
             tw_wakefd_drain(ch.rfd)
-        tw_mutex_lock(&c.lock)
+        ours = _ours(c)  # in a forked child the parent's lock may be held for ever (rule 4)
+        if ours:
+            tw_mutex_lock(&c.lock)
         keys = ch.q
         n = ch.q_len
         ch.q = NULL
@@ -85,7 +87,8 @@ cdef class _Channel:
         overflow = ch.overflow
         ch.overflow = 0
         closed = c.closed
-        tw_mutex_unlock(&c.lock)
+        if ours:
+            tw_mutex_unlock(&c.lock)
         try:
             for i in range(n):
                 for fut in self.waiters.pop(keys[i], ()):
@@ -124,15 +127,23 @@ cdef class _Channel:
                 loop.remove_reader(ch.rfd)
             except Exception:  # a loop shutting down: nothing left to unregister
                 pass
-        tw_mutex_lock(&c.lock)
-        ch.dead = 1
-        if ch.helper:
-            tw_cond_broadcast(&ch.cond)
+        if not _ours(c):
+            # A forked child's copy of the parent's channel: no release thread or helper here to
+            # tell, and the parent's lock may be held for ever (rule 4); the fds are this process's.
+            ch.dead = 1
+            if not ch.helper:
+                tw_wakefd_close(ch.rfd, ch.wfd)
+                ch.rfd = ch.wfd = -1
         else:
-            tw_wakefd_close(ch.rfd, ch.wfd)
-            ch.rfd = ch.wfd = -1
-            ch.held = 0
-        tw_mutex_unlock(&c.lock)
+            tw_mutex_lock(&c.lock)
+            ch.dead = 1
+            if ch.helper:
+                tw_cond_broadcast(&ch.cond)
+            else:
+                tw_wakefd_close(ch.rfd, ch.wfd)
+                ch.rfd = ch.wfd = -1
+                ch.held = 0
+            tw_mutex_unlock(&c.lock)
         if loop is not None and self.rt._chans.get(loop) is self:
             del self.rt._chans[loop]
 
@@ -171,9 +182,12 @@ cdef class _Channel:
 cdef bint _key_released(Core *c, uint64_t key) noexcept:
     cdef int32_t slot = <int32_t>(key >> 32)
     cdef bint released
-    tw_mutex_lock(&c.lock)
+    cdef bint ours = _ours(c)  # a forked child reads the parent's slots unlocked (rule 4)
+    if ours:
+        tw_mutex_lock(&c.lock)
     released = c.slots[slot].gen == <uint32_t>key and c.slots[slot].state == RELEASED
-    tw_mutex_unlock(&c.lock)
+    if ours:
+        tw_mutex_unlock(&c.lock)
     return released
 
 

@@ -240,6 +240,30 @@ def test_never_before_its_delay_in_real_time(aio_run, until):
         assert delay <= elapsed[i] < delay + LIVENESS_S, (i, delay, elapsed[i])
 
 
+@pytest.mark.parametrize("patch", ["loop.time", "time.monotonic"])
+def test_a_patched_loop_clock_moves_the_schedulers_deadlines(aio_impl, patch):
+    """A test's clock, set on the loop instance before the scheduler is made or patched into
+    ``time.monotonic`` (which asyncio's ``loop.time()`` calls), is the clock deadlines count from,
+    on both twins, as it is for ``loop.call_later``: never the real monotonic clock read in C."""
+    from unittest import mock
+
+    loop = asyncio.new_event_loop()
+    try:
+        if patch == "loop.time":
+            loop.time = lambda: 5000.0
+            sched = aio_impl.WheelScheduler(loop)
+            assert sched.call_later(1.0, print).when() == loop.call_later(1.0, print).when() == 5001.0
+        else:
+            sched = aio_impl.WheelScheduler(loop)
+            with mock.patch("time.monotonic", lambda: 7000.0):
+                assert sched.call_later(1.0, print).when() == loop.call_later(1.0, print).when() == 7001.0
+            # The real clock again, once unpatched (a second apart at most on a loaded machine).
+            assert abs(sched.call_later(1.0, print).when() - loop.call_later(1.0, print).when()) < 1.0
+        sched.close()
+    finally:
+        loop.close()
+
+
 def test_clock_slack_defaults_and_checks(new_loop, aio_impl):
     """The clock slack is 1 or 2 ms on uvloop (its clock trails real time) and 0 on asyncio's
     loop; a negative or non-numeric slack is refused."""

@@ -187,3 +187,5 @@ def test_objects_not_made_by_the_scheduler_refuse_cleanly(aio_impl, make):
             obj.reschedule(1.0)  # before entry it only stores the delay
             with pytest.raises(RuntimeError):
                 obj.__aenter__()
+            with pytest.raises(AttributeError):  # it has no scheduler to read the time of (the pure twin's error)
+                obj.reschedule_after(1.0)

@@ -226,6 +226,69 @@ def test_forked_child_reads_deadlines_while_a_parent_thread_holds_the_lock():
         rt.close()
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded, use of fork:DeprecationWarning")
+def test_a_forked_child_drops_a_loop_the_parents_timer_woke_while_its_thread_held_the_lock(release_impl):
+    """Fork safety of the asyncio bridge: a loop that awaited a parent's deadline has a channel on
+    that timer; in a forked child, closing and collecting that loop tears the channel down, which
+    must not lock the parent's timer (its release thread, busy releasing 300,000 deadlines at the
+    fork, holds the lock, and is not in the child). The child exits within 5 s (an alarm kills it
+    if it hangs)."""
+    rt = release_impl.ReleaseTimer()
+    loop = asyncio.new_event_loop()
+    try:
+        async def wait_one():
+            await rt.arm(time.monotonic() + 0.001)
+
+        loop.run_until_complete(wait_one())
+        at_ns = time.monotonic_ns() + 10**9  # after the arming below, whatever the machine's load
+        deadlines = [rt.arm_ns(at_ns) for _ in range(300_000)]
+        while time.monotonic_ns() < at_ns + 5_000_000:  # the release thread is releasing them
+            pass
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - child
+            signal.alarm(5)
+            try:
+                loop.close()
+                del loop
+                import gc
+                gc.collect()
+                os._exit(0)
+            except BaseException:
+                os._exit(3)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, "child hung (-14 = SIGALRM) or raised (3)"
+        del deadlines
+    finally:
+        if not loop.is_closed():
+            loop.close()
+        rt.close()
+
+
+@pytest.mark.parametrize("override", ["forgets the base", "raises"])
+def test_a_subclass_whose_close_does_not_stop_the_thread_is_still_freed_safely(release_impl, override, tmp_path):
+    """Dropping a ReleaseTimer stops its thread itself, whatever a subclass's ``close()`` does: one
+    that forgets to call the base's, or raises, must not leave the thread running on freed memory
+    (the compiled core crashed). Run in a child process, so that a crash fails this test alone."""
+    script = f"""
+import time
+from {release_impl.__name__} import ReleaseTimer
+class R(ReleaseTimer):
+    def close(self):
+        if {override == "raises"!r}:
+            raise RuntimeError("close failed")
+for _ in range(30):
+    r = R()
+    d = r.arm(time.monotonic() + 0.001)
+    del d, r
+    time.sleep(0.002)
+print("freed")
+"""
+    # In tmp_path, not the checkout: the child imports the installed package.
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert out.returncode == 0 and out.stdout.strip() == "freed", (out.returncode, out.stderr[-2000:])
+
+
 def test_sleep_accepts_any_real_delay():
     """``timerwheel_c.sleep(delay)`` is "like asyncio.sleep": every ``numbers.Real`` delay that
     asyncio.sleep accepts (``np.int64(0)``, ``np.float32(0.001)``, ``Fraction(1, 1000)``,

@@ -17,6 +17,7 @@ seconds on ``time.monotonic()`` (``arm``); timeouts are float seconds.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import os
 import threading
@@ -57,6 +58,12 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _lock_if_ours(core: "_Core"):
+    """``core.lock``, or for a parent's timer in a forked child nothing: its lock may be held for
+    ever by a thread absent here, and no thread here changes it (rule 4)."""
+    return core.lock if core.epoch == _fork_epoch else contextlib.nullcontext()
 
 
 def past_deadline(at) -> Deadline | None:
@@ -216,7 +223,7 @@ class _Channel:
     def drain(self) -> None:
         """On the loop's thread: resolve the futures of released deadlines."""
         core = self.core
-        with core.lock:
+        with _lock_if_ours(core):
             keys, self.queue = self.queue, []
             self.signaled = False
             closed = core.closed
@@ -251,7 +258,7 @@ class _Channel:
 
     def _loop_collected(self, ref) -> None:
         """The weak reference's callback: the loop is gone (collected unclosed), so is this channel."""
-        with self.core.lock:
+        with _lock_if_ours(self.core):
             self.dead = True
             if self.index < len(self.core.chans) and self.core.chans[self.index] is self:
                 self.core.chans[self.index] = None
