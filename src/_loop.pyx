@@ -31,6 +31,7 @@ from timerwheel_c._loop_common import (
     MAX_SELECT_S,
     check_when,
     handle_repr,
+    later_through_call_at as _later_through_call_at,
     report_exception,
 )
 
@@ -563,13 +564,16 @@ cdef class LoopTimers:
     cdef Py_ssize_t _settle(self, tw_fired_t* fired, double now_s) except -1:
         """Swap a fired batch's tokens for references to their handles, freeing their indexes and
         marking them unarmed, and sort it by deadline then arming order, with no Python code run.
-        A handle of the current ms whose deadline is after ``now_s`` is held instead: armed again
-        at the wheel's now, under the same index. Returns the batch's new length."""
+        A handle whose deadline is after ``now_s`` is armed again under the same index: held at
+        the wheel's now if its deadline lies in that ms, else in its own ms (armed due now by a
+        clock that then went back: held in the current ms, it would hide every later ms's timer
+        from the select timeout). Returns the batch's new length."""
         cdef Py_ssize_t i, n = 0
         cdef bint in_order = True
         cdef double prev = -INFINITY
         cdef double key
         cdef int64_t prev_seq = -1
+        cdef int64_t due_ms
         cdef TimerHandle handle
         for i in range(fired.count):
             obj = _token_handle(self._handles, fired.tokens[i])
@@ -582,6 +586,10 @@ cdef class LoopTimers:
             if handle._timer_id == 0 or self._wheel.c_due_ms(handle._timer_id) >= 0:
                 continue
             if handle._when > now_s:
+                due_ms = _loop_ms(handle._when)
+                if due_ms > self._wheel.c_now_ms():
+                    handle._timer_id = self._wheel.c_schedule_at(due_ms, fired.tokens[i])
+                    continue
                 handle._timer_id = self._wheel.c_schedule_at(self._wheel.c_now_ms(), fired.tokens[i])
                 if handle._when < self._held_when:
                     self._held_when = handle._when
@@ -720,6 +728,10 @@ def call_at(loop, when, callback, *args, context=None):
     return (<LoopTimers>timers)._call_at_when(when_s, callback, args, context)
 
 
+cdef object _CALL_AT = call_at
+cdef str _CALL_AT_NAME = "call_at"
+
+
 @cython.binding(True)
 def call_later(loop, delay, callback, *args, context=None):
     """``loop.call_later``: run ``callback(*args)`` ``delay`` seconds from now (never before
@@ -731,6 +743,8 @@ def call_later(loop, delay, callback, *args, context=None):
         TypeError: ``delay`` is None or not a real number. RuntimeError: the loop is closed.
     """
     cdef double delay_s, now_s
+    if _PyType_Lookup(Py_TYPE(loop), <PyObject*>_CALL_AT_NAME) != <PyObject*>_CALL_AT:
+        return _later_through_call_at(loop, delay, callback, args, context)
     timers = _loop_timers(loop)
     if type(timers) is not LoopTimers or (<LoopTimers>timers).debug:
         return loop._call_later_checked(delay, callback, args, context, 1)

@@ -18,8 +18,8 @@ from typing import Any, cast, overload
 
 from ._aio_common import MAX_DUE_MS, floor_ms
 
-__all__ = ["MAX_DUE_MS", "MAX_SELECT_S", "ScheduledView", "check_when", "handle_repr", "loop_ms",
-           "order_key", "report_exception"]
+__all__ = ["MAX_DUE_MS", "MAX_SELECT_S", "ScheduledView", "check_when", "handle_repr", "later_through_call_at",
+           "loop_ms", "order_key", "report_exception"]
 
 # asyncio's cap on one select() wait, in seconds (one day).
 MAX_SELECT_S: float = base_events.MAXIMUM_SELECT_TIMEOUT  # type: ignore[attr-defined]
@@ -48,25 +48,44 @@ def loop_ms(t_s: float) -> int:
 def check_when(when: Any, name: str) -> float:
     """``when`` (``call_at``) or ``delay`` (``call_later``), in seconds, as a float.
 
-    asyncio takes any number that adds to a float; so does this (``numbers.Real``). ``inf`` (and anything
-    beyond the wheel's 2**62 ms) is kept, shown in ``loop._scheduled`` and never run before the
-    loop's time reaches it (``inf`` never), as on asyncio's heap. NaN passes: on
+    asyncio takes anything that adds to a float (``loop.time() + delay``); so does this: a
+    ``numbers.Real``, or another object ``0.0 + when`` takes (a numpy 0-d array or scalar), as
+    the float that sum gives. ``inf`` (and anything beyond the wheel's 2**62 ms) is kept, shown
+    in ``loop._scheduled`` and never run before the loop's time reaches it (``inf`` never), as
+    on asyncio's heap. NaN passes: on
     asyncio's heap a NaN deadline is never after the loop's time, so the timer runs at the next
     iteration (``asyncio.sleep(nan)`` returns at once, ``asyncio.timeout(nan)`` expires), and the
     stores arm it due now.
 
     Raises:
-        TypeError: it is None (with asyncio's message) or not a real number.
+        TypeError: it is None (with asyncio's message), or neither a real number nor anything a
+            float adds to (a str, a complex, a Decimal), naming it.
     """
     if when is None:
         raise TypeError("when cannot be None" if name == "when" else "delay must not be None")
-    if not isinstance(when, numbers.Real):  # as float + when fails on asyncio's loop
-        raise TypeError(f"{name} must be a real number of seconds, got {when!r}")
+    if not isinstance(when, numbers.Real):
+        try:
+            return float(0.0 + when)
+        except (TypeError, ValueError):  # as float + when fails on asyncio's loop
+            raise TypeError(f"{name} must be a real number of seconds, got {when!r}") from None
     try:
         value = float(when)
     except OverflowError:  # an int beyond float: as far in the future as inf
         value = math.inf if cast(Any, when) > 0 else -math.inf
     return value
+
+
+def later_through_call_at(loop: Any, delay: Any, callback: Any, args: tuple, context: Any) -> Any:
+    """``call_later`` on a loop whose class overrides ``call_at`` (a subclass, a class patch): as
+    asyncio's ``BaseEventLoop.call_later``, ``loop.call_at(loop.time() + delay, ...)``, so that the
+    override sees every timer, ``asyncio.sleep``'s included.
+
+    Raises:
+        TypeError: ``delay`` is None (asyncio's message); whatever ``loop.call_at`` raises.
+    """
+    if delay is None:
+        raise TypeError("delay must not be None")
+    return loop.call_at(loop.time() + delay, callback, *args, context=context)
 
 
 def order_key(when_s: float, now_s: float) -> float:

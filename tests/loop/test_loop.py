@@ -304,6 +304,8 @@ def test_callback_exception_goes_to_the_loop_exception_handler(new_wheel_loop):
     ("call_later", None, TypeError, "delay must not be None"),
     ("call_at", None, TypeError, "when cannot be None"),
     ("call_later", "5", TypeError, "delay must be a real number of seconds, got '5'"),
+    ("call_at", 1j, TypeError, r"when must be a real number of seconds, got 1j"),
+    ("call_later", __import__("decimal").Decimal("0.5"), TypeError, r"got Decimal\('0.5'\)"),
 ])
 def test_bad_deadlines_are_refused_by_name(new_wheel_loop, method, value, error, match):
     """A None or non-number deadline raises a specific error naming it; nothing is armed."""
@@ -311,6 +313,27 @@ def test_bad_deadlines_are_refused_by_name(new_wheel_loop, method, value, error,
     with pytest.raises(error, match=match):
         getattr(loop, method)(value, print)
     assert loop._timers.active_count() == 0
+
+
+def test_a_delay_asyncio_adds_to_its_clock_is_taken_in_debug_mode_and_out(new_wheel_loop):
+    """What ``loop.time() + delay`` takes on asyncio's loop (a numpy 0-d array, a numpy bool, an
+    object with ``__radd__``) arms a timer here too, in debug mode and out, with the float the sum
+    gives; ``asyncio.sleep`` of a 0-d array ends."""
+    np = pytest.importorskip("numpy")
+
+    class Half:
+        def __radd__(self, other):
+            return other + 0.5
+
+    for debug in (False, True):
+        loop = new_wheel_loop()
+        loop.set_debug(debug)
+        for delay, seconds in ((np.array(0.25), 0.25), (np.bool_(True), 1.0), (Half(), 0.5)):
+            before = loop.time()
+            handle = loop.call_later(delay, print)
+            assert type(handle.when()) is float and before + seconds <= handle.when() <= loop.time() + seconds
+            handle.cancel()
+        loop.run_until_complete(asyncio.sleep(np.array(0.001)))
 
 
 def test_a_deadline_past_the_wheel_range_is_listed_cancellable_and_never_early(new_wheel_loop):

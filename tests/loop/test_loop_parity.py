@@ -180,6 +180,26 @@ def test_timers_of_the_current_ms_run_when_due_in_deadline_order_as_on_asyncio(n
     assert _order_within_one_ms(new_wheel_loop()) == expected
 
 
+def test_a_timer_made_due_by_a_clock_that_then_went_back_holds_back_no_sooner_timer(new_wheel_loop):
+    """call_later(0) while loop.time reads far ahead (a patch, undone at once) is due at that far
+    time once the clock is back, as on asyncio's heap; it must not hold back a sleep due sooner,
+    which ends, and the far one does not run. The far time is 100 x the liveness bound the run is
+    stopped after, so a loop that slept until it fails."""
+    async def main(loop, fired):
+        ahead = loop.time() + 100 * LIVENESS_S
+        with mock.patch.object(loop, "time", return_value=ahead):
+            loop.call_later(0, fired.append, "ahead")
+        await asyncio.sleep(0.01)
+
+    for loop in (asyncio.new_event_loop(), new_wheel_loop()):
+        fired: list = []
+        try:
+            _run_bounded(loop, main(loop, fired))
+            assert fired == [], type(loop)
+        finally:
+            loop.close()
+
+
 @pytest.mark.parametrize("target", ["loop.time", "time.monotonic"])
 def test_a_patched_clock_moves_the_timers_as_on_asyncio(new_wheel_loop, target):
     """With loop.time (on the instance) or time.monotonic patched to a clock driven by hand that
@@ -267,6 +287,37 @@ def test_a_patch_of_the_loop_class_sees_every_timer_call(new_wheel_loop):
         loop.call_soon(clock.__setitem__, 0, 61.0)
         _run_bounded(loop, _until(lambda: ran))
     assert ran == ["timer"]
+
+
+def test_a_subclass_overriding_call_at_sees_every_timer_as_on_asyncio(new_wheel_loop):
+    """A subclass whose call_at records its callbacks sees call_later's, asyncio.sleep's and
+    wait_for's, as asyncio's call_later, which calls self.call_at, shows a subclass of its loop."""
+    def seen_on(base):
+        seen = []
+
+        class Recording(base):
+            def call_at(self, when, callback, *args, context=None):
+                seen.append(getattr(callback, "__name__", repr(callback)))
+                return super().call_at(when, callback, *args, context=context)
+
+        loop = Recording()
+        try:
+            async def main():
+                loop.call_later(0.001, print)
+                await asyncio.sleep(0.001)
+                await asyncio.wait_for(asyncio.sleep(0), 1)
+
+            _run_bounded(loop, main())
+        finally:
+            loop.close()
+        return seen
+
+    reference = asyncio.new_event_loop()
+    asyncio_type = type(reference)
+    reference.close()
+    expected = seen_on(asyncio_type)  # wait_for's callback differs between Python versions
+    assert expected[:2] == ["print", "_set_result_unless_cancelled"] and len(expected) == 3
+    assert seen_on(type(new_wheel_loop())) == expected
 
 
 async def _until(predicate):

@@ -55,6 +55,7 @@ from .._loop_common import (
     MAX_SELECT_S,
     check_when,
     handle_repr,
+    later_through_call_at,
     loop_ms,
     order_key,
     report_exception,
@@ -378,18 +379,24 @@ class LoopTimers:
 
     def _settle(self, fired: list, now_s: float) -> list:
         """The handles of a fired batch, marked unarmed and sorted by deadline then arming order;
-        a token the collector's clear of ``_handles`` dropped is skipped. A handle of the current
-        ms whose deadline is after ``now_s`` is held instead: armed again at the wheel's now,
-        under the same token."""
+        a token the collector's clear of ``_handles`` dropped is skipped. A handle whose deadline
+        is after ``now_s`` is armed again under the same token: held at the wheel's now if its
+        deadline lies in that ms, else in its own ms (armed due now by a clock that then went back:
+        held in the current ms, it would hide every later ms's timer from the select timeout)."""
         handles = self._handles
+        wheel = self._wheel
         batch = []
         for token in fired:
             handle = handles.get(token)
             if handle is None:
                 continue
             if handle._when > now_s:
-                handle._timer_id = self._wheel.schedule_at(self._wheel.now_ms(), token)
-                self._held_when = min(self._held_when, handle._when)
+                due_ms = loop_ms(handle._when)
+                if due_ms > wheel.now_ms():
+                    handle._timer_id = wheel.schedule_at(due_ms, token)
+                else:
+                    handle._timer_id = wheel.schedule_at(wheel.now_ms(), token)
+                    self._held_when = min(self._held_when, handle._when)
                 continue
             del handles[token]
             handle._timer_id = 0
@@ -452,6 +459,8 @@ def call_later(loop: Any, delay: float, callback: Callable[..., Any], *args: Any
     Raises:
         TypeError: ``delay`` is None or not a real number. RuntimeError: the loop is closed.
     """
+    if type(loop).call_at is not call_at:
+        return later_through_call_at(loop, delay, callback, args, context)
     timers = loop._timers
     if timers.debug:
         return loop._call_later_checked(delay, callback, args, context, 2)
