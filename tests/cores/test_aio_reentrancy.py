@@ -157,8 +157,9 @@ def test_cancel_and_close_from_callbacks_with_keys_and_handles(aio_run, until):
         keys = sched.keyed(lambda key: (log.append(("key", key)), sched.close()))
         when = loop.time() + 0.005
         sched.call_at(when, lambda: (log.append("h1"), keys.cancel(1)))
+        delay_s = when - loop.time()  # once: each arm counts from its own now, in arming order
         for key, extra_s in ((1, 0.0), (2, 0.0), (3, 0.0), (4, 0.001)):
-            keys.arm(key, when + extra_s - loop.time())
+            keys.arm(key, delay_s + extra_s)
         pending = sched.call_at(when + 10.0, log.append, "h2")
         await until(lambda: len(log) >= 2)
         await asyncio.sleep(0.02)

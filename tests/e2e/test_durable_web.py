@@ -487,3 +487,24 @@ def test_each_action_changes_what_it_names_and_nothing_else(known):
         assert get_timer(page.store, "p2", KIND, b"order-2").state == "parked"
     finally:
         page.close()
+
+
+def test_a_schedules_occurrence_is_shown_as_one_and_offers_no_timer_action(known):
+    """The schedule 'nightly' has a pending occurrence in p1, and a one-off timer of that kind and
+    name is scheduled beside it: the page lists both, the occurrence as "schedule nightly" with no
+    button (the timer actions name a one-off timer; a schedule is paused or resumed in its own
+    table), the one-off timer with its buttons."""
+    from timerwheel_c.durable.service.web_page import render
+
+    page = StatusPage(open_store(known), known, actions=True)
+    try:
+        schedule(page.store, "p1", wall_ms() + 5 * MIN_MS, KIND, b"nightly")
+        data = page.read({"partition": "p1", "reference": "nightly"})
+        assert sorted(t.schedule for t in data["timers"]) == [False, True]
+        html = render(data, {"partition": "p1"}, actions=True, loopback=True, form_token=page.form_token)
+        rows = [row for row in html.split("<tr>") if "nightly" in row and "<td class=ref>" in row]
+        occurrence = [row for row in rows if "schedule nightly" in row]
+        assert len(rows) == 2 and len(occurrence) == 1 and "<button" not in occurrence[0]
+        assert "cancel" in [row for row in rows if row not in occurrence][0]
+    finally:
+        page.close()

@@ -237,3 +237,26 @@ def test_schedules_are_listed_across_partitions_and_bad_names_are_refused(durabl
         add_schedule(durable_store, P, "n" * 3000, Every(60), KIND)
     with pytest.raises(ValueError, match="catchup_window_s"):
         add_schedule(durable_store, P, "z", Every(60), KIND, misfire="all")
+
+
+def test_a_schedules_occurrence_is_listed_as_one_beside_a_one_off_timer_of_its_name(durable_store, tmp_path, capsys):
+    """A one-off timer may share a schedule's kind and name: list_timers gives both, the occurrence
+    with ``schedule`` True, and ``timerwheel-c timers list`` names it "schedule NAME" (and
+    ``"schedule": true`` in --json), so that the two rows never read alike."""
+    import json
+
+    from timerwheel_c.cli import main
+    from timerwheel_c.durable import SQLiteStore, schedule
+
+    add_schedule(durable_store, P, "nightly", Every(60, start=START), KIND)
+    schedule(durable_store, P, START + 60_000, KIND, b"nightly")
+    listed = list_timers(durable_store, P)
+    assert sorted((t.reference, t.schedule) for t in listed) == [(b"nightly", False), (b"nightly", True)]
+    if not isinstance(durable_store, SQLiteStore) or durable_store.path == ":memory:":
+        return  # the CLI opens the store by URL: one SQLite file shows it
+    assert main(["timers", "list", "--store", f"sqlite:///{durable_store.path}", "--partition", P]) == 0
+    table = capsys.readouterr().out
+    rows = [line.split()[2:4] for line in table.splitlines()[1:]]
+    assert sorted(rows) == [["nightly", "scheduled"], ["schedule", "nightly"]], table
+    assert main(["timers", "list", "--store", f"sqlite:///{durable_store.path}", "--partition", P, "--json"]) == 0
+    assert sorted(row["schedule"] for row in json.loads(capsys.readouterr().out)) == [False, True]

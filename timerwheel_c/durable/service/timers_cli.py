@@ -183,7 +183,7 @@ def as_json(timer: PendingTimer, *, value: bool = False, names: Optional[dict] =
            "reference_hex": timer.reference.hex(), "due_at": utc_iso(timer.due_at_ms), "due_at_ms": timer.due_at_ms,
            "state": timer.state, "attempt": timer.attempt, "last_error": timer.last_error,
            "parked_at": None if timer.parked_at_ms is None else utc_iso(timer.parked_at_ms),
-           "parked_at_ms": timer.parked_at_ms, "value_size": len(timer.value)}
+           "parked_at_ms": timer.parked_at_ms, "value_size": len(timer.value), "schedule": timer.schedule}
     if value:
         out.update(value=reference_text(timer.value), value_hex=timer.value.hex())
     return out
@@ -200,7 +200,11 @@ def _shown_reference(reference: bytes) -> str:
 
 def _row(timer: PendingTimer, now_ms: int, names: dict) -> dict:
     error = timer.last_error
-    return {"partition": timer.partition, "kind": _kind_text(timer, names), "reference": _shown_reference(timer.reference),
+    # A schedule's occurrence is named as one: its reference is the schedule's name, which a
+    # one-off timer may share (two rows that would otherwise read alike).
+    shown = _shown_reference(timer.reference)
+    return {"partition": timer.partition, "kind": _kind_text(timer, names),
+            "reference": f"schedule {shown}" if timer.schedule else shown,
             "state": timer.state, "attempt": timer.attempt, "due": local_iso(timer.due_at_ms),
             "when": in_words(timer.due_at_ms, now_ms), "last_error": "-" if error is None else _cut(" ".join(error.split()))}
 

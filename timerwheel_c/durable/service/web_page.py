@@ -262,9 +262,13 @@ def _timers(data: dict, actions: bool) -> str:
     for t in timers:
         buttons = ""
         if actions:
-            wanted = ("requeue", "fire-now", "cancel") if t.state != "scheduled" else ("fire-now", "cancel")
+            # A schedule's occurrence is acted on through its schedule (pause, resume), never by the
+            # timer actions, which name a one-off timer of (kind, reference): another timer.
+            wanted = () if t.schedule else ("requeue", "fire-now", "cancel") if t.state != "scheduled" \
+                else ("fire-now", "cancel")
             buttons = f'<td class="actions">{"".join(_button(a, int(t.kind), t.reference, t.partition) for a in wanted)}</td>'
-        rows.append(f"<tr><td>{esc(t.partition)}</td><td class=num>{int(t.kind)}</td><td class=ref>{_reference(t.reference)}</td>"
+        shown = ("schedule " if t.schedule else "") + _reference(t.reference)
+        rows.append(f"<tr><td>{esc(t.partition)}</td><td class=num>{int(t.kind)}</td><td class=ref>{shown}</td>"
                     f'<td><span class="badge {esc(t.state)}">{esc(t.state)}</span></td><td class=num>{t.attempt}</td>'
                     f"<td>{_when(t.due_at_ms, now_ms)}</td><td class=err>{esc(t.last_error or '-')}</td>{buttons}</tr>")
     more = (f'<p class="muted">Showing the first {len(timers)}; more may match: narrow the search by partition, '

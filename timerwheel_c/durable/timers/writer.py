@@ -70,6 +70,9 @@ class PendingTimer:
     ``last_error``: for a parked or a retrying timer, its last failed attempt's error (``"TypeError:
     message"``, passwords masked, at most :data:`~.keys.MAX_ERROR_BYTES` UTF-8 bytes); else None.
     ``parked_at_ms``: for a parked timer, when it was parked (Unix epoch ms); else None.
+    ``schedule``: True for a recurring schedule's occurrence, whose ``reference`` is the
+    schedule's name (a one-off timer of that name is another timer; the by-name writers reach only
+    one-off timers, and the schedule functions its occurrences).
     """
 
     partition: str
@@ -81,6 +84,7 @@ class PendingTimer:
     state: str
     last_error: Optional[str] = None
     parked_at_ms: Optional[int] = None
+    schedule: bool = False
 
     @classmethod
     def of_row(cls, partition: str, key: bytes, value: bytes) -> "PendingTimer":
@@ -96,10 +100,10 @@ class PendingTimer:
             except ValueError as exc:
                 raise keys.MalformedKey(key, str(exc)) from None
             return cls(partition, keys.TimerKind(tk.kind), tk.reference, value, tk.original_due_at_ms, tk.attempt,
-                       "parked", last_error, tk.due_at_ms)
+                       "parked", last_error, tk.due_at_ms, tk.occurrence)
         tk = keys.parse(key)
         return cls(partition, keys.TimerKind(tk.kind), tk.reference, value, tk.due_at_ms, tk.attempt,
-                   "retrying" if tk.attempt else "scheduled")
+                   "retrying" if tk.attempt else "scheduled", schedule=tk.occurrence)
 
 
 def _timer_value(key: bytes, value: bytes) -> bytes:
