@@ -118,6 +118,7 @@ cdef class _Channel:
         """Stop watching the loop: remove the reader, close the fds, release the helper."""
         cdef Core *c = self.rt._core
         cdef Chan *ch = self.ch
+        cdef bint ours
         if ch == NULL:
             return
         self.ch = NULL
@@ -127,22 +128,19 @@ cdef class _Channel:
                 loop.remove_reader(ch.rfd)
             except Exception:  # a loop shutting down: nothing left to unregister
                 pass
-        if not _ours(c):
-            # A forked child's copy of the parent's channel: no release thread or helper here to
-            # tell, and the parent's lock may be held for ever (rule 4); the fds are this process's.
-            ch.dead = 1
-            if not ch.helper:
-                tw_wakefd_close(ch.rfd, ch.wfd)
-                ch.rfd = ch.wfd = -1
-        else:
+        # In a forked child, the parent's channel: its lock may be held for ever and no helper
+        # thread is here to tell (rule 4); the fds are this process's own copies.
+        ours = _ours(c)
+        if ours:
             tw_mutex_lock(&c.lock)
-            ch.dead = 1
-            if ch.helper:
-                tw_cond_broadcast(&ch.cond)
-            else:
-                tw_wakefd_close(ch.rfd, ch.wfd)
-                ch.rfd = ch.wfd = -1
-                ch.held = 0
+        ch.dead = 1
+        if not ch.helper:
+            tw_wakefd_close(ch.rfd, ch.wfd)
+            ch.rfd = ch.wfd = -1
+            ch.held = 0
+        elif ours:
+            tw_cond_broadcast(&ch.cond)
+        if ours:
             tw_mutex_unlock(&c.lock)
         if loop is not None and self.rt._chans.get(loop) is self:
             del self.rt._chans[loop]
