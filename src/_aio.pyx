@@ -258,7 +258,7 @@ cdef class WheelScheduler:
             ``timerwheel_c.pure.aio.WheelScheduler`` drives any wheel).
         clock_slack_s: seconds added to every due time to cover how far ``loop.time()``
             may trail the real time (default: 0.001 or 0.002 on uvloop, whose clock is
-            libuv's whole-ms loop time; else 0).
+            libuv's whole-ms loop time; else 0); at most 1 s (a lag, not a delay).
 
     Arming: one loop timer (``loop.call_at``) sits at the wheels' earliest
     ``next_fire_ms()``. It is moved only when a new due time is earlier than it, never
@@ -271,7 +271,7 @@ cdef class WheelScheduler:
     Raises:
         RuntimeError: ``loop`` is None and no loop is running.
         TypeError: ``wheel_class`` is another wheel. TypeError / ValueError:
-            ``clock_slack_s`` is not a finite number >= 0.
+            ``clock_slack_s`` is not a number of seconds in [0, 1].
     """
     # Fields and C methods: src/_aio.pxd.
 
@@ -534,6 +534,10 @@ cdef class WheelScheduler:
         if self._closed:
             raise RuntimeError("WheelScheduler is closed")
         due_ms = self._due_ms(when_s)
+        # The wake-up first: a loop.call_at that raises (asyncio's debug check of the calling
+        # thread) then leaves the handle as it was, armed or not.
+        if due_ms < self._wake_ms:
+            self._arm_wake(due_ms)
         after_ms = self._after_ms(wheel, due_ms)
         handle._when = when_s
         # A pending handle moves in place. One that ran, or is due in the running batch
@@ -542,8 +546,6 @@ cdef class WheelScheduler:
             if handle._token == 0:
                 handle._token = _take_token(self._handles, &self._free_tokens, handle)
             handle._timer_id = wheel.c_schedule(after_ms, <uint64_t>handle._token)
-        if due_ms < self._wake_ms:
-            self._arm_wake(due_ms)
         return 0
 
     cdef int _disarm(self, WheelHandle handle) except -1:
@@ -559,12 +561,15 @@ cdef class WheelScheduler:
     cdef int _arm_wake(self, int64_t due_ms) except -1:
         """Move the one loop wake-up to ``due_ms``; aimed so the wake-up sees ``due_ms``."""
         cdef double at_s = due_ms / 1000.0
-        if self._wake is not None:
-            self._wake.cancel()
         if _floor_ms(at_s) < due_ms:  # float rounding put it a hair early
             at_s = nextafter(at_s, INFINITY)
+        # The new wake-up before the old one goes: if loop.call_at raises, the old one and its
+        # _wake_ms stand, so no timer is left without a wake-up that _wake_ms claims is armed.
+        wake = self._loop.call_at(at_s, self._on_wake)
+        if self._wake is not None:
+            self._wake.cancel()
         self._wake_ms = due_ms
-        self._wake = self._loop.call_at(at_s, self._on_wake)
+        self._wake = wake
         return 0
 
     def _on_wake(self):

@@ -91,6 +91,8 @@ cdef class KeyedTimers:
             tw_prefetch(&self._slots[self._home(key)])
         when_s = scheduler.c_time() + delay_s
         due_ms = scheduler._due_ms(when_s)
+        if due_ms < scheduler._wake_ms:  # first, as for a handle: see WheelScheduler._arm_handle
+            scheduler._arm_wake(due_ms)
         # No Python code runs from a _find to the table write but on an error path.
         i = self._find(key)
         if i >= 0 and when_s >= self._slots[i].when_s:
@@ -111,8 +113,6 @@ cdef class KeyedTimers:
             timer_id = wheel.c_schedule(after_ms, <uint64_t>key)
             i = self._insert(key, timer_id)
         self._slots[i].when_s = when_s
-        if due_ms < scheduler._wake_ms:
-            scheduler._arm_wake(due_ms)
         return 0
 
     cdef bint c_cancel(self, int64_t key) noexcept:

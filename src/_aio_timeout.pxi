@@ -102,14 +102,15 @@ cdef class WheelTimeout:
         """``reschedule(when)`` for a checked ``when`` (a float or None)."""
         if self._state != T_CREATED and self._state != T_ENTERED:
             raise RuntimeError(f"cannot reschedule a {_STATE_NAMES[self._state]} timeout")
+        if self._state == T_ENTERED:  # armed first: a deadline refused leaves when() as it was
+            if when is None:
+                self._disarm()
+            elif self._handle is not None:
+                self._scheduler._arm_handle(self._handle, <double>when)
+            else:
+                self._arm(<double>when)
         self._when = when
-        if self._state == T_CREATED:
-            return 0
-        if when is None:
-            return self._disarm()
-        if self._handle is not None:
-            return self._scheduler._arm_handle(self._handle, <double>when)
-        return self._arm(<double>when)
+        return 0
 
     cdef int _arm(self, double when_s) except -1:
         """Arm the expiry at loop time ``when_s``, as a handle that runs in no context."""

@@ -65,6 +65,7 @@ include "_aio_tokens.pxi"
 
 cdef str _TIME_NAME = "time"
 cdef str _TIMERS_NAME = "_timers"
+cdef str _CALL_AT_NAME = "call_at"
 
 
 def _context_reads_hold():
@@ -676,11 +677,27 @@ cdef inline object _loop_timers(object loop):
         # Read after the lookup: a __dict__ changed by it (a property on a subclass) is looked up again.
         version = tw_dict_version(timers._loop_dict)
         probe.version = 0
-        if version != 0 and tw_dict_get(timers._loop_dict, _TIMERS_NAME, &probe) == <PyObject*>found:
+        # Kept only while the loop's own __dict__ holds no call_at: see _own_call_at.
+        if version != 0 and tw_dict_get(timers._loop_dict, _TIMERS_NAME, &probe) == <PyObject*>found \
+                and _CALL_AT_NAME not in timers._loop_dict:
             _memo_loop = <PyObject*>loop
             _memo_timers = <PyObject*>found
             _memo_version = version
     return found
+
+
+cdef bint _own_call_at(object loop, object timers) except -1:
+    """True if ``call_at`` is set on the loop object itself (``mock.patch.object(loop,
+    "call_at")``), which asyncio's ``call_later`` calls as it would a class's; a loop in the
+    memo of :func:`_loop_timers` has none, which one comparison tells."""
+    if <PyObject*>loop == _memo_loop and <PyObject*>timers == _memo_timers \
+            and tw_dict_version((<LoopTimers>timers)._loop_dict) == _memo_version:
+        return False
+    if type(timers) is LoopTimers and (<LoopTimers>timers)._fast_clock and (<LoopTimers>timers)._loop is loop:
+        own = (<LoopTimers>timers)._loop_dict  # the loop's __dict__, read without an attribute lookup
+    else:
+        own = getattr(loop, "__dict__", None)
+    return type(own) is dict and _CALL_AT_NAME in <dict>own
 
 
 cdef inline void _forget_loop(PyObject* timers) noexcept:
@@ -729,7 +746,6 @@ def call_at(loop, when, callback, *args, context=None):
 
 
 cdef object _CALL_AT = call_at
-cdef str _CALL_AT_NAME = "call_at"
 
 
 @cython.binding(True)
@@ -746,6 +762,8 @@ def call_later(loop, delay, callback, *args, context=None):
     if _PyType_Lookup(Py_TYPE(loop), <PyObject*>_CALL_AT_NAME) != <PyObject*>_CALL_AT:
         return _later_through_call_at(loop, delay, callback, args, context)
     timers = _loop_timers(loop)
+    if _own_call_at(loop, timers):
+        return _later_through_call_at(loop, delay, callback, args, context)
     if type(timers) is not LoopTimers or (<LoopTimers>timers).debug:
         return loop._call_later_checked(delay, callback, args, context, 1)
     if type(delay) is float:

@@ -88,11 +88,17 @@ def check_seconds(value: Any, name: str = "delay") -> float:
     return value
 
 
+# The largest clock_slack_s taken, in seconds: the slack covers a loop clock's lag (1 or 2 ms on
+# uvloop); a larger value is a unit mistake, and would push every deadline out of the wheel's range.
+MAX_CLOCK_SLACK_S = 1.0
+
+
 def check_slack(clock_slack_s: Any) -> float:
-    """``clock_slack_s`` as a finite float >= 0; TypeError / ValueError naming it otherwise."""
+    """``clock_slack_s`` as a float in [0, :data:`MAX_CLOCK_SLACK_S`] seconds; TypeError /
+    ValueError naming it otherwise."""
     slack_s = check_seconds(clock_slack_s, "clock_slack_s")
-    if slack_s < 0:
-        raise ValueError(f"clock_slack_s must be >= 0, got {clock_slack_s!r}")
+    if not 0 <= slack_s <= MAX_CLOCK_SLACK_S:
+        raise ValueError(f"clock_slack_s must be in [0, {MAX_CLOCK_SLACK_S}] seconds, got {clock_slack_s!r}")
     return slack_s
 
 

@@ -76,7 +76,8 @@ def check_when(when: Any, name: str) -> float:
 
 
 def later_through_call_at(loop: Any, delay: Any, callback: Any, args: tuple, context: Any) -> Any:
-    """``call_later`` on a loop whose class overrides ``call_at`` (a subclass, a class patch): as
+    """``call_later`` on a loop whose class overrides ``call_at`` (a subclass, a class patch), or
+    with a ``call_at`` set on the loop itself (``mock.patch.object``): as
     asyncio's ``BaseEventLoop.call_later``, ``loop.call_at(loop.time() + delay, ...)``, so that the
     override sees every timer, ``asyncio.sleep``'s included.
 

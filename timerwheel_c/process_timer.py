@@ -19,6 +19,7 @@ import time
 from numbers import Real
 
 from . import _impl
+from ._release_common import FAR_AHEAD_NS, _seconds_to_ns as seconds_to_ns
 
 # The same core as the package's ReleaseTimer: _impl.load returns the module already chosen.
 _core = _impl.load("release")
@@ -27,6 +28,8 @@ __all__ = ["arm_at", "release_timer_started", "sleep", "sleep_until"]
 
 _lock = threading.Lock()
 _timer = None
+# sleep()'s longest step, in seconds: well inside the release timer's 10-year limit.
+_STEP_S = FAR_AHEAD_NS / 2e9
 
 
 def _after_fork_in_child() -> None:
@@ -83,7 +86,9 @@ async def sleep(delay: float, result=None):
     """Like ``asyncio.sleep(delay)`` (``delay`` in seconds, any ``numbers.Real``: int,
     float, Fraction, numpy scalars, and bool as asyncio accepts it), but released precisely.
 
-    A ``delay`` <= 0 yields to the loop once, as asyncio.sleep(0) does.
+    A ``delay`` <= 0 yields to the loop once, as asyncio.sleep(0) does. A delay longer than the
+    release timer takes in one deadline (10 years: a further one is refused as wall-clock time by
+    mistake) is slept in steps, as asyncio sleeps any finite delay.
 
     Raises:
         TypeError: ``delay`` is not a real number.
@@ -95,8 +100,12 @@ async def sleep(delay: float, result=None):
         await asyncio.sleep(0)
         return result
     try:
-        deadline = arm_at(time.monotonic() + delay)
+        at = time.monotonic() + delay
+        seconds_to_ns(at)
     except (OverflowError, ValueError):  # OverflowError: an int or Fraction beyond the float range
         raise ValueError(f"delay={delay!r} s is NaN, infinite or beyond the int64 nanosecond range") from None
-    await deadline
-    return result
+    while True:
+        step_at = min(at, time.monotonic() + _STEP_S)
+        await arm_at(step_at)
+        if step_at >= at:
+            return result

@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import random
+import re
+import threading
 import time
 
 import pytest
@@ -279,8 +281,46 @@ def test_clock_slack_defaults_and_checks(new_loop, aio_impl):
             aio_impl.WheelScheduler(loop, clock_slack_s=-0.001)
         with pytest.raises(TypeError, match="clock_slack_s"):
             aio_impl.WheelScheduler(loop, clock_slack_s="1ms")
+        # A lag, not a delay: beyond 1 s it is a unit mistake that would put every deadline
+        # out of the wheel's range, refused here by its own name.
+        assert aio_impl.WheelScheduler(loop, clock_slack_s=1).clock_slack_s == 1.0
+        for huge in (1.001, 1e300, 2**64):
+            with pytest.raises(ValueError, match=r"clock_slack_s must be in \[0, 1.0\] seconds, got " + re.escape(repr(huge))):
+                aio_impl.WheelScheduler(loop, clock_slack_s=huge)
     finally:
         loop.close()
+
+
+def test_a_wake_up_the_loop_refuses_arms_nothing_and_leaves_the_scheduler_working(aio_impl, until):
+    """In debug mode asyncio's call_at refuses a call from another thread. A handle or a key armed
+    there, whose wake-up is the first, is refused with it and armed nowhere, and the scheduler keeps
+    firing what its own thread arms (once, a refused wake-up left it waiting for ever)."""
+    async def main():
+        asyncio.get_running_loop().set_debug(True)
+        sched = aio_impl.WheelScheduler()
+        fired, refused = [], []
+        keyed = sched.keyed(fired.append)
+
+        def from_another_thread():
+            for arm in (lambda: sched.call_later(0.001, fired.append, "thread"), lambda: keyed.arm(8, 0.001)):
+                try:
+                    arm()
+                except RuntimeError as exc:
+                    refused.append(str(exc))
+
+        thread = threading.Thread(target=from_another_thread)
+        thread.start()
+        thread.join()
+        assert len(refused) == 2 and all("thread" in message for message in refused)
+        assert sched.active_count() == 0 and 8 not in keyed
+        sched.call_later(0.01, fired.append, "loop")
+        keyed.arm(7, 0.02)
+        await until(lambda: len(fired) == 2)
+        await asyncio.sleep(0.05)
+        sched.close()
+        return fired
+
+    assert asyncio.run(main()) == ["loop", 7]
 
 
 class _CountingLoop:

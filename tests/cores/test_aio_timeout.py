@@ -205,3 +205,21 @@ def test_nested_timeouts_blame_the_right_block(run):
         assert outer.expired() and not inner.expired()
         return inner_saw
     assert run(main) is asyncio.CancelledError
+
+
+def test_a_refused_reschedule_leaves_the_deadline_as_it_was(run):
+    """reschedule() to a deadline beyond the wheel's range raises ValueError naming it, and
+    when() still gives the deadline the timeout keeps (once, the refused one was reported)."""
+    async def main(sched):
+        async with sched.timeout(LONG_S) as cm:
+            before = cm.when()
+            with pytest.raises(ValueError, match="beyond the wheel's range"):
+                cm.reschedule(1e300)
+            assert cm.when() == before
+            cm.reschedule(None)
+            with pytest.raises(ValueError, match="beyond the wheel's range"):
+                cm.reschedule(1e300)
+            assert cm.when() is None
+        return True
+
+    assert run(main)

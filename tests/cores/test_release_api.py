@@ -324,3 +324,22 @@ def test_sleep_rejects_bad_delays_naming_the_delay():
                 await timerwheel_c.sleep(delay)
 
     asyncio.run(main())
+
+
+def test_sleep_longer_than_a_release_deadline_takes_is_slept_in_steps(monkeypatch):
+    """The release timer refuses a deadline more than 10 years ahead (wall-clock time by mistake),
+    but a sleep is relative: ``sleep(4e8)`` (12.7 years) sleeps, as asyncio.sleep does, where it
+    raised ValueError blaming NaN or the int64 range. Its steps end at the deadline, never before:
+    with 10 ms steps, a 50 ms sleep ends at or after 50 ms on the monotonic clock."""
+    import timerwheel_c
+    from timerwheel_c import process_timer
+
+    async def main():
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(timerwheel_c.sleep(4e8), 0.05)
+        monkeypatch.setattr(process_timer, "_STEP_S", 0.01)
+        start = time.monotonic()
+        assert await asyncio.wait_for(timerwheel_c.sleep(0.05, result="r"), 5) == "r"
+        assert time.monotonic() - start >= 0.05
+
+    asyncio.run(main())

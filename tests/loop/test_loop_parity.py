@@ -320,6 +320,30 @@ def test_a_subclass_overriding_call_at_sees_every_timer_as_on_asyncio(new_wheel_
     assert seen_on(type(new_wheel_loop())) == expected
 
 
+@pytest.mark.parametrize("debug", [False, True])
+def test_a_call_at_set_on_the_loop_itself_sees_call_later_as_on_asyncio(new_wheel_loop, debug):
+    """mock.patch.object(loop, "call_at", wraps=...) sees call_later's and asyncio.sleep's timers,
+    as asyncio's call_later, which calls self.call_at, shows it, in debug mode too; and once the
+    patch is undone, call_later no longer goes through it."""
+    def seen_on(loop):
+        loop.set_debug(debug)
+        try:
+            with mock.patch.object(loop, "call_at", wraps=loop.call_at) as patched:
+                async def main():
+                    loop.call_later(0.001, print)
+                    await asyncio.sleep(0.001)
+
+                _run_bounded(loop, main())
+                calls = patched.call_count
+            loop.call_later(0.001, print)
+            return calls, patched.call_count
+        finally:
+            loop.close()
+
+    assert seen_on(asyncio.new_event_loop()) == (2, 2)
+    assert seen_on(new_wheel_loop()) == (2, 2)
+
+
 async def _until(predicate):
     while not predicate():
         await asyncio.sleep(0)

@@ -222,7 +222,7 @@ class WheelScheduler:
             wheel). Called as ``wheel_class(now_ms=...)`` with the loop clock in integer ms.
         clock_slack_s: seconds added to every due time to cover how far ``loop.time()``
             may trail the real time (default: 0.001 or 0.002 on uvloop, whose clock is
-            libuv's whole-ms loop time; else 0).
+            libuv's whole-ms loop time; else 0); at most 1 s (a lag, not a delay).
 
     Arming: one loop timer (``loop.call_at``) sits at the wheels' earliest
     ``next_fire_ms()``. It is moved only when a new due time is earlier than it, never
@@ -234,7 +234,7 @@ class WheelScheduler:
 
     Raises:
         RuntimeError: ``loop`` is None and no loop is running.
-        TypeError / ValueError: ``clock_slack_s`` is not a finite number >= 0.
+        TypeError / ValueError: ``clock_slack_s`` is not a number of seconds in [0, 1].
     """
 
     def __init__(self, loop: Optional[asyncio.AbstractEventLoop] = None, *,
@@ -461,6 +461,10 @@ class WheelScheduler:
         if self._closed:
             raise RuntimeError("WheelScheduler is closed")
         due_ms = self._due_ms(when_s)
+        # The wake-up first: a loop.call_at that raises (asyncio's debug check of the calling
+        # thread) then leaves the handle as it was, armed or not.
+        if due_ms < self._wake_ms:
+            self._arm_wake(due_ms)
         after_ms = self._after_ms(wheel, due_ms)
         handle._when = when_s
         # A pending handle moves in place. One that ran, or is due in the running batch
@@ -469,8 +473,6 @@ class WheelScheduler:
             if handle._token == 0:
                 handle._token = _take_token(self._handles, self._free_tokens, handle)
             handle._timer_id = wheel.schedule(after_ms, handle._token)
-        if due_ms < self._wake_ms:
-            self._arm_wake(due_ms)
 
     def _disarm(self, handle: WheelHandle) -> None:
         """Take ``handle`` out of the wheel (if pending there) and out of ``_handles``."""
@@ -483,12 +485,15 @@ class WheelScheduler:
     def _arm_wake(self, due_ms: int) -> None:
         """Move the one loop wake-up to ``due_ms``; aimed so the wake-up sees ``due_ms``."""
         at_s = due_ms / 1000.0
-        if self._wake is not None:
-            self._wake.cancel()
         if floor_ms(at_s) < due_ms:  # float rounding put it a hair early
             at_s = math.nextafter(at_s, math.inf)
+        # The new wake-up before the old one goes: if loop.call_at raises, the old one and its
+        # _wake_ms stand, so no timer is left without a wake-up that _wake_ms claims is armed.
+        wake = self._loop.call_at(at_s, self._on_wake)
+        if self._wake is not None:
+            self._wake.cancel()
         self._wake_ms = due_ms
-        self._wake = self._loop.call_at(at_s, self._on_wake)
+        self._wake = wake
 
     def _on_wake(self) -> None:
         """Advance the wheels to the loop time and run every due callback, then re-arm once."""
@@ -681,15 +686,14 @@ class WheelTimeout:
         """``reschedule(when)`` for a checked ``when`` (a float or None)."""
         if self._state != T_CREATED and self._state != T_ENTERED:
             raise RuntimeError(f"cannot reschedule a {_STATE_NAMES[self._state]} timeout")
+        if self._state == T_ENTERED:  # armed first: a deadline refused leaves when() as it was
+            if when is None:
+                self._disarm()
+            elif self._handle is not None:
+                self._scheduler._arm_handle(self._handle, when)
+            else:
+                self._arm(when)
         self._when = when
-        if self._state == T_CREATED:
-            return
-        if when is None:
-            self._disarm()
-        elif self._handle is not None:
-            self._scheduler._arm_handle(self._handle, when)
-        else:
-            self._arm(when)
 
     def _arm(self, when_s: float) -> None:
         """Arm the expiry at loop time ``when_s``, as a handle that runs in no context."""
@@ -846,6 +850,8 @@ class KeyedTimers:
             raise RuntimeError("WheelScheduler is closed")
         when_s = scheduler._time() + delay_s
         due_ms = scheduler._due_ms(when_s)
+        if due_ms < scheduler._wake_ms:  # first, as for a handle: see WheelScheduler._arm_handle
+            scheduler._arm_wake(due_ms)
         entry = self._entries.get(key)  # [timer id, deadline in loop seconds]
         if entry is not None and when_s >= entry[1]:
             # The same or a later deadline: the key keeps its wheel entry, due earlier, and only
@@ -861,8 +867,6 @@ class KeyedTimers:
             entry[1] = when_s
         else:
             self._entries[key] = [wheel.schedule(after_ms, key % _U64_LIMIT), when_s]
-        if due_ms < scheduler._wake_ms:
-            scheduler._arm_wake(due_ms)
 
     def _cancel(self, key: int) -> bool:
         """``cancel(key)`` (``c_cancel``): True if it was armed."""
