@@ -310,6 +310,80 @@ def test_a_codec_kind_takes_any_value_and_hands_the_handler_it_decoded(store, ca
         TimerKind(3, "x", codec="yaml")
 
 
+def test_a_codec_kind_s_schedules_reschedules_and_left_out_values_go_through_its_codec(store):
+    """A codec kind's value is encoded wherever one is written: a schedule's (add_schedule took only
+    bytes, and its default b"" failed every occurrence's decoding, parking it and pausing the
+    schedule) and a Reschedule's (a handler given a dict could not return one); a value left out
+    reaches the handler as None. A Reschedule value the kind cannot store is that attempt's failure,
+    naming it."""
+    from timerwheel_c.durable import Every, Reschedule, add_schedule, get_schedule
+
+    kind = TimerKind(9, "report", codec="json")
+    registry = TimerRegistry()
+    seen = []
+
+    @registry.handler(kind, max_attempts=1)
+    def report(ctx, timer):
+        seen.append((timer.reference, timer.value))
+        if timer.reference == b"counter" and timer.value["n"] < 2:
+            return Reschedule(timer.due_at_ms + 1, {"n": timer.value["n"] + 1})
+        return Done()
+
+    @registry.handler(TimerKind(3), max_attempts=1)
+    def raw(ctx, timer):
+        return Reschedule(timer.due_at_ms + 1, {"not": "bytes"})
+
+    start = NOW - 1500
+    add_schedule(store, P, "nightly", Every(1, start=start), kind, {"region": "eu"})
+    add_schedule(store, P, "bare", Every(1, start=start), kind)
+    schedule(store, P, NOW - 10, kind, b"counter", {"n": 0})
+    schedule(store, P, NOW - 10, kind, b"left-out")
+    schedule(store, P, NOW - 10, 3, b"raw", b"")
+    for _ in range(3):
+        run_due(store, P, registry, NOW + 10)
+    assert (b"nightly", {"region": "eu"}) in seen and (b"bare", None) in seen
+    assert [value for reference, value in seen if reference == b"counter"] == [{"n": 0}, {"n": 1}, {"n": 2}]
+    assert (b"left-out", None) in seen
+    assert not get_schedule(store, P, "nightly").paused and not get_schedule(store, P, "bare").paused
+    parked = get_timer(store, P, 3, b"raw")
+    assert parked.state == "parked" and "Reschedule.value must be bytes, got dict" in parked.last_error
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        add_schedule(store, P, "bad", Every(1), kind, {1, 2})
+    with pytest.raises(TypeError, match="value must be bytes, got dict"):
+        add_schedule(store, P, "bad", Every(1), 3, {"region": "eu"})
+
+
+def test_a_stored_trigger_is_read_without_the_warnings_its_making_gave(store, caplog):
+    """A schedule started at the epoch (an aware datetime, the usual way to align a schedule on the
+    hour) or ending after the year 5000 is warned of at most when it is made, never again on
+    every read: get_schedule, listings and each claimed occurrence decode the stored trigger."""
+    import datetime
+
+    from timerwheel_c.durable import Every, add_schedule, get_schedule, list_schedules
+
+    epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+    add_schedule(store, P, "hourly", Every(3600, start=epoch, end=2**62), TimerKind(1))
+    registry = TimerRegistry().register(FunctionHandler(lambda ctx, timer: Done(), TimerKind(1)))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert get_schedule(store, P, "hourly").trigger.start_ms == 0
+        assert [info.name for info in list_schedules(store, P)] == ["hourly"]
+        assert run_due(store, P, registry, NOW).fired == 1
+    assert "before 1973" not in caplog.text and "year 5000" not in caplog.text, caplog.text
+
+
+def test_every_takes_intervals_up_to_timedelta_max():
+    """Every's message says intervals go up to timedelta.max: it takes it (it rounded up past the
+    ms a timedelta holds, and was refused), and refuses what is longer."""
+    import datetime
+
+    from timerwheel_c.durable import Every
+
+    assert Every(datetime.timedelta.max, start=0).interval_ms == datetime.timedelta.max // datetime.timedelta(milliseconds=1)
+    with pytest.raises(ValueError, match="interval must be from 1 ms"):
+        Every(datetime.timedelta.max.total_seconds() * 2, start=0)
+
+
 def test_timers_list_and_show_give_the_kind_names_the_store_records(store_url):
     """``timerwheel-c timers list`` shows a named kind as its number and name (``kind_name`` in the
     JSON, null for a kind without one), ``timers show`` and ``fleet status`` the same: read from the
@@ -656,16 +730,21 @@ def test_a_due_time_out_of_range_is_refused_without_the_year_5000_warning(store,
 def test_schedule_many_refuses_two_names_for_one_kind_in_one_call(store):
     """schedule_many checks every timer's kind name, not only the first one given for each kind: a
     later timer naming that kind otherwise is refused, as that timer's schedule() would be, and
-    nothing of the call is written, whether the store had recorded the name before or not."""
+    nothing of the call is written, not even the first name as the kind's (once it was recorded,
+    and a later writer's right name refused for good)."""
     from timerwheel_c.durable import KindNameMismatch, list_timers, schedule_many
 
     timers = [(P, NOW, TimerKind(1, "send-reminder"), b"a"), (P, NOW, 1, b"b"),
               (P, NOW, TimerKind(1, "expire-ticket"), b"c")]
-    with pytest.raises(KindNameMismatch, match="kind 1 is named 'expire-ticket' here but 'send-reminder'"):
+    in_call = "kind 1 is named 'expire-ticket' here but 'send-reminder' in an earlier timer of this call"
+    with pytest.raises(KindNameMismatch, match=in_call):
         schedule_many(store, timers)
     assert list_timers(store, P) == []
-    with pytest.raises(KindNameMismatch, match="'expire-ticket' here but 'send-reminder'"):
-        schedule_many(store, timers)  # the store has recorded 'send-reminder' now
-    assert list_timers(store, P) == []
-    schedule_many(store, timers[:2])
-    assert [t.reference for t in list_timers(store, P)] == [b"a", b"b"]
+    schedule(store, P, NOW, TimerKind(1, "expire-ticket"), b"d")  # the name the call did not record
+    with pytest.raises(KindNameMismatch, match=in_call):
+        schedule_many(store, timers)
+    with pytest.raises(KindNameMismatch, match="'send-reminder' here but 'expire-ticket' in the store"):
+        schedule_many(store, timers[:2])
+    assert [t.reference for t in list_timers(store, P)] == [b"d"]
+    schedule_many(store, [(P, NOW, TimerKind(1, "expire-ticket"), b"e"), (P, NOW, 1, b"f")])
+    assert [t.reference for t in list_timers(store, P)] == [b"d", b"e", b"f"]

@@ -60,7 +60,13 @@ def test_register_chains_and_rejects_duplicates_and_kind_zero():
         TimerRegistry().register(Capped())
 
 
-def test_reschedule_value_must_be_bytes():
-    """A Reschedule with a non-bytes value is a TypeError at construction."""
-    with pytest.raises(TypeError, match="value"):
-        Reschedule(1, "v")
+def test_reschedule_value_is_checked_at_construction_when_bytes_and_kept_as_given_otherwise():
+    """A Reschedule's bytes longer than a timer value holds are a ValueError at construction; any
+    other value is kept as given, for a codec kind's runner to encode (a handler called directly
+    returns it as it made it), and a kind without a codec refuses it when the outcome is settled
+    (tests/durable/timers/test_durable_api.py)."""
+    from timerwheel_c.durable.timers.keys import MAX_TIMER_VALUE_BYTES
+
+    with pytest.raises(ValueError, match="Reschedule.value must be at most"):
+        Reschedule(1, b"v" * (MAX_TIMER_VALUE_BYTES + 1))
+    assert Reschedule(1, {"n": 1}).value == {"n": 1}

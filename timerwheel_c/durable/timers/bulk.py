@@ -108,10 +108,10 @@ def schedule_many(store, timers: Iterable[tuple], *, if_exists: str = "replace")
         name = getattr(timer[2], "name", None)
         if name is not None and named.setdefault(int(timer[2]), timer[2]).name != name:
             renamed.setdefault(int(timer[2]), name)
-    check_kind_names(store, named.values())
-    if renamed:  # each kind's first name is the store's now: another one is refused, as schedule() would
+    if renamed:  # before any name is recorded: a refused call writes nothing, a kind's name included
         number = min(renamed)
-        raise KindNameMismatch(number, renamed[number], named[number].name)
+        raise KindNameMismatch(number, renamed[number], named[number].name, where="in an earlier timer of this call")
+    check_kind_names(store, named.values())
     keys.declare_signals(store)
     exists: Optional[TimerExists] = None
     for partition, rows in by_partition.items():

@@ -2,9 +2,11 @@
 
 A timer's value is stored as bytes. A kind given a codec (``TimerKind(1, "send-reminder",
 codec="json")``) lets writers take any value the codec encodes (``schedule(..., {"user": 7})``),
-and its handler receive the decoded value as ``timer.value``. Without a codec (the default) values
-stay bytes, as stored. A value the codec cannot decode is that attempt's failure, with the codec's
-error as the timer's last error.
+its handler receive the decoded value as ``timer.value``, and a ``Reschedule`` it returns carry a
+value of the same kind, encoded when the outcome is settled. A value left out (the writers'
+default ``b""``, a schedule added without ``--value``) is stored empty and reaches the handler as
+None, whatever the codec. Without a codec (the default) values stay bytes, as stored. A value the
+codec cannot decode is that attempt's failure, with the codec's error as the timer's last error.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from typing import Callable, Optional
 
 from ..storage.store import check_bytes
 
-__all__ = ["JSON", "Codec", "codec_of", "encoded"]
+__all__ = ["JSON", "Codec", "codec_of", "decoded", "encoded"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,9 @@ def encoded(kind: object, value: object) -> bytes:
     """``value`` as stored for a timer of ``kind``: encoded by the kind's codec if it has one, else
     ``value`` itself, which must then be bytes.
 
+    A value left out (empty bytes, the writers' default) stays empty: :func:`decoded` gives None
+    for it.
+
     Raises:
         TypeError: a value that is not bytes for a kind without a codec, or a codec whose ``dumps``
             did not return bytes; whatever the codec's ``dumps`` raises (TypeError, ValueError).
@@ -62,4 +67,16 @@ def encoded(kind: object, value: object) -> bytes:
     codec = getattr(kind, "codec", None)
     if codec is None:
         return check_bytes("value", value)
+    if isinstance(value, (bytes, bytearray)) and not value:
+        return b""
     return check_bytes(f"value encoded by the {codec.name} codec of kind {int(kind)}", codec.dumps(value))  # type: ignore[call-overload]
+
+
+def decoded(codec: Codec, raw: bytes) -> object:
+    """A stored value as a handler of a kind with ``codec`` receives it: None for an empty one (a
+    value left out, see :func:`encoded`), else ``codec.loads(raw)``.
+
+    Raises:
+        whatever the codec's ``loads`` raises.
+    """
+    return None if not raw else codec.loads(raw)

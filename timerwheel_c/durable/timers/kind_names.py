@@ -26,10 +26,11 @@ _lock = threading.Lock()
 
 
 class KindNameMismatch(ValueError):
-    """A kind's name differs from the one the store recorded; ``.kind``, ``.name``, ``.recorded``."""
+    """A kind's name differs from the one the store recorded (or, ``where`` says, the one an earlier
+    timer of the same bulk write gave); ``.kind``, ``.name``, ``.recorded``."""
 
-    def __init__(self, kind: int, name: str, recorded: str):
-        super().__init__(f"kind {kind} is named {name!r} here but {recorded!r} in the store: these handlers or "
+    def __init__(self, kind: int, name: str, recorded: str, *, where: str = "in the store"):
+        super().__init__(f"kind {kind} is named {name!r} here but {recorded!r} {where}: these handlers or "
                          f"writers belong to another application's kinds, or the kind was renamed")
         self.kind, self.name, self.recorded = kind, name, recorded
 

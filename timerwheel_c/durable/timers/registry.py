@@ -37,6 +37,7 @@ import threading
 from dataclasses import dataclass
 from typing import Optional, Union
 
+from .codecs import decoded
 from .due import due_at_ms_of
 from .keys import MAX_ATTEMPT, TimerKind, check_value
 from .tick import Backoff
@@ -103,16 +104,23 @@ class Reschedule:
     ``datetime.timedelta`` from now, converted on construction) with ``value``; ``batch`` commits
     with the move.
 
-    A Reschedule whose key equals the row's scheduled key, or whose due time is not a valid
-    one, is a failure (the row backs off). A naive datetime raises ValueError.
+    ``value``: bytes; for a kind with a codec, a value as its handler receives one (a dict for
+    ``codec="json"``), which the runner encodes with that codec when it settles the outcome, as a
+    writer does (so a handler called directly, in a test, returns the value itself).
+
+    A Reschedule whose key equals the row's scheduled key, whose due time is not a valid one, or
+    whose value its kind cannot store (not bytes without a codec, or one the codec refuses), is a
+    failure (the row backs off). A naive datetime raises ValueError, and bytes longer than
+    :data:`~.keys.MAX_TIMER_VALUE_BYTES` raise ValueError.
     """
 
     due_at_ms: int
-    value: bytes
+    value: object
     batch: Optional[Batch] = None
 
     def __post_init__(self):
-        check_value("Reschedule.value", self.value)
+        if isinstance(self.value, (bytes, bytearray, memoryview)):
+            check_value("Reschedule.value", self.value)
         if isinstance(self.due_at_ms, (int, datetime.datetime, datetime.timedelta)) and not isinstance(self.due_at_ms, bool):
             # Other types are left for the runner to reject (and count) when it settles the outcome.
             object.__setattr__(self, "due_at_ms", due_at_ms_of(self.due_at_ms, "Reschedule.due_at_ms"))
@@ -210,16 +218,16 @@ def _decoding(fire, codec):
     failure); an ``async def`` stays one, so that the service still awaits it on its loop."""
     if inspect.iscoroutinefunction(fire):
         async def decoded_async(ctx, timer):
-            return await fire(ctx, dataclasses.replace(timer, value=codec.loads(timer.value)))
+            return await fire(ctx, dataclasses.replace(timer, value=decoded(codec, timer.value)))
 
         decoded_async.decodes = codec
         return decoded_async
 
-    def decoded(ctx, timer):
-        return fire(ctx, dataclasses.replace(timer, value=codec.loads(timer.value)))
+    def decoded_sync(ctx, timer):
+        return fire(ctx, dataclasses.replace(timer, value=decoded(codec, timer.value)))
 
-    decoded.decodes = codec
-    return decoded
+    decoded_sync.decodes = codec
+    return decoded_sync
 
 
 def handler_name(handler: TimerHandler) -> str:

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from . import keys, names, parking, schedules, tracing
+from .codecs import encoded
 from .claim import (PAGE, ClaimedTimer, Claimer, Claims, check_args, claim_due, claim_due_across, due_request,
                     release_claims)
 from .registry import Done, Reschedule, Retry, TimerContext, TimerRegistry
@@ -179,11 +180,17 @@ def settle(partition: str, claimed: ClaimedTimer, report: RunReport, outcome: ob
             new_key = keys.timer(outcome.due_at_ms, timer.kind, timer.reference)
         except (TypeError, ValueError) as exc:
             return _failed(partition, claimed, report, now_ms, wall_ms, why=f"a bad Reschedule: {exc}")
+        kind = claimed.handler.kind
+        try:  # a codec kind's value as its handler received it: encoded here, as a writer encodes it
+            value = keys.check_value("Reschedule.value", outcome.value if getattr(kind, "codec", None) is None
+                                     else encoded(kind, outcome.value))
+        except Exception as exc:  # a codec's own error, whatever its type
+            return _failed(partition, claimed, report, now_ms, wall_ms, why=f"a bad Reschedule: {type(exc).__name__}: {exc}")
         if new_key == keys.timer(timer.due_at_ms, timer.kind, timer.reference):
             return _failed(partition, claimed, report, now_ms, wall_ms,
                            why=f"a Reschedule to the timer's own due time {timer.due_at_ms} ms does not move it")
         # Absent: a reschedule must never overwrite (lose) another timer's row.
-        batch.require(Absent(new_key)).put(new_key, outcome.value).put(identity, new_key)
+        batch.require(Absent(new_key)).put(new_key, value).put(identity, new_key)
     else:
         batch.writes.append((identity, None))
     return _forget_error(batch, timer, identity)

@@ -27,6 +27,7 @@ import struct
 from dataclasses import dataclass
 from typing import Optional
 
+from .codecs import encoded
 from .keys import TimerKind, check_value
 from .triggers import Cron, RandomSource, Trigger, check_misfire, due_occurrences, trigger_from_dict
 
@@ -152,7 +153,7 @@ def _armed(state: ScheduleState, rng: RandomSource) -> ScheduleState:
     return dataclasses.replace(state, next_nominal_ms=nominal_ms, next_fire_ms=fire_ms)
 
 
-def new_state(trigger: Trigger, kind: "int | TimerKind", value: bytes = b"", *, rng: RandomSource,
+def new_state(trigger: Trigger, kind: "int | TimerKind", value: object = b"", *, rng: RandomSource,
               misfire: str = "once", misfire_grace_s: float = 60.0,
               catchup_window_s: Optional[float] = None) -> ScheduleState:
     """A new schedule's state: nothing fired yet, the first occurrence after the trigger's
@@ -160,16 +161,17 @@ def new_state(trigger: Trigger, kind: "int | TimerKind", value: bytes = b"", *, 
     the misfire policy).
 
     Raises:
-        TypeError, ValueError: a bad kind (not 1..255), a value that is not bytes or longer than
-            :data:`~.keys.MAX_TIMER_VALUE_BYTES`, or a misfire policy :func:`~.triggers.check_misfire` refuses.
+        TypeError, ValueError: a bad kind (not 1..255), a value that is not bytes (for a kind
+            without a codec; with one, one its codec refuses) or longer than
+            :data:`~.keys.MAX_TIMER_VALUE_BYTES` once encoded, or a misfire policy
+            :func:`~.triggers.check_misfire` refuses.
     """
     if not isinstance(trigger, Trigger):
         raise TypeError(f"trigger must be an Every or a Cron, got {type(trigger).__name__} {trigger!r}")
-    if not isinstance(value, (bytes, bytearray, memoryview)):
-        raise TypeError(f"value must be bytes, got {type(value).__name__}")
+    value = check_value("value", encoded(kind, value))
     check_misfire(misfire, misfire_grace_s, catchup_window_s)
     # Floats, so that equal states give equal bytes (60 and 60.0 are written differently).
-    state = ScheduleState(trigger=trigger, kind=TimerKind(kind).get(), value=check_value("value", bytes(value)),
+    state = ScheduleState(trigger=trigger, kind=TimerKind(kind).get(), value=value,
                           misfire=misfire, misfire_grace_s=float(misfire_grace_s),
                           catchup_window_s=None if catchup_window_s is None else float(catchup_window_s), paused=False,
                           last_nominal_ms=trigger.start_ms, last_fired_ms=None, next_nominal_ms=None,

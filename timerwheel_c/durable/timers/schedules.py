@@ -131,7 +131,7 @@ def _read(raw: bytes) -> Steps[tuple]:
     return (None, None) if data is None else (data, ScheduleState.from_bytes(data))
 
 
-def add_schedule(store: Store, partition: str, name: str, trigger: Trigger, kind, value: bytes = b"", *,
+def add_schedule(store: Store, partition: str, name: str, trigger: Trigger, kind, value: object = b"", *,
                  misfire: str = "once", misfire_grace_s: float = 60.0,
                  catchup_window_s: Optional[float] = None) -> ScheduleInfo:
     """Add the recurring schedule ``name`` to ``partition``, or replace the one of that name atomically
@@ -145,6 +145,8 @@ def add_schedule(store: Store, partition: str, name: str, trigger: Trigger, kind
     Args:
         trigger: an :class:`~.triggers.Every` or a :class:`~.triggers.Cron`.
         kind: 1..255, an int or a TimerKind.
+        value: bytes; for a kind with a codec (``TimerKind(..., codec="json")``), any value it
+            encodes, as :func:`~.writer.schedule` takes (left out: None at the handler).
         misfire: ``"once"`` (one occurrence for all those missed, the latest), ``"skip"`` (drop those
             more than ``misfire_grace_s`` seconds late) or ``"all"`` (each missed occurrence no older
             than ``catchup_window_s`` seconds, oldest first; required with ``"all"``).
@@ -160,7 +162,7 @@ def add_schedule(store: Store, partition: str, name: str, trigger: Trigger, kind
     return write(store, partition, steps)
 
 
-def add_schedule_steps(store: Store, partition: str, name: str, trigger: Trigger, kind, value: bytes = b"", *,
+def add_schedule_steps(store: Store, partition: str, name: str, trigger: Trigger, kind, value: object = b"", *,
                        misfire: str = "once", misfire_grace_s: float = 60.0,
                        catchup_window_s: Optional[float] = None) -> Steps[ScheduleInfo]:
     """:func:`add_schedule`'s arguments checked (raising as it does), and its steps

@@ -106,10 +106,23 @@ def _seconds(name: str, value: object) -> float:
     return float(value)
 
 
+class _StoredMs(int):
+    """A Unix epoch ms read back from a stored trigger (its start or end). It was given, and warned
+    of if it looked like seconds or ns, when the schedule was made; a read (every claim of an
+    occurrence, every listing) takes it as it is, with no warning repeated."""
+
+
+def _ms_of(name: str, value: object) -> int:
+    """``value`` (Unix epoch ms, an aware datetime; a :class:`_StoredMs` as it is) as checked ms."""
+    if type(value) is _StoredMs:
+        return _check_ms(name, int(value))
+    return _check_ms(name, due_at_ms_of(value, name))
+
+
 def _start_ms_of(start: object) -> int:
     if start is None:
         return _now_ms()
-    return _check_ms("start", due_at_ms_of(start, "start"))
+    return _ms_of("start", start)
 
 
 def _jitter_ms_of(jitter_s: object) -> int:
@@ -143,7 +156,7 @@ class Trigger:
         """``end`` (the last time an occurrence may fall, an aware datetime or Unix epoch ms, after the
         start) and ``max_runs`` (the most occurrences done, an int >= 1), each None for no limit, as
         APScheduler 4's triggers take ``end_time`` (and its schedules ``max_runs``)."""
-        self.end_ms = None if end is None else _check_ms("end", due_at_ms_of(end, "end"))
+        self.end_ms = None if end is None else _ms_of("end", end)
         if self.end_ms is not None and self.end_ms <= self.start_ms:
             raise ValueError(f"end must be after the start ({self.start_ms} ms), got {end!r}")
         if max_runs is not None and (isinstance(max_runs, bool) or not isinstance(max_runs, int)):
@@ -278,7 +291,8 @@ class Every(Trigger):
     def __init__(self, interval: Union[float, _dt.timedelta], *, start: object = None, jitter_s: float = 0.0,
                  end: object = None, max_runs: Optional[int] = None):
         if isinstance(interval, _dt.timedelta):
-            interval_ms = round(interval / _MS)
+            # At most the ms a timedelta holds: timedelta.max itself rounds up past them.
+            interval_ms = min(round(interval / _MS), _MAX_INTERVAL_MS)
         elif isinstance(interval, bool) or not isinstance(interval, (int, float)):
             raise TypeError(f"interval must be seconds (int or float) or a timedelta, "
                             f"got {type(interval).__name__} {interval!r}")
@@ -565,11 +579,12 @@ def trigger_from_dict(data: object) -> Trigger:
         for name in ("start_ms", "jitter_ms") + (("interval_ms",) if kind == "every" else ()):
             _check_ms(name, data[name])
         jitter_s = data["jitter_ms"] / 1000
-        limits = {"end": data.get("end_ms"), "max_runs": data.get("max_runs")}
+        start = _StoredMs(data["start_ms"])
+        end = data.get("end_ms")
+        limits = {"end": None if end is None else _StoredMs(_check_ms("end_ms", end)), "max_runs": data.get("max_runs")}
         if kind == "every":
-            return Every(_dt.timedelta(milliseconds=data["interval_ms"]), start=data["start_ms"], jitter_s=jitter_s,
-                         **limits)
-        return Cron._stored(data["expression"], data["tz"], data["start_ms"], jitter_s, **limits)
+            return Every(_dt.timedelta(milliseconds=data["interval_ms"]), start=start, jitter_s=jitter_s, **limits)
+        return Cron._stored(data["expression"], data["tz"], start, jitter_s, **limits)
     except (TypeError, OverflowError) as e:
         raise ValueError(f"stored {kind} trigger: {e}") from None
 
