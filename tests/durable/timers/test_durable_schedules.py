@@ -118,6 +118,30 @@ def test_re_adding_an_equal_schedule_keeps_its_place_and_never_fires_a_done_occu
     assert get_schedule(durable_store, P, "hourly").next_fire_ms == START + 660 * MIN
 
 
+@pytest.mark.parametrize("jitter_s", [0, 30])
+def test_re_adding_an_unchanged_schedule_while_its_occurrence_runs_fires_that_occurrence_once(durable_store, jitter_s):
+    """Another process of the application starts, and adds its schedules again, while a runner runs
+    one of their occurrences: the schedule is as it was, so nothing is written and the occurrence
+    commits, once (the rewrite failed its guard, and it fired again); with jitter too."""
+    store = durable_store
+
+    class ReAdding(Recording):
+        def fire(self, ctx, timer):
+            if not self.fired:  # meanwhile, the other process's start
+                add_schedule(store, P, "hourly", Every(3600, start=START, jitter_s=jitter_s), KIND, b"v")
+            return super().fire(ctx, timer)
+
+    handler = ReAdding()
+    registry = TimerRegistry().register(handler)
+    add_schedule(store, P, "hourly", Every(3600, start=START, jitter_s=jitter_s), KIND, b"v")
+    pending = get_schedule(store, P, "hourly").next_fire_ms
+    drive(store, registry, START + 61 * MIN)
+    assert [due for _, due, _, _ in handler.fired] == [START + 60 * MIN]
+    info = get_schedule(store, P, "hourly")
+    assert info.last_fired_ms == START + 60 * MIN and info.next_fire_ms >= START + 120 * MIN
+    assert pending <= START + 61 * MIN
+
+
 def test_re_adding_a_cron_schedule_with_the_default_start_keeps_the_occurrence_it_owed(durable_store):
     """No runner served the partition at 03:00; the application restarts at 09:00 and adds its nightly
     schedule again with the default start (now, which a cron start only bounds from below): the 03:00

@@ -39,6 +39,7 @@ still fires, and one that was in flight fires again, since its attempt's commit 
 """
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
 from dataclasses import dataclass
@@ -138,7 +139,8 @@ def add_schedule(store: Store, partition: str, name: str, trigger: Trigger, kind
     (its trigger, kind, value and policy; its old occurrences never fire again; with an equal trigger,
     one equal but for a start it was not given, or a cron equal but for a later start not in the
     future, it keeps its place on the grid, so an occurrence already done never fires again and one
-    still owed still fires). Each occurrence
+    still owed still fires; added again as it is, it writes nothing, so an occurrence running
+    meanwhile commits once). Each occurrence
     reaches the handler of ``kind`` as a DueTimer whose ``due_at_ms`` is its nominal time (Unix epoch
     ms), whose ``reference`` is ``name.encode()`` and whose ``value`` is ``value``.
 
@@ -184,6 +186,10 @@ def _add(partition: str, name: str, raw: bytes, state: ScheduleState) -> Steps[S
             batch.require(Absent(keys.schedule_row(raw)))
         else:
             new = replaced(old, state, time.time_ns() // 1_000_000, _RNG)
+            if dataclasses.replace(new, next_fire_ms=old.next_fire_ms) == old:
+                # Added again as it is (an application's every start): nothing is written, so an
+                # occurrence in flight still commits, and only once, and a jittered one keeps its draw.
+                return ScheduleInfo.of_state(partition, name, old)
             yield from _disarm(batch.require(Equals(keys.schedule_row(raw), data)), raw, old)
         if isinstance((yield APPLY, _arm(batch, raw, new)), Committed):
             return ScheduleInfo.of_state(partition, name, new)
