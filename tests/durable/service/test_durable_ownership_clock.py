@@ -5,6 +5,7 @@ refused by name. Real time appears only in liveness bounds; none could pass on t
 whose lease (minutes here) never passes within the bound."""
 from __future__ import annotations
 
+import contextlib
 import os
 
 import pytest
@@ -36,6 +37,23 @@ def test_a_bad_ownership_timing_is_refused_naming_the_field_and_value(field, val
     assert repr(value) in str(info.value)
 
 
+@pytest.mark.parametrize("host", ["db-runner-1", "h" * 100, "\u00e9" * 40])
+def test_a_runner_name_keeps_its_pid_and_token_within_postgresql_s_63_bytes(monkeypatch, host):
+    """The name a runner's lock sessions give themselves names it across reconnects by its token, so
+    a long host name is what is cut short, never the OS pid or the token; the status page still reads
+    its host and pid from it."""
+    import socket
+
+    from timerwheel_c.durable.service.web_page import _RUNNER_NAME
+    from timerwheel_c.durable.storage.postgres.ownership import runner_name
+
+    monkeypatch.setattr(socket, "gethostname", lambda: host)
+    name = runner_name("0a1b2c3d")
+    assert len(name.encode()) <= 63 and name.endswith(f" pid {os.getpid()} #0a1b2c3d")
+    match = _RUNNER_NAME.match(name)
+    assert match and host.startswith(match["host"]) and match["pid"] == str(os.getpid())
+
+
 @needs_pg
 @pytest.mark.parametrize("lease_s, max_elapsed_ms", [(5.0, 10_000), (10.0, 10_000), (20.0, 60_000)])
 def test_a_fleet_lease_a_pass_can_outlast_is_refused_naming_both(schema_url, lease_s, max_elapsed_ms):
@@ -57,6 +75,23 @@ def test_a_fleet_lease_a_pass_can_outlast_is_refused_naming_both(schema_url, lea
 def _ownership(store, clock, kinds=None):
     return store.ownership(None, kinds=kinds, check_interval_s=INTERVAL_S, lease_s=LEASE_S,
                            monotonic_ns=clock.monotonic_ns)
+
+
+@contextlib.contextmanager
+def _two_runners(store, clock):
+    """Two ownerships that have divided the shards (each evaluated after seeing the other); both
+    closed at the end."""
+    first, second = _ownership(store, clock), _ownership(store, clock)
+    try:
+        first.owned()
+        second.owned()
+        clock.advance(INTERVAL_S)
+        first.owned()
+        second.owned()
+        yield first, second
+    finally:
+        first.close()
+        second.close()
 
 
 @needs_pg
@@ -91,31 +126,100 @@ def test_a_frozen_runner_is_ended_once_the_clock_passes_its_lease_and_its_shards
     from timerwheel_c.durable.storage.postgres import PostgresStore
 
     clock = ManualClock()
-    with PostgresStore(schema_url, shard_count=SHARDS) as store:
-        frozen, live = _ownership(store, clock), _ownership(store, clock)
-        try:
-            frozen.owned()
-            live.owned()
+    with PostgresStore(schema_url, shard_count=SHARDS) as store, _two_runners(store, clock) as (frozen, live):
+        # frozen's last query was _two_runners' last: it is frozen from here on
+        frozen_shards = frozen.last_owned()
+        assert len(frozen_shards) == len(live.last_owned()) == SHARDS // 2  # the situation arose
+        for _ in range(int(LEASE_S // INTERVAL_S) - 1):
             clock.advance(INTERVAL_S)
-            frozen.owned()  # its last query: it is frozen from here on
+            assert len(live.owned()) == SHARDS // 2 and live.members == 2
+        clock.advance(INTERVAL_S)  # the lease from the frozen runner's last query has passed
+
+        def all_taken() -> bool:
+            clock.advance(INTERVAL_S)  # the server ends the session a moment after it is asked to
+            return live.owned() == list(range(SHARDS))
+
+        wait_until(all_taken, "the live runner to take every shard over")
+        assert live.members == 1
+        # Reported once the frozen runner has not come back for the grace, three intervals.
+        assert live.taken_over() == []
+        for _ in range(3):
+            clock.advance(INTERVAL_S)
             live.owned()
-            frozen_shards = frozen.last_owned()
-            assert len(frozen_shards) == len(live.last_owned()) == SHARDS // 2  # the situation arose
-            for _ in range(int(LEASE_S // INTERVAL_S) - 1):
+        assert sorted(live.taken_over()) == frozen_shards
+
+
+@needs_pg
+def test_a_runner_whose_lock_session_is_ended_takes_its_own_shards_back_not_over(schema_url):
+    """A runner's lock session ends under it (a server restart, pg_terminate_backend, a network cut)
+    and it reconnects with a new backend pid: its shards are its own again, never taken over from
+    a runner that died (that released its rows in flight to fire again while their handlers ran, and
+    lost their outcomes)."""
+    import psycopg
+
+    from timerwheel_c.durable.storage.errors import StoreError
+    from timerwheel_c.durable.storage.postgres import PostgresStore
+
+    clock = ManualClock()
+    with PostgresStore(schema_url, shard_count=SHARDS) as store:
+        runner = _ownership(store, clock)
+        try:
+            assert runner.owned() == list(range(SHARDS))
+            assert runner.taken_over() == []
+            with psycopg.connect(schema_url, autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", (runner._pid,))
+            clock.advance(INTERVAL_S)
+
+            def back() -> bool:
                 clock.advance(INTERVAL_S)
-                assert len(live.owned()) == SHARDS // 2 and live.members == 2
-            clock.advance(INTERVAL_S)  # the lease from the frozen runner's last query has passed
+                try:
+                    return runner.owned() == list(range(SHARDS))
+                except StoreError:  # the ended session, seen at the first evaluation after it
+                    return False
 
-            def all_taken() -> bool:
-                clock.advance(INTERVAL_S)  # the server ends the session a moment after it is asked to
-                return live.owned() == list(range(SHARDS))
-
-            wait_until(all_taken, "the live runner to take every shard over")
-            assert live.members == 1
-            assert sorted(live.taken_over()) == frozen_shards
+            wait_until(back, "the runner to reconnect and own every shard again")
+            assert runner.taken_over() == []
         finally:
-            frozen.close()
-            live.close()
+            runner.close()
+
+
+@needs_pg
+def test_a_runner_whose_session_ended_but_who_came_back_is_not_taken_over_from(schema_url):
+    """Of two runners, one loses its lock session (pg_terminate_backend here; a dropped connection)
+    and reconnects under the same name within the grace: the other takes its shards (it held none a
+    moment) but reports none taken over, so the returning runner's rows in flight are not released
+    to fire again while its handlers run. One that does not come back (closed) is reported once the
+    grace has passed."""
+    import psycopg
+
+    from timerwheel_c.durable.storage.errors import StoreError
+    from timerwheel_c.durable.storage.postgres import PostgresStore
+
+    clock = ManualClock()
+    with PostgresStore(schema_url, shard_count=SHARDS) as store, _two_runners(store, clock) as (a, b):
+        assert len(b.last_owned()) == SHARDS // 2 and len(a.last_owned()) == SHARDS // 2
+        with psycopg.connect(schema_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (a._pid,))
+        wait_until(lambda: b.owned() == list(range(SHARDS)) or clock.advance(INTERVAL_S),
+                   "the other runner to take every shard")
+        with pytest.raises(StoreError):
+            a.owned()
+        a.recheck()
+        a.owned()  # back, under the same name
+        for _ in range(4):
+            clock.advance(INTERVAL_S)
+            a.owned()
+            b.owned()
+        assert b.taken_over() == [] and a.taken_over() == []
+        assert sorted(a.last_owned() + b.last_owned()) == list(range(SHARDS))
+        gone = a.last_owned()
+        a.close()  # this time for good
+        wait_until(lambda: b.owned() == list(range(SHARDS)) or clock.advance(INTERVAL_S),
+                   "the other runner to take every shard")
+        for _ in range(3):
+            clock.advance(INTERVAL_S)
+            b.owned()
+        assert sorted(b.taken_over()) == gone
 
 
 @needs_pg

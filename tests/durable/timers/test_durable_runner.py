@@ -622,6 +622,28 @@ def test_release_claims_makes_first_attempt_claims_due_now_and_keeps_later_backo
     assert (rows[b"two"].due_at_ms, rows[b"two"].attempt) == (NOW + 1000 + backoff_ms(2), 2)
 
 
+def test_release_claims_finds_the_claims_of_a_handler_with_a_longer_first_backoff(store):
+    """A handler whose Backoff waits 60 s before a retry has its first claims 60 s out: release_claims
+    given the registry finds them (a fleet that took the partition over from a runner that died fires
+    them at once); without it, it looks only within the default first backoff, 5 s, and they waited
+    out their minute."""
+    from timerwheel_c.durable import Backoff
+    from timerwheel_c.durable.timers.claim import first_backoff_ms
+    from timerwheel_c.durable.timers.runner import release_claims
+
+    slow = Recorder()
+    slow.backoff = Backoff(base_s=60)
+    registry = TimerRegistry().register(slow)
+    assert first_backoff_ms(registry) == 60_000 and first_backoff_ms() == backoff_ms(1)
+    schedule(store, NOW - 10, reference=b"one")
+    [claimed] = claim_due(store, P, registry, NOW).timers
+    assert keys.parse(claimed.timer.key).due_at_ms >= NOW + 60_000
+    assert release_claims(store, P, NOW + 1000) == 0
+    assert release_claims(store, P, NOW + 1000, registry) == 1
+    [(row, _)] = timer_rows(store)
+    assert (row.due_at_ms, row.attempt) == (NOW + 1000, 1)
+
+
 class CountingReads(Delegating):
     """Delegates to a real store; counts scan_many and scan calls and the apply round trips; says it
     reads many partitions at once, or not, as ``at_once`` says."""

@@ -9,8 +9,8 @@ row's is that of its next attempt) and its parked timers (counted up to 1000).
 What each backend can tell:
 
 - PostgreSQL: the live fleet runners, from ``pg_locks``: each one's PostgreSQL backend pid (the
-  owner column), the name it gives its connection (``timerwheel_c runner on HOST pid N``, with its
-  OS process id), its address, since when it is a member, its kinds and its partitions (the
+  owner column), the name it gives its connection (``timerwheel_c runner on HOST pid N #TOKEN``,
+  with its OS process id and a token of its own), its address, since when it is a member, its kinds and its partitions (the
   partitions of a list it was given, or the shards it owns of a store it serves whole). A runner
   holds these locks on a connection of its own, so one killed disappears from the list when its
   connection closes (at once, or within about 10 s for a vanished host). A partition has one

@@ -31,9 +31,10 @@ A pass runs on the store thread and may claim ``free`` rows (free slots plus que
   read of what it serves, so its failure fails the pass (the service backs off) as reading the
   partitions does. A shard whose due rows fill the read holds more: the pass says so (starved, or
   a wake now, after a pass that claimed), and the next pass reads on.
-- In a fleet, a partition just taken over from a runner that died first has that runner's
-  claims released (:func:`~timerwheel_c.durable.timers.claim.release_claims`), so its rows in
-  flight fire again at once instead of after their backoff.
+- In a fleet, a partition just taken over from a runner that died (it has not come back within
+  the ownership's grace) first has that runner's claims released
+  (:func:`~timerwheel_c.durable.timers.claim.release_claims`, over the registry's longest first
+  backoff), so its rows in flight fire again then instead of after their backoff.
 """
 from __future__ import annotations
 
@@ -283,7 +284,7 @@ class Passes:
         :data:`_TAKEN_OVER_ROWS` rows per shard; a partition past that fires its rows after their
         backoff instead. Nothing (logged) when the read fails: the rows then wait out their backoff."""
         try:
-            found = self.store.scan_shards(shards, *release_range(self.wall_ms()), _TAKEN_OVER_ROWS)
+            found = self.store.scan_shards(shards, *release_range(self.wall_ms(), self.registry), _TAKEN_OVER_ROWS)
         except Exception as exc:
             self._store_failed(exc, 1, f"read of the claims in the shards {shards} taken over from a runner that died")
             return []
@@ -373,7 +374,7 @@ class Passes:
             taken = self._claimed_in_shards(taken)
         for partition in taken:
             try:
-                moved = release_claims(self.store, partition, self.wall_ms())
+                moved = release_claims(self.store, partition, self.wall_ms(), self.registry)
             except Exception as exc:
                 self._store_failed(exc, 1, f"release of a dead runner's claims on partition {partition!r}")
                 continue

@@ -22,7 +22,7 @@ __all__ = ["HISTORY_S", "REFRESH_S", "SCRIPT_SHA256", "esc", "message_page", "re
 
 REFRESH_S = 5  # the live sections reload this often (s)
 HISTORY_S = 600.0  # the chart spans this much (s)
-_RUNNER_NAME = re.compile(r"^timerwheel_c runner on (?P<host>.*) pid (?P<pid>\d+)$")
+_RUNNER_NAME = re.compile(r"^timerwheel_c runner on (?P<host>.*) pid (?P<pid>\d+)(?: #[0-9a-f]+)?$")
 
 # Replaces each [data-live] section by its fresh copy from the same URL; the copy comes from the
 # server, which escaped it, and DOMParser runs no script of it.

@@ -48,7 +48,8 @@ from ..storage.errors import is_transient
 from ..storage.store import Absent, Batch, Committed, Equals, Page, Refused, Store, check_partition
 
 __all__ = ["PAGE", "SCAN_PAGE", "UNKNOWN_KIND_BACKOFF_MS", "UNKNOWN_KIND_GRACE_MS", "ClaimedAs", "ClaimedTimer", "Claims",
-           "claim_due", "claim_due_across", "due_request", "refund_rows", "release_claims", "release_range", "release_rows"]
+           "claim_due", "claim_due_across", "due_request", "first_backoff_ms", "refund_rows", "release_claims", "release_range",
+           "release_rows"]
 
 log = logging.getLogger("timerwheel_c.durable")
 
@@ -569,16 +570,26 @@ def claim_due_across(store: Store, requests: list, registry: TimerRegistry, now_
     return out
 
 
-def release_range(now_ms: int) -> tuple[bytes, bytes]:
+def first_backoff_ms(registry: Optional[TimerRegistry] = None) -> int:
+    """The longest first backoff (ms) a claim of ``registry``'s handlers waits: the default one, or
+    a handler's own :class:`~.tick.Backoff`, whichever is longer."""
+    handlers = [] if registry is None else [registry.get(kind) for kind in registry.kinds()]
+    return max([backoff_ms(1)] + [backoff_ms(1, h.backoff) for h in handlers if h is not None and h.backoff is not None])
+
+
+def release_range(now_ms: int, registry: Optional[TimerRegistry] = None) -> tuple[bytes, bytes]:
     """``(start, end)`` of the keys :func:`release_claims` looks at: rows due after ``now_ms`` (Unix
-    epoch ms) and within the first backoff after it, where a runner's first-attempt claims wait."""
-    return keys.due_range(now_ms)[1], keys.due_range(min(now_ms + backoff_ms(1), keys.MAX_DUE_MS))[1]
+    epoch ms) and within the longest first backoff of ``registry``'s handlers after it
+    (:func:`first_backoff_ms`), where a runner's first-attempt claims wait."""
+    end_ms = min(now_ms + first_backoff_ms(registry), keys.MAX_DUE_MS)
+    return keys.due_range(now_ms)[1], keys.due_range(end_ms)[1]
 
 
-def release_claims(store: Store, partition: str, now_ms: int) -> int:
+def release_claims(store: Store, partition: str, now_ms: int, registry: Optional[TimerRegistry] = None) -> int:
     """Make due at ``now_ms`` the rows of ``partition`` that a runner claimed for their first
     attempt and has not settled: backed-off rows at attempt 1 whose retry time lies within the
-    first backoff after ``now_ms`` (Unix epoch ms). For a partition just taken over from a
+    longest first backoff of ``registry``'s handlers (the default one without it) after ``now_ms``
+    (Unix epoch ms). For a partition just taken over from a
     runner that died, whose claims would otherwise wait out their backoff. Each row moves
     guarded on itself (its attempt kept, so the next claim counts attempt 2), hence at most
     once. A row at attempt 1 that backs off after a failed first try is released too: it is
@@ -587,7 +598,7 @@ def release_claims(store: Store, partition: str, now_ms: int) -> int:
     Raises:
         StoreError (or another exception from the store).
     """
-    start, end = release_range(now_ms)
+    start, end = release_range(now_ms, registry)
     moved, after = 0, None
     while True:
         page = store.scan(partition, start, end, after, SCAN_PAGE)

@@ -46,16 +46,21 @@ a store of 100,000 partitions costs each runner a few dozen entries of the serve
 :meth:`PartitionOwnership.owned` then gives shard numbers (``by_shard``), which the service reads
 with :meth:`~.store.Store.scan_shards`. Runners given a list of partitions still divide those.
 
-Takeover: each check remembers which runner held each partition. A partition acquired from a
-runner that is no longer a member (it died: its locks went with its connection) is reported
-once by :meth:`PartitionOwnership.taken_over`, and the service then releases the rows that
-runner had claimed for their first attempt (:func:`~timerwheel_c.durable.timers.claim.release_claims`),
-so they fire again at once rather than after their 5 s backoff, still guarded on each row.
+Takeover: each check remembers which runner held each partition, by the name its lock session
+gives itself (below), which a runner keeps across reconnects. A partition acquired from a runner
+that is no longer a member is reported once by :meth:`PartitionOwnership.taken_over` if that
+runner has not come back within three check intervals (it died: its locks went with its
+connection), and the service then releases the rows that runner had claimed for their first
+attempt (:func:`~timerwheel_c.durable.timers.claim.release_claims`), so they fire again then
+rather than after their backoff (5 s by default), still guarded on each row. A runner that comes
+back lost only its session (a server restart, ``pg_terminate_backend``, a dropped connection): its
+handlers still run, and its rows stay claimed, so that each fires once and its outcome commits.
+A runner whose own session ended takes its partitions back, never over.
 
 Who is who, for an operator (:func:`runners`, ``timerwheel-c fleet status``): the lock connection
 also holds one shared advisory lock per kind of its registry, in a namespace of the schema and
-table alone, and names itself in ``application_name`` (``timerwheel_c runner on HOST pid N``, as
-``pg_stat_activity`` shows it). Any session can so list the live runners of a table, their kinds
+table alone, and names itself in ``application_name`` (``timerwheel_c runner on HOST pid N #TOKEN``,
+as ``pg_stat_activity`` shows it: its OS process id and a token of its own). Any session can so list the live runners of a table, their kinds
 and the partitions each owns from ``pg_locks``, without joining a group. A registry of k kinds
 so takes k more entries of the server's lock table (``max_locks_per_transaction`` x
 ``max_connections`` entries in all, 6,400 by default).
@@ -139,11 +144,14 @@ WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
   AND l.classid = %s::int8::oid AND l.pid <> pg_backend_pid()
 """
 
+# The group's members and owners, with the name each session gives itself (NULL where the reading
+# role may not see it): a runner's name outlives its session, a backend pid does not.
 _HOLDERS = """
-SELECT classid::int8, objid::int8, pid FROM pg_locks
-WHERE locktype = 'advisory' AND granted AND objsubid = 2
-  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-  AND classid IN (%s::int8::oid, %s::int8::oid)
+SELECT l.classid::int8, l.objid::int8, l.pid, a.application_name
+FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND l.classid IN (%s::int8::oid, %s::int8::oid)
 """
 
 
@@ -256,7 +264,7 @@ def holders(store: PostgresStore, partitions: Optional[list] = None, conn: Optio
         if own:
             conn.close()
     units = _units(wanted)
-    owners = {p: pid for classid, objid, pid in rows if classid == owners_ns for p in units.get(objid, ())}
+    owners = {p: pid for classid, objid, pid, _ in rows if classid == owners_ns for p in units.get(objid, ())}
     if names is not None:
         return owners
     return {p: owners[_shard_unit(shard_of(p, store.shard_count))] for p in store.partitions()
@@ -271,7 +279,8 @@ class RunnerInfo:
     the runner's OS process id). ``kinds``: the sorted timer kinds (ints) of its registry.
     ``partitions``: the sorted partitions it owns now (of a list it was given). ``shards``: the sorted
     shards it owns now (serving the whole store). ``application_name``: what the runner calls
-    itself (``timerwheel_c runner on HOST pid N``, its OS process id; None where the reading role may not see it).
+    itself (``timerwheel_c runner on HOST pid N #TOKEN``, its OS process id and a token of its own; None where the
+    reading role may not see it).
     ``client_addr``: its address as the server sees it (None over a Unix socket or where hidden).
     ``since_ms``: when its lock connection opened (Unix epoch ms; None where hidden).
     """
@@ -386,7 +395,11 @@ class PartitionOwnership(Ownership):
         self._pid = 0
         self._owned: list = []
         self._next_check_ns: Optional[int] = None  # monotonic ns of the next evaluation; None: at once
-        self._last_holder: dict = {}  # lock key -> the pid that held it when last seen held
+        # The name this runner's lock sessions give themselves, the same across reconnects, and unique
+        # (two runners of one process, a test's frozen one beside a live one, are two runners).
+        self._name = runner_name(os.urandom(4).hex())
+        self._last_holder: dict = {}  # lock key -> (pid, name) of the session last seen holding it
+        self._suspects: dict = {}  # a vanished holder's name or pid -> [monotonic ns first missed, units]
         self._taken_over: list = []
         self.members = 0
 
@@ -456,14 +469,18 @@ class PartitionOwnership(Ownership):
                 row = conn.execute("SELECT pg_backend_pid()").fetchone()
                 assert row is not None
                 self._pid = row[0]
+                # A new session has seen no holder die: the sessions last seen holding a lock may be
+                # this runner's own earlier one (a dropped connection, a server restart) or those of
+                # live runners reconnecting as well. Taken for dead runners, their rows in flight would
+                # be released to fire again while their handlers run, and the outcomes lost.
+                self._last_holder = {}
                 where = _where(conn, self.store.table)
                 self._member_ns, self._owner_ns = _namespaces(where, self._group)
                 conn.execute("SELECT pg_advisory_lock(%s, %s)", (self._member_ns, self._pid))
                 # For runners(): shared, so that every runner with a kind holds that kind's lock.
                 conn.execute("SELECT pg_advisory_lock_shared(%s, k) FROM unnest(%s::int4[]) AS k",
                              (_kinds_namespace(where), self._kinds))
-                conn.execute("SELECT set_config('application_name', %s, false)",
-                             (f"timerwheel_c runner on {socket.gethostname()} pid {os.getpid()}"[:63],))
+                conn.execute("SELECT set_config('application_name', %s, false)", (self._name,))
             except BaseException:
                 conn.close()
                 raise
@@ -496,6 +513,21 @@ class PartitionOwnership(Ownership):
             log.warning("fleet: ended the lock session of a runner (backend pid %d) that made no progress for %.0f s; "
                         "its partitions are taken over", pid, self.lease_s)
 
+    def _settle_suspects(self, live: set) -> None:
+        """Report as taken over (:meth:`taken_over`) the units of each vanished holder that has not come
+        back (``live``: the members' names and pids) within the grace: its runner died. One that comes
+        back lost only its session (a server restart, a dropped connection), and its rows in flight are
+        its own still: released, they would fire again while its handlers run, their outcomes lost.
+        The grace, three check intervals, covers the evaluation in which such a runner finds its
+        session gone and the one in which it is back."""
+        now = self._monotonic_ns()
+        for who, (since_ns, lost) in list(self._suspects.items()):
+            if who in live:
+                del self._suspects[who]
+            elif now - since_ns >= 3 * self.check_interval_s * 1e9:
+                del self._suspects[who]
+                self._taken_over += lost
+
     def _rebalance(self) -> None:
         conn = self._connection()
         self._end_stale_members(conn)
@@ -505,7 +537,9 @@ class PartitionOwnership(Ownership):
         order = list(units)
         members: list = []
         holder: dict = {}
-        for classid, objid, pid in conn.execute(_HOLDERS, (self._member_ns, self._owner_ns)).fetchall():
+        names: dict = {}  # a session's pid -> the name it gives itself (None: hidden from this role)
+        for classid, objid, pid, name in conn.execute(_HOLDERS, (self._member_ns, self._owner_ns)).fetchall():
+            names[pid] = name
             if classid == self._member_ns:
                 members.append(objid)
             else:
@@ -534,20 +568,31 @@ class PartitionOwnership(Ownership):
                                     (self._owner_ns, [_signed32(k) for k in free])).fetchall()
                 got = {k & 0xFFFFFFFF for k, ok in rows if ok}
                 mine += [k for k in free if k in got]
-                live = set(members)
                 for k in free:
-                    dead = self._last_holder.get(k)
-                    if k in got and dead is not None and dead != self._pid and dead not in live:
-                        self._taken_over += [named(u) for u in units[k]]
+                    last = self._last_holder.get(k)
+                    if k in got and last is not None and last[0] != self._pid:
+                        # Its session is gone; whether its runner is, the grace tells (_settle_suspects).
+                        suspect = self._suspects.setdefault(last[1] or last[0], [self._monotonic_ns(), []])
+                        suspect[1] += [named(u) for u in units[k]]
+        self._settle_suspects({names[pid] for pid in members if names.get(pid)} | set(members))
         for k, pid in holder.items():
-            self._last_holder[k] = pid
+            self._last_holder[k] = (pid, names.get(pid))
         for k in mine:
-            self._last_holder[k] = self._pid
+            self._last_holder[k] = (self._pid, self._name)
         before = self._owned
         self._owned = sorted(named(u) for k in mine for u in units[k])
         if self._owned != before:
             log.info("fleet: this runner owns %d of %d %s (%d runners): %s", len(self._owned), len(wanted),
                      "shards" if self.by_shard else "partitions", len(members), self._owned)
+
+
+def runner_name(token: str) -> str:
+    """The ``application_name`` of a runner's lock sessions: ``timerwheel_c runner on HOST pid N
+    #TOKEN`` (its OS process id, and a token of the runner's own that names it across reconnects),
+    the host cut short where PostgreSQL's 63 bytes would cut the rest."""
+    rest = f" pid {os.getpid()} #{token}"
+    head = "timerwheel_c runner on "
+    return head + socket.gethostname().encode()[:63 - len(head) - len(rest)].decode(errors="ignore") + rest
 
 
 def _signed32(k: int) -> int:
