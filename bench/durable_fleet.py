@@ -110,9 +110,11 @@ def _fill(store, partitions: int) -> None:
 
 
 def _os_pid(info) -> Optional[int]:
-    """The runner's OS pid, from the application_name it gives itself (``... pid N``)."""
-    name = info.application_name or ""
-    return int(name.rsplit(" ", 1)[1]) if name.rsplit(" ", 2)[-2:-1] == ["pid"] else None
+    """The runner's OS pid, from the application_name it gives itself (``... pid N #TOKEN``)."""
+    from timerwheel_c.durable.storage.runner_name import parse_runner_name
+
+    who = parse_runner_name(info.application_name)
+    return who[1] if who else None
 
 
 class _Fleet:

@@ -21,6 +21,7 @@ import sys
 import time
 
 from timerwheel_c.durable.timers.registry import Done, TimerHandler, TimerKind, TimerRegistry
+from timerwheel_c.durable.timers.tick import Backoff
 from timerwheel_c.durable.service.service import DurableTimerService
 from timerwheel_c.durable.timers.sleep import SLEEP_PARTITION, DurableContext, SleepHandler
 from timerwheel_c.durable.storage.sqlite import SQLiteStore
@@ -61,9 +62,11 @@ class Poison(TimerHandler):
 
 class FirstHangs(TimerHandler):
     """Hangs for an hour on a row's first attempt; on a later one, Done with one effect row per
-    application holding the wall ms of the fire (a runner killed mid-hang leaves its claim behind)."""
+    application holding the wall ms of the fire (a runner killed mid-hang leaves its claim behind,
+    due again after a 30 s backoff: a fire long before that is the release's, not the backoff's)."""
 
     kind = TimerKind(FIRST_HANGS_KIND)
+    backoff = Backoff(base_s=30)
 
     def fire(self, ctx, timer):
         if timer.attempt == 1:

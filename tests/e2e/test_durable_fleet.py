@@ -200,8 +200,9 @@ def test_sigkilled_runner_partitions_are_taken_over_and_nothing_is_lost_or_doubl
 def test_a_takeover_releases_the_dead_runners_claims_at_once_and_fires_each_once(runners, schema_url):
     """2 balanced runners; one timer per partition whose first attempt hangs, so every row sits
     claimed (attempt 1) by its owner. One runner is SIGKILLed: the survivor takes its 8 partitions
-    over and releases the rows the dead runner had claimed, which fire (attempt 2) before the
-    retry time of their claim (the 5 s backoff they would otherwise wait out), each exactly once."""
+    over and, once the dead runner has not come back for the grace (two check intervals), releases
+    the rows it had claimed, which fire (attempt 2) long before the retry time of their claim (the
+    handler's 30 s backoff they would otherwise wait out), each exactly once."""
     hang_kind = 0xF2  # tests/durable_handlers.py FirstHangs
     with open_store(schema_url) as store:
         anchor(store)

@@ -44,14 +44,15 @@ def test_a_runner_name_keeps_its_pid_and_token_within_postgresql_s_63_bytes(monk
     its host and pid from it."""
     import socket
 
-    from timerwheel_c.durable.service.web_page import _RUNNER_NAME
-    from timerwheel_c.durable.storage.postgres.ownership import runner_name
+    from timerwheel_c.durable.storage.runner_name import parse_runner_name, runner_name
 
     monkeypatch.setattr(socket, "gethostname", lambda: host)
     name = runner_name("0a1b2c3d")
     assert len(name.encode()) <= 63 and name.endswith(f" pid {os.getpid()} #0a1b2c3d")
-    match = _RUNNER_NAME.match(name)
-    assert match and host.startswith(match["host"]) and match["pid"] == str(os.getpid())
+    who = parse_runner_name(name)
+    assert who and host.startswith(who[0]) and who[1] == os.getpid()
+    assert parse_runner_name(f"timerwheel_c runner on {host} pid 7") == (host, 7)  # before tokens
+    assert parse_runner_name("psql") is None and parse_runner_name(None) is None
 
 
 @needs_pg
@@ -141,7 +142,7 @@ def test_a_frozen_runner_is_ended_once_the_clock_passes_its_lease_and_its_shards
 
         wait_until(all_taken, "the live runner to take every shard over")
         assert live.members == 1
-        # Reported once the frozen runner has not come back for the grace, three intervals.
+        # Reported once the frozen runner has not come back for the grace, two intervals.
         assert live.taken_over() == []
         for _ in range(3):
             clock.advance(INTERVAL_S)

@@ -9,10 +9,10 @@ import base64
 import datetime as dt
 import hashlib
 import html
-import re
 from typing import Optional
 from urllib.parse import urlencode
 
+from ..storage.runner_name import parse_runner_name
 from ..timers.triggers import Cron
 from ..timers.writer import STATES
 from .cli_text import in_words, local_iso, printable
@@ -22,7 +22,6 @@ __all__ = ["HISTORY_S", "REFRESH_S", "SCRIPT_SHA256", "esc", "message_page", "re
 
 REFRESH_S = 5  # the live sections reload this often (s)
 HISTORY_S = 600.0  # the chart spans this much (s)
-_RUNNER_NAME = re.compile(r"^timerwheel_c runner on (?P<host>.*) pid (?P<pid>\d+)(?: #[0-9a-f]+)?$")
 
 # Replaces each [data-live] section by its fresh copy from the same URL; the copy comes from the
 # server, which escaped it, and DOMParser runs no script of it.
@@ -127,8 +126,8 @@ def _button(action: str, kind: int, target: bytes, partition: str) -> str:
 
 def _runner_who(runner: dict) -> tuple:
     """``(host, OS pid)`` from the name a runner gives its connection; ``("-", "-")`` when hidden."""
-    match = _RUNNER_NAME.match(runner.get("name") or "")
-    return (match["host"], match["pid"]) if match else ("-", "-")
+    who = parse_runner_name(runner.get("name"))
+    return (who[0], str(who[1])) if who else ("-", "-")
 
 
 def _fleet(fleet: dict, now_ms: int) -> str:

@@ -49,7 +49,7 @@ with :meth:`~.store.Store.scan_shards`. Runners given a list of partitions still
 Takeover: each check remembers which runner held each partition, by the name its lock session
 gives itself (below), which a runner keeps across reconnects. A partition acquired from a runner
 that is no longer a member is reported once by :meth:`PartitionOwnership.taken_over` if that
-runner has not come back within three check intervals (it died: its locks went with its
+runner has not come back within two check intervals (it died: its locks went with its
 connection), and the service then releases the rows that runner had claimed for their first
 attempt (:func:`~timerwheel_c.durable.timers.claim.release_claims`), so they fire again then
 rather than after their backoff (5 s by default), still guarded on each row. A runner that comes
@@ -112,7 +112,6 @@ import hashlib
 import logging
 import math
 import os
-import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -121,6 +120,7 @@ from typing import TYPE_CHECKING, Callable, Optional, cast
 import psycopg
 
 from ..errors import StoreError, wrap_exceptions
+from ..runner_name import runner_name
 from ..shards import shard_of
 from ..store import CHECK_INTERVAL_S, LEASE_S, Ownership, Store, check_partition, refuse_store
 
@@ -518,13 +518,15 @@ class PartitionOwnership(Ownership):
         back (``live``: the members' names and pids) within the grace: its runner died. One that comes
         back lost only its session (a server restart, a dropped connection), and its rows in flight are
         its own still: released, they would fire again while its handlers run, their outcomes lost.
-        The grace, three check intervals, covers the evaluation in which such a runner finds its
-        session gone and the one in which it is back."""
+        The grace, two check intervals, covers the evaluation in which such a runner finds its
+        session gone (within one interval of its end, which this runner saw no sooner) and its
+        reconnect right after; a server restart ends every session, and a new session suspects no
+        one (:meth:`_connection`)."""
         now = self._monotonic_ns()
         for who, (since_ns, lost) in list(self._suspects.items()):
             if who in live:
                 del self._suspects[who]
-            elif now - since_ns >= 3 * self.check_interval_s * 1e9:
+            elif now - since_ns >= 2 * self.check_interval_s * 1e9:
                 del self._suspects[who]
                 self._taken_over += lost
 
@@ -584,15 +586,6 @@ class PartitionOwnership(Ownership):
         if self._owned != before:
             log.info("fleet: this runner owns %d of %d %s (%d runners): %s", len(self._owned), len(wanted),
                      "shards" if self.by_shard else "partitions", len(members), self._owned)
-
-
-def runner_name(token: str) -> str:
-    """The ``application_name`` of a runner's lock sessions: ``timerwheel_c runner on HOST pid N
-    #TOKEN`` (its OS process id, and a token of the runner's own that names it across reconnects),
-    the host cut short where PostgreSQL's 63 bytes would cut the rest."""
-    rest = f" pid {os.getpid()} #{token}"
-    head = "timerwheel_c runner on "
-    return head + socket.gethostname().encode()[:63 - len(head) - len(rest)].decode(errors="ignore") + rest
 
 
 def _signed32(k: int) -> int:
