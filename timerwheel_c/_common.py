@@ -158,13 +158,23 @@ def _poll_cap(cap_ms: Any) -> int:
     return min(cap, MAX_POLL_TIMEOUT_MS)
 
 
+_BOOLS = frozenset((bool, np.bool_))
+
+
 def _as_int_array(values: Any, name: str) -> np.ndarray:
     """``values`` as a 1-d ndarray of an integer dtype (bool excluded).
 
     Raises:
-        TypeError: not integer, or not 1-d.
+        TypeError: not integer, or not 1-d; a list or tuple holding a bool (np.asarray reads
+            ``[5, True]`` as int64, a 1 ms delay or token 1); a masked array (np.asarray drops
+            its mask, so a masked entry would be taken).
         ValueError: a value of a list does not fit in 64 bits, or no 64-bit type holds them all.
     """
+    if isinstance(values, np.ma.MaskedArray):
+        raise TypeError(f"{name} must not be a masked array: its masked entries would be taken; pass "
+                        f"{name}.compressed() or {name}.filled(value)")
+    if isinstance(values, (list, tuple)) and not _BOOLS.isdisjoint(map(type, values)):
+        _as_int(next(v for v in values if type(v) in _BOOLS), name)  # raises, naming the bool
     arr = np.asarray(values)
     if arr.size == 0 and arr.ndim == 1:
         # np.asarray([]) is float64; an empty sequence holds no wrong value.

@@ -74,7 +74,16 @@ def _seconds_to_ns(at: Any) -> int:
     scaled = seconds * 1e9  # checked as a float first: 1e300 s would overflow to inf
     if not -9.2e18 <= scaled <= 9.2e18:
         raise ValueError(f"at={at!r} s is out of the int64 nanosecond range")
-    return math.ceil(scaled)
+    return _ceil_ns(seconds)
+
+
+def _ceil_ns(seconds: float) -> int:
+    """The least int ns at or after ``seconds`` exactly: ``math.ceil(seconds * 1e9)`` rounds the
+    product first, to the nearest float, and so came out 1 ns below it for some values (0.8 % of
+    deadlines near a machine's uptime), a release a hair before ``at``. The float is a ratio of
+    ints (its denominator a power of 2), so the ceiling is exact in integers."""
+    numerator, denominator = seconds.as_integer_ratio()
+    return -(-numerator * 1_000_000_000 // denominator)
 
 
 def _timeout_ns(timeout: Any) -> int:
@@ -91,7 +100,7 @@ def _timeout_ns(timeout: Any) -> int:
         return -1
     if math.isnan(seconds):
         raise ValueError(f"timeout={timeout!r} is not a number")
-    return -1 if seconds * 1e9 >= INT64_MAX / 2 else math.ceil(seconds * 1e9)
+    return -1 if seconds * 1e9 >= INT64_MAX / 2 else _ceil_ns(seconds)
 
 
 async def _await_release(deadline: Any, chan: Any, key: int, fut: Optional[asyncio.Future]) -> None:

@@ -76,10 +76,21 @@ def release_timer_started() -> bool:
 async def sleep_until(at: float, result=None):
     """Sleep until ``at`` (float seconds on time.monotonic()), released by the release timer.
 
-    Never wakes before ``at``; returns ``result``. Raises as :func:`arm_at`.
+    Never wakes before ``at``; returns ``result``. An ``at`` already past yields to the loop once,
+    as ``asyncio.sleep(0)`` does. Raises as :func:`arm_at`.
     """
-    await arm_at(at)
+    await _released(arm_at(at))
     return result
+
+
+async def _released(deadline) -> None:
+    """Await ``deadline``, yielding to the loop once if it is released already: an await of a
+    done deadline does not suspend, and a loop of sleeps that each came due by the time they were
+    armed (a delay of a few µs) would starve every other task, where asyncio.sleep never does."""
+    if deadline.done():
+        await asyncio.sleep(0)
+    else:
+        await deadline
 
 
 async def sleep(delay: float, result=None):
@@ -106,6 +117,6 @@ async def sleep(delay: float, result=None):
         raise ValueError(f"delay={delay!r} s is NaN, infinite or beyond the int64 nanosecond range") from None
     while True:
         step_at = min(at, time.monotonic() + _STEP_S)
-        await arm_at(step_at)
+        await _released(arm_at(step_at))
         if step_at >= at:
             return result

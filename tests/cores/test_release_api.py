@@ -343,3 +343,49 @@ def test_sleep_longer_than_a_release_deadline_takes_is_slept_in_steps(monkeypatc
         assert time.monotonic() - start >= 0.05
 
     asyncio.run(main())
+
+
+def test_a_sleep_already_due_when_armed_still_yields_to_the_loop():
+    """``sleep(1e-7)`` is due by the time it is armed, a few µs later; it yields to the loop once
+    anyway, as asyncio.sleep of any delay does (a loop of such sleeps starved every other task:
+    0 turns in 2,000 sleeps); so does ``sleep_until`` of a time past."""
+    import timerwheel_c
+
+    async def main():
+        turns = [0]
+        stop = asyncio.Event()
+
+        async def other():
+            while not stop.is_set():
+                turns[0] += 1
+                await asyncio.sleep(0)
+
+        task = asyncio.create_task(other())
+        await asyncio.sleep(0)
+        before = turns[0]
+        for _ in range(100):
+            await timerwheel_c.sleep(1e-7)
+            await timerwheel_c.sleep_until(time.monotonic() - 1)
+        stop.set()
+        await task
+        return turns[0] - before
+
+    assert asyncio.run(main()) >= 100
+
+
+def test_a_deadline_in_float_seconds_becomes_the_least_ns_at_or_after_it_exactly():
+    """arm(at) takes float seconds, rounded up to whole ns so a release is never early: the exact
+    ceiling of at * 10**9, never 1 ns below it as a ceiling of the rounded float product was (0.8 %
+    of deadlines near a machine's uptime). Checked with exact fractions; pure arithmetic."""
+    import math
+    import random
+    from fractions import Fraction
+
+    from timerwheel_c._release_common import _seconds_to_ns, _timeout_ns
+
+    rng = random.Random(7)
+    for at in [76900.12345678901, 0.1, 1e-9, -0.3, 123456.789] + [rng.uniform(0, 2e6) for _ in range(20_000)]:
+        exact = Fraction(at) * 10**9
+        assert _seconds_to_ns(at) == math.ceil(exact), at
+        if at > 0:
+            assert _timeout_ns(at) == math.ceil(exact), at

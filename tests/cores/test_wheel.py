@@ -675,6 +675,38 @@ def test_schedule_many_accepts_list_of_valid_u64_tokens(wheel_impl):
     assert [int(t) for t in w.advance_array(5)] == [1, 2**63]
 
 
+@pytest.mark.parametrize("call, bad", [
+    (lambda w: w.schedule_many([5, True], [1, 2]), "after_ms must be an int, not bool (True)"),
+    (lambda w: w.schedule_many((5, 6), [7, np.bool_(False)]), "tokens must be an int, not bool ("),
+    (lambda w: w.cancel_many([w.schedule(5, 1), True]), "must be an int, not bool (True)"),
+    (lambda w: w.schedule_many(np.ma.masked_array([5, 6], mask=[0, 1]), [1, 2]), "after_ms must not be a masked array"),
+])
+def test_batch_calls_refuse_a_bool_in_a_list_and_a_masked_array(wheel_impl, call, bad):
+    """A bool inside a list is refused, naming it, as a bool alone or a bool array is (np.asarray read
+    ``[5, True]`` as int64: a 1 ms delay, token 0, timer id 1, taken without a word); so is a masked
+    array, whose masked entries np.asarray would hand over. Nothing is scheduled or cancelled."""
+    w = wheel_impl.TimerWheel(0)
+    before = len(w)
+    with pytest.raises(TypeError, match=re.escape(bad)):
+        call(w)
+    assert len(w) - before in (0, 1)  # cancel_many's own schedule(5, 1) stays armed
+    assert all(t in (1,) for t in w.advance(10))
+
+
+def test_a_wrong_fired_argument_is_refused_in_the_same_words_by_both_twins():
+    """advance(now_ms, fired=()) raises TypeError with Cython's message in both twins."""
+    from timerwheel_c.pure.wheel import TimerWheel as PureWheel
+
+    from timerwheel_c import TimerWheel
+
+    messages = []
+    for cls in (TimerWheel, PureWheel):
+        with pytest.raises(TypeError) as info:
+            cls(0).advance(5, fired=())
+        messages.append(str(info.value))
+    assert messages[0] == messages[1] == "Argument 'fired' has incorrect type (expected list, got tuple)"
+
+
 def test_reinit_of_a_wheel_in_use_raises_and_keeps_its_timers(wheel_impl):
     """Never lost, and the twins behave the same: calling ``__init__`` again on a wheel holding
     a pending timer raises RuntimeError, and the timer still fires."""

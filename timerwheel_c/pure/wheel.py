@@ -487,7 +487,8 @@ class TimerWheel:
         if now_ms is _MISSING:
             raise TypeError(_missing_error("advance", "now_ms"))
         if fired is not None and type(fired) is not list:
-            raise TypeError(f"fired must be a list, not {type(fired).__name__}")
+            # The compiled core's words: Cython's check of its typed argument.
+            raise TypeError(f"Argument 'fired' has incorrect type (expected list, got {type(fired).__name__})")
         if fired is None:
             # Before the wheel is read: allocating may run the GC, whose Python code may advance it.
             fired = []
