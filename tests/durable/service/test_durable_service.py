@@ -62,6 +62,28 @@ def test_timers_due_while_down_fire_on_first_pass(store):
     assert sorted(r for r, _, _ in h.fired) == sorted(b"%d" % i for i in range(10))
 
 
+def test_an_async_handler_may_stop_its_own_service(store):
+    """stop() from an ``async def`` handler, which runs on the service's thread: it returns (it raised
+    RuntimeError, "cannot join current thread", failing the attempt), the handler's outcome commits,
+    and the service stops once the handler has returned."""
+    registry = TimerRegistry()
+    outcome = []
+
+    @registry.handler(KIND)
+    async def stopping(ctx, timer):
+        service.stop()
+        outcome.append("stop() returned")
+        return Done(Batch().put(b"effect/" + timer.reference, b"1"))
+
+    put_timer(store, wall_ms() - 10, b"s")
+    service = DurableTimerService(store, registry, [P])
+    service.start()
+    wait_until(lambda: not service.running, "the service to stop", LIVENESS_S)
+    assert outcome == ["stop() returned"] and service.died is None
+    assert store.get(P, b"effect/s") == b"1" and service.failed == 0
+    service.stop()
+
+
 def test_sleeps_until_due_and_never_fires_early(store):
     """A timer scheduled 300 ms ahead fires not before its due time and within the liveness bound,
     with max_sleep_s far above, so only the exact sleep can have woken the thread."""

@@ -550,6 +550,48 @@ def test_sqlite_bad_constructor_arguments(tmp_path):
         SQLiteStore(tmp_path / "x.db", busy_timeout_ms=-1)
     with pytest.raises(ValueError, match="synchronous"):
         SQLiteStore(tmp_path / "x.db", synchronous="SOMETIMES")
+    # SQLite opens "" as a private temporary database, another one per connection: refused.
+    with pytest.raises(ValueError, match="path must name a SQLite file .*got ''"):
+        SQLiteStore("")
+
+
+def test_a_relative_sqlite_path_keeps_naming_its_file_after_the_process_changes_directory(tmp_path, monkeypatch):
+    """A store opened on a relative path, then a chdir (a daemon's chdir("/"), a test's): its later
+    connections, the checkpoint thread's and the change watcher's, open the file the store opened,
+    never a new one in the new directory (where its checkpoints and change signal went, the store's
+    own WAL grew unchecked and a timer written by another process fired up to max_sleep_s late)."""
+    (tmp_path / "app").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "app")
+    store = SQLiteStore("timers.db", checkpoint_interval_s=0.01)
+    try:
+        monkeypatch.chdir(tmp_path / "elsewhere")
+        seen = threading.Event()
+        with store.watch(seen.set):
+            other = SQLiteStore(tmp_path / "app" / "timers.db")
+            other.apply("p", Batch().put(b"k", b"v"))
+            other.close()
+            assert seen.wait(10), "the watcher never saw another connection's write"
+        assert os.listdir(tmp_path / "elsewhere") == []
+    finally:
+        store.close()
+
+
+def test_a_sqlite_store_dropped_without_close_is_freed_with_its_thread(tmp_path):
+    """A store the program drops without close(), as a short script does: it is collected, and its
+    checkpoint thread ends with it (the thread held the store, so each such store kept a thread and
+    three file descriptors for good)."""
+    import gc
+    import weakref
+
+    store = SQLiteStore(tmp_path / "t.db")
+    thread = store._checkpointer
+    gone = weakref.ref(store)
+    del store
+    gc.collect()
+    assert gone() is None
+    thread.join(10)
+    assert not thread.is_alive()
 
 
 def test_sqlite_open_errors_name_the_path_and_the_cause(tmp_path):

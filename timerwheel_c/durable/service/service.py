@@ -170,7 +170,7 @@ class DurableTimerService:
         """Stop claiming, wait up to ``timeout`` seconds (None: no limit; default: ``timing.stop_timeout_s``, 10 s
         unless the service was given another :class:`~timerwheel_c.durable.timers.timing.Timing`) for the handlers in
         flight and the commit of their outcomes, then end the thread (closing the change signal may take up to
-        :data:`_TEARDOWN_S` more).
+        :data:`_TEARDOWN_S` more; from an ``async def`` handler, which runs on that thread, it returns at once).
 
         ``release_claims=True``: after that wait, make this runner's unsettled claims (rows queued, and handlers
         abandoned at the timeout) due now, each guarded on its row, so another runner fires them at once instead of

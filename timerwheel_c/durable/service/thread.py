@@ -46,7 +46,11 @@ class ServiceThread:
         self.ready.wait()
 
     def join(self, timeout_s: Optional[float]) -> None:
-        """Wait up to ``timeout_s`` seconds (None: no limit) for the thread to end."""
+        """Wait up to ``timeout_s`` seconds (None: no limit) for the thread to end; from the thread
+        itself (``stop()`` in an ``async def`` handler, which runs there), return at once: the
+        thread ends once the handler has returned, and it cannot wait for itself."""
+        if threading.current_thread() is self.thread:
+            return
         # A wait past the threading module's longest is no wait at all to it (OverflowError).
         self.thread.join(None if timeout_s is None else min(timeout_s, threading.TIMEOUT_MAX))
 

@@ -45,6 +45,7 @@ import sqlite3
 import threading
 import time
 import urllib.parse
+import weakref
 from typing import Any, Callable, Iterator, Optional, Union
 
 from ..errors import PermanentStoreError, StoreError, TransientStoreError, wrap_exceptions
@@ -139,6 +140,14 @@ class SQLiteStore(Store):
         if "://" in self.path:
             raise ValueError(f"SQLiteStore takes a file path, not the URL {redact(self.path)!r}; "
                              "open a URL with open_store()")
+        if not self.path:
+            # SQLite opens "" as a private temporary database, another one per connection: the
+            # watcher would never see a write, and nothing would outlive the process.
+            raise ValueError("path must name a SQLite file (or be ':memory:'), got ''")
+        # The file the store's later connections (checkpoint, watcher) open, resolved now: a relative
+        # path read after the process changed directory named another file, where the checkpoints
+        # and the change signal went while the store's own WAL grew and its timers fired late.
+        self._file = self.path if self.path == ":memory:" else os.path.abspath(self.path)
         self.synchronous = synchronous
         self.watch_interval_s = float(watch_interval_s)
         self._busy_timeout_s = busy_timeout_ms / 1000
@@ -179,11 +188,15 @@ class SQLiteStore(Store):
         if self.path != ":memory:" and checkpoint_interval_s is not None and not read_only:
             self._db.execute("PRAGMA wal_autocheckpoint=0")
             self._closing = threading.Event()
+            # A function of the file, not a method: a thread holding the store kept a store dropped
+            # without close() alive for ever, with its thread and connections (a leak per store);
+            # the store's collection stops the thread instead.
             self._checkpointer = threading.Thread(
-                target=self._checkpoint_loop, args=(checkpoint_interval_s, busy_timeout_ms),
+                target=_checkpoint_loop, args=(self._file, self._closing, checkpoint_interval_s, busy_timeout_ms),
                 name="sqlite-checkpoint", daemon=True,
             )
             self._checkpointer.start()
+            weakref.finalize(self, self._closing.set)
 
     def _while_busy(self, step: Callable[[], object]) -> None:
         """Run ``step``, again while SQLite says the database is locked or busy, for up to the busy
@@ -368,19 +381,6 @@ class SQLiteStore(Store):
     def _error(self, exc: sqlite3.Error) -> StoreError:
         return store_error(self.path, exc)
 
-    def _checkpoint_loop(self, interval_s: float, busy_timeout_ms: int) -> None:
-        db = sqlite3.connect(self.path, timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False)
-        try:
-            while not self._closing.wait(interval_s):
-                try:
-                    frames = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1]
-                    if frames > WAL_RESTART_FRAMES:
-                        _restart_wal(db, busy_timeout_ms)
-                except sqlite3.Error:  # busy or vanished: the next round (or the next commit) retries
-                    log.debug("WAL checkpoint of %s failed", self.path, exc_info=True)
-        finally:
-            db.close()
-
     def __repr__(self):
         return f"SQLiteStore({self.path!r}, synchronous={self.synchronous!r})"
 
@@ -473,7 +473,7 @@ class SQLiteStore(Store):
         if self.path == ":memory:":
             return self._watch_own_connection(callback)
         with self._wrap:
-            db = sqlite3.connect(self.path, timeout=self._busy_timeout_s, isolation_level=None, check_same_thread=False)
+            db = sqlite3.connect(self._file, timeout=self._busy_timeout_s, isolation_level=None, check_same_thread=False)
             last = [db.execute("PRAGMA data_version").fetchone()[0]]
 
         def changed() -> bool:
@@ -532,6 +532,22 @@ class SQLiteStore(Store):
             self._checkpointer = None
         with self._lock:
             self._db.close()
+
+
+def _checkpoint_loop(file: str, closing: threading.Event, interval_s: float, busy_timeout_ms: int) -> None:
+    """The checkpoint thread of the store of ``file`` (an absolute path): a passive checkpoint every
+    ``interval_s`` seconds, and the WAL started over once long, until ``closing`` is set."""
+    db = sqlite3.connect(file, timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False)
+    try:
+        while not closing.wait(interval_s):
+            try:
+                frames = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1]
+                if frames > WAL_RESTART_FRAMES:
+                    _restart_wal(db, busy_timeout_ms)
+            except sqlite3.Error:  # busy or vanished: the next round (or the next commit) retries
+                log.debug("WAL checkpoint of %s failed", file, exc_info=True)
+    finally:
+        db.close()
 
 
 def _restart_wal(db: sqlite3.Connection, busy_timeout_ms: int) -> None:
