@@ -386,3 +386,25 @@ def test_a_password_in_a_handlers_exception_is_masked_in_the_logged_tracebacks(d
     assert "Traceback" in caplog.text and "postgresql://app:***@db.example" in caplog.text
     assert secret not in caplog.text
     assert all(isinstance(r.exc_info[1], ConnectionError) for r in with_traceback)
+
+
+def test_a_stores_own_password_quoted_bare_by_a_handler_is_masked_in_the_parked_row_and_the_logs(schema_url, caplog):
+    """A handler's exception quoting the store's password bare (not in a URL or a ``password=``
+    parameter, which are masked whatever the password): the store remembers its URL's password when
+    it opens, so the parked row's last error and the log lines mask it too (they kept it)."""
+    from timerwheel_c.durable.storage.postgres import PostgresStore
+
+    secret = "bare-St0re-pw"  # the test server trusts loopback: any password connects
+    url = schema_url.replace("://postgres@", f"://postgres:{secret}@", 1)
+    assert secret in url
+
+    def fail(timer):
+        raise RuntimeError(f"the vault answered {secret} for this job")
+
+    with PostgresStore(url) as store:
+        schedule(store, P, NOW, KIND, b"r")
+        with caplog.at_level(logging.DEBUG, logger="timerwheel_c.durable"):
+            run_to_the_end(store, Failing(1, fail))
+        parked = get_timer(store, P, KIND, b"r")
+    assert parked.state == "parked" and "the vault answered *** for this job" in parked.last_error
+    assert secret not in parked.last_error and secret not in caplog.text

@@ -14,7 +14,7 @@ import os
 import re
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-__all__ = ["redact"]
+__all__ = ["redact", "remember"]
 
 MASK = "***"
 # scheme://user:PASSWORD@host: the password runs to the last "@" of the authority. It may hold
@@ -109,17 +109,30 @@ def _passwords(url: str) -> frozenset:
     return frozenset(p for p in found if p)
 
 
+# The passwords of the stores opened in this process (remember()): masked by every redact(), so that
+# a store's own password a handler's exception quotes bare (a parked row's last error, a log line)
+# is masked as well as one in a URL. Only ever grows; a set is updated atomically under the GIL.
+_REMEMBERED: set[str] = set()
+
+
+def remember(url: str | None) -> None:
+    """Mask the passwords ``url`` carries or names (as :func:`redact`'s ``urls``) in every later
+    :func:`redact` of this process, wherever they appear verbatim. A store calls it on its URL."""
+    if url:
+        _REMEMBERED.update(_passwords(url))
+
+
 def redact(text: str, *urls: str | None) -> str:
     """``text`` with every password replaced by ``***``.
 
     Masks the password of any URL or ``password=`` parameter that ``text`` quotes (the whole
     value: in a keyword/value string up to the next whitespace, or its closing quote), and,
     wherever it appears verbatim (for example inside a driver's error message), each password
-    of ``urls`` (the store URLs ``text`` may have come from; None is skipped): the ones they
-    carry and the ones in the service file section or password file they name. ``redact(url)``
-    is the URL fit to print.
+    of ``urls`` (the store URLs ``text`` may have come from; None is skipped) and of the stores
+    opened in this process (:func:`remember`): the ones they carry and the ones in the service
+    file section or password file they name. ``redact(url)`` is the URL fit to print.
     """
-    secrets: set[str] = set()
+    secrets: set[str] = set(_REMEMBERED)
     for url in urls:
         if url:
             secrets |= _passwords(url)

@@ -74,7 +74,7 @@ from .listen import PgListener
 from .joined import AsyncPgJoined, AsyncPgStatements, PgJoined
 from .ownership import PartitionOwnership
 from .results import apply_results, store_error
-from ..redact import redact
+from ..redact import redact, remember
 from ..shards import DEFAULT_SHARD_COUNT, check_shard_count, shard_of
 from ..sqlfiles import migrations, queries, rewrite_versions
 from ..upgrades import rewritten_rows
@@ -194,6 +194,7 @@ class PostgresStore(Store):
         if synchronous_commit not in (None, "on", "off", "local", "remote_write", "remote_apply"):
             raise ValueError(f"synchronous_commit must be None or a PostgreSQL setting, got {synchronous_commit!r}")
         self._dsn = dsn
+        remember(dsn)  # its password is masked wherever this process prints it, a handler's error included
         self.synchronous_commit = synchronous_commit
         self.table = table
         self.read_only = bool(read_only)
