@@ -661,16 +661,20 @@ cdef PyObject* _memo_timers = NULL
 cdef uint64_t _memo_version = 0
 
 
+cdef inline bint _memo_holds(object loop) noexcept:
+    """True if the memo names ``loop`` and its __dict__ is unchanged since."""
+    return <PyObject*>loop == _memo_loop and \
+        tw_dict_version((<LoopTimers>_memo_timers)._loop_dict) == _memo_version
+
+
 cdef inline object _loop_timers(object loop):
     """``loop._timers``, through the memo while the loop's __dict__ is unchanged."""
     global _memo_loop, _memo_timers, _memo_version
     cdef LoopTimers timers
     cdef uint64_t version
     cdef tw_dict_memo probe
-    if <PyObject*>loop == _memo_loop:
-        timers = <LoopTimers>_memo_timers
-        if tw_dict_version(timers._loop_dict) == _memo_version:
-            return timers
+    if _memo_holds(loop):
+        return <LoopTimers>_memo_timers
     found = loop._timers
     if type(found) is LoopTimers and (<LoopTimers>found)._loop is loop and (<LoopTimers>found)._fast_clock:
         timers = <LoopTimers>found
@@ -690,8 +694,7 @@ cdef bint _own_call_at(object loop, object timers) except -1:
     """True if ``call_at`` is set on the loop object itself (``mock.patch.object(loop,
     "call_at")``), which asyncio's ``call_later`` calls as it would a class's; a loop in the
     memo of :func:`_loop_timers` has none, which one comparison tells."""
-    if <PyObject*>loop == _memo_loop and <PyObject*>timers == _memo_timers \
-            and tw_dict_version((<LoopTimers>timers)._loop_dict) == _memo_version:
+    if _memo_holds(loop):  # so timers is the memo's: _loop_timers returned it
         return False
     if type(timers) is LoopTimers and (<LoopTimers>timers)._fast_clock and (<LoopTimers>timers)._loop is loop:
         own = (<LoopTimers>timers)._loop_dict  # the loop's __dict__, read without an attribute lookup

@@ -53,9 +53,9 @@ def codec_of(codec: object) -> Optional[Codec]:
                     f"{type(codec).__name__} {codec!r}")
 
 
-def encoded(kind: object, value: object) -> bytes:
+def encoded(kind: object, value: object, name: str = "value") -> bytes:
     """``value`` as stored for a timer of ``kind``: encoded by the kind's codec if it has one, else
-    ``value`` itself, which must then be bytes.
+    ``value`` itself, which must then be bytes; ``name`` names it in the errors.
 
     A value left out (empty bytes, the writers' default) stays empty: :func:`decoded` gives None
     for it.
@@ -66,10 +66,10 @@ def encoded(kind: object, value: object) -> bytes:
     """
     codec = getattr(kind, "codec", None)
     if codec is None:
-        return check_bytes("value", value)
+        return check_bytes(name, value)
     if isinstance(value, (bytes, bytearray)) and not value:
         return b""
-    return check_bytes(f"value encoded by the {codec.name} codec of kind {int(kind)}", codec.dumps(value))  # type: ignore[call-overload]
+    return check_bytes(f"{name} encoded by the {codec.name} codec of kind {int(kind)}", codec.dumps(value))  # type: ignore[call-overload]
 
 
 def decoded(codec: Codec, raw: bytes) -> object:

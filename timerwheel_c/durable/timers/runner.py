@@ -180,10 +180,8 @@ def settle(partition: str, claimed: ClaimedTimer, report: RunReport, outcome: ob
             new_key = keys.timer(outcome.due_at_ms, timer.kind, timer.reference)
         except (TypeError, ValueError) as exc:
             return _failed(partition, claimed, report, now_ms, wall_ms, why=f"a bad Reschedule: {exc}")
-        kind = claimed.handler.kind
         try:  # a codec kind's value as its handler received it: encoded here, as a writer encodes it
-            value = keys.check_value("Reschedule.value", outcome.value if getattr(kind, "codec", None) is None
-                                     else encoded(kind, outcome.value))
+            value = keys.check_value("Reschedule.value", encoded(claimed.handler.kind, outcome.value, "Reschedule.value"))
         except Exception as exc:  # a codec's own error, whatever its type
             return _failed(partition, claimed, report, now_ms, wall_ms, why=f"a bad Reschedule: {type(exc).__name__}: {exc}")
         if new_key == keys.timer(timer.due_at_ms, timer.kind, timer.reference):

@@ -513,15 +513,18 @@ class PartitionOwnership(Ownership):
             log.warning("fleet: ended the lock session of a runner (backend pid %d) that made no progress for %.0f s; "
                         "its partitions are taken over", pid, self.lease_s)
 
-    def _settle_suspects(self, live: set) -> None:
+    def _settle_suspects(self, members: list, names: dict) -> None:
         """Report as taken over (:meth:`taken_over`) the units of each vanished holder that has not come
-        back (``live``: the members' names and pids) within the grace: its runner died. One that comes
+        back (as one of ``members``, by pid or by its name in ``names``) within the grace: its runner died. One that comes
         back lost only its session (a server restart, a dropped connection), and its rows in flight are
         its own still: released, they would fire again while its handlers run, their outcomes lost.
         The grace, two check intervals, covers the evaluation in which such a runner finds its
         session gone (within one interval of its end, which this runner saw no sooner) and its
         reconnect right after; a server restart ends every session, and a new session suspects no
         one (:meth:`_connection`)."""
+        if not self._suspects:
+            return
+        live = {names[pid] for pid in members if names.get(pid)} | set(members)
         now = self._monotonic_ns()
         for who, (since_ns, lost) in list(self._suspects.items()):
             if who in live:
@@ -576,7 +579,7 @@ class PartitionOwnership(Ownership):
                         # Its session is gone; whether its runner is, the grace tells (_settle_suspects).
                         suspect = self._suspects.setdefault(last[1] or last[0], [self._monotonic_ns(), []])
                         suspect[1] += [named(u) for u in units[k]]
-        self._settle_suspects({names[pid] for pid in members if names.get(pid)} | set(members))
+        self._settle_suspects(members, names)
         for k, pid in holder.items():
             self._last_holder[k] = (pid, names.get(pid))
         for k in mine:
