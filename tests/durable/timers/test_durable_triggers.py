@@ -166,11 +166,11 @@ def transitions_ms(zone: str, year: int) -> tuple:
 
 @settings(max_examples=200, deadline=None)
 @given(st.sampled_from(["0", "30", "15,45", "5-10", "0-59/20", "59"]),
-       st.sampled_from(["0", "1", "2", "3", "0-3", "1,2", "23", "*", "*/2", "*/3"]),
+       st.sampled_from(["0", "1", "2", "3", "0-3", "1,2", "23"]),
        st.sampled_from(["*", "1", "15", "29"]), st.sampled_from(["*", "0", "1-5", "6"]),
        st.sampled_from(ZONES), st.sampled_from([2011, 2016, 2026]), st.integers(0, 10), st.integers(0, 3 * 24 * 60))
 def test_cron_agrees_with_cronsim_where_their_rules_coincide(minute, hour, dom, dow, zone, year, which, before_min):
-    """Differential: for a fixed minute (Debian's rule and ours coincide there), twelve occurrences
+    """Differential: for a fixed minute and hour (Debian's rule and ours coincide there), twelve occurrences
     from a few days before a transition are cronsim's, in zones with 30-minute DST, a skipped day
     and midnight transitions. Starts in a repeated hour's second pass are left out: cronsim drops
     the fold there and answers a time before the start (ours never does, as the DST cases show).
@@ -186,6 +186,62 @@ def test_cron_agrees_with_cronsim_where_their_rules_coincide(minute, hour, dom, 
     ours = [o for o in itertools.islice(Cron(expression, zone, start=0).occurrences(start_ms), 24) if o % 1000 == 0][:12]
     theirs = [(d - EPOCH) // dt.timedelta(milliseconds=1) for d in itertools.islice(CronSim(expression, start), 12)]
     assert ours == theirs
+
+
+def real_minutes_matching(expression: str, zone: str, start_ms: int, end_ms: int) -> list:
+    """The reference for a job on real time: every whole minute in (start, end] (Unix epoch ms) whose
+    reading in the zone matches ``expression``, matched by cronsim on the naive reading alone."""
+    tz, out = ZoneInfo(zone), []
+    for at in range(start_ms - start_ms % MINUTE_MS + MINUTE_MS, end_ms + 1, MINUTE_MS):
+        wall = (EPOCH + dt.timedelta(milliseconds=at)).astimezone(tz).replace(tzinfo=None)
+        if next(CronSim(expression, wall - dt.timedelta(seconds=1))) == wall:
+            out.append(at)
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from(["0", "30", "15,45", "0-59/20", "59"]), st.sampled_from(["*", "*/2", "*/3"]),
+       st.sampled_from(["*", "1-5"]), st.sampled_from(ZONES + ["Asia/Gaza", "America/St_Johns"]),
+       st.sampled_from([2011, 2016, 2026]), st.integers(0, 10), st.integers(-6 * 60, 6 * 60))
+def test_a_starred_hour_job_fires_at_every_real_minute_whose_reading_matches(minute, hour, dow, zone, year, which,
+                                                                              offset_min):
+    """Differential against the definition: around a transition (30-minute DST, changes at 00:01 and
+    at midnight, a skipped day), from any start, a repeated reading's second pass included, a job whose
+    hour field starts with ``*`` fires at exactly the real minutes whose reading matches, each once
+    and in order, and next_after from each start agrees."""
+    found = transitions_ms(zone, year)
+    assume(found)
+    start_ms = found[which % len(found)] + offset_min * MINUTE_MS
+    end_ms = start_ms + 8 * HOUR_MS
+    expression = f"{minute} {hour} * * {dow}"
+    cron = Cron(expression, zone, start=0)
+    ours = list(itertools.takewhile(lambda d: d <= end_ms, cron.occurrences(start_ms)))
+    expected = real_minutes_matching(expression, zone, start_ms, end_ms)
+    assert ours == expected
+    if expected:
+        assert cron.next_after(start_ms) == expected[0]
+
+
+@pytest.mark.parametrize("zone, expression, start, end, expected", [
+    pytest.param("Australia/Lord_Howe", "30 * * * *", "2026-10-04T00:00+10:30", "2026-10-04T04:00+11:00",
+                 ["2026-10-04T00:30+10:30", "2026-10-04T01:30+10:30", "2026-10-04T02:30+11:00",
+                  "2026-10-04T03:30+11:00"], id="lord-howe-spring-a-reading-after-a-half-hour-gap"),
+    pytest.param("Australia/Lord_Howe", "30 * * * *", "2026-04-05T00:00+11:00", "2026-04-05T03:00+10:30",
+                 ["2026-04-05T00:30+11:00", "2026-04-05T01:30+11:00", "2026-04-05T01:30+10:30",
+                  "2026-04-05T02:30+10:30"], id="lord-howe-fall-a-half-hour-read-twice"),
+    pytest.param("Australia/Lord_Howe", "0 */2 * * *", "2026-04-04T23:00+11:00", "2026-04-05T05:00+10:30",
+                 ["2026-04-05T00:00+11:00", "2026-04-05T02:00+10:30", "2026-04-05T04:00+10:30"],
+                 id="lord-howe-fall-an-even-hour-after-the-repeat"),
+    pytest.param("Asia/Gaza", "0 */2 * * *", "2011-03-31T22:30+02:00", "2011-04-01T04:30+03:00",
+                 ["2011-04-01T00:00+02:00", "2011-04-01T02:00+03:00", "2011-04-01T04:00+03:00"],
+                 id="gaza-2011-a-shift-at-00:01"),
+])
+def test_a_starred_hour_job_across_a_shift_off_the_hour(zone, expression, start, end, expected):
+    """Each real hour that reads as the expression's fires, where a zone shifts by half an hour or at a
+    minute past the hour, which a walk of zone-aware times by the hour misses."""
+    cron = Cron(expression, zone, start=at_ms(start))
+    assert between(cron, start, end) == expected
+    assert_next_after_agrees(cron, expected, start, end)
 
 
 @pytest.mark.parametrize("zone, day, hours", [
@@ -472,11 +528,18 @@ def test_repr_and_str_for_a_table():
     (lambda: Cron("0 0 * * *", "../../etc/passwd"), ValueError, ["tz", "../../etc/passwd"]),
     (lambda: Cron("0 0 * * *", dt.timezone(dt.timedelta(hours=5))), ValueError, ["tz", "Etc/GMT-5"]),
     (lambda: Cron("0 0 * * *", 3), TypeError, ["tz", "3"]),
+    (lambda: Cron("0 0 * * *", "localtime"), ValueError, ["tz", "'localtime'", "each host"]),
+    (lambda: Cron("0 0 * * *", "posixrules"), ValueError, ["tz", "'posixrules'", "each host"]),
     (lambda: Every(0), ValueError, ["interval", "0"]),
     (lambda: Every(0.0004), ValueError, ["interval", "0.0004"]),
     (lambda: Every(-1), ValueError, ["interval", "-1"]),
     (lambda: Every(float("nan")), ValueError, ["interval", "nan"]),
     (lambda: Every(dt.timedelta(0)), ValueError, ["interval", "0 ms"]),
+    (lambda: Every(10**400), ValueError, ["interval", "1" + "0" * 400]),
+    (lambda: Every(1e308), ValueError, ["interval", "1e+308"]),
+    (lambda: Every(-1e308), ValueError, ["interval", "-1e+308"]),
+    (lambda: Every(1, jitter_s=10**400), ValueError, ["jitter_s", "1" + "0" * 400]),
+    (lambda: Cron("* * * * *", jitter_s=1e308), ValueError, ["jitter_s", "1e+308"]),
     (lambda: Every("60"), TypeError, ["interval", "'60'"]),
     (lambda: Every(True), TypeError, ["interval", "True"]),
     (lambda: Every(1, jitter_s=-0.5), ValueError, ["jitter_s", "-0.5"]),
@@ -504,10 +567,15 @@ def test_bad_input_names_the_field_and_value(make, error, words):
     (("once", 60.0, 10.0), ["catchup_window_s", "'once'"]),
     (("skip", -1.0), ["misfire_grace_s", "-1"]),
     (("all", 60.0, float("nan")), ["catchup_window_s", "nan"]),
+    # Finite, but past the ms range: a pass would turn them into an infinite ms count.
+    (("skip", 1.7976931348623157e308), ["misfire_grace_s", "1.7976931348623157e+308"]),
+    (("skip", 10**400), ["misfire_grace_s", "1" + "0" * 400]),
+    (("all", 60.0, 1e308), ["catchup_window_s", "1e+308"]),
 ])
 def test_bad_misfire_policy_is_refused(args, words):
     """A misfire policy is checked as a whole: unknown names, "all" without a catch-up window, a
-    window with another policy, negative or non-finite seconds."""
+    window with another policy, negative or non-finite seconds, or more seconds than the range of
+    Unix epoch ms holds."""
     with pytest.raises(ValueError) as raised:
         check_misfire(*args)
     for word in words:

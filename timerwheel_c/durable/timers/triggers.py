@@ -24,7 +24,9 @@ job's hour field deciding which side of it a job is on:
   again at 01:30 EST). Nothing is skipped for a day and no wall time fires twice. The wall
   times of one gap fire together, once; a wall time the gap ends on is no gap time and fires
   too, 1 ms after them (``0 2,3 * * *`` fires at 03:00:00.000 EDT for 02:00, and at
-  03:00:00.001 for 03:00), since occurrences are distinct instants.
+  03:00:00.001 for 03:00), since occurrences are distinct instants. Being due together, the two
+  are one under ``misfire="once"`` for a runner more than 1 ms late (it fires the 03:00 one);
+  ``"skip"`` and ``"all"`` fire both.
 - A job whose hour field starts with ``*`` lives on real time: it fires in every real hour
   that matches, so twice in a repeated hour and not in the hour that does not exist.
 
@@ -37,6 +39,7 @@ job is ever skipped for a day or fired twice for one wall time.
 from __future__ import annotations
 
 import datetime as _dt
+import heapq
 import json
 import math
 import time
@@ -68,9 +71,12 @@ FORMAT_VERSION = 1
 MISFIRE_POLICIES = ("once", "skip", "all")
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 _MS = _dt.timedelta(milliseconds=1)
+_TWO_DAYS_MS = 2 * 86_400_000
 # The longest interval a timedelta holds (some 2.7 million years), so that every stored
 # interval converts back (trigger_from_dict).
 _MAX_INTERVAL_MS = _dt.timedelta.max // _MS
+# The longest grace, window or jitter (seconds): the whole range of Unix epoch ms (MAX_DUE_MS).
+_MAX_SECONDS = MAX_DUE_MS / 1000
 _LIMITS = ("end_ms", "max_runs")  # stored only when set, so a schedule without them reads as before
 _CRON_FIELDS = ("minute", "hour", "day-of-month", "month", "day-of-week")
 _CRON_RANGES = {"minute": "0-59", "hour": "0-23", "day-of-month": "1-31", "month": "1-12 or JAN-DEC",
@@ -101,8 +107,10 @@ def _seconds(name: str, value: object) -> float:
     """``value`` as a finite float >= 0 (seconds), or a ValueError naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__} {value!r}")
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
+    # Compared, never converted first: float(10**400) raises OverflowError, and a window past the
+    # ms range (float max, say) would overflow to inf where a pass turns it into ms.
+    if (isinstance(value, float) and not math.isfinite(value)) or not 0 <= value <= _MAX_SECONDS:
+        raise ValueError(f"{name} must be a finite number of seconds from 0 to {_MAX_SECONDS:g}, got {value!r}")
     return float(value)
 
 
@@ -290,19 +298,21 @@ class Every(Trigger):
 
     def __init__(self, interval: Union[float, _dt.timedelta], *, start: object = None, jitter_s: float = 0.0,
                  end: object = None, max_runs: Optional[int] = None):
+        interval_ms: Optional[int]
         if isinstance(interval, _dt.timedelta):
             # At most the ms a timedelta holds: timedelta.max itself rounds up past them.
             interval_ms = min(round(interval / _MS), _MAX_INTERVAL_MS)
         elif isinstance(interval, bool) or not isinstance(interval, (int, float)):
             raise TypeError(f"interval must be seconds (int or float) or a timedelta, "
                             f"got {type(interval).__name__} {interval!r}")
-        elif not math.isfinite(interval):
+        elif isinstance(interval, float) and not math.isfinite(interval):
             raise ValueError(f"interval must be a finite number of seconds, got {interval!r}")
         else:
-            interval_ms = round(interval * 1000)
-        if not 1 <= interval_ms <= _MAX_INTERVAL_MS:
+            # Bounded before the product: 1e308 * 1000 is inf, and 10**400 no float at all.
+            interval_ms = round(interval * 1000) if abs(interval) <= _MAX_INTERVAL_MS / 1000 else None
+        if interval_ms is None or not 1 <= interval_ms <= _MAX_INTERVAL_MS:
             raise ValueError(f"interval must be from 1 ms to {_MAX_INTERVAL_MS} ms (timedelta.max), "
-                             f"got {interval!r} ({interval_ms} ms)")
+                             f"got {interval!r}" + ("" if interval_ms is None else f" ({interval_ms} ms)"))
         self.interval_ms = interval_ms
         self.start_ms = _start_ms_of(start)
         self.default_start = start is None
@@ -345,6 +355,12 @@ class Every(Trigger):
 
 # Zones without daylight saving time that are picked by mistake for a region's clock, and that clock.
 _FIXED_BY_MISTAKE = {"EST": "America/New_York", "MST": "America/Denver"}
+
+
+# Names a system's zone folder may hold that are not zones of their own but links to the host's
+# setting (Debian: localtime -> /etc/localtime; posixrules, a link its maintainer picks): refused
+# by Cron().
+_HOST_ZONES = frozenset({"localtime", "posixrules"})
 
 
 def _zone_of(tz: object) -> ZoneInfo:
@@ -427,7 +443,8 @@ class Cron(Trigger):
     Raises:
         TypeError: an argument of the wrong type, naming it.
         ValueError: a bad expression, naming the field and its text (``Cron("61 * * * *")``:
-            "bad minute field '61'"); an unknown zone; a negative jitter; a naive ``start``.
+            "bad minute field '61'"); an unknown zone, or ``"localtime"`` (each host's own); a
+            negative jitter; a naive ``start``.
 
     Warns:
         UserWarning: ``tz`` is ``"EST"`` or ``"MST"``, fixed offsets without daylight saving time that
@@ -438,6 +455,10 @@ class Cron(Trigger):
 
     def __init__(self, expression: str, tz: Union[str, _dt.tzinfo] = "UTC", *, start: object = None,
                  jitter_s: float = 0.0, end: object = None, max_runs: Optional[int] = None):
+        # Refused when made, not when read: a schedule stored with one before still loads.
+        if isinstance(tz, str) and tz in _HOST_ZONES:
+            raise ValueError(f"tz: {tz!r} names whatever zone each host is set to, so a schedule would fire at "
+                             f"different times on different runners; name the zone (e.g. 'Europe/London')")
         self._init(expression, tz, start, jitter_s, end, max_runs)
         meant = _FIXED_BY_MISTAKE.get(self.tz.key)
         if meant is not None:
@@ -495,15 +516,53 @@ class Cron(Trigger):
                         yield due_ms
                         previous_ms = due_ms
             else:
-                for instant in CronSim(self._expr, local):
-                    due_ms = (instant - _EPOCH) // _MS
-                    if due_ms > MAX_DUE_MS:
-                        return
-                    if due_ms > previous_ms:
-                        yield due_ms
-                        previous_ms = due_ms
+                yield from self._real_time(after_ms, local)
         except OverflowError:
             return
+
+    def _real_time(self, after_ms: int, local: _dt.datetime) -> Iterator[int]:
+        """The occurrences of a job on real time after ``after_ms`` (whose reading in the zone is
+        ``local``): every instant whose reading matches, a repeated reading at each of its instants and
+        one in a gap at none. cronsim only matches naive wall times here: its own walk of aware times
+        skips readings where a shift is not a whole hour at the top of one (Lord Howe's 30 minutes,
+        Gaza's change at 00:01). An instant of a reading's second pass falls up to the shift after the
+        first pass of later readings, so instants wait in a heap until no later reading can precede them."""
+        start = local.replace(tzinfo=None) - _MS
+        # A fall-back within the next two days repeats readings from before ``local``: start that much
+        # earlier, so that their second pass, still to come, is found.
+        now, ahead = local.utcoffset(), self._offset_at(min(after_ms + _TWO_DAYS_MS, MAX_DUE_MS))
+        if now is not None and ahead is not None and ahead < now:
+            start -= now - ahead
+        pending: list = []
+        for wall in CronSim(self._expr, start):
+            instants = self._instants_of(wall)
+            if not instants:
+                continue  # in a gap: no instant reads it
+            while pending and pending[0] < instants[0]:
+                due_ms = heapq.heappop(pending)
+                if due_ms > MAX_DUE_MS:
+                    return
+                if due_ms > after_ms:
+                    yield due_ms
+            for due_ms in instants:
+                heapq.heappush(pending, due_ms)
+        while pending:  # cronsim found no match for 50 years
+            due_ms = heapq.heappop(pending)
+            if due_ms > MAX_DUE_MS:
+                return
+            if due_ms > after_ms:
+                yield due_ms
+
+    def _instants_of(self, wall: _dt.datetime) -> list:
+        """The instants (Unix epoch ms, ascending) whose reading in the zone is the naive ``wall``: two
+        in a repeated hour (PEP 495's fold 0 and 1), none in a gap, else one."""
+        found: list = []
+        for fold in (0, 1):
+            at_ms = (wall.replace(tzinfo=self.tz, fold=fold) - _EPOCH) // _MS
+            if at_ms not in found and \
+                    (_EPOCH + _dt.timedelta(milliseconds=at_ms)).astimezone(self.tz).replace(tzinfo=None) == wall:
+                found.append(at_ms)
+        return sorted(found)
 
     def _instant_ms(self, wall: _dt.datetime) -> int:
         """The instant (Unix epoch ms) a naive wall time of this zone fires at: its first
