@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import math
 import signal
 import sys
 
@@ -150,8 +151,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="who keeps the idle timeouts (default: keyed)")
     parser.add_argument("--uvloop", action="store_true", help="run on uvloop")
     args = parser.parse_args(argv)
-    if args.idle_timeout <= 0:
-        parser.error(f"--idle-timeout must be positive, got {args.idle_timeout}")
+    if not 0 < args.idle_timeout < math.inf:  # NaN fails both comparisons
+        parser.error(f"--idle-timeout must be a positive, finite number of seconds, got {args.idle_timeout}")
     if args.uvloop:
         import uvloop
         new_loop = uvloop.new_event_loop

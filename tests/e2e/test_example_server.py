@@ -172,3 +172,13 @@ def test_sigterm_and_sigint_stop_the_server_cleanly(sig, use_uvloop):
     assert proc.returncode == 0, err
     assert out.strip() == f"stopped on {signal.Signals(sig).name}"
     assert err == ""
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "nan", "inf"])
+def test_an_idle_timeout_that_is_not_a_positive_finite_number_is_refused(bad):
+    """--idle-timeout nan or inf passed the old check (NaN is not <= 0), and every connection then
+    failed in data_received: the server refuses them at start, exit 2, naming the value."""
+    out = subprocess.run([sys.executable, str(EXAMPLE), "--port", "0", "--idle-timeout", bad],
+                         capture_output=True, text=True, timeout=LIVENESS_S)
+    assert out.returncode == 2, out.stderr
+    assert "--idle-timeout" in out.stderr and bad in out.stderr.lower()

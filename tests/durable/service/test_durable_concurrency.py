@@ -66,8 +66,11 @@ def test_default_concurrency_is_more_than_one():
     assert DEFAULT_CONCURRENCY > 1
 
 
-@pytest.mark.parametrize("bad, exc", [(0, ValueError), (-3, ValueError), (1.5, TypeError), (True, TypeError), ("4", TypeError)])
+@pytest.mark.parametrize("bad, exc", [(0, ValueError), (-3, ValueError), (1.5, TypeError), (True, TypeError), ("4", TypeError),
+                                     (1025, ValueError), (10**20, ValueError)])
 def test_bad_concurrency_is_refused_naming_the_value(store, bad, exc):
+    """Refused when the service is made: a slot is an OS thread started with it, so 10**20 used to
+    hang start() starting threads."""
     with pytest.raises(exc, match=repr(bad) if exc is TypeError else str(bad)):
         DurableTimerService(store, TimerRegistry(), concurrency=bad)
 
@@ -322,9 +325,9 @@ def test_claims_run_ahead_of_free_slots_by_at_most_the_budget(store):
     assert 0 < max(seen) <= 5, max(seen)
 
 
-@pytest.mark.parametrize("bad", ["0", "-2", "many", "1.5"])
+@pytest.mark.parametrize("bad", ["0", "-2", "many", "1.5", "1025", "99999999999999999999"])
 def test_run_refuses_a_bad_concurrency_with_one_line_and_exit_2(tmp_path, bad):
-    """`timerwheel-c run --concurrency N` takes an int >= 1; anything else exits 2 naming the value,
+    """`timerwheel-c run --concurrency N` takes an int 1..1024; anything else exits 2 naming the value,
     before any store is opened (no database file appears)."""
     from cli_run import run_cli
 

@@ -34,6 +34,11 @@ def test_add_list_pause_resume_remove(url, tmp_path, capsys):
     nightly = dt.datetime.fromtimestamp(rows["nightly"]["next_fire_ms"] / 1000, ZoneInfo("Europe/London"))
     assert nightly.strftime("%H:%M:%S") == "02:30:00"
     assert any("nightly" in line and local_iso(rows["nightly"]["next_fire_ms"]) in line for line in table)
+    # How far away, in words, as timers list gives it: the half-second beat is due within a second.
+    assert table[0].split()[4:6] == ["NEXT", "FIRE"] and table[0].split()[6] == "WHEN"
+    assert any("beat" in line and " now " in line for line in table) or any(
+        "beat" in line and " ago " in line for line in table), table
+    assert any("nightly" in line and " in " in line for line in table), table
     assert main(["schedules", "pause", "--store", url, "--partition", "p", "beat"]) == 0
     assert main(["schedules", "resume", "--store", url, "--partition", "p", "beat"]) == 0
     assert main(["schedules", "remove", "--store", url, "--partition", "p", "nightly"]) == 0
@@ -56,6 +61,9 @@ def test_a_value_that_is_not_utf8_is_stored_as_typed(url, tmp_path, capsys):
 @pytest.mark.parametrize("argv, needle", [
     (["add", "n", "--cron", "61 * * * *", "--kind", "1"], "minute"),
     (["add", "n", "--cron", "@daily", "--tz", "Mars/Olympus", "--kind", "1"], "Mars/Olympus"),
+    (["add", "n", "--cron", "@daily", "--tz", "", "--kind", "1"], "unknown IANA time zone ''"),  # not UTC
+    (["add", "n", "--cron", "@daily", "--tz", "localtime", "--kind", "1"], "'localtime'"),
+    (["add", "n", "--every", "60", "--misfire", "skip", "--grace", "1e308", "--kind", "1"], "misfire_grace_s"),
     (["add", "n", "--every", "0", "--kind", "1"], "0"),
     (["add", "n", "--every", "5", "--kind", "256"], "256"),
     (["add", "n", "--every", "5", "--kind", "1", "--misfire", "all"], "catchup_window_s"),

@@ -264,6 +264,9 @@ def test_a_missing_sqlite_file_is_one_line_exit_2_and_is_not_created(argv, tmp_p
     (["show", "--partition", "p1", "--kind", "7"], ["--reference"]),
     (["requeue", "--partition", "p1", "--kind", "7", "--reference", "r", "--due-at", "soon"], ["'soon'"]),
     (["requeue", "--partition", "p1", "--kind", "7", "--reference", "r", "--in", "-5"], ["'-5'"]),
+    # Past the year 9999, which no table can show: refused naming --in, not due_at_ms and its 300 digits.
+    (["requeue", "--partition", "p1", "--kind", "7", "--reference", "r", "--in", "1e300"], ["--in", "'1e300'"]),
+    (["requeue", "--partition", "p1", "--kind", "7", "--reference", "r", "--in", "1e15"], ["--in", "'1e15'"]),
     (["list", "--limit", "\u00b2"], ["--limit", "int >= 1", "'\u00b2'"]),  # a digit to str.isdigit, not to int()
     (["requeue", "--partition", "p1", "--kind", "7", "--reference", "r", "--due-at", "0001-01-01T00:00:00"],
      ["--due-at", "ISO 8601", "'0001-01-01T00:00:00'"]),  # no local time zone that early

@@ -11,6 +11,7 @@ from ..storage.redact import redact
 from ..storage.store import check_partition
 from ..timers.runner import TickBudget
 from ..timers.timing import DEFAULT_TIMING, SYSTEM_CLOCK, Clock, Timing
+from .pool import MAX_CONCURRENCY
 
 __all__ = ["Arguments", "check_arguments"]
 
@@ -58,8 +59,8 @@ def check_arguments(partitions: Optional[Iterable[str]], concurrency: int, budge
         raise TypeError(f"budget must be a TickBudget, got {type(budget).__name__} {budget!r}")
     if isinstance(concurrency, bool) or not isinstance(concurrency, int):
         raise TypeError(f"concurrency must be an int, got {type(concurrency).__name__} {concurrency!r}")
-    if concurrency < 1:
-        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+    if not 1 <= concurrency <= MAX_CONCURRENCY:
+        raise ValueError(f"concurrency must be 1..{MAX_CONCURRENCY}, got {concurrency}")
     max_sleep_s = _positive("max_sleep_s", max_sleep_s, "seconds")
     summary_interval_s = _positive("summary_interval_s", summary_interval_s, "seconds")
     checked = None if partitions is None else [check_partition(p) for p in partitions]

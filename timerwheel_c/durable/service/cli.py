@@ -49,7 +49,7 @@ from typing import Optional
 
 from ..._helptext import terminal_text
 from ..timers.registry import TimerRegistry
-from .pool import DEFAULT_CONCURRENCY
+from .pool import DEFAULT_CONCURRENCY, MAX_CONCURRENCY
 from ..storage.redact import redact
 from .cli_text import first_line
 from .logs import log_to_stderr
@@ -84,7 +84,7 @@ def add_parser(sub) -> None:
                    help="a partition to serve (repeatable); default: every partition in the store, "
                         "divided among all runners on the same PostgreSQL store")
     p.add_argument("--concurrency", type=_concurrency, default=DEFAULT_CONCURRENCY, metavar="N",
-                   help="handlers running at once (an int >= 1; default %d)" % DEFAULT_CONCURRENCY)
+                   help="handlers running at once (an int 1..%d; default %d)" % (MAX_CONCURRENCY, DEFAULT_CONCURRENCY))
     p.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS, metavar="LEVEL",
                    help=f"log threshold on stderr, any case: {', '.join(LOG_LEVELS)} (default INFO); "
                         "DEBUG adds tracebacks of startup errors")
@@ -132,7 +132,7 @@ def _int_in(low: int, high: Optional[int], what: str):
 
 
 _port = _int_in(0, 65535, "a port number 0..65535")
-_concurrency = _int_in(1, None, "an int >= 1")
+_concurrency = _int_in(1, MAX_CONCURRENCY, f"an int 1..{MAX_CONCURRENCY}")
 
 
 def load_registry(spec: str) -> TimerRegistry:

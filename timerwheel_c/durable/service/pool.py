@@ -18,11 +18,14 @@ import queue
 import threading
 from typing import Callable, Optional
 
-__all__ = ["DEFAULT_CONCURRENCY", "DaemonExecutor", "DaemonPool"]
+__all__ = ["DEFAULT_CONCURRENCY", "MAX_CONCURRENCY", "DaemonExecutor", "DaemonPool"]
 
 #: Handlers the service runs at once by default: the workers of its pool. Here, not in the service's
 #: module, so that ``timerwheel-c run --help`` shows it without loading the service (and asyncio).
 DEFAULT_CONCURRENCY = 16
+#: The most handler slots a service takes: each is an OS thread started with the service (8 MB of
+#: address space for its stack), so a mistyped 10**20 must be refused by name rather than hang the start.
+MAX_CONCURRENCY = 1024
 
 
 class DaemonPool:

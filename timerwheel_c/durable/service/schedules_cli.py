@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 
 from ..._helptext import terminal_text
 from ..timers.schedules import (add_schedule, list_schedules, pause_schedule, remove_schedule,
@@ -30,9 +31,9 @@ from ..timers.schedules import (add_schedule, list_schedules, pause_schedule, re
 from ..timers.keys import TimerKind
 from ..timers.triggers import MISFIRE_POLICIES, Cron, Every, Trigger, check_misfire
 from .cli import open_or_say
-from .cli_text import local_iso, table, utc_iso
+from .cli_text import in_words, local_iso, table, utc_iso
 
-_COLUMNS = ["partition", "name", "trigger", "kind", "next_fire", "paused", "misfire"]
+_COLUMNS = ["partition", "name", "trigger", "kind", "next_fire", "when", "paused", "misfire"]
 _CHANGES = {"remove": remove_schedule, "pause": pause_schedule, "resume": resume_schedule}
 
 
@@ -71,10 +72,12 @@ def add_parser(sub) -> None:
     p.set_defaults(func=main)
 
 
-def _row(info) -> dict:
-    """``info`` as a table row: times in this machine's zone (``-`` past the year 9999)."""
+def _row(info, now_ms: int) -> dict:
+    """``info`` as a table row: times in this machine's zone (``-`` past the year 9999), and how far the
+    next fire is from ``now_ms`` (Unix epoch ms) in words, as ``timers list`` gives its due times."""
     return {"partition": info.partition, "name": info.name, "trigger": str(info.trigger), "kind": int(info.kind),
-            "next_fire": "ended" if info.ended else local_iso(info.next_fire_ms), "paused": info.paused,
+            "next_fire": "ended" if info.ended else local_iso(info.next_fire_ms),
+            "when": "-" if info.ended else in_words(info.next_fire_ms, now_ms), "paused": info.paused,
             "misfire": info.misfire}
 
 
@@ -102,7 +105,7 @@ def main(args) -> int:
                 raise ValueError(f"--tz applies to --cron only, got --tz {args.tz!r} with --every: an interval "
                                  "counts seconds of real time, in no zone")
             trigger = (Every(args.every, jitter_s=args.jitter) if args.every is not None
-                       else Cron(args.cron, args.tz or "UTC", jitter_s=args.jitter))
+                       else Cron(args.cron, "UTC" if args.tz is None else args.tz, jitter_s=args.jitter))
             TimerKind(args.kind)
             check_misfire(args.misfire, args.grace, args.catchup)
     except (TypeError, ValueError) as exc:
@@ -114,7 +117,9 @@ def main(args) -> int:
     try:
         if args.action == "list":
             infos = list_schedules(store, args.partition)
-            print(json.dumps([_as_json(i) for i in infos], indent=2) if args.json else table([_row(i) for i in infos], _COLUMNS))
+            now_ms = time.time_ns() // 1_000_000
+            print(json.dumps([_as_json(i) for i in infos], indent=2) if args.json
+                  else table([_row(i, now_ms) for i in infos], _COLUMNS))
         elif args.action == "add":
             info = add_schedule(store, args.partition, args.name, trigger, args.kind,
                                 args.value.encode("utf-8", "surrogateescape"),  # argv bytes as typed, UTF-8 or not

@@ -57,7 +57,7 @@ class DurableTimerService:
         registry: handlers by kind (:class:`TimerRegistry`).
         partitions: names to serve (non-empty str each), or None for every partition in the store (re-read on each
             pass) plus those scheduled through this service.
-        concurrency: handlers running at once (int >= 1; default :data:`DEFAULT_CONCURRENCY`, 16: handlers waiting
+        concurrency: handlers running at once (int 1..1024, :data:`~.pool.MAX_CONCURRENCY`; default :data:`DEFAULT_CONCURRENCY`, 16: handlers waiting
             20 ms on I/O then reach several hundred fires per second, and each pass claims up to 16 rows in one
             round trip, which keeps the cost of a pass small against the fires it starts; idle worker threads cost
             nothing). Sync handlers get that many daemon worker threads; async ones run on the service's loop.

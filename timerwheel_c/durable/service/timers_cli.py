@@ -129,13 +129,21 @@ def _limit(text: str) -> int:
     return int(text)
 
 
+# The last time --due-at can name (datetime's year 9999), as Unix epoch seconds: --in reaches no further,
+# so that a time it gives is one the tables can show (and 1e300 is refused here, naming --in).
+_LATEST_S = (dt.datetime.max.replace(tzinfo=dt.timezone.utc) - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)) \
+    .total_seconds()
+
+
 def _seconds(text: str) -> float:
     try:
         seconds = float(text)
     except ValueError:
         seconds = math.nan
-    if not (math.isfinite(seconds) and seconds >= 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, got {text!r}")
+    most = math.floor(_LATEST_S - time.time())
+    if not (math.isfinite(seconds) and 0 <= seconds <= most):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds from 0 to {most} "
+                                         f"(to the year 9999), got {text!r}")
     return seconds
 
 
