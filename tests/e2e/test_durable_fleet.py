@@ -459,6 +459,38 @@ def test_ownership_shares_join_leave_and_holders(schema_url):
                 o.close()
 
 
+def test_a_reshard_is_refused_while_a_fleet_runner_holds_the_stores_locks(schema_url):
+    """A fleet runner owns and reads shards by the count it opened with: reshard() while one holds the
+    store's locks (an ownership object with a kind, as a runner's) is a RuntimeError naming how many,
+    and nothing changes; once it has closed, the reshard goes through. It used to go through at
+    once, and the live runners left most timers unread until they restarted."""
+    with open_store(schema_url) as store:
+        before, wanted = store.shard_count, store.shard_count + 3
+        runner = store.ownership(None, kinds=[7], check_interval_s=3600)
+        try:
+            assert runner.owned()  # connected: it holds its locks
+            with pytest.raises(RuntimeError, match=r"1 fleet runner\(s\) of table .* are running: stop them"):
+                store.reshard(wanted)
+            assert store.shard_count == before
+            with open_store(schema_url) as again:
+                assert again.shard_count == before
+        finally:
+            runner.close()
+        wait_until(lambda: _reshard_went_through(store, wanted), "the closed runner's locks to go", LIVENESS_S)
+        with open_store(schema_url) as again:
+            assert again.shard_count == wanted
+
+
+def _reshard_went_through(store, count: int) -> bool:
+    """Reshard ``store`` to ``count``; False while a runner's locks (a closed one's, until its backend
+    exits) still refuse it."""
+    try:
+        store.reshard(count)
+    except RuntimeError:
+        return False
+    return True
+
+
 def test_partitions_sharing_a_lock_key_move_together_and_stay_owned(schema_url, monkeypatch):
     """Two partitions whose 32-bit lock keys collide (forced here by a coarse key function) share one
     lock: they are owned together, by one runner, and never left unowned; the shares count them as

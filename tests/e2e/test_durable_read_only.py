@@ -97,6 +97,26 @@ def test_a_read_only_sqlite_open_sees_what_a_connected_writer_committed(tmp_path
             assert [t.reference for t in list_timers(reader, "p")] == [b"in-the-wal"]
 
 
+def test_a_read_only_sqlite_store_opened_before_any_writer_reads_what_writers_commit_later(tmp_path):
+    """A read-only store kept open (the status page's) that was opened while no connection had the
+    file, then read, still reads what a writer commits afterwards, before and after that writer
+    closes: it used to read the file as immutable, for ever as it was when opened."""
+    from timerwheel_c.durable import SQLiteStore, cancel, list_timers
+
+    path = tmp_path / "timers.db"
+    with SQLiteStore(path) as writer:
+        schedule(writer, "p", DUE_MS, 1, b"first")
+    assert not os.path.exists(f"{path}-wal")  # no connection has the file: the case at hand
+    with SQLiteStore(path, read_only=True) as reader:
+        assert [t.reference for t in list_timers(reader, "p")] == [b"first"]
+        with SQLiteStore(path) as writer:
+            schedule(writer, "p", DUE_MS + 1, 1, b"second")
+            cancel(writer, "p", 1, b"first")
+            assert [t.reference for t in list_timers(reader, "p")] == [b"second"]
+            schedule(writer, "p", DUE_MS + 2, 1, b"third")
+        assert [t.reference for t in list_timers(reader, "p")] == [b"second", b"third"]
+
+
 def test_a_sqlite_file_without_a_store_is_refused_in_one_line_and_left_unchanged(tmp_path, capsys):
     """A SQLite database that holds no timerwheel_c store (another program's, or a typo'd path that
     exists) is refused by every read-only command: exit 2, one line saying "no timerwheel_c store

@@ -332,7 +332,8 @@ def test_sqlite_reads_by_shard_search_the_partial_index_and_other_rows_write_no_
 def test_sqlite_scan_of_many_shards_probes_them_in_one_statement_and_reads_only_those_that_hold_rows(tmp_path):
     """A pass over idle shards costs one statement, not one per shard (one per 500 shards), and so
     does a read of each shard's first row however many hold rows; a longer read scans only the
-    shards that hold rows. Each still returns every shard's rows in the range, in key order, at most
+    shards that hold rows. Each call also reads the recorded shard count once (another handle may
+    have resharded). Each still returns every shard's rows in the range, in key order, at most
     ``limit``, in request order, with [] for the others."""
     from timerwheel_c.durable.storage.shards import shard_of
 
@@ -343,12 +344,12 @@ def test_sqlite_scan_of_many_shards_probes_them_in_one_statement_and_reads_only_
         shards = list(range(1200))
         start, end = b"\x00Ta", b"\x00Tz"  # in the rows passes read by shard (SHARD_SPACE)
         assert store.scan_shards(shards, start, end, 10) == [[]] * 1200
-        assert len(statements) == 3  # 1200 shards, 500 per probe
+        assert len(statements) == 1 + 3  # the shard count, then 1200 shards, 500 per probe
         parts = [f"p{i}" for i in range(40)]
         for p in parts:
             store.apply(p, Batch().put(b"\x00Tm2", p.encode()).put(b"\x00Tm1", p.encode()).put(b"\x00Tzz", b"out"))
         held = {shard_of(p, 1200) for p in parts}
-        for limit, expected_statements in ((1, 3), (3, 3 + len(held))):
+        for limit, expected_statements in ((1, 1 + 3), (3, 1 + 3 + len(held))):
             statements.clear()
             found = store.scan_shards(shards, start, end, limit)
             assert len(statements) == expected_statements
@@ -806,6 +807,61 @@ def test_reshard_moves_every_row_to_its_shard_under_the_new_count_and_records_it
         return  # a private in-memory database: no other handle can open it
     assert again.shard_count == 7
     again.close()
+
+
+@pytest.mark.parametrize("write", ["apply", "apply_across", "own_write", "joined"])
+def test_a_sqlite_store_opened_before_another_handles_reshard_writes_by_the_new_count(tmp_path, write):
+    """A store object opened with 64 shards keeps writing after another handle (another process,
+    as an operator's) resharded the file to 4: each write takes the count recorded when it writes,
+    so every row lies in a shard a pass reads (it used to record the old count's shard, and such a
+    timer never fired, not even after every process restarted); a pass by it reads the new count."""
+    import sqlite3
+
+    from timerwheel_c.durable import SQLiteStore
+    from timerwheel_c.durable.storage.shards import shard_of
+
+    path = tmp_path / "s.db"
+    with SQLiteStore(path, shard_count=64) as app:
+        with SQLiteStore(path) as admin:
+            admin.reshard(4)
+        names = [f"user/{i}" for i in range(40)]
+        assert any(shard_of(n, 64) >= 4 for n in names)  # the old count would put rows past the new one
+        for name in names:
+            batch = Batch().put(b"k", name.encode())
+            if write == "apply":
+                app.apply(name, batch)
+            elif write == "apply_across":
+                app.apply_across([(name, batch)])
+            elif write == "own_write":
+                with app.own_write(name) as tx:
+                    tx.apply(batch)
+            else:
+                conn = sqlite3.connect(path)
+                with app.joined(conn, name) as tx:
+                    tx.apply(batch)
+                conn.commit()
+                conn.close()
+        assert app.shard_count == 4
+        assert sorted(p for rows in app.scan_shards(list(range(4)), b"", b"\xff", 100) for p, _, _ in rows) == \
+            sorted(names)
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT count(*) FROM timerwheel_kv WHERE shard >= 4").fetchone() == (0,)
+
+
+def test_a_sqlite_pass_after_another_handles_reshard_reads_the_new_count(tmp_path):
+    """A runner's store object learns the new count at its next pass (scan_shards), so rows in the
+    shards the new count adds are read from the pass after."""
+    from timerwheel_c.durable import SQLiteStore
+
+    path = tmp_path / "s.db"
+    with SQLiteStore(path, shard_count=4) as runner, SQLiteStore(path) as admin:
+        runner.scan_shards(list(range(4)), b"", b"\xff", 10)
+        admin.reshard(64)
+        admin.apply("someone", Batch().put(b"k", b"v"))
+        runner.scan_shards(list(range(4)), b"", b"\xff", 10)
+        assert runner.shard_count == 64
+        found = runner.scan_shards(list(range(64)), b"", b"\xff", 10)
+        assert [p for rows in found for p, _, _ in rows] == ["someone"]
 
 
 def test_record_labels_keeps_the_first_text_of_each_name_and_labels_reads_them_by_prefix(durable_store):

@@ -5,6 +5,7 @@ gains the view when opened, and a resharded PostgreSQL store keeps it. Nothing h
 every due time is a fixed Unix epoch ms."""
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import struct
@@ -158,25 +159,52 @@ def test_a_resharded_postgres_store_keeps_its_view(backend):
         b"order-1": "order-1", b"\xff\xfe": None, b"order-2": "order-2", b"order-3": "order-3", b"nightly": "nightly"}
 
 
-@pytest.mark.skipif(not _PG_DSN, reason="set TIMERWHEEL_C_TEST_PG_DSN=postgresql://... to test PostgresStore")
-def test_a_role_with_select_on_the_view_alone_reads_it(backend):
-    """A monitoring role granted SELECT on the view, and nothing on the store's table, reads the
-    timers through it (the view reads the table with its owner's rights), as the docs tell operators."""
-    if backend.view == "timerwheel_timers":
-        pytest.skip("SQLite has no roles")
+@contextlib.contextmanager
+def _monitoring_role(backend):
+    """``(conn, role)``: an autocommit connection as the test's user and a new role without login,
+    dropped with what it was granted when the block ends (after a RESET ROLE)."""
     import psycopg
 
-    _write_timers(backend.store)
+    if backend.view == "timerwheel_timers":
+        pytest.skip("SQLite has no roles")
     role = f"tw_monitor_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(_PG_DSN, autocommit=True) as conn:
         conn.execute(f"CREATE ROLE {role} NOLOGIN")
         try:
-            conn.execute(f"GRANT SELECT ON {backend.view} TO {role}")
-            conn.execute(f"SET ROLE {role}")
-            with pytest.raises(psycopg.errors.InsufficientPrivilege):
-                conn.execute(f"SELECT count(*) FROM {backend.store.table}")  # the table itself is out of reach
-            assert conn.execute(f"SELECT count(*) FROM {backend.view}").fetchone() == (5,)
+            yield conn, role
         finally:
             conn.execute("RESET ROLE")
             conn.execute(f"DROP OWNED BY {role}")
             conn.execute(f"DROP ROLE {role}")
+
+
+@pytest.mark.skipif(not _PG_DSN, reason="set TIMERWHEEL_C_TEST_PG_DSN=postgresql://... to test PostgresStore")
+def test_a_role_with_select_on_the_view_alone_reads_it(backend):
+    """A monitoring role granted SELECT on the view, and nothing on the store's table, reads the
+    timers through it (the view reads the table with its owner's rights), as the docs tell operators."""
+    import psycopg
+
+    _write_timers(backend.store)
+    with _monitoring_role(backend) as (conn, role):
+        conn.execute(f"GRANT SELECT ON {backend.view} TO {role}")
+        conn.execute(f"SET ROLE {role}")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute(f"SELECT count(*) FROM {backend.store.table}")  # the table itself is out of reach
+        assert conn.execute(f"SELECT count(*) FROM {backend.view}").fetchone() == (5,)
+
+
+@pytest.mark.skipif(not _PG_DSN, reason="set TIMERWHEEL_C_TEST_PG_DSN=postgresql://... to test PostgresStore")
+def test_a_reshard_keeps_what_was_granted_on_the_view(backend):
+    """reshard() makes the view again: a monitoring role's SELECT on it (and PUBLIC's, with the grant
+    option kept) holds afterwards, where it used to be dropped with the old view."""
+    _write_timers(backend.store)
+    with _monitoring_role(backend) as (conn, role):
+        conn.execute(f"GRANT SELECT ON {backend.view} TO {role} WITH GRANT OPTION")
+        conn.execute(f"GRANT REFERENCES ON {backend.view} TO PUBLIC")
+        backend.store.reshard(3)
+        granted = conn.execute("SELECT has_table_privilege(%s, %s, 'SELECT WITH GRANT OPTION'), "
+                               "has_table_privilege('public', %s, 'REFERENCES')",
+                               (role, backend.view, backend.view)).fetchone()
+        assert granted == (True, True)
+        conn.execute(f"SET ROLE {role}")
+        assert conn.execute(f"SELECT count(*) FROM {backend.view}").fetchone() == (5,)

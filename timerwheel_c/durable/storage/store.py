@@ -502,12 +502,15 @@ class Store(abc.ABC):
     def reshard(self, shard_count: int) -> None:
         """Change the store's number of shards to ``shard_count`` (1..4096): every row's shard is
         recomputed and the new count recorded, in one transaction under the schema lock. Stop every
-        runner of the store first, and open the store again in every process afterwards: a runner
-        owns and reads shards by number, and a store object keeps the count it opened with.
+        runner of the store first: a runner owns and reads shards by number. PostgreSQL refuses while
+        fleet runners hold the store's locks, and computes each row's shard on the server, so a store
+        object opened before writes rows to the right shard; SQLite writes each row by the count
+        recorded when it writes, and a runner reads the new count from its next pass.
 
         Raises:
             TypeError / ValueError: a bad ``shard_count``, naming it.
             NotImplementedError: a backend without shards of its own.
+            RuntimeError: PostgreSQL: fleet runners of the store are running; nothing changed.
             StoreError: the backend failed; nothing changed.
         """
         check_shard_count(shard_count)

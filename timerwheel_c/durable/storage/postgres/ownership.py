@@ -169,6 +169,26 @@ WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
 """
 
 
+_LIVE_RUNNERS = """
+SELECT count(DISTINCT pid) FROM pg_locks
+WHERE locktype = 'advisory' AND granted AND objsubid = 2
+  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND classid = %s::int8::oid AND pid <> pg_backend_pid()
+"""
+
+
+def live_runners(conn: psycopg.Connection, table: str) -> int:
+    """How many fleet runners of the store ``table`` (as ``conn`` resolves it) hold their locks now,
+    ``conn``'s own session aside: every runner holds one in the store's kinds namespace.
+
+    Raises:
+        psycopg.Error: the query failed.
+    """
+    row = conn.execute(_LIVE_RUNNERS, (_kinds_namespace(_where(conn, table)),)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 def _check_store(store: object) -> "PostgresStore":
     """``store`` if it is a PostgresStore, recognised as a store whose ``ownership_type`` is
     :class:`PartitionOwnership`: its module imports this one, so this one cannot import its class.

@@ -72,7 +72,7 @@ from .arrays import ByteaArray, Int4Array, Int8Array, TextArray, register as reg
 from .copy import copy_new_rows, copyable
 from .listen import PgListener
 from .joined import AsyncPgJoined, AsyncPgStatements, PgJoined
-from .ownership import PartitionOwnership
+from .ownership import PartitionOwnership, live_runners
 from .results import apply_results, store_error
 from ..redact import redact, remember
 from ..shards import DEFAULT_SHARD_COUNT, check_shard_count, shard_of
@@ -275,17 +275,29 @@ class PostgresStore(Store):
     def _reshard(self, shard_count: int) -> None:
         """The generated column is rebuilt with the new count (version 8's statements), which rewrites
         the table and its shard index, under the schema lock; the timers' view, which reads the column,
-        is dropped first and made again (version 10's statements)."""
+        is dropped first and made again (version 10's statements), with the privileges granted on it.
+        Refused while fleet runners hold the store's locks: each owns and reads shards by the count it
+        opened with, and would leave the rows of the shards it does not know unread until it restarts."""
         shards_sql, view_sql = (next(text for version, text in _MIGRATIONS if version == wanted)
                                 for wanted in (_SHARDS_VERSION, _TIMERS_VIEW_VERSION))
         with self._lock, self._wrap:
             conn = self._connection()
             with conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(self.table, "schema"),))
+                live = live_runners(conn, self.table)
+                if live:
+                    raise RuntimeError(f"{live} fleet runner(s) of table {self.table!r} are running: stop them before "
+                                       f"changing its shard count (each owns and reads shards by number); nothing changed")
+                view = sql.Identifier(f"{self.table}_timers")
+                grants = conn.execute(self._sql["view_grants"], (view.as_string(conn),)).fetchall()
                 conn.execute(self._sql["drop_timers_view"])
                 conn.execute(self._sql["drop_shard_column"])
                 conn.execute(sql.SQL(shards_sql).format(**self._names, shard_count=sql.Literal(shard_count)))
                 conn.execute(sql.SQL(view_sql).format(**self._names))
+                for role, privilege, grantable in grants:
+                    conn.execute(sql.SQL("GRANT {} ON {} TO {}{}").format(
+                        sql.SQL(privilege), view, sql.SQL("PUBLIC") if role is None else sql.Identifier(role),
+                        sql.SQL(" WITH GRANT OPTION" if grantable else "")))
                 conn.execute(self._sql["change_shard_count"], (str(shard_count),))
         self._shard_locks = shard_locks(self.table, shard_count)
 

@@ -53,12 +53,15 @@ class SQLiteJoined(OnCursor, Joined):
         OnCursor.__init__(self, cursor, partition, shard_of(partition, store.shard_count),
                           wrap_exceptions(sqlite3.Error, functools.partial(store_error, store.path)))
         self._begin = not in_transaction
+        self._store = store
 
     def __enter__(self) -> "SQLiteJoined":
         with self._wrap:
             if self._begin:
                 self._cursor.execute("BEGIN IMMEDIATE")
             self._cursor.execute(OPEN)
+            # Inside the caller's transaction: the count its rows are written by (see adopt_shard_count).
+            self._shard = shard_of(self._partition, self._store.adopt_shard_count(self._cursor))
         return self
 
     def __exit__(self, typ, exc, tb) -> None:

@@ -96,9 +96,10 @@ class SQLiteStore(Store):
             :meth:`watch`; the worst-case delay before a runner sees another process's write.
         read_only: open the file read-only (SQLite's ``mode=ro``) for the commands that only read:
             nothing is created, upgraded or written, so a file this process may not write (or in a
-            directory it may not write) can be read. A file without a ``-wal`` beside it (no
-            connection has it open) is read as ``immutable``, which needs no lock or shared-memory
-            file; a write then fails (SQLITE_READONLY).
+            directory it may not write) can be read, and what writers commit later is read too. Only a
+            file without a ``-wal`` beside it (no connection has it open) in a directory this process
+            may not write is read as ``immutable``, which needs no lock or shared-memory file: as it is
+            when opened. A write fails (SQLITE_READONLY).
         create: False for a command that writes rows but must not create a store: no file is
             created (SQLite's ``mode=rw``) and no DDL runs, as with ``read_only``, but it may write.
         shard_count: the number of shards (1..4096, see :mod:`.shards`) of a store this open creates,
@@ -246,14 +247,17 @@ class SQLiteStore(Store):
                     "it was not made by timerwheel_c; refusing to use it (nothing was written)")
 
     def _read_only_uri(self) -> str:
-        """The ``file:`` URI that opens :attr:`path` read-only. While a connection has the file open in
-        WAL mode its ``-wal`` exists, and ``mode=ro`` reads it (under the shared-memory locks); without
-        one the file alone is the database, read as ``immutable``: SQLite then takes no lock and makes
-        no ``-shm`` or ``-wal``, so a directory this process may not write does not stop it."""
+        """The ``file:`` URI that opens :attr:`path` read-only: ``mode=ro``, which reads what writers
+        commit, under the shared-memory locks, for as long as the store stays open (the status page
+        does). Only where it cannot work, no connection having the file open (no ``-wal``) and this
+        process unable to make the ``-shm`` in its directory, is the file read as ``immutable``: SQLite
+        then takes no lock and makes no file, and reads the file as it is (a later writer's commits
+        are seen by the next open, not by this one)."""
         if self.path == ":memory:":
             return "file::memory:?mode=ro"
         path = os.path.abspath(self.path)
-        mode = "mode=ro" if os.path.exists(path + "-wal") else "mode=ro&immutable=1"
+        shared = os.path.exists(path + "-wal") or os.access(os.path.dirname(path), os.W_OK)
+        mode = "mode=ro" if shared else "mode=ro&immutable=1"
         return f"file:{urllib.parse.quote(path)}?{mode}"
 
     def _existing_uri(self) -> str:
@@ -318,7 +322,19 @@ class SQLiteStore(Store):
                     db.execute("ROLLBACK")
                 raise
 
-    def _recorded_shard_count(self, db: sqlite3.Connection) -> int:
+    def adopt_shard_count(self, db: Union[sqlite3.Connection, sqlite3.Cursor]) -> int:
+        """The shard count recorded now, read on ``db`` (inside the transaction that is about to write
+        rows by it, or before a pass reads shards) and kept as :attr:`shard_count`: another process's
+        :meth:`reshard` changes it, and a row written by the count this object opened with would lie
+        in a shard no pass reads, never to fire.
+
+        Raises:
+            SchemaError: the recorded count is not a shard count.
+        """
+        self.shard_count = self._recorded_shard_count(db)
+        return self.shard_count
+
+    def _recorded_shard_count(self, db: Union[sqlite3.Connection, sqlite3.Cursor]) -> int:
         """The shard count recorded in the meta table (the default for a store from before shards,
         which a read-only open does not upgrade).
 
@@ -346,12 +362,12 @@ class SQLiteStore(Store):
             TypeError / ValueError: a bad partition.
             TransientStoreError: another connection held the write lock past the busy timeout.
         """
-        shard = shard_of(check_partition(partition), self.shard_count)
+        check_partition(partition)
         with self._lock, self._wrap:
             db = self._db.cursor()
             db.execute("BEGIN IMMEDIATE")
             try:
-                yield OnCursor(db, partition, shard, self._wrap, locked=True)
+                yield OnCursor(db, partition, shard_of(partition, self.adopt_shard_count(db)), self._wrap, locked=True)
                 db.execute("COMMIT")
             except BaseException:
                 if self._db.in_transaction:
@@ -391,6 +407,10 @@ class SQLiteStore(Store):
         return Page.from_rows(rows, limit)
 
     def _scan_shards(self, shards: list, start: bytes, end: bytes, limit: int) -> list:
+        # A pass after another process's reshard() reads these shards by the count it was given, and
+        # the next pass by the new one (a runner reads store.shard_count at each pass).
+        with self._lock, self._wrap:
+            self.adopt_shard_count(self._db)
         if not SHARD_SPACE[0] <= start <= end <= SHARD_SPACE[1]:
             # A range the partial index by shard does not hold: a scan of the table per shard.
             with self._lock, self._wrap:
@@ -432,11 +452,12 @@ class SQLiteStore(Store):
             db = self._db.cursor()
             db.execute("BEGIN IMMEDIATE")
             try:
+                shard_count = self.adopt_shard_count(db)
                 for partition, batch in items:
                     if nested:
                         db.execute("SAVEPOINT batch")
                     try:
-                        failed = apply_batch(db, partition, batch, shard_of(partition, self.shard_count))
+                        failed = apply_batch(db, partition, batch, shard_of(partition, shard_count))
                     except sqlite3.Error as exc:
                         error = self._error(exc)
                         if not nested or isinstance(error, TransientStoreError):

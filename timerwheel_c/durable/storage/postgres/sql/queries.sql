@@ -35,6 +35,13 @@ INSERT INTO {meta} (name, value) VALUES ('shard_count', %s) ON CONFLICT (name) D
 -- name: change_shard_count
 INSERT INTO {meta} (name, value) VALUES ('shard_count', %s) ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value
 
+-- name: view_grants
+-- The privileges granted on the timers' view to roles other than its owner (PUBLIC as such), which
+-- dropping it for a reshard drops and the reshard grants again: a monitoring role keeps its SELECT.
+SELECT CASE WHEN a.grantee = 0 THEN NULL ELSE pg_get_userbyid(a.grantee) END, a.privilege_type, a.is_grantable
+FROM pg_class c, aclexplode(c.relacl) a
+WHERE c.oid = to_regclass(%s) AND a.grantee <> c.relowner
+
 -- name: drop_timers_view
 -- Before the shard column it reads is dropped (reshard); version 10's statements make it again.
 DROP VIEW IF EXISTS {timers_view}
