@@ -181,7 +181,10 @@ def test_stop_gives_up_on_a_stuck_handler_and_leaves_its_row_claimed(store, capl
         t0 = time.monotonic()
         svc.stop(timeout=0.3)
         # A liveness bound: stop() waited for its timeout, not for the handler (held 3 * LIVENESS_S).
-        assert time.monotonic() - t0 < LIVENESS_S and not svc.running
+        # The thread's teardown (its warning, the release) may outlast stop()'s join on a loaded
+        # machine: the thread ends within the bound, not within stop()'s second of grace.
+        wait_until(lambda: not svc.running, "the service's thread to end")
+        assert time.monotonic() - t0 < LIVENESS_S
         assert "still running" in caplog.text
         (key,) = [k for k, _ in store.scan(P, *keys.timer_range()).entries]
         row = keys.parse(key)
