@@ -200,7 +200,7 @@ def test_actions_are_refused_when_off(browser, served, known):
     status = browser.execute_async_script("""
         var done = arguments[arguments.length - 1];
         fetch("/action", {method: "POST", headers: {"Content-Type": "application/x-www-form-urlencoded"},
-                          body: "token=x&act=" + encodeURIComponent("requeue 7 " + arguments[0] + " p2")})
+                          body: "token=x&act=" + encodeURIComponent("requeue 7 " + arguments[0] + " 7032")})
           .then(function (r) { done(r.status); });""", b"order-2".hex())
     assert status == 403
     with open_store(known) as store:
@@ -220,7 +220,7 @@ def test_a_hostile_reference_renders_as_text_and_runs_nothing(browser, served):
     assert browser.find_elements(By.CSS_SELECTOR, "#timers td.ref *") == []
     assert browser.execute_script("return window.pwned === undefined")
     button = browser.find_element(By.CSS_SELECTOR, "#timers button[value^='cancel ']")
-    assert button.get_attribute("value") == f"cancel {KIND} {HOSTILE.encode().hex()} p3"
+    assert button.get_attribute("value") == f"cancel {KIND} {HOSTILE.encode().hex()} {b'p3'.hex()}"
     assert console_errors(browser) == []
 
 
@@ -295,7 +295,7 @@ def test_off_loopback_actions_need_the_operators_token(known, monkeypatch):
     try:
         status, _, body = _request(base, "/?state=parked")
         assert status == 200 and 'type="password" name="token"' in body and "s3cret-token" not in body
-        act = "act=" + f"requeue {KIND} {b'order-2'.hex()} p2".replace(" ", "+")
+        act = "act=" + f"requeue {KIND} {b'order-2'.hex()} {b'p2'.hex()}".replace(" ", "+")
         for form in (act, act + "&token=wrong"):
             status, _, body = _request(base, "/action", form.encode())
             assert status == 403 and "token" in body
@@ -464,7 +464,7 @@ def test_each_action_changes_what_it_names_and_nothing_else(known):
     page = StatusPage(open_store(known), known, actions=True)
 
     def act(action: str, target: bytes, partition: str, kind: int = KIND) -> str:
-        return page.act({"token": page.form_token, "act": f"{action} {kind} {target.hex()} {partition}"})
+        return page.act({"token": page.form_token, "act": f"{action} {kind} {target.hex()} {partition.encode().hex()}"})
 
     try:
         before_ms = wall_ms()
@@ -480,7 +480,8 @@ def test_each_action_changes_what_it_names_and_nothing_else(known):
         assert get_schedule(page.store, "p1", "nightly").paused
         act("resume", b"nightly", "p1", 0)
         assert not get_schedule(page.store, "p1", "nightly").paused
-        for form, needle in (({"act": "requeue 7 zz p1"}, "malformed"), ({"act": "drop 7 00 p1"}, "'drop'")):
+        for form, needle in (({"act": "requeue 7 zz 7031"}, "malformed"), ({"act": "requeue 7 00 p1"}, "malformed"),
+                             ({"act": "drop 7 00 7031"}, "'drop'")):
             with pytest.raises(Refused, match=needle) as refused:
                 page.act({"token": page.form_token, **form})
             assert refused.value.status == 400
@@ -506,5 +507,99 @@ def test_a_schedules_occurrence_is_shown_as_one_and_offers_no_timer_action(known
         occurrence = [row for row in rows if "schedule nightly" in row]
         assert len(rows) == 2 and len(occurrence) == 1 and "<button" not in occurrence[0]
         assert "cancel" in [row for row in rows if row not in occurrence][0]
+    finally:
+        page.close()
+
+
+def test_a_button_acts_on_its_own_rows_partition_whatever_characters_its_name_holds(store_url):
+    """A partition named with a tab (shown as "\\t"), a no-break space or a line separator: each row's
+    cancel button, submitted as rendered, cancels that row's timer, never the timer of the partition
+    literally named "tab\\there" beside it (the button used to carry the shown text, which named that
+    one); a schedule's pause button pauses its own. A search submitted again from the form's fields
+    finds the same partition."""
+    from html import unescape
+
+    from timerwheel_c.durable.service.web_page import render
+    from timerwheel_c.durable.timers.schedules import get_schedule
+
+    names = ["tab\tthere", "tab\\there", "nbsp\xa0here", "eu\u2028west"]
+    with open_store(store_url) as store:
+        for name in names:
+            schedule(store, name, wall_ms() + 60 * MIN_MS, KIND, b"order")
+        add_schedule(store, "eu\u2028west", "nightly", Cron("30 2 * * *", "Europe/Paris"), KIND)
+    page = StatusPage(open_store(store_url), store_url, actions=True)
+    try:
+        for name in ("tab\tthere", "nbsp\xa0here", "eu\u2028west"):
+            html = render(page.read({"partition": name}), {"partition": name}, actions=True, loopback=True,
+                          form_token=page.form_token)
+            (typed,) = re.findall(r'<input name="partition" value="([^"]*)"', html)
+            assert unescape(typed) == name  # sent back as it was typed
+            values = [unescape(v) for v in re.findall(r'name="act" value="([^"]*)"', html)]
+            (cancel,) = [v for v in values if v.startswith("cancel ")]
+            assert page.act({"token": page.form_token, "act": cancel}).startswith("cancel: partition " + repr(name))
+            assert get_timer(page.store, name, KIND, b"order") is None
+            if name == "eu\u2028west":
+                (pause,) = [v for v in values if v.startswith("pause ")]
+                page.act({"token": page.form_token, "act": pause})
+                assert get_schedule(page.store, name, "nightly").paused
+        assert get_timer(page.store, "tab\\there", KIND, b"order") is not None  # the look-alike is untouched
+    finally:
+        page.close()
+
+
+def test_a_search_with_partition_and_kind_finds_the_exact_reference_and_the_others_holding_it(store_url):
+    """With a partition and a kind given, the timer named exactly by the text comes first, and the
+    timers whose reference holds it follow, as the form says "a part of one finds it" (the exact one
+    used to be the only one found, with no word that more matched)."""
+    with open_store(store_url) as store:
+        for reference in (b"order-1", b"order-100", b"order-12", b"other"):
+            schedule(store, "p1", wall_ms() + 60 * MIN_MS, KIND, reference)
+    page = StatusPage(open_store(store_url), store_url)
+    try:
+        data = page.read({"partition": "p1", "kind": str(KIND), "reference": "order-1"})
+        assert [t.reference for t in data["timers"]] == [b"order-1", b"order-100", b"order-12"]
+        assert not data["more"]
+    finally:
+        page.close()
+
+
+def test_only_an_action_of_the_page_puts_a_line_in_its_done_box(known):
+    """The green box says what an action just did: a link that brings its own ``note`` (or a forged
+    signature) shows nothing there; the redirect an action answers with shows its line."""
+    page, server, base = serving(known, actions=True)
+    try:
+        status, _, body = _request(base, "/?note=cancelled+every+timer")
+        assert status == 200 and 'id="note"' not in body and "cancelled every timer" not in body
+        status, _, body = _request(base, "/?note=cancelled+every+timer&sig=" + "0" * 32)
+        assert status == 200 and 'id="note"' not in body
+        act = f"requeue {KIND} {b'order-2'.hex()} {b'p2'.hex()}".replace(" ", "+")
+        status, headers, _ = _request(base, "/action", f"act={act}&token={page.form_token}".encode())
+        assert status == 303
+        status, _, body = _request(base, headers["Location"])
+        assert status == 200 and 'id="note">requeue: partition' in body
+    finally:
+        server.close()
+
+
+def test_the_page_reads_a_bounded_number_of_partitions_and_says_how_many_there_are(store_url, monkeypatch):
+    """Past PAGE_PARTITIONS partitions (each costs two scans, every refresh) the page reads and shows
+    the first ones in name order, says how many there are in all and that the search reads any
+    other, and marks its sums as those of the partitions it read; the search still finds a timer of
+    a partition past them."""
+    import timerwheel_c.durable.service.web as web
+    from timerwheel_c.durable.service.web_page import render
+
+    monkeypatch.setattr(web, "PAGE_PARTITIONS", 3)
+    with open_store(store_url) as store:
+        for i in range(7):
+            schedule(store, f"p{i}", wall_ms() - MIN_MS, KIND, b"order")
+    page = StatusPage(open_store(store_url), store_url)
+    try:
+        data = page.read({})
+        assert [p["partition"] for p in data["fleet"]["partitions"]] == ["p0", "p1", "p2"]
+        assert data["fleet"]["partitions_total"] == 7
+        html = render(data, {}, actions=False, loopback=True, form_token="")
+        assert "The first 3 of 7 partitions" in html and "due now (first 3)" in html
+        assert [t.partition for t in page.read({"partition": "p6"})["timers"]] == ["p6"]
     finally:
         page.close()

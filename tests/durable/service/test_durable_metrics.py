@@ -422,3 +422,111 @@ def test_a_fires_lateness_and_duration_are_observed_in_one_call():
     lateness, duration = recorder.counts()[3:]
     assert (lateness.count, lateness.sum_s) == (2, 0.25)
     assert (duration.count, duration.sum_s) == (3, 2.0)
+
+
+def _get(url: str, host: str | None = None) -> int:
+    req = urllib.request.Request(url)
+    if host is not None:
+        req.add_header("Host", host)
+    try:
+        with urllib.request.urlopen(req, timeout=LIVENESS_S) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_a_loopback_exporter_answers_only_to_a_loopback_host_name(tmp_path):
+    """/metrics and /healthz on a loopback address refuse a foreign Host header (421), as the status
+    page does: a site that rebinds its own name to 127.0.0.1 must not read the partition names from
+    a browser. A loopback name, with or without its port, is served."""
+    with SQLiteStore(tmp_path / "m.db") as store:
+        svc = DurableTimerService(store, TimerRegistry().register(Counting(OK_KIND, Done())), [P])
+        server = serve(svc, 0)
+        try:
+            base = f"http://127.0.0.1:{server.port}"
+            for path in ("/metrics", "/healthz"):
+                assert _get(base + path, host=f"attacker.example:{server.port}") == 421
+                assert _get(base + path, host="attacker.example") == 421
+            assert _get(base + "/metrics") == 200
+            assert _get(base + "/metrics", host=f"localhost:{server.port}") == 200
+        finally:
+            server.close()
+
+
+def test_an_exporter_binds_an_ipv6_address(tmp_path):
+    """``--metrics-host ::1`` (and the page's ``--host ::1``) bind an IPv6 socket; they used to fail
+    with "Address family for hostname not supported"."""
+    import socket
+
+    try:
+        socket.socket(socket.AF_INET6).close()
+    except OSError:
+        pytest.skip("no IPv6 here")
+    from timerwheel_c.durable.service.exporter import check_address
+
+    with SQLiteStore(tmp_path / "m.db") as store:
+        svc = DurableTimerService(store, TimerRegistry().register(Counting(OK_KIND, Done())), [P])
+        check_address(0, "::1")
+        server = serve(svc, 0, host="::1")
+        try:
+            assert _get(f"http://[::1]:{server.port}/metrics") == 200
+        finally:
+            server.close()
+
+
+def test_a_client_gone_mid_answer_prints_no_traceback(capfd, caplog):
+    """A client that drops its connection (a closed tab, a scraper's timeout) is no error of the
+    server's: nothing on stderr and nothing logged, where socketserver printed a traceback for each.
+    Any other failure is logged with its traceback."""
+    from timerwheel_c.durable.service.web_http import bind
+
+    server = bind("127.0.0.1", 0)
+    try:
+        for gone in (ConnectionResetError(104, "reset"), BrokenPipeError(32, "pipe"), TimeoutError("timed out")):
+            try:
+                raise gone
+            except OSError:
+                server.handle_error(None, ("127.0.0.1", 5555))
+        assert "Traceback" not in capfd.readouterr().err and not caplog.records
+        try:
+            raise RuntimeError("a handler's own bug")
+        except RuntimeError:
+            server.handle_error(None, ("127.0.0.1", 5555))
+        assert "a handler's own bug" in caplog.text
+    finally:
+        server.server_close()
+
+
+def test_a_service_reading_the_store_by_shard_counts_its_backlog_by_shard(tmp_path):
+    """Serving the whole store, the service reads it by shard, and so counts: ``timerwheel_parked_timers``
+    has a series per shard holding parked timers, labelled ``shard``, never one per partition (a count
+    per partition from a shard's first rows named only some partitions, and those short: one with
+    1,200 parked timers hid another of the same shard). Each count stops at BACKLOG_CAP."""
+    from timerwheel_c.durable import schedule_many
+    from timerwheel_c.durable.service.metrics import BACKLOG_CAP
+    from timerwheel_c.durable.storage.shards import shard_of
+
+    store = SQLiteStore(tmp_path / "s.db", shard_count=4)
+    big = "tenant-a"
+    small = next(f"tenant-{i}" for i in range(100) if shard_of(f"tenant-{i}", 4) == shard_of(big, 4) and i)
+    other = next(f"tenant-{i}" for i in range(100) if shard_of(f"tenant-{i}", 4) != shard_of(big, 4))
+    now = wall_ms()
+    for partition, n in ((big, BACKLOG_CAP + 200), (small, 5), (other, 3)):
+        schedule_many(store, [(partition, now, FAIL_KIND, b"t%d" % i) for i in range(n)])
+    slow = SlowThenRaise(FAIL_KIND, 0)
+    svc = DurableTimerService(store, TimerRegistry().register(slow))
+    server = serve(svc, 0)
+    try:
+        with svc:
+            wait_until(lambda: sum(svc.metrics().parked_timers_by_shard.values()) == BACKLOG_CAP + 3,
+                       "the timers parked", LIVENESS_S)
+            m = svc.metrics()
+            assert m.parked_timers_by_shard == {shard_of(big, 4): BACKLOG_CAP, shard_of(other, 4): 3}
+            assert m.parked_timers == {} and m.due_backlog == {}
+            got = samples(scrape(server)[1])
+            assert got[("timerwheel_parked_timers", (("shard", str(shard_of(other, 4))),))] == 3
+            assert not [k for k in got if k[0] in ("timerwheel_parked_timers", "timerwheel_due_backlog")
+                        and dict(k[1]).get("partition")]
+    finally:
+        server.close()
+        store.close()

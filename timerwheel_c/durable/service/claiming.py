@@ -99,7 +99,7 @@ class Claimer:
         self.pass_count = 0
         self.stopping = False
         self._last_recheck_s = 0.0
-        self._backlog_cache: tuple = (-math.inf, ({}, {}))  # (monotonic s, (due rows, parked timers) by partition)
+        self._backlog_cache: tuple = (-math.inf, ({}, {}, {}, {}))  # (monotonic s, backlog())
         # Serving the whole store (alone, or a fleet's share of its shards), a pass reads by shard: its
         # cost does not grow with the number of partitions.
         shards: Optional[Callable[[], list]] = None
@@ -285,15 +285,15 @@ class Claimer:
 
     # -- for the metrics ---------------------------------------------------------------------
     def backlog(self) -> tuple:
-        """On the store thread: ``(due rows, parked timers)`` per served partition, each counted up to
-        BACKLOG_CAP (by shard: the partitions holding such rows, read a shard at a time, up to
-        BACKLOG_CAP per shard)."""
+        """On the store thread: ``(due rows, parked timers)`` per served partition, then the same per
+        shard, each counted up to BACKLOG_CAP: a service reading the store by shard counts by shard
+        (and its two by partition are empty), any other by partition."""
         now_ms = self.wall_ms()
         if self.passes.shards is not None:
-            return shard_backlog(self.store, self.passes.shards(), now_ms)
+            return ({}, {}, *shard_backlog(self.store, self.passes.shards(), now_ms))
         served = self._served()
         return ({partition: due_backlog(self.store, partition, now_ms)[0] for partition in served},
-                {partition: parked_count(self.store, partition) for partition in served})
+                {partition: parked_count(self.store, partition) for partition in served}, {}, {})
 
     def backlog_cached(self, timeout_s: float) -> tuple:
         """:meth:`backlog` counted on the store thread at most once per BACKLOG_EVERY_S (a call within
@@ -301,14 +301,14 @@ class Claimer:
         when the store does not answer in time. Never raises on a store error."""
         pool = self.pool
         if pool is None or timeout_s <= 0:
-            return {}, {}
+            return {}, {}, {}, {}
         cached_at_s, cached = self._backlog_cache
         if self.monotonic_s() - cached_at_s < BACKLOG_EVERY_S:
             return cached
         try:
             counted = pool.submit(self.backlog).result(timeout=timeout_s)
         except Exception:  # a store down or slow: the other figures still tell the story
-            counted = {}, {}
+            counted = {}, {}, {}, {}
         self._backlog_cache = (self.monotonic_s(), counted)
         return counted
 

@@ -29,10 +29,9 @@ exposition format and ``prometheus_client``'s custom collectors; Kubernetes' HTT
 """
 from __future__ import annotations
 
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Optional, Tuple
 
-from .web_http import PageHandler, WebServer
+from .web_http import PageHandler, WebServer, bind
 
 __all__ = ["MetricsServer", "check_address", "collector", "default_stale_after_s", "health", "register", "serve"]
 
@@ -109,10 +108,14 @@ def collector(service):
             hist = core.HistogramMetricFamily("timerwheel_handler_seconds", "Handler call durations, in seconds")
             hist.add_metric([], [(_bound(b), n) for b, n in took.buckets], took.sum_s)
             yield hist
-            yield _by_label(core.GaugeMetricFamily("timerwheel_due_backlog", "Timer rows due now, by served partition",
-                                                   labels=["partition"]), m.due_backlog)
-            yield _by_label(core.GaugeMetricFamily("timerwheel_parked_timers", "Timers parked now, by served partition",
-                                                   labels=["partition"]), m.parked_timers)
+            # A service reading the store by shard counts by shard: a series per shard, never one per partition.
+            by, due, parked = (("shard", m.due_backlog_by_shard, m.parked_timers_by_shard)
+                               if m.due_backlog_by_shard or m.parked_timers_by_shard else
+                               ("partition", m.due_backlog, m.parked_timers))
+            yield _by_label(core.GaugeMetricFamily("timerwheel_due_backlog", f"Timer rows due now, by served {by}",
+                                                   labels=[by]), due)
+            yield _by_label(core.GaugeMetricFamily("timerwheel_parked_timers", f"Timers parked now, by served {by}",
+                                                   labels=[by]), parked)
             yield core.GaugeMetricFamily("timerwheel_owned_partitions", "Partitions this runner serves now (serving the whole store: shards)",
                                          value=m.owned_partitions)
             yield _by_label(core.CounterMetricFamily("timerwheel_store_errors", "Failed store calls, by class",
@@ -126,7 +129,7 @@ def collector(service):
 def _by_label(family, values: dict):
     """``family`` with one sample per ``(label, value)`` of ``values``, in label order."""
     for label, n in sorted(values.items()):
-        family.add_metric([label], n)
+        family.add_metric([str(label)], n)
     return family
 
 
@@ -163,7 +166,7 @@ def check_address(port: int, host: str = "127.0.0.1") -> None:
         OSError: the address cannot be bound (e.g. the port is taken).
     """
     _prometheus()
-    ThreadingHTTPServer((host, port), BaseHTTPRequestHandler).server_close()
+    bind(host, port).server_close()
 
 
 def serve(service, port: int, host: str = "127.0.0.1", stale_after_s: Optional[float] = None,

@@ -35,8 +35,10 @@ def owned_text(runner: dict) -> str:
     return f"shards {kinds_text(runner['shards'])}" if runner.get("shards") else "-"
 
 
-def status(store, now_ms: int) -> dict:
-    """The fleet's state as the JSON object ``fleet status --json`` prints (see the module docstring).
+def status(store, now_ms: int, max_partitions: Optional[int] = None) -> dict:
+    """The fleet's state as the JSON object ``fleet status --json`` prints (see the module docstring):
+    every partition, or the first ``max_partitions`` in name order (the status page's bound: each
+    costs two scans, and a store may hold a million); ``partitions_total`` counts them all.
 
     Raises:
         StoreError: the store failed.
@@ -57,7 +59,8 @@ def status(store, now_ms: int) -> dict:
             for shard in r.shards:
                 shard_owners.setdefault(shard, []).append(r.backend_pid)
     partitions = []
-    for p in store.partitions():
+    names = store.partitions()
+    for p in names if max_partitions is None else names[:max_partitions]:
         backlog, oldest_ms = due_backlog(store, p, now_ms)
         parked = parked_count(store, p)
         held = owners.get(p, []) + shard_owners.get(shard_of(p, store.shard_count), [])
@@ -65,6 +68,6 @@ def status(store, now_ms: int) -> dict:
                            "due_backlog": backlog, "due_backlog_capped": backlog >= BACKLOG_CAP,
                            "oldest_due_at": None if oldest_ms is None else utc_iso(oldest_ms),
                            "oldest_due_at_ms": oldest_ms, "parked": parked, "parked_capped": parked >= BACKLOG_CAP})
-    names = {str(k): v for k, v in sorted(kind_names(store).items())}
     return {"backend": "sqlite" if runners is None else "postgresql", "now_ms": now_ms, "runners": runners,
-            "partitions": partitions, "kind_names": names}
+            "partitions": partitions, "partitions_total": len(names),
+            "kind_names": {str(k): v for k, v in sorted(kind_names(store).items())}}

@@ -24,7 +24,7 @@ What each backend can tell:
 The table gives times in this machine's zone and how far they are from now. ``--json`` prints one
 object: ``backend`` (``"postgresql"`` or ``"sqlite"``), ``now_ms``, ``runners`` (null on SQLite;
 else objects with ``backend_pid``, ``name``, ``client_addr``, ``since``/``since_ms``, ``kinds``,
-``partitions``, ``shards``) and ``partitions`` (objects with ``partition``, ``owners`` (backend pids; null on
+``partitions``, ``shards``), ``partitions_total`` and ``partitions`` (objects with ``partition``, ``owners`` (backend pids; null on
 SQLite), ``due_backlog``, ``due_backlog_capped``, ``oldest_due_at``/``oldest_due_at_ms``,
 ``parked``, ``parked_capped``) and ``kind_names`` (the kinds' names the store records, by kind
 number); times are ISO 8601 UTC and Unix epoch ms.

@@ -14,9 +14,13 @@ The figures and their Prometheus names (:mod:`~timerwheel_c.durable.service.expo
 ``timerwheel_handler_seconds``     histogram of handler call durations (s), every attempt, whatever
                                    its outcome
 ``timerwheel_due_backlog``         rows due now (not yet fired) per served partition, counted up to
-                                   :data:`BACKLOG_CAP` each, at most once per :data:`BACKLOG_EVERY_S`
+                                   :data:`BACKLOG_CAP` each, at most once per :data:`BACKLOG_EVERY_S`;
+                                   for a runner serving the whole store (or a fleet's share of it), per
+                                   shard it reads (label ``shard``): a count per partition would cost a
+                                   scan per partition, and a series each
 ``timerwheel_parked_timers``       timers parked now (waiting for an operator) per served partition,
-                                   counted up to :data:`BACKLOG_CAP` each, with the due backlog
+                                   or per shard as the due backlog, counted up to :data:`BACKLOG_CAP`
+                                   each, with the due backlog
 ``timerwheel_owned_partitions``    partitions this runner serves now (serving the whole store: the
                                    shards it reads, all of them or a fleet's share)
 ``timerwheel_store_errors_total``  failed store calls, by ``transient`` or ``permanent``
@@ -87,23 +91,22 @@ def due_backlog(store: Store, partition: str, now_ms: int) -> Tuple[int, Optiona
 
 
 def shard_backlog(store: Store, shards: list, now_ms: int) -> tuple:
-    """``({partition: due rows}, {partition: parked timers})`` of the partitions of ``shards`` that
-    hold any, at ``now_ms`` (Unix epoch ms): two :meth:`Store.scan_shards` of up to
-    :data:`BACKLOG_CAP` rows per shard, so a scrape costs the same with a million idle partitions
-    as with one.
+    """``({shard: due rows}, {shard: parked timers})`` of those of ``shards`` that hold any, at
+    ``now_ms`` (Unix epoch ms), each counted up to :data:`BACKLOG_CAP`: two :meth:`Store.scan_shards`
+    of up to that many rows per shard, so a scrape costs the same with a million idle partitions as
+    with one. By shard, not by partition: a shard's first rows name only some of its partitions,
+    and would count those short.
 
     Raises:
         StoreError: the store failed.
     """
-    due: dict = {}
-    parked: dict = {}
-    for rows in store.scan_shards(shards, *keys.due_range(now_ms), BACKLOG_CAP):
-        for partition, _, _ in rows:
-            due[partition] = due.get(partition, 0) + 1
-    for rows in store.scan_shards(shards, *keys.PARKED_RANGE, BACKLOG_CAP):
-        for partition, key, _ in rows:
-            if keys.is_parked_key(key):
-                parked[partition] = parked.get(partition, 0) + 1
+    due = {shard: len(rows) for shard, rows in zip(shards, store.scan_shards(shards, *keys.due_range(now_ms), BACKLOG_CAP))
+           if rows}
+    parked = {}
+    for shard, rows in zip(shards, store.scan_shards(shards, *keys.PARKED_RANGE, BACKLOG_CAP)):
+        n = sum(1 for _, key, _ in rows if keys.is_parked_key(key))
+        if n:
+            parked[shard] = n
     return due, parked
 
 
@@ -137,7 +140,9 @@ class MetricsSnapshot:
     each kind whose handler names it, by kind number. ``store_errors``:
     ``{"transient": n, "permanent": n}``. ``due_backlog`` / ``parked_timers``: due rows and timers
     parked now, by served partition (each counted up to :data:`BACKLOG_CAP`, so 1000 reads "at least
-    1000"; empty when the store could not be read). ``lateness`` / ``handler_duration``: histograms (s).
+    1000"; empty when the store could not be read); ``due_backlog_by_shard`` /
+    ``parked_timers_by_shard``: the same by shard number, for a service that reads the store by shard
+    (serving all of it, or a fleet's share), whose two by partition are then empty. ``lateness`` / ``handler_duration``: histograms (s).
     ``owned_partitions``, ``handlers_in_flight``: gauges. ``running``: the service thread is
     alive. ``last_progress_age_s``: seconds since a pass's claim round trip last
     succeeded (None before the first; an idle service passes at least every ``max_sleep_s``).
@@ -156,6 +161,8 @@ class MetricsSnapshot:
     running: bool
     last_progress_age_s: "float | None"
     kind_names: Mapping[int, str] = field(default_factory=dict)
+    due_backlog_by_shard: Mapping[int, int] = field(default_factory=dict)
+    parked_timers_by_shard: Mapping[int, int] = field(default_factory=dict)
 
 
 class _Buckets:

@@ -282,14 +282,13 @@ class DurableTimerService:
     def metrics(self, backlog_timeout_s: float = 2.0) -> MetricsSnapshot:
         """The service's figures now, as plain data (see :mod:`~timerwheel_c.durable.service.metrics`).
 
-        The due backlog is counted on the store thread (a scan per served partition, up to :data:`~.metrics.BACKLOG_CAP`
-        rows each) at most once per :data:`~.metrics.BACKLOG_EVERY_S` (a scrape within that reuses the last count),
-        waiting at most ``backlog_timeout_s`` seconds; when the store does not answer in time, or the thread is not
-        running, or ``backlog_timeout_s`` is 0 (a health check's cheap read), it is empty. Never raises on a store
-        error.
+        The due backlog is counted on the store thread (a scan per served partition, or per shard read, up to
+        :data:`~.metrics.BACKLOG_CAP` rows each) at most once per :data:`~.metrics.BACKLOG_EVERY_S`, waiting at most
+        ``backlog_timeout_s`` seconds; it is empty when the store does not answer in time, the thread is not running,
+        or ``backlog_timeout_s`` is 0 (a health check's cheap read). Never raises on a store error.
         """
         fired, failed, parked, lateness, durations = self.recorder.counts()
-        backlog, parked_now = self.claimer.backlog_cached(backlog_timeout_s if self.running else 0)
+        backlog, parked_now, by_shard, parked_by_shard = self.claimer.backlog_cached(backlog_timeout_s if self.running else 0)
         progress = self.claimer.passes.answered_s
         return MetricsSnapshot(
             fired=fired, failed=failed, parked={**{kind: 0 for kind in self.registry.kinds()}, **parked},
@@ -297,4 +296,5 @@ class DurableTimerService:
             owned_partitions=self.claimer.owned(backlog), store_errors=self.recorder.store_errors(),
             handlers_in_flight=self.in_flight, running=self.running,
             last_progress_age_s=None if progress is None else self.clock.monotonic_ns() / 1e9 - progress,
-            kind_names={int(k): k.name for k in self.registry.named_kinds() if getattr(k, "name", None) is not None})
+            kind_names={int(k): k.name for k in self.registry.named_kinds() if getattr(k, "name", None) is not None},
+            due_backlog_by_shard=by_shard, parked_timers_by_shard=parked_by_shard)

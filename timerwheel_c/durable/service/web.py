@@ -32,7 +32,6 @@ Content-Security-Policy.
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import secrets
 import threading
 import time
@@ -46,7 +45,7 @@ from ..timers.writer import STATES, cancel, get_timer, list_timers, requeue
 from .cli_text import first_line
 from .fleet import status
 from .metrics import LATENESS_BUCKETS_S
-from .web_http import PageHandler, WebServer
+from .web_http import PageHandler, WebServer, host_only, is_loopback
 from .web_page import HISTORY_S, SCRIPT_SHA256, message_page, render
 
 __all__ = ["ACTIONS", "HISTORY_S", "TOKEN_ENV", "RateHistory", "StatusPage", "WebServer", "is_loopback",
@@ -55,6 +54,8 @@ __all__ = ["ACTIONS", "HISTORY_S", "TOKEN_ENV", "RateHistory", "StatusPage", "We
 TOKEN_ENV = "TIMERWHEEL_C_WEB_TOKEN"
 SAMPLE_EVERY_S = 5.0  # a runner's counters are sampled this often (s) for the chart
 SEARCH_LIMIT = 100  # timers a search shows at most
+# Partitions the page reads and shows at most, the first in name order: two scans each, every refresh.
+PAGE_PARTITIONS = 200
 SCAN_LIMIT = 10_000  # timers read at most for a search by a part of a reference
 ACTIONS = ("requeue", "fire-now", "cancel", "pause", "resume")
 _TIMER_ACTIONS = ACTIONS[:3]
@@ -70,16 +71,6 @@ SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; script-src 'sha256-" + SCRIPT_SHA256 + "'; "
                                "connect-src 'self'; img-src data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
 }
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` (an address or ``localhost``) reaches this machine only."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 class RateHistory:
@@ -173,6 +164,9 @@ class StatusPage:
         self._token = token
         # On loopback the page's own forms carry this one: a page of another site cannot read it.
         self.form_token = secrets.token_urlsafe(24) if self.loopback else ""
+        # Signs the line an action leaves on the page it redirects to: a link of anyone's cannot make
+        # the page say, in its box for what was just done, what was never done.
+        self._note_key = secrets.token_bytes(16)
         self._store_lock = threading.Lock()  # one store call at a time from the server's threads
         self.history: Optional[RateHistory] = None
         self._sampling = threading.Event()
@@ -211,7 +205,7 @@ class StatusPage:
                      "history": None if self.history is None else self.history.series()}
         with self._store_lock:
             try:
-                out["fleet"] = fleet = status(self.store, now_ms)
+                out["fleet"] = fleet = status(self.store, now_ms, PAGE_PARTITIONS)
                 if fleet["runners"]:
                     from ..storage.postgres.activity import heartbeats
 
@@ -245,18 +239,22 @@ class StatusPage:
             raise ValueError(f"state must be one of {', '.join(STATES)}, got {state!r}")
         needle = query.get("reference") or ""
         partitions = [partition] if partition is not None else self.store.partitions()
-        if partition is not None and kind is not None and needle:
-            timer = get_timer(self.store, partition, kind, needle.encode("utf-8", "surrogateescape"))
-            if timer is not None and (state is None or timer.state == state):
-                return [timer], False
         found: list = []
+        exact = None
+        if partition is not None and kind is not None and needle:
+            # The timer of that very name first, found by name whatever the scan budget; then the
+            # others whose reference holds the text, as the form promises.
+            exact = get_timer(self.store, partition, kind, needle.encode("utf-8", "surrogateescape"))
+            if exact is not None and (state is None or exact.state == state):
+                found.append(exact)
         budget = SCAN_LIMIT  # rows read for a part of a reference, over all partitions: each refresh reads them again
         for p in partitions:
             batch = list_timers(self.store, p, kind=kind, state=state,
                                 limit=budget if needle else SEARCH_LIMIT + 1 - len(found))
             budget -= len(batch)
-            found += [t for t in batch if not needle or needle in t.reference.decode("utf-8", "replace")
-                      or needle.lower() == t.reference.hex()]
+            found += [t for t in batch if (not needle or needle in t.reference.decode("utf-8", "replace")
+                                           or needle.lower() == t.reference.hex())
+                      and (exact is None or t.reference != exact.reference)]
             if len(found) > SEARCH_LIMIT or budget <= 0:
                 return found[:SEARCH_LIMIT], True
         return found, False
@@ -266,8 +264,9 @@ class StatusPage:
     def act(self, form: dict) -> str:
         """Run the action a POSTed ``form`` names; what happened, one line.
 
-        ``form``: ``token``, and ``act`` = ``"ACTION KIND HEX PARTITION"`` (a timer's kind, its
-        reference in hex; for ``pause``/``resume`` KIND is 0 and HEX the schedule's name in hex).
+        ``form``: ``token``, and ``act`` = ``"ACTION KIND HEX PARTITION_HEX"`` (a timer's kind, its
+        reference in hex, its partition's UTF-8 in hex; for ``pause``/``resume`` KIND is 0 and HEX the
+        schedule's name in hex).
 
         Raises:
             Refused: actions are off (403), a wrong or missing token (403), a malformed form (400),
@@ -279,9 +278,10 @@ class StatusPage:
         if not any(t and hmac.compare_digest(token.encode(), t.encode()) for t in (self.form_token, self._token)):
             raise Refused(403, "wrong or missing action token")
         try:
-            action, kind_text, ref_hex, partition = form.get("act", "").split(" ", 3)
+            action, kind_text, ref_hex, partition_hex = form.get("act", "").split(" ", 3)
             kind = int(kind_text)
             reference = bytes.fromhex(ref_hex)
+            partition = bytes.fromhex(partition_hex).decode("utf-8", "surrogateescape")
         except ValueError:
             raise Refused(400, f"malformed action {form.get('act', '')!r}") from None
         if action not in ACTIONS:
@@ -313,15 +313,21 @@ class StatusPage:
 
     # -- HTTP ------------------------------------------------------------------------------------
 
+    def _signed(self, note: str) -> str:
+        return hmac.new(self._note_key, note.encode("utf-8", "surrogateescape"), "sha256").hexdigest()[:32]
+
     def respond(self, method: str, target: str, host_header: Optional[str], body: bytes = b"") -> Response:
         """The response to one request (``target``: its path and query; ``host_header``: its Host
         header): ``(status, headers, body)``. Never raises on bad input: it gets a 4xx page."""
-        if self.loopback and not is_loopback(_host_only(host_header or "")):
+        if self.loopback and not is_loopback(host_only(host_header or "")):
             return _html(421, message_page("Refused", f"this page answers to its loopback address only, "
                                                       f"not to the host {host_header!r}"))
         parts = urlsplit(target)
         if method == "GET" and parts.path == "/":
             query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+            note = query.pop("note", None)
+            if note is not None and hmac.compare_digest(query.pop("sig", ""), self._signed(note)):
+                query["note"] = note
             return _html(200, render(self.read(query), query, actions=self.actions, loopback=self.loopback,
                                      form_token=self.form_token))
         if method == "POST" and parts.path == "/action":
@@ -331,16 +337,9 @@ class StatusPage:
             except Refused as exc:
                 return _html(exc.status, message_page("Refused", str(exc)))
             back = {k: v for k, v in parse_qs(form.get("back", "")).items() if k in ("partition", "kind", "state", "reference")}
-            back["note"] = [done]
+            back["note"], back["sig"] = [done], [self._signed(done)]
             return 303, {"Location": "/?" + urlencode(back, doseq=True), **SECURITY_HEADERS}, b""
         return _html(404, message_page("Not found", f"no page at {parts.path!r}: the status page is at /"))
-
-
-def _host_only(host_header: str) -> str:
-    """The host of a Host header, without its port (``[::1]:8080`` -> ``::1``)."""
-    if host_header.startswith("["):
-        return host_header[1:].split("]", 1)[0]
-    return host_header.rsplit(":", 1)[0] if host_header.count(":") == 1 else host_header
 
 
 def _html(status_code: int, text: str) -> Response:

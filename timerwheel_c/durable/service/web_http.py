@@ -5,13 +5,66 @@ page share it without importing each other.
 """
 from __future__ import annotations
 
+import ipaddress
+import logging
+import socket
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Dict
 
-__all__ = ["PageHandler", "WebServer"]
+__all__ = ["PageHandler", "WebServer", "bind", "host_only", "is_loopback"]
+
+log = logging.getLogger("timerwheel_c.durable.web")
 
 _MAX_BODY = 64 * 1024  # bytes of a POST read at most: a form is a few hundred
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address or ``localhost``) reaches this machine only."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def host_only(host_header: str) -> str:
+    """The host of a Host header, without its port (``[::1]:8080`` -> ``::1``)."""
+    if host_header.startswith("["):
+        return host_header[1:].split("]", 1)[0]
+    return host_header.rsplit(":", 1)[0] if host_header.count(":") == 1 else host_header
+
+
+class _Server(ThreadingHTTPServer):
+    """A :class:`ThreadingHTTPServer` on an IPv6 socket for an IPv6 address (``::1``, ``::``), which
+    an IPv4 one cannot bind, that stays quiet when a client goes away mid-answer."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple, handler: type):
+        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        # Bound to loopback: answer only to a loopback Host name, so that a page elsewhere that
+        # rebinds its own name to 127.0.0.1 (DNS rebinding) cannot read it from a browser.
+        self.loopback = is_loopback(address[0])
+        super().__init__(address, handler)
+
+    def handle_error(self, request, client_address) -> None:
+        # A closed tab, a scraper's timeout: no fault of the server's, where socketserver would print
+        # a traceback on stderr for each (a flood when clients drop connections).
+        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            return
+        log.warning("the HTTP server failed answering %s", client_address[0], exc_info=True)
+
+
+def bind(host: str, port: int, handler: type = BaseHTTPRequestHandler) -> ThreadingHTTPServer:
+    """A server of ``handler`` bound to ``host:port``, not yet serving.
+
+    Raises:
+        OSError: the address cannot be bound (e.g. the port is taken).
+    """
+    return _Server((host, port), handler)
 
 
 class PageHandler(BaseHTTPRequestHandler):
@@ -30,6 +83,10 @@ class PageHandler(BaseHTTPRequestHandler):
     def do_GET(self):  # noqa: N802 -- http.server's name
         route = self.routes.get(self.path.split("?", 1)[0])
         if route is not None:
+            if getattr(self.server, "loopback", False) and not is_loopback(host_only(self.headers.get("Host") or "")):
+                self._send(421, {"Content-Type": "text/plain; charset=utf-8"},
+                           b"this server answers to its loopback address only\n")
+                return
             code, ctype, body = route()
             self._send(code, {"Content-Type": ctype}, body)
         else:
@@ -69,8 +126,7 @@ class WebServer:
     """An HTTP server on a daemon thread: ``host``, ``port`` (the bound one, for port 0), ``close()``."""
 
     def __init__(self, handler: type, port: int, host: str, name: str):
-        self._httpd = ThreadingHTTPServer((host, port), handler)
-        self._httpd.daemon_threads = True
+        self._httpd = bind(host, port, handler)
         self._thread = threading.Thread(target=self._httpd.serve_forever, name=name, daemon=True)
         self._thread.start()
         self.host, self.port = self._httpd.server_address[:2]

@@ -96,6 +96,12 @@ def esc(value) -> str:
     return html.escape(printable(str(value)), quote=True)
 
 
+def _field(value) -> str:
+    """``value`` for a form field's ``value`` attribute, HTML-escaped only: sent back as typed, so that
+    a search submitted again finds what it found (esc() would send a tab back as a backslash and t)."""
+    return html.escape(str(value), quote=True)
+
+
 def _when(ms: Optional[int], now_ms: int, *, due: bool = True) -> str:
     """A time and how far it is from now; a ``due`` time past by a second is marked late."""
     if ms is None:
@@ -120,7 +126,9 @@ def _table(headings: list, rows: list, empty: str) -> str:
 
 
 def _button(action: str, kind: int, target: bytes, partition: str) -> str:
-    value = f"{action} {kind} {target.hex()} {partition}"
+    # The partition in hex, as the target: esc() shows a tab as "\\t", and a browser turns a CR in
+    # an attribute into LF, so a name sent as text could come back as another partition's.
+    value = f"{action} {kind} {target.hex()} {partition.encode('utf-8', 'surrogateescape').hex()}"
     return f'<button type="submit" form="act" name="act" value="{esc(value)}">{esc(action)}</button>'
 
 
@@ -164,8 +172,11 @@ def _partitions(fleet: dict, now_ms: int) -> str:
         rows.append(f"<tr><td>{esc(p['partition'])}</td><td>{owner}</td>"
                     f"<td class=num>{esc(_count(p['due_backlog'], p['due_backlog_capped']))}</td>"
                     f"<td>{_when(p['oldest_due_at_ms'], now_ms)}</td><td class=num>{parked}</td></tr>")
+    shown, total = len(fleet["partitions"]), fleet["partitions_total"]
+    more = (f'<p class="muted">The first {shown:,} of {total:,} partitions, in name order: search below for any '
+            'other.</p>' if total > shown else "")
     return _table(["partition", "owner", "due backlog", "oldest due", "parked"], rows,
-                  "No partition holds a row yet.")
+                  "No partition holds a row yet.") + more
 
 
 def _polyline(points: list, x_of, y_of, color: str) -> str:
@@ -243,10 +254,10 @@ def _search_form(query: dict) -> str:
     states = "".join(f'<option value="{s}"{" selected" if query.get("state") == s else ""}>{s}</option>'
                      for s in ("",) + STATES)
     return ('<form class="search" method="get" action="/">'
-            f'<label>partition<input name="partition" value="{esc(query.get("partition", ""))}" size="14"></label>'
-            f'<label>kind<input name="kind" value="{esc(query.get("kind", ""))}" size="5"></label>'
+            f'<label>partition<input name="partition" value="{_field(query.get("partition", ""))}" size="14"></label>'
+            f'<label>kind<input name="kind" value="{_field(query.get("kind", ""))}" size="5"></label>'
             f'<label>state<select name="state">{states}</select></label>'
-            f'<label>reference (or a part, or its hex)<input name="reference" value="{esc(query.get("reference", ""))}" '
+            f'<label>reference (or a part, or its hex)<input name="reference" value="{_field(query.get("reference", ""))}" '
             'size="28"></label><button class="primary" type="submit">Search</button></form>')
 
 
@@ -284,10 +295,12 @@ def _cards(data: dict) -> str:
     oldest = [p["oldest_due_at_ms"] for p in parts if p["oldest_due_at_ms"] is not None]
     late = in_words(min(oldest), data["now_ms"]).replace(" ago", "") if oldest else "-"
     paused = sum(1 for s in data["schedules"] if s.paused)
+    # Past the partitions the page reads, its sums are of those alone, and say so.
+    of = f" (first {len(parts):,})" if fleet["partitions_total"] > len(parts) else ""
     cards = [("runners" if fleet["runners"] is not None else "runners (not recorded)",
               "-" if fleet["runners"] is None else len(fleet["runners"]), False),
-             ("partitions", len(parts), False), ("due now", backlog, False), ("oldest due, late by", late, False),
-             ("parked", parked, parked > 0), ("schedules", f"{len(data['schedules'])}" + (f" ({paused} paused)" if paused else ""), False)]
+             ("partitions", f"{fleet['partitions_total']:,}", False), ("due now" + of, backlog, False),
+             ("oldest due, late by" + of, late, False), ("parked" + of, parked, parked > 0), ("schedules", f"{len(data['schedules'])}" + (f" ({paused} paused)" if paused else ""), False)]
     return '<div class="cards">' + "".join(
         f'<div class="card{" bad" if bad else ""}"><div class="n">{esc(n)}</div><div class="l">{esc(label)}</div></div>'
         for label, n, bad in cards) + "</div>"
@@ -312,7 +325,7 @@ def render(data: dict, query: dict, *, actions: bool, loopback: bool, form_token
     body.append(f"<h2>Timers</h2>{_search_form(query)}")
     body.append(f'<section id="timers" data-live>{_timers(data, actions)}</section>')
     if actions:
-        back = urlencode({k: v for k, v in query.items() if k != "note"})
+        back = urlencode({k: v for k, v in query.items() if k not in ("note", "sig")})
         token = (f'<input type="hidden" name="token" value="{esc(form_token)}">' if loopback else
                  '<label class="muted">action token <input type="password" name="token" autocomplete="off"></label>')
         body.append(f'<form id="act" method="post" action="/action"><input type="hidden" name="back" value="{esc(back)}">'
