@@ -338,3 +338,19 @@ def test_run_refuses_a_bad_concurrency_with_one_line_and_exit_2(tmp_path, bad):
     done = run_cli("run", "--store", f"sqlite:///{db}", "--handlers", "json:loads", "--concurrency", bad)
     assert done.returncode == 2 and "--concurrency" in done.stderr and bad in done.stderr, done.stderr
     assert not db.exists()
+
+
+@pytest.mark.parametrize("bad, exc", [(float("nan"), ValueError), (-1, ValueError), ("10", TypeError), (True, TypeError)])
+def test_stop_refuses_a_bad_timeout_naming_it_and_stops_nothing(store, bad, exc):
+    """stop(timeout=nan) raised "Invalid value NaN" from deep in the clock, and stop(-1) returned with
+    the thread still running: both, and a non-number, are refused naming the value, before anything
+    stops; a timeout past what a thread can wait (1e308, inf) waits without a limit, as None does."""
+    h = Sleepy(lambda t: 0.0)
+    svc = DurableTimerService(store, TimerRegistry().register(h), [P]).start()
+    try:
+        with pytest.raises(exc, match=repr(bad)):
+            svc.stop(timeout=bad)
+        assert svc.running
+    finally:
+        svc.stop(timeout=1e308)
+    assert not svc.running

@@ -122,6 +122,8 @@ def test_a_bad_relative_due_time_is_refused_naming_it(store, host_now):
              ((NOW + 5,), {"delay": 5}, TypeError, "not both"),
              ((None,), {}, TypeError, "NoneType"),
              ((None,), {"delay": 1e300}, ValueError, "delay must end by the latest due time.*1e\\+300"),
+             # Finite, but its ms overflow a float (1e308 * 1000 is inf): the same ValueError, no OverflowError.
+             ((None,), {"delay": 1e308}, ValueError, "delay must end by the latest due time.*1e\\+308"),
              ((None,), {"delay": 2**70}, ValueError, "delay .*1180591620717411303424")]
     for due, kwargs, error, named in cases:
         with pytest.raises(error, match=named):

@@ -696,3 +696,41 @@ def test_a_pass_reads_and_claims_every_partition_in_shared_round_trips(store):
             assert result.jobs == [] and result.wake_ms == NOW + backoff_ms(1)  # claimed already
             assert counting.calls[:2] == [("scan", partitions[0]), ("scan", partitions[1])]
             assert ("scan_many", 16) in counting.calls  # the wakes: one by one all the same, in the generic one
+
+
+def test_a_retry_a_finite_1e308_seconds_away_is_as_far_as_a_due_time_goes(store):
+    """Retry(delay=1e308) is finite, so accepted; its ms used to overflow a float to inf and
+    run_due raised, losing the Done of the timer beside it in the chunk, whose handler then ran
+    twice. Now the row waits at the latest due time, and its neighbour's effect commits once."""
+    from timerwheel_c.durable.timers.runner import Pace
+
+    schedule(store, NOW - 10, reference=b"a")
+    schedule(store, NOW - 5, reference=b"b")
+    h = Recorder(outcome=lambda ctx, t: Retry(delay=1e308) if t.reference == b"b" else
+                 Done(Batch().put(b"fired/" + t.reference, b"1")))
+    report = run_due(store, P, TimerRegistry().register(h), NOW, pace=Pace(fire_s=0.0))
+    assert (report.fired, report.failed) == (1, 1)
+    assert store.get(P, b"fired/a") == b"1"
+    ((row, _),) = timer_rows(store)
+    assert row.reference == b"b" and row.attempt == 1 and row.due_at_ms == keys.MAX_DUE_MS
+    assert run_due(store, P, TimerRegistry().register(h), NOW + 60_000).fired == 0
+    assert [t.reference for t in h.seen] == [b"a", b"b"]
+
+
+def test_a_backoff_past_the_range_of_due_times_holds_up_no_other_timer(store):
+    """A Backoff its checks accept (finite base_s and cap_s, 1e305 s) made the claim of the next
+    attempt raise OverflowError, every pass on the partition with it, so no timer of the partition
+    fired again. Now each claim's backoff key is the latest due time, and the partition's timers fire."""
+    from timerwheel_c.durable.timers.tick import Backoff
+
+    class Far(Recorder):
+        backoff = Backoff(base_s=1e305, cap_s=1e306)
+
+    schedule(store, NOW - 10, kind=A, reference=b"far")
+    schedule(store, NOW + 1, kind=B, reference=b"other")
+    far, other = Far(A, outcome=lambda ctx, t: Retry(delay=0)), Recorder(B)
+    registry = TimerRegistry().register(far).register(other)
+    for now in (NOW, NOW + 1, NOW + 2, NOW + 60_000):
+        run_due(store, P, registry, now)
+    assert [t.reference for t in other.seen] == [b"other"]
+    assert [t.attempt for t in far.seen] == [1, 2, 3, 4]  # Retry(delay=0): again at each tick

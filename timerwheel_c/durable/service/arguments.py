@@ -4,6 +4,7 @@ them as they are, and check nothing again."""
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
@@ -13,7 +14,7 @@ from ..timers.runner import TickBudget
 from ..timers.timing import DEFAULT_TIMING, SYSTEM_CLOCK, Clock, Timing
 from .pool import MAX_CONCURRENCY
 
-__all__ = ["Arguments", "check_arguments"]
+__all__ = ["Arguments", "check_arguments", "check_stop_timeout"]
 
 
 @dataclass(frozen=True)
@@ -77,3 +78,19 @@ def check_arguments(partitions: Optional[Iterable[str]], concurrency: int, budge
                          f"longest pass, budget.max_elapsed_ms ({budget.max_elapsed_ms!r} ms)")
     return Arguments(checked, concurrency, budget, max_sleep_s, summary_interval_s, in_fleet, separate_commits,
                      SYSTEM_CLOCK if clock is None else clock, timing)
+
+
+def check_stop_timeout(timeout: object) -> Optional[float]:
+    """``stop()``'s ``timeout``: None (no limit), or seconds >= 0; one past what a thread can wait
+    (``threading.TIMEOUT_MAX``, infinity included) is no limit either.
+
+    Raises:
+        TypeError / ValueError: not a number, NaN or negative, naming the value.
+    """
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"timeout must be seconds (a number) or None, got {type(timeout).__name__} {timeout!r}")
+    if not timeout >= 0:  # NaN fails it too
+        raise ValueError(f"timeout must be None or seconds >= 0, got {timeout!r}")
+    return None if timeout >= threading.TIMEOUT_MAX else float(timeout)

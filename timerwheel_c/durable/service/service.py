@@ -29,7 +29,7 @@ from ..timers.registry import TimerKind, TimerRegistry, check_registry
 from ..timers.runner import TickBudget
 from ..timers.timing import Clock, Timing
 from .activity import Activity
-from .arguments import check_arguments
+from .arguments import check_arguments, check_stop_timeout
 from .claiming import LOCK_WAIT_MS, Claimer
 from .committer import Committer
 from .executor import Executor
@@ -183,11 +183,10 @@ class DurableTimerService:
         is due now (an attempt counts a handler call, so a timer with ``max_attempts=1`` still fires on the next
         runner). A handler still running at the timeout is abandoned: its row stays claimed at its backoff key and
         is fired again after that backoff (by this process if restarted, or another runner). An abandoned ``async``
-        handler is cancelled; a sync one finishes on its daemon thread, and its outcome is discarded.
+        handler is cancelled; a sync one finishes on its daemon thread, and its outcome is discarded. A ``timeout``
+        that is not a number, is NaN or negative raises TypeError / ValueError naming it, and stops nothing.
         """
-        if timeout is _Default.TIMING:
-            timeout = self.timing.stop_timeout_s
-        assert not isinstance(timeout, _Default)  # for mypy: replaced just above
+        timeout = self.timing.stop_timeout_s if timeout is _Default.TIMING else check_stop_timeout(timeout)
         if not self._stopping:
             self._thread.stop_at = None if timeout is None else self.clock.monotonic_ns() / 1e9 + timeout
             self._thread.release_on_stop = bool(release_claims)

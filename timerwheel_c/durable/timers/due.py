@@ -26,8 +26,19 @@ import time
 
 from .keys import MAX_DUE_MS
 
-__all__ = ["PLAUSIBLY_FINER_FROM", "PLAUSIBLY_SECONDS_BELOW", "DueMs", "due_at_ms_of", "due_or_delay",
-           "relative_base_ms"]
+__all__ = ["MAX_SPAN_S", "PLAUSIBLY_FINER_FROM", "PLAUSIBLY_SECONDS_BELOW", "DueMs", "due_at_ms_of", "due_or_delay",
+           "relative_base_ms", "span_ms"]
+
+#: The longest span in seconds that due times tell apart: the whole range of Unix epoch ms. A longer
+#: one is no later a due time, and a finite float past it (1e308) times 1000 is inf, which no int is.
+MAX_SPAN_S = MAX_DUE_MS / 1000
+
+
+def span_ms(seconds: float) -> int:
+    """``seconds`` (finite, >= 0) in whole ms, rounded up, and at most the range of due times (MAX_DUE_MS + 1
+    for a longer span), so that a delay, a retry or a backoff of 1e308 s is as far off as one can be, never
+    an OverflowError."""
+    return MAX_DUE_MS + 1 if seconds > MAX_SPAN_S else math.ceil(seconds * 1000)
 
 log = logging.getLogger("timerwheel_c.durable")
 
@@ -77,7 +88,7 @@ def due_or_delay(due_at: object, delay: object, name: str = "due_at_ms") -> obje
         raise TypeError(f"delay must be a number of seconds, got {type(delay).__name__} {delay!r}")
     if not math.isfinite(delay):
         raise ValueError(f"delay must be a finite number of seconds, got {delay!r}")
-    return _relative(math.ceil(delay * 1000), delay, "delay")
+    return _relative(span_ms(delay), delay, "delay")
 
 
 def due_at_ms_of(value: object, name: str = "due_at_ms") -> int:

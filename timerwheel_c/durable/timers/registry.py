@@ -130,7 +130,8 @@ class Reschedule:
 class Retry:
     """Outcome: not now; the row stays backed off and is tried again later: after the handler's
     backoff, or ``delay`` seconds after this attempt's tick when given (a number >= 0, rounded up to
-    the ms, as Celery's ``retry(countdown=)``). It is a failed attempt:
+    the ms, as Celery's ``retry(countdown=)``; one past the range of due times waits until the last
+    of them). It is a failed attempt:
     it counts toward :attr:`TimerHandler.max_attempts` (as Celery's ``retry()`` counts toward its
     ``max_retries``), so a handler that polls with Retry sets ``max_attempts`` to cover its wait,
     or None.

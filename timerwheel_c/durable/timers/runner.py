@@ -39,13 +39,13 @@ malformed and unprocessable rows: see :mod:`.claim`.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
 from . import keys, names, parking, schedules, tracing
 from .codecs import encoded
+from .due import span_ms
 from .claim import (PAGE, ClaimedTimer, Claimer, Claims, check_args, claim_due, claim_due_across, due_request,
                     release_claims)
 from .registry import Done, Reschedule, Retry, TimerContext, TimerRegistry
@@ -146,7 +146,7 @@ def settle(partition: str, claimed: ClaimedTimer, report: RunReport, outcome: ob
         if outcome.delay is None:
             return _failed(partition, claimed, report, now_ms, wall_ms, why=why, asked=True)
         return _failed(partition, claimed, report, now_ms, wall_ms, why=f"{why}, in {outcome.delay} s",
-                       asked=True, retry_in_ms=math.ceil(outcome.delay * 1000))
+                       asked=True, retry_in_ms=span_ms(outcome.delay))
     if not isinstance(outcome, (Done, Reschedule)):
         return _failed(partition, claimed, report, now_ms, wall_ms, why=parking.wrong_outcome(outcome))
     # Per fire: the batch's lists are filled directly where Batch's methods would only repeat a check

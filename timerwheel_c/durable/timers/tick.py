@@ -8,6 +8,9 @@ import random
 from dataclasses import dataclass, field
 from typing import Optional
 
+from .due import MAX_SPAN_S
+from .keys import MAX_DUE_MS
+
 __all__ = ["BACKOFF_BASE_MS", "BACKOFF_CAP_MS", "DEFAULT_BUDGET", "Backoff", "RunReport", "TickBudget", "backoff_ms"]
 
 BACKOFF_BASE_MS = 5_000
@@ -40,6 +43,7 @@ class Backoff:
             ``base_s``, ``jitter`` outside 0..1, naming the value.
     """
 
+    # A delay past the range of due times (base_s=1e305, say) waits until the last of them.
     base_s: float = BACKOFF_BASE_MS / 1000
     factor: float = 2.0
     cap_s: float = BACKOFF_CAP_MS / 1000
@@ -60,7 +64,7 @@ class Backoff:
             delay_s = self.cap_s
         if self.jitter:
             delay_s -= delay_s * self.jitter * _RNG.random()
-        return max(1, int(delay_s * 1000))
+        return max(1, min(int(min(delay_s, MAX_SPAN_S) * 1000), MAX_DUE_MS))
 
 
 def backoff_ms(attempt: int, policy: Optional[Backoff] = None) -> int:

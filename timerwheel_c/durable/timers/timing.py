@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from ..storage.store import CHECK_INTERVAL_S, LEASE_S
 from .claim import UNKNOWN_KIND_GRACE_MS
+from .due import MAX_SPAN_S
 
 if TYPE_CHECKING:
     import asyncio
@@ -180,8 +181,9 @@ class Timing:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise TypeError(f"Timing.{name} must be a number of seconds, got {type(value).__name__} {value!r}")
-            if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"Timing.{name} must be finite and > 0 seconds, got {value!r}")
+            # Bounded: a finite 1e308 s turns into an infinite ms or ns count where the service waits by it.
+            if not (math.isfinite(value) and 0 < value <= MAX_SPAN_S):
+                raise ValueError(f"Timing.{name} must be finite and in (0, {MAX_SPAN_S:g}] seconds, got {value!r}")
         grace = self.unknown_kind_grace_ms
         if isinstance(grace, bool) or not isinstance(grace, int) or grace < 0:
             raise ValueError(f"Timing.unknown_kind_grace_ms must be an int >= 0 ms, got {grace!r}")
