@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import time
 
@@ -236,10 +237,12 @@ def test_start_after_stop_raises_promptly():
     assert outcome == ["RuntimeError"], "the documented lifecycle is one-shot: start after stop raises"
 
 
-@pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan"), 0, -1.0])
+@pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan"), 0, -1.0, 1e300])
 def test_max_sleep_must_be_finite_and_positive(bad):
-    """``max_sleep_s`` must be finite and > 0 seconds: a ValueError naming the value, at construction."""
-    with pytest.raises(ValueError, match="max_sleep_s must be finite and > 0 seconds, got " + repr(bad)):
+    """``max_sleep_s`` must be finite and > 0 seconds, and within the range of due times (1e300 s, a
+    finite float, made the service's sleep an infinite ns count): a ValueError naming the value, at
+    construction."""
+    with pytest.raises(ValueError, match=r"max_sleep_s must be finite and > 0 seconds, at most .*, got " + re.escape(repr(bad))):
         DurableTimerService(SQLiteStore(":memory:"), TimerRegistry(), ["p"], max_sleep_s=bad)
     with pytest.raises(TypeError, match="max_sleep_s"):
         DurableTimerService(SQLiteStore(":memory:"), TimerRegistry(), ["p"], max_sleep_s="5")

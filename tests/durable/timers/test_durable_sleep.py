@@ -182,3 +182,16 @@ def test_a_sleeps_timeout_that_is_no_number_of_seconds_is_refused_by_name_before
     with pytest.raises(error, match=f"timeout_s .*{re.escape(repr(bad))}"):
         asyncio.run(ctx.sleep_until_async(wall_ms() + 60_000, timeout_s=bad))
     assert ctx.calls == 0 and store.scan(SLEEP_PARTITION, *keys.timer_range()).entries == []
+
+
+
+def test_a_sleeps_timeout_past_the_range_of_due_times_is_no_timeout(tmp_path):
+    """timeout_s=1e308 is finite, and its ns overflowed a float to inf (an OverflowError as the wait
+    began): it is as good as no timeout, as infinity is. Both forms, already due, are fired by the
+    service and return."""
+    store = SQLiteStore(tmp_path / "s.db")
+    with DurableTimerService(store, TimerRegistry().register(SleepHandler()), [SLEEP_PARTITION]) as svc:
+        ctx = DurableContext(store, "far-timeout", service=svc)
+        assert ctx.sleep_until(wall_ms() - 1, timeout_s=1e308) is False
+        assert asyncio.run(ctx.sleep_until_async(wall_ms() - 1, timeout_s=1e308)) is False
+    store.close()

@@ -10,6 +10,7 @@ from typing import Iterable, Optional
 
 from ..storage.redact import redact
 from ..storage.store import check_partition
+from ..timers.due import MAX_SPAN_S
 from ..timers.runner import TickBudget
 from ..timers.timing import DEFAULT_TIMING, SYSTEM_CLOCK, Clock, Timing
 from .pool import MAX_CONCURRENCY
@@ -36,8 +37,9 @@ class Arguments:
 def _positive(name: str, value: object, unit: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a number of {unit}, got {type(value).__name__} {value!r}")
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be finite and > 0 {unit}, got {value!r}")
+    # Bounded: a finite 1e300 s is an infinite ns count where the service sleeps by it.
+    if not (math.isfinite(value) and 0 < value <= MAX_SPAN_S):
+        raise ValueError(f"{name} must be finite and > 0 {unit}, at most {MAX_SPAN_S:g}, got {value!r}")
     return float(value)
 
 

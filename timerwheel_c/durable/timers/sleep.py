@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from . import keys
-from .due import due_at_ms_of
+from .due import MAX_SPAN_S, due_at_ms_of
 from .registry import Done, TimerHandler, TimerKind
 from .timing import SYSTEM_CLOCK, Clock
 from ..storage.store import Absent, Batch, Equals, Store, check_partition, check_store
@@ -159,7 +159,8 @@ class DurableContext:
             raise TypeError(f"timeout_s must be a number of seconds or None, got {type(timeout_s).__name__} {timeout_s!r}")
         if math.isnan(timeout_s):
             raise ValueError(f"timeout_s must be a number of seconds or None, got {timeout_s!r}")
-        return None if timeout_s == math.inf else self.clock.monotonic_ns() + round(max(0.0, timeout_s) * 1e9)
+        # Past the range of due times (1e308 s, whose ns a float makes inf) is as good as none.
+        return None if timeout_s > MAX_SPAN_S else self.clock.monotonic_ns() + round(max(0.0, timeout_s) * 1e9)
 
     def _timeout(self, mark: bytes, due: int, timeout_s) -> TimeoutError:
         return TimeoutError(f"durable sleep {mark[len(keys.SLEEP_MARK_TAG):].hex()} due {due} ms not fired within {timeout_s} s")
