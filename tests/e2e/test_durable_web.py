@@ -603,3 +603,28 @@ def test_the_page_reads_a_bounded_number_of_partitions_and_says_how_many_there_a
         assert [t.partition for t in page.read({"partition": "p6"})["timers"]] == ["p6"]
     finally:
         page.close()
+
+
+def test_the_page_reads_the_schedules_by_shard_with_a_bound_per_shard(store_url, monkeypatch):
+    """The page's schedules come from one read by shard, at most PAGE_SCHEDULES_PER_SHARD a shard, so a
+    refresh costs the same with a million partitions as with one (it used to scan every partition);
+    a schedule of any partition is there, in partition and name order, and a shard holding more than
+    the page read is said, with the command that lists them all."""
+    import timerwheel_c.durable.service.web as web
+    from timerwheel_c.durable.service.web_page import render
+
+    with open_store(store_url) as store:
+        for partition, name in (("zz-last", "b"), ("zz-last", "a"), ("aa-first", "c")):
+            add_schedule(store, partition, name, Cron("30 2 * * *", "Europe/Paris"), KIND)
+    page = StatusPage(open_store(store_url), store_url)
+    try:
+        data = page.read({})
+        assert [(s.partition, s.name) for s in data["schedules"]] == [("aa-first", "c"), ("zz-last", "a"), ("zz-last", "b")]
+        assert not data["schedules_more"]
+        monkeypatch.setattr(web, "PAGE_SCHEDULES_PER_SHARD", 1)
+        data = page.read({})
+        assert data["schedules_more"] and len(data["schedules"]) < 3
+        assert "timerwheel-c schedules list</code> gives them all" in render(data, {}, actions=False, loopback=True,
+                                                                           form_token="")
+    finally:
+        page.close()

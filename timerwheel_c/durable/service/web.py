@@ -40,7 +40,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 from ..storage.errors import StoreError
 from ..timers.keys import TimerKind
-from ..timers.schedules import list_schedules, pause_schedule, resume_schedule
+from ..timers.schedules import pause_schedule, resume_schedule, schedules_by_shard
 from ..timers.writer import STATES, cancel, get_timer, list_timers, requeue
 from .cli_text import first_line
 from .fleet import status
@@ -56,6 +56,7 @@ SAMPLE_EVERY_S = 5.0  # a runner's counters are sampled this often (s) for the c
 SEARCH_LIMIT = 100  # timers a search shows at most
 # Partitions the page reads and shows at most, the first in name order: two scans each, every refresh.
 PAGE_PARTITIONS = 200
+PAGE_SCHEDULES_PER_SHARD = 50  # schedules the page reads per shard at most, in one scan of them all
 SCAN_LIMIT = 10_000  # timers read at most for a search by a part of a reference
 ACTIONS = ("requeue", "fire-now", "cancel", "pause", "resume")
 _TIMER_ACTIONS = ACTIONS[:3]
@@ -197,10 +198,11 @@ class StatusPage:
     def read(self, query: dict) -> dict:
         """What the page shows for ``query`` (the search: ``partition``, ``kind``, ``state``,
         ``reference``, as strings): ``fleet`` (:func:`~.fleet.status`, with ``heartbeat_ms``
-        per runner), ``schedules``, ``timers`` (None without a search), ``search_error``,
+        per runner), ``schedules`` (up to :data:`PAGE_SCHEDULES_PER_SHARD` of each shard; ``schedules_more``: a shard
+        holds more), ``timers`` (None without a search), ``search_error``,
         ``error`` (a store error, one line, password masked), ``history``, ``now_ms``."""
         now_ms = self.now_ms()
-        out: dict = {"now_ms": now_ms, "fleet": None, "schedules": [], "timers": None, "more": False,
+        out: dict = {"now_ms": now_ms, "fleet": None, "schedules": [], "schedules_more": False, "timers": None, "more": False,
                      "search_error": None, "error": None,
                      "history": None if self.history is None else self.history.series()}
         with self._store_lock:
@@ -212,7 +214,7 @@ class StatusPage:
                     beats = heartbeats(self.store, [r["backend_pid"] for r in fleet["runners"]])
                     for r in fleet["runners"]:
                         r["heartbeat_ms"] = beats.get(r["backend_pid"])
-                out["schedules"] = list_schedules(self.store)
+                out["schedules"], out["schedules_more"] = schedules_by_shard(self.store, PAGE_SCHEDULES_PER_SHARD)
                 if any(query.get(k) for k in ("partition", "kind", "state", "reference")):
                     try:
                         out["timers"], out["more"] = self._search(query)

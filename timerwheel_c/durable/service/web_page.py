@@ -300,7 +300,8 @@ def _cards(data: dict) -> str:
     cards = [("runners" if fleet["runners"] is not None else "runners (not recorded)",
               "-" if fleet["runners"] is None else len(fleet["runners"]), False),
              ("partitions", f"{fleet['partitions_total']:,}", False), ("due now" + of, backlog, False),
-             ("oldest due, late by" + of, late, False), ("parked" + of, parked, parked > 0), ("schedules", f"{len(data['schedules'])}" + (f" ({paused} paused)" if paused else ""), False)]
+             ("oldest due, late by" + of, late, False), ("parked" + of, parked, parked > 0), ("schedules", f"{len(data['schedules'])}" + ("+" if data.get("schedules_more") else "")
+                                + (f" ({paused} paused)" if paused else ""), False)]
     return '<div class="cards">' + "".join(
         f'<div class="card{" bad" if bad else ""}"><div class="n">{esc(n)}</div><div class="l">{esc(label)}</div></div>'
         for label, n, bad in cards) + "</div>"
@@ -321,7 +322,10 @@ def render(data: dict, query: dict, *, actions: bool, loopback: bool, form_token
         body.append(f'<h2>Partitions</h2><section id="partitions" data-live>{_partitions(fleet, now_ms)}</section>')
     body.append(f'<h2>Fired and lateness, last {int(HISTORY_S // 60)} minutes</h2>'
                 f'<section id="rates" data-live>{_rates(data["history"])}</section>')
-    body.append(f'<h2>Schedules</h2><section id="schedules" data-live>{_schedules(data["schedules"], now_ms, actions)}</section>')
+    more = ('<p class="muted">More schedules than the page reads: <code>timerwheel-c schedules list</code> '
+            'gives them all.</p>' if data.get("schedules_more") else "")
+    body.append(f'<h2>Schedules</h2><section id="schedules" data-live>{_schedules(data["schedules"], now_ms, actions)}'
+                f'{more}</section>')
     body.append(f"<h2>Timers</h2>{_search_form(query)}")
     body.append(f'<section id="timers" data-live>{_timers(data, actions)}</section>')
     if actions:
