@@ -119,6 +119,9 @@ def configure(store: Store, *, min_size: int = 1, max_size: int = 4, timeout_s: 
     event loop, on its first write: call this before): ``min_size`` connections kept open (>= 0),
     ``max_size`` at most (>= max(1, min_size)), and ``timeout_s`` seconds (> 0) that a write waits
     for one before raising :class:`~timerwheel_c.durable.storage.errors.TransientStoreError`.
+    ``timeout_s`` bounds the wait for a connection, not a write on one the network then drops
+    without a word (a vanished host): that ends when TCP gives up, minutes later on Linux, unless
+    the store's URL bounds it with libpq's ``tcp_user_timeout`` (ms) or ``keepalives_idle``.
 
     Raises:
         TypeError: ``store`` is not a PostgresStore (a SQLite store writes on a thread), or a

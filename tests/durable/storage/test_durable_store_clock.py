@@ -79,3 +79,22 @@ def test_a_store_without_a_server_clock_keeps_the_host_clock(tmp_path):
         clocks.mono += 60 * S
         clock.refresh(store)
     assert clock.offset_ns is None and clock.now_ns() == clocks.host + clocks.mono
+
+
+def test_a_slow_round_trip_is_not_taken_for_a_host_clock_gone_wrong(caplog):
+    """A read of the server's clock that took 4 s (a stalled network) knows the skew to 2 s only: a host
+    clock in step with the server's is not warned about (it was: "-2.000 s off"), one 6 s ahead is,
+    and a warning is withdrawn only once a read shows the clock back within 1 s."""
+    clocks = Clocks(mono=10 * S, host=0)
+    server = FakeServer(clocks, 0, rtt_ns=4 * S)
+    clock = clocks.clock(refresh_s=0.0)
+    with caplog.at_level(logging.INFO, logger="timerwheel_c.durable"):
+        clock.refresh(server)
+        assert not caplog.records, [r.getMessage() for r in caplog.records]
+        clocks.host = 6 * S
+        clock.refresh(server)
+        clocks.host = 0
+        clock.refresh(server)  # in step, but the slow trip cannot show it: still warned
+        server.rtt_ns = 0
+        clock.refresh(server)
+    assert [r.levelname for r in caplog.records] == ["WARNING", "INFO"], [r.getMessage() for r in caplog.records]

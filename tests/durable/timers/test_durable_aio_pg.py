@@ -188,3 +188,33 @@ def test_configure_checks_its_arguments(store, tmp_path):
     with pytest.raises(ValueError, match="timeout_s"):
         aio.configure(store, timeout_s=0)
     aio.configure(store, min_size=0, max_size=2, timeout_s=5)
+
+
+@pytest.mark.slow
+def test_a_loop_whose_first_write_met_a_down_server_writes_once_it_is_back():
+    """The loop's pool is made on its first write; when the server is down then, its open times out
+    and psycopg_pool closes it for good. That write raises TransientStoreError, as documented, and
+    the loop's writes once the server is back go through (they kept raising "pool has already been
+    opened/closed and cannot be reused" until the process restarted)."""
+    from pg_cluster import throwaway_cluster
+    from timerwheel_c.durable.storage.errors import TransientStoreError
+
+    with throwaway_cluster() as (dsn, pg_ctl):
+        store = PostgresStore(dsn)
+        try:
+            aio.configure(store, timeout_s=1.0)
+            pg_ctl("stop", "-m", "fast")
+
+            async def main():
+                with pytest.raises(TransientStoreError):
+                    await aio.schedule(store, "p", wall_ms() + 60_000, 1, b"during")
+                pg_ctl("start")
+                await aio.schedule(store, "p", wall_ms() + 60_000, 1, b"after")
+                await aio.schedule(store, "p", wall_ms() + 60_000, 1, b"again")
+
+            asyncio.run(main())
+        finally:
+            store.close()
+        with PostgresStore(dsn) as fresh:  # the first store's own connection died with the server
+            assert get_timer(fresh, "p", 1, b"during") is None
+            assert get_timer(fresh, "p", 1, b"after") is not None and get_timer(fresh, "p", 1, b"again") is not None

@@ -11,8 +11,8 @@ made runs behind the server's by at most one round trip, never ahead of it. Bein
 monotonic clock, it is also immune to a step of the host's wall clock between reads.
 
 A store without a server clock (SQLite, whose runners share one host) keeps the host's wall clock.
-When the host's wall clock is more than :data:`SKEW_WARN_NS` off the server's, a WARNING says so
-once, and again only after it has come back within that bound.
+When the host's wall clock is more than :data:`SKEW_WARN_NS` off the server's, whatever the round
+trip's halves, a WARNING says so once, and again only after it has come back within that bound.
 """
 from __future__ import annotations
 
@@ -78,7 +78,12 @@ class StoreClock:
             return
         self.offset_ns = server_ns - mono1
         self.skew_ns = (host0 + host1) // 2 - server_ns
-        skewed = abs(self.skew_ns) > SKEW_WARN_NS
+        # The reading lies anywhere within the round trip, so the skew is known to half of it: only a
+        # verdict that holds whatever the trip's halves changes the warning's state, and a slow trip (a
+        # stalled network, a busy server) never reads as a host clock gone wrong.
+        doubt_ns = (mono1 - mono0) // 2
+        skewed = (abs(self.skew_ns) - doubt_ns > SKEW_WARN_NS or
+                  (self._skewed and abs(self.skew_ns) + doubt_ns > SKEW_WARN_NS))
         if skewed and not self._skewed:
             log.warning("this host's clock is %+.3f s off the store server's; due times are judged by the "
                         "server's clock (a host clock more than 1 s off is worth fixing: NTP)", self.skew_ns / 1e9)

@@ -9,6 +9,14 @@ never match driver classes or message text (as procrastinate's connector wraps i
 - :class:`PermanentStoreError`: retrying the same call will fail the same way (a value the
   server refuses, a corrupt file, a schema this version does not know).
 
+A write whose connection is lost while its commit is on its way (a server restart or a network
+cut at that moment) raises TransientStoreError, yet the server may have committed it: no client
+of any database can tell which. The writes by name are made to be retried through that doubt:
+``schedule()`` again leaves one timer of the name (with ``if_exists="replace"``), and ``cancel()``
+again returns False for a timer the first call removed, so a caller that must know reads it back
+(``get_timer``). A runner's claims and outcomes are guarded on their rows, so a retry of one that
+committed fails its guard and changes nothing.
+
 Each keeps the driver's exception as ``__cause__`` and its code as ``code`` (a PostgreSQL SQLSTATE
 such as ``"54000"``, a SQLite result code name such as ``"SQLITE_BUSY"``, or None). Backends
 classify by SQLSTATE class (PostgreSQL, https://www.postgresql.org/docs/current/errcodes-appendix.html)

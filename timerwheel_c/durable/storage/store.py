@@ -428,7 +428,9 @@ class Store(abc.ABC):
 
         Raises:
             TypeError / ValueError: a bad partition, a non-Batch.
-            TransientStoreError / PermanentStoreError: the backend failed; nothing was written.
+            TransientStoreError / PermanentStoreError: the backend failed; nothing was written, but
+                for a connection lost while the commit was on its way (PostgreSQL): the server may
+                have committed it, and no client can tell (see :mod:`.errors`).
         """
         return self._apply(check_partition(partition), _check_batch(batch))
 

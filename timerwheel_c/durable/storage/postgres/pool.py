@@ -117,12 +117,22 @@ class AsyncPools:
                     self._dsn, kwargs={"autocommit": True}, min_size=min_size, max_size=max_size, timeout=timeout_s,
                     configure=configure, name="timerwheel-c-aio", open=False)
                 found = self._by_loop[loop] = (pool, loop.create_task(self._close_when_cancelled(loop, pool)))
-        pool = found[0]
+        pool, closer = found
         if pool.closed:  # not open yet (a concurrent first write may be opening it: open() waits for that)
             # wait=True: the first write finds the pool's min_size connections made, instead of asking
             # for one while they connect, which makes the pool grow by another whose connect the
             # loop's shutdown may cancel half-way, leaving a session on the server until collected.
-            await pool.open(wait=True, timeout=self._sizes[2])
+            try:
+                await pool.open(wait=True, timeout=self._sizes[2])
+            except BaseException:
+                # An open that timed out (the server down at the loop's first write) leaves the pool
+                # closed for good ("cannot be reused"): forgotten, so that the loop's next write makes
+                # another, and the outage ends with the server's instead of with the process.
+                with self._lock:
+                    if self._by_loop.get(loop, (None,))[0] is pool:
+                        del self._by_loop[loop]
+                closer.cancel()
+                raise
         return pool
 
     async def _configure(self, conn: psycopg.AsyncConnection) -> None:

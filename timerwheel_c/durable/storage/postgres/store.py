@@ -48,7 +48,8 @@ bytes, never as hex text to decode, which more than halves the client's CPU time
 Every psycopg error is raised as a :class:`~.errors.StoreError`, transient or permanent
 by its SQLSTATE class. One connection per store, shared by threads under a lock; a
 broken connection (server restart, network) is replaced on the next call, and the failed
-call raises :class:`~.errors.TransientStoreError` for the caller to retry. Fleet
+call raises :class:`~.errors.TransientStoreError` for the caller to retry (a write lost with its
+commit on the way may have committed: see :mod:`~timerwheel_c.durable.storage.errors`). Fleet
 ownership (:meth:`~timerwheel_c.durable.storage.store.Store.ownership`: :mod:`.ownership`)
 holds its locks on a connection of :meth:`PostgresStore.new_connection`. asyncio code
 writes on a pool of connections per event loop (:meth:`PostgresStore.async_pools`, :mod:`.pool`).
