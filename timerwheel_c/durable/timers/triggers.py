@@ -58,7 +58,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 # (:meth:`Cron._instant_ms`); the rule then does not move with the library's version.
 from cronsim import CronSim, CronSimError
 
-from .due import due_at_ms_of
+from .due import MAX_SPAN_S, due_at_ms_of
 from .keys import MAX_DUE_MS
 from .names import iso_utc
 
@@ -75,8 +75,6 @@ _TWO_DAYS_MS = 2 * 86_400_000
 # The longest interval a timedelta holds (some 2.7 million years), so that every stored
 # interval converts back (trigger_from_dict).
 _MAX_INTERVAL_MS = _dt.timedelta.max // _MS
-# The longest grace, window or jitter (seconds): the whole range of Unix epoch ms (MAX_DUE_MS).
-_MAX_SECONDS = MAX_DUE_MS / 1000
 _LIMITS = ("end_ms", "max_runs")  # stored only when set, so a schedule without them reads as before
 _CRON_FIELDS = ("minute", "hour", "day-of-month", "month", "day-of-week")
 _CRON_RANGES = {"minute": "0-59", "hour": "0-23", "day-of-month": "1-31", "month": "1-12 or JAN-DEC",
@@ -109,8 +107,9 @@ def _seconds(name: str, value: object) -> float:
         raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__} {value!r}")
     # Compared, never converted first: float(10**400) raises OverflowError, and a window past the
     # ms range (float max, say) would overflow to inf where a pass turns it into ms.
-    if (isinstance(value, float) and not math.isfinite(value)) or not 0 <= value <= _MAX_SECONDS:
-        raise ValueError(f"{name} must be a finite number of seconds from 0 to {_MAX_SECONDS:g}, got {value!r}")
+    # The longest grace, window or jitter is the whole range of Unix epoch ms (MAX_SPAN_S).
+    if (isinstance(value, float) and not math.isfinite(value)) or not 0 <= value <= MAX_SPAN_S:
+        raise ValueError(f"{name} must be a finite number of seconds from 0 to {MAX_SPAN_S:g}, got {value!r}")
     return float(value)
 
 
@@ -540,18 +539,13 @@ class Cron(Trigger):
                 continue  # in a gap: no instant reads it
             while pending and pending[0] < instants[0]:
                 due_ms = heapq.heappop(pending)
-                if due_ms > MAX_DUE_MS:
-                    return
                 if due_ms > after_ms:
                     yield due_ms
             for due_ms in instants:
                 heapq.heappush(pending, due_ms)
-        while pending:  # cronsim found no match for 50 years
-            due_ms = heapq.heappop(pending)
-            if due_ms > MAX_DUE_MS:
-                return
-            if due_ms > after_ms:
-                yield due_ms
+        # cronsim found no match for 50 years. No instant here passes MAX_DUE_MS: a datetime ends in
+        # the year 9999, and the OverflowError past it ends occurrences().
+        yield from (due_ms for due_ms in sorted(pending) if due_ms > after_ms)
 
     def _instants_of(self, wall: _dt.datetime) -> list:
         """The instants (Unix epoch ms, ascending) whose reading in the zone is the naive ``wall``: two
@@ -559,8 +553,7 @@ class Cron(Trigger):
         found: list = []
         for fold in (0, 1):
             at_ms = (wall.replace(tzinfo=self.tz, fold=fold) - _EPOCH) // _MS
-            if at_ms not in found and \
-                    (_EPOCH + _dt.timedelta(milliseconds=at_ms)).astimezone(self.tz).replace(tzinfo=None) == wall:
+            if at_ms not in found and self._reading(at_ms).replace(tzinfo=None) == wall:
                 found.append(at_ms)
         return sorted(found)
 
@@ -599,8 +592,12 @@ class Cron(Trigger):
             return 0
         return int(named < wall)
 
+    def _reading(self, at_ms: int) -> _dt.datetime:
+        """The zone's reading (an aware datetime) of the instant ``at_ms`` (Unix epoch ms)."""
+        return (_EPOCH + _dt.timedelta(milliseconds=at_ms)).astimezone(self.tz)
+
     def _offset_at(self, at_ms: int) -> Optional[_dt.timedelta]:
-        return (_EPOCH + _dt.timedelta(milliseconds=at_ms)).astimezone(self.tz).utcoffset()
+        return self._reading(at_ms).utcoffset()
 
     def to_dict(self) -> dict:
         return {**super().to_dict(), "trigger": "cron", "expression": self.expression, "tz": self.tz.key}

@@ -407,20 +407,18 @@ class SQLiteStore(Store):
         return Page.from_rows(rows, limit)
 
     def _scan_shards(self, shards: list, start: bytes, end: bytes, limit: int) -> list:
-        # A pass after another process's reshard() reads these shards by the count it was given, and
-        # the next pass by the new one (a runner reads store.shard_count at each pass).
         with self._lock, self._wrap:
+            # A pass after another process's reshard() reads these shards by the count it was given,
+            # and the next pass by the new one (a runner reads store.shard_count at each pass).
             self.adopt_shard_count(self._db)
-        if not SHARD_SPACE[0] <= start <= end <= SHARD_SPACE[1]:
-            # A range the partial index by shard does not hold: a scan of the table per shard.
-            with self._lock, self._wrap:
+            if not SHARD_SPACE[0] <= start <= end <= SHARD_SPACE[1]:
+                # A range the partial index by shard does not hold: a scan of the table per shard.
                 return [self._db.execute(_QUERIES["scan_shard_elsewhere"], (shard, start, end, limit)).fetchall()
                         for shard in shards]
-        # Under the lock, one statement finds the shards holding a row in the range (an index probe
-        # each), then one index range scan reads each of those: an idle pass over 64 shards costs
-        # one statement, not 64 (about 40 us rather than 400). The first row of each (a pass's
-        # look for its next wake-up) is one statement too, however many shards hold rows.
-        with self._lock, self._wrap:
+            # One statement finds the shards holding a row in the range (an index probe each), then
+            # one index range scan reads each of those: an idle pass over 64 shards costs one
+            # statement, not 64 (about 40 us rather than 400). The first row of each (a pass's look
+            # for its next wake-up) is one statement too, however many shards hold rows.
             if limit == 1:
                 first = first_in_shards(self._db, shards, start, end)
                 return [[first[shard]] if shard in first else [] for shard in shards]
