@@ -10,7 +10,12 @@ a server holds them); per operation, CPU time of the bench thread, ns, median of
 - ``timeout``: ``async with asyncio.timeout(30.0): pass`` (3.11+);
 - ``wait_for``: ``await asyncio.wait_for(fut, 30.0)`` of a future already done.
 
-The ratios the goals judge are the default loop's cost over EventLoop's, in one run.
+The ratios the goals judge are the default loop's cost over EventLoop's, in one run. Two floors,
+measured on EventLoop, bound what any loop could reach: the random re-arm's Python code with no
+timer work (each handle read, a method of it called, its bound callback made, in the same order),
+and ``asyncio.timeout`` with the loop's ``call_at`` replaced by a Python function that arms nothing
+(its handle's ``cancel`` a C no-op). The default loop's cost over a floor is about the most a loop
+whose timers cost nothing could show.
 """
 from __future__ import annotations
 
@@ -32,6 +37,8 @@ OPS = ("call_later+cancel", "random re-arm", "timeout", "wait_for")
 # first two: uvloop's cost over EventLoop's above 1).
 TARGETS = {"call_later+cancel": 5.0, "random re-arm": 4.0, "timeout": 1.5, "wait_for": 1.3}
 UVLOOP_BEATEN = ("call_later+cancel", "random re-arm")
+# Each floor's operation: the same Python code with no timer work (see the module docstring).
+FLOORS = {"random re-arm": "re-arm floor", "timeout": "timeout floor"}
 
 
 def loop_factories() -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
@@ -48,12 +55,26 @@ def loop_factories() -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
     return out
 
 
+class _NoTimer:
+    """The handle of a timer never armed: ``cancel()`` is a C call that does nothing."""
+
+    cancel = staticmethod(int)
+
+
+_NO_TIMER = _NoTimer()
+
+
+def _arm_nothing(when: float, callback: Callable[..., object], *args: Any, context: Any = None) -> _NoTimer:
+    return _NO_TIMER
+
+
 class _Loop:
     """One loop's side of the bench: ``n`` connections with a timer each, armed ``DELAY_S`` out
     on ``loop`` (which need not run), and one measured round of every operation."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, n: int, async_ops: int, seed: int) -> None:
-        self.loop, self.n, self.async_ops = loop, n, async_ops
+    def __init__(self, loop: asyncio.AbstractEventLoop, n: int, async_ops: int, seed: int,
+                 floors: bool = False) -> None:
+        self.loop, self.n, self.async_ops, self.floors = loop, n, async_ops, floors
         self.conns = [_Conn() for _ in range(n)]
         for c in self.conns:
             c.handle = loop.call_later(DELAY_S, c.on_idle)
@@ -72,14 +93,23 @@ class _Loop:
             c.handle.cancel()
             c.handle = call_later(DELAY_S, c.on_idle)
 
+    def rearm_floor(self) -> None:
+        for c in self.shuffled:
+            handle = c.handle
+            handle.cancelled()
+            c.handle = handle
+            c.on_idle  # noqa: B018 -- made and dropped, as the re-arm makes its callback
+
     async def async_timed(self, kind: str) -> float:
         timeout, ops = getattr(asyncio, "timeout", None), self.async_ops
         done = self.loop.create_future()
         done.set_result(None)
+        if kind == "timeout floor":
+            self.loop.call_at = _arm_nothing  # type: ignore[method-assign,assignment]  # the instance's, over the class's
         gc.disable()
         try:
             t0 = thread_time_ns()
-            if kind == "timeout":
+            if kind != "wait_for":
                 for _ in range(ops):
                     async with timeout(DELAY_S):  # type: ignore[misc]
                         pass
@@ -90,12 +120,17 @@ class _Loop:
             return (thread_time_ns() - t0) / ops
         finally:
             gc.enable()
+            self.loop.__dict__.pop("call_at", None)
 
     async def _round(self) -> dict[str, float]:
         phases = {"call_later+cancel": _timed(self.call_cancel, self.n), "random re-arm": _timed(self.rearm, self.n)}
         if hasattr(asyncio, "timeout"):
             phases["timeout"] = await self.async_timed("timeout")
         phases["wait_for"] = await self.async_timed("wait_for")
+        if self.floors:
+            phases["re-arm floor"] = _timed(self.rearm_floor, self.n)
+            if hasattr(asyncio, "timeout"):
+                phases["timeout floor"] = await self.async_timed("timeout floor")
         return phases
 
     def round(self, keep: bool) -> None:
@@ -110,7 +145,8 @@ class _Loop:
         for c in self.conns:
             c.handle.cancel()
         self.loop.close()
-        ops = {"call_later+cancel": self.n, "random re-arm": self.n, "timeout": self.async_ops, "wait_for": self.async_ops}
+        ops = {"call_later+cancel": self.n, "random re-arm": self.n, "timeout": self.async_ops, "wait_for": self.async_ops,
+               "re-arm floor": self.n, "timeout floor": self.async_ops}
         return _stats(self.samples, ops)
 
 
@@ -126,7 +162,7 @@ def run(handles: int, async_ops: int, repeats: int, seed: int = 6,
     benches = {}
     try:
         for name, factory in loop_factories().items():
-            benches[name] = _Loop(factory(), handles, async_ops, seed)
+            benches[name] = _Loop(factory(), handles, async_ops, seed, floors=name == "EventLoop")
         for i in range(repeats + 1):  # the first round warms up and is dropped
             for bench in (list(benches.values()) if i % 2 else list(benches.values())[::-1]):
                 bench.round(keep=i > 0)
@@ -178,8 +214,23 @@ def table(rep, figures: dict) -> None:
             cells.append(fmt(_median(results.get(name, {}).get(op))))
         cells += [f"{default[op]:.2f}x" if default[op] else "-", f"{uv[op]:.2f}x" if uv[op] else "-"]
         rows.append(cells)
+    notes = ["ns: CPU time of the bench thread per operation, median of the repeats; X/EventLoop: that loop's "
+             "cost over EventLoop's (above 1: EventLoop is cheaper)"]
+    for op, ceiling in ceilings(results).items():
+        notes.append(f"{FLOORS[op]}: {fmt(_median(results['EventLoop'].get(FLOORS[op])))} ns, the same code with no "
+                     f"timer work; asyncio / floor = {ceiling:.2f}x, about the most a loop whose timers cost "
+                     f"nothing could show for {op}")
     rep.table(f"loop: unchanged asyncio code on EventLoop, {figures['handles']:,} timers armed "
               f"(see bench/loop.py)",
-              ["operation"] + [f"{name} ns" for name in LOOPS] + ["asyncio/EventLoop", "uvloop/EventLoop"], rows,
-              ["ns: CPU time of the bench thread per operation, median of the repeats; X/EventLoop: that loop's "
-               "cost over EventLoop's (above 1: EventLoop is cheaper)"])
+              ["operation"] + [f"{name} ns" for name in LOOPS] + ["asyncio/EventLoop", "uvloop/EventLoop"], rows, notes)
+
+
+def ceilings(results: dict) -> dict[str, float]:
+    """Per operation with a floor: the default loop's cost over the floor's (the ratio a loop whose
+    timers cost nothing would show); operations whose floor or cost is missing are left out."""
+    out = {}
+    for op, floor in FLOORS.items():
+        cost, ref = _median(results.get("EventLoop", {}).get(floor)), _median(results.get("asyncio", {}).get(op))
+        if cost and ref:
+            out[op] = ref / cost
+    return out

@@ -28,6 +28,29 @@ def test_loop_workload_measures_every_operation_on_every_loop():
     assert all(v["measured"] is not None for v in verdicts if "asyncio /" in v["name"] and "timeout" not in v["name"])
 
 
+@pytest.mark.c_extension
+def test_loop_workload_measures_the_floors_on_eventloop_and_restores_its_call_at():
+    """The floors (the same code with no timer work) are measured on EventLoop only, each gives
+    the default loop's cost over it, and the timeout floor's stand-in call_at is gone afterwards:
+    the loop's own method arms timers again."""
+    import asyncio
+
+    bench = loop._Loop(loop.loop_factories()["EventLoop"](), 100, 50, 1, floors=True)
+    try:
+        bench.round(keep=True)
+        assert "call_at" not in bench.loop.__dict__
+        handle = bench.loop.call_at(bench.loop.time() + 30.0, lambda: None)
+        assert type(handle).__name__ == "TimerHandle" and len(bench.loop._scheduled) == 101
+        handle.cancel()
+    finally:
+        stats = bench.close()
+    expected = {"re-arm floor"} | ({"timeout floor"} if hasattr(asyncio, "timeout") else set())
+    assert expected <= set(stats) and all(stats[f]["median_ns_per_op"] > 0 for f in expected)
+    results = loop.run(200, 50, 1)
+    assert not {"re-arm floor", "timeout floor"} & set(results["asyncio"])
+    assert set(loop.ceilings(results)) == {op for op, f in loop.FLOORS.items() if f in expected}
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("wrk") is None or importlib.util.find_spec("aiohttp") is None,
                     reason="the http workload needs aiohttp and the wrk binary")
