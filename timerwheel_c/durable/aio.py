@@ -212,10 +212,12 @@ async def get_timer(store: Store, partition: Optional[str], kind, reference: byt
 
 async def add_schedule(store: Store, partition: str, name: str, trigger: Trigger, kind, value: bytes = b"", *,
                        misfire: str = "once", misfire_grace_s: float = 60.0,
-                       catchup_window_s: Optional[float] = None) -> schedules.ScheduleInfo:
+                       catchup_window_s: Optional[float] = None,
+                       paused: Optional[bool] = None) -> schedules.ScheduleInfo:
     """Await :func:`timerwheel_c.durable.add_schedule` (same arguments, return value and
     exceptions: a named kind the store records under another name raises KindNameMismatch)."""
     steps = schedules.add_schedule_steps(store, partition, name, trigger, kind, value, misfire=misfire,
-                                         misfire_grace_s=misfire_grace_s, catchup_window_s=catchup_window_s)
+                                         misfire_grace_s=misfire_grace_s, catchup_window_s=catchup_window_s,
+                                         paused=paused)
     await _check_kind_name(store, kind)
     return await _write(store, partition, steps, None)

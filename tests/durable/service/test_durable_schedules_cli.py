@@ -18,6 +18,23 @@ def url(tmp_path):
     return "sqlite:///" + str(tmp_path / "s.db")
 
 
+def test_add_again_keeps_a_pause_unless_resumed_and_can_add_paused(url, capsys):
+    add = ["schedules", "add", "--store", url, "--partition", "p", "beat", "--every", "60", "--kind", "8"]
+    assert main(add + ["--paused"]) == 0
+    assert capsys.readouterr().out.strip() == "added 'beat': every 60 s, paused"
+    store = SQLiteStore(url[len("sqlite:///"):])
+    try:
+        assert get_schedule(store, "p", "beat").paused
+        assert main(add) == 0 and get_schedule(store, "p", "beat").paused  # the next deploy adds it again
+        assert main(add + ["--resumed"]) == 0 and not get_schedule(store, "p", "beat").paused
+        assert "next fire" in capsys.readouterr().out
+    finally:
+        store.close()
+    with pytest.raises(SystemExit) as exit_:
+        main(add + ["--paused", "--resumed"])
+    assert exit_.value.code == 2 and "not allowed with argument --paused" in capsys.readouterr().err
+
+
 def test_add_list_pause_resume_remove(url, tmp_path, capsys):
     assert main(["schedules", "add", "--store", url, "--partition", "p", "nightly", "--cron", "30 2 * * *",
                  "--tz", "Europe/London", "--kind", "7", "--value", "v"]) == 0

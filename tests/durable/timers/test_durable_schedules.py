@@ -226,6 +226,34 @@ def test_pause_resume_and_remove(durable_store):
     assert len(handler.fired) == 1
 
 
+def test_re_adding_a_paused_schedule_keeps_it_paused_unless_told(durable_store):
+    """An application adds its schedules at every start: an operator's pause outlives that (as
+    Temporal's schedule update keeps its paused state). paused=False resumes it as resume_schedule
+    does (the missed occurrences under the misfire policy), paused=True adds or pauses it."""
+    handler = Recording()
+    registry = TimerRegistry().register(handler)
+    add_schedule(durable_store, P, "p", Every(60, start=START), KIND)
+    assert pause_schedule(durable_store, P, "p") is True
+    for trigger in (Every(60, start=START), Every(120, start=START)):  # added again as it was, or changed
+        info = add_schedule(durable_store, P, "p", trigger, KIND, b"v2")
+        assert info.paused and info.next_fire_ms is None and list_timers(durable_store, P) == []
+        drive(durable_store, registry, START + 5 * MIN)
+        assert handler.fired == [] and get_schedule(durable_store, P, "p").paused
+    info = add_schedule(durable_store, P, "p", Every(120, start=START), KIND, b"v3", paused=False)
+    assert not info.paused and info.next_fire_ms is not None
+    drive(durable_store, registry, START + 5 * MIN)
+    assert [(due, value) for _, due, value, _ in handler.fired] == [(START + 4 * MIN, b"v3")]  # misfire "once"
+    assert add_schedule(durable_store, P, "p", Every(120, start=START), KIND, b"v3", paused=True).paused
+    assert list_timers(durable_store, P) == []
+    new = add_schedule(durable_store, P, "fresh", Every(60, start=START), KIND, paused=True)
+    assert new.paused and get_schedule(durable_store, P, "fresh").paused and list_timers(durable_store, P) == []
+    assert resume_schedule(durable_store, P, "fresh") is True and not get_schedule(durable_store, P, "fresh").paused
+    assert not add_schedule(durable_store, P, "other", Every(60, start=START), KIND).paused
+    for bad in (1, "yes", 0.0):
+        with pytest.raises(TypeError, match="paused must be None, True or False, got " + repr(bad)):
+            add_schedule(durable_store, P, "p", Every(60, start=START), KIND, paused=bad)
+
+
 def test_jitter_delays_each_occurrence_within_bounds_and_keeps_the_grid(durable_store):
     handler = Recording()
     registry = TimerRegistry().register(handler)

@@ -69,6 +69,11 @@ def add_parser(sub) -> None:
                        help="catchup_window_s, required with --misfire all")
         a.add_argument("--jitter", type=float, default=0.0, metavar="SECONDS",
                        help="each occurrence fires up to SECONDS after its nominal time (default 0)")
+        pause = a.add_mutually_exclusive_group()
+        pause.add_argument("--paused", dest="paused", action="store_const", const=True, default=None,
+                           help="add it paused (default: a schedule added again keeps its pause)")
+        pause.add_argument("--resumed", dest="paused", action="store_const", const=False,
+                           help="add it unpaused, resuming it if it was paused")
     p.set_defaults(func=main)
 
 
@@ -123,8 +128,10 @@ def main(args) -> int:
         elif args.action == "add":
             info = add_schedule(store, args.partition, args.name, trigger, args.kind,
                                 args.value.encode("utf-8", "surrogateescape"),  # argv bytes as typed, UTF-8 or not
-                                misfire=args.misfire, misfire_grace_s=args.grace, catchup_window_s=args.catchup)
-            print(f"added {info.name!r}: {info.trigger}, next fire {local_iso(info.next_fire_ms)}")
+                                misfire=args.misfire, misfire_grace_s=args.grace, catchup_window_s=args.catchup,
+                                paused=args.paused)
+            print(f"added {info.name!r}: {info.trigger}, "
+                  + ("paused" if info.paused else f"next fire {local_iso(info.next_fire_ms)}"))
         elif not _CHANGES[args.action](store, args.partition, args.name):
             print(f"timerwheel-c {command}: partition {args.partition!r} has no schedule named {args.name!r}",
                   file=sys.stderr)

@@ -135,7 +135,7 @@ def _read(raw: bytes) -> Steps[tuple]:
 
 def add_schedule(store: Store, partition: str, name: str, trigger: Trigger, kind, value: object = b"", *,
                  misfire: str = "once", misfire_grace_s: float = 60.0,
-                 catchup_window_s: Optional[float] = None) -> ScheduleInfo:
+                 catchup_window_s: Optional[float] = None, paused: Optional[bool] = None) -> ScheduleInfo:
     """Add the recurring schedule ``name`` to ``partition``, or replace the one of that name atomically
     (its trigger, kind, value and policy; its old occurrences never fire again; with an equal trigger,
     one equal but for a start it was not given, or a cron equal but for a later start not in the
@@ -153,6 +153,11 @@ def add_schedule(store: Store, partition: str, name: str, trigger: Trigger, kind
         misfire: ``"once"`` (one occurrence for all those missed, the latest), ``"skip"`` (drop those
             more than ``misfire_grace_s`` seconds late) or ``"all"`` (each missed occurrence no older
             than ``catchup_window_s`` seconds, oldest first; required with ``"all"``).
+        paused: None (the default) keeps the pause of the schedule it replaces, so an application
+            that adds its schedules at every start leaves paused what an operator paused (a new
+            schedule starts unpaused); True adds it paused (no occurrence until
+            :func:`resume_schedule`); False adds it unpaused, resuming a paused one as
+            :func:`resume_schedule` does.
 
     Raises:
         TypeError / ValueError: a bad argument, naming it.
@@ -160,14 +165,15 @@ def add_schedule(store: Store, partition: str, name: str, trigger: Trigger, kind
         Exception: whatever the store raises.
     """
     steps = add_schedule_steps(store, partition, name, trigger, kind, value, misfire=misfire,
-                               misfire_grace_s=misfire_grace_s, catchup_window_s=catchup_window_s)
+                               misfire_grace_s=misfire_grace_s, catchup_window_s=catchup_window_s, paused=paused)
     check_kind_name(store, kind)
     return write(store, partition, steps)
 
 
 def add_schedule_steps(store: Store, partition: str, name: str, trigger: Trigger, kind, value: object = b"", *,
                        misfire: str = "once", misfire_grace_s: float = 60.0,
-                       catchup_window_s: Optional[float] = None) -> Steps[ScheduleInfo]:
+                       catchup_window_s: Optional[float] = None,
+                       paused: Optional[bool] = None) -> Steps[ScheduleInfo]:
     """:func:`add_schedule`'s arguments checked (raising as it does), and its steps
     (:mod:`.steps`) to :func:`~.writer.write`."""
     check_store(store)
@@ -175,18 +181,23 @@ def add_schedule_steps(store: Store, partition: str, name: str, trigger: Trigger
     raw = _name_bytes(name)
     state = new_state(trigger, kind, value, rng=_RNG, misfire=misfire, misfire_grace_s=misfire_grace_s,
                       catchup_window_s=catchup_window_s)
-    return _add(partition, name, raw, state)
+    if paused is not None and type(paused) is not bool:
+        raise TypeError(f"paused must be None, True or False, got {paused!r}")
+    return _add(partition, name, raw, state, paused)
 
 
-def _add(partition: str, name: str, raw: bytes, state: ScheduleState) -> Steps[ScheduleInfo]:
+def _add(partition: str, name: str, raw: bytes, state: ScheduleState, pause: Optional[bool]) -> Steps[ScheduleInfo]:
     while True:
         data, old = yield from _read(raw)
         batch = Batch()
-        new = state
         if old is None:
             batch.require(Absent(keys.schedule_row(raw)))
+            new = paused(state) if pause else state
         else:
             new = replaced(old, state, time.time_ns() // 1_000_000, _RNG)
+            if pause or (pause is None and old.paused):
+                # An operator's pause outlives the application's next start, which adds it again.
+                new = paused(new)
             if dataclasses.replace(new, next_fire_ms=old.next_fire_ms) == old:
                 # Added again as it is (an application's every start): nothing is written, so an
                 # occurrence in flight still commits, and only once, and a jittered one keeps its draw.
