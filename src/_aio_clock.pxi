@@ -35,16 +35,26 @@ cdef bint _clock_matches():
 cdef bint FAST_CLOCK = _clock_matches()
 
 # time.monotonic as imported: asyncio's BaseEventLoop.time() calls whatever the time module holds
-# at the call, so mock.patch("time.monotonic") moves its timers; the C read stands in only for it.
+# at the call, found through asyncio.base_events' global ``time``, so mock.patch("time.monotonic")
+# and mock.patch("asyncio.base_events.time") move its timers; the C read stands in only for it.
 cdef dict _TIME_DICT = _time_module.__dict__
 cdef object _MONOTONIC = _time_module.monotonic
 cdef str _MONOTONIC_NAME = "monotonic"
 cdef tw_dict_memo _MONOTONIC_MEMO
+cdef dict _BASE_EVENTS_DICT = asyncio.base_events.__dict__
+cdef str _TIME_MODULE_NAME = "time"
+cdef tw_dict_memo _TIME_MODULE_MEMO
 
 
 cdef inline bint _monotonic_is_real() noexcept:
-    """True unless someone replaced ``time.monotonic`` (a test's patch)."""
-    return FAST_CLOCK and tw_dict_get(_TIME_DICT, _MONOTONIC_NAME, &_MONOTONIC_MEMO) == <PyObject*>_MONOTONIC
+    """True unless someone replaced ``time.monotonic`` or asyncio's ``base_events.time`` (a test's patch)."""
+    return FAST_CLOCK and tw_dict_get(_TIME_DICT, _MONOTONIC_NAME, &_MONOTONIC_MEMO) == <PyObject*>_MONOTONIC \
+        and tw_dict_get(_BASE_EVENTS_DICT, _TIME_MODULE_NAME, &_TIME_MODULE_MEMO) == <PyObject*>_time_module
+
+
+cdef inline object _asyncio_monotonic():
+    """asyncio's clock as its ``BaseEventLoop.time`` reads it, patched or not."""
+    return _BASE_EVENTS_DICT[_TIME_MODULE_NAME].monotonic()
 
 
 cdef inline int64_t _floor_ms(double now_s) noexcept:

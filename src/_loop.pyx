@@ -32,6 +32,7 @@ from timerwheel_c._loop_common import (
     check_when,
     handle_repr,
     later_through_call_at as _later_through_call_at,
+    patched_asyncio_time as _patched_asyncio_time,
     report_exception,
 )
 
@@ -137,7 +138,7 @@ cdef class TimerHandle:
     cdef readonly bint _cancelled
     cdef bint _context_shared          # its own copy of _context is made when first needed
     cdef readonly object _args
-    cdef double _when
+    cdef readonly double _when         # read as asyncio's handle attribute by heap readers
     cdef double _order_s               # its place in due order: _order_key(when, loop time armed at)
     cdef int64_t _seq                  # arming order: ties of deadline run in it
     cdef public object _source_traceback   # debug mode: where it was made, as asyncio's
@@ -213,6 +214,11 @@ cdef class TimerHandle:
     @cython.nonecheck(True)
     def _loop(self):
         return self._timers._loop
+
+    @property
+    def _scheduled(self):
+        """True while armed, so listed in ``loop._scheduled``, as asyncio's flag of a handle on its heap."""
+        return self._timer_id != 0
 
     @cython.nonecheck(True)
     def __repr__(self):
@@ -438,7 +444,7 @@ cdef class LoopTimers:
         cdef PyObject* loop_time
         if self._fast_clock and _monotonic_is_real() and tw_dict_get(self._loop_dict, _TIME_NAME, &self._time_memo) == NULL:
             loop_time = _PyType_Lookup(Py_TYPE(self._loop), <PyObject*>_TIME_NAME)
-            if (loop_time == <PyObject*>_LOOP_TIME or loop_time == <PyObject*>_BASE_TIME) \
+            if (loop_time == <PyObject*>_BASE_TIME or (loop_time == <PyObject*>_LOOP_TIME and _asyncio_time_is_own())) \
                     and tw_monotonic_s(&now_s) == 0:
                 return now_s
         return self._loop.time()
@@ -714,14 +720,28 @@ cdef inline void _forget_loop(PyObject* timers) noexcept:
 # EventLoop's own methods, on its class (so a patch of type(loop) sees every call, as on asyncio's
 # loop) and compiled (no Python frame: a forwarding method's frame is a third of a timer's cost).
 
+cdef object _SELECTOR_LOOP = asyncio.SelectorEventLoop
+
+
+cdef inline bint _asyncio_time_is_own() noexcept:
+    """True while asyncio's selector loop class, EventLoop's base, has asyncio's own ``time``
+    (no test patched it there or on a class above it): a type lookup through the method cache."""
+    return _PyType_Lookup(<PyTypeObject*>_SELECTOR_LOOP, <PyObject*>_TIME_NAME) == <PyObject*>_BASE_TIME
+
+
 @cython.binding(True)
 def time(loop):
     """``loop.time()``: asyncio's clock, ``time.monotonic()``, in seconds; read in C unless
-    ``time.monotonic`` is patched, whose patch it then follows as asyncio's loop does."""
+    ``time.monotonic`` is patched, or ``time`` on asyncio's loop classes (see
+    ``_loop_common.patched_asyncio_time``), whose patch it then follows as asyncio's loop does."""
     cdef double now_s
+    if not _asyncio_time_is_own():
+        patched = _patched_asyncio_time(loop, _LOOP_TIME)
+        if patched is not None:
+            return patched()
     if _monotonic_is_real() and tw_monotonic_s(&now_s) == 0:
         return now_s
-    return _time_module.monotonic()
+    return _asyncio_monotonic()
 
 
 cdef object _LOOP_TIME = time

@@ -1,6 +1,6 @@
 """What both twins of the event loop's timer store share: the handle's repr, the report of a
 callback's exception, the argument checks of ``call_at``/``call_later``, the due order of
-deadlines, and the read-only view ``loop._scheduled``.
+deadlines, the read-only view ``loop._scheduled``, and a ``time`` patched on asyncio's loop classes.
 
 All of it follows asyncio's ``events.Handle``/``TimerHandle`` and ``BaseEventLoop.call_at``
 (CPython ``Lib/asyncio/events.py``, ``base_events.py``), so that a timer on the wheel reads,
@@ -9,6 +9,7 @@ logs and fails as asyncio's does. Neither twin imports the other; the compiled o
 """
 from __future__ import annotations
 
+import asyncio
 import math
 import numbers
 import sys
@@ -18,13 +19,38 @@ from typing import Any, cast, overload
 
 from ._aio_common import MAX_DUE_MS, floor_ms
 
-__all__ = ["MAX_DUE_MS", "MAX_SELECT_S", "ScheduledView", "check_when", "handle_repr", "later_through_call_at",
-           "loop_ms", "order_key", "report_exception"]
+__all__ = ["ASYNCIO_TIME", "MAX_DUE_MS", "MAX_SELECT_S", "ScheduledView", "check_when", "handle_repr",
+           "later_through_call_at", "loop_ms", "order_key", "patched_asyncio_time", "report_exception"]
 
 # asyncio's cap on one select() wait, in seconds (one day).
 MAX_SELECT_S: float = base_events.MAXIMUM_SELECT_TIMEOUT  # type: ignore[attr-defined]
 # 3.13's callback format shortens a callback's repr unless the loop is in debug mode.
 _FORMAT_TAKES_DEBUG = sys.version_info >= (3, 13)
+
+
+# asyncio's own BaseEventLoop.time, as imported: what the class EventLoop derives from inherits
+# unless a test patched it there.
+ASYNCIO_TIME = base_events.BaseEventLoop.time
+
+
+def patched_asyncio_time(loop: Any, own_time: Any) -> Any:
+    """The ``time`` that asyncio's selector loop class (``asyncio.SelectorEventLoop``, the class
+    EventLoop derives from) has instead of ``BaseEventLoop.time``, bound to ``loop`` as
+    ``loop.time`` would bind it (a function is bound, a Mock is called as it is); None when it has
+    asyncio's own, or EventLoop's ``own_time``.
+
+    EventLoop's ``time`` stands for asyncio's (the same clock, read in C), so a patch of asyncio's
+    loop classes reaches it as it reaches asyncio's loop: freezegun's ``real_asyncio=True`` sets
+    the real clock on ``type(asyncio.new_event_loop())`` while it freezes ``time.monotonic``, and
+    tests set a fake clock on ``asyncio.BaseEventLoop.time``."""
+    for klass in asyncio.SelectorEventLoop.__mro__:
+        found = klass.__dict__.get("time")
+        if found is not None:
+            break
+    if found is None or found is ASYNCIO_TIME or found is own_time:
+        return None
+    get = getattr(type(found), "__get__", None)
+    return found if get is None else get(found, loop, type(loop))
 
 
 def _format_callback(handle: Any, debug: bool) -> str:
@@ -60,6 +86,8 @@ def check_when(when: Any, name: str) -> float:
     Raises:
         TypeError: it is None (with asyncio's message), or neither a real number nor anything a
             float adds to (a str, a complex, a Decimal), naming it.
+        OverflowError: an int beyond a float's range (``10**400``), as ``loop.time() + delay``
+            raises it on asyncio's loop.
     """
     if when is None:
         raise TypeError("when cannot be None" if name == "when" else "delay must not be None")
@@ -69,10 +97,10 @@ def check_when(when: Any, name: str) -> float:
         except (TypeError, ValueError):  # as float + when fails on asyncio's loop
             raise TypeError(f"{name} must be a real number of seconds, got {when!r}") from None
     try:
-        value = float(when)
-    except OverflowError:  # an int beyond float: as far in the future as inf
-        value = math.inf if cast(Any, when) > 0 else -math.inf
-    return value
+        return float(when)
+    except OverflowError:
+        raise OverflowError(f"{name} must be seconds in a float's range: int too large to convert to float "
+                            f"({cast(int, when).bit_length()} bits)") from None
 
 
 def later_through_call_at(loop: Any, delay: Any, callback: Any, args: tuple, context: Any) -> Any:

@@ -25,13 +25,18 @@ instead); it runs in the place of the loop time it was armed at, as ``call_later
 heap gives NaN no order: see docs/DESIGN.md).
 
 The clock is ``loop.time()``, followed wherever it is patched, as asyncio's loop follows it:
-``mock.patch.object(loop, "time", ...)``, ``mock.patch("time.monotonic", ...)`` and the virtual
-clocks built on them (looptime, aiotools' VirtualClock) move these timers too (with looptime,
+``mock.patch.object(loop, "time", ...)``, ``mock.patch("time.monotonic", ...)``, a ``time`` set
+on asyncio's loop classes (``asyncio.BaseEventLoop``, ``SelectorEventLoop``: freezegun's
+``real_asyncio=True`` sets one) or ``asyncio.base_events.time`` replaced, and the virtual clocks
+built on them (looptime, aiotools' VirtualClock) move these timers too (with looptime,
 ``await asyncio.sleep(3600)`` ends at once). ``time``, ``call_at`` and ``call_later`` are methods
 of the class, compiled, never bound onto the instance: a patch of ``type(loop)`` sees every call.
+A ``call_at`` or ``call_later`` patched on asyncio's own classes is not seen (EventLoop's own
+replace theirs, as uvloop's do).
 
 The handles answer ``when()``, ``cancel()``, ``cancelled()``, ``get_context()``, compare and hash
-as asyncio's ``TimerHandle`` do (ordered by ``when()``) and print as asyncio's do (debug mode's
+as asyncio's ``TimerHandle`` do (ordered by ``when()``), have asyncio's ``_when`` and ``_scheduled``
+(True while armed) for the code that reads the heap, and print as asyncio's do (debug mode's
 slow-callback report, through ``asyncio.base_events.logger`` as in asyncio's ``_run_once``, and
 source tracebacks included), but ``isinstance(h, asyncio.TimerHandle)`` is False, as it is for
 uvloop's (uvloop#482, #704). ``loop._scheduled`` is a read-only view of the armed handles, ordered

@@ -337,10 +337,11 @@ def test_a_delay_asyncio_adds_to_its_clock_is_taken_in_debug_mode_and_out(new_wh
 
 
 def test_a_deadline_past_the_wheel_range_is_listed_cancellable_and_never_early(new_wheel_loop):
-    """Deadlines past the wheel's 2**62 ms (call_later(1e18), call_at(1e300), inf, an int delay
-    beyond float) are kept as asyncio's heap keeps them: listed in loop._scheduled with when()
-    as given, the selector told to wait asyncio's one-day cap, cancellable. A hand-moved clock
-    then runs each once it reaches its deadline and never before (inf never)."""
+    """Deadlines past the wheel's 2**62 ms (call_later(1e18), call_at(1e300), inf) are kept as
+    asyncio's heap keeps them: listed in loop._scheduled with when() as given, the selector told
+    to wait asyncio's one-day cap, cancellable. A hand-moved clock then runs each once it reaches
+    its deadline and never before (inf never). An int beyond a float's range raises
+    OverflowError, as ``loop.time() + delay`` raises it in asyncio's call_later."""
     loop = new_wheel_loop()
     clock = [loop.time()]
     ran = []
@@ -354,10 +355,13 @@ def test_a_deadline_past_the_wheel_range_is_listed_cancellable_and_never_early(n
         past = loop.call_later(1e18, ran.append, "1e18")
         at = loop.call_at(1e300, ran.append, "1e300")
         never = loop.call_at(math.inf, ran.append, "inf")
-        gone = loop.call_later(2**1100, ran.append, "2**1100")
+        gone = loop.call_later(math.inf, ran.append, "inf delay")
         assert list(loop._scheduled) == [within, past, at, never, gone]
         assert (within.when(), past.when(), at.when()) == (clock[0] + 1e15, clock[0] + 1e18, 1e300)
         assert never.when() == gone.when() == math.inf
+        for arm, name in ((loop.call_later, "delay"), (loop.call_at, "when")):
+            with pytest.raises(OverflowError, match=f"^{name} must be seconds in a float's range: int too large"):
+                arm(2**1100, ran.append, "2**1100")
         assert loop._timers.select_timeout(False) == base_events.MAXIMUM_SELECT_TIMEOUT
         gone.cancel()
         assert list(loop._scheduled) == [within, past, at, never]

@@ -11,6 +11,8 @@ time by a thread (a patched clock cannot bound it), so it fails instead.
 from __future__ import annotations
 
 import asyncio
+import time
+import types
 import math
 import sys
 import threading
@@ -200,12 +202,25 @@ def test_a_timer_made_due_by_a_clock_that_then_went_back_holds_back_no_sooner_ti
             loop.close()
 
 
-@pytest.mark.parametrize("target", ["loop.time", "time.monotonic"])
+_CLOCK_PATCHES = {
+    "loop.time": lambda loop, clock: mock.patch.object(loop, "time", lambda: clock[0]),
+    "time.monotonic": lambda loop, clock: mock.patch("time.monotonic", lambda: clock[0]),
+    # what asyncio's own loop reads through its classes and its module's global: tests patch these
+    "BaseEventLoop.time": lambda loop, clock: mock.patch.object(asyncio.BaseEventLoop, "time", lambda self: clock[0]),
+    "SelectorEventLoop.time": lambda loop, clock: mock.patch.object(
+        asyncio.SelectorEventLoop, "time", mock.Mock(side_effect=lambda: clock[0])),  # a Mock: called unbound
+    "asyncio.base_events.time": lambda loop, clock: mock.patch(
+        "asyncio.base_events.time", types.SimpleNamespace(monotonic=lambda: clock[0])),
+}
+
+
+@pytest.mark.parametrize("target", list(_CLOCK_PATCHES))
 def test_a_patched_clock_moves_the_timers_as_on_asyncio(new_wheel_loop, target):
-    """With loop.time (on the instance) or time.monotonic patched to a clock driven by hand that
-    starts at 0 (far before the real monotonic clock the wheel started at), asyncio.sleep(3600)
-    ends once the clock is moved 3600 s on, and never before: the loop reads the patched clock,
-    and its wheel follows the clock back."""
+    """With loop.time (on the instance), time.monotonic, asyncio's loop classes' time or
+    asyncio.base_events' time module patched to a clock driven by hand that starts at 0 (far
+    before the real monotonic clock the wheel started at), asyncio.sleep(3600) ends once the
+    clock is moved 3600 s on, and never before: the loop reads the patched clock, as asyncio's
+    loop does, and its wheel follows the clock back."""
     loop = new_wheel_loop()
     clock = [0.0]
     woke = []
@@ -225,11 +240,28 @@ def test_a_patched_clock_moves_the_timers_as_on_asyncio(new_wheel_loop, target):
         clock[0] = 3600.5
         await task
 
-    patch = (mock.patch.object(loop, "time", lambda: clock[0]) if target == "loop.time"
-             else mock.patch("time.monotonic", lambda: clock[0]))
-    with patch:
+    with _CLOCK_PATCHES[target](loop, clock):
+        assert loop.time() == 0.0
         _run_bounded(loop, main())
     assert woke == [3600.5]
+    assert loop.time() > 3600.5  # the patch gone, the real clock again
+
+
+def test_freezegun_real_asyncio_keeps_the_loop_on_the_real_clock(new_wheel_loop):
+    """freezegun's ``freeze_time(real_asyncio=True)`` freezes time.monotonic and sets the real
+    clock as ``time`` on ``type(asyncio.new_event_loop())``, asyncio's selector loop class when no
+    policy is installed: EventLoop, derived from it, follows that, so asyncio.sleep ends (with
+    time.monotonic frozen alone it would never end, on either loop)."""
+    real = time.monotonic
+    loop = new_wheel_loop()
+    probe = asyncio.new_event_loop()
+    probe.close()
+    with mock.patch("time.monotonic", lambda: 1000.0), \
+            mock.patch.object(type(probe), "time", lambda self: real()):
+        start = loop.time()
+        assert start == pytest.approx(real(), abs=5.0)
+        _run_bounded(loop, asyncio.sleep(0.05))
+        assert loop.time() - start >= 0.05
 
 
 def test_looptime_fast_forwards_the_event_loop_as_asyncio_loop():
@@ -454,6 +486,26 @@ def test_scheduled_is_a_read_only_view_of_the_live_handles_by_when(new_wheel_loo
     assert not hasattr(loop._scheduled, "append")
     loop.close()
     assert len(loop._scheduled) == 0
+
+
+def test_handles_have_asyncio_when_and_scheduled_for_the_code_that_reads_the_heap(new_wheel_loop):
+    """The idle check of test helpers, ``loop._scheduled[0]._when - loop.time()``, reads the same
+    on both loops; ``_scheduled`` is True while the handle is on the heap (armed), False once run
+    or cancelled, as asyncio's flag reads once its heap drops the handle."""
+    for loop in (asyncio.new_event_loop(), new_wheel_loop()):
+        try:
+            early = loop.call_later(5, print)
+            loop.call_later(10, print)
+            assert loop._scheduled[0]._when == early.when() and 4 < loop._scheduled[0]._when - loop.time() <= 5
+            assert early._scheduled is True
+            ran = loop.call_later(0, print)
+            loop.run_until_complete(asyncio.sleep(0.01))
+            assert ran._scheduled is False and ran._when == ran.when()
+            early.cancel()
+            loop.run_until_complete(asyncio.sleep(0))
+            assert early not in list(loop._scheduled), type(loop)
+        finally:
+            loop.close()
 
 
 def test_timer_cancelled_count_counts_the_cancelled_handles_scheduled_lists(new_wheel_loop):

@@ -43,14 +43,16 @@ dropped at each iteration, so no variable's value outlives its handles by more t
 """
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import math
-import time as _time_module
+from asyncio import base_events
 from collections import deque
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, cast
 
 from .._common import _refuse_copy
 from .._loop_common import (
+    ASYNCIO_TIME,
     MAX_DUE_MS,
     MAX_SELECT_S,
     check_when,
@@ -58,6 +60,7 @@ from .._loop_common import (
     later_through_call_at,
     loop_ms,
     order_key,
+    patched_asyncio_time,
     report_exception,
 )
 from .wheel import TimerWheel
@@ -126,6 +129,11 @@ class TimerHandle:
     @property
     def _loop(self) -> Any:
         return self._timers._loop
+
+    @property
+    def _scheduled(self) -> bool:
+        """True while armed, so listed in ``loop._scheduled``, as asyncio's flag of a handle on its heap."""
+        return self._timer_id != 0
 
     def __repr__(self) -> str:
         return handle_repr(self, self._timers.debug)
@@ -429,8 +437,13 @@ def _due_order(handle: TimerHandle) -> tuple:
 
 def time(loop: Any) -> float:
     """``loop.time()``: asyncio's clock, ``time.monotonic()``, in seconds (a patch of
-    ``time.monotonic`` is followed, as asyncio's loop follows it)."""
-    return _time_module.monotonic()
+    ``time.monotonic``, or of ``time`` on asyncio's loop classes (see
+    ``_loop_common.patched_asyncio_time``), is followed, as asyncio's loop follows it)."""
+    if asyncio.SelectorEventLoop.time is not ASYNCIO_TIME:
+        patched = patched_asyncio_time(loop, time)
+        if patched is not None:
+            return cast(float, patched())
+    return cast(float, base_events.time.monotonic())  # type: ignore[attr-defined]  # as BaseEventLoop.time reads it
 
 
 def call_at(loop: Any, when: float, callback: Callable[..., Any], *args: Any,
