@@ -51,6 +51,21 @@ def _check(store: PostgresStore, conn: Any, want: Any, other: Any, other_hint: s
         raise ValueError(f"conn cannot start a statement now (its transaction status is {status.name})")
 
 
+# The caller's isolation level, read in the round trip that opens the write's savepoint.
+_OPEN_READING_LEVEL = f"SELECT current_setting('transaction_isolation'); {OPEN}"
+_REPEATABLE_READ = "repeatable read"
+_LEVEL_REFUSED = (
+    "conn's transaction is REPEATABLE READ: a write's guards must see the rows committed while it waits for its "
+    "partition's lock, which that level hides (a guarded write could commit on a value another writer had changed "
+    "meanwhile): write in a READ COMMITTED transaction (PostgreSQL's default) or a SERIALIZABLE one")
+
+
+def _level(row: Optional[tuple]) -> str:
+    """The isolation level in the row :data:`_OPEN_READING_LEVEL` returns."""
+    assert row is not None  # current_setting() returns one row
+    return str(row[0])
+
+
 def _value(row: Optional[tuple]) -> Optional[bytes]:
     return None if row is None else bytes(row[0])
 
@@ -85,8 +100,11 @@ class PgJoined(_Joining, Joined):
     _other_hint = "await timerwheel_c.durable.aio's writers with it, or pass a psycopg.Connection here"
 
     def __enter__(self) -> "PgJoined":
-        with _WRAP:
-            self._conn.execute(OPEN)
+        with _WRAP, psycopg.Cursor(self._conn, row_factory=tuple_row) as cur:
+            level = _level(cur.execute(_OPEN_READING_LEVEL).fetchone())
+        if level == _REPEATABLE_READ:
+            self.__exit__(None, None, None)
+            raise ValueError(_LEVEL_REFUSED)
         return self
 
     def __exit__(self, typ, exc, tb) -> None:
@@ -143,7 +161,11 @@ class AsyncPgJoined(_Joining, AsyncPgStatements):
 
     async def __aenter__(self) -> "AsyncPgJoined":
         with _WRAP:
-            await self._conn.execute(OPEN)
+            async with psycopg.AsyncCursor(self._conn, row_factory=tuple_row) as cur:
+                level = _level(await (await cur.execute(_OPEN_READING_LEVEL)).fetchone())
+        if level == _REPEATABLE_READ:
+            await self.__aexit__(None, None, None)
+            raise ValueError(_LEVEL_REFUSED)
         return self
 
     async def __aexit__(self, typ, exc, tb) -> None:

@@ -5,8 +5,8 @@ One pool per loop, because an asyncio connection and the pool's worker tasks bel
 made them: a pool made on a loop that has since closed cannot serve another (pytest-asyncio and
 ``asyncio.run`` make a loop per test or per run). A loop's pool is made on its first write, with the
 store's connection string (so libpq's ``PG*`` environment fallbacks and any ``application_name`` in
-it apply as they do to the store's own connection), autocommit, and the store's
-``synchronous_commit``; it holds :data:`MIN_SIZE` .. :data:`MAX_SIZE` connections unless
+it apply as they do to the store's own connection), set up as every connection of the store is
+(:mod:`.session`), autocommit, and with the store's ``synchronous_commit``; it holds :data:`MIN_SIZE` .. :data:`MAX_SIZE` connections unless
 :meth:`AsyncPools.configure` says otherwise.
 
 A pool closes:
@@ -39,6 +39,7 @@ from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
 from ..errors import StoreError, wrap_exceptions
+from .session import CONNECT_KWARGS, SESSION_SETUP
 
 __all__ = ["MAX_SIZE", "MIN_SIZE", "TIMEOUT_S", "AsyncPools"]
 
@@ -112,10 +113,9 @@ class AsyncPools:
                 for old in [other for other in self._by_loop if other.is_closed()]:
                     del self._by_loop[old]
                 min_size, max_size, timeout_s = self._sizes
-                configure = None if self._setup is None else self._configure
                 pool: AsyncConnectionPool = AsyncConnectionPool(
-                    self._dsn, kwargs={"autocommit": True}, min_size=min_size, max_size=max_size, timeout=timeout_s,
-                    configure=configure, name="timerwheel-c-aio", open=False)
+                    self._dsn, kwargs=dict(CONNECT_KWARGS), min_size=min_size, max_size=max_size, timeout=timeout_s,
+                    configure=self._configure, name="timerwheel-c-aio", open=False)
                 found = self._by_loop[loop] = (pool, loop.create_task(self._close_when_cancelled(loop, pool)))
         pool, closer = found
         if pool.closed:  # not open yet (a concurrent first write may be opening it: open() waits for that)
@@ -136,8 +136,9 @@ class AsyncPools:
         return pool
 
     async def _configure(self, conn: psycopg.AsyncConnection) -> None:
-        assert self._setup is not None
-        await conn.execute(self._setup)
+        await conn.execute(SESSION_SETUP)
+        if self._setup is not None:
+            await conn.execute(self._setup)
 
     async def _close_when_cancelled(self, loop: asyncio.AbstractEventLoop, pool: AsyncConnectionPool) -> None:
         try:

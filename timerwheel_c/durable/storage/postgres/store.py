@@ -59,6 +59,7 @@ from __future__ import annotations
 import copy
 import functools
 import hashlib
+import logging
 import re
 import threading
 from dataclasses import dataclass, field
@@ -75,6 +76,7 @@ from .listen import PgListener
 from .joined import AsyncPgJoined, AsyncPgStatements, PgJoined
 from .ownership import PartitionOwnership, live_runners
 from .results import apply_results, store_error
+from .session import CONNECT_KWARGS, SESSION_SETUP
 from ..redact import redact, remember
 from ..shards import DEFAULT_SHARD_COUNT, check_shard_count, shard_of
 from ..sqlfiles import migrations, queries, rewrite_versions
@@ -87,6 +89,8 @@ if TYPE_CHECKING:
     from .pool import AsyncPools
 
 __all__ = ["SCHEMA_VERSION", "SETS_FROM", "PostgresStore", "lock_key", "set_synchronous_commit"]
+
+log = logging.getLogger("timerwheel_c.durable")
 
 # The fewest batches that go to ``<table>_apply_sets``. The set-based statement has a fixed cost
 # the batch-by-batch loop has not (about 300 us of server CPU for one batch against 150 us, on
@@ -175,7 +179,8 @@ class PostgresStore(Store):
         TransientStoreError: the server cannot be reached now; PermanentStoreError: it refuses
             this DSN or the table cannot be created. The message never holds the DSN's password.
         SchemaError / SchemaVersionError: the meta table holds an unusable or newer schema version
-            (with ``read_only``, an older one too: a read-only open does not upgrade it).
+            (with ``read_only``, an older one too: a read-only open does not upgrade it); or, unless
+            ``read_only``, the database's ``server_encoding`` is neither UTF8 nor SQL_ASCII.
         NoStoreError: with ``read_only`` or ``create=False``, the database has no such table ("no
             timerwheel_c store here").
 
@@ -214,11 +219,18 @@ class PostgresStore(Store):
         self._signalled: Optional[str] = None  # the patterns this store has seen in force
         self._lock_wait_ms: Optional[int] = None  # the session's lock_timeout (open_sibling), None: none
         self._conn: Optional[psycopg.Connection] = None
-        with self._lock, self._wrap:
-            if self.read_only or not create:
-                self._check_schema()
-            else:
-                self._create_schema()
+        try:
+            with self._lock, self._wrap:
+                if not self.read_only:
+                    self._check_encoding()
+                if self.read_only or not create:
+                    self._check_schema()
+                else:
+                    self._create_schema()
+        except BaseException:
+            if self._conn is not None:  # a store that failed to open holds no session
+                self._conn.close()
+            raise
         self._shard_locks = shard_locks(table, self.shard_count)
 
     def __repr__(self):
@@ -227,26 +239,45 @@ class PostgresStore(Store):
     def _error(self, exc: psycopg.Error) -> StoreError:
         return store_error(exc, self._dsn)
 
-    def _check_schema(self) -> None:
-        """Read the schema version for a read-only open (see :func:`check_readable_version`);
+    def _check_encoding(self) -> None:
+        """Refuse a database whose text is neither UTF-8 nor raw bytes (``SQL_ASCII``): there the
+        server's ``md5(partition)``, which files each row under its shard, hashes another encoding
+        than the UTF-8 that runners and writers hash (storage/shards.py), so a non-ASCII partition's
+        timers would sit in a shard no runner scans for them, and never fire."""
+        encoding = self._connection().info.parameter_status("server_encoding")
+        if encoding is not None and encoding not in ("UTF8", "SQL_ASCII"):
+            raise SchemaError(
+                f"PostgreSQL database of {describe_dsn(self._dsn)} has server_encoding {encoding}: "
+                "timerwheel_c needs a UTF8 database, since the server hashes partition names to their shards "
+                "(CREATE DATABASE ... ENCODING 'UTF8' TEMPLATE template0)")
+
+    def _stored_version(self, conn: psycopg.Connection) -> Optional[int]:
+        """The recorded schema version, 0 for a table from before versions, None for no table;
         ``to_regclass`` looks the tables up on the search path without needing a privilege on them."""
-        conn = self._connection()
         has_table, has_meta = conn.execute("SELECT to_regclass(%s) IS NOT NULL, to_regclass(%s) IS NOT NULL",
                                            (self.table, f"{self.table}_meta")).fetchall()[0]
-        found: Optional[int] = None
-        where = f"PostgreSQL table {self.table!r}"
-        if has_table:
-            row = conn.execute(self._sql["schema_version"]).fetchone() if has_meta else None
-            found = 0 if row is None else schema_version_of(where, row[0])
-        check_readable_version(where, found, SCHEMA_VERSION)
+        if not has_table:
+            return None
+        row = conn.execute(self._sql["schema_version"]).fetchone() if has_meta else None
+        return 0 if row is None else schema_version_of(f"PostgreSQL table {self.table!r}", row[0])
+
+    def _check_schema(self) -> None:
+        """Read the schema version for a read-only open (see :func:`check_readable_version`)."""
+        conn = self._connection()
+        check_readable_version(f"PostgreSQL table {self.table!r}", self._stored_version(conn), SCHEMA_VERSION)
         self.shard_count = self._recorded_shard_count(conn)
 
     def _create_schema(self) -> None:
         """Create or upgrade the schema once: every opener takes the same transaction-level
         advisory lock first, so concurrent DDL (which PostgreSQL does not serialize for
         ``CREATE OR REPLACE FUNCTION``) never runs twice at once; then the migrations numbered
-        above the recorded version run in that one transaction."""
+        above the recorded version run in that one transaction. A store already at this version is
+        only read, with no DDL: an application role with no CREATE privilege opens a store its
+        owner made."""
         conn = self._connection()
+        if self._stored_version(conn) == SCHEMA_VERSION:
+            self.shard_count = self._recorded_shard_count(conn)
+            return
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(self.table, "schema"),))
             conn.execute(self._sql["create_meta"])
@@ -336,11 +367,18 @@ class PostgresStore(Store):
             conn = self._connection()
             row = conn.execute(self._sql["signal_patterns"]).fetchone()
             if row is None or row[0] != text:
-                with conn.transaction():
-                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(self.table, "schema"),))
-                    row = conn.execute(self._sql["signal_patterns"]).fetchone()
-                    if row is None or row[0] != text:
-                        self._create_wake_trigger(conn, patterns)
+                try:
+                    with conn.transaction():
+                        conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(self.table, "schema"),))
+                        row = conn.execute(self._sql["signal_patterns"]).fetchone()
+                        if row is None or row[0] != text:
+                            self._create_wake_trigger(conn, patterns)
+                except psycopg.errors.InsufficientPrivilege:
+                    # A role that may write rows but not own the table: the trigger keeps signalling
+                    # every write, which wakes the runners as promptly, only more often.
+                    log.warning("%r: this role cannot narrow the wake trigger to the timer rows (it does not own "
+                                "table %r); it keeps signalling every write. Open the store once as its owner to "
+                                "narrow it.", self, self.table)
         self._signalled = text
 
     def new_connection(self) -> psycopg.Connection:
@@ -672,16 +710,17 @@ def _independent_sets(items: list) -> Optional[_Sets]:
 
 
 def connect(dsn: str, synchronous_commit: Optional[str] = None, lock_wait_ms: Optional[int] = None) -> psycopg.Connection:
-    """An autocommit psycopg connection to ``dsn``, with the session's ``synchronous_commit``
-    set unless it is None, and its ``lock_timeout`` to ``lock_wait_ms`` (a checked int, ms) unless
-    that is None.
+    """An autocommit psycopg connection to ``dsn`` set up as every connection of a store is
+    (:mod:`.session`), with the session's ``synchronous_commit`` set unless it is None,
+    and its ``lock_timeout`` to ``lock_wait_ms`` (a checked int, ms) unless that is None.
 
     Raises:
         StoreError: the server cannot be reached (transient) or refuses the DSN (permanent);
             the message never holds the password.
     """
     try:
-        conn = psycopg.connect(dsn, autocommit=True)
+        conn = psycopg.connect(dsn, **CONNECT_KWARGS)
+        conn.execute(SESSION_SETUP)
         if synchronous_commit is not None:
             conn.execute(set_synchronous_commit(synchronous_commit))
         if lock_wait_ms is not None:

@@ -1,0 +1,187 @@
+"""A PostgresStore's sessions, whatever the role's, the database's or the environment's defaults,
+on the real test server: guards judged at READ COMMITTED under a REPEATABLE READ default, any
+partition name under a LATIN1 client encoding, a caller's REPEATABLE READ transaction refused, a
+database whose encoding would file rows under the wrong shard refused, and an application role
+that may only read and write rows opening and serving a store its owner made."""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import uuid
+from urllib.parse import quote
+
+import pytest
+
+psycopg = pytest.importorskip("psycopg")
+
+from timerwheel_c.durable import Done, TimerHandler, TimerKind, TimerRegistry, list_timers, run_due, schedule
+from timerwheel_c.durable.storage.postgres import PostgresStore
+from timerwheel_c.durable.storage.store import Batch, Equals, PreconditionFailed, SchemaError
+
+_DSN = os.environ.get("TIMERWHEEL_C_TEST_PG_DSN")
+pytestmark = pytest.mark.skipif(not _DSN, reason="set TIMERWHEEL_C_TEST_PG_DSN=postgresql://... to test PostgresStore")
+KIND = 0xE1
+PAST_MS = 1_700_000_000_000  # Unix epoch ms: due long ago, so due at any run_due below
+
+
+class Recording(TimerHandler):
+    kind = TimerKind(KIND)
+
+    def __init__(self):
+        self.fired = []
+
+    def fire(self, ctx, timer):
+        self.fired.append(timer.reference)
+        return Done()
+
+
+def _url(dsn: str, **params: str) -> str:
+    sep = "&" if "?" in dsn else "?"
+    return dsn + "".join(f"{'&' if i else sep}{k}={quote(v)}" for i, (k, v) in enumerate(params.items()))
+
+
+@contextlib.contextmanager
+def _schema(options: str = ""):
+    """A fresh schema, and a URL whose sessions use it and whose ``options`` add ``options``."""
+    name = f"sess_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(_DSN, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {name}")
+    try:
+        yield _url(_DSN, options=f"-csearch_path={name} {options}".strip()), name
+    finally:
+        with psycopg.connect(_DSN, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {name} CASCADE")
+
+
+def test_guards_are_judged_after_the_lock_under_a_repeatable_read_default():
+    """With REPEATABLE READ as the session default (as ALTER ROLE/DATABASE ... SET gives it), an
+    apply that waited for its partition's lock still judges its guards on the rows committed
+    meanwhile: guarded on A == v1 after another writer changed A, it fails, and writes nothing.
+    Every session the store opens, its asyncio pool's included, runs READ COMMITTED in UTF-8."""
+    isolation = r"-cdefault_transaction_isolation=repeatable\ read -cclient_encoding=LATIN1"
+    with _schema(isolation) as (url, schema):
+        store = PostgresStore(url)
+        try:
+            with store.new_connection() as conn:
+                assert conn.execute("SHOW default_transaction_isolation").fetchone() == ("read committed",)
+                assert conn.execute("SHOW client_encoding").fetchone() == ("UTF8",)
+
+            async def pooled():
+                async with store.async_pools().connection() as conn:
+                    return await (await conn.execute("SELECT current_setting('default_transaction_isolation'), "
+                                                     "current_setting('client_encoding')")).fetchone()
+            import asyncio
+
+            assert asyncio.run(pooled()) == ("read committed", "UTF8")
+            store.apply("p", Batch().put(b"A", b"v1"))
+            holding, done = threading.Event(), threading.Event()
+
+            def other_writer():
+                with psycopg.connect(url) as conn, conn.transaction():
+                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (store.shard_lock("p"),))
+                    conn.execute(f"UPDATE {schema}.timerwheel_kv SET value = 'v2' WHERE partition = 'p' AND key = 'A'")
+                    holding.set()
+                    done.wait(0.5)  # the apply below waits on the lock meanwhile
+
+            thread = threading.Thread(target=other_writer)
+            thread.start()
+            assert holding.wait(10)
+            outcome = store.apply("p", Batch().require(Equals(b"A", b"v1")).put(b"B", b"written"))
+            thread.join()
+            assert isinstance(outcome, PreconditionFailed)
+            assert store.get("p", b"A") == b"v2" and store.get("p", b"B") is None
+        finally:
+            store.close()
+
+
+def test_any_partition_name_is_written_and_fired_whatever_the_client_encoding():
+    """A LATIN1 client encoding in the DSN (or PGCLIENTENCODING) cannot carry '日本': the store's
+    sessions speak UTF-8 whatever it says, so that partition's timer and every other fire."""
+    with _schema("-cclient_encoding=LATIN1") as (url, _):
+        store = PostgresStore(url)
+        try:
+            handler = Recording()
+            registry = TimerRegistry().register(handler)
+            for partition in ("日本", "plain"):
+                schedule(store, partition, PAST_MS, KIND, partition.encode())
+            rows = store.scan_shards(list(range(store.shard_count)), b"", b"\xff", 100)  # a whole-store pass's read
+            assert {row[0] for shard in rows for row in shard} >= {"日本", "plain"}
+            for partition in ("日本", "plain"):
+                run_due(store, partition, registry, PAST_MS + 1000)
+            assert sorted(handler.fired) == sorted([b"plain", "日本".encode()])
+        finally:
+            store.close()
+
+
+@pytest.mark.parametrize("level", ["REPEATABLE_READ", "SERIALIZABLE", "READ_COMMITTED"])
+def test_a_write_in_a_callers_repeatable_read_transaction_is_refused(level):
+    """A caller's REPEATABLE READ transaction would hide the rows committed while the write waits
+    for its lock: the write is refused with ValueError before it writes anything, and the caller's
+    transaction goes on. SERIALIZABLE and READ COMMITTED write."""
+    with _schema() as (url, _):
+        store = PostgresStore(url)
+        try:
+            with psycopg.connect(url) as conn:
+                conn.isolation_level = getattr(psycopg.IsolationLevel, level)
+                with conn.transaction():
+                    if level == "REPEATABLE_READ":
+                        with pytest.raises(ValueError, match="conn's transaction is REPEATABLE READ"):
+                            schedule(store, "p", PAST_MS, KIND, b"r", conn=conn)
+                        assert conn.execute("SELECT 1").fetchone() == (1,)  # still usable
+                    else:
+                        schedule(store, "p", PAST_MS, KIND, b"r", conn=conn)
+            assert len(list_timers(store, "p")) == (0 if level == "REPEATABLE_READ" else 1)
+        finally:
+            store.close()
+
+
+def test_a_database_whose_encoding_would_misfile_partitions_is_refused():
+    """In a LATIN1 database the server's md5() of 'café' hashes its LATIN1 bytes, not the UTF-8
+    the runners hash, so the timer would sit in a shard no runner scans for it: opening a store
+    there raises SchemaError naming the encoding, before any table is made."""
+    name = f"latin1_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(_DSN, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name} ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0")
+    try:
+        url = _DSN.rsplit("/", 1)[0] + "/" + name
+        with pytest.raises(SchemaError, match="server_encoding LATIN1"):
+            PostgresStore(url)
+        with psycopg.connect(url) as conn:
+            assert conn.execute("SELECT to_regclass('timerwheel_kv')").fetchone() == (None,)
+    finally:
+        with psycopg.connect(_DSN, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE {name}")
+
+
+def test_an_application_role_with_row_privileges_only_opens_writes_and_fires(caplog):
+    """The owner makes the store; a role granted only SELECT, INSERT, UPDATE and DELETE on its
+    tables (no CREATE, not the owner) opens it with the default create=True (no DDL runs on a
+    store at this version), schedules (the wake trigger it may not narrow keeps signalling every
+    write, with one warning) and fires."""
+    role = f"app_{uuid.uuid4().hex[:12]}"
+    with _schema() as (url, schema):
+        owner = PostgresStore(url)
+        owner.close()
+        with psycopg.connect(_DSN, autocommit=True) as conn:
+            conn.execute(f"CREATE ROLE {role} LOGIN")
+            conn.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
+            conn.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.timerwheel_kv, "
+                         f"{schema}.timerwheel_kv_meta TO {role}")
+        try:
+            app_url = psycopg.conninfo.make_conninfo(url, user=role)
+            store = PostgresStore(app_url)
+            try:
+                handler = Recording()
+                with caplog.at_level(logging.WARNING, logger="timerwheel_c.durable"):
+                    schedule(store, "p", PAST_MS, KIND, b"r")
+                assert any("cannot narrow the wake trigger" in r.getMessage() for r in caplog.records)
+                run_due(store, "p", TimerRegistry().register(handler), PAST_MS + 1000)
+                assert handler.fired == [b"r"] and list_timers(store, "p") == []
+            finally:
+                store.close()
+        finally:
+            with psycopg.connect(_DSN, autocommit=True) as conn:
+                conn.execute(f"DROP OWNED BY {role}")
+                conn.execute(f"DROP ROLE {role}")

@@ -1,0 +1,22 @@
+"""How every connection of a PostgresStore is set up, its own and its asyncio pools' alike, whatever the
+role's, the database's or the environment's defaults (``ALTER ROLE ... SET``, ``PGCLIENTENCODING``).
+
+- UTF-8 on the wire (``client_encoding``), so that any partition name travels whatever the client's
+  locale or environment.
+- READ COMMITTED (``default_transaction_isolation``), the level the apply function's guards are
+  judged at: each of its statements reads a snapshot taken after the partition's lock is held,
+  where a REPEATABLE READ default would judge them on one taken before the wait, and a guarded
+  write would commit on a value another writer had changed meanwhile. SERIALIZABLE would be
+  correct too, but aborts under contention. A caller's own transaction (a joined write) is refused
+  at REPEATABLE READ (:mod:`.joined`).
+"""
+from __future__ import annotations
+
+from typing import Any, Dict
+
+__all__ = ["CONNECT_KWARGS", "SESSION_SETUP"]
+
+#: psycopg.connect() keyword arguments: they override the same parameters of the DSN.
+CONNECT_KWARGS: Dict[str, Any] = {"autocommit": True, "client_encoding": "UTF8"}
+#: The statement run on each new connection.
+SESSION_SETUP = "SET default_transaction_isolation = 'read committed'"
