@@ -750,3 +750,27 @@ def test_schedule_many_refuses_two_names_for_one_kind_in_one_call(store):
     assert [t.reference for t in list_timers(store, P)] == [b"d"]
     schedule_many(store, [(P, NOW, TimerKind(1, "expire-ticket"), b"e"), (P, NOW, 1, b"f")])
     assert [t.reference for t in list_timers(store, P)] == [b"d", b"e", b"f"]
+
+
+def test_every_public_exception_pickles_with_its_message_and_attributes():
+    """A process pool's worker that raises one hands it to the parent by pickle: each comes back
+    equal in type, message and attributes (BaseException's pickling passes the message alone to
+    ``__init__``, which the ones that take other arguments refused)."""
+    import pickle
+
+    from timerwheel_c.durable import KindNameMismatch, PendingTimer, TimerExists
+    from timerwheel_c.durable.storage.errors import PermanentStoreError, TransientStoreError
+    from timerwheel_c.durable.storage.store import NoStoreError, SchemaError, SchemaVersionError
+    from timerwheel_c.durable.timers.keys import MalformedKey
+    from timerwheel_c.errors import ReleaseTimerClosed
+
+    timer = PendingTimer("p", 3, b"r", 1_800_000_000_000, 1_800_000_000_000, 0, "scheduled", b"v")
+    errors = [
+        KindNameMismatch(3, "billing", "mail", where="earlier in this bulk write"), TimerExists(timer),
+        MalformedKey(b"\x00Tbad", "too short"), SchemaVersionError("table 't'", 99, 14),
+        TransientStoreError("lost", "08006"), PermanentStoreError("refused", "42501"), SchemaError("old"),
+        NoStoreError("no timerwheel_c store here"), ReleaseTimerClosed("closed"),
+    ]
+    for error in errors:
+        back = pickle.loads(pickle.dumps(error))
+        assert type(back) is type(error) and str(back) == str(error) and vars(back) == vars(error), error

@@ -26,9 +26,24 @@ and by result code (SQLite, https://sqlite.org/rescode.html), never by message t
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Optional
+import functools
+from typing import Any, Callable, Dict, Optional, Tuple
 
-__all__ = ["PermanentStoreError", "StoreError", "TransientStoreError", "is_transient", "wrap_exceptions"]
+__all__ = ["PermanentStoreError", "PicklesItsArguments", "StoreError", "TransientStoreError", "is_transient",
+           "wrap_exceptions"]
+
+
+class PicklesItsArguments(Exception):
+    """A base of the exceptions whose ``__init__`` takes other arguments than their message: each
+    keeps them (``_arguments``: positional, keyword), and pickling (a process pool's worker that
+    raises one, multiprocessing) makes it again from them, where BaseException's pickling passes
+    the message alone to ``__init__`` and unpickling fails."""
+
+    _arguments: Tuple[tuple, Dict[str, Any]] = ((), {})
+
+    def __reduce__(self):
+        args, kwargs = self._arguments
+        return functools.partial(type(self), **kwargs), args, self.__dict__
 
 
 class StoreError(Exception):

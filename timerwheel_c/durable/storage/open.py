@@ -2,8 +2,8 @@
 
 A store URL is ``sqlite:///PATH`` (as in SQLAlchemy: three slashes, then the path, so
 an absolute path gives four; ``sqlite:///:memory:`` for an in-memory database), or
-``postgresql://...`` / ``postgres://...`` (a libpq URL or connection string; needs
-psycopg 3, the ``postgres`` extra).
+``postgresql://...`` / ``postgres://...`` (a libpq connection URI; a ``key=value`` connection string
+is not a URL: give it to ``PostgresStore`` itself. Needs psycopg 3, the ``postgres`` extra).
 """
 from __future__ import annotations
 
@@ -49,4 +49,5 @@ def open_store(url: str, *, read_only: bool = False, create: bool = True) -> Sto
                 "a postgresql:// store needs psycopg 3, which is not installed: "
                 "pip install 'timerwheel_c[postgres]'", name="psycopg") from exc
         return PostgresStore(url, read_only=read_only, create=create)
-    raise ValueError(f"unsupported store URL {redact(url)!r}: expected sqlite:///PATH or postgresql://...")
+    raise ValueError(f"unsupported store URL {redact(url)!r}: expected sqlite:///PATH or postgresql://... (a libpq "
+                     "URI; a key=value connection string goes to PostgresStore(dsn) itself)")

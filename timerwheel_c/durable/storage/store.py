@@ -21,7 +21,7 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, NoReturn, Optional, Union, cast
 
-from .errors import PermanentStoreError
+from .errors import PermanentStoreError, PicklesItsArguments
 from .redact import redact
 from .shards import check_shard_count, check_shards
 from .watch import GENERIC_POLL_S, ChangeHub, PollingWatcher, Watcher
@@ -169,7 +169,7 @@ def check_readable_version(where: str, found: Optional[int], supported: int) -> 
                           "timerwheel_c: a runner or a writing command upgrades it (this command never does)")
 
 
-class SchemaVersionError(SchemaError, RuntimeError):
+class SchemaVersionError(PicklesItsArguments, SchemaError, RuntimeError):
     """The database holds a store schema newer than this version of timerwheel_c understands.
 
     ``found`` and ``supported`` are the two schema versions (ints); the message names both.
@@ -181,6 +181,7 @@ class SchemaVersionError(SchemaError, RuntimeError):
             f"timerwheel_c supports; upgrade timerwheel_c to open it")
         self.found = found
         self.supported = supported
+        self._arguments = ((where, found, supported), {})
 
 
 @dataclass(frozen=True)

@@ -113,6 +113,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from .codecs import codec_of
+from ..storage.errors import PicklesItsArguments
 from ..storage.store import MAX_KEY_BYTES, MAX_VALUE_BYTES, Batch, KeyPattern, Store, check_bytes
 
 __all__ = [
@@ -272,7 +273,7 @@ class TimerKind(int):
 KINDS = (None,) + tuple(TimerKind(n) for n in range(1, 256))
 
 
-class MalformedKey(ValueError):
+class MalformedKey(PicklesItsArguments, ValueError):
     """A key in the timer space that matches neither layout; ``.key`` holds the raw bytes and ``.why``
     what is wrong with them (without the bytes, for a log line that names the row its own way)."""
 
@@ -280,6 +281,7 @@ class MalformedKey(ValueError):
         super().__init__(f"malformed timer key {key!r}: {why}")
         self.key = key
         self.why = why
+        self._arguments = ((key, why), {})
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ import threading
 import weakref
 from typing import Iterable
 
+from ..storage.errors import PicklesItsArguments
 from ..storage.store import Store
 
 __all__ = ["KindNameMismatch", "check_kind_names", "kind_names", "unconfirmed"]
@@ -25,7 +26,7 @@ _confirmed: "weakref.WeakKeyDictionary[Store, dict]" = weakref.WeakKeyDictionary
 _lock = threading.Lock()
 
 
-class KindNameMismatch(ValueError):
+class KindNameMismatch(PicklesItsArguments, ValueError):
     """A kind's name differs from the one the store recorded (or, ``where`` says, the one an earlier
     timer of the same bulk write gave); ``.kind``, ``.name``, ``.recorded``."""
 
@@ -33,6 +34,7 @@ class KindNameMismatch(ValueError):
         super().__init__(f"kind {kind} is named {name!r} here but {recorded!r} {where}: these handlers or "
                          f"writers belong to another application's kinds, or the kind was renamed")
         self.kind, self.name, self.recorded = kind, name, recorded
+        self._arguments = ((kind, name, recorded), {"where": where})
 
 
 def check_kind_names(store: Store, kinds: Iterable) -> None:

@@ -36,6 +36,7 @@ from .due import due_at_ms_of, due_or_delay
 from .kind_names import check_kind_names
 from .partitions import partition_of
 from .steps import APPLY, GET, SCAN, Steps, run_steps
+from ..storage.errors import PicklesItsArguments
 from ..storage.joined import joined
 from ..storage.store import Absent, Batch, Committed, Equals, Store, check_partition, check_store
 
@@ -49,7 +50,7 @@ IF_EXISTS = ("replace", "keep", "error")
 STATES = ("scheduled", "retrying", "parked")
 
 
-class TimerExists(ValueError):
+class TimerExists(PicklesItsArguments, ValueError):
     """:func:`schedule` with ``if_exists="error"`` found a pending timer of that identity; ``.timer``
     is that :class:`PendingTimer`."""
 
@@ -57,6 +58,7 @@ class TimerExists(ValueError):
         super().__init__(f"partition {timer.partition!r} already has a pending timer of kind {int(timer.kind)} "
                          f"reference {timer.reference[:64]!r}, due {timer.due_at_ms} ms ({timer.state})")
         self.timer = timer
+        self._arguments = ((timer,), {})
 
 
 @dataclass(frozen=True)
