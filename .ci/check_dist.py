@@ -4,9 +4,10 @@
     python .ci/check_dist.py sdist PATH.tar.gz # what a build from source needs
 
 The wheel holds the package and nothing else: compiled cores with their .pyi stubs and .pxd
-declarations, py.typed, the pure twins; no C or Cython sources, no tests, no bench, no compiled
+declarations, py.typed, the pure twins, and the licence in its metadata; no C or Cython sources, no tests, no bench, no compiled
 module that exists only to be timed. Its platform tag is a manylinux one (after auditwheel) on
-Linux. The sdist carries every Cython source and C header a build reads, and no generated C.
+Linux. The sdist carries every Cython source and C header a build reads, the licence, and no
+generated C.
 Prints the file's size
 and exits 1 naming each missing or unwanted file.
 """
@@ -39,6 +40,8 @@ def _wheel_problems(path: Path) -> list[str]:
             problems.append(f"missing the compiled timerwheel_c/{core}")
     if "timerwheel_c/py.typed" not in names:
         problems.append("missing timerwheel_c/py.typed")
+    if not any(n.endswith(".dist-info/licenses/LICENSE") or n.endswith(".dist-info/LICENSE") for n in names):
+        problems.append("missing the LICENSE in its .dist-info (the MIT licence asks that its notice ship)")
     if sys.platform.startswith("linux") and "manylinux" not in path.name:
         problems.append(f"{path.name} has no manylinux tag (not repaired by auditwheel)")
     return problems
@@ -47,7 +50,7 @@ def _wheel_problems(path: Path) -> list[str]:
 def _sdist_problems(path: Path) -> list[str]:
     names = {name.split("/", 1)[1] for name in tarfile.open(path).getnames() if "/" in name}
     needed = sorted(f"src/{p.name}" for p in SRC.iterdir() if p.suffix in (".pyx", ".pxd", ".pxi", ".h"))
-    needed += ["setup.py", "pyproject.toml", "MANIFEST.in", "timerwheel_c/py.typed"]
+    needed += ["setup.py", "pyproject.toml", "MANIFEST.in", "timerwheel_c/py.typed", "LICENSE"]
     # Generated C compiles in the numpy it was generated for; a build from the sdist makes its own.
     return ([f"missing {name}" for name in needed if name not in names]
             + [f"unwanted generated {name}" for name in sorted(names) if name.endswith(".c")])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import io
 import os
 import sys
 
@@ -54,10 +55,27 @@ class _Version(argparse.Action):
         parser.exit()
 
 
+def _as_typed(arg: str) -> str:
+    """``arg`` as the UTF-8 its bytes were typed in: Python decodes argv in the locale's encoding,
+    which in a C locale without UTF-8 mode leaves each non-ASCII byte as a surrogate ('ü' as
+    '\\udcc3\\udcbc'); bytes that are not UTF-8 stay so escaped, for the checks to name."""
+    if arg.isascii() or not any("\udc80" <= c <= "\udcff" for c in arg):
+        return arg
+    try:
+        return os.fsencode(arg).decode("utf-8")
+    except (UnicodeError, ValueError):
+        return arg
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` (default: ``sys.argv[1:]``) and run the subcommand; returns its exit status."""
     if argv is None:
         argv = sys.argv[1:]
+    argv = [_as_typed(arg) for arg in argv]
+    for stream in (sys.stdout, sys.stderr):
+        # A name the terminal's encoding cannot show is printed escaped, never an encoding error.
+        if isinstance(stream, io.TextIOWrapper) and stream.errors in ("strict", "surrogateescape"):
+            stream.reconfigure(errors="backslashreplace")
     parser = OneLineErrors(
         prog="timerwheel-c",
         description="timerwheel_c from the command line: a durable timer service.",

@@ -203,3 +203,31 @@ def test_a_concurrency_the_system_cannot_give_threads_for_is_one_line_and_exit_2
     assert out.returncode == 2, out.stderr
     assert "Traceback" not in out.stderr
     assert out.stderr.strip().splitlines()[-1].startswith("timerwheel-c run: cannot start 1000 handler slot(s) (--concurrency)")
+
+
+def test_non_ascii_names_in_a_c_locale_without_utf8_mode(tmp_path):
+    """In a C locale with UTF-8 mode off (``-X utf8=0``), Python decodes argv and encodes stdout
+    as ASCII: a partition typed as UTF-8 is still found (not refused as a lone surrogate), and a
+    name the terminal cannot show is printed escaped, not an exit 2 "bad argument"."""
+    import datetime
+
+    from timerwheel_c.durable import SQLiteStore, TimerKind, schedule
+
+    db = tmp_path / "t.db"
+    store = SQLiteStore(db)
+    schedule(store, "partition-ü", datetime.timedelta(hours=1), TimerKind(1), "réf".encode())
+    store.close()
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0"}
+    env.pop("PYTHONIOENCODING", None)
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-X", "utf8=0", "-m", "timerwheel_c", "timers", *args,
+                               "--store", f"sqlite:///{db}"], env=env, cwd=tmp_path, capture_output=True,
+                              timeout=TIMEOUT_S)
+
+    listed = cli("list")
+    assert listed.returncode == 0, listed.stderr
+    assert b"partition-\\xfc" in listed.stdout
+    shown = cli("show", "--partition", "partition-ü", "--kind", "1", "--reference", "réf")
+    assert shown.returncode == 0, shown.stderr
+    assert b"partition-\\xfc" in shown.stdout

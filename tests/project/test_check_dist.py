@@ -36,7 +36,8 @@ def _wheel(path: Path, names: list[str]) -> Path:
 
 
 def _good_names(check_dist) -> list[str]:
-    return (["timerwheel_c/__init__.py", "timerwheel_c/py.typed", "timerwheel_c-0.1.0.dist-info/RECORD"]
+    return (["timerwheel_c/__init__.py", "timerwheel_c/py.typed", "timerwheel_c-0.1.0.dist-info/RECORD",
+             "timerwheel_c-0.1.0.dist-info/licenses/LICENSE"]
             + [f"timerwheel_c/{c}.cpython-311-x86_64-linux-gnu.so" for c in check_dist.CORES]
             + [f"timerwheel_c/{c}.pyi" for c in check_dist.CORES]
             + [f"timerwheel_c/{c}.pxd" for c in check_dist.PXDS])
@@ -51,7 +52,7 @@ def test_a_wheel_with_the_package_alone_passes(check_dist, tmp_path, capsys):
 
 
 def test_a_wheel_shipping_sources_tests_or_bench_or_missing_stubs_fails_naming_each(check_dist, tmp_path, capsys):
-    names = [n for n in _good_names(check_dist) if not n.endswith(("py.typed", "_wheel.pyi"))]
+    names = [n for n in _good_names(check_dist) if not n.endswith(("py.typed", "_wheel.pyi", "LICENSE"))]
     names += ["timerwheel_c/_wheel.pyx", "timerwheel_c/_wheel.c", "tests/test_wheel.py", "bench/run.py",
               "timerwheel_c/_baseline.cpython-311-x86_64-linux-gnu.so"]
     wheel = _wheel(tmp_path / "timerwheel_c-0.1.0-cp311-cp311-linux_x86_64.whl", names)
@@ -59,7 +60,7 @@ def test_a_wheel_shipping_sources_tests_or_bench_or_missing_stubs_fails_naming_e
     err = capsys.readouterr().err
     for needle in ("unwanted timerwheel_c/_wheel.pyx", "unwanted timerwheel_c/_wheel.c", "unwanted tests/test_wheel.py",
                    "unwanted bench/run.py", "_baseline", "missing timerwheel_c/py.typed",
-                   "missing timerwheel_c/_wheel.pyi"):
+                   "missing timerwheel_c/_wheel.pyi", "missing the LICENSE"):
         assert needle in err, needle
     if check_dist.sys.platform.startswith("linux"):
         assert "no manylinux tag" in err
@@ -67,7 +68,7 @@ def test_a_wheel_shipping_sources_tests_or_bench_or_missing_stubs_fails_naming_e
 
 def test_an_sdist_without_a_cython_source_fails_naming_it(check_dist, tmp_path, capsys):
     sdist = tmp_path / "timerwheel_c-0.1.0.tar.gz"
-    members = ["setup.py", "pyproject.toml", "MANIFEST.in", "timerwheel_c/py.typed"]
+    members = ["setup.py", "pyproject.toml", "MANIFEST.in", "timerwheel_c/py.typed", "LICENSE"]
     members += [f"src/{p.name}" for p in (CHECKOUT / "src").iterdir() if p.name != "_release.pyx"]
     with tarfile.open(sdist, "w:gz") as tar:
         for name in members:

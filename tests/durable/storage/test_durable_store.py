@@ -581,18 +581,26 @@ def test_a_relative_sqlite_path_keeps_naming_its_file_after_the_process_changes_
 def test_a_sqlite_store_dropped_without_close_is_freed_with_its_thread(tmp_path):
     """A store the program drops without close(), as a short script does: it is collected, and its
     checkpoint thread ends with it (the thread held the store, so each such store kept a thread and
-    three file descriptors for good)."""
+    three file descriptors for good), and its connection is closed."""
     import gc
     import weakref
 
-    store = SQLiteStore(tmp_path / "t.db")
-    thread = store._checkpointer
-    gone = weakref.ref(store)
-    del store
-    gc.collect()
-    assert gone() is None
-    thread.join(10)
-    assert not thread.is_alive()
+    import sqlite3
+
+    for path in (tmp_path / "t.db", ":memory:"):
+        store = SQLiteStore(path)
+        thread, db = store._checkpointer, store._db
+        gone = weakref.ref(store)
+        del store
+        gc.collect()
+        assert gone() is None
+        if thread is not None:
+            thread.join(10)
+            assert not thread.is_alive()
+        # Its connection closed with it, as close() closes it: sqlite3 collecting an open one warns
+        # (ResourceWarning, Python 3.13+).
+        with pytest.raises(sqlite3.ProgrammingError, match="closed database"):
+            db.execute("SELECT 1")
 
 
 def test_sqlite_open_errors_name_the_path_and_the_cause(tmp_path):

@@ -23,7 +23,8 @@ _SECTION = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 
 
 def _folder(backend: str):
-    return resources.files(__package__).joinpath(backend, "sql")
+    # One name per joinpath: 3.9's zipfile.Path (a package imported from a zip) takes one.
+    return resources.files(__package__).joinpath(backend).joinpath("sql")
 
 
 def migrations(backend: str) -> list:

@@ -186,6 +186,9 @@ class SQLiteStore(Store):
             self._db.close()
             raise
         self._checkpointer = None
+        # A store dropped without close() closes its connection when collected, as close() would,
+        # instead of leaving it to sqlite3's own collection, which warns (ResourceWarning, 3.13+).
+        weakref.finalize(self, self._db.close)
         if self.path != ":memory:" and checkpoint_interval_s is not None and not read_only:
             self._db.execute("PRAGMA wal_autocheckpoint=0")
             self._closing = threading.Event()
