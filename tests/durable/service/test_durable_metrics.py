@@ -258,6 +258,38 @@ def test_healthz_stays_200_while_every_handler_slot_is_busy(tmp_path):
         svc.stop()
         store.close()
 
+def test_healthz_503_when_every_slot_is_held_by_a_call_past_its_timeout(tmp_path):
+    """A sync call past its handler's timeout_s is failed, but its thread cannot be stopped and
+    holds its slot: with every slot so held and no pass for longer than the bound, /healthz is
+    503 saying so (a liveness probe's restart ends those threads), where it said "ok: busy" for
+    ever. ``handlers_overdue`` counts them; the slot and the health come back when the call returns."""
+    clock = ManualClock()
+    store = SQLiteStore(tmp_path / "hung.db")
+    for i in range(2):
+        writer.schedule(store, P, clock.wall_ns() // 1_000_000 - 1, OK_KIND, b"r%d" % i)
+    handler = Blocking()
+    handler.timeout_s = 0.1  # real seconds: the watchdog times calls on the host's monotonic clock
+    svc = DurableTimerService(store, TimerRegistry().register(handler), [P], concurrency=1, max_sleep_s=0.2,
+                              clock=clock, wall_ns=clock.wall_ns)
+    try:
+        svc.start()
+        bound_s = 1.0
+        wait_until(lambda: svc.metrics(0).handlers_overdue == 1, "the one slot held past its timeout")
+        for _ in range(15):
+            clock.advance(0.2)
+        wait_until(lambda: (svc.metrics(0).last_progress_age_s or 2 * bound_s + 1) > 2 * bound_s, "no pass")
+        ok, reason = health(svc, stale_after_s=bound_s)
+        assert not ok and reason.startswith("all 1 handler slot(s) held by calls past their handler's timeout_s"), reason
+        handler.gate.set()
+        wait_until(lambda: svc.metrics(0).handlers_overdue == 0 and svc.in_flight == 0, "the call returned")
+        clock.advance(0.2)
+        wait_until(lambda: health(svc, stale_after_s=bound_s)[0], "healthy again once a pass runs")
+    finally:
+        handler.gate.set()
+        svc.stop()
+        store.close()
+
+
 @pytest.mark.slow
 def test_healthz_503_while_postgres_is_down_and_200_after():
     """A service on a throwaway PostgreSQL cluster: healthy; the cluster stopped: 503 within the

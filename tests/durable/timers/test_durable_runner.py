@@ -644,6 +644,42 @@ def test_release_claims_finds_the_claims_of_a_handler_with_a_longer_first_backof
     assert (row.due_at_ms, row.attempt) == (NOW + 1000, 1)
 
 
+def test_a_claim_holds_the_row_for_the_handlers_timeout_and_a_failure_retries_a_backoff_after_it(store):
+    """A handler with timeout_s=60 may run a minute: its claim holds the row for 62 s (timeout_s
+    and LEASE_MARGIN_MS), so another runner passing 10 s or 61 s later claims nothing while the
+    call still runs within its timeout (a visibility timeout), and claims it once the lease is over,
+    as attempt 2. A call that fails at once is retried its backoff after the failure (5 s), not at
+    the lease's end. A takeover's release_claims looks as far as the longest lease."""
+    from timerwheel_c.durable.timers.claim import first_backoff_ms
+    from timerwheel_c.durable.timers.tick import LEASE_MARGIN_MS, lease_ms
+
+    assert lease_ms(1, None, 60.0) == 60_000 + LEASE_MARGIN_MS and lease_ms(1) == backoff_ms(1)
+    assert lease_ms(1, None, 1.0) == backoff_ms(1) and lease_ms(3, None, 60.0) == 62_000
+    assert lease_ms(1, None, 1e300) == keys.MAX_DUE_MS
+    slow = Recorder()
+    slow.timeout_s = 60.0
+    registry = TimerRegistry().register(slow)
+    assert first_backoff_ms(registry) == 62_000
+    schedule(store, NOW - 10, reference=b"one")
+    [claimed] = claim_due(store, P, registry, NOW).timers
+    assert keys.parse(claimed.timer.key).due_at_ms == NOW + 62_000
+    for later_ms in (10_000, 61_000):
+        assert claim_due(store, P, registry, NOW + later_ms).timers == []
+    [again] = claim_due(store, P, registry, NOW + 62_000).timers
+    assert again.timer.attempt == 2 and again.timer.reference == b"one"
+
+    def fail(ctx, timer):
+        raise RuntimeError("boom")
+
+    failing = Recorder(kind=B, outcome=fail)
+    failing.timeout_s = 60.0
+    schedule(store, NOW - 10, kind=B, reference=b"two")
+    report = run_due(store, P, TimerRegistry().register(failing), NOW + 100_000)
+    assert report.failed == 1
+    [row] = [tk for tk, _ in timer_rows(store) if tk.reference == b"two"]
+    assert (row.attempt, row.due_at_ms) == (1, NOW + 100_000 + backoff_ms(1))
+
+
 class CountingReads(Delegating):
     """Delegates to a real store; counts scan_many and scan calls and the apply round trips; says it
     reads many partitions at once, or not, as ``at_once`` says."""

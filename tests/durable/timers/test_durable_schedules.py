@@ -254,6 +254,25 @@ def test_re_adding_a_paused_schedule_keeps_it_paused_unless_told(durable_store):
             add_schedule(durable_store, P, "p", Every(60, start=START), KIND, paused=bad)
 
 
+def test_an_occurrence_claim_holds_its_row_for_the_handlers_timeout(durable_store):
+    """A schedule whose handler runs up to its timeout_s=120: the occurrence's claim holds it for
+    122 s, so another runner passing a minute later does not start the same occurrence while the
+    first call still runs (it did at 5 s, the backoff); after the lease it does, as attempt 2."""
+    from timerwheel_c.durable.timers import keys
+    from timerwheel_c.durable.timers.claim import claim_due
+    from timerwheel_c.durable.timers.tick import LEASE_MARGIN_MS
+
+    handler = Recording()
+    handler.timeout_s = 120.0
+    registry = TimerRegistry().register(handler)
+    due = add_schedule(durable_store, P, "long", Every(600, start=START), KIND).next_fire_ms
+    [claimed] = claim_due(durable_store, P, registry, due).timers
+    assert keys.parse(claimed.timer.key).due_at_ms == due + 120_000 + LEASE_MARGIN_MS
+    assert claim_due(durable_store, P, registry, due + 60_000).timers == []
+    [again] = claim_due(durable_store, P, registry, due + 122_000).timers
+    assert again.timer.attempt == 2 and again.timer.due_at_ms == due
+
+
 def test_jitter_delays_each_occurrence_within_bounds_and_keeps_the_grid(durable_store):
     handler = Recording()
     registry = TimerRegistry().register(handler)

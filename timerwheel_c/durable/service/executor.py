@@ -185,6 +185,18 @@ class Executor:
     def in_flight(self) -> int:
         return len(self.tasks)
 
+    @property
+    def overdue(self) -> int:
+        """Slots held by a sync call past its handler's ``timeout_s``: failed, its thread left to
+        finish, the slot free only when it returns. Read from any thread (``list`` of a set copies it
+        under the GIL)."""
+        overdue = 0
+        for chunk in list(self._chunks):
+            i = chunk.current
+            if i is not None and chunk.jobs[i].settled:
+                overdue += 1
+        return overdue
+
     # -- running -------------------------------------------------------------------------------
     def submit(self, jobs: list, starved: bool) -> None:
         """Queue claimed rows and start as many as slots allow; ``starved``: the pass that claimed
@@ -351,7 +363,7 @@ class Executor:
         self.recorder.activity.fire(job.partition, timer, job.handler, lateness_ms, what)
         self.recorder.fire_ended(lateness_ms / 1000 if timer.attempt == 1 else None, attempt.took_s)
         report = self._report
-        batch = settle(job.partition, job, report, attempt.outcome, error, wall_ms=self.wall_ms)
+        batch = settle(job.partition, job, report, attempt.outcome, error, wall_ms=self.wall_ms, still_running=keep_busy)
         if report.failed:  # a failed attempt: its row stays backed off, its error recorded (RetryLater), or parks
             self._report = RunReport()
             report.failed_kinds[timer.kind.get()] = report.failed

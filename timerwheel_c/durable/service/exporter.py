@@ -17,9 +17,10 @@ server on a daemon thread with:
   last succeeded within ``stale_after_s`` (default :func:`default_stale_after_s`: twice the
   service's longest sleep plus 10 s, 70 s for the default 30 s sleep; an idle service passes
   at least once per sleep, and a failing store is retried within 5 s), or every handler slot
-  is busy (no pass for want of room is work, not a stall: a hung handler is bounded by its
-  ``timeout_s``). Otherwise 503 with a
-  one-line reason: the thread is not running, or the store has not answered a pass for so long. It fits Kubernetes' liveness and
+  is busy (no pass for want of room is work, not a stall). Otherwise 503 with a one-line reason:
+  the thread is not running, the store has not answered a pass for so long, or every slot is
+  held by a sync call past its handler's ``timeout_s`` (its thread cannot be stopped: a restart
+  ends it). It fits Kubernetes' liveness and
   readiness probes (a probe's ``timeoutSeconds`` above 2 s: a scrape waits that long at most
   for the store).
 
@@ -64,9 +65,14 @@ def health(service, stale_after_s: Optional[float] = None) -> Tuple[bool, str]:
         return False, "service thread not running" + ("" if died is None else f": {type(died).__name__}")
     m = service.metrics(backlog_timeout_s=0)
     age_s = m.last_progress_age_s
+    if (age_s is None or age_s > bound_s) and m.handlers_overdue >= service.concurrency:
+        # Every slot held by a call that timed out and never returned: no pass will come, and only
+        # a restart ends those threads.
+        return False, (f"all {service.concurrency} handler slot(s) held by calls past their handler's timeout_s "
+                       "(their threads cannot be stopped: restart the process)")
     if age_s is not None and age_s > bound_s and m.handlers_in_flight >= service.concurrency:
         # No pass for want of a free slot, not for a stuck thread or store: it passes again when a
-        # handler returns (a hung one is bounded by its handler's timeout_s).
+        # handler returns.
         return True, f"ok: all {service.concurrency} handler slot(s) busy"
     if age_s is None:
         return False, "no store round trip yet"

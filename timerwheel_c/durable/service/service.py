@@ -101,9 +101,9 @@ class DurableTimerService:
     waiting for a slot).
 
     A row in flight in this process is never claimed again by it, however long its handler runs; set the handler's
-    ``timeout_s`` to count a hung call as failed. Another runner may still claim a row whose handler runs past its
-    backoff (5 s on the first attempt): only one outcome commits, and effects outside the outcome's batch must be
-    idempotent.
+    ``timeout_s`` to count a hung call as failed. Another runner may claim a row whose handler runs past its claim's
+    lease (the backoff, 5 s on the first attempt, or the handler's ``timeout_s`` and 2 s when longer): only one
+    outcome commits, and effects outside the outcome's batch must be idempotent.
 
     In a fleet the runners with the same kinds (the registry's at construction) form one group (see
     :mod:`timerwheel_c.durable.storage.postgres.ownership`), so every partition's rows of a kind are served by a live
@@ -293,7 +293,7 @@ class DurableTimerService:
             fired=fired, failed=failed, parked={**{kind: 0 for kind in self.registry.kinds()}, **parked},
             lateness=lateness, handler_duration=durations, due_backlog=backlog, parked_timers=parked_now,
             owned_partitions=self.claimer.owned(backlog), store_errors=self.recorder.store_errors(),
-            handlers_in_flight=self.in_flight, running=self.running,
+            handlers_in_flight=self.in_flight, handlers_overdue=self.executor.overdue, running=self.running,
             last_progress_age_s=None if progress is None else self.clock.monotonic_ns() / 1e9 - progress,
             kind_names={int(k): k.name for k in self.registry.named_kinds() if getattr(k, "name", None) is not None},
             due_backlog_by_shard=by_shard, parked_timers_by_shard=parked_by_shard)

@@ -43,7 +43,7 @@ from typing import Callable, Container, Optional, Union
 
 from . import keys, names, parking, schedules
 from .registry import DueTimer, TimerHandler, TimerRegistry, check_registry
-from .tick import DEFAULT_BUDGET, RunReport, TickBudget, backoff_ms
+from .tick import DEFAULT_BUDGET, RunReport, TickBudget, backoff_ms, lease_ms
 from ..storage.errors import is_transient
 from ..storage.store import Absent, Batch, Committed, Equals, Page, Refused, Store, check_partition
 
@@ -172,10 +172,11 @@ def _row_guard(key: bytes, value: bytes) -> Equals:
 
 
 def _claimed_key(now_ms: int, tk: keys.TimerKey, handler: Optional[TimerHandler]) -> bytes:
-    """The row's next backoff key: attempt + 1, due ``now_ms +`` the handler's backoff, original due time kept."""
+    """The row's next backoff key: attempt + 1, due ``now_ms +`` the handler's lease (its backoff, or
+    its timeout_s and a margin, :func:`~.tick.lease_ms`), original due time kept."""
     attempt = min(tk.attempt + 1, keys.MAX_ATTEMPT)
-    policy = None if handler is None else handler.backoff
-    return keys.next_attempt(tk, min(now_ms + backoff_ms(attempt, policy), keys.MAX_DUE_MS), attempt)
+    due_ms = now_ms + (backoff_ms(attempt) if handler is None else lease_ms(attempt, handler.backoff, handler.timeout_s))
+    return keys.next_attempt(tk, min(due_ms, keys.MAX_DUE_MS), attempt)
 
 
 def _moved_key(tk: keys.TimerKey, due_ms: int, attempt: int) -> bytes:
@@ -339,7 +340,7 @@ class Claimer:
         if tk.occurrence:
             try:
                 claim = schedules.claim_occurrence(self.store, self.partition, key, value, tk, self.now_ms,
-                                                   handler.backoff)
+                                                   handler.backoff, handler.timeout_s)
             except ValueError as exc:
                 return _ToQuarantine(key, value, f"its schedule's row is unreadable: {exc}", malformed=False)
             if claim is None:
@@ -571,10 +572,11 @@ def claim_due_across(store: Store, requests: list, registry: TimerRegistry, now_
 
 
 def first_backoff_ms(registry: Optional[TimerRegistry] = None) -> int:
-    """The longest first backoff (ms) a claim of ``registry``'s handlers waits: the default one, or
-    a handler's own :class:`~.tick.Backoff`, whichever is longer."""
+    """The longest first lease (ms) a claim of ``registry``'s handlers waits: the default backoff,
+    or a handler's own (:class:`~.tick.Backoff`, or its ``timeout_s`` and a margin,
+    :func:`~.tick.lease_ms`), whichever is longer."""
     handlers = [] if registry is None else [registry.get(kind) for kind in registry.kinds()]
-    return max([backoff_ms(1)] + [backoff_ms(1, h.backoff) for h in handlers if h is not None and h.backoff is not None])
+    return max([backoff_ms(1)] + [lease_ms(1, h.backoff, h.timeout_s) for h in handlers if h is not None])
 
 
 def release_range(now_ms: int, registry: Optional[TimerRegistry] = None) -> tuple[bytes, bytes]:

@@ -121,14 +121,16 @@ def fire(store: Store, partition: str, now_ms: int, claimed: ClaimedTimer, repor
 
 def settle(partition: str, claimed: ClaimedTimer, report: RunReport, outcome: object = None,
            error: Optional[BaseException] = None, *, now_ms: Optional[int] = None,
-           wall_ms: Optional[Callable[[], int]] = None) -> Batch:
+           wall_ms: Optional[Callable[[], int]] = None, still_running: bool = False) -> Batch:
     """Phase 2, pure: turn a handler's ``outcome`` (or the exception ``error`` it raised) into the
     batch that commits it, guarded on the claimed row; or count a failure in ``report`` and
     return the :class:`~.parking.RetryLater` batch that records its error (the row stays at its
     backoff key, or moves to a ``Retry(delay=)``'s), or, for a failure of the handler's last
     attempt, the :class:`~.parking.Parking` batch that parks the timer (parked at ``now_ms``, Unix
     epoch ms; None: ``wall_ms()``, or without it the host's wall clock, read only for a failure,
-    which alone needs the time: a service's clock costs a few calls per read).
+    which alone needs the time: a service's clock costs a few calls per read). ``still_running``: the
+    failure is a call past its ``timeout_s`` whose thread runs on, so its row stays at its claimed
+    key, held for the lease, where a failed call's row moves to its backoff after the failure.
 
     Done / Reschedule: the outcome's batch, plus ``require(Equals(claimed key, value))`` and
     the delete of the claimed row, plus for a Done the delete of the timer's identity row, for a
@@ -140,7 +142,7 @@ def settle(partition: str, claimed: ClaimedTimer, report: RunReport, outcome: ob
     """
     timer = claimed.timer
     if error is not None:
-        return _failed(partition, claimed, report, now_ms, wall_ms, error=error)
+        return _failed(partition, claimed, report, now_ms, wall_ms, error=error, still_running=still_running)
     if isinstance(outcome, Retry):
         why = "Retry: the handler asked to try again later"
         if outcome.delay is None:
@@ -213,7 +215,7 @@ def _forget_error(batch: Batch, timer, identity: Optional[bytes]) -> Batch:
 def _failed(partition: str, claimed: ClaimedTimer, report: RunReport, now_ms: Optional[int],
             wall_ms: Optional[Callable[[], int]], *,
             error: Optional[BaseException] = None, why: Optional[str] = None, asked: bool = False,
-            retry_in_ms: Optional[int] = None) -> Batch:
+            retry_in_ms: Optional[int] = None, still_running: bool = False) -> Batch:
     """Count and log a failed attempt; return the :class:`~.parking.RetryLater` batch that keeps its
     last error (the row stays backed off) and moves its retry to ``retry_in_ms`` from ``now_ms`` (a
     ``Retry(delay=)``), or the batch that parks the timer when this was its last attempt (``now_ms``
@@ -225,6 +227,12 @@ def _failed(partition: str, claimed: ClaimedTimer, report: RunReport, now_ms: Op
     last = parking.exhausted(handler, timer.attempt)
     if now_ms is None:
         now_ms = parking.wall_ms() if wall_ms is None else wall_ms()
+    if retry_in_ms is None and handler.timeout_s is not None and not still_running:
+        # The claim held the row for the handler's timeout_s (its lease): a call that failed
+        # sooner is retried its backoff after the failure, as it would be without one.
+        backoff = backoff_ms(timer.attempt, handler.backoff)
+        if tk.due_at_ms > now_ms + backoff:
+            retry_in_ms = backoff
     retry_key = None
     if not last and retry_in_ms is not None:
         retry_key = keys.backoff(min(now_ms + retry_in_ms, keys.MAX_DUE_MS), tk.kind, tk.attempt,

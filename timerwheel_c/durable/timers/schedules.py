@@ -48,7 +48,7 @@ from typing import Optional, Tuple
 from . import keys
 from .schedule_state import ScheduleState, done, new_state, paused, replaced, resumed, when_due
 from .steps import APPLY, GET, Steps
-from .tick import backoff_ms
+from .tick import lease_ms
 from .triggers import Trigger
 from .writer import check_kind_name, on_store, write
 from ..storage.store import Absent, Batch, Committed, Equals, Store, check_partition, check_store
@@ -331,10 +331,11 @@ class OccurrenceClaim:
 
 
 def claim_occurrence(store: Store, partition: str, key: bytes, value: bytes, tk: keys.TimerKey,
-                     now_ms: int, backoff=None) -> Optional[OccurrenceClaim]:
+                     now_ms: int, backoff=None, timeout_s: Optional[float] = None) -> Optional[OccurrenceClaim]:
     """The claim of the due occurrence row ``key`` (parsed ``tk``), or None to leave it (woken before
-    its occurrence), backed off by ``backoff`` (its handler's :class:`~.tick.Backoff`, None: the
-    default). Reads the schedule's state (one get).
+    its occurrence), held for its handler's lease (:func:`~.tick.lease_ms` of ``backoff``, its
+    handler's :class:`~.tick.Backoff`, None: the default, and its ``timeout_s``). Reads the
+    schedule's state (one get).
 
     Raises:
         ValueError: the schedule's row is malformed (the caller quarantines the occurrence row).
@@ -359,7 +360,7 @@ def claim_occurrence(store: Store, partition: str, key: bytes, value: bytes, tk:
             return OccurrenceClaim(_arm(guard, tk.reference, step.state), None, None, None)
         nominal_ms = step.fire_ms
     attempt = min(tk.attempt + 1, keys.MAX_ATTEMPT)
-    claimed_key = keys.backoff(min(now_ms + backoff_ms(attempt, backoff), keys.MAX_DUE_MS), tk.kind, attempt, nominal_ms,
+    claimed_key = keys.backoff(min(now_ms + lease_ms(attempt, backoff, timeout_s), keys.MAX_DUE_MS), tk.kind, attempt, nominal_ms,
                                tk.reference, occurrence=True)
     return OccurrenceClaim(guard.put(claimed_key, value).put(identity, claimed_key), claimed_key, nominal_ms, data)
 

@@ -11,10 +11,15 @@ from typing import Optional
 from .due import MAX_SPAN_S
 from .keys import MAX_DUE_MS
 
-__all__ = ["BACKOFF_BASE_MS", "BACKOFF_CAP_MS", "DEFAULT_BUDGET", "Backoff", "RunReport", "TickBudget", "backoff_ms"]
+__all__ = ["BACKOFF_BASE_MS", "BACKOFF_CAP_MS", "DEFAULT_BUDGET", "LEASE_MARGIN_MS", "Backoff", "RunReport", "TickBudget",
+           "backoff_ms", "lease_ms"]
 
 BACKOFF_BASE_MS = 5_000
 BACKOFF_CAP_MS = 600_000
+# How long past a handler's timeout_s its claim still holds the row: the failure the timeout makes
+# commits within it (a commit's round trip, a loaded runner's watchdog period), before any other
+# runner may take the row.
+LEASE_MARGIN_MS = 2_000
 
 
 _RNG = random.Random()
@@ -35,8 +40,9 @@ class Backoff:
     one began, each delay then shortened by a random fraction of up to ``jitter`` (0..1, as AWS's
     "equal jitter" spreads retries of timers that failed together). The default is 5 s doubling up
     to 10 minutes, without jitter. The delay also bounds how long an attempt runs before another
-    runner may take the timer again: a handler that runs longer than its first delay needs a larger
-    ``base_s`` (or a ``timeout_s``).
+    runner may take the timer again (its claim's lease, :func:`lease_ms`): a handler that runs
+    longer than its first delay needs a ``timeout_s`` (the lease is then at least that plus
+    :data:`LEASE_MARGIN_MS`) or a larger ``base_s``.
 
     Raises:
         TypeError / ValueError: ``base_s`` not > 0 (at least 0.001), ``factor`` < 1, ``cap_s`` <
@@ -75,6 +81,19 @@ def backoff_ms(attempt: int, policy: Optional[Backoff] = None) -> int:
     if policy is not None:
         return policy.delay_ms(attempt)
     return BACKOFF_CAP_MS if attempt > 8 else min(BACKOFF_BASE_MS << (attempt - 1), BACKOFF_CAP_MS)
+
+
+def lease_ms(attempt: int, policy: Optional[Backoff] = None, timeout_s: Optional[float] = None) -> int:
+    """How long a claim of attempt ``attempt`` (>= 1) holds its row from every other runner, in ms:
+    the backoff (:func:`backoff_ms`), or the handler's ``timeout_s`` (seconds) plus
+    :data:`LEASE_MARGIN_MS` when that is longer, so that a call still within its ``timeout_s`` is
+    never started again elsewhere meanwhile (the visibility timeout of a queue: SQS's, or a job
+    queue's lock). A call that fails before the lease ends is retried a backoff after its failure,
+    not at the lease's end (:func:`~.runner.settle`)."""
+    delay_ms = backoff_ms(attempt, policy)
+    if timeout_s is None:
+        return delay_ms
+    return max(delay_ms, min(math.ceil(min(timeout_s, MAX_SPAN_S) * 1000) + LEASE_MARGIN_MS, MAX_DUE_MS))
 
 
 def _clamped(name: str, value) -> int:
