@@ -45,8 +45,9 @@ __version__ = "0.1.0"
 # name -> the core that defines it
 _CORE_NAMES = {"TimerWheel": "wheel", "ReleaseTimer": "release", "Deadline": "release"}
 _PROCESS_TIMER_NAMES = ("arm_at", "release_timer_started", "sleep", "sleep_until")
-# The cores whose choice IMPLEMENTATION reports (the asyncio scheduler's, timerwheel_c.aio, too).
-_CORES = ("wheel", "release", "aio")
+# The cores whose choice IMPLEMENTATION reports: every one (the asyncio scheduler's and the event
+# loop's timer store, timerwheel_c.aio's, too), so that it says the same before and after they load.
+_CORES = ("wheel", "release", "aio", "loop")
 
 
 def _load(name: str) -> Any:

@@ -66,3 +66,27 @@ def test_bench_refuses_to_run_on_an_accidental_fallback(checkout):
                PYTHONPATH=str(checkout))
     assert done.returncode == 2
     assert "source checkout" in done.stderr and "TIMERWHEEL_C_NO_EXTENSIONS=1" in done.stderr
+
+
+def test_implementation_says_pure_whenever_one_core_falls_back(tmp_path):
+    """A partial install that lacks one compiled core (here the event loop's timer store): the
+    loop runs on its pure twin, and IMPLEMENTATION says "pure" whether it is read before the loop is
+    imported or after (it said "c" when read first, "pure" after)."""
+    import shutil
+
+    import timerwheel_c
+
+    package = tmp_path / "timerwheel_c"
+    shutil.copytree(os.path.dirname(timerwheel_c.__file__), package)
+    for built in package.glob("_loop.*"):
+        if built.suffix in (".so", ".pyd"):
+            built.unlink()
+    for before in (True, False):
+        code = ("import sys, warnings; sys.path.insert(0, %r); warnings.simplefilter('ignore')\n"
+                "import timerwheel_c\n" % str(tmp_path)
+                + ("first = timerwheel_c.IMPLEMENTATION\n" if before else "")
+                + "import timerwheel_c.aio, timerwheel_c.loop as loop\n"
+                "print(timerwheel_c.IMPLEMENTATION, type(loop.EventLoop()._timers).__module__)")
+        done = run(["-c", code], tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == ["pure", "timerwheel_c.pure.loop"], (before, done.stdout)

@@ -204,3 +204,34 @@ def test_asyncio_run_ends_while_a_to_thread_call_on_the_daemon_executor_still_ru
         assert not runner.is_alive(), "asyncio.run waited for the call in progress"
     finally:
         gate.set()
+
+
+_EXITS_WITHOUT_STOP = """
+import sys, time
+from timerwheel_c.durable import DurableTimerService, Done, SQLiteStore, TimerKind, TimerRegistry, schedule_many
+registry = TimerRegistry()
+
+@registry.handler(TimerKind(1))
+def fire(ctx, timer):
+    return Done()
+
+store = SQLiteStore(sys.argv[1])
+schedule_many(store, [("p", time.time_ns() // 10**6, TimerKind(1), b"r%d" % i, b"") for i in range(20000)])
+DurableTimerService(store, registry, ["p"]).start()
+time.sleep(float(sys.argv[2]))
+sys.exit(0)  # no stop(): a web server's worker, a reloader's child
+"""
+
+
+@pytest.mark.slow
+def test_a_process_that_exits_without_stopping_its_sqlite_service_exits_cleanly(tmp_path):
+    """An application that starts the embedded service on SQLite and exits without stop(), its
+    service busy firing: the interpreter's exit must not close the store's connection under the
+    service's thread (an exit-time finalizer did: SIGSEGV in sqlite3_changes, 3 runs in 10)."""
+    script = tmp_path / "exits.py"
+    script.write_text(_EXITS_WITHOUT_STOP)
+    for run in range(8):
+        db = tmp_path / f"t{run}.db"
+        done = subprocess.run([sys.executable, str(script), str(db), str(0.2 + 0.05 * run)], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=LIVENESS_S * 6)
+        assert done.returncode == 0, (run, done.returncode, done.stderr[-2000:])

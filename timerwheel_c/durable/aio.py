@@ -31,6 +31,16 @@ instead, as the sync functions do (:mod:`timerwheel_c.durable.storage.joined` gi
 on a psycopg ``AsyncConnection`` each statement is awaited on the caller's connection, on the loop,
 with no thread, since the transaction, its error handling and its commit are the caller's; a
 ``sqlite3.Connection`` is used synchronously on the loop's thread, the one it belongs to.
+
+A write that is cancelled (``asyncio.timeout``, ``wait_for``, a task cancel, a client gone) raises
+CancelledError, and its outcome is then unknown, as for any awaited database write: on the pool it
+may have committed (the cancel landed after the server applied it), on SQLite the thread finishes it,
+and joined to a caller's transaction it may be part of it (the cancel landed while its savepoint was
+released), so that the caller's commit commits it. Where that matters, read it back (``get_timer``),
+or roll the caller's transaction back on the cancel. A writer's retry by name is safe either way
+(``schedule`` again leaves one timer of the name). A cancel that lands just as psycopg_pool hands a
+connection over can be lost (a race in the pool's own waits, and in ``asyncio.wait_for`` before
+Python 3.12): the write then completes and returns.
 """
 from __future__ import annotations
 

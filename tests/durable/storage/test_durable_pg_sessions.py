@@ -185,3 +185,32 @@ def test_an_application_role_with_row_privileges_only_opens_writes_and_fires(cap
             with psycopg.connect(_DSN, autocommit=True) as conn:
                 conn.execute(f"DROP OWNED BY {role}")
                 conn.execute(f"DROP ROLE {role}")
+
+
+def test_a_write_behind_a_callers_open_transaction_gives_up_after_lock_wait_ms():
+    """A write joined to the caller's transaction holds its partition's lock until that commits: a
+    write of the same partition on the store, in the same request, waited for ever (and every call
+    of the store behind it). It now waits ``lock_wait_ms`` and raises TransientStoreError; the
+    caller's transaction commits its write, and the store writes again. By default 5 s."""
+    from timerwheel_c.durable.storage.errors import TransientStoreError
+    from timerwheel_c.durable.storage.postgres.store import DEFAULT_LOCK_WAIT_MS
+
+    assert DEFAULT_LOCK_WAIT_MS == 5_000
+    with _schema() as (url, _):
+        with PostgresStore(url) as default:
+            with default.new_connection() as conn:
+                assert conn.execute("SHOW lock_timeout").fetchone() == ("0",)  # a runner's own sessions
+            assert default._connection().execute("SHOW lock_timeout").fetchone() == ("5s",)
+        store = PostgresStore(url, lock_wait_ms=200)
+        try:
+            with psycopg.connect(url) as app:
+                with app.transaction():
+                    schedule(store, "p", PAST_MS, KIND, b"joined", conn=app)
+                    with pytest.raises(TransientStoreError, match="lock"):
+                        schedule(store, "p", PAST_MS, KIND, b"plain")
+            schedule(store, "p", PAST_MS, KIND, b"plain")
+            assert sorted(t.reference for t in list_timers(store, "p")) == [b"joined", b"plain"]
+        finally:
+            store.close()
+    with pytest.raises(ValueError, match="lock_wait_ms"):
+        PostgresStore(_DSN, lock_wait_ms=0)

@@ -43,9 +43,11 @@ def test_the_clock_follows_the_server_never_ahead_and_ignores_a_host_step(caplog
     clock = clocks.clock(refresh_s=5.0)
     with caplog.at_level(logging.WARNING, logger="timerwheel_c.durable"):
         clock.refresh(server)
+        clocks.mono += S // 2
+        clock.refresh(server)  # FIRST_REFRESH_S later: the second read, which measures the clocks' rates
         clocks.mono += S
         clock.refresh(server)  # within refresh_s: no read
-    assert server.reads == 1
+    assert server.reads == 2 and clock.rate == 1.0
     server_now = clocks.mono + server.offset
     assert server_now - 2_000_000 <= clock.now_ns() <= server_now
     clocks.host -= 3600 * S  # the host's wall clock stepped back an hour
@@ -98,3 +100,43 @@ def test_a_slow_round_trip_is_not_taken_for_a_host_clock_gone_wrong(caplog):
         server.rtt_ns = 0
         clock.refresh(server)
     assert [r.levelname for r in caplog.records] == ["WARNING", "INFO"], [r.getMessage() for r in caplog.records]
+
+
+class _Skewed:
+    """The server's clock and a host whose monotonic clock runs ``speed`` times as fast: ``real`` is
+    ns of the server's time since the start; each read of the server takes a 1 ms round trip."""
+
+    def __init__(self, speed: int):
+        self.speed = speed
+        self.real = 0
+
+    def clock_ns(self) -> int:
+        self.real += 1_000_000
+        return self.server_ns()
+
+    def server_ns(self) -> int:
+        return 1_800_000_000 * S + self.real
+
+    def clock(self) -> StoreClock:
+        return StoreClock(host_ns=lambda: 1_800_000_000 * S + self.speed * self.real,
+                          monotonic_ns=lambda: self.speed * self.real)
+
+
+def test_a_monotonic_clock_running_fast_never_carries_the_clock_ahead_of_the_server():
+    """libfaketime's ``x4`` (or a broken clock source): the host's monotonic clock runs 4 times as
+    fast as the server's. Carried on it at face value, the clock ran up to 3 x REFRESH_S ahead
+    (timers fired 3.7 s early): measured between reads, the rate carries it at the server's pace,
+    never ahead of the server's clock at any instant, and within a few ms of it once measured. A
+    clock running at the server's pace is carried as it is."""
+    for speed in (4, 1):
+        server = _Skewed(speed)
+        clock = server.clock()
+        worst_behind_ns = 0
+        for step in range(3000):  # 30 s of the server's time, a pass every 10 ms
+            clock.refresh(server)
+            assert clock.now_ns() <= server.server_ns(), (speed, step, clock.now_ns() - server.server_ns())
+            if step > 300:
+                worst_behind_ns = max(worst_behind_ns, server.server_ns() - clock.now_ns())
+            server.real += 10_000_000
+        assert worst_behind_ns < 20_000_000, (speed, worst_behind_ns)
+        assert abs(clock.rate - 1 / speed) < 0.01, (speed, clock.rate)

@@ -218,3 +218,23 @@ def test_a_loop_whose_first_write_met_a_down_server_writes_once_it_is_back():
         with PostgresStore(dsn) as fresh:  # the first store's own connection died with the server
             assert get_timer(fresh, "p", 1, b"during") is None
             assert get_timer(fresh, "p", 1, b"after") is not None and get_timer(fresh, "p", 1, b"again") is not None
+
+
+def test_cancelling_one_first_write_leaves_the_loops_other_first_writes_alone(store):
+    """Two first writes on a fresh loop wait for its pool to open; one is cancelled (a request whose
+    client left). The other lands (the cancelled opener closed the pool under it: "the pool is
+    closed"), whatever the moment of the cancel, and the loop writes on afterwards."""
+    due = wall_ms() + 3_600_000
+
+    async def main(delay_s: float, n: int):
+        cancelled = asyncio.ensure_future(aio.schedule(store, P, due, KIND, b"gone%d" % n))
+        kept = asyncio.ensure_future(aio.schedule(store, P, due, KIND, b"kept%d" % n))
+        await asyncio.sleep(delay_s)
+        cancelled.cancel()
+        outcomes = await asyncio.gather(cancelled, kept, return_exceptions=True)
+        await aio.schedule(store, P, due, KIND, b"after%d" % n)
+        return outcomes[1]
+
+    for n, delay_s in enumerate((0, 0.0005, 0.001, 0.002, 0.005)):
+        assert not isinstance(asyncio.run(main(delay_s, n)), BaseException), delay_s
+        assert get_timer(store, P, KIND, b"kept%d" % n) is not None and get_timer(store, P, KIND, b"after%d" % n)

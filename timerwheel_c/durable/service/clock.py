@@ -8,7 +8,13 @@ The server's clock is read in one round trip at most every :data:`REFRESH_S` (``
 *monotonic* clock: ``now = monotonic + offset``. The reading ``S`` was taken somewhere within the round
 trip, so the offset kept is ``S - (monotonic after the reply)``, the lowest it can be: the clock so
 made runs behind the server's by at most one round trip, never ahead of it. Being carried on the
-monotonic clock, it is also immune to a step of the host's wall clock between reads.
+monotonic clock, it is also immune to a step of the host's wall clock between reads. A monotonic
+clock that runs fast (a host whose clock source is wrong, a VM's, or libfaketime's ``x4``) would carry
+it ahead of the server's between reads: so the rate of the two clocks is measured between reads, and
+where the server's ran more than :data:`RATE_TOLERANCE` slower, the time is carried at its rate
+(never faster than the monotonic clock: one that runs slow only makes the clock late). Until a
+second read has measured it, the time is not carried at all (it stays at the first reading: a timer
+may then wait for that read, never fire early); that read comes :data:`FIRST_REFRESH_S` after the first.
 
 A store without a server clock (SQLite, whose runners share one host) keeps the host's wall clock.
 When the host's wall clock is more than :data:`SKEW_WARN_NS` off the server's, whatever the round
@@ -22,11 +28,15 @@ from typing import Callable, Optional
 
 from ..storage.store import Store
 
-__all__ = ["REFRESH_S", "SKEW_WARN_NS", "StoreClock"]
+__all__ = ["FIRST_REFRESH_S", "RATE_TOLERANCE", "REFRESH_S", "SKEW_WARN_NS", "StoreClock"]
 
 log = logging.getLogger("timerwheel_c.durable")
 
 REFRESH_S = 5.0  # the longest the clock runs on the monotonic clock between two reads of the server's
+FIRST_REFRESH_S = 0.2  # the second read's delay, which gives the first measure of the two clocks' rates
+# A measured rate this far below 1 is the host's clock running fast, not the round trips' noise
+# (1 ms over FIRST_REFRESH_S is 0.5 %); NTP keeps a real clock within 0.05 %.
+RATE_TOLERANCE = 0.01
 SKEW_WARN_NS = 1_000_000_000  # a host clock this far off the server's is logged at WARNING
 
 
@@ -46,14 +56,21 @@ class StoreClock:
         self.refresh_s = refresh_s
         self.offset_ns: Optional[int] = None  # server ns minus monotonic ns; None: the host's wall clock
         self.skew_ns: Optional[int] = None  # host wall clock minus the server's at the last read
+        self.rate = 0.0  # server ns per monotonic ns the time is carried at, at most 1: none until measured
         self._read_at_ns: Optional[int] = None  # monotonic ns of the last read
+        self._reads = 0
         self._skewed = False
 
     def now_ns(self) -> int:
-        """Now, Unix epoch ns: the server's clock as last read, carried on the monotonic clock, or
-        the host's wall clock before a read and for a store without a server clock."""
-        offset = self.offset_ns
-        return self.host_ns() if offset is None else self.monotonic_ns() + offset
+        """Now, Unix epoch ns: the server's clock as last read, carried on the monotonic clock (at
+        :attr:`rate`), or the host's wall clock before a read and for a store without a server clock."""
+        offset, read_at = self.offset_ns, self._read_at_ns
+        if offset is None or read_at is None:
+            return self.host_ns()
+        mono = self.monotonic_ns()
+        if self.rate == 1.0:
+            return mono + offset
+        return read_at + offset + int((mono - read_at) * self.rate)
 
     def refresh(self, store: Store) -> None:
         """Read the server's clock through ``store`` if ``refresh_s`` has passed since the last read (on
@@ -64,7 +81,8 @@ class StoreClock:
             nothing: a store error is swallowed (see above).
         """
         mono0 = self.monotonic_ns()
-        if self._read_at_ns is not None and mono0 - self._read_at_ns < self.refresh_s * 1e9:
+        every_s = min(FIRST_REFRESH_S, self.refresh_s) if self._reads == 1 else self.refresh_s
+        if self._read_at_ns is not None and mono0 - self._read_at_ns < every_s * 1e9:
             return
         host0 = self.host_ns()
         try:
@@ -72,11 +90,17 @@ class StoreClock:
         except Exception:
             return
         mono1, host1 = self.monotonic_ns(), self.host_ns()
+        last_server_ns, last_mono_ns = (None if self.offset_ns is None or self._read_at_ns is None
+                                        else self._read_at_ns + self.offset_ns), self._read_at_ns
         self._read_at_ns = mono1
+        self._reads += 1
         if server_ns is None:
             self.refresh_s = float("inf")  # no server clock: the host's, for good
             return
         self.offset_ns = server_ns - mono1
+        if last_server_ns is not None and last_mono_ns is not None and mono1 > last_mono_ns:
+            rate = (server_ns - last_server_ns) / (mono1 - last_mono_ns)
+            self.rate = max(rate, 0.0) if rate < 1.0 - RATE_TOLERANCE else 1.0
         self.skew_ns = (host0 + host1) // 2 - server_ns
         # The reading lies anywhere within the round trip, so the skew is known to half of it: only a
         # verdict that holds whatever the trip's halves changes the warning's state, and a slow trip (a

@@ -127,11 +127,14 @@ class AsyncPools:
             except BaseException:
                 # An open that timed out (the server down at the loop's first write) leaves the pool
                 # closed for good ("cannot be reused"): forgotten, so that the loop's next write makes
-                # another, and the outage ends with the server's instead of with the process.
-                with self._lock:
-                    if self._by_loop.get(loop, (None,))[0] is pool:
-                        del self._by_loop[loop]
-                closer.cancel()
+                # another, and the outage ends with the server's instead of with the process. One whose
+                # waiting write was cancelled leaves it open, filling, and in use by the loop's other
+                # first writes: kept (closing it failed them: "the pool is closed").
+                if pool.closed:
+                    with self._lock:
+                        if self._by_loop.get(loop, (None,))[0] is pool:
+                            del self._by_loop[loop]
+                    closer.cancel()
                 raise
         return pool
 

@@ -69,6 +69,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
+from .. import forks
 from ..errors import PermanentStoreError, StoreError, wrap_exceptions
 from .arrays import ByteaArray, Int4Array, Int8Array, TextArray, register as register_arrays
 from .copy import copy_new_rows, copyable
@@ -88,7 +89,10 @@ from ..watch import Watcher
 if TYPE_CHECKING:
     from .pool import AsyncPools
 
-__all__ = ["SCHEMA_VERSION", "SETS_FROM", "PostgresStore", "lock_key", "set_synchronous_commit"]
+__all__ = ["DEFAULT_LOCK_WAIT_MS", "SCHEMA_VERSION", "SETS_FROM", "PostgresStore", "lock_key", "set_synchronous_commit"]
+
+#: How long a store's own call waits for a lock by default, ms (see PostgresStore's ``lock_wait_ms``).
+DEFAULT_LOCK_WAIT_MS = 5_000
 
 log = logging.getLogger("timerwheel_c.durable")
 
@@ -165,6 +169,13 @@ class PostgresStore(Store):
             "remote_write", "remote_apply"), or None for the server's setting. "off" skips the
             WAL flush wait per commit, like SQLite's ``synchronous=NORMAL`` in WAL mode: a
             server crash may lose the last commits, each one whole, never half of one.
+        lock_wait_ms: how long one of this store's own calls waits for a lock (its session's
+            ``lock_timeout``, ms; None: for ever), :data:`DEFAULT_LOCK_WAIT_MS` (5 s, SQLiteStore's
+            busy timeout) by default; past it the call raises TransientStoreError (SQLSTATE 55P03). A
+            write waits for its partition's lock, which a caller's open transaction holds after a
+            write joined to it (``conn=``): without a bound, a write of the same partition on the
+            store, in the same request, waited for ever, and every call of the store (which has one
+            connection) behind it. The schema's creation or upgrade waits as long as it takes.
         read_only: for the commands that only read: no DDL runs (the schema is neither created
             nor upgraded) and the session is ``default_transaction_read_only``, so a role with
             SELECT alone on the table and ``<table>_meta`` can open it; a write fails (SQLSTATE
@@ -191,8 +202,10 @@ class PostgresStore(Store):
     ownership_type = PartitionOwnership
 
     def __init__(self, dsn: str, *, table: str = "timerwheel_kv", synchronous_commit: Optional[str] = None,
-                 read_only: bool = False, create: bool = True, shard_count: int = DEFAULT_SHARD_COUNT):
+                 read_only: bool = False, create: bool = True, shard_count: int = DEFAULT_SHARD_COUNT,
+                 lock_wait_ms: Optional[int] = DEFAULT_LOCK_WAIT_MS):
         check_shard_count(shard_count)
+        lock_wait_ms = check_lock_wait_ms(lock_wait_ms)
         if not isinstance(dsn, str):
             raise TypeError(f"dsn must be a str, got {type(dsn).__name__}")
         if not isinstance(table, str) or not _TABLE_NAME.match(table):
@@ -232,6 +245,23 @@ class PostgresStore(Store):
                 self._conn.close()
             raise
         self._shard_locks = shard_locks(table, self.shard_count)
+        forks.track(self)
+        # After the schema step, whose DDL may wait its turn: from here the waits are a write's.
+        self._lock_wait_ms = lock_wait_ms
+        if lock_wait_ms is not None and self._conn is not None and not self._conn.closed:
+            with self._wrap:
+                self._conn.execute(_set_lock_timeout(lock_wait_ms))
+
+    def _after_fork(self) -> None:
+        """In a forked child: forget the parent's connections (:mod:`..forks`); the next call opens
+        this process's own. The lock is new: a parent's thread may have held it at the fork."""
+        self._lock = threading.Lock()
+        conn, self._conn = self._conn, None
+        if conn is not None and not conn.closed:
+            forks.silence(conn.fileno())
+        pools = self.__dict__.pop("_async_pools", None)
+        if pools is not None:
+            forks.keep(pools)
 
     def __repr__(self):
         return f"PostgresStore({describe_dsn(self._dsn)}, table={self.table!r})"
@@ -724,7 +754,7 @@ def connect(dsn: str, synchronous_commit: Optional[str] = None, lock_wait_ms: Op
         if synchronous_commit is not None:
             conn.execute(set_synchronous_commit(synchronous_commit))
         if lock_wait_ms is not None:
-            conn.execute(sql.SQL("SET lock_timeout = {}").format(sql.Literal(f"{lock_wait_ms}ms")))
+            conn.execute(_set_lock_timeout(lock_wait_ms))
     except psycopg.Error as exc:
         error = store_error(exc, dsn)
         if redact(str(exc), dsn) != str(exc):
@@ -732,6 +762,10 @@ def connect(dsn: str, synchronous_commit: Optional[str] = None, lock_wait_ms: Op
             raise error from None
         raise error from exc
     return conn
+
+
+def _set_lock_timeout(lock_wait_ms: int) -> sql.Composed:
+    return sql.SQL("SET lock_timeout = {}").format(sql.Literal(f"{lock_wait_ms}ms"))
 
 
 def set_synchronous_commit(value: str) -> sql.Composed:

@@ -39,6 +39,7 @@ SQLite compares BLOBs with memcmp, then by length, which is exactly Python's byt
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import sqlite3
@@ -48,6 +49,7 @@ import urllib.parse
 import weakref
 from typing import Any, Callable, Iterator, Optional, Union
 
+from .. import forks
 from ..errors import PermanentStoreError, StoreError, TransientStoreError, wrap_exceptions
 from ..redact import redact
 from ..shards import DEFAULT_SHARD_COUNT, check_shard_count, shard_of
@@ -159,12 +161,14 @@ class SQLiteStore(Store):
             raise NoStoreError(f"no timerwheel_c store here: SQLite database {self.path!r} does not exist "
                                "(this command never creates it)")
         self.shard_count = shard_count
+        # isolation_level=None: no implicit transactions; apply() opens its own. Kept for a forked
+        # child, which opens its own connection (_after_fork).
+        self._connect = functools.partial(
+            sqlite3.connect, self._read_only_uri() if read_only else self.path if create else self._existing_uri(),
+            timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False,
+            uri=bool(read_only) or not create)
         try:
-            # isolation_level=None: no implicit transactions; apply() opens its own.
-            self._db = sqlite3.connect(
-                self._read_only_uri() if read_only else self.path if create else self._existing_uri(),
-                timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False,
-                uri=bool(read_only) or not create)
+            self._db = self._connect()
         except sqlite3.Error as exc:
             raise self._open_error(exc) from exc
         try:
@@ -188,7 +192,8 @@ class SQLiteStore(Store):
         self._checkpointer = None
         # A store dropped without close() closes its connection when collected, as close() would,
         # instead of leaving it to sqlite3's own collection, which warns (ResourceWarning, 3.13+).
-        weakref.finalize(self, self._db.close)
+        self._closes_db = self._close_when_collected()
+        forks.track(self)
         if self.path != ":memory:" and checkpoint_interval_s is not None and not read_only:
             self._db.execute("PRAGMA wal_autocheckpoint=0")
             self._closing = threading.Event()
@@ -201,6 +206,46 @@ class SQLiteStore(Store):
             )
             self._checkpointer.start()
             weakref.finalize(self, self._closing.set)
+
+    def _after_fork(self) -> None:
+        """In a forked child: keep the parent's connection, unused and unclosed (:mod:`..forks`); the
+        store's first use here opens this process's own (not at the fork: another thread of the
+        parent may have held SQLite's own mutexes then, and a store the child never uses must not
+        wait on them). One forked inside a transaction (the store's lock held, or the connection's
+        transaction open) leaves the child's copy of SQLite's per-file lock records claiming locks no
+        connection here will release: a new connection to the file would wait on them, so every use
+        raises instead, saying to open the store after the fork. The parent's checkpoint thread does
+        not exist here. An in-memory database is the child's own copy, used as it is."""
+        held = self._lock.locked()
+        self._lock = threading.Lock()
+        self._checkpointer = None
+        inherited = self._db
+        try:
+            busy = held or inherited.in_transaction
+        except sqlite3.ProgrammingError:  # closed in the parent: nothing inherited to keep or replace
+            return
+        if self._file == ":memory:":
+            return
+        self._closes_db.detach()
+        forks.keep(inherited)
+        self._db = _Inherited(self, busy)  # type: ignore[assignment]  # a Connection opened at first use
+
+    def _reopen(self) -> sqlite3.Connection:
+        """This process's own connection, in place of the inherited one (see :meth:`_after_fork`)."""
+        db = self._connect()
+        if not self.read_only:
+            db.execute(f"PRAGMA synchronous={self.synchronous}")
+        self._db = db
+        self._closes_db = self._close_when_collected()
+        return db
+
+    def _close_when_collected(self) -> weakref.finalize:
+        """Close the connection once the store is collected, and never at interpreter exit (a
+        finalizer's default): a store still alive then may be in use by a service's daemon thread,
+        and closing the connection under it crashed the process (SIGSEGV in sqlite3_changes)."""
+        closes = weakref.finalize(self, self._db.close)
+        closes.atexit = False
+        return closes
 
     def _while_busy(self, step: Callable[[], object]) -> None:
         """Run ``step``, again while SQLite says the database is locked or busy, for up to the busy
@@ -554,6 +599,30 @@ class SQLiteStore(Store):
             self._checkpointer = None
         with self._lock:
             self._db.close()
+
+
+class _Inherited:
+    """Where a forked child's store had its parent's connection (see :meth:`SQLiteStore._after_fork`):
+    its first use opens the child's own and goes on with it, or raises if the fork came inside a
+    transaction; ``close()`` of a store never used in the child does nothing."""
+
+    def __init__(self, store: "SQLiteStore", busy: bool):
+        self._store = store
+        self._busy = busy
+
+    def close(self) -> None:
+        pass
+
+    def __getattr__(self, name: str):
+        if self._busy:
+            raise PermanentStoreError(
+                f"SQLiteStore {self._store._file!r} was forked (os.fork) while it was inside a transaction: "
+                "SQLite's connections do not survive a fork (sqlite.org/howtocorrupt.html, 2.6); open the store "
+                "again in this process")
+        db = self._store._db
+        if db is self:  # held as ``db = self._db`` by a caller: its later uses go to the one reopened
+            db = self._store._reopen()
+        return getattr(db, name)
 
 
 def _checkpoint_loop(file: str, closing: threading.Event, interval_s: float, busy_timeout_ms: int) -> None:
