@@ -25,8 +25,9 @@ def _exercise(store, partition: str, tag: bytes) -> None:
         assert [k for k, _ in store.scan(partition, key, key + b"\x00", limit=5).entries] == [key]
 
 
-def _forked(body) -> int:
-    """Run ``body()`` in a forked child; its exit status: 0 if it returned, 1 if it raised."""
+def _forked(body, in_parent=lambda: None) -> int:
+    """Run ``body()`` in a forked child, and ``in_parent()`` meanwhile; the child's exit status: 0 if
+    ``body`` returned, 1 if it raised."""
     pid = os.fork()
     if pid == 0:  # the child: never back into pytest
         status = 1
@@ -37,6 +38,7 @@ def _forked(body) -> int:
             print(f"child failed: {exc!r}", file=sys.stderr)
         finally:
             os._exit(status)
+    in_parent()
     return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
 
 
@@ -64,19 +66,12 @@ def test_parent_and_child_use_one_store_at_once(durable_store):
 
     thread = threading.Thread(target=parent)
     thread.start()
-    pid = os.fork()
-    if pid == 0:
-        status = 1
-        try:
-            child()
-            status = 0
-        except BaseException as exc:  # noqa: BLE001 -- reported through the exit status
-            print(f"child failed: {exc!r}", file=sys.stderr)
-        finally:
-            os._exit(status)
-    forked.set()
-    thread.join()
-    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0 and parent_error == []
+
+    def in_parent():
+        forked.set()
+        thread.join()
+
+    assert _forked(child, in_parent) == 0 and parent_error == []
     assert store.get("p", b"before") == b"fork"
     if getattr(store, "path", None) != ":memory:":  # an in-memory database is each process's own copy
         assert len(store.scan("child", b"", b"\xff", limit=1000).entries) == ROUNDS
