@@ -160,10 +160,15 @@ def test_sigterm_ends_a_runner_whose_async_handler_awaits_a_thread_that_never_re
 @pytest.mark.slow
 def test_sigterm_while_the_service_starts_on_a_store_that_does_not_answer_stops_it(stopped):
     """The service's start waits on the store's meta table, locked by another session; the signal
-    received meanwhile was only recorded, and nothing looked at it until the start returned."""
+    received meanwhile was only recorded, and nothing looked at it until the start returned. The
+    process ends within the bound, cleanly: the store's wait for the lock ends at its lock_wait_ms
+    (a transient error, retried) and the stop goes on, or the stop gives up waiting on the store."""
     runner = stopped["start"]
-    _check_ended(runner, "closing the store")
-    assert "received SIGTERM while starting; stopping" in runner.stderr()
+    err = runner.stderr()
+    assert runner.status == 0, f"status {runner.status} {BOUND_S:.0f} s after SIGTERM:\n{err[-2000:]}"
+    assert "received SIGTERM while starting; stopping" in err and "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.endswith("stopped") or (GAVE_UP in last and "closing the store" in last), err[-2000:]
 
 
 def _minus(a, b=0):
