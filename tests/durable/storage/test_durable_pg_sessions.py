@@ -214,3 +214,39 @@ def test_a_write_behind_a_callers_open_transaction_gives_up_after_lock_wait_ms()
             store.close()
     with pytest.raises(ValueError, match="lock_wait_ms"):
         PostgresStore(_DSN, lock_wait_ms=0)
+
+
+def test_a_dropped_store_is_freed_with_its_session_at_once():
+    """A program that opens a store per request and drops it unclosed: the store is freed when the
+    last reference goes, its session with it (it referred to itself through its error wrapper, so
+    only the cyclic collector freed it, and the sessions piled up until then: "too many clients")."""
+    import gc
+    import time
+    import warnings
+    import weakref
+
+    name = f"tw_dropped_{uuid.uuid4().hex[:10]}"
+    with _schema() as (url, _):
+        url = _url(url, application_name=name)
+
+        def sessions() -> int:
+            with psycopg.connect(_DSN, autocommit=True) as admin:
+                return admin.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
+                                     (name,)).fetchone()[0]
+
+        gc.disable()
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ResourceWarning)  # psycopg's, for a connection left open
+                store = PostgresStore(url)
+                store.apply("p", Batch().put(b"k", b"v"))
+                assert sessions() == 1
+                gone = weakref.ref(store)
+                del store
+                assert gone() is None
+            deadline = time.monotonic() + 10
+            while sessions() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert sessions() == 0
+        finally:
+            gc.enable()

@@ -219,7 +219,9 @@ class PostgresStore(Store):
         self.read_only = bool(read_only)
         self.shard_count = shard_count
         self._lock = threading.Lock()
-        self._wrap = wrap_exceptions(psycopg.Error, self._error)
+        # Not a bound method: a store that referred to itself was freed only by the cyclic collector,
+        # and a program that dropped one store per request held their connections open until then.
+        self._wrap = wrap_exceptions(psycopg.Error, functools.partial(store_error, dsn=dsn))
         self._names = {
             "t": sql.Identifier(table), "meta": sql.Identifier(f"{table}_meta"),
             "apply_many": sql.Identifier(f"{table}_apply_many"), "apply_one": sql.Identifier(f"{table}_apply_one"),
