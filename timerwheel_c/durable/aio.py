@@ -38,9 +38,10 @@ may have committed (the cancel landed after the server applied it), on SQLite th
 and joined to a caller's transaction it may be part of it (the cancel landed while its savepoint was
 released), so that the caller's commit commits it. Where that matters, read it back (``get_timer``),
 or roll the caller's transaction back on the cancel. A writer's retry by name is safe either way
-(``schedule`` again leaves one timer of the name). A cancel that lands just as psycopg_pool hands a
-connection over can be lost (a race in the pool's own waits, and in ``asyncio.wait_for`` before
-Python 3.12): the write then completes and returns.
+(``schedule`` again leaves one timer of the name). A loop's first writes await the opening of its
+pool with ``asyncio.wait``, which never loses a cancel; later, a cancel that lands just as
+psycopg_pool hands a connection over can still be lost (a race in the pool's own wait for a
+connection): the write then completes and returns.
 """
 from __future__ import annotations
 

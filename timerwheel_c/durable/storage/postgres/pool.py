@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import threading
 from typing import AsyncIterator, Callable, Dict, Optional, Tuple
@@ -69,8 +70,9 @@ class AsyncPools:
         self._setup = setup
         self._wrap = wrap_exceptions(psycopg.Error, error)
         self._lock = threading.Lock()
-        # loop -> (its pool, the task that closes the pool when cancelled)
-        self._by_loop: Dict[asyncio.AbstractEventLoop, Tuple[AsyncConnectionPool, "asyncio.Task[None]"]] = {}
+        # loop -> (its pool, the task that closes the pool when cancelled, the task that opens it)
+        self._by_loop: Dict[asyncio.AbstractEventLoop,
+                            Tuple[AsyncConnectionPool, "asyncio.Task[None]", "asyncio.Task[None]"]] = {}
         self._sizes = (MIN_SIZE, MAX_SIZE, TIMEOUT_S)
 
     def configure(self, min_size: int = MIN_SIZE, max_size: int = MAX_SIZE, timeout_s: float = TIMEOUT_S) -> None:
@@ -116,27 +118,32 @@ class AsyncPools:
                 pool: AsyncConnectionPool = AsyncConnectionPool(
                     self._dsn, kwargs=dict(CONNECT_KWARGS), min_size=min_size, max_size=max_size, timeout=timeout_s,
                     configure=self._configure, name="timerwheel-c-aio", open=False)
-                found = self._by_loop[loop] = (pool, loop.create_task(self._close_when_cancelled(loop, pool)))
-        pool, closer = found
-        if pool.closed:  # not open yet (a concurrent first write may be opening it: open() waits for that)
-            # wait=True: the first write finds the pool's min_size connections made, instead of asking
-            # for one while they connect, which makes the pool grow by another whose connect the
-            # loop's shutdown may cancel half-way, leaving a session on the server until collected.
-            try:
-                await pool.open(wait=True, timeout=self._sizes[2])
-            except BaseException:
-                # An open that timed out (the server down at the loop's first write) leaves the pool
-                # closed for good ("cannot be reused"): forgotten, so that the loop's next write makes
-                # another, and the outage ends with the server's instead of with the process. One whose
-                # waiting write was cancelled leaves it open, filling, and in use by the loop's other
-                # first writes: kept (closing it failed them: "the pool is closed").
-                if pool.closed:
-                    with self._lock:
-                        if self._by_loop.get(loop, (None,))[0] is pool:
-                            del self._by_loop[loop]
-                    closer.cancel()
-                raise
+                closer = loop.create_task(self._close_when_cancelled(loop, pool))
+                # wait=True: the first writes find the pool's min_size connections made, instead of
+                # asking for one while they connect, which makes the pool grow by another whose connect
+                # the loop's shutdown may cancel half-way, leaving a session on the server until collected.
+                # A task of its own, which every first write of the loop awaits (see below).
+                opener = loop.create_task(pool.open(wait=True, timeout=timeout_s))
+                opener.add_done_callback(functools.partial(self._opened, loop, pool, closer))
+                found = self._by_loop[loop] = (pool, closer, opener)
+        pool, _, opener = found
+        if not opener.done():
+            # asyncio.wait, not the open itself: the pool's own wait (asyncio.wait_for before 3.12)
+            # lost a cancel that landed as the connections came, and the write went on regardless.
+            await asyncio.wait([opener])
+        opener.result()  # the open's error: a write of a loop whose pool could not open fails with it
         return pool
+
+    def _opened(self, loop: asyncio.AbstractEventLoop, pool: AsyncConnectionPool, closer: "asyncio.Task[None]",
+                opener: "asyncio.Task[None]") -> None:
+        """An open that timed out (the server down at the loop's first write) leaves the pool closed
+        for good ("cannot be reused"): forgotten, so that the loop's next write makes another, and the
+        outage ends with the server's instead of with the process."""
+        if (opener.cancelled() or opener.exception() is not None) and pool.closed:
+            with self._lock:
+                if self._by_loop.get(loop, (None,))[0] is pool:
+                    del self._by_loop[loop]
+            closer.cancel()
 
     async def _configure(self, conn: psycopg.AsyncConnection) -> None:
         await conn.execute(SESSION_SETUP)
@@ -156,7 +163,7 @@ class AsyncPools:
         """Close every loop's pool (see the module's docstring for when it is done)."""
         with self._lock:
             entries, self._by_loop = list(self._by_loop.items()), {}
-        for loop, (_, closer) in entries:
+        for loop, (_, closer, _) in entries:
             if loop.is_closed():
                 continue
             try:
