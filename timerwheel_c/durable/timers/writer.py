@@ -113,7 +113,7 @@ def _timer_value(key: bytes, value: bytes) -> bytes:
     return keys.parked_parts(value)[1] if keys.is_parked_key(key) else value
 
 
-_LOOKUPS = 16  # reads of a timer's row while concurrent commits keep moving it, before it counts as missing
+_LOOKUPS = 64  # reads of a timer's row while concurrent commits keep moving it, before it counts as missing
 
 
 def _forget_error(batch: Batch, current: bytes, identity: bytes) -> Batch:
