@@ -219,9 +219,11 @@ class PostgresStore(Store):
         self.read_only = bool(read_only)
         self.shard_count = shard_count
         self._lock = threading.Lock()
-        # Not a bound method: a store that referred to itself was freed only by the cyclic collector,
-        # and a program that dropped one store per request held their connections open until then.
-        self._wrap = wrap_exceptions(psycopg.Error, functools.partial(store_error, dsn=dsn))
+        # The StoreError of a psycopg error, its password masked: not a bound method, which the store's
+        # own attributes would refer back to itself through (a store freed only by the cyclic
+        # collector, and a program that dropped one per request held their connections until then).
+        self._error: Callable[[psycopg.Error], StoreError] = functools.partial(store_error, dsn=dsn)
+        self._wrap = wrap_exceptions(psycopg.Error, self._error)
         self._names = {
             "t": sql.Identifier(table), "meta": sql.Identifier(f"{table}_meta"),
             "apply_many": sql.Identifier(f"{table}_apply_many"), "apply_one": sql.Identifier(f"{table}_apply_one"),
@@ -267,9 +269,6 @@ class PostgresStore(Store):
 
     def __repr__(self):
         return f"PostgresStore({describe_dsn(self._dsn)}, table={self.table!r})"
-
-    def _error(self, exc: psycopg.Error) -> StoreError:
-        return store_error(exc, self._dsn)
 
     def _check_encoding(self) -> None:
         """Refuse a database whose text is neither UTF-8 nor raw bytes (``SQL_ASCII``): there the
@@ -588,7 +587,7 @@ class PostgresStore(Store):
             from .pool import AsyncPools
 
             pools = self.__dict__.setdefault("_async_pools", AsyncPools(
-                self._dsn, functools.partial(store_error, dsn=self._dsn),
+                self._dsn, self._error,
                 None if self.synchronous_commit is None else set_synchronous_commit(self.synchronous_commit)))
         return pools
 
