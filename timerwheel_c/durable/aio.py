@@ -105,7 +105,7 @@ async def _on_store(store: Store, partition: str, steps: Steps[T], run: Callable
     if _postgres(store) and _has_pool(type(store)):
         async with store.async_pools().connection() as conn:  # type: ignore[attr-defined]
             tx = store.statements_on(conn, partition)  # type: ignore[attr-defined]
-            return await arun_steps(steps, tx.get, tx.apply, tx.scan)
+            return await arun_steps(steps, tx)
     return await asyncio.get_running_loop().run_in_executor(_executor(store), run, store, partition, steps)
 
 
@@ -122,7 +122,7 @@ async def _write(store: Store, partition: str, steps: Steps[T], conn) -> T:
     if conn is None:
         return await _on_store(store, partition, steps, writer.write)
     async with ajoined(store, conn, partition) as tx:
-        return await arun_steps(steps, tx.get, tx.apply, tx.scan)
+        return await arun_steps(steps, tx)
 
 
 def configure(store: Store, *, min_size: int = 1, max_size: int = 4, timeout_s: float = 10.0) -> None:

@@ -206,6 +206,7 @@ def test_a_cancel_that_read_the_row_before_its_first_claim_fails_its_guard_and_f
     cancel's first write fails, its second finds the claimed row and removes it; the attempt's
     commit then loses its guard. Without the row's guard the cancel would delete a row that was gone,
     answer True, and the timer would fire. Driven step by step: no thread, no timing."""
+    from timerwheel_c.durable.storage.store import PartitionCalls
     from timerwheel_c.durable.timers.steps import run_steps
     from timerwheel_c.durable.timers.writer import cancel_steps
 
@@ -213,20 +214,19 @@ def test_a_cancel_that_read_the_row_before_its_first_claim_fails_its_guard_and_f
     schedule(durable_store, P, DUE, KIND, b"raced", b"v")
     scheduled, claimed = keys.timer(DUE, KIND, b"raced"), []
 
-    def get(key):
-        value = durable_store.get(P, key)
-        if key == scheduled and value is not None and not claimed:
-            claimed.extend(_claim_first_attempt(durable_store, registry))  # the claim lands right after the read
-        return value
+    class Calls(PartitionCalls):
+        def get_through(self, key):
+            named, value = super().get_through(key)
+            if named == scheduled and value is not None and not claimed:
+                claimed.extend(_claim_first_attempt(durable_store, registry))  # the claim lands right after the read
+            return named, value
+
+        def apply(self, batch):
+            applied.append(super().apply(batch))
+            return applied[-1]
 
     applied = []
-
-    def apply(batch):
-        applied.append(durable_store.apply(P, batch))
-        return applied[-1]
-
-    assert run_steps(cancel_steps(durable_store, P, KIND, b"raced"), get, apply,
-                     lambda start, end, limit: durable_store.scan(P, start, end, limit=limit).entries) is True
+    assert run_steps(cancel_steps(durable_store, P, KIND, b"raced"), Calls(durable_store, P)) is True
     assert len(claimed) == 1  # the situation to test: the claim committed between the read and the write
     assert [type(r).__name__ for r in applied] == ["PreconditionFailed", "Committed"]
     report = _commit_done(durable_store, claimed)

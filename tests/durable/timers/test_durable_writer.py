@@ -175,9 +175,9 @@ def test_a_write_on_sqlite_reads_and_commits_in_one_transaction_and_one_that_rai
         store._db.set_trace_callback(statements.append)
         schedule(store, P, DUE + 1, KIND, b"ref", b"v2")
         begins = [i for i, s in enumerate(statements) if s.startswith("BEGIN")]
-        reads = [i for i, s in enumerate(statements) if s.startswith("SELECT value FROM timerwheel_kv")]
+        reads = [i for i, s in enumerate(statements) if s.startswith("SELECT") and "timerwheel_kv" in s]
         assert len(begins) == 1 and statements[begins[0]] == "BEGIN IMMEDIATE" and statements[-1] == "COMMIT"
-        assert len(reads) >= 2 and min(reads) > begins[0]
+        assert reads and min(reads) > begins[0]
         statements.clear()
         with pytest.raises(TimerExists):
             schedule(store, P, DUE + 2, KIND, b"ref", b"v3", if_exists="error")

@@ -52,12 +52,16 @@ def unless_failing(exc: Optional[BaseException], wrap: wrap_exceptions):
 class Joined(abc.ABC):
     """A write in progress on a caller's connection: entering it opens the write's savepoint (and,
     where the connection would, begins the caller's transaction); leaving it releases the savepoint,
-    or rolls back to it when the block raised. In between, :meth:`get`, :meth:`scan` and :meth:`apply` act as the
-    store's own ``get``, ``scan`` and ``apply`` on the write's partition, inside the caller's transaction."""
+    or rolls back to it when the block raised. In between, :meth:`get`, :meth:`get_through`, :meth:`scan` and :meth:`apply` act as
+    the store's own on the write's partition, inside the caller's transaction."""
 
     @abc.abstractmethod
     def get(self, key: bytes) -> Optional[bytes]:
         """The value at ``key`` as the caller's transaction sees it, or None."""
+
+    @abc.abstractmethod
+    def get_through(self, key: bytes) -> tuple:
+        """:meth:`~.store.Store.get_through` as the caller's transaction sees it, in one statement."""
 
     @abc.abstractmethod
     def scan(self, start: bytes, end: bytes, limit: int) -> list:

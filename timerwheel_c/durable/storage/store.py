@@ -46,6 +46,7 @@ __all__ = [
     "NoStoreError",
     "Ownership",
     "Page",
+    "PartitionCalls",
     "PreconditionFailed",
     "Refused",
     "SchemaError",
@@ -58,6 +59,7 @@ __all__ = [
     "check_store",
     "consumed_write",
     "refuse_store",
+    "through",
 ]
 
 
@@ -420,6 +422,17 @@ class Store(abc.ABC):
         """
         return self._get(check_partition(partition), check_bytes("key", key))
 
+    def get_through(self, partition: str, key: bytes) -> tuple:
+        """``(value, target)``: the value at ``key`` (or None), and the value of the row of ``partition``
+        whose key that value is (None when there is no such row, or no value), read at one instant: a
+        write that moves both rows (a pointer row and the row it names, as a timer's name and its row)
+        commits before the read or after it, never between its two halves.
+
+        Raises:
+            TypeError / ValueError: a bad partition, a non-bytes key.
+        """
+        return self._get_through(check_partition(partition), check_bytes("key", key))
+
     def apply(self, partition: str, batch: Batch) -> Union[Committed, PreconditionFailed]:
         """Check ``batch``'s guards and, if all hold, apply its writes atomically.
 
@@ -620,10 +633,11 @@ class Store(abc.ABC):
 
     def own_write(self, partition: str) -> ContextManager[Any]:
         """A writer's reads and batches of ``partition`` on the store's own connection: a context
-        manager yielding an object whose ``get(key)`` (bytes or None), ``scan(start, end, limit)``
+        manager yielding an object whose ``get(key)`` (bytes or None), ``get_through(key)`` (a pair: see
+        :meth:`get_through`), ``scan(start, end, limit)``
         (a list of ``(key, value)`` in key order) and ``apply(batch)`` (:class:`Committed` or
-        :class:`PreconditionFailed`) act as the store's own :meth:`get`, :meth:`scan` and
-        :meth:`apply`. The default reads outside any transaction and commits each apply on its own,
+        :class:`PreconditionFailed`) act as the store's own :meth:`get`, :meth:`get_through`,
+        :meth:`scan` and :meth:`apply`. The default reads outside any transaction and commits each apply on its own,
         the guards judging what was read; a backend whose transactions cost less than the reads'
         own overrides it to hold them all in one (SQLite), committed when the block ends, rolled
         back when it raises.
@@ -631,7 +645,7 @@ class Store(abc.ABC):
         Raises:
             TypeError / ValueError: a bad partition.
         """
-        return contextlib.nullcontext(_OwnCalls(self, check_partition(partition)))
+        return contextlib.nullcontext(PartitionCalls(self, check_partition(partition)))
 
     def joined(self, conn: Any, partition: str) -> "Joined":
         """The write to ``partition`` through the caller's own sync connection ``conn``, inside its
@@ -703,6 +717,13 @@ class Store(abc.ABC):
     def _apply(self, partition: str, batch: Batch) -> Union[Committed, PreconditionFailed]:
         """:meth:`apply` with checked arguments."""
 
+    def _get_through(self, partition: str, key: bytes) -> tuple:
+        """:meth:`get_through` with checked arguments. This default reads the two rows in turn, which
+        holds for a store whose writes and reads never interleave (one in memory behind a lock); a
+        backend whose writes can commit between two reads overrides it with one statement."""
+        value = self._get(partition, key)
+        return value, (None if value is None else self._get(partition, value))
+
     def _apply_many(self, partition: str, batches: list) -> list:
         """:meth:`apply_many` with checked arguments (a non-empty list): the generic fallback,
         one ``_apply`` per batch, a :class:`PermanentStoreError` from one being its :class:`Refused`."""
@@ -767,8 +788,17 @@ class Store(abc.ABC):
         """:meth:`signal_writes` with checked patterns; the default keeps signalling every write."""
 
 
-class _OwnCalls:
-    """The default :meth:`Store.own_write`: each call is the store's own public one on the partition."""
+def through(row: Optional[tuple]) -> tuple:
+    """The pair :meth:`Store.get_through` returns, from the row ``(value, target)`` of a backend's one
+    statement (None: no row at the key), as bytes or None."""
+    if row is None:
+        return None, None
+    return bytes(row[0]), None if row[1] is None else bytes(row[1])
+
+
+class PartitionCalls:
+    """A writer's calls on one partition (what :meth:`Store.own_write` yields by default), each the
+    store's own public one: each read outside any transaction, each apply committed on its own."""
 
     __slots__ = ("_store", "_partition")
 
@@ -778,6 +808,9 @@ class _OwnCalls:
 
     def get(self, key: bytes) -> Optional[bytes]:
         return self._store.get(self._partition, key)
+
+    def get_through(self, key: bytes) -> tuple:
+        return self._store.get_through(self._partition, key)
 
     def scan(self, start: bytes, end: bytes, limit: int) -> list:
         return self._store.scan(self._partition, start, end, limit=limit).entries

@@ -25,7 +25,6 @@ written once, as steps (:mod:`.steps`) that :func:`write` runs on either connect
 from __future__ import annotations
 
 import dataclasses
-import functools
 import warnings
 from dataclasses import dataclass
 from typing import Optional, TypeVar
@@ -35,10 +34,10 @@ from .codecs import encoded
 from .due import due_at_ms_of, due_or_delay
 from .kind_names import check_kind_names
 from .partitions import partition_of
-from .steps import APPLY, GET, SCAN, Steps, run_steps
+from .steps import APPLY, GET, GET_THROUGH, SCAN, Steps, run_steps
 from ..storage.errors import PicklesItsArguments
 from ..storage.joined import joined
-from ..storage.store import Absent, Batch, Committed, Equals, Store, check_partition, check_store
+from ..storage.store import Absent, Batch, Committed, Equals, PartitionCalls, Store, check_partition, check_store
 
 __all__ = ["IF_EXISTS", "STATES", "PendingTimer", "TimerExists", "cancel", "cancel_steps", "check_kind_name", "get_timer",
            "get_timer_steps", "in_schedule_order", "list_timers", "on_store", "requeue", "requeue_steps", "reschedule", "reschedule_steps",
@@ -132,21 +131,20 @@ def _current(identity: bytes) -> Steps[tuple]:
     (``Equals(identity, named)``, ``Equals(key, value)``), so a claim that moves the row after it was
     read fails the write's guard instead of leaving it to delete a row that is gone.
 
-    The reads are several statements: a move committed between them (a runner's claim, a reschedule,
-    a parking) leaves the identity row read pointing at a row that is gone. They are then made again,
-    up to :data:`_LOOKUPS` times, so that a timer moving while it is looked up is found (an identity
-    row that keeps pointing at no row belongs to no pending timer)."""
-    named = yield GET, identity
+    The identity row and the row it names are read in one statement (``get_through``), so a move
+    (a runner's claim, a reschedule, a parking: both rows rewritten in one commit) is seen wholly or
+    not at all. Only the search of a first claim's range is a statement of its own: a move committed
+    before it makes the reads start again, up to :data:`_LOOKUPS` times (an identity row that keeps
+    pointing at no row belongs to no pending timer)."""
     for _ in range(_LOOKUPS):
+        named, value = yield GET_THROUGH, identity
         if named is None:
-            break
-        value = yield GET, named
+            return None, None, None
         if value is not None:
             return named, named, value
         claimed = yield from _first_claim(named)
         if claimed is not None:
             return (named, *claimed)
-        named = yield GET, identity
     return named, named, None
 
 
@@ -201,20 +199,19 @@ def write(store: Store, partition: str, steps: Steps[T], conn=None) -> T:
     if conn is None:
         keys.declare_signals(store)
         with store.own_write(partition) as tx:
-            return run_steps(steps, tx.get, tx.apply, tx.scan)
+            return run_steps(steps, tx)
     # No declare_signals here: until some process declares them every write signals (more wake-ups,
     # none missed), runners declare them when they start, and declaring them may rebuild the
     # trigger on the store's own connection, which waits for every lock on the table: one the
     # caller's transaction may already hold.
     with joined(store, conn, partition) as tx:
-        return run_steps(steps, tx.get, tx.apply, tx.scan)
+        return run_steps(steps, tx)
 
 
 def on_store(store: Store, partition: str, steps: Steps[T]) -> T:
     """Run ``steps`` on ``partition`` through the store's own ``get`` and ``apply``: each apply its own
     transaction, each read outside any (the guards judge what was read)."""
-    return run_steps(steps, functools.partial(store.get, partition), functools.partial(store.apply, partition),
-                     lambda start, end, limit: store.scan(partition, start, end, limit=limit).entries)
+    return run_steps(steps, PartitionCalls(store, partition))
 
 
 def schedule(store: Store, partition: Optional[str], due_at_ms, kind, reference: bytes, value: bytes = b"", *,

@@ -22,7 +22,7 @@ from psycopg.rows import tuple_row
 
 from ..errors import wrap_exceptions
 from ..savepoint import OPEN, Joined, ending, type_name, unless_failing
-from ..store import Batch, Committed, PreconditionFailed
+from ..store import Batch, Committed, PreconditionFailed, through
 from .results import apply_results, store_error
 
 if TYPE_CHECKING:
@@ -116,6 +116,10 @@ class PgJoined(_Joining, Joined):
         with _WRAP, psycopg.Cursor(self._conn, row_factory=tuple_row) as cur:
             return _value(cur.execute(self._store.query("get"), (self._partition, key)).fetchone())
 
+    def get_through(self, key: bytes) -> tuple:
+        with _WRAP, psycopg.Cursor(self._conn, row_factory=tuple_row) as cur:
+            return through(cur.execute(self._store.query("get_through"), (self._partition, key)).fetchone())
+
     def scan(self, start: bytes, end: bytes, limit: int) -> list:
         with _WRAP, psycopg.Cursor(self._conn, row_factory=tuple_row) as cur:
             return cur.execute(self._store.query("scan_from"), (self._partition, start, end, limit), binary=True).fetchall()
@@ -136,6 +140,11 @@ class AsyncPgStatements(_OnConnection):
         with _WRAP:
             async with psycopg.AsyncCursor(self._conn, row_factory=tuple_row) as cur:
                 return _value(await (await cur.execute(self._store.query("get"), (self._partition, key))).fetchone())
+
+    async def get_through(self, key: bytes) -> tuple:
+        with _WRAP:
+            async with psycopg.AsyncCursor(self._conn, row_factory=tuple_row) as cur:
+                return through(await (await cur.execute(self._store.query("get_through"), (self._partition, key))).fetchone())
 
     async def scan(self, start: bytes, end: bytes, limit: int) -> list:
         with _WRAP:

@@ -83,7 +83,7 @@ from ..shards import DEFAULT_SHARD_COUNT, check_shard_count, shard_of
 from ..sqlfiles import migrations, queries, rewrite_versions
 from ..upgrades import rewritten_rows
 from ..store import (COMMITTED, Absent, Batch, Committed, Page, PreconditionFailed, SchemaError, SchemaVersionError,
-                    Store, check_lock_wait_ms, check_readable_version, consumed_write, schema_version_of)
+                    Store, check_lock_wait_ms, check_readable_version, consumed_write, schema_version_of, through)
 from ..watch import Watcher
 
 if TYPE_CHECKING:
@@ -439,6 +439,11 @@ class PostgresStore(Store):
         with self._lock, self._wrap:
             row = self._connection().execute(self._sql["get"], (partition, key), binary=True).fetchone()
         return None if row is None else bytes(row[0])
+
+    def _get_through(self, partition: str, key: bytes) -> tuple:
+        with self._lock, self._wrap:
+            row = self._connection().execute(self._sql["get_through"], (partition, key), binary=True).fetchone()
+        return through(row)
 
     def _apply(self, partition: str, batch: Batch) -> Union[Committed, PreconditionFailed]:
         if copyable(batch):

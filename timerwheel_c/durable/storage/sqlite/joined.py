@@ -95,6 +95,9 @@ class OnTheLoop:
     async def get(self, key: bytes) -> Optional[bytes]:
         return self._tx.get(key)
 
+    async def get_through(self, key: bytes) -> tuple:
+        return self._tx.get_through(key)
+
     async def scan(self, start: bytes, end: bytes, limit: int) -> list:
         return self._tx.scan(start, end, limit)
 

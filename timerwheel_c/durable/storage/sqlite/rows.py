@@ -9,9 +9,9 @@ from typing import Optional, Union
 
 from ..sqlfiles import queries
 from ..errors import wrap_exceptions
-from ..store import COMMITTED, Absent, Batch, Committed, PreconditionFailed, consumed_write
+from ..store import COMMITTED, Absent, Batch, Committed, PreconditionFailed, consumed_write, through
 
-__all__ = ["QUERIES", "OnCursor", "apply_batch", "first_in_shards", "occupied_shards", "read_value"]
+__all__ = ["QUERIES", "OnCursor", "apply_batch", "first_in_shards", "occupied_shards", "read_through", "read_value"]
 
 QUERIES = queries("sqlite")
 
@@ -20,6 +20,11 @@ def read_value(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, ke
     connection inside its own transaction: :mod:`.joined`), or None."""
     row = db.execute(QUERIES["get"], (partition, key)).fetchone()
     return None if row is None else bytes(row[0])
+
+
+def read_through(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, key: bytes) -> tuple:
+    """``(value, target)`` of :meth:`~.store.Store.get_through`, read on ``db`` as :func:`read_value` reads."""
+    return through(db.execute(QUERIES["get_through"], (partition, key)).fetchone())
 
 
 _IN_LIST = 500  # keys per "key IN (...)" read: under SQLite's oldest bound of 999 parameters
@@ -126,6 +131,15 @@ class OnCursor:
         if self._read is not None:
             self._read[key] = value
         return value
+
+    def get_through(self, key: bytes) -> tuple:
+        with self._wrap:
+            value, target = read_through(self._cursor, self._partition, key)
+        if self._read is not None:
+            self._read[key] = value
+            if value is not None:
+                self._read[value] = target
+        return value, target
 
     def scan(self, start: bytes, end: bytes, limit: int) -> list:
         with self._wrap:

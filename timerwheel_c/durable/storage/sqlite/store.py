@@ -60,7 +60,7 @@ from ..upgrades import rewritten_rows
 from ..watch import PollingWatcher, Watcher
 from .errors import result_code, store_error
 from .joined import OnTheLoop, SQLiteJoined
-from .rows import QUERIES as _QUERIES, OnCursor, apply_batch, first_in_shards, occupied_shards, read_value
+from .rows import QUERIES as _QUERIES, OnCursor, apply_batch, first_in_shards, occupied_shards, read_through, read_value
 
 __all__ = ["SCHEMA_VERSION", "WAL_RESTART_FRAMES", "WAL_RESTART_WAIT_MS", "SQLiteStore"]
 
@@ -477,6 +477,10 @@ class SQLiteStore(Store):
     def _get(self, partition: str, key: bytes) -> Optional[bytes]:
         with self._lock, self._wrap:
             return read_value(self._db, partition, key)
+
+    def _get_through(self, partition: str, key: bytes) -> tuple:
+        with self._lock, self._wrap:
+            return read_through(self._db, partition, key)
 
     def _apply(self, partition: str, batch: Batch) -> Union[Committed, PreconditionFailed]:
         return self._apply_in_one_transaction([(partition, batch)], nested=False)[0]

@@ -53,6 +53,12 @@ ALTER TABLE {t} DROP COLUMN IF EXISTS shard
 -- name: get
 SELECT value FROM {t} WHERE partition = %s AND key = %s
 
+-- name: get_through
+-- A row and the row of its partition whose key is its value, in one statement: one snapshot, so a
+-- commit that moves both lands wholly before or wholly after the read (Store.get_through).
+SELECT i.value, t.value FROM {t} AS i LEFT JOIN {t} AS t ON t.partition = i.partition AND t.key = i.value
+WHERE i.partition = %s AND i.key = %s
+
 -- name: partitions
 -- A loose index scan: one index probe per partition instead of a walk over every row.
 WITH RECURSIVE p AS (

@@ -18,6 +18,13 @@ SELECT key, value FROM timerwheel_kv WHERE partition = ? AND key > ? AND key < ?
 -- name: get
 SELECT value FROM timerwheel_kv WHERE partition = ? AND key = ?
 
+-- name: get_through
+-- A row and the row of its partition whose key is its value, in one statement: one snapshot, so a
+-- commit that moves both lands wholly before or wholly after the read (Store.get_through).
+SELECT i.value, t.value FROM timerwheel_kv AS i LEFT JOIN timerwheel_kv AS t ON t.partition = i.partition
+  AND t.key = i.value
+WHERE i.partition = ? AND i.key = ?
+
 -- name: present
 -- Which of many keys hold a row: {keys} is filled with one "?" per key.
 SELECT key FROM timerwheel_kv WHERE partition = ? AND key IN ({keys})
