@@ -192,3 +192,33 @@ def test_a_claims_time_budget_runs_on_the_services_clock():
     result = passes.run(1_000, frozenset(), lambda: False)
     assert len(result.jobs) == PAGE
     store.close()
+
+
+def test_a_relative_due_time_given_to_the_service_counts_from_its_clock(store):
+    """``delay=`` and a timedelta given to the service's schedule and reschedule count from the clock
+    it judges due times by, here a ManualClock a decade ahead of the host: stored at that clock's now
+    plus the delay, fired once it has passed and not before. Counted from the host's clock, the
+    timers were years overdue by the service's and fired at once."""
+    import datetime
+    import time
+
+    from timerwheel_c.durable import get_timer
+
+    clock = ManualClock(wall_ns=time.time_ns() + 10 * 365 * 86_400 * 10**9, monotonic_ns=10**12)
+    noted = Noted()
+    with DurableTimerService(store, TimerRegistry().register(noted), [P], max_sleep_s=HOUR_S, clock=clock) as service:
+        wait_until(lambda: service.passes >= 1 and clock.waiting >= 1, "the service asleep on the clock")
+        now_ms = clock.wall_ns() // 1_000_000
+        service.schedule(P, None, KIND, b"delay", delay=60)
+        service.schedule(P, datetime.timedelta(seconds=60), KIND, b"timedelta")
+        service.schedule(P, now_ms + 1000, KIND, b"moved")
+        assert service.reschedule(P, None, KIND, b"moved", delay=60.0)
+        assert {r: get_timer(store, P, KIND, r).due_at_ms for r in (b"delay", b"timedelta", b"moved")} == \
+            dict.fromkeys((b"delay", b"timedelta", b"moved"), now_ms + 60_000)
+        wait_until(lambda: service.passes >= 3 and clock.waiting >= 1, "passes after the writes, then sleep")
+        clock.advance(59.999)
+        wait_until(lambda: clock.waiting >= 1, "the service asleep again")
+        assert noted.fired == []
+        clock.advance(0.001)
+        wait_until(lambda: len(noted.fired) == 3, "the three timers fired", LIVENESS_S)
+    assert sorted(noted.fired) == [b"delay", b"moved", b"timedelta"]

@@ -27,6 +27,7 @@ from ..storage.store import Ownership, Store
 from ..storage.watch import Watcher
 from ..timers import keys
 from ..timers.claim import refund_rows, release_rows
+from ..timers.due import DueMs, due_at_ms_of, due_or_delay
 from ..timers.registry import TimerRegistry
 from ..timers.runner import PAGE, TickBudget
 from ..timers.timing import Clock, Timing
@@ -112,6 +113,11 @@ class Claimer:
 
     def wall_ms(self) -> int:
         return self.wall_ns() // _NS_PER_MS
+
+    def due_ms(self, due_at_ms, delay) -> DueMs:
+        """A due time given to the service (see :func:`~..timers.due.due_or_delay`), checked; a relative
+        one counted from :meth:`wall_ms`, the clock that judges it due, so it never comes due early by it."""
+        return DueMs(due_at_ms_of(due_or_delay(due_at_ms, delay, base_ms=self.wall_ms), base_ms=self.wall_ms))
 
     def monotonic_s(self) -> float:
         return self.clock.monotonic_ns() / 1e9

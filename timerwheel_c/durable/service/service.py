@@ -23,7 +23,6 @@ from typing import Callable, Iterable, Optional, Union
 
 from ..storage.store import Store, check_partition, check_store
 from ..timers import writer
-from ..timers.due import DueMs, due_at_ms_of, due_or_delay
 from ..timers.kind_names import check_kind_names
 from ..timers.registry import TimerKind, TimerRegistry, check_registry
 from ..timers.runner import TickBudget
@@ -224,14 +223,15 @@ class DurableTimerService:
         """:func:`timerwheel_c.durable.schedule` on this service's store, for a served partition and a
         kind this service's registry has a handler for, then wake the thread if the timer is
         nearer than its current sleep. ``due_at_ms``: Unix epoch ms, an aware datetime or a timedelta
-        from now; or None and ``delay`` seconds from now. Returns the row's key.
+        from now; or None and ``delay`` seconds from now. Now is the clock this service judges due times
+        by (``wall_ns``), so that a relative timer never comes due early by it. Returns the row's key.
 
         Raises:
             TypeError / ValueError: bad arguments (see :func:`timerwheel_c.durable.schedule`), a
                 partition not served, a kind with no handler in the registry.
             Exception: whatever the store raises.
         """
-        due_ms = DueMs(due_at_ms_of(due_or_delay(due_at_ms, delay)))
+        due_ms = self.claimer.due_ms(due_at_ms, delay)
         self._check_served(partition)
         number = TimerKind(kind).get()
         if self.registry.get(number) is None:
@@ -252,7 +252,7 @@ class DurableTimerService:
             Exception: whatever the store raises.
         """
         due_at_ms, kind, reference = writer.in_schedule_order(due_at_ms, kind, reference)
-        due_ms = DueMs(due_at_ms_of(due_or_delay(due_at_ms, delay)))
+        due_ms = self.claimer.due_ms(due_at_ms, delay)
         moved = writer.reschedule(self.store, self._check_served(partition), due_ms, kind, reference)
         if moved:
             self.wakeup.written(partition, due_ms)
@@ -266,7 +266,7 @@ class DurableTimerService:
         Raises:
             TypeError / ValueError: a bad partition or due time, a partition not served.
         """
-        self.wakeup.written(self._check_served(check_partition(partition)), due_at_ms_of(due_at_ms))
+        self.wakeup.written(self._check_served(check_partition(partition)), self.claimer.due_ms(due_at_ms, None))
 
     def cancel(self, partition: str, kind, reference: bytes) -> bool:
         """:func:`timerwheel_c.durable.cancel` for a served partition: remove the pending timer named

@@ -1,9 +1,9 @@
 """Due times as the public API takes them: Unix epoch ms (an int), a timezone-aware ``datetime``, or
 relative to now: a ``datetime.timedelta`` in the due time's place, or ``delay=`` seconds.
 
-A relative due time becomes absolute when the write is prepared, on :func:`relative_base_ms`'s clock:
-the host's wall clock, the one place to change should relative due times be judged on another (a
-database server's).
+A relative due time becomes absolute when the write is prepared, on :func:`relative_base_ms`'s clock
+(the host's wall clock) unless the caller gives its own: a :class:`DurableTimerService` counts from the
+clock it judges due times by (its store server's on PostgreSQL, or the clock a test injects).
 
 Two unit mistakes are easy to make and would otherwise pass silently:
 
@@ -23,6 +23,7 @@ import datetime as _dt
 import logging
 import math
 import time
+from typing import Callable, Optional
 
 from .keys import MAX_DUE_MS
 
@@ -61,20 +62,21 @@ def relative_base_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _relative(delay_ms: int, shown: object, name: str) -> int:
+def _relative(delay_ms: int, shown: object, name: str, base_ms: Optional[Callable[[], int]]) -> int:
     if delay_ms < 0:
         raise ValueError(f"{name} must not be negative, got {shown!r}")
-    due_ms = relative_base_ms() + delay_ms
+    due_ms = (relative_base_ms() if base_ms is None else base_ms()) + delay_ms
     if due_ms > MAX_DUE_MS:
         raise ValueError(f"{name} must end by the latest due time, 2**64-1 ms after 1970 UTC, got {shown!r}")
     return due_ms
 
 
-def due_or_delay(due_at: object, delay: object, name: str = "due_at_ms") -> object:
+def due_or_delay(due_at: object, delay: object, name: str = "due_at_ms",
+                 base_ms: Optional[Callable[[], int]] = None) -> object:
     """``due_at`` as given when ``delay`` is None (for :func:`due_at_ms_of` to check and convert, as it
     would be without a delay), else the due time ``delay`` seconds from now (an int or a float >= 0,
     rounded up to the ms so that a timer never comes due before its delay has passed), Unix epoch ms,
-    with ``due_at`` None.
+    with ``due_at`` None. Now is ``base_ms()``, Unix epoch ms (None: :func:`relative_base_ms`'s).
 
     Raises:
         TypeError: both given; a delay that is not a number (a bool, a str, a timedelta...).
@@ -88,17 +90,19 @@ def due_or_delay(due_at: object, delay: object, name: str = "due_at_ms") -> obje
         raise TypeError(f"delay must be a number of seconds, got {type(delay).__name__} {delay!r}")
     if not math.isfinite(delay):
         raise ValueError(f"delay must be a finite number of seconds, got {delay!r}")
-    return _relative(span_ms(delay), delay, "delay")
+    return _relative(span_ms(delay), delay, "delay", base_ms)
 
 
-def due_at_ms_of(value: object, name: str = "due_at_ms") -> int:
+def due_at_ms_of(value: object, name: str = "due_at_ms", base_ms: Optional[Callable[[], int]] = None) -> int:
     """Return ``value`` as Unix epoch ms (int; a :class:`DueMs` as it is, checked already).
 
     Args:
         value: an int (Unix epoch ms), a timezone-aware :class:`datetime.datetime` (converted
             exactly, rounding down to the ms) or a :class:`datetime.timedelta` >= 0 (that long from
-            :func:`relative_base_ms`, rounded up to the ms).
+            ``base_ms()``, rounded up to the ms).
         name: the argument's name, for messages.
+        base_ms: now, Unix epoch ms, as a relative due time counts from it; None:
+            :func:`relative_base_ms`, the host's wall clock.
 
     Raises:
         TypeError: neither an int (bool excluded), a datetime nor a timedelta (None: give a due time
@@ -111,7 +115,7 @@ def due_at_ms_of(value: object, name: str = "due_at_ms") -> int:
         return value
     if isinstance(value, _dt.timedelta):
         whole_ms, part = divmod(value, _MS)  # not -(-value // _MS): -timedelta.max overflows
-        return _relative(whole_ms + bool(part), value, name)
+        return _relative(whole_ms + bool(part), value, name, base_ms)
     if isinstance(value, _dt.datetime):
         if value.tzinfo is None or value.utcoffset() is None:
             raise ValueError(
