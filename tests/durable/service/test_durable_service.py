@@ -85,6 +85,72 @@ def test_an_async_handler_may_stop_its_own_service(store):
     service.stop()
 
 
+@pytest.mark.parametrize("where", ["sync handler", "to_thread of an async handler"])
+def test_a_handler_may_stop_its_own_service_from_a_thread_that_runs_it(store, where):
+    """stop() from a sync handler (on a worker thread the service waits for), or from asyncio.to_thread
+    in an async one, returns at once; the handler's outcome commits and the service stops. It waited
+    for the service, which waited for the handler: with no timeout for ever, else until its timeout
+    abandoned the handler and discarded its outcome (the timeout here bounds that failure)."""
+    import asyncio
+
+    registry = TimerRegistry()
+    outcome = []
+
+    def stop():
+        service.stop(5.0)
+        outcome.append("stop() returned")
+
+    if where == "sync handler":
+        @registry.handler(KIND)
+        def stopping(ctx, timer):
+            stop()
+            return Done(Batch().put(b"effect/" + timer.reference, b"1"))
+    else:
+        @registry.handler(KIND)
+        async def stopping(ctx, timer):
+            await asyncio.to_thread(stop)
+            return Done(Batch().put(b"effect/" + timer.reference, b"1"))
+
+    put_timer(store, wall_ms() - 10, b"s")
+    service = DurableTimerService(store, registry, [P])
+    service.start()
+    wait_until(lambda: not service.running, "the service to stop", LIVENESS_S)
+    assert outcome == ["stop() returned"] and service.died is None
+    assert store.get(P, b"effect/s") == b"1" and service.failed == 0
+    service.stop()
+
+
+def test_start_from_several_threads_at_once_starts_one_service(store):
+    """start() called by 8 threads at once: one starts the service, the others raise RuntimeError
+    naming it started; stop() then ends its one thread and every worker it made. Unguarded, every
+    caller made a worker pool and the losers raised "threads can only be started once", their
+    pools left running after stop()."""
+    h = Effect()
+    service = DurableTimerService(store, TimerRegistry().register(h), [P])
+    barrier, errors = threading.Barrier(8), []
+
+    def start():
+        barrier.wait()
+        try:
+            service.start()
+        except RuntimeError as exc:
+            errors.append(str(exc))
+
+    before = set(threading.enumerate())
+    threads = [threading.Thread(target=start) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(LIVENESS_S)
+    assert errors == ["DurableTimerService already started"] * 7
+    put_timer(store, wall_ms() - 10, b"one")
+    h.wait_for(1)
+    service.stop()
+    assert not service.running
+    wait_until(lambda: not [t for t in set(threading.enumerate()) - before if t.name.startswith("durable-")],
+               "the service's threads to end", LIVENESS_S)
+
+
 def test_sleeps_until_due_and_never_fires_early(store):
     """A timer scheduled 300 ms ahead fires not before its due time and within the liveness bound,
     with max_sleep_s far above, so only the exact sleep can have woken the thread."""

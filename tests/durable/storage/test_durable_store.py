@@ -46,6 +46,25 @@ def test_get_through_reads_a_row_and_the_row_its_value_names(durable_store):
         durable_store.get_through(P, "name")
 
 
+def test_a_closed_store_raises_on_every_call_and_opens_no_session(durable_store):
+    """After close() every call raises PermanentStoreError and nothing is written: a closed
+    PostgresStore used to open a new session and commit on it, a session nothing closed."""
+    from timerwheel_c.durable.timers.writer import schedule
+
+    put_all(durable_store, [(b"a", b"1")])
+    durable_store.close()
+    calls = [lambda: durable_store.get(P, b"a"), lambda: durable_store.get_through(P, b"a"),
+             lambda: durable_store.scan(P, b"", b"\xff"), lambda: durable_store.apply(P, Batch().put(b"b", b"2")),
+             lambda: schedule(durable_store, P, 2_000_000_000_000, 1, b"after-close")]
+    for call in calls:
+        with pytest.raises(PermanentStoreError):
+            call()
+    durable_store.close()  # closing again is allowed
+    if hasattr(durable_store, "async_pools"):
+        with pytest.raises(PermanentStoreError, match="closed"):
+            durable_store.async_pools()
+
+
 def test_scan_order_bounds_and_paging(durable_store):
     """scan returns start <= key < end, key > after, in bytes order, paged by limit with .next; deterministic."""
     items = [(bytes([i]) + b"x" * (i % 3), bytes([i])) for i in range(0, 40)] + [(b"", b"empty"), (b"\xff\xff", b"top")]

@@ -144,7 +144,7 @@ class Executor:
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
         """Start the worker threads."""
-        self._pool = DaemonPool(self.concurrency, "durable-fire")
+        self._pool = DaemonPool(self.concurrency, "durable-fire", owner=self)
 
     def shutdown(self) -> None:
         """Let the worker threads exit once idle (a hung call is abandoned with its daemon thread)."""

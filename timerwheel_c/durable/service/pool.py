@@ -18,7 +18,7 @@ import queue
 import threading
 from typing import Callable, Optional
 
-__all__ = ["DEFAULT_CONCURRENCY", "MAX_CONCURRENCY", "DaemonExecutor", "DaemonPool"]
+__all__ = ["DEFAULT_CONCURRENCY", "MAX_CONCURRENCY", "DaemonExecutor", "DaemonPool", "working_for"]
 
 #: Handlers the service runs at once by default: the workers of its pool. Here, not in the service's
 #: module, so that ``timerwheel-c run --help`` shows it without loading the service (and asyncio).
@@ -27,24 +27,35 @@ DEFAULT_CONCURRENCY = 16
 #: address space for its stack), so a mistyped 10**20 must be refused by name rather than hang the start.
 MAX_CONCURRENCY = 1024
 
+_worker = threading.local()  # .owner: the owner of the pool whose worker this thread is
+
+
+def working_for(owner: object) -> bool:
+    """True on a worker thread of a pool made for ``owner``: a call there that waits for the owner to
+    end would wait for itself (``stop()`` from a handler)."""
+    return getattr(_worker, "owner", None) is owner
+
 
 class DaemonPool:
-    """``workers`` (>= 1) daemon threads named ``name-<i>``, started on construction.
+    """``workers`` (>= 1) daemon threads named ``name-<i>``, started on construction, working for
+    ``owner`` (see :func:`working_for`).
 
     :meth:`submit` returns a :class:`concurrent.futures.Future` (wrap it with
     :func:`asyncio.wrap_future` on a loop). :meth:`shutdown` lets the threads exit once idle,
     without waiting for a call in progress.
     """
 
-    def __init__(self, workers: int, name: str):
+    def __init__(self, workers: int, name: str, owner: object = None):
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise ValueError(f"workers must be an int >= 1, got {workers!r}")
+        self._owner = owner
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._threads = [threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True) for i in range(workers)]
         for t in self._threads:
             t.start()
 
     def _work(self) -> None:
+        _worker.owner = self._owner
         while True:
             job = self._jobs.get()
             if job is None:
@@ -81,17 +92,18 @@ class DaemonExecutor(concurrent.futures.ThreadPoolExecutor):
     ending; it is abandoned with its daemon thread.
     """
 
-    def __init__(self, name: str, workers: int = 0):
+    def __init__(self, name: str, workers: int = 0, owner: object = None):
         self._workers = workers or min(32, (os.cpu_count() or 1) + 4)
         super().__init__(max_workers=self._workers, thread_name_prefix=name)
         self._name = name
+        self._owner = owner
         self._pool: Optional[DaemonPool] = None
         self._pool_lock = threading.Lock()  # to_thread may be called from several threads at once
 
     def submit(self, fn, /, *args, **kwargs) -> concurrent.futures.Future:
         with self._pool_lock:
             if self._pool is None:
-                self._pool = DaemonPool(self._workers, self._name)
+                self._pool = DaemonPool(self._workers, self._name, self._owner)
             pool = self._pool
         if kwargs:
             return pool.submit(functools.partial(fn, *args, **kwargs))

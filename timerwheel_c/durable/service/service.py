@@ -18,6 +18,7 @@ the stages, runs them on one thread (:class:`~.thread.ServiceThread`) and keeps 
 """
 from __future__ import annotations
 
+import threading
 from enum import Enum
 from typing import Callable, Iterable, Optional, Union
 
@@ -141,7 +142,7 @@ class DurableTimerService:
         self.executor = Executor(concurrency, store, self.claimer.wall_ms, budget.max_fired, self.committer,
                                  self.recorder, busy, self.wakeup)
         self._thread = ServiceThread(self.claimer, self.executor, self.committer, self.ownership, self.clock, self.timing)
-        self._started = self._stopping = False
+        self._started, self._stopping, self._starting = False, False, threading.Lock()  # one start() of several runs
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> "DurableTimerService":
@@ -151,25 +152,26 @@ class DurableTimerService:
             RuntimeError: already started, or already stopped (the lifecycle is one-shot).
             ValueError: the registry has no handler.
         """
-        if self._started:
-            raise RuntimeError("DurableTimerService already started")
-        if self._stopping:
-            raise RuntimeError("DurableTimerService was stopped; a stopped service cannot be started (create a new one)")
-        check_kind_names(self.store, self.registry.named_kinds())
-        if not self.registry.kinds():
-            raise ValueError("the registry has no handler: a service without one would claim rows it cannot fire "
-                             "(in a fleet, whole partitions); register at least one TimerHandler")
-        self.executor.start()
-        self.committer.start(self.claimer.start(), self.claimer.passes.store, self._separate_commits, LOCK_WAIT_MS)
-        self._started = True
-        self._thread.start()
+        with self._starting:
+            if self._started:
+                raise RuntimeError("DurableTimerService already started")
+            if self._stopping:
+                raise RuntimeError("DurableTimerService was stopped; a stopped service cannot be started (create a new one)")
+            check_kind_names(self.store, self.registry.named_kinds())
+            if not self.registry.kinds():
+                raise ValueError("the registry has no handler: a service without one would claim rows it cannot fire "
+                                 "(in a fleet, whole partitions); register at least one TimerHandler")
+            self.executor.start()
+            self.committer.start(self.claimer.start(), self.claimer.passes.store, self._separate_commits, LOCK_WAIT_MS)
+            self._started = True
+            self._thread.start()
         return self
 
     def stop(self, timeout: Union[float, None, _Default] = _Default.TIMING, release_claims: bool = False) -> None:
         """Stop claiming, wait up to ``timeout`` seconds (None: no limit; default: ``timing.stop_timeout_s``, 10 s
         unless the service was given another :class:`~timerwheel_c.durable.timers.timing.Timing`) for the handlers in
         flight and the commit of their outcomes, then end the thread (closing the change signal may take up to
-        :data:`_TEARDOWN_S` more; from an ``async def`` handler, which runs on that thread, it returns at once).
+        :data:`_TEARDOWN_S` more; from a handler, which the thread waits for, it returns at once).
 
         ``release_claims=True``: after that wait, make this runner's unsettled claims (rows queued, and handlers
         abandoned at the timeout) due now, each guarded on its row, so another runner fires them at once instead of
@@ -186,10 +188,11 @@ class DurableTimerService:
         that is not a number, is NaN or negative raises TypeError / ValueError naming it, and stops nothing.
         """
         timeout = self.timing.stop_timeout_s if timeout is _Default.TIMING else check_stop_timeout(timeout)
-        if not self._stopping:
-            self._thread.stop_at = None if timeout is None else self.clock.monotonic_ns() / 1e9 + timeout
-            self._thread.release_on_stop = bool(release_claims)
-        self._stopping = self.claimer.stopping = True
+        with self._starting:  # after a start() under way: its thread is then started, or never will be
+            if not self._stopping:
+                self._thread.stop_at = None if timeout is None else self.clock.monotonic_ns() / 1e9 + timeout
+                self._thread.release_on_stop = bool(release_claims)
+            self._stopping = self.claimer.stopping = True
         self.wakeup.ring()
         if self._started:
             self._thread.join(None if timeout is None else timeout + _TEARDOWN_S)
@@ -222,9 +225,8 @@ class DurableTimerService:
                  if_exists: str = "replace", delay=None) -> bytes:
         """:func:`timerwheel_c.durable.schedule` on this service's store, for a served partition and a
         kind this service's registry has a handler for, then wake the thread if the timer is
-        nearer than its current sleep. ``due_at_ms``: Unix epoch ms, an aware datetime or a timedelta
-        from now; or None and ``delay`` seconds from now. Now is the clock this service judges due times
-        by (``wall_ns``), so that a relative timer never comes due early by it. Returns the row's key.
+        nearer than its current sleep. ``due_at_ms``: Unix epoch ms, an aware datetime or a timedelta from
+        now; or None and ``delay`` seconds from now (now: the clock that judges due times). Returns the key.
 
         Raises:
             TypeError / ValueError: bad arguments (see :func:`timerwheel_c.durable.schedule`), a
@@ -259,13 +261,10 @@ class DurableTimerService:
         return moved
 
     def notify(self, partition: str, due_at_ms) -> None:
-        """Tell the service that a timer due at ``due_at_ms`` (Unix epoch ms or an aware datetime) was
-        written to ``partition`` by code in this process (e.g. a :class:`DurableContext`); wakes the
-        thread if that is nearer than its current sleep, without waiting for the change signal.
-
-        Raises:
-            TypeError / ValueError: a bad partition or due time, a partition not served.
-        """
+        """Tell the service that a timer due at ``due_at_ms`` (Unix epoch ms, an aware datetime or a timedelta
+        from now) was written to ``partition`` by code in this process (e.g. a :class:`DurableContext`); wakes
+        the thread if that is nearer than its current sleep, without waiting for the change signal. Raises
+        TypeError / ValueError for a bad partition or due time, or a partition not served."""
         self.wakeup.written(self._check_served(check_partition(partition)), self.claimer.due_ms(due_at_ms, None))
 
     def cancel(self, partition: str, kind, reference: bytes) -> bool:

@@ -13,7 +13,7 @@ from ..timers.timing import Clock, Timing
 from .claiming import Claimer
 from .committer import Committer
 from .executor import Executor
-from .pool import DaemonExecutor
+from .pool import DaemonExecutor, working_for
 
 __all__ = ["ServiceThread"]
 
@@ -47,9 +47,10 @@ class ServiceThread:
 
     def join(self, timeout_s: Optional[float]) -> None:
         """Wait up to ``timeout_s`` seconds (None: no limit) for the thread to end; from the thread
-        itself (``stop()`` in an ``async def`` handler, which runs there), return at once: the
-        thread ends once the handler has returned, and it cannot wait for itself."""
-        if threading.current_thread() is self.thread:
+        itself (``stop()`` in an ``async def`` handler, which runs there) or from a thread that runs
+        a handler's call for it (a sync handler's, an ``asyncio.to_thread`` of an async one's), return
+        at once: the thread ends once the handler has returned, and it cannot wait for itself."""
+        if threading.current_thread() is self.thread or working_for(self.executor):
             return
         # A wait past the threading module's longest is no wait at all to it (OverflowError).
         self.thread.join(None if timeout_s is None else min(timeout_s, threading.TIMEOUT_MAX))
@@ -85,7 +86,7 @@ class ServiceThread:
         self.executor.reset()
         self.committer.reset()
         # asyncio.to_thread in a handler: a call past the stop must not keep the process alive (see .pool).
-        asyncio.get_running_loop().set_default_executor(DaemonExecutor("durable-async-thread"))
+        asyncio.get_running_loop().set_default_executor(DaemonExecutor("durable-async-thread", owner=self.executor))
         try:
             await self.claimer.serve(self.executor, self.ready)
             await self._drain()

@@ -236,6 +236,7 @@ class PostgresStore(Store):
         self._signalled: Optional[str] = None  # the patterns this store has seen in force
         self._lock_wait_ms: Optional[int] = None  # the session's lock_timeout (open_sibling), None: none
         self._conn: Optional[psycopg.Connection] = None
+        self._closed = False  # close() ends the store: a later call raises instead of opening a session
         try:
             with self._lock, self._wrap:
                 if not self.read_only:
@@ -423,6 +424,7 @@ class PostgresStore(Store):
 
     def _connection(self) -> psycopg.Connection:
         if self._conn is None or self._conn.closed:
+            self._refuse_if_closed()
             conn = register_arrays(connect(self._dsn, self.synchronous_commit, self._lock_wait_ms))
             if self.read_only:  # a write of this store fails, whatever path it takes
                 conn.execute("SET default_transaction_read_only = on")
@@ -589,6 +591,7 @@ class PostgresStore(Store):
         """
         pools = self.__dict__.get("_async_pools")
         if pools is None:
+            self._refuse_if_closed()
             from .pool import AsyncPools
 
             pools = self.__dict__.setdefault("_async_pools", AsyncPools(
@@ -648,12 +651,23 @@ class PostgresStore(Store):
         return sibling
 
     def close(self) -> None:
+        self._closed = True
         pools = self.__dict__.pop("_async_pools", None)
         if pools is not None:
             pools.close()
         with self._lock:
             if self._conn is not None:
                 self._conn.close()
+
+    def _refuse_if_closed(self) -> None:
+        """Raise once :meth:`close` was called: a closed store opens no session again (one it opened
+        would stay open, unowned, until the process ends), as a closed SQLite store raises.
+
+        Raises:
+            PermanentStoreError: naming the store.
+        """
+        if self._closed:
+            raise PermanentStoreError(f"{self!r} is closed: open a new store to use its table again")
 
 
 
