@@ -118,6 +118,36 @@ def test_re_adding_an_equal_schedule_keeps_its_place_and_never_fires_a_done_occu
     assert get_schedule(durable_store, P, "hourly").next_fire_ms == START + 660 * MIN
 
 
+@pytest.mark.parametrize("changed", [{"jitter_s": 30}, {"max_runs": 100}, {"end": START + 600 * MIN}])
+@pytest.mark.parametrize("trigger", [Every, Cron])
+def test_changing_a_schedules_jitter_end_or_max_runs_keeps_its_place_on_the_grid(durable_store, trigger, changed):
+    """Added again with a start in the past and another jitter, end or max_runs (the grid itself the
+    same): the occurrence done is not fired again, the next one fires on the grid, and the change takes
+    effect. Each such change used to start the schedule afresh from its start, and the misfire policy
+    "once" fired the last occurrence done a second time."""
+    handler = Recording()
+    registry = TimerRegistry().register(handler)
+
+    def make(**extra):
+        if trigger is Every:
+            return Every(3600, start=START, **extra)
+        return Cron("0 * * * *", tz="UTC", start=START, **extra)
+
+    add_schedule(durable_store, P, "hourly", make(), KIND)
+    drive(durable_store, registry, START + 610 * MIN)
+    assert [(due - START) // MIN for _, due, _, _ in handler.fired] == [600]
+    info = add_schedule(durable_store, P, "hourly", make(**changed), KIND)
+    assert info.last_fired_ms == START + 600 * MIN
+    drive(durable_store, registry, START + 611 * MIN)
+    assert len(handler.fired) == 1
+    drive(durable_store, registry, START + 661 * MIN)
+    fired = [(due - START) // MIN for _, due, _, _ in handler.fired]
+    assert fired == ([600] if "end" in changed else [600, 660])
+    stored = get_schedule(durable_store, P, "hourly").trigger
+    assert (stored.jitter_s, stored.max_runs, stored.end_ms) == (
+        changed.get("jitter_s", 0), changed.get("max_runs"), changed.get("end"))
+
+
 @pytest.mark.parametrize("jitter_s", [0, 30])
 def test_re_adding_an_unchanged_schedule_while_its_occurrence_runs_fires_that_occurrence_once(durable_store, jitter_s):
     """Another process of the application starts, and adds its schedules again, while a runner runs

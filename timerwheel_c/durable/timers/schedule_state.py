@@ -179,35 +179,48 @@ def new_state(trigger: Trigger, kind: "int | TimerKind", value: object = b"", *,
     return _armed(_checked(state), rng)
 
 
+# A trigger's fields that choose which occurrences its grid owes, not where the grid lies: a
+# schedule added again with other values of these keeps its place on the grid.
+_NOT_GRID = ("jitter_ms", "end_ms", "max_runs")
+
+
+def _grid(trigger: Trigger) -> dict:
+    """``trigger``'s fields that place its grid (:meth:`~.triggers.Trigger.to_dict`'s, start included)."""
+    return {name: value for name, value in trigger.to_dict().items() if name not in _NOT_GRID}
+
+
 def replaced(old: ScheduleState, new: ScheduleState, now_ms: int, rng: RandomSource) -> ScheduleState:
     """The state written when a schedule in state ``old`` is added again as ``new`` (a
     :func:`new_state`) at ``now_ms`` (Unix epoch ms): an application that adds its schedules at
-    every start must neither fire again an occurrence already done nor drop one still owed.
+    every start, or changes a schedule's jitter, end or ``max_runs``, must neither fire again an
+    occurrence already done nor drop one still owed.
 
-    - An equal trigger (its start included) keeps its place on the grid: the last occurrence done
-      or dropped and the last fired carry over (started afresh from a start in the past, it would
-      fire the last occurrence again under the misfire policy).
-    - A trigger equal but for a start it was not given (``default_start``: the time it was
-      built) keeps the stored trigger and its place: the caller named no start, and an
+    - A trigger with an equal grid (its start included; its jitter, end and ``max_runs`` may
+      differ) keeps its place on the grid: the last occurrence done or dropped, the last fired and
+      the runs counted carry over (started afresh from a start in the past, it would fire the last
+      occurrence again under the misfire policy). A ``max_runs`` the old trigger had not counts the
+      runs from here.
+    - A trigger with a grid equal but for a start it was not given (``default_start``: the time it
+      was built) keeps the stored grid and its place: the caller named no start, and an
       :class:`~.triggers.Every` re-based on each restart's now would push its first occurrence an
       interval away every time, so one added again more often than its interval never fired.
-    - A :class:`~.triggers.Cron` equal but for a later start that is not in the future is the same
-      schedule: a cron start only bounds its occurrences from below, so the two agree on every
-      occurrence after ``now_ms``, and the stored trigger and its place are kept, with the
+    - A :class:`~.triggers.Cron` with a grid equal but for a later start that is not in the future
+      is the same schedule: a cron start only bounds its occurrences from below, so the two agree on
+      every occurrence after ``now_ms``, and the stored grid and its place are kept, with the
       occurrences it still owed (missed while no runner served it, or in flight).
     - Any other trigger starts afresh from its start; an :class:`~.triggers.Every` given another
       start is another grid.
 
-    Kind, value and policy are always ``new``'s, and the schedule is not paused.
+    Kind, value, policy, jitter, end and ``max_runs`` are always ``new``'s, and the schedule is not paused.
     """
-    trigger = old.trigger
-    same_but_start = type(new.trigger) is type(trigger) and \
-        {**new.trigger.to_dict(), "start_ms": 0} == {**trigger.to_dict(), "start_ms": 0}
-    if new.trigger != trigger and not (same_but_start and (
+    trigger, grid, new_grid = old.trigger, _grid(old.trigger), _grid(new.trigger)
+    same_but_start = type(new.trigger) is type(trigger) and {**new_grid, "start_ms": 0} == {**grid, "start_ms": 0}
+    if new_grid != grid and not (same_but_start and (
             new.trigger.default_start
             or (isinstance(trigger, Cron) and trigger.start_ms <= new.trigger.start_ms <= now_ms))):
         return new
-    return _armed(dataclasses.replace(new, trigger=trigger, last_nominal_ms=old.last_nominal_ms,
+    limits = {name: value for name, value in new.trigger.to_dict().items() if name in _NOT_GRID}
+    return _armed(dataclasses.replace(new, trigger=trigger_from_dict({**grid, **limits}), last_nominal_ms=old.last_nominal_ms,
                                       last_fired_ms=old.last_fired_ms, runs=old.runs), rng)
 
 

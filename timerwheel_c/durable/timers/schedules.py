@@ -31,9 +31,9 @@ store keeps it) on the guarded batch of the timer rows.
 Adding a name that exists replaces the schedule atomically: the old pending row (scheduled or
 backed off, found by its identity row) is deleted in the batch that writes the new state, and an
 in-flight attempt of the old schedule fails its guard, so old occurrences never fire again. Added
-again with an equal trigger, or one given no start (an application that adds its schedules at
-every start; for a cron, also one whose start is later but not in the future), the schedule keeps
-its place on the grid
+again with a trigger on the same grid (its jitter, end and ``max_runs`` may differ), or one given no
+start (an application that adds its schedules at every start; for a cron, also one whose start is
+later but not in the future), the schedule keeps its place on the grid
 (:func:`~.schedule_state.replaced`): an occurrence already done is not fired again, one still owed
 still fires, and one that was in flight fires again, since its attempt's commit now fails.
 """
@@ -137,9 +137,9 @@ def add_schedule(store: Store, partition: str, name: str, trigger: Trigger, kind
                  misfire: str = "once", misfire_grace_s: float = 60.0,
                  catchup_window_s: Optional[float] = None, paused: Optional[bool] = None) -> ScheduleInfo:
     """Add the recurring schedule ``name`` to ``partition``, or replace the one of that name atomically
-    (its trigger, kind, value and policy; its old occurrences never fire again; with an equal trigger,
-    one equal but for a start it was not given, or a cron equal but for a later start not in the
-    future, it keeps its place on the grid, so an occurrence already done never fires again and one
+    (its trigger, kind, value and policy; its old occurrences never fire again; with a trigger on the
+    same grid, whatever its jitter, end and ``max_runs``, one on it but for a start it was not given, or
+    a cron on it but for a later start not in the future, it keeps its place on the grid, so an occurrence already done never fires again and one
     still owed still fires; added again as it is, it writes nothing, so an occurrence running
     meanwhile commits once). Each occurrence
     reaches the handler of ``kind`` as a DueTimer whose ``due_at_ms`` is its nominal time (Unix epoch
