@@ -69,6 +69,41 @@ def test_done_commits_batch_and_removes_row(store):
     assert report.next_wake_ms is None
 
 
+def test_run_due_runs_an_async_handler_and_refuses_one_inside_a_running_loop(store):
+    """An ``async def`` handler is awaited by run_due (on a loop of its own), its Done committed; called
+    from a thread whose loop runs, the attempt fails with a RuntimeError saying why, and no coroutine is
+    left unawaited. run_due took the coroutine for the outcome: every attempt failed ("not Done") and
+    the timer ended parked, its body never run."""
+    import asyncio
+    import warnings
+
+    registry = TimerRegistry()
+    ran = []
+
+    @registry.handler(A)
+    async def handler(ctx, timer):
+        await asyncio.sleep(0)
+        ran.append(timer.reference)
+        return Done(Batch().put(b"fired/" + timer.reference, b"1"))
+
+    schedule(store, NOW - 10, reference=b"x")
+    report = run_due(store, P, registry, NOW)
+    assert (report.fired, report.failed, ran) == (1, 0, [b"x"])
+    assert store.get(P, b"fired/x") == b"1" and timer_rows(store) == []
+
+    schedule(store, NOW - 10, reference=b"in-loop")
+
+    async def inside():
+        return run_due(store, P, registry, NOW)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # "coroutine ... was never awaited"
+        report = asyncio.run(inside())
+    assert (report.fired, report.failed, ran) == (0, 1, [b"x"])
+    [(tk, _)] = timer_rows(store)
+    assert tk.attempt == 1 and tk.reference == b"in-loop"
+
+
 def test_reschedule_moves_row_and_same_key_is_a_failure(store):
     """Reschedule moves the row to the new due time with the new value (attempt reset) and commits the
     batch; a Reschedule to the row's own scheduled key is a failure and the row backs off."""

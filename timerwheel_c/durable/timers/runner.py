@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import logging
 import time
+import types
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -113,10 +114,29 @@ def fire(store: Store, partition: str, now_ms: int, claimed: ClaimedTimer, repor
     to commit (for a counted failure, the one that records it or parks the timer)."""
     with Attempt(clock, lambda: now_ms) as attempt:
         if _TRACED:
-            attempt.outcome = tracing.fire(claimed.handler, TimerContext(store, partition, now_ms), claimed.timer, now_ms)
+            outcome = tracing.fire(claimed.handler, TimerContext(store, partition, now_ms), claimed.timer, now_ms)
         else:
-            attempt.outcome = claimed.handler.fire(TimerContext(store, partition, now_ms), claimed.timer)
+            outcome = claimed.handler.fire(TimerContext(store, partition, now_ms), claimed.timer)
+        attempt.outcome = _awaited(outcome) if type(outcome) is types.CoroutineType else outcome
     return settle(partition, claimed, report, attempt.outcome, attempt.error, now_ms=now_ms)
+
+
+def _awaited(coroutine: types.CoroutineType) -> object:
+    """The outcome of an ``async def`` handler called by :func:`fire`, run to its end on an event loop
+    of its own, as :func:`asyncio.run` runs it: :func:`run_due` is sync.
+
+    Raises:
+        RuntimeError: an event loop runs in this thread (which it would block): the attempt's failure.
+    """
+    import asyncio
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    coroutine.close()
+    raise RuntimeError("run_due() cannot run an async def handler from a thread whose event loop is running: call it "
+                       "through asyncio.to_thread, or serve the timers with a DurableTimerService")
 
 
 def settle(partition: str, claimed: ClaimedTimer, report: RunReport, outcome: object = None,
@@ -420,7 +440,8 @@ def run_due(store: Store, partition: str, registry: TimerRegistry, now_ms: int, 
     """Fire the due timers of one partition, within ``budget``; return a :class:`RunReport`.
 
     The sequential composition of the phases: claim a chunk of rows, fire each with
-    :func:`fire`, then commit the chunk's outcomes in the same ``apply_many`` round trip
+    :func:`fire` (an ``async def`` handler on an event loop of its own, as :func:`asyncio.run` runs
+    it; from a thread whose loop is running, that is the attempt's failure), then commit the chunk's outcomes in the same ``apply_many`` round trip
     (one transaction) as the next chunk's claims, each batch guarded on its own row;
     repeat, then :func:`next_wake`. A chunk holds as many rows as the mean fire time (of
     this tick, else ``pace.fire_s``; one row without either) lets finish within what is left
