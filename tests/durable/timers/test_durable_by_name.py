@@ -78,6 +78,36 @@ def test_an_unknown_if_exists_is_a_value_error_naming_it(durable_store):
     assert timer_rows(durable_store) == []
 
 
+def test_a_timer_moved_while_it_is_listed_is_listed_once_where_it_was_read_last(tmp_path):
+    """A listing read in two pages, the first timer moved past the first page by another connection
+    between them (as a claim moves a row to its retry time): it is listed once, at its new place, and
+    every other timer once. It was listed twice, at both places."""
+    from bench.stores import Delegating
+    from timerwheel_c.durable.storage.store import Batch
+
+    store = SQLiteStore(tmp_path / "list.db")
+    n = 10_050  # two pages of a listing with limit 20,000 (a page holds at most 10,000 rows)
+    batch = Batch()
+    for i in range(n):
+        batch.put(keys.timer(DUE + i, KIND, b"%05d" % i), b"").put(keys.identity(KIND, b"%05d" % i),
+                                                                    keys.timer(DUE + i, KIND, b"%05d" % i))
+    store.apply(P, batch)
+    pages = []
+
+    class MovedMeanwhile(Delegating):
+        def _scan(self, partition, start, end, after, limit):
+            page = super()._scan(partition, start, end, after, limit)
+            if not pages:
+                assert reschedule(store, P, DUE + n, KIND, b"00000")  # past the first page
+            pages.append(len(page.entries))
+            return page
+
+    listed = [t.reference for t in list_timers(MovedMeanwhile(store), P, limit=20_000)]
+    assert len(pages) >= 2 and pages[0] < n
+    assert len(listed) == len(set(listed)) == n and listed[-1] == b"00000"
+    store.close()
+
+
 def test_reschedule_get_and_list(durable_store):
     assert reschedule(durable_store, P, DUE, KIND, b"a") is False
     assert get_timer(durable_store, P, KIND, b"a") is None

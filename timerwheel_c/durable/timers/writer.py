@@ -489,12 +489,18 @@ def _with_error(timer: PendingTimer, key: bytes, kept: Optional[bytes]) -> Pendi
     return timer if error is None else dataclasses.replace(timer, last_error=error)
 
 
+_LIST_PAGE = 512  # rows per read of a listing, or its limit's (up to _LIST_PAGE_MAX), so one read serves most
+_LIST_PAGE_MAX = 10_000
+
+
 def list_timers(store: Store, partition: str, *, kind=None, state: Optional[str] = None,
                 limit: int = 1000) -> list:
     """Up to ``limit`` (>= 1) pending timers of ``partition``, of ``kind`` only and in ``state`` only
     (``"scheduled"``, ``"retrying"`` or ``"parked"``) when given: first those that will fire, in the
     order they fire next (their ``due_at_ms``), then the parked ones, in the order they were parked.
-    Malformed rows are not timers and are left out.
+    Malformed rows are not timers and are left out. A listing of more than ``limit`` + 1 rows (at most
+    10,000) reads them in pages, each at its own instant: a timer that moves meanwhile is listed once,
+    where it was read last, and one moved into a part already read may be missed.
 
     Raises:
         TypeError / ValueError: a bad argument, naming it.
@@ -509,24 +515,29 @@ def list_timers(store: Store, partition: str, *, kind=None, state: Optional[str]
         raise ValueError(f"limit must be an int >= 1, got {limit!r}")
     ranges = [r for r, wanted in ((keys.timer_range(), state != "parked"), (keys.PARKED_RANGE, state in (None, "parked")))
               if wanted]
-    out: list = []
+    # The reads are pages, each a snapshot of its own: a timer moved to a later key between two of
+    # them (a claim, a backoff, a parking) is read twice, and listed once, where it was read last.
+    found: dict = {}
     for start, end in ranges:
         after = None
-        while len(out) < limit:
-            page = store.scan(partition, start, end, after, 512)
+        while len(found) < limit:
+            page = store.scan(partition, start, end, after, max(_LIST_PAGE, min(limit + 1, _LIST_PAGE_MAX)))
             for key, value in page.entries:
                 try:
                     timer = PendingTimer.of_row(partition, key, value)
                 except keys.MalformedKey:
                     continue
+                name = (timer.kind, timer.reference, timer.schedule)
+                if name in found:
+                    del found[name]
+                elif len(found) == limit:
+                    break
                 if (want_kind is None or timer.kind == want_kind) and (state is None or timer.state == state):
                     if timer.state == "retrying":
                         identity = keys.identity_of(keys.parse(key))
                         timer = _with_error(timer, key, store.get(partition, keys.last_error_row(identity)))
-                    out.append(timer)
-                    if len(out) == limit:
-                        break
+                    found[name] = timer
             if page.next is None:
                 break
             after = page.next
-    return out
+    return list(found.values())[:limit]
