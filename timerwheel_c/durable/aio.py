@@ -103,10 +103,13 @@ async def _on_store(store: Store, partition: str, steps: Steps[T], run: Callable
     """Run ``steps`` on ``partition`` of ``store`` off the loop: awaited on the store's pooled
     connection of this loop (PostgreSQL), else ``run(store, partition, steps)`` on its writer thread."""
     if _postgres(store) and _has_pool(type(store)):
-        async with store.async_pools().connection() as conn:  # type: ignore[attr-defined]
-            tx = store.statements_on(conn, partition)  # type: ignore[attr-defined]
-            return await arun_steps(steps, tx)
+        return await store.keeping_cancels(_pooled(store, partition, steps))  # type: ignore[attr-defined]
     return await asyncio.get_running_loop().run_in_executor(_executor(store), run, store, partition, steps)
+
+
+async def _pooled(store: Store, partition: str, steps: Steps[T]) -> T:
+    async with store.async_pools().connection() as conn:  # type: ignore[attr-defined]
+        return await arun_steps(steps, store.statements_on(conn, partition))  # type: ignore[attr-defined]
 
 
 async def _write(store: Store, partition: str, steps: Steps[T], conn) -> T:
@@ -121,6 +124,12 @@ async def _write(store: Store, partition: str, steps: Steps[T], conn) -> T:
     :mod:`timerwheel_c.durable.storage.joined`'s."""
     if conn is None:
         return await _on_store(store, partition, steps, writer.write)
+    if _postgres(store):
+        return await store.keeping_cancels(_joined(store, partition, steps, conn))  # type: ignore[attr-defined]
+    return await _joined(store, partition, steps, conn)
+
+
+async def _joined(store: Store, partition: str, steps: Steps[T], conn) -> T:
     async with ajoined(store, conn, partition) as tx:
         return await arun_steps(steps, tx)
 

@@ -56,6 +56,7 @@ writes on a pool of connections per event loop (:meth:`PostgresStore.async_pools
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import hashlib
@@ -72,6 +73,7 @@ from psycopg.conninfo import conninfo_to_dict
 from .. import forks
 from ..errors import PermanentStoreError, StoreError, wrap_exceptions
 from .arrays import ByteaArray, Int4Array, Int8Array, TextArray, register as register_arrays
+from .cancels import keeping_cancels
 from .copy import copy_new_rows, copyable
 from .listen import PgListener
 from .joined import AsyncPgJoined, AsyncPgStatements, PgJoined
@@ -256,6 +258,15 @@ class PostgresStore(Store):
         if lock_wait_ms is not None and self._conn is not None and not self._conn.closed:
             with self._wrap:
                 self._conn.execute(_set_lock_timeout(lock_wait_ms))
+
+    def __del__(self):
+        # A store dropped without close() ends its session at once: psycopg before 3.3 keeps a
+        # connection that has sent a list parameter in a reference cycle, which only the cyclic
+        # collector frees (a store per request piled up sessions). Nothing may raise from here.
+        conn = self.__dict__.get("_conn")
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
 
     def _after_fork(self) -> None:
         """In a forked child: forget the parent's connections (:mod:`..forks`); the next call opens
@@ -598,6 +609,10 @@ class PostgresStore(Store):
                 self._dsn, self._error,
                 None if self.synchronous_commit is None else set_synchronous_commit(self.synchronous_commit)))
         return pools
+
+    #: ``await store.keeping_cancels(write)``: an async write through psycopg whose cancel is never
+    #: lost (:mod:`.cancels`: psycopg before 3.3 on Python before 3.12 may lose one).
+    keeping_cancels = staticmethod(keeping_cancels)
 
     def joined(self, conn: Any, partition: str) -> PgJoined:
         """The write to ``partition`` through the caller's ``psycopg.Connection`` ``conn``, inside its
