@@ -9,6 +9,10 @@ refused. Skips the test when the server binaries or psycopg are missing.
 
 ``fresh_schema_url(dsn)`` is a context manager yielding the URL of a fresh schema on the server of
 ``dsn`` (the URL's sessions use it), dropped afterwards.
+
+``pgbouncer(dsn, pool_mode)`` is a context manager yielding the URL of a PgBouncer of the test's own
+in front of the server of ``dsn`` (a ``postgresql://user@host:port/db`` URL of a trusting server),
+pooling in ``pool_mode``. Skips the test when pgbouncer is not installed.
 """
 from __future__ import annotations
 
@@ -83,3 +87,51 @@ def fresh_schema_url(dsn: str):
     finally:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@contextlib.contextmanager
+def pgbouncer(dsn: str, pool_mode: str):
+    from urllib.parse import urlsplit
+
+    binary = shutil.which("pgbouncer") or ("/usr/sbin/pgbouncer" if os.path.exists("/usr/sbin/pgbouncer") else None)
+    if binary is None:
+        pytest.skip("no pgbouncer (apt-get install pgbouncer)")
+    url = urlsplit(dsn)
+    root = Path(tempfile.mkdtemp(prefix="timerwheel-c-pgbouncer-"))
+    as_user = []
+    if os.geteuid() == 0:  # pgbouncer refuses to run as root
+        shutil.chown(root, "postgres")
+        as_user = ["runuser", "-u", "postgres", "--"]
+    port = _free_port()
+    ini = root / "pgbouncer.ini"
+    ini.write_text(f"""[databases]
+{url.path.lstrip("/")} = host={url.hostname} port={url.port} user={url.username}
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = {port}
+unix_socket_dir =
+auth_type = any
+pool_mode = {pool_mode}
+default_pool_size = 4
+logfile = {root / "log"}
+pidfile = {root / "pid"}
+""")
+    proc = subprocess.Popen([*as_user, binary, str(ini)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(200):
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            if proc.poll() is not None:
+                raise RuntimeError(f"pgbouncer exited: {(root / 'log').read_text() if (root / 'log').exists() else ''}")
+            import time
+            time.sleep(0.02)
+        yield f"postgresql://{url.username}@127.0.0.1:{port}{url.path}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(root, ignore_errors=True)

@@ -14,9 +14,31 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-__all__ = ["CONNECT_KWARGS", "SESSION_SETUP"]
+import psycopg
+
+from ..redact import redact
+from .results import store_error
+
+__all__ = ["CONNECT_KWARGS", "SESSION_SETUP", "open_session"]
 
 #: psycopg.connect() keyword arguments: they override the same parameters of the DSN.
 CONNECT_KWARGS: Dict[str, Any] = {"autocommit": True, "client_encoding": "UTF8"}
 #: The statement run on each new connection.
 SESSION_SETUP = "SET default_transaction_isolation = 'read committed'"
+
+
+def open_session(dsn: str) -> psycopg.Connection:
+    """A new autocommit connection to ``dsn`` with :data:`CONNECT_KWARGS`, not yet set up.
+
+    Raises:
+        StoreError: the server cannot be reached (transient) or refuses the DSN (permanent); the
+            message never holds the password.
+    """
+    try:
+        return psycopg.connect(dsn, **CONNECT_KWARGS)
+    except psycopg.Error as exc:
+        error = store_error(exc, dsn)
+        if redact(str(exc), dsn) != str(exc):
+            # libpq quoted the connection string back, password included: do not chain it.
+            raise error from None
+        raise error from exc

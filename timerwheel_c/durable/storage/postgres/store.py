@@ -79,8 +79,9 @@ from .listen import PgListener
 from .joined import AsyncPgJoined, AsyncPgStatements, PgJoined
 from .ownership import PartitionOwnership, live_runners
 from .results import apply_results, store_error
-from .session import CONNECT_KWARGS, SESSION_SETUP
-from ..redact import redact, remember
+from .session import SESSION_SETUP, open_session
+from .pooler import refuse_shared_sessions
+from ..redact import remember
 from ..shards import DEFAULT_SHARD_COUNT, check_shard_count, shard_of
 from ..sqlfiles import migrations, queries, rewrite_versions
 from ..upgrades import rewritten_rows
@@ -190,7 +191,8 @@ class PostgresStore(Store):
     Raises:
         TypeError / ValueError: a bad argument.
         TransientStoreError: the server cannot be reached now; PermanentStoreError: it refuses
-            this DSN or the table cannot be created. The message never holds the DSN's password.
+            this DSN, the table cannot be created, or the DSN leads to a connection pooler in
+            transaction or statement mode (:mod:`.pooler`). The message never holds the DSN's password.
         SchemaError / SchemaVersionError: the meta table holds an unusable or newer schema version
             (with ``read_only``, an older one too: a read-only open does not upgrade it); or, unless
             ``read_only``, the database's ``server_encoding`` is neither UTF8 nor SQL_ASCII.
@@ -239,6 +241,7 @@ class PostgresStore(Store):
         self._lock_wait_ms: Optional[int] = None  # the session's lock_timeout (open_sibling), None: none
         self._conn: Optional[psycopg.Connection] = None
         self._closed = False  # close() ends the store: a later call raises instead of opening a session
+        refuse_shared_sessions(dsn, describe_dsn(dsn))  # before any SET that a pooler would pass on
         try:
             with self._lock, self._wrap:
                 if not self.read_only:
@@ -783,19 +786,16 @@ def connect(dsn: str, synchronous_commit: Optional[str] = None, lock_wait_ms: Op
         StoreError: the server cannot be reached (transient) or refuses the DSN (permanent);
             the message never holds the password.
     """
+    conn = open_session(dsn)
     try:
-        conn = psycopg.connect(dsn, **CONNECT_KWARGS)
         conn.execute(SESSION_SETUP)
         if synchronous_commit is not None:
             conn.execute(set_synchronous_commit(synchronous_commit))
         if lock_wait_ms is not None:
             conn.execute(_set_lock_timeout(lock_wait_ms))
     except psycopg.Error as exc:
-        error = store_error(exc, dsn)
-        if redact(str(exc), dsn) != str(exc):
-            # libpq quoted the connection string back, password included: do not chain it.
-            raise error from None
-        raise error from exc
+        conn.close()
+        raise store_error(exc, dsn) from exc
     return conn
 
 
