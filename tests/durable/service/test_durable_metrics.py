@@ -562,3 +562,57 @@ def test_a_service_reading_the_store_by_shard_counts_its_backlog_by_shard(tmp_pa
     finally:
         server.close()
         store.close()
+
+
+def test_a_sync_call_past_its_timeout_is_as_late_as_its_start_not_its_timeout(tmp_path):
+    """A first attempt that starts on time and runs past its ``timeout_s`` observes the lateness of
+    its start (0 here): it observed the instant the timeout was noticed, ten seconds of the service's
+    clock later (the handler moves the ManualClock while it runs; the timeout is real time)."""
+    clock = ManualClock()
+    store = SQLiteStore(tmp_path / "late.db")
+    gate = threading.Event()
+
+    class Hung(TimerHandler):
+        kind = TimerKind(OK_KIND)
+        timeout_s = 0.3
+        max_attempts = 1
+
+        def fire(self, ctx, timer):
+            clock.advance(10.0)
+            gate.wait(LIVENESS_S)
+            return Done()
+
+    writer.schedule(store, P, clock.wall_ns() // 1_000_000, OK_KIND, b"hung")
+    svc = DurableTimerService(store, TimerRegistry().register(Hung()), [P], clock=clock, wall_ns=clock.wall_ns)
+    try:
+        svc.start()
+        wait_until(lambda: svc.metrics(0).lateness.count == 1, "the timed-out call observed")
+        assert svc.metrics(0).lateness.sum_s == 0.0
+    finally:
+        gate.set()
+        svc.stop()
+        store.close()
+
+
+def test_a_jittered_occurrence_fired_within_its_jitter_window_is_not_late(tmp_path):
+    """A schedule with 1.5 s of jitter, its runner's ManualClock stepped 50 ms at a time: each occurrence
+    fires at its jittered time, within its window, and observes no lateness. Jitter counted as
+    lateness (the nominal time was subtracted), up to the whole jitter per occurrence."""
+    from timerwheel_c.durable import Every, add_schedule
+
+    clock = ManualClock()
+    start_ms = clock.wall_ns() // 1_000_000
+    store = SQLiteStore(tmp_path / "jitter.db")
+    add_schedule(store, P, "jittered", Every(2, start=start_ms, jitter_s=1.5), OK_KIND)
+    handler = Counting(OK_KIND, Done())
+    svc = DurableTimerService(store, TimerRegistry().register(handler), [P], max_sleep_s=0.05, clock=clock,
+                              wall_ns=clock.wall_ns)
+    try:
+        svc.start()
+        advance_until(clock, lambda: handler.calls >= 2, 0.05, "two occurrences fired")
+        lateness = svc.metrics(0).lateness
+        # At most one step late each: an occurrence due in a step's last ms fires at the step's end.
+        assert lateness.count >= 2 and lateness.sum_s <= 0.05 * lateness.count
+    finally:
+        svc.stop()
+        store.close()

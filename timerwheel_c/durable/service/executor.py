@@ -304,12 +304,13 @@ class Executor:
         # Asked once per chunk (CHUNK_S of calls), not per call: it reads the environment.
         traced = _TRACED and tracing.recording()
         for i, job in enumerate(chunk.jobs):
+            attempt = Attempt(time.monotonic, self.wall_ms)
             with chunk.lock:
                 if i >= chunk.cut:
                     break
-                chunk.current, chunk.started_s = i, time.monotonic()
+                chunk.current, chunk.started_s, chunk.started_ms = i, time.monotonic(), attempt.started_ms
                 set_field(job, "started", True)
-            with Attempt(time.monotonic, self.wall_ms) as attempt:
+            with attempt:
                 context = TimerContext(self.store, job.partition, job.now_ms)
                 if traced:
                     attempt.outcome = tracing.fire(job.handler, context, job.timer, attempt.started_ms)
@@ -333,14 +334,14 @@ class Executor:
                         i = chunk.current
                         if i is None:
                             continue
-                        running_s = now - chunk.started_s
+                        running_s, started_ms = now - chunk.started_s, chunk.started_ms
                         if running_s >= RESCUE_S and chunk.cut > i + 1:
                             rescued += chunk.jobs[i + 1:chunk.cut]
                             chunk.cut = i + 1
                     job = chunk.jobs[i]
                     if job.timeout_s is not None and running_s >= job.timeout_s and not job.settled:
                         attempt = Attempt(time.monotonic, self.wall_ms)
-                        attempt.took_s = running_s
+                        attempt.started_ms, attempt.took_s = started_ms, running_s  # the call's start
                         attempt.error = TimeoutError(f"handler ran past its timeout_s={job.timeout_s} s; "
                                                      "its thread is left to finish and its outcome dropped")
                         self._settle(job, attempt, keep_busy=True)
@@ -358,7 +359,7 @@ class Executor:
         self.note_duration(attempt.took_s)
         timer = job.timer
         error = attempt.error
-        lateness_ms = attempt.started_ms - timer.due_at_ms
+        lateness_ms = job.lateness_ms(attempt.started_ms)
         what = f"raised {type(error).__name__}" if error is not None else type(attempt.outcome).__name__
         self.recorder.activity.fire(job.partition, timer, job.handler, lateness_ms, what)
         self.recorder.fire_ended(lateness_ms / 1000 if timer.attempt == 1 else None, attempt.took_s)

@@ -10,7 +10,8 @@ The figures and their Prometheus names (:mod:`~timerwheel_c.durable.service.expo
 ``timerwheel_parked_total``        timers parked after their last attempt (the handler's
                                    ``max_attempts``), by kind
 ``timerwheel_lateness_seconds``    histogram of fire time minus due time (s), first attempts only:
-                                   a retry is late by its backoff, by design
+                                   a retry is late by its backoff, by design; a schedule's
+                                   occurrence counts from the end of its jitter window
 ``timerwheel_handler_seconds``     histogram of handler call durations (s), every attempt, whatever
                                    its outcome
 ``timerwheel_due_backlog``         rows due now (not yet fired) per served partition, counted up to

@@ -346,7 +346,7 @@ class Passes:
         for key in report.stuck_keys:
             self._stuck[key] = self.clock() + STUCK_RETRY_S
         self.recorder.count(report)
-        firsts = [now_ms - c.timer.due_at_ms for c in claims.timers if c.timer.attempt == 1]
+        firsts = [c.lateness_ms(now_ms) for c in claims.timers if c.timer.attempt == 1]
         self.recorder.activity.pass_ended(partition, report.stopped_on_budget and len(jobs) < cap, max(firsts, default=None))
         if claims.error is not None:
             return jobs, self._failed(partition, claims.error, now_ms), False

@@ -83,7 +83,8 @@ class Job(ClaimedTimer):
 @dataclass(eq=False)
 class Chunk:
     """Sync jobs one worker thread runs back to back. ``current`` is the index of the job running
-    now and ``started_s`` its start (monotonic s), or None between jobs; ``cut``: jobs from this
+    now, ``started_s`` its start (monotonic s) and ``started_ms`` the same instant (Unix epoch ms, on
+    the service's wall clock), or None between jobs; ``cut``: jobs from this
     index on were taken back by the loop (to other slots) and must not start here. Every field
     but ``jobs`` is guarded by ``lock``, shared by the worker and the loop."""
 
@@ -91,6 +92,7 @@ class Chunk:
     lock: threading.Lock = field(default_factory=threading.Lock)
     current: Optional[int] = None
     started_s: float = 0.0
+    started_ms: int = 0
     cut: int = 0
 
     def __post_init__(self):

@@ -41,7 +41,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Container, Optional, Union
 
-from . import keys, names, parking, schedules
+from . import keys, names, parking, schedule_state, schedules
 from .registry import DueTimer, TimerHandler, TimerRegistry, check_registry
 from .tick import DEFAULT_BUDGET, RunReport, TickBudget, backoff_ms, lease_ms
 from ..storage.errors import is_transient
@@ -72,6 +72,15 @@ class ClaimedTimer:
     handler: TimerHandler
     timer: DueTimer
     schedule: Optional[bytes] = None  # a schedule's occurrence: the schedule's state its claim read
+
+    def lateness_ms(self, fired_ms: int) -> int:
+        """How late, in ms, a fire that started at ``fired_ms`` (Unix epoch ms) was (>= 0): counted
+        from the timer's due time, or for a schedule's occurrence from the end of its jitter window
+        (its nominal time plus the trigger's jitter), so that jitter alone is never lateness."""
+        due_ms = self.timer.due_at_ms
+        if self.schedule is not None:
+            due_ms += schedule_state.ScheduleState.from_bytes(self.schedule).trigger.jitter_ms
+        return max(0, fired_ms - due_ms)
 
 
 @dataclass
