@@ -5,6 +5,7 @@ after. Counts are compared only after every timer has fired, so no assertion dep
 beyond generous liveness bounds."""
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import urllib.error
@@ -616,3 +617,36 @@ def test_a_jittered_occurrence_fired_within_its_jitter_window_is_not_late(tmp_pa
     finally:
         svc.stop()
         store.close()
+
+
+@pytest.mark.parametrize("partitions", [None, [P]])
+def test_healthz_503_when_reads_answer_but_no_claim_commits(tmp_path, partitions):
+    """A store that answers reads but fails every write (a full disk: ENOSPC on the WAL), due rows
+    waiting: /healthz turns 503 past its bound, whether the runner serves named partitions or the
+    whole store by shard. By shard, the pass's read of the shards counted as a clean pass, and it
+    stayed 200 while nothing could fire. The service's time is a ManualClock."""
+    from bench.stores import Delegating
+    from timerwheel_c.durable.storage.errors import TransientStoreError
+
+    class WritesFail(Delegating):
+        def _apply_many(self, partition, batches):
+            raise TransientStoreError("database or disk is full")
+
+    clock = ManualClock()
+    inner = SQLiteStore(tmp_path / "full.db")
+    writer.schedule(inner, P, clock.wall_ns() // 1_000_000 - 1, OK_KIND, b"due")
+    svc = DurableTimerService(WritesFail(inner), TimerRegistry().register(Counting(OK_KIND, Done())), partitions,
+                              max_sleep_s=0.2, clock=clock, wall_ns=clock.wall_ns)
+    logging_level = logging.getLogger("timerwheel_c.durable").level
+    logging.getLogger("timerwheel_c.durable").setLevel(logging.CRITICAL)  # the failed claims' warnings
+    try:
+        svc.start()
+        advance_until(clock, lambda: svc.passes >= 3, 0.2, "passes whose claims fail")
+        clock.advance(3.0)  # past the bound
+        passes = svc.passes
+        advance_until(clock, lambda: svc.passes >= passes + 3, 0.2, "more passes whose claims fail")
+        assert not health(svc, stale_after_s=2.0)[0] and svc.fired == 0, health(svc, stale_after_s=2.0)
+    finally:
+        logging.getLogger("timerwheel_c.durable").setLevel(logging_level)
+        svc.stop()
+        inner.close()

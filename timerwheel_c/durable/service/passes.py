@@ -124,7 +124,8 @@ class Passes:
             found, full = self._due_in_shards(shards, self.wall_ms(), free)
             # Partitions backing off after an error are looked at again, alone, once their time comes.
             partitions = list(found) + [p for p in self._retry_at if p not in found]
-            self.answered_s = self.clock()
+            if not partitions:  # nothing to claim: the shard read was the pass's round trip
+                self.answered_s = self.clock()
         else:
             partitions = self.served()
             if not partitions:  # nothing to claim: reading the served partitions was the round trip
