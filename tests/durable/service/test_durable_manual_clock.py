@@ -222,3 +222,36 @@ def test_a_relative_due_time_given_to_the_service_counts_from_its_clock(store):
         clock.advance(0.001)
         wait_until(lambda: len(noted.fired) == 3, "the three timers fired", LIVENESS_S)
     assert sorted(noted.fired) == [b"delay", b"moved", b"timedelta"]
+
+
+def test_a_service_loop_that_fails_at_once_backs_off_and_logs_a_few_lines(store, monkeypatch, caplog):
+    """A service whose event loop fails as it starts (no file descriptor left for a new one: EMFILE),
+    6 times in a row, waits longer after each (Timing's backoff, on the ManualClock), logs the first
+    failure with its traceback and then only the 2nd and 4th, one line each; then it runs and fires.
+    It restarted every 50 ms, each time with a traceback at ERROR, about 20 a second."""
+    from timerwheel_c.durable.service.thread import ServiceThread
+
+    main = ServiceThread._main
+    failed = []
+
+    async def no_descriptor_at_first(self):
+        if len(failed) < 6:
+            failed.append(self.clock.monotonic_ns())
+            raise OSError(24, "Too many open files")
+        return await main(self)
+
+    monkeypatch.setattr(ServiceThread, "_main", no_descriptor_at_first)
+    clock = ManualClock()
+    noted = Noted()
+    store.apply(P, Batch().put(keys.timer(clock.wall_ns() // 1_000_000, KIND, b"after"), b""))
+    with caplog.at_level(logging.ERROR, logger="timerwheel_c.durable"):
+        with DurableTimerService(store, TimerRegistry().register(noted), [P], clock=clock) as service:
+            # Each poll moves the clock 1 s: past each backoff (at most 1.6 s here) within two polls.
+            wait_until(lambda: clock.advance(1.0) or len(failed) == 6, "six failed starts, each after its backoff")
+            wait_until(lambda: clock.advance(1.0) or noted.fired == [b"after"], "the timer fired once the loop ran")
+    gaps = [b - a for a, b in zip(failed, failed[1:])]
+    assert all(gap > 0 for gap in gaps)  # each restart waited on the clock
+    lines = [r for r in caplog.records if "service loop failed" in r.getMessage()]
+    assert [(bool(r.exc_info), "%d time(s)" % n in r.getMessage()) for r, n in zip(lines, (1, 2, 4))] == \
+        [(True, True), (False, True), (False, True)]
+    assert len(lines) == 3 and service.died is None

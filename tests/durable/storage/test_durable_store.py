@@ -915,6 +915,48 @@ def test_record_labels_keeps_the_first_text_of_each_name_and_labels_reads_them_b
     assert durable_store.labels() == {"kind:1": "send-reminder", "kind:2": "digest", "x:1": "y"}
 
 
+def test_sqlite_checkpoint_thread_outlives_failing_to_open_its_connection(tmp_path, monkeypatch, caplog):
+    """The checkpoint thread whose connection cannot be opened (no file descriptor left: EMFILE) tries
+    again at its next round, says so at WARNING once the failures last, and checkpoints once it can:
+    the WAL starts over. It died at its first failure, and the WAL, which nothing else checkpoints,
+    grew without end."""
+    import logging
+    import time
+
+    from timerwheel_c.durable.storage.sqlite import store as sqlite_store
+
+    monkeypatch.setattr(sqlite_store, "WAL_RESTART_FRAMES", 50)
+    monkeypatch.setattr(sqlite_store, "CHECKPOINT_WARN_S", 0.05)
+    opened = sqlite_store._checkpoint_connection
+    failures = []
+
+    def no_descriptor_at_first(file, busy_timeout_ms):
+        if len(failures) < 20:
+            failures.append(file)
+            raise sqlite3.OperationalError("unable to open database file")
+        return opened(file, busy_timeout_ms)
+
+    monkeypatch.setattr(sqlite_store, "_checkpoint_connection", no_descriptor_at_first)
+    with caplog.at_level(logging.WARNING, logger="timerwheel_c.durable"):
+        store = SQLiteStore(tmp_path / "timers.db", checkpoint_interval_s=0.01)
+        wal = tmp_path / "timers.db-wal"
+        try:
+            largest, written, deadline = 0, 0, time.monotonic() + 60
+            while time.monotonic() < deadline:
+                store.apply(P, Batch().put(b"k%06d" % written, b"v" * 200))
+                written += 1
+                size = wal.stat().st_size
+                if size < largest:
+                    break
+                largest = size
+            else:
+                pytest.fail(f"the WAL only grew, to {largest} bytes, over {written} commits")
+        finally:
+            store.close()
+    assert len(failures) == 20
+    assert any("WAL checkpoints of" in r.getMessage() and "unable to open" in r.getMessage() for r in caplog.records)
+
+
 def test_sqlite_wal_starts_over_under_a_steady_stream_of_commits(tmp_path, monkeypatch):
     """A passive checkpoint never lets a WAL start over while commits keep arriving, so the file grew
     for as long as they did; past WAL_RESTART_FRAMES frames the checkpoint thread truncates it. Commits

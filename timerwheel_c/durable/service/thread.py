@@ -59,14 +59,22 @@ class ServiceThread:
         return self.clock.monotonic_ns() / 1e9
 
     def _run(self) -> None:
+        failures = 0  # loops in a row that failed soon after they started
         try:
             while not self.claimer.stopping:
+                started_s = self._monotonic_s()
                 try:
                     asyncio.run(self._main())
-                except Exception:  # a bug outside the guarded pass: log, and keep the service alive
-                    log.exception("durable timer service loop failed; restarting it")
+                except Exception as exc:  # a bug outside the guarded pass: log, and keep the service alive
+                    # Backed off as a failing store is, and logged in full the first time only, then at
+                    # 1, 2, 4, 8... failures in a row: one that recurs at once (no file descriptor left
+                    # for a new loop) must not flood the log nor spin.
+                    failures = 1 if self._monotonic_s() - started_s > self.timing.backoff_max_s else failures + 1
+                    if failures & (failures - 1) == 0:
+                        log.error("durable timer service loop failed (%d time(s) in a row); restarting it: %s: %s",
+                                  failures, type(exc).__name__, exc, exc_info=failures == 1)
                     self.ready.set()
-                    self.clock.sleep(self.timing.backoff_base_s)
+                    self.clock.sleep(self.timing.backoff_s(failures))
         except BaseException as exc:  # handlers' exceptions never get here: this is the service's own
             self.died = exc
             log.critical("durable timer service thread ended without stop(): %s: %s", type(exc).__name__, exc,

@@ -62,7 +62,7 @@ from .errors import result_code, store_error
 from .joined import OnTheLoop, SQLiteJoined
 from .rows import QUERIES as _QUERIES, OnCursor, apply_batch, first_in_shards, occupied_shards, read_through, read_value
 
-__all__ = ["SCHEMA_VERSION", "WAL_RESTART_FRAMES", "WAL_RESTART_WAIT_MS", "SQLiteStore"]
+__all__ = ["CHECKPOINT_WARN_S", "SCHEMA_VERSION", "WAL_RESTART_FRAMES", "WAL_RESTART_WAIT_MS", "SQLiteStore"]
 
 log = logging.getLogger("timerwheel_c.durable")
 
@@ -78,6 +78,8 @@ SCHEMA_VERSION = _MIGRATIONS[-1][0]
 WAL_RESTART_FRAMES = 10_000
 # How long that truncation waits for the writer and for readers, in ms: new writers wait while it does.
 WAL_RESTART_WAIT_MS = 20
+# Seconds of checkpoints failing in a row before a WARNING says so (and between two such warnings).
+CHECKPOINT_WARN_S = 60.0
 
 # The columns of each table, as any version made them (ALTER TABLE appends a column).
 _TABLES = {"timerwheel_kv": (("partition", "key", "value"), ("partition", "key", "value", "shard")),
@@ -631,18 +633,38 @@ class _Inherited:
 
 def _checkpoint_loop(file: str, closing: threading.Event, interval_s: float, busy_timeout_ms: int) -> None:
     """The checkpoint thread of the store of ``file`` (an absolute path): a passive checkpoint every
-    ``interval_s`` seconds, and the WAL started over once long, until ``closing`` is set."""
-    db = sqlite3.connect(file, timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False)
+    ``interval_s`` seconds, and the WAL started over once long, until ``closing`` is set. Its
+    connection is opened at its first round and again after a failure to open it (no descriptor
+    left, the directory unreadable for a while): nothing else checkpoints the store's WAL, which
+    grows until a checkpoint succeeds. Failures all through :data:`CHECKPOINT_WARN_S` are logged at
+    WARNING, at most once per that span."""
+    db: Optional[sqlite3.Connection] = None
+    failing_since: Optional[float] = None  # monotonic s of the first failed round in a row
+    warned_at = 0.0
     try:
         while not closing.wait(interval_s):
             try:
+                if db is None:
+                    db = _checkpoint_connection(file, busy_timeout_ms)
                 frames = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1]
                 if frames > WAL_RESTART_FRAMES:
                     _restart_wal(db, busy_timeout_ms)
-            except sqlite3.Error:  # busy or vanished: the next round (or the next commit) retries
+                failing_since = None
+            except sqlite3.Error as exc:  # busy, vanished, no descriptor: the next round (or the next commit) retries
                 log.debug("WAL checkpoint of %s failed", file, exc_info=True)
+                now = time.monotonic()
+                failing_since = now if failing_since is None else failing_since
+                if now - failing_since >= CHECKPOINT_WARN_S and now - warned_at >= CHECKPOINT_WARN_S:
+                    warned_at = now
+                    log.warning("WAL checkpoints of %s have failed for %.0f s (%s): its -wal file grows until one "
+                                "succeeds", file, now - failing_since, exc)
     finally:
-        db.close()
+        if db is not None:
+            db.close()
+
+
+def _checkpoint_connection(file: str, busy_timeout_ms: int) -> sqlite3.Connection:
+    return sqlite3.connect(file, timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False)
 
 
 def _restart_wal(db: sqlite3.Connection, busy_timeout_ms: int) -> None:
