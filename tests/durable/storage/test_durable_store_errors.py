@@ -204,3 +204,20 @@ def test_postgres_bad_schema_version_is_a_clear_error_naming_it():
             PostgresStore(dsn, table=table)
     finally:
         dispose(store)
+
+
+def test_a_file_whose_directory_is_not_writable_is_refused_naming_the_directory(tmp_path, monkeypatch):
+    """A writable database file in a directory this process may not write: SQLite's WAL needs its -wal
+    and -shm files there, and the error says so, naming the directory. It named the file, which was
+    writable. (os.access is replaced: the tests may run as root, whom no permission bit stops.)"""
+    import os
+    import sqlite3
+
+    from timerwheel_c.durable.storage.sqlite import SQLiteStore
+
+    path = tmp_path / "t.db"
+    store = SQLiteStore(path)
+    store.close()
+    monkeypatch.setattr(os, "access", lambda p, mode: os.fspath(p) != str(tmp_path))
+    message = str(store._open_error(sqlite3.OperationalError("unable to open database file")))
+    assert f"directory {str(tmp_path)!r}" in message and "-wal" in message and "unable to open" in message

@@ -280,8 +280,12 @@ class SQLiteStore(Store):
             why = f"its directory {parent!r} does not exist"
         elif os.statvfs(parent).f_flag & os.ST_RDONLY:
             why = f"its filesystem is mounted read-only ({exc})"
-        elif not os.access(parent, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-            why = f"this process may not write {path if os.path.exists(path) else parent!r} ({exc})"
+        elif os.path.exists(path) and not os.access(path, os.W_OK):
+            why = f"this process may not write {path!r} ({exc})"
+        elif not os.access(parent, os.W_OK):
+            # The file may be writable: WAL mode creates its -wal and -shm files beside it.
+            why = (f"this process may not create files in its directory {parent!r}, where SQLite keeps the "
+                   f"database's -wal and -shm files ({exc})")
         else:
             why = str(exc)
         return PermanentStoreError(f"cannot open SQLite database {self.path!r}: {why}", error.code)
