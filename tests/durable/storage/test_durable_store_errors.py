@@ -221,3 +221,34 @@ def test_a_file_whose_directory_is_not_writable_is_refused_naming_the_directory(
     monkeypatch.setattr(os, "access", lambda p, mode: os.fspath(p) != str(tmp_path))
     message = str(store._open_error(sqlite3.OperationalError("unable to open database file")))
     assert f"directory {str(tmp_path)!r}" in message and "-wal" in message and "unable to open" in message
+
+
+@pytest.mark.parametrize("how", ["deleted", "replaced"])
+def test_a_sqlite_file_deleted_or_replaced_under_an_open_store_fails_its_writes_by_name(tmp_path, monkeypatch, how):
+    """The database file deleted, or replaced by another (an operator's restore), under an open store:
+    its writes raise PermanentStoreError naming the path and the cause, so a runner stops claiming and
+    its health turns, instead of serving the old file that no other process opens. It went on
+    writing there, and the timers written to the new file by other processes never fired."""
+    import os
+
+    from timerwheel_c.durable.storage.errors import PermanentStoreError
+    from timerwheel_c.durable.storage.sqlite import SQLiteStore, store as sqlite_store
+    from timerwheel_c.durable.storage.store import Batch
+
+    monkeypatch.setattr(sqlite_store, "FILE_CHECK_S", 0.0)
+    path = tmp_path / "t.db"
+    store = SQLiteStore(path)
+    try:
+        store.apply("p", Batch().put(b"k", b"before"))
+        for suffix in ("", "-wal", "-shm"):
+            if os.path.exists(f"{path}{suffix}"):
+                os.unlink(f"{path}{suffix}")
+        if how == "replaced":
+            SQLiteStore(path).close()
+        with pytest.raises(PermanentStoreError, match="deleted or replaced"):
+            store.apply("p", Batch().put(b"k", b"after"))
+        with pytest.raises(PermanentStoreError, match="deleted or replaced"):
+            with store.own_write("p") as tx:
+                tx.get(b"k")
+    finally:
+        store.close()

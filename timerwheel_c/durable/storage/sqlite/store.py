@@ -62,7 +62,7 @@ from .errors import result_code, store_error
 from .joined import OnTheLoop, SQLiteJoined
 from .rows import QUERIES as _QUERIES, OnCursor, apply_batch, first_in_shards, occupied_shards, read_through, read_value
 
-__all__ = ["CHECKPOINT_WARN_S", "SCHEMA_VERSION", "WAL_RESTART_FRAMES", "WAL_RESTART_WAIT_MS", "SQLiteStore"]
+__all__ = ["CHECKPOINT_WARN_S", "FILE_CHECK_S", "SCHEMA_VERSION", "WAL_RESTART_FRAMES", "WAL_RESTART_WAIT_MS", "SQLiteStore"]
 
 log = logging.getLogger("timerwheel_c.durable")
 
@@ -80,6 +80,8 @@ WAL_RESTART_FRAMES = 10_000
 WAL_RESTART_WAIT_MS = 20
 # Seconds of checkpoints failing in a row before a WARNING says so (and between two such warnings).
 CHECKPOINT_WARN_S = 60.0
+# Seconds between two looks, at a write, at whether the file at the store's path is still the one it opened.
+FILE_CHECK_S = 1.0
 
 # The columns of each table, as any version made them (ALTER TABLE appends a column).
 _TABLES = {"timerwheel_kv": (("partition", "key", "value"), ("partition", "key", "value", "shard")),
@@ -192,6 +194,8 @@ class SQLiteStore(Store):
             self._db.close()
             raise
         self._checkpointer = None
+        self._opened_file = _file_identity(self._file)
+        self._file_checked_s = time.monotonic()
         # A store dropped without close() closes its connection when collected, as close() would,
         # instead of leaving it to sqlite3's own collection, which warns (ResourceWarning, 3.13+).
         self._closes_db = self._close_when_collected()
@@ -418,6 +422,7 @@ class SQLiteStore(Store):
         """
         check_partition(partition)
         with self._lock, self._wrap:
+            self._check_same_file()
             db = self._db.cursor()
             db.execute("BEGIN IMMEDIATE")
             try:
@@ -497,12 +502,32 @@ class SQLiteStore(Store):
     def _apply_across(self, items: list) -> list:
         return self._apply_in_one_transaction(items, nested=True)
 
+    def _check_same_file(self) -> None:
+        """Raise once the file at the store's path is no longer the one it opened (deleted, or replaced by
+        another: an operator's restore): its writes would go to a file no other process opens, and the
+        new file's timers would never fire here. Looked at once per :data:`FILE_CHECK_S` at most.
+
+        Raises:
+            PermanentStoreError: naming the path; the store must be opened again (the process restarted).
+        """
+        if self._opened_file is None:
+            return
+        now_s = time.monotonic()
+        if now_s - self._file_checked_s < FILE_CHECK_S:
+            return
+        self._file_checked_s = now_s
+        if _file_identity(self._file) != self._opened_file:
+            raise PermanentStoreError(f"SQLite database {self.path!r} was deleted or replaced since this store opened "
+                                      "it: its writes would go to a file no other process opens; open the store again "
+                                      "(restart the process)")
+
     def _apply_in_one_transaction(self, items: list, nested: bool) -> list:
         # One transaction for the whole list of (partition, batch) items; ``nested`` (apply_many,
         # apply_across) runs each batch in its own savepoint, so that a failed guard or a refused
         # batch rolls back that batch alone.
         results: list = []
         with self._lock, self._wrap:
+            self._check_same_file()
             # One cursor for every statement: each Connection.execute makes a cursor of its own, and
             # the connection a weak reference to it, a handful of the collector's objects per batch.
             db = self._db.cursor()
@@ -633,6 +658,17 @@ class _Inherited:
         if db is self:  # held as ``db = self._db`` by a caller: its later uses go to the one reopened
             db = self._store._reopen()
         return getattr(db, name)
+
+
+def _file_identity(file: str) -> Optional[tuple]:
+    """``(device, inode)`` of the database file ``file``, ``()`` when there is none, None in memory."""
+    if file == ":memory:":
+        return None
+    try:
+        st = os.stat(file)
+    except OSError:
+        return ()
+    return st.st_dev, st.st_ino
 
 
 def _checkpoint_loop(file: str, closing: threading.Event, interval_s: float, busy_timeout_ms: int) -> None:
