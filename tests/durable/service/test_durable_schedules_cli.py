@@ -80,10 +80,11 @@ def test_a_value_that_is_not_utf8_is_stored_as_typed(url, tmp_path, capsys):
     (["add", "n", "--cron", "@daily", "--tz", "Mars/Olympus", "--kind", "1"], "Mars/Olympus"),
     (["add", "n", "--cron", "@daily", "--tz", "", "--kind", "1"], "unknown IANA time zone ''"),  # not UTC
     (["add", "n", "--cron", "@daily", "--tz", "localtime", "--kind", "1"], "'localtime'"),
-    (["add", "n", "--every", "60", "--misfire", "skip", "--grace", "1e308", "--kind", "1"], "misfire_grace_s"),
+    (["add", "n", "--every", "60", "--misfire", "skip", "--grace", "1e308", "--kind", "1"], "--grace"),
     (["add", "n", "--every", "0", "--kind", "1"], "0"),
     (["add", "n", "--every", "5", "--kind", "256"], "256"),
-    (["add", "n", "--every", "5", "--kind", "1", "--misfire", "all"], "catchup_window_s"),
+    (["add", "n", "--every", "5", "--kind", "1", "--misfire", "all"], "needs --catchup"),
+    (["add", "n", "--every", "5", "--kind", "1", "--jitter", "-1"], "--jitter must be"),
     (["add", "n", "--every", "60", "--tz", "Europe/Paris", "--kind", "1"], "--tz applies to --cron only"),
 ])
 def test_bad_arguments_are_one_line_and_exit_2(tmp_path, capsys, argv, needle):
@@ -92,6 +93,17 @@ def test_bad_arguments_are_one_line_and_exit_2(tmp_path, capsys, argv, needle):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and needle in err and err.startswith("timerwheel-c schedules add: ")
     assert not (tmp_path / "bad.db").exists()  # checked before the store is opened
+
+
+def test_a_warning_about_the_trigger_is_one_line_of_the_command(url, capsys):
+    """A zone without daylight saving time picked for a region's clock adds the schedule and warns in one
+    line of the command's, naming the zone to use: it printed Python's warning, the source file's path
+    and line included."""
+    assert main(["schedules", "add", "--store", url, "--partition", "p", "est", "--cron", "0 9 * * *", "--tz", "EST",
+                 "--kind", "1"]) == 0
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("timerwheel-c schedules add: warning: tz 'EST'") and "America/New_York" in err
+    assert len(err.splitlines()) == 1 and ".py" not in err
 
 
 @pytest.mark.parametrize("action", ["remove", "pause", "resume"])

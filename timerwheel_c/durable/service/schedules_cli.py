@@ -24,6 +24,7 @@ import argparse
 import json
 import sys
 import time
+import warnings
 
 from ..._helptext import terminal_text
 from ..timers.schedules import (add_schedule, list_schedules, pause_schedule, remove_schedule,
@@ -96,6 +97,9 @@ def _as_json(info) -> dict:
             "last_fired_ms": info.last_fired_ms, "misfire": info.misfire, "runs": info.runs, "ended": info.ended}
 
 
+_OPTIONS = {"catchup_window_s": "--catchup", "misfire_grace_s": "--grace", "jitter_s": "--jitter"}
+
+
 def main(args) -> int:
     """Run one ``schedules`` action; 0 on success, 1 when the named schedule does not exist, 2 on a bad
     argument or a store that cannot be opened (one line on stderr)."""
@@ -109,12 +113,19 @@ def main(args) -> int:
             if args.every is not None and args.tz is not None:
                 raise ValueError(f"--tz applies to --cron only, got --tz {args.tz!r} with --every: an interval "
                                  "counts seconds of real time, in no zone")
-            trigger = (Every(args.every, jitter_s=args.jitter) if args.every is not None
-                       else Cron(args.cron, "UTC" if args.tz is None else args.tz, jitter_s=args.jitter))
+            with warnings.catch_warnings(record=True) as caught:  # a warning is one line of ours, no source path
+                warnings.simplefilter("always")
+                trigger = (Every(args.every, jitter_s=args.jitter) if args.every is not None
+                           else Cron(args.cron, "UTC" if args.tz is None else args.tz, jitter_s=args.jitter))
+            for warning in caught:
+                print(f"timerwheel-c {command}: warning: {warning.message}", file=sys.stderr)
             TimerKind(args.kind)
             check_misfire(args.misfire, args.grace, args.catchup)
     except (TypeError, ValueError) as exc:
-        print(f"timerwheel-c {command}: {exc}", file=sys.stderr)
+        message = str(exc)
+        for name, option in _OPTIONS.items():  # the options typed, not the Python parameters they set
+            message = message.replace(name, option)
+        print(f"timerwheel-c {command}: {message}", file=sys.stderr)
         return 2
     store = open_or_say(command, args.store, existing=args.action == "list", read_only=args.action == "list")
     if store is None:

@@ -425,7 +425,8 @@ class Cron(Trigger):
     Args:
         expression: 5 fields, minute hour day-of-month month day-of-week, in Vixie cron's
             syntax (lists, ranges, steps, month and day names; day-of-month and day-of-week
-            match either when both are restricted); or ``@hourly``, ``@daily`` (``@midnight``),
+            match either when neither field starts with ``*``, both otherwise, so ``0 0 */2 * 1``
+            is odd days that are Mondays, as Vixie cron reads it); or ``@hourly``, ``@daily`` (``@midnight``),
             ``@weekly``, ``@monthly``, ``@yearly`` (``@annually``). Parsed by cronsim, whose
             extensions (``L``, ``LW``, ``5L``, ``MON#2``) are accepted too.
         tz: an IANA zone name or a tzinfo that has one (a :class:`zoneinfo.ZoneInfo`,
