@@ -554,10 +554,15 @@ def test_a_service_reading_the_store_by_shard_counts_its_backlog_by_shard(tmp_pa
             wait_until(lambda: sum(svc.metrics().parked_timers_by_shard.values()) == BACKLOG_CAP + 3,
                        "the timers parked", LIVENESS_S)
             m = svc.metrics()
-            assert m.parked_timers_by_shard == {shard_of(big, 4): BACKLOG_CAP, shard_of(other, 4): 3}
+            # Every shard has its series, 0 when it holds none: a series that vanished once a backlog
+            # drained showed no data where a sum should read 0.
+            assert m.parked_timers_by_shard == {**dict.fromkeys(range(4), 0), shard_of(big, 4): BACKLOG_CAP,
+                                                shard_of(other, 4): 3}
+            assert m.due_backlog_by_shard == dict.fromkeys(range(4), 0)
             assert m.parked_timers == {} and m.due_backlog == {}
             got = samples(scrape(server)[1])
             assert got[("timerwheel_parked_timers", (("shard", str(shard_of(other, 4))),))] == 3
+            assert [got[("timerwheel_due_backlog", (("shard", str(shard)),))] for shard in range(4)] == [0] * 4
             assert not [k for k in got if k[0] in ("timerwheel_parked_timers", "timerwheel_due_backlog")
                         and dict(k[1]).get("partition")]
     finally:

@@ -92,7 +92,8 @@ def due_backlog(store: Store, partition: str, now_ms: int) -> Tuple[int, Optiona
 
 
 def shard_backlog(store: Store, shards: list, now_ms: int) -> tuple:
-    """``({shard: due rows}, {shard: parked timers})`` of those of ``shards`` that hold any, at
+    """``({shard: due rows}, {shard: parked timers})`` of every one of ``shards`` (0 for one that holds
+    none: a gauge that vanished once a backlog drained showed no data, where a sum should read 0), at
     ``now_ms`` (Unix epoch ms), each counted up to :data:`BACKLOG_CAP`: two :meth:`Store.scan_shards`
     of up to that many rows per shard, so a scrape costs the same with a million idle partitions as
     with one. By shard, not by partition: a shard's first rows name only some of its partitions,
@@ -101,13 +102,9 @@ def shard_backlog(store: Store, shards: list, now_ms: int) -> tuple:
     Raises:
         StoreError: the store failed.
     """
-    due = {shard: len(rows) for shard, rows in zip(shards, store.scan_shards(shards, *keys.due_range(now_ms), BACKLOG_CAP))
-           if rows}
-    parked = {}
-    for shard, rows in zip(shards, store.scan_shards(shards, *keys.PARKED_RANGE, BACKLOG_CAP)):
-        n = sum(1 for _, key, _ in rows if keys.is_parked_key(key))
-        if n:
-            parked[shard] = n
+    due = {shard: len(rows) for shard, rows in zip(shards, store.scan_shards(shards, *keys.due_range(now_ms), BACKLOG_CAP))}
+    parked = {shard: sum(1 for _, key, _ in rows if keys.is_parked_key(key))
+              for shard, rows in zip(shards, store.scan_shards(shards, *keys.PARKED_RANGE, BACKLOG_CAP))}
     return due, parked
 
 
