@@ -59,6 +59,7 @@ from timerwheel_c._aio_common import (
     deadline_error,
     default_clock_slack_s,
 )
+from timerwheel_c._common import _refuse_copy
 
 __all__ = ["KeyedTimers", "WheelHandle", "WheelScheduler", "WheelTimeout"]
 
@@ -663,6 +664,9 @@ cdef class WheelScheduler:
             handle._callback = None
             handle._args = None
         return 0
+
+    def __reduce_ex__(self, protocol):
+        _refuse_copy(self)  # the pure twin's TypeError, word for word
 
 
 # The due ms of a fired token's timer, or ``last`` if the token names none any more.

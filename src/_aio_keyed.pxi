@@ -250,6 +250,9 @@ cdef class KeyedTimers:
     def __repr__(self):
         return f"<KeyedTimers armed={self._count} {self._callback!r}>"
 
+    def __reduce_ex__(self, protocol):
+        _refuse_copy(self)  # the pure twin's TypeError, word for word
+
 
 cdef int64_t _key_due(object keyed, uint64_t token, int64_t last) except? -2:
     """``token_due_t`` of a KeyedTimers: the key's deadline's due ms."""

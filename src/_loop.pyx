@@ -27,6 +27,7 @@ from timerwheel_c._wheel cimport TimerWheel, tw_fired_t
 import asyncio
 import contextvars
 
+from timerwheel_c._common import _refuse_copy
 from timerwheel_c._loop_common import (
     MAX_SELECT_S,
     check_when,
@@ -224,6 +225,9 @@ cdef class TimerHandle:
     def __repr__(self):
         return handle_repr(self, self._timers.debug)
 
+    def __reduce_ex__(self, protocol):
+        _refuse_copy(self)  # the pure twin's TypeError, word for word
+
     # Compared and hashed as asyncio's TimerHandle (CPython Lib/asyncio/events.py): ordered by
     # when(), equal when deadline, callback, arguments and cancellation are.
     def __hash__(self):
@@ -303,6 +307,9 @@ cdef class LoopTimers:
         _forget_loop(<PyObject*>self)
         free(self._sort)
         free(self._free_tokens.free)
+
+    def __reduce_ex__(self, protocol):
+        _refuse_copy(self)  # the pure twin's TypeError, word for word
 
     def active_count(self):
         """How many timers are armed (neither run, moved to the ready queue, nor cancelled)."""

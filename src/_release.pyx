@@ -537,9 +537,9 @@ cdef class ReleaseTimer:
     """A deadline release thread that never takes the GIL: ``arm`` deadlines, then wait or await them.
 
     ``ReleaseTimer(backend=None)`` starts its native thread. ``backend`` is ``"slice"``
-    or ``"condvar"``; None reads ``$TIMERWHEEL_C_RELEASE_TIMER``; anything else is
-    slice. Use it as a context manager or call ``close()``; a timer dropped unclosed
-    closes itself.
+    or ``"condvar"``, in any case; None reads ``$TIMERWHEEL_C_RELEASE_TIMER`` (slice, with a
+    RuntimeWarning, when it names neither), else slice; another name is a ValueError naming it.
+    Use it as a context manager or call ``close()``; a timer dropped unclosed closes itself.
 
     Raises:
         MemoryError: no memory for the timer.

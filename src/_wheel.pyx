@@ -138,6 +138,7 @@ from timerwheel_c._common import (
     _due_error,
     _first_jump_warning,
     _missing_error,
+    _refuse_copy,
     _poll_cap,
 )
 
@@ -885,6 +886,9 @@ cdef class TimerWheel:
 
     def __repr__(self):
         return f"<TimerWheel now_ms={self._elapsed} pending={self._count} implementation=c>"
+
+    def __reduce_ex__(self, protocol):
+        _refuse_copy(self)  # the pure twin's TypeError, word for word
 
     # -- the C-level API (declared in src/_wheel.pxd, for cimport by other extensions) -------------
     # Each is its Python method without the argument conversion; ids and tokens as there.

@@ -59,9 +59,9 @@ _MISSING: Any = object()
 
 
 def _refuse_copy(obj: Any) -> None:
-    """Raise the TypeError that ``copy.copy``, ``copy.deepcopy`` and ``pickle`` get from a pure
-    twin's wheel or scheduler, as from its compiled twin (whose extension type has no reduce):
-    a shallow copy would share the original's slot lists, so each would fire the other's timers."""
+    """Raise the TypeError that ``copy.copy``, ``copy.deepcopy`` and ``pickle`` get from a wheel, a
+    scheduler, keyed timers, a loop's timer store or its handles, compiled or pure alike: a shallow
+    copy would share the original's slot lists, so each would fire the other's timers."""
     raise TypeError(f"{type(obj).__name__} objects cannot be copied or pickled: a copy would share "
                     f"the original's timers")
 

@@ -15,6 +15,7 @@ import asyncio
 import math
 import os
 import threading
+import warnings
 from numbers import Real
 from typing import Any, Optional
 
@@ -35,12 +36,25 @@ BACKEND_NAMES = ("slice", "condvar")
 
 
 def _choose_backend(backend: Optional[str]) -> int:
-    """The backend for ``backend``, else ``$TIMERWHEEL_C_RELEASE_TIMER``; unknown -> slice."""
+    """The backend named by ``backend`` (any case), else by ``$TIMERWHEEL_C_RELEASE_TIMER``, else slice.
+
+    Raises:
+        TypeError / ValueError: ``backend`` is not a str or None, or names no backend. An unknown
+            ``$TIMERWHEEL_C_RELEASE_TIMER`` is a RuntimeWarning naming it, and slice: the environment
+            may be set for another version's names.
+    """
     if backend is None:
-        backend = os.environ.get("TIMERWHEEL_C_RELEASE_TIMER", "slice")
+        name = os.environ.get("TIMERWHEEL_C_RELEASE_TIMER", "slice")
+        if name.strip().lower() not in BACKEND_NAMES:
+            warnings.warn(f"$TIMERWHEEL_C_RELEASE_TIMER={name!r} names no release timer backend ('slice' or "
+                          "'condvar'): using 'slice'", RuntimeWarning, stacklevel=3)
+            return SLICE
+        backend = name
     if not isinstance(backend, str):
         raise TypeError(f"backend must be 'slice', 'condvar' or None, got {backend!r}")
-    return CONDVAR if backend.strip().lower() == "condvar" else SLICE
+    if backend.strip().lower() not in BACKEND_NAMES:
+        raise ValueError(f"backend must be 'slice', 'condvar' or None, got {backend!r}")
+    return BACKEND_NAMES.index(backend.strip().lower())
 
 
 def _check_at_ns(at_ns: Any) -> int:

@@ -293,20 +293,24 @@ def test_arm_rejects_bad_seconds(release_impl, bad, exc):
 
 
 def test_backend_choice(release_impl, monkeypatch):
-    """The argument wins, else $TIMERWHEEL_C_RELEASE_TIMER; unknown values fall back to slice."""
+    """The argument wins (any case), else $TIMERWHEEL_C_RELEASE_TIMER, else slice. A misspelt argument is
+    a ValueError naming it (it was taken for slice, silently); a misspelt environment value is slice
+    with a RuntimeWarning naming it."""
     monkeypatch.setenv("TIMERWHEEL_C_RELEASE_TIMER", "condvar")
     with release_impl.ReleaseTimer() as rt:
         assert rt.backend == "condvar"
-    with release_impl.ReleaseTimer("slice") as rt:
+    with release_impl.ReleaseTimer(" Slice ") as rt:
         assert rt.backend == "slice"
-    monkeypatch.setenv("TIMERWHEEL_C_RELEASE_TIMER", "bogus")
-    with release_impl.ReleaseTimer() as rt:
-        assert rt.backend == "slice"
+    monkeypatch.setenv("TIMERWHEEL_C_RELEASE_TIMER", "condvr")
+    with pytest.warns(RuntimeWarning, match="'condvr'"):
+        with release_impl.ReleaseTimer() as rt:
+            assert rt.backend == "slice"
     monkeypatch.delenv("TIMERWHEEL_C_RELEASE_TIMER")
     with release_impl.ReleaseTimer() as rt:
         assert rt.backend == "slice"
-    with release_impl.ReleaseTimer("nonsense") as rt:
-        assert rt.backend == "slice"
+    for bad in ("condvr", "", "nonsense"):
+        with pytest.raises(ValueError, match=repr(bad)):
+            release_impl.ReleaseTimer(bad)
 
 
 def test_many_blocking_waiters(release_impl):

@@ -412,7 +412,8 @@ class ReleaseTimer:
     """A deadline release thread (pure twin): ``arm`` deadlines, then wait or await them.
 
     ``ReleaseTimer(backend=None)`` starts its thread. ``backend`` is ``"slice"`` or
-    ``"condvar"``; None reads ``$TIMERWHEEL_C_RELEASE_TIMER``; anything else is slice.
+    ``"condvar"``, in any case; None reads ``$TIMERWHEEL_C_RELEASE_TIMER`` (slice, with a
+    RuntimeWarning, when it names neither), else slice; another name is a ValueError naming it.
     Use it as a context manager or call ``close()``.
     """
 
