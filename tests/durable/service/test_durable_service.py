@@ -63,34 +63,14 @@ def test_timers_due_while_down_fire_on_first_pass(store):
     assert sorted(r for r, _, _ in h.fired) == sorted(b"%d" % i for i in range(10))
 
 
-def test_an_async_handler_may_stop_its_own_service(store):
-    """stop() from an ``async def`` handler, which runs on the service's thread: it returns (it raised
-    RuntimeError, "cannot join current thread", failing the attempt), the handler's outcome commits,
-    and the service stops once the handler has returned."""
-    registry = TimerRegistry()
-    outcome = []
-
-    @registry.handler(KIND)
-    async def stopping(ctx, timer):
-        service.stop()
-        outcome.append("stop() returned")
-        return Done(Batch().put(b"effect/" + timer.reference, b"1"))
-
-    put_timer(store, wall_ms() - 10, b"s")
-    service = DurableTimerService(store, registry, [P])
-    service.start()
-    wait_until(lambda: not service.running, "the service to stop", LIVENESS_S)
-    assert outcome == ["stop() returned"] and service.died is None
-    assert store.get(P, b"effect/s") == b"1" and service.failed == 0
-    service.stop()
-
-
-@pytest.mark.parametrize("where", ["sync handler", "to_thread of an async handler"])
+@pytest.mark.parametrize("where", ["async handler", "sync handler", "to_thread of an async handler"])
 def test_a_handler_may_stop_its_own_service_from_a_thread_that_runs_it(store, where):
-    """stop() from a sync handler (on a worker thread the service waits for), or from asyncio.to_thread
-    in an async one, returns at once; the handler's outcome commits and the service stops. It waited
-    for the service, which waited for the handler: with no timeout for ever, else until its timeout
-    abandoned the handler and discarded its outcome (the timeout here bounds that failure)."""
+    """stop() from an ``async def`` handler (on the service's thread), a sync one (on a worker thread the
+    service waits for), or asyncio.to_thread in an async one, returns at once; the handler's outcome
+    commits and the service stops. From the service's thread it raised RuntimeError ("cannot join
+    current thread"); from the others it waited for the service, which waited for the handler: with no
+    timeout for ever, else until its timeout abandoned the handler and discarded its outcome (the
+    timeout here bounds that failure)."""
     import asyncio
 
     registry = TimerRegistry()
@@ -100,7 +80,12 @@ def test_a_handler_may_stop_its_own_service_from_a_thread_that_runs_it(store, wh
         service.stop(5.0)
         outcome.append("stop() returned")
 
-    if where == "sync handler":
+    if where == "async handler":
+        @registry.handler(KIND)
+        async def stopping(ctx, timer):
+            stop()
+            return Done(Batch().put(b"effect/" + timer.reference, b"1"))
+    elif where == "sync handler":
         @registry.handler(KIND)
         def stopping(ctx, timer):
             stop()

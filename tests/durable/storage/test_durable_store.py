@@ -939,18 +939,8 @@ def test_sqlite_checkpoint_thread_outlives_failing_to_open_its_connection(tmp_pa
     monkeypatch.setattr(sqlite_store, "_checkpoint_connection", no_descriptor_at_first)
     with caplog.at_level(logging.WARNING, logger="timerwheel_c.durable"):
         store = SQLiteStore(tmp_path / "timers.db", checkpoint_interval_s=0.01)
-        wal = tmp_path / "timers.db-wal"
         try:
-            largest, written, deadline = 0, 0, time.monotonic() + 60
-            while time.monotonic() < deadline:
-                store.apply(P, Batch().put(b"k%06d" % written, b"v" * 200))
-                written += 1
-                size = wal.stat().st_size
-                if size < largest:
-                    break
-                largest = size
-            else:
-                pytest.fail(f"the WAL only grew, to {largest} bytes, over {written} commits")
+            _commit_until_the_wal_shrinks(store, tmp_path / "timers.db-wal")
         finally:
             store.close()
     assert len(failures) == 20
@@ -968,18 +958,24 @@ def test_sqlite_wal_starts_over_under_a_steady_stream_of_commits(tmp_path, monke
 
     monkeypatch.setattr(sqlite_store, "WAL_RESTART_FRAMES", 50)
     store = SQLiteStore(tmp_path / "timers.db", checkpoint_interval_s=0.01)
-    wal = tmp_path / "timers.db-wal"
     try:
-        largest, written, deadline = 0, 0, time.monotonic() + 60
-        while time.monotonic() < deadline:
-            store.apply(P, Batch().put(b"k%06d" % written, b"v" * 200))
-            written += 1
-            size = wal.stat().st_size
-            if size < largest:
-                break
-            largest = size
-        else:
-            pytest.fail(f"the WAL only grew, to {largest} bytes, over {written} commits")
+        written = _commit_until_the_wal_shrinks(store, tmp_path / "timers.db-wal")
         assert len(store.scan(P, b"k", b"l", limit=written + 1).entries) == written
     finally:
         store.close()
+
+
+def _commit_until_the_wal_shrinks(store, wal) -> int:
+    """Commit rows without pause until the file ``wal`` shrinks (a checkpoint started it over), within a
+    generous liveness bound, not a speed; returns how many were written."""
+    import time
+
+    largest, written, deadline = 0, 0, time.monotonic() + 60
+    while time.monotonic() < deadline:
+        store.apply(P, Batch().put(b"k%06d" % written, b"v" * 200))
+        written += 1
+        size = wal.stat().st_size
+        if size < largest:
+            return written
+        largest = size
+    pytest.fail(f"the WAL only grew, to {largest} bytes, over {written} commits")
