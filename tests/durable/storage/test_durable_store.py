@@ -921,7 +921,6 @@ def test_sqlite_checkpoint_thread_outlives_failing_to_open_its_connection(tmp_pa
     the WAL starts over. It died at its first failure, and the WAL, which nothing else checkpoints,
     grew without end."""
     import logging
-    import time
 
     from timerwheel_c.durable.storage.sqlite import store as sqlite_store
 
@@ -952,7 +951,6 @@ def test_sqlite_wal_starts_over_under_a_steady_stream_of_commits(tmp_path, monke
     for as long as they did; past WAL_RESTART_FRAMES frames the checkpoint thread truncates it. Commits
     without pause until the file shrinks (a generous liveness bound, not a speed), and every row
     written stays readable."""
-    import time
 
     from timerwheel_c.durable.storage.sqlite import store as sqlite_store
 
