@@ -51,7 +51,7 @@ def refuse_shared_sessions(dsn: str, describe: str) -> None:
                 if pids[0] == pids[1]:
                     raise PermanentStoreError(
                         f"{describe} leads to a connection pooler in transaction or statement mode: two connections "
-                        f"open at once ran on one server session (pid {pids[0]}), and a store needs sessions of its own "
+                        f"open at once ran on one server session (pid {pids[0][0]}), and a store needs sessions of its own "
                         "(advisory locks, LISTEN, session settings, prepared statements); connect to PostgreSQL "
                         "directly, or through a pool in session mode (PgBouncer: pool_mode = session)")
         except psycopg.Error as exc:
@@ -64,7 +64,9 @@ def refuse_shared_sessions(dsn: str, describe: str) -> None:
         _checked.add(dsn)
 
 
-def _pid(conn: psycopg.Connection) -> int:
-    row = conn.execute("SELECT pg_backend_pid()").fetchone()
-    assert row is not None  # the function returns one row
-    return int(row[0])
+def _pid(conn: psycopg.Connection) -> tuple:
+    """The server session ``conn`` runs on: its backend's pid, and its server's start time, which tells
+    two servers' sessions apart (a connection string naming several hosts)."""
+    row = conn.execute("SELECT pg_backend_pid(), pg_postmaster_start_time()").fetchone()
+    assert row is not None  # the functions return one row
+    return int(row[0]), row[1]
