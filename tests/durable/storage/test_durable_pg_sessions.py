@@ -187,6 +187,32 @@ def test_an_application_role_with_row_privileges_only_opens_writes_and_fires(cap
                 conn.execute(f"DROP ROLE {role}")
 
 
+def test_a_role_allowed_one_connection_opens_a_store_and_writes():
+    """A role with CONNECTION LIMIT 1 opens a store and writes through it: the first open's check for a
+    pooler, which asks for a second connection at once, takes its refusal (too many connections) as
+    no pooler to look for, instead of failing the open."""
+    role = f"one_{uuid.uuid4().hex[:12]}"
+    with _schema() as (url, schema):
+        owner = PostgresStore(url)
+        owner.close()
+        with psycopg.connect(_DSN, autocommit=True) as conn:
+            conn.execute(f"CREATE ROLE {role} LOGIN CONNECTION LIMIT 1")
+            conn.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
+            conn.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.timerwheel_kv, "
+                         f"{schema}.timerwheel_kv_meta TO {role}")
+        try:
+            store = PostgresStore(psycopg.conninfo.make_conninfo(url, user=role))
+            try:
+                schedule(store, "p", PAST_MS, KIND, b"one")
+                assert [t.reference for t in list_timers(store, "p")] == [b"one"]
+            finally:
+                store.close()
+        finally:
+            with psycopg.connect(_DSN, autocommit=True) as conn:
+                conn.execute(f"DROP OWNED BY {role}")
+                conn.execute(f"DROP ROLE {role}")
+
+
 def test_a_write_behind_a_callers_open_transaction_gives_up_after_lock_wait_ms():
     """A write joined to the caller's transaction holds its partition's lock until that commits: a
     write of the same partition on the store, in the same request, waited for ever (and every call

@@ -20,13 +20,15 @@ import threading
 
 import psycopg
 
-from ..errors import PermanentStoreError
+from ..errors import PermanentStoreError, StoreError
 from .results import store_error
 from .session import open_session
 
 __all__ = ["PROBES", "refuse_shared_sessions"]
 
 PROBES = 3  # rounds of the two connections' pid reads: a pooler that reuses its last session shows at once
+_TOO_MANY_CONNECTIONS = "53300"  # SQLSTATE too_many_connections: the role's or the server's limit
+_TOO_MANY_WORDS = ("too many connections", "too many clients")  # its messages (role or database; server)
 _checked: set = set()  # connection strings whose sessions were found to be their own, in this process
 _lock = threading.Lock()
 
@@ -44,7 +46,13 @@ def refuse_shared_sessions(dsn: str, describe: str) -> None:
             return
     first = open_session(dsn)
     try:
-        second = open_session(dsn)
+        try:
+            second = open_session(dsn)
+        except StoreError as exc:
+            # Refused at connect time, libpq gives no SQLSTATE: the server's words tell it.
+            if exc.code != _TOO_MANY_CONNECTIONS and not any(w in str(exc) for w in _TOO_MANY_WORDS):
+                raise
+            return  # a role or server that allows one connection more: unchecked, as no pooler could share it
         try:
             for _ in range(PROBES):
                 pids = [_pid(conn) for conn in (first, second)]
