@@ -12,7 +12,7 @@ refused. Skips the test when the server binaries or psycopg are missing.
 
 ``pgbouncer(dsn, pool_mode)`` is a context manager yielding the URL of a PgBouncer of the test's own
 in front of the server of ``dsn`` (a ``postgresql://user@host:port/db`` URL of a trusting server),
-pooling in ``pool_mode``. Skips the test when pgbouncer is not installed.
+pooling in ``pool_mode`` with ``pool_size`` server sessions. Skips the test when pgbouncer is not installed.
 """
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ def fresh_schema_url(dsn: str):
 
 
 @contextlib.contextmanager
-def pgbouncer(dsn: str, pool_mode: str):
+def pgbouncer(dsn: str, pool_mode: str, pool_size: int = 4):
     from urllib.parse import urlsplit
 
     binary = shutil.which("pgbouncer") or ("/usr/sbin/pgbouncer" if os.path.exists("/usr/sbin/pgbouncer") else None)
@@ -112,7 +112,7 @@ listen_port = {port}
 unix_socket_dir =
 auth_type = any
 pool_mode = {pool_mode}
-default_pool_size = 4
+default_pool_size = {pool_size}
 logfile = {root / "log"}
 pidfile = {root / "pid"}
 """)

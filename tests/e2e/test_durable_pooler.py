@@ -38,3 +38,21 @@ def test_a_store_behind_a_pooler_in_session_mode_is_served():
             assert get_timer(store, "p", 1, b"pooled").due_at_ms == 2_000_000_000_000
         finally:
             dispose(store)
+
+
+def test_a_store_behind_a_full_session_pool_opens_unchecked():
+    """A session pool of one server session: the check's second connection gets no session (PgBouncer
+    queues it, for minutes by default), so the check gives up after its wait and the store opens and
+    writes. The open waited for the pool's query_wait_timeout, then failed."""
+    from timerwheel_c.durable import get_timer, schedule
+    from timerwheel_c.durable.storage.postgres import PostgresStore
+    from bench.stores import dispose
+
+    table = f"tw_pool_{uuid.uuid4().hex[:10]}"
+    try:
+        with pgbouncer(PG_DSN, "session", pool_size=1) as url:
+            with PostgresStore(url, table=table) as store:
+                schedule(store, "p", 2_000_000_000_000, 1, b"one-session")
+                assert get_timer(store, "p", 1, b"one-session") is not None
+    finally:
+        dispose(PostgresStore(PG_DSN, table=table))  # on the server itself: the pool's one session is the store's

@@ -105,6 +105,37 @@ def test_a_handler_may_stop_its_own_service_from_a_thread_that_runs_it(store, wh
     service.stop()
 
 
+def test_stop_never_waits_for_a_start_under_way(store):
+    """stop() while start() waits on the store (recording its kinds' names): it returns at once, and the
+    start that then finishes leaves no service running. A lock shared with start() made it wait for
+    the store (ignoring its own timeout), and deadlocked a signal handler that called it within start."""
+    from bench.stores import Delegating
+
+    gate, entered = threading.Event(), threading.Event()
+
+    class SlowLabels(Delegating):
+        def _record_labels(self, labels):
+            entered.set()
+            gate.wait(LIVENESS_S)
+            return super()._record_labels(labels)
+
+    class Named(Effect):
+        kind = TimerKind(KIND, "named-kind")
+
+    service = DurableTimerService(SlowLabels(store), TimerRegistry().register(Named()), [P])
+    starting = threading.Thread(target=service.start)
+    starting.start()
+    try:
+        assert entered.wait(LIVENESS_S)
+        service.stop(0.1)
+        assert starting.is_alive()  # stop() returned while start() still waits on the store
+    finally:
+        gate.set()
+        starting.join(LIVENESS_S)
+    wait_until(lambda: not service.running, "the started service to end: it was stopped", LIVENESS_S)
+    service.stop()
+
+
 def test_start_from_several_threads_at_once_starts_one_service(store):
     """start() called by 8 threads at once: one starts the service, the others raise RuntimeError
     naming it started; stop() then ends its one thread and every worker it made. Unguarded, every

@@ -155,62 +155,48 @@ def test_a_database_whose_encoding_would_misfile_partitions_is_refused():
             conn.execute(f"DROP DATABASE {name}")
 
 
+@contextlib.contextmanager
+def _application_role(limit: str = ""):
+    """The URL of a new role (``limit``: e.g. ``CONNECTION LIMIT 1``) granted only SELECT, INSERT,
+    UPDATE and DELETE on the tables of a store its owner made in a fresh schema (no CREATE, not the
+    owner); the role dropped afterwards."""
+    role = f"app_{uuid.uuid4().hex[:12]}"
+    with _schema() as (url, schema):
+        PostgresStore(url).close()
+        with psycopg.connect(_DSN, autocommit=True) as conn:
+            conn.execute(f"CREATE ROLE {role} LOGIN {limit}")
+            conn.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
+            conn.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.timerwheel_kv, "
+                         f"{schema}.timerwheel_kv_meta TO {role}")
+        try:
+            yield psycopg.conninfo.make_conninfo(url, user=role)
+        finally:
+            with psycopg.connect(_DSN, autocommit=True) as conn:
+                conn.execute(f"DROP OWNED BY {role}")
+                conn.execute(f"DROP ROLE {role}")
+
+
 def test_an_application_role_with_row_privileges_only_opens_writes_and_fires(caplog):
     """The owner makes the store; a role granted only SELECT, INSERT, UPDATE and DELETE on its
     tables (no CREATE, not the owner) opens it with the default create=True (no DDL runs on a
     store at this version), schedules (the wake trigger it may not narrow keeps signalling every
     write, with one warning) and fires."""
-    role = f"app_{uuid.uuid4().hex[:12]}"
-    with _schema() as (url, schema):
-        owner = PostgresStore(url)
-        owner.close()
-        with psycopg.connect(_DSN, autocommit=True) as conn:
-            conn.execute(f"CREATE ROLE {role} LOGIN")
-            conn.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
-            conn.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.timerwheel_kv, "
-                         f"{schema}.timerwheel_kv_meta TO {role}")
-        try:
-            app_url = psycopg.conninfo.make_conninfo(url, user=role)
-            store = PostgresStore(app_url)
-            try:
-                handler = Recording()
-                with caplog.at_level(logging.WARNING, logger="timerwheel_c.durable"):
-                    schedule(store, "p", PAST_MS, KIND, b"r")
-                assert any("cannot narrow the wake trigger" in r.getMessage() for r in caplog.records)
-                run_due(store, "p", TimerRegistry().register(handler), PAST_MS + 1000)
-                assert handler.fired == [b"r"] and list_timers(store, "p") == []
-            finally:
-                store.close()
-        finally:
-            with psycopg.connect(_DSN, autocommit=True) as conn:
-                conn.execute(f"DROP OWNED BY {role}")
-                conn.execute(f"DROP ROLE {role}")
+    with _application_role() as app_url, PostgresStore(app_url) as store:
+        handler = Recording()
+        with caplog.at_level(logging.WARNING, logger="timerwheel_c.durable"):
+            schedule(store, "p", PAST_MS, KIND, b"r")
+        assert any("cannot narrow the wake trigger" in r.getMessage() for r in caplog.records)
+        run_due(store, "p", TimerRegistry().register(handler), PAST_MS + 1000)
+        assert handler.fired == [b"r"] and list_timers(store, "p") == []
 
 
 def test_a_role_allowed_one_connection_opens_a_store_and_writes():
     """A role with CONNECTION LIMIT 1 opens a store and writes through it: the first open's check for a
     pooler, which asks for a second connection at once, takes its refusal (too many connections) as
     no pooler to look for, instead of failing the open."""
-    role = f"one_{uuid.uuid4().hex[:12]}"
-    with _schema() as (url, schema):
-        owner = PostgresStore(url)
-        owner.close()
-        with psycopg.connect(_DSN, autocommit=True) as conn:
-            conn.execute(f"CREATE ROLE {role} LOGIN CONNECTION LIMIT 1")
-            conn.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
-            conn.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.timerwheel_kv, "
-                         f"{schema}.timerwheel_kv_meta TO {role}")
-        try:
-            store = PostgresStore(psycopg.conninfo.make_conninfo(url, user=role))
-            try:
-                schedule(store, "p", PAST_MS, KIND, b"one")
-                assert [t.reference for t in list_timers(store, "p")] == [b"one"]
-            finally:
-                store.close()
-        finally:
-            with psycopg.connect(_DSN, autocommit=True) as conn:
-                conn.execute(f"DROP OWNED BY {role}")
-                conn.execute(f"DROP ROLE {role}")
+    with _application_role("CONNECTION LIMIT 1") as app_url, PostgresStore(app_url) as store:
+        schedule(store, "p", PAST_MS, KIND, b"one")
+        assert [t.reference for t in list_timers(store, "p")] == [b"one"]
 
 
 def test_a_write_behind_a_callers_open_transaction_gives_up_after_lock_wait_ms():

@@ -252,3 +252,32 @@ def test_a_sqlite_file_deleted_or_replaced_under_an_open_store_fails_its_writes_
                 tx.get(b"k")
     finally:
         store.close()
+
+
+
+def test_a_sqlite_file_that_cannot_be_looked_at_for_a_moment_is_not_taken_for_replaced(tmp_path, monkeypatch):
+    """A stat of the database file that fails for a moment (ESTALE on NFS, EIO) is no verdict: the
+    write goes on, and the next look sees the same file. It was reported deleted or replaced."""
+    import errno
+    import os
+
+    from timerwheel_c.durable.storage.sqlite import SQLiteStore, store as sqlite_store
+    from timerwheel_c.durable.storage.store import Batch
+
+    monkeypatch.setattr(sqlite_store, "FILE_CHECK_S", 0.0)
+    store = SQLiteStore(tmp_path / "t.db")
+    real_stat = os.stat
+
+    def stale(path, *args, **kwargs):
+        if os.fspath(path) == str(tmp_path / "t.db"):
+            raise OSError(errno.ESTALE, "Stale file handle")
+        return real_stat(path, *args, **kwargs)
+
+    try:
+        monkeypatch.setattr(os, "stat", stale)
+        store.apply("p", Batch().put(b"k", b"1"))
+        monkeypatch.setattr(os, "stat", real_stat)
+        store.apply("p", Batch().put(b"k", b"2"))
+        assert store.get("p", b"k") == b"2"
+    finally:
+        store.close()

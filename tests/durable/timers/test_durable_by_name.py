@@ -108,6 +108,30 @@ def test_a_timer_moved_while_it_is_listed_is_listed_once_where_it_was_read_last(
     store.close()
 
 
+def test_a_callers_own_write_object_without_get_through_still_writes_by_name(durable_store):
+    """A store of the caller's own whose ``own_write`` gives an object with ``get``, ``scan`` and
+    ``apply`` only (as before ``get_through`` existed): the writers read the two rows in turn through
+    its ``get``, and every by-name write works."""
+    from timerwheel_c.durable.timers.steps import run_steps
+    from timerwheel_c.durable.timers.writer import cancel_steps, schedule_steps
+
+    class OnlyGet:
+        def get(self, key):
+            return durable_store.get(P, key)
+
+        def scan(self, start, end, limit):
+            return durable_store.scan(P, start, end, limit=limit).entries
+
+        def apply(self, batch):
+            return durable_store.apply(P, batch)
+
+    run_steps(schedule_steps(durable_store, P, DUE, KIND, b"plain", b"", "replace"), OnlyGet())
+    run_steps(schedule_steps(durable_store, P, DUE + 1, KIND, b"plain", b"", "replace"), OnlyGet())
+    assert get_timer(durable_store, P, KIND, b"plain").due_at_ms == DUE + 1
+    assert run_steps(cancel_steps(durable_store, P, KIND, b"plain"), OnlyGet()) is True
+    assert get_timer(durable_store, P, KIND, b"plain") is None
+
+
 def test_reschedule_get_and_list(durable_store):
     assert reschedule(durable_store, P, DUE, KIND, b"a") is False
     assert get_timer(durable_store, P, KIND, b"a") is None

@@ -87,7 +87,14 @@ def test_run_due_runs_an_async_handler_and_refuses_one_inside_a_running_loop(sto
         return Done(Batch().put(b"fired/" + timer.reference, b"1"))
 
     schedule(store, NOW - 10, reference=b"x")
-    report = run_due(store, P, registry, NOW)
+    current = asyncio.new_event_loop()
+    asyncio.set_event_loop(current)
+    try:
+        report = run_due(store, P, registry, NOW)
+        assert asyncio.get_event_loop() is current  # the thread's loop left as it was (asyncio.run unset it)
+    finally:
+        asyncio.set_event_loop(None)
+        current.close()
     assert (report.fired, report.failed, ran) == (1, 0, [b"x"])
     assert store.get(P, b"fired/x") == b"1" and timer_rows(store) == []
 

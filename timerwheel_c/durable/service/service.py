@@ -188,11 +188,10 @@ class DurableTimerService:
         that is not a number, is NaN or negative raises TypeError / ValueError naming it, and stops nothing.
         """
         timeout = self.timing.stop_timeout_s if timeout is _Default.TIMING else check_stop_timeout(timeout)
-        with self._starting:  # after a start() under way: its thread is then started, or never will be
-            if not self._stopping:
-                self._thread.stop_at = None if timeout is None else self.clock.monotonic_ns() / 1e9 + timeout
-                self._thread.release_on_stop = bool(release_claims)
-            self._stopping = self.claimer.stopping = True
+        if not self._stopping:  # no lock: stop() may run in a signal handler, within a start()
+            self._thread.stop_at = None if timeout is None else self.clock.monotonic_ns() / 1e9 + timeout
+            self._thread.release_on_stop = bool(release_claims)
+        self._stopping = self.claimer.stopping = True
         self.wakeup.ring()
         if self._started:
             self._thread.join(None if timeout is None else timeout + _TEARDOWN_S)

@@ -10,7 +10,7 @@ import logging
 from typing import Optional, Union
 
 from .errors import StoreError, wrap_exceptions
-from .store import Batch, Committed, PreconditionFailed
+from .store import Batch, Committed, PreconditionFailed, read_through
 
 __all__ = ["OPEN", "Joined", "ending", "type_name", "unless_failing"]
 
@@ -59,9 +59,10 @@ class Joined(abc.ABC):
     def get(self, key: bytes) -> Optional[bytes]:
         """The value at ``key`` as the caller's transaction sees it, or None."""
 
-    @abc.abstractmethod
     def get_through(self, key: bytes) -> tuple:
-        """:meth:`~.store.Store.get_through` as the caller's transaction sees it, in one statement."""
+        """:meth:`~.store.Store.get_through` as the caller's transaction sees it: in one statement where
+        a backend overrides it (both of this package's do), else its two reads in turn."""
+        return read_through(self.get, key)
 
     @abc.abstractmethod
     def scan(self, start: bytes, end: bytes, limit: int) -> list:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, NoReturn, Optional, Union, cast
 
@@ -58,6 +59,7 @@ __all__ = [
     "check_readable_version",
     "check_store",
     "consumed_write",
+    "read_through",
     "refuse_store",
     "through",
 ]
@@ -721,8 +723,7 @@ class Store(abc.ABC):
         """:meth:`get_through` with checked arguments. This default reads the two rows in turn, which
         holds for a store whose writes and reads never interleave (one in memory behind a lock); a
         backend whose writes can commit between two reads overrides it with one statement."""
-        value = self._get(partition, key)
-        return value, (None if value is None else self._get(partition, value))
+        return read_through(functools.partial(self._get, partition), key)
 
     def _apply_many(self, partition: str, batches: list) -> list:
         """:meth:`apply_many` with checked arguments (a non-empty list): the generic fallback,
@@ -786,6 +787,13 @@ class Store(abc.ABC):
 
     def _signal_writes(self, patterns: list) -> None:  # noqa: B027 -- a detector that sees every write needs none
         """:meth:`signal_writes` with checked patterns; the default keeps signalling every write."""
+
+
+def read_through(get: Callable[[bytes], Optional[bytes]], key: bytes) -> tuple:
+    """:meth:`Store.get_through`'s pair read with ``get`` in two reads, one after the other: for a
+    store or a connection that has no one-statement read of its own."""
+    value = get(key)
+    return value, (None if value is None else get(value))
 
 
 def through(row: Optional[tuple]) -> tuple:

@@ -123,7 +123,7 @@ def fire(store: Store, partition: str, now_ms: int, claimed: ClaimedTimer, repor
 
 def _awaited(coroutine: types.CoroutineType) -> object:
     """The outcome of an ``async def`` handler called by :func:`fire`, run to its end on an event loop
-    of its own, as :func:`asyncio.run` runs it: :func:`run_due` is sync.
+    of its own (the thread's current loop, if any, left as it is): :func:`run_due` is sync.
 
     Raises:
         RuntimeError: an event loop runs in this thread (which it would block): the attempt's failure.
@@ -133,7 +133,15 @@ def _awaited(coroutine: types.CoroutineType) -> object:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(coroutine)
+        # A loop of its own, not asyncio.run, which would also unset the thread's current loop.
+        loop = asyncio.new_event_loop()
+        try:
+            return loop.run_until_complete(coroutine)
+        finally:
+            try:
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            finally:
+                loop.close()
     coroutine.close()
     raise RuntimeError("run_due() cannot run an async def handler from a thread whose event loop is running: call it "
                        "through asyncio.to_thread, or serve the timers with a DurableTimerService")

@@ -15,7 +15,10 @@ its sync and async connections (``psycopg/generators.py``).
 """
 from __future__ import annotations
 
-from typing import Any, Generator, TypeVar
+import functools
+from typing import Any, Awaitable, Callable, Generator, Optional, TypeVar
+
+from ..storage.store import read_through
 
 __all__ = ["APPLY", "GET", "GET_THROUGH", "SCAN", "Steps", "arun_steps", "run_steps"]
 
@@ -31,11 +34,11 @@ Steps = Generator[tuple, Any, T]
 
 
 def run_steps(steps: "Steps[T]", tx: Any) -> T:
-    """Drive ``steps`` to its result with ``tx``'s blocking ``get(key)``, ``get_through(key)``,
-    ``apply(batch)`` and ``scan(start, end, limit)``; an exception from any propagates, the generator
-    abandoned."""
+    """Drive ``steps`` to its result with ``tx``'s blocking ``get(key)``, ``get_through(key)`` (an
+    object without one gets its two ``get`` in turn), ``apply(batch)`` and ``scan(start, end, limit)``;
+    an exception from any propagates, the generator abandoned."""
     reply: Any = None
-    calls = {GET: tx.get, GET_THROUGH: tx.get_through, APPLY: tx.apply}
+    calls = {GET: tx.get, GET_THROUGH: getattr(tx, "get_through", None) or _through(tx.get), APPLY: tx.apply}
     scan = tx.scan
     try:
         while True:
@@ -48,7 +51,7 @@ def run_steps(steps: "Steps[T]", tx: Any) -> T:
 async def arun_steps(steps: "Steps[T]", tx: Any) -> T:
     """:func:`run_steps` with ``tx``'s coroutine functions, awaited in turn."""
     reply: Any = None
-    calls = {GET: tx.get, GET_THROUGH: tx.get_through, APPLY: tx.apply}
+    calls = {GET: tx.get, GET_THROUGH: getattr(tx, "get_through", None) or _athrough(tx.get), APPLY: tx.apply}
     scan = tx.scan
     try:
         while True:
@@ -56,3 +59,16 @@ async def arun_steps(steps: "Steps[T]", tx: Any) -> T:
             reply = await (scan(*arg) if op == SCAN else calls[op](arg))
     except StopIteration as stop:
         return stop.value
+
+
+def _through(get: Callable[[bytes], Optional[bytes]]) -> Callable[[bytes], tuple]:
+    """``get_through`` of an object that has only ``get`` (a caller's own): its two reads in turn."""
+    return functools.partial(read_through, get)
+
+
+def _athrough(get: Callable[[bytes], Awaitable[Optional[bytes]]]) -> Callable[[bytes], Awaitable[tuple]]:
+    """:func:`_through` of a coroutine function ``get``."""
+    async def get_through(key: bytes) -> tuple:
+        value = await get(key)
+        return value, (None if value is None else await get(value))
+    return get_through

@@ -45,9 +45,14 @@ async def keeping_cancels(awaitable: Awaitable[T]) -> T:
         await asyncio.wait([task])
     except asyncio.CancelledError:
         # Passed on, and waited for: the write ends (its connection back in its pool) before the
-        # caller goes on, whether or not psycopg keeps that cancel; what it ended with is dropped.
+        # caller goes on, whether or not psycopg keeps that cancel, a second cancel of the caller
+        # included (a task group's, asyncio.run's at exit); what the write ended with is dropped.
         task.cancel()
-        await asyncio.wait([task])
+        while not task.done():
+            try:
+                await asyncio.wait([task])
+            except asyncio.CancelledError:
+                pass  # passed on once already: the write is ending
         if not task.cancelled():
             task.exception()
         raise

@@ -10,12 +10,16 @@ transactions; a prepared statement is missing, or another client's is run. A poo
 (``pool_mode = session``) lends a session for the whole life of a connection, and works.
 
 So the first open of a store on a connection string, in a process, asks whether two of its
-connections, open at once, ever run on one server session (``pg_backend_pid()``), which no server
-and no session-mode pool allows, and refuses the store if they do. A pooler that gives the two
-connections different sessions every time it is asked is not seen; the docs say to use session mode.
+connections, open at once, ever run on one server session (``pg_backend_pid()`` and the server's
+start time), which no server and no session-mode pool allows, and refuses the store if they do. A
+second connection that is refused for want of room (the role's or the server's limit), or that gets
+no session within :data:`PROBE_WAIT_S` (a session pool that is full), leaves the store unchecked
+rather than unopened. A pooler that gives the two connections different sessions every time it is
+asked is not seen; the docs say to use session mode.
 """
 from __future__ import annotations
 
+import queue
 import threading
 
 import psycopg
@@ -24,9 +28,10 @@ from ..errors import PermanentStoreError, StoreError
 from .results import store_error
 from .session import open_session
 
-__all__ = ["PROBES", "refuse_shared_sessions"]
+__all__ = ["PROBES", "PROBE_WAIT_S", "refuse_shared_sessions"]
 
-PROBES = 3  # rounds of the two connections' pid reads: a pooler that reuses its last session shows at once
+PROBES = 3  # rounds of the two connections' session reads: a pooler that reuses its last session shows at once
+PROBE_WAIT_S = 2.0  # how long the second connection's read may wait for a session before the check gives up
 _TOO_MANY_CONNECTIONS = "53300"  # SQLSTATE too_many_connections: the role's or the server's limit
 _TOO_MANY_WORDS = ("too many connections", "too many clients")  # its messages (role or database; server)
 _checked: set = set()  # connection strings whose sessions were found to be their own, in this process
@@ -34,8 +39,9 @@ _lock = threading.Lock()
 
 
 def refuse_shared_sessions(dsn: str, describe: str) -> None:
-    """Return if two connections to ``dsn`` open at once run on two server sessions (checked once per
-    ``dsn`` in a process); ``describe`` names it (its password masked).
+    """Return if two connections to ``dsn`` open at once run on two server sessions, or if that cannot
+    be told (see the module docstring); checked once per ``dsn`` in a process. ``describe`` names it
+    (its password masked).
 
     Raises:
         PermanentStoreError: they ran on one session: a pooler in transaction or statement mode.
@@ -46,33 +52,67 @@ def refuse_shared_sessions(dsn: str, describe: str) -> None:
             return
     first = open_session(dsn)
     try:
-        try:
-            second = open_session(dsn)
-        except StoreError as exc:
-            # Refused at connect time, libpq gives no SQLSTATE: the server's words tell it.
-            if exc.code != _TOO_MANY_CONNECTIONS and not any(w in str(exc) for w in _TOO_MANY_WORDS):
-                raise
-            return  # a role or server that allows one connection more: unchecked, as no pooler could share it
+        # The second connection lives on a daemon thread of its own, so that a read it cannot get a
+        # session for (a full session pool queues it, for minutes) never holds the open up.
+        asks: queue.SimpleQueue = queue.SimpleQueue()
+        answers: queue.SimpleQueue = queue.SimpleQueue()
+        second = threading.Thread(target=_second_session, args=(dsn, asks, answers), name="timerwheel-c-pooler-check",
+                                  daemon=True)
+        second.start()
+        answered = False  # the second connection answered every ask: it closes at once when told
         try:
             for _ in range(PROBES):
-                pids = [_pid(conn) for conn in (first, second)]
-                if pids[0] == pids[1]:
+                try:
+                    mine = _session(first)
+                except psycopg.Error as exc:
+                    raise store_error(exc, dsn) from exc
+                asks.put(True)
+                try:
+                    theirs = answers.get(timeout=PROBE_WAIT_S)
+                except queue.Empty:
+                    return  # no session for it within the wait: unchecked
+                if isinstance(theirs, StoreError):
+                    # Refused at connect time, libpq gives no SQLSTATE: the server's words tell it.
+                    if theirs.code == _TOO_MANY_CONNECTIONS or any(w in str(theirs) for w in _TOO_MANY_WORDS):
+                        return  # no room for a second connection: unchecked, as no pooler could share it
+                    raise theirs
+                answered = True
+                if mine == theirs:
                     raise PermanentStoreError(
                         f"{describe} leads to a connection pooler in transaction or statement mode: two connections "
-                        f"open at once ran on one server session (pid {pids[0][0]}), and a store needs sessions of its own "
-                        "(advisory locks, LISTEN, session settings, prepared statements); connect to PostgreSQL "
+                        f"open at once ran on one server session (pid {mine[0]}), and a store needs sessions of its "
+                        "own (advisory locks, LISTEN, session settings, prepared statements); connect to PostgreSQL "
                         "directly, or through a pool in session mode (PgBouncer: pool_mode = session)")
-        except psycopg.Error as exc:
-            raise store_error(exc, dsn) from exc
         finally:
-            second.close()
+            asks.put(None)  # the thread closes its connection and ends, once its read (if any) returns
+            if answered:
+                second.join(PROBE_WAIT_S)  # its session ended before the store's opens (a count of sessions sees one)
     finally:
         first.close()
     with _lock:
         _checked.add(dsn)
 
 
-def _pid(conn: psycopg.Connection) -> tuple:
+def _second_session(dsn: str, asks: queue.SimpleQueue, answers: queue.SimpleQueue) -> None:
+    """The second connection of a check, on its own thread: answers each ask with its session (or the
+    StoreError it met, and then ends) until asked None."""
+    try:
+        conn = open_session(dsn)
+    except StoreError as exc:
+        answers.put(exc)
+        return
+    try:
+        while asks.get() is not None:
+            try:
+                answers.put(_session(conn))
+            except psycopg.Error as exc:
+                answers.put(store_error(exc, dsn))
+                return
+    finally:
+        conn.close()
+
+
+def _session(conn: psycopg.Connection) -> tuple:
     """The server session ``conn`` runs on: its backend's pid, and its server's start time, which tells
     two servers' sessions apart (a connection string naming several hosts)."""
     row = conn.execute("SELECT pg_backend_pid(), pg_postmaster_start_time()").fetchone()

@@ -194,7 +194,10 @@ class SQLiteStore(Store):
             self._db.close()
             raise
         self._checkpointer = None
-        self._opened_file = _file_identity(self._file)
+        try:
+            self._opened_file = _file_identity(self._file)
+        except OSError:  # cannot be looked at now: never looked at again (no check rather than a false one)
+            self._opened_file = None
         self._file_checked_s = time.monotonic()
         # A store dropped without close() closes its connection when collected, as close() would,
         # instead of leaving it to sqlite3's own collection, which warns (ResourceWarning, 3.13+).
@@ -516,7 +519,11 @@ class SQLiteStore(Store):
         if now_s - self._file_checked_s < FILE_CHECK_S:
             return
         self._file_checked_s = now_s
-        if _file_identity(self._file) != self._opened_file:
+        try:
+            found = _file_identity(self._file)
+        except OSError:  # no verdict (a passing ESTALE or EIO): looked at again at a later write
+            return
+        if found != self._opened_file:
             raise PermanentStoreError(f"SQLite database {self.path!r} was deleted or replaced since this store opened "
                                       "it: its writes would go to a file no other process opens; open the store again "
                                       "(restart the process)")
@@ -661,12 +668,16 @@ class _Inherited:
 
 
 def _file_identity(file: str) -> Optional[tuple]:
-    """``(device, inode)`` of the database file ``file``, ``()`` when there is none, None in memory."""
+    """``(device, inode)`` of the database file ``file``, ``()`` when there is none, None in memory.
+
+    Raises:
+        OSError: the file cannot be looked at (other than missing).
+    """
     if file == ":memory:":
         return None
     try:
         st = os.stat(file)
-    except OSError:
+    except FileNotFoundError:
         return ()
     return st.st_dev, st.st_ino
 
@@ -704,7 +715,9 @@ def _checkpoint_loop(file: str, closing: threading.Event, interval_s: float, bus
 
 
 def _checkpoint_connection(file: str, busy_timeout_ms: int) -> sqlite3.Connection:
-    return sqlite3.connect(file, timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False)
+    # mode=rw: a file gone meanwhile is an error to retry, never a new empty database at its path.
+    return sqlite3.connect(f"file:{urllib.parse.quote(file)}?mode=rw", timeout=busy_timeout_ms / 1000,
+                           isolation_level=None, check_same_thread=False, uri=True)
 
 
 def _restart_wal(db: sqlite3.Connection, busy_timeout_ms: int) -> None:
