@@ -107,17 +107,19 @@ def _callback_script(loop):
         # The timers are armed here, in the loop's first iteration, so none can be due before the
         # next one, whatever the machine's load: then all are (the sleep passes every deadline).
         log.append("block")
+        # call_later first, then the time the call_at deadlines count from: a stall of the machine
+        # between two of these calls (up to 0.19 s, under valgrind or a loaded CI) moves no deadline
+        # past another, and the order is the same on both loops.
+        loop.call_later(0.200, timer, "t-later", "soon-from-t-later")
         t = loop.time()
-        # Deadlines tens of ms apart: a slow machine (valgrind) between two calls cannot reorder them.
-        loop.call_at(t + 0.040, timer, "t2", "soon-from-t2")
-        loop.call_at(t + 0.002, timer, "t1", "soon-from-t1")
-        loop.call_at(t + 0.045, timer, "t3", None)  # no tie: asyncio's heap keeps no order among ties
-        loop.call_later(0.020, timer, "t-later", "soon-from-t-later")
+        loop.call_at(t + 0.300, timer, "t2", "soon-from-t2")
+        loop.call_at(t + 0.010, timer, "t1", "soon-from-t1")
+        loop.call_at(t + 0.320, timer, "t3", None)  # no tie: asyncio's heap keeps no order among ties
         loop.call_soon(log.append, "soon-from-block")
         # The last timer due stops the loop after everything, however stalled the machine: it fires
         # last in the next iteration, so its call_soon(stop) queues behind what the others queued.
-        loop.call_at(t + 0.050, loop.call_soon, loop.stop)
-        time.sleep(0.1)
+        loop.call_at(t + 0.340, loop.call_soon, loop.stop)
+        time.sleep(0.4)
 
     loop.call_soon(block)
     loop.run_forever()
