@@ -45,16 +45,18 @@ def _choose_backend(backend: Optional[str]) -> int:
     """
     if backend is None:
         name = os.environ.get("TIMERWHEEL_C_RELEASE_TIMER", "slice")
-        if name.strip().lower() not in BACKEND_NAMES:
+        chosen = name.strip().lower()
+        if chosen not in BACKEND_NAMES:
             warnings.warn(f"$TIMERWHEEL_C_RELEASE_TIMER={name!r} names no release timer backend ('slice' or "
                           "'condvar'): using 'slice'", RuntimeWarning, stacklevel=3)
             return SLICE
-        backend = name
+        return BACKEND_NAMES.index(chosen)
     if not isinstance(backend, str):
         raise TypeError(f"backend must be 'slice', 'condvar' or None, got {backend!r}")
-    if backend.strip().lower() not in BACKEND_NAMES:
+    chosen = backend.strip().lower()
+    if chosen not in BACKEND_NAMES:
         raise ValueError(f"backend must be 'slice', 'condvar' or None, got {backend!r}")
-    return BACKEND_NAMES.index(backend.strip().lower())
+    return BACKEND_NAMES.index(chosen)
 
 
 def _check_at_ns(at_ns: Any) -> int:

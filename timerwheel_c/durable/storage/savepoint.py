@@ -10,7 +10,7 @@ import logging
 from typing import Optional, Union
 
 from .errors import StoreError, wrap_exceptions
-from .store import Batch, Committed, PreconditionFailed, read_through
+from .store import Batch, Committed, PreconditionFailed, read_in_turn
 
 __all__ = ["OPEN", "Joined", "ending", "type_name", "unless_failing"]
 
@@ -62,7 +62,7 @@ class Joined(abc.ABC):
     def get_through(self, key: bytes) -> tuple:
         """:meth:`~.store.Store.get_through` as the caller's transaction sees it: in one statement where
         a backend overrides it (both of this package's do), else its two reads in turn."""
-        return read_through(self.get, key)
+        return read_in_turn(self.get, key)
 
     @abc.abstractmethod
     def scan(self, start: bytes, end: bytes, limit: int) -> list:

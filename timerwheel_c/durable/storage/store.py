@@ -59,7 +59,7 @@ __all__ = [
     "check_readable_version",
     "check_store",
     "consumed_write",
-    "read_through",
+    "read_in_turn",
     "refuse_store",
     "through",
 ]
@@ -723,7 +723,7 @@ class Store(abc.ABC):
         """:meth:`get_through` with checked arguments. This default reads the two rows in turn, which
         holds for a store whose writes and reads never interleave (one in memory behind a lock); a
         backend whose writes can commit between two reads overrides it with one statement."""
-        return read_through(functools.partial(self._get, partition), key)
+        return read_in_turn(functools.partial(self._get, partition), key)
 
     def _apply_many(self, partition: str, batches: list) -> list:
         """:meth:`apply_many` with checked arguments (a non-empty list): the generic fallback,
@@ -789,7 +789,7 @@ class Store(abc.ABC):
         """:meth:`signal_writes` with checked patterns; the default keeps signalling every write."""
 
 
-def read_through(get: Callable[[bytes], Optional[bytes]], key: bytes) -> tuple:
+def read_in_turn(get: Callable[[bytes], Optional[bytes]], key: bytes) -> tuple:
     """:meth:`Store.get_through`'s pair read with ``get`` in two reads, one after the other: for a
     store or a connection that has no one-statement read of its own."""
     value = get(key)

@@ -448,8 +448,8 @@ def run_due(store: Store, partition: str, registry: TimerRegistry, now_ms: int, 
     """Fire the due timers of one partition, within ``budget``; return a :class:`RunReport`.
 
     The sequential composition of the phases: claim a chunk of rows, fire each with
-    :func:`fire` (an ``async def`` handler on an event loop of its own, as :func:`asyncio.run` runs
-    it; from a thread whose loop is running, that is the attempt's failure), then commit the chunk's outcomes in the same ``apply_many`` round trip
+    :func:`fire` (an ``async def`` handler on an event loop of its own; from a thread whose loop is
+    running, that is the attempt's failure), then commit the chunk's outcomes in the same ``apply_many`` round trip
     (one transaction) as the next chunk's claims, each batch guarded on its own row;
     repeat, then :func:`next_wake`. A chunk holds as many rows as the mean fire time (of
     this tick, else ``pace.fire_s``; one row without either) lets finish within what is left

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Awaitable, Callable, Generator, Optional, TypeVar
 
-from ..storage.store import read_through
+from ..storage.store import read_in_turn
 
 __all__ = ["APPLY", "GET", "GET_THROUGH", "SCAN", "Steps", "arun_steps", "run_steps"]
 
@@ -63,7 +63,7 @@ async def arun_steps(steps: "Steps[T]", tx: Any) -> T:
 
 def _through(get: Callable[[bytes], Optional[bytes]]) -> Callable[[bytes], tuple]:
     """``get_through`` of an object that has only ``get`` (a caller's own): its two reads in turn."""
-    return functools.partial(read_through, get)
+    return functools.partial(read_in_turn, get)
 
 
 def _athrough(get: Callable[[bytes], Awaitable[Optional[bytes]]]) -> Callable[[bytes], Awaitable[tuple]]:

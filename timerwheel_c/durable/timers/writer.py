@@ -540,4 +540,4 @@ def list_timers(store: Store, partition: str, *, kind=None, state: Optional[str]
             if page.next is None:
                 break
             after = page.next
-    return list(found.values())[:limit]
+    return list(found.values())

@@ -325,7 +325,7 @@ class SQLiteStore(Store):
         """The ``file:`` URI that opens :attr:`path` for writing only if it exists (``mode=rw``)."""
         if self.path == ":memory:":
             return "file::memory:"
-        return f"file:{urllib.parse.quote(os.path.abspath(self.path))}?mode=rw"
+        return _existing_file_uri(os.path.abspath(self.path))
 
     def _check_schema(self) -> None:
         """Read the schema version for an open that runs no DDL (see :func:`check_readable_version`)."""
@@ -715,9 +715,15 @@ def _checkpoint_loop(file: str, closing: threading.Event, interval_s: float, bus
 
 
 def _checkpoint_connection(file: str, busy_timeout_ms: int) -> sqlite3.Connection:
-    # mode=rw: a file gone meanwhile is an error to retry, never a new empty database at its path.
-    return sqlite3.connect(f"file:{urllib.parse.quote(file)}?mode=rw", timeout=busy_timeout_ms / 1000,
-                           isolation_level=None, check_same_thread=False, uri=True)
+    # Only if it exists: a file gone meanwhile is an error to retry, never a new empty database at its path.
+    return sqlite3.connect(_existing_file_uri(file), timeout=busy_timeout_ms / 1000, isolation_level=None,
+                           check_same_thread=False, uri=True)
+
+
+def _existing_file_uri(file: str) -> str:
+    """The ``file:`` URI that opens the database file ``file`` (an absolute path) for writing only if
+    it exists (``mode=rw``)."""
+    return f"file:{urllib.parse.quote(file)}?mode=rw"
 
 
 def _restart_wal(db: sqlite3.Connection, busy_timeout_ms: int) -> None:
