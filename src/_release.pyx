@@ -86,6 +86,7 @@ import os
 import threading
 import weakref
 
+from timerwheel_c._common import _refuse_copy
 from timerwheel_c._release_common import (
     BACKEND_NAMES,
     FAR_AHEAD_NS,
@@ -550,7 +551,7 @@ cdef class ReleaseTimer:
     cdef object _chans  # WeakKeyDictionary: loop -> _Channel (see _release_asyncio.pxi)
 
     def __cinit__(self, backend=None):
-        cdef int chosen = _choose_backend(backend)
+        cdef int chosen = _choose_backend(backend, 2)  # called from C: the caller's frame is next
         self._chans = weakref.WeakKeyDictionary()
         self._core = _core_new(chosen)
         if self._core == NULL:
@@ -695,6 +696,9 @@ cdef class ReleaseTimer:
 
     def __exit__(self, *exc):
         self.close()
+
+    def __reduce_ex__(self, protocol):
+        _refuse_copy(self)  # the pure twin's TypeError, word for word
 
     def __repr__(self):
         state = "closed" if self.closed else f"pending={self.pending()}"

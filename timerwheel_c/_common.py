@@ -60,8 +60,9 @@ _MISSING: Any = object()
 
 def _refuse_copy(obj: Any) -> None:
     """Raise the TypeError that ``copy.copy``, ``copy.deepcopy`` and ``pickle`` get from a wheel, a
-    scheduler, keyed timers, a loop's timer store or its handles, compiled or pure alike: a shallow
-    copy would share the original's slot lists, so each would fire the other's timers."""
+    scheduler, keyed timers, a loop's timer store or its handles, or a release timer, compiled or pure
+    alike: a shallow copy would share the original's slot lists (or release thread), so each would fire
+    the other's timers."""
     raise TypeError(f"{type(obj).__name__} objects cannot be copied or pickled: a copy would share "
                     f"the original's timers")
 

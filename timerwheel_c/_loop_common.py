@@ -86,8 +86,10 @@ def check_when(when: Any, name: str) -> float:
     Raises:
         TypeError: it is None (with asyncio's message), or neither a real number nor anything a
             float adds to (a str, a complex, a Decimal), naming it.
-        OverflowError: an int beyond a float's range (``10**400``), as ``loop.time() + delay``
-            raises it on asyncio's loop.
+        OverflowError: a ``delay`` that is an int beyond a float's range (``10**400``), as
+            ``loop.time() + delay`` raises it on asyncio's loop. A ``when`` that is one is kept as
+            ``inf`` (or ``-inf``, due now), since asyncio's heap compares it as it is: never reached
+            (or already passed); its ``when()`` is then that float, not the int.
     """
     if when is None:
         raise TypeError("when cannot be None" if name == "when" else "delay must not be None")
@@ -99,6 +101,8 @@ def check_when(when: Any, name: str) -> float:
     try:
         return float(when)
     except OverflowError:
+        if name == "when":
+            return math.inf if when > 0 else -math.inf
         raise OverflowError(f"{name} must be seconds in a float's range: int too large to convert to float "
                             f"({cast(int, when).bit_length()} bits)") from None
 

@@ -35,8 +35,10 @@ SLICE, CONDVAR = 0, 1  # backends
 BACKEND_NAMES = ("slice", "condvar")
 
 
-def _choose_backend(backend: Optional[str]) -> int:
+def _choose_backend(backend: Optional[str], stacklevel: int) -> int:
     """The backend named by ``backend`` (any case), else by ``$TIMERWHEEL_C_RELEASE_TIMER``, else slice.
+    ``stacklevel``: the warning's, so that it names the line that made the ReleaseTimer (a compiled
+    constructor adds no Python frame, the pure one does).
 
     Raises:
         TypeError / ValueError: ``backend`` is not a str or None, or names no backend. An unknown
@@ -48,7 +50,7 @@ def _choose_backend(backend: Optional[str]) -> int:
         chosen = name.strip().lower()
         if chosen not in BACKEND_NAMES:
             warnings.warn(f"$TIMERWHEEL_C_RELEASE_TIMER={name!r} names no release timer backend ('slice' or "
-                          "'condvar'): using 'slice'", RuntimeWarning, stacklevel=3)
+                          "'condvar'): using 'slice'", RuntimeWarning, stacklevel=stacklevel)
             return SLICE
         return BACKEND_NAMES.index(chosen)
     if not isinstance(backend, str):

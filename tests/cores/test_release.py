@@ -302,9 +302,11 @@ def test_backend_choice(release_impl, monkeypatch):
     with release_impl.ReleaseTimer(" Slice ") as rt:
         assert rt.backend == "slice"
     monkeypatch.setenv("TIMERWHEEL_C_RELEASE_TIMER", "condvr")
-    with pytest.warns(RuntimeWarning, match="'condvr'"):
+    with pytest.warns(RuntimeWarning, match="'condvr'") as caught:
         with release_impl.ReleaseTimer() as rt:
             assert rt.backend == "slice"
+    # It names the line that made the timer, in both twins (the compiled one named its caller's caller).
+    assert [(w.filename, w.lineno) for w in caught] == [(__file__, sys._getframe().f_lineno - 3)]
     monkeypatch.delenv("TIMERWHEEL_C_RELEASE_TIMER")
     with release_impl.ReleaseTimer() as rt:
         assert rt.backend == "slice"
@@ -436,6 +438,11 @@ def test_copy_and_pickle_are_refused_and_the_original_is_still_released(release_
         for dup in (copy.copy, copy.deepcopy, pickle.dumps):
             with pytest.raises(TypeError, match="cannot be copied or pickled"):
                 dup(d)
+            # The timer itself too, in both twins alike: a pure copy shared the release thread, and the
+            # compiled one raised Cython's own words.
+            with pytest.raises(TypeError, match="^ReleaseTimer objects cannot be copied or pickled: a copy would "
+                                                "share the original's timers$"):
+                dup(rt)
         gc.collect()
         assert d.wait(10) is True
         assert d.done()

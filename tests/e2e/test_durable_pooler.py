@@ -40,19 +40,27 @@ def test_a_store_behind_a_pooler_in_session_mode_is_served():
             dispose(store)
 
 
-def test_a_store_behind_a_full_session_pool_opens_unchecked():
+def test_a_store_behind_a_full_session_pool_opens_unchecked(monkeypatch):
     """A session pool of one server session: the check's second connection gets no session (PgBouncer
     queues it, for minutes by default), so the check gives up after its wait and the store opens and
-    writes. The open waited for the pool's query_wait_timeout, then failed."""
+    writes. The open waited for the pool's query_wait_timeout, then failed. The next store opened on
+    the same connection string is not checked again (each open waited the check's wait again)."""
     from timerwheel_c.durable import get_timer, schedule
-    from timerwheel_c.durable.storage.postgres import PostgresStore
+    from timerwheel_c.durable.storage.postgres import PostgresStore, pooler
     from bench.stores import dispose
 
+    checks: list = []
+    real_open = pooler.open_session
+    monkeypatch.setattr(pooler, "open_session", lambda dsn: checks.append(dsn) or real_open(dsn))
     table = f"tw_pool_{uuid.uuid4().hex[:10]}"
     try:
         with pgbouncer(PG_DSN, "session", pool_size=1) as url:
             with PostgresStore(url, table=table) as store:
                 schedule(store, "p", 2_000_000_000_000, 1, b"one-session")
                 assert get_timer(store, "p", 1, b"one-session") is not None
+            assert len(checks) == 2  # the check's two sessions
+            with PostgresStore(url, table=table) as store:
+                assert get_timer(store, "p", 1, b"one-session") is not None
+            assert len(checks) == 2
     finally:
         dispose(PostgresStore(PG_DSN, table=table))  # on the server itself: the pool's one session is the store's

@@ -342,8 +342,9 @@ def test_a_deadline_past_the_wheel_range_is_listed_cancellable_and_never_early(n
     """Deadlines past the wheel's 2**62 ms (call_later(1e18), call_at(1e300), inf) are kept as
     asyncio's heap keeps them: listed in loop._scheduled with when() as given, the selector told
     to wait asyncio's one-day cap, cancellable. A hand-moved clock then runs each once it reaches
-    its deadline and never before (inf never). An int beyond a float's range raises
-    OverflowError, as ``loop.time() + delay`` raises it in asyncio's call_later."""
+    its deadline and never before (inf never). An int delay beyond a float's range raises
+    OverflowError, as ``loop.time() + delay`` raises it in asyncio's call_later; such an int
+    deadline is inf (or -inf, due now), as asyncio's heap compares it (it raised OverflowError)."""
     loop = new_wheel_loop()
     clock = [loop.time()]
     ran = []
@@ -361,9 +362,15 @@ def test_a_deadline_past_the_wheel_range_is_listed_cancellable_and_never_early(n
         assert list(loop._scheduled) == [within, past, at, never, gone]
         assert (within.when(), past.when(), at.when()) == (clock[0] + 1e15, clock[0] + 1e18, 1e300)
         assert never.when() == gone.when() == math.inf
-        for arm, name in ((loop.call_later, "delay"), (loop.call_at, "when")):
-            with pytest.raises(OverflowError, match=f"^{name} must be seconds in a float's range: int too large"):
-                arm(2**1100, ran.append, "2**1100")
+        with pytest.raises(OverflowError, match="^delay must be seconds in a float's range: int too large"):
+            loop.call_later(2**1100, ran.append, "2**1100")
+        huge = loop.call_at(2**1100, ran.append, "2**1100")
+        assert huge.when() == math.inf
+        huge.cancel()
+        loop.call_at(-2**1100, ran.append, "-2**1100")
+        iterate()
+        assert ran == ["-2**1100"]
+        ran.clear()
         assert loop._timers.select_timeout(False) == base_events.MAXIMUM_SELECT_TIMEOUT
         gone.cancel()
         assert list(loop._scheduled) == [within, past, at, never]

@@ -24,6 +24,7 @@ import threading
 import time
 import weakref
 
+from .._common import _refuse_copy
 from .._release_common import (
     BACKEND_NAMES,
     CONDVAR,
@@ -418,7 +419,7 @@ class ReleaseTimer:
     """
 
     def __init__(self, backend: str | None = None):
-        self._core = _Core(_choose_backend(backend))
+        self._core = _Core(_choose_backend(backend, 3))  # past this __init__'s frame
         self._chans: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # loop -> _Channel
         thread = threading.Thread(
             target=_release_main, args=(self._core,), name="timerwheel_c-release", daemon=True
@@ -521,6 +522,9 @@ class ReleaseTimer:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    def __reduce_ex__(self, protocol):
+        _refuse_copy(self)
 
     def __repr__(self):
         state = "closed" if self.closed else f"pending={self.pending()}"

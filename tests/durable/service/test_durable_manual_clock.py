@@ -255,3 +255,25 @@ def test_a_service_loop_that_fails_at_once_backs_off_and_logs_a_few_lines(store,
     assert [(bool(r.exc_info), "%d time(s)" % n in r.getMessage()) for r, n in zip(lines, (1, 2, 4))] == \
         [(True, True), (False, True), (False, True)]
     assert len(lines) == 3 and service.died is None
+
+
+def test_stop_ends_the_backoff_of_a_failed_service_loop_at_once(store, monkeypatch):
+    """stop() while the service waits out the backoff before restarting its failed event loop: the
+    wait ends at once and the thread is gone when stop() returns. The backoff (up to backoff_max_s,
+    on a ManualClock no one advances here: for ever) outlived stop()'s timeout, and stop() returned
+    with the service still running."""
+    from timerwheel_c.durable.service.thread import ServiceThread
+
+    failed = []
+
+    async def no_descriptor(self):
+        failed.append(self.clock.monotonic_ns())
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(ServiceThread, "_main", no_descriptor)
+    clock = ManualClock()
+    service = DurableTimerService(store, TimerRegistry().register(Noted()), [P], clock=clock)
+    service.start()
+    wait_until(lambda: len(failed) == 1, "the loop's first failure")
+    service.stop(timeout=LIVENESS_S)
+    assert not service.running and len(failed) == 1 and service.died is None

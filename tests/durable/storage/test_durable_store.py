@@ -56,6 +56,8 @@ def test_a_closed_store_raises_on_every_call_and_opens_no_session(durable_store)
     calls = [lambda: durable_store.get(P, b"a"), lambda: durable_store.get_through(P, b"a"),
              lambda: durable_store.scan(P, b"", b"\xff"), lambda: durable_store.apply(P, Batch().put(b"b", b"2")),
              lambda: schedule(durable_store, P, 2_000_000_000_000, 1, b"after-close")]
+    if hasattr(durable_store, "new_connection"):  # PostgreSQL's LISTEN session
+        calls.append(lambda: durable_store.watch(lambda: None))
     for call in calls:
         with pytest.raises(PermanentStoreError):
             call()

@@ -247,6 +247,12 @@ def test_a_sqlite_file_deleted_or_replaced_under_an_open_store_fails_its_writes_
             SQLiteStore(path).close()
         with pytest.raises(PermanentStoreError, match="deleted or replaced"):
             store.apply("p", Batch().put(b"k", b"after"))
+        # The verdict stays: a retry within the next look's interval is refused too, never written
+        # to the orphaned file (it was, for a second after each verdict).
+        monkeypatch.setattr(sqlite_store, "FILE_CHECK_S", 3600.0)
+        for _ in range(3):
+            with pytest.raises(PermanentStoreError, match="deleted or replaced"):
+                store.apply("p", Batch().put(b"k", b"after"))
         with pytest.raises(PermanentStoreError, match="deleted or replaced"):
             with store.own_write("p") as tx:
                 tx.get(b"k")

@@ -111,6 +111,42 @@ def test_run_due_runs_an_async_handler_and_refuses_one_inside_a_running_loop(sto
     assert tk.attempt == 1 and tk.reference == b"in-loop"
 
 
+def test_run_due_awaits_an_async_handler_as_the_service_does(store, caplog):
+    """run_due's ``async def`` handler past its ``timeout_s`` is cancelled, a failed attempt saying so
+    (the service's TimeoutError), and the tasks a handler leaves are cancelled as its loop ends, as
+    asyncio.run cancels them. run_due awaited it to its end whatever its timeout_s, and left its tasks
+    pending on a closed loop ("Task was destroyed but it is pending")."""
+    import asyncio
+
+    registry = TimerRegistry()
+    seen: list = []
+
+    @registry.handler(A, timeout_s=0.05)
+    async def slow(ctx, timer):
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+        return Done()
+
+    @registry.handler(B)
+    async def spawner(ctx, timer):
+        seen.append(asyncio.get_running_loop().create_task(asyncio.sleep(3600)))
+        return Done(Batch().put(b"fired/" + timer.reference, b"1"))
+
+    schedule(store, NOW - 10, kind=A, reference=b"slow")
+    report = run_due(store, P, registry, NOW)
+    assert (report.fired, report.failed, seen) == (0, 1, ["cancelled"])
+    assert "failed: TimeoutError: handler ran past its timeout_s=0.05 s; cancelled" in caplog.text
+    seen.clear()
+    schedule(store, NOW - 10, kind=B, reference=b"spawns")
+    report = run_due(store, P, registry, NOW)
+    (task,) = seen
+    assert (report.fired, report.failed) == (1, 0) and task.cancelled()
+    assert store.get(P, b"fired/spawns") == b"1"
+
+
 def test_reschedule_moves_row_and_same_key_is_a_failure(store):
     """Reschedule moves the row to the new due time with the new value (attempt reset) and commits the
     batch; a Reschedule to the row's own scheduled key is a failure and the row backs off."""

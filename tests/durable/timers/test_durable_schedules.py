@@ -148,6 +148,35 @@ def test_changing_a_schedules_jitter_end_or_max_runs_keeps_its_place_on_the_grid
         changed.get("jitter_s", 0), changed.get("max_runs"), changed.get("end"))
 
 
+@pytest.mark.parametrize("spelling", ["@daily", "@midnight", "0  0 * * *", "0 0 * * 0-6", "0 0 */1 * *",
+                                      "0 0 1-31 1-12 *", "0 0 * jan-dec *", "0 0 * * 7,0-6"])
+def test_re_adding_a_cron_spelled_another_way_keeps_its_place_on_the_grid(durable_store, spelling):
+    """A cron added again, from a start in the past, as another spelling of the same occurrences: the
+    midnights already done do not fire again (every one of them did, under misfire "all"), and it is
+    equal to the first spelling, which the stored schedule keeps."""
+    handler = Recording()
+    registry = TimerRegistry().register(handler)
+    day = 24 * 60 * MIN
+    first = Cron("0 0 * * *", start=START)
+    assert Cron(spelling, start=START) == first and hash(Cron(spelling, start=START)) == hash(first)
+    add_schedule(durable_store, P, "nightly", first, KIND, misfire="all", catchup_window_s=7 * 86400)
+    drive(durable_store, registry, START + 3 * day)
+    done = [due for _, due, _, _ in handler.fired]
+    assert len(done) == 3
+    add_schedule(durable_store, P, "nightly", Cron(spelling, start=START), KIND, misfire="all", catchup_window_s=7 * 86400)
+    drive(durable_store, registry, START + 3 * day + MIN)
+    assert [due for _, due, _, _ in handler.fired] == done
+    assert get_schedule(durable_store, P, "nightly").trigger.expression == "0 0 * * *"
+
+
+@pytest.mark.parametrize("other", ["0 1 * * *", "0 0 * * 1-5", "0 0 1 * 1", "0 */1 * * *"])
+def test_a_cron_of_other_occurrences_is_not_equal(other):
+    """Spellings differ in what they match (an hour, weekdays only, day-of-month OR day-of-week, every
+    hour), or in the hour field's kind, which picks the DST rule: not equal, so re-adding starts afresh."""
+    assert Cron(other, start=START) != Cron("0 0 * * *", start=START)
+    assert Cron("0 0 * * 7#2", start=START) == Cron("0 0 * * SUN#2", start=START) != Cron("0 0 * * 6#2", start=START)
+
+
 @pytest.mark.parametrize("jitter_s", [0, 30])
 def test_re_adding_an_unchanged_schedule_while_its_occurrence_runs_fires_that_occurrence_once(durable_store, jitter_s):
     """Another process of the application starts, and adds its schedules again, while a runner runs

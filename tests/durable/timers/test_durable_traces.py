@@ -124,6 +124,31 @@ class AsyncExpire(TimerHandler):
             return Done()
 
 
+def test_run_due_traces_an_async_fire_over_its_whole_call(exporter):
+    """run_due's span of an ``async def`` handler covers its awaited call, as the service's does: the
+    handler's own span is its child, and the error it raises is the span's. The span ended as the
+    coroutine was made, before the handler ran: outcome "coroutine", status unset."""
+    exporter.clear()
+
+    class AsyncFails(TimerHandler):
+        kind = TimerKind(5)
+
+        async def fire(self, ctx, timer):
+            await asyncio.sleep(0)
+            with trace.get_tracer("app").start_as_current_span("async child"):
+                raise RuntimeError("async boom")
+
+    store = SQLiteStore(":memory:")
+    schedule(store, P, NOW, 5, b"a")
+    report = run_due(store, P, TimerRegistry().register(AsyncFails()), NOW)
+    assert report.failed == 1
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    fired = spans["timerwheel.fire AsyncFails"]
+    assert fired.attributes["timerwheel.outcome"] == "raised RuntimeError"
+    assert fired.status.status_code == trace.StatusCode.ERROR
+    assert spans["async child"].parent.span_id == fired.context.span_id
+
+
 def test_the_service_traces_its_sync_and_async_fires(exporter):
     """A service's fires, on its worker threads and on its loop, are spans too, each the parent of
     what its handler starts and linked to the span that scheduled it. The waits are liveness bounds."""

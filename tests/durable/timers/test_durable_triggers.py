@@ -499,7 +499,9 @@ def test_stored_forms_are_stable():
                                b'"trigger":"cron","tz":"Europe/London","version":1}')
     assert trigger_from_bytes(cron.to_bytes()) == cron
     assert trigger_from_dict(Cron("@daily", UTC, start=0).to_dict()) == Cron("@daily", "UTC", start=0)
-    assert Cron("@daily", start=0) != Cron("0 0 * * *", start=0)  # the text is kept as written
+    # Equal (the same occurrences), the text kept as written.
+    assert Cron("@daily", start=0) == Cron("0 0 * * *", start=0)
+    assert Cron("@daily", start=0).to_dict()["expression"] == "@daily"
 
 
 def test_repr_and_str_for_a_table():

@@ -116,7 +116,8 @@ class Claimer:
 
     def due_ms(self, due_at_ms, delay) -> DueMs:
         """A due time given to the service (see :func:`~..timers.due.due_or_delay`), checked; a relative
-        one counted from :meth:`wall_ms`, the clock that judges it due, so it never comes due early by it."""
+        one counted from :meth:`wall_ms`, the clock that judges it due once the service has read the store's
+        clock (before its first read, as before start(), the host's clock stands in)."""
         return DueMs(due_at_ms_of(due_or_delay(due_at_ms, delay, base_ms=self.wall_ms), base_ms=self.wall_ms))
 
     def monotonic_s(self) -> float:

@@ -142,7 +142,7 @@ class DurableTimerService:
         self.executor = Executor(concurrency, store, self.claimer.wall_ms, budget.max_fired, self.committer,
                                  self.recorder, busy, self.wakeup)
         self._thread = ServiceThread(self.claimer, self.executor, self.committer, self.ownership, self.clock, self.timing)
-        self._started, self._stopping, self._starting = False, False, threading.Lock()  # one start() of several runs
+        self._started, self._stopping, self._starting = False, False, threading.Lock()  # one start() of several threads' calls
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> "DurableTimerService":
@@ -192,6 +192,7 @@ class DurableTimerService:
             self._thread.stop_at = None if timeout is None else self.clock.monotonic_ns() / 1e9 + timeout
             self._thread.release_on_stop = bool(release_claims)
         self._stopping = self.claimer.stopping = True
+        self._thread.stopped.set()
         self.wakeup.ring()
         if self._started:
             self._thread.join(None if timeout is None else timeout + _TEARDOWN_S)

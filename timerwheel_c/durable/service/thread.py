@@ -19,6 +19,8 @@ __all__ = ["ServiceThread"]
 
 log = logging.getLogger("timerwheel_c.durable")
 
+_BACKOFF_SLICE_S = 0.05  # real seconds between two looks at the clock in a restart's backoff
+
 
 class ServiceThread:
     """The thread ``durable-timers`` running ``claimer``, ``executor`` and ``committer`` on its loop.
@@ -35,6 +37,7 @@ class ServiceThread:
         self.clock = clock
         self.timing = timing
         self.ready = threading.Event()
+        self.stopped = threading.Event()  # set by stop(): ends a restart's backoff at once
         self.stop_at: Optional[float] = None
         self.release_on_stop = False
         self.died: Optional[BaseException] = None
@@ -58,6 +61,17 @@ class ServiceThread:
     def _monotonic_s(self) -> float:
         return self.clock.monotonic_ns() / 1e9
 
+    def _back_off(self, seconds: float) -> None:
+        """Wait ``seconds`` of the clock's time before a restart, or until stop() sets :attr:`stopped`:
+        a stop must not wait out a backoff (up to ``backoff_max_s``) past its timeout. The wait is on
+        the stop event in slices of real time, each looking at the clock, which may be a ManualClock."""
+        until_ns = self.clock.monotonic_ns() + round(seconds * 1e9)
+        while not self.stopped.is_set():
+            left_ns = until_ns - self.clock.monotonic_ns()
+            if left_ns <= 0:
+                return
+            self.stopped.wait(min(left_ns / 1e9, _BACKOFF_SLICE_S))
+
     def _run(self) -> None:
         failures = 0  # loops in a row that failed soon after they started
         try:
@@ -74,7 +88,7 @@ class ServiceThread:
                         log.error("durable timer service loop failed (%d time(s) in a row); restarting it: %s: %s",
                                   failures, type(exc).__name__, exc, exc_info=failures == 1)
                     self.ready.set()
-                    self.clock.sleep(self.timing.backoff_s(failures))
+                    self._back_off(self.timing.backoff_s(failures))
         except BaseException as exc:  # handlers' exceptions never get here: this is the service's own
             self.died = exc
             log.critical("durable timer service thread ended without stop(): %s: %s", type(exc).__name__, exc,

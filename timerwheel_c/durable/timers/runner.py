@@ -38,9 +38,9 @@ malformed and unprocessable rows: see :mod:`.claim`.
 """
 from __future__ import annotations
 
+import inspect
 import logging
 import time
-import types
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -111,40 +111,65 @@ class Attempt:
 def fire(store: Store, partition: str, now_ms: int, claimed: ClaimedTimer, report: RunReport,
          clock: Callable[[], float] = time.monotonic) -> Batch:
     """Call ``claimed``'s handler and :func:`settle` its outcome (or exception); returns the batch
-    to commit (for a counted failure, the one that records it or parks the timer)."""
+    to commit (for a counted failure, the one that records it or parks the timer). An ``async def``
+    handler is awaited as the service awaits it (:func:`_awaited`); a sync one is called here."""
+    handler = claimed.handler
+    context = TimerContext(store, partition, now_ms)
     with Attempt(clock, lambda: now_ms) as attempt:
-        if _TRACED:
-            outcome = tracing.fire(claimed.handler, TimerContext(store, partition, now_ms), claimed.timer, now_ms)
+        if inspect.iscoroutinefunction(handler.fire):
+            attempt.outcome = _awaited(handler, context, claimed.timer, now_ms)
+        elif _TRACED:
+            attempt.outcome = tracing.fire(handler, context, claimed.timer, now_ms)
         else:
-            outcome = claimed.handler.fire(TimerContext(store, partition, now_ms), claimed.timer)
-        attempt.outcome = _awaited(outcome) if type(outcome) is types.CoroutineType else outcome
+            attempt.outcome = handler.fire(context, claimed.timer)
     return settle(partition, claimed, report, attempt.outcome, attempt.error, now_ms=now_ms)
 
 
-def _awaited(coroutine: types.CoroutineType) -> object:
-    """The outcome of an ``async def`` handler called by :func:`fire`, run to its end on an event loop
-    of its own (the thread's current loop, if any, left as it is): :func:`run_due` is sync.
+def _awaited(handler, context: TimerContext, timer, started_ms: int) -> object:
+    """The outcome of an ``async def`` handler called by :func:`fire`, run on an event loop of its own
+    (the thread's current loop, if any, left as it is: :func:`run_due` is sync) as the service runs it:
+    in its tracing span, cancelled past its ``timeout_s``; then, as :func:`asyncio.run` ends, the tasks
+    it left are cancelled and the loop's async generators and default executor shut down.
 
     Raises:
-        RuntimeError: an event loop runs in this thread (which it would block): the attempt's failure.
+        RuntimeError: an event loop runs in this thread (which it would block): the attempt's failure,
+            the handler never called.
+        TimeoutError: it ran past its ``timeout_s`` (s), and was cancelled.
     """
     import asyncio
 
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        # A loop of its own, not asyncio.run, which would also unset the thread's current loop.
-        loop = asyncio.new_event_loop()
+        pass
+    else:
+        raise RuntimeError("run_due() cannot run an async def handler from a thread whose event loop is running: "
+                           "call it through asyncio.to_thread, or serve the timers with a DurableTimerService")
+
+    async def call() -> object:
+        called = tracing.fire_async(handler, context, timer, started_ms) if _TRACED else handler.fire(context, timer)
+        if handler.timeout_s is None:
+            return await called
         try:
-            return loop.run_until_complete(coroutine)
+            return await asyncio.wait_for(called, handler.timeout_s)
+        except asyncio.TimeoutError:  # before 3.11 not the builtin one, which the service raises
+            raise TimeoutError(f"handler ran past its timeout_s={handler.timeout_s} s; cancelled") from None
+
+    # A loop of its own, not asyncio.run, which would also unset the thread's current loop.
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(call())
+    finally:
+        try:
+            left = asyncio.all_tasks(loop)
+            if left:  # gather() of nothing would make its future on the thread's current loop, not this one
+                for task in left:
+                    task.cancel()
+                loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.run_until_complete(loop.shutdown_default_executor())
         finally:
-            try:
-                loop.run_until_complete(loop.shutdown_asyncgens())
-            finally:
-                loop.close()
-    coroutine.close()
-    raise RuntimeError("run_due() cannot run an async def handler from a thread whose event loop is running: call it "
-                       "through asyncio.to_thread, or serve the timers with a DurableTimerService")
+            loop.close()
 
 
 def settle(partition: str, claimed: ClaimedTimer, report: RunReport, outcome: object = None,

@@ -184,9 +184,10 @@ def new_state(trigger: Trigger, kind: "int | TimerKind", value: object = b"", *,
 _NOT_GRID = ("jitter_ms", "end_ms", "max_runs")
 
 
-def _grid(trigger: Trigger) -> dict:
-    """``trigger``'s fields that place its grid (:meth:`~.triggers.Trigger.to_dict`'s, start included)."""
-    return {name: value for name, value in trigger.to_dict().items() if name not in _NOT_GRID}
+def _grid(fields: dict) -> dict:
+    """The fields that place a trigger's grid, start included, of its ``fields``
+    (:meth:`~.triggers.Trigger.to_dict`'s, or :meth:`~.triggers.Trigger.canonical`'s to compare two)."""
+    return {name: value for name, value in fields.items() if name not in _NOT_GRID}
 
 
 def replaced(old: ScheduleState, new: ScheduleState, now_ms: int, rng: RandomSource) -> ScheduleState:
@@ -213,14 +214,16 @@ def replaced(old: ScheduleState, new: ScheduleState, now_ms: int, rng: RandomSou
 
     Kind, value, policy, jitter, end and ``max_runs`` are always ``new``'s, and the schedule is not paused.
     """
-    trigger, grid, new_grid = old.trigger, _grid(old.trigger), _grid(new.trigger)
+    trigger, grid, new_grid = old.trigger, _grid(old.trigger.canonical()), _grid(new.trigger.canonical())
     same_but_start = type(new.trigger) is type(trigger) and {**new_grid, "start_ms": 0} == {**grid, "start_ms": 0}
     if new_grid != grid and not (same_but_start and (
             new.trigger.default_start
             or (isinstance(trigger, Cron) and trigger.start_ms <= new.trigger.start_ms <= now_ms))):
         return new
     limits = {name: value for name, value in new.trigger.to_dict().items() if name in _NOT_GRID}
-    return _armed(dataclasses.replace(new, trigger=trigger_from_dict({**grid, **limits}), last_nominal_ms=old.last_nominal_ms,
+    # The stored grid as it was written: an equal one may be spelled another way (a cron's "@daily").
+    kept = {**_grid(trigger.to_dict()), **limits}
+    return _armed(dataclasses.replace(new, trigger=trigger_from_dict(kept), last_nominal_ms=old.last_nominal_ms,
                                       last_fired_ms=old.last_fired_ms, runs=old.runs), rng)
 
 

@@ -247,8 +247,14 @@ class Trigger:
         """:meth:`to_dict` as compact UTF-8 JSON with sorted keys: equal triggers give equal bytes."""
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":")).encode()
 
+    def canonical(self) -> dict:
+        """:meth:`to_dict` with the fields that place the occurrences in one canonical form: two
+        triggers whose canonical() are equal fire at the same times (however their text was spelled),
+        and are equal (``==``)."""
+        return self.to_dict()
+
     def _key(self) -> tuple:
-        return tuple(sorted(self.to_dict().items()))
+        return tuple(sorted(self.canonical().items()))
 
     def __eq__(self, other):
         return type(other) is type(self) and other._key() == self._key()
@@ -602,6 +608,20 @@ class Cron(Trigger):
 
     def to_dict(self) -> dict:
         return {**super().to_dict(), "trigger": "cron", "expression": self.expression, "tz": self.tz.key}
+
+    def canonical(self) -> dict:
+        """The expression as the values each field matches, cronsim's reading of it: ``@daily``,
+        ``0  0 * * *`` and ``0 0 * * 0-6`` are one schedule, and adding one again as another spelling
+        keeps its place on the grid. The hour field's kind (``*`` or not) stays, as it picks the DST
+        rule; the zone stays its name (a link and its target, ``US/Eastern`` and ``America/New_York``,
+        are two names)."""
+        sim = CronSim(self._expr, _dt.datetime(2000, 1, 1))
+        # cronsim reads Sunday as 0 and as 7 (a "*" holds both); one of them here. A weekday is an int,
+        # or (weekday, n) for "the n-th in the month".
+        weekdays = frozenset((0, d[1]) if isinstance(d, tuple) and d[0] == 7 else 0 if d == 7 else d
+                             for d in sim.weekdays)
+        fields = (*map(frozenset, (sim.minutes, sim.hours, sim.days, sim.months)), weekdays)
+        return {**self.to_dict(), "expression": (*fields, sim.day_and, self._on_wall_clock)}
 
     def __repr__(self):
         return (f"Cron({self.expression!r}, tz={self.tz.key!r}, start={self.start_ms}, jitter_s={self.jitter_s!r}"

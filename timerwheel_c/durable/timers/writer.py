@@ -498,8 +498,8 @@ def list_timers(store: Store, partition: str, *, kind=None, state: Optional[str]
     """Up to ``limit`` (>= 1) pending timers of ``partition``, of ``kind`` only and in ``state`` only
     (``"scheduled"``, ``"retrying"`` or ``"parked"``) when given: first those that will fire, in the
     order they fire next (their ``due_at_ms``), then the parked ones, in the order they were parked.
-    Malformed rows are not timers and are left out. A listing of more than ``limit`` + 1 rows (at most
-    10,000) reads them in pages, each at its own instant: a timer that moves meanwhile is listed once,
+    Malformed rows are not timers and are left out. The rows are read in pages of ``limit`` + 1 (at least
+    512, at most 10,000), each at its own instant: a timer that moves meanwhile is listed once,
     where it was read last, and one moved into a part already read may be missed.
 
     Raises:

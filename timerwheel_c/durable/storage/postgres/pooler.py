@@ -14,13 +14,16 @@ connections, open at once, ever run on one server session (``pg_backend_pid()`` 
 start time), which no server and no session-mode pool allows, and refuses the store if they do. A
 second connection that is refused for want of room (the role's or the server's limit), or that gets
 no session within :data:`PROBE_WAIT_S` (a session pool that is full), leaves the store unchecked
-rather than unopened. A pooler that gives the two connections different sessions every time it is
+rather than unopened, and is not asked again for :data:`RECHECK_S` (each open would wait again). A
+pooler that gives the two connections different sessions every time it is
 asked is not seen; the docs say to use session mode.
 """
 from __future__ import annotations
 
+import math
 import queue
 import threading
+import time
 
 import psycopg
 
@@ -28,13 +31,15 @@ from ..errors import PermanentStoreError, StoreError
 from .results import store_error
 from .session import open_session
 
-__all__ = ["PROBES", "PROBE_WAIT_S", "refuse_shared_sessions"]
+__all__ = ["PROBES", "PROBE_WAIT_S", "RECHECK_S", "refuse_shared_sessions"]
 
 PROBES = 3  # rounds of the two connections' session reads: a pooler that reuses its last session shows at once
 PROBE_WAIT_S = 2.0  # how long the second connection's read may wait for a session before the check gives up
 _TOO_MANY_CONNECTIONS = "53300"  # SQLSTATE too_many_connections: the role's or the server's limit
 _TOO_MANY_WORDS = ("too many connections", "too many clients")  # its messages (role or database; server)
+RECHECK_S = 60.0  # how long a check that could not tell is not made again for its connection string
 _checked: set = set()  # connection strings whose sessions were found to be their own, in this process
+_unchecked: dict = {}  # connection string -> time.monotonic() s its check last could not tell
 _lock = threading.Lock()
 
 
@@ -48,7 +53,7 @@ def refuse_shared_sessions(dsn: str, describe: str) -> None:
         StoreError: the server cannot be reached, or refuses the DSN.
     """
     with _lock:
-        if dsn in _checked:
+        if dsn in _checked or time.monotonic() - _unchecked.get(dsn, -math.inf) < RECHECK_S:
             return
     first = open_session(dsn)
     try:
@@ -70,11 +75,11 @@ def refuse_shared_sessions(dsn: str, describe: str) -> None:
                 try:
                     theirs = answers.get(timeout=PROBE_WAIT_S)
                 except queue.Empty:
-                    return  # no session for it within the wait: unchecked
+                    return _cannot_tell(dsn)  # no session for it within the wait
                 if isinstance(theirs, StoreError):
                     # Refused at connect time, libpq gives no SQLSTATE: the server's words tell it.
                     if theirs.code == _TOO_MANY_CONNECTIONS or any(w in str(theirs) for w in _TOO_MANY_WORDS):
-                        return  # no room for a second connection: unchecked, as no pooler could share it
+                        return _cannot_tell(dsn)  # no room for a second connection, so none to share one
                     raise theirs
                 answered = True
                 if mine == theirs:
@@ -91,6 +96,11 @@ def refuse_shared_sessions(dsn: str, describe: str) -> None:
         first.close()
     with _lock:
         _checked.add(dsn)
+
+
+def _cannot_tell(dsn: str) -> None:
+    with _lock:
+        _unchecked[dsn] = time.monotonic()
 
 
 def _second_session(dsn: str, asks: queue.SimpleQueue, answers: queue.SimpleQueue) -> None:

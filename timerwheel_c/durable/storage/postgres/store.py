@@ -434,7 +434,7 @@ class PostgresStore(Store):
         Raises:
             StoreError: the server cannot be reached (the message never holds the password).
         """
-        return connect(self._dsn)
+        return connect(self._dsn)  # the caller's, closed by the caller: a closed store may still give one
 
     def _connection(self) -> psycopg.Connection:
         if self._conn is None or self._conn.closed:
@@ -567,6 +567,7 @@ class PostgresStore(Store):
     def _watch(self, callback: Callable[[], None]) -> Watcher:
         """The change signal (see :meth:`Store.watch`): a :class:`PgListener` on the channel
         ``<table>_wake``, on a connection of its own that reconnects after any loss."""
+        self._refuse_if_closed()
         return PgListener(lambda: connect(self._dsn), f"{self.table}_wake", callback)
 
     def _partitions(self) -> list:
@@ -678,8 +679,9 @@ class PostgresStore(Store):
                 self._conn.close()
 
     def _refuse_if_closed(self) -> None:
-        """Raise once :meth:`close` was called: a closed store opens no session again (one it opened
-        would stay open, unowned, until the process ends), as a closed SQLite store raises.
+        """Raise once :meth:`close` was called: a closed store opens no session of its own again (one it
+        opened would stay open, unowned, until the process ends), as a closed SQLite store raises; a
+        :meth:`new_connection` is its caller's, to close.
 
         Raises:
             PermanentStoreError: naming the store.

@@ -199,6 +199,7 @@ class SQLiteStore(Store):
         except OSError:  # cannot be looked at now: never looked at again (no check rather than a false one)
             self._opened_file = None
         self._file_checked_s = time.monotonic()
+        self._file_replaced = False  # once found deleted or replaced, every later write is refused
         # A store dropped without close() closes its connection when collected, as close() would,
         # instead of leaving it to sqlite3's own collection, which warns (ResourceWarning, 3.13+).
         self._closes_db = self._close_when_collected()
@@ -508,22 +509,26 @@ class SQLiteStore(Store):
     def _check_same_file(self) -> None:
         """Raise once the file at the store's path is no longer the one it opened (deleted, or replaced by
         another: an operator's restore): its writes would go to a file no other process opens, and the
-        new file's timers would never fire here. Looked at once per :data:`FILE_CHECK_S` at most.
+        new file's timers would never fire here. Looked at once per :data:`FILE_CHECK_S` at most; once it
+        found the file replaced, every later write raises at once.
 
         Raises:
             PermanentStoreError: naming the path; the store must be opened again (the process restarted).
         """
         if self._opened_file is None:
             return
-        now_s = time.monotonic()
-        if now_s - self._file_checked_s < FILE_CHECK_S:
-            return
-        self._file_checked_s = now_s
-        try:
-            found = _file_identity(self._file)
-        except OSError:  # no verdict (a passing ESTALE or EIO): looked at again at a later write
-            return
-        if found != self._opened_file:
+        # The verdict stays: a later write (a service's retry) must not land in the orphaned file either.
+        if not self._file_replaced:
+            now_s = time.monotonic()
+            if now_s - self._file_checked_s < FILE_CHECK_S:
+                return
+            self._file_checked_s = now_s
+            try:
+                found = _file_identity(self._file)
+            except OSError:  # no verdict (a passing ESTALE or EIO): looked at again at a later write
+                return
+            self._file_replaced = found != self._opened_file
+        if self._file_replaced:
             raise PermanentStoreError(f"SQLite database {self.path!r} was deleted or replaced since this store opened "
                                       "it: its writes would go to a file no other process opens; open the store again "
                                       "(restart the process)")
