@@ -102,7 +102,7 @@ def check_when(when: Any, name: str) -> float:
         return float(when)
     except OverflowError:
         if name == "when":
-            return math.inf if when > 0 else -math.inf
+            return math.inf if cast(int, when) > 0 else -math.inf
         raise OverflowError(f"{name} must be seconds in a float's range: int too large to convert to float "
                             f"({cast(int, when).bit_length()} bits)") from None
 
