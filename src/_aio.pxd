@@ -47,6 +47,7 @@ cdef class WheelScheduler:
     cdef list _handles         # token -> the handle it arms, None when free: the collector sees them
     cdef token_stack_t _free_tokens  # the free indexes of _handles
     cdef list _keyed           # KeyedTimers sets, each on its own wheel
+    cdef int64_t _origin_ms    # the loop's ms that is every wheel's 0 ms: 0, unless the loop's clock went below 0
 
     # The C-level API.
     cdef double c_time(self) except? -1.0
@@ -57,6 +58,8 @@ cdef class WheelScheduler:
     cdef int _check_call(self, object callback) except -1
     cdef WheelHandle _call_at(self, double when_s, object callback, tuple args, object context)
     cdef int64_t _due_ms(self, double when_s) except -1
+    cdef int64_t _follow_clock(self, int64_t loop_ms) except? -1
+    cdef int _refile_handles(self, int64_t now_ms) except -1
     cdef int64_t _after_ms(self, TimerWheel wheel, int64_t due_ms) except? -1
     cdef int _arm_handle(self, WheelHandle handle, double when_s) except -1
     cdef int _disarm(self, WheelHandle handle) except -1
@@ -96,6 +99,7 @@ cdef class KeyedTimers:
     cdef bint c_cancel(self, int64_t key) noexcept
 
     cdef int _run(self, int64_t now_ms) except -1
+    cdef int _refile(self, int64_t now_ms) except -1
     cdef int _fire(self, int64_t key) except -1
     cdef void _clear(self) noexcept
     cdef Py_ssize_t _home(self, int64_t key) noexcept

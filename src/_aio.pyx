@@ -287,6 +287,7 @@ cdef class WheelScheduler:
         free(self._free_tokens.free)
 
     def __init__(self, loop=None, *, wheel_class=None, clock_slack_s=None):
+        cdef int64_t now_ms
         if self._loop is not None:
             raise RuntimeError("WheelScheduler.__init__ called on a scheduler already in use")
         if wheel_class is not None and wheel_class is not TimerWheel:
@@ -303,7 +304,9 @@ cdef class WheelScheduler:
             and PyMethod_GET_FUNCTION(self._time) == <PyObject*>_BASE_TIME
         self._slack_s = check_slack(
             default_clock_slack_s(self._loop) if clock_slack_s is None else clock_slack_s)
-        self._wheel = TimerWheel(_floor_ms(self.c_time()))
+        now_ms = _floor_ms(self.c_time())
+        self._origin_ms = now_ms - 1 if now_ms < 0 else 0  # a wheel's ms are >= 0: a clock below 0 moves them
+        self._wheel = TimerWheel(now_ms - self._origin_ms)
 
     @property
     def clock_slack_s(self):
@@ -393,7 +396,7 @@ cdef class WheelScheduler:
         keyed._scheduler = self
         keyed._callback = callback
         keyed._context = PyContext_CopyCurrent() if context is None else context
-        keyed._wheel = TimerWheel(_floor_ms(self.c_time()))
+        keyed._wheel = TimerWheel(max(_floor_ms(self.c_time()) - self._origin_ms, 0))
         self._keyed.append(keyed)
         return keyed
 
@@ -491,8 +494,9 @@ cdef class WheelScheduler:
         """The due ms of a deadline ``when_s`` (loop seconds), never early in float.
 
         The deadline plus the clock slack, rounded up, and bumped if float rounding left it
-        early, so due_ms / 1000 >= due_s holds in float. A deadline before the clock's epoch
-        counts as due at 0 (the next tick).
+        early, so due_ms / 1000 >= due_s holds in float; counted from the wheels' origin (the
+        loop's 0 ms, unless its clock went below 0). A deadline before the origin counts as due
+        at 0, which arms the wake-up at once (:meth:`_arm_wake`).
 
         Raises:
             ValueError: the due time is beyond 2**62 ms.
@@ -502,18 +506,57 @@ cdef class WheelScheduler:
         cdef int64_t due_ms
         if not scaled <= MAX_DUE_MS_F:
             raise deadline_error(when_s)
-        if scaled < 0.0:
+        if scaled < <double>self._origin_ms:
             return 0
-        # ceil(scaled) without libm's call: the cast truncates (floors, as scaled >= 0), exactly
-        # for a double below 2**62; every double from 2**53 on is an integer already.
+        # ceil(scaled) without libm's call: the cast truncates (floors a positive value, ceils a
+        # negative one), exactly for a double within 2**62; every double from 2**53 on is an integer.
         due_ms = <int64_t>scaled
         if due_ms < scaled:
             due_ms += 1
         if due_ms / 1000.0 < due_s:
             due_ms += 1
+        due_ms -= self._origin_ms
         if due_ms > MAX_DUE_MS:
             raise deadline_error(when_s)
         return due_ms
+
+    cdef int64_t _follow_clock(self, int64_t loop_ms) except? -1:
+        """The wheels' ms of the loop's ms ``loop_ms``. A loop clock gone back before a wheel's time
+        (a patched or virtual clock: ``mock.patch``, looptime), or below the wheels' origin, takes the
+        wheels back with it: each timer is filed again by its deadline, in its old wheel's fire order
+        (equal deadlines keep arming order), as ``EventLoop`` does, and as asyncio's heap needs no
+        telling. Without it a timer armed after the step fired once the clock came back to the
+        wheel's time, late by the whole step."""
+        cdef int64_t now_ms
+        cdef bint rebase = loop_ms < self._origin_ms
+        if rebase:
+            self._origin_ms = loop_ms - 1  # the ms before: timers due now fire in this batch
+        now_ms = loop_ms - self._origin_ms
+        if rebase or now_ms < self._wheel.c_now_ms():
+            self._refile_handles(now_ms)
+        for keyed in self._keyed:
+            if rebase or now_ms < (<KeyedTimers>keyed)._wheel.c_now_ms():
+                (<KeyedTimers>keyed)._refile(now_ms)
+        return now_ms
+
+    cdef int _refile_handles(self, int64_t now_ms) except -1:
+        """File every armed handle again on a new wheel whose time is the ms before ``now_ms``."""
+        cdef TimerWheel old = self._wheel
+        cdef TimerWheel wheel = TimerWheel(max(now_ms - 1, 0))
+        cdef tw_fired_t fired
+        cdef object handle
+        cdef Py_ssize_t i
+        old.c_advance(MAX_DUE_MS, &fired)
+        try:
+            for i in range(fired.count):
+                handle = _token_handle(self._handles, fired.tokens[i])
+                if handle is not None and (<WheelHandle>handle)._timer_id:
+                    (<WheelHandle>handle)._timer_id = wheel.c_schedule(
+                        _refiled_ms(self, (<WheelHandle>handle)._when) - wheel.c_now_ms(), fired.tokens[i])
+        finally:
+            old.c_release(&fired)
+            self._wheel = wheel
+        return 0
 
     cdef int64_t _after_ms(self, TimerWheel wheel, int64_t due_ms) except? -1:
         """``due_ms`` as a delay on ``wheel``'s clock. While a wheel holds nothing its clock is
@@ -521,7 +564,7 @@ cdef class WheelScheduler:
         cdef tw_fired_t none
         cdef int64_t now_ms
         if wheel.c_count() == 0:
-            now_ms = _floor_ms(self.c_time())
+            now_ms = _floor_ms(self.c_time()) - self._origin_ms
             if now_ms > wheel.c_now_ms():
                 wheel.c_advance(now_ms, &none)
                 wheel.c_release(&none)
@@ -560,10 +603,15 @@ cdef class WheelScheduler:
         return _give_token(self._handles, &self._free_tokens, token, handle)
 
     cdef int _arm_wake(self, int64_t due_ms) except -1:
-        """Move the one loop wake-up to ``due_ms``; aimed so the wake-up sees ``due_ms``."""
-        cdef double at_s = due_ms / 1000.0
-        if _floor_ms(at_s) < due_ms:  # float rounding put it a hair early
+        """Move the one loop wake-up to ``due_ms``; aimed so the wake-up sees ``due_ms``. A due ms of
+        0 (at or before the wheels' origin) wakes at once: the loop's clock may lie below the origin
+        (it went back), and the wake-up then follows it (:meth:`_follow_clock`)."""
+        cdef int64_t loop_ms = due_ms + self._origin_ms
+        cdef double at_s = loop_ms / 1000.0
+        if _floor_ms(at_s) < loop_ms:  # float rounding put it a hair early
             at_s = nextafter(at_s, INFINITY)
+        if due_ms == 0:
+            at_s = min(at_s, self.c_time())
         # The new wake-up before the old one goes: if loop.call_at raises, the old one and its
         # _wake_ms stand, so no timer is left without a wake-up that _wake_ms claims is armed.
         wake = self._loop.call_at(at_s, self._on_wake)
@@ -579,7 +627,7 @@ cdef class WheelScheduler:
         self._wake = None
         self._wake_ms = IN_BATCH
         try:
-            now_ms = _floor_ms(self.c_time())
+            now_ms = self._follow_clock(_floor_ms(self.c_time()))
             self._run_handles(now_ms)
             for keyed in self._keyed:
                 if self._closed:
@@ -704,6 +752,15 @@ cdef int64_t _handle_due(object scheduler, uint64_t token, int64_t last) except?
     if handle is None:
         return last
     return (<WheelScheduler>scheduler)._due_ms((<WheelHandle>handle)._when)
+
+
+cdef int64_t _refiled_ms(WheelScheduler scheduler, double when_s) except? -1:
+    """The due ms a timer is filed again at when the wheels follow the clock: its deadline's, or the
+    wheels' last ms for one the new origin puts past their range (never earlier than its deadline)."""
+    try:
+        return scheduler._due_ms(when_s)
+    except ValueError:
+        return MAX_DUE_MS
 
 
 cdef inline int64_t _next_wake(TimerWheel wheel, int64_t wake_ms) noexcept:

@@ -163,6 +163,27 @@ cdef class KeyedTimers:
             wheel.c_release(&fired)
         return 0
 
+    cdef int _refile(self, int64_t now_ms) except -1:
+        """File every armed key again on a new wheel whose time is the ms before ``now_ms`` (see
+        ``WheelScheduler._follow_clock``)."""
+        cdef TimerWheel old = self._wheel
+        cdef TimerWheel wheel = TimerWheel(max(now_ms - 1, 0))
+        cdef tw_fired_t fired
+        cdef Py_ssize_t i, j
+        cdef int64_t key
+        old.c_advance(MAX_DUE_MS, &fired)
+        try:
+            for i in range(fired.count):
+                key = <int64_t>fired.tokens[i]
+                j = self._find(key)
+                if j >= 0:
+                    self._slots[j].timer_id = wheel.c_schedule(
+                        _refiled_ms(self._scheduler, self._slots[j].when_s) - wheel.c_now_ms(), <uint64_t>key)
+        finally:
+            old.c_release(&fired)
+            self._wheel = wheel
+        return 0
+
     cdef int _fire(self, int64_t key) except -1:
         """Run ``callback(key)`` in the set's context; exceptions go to the loop's handler."""
         try:

@@ -266,6 +266,63 @@ def test_a_patched_loop_clock_moves_the_schedulers_deadlines(aio_impl, patch):
         loop.close()
 
 
+def test_a_loop_clock_that_goes_back_or_below_zero_takes_the_wheels_with_it(aio_impl):
+    """A hand-moved loop clock (a test's, a virtual clock) stepped back: a handle or key armed after the
+    step fires at its deadline, on both twins, as on asyncio's loop; one armed before it still fires at
+    its own deadline, never earlier, equal deadlines in arming order. A clock below 0 from the start, or
+    going there later, works alike. Armed after a step back, a timer fired once the clock came back to
+    where the wheel had been, late by the whole step; a clock below 0 raised ValueError("now_ms ...")."""
+    loop = asyncio.new_event_loop()
+    clock = [1000.0]
+    loop.time = lambda: clock[0]
+    fired = []
+
+    def at(t):
+        clock[0] = t
+        loop.call_soon(loop.stop)
+        loop.run_forever()
+        return [name for name, _ in fired]
+
+    try:
+        sched = aio_impl.WheelScheduler(loop)
+        keys = sched.keyed(lambda key: fired.append((f"key {key}", clock[0])))
+
+        def later(delay, name):
+            return sched.call_later(delay, lambda: fired.append((name, clock[0])))
+
+        later(0.5, "first")
+        later(10.0, "before the step")
+        later(10.0, "before the step, second")
+        assert at(1000.6) == ["first"]
+        clock[0] = 900.0  # the step back
+        later(0.1, "after the step")
+        keys.arm(7, 0.2)
+        assert at(900.05) == ["first"]
+        assert at(900.1) == ["first", "after the step"]
+        assert at(900.2) == ["first", "after the step", "key 7"]
+        assert at(1009.999) == ["first", "after the step", "key 7"]
+        assert at(1010.0)[3:] == ["before the step", "before the step, second"]
+        assert all(t >= when for (_, t), when in zip(fired, (1000.5, 900.1, 900.2, 1010.0, 1010.0)))
+        sched.close()
+
+        fired.clear()
+        clock[0] = -5.0
+        sched = aio_impl.WheelScheduler(loop)  # a clock below 0 from the start
+        keys = sched.keyed(lambda key: fired.append((f"key {key}", clock[0])))
+        sched.call_later(1.0, lambda: fired.append(("at -4", clock[0])))
+        assert at(-4.001) == []
+        assert at(-4.0) == ["at -4"]
+        clock[0] = -100.0  # and further below
+        sched.call_later(0.5, lambda: fired.append(("at -99.5", clock[0])))
+        keys.arm(1, 0.25)
+        assert at(-99.8) == ["at -4"]
+        assert at(-99.75) == ["at -4", "key 1"]
+        assert at(-99.5) == ["at -4", "key 1", "at -99.5"]
+        sched.close()
+    finally:
+        loop.close()
+
+
 def test_clock_slack_defaults_and_checks(new_loop, aio_impl):
     """The clock slack is 1 or 2 ms on uvloop (its clock trails real time) and 0 on asyncio's
     loop; a negative or non-numeric slack is refused."""

@@ -73,6 +73,8 @@ _ops = st.lists(st.one_of(
     st.tuples(st.just("arm"), st.integers(-3, 12), _delay),
     st.tuples(st.just("kcancel"), st.integers(-3, 12)),
     st.tuples(st.just("crank"), st.one_of(st.floats(0.0, 0.02), st.floats(0.3, 2.0))),
+    # The loop's clock stepped back (a patched or virtual clock), below 0 too: the wheels follow it.
+    st.tuples(st.just("back"), st.one_of(st.floats(0.0, 0.02), st.floats(0.3, 2.0), st.just(1500.0))),
 ), max_size=60)
 
 
@@ -110,6 +112,8 @@ def _play(module_name, ops):
                 log.append(("kcancel", keys.cancel(op[1])))
             elif op[0] == "crank":
                 loop.crank_to(loop.now + op[1])
+            elif op[0] == "back":
+                loop.now -= op[1]
         except RuntimeError as exc:
             log.append(("error", str(exc)))
         log.append((sched.active_count(), len(keys), [h.cancelled() for h in handles],

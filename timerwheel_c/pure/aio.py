@@ -247,7 +247,11 @@ class WheelScheduler:
         self._slack_s = check_slack(
             default_clock_slack_s(self._loop) if clock_slack_s is None else clock_slack_s)
         self._wheel_class = TimerWheel if wheel_class is None else wheel_class
-        self._wheel = self._wheel_class(now_ms=floor_ms(self._time()))
+        now_ms = floor_ms(self._time())
+        # The loop's ms that is every wheel's 0 ms: 0, unless the loop's clock went below 0 (a
+        # wheel's ms are >= 0).
+        self._origin_ms = now_ms - 1 if now_ms < 0 else 0
+        self._wheel = self._wheel_class(now_ms=now_ms - self._origin_ms)
         self._handles: list[Optional[WheelHandle]] = [None]  # token -> handle; 0 is no token
         self._free_tokens: list[int] = []  # the free indexes of _handles, a stack
         self._keyed: list[KeyedTimers] = []
@@ -343,7 +347,7 @@ class WheelScheduler:
         keyed._scheduler = self
         keyed._callback = callback
         keyed._context = contextvars.copy_context() if context is None else context
-        keyed._wheel = self._wheel_class(now_ms=floor_ms(self._time()))
+        keyed._wheel = self._wheel_class(now_ms=max(floor_ms(self._time()) - self._origin_ms, 0))
         keyed._entries = {}
         self._keyed.append(keyed)
         return keyed
@@ -426,8 +430,9 @@ class WheelScheduler:
         """The due ms of a deadline ``when_s`` (loop seconds), never early in float.
 
         The deadline plus the clock slack, rounded up, and bumped if float rounding left it
-        early, so due_ms / 1000 >= due_s holds in float. A deadline before the clock's epoch
-        counts as due at 0 (the next tick).
+        early, so due_ms / 1000 >= due_s holds in float; counted from the wheels' origin (the
+        loop's 0 ms, unless its clock went below 0). A deadline before the origin counts as due
+        at 0, which arms the wake-up at once (:meth:`_arm_wake`).
 
         Raises:
             ValueError: the due time is beyond 2**62 ms.
@@ -436,20 +441,50 @@ class WheelScheduler:
         scaled = due_s * 1000.0
         if not scaled <= MAX_DUE_MS:
             raise deadline_error(when_s)
-        if scaled < 0.0:
+        if scaled < self._origin_ms:
             return 0
         due_ms = _ceil(scaled)
         if due_ms / 1000.0 < due_s:
             due_ms += 1
+        due_ms -= self._origin_ms
         if due_ms > MAX_DUE_MS:
             raise deadline_error(when_s)
         return due_ms
+
+    def _follow_clock(self, loop_ms: int) -> int:
+        """The wheels' ms of the loop's ms ``loop_ms``. A loop clock gone back before a wheel's time
+        (a patched or virtual clock: ``mock.patch``, looptime), or below the wheels' origin, takes the
+        wheels back with it: each timer is filed again by its deadline, in its old wheel's fire order
+        (equal deadlines keep arming order), as ``EventLoop`` does, and as asyncio's heap needs no
+        telling. Without it a timer armed after the step fired once the clock came back to the
+        wheel's time, late by the whole step."""
+        rebase = loop_ms < self._origin_ms
+        if rebase:
+            self._origin_ms = loop_ms - 1  # the ms before: timers due now fire in this batch
+        now_ms = loop_ms - self._origin_ms
+        if rebase or now_ms < self._wheel.now_ms():
+            self._refile_handles(now_ms)
+        for keyed in self._keyed:
+            if rebase or now_ms < keyed._wheel.now_ms():
+                keyed._refile(now_ms)
+        return now_ms
+
+    def _refile_handles(self, now_ms: int) -> None:
+        """File every armed handle again on a new wheel whose time is the ms before ``now_ms``."""
+        old, wheel = self._wheel, self._wheel_class(now_ms=max(now_ms - 1, 0))
+        try:
+            for token in old.advance(MAX_DUE_MS):
+                handle = _token_handle(self._handles, token)
+                if handle is not None and handle._timer_id:
+                    handle._timer_id = wheel.schedule(_refiled_ms(self, handle._when) - wheel.now_ms(), token)
+        finally:
+            self._wheel = wheel
 
     def _after_ms(self, wheel: Any, due_ms: int) -> int:
         """``due_ms`` as a delay on ``wheel``'s clock. While a wheel holds nothing its clock is
         caught up to the loop first, so a new timer lands in the slots, not in the overflow."""
         if not len(wheel):
-            now_ms = floor_ms(self._time())
+            now_ms = floor_ms(self._time()) - self._origin_ms
             if now_ms > wheel.now_ms():
                 wheel.advance(now_ms)
         return due_ms - wheel.now_ms()
@@ -483,10 +518,15 @@ class WheelScheduler:
         _give_token(self._handles, self._free_tokens, token, handle)
 
     def _arm_wake(self, due_ms: int) -> None:
-        """Move the one loop wake-up to ``due_ms``; aimed so the wake-up sees ``due_ms``."""
-        at_s = due_ms / 1000.0
-        if floor_ms(at_s) < due_ms:  # float rounding put it a hair early
+        """Move the one loop wake-up to ``due_ms``; aimed so the wake-up sees ``due_ms``. A due ms of
+        0 (at or before the wheels' origin) wakes at once: the loop's clock may lie below the origin
+        (it went back), and the wake-up then follows it (:meth:`_follow_clock`)."""
+        loop_ms = due_ms + self._origin_ms
+        at_s = loop_ms / 1000.0
+        if floor_ms(at_s) < loop_ms:  # float rounding put it a hair early
             at_s = math.nextafter(at_s, math.inf)
+        if due_ms == 0:
+            at_s = min(at_s, self._time())
         # The new wake-up before the old one goes: if loop.call_at raises, the old one and its
         # _wake_ms stand, so no timer is left without a wake-up that _wake_ms claims is armed.
         wake = self._loop.call_at(at_s, self._on_wake)
@@ -500,7 +540,7 @@ class WheelScheduler:
         self._wake = None
         self._wake_ms = IN_BATCH
         try:
-            now_ms = floor_ms(self._time())
+            now_ms = self._follow_clock(floor_ms(self._time()))
             self._run_handles(now_ms)
             for keyed in self._keyed:
                 if self._closed:
@@ -604,6 +644,15 @@ def _handle_due(scheduler: WheelScheduler, token: int, last: int) -> int:
     if handle is None:
         return last
     return scheduler._due_ms(handle._when)
+
+
+def _refiled_ms(scheduler: WheelScheduler, when_s: float) -> int:
+    """The due ms a timer is filed again at when the wheels follow the clock: its deadline's, or the
+    wheels' last ms for one the new origin puts past their range (never earlier than its deadline)."""
+    try:
+        return scheduler._due_ms(when_s)
+    except ValueError:
+        return MAX_DUE_MS
 
 
 def _next_wake(wheel: Any, wake_ms: int) -> int:
@@ -909,6 +958,18 @@ class KeyedTimers:
                 if entry is not None and wheel.due_ms(entry[0]) is None:
                     entry[0] = wheel.schedule(
                         self._scheduler._due_ms(entry[1]) - wheel.now_ms(), fired[i - 1])
+
+    def _refile(self, now_ms: int) -> None:
+        """File every armed key again on a new wheel whose time is the ms before ``now_ms`` (see
+        ``WheelScheduler._follow_clock``)."""
+        old, wheel = self._wheel, self._scheduler._wheel_class(now_ms=max(now_ms - 1, 0))
+        try:
+            for token in old.advance(MAX_DUE_MS):
+                entry = self._entries.get(_key_of(token))
+                if entry is not None:
+                    entry[0] = wheel.schedule(_refiled_ms(self._scheduler, entry[1]) - wheel.now_ms(), token)
+        finally:
+            self._wheel = wheel
 
     def _fire(self, key: int) -> None:
         """Run ``callback(key)`` in the set's context; exceptions go to the loop's handler."""
