@@ -206,6 +206,30 @@ def test_a_handler_past_its_timeout_is_a_failure_and_holds_only_its_own_slot(sto
         release.set()
 
 
+def test_an_async_handler_that_ignores_its_timeouts_cancel_fails_and_its_late_outcome_is_dropped(store):
+    """An ``async def`` handler past its timeout_s that swallows the cancel and returns Done late: a
+    failed attempt saying so, its effect never committed, as a sync call's late outcome is dropped. The
+    late Done was committed, the timeout unseen."""
+    class Swallows(Recording):
+        max_attempts = 1
+
+        async def fire(self, ctx, timer):
+            for _ in range(20):
+                try:
+                    await asyncio.sleep(0.05)
+                except asyncio.CancelledError:
+                    pass
+            return Recording.fire(self, ctx, timer)
+
+    h = Swallows(None, timeout_s=0.2)
+    schedule(store, "p", wall_ms() - 10, KIND, b"swallow")
+    with DurableTimerService(store, TimerRegistry().register(h), ["p"], timing=SHORT_STOP) as svc:
+        wait_until(lambda: svc.failed >= 1, "the late return counted as a failure", LIVENESS_S)
+        parked = get_timer(store, "p", KIND, b"swallow")
+        assert parked.state == "parked" and "ignored the cancel" in parked.last_error
+    assert svc.fired == 0 and effects(store, "p") == set()
+
+
 def test_a_sync_call_past_its_timeout_keeps_its_error_and_is_retried_once_it_returns(store):
     """A sync call past its timeout_s: its failure commits at once (the pending timer shows the
     TimeoutError while the call still runs), the row is not fired again while that call runs, and

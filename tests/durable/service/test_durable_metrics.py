@@ -624,6 +624,31 @@ def test_a_jittered_occurrence_fired_within_its_jitter_window_is_not_late(tmp_pa
         store.close()
 
 
+def test_a_jittered_occurrence_fired_late_counts_from_its_own_draw(tmp_path):
+    """A schedule with an hour of jitter whose occurrence fires 10 s after its jittered time (the runner
+    was down): 10 s of lateness, not 0. Counted from the end of the jitter window, a delay of up to an
+    hour went unseen."""
+    from timerwheel_c.durable import Every, add_schedule, get_schedule
+
+    clock = ManualClock()
+    start_ms = clock.wall_ns() // 1_000_000
+    store = SQLiteStore(tmp_path / "jitter.db")
+    add_schedule(store, P, "jittered", Every(7200, start=start_ms, jitter_s=3600), OK_KIND)
+    info = get_schedule(store, P, "jittered")
+    clock.advance((info.next_fire_ms - start_ms) / 1000 + 10.0)
+    handler = Counting(OK_KIND, Done())
+    svc = DurableTimerService(store, TimerRegistry().register(handler), [P], max_sleep_s=0.05, clock=clock,
+                              wall_ns=clock.wall_ns)
+    try:
+        svc.start()
+        advance_until(clock, lambda: handler.calls >= 1, 0.05, "the late occurrence fired")
+        lateness = svc.metrics(0).lateness
+        assert lateness.count == 1 and 10.0 <= lateness.sum_s <= 10.0 + LIVENESS_S
+    finally:
+        svc.stop()
+        store.close()
+
+
 @pytest.mark.parametrize("partitions", [None, [P]])
 def test_healthz_503_when_reads_answer_but_no_claim_commits(tmp_path, partitions):
     """A store that answers reads but fails every write (a full disk: ENOSPC on the WAL), due rows

@@ -152,6 +152,32 @@ def test_pool_closes_with_its_loop_and_with_the_store_and_each_loop_gets_its_own
     assert not [w for w in caught if issubclass(w.category, ResourceWarning)], [str(w.message) for w in caught]
 
 
+# The bare close leaves the pool's tasks and coroutines to asyncio's and the collector's warnings.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.parametrize("then", ["another loop writes", "the store closes"])
+def test_a_pool_whose_loop_was_closed_bare_ends_its_sessions(store, app, then):
+    """A loop closed with a bare ``loop.close()`` (no task cancelled, as ``asyncio.run`` would): its
+    pool's sessions end at the next loop's first write, or at the store's close. They stayed open
+    until the process ended, one server session per such loop."""
+    due = wall_ms() + 3_600_000
+    own = _connections(app)
+    loop = asyncio.new_event_loop()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # asyncio's "Task was destroyed but it is pending", as for any task
+        loop.run_until_complete(aio.schedule(store, P, due, KIND, b"bare"))
+        assert _connections(app) > own
+        loop.close()
+        del loop
+        gc.collect()
+    if then == "another loop writes":
+        asyncio.run(aio.schedule(store, P, due, KIND, b"next"))
+        wait_until(lambda: _connections(app) == own, "the closed loop's sessions ended")
+    else:
+        store.close()
+        wait_until(lambda: _connections(app) == 0, "every session ended with the store")
+    gc.collect()  # the pool's coroutines, while this test's filter holds
+
+
 def test_without_psycopg_pool_the_writes_fall_back_to_a_thread_with_one_warning(store, monkeypatch, caplog):
     """With ``psycopg_pool`` not importable, the async writer still writes, on the store's writer
     thread, and says once, at WARNING, which extra to install."""

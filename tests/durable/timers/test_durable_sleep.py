@@ -187,11 +187,62 @@ def test_a_sleeps_timeout_that_is_no_number_of_seconds_is_refused_by_name_before
 
 def test_a_sleeps_timeout_past_the_range_of_due_times_is_no_timeout(tmp_path):
     """timeout_s=1e308 is finite, and its ns overflowed a float to inf (an OverflowError as the wait
-    began): it is as good as no timeout, as infinity is. Both forms, already due, are fired by the
+    began): it is as good as no timeout, as infinity is, and so is an int past a float's range
+    (10**309: its isnan check raised OverflowError). Both forms, already due, are fired by the
     service and return."""
     store = SQLiteStore(tmp_path / "s.db")
     with DurableTimerService(store, TimerRegistry().register(SleepHandler()), [SLEEP_PARTITION]) as svc:
         ctx = DurableContext(store, "far-timeout", service=svc)
-        assert ctx.sleep_until(wall_ms() - 1, timeout_s=1e308) is False
-        assert asyncio.run(ctx.sleep_until_async(wall_ms() - 1, timeout_s=1e308)) is False
+        for far in (1e308, 10**309):
+            assert ctx.sleep_until(wall_ms() - 1, timeout_s=far) is False
+            assert asyncio.run(ctx.sleep_until_async(wall_ms() - 1, timeout_s=far)) is False
+    store.close()
+
+
+def test_a_sleep_whose_journal_write_failed_is_the_same_sleep_when_retried(tmp_path):
+    """The store refuses the journal write (another process holds the SQLite write lock): nothing is
+    journaled and the call does not count, so its retry is the same n-th sleep, and a replay of the
+    execution finds each sleep where it looks: the second sleep of a replay, an hour away, waits. The
+    failed call counted, the retry was journaled as the next sleep, and the replay's hour-long sleep
+    found the retry's mark, fired, and returned at once."""
+    import sqlite3
+
+    from timerwheel_c.durable.storage.errors import TransientStoreError
+
+    path = tmp_path / "wf.db"
+    store = SQLiteStore(path, busy_timeout_ms=100)
+    ctx = DurableContext(store, "wf")
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    with pytest.raises(TransientStoreError):
+        ctx.sleep_until(wall_ms() + 3_600_000, timeout_s=0)
+    assert ctx.calls == 0
+    other.execute("ROLLBACK")
+    other.close()
+    first_due = wall_ms() - 1
+    with pytest.raises(TimeoutError):
+        ctx.sleep_until(first_due, timeout_s=0)  # journaled as sleep 0; no service fires it here
+    assert ctx.calls == 1
+    run_due(store, SLEEP_PARTITION, TimerRegistry().register(SleepHandler()), wall_ms())  # sleep 0 fires
+    replay = DurableContext(store, "wf")
+    assert replay.sleep_until(first_due, timeout_s=LIVENESS_S) is True  # the replay of sleep 0
+    with pytest.raises(TimeoutError):  # sleep 1 is new: it waits, an hour
+        replay.sleep_until(wall_ms() + 3_600_000, timeout_s=0.05)
+    store.close()
+
+
+def test_a_relative_sleep_counts_from_the_services_clock():
+    """A sleep of timedelta(hours=1) beside a service on a ManualClock set years ahead of the host: due an
+    hour after the service's now, so it waits until the clock is advanced by the hour. It counted from
+    the host's wall clock, years before the service's now, and returned at once."""
+    import datetime
+
+    clock = ManualClock(wall_ns=1_900_000_000_000_000_000)  # 2030
+    store = SQLiteStore(":memory:")
+    with DurableTimerService(store, TimerRegistry().register(SleepHandler()), [SLEEP_PARTITION], clock=clock) as svc:
+        ctx = DurableContext(store, "relative", service=svc)
+        with pytest.raises(TimeoutError):
+            ctx.sleep_until(datetime.timedelta(hours=1), timeout_s=0)
+        [(key, _)] = store.scan(SLEEP_PARTITION, *keys.timer_range()).entries
+        assert keys.parse(key).due_at_ms == 1_900_000_000_000 + 3_600_000
     store.close()

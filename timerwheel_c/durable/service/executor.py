@@ -273,6 +273,10 @@ class Executor:
         finally:
             if timer is not None:
                 timer.cancel()
+        if job.cancelled_by == "timeout" and attempt.error is None:
+            # It swallowed the cancel and returned late: failed, its outcome dropped, as a sync call's.
+            attempt.outcome = None
+            attempt.error = TimeoutError(f"handler ran past its timeout_s={job.timeout_s} s; it ignored the cancel")
         self._settle(job, attempt)
 
     @staticmethod

@@ -75,11 +75,16 @@ class ClaimedTimer:
 
     def lateness_ms(self, fired_ms: int) -> int:
         """How late, in ms, a fire that started at ``fired_ms`` (Unix epoch ms) was (>= 0): counted
-        from the timer's due time, or for a schedule's occurrence from the end of its jitter window
-        (its nominal time plus the trigger's jitter), so that jitter alone is never lateness."""
+        from the timer's due time, or for a schedule's occurrence from its row's due time (its nominal
+        time plus its own jitter draw), so that jitter alone is never lateness and a delay past the
+        draw always is; from the end of its jitter window if the schedule's state no longer names it."""
         due_ms = self.timer.due_at_ms
         if self.schedule is not None:
-            due_ms += schedule_state.ScheduleState.from_bytes(self.schedule).trigger.jitter_ms
+            state = schedule_state.ScheduleState.from_bytes(self.schedule)
+            if state.next_nominal_ms == due_ms and state.next_fire_ms is not None:
+                due_ms = state.next_fire_ms
+            else:
+                due_ms += state.trigger.jitter_ms
         return max(0, fired_ms - due_ms)
 
 

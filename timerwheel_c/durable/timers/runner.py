@@ -150,10 +150,25 @@ def _awaited(handler, context: TimerContext, timer, started_ms: int) -> object:
         called = tracing.fire_async(handler, context, timer, started_ms) if _TRACED else handler.fire(context, timer)
         if handler.timeout_s is None:
             return await called
+        task = asyncio.current_task()
+        expired: list = []
+
+        def expire() -> None:
+            expired.append(True)
+            task.cancel()  # type: ignore[union-attr]  # call() runs as a task
+
+        expiry = asyncio.get_running_loop().call_later(handler.timeout_s, expire)
         try:
-            return await asyncio.wait_for(called, handler.timeout_s)
-        except asyncio.TimeoutError:  # before 3.11 not the builtin one, which the service raises
+            outcome = await called
+        except asyncio.CancelledError:
+            if not expired:
+                raise
             raise TimeoutError(f"handler ran past its timeout_s={handler.timeout_s} s; cancelled") from None
+        finally:
+            expiry.cancel()
+        if expired:  # it swallowed the cancel and returned late: failed, its outcome dropped, as the service does
+            raise TimeoutError(f"handler ran past its timeout_s={handler.timeout_s} s; it ignored the cancel")
+        return outcome
 
     # A loop of its own, not asyncio.run, which would also unset the thread's current loop.
     loop = asyncio.new_event_loop()

@@ -119,27 +119,33 @@ class DurableContext:
 
     def _journal(self, due_at_ms):
         """Journal the next sleep; return (mark key, due ms to wait for, or None when it had fired
-        before this call: a replay)."""
-        due_at_ms = due_at_ms_of(due_at_ms)
+        before this call: a replay). A relative due time (a timedelta) counts from the clock that
+        judges it due: the service's, else this context's. The call counts (the next sleep is n + 1)
+        only once the store has answered: one that raised journaled nothing, and its retry is the
+        same sleep n, which a replay then finds where it looks."""
+        if self.service is not None:
+            due_at_ms = self.service.claimer.due_ms(due_at_ms, None)
+        else:
+            due_at_ms = due_at_ms_of(due_at_ms, base_ms=lambda: self.clock.wall_ns() // 1_000_000)
         tid = TimerId.for_call(self.execution_id, self.calls)
-        timer_key = keys.timer(due_at_ms, SLEEP_KIND, tid.bytes)  # validates due_at_ms before counting the call
-        self.calls += 1
+        timer_key = keys.timer(due_at_ms, SLEEP_KIND, tid.bytes)  # validates due_at_ms before any store call
         keys.declare_signals(self.store)
         mark = keys.sleep_mark(tid.bytes)
         current = self.store.get(self.partition, mark)
-        if current is None:
+        journaled = current is None
+        if journaled:
             pending = _PENDING.pack(b"P", due_at_ms)
             batch = Batch().require(Absent(mark)).put(mark, pending).put(timer_key, b"")
             batch.put(keys.identity(SLEEP_KIND, tid.bytes), timer_key)
             self.store.apply(self.partition, batch)  # a PreconditionFailed means a racing replay journaled it
             if self.service is not None:
                 self.service.notify(self.partition, due_at_ms)
-            # Not a replay even if the service fires it at once: wait on the journaled due time.
             current = self.store.get(self.partition, mark)
-            if current == _FIRED:
-                return mark, due_at_ms
+        self.calls += 1
         if current == _FIRED:
-            return mark, None
+            # Journaled by this call, it is no replay even if the service fired it at once: the wait is
+            # on its due time.
+            return mark, due_at_ms if journaled else None
         assert current is not None  # the mark was found, or journaled just above
         return mark, _PENDING.unpack(current)[1]
 
@@ -157,9 +163,9 @@ class DurableContext:
             return None
         if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)):
             raise TypeError(f"timeout_s must be a number of seconds or None, got {type(timeout_s).__name__} {timeout_s!r}")
-        if math.isnan(timeout_s):
+        if isinstance(timeout_s, float) and math.isnan(timeout_s):
             raise ValueError(f"timeout_s must be a number of seconds or None, got {timeout_s!r}")
-        # Past the range of due times (1e308 s, whose ns a float makes inf) is as good as none.
+        # Past the range of due times (1e308 s, whose ns a float makes inf; an int past a float's) is as good as none.
         return None if timeout_s > MAX_SPAN_S else self.clock.monotonic_ns() + round(max(0.0, timeout_s) * 1e9)
 
     def _timeout(self, mark: bytes, due: int, timeout_s) -> TimeoutError:

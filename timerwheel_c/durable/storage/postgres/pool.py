@@ -22,9 +22,11 @@ A pool closes:
   awaited when its loop runs in another thread or not at all; from a coroutine on that very loop (a
   sync call cannot wait there), the close finishes at the loop's next turns.
 
-A loop closed without cancelling its tasks (a bare ``loop.close()``) leaves its pool's connections
-to be closed when they are collected, with asyncio's "Task was destroyed but it is pending" for
-that task, as for any task left running.
+A loop closed without cancelling its tasks (a bare ``loop.close()``) leaves its pool's tasks to
+asyncio's "Task was destroyed but it is pending", as any task left running; its connections, which
+no task of a closed loop can close, are closed (their sessions ended, without the loop) at the next
+loop's first write or at the store's close, whichever comes first. They stayed open until the
+process ended.
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ import contextlib
 import functools
 import logging
 import threading
+import weakref
 from typing import AsyncIterator, Callable, Dict, Optional, Tuple
 
 import psycopg
@@ -74,6 +77,10 @@ class AsyncPools:
         self._by_loop: Dict[asyncio.AbstractEventLoop,
                             Tuple[AsyncConnectionPool, "asyncio.Task[None]", "asyncio.Task[None]"]] = {}
         self._sizes = (MIN_SIZE, MAX_SIZE, TIMEOUT_S)
+        # loop -> the connections its pool made (closed ones drop out, and a loop no one holds), to end
+        # their sessions should the loop close with its pool open (_end_sessions)
+        self._made: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, weakref.WeakSet[psycopg.AsyncConnection]]" = \
+            weakref.WeakKeyDictionary()
 
     def configure(self, min_size: int = MIN_SIZE, max_size: int = MAX_SIZE, timeout_s: float = TIMEOUT_S) -> None:
         """Size the pools made after this call: ``min_size`` connections kept open (>= 0),
@@ -114,6 +121,7 @@ class AsyncPools:
             if found is None:
                 for old in [other for other in self._by_loop if other.is_closed()]:
                     del self._by_loop[old]
+                    self._end_sessions(old)
                 min_size, max_size, timeout_s = self._sizes
                 pool: AsyncConnectionPool = AsyncConnectionPool(
                     self._dsn, kwargs=dict(CONNECT_KWARGS), min_size=min_size, max_size=max_size, timeout=timeout_s,
@@ -146,9 +154,18 @@ class AsyncPools:
             closer.cancel()
 
     async def _configure(self, conn: psycopg.AsyncConnection) -> None:
+        with self._lock:
+            self._made.setdefault(asyncio.get_running_loop(), weakref.WeakSet()).add(conn)
         await conn.execute(SESSION_SETUP)
         if self._setup is not None:
             await conn.execute(self._setup)
+
+    def _end_sessions(self, loop: asyncio.AbstractEventLoop) -> None:
+        """End the sessions of the connections that closed ``loop``'s pool made (under the lock): with
+        the loop closed, no task can close them, and the libpq connection is closed without it."""
+        for conn in list(self._made.pop(loop, ())):
+            if not conn.closed:
+                conn.pgconn.finish()
 
     async def _close_when_cancelled(self, loop: asyncio.AbstractEventLoop, pool: AsyncConnectionPool) -> None:
         try:
@@ -157,6 +174,7 @@ class AsyncPools:
             with self._lock:
                 if self._by_loop.get(loop, (None,))[0] is pool:
                     del self._by_loop[loop]
+                    self._made.pop(loop, None)
             await _close(pool)
 
     def close(self) -> None:
@@ -165,6 +183,8 @@ class AsyncPools:
             entries, self._by_loop = list(self._by_loop.items()), {}
         for loop, (_, closer, _) in entries:
             if loop.is_closed():
+                with self._lock:
+                    self._end_sessions(loop)
                 continue
             try:
                 on_loop = asyncio.get_running_loop() is loop
