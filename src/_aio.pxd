@@ -42,12 +42,13 @@ cdef class WheelScheduler:
     cdef bint _closed
     cdef double _slack_s
     cdef int64_t _wake_ms      # the armed wake-up's ms, or NO_WAKE / IN_BATCH
-    cdef object _wake          # the loop's TimerHandle of the one wake-up
+    cdef object _wake          # the loop's handle of the one wake-up (a TimerHandle, or a Handle at the next turn)
     cdef TimerWheel _wheel     # the handles' wheel: tokens index _handles
     cdef list _handles         # token -> the handle it arms, None when free: the collector sees them
     cdef token_stack_t _free_tokens  # the free indexes of _handles
     cdef list _keyed           # KeyedTimers sets, each on its own wheel
     cdef int64_t _origin_ms    # the loop's ms that is every wheel's 0 ms: 0, unless the loop's clock went below 0
+    cdef bint _behind          # a timer was armed due before its wheel's ms (the loop's clock went back)
 
     # The C-level API.
     cdef double c_time(self) except? -1.0

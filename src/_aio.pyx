@@ -524,18 +524,22 @@ cdef class WheelScheduler:
         """The wheels' ms of the loop's ms ``loop_ms``. A loop clock gone back before a wheel's time
         (a patched or virtual clock: ``mock.patch``, looptime), or below the wheels' origin, takes the
         wheels back with it: each timer is filed again by its deadline, in its old wheel's fire order
-        (equal deadlines keep arming order), as ``EventLoop`` does, and as asyncio's heap needs no
+        (equal deadlines keep their order), as ``EventLoop`` does, and as asyncio's heap needs no
         telling. Without it a timer armed after the step fired once the clock came back to the
         wheel's time, late by the whole step."""
         cdef int64_t now_ms
         cdef bint rebase = loop_ms < self._origin_ms
+        # Back at a wheel's very ms: only a timer armed meanwhile, clamped to the ms after, is owed now.
+        cdef bint behind = self._behind
+        self._behind = False
         if rebase:
             self._origin_ms = loop_ms - 1  # the ms before: timers due now fire in this batch
         now_ms = loop_ms - self._origin_ms
-        if rebase or now_ms < self._wheel.c_now_ms():
+        if rebase or now_ms < self._wheel.c_now_ms() or (behind and now_ms == self._wheel.c_now_ms()):
             self._refile_handles(now_ms)
         for keyed in self._keyed:
-            if rebase or now_ms < (<KeyedTimers>keyed)._wheel.c_now_ms():
+            if rebase or now_ms < (<KeyedTimers>keyed)._wheel.c_now_ms() \
+                    or (behind and now_ms == (<KeyedTimers>keyed)._wheel.c_now_ms()):
                 (<KeyedTimers>keyed)._refile(now_ms)
         return now_ms
 
@@ -568,6 +572,8 @@ cdef class WheelScheduler:
             if now_ms > wheel.c_now_ms():
                 wheel.c_advance(now_ms, &none)
                 wheel.c_release(&none)
+        if due_ms < wheel.c_now_ms():  # the clock went back: filed at the ms after the wheel's, for now
+            self._behind = True
         return due_ms - wheel.c_now_ms()
 
     cdef int _arm_handle(self, WheelHandle handle, double when_s) except -1:
@@ -604,17 +610,16 @@ cdef class WheelScheduler:
 
     cdef int _arm_wake(self, int64_t due_ms) except -1:
         """Move the one loop wake-up to ``due_ms``; aimed so the wake-up sees ``due_ms``. A due ms of
-        0 (at or before the wheels' origin) wakes at once: the loop's clock may lie below the origin
-        (it went back), and the wake-up then follows it (:meth:`_follow_clock`)."""
+        0 (at or before the wheels' origin) wakes at the loop's next turn: the loop's clock may lie
+        below the origin (it went back), and the wake-up then follows it (:meth:`_follow_clock`)."""
         cdef int64_t loop_ms = due_ms + self._origin_ms
         cdef double at_s = loop_ms / 1000.0
         if _floor_ms(at_s) < loop_ms:  # float rounding put it a hair early
             at_s = nextafter(at_s, INFINITY)
-        if due_ms == 0:
-            at_s = min(at_s, self.c_time())
         # The new wake-up before the old one goes: if loop.call_at raises, the old one and its
         # _wake_ms stand, so no timer is left without a wake-up that _wake_ms claims is armed.
-        wake = self._loop.call_at(at_s, self._on_wake)
+        # Due at 0, at the next turn, not at a time: the clock may go back further before then.
+        wake = self._loop.call_soon(self._on_wake) if due_ms == 0 else self._loop.call_at(at_s, self._on_wake)
         if self._wake is not None:
             self._wake.cancel()
         self._wake_ms = due_ms
@@ -756,7 +761,8 @@ cdef int64_t _handle_due(object scheduler, uint64_t token, int64_t last) except?
 
 cdef int64_t _refiled_ms(WheelScheduler scheduler, double when_s) except? -1:
     """The due ms a timer is filed again at when the wheels follow the clock: its deadline's, or the
-    wheels' last ms for one the new origin puts past their range (never earlier than its deadline)."""
+    wheels' last ms for one the new origin puts past their range (a deadline within the origin's
+    distance of 2**62 ms, some 146 million years: no loop's clock reaches either)."""
     try:
         return scheduler._due_ms(when_s)
     except ValueError:

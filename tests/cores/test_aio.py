@@ -318,6 +318,24 @@ def test_a_loop_clock_that_goes_back_or_below_zero_takes_the_wheels_with_it(aio_
         assert at(-99.8) == ["at -4"]
         assert at(-99.75) == ["at -4", "key 1"]
         assert at(-99.5) == ["at -4", "key 1", "at -99.5"]
+        # Two steps back before the loop turns, each arming a timer due before the wheels' origin: the
+        # wake-up is the loop's next turn, which follows the clock (it was aimed at the first step's
+        # time, and the second timer fired 9 s late).
+        fired.clear()
+        clock[0] = -200.0
+        sched.call_at(-195.0, lambda: fired.append(("at -195", clock[0])))
+        clock[0] = -210.0
+        sched.call_at(-209.0, lambda: fired.append(("at -209", clock[0])))
+        assert at(-209.5) == []
+        assert at(-209.0) == ["at -209"]
+        assert at(-195.0) == ["at -209", "at -195"]
+        # Armed while the clock is behind the wheel, then the clock comes back to the wheel's very ms:
+        # owed now (it waited for the ms after).
+        fired.clear()
+        at(-190.0)
+        clock[0] = -191.0
+        sched.call_at(-190.5, lambda: fired.append(("at -190.5", clock[0])))
+        assert at(-190.0) == ["at -190.5"]
         sched.close()
     finally:
         loop.close()

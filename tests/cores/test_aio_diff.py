@@ -11,6 +11,7 @@ from __future__ import annotations
 import heapq
 import importlib
 import itertools
+import math
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -35,6 +36,9 @@ class _CrankedLoop:
         entry = [when, next(self._seq), callback, args]
         heapq.heappush(self._timers, entry)
         return _Cancel(entry)
+
+    def call_soon(self, callback, *args):
+        return self.call_at(-math.inf, callback, *args)  # first, at the next crank
 
     def call_exception_handler(self, context):
         self.errors.append(type(context["exception"]).__name__)

@@ -251,6 +251,7 @@ class WheelScheduler:
         # The loop's ms that is every wheel's 0 ms: 0, unless the loop's clock went below 0 (a
         # wheel's ms are >= 0).
         self._origin_ms = now_ms - 1 if now_ms < 0 else 0
+        self._behind = False  # a timer was armed due before its wheel's ms (the loop's clock went back)
         self._wheel = self._wheel_class(now_ms=now_ms - self._origin_ms)
         self._handles: list[Optional[WheelHandle]] = [None]  # token -> handle; 0 is no token
         self._free_tokens: list[int] = []  # the free indexes of _handles, a stack
@@ -455,17 +456,19 @@ class WheelScheduler:
         """The wheels' ms of the loop's ms ``loop_ms``. A loop clock gone back before a wheel's time
         (a patched or virtual clock: ``mock.patch``, looptime), or below the wheels' origin, takes the
         wheels back with it: each timer is filed again by its deadline, in its old wheel's fire order
-        (equal deadlines keep arming order), as ``EventLoop`` does, and as asyncio's heap needs no
+        (equal deadlines keep their order), as ``EventLoop`` does, and as asyncio's heap needs no
         telling. Without it a timer armed after the step fired once the clock came back to the
         wheel's time, late by the whole step."""
         rebase = loop_ms < self._origin_ms
+        # Back at a wheel's very ms: only a timer armed meanwhile, clamped to the ms after, is owed now.
+        behind, self._behind = self._behind, False
         if rebase:
             self._origin_ms = loop_ms - 1  # the ms before: timers due now fire in this batch
         now_ms = loop_ms - self._origin_ms
-        if rebase or now_ms < self._wheel.now_ms():
+        if rebase or now_ms < self._wheel.now_ms() or (behind and now_ms == self._wheel.now_ms()):
             self._refile_handles(now_ms)
         for keyed in self._keyed:
-            if rebase or now_ms < keyed._wheel.now_ms():
+            if rebase or now_ms < keyed._wheel.now_ms() or (behind and now_ms == keyed._wheel.now_ms()):
                 keyed._refile(now_ms)
         return now_ms
 
@@ -487,6 +490,8 @@ class WheelScheduler:
             now_ms = floor_ms(self._time()) - self._origin_ms
             if now_ms > wheel.now_ms():
                 wheel.advance(now_ms)
+        if due_ms < wheel.now_ms():  # the clock went back: filed at the ms after the wheel's, for now
+            self._behind = True
         return due_ms - wheel.now_ms()
 
     def _arm_handle(self, handle: WheelHandle, when_s: float) -> None:
@@ -519,17 +524,16 @@ class WheelScheduler:
 
     def _arm_wake(self, due_ms: int) -> None:
         """Move the one loop wake-up to ``due_ms``; aimed so the wake-up sees ``due_ms``. A due ms of
-        0 (at or before the wheels' origin) wakes at once: the loop's clock may lie below the origin
-        (it went back), and the wake-up then follows it (:meth:`_follow_clock`)."""
+        0 (at or before the wheels' origin) wakes at the loop's next turn: the loop's clock may lie
+        below the origin (it went back), and the wake-up then follows it (:meth:`_follow_clock`)."""
         loop_ms = due_ms + self._origin_ms
         at_s = loop_ms / 1000.0
         if floor_ms(at_s) < loop_ms:  # float rounding put it a hair early
             at_s = math.nextafter(at_s, math.inf)
-        if due_ms == 0:
-            at_s = min(at_s, self._time())
         # The new wake-up before the old one goes: if loop.call_at raises, the old one and its
         # _wake_ms stand, so no timer is left without a wake-up that _wake_ms claims is armed.
-        wake = self._loop.call_at(at_s, self._on_wake)
+        # Due at 0, at the next turn, not at a time: the clock may go back further before then.
+        wake = self._loop.call_soon(self._on_wake) if due_ms == 0 else self._loop.call_at(at_s, self._on_wake)
         if self._wake is not None:
             self._wake.cancel()
         self._wake_ms = due_ms
@@ -648,7 +652,8 @@ def _handle_due(scheduler: WheelScheduler, token: int, last: int) -> int:
 
 def _refiled_ms(scheduler: WheelScheduler, when_s: float) -> int:
     """The due ms a timer is filed again at when the wheels follow the clock: its deadline's, or the
-    wheels' last ms for one the new origin puts past their range (never earlier than its deadline)."""
+    wheels' last ms for one the new origin puts past their range (a deadline within the origin's
+    distance of 2**62 ms, some 146 million years: no loop's clock reaches either)."""
     try:
         return scheduler._due_ms(when_s)
     except ValueError:
