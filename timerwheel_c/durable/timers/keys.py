@@ -353,7 +353,7 @@ def timer(due_at_ms: int, kind, reference: bytes, *, occurrence: bool = False) -
     Args:
         due_at_ms: due time, Unix epoch ms, 0..2**64-1.
         kind: 1..255, an int or a :class:`TimerKind`.
-        reference: opaque bytes, at most :data:`MAX_REFERENCE_BYTES` (2,026).
+        reference: opaque bytes, at most :data:`MAX_REFERENCE_BYTES` (2,024).
         occurrence: the row is a schedule's pending occurrence (``reference``: its name).
 
     Raises:

@@ -56,7 +56,6 @@ writes on a pool of connections per event loop (:meth:`PostgresStore.async_pools
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 import functools
 import hashlib
@@ -265,11 +264,14 @@ class PostgresStore(Store):
     def __del__(self):
         # A store dropped without close() ends its session at once: psycopg before 3.3 keeps a
         # connection that has sent a list parameter in a reference cycle, which only the cyclic
-        # collector frees (a store per request piled up sessions). Nothing may raise from here.
+        # collector frees (a store per request piled up sessions). Nothing may raise from here, nor
+        # look up a module global: at interpreter exit they may be None already (contextlib was).
         conn = self.__dict__.get("_conn")
         if conn is not None:
-            with contextlib.suppress(Exception):
+            try:
                 conn.close()
+            except Exception:
+                pass
 
     def _after_fork(self) -> None:
         """In a forked child: forget the parent's connections (:mod:`..forks`); the next call opens
