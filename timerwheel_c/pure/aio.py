@@ -256,7 +256,7 @@ class WheelScheduler:
         self._handles: list[Optional[WheelHandle]] = [None]  # token -> handle; 0 is no token
         self._free_tokens: list[int] = []  # the free indexes of _handles, a stack
         self._keyed: list[KeyedTimers] = []
-        self._wake: Optional[asyncio.TimerHandle] = None
+        self._wake: Optional[asyncio.Handle] = None  # a TimerHandle, or a Handle at the next turn
         self._wake_ms = NO_WAKE
         self._closed = False
 
