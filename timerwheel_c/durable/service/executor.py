@@ -29,7 +29,7 @@ from typing import Callable, Optional
 
 from ..timers import tracing
 from ..timers.registry import TimerContext
-from ..timers.runner import Attempt, RunReport, settle
+from ..timers.runner import Attempt, RunReport, past_timeout, settle
 from ..storage.store import Store
 from .committer import Committer
 from .metrics import Recorder
@@ -269,14 +269,14 @@ class Executor:
         except asyncio.CancelledError:
             if job.cancelled_by != "timeout":
                 raise
-            attempt.error = TimeoutError(f"handler ran past its timeout_s={job.timeout_s} s; cancelled")
+            attempt.error = past_timeout(job.timeout_s, "cancelled")
         finally:
             if timer is not None:
                 timer.cancel()
         if job.cancelled_by == "timeout" and attempt.error is None:
             # It swallowed the cancel and returned late: failed, its outcome dropped, as a sync call's.
             attempt.outcome = None
-            attempt.error = TimeoutError(f"handler ran past its timeout_s={job.timeout_s} s; it ignored the cancel")
+            attempt.error = past_timeout(job.timeout_s, "it ignored the cancel")
         self._settle(job, attempt)
 
     @staticmethod
@@ -346,8 +346,7 @@ class Executor:
                     if job.timeout_s is not None and running_s >= job.timeout_s and not job.settled:
                         attempt = Attempt(time.monotonic, self.wall_ms)
                         attempt.started_ms, attempt.took_s = started_ms, running_s  # the call's start
-                        attempt.error = TimeoutError(f"handler ran past its timeout_s={job.timeout_s} s; "
-                                                     "its thread is left to finish and its outcome dropped")
+                        attempt.error = past_timeout(job.timeout_s, "its thread is left to finish and its outcome dropped")
                         self._settle(job, attempt, keep_busy=True)
                 if rescued:
                     self.queue.push_front(rescued)

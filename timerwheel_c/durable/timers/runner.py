@@ -56,7 +56,7 @@ from ..storage.store import Absent, Batch, Committed, Equals, Page, Refused, Sto
 __all__ = [
     "BACKOFF_BASE_MS", "BACKOFF_CAP_MS", "NO_PROGRESS_WAKE_MS", "PAGE", "Attempt", "ClaimedTimer", "Claims", "Pace",
     "RunReport", "TickBudget", "backoff_ms", "claim_due", "claim_due_across", "commit_across", "commit_outcomes", "due_request", "fire",
-    "needs_wake_scan", "next_wake", "release_claims", "run_due", "settle", "wake_request",
+    "needs_wake_scan", "next_wake", "past_timeout", "release_claims", "run_due", "settle", "wake_request",
 ]
 
 log = logging.getLogger("timerwheel_c.durable")
@@ -106,6 +106,11 @@ class Attempt:
                 return False
         self.error = exc
         return True
+
+
+def past_timeout(timeout_s: Optional[float], what: str) -> TimeoutError:
+    """The failure of a handler call that ran past its ``timeout_s`` (s); ``what`` says what became of it."""
+    return TimeoutError(f"handler ran past its timeout_s={timeout_s} s; {what}")
 
 
 def fire(store: Store, partition: str, now_ms: int, claimed: ClaimedTimer, report: RunReport,
@@ -163,11 +168,11 @@ def _awaited(handler, context: TimerContext, timer, started_ms: int) -> object:
         except asyncio.CancelledError:
             if not expired:
                 raise
-            raise TimeoutError(f"handler ran past its timeout_s={handler.timeout_s} s; cancelled") from None
+            raise past_timeout(handler.timeout_s, "cancelled") from None
         finally:
             expiry.cancel()
         if expired:  # it swallowed the cancel and returned late: failed, its outcome dropped, as the service does
-            raise TimeoutError(f"handler ran past its timeout_s={handler.timeout_s} s; it ignored the cancel")
+            raise past_timeout(handler.timeout_s, "it ignored the cancel")
         return outcome
 
     # A loop of its own, not asyncio.run, which would also unset the thread's current loop.
