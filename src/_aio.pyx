@@ -527,19 +527,19 @@ cdef class WheelScheduler:
         (equal deadlines keep their order), as ``EventLoop`` does, and as asyncio's heap needs no
         telling. Without it a timer armed after the step fired once the clock came back to the
         wheel's time, late by the whole step."""
-        cdef int64_t now_ms
+        cdef int64_t now_ms, stale_ms
         cdef bint rebase = loop_ms < self._origin_ms
-        # Back at a wheel's very ms: only a timer armed meanwhile, clamped to the ms after, is owed now.
-        cdef bint behind = self._behind
-        self._behind = False
         if rebase:
             self._origin_ms = loop_ms - 1  # the ms before: timers due now fire in this batch
         now_ms = loop_ms - self._origin_ms
-        if rebase or now_ms < self._wheel.c_now_ms() or (behind and now_ms == self._wheel.c_now_ms()):
+        # A wheel at or past stale_ms is refiled: one after now_ms; back at its very ms too if a timer was
+        # armed meanwhile (clamped to the ms after, it is owed now).
+        stale_ms = now_ms if self._behind else now_ms + 1
+        self._behind = False
+        if rebase or self._wheel.c_now_ms() >= stale_ms:
             self._refile_handles(now_ms)
         for keyed in self._keyed:
-            if rebase or now_ms < (<KeyedTimers>keyed)._wheel.c_now_ms() \
-                    or (behind and now_ms == (<KeyedTimers>keyed)._wheel.c_now_ms()):
+            if rebase or (<KeyedTimers>keyed)._wheel.c_now_ms() >= stale_ms:
                 (<KeyedTimers>keyed)._refile(now_ms)
         return now_ms
 

@@ -460,15 +460,17 @@ class WheelScheduler:
         telling. Without it a timer armed after the step fired once the clock came back to the
         wheel's time, late by the whole step."""
         rebase = loop_ms < self._origin_ms
-        # Back at a wheel's very ms: only a timer armed meanwhile, clamped to the ms after, is owed now.
-        behind, self._behind = self._behind, False
         if rebase:
             self._origin_ms = loop_ms - 1  # the ms before: timers due now fire in this batch
         now_ms = loop_ms - self._origin_ms
-        if rebase or now_ms < self._wheel.now_ms() or (behind and now_ms == self._wheel.now_ms()):
+        # A wheel at or past stale_ms is refiled: one after now_ms; back at its very ms too if a timer was
+        # armed meanwhile (clamped to the ms after, it is owed now).
+        stale_ms = now_ms if self._behind else now_ms + 1
+        self._behind = False
+        if rebase or self._wheel.now_ms() >= stale_ms:
             self._refile_handles(now_ms)
         for keyed in self._keyed:
-            if rebase or now_ms < keyed._wheel.now_ms() or (behind and now_ms == keyed._wheel.now_ms()):
+            if rebase or keyed._wheel.now_ms() >= stale_ms:
                 keyed._refile(now_ms)
         return now_ms
 
