@@ -99,6 +99,35 @@ def test_redact_masks_a_password_quoted_verbatim_in_any_text():
     assert redact("nothing secret", None) == "nothing secret"
 
 
+@pytest.mark.parametrize("url, text, shown", [
+    # A short password: masked where the URL quotes it, never in unrelated text (its places would
+    # give it away: "1" out of "127.0.0.1" and "1001").
+    ("postgresql://postgres:1@127.0.0.1:55451/postgres",
+     "invoice 2021-10 for customer 1001 declined (HTTP 402) at 127.0.0.1",
+     "invoice 2021-10 for customer 1001 declined (HTTP 402) at 127.0.0.1"),
+    ("postgresql://app:1@127.0.0.1:1/db1",
+     'cannot open store \'postgresql://app:1@127.0.0.1:1/db1\': connection to server at "127.0.0.1", port 1 failed',
+     'cannot open store \'postgresql://app:***@127.0.0.1:1/db1\': connection to server at "127.0.0.1", port 1 failed'),
+    # A password that is also the user's name, or inside a longer word, stays where it is not the password.
+    ("postgresql://postgres:postgres@127.0.0.1:55451/nosuchdb",
+     "cannot open store 'postgresql://postgres:postgres@127.0.0.1:55451/nosuchdb': database \"nosuchdb\"",
+     "cannot open store 'postgresql://postgres:***@127.0.0.1:55451/nosuchdb': database \"nosuchdb\""),
+    ("host=db user=timers password=timers dbname=timers", "role timers: timers-table failed",
+     "role timers: timers-table failed"),
+    ("postgresql://app:s3cret@db/timers", "s3crets and xs3cret and s3cret_x are other words; s3cret.",
+     "s3crets and xs3cret and s3cret_x are other words; ***."),
+    # A password's tail after an unencoded "@", as libpq quotes it inside a host name, is still masked.
+    ("postgresql://app:p@ss-Q9x@db/timers", "failed to resolve host 'ss-Q9x@db'", "failed to resolve host '***db'"),
+])
+def test_redact_masks_verbatim_only_whole_long_passwords(url, text, shown):
+    """Outside a URL or a password= parameter, a password is masked only as a whole word of at least
+    MIN_VERBATIM characters that the URL does not also name as its user, host, port or database."""
+    from timerwheel_c.durable.storage.redact import MIN_VERBATIM, redact
+
+    assert MIN_VERBATIM == 5
+    assert redact(text, url) == shown
+
+
 def test_unsupported_store_url_error_masks_the_password():
     """open_store's ValueError names the URL with its password masked."""
     with pytest.raises(ValueError, match=r"mysql://app:\*\*\*@db") as exc:
