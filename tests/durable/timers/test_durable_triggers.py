@@ -299,6 +299,36 @@ def test_no_occurrence_past_the_representable_range_is_none():
     assert Every(0.001, start=2**64 - 2).next_after(0) == 2**64 - 1
 
 
+@pytest.mark.parametrize("expr, tz", [("0 * * * *", "UTC"), ("* * * * *", "UTC"), ("0 0-23 * * *", "UTC"),
+                                       ("*/30 * * * *", "America/New_York"), ("15 * * * *", "Asia/Tokyo")])
+def test_the_last_days_before_the_year_10000_keep_their_occurrences(expr, tz):
+    """The occurrences up to the end of 9999-12-31 (UTC) are all found, in either DST rule (an hour
+    field of ``*`` or not): the look two days ahead for a fall-back, and the walk past the last
+    reading, end the search there, not before it. Checked against a walk minute by minute."""
+    from cronsim import CronSim
+
+    zone = ZoneInfo(tz)
+    after = at_ms("9999-12-29T12:00+00:00")
+    cron = Cron(expr, tz, start=0)
+    found, at = [], after
+    while (at := cron.next_after(at)) is not None:
+        found.append(at)
+    minute, last = after // 60_000 * 60_000 + 60_000, at_ms("9999-12-31T23:59+00:00")
+    expected = []
+    while minute <= last:
+        try:
+            wall = dt.datetime.fromtimestamp(minute / 1000, dt.timezone.utc).astimezone(zone).replace(tzinfo=None)
+        except OverflowError:  # Tokyo's reading is in the year 10000 from 15:00 UTC on
+            break
+        try:
+            if next(CronSim(expr, wall - dt.timedelta(minutes=1))) == wall:
+                expected.append(minute)
+        except OverflowError:  # the next match is past the year 9999: this minute is none
+            pass
+        minute += 60_000
+    assert found == expected and expected
+
+
 def test_aliases_and_strictly_after_start():
     """@hourly/@daily/@weekly/@monthly are their 5-field forms, and an occurrence at start itself
     is not included (occurrences are strictly after start)."""

@@ -536,22 +536,29 @@ class Cron(Trigger):
         start = local.replace(tzinfo=None) - _MS
         # A fall-back within the next two days repeats readings from before ``local``: start that much
         # earlier, so that their second pass, still to come, is found.
-        now, ahead = local.utcoffset(), self._offset_at(min(after_ms + _TWO_DAYS_MS, MAX_DUE_MS))
+        now = local.utcoffset()
+        try:
+            ahead = self._offset_at(min(after_ms + _TWO_DAYS_MS, MAX_DUE_MS))
+        except OverflowError:  # two days ahead is past the year 9999: no fall-back there to look back for
+            ahead = None
         if now is not None and ahead is not None and ahead < now:
             start -= now - ahead
         pending: list = []
-        for wall in CronSim(self._expr, start):
-            instants = self._instants_of(wall)
-            if not instants:
-                continue  # in a gap: no instant reads it
-            while pending and pending[0] < instants[0]:
-                due_ms = heapq.heappop(pending)
-                if due_ms > after_ms:
-                    yield due_ms
-            for due_ms in instants:
-                heapq.heappush(pending, due_ms)
-        # cronsim found no match for 50 years. No instant here passes MAX_DUE_MS: a datetime ends in
-        # the year 9999, and the OverflowError past it ends occurrences().
+        try:
+            for wall in CronSim(self._expr, start):
+                instants = self._instants_of(wall)
+                if not instants:
+                    continue  # in a gap: no instant reads it
+                while pending and pending[0] < instants[0]:
+                    due_ms = heapq.heappop(pending)
+                    if due_ms > after_ms:
+                        yield due_ms
+                for due_ms in instants:
+                    heapq.heappush(pending, due_ms)
+        except OverflowError:  # a reading past the year 9999: the instants found before it still come
+            pass
+        # cronsim found no match for 50 years, or the readings reached the year 9999's end. No instant
+        # here passes MAX_DUE_MS: a datetime ends in the year 9999.
         yield from (due_ms for due_ms in sorted(pending) if due_ms > after_ms)
 
     def _instants_of(self, wall: _dt.datetime) -> list:
