@@ -314,6 +314,25 @@ def test_a_listed_schedule_occurrence_is_named_as_such_by_the_commands_on_one_ti
         one_line_error(out, 1, "occurrence of schedule 'heartbeat'", "timerwheel-c schedules")
 
 
+def test_the_steering_hint_of_an_occurrence_stays_one_line_and_pastes_back(tmp_path):
+    """A schedule and partition named with a newline, a terminal escape, a quote and a backslash:
+    the hint of the commands on one timer stays one line with no raw control character, and its
+    command, pasted into bash, names the partition and the schedule exactly."""
+    from timerwheel_c.durable import Every, add_schedule
+
+    url = "sqlite:///" + str(tmp_path / "hint.db")
+    partition, name = "p'art\\\u2028", "nightly\nreport\x1b[2J \u00e9"
+    with open_store(url) as store:
+        add_schedule(store, partition, name, Every(60), KIND)
+    out = cli("timers", "fire-now", "--store", url, "--partition", partition, "--kind", str(KIND), "--reference", name)
+    line = one_line_error(out, 1, "occurrence of schedule", "timerwheel-c schedules")
+    assert "\x1b" not in line and "\u2028" not in line
+    command = line.split("steered with ", 1)[1]
+    echoed = subprocess.run(["bash", "-c", "printf '%s\\0' " + command.replace("timerwheel-c schedules pause|resume|remove", "")],
+                            capture_output=True, text=True, check=True).stdout
+    assert echoed.split("\0")[:-1] == ["--partition", partition, name]
+
+
 def test_control_characters_in_names_are_escaped_in_tables(tmp_path):
     """A partition name holding a newline and a terminal escape sequence: ``timers list``, ``timers
     show`` and ``fleet status`` print it escaped (``\\n``, ``\\x1b``), so that a name can neither

@@ -6,11 +6,12 @@ Plain text from the standard library, so that the commands need nothing beyond t
 from __future__ import annotations
 
 import datetime as dt
+import shlex
 from typing import Optional
 
 from ..storage.redact import redact
 
-__all__ = ["in_words", "local_iso", "printable", "reference_text", "table", "utc_iso"]
+__all__ = ["in_words", "local_iso", "printable", "reference_text", "shell_word", "table", "utc_iso"]
 
 _UNITS = ((86_400_000, "d"), (3_600_000, "h"), (60_000, "min"), (1_000, "s"))
 
@@ -29,6 +30,27 @@ def printable(text: str) -> str:
     escape sequence) written as its Python escape (``\\n``, ``\\x1b``): names and errors come from
     applications, and must neither break a table's rows nor drive the operator's terminal."""
     return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def shell_word(text: str) -> str:
+    """``text`` as one word of a POSIX shell command an operator may paste: :func:`shlex.quote`'s
+    form, or, where ``text`` holds a character that is not printable (which ``shlex.quote`` would
+    print raw: a newline breaks the line, an ESC drives the terminal), bash's ``$'...'`` form with
+    that character escaped (``\n``, ``\x1b``, ``\u2028``), which bash, zsh and ksh read back as ``text``."""
+    if text.isprintable():
+        return shlex.quote(text)
+    return "$'" + "".join(_ansi_c(c) for c in text) + "'"
+
+
+def _ansi_c(c: str) -> str:
+    """One character of a ``$'...'`` word."""
+    if c in "\\'":
+        return "\\" + c
+    if c.isprintable():
+        return c
+    code = ord(c)
+    return {"\n": "\\n", "\t": "\\t", "\r": "\\r"}.get(c) or (
+        f"\\x{code:02x}" if code < 0x80 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
 
 
 def local_iso(ms: Optional[int], zone: Optional[dt.tzinfo] = None) -> str:

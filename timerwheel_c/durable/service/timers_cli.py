@@ -53,7 +53,6 @@ import datetime as dt
 import heapq
 import json
 import math
-import shlex
 import sys
 import time
 from typing import Optional
@@ -67,7 +66,7 @@ from ..timers.kind_names import kind_names
 from ..timers.schedules import get_schedule
 from ..timers.writer import STATES, PendingTimer, cancel, get_timer, list_timers, requeue
 from .cli import open_or_say, store_url
-from .cli_text import first_line, in_words, local_iso, printable, reference_text, table, utc_iso
+from .cli_text import first_line, in_words, local_iso, printable, reference_text, shell_word, table, utc_iso
 
 DEFAULT_LIMIT = 100
 _NAMED = ("show", "cancel", "requeue", "fire-now")  # the actions on one timer, named by its identity
@@ -299,7 +298,7 @@ def _occurrence_hint(store, args, reference: bytes) -> str:
     if info is None or int(info.kind) != args.kind:
         return ""
     return (f"; it is an occurrence of schedule {schedule_name!r}, steered with timerwheel-c schedules "
-            f"pause|resume|remove --partition {shlex.quote(args.partition)} {shlex.quote(schedule_name)}")
+            f"pause|resume|remove --partition {shell_word(args.partition)} {shell_word(schedule_name)}")
 
 
 def main(args) -> int:
