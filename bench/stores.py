@@ -47,6 +47,9 @@ class Delegating(Store):
     def shard_count(self) -> int:  # type: ignore[override]  # as the store it wraps
         return self.inner.shard_count
 
+    def refresh_shard_count(self) -> int:
+        return self.inner.refresh_shard_count()
+
     def _apply(self, partition: str, batch: Batch) -> Union[Committed, PreconditionFailed]:
         return self._apply_many(partition, [batch])[0]
 

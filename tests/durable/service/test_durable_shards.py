@@ -213,3 +213,55 @@ def test_a_left_out_partition_needs_a_bytes_reference():
 
     with pytest.raises(TypeError, match="reference must be bytes, got str 'order-42'"):
         partition_of(None, "order-42")
+
+
+def test_a_lone_service_follows_a_reshard_made_while_it_runs(store_url):
+    """A service serving every shard without a fleet (fleet=False) reads the store's shard count again
+    once an ownership interval of its clock has passed: timers written after another handle doubled
+    the count, into shards the old count does not have, fire. On PostgreSQL it read only the old
+    count's shards until it restarted (a reshard refuses only while fleet runners hold the store's locks)."""
+    from timerwheel_c.durable.storage.shards import shard_of
+    from timerwheel_c.durable.timers.timing import ManualClock
+
+    store, admin = open_store(store_url), open_store(store_url)
+    clock, h = ManualClock(), Stamp()
+    try:
+        before = store.shard_count
+        with DurableTimerService(store, TimerRegistry().register(h), None, fleet=False, max_sleep_s=3600,
+                                 summary_interval_s=3600, clock=clock) as svc:
+            wait_until(lambda: svc.passes >= 1, "the first pass", LIVENESS_S)
+            admin.reshard(2 * before)
+            names = [f"user/{i}" for i in range(200) if shard_of(f"user/{i}", 2 * before) >= before][:5]
+            assert names
+            for name in names:
+                schedule(admin, name, wall_ms() - 1000, KIND, name.encode())
+            clock.advance(svc.timing.ownership_interval_s)
+            svc.schedule(names[0], wall_ms() - 1000, KIND, b"kick")  # a pass after the interval
+            with h.cond:
+                assert h.cond.wait_for(lambda: len(h.fired) == len(names) + 1, LIVENESS_S), h.fired
+        assert store.shard_count == 2 * before
+    finally:
+        admin.close()
+        dispose(store)
+
+
+def test_a_postgres_store_and_its_siblings_adopt_the_count_a_runner_reads(schema_url):
+    """A runner whose store was opened before (or while) another handle resharded it read the old
+    count. Its ownership reads the recorded count at each evaluation, and the store and the siblings
+    its claims run on then own, read and lock by it: the same shard lock as a store opened afterwards,
+    so that their guarded commits on a partition still wait for each other."""
+    with open_store(schema_url) as admin, open_store(schema_url) as stale:
+        before = stale.shard_count
+        claims = stale.open_sibling()
+        try:
+            admin.reshard(before + 3)
+            runner = stale.ownership(None, kinds=[KIND], check_interval_s=3600)
+            try:
+                assert runner.owned() == list(range(before + 3))
+            finally:
+                runner.close()
+            assert stale.shard_count == claims.shard_count == before + 3
+            with open_store(schema_url) as fresh:
+                assert all(claims.shard_lock(f"user/{i}") == fresh.shard_lock(f"user/{i}") for i in range(50))
+        finally:
+            claims.close()

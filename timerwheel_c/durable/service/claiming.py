@@ -104,10 +104,14 @@ class Claimer:
         # Serving the whole store (alone, or a fleet's share of its shards), a pass reads by shard: its
         # cost does not grow with the number of partitions.
         shards: Optional[Callable[[], list]] = None
+        # Monotonic ns of the next read of the store's shard count, when this service serves every
+        # shard alone (a fleet's ownership reads it at each evaluation): None when it does not.
+        self._shard_count_read_ns: Optional[int] = None
         if ownership is not None and ownership.by_shard:
             shards = ownership.owned
         elif ownership is None and partitions is None:
             shards = lambda: list(range(store.shard_count))  # noqa: E731
+            self._shard_count_read_ns = 0
         self.passes = Passes(store, registry, budget, self._served, ownership, recorder, self.wall_ms, timing,
                               self.monotonic_s, shards=shards)
 
@@ -214,9 +218,13 @@ class Claimer:
             self._store_failed(exc, 1, "ownership check")
 
     def _pass(self, *args) -> PassResult:
-        """On the store thread: read the server's clock when it is time to, then a claim pass."""
+        """On the store thread: read the server's clock, and the store's shard count (another
+        process's reshard changes it), when it is time to, then a claim pass."""
         if self.store_clock is not None:
             self.store_clock.refresh(self.passes.store)
+        if self._shard_count_read_ns is not None and self.clock.monotonic_ns() >= self._shard_count_read_ns:
+            self.passes.store.refresh_shard_count()
+            self._shard_count_read_ns = self.clock.monotonic_ns() + int(self.timing.ownership_interval_s * 1e9)
         return self.passes.run(*args)
 
     async def _sleep_until(self, at_ns: int) -> None:

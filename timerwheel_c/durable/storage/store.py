@@ -517,13 +517,24 @@ class Store(abc.ABC):
         _, start, end, _, limit = _checked_scan("-", start, end, None, limit)
         return self._scan_shards(shards, start, end, limit) if shards else []
 
+    def refresh_shard_count(self) -> int:
+        """The shard count recorded in the store now, kept as :attr:`shard_count`: another process's
+        :meth:`reshard` changes it. A runner serving the store by shard calls it now and then, so that
+        it reads the shards of the new count. One read; a backend without shards of its own has one.
+
+        Raises:
+            StoreError: the backend failed.
+        """
+        return self.shard_count
+
     def reshard(self, shard_count: int) -> None:
         """Change the store's number of shards to ``shard_count`` (1..4096): every row's shard is
         recomputed and the new count recorded, in one transaction under the schema lock. Stop every
         runner of the store first: a runner owns and reads shards by number. PostgreSQL refuses while
         fleet runners hold the store's locks, and computes each row's shard on the server, so a store
         object opened before writes rows to the right shard; SQLite writes each row by the count
-        recorded when it writes, and a runner reads the new count from its next pass.
+        recorded when it writes, and a runner reads the new count from its next pass (on PostgreSQL,
+        from its ownership's next evaluation: see :meth:`refresh_shard_count`).
 
         Raises:
             TypeError / ValueError: a bad ``shard_count``, naming it.

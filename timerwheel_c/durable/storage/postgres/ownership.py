@@ -556,6 +556,8 @@ class PartitionOwnership(Ownership):
     def _rebalance(self) -> None:
         conn = self._connection()
         self._end_stale_members(conn)
+        if self.by_shard:  # a reshard since the last look (or under way as the store opened) changes the units
+            self.store.adopt_shard_count(conn)
         wanted = _wanted(self.store, self.partitions)
         units = _units(wanted)
         named = _unit_shard if self.by_shard else str

@@ -137,6 +137,22 @@ def shard_locks(table: str, shard_count: int) -> list:
     return [lock_key(table, "shard", str(n)) for n in range(shard_count)]
 
 
+class _Shards:
+    """The shard count of a store's table and the advisory lock key of each shard, as one pair:
+    shared by a store and its siblings (:meth:`PostgresStore.open_sibling`), so that a count one of
+    them reads (:meth:`PostgresStore.adopt_shard_count`) is the one all of them lock and read by."""
+
+    __slots__ = ("table", "state")
+
+    def __init__(self, table: str, shard_count: int):
+        self.table = table
+        self.state = (shard_count, shard_locks(table, shard_count))
+
+    def set(self, shard_count: int) -> None:
+        if shard_count != self.state[0]:  # one tuple: a reader in another thread sees both or neither
+            self.state = (shard_count, shard_locks(self.table, shard_count))
+
+
 def when_clause(patterns: Optional[list]) -> sql.Composable:
     """The trigger's WHEN condition for the :class:`KeyPattern` list ``patterns`` (None: every write)."""
     if patterns is None:
@@ -203,6 +219,21 @@ class PostgresStore(Store):
 
     reads_many_at_once = True
     ownership_type = PartitionOwnership
+    _shards: _Shards
+
+    @property
+    def shard_count(self) -> int:
+        """The number of shards: the one recorded in the store when this object (or a sibling) last
+        read it (see :meth:`adopt_shard_count`)."""
+        return self._shards.state[0]
+
+    @shard_count.setter
+    def shard_count(self, shard_count: int) -> None:
+        shards = self.__dict__.get("_shards")
+        if shards is None:
+            self.__dict__["_shards"] = _Shards(self.table, shard_count)
+        else:
+            shards.set(shard_count)
 
     def __init__(self, dsn: str, *, table: str = "timerwheel_kv", synchronous_commit: Optional[str] = None,
                  read_only: bool = False, create: bool = True, shard_count: int = DEFAULT_SHARD_COUNT,
@@ -253,7 +284,6 @@ class PostgresStore(Store):
             if self._conn is not None:  # a store that failed to open holds no session
                 self._conn.close()
             raise
-        self._shard_locks = shard_locks(table, self.shard_count)
         forks.track(self)
         # After the schema step, whose DDL may wait its turn: from here the waits are a write's.
         self._lock_wait_ms = lock_wait_ms
@@ -379,7 +409,27 @@ class PostgresStore(Store):
                         sql.SQL(privilege), view, sql.SQL("PUBLIC") if role is None else sql.Identifier(role),
                         sql.SQL(" WITH GRANT OPTION" if grantable else "")))
                 conn.execute(self._sql["change_shard_count"], (str(shard_count),))
-        self._shard_locks = shard_locks(self.table, shard_count)
+
+    def adopt_shard_count(self, conn: Optional[psycopg.Connection] = None) -> int:
+        """The shard count recorded now, read on ``conn`` (a runner's ownership connection; None: this
+        store's own) and kept as :attr:`shard_count` by this store and its siblings: another process's
+        :meth:`reshard` changes it, and a runner that opened the store while a reshard was under way
+        read the count from before it, by which it would own and read shards, leaving the rows of the
+        others unread until it restarted.
+
+        Raises:
+            SchemaError: the recorded count is not a shard count.
+            StoreError: the server failed (with ``conn``: psycopg's own error, for its owner to wrap).
+        """
+        if conn is None:
+            with self._lock, self._wrap:
+                self.shard_count = self._recorded_shard_count(self._connection())
+        else:
+            self.shard_count = self._recorded_shard_count(conn)
+        return self.shard_count
+
+    def refresh_shard_count(self) -> int:
+        return self.adopt_shard_count()
 
     def _recorded_shard_count(self, conn: psycopg.Connection) -> int:
         """The shard count recorded in the meta table (the default for a store from before shards,
@@ -544,7 +594,8 @@ class PostgresStore(Store):
     def shard_lock(self, partition: str) -> int:
         """The transaction-level advisory lock key that every guarded commit on ``partition`` takes:
         its shard's (see the module docstring)."""
-        return self._shard_locks[shard_of(partition, self.shard_count)]
+        shard_count, locks = self._shards.state
+        return locks[shard_of(partition, shard_count)]
 
     def _scan_shards(self, shards: list, start: bytes, end: bytes, limit: int) -> list:
         """Every shard in one statement: a LATERAL range scan of the shard index per shard (see

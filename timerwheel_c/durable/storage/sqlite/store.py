@@ -396,6 +396,10 @@ class SQLiteStore(Store):
         self.shard_count = self._recorded_shard_count(db)
         return self.shard_count
 
+    def refresh_shard_count(self) -> int:
+        with self._lock, self._wrap:
+            return self.adopt_shard_count(self._db)
+
     def _recorded_shard_count(self, db: Union[sqlite3.Connection, sqlite3.Cursor]) -> int:
         """The shard count recorded in the meta table (the default for a store from before shards,
         which a read-only open does not upgrade).
