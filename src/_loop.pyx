@@ -26,6 +26,7 @@ from timerwheel_c._wheel cimport TimerWheel, tw_fired_t
 
 import asyncio
 import contextvars
+import weakref
 
 from timerwheel_c._common import _refuse_copy
 from timerwheel_c._loop_common import (
@@ -209,12 +210,12 @@ cdef class TimerHandle:
         except (SystemExit, KeyboardInterrupt):
             raise
         except BaseException as exc:
-            report_exception(self, self._timers._loop, exc)
+            report_exception(self, self._timers._owner(), exc)
 
     @property
     @cython.nonecheck(True)
     def _loop(self):
-        return self._timers._loop
+        return self._timers._owner()
 
     @property
     def _scheduled(self):
@@ -271,7 +272,8 @@ cdef class LoopTimers:
         loop: the event loop; its ``time()`` is the clock (read in C while it is asyncio's clock,
             unpatched).
     """
-    cdef object _loop
+    cdef object _loop          # the loop; None once closed, when _loop_ref holds it instead
+    cdef object _loop_ref      # a weak reference to the loop once closed (see close()), else None
     cdef dict _loop_dict      # the loop's __dict__: a ``time`` set there (a test's patch) is seen
     cdef tw_dict_memo _time_memo  # _loop_dict's ``time`` as last read
     cdef bint _fast_clock
@@ -294,7 +296,7 @@ cdef class LoopTimers:
         self._held_when = INFINITY
 
     def __init__(self, loop):
-        if self._loop is not None:
+        if self._loop is not None or self._loop_ref is not None:
             raise RuntimeError("LoopTimers.__init__ called on a store already in use")
         self._loop = loop
         loop_dict = getattr(loop, "__dict__", None)
@@ -441,6 +443,18 @@ cdef class LoopTimers:
         # No iteration follows to drop the snapshot: its variables would live as long as the loop.
         self._snapshot = None
         self._drain()
+        if self._loop is not None:
+            # The loop holds this store: held back strongly, the pair would be freed only by the
+            # cyclic collector, where asyncio's closed loop goes as its last reference does.
+            _forget_loop(<PyObject*>self)
+            self._loop_ref = weakref.ref(self._loop)
+            self._loop = None
+            self._loop_dict = {}
+            self._fast_clock = False
+
+    cdef object _owner(self):
+        """The loop (None once a closed one is freed)."""
+        return self._loop if self._loop_ref is None else self._loop_ref()
 
     # -- internals ----------------------------------------------------------------------------
 
@@ -454,7 +468,7 @@ cdef class LoopTimers:
             if (loop_time == <PyObject*>_BASE_TIME or (loop_time == <PyObject*>_LOOP_TIME and _asyncio_time_is_own())) \
                     and tw_monotonic_s(&now_s) == 0:
                 return now_s
-        return self._loop.time()
+        return self._owner().time()
 
     cdef TimerHandle _call_at_when(self, double when_s, object callback, tuple args, object context):
         """``call_at``: :meth:`_call_at`, reading the loop's time only where it decides anything. A

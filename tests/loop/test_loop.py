@@ -417,6 +417,33 @@ def test_an_unclosed_loop_with_pending_timers_is_collected(new_wheel_loop):
     assert ref() is None
 
 
+def test_a_closed_loop_is_freed_by_reference_counting_as_asyncios_is(new_wheel_loop):
+    """A closed EventLoop goes when its last reference does, with the cyclic collector off, as
+    asyncio's own loop does: once closed its store holds it weakly (the loop holds the store, and
+    that cycle waited for the collector, which tornado's own suite reports as a failure). A handle
+    kept past the loop names it while it lives, then no loop."""
+    cls = type(new_wheel_loop())
+    gc.collect()
+    gc.disable()
+    try:
+        for make in (asyncio.new_event_loop, cls):
+            loop = make()
+            loop.run_until_complete(asyncio.sleep(0.001))
+            loop.call_later(10, print)
+            loop.close()
+            ref = weakref.ref(loop)
+            del loop
+            assert ref() is None, make
+        loop = cls()
+        handle = loop.call_later(10, print)
+        loop.close()
+        assert handle._loop is loop
+        del loop
+        assert handle._loop is None
+    finally:
+        gc.enable()
+
+
 def test_each_call_arms_on_its_own_loops_store_as_loops_come_and_go(new_wheel_loop):
     """call_at/call_later arm on the store the loop holds at the call, whatever loop was armed on
     before: loops taking turns, a store replaced on the loop, and new loops made where dropped ones

@@ -13,8 +13,9 @@ every call, so a patched ``loop.time`` or ``time.monotonic`` and the virtual clo
 (looptime, aiotools' VirtualClock) move these timers as they move asyncio's; should that clock go
 back before the wheel's time, the wheel follows it (each armed timer filed again by its deadline).
 An iteration at loop time ``now`` moves every timer whose deadline is at or before ``now`` (or
-NaN), exactly as asyncio's ``_run_once`` moves its heap's, and no other: never early on
-``loop.time()``. A deadline at or before ``loop.time()`` when it is armed (``call_later(0)``,
+NaN), as asyncio's ``_run_once`` moves its heap's, and no other: never early on
+``loop.time()`` (asyncio's loop also moves those due before ``loop.time() + loop._clock_resolution``,
+1 ns unless a virtual clock sets more; this store reads no clock resolution). A deadline at or before ``loop.time()`` when it is armed (``call_later(0)``,
 ``call_later(-1)``, ``call_at(loop.time())``, NaN) is due now: the wheel's ``schedule_at`` files
 it at the wheel's current ms, and the next iteration moves it, between the callbacks already
 ready and the ones they queue. Any other timer with deadline ``when`` sits in the ms it lies in,
@@ -46,6 +47,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import math
+import weakref
 from asyncio import base_events
 from collections import deque
 from typing import Any, Callable, Optional, cast
@@ -124,11 +126,11 @@ class TimerHandle:
         except (SystemExit, KeyboardInterrupt):
             raise
         except BaseException as exc:
-            report_exception(self, self._timers._loop, exc)
+            report_exception(self, self._timers._owner(), exc)
 
     @property
     def _loop(self) -> Any:
-        return self._timers._loop
+        return self._timers._owner()
 
     @property
     def _scheduled(self) -> bool:
@@ -181,7 +183,8 @@ class LoopTimers:
     """
 
     def __init__(self, loop: Any) -> None:
-        self._loop = loop
+        self._loop: Any = loop  # None once closed, when _loop_ref holds it instead
+        self._loop_ref: Optional[weakref.ref] = None  # a weak reference to the loop once closed (see close())
         self._closed = False
         self._due_now = False  # a timer was armed due now since the last move_due
         self._held_when = math.inf  # earliest deadline waiting in the wheel's current ms (inf: none)
@@ -222,7 +225,7 @@ class LoopTimers:
         """
         if type(delay) is not float:
             delay = check_when(delay, "delay")
-        now_s = self._loop.time()
+        now_s = self._owner().time()
         return self._call_at(now_s + delay, now_s, callback, args, context)
 
     def select_timeout(self, busy: bool) -> Optional[float]:
@@ -233,7 +236,7 @@ class LoopTimers:
             return 0
         if not len(self._wheel):
             return None
-        now_s = self._loop.time()
+        now_s = self._owner().time()
         self._follow_clock(now_s)
         if self._due_now:
             return 0
@@ -261,7 +264,7 @@ class LoopTimers:
         as asyncio's ``_run_once`` moves its heap's. Returns how many were moved."""
         if self._closed:
             return 0
-        now_s = self._loop.time()
+        now_s = self._owner().time()
         self._follow_clock(now_s)
         wheel = self._wheel
         target_ms = loop_ms(now_s)
@@ -289,6 +292,15 @@ class LoopTimers:
         RuntimeError. Handles keep their state (not cancelled). Idempotent."""
         self._closed = True
         self._drain()
+        if self._loop is not None:
+            # The loop holds this store: held back strongly, the pair would be freed only by the
+            # cyclic collector, where asyncio's closed loop goes as its last reference does.
+            self._loop_ref = weakref.ref(self._loop)
+            self._loop = None
+
+    def _owner(self) -> Any:
+        """The loop (None once a closed one is freed)."""
+        return self._loop if self._loop_ref is None else self._loop_ref()
 
     def __reduce_ex__(self, protocol):
         _refuse_copy(self)
@@ -306,7 +318,7 @@ class LoopTimers:
             handle = self._new_handle(when_s, when_s, callback, args, context)
             self._arm(handle, due_ms)
             return handle
-        return self._call_at(when_s, self._loop.time(), callback, args, context)
+        return self._call_at(when_s, self._owner().time(), callback, args, context)
 
     def _new_handle(self, when_s: float, order_s: float, callback: Callable[..., Any], args: tuple,
                     context: Optional[contextvars.Context]) -> TimerHandle:
