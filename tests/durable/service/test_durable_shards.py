@@ -265,3 +265,43 @@ def test_a_postgres_store_and_its_siblings_adopt_the_count_a_runner_reads(schema
                 assert all(claims.shard_lock(f"user/{i}") == fresh.shard_lock(f"user/{i}") for i in range(50))
         finally:
             claims.close()
+
+
+def test_listing_the_whole_store_reads_by_shard_in_due_order(store_url, monkeypatch):
+    """list_timers(store, None) lists the pending timers of every partition: those that will fire by
+    due time, then the parked ones, with kind, state and limit as for one partition. It reads by
+    shard, as a pass does (not one read per partition, no listing of them; the operator's ``timers
+    list`` and the status page's search read so), and reads on past a full page of rows that share
+    one key (the same due time, kind and reference in many partitions)."""
+    from timerwheel_c.durable import list_timers, run_due
+    from timerwheel_c.durable.timers import writer
+
+    class Fails(TimerHandler):
+        kind = TimerKind(KIND - 1)
+        max_attempts = 1
+
+        def fire(self, ctx, timer):
+            raise RuntimeError("declined")
+
+    monkeypatch.setattr(writer, "_STORE_PAGE_MAX", 3)  # pages of 3 rows a shard: many reads on
+    store = Counting(open_store(store_url))
+    try:
+        due = wall_ms() + 3_600_000
+        for i in range(40):
+            schedule(store.inner, f"p{i}", due, KIND, b"same")
+            schedule(store.inner, f"p{i}", due + 1 + i % 7, KIND, b"own%d" % i)
+        schedule(store.inner, "p3", wall_ms() - 1000, KIND - 1, b"bad")
+        assert run_due(store.inner, "p3", TimerRegistry().register(Fails()), wall_ms()).parked == 1
+        before = store.counts()
+        listed = list_timers(store, None)
+        assert store.counts()[:2] == before[:2]  # no read of one partition, no listing of them
+        assert store.counts()[2] > before[2]
+        assert len(listed) == 81 and listed[-1].state == "parked" and listed[-1].reference == b"bad"
+        assert [t.due_at_ms for t in listed[:-1]] == sorted(t.due_at_ms for t in listed[:-1])
+        assert {(t.partition, t.reference) for t in listed[:-1]} == \
+            {(f"p{i}", r) for i in range(40) for r in (b"same", b"own%d" % i)}
+        assert list_timers(store, None, limit=5) == listed[:5]
+        assert list_timers(store, None, kind=KIND - 1) == list_timers(store, None, state="parked") == listed[-1:]
+        assert list_timers(store, None, state="scheduled", limit=1000) == listed[:-1]
+    finally:
+        dispose(store.inner)

@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import heapq
 import json
 import math
 import sys
@@ -233,17 +232,10 @@ def _show(timer: PendingTimer, now_ms: int, names: dict) -> str:
     return "\n".join(f"{name.ljust(width)}  {printable(str(shown))}" for name, shown in fields)
 
 
-def _listed_order(timer: PendingTimer) -> tuple:
-    """The order ``list_timers`` gives a partition's timers, for merging partitions: those that will
-    fire by due time, then the parked ones by the time they were parked."""
-    return (1, timer.parked_at_ms) if timer.parked_at_ms is not None else (0, timer.due_at_ms)
-
-
 def _list(store, args, now_ms: int) -> int:
-    partitions = store.partitions() if args.partition is None else [args.partition]
-    # limit + 1 from each partition: one more than is printed says whether any were left out
-    per = [list_timers(store, p, kind=args.kind, state=args.state, limit=args.limit + 1) for p in partitions]
-    timers = list(heapq.merge(*per, key=_listed_order))
+    # limit + 1: one more than is printed says whether any were left out. Every partition (no
+    # --partition) is read by shard, as a runner reads them: never one read per partition.
+    timers = list_timers(store, args.partition, kind=args.kind, state=args.state, limit=args.limit + 1)
     shown = timers[:args.limit]
     if args.json:
         print(json.dumps([as_json(t, names=kind_names(store)) for t in shown], indent=2))

@@ -41,7 +41,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 from ..storage.errors import StoreError
 from ..timers.keys import TimerKind
 from ..timers.schedules import pause_schedule, resume_schedule, schedules_by_shard
-from ..timers.writer import STATES, cancel, get_timer, list_timers, requeue
+from ..timers.writer import STATES, cancel, get_timer, requeue, timers_in_order
 from .cli_text import first_line
 from .fleet import status
 from .metrics import LATENESS_BUCKETS_S
@@ -57,7 +57,7 @@ SEARCH_LIMIT = 100  # timers a search shows at most
 # Partitions the page reads and shows at most, the first in name order: two scans each, every refresh.
 PAGE_PARTITIONS = 200
 PAGE_SCHEDULES_PER_SHARD = 50  # schedules the page reads per shard at most, in one scan of them all
-SCAN_LIMIT = 10_000  # timers read at most for a search by a part of a reference
+SCAN_LIMIT = 10_000  # timers read at most for a search, whatever it filters on
 ACTIONS = ("requeue", "fire-now", "cancel", "pause", "resume")
 _TIMER_ACTIONS = ACTIONS[:3]
 
@@ -226,7 +226,7 @@ class StatusPage:
 
     def _search(self, query: dict) -> tuple:
         """``(timers, more)``: up to :data:`SEARCH_LIMIT` pending timers matching ``query``, and
-        whether more may match (more matched, or a search by a part of a reference stopped after
+        whether more may match (more matched, or the search stopped after reading
         :data:`SCAN_LIMIT` timers). Raises ValueError naming a bad field."""
         partition = query.get("partition") or None
         kind_text = query.get("kind") or ""
@@ -240,7 +240,6 @@ class StatusPage:
         if state is not None and state not in STATES:
             raise ValueError(f"state must be one of {', '.join(STATES)}, got {state!r}")
         needle = query.get("reference") or ""
-        partitions = [partition] if partition is not None else self.store.partitions()
         found: list = []
         exact = None
         if partition is not None and kind is not None and needle:
@@ -249,15 +248,18 @@ class StatusPage:
             exact = get_timer(self.store, partition, kind, needle.encode("utf-8", "surrogateescape"))
             if exact is not None and (state is None or exact.state == state):
                 found.append(exact)
-        budget = SCAN_LIMIT  # rows read for a part of a reference, over all partitions: each refresh reads them again
-        for p in partitions:
-            batch = list_timers(self.store, p, kind=kind, state=state,
-                                limit=budget if needle else SEARCH_LIMIT + 1 - len(found))
-            budget -= len(batch)
-            found += [t for t in batch if (not needle or needle in t.reference.decode("utf-8", "replace")
-                                           or needle.lower() == t.reference.hex())
-                      and (exact is None or t.reference != exact.reference)]
-            if len(found) > SEARCH_LIMIT or budget <= 0:
+        # Every timer read counts against the budget, whatever it is filtered on: each refresh reads
+        # them again, and a search that matches little would otherwise read the whole store. The
+        # whole store is read by shard (timers_in_order), never one read per partition.
+        names = {(t.partition, t.kind, t.reference, t.schedule) for t in found}
+        for read, t in enumerate(timers_in_order(self.store, partition, state=state, page=SEARCH_LIMIT + 1), 1):
+            name = (t.partition, t.kind, t.reference, t.schedule)
+            if ((kind is None or t.kind == kind) and (state is None or t.state == state)
+                    and (not needle or needle in t.reference.decode("utf-8", "replace") or needle.lower() == t.reference.hex())
+                    and name not in names):  # a timer moved between two reads comes again: listed once
+                names.add(name)
+                found.append(t)
+            if len(found) > SEARCH_LIMIT or read >= SCAN_LIMIT:
                 return found[:SEARCH_LIMIT], True
         return found, False
 

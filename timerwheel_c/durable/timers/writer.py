@@ -25,9 +25,10 @@ written once, as steps (:mod:`.steps`) that :func:`write` runs on either connect
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import warnings
 from dataclasses import dataclass
-from typing import Optional, TypeVar
+from typing import Iterator, Optional, TypeVar
 
 from . import keys, parking, tracing
 from .codecs import encoded
@@ -40,7 +41,7 @@ from ..storage.joined import joined
 from ..storage.store import Absent, Batch, Committed, Equals, PartitionCalls, Store, check_partition, check_store
 
 __all__ = ["IF_EXISTS", "STATES", "PendingTimer", "TimerExists", "cancel", "cancel_steps", "check_kind_name", "get_timer",
-           "get_timer_steps", "in_schedule_order", "list_timers", "on_store", "requeue", "requeue_steps", "reschedule", "reschedule_steps",
+           "get_timer_steps", "in_schedule_order", "list_timers", "on_store", "timers_in_order", "requeue", "requeue_steps", "reschedule", "reschedule_steps",
            "schedule", "schedule_steps", "write"]
 
 T = TypeVar("T")
@@ -491,53 +492,115 @@ def _with_error(timer: PendingTimer, key: bytes, kept: Optional[bytes]) -> Pendi
 
 _LIST_PAGE = 512  # rows per read of a listing, or its limit's (up to _LIST_PAGE_MAX), so one read serves most
 _LIST_PAGE_MAX = 10_000
+_STORE_PAGE_MAX = 1_000  # rows per shard per read of a listing of the whole store: shard_count pages are held at once
 
 
-def list_timers(store: Store, partition: str, *, kind=None, state: Optional[str] = None,
+def list_timers(store: Store, partition: Optional[str], *, kind=None, state: Optional[str] = None,
                 limit: int = 1000) -> list:
-    """Up to ``limit`` (>= 1) pending timers of ``partition``, of ``kind`` only and in ``state`` only
-    (``"scheduled"``, ``"retrying"`` or ``"parked"``) when given: first those that will fire, in the
-    order they fire next (their ``due_at_ms``), then the parked ones, in the order they were parked.
-    Malformed rows are not timers and are left out. The rows are read in pages of ``limit`` + 1 (at least
-    512, at most 10,000), each at its own instant: a timer that moves meanwhile is listed once,
-    where it was read last, and one moved into a part already read may be missed.
+    """Up to ``limit`` (>= 1) pending timers of ``partition`` (None: of every partition of the store),
+    of ``kind`` only and in ``state`` only (``"scheduled"``, ``"retrying"`` or ``"parked"``) when
+    given: first those that will fire, in the order they fire next (their ``due_at_ms``), then the
+    parked ones, in the order they were parked. Malformed rows are not timers and are left out. The
+    rows are read in pages, each at its own instant (:func:`timers_in_order`): a timer that moves
+    meanwhile is listed once, where it was read last, and one moved into a part already read may be
+    missed. The whole store is read by shard, as a runner's pass reads it: its cost grows with the
+    rows read before ``limit`` timers match, never with the number of partitions.
+
+    Raises:
+        TypeError / ValueError: a bad argument, naming it.
+        Exception: whatever the store raises.
+    """
+    want_kind = None if kind is None else keys.TimerKind(kind)
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError(f"limit must be an int >= 1, got {limit!r}")
+    found: dict = {}
+    for timer in timers_in_order(store, partition, state=state, page=limit + 1):
+        name = (timer.partition, timer.kind, timer.reference, timer.schedule)
+        if name in found:
+            del found[name]
+        elif len(found) == limit:
+            break
+        if (want_kind is None or timer.kind == want_kind) and (state is None or timer.state == state):
+            found[name] = timer
+    return list(found.values())
+
+
+def timers_in_order(store: Store, partition: Optional[str], *, state: Optional[str] = None,
+                    page: int = _LIST_PAGE) -> Iterator[PendingTimer]:
+    """Every pending timer of ``partition`` (None: of the whole store), lazily, in :func:`list_timers`'
+    order: the rows that will fire by due time (unless ``state`` is ``"parked"``), then the parked
+    ones by the time they were parked (when ``state`` is None or ``"parked"``); other states are
+    the caller's to filter. Malformed rows are left out. Read about ``page`` rows at a time (at
+    least 512 and at most 10,000 from a partition; at most 1,000 from each shard of the whole store,
+    the first page of every shard in one :meth:`~Store.scan_shards`), each read a snapshot of its
+    own, so a timer moved between two reads may come twice, where it was and where it is. A retrying
+    timer's ``last_error`` is read with it (one more read each).
 
     Raises:
         TypeError / ValueError: a bad argument, naming it.
         Exception: whatever the store raises.
     """
     check_store(store)
-    check_partition(partition)
-    want_kind = None if kind is None else keys.TimerKind(kind)
+    if partition is not None:
+        check_partition(partition)
     if state is not None and state not in STATES:
         raise ValueError(f"state must be None or one of {STATES}, got {state!r}")
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise ValueError(f"limit must be an int >= 1, got {limit!r}")
     ranges = [r for r, wanted in ((keys.timer_range(), state != "parked"), (keys.PARKED_RANGE, state in (None, "parked")))
               if wanted]
-    # The reads are pages, each a snapshot of its own: a timer moved to a later key between two of
-    # them (a claim, a backoff, a parking) is read twice, and listed once, where it was read last.
-    found: dict = {}
     for start, end in ranges:
-        after = None
-        while len(found) < limit:
-            page = store.scan(partition, start, end, after, max(_LIST_PAGE, min(limit + 1, _LIST_PAGE_MAX)))
-            for key, value in page.entries:
-                try:
-                    timer = PendingTimer.of_row(partition, key, value)
-                except keys.MalformedKey:
-                    continue
-                name = (timer.kind, timer.reference, timer.schedule)
-                if name in found:
-                    del found[name]
-                elif len(found) == limit:
-                    break
-                if (want_kind is None or timer.kind == want_kind) and (state is None or timer.state == state):
-                    if timer.state == "retrying":
-                        identity = keys.identity_of(keys.parse(key))
-                        timer = _with_error(timer, key, store.get(partition, keys.last_error_row(identity)))
-                    found[name] = timer
-            if page.next is None:
+        if partition is None:
+            rows = _store_rows(store, start, end, max(1, min(page, _STORE_PAGE_MAX)))
+        else:
+            rows = _partition_rows(store, partition, start, end, max(_LIST_PAGE, min(page, _LIST_PAGE_MAX)))
+        for where, key, value in rows:
+            try:
+                timer = PendingTimer.of_row(where, key, value)
+            except keys.MalformedKey:
+                continue
+            if timer.state == "retrying":
+                timer = _with_error(timer, key, store.get(where, keys.last_error_row(keys.identity_of(keys.parse(key)))))
+            yield timer
+
+
+def _partition_rows(store: Store, partition: str, start: bytes, end: bytes, page: int) -> Iterator[tuple]:
+    """``(partition, key, value)`` of the rows ``start <= key < end`` of ``partition``, in key order, a page at a time."""
+    after = None
+    while True:
+        read = store.scan(partition, start, end, after, page)
+        yield from ((partition, key, value) for key, value in read.entries)
+        if read.next is None:
+            return
+        after = read.next
+
+
+def _store_rows(store: Store, start: bytes, end: bytes, page: int) -> Iterator[tuple]:
+    """``(partition, key, value)`` of the rows ``start <= key < end`` of the whole store, in (key,
+    partition) order: each shard's rows in that order (:meth:`~Store.scan_shards`), merged; the
+    first page of every shard in one read, each shard's next when the merge reaches its end."""
+    shards = list(range(store.shard_count))
+    firsts = store.scan_shards(shards, start, end, page) if shards else []
+    return heapq.merge(*(_shard_rows(store, shard, rows, end, page) for shard, rows in zip(shards, firsts)),
+                       key=_row_order)
+
+
+def _row_order(row: tuple) -> tuple:
+    return row[1], row[0]
+
+
+def _shard_rows(store: Store, shard: int, rows: list, end: bytes, page: int) -> Iterator[tuple]:
+    """One shard's rows from its first page ``rows`` on, reading on from the last one read: its key
+    again, past the (key, partition) already read, since rows of other partitions may share that key
+    (the same due time, kind and reference); a page of nothing but that key is read again twice as large."""
+    while True:
+        yield from rows
+        if len(rows) < page:
+            return
+        last = _row_order(rows[-1])
+        while True:
+            read = store.scan_shards([shard], last[0], end, page)[0]
+            rows = [row for row in read if _row_order(row) > last]
+            if rows or len(read) < page:
                 break
-            after = page.next
-    return list(found.values())
+            page *= 2
+        if not rows:
+            return
