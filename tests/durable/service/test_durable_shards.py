@@ -16,7 +16,7 @@ import pytest
 from timerwheel_c.durable import schedule
 from timerwheel_c.durable.service.service import DurableTimerService
 from timerwheel_c.durable.storage.open import open_store
-from timerwheel_c.durable.storage.store import Batch
+from timerwheel_c.durable.storage.store import COMMITTED, Absent, Batch
 from timerwheel_c.durable.timers import keys
 from timerwheel_c.durable.timers.registry import Done, TimerHandler, TimerKind, TimerRegistry
 from bench.stores import Delegating, dispose
@@ -305,3 +305,46 @@ def test_listing_the_whole_store_reads_by_shard_in_due_order(store_url, monkeypa
         assert list_timers(store, None, state="scheduled", limit=1000) == listed[:-1]
     finally:
         dispose(store.inner)
+
+
+@pytest.mark.parametrize("path", ["apply", "copy", "apply_sets", "joined", "ajoined"])
+def test_a_postgres_writer_opened_before_a_reshard_reads_the_new_count_at_its_next_write(schema_url, path):
+    """A store object that read the shard count before another handle resharded the store takes, at
+    its next write on any path (a batch, a COPY of new rows, the set-based statement, a write in the
+    caller's transaction, sync or async), the lock of the partition's shard under the new count, as
+    every store opened since does: the write runs only at the recorded count, and otherwise reads it
+    and runs again. It kept locking by its old count, so its guarded commits and those of a runner
+    opened afterwards did not wait for each other."""
+    import asyncio
+
+    import psycopg
+
+    from timerwheel_c.durable.storage.postgres.copy import MIN_ROWS
+
+    with open_store(schema_url) as admin, open_store(schema_url) as stale:
+        before = stale.shard_count
+        admin.reshard(before + 5)
+        partition = next(p for p in (f"user/{i}" for i in range(1000)) if stale.shard_lock(p) != admin.shard_lock(p))
+        if path == "apply":
+            assert stale.apply(partition, Batch().put(b"k", b"v")) == COMMITTED
+        elif path == "copy":
+            batch = Batch()
+            for i in range(MIN_ROWS):
+                batch.require(Absent(b"k%d" % i)).put(b"k%d" % i, b"v")
+            assert stale.apply(partition, batch) == COMMITTED
+        elif path == "apply_sets":
+            assert stale.apply_across([(f"{partition}/{i}", Batch().put(b"k", b"v")) for i in range(40)]) == [COMMITTED] * 40
+        elif path == "joined":
+            with psycopg.connect(admin._dsn, autocommit=False) as conn:
+                with stale.joined(conn, partition) as tx:
+                    assert tx.apply(Batch().put(b"k", b"v")) == COMMITTED
+                conn.commit()
+        else:
+            async def write():
+                async with await psycopg.AsyncConnection.connect(admin._dsn) as conn:
+                    async with stale.ajoined(conn, partition) as tx:
+                        assert await tx.apply(Batch().put(b"k", b"v")) == COMMITTED
+                    await conn.commit()
+            asyncio.run(write())
+        assert stale.shard_count == before + 5
+        assert stale.shard_lock(partition) == admin.shard_lock(partition)

@@ -532,7 +532,9 @@ class Store(abc.ABC):
         recomputed and the new count recorded, in one transaction under the schema lock. Stop every
         runner of the store first: a runner owns and reads shards by number. PostgreSQL refuses while
         fleet runners hold the store's locks, and computes each row's shard on the server, so a store
-        object opened before writes rows to the right shard; SQLite writes each row by the count
+        object opened before writes rows to the right shard (and each of its writes runs at the
+        recorded count, reading it again when it changed, so it locks shards as a store opened
+        after does); SQLite writes each row by the count
         recorded when it writes, and a runner reads the new count from its next pass (on PostgreSQL,
         from its ownership's next evaluation: see :meth:`refresh_shard_count`).
 

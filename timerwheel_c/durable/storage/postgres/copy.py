@@ -16,6 +16,7 @@ and a -1 trailer (``src/backend/commands/copyfromparse.c``); the payload is buil
 from __future__ import annotations
 
 import struct
+from typing import Optional
 
 import psycopg
 from psycopg import sql
@@ -51,20 +52,24 @@ def payload(partition: str, writes: list) -> bytes:
     return _HEADER + b"".join([head + _LEN(len(k)) + k + _LEN(len(v)) + v for k, v in writes]) + _TRAILER
 
 
-def copy_new_rows(conn: psycopg.Connection, statement: sql.Composed, lock: int, partition: str,
-                  writes: list) -> bool:
+def copy_new_rows(conn: psycopg.Connection, lock: sql.Composed, lock_args: tuple, statement: sql.Composed,
+                  partition: str, writes: list) -> Optional[bool]:
     """Insert ``writes`` (``(key, value)`` pairs of new keys) into ``partition`` with ``statement``
-    (``copy_rows`` of ``postgres/sql/queries.sql``) in one transaction holding the advisory lock
-    ``lock``; True once committed, False (nothing written) when some key was present.
+    (``copy_rows`` of ``postgres/sql/queries.sql``) in one transaction holding the advisory lock that
+    ``lock`` (``lock_shard`` there) takes with ``lock_args``; True once committed, False (nothing
+    written) when some key was present, None (nothing written) when the lock was not taken: the
+    store's shard count is no longer the one its key is of.
 
     Raises:
         psycopg.Error: any other failure (the caller wraps it into a StoreError).
     """
     try:
         with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock,))
+            if conn.execute(lock, lock_args).fetchone() is None:
+                raise psycopg.Rollback()
             with conn.cursor() as cur, cur.copy(statement) as copy:
                 copy.write(payload(partition, writes))
+                return True
     except psycopg.errors.UniqueViolation:
         return False
-    return True
+    return None

@@ -23,7 +23,7 @@ from psycopg.rows import tuple_row
 from ..errors import wrap_exceptions
 from ..savepoint import OPEN, Joined, ending, type_name, unless_failing
 from ..store import Batch, Committed, PreconditionFailed, through
-from .results import apply_results, store_error
+from .results import RESHARD_RETRIES, apply_results, resharded_meanwhile, store_error
 
 if TYPE_CHECKING:
     from .store import PostgresStore
@@ -125,11 +125,11 @@ class PgJoined(_Joining, Joined):
             return cur.execute(self._store.query("scan_from"), (self._partition, start, end, limit), binary=True).fetchall()
 
     def apply(self, batch: Batch) -> Union[Committed, PreconditionFailed]:
-        query, args = self._store.apply_call(self._partition, [batch], False)
-        with _WRAP, psycopg.Cursor(self._conn, row_factory=tuple_row) as cur:
-            row = cur.execute(query, args).fetchone()
-        assert row is not None  # the apply function returns one row: (failed, refused)
-        return apply_results(*row)[0]
+        def call() -> Optional[tuple]:  # None: the store was resharded (PostgresStore.at_recorded_count)
+            query, args = self._store.apply_call(self._partition, [batch], False)
+            with _WRAP, psycopg.Cursor(self._conn, row_factory=tuple_row) as cur:
+                return cur.execute(query, args).fetchone()
+        return apply_results(*self._store.at_recorded_count(call))[0]
 
 
 class AsyncPgStatements(_OnConnection):
@@ -153,12 +153,17 @@ class AsyncPgStatements(_OnConnection):
                 return await (await cur.execute(query, args, binary=True)).fetchall()
 
     async def apply(self, batch: Batch) -> Union[Committed, PreconditionFailed]:
-        query, args = self._store.apply_call(self._partition, [batch], False)
-        with _WRAP:
-            async with psycopg.AsyncCursor(self._conn, row_factory=tuple_row) as cur:
-                row = await (await cur.execute(query, args)).fetchone()
-        assert row is not None  # the apply function returns one row: (failed, refused)
-        return apply_results(*row)[0]
+        # PostgresStore.at_recorded_count, awaited: the count read again on this connection.
+        for _ in range(RESHARD_RETRIES):
+            query, args = self._store.apply_call(self._partition, [batch], False)
+            with _WRAP:
+                async with psycopg.AsyncCursor(self._conn, row_factory=tuple_row) as cur:
+                    row = await (await cur.execute(query, args)).fetchone()
+                    if row is not None:
+                        return apply_results(*row)[0]
+                    recorded = await (await cur.execute(self._store.query("shard_count"))).fetchone()
+            self._store.shard_count = self._store.shard_count_of(recorded)
+        raise resharded_meanwhile(self._store.table)
 
 
 class AsyncPgJoined(_Joining, AsyncPgStatements):

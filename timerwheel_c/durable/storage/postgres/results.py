@@ -13,7 +13,7 @@ from ..errors import PermanentStoreError, StoreError, TransientStoreError
 from ..redact import redact
 from ..store import COMMITTED, PreconditionFailed, Refused
 
-__all__ = ["apply_results", "is_transient_sqlstate", "store_error"]
+__all__ = ["RESHARD_RETRIES", "apply_results", "is_transient_sqlstate", "resharded_meanwhile", "store_error"]
 
 # SQLSTATEs of passing conditions (https://www.postgresql.org/docs/current/errcodes-appendix.html),
 # by class: 08 connection exception, 40 transaction rollback (serialization failure, deadlock),
@@ -67,3 +67,14 @@ def _refusal(why: str) -> StoreError:
     sqlstate, _, message = why.partition(" ")
     kind = TransientStoreError if is_transient_sqlstate(sqlstate) else PermanentStoreError
     return kind(f"PostgreSQL refused the batch: {message} (SQLSTATE {sqlstate})", sqlstate)
+
+
+#: Calls of a write made again, each after reading the store's new shard count, before giving up
+#: (another process resharding the store as often: see PostgresStore.at_recorded_count).
+RESHARD_RETRIES = 10
+
+
+def resharded_meanwhile(table: str) -> TransientStoreError:
+    """The error of a write whose every call found the shard count of ``table`` changed meanwhile."""
+    return TransientStoreError(f"PostgreSQL table {table!r}: its shard count changed under {RESHARD_RETRIES} "
+                               "calls of one write in a row")

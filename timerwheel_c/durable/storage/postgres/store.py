@@ -63,7 +63,7 @@ import logging
 import re
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union
 
 import psycopg
 from psycopg import sql
@@ -77,7 +77,7 @@ from .copy import copy_new_rows, copyable
 from .listen import PgListener
 from .joined import AsyncPgJoined, AsyncPgStatements, PgJoined
 from .ownership import PartitionOwnership, live_runners
-from .results import apply_results, store_error
+from .results import RESHARD_RETRIES, apply_results, resharded_meanwhile, store_error
 from .session import SESSION_SETUP, open_session
 from .pooler import refuse_shared_sessions
 from ..redact import remember
@@ -97,6 +97,7 @@ __all__ = ["DEFAULT_LOCK_WAIT_MS", "SCHEMA_VERSION", "SETS_FROM", "PostgresStore
 DEFAULT_LOCK_WAIT_MS = 5_000
 
 log = logging.getLogger("timerwheel_c.durable")
+T = TypeVar("T")
 
 # The fewest batches that go to ``<table>_apply_sets``. The set-based statement has a fixed cost
 # the batch-by-batch loop has not (about 300 us of server CPU for one batch against 150 us, on
@@ -264,7 +265,7 @@ class PostgresStore(Store):
             "apply_sets": sql.Identifier(f"{table}_apply_sets"), "shard_index": sql.Identifier(f"{table}_shard"),
             "timers_view": sql.Identifier(f"{table}_timers"),
             "old_apply": sql.Identifier(f"{table}_apply"), "wake": sql.Identifier(f"{table}_wake"),
-            "channel": sql.Literal(f"{table}_wake"),
+            "channel": sql.Literal(f"{table}_wake"), "default_shard_count": sql.Literal(str(DEFAULT_SHARD_COUNT)),
         }
         self._sql = {name: sql.SQL(text).format(**self._names) for name, text in _QUERIES.items() if name != "wake_trigger"}
         self._signalled: Optional[str] = None  # the patterns this store has seen in force
@@ -438,7 +439,15 @@ class PostgresStore(Store):
         Raises:
             SchemaError: the recorded count is not a shard count, naming it.
         """
-        row = conn.execute(self._sql["shard_count"]).fetchone()
+        return self.shard_count_of(conn.execute(self._sql["shard_count"]).fetchone())
+
+    def shard_count_of(self, row: Optional[tuple]) -> int:
+        """The shard count the row of the ``shard_count`` statement records (None: no row, a store from
+        before shards, which has the default).
+
+        Raises:
+            SchemaError: the recorded count is not a shard count, naming it.
+        """
         if row is None:
             return DEFAULT_SHARD_COUNT
         try:
@@ -515,10 +524,13 @@ class PostgresStore(Store):
 
     def _apply(self, partition: str, batch: Batch) -> Union[Committed, PreconditionFailed]:
         if copyable(batch):
-            with self._lock, self._wrap:
-                if copy_new_rows(self._connection(), self._sql["copy_rows"], self.shard_lock(partition),
-                                 partition, batch.writes):
-                    return COMMITTED
+            def copy_rows() -> Optional[bool]:
+                shard_count, lock = self.shard_lock_of(partition)
+                with self._lock, self._wrap:
+                    return copy_new_rows(self._connection(), self._sql["lock_shard"], (lock, str(shard_count)),
+                                         self._sql["copy_rows"], partition, batch.writes)
+            if self.at_recorded_count(copy_rows):
+                return COMMITTED
         return self._apply_in_one_transaction(partition, [batch], protect=False)[0]
 
     def _apply_many(self, partition: str, batches: list) -> list:
@@ -533,10 +545,27 @@ class PostgresStore(Store):
             return self._apply_in_one_transaction(partition, batches, protect=True)
 
     def _apply_in_one_transaction(self, partition: str, batches: list, protect: bool) -> list:
-        query, args = self.apply_call(partition, batches, protect)
-        with self._lock, self._wrap:
-            failed, refused = self._connection().execute(query, args).fetchall()[0]
-        return apply_results(failed, refused)
+        def call() -> Optional[tuple]:
+            query, args = self.apply_call(partition, batches, protect)
+            with self._lock, self._wrap:
+                return self._connection().execute(query, args).fetchone()
+        return apply_results(*self.at_recorded_count(call))
+
+    def at_recorded_count(self, call: Callable[[], Optional[T]]) -> T:
+        """``call()``, a write whose lock keys are of this store's shard count and that runs only while
+        that count is the recorded one (None when not: nothing written), made again after the new
+        count is read (:meth:`adopt_shard_count`), as often as another process reshards meanwhile.
+
+        Raises:
+            TransientStoreError: the count changed under RESHARD_RETRIES calls in a row.
+            StoreError: as the call or the read of the count raises.
+        """
+        for _ in range(RESHARD_RETRIES):
+            done = call()
+            if done is not None:
+                return done
+            self.adopt_shard_count()
+        raise resharded_meanwhile(self.table)
 
     def query(self, name: str) -> sql.Composed:
         """The statement ``name`` of ``postgres/sql/queries.sql`` on this store's table, for running on
@@ -545,9 +574,10 @@ class PostgresStore(Store):
 
     def apply_call(self, partition: str, batches: list, protect: bool) -> tuple:
         """``(statement, parameters)`` of one ``<table>_apply_many`` call applying ``batches`` (checked
-        Batch objects) to ``partition``; :func:`apply_results` reads its one row. The store's own
-        ``apply`` runs it on its connection, a write in a caller's transaction (:mod:`.joined`) on
-        theirs, so both take the same lock and judge the guards the same way."""
+        Batch objects) to ``partition``; :func:`apply_results` reads its one row, or there is none
+        when the store's shard count is no longer this object's (see :meth:`at_recorded_count`). The
+        store's own ``apply`` runs it on its connection, a write in a caller's transaction
+        (:mod:`.joined`) on theirs, so both take the same lock and judge the guards the same way."""
         wk: list  # (mypy infers no element type for it from the unpacking below)
         g_end, gk, gv, absent, w_end, wk, wv, consume = [], [], [], [], [], [], [], []
         for batch in batches:
@@ -563,7 +593,8 @@ class PostgresStore(Store):
                 wv.append(v)
             g_end.append(len(gk))
             w_end.append(len(wk))
-        args = (partition, self.shard_lock(partition), g_end, gk, gv, absent, w_end, wk, wv, consume, protect)
+        shard_count, lock = self.shard_lock_of(partition)
+        args = (partition, lock, g_end, gk, gv, absent, w_end, wk, wv, consume, protect, str(shard_count))
         return self._sql["apply_many"], args
 
     def _apply_across(self, items: list) -> list:
@@ -594,8 +625,12 @@ class PostgresStore(Store):
     def shard_lock(self, partition: str) -> int:
         """The transaction-level advisory lock key that every guarded commit on ``partition`` takes:
         its shard's (see the module docstring)."""
+        return self.shard_lock_of(partition)[1]
+
+    def shard_lock_of(self, partition: str) -> tuple:
+        """``(shard count, lock key)``: :meth:`shard_lock` with the count it is of, read together."""
         shard_count, locks = self._shards.state
-        return locks[shard_of(partition, shard_count)]
+        return shard_count, locks[shard_of(partition, shard_count)]
 
     def _scan_shards(self, shards: list, start: bytes, end: bytes, limit: int) -> list:
         """Every shard in one statement: a LATERAL range scan of the shard index per shard (see
@@ -610,11 +645,14 @@ class PostgresStore(Store):
 
     def _apply_sets(self, sets: "_Sets") -> list:
         """Independent batches (:func:`_independent_sets`), set-based in one call of ``<table>_apply_sets``."""
-        lock_keys = Int8Array(sorted({self.shard_lock(p) for p in set(sets.bp)}))
-        args = (lock_keys, sets.bp, sets.ck, sets.cv, sets.mt, sets.g_b, sets.g_p, sets.g_k, sets.g_v,
-                sets.d_b, sets.d_p, sets.d_k, sets.u_b, sets.u_p, sets.u_k, sets.u_v)
-        with self._lock, self._wrap:
-            failed = self._connection().execute(self._sql["apply_sets"], args).fetchall()[0][0]
+        def call() -> Optional[tuple]:
+            shard_count, locks = self._shards.state
+            lock_keys = Int8Array(sorted({locks[shard_of(p, shard_count)] for p in set(sets.bp)}))
+            args = (lock_keys, sets.bp, sets.ck, sets.cv, sets.mt, sets.g_b, sets.g_p, sets.g_k, sets.g_v,
+                    sets.d_b, sets.d_p, sets.d_k, sets.u_b, sets.u_p, sets.u_k, sets.u_v, str(shard_count))
+            with self._lock, self._wrap:
+                return self._connection().execute(self._sql["apply_sets"], args).fetchone()
+        failed = self.at_recorded_count(call)[0]
         return [COMMITTED if f is None else PreconditionFailed(bytes(f)) for f in failed]
 
     def _watch(self, callback: Callable[[], None]) -> Watcher:
