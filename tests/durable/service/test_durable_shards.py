@@ -303,8 +303,35 @@ def test_listing_the_whole_store_reads_by_shard_in_due_order(store_url, monkeypa
         assert list_timers(store, None, limit=5) == listed[:5]
         assert list_timers(store, None, kind=KIND - 1) == list_timers(store, None, state="parked") == listed[-1:]
         assert list_timers(store, None, state="scheduled", limit=1000) == listed[:-1]
+        # A filter that reads many pages of one shard before its match (a shard read on past its second page).
+        for i in range(20):
+            schedule(store.inner, "one", due + 100 + i, KIND, b"n%d" % i)
+        schedule(store.inner, "one", due + 200, KIND - 2, b"needle")
+        assert [t.reference for t in list_timers(store, None, kind=KIND - 2)] == [b"needle"]
+        # Rows of one key are read on in the store's own order of their partitions (a database's
+        # collation), whatever Python's order of them is.
+        for i in range(12):
+            schedule(store.inner, f"{i % 4}{chr(65 + i)}{i}", due + 300, KIND, b"same-key")
+        listed = list_timers(KeyOrderReversed(store.inner), None, limit=1000)
+        same = sorted(t.partition for t in listed if t.reference == b"same-key")
+        assert same == sorted(f"{i % 4}{chr(65 + i)}{i}" for i in range(12))
+        assert len(listed) == len({(t.partition, t.reference) for t in listed})
     finally:
         dispose(store.inner)
+
+
+class KeyOrderReversed(Delegating):
+    """The real store, giving each shard's rows of one key in the reverse of Python's order of their
+    partitions, the same in every read, as a database whose collation orders names otherwise does."""
+
+    def _scan_shards(self, shards, start, end, limit):
+        out = []
+        for rows in super()._scan_shards(shards, start, end, limit):
+            by_key: dict = {}
+            for row in rows:
+                by_key.setdefault(row[1], []).append(row)
+            out.append([row for key in sorted(by_key) for row in sorted(by_key[key], key=lambda r: r[0], reverse=True)])
+        return out
 
 
 @pytest.mark.parametrize("path", ["apply", "copy", "apply_sets", "joined", "ajoined"])

@@ -574,32 +574,42 @@ def _partition_rows(store: Store, partition: str, start: bytes, end: bytes, page
 
 
 def _store_rows(store: Store, start: bytes, end: bytes, page: int) -> Iterator[tuple]:
-    """``(partition, key, value)`` of the rows ``start <= key < end`` of the whole store, in (key,
-    partition) order: each shard's rows in that order (:meth:`~Store.scan_shards`), merged; the
-    first page of every shard in one read, each shard's next when the merge reaches its end."""
+    """``(partition, key, value)`` of the rows ``start <= key < end`` of the whole store, in key order
+    (rows of one key in the order the store gives them): each shard's rows in key order
+    (:meth:`~Store.scan_shards`), merged; the first page of every shard in one read, each shard's
+    next when the merge reaches its end."""
     shards = list(range(store.shard_count))
     firsts = store.scan_shards(shards, start, end, page) if shards else []
     return heapq.merge(*(_shard_rows(store, shard, rows, end, page) for shard, rows in zip(shards, firsts)),
-                       key=_row_order)
+                       key=_row_key)
 
 
-def _row_order(row: tuple) -> tuple:
-    return row[1], row[0]
+def _row_key(row: tuple) -> bytes:
+    return row[1]
 
 
 def _shard_rows(store: Store, shard: int, rows: list, end: bytes, page: int) -> Iterator[tuple]:
-    """One shard's rows from its first page ``rows`` on, reading on from the last one read: its key
-    again, past the (key, partition) already read, since rows of other partitions may share that key
-    (the same due time, kind and reference); a page of nothing but that key is read again twice as large."""
+    """One shard's rows from its first page ``rows`` on. Each next read starts at the last key read
+    again, since rows of other partitions may share it (the same due time, kind and reference), and
+    leaves out the partitions already read at that key: the store orders a key's partitions its own
+    way (a PostgreSQL database's collation), the same in every read. A read of nothing new that came
+    back full is made again twice as large."""
+    full = len(rows) >= page
+    last_key: bytes = b""  # the last key read, and the partitions read at it
+    at_last_key: set = set()
     while True:
         yield from rows
-        if len(rows) < page:
+        if not full:
             return
-        last = _row_order(rows[-1])
+        for partition, key, _ in rows:
+            if key != last_key:
+                last_key, at_last_key = key, set()
+            at_last_key.add(partition)
         while True:
-            read = store.scan_shards([shard], last[0], end, page)[0]
-            rows = [row for row in read if _row_order(row) > last]
-            if rows or len(read) < page:
+            read = store.scan_shards([shard], last_key, end, page)[0]
+            full = len(read) >= page
+            rows = [row for row in read if row[1] != last_key or row[0] not in at_last_key]
+            if rows or not full:
                 break
             page *= 2
         if not rows:
