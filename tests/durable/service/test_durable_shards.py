@@ -375,3 +375,43 @@ def test_a_postgres_writer_opened_before_a_reshard_reads_the_new_count_at_its_ne
             asyncio.run(write())
         assert stale.shard_count == before + 5
         assert stale.shard_lock(partition) == admin.shard_lock(partition)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_write_in_a_transaction_whose_snapshot_predates_a_reshard_asks_for_it_again(schema_url, mode):
+    """A caller's SERIALIZABLE transaction that took its snapshot before another handle resharded
+    the store reads the old count, by whose locks no write may run any more: a write in it is a
+    TransientStoreError saying to run the transaction again, and the store keeps the count recorded
+    now. The async write adopted the snapshot's old count for the store and all its siblings; the
+    sync one tried ten times and blamed ten reshards."""
+    import asyncio
+
+    import psycopg
+
+    from timerwheel_c.durable import aio
+    from timerwheel_c.durable.storage.errors import TransientStoreError
+
+    with open_store(schema_url) as admin, open_store(schema_url) as store:
+        before = store.shard_count
+        due = wall_ms() + 3_600_000
+        if mode == "sync":
+            with psycopg.connect(admin._dsn) as conn:
+                conn.execute("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")
+                conn.execute("SELECT 1 FROM pg_class LIMIT 1")  # the snapshot is taken
+                admin.reshard(before + 2)
+                store.refresh_shard_count()
+                with pytest.raises(TransientStoreError, match="resharded after the caller's transaction took its snapshot"):
+                    schedule(store, "p", due, KIND, b"x", conn=conn)
+        else:
+            async def write():
+                async with await psycopg.AsyncConnection.connect(admin._dsn) as conn:
+                    await conn.set_isolation_level(psycopg.IsolationLevel.SERIALIZABLE)
+                    async with conn.transaction(force_rollback=True):
+                        await conn.execute("SELECT 1 FROM pg_class LIMIT 1")
+                        admin.reshard(before + 2)
+                        store.refresh_shard_count()
+                        with pytest.raises(TransientStoreError, match="resharded after the caller's transaction"):
+                            await aio.schedule(store, "p", due, KIND, b"x", conn=conn)
+            asyncio.run(write())
+        assert store.shard_count == before + 2
+        schedule(store, "p", due, KIND, b"x")  # a transaction begun after it writes as ever

@@ -14,6 +14,7 @@ transaction, as the store's own ``apply`` is.
 """
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any, Optional, Union
 
 import psycopg
@@ -125,11 +126,18 @@ class PgJoined(_Joining, Joined):
             return cur.execute(self._store.query("scan_from"), (self._partition, start, end, limit), binary=True).fetchall()
 
     def apply(self, batch: Batch) -> Union[Committed, PreconditionFailed]:
-        def call() -> Optional[tuple]:  # None: the store was resharded (PostgresStore.at_recorded_count)
+        # No row: the store's shard count is not the one the transaction reads (a reshard), which
+        # PostgresStore.joined_miss judges: the write runs again at that count, or the transaction
+        # must be run again whole.
+        for _ in range(RESHARD_RETRIES):
             query, args = self._store.apply_call(self._partition, [batch], False)
             with _WRAP, psycopg.Cursor(self._conn, row_factory=tuple_row) as cur:
-                return cur.execute(query, args).fetchone()
-        return apply_results(*self._store.at_recorded_count(call))[0]
+                row = cur.execute(query, args).fetchone()
+                if row is not None:
+                    return apply_results(*row)[0]
+                recorded = cur.execute(self._store.query("shard_count")).fetchone()
+            self._store.joined_miss(recorded)
+        raise resharded_meanwhile(self._store.table)
 
 
 class AsyncPgStatements(_OnConnection):
@@ -153,8 +161,7 @@ class AsyncPgStatements(_OnConnection):
                 return await (await cur.execute(query, args, binary=True)).fetchall()
 
     async def apply(self, batch: Batch) -> Union[Committed, PreconditionFailed]:
-        # PostgresStore.at_recorded_count, awaited: the count read again on this connection.
-        for _ in range(RESHARD_RETRIES):
+        for _ in range(RESHARD_RETRIES):  # as PgJoined.apply; the store's own read in a thread
             query, args = self._store.apply_call(self._partition, [batch], False)
             with _WRAP:
                 async with psycopg.AsyncCursor(self._conn, row_factory=tuple_row) as cur:
@@ -162,7 +169,7 @@ class AsyncPgStatements(_OnConnection):
                     if row is not None:
                         return apply_results(*row)[0]
                     recorded = await (await cur.execute(self._store.query("shard_count"))).fetchone()
-            self._store.shard_count = self._store.shard_count_of(recorded)
+            await asyncio.to_thread(self._store.joined_miss, recorded)
         raise resharded_meanwhile(self._store.table)
 
 

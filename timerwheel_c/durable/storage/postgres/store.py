@@ -70,7 +70,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from .. import forks
-from ..errors import PermanentStoreError, StoreError, wrap_exceptions
+from ..errors import PermanentStoreError, StoreError, TransientStoreError, wrap_exceptions
 from .arrays import ByteaArray, Int4Array, Int8Array, TextArray, register as register_arrays
 from .cancels import keeping_cancels
 from .copy import copy_new_rows, copyable
@@ -431,6 +431,22 @@ class PostgresStore(Store):
 
     def refresh_shard_count(self) -> int:
         return self.adopt_shard_count()
+
+    def joined_miss(self, recorded: Optional[tuple]) -> None:
+        """After a write in a caller's transaction ran at no shard count (no row: this store's count is
+        not the one that transaction reads): ``recorded``, the row of the ``shard_count`` statement on
+        the caller's connection, is adopted when it is the count recorded now (read on this store's
+        own connection), so that the write runs again by it. Otherwise the transaction's snapshot
+        (SERIALIZABLE) predates a reshard, and no write in it can lock as the others do.
+
+        Raises:
+            TransientStoreError: the caller's transaction reads the count from before a reshard: roll it
+                back and run it again.
+            StoreError: the store's own read failed.
+        """
+        if self.shard_count_of(recorded) != self.adopt_shard_count():
+            raise TransientStoreError(f"PostgreSQL table {self.table!r} was resharded after the caller's transaction "
+                                      "took its snapshot: roll it back and run it again")
 
     def _recorded_shard_count(self, conn: psycopg.Connection) -> int:
         """The shard count recorded in the meta table (the default for a store from before shards,
