@@ -108,24 +108,43 @@ def test_redact_masks_a_password_quoted_verbatim_in_any_text():
     ("postgresql://app:1@127.0.0.1:1/db1",
      'cannot open store \'postgresql://app:1@127.0.0.1:1/db1\': connection to server at "127.0.0.1", port 1 failed',
      'cannot open store \'postgresql://app:***@127.0.0.1:1/db1\': connection to server at "127.0.0.1", port 1 failed'),
-    # A password that is also the user's name, or inside a longer word, stays where it is not the password.
+    # A password that is also its URL's user, or a part of its host, stays where the URL names them;
+    # a URL's scheme is never masked.
     ("postgresql://postgres:postgres@127.0.0.1:55451/nosuchdb",
      "cannot open store 'postgresql://postgres:postgres@127.0.0.1:55451/nosuchdb': database \"nosuchdb\"",
      "cannot open store 'postgresql://postgres:***@127.0.0.1:55451/nosuchdb': database \"nosuchdb\""),
     ("host=db user=timers password=timers dbname=timers", "role timers: timers-table failed",
      "role timers: timers-table failed"),
-    ("postgresql://app:s3cret@db/timers", "s3crets and xs3cret and s3cret_x are other words; s3cret.",
-     "s3crets and xs3cret and s3cret_x are other words; ***."),
+    ("postgresql://app:example@db.example.com/x", "host db.example.com unreachable", "host db.example.com unreachable"),
+    ("postgresql://app:postgres@db/x", "cannot open 'postgresql://app:postgres@db/x': password for postgres rejected",
+     "cannot open 'postgresql://app:***@db/x': password for *** rejected"),
+    # A long enough password is masked wherever it stands: percent-encoded, inside a longer word, in
+    # text without spaces, before digits.
+    ("postgresql://app:s3cretpass@db/orders",
+     "GET /x?dsn=postgresql%3A%2F%2Fapp%3As3cretpass%40db -> 500; KeyError: 'cache_s3cretpass'; "
+     "认证失败：密码s3cretpass错误; token s3cretpass2024 rejected",
+     "GET /x?dsn=postgresql%3A%2F%2Fapp%3A***%40db -> 500; KeyError: 'cache_***'; 认证失败：密码***错误; token ***2024 rejected"),
     # A password's tail after an unencoded "@", as libpq quotes it inside a host name, is still masked.
     ("postgresql://app:p@ss-Q9x@db/timers", "failed to resolve host 'ss-Q9x@db'", "failed to resolve host '***db'"),
 ])
-def test_redact_masks_verbatim_only_whole_long_passwords(url, text, shown):
-    """Outside a URL or a password= parameter, a password is masked only as a whole word of at least
-    MIN_VERBATIM characters that the URL does not also name as its user, host, port or database."""
+def test_redact_masks_verbatim_only_long_passwords_no_url_names_in_the_open(url, text, shown):
+    """Outside a URL or a password= parameter, a password is masked wherever it stands (never in a
+    URL's scheme) when it has at least MIN_VERBATIM characters and its own URL does not also name it
+    as, or in, its user, host, port or database."""
     from timerwheel_c.durable.storage.redact import MIN_VERBATIM, redact
 
     assert MIN_VERBATIM == 5
     assert redact(text, url) == shown
+
+
+def test_a_remembered_password_is_masked_whatever_another_store_names_in_the_open():
+    """The exemption of a password its own URL names in the open is that URL's alone: a store whose
+    database is named as another store's password leaves that password masked."""
+    from timerwheel_c.durable.storage.redact import redact, remember
+
+    remember("postgresql://app:Rq8reports@db1/app")
+    remember("postgresql://bi@db2/Rq8reports")
+    assert redact("handler failed: auth with Rq8reports denied") == "handler failed: auth with *** denied"
 
 
 def test_unsupported_store_url_error_masks_the_password():

@@ -8,11 +8,12 @@ is the one path by which a URL, or any text that may quote one, reaches a log li
 exception message, a ``repr``, or the bench's printed and JSON output.
 
 A password is masked in two ways. Where a URL or a ``password=`` parameter quotes it, by its
-place, whatever it is. Anywhere else (a driver's message quoting it bare, a handler's error), only
-as a whole word of at least :data:`MIN_VERBATIM` characters that is not also the user, host,
-port or database of a store's URL: masking a short or common one there would rewrite unrelated
-text ("1" in "127.0.0.1", "postgres" in "postgresql://postgres@"), and where the mask fell would
-give the password away, as Airflow found (apache/airflow#48791, its ``min_length_masked_secret``).
+place, whatever it is. Anywhere else (a driver's message quoting it bare, a handler's error,
+percent-encoded or inside a longer word alike), when it has at least :data:`MIN_VERBATIM`
+characters and is no part of what its own URL names in the open (user, host, port, database), and
+never inside a URL's scheme: masking a short or public one there would rewrite unrelated text ("1"
+in "127.0.0.1", "postgres" in "postgresql://postgres@"), and where the mask fell would give the
+password away, as Airflow found (apache/airflow#48791, its ``min_length_masked_secret``).
 """
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ __all__ = ["MIN_VERBATIM", "redact", "remember"]
 MASK = "***"
 #: The fewest characters of a password masked wherever it appears verbatim (see the module docstring).
 MIN_VERBATIM = 5
+# A URL's scheme, never masked: a password "postgres" in it would say what the password is.
+_SCHEME = r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)"
 # scheme://user:PASSWORD@host: the password runs to the last "@" of the authority. It may hold
 # whitespace (a mistyped URL is still printed back in an error): masking too much is harmless,
 # stopping at a space would print the rest of the password.
@@ -122,8 +125,8 @@ _KEYWORD_PUBLIC = re.compile(r"(?<![\w])(?:user|host|hostaddr|port|dbname)\s*=\s
 
 
 def _public(url: str) -> frozenset:
-    """The user, host, port and database ``url`` names (as a URL or in keyword/value form): printed
-    as they are, so never masked verbatim as a password equal to one of them would be."""
+    """The user, host, port and database ``url`` names (as a URL or in keyword/value form), printed
+    as they are."""
     found = set(_KEYWORD_PUBLIC.findall(url))
     try:
         parts = urlsplit(url)
@@ -133,19 +136,26 @@ def _public(url: str) -> frozenset:
     return frozenset(p for p in found if p)
 
 
-# The passwords of the stores opened in this process (remember()): masked by every redact(), so that
-# a store's own password a handler's exception quotes bare (a parked row's last error, a log line)
-# is masked as well as one in a URL. Only ever grows; a set is updated atomically under the GIL.
+def _verbatim(url: str) -> set:
+    """The passwords of ``url`` (:func:`_passwords`) to mask wherever they appear: those of at least
+    :data:`MIN_VERBATIM` characters that are no part of what it names in the open (:func:`_public`),
+    whose masking would only rewrite those names."""
+    public = _public(url)
+    return {p for p in _passwords(url) if len(p) >= MIN_VERBATIM and not any(p in name for name in public)}
+
+
+# The passwords of the stores opened in this process that are masked wherever they appear
+# (remember(), _verbatim()): by every redact(), so that a store's own password a handler's
+# exception quotes bare (a parked row's last error, a log line) is masked as well as one in a URL.
+# Only ever grows; a set is updated atomically under the GIL.
 _REMEMBERED: set[str] = set()
-_REMEMBERED_PUBLIC: set[str] = set()  # and what their URLs name in the open (_public)
 
 
 def remember(url: str | None) -> None:
     """Mask the passwords ``url`` carries or names (as :func:`redact`'s ``urls``) in every later
     :func:`redact` of this process, wherever they appear verbatim. A store calls it on its URL."""
     if url:
-        _REMEMBERED.update(_passwords(url))
-        _REMEMBERED_PUBLIC.update(_public(url))
+        _REMEMBERED.update(_verbatim(url))
 
 
 def redact(text: str, *urls: str | None) -> str:
@@ -153,30 +163,21 @@ def redact(text: str, *urls: str | None) -> str:
 
     Masks the password of any URL or ``password=`` parameter that ``text`` quotes (the whole
     value: in a keyword/value string up to the next whitespace, or its closing quote), and,
-    wherever it appears verbatim as a whole word (for example inside a driver's error message),
-    each password of at least :data:`MIN_VERBATIM` characters of ``urls`` (the store URLs ``text``
-    may have come from; None is skipped) and of the stores opened in this process
-    (:func:`remember`): the ones they carry and the ones in the service file section or password
-    file they name, unless it is also what one of those URLs names in the open (its user, host,
-    port or database). ``redact(url)`` is the URL fit to print.
+    wherever it appears verbatim outside a URL's scheme (for example inside a driver's error
+    message, or percent-encoded), each password of ``urls`` (the store URLs ``text`` may have come
+    from; None is skipped) and of the stores opened in this process (:func:`remember`): the ones
+    they carry and the ones in the service file section or password file they name, of at least
+    :data:`MIN_VERBATIM` characters and no part of the user, host, port or database their own URL
+    names. ``redact(url)`` is the URL fit to print.
     """
     secrets: set[str] = set(_REMEMBERED)
-    public: set[str] = set(_REMEMBERED_PUBLIC)
     for url in urls:
         if url:
-            secrets |= _passwords(url)
-            public |= _public(url)
+            secrets |= _verbatim(url)
     text = _URL_PASSWORD.sub(rf"\g<keep>{MASK}", text)
     text = _QUERY_PASSWORD.sub(rf"\g<keep>{MASK}", text)
     text = _KEYWORD_PASSWORD.sub(rf"\g<keep>{MASK}", text)
-    verbatim = sorted((s for s in secrets if len(s) >= MIN_VERBATIM and s not in public), key=len, reverse=True)
-    if not verbatim:
+    if not secrets:
         return text
-    return re.compile("|".join(map(_whole_word, verbatim))).sub(MASK, text)
-
-
-def _whole_word(secret: str) -> str:
-    """A pattern of ``secret`` where no word character continues it: an end of it that is a word
-    character must not touch another (a host's ``TAIL@`` still matches in ``TAIL@db``)."""
-    return ((r"(?<!\w)" if re.match(r"\w", secret[0]) else "") + re.escape(secret)
-            + (r"(?!\w)" if re.match(r"\w", secret[-1]) else ""))
+    verbatim = "|".join(re.escape(s) for s in sorted(secrets, key=len, reverse=True))
+    return re.sub(f"{_SCHEME}|{verbatim}", lambda m: m.group("scheme") or MASK, text)
