@@ -16,7 +16,8 @@ from timerwheel_c.durable.storage.watch import Watcher
 __all__ = ["Delegating", "add_pg_dsn", "dispose", "drop", "pg_dsn"]
 
 # What a PostgresStore makes beside its table (storage/postgres/sql/), each named after the table.
-_PG_FUNCTIONS = ("_apply_many", "_apply_one", "_apply_sets", "_apply", "_wake")
+_PG_FUNCTIONS = ("_apply_many_at", "_apply_sets_at", "_lock_shards", "_apply_many", "_apply_one", "_apply_sets", "_apply",
+                 "_wake")
 
 
 class Delegating(Store):

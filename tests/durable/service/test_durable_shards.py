@@ -415,3 +415,40 @@ def test_a_write_in_a_transaction_whose_snapshot_predates_a_reshard_asks_for_it_
             asyncio.run(write())
         assert store.shard_count == before + 2
         schedule(store, "p", due, KIND, b"x")  # a transaction begun after it writes as ever
+
+
+def test_a_postgres_write_queued_behind_a_reshard_runs_by_the_new_count(schema_url):
+    """A write by a store that read the old count, started while a reshard waits for its lock of the
+    table, waits for that reshard, then finds the count changed, reads it and runs by the new lock:
+    the count is judged once the write's locks are held, not in the snapshot its statement began
+    with (where it passed at the old count and ran by the old shard's lock, beside writers at the new
+    count, guarded commits on one partition then not waiting for each other)."""
+    import threading
+
+    import psycopg
+
+    from timerwheel_c.durable.storage.shards import shard_of
+
+    with open_store(schema_url) as admin:
+        admin.reshard(4)
+        with open_store(schema_url) as stale, psycopg.connect(admin._dsn) as blocker, \
+                psycopg.connect(admin._dsn, autocommit=True) as watcher:
+            partition = next(p for p in (f"user/{i}" for i in range(1000)) if shard_of(p, 4) != shard_of(p, 8))
+
+            def waiting() -> int:  # sessions waiting for a lock of the store's table
+                return watcher.execute("SELECT count(*) FROM pg_locks WHERE NOT granted "
+                                       "AND relation = 'timerwheel_kv'::regclass").fetchone()[0]
+
+            blocker.execute("SELECT 1 FROM timerwheel_kv LIMIT 1")  # the reshard waits for this reader
+            resharding = threading.Thread(target=admin.reshard, args=(8,))
+            resharding.start()
+            wait_until(lambda: waiting() >= 1, "the reshard to wait for the table", LIVENESS_S)
+            outcome: list = []
+            writing = threading.Thread(target=lambda: outcome.append(stale.apply(partition, Batch().put(b"k", b"v"))))
+            writing.start()
+            wait_until(lambda: waiting() >= 2, "the write to queue behind it", LIVENESS_S)
+            blocker.rollback()
+            resharding.join(LIVENESS_S)
+            writing.join(LIVENESS_S)
+        assert outcome == [COMMITTED] and stale.shard_count == 8
+        assert stale.shard_lock(partition) == admin.shard_lock(partition)

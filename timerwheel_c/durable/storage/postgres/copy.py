@@ -57,15 +57,16 @@ def copy_new_rows(conn: psycopg.Connection, lock: sql.Composed, lock_args: tuple
     """Insert ``writes`` (``(key, value)`` pairs of new keys) into ``partition`` with ``statement``
     (``copy_rows`` of ``postgres/sql/queries.sql``) in one transaction holding the advisory lock that
     ``lock`` (``lock_shard`` there) takes with ``lock_args``; True once committed, False (nothing
-    written) when some key was present, None (nothing written) when the lock was not taken: the
-    store's shard count is no longer the one its key is of.
+    written) when some key was present, None (nothing written) when the store's shard count is no
+    longer the one the lock's key is of.
 
     Raises:
         psycopg.Error: any other failure (the caller wraps it into a StoreError).
     """
     try:
         with conn.transaction():
-            if conn.execute(lock, lock_args).fetchone() is None:
+            locked = conn.execute(lock, lock_args).fetchone()
+            if not (locked and locked[0]):
                 raise psycopg.Rollback()
             with conn.cursor() as cur, cur.copy(statement) as copy:
                 copy.write(payload(partition, writes))

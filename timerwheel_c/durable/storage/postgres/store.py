@@ -120,6 +120,8 @@ _TABLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,51}$")  # room for the "_apply_man
 # 11: a batch that consumes a row and puts its value under a free key moves the row (one UPDATE);
 # 12: no table changes: a first claim leaves the identity row (a version no earlier process reads);
 # 13: ``<table>_apply_sets`` takes each partition beside its row and each move's key beside its batch.
+# 15: a write runs only at the shard count its lock keys are of (``<table>_lock_shards``, through
+# ``<table>_apply_many_at`` and ``<table>_apply_sets_at``), read once its locks are held.
 _MIGRATIONS = migrations("postgres")
 _ROW_REWRITES = rewrite_versions(_MIGRATIONS)  # versions that must find their declared rewrite
 SCHEMA_VERSION = _MIGRATIONS[-1][0]
@@ -263,6 +265,8 @@ class PostgresStore(Store):
             "t": sql.Identifier(table), "meta": sql.Identifier(f"{table}_meta"),
             "apply_many": sql.Identifier(f"{table}_apply_many"), "apply_one": sql.Identifier(f"{table}_apply_one"),
             "apply_sets": sql.Identifier(f"{table}_apply_sets"), "shard_index": sql.Identifier(f"{table}_shard"),
+            "lock_shards": sql.Identifier(f"{table}_lock_shards"), "apply_many_at": sql.Identifier(f"{table}_apply_many_at"),
+            "apply_sets_at": sql.Identifier(f"{table}_apply_sets_at"),
             "timers_view": sql.Identifier(f"{table}_timers"),
             "old_apply": sql.Identifier(f"{table}_apply"), "wake": sql.Identifier(f"{table}_wake"),
             "channel": sql.Literal(f"{table}_wake"), "default_shard_count": sql.Literal(str(DEFAULT_SHARD_COUNT)),
@@ -610,7 +614,7 @@ class PostgresStore(Store):
             g_end.append(len(gk))
             w_end.append(len(wk))
         shard_count, lock = self.shard_lock_of(partition)
-        args = (partition, lock, g_end, gk, gv, absent, w_end, wk, wv, consume, protect, str(shard_count))
+        args = (str(shard_count), partition, lock, g_end, gk, gv, absent, w_end, wk, wv, consume, protect)
         return self._sql["apply_many"], args
 
     def _apply_across(self, items: list) -> list:
@@ -664,8 +668,8 @@ class PostgresStore(Store):
         def call() -> Optional[tuple]:
             shard_count, locks = self._shards.state
             lock_keys = Int8Array(sorted({locks[shard_of(p, shard_count)] for p in set(sets.bp)}))
-            args = (lock_keys, sets.bp, sets.ck, sets.cv, sets.mt, sets.g_b, sets.g_p, sets.g_k, sets.g_v,
-                    sets.d_b, sets.d_p, sets.d_k, sets.u_b, sets.u_p, sets.u_k, sets.u_v, str(shard_count))
+            args = (str(shard_count), lock_keys, sets.bp, sets.ck, sets.cv, sets.mt, sets.g_b, sets.g_p, sets.g_k,
+                    sets.g_v, sets.d_b, sets.d_p, sets.d_k, sets.u_b, sets.u_p, sets.u_k, sets.u_v)
             with self._lock, self._wrap:
                 return self._connection().execute(self._sql["apply_sets"], args).fetchone()
         failed = self.at_recorded_count(call)[0]

@@ -69,24 +69,19 @@ WITH RECURSIVE p AS (
 SELECT partition FROM p WHERE partition IS NOT NULL
 
 -- name: apply_many
--- %b: binary parameters, so bytea arrays travel without text escaping. The last parameter is the
--- shard count the caller's lock keys are of: the function runs only while it is the recorded one
--- (no row otherwise: the caller reads the new count and calls again), so that a writer that
--- opened the store before another process resharded it never locks another shard than a runner.
-SELECT failed, refused FROM {apply_many}(%s, %s, %b::int[], %b::bytea[], %b::bytea[], %b::boolean[], %b::int[],
-                                         %b::bytea[], %b::bytea[], %b::int[], %s)
-WHERE COALESCE((SELECT value FROM {meta} WHERE name = 'shard_count'), {default_shard_count}) = %s
+-- %b: binary parameters, so bytea arrays travel without text escaping. The first parameter is the
+-- shard count the lock key is of: no row when it is not the recorded one (0015_writes_at_shard_count.sql).
+SELECT failed, refused FROM {apply_many_at}(%s, %s, %s, %b::int[], %b::bytea[], %b::bytea[], %b::boolean[], %b::int[],
+                                            %b::bytea[], %b::bytea[], %b::int[], %s)
 
 -- name: apply_sets
-SELECT {apply_sets}(%b::bigint[], %b::text[], %b::bytea[], %b::bytea[], %b::bytea[],
-                    %b::int[], %b::text[], %b::bytea[], %b::bytea[], %b::int[], %b::text[], %b::bytea[],
-                    %b::int[], %b::text[], %b::bytea[], %b::bytea[])
-WHERE COALESCE((SELECT value FROM {meta} WHERE name = 'shard_count'), {default_shard_count}) = %s
+SELECT failed FROM {apply_sets_at}(%s, %b::bigint[], %b::text[], %b::bytea[], %b::bytea[], %b::bytea[],
+                                   %b::int[], %b::text[], %b::bytea[], %b::bytea[], %b::int[], %b::text[], %b::bytea[],
+                                   %b::int[], %b::text[], %b::bytea[], %b::bytea[]) AS failed
 
 -- name: lock_shard
--- A shard's advisory lock, taken only at the recorded shard count (as apply_many's last parameter).
-SELECT pg_advisory_xact_lock(%s)
-WHERE COALESCE((SELECT value FROM {meta} WHERE name = 'shard_count'), {default_shard_count}) = %s
+-- A shard's advisory lock, and whether the count its key is of is the recorded one (as apply_many's).
+SELECT {lock_shards}(ARRAY[%s]::bigint[], %s)
 
 -- name: create_meta
 CREATE TABLE IF NOT EXISTS {meta} (name text PRIMARY KEY, value text NOT NULL)
