@@ -124,6 +124,12 @@ def test_redact_masks_a_password_quoted_verbatim_in_any_text():
      "GET /x?dsn=postgresql%3A%2F%2Fapp%3As3cretpass%40db -> 500; KeyError: 'cache_s3cretpass'; "
      "认证失败：密码s3cretpass错误; token s3cretpass2024 rejected",
      "GET /x?dsn=postgresql%3A%2F%2Fapp%3A***%40db -> 500; KeyError: 'cache_***'; 认证失败：密码***错误; token ***2024 rejected"),
+    # A keyword/value string names no path: its password is masked wherever it stands.
+    ("host=db user=app password=Kw0rdpass dbname=orders", "driver said Kw0rdpass", "driver said ***"),
+    # A password that holds "://", or stands as a scheme's whole name, is masked all the same.
+    ("host=h user=u password=pa://ssword", "error near pa://ssword; s3cret.pw://x",
+     "error near ***; s3cret.pw://x"),
+    ("postgresql://u:s3cret.pw@h/db", "see s3cret.pw://x", "see ***://x"),
     # A password's tail after an unencoded "@", as libpq quotes it inside a host name, is still masked.
     ("postgresql://app:p@ss-Q9x@db/timers", "failed to resolve host 'ss-Q9x@db'", "failed to resolve host '***db'"),
 ])

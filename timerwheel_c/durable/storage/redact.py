@@ -11,7 +11,7 @@ A password is masked in two ways. Where a URL or a ``password=`` parameter quote
 place, whatever it is. Anywhere else (a driver's message quoting it bare, a handler's error,
 percent-encoded or inside a longer word alike), when it has at least :data:`MIN_VERBATIM`
 characters and is no part of what its own URL names in the open (user, host, port, database), and
-never inside a URL's scheme: masking a short or public one there would rewrite unrelated text ("1"
+not a part of a URL's scheme name: masking a short or public one there would rewrite unrelated text ("1"
 in "127.0.0.1", "postgres" in "postgresql://postgres@"), and where the mask fell would give the
 password away, as Airflow found (apache/airflow#48791, its ``min_length_masked_secret``).
 """
@@ -27,8 +27,9 @@ __all__ = ["MIN_VERBATIM", "redact", "remember"]
 MASK = "***"
 #: The fewest characters of a password masked wherever it appears verbatim (see the module docstring).
 MIN_VERBATIM = 5
-# A URL's scheme, never masked: a password "postgres" in it would say what the password is.
-_SCHEME = r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)"
+# A URL's scheme name: a password found as a part of one ("postgres" in "postgresql://") is left
+# there, where masking it would say what the password is; one that is the whole name is masked.
+_SCHEME_NAME = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*(?=://)")
 # scheme://user:PASSWORD@host: the password runs to the last "@" of the authority. It may hold
 # whitespace (a mistyped URL is still printed back in an error): masking too much is harmless,
 # stopping at a space would print the rest of the password.
@@ -128,11 +129,12 @@ def _public(url: str) -> frozenset:
     """The user, host, port and database ``url`` names (as a URL or in keyword/value form), printed
     as they are."""
     found = set(_KEYWORD_PUBLIC.findall(url))
-    try:
-        parts = urlsplit(url)
-        found |= {parts.username, parts.hostname, str(parts.port) if parts.port else None, parts.path.lstrip("/")}
-    except ValueError:  # not a URL: the keyword form above is what it names
-        pass
+    if _SCHEME_NAME.match(url):  # a keyword/value string is no URL: its whole text would read as a path
+        try:
+            parts = urlsplit(url)
+            found |= {parts.username, parts.hostname, str(parts.port) if parts.port else None, parts.path.lstrip("/")}
+        except ValueError:  # a malformed URL (a bad port): the keyword form above is what it names
+            pass
     return frozenset(p for p in found if p)
 
 
@@ -163,7 +165,7 @@ def redact(text: str, *urls: str | None) -> str:
 
     Masks the password of any URL or ``password=`` parameter that ``text`` quotes (the whole
     value: in a keyword/value string up to the next whitespace, or its closing quote), and,
-    wherever it appears verbatim outside a URL's scheme (for example inside a driver's error
+    wherever it appears verbatim but as a part of a URL's scheme name (for example inside a driver's error
     message, or percent-encoded), each password of ``urls`` (the store URLs ``text`` may have come
     from; None is skipped) and of the stores opened in this process (:func:`remember`): the ones
     they carry and the ones in the service file section or password file they name, of at least
@@ -179,5 +181,11 @@ def redact(text: str, *urls: str | None) -> str:
     text = _KEYWORD_PASSWORD.sub(rf"\g<keep>{MASK}", text)
     if not secrets:
         return text
-    verbatim = "|".join(re.escape(s) for s in sorted(secrets, key=len, reverse=True))
-    return re.sub(f"{_SCHEME}|{verbatim}", lambda m: m.group("scheme") or MASK, text)
+    schemes = [m.span() for m in _SCHEME_NAME.finditer(text)]
+
+    def mask(found: re.Match) -> str:
+        start, end = found.span()
+        inside = any(a <= start and end <= b and end - start < b - a for a, b in schemes)
+        return found.group(0) if inside else MASK
+
+    return re.sub("|".join(re.escape(s) for s in sorted(secrets, key=len, reverse=True)), mask, text)
