@@ -1,9 +1,10 @@
 """Other projects' asyncio test suites, run on asyncio's own loop and on timerwheel_c's EventLoop.
 
-    python .ci/peer_suites.py [--cache DIR] [SUITE ...]      (SUITE: uvloop, anyio; default both)
+    python .ci/peer_suites.py [--cache DIR] [SUITE ...]      (SUITE: uvloop, anyio, tornado; default all)
 
 Each suite's tests come from its source distribution on PyPI at the version installed here
-(``pip download --no-binary <name> --no-deps <name>==<version>``, kept in ``--cache``), and run
+(``pip download --no-binary <name> --no-deps <name>==<version>``, kept in ``--cache``; tornado's
+ship in its package, ``tornado.test``), and run
 twice, each time in a child interpreter: on asyncio's default loop, then with EventLoop
 substituted for it as tests/conformance/asyncio_conformance.py does (the default policy's loop factory and
 ``asyncio.SelectorEventLoop``). Every event loop constructed is counted by class.
@@ -12,7 +13,9 @@ substituted for it as tests/conformance/asyncio_conformance.py does (the default
   on ``asyncio.new_event_loop()``), with unittest;
 - anyio: its pytest suite's modules that drive the loop (ANYIO_MODULES), with its own
   configuration, on the asyncio backend (debug mode on; the ``asyncio+uvloop`` and trio
-  parameters are deselected: they run no asyncio loop; so are the tests needing the Internet).
+  parameters are deselected: they run no asyncio loop; so are the tests needing the Internet);
+- tornado: its whole suite with its own runner (``tornado.test.runtests``: warnings are errors, and
+  a run that logs at INFO or above, or writes to stderr, fails), its IOLoop on asyncio's loop.
 
 Prints a table: per suite and loop, tests passed, failed, skipped and the EventLoops built.
 A test that fails on EventLoop only is run again, alone, RERUNS times on each loop in turn (as
@@ -43,7 +46,7 @@ CHECKOUT = Path(__file__).resolve().parent.parent
 # loop in 7 of 30 runs on asyncio's loop and 10 of 30 on EventLoop: failing all of 3 reruns on
 # EventLoop while passing all 3 on asyncio's is then about a 1-in-60 chance.
 RERUNS = 3
-SUITES = ("uvloop", "anyio")
+SUITES = ("uvloop", "anyio", "tornado")
 # anyio's modules that drive the event loop (timers, sockets, streams, threads, subprocesses,
 # signals, task groups); left out for time, as they test anyio's own layers and not the loop:
 # the pytest plugin (pytester), file I/O, itertools, functools, lazy imports, worker processes
@@ -58,7 +61,12 @@ ANYIO_DESELECT = ["-k", "not uvloop and not trio", "-m", "not network"]
 
 
 def _sources(name: str, cache: Path) -> Path:
-    """The unpacked sdist of the installed ``name``, downloaded into ``cache`` once."""
+    """The unpacked sdist of the installed ``name``, downloaded into ``cache`` once (tornado: its
+    installed package, which holds its tests)."""
+    if name == "tornado":
+        import tornado
+
+        return Path(tornado.__file__).parent
     version = importlib.metadata.version(name)
     root = cache / f"{name}-{version}"
     if not (root / "tests").is_dir():
@@ -108,6 +116,8 @@ def _child(suite: str, loop: str, source: Path, out: Path, only: Optional[list])
         skipped = {t.id() for t, _ in result.skipped}
         outcome["failed"], outcome["skipped"] = sorted(failed), sorted(skipped)
         outcome["passed"] = sorted(set(ids) - failed - skipped)
+    elif suite == "tornado":
+        _tornado(outcome, only)
     else:
         import pytest
 
@@ -130,6 +140,35 @@ def _child(suite: str, loop: str, source: Path, out: Path, only: Optional[list])
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def _tornado(outcome: dict, only: Optional[list]) -> None:
+    """tornado's suite (the tests of ``only``, by id, when given) with its own runner, each test's
+    outcome kept in ``outcome``; a run that logged or wrote to stderr fails as a test of its own."""
+    from asyncio_conformance import iter_tests
+    from tornado.test import runtests
+
+    made_runner = runtests.test_runner_factory
+
+    def recording_runner(stderr):
+        class Recording(made_runner(stderr)):
+            def run(self, test):
+                ids = {t.id() for t in iter_tests(test)}  # before the run, which drops each test it ran
+                result = super().run(test)
+                failed = {t.id() for t, _ in result.failures + result.errors} | {t.id() for t in result.unexpectedSuccesses}
+                skipped = {t.id() for t, _ in result.skipped}
+                outcome["failed"], outcome["skipped"] = sorted(failed), sorted(skipped)
+                outcome["passed"] = sorted(ids - failed - skipped)
+                return result
+        return Recording
+
+    runtests.test_runner_factory = recording_runner
+    sys.argv = ["runtests", *(only if only is not None else ["tornado.test.runtests.all"])]
+    try:
+        runtests.main()
+    except SystemExit as exit:
+        if exit.code and not outcome["failed"]:  # it logged, or wrote to stderr, with every test passing
+            outcome["failed"].append("tornado.test.runtests (logged at INFO or above, or wrote to stderr)")
 
 
 def _run(suite: str, loop: str, source: Path, only: Optional[list] = None) -> dict:
