@@ -41,8 +41,8 @@ from ..storage.joined import joined
 from ..storage.store import Absent, Batch, Committed, Equals, PartitionCalls, Store, check_partition, check_store
 
 __all__ = ["IF_EXISTS", "STATES", "PendingTimer", "TimerExists", "cancel", "cancel_steps", "check_kind_name", "get_timer",
-           "get_timer_steps", "in_schedule_order", "list_timers", "on_store", "timers_in_order", "requeue", "requeue_steps", "reschedule", "reschedule_steps",
-           "schedule", "schedule_steps", "write"]
+           "get_timer_steps", "in_schedule_order", "list_timers", "on_store", "requeue", "requeue_steps", "reschedule",
+           "reschedule_steps", "schedule", "schedule_steps", "timers_in_order", "write"]
 
 T = TypeVar("T")
 
