@@ -166,6 +166,35 @@ def test_requeue_due_at_is_the_exact_ms_given(url, timers, tmp_path):
     one_line_error(early, 2, "--due-at", "1970", "1969-12-31T23:59:59Z")
 
 
+@pytest.fixture
+def new_york(monkeypatch):
+    """This process's local time zone is New York's for the test (TZ and time.tzset())."""
+    import time
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.mark.parametrize("local, utc", [
+    ("2027-03-14T02:30", "2027-03-14T07:30:00"),  # in the spring-forward gap: on EST, so 03:30 EDT
+    ("2027-03-14T01:59:59.250", "2027-03-14T06:59:59.250"),  # just before it, the ms kept
+    ("2027-11-07T01:30", "2027-11-07T05:30:00"),  # the repeated hour: its first reading (EDT)
+])
+def test_requeue_due_at_local_time_around_daylight_saving(url, timers, new_york, local, utc):
+    """requeue --due-at with a time without a zone reads it as local time the way
+    datetime.timestamp() does (PEP 495): a time the spring-forward gap skips lands after the gap,
+    never an hour before it, where astimezone() put it."""
+    out = cli("timers", "requeue", "--store", url, "--partition", "p3", "--kind", str(KIND),
+              "--reference", "flaky", "--due-at", local)
+    assert out.returncode == 0 and "requeued" in out.stdout, out.stderr
+    expected_ms = (dt.datetime.fromisoformat(utc + "+00:00")
+                   - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)) // dt.timedelta(milliseconds=1)
+    with open_store(url) as store:
+        assert get_timer(store, "p3", KIND, b"flaky").due_at_ms == expected_ms
+
+
 def test_fire_now_makes_a_scheduled_or_retrying_timer_due_now(url, timers, tmp_path):
     for partition, ref in (("p1", "order-1"), ("p3", "flaky")):
         before_ms = wall_ms()

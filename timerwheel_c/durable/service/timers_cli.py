@@ -105,7 +105,8 @@ def add_parser(sub) -> None:
         if action == "requeue":
             when = a.add_mutually_exclusive_group()
             when.add_argument("--due-at", type=_iso_ms, metavar="ISO",
-                              help="due at this ISO 8601 time (without a zone: this machine's); default now")
+                              help="due at this ISO 8601 time (without a zone: this machine's, a time in a "
+                                   "daylight-saving gap read on the offset before it); default now")
             when.add_argument("--in", type=_seconds, dest="in_s", metavar="SECONDS", help="due SECONDS from now")
         if action in ("list", "show"):
             a.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -154,7 +155,11 @@ def _iso_ms(text: str) -> int:
                                          f"got {text!r}") from None
     try:
         if when.tzinfo is None:
-            when = when.astimezone()  # a naive time is this machine's local time
+            # This machine's local time, read as datetime.timestamp() reads it (PEP 495, fold 0): a time
+            # in a spring-forward gap counts on the offset before the gap, so it lands after the gap,
+            # where astimezone() put it an hour before. Whole seconds, then the us: exact, no float sum.
+            whole_s = when.replace(microsecond=0).timestamp()
+            when = dt.datetime.fromtimestamp(whole_s, dt.timezone.utc).replace(microsecond=when.microsecond)
     except (OverflowError, OSError, ValueError):  # a time before the platform's local time zones
         raise argparse.ArgumentTypeError(f"must be an ISO 8601 time this machine can place in its time zone, "
                                          f"got {text!r}") from None
