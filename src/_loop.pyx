@@ -136,9 +136,9 @@ cdef class TimerHandle:
     cdef uint64_t _timer_id            # the wheel's id while armed, else 0
     cdef Py_ssize_t _token             # its index in the store's _handles while armed, else 0
     cdef readonly object _callback     # None once cancelled
-    cdef object _context               # the store's snapshot while _context_shared
+    cdef object _ctx                   # the store's snapshot while _context_shared
     cdef readonly bint _cancelled
-    cdef bint _context_shared          # its own copy of _context is made when first needed
+    cdef bint _context_shared          # its own copy of _ctx is made when first needed
     cdef readonly object _args
     cdef readonly double _when         # read as asyncio's handle attribute by heap readers
     cdef double _order_s               # its place in due order: _order_key(when, loop time armed at)
@@ -176,7 +176,7 @@ cdef class TimerHandle:
             self._timers._wheel.c_prefetch(self._timer_id)
             tw_prefetch(&(<PyListObject*>self._timers._handles).ob_item[self._token])
         tw_prefetch_freed(<PyObject*>self._callback)
-        tw_prefetch(<PyObject*>self._context)
+        tw_prefetch(<PyObject*>self._ctx)
         self._cancelled = True
         if self._timers.debug:
             self._repr = handle_repr(self, True)
@@ -190,27 +190,33 @@ cdef class TimerHandle:
         copy holds the variables the snapshot holds, those current at ``call_at``, as the copy
         asyncio makes there would; it is made at the first need since most timers never run."""
         if self._context_shared:
-            self._context = PyContext_Copy(self._context)
+            self._ctx = PyContext_Copy(self._ctx)
             self._context_shared = False
-        return self._context
+        return self._ctx
 
     @cython.nonecheck(True)
     def _run(self):
         """Run the callback in its context; its exception goes to the loop's handler, as asyncio."""
         try:
             self._own_context()
-            if type(self._context) is contextvars.Context:
-                PyContext_Enter(self._context)
+            if type(self._ctx) is contextvars.Context:
+                PyContext_Enter(self._ctx)
                 try:
                     self._callback(*self._args)
                 finally:
-                    PyContext_Exit(self._context)
+                    PyContext_Exit(self._ctx)
             else:
-                self._context.run(self._callback, *self._args)
+                self._ctx.run(self._callback, *self._args)
         except (SystemExit, KeyboardInterrupt):
             raise
         except BaseException as exc:
             report_exception(self, self._timers._owner(), exc)
+
+    @property
+    def _context(self):
+        """asyncio's ``Handle._context``: the context the callback runs in, for code that runs a
+        handle through asyncio's own ``Handle._run`` (a slow-callback hook that replaced it)."""
+        return self._own_context()
 
     @property
     @cython.nonecheck(True)
@@ -497,12 +503,12 @@ cdef class LoopTimers:
         handle._callback = callback
         handle._args = args
         if context is not None:
-            handle._context = context
+            handle._ctx = context
         elif SHARED_CONTEXT and self._share_context():
-            handle._context = self._snapshot
+            handle._ctx = self._snapshot
             handle._context_shared = True
         else:
-            handle._context = PyContext_CopyCurrent()
+            handle._ctx = PyContext_CopyCurrent()
         handle._when = when_s
         handle._order_s = order_s
         handle._seq = self._next_seq

@@ -41,7 +41,9 @@ slow-callback report, through ``asyncio.base_events.logger`` as in asyncio's ``_
 source tracebacks included), but ``isinstance(h, asyncio.TimerHandle)`` is False, as it is for
 uvloop's (uvloop#482, #704). ``loop._scheduled`` is a read-only view of the armed handles, ordered
 by ``when()``; unlike asyncio's heap it holds no cancelled handle (a cancel frees the timer at once),
-so ``loop._timer_cancelled_count``, which counts those, is 0.
+so ``loop._timer_cancelled_count``, which counts those, is 0. A slow-callback hook that replaces
+asyncio's ``Handle._run`` (aiodebug, logfire) is given these handles too. The run loop cannot be
+replaced on the class: nest_asyncio's ``apply()`` raises ValueError, as for uvloop's loop.
 
 Use it as uvloop is used::
 
@@ -85,9 +87,28 @@ _format_handle: Callable[[Any], str] = base_events._format_handle  # type: ignor
 _WINDOWS = sys.platform == "win32"
 # Event loop policies are deprecated from 3.14 on.
 HAS_POLICIES = sys.version_info < (3, 14)
+# asyncio's own TimerHandle._run (Handle's), as imported. A tool that replaces it, a slow-callback
+# hook (aiodebug, logfire), is given this loop's timer handles too, as asyncio's loop gives it its own.
+_HANDLE_RUN = asyncio.TimerHandle._run
+# The methods that make up the run loop, which a replacement written for asyncio's heap cannot be.
+_RUN_LOOP = frozenset({"run_forever", "run_until_complete", "_run_once"})
 
 
-class EventLoop(asyncio.SelectorEventLoop):
+class _EventLoopType(type):
+    """EventLoop's class, which refuses a replacement of its run loop on the class (nest_asyncio's
+    ``apply()`` sets its own ``run_forever``, ``run_until_complete`` and ``_run_once`` there, whose
+    iteration pops asyncio's heap, ``loop._scheduled``): a ValueError before anything is replaced,
+    the error nest_asyncio gives for uvloop's loop and which the libraries that apply it catch.
+    A subclass may still define its own; an instance's attributes are not the class's."""
+
+    def __setattr__(cls, name: str, value: Any) -> None:
+        if name in _RUN_LOOP:
+            raise ValueError(f"Can't patch loop of type {cls.__qualname__}: its {name} runs the timers of a "
+                             f"timing wheel, which a run loop written for asyncio's heap cannot drive")
+        super().__setattr__(name, value)
+
+
+class EventLoop(asyncio.SelectorEventLoop, metaclass=_EventLoopType):
     """asyncio's selector event loop with every timer on the timing wheel (see the module docstring).
 
     Args:
@@ -183,6 +204,9 @@ class EventLoop(asyncio.SelectorEventLoop):
         self._process_events(event_list)
         event_list = None  # breaks cycles when an exception occurs
         timers.move_due(ready)
+        hooked: Optional[Callable[[Any], None]] = asyncio.TimerHandle._run
+        if hooked is _HANDLE_RUN:
+            hooked = None
         # Only what is ready now runs: what these callbacks schedule waits for the next poll.
         for _ in range(len(ready)):
             handle = ready.popleft()
@@ -192,7 +216,7 @@ class EventLoop(asyncio.SelectorEventLoop):
                 try:
                     self._current_handle = handle
                     t0 = self.time()
-                    handle._run()
+                    _run_handle(handle, hooked)
                     dt = self.time() - t0
                     if dt >= self.slow_callback_duration:
                         # The module global, looked up now, as asyncio's _run_once: tests replace it.
@@ -200,9 +224,20 @@ class EventLoop(asyncio.SelectorEventLoop):
                             "Executing %s took %.3f seconds", _format_handle(handle), dt)
                 finally:
                     self._current_handle = None
-            else:
+            elif hooked is None:
                 handle._run()
+            else:
+                _run_handle(handle, hooked)
         handle = None  # breaks cycles when an exception occurs
+
+
+def _run_handle(handle: Any, hooked: Optional[Callable[[Any], None]]) -> None:
+    """Run a ready handle: a timer handle of the wheel through ``hooked``, asyncio's replaced
+    ``Handle._run``, when it is not None; any other handle (asyncio's own) through its ``_run``."""
+    if hooked is None or isinstance(handle, asyncio.Handle):
+        handle._run()
+    else:
+        hooked(handle)
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:

@@ -302,6 +302,65 @@ def test_callback_exception_goes_to_the_loop_exception_handler(new_wheel_loop):
     assert got[0]["message"].startswith("Exception in callback ")
 
 
+def test_a_hook_that_replaces_asyncios_handle_run_sees_the_timer_callbacks(new_wheel_loop, monkeypatch):
+    """A slow-callback hook replaces asyncio's Handle._run (aiodebug, logfire): on asyncio's loop it
+    sees every timer callback, so here it is given the wheel's handles too, which it runs through
+    asyncio's own _run (the handle's _context, _callback, _args, _loop); an exception there still
+    reaches the loop's exception handler, and call_soon's handles go through it as before."""
+    original = asyncio.events.Handle._run
+    seen = []
+
+    def hook(handle):
+        seen.append((type(handle).__name__, getattr(handle._callback, "__name__", None)))
+        return original(handle)
+
+    monkeypatch.setattr(asyncio.events.Handle, "_run", hook)
+    loop = new_wheel_loop()
+    errors, ran = [], []
+    loop.set_exception_handler(lambda lp, context: errors.append(context))
+    var = contextvars.ContextVar("var", default="unset")
+
+    def on_time():
+        ran.append(var.get())
+
+    def boom():
+        raise ValueError("boom")
+
+    var.set("armed")
+    h = loop.call_later(0.001, on_time)
+    bad = loop.call_later(0.002, boom)
+    loop.call_soon(lambda: None)
+    loop.run_until_complete(asyncio.sleep(0.01))
+    assert ran == ["armed"]
+    assert ("TimerHandle", "on_time") in seen and ("TimerHandle", "boom") in seen
+    assert any(kind == "Handle" for kind, _ in seen)
+    assert len(errors) == 1 and errors[0]["handle"] is bad and isinstance(errors[0]["exception"], ValueError)
+    assert h.get_context() is h._context
+    monkeypatch.undo()
+    seen.clear()
+    loop.call_later(0.001, on_time)
+    loop.run_until_complete(asyncio.sleep(0.01))
+    assert seen == [] and ran == ["armed", "armed"]
+
+
+def test_the_run_loop_cannot_be_replaced_on_the_class_as_nest_asyncio_does(new_wheel_loop):
+    """nest_asyncio's apply() sets its own run_forever, run_until_complete and _run_once on the
+    loop's class, whose iteration pops asyncio's heap: on EventLoop the first assignment raises the
+    ValueError it raises for uvloop's loop (which libraries catch), and nothing is replaced."""
+    loop = new_wheel_loop()
+    cls = type(loop)
+    for name in ("run_forever", "run_until_complete", "_run_once"):
+        before = getattr(cls, name)
+        with pytest.raises(ValueError, match=f"Can't patch loop of type .*{name}"):
+            setattr(cls, name, lambda self: None)
+        assert getattr(cls, name) is before
+    with pytest.raises(ValueError, match="run_forever"):
+        EventLoop.run_forever = lambda self: None
+    loop._run_once = lambda: None  # an instance's own attribute is its own
+    del loop._run_once
+    assert loop.run_until_complete(asyncio.sleep(0.001, "slept")) == "slept"
+
+
 @pytest.mark.parametrize("method, value, error, match", [
     ("call_later", None, TypeError, "delay must not be None"),
     ("call_at", None, TypeError, "when cannot be None"),
