@@ -155,11 +155,12 @@ def test_a_slow_handler_does_not_hold_back_the_others(store):
 def test_stop_waits_for_handlers_in_flight_and_commits_their_outcomes(store):
     """stop(timeout=10) while a handler is blocked: it returns once the handler is released (0.5 s
     later), and the handler's outcome is committed (its effect exists, its row is gone)."""
-    release = threading.Event()
-    h = Sleepy(lambda t: release.wait(10) and 0.0)
+    release, started = threading.Event(), threading.Event()
+    # In its fire: a row in flight whose call has not begun yet is given back at stop(), never waited for.
+    h = Sleepy(lambda t: started.set() or (release.wait(10) and 0.0))
     schedule(store, P, wall_ms() - 10, KIND, b"busy")
     svc = DurableTimerService(store, TimerRegistry().register(h), [P]).start()
-    wait_until(lambda: svc.in_flight == 1, "the handler to start")
+    wait_until(started.is_set, "the handler to start")
     threading.Timer(0.5, release.set).start()
     svc.stop(timeout=10)
     assert not svc.running
@@ -172,12 +173,12 @@ def test_stop_gives_up_on_a_stuck_handler_and_leaves_its_row_claimed(store, capl
     after that backoff; nothing was committed for it. The service's time is a ManualClock that never
     moves, so no stall of a loaded machine can bring the backoff's end before the test reads it."""
     clock = ManualClock()
-    release = threading.Event()
-    h = Sleepy(lambda t: release.wait(3 * LIVENESS_S) and 0.0)
+    release, started = threading.Event(), threading.Event()
+    h = Sleepy(lambda t: started.set() or (release.wait(3 * LIVENESS_S) and 0.0))
     schedule(store, P, clock.wall_ns() // 1_000_000 - 10, KIND, b"stuck")
     svc = DurableTimerService(store, TimerRegistry().register(h), [P], clock=clock, wall_ns=clock.wall_ns).start()
     try:
-        wait_until(lambda: svc.in_flight == 1, "the handler to start")
+        wait_until(started.is_set, "the handler to start")  # in its fire, not only in flight
         t0 = time.monotonic()
         svc.stop(timeout=0.3)
         # A liveness bound: stop() waited for its timeout, not for the handler (held 3 * LIVENESS_S).
@@ -196,12 +197,13 @@ def test_stop_gives_up_on_a_stuck_handler_and_leaves_its_row_claimed(store, capl
 def test_async_handler_stuck_at_stop_is_cancelled(store):
     """An async handler still awaiting at stop()'s timeout is cancelled (it sees CancelledError); its
     row stays claimed."""
-    cancelled = threading.Event()
+    cancelled, started = threading.Event(), threading.Event()
 
     class Stuck(TimerHandler):
         kind = TimerKind(KIND)
 
         async def fire(self, ctx, timer):
+            started.set()
             try:
                 await asyncio.sleep(3600)
             except asyncio.CancelledError:
@@ -211,7 +213,7 @@ def test_async_handler_stuck_at_stop_is_cancelled(store):
 
     schedule(store, P, wall_ms() - 10, KIND, b"a")
     svc = DurableTimerService(store, TimerRegistry().register(Stuck()), [P]).start()
-    wait_until(lambda: svc.in_flight == 1, "the handler to start")
+    wait_until(started.is_set, "the handler to start")  # awaiting in its fire, not only in flight
     svc.stop(timeout=0.2)
     assert cancelled.wait(5) and not svc.running
     assert keys.parse(store.scan(P, *keys.timer_range()).entries[0][0]).attempt == 1
