@@ -199,6 +199,80 @@ def test_a_role_allowed_one_connection_opens_a_store_and_writes():
         assert [t.reference for t in list_timers(store, "p")] == [b"one"]
 
 
+def _alter_role(url: str, setting: str) -> None:
+    """``ALTER ROLE <url's user> <setting>``, by the owner: the role's sessions begin with it from now on."""
+    role = psycopg.conninfo.conninfo_to_dict(url)["user"]
+    with psycopg.connect(_DSN, autocommit=True) as conn:
+        conn.execute(f"ALTER ROLE {role} {setting}")
+
+
+def test_a_session_begun_read_only_is_replaced_once_writes_come_back():
+    """A DBA sets the role's sessions read-only for maintenance (or a standby serves them): writes
+    fail with 25006, a TransientStoreError. Each session keeps the default it began with, so once it
+    is reset, only a new session writes: the store's own connection, and each of the asyncio pool's,
+    is closed at the error and made anew, and the next write goes through. It kept failing on the
+    same session for ever: a runner opened during the maintenance never wrote again. A session the
+    pool made anew while the role was still read-only may meet it once more."""
+    import asyncio
+
+    from timerwheel_c.durable import aio
+    from timerwheel_c.durable.storage.errors import TransientStoreError
+
+    with _application_role() as app_url:
+        PostgresStore(app_url).close()  # the role's first open, while it may write
+        _alter_role(app_url, "SET default_transaction_read_only = on")
+        with PostgresStore(app_url) as store:
+            sibling = store.open_sibling()  # a runner's claims and commits: a connection of its own
+            for each in (store, sibling):
+                with pytest.raises(TransientStoreError, match="25006"):
+                    schedule(each, "p", PAST_MS, KIND, b"sync")
+
+            async def in_one_loop() -> None:
+                _alter_role(app_url, "SET default_transaction_read_only = on")
+                with pytest.raises(TransientStoreError, match="25006"):
+                    await aio.schedule(store, "p", PAST_MS, KIND, b"async")
+                _alter_role(app_url, "RESET default_transaction_read_only")
+                # A session the pool made anew while the role was read-only may meet it once more.
+                for attempt in range(2):
+                    try:
+                        await aio.schedule(store, "p", PAST_MS, KIND, b"async")
+                        return
+                    except TransientStoreError:
+                        if attempt:
+                            raise
+
+            _alter_role(app_url, "RESET default_transaction_read_only")
+            schedule(store, "p", PAST_MS, KIND, b"sync")
+            schedule(sibling, "p", PAST_MS, KIND, b"sibling")
+            sibling.close()
+            asyncio.run(in_one_loop())
+            assert sorted(t.reference for t in list_timers(store, "p")) == [b"async", b"sibling", b"sync"]
+
+
+def test_a_database_idle_session_timeout_does_not_end_the_stores_sessions():
+    """A role's (or database's) idle_session_timeout would end a store's sessions while they wait
+    between writes (a runner's change signal and claims between passes), and fail the next write
+    once: every session of the store, its own and its asyncio pool's, turns it off."""
+    import asyncio
+    import time
+
+    from timerwheel_c.durable import aio
+
+    with _application_role() as app_url:
+        _alter_role(app_url, "SET idle_session_timeout = '300ms'")
+        with PostgresStore(app_url) as store:
+            schedule(store, "p", PAST_MS, KIND, b"a")
+            time.sleep(0.6)  # past the server's timeout, which only a real idle session shows
+            schedule(store, "p", PAST_MS, KIND, b"b")
+
+            async def pooled() -> str:
+                async with store.async_pools().connection() as conn:
+                    return (await (await conn.execute("SHOW idle_session_timeout")).fetchone())[0]
+
+            assert asyncio.run(pooled()) == "0"
+            assert sorted(t.reference for t in list_timers(store, "p")) == [b"a", b"b"]
+
+
 def test_a_write_behind_a_callers_open_transaction_gives_up_after_lock_wait_ms():
     """A write joined to the caller's transaction holds its partition's lock until that commits: a
     write of the same partition on the store, in the same request, waited for ever (and every call

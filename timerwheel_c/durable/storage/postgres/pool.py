@@ -43,6 +43,7 @@ from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
 from ..errors import StoreError, wrap_exceptions
+from .results import session_is_stale
 from .session import CONNECT_KWARGS, SESSION_SETUP
 
 __all__ = ["MAX_SIZE", "MIN_SIZE", "TIMEOUT_S", "AsyncPools"]
@@ -112,7 +113,18 @@ class AsyncPools:
         with self._wrap:
             pool = await self._pool()
             async with pool.connection() as conn:
-                yield conn
+                try:
+                    yield conn
+                except (psycopg.Error, StoreError) as exc:
+                    if session_is_stale(exc):
+                        # Every session of the pool began with the same defaults: all are made anew
+                        # (psycopg_pool 3.3's drain; before it, each as it meets the error), this one
+                        # as it comes back (see results.session_is_stale).
+                        await conn.close()
+                        drain = getattr(pool, "drain", None)
+                        if drain is not None:
+                            await drain()
+                    raise
 
     async def _pool(self) -> AsyncConnectionPool:
         loop = asyncio.get_running_loop()

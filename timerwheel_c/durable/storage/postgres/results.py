@@ -13,7 +13,8 @@ from ..errors import PermanentStoreError, StoreError, TransientStoreError
 from ..redact import redact
 from ..store import COMMITTED, PreconditionFailed, Refused
 
-__all__ = ["RESHARD_RETRIES", "apply_results", "is_transient_sqlstate", "resharded_meanwhile", "store_error"]
+__all__ = ["RESHARD_RETRIES", "apply_results", "is_transient_sqlstate", "resharded_meanwhile", "session_is_stale",
+           "store_error"]
 
 # SQLSTATEs of passing conditions (https://www.postgresql.org/docs/current/errcodes-appendix.html),
 # by class: 08 connection exception, 40 transaction rollback (serialization failure, deadlock),
@@ -38,6 +39,15 @@ def is_transient_sqlstate(sqlstate: Optional[str]) -> bool:
     if sqlstate in _PERMANENT_IN_TRANSIENT_CLASSES:
         return False
     return sqlstate[:2] in _TRANSIENT_CLASSES or sqlstate in _TRANSIENT_STATES
+
+
+def session_is_stale(exc: BaseException) -> bool:
+    """True when ``exc`` is a refusal that no retry on the same session ends: 25006, a read-only
+    transaction. A session keeps the ``default_transaction_read_only`` it began with (a database's
+    or role's setting for maintenance, a standby's), so once a DBA resets it, or a standby is
+    promoted, only a new session writes: the session that met it must be closed, not reused."""
+    # A psycopg error, or the StoreError it became on the way (its code is the SQLSTATE).
+    return (getattr(exc, "sqlstate", None) if isinstance(exc, psycopg.Error) else getattr(exc, "code", None)) == "25006"
 
 
 def store_error(exc: psycopg.Error, dsn: Optional[str] = None) -> StoreError:

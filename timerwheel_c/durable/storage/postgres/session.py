@@ -9,6 +9,10 @@ role's, the database's or the environment's defaults (``ALTER ROLE ... SET``, ``
   write would commit on a value another writer had changed meanwhile. SERIALIZABLE would be
   correct too, but aborts under contention. A caller's own transaction (a joined write) is refused
   at REPEATABLE READ (:mod:`.joined`).
+- No idle-session timeout (``idle_session_timeout``, PostgreSQL 14 and later): a runner's change
+  signal and claims sessions wait idle between passes by design, and a database's timeout would end
+  them every few minutes (a reconnect, a full pass and a WARNING each time), and fail an
+  application's next write on its store once (a TransientStoreError).
 """
 from __future__ import annotations
 
@@ -23,8 +27,10 @@ __all__ = ["CONNECT_KWARGS", "SESSION_SETUP", "open_session"]
 
 #: psycopg.connect() keyword arguments: they override the same parameters of the DSN.
 CONNECT_KWARGS: Dict[str, Any] = {"autocommit": True, "client_encoding": "UTF8"}
-#: The statement run on each new connection.
-SESSION_SETUP = "SET default_transaction_isolation = 'read committed'"
+#: The statement run on each new connection (one round trip; a server before 14 has no idle timeout).
+SESSION_SETUP = ("SELECT set_config('default_transaction_isolation', 'read committed', false), "
+                 "CASE WHEN current_setting('server_version_num')::int >= 140000 "
+                 "THEN set_config('idle_session_timeout', '0', false) END")
 
 
 def open_session(dsn: str) -> psycopg.Connection:

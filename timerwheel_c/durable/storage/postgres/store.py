@@ -62,6 +62,7 @@ import hashlib
 import logging
 import re
 import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union
 
@@ -77,7 +78,7 @@ from .copy import copy_new_rows, copyable
 from .listen import PgListener
 from .joined import AsyncPgJoined, AsyncPgStatements, PgJoined
 from .ownership import PartitionOwnership, live_runners
-from .results import RESHARD_RETRIES, apply_results, resharded_meanwhile, store_error
+from .results import RESHARD_RETRIES, apply_results, resharded_meanwhile, session_is_stale, store_error
 from .session import SESSION_SETUP, open_session
 from .pooler import refuse_shared_sessions
 from ..redact import remember
@@ -260,7 +261,7 @@ class PostgresStore(Store):
         # own attributes would refer back to itself through (a store freed only by the cyclic
         # collector, and a program that dropped one per request held their connections until then).
         self._error: Callable[[psycopg.Error], StoreError] = functools.partial(store_error, dsn=dsn)
-        self._wrap = wrap_exceptions(psycopg.Error, self._error)
+        self._wrap = _Wrap(self._error, weakref.ref(self))
         self._names = {
             "t": sql.Identifier(table), "meta": sql.Identifier(f"{table}_meta"),
             "apply_many": sql.Identifier(f"{table}_apply_many"), "apply_one": sql.Identifier(f"{table}_apply_one"),
@@ -777,6 +778,7 @@ class PostgresStore(Store):
         """
         sibling = copy.copy(self)
         sibling.__dict__.update(_lock=threading.Lock(), _conn=None, _lock_wait_ms=check_lock_wait_ms(lock_wait_ms))
+        sibling._wrap = _Wrap(self._error, weakref.ref(sibling))  # its own connection, closed on its errors
         sibling.__dict__.pop("_async_pools", None)
         return sibling
 
@@ -800,6 +802,24 @@ class PostgresStore(Store):
         if self._closed:
             raise PermanentStoreError(f"{self!r} is closed: open a new store to use its table again")
 
+
+
+class _Wrap(wrap_exceptions):
+    """The store's :class:`wrap_exceptions`, which also closes the store's own connection after an
+    error that no retry on that session ends (:func:`.results.session_is_stale`): its next call opens a
+    new session, with the server's current defaults. Weakly: the store's attribute, not a cycle."""
+
+    def __init__(self, error: Callable[[psycopg.Error], StoreError], store: "weakref.ref[PostgresStore]"):
+        super().__init__(psycopg.Error, error)
+        self._store = store
+
+    def __exit__(self, typ, exc, tb):
+        if exc is not None and session_is_stale(exc):
+            store = self._store()
+            conn = None if store is None else store._conn
+            if conn is not None:
+                conn.close()
+        return super().__exit__(typ, exc, tb)
 
 
 @dataclass
