@@ -256,7 +256,6 @@ def test_a_database_idle_session_timeout_does_not_end_the_stores_sessions():
     import asyncio
     import time
 
-    from timerwheel_c.durable import aio
 
     with _application_role() as app_url:
         _alter_role(app_url, "SET idle_session_timeout = '300ms'")
