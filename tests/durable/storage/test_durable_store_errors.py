@@ -261,6 +261,43 @@ def test_a_sqlite_file_deleted_or_replaced_under_an_open_store_fails_its_writes_
 
 
 
+def test_a_sqlite_file_moved_away_under_an_idle_reader_is_found_by_its_reads_and_change_signal(tmp_path, monkeypatch):
+    """The files moved away (a restore, an operator's mv) while a runner is idle: it only reads, and
+    its change signal polls the old file, so the timers written at the path never fired and nothing
+    said why. Now its reads raise PermanentStoreError naming the path, as its writes do, and its change
+    signal rings once, so that an idle runner's next pass reads and says so."""
+    import os
+    import threading
+
+    from timerwheel_c.durable.storage.errors import PermanentStoreError
+    from timerwheel_c.durable.storage.sqlite import SQLiteStore, store as sqlite_store
+    from timerwheel_c.durable.storage.store import Batch
+    from timerwheel_c.durable.timers import keys
+
+    monkeypatch.setattr(sqlite_store, "FILE_CHECK_S", 0.0)
+    path = tmp_path / "t.db"
+    store = SQLiteStore(path)
+    rang = threading.Event()
+    watcher = store.watch(rang.set)
+    try:
+        store.apply("p", Batch().put(b"k", b"v"))
+        assert rang.wait(10)  # its own write, seen by the change signal
+        rang.clear()
+        (tmp_path / "moved").mkdir()
+        for suffix in ("", "-wal", "-shm"):
+            if os.path.exists(f"{path}{suffix}"):
+                os.rename(f"{path}{suffix}", tmp_path / "moved" / f"t.db{suffix}")
+        SQLiteStore(path).close()
+        assert rang.wait(10), "the change signal did not ring for the file moved away"
+        for read in (lambda: store.scan("p", b"", b"\xff", None, 10), lambda: store.get("p", b"k"),
+                     lambda: store.scan_shards([0], *keys.timer_range(), 10), store.partitions):
+            with pytest.raises(PermanentStoreError, match="deleted or replaced"):
+                read()
+    finally:
+        watcher.close()
+        store.close()
+
+
 def test_a_sqlite_file_that_cannot_be_looked_at_for_a_moment_is_not_taken_for_replaced(tmp_path, monkeypatch):
     """A stat of the database file that fails for a moment (ESTALE on NFS, EIO) is no verdict: the
     write goes on, and the next look sees the same file. It was reported deleted or replaced."""

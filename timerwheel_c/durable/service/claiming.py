@@ -149,8 +149,8 @@ class Claimer:
         assert self.pool is not None
         return await asyncio.wrap_future(self.pool.submit(fn, *args))
 
-    def _store_failed(self, exc: BaseException, failures: int, what: str) -> float:
-        return self.recorder.store_failed(exc, failures, what, self.timing.backoff_s(failures))
+    def _store_failed(self, exc: BaseException, failures: int, what: str, kind: Optional[str] = None) -> float:
+        return self.recorder.store_failed(exc, failures, what, self.timing.backoff_s(failures), kind)
 
     # -- the loop ----------------------------------------------------------------------------
     async def serve(self, executor: Executor, ready: threading.Event) -> None:
@@ -293,7 +293,7 @@ class Claimer:
             try:
                 moved = await self.on_store(move, self.passes.store, partition, claimed, self.wall_ms())
             except Exception as exc:
-                self._store_failed(exc, 1, f"release of this runner's claims on partition {partition!r}")
+                self._store_failed(exc, 1, f"release of this runner's claims on partition {partition!r}", kind="release")
                 continue
             log.info("partition %r: %s %d unsettled claim(s) on stop; another runner fires them now",
                      partition, what, moved)

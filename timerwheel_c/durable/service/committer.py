@@ -142,7 +142,7 @@ class Committer:
                         continue
                     failures = self._failures[partition] = self._failures.get(partition, 0) + 1
                     delay_s = self.recorder.store_failed(exc, failures, f"commit on partition {partition!r}",
-                                                         self.timing.backoff_s(failures))
+                                                         self.timing.backoff_s(failures), kind="commit")
                     if is_transient(exc):
                         # Back in this partition's own queue: the others do not wait for it.
                         self._queues.setdefault(partition, [])[:0] = outcomes

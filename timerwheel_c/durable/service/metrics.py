@@ -39,9 +39,10 @@ from __future__ import annotations
 import bisect
 import logging
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Mapping, Optional, Tuple
+from typing import Callable, Dict, Mapping, Optional, Tuple
 
 from ..storage.errors import is_transient
 from ..storage.store import Store
@@ -51,7 +52,7 @@ from ..timers.writer import list_timers
 from .activity import Activity
 
 __all__ = ["BACKLOG_CAP", "BACKLOG_EVERY_S", "DURATION_BUCKETS_S", "Histogram", "LATENESS_BUCKETS_S", "MetricsSnapshot",
-           "Recorder", "due_backlog", "parked_count", "shard_backlog"]
+           "Recorder", "STORE_FAILURE_LOG_EVERY_S", "due_backlog", "parked_count", "shard_backlog"]
 
 # Seconds: from a healthy runner's few ms to the minutes of a stalled one (the upper bounds of
 # Prometheus' cumulative buckets; +Inf is implied).
@@ -62,6 +63,12 @@ DURATION_BUCKETS_S: Tuple[float, ...] = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0
                                          60.0, 300.0)
 BACKLOG_CAP = 1_000  # due rows counted per partition at most: a scrape costs the store one page-sized scan each
 BACKLOG_EVERY_S = 1.0  # the backlog is counted at most this often (s): scrapes closer together reuse it
+#: The least seconds between two WARNINGs (or ERRORs) of one kind of failed store call: a store-wide
+#: refusal (a full disk, a read-only server) fails every partition's calls, and a call that gets
+#: through between them (a read, a commit that fits the pages left) ends that partition's run of
+#: failures, so each retry began a run of its own and logged as its first: about 3 a second on a full
+#: disk. The ones left out go to DEBUG, and the next one logged says how many.
+STORE_FAILURE_LOG_EVERY_S = 60.0
 
 log = logging.getLogger("timerwheel_c.durable")
 
@@ -193,14 +200,19 @@ class Recorder:
 
     Args:
         activity: the service's log of its work (:class:`~.activity.Activity`), told every count.
+        monotonic: the clock (s) that spaces the logs of failed store calls
+            (:data:`STORE_FAILURE_LOG_EVERY_S`): real time, as the log's reader reads it.
 
     Totals: ``fired`` (outcomes committed), ``failed`` (fires that failed, see the module docstring),
     ``errors`` (failed store calls) split into ``transient_errors`` and ``other_errors``.
     """
 
-    def __init__(self, activity: Optional[Activity] = None):
+    def __init__(self, activity: Optional[Activity] = None, monotonic: Callable[[], float] = time.monotonic):
         self.activity = Activity(60.0) if activity is None else activity
+        self._monotonic = monotonic
         self._lock = threading.Lock()
+        # (kind of call, error type, its code) -> (monotonic s it was last logged at, left out since)
+        self._logged: Dict[tuple, Tuple[float, int]] = {}
         self._fired: Counter = Counter()
         self._failed: Counter = Counter()
         self._parked: Counter = Counter()
@@ -219,24 +231,39 @@ class Recorder:
             self._parked.update(report.parked_kinds)
         self.activity.count(report)
 
-    def store_failed(self, exc: BaseException, failures: int, what: str, delay_s: float) -> float:
+    def store_failed(self, exc: BaseException, failures: int, what: str, delay_s: float,
+                     kind: Optional[str] = None) -> float:
         """Count and log the failed store call ``what`` (``failures`` in a row, retried in ``delay_s``
         seconds); returns ``delay_s``. Transient errors log at WARNING for the first of a run (DEBUG
-        after: a failover fails every retry until it ends), any other at ERROR with its traceback."""
+        after: a failover fails every retry until it ends), any other at ERROR with its traceback; of
+        one ``kind`` of call (default: ``what``; "commit" for every partition's commits), error type
+        and code, at most one per :data:`STORE_FAILURE_LOG_EVERY_S`, the rest at DEBUG."""
         transient = is_transient(exc)
+        key = (kind or what, type(exc), getattr(exc, "code", None))
+        left_out: Optional[int] = None  # None: logged at DEBUG
         with self._lock:
             if transient:
                 self.transient_errors += 1
             else:
                 self.other_errors += 1
+            if failures == 1 or not transient:
+                now_s = self._monotonic()
+                last_s, skipped = self._logged.get(key, (None, 0))
+                if last_s is None or now_s - last_s >= STORE_FAILURE_LOG_EVERY_S:
+                    self._logged[key] = (now_s, 0)
+                    left_out = skipped
+                else:
+                    self._logged[key] = (last_s, skipped + 1)
+        more = f" ({left_out} more like it in the last {STORE_FAILURE_LOG_EVERY_S:g} s at DEBUG)" if left_out else ""
         if transient:
             first = (str(exc).strip().splitlines() or [""])[0]
-            log.log(logging.WARNING if failures == 1 else logging.DEBUG,
-                    "durable timer %s failed (%d in a row) on a transient store error, %s: %s; retrying in %.2f s",
-                    what, failures, type(exc).__name__, first, delay_s)
+            log.log(logging.WARNING if left_out is not None else logging.DEBUG,
+                    "durable timer %s failed (%d in a row) on a transient store error, %s: %s; retrying in %.2f s%s",
+                    what, failures, type(exc).__name__, first, delay_s, more)
         else:
-            log.error("durable timer %s failed (%d in a row) on an unexpected store error; retrying in %.2f s",
-                      what, failures, delay_s, exc_info=(type(exc), exc, exc.__traceback__))
+            log.log(logging.ERROR if left_out is not None else logging.DEBUG,
+                    "durable timer %s failed (%d in a row) on an unexpected store error; retrying in %.2f s%s",
+                    what, failures, delay_s, more, exc_info=(type(exc), exc, exc.__traceback__))
         return delay_s
 
     def fire_ended(self, lateness_s: Optional[float], took_s: float) -> None:

@@ -360,12 +360,12 @@ class Passes:
     def _failed(self, partition: str, exc: BaseException, now_ms: int) -> int:
         """Back ``partition`` off after ``exc``; returns when to look at it again (Unix epoch ms)."""
         failures = self._failures[partition] = self._failures.get(partition, 0) + 1
-        delay_s = self._store_failed(exc, failures, f"pass on partition {partition!r}")
+        delay_s = self._store_failed(exc, failures, f"pass on partition {partition!r}", kind="pass")
         self._retry_at[partition] = self.clock() + delay_s
         return now_ms + int(delay_s * 1000) + 1
 
-    def _store_failed(self, exc: BaseException, failures: int, what: str) -> float:
-        return self.recorder.store_failed(exc, failures, what, self.timing.backoff_s(failures))
+    def _store_failed(self, exc: BaseException, failures: int, what: str, kind: Optional[str] = None) -> float:
+        return self.recorder.store_failed(exc, failures, what, self.timing.backoff_s(failures), kind)
 
     def _release_taken_over(self) -> None:
         if self.ownership is None:
@@ -377,7 +377,7 @@ class Passes:
             try:
                 moved = release_claims(self.store, partition, self.wall_ms(), self.registry)
             except Exception as exc:
-                self._store_failed(exc, 1, f"release of a dead runner's claims on partition {partition!r}")
+                self._store_failed(exc, 1, f"release of a dead runner's claims on partition {partition!r}", kind="release")
                 continue
             if moved:
                 log.info("partition %r: taken over from a runner that died; %d row(s) it had claimed fire again now",

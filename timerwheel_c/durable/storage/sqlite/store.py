@@ -470,11 +470,13 @@ class SQLiteStore(Store):
     def _scan(self, partition: str, start: bytes, end: bytes, after: Optional[bytes], limit: int) -> Page:
         query, lower = (_QUERIES["scan_from"], start) if after is None else (_QUERIES["scan_after"], after)
         with self._lock, self._wrap:
+            self._check_same_file()
             rows = self._db.execute(query, (partition, lower, end, limit + 1)).fetchall()
         return Page.from_rows(rows, limit)
 
     def _scan_shards(self, shards: list, start: bytes, end: bytes, limit: int) -> list:
         with self._lock, self._wrap:
+            self._check_same_file()
             # A pass after another process's reshard() reads these shards by the count it was given,
             # and the next pass by the new one (a runner reads store.shard_count at each pass).
             self.adopt_shard_count(self._db)
@@ -495,10 +497,12 @@ class SQLiteStore(Store):
 
     def _get(self, partition: str, key: bytes) -> Optional[bytes]:
         with self._lock, self._wrap:
+            self._check_same_file()
             return read_value(self._db, partition, key)
 
     def _get_through(self, partition: str, key: bytes) -> tuple:
         with self._lock, self._wrap:
+            self._check_same_file()
             return read_through(self._db, partition, key)
 
     def _apply(self, partition: str, batch: Batch) -> Union[Committed, PreconditionFailed]:
@@ -512,9 +516,10 @@ class SQLiteStore(Store):
 
     def _check_same_file(self) -> None:
         """Raise once the file at the store's path is no longer the one it opened (deleted, or replaced by
-        another: an operator's restore): its writes would go to a file no other process opens, and the
-        new file's timers would never fire here. Looked at once per :data:`FILE_CHECK_S` at most; once it
-        found the file replaced, every later write raises at once.
+        another: an operator's restore): its writes would go to a file no other process opens, and its
+        reads, a runner's passes among them, would never see the new file's timers. Looked at once per
+        :data:`FILE_CHECK_S` at most, by writes and reads alike; once it found the file replaced, every
+        later call raises at once.
 
         Raises:
             PermanentStoreError: naming the path; the store must be opened again (the process restarted).
@@ -593,8 +598,22 @@ class SQLiteStore(Store):
         with self._wrap:
             db = sqlite3.connect(self._file, timeout=self._busy_timeout_s, isolation_level=None, check_same_thread=False)
             last = [db.execute("PRAGMA data_version").fetchone()[0]]
+        file = self._file
+        opened = [self._opened_file]  # None once told, or in memory
+        looked_s = [time.monotonic()]
 
         def changed() -> bool:
+            # A file replaced at the path (a restore) changes nothing this connection sees: signalled once,
+            # so that an idle runner's next pass reads, finds it (_check_same_file) and says so.
+            if opened[0] is not None and time.monotonic() - looked_s[0] >= FILE_CHECK_S:
+                looked_s[0] = time.monotonic()
+                try:
+                    replaced = _file_identity(file) != opened[0]
+                except OSError:  # no verdict: looked at again later
+                    replaced = False
+                if replaced:
+                    opened[0] = None
+                    return True
             version = db.execute("PRAGMA data_version").fetchone()[0]
             if version == last[0]:
                 return False
@@ -622,6 +641,7 @@ class SQLiteStore(Store):
 
     def _partitions(self) -> list:
         with self._lock, self._wrap:
+            self._check_same_file()
             rows = self._db.execute(_QUERIES["partitions"]).fetchall()
         return [r[0] for r in rows]
 
