@@ -539,7 +539,7 @@ class SQLiteStore(Store):
             self._file_replaced = found != self._opened_file
         if self._file_replaced:
             raise PermanentStoreError(f"SQLite database {self.path!r} was deleted or replaced since this store opened "
-                                      "it: its writes would go to a file no other process opens; open the store again "
+                                      "it: its reads and writes would use a file no other process opens; open the store again "
                                       "(restart the process)")
 
     def _apply_in_one_transaction(self, items: list, nested: bool) -> list:
