@@ -199,6 +199,27 @@ def test_a_sleeps_timeout_past_the_range_of_due_times_is_no_timeout(tmp_path):
     store.close()
 
 
+def test_an_awaited_sleeps_timeout_of_decades_is_a_deadline_not_a_timeout_at_once(tmp_path):
+    """timeout_s of 4e8 s to 1e15 s (decades to millennia, below the range of due times) is a real
+    deadline: the awaited sleep, due in an hour, is still waiting. The wait for the give-up time went
+    to the release timer in one piece, which takes at most 10 years ahead: its ValueError ended that
+    wait first, and was reported as the sleep's timeout, at once. The blocking form already waited."""
+    store = SQLiteStore(tmp_path / "s.db")
+
+    async def still_waiting(timeout_s: float) -> bool:
+        sleeping = asyncio.ensure_future(
+            DurableContext(store, f"decades-{timeout_s:g}").sleep_until_async(wall_ms() + 3_600_000, timeout_s=timeout_s))
+        await asyncio.sleep(0.2)
+        waiting = not sleeping.done()
+        sleeping.cancel()
+        await asyncio.gather(sleeping, return_exceptions=True)
+        return waiting
+
+    for timeout_s in (4e8, 1e9, 1e12, 1e15):
+        assert asyncio.run(still_waiting(timeout_s)), timeout_s
+    store.close()
+
+
 def test_a_sleep_whose_journal_write_failed_is_the_same_sleep_when_retried(tmp_path):
     """The store refuses the journal write (another process holds the SQLite write lock): nothing is
     journaled and the call does not count, so its retry is the same n-th sleep, and a replay of the

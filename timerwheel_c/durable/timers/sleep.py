@@ -41,9 +41,9 @@ _NAMESPACE = uuid.UUID("5b0c3a52-7d4e-4f0e-9a61-2f3c7d1e9b44")
 _FIRED = b"F"
 _PENDING = struct.Struct(">cQ")
 _RECHECK_S = 1.0  # longest wait on the change signal before the mark is read again, seconds
-# The longest single in-process wait, seconds: a due time centuries ahead (keys allow 2**64-1 ms) is
-# more than time.sleep or the release timer take (an OverflowError or a ValueError after the
-# sleep was journaled), so it is waited for in waits of at most a day.
+# The longest single wait of the blocking form, seconds: a due time centuries ahead (keys allow
+# 2**64-1 ms) is more than time.sleep takes (an OverflowError after the sleep was journaled), so it
+# is waited for a day at a time (the clock's own sleep_until takes any deadline).
 _WAIT_CHUNK_S = 86_400
 
 
@@ -228,12 +228,7 @@ class DurableContext:
         clock = self.clock
 
         async def wait():
-            end_ns = clock.monotonic_ns() + max(0, due * 1_000_000 - clock.wall_ns())
-            while True:
-                now_ns = clock.monotonic_ns()
-                if now_ns >= end_ns:
-                    break
-                await clock.sleep_until(min(end_ns, now_ns + _WAIT_CHUNK_S * 1_000_000_000))
+            await clock.sleep_until(clock.monotonic_ns() + max(0, due * 1_000_000 - clock.wall_ns()))
             while True:
                 changed.clear()
                 if self._fired(mark):
@@ -256,6 +251,7 @@ class DurableContext:
                 waiting.cancel()
                 give_up.cancel()
             if waiting not in done:
+                give_up.result()  # the wait's own error, if it failed: never taken for the timeout
                 raise self._timeout(mark, due, timeout_s)
             waiting.result()  # its store error, if a read failed
         return False

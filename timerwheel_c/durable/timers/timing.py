@@ -40,7 +40,11 @@ class Clock(Protocol):
         """Block the calling thread for ``seconds`` of this clock's monotonic time."""
 
     async def sleep_until(self, at_ns: int) -> None:
-        """Complete once :meth:`monotonic_ns` reaches ``at_ns`` (ns)."""
+        """Complete once :meth:`monotonic_ns` reaches ``at_ns`` (ns), however far ahead it is."""
+
+
+# The longest one wait of SystemClock.sleep_until, ns: a day, far inside the release timer's 10 years.
+_SLEEP_CHUNK_NS = 86_400 * 1_000_000_000
 
 
 class SystemClock:
@@ -59,11 +63,17 @@ class SystemClock:
         time.sleep(seconds)
 
     async def sleep_until(self, at_ns: int) -> None:
-        """Raises: ValueError: ``at_ns`` out of the int64 ns range (see :func:`timerwheel_c.arm_at`)."""
+        """However far ``at_ns`` is: the release timer takes a deadline at most 10 years ahead
+        (:func:`timerwheel_c.arm_at`), so a farther one is waited for a day at a time."""
         # Here, not at the top: the release core loads when a service first sleeps (see .deadline).
         from .deadline import deadline_factory
 
-        await deadline_factory()(at_ns)
+        arm = deadline_factory()
+        while True:
+            now_ns = self.monotonic_ns()
+            if now_ns >= at_ns:
+                return
+            await arm(min(at_ns, now_ns + _SLEEP_CHUNK_NS))
 
 
 SYSTEM_CLOCK = SystemClock()
