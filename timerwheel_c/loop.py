@@ -62,6 +62,7 @@ asyncio's default proactor loop, whose timers stay on the heap.
 """
 from __future__ import annotations
 
+import abc
 import asyncio
 import collections
 import sys
@@ -79,7 +80,7 @@ else:
 LoopTimers = _core.LoopTimers
 TimerHandle = _core.TimerHandle
 
-__all__ = ["EventLoop", "TimerHandle", "new_event_loop", "run"]
+__all__ = ["EventLoop", "EventLoopType", "TimerHandle", "new_event_loop", "run"]
 
 _T = TypeVar("_T")
 # How asyncio's debug mode names a handle in its slow-callback report.
@@ -87,19 +88,33 @@ _format_handle: Callable[[Any], str] = base_events._format_handle  # type: ignor
 _WINDOWS = sys.platform == "win32"
 # Event loop policies are deprecated from 3.14 on.
 HAS_POLICIES = sys.version_info < (3, 14)
-# asyncio's own TimerHandle._run (Handle's), as imported. A tool that replaces it, a slow-callback
-# hook (aiodebug, logfire), is given this loop's timer handles too, as asyncio's loop gives it its own.
-_HANDLE_RUN = asyncio.TimerHandle._run
 # The methods that make up the run loop, which a replacement written for asyncio's heap cannot be.
 _RUN_LOOP = frozenset({"run_forever", "run_until_complete", "_run_once"})
+# (asyncio.TimerHandle._run as last looked at, the hook to run the wheel's handles through or None):
+# a tool that replaces asyncio's Handle._run, a slow-callback hook (aiodebug, logfire), before or
+# after this module is imported, is given this loop's timer handles too, as asyncio's loop gives it
+# its own. asyncio's own is known by its code's file, since a hook may wrap it (functools.wraps).
+_hook: tuple = (None, None)
 
 
-class _EventLoopType(type):
-    """EventLoop's class, which refuses a replacement of its run loop on the class (nest_asyncio's
+def _handle_run_hook() -> Optional[Callable[[Any], None]]:
+    """The replacement of asyncio's ``Handle._run`` in place now, or None while it is asyncio's own."""
+    global _hook
+    run = asyncio.TimerHandle._run
+    if run is not _hook[0]:
+        own = getattr(getattr(run, "__code__", None), "co_filename", None) == asyncio.events.__file__
+        _hook = (run, None if own else run)
+    return _hook[1]
+
+
+class EventLoopType(abc.ABCMeta):
+    """EventLoop's metaclass, which refuses a replacement of its run loop on the class (nest_asyncio's
     ``apply()`` sets its own ``run_forever``, ``run_until_complete`` and ``_run_once`` there, whose
     iteration pops asyncio's heap, ``loop._scheduled``): a ValueError before anything is replaced,
     the error nest_asyncio gives for uvloop's loop and which the libraries that apply it catch.
-    A subclass may still define its own; an instance's attributes are not the class's."""
+    A subclass may still define its own; an instance's attributes are not the class's. It derives
+    from :class:`abc.ABCMeta`, so a subclass may mix in an ABC; a subclass with a metaclass of its
+    own derives that metaclass from this one."""
 
     def __setattr__(cls, name: str, value: Any) -> None:
         if name in _RUN_LOOP:
@@ -108,7 +123,7 @@ class _EventLoopType(type):
         super().__setattr__(name, value)
 
 
-class EventLoop(asyncio.SelectorEventLoop, metaclass=_EventLoopType):
+class EventLoop(asyncio.SelectorEventLoop, metaclass=EventLoopType):
     """asyncio's selector event loop with every timer on the timing wheel (see the module docstring).
 
     Args:
@@ -204,9 +219,7 @@ class EventLoop(asyncio.SelectorEventLoop, metaclass=_EventLoopType):
         self._process_events(event_list)
         event_list = None  # breaks cycles when an exception occurs
         timers.move_due(ready)
-        hooked: Optional[Callable[[Any], None]] = asyncio.TimerHandle._run
-        if hooked is _HANDLE_RUN:
-            hooked = None
+        hooked = _handle_run_hook()
         # Only what is ready now runs: what these callbacks schedule waits for the next poll.
         for _ in range(len(ready)):
             handle = ready.popleft()

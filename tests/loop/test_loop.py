@@ -361,6 +361,62 @@ def test_the_run_loop_cannot_be_replaced_on_the_class_as_nest_asyncio_does(new_w
     assert loop.run_until_complete(asyncio.sleep(0.001, "slept")) == "slept"
 
 
+def test_an_event_loop_subclass_may_mix_in_an_abc_or_bring_a_metaclass_derived_from_its_own():
+    """EventLoop's metaclass (which refuses a replaced run loop) derives from ABCMeta, so a subclass
+    mixing in an ABC is made as for asyncio's loop, and so is one whose metaclass derives from it."""
+    import abc
+
+    from timerwheel_c.loop import EventLoopType
+
+    class Named(abc.ABC):
+        @abc.abstractmethod
+        def name(self) -> str: ...
+
+    class Mine(EventLoop, Named):
+        def name(self) -> str:
+            return "mine"
+
+    class Meta(EventLoopType):
+        pass
+
+    class Other(EventLoop, metaclass=Meta):
+        pass
+
+    for cls in (Mine, Other):
+        loop = cls()
+        try:
+            assert loop.run_until_complete(asyncio.sleep(0.001, cls.__name__)) == cls.__name__
+        finally:
+            loop.close()
+        with pytest.raises(ValueError, match="Can't patch loop"):
+            cls._run_once = lambda self: None  # type: ignore[method-assign]
+    assert isinstance(Mine(), Named) and Mine().name() == "mine"
+
+
+def test_a_hook_installed_before_the_loop_module_is_imported_sees_the_timer_callbacks():
+    """A slow-callback hook that replaced asyncio's Handle._run before timerwheel_c was imported (a
+    tool set up at start, functools.wraps over asyncio's) sees the wheel's timer callbacks as one set
+    up after does: asyncio's own _run is known by its code, not by what was in place at import."""
+    import subprocess
+
+    script = """
+import asyncio, functools
+original = asyncio.events.Handle._run
+seen = []
+@functools.wraps(original)
+def hook(handle):
+    seen.append(type(handle).__name__)
+    return original(handle)
+asyncio.events.Handle._run = hook
+import timerwheel_c.aio
+timerwheel_c.aio.run(asyncio.sleep(0.001))
+print(sorted(set(seen)))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd="/")
+    assert out.returncode == 0, out.stderr
+    assert "TimerHandle" in out.stdout, out.stdout
+
+
 @pytest.mark.parametrize("method, value, error, match", [
     ("call_later", None, TypeError, "delay must not be None"),
     ("call_at", None, TypeError, "when cannot be None"),

@@ -56,3 +56,17 @@ def test_an_unexpected_store_error_logs_its_traceback_once_per_interval(caplog):
         errors = [r for r in caplog.records if r.levelno == logging.ERROR]
         assert len(errors) == 2 and "4 more like it" in errors[1].getMessage()
     assert recorder.other_errors == 6
+
+
+def test_distinct_unexpected_errors_each_reach_error(caplog):
+    """Each distinct unexpected error (another message, another partition) is logged at ERROR at once:
+    only the same one again is held back. Keyed by kind alone, one partition's error hid another's
+    for as long as both failed."""
+    recorder = Recorder(monotonic=lambda: 0.0)
+    with caplog.at_level(logging.DEBUG, logger="timerwheel_c.durable"):
+        for _ in range(3):
+            recorder.store_failed(ValueError("bad row in c"), 1, "pass on partition 'c'", 5.0, kind="pass")
+            recorder.store_failed(ValueError("bad row in d"), 1, "pass on partition 'd'", 5.0, kind="pass")
+            recorder.store_failed(PermanentStoreError("no such table"), 1, "pass on partition 'd'", 5.0, kind="pass")
+    errors = _logged(caplog, logging.ERROR)
+    assert len(errors) == 3 and {"'c'" in e for e in errors} == {True, False}, errors

@@ -249,6 +249,38 @@ def test_a_session_begun_read_only_is_replaced_once_writes_come_back():
             assert sorted(t.reference for t in list_timers(store, "p")) == [b"async", b"sibling", b"sync"]
 
 
+def test_read_only_refusals_keep_the_sessions_they_cannot_help():
+    """A read_only=True store refuses its own writes with 25006: its session is kept, where a new one
+    would only be refused the same (it reconnected at every refused write). The asyncio pool of a
+    role that is read-only renews its sessions at most once a second, however many writes it
+    refuses (20 refused writes opened 69 sessions)."""
+    import asyncio
+
+    from timerwheel_c.durable import aio
+    from timerwheel_c.durable.storage.errors import TransientStoreError
+
+    with _application_role() as app_url:
+        PostgresStore(app_url).close()
+        with PostgresStore(app_url, read_only=True) as ro:
+            pids = set()
+            for _ in range(3):
+                with pytest.raises(TransientStoreError, match="25006"):
+                    schedule(ro, "p", PAST_MS, KIND, b"r")
+                with ro._lock:
+                    pids.add(ro._connection().info.backend_pid)
+            assert len(pids) == 1
+        _alter_role(app_url, "SET default_transaction_read_only = on")
+        with PostgresStore(app_url) as store:
+            async def refused() -> int:
+                for _ in range(20):
+                    with pytest.raises(TransientStoreError, match="25006"):
+                        await aio.schedule(store, "p", PAST_MS, KIND, b"r")
+                pool = store.async_pools()._by_loop[asyncio.get_running_loop()][0]
+                return pool.get_stats()["connections_num"]
+
+            assert asyncio.run(refused()) <= 6  # the first, and a renewal or two of min_size (1)
+
+
 def test_a_database_idle_session_timeout_does_not_end_the_stores_sessions():
     """A role's (or database's) idle_session_timeout would end a store's sessions while they wait
     between writes (a runner's change signal and claims between passes), and fail the next write

@@ -265,7 +265,8 @@ def test_a_sqlite_file_moved_away_under_an_idle_reader_is_found_by_its_reads_and
     """The files moved away (a restore, an operator's mv) while a runner is idle: it only reads, and
     its change signal polls the old file, so the timers written at the path never fired and nothing
     said why. Now its reads raise PermanentStoreError naming the path, as its writes do, and its change
-    signal rings once, so that an idle runner's next pass reads and says so."""
+    signal rings once, with the verdict, so that the pass it starts raises even if the store's own
+    look, at most once a second, is not due yet."""
     import os
     import threading
 
@@ -274,7 +275,26 @@ def test_a_sqlite_file_moved_away_under_an_idle_reader_is_found_by_its_reads_and
     from timerwheel_c.durable.storage.store import Batch
     from timerwheel_c.durable.timers import keys
 
+    def move_away(path, to) -> None:
+        to.mkdir()
+        for suffix in ("", "-wal", "-shm"):
+            if os.path.exists(f"{path}{suffix}"):
+                os.rename(f"{path}{suffix}", to / f"{path.name}{suffix}")
+        SQLiteStore(path).close()  # a new file at the path
+
+    def reads(store) -> list:
+        return [lambda: store.scan("p", b"", b"\xff", None, 10), lambda: store.get("p", b"k"),
+                lambda: store.scan_shards([0], *keys.timer_range(), 10), store.partitions]
+
     monkeypatch.setattr(sqlite_store, "FILE_CHECK_S", 0.0)
+    reader = SQLiteStore(tmp_path / "r.db")
+    reader.apply("p", Batch().put(b"k", b"v"))
+    move_away(tmp_path / "r.db", tmp_path / "r-moved")
+    for read in reads(reader):
+        with pytest.raises(PermanentStoreError, match="deleted or replaced"):
+            read()
+    reader.close()
+
     path = tmp_path / "t.db"
     store = SQLiteStore(path)
     rang = threading.Event()
@@ -283,14 +303,10 @@ def test_a_sqlite_file_moved_away_under_an_idle_reader_is_found_by_its_reads_and
         store.apply("p", Batch().put(b"k", b"v"))
         assert rang.wait(10)  # its own write, seen by the change signal
         rang.clear()
-        (tmp_path / "moved").mkdir()
-        for suffix in ("", "-wal", "-shm"):
-            if os.path.exists(f"{path}{suffix}"):
-                os.rename(f"{path}{suffix}", tmp_path / "moved" / f"t.db{suffix}")
-        SQLiteStore(path).close()
+        move_away(path, tmp_path / "moved")
         assert rang.wait(10), "the change signal did not ring for the file moved away"
-        for read in (lambda: store.scan("p", b"", b"\xff", None, 10), lambda: store.get("p", b"k"),
-                     lambda: store.scan_shards([0], *keys.timer_range(), 10), store.partitions):
+        monkeypatch.setattr(sqlite_store, "FILE_CHECK_S", 3600.0)  # the store's own look not due
+        for read in reads(store):
             with pytest.raises(PermanentStoreError, match="deleted or replaced"):
                 read()
     finally:

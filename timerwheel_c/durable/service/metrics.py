@@ -235,11 +235,14 @@ class Recorder:
                      kind: Optional[str] = None) -> float:
         """Count and log the failed store call ``what`` (``failures`` in a row, retried in ``delay_s``
         seconds); returns ``delay_s``. Transient errors log at WARNING for the first of a run (DEBUG
-        after: a failover fails every retry until it ends), any other at ERROR with its traceback; of
-        one ``kind`` of call (default: ``what``; "commit" for every partition's commits), error type
-        and code, at most one per :data:`STORE_FAILURE_LOG_EVERY_S`, the rest at DEBUG."""
+        after: a failover fails every retry until it ends), any other at ERROR with its traceback. A
+        transient error of one ``kind`` of call (default: ``what``; "commit" for every partition's
+        commits), type and code, or any other of one ``what`` and message, is logged at most once
+        per :data:`STORE_FAILURE_LOG_EVERY_S`, the rest at DEBUG: a passing refusal is the same
+        whatever partition meets it, where each distinct unexpected error must reach ERROR."""
         transient = is_transient(exc)
-        key = (kind or what, type(exc), getattr(exc, "code", None))
+        first = (str(exc).strip().splitlines() or [""])[0]
+        key = (kind or what, type(exc), getattr(exc, "code", None)) if transient else (what, type(exc), first)
         left_out: Optional[int] = None  # None: logged at DEBUG
         with self._lock:
             if transient:
@@ -254,9 +257,8 @@ class Recorder:
                     left_out = skipped
                 else:
                     self._logged[key] = (last_s, skipped + 1)
-        more = f" ({left_out} more like it in the last {STORE_FAILURE_LOG_EVERY_S:g} s at DEBUG)" if left_out else ""
+        more = f" ({left_out} more like it since the last one logged, at DEBUG)" if left_out else ""
         if transient:
-            first = (str(exc).strip().splitlines() or [""])[0]
             log.log(logging.WARNING if left_out is not None else logging.DEBUG,
                     "durable timer %s failed (%d in a row) on a transient store error, %s: %s; retrying in %.2f s%s",
                     what, failures, type(exc).__name__, first, delay_s, more)

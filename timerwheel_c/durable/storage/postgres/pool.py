@@ -34,7 +34,9 @@ import asyncio
 import contextlib
 import functools
 import logging
+import math
 import threading
+import time
 import weakref
 from typing import AsyncIterator, Callable, Dict, Optional, Tuple
 
@@ -57,6 +59,9 @@ MAX_SIZE = 4
 #: Seconds a write waits for a pooled connection (all busy, or the server unreachable) before it
 #: raises TransientStoreError.
 TIMEOUT_S = 10.0
+# The least seconds between two renewals of a pool's sessions after a read-only refusal: each opens
+# the pool's min_size sessions anew, and during a maintenance every write is refused.
+_RENEW_EVERY_S = 1.0
 _CLOSE_WAIT_S = 10.0
 
 
@@ -78,6 +83,8 @@ class AsyncPools:
         self._by_loop: Dict[asyncio.AbstractEventLoop,
                             Tuple[AsyncConnectionPool, "asyncio.Task[None]", "asyncio.Task[None]"]] = {}
         self._sizes = (MIN_SIZE, MAX_SIZE, TIMEOUT_S)
+        # pool -> monotonic s of its last renewal (_renew); each pool is used on its own loop's thread
+        self._renewed_s: "weakref.WeakKeyDictionary[AsyncConnectionPool, float]" = weakref.WeakKeyDictionary()
         # loop -> the connections its pool made (closed ones drop out, and a loop no one holds), to end
         # their sessions should the loop close with its pool open (_end_sessions)
         self._made: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, weakref.WeakSet[psycopg.AsyncConnection]]" = \
@@ -117,14 +124,22 @@ class AsyncPools:
                     yield conn
                 except (psycopg.Error, StoreError) as exc:
                     if session_is_stale(exc):
-                        # Every session of the pool began with the same defaults: all are made anew
-                        # (psycopg_pool 3.3's drain; before it, each as it meets the error), this one
-                        # as it comes back (see results.session_is_stale).
-                        await conn.close()
-                        drain = getattr(pool, "drain", None)
-                        if drain is not None:
-                            await drain()
+                        await self._renew(pool, conn)
                     raise
+
+    async def _renew(self, pool: AsyncConnectionPool, conn: psycopg.AsyncConnection) -> None:
+        """After a refusal no retry on the same session ends (see results.session_is_stale): every
+        session of ``pool`` began with the same defaults, so all are made anew, ``conn`` as it comes
+        back (psycopg_pool 3.3's ``drain``), at most once per :data:`_RENEW_EVERY_S`, since while the
+        refusal lasts every write meets it; before 3.3, ``conn`` alone is closed."""
+        drain = getattr(pool, "drain", None)
+        if drain is None:
+            await conn.close()
+            return
+        now_s = time.monotonic()
+        if now_s - self._renewed_s.get(pool, -math.inf) >= _RENEW_EVERY_S:
+            self._renewed_s[pool] = now_s
+            await drain()
 
     async def _pool(self) -> AsyncConnectionPool:
         loop = asyncio.get_running_loop()

@@ -816,7 +816,8 @@ class _Wrap(wrap_exceptions):
     def __exit__(self, typ, exc, tb):
         if exc is not None and session_is_stale(exc):
             store = self._store()
-            conn = None if store is None else store._conn
+            # A read_only store's own setting refuses its writes: a new session would only do the same.
+            conn = None if store is None or store.read_only else store._conn
             if conn is not None:
                 conn.close()
         return super().__exit__(typ, exc, tb)

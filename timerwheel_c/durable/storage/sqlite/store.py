@@ -598,7 +598,7 @@ class SQLiteStore(Store):
         with self._wrap:
             db = sqlite3.connect(self._file, timeout=self._busy_timeout_s, isolation_level=None, check_same_thread=False)
             last = [db.execute("PRAGMA data_version").fetchone()[0]]
-        file = self._file
+        file, store = self._file, weakref.ref(self)
         opened = [self._opened_file]  # None once told, or in memory
         looked_s = [time.monotonic()]
 
@@ -613,6 +613,9 @@ class SQLiteStore(Store):
                     replaced = False
                 if replaced:
                     opened[0] = None
+                    found = store()
+                    if found is not None:  # the verdict, for the pass this ring starts: its own look may be a second off
+                        found._file_replaced = True
                     return True
             version = db.execute("PRAGMA data_version").fetchone()[0]
             if version == last[0]:
