@@ -211,7 +211,8 @@ class Recorder:
         self.activity = Activity(60.0) if activity is None else activity
         self._monotonic = monotonic
         self._lock = threading.Lock()
-        # (kind of call, error type, its code) -> (monotonic s it was last logged at, left out since)
+        # (kind of call, error type, code) of a transient error, (call, error type, message's first line)
+        # of any other -> (monotonic s it was last logged at, left out since)
         self._logged: Dict[tuple, Tuple[float, int]] = {}
         self._fired: Counter = Counter()
         self._failed: Counter = Counter()
