@@ -70,3 +70,18 @@ def test_distinct_unexpected_errors_each_reach_error(caplog):
             recorder.store_failed(PermanentStoreError("no such table"), 1, "pass on partition 'd'", 5.0, kind="pass")
     errors = _logged(caplog, logging.ERROR)
     assert len(errors) == 3 and {"'c'" in e for e in errors} == {True, False}, errors
+
+
+def test_the_failures_remembered_for_the_limit_stay_bounded(caplog):
+    """Unexpected errors whose message differs every time (a row's key in it) are each logged, and
+    the failures remembered for the limit stay bounded: those past their interval are forgotten."""
+    from timerwheel_c.durable.service import metrics
+
+    now_s = [0.0]
+    recorder = Recorder(monotonic=lambda: now_s[0])
+    with caplog.at_level(logging.ERROR, logger="timerwheel_c.durable"):
+        for i in range(5 * metrics._LOGGED_KEYS_MAX):
+            recorder.store_failed(ValueError(f"bad row {i}"), 1, "pass", 5.0)
+            now_s[0] += 1.0
+    assert len(_logged(caplog, logging.ERROR)) == 5 * metrics._LOGGED_KEYS_MAX
+    assert len(recorder._logged) <= metrics._LOGGED_KEYS_MAX

@@ -69,6 +69,7 @@ BACKLOG_EVERY_S = 1.0  # the backlog is counted at most this often (s): scrapes 
 #: failures, so each retry began a run of its own and logged as its first: about 3 a second on a full
 #: disk. The ones left out go to DEBUG, and the next one logged says how many.
 STORE_FAILURE_LOG_EVERY_S = 60.0
+_LOGGED_KEYS_MAX = 1_024  # the failures remembered for that limit, past which the old ones are forgotten
 
 log = logging.getLogger("timerwheel_c.durable")
 
@@ -252,6 +253,10 @@ class Recorder:
                 self.other_errors += 1
             if failures == 1 or not transient:
                 now_s = self._monotonic()
+                if len(self._logged) >= _LOGGED_KEYS_MAX:
+                    # Messages that differ every time (a row's key in them) must not grow it for ever:
+                    # an entry past its interval would log again anyway (only its count is lost).
+                    self._logged = {k: v for k, v in self._logged.items() if now_s - v[0] < STORE_FAILURE_LOG_EVERY_S}
                 last_s, skipped = self._logged.get(key, (None, 0))
                 if last_s is None or now_s - last_s >= STORE_FAILURE_LOG_EVERY_S:
                     self._logged[key] = (now_s, 0)
