@@ -168,8 +168,10 @@ def test_requeue_due_at_is_the_exact_ms_given(url, timers, tmp_path):
 
 @pytest.fixture
 def new_york(monkeypatch):
-    """This process's local time zone is New York's for the test (TZ and time.tzset())."""
+    """This process's local time zone is New York's for the test (TZ and time.tzset(), POSIX only)."""
     import time
+    if not hasattr(time, "tzset"):
+        pytest.skip("time.tzset() is POSIX only: no local time zone to set on this platform")
     monkeypatch.setenv("TZ", "America/New_York")
     time.tzset()
     yield
