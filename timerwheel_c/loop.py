@@ -229,7 +229,12 @@ class EventLoop(asyncio.SelectorEventLoop, metaclass=EventLoopType):
                 try:
                     self._current_handle = handle
                     t0 = self.time()
-                    _run_handle(handle, hooked)
+                    # Inline, not through a helper taking the handle: a callee's frame kept by a
+                    # traceback (the task's exception) would keep the handle, and so the task, alive.
+                    if hooked is None or isinstance(handle, asyncio.Handle):
+                        handle._run()
+                    else:
+                        hooked(handle)
                     dt = self.time() - t0
                     if dt >= self.slow_callback_duration:
                         # The module global, looked up now, as asyncio's _run_once: tests replace it.
@@ -237,20 +242,11 @@ class EventLoop(asyncio.SelectorEventLoop, metaclass=EventLoopType):
                             "Executing %s took %.3f seconds", _format_handle(handle), dt)
                 finally:
                     self._current_handle = None
-            elif hooked is None:
+            elif hooked is None or isinstance(handle, asyncio.Handle):
                 handle._run()
-            else:
-                _run_handle(handle, hooked)
+            else:  # a timer handle of the wheel, through asyncio's replaced Handle._run
+                hooked(handle)
         handle = None  # breaks cycles when an exception occurs
-
-
-def _run_handle(handle: Any, hooked: Optional[Callable[[Any], None]]) -> None:
-    """Run a ready handle: a timer handle of the wheel through ``hooked``, asyncio's replaced
-    ``Handle._run``, when it is not None; any other handle (asyncio's own) through its ``_run``."""
-    if hooked is None or isinstance(handle, asyncio.Handle):
-        handle._run()
-    else:
-        hooked(handle)
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:

@@ -40,9 +40,9 @@ import bisect
 import logging
 import threading
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Mapping, Optional, Tuple
+from typing import Callable, Mapping, Optional, Tuple
 
 from ..storage.errors import is_transient
 from ..storage.store import Store
@@ -214,7 +214,7 @@ class Recorder:
         self._lock = threading.Lock()
         # (kind of call, error type, code) of a transient error, (call, error type, message's first line)
         # of any other -> (monotonic s it was last logged at, left out since)
-        self._logged: Dict[tuple, Tuple[float, int]] = {}
+        self._logged: "OrderedDict[tuple, Tuple[float, int]]" = OrderedDict()
         self._fired: Counter = Counter()
         self._failed: Counter = Counter()
         self._parked: Counter = Counter()
@@ -253,16 +253,17 @@ class Recorder:
                 self.other_errors += 1
             if failures == 1 or not transient:
                 now_s = self._monotonic()
-                if len(self._logged) >= _LOGGED_KEYS_MAX:
-                    # Messages that differ every time (a row's key in them) must not grow it for ever:
-                    # an entry past its interval would log again anyway (only its count is lost).
-                    self._logged = {k: v for k, v in self._logged.items() if now_s - v[0] < STORE_FAILURE_LOG_EVERY_S}
-                last_s, skipped = self._logged.get(key, (None, 0))
+                last_s, skipped = self._logged.pop(key, (None, 0))
                 if last_s is None or now_s - last_s >= STORE_FAILURE_LOG_EVERY_S:
-                    self._logged[key] = (now_s, 0)
-                    left_out = skipped
+                    last_s, left_out = now_s, skipped
+                    skipped = 0
                 else:
-                    self._logged[key] = (last_s, skipped + 1)
+                    skipped += 1
+                # Last the one met last; messages that differ every time (a row's key in them) must
+                # not grow it for ever: the one met longest ago is forgotten (it logs again, if met).
+                self._logged[key] = (last_s, skipped)
+                if len(self._logged) > _LOGGED_KEYS_MAX:
+                    self._logged.popitem(last=False)
         more = f" ({left_out} more like it since the last one logged, at DEBUG)" if left_out else ""
         if transient:
             log.log(logging.WARNING if left_out is not None else logging.DEBUG,

@@ -45,6 +45,18 @@ class Clock(Protocol):
 
 # The longest one wait of SystemClock.sleep_until, ns: a day, far inside the release timer's 10 years.
 _SLEEP_CHUNK_NS = 86_400 * 1_000_000_000
+# The least wait of SystemClock.sleep_until after a wait that left its clock short of the deadline,
+# ns: a clock a test holds still is waited on, never spun on.
+_STANDSTILL_STEP_NS = 1_000_000
+
+if hasattr(time, "clock_gettime_ns"):
+    def _host_monotonic_ns() -> int:
+        """The release timer's own clock, CLOCK_MONOTONIC, where a test tool that patches
+        time.monotonic_ns (freezegun) does not reach."""
+        return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+else:  # Windows: the release timer's clock is time.monotonic's
+    def _host_monotonic_ns() -> int:
+        return time.monotonic_ns()
 
 
 class SystemClock:
@@ -63,17 +75,23 @@ class SystemClock:
         time.sleep(seconds)
 
     async def sleep_until(self, at_ns: int) -> None:
-        """However far ``at_ns`` is: the release timer takes a deadline at most 10 years ahead
-        (:func:`timerwheel_c.arm_at`), so a farther one is waited for a day at a time."""
+        """However far ``at_ns`` is, and whatever patches this clock. The release timer waits, on the
+        host's own monotonic clock, for what is left by this one: the same clock unless a test tool
+        patched ``time.monotonic_ns`` (freezegun, whose reading is no deadline of the host's); at most
+        a day at a time (it takes a deadline at most 10 years ahead), this clock read again after
+        each wait, and at least a ms once a wait left it short (a clock held still is not spun on)."""
         # Here, not at the top: the release core loads when a service first sleeps (see .deadline).
         from .deadline import deadline_factory
 
-        arm = deadline_factory()
+        deadline = deadline_factory()
+        least_ns = 0
         while True:
-            now_ns = self.monotonic_ns()
-            if now_ns >= at_ns:
+            left_ns = at_ns - self.monotonic_ns()
+            if left_ns <= 0:
                 return
-            await arm(min(at_ns, now_ns + _SLEEP_CHUNK_NS))
+            # Read after this clock: on the unpatched clock the deadline is never before at_ns.
+            await deadline(_host_monotonic_ns() + min(max(left_ns, least_ns), _SLEEP_CHUNK_NS))
+            least_ns = _STANDSTILL_STEP_NS
 
 
 SYSTEM_CLOCK = SystemClock()
