@@ -343,6 +343,37 @@ def test_a_hook_that_replaces_asyncios_handle_run_sees_the_timer_callbacks(new_w
     assert seen == [] and ran == ["armed", "armed"]
 
 
+@pytest.mark.parametrize("debug", [False, True])
+def test_a_failed_task_nobody_holds_is_reported_at_once_as_on_asyncios_loop(new_wheel_loop, debug):
+    """A task that fails and that nobody holds is freed by reference counting as soon as the loop
+    moves to its next ready callback, and its "exception was never retrieved" reaches the handler
+    then, as on asyncio's loop (CPython's test_futures2). On 3.12, a ready handle run through a
+    helper function kept the task alive through its traceback, in debug mode, until the cyclic
+    collector ran."""
+    loop = new_wheel_loop()
+    loop.set_debug(debug)
+    name = contextvars.ContextVar("name", default="foo")
+    seen = []
+    loop.set_exception_handler(lambda lp, context: seen.append((name.get(), context["message"])))
+
+    async def failing() -> None:
+        name.set("bar")
+        raise ZeroDivisionError("never retrieved")
+
+    async def main() -> list:
+        asyncio.ensure_future(failing())
+        await asyncio.sleep(0)
+        return list(seen)
+
+    gc.disable()
+    try:
+        # In the task's context from 3.12 on (CPython gh-96704); before, the loop's.
+        context = "bar" if sys.version_info >= (3, 12) else "foo"
+        assert loop.run_until_complete(main()) == [(context, "Task exception was never retrieved")]
+    finally:
+        gc.enable()
+
+
 def test_the_run_loop_cannot_be_replaced_on_the_class_as_nest_asyncio_does(new_wheel_loop):
     """nest_asyncio's apply() sets its own run_forever, run_until_complete and _run_once on the
     loop's class, whose iteration pops asyncio's heap: on EventLoop the first assignment raises the
