@@ -304,6 +304,31 @@ def test_a_database_idle_session_timeout_does_not_end_the_stores_sessions():
             assert sorted(t.reference for t in list_timers(store, "p")) == [b"a", b"b"]
 
 
+def test_the_pooler_checks_own_session_becomes_the_stores(monkeypatch):
+    """The first open of a store on a connection string checks for a pooler with two connections at
+    once; the first of them is then the store's own session, set up as any. It was closed and another
+    opened, which raced the closed session's end: a role allowed one connection failed to open a store
+    now and then ("too many connections for role", 1 run in 20 under load)."""
+    with _application_role() as app_url:
+        url = psycopg.conninfo.make_conninfo(app_url, application_name=f"check-{uuid.uuid4().hex[:8]}")  # not checked yet
+        opened = []
+        connect = psycopg.connect
+
+        def counted(conninfo="", **kwargs):
+            conn = connect(conninfo, **kwargs)
+            opened.append(conn.info.backend_pid)
+            return conn
+
+        monkeypatch.setattr(psycopg, "connect", counted)
+        with PostgresStore(url) as store:
+            monkeypatch.undo()
+            assert len(opened) == 2, opened  # the check's two, and no third
+            with store._lock:
+                assert store._connection().info.backend_pid == opened[0]
+            schedule(store, "p", PAST_MS, KIND, b"r")
+            assert [t.reference for t in list_timers(store, "p")] == [b"r"]
+
+
 def test_a_write_behind_a_callers_open_transaction_gives_up_after_lock_wait_ms():
     """A write joined to the caller's transaction holds its partition's lock until that commits: a
     write of the same partition on the store, in the same request, waited for ever (and every call

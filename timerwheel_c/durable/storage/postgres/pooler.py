@@ -24,6 +24,7 @@ import math
 import queue
 import threading
 import time
+from typing import Optional
 
 import psycopg
 
@@ -43,10 +44,12 @@ _unchecked: dict = {}  # connection string -> time.monotonic() s its check last 
 _lock = threading.Lock()
 
 
-def refuse_shared_sessions(dsn: str, describe: str) -> None:
+def refuse_shared_sessions(dsn: str, describe: str) -> Optional[psycopg.Connection]:
     """Return if two connections to ``dsn`` open at once run on two server sessions, or if that cannot
     be told (see the module docstring); checked once per ``dsn`` in a process. ``describe`` names it
-    (its password masked).
+    (its password masked). Returns the check's first connection (as :func:`.session.open_session`
+    opens one), the caller's to use and close, or None when no check ran: closing it and opening
+    another raced its session's end, on a role allowed one connection ("too many connections").
 
     Raises:
         PermanentStoreError: they ran on one session: a pooler in transaction or statement mode.
@@ -54,53 +57,64 @@ def refuse_shared_sessions(dsn: str, describe: str) -> None:
     """
     with _lock:
         if dsn in _checked or time.monotonic() - _unchecked.get(dsn, -math.inf) < RECHECK_S:
-            return
+            return None
     first = open_session(dsn)
     try:
-        # The second connection lives on a daemon thread of its own, so that a read it cannot get a
-        # session for (a full session pool queues it, for minutes) never holds the open up.
-        asks: queue.SimpleQueue = queue.SimpleQueue()
-        answers: queue.SimpleQueue = queue.SimpleQueue()
-        second = threading.Thread(target=_second_session, args=(dsn, asks, answers), name="timerwheel-c-pooler-check",
-                                  daemon=True)
-        second.start()
-        answered = False  # the second connection answered every ask: it closes at once when told
-        try:
-            for _ in range(PROBES):
-                try:
-                    mine = _session(first)
-                except psycopg.Error as exc:
-                    raise store_error(exc, dsn) from exc
-                asks.put(True)
-                try:
-                    theirs = answers.get(timeout=PROBE_WAIT_S)
-                except queue.Empty:
-                    return _cannot_tell(dsn)  # no session for it within the wait
-                if isinstance(theirs, StoreError):
-                    # Refused at connect time, libpq gives no SQLSTATE: the server's words tell it.
-                    if theirs.code == _TOO_MANY_CONNECTIONS or any(w in str(theirs) for w in _TOO_MANY_WORDS):
-                        return _cannot_tell(dsn)  # no room for a second connection, so none to share one
-                    raise theirs
-                answered = True
-                if mine == theirs:
-                    raise PermanentStoreError(
-                        f"{describe} leads to a connection pooler in transaction or statement mode: two connections "
-                        f"open at once ran on one server session (pid {mine[0]}), and a store needs sessions of its "
-                        "own (advisory locks, LISTEN, session settings, prepared statements); connect to PostgreSQL "
-                        "directly, or through a pool in session mode (PgBouncer: pool_mode = session)")
-        finally:
-            asks.put(None)  # the thread closes its connection and ends, once its read (if any) returns
-            if answered:
-                second.join(PROBE_WAIT_S)  # its session ended before the store's opens (a count of sessions sees one)
-    finally:
+        if _shares_sessions(dsn, describe, first):
+            with _lock:
+                _checked.add(dsn)
+        else:
+            with _lock:
+                _unchecked[dsn] = time.monotonic()
+    except BaseException:
         first.close()
-    with _lock:
-        _checked.add(dsn)
+        raise
+    return first
 
 
-def _cannot_tell(dsn: str) -> None:
-    with _lock:
-        _unchecked[dsn] = time.monotonic()
+def _shares_sessions(dsn: str, describe: str, first: psycopg.Connection) -> bool:
+    """The check of :func:`refuse_shared_sessions` on its open ``first`` connection: True when two
+    connections ran on two sessions, False when that cannot be told.
+
+    Raises:
+        as :func:`refuse_shared_sessions`.
+    """
+    # The second connection lives on a daemon thread of its own, so that a read it cannot get a
+    # session for (a full session pool queues it, for minutes) never holds the open up.
+    asks: queue.SimpleQueue = queue.SimpleQueue()
+    answers: queue.SimpleQueue = queue.SimpleQueue()
+    second = threading.Thread(target=_second_session, args=(dsn, asks, answers), name="timerwheel-c-pooler-check",
+                              daemon=True)
+    second.start()
+    answered = False  # the second connection answered every ask: it closes at once when told
+    try:
+        for _ in range(PROBES):
+            try:
+                mine = _session(first)
+            except psycopg.Error as exc:
+                raise store_error(exc, dsn) from exc
+            asks.put(True)
+            try:
+                theirs = answers.get(timeout=PROBE_WAIT_S)
+            except queue.Empty:
+                return False  # no session for it within the wait
+            if isinstance(theirs, StoreError):
+                # Refused at connect time, libpq gives no SQLSTATE: the server's words tell it.
+                if theirs.code == _TOO_MANY_CONNECTIONS or any(w in str(theirs) for w in _TOO_MANY_WORDS):
+                    return False  # no room for a second connection, so none to share one
+                raise theirs
+            answered = True
+            if mine == theirs:
+                raise PermanentStoreError(
+                    f"{describe} leads to a connection pooler in transaction or statement mode: two connections "
+                    f"open at once ran on one server session (pid {mine[0]}), and a store needs sessions of its "
+                    "own (advisory locks, LISTEN, session settings, prepared statements); connect to PostgreSQL "
+                    "directly, or through a pool in session mode (PgBouncer: pool_mode = session)")
+    finally:
+        asks.put(None)  # the thread closes its connection and ends, once its read (if any) returns
+        if answered:
+            second.join(PROBE_WAIT_S)  # its session ended before the store's opens (a count of sessions sees one)
+    return True
 
 
 def _second_session(dsn: str, asks: queue.SimpleQueue, answers: queue.SimpleQueue) -> None:

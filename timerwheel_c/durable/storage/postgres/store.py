@@ -277,9 +277,14 @@ class PostgresStore(Store):
         self._lock_wait_ms: Optional[int] = None  # the session's lock_timeout (open_sibling), None: none
         self._conn: Optional[psycopg.Connection] = None
         self._closed = False  # close() ends the store: a later call raises instead of opening a session
-        refuse_shared_sessions(dsn, describe_dsn(dsn))  # before any SET that a pooler would pass on
+        # Before any SET that a pooler would pass on; the check's own session, if it made one, becomes the
+        # store's, set up as any of its sessions.
+        checked = refuse_shared_sessions(dsn, describe_dsn(dsn))
         try:
             with self._lock, self._wrap:
+                if checked is not None:
+                    self._conn = self._set_up(checked)
+                    checked = None
                 if not self.read_only:
                     self._check_encoding()
                 if self.read_only or not create:
@@ -287,8 +292,9 @@ class PostgresStore(Store):
                 else:
                     self._create_schema()
         except BaseException:
-            if self._conn is not None:  # a store that failed to open holds no session
-                self._conn.close()
+            for session in (checked, self._conn):  # a store that failed to open holds no session
+                if session is not None:
+                    session.close()
             raise
         forks.track(self)
         # After the schema step, whose DDL may wait its turn: from here the waits are a write's.
@@ -521,11 +527,15 @@ class PostgresStore(Store):
     def _connection(self) -> psycopg.Connection:
         if self._conn is None or self._conn.closed:
             self._refuse_if_closed()
-            conn = register_arrays(connect(self._dsn, self.synchronous_commit, self._lock_wait_ms))
-            if self.read_only:  # a write of this store fails, whatever path it takes
-                conn.execute("SET default_transaction_read_only = on")
-            self._conn = conn
+            self._conn = self._set_up(open_session(self._dsn))
         return self._conn
+
+    def _set_up(self, session: psycopg.Connection) -> psycopg.Connection:
+        """``session`` (as :func:`.session.open_session` opens one) set up as this store's connection."""
+        conn = register_arrays(connect(self._dsn, self.synchronous_commit, self._lock_wait_ms, session))
+        if self.read_only:  # a write of this store fails, whatever path it takes
+            conn.execute("SET default_transaction_read_only = on")
+        return conn
 
     def _scan(self, partition: str, start: bytes, end: bytes, after: Optional[bytes], limit: int) -> Page:
         query, lower = (self._sql["scan_from"], start) if after is None else (self._sql["scan_after"], after)
@@ -911,16 +921,18 @@ def _independent_sets(items: list) -> Optional[_Sets]:
     return sets
 
 
-def connect(dsn: str, synchronous_commit: Optional[str] = None, lock_wait_ms: Optional[int] = None) -> psycopg.Connection:
+def connect(dsn: str, synchronous_commit: Optional[str] = None, lock_wait_ms: Optional[int] = None,
+            session: Optional[psycopg.Connection] = None) -> psycopg.Connection:
     """An autocommit psycopg connection to ``dsn`` set up as every connection of a store is
     (:mod:`.session`), with the session's ``synchronous_commit`` set unless it is None,
-    and its ``lock_timeout`` to ``lock_wait_ms`` (a checked int, ms) unless that is None.
+    and its ``lock_timeout`` to ``lock_wait_ms`` (a checked int, ms) unless that is None;
+    ``session``: one already open to ``dsn`` (:func:`.session.open_session`) to set up, else a new one.
 
     Raises:
         StoreError: the server cannot be reached (transient) or refuses the DSN (permanent);
-            the message never holds the password.
+            the message never holds the password (``session`` is closed then).
     """
-    conn = open_session(dsn)
+    conn = open_session(dsn) if session is None else session
     try:
         conn.execute(SESSION_SETUP)
         if synchronous_commit is not None:
