@@ -56,10 +56,6 @@ CLOCK_STEP_NS = 100_000_000
 # Far above a writer's ordinary transaction (milliseconds), far below the first backoff (5 s).
 LOCK_WAIT_MS = 250
 _NS_PER_MS = 1_000_000
-# The longest one sleep of the thread, ns: a max_sleep_s or backoff of millennia is finite but past the
-# clock's range (int64 ns), where its wait would fail at once and the thread spin; past a day it
-# sleeps again.
-_LONGEST_SLEEP_NS = 86_400 * 1_000_000_000
 
 
 class Claimer:
@@ -229,7 +225,6 @@ class Claimer:
 
     async def _sleep_until(self, at_ns: int) -> None:
         assert self.wakeup.kick is not None  # bound by serve() before it first sleeps
-        at_ns = min(at_ns, self.clock.monotonic_ns() + _LONGEST_SLEEP_NS)
         kick = asyncio.ensure_future(self.wakeup.kick.wait())
         timer = asyncio.ensure_future(self.clock.sleep_until(at_ns))
         waits = {kick, timer}
