@@ -515,32 +515,35 @@ class SQLiteStore(Store):
         return self._apply_in_one_transaction(items, nested=True)
 
     def _check_same_file(self) -> None:
-        """Raise once the file at the store's path is no longer the one it opened (deleted, or replaced by
-        another: an operator's restore): its writes would go to a file no other process opens, and its
-        reads, a runner's passes among them, would never see the new file's timers. Looked at once per
-        :data:`FILE_CHECK_S` at most, by writes and reads alike; once it found the file replaced, every
-        later call raises at once.
+        """Raise once the file at the store's path is no longer the one it opened
+        (:meth:`_file_was_replaced`): its writes would go to a file no other process opens, and its
+        reads, a runner's passes among them, would never see the new file's timers.
 
         Raises:
             PermanentStoreError: naming the path; the store must be opened again (the process restarted).
         """
-        if self._opened_file is None:
-            return
-        # The verdict stays: a later write (a service's retry) must not land in the orphaned file either.
-        if not self._file_replaced:
-            now_s = time.monotonic()
-            if now_s - self._file_checked_s < FILE_CHECK_S:
-                return
-            self._file_checked_s = now_s
-            try:
-                found = _file_identity(self._file)
-            except OSError:  # no verdict (a passing ESTALE or EIO): looked at again at a later write
-                return
-            self._file_replaced = found != self._opened_file
-        if self._file_replaced:
+        if self._file_was_replaced():
             raise PermanentStoreError(f"SQLite database {self.path!r} was deleted or replaced since this store opened "
                                       "it: its reads and writes would use a file no other process opens; open the store again "
                                       "(restart the process)")
+
+    def _file_was_replaced(self) -> bool:
+        """True once the file at the store's path is not the one it opened (deleted, or replaced by
+        another: an operator's restore). Looked at once per :data:`FILE_CHECK_S` at most, by reads,
+        writes and the change signal's thread alike; the verdict stays, so that a later call (a
+        service's retry) never lands in the orphaned file either."""
+        if self._opened_file is None or self._file_replaced:
+            return self._file_replaced
+        now_s = time.monotonic()
+        if now_s - self._file_checked_s < FILE_CHECK_S:
+            return False
+        self._file_checked_s = now_s
+        try:
+            found = _file_identity(self._file)
+        except OSError:  # no verdict (a passing ESTALE or EIO): looked at again at a later call
+            return False
+        self._file_replaced = found != self._opened_file
+        return self._file_replaced
 
     def _apply_in_one_transaction(self, items: list, nested: bool) -> list:
         # One transaction for the whole list of (partition, batch) items; ``nested`` (apply_many,
@@ -598,25 +601,16 @@ class SQLiteStore(Store):
         with self._wrap:
             db = sqlite3.connect(self._file, timeout=self._busy_timeout_s, isolation_level=None, check_same_thread=False)
             last = [db.execute("PRAGMA data_version").fetchone()[0]]
-        file, store = self._file, weakref.ref(self)
-        opened = [self._opened_file]  # None once told, or in memory
-        looked_s = [time.monotonic()]
+        store = weakref.ref(self)
+        told = [False]
 
         def changed() -> bool:
             # A file replaced at the path (a restore) changes nothing this connection sees: signalled once,
-            # so that an idle runner's next pass reads, finds it (_check_same_file) and says so.
-            if opened[0] is not None and time.monotonic() - looked_s[0] >= FILE_CHECK_S:
-                looked_s[0] = time.monotonic()
-                try:
-                    replaced = _file_identity(file) != opened[0]
-                except OSError:  # no verdict: looked at again later
-                    replaced = False
-                if replaced:
-                    opened[0] = None
-                    found = store()
-                    if found is not None:  # the verdict, for the pass this ring starts: its own look may be a second off
-                        found._file_replaced = True
-                    return True
+            # with the store's verdict kept, so that an idle runner's next pass reads and raises.
+            found = store()
+            if not told[0] and found is not None and found._file_was_replaced():
+                told[0] = True
+                return True
             version = db.execute("PRAGMA data_version").fetchone()[0]
             if version == last[0]:
                 return False
