@@ -60,7 +60,7 @@ def refuse_shared_sessions(dsn: str, describe: str) -> Optional[psycopg.Connecti
             return None
     first = open_session(dsn)
     try:
-        if _shares_sessions(dsn, describe, first):
+        if _sessions_are_own(dsn, describe, first):
             with _lock:
                 _checked.add(dsn)
         else:
@@ -72,7 +72,7 @@ def refuse_shared_sessions(dsn: str, describe: str) -> Optional[psycopg.Connecti
     return first
 
 
-def _shares_sessions(dsn: str, describe: str, first: psycopg.Connection) -> bool:
+def _sessions_are_own(dsn: str, describe: str, first: psycopg.Connection) -> bool:
     """The check of :func:`refuse_shared_sessions` on its open ``first`` connection: True when two
     connections ran on two sessions, False when that cannot be told.
 
