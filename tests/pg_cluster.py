@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -32,10 +33,23 @@ import pytest
 PGBIN = Path(os.environ.get("PGBIN", "/usr/lib/postgresql/15/bin"))
 
 
+# Where the kernel picks the local ports of outgoing connections (Linux): a server port taken from
+# there can be taken by any client's connection while a test has the server stopped, and its
+# restart then fails ("Address already in use"), as it did in CI. Below that range it cannot.
+_EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    low = int(_EPHEMERAL.read_text().split()[0]) if _EPHEMERAL.exists() else 0
+    for _ in range(100):
+        port = random.randrange(10_000, low) if low > 10_000 else 0
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:  # taken: another
+                continue
+            return s.getsockname()[1]
+    raise RuntimeError(f"no free port for a throwaway cluster below {low}")
 
 
 @contextlib.contextmanager
