@@ -335,7 +335,8 @@ def test_sqlite_reads_by_shard_search_the_partial_index_and_other_rows_write_no_
     from timerwheel_c.durable.storage.sqlite.rows import QUERIES
     from timerwheel_c.durable.storage.store import SHARD_SPACE
 
-    store = SQLiteStore(tmp_path / "t.db", checkpoint_interval_s=3600)
+    # 4 kB pages: few enough page splits among 4,200 rows that one frame per row stands out from two.
+    store = SQLiteStore(tmp_path / "t.db", checkpoint_interval_s=3600, page_size=4096)
     try:
         db = store._db
         for name in ("scan_shard", "occupied_shards", "first_in_shards"):
@@ -589,6 +590,43 @@ def test_sqlite_bad_constructor_arguments(tmp_path):
     # SQLite opens "" as a private temporary database, another one per connection: refused.
     with pytest.raises(ValueError, match="path must name a SQLite file .*got ''"):
         SQLiteStore("")
+
+
+@pytest.mark.parametrize("page_size", [1000, 256, 131072, 0, True, "1024", 1024.0])
+def test_a_bad_page_size_is_refused_naming_it(tmp_path, page_size):
+    """page_size must be a power of two from 512 to 65536 (SQLite's own range): anything else is a
+    ValueError naming it, before a file is made."""
+    with pytest.raises(ValueError, match=f"page_size .*got {re.escape(repr(page_size))}"):
+        SQLiteStore(tmp_path / "x.db", page_size=page_size)
+    assert not (tmp_path / "x.db").exists()
+
+
+def test_a_new_file_gets_the_page_size_and_an_existing_one_keeps_its_own(tmp_path):
+    """A store creates its file with DEFAULT_PAGE_SIZE pages (1 kB: a commit writes each page it
+    changed whole into the WAL), or with those asked for. A file made before, with 4 kB pages
+    (SQLite's default, and every earlier version's), keeps them: its rows read and write as before."""
+    from timerwheel_c.durable.storage.sqlite.store import DEFAULT_PAGE_SIZE
+    assert DEFAULT_PAGE_SIZE == 1024
+    with SQLiteStore(tmp_path / "new.db") as store:
+        put_all(store, [(b"k", b"v" * 3000)])  # longer than a page: spills into overflow pages
+    with SQLiteStore(tmp_path / "big.db", page_size=8192) as store:
+        put_all(store, [(b"k", b"v")])
+    old = sqlite3.connect(tmp_path / "old.db")
+    old.execute("PRAGMA page_size=4096")
+    old.execute("PRAGMA journal_mode=WAL")
+    old.close()
+    with SQLiteStore(tmp_path / "old.db") as store:
+        put_all(store, [(b"k", b"v")])
+    with SQLiteStore(tmp_path / "old.db", page_size=512) as store:
+        put_all(store, [(b"j", b"w")])
+        assert [store.get(P, b"k"), store.get(P, b"j")] == [b"v", b"w"]
+    with SQLiteStore(tmp_path / "new.db") as store:
+        assert store.get(P, b"k") == b"v" * 3000
+    for name, size in (("new.db", 1024), ("big.db", 8192), ("old.db", 4096)):
+        db = sqlite3.connect(tmp_path / name)
+        assert db.execute("PRAGMA page_size").fetchone()[0] == size, name
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok", name
+        db.close()
 
 
 def test_a_relative_sqlite_path_keeps_naming_its_file_after_the_process_changes_directory(tmp_path, monkeypatch):
