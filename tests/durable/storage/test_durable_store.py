@@ -718,6 +718,29 @@ def test_sqlite_schema_version_is_recorded_and_a_newer_one_refused(tmp_path):
         SQLiteStore(path)
 
 
+def test_a_sqlite_file_whose_version_row_is_gone_is_refused_unchanged(tmp_path):
+    """A store whose meta table lost its version row (edited, or its page damaged) was read as one from
+    before the version row and upgraded from there: the upgrade failed half way ("duplicate column
+    name: shard"), which named no cause. Every open now raises SchemaError saying the version is
+    missing from a store of a later version, and writes nothing."""
+    from timerwheel_c.durable.storage.store import SchemaError
+
+    path = tmp_path / "t.db"
+    with SQLiteStore(path) as store:
+        put_all(store, [(b"k", b"v")])
+    db = sqlite3.connect(path)
+    with db:
+        db.execute("DELETE FROM timerwheel_meta WHERE name = 'schema_version'")
+    before = db.execute("SELECT * FROM timerwheel_kv").fetchall(), db.execute("SELECT * FROM timerwheel_meta").fetchall()
+    db.close()
+    for options in ({}, {"read_only": True}, {"create": False}):
+        with pytest.raises(SchemaError, match=rf"{path}'.*records no schema_version.*later version"):
+            SQLiteStore(path, **options)
+    db = sqlite3.connect(path)
+    assert (db.execute("SELECT * FROM timerwheel_kv").fetchall(), db.execute("SELECT * FROM timerwheel_meta").fetchall()) == before
+    db.close()
+
+
 @pytest.mark.slow
 def test_sixteen_processes_open_a_new_sqlite_file_at_once_without_error(tmp_path, open_at_once):
     """16 processes open the same new SQLite file at the same moment: all exit 0, the schema being

@@ -352,7 +352,7 @@ class SQLiteStore(Store):
         where = f"table timerwheel_kv of SQLite database {self.path!r}"
         if "timerwheel_kv" in tables:
             row = self._db.execute(_QUERIES["schema_version"]).fetchone() if "timerwheel_meta" in tables else None
-            found = 0 if row is None else schema_version_of(where, row[0])
+            found = self._unversioned(self._db, where) if row is None else schema_version_of(where, row[0])
         check_readable_version(where, found, SCHEMA_VERSION)
         self.shard_count = self._recorded_shard_count(self._db)
 
@@ -365,7 +365,7 @@ class SQLiteStore(Store):
             db.execute(_QUERIES["create_meta"])
             row = db.execute(_QUERIES["schema_version"]).fetchone()
             where = f"SQLite database {self.path!r}"
-            found = 0 if row is None else schema_version_of(where, row[0])
+            found = self._unversioned(db, where) if row is None else schema_version_of(where, row[0])
             if found > SCHEMA_VERSION:
                 raise SchemaVersionError(where, found, SCHEMA_VERSION)
             db.execute(_QUERIES["set_shard_count"], (str(self.shard_count),))
@@ -386,6 +386,20 @@ class SQLiteStore(Store):
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
+
+    @staticmethod
+    def _unversioned(db: sqlite3.Connection, where: str) -> int:
+        """0, the version of a file from before the version row (the key-value table alone), for a
+        file whose meta table records no version, read on ``db``.
+
+        Raises:
+            SchemaError: the key-value table has a later version's column: the version row was
+                deleted or its page damaged, where upgrading from 0 would fail half way through.
+        """
+        if "shard" in {row[1] for row in db.execute("PRAGMA table_info(timerwheel_kv)")}:
+            raise SchemaError(f"{where} records no schema_version, but its tables are of a later version: the "
+                              "meta table was edited or is damaged (PRAGMA integrity_check)")
+        return 0
 
     def _reshard(self, shard_count: int) -> None:
         with self._lock, self._wrap:
