@@ -328,10 +328,16 @@ cdef class LoopTimers:
         order, a NaN deadline placed as the loop time it was armed at."""
         cdef Py_ssize_t i, n = 0
         cdef TimerHandle handle
-        cdef list handles = self._handles
+        cdef list handles, result
+        while True:
+            # The result is made first: making it may run the collector, and a finalizer may arm,
+            # cancel or close the loop, changing _handles. From the loop's end on no Python code runs.
+            result = [None] * len(self._handles)
+            handles = self._handles
+            if len(handles) <= len(result):
+                break
         if len(handles) > self._sort_cap:
             self._grow_sort(len(handles))
-        # No Python code runs from here to the list: _handles cannot change under the sort.
         for i in range(1, len(handles)):
             if handles[i] is not None:
                 handle = <TimerHandle>handles[i]
@@ -340,7 +346,10 @@ cdef class LoopTimers:
                 self._sort[n].token = <uint64_t>i
                 n += 1
         qsort(self._sort, n, sizeof(due_t), _by_when)
-        return [handles[self._sort[i].token] for i in range(n)]
+        for i in range(n):
+            result[i] = handles[self._sort[i].token]
+        del result[n:]  # drops references to None only: no finalizer runs
+        return result
 
     def call_at(self, when, callback, *args, context=None):
         """``loop.call_at``: a new :class:`TimerHandle` for ``callback(*args)`` at loop time
@@ -581,7 +590,10 @@ cdef class LoopTimers:
         old.c_advance(MAX_DUE_MS, &fired)
         try:
             for i in range(fired.count):
-                handle = <TimerHandle>_token_handle(self._handles, fired.tokens[i])
+                obj = _token_handle(self._handles, fired.tokens[i])
+                if obj is None:  # the collector cleared _handles: this core is garbage
+                    continue
+                handle = <TimerHandle>obj
                 if handle._when > now_s:
                     due_ms = max(_loop_ms(handle._when), now_ms)
                     if due_ms == now_ms and handle._when < self._held_when:
