@@ -170,15 +170,19 @@ cdef class KeyedTimers:
         cdef TimerWheel wheel = TimerWheel(max(now_ms - 1, 0))
         cdef tw_fired_t fired
         cdef Py_ssize_t i, j
-        cdef int64_t key
+        cdef int64_t key, due_ms
         old.c_advance(MAX_DUE_MS, &fired)
         try:
             for i in range(fired.count):
                 key = <int64_t>fired.tokens[i]
                 j = self._find(key)
                 if j >= 0:
-                    self._slots[j].timer_id = wheel.c_schedule(
-                        _refiled_ms(self._scheduler, self._slots[j].when_s) - wheel.c_now_ms(), <uint64_t>key)
+                    due_ms = _refiled_ms(self._scheduler, self._slots[j].when_s)
+                    # Found again: a deadline out of range runs Python code (its error's message), and
+                    # a finalizer run there may arm keys (the table moves) or close the set (it is freed).
+                    j = self._find(key)
+                    if j >= 0:
+                        self._slots[j].timer_id = wheel.c_schedule(due_ms - wheel.c_now_ms(), <uint64_t>key)
         finally:
             old.c_release(&fired)
             self._wheel = wheel
@@ -207,11 +211,13 @@ cdef class KeyedTimers:
     # -- the key table: open addressing, linear probing, backward-shift deletion ---------------
 
     cdef inline Py_ssize_t _home(self, int64_t key) noexcept:
-        """The key's home slot: its 16-bit groups folded by xor. A dense range of keys (file
-        descriptors, connection ids) fills consecutive slots, as ints do in Python's dict, so
-        re-arming connections in order walks the table instead of missing the cache per key."""
-        cdef uint64_t u = <uint64_t>key
-        return <Py_ssize_t>((u ^ (u >> 16) ^ (u >> 32) ^ (u >> 48)) & <uint64_t>(self._cap - 1))
+        """The key's home slot: the key times 2**64 / the golden ratio (Knuth's multiplicative
+        hashing), its high half folded into the low. Keys that follow one another (file
+        descriptors, connection ids) land far apart: with linear probing, homes in a row made one
+        run as long as the range, which a removal walks to its end, and a key whose home fell inside
+        it walked too (a cancel at 200,000 armed ids took 0.1 ms, and 40,000 ids due at once 0.8 s)."""
+        cdef uint64_t h = <uint64_t>key * <uint64_t>0x9E3779B97F4A7C15
+        return <Py_ssize_t>((h ^ (h >> 32)) & <uint64_t>(self._cap - 1))
 
     cdef Py_ssize_t _find(self, int64_t key) noexcept:
         """The slot holding ``key``, or -1."""
