@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import math
 import sys
 import weakref
 
@@ -190,3 +191,75 @@ def test_objects_not_made_by_the_scheduler_refuse_cleanly(aio_impl, make):
                 obj.__aenter__()
             with pytest.raises(AttributeError):  # it has no scheduler to read the time of (the pure twin's error)
                 obj.reschedule_after(1.0)
+
+
+class _SetClockLoop:
+    """A loop whose clock the test sets; the scheduler's wake-ups are kept, not run."""
+    def __init__(self, now_s):
+        self.now_s = now_s
+    def time(self):
+        return self.now_s
+    def call_at(self, when, callback, *args):
+        return _Inert()
+    def call_soon(self, callback, *args):
+        return _Inert()
+    def call_exception_handler(self, context):
+        raise AssertionError(context)
+
+
+class _Inert:
+    def cancel(self):
+        pass
+
+
+def test_a_finalizer_that_closes_the_scheduler_while_its_keys_are_refiled(aio_impl):
+    """When the loop's clock goes back below the wheels' origin every key is filed again, and a
+    deadline the new origin puts out of range builds an error (Python code: the collector may run).
+    A finalizer run there that closes the scheduler freed the compiled key table, which was then
+    written through at an index found before (a segfault). Now the scheduler ends closed and empty."""
+    loop = _SetClockLoop(10.0)
+    sched = aio_impl.WheelScheduler(loop)
+    keys = sched.keyed(print)
+    keys.arm(1, 4611686018427370.0)  # 8 s inside the wheel's range (2**62 ms): out of it after the step back
+    keys.arm(2, 1.0)
+
+    class Closer:
+        def __del__(self):
+            sched.close()
+
+    threshold = gc.get_threshold()
+    gc.disable()
+    try:
+        garbage = Closer()
+        garbage.cycle = garbage
+        del garbage
+        loop.now_s = -10.0
+        gc.set_threshold(1)
+        gc.enable()
+        sched._on_wake()
+    finally:
+        gc.set_threshold(*threshold)
+        gc.enable()
+    gc.collect()
+    assert len(keys) == 0 and 2 not in keys
+
+
+def test_a_nan_loop_clock_fails_that_wake_up_and_leaves_the_scheduler_working(aio_impl):
+    """A loop clock that reads NaN once fails that wake-up with ValueError, on both twins. The compiled
+    scheduler read it as the bottom of its range and moved its wheels' origin there for good: every
+    later deadline was "beyond the wheel's range". Now, once the clock reads a time again, timers
+    arm and run at their deadlines."""
+    loop = _SetClockLoop(100.0)
+    sched = aio_impl.WheelScheduler(loop)
+    fired = []
+    sched.call_later(0.5, fired.append, "before")
+    loop.now_s = math.nan
+    with pytest.raises(ValueError):
+        sched._on_wake()
+    loop.now_s = 101.0
+    sched.call_later(1.0, fired.append, "after")
+    sched._on_wake()
+    assert fired == ["before"]
+    loop.now_s = 102.1
+    sched._on_wake()
+    assert fired == ["before", "after"]
