@@ -52,6 +52,7 @@ cdef class _Channel:
     cdef readonly int32_t index
     cdef Chan *ch  # NULL once torn down; the struct itself lives until the timer is freed
     cdef dict waiters
+    cdef bint helper_taken  # _helper_main has begun: it runs once, on the thread made for it
 
     def __cinit__(self, token=None, *args, **kwargs):
         if token is not _MAKE:
@@ -154,6 +155,11 @@ cdef class _Channel:
         cdef Core *c = self.rt._core
         cdef Chan *ch = self.ch
         cdef bint dead
+        # A torn-down channel has no Chan, and an fd channel's condition is never signalled: a
+        # call from anywhere but its own helper thread would read freed state or wait for ever.
+        if ch == NULL or not ch.helper or self.helper_taken:
+            raise RuntimeError("_helper_main runs only on the helper thread of a live channel without a wake fd")
+        self.helper_taken = True
         while True:
             with nogil:
                 tw_mutex_lock(&c.lock)

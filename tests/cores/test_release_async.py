@@ -8,6 +8,7 @@ Assertions are "released, never early, within a liveness bound of seconds".
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import subprocess
 import sys
@@ -284,3 +285,33 @@ def test_unclosed_loops_of_ended_threads_are_not_kept(release_impl, factory):
             time.sleep(0.01)
         assert sum(ref() is not None for ref in loops) == 0, "loops are kept alive"
         assert _open_fds() <= before + 2, (before, _open_fds())
+
+
+@pytest.mark.c_extension
+@pytest.mark.parametrize("factory", [pytest.param(asyncio.new_event_loop, id="fd"), pytest.param(NoReaderLoop, id="helper")])
+def test_a_channels_helper_loop_runs_only_on_its_own_thread(factory):
+    """A loop's channel (the compiled core's inbox per loop) has a method its helper thread runs, for a
+    loop without add_reader. Called by anyone else it read the torn-down channel's freed state (a
+    segfault), or waited for ever on a condition an fd channel never signals. It now refuses with a
+    RuntimeError whatever the channel's mode or state, and the loop's awaits still resume."""
+    from timerwheel_c._release import ReleaseTimer
+
+    rt = ReleaseTimer()
+    try:
+        async def main():
+            await rt.arm(time.monotonic() + 0.001)
+            import weakref
+            # The timer's channels, by loop: a field the collector sees, not an attribute.
+            (chans,) = [r for r in gc.get_referents(rt) if isinstance(r, weakref.WeakKeyDictionary)]
+            (chan,) = chans.values()
+            with pytest.raises(RuntimeError, match="helper thread"):
+                chan._helper_main()
+            await rt.arm(time.monotonic() + 0.001)
+            return chan
+
+        chan = _run(factory, main())
+        chan.teardown()
+        with pytest.raises(RuntimeError, match="helper thread"):
+            chan._helper_main()
+    finally:
+        rt.close()
