@@ -178,6 +178,27 @@ def test_a_retrying_timer_is_found_replaced_and_cancelled_by_name(durable_store)
     assert len(timer_rows(durable_store)) == 1
 
 
+def test_timer_exists_carries_the_retrying_timers_last_error(durable_store):
+    """``TimerExists.timer`` is the pending timer as ``get_timer`` reads it: for a retrying one, with
+    its last attempt's error, kept in a row of its own (it was None), from ``schedule`` and from
+    ``schedule_many`` alike."""
+    from timerwheel_c.durable import schedule_many
+
+    def fail(timer):
+        raise ConnectionError("gateway down")
+
+    schedule(durable_store, P, DUE, KIND, b"flaky", b"v")
+    assert run_due(durable_store, P, TimerRegistry().register(Recording(fail)), DUE).failed == 1
+    pending = get_timer(durable_store, P, KIND, b"flaky")
+    assert pending.state == "retrying" and pending.last_error == "ConnectionError: gateway down"
+    with pytest.raises(TimerExists) as raised:
+        schedule(durable_store, P, DUE + 1, KIND, b"flaky", if_exists="error")
+    assert raised.value.timer == pending
+    with pytest.raises(TimerExists) as raised:
+        schedule_many(durable_store, [(P, DUE + 1, KIND, b"flaky", b"")], if_exists="error")
+    assert raised.value.timer == pending
+
+
 def test_a_timer_cancelled_while_its_handler_runs_does_not_fire_again(durable_store):
     def cancel_self(timer):
         assert cancel(durable_store, P, KIND, timer.reference) is True

@@ -303,7 +303,7 @@ def _schedule(partition: str, key: bytes, identity: bytes, value: bytes, if_exis
         if current_value is not None and if_exists != "replace" and not keys.is_parked_key(current):
             if if_exists == "keep":
                 return current
-            raise TimerExists(PendingTimer.of_row(partition, current, current_value))
+            raise TimerExists((yield from _pending(partition, identity, current, current_value)))
         batch = Batch()
         if named is None:
             batch.require(Absent(identity))
@@ -478,7 +478,13 @@ def _timer(partition: str, identity: bytes) -> Steps[Optional[PendingTimer]]:
     _, current, current_value = yield from _current(identity)
     if current_value is None:
         return None
-    timer = PendingTimer.of_row(partition, current, current_value)
+    return (yield from _pending(partition, identity, current, current_value))
+
+
+def _pending(partition: str, identity: bytes, current: bytes, value: bytes) -> Steps[PendingTimer]:
+    """The pending timer of the row (``current``, ``value``) that ``identity`` names, with its last
+    error: a retrying timer keeps it in a row of its own (a parked row carries its own)."""
+    timer = PendingTimer.of_row(partition, current, value)
     if timer.state == "retrying":
         timer = _with_error(timer, current, (yield GET, keys.last_error_row(identity)))
     return timer
