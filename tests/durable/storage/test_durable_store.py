@@ -916,9 +916,10 @@ def test_reshard_moves_every_row_to_its_shard_under_the_new_count_and_records_it
 @pytest.mark.parametrize("write", ["apply", "apply_across", "own_write", "joined"])
 def test_a_sqlite_store_opened_before_another_handles_reshard_writes_by_the_new_count(tmp_path, write):
     """A store object opened with 64 shards keeps writing after another handle (another process,
-    as an operator's) resharded the file to 4: each write takes the count recorded when it writes,
-    so every row lies in a shard a pass reads (it used to record the old count's shard, and such a
-    timer never fired, not even after every process restarted); a pass by it reads the new count."""
+    as an operator's) resharded the file to 4: each write takes the count recorded when it writes
+    (inside its own statement), so every row lies in a shard a pass reads (it used to record the old
+    count's shard, and such a timer never fired, not even after every process restarted); a pass by
+    it reads the new count."""
     import sqlite3
 
     from timerwheel_c.durable import SQLiteStore
@@ -945,9 +946,9 @@ def test_a_sqlite_store_opened_before_another_handles_reshard_writes_by_the_new_
                     tx.apply(batch)
                 conn.commit()
                 conn.close()
-        assert app.shard_count == 4
         assert sorted(p for rows in app.scan_shards(list(range(4)), b"", b"\xff", 100) for p, _, _ in rows) == \
             sorted(names)
+        assert app.shard_count == 4
     with sqlite3.connect(path) as db:
         assert db.execute("SELECT count(*) FROM timerwheel_kv WHERE shard >= 4").fetchone() == (0,)
 

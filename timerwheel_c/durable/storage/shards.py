@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import hashlib
 
-__all__ = ["DEFAULT_SHARD_COUNT", "MAX_SHARD_COUNT", "check_shard_count", "check_shards", "shard_of"]
+__all__ = ["DEFAULT_SHARD_COUNT", "MAX_SHARD_COUNT", "check_shard_count", "check_shards", "partition_hash", "shard_of"]
 
 # 64: enough for a fleet of dozens of runners to each own one or more shards, few enough that a
 # pass over idle shards (one index probe each) costs well under a millisecond and that the advisory
@@ -59,10 +59,15 @@ def check_shards(shards: object, shard_count: int) -> list:
     return shards
 
 
-# Kept per (partition, count): a writer or a runner meets the same partitions again and again, and an
-# MD5 per write costs more than the lookup (4096 entries of a few hundred bytes each at most).
+# Kept per partition: a writer or a runner meets the same partitions again and again, and an MD5 per
+# write costs more than the lookup (4096 entries of a few hundred bytes each at most).
 @functools.lru_cache(maxsize=4096)
+def partition_hash(partition: str) -> int:
+    """The hash (0..2**32 - 1) of the partition named ``partition`` (a checked name) that its shard is
+    taken from, under any shard count: the first four bytes of MD5, big-endian."""
+    return int.from_bytes(hashlib.md5(partition.encode("utf-8"), usedforsecurity=False).digest()[:4], "big")
+
+
 def shard_of(partition: str, shard_count: int) -> int:
     """The shard (0..``shard_count`` - 1) of the partition named ``partition`` (a checked name)."""
-    digest = hashlib.md5(partition.encode("utf-8"), usedforsecurity=False).digest()
-    return int.from_bytes(digest[:4], "big") % shard_count
+    return partition_hash(partition) % shard_count

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 
 from ..errors import wrap_exceptions
 from ..savepoint import OPEN, Joined, ending, type_name, unless_failing
-from ..shards import shard_of
+from ..shards import partition_hash
 from ..store import Batch, Committed, PreconditionFailed
 from .errors import store_error
 from .rows import OnCursor
@@ -50,18 +50,15 @@ class SQLiteJoined(OnCursor, Joined):
         if not in_transaction and (autocommit is True or (autocommit == -1 and conn.isolation_level is None)):
             raise ValueError("conn is in autocommit mode (isolation_level=None or autocommit=True) with no transaction "
                              "open, so the write would commit on its own: execute BEGIN on it first, or pass no conn")
-        OnCursor.__init__(self, cursor, partition, shard_of(partition, store.shard_count),
+        OnCursor.__init__(self, cursor, partition, partition_hash(partition),
                           wrap_exceptions(sqlite3.Error, functools.partial(store_error, store.path)))
         self._begin = not in_transaction
-        self._store = store
 
     def __enter__(self) -> "SQLiteJoined":
         with self._wrap:
             if self._begin:
                 self._cursor.execute("BEGIN IMMEDIATE")
             self._cursor.execute(OPEN)
-            # Inside the caller's transaction: the count its rows are written by (see adopt_shard_count).
-            self._shard = shard_of(self._partition, self._store.adopt_shard_count(self._cursor))
         return self
 
     def __exit__(self, typ, exc, tb) -> None:

@@ -63,7 +63,7 @@ def first_in_shards(db: Union[sqlite3.Connection, sqlite3.Cursor], shards: list,
             _per_shard(db, "first_in_shards", shards, start, end)}
 
 
-def apply_batch(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, batch: Batch, shard: int,
+def apply_batch(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, batch: Batch, hashed: int,
                 read: Optional[dict] = None) -> Optional[bytes]:
     """Check ``batch``'s guards and write it inside ``db``'s open transaction; return the key of
     the first failed guard (nothing written: the guards are all judged before the first write), or
@@ -73,7 +73,7 @@ def apply_batch(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, b
 
     A large batch (many timers written at once) costs a statement per row, not three: its Absent
     guards are read a few hundred keys per statement and each run of puts is one ``executemany``.
-    ``shard``: the partition's shard (:func:`~.shards.shard_of`), which every put records.
+    ``hashed``: the partition's :func:`~.shards.partition_hash`, from which every put records its shard.
     ``read``: ``{key: value or None}`` of rows already read in this transaction while it held the
     file's write lock, so that no other connection can have changed them: a guard on one of them is
     judged on that value, without a statement."""
@@ -98,7 +98,7 @@ def apply_batch(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, b
         if i == consumed:
             continue
         if value is not None:
-            puts.append((partition, key, value, shard))
+            puts.append((partition, key, value, hashed))
             continue
         if puts:
             db.executemany(QUERIES["put"], puts)
@@ -112,16 +112,16 @@ def apply_batch(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, b
 class OnCursor:
     """A write's reads and batches of one partition on ``cursor``, inside a transaction its owner
     opened and ends: the caller's (:class:`~.joined.SQLiteJoined`) or the store's own
-    (:meth:`~.store.SQLiteStore.own_write`). ``shard``: the partition's; ``wrap`` turns sqlite3 errors
+    (:meth:`~.store.SQLiteStore.own_write`). ``hashed``: the partition's hash; ``wrap`` turns sqlite3 errors
     into the store's. ``locked``: the transaction holds the file's write lock from its first
     statement (``BEGIN IMMEDIATE``), so that a row read stays as read until this cursor writes, and
     a guard on it needs no second read (a re-arm by name reads its identity row once, not twice)."""
 
-    def __init__(self, cursor: sqlite3.Cursor, partition: str, shard: int, wrap: wrap_exceptions,
+    def __init__(self, cursor: sqlite3.Cursor, partition: str, hashed: int, wrap: wrap_exceptions,
                  locked: bool = False):
         self._cursor = cursor
         self._partition = partition
-        self._shard = shard
+        self._hashed = hashed
         self._wrap = wrap
         self._read: Optional[dict] = {} if locked else None
 
@@ -148,7 +148,7 @@ class OnCursor:
 
     def apply(self, batch: Batch) -> Union[Committed, PreconditionFailed]:
         with self._wrap:
-            failed = apply_batch(self._cursor, self._partition, batch, self._shard, self._read)
+            failed = apply_batch(self._cursor, self._partition, batch, self._hashed, self._read)
         if failed is None and self._read:
             self._read.clear()  # the batch wrote: what was read may be stale now
         return COMMITTED if failed is None else PreconditionFailed(failed)

@@ -56,7 +56,7 @@ from typing import Any, Callable, Iterator, Optional, Union
 from .. import forks
 from ..errors import PermanentStoreError, StoreError, TransientStoreError, wrap_exceptions
 from ..redact import redact
-from ..shards import DEFAULT_SHARD_COUNT, check_shard_count, shard_of
+from ..shards import DEFAULT_SHARD_COUNT, check_shard_count, partition_hash, shard_of
 from ..sqlfiles import migrations, rewrite_versions, statements
 from ..store import (COMMITTED, SHARD_SPACE, Batch, Committed, NoStoreError, Page, PreconditionFailed, Refused, SchemaError,
                     SchemaVersionError, Store, check_partition, check_readable_version, schema_version_of)
@@ -379,7 +379,7 @@ class SQLiteStore(Store):
                 deletes, puts = rewritten_rows(found, db.execute(_QUERIES["all_rows"]).fetchall(), _ROW_REWRITES,
                                                target=SCHEMA_VERSION)
                 db.executemany(_QUERIES["delete"], deletes)
-                db.executemany(_QUERIES["put"], [(p, k, v, shard_of(p, count)) for p, k, v in puts])
+                db.executemany(_QUERIES["put"], [(p, k, v, partition_hash(p)) for p, k, v in puts])
                 db.execute(_QUERIES["set_schema_version"], (str(SCHEMA_VERSION),))
             db.execute("COMMIT")
         except BaseException:
@@ -416,10 +416,9 @@ class SQLiteStore(Store):
                 raise
 
     def adopt_shard_count(self, db: Union[sqlite3.Connection, sqlite3.Cursor]) -> int:
-        """The shard count recorded now, read on ``db`` (inside the transaction that is about to write
-        rows by it, or before a pass reads shards) and kept as :attr:`shard_count`: another process's
-        :meth:`reshard` changes it, and a row written by the count this object opened with would lie
-        in a shard no pass reads, never to fire.
+        """The shard count recorded now, read on ``db`` before a pass reads shards, and kept as
+        :attr:`shard_count`: another process's :meth:`reshard` changes it. Writes take it inside their
+        own statement (queries.sql's ``put``), so a row never lies in a shard no pass reads.
 
         Raises:
             SchemaError: the recorded count is not a shard count.
@@ -465,7 +464,7 @@ class SQLiteStore(Store):
             db = self._db.cursor()
             db.execute("BEGIN IMMEDIATE")
             try:
-                yield OnCursor(db, partition, shard_of(partition, self.adopt_shard_count(db)), self._wrap, locked=True)
+                yield OnCursor(db, partition, partition_hash(partition), self._wrap, locked=True)
                 db.execute("COMMIT")
             except BaseException:
                 if self._db.in_transaction:
@@ -588,12 +587,11 @@ class SQLiteStore(Store):
             db = self._db.cursor()
             db.execute("BEGIN IMMEDIATE")
             try:
-                shard_count = self.adopt_shard_count(db)
                 for partition, batch in items:
                     if nested:
                         db.execute("SAVEPOINT batch")
                     try:
-                        failed = apply_batch(db, partition, batch, shard_of(partition, shard_count))
+                        failed = apply_batch(db, partition, batch, partition_hash(partition))
                     except sqlite3.Error as exc:
                         error = self._error(exc)
                         if not nested or isinstance(error, TransientStoreError):

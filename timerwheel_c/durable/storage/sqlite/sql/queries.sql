@@ -32,8 +32,13 @@ SELECT key FROM timerwheel_kv WHERE partition = ? AND key IN ({keys})
 -- name: put
 -- An upsert, not INSERT OR REPLACE: that deletes a stored row and inserts it again, in the shard
 -- index too, where setting the value leaves that index alone (a row's shard follows from its
--- partition, part of the primary key, so it never changes here).
-INSERT INTO timerwheel_kv (partition, key, value, shard) VALUES (?, ?, ?, ?)
+-- partition, part of the primary key, so it never changes here). The fourth value is the partition's
+-- hash (storage/shards.py), and its shard is taken under the count recorded now, by this statement:
+-- another process's reshard, committed before this write began, is never missed (a row written by
+-- the count this connection read before would lie in a shard no pass reads), and no statement of its
+-- own reads the count first.
+INSERT INTO timerwheel_kv (partition, key, value, shard)
+  VALUES (?, ?, ?, ? % (SELECT CAST(value AS INTEGER) FROM timerwheel_meta WHERE name = 'shard_count'))
   ON CONFLICT (partition, key) DO UPDATE SET value = excluded.value
 
 -- name: delete
