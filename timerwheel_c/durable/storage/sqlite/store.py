@@ -83,9 +83,9 @@ WAL_RESTART_FRAMES = 10_000
 # How long that truncation waits for the writer and for readers, in ms: new writers wait while it does.
 WAL_RESTART_WAIT_MS = 20
 # The page size, in bytes, of a database file a store creates: the most a commit writes per row it
-# changes. bench/durable_named.py's re-arms by name cost about a fifth less CPU with 1 kB pages than with
+# changes. bench/durable_named.py's re-arms by name cost about a sixth less CPU with 1 kB pages than with
 # SQLite's 4 kB. A row longer than about 230 bytes (key and value) then spills into an overflow page:
-# re-arms of timers with 200-300 byte values cost up to a tenth more, of 1 kB values a third less.
+# re-arms of timers with 200-300 byte values cost up to a tenth more, of 1 kB values about 30 % less.
 DEFAULT_PAGE_SIZE = 1024
 # Seconds of checkpoints failing in a row before a WARNING says so (and between two such warnings).
 CHECKPOINT_WARN_S = 60.0
