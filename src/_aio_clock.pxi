@@ -59,12 +59,13 @@ cdef inline object _asyncio_monotonic():
 
 cdef inline int64_t _floor_ms(double now_s) noexcept:
     """Largest integer ms ``n`` with ``n / 1000 <= now_s`` (float-exact, not assumed); a clock
-    outside +-2**62 ms (no real loop's) is clamped, so the wheel refuses it by name. NaN counts as
-    past the top: at the bottom it moved the wheels' origin there, for good (the pure twin's
-    ``math.floor`` raises ValueError, and the next reading of a sane clock works on both)."""
+    outside +-2**62 ms (no real loop's) is clamped, so the wheel refuses it by name. NaN and -inf
+    count as past the top, so that the wake-up that read them fails: at the bottom they moved the
+    wheels' origin there, for good (the pure twin's ``math.floor`` raises, and the next reading of a
+    sane clock works on both)."""
     cdef int64_t now_ms
     if not -MAX_DUE_MS_F < now_s * 1000.0 < MAX_DUE_MS_F:
-        return -MAX_DUE_MS if now_s < 0 else MAX_DUE_MS + 1
+        return -MAX_DUE_MS if isfinite(now_s) and now_s < 0 else MAX_DUE_MS + 1
     now_ms = <int64_t>floor(now_s * 1000.0)
     if now_ms / 1000.0 > now_s:
         now_ms -= 1

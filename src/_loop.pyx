@@ -17,7 +17,7 @@ cimport cython
 from cpython.contextvars cimport PyContext_Copy, PyContext_CopyCurrent, PyContext_Enter, PyContext_Exit
 from cpython.object cimport Py_TYPE, PyObject, PyTypeObject
 from cpython.ref cimport Py_DECREF, Py_INCREF
-from libc.math cimport INFINITY, floor, nextafter
+from libc.math cimport INFINITY, floor, isfinite, nextafter
 from libc.stdint cimport int64_t, uint64_t
 from libc.stdlib cimport free, qsort, realloc
 

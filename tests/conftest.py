@@ -7,6 +7,8 @@ never a silent pass on pure. ``--no-c-extensions`` deselects the compiled runs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import importlib
 import importlib.util
 import os
@@ -314,3 +316,34 @@ def open_at_once(tmp_path):
         return [d for d in done if d[0] != 0]
 
     return run
+
+
+@pytest.fixture
+def finalizer_in_collection():
+    """``with finalizer_in_collection(call):`` runs its block with the cyclic collector at every
+    allocation, and garbage waiting whose finalizer calls ``call()`` at the collector's first run:
+    the case of a finalizer that calls back into a compiled core while it allocates. The lists made
+    first empty the list free list, so a block's first list is a new allocation (a run of the
+    collector). The collector's settings are restored after."""
+    @contextlib.contextmanager
+    def collecting(call):
+        class Finalizer:
+            def __del__(self):
+                call()
+
+        threshold = gc.get_threshold()
+        gc.disable()
+        try:
+            garbage = Finalizer()
+            garbage.cycle = garbage
+            del garbage
+            keep = [[] for _ in range(200)]
+            gc.set_threshold(1)
+            gc.enable()
+            yield
+        finally:
+            gc.set_threshold(*threshold)
+            gc.enable()
+            del keep
+
+    return collecting

@@ -168,42 +168,28 @@ def test_the_collector_sees_each_armed_handle_and_no_other(loop_impl):
 
 
 @pytest.mark.parametrize("finalizer", ["close", "arm", "cancel"])
-def test_the_scheduled_list_survives_a_finalizer_that_runs_while_it_is_made(loop_impl, finalizer):
+def test_the_scheduled_list_survives_a_finalizer_that_runs_while_it_is_made(loop_impl, finalizer,
+                                                                             finalizer_in_collection):
     """``scheduled()`` (what ``loop._scheduled`` reads) makes a list, and making it may run the cyclic
     collector, whose finalizers may close the store, arm or cancel. The compiled store read its
     handles at indexes found before that list was made, past the end of a list the close had
     emptied (a segfault). Now the list holds the handles armed before the finalizer ran or those
     armed after it (when the collector runs differs between the twins), each once, in due order."""
-    import gc
-
     loop = FakeLoop(1000.0)
     timers = loop_impl.LoopTimers(loop)
     handles = [timers.call_at(1010.0 + i, print, i) for i in range(2000)]
     added = []
 
-    class Finalizer:
-        def __del__(self):
-            if finalizer == "close":
-                timers.close()
-            elif finalizer == "arm":
-                added.append(timers.call_at(1005.0, print, "new"))
-            else:
-                handles[0].cancel()
+    def call():
+        if finalizer == "close":
+            timers.close()
+        elif finalizer == "arm":
+            added.append(timers.call_at(1005.0, print, "new"))
+        else:
+            handles[0].cancel()
 
-    threshold = gc.get_threshold()
-    gc.disable()
-    try:
-        garbage = Finalizer()
-        garbage.cycle = garbage
-        del garbage
-        keep = [[] for _ in range(200)]  # empties the list free list: the next list is a new allocation
-        gc.set_threshold(1)
-        gc.enable()
+    with finalizer_in_collection(call):
         scheduled = timers.scheduled()
-    finally:
-        gc.set_threshold(*threshold)
-        gc.enable()
-    del keep
     after = {"close": [], "arm": added + handles, "cancel": handles[1:]}[finalizer]
     assert [id(h) for h in scheduled] in ([id(h) for h in handles], [id(h) for h in after])
     assert [id(h) for h in timers.scheduled()] == [id(h) for h in after]
