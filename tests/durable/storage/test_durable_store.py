@@ -953,6 +953,53 @@ def test_a_sqlite_store_opened_before_another_handles_reshard_writes_by_the_new_
         assert db.execute("SELECT count(*) FROM timerwheel_kv WHERE shard >= 4").fetchone() == (0,)
 
 
+@pytest.mark.parametrize("recorded", ["5000", "8abc", "16.9", "-3", "1e1", "abc", "0", None])
+@pytest.mark.parametrize("write", ["apply", "joined"])
+def test_a_sqlite_write_refuses_a_recorded_shard_count_that_is_none(tmp_path, recorded, write):
+    """A write takes its rows' shard from the count the meta table records, inside its own statement.
+    A count there that is no shard count (an edited or damaged table; None: the row deleted) is a
+    SchemaError naming the row, and nothing is written: SQLite's CAST reads "5000" or "8abc" as a
+    number, which put a row in a shard no pass reads."""
+    from timerwheel_c.durable.storage.store import SchemaError
+
+    path = tmp_path / "s.db"
+    with SQLiteStore(path, shard_count=8) as store:
+        db = sqlite3.connect(path, isolation_level=None)
+        if recorded is None:
+            db.execute("DELETE FROM timerwheel_meta WHERE name = 'shard_count'")
+        else:
+            db.execute("UPDATE timerwheel_meta SET value = ? WHERE name = 'shard_count'", (recorded,))
+        with pytest.raises(SchemaError, match="records no shard count of 1..4096"):
+            if write == "apply":
+                store.apply(P, Batch().put(b"k", b"v"))
+            else:
+                conn = sqlite3.connect(path)
+                try:
+                    with store.joined(conn, P) as tx:
+                        tx.apply(Batch().put(b"k", b"v"))
+                finally:
+                    conn.rollback()
+                    conn.close()
+        assert db.execute("SELECT count(*) FROM timerwheel_kv").fetchone() == (0,)
+        db.close()
+
+
+def test_a_whole_store_listing_after_another_handles_reshard_lists_every_timer(tmp_path):
+    """A store object that only writes and lists, opened with 2 shards, while another handle
+    reshards the file to 64: a listing of the whole store reads the count first, so it lists every
+    timer (it read the 2 shards it knew, and listed 2 of 41)."""
+    from timerwheel_c.durable import list_timers, schedule
+
+    path = tmp_path / "s.db"
+    with SQLiteStore(path, shard_count=2) as app:
+        schedule(app, "warmup", 1_800_000_000_000, 1, b"w")
+        with SQLiteStore(path) as admin:
+            admin.reshard(64)
+        for i in range(40):
+            schedule(app, f"p{i}", 1_800_000_000_000, 1, b"r")
+        assert len(list_timers(app, None)) == 41
+
+
 def test_a_sqlite_pass_after_another_handles_reshard_reads_the_new_count(tmp_path):
     """A runner's store object learns the new count at its next pass (scan_shards), so rows in the
     shards the new count adds are read from the pass after."""

@@ -60,10 +60,11 @@ def status(store, now_ms: int, max_partitions: Optional[int] = None) -> dict:
                 shard_owners.setdefault(shard, []).append(r.backend_pid)
     partitions = []
     names = store.partitions()
+    shard_count = store.refresh_shard_count()  # read now: another process may have resharded meanwhile
     for p in names if max_partitions is None else names[:max_partitions]:
         backlog, oldest_ms = due_backlog(store, p, now_ms)
         parked = parked_count(store, p)
-        held = owners.get(p, []) + shard_owners.get(shard_of(p, store.shard_count), [])
+        held = owners.get(p, []) + shard_owners.get(shard_of(p, shard_count), [])
         partitions.append({"partition": p, "owners": None if runners is None else held,
                            "due_backlog": backlog, "due_backlog_capped": backlog >= BACKLOG_CAP,
                            "oldest_due_at": None if oldest_ms is None else utc_iso(oldest_ms),

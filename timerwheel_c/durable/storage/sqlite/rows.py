@@ -7,13 +7,15 @@ from __future__ import annotations
 import sqlite3
 from typing import Optional, Union
 
+from ..shards import MAX_SHARD_COUNT
 from ..sqlfiles import queries
 from ..errors import wrap_exceptions
 from ..store import COMMITTED, Absent, Batch, Committed, PreconditionFailed, consumed_write, through
 
 __all__ = ["QUERIES", "OnCursor", "apply_batch", "first_in_shards", "occupied_shards", "read_through", "read_value"]
 
-QUERIES = queries("sqlite")
+# The put statement's bound on a recorded shard count is the contract's (storage/shards.py).
+QUERIES = {name: sql.replace("{max_shard_count}", str(MAX_SHARD_COUNT)) for name, sql in queries("sqlite").items()}
 
 def read_value(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, key: bytes) -> Optional[bytes]:
     """The value at ``key`` read on ``db`` (the store's connection, or a cursor of a caller's

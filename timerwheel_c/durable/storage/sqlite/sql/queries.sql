@@ -36,9 +36,13 @@ SELECT key FROM timerwheel_kv WHERE partition = ? AND key IN ({keys})
 -- hash (storage/shards.py), and its shard is taken under the count recorded now, by this statement:
 -- another process's reshard, committed before this write began, is never missed (a row written by
 -- the count this connection read before would lie in a shard no pass reads), and no statement of its
--- own reads the count first.
+-- own reads the count first. A recorded count that is not a shard count (1..{max_shard_count}, digits
+-- only: an edited or damaged meta table) makes the shard NULL, which the column refuses
+-- (sqlite/errors.py names it), rather than a row in a shard no pass reads.
 INSERT INTO timerwheel_kv (partition, key, value, shard)
-  VALUES (?, ?, ?, ? % (SELECT CAST(value AS INTEGER) FROM timerwheel_meta WHERE name = 'shard_count'))
+  VALUES (?, ?, ?, ? % (SELECT CAST(value AS INTEGER) FROM timerwheel_meta WHERE name = 'shard_count'
+    AND value GLOB '[1-9]*' AND value NOT GLOB '*[^0-9]*' AND length(value) <= 4
+    AND CAST(value AS INTEGER) <= {max_shard_count}))
   ON CONFLICT (partition, key) DO UPDATE SET value = excluded.value
 
 -- name: delete
