@@ -358,6 +358,22 @@ def test_a_write_behind_a_callers_open_transaction_gives_up_after_lock_wait_ms()
         PostgresStore(_DSN, lock_wait_ms=0)
 
 
+@pytest.mark.parametrize("lock_wait_ms", [2**31, 2**32 + 3000, 2**63])
+def test_a_lock_wait_past_the_servers_limit_is_refused_naming_it(lock_wait_ms):
+    """PostgreSQL's lock_timeout takes at most INT_MAX ms: a larger lock_wait_ms passed the store's
+    check and then failed on the server. It is a ValueError naming it, for the store and for a
+    sibling alike, and INT_MAX itself is the server's to take."""
+    with pytest.raises(ValueError, match=f"lock_wait_ms must be 1..2147483647 .*got {lock_wait_ms}"):
+        PostgresStore(_DSN, lock_wait_ms=lock_wait_ms)
+    store = PostgresStore(_DSN, lock_wait_ms=2**31 - 1)
+    try:
+        assert store._conn.execute("SHOW lock_timeout").fetchone()[0] == f"{2**31 - 1}ms"
+        with pytest.raises(ValueError, match=f"lock_wait_ms .*got {lock_wait_ms}"):
+            store.open_sibling(lock_wait_ms=lock_wait_ms)
+    finally:
+        store.close()
+
+
 def test_a_dropped_store_is_freed_with_its_session_at_once():
     """A program that opens a store per request and drops it unclosed: the store is freed when the
     last reference goes, its session with it (it referred to itself through its error wrapper, so

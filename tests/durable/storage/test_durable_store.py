@@ -592,6 +592,27 @@ def test_sqlite_bad_constructor_arguments(tmp_path):
         SQLiteStore("")
 
 
+@pytest.mark.parametrize("busy_timeout_ms", [2**31, 2**32 + 3000, 2**63, 2**64, -1])
+def test_a_busy_timeout_sqlite_would_wrap_is_refused_naming_it(tmp_path, busy_timeout_ms):
+    """SQLite takes its busy timeout as a C int: 2**31 ms and more wrapped (2**31 to 0, so a write
+    failed at once on a lock). Any value outside 0..2**31-1 is a ValueError naming it, before a file
+    is made; the largest one is taken."""
+    with pytest.raises(ValueError, match=f"busy_timeout_ms must be 0..2147483647 .*got {busy_timeout_ms}"):
+        SQLiteStore(tmp_path / "x.db", busy_timeout_ms=busy_timeout_ms)
+    assert not (tmp_path / "x.db").exists()
+    with SQLiteStore(tmp_path / "x.db", busy_timeout_ms=2**31 - 1) as store:
+        assert store._db.execute("PRAGMA busy_timeout").fetchone()[0] == 2**31 - 1
+
+
+@pytest.mark.parametrize("lock_wait_ms", [2**31, 2**63, 0])
+def test_a_sibling_lock_wait_past_a_c_int_is_refused_naming_it(tmp_path, lock_wait_ms):
+    """open_sibling's lock_wait_ms becomes a backend's C-int wait (PostgreSQL's lock_timeout takes at
+    most INT_MAX ms): one outside 1..2**31-1 is refused on every backend, not first on the server."""
+    with SQLiteStore(tmp_path / "x.db") as store, \
+            pytest.raises(ValueError, match=f"lock_wait_ms must be 1..2147483647 .*got {lock_wait_ms}"):
+        store.open_sibling(lock_wait_ms=lock_wait_ms)
+
+
 @pytest.mark.parametrize("page_size", [1000, 256, 131072, 0, True, "1024", 1024.0])
 def test_a_bad_page_size_is_refused_naming_it(tmp_path, page_size):
     """page_size must be a power of two from 512 to 65536 (SQLite's own range): anything else is a

@@ -55,6 +55,7 @@ __all__ = [
     "Store",
     "check_bytes",
     "check_lock_wait_ms",
+    "check_wait_ms",
     "check_partition",
     "check_readable_version",
     "check_store",
@@ -93,21 +94,32 @@ def check_bytes(name: str, value: object) -> bytes:
 
 # The largest scan limit passed to a backend (which reads limit + 1 rows as an int64).
 MAX_SCAN_LIMIT = 1 << 62
+# The longest wait for a lock a backend is told, in ms: a C int on both, SQLite's busy timeout
+# (sqlite3_busy_timeout, which wrapped 2**31 ms to 0: no wait at all) and PostgreSQL's lock_timeout
+# (INT_MAX ms, about 24.8 days; the server refuses more).
+MAX_WAIT_MS = 2**31 - 1
+
+
+def check_wait_ms(name: str, value: object, least: int) -> int:
+    """``value``, the wait for a lock named ``name``, checked: an int from ``least`` to :data:`MAX_WAIT_MS` (ms).
+
+    Raises:
+        TypeError: not an int; ValueError: out of that range; each naming ``name`` and the value.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int (ms), got {type(value).__name__} {value!r}")
+    if not least <= value <= MAX_WAIT_MS:
+        raise ValueError(f"{name} must be {least}..{MAX_WAIT_MS} (ms), got {value}")
+    return value
 
 
 def check_lock_wait_ms(lock_wait_ms: object) -> Optional[int]:
-    """``lock_wait_ms`` of :meth:`Store.open_sibling`, checked: None or an int >= 1 (ms).
+    """``lock_wait_ms`` of :meth:`Store.open_sibling`, checked: None or an int from 1 to :data:`MAX_WAIT_MS` (ms).
 
     Raises:
         TypeError / ValueError: naming the value.
     """
-    if lock_wait_ms is None:
-        return None
-    if isinstance(lock_wait_ms, bool) or not isinstance(lock_wait_ms, int):
-        raise TypeError(f"lock_wait_ms must be None or an int (ms), got {type(lock_wait_ms).__name__} {lock_wait_ms!r}")
-    if lock_wait_ms < 1:
-        raise ValueError(f"lock_wait_ms must be >= 1 (ms), got {lock_wait_ms}")
-    return lock_wait_ms
+    return None if lock_wait_ms is None else check_wait_ms("lock_wait_ms", lock_wait_ms, 1)
 
 
 def check_partition(partition: object) -> str:
@@ -699,13 +711,13 @@ class Store(abc.ABC):
         for a backend whose writes cannot overlap (SQLite takes one writer at a time, so a second
         connection would only wait). The caller closes it; closing it leaves this store open.
 
-        ``lock_wait_ms`` (int >= 1, or None: no bound): the longest the sibling's calls wait for a
+        ``lock_wait_ms`` (int from 1 to :data:`MAX_WAIT_MS`, or None: no bound): the longest the sibling's calls wait for a
         lock another transaction holds (a partition's, a row's), in ms; past it a call raises
         :class:`~.errors.TransientStoreError` with nothing written, so that its caller retries that
         partition later while the others go on (the service's claims and commits).
 
         Raises:
-            TypeError / ValueError: ``lock_wait_ms`` is not None or an int >= 1.
+            TypeError / ValueError: ``lock_wait_ms`` is not None or an int from 1 to :data:`MAX_WAIT_MS`.
         """
         check_lock_wait_ms(lock_wait_ms)
         return None

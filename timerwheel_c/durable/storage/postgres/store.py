@@ -192,12 +192,12 @@ class PostgresStore(Store):
             WAL flush wait per commit, like SQLite's ``synchronous=NORMAL`` in WAL mode: a
             server crash may lose the last commits, each one whole, never half of one.
         lock_wait_ms: how long one of this store's own calls waits for a lock (its session's
-            ``lock_timeout``, ms; None: for ever), :data:`DEFAULT_LOCK_WAIT_MS` (5 s, SQLiteStore's
-            busy timeout) by default; past it the call raises TransientStoreError (SQLSTATE 55P03). A
-            write waits for its partition's lock, which a caller's open transaction holds after a
-            write joined to it (``conn=``): without a bound, a write of the same partition on the
-            store, in the same request, waited for ever, and every call of the store (which has one
-            connection) behind it. The schema's creation or upgrade waits as long as it takes.
+            ``lock_timeout``, ms, at most INT_MAX, the server's limit; None: for ever),
+            :data:`DEFAULT_LOCK_WAIT_MS` (5 s, SQLiteStore's busy timeout) by default; past it the call
+            raises TransientStoreError (SQLSTATE 55P03). A write waits for its partition's lock, which a
+            caller's open transaction holds after a write joined to it (``conn=``): without a bound, a
+            write of the same partition on the store, in the same request, waited for ever, and every
+            call of the store (which has one connection) behind it. The schema's creation or upgrade waits as long as it takes.
         read_only: for the commands that only read: no DDL runs (the schema is neither created
             nor upgraded) and the session is ``default_transaction_read_only``, so a role with
             SELECT alone on the table and ``<table>_meta`` can open it; a write fails (SQLSTATE
@@ -784,7 +784,7 @@ class PostgresStore(Store):
         for a partition's advisory lock and for row locks alike (SQLSTATE 55P03, transient).
 
         Raises:
-            TypeError / ValueError: ``lock_wait_ms`` is not None or an int >= 1.
+            TypeError / ValueError: ``lock_wait_ms`` is not None or an int from 1 to INT_MAX (``MAX_WAIT_MS``).
         """
         sibling = copy.copy(self)
         sibling.__dict__.update(_lock=threading.Lock(), _conn=None, _lock_wait_ms=check_lock_wait_ms(lock_wait_ms))

@@ -59,7 +59,8 @@ from ..redact import redact
 from ..shards import DEFAULT_SHARD_COUNT, check_shard_count, partition_hash, shard_of
 from ..sqlfiles import migrations, rewrite_versions, statements
 from ..store import (COMMITTED, SHARD_SPACE, Batch, Committed, NoStoreError, Page, PreconditionFailed, Refused, SchemaError,
-                    SchemaVersionError, Store, check_partition, check_readable_version, schema_version_of)
+                    SchemaVersionError, Store, check_partition, check_readable_version, check_wait_ms,
+                    schema_version_of)
 from ..upgrades import rewritten_rows
 from ..watch import PollingWatcher, Watcher
 from .errors import result_code, store_error
@@ -103,7 +104,8 @@ class SQLiteStore(Store):
 
     Args:
         path: a file path (str or os.PathLike; created if missing) or ``":memory:"``.
-        busy_timeout_ms: how long a write waits for another connection's lock, in ms (>= 0).
+        busy_timeout_ms: how long a write waits for another connection's lock, in ms (0 to
+            :data:`~..store.MAX_WAIT_MS`, the most SQLite's C int holds).
         synchronous: SQLite's ``PRAGMA synchronous``: "OFF", "NORMAL" (default) or "FULL".
         checkpoint_interval_s: seconds (> 0) between background WAL checkpoints of a file
             database, or None to leave checkpoints to SQLite's auto-checkpoint on commit.
@@ -146,8 +148,7 @@ class SQLiteStore(Store):
             raise ValueError(f"page_size must be a power of two from 512 to 65536 bytes, got {page_size!r}")
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__} {path!r}")
-        if isinstance(busy_timeout_ms, bool) or not isinstance(busy_timeout_ms, int) or busy_timeout_ms < 0:
-            raise ValueError(f"busy_timeout_ms must be an int >= 0, got {busy_timeout_ms!r}")
+        check_wait_ms("busy_timeout_ms", busy_timeout_ms, 0)
         if synchronous not in _SYNCHRONOUS:
             raise ValueError(f"synchronous must be one of {_SYNCHRONOUS}, got {synchronous!r}")
         if checkpoint_interval_s is not None and (
