@@ -723,6 +723,29 @@ def test_sqlite_rejects_a_bool_checkpoint_interval(tmp_path):
         SQLiteStore(tmp_path / "x.db", checkpoint_interval_s=True)
 
 
+@pytest.mark.parametrize("name", ["checkpoint_interval_s", "watch_interval_s"])
+@pytest.mark.parametrize("interval_s", [float("inf"), float("nan"), 1e300, 2**64, 86_400.5, 0, -1])
+def test_an_interval_a_background_thread_cannot_wait_is_refused_naming_it(tmp_path, name, interval_s):
+    """The checkpoint and change-signal threads wait their interval on an Event: one past
+    threading.TIMEOUT_MAX (inf, 1e300, 2**64) killed the thread at its first wait with an
+    OverflowError nobody saw, so the WAL was never checkpointed or no change ever signalled. Any
+    interval that is not finite, > 0 and at most a day is a ValueError naming it, before a file is made."""
+    with pytest.raises(ValueError, match=f"{name} must be a finite number of seconds > 0 and at most 86400 .*"
+                                         f"got {re.escape(repr(interval_s))}"):
+        SQLiteStore(tmp_path / "x.db", **{name: interval_s})
+    assert not (tmp_path / "x.db").exists()
+
+
+def test_a_day_long_interval_leaves_the_background_threads_alive(tmp_path):
+    """The longest interval taken, a day, is one the threads can wait: both are still alive once they
+    have begun their wait (a wait they could not take ends a thread at once)."""
+    with SQLiteStore(tmp_path / "x.db", checkpoint_interval_s=86_400, watch_interval_s=86_400) as store, \
+            store.watch(lambda: None):
+        threading.Event().wait(0.1)
+        alive = {t.name for t in threading.enumerate() if t.is_alive()}
+        assert {"sqlite-checkpoint", "sqlite-watcher"} <= alive
+
+
 def test_sqlite_schema_version_is_recorded_and_a_newer_one_refused(tmp_path):
     """Opening writes the schema version row once; a file whose row says a newer version raises
     SchemaVersionError naming both versions (concurrent openers are serialized by BEGIN IMMEDIATE)."""

@@ -25,13 +25,36 @@ callback, and after ``max_sleep_s`` at the latest, sees every timer row in time.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from typing import Callable, Optional
 
-__all__ = ["GENERIC_POLL_S", "ChangeHub", "PollingWatcher", "Watcher", "call_back"]
+__all__ = ["GENERIC_POLL_S", "MAX_INTERVAL_S", "ChangeHub", "PollingWatcher", "Watcher", "call_back", "check_interval_s"]
 
 log = logging.getLogger("timerwheel_c.durable")
+
+# The longest interval between two rounds of a store's background thread, s (SQLite's checkpoints, a
+# polling change signal): a day. A longer one is no longer a round at all (a WAL left to grow for days,
+# a change signal a runner's max_sleep_s poll always beats: what None, or the poll alone, would say
+# plainly), and past threading.TIMEOUT_MAX the thread died at its first wait (an OverflowError
+# nobody saw): no checkpoint ever ran, no change was ever signalled.
+MAX_INTERVAL_S = 86_400.0
+
+
+def check_interval_s(name: str, value: object) -> float:
+    """``value``, the interval named ``name`` between two rounds of a background thread, checked: a
+    finite number of seconds > 0 and at most :data:`MAX_INTERVAL_S` (a day), returned as a float.
+
+    Raises:
+        ValueError: anything else (a bool, inf, NaN, 1e300), naming ``name`` and the value.
+    """
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or not 0 < value <= MAX_INTERVAL_S):
+        raise ValueError(f"{name} must be a finite number of seconds > 0 and at most {MAX_INTERVAL_S:g} "
+                         f"(a day), got {value!r}")
+    return float(value)
+
 
 GENERIC_POLL_S = 1.0
 
@@ -74,16 +97,14 @@ class PollingWatcher(Watcher):
     woken by mistake does one cheap pass, a runner that is not woken may miss a timer.
 
     Raises:
-        ValueError: ``interval_s`` is not > 0.
+        ValueError: ``interval_s`` is not a finite number of seconds > 0 and at most :data:`MAX_INTERVAL_S`.
     """
 
     def __init__(self, changed: Callable[[], bool], callback: Callable[[], None], interval_s: float,
                  name: str = "store-watcher", release: Optional[Callable[[], None]] = None):
-        if not (isinstance(interval_s, (int, float)) and interval_s > 0):
-            raise ValueError(f"interval_s must be > 0 seconds, got {interval_s!r}")
+        self._interval_s = check_interval_s("interval_s", interval_s)
         self._changed = changed
         self._callback = callback
-        self._interval_s = float(interval_s)
         self._release = release
         self._closing = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)

@@ -62,7 +62,7 @@ from ..store import (COMMITTED, SHARD_SPACE, Batch, Committed, NoStoreError, Pag
                     SchemaVersionError, Store, check_partition, check_readable_version, check_wait_ms,
                     schema_version_of)
 from ..upgrades import rewritten_rows
-from ..watch import PollingWatcher, Watcher
+from ..watch import PollingWatcher, Watcher, check_interval_s
 from .errors import result_code, store_error
 from .joined import OnTheLoop, SQLiteJoined
 from .rows import QUERIES as _QUERIES, OnCursor, apply_batch, first_in_shards, occupied_shards, read_through, read_value
@@ -107,10 +107,12 @@ class SQLiteStore(Store):
         busy_timeout_ms: how long a write waits for another connection's lock, in ms (0 to
             :data:`~..store.MAX_WAIT_MS`, the most SQLite's C int holds).
         synchronous: SQLite's ``PRAGMA synchronous``: "OFF", "NORMAL" (default) or "FULL".
-        checkpoint_interval_s: seconds (> 0) between background WAL checkpoints of a file
-            database, or None to leave checkpoints to SQLite's auto-checkpoint on commit.
-        watch_interval_s: seconds (> 0) between two reads of ``PRAGMA data_version`` by
-            :meth:`watch`; the worst-case delay before a runner sees another process's write.
+        checkpoint_interval_s: seconds (finite, > 0, at most a day: :data:`~..watch.MAX_INTERVAL_S`)
+            between background WAL checkpoints of a file database, or None to leave checkpoints to
+            SQLite's auto-checkpoint on commit.
+        watch_interval_s: seconds (finite, > 0, at most a day) between two reads of ``PRAGMA
+            data_version`` by :meth:`watch`; the worst-case delay before a runner sees another
+            process's write.
         read_only: open the file read-only (SQLite's ``mode=ro``) for the commands that only read:
             nothing is created, upgraded or written, so a file this process may not write (or in a
             directory it may not write) can be read, and what writers commit later is read too. Only a
@@ -151,12 +153,9 @@ class SQLiteStore(Store):
         check_wait_ms("busy_timeout_ms", busy_timeout_ms, 0)
         if synchronous not in _SYNCHRONOUS:
             raise ValueError(f"synchronous must be one of {_SYNCHRONOUS}, got {synchronous!r}")
-        if checkpoint_interval_s is not None and (
-                isinstance(checkpoint_interval_s, bool) or not isinstance(checkpoint_interval_s, (int, float))
-                or not checkpoint_interval_s > 0):
-            raise ValueError(f"checkpoint_interval_s must be > 0 seconds or None, got {checkpoint_interval_s!r}")
-        if isinstance(watch_interval_s, bool) or not (isinstance(watch_interval_s, (int, float)) and watch_interval_s > 0):
-            raise ValueError(f"watch_interval_s must be > 0 seconds, got {watch_interval_s!r}")
+        if checkpoint_interval_s is not None:
+            checkpoint_interval_s = check_interval_s("checkpoint_interval_s", checkpoint_interval_s)
+        watch_interval_s = check_interval_s("watch_interval_s", watch_interval_s)
         self.path = os.fspath(path)
         if isinstance(self.path, bytes):
             raise TypeError(f"path must be a str path, got bytes {self.path!r}")
@@ -172,7 +171,7 @@ class SQLiteStore(Store):
         # and the change signal went while the store's own WAL grew and its timers fired late.
         self._file = self.path if self.path == ":memory:" else os.path.abspath(self.path)
         self.synchronous = synchronous
-        self.watch_interval_s = float(watch_interval_s)
+        self.watch_interval_s = watch_interval_s
         self._busy_timeout_s = busy_timeout_ms / 1000
         self._lock = threading.Lock()
         self._wrap = wrap_exceptions(sqlite3.Error, self._error)
