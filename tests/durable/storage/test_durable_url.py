@@ -459,3 +459,78 @@ def test_redact_masks_the_host_libpq_quotes_back_of_a_password_with_an_unencoded
     shown = redact(str(exc.value), url)
     assert "Qm8-tail" not in shown and "Wv3-head" not in shown, shown
     assert "127.0.0.1" in shown  # the host the user meant is still named
+
+
+# Malformed store URLs and DSNs: no URL parser finds their password, yet a user's typo must not print it.
+LOOSE_SECRET = "Vb4-loose-Secret"
+MALFORMED = [
+    "postgresql:/u:{pw}@127.0.0.1/db", "postgresql//u:{pw}@127.0.0.1/db", "postgresql:u:{pw}@127.0.0.1/db",
+    "postgres:/:{pw}@h/db", "sqlite:/u:{pw}@h/db", "sqlite:///u:{pw}@h/db", "sqlite://u:{pw}@h/db",
+    "postgresql:/u:{pw}/x@h/db", "postgresql:/u:{pw}@x@h/db", "postgresql:/u::{pw}@h/db", "u:{pw}@h:5432/db",
+    "store=postgresql:u:{pw}@h/db", "mysql:/u:{pw}@h", "postgresql:/u:{pw} tail@h/db",
+    "host=h password={pw}", "host=h password='{pw}'", "host=h PASSWORD = '{pw} x' user=u",
+    "postgresql:/h/db?password={pw}", "host=h sslpassword={pw}&x",
+]
+MALFORMED_IDS = [shape.split("{pw}")[0] + "PW" + shape.split("{pw}")[1] for shape in MALFORMED]
+
+
+def _malformed(shape: str) -> str:
+    return shape.format(pw=LOOSE_SECRET)
+
+
+@pytest.mark.parametrize("shape", MALFORMED, ids=MALFORMED_IDS)
+def test_redact_masks_the_password_of_a_malformed_url_or_dsn(shape):
+    """A password in text shaped like a store URL or DSN that no URL parser reads (a slash short or
+    missing, no scheme, a key/value string) is masked by its place: USER:PASSWORD@ after any prefix,
+    ``password=`` quoted or not; one with whitespace is masked given the text it came from. Redacting
+    twice changes nothing more (a mask quoted by a repr keeps the closing quote)."""
+    from timerwheel_c.durable.storage.redact import redact
+
+    text = _malformed(shape)
+    once = redact(f"cannot open {text!r}: no", text)
+    assert LOOSE_SECRET not in once and "***" in once, once
+    assert redact(once) == once
+    if " tail@" not in shape:
+        assert LOOSE_SECRET not in redact(f"at {text}, then") and LOOSE_SECRET not in redact(repr(text))
+
+
+@pytest.mark.parametrize("shape", MALFORMED, ids=MALFORMED_IDS)
+def test_the_library_never_shows_the_password_of_a_malformed_url(shape, tmp_path, monkeypatch):
+    """Every error that echoes a store argument (open_store's, a str given where a store goes,
+    SQLiteStore's on a path that is a mistyped URL) masks its password, in str() and repr() alike."""
+    from timerwheel_c.durable import schedule
+
+    monkeypatch.chdir(tmp_path)
+    text = _malformed(shape)
+    calls = [lambda: open_store(text), lambda: open_store(text, create=False),
+             lambda: schedule(text, "p", 1_700_000_000_000, 1, b"r")]
+    if "://" not in text:
+        calls.append(lambda: SQLiteStore(text, create=False))
+    for call in calls:
+        with pytest.raises(Exception) as raised:
+            call()
+        for shown in (str(raised.value), repr(raised.value)):
+            assert LOOSE_SECRET not in shown, shown
+
+
+@pytest.mark.parametrize("shape", MALFORMED, ids=MALFORMED_IDS)
+@pytest.mark.parametrize("command", [("timers", "list"), ("schedules", "list"), ("fleet", "status"),
+                                     ("timers", "cancel", "--partition", "p", "--kind", "1", "--reference", "r"),
+                                     ("run", "--handlers", "durable_handlers:registry")])
+@pytest.mark.parametrize("given", ["--store", "environment"])
+def test_the_cli_never_prints_the_password_of_a_malformed_store_url(shape, command, given, tmp_path, monkeypatch):
+    """A mistyped store URL or DSN, given with --store or $TIMERWHEEL_C_STORE, is refused with one
+    line and exit 2 whatever the command; neither stdout nor stderr holds its password, and a masked
+    key/value DSN keeps the quote that closes it."""
+    from cli_run import run_cli
+
+    monkeypatch.chdir(tmp_path)
+    text = _malformed(shape)
+    if given == "--store":
+        out = run_cli(*command, "--store", text, env={"TIMERWHEEL_C_STORE": None})
+    else:
+        out = run_cli(*command, env={"TIMERWHEEL_C_STORE": text})
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert LOOSE_SECRET not in out.stdout + out.stderr, out.stderr
+    if shape.startswith("host="):  # the masked DSN is quoted whole: its closing quote is not taken into the mask
+        assert "***" in out.stderr and "': expected" in out.stderr, out.stderr

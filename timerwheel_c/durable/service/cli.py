@@ -186,7 +186,7 @@ def open_or_say(command: str, url: Optional[str], *, existing: bool = False, rea
         return None
     path = url[len(SQLITE_PREFIX):] if url.startswith(SQLITE_PREFIX) else None
     if existing and path and path != ":memory:" and not os.path.exists(path):
-        print(f"timerwheel-c {command}: no SQLite store at {path!r} (this command never creates one)", file=sys.stderr)
+        print(f"timerwheel-c {command}: no SQLite store at {redact(path, url)!r} (this command never creates one)", file=sys.stderr)
         return None
     try:
         return open_store(url, read_only=read_only, create=create)

@@ -35,7 +35,7 @@ def open_store(url: str, *, read_only: bool = False, create: bool = True) -> Sto
     if url.startswith(SQLITE_PREFIX):
         path = url[len(SQLITE_PREFIX):]
         if not path:
-            raise ValueError(f"store URL {redact(url)!r} has no path (use sqlite:///relative.db or sqlite:////abs/path.db)")
+            raise ValueError(f"store URL {redact(url, url)!r} has no path (use sqlite:///relative.db or sqlite:////abs/path.db)")
         from .sqlite.store import SQLiteStore
 
         return SQLiteStore(path, read_only=read_only, create=create)
@@ -49,5 +49,5 @@ def open_store(url: str, *, read_only: bool = False, create: bool = True) -> Sto
                 "a postgresql:// store needs psycopg 3, which is not installed: "
                 "pip install 'timerwheel_c[postgres]'", name="psycopg") from exc
         return PostgresStore(url, read_only=read_only, create=create)
-    raise ValueError(f"unsupported store URL {redact(url)!r}: expected sqlite:///PATH or postgresql://... (a libpq "
+    raise ValueError(f"unsupported store URL {redact(url, url)!r}: expected sqlite:///PATH or postgresql://... (a libpq "
                      "URI; a key=value connection string goes to PostgresStore(dsn) itself)")

@@ -8,7 +8,8 @@ is the one path by which a URL, or any text that may quote one, reaches a log li
 exception message, a ``repr``, or the bench's printed and JSON output.
 
 A password is masked in two ways. Where a URL or a ``password=`` parameter quotes it, by its
-place, whatever it is. Anywhere else (a driver's message quoting it bare, a handler's error,
+place, whatever it is, a malformed URL's too (``USER:PASSWORD@HOST`` behind any prefix:
+``postgresql:/u:pw@h``, ``postgresql//u:pw@h``, ``u:pw@h``). Anywhere else (a driver's message quoting it bare, a handler's error,
 percent-encoded or inside a longer word alike), when it has at least :data:`MIN_VERBATIM`
 characters and is no part of what its own URL names in the open (user, host, port, database), and
 not a part of a URL's scheme name: masking a short or public one there would rewrite unrelated text ("1"
@@ -36,15 +37,27 @@ _SCHEME_NAME = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*(?=://)")
 # A "/" the password holds unencoded ends the authority for a URL parser, but it is still the
 # password the user typed: then the mask runs to the last "@" before whitespace.
 _URL_PASSWORD = re.compile(r"(?P<keep>\b[A-Za-z][A-Za-z0-9+.-]*://[^:@/\s]*:)(?:[^/]*(?=@)|\S*(?=@))")
+# A mask already in place, as a value that ends there: a message with ``password=***`` quoted by a repr
+# and redacted again keeps it as it is; read as a bare value, it took the repr's closing quote (and
+# what followed it) into the mask.
+_MASKED = r"\*\*\*(?=['\"]?(?:[\s:,;)&#]|$))"
 # password=PASSWORD or sslpassword=PASSWORD (libpq's client-key passphrase). In a URL's query (after
 # "?" or "&") the value ends at the next "&" that starts a parameter: a "&" of the password should be
 # percent-encoded there, and where it is not ("password=Xy7&kP2q", which libpq refuses, quoting
 # "kP2q"), the pieces without "=" that follow are the rest of the password; in a keyword/value string libpq ends it only at whitespace ("password=a&b" is "a&b"), or
 # it is quoted with '...' (an unclosed quote runs to the end, and so does the mask).
-_QUERY_PASSWORD = re.compile(r"(?P<keep>(?<=[?&])(?:ssl)?password=)[^&#\s]*(?:&[^&=#\s]*(?=[&#\s]|$))*",
-                             re.IGNORECASE)
-_KEYWORD_PASSWORD = re.compile(r"(?P<keep>(?<![?&\w])(?:ssl)?password\s*=\s*)(?:'(?:[^'\\]|\\.)*'?|\S*)",
-                               re.IGNORECASE)
+_QUERY_PASSWORD = re.compile(r"(?P<keep>(?<=[?&])(?:ssl)?password=)"
+                             rf"(?:{_MASKED}|[^&#\s]*(?:&[^&=#\s]*(?=[&#\s]|$))*)", re.IGNORECASE)
+_KEYWORD_PASSWORD = re.compile(r"(?P<keep>(?<![?&\w])(?:ssl)?password\s*=\s*)"
+                               rf"(?:{_MASKED}|'(?:[^'\\]|\\.)*'?|\S*)", re.IGNORECASE)
+# USER:PASSWORD@HOST in a word of text that is no well-formed URL (``postgresql:/u:pw@h``,
+# ``postgresql//u:pw@h``, ``postgresql:u:pw@h``, ``u:pw@h``, behind any prefix): from the first ":"
+# that no "/" follows (a scheme's "postgresql:/" is not the user's) to the word's last "@" (the password
+# may hold "@", "/" and ":"; one with whitespace is masked where it appears verbatim, see _passwords). Where
+# the scheme's colon is that one (``postgresql:u:pw@h``) the user is masked too: harmless, as masking too
+# much always is.
+_LOOSE_PASSWORD = re.compile(r"(?P<keep>(?<!\S)[^\s:@]*(?::/+[^\s:@]*)*:)(?!/)\S*(?=@[^\s@]*(?!\S))")
+_LOOSE_WHOLE = re.compile(r"(?P<keep>^[^\s:@]*(?::/+[^\s:@]*)*:)(?!/).*(?=@[^\s@]*$)", re.DOTALL)
 # service=NAME and passfile=PATH, in a URL's query or a keyword/value string (quoted or not).
 _FILE_REFERENCE = re.compile(r"(?<![\w])(?P<key>service|passfile)\s*=\s*(?:'(?P<quoted>(?:[^'\\]|\\.)*)'|(?P<bare>[^&\s]*))",
                              re.IGNORECASE)
@@ -114,6 +127,9 @@ def _passwords(url: str) -> frozenset:
     for match in _KEYWORD_PASSWORD.finditer(url):
         value = _unquote_keyword(match.group(0)[len(match.group("keep")):])
         found |= {value, unquote(value)}
+    if "://" not in url:  # a malformed URL: the USER:PASSWORD@ of its words, or of the whole text (whitespace and all)
+        for pattern in (_LOOSE_PASSWORD, _LOOSE_WHOLE):
+            found |= {m.group(0)[len(m.group("keep")):] for m in pattern.finditer(url)}
     for match in _FILE_REFERENCE.finditer(url):
         value = unquote(_unquote_keyword(f"'{match.group('quoted')}'") if match.group("quoted") is not None
                         else match.group("bare"))
@@ -164,13 +180,14 @@ def redact(text: str, *urls: str | None) -> str:
     """``text`` with every password replaced by ``***``.
 
     Masks the password of any URL or ``password=`` parameter that ``text`` quotes (the whole
-    value: in a keyword/value string up to the next whitespace, or its closing quote), and,
+    value: in a keyword/value string up to the next whitespace, or its closing quote), of any
+    ``USER:PASSWORD@`` of a word (a malformed URL), and,
     wherever it appears verbatim but as a part of a URL's scheme name (for example inside a driver's error
     message, or percent-encoded), each password of ``urls`` (the store URLs ``text`` may have come
     from; None is skipped) and of the stores opened in this process (:func:`remember`): the ones
     they carry and the ones in the service file section or password file they name, of at least
     :data:`MIN_VERBATIM` characters and no part of the user, host, port or database their own URL
-    names. ``redact(url)`` is the URL fit to print.
+    names. ``redact(url)`` is the URL fit to print; a text redacted again is unchanged.
     """
     secrets: set[str] = set(_REMEMBERED)
     for url in urls:
@@ -179,6 +196,7 @@ def redact(text: str, *urls: str | None) -> str:
     text = _URL_PASSWORD.sub(rf"\g<keep>{MASK}", text)
     text = _QUERY_PASSWORD.sub(rf"\g<keep>{MASK}", text)
     text = _KEYWORD_PASSWORD.sub(rf"\g<keep>{MASK}", text)
+    text = _LOOSE_PASSWORD.sub(rf"\g<keep>{MASK}", text)
     if not secrets:
         return text
     schemes = [m.span() for m in _SCHEME_NAME.finditer(text)]

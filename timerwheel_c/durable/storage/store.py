@@ -887,7 +887,7 @@ def refuse_store(store: object, name: str, want: str) -> NoReturn:
     """Raise the TypeError of :func:`check_store` for ``store``, passed as ``name`` where a ``want``
     (a class name) goes."""
     if isinstance(store, str):
-        raise TypeError(f"{name} must be a {want}, got the str {redact(store)!r}; "
+        raise TypeError(f"{name} must be a {want}, got the str {redact(store, store)!r}; "
                         "open a store URL with open_store() and pass the store")
     raise TypeError(f"{name} must be a {want}, got {type(store).__name__} {redact(repr(store))}")
 

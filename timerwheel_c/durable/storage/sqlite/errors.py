@@ -7,6 +7,7 @@ from __future__ import annotations
 import sqlite3
 
 from ..errors import PermanentStoreError, StoreError, TransientStoreError
+from ..redact import redact
 from ..shards import MAX_SHARD_COUNT
 from ..store import SchemaError
 
@@ -47,8 +48,8 @@ def store_error(path: str, exc: sqlite3.Error) -> StoreError:
     refused a shard because the meta table records no shard count (queries.sql's ``put``)."""
     primary, name = result_code(exc)
     if isinstance(exc, sqlite3.IntegrityError) and str(exc) == "NOT NULL constraint failed: timerwheel_kv.shard":
-        return SchemaError(f"SQLite database {path!r} records no shard count of 1..{MAX_SHARD_COUNT} (its meta "
+        return SchemaError(f"SQLite database {redact(path, path)!r} records no shard count of 1..{MAX_SHARD_COUNT} (its meta "
                            "table's shard_count row): the table was edited or is damaged, and nothing was written",
                            name)
     kind = TransientStoreError if primary in _TRANSIENT_CODES else PermanentStoreError
-    return kind(f"SQLite database {path!r}: {exc}" + (f" ({name})" if name else ""), name)
+    return kind(f"SQLite database {redact(path, path)!r}: {exc}" + (f" ({name})" if name else ""), name)

@@ -159,8 +159,10 @@ class SQLiteStore(Store):
         self.path = os.fspath(path)
         if isinstance(self.path, bytes):
             raise TypeError(f"path must be a str path, got bytes {self.path!r}")
+        # The path as messages and the repr show it: a path that is a mistyped URL keeps its password out.
+        self._named = repr(redact(self.path, self.path))
         if "://" in self.path:
-            raise ValueError(f"SQLiteStore takes a file path, not the URL {redact(self.path)!r}; "
+            raise ValueError(f"SQLiteStore takes a file path, not the URL {self._named}; "
                              "open a URL with open_store()")
         if not self.path:
             # SQLite opens "" as a private temporary database, another one per connection: the
@@ -177,7 +179,7 @@ class SQLiteStore(Store):
         self._wrap = wrap_exceptions(sqlite3.Error, self._error)
         self.read_only = bool(read_only)
         if not create and self.path != ":memory:" and not os.path.exists(self.path):
-            raise NoStoreError(f"no timerwheel_c store here: SQLite database {self.path!r} does not exist "
+            raise NoStoreError(f"no timerwheel_c store here: SQLite database {self._named} does not exist "
                                "(this command never creates it)")
         self.shard_count = shard_count
         # isolation_level=None: no implicit transactions; apply() opens its own. Kept for a forked
@@ -313,7 +315,8 @@ class SQLiteStore(Store):
                    f"database's -wal and -shm files ({exc})")
         else:
             why = str(exc)
-        return PermanentStoreError(f"cannot open SQLite database {self.path!r}: {why}", error.code)
+        # The whole message: a path that is a mistyped URL leaves its password in the directory named too.
+        return PermanentStoreError(redact(f"cannot open SQLite database {self.path!r}: {why}", self.path), error.code)
 
     def _refuse_foreign_tables(self) -> None:
         """Raise SchemaError when the file has a table of this store's names with other columns: a
@@ -322,7 +325,7 @@ class SQLiteStore(Store):
             found = tuple(row[1] for row in self._db.execute(f"PRAGMA table_info({table})"))
             if found and found not in columns:
                 raise SchemaError(
-                    f"SQLite database {self.path!r} has a table {table} with columns {found}, not {columns[-1]}: "
+                    f"SQLite database {self._named} has a table {table} with columns {found}, not {columns[-1]}: "
                     "it was not made by timerwheel_c; refusing to use it (nothing was written)")
 
     def _read_only_uri(self) -> str:
@@ -349,7 +352,7 @@ class SQLiteStore(Store):
         """Read the schema version for an open that runs no DDL (see :func:`check_readable_version`)."""
         tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         found: Optional[int] = None
-        where = f"table timerwheel_kv of SQLite database {self.path!r}"
+        where = f"table timerwheel_kv of SQLite database {self._named}"
         if "timerwheel_kv" in tables:
             row = self._db.execute(_QUERIES["schema_version"]).fetchone() if "timerwheel_meta" in tables else None
             found = self._unversioned(self._db, where) if row is None else schema_version_of(where, row[0])
@@ -364,7 +367,7 @@ class SQLiteStore(Store):
         try:
             db.execute(_QUERIES["create_meta"])
             row = db.execute(_QUERIES["schema_version"]).fetchone()
-            where = f"SQLite database {self.path!r}"
+            where = f"SQLite database {self._named}"
             found = self._unversioned(db, where) if row is None else schema_version_of(where, row[0])
             if found > SCHEMA_VERSION:
                 raise SchemaVersionError(where, found, SCHEMA_VERSION)
@@ -443,7 +446,7 @@ class SQLiteStore(Store):
         try:
             return check_shard_count(int(row[0]))
         except ValueError:
-            raise SchemaError(f"SQLite database {self.path!r} records shard_count {row[0]!r}, which is not a "
+            raise SchemaError(f"SQLite database {self._named} records shard_count {row[0]!r}, which is not a "
                               "shard count: the meta table was edited or not made by timerwheel_c") from None
 
     @contextlib.contextmanager
@@ -495,7 +498,7 @@ class SQLiteStore(Store):
         return store_error(self.path, exc)
 
     def __repr__(self):
-        return f"SQLiteStore({self.path!r}, synchronous={self.synchronous!r})"
+        return f"SQLiteStore({self._named}, synchronous={self.synchronous!r})"
 
     def _scan(self, partition: str, start: bytes, end: bytes, after: Optional[bytes], limit: int) -> Page:
         query, lower = (_QUERIES["scan_from"], start) if after is None else (_QUERIES["scan_after"], after)
@@ -553,7 +556,7 @@ class SQLiteStore(Store):
             PermanentStoreError: naming the path; the store must be opened again (the process restarted).
         """
         if self._file_was_replaced():
-            raise PermanentStoreError(f"SQLite database {self.path!r} was deleted or replaced since this store opened "
+            raise PermanentStoreError(f"SQLite database {self._named} was deleted or replaced since this store opened "
                                       "it: its reads and writes would use a file no other process opens; open the store again "
                                       "(restart the process)")
 
