@@ -17,6 +17,7 @@ import urllib.request
 import pytest
 
 from timerwheel_c.cli import main
+from timerwheel_c.durable import open_store
 from pg_cluster import throwaway_cluster
 from locations import TESTS as HELPERS_DIR
 
@@ -165,6 +166,7 @@ def test_a_pgpass_file_supplies_the_password(tmp_path, scram_cluster):
 
 def test_schedules_commands_read_the_env_store_too(tmp_path, monkeypatch, capsys):
     """Every command takes TIMERWHEEL_C_STORE when --store is absent: schedules add then list."""
+    open_store(f"sqlite:///{tmp_path / 'env.db'}").close()  # a runner made it: these commands never do
     monkeypatch.setenv("TIMERWHEEL_C_STORE", f"sqlite:///{tmp_path / 'env.db'}")
     assert main(["schedules", "add", "--partition", "p", "beat", "--every", "60", "--kind", "8"]) == 0
     capsys.readouterr()

@@ -7,8 +7,10 @@ for a timer that is not pending). Time assertions compare with the wall clock re
 command, with minutes of slack, so a loaded machine cannot make them flake."""
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
+import os
 import subprocess
 
 import pytest
@@ -283,6 +285,51 @@ def test_a_missing_sqlite_file_is_one_line_exit_2_and_is_not_created(argv, tmp_p
     assert not db.exists()
     one_line_error(cli(*argv, "--store", "mysql://x"), 2, "mysql://x")
     one_line_error(cli(*argv), 2, "TIMERWHEEL_C_STORE")
+
+
+# Every command that writes rows, none of which makes a store (only ``run`` does).
+WRITES = [["timers", action, "--partition", "p", "--kind", "1", "--reference", "r"]
+          for action in ("cancel", "requeue", "fire-now")]
+WRITES += [["schedules", "add", "--partition", "p", "s", "--every", "60", "--kind", "1"]]
+WRITES += [["schedules", action, "--partition", "p", "s"] for action in ("remove", "pause", "resume")]
+
+
+def _tables(url: str) -> list:
+    """The tables of the store ``url`` names: of its SQLite file, or of its PostgreSQL schema."""
+    if url.startswith("sqlite:///"):
+        import sqlite3
+
+        with contextlib.closing(sqlite3.connect(url[len("sqlite:///"):])) as db:
+            return [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        return [row[0] for row in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")]
+
+
+@pytest.mark.parametrize("argv", WRITES, ids=[" ".join(argv[:2]) for argv in WRITES])
+def test_a_command_that_writes_rows_never_makes_a_store(argv, url):
+    """A command that writes rows acts on a store a runner made: against a database without one (an
+    empty PostgreSQL schema, an empty SQLite file) it ran the store's DDL and then said "no pending
+    timer" (exit 1), or "added" to a store nobody serves, and a mistyped SQLite path became a new file.
+    It now refuses, one line and exit 2, and leaves the database as it was."""
+    if url.startswith("sqlite:///"):
+        db = url[len("sqlite:///"):]
+        one_line_error(cli(*argv, "--store", url), 2, "no SQLite store", db)
+        assert not os.path.exists(db)
+        open(db, "wb").close()
+    one_line_error(cli(*argv, "--store", url), 2, "no timerwheel_c store here")
+    one_line_error(cli(*argv, store_env=url), 2, "no timerwheel_c store here")
+    assert _tables(url) == []
+
+
+@pytest.mark.parametrize("argv", [*WRITES, ["timers", "list"], ["schedules", "list"], ["fleet", "status"],
+                                  ["run", "--handlers", "durable_handlers:registry"], ["web", "--port", "0"]],
+                         ids=lambda argv: " ".join(argv[:2]))
+def test_an_in_memory_store_is_refused_by_every_command(argv):
+    """A CLI process's in-memory store is gone when it exits: ``schedules add`` said "added" (exit 0) and
+    the schedule went with it. Every command refuses ``sqlite:///:memory:`` with one line, exit 2."""
+    one_line_error(cli(*argv, "--store", "sqlite:///:memory:"), 2, "'sqlite:///:memory:'", "private to this process")
 
 
 @pytest.mark.parametrize("argv, needles", [

@@ -166,16 +166,16 @@ def load_registry(spec: str) -> TimerRegistry:
     return obj
 
 
-def open_or_say(command: str, url: Optional[str], *, existing: bool = False, read_only: bool = False,
-                create: bool = True):
+def open_or_say(command: str, url: Optional[str], *, read_only: bool = False, create: bool = False):
     """The store of ``url`` (None: ``$TIMERWHEEL_C_STORE``), or None after one line on stderr
     (``timerwheel-c COMMAND: ...``, the password masked) naming why it cannot be opened: no URL,
-    a bad URL, a missing driver, a store error, or with ``existing`` (commands that only read or
-    change what is there) a SQLite file that does not exist, rather than creating an empty one.
+    a bad URL, ``sqlite:///:memory:`` (a store private to this process, gone when it exits), a
+    missing driver, a store error, or unless ``create`` a SQLite file that does not exist.
     ``read_only`` (commands that only read) opens it with ``open_store(url, read_only=True)``:
-    no DDL, a SELECT-only role suffices, and a database without a store is refused. ``create=False``
-    (commands that change rows but must not make a store) runs no DDL either and refuses such a
-    database alike, on a session that may write."""
+    no DDL, a SELECT-only role suffices, and a database without a store is refused. Without
+    ``create`` (every command that is not ``run``, which serves a store and so makes one) no DDL
+    runs either and such a database is refused alike ("no timerwheel_c store here"), on a session
+    that may write: a typo in a URL is not a new, empty store."""
     from ..storage.errors import StoreError
     from ..storage.open import SQLITE_PREFIX, open_store
 
@@ -185,8 +185,13 @@ def open_or_say(command: str, url: Optional[str], *, existing: bool = False, rea
         print(exc, file=sys.stderr)
         return None
     path = url[len(SQLITE_PREFIX):] if url.startswith(SQLITE_PREFIX) else None
-    if existing and path and path != ":memory:" and not os.path.exists(path):
-        print(f"timerwheel-c {command}: no SQLite store at {redact(path, url)!r} (this command never creates one)", file=sys.stderr)
+    if path == ":memory:":
+        print(f"timerwheel-c {command}: {url!r} is a store private to this process, gone when it exits: "
+              "name a SQLite file (sqlite:///PATH) or a PostgreSQL URL", file=sys.stderr)
+        return None
+    if not create and path and not os.path.exists(path):
+        print(f"timerwheel-c {command}: no SQLite store at {redact(path, url)!r} (this command never creates one)",
+              file=sys.stderr)
         return None
     try:
         return open_store(url, read_only=read_only, create=create)
@@ -220,8 +225,7 @@ def make_page(command: str, url: str, host: str, actions: bool, service=None):
 
     # A page without actions only reads: no DDL, so a SELECT-only role serves it, as the read-only commands.
     # With actions it writes rows, but still creates no store: it acts on timers a runner keeps.
-    store = open_or_say(command, url, existing=service is None, read_only=service is None and not actions,
-                        create=service is not None)
+    store = open_or_say(command, url, read_only=service is None and not actions, create=service is not None)
     if store is None:
         return None
     return StatusPage(store, url, service=service, actions=actions, host=host, token=os.environ.get(TOKEN_ENV) or None)
@@ -270,7 +274,7 @@ def run(args) -> int:
         return 2
     if not actions_allowed("run", args.metrics_host, args.web_actions):
         return 2
-    store = open_or_say("run", args.store)
+    store = open_or_say("run", args.store, create=True)
     if store is None:
         return 2
     with StopSignals() as stop:  # from here on SIGINT/SIGTERM is a stop request, never a KeyboardInterrupt

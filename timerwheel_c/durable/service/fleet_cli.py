@@ -103,7 +103,7 @@ def _tables(state: dict) -> str:
 def main(args) -> int:
     """Print the fleet's status; 0, or 2 on a store that cannot be opened or read (one line on stderr)."""
     command = f"fleet {args.action}"
-    store = open_or_say(command, args.store, existing=True, read_only=True)
+    store = open_or_say(command, args.store, read_only=True)
     if store is None:
         return 2
     try:

@@ -14,9 +14,10 @@ runners (``timerwheel-c run``) fire the occurrences; these commands only write t
 
 Exit status: 0 on success; 1, with one line on stderr, when the named schedule does not exist; 2,
 with one line on stderr naming the offending value, on a bad argument (a bad cron field, an unknown
-zone, an interval <= 0, a kind outside 1..255) or a store that cannot be opened. ``list`` only reads:
-no DDL (a PostgreSQL role with SELECT on the store's tables suffices), a database without a store is
-refused ("no timerwheel_c store here"), and a SQLite file is opened read-only.
+zone, an interval <= 0, a kind outside 1..255) or a store that cannot be opened. No command makes a
+store (``timerwheel-c run`` does): none runs DDL, and a database or SQLite path without a store is
+refused ("no timerwheel_c store here"), as is ``sqlite:///:memory:``. ``list`` only reads (a PostgreSQL
+role with SELECT on the store's tables suffices), and opens a SQLite file read-only.
 """
 from __future__ import annotations
 
@@ -127,7 +128,7 @@ def main(args) -> int:
             message = message.replace(name, option)
         print(f"timerwheel-c {command}: {message}", file=sys.stderr)
         return 2
-    store = open_or_say(command, args.store, existing=args.action == "list", read_only=args.action == "list")
+    store = open_or_say(command, args.store, read_only=args.action == "list")
     if store is None:
         return 2
     try:

@@ -40,7 +40,9 @@ of its own: the actions on one timer do not reach it (exit 1, naming the schedul
 
 Exit status: 0 on success; 1, with one line on stderr, when no pending timer has that name (or
 ``requeue`` finds it scheduled); 2, with one line on stderr naming the offending value, on a bad
-argument or a store that cannot be opened or read. None of these commands creates a SQLite file.
+argument or a store that cannot be opened or read. None of these commands makes a store (``timerwheel-c
+run`` does): none runs DDL or creates a SQLite file, a database without a store is refused ("no
+timerwheel_c store here", exit 2), and so is ``sqlite:///:memory:``.
 
 ``list`` and ``show`` only read: they run no DDL (a PostgreSQL role with SELECT on the store's
 tables suffices), refuse a database without a store ("no timerwheel_c store here", exit 2), and
@@ -311,7 +313,7 @@ def main(args) -> int:
         except ValueError as exc:
             print(f"timerwheel-c {command}: {exc}", file=sys.stderr)
             return 2
-    store = open_or_say(command, args.store, existing=True, read_only=args.action in ("list", "show"))
+    store = open_or_say(command, args.store, read_only=args.action in ("list", "show"))
     if store is None:
         return 2
     now_ms = time.time_ns() // 1_000_000
