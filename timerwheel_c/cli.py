@@ -87,15 +87,71 @@ def main(argv: list[str] | None = None) -> int:
     for command, module in _COMMANDS.items():
         if named not in _COMMANDS or named == command:
             importlib.import_module(module).add_parser(sub)
-    args = parser.parse_args(argv)
+    stdout = sys.stdout
+    sys.stdout = _Output(stdout)
+    command = "timerwheel-c"
     try:
-        return args.func(args)
+        try:
+            args = parser.parse_args(argv)
+        finally:
+            sys.stdout.flush()  # --help and --version print, then exit
+        command = " ".join(filter(None, (command, args.command, getattr(args, "action", None))))
+        status = args.func(args)
+        sys.stdout.flush()  # here, not at exit: what a buffered line meets is this command's to report
+        return status
     except BrokenPipeError:
         # The reader of stdout went away (``timerwheel-c timers list | head``): end quietly, as a
-        # shell command does on SIGPIPE. stdout goes to devnull so that its flush at exit cannot
-        # fail again (the recipe of Python's signal docs, "Note on SIGPIPE").
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        # shell command does on SIGPIPE, with status 1 (the command ended otherwise than asked).
+        _drop_output(stdout)
         return 1
+    except _OutputError as exc:
+        # stdout cannot be written (a full disk, ``> /dev/full``): one line, as for any other failure.
+        _drop_output(stdout)
+        print(f"{command}: cannot write the output: {exc.__cause__}", file=sys.stderr)
+        return 1
+    finally:
+        sys.stdout = stdout
+
+
+class _OutputError(Exception):
+    """An OSError writing stdout (its ``__cause__``), told apart from any other OSError of a command."""
+
+
+class _Output:
+    """``stream`` (stdout), whose write and flush raise an OSError as :class:`_OutputError`, all but a
+    BrokenPipeError (a reader gone, which ends the command quietly)."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise _OutputError() from exc
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise _OutputError() from exc
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+def _drop_output(stream) -> None:
+    """Point ``stream``'s file at devnull, so that its flush at exit, of what it still holds, cannot fail
+    again (the recipe of Python's signal docs, "Note on SIGPIPE"); an in-memory stream has no file."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return
+    os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
 
 
 if __name__ == "__main__":

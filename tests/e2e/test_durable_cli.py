@@ -167,13 +167,18 @@ def test_a_registry_without_handlers_is_one_line_and_exit_2_before_the_store_is_
     assert not db.exists()
 
 
-def test_empty_partition_is_one_line_and_exit_2(tmp_path, capsys):
-    """``--partition ''`` is a bad argument: exit 2 and one line naming it, no traceback, and the
-    store is not even created."""
+@pytest.mark.parametrize("partition, shown", [("", "''"), ("a" * 300, "300 bytes"), ("\udcff", "'\\udcff'"),
+                                              ("a\x00b", "NUL")], ids=["empty", "300 bytes", "not UTF-8", "NUL"])
+def test_a_bad_partition_is_one_line_and_exit_2_before_the_store_is_opened(tmp_path, partition, shown):
+    """A ``--partition`` no store can hold (empty, past 256 bytes, bytes that are not UTF-8 as the
+    shell's ``$'\\xff'`` gives them, a NUL) is a bad argument: exit 2 and one line naming it, no
+    traceback, and the store is not even created (it was, and then the service's own check raised)."""
     db = tmp_path / "x.db"
-    assert main(["run", "--store", f"sqlite:///{db}", "--handlers", "durable_handlers:registry", "--partition", ""]) == 2
-    err = capsys.readouterr().err
-    assert "--partition" in err and "''" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    out = run_cli("run", "--store", f"sqlite:///{db}", "--handlers", "durable_handlers:registry", "--partition",
+                  partition)
+    assert out.returncode == 2
+    err = out.stderr
+    assert "--partition" in err and shown in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert not db.exists()
 
 

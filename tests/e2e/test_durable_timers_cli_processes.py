@@ -9,6 +9,8 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from timerwheel_c.durable import open_store, schedule
 from cli_run import run_cli
 from waiting import wait_until, wall_ms
@@ -85,3 +87,20 @@ def test_a_listing_cut_short_by_its_reader_ends_quietly(tmp_path):
     proc.stdout.close()  # the reader goes away with more than a pipe's buffer still to come
     err = proc.stderr.read().decode()
     assert proc.wait(TIMEOUT_S) != 0 and "Traceback" not in err and "Error" not in err, err
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
+def test_a_listing_to_a_full_device_is_one_line_and_exit_1(tmp_path):
+    """``timerwheel-c timers list > /dev/full``: every write fails with ENOSPC, here when the buffered
+    output is flushed; the command says so in one line on stderr and exits 1, no traceback (it ended
+    with ``OSError: [Errno 28]``)."""
+    url = "sqlite:///" + str(tmp_path / "t.db")
+    with open_store(url) as store:
+        schedule(store, "p", wall_ms(), KIND, b"timer")
+    env = {k: v for k, v in os.environ.items() if k != "TIMERWHEEL_C_STORE"}
+    with open("/dev/full", "w") as full:
+        out = subprocess.run([sys.executable, "-m", "timerwheel_c", "timers", "list", "--store", url], cwd=tmp_path,
+                             env=env, stdout=full, stderr=subprocess.PIPE, timeout=TIMEOUT_S)
+    err = out.stderr.decode()
+    assert out.returncode == 1 and err.splitlines() == [
+        "timerwheel-c timers list: cannot write the output: [Errno 28] No space left on device"], err

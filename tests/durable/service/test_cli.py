@@ -5,6 +5,9 @@ process is in tests/e2e/test_durable_process.py. Nothing here is timed.
 """
 from __future__ import annotations
 
+import contextlib
+import errno
+import io
 import re
 
 import pytest
@@ -58,3 +61,74 @@ def test_help_states_the_exit_status(command):
         assert re.search(r"^  1  what the command names is not there", out.stdout, re.MULTILINE), out.stdout
     else:
         assert "Exit status: 0" in out.stdout, out.stdout
+
+
+class _Unwritable(io.StringIO):
+    """A stdout whose every write raises ``error``, and its flush once written to (a buffered file's
+    flush meets the error too): a full disk (``> /dev/full``) or a reader gone."""
+
+    def __init__(self, error: OSError):
+        super().__init__()
+        self._error = error
+        self._written = False
+
+    def write(self, text: str) -> int:
+        self._written = True
+        raise self._error
+
+    def flush(self) -> None:
+        if self._written:
+            raise self._error
+
+
+OUTPUTS = [["timers", "list"], ["timers", "list", "--json"], ["timers", "show", "--partition", "p", "--kind", "7",
+                                                               "--reference", "r"],
+           ["schedules", "list"], ["schedules", "list", "--json"], ["fleet", "status"], ["fleet", "status", "--json"],
+           ["schedules", "add", "--partition", "p", "beat", "--every", "60", "--kind", "8"], ["--help"], ["--version"],
+           ["timers", "--help"]]
+
+
+@pytest.fixture
+def store_with_rows(tmp_path):
+    from timerwheel_c.durable import open_store, schedule
+
+    url = "sqlite:///" + str(tmp_path / "t.db")
+    with open_store(url) as store:
+        schedule(store, "p", 1_900_000_000_000, 7, b"r")
+    return url
+
+
+def _main_writing_to(stdout: io.StringIO, argv: list) -> tuple:
+    """``timerwheel-c ARGV`` in this process with ``stdout``; returns its status and its stderr."""
+    from timerwheel_c.cli import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(err):
+        try:
+            status = main(argv)
+        except SystemExit as exc:
+            status = exc.code
+    return status, err.getvalue()
+
+
+@pytest.mark.parametrize("argv", OUTPUTS, ids=" ".join)
+def test_an_output_that_cannot_be_written_is_one_line_and_a_nonzero_exit(argv, store_with_rows):
+    """stdout that cannot be written (ENOSPC: ``> /dev/full``) ended a command with a traceback
+    (OSError: [Errno 28]). Every command, and --help and --version, now says so in one line on
+    stderr, naming the command, and exits 1 (it ended otherwise than asked)."""
+    store = [] if argv[0].startswith("-") or "--help" in argv else ["--store", store_with_rows]
+    status, err = _main_writing_to(_Unwritable(OSError(errno.ENOSPC, "No space left on device")), argv + store)
+    assert status == 1, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert "cannot write the output: [Errno 28] No space left on device" in err, err
+    command = [word for word in argv[:2] if not word.startswith("-")] if "--help" not in argv else []
+    assert err.startswith(" ".join(["timerwheel-c", *command]) + ": "), err
+
+
+@pytest.mark.parametrize("argv", OUTPUTS, ids=" ".join)
+def test_a_reader_gone_ends_every_command_quietly_and_alike(argv, store_with_rows):
+    """A reader that closed the pipe (``| head -1``) ends every command the same way, as a shell
+    command on SIGPIPE: nothing on stderr, status 1."""
+    store = [] if argv[0].startswith("-") or "--help" in argv else ["--store", store_with_rows]
+    status, err = _main_writing_to(_Unwritable(BrokenPipeError(errno.EPIPE, "Broken pipe")), argv + store)
+    assert (status, err) == (1, "")

@@ -82,6 +82,9 @@ def test_a_value_that_is_not_utf8_is_stored_as_typed(url, tmp_path, capsys):
     (["add", "n", "--cron", "@daily", "--tz", "Mars/Olympus", "--kind", "1"], "Mars/Olympus"),
     (["add", "n", "--cron", "@daily", "--tz", "", "--kind", "1"], "unknown IANA time zone ''"),  # not UTC
     (["add", "n", "--cron", "@daily", "--tz", "localtime", "--kind", "1"], "'localtime'"),
+    # Names zoneinfo's lookup failed on with an OSError (too long for a file name, a directory): a traceback.
+    (["add", "n", "--cron", "30 2 * * *", "--tz", "a" * 300, "--kind", "1"], "unknown IANA time zone 'aaa"),
+    (["add", "n", "--cron", "30 2 * * *", "--tz", "Europe", "--kind", "1"], "unknown IANA time zone 'Europe'"),
     (["add", "n", "--every", "60", "--misfire", "skip", "--grace", "1e308", "--kind", "1"], "--grace"),
     (["add", "n", "--every", "0", "--kind", "1"], "0"),
     (["add", "n", "--every", "5", "--kind", "256"], "256"),

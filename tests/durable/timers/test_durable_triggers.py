@@ -640,6 +640,22 @@ def test_a_bad_stored_trigger_is_refused(data, words):
         trigger_from_bytes(b"\xff{not json")
 
 
+@pytest.mark.parametrize("tz", ["a" * 300, "Europe", "Europe/London/", "/etc/localtime", "../UTC", "a\x00b",
+                                "\udcff", "Not/AZone", "."],
+                         ids=["too long for a file name", "a directory", "a trailing slash", "absolute", "outside",
+                              "NUL", "not UTF-8", "unknown", "dot"])
+def test_any_name_that_is_no_zone_is_a_value_error_naming_it(tz):
+    """zoneinfo reads a zone's name as a path below its zone directories, and an odd one raised
+    whatever that lookup met (OSError: File name too long; IsADirectoryError) where a name that is no
+    zone is a bad argument: each is a ValueError naming it, in a Cron and in a stored one alike."""
+    with pytest.raises(ValueError, match="tz: unknown IANA time zone") as raised:
+        Cron("* * * * *", tz=tz)
+    assert repr(tz)[:40] in str(raised.value)
+    stored = json.loads(Cron("* * * * *", tz="UTC").to_bytes())
+    with pytest.raises(ValueError, match="tz: unknown IANA time zone"):
+        trigger_from_dict({**stored, "tz": tz})
+
+
 @pytest.mark.parametrize("tz, meant", [("EST", "America/New_York"), ("MST", "America/Denver")])
 def test_a_fixed_offset_zone_picked_for_a_regions_clock_warns(tz, meant):
     """``"EST"`` keeps UTC-5 all year: a cron meant for New York's 09:00 would fire at 10:00 local half

@@ -80,7 +80,7 @@ def add_parser(sub) -> None:
                         f"(a password in it is masked in every log line and message); default: ${STORE_ENV}. "
                         "Without a password, PostgreSQL reads PGPASSWORD, PGPASSFILE or a service file")
     p.add_argument("--handlers", required=True, metavar="MODULE:ATTR", help="a TimerRegistry, or a callable returning one")
-    p.add_argument("--partition", action="append", dest="partitions", metavar="NAME",
+    p.add_argument("--partition", action="append", dest="partitions", type=_partition, metavar="NAME",
                    help="a partition to serve (repeatable); default: every partition in the store, "
                         "divided among all runners on the same PostgreSQL store")
     p.add_argument("--concurrency", type=_concurrency, default=DEFAULT_CONCURRENCY, metavar="N",
@@ -129,6 +129,18 @@ def _int_in(low: int, high: Optional[int], what: str):
         return n
 
     return parse
+
+
+def _partition(text: str) -> str:
+    """An argparse type: a partition name every backend stores (``check_partition``: non-empty UTF-8
+    without NUL, at most 256 bytes), else an ArgumentTypeError naming it: one line, exit 2, before
+    the store is opened (which creates a SQLite file)."""
+    from ..storage.store import check_partition
+
+    try:
+        return check_partition(text)
+    except (TypeError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 _port = _int_in(0, 65535, "a port number 0..65535")
@@ -246,10 +258,6 @@ def run(args) -> int:
         print(exc, file=sys.stderr)
         return 2
     log_to_stderr(args.log_level, args.store)
-    for partition in args.partitions or ():
-        if partition == "":
-            print(f"timerwheel-c run: --partition must be a non-empty name, got {partition!r}", file=sys.stderr)
-            return 2
     # The handlers come before the store: opening a SQLite store creates its file.
     try:
         registry = load_registry(args.handlers)

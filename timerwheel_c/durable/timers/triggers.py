@@ -373,7 +373,9 @@ def _zone_of(tz: object) -> ZoneInfo:
     if isinstance(tz, str):
         try:
             return ZoneInfo(tz)
-        except (ZoneInfoNotFoundError, ValueError):
+        # zoneinfo reads the key as a path: an odd one raises whatever its lookup met (a name too long for
+        # the filesystem, a directory, a NUL), and every one of those is a name that is no zone.
+        except (ZoneInfoNotFoundError, ValueError, OSError):
             raise ValueError(f"tz: unknown IANA time zone {tz!r} (e.g. 'Europe/London', 'UTC')") from None
     if tz is _dt.timezone.utc:
         return ZoneInfo("UTC")
