@@ -85,3 +85,19 @@ def test_the_failures_remembered_for_the_limit_stay_bounded(caplog):
             assert len(recorder._logged) <= metrics._LOGGED_KEYS_MAX
         recorder.store_failed(ValueError("bad row 0"), 1, "pass", 5.0)  # forgotten: logged again
     assert len(_logged(caplog, logging.ERROR)) == 5 * metrics._LOGGED_KEYS_MAX + 1
+
+
+def test_a_store_errors_text_is_logged_on_one_line_with_its_control_characters_escaped(caplog):
+    """A store error's text (a driver's message, which may quote what an application wrote) holding a
+    newline and a terminal's escape is logged escaped, as repr shows them, in the transient warning's
+    message and in the unexpected error's traceback: no forged log line, no raw escape."""
+    forged = "2026-12-05 19:00:00,000 CRITICAL timerwheel_c.durable: FAKE"
+    recorder = Recorder(monotonic=lambda: 0.0)
+    caplog.handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    with caplog.at_level(logging.DEBUG, logger="timerwheel_c.durable"):
+        recorder.store_failed(TransientStoreError(f"busy \x1b[2J{forged}", "X"), 1, "pass", 0.05, kind="pass")
+        recorder.store_failed(PermanentStoreError(f"gone\n{forged}\x1b[2J"), 1, "commit", 0.05)
+    assert [r.levelno for r in caplog.records] == [logging.WARNING, logging.ERROR]  # the situation to test
+    text = caplog.text
+    assert "\x1b" not in text and "\\x1b[2J" in text and f"gone\\n{forged}" in text
+    assert not any(line.startswith(forged) for line in text.splitlines()), text

@@ -388,6 +388,28 @@ def test_a_password_in_a_handlers_exception_is_masked_in_the_logged_tracebacks(d
     assert all(isinstance(r.exc_info[1], ConnectionError) for r in with_traceback)
 
 
+FORGED = "2026-12-05 19:00:00,000 CRITICAL timerwheel_c.durable: FAKE"
+
+
+def test_a_handlers_message_cannot_forge_a_log_line_or_drive_a_terminal(durable_store, caplog):
+    """A handler raising an error whose message holds a newline, a line shaped like a log record and a
+    terminal's escape: every line logged of its failures (the attempt retried, the one that parks it,
+    and their tracebacks, as any formatter prints them) shows the message on one line with its control
+    characters escaped, as repr shows them and as the partitions and references already are."""
+
+    def fail(timer):
+        raise RuntimeError(f"x\n{FORGED}\x1b[2J")
+
+    schedule(durable_store, P, NOW, KIND, b"r")
+    caplog.handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    with caplog.at_level(logging.DEBUG, logger="timerwheel_c.durable"):
+        run_to_the_end(durable_store, Failing(2, fail))
+    assert [r.levelno for r in caplog.records if r.exc_info] == [logging.DEBUG, logging.ERROR]  # the situation
+    text = caplog.text
+    assert "\x1b" not in text and f"x\\n{FORGED}\\x1b[2J" in text
+    assert not any(line.startswith(FORGED) for line in text.splitlines()), text
+
+
 def test_a_stores_own_password_quoted_bare_by_a_handler_is_masked_in_the_parked_row_and_the_logs(schema_url, caplog):
     """A handler's exception quoting the store's password bare (not in a URL or a ``password=``
     parameter, which are masked whatever the password): the store remembers its URL's password when

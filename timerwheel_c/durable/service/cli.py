@@ -50,6 +50,7 @@ from typing import Optional
 from ..._helptext import terminal_text
 from ..timers.registry import TimerRegistry
 from .pool import DEFAULT_CONCURRENCY, MAX_CONCURRENCY
+from ..storage.printable import printable
 from ..storage.redact import redact
 from .cli_text import first_line
 from .logs import log_to_stderr
@@ -349,7 +350,7 @@ def _serve(args, store, registry, stop) -> int:
                 if not service.running:
                     why = service.died
                     log.critical("the durable timer thread ended without a stop: %s; exiting with status 1",
-                                 "unknown cause" if why is None else f"{type(why).__name__}: {why}")
+                                 "unknown cause" if why is None else f"{type(why).__name__}: {printable(str(why))}")
                     status = 1
                     return status
             log.info("received %s; stopping", received.name)

@@ -9,6 +9,7 @@ import datetime as dt
 import shlex
 from typing import Optional
 
+from ..storage.printable import printable
 from ..storage.redact import redact
 
 __all__ = ["in_words", "local_iso", "printable", "reference_text", "shell_word", "table", "utc_iso"]
@@ -23,13 +24,6 @@ def table(rows: list, columns: list) -> str:
     cells = [[c.upper().replace("_", " ") for c in columns]] + [[printable(str(r[c])) for c in columns] for r in rows]
     widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in cells)
-
-
-def printable(text: str) -> str:
-    """``text`` with each character that is not printable (a newline, a tab, the ESC of a terminal
-    escape sequence) written as its Python escape (``\\n``, ``\\x1b``): names and errors come from
-    applications, and must neither break a table's rows nor drive the operator's terminal."""
-    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def shell_word(text: str) -> str:

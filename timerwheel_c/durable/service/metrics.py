@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Optional, Tuple
 
 from ..storage.errors import is_transient
+from ..storage.printable import log_traceback, printable
 from ..storage.store import Store
 from ..timers import keys
 from ..timers.runner import RunReport
@@ -268,11 +269,11 @@ class Recorder:
         if transient:
             log.log(logging.WARNING if left_out is not None else logging.DEBUG,
                     "durable timer %s failed (%d in a row) on a transient store error, %s: %s; retrying in %.2f s%s",
-                    what, failures, type(exc).__name__, first, delay_s, more)
+                    what, failures, type(exc).__name__, printable(first), delay_s, more)
         else:
-            log.log(logging.ERROR if left_out is not None else logging.DEBUG,
-                    "durable timer %s failed (%d in a row) on an unexpected store error; retrying in %.2f s%s",
-                    what, failures, delay_s, more, exc_info=(type(exc), exc, exc.__traceback__))
+            log_traceback(log, logging.ERROR if left_out is not None else logging.DEBUG, exc,
+                          "durable timer %s failed (%d in a row) on an unexpected store error; retrying in %.2f s%s",
+                          what, failures, delay_s, more)
         return delay_s
 
     def fire_ended(self, lateness_s: Optional[float], took_s: float) -> None:

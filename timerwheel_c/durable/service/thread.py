@@ -8,6 +8,7 @@ import logging
 import threading
 from typing import Optional
 
+from ..storage.printable import log_traceback, printable
 from ..storage.store import Ownership
 from ..timers.timing import Clock, Timing
 from .claiming import Claimer
@@ -84,15 +85,18 @@ class ServiceThread:
                     # 1, 2, 4, 8... failures in a row: one that recurs at once (no file descriptor left
                     # for a new loop) must not flood the log nor spin.
                     failures = 1 if self._monotonic_s() - started_s > self.timing.backoff_max_s else failures + 1
-                    if failures & (failures - 1) == 0:
+                    if failures == 1:
+                        log_traceback(log, logging.ERROR, exc, "durable timer service loop failed (%d time(s) in a "
+                                      "row); restarting it: %s: %s", failures, type(exc).__name__, printable(str(exc)))
+                    elif failures & (failures - 1) == 0:
                         log.error("durable timer service loop failed (%d time(s) in a row); restarting it: %s: %s",
-                                  failures, type(exc).__name__, exc, exc_info=failures == 1)
+                                  failures, type(exc).__name__, printable(str(exc)))
                     self.ready.set()
                     self._back_off(self.timing.backoff_s(failures))
         except BaseException as exc:  # handlers' exceptions never get here: this is the service's own
             self.died = exc
-            log.critical("durable timer service thread ended without stop(): %s: %s", type(exc).__name__, exc,
-                         exc_info=(type(exc), exc, exc.__traceback__))
+            log_traceback(log, logging.CRITICAL, exc, "durable timer service thread ended without stop(): %s: %s",
+                          type(exc).__name__, printable(str(exc)))
         finally:
             if self.ownership is not None:
                 self.ownership.close()

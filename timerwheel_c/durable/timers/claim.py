@@ -45,6 +45,7 @@ from . import keys, names, parking, schedule_state, schedules
 from .registry import DueTimer, TimerHandler, TimerRegistry, check_registry
 from .tick import DEFAULT_BUDGET, RunReport, TickBudget, backoff_ms, lease_ms
 from ..storage.errors import is_transient
+from ..storage.printable import printable
 from ..storage.store import Absent, Batch, Committed, Equals, Page, Refused, Store, check_partition
 
 __all__ = ["PAGE", "SCAN_PAGE", "UNKNOWN_KIND_BACKOFF_MS", "UNKNOWN_KIND_GRACE_MS", "ClaimedAs", "ClaimedTimer", "Claims",
@@ -398,7 +399,7 @@ class Claimer:
         self.report.stuck += 1
         self.report.stuck_keys.append(key)
         log.error("%s can be neither claimed nor quarantined (%s); left in place, not retried by this runner",
-                  names.row_name(self.partition, key, registry=self.registry), why)
+                  names.row_name(self.partition, key, registry=self.registry), printable(why))
 
     def claimed(self, rows: list, results: list) -> list:
         """Count the results of the batches of :meth:`select`'s ``rows``; return the rows claimed for
@@ -443,7 +444,7 @@ class Claimer:
         report.parked_kinds[kind] = report.parked_kinds.get(kind, 0) + 1
         log.error("%s parked: %s", names.timer_name(self.partition, kind, row.parsed.reference, handler=row.handler,
                                                     attempt=row.parsed.attempt, due_at_ms=row.parsed.original_due_at_ms,
-                                                    occurrence=row.parsed.occurrence), row.last_error)
+                                                    occurrence=row.parsed.occurrence), printable(row.last_error))
 
     def _quarantined(self, row: _ToQuarantine, result) -> None:
         report = self.report
@@ -453,7 +454,8 @@ class Claimer:
                 report.malformed += 1
             else:
                 report.unprocessable += 1
-                log.error("%s quarantined: %s", names.row_name(self.partition, row.key, registry=self.registry), row.why)
+                log.error("%s quarantined: %s", names.row_name(self.partition, row.key, registry=self.registry),
+                          printable(row.why))
         elif isinstance(result, Refused):
             if not is_transient(result.error):  # a store-wide refusal leaves the row for a later pass
                 self._stuck(row.key, f"{row.why}; quarantine refused: {result.error}")

@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import logging
 import time
-import traceback
 from typing import Optional
 
 from . import keys
 from .names import iso_utc, timer_name
 from .registry import TimerHandler
+from ..storage.printable import log_traceback, printable
 from ..storage.redact import redact
 from ..storage.store import Absent, Batch, Equals
 
@@ -108,28 +108,16 @@ def log_failure(partition: str, handler: TimerHandler, tk: keys.TimerKey, attemp
     tried again, None when it parks; ``asked``: the handler returned Retry."""
     name = timer_name(partition, tk.kind, tk.reference, handler=handler, attempt=attempt, due_at_ms=due_at_ms,
                       occurrence=tk.occurrence)
+    shown = printable(last_error)  # one line: a handler's message may hold a newline and a forged log line after it
     if retry_at_ms is not None:
-        log.log(logging.INFO if asked else logging.WARNING, "%s failed: %s; tried again at %s", name, last_error,
+        log.log(logging.INFO if asked else logging.WARNING, "%s failed: %s; tried again at %s", name, shown,
                 iso_utc(retry_at_ms))
         if error is not None:
-            _log_traceback(logging.DEBUG, error, "%s: the traceback of its failure", name)
+            log_traceback(log, logging.DEBUG, error, "%s: the traceback of its failure", name)
         return
-    log.warning("%s failed: %s; it was the last attempt", name, last_error)
+    log.warning("%s failed: %s; it was the last attempt", name, shown)
     if error is None:
-        log.error("%s parked after its last attempt: %s", name, last_error)
+        log.error("%s parked after its last attempt: %s", name, shown)
     else:
-        _log_traceback(logging.ERROR, error, "%s parked after its last attempt: %s", name, last_error)
+        log_traceback(log, logging.ERROR, error, "%s parked after its last attempt: %s", name, shown)
 
-
-def _log_traceback(level: int, error: BaseException, msg: str, *args: object) -> None:
-    """Log ``msg % args`` at ``level`` with ``error`` as the record's ``exc_info`` and its traceback's
-    text, passwords masked (:func:`redact`), as the record's ``exc_text``: what every
-    ``logging.Formatter`` prints instead of formatting ``exc_info`` itself. A handler's exception may
-    quote a database URL; whatever formatter the application's handlers use, none prints it."""
-    if not log.isEnabledFor(level):
-        return
-    exc_info = (type(error), error, error.__traceback__)
-    fn, lno, func, _ = log.findCaller()
-    record = log.makeRecord(log.name, level, fn, lno, msg, args, exc_info, func)
-    record.exc_text = redact("".join(traceback.format_exception(*exc_info)).rstrip("\n"))
-    log.handle(record)

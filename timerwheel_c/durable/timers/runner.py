@@ -51,6 +51,7 @@ from .claim import (PAGE, ClaimedTimer, Claimer, Claims, check_args, claim_due, 
                     release_claims)
 from .registry import Done, Reschedule, Retry, TimerContext, TimerRegistry
 from .tick import BACKOFF_BASE_MS, BACKOFF_CAP_MS, DEFAULT_BUDGET, RunReport, TickBudget, backoff_ms
+from ..storage.printable import printable
 from ..storage.store import Absent, Batch, Committed, Equals, Page, Refused, Store
 
 __all__ = [
@@ -394,7 +395,7 @@ def _count_outcomes(partition: str, pairs: list, results: list, report: RunRepor
                 _count_failed(report, kind)
             _left_backed_off(report, key)
             log.error("%s: the store refused its outcome batch (%s: %s); it stays backed off",
-                      _name(partition, claimed), type(result.error).__name__, result.error)
+                      _name(partition, claimed), type(result.error).__name__, printable(str(result.error)))
         elif result.key == key:
             report.raced += 1
         elif parks:

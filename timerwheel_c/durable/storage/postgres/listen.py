@@ -29,6 +29,7 @@ import psycopg
 from psycopg import sql
 
 from ..errors import StoreError
+from ..printable import printable
 from ..watch import Watcher, call_back
 
 __all__ = ["PgListener"]
@@ -82,7 +83,7 @@ class PgListener(Watcher):
                 failures += 1
                 delay_s = min(_RECONNECT_S[0] * 2 ** min(failures - 1, 16), _RECONNECT_S[1])
                 why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-                log.warning("LISTEN connection lost (%s); reconnecting in %.2f s", why, delay_s)
+                log.warning("LISTEN connection lost (%s); reconnecting in %.2f s", printable(why), delay_s)
                 self._closing.wait(delay_s)
         self.connected.clear()
 

@@ -120,6 +120,7 @@ from typing import TYPE_CHECKING, Callable, Optional, cast
 import psycopg
 
 from ..errors import StoreError, wrap_exceptions
+from ..printable import printable
 from ..runner_name import runner_name
 from ..shards import shard_of
 from ..store import CHECK_INTERVAL_S, LEASE_S, Ownership, Store, check_partition, refuse_store
@@ -528,7 +529,7 @@ class PartitionOwnership(Ownership):
                     self._terminate_refused = True
                     log.warning("fleet: a runner (backend pid %d) made no progress for %.0f s, but this role may "
                                 "not end its session (%s); its partitions stay with it until its connection ends",
-                                pid, self.lease_s, str(exc).strip())
+                                pid, self.lease_s, printable(str(exc).strip()))
                 continue
             log.warning("fleet: ended the lock session of a runner (backend pid %d) that made no progress for %.0f s; "
                         "its partitions are taken over", pid, self.lease_s)

@@ -55,6 +55,7 @@ from typing import Any, Callable, Iterator, Optional, Union
 
 from .. import forks
 from ..errors import PermanentStoreError, StoreError, TransientStoreError, wrap_exceptions
+from ..printable import printable
 from ..redact import redact
 from ..shards import DEFAULT_SHARD_COUNT, check_shard_count, partition_hash, shard_of
 from ..sqlfiles import migrations, rewrite_versions, statements
@@ -766,7 +767,7 @@ def _checkpoint_loop(file: str, closing: threading.Event, interval_s: float, bus
                 if now - failing_since >= CHECKPOINT_WARN_S and now - warned_at >= CHECKPOINT_WARN_S:
                     warned_at = now
                     log.warning("WAL checkpoints of %s have failed for %.0f s (%s): its -wal file grows until one "
-                                "succeeds", file, now - failing_since, exc)
+                                "succeeds", file, now - failing_since, printable(str(exc)))
     finally:
         if db is not None:
             db.close()
