@@ -8,6 +8,10 @@ The rule follows aio-libs (propcache, multidict):
   unless ``TIMERWHEEL_C_REQUIRE_EXTENSIONS=1`` is set (as in CI), where it is an
   ImportError, so a broken build can never pass as green.
 
+Both variables are switches read alike: ``1``, ``true``, ``yes`` or ``on`` turn one on; unset,
+empty, ``0``, ``false``, ``no`` or ``off`` leave it off (any case, blanks around ignored); any other
+value is a ValueError at import naming it, so that ``=false`` never means the opposite.
+
 ``IMPLEMENTATION`` is ``"c"`` when every core loaded compiled, else ``"pure"``.
 """
 from __future__ import annotations
@@ -23,8 +27,21 @@ from typing import Optional
 __all__ = ["FALLBACK_REASON", "IMPLEMENTATION", "load"]
 
 
+_ON = ("1", "true", "yes", "on")
+_OFF = ("", "0", "false", "no", "off")
+
+
 def _flag(name: str) -> bool:
-    return os.environ.get(name, "") not in ("", "0")
+    """The switch ``$name`` (see the module docstring).
+
+    Raises:
+        ValueError: a value that is neither on nor off, naming the variable and the value.
+    """
+    value = os.environ.get(name, "").strip().lower()
+    if value not in _ON + _OFF:
+        raise ValueError(f"{name} must be one of {', '.join(_ON)} (on) or unset, empty, {', '.join(_OFF[1:])} "
+                         f"(off), got {os.environ[name]!r}")
+    return value in _ON
 
 
 _FORCE_PURE = _flag("TIMERWHEEL_C_NO_EXTENSIONS") or platform.python_implementation() != "CPython"

@@ -90,3 +90,22 @@ def test_implementation_says_pure_whenever_one_core_falls_back(tmp_path):
         done = run(["-c", code], tmp_path)
         assert done.returncode == 0, done.stderr
         assert done.stdout.split() == ["pure", "timerwheel_c.pure.loop"], (before, done.stdout)
+
+
+@pytest.mark.parametrize("value, pure", [("1", True), ("TRUE", True), (" yes ", True), ("on", True), ("", False),
+                                         ("0", False), ("false", False), ("No", False), ("off", False)])
+def test_no_extensions_is_on_only_for_a_true_value(tmp_path, value, pure):
+    """TIMERWHEEL_C_NO_EXTENSIONS is a switch: ``=false``, ``=no`` (anything but empty or 0) forced the
+    pure cores, the opposite of what it says. Only a true value turns it on."""
+    done = run(["-c", SHOW], tmp_path, TIMERWHEEL_C_NO_EXTENSIONS=value)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == ("pure" if pure else "c")
+
+
+@pytest.mark.parametrize("name", ["TIMERWHEEL_C_NO_EXTENSIONS", "TIMERWHEEL_C_REQUIRE_EXTENSIONS"])
+def test_a_switch_set_to_neither_on_nor_off_is_an_error_naming_it(tmp_path, name):
+    """Both switches are read by one rule: a value that is neither on nor off (``maybe``) is a ValueError
+    at import naming the variable and the value, never a guess."""
+    done = run(["-c", SHOW], tmp_path, **{name: "maybe"})
+    assert done.returncode != 0 and "ValueError" in done.stderr
+    assert name in done.stderr and "'maybe'" in done.stderr

@@ -184,6 +184,7 @@ async def schedule_many(store: Store, timers: Iterable[tuple], *, if_exists: str
     ``COPY`` of new rows): a transaction per chunk of timers of a partition, each a blocking
     statement of thousands of rows that no pooled connection would make shorter for the loop."""
     check_store(store)
+    bulk.check_timers(timers)
     rows = list(timers)
     await asyncio.get_running_loop().run_in_executor(
         _executor(store), functools.partial(bulk.schedule_many, store, rows, if_exists=if_exists))

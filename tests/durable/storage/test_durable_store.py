@@ -592,6 +592,15 @@ def test_sqlite_bad_constructor_arguments(tmp_path):
         SQLiteStore("")
 
 
+@pytest.mark.parametrize("path", ["a\x00b.db", "\x00"])
+def test_a_path_with_a_nul_is_a_value_error_naming_the_path(tmp_path, path):
+    """No file name holds a NUL: sqlite3 raised a bare "embedded null byte", naming neither the argument
+    nor its value. It is a ValueError naming both, whatever else the store is asked."""
+    for create in (True, False):
+        with pytest.raises(ValueError, match=f"path must not contain NUL, got {re.escape(repr(path))}"):
+            SQLiteStore(path, create=create)
+
+
 @pytest.mark.parametrize("busy_timeout_ms", [2**31, 2**32 + 3000, 2**63, 2**64, -1])
 def test_a_busy_timeout_sqlite_would_wrap_is_refused_naming_it(tmp_path, busy_timeout_ms):
     """SQLite takes its busy timeout as a C int: 2**31 ms and more wrapped (2**31 to 0, so a write

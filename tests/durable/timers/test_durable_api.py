@@ -774,3 +774,17 @@ def test_every_public_exception_pickles_with_its_message_and_attributes():
     for error in errors:
         back = pickle.loads(pickle.dumps(error))
         assert type(back) is type(error) and str(back) == str(error) and vars(back) == vars(error), error
+
+
+@pytest.mark.parametrize("timers", [None, 42, "p", b"p"], ids=["None", "int", "str", "bytes"])
+def test_schedule_many_of_no_iterable_is_a_type_error_naming_timers(store, timers):
+    """``schedule_many(store, None)`` said only "'NoneType' object is not iterable", naming nothing; a str
+    was read as its characters. Either call, sync or async, now names ``timers`` and what it got."""
+    import asyncio
+
+    from timerwheel_c.durable import aio, schedule_many
+
+    with pytest.raises(TypeError, match=f"timers must be an iterable of timer tuples, got {type(timers).__name__}"):
+        schedule_many(store, timers)
+    with pytest.raises(TypeError, match=f"timers must be an iterable of timer tuples, got {type(timers).__name__}"):
+        asyncio.run(aio.schedule_many(store, timers))

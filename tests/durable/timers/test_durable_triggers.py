@@ -295,7 +295,7 @@ def test_no_occurrence_past_the_representable_range_is_none():
     assert Cron("0 0 29 2 *", start=0).next_after(at_ms("9998-03-01T00:00+00:00")) is None
     assert Cron("0 * * * *", "Asia/Tokyo", start=0).next_after(at_ms("9999-12-31T23:58+00:00")) is None
     assert Cron("* * * * *", start=0).next_after(2**64 - 1) is None
-    assert Every(dt.timedelta(days=10**6), start=2**64 - 2).next_after(2**64 - 2) is None
+    assert Every(dt.timedelta(days=10**6), start=0).next_after(2**64 - 2) is None
     assert Every(0.001, start=2**64 - 2).next_after(0) == 2**64 - 1
 
 
@@ -684,3 +684,19 @@ def test_a_gap_time_and_the_wall_time_the_gap_ends_on_are_two_occurrences():
     assert both.next_after(gap_end + 1) == at_ms("2026-03-09T02:00-04:00")
     only_three = Cron("0 3 * * *", "America/New_York", start=at_ms("2026-03-07T12:00-05:00"))
     assert only_three.next_after(at_ms("2026-03-08T00:00-05:00")) == gap_end
+
+
+@pytest.mark.parametrize("make, start", [
+    (lambda start: Cron("* * * * *", start=start), dt.datetime(9999, 12, 31, 23, 59, tzinfo=dt.timezone.utc)),
+    (lambda start: Cron("0 0 1 1 *", start=start), 253_402_300_800_000),  # year 10000, in ms
+    (lambda start: Cron("0 0 1 1 *", start=start), 2**62),
+    (lambda start: Every(60, start=start), 2**64 - 1000),
+], ids=["cron, the last minute of 9999", "cron, year 10000 ms", "cron, 2**62 ms", "every, past 2**64-1 ms"])
+def test_a_start_after_which_nothing_can_fire_is_refused_naming_it(make, start):
+    """A start past every occurrence the trigger can fire (a cron's are in years a datetime holds, an
+    interval's below 2**64 ms) was stored as a schedule that never fires, where an expression that
+    matches nothing is refused: it is a ValueError naming the start, as that is."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the "after the year 5000" hint, beside the point here
+        with pytest.raises(ValueError, match=r"start=.* leaves .* no occurrence to fire"):
+            make(start)

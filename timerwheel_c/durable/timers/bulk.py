@@ -10,6 +10,7 @@ So every name rule of ``schedule()`` holds, and the common case, new names, cost
 """
 from __future__ import annotations
 
+import collections.abc
 from typing import Iterable, Optional
 
 from . import keys
@@ -20,7 +21,7 @@ from .partitions import partition_of
 from .writer import IF_EXISTS, TimerExists, _schedule, on_store
 from ..storage.store import Absent, Batch, PreconditionFailed, Refused, check_partition, check_store
 
-__all__ = ["CHUNK", "schedule_many"]
+__all__ = ["CHUNK", "check_timers", "schedule_many"]
 
 CHUNK = 2000  # timers per transaction: large enough that a commit's cost is spread thin, small enough
 # that one transaction never holds a partition's lock for long (a few tens of ms)
@@ -73,6 +74,12 @@ def _write_chunk(store, partition: str, chunk: list, if_exists: str) -> Optional
     return exists
 
 
+def check_timers(timers: object) -> None:
+    """Raise TypeError naming ``timers`` unless it is an iterable of timers (a str or bytes is not)."""
+    if isinstance(timers, (str, bytes)) or not isinstance(timers, collections.abc.Iterable):
+        raise TypeError(f"timers must be an iterable of timer tuples, got {type(timers).__name__} {timers!r:.80}")
+
+
 def schedule_many(store, timers: Iterable[tuple], *, if_exists: str = "replace") -> None:
     """Arm every timer of ``timers`` as :func:`~.writer.schedule` would, in a transaction per chunk of
     :data:`CHUNK` timers of one partition.
@@ -89,7 +96,8 @@ def schedule_many(store, timers: Iterable[tuple], *, if_exists: str = "replace")
         if_exists: as ``schedule()``'s, for each name already pending.
 
     Raises:
-        TypeError / ValueError: a bad timer (``timers[i]: ...`` naming it) or ``if_exists``; nothing written.
+        TypeError / ValueError: ``timers`` is no iterable, a bad timer (``timers[i]: ...`` naming it) or
+            ``if_exists``; nothing written.
         KindNameMismatch: a named kind the store records under another name, or two timers naming one
             kind otherwise; nothing written.
         TimerExists: ``if_exists="error"`` and some names were pending: the first of them, once
@@ -99,6 +107,7 @@ def schedule_many(store, timers: Iterable[tuple], *, if_exists: str = "replace")
     check_store(store)
     if if_exists not in IF_EXISTS:
         raise ValueError(f"if_exists must be one of {IF_EXISTS}, got {if_exists!r}")
+    check_timers(timers)
     by_partition: dict = {}
     named: dict = {}  # kind number -> the first named TimerKind given for it
     renamed: dict = {}  # kind number -> another name a later timer gives it

@@ -172,6 +172,15 @@ class Trigger:
             raise ValueError(f"max_runs must be >= 1 or None, got {max_runs!r}")
         self.max_runs = max_runs
 
+    def _refuse_no_occurrence(self, start: object) -> None:
+        """Raise ValueError naming ``start`` when no occurrence falls after it (past the year 9999 for a
+        cron expression, no datetime holds one; past 2**64-1 ms for an interval): such a schedule would be
+        stored and never fire, as one of an expression that matches nothing, which is refused too. Checked
+        when a trigger is made, not when a stored one is read."""
+        if next(iter(self.occurrences(self.start_ms)), None) is None:
+            raise ValueError(f"start={start!r} ({self.start_ms} ms) leaves {self!r} no occurrence to fire: "
+                             "the last it can fire fall before it")
+
     def ended(self, nominal_ms: int, runs: int) -> bool:
         """True when no occurrence at ``nominal_ms`` (Unix epoch ms) may fire: past ``end_ms``, or
         ``runs`` occurrences done already reach ``max_runs``."""
@@ -295,8 +304,8 @@ class Every(Trigger):
     Raises:
         TypeError: an argument of the wrong type, naming it.
         ValueError: an interval under 1 ms (``Every(0)``), a negative or non-finite jitter or
-            one not under the interval, a naive datetime ``start``; the message names the
-            argument and the value.
+            one not under the interval, a naive datetime ``start``, a ``start`` after which no
+            occurrence can fire (past 2**64-1 ms); the message names the argument and the value.
     """
 
     __slots__ = ("interval_ms",)
@@ -327,6 +336,7 @@ class Every(Trigger):
             # coalesce under "once", or fire out of order.
             raise ValueError(f"jitter_s must be less than the interval ({interval_ms} ms), got {jitter_s!r}")
         self._set_limits(end, max_runs)
+        self._refuse_no_occurrence(start)
 
     def next_after(self, after_ms: int) -> Optional[int]:
         _check_ms("after_ms", after_ms)
@@ -452,7 +462,8 @@ class Cron(Trigger):
         TypeError: an argument of the wrong type, naming it.
         ValueError: a bad expression, naming the field and its text (``Cron("61 * * * *")``:
             "bad minute field '61'"); an unknown zone, or ``"localtime"`` (each host's own); a
-            negative jitter; a naive ``start``.
+            negative jitter; a naive ``start``, or one after which no occurrence can fire (past the
+            year 9999).
 
     Warns:
         UserWarning: ``tz`` is ``"EST"`` or ``"MST"``, fixed offsets without daylight saving time that
@@ -468,6 +479,7 @@ class Cron(Trigger):
             raise ValueError(f"tz: {tz!r} names whatever zone each host is set to, so a schedule would fire at "
                              f"different times on different runners; name the zone (e.g. 'Europe/London')")
         self._init(expression, tz, start, jitter_s, end, max_runs)
+        self._refuse_no_occurrence(start)
         meant = _FIXED_BY_MISTAKE.get(self.tz.key)
         if meant is not None:
             warnings.warn(f"tz {self.tz.key!r} keeps one UTC offset all year, with no daylight saving time, so "

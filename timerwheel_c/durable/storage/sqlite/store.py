@@ -169,6 +169,8 @@ class SQLiteStore(Store):
             # SQLite opens "" as a private temporary database, another one per connection: the
             # watcher would never see a write, and nothing would outlive the process.
             raise ValueError("path must name a SQLite file (or be ':memory:'), got ''")
+        if "\x00" in self.path:  # no file name holds one: sqlite3 and os raise a bare "embedded null byte"
+            raise ValueError(f"path must not contain NUL, got {self._named}")
         # The file the store's later connections (checkpoint, watcher) open, resolved now: a relative
         # path read after the process changed directory named another file, where the checkpoints
         # and the change signal went while the store's own WAL grew and its timers fired late.
