@@ -174,7 +174,8 @@ def check_readable_version(where: str, found: Optional[int], supported: int) -> 
     Raises:
         NoStoreError: ``found`` is None ("no timerwheel_c store here").
         SchemaVersionError: ``found`` is newer than ``supported``.
-        SchemaError: ``found`` is older: a runner or a writing command upgrades it first.
+        SchemaError: ``found`` is older: a runner (``timerwheel-c run``, or any store opened with
+            ``create=True``) upgrades it first.
     """
     if found is None:
         raise NoStoreError(f"no timerwheel_c store here: {where} does not exist (this command never creates it)")
@@ -182,7 +183,8 @@ def check_readable_version(where: str, found: Optional[int], supported: int) -> 
         raise SchemaVersionError(where, found, supported)
     if found < supported:
         raise SchemaError(f"{where} has store schema version {found}, older than the version {supported} of this "
-                          "timerwheel_c: a runner or a writing command upgrades it (this command never does)")
+                          "timerwheel_c: a runner upgrades it (timerwheel-c run, or a store opened with create=True); "
+                          "this command never does")
 
 
 class SchemaVersionError(PicklesItsArguments, SchemaError, RuntimeError):
