@@ -179,7 +179,7 @@ class Trigger:
         when a trigger is made, not when a stored one is read."""
         if next(iter(self.occurrences(self.start_ms)), None) is None:
             raise ValueError(f"start={start!r} ({self.start_ms} ms) leaves {self!r} no occurrence to fire: "
-                             "the last it can fire fall before it")
+                             "the last occurrence it can fire falls before it")
 
     def ended(self, nominal_ms: int, runs: int) -> bool:
         """True when no occurrence at ``nominal_ms`` (Unix epoch ms) may fire: past ``end_ms``, or
