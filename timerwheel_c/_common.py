@@ -206,9 +206,11 @@ def _check_batch(elapsed: int, after_ms: Any, tokens: Any) -> tuple[np.ndarray, 
         TypeError, ValueError: as ``TimerWheel.schedule_many``.
     """
     toks = _as_int_array(tokens, "tokens")
+    given = None  # one delay for every token, as given: what a message names, not its clamp
     if np.ndim(after_ms) == 0:
-        # One delay for every token, clamped here so that any int (even beyond int64) is checked.
-        delays = np.full(len(toks), _as_delay(after_ms), dtype=np.int64)
+        # Clamped here so that any int (even beyond int64) is checked.
+        given = _as_int(after_ms, "after_ms")
+        delays = np.full(len(toks), _as_delay(given), dtype=np.int64)
     else:
         delays = _as_int_array(after_ms, "after_ms")
     if len(delays) != len(toks):
@@ -220,5 +222,5 @@ def _check_batch(elapsed: int, after_ms: Any, tokens: Any) -> tuple[np.ndarray, 
             raise ValueError(f"token {int(toks.min())} is out of range [0, 2**64)")
         top = int(delays.max())
         if elapsed + top > MAX_DUE_MS:
-            raise ValueError(_due_error(elapsed, top))
+            raise ValueError(_due_error(elapsed, top if given is None else given))
     return delays.astype(np.int64), toks.astype(np.uint64)

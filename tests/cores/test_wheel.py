@@ -665,6 +665,19 @@ def test_schedule_many_refuses_a_clamped_due_time_beyond_the_maximum(wheel_impl)
     assert len(w) == 0
 
 
+@pytest.mark.parametrize("delay", [2**63 - 1, 2**64, 2**70])
+def test_schedule_many_names_the_delay_it_was_given(wheel_impl, delay):
+    """One delay for every token beyond the wheel's range is refused naming that delay, as
+    ``schedule`` names it, not the value it is clamped to inside (2**62 + 1), which the caller never
+    passed; nothing is scheduled."""
+    w = wheel_impl.TimerWheel(now_ms=0)
+    with pytest.raises(ValueError, match=rf"after_ms {delay}\)"):
+        w.schedule_many(delay, [1, 2])
+    with pytest.raises(ValueError, match=rf"after_ms {delay}\)"):
+        w.schedule(delay, 1)
+    assert len(w) == 0
+
+
 def test_schedule_many_accepts_list_of_valid_u64_tokens(wheel_impl):
     """``tokens`` is any int in [0, 2**64), in a list as in an array: ``[1, 2**63]``, which numpy
     alone would turn into float64 (losing precision), schedules both, like the scalar calls, and
