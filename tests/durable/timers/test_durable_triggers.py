@@ -700,3 +700,16 @@ def test_a_start_after_which_nothing_can_fire_is_refused_naming_it(make, start):
         warnings.simplefilter("ignore")  # the "after the year 5000" hint, beside the point here
         with pytest.raises(ValueError, match=r"start=.* leaves .* no occurrence to fire"):
             make(start)
+
+
+def test_a_stored_trigger_is_read_without_the_refusal_of_a_start_past_its_occurrences():
+    """An Every schedule stored before that refusal existed, with a start after which nothing fires,
+    still reads back as the trigger it is, as a Cron does (``Cron._stored``): the refusal is for a
+    trigger being made, and a read (every claim of an occurrence) neither repeats it nor fails the
+    schedule."""
+    from timerwheel_c.durable.timers.triggers import trigger_from_bytes
+
+    every = b'{"interval_ms":60000,"jitter_ms":0,"start_ms":18446744073709550615,"trigger":"every","version":1}'
+    read = trigger_from_bytes(every)
+    assert isinstance(read, Every) and read.start_ms == 2**64 - 1001 and read.interval_ms == 60_000
+    assert trigger_from_bytes(read.to_bytes()) == read

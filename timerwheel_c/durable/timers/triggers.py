@@ -312,6 +312,21 @@ class Every(Trigger):
 
     def __init__(self, interval: Union[float, _dt.timedelta], *, start: object = None, jitter_s: float = 0.0,
                  end: object = None, max_runs: Optional[int] = None):
+        self._init(interval, start, jitter_s, end, max_runs)
+        self._refuse_no_occurrence(start)
+
+    @classmethod
+    def _stored(cls, interval: _dt.timedelta, start: object, jitter_s: float, end: object,
+                max_runs: Optional[int]) -> "Every":
+        """The Every a stored schedule names, without the refusal of a start that leaves nothing to fire:
+        that is for a trigger being made, and a read (every claim of an occurrence) neither repeats it
+        nor fails on a schedule stored before it existed, as :meth:`Cron._stored` reads a Cron."""
+        every = cls.__new__(cls)
+        every._init(interval, start, jitter_s, end, max_runs)
+        return every
+
+    def _init(self, interval: Union[float, _dt.timedelta], start: object, jitter_s: float, end: object,
+              max_runs: Optional[int]) -> None:
         interval_ms: Optional[int]
         if isinstance(interval, _dt.timedelta):
             # At most the ms a timedelta holds: timedelta.max itself rounds up past them.
@@ -336,7 +351,6 @@ class Every(Trigger):
             # coalesce under "once", or fire out of order.
             raise ValueError(f"jitter_s must be less than the interval ({interval_ms} ms), got {jitter_s!r}")
         self._set_limits(end, max_runs)
-        self._refuse_no_occurrence(start)
 
     def next_after(self, after_ms: int) -> Optional[int]:
         _check_ms("after_ms", after_ms)
@@ -681,7 +695,7 @@ def trigger_from_dict(data: object) -> Trigger:
         end = data.get("end_ms")
         limits = {"end": None if end is None else _StoredMs(_check_ms("end_ms", end)), "max_runs": data.get("max_runs")}
         if kind == "every":
-            return Every(_dt.timedelta(milliseconds=data["interval_ms"]), start=start, jitter_s=jitter_s, **limits)
+            return Every._stored(_dt.timedelta(milliseconds=data["interval_ms"]), start, jitter_s, **limits)
         return Cron._stored(data["expression"], data["tz"], start, jitter_s, **limits)
     except (TypeError, OverflowError) as e:
         raise ValueError(f"stored {kind} trigger: {e}") from None
