@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
 import shutil
 import socket
 import subprocess
@@ -29,27 +28,9 @@ from typing import Optional
 from urllib.parse import quote
 
 import pytest
+from free_port import free_port
 
 PGBIN = Path(os.environ.get("PGBIN", "/usr/lib/postgresql/15/bin"))
-
-
-# Where the kernel picks the local ports of outgoing connections (Linux): a server port taken from
-# there can be taken by any client's connection while a test has the server stopped, and its
-# restart then fails ("Address already in use"), as it did in CI. Below that range it cannot.
-_EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
-
-
-def _free_port() -> int:
-    low = int(_EPHEMERAL.read_text().split()[0]) if _EPHEMERAL.exists() else 0
-    for _ in range(100):
-        port = random.randrange(10_000, low) if low > 10_000 else 0
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:  # taken: another
-                continue
-            return s.getsockname()[1]
-    raise RuntimeError(f"no free port for a throwaway cluster below {low}")
 
 
 @contextlib.contextmanager
@@ -62,7 +43,7 @@ def throwaway_cluster(auth: str = "trust", password: Optional[str] = None):
     if os.geteuid() == 0:
         shutil.chown(root, "postgres")
         as_pg = ["runuser", "-u", "postgres", "--"]
-    port = _free_port()
+    port = free_port()
     data = root / "data"
     init = [*as_pg, str(PGBIN / "initdb"), "-D", str(data), "-A", auth, "-U", "postgres"]
     if password is not None:
@@ -116,7 +97,7 @@ def pgbouncer(dsn: str, pool_mode: str, pool_size: int = 4):
     if os.geteuid() == 0:  # pgbouncer refuses to run as root
         shutil.chown(root, "postgres")
         as_user = ["runuser", "-u", "postgres", "--"]
-    port = _free_port()
+    port = free_port()
     ini = root / "pgbouncer.ini"
     ini.write_text(f"""[databases]
 {url.path.lstrip("/")} = host={url.hostname} port={url.port} user={url.username}

@@ -8,6 +8,7 @@ import pytest
 from bench import durable as bench_durable
 from timerwheel_c.durable.storage.sqlite import SQLiteStore
 from timerwheel_c.durable.storage.open import open_store
+from free_port import free_port
 from locations import CHECKOUT, TESTS
 
 
@@ -191,14 +192,6 @@ def _with_password(dsn: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _assert_no_password(*outputs) -> None:
     for output in outputs:
         text = output if isinstance(output, str) else output.decode(errors="replace")
@@ -222,9 +215,9 @@ def test_run_cli_never_prints_the_password_of_a_store_it_cannot_open(tmp_path, r
 
     pytest.importorskip("psycopg")
     if refusal == "closed port":
-        url = f"postgresql://app:{PASSWORD}@127.0.0.1:{_free_port()}/timers?connect_timeout=5"
+        url = f"postgresql://app:{PASSWORD}@127.0.0.1:{free_port()}/timers?connect_timeout=5"
     elif refusal == "space in the password":
-        url = f"postgresql://app:{PASSWORD} x@127.0.0.1:{_free_port()}/timers?connect_timeout=5"
+        url = f"postgresql://app:{PASSWORD} x@127.0.0.1:{free_port()}/timers?connect_timeout=5"
     else:
         if not os.environ.get("TIMERWHEEL_C_TEST_PG_DSN"):
             pytest.skip("no TIMERWHEEL_C_TEST_PG_DSN")
@@ -289,7 +282,7 @@ def test_bench_never_prints_or_writes_the_pg_dsn_password(tmp_path, reachable):
             pytest.skip("no TIMERWHEEL_C_TEST_PG_DSN")
         dsn = _with_password(os.environ["TIMERWHEEL_C_TEST_PG_DSN"])
     else:
-        dsn = f"postgresql://app:{PASSWORD}@127.0.0.1:{_free_port()}/timers?connect_timeout=5"
+        dsn = f"postgresql://app:{PASSWORD}@127.0.0.1:{free_port()}/timers?connect_timeout=5"
     path = tmp_path / "figures.json"
     bench_run = CHECKOUT / "bench" / "run.py"
     out = subprocess.run([sys.executable, str(bench_run), "--only", "durable", "--pg-dsn", dsn, "--scale", "0.002",
