@@ -941,7 +941,8 @@ def test_a_store_from_before_shards_upgrades_in_place_and_keeps_its_rows_reachab
 def test_reshard_moves_every_row_to_its_shard_under_the_new_count_and_records_it(durable_store, tmp_path):
     """reshard(n) recomputes every row's shard (shard_of with the new count) and records n: a store
     opened afterwards has n shards, and scan_shards over them finds every row where shard_of says.
-    A bad count is a ValueError naming it, and nothing changes."""
+    A bad count is a ValueError naming it, and nothing changes. After another handle's reshard,
+    scan_every_shard reads by the count recorded now, not the one this object last read."""
     from timerwheel_c.durable.storage.shards import shard_of
 
     names = [f"e{i}" for i in range(30)]
@@ -963,6 +964,11 @@ def test_reshard_moves_every_row_to_its_shard_under_the_new_count_and_records_it
     else:
         return  # a private in-memory database: no other handle can open it
     assert again.shard_count == 7
+    again.reshard(3)  # another handle's reshard: this object still counts 7 shards
+    assert durable_store.shard_count == 7
+    found = durable_store.scan_every_shard(b"", b"\xff", 100)
+    assert len(found) == 3 == durable_store.shard_count
+    assert sorted(p for rows in found for p, _, _ in rows) == sorted([*names, "later"])
     again.close()
 
 

@@ -531,6 +531,18 @@ class Store(abc.ABC):
         _, start, end, _, limit = _checked_scan("-", start, end, None, limit)
         return self._scan_shards(shards, start, end, limit) if shards else []
 
+    def scan_every_shard(self, start: bytes, end: bytes, limit: int) -> list:
+        """:meth:`scan_shards` of every shard by the count recorded in the store now
+        (:meth:`refresh_shard_count`): one list per shard, shard 0 first. How a read of the whole
+        store sees every row after another process resharded it, where this object's
+        :attr:`shard_count` would name only some shards.
+
+        Raises:
+            TypeError / ValueError: ``start``, ``end``, ``limit`` as :meth:`scan` takes them.
+            StoreError: the backend failed.
+        """
+        return self.scan_shards(list(range(self.refresh_shard_count())), start, end, limit)
+
     def refresh_shard_count(self) -> int:
         """The shard count recorded in the store now, kept as :attr:`shard_count`: another process's
         :meth:`reshard` changes it. A runner serving the store by shard calls it now and then, so that

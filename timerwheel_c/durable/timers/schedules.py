@@ -286,8 +286,7 @@ def schedules_by_shard(store: Store, per_shard: int) -> Tuple[list, bool]:
     if isinstance(per_shard, bool) or not isinstance(per_shard, int) or per_shard < 1:
         raise ValueError(f"per_shard must be an int >= 1, got {per_shard!r}")
     out, more = [], False
-    # Read now: another process may have resharded since this store object last read the count.
-    for rows in store.scan_shards(list(range(store.refresh_shard_count())), *keys.SCHEDULE_RANGE, per_shard + 1):
+    for rows in store.scan_every_shard(*keys.SCHEDULE_RANGE, per_shard + 1):
         more = more or len(rows) > per_shard
         for partition, key, data in rows[:per_shard]:
             name = bytes(key)[len(keys.SCHEDULE_TAG):].decode("utf-8")

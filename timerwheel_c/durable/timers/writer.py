@@ -583,11 +583,10 @@ def _store_rows(store: Store, start: bytes, end: bytes, page: int) -> Iterator[t
     """``(partition, key, value)`` of the rows ``start <= key < end`` of the whole store, in key order
     (rows of one key in the order the store gives them): each shard's rows in key order
     (:meth:`~Store.scan_shards`), merged; the first page of every shard in one read, each shard's
-    next when the merge reaches its end. The shard count is read first: another process may have
-    resharded since this store object last read it, and a stale count reads only some shards."""
-    shards = list(range(store.refresh_shard_count()))
-    firsts = store.scan_shards(shards, start, end, page) if shards else []
-    return heapq.merge(*(_shard_rows(store, shard, rows, end, page) for shard, rows in zip(shards, firsts)),
+    next when the merge reaches its end. Every shard by the count recorded now
+    (:meth:`~Store.scan_every_shard`): another process may have resharded."""
+    firsts = store.scan_every_shard(start, end, page)
+    return heapq.merge(*(_shard_rows(store, shard, rows, end, page) for shard, rows in enumerate(firsts)),
                        key=_row_key)
 
 

@@ -47,9 +47,10 @@ def store_error(path: str, exc: sqlite3.Error) -> StoreError:
     result codes of passing conditions, permanent for every other; a :class:`SchemaError` for a write
     refused a shard because the meta table records no shard count (queries.sql's ``put``)."""
     primary, name = result_code(exc)
+    where = f"SQLite database {redact(path, path)!r}"
     if isinstance(exc, sqlite3.IntegrityError) and str(exc) == "NOT NULL constraint failed: timerwheel_kv.shard":
-        return SchemaError(f"SQLite database {redact(path, path)!r} records no shard count of 1..{MAX_SHARD_COUNT} (its meta "
+        return SchemaError(f"{where} records no shard count of 1..{MAX_SHARD_COUNT} (its meta "
                            "table's shard_count row): the table was edited or is damaged, and nothing was written",
                            name)
     kind = TransientStoreError if primary in _TRANSIENT_CODES else PermanentStoreError
-    return kind(f"SQLite database {redact(path, path)!r}: {exc}" + (f" ({name})" if name else ""), name)
+    return kind(f"{where}: {exc}" + (f" ({name})" if name else ""), name)
