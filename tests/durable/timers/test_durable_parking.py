@@ -410,15 +410,31 @@ def test_a_handlers_message_cannot_forge_a_log_line_or_drive_a_terminal(durable_
     assert not any(line.startswith(FORGED) for line in text.splitlines()), text
 
 
-def test_a_stores_own_password_quoted_bare_by_a_handler_is_masked_in_the_parked_row_and_the_logs(schema_url, caplog):
+@pytest.mark.parametrize("given", ["url", "PGPASSWORD", "PGPASSFILE", "PGSERVICE"])
+def test_a_stores_own_password_quoted_bare_by_a_handler_is_masked_in_the_parked_row_and_the_logs(
+        schema_url, caplog, tmp_path, monkeypatch, given):
     """A handler's exception quoting the store's password bare (not in a URL or a ``password=``
-    parameter, which are masked whatever the password): the store remembers its URL's password when
-    it opens, so the parked row's last error and the log lines mask it too (they kept it)."""
+    parameter, which are masked whatever the password): the store remembers its password when it
+    opens, however libpq is given it (in the URL, or from the environment: ``PGPASSWORD``, the password
+    file, a ``PGSERVICE`` section), so the parked row's last error and the log lines mask it too (they
+    kept one from the environment)."""
     from timerwheel_c.durable.storage.postgres import PostgresStore
 
-    secret = "bare-St0re-pw"  # the test server trusts loopback: any password connects
-    url = schema_url.replace("://postgres@", f"://postgres:{secret}@", 1)
-    assert secret in url
+    secret = f"bare-St0re-pw-{given}"  # the test server trusts loopback: any password connects
+    url = schema_url
+    if given == "url":
+        url = schema_url.replace("://postgres@", f"://postgres:{secret}@", 1)
+        assert secret in url
+    elif given == "PGPASSWORD":
+        monkeypatch.setenv("PGPASSWORD", secret)
+    elif given == "PGPASSFILE":
+        (tmp_path / "pgpass").write_text(f"*:*:*:postgres:{secret}\n")
+        (tmp_path / "pgpass").chmod(0o600)  # libpq ignores a password file others can read
+        monkeypatch.setenv("PGPASSFILE", str(tmp_path / "pgpass"))
+    else:
+        (tmp_path / "pg_service.conf").write_text(f"[timers]\npassword={secret}\n")
+        monkeypatch.setenv("PGSERVICEFILE", str(tmp_path / "pg_service.conf"))
+        monkeypatch.setenv("PGSERVICE", "timers")
 
     def fail(timer):
         raise RuntimeError(f"the vault answered {secret} for this job")

@@ -3,7 +3,8 @@
 A PostgreSQL URL may carry a password (``postgresql://user:PASSWORD@host/db``, or
 ``password=PASSWORD`` in the query or in a keyword/value connection string, see the
 PostgreSQL docs, "Connection Strings"), or name a file that holds one (``service=NAME``, a
-section of the connection service file; ``passfile=PATH``, a password file). :func:`redact`
+section of the connection service file; ``passfile=PATH``, a password file), or leave it to the
+environment (``PGPASSWORD``, ``PGPASSFILE`` or ``~/.pgpass``, ``PGSERVICE``). :func:`redact`
 is the one path by which a URL, or any text that may quote one, reaches a log line, an
 exception message, a ``repr``, or the bench's printed and JSON output.
 
@@ -154,12 +155,24 @@ def _public(url: str) -> frozenset:
     return frozenset(p for p in found if p)
 
 
-def _verbatim(url: str) -> set:
-    """The passwords of ``url`` (:func:`_passwords`) to mask wherever they appear: those of at least
-    :data:`MIN_VERBATIM` characters that are no part of what it names in the open (:func:`_public`),
-    whose masking would only rewrite those names."""
+def _environment_passwords() -> set:
+    """The passwords libpq reads from the environment for a connection whose string carries none
+    (the PostgreSQL docs, "Environment Variables", "The Password File"): ``PGPASSWORD``, every one
+    of the password file (``PGPASSFILE``, default ``~/.pgpass``), and those of the ``PGSERVICE``
+    section of the service files."""
+    found = {os.environ.get("PGPASSWORD") or ""}
+    found |= _passfile_passwords(os.environ.get("PGPASSFILE") or "~/.pgpass")
+    if os.environ.get("PGSERVICE"):
+        found |= _service_passwords(os.environ["PGSERVICE"])
+    return found
+
+
+def _verbatim(url: str, also: frozenset | set = frozenset()) -> set:
+    """The passwords of ``url`` (:func:`_passwords`), and ``also``, to mask wherever they appear: those
+    of at least :data:`MIN_VERBATIM` characters that are no part of what it names in the open
+    (:func:`_public`), whose masking would only rewrite those names."""
     public = _public(url)
-    return {p for p in _passwords(url) if len(p) >= MIN_VERBATIM and not any(p in name for name in public)}
+    return {p for p in _passwords(url) | also if len(p) >= MIN_VERBATIM and not any(p in name for name in public)}
 
 
 # The passwords of the stores opened in this process that are masked wherever they appear
@@ -170,10 +183,14 @@ _REMEMBERED: set[str] = set()
 
 
 def remember(url: str | None) -> None:
-    """Mask the passwords ``url`` carries or names (as :func:`redact`'s ``urls``) in every later
-    :func:`redact` of this process, wherever they appear verbatim. A store calls it on its URL."""
+    """Mask the passwords the PostgreSQL connection string ``url`` carries or names (as :func:`redact`'s
+    ``urls``), and those libpq would read for it from the environment (``PGPASSWORD``, the password file,
+    ``PGSERVICE``'s section), in every later :func:`redact` of this process, wherever they appear
+    verbatim. A store calls it on its URL, once: a handler's error that quotes the password the store
+    connected with is masked however the password was given. The files are read then, not at each
+    :func:`redact`."""
     if url:
-        _REMEMBERED.update(_verbatim(url))
+        _REMEMBERED.update(_verbatim(url, _environment_passwords()))
 
 
 def redact(text: str, *urls: str | None) -> str:
