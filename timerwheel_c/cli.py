@@ -49,8 +49,12 @@ class _Version(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, help="show program's version number and exit")
 
     def __call__(self, parser, namespace, values, option_string=None):
-        from . import IMPLEMENTATION
-
+        try:
+            from . import IMPLEMENTATION
+        except (ValueError, ImportError) as exc:
+            # A switch set to neither on nor off (TIMERWHEEL_C_NO_EXTENSIONS=maybe), or a core missing
+            # under TIMERWHEEL_C_REQUIRE_EXTENSIONS=1: one line and exit 2, as every bad input here.
+            parser.exit(2, f"{parser.prog}: {exc}\n")
         print(f"{parser.prog} {__version__} ({IMPLEMENTATION} cores, Python {sys.version.split()[0]})")
         parser.exit()
 

@@ -109,3 +109,22 @@ def test_a_switch_set_to_neither_on_nor_off_is_an_error_naming_it(tmp_path, name
     done = run(["-c", SHOW], tmp_path, **{name: "maybe"})
     assert done.returncode != 0 and "ValueError" in done.stderr
     assert name in done.stderr and "'maybe'" in done.stderr
+
+
+@pytest.mark.parametrize("name", ["TIMERWHEEL_C_NO_EXTENSIONS", "TIMERWHEEL_C_REQUIRE_EXTENSIONS"])
+def test_version_with_a_switch_set_to_neither_on_nor_off_is_one_line_and_exit_2(tmp_path, name):
+    """``timerwheel-c --version`` is the one command that loads the cores: a switch it cannot read is
+    one line naming it and exit 2, as every bad input of the command, never a traceback."""
+    done = run(["-m", "timerwheel_c", "--version"], tmp_path, **{name: "maybe"})
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == "" and "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 1
+    assert done.stderr.startswith("timerwheel-c: ") and name in done.stderr and "'maybe'" in done.stderr
+
+
+def test_version_with_a_core_required_but_missing_is_one_line_and_exit_2(checkout):
+    """From the source checkout under TIMERWHEEL_C_REQUIRE_EXTENSIONS=1 no compiled core loads:
+    ``--version`` says so in one line, exit 2."""
+    done = run(["-m", "timerwheel_c", "--version"], checkout, TIMERWHEEL_C_REQUIRE_EXTENSIONS="1")
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 1
+    assert "forbids the pure fallback" in done.stderr
