@@ -128,3 +128,22 @@ def test_the_site_builds_in_strict_mode(tmp_path):
                           cwd=CHECKOUT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "site" / "reference" / "durable" / "index.html").is_file()
+
+
+# A path in backquotes that starts at a folder of the repository (or at ``durable/``, the package's
+# durable layer, as DESIGN.md names its modules); ``*`` globs, ``<...>`` and ``NNNN`` are placeholders.
+REPO_PATH = re.compile(r"`((?:tests|bench|timerwheel_c|src|examples|docs|\.ci|\.github|durable)/[\w./*-]+)`")
+
+
+def test_every_repository_path_the_docs_name_exists():
+    """A file or folder of this repository named in the README or on a page of the site is there, so a
+    reader who follows it finds it (a module moved into a subpackage, a test moved into a tier)."""
+    named = {m.group(1) for page in [README, *PAGES] for m in REPO_PATH.finditer(page.read_text(encoding="utf-8"))}
+    assert len(named) > 40  # the pattern still finds the paths the text names
+    missing = []
+    for path in sorted(named):
+        root = CHECKOUT / "timerwheel_c" if path.startswith("durable/") else CHECKOUT
+        found = list(root.glob(path.rstrip("/"))) if "*" in path else (root / path.rstrip("/")).exists()
+        if not found:
+            missing.append(path)
+    assert not missing, f"paths named in the README or docs/ that are not in the repository: {missing}"
