@@ -67,6 +67,18 @@ def test_add_list_pause_resume_remove(url, tmp_path, capsys):
         assert get_schedule(store, "p", "beat").value == b""
 
 
+def test_the_help_names_every_field_of_the_json_listing(url, capsys):
+    """``schedules list --help`` names each key of a ``--json`` object, so a script's author reads them
+    there (``runs`` and ``ended`` were left out)."""
+    assert main(["schedules", "add", "--store", url, "--partition", "p", "beat", "--every", "60", "--kind", "8"]) == 0
+    capsys.readouterr()
+    assert main(["schedules", "list", "--store", url, "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    with pytest.raises(SystemExit):
+        main(["schedules", "list", "--help"])
+    help_words = set(capsys.readouterr().out.replace("/", " ").replace(",", " ").split())
+    assert len(row) >= 12 and not [key for key in row if key not in help_words], sorted(row)
+
 def test_a_value_that_is_not_utf8_is_stored_as_typed(url, tmp_path, capsys):
     """``--value`` bytes that are not UTF-8 (argv as the OS gave it, surrogate-escaped by Python)
     are stored as typed, as ``timers``' references are, never a UnicodeEncodeError."""

@@ -3,13 +3,14 @@
     timerwheel-c schedules list   --store URL [--partition P] [--json]
     timerwheel-c schedules add    --store URL --partition P NAME (--every SECONDS | --cron EXPR [--tz ZONE])
                                   --kind N [--value TEXT] [--misfire once|skip|all] [--grace SECONDS]
-                                  [--catchup SECONDS] [--jitter SECONDS]
+                                  [--catchup SECONDS] [--jitter SECONDS] [--paused | --resumed]
     timerwheel-c schedules remove --store URL --partition P NAME   (also pause, resume)
 
 ``list`` prints a table giving each schedule's next fire time in this machine's zone (ISO 8601 with
 its offset, as ``timers list`` does), or with ``--json`` one JSON array of objects with
 ``partition``, ``name``, ``trigger``, ``kind``, ``next_fire``/``next_fire_ms``, ``paused``,
-``last_fired``/``last_fired_ms`` and ``misfire``: times ISO 8601 UTC and Unix epoch ms. ``add`` replaces a schedule of the same name atomically. The
+``last_fired``/``last_fired_ms``, ``misfire``, ``runs`` (the occurrences done) and ``ended`` (true once
+its trigger has no occurrence left; ``next_fire`` is then null): times ISO 8601 UTC and Unix epoch ms. ``add`` replaces a schedule of the same name atomically. The
 runners (``timerwheel-c run``) fire the occurrences; these commands only write the store.
 
 Exit status: 0 on success; 1, with one line on stderr, when the named schedule does not exist; 2,
