@@ -6,8 +6,9 @@ by timer kind fire them, committing their effects atomically with the row's remo
 key-value contract). ``docs/DESIGN.md`` ("Durable timers") gives the design.
 
 Due times are Unix epoch ms; every in-process wait is on the monotonic clock. A store is
-split into partitions, the unit of ordering, atomicity and ownership: on PostgreSQL, N
-runner processes divide the partitions among themselves (:mod:`.storage.postgres.ownership`).
+split into partitions, the unit of ordering, atomicity and ownership, each in one of the store's
+shards: on PostgreSQL, N runner processes divide the shards among themselves, or a list of
+partitions they are given (:mod:`.storage.postgres.ownership`).
 
 The package reads bottom-up in three layers, each importing only the ones below it:
 
