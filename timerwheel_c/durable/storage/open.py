@@ -28,7 +28,11 @@ def open_store(url: str, *, read_only: bool = False, create: bool = True) -> Sto
         ValueError: an unsupported scheme or an empty path, naming the URL (password masked).
         ImportError: a postgresql:// URL without psycopg installed; the message gives the
             install command, ``pip install 'timerwheel_c[postgres]'``.
-        sqlite3.Error / psycopg.Error: the database cannot be opened.
+        PermanentStoreError / TransientStoreError (:mod:`.errors`, never the driver's own errors):
+            the database cannot be opened (see each store's Raises: a SQLite path whose directory
+            does not exist or that is no database file is permanent; a PostgreSQL server that
+            cannot be reached or refuses the connection is transient); SchemaError,
+            SchemaVersionError and NoStoreError (PermanentStoreErrors): as each store raises them.
     """
     if not isinstance(url, str):
         raise TypeError(f"store URL must be a str, got {type(url).__name__}")
