@@ -163,7 +163,7 @@ async def _check_kind_name(store: Store, kind, conn=None) -> None:
         await asyncio.get_running_loop().run_in_executor(_executor(store), writer.check_kind_name, store, kind)
 
 
-async def schedule(store: Store, partition: Optional[str], due_at_ms, kind, reference: bytes, value: bytes = b"", *,
+async def schedule(store: Store, partition: Optional[str], due_at_ms, kind, reference: bytes, value: object = b"", *,
                    if_exists: str = "replace", conn=None, delay=None) -> bytes:
     """Await :func:`timerwheel_c.durable.schedule` (same arguments, return value and exceptions:
     a named kind the store records under another name raises KindNameMismatch, checked without
@@ -231,7 +231,7 @@ async def get_timer(store: Store, partition: Optional[str], kind, reference: byt
                            writer.on_store)
 
 
-async def add_schedule(store: Store, partition: str, name: str, trigger: Trigger, kind, value: bytes = b"", *,
+async def add_schedule(store: Store, partition: str, name: str, trigger: Trigger, kind, value: object = b"", *,
                        misfire: str = "once", misfire_grace_s: float = 60.0,
                        catchup_window_s: Optional[float] = None,
                        paused: Optional[bool] = None) -> schedules.ScheduleInfo:

@@ -221,7 +221,7 @@ class DurableTimerService:
         check_partition(partition)  # a bad name says so first
         raise ValueError(f"partition {partition!r} is not served by this service ({self.partitions})")
 
-    def schedule(self, partition: str, due_at_ms, kind, reference: bytes, value: bytes = b"", *,
+    def schedule(self, partition: str, due_at_ms, kind, reference: bytes, value: object = b"", *,
                  if_exists: str = "replace", delay=None) -> bytes:
         """:func:`timerwheel_c.durable.schedule` on this service's store, for a served partition and a
         kind this service's registry has a handler for, then wake the thread if the timer is

@@ -35,7 +35,7 @@ import inspect
 import math
 import threading
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 from .codecs import decoded
 from .due import due_at_ms_of
@@ -69,7 +69,8 @@ class DueTimer:
     """The timer handed to :meth:`TimerHandler.fire`.
 
     ``due_at_ms``: the time it was scheduled for (Unix epoch ms), kept across backoffs.
-    ``kind``: the :class:`TimerKind`. ``reference``, ``value``: bytes as scheduled.
+    ``kind``: the :class:`TimerKind`. ``reference``: bytes as scheduled. ``value``: bytes as
+    scheduled; for a handler of a kind with a codec, the value it decodes (a dict for ``codec="json"``).
     ``attempt``: 1 on the first try, growing by one per try (the runner claims the row
     with its next attempt before calling ``fire``). ``key``: the row's key as claimed.
     """
@@ -77,7 +78,7 @@ class DueTimer:
     due_at_ms: int
     kind: TimerKind
     reference: bytes
-    value: bytes
+    value: Any  # bytes, or a codec's decoded value: a handler indexes it without a cast
     attempt: int
     key: bytes
 

@@ -215,7 +215,7 @@ def on_store(store: Store, partition: str, steps: Steps[T]) -> T:
     return run_steps(steps, PartitionCalls(store, partition))
 
 
-def schedule(store: Store, partition: Optional[str], due_at_ms, kind, reference: bytes, value: bytes = b"", *,
+def schedule(store: Store, partition: Optional[str], due_at_ms, kind, reference: bytes, value: object = b"", *,
              if_exists: str = "replace", conn=None, delay=None) -> bytes:
     """Arm the timer named (``partition``, ``kind``, ``reference``) for ``due_at_ms`` with ``value``;
     return the key of the pending timer row (bytes).
@@ -278,7 +278,7 @@ def check_kind_name(store: Store, kind, conn=None) -> None:
         check_kind_names(store, [kind])
 
 
-def schedule_steps(store: Store, partition: str, due_at_ms, kind, reference: bytes, value: bytes,
+def schedule_steps(store: Store, partition: str, due_at_ms, kind, reference: bytes, value: object,
                    if_exists: str) -> Steps[bytes]:
     """:func:`schedule`'s arguments checked (raising as it does), and its steps to :func:`write`."""
     check_store(store)
