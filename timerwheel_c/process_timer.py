@@ -60,7 +60,8 @@ def arm_at(at: float):
 
     Raises:
         TypeError: ``at`` is not a real number (or is a bool).
-        ValueError: ``at`` is NaN, infinite or out of the int64 ns range.
+        ValueError: ``at`` is NaN, infinite or out of the int64 ns range, or more than 10 years
+            ahead (wall-clock seconds from ``time.time()`` by mistake), as ``ReleaseTimer.arm``.
     """
     d = _core.past_deadline(at)
     if d is not None:
