@@ -53,7 +53,7 @@ class DurableTimerService:
     """A background thread firing the durable timers of ``partitions`` in ``store``.
 
     Args:
-        store: the backend (:class:`timerwheel_c.durable.store.Store`).
+        store: the backend (:class:`timerwheel_c.durable.storage.store.Store`).
         registry: handlers by kind (:class:`TimerRegistry`).
         partitions: names to serve (non-empty str each), or None for every partition in the store (re-read on each
             pass) plus those scheduled through this service.

@@ -109,7 +109,7 @@ def due_at_ms_of(value: object, name: str = "due_at_ms", base_ms: Optional[Calla
             or a delay).
         ValueError: a naive datetime (no ``tzinfo``), one before 1970-01-01 UTC, a negative timedelta.
 
-    Range checks of ints (0..2**64-1) stay with :func:`timerwheel_c.durable.keys.timer`.
+    Range checks of ints (0..2**64-1) stay with :func:`timerwheel_c.durable.timers.keys.timer`.
     """
     if type(value) is DueMs:
         return value

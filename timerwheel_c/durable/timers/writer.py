@@ -13,7 +13,7 @@ lock, kept in the store's guarded batches.
 
 A web or API process that only *writes* timers needs neither a registry nor a running service: it
 writes the row, and the store's change signal (:meth:`Store.watch`) wakes every runner serving the
-partition, in this process or another. :class:`timerwheel_c.durable.service.DurableTimerService`
+partition, in this process or another. :class:`timerwheel_c.durable.service.service.DurableTimerService`
 wraps these, adding a check of the kind against its registry and an in-process wake-up.
 
 With ``conn=``, :func:`schedule`, :func:`cancel` and :func:`reschedule` write through the caller's
