@@ -156,13 +156,15 @@ def test_a_database_whose_encoding_would_misfile_partitions_is_refused():
 
 
 @contextlib.contextmanager
-def _application_role(limit: str = ""):
+def _application_role(limit: str = "", owner_schedules: bool = False):
     """The URL of a new role (``limit``: e.g. ``CONNECTION LIMIT 1``) granted only SELECT, INSERT,
     UPDATE and DELETE on the tables of a store its owner made in a fresh schema (no CREATE, not the
-    owner); the role dropped afterwards."""
+    owner; with ``owner_schedules``, the owner scheduled a timer there too); the role dropped afterwards."""
     role = f"app_{uuid.uuid4().hex[:12]}"
     with _schema() as (url, schema):
-        PostgresStore(url).close()
+        with PostgresStore(url) as owned:
+            if owner_schedules:
+                schedule(owned, "p", PAST_MS, KIND, b"owner")
         with psycopg.connect(_DSN, autocommit=True) as conn:
             conn.execute(f"CREATE ROLE {role} LOGIN {limit}")
             conn.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
@@ -188,6 +190,22 @@ def test_an_application_role_with_row_privileges_only_opens_writes_and_fires(cap
         assert any("cannot narrow the wake trigger" in r.getMessage() for r in caplog.records)
         run_due(store, "p", TimerRegistry().register(handler), PAST_MS + 1000)
         assert handler.fired == [b"r"] and list_timers(store, "p") == []
+
+
+def test_the_narrowing_the_warning_asks_of_the_owner_spares_an_application_role_the_warning(caplog):
+    """The warning of a role that cannot narrow the wake trigger says what narrows it: a timer scheduled
+    (or a runner started) as the owner, not an open alone (which the owner's store above made, and which
+    left it wide); once the owner has scheduled one, the role's writes narrow nothing and warn nothing."""
+    with _application_role() as app_url, PostgresStore(app_url) as store:
+        with caplog.at_level(logging.WARNING, logger="timerwheel_c.durable"):
+            schedule(store, "p", PAST_MS, KIND, b"r")
+        (warning,) = [r.getMessage() for r in caplog.records if "cannot narrow the wake trigger" in r.getMessage()]
+        assert "Schedule a timer or start a runner once as its owner" in warning, warning
+    caplog.clear()
+    with _application_role(owner_schedules=True) as app_url, PostgresStore(app_url) as store:
+        with caplog.at_level(logging.WARNING, logger="timerwheel_c.durable"):
+            schedule(store, "p", PAST_MS, KIND, b"r")
+        assert not [r for r in caplog.records if "cannot narrow the wake trigger" in r.getMessage()]
 
 
 def test_a_role_allowed_one_connection_opens_a_store_and_writes():

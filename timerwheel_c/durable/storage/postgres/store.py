@@ -513,8 +513,8 @@ class PostgresStore(Store):
                     # A role that may write rows but not own the table: the trigger keeps signalling
                     # every write, which wakes the runners as promptly, only more often.
                     log.warning("%r: this role cannot narrow the wake trigger to the timer rows (it does not own "
-                                "table %r); it keeps signalling every write. Open the store once as its owner to "
-                                "narrow it.", self, self.table)
+                                "table %r); it keeps signalling every write. Schedule a timer or start a runner once "
+                                "as its owner to narrow it (opening the store does not).", self, self.table)
         self._signalled = text
 
     def new_connection(self) -> psycopg.Connection:
