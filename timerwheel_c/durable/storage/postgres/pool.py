@@ -85,6 +85,8 @@ class AsyncPools:
         self._sizes = (MIN_SIZE, MAX_SIZE, TIMEOUT_S)
         # pool -> monotonic s of its last renewal (_renew); each pool is used on its own loop's thread
         self._renewed_s: "weakref.WeakKeyDictionary[AsyncConnectionPool, float]" = weakref.WeakKeyDictionary()
+        # connection -> monotonic s it was made, for a renewal without psycopg_pool 3.3's drain (_renew)
+        self._made_s: "weakref.WeakKeyDictionary[psycopg.AsyncConnection, float]" = weakref.WeakKeyDictionary()
         # loop -> the connections its pool made (closed ones drop out, and a loop no one holds), to end
         # their sessions should the loop close with its pool open (_end_sessions)
         self._made: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, weakref.WeakSet[psycopg.AsyncConnection]]" = \
@@ -131,14 +133,22 @@ class AsyncPools:
         """After a refusal no retry on the same session ends (see results.session_is_stale): every
         session of ``pool`` began with the same defaults, so all are made anew, ``conn`` as it comes
         back (psycopg_pool 3.3's ``drain``), at most once per :data:`_RENEW_EVERY_S`, since while the
-        refusal lasts every write meets it; before 3.3, ``conn`` alone is closed."""
+        refusal lasts every write meets it. Before 3.3 (the newest on Python 3.9) there is no drain:
+        a renewal is the time it starts, and a session is closed when refused if it was made before
+        the latest renewal; one made since is kept until the next (closing each refused one opened a
+        session per refused write)."""
+        now_s = time.monotonic()
+        last_s = self._renewed_s.get(pool, -math.inf)
+        renewing = now_s - last_s >= _RENEW_EVERY_S
+        if renewing:
+            self._renewed_s[pool] = last_s = now_s
         drain = getattr(pool, "drain", None)
         if drain is None:
-            await conn.close()
-            return
-        now_s = time.monotonic()
-        if now_s - self._renewed_s.get(pool, -math.inf) >= _RENEW_EVERY_S:
-            self._renewed_s[pool] = now_s
+            with self._lock:
+                made_s = self._made_s.get(conn, -math.inf)
+            if made_s < last_s:
+                await conn.close()
+        elif renewing:
             await drain()
 
     async def _pool(self) -> AsyncConnectionPool:
@@ -183,6 +193,7 @@ class AsyncPools:
     async def _configure(self, conn: psycopg.AsyncConnection) -> None:
         with self._lock:
             self._made.setdefault(asyncio.get_running_loop(), weakref.WeakSet()).add(conn)
+            self._made_s[conn] = time.monotonic()
         await conn.execute(SESSION_SETUP)
         if self._setup is not None:
             await conn.execute(self._setup)
