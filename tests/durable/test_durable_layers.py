@@ -283,7 +283,8 @@ def hub_callbacks(source: str, hub: str) -> list:
                 handed_method = (isinstance(arg, ast.Attribute) and isinstance(arg.value, ast.Name)
                                  and arg.value.id == "self" and arg.attr in methods)
                 if handed_method or isinstance(arg, ast.Lambda):
-                    found.append(f"{call.lineno}: {ast.unparse(call).splitlines()[0]}")
+                    # The source as written: ast.unparse writes "lambda : x" before Python 3.11.
+                    found.append(f"{call.lineno}: {ast.get_source_segment(source, call).splitlines()[0]}")
     return found
 
 
