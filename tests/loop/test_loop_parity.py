@@ -264,11 +264,12 @@ def test_freezegun_real_asyncio_keeps_the_loop_on_the_real_clock(new_wheel_loop)
         assert loop.time() - start >= 0.05
 
 
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="looptime needs Python 3.11+ (the test extra installs it there only)")
 def test_looptime_fast_forwards_the_event_loop_as_asyncio_loop():
     """looptime (a virtual clock that subclasses the loop's class at run time and moves time in
     its select) makes asyncio.sleep(3600) end at once, at loop time 3600, on EventLoop as on
     asyncio's loop."""
-    looptime = pytest.importorskip("looptime")
+    import looptime
     from timerwheel_c.loop import EventLoop
 
     async def main(loop):
