@@ -42,8 +42,13 @@ from .run import command
 __all__ = ["DEFAULT_BATCH", "INSTALL_HINT", "missing", "run", "version"]
 
 DEFAULT_BATCH = 10  # QueueManager.run's batch_size default
-INSTALL_HINT = ("the comparison with pgqueuer needs it installed and a PostgreSQL server: "
-                "pip install \".[peers]\", then run with --pg-dsn postgresql://...")
+if sys.version_info >= (3, 10):
+    INSTALL_HINT = ("the comparison with pgqueuer needs it installed and a PostgreSQL server: "
+                    "pip install \".[peers]\", then run with --pg-dsn postgresql://...")
+else:  # pgqueuer needs Python 3.10: the peers extra installs nothing here
+    INSTALL_HINT = (f"the comparison with pgqueuer needs Python 3.10 or later (this is Python {sys.version_info[0]}."
+                    f"{sys.version_info[1]}), there with it installed and a PostgreSQL server: "
+                    "pip install \".[peers]\", then run with --pg-dsn postgresql://...")
 _ENTRYPOINT = "noop"
 _DSN_ENV = "TIMERWHEEL_C_PGQ_DSN"
 _LEAD_S = 2.0  # from the enqueue to T0: time to commit the jobs before any is due
