@@ -28,7 +28,8 @@ left out). The table gives due times in this machine's zone and how far they are
 plus ``value`` (text or null) and ``value_hex``.
 
 ``cancel`` removes the timer, whatever its state. ``requeue`` puts a parked or retrying timer
-back to scheduled with its attempts reset, due now, at ``--due-at`` (ISO 8601; without a zone,
+back to scheduled with its attempts reset, due now, at ``--due-at`` (ISO 8601 as ``datetime.fromisoformat``
+reads it, and ``Z``: before Python 3.11 only the extended form ``isoformat()`` writes; without a zone,
 this machine's) or ``--in SECONDS`` from now; it leaves a scheduled timer as it is (exit 1):
 ``fire-now`` is the command that moves a healthy timer. ``fire-now`` makes the timer due now
 with its attempts reset, whatever its state. A runner serving the partition fires it on its next
@@ -107,7 +108,9 @@ def add_parser(sub) -> None:
         if action == "requeue":
             when = a.add_mutually_exclusive_group()
             when.add_argument("--due-at", type=_iso_ms, metavar="ISO",
-                              help="due at this ISO 8601 time (without a zone: this machine's, a time in a "
+                              help="due at this ISO 8601 time, as this Python's datetime.fromisoformat reads it, "
+                                   "and Z (before Python 3.11 only the extended form isoformat() writes, such as "
+                                   "2026-12-01T18:30:00.500+01:00; without a zone: this machine's, a time in a "
                                    "daylight-saving gap read on the offset before it); default now")
             when.add_argument("--in", type=_seconds, dest="in_s", metavar="SECONDS", help="due SECONDS from now")
         if action in ("list", "show"):
