@@ -4,7 +4,8 @@ A PostgreSQL URL may carry a password (``postgresql://user:PASSWORD@host/db``, o
 ``password=PASSWORD`` in the query or in a keyword/value connection string, see the
 PostgreSQL docs, "Connection Strings"), or name a file that holds one (``service=NAME``, a
 section of the connection service file; ``passfile=PATH``, a password file), or leave it to the
-environment (``PGPASSWORD``, ``PGPASSFILE`` or ``~/.pgpass``, ``PGSERVICE``). :func:`redact`
+environment (``PGPASSWORD``, ``PGPASSFILE`` or ``~/.pgpass``, ``PGSERVICE``: a store remembers the
+one libpq connected with, see :func:`remember`). :func:`redact`
 is the one path by which a URL, or any text that may quote one, reaches a log line, an
 exception message, a ``repr``, or the bench's printed and JSON output.
 
@@ -155,24 +156,13 @@ def _public(url: str) -> frozenset:
     return frozenset(p for p in found if p)
 
 
-def _environment_passwords() -> set:
-    """The passwords libpq reads from the environment for a connection whose string carries none
-    (the PostgreSQL docs, "Environment Variables", "The Password File"): ``PGPASSWORD``, every one
-    of the password file (``PGPASSFILE``, default ``~/.pgpass``), and those of the ``PGSERVICE``
-    section of the service files."""
-    found = {os.environ.get("PGPASSWORD") or ""}
-    found |= _passfile_passwords(os.environ.get("PGPASSFILE") or "~/.pgpass")
-    if os.environ.get("PGSERVICE"):
-        found |= _service_passwords(os.environ["PGSERVICE"])
-    return found
-
-
-def _verbatim(url: str, also: frozenset | set = frozenset()) -> set:
-    """The passwords of ``url`` (:func:`_passwords`), and ``also``, to mask wherever they appear: those
-    of at least :data:`MIN_VERBATIM` characters that are no part of what it names in the open
-    (:func:`_public`), whose masking would only rewrite those names."""
+def _verbatim(url: str, passwords: frozenset | set | None = None) -> set:
+    """The passwords of ``url`` (:func:`_passwords`), or ``passwords`` given for it, to mask wherever
+    they appear: those of at least :data:`MIN_VERBATIM` characters that are no part of what it names in
+    the open (:func:`_public`), whose masking would only rewrite those names."""
     public = _public(url)
-    return {p for p in _passwords(url) | also if len(p) >= MIN_VERBATIM and not any(p in name for name in public)}
+    found = _passwords(url) if passwords is None else passwords
+    return {p for p in found if len(p) >= MIN_VERBATIM and not any(p in name for name in public)}
 
 
 # The passwords of the stores opened in this process that are masked wherever they appear
@@ -182,15 +172,20 @@ def _verbatim(url: str, also: frozenset | set = frozenset()) -> set:
 _REMEMBERED: set[str] = set()
 
 
-def remember(url: str | None) -> None:
+def remember(url: str | None, password: str | None = None) -> None:
     """Mask the passwords the PostgreSQL connection string ``url`` carries or names (as :func:`redact`'s
-    ``urls``), and those libpq would read for it from the environment (``PGPASSWORD``, the password file,
-    ``PGSERVICE``'s section), in every later :func:`redact` of this process, wherever they appear
-    verbatim. A store calls it on its URL, once: a handler's error that quotes the password the store
-    connected with is masked however the password was given. The files are read then, not at each
-    :func:`redact`."""
+    ``urls``) in every later :func:`redact` of this process, wherever they appear verbatim. A store
+    calls it on its URL, once; the files it names are read then, not at each :func:`redact`.
+
+    With ``password``, mask that one instead: the password libpq connected to ``url`` with
+    (``conn.info.password``), however libpq was given it (the URL, ``PGPASSWORD``, the line of the
+    password file that matched the connection, ``PGSERVICE``'s section). Each new connection of a
+    store passes it, so that a handler's error quoting it is masked; libpq's own choice, not a reading
+    of the environment's files here: libpq takes one line of the password file (its password ending at
+    the first unescaped ":"), and the others' passwords, another host's or user's ("postgres", a local
+    server's), are no secret of the store's, which masked would rewrite every text that names them."""
     if url:
-        _REMEMBERED.update(_verbatim(url, _environment_passwords()))
+        _REMEMBERED.update(_verbatim(url, None if password is None else {password}))
 
 
 def redact(text: str, *urls: str | None) -> str:

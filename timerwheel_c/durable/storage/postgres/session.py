@@ -20,7 +20,7 @@ from typing import Any, Dict
 
 import psycopg
 
-from ..redact import redact
+from ..redact import redact, remember
 from .results import store_error
 
 __all__ = ["CONNECT_KWARGS", "SESSION_SETUP", "open_session"]
@@ -41,10 +41,14 @@ def open_session(dsn: str) -> psycopg.Connection:
             message never holds the password.
     """
     try:
-        return psycopg.connect(dsn, **CONNECT_KWARGS)
+        conn = psycopg.connect(dsn, **CONNECT_KWARGS)
     except psycopg.Error as exc:
         error = store_error(exc, dsn)
         if redact(str(exc), dsn) != str(exc):
             # libpq quoted the connection string back, password included: do not chain it.
             raise error from None
         raise error from exc
+    # The password libpq connected with, however it was given (the environment's PGPASSWORD, the
+    # password file, PGSERVICE): masked wherever this process prints it, a handler's error included.
+    remember(dsn, conn.info.password)
+    return conn
