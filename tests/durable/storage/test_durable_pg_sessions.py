@@ -156,14 +156,18 @@ def test_a_database_whose_encoding_would_misfile_partitions_is_refused():
 
 
 @contextlib.contextmanager
-def _application_role(limit: str = "", owner_schedules: bool = False):
+def _application_role(limit: str = "", owner_schedules: object = False):
     """The URL of a new role (``limit``: e.g. ``CONNECTION LIMIT 1``) granted only SELECT, INSERT,
     UPDATE and DELETE on the tables of a store its owner made in a fresh schema (no CREATE, not the
-    owner; with ``owner_schedules``, the owner scheduled a timer there too); the role dropped afterwards."""
+    owner; with ``owner_schedules``, the owner scheduled a timer there too, with ``"conn"`` in a transaction
+    of its own, ``conn=``); the role dropped afterwards."""
     role = f"app_{uuid.uuid4().hex[:12]}"
     with _schema() as (url, schema):
         with PostgresStore(url) as owned:
-            if owner_schedules:
+            if owner_schedules == "conn":  # in the owner's own transaction
+                with psycopg.connect(url) as conn:
+                    schedule(owned, "p", PAST_MS, KIND, b"owner", conn=conn)
+            elif owner_schedules:
                 schedule(owned, "p", PAST_MS, KIND, b"owner")
         with psycopg.connect(_DSN, autocommit=True) as conn:
             conn.execute(f"CREATE ROLE {role} LOGIN {limit}")
@@ -201,6 +205,13 @@ def test_the_narrowing_the_warning_asks_of_the_owner_spares_an_application_role_
             schedule(store, "p", PAST_MS, KIND, b"r")
         (warning,) = [r.getMessage() for r in caplog.records if "cannot narrow the wake trigger" in r.getMessage()]
         assert "Schedule a timer or start a runner once as its owner" in warning, warning
+        assert "nor a write through conn= or timerwheel_c.durable.aio" in warning, warning
+    caplog.clear()
+    # The owner's write in its own transaction (conn=) leaves the trigger wide, as the warning says.
+    with _application_role(owner_schedules="conn") as app_url, PostgresStore(app_url) as store:
+        with caplog.at_level(logging.WARNING, logger="timerwheel_c.durable"):
+            schedule(store, "p", PAST_MS, KIND, b"r")
+        assert [r for r in caplog.records if "cannot narrow the wake trigger" in r.getMessage()]
     caplog.clear()
     with _application_role(owner_schedules=True) as app_url, PostgresStore(app_url) as store:
         with caplog.at_level(logging.WARNING, logger="timerwheel_c.durable"):

@@ -514,7 +514,8 @@ class PostgresStore(Store):
                     # every write, which wakes the runners as promptly, only more often.
                     log.warning("%r: this role cannot narrow the wake trigger to the timer rows (it does not own "
                                 "table %r); it keeps signalling every write. Schedule a timer or start a runner once "
-                                "as its owner to narrow it (opening the store does not).", self, self.table)
+                                "as its owner to narrow it (opening the store does not, nor a write through conn= "
+                                "or timerwheel_c.durable.aio).", self, self.table)
         self._signalled = text
 
     def new_connection(self) -> psycopg.Connection:
