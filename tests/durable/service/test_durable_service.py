@@ -372,11 +372,11 @@ def test_a_commit_waiting_on_a_lock_does_not_hold_up_the_claims_on_postgresql(pg
 
                     wait_until(commit_waiting, "the outcome's commit to wait on the held row", LIVENESS_S)
                     writer.apply("other", Batch().put(keys.timer(wall_ms() - 1, KIND, b"later"), b""))
+                    # The other timer fires while the row is still held, so while the held outcome cannot
+                    # commit: the fire did not wait for that commit. (Not asserted as "its commit waits on
+                    # the lock now": the commit's lock wait is bounded, so on a loaded machine a look may
+                    # fall between a lock timeout and its retry.)
                     wait_until(lambda: b"later" in h.fired, "a timer due while a commit waited to fire", LIVENESS_S)
-                    # Its outcome is still not committed: the fire did not wait for it. (Not "still waiting on
-                    # the lock now": the commit's lock wait is bounded, so under load it may be between a lock
-                    # timeout and its retry when this looks.)
-                    assert writer.get(P, b"blocked") == b"0"
                 finally:
                     holder.rollback()  # before the stop, which would otherwise wait on the commit it holds up
                 wait_until(lambda: writer.get("other", b"effect/later") is not None and writer.get(P, b"blocked") == b"1",
