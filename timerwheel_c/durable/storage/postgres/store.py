@@ -185,8 +185,8 @@ class PostgresStore(Store):
     Args:
         dsn: a libpq connection string or ``postgresql://`` URL.
         table: the table name (lower-case identifier of at most 52 characters, default
-            ``timerwheel_kv``); created if missing, with ``<table>_meta``, the view
-            ``<table>_timers``, the functions ``<table>_apply_one``, ``<table>_apply_many``,
+            ``timerwheel_kv``); created if missing, with its index ``<table>_shard``, ``<table>_meta``,
+            the view ``<table>_timers``, the functions ``<table>_apply_one``, ``<table>_apply_many``,
             ``<table>_apply_many_at``, ``<table>_apply_sets``, ``<table>_apply_sets_at`` and
             ``<table>_lock_shards``, and the trigger ``<table>_wake`` with its function.
         synchronous_commit: this store's session ``synchronous_commit`` ("on", "off", "local",
