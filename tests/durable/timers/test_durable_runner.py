@@ -292,6 +292,42 @@ def test_per_kind_cap_defers_and_max_per_tick_lowers_it(store):
     assert report.next_wake_ms == NOW
 
 
+class CountingScans(Delegating):
+    """Delegates to a real store and counts the rows its scans read."""
+
+    def __init__(self, inner):
+        super().__init__(inner)
+        self.read = 0
+
+    def _scan(self, partition, *args):
+        page = super()._scan(partition, *args)
+        self.read += len(page.entries)
+        return page
+
+
+def test_a_claim_whose_every_kind_is_capped_reads_no_further_page(store):
+    """A backlog of one kind past its cap: the claim stops once the kind's cap is reached and the page
+    it read is looked at, reading no page of rows it could only defer, and says it stopped on its
+    budget (the next wake is now); the next claim takes the next rows. With two kinds, a page is read
+    while one of them is under its cap."""
+    from timerwheel_c.durable.timers.claim import SCAN_PAGE
+
+    for i in range(SCAN_PAGE + 100):
+        schedule(store, NOW - 1000 + i, reference=b"%04d" % i)
+    counting = CountingScans(store)
+    budget = TickBudget(max_per_kind=3)
+    claims = claim_due(counting, P, TimerRegistry().register(Recorder()), NOW, budget)
+    assert [c.timer.reference for c in claims.timers] == [b"0000", b"0001", b"0002"]
+    assert counting.read == SCAN_PAGE, "one page, not the backlog up to max_scanned"
+    assert (claims.report.deferred, claims.report.stopped_on_budget) == (SCAN_PAGE - 3, True)
+    assert next_wake(store, P, NOW, claims.report) == NOW
+    claims = claim_due(counting, P, TimerRegistry().register(Recorder()), NOW, budget)
+    assert [c.timer.reference for c in claims.timers] == [b"0003", b"0004", b"0005"]
+    counting.read = 0
+    claims = claim_due(counting, P, TimerRegistry().register(Recorder()).register(Recorder(B)), NOW, budget)
+    assert len(claims.timers) == 3 and counting.read == SCAN_PAGE + 100 - 6, "kind B may lie further on"
+
+
 @pytest.mark.parametrize("limit", ["max_fired", "max_scanned", "max_elapsed_ms"])
 def test_each_budget_limit_stops_the_tick(store, limit):
     """Each budget limit ends the tick with stopped_on_budget while due rows remain; the limit of 1

@@ -239,6 +239,7 @@ class Claimer:
         self.calls = 0
         self.per_kind: dict = {}
         self.capped: set = set()  # kinds whose cap this tick has reached
+        self.kind_count = len(registry.kinds())  # once every one is capped, no row left can fire
         self.started = clock()
         self.start, self.end = keys.due_range(now_ms)
         self.pending: list = []  # rows of the current page not looked at yet, last first
@@ -274,7 +275,10 @@ class Claimer:
         self.refused = []
         report = self.report
         while not self.pending and not self.exhausted:
-            if self.over_budget():  # a claim that used up its budget reads no page it cannot claim from
+            # A claim that used up its budget reads no page it cannot claim from; nor does one whose every
+            # kind has reached its cap: the rows after would all be deferred, a backlog of one kind read
+            # (up to max_scanned) for nothing, in every pass that claims from it.
+            if self.over_budget() or 0 < self.kind_count <= len(self.capped):
                 report.stopped_on_budget = True
                 return rows, batches
             # Rows a capped kind defers cost a scan but no claim: read what is left of max_scanned

@@ -150,7 +150,9 @@ class RunReport:
     ``busy``: due rows skipped because the caller has them in flight (``exclude``).
     ``scanned``: rows looked at. ``moved``: rows this tick moved off the due range (claims
     and quarantines committed: the progress that decides ``next_wake_ms``).
-    ``stopped_on_budget``: a budget limit ended the tick with due rows left.
+    ``stopped_on_budget``: a budget limit ended the tick with due rows left, or may have: every
+    registered kind had reached its cap (``max_per_kind``, a handler's ``max_per_tick``) where the
+    rows read ended, so none after could fire and the tick read no further.
     ``earliest_put_ms``: the earliest due time (Unix epoch ms) of a timer row that a
     committed outcome wrote, or that an outcome left at its backoff key (a failure, a refused or
     guard-failed outcome: its retry may have come due while the handler ran), or None. ``earliest_unknown_ms``: when the first row left
