@@ -848,6 +848,72 @@ def test_a_pass_reads_and_claims_every_partition_in_shared_round_trips(store):
             assert ("scan_many", 16) in counting.calls  # the wakes: one by one all the same, in the generic one
 
 
+class CountingPages(CountingReads):
+    """CountingReads that also keeps the row limit of each scan_many request and the rows it read."""
+
+    def __init__(self, inner):
+        super().__init__(inner, True)
+        self.limits, self.read = [], 0
+
+    def _scan_many(self, requests):
+        self.limits.append([r[4] for r in requests])
+        pages = super()._scan_many(requests)
+        self.read += sum(len(page.entries) for page in pages)
+        return pages
+
+
+def test_a_pass_reads_ahead_only_as_far_as_its_room_reaches(store):
+    """A backlog in each of 16 partitions, room for 250 rows: the pass reads a full page (its claim's
+    size, here the kind's cap of 100) of the partitions whose pages the room may take, the room left
+    of the next one and a row of the rest (which says whether they have due rows), and claims 250 rows
+    in one apply_across: it reads 263 rows, not 16 full pages to claim from 3. A partition read short
+    of the room left to it (one before it had fewer rows than expected) is read again, fully, in the
+    next round's one read, even alone. Deterministic: the clock is fixed."""
+    from timerwheel_c.durable.service.metrics import Recorder as Counts
+    from timerwheel_c.durable.service.passes import Passes
+    from timerwheel_c.durable.timers.timing import Timing
+
+    def backlog(partition, rows):
+        batch = Batch()
+        for i in range(rows):
+            batch.put(keys.timer(NOW - 1000 + i, A, b"%s-%03d" % (partition.encode(), i)), b"")
+        store.apply(partition, batch)
+
+    def one_pass(partitions):
+        counting = CountingPages(store)
+        passes = Passes(counting, TimerRegistry().register(Recorder()), TickBudget(max_per_kind=100),
+                        lambda: partitions, None, Counts(), lambda: NOW, Timing())
+        # min_share as a service's cheap handlers give it: a partition may take all the room.
+        return passes.run(250, frozenset(), lambda: False, 1000), counting
+
+    partitions = [f"p{i:02d}" for i in range(16)]
+    for p in partitions:
+        backlog(p, 150)
+    result, counting = one_pass(partitions)
+    assert len(result.jobs) == 250 and result.starved and result.wake_ms == NOW
+    assert counting.limits == [[100, 100, 50] + [1] * 13]
+    assert counting.read == 263 and counting.calls == [("scan_many", 16), ("apply_across", 3)]
+    partitions = [f"q{i:02d}" for i in range(4)]
+    backlog("q00", 10)
+    for p in partitions[1:]:
+        backlog(p, 150)
+    result, counting = one_pass(partitions)
+    assert len(result.jobs) == 250
+    assert counting.limits == [[100, 100, 50, 1], [100, 40]]
+    assert counting.calls == [("scan_many", 4), ("apply_across", 2), ("scan_many", 2), ("apply_across", 2)]
+    assert sorted({j.partition: 0 for j in result.jobs}) == partitions
+    # The one partition read short is read again alone, and claims its page in one round trip too.
+    partitions = [f"r{i:02d}" for i in range(3)]
+    backlog("r00", 10)
+    for p in partitions[1:]:
+        backlog(p, 150)
+    result, counting = one_pass(partitions)
+    assert len(result.jobs) == 210
+    assert counting.limits == [[100, 100, 50], [100]]
+    # (then r00's next wake, its due rows all claimed: a read of its own, as one partition's is)
+    assert counting.calls == [("scan_many", 3), ("apply_across", 2), ("scan_many", 1), ("apply_across", 1), ("scan", "r00")]
+
+
 def test_a_retry_a_finite_1e308_seconds_away_is_as_far_as_a_due_time_goes(store):
     """Retry(delay=1e308) is finite, so accepted; its ms used to overflow a float to inf and
     run_due raised, losing the Done of the timer beside it in the chunk, whose handler then ran

@@ -105,6 +105,9 @@ class Passes:
         self.clock = clock
         self.shards = shards
         self._turn = 0
+        # partition -> the due rows the first page of its last read found, None when the page was full (as
+        # many or more): what a read ahead expects of it, in a pass that reads partitions one by one.
+        self._due_rows: dict = {}
         self._failures: dict = {}  # partition -> failed passes in a row
         self._retry_at: dict = {}  # partition -> monotonic s before which it is not passed
         self._stuck: dict = {}  # key -> monotonic s until which it is skipped
@@ -143,6 +146,8 @@ class Passes:
                 wake = _earliest(wake, self.wall_ms() + int((retry_at - now_s) * 1000) + 1)
             else:
                 ready.append(p)
+        if len(self._due_rows) > len(ready):  # only the partitions served now
+            self._due_rows = {p: self._due_rows[p] for p in ready if p in self._due_rows}
         if ready:
             turn = self._turn % len(ready)
             ready = ready[turn:] + ready[:turn]
@@ -155,19 +160,21 @@ class Passes:
             share = -(-share // PAGE) * PAGE
         waking: dict = {}  # partition -> (now_ms, report) of its last claim, whose next wake is to read
         rest = ready
+        again = False  # a partition was read short of its room: the next round reads it again, even alone
         while rest and free > 0:  # rounds of partitions claimed together, their round trips shared
             # Reading ahead pays only where the store reads many partitions in one round trip; with a
             # store that reads them one by one, a partition the room never reaches would be read for
             # nothing, so there each partition reads its own when its turn comes. By shard, the first
             # round's pages are the shard read's, whatever the store.
             now_ms = self.wall_ms()
+            short: set = set()  # partitions read ahead short of the room they may find
             if found is not None:
                 ahead = [p for p in rest if p in found]
                 firsts = self._shard_pages(found, full, ahead, min(share, free))
                 found = None
             else:
                 ahead = rest if self.store.reads_many_at_once else []
-                firsts = self._due_pages(ahead, now_ms, min(share, free))
+                firsts = self._due_pages(ahead, now_ms, min(share, free), free, short, again)
             if not firsts:
                 break  # one partition ahead, or the read failed: each claims on its own below
             if stopping():
@@ -177,8 +184,12 @@ class Passes:
             for p in ahead:
                 if left <= 0:  # the rest wait for the room actually left
                     break
+                page = firsts[p]
+                if p in short and page.next is not None and len(page.entries) < min(share, left):
+                    again = True
+                    continue  # read short of the room left to it: read again, in the next round's one read
                 caps[p] = min(share, left)
-                left -= min(caps[p], len(firsts[p].entries))  # what it can claim of the rows seen
+                left -= min(caps[p], len(page.entries))  # what it can claim of the rows seen
             requests = [(p, self._budget(cap), firsts[p]) for p, cap in caps.items()]
             try:
                 across = claim_due_across(self.store, requests, self.registry, now_ms, exclude=exclude,
@@ -267,17 +278,39 @@ class Passes:
             wake = _earliest(wake, due)
         return wake
 
-    def _due_pages(self, ready: list, now_ms: int, cap: int) -> dict:
+    def _due_pages(self, ready: list, now_ms: int, cap: int, free: int, short: set, again: bool = False) -> dict:
         """The first page of due rows (at most ``cap``, what each may claim) of every partition in
         ``ready`` at ``now_ms``, read in one round trip (:meth:`Store.scan_many`): ``{partition: Page}``,
-        or {} when there is one partition or the read failed (each partition then reads its own, and
-        keeps its own error)."""
-        if len(ready) < 2 or cap <= 0:
+        or {} when there is one partition (unless ``again``: a partition read short before, whose claim
+        of a whole page in one round trip its own read would make in round trips of :data:`PAGE` rows)
+        or the read failed (each partition then reads its own, and keeps its own error).
+
+        A partition is read only as far as the room of ``free`` rows may reach it: past the rows the
+        partitions before it are expected to fill (as many as their last read found, or a full page),
+        its page is cut to the room left (at least a row, which says whether it has any); those
+        partitions are added to ``short``. A backlog in every partition was otherwise read a full page
+        each, in every pass, to claim from the first few."""
+        if len(ready) < (1 if again else 2) or cap <= 0:
             return {}
+        budget, due_rows = self.budget, self._due_rows
+        requests = []
+        expected = 0  # rows the partitions before are expected to take of the room
+        for p in ready:
+            request = due_request(p, now_ms, budget, cap)
+            full = request[4]
+            limit = min(full, max(1, free - expected))
+            if limit < full:
+                request = request[:4] + (limit,)
+                short.add(p)
+            requests.append(request)
+            seen = due_rows.get(p)
+            expected += min(cap, full if seen is None else seen)
         try:
-            return dict(zip(ready, self.store.scan_many([due_request(p, now_ms, self.budget, cap) for p in ready])))
+            pages = self.store.scan_many(requests)
         except Exception:
             return {}
+        self._due_rows.update((p, None if page.next is not None else len(page.entries)) for p, page in zip(ready, pages))
+        return dict(zip(ready, pages))
 
     def _claimed_in_shards(self, shards: list) -> list:
         """The partitions of ``shards`` (just taken over) holding rows where a dead runner's first
