@@ -41,7 +41,7 @@ class Delegating(Store):
     def _get(self, partition: str, key: bytes) -> Optional[bytes]:
         return self.inner.get(partition, key)
 
-    def _scan_shards(self, shards: list, start: bytes, end: bytes, limit: int) -> list:
+    def _scan_shards(self, shards: list, start: bytes, end: bytes, limit) -> list:
         return self.inner.scan_shards(shards, start, end, limit)
 
     @property

@@ -859,6 +859,9 @@ def test_scan_shards_reads_each_shard_across_its_partitions_in_key_order(durable
     got = durable_store.scan_shards(shards, b"k", b"l", 1000)
     assert got == [[(p, k, v) for k, p, v in rows] for rows in expected]
     assert durable_store.scan_shards(shards, b"k", b"l", 2) == [rows[:2] for rows in got]
+    # A limit per shard: each shard read as deep as its own.
+    limits = [1 + i % 3 for i in range(len(shards))]
+    assert durable_store.scan_shards(shards, b"k", b"l", limits) == [rows[:n] for rows, n in zip(got, limits)]
     empty = next(s for s in range(count) if s not in by_shard) if len(by_shard) < count else None
     if empty is not None:
         assert durable_store.scan_shards([empty], b"", b"\xff", 5) == [[]]
@@ -880,6 +883,10 @@ def test_scan_shards_bad_arguments(durable_store):
         durable_store.scan_shards([0], b"", b"\xff", 0)
     with pytest.raises(TypeError, match="start must be bytes"):
         durable_store.scan_shards([0], "", b"\xff", 1)
+    with pytest.raises(ValueError, match=r"limit must hold one limit per shard \(1\), got 2"):
+        durable_store.scan_shards([0], b"", b"\xff", [1, 2])
+    with pytest.raises(ValueError, match="limit must be >= 1"):
+        durable_store.scan_shards([0], b"", b"\xff", [0])
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])

@@ -514,21 +514,29 @@ class Store(abc.ABC):
     #: recorded in it; a backend without shards of its own has one, which holds every partition.
     shard_count: int = 1
 
-    def scan_shards(self, shards: list, start: bytes, end: bytes, limit: int) -> list:
+    def scan_shards(self, shards: list, start: bytes, end: bytes, limit: Union[int, list]) -> list:
         """The rows with ``start <= key < end`` of every partition of each of ``shards``: one list per
         shard, in the order given, of at most ``limit`` ``(partition, key, value)`` triples in key order
         (ties by partition name) across the shard's partitions. How a runner reads the due rows, or the
         next due time, of any number of partitions with one index range scan per shard (one round trip
         for them all on PostgreSQL): a pass then costs O(shards), never O(partitions). A list shorter
-        than ``limit`` holds every such row of its shard.
+        than its limit holds every such row of its shard. ``limit``: one for every shard, or a list of
+        one per shard (a pass reads the shards its room reaches further than the others).
 
         Raises:
             TypeError / ValueError: ``shards`` is not a list of distinct ints in 0..:attr:`shard_count` - 1,
-                or ``start``, ``end``, ``limit`` as :meth:`scan` takes them, naming the value.
+                or ``start``, ``end``, ``limit`` (or a limit of the list, whose length is not the number
+                of shards) as :meth:`scan` takes them, naming the value.
         """
         check_shards(shards, self.shard_count)
         # scan's checks of the range and the limit, with a placeholder partition.
-        _, start, end, _, limit = _checked_scan("-", start, end, None, limit)
+        if isinstance(limit, list):
+            if len(limit) != len(shards):
+                raise ValueError(f"limit must hold one limit per shard ({len(shards)}), got {len(limit)}")
+            limit = [_checked_scan("-", start, end, None, n)[4] for n in limit]
+            _, start, end, _, _ = _checked_scan("-", start, end, None, 1)
+        else:
+            _, start, end, _, limit = _checked_scan("-", start, end, None, limit)
         return self._scan_shards(shards, start, end, limit) if shards else []
 
     def scan_every_shard(self, start: bytes, end: bytes, limit: int) -> list:
@@ -780,12 +788,14 @@ class Store(abc.ABC):
         the generic version, one ``_scan`` per request."""
         return [self._scan(*request) for request in requests]
 
-    def _scan_shards(self, shards: list, start: bytes, end: bytes, limit: int) -> list:
-        """:meth:`scan_shards` with checked arguments (a non-empty list of shards): the generic version
-        for a store of one shard, one :meth:`scan` per partition, merged (a backend with a shard column
-        reads each shard with one index range scan instead)."""
+    def _scan_shards(self, shards: list, start: bytes, end: bytes, limit: Union[int, list]) -> list:
+        """:meth:`scan_shards` with checked arguments (a non-empty list of shards; ``limit`` an int, or a
+        list of one per shard): the generic version for a store of one shard, one :meth:`scan` per
+        partition, merged (a backend with a shard column reads each shard with one index range scan
+        instead)."""
+        n = limit[0] if isinstance(limit, list) else limit
         rows = sorted((key, partition, value) for partition in self._partitions()
-                      for key, value in self._scan(partition, start, end, None, limit).entries)[:limit]
+                      for key, value in self._scan(partition, start, end, None, n).entries)[:n]
         return [[(partition, key, value) for key, partition, value in rows]]
 
     def _reshard(self, shard_count: int) -> None:

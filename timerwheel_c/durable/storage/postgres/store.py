@@ -666,11 +666,12 @@ class PostgresStore(Store):
         shard_count, locks = self._shards.state
         return shard_count, locks[shard_of(partition, shard_count)]
 
-    def _scan_shards(self, shards: list, start: bytes, end: bytes, limit: int) -> list:
-        """Every shard in one statement: a LATERAL range scan of the shard index per shard (see
-        ``scan_shards`` in ``postgres/sql/queries.sql``)."""
+    def _scan_shards(self, shards: list, start: bytes, end: bytes, limit: Union[int, list]) -> list:
+        """Every shard in one statement: a LATERAL range scan of the shard index per shard, each with its
+        limit (see ``scan_shards`` in ``postgres/sql/queries.sql``)."""
+        limits = Int8Array(limit if isinstance(limit, list) else [limit] * len(shards))
         with self._lock, self._wrap:
-            rows = self._connection().execute(self._sql["scan_shards"], (Int4Array(shards), start, end, limit),
+            rows = self._connection().execute(self._sql["scan_shards"], (Int4Array(shards), limits, start, end),
                                               binary=True).fetchall()
         out: list = [[] for _ in shards]
         for i, partition, key, value in rows:

@@ -510,7 +510,8 @@ class SQLiteStore(Store):
             rows = self._db.execute(query, (partition, lower, end, limit + 1)).fetchall()
         return Page.from_rows(rows, limit)
 
-    def _scan_shards(self, shards: list, start: bytes, end: bytes, limit: int) -> list:
+    def _scan_shards(self, shards: list, start: bytes, end: bytes, limit: Union[int, list]) -> list:
+        limits = limit if isinstance(limit, list) else [limit] * len(shards)
         with self._lock, self._wrap:
             self._check_same_file()
             # A pass after another process's reshard() reads these shards by the count it was given,
@@ -518,18 +519,18 @@ class SQLiteStore(Store):
             self.adopt_shard_count(self._db)
             if not SHARD_SPACE[0] <= start <= end <= SHARD_SPACE[1]:
                 # A range the partial index by shard does not hold: a scan of the table per shard.
-                return [self._db.execute(_QUERIES["scan_shard_elsewhere"], (shard, start, end, limit)).fetchall()
-                        for shard in shards]
+                return [self._db.execute(_QUERIES["scan_shard_elsewhere"], (shard, start, end, n)).fetchall()
+                        for shard, n in zip(shards, limits)]
             # One statement finds the shards holding a row in the range (an index probe each), then
             # one index range scan reads each of those: an idle pass over 64 shards costs one
             # statement, not 64 (about 40 us rather than 400). The first row of each (a pass's look
             # for its next wake-up) is one statement too, however many shards hold rows.
-            if limit == 1:
+            if all(n == 1 for n in limits):
                 first = first_in_shards(self._db, shards, start, end)
                 return [[first[shard]] if shard in first else [] for shard in shards]
             held = occupied_shards(self._db, shards, start, end)
-            return [self._db.execute(_QUERIES["scan_shard"], (shard, start, end, limit)).fetchall() if shard in held
-                    else [] for shard in shards]
+            return [self._db.execute(_QUERIES["scan_shard"], (shard, start, end, n)).fetchall() if shard in held
+                    else [] for shard, n in zip(shards, limits)]
 
     def _get(self, partition: str, key: bytes) -> Optional[bytes]:
         with self._lock, self._wrap:

@@ -18,12 +18,12 @@ CROSS JOIN LATERAL (
 ORDER BY r.i
 
 -- name: scan_shards
--- Rows of each shard s[i] with lo <= key < hi, at most n per shard, in key order across its partitions:
+-- Rows of each shard s[i] with lo <= key < hi, at most n[i], in key order across its partitions:
 -- one range scan of the (shard, key, partition) index per shard, in request order.
 SELECT s.i, r.partition, r.key, r.value
-FROM unnest(%b::int4[]) WITH ORDINALITY AS s(shard, i)
+FROM unnest(%b::int4[], %b::int8[]) WITH ORDINALITY AS s(shard, n, i)
 CROSS JOIN LATERAL (SELECT partition, key, value FROM {t} WHERE shard = s.shard AND key >= %b AND key < %b
-                    ORDER BY key, partition LIMIT %b) r
+                    ORDER BY key, partition LIMIT s.n) r
 ORDER BY s.i, r.key, r.partition
 
 -- name: shard_count
