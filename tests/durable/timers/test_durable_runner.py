@@ -328,6 +328,56 @@ def test_a_claim_whose_every_kind_is_capped_reads_no_further_page(store):
     assert len(claims.timers) == 3 and counting.read == SCAN_PAGE + 100 - 6, "kind B may lie further on"
 
 
+class CountingShardReads(Delegating):
+    """Delegates to a real store; keeps the limits of each scan_shards of the due range and the rows it read."""
+
+    def __init__(self, inner):
+        super().__init__(inner)
+        self.limits, self.read = [], 0
+
+    def _scan_shards(self, shards, start, end, limit):
+        rows = super()._scan_shards(shards, start, end, limit)
+        if end == keys.due_range(NOW)[1]:
+            self.limits.append(dict(zip(shards, limit if isinstance(limit, list) else [limit] * len(shards))))
+            self.read += sum(len(r) for r in rows)
+        return rows
+
+
+def test_a_pass_by_shard_reads_a_shard_of_one_partition_a_page_deep(store):
+    """By shard, a shard whose last read held rows of one partition is read a claim's first page deep
+    (the kind's cap of 100 here), not the room's depth (250): the rows past it could not be claimed by
+    that partition in this pass. A shard of two partitions is read two pages deep (within the room);
+    an unknown one, the room's. The claims are the same. Deterministic: the clock is fixed."""
+    from timerwheel_c.durable.service.metrics import Recorder as Counts
+    from timerwheel_c.durable.service.passes import Passes
+    from timerwheel_c.durable.storage.shards import shard_of
+    from timerwheel_c.durable.timers.timing import Timing
+
+    if store.shard_count < 4:
+        pytest.skip("a store of fewer shards than the partitions below")
+    by_shard: dict = {}
+    for i in range(200):  # partitions in three shards: two alone in theirs, two in one
+        p = f"s{i:03d}"
+        by_shard.setdefault(shard_of(p, store.shard_count), []).append(p)
+    alone = [ps[0] for ps in by_shard.values()][:2]
+    pair = next(ps[:2] for ps in by_shard.values() if len(ps) >= 2 and ps[0] not in alone)
+    for p in alone + pair:
+        batch = Batch()
+        for i in range(400):
+            batch.put(keys.timer(NOW - 1000 + i, A, b"%s-%03d" % (p.encode(), i)), b"")
+        store.apply(p, batch)
+    counting = CountingShardReads(store)
+    shards = [shard_of(p, store.shard_count) for p in alone + pair[:1]]
+    passes = Passes(counting, TimerRegistry().register(Recorder()), TickBudget(max_per_kind=100), lambda: None, None,
+                    Counts(), lambda: NOW, Timing(), shards=lambda: shards)
+    claimed = [len(passes.run(250, frozenset(), lambda: False, 1000).jobs) for _ in range(2)]
+    assert claimed == [250, 250]
+    first, second = counting.limits
+    assert set(first.values()) == {250}, "nothing known of the shards yet"
+    assert second == {shards[0]: 100, shards[1]: 100, shards[2]: 200}
+    assert counting.read == 3 * 250 + 100 + 100 + 200
+
+
 @pytest.mark.parametrize("limit", ["max_fired", "max_scanned", "max_elapsed_ms"])
 def test_each_budget_limit_stops_the_tick(store, limit):
     """Each budget limit ends the tick with stopped_on_budget while due rows remain; the limit of 1

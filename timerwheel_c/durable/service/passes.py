@@ -108,6 +108,7 @@ class Passes:
         # partition -> the due rows the first page of its last read found, None when the page was full (as
         # many or more): what a read ahead expects of it, in a pass that reads partitions one by one.
         self._due_rows: dict = {}
+        self._shard_partitions: dict = {}  # shard -> the partitions its last due read held rows of (at least 1)
         self._failures: dict = {}  # partition -> failed passes in a row
         self._retry_at: dict = {}  # partition -> monotonic s before which it is not passed
         self._stuck: dict = {}  # key -> monotonic s until which it is skipped
@@ -236,15 +237,25 @@ class Passes:
         """The due rows at ``now_ms`` of every shard in ``shards``, up to ``free`` (at most
         :data:`SCAN_PAGE`) per shard, in one :meth:`Store.scan_shards`: ``({partition: [(key, value),
         ...]}, whether some shard's read came back full)``, the partitions in the order their first
-        row was read (due order within each shard)."""
+        row was read (due order within each shard).
+
+        A shard whose last read held rows of few partitions is read no further than a claim's first
+        page of each (the most a partition claims of the read): a backlog in a shard of one partition
+        was read ``free`` rows deep, in every pass, to claim a page (256 rows of a kind) of them."""
         limit = max(1, min(SCAN_PAGE, free))
+        budget = self.budget
+        page = max(1, min(SCAN_PAGE, budget.max_scanned, budget.max_per_kind, free))  # of one partition, at most
+        held = self._shard_partitions
+        limits = [min(limit, page * held.get(shard, limit)) for shard in shards]
         found: dict = {}
         full = False
         start, end = keys.due_range(now_ms)
-        for rows in self.store.scan_shards(shards, start, end, limit):
-            full = full or len(rows) >= limit
+        for shard, n, rows in zip(shards, limits, self.store.scan_shards(shards, start, end, limits)):
+            full = full or len(rows) >= n
+            before = len(found)
             for partition, key, value in rows:
                 found.setdefault(partition, []).append((key, value))
+            held[shard] = max(1, len(found) - before)  # each partition is in one shard: those first read here
         return found, full
 
     def _shard_pages(self, found: dict, full: bool, partitions: list, cap: int) -> dict:
