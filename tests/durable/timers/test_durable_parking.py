@@ -419,7 +419,9 @@ def test_a_stores_own_password_quoted_bare_by_a_handler_is_masked_in_the_parked_
     file, a ``PGSERVICE`` section), so the parked row's last error and the log lines mask it too (they
     kept one from the environment)."""
     from timerwheel_c.durable.storage.postgres import PostgresStore
+    from timerwheel_c.durable.storage.redact import redact
 
+    monkeypatch.delenv("PGPASSWORD", raising=False)
     secret = f"bare-St0re-pw-{given}"  # the test server trusts loopback: any password connects
     url = schema_url
     if given == "url":
@@ -428,7 +430,11 @@ def test_a_stores_own_password_quoted_bare_by_a_handler_is_masked_in_the_parked_
     elif given == "PGPASSWORD":
         monkeypatch.setenv("PGPASSWORD", secret)
     elif given == "PGPASSFILE":
-        (tmp_path / "pgpass").write_text(f"*:*:*:postgres:{secret}\n")
+        # libpq takes the line that matches the connection, its password ending at the first unescaped
+        # ":" (so SECRET of "...:SECRET:tail"); the other lines' passwords (another host's, another
+        # user's) are no secret of the store's, and an ordinary word among them stays unmasked.
+        (tmp_path / "pgpass").write_text("# a comment\r\nnohost.invalid:1:*:nobody:Another-Hosts-Word\r\n"
+                                         f"*:*:*:postgres:{secret}:tail\r\n")
         (tmp_path / "pgpass").chmod(0o600)  # libpq ignores a password file others can read
         monkeypatch.setenv("PGPASSFILE", str(tmp_path / "pgpass"))
     else:
@@ -446,34 +452,4 @@ def test_a_stores_own_password_quoted_bare_by_a_handler_is_masked_in_the_parked_
         parked = get_timer(store, P, KIND, b"r")
     assert parked.state == "parked" and "the vault answered *** for this job" in parked.last_error
     assert secret not in parked.last_error and secret not in caplog.text
-
-
-def test_the_password_file_is_read_as_libpq_reads_it_its_other_lines_left_alone(schema_url, caplog, tmp_path,
-                                                                                 monkeypatch):
-    """The password a store remembers from the password file is the one libpq connected with: the
-    line that matches the connection, its password ending at the first unescaped ":" (libpq's reading
-    of ``*:*:*:postgres:PASSWORD:tail``), so a handler's error quoting it is masked; the passwords of
-    the file's other lines (another host's, another user's), which no connection of the store uses,
-    are no secret of its, and an ordinary word among them ("postgres", a local server's) is not
-    masked in every later log line, module path and error of the process."""
-    from timerwheel_c.durable.storage.postgres import PostgresStore
-    from timerwheel_c.durable.storage.redact import redact
-
-    secret = "pgpass-St0re-pw"  # the test server trusts loopback: any password connects
-    (tmp_path / "pgpass").write_text("# a comment\r\nnohost.invalid:1:*:nobody:Another-Hosts-Word\r\n"
-                                     f"*:*:*:postgres:{secret}:tail\r\n")
-    (tmp_path / "pgpass").chmod(0o600)
-    monkeypatch.setenv("PGPASSFILE", str(tmp_path / "pgpass"))
-    monkeypatch.delenv("PGPASSWORD", raising=False)
-
-    def fail(timer):
-        raise RuntimeError(f"the vault answered {secret} for this job")
-
-    with PostgresStore(schema_url) as store:
-        schedule(store, P, NOW, KIND, b"r")
-        with caplog.at_level(logging.DEBUG, logger="timerwheel_c.durable"):
-            run_to_the_end(store, Failing(1, fail))
-        parked = get_timer(store, P, KIND, b"r")
-    assert parked.state == "parked" and "the vault answered *** for this job" in parked.last_error
-    assert secret not in caplog.text
     assert redact("Another-Hosts-Word") == "Another-Hosts-Word"
