@@ -421,7 +421,11 @@ def test_an_event_loop_subclass_may_mix_in_an_abc_or_bring_a_metaclass_derived_f
             loop.close()
         with pytest.raises(ValueError, match="Can't patch loop"):
             cls._run_once = lambda self: None  # type: ignore[method-assign]
-    assert isinstance(Mine(), Named) and Mine().name() == "mine"
+    loop = Mine()
+    try:
+        assert isinstance(loop, Named) and loop.name() == "mine"
+    finally:
+        loop.close()  # left open, the collector later finalized its self-pipe socket before the loop
 
 
 def test_a_hook_installed_before_the_loop_module_is_imported_sees_the_timer_callbacks():
