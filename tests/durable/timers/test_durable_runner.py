@@ -929,35 +929,28 @@ def test_a_pass_reads_ahead_only_as_far_as_its_room_reaches(store):
             batch.put(keys.timer(NOW - 1000 + i, A, b"%s-%03d" % (partition.encode(), i)), b"")
         store.apply(partition, batch)
 
-    def one_pass(partitions):
+    def one_pass(prefix, count, short_first):
+        """A pass over ``count`` partitions with 150 due rows each, but the first's 10 if ``short_first``."""
+        partitions = [f"{prefix}{i:02d}" for i in range(count)]
+        for i, p in enumerate(partitions):
+            backlog(p, 10 if short_first and i == 0 else 150)
         counting = CountingPages(store)
         passes = Passes(counting, TimerRegistry().register(Recorder()), TickBudget(max_per_kind=100),
                         lambda: partitions, None, Counts(), lambda: NOW, Timing())
         # min_share as a service's cheap handlers give it: a partition may take all the room.
-        return passes.run(250, frozenset(), lambda: False, 1000), counting
+        return passes.run(250, frozenset(), lambda: False, 1000), counting, partitions
 
-    partitions = [f"p{i:02d}" for i in range(16)]
-    for p in partitions:
-        backlog(p, 150)
-    result, counting = one_pass(partitions)
+    result, counting, _ = one_pass("p", 16, short_first=False)
     assert len(result.jobs) == 250 and result.starved and result.wake_ms == NOW
     assert counting.limits == [[100, 100, 50] + [1] * 13]
     assert counting.read == 263 and counting.calls == [("scan_many", 16), ("apply_across", 3)]
-    partitions = [f"q{i:02d}" for i in range(4)]
-    backlog("q00", 10)
-    for p in partitions[1:]:
-        backlog(p, 150)
-    result, counting = one_pass(partitions)
+    result, counting, partitions = one_pass("q", 4, short_first=True)
     assert len(result.jobs) == 250
     assert counting.limits == [[100, 100, 50, 1], [100, 40]]
     assert counting.calls == [("scan_many", 4), ("apply_across", 2), ("scan_many", 2), ("apply_across", 2)]
     assert sorted({j.partition: 0 for j in result.jobs}) == partitions
     # The one partition read short is read again alone, and claims its page in one round trip too.
-    partitions = [f"r{i:02d}" for i in range(3)]
-    backlog("r00", 10)
-    for p in partitions[1:]:
-        backlog(p, 150)
-    result, counting = one_pass(partitions)
+    result, counting, _ = one_pass("r", 3, short_first=True)
     assert len(result.jobs) == 210
     assert counting.limits == [[100, 100, 50], [100]]
     # (then r00's next wake, its due rows all claimed: a read of its own, as one partition's is)

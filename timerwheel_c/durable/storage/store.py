@@ -529,14 +529,14 @@ class Store(abc.ABC):
                 of shards) as :meth:`scan` takes them, naming the value.
         """
         check_shards(shards, self.shard_count)
-        # scan's checks of the range and the limit, with a placeholder partition.
+        # scan's checks of the range, with a placeholder partition, and of each limit.
+        _, start, end, _, _ = _checked_scan("-", start, end, None, 1)
         if isinstance(limit, list):
             if len(limit) != len(shards):
                 raise ValueError(f"limit must hold one limit per shard ({len(shards)}), got {len(limit)}")
-            limit = [_checked_scan("-", start, end, None, n)[4] for n in limit]
-            _, start, end, _, _ = _checked_scan("-", start, end, None, 1)
+            limit = [_checked_limit(n) for n in limit]
         else:
-            _, start, end, _, limit = _checked_scan("-", start, end, None, limit)
+            limit = _checked_limit(limit)
         return self._scan_shards(shards, start, end, limit) if shards else []
 
     def scan_every_shard(self, start: bytes, end: bytes, limit: int) -> list:
@@ -923,14 +923,19 @@ def _checked_scan(partition, start, end, after, limit) -> tuple:
     check_bytes("end", end)
     if after is not None:
         check_bytes("after", after)
+    limit = _checked_limit(limit)
+    # An ``after`` below ``start`` never widens the range.
+    return partition, start, end, after if after is not None and after >= start else None, limit
+
+
+def _checked_limit(limit) -> int:
+    """A scan's row limit, checked, capped: any limit beyond 2**62 means "every row" alike, and
+    capped it fits the backends' int64."""
     if isinstance(limit, bool) or not isinstance(limit, int):
         raise TypeError(f"limit must be an int, got {type(limit).__name__} {limit!r}")
     if limit < 1:
         raise ValueError(f"limit must be >= 1, got {limit}")
-    # Any limit beyond 2**62 means "every row" alike; capped, it fits the backends' int64.
-    limit = min(limit, MAX_SCAN_LIMIT)
-    # An ``after`` below ``start`` never widens the range.
-    return partition, start, end, after if after is not None and after >= start else None, limit
+    return min(limit, MAX_SCAN_LIMIT)
 
 
 def _check_batch(batch: object) -> Batch:
