@@ -369,26 +369,6 @@ def test_redact_masks_what_libpq_quotes_back_of_a_password():
     _assert_no_secret(redact(str(exc.value), url))
 
 
-@pytest.mark.parametrize("form", ["service", "passfile", "quoted passfile"])
-def test_redact_masks_the_password_a_service_file_or_passfile_holds(tmp_path, monkeypatch, form):
-    """A DSN that names a connection service (``service=NAME``) or a password file
-    (``passfile=PATH``) carries no password itself; the one in that file is masked wherever a
-    text quotes it, given the DSN."""
-    from timerwheel_c.durable.storage.redact import redact
-
-    service_file = tmp_path / "pg_service.conf"
-    service_file.write_text(f"[billing]\nhost=db.example\npassword={SECRET}\n")
-    passfile = tmp_path / "my pgpass"  # a space: the keyword/value form quotes the path
-    passfile.write_text(f"# comment\ndb.example:5432:*:app:{SECRET}\n")
-    monkeypatch.setenv("PGSERVICEFILE", str(service_file))
-    dsn = {"service": "postgresql://app@/timers?service=billing",
-           "passfile": f"postgresql://app@db.example/timers?passfile={str(passfile).replace(' ', '%20')}",
-           "quoted passfile": f"host=db.example user=app passfile='{passfile}'"}[form]
-    text = f"connection to server failed: password {SECRET} was refused"
-    assert redact(text, dsn) == "connection to server failed: password *** was refused"
-    assert redact(text, "postgresql://app@db.example/timers?service=nosuchservice") == text  # nothing to mask
-
-
 @pytest.mark.parametrize("command", [["run", "--handlers", "durable_handlers:registry"], ["timers", "list"],
                                      ["schedules", "list"], ["fleet", "status"]])
 @pytest.mark.parametrize("dsn", [

@@ -410,14 +410,16 @@ def test_a_handlers_message_cannot_forge_a_log_line_or_drive_a_terminal(durable_
     assert not any(line.startswith(FORGED) for line in text.splitlines()), text
 
 
-@pytest.mark.parametrize("given", ["url", "PGPASSWORD", "PGPASSFILE", "PGSERVICE"])
+@pytest.mark.parametrize("given", ["url", "passfile=", "service=", "PGPASSWORD", "PGPASSFILE", "PGSERVICE"])
 def test_a_stores_own_password_quoted_bare_by_a_handler_is_masked_in_the_parked_row_and_the_logs(
         schema_url, caplog, tmp_path, monkeypatch, given):
     """A handler's exception quoting the store's password bare (not in a URL or a ``password=``
     parameter, which are masked whatever the password): the store remembers its password when it
-    opens, however libpq is given it (in the URL, or from the environment: ``PGPASSWORD``, the password
-    file, a ``PGSERVICE`` section), so the parked row's last error and the log lines mask it too (they
-    kept one from the environment)."""
+    opens, however libpq is given it (in the URL, in a password file or service section the URL
+    names, or from the environment: ``PGPASSWORD``, the password file, a ``PGSERVICE`` section), so the
+    parked row's last error and the log lines mask it too (they kept one from the environment). The
+    password file's other lines are no secret of the store's: a URL that named the file masked them
+    all, an ordinary word among them included, wherever it appeared."""
     from timerwheel_c.durable.storage.postgres import PostgresStore
     from timerwheel_c.durable.storage.redact import redact
 
@@ -429,18 +431,24 @@ def test_a_stores_own_password_quoted_bare_by_a_handler_is_masked_in_the_parked_
         assert secret in url
     elif given == "PGPASSWORD":
         monkeypatch.setenv("PGPASSWORD", secret)
-    elif given == "PGPASSFILE":
+    elif given in ("PGPASSFILE", "passfile="):
         # libpq takes the line that matches the connection, its password ending at the first unescaped
         # ":" (so SECRET of "...:SECRET:tail"); the other lines' passwords (another host's, another
         # user's) are no secret of the store's, and an ordinary word among them stays unmasked.
         (tmp_path / "pgpass").write_text("# a comment\r\nnohost.invalid:1:*:nobody:Another-Hosts-Word\r\n"
                                          f"*:*:*:postgres:{secret}:tail\r\n")
         (tmp_path / "pgpass").chmod(0o600)  # libpq ignores a password file others can read
-        monkeypatch.setenv("PGPASSFILE", str(tmp_path / "pgpass"))
+        if given == "passfile=":
+            url += ("&" if "?" in url else "?") + f"passfile={tmp_path / 'pgpass'}"
+        else:
+            monkeypatch.setenv("PGPASSFILE", str(tmp_path / "pgpass"))
     else:
-        (tmp_path / "pg_service.conf").write_text(f"[timers]\npassword={secret}\n")
+        (tmp_path / "pg_service.conf").write_text(f"[timers]\npassword={secret}\n[other]\npassword=Another-Hosts-Word\n")
         monkeypatch.setenv("PGSERVICEFILE", str(tmp_path / "pg_service.conf"))
-        monkeypatch.setenv("PGSERVICE", "timers")
+        if given == "service=":
+            url += ("&" if "?" in url else "?") + "service=timers"
+        else:
+            monkeypatch.setenv("PGSERVICE", "timers")
 
     def fail(timer):
         raise RuntimeError(f"the vault answered {secret} for this job")

@@ -2,10 +2,9 @@
 
 A PostgreSQL URL may carry a password (``postgresql://user:PASSWORD@host/db``, or
 ``password=PASSWORD`` in the query or in a keyword/value connection string, see the
-PostgreSQL docs, "Connection Strings"), or name a file that holds one (``service=NAME``, a
-section of the connection service file; ``passfile=PATH``, a password file), or leave it to the
-environment (``PGPASSWORD``, ``PGPASSFILE`` or ``~/.pgpass``, ``PGSERVICE``: a store remembers the
-one libpq connected with, see :func:`remember`). :func:`redact`
+PostgreSQL docs, "Connection Strings"), or leave it to a file it names (``service=NAME``,
+``passfile=PATH``) or to the environment (``PGPASSWORD``, ``PGPASSFILE`` or ``~/.pgpass``,
+``PGSERVICE``): of those a store remembers the one libpq connected with, see :func:`remember`. :func:`redact`
 is the one path by which a URL, or any text that may quote one, reaches a log line, an
 exception message, a ``repr``, or the bench's printed and JSON output.
 
@@ -20,8 +19,6 @@ password away, as Airflow found (apache/airflow#48791, its ``min_length_masked_s
 """
 from __future__ import annotations
 
-import configparser
-import os
 import re
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -60,11 +57,6 @@ _KEYWORD_PASSWORD = re.compile(r"(?P<keep>(?<![?&\w])(?:ssl)?password\s*=\s*)"
 # much always is.
 _LOOSE_PASSWORD = re.compile(r"(?P<keep>(?<!\S)[^\s:@]*(?::/+[^\s:@]*)*:)(?!/)\S*(?=@[^\s@]*(?!\S))")
 _LOOSE_WHOLE = re.compile(r"(?P<keep>^[^\s:@]*(?::/+[^\s:@]*)*:)(?!/).*(?=@[^\s@]*$)", re.DOTALL)
-# service=NAME and passfile=PATH, in a URL's query or a keyword/value string (quoted or not).
-_FILE_REFERENCE = re.compile(r"(?<![\w])(?P<key>service|passfile)\s*=\s*(?:'(?P<quoted>(?:[^'\\]|\\.)*)'|(?P<bare>[^&\s]*))",
-                             re.IGNORECASE)
-
-
 def _unquote_keyword(value: str) -> str:
     """A keyword/value string's value as libpq reads it: without its quotes and backslash escapes."""
     if value.startswith("'"):
@@ -73,43 +65,11 @@ def _unquote_keyword(value: str) -> str:
     return value
 
 
-def _service_passwords(name: str) -> set:
-    """The passwords of section ``name`` of the connection service files libpq reads
-    (``PGSERVICEFILE`` or ``~/.pg_service.conf``, then ``PGSYSCONFDIR/pg_service.conf``)."""
-    paths = [os.environ.get("PGSERVICEFILE") or os.path.expanduser("~/.pg_service.conf")]
-    if os.environ.get("PGSYSCONFDIR"):
-        paths.append(os.path.join(os.environ["PGSYSCONFDIR"], "pg_service.conf"))
-    found = set()
-    for path in paths:
-        parser = configparser.ConfigParser(interpolation=None, strict=False)
-        try:
-            parser.read(path)
-        except (configparser.Error, OSError, UnicodeDecodeError):
-            continue
-        if parser.has_section(name):
-            found |= {v for k, v in parser.items(name) if k in ("password", "sslpassword")}
-    return found
-
-
-def _passfile_passwords(path: str) -> set:
-    """Every password of the password file ``path`` (lines ``host:port:db:user:password``, with
-    ``\\:`` and ``\\\\`` escapes), or none when it cannot be read."""
-    try:
-        with open(os.path.expanduser(path), encoding="utf-8", errors="replace") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return set()
-    found = set()
-    for line in lines:
-        fields = re.split(r"(?<!\\):", line, maxsplit=4)
-        if len(fields) == 5 and not line.startswith("#"):
-            found.add(re.sub(r"\\(.)", r"\1", fields[4]))
-    return found
-
-
 def _passwords(url: str) -> frozenset:
-    """The password(s) ``url`` carries or names (in a service file or a password file), raw and
-    percent-decoded, to mask wherever they appear verbatim."""
+    """The password(s) ``url`` carries, raw and percent-decoded, to mask wherever they appear
+    verbatim. Not those of a file it names (``service=``, ``passfile=``): libpq takes one of them,
+    which the store remembers once it connects (:func:`remember`); the file's others are no secret
+    of the store's, and masking them would rewrite every text that names them."""
     found: set[str] = set()
     try:
         parts = urlsplit(url)
@@ -132,11 +92,6 @@ def _passwords(url: str) -> frozenset:
     if "://" not in url:  # a malformed URL: the USER:PASSWORD@ of its words, or of the whole text (whitespace and all)
         for pattern in (_LOOSE_PASSWORD, _LOOSE_WHOLE):
             found |= {m.group(0)[len(m.group("keep")):] for m in pattern.finditer(url)}
-    for match in _FILE_REFERENCE.finditer(url):
-        value = unquote(_unquote_keyword(f"'{match.group('quoted')}'") if match.group("quoted") is not None
-                        else match.group("bare"))
-        if value:
-            found |= (_service_passwords if match.group("key").lower() == "service" else _passfile_passwords)(value)
     return frozenset(p for p in found if p)
 
 
@@ -173,17 +128,18 @@ _REMEMBERED: set[str] = set()
 
 
 def remember(url: str | None, password: str | None = None) -> None:
-    """Mask the passwords the PostgreSQL connection string ``url`` carries or names (as :func:`redact`'s
+    """Mask the passwords the PostgreSQL connection string ``url`` carries (as :func:`redact`'s
     ``urls``) in every later :func:`redact` of this process, wherever they appear verbatim. A store
-    calls it on its URL, once; the files it names are read then, not at each :func:`redact`.
+    calls it on its URL, once.
 
     With ``password``, mask that one instead: the password libpq connected to ``url`` with
-    (``conn.info.password``), however libpq was given it (the URL, ``PGPASSWORD``, the line of the
-    password file that matched the connection, ``PGSERVICE``'s section). Each new connection of a
-    store passes it, so that a handler's error quoting it is masked; libpq's own choice, not a reading
-    of the environment's files here: libpq takes one line of the password file (its password ending at
-    the first unescaped ":"), and the others' passwords, another host's or user's ("postgres", a local
-    server's), are no secret of the store's, which masked would rewrite every text that names them."""
+    (``conn.info.password``), however libpq was given it (the URL, a ``service=`` or ``passfile=`` it
+    names, ``PGPASSWORD``, the line of the password file that matched the connection, ``PGSERVICE``'s
+    section). Each new connection of a store passes it, so that a handler's error quoting it is masked;
+    libpq's own choice, not a reading of the files here: libpq takes one line of a password file (its
+    password ending at the first unescaped ":"), and the others' passwords, another host's or user's
+    ("postgres", a local server's), are no secret of the store's, which masked would rewrite every
+    text that names them."""
     if url:
         _REMEMBERED.update(_verbatim(url, None if password is None else {password}))
 
@@ -197,7 +153,7 @@ def redact(text: str, *urls: str | None) -> str:
     wherever it appears verbatim but as a part of a URL's scheme name (for example inside a driver's error
     message, or percent-encoded), each password of ``urls`` (the store URLs ``text`` may have come
     from; None is skipped) and of the stores opened in this process (:func:`remember`): the ones
-    they carry and the ones in the service file section or password file they name, of at least
+    they carry and the ones libpq connected them with, of at least
     :data:`MIN_VERBATIM` characters and no part of the user, host, port or database their own URL
     names. ``redact(url)`` is the URL fit to print; a text redacted again is unchanged.
     """
