@@ -46,7 +46,9 @@ cdef class WheelScheduler:
     cdef TimerWheel _wheel     # the handles' wheel: tokens index _handles
     cdef list _handles         # token -> the handle it arms, None when free: the collector sees them
     cdef token_stack_t _free_tokens  # the free indexes of _handles
-    cdef list _keyed           # KeyedTimers sets, each on its own wheel
+    cdef list _keyed           # weak references to its KeyedTimers sets (each on its own wheel), in creation order
+    cdef Py_ssize_t _keyed_sweep_at  # the length of _keyed at which its dead references are swept
+    cdef set _armed_keyed      # the sets holding armed keys: its only strong references to them
     cdef int64_t _origin_ms    # the loop's ms that is every wheel's 0 ms: 0, unless the loop's clock went below 0
     cdef bint _behind          # a timer was armed due before its wheel's ms (the loop's clock went back)
 
@@ -94,6 +96,7 @@ cdef class KeyedTimers:
     cdef key_slot_t* _slots
     cdef Py_ssize_t _cap       # a power of 2, or 0 before the first arm
     cdef Py_ssize_t _count
+    cdef object __weakref__    # the scheduler's reference to the set, while no key is armed
 
     # The C-level API.
     cdef int c_arm(self, int64_t key, double delay_s) except -1
@@ -103,6 +106,7 @@ cdef class KeyedTimers:
     cdef int _refile(self, int64_t now_ms) except -1
     cdef int _fire(self, int64_t key) except -1
     cdef void _clear(self) noexcept
+    cdef void _emptied(self) noexcept
     cdef Py_ssize_t _home(self, int64_t key) noexcept
     cdef Py_ssize_t _find(self, int64_t key) noexcept
     cdef Py_ssize_t _insert(self, int64_t key, uint64_t timer_id) noexcept

@@ -28,7 +28,10 @@ one loop wake-up. Same API and semantics; what the compiled core does differentl
 # Keyed timers: each KeyedTimers has its own wheel whose tokens are the keys, and an open
 # addressing table key -> (timer id, deadline) of 24 B per slot, linear probing with backward-shift
 # deletion (no tombstones), at most 13/16 full: about 60 B per armed key with the wheel entry, no
-# Python object per key. The same stale-token rule applies, by the key's timer id.
+# Python object per key. The same stale-token rule applies, by the key's timer id. The scheduler
+# holds its sets weakly, in creation order, and strongly (in ``_armed_keyed``) only while a set has
+# a key armed, as it holds a handle only while armed: a set dropped with no key armed is freed at
+# once, and one dropped with keys armed fires them, then is freed.
 #
 # Reentrancy: any Python code (a callback, a loop method, an allocation that runs the collector)
 # may call back into the scheduler. So a fire batch owns its buffer of tokens (the wheel's
@@ -47,10 +50,12 @@ from timerwheel_c._wheel cimport TimerWheel, tw_fired_t
 
 import asyncio
 import contextvars
+from weakref import ref as _weakref
 
 from timerwheel_c._aio_common import (
     HAS_UNCANCEL,
     IN_BATCH as _IN_BATCH,
+    KEYED_SWEEP_MIN as _KEYED_SWEEP_MIN,
     NO_WAKE as _NO_WAKE,
     check_callback,
     check_key,
@@ -86,6 +91,7 @@ cdef enum:
 # The values shared with the pure twin, from the neutral module (see there).
 cdef int64_t NO_WAKE = _NO_WAKE
 cdef int64_t IN_BATCH = _IN_BATCH
+cdef Py_ssize_t KEYED_SWEEP_MIN = _KEYED_SWEEP_MIN
 
 # Task states of WheelTimeout, in the order of asyncio.Timeout's.
 cdef enum:
@@ -281,6 +287,7 @@ cdef class WheelScheduler:
         self._wheel = TimerWheel(0)
         self._handles = [None]
         self._keyed = []
+        self._armed_keyed = set()
         self._wake_ms = NO_WAKE
 
     def __dealloc__(self):
@@ -383,7 +390,8 @@ cdef class WheelScheduler:
 
         The callback runs on the loop in ``context`` (default: a copy of the current context,
         taken now), with the guarantees of :meth:`call_later`: never early, due order, ties
-        in arming order.
+        in arming order. The scheduler holds the set only while a key is armed: dropped with
+        none armed, it is freed; dropped with keys armed, they still fire.
 
         Raises:
             TypeError: ``callback`` is not a plain callable. RuntimeError: the scheduler is closed.
@@ -397,7 +405,12 @@ cdef class WheelScheduler:
         keyed._callback = callback
         keyed._context = PyContext_CopyCurrent() if context is None else context
         keyed._wheel = TimerWheel(max(_floor_ms(self.c_time()) - self._origin_ms, 0))
-        self._keyed.append(keyed)
+        if len(self._keyed) >= self._keyed_sweep_at:
+            # The references of the sets freed since are swept (a new list: a batch may be walking
+            # this one), so the list stays within twice the live sets.
+            self._keyed = [ref for ref in self._keyed if ref() is not None]
+            self._keyed_sweep_at = 2 * len(self._keyed) + KEYED_SWEEP_MIN
+        self._keyed.append(_weakref(keyed))
         return keyed
 
     def close(self):
@@ -412,9 +425,13 @@ cdef class WheelScheduler:
             self._wake.cancel()
             self._wake = None
         self._drain()
-        keyed, self._keyed = self._keyed, []
-        for k in keyed:
-            (<KeyedTimers>k)._clear()
+        refs, self._keyed = self._keyed, []
+        for ref in refs:
+            keyed = ref()
+            if keyed is not None:
+                (<KeyedTimers>keyed)._clear()
+        # Last: a set dropped with keys armed is freed here, which may run Python code.
+        self._armed_keyed = set()
 
     # -- the C-level API (declared in src/_aio.pxd): the Python methods without conversions --
 
@@ -538,8 +555,9 @@ cdef class WheelScheduler:
         self._behind = False
         if rebase or self._wheel.c_now_ms() >= stale_ms:
             self._refile_handles(now_ms)
-        for keyed in self._keyed:
-            if rebase or (<KeyedTimers>keyed)._wheel.c_now_ms() >= stale_ms:
+        for ref in self._keyed:
+            keyed = ref()
+            if keyed is not None and (rebase or (<KeyedTimers>keyed)._wheel.c_now_ms() >= stale_ms):
                 (<KeyedTimers>keyed)._refile(now_ms)
         return now_ms
 
@@ -634,10 +652,12 @@ cdef class WheelScheduler:
         try:
             now_ms = self._follow_clock(_floor_ms(self.c_time()))
             self._run_handles(now_ms)
-            for keyed in self._keyed:
+            for ref in self._keyed:
                 if self._closed:
                     break
-                (<KeyedTimers>keyed)._run(now_ms)
+                keyed = ref()
+                if keyed is not None:
+                    (<KeyedTimers>keyed)._run(now_ms)
         finally:
             self._end_batch()
 
@@ -701,8 +721,10 @@ cdef class WheelScheduler:
             return 0
         # next_fire_ms() may be a lower bound; a wake-up that finds nothing re-arms.
         wake_ms = _next_wake(self._wheel, NO_WAKE)
-        for keyed in self._keyed:
-            wake_ms = _next_wake((<KeyedTimers>keyed)._wheel, wake_ms)
+        for ref in self._keyed:
+            keyed = ref()
+            if keyed is not None:
+                wake_ms = _next_wake((<KeyedTimers>keyed)._wheel, wake_ms)
         if wake_ms != NO_WAKE:
             self._arm_wake(wake_ms)
         return 0

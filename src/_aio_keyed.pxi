@@ -102,6 +102,10 @@ cdef class KeyedTimers:
             self._slots[i].when_s = when_s
             return 0
         after_ms = scheduler._after_ms(wheel, due_ms)  # may call loop.time(): look the key up again
+        if self._count == 0:
+            # Its first key: the scheduler holds the set while a key is armed (before the table
+            # changes, so a failed add leaves the key unarmed, not a key armed in an unheld set).
+            scheduler._armed_keyed.add(self)
         i = self._find(key)
         if i >= 0:
             if not wheel.c_reschedule(self._slots[i].timer_id, after_ms):
@@ -124,6 +128,8 @@ cdef class KeyedTimers:
         timer_id = self._slots[i].timer_id
         self._remove(i)
         self._wheel.c_cancel(timer_id)
+        if self._count == 0:
+            self._emptied()
         return True
 
     cdef int _run(self, int64_t now_ms) except -1:
@@ -149,6 +155,8 @@ cdef class KeyedTimers:
                     self._slots[j].timer_id = wheel.c_schedule(due_ms - wheel.c_now_ms(), <uint64_t>key)
                     continue
                 self._remove(j)
+                if self._count == 0:
+                    self._emptied()
                 self._fire(key)
         finally:
             # A SystemExit/KeyboardInterrupt skipped the rest: back at their due times, the next
@@ -207,6 +215,12 @@ cdef class KeyedTimers:
         self._slots = NULL
         self._cap = 0
         self._count = 0
+
+    cdef void _emptied(self) noexcept:
+        """Its last armed key is gone: the scheduler lets go of the set, which its owner may have
+        dropped (the caller holds it, so it is not freed here)."""
+        if self._scheduler is not None:
+            self._scheduler._armed_keyed.discard(self)
 
     # -- the key table: open addressing, linear probing, backward-shift deletion ---------------
 

@@ -27,6 +27,9 @@ IN_BATCH = -1
 # Keyed timers take int keys in the int64 range (a connection id, a file descriptor).
 KEY_MIN = -(1 << 63)
 KEY_LIMIT = 1 << 63
+# A scheduler holds its keyed sets weakly while no key is armed, so a dropped one is freed; keyed()
+# sweeps the references of the freed ones once the list holds twice the live sets and this many.
+KEYED_SWEEP_MIN = 16
 # Linux's CLOCK_MONOTONIC_COARSE, which the time module does not name.
 _CLOCK_MONOTONIC_COARSE = 6
 # Task.uncancel() (3.11+) tells the timeout's own cancel from one sent from elsewhere.

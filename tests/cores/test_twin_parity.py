@@ -241,13 +241,13 @@ def test_wheels_and_schedulers_refuse_copy_and_pickle_in_both_twins(core):
 
 
 def test_asyncio_twins_take_their_shared_constants_from_the_neutral_module():
-    """NO_WAKE, IN_BATCH and MAX_DUE_MS are defined once: both asyncio twins hold the neutral
+    """NO_WAKE, IN_BATCH, KEYED_SWEEP_MIN and MAX_DUE_MS are defined once: both asyncio twins hold the neutral
     module's objects (the compiled one copies them into int64 C variables at import, so NO_WAKE
     must fit in an int64), and MAX_DUE_MS is the wheel's own."""
     c, pure = _pair("aio")
     assert aio_common.MAX_DUE_MS is common.MAX_DUE_MS == 2**62
     assert aio_common.NO_WAKE == 2**63 - 1 and aio_common.IN_BATCH == -1
-    for name in ("NO_WAKE", "IN_BATCH", "MAX_DUE_MS"):
+    for name in ("NO_WAKE", "IN_BATCH", "KEYED_SWEEP_MIN", "MAX_DUE_MS"):
         assert getattr(pure, name) is getattr(aio_common, name), name
         assert getattr(c, f"_{name}") is getattr(aio_common, name), name
 

@@ -33,13 +33,16 @@ otherwise), so a callback never runs before its delay has passed in real time ei
 Keyed timers. ``keyed(callback)`` gives a set of timers named by int keys (a connection id,
 a file descriptor), with no handle object per timer: one wheel of its own per set, driven by
 the scheduler's one wake-up. Within a wake-up, handles run first, then each keyed set in
-creation order; each keeps due order, ties in arming order.
+creation order; each keeps due order, ties in arming order. The scheduler holds its sets weakly,
+and strongly only while a set has a key armed, as it holds a handle only while armed: a set
+dropped with no key armed is freed, one dropped with keys armed fires them, then is freed.
 """
 from __future__ import annotations
 
 import asyncio
 import contextvars
 import math
+import weakref
 from typing import Any, Callable, Optional
 
 from .._common import _refuse_copy
@@ -47,6 +50,7 @@ from .._aio_common import (
     HAS_UNCANCEL,
     IN_BATCH,
     KEY_LIMIT,
+    KEYED_SWEEP_MIN,
     KEY_MIN,
     MAX_DUE_MS,
     NO_WAKE,
@@ -255,7 +259,10 @@ class WheelScheduler:
         self._wheel = self._wheel_class(now_ms=now_ms - self._origin_ms)
         self._handles: list[Optional[WheelHandle]] = [None]  # token -> handle; 0 is no token
         self._free_tokens: list[int] = []  # the free indexes of _handles, a stack
-        self._keyed: list[KeyedTimers] = []
+        # Weak references to the keyed sets, in creation order; the sets holding armed keys, strongly.
+        self._keyed: list[weakref.ref[KeyedTimers]] = []
+        self._keyed_sweep_at = 0  # the length of _keyed at which its dead references are swept
+        self._armed_keyed: set[KeyedTimers] = set()
         self._wake: Optional[asyncio.Handle] = None  # a TimerHandle, or a Handle at the next turn
         self._wake_ms = NO_WAKE
         self._closed = False
@@ -336,7 +343,8 @@ class WheelScheduler:
 
         The callback runs on the loop in ``context`` (default: a copy of the current context,
         taken now), with the guarantees of :meth:`call_later`: never early, due order, ties
-        in arming order.
+        in arming order. The scheduler holds the set only while a key is armed: dropped with
+        none armed, it is freed; dropped with keys armed, they still fire.
 
         Raises:
             TypeError: ``callback`` is not a plain callable. RuntimeError: the scheduler is closed.
@@ -350,7 +358,12 @@ class WheelScheduler:
         keyed._context = contextvars.copy_context() if context is None else context
         keyed._wheel = self._wheel_class(now_ms=max(floor_ms(self._time()) - self._origin_ms, 0))
         keyed._entries = {}
-        self._keyed.append(keyed)
+        if len(self._keyed) >= self._keyed_sweep_at:
+            # The references of the sets freed since are swept (a new list: a batch may be walking
+            # this one), so the list stays within twice the live sets.
+            self._keyed = [ref for ref in self._keyed if ref() is not None]
+            self._keyed_sweep_at = 2 * len(self._keyed) + KEYED_SWEEP_MIN
+        self._keyed.append(weakref.ref(keyed))
         return keyed
 
     def close(self) -> None:
@@ -365,9 +378,13 @@ class WheelScheduler:
             self._wake.cancel()
             self._wake = None
         self._drain()
-        keyed, self._keyed = self._keyed, []
-        for k in keyed:
-            k._clear()
+        refs, self._keyed = self._keyed, []
+        for ref in refs:
+            keyed = ref()
+            if keyed is not None:
+                keyed._clear()
+        # Last: a set dropped with keys armed is freed here, which may run Python code.
+        self._armed_keyed = set()
 
     # -- the compiled twin's C-level API, where the Python methods need it -------------------
 
@@ -469,8 +486,9 @@ class WheelScheduler:
         self._behind = False
         if rebase or self._wheel.now_ms() >= stale_ms:
             self._refile_handles(now_ms)
-        for keyed in self._keyed:
-            if rebase or keyed._wheel.now_ms() >= stale_ms:
+        for ref in self._keyed:
+            keyed = ref()
+            if keyed is not None and (rebase or keyed._wheel.now_ms() >= stale_ms):
                 keyed._refile(now_ms)
         return now_ms
 
@@ -548,10 +566,12 @@ class WheelScheduler:
         try:
             now_ms = self._follow_clock(floor_ms(self._time()))
             self._run_handles(now_ms)
-            for keyed in self._keyed:
+            for ref in self._keyed:
                 if self._closed:
                     break
-                keyed._run(now_ms)
+                keyed = ref()
+                if keyed is not None:
+                    keyed._run(now_ms)
         finally:
             self._end_batch()
 
@@ -605,8 +625,10 @@ class WheelScheduler:
             return
         # next_fire_ms() may be a lower bound; a wake-up that finds nothing re-arms.
         wake_ms = _next_wake(self._wheel, NO_WAKE)
-        for keyed in self._keyed:
-            wake_ms = _next_wake(keyed._wheel, wake_ms)
+        for ref in self._keyed:
+            keyed = ref()
+            if keyed is not None:
+                wake_ms = _next_wake(keyed._wheel, wake_ms)
         if wake_ms != NO_WAKE:
             self._arm_wake(wake_ms)
 
@@ -836,7 +858,7 @@ class KeyedTimers:
     [-2**63, 2**63) (a connection id, a file descriptor). No object is made per timer.
     """
 
-    __slots__ = ("_scheduler", "_wheel", "_callback", "_context", "_entries")
+    __slots__ = ("_scheduler", "_wheel", "_callback", "_context", "_entries", "__weakref__")
     _scheduler: WheelScheduler
     _wheel: Any               # tokens are the keys (their two's complement)
     _callback: Callable[[int], Any]
@@ -916,6 +938,9 @@ class KeyedTimers:
             entry[1] = when_s
             return
         after_ms = scheduler._after_ms(wheel, due_ms)
+        if not self._entries:
+            # Its first key: the scheduler holds the set while a key is armed.
+            scheduler._armed_keyed.add(self)
         if entry is not None:
             if not wheel.reschedule(entry[0], after_ms):
                 # Due in the running batch: a new entry; the batch skips the old token.
@@ -930,6 +955,8 @@ class KeyedTimers:
         if entry is None:
             return False
         self._wheel.cancel(entry[0])
+        if not self._entries:
+            self._emptied()
         return True
 
     def _run(self, now_ms: int) -> None:
@@ -954,6 +981,8 @@ class KeyedTimers:
                     entry[0] = wheel.schedule(due_ms - wheel.now_ms(), fired[i - 1])
                     continue
                 del entries[key]
+                if not entries:
+                    self._emptied()
                 self._fire(key)
         finally:
             # A SystemExit/KeyboardInterrupt skipped the rest: back at their due times, the next
@@ -993,6 +1022,11 @@ class KeyedTimers:
     def _clear(self) -> None:
         """Drop every key (the scheduler closes); the running batch then finds none."""
         self._entries.clear()
+
+    def _emptied(self) -> None:
+        """Its last armed key is gone: the scheduler lets go of the set, which its owner may have
+        dropped (the caller holds it, so it is not freed here)."""
+        self._scheduler._armed_keyed.discard(self)
 
     def __repr__(self) -> str:
         return f"<KeyedTimers armed={len(self._entries)} {self._callback!r}>"
