@@ -60,7 +60,7 @@ cdef class WheelScheduler:
 
     cdef int _check_call(self, object callback) except -1
     cdef WheelHandle _call_at(self, double when_s, object callback, tuple args, object context)
-    cdef int64_t _due_ms(self, double when_s) except -1
+    cdef inline int64_t _due_ms(self, double when_s) except -1
     cdef int64_t _follow_clock(self, int64_t loop_ms) except? -1
     cdef int _refile_handles(self, int64_t now_ms) except -1
     cdef int64_t _after_ms(self, TimerWheel wheel, int64_t due_ms) except? -1

@@ -40,6 +40,7 @@ one loop wake-up. Same API and semantics; what the compiled core does differentl
 cimport cython
 from cpython.contextvars cimport PyContext_CopyCurrent, PyContext_Enter, PyContext_Exit
 from cpython.exc cimport PyErr_SetObject
+from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.method cimport PyMethod_Check, PyMethod_GET_FUNCTION
 from cpython.object cimport PyObject
 from libc.math cimport INFINITY, floor, isfinite, nextafter
@@ -124,10 +125,22 @@ cdef inline double _as_seconds(object value, str name) except? -1.0:
     """``check_seconds`` with the finite float inlined: the per-message path of every re-arm."""
     cdef double d
     if type(value) is float:
-        d = <double>value
+        d = PyFloat_AS_DOUBLE(value)
         if isfinite(d):
             return d
+    return _checked_seconds(value, name)
+
+
+cdef double _checked_seconds(object value, str name) except? -1.0:
+    """``check_seconds(value, name)``, out of line: inlined, its Python call made every caller of
+    ``_as_seconds`` save and restore registers on the float path too (30 instructions of a
+    ``KeyedTimers.arm``'s 560)."""
     return check_seconds(value, name)
+
+
+cdef int64_t _beyond_range(double when_s) except -1:
+    """Raise ``deadline_error(when_s)``, out of line for the same reason, so ``_due_ms`` inlines."""
+    raise deadline_error(when_s)
 
 
 # The code object of the last plain function check_callback accepted: an idle timeout re-arms with
@@ -522,7 +535,7 @@ cdef class WheelScheduler:
         cdef double scaled = due_s * 1000.0
         cdef int64_t due_ms
         if not scaled <= MAX_DUE_MS_F:
-            raise deadline_error(when_s)
+            return _beyond_range(when_s)
         if scaled < <double>self._origin_ms:
             return 0
         # ceil(scaled) without libm's call: the cast truncates (floors a positive value, ceils a
@@ -534,7 +547,7 @@ cdef class WheelScheduler:
             due_ms += 1
         due_ms -= self._origin_ms
         if due_ms > MAX_DUE_MS:
-            raise deadline_error(when_s)
+            return _beyond_range(when_s)
         return due_ms
 
     cdef int64_t _follow_clock(self, int64_t loop_ms) except? -1:

@@ -10,8 +10,10 @@ cdef extern from "tw_dict.h":
     ctypedef struct tw_dict_memo:
         uint64_t version
         PyObject* value
-    uint64_t tw_dict_version(object d) noexcept
-    PyObject* tw_dict_get(object d, object key, tw_dict_memo* memo) noexcept
+    # Borrowed arguments: an ``object`` argument would cost a module global's read an incref and a
+    # decref around the call (Cython guards it against rebinding), on every clock read.
+    uint64_t tw_dict_version(PyObject* d) noexcept
+    PyObject* tw_dict_get(PyObject* d, PyObject* key, tw_dict_memo* memo) noexcept
 
 import time as _time_module
 
@@ -41,6 +43,7 @@ cdef dict _TIME_DICT = _time_module.__dict__
 cdef object _MONOTONIC = _time_module.monotonic
 cdef str _MONOTONIC_NAME = "monotonic"
 cdef tw_dict_memo _MONOTONIC_MEMO
+cdef object _TIME_MODULE = _time_module
 cdef dict _BASE_EVENTS_DICT = asyncio.base_events.__dict__
 cdef str _TIME_MODULE_NAME = "time"
 cdef tw_dict_memo _TIME_MODULE_MEMO
@@ -48,8 +51,10 @@ cdef tw_dict_memo _TIME_MODULE_MEMO
 
 cdef inline bint _monotonic_is_real() noexcept:
     """True unless someone replaced ``time.monotonic`` or asyncio's ``base_events.time`` (a test's patch)."""
-    return FAST_CLOCK and tw_dict_get(_TIME_DICT, _MONOTONIC_NAME, &_MONOTONIC_MEMO) == <PyObject*>_MONOTONIC \
-        and tw_dict_get(_BASE_EVENTS_DICT, _TIME_MODULE_NAME, &_TIME_MODULE_MEMO) == <PyObject*>_time_module
+    return FAST_CLOCK \
+        and tw_dict_get(<PyObject*>_TIME_DICT, <PyObject*>_MONOTONIC_NAME, &_MONOTONIC_MEMO) == <PyObject*>_MONOTONIC \
+        and tw_dict_get(<PyObject*>_BASE_EVENTS_DICT, <PyObject*>_TIME_MODULE_NAME, &_TIME_MODULE_MEMO) \
+        == <PyObject*>_TIME_MODULE
 
 
 cdef inline object _asyncio_monotonic():

@@ -478,7 +478,8 @@ cdef class LoopTimers:
         (or this module's ``time``) and nothing patched it, else ``loop.time()`` itself."""
         cdef double now_s
         cdef PyObject* loop_time
-        if self._fast_clock and _monotonic_is_real() and tw_dict_get(self._loop_dict, _TIME_NAME, &self._time_memo) == NULL:
+        if self._fast_clock and _monotonic_is_real() \
+                and tw_dict_get(<PyObject*>self._loop_dict, <PyObject*>_TIME_NAME, &self._time_memo) == NULL:
             loop_time = _PyType_Lookup(Py_TYPE(self._loop), <PyObject*>_TIME_NAME)
             if (loop_time == <PyObject*>_BASE_TIME or (loop_time == <PyObject*>_LOOP_TIME and _asyncio_time_is_own())) \
                     and tw_monotonic_s(&now_s) == 0:
@@ -709,7 +710,7 @@ cdef uint64_t _memo_version = 0
 cdef inline bint _memo_holds(object loop) noexcept:
     """True if the memo names ``loop`` and its __dict__ is unchanged since."""
     return <PyObject*>loop == _memo_loop and \
-        tw_dict_version((<LoopTimers>_memo_timers)._loop_dict) == _memo_version
+        tw_dict_version(<PyObject*>(<LoopTimers>_memo_timers)._loop_dict) == _memo_version
 
 
 cdef inline object _loop_timers(object loop):
@@ -724,10 +725,11 @@ cdef inline object _loop_timers(object loop):
     if type(found) is LoopTimers and (<LoopTimers>found)._loop is loop and (<LoopTimers>found)._fast_clock:
         timers = <LoopTimers>found
         # Read after the lookup: a __dict__ changed by it (a property on a subclass) is looked up again.
-        version = tw_dict_version(timers._loop_dict)
+        version = tw_dict_version(<PyObject*>timers._loop_dict)
         probe.version = 0
         # Kept only while the loop's own __dict__ holds no call_at: see _own_call_at.
-        if version != 0 and tw_dict_get(timers._loop_dict, _TIMERS_NAME, &probe) == <PyObject*>found \
+        if version != 0 \
+                and tw_dict_get(<PyObject*>timers._loop_dict, <PyObject*>_TIMERS_NAME, &probe) == <PyObject*>found \
                 and _CALL_AT_NAME not in timers._loop_dict:
             _memo_loop = <PyObject*>loop
             _memo_timers = <PyObject*>found
