@@ -85,7 +85,7 @@ from ..redact import remember
 from ..shards import DEFAULT_SHARD_COUNT, check_shard_count, shard_of
 from ..sqlfiles import migrations, queries, rewrite_versions
 from ..upgrades import rewritten_rows
-from ..store import (COMMITTED, Absent, Batch, Committed, Page, PreconditionFailed, SchemaError, SchemaVersionError,
+from ..store import (COMMITTED, SHARD_SPACE, Absent, Batch, Committed, Page, PreconditionFailed, SchemaError, SchemaVersionError,
                     Store, check_lock_wait_ms, check_readable_version, consumed_write, schema_version_of, through)
 from ..watch import Watcher
 
@@ -122,12 +122,14 @@ _TABLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,51}$")  # room for the "_apply_man
 # 12: no table changes: a first claim leaves the identity row (a version no earlier process reads);
 # 13: ``<table>_apply_sets`` takes each partition beside its row and each move's key beside its batch.
 # 15: a write runs only at the shard count its lock keys are of (``<table>_lock_shards``, through
-# ``<table>_apply_many_at`` and ``<table>_apply_sets_at``), read once its locks are held.
+# ``<table>_apply_many_at`` and ``<table>_apply_sets_at``), read once its locks are held;
+# 16: the index by shard keeps only the rows passes read by shard (``SHARD_SPACE``).
 _MIGRATIONS = migrations("postgres")
 _ROW_REWRITES = rewrite_versions(_MIGRATIONS)  # versions that must find their declared rewrite
 SCHEMA_VERSION = _MIGRATIONS[-1][0]
 _SHARDS_VERSION = 8  # the migration that adds the shard column (reshard runs it again)
 _TIMERS_VIEW_VERSION = 10  # the migration that makes the timers' view, which reads the shard column
+_SHARD_INDEX_VERSION = 16  # the migration that narrows the index by shard (reshard runs it after version 8)
 _QUERIES = queries("postgres")
 def lock_key(*parts: str) -> int:
     """A signed 64-bit advisory-lock key for the names ``parts`` (a blake2b hash), as
@@ -398,12 +400,13 @@ class PostgresStore(Store):
 
     def _reshard(self, shard_count: int) -> None:
         """The generated column is rebuilt with the new count (version 8's statements), which rewrites
-        the table and its shard index, under the schema lock; the timers' view, which reads the column,
+        the table and its shard index, under the schema lock, the index then narrowed to the rows read
+        by shard again (version 16's statements); the timers' view, which reads the column,
         is dropped first and made again (version 10's statements), with the privileges granted on it.
         Refused while fleet runners hold the store's locks: each owns and reads shards by the count it
         opened with, and would leave the rows of the shards it does not know unread until it restarts."""
-        shards_sql, view_sql = (next(text for version, text in _MIGRATIONS if version == wanted)
-                                for wanted in (_SHARDS_VERSION, _TIMERS_VIEW_VERSION))
+        shards_sql, index_sql, view_sql = (next(text for version, text in _MIGRATIONS if version == wanted)
+                                           for wanted in (_SHARDS_VERSION, _SHARD_INDEX_VERSION, _TIMERS_VIEW_VERSION))
         with self._lock, self._wrap:
             conn = self._connection()
             with conn.transaction():
@@ -417,6 +420,7 @@ class PostgresStore(Store):
                 conn.execute(self._sql["drop_timers_view"])
                 conn.execute(self._sql["drop_shard_column"])
                 conn.execute(sql.SQL(shards_sql).format(**self._names, shard_count=sql.Literal(shard_count)))
+                conn.execute(sql.SQL(index_sql).format(**self._names))
                 conn.execute(sql.SQL(view_sql).format(**self._names))
                 for role, privilege, grantable in grants:
                     conn.execute(sql.SQL("GRANT {} ON {} TO {}{}").format(
@@ -668,11 +672,12 @@ class PostgresStore(Store):
 
     def _scan_shards(self, shards: list, start: bytes, end: bytes, limit: Union[int, list]) -> list:
         """Every shard in one statement: a LATERAL range scan of the shard index per shard, each with its
-        limit (see ``scan_shards`` in ``postgres/sql/queries.sql``)."""
+        limit (see ``scan_shards`` in ``postgres/sql/queries.sql``); for a range outside
+        :data:`SHARD_SPACE`, which that index does not hold, one scan of the table (``scan_shards_elsewhere``)."""
         limits = Int8Array(limit if isinstance(limit, list) else [limit] * len(shards))
+        query = self._sql["scan_shards" if SHARD_SPACE[0] <= start <= end <= SHARD_SPACE[1] else "scan_shards_elsewhere"]
         with self._lock, self._wrap:
-            rows = self._connection().execute(self._sql["scan_shards"], (Int4Array(shards), limits, start, end),
-                                              binary=True).fetchall()
+            rows = self._connection().execute(query, (Int4Array(shards), limits, start, end), binary=True).fetchall()
         out: list = [[] for _ in shards]
         for i, partition, key, value in rows:
             out[i - 1].append((partition, key, value))

@@ -19,12 +19,27 @@ ORDER BY r.i
 
 -- name: scan_shards
 -- Rows of each shard s[i] with lo <= key < hi, at most n[i], in key order across its partitions:
--- one range scan of the (shard, key, partition) index per shard, in request order.
+-- one range scan of the (shard, key, partition) index per shard, in request order. For a range within
+-- SHARD_SPACE (storage/store.py) only: the WHERE repeats the terms of the partial index
+-- (0016_shard_index_partial.sql), which the planner uses only for a statement that implies them.
 SELECT s.i, r.partition, r.key, r.value
 FROM unnest(%b::int4[], %b::int8[]) WITH ORDINALITY AS s(shard, n, i)
 CROSS JOIN LATERAL (SELECT partition, key, value FROM {t} WHERE shard = s.shard AND key >= %b AND key < %b
+                      AND key >= '\x0050'::bytea AND key < '\x0055'::bytea
                     ORDER BY key, partition LIMIT s.n) r
 ORDER BY s.i, r.key, r.partition
+
+-- name: scan_shards_elsewhere
+-- The same read of a range outside SHARD_SPACE, which no index by shard holds: one scan of the table
+-- for every shard asked (not a scan per shard), each shard's rows numbered in key order.
+SELECT r.i, r.partition, r.key, r.value
+FROM (SELECT s.i, s.n, t.partition, t.key, t.value,
+             row_number() OVER (PARTITION BY s.i ORDER BY t.key, t.partition) AS rank
+      FROM unnest(%b::int4[], %b::int8[]) WITH ORDINALITY AS s(shard, n, i)
+      JOIN {t} t ON t.shard = s.shard
+      WHERE t.key >= %b AND t.key < %b) r
+WHERE r.rank <= r.n
+ORDER BY r.i, r.key, r.partition
 
 -- name: shard_count
 SELECT value FROM {meta} WHERE name = 'shard_count'
