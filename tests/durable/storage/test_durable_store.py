@@ -1024,17 +1024,90 @@ def test_a_sqlite_store_opened_before_another_handles_reshard_writes_by_the_new_
         assert db.execute("SELECT count(*) FROM timerwheel_kv WHERE shard >= 4").fetchone() == (0,)
 
 
+@pytest.mark.parametrize("write", ["apply", "apply_many", "own_write"])
+def test_a_sqlite_store_that_wrote_before_another_handles_reshard_writes_by_the_new_count_after_it(tmp_path, write):
+    """The store's own writes bind each row's shard by the count they read once and keep while no
+    other connection commits (PRAGMA data_version): a store that wrote under 64 shards, then saw
+    another handle reshard the file to 4, writes every later row in a shard of the 4, and after a
+    reshard of its own, by the count it recorded."""
+    from timerwheel_c.durable.storage.shards import shard_of
+
+    path = tmp_path / "s.db"
+    names = [f"user/{i}" for i in range(40)]
+    assert any(shard_of(n, 64) >= 4 for n in names)
+
+    def write_all(store, value):
+        for name in names:
+            batch = Batch().put(b"k", value)
+            if write == "apply":
+                store.apply(name, batch)
+            elif write == "apply_many":
+                assert store.apply_many(name, [batch, Batch().put(b"k2", value)]) == [COMMITTED] * 2
+            else:
+                with store.own_write(name) as tx:
+                    tx.apply(batch)
+
+    def shards_of_rows():
+        with sqlite3.connect(path) as db:
+            return set(db.execute("SELECT partition, shard FROM timerwheel_kv"))
+
+    with SQLiteStore(path, shard_count=64) as app:
+        write_all(app, b"before")
+        assert shards_of_rows() == {(n, shard_of(n, 64)) for n in names}
+        with SQLiteStore(path) as admin:
+            admin.reshard(4)
+        write_all(app, b"after")
+        assert shards_of_rows() == {(n, shard_of(n, 4)) for n in names}
+        app.reshard(16)
+        write_all(app, b"again")
+        assert shards_of_rows() == {(n, shard_of(n, 16)) for n in names}
+
+
+def test_a_sqlite_write_reads_the_shard_count_once_while_no_other_connection_commits(tmp_path):
+    """A write transaction on the store's own connection binds its rows' shard (no read of the meta
+    table per row, as the put statement of a caller's connection makes): it asks PRAGMA data_version
+    once, and reads the recorded count again only after another connection committed; a transaction
+    that writes no row asks nothing; a list of one batch needs no savepoint."""
+    from timerwheel_c.durable.storage.shards import shard_of
+
+    path = tmp_path / "s.db"
+    with SQLiteStore(path, shard_count=8) as store:
+        store.apply(P, Batch().put(b"a", b"1"))
+        statements: list = []
+        store._db.set_trace_callback(statements.append)
+        try:
+            store.apply_many(P, [Batch().put(b"b", b"2").put(b"c", b"3"), Batch().put(b"d", b"4")])
+            assert sum("data_version" in s for s in statements) == 1
+            assert not [s for s in statements if "timerwheel_meta" in s]
+            statements.clear()
+            store.apply(P, Batch().delete(b"d"))
+            assert not [s for s in statements if "data_version" in s or "timerwheel_meta" in s]
+            with sqlite3.connect(path) as other:
+                other.execute("INSERT INTO timerwheel_kv (partition, key, value, shard) VALUES ('q', x'01', x'', 0)")
+            statements.clear()
+            store.apply_many(P, [Batch().put(b"e", b"5")])
+            assert len([s for s in statements if "timerwheel_meta" in s]) == 1
+            # A list of one batch runs in its transaction alone: no savepoint around it.
+            assert [s.split()[0] for s in statements] == ["BEGIN", "PRAGMA", "SELECT", "INSERT", "COMMIT"]
+        finally:
+            store._db.set_trace_callback(None)
+        with sqlite3.connect(path) as db:
+            assert set(db.execute("SELECT shard FROM timerwheel_kv WHERE partition = ?", (P,))) == {(shard_of(P, 8),)}
+
+
 @pytest.mark.parametrize("recorded", ["5000", "8abc", "16.9", "-3", "1e1", "abc", "0", None])
-@pytest.mark.parametrize("write", ["apply", "joined"])
+@pytest.mark.parametrize("write", ["apply", "own_write", "joined"])
 def test_a_sqlite_write_refuses_a_recorded_shard_count_that_is_none(tmp_path, recorded, write):
-    """A write takes its rows' shard from the count the meta table records, inside its own statement.
-    A count there that is no shard count (an edited or damaged table; None: the row deleted) is a
-    SchemaError naming the row, and nothing is written: SQLite's CAST reads "5000" or "8abc" as a
-    number, which put a row in a shard no pass reads."""
+    """A write takes its rows' shard from the count the meta table records when it writes (inside its
+    put statement, or read in its transaction after another connection's commit: the store wrote
+    under a good count first). A count there that is no shard count (an edited or damaged table;
+    None: the row deleted) is a SchemaError naming the row, and nothing is written: SQLite's CAST
+    reads "5000" or "8abc" as a number, which put a row in a shard no pass reads."""
     from timerwheel_c.durable.storage.store import SchemaError
 
     path = tmp_path / "s.db"
     with SQLiteStore(path, shard_count=8) as store:
+        store.apply("before", Batch().put(b"k", b"v"))
         db = sqlite3.connect(path, isolation_level=None)
         if recorded is None:
             db.execute("DELETE FROM timerwheel_meta WHERE name = 'shard_count'")
@@ -1043,6 +1116,9 @@ def test_a_sqlite_write_refuses_a_recorded_shard_count_that_is_none(tmp_path, re
         with pytest.raises(SchemaError, match="records no shard count of 1..4096"):
             if write == "apply":
                 store.apply(P, Batch().put(b"k", b"v"))
+            elif write == "own_write":
+                with store.own_write(P) as tx:
+                    tx.apply(Batch().put(b"k", b"v"))
             else:
                 conn = sqlite3.connect(path)
                 try:
@@ -1051,7 +1127,7 @@ def test_a_sqlite_write_refuses_a_recorded_shard_count_that_is_none(tmp_path, re
                 finally:
                     conn.rollback()
                     conn.close()
-        assert db.execute("SELECT count(*) FROM timerwheel_kv").fetchone() == (0,)
+        assert db.execute("SELECT partition FROM timerwheel_kv").fetchall() == [("before",)]
         db.close()
 
 

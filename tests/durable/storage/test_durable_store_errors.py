@@ -340,3 +340,23 @@ def test_a_sqlite_file_that_cannot_be_looked_at_for_a_moment_is_not_taken_for_re
         assert store.get("p", b"k") == b"2"
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("how", ["refused", "guard"])
+def test_an_apply_many_of_one_batch_that_fails_writes_nothing_and_the_store_writes_on(durable_store, how):
+    """apply_many of a single batch (how a runner commits one claim, or one outcome): a batch the
+    server refuses is Refused, one whose guard fails PreconditionFailed, and none of its writes stays
+    (on SQLite its transaction is rolled back whole, in place of a savepoint's); the next write
+    commits as usual."""
+    _refuse_writes_of(durable_store, REFUSED)
+    durable_store.apply(P, Batch().put(b"a", b"1"))
+    if how == "refused":
+        (result,) = durable_store.apply_many(P, [Batch().require(Equals(b"a", b"1")).delete(b"a").put(b"x", b"1")
+                                                 .put(b"bad", REFUSED)])
+        assert isinstance(result, Refused) and isinstance(result.error, PermanentStoreError)
+    else:
+        (result,) = durable_store.apply_many(P, [Batch().put(b"x", b"1").require(Equals(b"a", b"2")).delete(b"a")])
+        assert result == PreconditionFailed(b"a")
+    assert dict(durable_store.scan(P, b"", b"\xff", limit=10).entries) == {b"a": b"1"}
+    assert durable_store.apply_many(P, [Batch().require(Equals(b"a", b"1")).delete(b"a").put(b"y", b"2")]) == [Committed()]
+    assert dict(durable_store.scan(P, b"", b"\xff", limit=10).entries) == {b"y": b"2"}

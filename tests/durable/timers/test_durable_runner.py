@@ -447,6 +447,35 @@ def test_next_wake_rules(store):
     assert run_due(store, P, registry, NOW).next_wake_ms is None
 
 
+class _CountingScans(Delegating):
+    def __init__(self, inner):
+        super().__init__(inner)
+        self.scans: list = []
+
+    def _scan(self, partition, start, end, after, limit):
+        self.scans.append((start, end))
+        return super()._scan(partition, start, end, after, limit)
+
+
+def test_a_tick_that_put_a_row_due_already_wakes_now_without_reading_the_future(store):
+    """A tick whose outcome put a timer due already (a Reschedule into the past: a chain catching up)
+    wakes now whatever the future holds, so it reads no future row for its wake; one whose put lies
+    ahead reads the next future due, as before, and wakes at the earlier of the two."""
+    chain = Recorder(B, outcome=lambda ctx, t: Reschedule(t.due_at_ms + 1, b""))
+    schedule(store, NOW - 10, kind=B, reference=b"chain")
+    schedule(store, NOW + 500, reference=b"ahead")
+    counting = _CountingScans(store)
+    report = run_due(counting, P, TimerRegistry().register(Recorder()).register(chain), NOW)
+    assert report.fired == 1 and report.next_wake_ms == NOW
+    future_start = keys.future_range(NOW)[0]
+    assert not [s for s in counting.scans if s[0] == future_start]
+    ahead = Recorder(B, outcome=lambda ctx, t: Reschedule(NOW + 900, b""))
+    counting.scans.clear()
+    report = run_due(counting, P, TimerRegistry().register(Recorder()).register(ahead), NOW)
+    assert report.fired == 1 and report.next_wake_ms == NOW + 500
+    assert [s for s in counting.scans if s[0] == future_start]
+
+
 def test_pending_with_progress_wakes_now(store):
     """Rows left after a tick that fired something: the next wake is now."""
     for i in range(3):

@@ -336,3 +336,29 @@ def test_a_retry_links_again_and_parking_deletes_the_trace_context(exporter):
     retries = [s for s in _fires(exporter) if s.attributes["timerwheel.kind"] == 3]
     assert [s.attributes["timerwheel.attempt"] for s in retries] == [1, 2]
     assert all([link.context.span_id for link in s.links] == [writer_span.get_span_context().span_id] for s in retries)
+
+
+def test_a_schedules_occurrence_neither_reads_nor_deletes_a_trace_context(exporter, tmp_path):
+    """Only schedule() keeps a trace context, for a timer by name: a schedule's occurrence never has
+    one, so its traced fire reads no such row and its outcome deletes none (one statement fewer per
+    occurrence), while a timer by name's fire still reads and deletes its own; each fire is traced."""
+    from timerwheel_c.durable import Every, add_schedule
+    from timerwheel_c.durable.timers import keys
+
+    exporter.clear()
+    store = SQLiteStore(str(tmp_path / "t.db"))
+    with trace.get_tracer("app").start_as_current_span("setup"):
+        add_schedule(store, P, "tick", Every(1, start=NOW - 1500), 1, misfire="all", catchup_window_s=60)
+        schedule(store, P, NOW - 1, 1, b"named")
+    statements: list = []
+    store._db.set_trace_callback(statements.append)
+    try:
+        assert run_due(store, P, TimerRegistry().register(Expire()), NOW).fired == 2
+    finally:
+        store._db.set_trace_callback(None)
+    occurrence_context = keys.trace_context_row(keys.occurrence_identity(1, b"tick")).hex()
+    named_context = keys.trace_context_row(keys.identity(1, b"named")).hex()
+    assert not [s for s in statements if occurrence_context in s]
+    assert [s.split(" ")[0] for s in statements if named_context in s] == ["SELECT", "DELETE"]
+    assert {s.attributes["timerwheel.reference"] for s in _fires(exporter)} == {"'tick'", "'named'"}
+    store.close()

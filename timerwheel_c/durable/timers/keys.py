@@ -122,6 +122,7 @@ __all__ = [
     "last_error_text",
     "last_error_value",
     "may_keep_an_error",
+    "may_keep_a_trace_context",
     "trace_context_row",
     "trace_context_value",
     "trace_context_text",
@@ -576,6 +577,13 @@ def last_error_text(value: Optional[bytes], tk: TimerKey) -> Optional[str]:
     if original_due_at_ms != tk.original_due_at_ms or attempt not in (tk.attempt, tk.attempt - 1):
         return None
     return bytes(value[_LAST_ERROR.size:]).decode("utf-8", "replace")
+
+
+def may_keep_a_trace_context(tk: TimerKey) -> bool:
+    """True when the parsed timer ``tk`` may have a :func:`trace_context_row`: a timer by name may
+    (:func:`~.writer.schedule` keeps its writer's), a schedule's occurrence never has one (no writer
+    keeps one for an occurrence), so its fire neither reads nor deletes that row."""
+    return not tk.occurrence
 
 
 def trace_context_row(identity_key: bytes) -> bytes:

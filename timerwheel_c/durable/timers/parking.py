@@ -97,7 +97,8 @@ def park_timer(key: bytes, value: bytes, tk: keys.TimerKey, parked_at_ms: int, l
     if tk.attempt > 1:  # the parked row keeps the last error now
         batch.delete(keys.last_error_row(keys.identity_of(tk)))
     # A parked timer fires no more until requeued, a new start: its writer's span is no longer its cause.
-    batch.delete(keys.trace_context_row(keys.identity_of(tk)))
+    if keys.may_keep_a_trace_context(tk):
+        batch.delete(keys.trace_context_row(keys.identity_of(tk)))
     return batch
 
 

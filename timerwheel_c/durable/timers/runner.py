@@ -245,7 +245,11 @@ def settle(partition: str, claimed: ClaimedTimer, report: RunReport, outcome: ob
                            why="a schedule's occurrence cannot be rescheduled (it returned a Reschedule)")
         # The schedule's guard first: the claimed row's guard stays last, checked by its own delete.
         schedules.settle_occurrence(batch, timer.reference, timer.due_at_ms, claimed.schedule)
-        return _forget_error(batch.require(Equals(timer.key, timer.value)).delete(timer.key), timer, None)
+        batch.require(Equals(timer.key, timer.value)).delete(timer.key)
+        # An occurrence never has a trace context (keys.may_keep_a_trace_context): only its kept last error.
+        if timer.attempt > 1:
+            batch.delete(keys.last_error_row(keys.identity_of(keys.parse(timer.key))))
+        return batch
     # The guard on the claimed row also guards the identity row: every by-name write that moves or
     # removes this timer deletes the claimed row in the same batch.
     identity = keys.identity(timer.kind, timer.reference)
@@ -270,19 +274,16 @@ def settle(partition: str, claimed: ClaimedTimer, report: RunReport, outcome: ob
     return _forget_error(batch, timer, identity)
 
 
-def _forget_error(batch: Batch, timer, identity: Optional[bytes]) -> Batch:
-    """``batch`` with the delete of the timer's kept last error, when an earlier attempt may have
-    left one (a first attempt's outcome, the common case, writes nothing more), and, when fires are
-    traced, of its writer's trace context (a runner without tracing leaves it: the next write of
+def _forget_error(batch: Batch, timer, identity: bytes) -> Batch:
+    """``batch`` with the delete of the plain timer's kept last error, when an earlier attempt may
+    have left one (a first attempt's outcome, the common case, writes nothing more), and, when fires
+    are traced, of its writer's trace context (a runner without tracing leaves it: the next write of
     that name deletes or replaces it, and it links no later timer, whose due time differs).
-    ``identity``: the timer's identity row, when the caller has it (None: read from its key)."""
-    if timer.attempt > 1 or _TRACED:
-        if identity is None:
-            identity = keys.identity_of(keys.parse(timer.key))
-        if timer.attempt > 1:
-            batch.delete(keys.last_error_row(identity))
-        if _TRACED:
-            batch.writes.append((keys.trace_context_row(identity), None))  # bytes, built from identity's
+    ``identity``: the timer's identity row."""
+    if timer.attempt > 1:
+        batch.delete(keys.last_error_row(identity))
+    if _TRACED:
+        batch.writes.append((keys.trace_context_row(identity), None))  # bytes, built from identity's
     return batch
 
 
@@ -441,16 +442,23 @@ def next_wake(store: Store, partition: str, now_ms: int, report: RunReport, futu
 
     ``now_ms`` when due rows were left (deferred or stopped on budget) and this tick made
     progress (moved some row off the due range); ``now_ms + 5 s`` when rows were left but
-    nothing moved; otherwise the earliest of the next future due time (one scan) and
-    ``report.earliest_put_ms`` and ``report.earliest_unknown_ms``, never earlier than ``now_ms``; None when the partition
-    holds no well-formed timer. ``future``: the answer to :func:`wake_request`, read by the caller
+    nothing moved; otherwise the earliest of the next future due time (one scan, not read when
+    ``report.earliest_put_ms`` or ``report.earliest_unknown_ms`` is ``now_ms`` or earlier, which
+    makes the answer ``now_ms`` whatever it finds) and those two, never earlier than ``now_ms``; None
+    when the partition holds no well-formed timer. ``future``: the answer to :func:`wake_request`, read by the caller
     (with other partitions' in one :meth:`Store.scan_many`), or None to read it here.
     """
     if not needs_wake_scan(report):
         report.next_wake_ms = now_ms if report.moved else now_ms + NO_PROGRESS_WAKE_MS
         return report.next_wake_ms
-    candidates = [t for t in (_next_future_due(store, partition, now_ms, future), report.earliest_put_ms,
-                              report.earliest_unknown_ms) if t is not None]
+    known = [t for t in (report.earliest_put_ms, report.earliest_unknown_ms) if t is not None]
+    if known and min(known) <= now_ms:
+        # A row this tick put (or left) is due already: the wake is now whatever the scan would find,
+        # so it is not read (a tick catching up a backlog, a schedule's missed occurrences).
+        report.next_wake_ms = now_ms
+        return now_ms
+    future_due = _next_future_due(store, partition, now_ms, future)
+    candidates = known if future_due is None else known + [future_due]
     report.next_wake_ms = max(min(candidates), now_ms) if candidates else None
     return report.next_wake_ms
 

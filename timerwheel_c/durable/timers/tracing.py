@@ -18,8 +18,8 @@ handler starts are its children. Its attributes:
 The span links to the span that scheduled the timer, as Temporal and Celery link a run to its
 caller's: :func:`~.writer.schedule` called while a valid span is current keeps that span's W3C
 ``traceparent`` in a row beside the timer's identity row (:func:`~.keys.trace_context_row`), in
-the schedule's batch; each traced fire reads it (one more read per fire) and adds a ``Link`` to its
-span context. Spans start only once an SDK's tracer provider is set: with the API alone a fire is the
+the schedule's batch; each traced fire of a timer by name reads it (one more read per fire; a
+schedule's occurrence, which never has one, reads none) and adds a ``Link`` to its span context. Spans start only once an SDK's tracer provider is set: with the API alone a fire is the
 handler's call and nothing more. The row goes when the timer fires,
 is cancelled, replaced, rescheduled or parked; a row a runner without tracing left is told apart by
 its due time.
@@ -79,6 +79,8 @@ def recording() -> bool:
 def _links(ctx, timer) -> list:
     """``[Link]`` to the span that scheduled ``timer`` (its kept trace context), or []."""
     tk = keys.parse(timer.key)
+    if not keys.may_keep_a_trace_context(tk):  # a schedule's occurrence: no row to read
+        return []
     kept = ctx.store.get(ctx.partition, keys.trace_context_row(keys.identity_of(tk)))
     text = keys.trace_context_text(kept, tk)
     if text is None:

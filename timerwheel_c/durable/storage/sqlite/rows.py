@@ -5,28 +5,35 @@ judge guards and write rows the same way.
 from __future__ import annotations
 
 import sqlite3
-from typing import Optional, Union
+from typing import Callable, Optional, Union
 
 from ..shards import MAX_SHARD_COUNT
 from ..sqlfiles import queries
 from ..errors import wrap_exceptions
 from ..store import COMMITTED, Absent, Batch, Committed, PreconditionFailed, consumed_write, through
 
-__all__ = ["QUERIES", "OnCursor", "apply_batch", "first_in_shards", "occupied_shards", "read_through", "read_value"]
+__all__ = ["COPIED_VALUE_BYTES", "QUERIES", "OnCursor", "apply_batch", "first_in_shards", "has_puts", "occupied_shards", "read_through",
+           "read_value", "shard_count_of"]
 
 # The put statement's bound on a recorded shard count is the contract's (storage/shards.py).
 QUERIES = {name: sql.replace("{max_shard_count}", str(MAX_SHARD_COUNT)) for name, sql in queries("sqlite").items()}
+# sqlite3 binds a bytearray as the same BLOB as bytes, but takes a bytes parameter through its
+# adaptation protocol first (a registry lookup, and on CPython 3.11 an AttributeError made and cleared:
+# about 0.3 us per parameter), which a bytearray skips. The statements of reads and writes bind their
+# keys, and values of at most this many bytes, as bytearray copies (about 0.05 us each at these
+# sizes): a tenth less CPU per fired timer; a longer value is bound as it is, its copy costing more.
+COPIED_VALUE_BYTES = 4096
 
 def read_value(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, key: bytes) -> Optional[bytes]:
     """The value at ``key`` read on ``db`` (the store's connection, or a cursor of a caller's
     connection inside its own transaction: :mod:`.joined`), or None."""
-    row = db.execute(QUERIES["get"], (partition, key)).fetchone()
+    row = db.execute(QUERIES["get"], (partition, bytearray(key))).fetchone()
     return None if row is None else bytes(row[0])
 
 
 def read_through(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, key: bytes) -> tuple:
     """``(value, target)`` of :meth:`~.store.Store.get_through`, read on ``db`` as :func:`read_value` reads."""
-    return through(db.execute(QUERIES["get_through"], (partition, key)).fetchone())
+    return through(db.execute(QUERIES["get_through"], (partition, bytearray(key))).fetchone())
 
 
 _IN_LIST = 500  # keys per "key IN (...)" read: under SQLite's oldest bound of 999 parameters
@@ -38,7 +45,7 @@ def _present(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, want
     for i in range(0, len(wanted), _IN_LIST):
         part = wanted[i:i + _IN_LIST]
         query = QUERIES["present"].replace("{keys}", ",".join("?" * len(part)))
-        found.update(bytes(row[0]) for row in db.execute(query, (partition, *part)))
+        found.update(bytes(row[0]) for row in db.execute(query, (partition, *map(bytearray, part))))
     return found
 
 
@@ -49,7 +56,8 @@ def _per_shard(db: Union[sqlite3.Connection, sqlite3.Cursor], name: str, shards:
     found: list = []
     for i in range(0, len(shards), _IN_LIST):
         part = shards[i:i + _IN_LIST]
-        found += db.execute(QUERIES[name].replace("{shards}", ",".join(["(?)"] * len(part))), (*part, start, end))
+        found += db.execute(QUERIES[name].replace("{shards}", ",".join(["(?)"] * len(part))),
+                            (*part, bytearray(start), bytearray(end)))
     return found
 
 
@@ -65,8 +73,26 @@ def first_in_shards(db: Union[sqlite3.Connection, sqlite3.Cursor], shards: list,
             _per_shard(db, "first_in_shards", shards, start, end)}
 
 
+def has_puts(batch: Batch) -> bool:
+    """Whether ``batch`` writes a row (not only deletes): only then does its write need the shard count."""
+    for _, value in batch.writes:
+        if value is not None:
+            return True
+    return False
+
+
+def shard_count_of(value: object) -> Optional[int]:
+    """The shard count the meta table's ``value`` records, as the ``put`` statement reads it (digits
+    only, no leading zero, 1..:data:`~..shards.MAX_SHARD_COUNT`), or None for any other value (None
+    included): a write then takes the count inside ``put`` itself, which refuses it as before."""
+    if (isinstance(value, str) and 0 < len(value) <= 4 and value.isascii() and value.isdigit()
+            and value[0] != "0" and int(value) <= MAX_SHARD_COUNT):
+        return int(value)
+    return None
+
+
 def apply_batch(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, batch: Batch, hashed: int,
-                read: Optional[dict] = None) -> Optional[bytes]:
+                read: Optional[dict] = None, shard_count: Optional[int] = None) -> Optional[bytes]:
     """Check ``batch``'s guards and write it inside ``db``'s open transaction; return the key of
     the first failed guard (nothing written: the guards are all judged before the first write), or
     None once written. The last guard may be checked by its own delete
@@ -76,6 +102,9 @@ def apply_batch(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, b
     A large batch (many timers written at once) costs a statement per row, not three: its Absent
     guards are read a few hundred keys per statement and each run of puts is one ``executemany``.
     ``hashed``: the partition's :func:`~.shards.partition_hash`, from which every put records its shard.
+    ``shard_count``: the count recorded now, when the caller knows it inside this transaction (the
+    store's own connection: :meth:`~.store.SQLiteStore._shard_count_for_writes`), so that each put
+    binds its shard; None: each put takes the count in its own statement (a caller's connection).
     ``read``: ``{key: value or None}`` of rows already read in this transaction while it held the
     file's write lock, so that no other connection can have changed them: a guard on one of them is
     judged on that value, without a statement."""
@@ -93,21 +122,24 @@ def apply_batch(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, b
             return guard.key
     if consumed >= 0:
         last = batch.guards[-1]
-        if db.execute(QUERIES["delete_if"], (partition, last.key, last.value)).rowcount != 1:
+        value = bytearray(last.value) if len(last.value) <= COPIED_VALUE_BYTES else last.value
+        if db.execute(QUERIES["delete_if"], (partition, bytearray(last.key), value)).rowcount != 1:
             return last.key
+    put, shard = (QUERIES["put"], hashed) if shard_count is None else (QUERIES["put_in_shard"], hashed % shard_count)
     puts: list = []
     for i, (key, value) in enumerate(batch.writes):
         if i == consumed:
             continue
         if value is not None:
-            puts.append((partition, key, value, hashed))
+            puts.append((partition, bytearray(key), bytearray(value) if len(value) <= COPIED_VALUE_BYTES else value,
+                         shard))
             continue
         if puts:
-            db.executemany(QUERIES["put"], puts)
+            db.executemany(put, puts)
             puts = []
-        db.execute(QUERIES["delete"], (partition, key))
+        db.execute(QUERIES["delete"], (partition, bytearray(key)))
     if puts:
-        db.executemany(QUERIES["put"], puts)
+        db.executemany(put, puts)
     return None
 
 
@@ -120,12 +152,14 @@ class OnCursor:
     a guard on it needs no second read (a re-arm by name reads its identity row once, not twice)."""
 
     def __init__(self, cursor: sqlite3.Cursor, partition: str, hashed: int, wrap: wrap_exceptions,
-                 locked: bool = False):
+                 locked: bool = False, shard_count: Optional[Callable[[], Optional[int]]] = None):
         self._cursor = cursor
         self._partition = partition
         self._hashed = hashed
         self._wrap = wrap
         self._read: Optional[dict] = {} if locked else None
+        # The store's own transaction: the shard count its puts bind, asked at the first batch that puts.
+        self._shard_count = shard_count
 
     def get(self, key: bytes) -> Optional[bytes]:
         with self._wrap:
@@ -145,12 +179,14 @@ class OnCursor:
 
     def scan(self, start: bytes, end: bytes, limit: int) -> list:
         with self._wrap:
-            rows = self._cursor.execute(QUERIES["scan_from"], (self._partition, start, end, limit)).fetchall()
+            rows = self._cursor.execute(QUERIES["scan_from"], (self._partition, bytearray(start), bytearray(end),
+                                                                limit)).fetchall()
         return [(bytes(key), bytes(value)) for key, value in rows]
 
     def apply(self, batch: Batch) -> Union[Committed, PreconditionFailed]:
         with self._wrap:
-            failed = apply_batch(self._cursor, self._partition, batch, self._hashed, self._read)
+            count = None if self._shard_count is None or not has_puts(batch) else self._shard_count()
+            failed = apply_batch(self._cursor, self._partition, batch, self._hashed, self._read, count)
         if failed is None and self._read:
             self._read.clear()  # the batch wrote: what was read may be stale now
         return COMMITTED if failed is None else PreconditionFailed(failed)

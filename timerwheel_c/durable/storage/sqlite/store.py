@@ -12,7 +12,8 @@ SQLite compares BLOBs with memcmp, then by length, which is exactly Python's byt
   under it), check the guards, write, ``COMMIT``. That serializes guarded commits across
   processes sharing the file, which is what lets two services on one file fire each
   timer's batch effects once. ``apply_many`` does all its batches in one such
-  transaction, each inside its own ``SAVEPOINT`` so a failed guard undoes only its batch.
+  transaction, each inside its own ``SAVEPOINT`` so a failed guard undoes only its batch (a list
+  of one batch needs none: its transaction is rolled back instead).
 - The schema is created once, under ``BEGIN IMMEDIATE``: the numbered migrations of
   ``sqlite/sql/`` above the version kept in the ``timerwheel_meta`` table run in that one
   transaction. A file written by a newer version raises
@@ -66,7 +67,8 @@ from ..upgrades import rewritten_rows
 from ..watch import PollingWatcher, Watcher, check_interval_s
 from .errors import result_code, store_error
 from .joined import OnTheLoop, SQLiteJoined
-from .rows import QUERIES as _QUERIES, OnCursor, apply_batch, first_in_shards, occupied_shards, read_through, read_value
+from .rows import (QUERIES as _QUERIES, OnCursor, apply_batch, first_in_shards, has_puts, occupied_shards, read_through,
+                   read_value, shard_count_of)
 
 __all__ = ["CHECKPOINT_WARN_S", "FILE_CHECK_S", "SCHEMA_VERSION", "WAL_RESTART_FRAMES", "WAL_RESTART_WAIT_MS", "SQLiteStore"]
 
@@ -185,6 +187,9 @@ class SQLiteStore(Store):
             raise NoStoreError(f"no timerwheel_c store here: SQLite database {self._named} does not exist "
                                "(this command never creates it)")
         self.shard_count = shard_count
+        # (connection, PRAGMA data_version, the count then recorded) of _shard_count_for_writes: the
+        # count a write transaction binds its puts' shards by while no other connection has committed.
+        self._counted: tuple = (None, None, None)
         # isolation_level=None: no implicit transactions; apply() opens its own. Kept for a forked
         # child, which opens its own connection (_after_fork).
         self._connect = functools.partial(
@@ -415,6 +420,8 @@ class SQLiteStore(Store):
                 with _shard_function(db, shard_count):
                     db.execute(_QUERIES["reshard"])
                 db.execute(_QUERIES["change_shard_count"], (str(shard_count),))
+                # This connection's own commit leaves its data_version as it was: the count is read again.
+                self._counted = (None, None, None)
                 db.execute("COMMIT")
             except BaseException:
                 if db.in_transaction:
@@ -435,6 +442,24 @@ class SQLiteStore(Store):
     def refresh_shard_count(self) -> int:
         with self._lock, self._wrap:
             return self.adopt_shard_count(self._db)
+
+    def _shard_count_for_writes(self, db: sqlite3.Cursor) -> Optional[int]:
+        """The shard count recorded now, for the puts of the write transaction open on ``db`` (a cursor
+        of the store's connection, after ``BEGIN IMMEDIATE``: no other connection commits until it
+        ends), or None when the meta table records no shard count (the puts then take it in their
+        own statement, queries.sql's ``put``, which refuses the write as it always did). Read again
+        only when another connection has committed since it was last read (``PRAGMA data_version``,
+        which this connection's own commits leave as it is; its own reshard forgets the count): a
+        reshard another process committed before this transaction began is never missed, and a
+        transaction's puts cost no read of the meta table each."""
+        connection = db.connection
+        version = db.execute("PRAGMA data_version").fetchone()[0]
+        counted_on, counted_at, count = self._counted
+        if counted_on is not connection or counted_at != version:
+            row = db.execute(_QUERIES["shard_count"]).fetchone()
+            count = None if row is None else shard_count_of(row[0])
+            self._counted = (connection, version, count)
+        return count
 
     def _recorded_shard_count(self, db: Union[sqlite3.Connection, sqlite3.Cursor]) -> int:
         """The shard count recorded in the meta table (the default for a store from before shards,
@@ -470,7 +495,8 @@ class SQLiteStore(Store):
             db = self._db.cursor()
             db.execute("BEGIN IMMEDIATE")
             try:
-                yield OnCursor(db, partition, partition_hash(partition), self._wrap, locked=True)
+                yield OnCursor(db, partition, partition_hash(partition), self._wrap, locked=True,
+                               shard_count=functools.partial(self._shard_count_for_writes, db))
                 db.execute("COMMIT")
             except BaseException:
                 if self._db.in_transaction:
@@ -507,7 +533,8 @@ class SQLiteStore(Store):
         query, lower = (_QUERIES["scan_from"], start) if after is None else (_QUERIES["scan_after"], after)
         with self._lock, self._wrap:
             self._check_same_file()
-            rows = self._db.execute(query, (partition, lower, end, limit + 1)).fetchall()
+            # Bound as bytearray: see rows.COPIED_VALUE_BYTES.
+            rows = self._db.execute(query, (partition, bytearray(lower), bytearray(end), limit + 1)).fetchall()
         return Page.from_rows(rows, limit)
 
     def _scan_shards(self, shards: list, start: bytes, end: bytes, limit: Union[int, list]) -> list:
@@ -519,7 +546,8 @@ class SQLiteStore(Store):
             self.adopt_shard_count(self._db)
             if not SHARD_SPACE[0] <= start <= end <= SHARD_SPACE[1]:
                 # A range the partial index by shard does not hold: a scan of the table per shard.
-                return [self._db.execute(_QUERIES["scan_shard_elsewhere"], (shard, start, end, n)).fetchall()
+                low, high = bytearray(start), bytearray(end)  # see rows.COPIED_VALUE_BYTES
+                return [self._db.execute(_QUERIES["scan_shard_elsewhere"], (shard, low, high, n)).fetchall()
                         for shard, n in zip(shards, limits)]
             # One statement finds the shards holding a row in the range (an index probe each), then
             # one index range scan reads each of those: an idle pass over 64 shards costs one
@@ -529,7 +557,8 @@ class SQLiteStore(Store):
                 first = first_in_shards(self._db, shards, start, end)
                 return [[first[shard]] if shard in first else [] for shard in shards]
             held = occupied_shards(self._db, shards, start, end)
-            return [self._db.execute(_QUERIES["scan_shard"], (shard, start, end, n)).fetchall() if shard in held
+            low, high = bytearray(start), bytearray(end)  # see rows.COPIED_VALUE_BYTES
+            return [self._db.execute(_QUERIES["scan_shard"], (shard, low, high, n)).fetchall() if shard in held
                     else [] for shard, n in zip(shards, limits)]
 
     def _get(self, partition: str, key: bytes) -> Optional[bytes]:
@@ -587,6 +616,9 @@ class SQLiteStore(Store):
         # apply_across) runs each batch in its own savepoint, so that a failed guard or a refused
         # batch rolls back that batch alone.
         results: list = []
+        # A list of one batch needs no savepoint: its transaction undoes it alone (two statements fewer
+        # per claim and per outcome committed alone, as a runner's tick of one timer commits them).
+        savepoints = nested and len(items) > 1
         with self._lock, self._wrap:
             self._check_same_file()
             # One cursor for every statement: each Connection.execute makes a cursor of its own, and
@@ -594,15 +626,20 @@ class SQLiteStore(Store):
             db = self._db.cursor()
             db.execute("BEGIN IMMEDIATE")
             try:
+                count = self._shard_count_for_writes(db) if any(has_puts(batch) for _, batch in items) else None
                 for partition, batch in items:
-                    if nested:
+                    if savepoints:
                         db.execute("SAVEPOINT batch")
                     try:
-                        failed = apply_batch(db, partition, batch, partition_hash(partition))
+                        failed = apply_batch(db, partition, batch, partition_hash(partition), shard_count=count)
                     except sqlite3.Error as exc:
                         error = self._error(exc)
                         if not nested or isinstance(error, TransientStoreError):
                             raise error from exc
+                        if not savepoints:  # the list's one batch: refused, and nothing written
+                            if self._db.in_transaction:
+                                db.execute("ROLLBACK")
+                            return [Refused(error)]
                         db.execute("ROLLBACK TO batch")
                         db.execute("RELEASE batch")
                         results.append(Refused(error))
@@ -611,10 +648,10 @@ class SQLiteStore(Store):
                         results.append(COMMITTED)
                     else:
                         results.append(PreconditionFailed(failed))
-                        db.execute("ROLLBACK TO batch" if nested else "ROLLBACK")
-                        if not nested:
+                        db.execute("ROLLBACK TO batch" if savepoints else "ROLLBACK")
+                        if not savepoints:
                             return results
-                    if nested:
+                    if savepoints:
                         db.execute("RELEASE batch")
                 db.execute("COMMIT")
             except BaseException:

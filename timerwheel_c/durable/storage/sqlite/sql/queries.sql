@@ -45,6 +45,13 @@ INSERT INTO timerwheel_kv (partition, key, value, shard)
     AND CAST(value AS INTEGER) <= {max_shard_count}))
   ON CONFLICT (partition, key) DO UPDATE SET value = excluded.value
 
+-- name: put_in_shard
+-- The put of a write on the store's own connection, which knows the shard count recorded now (read in
+-- this transaction, or before it when no other connection has committed since: PRAGMA data_version):
+-- its shard is bound as a value, where put reads the meta table again for each row it writes.
+INSERT INTO timerwheel_kv (partition, key, value, shard) VALUES (?, ?, ?, ?)
+  ON CONFLICT (partition, key) DO UPDATE SET value = excluded.value
+
 -- name: delete
 DELETE FROM timerwheel_kv WHERE partition = ? AND key = ?
 
