@@ -24,6 +24,12 @@ QUERIES = {name: sql.replace("{max_shard_count}", str(MAX_SHARD_COUNT)) for name
 # sizes): a tenth less CPU per fired timer; a longer value is bound as it is, its copy costing more.
 COPIED_VALUE_BYTES = 4096
 
+
+def _bound_value(value: bytes) -> Union[bytes, bytearray]:
+    """``value`` as a statement binds it: a bytearray copy of at most :data:`COPIED_VALUE_BYTES`
+    bytes, else ``value`` itself."""
+    return bytearray(value) if len(value) <= COPIED_VALUE_BYTES else value
+
 def read_value(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, key: bytes) -> Optional[bytes]:
     """The value at ``key`` read on ``db`` (the store's connection, or a cursor of a caller's
     connection inside its own transaction: :mod:`.joined`), or None."""
@@ -49,24 +55,26 @@ def _present(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, want
     return found
 
 
-def _per_shard(db: Union[sqlite3.Connection, sqlite3.Cursor], name: str, shards: list, start: bytes,
-               end: bytes) -> list:
-    """The rows of the statement ``name`` over ``shards`` and the range ``start <= key < end``,
-    :data:`_IN_LIST` shards per statement."""
+def _per_shard(db: Union[sqlite3.Connection, sqlite3.Cursor], name: str, shards: list, start: bytearray,
+               end: bytearray) -> list:
+    """The rows of the statement ``name`` over ``shards`` and the range ``start <= key < end`` (bound
+    as given: see :data:`COPIED_VALUE_BYTES`), :data:`_IN_LIST` shards per statement."""
     found: list = []
     for i in range(0, len(shards), _IN_LIST):
         part = shards[i:i + _IN_LIST]
         found += db.execute(QUERIES[name].replace("{shards}", ",".join(["(?)"] * len(part))),
-                            (*part, bytearray(start), bytearray(end)))
+                            (*part, start, end))
     return found
 
 
-def occupied_shards(db: Union[sqlite3.Connection, sqlite3.Cursor], shards: list, start: bytes, end: bytes) -> set:
+def occupied_shards(db: Union[sqlite3.Connection, sqlite3.Cursor], shards: list, start: bytearray,
+                    end: bytearray) -> set:
     """Those of ``shards`` that hold a row with ``start <= key < end``."""
     return {row[0] for row in _per_shard(db, "occupied_shards", shards, start, end)}
 
 
-def first_in_shards(db: Union[sqlite3.Connection, sqlite3.Cursor], shards: list, start: bytes, end: bytes) -> dict:
+def first_in_shards(db: Union[sqlite3.Connection, sqlite3.Cursor], shards: list, start: bytearray,
+                    end: bytearray) -> dict:
     """``{shard: (partition, key, value)}``: the first row with ``start <= key < end`` of each of
     ``shards`` that holds one, in (key, partition) order, as a scan of the shard with limit 1 reads it."""
     return {shard: (partition, key, value) for shard, partition, key, value in
@@ -122,8 +130,7 @@ def apply_batch(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, b
             return guard.key
     if consumed >= 0:
         last = batch.guards[-1]
-        value = bytearray(last.value) if len(last.value) <= COPIED_VALUE_BYTES else last.value
-        if db.execute(QUERIES["delete_if"], (partition, bytearray(last.key), value)).rowcount != 1:
+        if db.execute(QUERIES["delete_if"], (partition, bytearray(last.key), _bound_value(last.value))).rowcount != 1:
             return last.key
     put, shard = (QUERIES["put"], hashed) if shard_count is None else (QUERIES["put_in_shard"], hashed % shard_count)
     puts: list = []
@@ -131,8 +138,7 @@ def apply_batch(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, b
         if i == consumed:
             continue
         if value is not None:
-            puts.append((partition, bytearray(key), bytearray(value) if len(value) <= COPIED_VALUE_BYTES else value,
-                         shard))
+            puts.append((partition, bytearray(key), _bound_value(value), shard))
             continue
         if puts:
             db.executemany(put, puts)

@@ -544,9 +544,9 @@ class SQLiteStore(Store):
             # A pass after another process's reshard() reads these shards by the count it was given,
             # and the next pass by the new one (a runner reads store.shard_count at each pass).
             self.adopt_shard_count(self._db)
+            low, high = bytearray(start), bytearray(end)  # see rows.COPIED_VALUE_BYTES
             if not SHARD_SPACE[0] <= start <= end <= SHARD_SPACE[1]:
                 # A range the partial index by shard does not hold: a scan of the table per shard.
-                low, high = bytearray(start), bytearray(end)  # see rows.COPIED_VALUE_BYTES
                 return [self._db.execute(_QUERIES["scan_shard_elsewhere"], (shard, low, high, n)).fetchall()
                         for shard, n in zip(shards, limits)]
             # One statement finds the shards holding a row in the range (an index probe each), then
@@ -554,10 +554,9 @@ class SQLiteStore(Store):
             # statement, not 64 (about 40 us rather than 400). The first row of each (a pass's look
             # for its next wake-up) is one statement too, however many shards hold rows.
             if all(n == 1 for n in limits):
-                first = first_in_shards(self._db, shards, start, end)
+                first = first_in_shards(self._db, shards, low, high)
                 return [[first[shard]] if shard in first else [] for shard in shards]
-            held = occupied_shards(self._db, shards, start, end)
-            low, high = bytearray(start), bytearray(end)  # see rows.COPIED_VALUE_BYTES
+            held = occupied_shards(self._db, shards, low, high)
             return [self._db.execute(_QUERIES["scan_shard"], (shard, low, high, n)).fetchall() if shard in held
                     else [] for shard, n in zip(shards, limits)]
 
