@@ -327,6 +327,25 @@ def test_sqlite_put_over_a_stored_key_rewrites_its_value_and_leaves_the_shard_in
         store.close()
 
 
+@pytest.mark.parametrize("backend, index_version, reads, bounds", [
+    ("sqlite", 14, ("scan_shard", "occupied_shards", "first_in_shards"),
+     r"substr\(key, 1, 2\) >= x'([0-9a-f]+)' AND substr\(key, 1, 2\) < x'([0-9a-f]+)'"),
+    ("postgres", 16, ("scan_shards",), r"key >= '\\x([0-9a-f]+)'::bytea AND key < '\\x([0-9a-f]+)'::bytea"),
+], ids=["sqlite", "postgres"])
+def test_the_partial_index_by_shard_and_its_reads_spell_shard_space(backend, index_version, reads, bounds):
+    """The partial index by shard and every read by shard within SHARD_SPACE repeat its bounds as SQL
+    literals (a planner uses a partial index only for a statement whose WHERE implies its terms), so a
+    change of SHARD_SPACE that misses one of them would index, or read, the wrong rows."""
+    from timerwheel_c.durable.storage.sqlfiles import migrations, queries
+    from timerwheel_c.durable.storage.store import SHARD_SPACE
+
+    expected = [tuple(bound.hex() for bound in SHARD_SPACE)]
+    index = dict(migrations(backend))[index_version]
+    assert re.findall(bounds, index.split("CREATE INDEX", 1)[1]) == expected
+    for name in reads:
+        assert re.findall(bounds, queries(backend)[name]) == expected, name
+
+
 def test_sqlite_reads_by_shard_search_the_partial_index_and_other_rows_write_no_entry(tmp_path):
     """The index by shard holds only SHARD_SPACE (the rows passes read by shard), so SQLite uses it only
     for a statement whose WHERE repeats its terms: every read by shard of that space searches it (a

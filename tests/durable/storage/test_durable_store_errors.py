@@ -348,9 +348,9 @@ def test_an_apply_many_of_one_batch_that_fails_writes_nothing_and_the_store_writ
     server refuses is Refused, one whose guard fails PreconditionFailed, and none of its writes stays
     (on SQLite its transaction is rolled back whole, in place of a savepoint's); the next write
     commits as usual."""
-    _refuse_writes_of(durable_store, REFUSED)
     durable_store.apply(P, Batch().put(b"a", b"1"))
     if how == "refused":
+        _refuse_writes_of(durable_store, REFUSED)
         (result,) = durable_store.apply_many(P, [Batch().require(Equals(b"a", b"1")).delete(b"a").put(b"x", b"1")
                                                  .put(b"bad", REFUSED)])
         assert isinstance(result, Refused) and isinstance(result.error, PermanentStoreError)
