@@ -25,12 +25,16 @@ def wait_until(predicate, what: str, timeout: float = LIVENESS_S) -> None:
         time.sleep(0.02)
 
 
-def advance_until(clock, done, step_s: float, what: str, timeout: float = LIVENESS_S) -> None:
+def advance_until(clock, done, step_s: float, what: str, timeout: float = LIVENESS_S, service=None) -> None:
     """Advance the ManualClock ``clock`` by ``step_s`` each time a service is asleep on it, until
     ``done()``; fail naming ``what`` after ``timeout`` s of real time. A service busy with a store
-    call is never stepped past: its clock moves only while it waits on it."""
+    call is never stepped past: its clock moves only while it waits on it. With ``service`` (a
+    DurableTimerService), also not while it has a row claimed and not yet run to its end (``queued``,
+    ``in_flight``), as tokio's paused clock advances only when its runtime is idle: a test that judges
+    a call's lateness on ``clock`` then sees no step taken while a loaded machine delayed the call's
+    start."""
     def step() -> bool:
-        if not done() and clock.waiting:
+        if not done() and clock.waiting and (service is None or service.queued == service.in_flight == 0):
             clock.advance(step_s)
         return done()
 

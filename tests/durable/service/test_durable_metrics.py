@@ -615,7 +615,7 @@ def test_a_jittered_occurrence_fired_within_its_jitter_window_is_not_late(tmp_pa
                               wall_ns=clock.wall_ns)
     try:
         svc.start()
-        advance_until(clock, lambda: handler.calls >= 2, 0.05, "two occurrences fired")
+        advance_until(clock, lambda: handler.calls >= 2, 0.05, "two occurrences fired", service=svc)
         lateness = svc.metrics(0).lateness
         # At most one step late each: an occurrence due in a step's last ms fires at the step's end.
         assert lateness.count >= 2 and lateness.sum_s <= 0.05 * lateness.count
