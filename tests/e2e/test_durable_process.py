@@ -262,4 +262,4 @@ def test_cli_run_prepares_its_process_for_the_collector(tmp_path):
         if proc.poll() is None:
             proc.kill()
     text = log_path.read_text()
-    assert "garbage collector:" in text and "objects frozen, thresholds (50000, 20, 20)" in text, text
+    assert "garbage collector:" in text and "objects frozen, thresholds (200000, 20, 20)" in text, text

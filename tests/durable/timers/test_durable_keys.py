@@ -46,16 +46,36 @@ def test_due_range_is_exactly_due_rows(item, now_ms):
     assert (fstart <= key < fend) == (due > now_ms)
 
 
+@settings(max_examples=300, deadline=None)
+@given(rows(), st.integers(0, 2**64 - 1), st.booleans())
+def test_a_first_claims_key_is_the_parsed_rows_next_attempt(item, retry_at_ms, occurrence):
+    """scheduled_fields reads a plain timer's scheduled row as parse does (due time, kind, reference),
+    and first_claimed_key of those fields is next_attempt of the parsed row at attempt 1: the claim's
+    shortcut for the row it meets most makes the key the general path makes. A backed-off row or a
+    schedule's occurrence is left to parse (None). Pure functions, cannot flake."""
+    key, (due, kind, att, orig, ref) = item
+    if occurrence and att == 0:
+        key = keys.timer(due, kind, ref, occurrence=True)
+    fields = keys.scheduled_fields(key)
+    if att or occurrence:
+        assert fields is None
+        return
+    assert fields == (due, kind, ref)
+    assert keys.first_claimed_key(*fields, retry_at_ms) == keys.next_attempt(keys.parse(key), retry_at_ms, 1)
+
+
 @pytest.mark.parametrize(
     "raw",
     [b"T", b"T\x00\x00", b"T" + bytes(8) + b"\x00\x00", b"T" + bytes(8) + b"\x05\x07ref",
      b"T" + bytes(8) + b"\x05\x01\x00\x00", b"T" + bytes(8) + b"\x05\x01" + bytes(12), b"X" + bytes(10), b""],
 )
 def test_malformed_keys_raise_malformed_key(raw):
-    """Short keys, kind 0, unknown variants, attempt 0 and foreign tags raise MalformedKey (a ValueError)."""
+    """Short keys, kind 0, unknown variants, attempt 0 and foreign tags raise MalformedKey (a ValueError),
+    and the claim's shortcut for scheduled rows reads none of them (it leaves them to parse)."""
     with pytest.raises(keys.MalformedKey) as info:
         keys.parse(raw)
     assert info.value.key == raw and isinstance(info.value, ValueError)
+    assert keys.scheduled_fields(raw) is None
 
 
 def test_bad_input_is_rejected_specifically():

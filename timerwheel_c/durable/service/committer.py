@@ -103,8 +103,20 @@ class Committer:
 
     def add(self, job: Job) -> None:
         """Queue ``job``, its ``batch`` set, and make sure the commit task runs."""
-        self._queues.setdefault(job.partition, []).append(job)
-        if self.task is None:
+        self.add_all([job])
+
+    def add_all(self, jobs: list) -> None:
+        """Queue ``jobs``, in order, each with its ``batch`` set, and make sure the commit task runs."""
+        queues = self._queues
+        partition = queue = None
+        for job in jobs:  # a chunk's jobs come partition by partition: one lookup per run of them
+            if job.partition != partition:
+                partition = job.partition
+                queue = queues.get(partition)
+                if queue is None:
+                    queue = queues[partition] = []
+            queue.append(job)  # type: ignore[union-attr]  # set in the first turn
+        if self.task is None and jobs:
             self.task = asyncio.ensure_future(self._run())
 
     async def _run(self) -> None:

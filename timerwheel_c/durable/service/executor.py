@@ -65,10 +65,17 @@ class FairQueue:
     def __len__(self) -> int:
         return self._n
 
-    def extend(self, jobs) -> None:
-        for job in jobs:
-            self._by_partition.setdefault(job.partition, collections.deque()).append(job)
-            self._n += 1
+    def extend(self, jobs: list) -> None:
+        by_partition = self._by_partition
+        partition = queue = None
+        for job in jobs:  # a pass's jobs come partition by partition: one lookup per run of them
+            if job.partition != partition:
+                partition = job.partition
+                queue = by_partition.get(partition)
+                if queue is None:
+                    queue = by_partition[partition] = collections.deque()
+            queue.append(job)  # type: ignore[union-attr]  # set in the first turn
+        self._n += len(jobs)
 
     def push_front(self, jobs: list) -> None:
         """Put ``jobs`` back at the head of their partitions' queues, in their order."""
@@ -78,12 +85,33 @@ class FairQueue:
 
     def pop_run(self, first: Job, limit: int, is_async: Callable[[Job], bool]) -> list:
         """``first`` (popped already), then the next queued jobs while they are not ``is_async``: up to
-        ``limit`` jobs in all, for one worker's run. One call per run, where a length and a look at
-        the head per job were a call each."""
+        ``limit`` jobs in all, for one worker's run, taken in the order :meth:`pop` takes them. One
+        call per run, and per partition's run of jobs, not per job."""
         jobs = [first]
         by_partition = self._by_partition
-        while self._n and len(jobs) < limit and not is_async(by_partition[next(iter(by_partition))][0]):
-            jobs.append(self.pop())
+        while self._n and len(jobs) < limit:
+            partition = next(iter(by_partition))
+            queue = by_partition[partition]
+            take = min(limit - len(jobs), len(queue), max(1, self.run - self._taken))
+            taken = 0
+            sync = None  # the handler of the job before, known not to be async: asked once per run of its jobs
+            while taken < take:
+                handler = queue[0].handler
+                if handler is not sync:
+                    if is_async(queue[0]):
+                        break
+                    sync = handler
+                jobs.append(queue.popleft())
+                taken += 1
+            self._n -= taken
+            self._taken += taken
+            if not queue or self._taken >= self.run:  # to the back of the round, as pop() does
+                del by_partition[partition]
+                self._taken = 0
+                if queue:
+                    by_partition[partition] = queue
+            if taken < take:  # an async job at the head: it runs in a slot of its own
+                break
         return jobs
 
     def pop(self) -> Job:
@@ -201,16 +229,10 @@ class Executor:
     def submit(self, jobs: list, starved: bool) -> None:
         """Queue claimed rows and start as many as slots allow; ``starved``: the pass that claimed
         them left due rows for want of room."""
-        for job in jobs:
-            self.busy.add(job)
+        self.busy.add_all(jobs)
         self.starved = self.starved or starved
         self.queue.extend(jobs)
         self.dispatch()
-
-    def note_duration(self, seconds: float) -> None:
-        mean = self.fire_mean_s
-        mean = self.fire_mean_s = seconds if mean is None else mean + _MEAN_WEIGHT * (seconds - mean)
-        self.queue.run = max(1, int(RUN_S / max(mean, 1e-6)))
 
     def dispatch(self) -> None:
         """Start queued rows while slots are free (never after stop(): they stay claimed)."""
@@ -236,12 +258,15 @@ class Executor:
 
     def _chunk(self) -> int:
         """Queued sync fires one worker runs back to back: as many as take CHUNK_S at the measured
-        mean (1 for slow handlers), so that cheap handlers do not pay a thread hand-off each."""
+        mean (1 for slow handlers), so that cheap handlers do not pay a thread hand-off each. Not
+        spread thinner over the free slots: cheap calls hold the GIL, so workers woken for a few of
+        them each would only take turns at it (a thousand no-op fires in 16 chunks of 63 cost each
+        thread of the process a fifth more CPU than in one chunk), while calls that wait on I/O take
+        a slot each once their mean nears CHUNK_S."""
         mean_s = self.fire_mean_s
         if mean_s is None:
             return 1
-        free = max(1, self.concurrency - len(self.tasks))
-        return max(1, min(-(-len(self.queue) // free), int(CHUNK_S / max(mean_s, 1e-6))))
+        return max(1, int(CHUNK_S / max(mean_s, 1e-6)))
 
     def _is_async(self, job: Job) -> bool:
         # By id: a handler may be unhashable (a dataclass), and the registry keeps it alive.
@@ -277,7 +302,7 @@ class Executor:
             # It swallowed the cancel and returned late: failed, its outcome dropped, as a sync call's.
             attempt.outcome = None
             attempt.error = past_timeout(job.timeout_s, "it ignored the cancel")
-        self._settle(job, attempt)
+        self._settle([(job, (attempt.outcome, attempt.error, attempt.started_ms, attempt.took_s))])
 
     @staticmethod
     def _cancel(job: Job, task: asyncio.Task, why: str) -> None:
@@ -290,40 +315,58 @@ class Executor:
         if self._watchdog is None:
             self._watchdog = asyncio.ensure_future(self._watch())
         try:
-            attempts = await asyncio.wrap_future(self._pool.submit(self._call_chunk, chunk))
+            ended = await asyncio.wrap_future(self._pool.submit(self._call_chunk, chunk))
         finally:
             self._chunks.discard(chunk)
-        for job, attempt in zip(chunk.jobs, attempts):
+        done = []
+        for job, call in zip(chunk.jobs, ended):
             if job.settled:  # timed out already: the call's late result is dropped
                 # Its retry was left out of the claimer's last look (the row was in flight), and may
                 # be due by now: nothing else would wake the claimer for it before its longest sleep.
                 self.busy.release(job)
                 self.wakeup.ring()
             else:
-                self._settle(job, attempt)
+                done.append((job, call))
+        if done:
+            self._settle(done)
 
     def _call_chunk(self, chunk: Chunk) -> list:
-        """On a worker: call each job's sync handler in turn, unless the loop took it back."""
-        attempts = []
+        """On a worker: call each job's sync handler in turn, unless the loop took it back; returns
+        each call's ``(outcome, error, started_ms, took_s)``, in order.
+
+        As an :class:`Attempt` times a call and takes its error, inline: everything a handler raises
+        is its failure (``SystemExit`` and ``KeyboardInterrupt`` included), and each call is timed
+        from the end of the one before (one clock read per call). Calls of one partition's rows of
+        one pass share their :class:`TimerContext`, which is immutable."""
+        ended = []
         # Asked once per chunk (CHUNK_S of calls), not per call: it reads the environment.
         traced = _TRACED and tracing.recording()
+        monotonic, wall_ms, lock = time.monotonic, self.wall_ms, chunk.lock
+        context: Optional[TimerContext] = None
+        started_s = monotonic()
         for i, job in enumerate(chunk.jobs):
-            attempt = Attempt(time.monotonic, self.wall_ms)
-            with chunk.lock:
+            started_ms = wall_ms()
+            with lock:
                 if i >= chunk.cut:
                     break
-                chunk.current, chunk.started_s, chunk.started_ms = i, time.monotonic(), attempt.started_ms
+                chunk.current, chunk.started_s, chunk.started_ms = i, started_s, started_ms
                 set_field(job, "started", True)
-            with attempt:
+            if context is None or context.partition != job.partition or context.now_ms != job.now_ms:
                 context = TimerContext(self.store, job.partition, job.now_ms)
+            outcome, error = None, None
+            try:
                 if traced:
-                    attempt.outcome = tracing.fire(job.handler, context, job.timer, attempt.started_ms)
+                    outcome = tracing.fire(job.handler, context, job.timer, started_ms)
                 else:
-                    attempt.outcome = job.handler.fire(context, job.timer)
-            attempts.append(attempt)
-        with chunk.lock:
+                    outcome = job.handler.fire(context, job.timer)
+            except BaseException as exc:  # the handler's own failure, whatever it is (see Attempt)
+                error = exc
+            ended_s = monotonic()
+            ended.append((outcome, error, started_ms, ended_s - started_s))
+            started_s = ended_s
+        with lock:
             chunk.current = None
-        return attempts
+        return ended
 
     async def _watch(self) -> None:
         """While sync chunks are in flight: rescue rows queued behind a long call, fail calls past
@@ -344,41 +387,64 @@ class Executor:
                             chunk.cut = i + 1
                     job = chunk.jobs[i]
                     if job.timeout_s is not None and running_s >= job.timeout_s and not job.settled:
-                        attempt = Attempt(time.monotonic, self.wall_ms)
-                        attempt.started_ms, attempt.took_s = started_ms, running_s  # the call's start
-                        attempt.error = past_timeout(job.timeout_s, "its thread is left to finish and its outcome dropped")
-                        self._settle(job, attempt, keep_busy=True)
+                        error = past_timeout(job.timeout_s, "its thread is left to finish and its outcome dropped")
+                        self._settle([(job, (None, error, started_ms, running_s))], keep_busy=True)  # the call's start
                 if rescued:
                     self.queue.push_front(rescued)
                     self.dispatch()
         finally:
             self._watchdog = None
 
-    def _settle(self, job: Job, attempt: Attempt, keep_busy: bool = False) -> None:
-        """Log and count a call that ended or timed out, turn its outcome into the guarded batch and
-        queue its commit. ``keep_busy``: the call still runs on its thread, so its row stays in flight
-        until it returns."""
-        set_field(job, "settled", True)
-        self.note_duration(attempt.took_s)
-        timer = job.timer
-        error = attempt.error
-        lateness_ms = job.lateness_ms(attempt.started_ms)
-        what = f"raised {type(error).__name__}" if error is not None else type(attempt.outcome).__name__
-        self.recorder.activity.fire(job.partition, timer, job.handler, lateness_ms, what)
-        self.recorder.fire_ended(lateness_ms / 1000 if timer.attempt == 1 else None, attempt.took_s)
-        report = self._report
-        batch = settle(job.partition, job, report, attempt.outcome, error, wall_ms=self.wall_ms, still_running=keep_busy)
-        if report.failed:  # a failed attempt: its row stays backed off, its error recorded (RetryLater), or parks
-            self._report = RunReport()
-            report.failed_kinds[timer.kind.get()] = report.failed
-            self.recorder.count(report)
-        if keep_busy:
-            # The call runs on in its thread: its failure commits now (its error is kept, its retry or
-            # its parking written), but its row stays in flight, never claimed again here, until the
-            # call returns (:meth:`_run_sync`).
-            self.busy.hold(job)
-        set_field(job, "batch", batch)
-        self.committer.add(job)
+    def _settle(self, done: list, keep_busy: bool = False) -> None:
+        """Log and count calls that ended or timed out, turn each outcome into the guarded batch and
+        queue its commit. ``done``: ``(job, (outcome, error, started_ms, took_s))`` per call (what an
+        :class:`Attempt` records), a chunk's at once, so that the metrics take one lock per chunk and
+        the commit stage one call. ``keep_busy``: the calls still run on their threads, so their rows
+        stay in flight until they return."""
+        recorder, busy, wall_ms = self.recorder, self.busy, self.wall_ms
+        activity = recorder.activity
+        each = activity.logs_each_fire()  # asked once per chunk: a logger's level is read under a lock
+        mean = self.fire_mean_s
+        lateness_s: list = []  # of first attempts (retries are late by design)
+        first_ms: list = []
+        durations: list = []
+        jobs: list = []
+        for job, (outcome, error, started_ms, took_s) in done:
+            set_field(job, "settled", True)
+            mean = took_s if mean is None else mean + _MEAN_WEIGHT * (took_s - mean)
+            timer = job.timer
+            if job.schedule is None:  # ClaimedTimer.lateness_ms, inline: once per fire
+                lateness_ms = max(0, started_ms - timer.due_at_ms)
+            else:
+                lateness_ms = job.lateness_ms(started_ms)
+            if each:
+                what = f"raised {type(error).__name__}" if error is not None else type(outcome).__name__
+                activity.fire(job.partition, timer, job.handler, lateness_ms, what)
+            elif timer.attempt == 1:
+                first_ms.append(lateness_ms)
+            if timer.attempt == 1:
+                lateness_s.append(lateness_ms / 1000)
+            durations.append(took_s)
+            report = self._report
+            batch = settle(job.partition, job, report, outcome, error, wall_ms=wall_ms, still_running=keep_busy)
+            if report.failed:  # a failed attempt: its row stays backed off, its error recorded (RetryLater), or parks
+                self._report = RunReport()
+                report.failed_kinds[timer.kind.get()] = report.failed
+                recorder.count(report)
+            if keep_busy:
+                # The call runs on in its thread: its failure commits now (its error is kept, its retry or
+                # its parking written), but its row stays in flight, never claimed again here, until the
+                # call returns (:meth:`_run_sync`).
+                busy.hold(job)
+            set_field(job, "batch", batch)
+            jobs.append(job)
+        if mean is not None:
+            self.fire_mean_s = mean
+            self.queue.run = max(1, int(RUN_S / max(mean, 1e-6)))
+        if first_ms:
+            activity.first_attempts(first_ms)
+        recorder.fires_ended(lateness_s, durations)
+        self.committer.add_all(jobs)
 
     async def drain(self, left_s: Callable[[], Optional[float]]) -> int:
         """After stop(): drop the queue and the rows of sync chunks not started yet (none of them

@@ -184,9 +184,17 @@ class _Buckets:
         self.sum_s = 0.0
 
     def observe(self, seconds: float) -> None:
-        seconds = max(0.0, seconds)
-        self.counts[bisect.bisect_left(self.bounds_s, seconds)] += 1
-        self.sum_s += seconds
+        self.observe_all([seconds])
+
+    def observe_all(self, seconds: list) -> None:
+        counts, bounds, bucket = self.counts, self.bounds_s, bisect.bisect_left
+        total = 0.0
+        for s in seconds:
+            if s < 0.0:
+                s = 0.0
+            counts[bucket(bounds, s)] += 1
+            total += s
+        self.sum_s += total
 
     def snapshot(self) -> Histogram:
         cumulative, total = [], 0
@@ -278,12 +286,16 @@ class Recorder:
 
     def fire_ended(self, lateness_s: Optional[float], took_s: float) -> None:
         """Observe one handler call: its duration ``took_s`` (s) and, for a first attempt, its
-        lateness ``lateness_s`` (s; negative counts as 0: never early by design; None for a retry).
-        One call and one lock per fire for both."""
+        lateness ``lateness_s`` (s; negative counts as 0: never early by design; None for a retry)."""
+        self.fires_ended([] if lateness_s is None else [lateness_s], [took_s])
+
+    def fires_ended(self, lateness_s: list, took_s: list) -> None:
+        """Observe handler calls: the durations ``took_s`` (s) of all, the lateness ``lateness_s`` (s,
+        negative counting as 0) of the first attempts among them. One call and one lock per run of
+        calls (a worker's chunk)."""
         with self._lock:
-            if lateness_s is not None:
-                self._lateness.observe(lateness_s)
-            self._duration.observe(took_s)
+            self._lateness.observe_all(lateness_s)
+            self._duration.observe_all(took_s)
 
     def counts(self) -> tuple:
         """``(fired, failed, parked, lateness Histogram, handler duration Histogram)`` copied under the lock."""

@@ -391,8 +391,8 @@ class Passes:
         for key in report.stuck_keys:
             self._stuck[key] = self.clock() + STUCK_RETRY_S
         self.recorder.count(report)
-        firsts = [c.lateness_ms(now_ms) for c in claims.timers if c.timer.attempt == 1]
-        self.recorder.activity.pass_ended(partition, report.stopped_on_budget and len(jobs) < cap, max(firsts, default=None))
+        self.recorder.activity.pass_ended(partition, report.stopped_on_budget and len(jobs) < cap,
+                                          _worst_lateness_ms(jobs, now_ms))
         if claims.error is not None:
             return jobs, self._failed(partition, claims.error, now_ms), False
         if needs_wake_scan(report):
@@ -442,6 +442,29 @@ def _first_due(rows: list) -> Optional[int]:
 
 
 _TAKEN_OVER_ROWS = 10_000  # rows per shard taken over read for the partitions to release
+
+
+def _worst_lateness_ms(claimed: list, now_ms: int) -> Optional[int]:
+    """The largest lateness (ms) at ``now_ms`` of the first attempts among ``claimed``, or None: a
+    plain timer's is read off its due time, the earliest one's being the largest, without a call per
+    row (:meth:`~timerwheel_c.durable.timers.claim.ClaimedTimer.lateness_ms`, which a schedule's
+    occurrence needs for its jitter, gives the same)."""
+    earliest_ms: Optional[int] = None
+    worst: Optional[int] = None
+    for c in claimed:
+        timer = c.timer
+        if timer.attempt != 1:
+            continue
+        if c.schedule is None:
+            if earliest_ms is None or timer.due_at_ms < earliest_ms:
+                earliest_ms = timer.due_at_ms
+        else:
+            worst = _most(worst, c.lateness_ms(now_ms))
+    return worst if earliest_ms is None else _most(worst, max(0, now_ms - earliest_ms))
+
+
+def _most(a: Optional[int], b: int) -> int:
+    return b if a is None or b > a else a
 
 
 def _earliest(a: Optional[int], b: Optional[int]) -> Optional[int]:

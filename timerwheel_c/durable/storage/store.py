@@ -303,9 +303,14 @@ class Batch:
             TypeError: a non-bytes key or value.
             ValueError: a key longer than :data:`MAX_KEY_BYTES`, or a value longer than :data:`MAX_VALUE_BYTES`.
         """
-        if len(check_bytes("key", key)) > MAX_KEY_BYTES:
+        # The type checks inline (check_bytes only to raise): a handler's outcome puts once per fire.
+        if not isinstance(key, bytes):
+            check_bytes("key", key)
+        if not isinstance(value, bytes):
+            check_bytes("value", value)
+        if len(key) > MAX_KEY_BYTES:
             raise ValueError(f"key must be at most {MAX_KEY_BYTES} bytes, got {len(key)} bytes starting {key[:16]!r}")
-        if len(check_bytes("value", value)) > MAX_VALUE_BYTES:
+        if len(value) > MAX_VALUE_BYTES:
             raise ValueError(f"a value must be at most {MAX_VALUE_BYTES:,} bytes, got {len(value):,} bytes "
                              f"for the key starting {key[:16]!r}")
         self.writes.append((key, value))
@@ -313,7 +318,9 @@ class Batch:
 
     def delete(self, key: bytes) -> "Batch":
         """Remove ``key`` (no error if absent); returns self."""
-        self.writes.append((check_bytes("key", key), None))
+        if not isinstance(key, bytes):
+            check_bytes("key", key)
+        self.writes.append((key, None))
         return self
 
     def extend(self, other: "Batch") -> "Batch":

@@ -42,13 +42,13 @@ from dataclasses import dataclass, field
 from typing import Callable, Container, Optional, Union
 
 from . import keys, names, parking, schedule_state, schedules
-from .registry import DueTimer, TimerHandler, TimerRegistry, check_registry
+from .registry import DueTimer, TimerHandler, TimerRegistry, check_registry, due_timer
 from .tick import DEFAULT_BUDGET, RunReport, TickBudget, backoff_ms, lease_ms
 from ..storage.errors import is_transient
 from ..storage.printable import printable
 from ..storage.store import Absent, Batch, Committed, Equals, Page, Refused, Store, check_partition
 
-__all__ = ["PAGE", "SCAN_PAGE", "UNKNOWN_KIND_BACKOFF_MS", "UNKNOWN_KIND_GRACE_MS", "ClaimedAs", "ClaimedTimer", "Claims",
+__all__ = ["CLOCK_EVERY", "PAGE", "SCAN_PAGE", "UNKNOWN_KIND_BACKOFF_MS", "UNKNOWN_KIND_GRACE_MS", "ClaimedAs", "ClaimedTimer", "Claims",
            "claim_due", "claim_due_across", "due_request", "first_backoff_ms", "refund_rows", "release_claims", "release_range",
            "release_rows"]
 
@@ -56,6 +56,11 @@ log = logging.getLogger("timerwheel_c.durable")
 
 PAGE = 64  # rows claimed per round trip, at most
 SCAN_PAGE = 512  # rows read per scan of the due range, at most
+# A claim reads its clock for ``TickBudget.max_elapsed_ms`` before its first row of each round trip and
+# then every this many rows: choosing a row takes microseconds, a read of a service's clock a few
+# calls, once per row a tenth of a claim's cost. The budget is then overrun by at most this many
+# rows' choosing (a fraction of a millisecond), never by a round trip.
+CLOCK_EVERY = 32
 UNKNOWN_KIND_GRACE_MS = 10_000
 # How much later a row of a kind nobody claimed within its grace comes back. Constant, as such a
 # move counts no attempt: with the grace, each such row costs one move per 40 s.
@@ -176,22 +181,20 @@ def _claimed_timer(partition: str, now_ms: int, handler: TimerHandler, timer: Du
 _new, _set = object.__new__, object.__setattr__
 
 
-def _row_guard(key: bytes, value: bytes) -> Equals:
-    """``Equals(key, value)`` on a row just read from the store (its key parsed, both bytes), set as
-    the frozen dataclass's ``__init__`` sets it but without ``__post_init__``'s checks of them: one
-    Python call per row claimed instead of four."""
-    guard = _new(Equals)
-    _set(guard, "key", key)
-    _set(guard, "value", value)
-    return guard
-
-
-def _claimed_key(now_ms: int, tk: keys.TimerKey, handler: Optional[TimerHandler]) -> bytes:
+def _claimed_key(now_ms: int, tk: keys.TimerKey, handler: Optional[TimerHandler],
+                 lease_of: Optional[Callable[[TimerHandler, int], int]] = None) -> bytes:
     """The row's next backoff key: attempt + 1, due ``now_ms +`` the handler's lease (its backoff, or
-    its timeout_s and a margin, :func:`~.tick.lease_ms`), original due time kept."""
+    its timeout_s and a margin, :func:`~.tick.lease_ms`; ``lease_of(handler, attempt)`` when given: a
+    claim's, worked out once per claim for a handler whose backoff has no jitter, as the default one
+    has none: the lease is then the same for every row of that attempt), original due time kept."""
     attempt = min(tk.attempt + 1, keys.MAX_ATTEMPT)
-    due_ms = now_ms + (backoff_ms(attempt) if handler is None else lease_ms(attempt, handler.backoff, handler.timeout_s))
-    return keys.next_attempt(tk, min(due_ms, keys.MAX_DUE_MS), attempt)
+    if handler is None:
+        lease = backoff_ms(attempt)
+    elif lease_of is None:
+        lease = lease_ms(attempt, handler.backoff, handler.timeout_s)
+    else:
+        lease = lease_of(handler, attempt)
+    return keys.next_attempt(tk, min(now_ms + lease, keys.MAX_DUE_MS), attempt)
 
 
 def _moved_key(tk: keys.TimerKey, due_ms: int, attempt: int) -> bytes:
@@ -246,6 +249,7 @@ class Claimer:
         self.refused: list = []  # rows whose claim the store refused: quarantined next round trip
         self.after: Optional[bytes] = None
         self.exhausted = False
+        self.leases: dict = {}  # (id(handler), attempt) -> lease ms: see _lease_ms
         if first_page is not None:  # read already, by the request due_request() gives
             self._take(first_page)
 
@@ -286,12 +290,19 @@ class Claimer:
             limit = max(1, min(SCAN_PAGE, self.budget.max_scanned - report.scanned))
             self._take(self.store.scan(self.partition, self.start, self.end, self.after, limit))
         fires = 0
-        exclude, capped = self.exclude, self.capped
-        while self.pending and fires < max_rows:
-            if self.over_budget():
+        exclude, capped, pending, budget = self.exclude, self.capped, self.pending, self.budget
+        clock_in = 0  # rows until the clock is read again (see CLOCK_EVERY)
+        while pending and fires < max_rows:
+            if report.scanned >= budget.max_scanned or self.calls >= budget.max_fired:
                 report.stopped_on_budget = True
                 break
-            key, value = self.pending.pop()
+            if clock_in <= 0:
+                if (self.clock() - self.started) * 1000 >= budget.max_elapsed_ms:
+                    report.stopped_on_budget = True
+                    break
+                clock_in = CLOCK_EVERY
+            clock_in -= 1
+            key, value = pending.pop()
             report.scanned += 1
             if key in exclude:
                 report.busy += 1
@@ -330,13 +341,26 @@ class Claimer:
         """What to do with the due row ``key`` (neither excluded nor of a capped kind): a record, or
         None to leave it (counted)."""
         report = self.report
+        scheduled = keys.scheduled_fields(key)
+        if scheduled is not None:  # a plain timer's first attempt, the row met most: claimed without a TimerKey
+            due_at_ms, kind_number, reference = scheduled
+            handler = self.registry.get(kind_number)
+            if handler is not None and not parking.exhausted(handler, 0):
+                claimed_key = keys.first_claimed_key(due_at_ms, kind_number, reference,
+                                                     min(self.now_ms + self._lease_ms(handler, 1), keys.MAX_DUE_MS))
+                self._count_call(kind_number, handler)
+                timer = due_timer(due_at_ms, keys.KINDS[kind_number], reference, value, 1, claimed_key)
+                guard = _new(Equals)  # as below
+                _set(guard, "key", key)
+                _set(guard, "value", value)
+                return _ToFire([guard], [(key, None), (claimed_key, value)], key, timer, handler)
         try:
             tk = keys.parse(key)
         except keys.MalformedKey as exc:
             return _ToQuarantine(key, value, exc.why, malformed=True)
         handler = self.registry.get(tk.kind)
         try:
-            claimed_key = _claimed_key(self.now_ms, tk, handler)
+            claimed_key = _claimed_key(self.now_ms, tk, handler, self._lease_ms)
         except ValueError as exc:  # no valid backoff key (e.g. past the key limit)
             return _ToQuarantine(key, value, f"no backoff key: {exc}", malformed=False)
         if handler is None:
@@ -366,22 +390,45 @@ class Claimer:
                 return None
             if claim.nominal_ms is None:
                 return _ToAdvance(key, value, claim.batch)
-        cap = self.budget.max_per_kind
-        if handler.max_per_tick is not None:
-            cap = min(cap, handler.max_per_tick)
-        count = self.per_kind.get(tk.kind, 0) + 1
-        self.per_kind[tk.kind] = count
-        if count >= cap:
-            self.capped.add(tk.kind)
-        self.calls += 1
+        self._count_call(tk.kind, handler)
         kind: keys.TimerKind = keys.KINDS[tk.kind]  # type: ignore[assignment]  # a parsed key's kind is 1..255, never KINDS[0]
         if claim is not None and claim.claimed_key is not None:
             assert claim.nominal_ms is not None  # an occurrence to fire has its nominal time
             timer = DueTimer(claim.nominal_ms, kind, tk.reference, value, tk.attempt + 1, claim.claimed_key)
             return _ToFire(claim.batch.guards, claim.batch.writes, key, timer, handler, claim.state)
-        timer = DueTimer(tk.original_due_at_ms, kind, tk.reference, value, tk.attempt + 1, claimed_key)
-        return _ToFire([_row_guard(key, value)], _move_writes(key, value, claimed_key, tk, keys.claim_keeps_identity(tk)),
-                       key, timer, handler)
+        timer = due_timer(tk.original_due_at_ms, kind, tk.reference, value, tk.attempt + 1, claimed_key)
+        # Once per row claimed, inline: its guard Equals(key, value), set as the frozen dataclass's
+        # __init__ sets it but without the checks of its fields (a row just read, its key parsed: both
+        # bytes), and the writes _move_writes makes (keys.claim_keeps_identity(tk): a first attempt).
+        guard = _new(Equals)
+        _set(guard, "key", key)
+        _set(guard, "value", value)
+        if tk.attempt == 0 and not tk.occurrence:
+            writes = [(key, None), (claimed_key, value)]
+        else:
+            writes = [(key, None), (claimed_key, value), (keys.identity_of(tk), claimed_key)]
+        return _ToFire([guard], writes, key, timer, handler)
+
+    def _count_call(self, kind: int, handler: TimerHandler) -> None:
+        """Count a row of ``kind`` chosen to fire, against the tick's and the kind's caps."""
+        cap = self.budget.max_per_kind
+        if handler.max_per_tick is not None:
+            cap = min(cap, handler.max_per_tick)
+        count = self.per_kind.get(kind, 0) + 1
+        self.per_kind[kind] = count
+        if count >= cap:
+            self.capped.add(kind)
+        self.calls += 1
+
+    def _lease_ms(self, handler: TimerHandler, attempt: int) -> int:
+        """How long a claim of ``attempt`` holds a row of ``handler`` (:func:`~.tick.lease_ms`), worked
+        out once per claim when the handler's backoff has no jitter (see :func:`_claimed_key`)."""
+        if handler.backoff is not None:
+            return lease_ms(attempt, handler.backoff, handler.timeout_s)
+        cached = self.leases.get((id(handler), attempt))
+        if cached is None:
+            cached = self.leases[(id(handler), attempt)] = lease_ms(attempt, None, handler.timeout_s)
+        return cached
 
     def _park(self, key: bytes, value: bytes, tk: keys.TimerKey, handler: TimerHandler) -> Optional[_ToPark]:
         """The park of the row ``key``, whose attempts are used up; None for an occurrence of a schedule
@@ -411,7 +458,12 @@ class Claimer:
         report = self.report
         claims = []
         make, partition, now_ms = self.claimed_as, self.partition, self.now_ms
+        moved = 0  # rows claimed to fire, counted once at the end: the common case costs no other look
         for row, result in zip(rows, results):
+            if result.__class__ is Committed and row.__class__ is _ToFire:
+                moved += 1
+                claims.append(make(partition, now_ms, row.handler, row.timer, row.schedule))
+                continue
             if isinstance(row, _ToQuarantine):
                 self._quarantined(row, result)
                 continue
@@ -440,6 +492,7 @@ class Claimer:
                                 "due time; backing its rows off", self.partition, row.parsed.kind, self.grace_ms)
                 continue
             claims.append(make(partition, now_ms, row.handler, row.timer, row.schedule))
+        report.moved += moved
         return claims
 
     def _parked(self, row: _ToPark) -> None:

@@ -404,6 +404,27 @@ def first_claim(key: bytes) -> Optional[tuple]:
     return key[:_KIND_AT], _END, tail
 
 
+def scheduled_fields(key: bytes) -> Optional[tuple]:
+    """``(due_at_ms, kind, reference)`` of ``key`` when it is a well-formed plain timer's scheduled
+    row (attempt 0, not a schedule's occurrence: what :func:`parse` gives as a TimerKey), else None
+    (any other layout, or a key :func:`parse` refuses): a claim's look at the row it meets most, which
+    makes no TimerKey. With :func:`first_claimed_key`, the claim of that row."""
+    if len(key) <= _VARIANT_AT or key[_VARIANT_AT] != _SCHEDULED or key[:len(TAG)] != TAG or key.__class__ is not bytes:
+        return None
+    due_at_ms, kind, _ = _HEAD.unpack_from(key, len(TAG))
+    reference = key[len(TAG) + _HEAD.size:]
+    if kind == 0 or len(reference) > MAX_REFERENCE_BYTES:
+        return None
+    return due_at_ms, kind, reference
+
+
+def first_claimed_key(due_at_ms: int, kind: int, reference: bytes, retry_at_ms: int) -> bytes:
+    """:func:`next_attempt` of the scheduled row :func:`scheduled_fields` read (``due_at_ms``, ``kind``,
+    ``reference``) backed off to ``retry_at_ms`` (Unix epoch ms, 0..:data:`MAX_DUE_MS`) at attempt 1:
+    the key its first claim moves it to."""
+    return TAG + _HEAD.pack(retry_at_ms, kind, _BACKED_OFF) + _RETRY.pack(1, due_at_ms) + reference
+
+
 def claim_keeps_identity(tk: TimerKey) -> bool:
     """True when the claim of the row ``tk`` leaves its identity row as it is (a plain timer's first
     attempt, which :func:`first_claim` finds); every other move points the identity row at the new key."""

@@ -83,6 +83,24 @@ class DueTimer:
     key: bytes
 
 
+_new, _set = object.__new__, object.__setattr__
+
+
+def due_timer(due_at_ms: int, kind: TimerKind, reference: bytes, value: Any, attempt: int, key: bytes) -> DueTimer:
+    """A :class:`DueTimer` of fields a claim has already checked (a parsed key's, the kind from
+    :data:`~.keys.KINDS`), made without a call of the frozen dataclass's ``__init__``: a runner makes
+    one per row it claims. Each field is set as that ``__init__`` sets it (not through the instance's
+    ``__dict__``, which would give each timer a dict of its own for the collector to track)."""
+    timer = _new(DueTimer)
+    _set(timer, "due_at_ms", due_at_ms)
+    _set(timer, "kind", kind)
+    _set(timer, "reference", reference)
+    _set(timer, "value", value)
+    _set(timer, "attempt", attempt)
+    _set(timer, "key", key)
+    return timer
+
+
 @dataclass(frozen=True)
 class TimerContext:
     """What ``fire`` may use: the ``store``, the ``partition`` and the tick's ``now_ms`` (Unix epoch ms)."""

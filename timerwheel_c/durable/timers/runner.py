@@ -65,6 +65,7 @@ log = logging.getLogger("timerwheel_c.durable")
 NO_PROGRESS_WAKE_MS = 5_000
 _TRACED = tracing.ENABLED  # decided once: without opentelemetry-api a fire pays no tracing check beyond this
 _TAG_LEN = len(keys.TAG)
+_new, _set = object.__new__, object.__setattr__
 
 
 class Attempt:
@@ -217,28 +218,32 @@ def settle(partition: str, claimed: ClaimedTimer, report: RunReport, outcome: ob
     timer = claimed.timer
     if error is not None:
         return _failed(partition, claimed, report, now_ms, wall_ms, error=error, still_running=still_running)
-    if isinstance(outcome, Retry):
-        why = "Retry: the handler asked to try again later"
-        if outcome.delay is None:
-            return _failed(partition, claimed, report, now_ms, wall_ms, why=why, asked=True)
-        return _failed(partition, claimed, report, now_ms, wall_ms, why=f"{why}, in {outcome.delay} s",
-                       asked=True, retry_in_ms=span_ms(outcome.delay))
-    if not isinstance(outcome, (Done, Reschedule)):
-        return _failed(partition, claimed, report, now_ms, wall_ms, why=parking.wrong_outcome(outcome))
+    if outcome.__class__ is not Done:  # Done, nearly every fire's outcome, needs none of these looks
+        if isinstance(outcome, Retry):
+            why = "Retry: the handler asked to try again later"
+            if outcome.delay is None:
+                return _failed(partition, claimed, report, now_ms, wall_ms, why=why, asked=True)
+            return _failed(partition, claimed, report, now_ms, wall_ms, why=f"{why}, in {outcome.delay} s",
+                           asked=True, retry_in_ms=span_ms(outcome.delay))
+        if not isinstance(outcome, (Done, Reschedule)):
+            return _failed(partition, claimed, report, now_ms, wall_ms, why=parking.wrong_outcome(outcome))
     # Per fire: the batch's lists are filled directly where Batch's methods would only repeat a check
-    # already made (a type checked here, a key the guard just checked or keys built as bytes).
-    batch = Batch()
-    if outcome.batch is not None:
-        if not isinstance(outcome.batch, Batch):
+    # already made (a type checked here, a key the guard just checked or keys built as bytes), and the
+    # batch is made without Batch.__init__ (a call, and a call per default list).
+    given = outcome.batch
+    batch = _new(Batch)
+    if given is None:
+        batch.guards, batch.writes = [], []
+    else:
+        if not isinstance(given, Batch):
             return _failed(partition, claimed, report, now_ms, wall_ms,
-                           why=f"the outcome's batch is {type(outcome.batch).__name__}, not a Batch")
+                           why=f"the outcome's batch is {type(given).__name__}, not a Batch")
         if not claimed.handler._writes_reserved_keys:
             try:
-                keys.check_application_batch(outcome.batch)
+                keys.check_application_batch(given)
             except ValueError as exc:
                 return _failed(partition, claimed, report, now_ms, wall_ms, why=f"the outcome's batch: {exc}")
-        batch.guards.extend(outcome.batch.guards)
-        batch.writes.extend(outcome.batch.writes)
+        batch.guards, batch.writes = given.guards[:], given.writes[:]
     if claimed.schedule is not None:
         if isinstance(outcome, Reschedule):
             return _failed(partition, claimed, report, now_ms, wall_ms,
@@ -253,8 +258,15 @@ def settle(partition: str, claimed: ClaimedTimer, report: RunReport, outcome: ob
     # The guard on the claimed row also guards the identity row: every by-name write that moves or
     # removes this timer deletes the claimed row in the same batch.
     identity = keys.identity(timer.kind, timer.reference)
-    batch.guards.append(Equals(timer.key, timer.value))  # checks that the key is bytes
-    batch.writes.append((timer.key, None))
+    key, value = timer.key, timer.value
+    if key.__class__ is bytes and value.__class__ is bytes:  # a claim's key, a value read from the store
+        guard = _new(Equals)  # Equals(key, value), set as its __init__ sets it, without its checks
+        _set(guard, "key", key)
+        _set(guard, "value", value)
+    else:
+        guard = Equals(key, value)  # a TypeError naming what is not bytes
+    batch.guards.append(guard)
+    batch.writes.append((key, None))
     if isinstance(outcome, Reschedule):
         try:
             new_key = keys.timer(outcome.due_at_ms, timer.kind, timer.reference)
@@ -271,7 +283,8 @@ def settle(partition: str, claimed: ClaimedTimer, report: RunReport, outcome: ob
         batch.require(Absent(new_key)).put(new_key, value).put(identity, new_key)
     else:
         batch.writes.append((identity, None))
-    return _forget_error(batch, timer, identity)
+    # A first attempt's outcome without the tracing extra, the common case, deletes nothing more.
+    return _forget_error(batch, timer, identity) if _TRACED or timer.attempt > 1 else batch
 
 
 def _forget_error(batch: Batch, timer, identity: bytes) -> Batch:
@@ -367,7 +380,17 @@ def commit_across(store: Store, settled: dict) -> dict:
 
 
 def _count_outcomes(partition: str, pairs: list, results: list, report: RunReport) -> None:
+    fired = 0  # Done and Reschedule outcomes committed, the common case: counted at the end
+    fired_kinds: dict = {}  # TimerKind -> of those
     for (claimed, batch), result in zip(pairs, results):
+        if result.__class__ is Committed and batch.__class__ is Batch:  # neither a Parking nor a RetryLater
+            fired += 1
+            kind = claimed.timer.kind
+            fired_kinds[kind] = fired_kinds.get(kind, 0) + 1
+            for k, v in batch.writes:
+                if v is not None and k[:_TAG_LEN] == keys.TAG:  # keys.is_timer_key inline: per put of each outcome
+                    _put_due(report, k)
+            continue
         key = claimed.timer.key
         kind = claimed.timer.kind.get()
         parks = isinstance(batch, parking.Parking)
@@ -383,12 +406,7 @@ def _count_outcomes(partition: str, pairs: list, results: list, report: RunRepor
                 _left_backed_off(report, key)
             for k, v in batch.writes:
                 if v is not None and k[:_TAG_LEN] == keys.TAG:  # keys.is_timer_key inline: per put of each outcome
-                    try:
-                        due_ms = keys.parse(k).due_at_ms
-                    except keys.MalformedKey:
-                        continue
-                    if report.earliest_put_ms is None or due_ms < report.earliest_put_ms:
-                        report.earliest_put_ms = due_ms
+                    _put_due(report, k)
         elif isinstance(result, Refused):
             # This outcome alone fails; the row stays backed off and fires again (the handler may
             # answer differently then): never requeued in front of the other commits.
@@ -409,6 +427,21 @@ def _count_outcomes(partition: str, pairs: list, results: list, report: RunRepor
             _left_backed_off(report, key)
             log.info("%s: its outcome batch failed its guard on the row %s; it stays backed off",
                      _name(partition, claimed), names.reference_text(result.key))
+    if fired:
+        report.fired += fired
+        counts = report.fired_kinds
+        for kind, n in fired_kinds.items():
+            counts[kind.get()] = counts.get(kind.get(), 0) + n
+
+
+def _put_due(report: RunReport, key: bytes) -> None:
+    """An outcome committed a put of the timer row ``key``: its due time may be the earliest."""
+    try:
+        due_ms = keys.parse(key).due_at_ms
+    except keys.MalformedKey:
+        return
+    if report.earliest_put_ms is None or due_ms < report.earliest_put_ms:
+        report.earliest_put_ms = due_ms
 
 
 def _left_backed_off(report: RunReport, key: bytes) -> None:

@@ -109,7 +109,8 @@ class TickBudget:
     ``max_fired``: handler calls per tick. ``max_per_kind``: handler calls per kind per
     tick (lowered by a handler's ``max_per_tick``); rows over it are deferred.
     ``max_scanned``: rows looked at. ``max_elapsed_ms``: monotonic ms since the tick began,
-    checked before each row is claimed (rows already claimed are always fired).
+    checked before the first row of each claim round trip and every
+    :data:`~.claim.CLOCK_EVERY` rows after (rows already claimed are always fired).
 
     The defaults let one pass of a partition fire a backlog of 1,024 timers in a handful of
     commits (claims and outcomes are batched per chunk), while no kind takes more than a

@@ -85,7 +85,7 @@ from ..redact import remember
 from ..shards import DEFAULT_SHARD_COUNT, check_shard_count, shard_of
 from ..sqlfiles import migrations, queries, rewrite_versions
 from ..upgrades import rewritten_rows
-from ..store import (COMMITTED, SHARD_SPACE, Absent, Batch, Committed, Page, PreconditionFailed, SchemaError, SchemaVersionError,
+from ..store import (COMMITTED, SHARD_SPACE, Absent, Batch, Committed, Equals, Page, PreconditionFailed, SchemaError, SchemaVersionError,
                     Store, check_lock_wait_ms, check_readable_version, consumed_write, schema_version_of, through)
 from ..watch import Watcher
 
@@ -881,18 +881,51 @@ def _independent_sets(items: list) -> Optional[_Sets]:
     g_b, g_p, g_k, g_v = sets.g_b.append, sets.g_p.append, sets.g_k.append, sets.g_v.append
     d_b, d_p, d_k = sets.d_b.append, sets.d_p.append, sets.d_k.append
     u_b, u_p, u_k, u_v = sets.u_b.append, sets.u_p.append, sets.u_k.append, sets.u_v.append
-    touched: dict = {}  # partition -> the keys its batches so far touch
+    # partition -> the keys its batches touch, each batch's once: a key two batches touch shows as a
+    # list longer than its set, judged once at the end (one set per partition, not one per batch).
+    touched: dict = {}
     for b, (partition, batch) in enumerate(items, 1):
-        final = dict(batch.writes)  # key -> its last write (None: a delete), in first-write order
+        writes = batch.writes
         guards = batch.guards
         keys = touched.get(partition)
         if keys is None:
-            keys = touched[partition] = set()
-        before = len(keys)
-        mine = set(final)
+            keys = touched[partition] = []
+        if len(guards) == 1 and len(writes) == 2:
+            # A move of one row, guarded on it (a runner's claim of a first attempt): Equals(K, V), the
+            # delete of K, the put of V' at K'; what the general steps below make of it, without them.
+            (key, gone), (to, put) = writes
+            guard = guards[0]
+            if gone is None and put is not None and key == guard.key and to != key and isinstance(guard, Equals):
+                keys.append(key)
+                keys.append(to)
+                ck(key)
+                cv(guard.value)
+                bp(partition)
+                if put == guard.value:
+                    mt(to)
+                else:
+                    u_b(b)
+                    u_p(partition)
+                    u_k(to)
+                    u_v(put)
+                    mt(None)
+                continue
+        final = dict(writes)  # key -> its last write (None: a delete), in first-write order
+        if len(final) == len(writes):
+            # No key written twice (every claim and outcome of a runner): consumed_write's rule, read
+            # off the one write to the last guard's key (False: a key the batch does not write).
+            consumes = bool(guards) and isinstance(guards[-1], Equals) and final.get(guards[-1].key, False) is None
+        else:
+            consumes = consumed_write(batch) >= 0
+        if len(guards) > (1 if consumes else 0):
+            mine = set(final)
+            mine.update([g.key for g in guards])
+            keys.extend(mine)
+        else:  # the guard, if any, is on a key the batch writes: the writes' keys are all it touches
+            keys.extend(final)
         move: object = None  # the consumed value while its move's key is still to find
         target = None  # the key the consumed row moves to
-        if consumed_write(batch) >= 0:
+        if consumes:
             last = guards[-1]
             if final.pop(last.key) is not None:
                 return None
@@ -905,14 +938,10 @@ def _independent_sets(items: list) -> Optional[_Sets]:
             cv(None)
         bp(partition)
         for g in guards:
-            mine.add(g.key)
             g_b(b)
             g_p(partition)
             g_k(g.key)
             g_v(None if isinstance(g, Absent) else g.value)
-        keys |= mine
-        if len(keys) != before + len(mine):  # a key an earlier batch touches
-            return None
         for k, v in final.items():
             if v is None:
                 d_b(b)
@@ -927,6 +956,9 @@ def _independent_sets(items: list) -> Optional[_Sets]:
                 u_k(k)
                 u_v(v)
         mt(target)
+    for keys in touched.values():
+        if len(set(keys)) != len(keys):  # a key two batches touch
+            return None
     return sets
 
 
