@@ -21,7 +21,7 @@ from timerwheel_c._aio_common import MAX_DUE_MS as _MAX_DUE_MS
 
 cdef int64_t MAX_DUE_MS = _MAX_DUE_MS
 cdef double MAX_DUE_MS_F = <double>MAX_DUE_MS
-_BASE_TIME = asyncio.BaseEventLoop.time
+cdef object _BASE_TIME = asyncio.BaseEventLoop.time
 
 
 cdef bint _clock_matches():

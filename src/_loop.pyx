@@ -5,9 +5,11 @@ the methods ``EventLoop`` takes from here: ``time``, ``call_at``, ``call_later``
 ``timerwheel_c/pure/loop.py`` is the pure-Python twin, in the same order, and holds the design
 (the ms clock, the never-early rule, due order); ``timerwheel_c.loop.EventLoop`` drives either.
 """
-# A handle's wheel token is its index in the store's ``_handles`` list (src/_aio_tokens.pxi), as
-# in the asyncio scheduler: the collector sees the armed handles through it, so a loop dropped
+# A handle's wheel token is its index in the store's ``_handles`` list, as in the asyncio scheduler
+# (src/_aio_tokens.pxi): the collector sees the armed handles through it, so a loop dropped
 # unclosed with timers pending is collected, as asyncio's is, with no hand-written traverse.
+# Handles, their indexes and their wheel entries are placed in arming order (tw_slab.h,
+# LoopTimers._take_token, TimerWheel.c_take_in_order; docs/DESIGN.md, "Placement").
 #
 # Reentrancy: ready.append() may run the collector, whose Python code may cancel a handle or arm
 # a timer on this very loop (and so reuse a freed index). So move_due() takes the batch out of the
@@ -21,7 +23,6 @@ from libc.math cimport INFINITY, floor, isfinite, nextafter
 from libc.stdint cimport int64_t, uint64_t
 from libc.stdlib cimport free, qsort, realloc
 
-from timerwheel_c._aio cimport token_stack_t
 from timerwheel_c._wheel cimport TimerWheel, tw_fired_t
 
 import asyncio
@@ -38,12 +39,39 @@ from timerwheel_c._loop_common import (
     report_exception,
 )
 
-__all__ = ["LoopTimers", "TimerHandle", "call_at", "call_later", "time"]
+__all__ = ["LoopTimers", "TimerHandle", "call_at", "call_later", "install_methods", "time"]
 
 cdef extern from "tw_prefetch.h":
     void tw_prefetch(void* p) noexcept nogil
     void tw_prefetch_freed(PyObject* op) noexcept
     void tw_prefetch_gc_next(PyObject* op) noexcept
+
+cdef extern from "tw_methods.h":
+    ctypedef struct tw_type_memo:
+        pass
+    PyObject* tw_type_get(PyTypeObject* tp, PyObject* name, tw_type_memo* memo) noexcept
+    object tw_tuple_of(PyObject** items, Py_ssize_t n)
+    bint tw_only_keyword(PyObject* kwnames, PyObject* name) noexcept
+    object tw_call_with_self(PyObject* func, PyObject* self, PyObject** args, Py_ssize_t nargs, PyObject* kwnames)
+
+cdef extern from "Python.h":
+    ctypedef PyObject* (*PyCFunction)(PyObject*, PyObject*)
+    ctypedef struct PyMethodDef:
+        const char* ml_name
+        PyCFunction ml_meth
+        int ml_flags
+        const char* ml_doc
+    int METH_NOARGS
+    int METH_FASTCALL
+    int METH_KEYWORDS
+    object PyDescr_NewMethod(PyTypeObject* type, PyMethodDef* meth)
+    PyTypeObject PyMethodDescr_Type
+    ctypedef struct PyMethodDescrObject:
+        PyMethodDef* d_method
+
+cdef extern from "tw_slab.h":
+    int tw_slab_install(PyTypeObject* tp) except -1
+    object tw_slab_stats()
 
 cdef extern from "tw_context.h":
     PyObject* tw_current_context() noexcept
@@ -64,7 +92,13 @@ ctypedef struct due_t:
 cdef double MAX_SELECT = MAX_SELECT_S
 
 include "_aio_clock.pxi"
-include "_aio_tokens.pxi"
+
+
+cdef inline object _token_handle(list handles, uint64_t token):
+    """The handle at index ``token``, or None (a freed or dropped index)."""
+    if token < <uint64_t>len(handles):
+        return handles[<Py_ssize_t>token]
+    return None
 
 cdef str _TIME_NAME = "time"
 cdef str _TIMERS_NAME = "_timers"
@@ -101,6 +135,13 @@ cdef inline double _order_key(double when_s, double now_s) noexcept nogil:
     return now_s if now_s == now_s else -INFINITY
 
 
+cdef TimerWheel _new_wheel(int64_t now_ms):
+    """A wheel at ``now_ms`` whose entries are taken in address order (``c_take_in_order``)."""
+    cdef TimerWheel wheel = TimerWheel(now_ms)
+    wheel.c_take_in_order()
+    return wheel
+
+
 cdef inline int64_t _loop_ms(double t_s) noexcept:
     """``loop_ms``: the ms a loop time ``t_s`` lies in, clamped to [-1, 2**62] (a real clock is far
     inside it; the wheel's last ms holds every later deadline, held by its own value)."""
@@ -123,7 +164,6 @@ cdef int _by_when(const void* a, const void* b) noexcept nogil:
 @cython.final
 @cython.no_gc_clear
 @cython.auto_pickle(False)
-@cython.freelist(256)
 cdef class TimerHandle:
     """A callback armed on the loop's wheel by ``call_at``/``call_later``; answers as
     ``asyncio.TimerHandle`` does: ``when()``, ``cancel()``, ``cancelled()``, ``get_context()``.
@@ -268,6 +308,19 @@ cdef class TimerHandle:
         return self._when > (<TimerHandle>other)._when or self.__eq__(other)
 
 
+# Handles are placed in arming order, not in the block freed last (see tw_slab.h): with the store's
+# indexes and the wheel's entries, taken in the same order, a re-arm or a fire of handles in the
+# order they were armed reads all three sequentially.
+tw_slab_install(<PyTypeObject*>TimerHandle)
+
+
+def _handle_blocks():
+    """The handles' allocator (tw_slab.h), for tests: ``{"live", "capacity", "chunks",
+    "block_bytes"}`` (handles allocated, blocks its chunks hold, chunks, a block's bytes), or None
+    where the handles keep the default allocator (a free-threaded build)."""
+    return tw_slab_stats()
+
+
 @cython.final
 @cython.no_gc_clear
 @cython.auto_pickle(False)
@@ -282,6 +335,7 @@ cdef class LoopTimers:
     cdef object _loop_ref      # a weak reference to the loop once closed (see close()), else None
     cdef dict _loop_dict      # the loop's __dict__: a ``time`` set there (a test's patch) is seen
     cdef tw_dict_memo _time_memo  # _loop_dict's ``time`` as last read
+    cdef tw_type_memo _time_type_memo  # type(loop).time as last read
     cdef bint _fast_clock
     cdef bint _closed
     cdef bint _due_now        # a timer was armed due now since the last move_due
@@ -290,14 +344,16 @@ cdef class LoopTimers:
     cdef public bint debug     # mirrors loop.get_debug(): cancel() then freezes the repr
     cdef TimerWheel _wheel     # tokens index _handles
     cdef list _handles         # token -> the handle it arms, None when free: the collector sees them
-    cdef token_stack_t _free_tokens
+    cdef Py_ssize_t _tokens_taken  # indexes of _handles holding a handle
+    cdef Py_ssize_t _token_cursor  # the index after the one taken last (see _take_token)
     cdef due_t* _sort          # move_due's scratch for a batch out of deadline order
     cdef Py_ssize_t _sort_cap
     cdef object _snapshot      # a copy of a current context that no callback enters, or None
 
     def __cinit__(self, *args, **kwargs):
-        self._wheel = TimerWheel(0)
+        self._wheel = _new_wheel(0)
         self._handles = [None]
+        self._token_cursor = 1
         self._loop_dict = {}
         self._held_when = INFINITY
 
@@ -309,12 +365,11 @@ cdef class LoopTimers:
         self._fast_clock = FAST_CLOCK and type(loop_dict) is dict
         if self._fast_clock:
             self._loop_dict = loop_dict
-        self._wheel = TimerWheel(max(_loop_ms(self.c_time()), 0))
+        self._wheel = _new_wheel(max(_loop_ms(self.c_time()), 0))
 
     def __dealloc__(self):
         _forget_loop(<PyObject*>self)
         free(self._sort)
-        free(self._free_tokens.free)
 
     def __reduce_ex__(self, protocol):
         _refuse_copy(self)  # the pure twin's TypeError, word for word
@@ -480,8 +535,8 @@ cdef class LoopTimers:
         cdef PyObject* loop_time
         if self._fast_clock and _monotonic_is_real() \
                 and tw_dict_get(<PyObject*>self._loop_dict, <PyObject*>_TIME_NAME, &self._time_memo) == NULL:
-            loop_time = _PyType_Lookup(Py_TYPE(self._loop), <PyObject*>_TIME_NAME)
-            if (loop_time == <PyObject*>_BASE_TIME or (loop_time == <PyObject*>_LOOP_TIME and _asyncio_time_is_own())) \
+            loop_time = tw_type_get(Py_TYPE(self._loop), <PyObject*>_TIME_NAME, &self._time_type_memo)
+            if (loop_time == <PyObject*>_BASE_TIME or (_is_own_time(loop_time) and _asyncio_time_is_own())) \
                     and tw_monotonic_s(&now_s) == 0:
                 return now_s
         return self._owner().time()
@@ -560,7 +615,7 @@ cdef class LoopTimers:
     cdef int _arm(self, TimerHandle handle, int64_t due_ms) except -1:
         """Arm ``handle`` due at ``due_ms`` on the wheel (due now if not after its now), at a new
         index of ``_handles``."""
-        handle._token = _take_token(self._handles, &self._free_tokens, handle)
+        handle._token = self._take_token(handle)
         handle._timer_id = self._wheel.c_schedule_at(due_ms, <uint64_t>handle._token)
         return 0
 
@@ -568,7 +623,7 @@ cdef class LoopTimers:
         """Take ``handle`` out of the wheel and out of ``_handles`` if armed."""
         if handle._timer_id:
             self._wheel.c_cancel(handle._timer_id)
-            _give_token(self._handles, &self._free_tokens, handle._token, handle)
+            self._give_token(handle)
             handle._timer_id = 0
             handle._token = 0
         return 0
@@ -586,7 +641,7 @@ cdef class LoopTimers:
         cdef int64_t due_ms
         if now_ms >= old.c_now_ms():
             return 0
-        wheel = TimerWheel(now_ms)
+        wheel = _new_wheel(now_ms)
         self._held_when = INFINITY
         old.c_advance(MAX_DUE_MS, &fired)
         try:
@@ -642,7 +697,7 @@ cdef class LoopTimers:
                     self._held_when = handle._when
                 continue
             Py_INCREF(handle)  # the batch's, until the ready queue or _requeue takes it
-            _give_token(self._handles, &self._free_tokens, handle._token, handle)
+            self._give_token(handle)
             fired.tokens[n] = <uint64_t><size_t><PyObject*>handle
             n += 1
             handle._timer_id = 0
@@ -692,8 +747,79 @@ cdef class LoopTimers:
     cdef int _drain(self) except -1:
         """Drop every armed handle (close): they keep their state, unarmed."""
         cdef TimerHandle handle
-        for handle in _drop_tokens(self._wheel, self._handles, &self._free_tokens):
+        cdef tw_fired_t fired
+        cdef list detached
+        if self._wheel.c_count():
+            self._wheel.c_advance(MAX_DUE_MS, &fired)
+            self._wheel.c_release(&fired)
+        detached = [handle for handle in self._handles if handle is not None]
+        del self._handles[1:]
+        self._tokens_taken = 0
+        self._token_cursor = 1
+        # Reset once no C state names them: dropping a reference may run Python code.
+        for handle in detached:
             handle._timer_id = handle._token = 0
+        return 0
+
+    cdef Py_ssize_t _take_token(self, TimerHandle handle) except -1:
+        """Put ``handle`` in ``_handles`` at a free index and return it: the first free one at or
+        after the cursor (the index after the one taken last), as the wheel takes its entries
+        (``c_take_in_order``): handles armed one after another get indexes one after another. Once
+        3/4 of the indexes are taken, the list grows to 1.5 times the armed handles (Nones appended:
+        no object is made, so no collection runs here), the cursor at the first new one. An index
+        freed right after it was taken is taken again first (a timer armed and cancelled)."""
+        cdef list handles = self._handles
+        cdef Py_ssize_t n = len(handles)
+        cdef Py_ssize_t t, k, want
+        cdef PyObject** items
+        if n == 0:
+            # The collector cleared the list: this store is garbage and a finalizer arms.
+            handles.append(None)
+            n = 1
+            self._tokens_taken = 0
+            self._token_cursor = 1
+        if self._tokens_taken * 4 >= (n - 1) * 3:
+            want = max(3 * self._tokens_taken // 2, n - 1 + 64) + 1
+            self._token_cursor = n
+            while n < want:
+                handles.append(None)
+                n += 1
+        items = (<PyListObject*>handles).ob_item
+        t = self._token_cursor
+        for k in range(n - 1):
+            if t >= n:
+                t = 1
+            if items[t] == <PyObject*>None:
+                Py_INCREF(handle)
+                items[t] = <PyObject*>handle
+                Py_DECREF(None)  # the list's reference to the None it held
+                self._tokens_taken += 1
+                self._token_cursor = t + 1
+                if t + 8 < n:  # the slots the next takes most likely get, a cache line ahead
+                    tw_prefetch(&items[t + 8])
+                return t
+            t += 1
+        # Not reached while the count is right (1/4 of the indexes are free); a new index then.
+        handles.append(handle)
+        self._tokens_taken += 1
+        self._token_cursor = n + 1
+        return n
+
+    cdef int _give_token(self, TimerHandle handle) except -1:
+        """Free ``handle``'s index if it still holds it (not after a drain or the collector's clear).
+        The caller holds ``handle``: no finalizer runs here."""
+        cdef list handles = self._handles
+        cdef Py_ssize_t t = handle._token
+        cdef PyObject** items
+        if 0 < t < len(handles):
+            items = (<PyListObject*>handles).ob_item
+            if items[t] == <PyObject*>handle:
+                Py_INCREF(None)
+                items[t] = <PyObject*>None
+                Py_DECREF(handle)
+                self._tokens_taken -= 1
+                if t == self._token_cursor - 1:
+                    self._token_cursor = t
         return 0
 
 
@@ -760,21 +886,33 @@ cdef inline void _forget_loop(PyObject* timers) noexcept:
 
 # EventLoop's own methods, on its class (so a patch of type(loop) sees every call, as on asyncio's
 # loop) and compiled (no Python frame: a forwarding method's frame is a third of a timer's cost).
+# The functions below are this module's ``time``, ``call_at`` and ``call_later``; EventLoop's class
+# holds them as C methods (``install_methods``), which the interpreter calls straight from a
+# ``loop.call_at(...)`` with no function object in between.
 
 cdef object _SELECTOR_LOOP = asyncio.SelectorEventLoop
+cdef tw_type_memo _SELECTOR_TIME_MEMO    # asyncio.SelectorEventLoop.time
+cdef tw_type_memo _CALL_AT_MEMO          # type(loop).call_at, as call_later last read it
 
 
 cdef inline bint _asyncio_time_is_own() noexcept:
     """True while asyncio's selector loop class, EventLoop's base, has asyncio's own ``time``
     (no test patched it there or on a class above it): a type lookup through the method cache."""
-    return _PyType_Lookup(<PyTypeObject*>_SELECTOR_LOOP, <PyObject*>_TIME_NAME) == <PyObject*>_BASE_TIME
+    return tw_type_get(<PyTypeObject*>_SELECTOR_LOOP, <PyObject*>_TIME_NAME, &_SELECTOR_TIME_MEMO) \
+        == <PyObject*>_BASE_TIME
 
 
-@cython.binding(True)
-def time(loop):
-    """``loop.time()``: asyncio's clock, ``time.monotonic()``, in seconds; read in C unless
-    ``time.monotonic`` is patched, or ``time`` on asyncio's loop classes (see
-    ``_loop_common.patched_asyncio_time``), whose patch it then follows as asyncio's loop does."""
+cdef inline bint _is_method(PyObject* found, PyMethodDef* definition) noexcept:
+    """True if ``found`` is a C method made by ``install_methods`` from ``definition``."""
+    return Py_TYPE(<object>found) == &PyMethodDescr_Type and (<PyMethodDescrObject*>found).d_method == definition
+
+
+cdef inline bint _is_own_time(PyObject* found) noexcept:
+    """True if ``found`` (a class's ``time``) is this module's: the function or the C method."""
+    return found == <PyObject*>_LOOP_TIME or (found != NULL and _is_method(found, &_TIME_DEF))
+
+
+cdef object _time(object loop):
     cdef double now_s
     if not _asyncio_time_is_own():
         patched = _patched_asyncio_time(loop, _LOOP_TIME)
@@ -785,7 +923,27 @@ def time(loop):
     return _asyncio_monotonic()
 
 
+@cython.binding(True)
+def time(loop):
+    """``loop.time()``: asyncio's clock, ``time.monotonic()``, in seconds; read in C unless
+    ``time.monotonic`` is patched, or ``time`` on asyncio's loop classes (see
+    ``_loop_common.patched_asyncio_time``), whose patch it then follows as asyncio's loop does."""
+    return _time(loop)
+
+
 cdef object _LOOP_TIME = time
+
+
+cdef object _call_at(object loop, object when, object callback, tuple args, object context):
+    cdef double when_s
+    timers = _loop_timers(loop)
+    if type(timers) is not LoopTimers or (<LoopTimers>timers).debug:
+        return loop._call_at_checked(when, callback, args, context, 1)
+    if type(when) is float:
+        when_s = <double>when
+    else:
+        when_s = check_when(when, "when")
+    return (<LoopTimers>timers)._call_at_when(when_s, callback, args, context)
 
 
 @cython.binding(True)
@@ -798,32 +956,20 @@ def call_at(loop, when, callback, *args, context=None):
     Raises:
         TypeError: ``when`` is None or not a real number. RuntimeError: the loop is closed.
     """
-    cdef double when_s
-    timers = _loop_timers(loop)
-    if type(timers) is not LoopTimers or (<LoopTimers>timers).debug:
-        return loop._call_at_checked(when, callback, args, context, 1)
-    if type(when) is float:
-        when_s = <double>when
-    else:
-        when_s = check_when(when, "when")
-    return (<LoopTimers>timers)._call_at_when(when_s, callback, args, context)
+    return _call_at(loop, when, callback, args, context)
 
 
 cdef object _CALL_AT = call_at
 
 
-@cython.binding(True)
-def call_later(loop, delay, callback, *args, context=None):
-    """``loop.call_later``: run ``callback(*args)`` ``delay`` seconds from now (never before
-    ``loop.time() + delay``; at the next iteration for a delay of 0 or less, or NaN).
+cdef inline bint _is_own_call_at(PyObject* found) noexcept:
+    """True if ``found`` (a class's ``call_at``) is this module's: the function or the C method."""
+    return found == <PyObject*>_CALL_AT or (found != NULL and _is_method(found, &_CALL_AT_DEF))
 
-    Returns:
-        a :class:`TimerHandle`.
-    Raises:
-        TypeError: ``delay`` is None or not a real number. RuntimeError: the loop is closed.
-    """
+
+cdef object _call_later(object loop, object delay, object callback, tuple args, object context):
     cdef double delay_s, now_s
-    if _PyType_Lookup(Py_TYPE(loop), <PyObject*>_CALL_AT_NAME) != <PyObject*>_CALL_AT:
+    if not _is_own_call_at(tw_type_get(Py_TYPE(loop), <PyObject*>_CALL_AT_NAME, &_CALL_AT_MEMO)):
         return _later_through_call_at(loop, delay, callback, args, context)
     timers = _loop_timers(loop)
     if _own_call_at(loop, timers):
@@ -836,3 +982,89 @@ def call_later(loop, delay, callback, *args, context=None):
         delay_s = check_when(delay, "delay")
     now_s = (<LoopTimers>timers).c_time()
     return (<LoopTimers>timers)._call_at(now_s + delay_s, now_s, callback, args, context)
+
+
+@cython.binding(True)
+def call_later(loop, delay, callback, *args, context=None):
+    """``loop.call_later``: run ``callback(*args)`` ``delay`` seconds from now (never before
+    ``loop.time() + delay``; at the next iteration for a delay of 0 or less, or NaN).
+
+    Returns:
+        a :class:`TimerHandle`.
+    Raises:
+        TypeError: ``delay`` is None or not a real number. RuntimeError: the loop is closed.
+    """
+    return _call_later(loop, delay, callback, args, context)
+
+
+cdef object _CALL_LATER = call_later
+
+
+# The C methods: METH_NOARGS and METH_FASTCALL | METH_KEYWORDS functions over the ones above. A
+# call with the two leading arguments given by position and no keyword but ``context`` (every
+# call asyncio and its libraries make) is taken here; any other (keywords, too few arguments) is
+# handed to the module's function, which parses it and raises as it ever did.
+
+cdef str _CONTEXT_NAME = "context"
+
+
+cdef object _time_method(object loop, PyObject* unused):
+    return _time(loop)
+
+
+cdef object _call_at_method(object loop, PyObject** args, Py_ssize_t nargs, PyObject* kwnames):
+    cdef object context = None
+    if nargs < 2 or (kwnames != NULL and not tw_only_keyword(kwnames, <PyObject*>_CONTEXT_NAME)):
+        return tw_call_with_self(<PyObject*>_CALL_AT, <PyObject*>loop, args, nargs, kwnames)
+    if kwnames != NULL:
+        context = <object>args[nargs]
+    return _call_at(loop, <object>args[0], <object>args[1], () if nargs == 2 else tw_tuple_of(args + 2, nargs - 2),
+                    context)
+
+
+cdef object _call_later_method(object loop, PyObject** args, Py_ssize_t nargs, PyObject* kwnames):
+    cdef object context = None
+    if nargs < 2 or (kwnames != NULL and not tw_only_keyword(kwnames, <PyObject*>_CONTEXT_NAME)):
+        return tw_call_with_self(<PyObject*>_CALL_LATER, <PyObject*>loop, args, nargs, kwnames)
+    if kwnames != NULL:
+        context = <object>args[nargs]
+    return _call_later(loop, <object>args[0], <object>args[1], () if nargs == 2 else tw_tuple_of(args + 2, nargs - 2),
+                    context)
+
+
+cdef PyMethodDef _TIME_DEF
+cdef PyMethodDef _CALL_AT_DEF
+cdef PyMethodDef _CALL_LATER_DEF
+_TIME_DEF.ml_name = "time"
+_TIME_DEF.ml_meth = <PyCFunction>_time_method
+_TIME_DEF.ml_flags = METH_NOARGS
+_TIME_DEF.ml_doc = ("time($self, /)\n--\n\n"
+                    "The loop's clock: asyncio's, time.monotonic(), in seconds (see timerwheel_c._loop.time).")
+_CALL_AT_DEF.ml_name = "call_at"
+_CALL_AT_DEF.ml_meth = <PyCFunction>_call_at_method
+_CALL_AT_DEF.ml_flags = METH_FASTCALL | METH_KEYWORDS
+_CALL_AT_DEF.ml_doc = ("call_at($self, when, callback, *args, context=None)\n--\n\n"
+                       "Run callback(*args) at loop time when, never before (see timerwheel_c._loop.call_at).")
+_CALL_LATER_DEF.ml_name = "call_later"
+_CALL_LATER_DEF.ml_meth = <PyCFunction>_call_later_method
+_CALL_LATER_DEF.ml_flags = METH_FASTCALL | METH_KEYWORDS
+_CALL_LATER_DEF.ml_doc = ("call_later($self, delay, callback, *args, context=None)\n--\n\n"
+                          "Run callback(*args) delay seconds from now, never before "
+                          "(see timerwheel_c._loop.call_later).")
+
+
+def install_methods(cls):
+    """Give ``cls`` (EventLoop) ``time``, ``call_at`` and ``call_later`` as C methods of its own:
+    this module's functions, called by the interpreter with no function object between (a method
+    descriptor, as a built-in class's methods). They accept what the functions accept, raise what
+    they raise, and a patch of the class still replaces them. The pure twin's ``install_methods``
+    leaves the class's functions as they are.
+
+    Raises:
+        TypeError: ``cls`` is not a subclass of ``asyncio.BaseEventLoop``.
+    """
+    if not (isinstance(cls, type) and issubclass(cls, asyncio.BaseEventLoop)):
+        raise TypeError(f"install_methods() takes a subclass of asyncio.BaseEventLoop, not {cls!r}")
+    cls.time = PyDescr_NewMethod(<PyTypeObject*>cls, &_TIME_DEF)
+    cls.call_at = PyDescr_NewMethod(<PyTypeObject*>cls, &_CALL_AT_DEF)
+    cls.call_later = PyDescr_NewMethod(<PyTypeObject*>cls, &_CALL_LATER_DEF)

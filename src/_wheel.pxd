@@ -47,6 +47,8 @@ cdef class TimerWheel:
     cdef int32_t _free_head
     cdef int32_t _used
     cdef int32_t _cap
+    cdef bint _ordered       # entries taken in address order (c_take_in_order), not last-freed first
+    cdef int32_t _cursor     # while _ordered: the entry after the one taken last
     cdef entry_t* _pool      # _pool_raw rounded up to a cache line: no entry straddles two lines
     cdef char* _pool_raw
     # advance_array's scratch: fired tokens land here, then are copied out in one ndarray.
@@ -60,6 +62,8 @@ cdef class TimerWheel:
     cdef int _grow_buf(self) except -1
     cdef int _grow_pool(self, int32_t cap) except -1
     cdef inline int32_t _alloc(self) except -1
+    cdef int32_t _next_cap(self) except -1
+    cdef int32_t _take_in_order(self) except -1
     cdef inline void _free(self, int32_t e) noexcept
     cdef inline void _link(self, int32_t e) noexcept
     cdef inline void _unlink(self, int32_t e) noexcept
@@ -89,3 +93,4 @@ cdef class TimerWheel:
     cdef int64_t c_now_ms(self) noexcept
     cdef int64_t c_due_ms(self, uint64_t timer_id) noexcept
     cdef Py_ssize_t c_count(self) noexcept
+    cdef int c_take_in_order(self) except -1

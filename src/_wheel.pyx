@@ -99,9 +99,11 @@ function in the same order. Both import their Python-level checks and constants 
 #
 # Memory: one 32-byte pool entry per timer (due, token, list links, generation, slot), no Python
 # object per timer. cancel and fire return the entry to a LIFO free list at once (no lazy
-# cancellation), so churn never grows the pool. Ids are (generation << 32) | index with the
-# generation bumped on every free (32 bits, skipping 0): a stale id names a later timer only after
-# 2**32 reuses of the same entry. The pool starts on a 64-byte boundary, so no entry straddles two
+# cancellation), so churn never grows the pool. (A wheel told c_take_in_order instead takes the
+# first free entry after the one it took last, keeping at most 3/4 of the entries in use: the
+# event loop's, whose timers' entries then lie in arming order.) Ids are (generation << 32) | index
+# with the generation bumped on every free (32 bits, skipping 0): a stale id names a later timer
+# only after 2**32 reuses of the same entry. The pool starts on a 64-byte boundary, so no entry straddles two
 # cache lines (a re-arm at 100k timers is bound by the misses on the entry and its list neighbours).
 # advance and advance_array gather fired tokens in a C scratch buffer, then hand them out (one
 # ndarray, or ints appended to a list); a buffer over BUF_KEEP tokens (32 KB) is freed after the
@@ -303,22 +305,65 @@ cdef class TimerWheel:
         return 0
 
     cdef inline int32_t _alloc(self) except -1:
-        """A free entry index: the most recently freed one (LIFO), else a fresh one at generation 1."""
+        """A free entry index: the most recently freed one (LIFO), else a fresh one at generation 1;
+        in order (``c_take_in_order``), the first free one at or after the cursor (``_take_in_order``)."""
         cdef int32_t e = self._free_head
-        cdef int32_t cap
         if e != NIL:
             self._free_head = self._pool[e].next
             return e
+        if self._ordered:
+            return self._take_in_order()
         if self._used == self._cap:
-            if self._cap == MAX_ENTRIES:
-                raise MemoryError(f"TimerWheel holds {MAX_ENTRIES} entries, its limit")
-            cap = 64 if self._cap == 0 else (MAX_ENTRIES if self._cap > MAX_ENTRIES // 2 else 2 * self._cap)
-            self._grow_pool(cap)
+            self._grow_pool(self._next_cap())
         e = self._used
         self._used += 1
         self._pool[e].gen = 1
         self._pool[e].loc = FREE
         return e
+
+    cdef int32_t _next_cap(self) except -1:
+        """The pool's next capacity: twice the present one (64 at first), up to MAX_ENTRIES.
+
+        Raises:
+            MemoryError: the pool holds MAX_ENTRIES already.
+        """
+        if self._cap == MAX_ENTRIES:
+            raise MemoryError(f"TimerWheel holds {MAX_ENTRIES} entries, its limit")
+        return 64 if self._cap == 0 else (MAX_ENTRIES if self._cap > MAX_ENTRIES // 2 else 2 * self._cap)
+
+    cdef int32_t _take_in_order(self) except -1:
+        """The first free entry at or after the cursor (wrapping), the cursor moved past it. Once 3/4
+        of the entries in use are taken, the entries in use grow to 1.5 times the timers (fresh
+        ones, at generation 1, the cursor at the first), so a sweep of the cursor finds a free entry
+        every few entries and the pool holds at most about 1.5 entries per timer."""
+        cdef int32_t e, k, used
+        cdef int64_t want
+        if self._count * 4 >= <int64_t>self._used * 3 and self._used < MAX_ENTRIES:
+            want = min(max(<int64_t>self._count * 3 // 2, <int64_t>self._used + 64), <int64_t>MAX_ENTRIES)
+            if self._cap < want:
+                # To the entries wanted (a multiple of 64), not twice the pool: it grows by an eighth or more.
+                self._grow_pool(<int32_t>min((want + 63) & ~(<int64_t>63), <int64_t>MAX_ENTRIES))
+            for e in range(self._used, <int32_t>want):
+                self._pool[e].gen = 1
+                self._pool[e].loc = FREE
+                self._pool[e].next = NIL
+            self._cursor = self._used
+            self._used = <int32_t>want
+        if self._count >= self._used:
+            raise MemoryError(f"TimerWheel holds {MAX_ENTRIES} entries, its limit")
+        e = self._cursor
+        used = self._used
+        for k in range(used):
+            if e >= used:
+                e = 0
+            if self._pool[e].loc == FREE:
+                self._cursor = e + 1
+                # The entries the next takes most likely get, a cache line ahead: written then.
+                if e + 2 < used:
+                    tw_prefetch(&self._pool[e + 2])
+                return e
+            e += 1
+        raise AssertionError("TimerWheel: no free entry under the cursor")  # not reached: one is free
 
     cdef inline void _free(self, int32_t e) noexcept:
         """Return entry ``e`` to the free list at once; its generation moves on, so its old id is stale."""
@@ -327,9 +372,15 @@ cdef class TimerWheel:
         if p.gen == 0:
             p.gen = 1
         p.loc = FREE
+        self._count -= 1
+        if self._ordered:
+            # Found by the cursor's sweep, not kept on a list; taken again first if it was the last taken.
+            p.next = NIL
+            if e == self._cursor - 1:
+                self._cursor = e
+            return
         p.next = self._free_head
         self._free_head = e
-        self._count -= 1
 
     cdef inline void _link(self, int32_t e) noexcept:
         """Append entry ``e`` to the tail of its slot, chosen from its due time and ``_elapsed``."""
@@ -987,3 +1038,22 @@ cdef class TimerWheel:
     cdef Py_ssize_t c_count(self) noexcept:
         """``active_count()``: how many timers are pending."""
         return self._count
+
+    cdef int c_take_in_order(self) except -1:
+        """From now on take entries in address order: the first free entry after the one taken last
+        (an entry freed right after it was taken is taken again), keeping at most 3/4 of the pool's
+        entries in use (the pool grows sooner: up to about 1.5 entries per timer). Timers armed one
+        after another then lie one after another, so a cancel or a fire of timers in the order they
+        were armed reads the pool sequentially, where the hardware prefetcher hides its misses;
+        last-freed-first reuse pins each entry where its first timer was. The event loop's wheel
+        (src/_loop.pyx) takes this. Ids stay valid and unique as ever; only which entry an id names
+        changes. Only on a wheel that never armed a timer.
+
+        Raises:
+            RuntimeError: the wheel armed a timer already.
+        """
+        if self._used:
+            raise RuntimeError("TimerWheel.c_take_in_order called on a wheel already in use")
+        self._ordered = True
+        self._cursor = 0
+        return 0

@@ -24,7 +24,7 @@
 /* The links of the next neighbour of ``op``, read from ``op``'s own: best a while after those
  * were fetched, and a while before ``op`` is freed. */
 #define tw_prefetch_gc_next(op) \
-    (PyObject_GC_IsTracked(op) ? tw_prefetch(((void *const *)(op))[-2]) : (void)0)
+    ((((void *const *)(op))[-2] != NULL) ? tw_prefetch(((void *const *)(op))[-2]) : (void)0)
 #else
 #define tw_prefetch_freed(op) tw_prefetch(op)
 #define tw_prefetch_gc_next(op) ((void)(op))

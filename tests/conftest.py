@@ -128,6 +128,7 @@ def new_wheel_loop(loop_impl):
     # The twin's store and its methods of EventLoop (time, call_at, call_later).
     cls = type("EventLoop", (EventLoop,), {"_timers_class": loop_impl.LoopTimers, "time": loop_impl.time,
                                             "call_at": loop_impl.call_at, "call_later": loop_impl.call_later})
+    loop_impl.install_methods(cls)  # the compiled twin's C methods of the class, as EventLoop's own
     made = []
 
     def factory(selector=None):

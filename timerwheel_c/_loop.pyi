@@ -4,7 +4,7 @@ import contextvars
 from collections import deque
 from typing import Any, Callable, Optional, final
 
-__all__ = ["LoopTimers", "TimerHandle", "call_at", "call_later", "time"]
+__all__ = ["LoopTimers", "TimerHandle", "call_at", "call_later", "install_methods", "time"]
 
 @final
 class TimerHandle:
@@ -57,3 +57,4 @@ def call_at(
 def call_later(
     loop: Any, delay: float, callback: Callable[..., Any], *args: Any, context: Optional[contextvars.Context] = None
 ) -> TimerHandle: ...
+def install_methods(cls: type) -> None: ...

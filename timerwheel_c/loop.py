@@ -147,7 +147,8 @@ class EventLoop(asyncio.SelectorEventLoop, metaclass=EventLoopType):
         self._scheduled_view = ScheduledView(self._timers)
         super().__init__(selector)
 
-    # The timer store's compiled methods (or the pure twin's functions): see their docstrings.
+    # The timer store's functions (the pure twin's, or the compiled ones, which install_methods below
+    # makes C methods of the class): see their docstrings.
     time = _core.time
     call_at = _core.call_at  # type: ignore[assignment]
     call_later = _core.call_later  # type: ignore[assignment]
@@ -247,6 +248,10 @@ class EventLoop(asyncio.SelectorEventLoop, metaclass=EventLoopType):
             else:  # a timer handle of the wheel, through asyncio's replaced Handle._run
                 hooked(handle)
         handle = None  # breaks cycles when an exception occurs
+
+
+# time, call_at and call_later as C methods of the class where the core is compiled (see install_methods).
+_core.install_methods(EventLoop)
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:

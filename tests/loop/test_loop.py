@@ -741,3 +741,84 @@ def test_policies_are_absent_from_314_on_with_a_message_saying_what_to_use():
     with pytest.raises(AttributeError, match="has no attribute 'nothing'"):
         aio.nothing  # noqa: B018
     assert hasattr(aio, "install") == (sys.version_info < (3, 14))
+
+
+def test_time_call_at_and_call_later_take_every_argument_form_asyncios_take(new_wheel_loop, loop_impl):
+    """The class's time, call_at and call_later (C methods of the class on the compiled store,
+    functions on the pure twin) take asyncio's argument forms: the leading two by position or by
+    name, extra positional arguments, ``context=``; too few arguments or an unknown keyword is a
+    TypeError, as before; install_methods takes only an event loop class."""
+    loop = new_wheel_loop()
+    cls = type(loop)
+    if loop_impl.__name__ == "timerwheel_c._loop":
+        assert type(cls.__dict__["call_at"]).__name__ == "method_descriptor"
+        assert type(EventLoop.__dict__["call_later"]).__name__ == "method_descriptor"
+    ctx = contextvars.copy_context()
+    now = loop.time()
+    assert isinstance(now, float) and abs(now - time.monotonic()) < 60
+    assert cls.time(loop) >= now
+    h = loop.call_at(now + 50, print, 1, 2, context=ctx)
+    assert (h.when(), h._args, h.get_context()) == (now + 50, (1, 2), ctx)
+    h.cancel()
+    assert loop.call_at(when=now + 50, callback=print).when() == now + 50
+    assert loop.call_at(now + 50, callback=print, context=None).when() == now + 50
+    assert loop.call_later(delay=50, callback=print, context=ctx).get_context() is ctx
+    h = cls.call_later(loop, 50, print, "x")
+    assert h._args == ("x",) and now + 50 <= h.when() <= loop.time() + 50
+    assert loop.call_later(50, print, *range(20))._args == tuple(range(20))
+    with pytest.raises(TypeError):
+        loop.call_at(now)
+    with pytest.raises(TypeError):
+        loop.call_later(1, print, bogus=1)
+    with pytest.raises(TypeError):
+        loop.call_at(now, print, context=None, bogus=1)
+    with pytest.raises(TypeError):
+        loop.time(1)
+    with pytest.raises(TypeError, match="when cannot be None"):
+        loop.call_at(None, print)
+    with pytest.raises(TypeError, match="delay must not be None"):
+        loop.call_later(None, print)
+    with pytest.raises(TypeError, match="subclass of asyncio.BaseEventLoop"):
+        loop_impl.install_methods(object)
+
+
+@pytest.mark.c_extension
+def test_handles_armed_one_after_another_lie_one_after_another_in_memory():
+    """The compiled store's handles are placed in arming order (src/tw_slab.h), as asyncio's heap
+    places its handles, not in the block the handle freed last: re-armed (cancel + call_later) in
+    the same order pass after pass, as a server's round over its connections, the handles lie in
+    that order, so the next pass reads them in address order. The allocator keeps at most about
+    4/3 blocks per handle, and gives chunks back once the handles are gone."""
+    import random
+
+    from timerwheel_c import _loop
+
+    before = _loop._handle_blocks()
+    if before is None:
+        pytest.skip("this build keeps the default allocator (free-threaded)")
+    per_chunk = (1 << 18) // before["block_bytes"]
+    loop = EventLoop()
+    try:
+        n = 20_000
+        handles = [loop.call_later(30, print) for _ in range(n)]
+        order = list(range(n))
+        random.Random(5).shuffle(order)
+        for _ in range(3):
+            for i in order:
+                handles[i].cancel()
+                handles[i] = loop.call_later(30, print)
+        addresses = [id(handles[i]) for i in order]
+        forward = sum(b > a for a, b in zip(addresses, addresses[1:])) / (n - 1)
+        assert forward > 0.95, forward  # last-freed-first reuse keeps the first pass's scatter: ~0.5
+        blocks = _loop._handle_blocks()
+        assert blocks["live"] >= n
+        assert blocks["capacity"] <= blocks["live"] * 4 // 3 + 2 * per_chunk
+        for h in handles:
+            h.cancel()
+        del handles, h
+        gc.collect()
+        after = _loop._handle_blocks()
+        assert after["live"] <= before["live"] + 10
+        assert after["capacity"] <= 2 * after["live"] + 3 * per_chunk
+    finally:
+        loop.close()

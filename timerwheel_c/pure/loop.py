@@ -41,6 +41,11 @@ copies when the handle first runs or is asked for its context, from a snapshot i
 the handles armed while the current context's variables stay the same (a copy is an object
 freed with the handle, and most timers are cancelled unrun); the snapshot, never entered, is
 dropped at each iteration, so no variable's value outlives its handles by more than one.
+
+Memory layout, which no behaviour shows: the compiled twin places its handles, their indexes in
+``_handles`` and their wheel entries in arming order, not in the ones freed last (docs/DESIGN.md,
+"Placement"); this twin leaves its objects to Python's allocator and its wheel's entries to the
+wheel's free list.
 """
 from __future__ import annotations
 
@@ -67,7 +72,7 @@ from .._loop_common import (
 )
 from .wheel import TimerWheel
 
-__all__ = ["LoopTimers", "TimerHandle", "call_at", "call_later", "time"]
+__all__ = ["LoopTimers", "TimerHandle", "call_at", "call_later", "install_methods", "time"]
 
 class TimerHandle:
     """A callback armed on the loop's wheel by ``call_at``/``call_later``; answers as
@@ -491,3 +496,16 @@ def call_later(loop: Any, delay: float, callback: Callable[..., Any], *args: Any
     if timers.debug:
         return loop._call_later_checked(delay, callback, args, context, 2)
     return timers.call_later(delay, callback, *args, context=context)
+
+
+def install_methods(cls: type) -> None:
+    """Give ``cls`` (EventLoop) ``time``, ``call_at`` and ``call_later`` as methods of its own. Here
+    the class's functions (this module's, set in its body) stay as they are; the compiled twin
+    replaces them with C methods of the class (method descriptors, as a built-in class's), which
+    the interpreter calls with no function object between, accepting and raising the same.
+
+    Raises:
+        TypeError: ``cls`` is not a subclass of ``asyncio.BaseEventLoop``.
+    """
+    if not (isinstance(cls, type) and issubclass(cls, asyncio.BaseEventLoop)):
+        raise TypeError(f"install_methods() takes a subclass of asyncio.BaseEventLoop, not {cls!r}")
