@@ -21,7 +21,7 @@ from timerwheel_c.durable.storage.store import Batch, Committed, Equals, Precond
 from waiting import wait_until, wall_ms
 from locations import TESTS as HELPERS_DIR
 
-CURRENT = 16  # timerwheel_c.durable.storage.postgres.SCHEMA_VERSION (psycopg may be missing at collection)
+CURRENT = 17  # timerwheel_c.durable.storage.postgres.SCHEMA_VERSION (psycopg may be missing at collection)
 
 PG_DSN = os.environ.get("TIMERWHEEL_C_TEST_PG_DSN")
 pytestmark = [

@@ -4,7 +4,7 @@ psycopg 3 dumps a Python list element by element in Python (``psycopg.types.arra
 a length word and two appends per element. The store's set-based statements send a dozen arrays
 of keys and values per chunk of timers, so that loop was a large share of the runner's CPU time
 per fired timer. These lists (:class:`ByteaArray`, :class:`TextArray`, :class:`Int4Array`,
-:class:`Int8Array`) carry their element type, and their dumpers build the whole binary array
+:class:`Int8Array`, :class:`TidArray`) carry their element type, and their dumpers build the whole binary array
 (the ``array_send`` layout: a header, one dimension, then a length word and the bytes of each
 element; see PostgreSQL's ``src/backend/utils/adt/arrayfuncs.c``) in one comprehension
 and one ``bytes.join``. Register them on a connection with :func:`register`; a plain list still goes
@@ -19,13 +19,13 @@ import psycopg
 from psycopg.adapt import Dumper
 from psycopg.pq import Format
 
-__all__ = ["ByteaArray", "Int4Array", "Int8Array", "TextArray", "register"]
+__all__ = ["ByteaArray", "Int4Array", "Int8Array", "TextArray", "TidArray", "register"]
 
 _HEAD = struct.Struct(">iiiii")  # ndim, has-null flag, element oid, length, lower bound
 _EMPTY = struct.Struct(">iii")  # ndim 0, no nulls, element oid
 _LEN = struct.Struct(">i").pack
 _NULL = _LEN(-1)
-_BYTEA_OID, _TEXT_OID, _INT4_OID, _INT8_OID = 17, 25, 23, 20
+_BYTEA_OID, _TEXT_OID, _INT4_OID, _INT8_OID, _TID_OID = 17, 25, 23, 20, 27
 _INT4 = partial(struct.Struct(">ii").pack, 4)  # an element: its length word (4), then the value
 _INT8 = partial(struct.Struct(">iq").pack, 8)
 
@@ -44,6 +44,11 @@ class Int4Array(list):
 
 class Int8Array(list):
     """A ``bigint[]`` parameter: int elements within int8."""
+
+
+class TidArray(list):
+    """A ``tid[]`` parameter: elements in ``tidsend``'s 6 bytes (block u32, offset u16, big-endian, as
+    the server sends a ctid in binary), or None for NULL."""
 
 
 def _dump_buffers(items: list, oid: int) -> bytes:
@@ -98,6 +103,14 @@ class _Int8ArrayDumper(Dumper):
         return _dump_ints(obj, _INT8_OID, _INT8)
 
 
+class _TidArrayDumper(Dumper):
+    format = Format.BINARY
+    oid = 1010  # tid[]
+
+    def dump(self, obj: list) -> bytes:
+        return _dump_buffers(obj, _TID_OID)
+
+
 def register(conn: psycopg.Connection) -> psycopg.Connection:
     """Dump this module's list types on ``conn`` with their binary dumpers; returns ``conn``."""
     adapters = conn.adapters
@@ -105,4 +118,5 @@ def register(conn: psycopg.Connection) -> psycopg.Connection:
     adapters.register_dumper(TextArray, _TextArrayDumper)
     adapters.register_dumper(Int4Array, _Int4ArrayDumper)
     adapters.register_dumper(Int8Array, _Int8ArrayDumper)
+    adapters.register_dumper(TidArray, _TidArrayDumper)
     return conn

@@ -16,10 +16,11 @@ partition, so that a transaction never holds more of the server's lock table tha
 count, however many partitions it writes: a claim over 20,000 partitions once took 20,000 locks
 and ran the server out of shared memory. Guarded commits on two partitions of one shard thus
 wait for each other; a fleet gives each shard one runner, so only writers meet there. Batches of which no two touch the same
-key (the runner's claims and outcomes) go to ``<table>_apply_sets`` when there are at least
-:data:`SETS_FROM` of them: it judges every guard and does every write of the list in one
-set-based statement (a join per kind of step instead of a statement per row), each batch still
-failing alone on its own guards. Other lists, and every single batch (a by-name ``schedule`` or
+key (the runner's claims and outcomes) go to ``<table>_write_sets`` when there are at least
+:data:`SETS_FROM` of them: it judges every guard and does every write of the list in a few
+set-based statements (one per kind of step instead of a statement per row), each batch still
+failing alone on its own guards; a row the store read or wrote last is fetched where it was seen
+(its ctid, :class:`_Places`), not looked up by key. Other lists, and every single batch (a by-name ``schedule`` or
 ``cancel``), go to ``<table>_apply_many``, which applies them batch by batch in order.
 A large batch that only puts new keys, guarded by ``Absent`` on them (a chunk of ``schedule_many``),
 goes in with one ``COPY`` instead (:mod:`.copy`), the primary key judging its guards.
@@ -72,7 +73,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from .. import forks
 from ..errors import PermanentStoreError, StoreError, TransientStoreError, wrap_exceptions
-from .arrays import ByteaArray, Int4Array, Int8Array, TextArray, register as register_arrays
+from .arrays import ByteaArray, Int4Array, Int8Array, TextArray, TidArray, register as register_arrays
 from .cancels import keeping_cancels
 from .copy import copy_new_rows, copyable
 from .listen import PgListener
@@ -100,7 +101,7 @@ DEFAULT_LOCK_WAIT_MS = 5_000
 log = logging.getLogger("timerwheel_c.durable")
 T = TypeVar("T")
 
-# The fewest batches that go to ``<table>_apply_sets``. The set-based statement has a fixed cost
+# The fewest batches that go to ``<table>_write_sets`` (measured on ``<table>_apply_sets``, its predecessor). The set-based statement has a fixed cost
 # the batch-by-batch loop has not (about 300 us of server CPU for one batch against 150 us, on
 # PostgreSQL 15 and a small table) and a lower cost per batch (15-40 us against 25-70 us), and the
 # two meet at about 8 batches; bench/durable_named.py's re-arms by name are single batches.
@@ -123,7 +124,9 @@ _TABLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,51}$")  # room for the "_apply_man
 # 13: ``<table>_apply_sets`` takes each partition beside its row and each move's key beside its batch.
 # 15: a write runs only at the shard count its lock keys are of (``<table>_lock_shards``, through
 # ``<table>_apply_many_at`` and ``<table>_apply_sets_at``), read once its locks are held;
-# 16: the index by shard keeps only the rows passes read by shard (``SHARD_SPACE``).
+# 16: the index by shard keeps only the rows passes read by shard (``SHARD_SPACE``);
+# 17: ``<table>_write_sets`` (through ``<table>_write_sets_at``) in place of ``<table>_apply_sets``: a
+# consumed row is fetched at the place the store last read or wrote it (:class:`_Places`).
 _MIGRATIONS = migrations("postgres")
 _ROW_REWRITES = rewrite_versions(_MIGRATIONS)  # versions that must find their declared rewrite
 SCHEMA_VERSION = _MIGRATIONS[-1][0]
@@ -159,21 +162,91 @@ class _Shards:
             self.state = (shard_count, shard_locks(self.table, shard_count))
 
 
+class _Places:
+    """Where this store (and its siblings, which share this object) last read or wrote rows: the ctid
+    of each (tidsend's 6 bytes), per partition and key, noted by :meth:`PostgresStore.scan_many` and by
+    the moves of ``<table>_write_sets``, and taken by the next write that consumes the row there, which
+    then fetches it at that place (a TID scan) instead of descending the primary key for it. Only a
+    hint: the write checks that the row found there is still the guarded one, and reads by key when it
+    is not (another writer moved the row, a reshard or VACUUM FULL rewrote the table). Rows read and
+    never consumed are forgotten all at once after :data:`LIMIT` places."""
+
+    __slots__ = ("by_partition", "count")
+
+    #: The places noted before all are forgotten and noting starts over.
+    LIMIT = 1 << 16
+
+    def __init__(self) -> None:
+        self.by_partition: dict = {}  # partition -> {key: place}
+        self.count = 0  # places noted since the last forgetting (taken ones included)
+
+    def note(self, partition: str, keys: list, places: list) -> None:
+        """The rows of ``partition`` at ``keys`` are at ``places`` (aligned lists)."""
+        self._room(len(keys))
+        self._of(partition).update(zip(keys, places))
+
+    def note_moved(self, bp: list, mt: list, moved: list, places: list) -> None:
+        """Batch ``moved[i]`` (1-based, of ``bp`` and ``mt``, as ``<table>_write_sets`` numbers them)
+        moved its row to ``mt[b - 1]`` of partition ``bp[b - 1]``, now at ``places[i]``."""
+        self._room(len(moved))
+        of = self._of
+        for b, place in zip(moved, places):
+            of(bp[b - 1])[mt[b - 1]] = place
+
+    def _room(self, more: int) -> None:
+        """Count ``more`` places to note; past :data:`LIMIT`, forget every place noted so far."""
+        self.count += more
+        if self.count > self.LIMIT:
+            self.by_partition.clear()
+            self.count = more
+
+    def _of(self, partition: str) -> dict:
+        known = self.by_partition.get(partition)
+        if known is None:
+            known = self.by_partition[partition] = {}
+        return known
+
+    def take(self, partition: str, key: bytes) -> Optional[bytes]:
+        """The place noted for ``key`` of ``partition``, forgotten here (None: none noted)."""
+        known = self.by_partition.get(partition)
+        return None if known is None else known.pop(key, None)
+
+
 def when_clause(patterns: Optional[list]) -> sql.Composable:
-    """The trigger's WHEN condition for the :class:`KeyPattern` list ``patterns`` (None: every write)."""
+    """The trigger's WHEN condition for the :class:`KeyPattern` list ``patterns`` (None: every write).
+
+    Evaluated for every row a write inserts or updates (twice per fired timer), so it is spelled for
+    the server's cheapest work: a prefix as a range of keys (two comparisons of the key as it is, where
+    ``substr`` copied a slice of it per pattern), and the patterns of one prefix and position as one
+    ``get_byte ... IN (...)``, behind a ``CASE`` on the key's length (``get_byte`` raises past the end,
+    and a CASE is evaluated in its order, where an AND may not be)."""
     if patterns is None:
         return sql.SQL("true")
     if not patterns:
         return sql.SQL("false")
-    alternatives = []
+    groups: dict = {}  # (prefix, at) -> the bytes any of which the key holds at ``at``
     for p in patterns:
-        parts: list = [sql.SQL("true")]
-        if p.prefix:
-            parts.append(sql.SQL("substr(NEW.key, 1, {}) = {}").format(sql.Literal(len(p.prefix)), sql.Literal(p.prefix)))
-        if p.at is not None:
-            parts.append(sql.SQL("substr(NEW.key, {}, 1) = {}").format(sql.Literal(p.at + 1), sql.Literal(bytes([p.byte]))))
-        alternatives.append(sql.SQL("({})").format(sql.SQL(" AND ").join(parts)))
+        groups.setdefault((p.prefix, p.at), []).append(p.byte)
+    alternatives = []
+    for (prefix, at), values in groups.items():
+        parts: list = []
+        if prefix:
+            parts.append(sql.SQL("NEW.key >= {}").format(sql.Literal(prefix)))
+            after = prefix_end(prefix)
+            if after is not None:
+                parts.append(sql.SQL("NEW.key < {}").format(sql.Literal(after)))
+        if at is not None:
+            parts.append(sql.SQL("CASE WHEN octet_length(NEW.key) > {} THEN get_byte(NEW.key, {}) IN ({}) ELSE false END").format(
+                sql.Literal(at), sql.Literal(at), sql.SQL(", ").join(sql.Literal(v) for v in sorted(set(values)))))
+        alternatives.append(sql.SQL("({})").format(sql.SQL(" AND ").join(parts or [sql.SQL("true")])))
     return sql.SQL(" OR ").join(alternatives)
+
+
+def prefix_end(prefix: bytes) -> Optional[bytes]:
+    """The least key above every key that starts with ``prefix`` (bytea orders as Python's bytes): its
+    last byte below 0xff incremented, what follows it dropped; None when every byte is 0xff."""
+    stripped = prefix.rstrip(b"\xff")
+    return stripped[:-1] + bytes([stripped[-1] + 1]) if stripped else None
 
 
 def patterns_text(patterns: list) -> str:
@@ -189,8 +262,9 @@ class PostgresStore(Store):
         table: the table name (lower-case identifier of at most 52 characters, default
             ``timerwheel_kv``); created if missing, with its index ``<table>_shard``, ``<table>_meta``,
             the view ``<table>_timers``, the functions ``<table>_apply_one``, ``<table>_apply_many``,
-            ``<table>_apply_many_at``, ``<table>_apply_sets``, ``<table>_apply_sets_at`` and
-            ``<table>_lock_shards``, and the trigger ``<table>_wake`` with its function.
+            ``<table>_apply_many_at``, ``<table>_apply_sets``, ``<table>_apply_sets_at``, ``<table>_write_sets``,
+            ``<table>_write_sets_at`` and ``<table>_lock_shards``, and the trigger ``<table>_wake`` with
+            its function.
         synchronous_commit: this store's session ``synchronous_commit`` ("on", "off", "local",
             "remote_write", "remote_apply"), or None for the server's setting. "off" skips the
             WAL flush wait per commit, like SQLite's ``synchronous=NORMAL`` in WAL mode: a
@@ -272,12 +346,14 @@ class PostgresStore(Store):
             "apply_sets": sql.Identifier(f"{table}_apply_sets"), "shard_index": sql.Identifier(f"{table}_shard"),
             "lock_shards": sql.Identifier(f"{table}_lock_shards"), "apply_many_at": sql.Identifier(f"{table}_apply_many_at"),
             "apply_sets_at": sql.Identifier(f"{table}_apply_sets_at"),
+            "write_sets": sql.Identifier(f"{table}_write_sets"), "write_sets_at": sql.Identifier(f"{table}_write_sets_at"),
             "timers_view": sql.Identifier(f"{table}_timers"),
             "old_apply": sql.Identifier(f"{table}_apply"), "wake": sql.Identifier(f"{table}_wake"),
             "channel": sql.Literal(f"{table}_wake"), "default_shard_count": sql.Literal(str(DEFAULT_SHARD_COUNT)),
         }
         self._sql = {name: sql.SQL(text).format(**self._names) for name, text in _QUERIES.items() if name != "wake_trigger"}
         self._signalled: Optional[str] = None  # the patterns this store has seen in force
+        self._places = _Places()  # shared with its siblings (open_sibling copies the reference)
         self._lock_wait_ms: Optional[int] = None  # the session's lock_timeout (open_sibling), None: none
         self._conn: Optional[psycopg.Connection] = None
         self._closed = False  # close() ends the store: a later call raises instead of opening a session
@@ -573,7 +649,7 @@ class PostgresStore(Store):
 
     def _apply_many(self, partition: str, batches: list) -> list:
         try:
-            sets = _independent_sets([(partition, b) for b in batches]) if len(batches) >= SETS_FROM else None
+            sets = _independent_sets([(partition, b) for b in batches], self._places) if len(batches) >= SETS_FROM else None
             if sets is not None:
                 return self._apply_sets(sets)
             return self._apply_in_one_transaction(partition, batches, protect=False)
@@ -636,7 +712,7 @@ class PostgresStore(Store):
         return self._sql["apply_many"], args
 
     def _apply_across(self, items: list) -> list:
-        sets = _independent_sets(items)
+        sets = _independent_sets(items, self._places)
         if sets is not None:
             try:
                 return self._apply_sets(sets)
@@ -657,8 +733,15 @@ class PostgresStore(Store):
         with self._lock, self._wrap:
             rows = self._connection().execute(self._sql["scan_many"], (parts, lows, highs, inclusive, limits),
                                               binary=True).fetchall()
-        return [Page.from_rows(list(zip(ks, vs)) if ks is not None else [], request[4])
-                for (ks, vs), request in zip(rows, requests)]
+        note = self._places.note
+        pages = []
+        for (ks, vs, places), request in zip(rows, requests):
+            if ks is None:
+                pages.append(Page.from_rows([], request[4]))
+            else:
+                note(request[0], ks, places)
+                pages.append(Page.from_rows(list(zip(ks, vs)), request[4]))
+        return pages
 
     def shard_lock(self, partition: str) -> int:
         """The transaction-level advisory lock key that every guarded commit on ``partition`` takes:
@@ -684,15 +767,17 @@ class PostgresStore(Store):
         return out
 
     def _apply_sets(self, sets: "_Sets") -> list:
-        """Independent batches (:func:`_independent_sets`), set-based in one call of ``<table>_apply_sets``."""
+        """Independent batches (:func:`_independent_sets`), set-based in one call of ``<table>_write_sets``;
+        the places of the rows it moved are noted for the writes that consume them next."""
         def call() -> Optional[tuple]:
             shard_count, locks = self._shards.state
             lock_keys = Int8Array(sorted({locks[shard_of(p, shard_count)] for p in set(sets.bp)}))
-            args = (str(shard_count), lock_keys, sets.bp, sets.ck, sets.cv, sets.mt, sets.g_b, sets.g_p, sets.g_k,
-                    sets.g_v, sets.d_b, sets.d_p, sets.d_k, sets.u_b, sets.u_p, sets.u_k, sets.u_v)
+            args = (str(shard_count), lock_keys, sets.bp, sets.ck, sets.cv, sets.mt, sets.at, sets.g_b, sets.g_p,
+                    sets.g_k, sets.g_v, sets.d_b, sets.d_p, sets.d_k, sets.u_b, sets.u_p, sets.u_k, sets.u_v)
             with self._lock, self._wrap:
-                return self._connection().execute(self._sql["apply_sets"], args).fetchone()
-        failed = self.at_recorded_count(call)[0]
+                return self._connection().execute(self._sql["write_sets"], args, binary=True).fetchone()
+        failed, moved, places = self.at_recorded_count(call)
+        self._places.note_moved(sets.bp, sets.mt, moved, places)
         return [COMMITTED if f is None else PreconditionFailed(bytes(f)) for f in failed]
 
     def _watch(self, callback: Callable[[], None]) -> Watcher:
@@ -844,15 +929,17 @@ class _Wrap(wrap_exceptions):
 
 @dataclass
 class _Sets:
-    """``(partition, batch)`` pairs flattened into the arrays of ``<table>_apply_sets`` (see
-    ``postgres/sql/0013_apply_sets_flat.sql``): one entry per batch in ``bp``, ``ck``, ``cv`` and ``mt``
-    (the key its consumed row may move to); one per guard but the consuming one in ``g_*``; one per key
-    finally deleted (``d_*``) or put (``u_*``) but the move's, each with its partition."""
+    """``(partition, batch)`` pairs flattened into the arrays of ``<table>_write_sets`` (see
+    ``postgres/sql/0013_apply_sets_flat.sql`` and ``0017_write_sets.sql``): one entry per batch in ``bp``,
+    ``ck``, ``cv``, ``mt`` (the key its consumed row may move to) and ``at`` (where that row was last
+    seen, :class:`_Places`); one per guard but the consuming one in ``g_*``; one per key finally deleted
+    (``d_*``) or put (``u_*``) but the move's, each with its partition."""
 
     bp: list = field(default_factory=TextArray)
     ck: list = field(default_factory=ByteaArray)
     cv: list = field(default_factory=ByteaArray)
     mt: list = field(default_factory=ByteaArray)
+    at: list = field(default_factory=TidArray)
     g_b: list = field(default_factory=Int4Array)
     g_p: list = field(default_factory=TextArray)
     g_k: list = field(default_factory=ByteaArray)
@@ -866,7 +953,7 @@ class _Sets:
     u_v: list = field(default_factory=ByteaArray)
 
 
-def _independent_sets(items: list) -> Optional[_Sets]:
+def _independent_sets(items: list, places: Optional[_Places] = None) -> Optional[_Sets]:
     """``items`` (``(partition, batch)`` pairs) as :class:`_Sets`, or None when two batches touch the
     same key of a partition (a guard or a write), or a batch puts back the key its last guard
     consumes: only then does judging every guard against the state before the call, as the
@@ -874,10 +961,13 @@ def _independent_sets(items: list) -> Optional[_Sets]:
 
     A batch that consumes a row and puts the row's value under another key (its first such put, in
     the order of the keys' first writes) names that key in ``mt`` instead of ``u_*``: the statement
-    moves the row there with one ``UPDATE`` when the key is free, and puts it otherwise."""
+    moves the row there with one ``UPDATE`` when the key is free, and puts it otherwise. The consumed
+    row's place is taken from ``places`` (a list that turns out dependent leaves the places taken: a
+    write by key finds the rows all the same)."""
     sets = _Sets()
     # Bound once: this runs for every batch a runner claims or commits.
-    bp, ck, cv, mt = sets.bp.append, sets.ck.append, sets.cv.append, sets.mt.append
+    bp, ck, cv, mt, at = sets.bp.append, sets.ck.append, sets.cv.append, sets.mt.append, sets.at.append
+    take = places.take if places is not None else (lambda partition, key: None)
     g_b, g_p, g_k, g_v = sets.g_b.append, sets.g_p.append, sets.g_k.append, sets.g_v.append
     d_b, d_p, d_k = sets.d_b.append, sets.d_p.append, sets.d_k.append
     u_b, u_p, u_k, u_v = sets.u_b.append, sets.u_p.append, sets.u_k.append, sets.u_v.append
@@ -900,6 +990,7 @@ def _independent_sets(items: list) -> Optional[_Sets]:
                 keys.append(to)
                 ck(key)
                 cv(guard.value)
+                at(take(partition, key))
                 bp(partition)
                 if put == guard.value:
                     mt(to)
@@ -932,10 +1023,12 @@ def _independent_sets(items: list) -> Optional[_Sets]:
             guards = guards[:-1]
             ck(last.key)
             cv(last.value)
+            at(take(partition, last.key))
             move = last.value
         else:
             ck(None)
             cv(None)
+            at(None)
         bp(partition)
         for g in guards:
             g_b(b)
