@@ -308,6 +308,31 @@ def test_sqlite_own_write_judges_a_guard_on_a_row_it_read_without_reading_it_aga
         store.close()
 
 
+def test_a_sqlite_rearm_by_name_is_one_read_and_two_writing_calls(tmp_path):
+    """A re-arm by name on the store's own connection: ``BEGIN IMMEDIATE``, one read (the name's row,
+    the timer's row it names and the shard count, in one statement), the deletes of the timer's row
+    and of its trace context's in one call, the puts of the new timer row and of the name's row in
+    another, ``COMMIT``: no read of its own for the count (PRAGMA data_version), and no guarded
+    delete, its guard judged on the row read under the write lock. The name still maps to one timer."""
+    from timerwheel_c.durable import get_timer, schedule
+    from timerwheel_c.durable.timers import keys
+
+    store = SQLiteStore(tmp_path / "timers.db")
+    try:
+        schedule(store, P, 2_000_000_000_000, 2, b"ref")
+        calls: list = []
+        store._db.set_trace_callback(calls.append)
+        schedule(store, P, 2_000_000_000_001, 2, b"ref")
+        store._db.set_trace_callback(None)
+        assert [s.split()[0] for s in calls] == ["BEGIN", "SELECT", "DELETE", "DELETE", "INSERT", "INSERT", "COMMIT"], calls
+        assert "timerwheel_meta" in calls[1] and not [s for s in calls if "data_version" in s or "value = x" in s]
+        assert get_timer(store, P, 2, b"ref").due_at_ms == 2_000_000_000_001
+        timer_rows = store.scan(P, *keys.timer_range(), limit=10).entries
+        assert [key for key, _ in timer_rows] == [keys.timer(2_000_000_000_001, 2, b"ref")]
+    finally:
+        store.close()
+
+
 def test_sqlite_put_over_a_stored_key_rewrites_its_value_and_leaves_the_shard_index_alone(tmp_path):
     """A put over a stored key (a re-arm's identity row, a rewritten effect row) sets the value: its
     program deletes nothing from the shard index, where INSERT OR REPLACE deleted the row from it and
@@ -1043,12 +1068,14 @@ def test_a_sqlite_store_opened_before_another_handles_reshard_writes_by_the_new_
         assert db.execute("SELECT count(*) FROM timerwheel_kv WHERE shard >= 4").fetchone() == (0,)
 
 
-@pytest.mark.parametrize("write", ["apply", "apply_many", "own_write"])
+@pytest.mark.parametrize("write", ["apply", "apply_many", "own_write", "by_name"])
 def test_a_sqlite_store_that_wrote_before_another_handles_reshard_writes_by_the_new_count_after_it(tmp_path, write):
     """The store's own writes bind each row's shard by the count they read once and keep while no
-    other connection commits (PRAGMA data_version): a store that wrote under 64 shards, then saw
-    another handle reshard the file to 4, writes every later row in a shard of the 4, and after a
-    reshard of its own, by the count it recorded."""
+    other connection commits (PRAGMA data_version), or, for a write by name, by the count its first
+    read returns beside the rows it reads: a store that wrote under 64 shards, then saw another
+    handle reshard the file to 4, writes every later row in a shard of the 4, and after a reshard of
+    its own, by the count it recorded."""
+    from timerwheel_c.durable import schedule
     from timerwheel_c.durable.storage.shards import shard_of
 
     path = tmp_path / "s.db"
@@ -1062,6 +1089,8 @@ def test_a_sqlite_store_that_wrote_before_another_handles_reshard_writes_by_the_
                 store.apply(name, batch)
             elif write == "apply_many":
                 assert store.apply_many(name, [batch, Batch().put(b"k2", value)]) == [COMMITTED] * 2
+            elif write == "by_name":  # a re-arm after the first round: its name's row and its timer's row
+                schedule(store, name, 2_000_000_000_000 + len(value), 2, b"ref")
             else:
                 with store.own_write(name) as tx:
                     tx.apply(batch)
@@ -1115,13 +1144,15 @@ def test_a_sqlite_write_reads_the_shard_count_once_while_no_other_connection_com
 
 
 @pytest.mark.parametrize("recorded", ["5000", "8abc", "16.9", "-3", "1e1", "abc", "0", None])
-@pytest.mark.parametrize("write", ["apply", "own_write", "joined"])
+@pytest.mark.parametrize("write", ["apply", "own_write", "joined", "by_name"])
 def test_a_sqlite_write_refuses_a_recorded_shard_count_that_is_none(tmp_path, recorded, write):
     """A write takes its rows' shard from the count the meta table records when it writes (inside its
     put statement, or read in its transaction after another connection's commit: the store wrote
-    under a good count first). A count there that is no shard count (an edited or damaged table;
-    None: the row deleted) is a SchemaError naming the row, and nothing is written: SQLite's CAST
-    reads "5000" or "8abc" as a number, which put a row in a shard no pass reads."""
+    under a good count first; a write by name reads it with its first read). A count there that is
+    no shard count (an edited or damaged table; None: the row deleted) is a SchemaError naming the
+    row, and nothing is written: SQLite's CAST reads "5000" or "8abc" as a number, which put a row in
+    a shard no pass reads."""
+    from timerwheel_c.durable import schedule
     from timerwheel_c.durable.storage.store import SchemaError
 
     path = tmp_path / "s.db"
@@ -1138,6 +1169,8 @@ def test_a_sqlite_write_refuses_a_recorded_shard_count_that_is_none(tmp_path, re
             elif write == "own_write":
                 with store.own_write(P) as tx:
                     tx.apply(Batch().put(b"k", b"v"))
+            elif write == "by_name":
+                schedule(store, P, 2_000_000_000_000, 2, b"ref")
             else:
                 conn = sqlite3.connect(path)
                 try:
@@ -1216,7 +1249,7 @@ def test_sqlite_checkpoint_thread_outlives_failing_to_open_its_connection(tmp_pa
     with caplog.at_level(logging.WARNING, logger="timerwheel_c.durable"):
         store = SQLiteStore(tmp_path / "timers.db", checkpoint_interval_s=0.01)
         try:
-            _commit_until_the_wal_shrinks(store, tmp_path / "timers.db-wal")
+            _commit_until_the_wal_starts_over(store, tmp_path / "timers.db-wal")
         finally:
             store.close()
     assert len(failures) == 20
@@ -1225,32 +1258,70 @@ def test_sqlite_checkpoint_thread_outlives_failing_to_open_its_connection(tmp_pa
 
 def test_sqlite_wal_starts_over_under_a_steady_stream_of_commits(tmp_path, monkeypatch):
     """A passive checkpoint never lets a WAL start over while commits keep arriving, so the file grew
-    for as long as they did; past WAL_RESTART_FRAMES frames the checkpoint thread truncates it. Commits
-    without pause until the file shrinks (a generous liveness bound, not a speed), and every row
-    written stays readable."""
+    for as long as they did; past WAL_RESTART_FRAMES frames the checkpoint thread starts it over, in
+    place while the commits go on: the file stops growing. Commits without pause until the WAL's header
+    says it started over (a generous liveness bound, not a speed), then as many again, which write
+    over the file's pages, and every row written stays readable."""
 
     from timerwheel_c.durable.storage.sqlite import store as sqlite_store
 
     monkeypatch.setattr(sqlite_store, "WAL_RESTART_FRAMES", 50)
     store = SQLiteStore(tmp_path / "timers.db", checkpoint_interval_s=0.01)
+    wal = tmp_path / "timers.db-wal"
     try:
-        written = _commit_until_the_wal_shrinks(store, tmp_path / "timers.db-wal")
+        written = _commit_until_the_wal_starts_over(store, wal)
+        written += _commit_until_the_wal_starts_over(store, wal, first=written)
         assert len(store.scan(P, b"k", b"l", limit=written + 1).entries) == written
     finally:
         store.close()
 
 
-def _commit_until_the_wal_shrinks(store, wal) -> int:
-    """Commit rows without pause until the file ``wal`` shrinks (a checkpoint started it over), within a
-    generous liveness bound, not a speed; returns how many were written."""
+def test_sqlite_checkpoint_thread_truncates_a_long_wal_once_commits_stop(tmp_path, monkeypatch):
+    """A WAL started over in place under a stream of commits keeps its length on disk while they go
+    on; once a round of the checkpoint thread finds no commit since the last (or fewer than
+    WAL_RESTART_FRAMES frames) in a file longer than that many, it truncates the file, so a burst of
+    writes leaves no long WAL behind. Every row written stays readable."""
     import time
 
-    largest, written, deadline = 0, 0, time.monotonic() + 60
+    from timerwheel_c.durable.storage.sqlite import store as sqlite_store
+
+    monkeypatch.setattr(sqlite_store, "WAL_RESTART_FRAMES", 50)
+    store = SQLiteStore(tmp_path / "timers.db", checkpoint_interval_s=0.01)
+    wal = tmp_path / "timers.db-wal"
+    try:
+        written = _commit_until_the_wal_starts_over(store, wal)
+        assert wal.stat().st_size > 50 * (1024 + 24)
+        deadline = time.monotonic() + 60  # a generous liveness bound, not a speed
+        while wal.stat().st_size > 50 * (1024 + 24) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert wal.stat().st_size <= 50 * (1024 + 24)
+        assert len(store.scan(P, b"k", b"l", limit=written + 1).entries) == written
+    finally:
+        store.close()
+
+
+def _wal_round(wal) -> int:
+    """The checkpoint sequence number in the header of the WAL file ``wal`` (sqlite.org/fileformat.html,
+    4.1): one more each time the WAL starts over, in place or truncated; -1 before its header is written."""
+    try:
+        with open(wal, "rb") as file:
+            header = file.read(16)
+    except FileNotFoundError:
+        return -1
+    return int.from_bytes(header[12:16], "big") if len(header) == 16 else -1
+
+
+def _commit_until_the_wal_starts_over(store, wal, first: int = 0) -> int:
+    """Commit rows (keys from ``first`` on) without pause until the WAL file ``wal`` starts over (a
+    checkpoint restarted it: its header's checkpoint sequence number moves on), within a generous
+    liveness bound, not a speed; returns how many were written."""
+    import time
+
+    store.apply(P, Batch().put(b"k%06d" % first, b"v" * 200))
+    started, written, deadline = _wal_round(wal), 1, time.monotonic() + 60
     while time.monotonic() < deadline:
-        store.apply(P, Batch().put(b"k%06d" % written, b"v" * 200))
+        store.apply(P, Batch().put(b"k%06d" % (first + written), b"v" * 200))
         written += 1
-        size = wal.stat().st_size
-        if size < largest:
+        if _wal_round(wal) != started:
             return written
-        largest = size
-    pytest.fail(f"the WAL only grew, to {largest} bytes, over {written} commits")
+    pytest.fail(f"the WAL never started over, {wal.stat().st_size} bytes after {written} commits")

@@ -643,7 +643,7 @@ class Store(abc.ABC):
             TypeError: ``patterns`` is not a list of KeyPattern.
             StoreError: the backend failed.
         """
-        if not isinstance(patterns, list) or not all(isinstance(p, KeyPattern) for p in patterns):
+        if not isinstance(patterns, list) or not all([isinstance(p, KeyPattern) for p in patterns]):
             raise TypeError(f"patterns must be a list of KeyPattern, got {patterns!r}")
         self._signal_writes(patterns)
 
@@ -908,10 +908,20 @@ def check_store(store: object, name: str = "store", kind: Optional[type] = None)
         TypeError: naming ``name`` and what was passed instead, its password masked (a DSN or URL
             passed where a store goes is the usual mistake: the message says to open it first).
     """
+    if kind is None and type(store) in _STORE_TYPES:  # a type seen to pass before (an ABC's check costs more)
+        return cast(Store, store)
     want = kind or Store
     if isinstance(store, want):
+        if kind is None:
+            _STORE_TYPES.add(type(store))
         return cast(Store, store)
     refuse_store(store, name, want.__name__)
+
+
+# The types whose instances check_store found to be stores: a subclass of Store (or one registered as a
+# virtual subclass, which ABCMeta never unregisters) stays one, so its instances pass again without
+# ABCMeta.__instancecheck__, a Python-level call on every by-name write.
+_STORE_TYPES: set = set()
 
 
 def refuse_store(store: object, name: str, want: str) -> NoReturn:

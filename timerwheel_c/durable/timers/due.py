@@ -113,6 +113,8 @@ def due_at_ms_of(value: object, name: str = "due_at_ms", base_ms: Optional[Calla
     """
     if type(value) is DueMs:
         return value
+    if type(value) is int and PLAUSIBLY_SECONDS_BELOW <= value < PLAUSIBLY_FINER_FROM:  # the common case, no warning
+        return value
     if isinstance(value, _dt.timedelta):
         whole_ms, part = divmod(value, _MS)  # not -(-value // _MS): -timedelta.max overflows
         return _relative(whole_ms + bool(part), value, name, base_ms)

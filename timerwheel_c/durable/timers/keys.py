@@ -108,9 +108,10 @@ from __future__ import annotations
 
 import re
 import struct
+import weakref
 from dataclasses import dataclass
 
-from typing import Optional
+from typing import Callable, Optional
 
 from .codecs import codec_of
 from ..storage.errors import PicklesItsArguments
@@ -196,6 +197,7 @@ QUARANTINE_TAG = RESERVED + b"Q"
 QUARANTINE_RANGE = (QUARANTINE_TAG, RESERVED + b"R")  # (start, end) of the quarantine space: tag, tag + 1
 SLEEP_MARK_TAG = RESERVED + b"S"
 IDENTITY_TAG = RESERVED + b"I"
+_IDENTITY_TAG_BYTES, _TAG_BYTES = len(IDENTITY_TAG), len(TAG)  # the slices of the functions a re-arm calls
 OCCURRENCE_IDENTITY_TAG = RESERVED + b"J"
 SCHEDULE_TAG = RESERVED + b"R"
 SCHEDULE_RANGE = (SCHEDULE_TAG, RESERVED + b"S")  # (start, end) of the schedules' rows
@@ -361,6 +363,10 @@ def timer(due_at_ms: int, kind, reference: bytes, *, occurrence: bool = False) -
         TypeError: a non-int time or kind, a non-bytes reference.
         ValueError: a time or kind out of range, kind 0, a reference too long.
     """
+    if (type(due_at_ms) is int and 0 <= due_at_ms <= MAX_DUE_MS and type(kind) is TimerKind
+            and type(reference) is bytes and len(reference) <= MAX_REFERENCE_BYTES):
+        # A writer's common case (as identity's): nothing to check that the types and bounds do not promise.
+        return TAG + _HEAD.pack(due_at_ms, kind, _SCHEDULED | (_OCCURRENCE if occurrence else 0)) + reference
     head = _HEAD.pack(check_uint("due_at_ms", due_at_ms, MAX_DUE_MS), _check_kind(kind),
                       _SCHEDULED | (_OCCURRENCE if occurrence else 0))
     return TAG + head + _check_reference(reference)
@@ -579,7 +585,7 @@ def last_error_row(identity_key: bytes) -> bytes:
     """Key of the row keeping the last error of the retrying timer whose identity row is
     ``identity_key``: that key with a 0x00 after its tag, where an identity row has its kind (never
     0), so that it is no identity row's key and no scan of identity rows is needed to tell them apart."""
-    return identity_key[:len(IDENTITY_TAG)] + b"\x00" + identity_key[len(IDENTITY_TAG):]
+    return identity_key[:_IDENTITY_TAG_BYTES] + b"\x00" + identity_key[_IDENTITY_TAG_BYTES:]
 
 
 def last_error_value(tk: TimerKey, last_error: str) -> bytes:
@@ -611,7 +617,7 @@ def trace_context_row(identity_key: bytes) -> bytes:
     """Key of the row keeping the W3C trace context of the span that scheduled the timer whose
     identity row is ``identity_key``: that key with 0x00 0x00 after its tag (a last error's row has
     its kind, never 0, after its one 0x00), so that it is neither an identity row nor a last error's."""
-    return identity_key[:len(IDENTITY_TAG)] + b"\x00\x00" + identity_key[len(IDENTITY_TAG):]
+    return identity_key[:_IDENTITY_TAG_BYTES] + b"\x00\x00" + identity_key[_IDENTITY_TAG_BYTES:]
 
 
 _TRACED_DUE = struct.Struct(">Q")  # the original due_at_ms of the timer the context belongs to
@@ -635,7 +641,7 @@ def trace_context_text(value: Optional[bytes], tk: TimerKey) -> Optional[str]:
 def may_keep_an_error(key: bytes) -> bool:
     """True when the timer row ``key`` (a parked or backed-off one) may have a :func:`last_error_row`
     to delete with it: a scheduled row never has."""
-    tag = key[:len(TAG)]
+    tag = key[:_TAG_BYTES]
     return tag == PARKED_TAG or (tag == TAG and len(key) > _VARIANT_AT and bool(key[_VARIANT_AT] & _BACKED_OFF))
 
 
@@ -687,12 +693,31 @@ def sleep_mark(reference: bytes) -> bytes:
 
 def declare_signals(store: Store) -> None:
     """Tell ``store`` which writes its change signal must follow (:data:`SIGNALLED`); cheap after the
-    first call on a store. Writers and runners call it before they write or wait.
+    first call on a store. Writers and runners call it before they write or wait. The store object
+    that declared last, successfully, is not told again (a write by name calls this each time: the
+    store's own check of the patterns is most of a microsecond, and a backend keeps what it was told
+    per store object anyway, as PostgreSQL's does).
 
     Raises:
         StoreError: the store failed.
     """
+    global _declared_last
+    if _declared_last() is store:
+        return
     store.signal_writes(SIGNALLED)
+    try:
+        _declared_last = weakref.ref(store)
+    except TypeError:  # a store that takes no weak reference is told at every call
+        pass
+
+
+def _nothing() -> None:
+    return None
+
+
+# A weak reference to the store that declare_signals told last (or a function returning None): a
+# strong one would keep a dropped store, and its connection, alive.
+_declared_last: Callable[[], Optional[Store]] = _nothing
 
 
 def well_formed_head(key: bytes) -> bool:

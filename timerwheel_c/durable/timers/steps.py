@@ -38,12 +38,22 @@ def run_steps(steps: "Steps[T]", tx: Any) -> T:
     object without one gets its two ``get`` in turn), ``apply(batch)`` and ``scan(start, end, limit)``;
     an exception from any propagates, the generator abandoned."""
     reply: Any = None
-    calls = {GET: tx.get, GET_THROUGH: getattr(tx, "get_through", None) or _through(tx.get), APPLY: tx.apply}
-    scan = tx.scan
+    get_through = getattr(tx, "get_through", None) or _through(tx.get)
+    get, apply, scan = tx.get, tx.apply, tx.scan
+    send = steps.send
     try:
         while True:
-            op, arg = steps.send(reply)
-            reply = scan(*arg) if op == SCAN else calls[op](arg)
+            op, arg = send(reply)
+            if op == APPLY:
+                reply = apply(arg)
+            elif op == GET_THROUGH:
+                reply = get_through(arg)
+            elif op == GET:
+                reply = get(arg)
+            elif op == SCAN:
+                reply = scan(*arg)
+            else:
+                raise KeyError(op)
     except StopIteration as stop:
         return stop.value
 

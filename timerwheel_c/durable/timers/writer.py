@@ -119,12 +119,16 @@ _LOOKUPS = 64  # reads of a timer's row while concurrent commits keep moving it,
 def _forget_error(batch: Batch, current: bytes, identity: bytes) -> Batch:
     """``batch``, which moves or removes the timer row ``current``, with the delete of the last error
     its failed attempts may have kept (a scheduled row never has one) and of the trace context its
-    writer may have kept (any row may have one)."""
-    batch.delete(keys.trace_context_row(identity))
-    return batch.delete(keys.last_error_row(identity)) if keys.may_keep_an_error(current) else batch
+    writer may have kept (any row may have one). Their keys are bytes made from ``identity``'s:
+    appended to the batch's writes as they are."""
+    writes = batch.writes
+    writes.append((keys.trace_context_row(identity), None))
+    if keys.may_keep_an_error(current):
+        writes.append((keys.last_error_row(identity), None))
+    return batch
 
 
-def _current(identity: bytes) -> Steps[tuple]:
+def _current(identity: bytes, read: Optional[tuple] = None) -> Steps[tuple]:
     """``(named, timer key or None, its value or None)``: the key the identity row names (None when
     there is none), where the timer is, and that row. The two differ only while a plain timer is
     claimed for its first attempt: that claim leaves the identity row naming the scheduled key, and
@@ -136,9 +140,11 @@ def _current(identity: bytes) -> Steps[tuple]:
     (a runner's claim, a reschedule, a parking: both rows rewritten in one commit) is seen wholly or
     not at all. Only the search of a first claim's range is a statement of its own: a move committed
     before it makes the reads start again, up to :data:`_LOOKUPS` times (an identity row that keeps
-    pointing at no row belongs to no pending timer)."""
+    pointing at no row belongs to no pending timer). ``read``: the first reading, ``(named, value)`` of a
+    ``get_through`` the caller made already (:func:`_schedule`'s), counted as the first lookup."""
     for _ in range(_LOOKUPS):
-        named, value = yield GET_THROUGH, identity
+        named, value = (yield GET_THROUGH, identity) if read is None else read
+        read = None
         if named is None:
             return None, None, None
         if value is not None:
@@ -152,8 +158,11 @@ def _current(identity: bytes) -> Steps[tuple]:
 def _guarded(batch: Batch, identity: bytes, named: bytes, current: bytes, value: Optional[bytes]) -> Batch:
     """``batch`` guarded on what :func:`_current` read: the identity row naming ``named``, and the timer's
     row ``current`` holding ``value`` (when there is one; last, so that the store's delete of it judges it)."""
-    batch.require(Equals(identity, named))
-    return batch if value is None else batch.require(Equals(current, value))
+    guards = batch.guards
+    guards.append(Equals(identity, named))  # Equals checks its key and value are bytes
+    if value is not None:
+        guards.append(Equals(current, value))
+    return batch
 
 
 _SEARCH_PAGE = 256  # rows per read of the range where a first claim may have moved a timer
@@ -274,7 +283,7 @@ def check_kind_name(store: Store, kind, conn=None) -> None:
         KindNameMismatch: the store records another name for ``kind``.
         StoreError: the store failed.
     """
-    if conn is None:
+    if conn is None and getattr(kind, "name", None) is not None:  # a kind without a name has nothing to check
         check_kind_names(store, [kind])
 
 
@@ -299,19 +308,30 @@ def _schedule(partition: str, key: bytes, identity: bytes, value: bytes, if_exis
     """The steps of a schedule; ``context``: the value of the timer's trace context row to write
     (:func:`~.keys.trace_context_value`), None for none."""
     while True:
-        named, current, current_value = yield from _current(identity)
+        # _current's first reading made here: a timer found where its identity row says (or none, its
+        # identity row absent) needs no generator of _current's (a re-arm by name makes one per call).
+        named, current_value = yield GET_THROUGH, identity
+        if named is None or current_value is not None:
+            current = named
+        else:
+            named, current, current_value = yield from _current(identity, (named, current_value))
         if current_value is not None and if_exists != "replace" and not keys.is_parked_key(current):
             if if_exists == "keep":
                 return current
             raise TimerExists((yield from _pending(partition, identity, current, current_value)))
-        batch = Batch()
+        # The keys are made by keys.timer and keys.identity, the value checked by schedule_steps (or
+        # bulk's own checks): the writes are appended as they are, without Batch.put's checks again.
         if named is None:
-            batch.require(Absent(identity))
+            batch = Batch([Absent(identity)], [])
         else:
-            _forget_error(_guarded(batch, identity, named, current, current_value).delete(current), current, identity)
+            batch = _forget_error(_guarded(Batch([], [(current, None)]), identity, named, current, current_value),
+                                  current, identity)
+        writes = batch.writes
         if context is not None:  # after the delete of the replaced timer's: a later write wins
-            batch.put(keys.trace_context_row(identity), context)
-        if isinstance((yield APPLY, batch.put(key, value).put(identity, key)), Committed):
+            writes.append((keys.trace_context_row(identity), context))
+        writes.append((key, value))
+        writes.append((identity, key))
+        if isinstance((yield APPLY, batch), Committed):
             return key
 
 

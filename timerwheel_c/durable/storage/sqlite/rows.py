@@ -99,6 +99,21 @@ def shard_count_of(value: object) -> Optional[int]:
     return None
 
 
+# shard_count_of of the texts read so far that are shard counts (at most MAX_SHARD_COUNT of them): a
+# write on the store's own connection reads the text with every first read (get_through_counted).
+_COUNTS: dict = {}
+
+
+def _count_of(text: object) -> Optional[int]:
+    """:func:`shard_count_of`, remembered for the texts that are counts."""
+    count = _COUNTS.get(text) if type(text) is str else None
+    if count is None:
+        count = shard_count_of(text)
+        if count is not None:
+            _COUNTS[text] = count
+    return count
+
+
 def apply_batch(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, batch: Batch, hashed: int,
                 read: Optional[dict] = None, shard_count: Optional[int] = None) -> Optional[bytes]:
     """Check ``batch``'s guards and write it inside ``db``'s open transaction; return the key of
@@ -108,45 +123,78 @@ def apply_batch(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, b
     :meth:`~.store.SQLiteStore.apply` and a write through a caller's connection (:mod:`.joined`) share it.
 
     A large batch (many timers written at once) costs a statement per row, not three: its Absent
-    guards are read a few hundred keys per statement and each run of puts is one ``executemany``.
+    guards are read a few hundred keys per statement and each run of puts, and each run of deletes,
+    is one ``executemany``.
     ``hashed``: the partition's :func:`~.shards.partition_hash`, from which every put records its shard.
     ``shard_count``: the count recorded now, when the caller knows it inside this transaction (the
     store's own connection: :meth:`~.store.SQLiteStore._shard_count_for_writes`), so that each put
     binds its shard; None: each put takes the count in its own statement (a caller's connection).
     ``read``: ``{key: value or None}`` of rows already read in this transaction while it held the
     file's write lock, so that no other connection can have changed them: a guard on one of them is
-    judged on that value, without a statement."""
-    consumed = consumed_write(batch)
-    guards = batch.guards[:-1] if consumed >= 0 else batch.guards
-    absent = [guard.key for guard in guards if isinstance(guard, Absent)]
-    present = _present(db, partition, absent) if len(absent) > 1 else None
-    for guard in guards:
-        if present is not None and isinstance(guard, Absent):
-            held = guard.key not in present
+    judged on that value, without a statement, the last one too (its row's delete is then a plain
+    delete, in one ``executemany`` with the batch's other deletes beside it: a re-arm by name deletes
+    its timer's row and its trace context's in one call). Judged before any write, as the consumed
+    guard would be at its delete, the batch's first write to that key: the outcome is the same."""
+    guards = batch.guards
+    if read is not None and guards and guards[-1].key in read:
+        consumed, checked = -1, guards
+    else:
+        consumed = consumed_write(batch)
+        checked = guards[:-1] if consumed >= 0 else guards
+    present = None
+    if len(checked) > 1:
+        absent = [guard.key for guard in checked if isinstance(guard, Absent)
+                  and (read is None or guard.key not in read)]
+        if len(absent) > 1:
+            present = _present(db, partition, absent)
+    for guard in checked:
+        key = guard.key
+        if read is not None and key in read:
+            value = read[key]
+        elif present is not None and isinstance(guard, Absent):
+            if key in present:
+                return key
+            continue
         else:
-            value = read[guard.key] if read is not None and guard.key in read else read_value(db, partition, guard.key)
-            held = value is None if isinstance(guard, Absent) else value == guard.value
-        if not held:
-            return guard.key
+            value = read_value(db, partition, key)
+        if not (value is None if isinstance(guard, Absent) else value == guard.value):
+            return key
     if consumed >= 0:
-        last = batch.guards[-1]
+        last = guards[-1]
         if db.execute(QUERIES["delete_if"], (partition, bytearray(last.key), _bound_value(last.value))).rowcount != 1:
             return last.key
     put, shard = (QUERIES["put"], hashed) if shard_count is None else (QUERIES["put_in_shard"], hashed % shard_count)
-    puts: list = []
+    run: list = []  # the parameters of a run of puts, or of deletes, written by one call
+    puts = False
     for i, (key, value) in enumerate(batch.writes):
         if i == consumed:
             continue
-        if value is not None:
-            puts.append((partition, bytearray(key), _bound_value(value), shard))
-            continue
-        if puts:
-            db.executemany(put, puts)
-            puts = []
-        db.execute(QUERIES["delete"], (partition, bytearray(key)))
-    if puts:
-        db.executemany(put, puts)
+        if (value is not None) is not puts and run:
+            _write_run(db, put if puts else _DELETE, run)
+            run = []
+        if value is None:
+            puts = False
+            run.append((partition, bytearray(key)))
+        else:
+            puts = True
+            run.append((partition, bytearray(key), _bound_value(value), shard))
+    if run:
+        _write_run(db, put if puts else _DELETE, run)
     return None
+
+
+_DELETE = QUERIES["delete"]
+
+
+def _write_run(db: Union[sqlite3.Connection, sqlite3.Cursor], statement: str, run: list) -> None:
+    """``statement`` once per parameters of ``run``: one ``execute`` for one row, else one ``executemany``."""
+    if len(run) == 1:
+        db.execute(statement, run[0])
+    else:
+        db.executemany(statement, run)
+
+
+_GET_THROUGH_COUNTED = QUERIES["get_through_counted"]
 
 
 class OnCursor:
@@ -164,8 +212,12 @@ class OnCursor:
         self._hashed = hashed
         self._wrap = wrap
         self._read: Optional[dict] = {} if locked else None
-        # The store's own transaction: the shard count its puts bind, asked at the first batch that puts.
+        # The store's own transaction: the shard count its puts bind, asked at the first batch that puts
+        # unless a get_through read it already (_counted; _count None: no count recorded, the puts then
+        # take it in their own statement, which refuses them).
         self._shard_count = shard_count
+        self._counted = False
+        self._count: Optional[int] = None
 
     def get(self, key: bytes) -> Optional[bytes]:
         with self._wrap:
@@ -176,7 +228,16 @@ class OnCursor:
 
     def get_through(self, key: bytes) -> tuple:
         with self._wrap:
-            value, target = read_through(self._cursor, self._partition, key)
+            if self._shard_count is not None and not self._counted:  # the count too, in one statement
+                row = self._cursor.execute(_GET_THROUGH_COUNTED, (self._partition, bytearray(key))).fetchone()
+                if row is not None:
+                    self._counted, self._count = True, _count_of(row[2])
+                    row = None if row[0] is None else row[:2]
+                else:  # no count recorded: the first put reads the meta table again, and is refused
+                    row = self._cursor.execute(QUERIES["get_through"], (self._partition, bytearray(key))).fetchone()
+            else:
+                row = self._cursor.execute(QUERIES["get_through"], (self._partition, bytearray(key))).fetchone()
+            value, target = through(row)
         if self._read is not None:
             self._read[key] = value
             if value is not None:
@@ -191,7 +252,12 @@ class OnCursor:
 
     def apply(self, batch: Batch) -> Union[Committed, PreconditionFailed]:
         with self._wrap:
-            count = None if self._shard_count is None or not has_puts(batch) else self._shard_count()
+            if self._shard_count is None:
+                count = None
+            elif self._counted:
+                count = self._count
+            else:
+                count = self._shard_count() if has_puts(batch) else None
             failed = apply_batch(self._cursor, self._partition, batch, self._hashed, self._read, count)
         if failed is None and self._read:
             self._read.clear()  # the batch wrote: what was read may be stale now

@@ -26,8 +26,10 @@ SQLite compares BLOBs with memcmp, then by length, which is exactly Python's byt
   and a small daemon thread with its own connection runs ``PRAGMA wal_checkpoint(PASSIVE)``
   every ``checkpoint_interval_s``. A passive checkpoint never blocks writers, so the
   checkpoint's fsyncs no longer land inside a timer's commit (they were the p99 lateness).
-  Past :data:`WAL_RESTART_FRAMES` frames it truncates the WAL, which under a steady stream of
-  commits a passive checkpoint never lets start over.
+  Past :data:`WAL_RESTART_FRAMES` frames it starts the WAL over, which under a steady stream of
+  commits a passive checkpoint never lets happen: in place while commits keep coming (the next
+  ones overwrite the file's pages rather than extend it), and it truncates a long file once they
+  have (nearly) stopped (:data:`WAL_QUIET_FRAMES`).
 - New files get 1 kB pages (:data:`DEFAULT_PAGE_SIZE`), not SQLite's 4 kB: a commit writes every
   page it changed, whole, into the WAL, and a timer's write changes about five (the leaves of its
   old and new rows, of its name's row and of the index by shard), so the page's size is most of a
@@ -70,7 +72,8 @@ from .joined import OnTheLoop, SQLiteJoined
 from .rows import (QUERIES as _QUERIES, OnCursor, apply_batch, first_in_shards, has_puts, occupied_shards, read_through,
                    read_value, shard_count_of)
 
-__all__ = ["CHECKPOINT_WARN_S", "FILE_CHECK_S", "SCHEMA_VERSION", "WAL_RESTART_FRAMES", "WAL_RESTART_WAIT_MS", "SQLiteStore"]
+__all__ = ["CHECKPOINT_WARN_S", "FILE_CHECK_S", "SCHEMA_VERSION", "WAL_QUIET_FRAMES", "WAL_RESTART_FRAMES",
+           "WAL_RESTART_WAIT_MS", "SQLiteStore"]
 
 log = logging.getLogger("timerwheel_c.durable")
 
@@ -82,10 +85,15 @@ _ROW_REWRITES = rewrite_versions(_MIGRATIONS)  # versions that must find their d
 # 14: the index by shard kept to SHARD_SPACE.
 SCHEMA_VERSION = _MIGRATIONS[-1][0]
 # The WAL's length, in frames (a page each: 1 kB in a file a store made, 4 kB in older ones), past which
-# the checkpoint thread truncates it (:func:`_restart_wal`): 10-40 MB, a few seconds of the busiest commits.
+# the checkpoint thread starts it over (:func:`_restart_wal`): 10-40 MB, a few seconds of the busiest
+# commits. A round that finds fewer frames than this in a file longer than this many truncates the file.
 WAL_RESTART_FRAMES = 10_000
-# How long that truncation waits for the writer and for readers, in ms: new writers wait while it does.
+# How long a restart waits for the writer and for readers, in ms: new writers wait while it runs.
 WAL_RESTART_WAIT_MS = 20
+# At most this many frames written since the checkpoint thread's previous round, and the WAL file longer
+# than WAL_RESTART_FRAMES frames: it truncates the file (a burst of commits has ended). Freeing a long
+# file holds the writers up for a while (tens of ms for 100 MB), which a quiet round barely feels.
+WAL_QUIET_FRAMES = WAL_RESTART_FRAMES // 10
 # The page size, in bytes, of a database file a store creates: the most a commit writes per row it
 # changes. bench/durable_named.py's re-arms by name cost about a sixth less CPU with 1 kB pages than with
 # SQLite's 4 kB. A row longer than about 230 bytes (key and value) then spills into an overflow page:
@@ -477,8 +485,7 @@ class SQLiteStore(Store):
             raise SchemaError(f"SQLite database {self._named} records shard_count {row[0]!r}, which is not a "
                               "shard count: the meta table was edited or not made by timerwheel_c") from None
 
-    @contextlib.contextmanager
-    def own_write(self, partition: str) -> Iterator[OnCursor]:
+    def own_write(self, partition: str) -> "_OwnWrite":
         """A writer's reads and batches of ``partition`` in one ``BEGIN IMMEDIATE`` transaction on the
         store's connection (see :meth:`Store.own_write`), committed when the block ends and rolled
         back when it raises. Its reads then need no read transaction of their own, each a lock and an
@@ -489,19 +496,7 @@ class SQLiteStore(Store):
             TypeError / ValueError: a bad partition.
             TransientStoreError: another connection held the write lock past the busy timeout.
         """
-        check_partition(partition)
-        with self._lock, self._wrap:
-            self._check_same_file()
-            db = self._db.cursor()
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield OnCursor(db, partition, partition_hash(partition), self._wrap, locked=True,
-                               shard_count=functools.partial(self._shard_count_for_writes, db))
-                db.execute("COMMIT")
-            except BaseException:
-                if self._db.in_transaction:
-                    db.execute("ROLLBACK")
-                raise
+        return _OwnWrite(self, check_partition(partition))
 
     def joined(self, conn: Any, partition: str) -> SQLiteJoined:
         """The write to ``partition`` through the caller's ``sqlite3.Connection`` ``conn`` to this
@@ -741,6 +736,63 @@ class SQLiteStore(Store):
             self._db.close()
 
 
+class _OwnWrite:
+    """The context manager :meth:`SQLiteStore.own_write` returns: the store's lock taken and ``BEGIN
+    IMMEDIATE`` run on entry, which yields an :class:`~.rows.OnCursor` of the transaction; ``COMMIT``
+    when the block ends, ``ROLLBACK`` when it raises, the lock released either way, and a sqlite3
+    error from the block or from these statements raised as the store's :class:`StoreError`. A class
+    rather than a generator's context manager: a re-arm by name enters one per call, and a
+    generator's costs about a microsecond more."""
+
+    __slots__ = ("_store", "_partition", "_cursor", "_lock")
+
+    def __init__(self, store: "SQLiteStore", partition: str):
+        self._store = store
+        self._partition = partition
+
+    def __enter__(self) -> OnCursor:
+        store = self._store
+        lock = self._lock = store._lock  # the one released at the end (a fork meanwhile gives the store another)
+        lock.acquire()
+        try:
+            # _check_same_file, whose look at the file is due once per FILE_CHECK_S (or raises once replaced).
+            if store._file_replaced or (store._opened_file is not None
+                                        and time.monotonic() - store._file_checked_s >= FILE_CHECK_S):
+                store._check_same_file()
+            db = self._cursor = store._db.cursor()
+            tx = OnCursor(db, self._partition, partition_hash(self._partition), store._wrap, locked=True,
+                          shard_count=self._shard_count)
+            db.execute("BEGIN IMMEDIATE")
+        except BaseException as exc:
+            lock.release()
+            if isinstance(exc, sqlite3.Error):
+                raise store._error(exc) from exc
+            raise
+        return tx
+
+    def _shard_count(self) -> Optional[int]:
+        return self._store._shard_count_for_writes(self._cursor)
+
+    def __exit__(self, typ, exc, tb) -> None:
+        store = self._store
+        try:
+            if exc is None:
+                try:
+                    self._cursor.execute("COMMIT")
+                except BaseException:
+                    if store._db.in_transaction:
+                        self._cursor.execute("ROLLBACK")
+                    raise
+            elif store._db.in_transaction:
+                self._cursor.execute("ROLLBACK")
+        except sqlite3.Error as failed:
+            raise store._error(failed) from failed
+        finally:
+            self._lock.release()
+        if isinstance(exc, sqlite3.Error) and not isinstance(exc, StoreError):
+            raise store._error(exc) from exc
+
+
 class _Inherited:
     """Where a forked child's store had its parent's connection (see :meth:`SQLiteStore._after_fork`):
     its first use opens the child's own and goes on with it, or raises if the fork came inside a
@@ -782,22 +834,32 @@ def _file_identity(file: str) -> Optional[tuple]:
 
 def _checkpoint_loop(file: str, closing: threading.Event, interval_s: float, busy_timeout_ms: int) -> None:
     """The checkpoint thread of the store of ``file`` (an absolute path): a passive checkpoint every
-    ``interval_s`` seconds, and the WAL started over once long, until ``closing`` is set. Its
-    connection is opened at its first round and again after a failure to open it (no descriptor
-    left, the directory unreadable for a while): nothing else checkpoints the store's WAL, which
-    grows until a checkpoint succeeds. Failures all through :data:`CHECKPOINT_WARN_S` are logged at
-    WARNING, at most once per that span."""
+    ``interval_s`` seconds, and the WAL started over once long (:func:`_restart_wal`), until
+    ``closing`` is set: in place while commits keep filling it, truncated once a round finds it
+    long and at most :data:`WAL_QUIET_FRAMES` frames written since the round before. Its connection
+    is opened at its first round and again after a failure to open it (no descriptor left, the
+    directory unreadable for a while): nothing else checkpoints the store's WAL, which grows until a
+    checkpoint succeeds. Failures all through :data:`CHECKPOINT_WARN_S` are logged at WARNING, at
+    most once per that span."""
     db: Optional[sqlite3.Connection] = None
     failing_since: Optional[float] = None  # monotonic s of the first failed round in a row
     warned_at = 0.0
+    longest = 0  # the bytes of a WAL of WAL_RESTART_FRAMES frames, for the page size of ``file``
+    last = 0  # the WAL's frames at the previous round
     try:
         while not closing.wait(interval_s):
             try:
                 if db is None:
                     db = _checkpoint_connection(file, busy_timeout_ms)
+                    longest = WAL_RESTART_FRAMES * (db.execute("PRAGMA page_size").fetchone()[0] + 24)
                 frames = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1]
-                if frames > WAL_RESTART_FRAMES:
-                    _restart_wal(db, busy_timeout_ms)
+                added = frames if frames < last else frames - last  # since the last round (fewer: it started over)
+                if frames > WAL_RESTART_FRAMES and added:
+                    _restart_wal(db, busy_timeout_ms)  # commits keep filling it: over again, in place
+                elif added <= WAL_QUIET_FRAMES and _wal_bytes(file) > longest:
+                    # Few commits since the last round, or none: the disk back, the writers it holds up few.
+                    _restart_wal(db, busy_timeout_ms, truncate=True)
+                last = frames
                 failing_since = None
             except sqlite3.Error as exc:  # busy, vanished, no descriptor: the next round (or the next commit) retries
                 log.debug("WAL checkpoint of %s failed", file, exc_info=True)
@@ -824,21 +886,35 @@ def _existing_file_uri(file: str) -> str:
     return f"file:{urllib.parse.quote(file)}?mode=rw"
 
 
-def _restart_wal(db: sqlite3.Connection, busy_timeout_ms: int) -> None:
-    """Copy the rest of the WAL into the database and truncate it, waiting at most
+def _restart_wal(db: sqlite3.Connection, busy_timeout_ms: int, truncate: bool = False) -> None:
+    """Copy the rest of the WAL into the database so that the next commit starts it over from its
+    first frame, and with ``truncate`` cut the file to nothing, waiting at most
     :data:`WAL_RESTART_WAIT_MS` for the writer and the readers of older snapshots, on ``db`` (the
     checkpoint thread's connection, whose busy timeout is ``busy_timeout_ms`` otherwise).
 
     A WAL starts over only when a writer finds every frame copied back; while commits arrive faster
     than a passive checkpoint copies, none ever does: one timer rescheduling itself in a loop grew
     the file by about 100 MB a second, for good, and every commit cost more as the WAL index grew.
-    A TRUNCATE checkpoint makes new writers wait while it runs, hence its short wait: a busy one
-    gives up, and the next round tries again."""
+    A RESTART checkpoint leaves the file as long as it was, so that the commits that go on write
+    over its pages: truncated instead (TRUNCATE), the file was freed each round only for them to
+    extend it again, page by page (the kernel's allocation of each new page, and the freeing of
+    them all under the checkpoint's lock while writers waited: 4-5 % of a re-arm by name's time and
+    CPU, bench/durable_named.py). Either makes new writers wait while it runs, hence its short wait:
+    a busy one gives up, and the next round tries again."""
     db.execute(f"PRAGMA busy_timeout={WAL_RESTART_WAIT_MS}")
     try:
-        db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)" if truncate else "PRAGMA wal_checkpoint(RESTART)").fetchall()
     finally:
         db.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
+
+
+def _wal_bytes(file: str) -> int:
+    """The length of the WAL file of the database ``file``, 0 when there is none or it cannot be
+    looked at (the checkpoint thread's round goes on: its truncation waits for a round that can)."""
+    try:
+        return os.stat(file + "-wal").st_size
+    except OSError:
+        return 0
 
 
 @contextlib.contextmanager

@@ -25,6 +25,17 @@ SELECT i.value, t.value FROM timerwheel_kv AS i LEFT JOIN timerwheel_kv AS t ON 
   AND t.key = i.value
 WHERE i.partition = ? AND i.key = ?
 
+-- name: get_through_counted
+-- get_through inside the store's own write transaction, with the shard count recorded now (the meta
+-- table's text, as shard_count reads it) in the same statement, so that the puts that follow bind their
+-- shards by it with no statement of their own (PRAGMA data_version, or the meta table): a re-arm by
+-- name costs one statement fewer. One row whenever the meta table records a count, whether the key has
+-- a row or not; none without a count.
+SELECT i.value, t.value, m.value FROM timerwheel_meta AS m
+  LEFT JOIN timerwheel_kv AS i ON i.partition = ? AND i.key = ?
+  LEFT JOIN timerwheel_kv AS t ON t.partition = i.partition AND t.key = i.value
+WHERE m.name = 'shard_count'
+
 -- name: present
 -- Which of many keys hold a row: {keys} is filled with one "?" per key.
 SELECT key FROM timerwheel_kv WHERE partition = ? AND key IN ({keys})
