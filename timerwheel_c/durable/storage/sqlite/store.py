@@ -755,10 +755,7 @@ class _OwnWrite:
         lock = self._lock = store._lock  # the one released at the end (a fork meanwhile gives the store another)
         lock.acquire()
         try:
-            # _check_same_file, whose look at the file is due once per FILE_CHECK_S (or raises once replaced).
-            if store._file_replaced or (store._opened_file is not None
-                                        and time.monotonic() - store._file_checked_s >= FILE_CHECK_S):
-                store._check_same_file()
+            store._check_same_file()
             db = self._cursor = store._db.cursor()
             tx = OnCursor(db, self._partition, partition_hash(self._partition), store._wrap, locked=True,
                           shard_count=self._shard_count)
