@@ -46,7 +46,7 @@ from .registry import DueTimer, TimerHandler, TimerRegistry, check_registry, due
 from .tick import DEFAULT_BUDGET, RunReport, TickBudget, backoff_ms, lease_ms
 from ..storage.errors import is_transient
 from ..storage.printable import printable
-from ..storage.store import Absent, Batch, Committed, Equals, Page, Refused, Store, check_partition
+from ..storage.store import Absent, Batch, Committed, Equals, Page, Refused, Store, check_partition, equals_read
 
 __all__ = ["CLOCK_EVERY", "PAGE", "SCAN_PAGE", "UNKNOWN_KIND_BACKOFF_MS", "UNKNOWN_KIND_GRACE_MS", "ClaimedAs", "ClaimedTimer", "Claims",
            "claim_due", "claim_due_across", "due_request", "first_backoff_ms", "refund_rows", "release_claims", "release_range",
@@ -176,9 +176,6 @@ ClaimedAs = Callable[[str, int, TimerHandler, DueTimer, Optional[bytes]], Claime
 def _claimed_timer(partition: str, now_ms: int, handler: TimerHandler, timer: DueTimer,
                    schedule: Optional[bytes]) -> ClaimedTimer:
     return ClaimedTimer(handler, timer, schedule)
-
-
-_new, _set = object.__new__, object.__setattr__
 
 
 def _claimed_key(now_ms: int, tk: keys.TimerKey, handler: Optional[TimerHandler],
@@ -350,10 +347,7 @@ class Claimer:
                                                      min(self.now_ms + self._lease_ms(handler, 1), keys.MAX_DUE_MS))
                 self._count_call(kind_number, handler)
                 timer = due_timer(due_at_ms, keys.KINDS[kind_number], reference, value, 1, claimed_key)
-                guard = _new(Equals)  # as below
-                _set(guard, "key", key)
-                _set(guard, "value", value)
-                return _ToFire([guard], [(key, None), (claimed_key, value)], key, timer, handler)
+                return _ToFire([equals_read(key, value)], [(key, None), (claimed_key, value)], key, timer, handler)
         try:
             tk = keys.parse(key)
         except keys.MalformedKey as exc:
@@ -397,17 +391,13 @@ class Claimer:
             timer = DueTimer(claim.nominal_ms, kind, tk.reference, value, tk.attempt + 1, claim.claimed_key)
             return _ToFire(claim.batch.guards, claim.batch.writes, key, timer, handler, claim.state)
         timer = due_timer(tk.original_due_at_ms, kind, tk.reference, value, tk.attempt + 1, claimed_key)
-        # Once per row claimed, inline: its guard Equals(key, value), set as the frozen dataclass's
-        # __init__ sets it but without the checks of its fields (a row just read, its key parsed: both
-        # bytes), and the writes _move_writes makes (keys.claim_keeps_identity(tk): a first attempt).
-        guard = _new(Equals)
-        _set(guard, "key", key)
-        _set(guard, "value", value)
+        # Once per row claimed, inline: the writes _move_writes makes (keys.claim_keeps_identity(tk):
+        # a first attempt).
         if tk.attempt == 0 and not tk.occurrence:
             writes = [(key, None), (claimed_key, value)]
         else:
             writes = [(key, None), (claimed_key, value), (keys.identity_of(tk), claimed_key)]
-        return _ToFire([guard], writes, key, timer, handler)
+        return _ToFire([equals_read(key, value)], writes, key, timer, handler)
 
     def _count_call(self, kind: int, handler: TimerHandler) -> None:
         """Count a row of ``kind`` chosen to fire, against the tick's and the kind's caps."""

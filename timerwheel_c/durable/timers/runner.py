@@ -52,7 +52,7 @@ from .claim import (PAGE, ClaimedTimer, Claimer, Claims, check_args, claim_due, 
 from .registry import Done, Reschedule, Retry, TimerContext, TimerRegistry
 from .tick import BACKOFF_BASE_MS, BACKOFF_CAP_MS, DEFAULT_BUDGET, RunReport, TickBudget, backoff_ms
 from ..storage.printable import printable
-from ..storage.store import Absent, Batch, Committed, Equals, Page, Refused, Store
+from ..storage.store import Absent, Batch, Committed, Equals, Page, Refused, Store, equals_read
 
 __all__ = [
     "BACKOFF_BASE_MS", "BACKOFF_CAP_MS", "NO_PROGRESS_WAKE_MS", "PAGE", "Attempt", "ClaimedTimer", "Claims", "Pace",
@@ -65,7 +65,7 @@ log = logging.getLogger("timerwheel_c.durable")
 NO_PROGRESS_WAKE_MS = 5_000
 _TRACED = tracing.ENABLED  # decided once: without opentelemetry-api a fire pays no tracing check beyond this
 _TAG_LEN = len(keys.TAG)
-_new, _set = object.__new__, object.__setattr__
+_new = object.__new__
 
 
 class Attempt:
@@ -260,9 +260,7 @@ def settle(partition: str, claimed: ClaimedTimer, report: RunReport, outcome: ob
     identity = keys.identity(timer.kind, timer.reference)
     key, value = timer.key, timer.value
     if key.__class__ is bytes and value.__class__ is bytes:  # a claim's key, a value read from the store
-        guard = _new(Equals)  # Equals(key, value), set as its __init__ sets it, without its checks
-        _set(guard, "key", key)
-        _set(guard, "value", value)
+        guard = equals_read(key, value)
     else:
         guard = Equals(key, value)  # a TypeError naming what is not bytes
     batch.guards.append(guard)
