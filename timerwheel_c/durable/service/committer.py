@@ -32,7 +32,7 @@ from ..timers.runner import PAGE, RunReport, commit_across
 from ..timers.timing import Clock, Timing
 from .metrics import Recorder
 from .pool import DaemonPool
-from .records import InFlight, Job
+from .records import InFlight, Job, file_by_partition
 from .wakeup import Wakeup
 
 __all__ = ["GATHER_S", "Committer"]
@@ -107,15 +107,7 @@ class Committer:
 
     def add_all(self, jobs: list) -> None:
         """Queue ``jobs``, in order, each with its ``batch`` set, and make sure the commit task runs."""
-        queues = self._queues
-        partition = queue = None
-        for job in jobs:  # a chunk's jobs come partition by partition: one lookup per run of them
-            if job.partition != partition:
-                partition = job.partition
-                queue = queues.get(partition)
-                if queue is None:
-                    queue = queues[partition] = []
-            queue.append(job)  # type: ignore[union-attr]  # set in the first turn
+        file_by_partition(jobs, self._queues, list)
         if self.task is None and jobs:
             self.task = asyncio.ensure_future(self._run())
 

@@ -34,7 +34,7 @@ from ..storage.store import Store
 from .committer import Committer
 from .metrics import Recorder
 from .pool import DaemonPool
-from .records import Chunk, InFlight, Job, set_field
+from .records import Chunk, InFlight, Job, file_by_partition, set_field
 from .wakeup import Wakeup
 
 __all__ = ["CHUNK_S", "QUEUE_HORIZON_S", "RESCUE_S", "RUN_S", "SHARE_S", "Executor", "FairQueue"]
@@ -66,15 +66,7 @@ class FairQueue:
         return self._n
 
     def extend(self, jobs: list) -> None:
-        by_partition = self._by_partition
-        partition = queue = None
-        for job in jobs:  # a pass's jobs come partition by partition: one lookup per run of them
-            if job.partition != partition:
-                partition = job.partition
-                queue = by_partition.get(partition)
-                if queue is None:
-                    queue = by_partition[partition] = collections.deque()
-            queue.append(job)  # type: ignore[union-attr]  # set in the first turn
+        file_by_partition(jobs, self._by_partition, collections.deque)
         self._n += len(jobs)
 
     def push_front(self, jobs: list) -> None:
@@ -413,10 +405,7 @@ class Executor:
             set_field(job, "settled", True)
             mean = took_s if mean is None else mean + _MEAN_WEIGHT * (took_s - mean)
             timer = job.timer
-            if job.schedule is None:  # ClaimedTimer.lateness_ms, inline: once per fire
-                lateness_ms = max(0, started_ms - timer.due_at_ms)
-            else:
-                lateness_ms = job.lateness_ms(started_ms)
+            lateness_ms = job.lateness_ms(started_ms)
             if each:
                 what = f"raised {type(error).__name__}" if error is not None else type(outcome).__name__
                 activity.fire(job.partition, timer, job.handler, lateness_ms, what)

@@ -9,18 +9,33 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Callable, Optional
 
 from ..storage.store import Batch
 from ..timers.registry import DueTimer, TimerHandler
 from ..timers.runner import ClaimedTimer
 
-__all__ = ["Chunk", "InFlight", "Job", "set_field"]
+__all__ = ["Chunk", "InFlight", "Job", "file_by_partition", "set_field"]
 
 #: ``set_field(job, name, value)``: sets one of a :class:`Job`'s own fields (``settled``, ``started``,
 #: ``batch``, ``cancelled_by``) past the frozen dataclass's ``__setattr__``, which ``job.name = value``
 #: calls, a Python call per assignment: the executor sets three per fire. Never a claimed field.
 set_field = object.__setattr__
+
+
+def file_by_partition(jobs: list, queues: dict, new_queue: Callable[[], Any]) -> None:
+    """Append each of ``jobs``, in order, to ``queues[job.partition]`` (made with ``new_queue()`` when
+    absent). A pass's jobs, and a chunk's, come partition by partition: one lookup per run of them,
+    not per job."""
+    partition: Optional[str] = None
+    queue: Any = None  # set in the first turn: no job's partition is None
+    for job in jobs:
+        if job.partition != partition:
+            partition = job.partition
+            queue = queues.get(partition)
+            if queue is None:
+                queue = queues[partition] = new_queue()
+        queue.append(job)
 
 
 class Job(ClaimedTimer):
