@@ -5,8 +5,10 @@ so it skips without them and runs only in the full run.
 """
 from __future__ import annotations
 
+import gc
 import importlib.util
 import shutil
+import sys
 
 import pytest
 
@@ -49,6 +51,57 @@ def test_loop_workload_measures_the_floors_on_eventloop_and_restores_its_call_at
     results = loop.run(200, 50, 1)
     assert not {"re-arm floor", "timeout floor"} & set(results["asyncio"])
     assert set(loop.ceilings(results)) == {op for op, f in loop.FLOORS.items() if f in expected}
+
+
+@pytest.mark.c_extension
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="asyncio.timeout, the floor's code, is 3.11+")
+def test_timeout_floor_sets_nothing_on_the_loop_object():
+    """The timeout floor stands its call_at in on the loop's class, never on the loop object: a name
+    set there joins the keys its class's instances share (CPython 3.11+ keeps them), and asyncio's
+    own ``loop.call_at`` lookups on that class went unspecialized in every later round. A subclass
+    records every attribute set on the object, so the test fails if the floor sets one; it checks
+    first that the floor phase ran, and that the class is as before afterwards."""
+    from timerwheel_c.aio import EventLoop
+
+    set_names = []
+
+    class Recording(EventLoop):
+        def __setattr__(self, name, value):
+            set_names.append(name)
+            super().__setattr__(name, value)
+
+    bench = loop._Loop(Recording(), 100, 50, 1, floors=True)
+    try:
+        set_names.clear()
+        bench.round(keep=True)
+        assert "call_at" not in set_names and "call_at" not in bench.loop.__dict__
+        assert "call_at" not in Recording.__dict__ and bench.loop.call_at.__name__ == "call_at"
+        assert bench.samples["timeout floor"]  # the floor phase ran
+    finally:
+        bench.close()
+
+
+def _holds_dict_object(loop_object) -> bool:
+    """True if ``loop_object``'s attributes live in a dict object (the collector sees it), not inline."""
+    return any(type(r) is dict and "_ready" in r for r in gc.get_referents(loop_object))
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="attributes are kept inline from CPython 3.11 on")
+def test_a_round_leaves_the_default_loops_attributes_inline():
+    """A round reads no loop object's ``__dict__``: on CPython 3.11+ that read moves the default loop's
+    attributes from inline values into a dict, and asyncio's own code on that loop then costs 13%
+    more, so every goal's ratio flattered EventLoop. The loop starts with its attributes inline
+    (checked, so the test cannot pass vacuously) and must end so."""
+    import asyncio
+
+    bench = loop._Loop(asyncio.new_event_loop(), 100, 50, 1)
+    try:
+        assert not _holds_dict_object(bench.loop)
+        bench.round(keep=True)
+        assert bench.samples["wait_for"]  # the async phases ran
+        assert not _holds_dict_object(bench.loop)
+    finally:
+        bench.close()
 
 
 @pytest.mark.slow
