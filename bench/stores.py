@@ -13,11 +13,15 @@ from typing import Callable, Optional, Union
 from timerwheel_c.durable.storage.store import Batch, Committed, Page, PreconditionFailed, Store, check_store
 from timerwheel_c.durable.storage.watch import Watcher
 
-__all__ = ["Delegating", "add_pg_dsn", "dispose", "drop", "pg_dsn"]
+__all__ = ["OWNED_BY_TABLE", "TABLE_FUNCTIONS", "Delegating", "add_pg_dsn", "dispose", "drop", "pg_dsn"]
 
-# What a PostgresStore makes beside its table (storage/postgres/sql/), each named after the table.
-_PG_FUNCTIONS = ("_apply_many_at", "_apply_sets_at", "_lock_shards", "_apply_many", "_apply_one", "_apply_sets", "_apply",
-                 "_wake")
+# Every object a PostgresStore makes (storage/postgres/sql/) is named after its table: the table
+# itself or "<table>_<suffix>", in the current schema. A condition on an object's name and schema
+# columns; %(t)s is the table's name. TABLE_FUNCTIONS reads a store's functions from the catalog
+# rather than from a list kept here, so that a function a new schema version adds is dropped too.
+OWNED_BY_TABLE = "(({name}) = %(t)s OR starts_with({name}, %(t)s || '_')) AND {space} = current_schema()::regnamespace"
+TABLE_FUNCTIONS = ("SELECT p.oid::regprocedure::text FROM pg_proc p WHERE "
+              + OWNED_BY_TABLE.format(name="p.proname", space="p.pronamespace"))
 
 
 class Delegating(Store):
@@ -94,8 +98,8 @@ def drop(store: Store) -> None:
         conn.execute(sql.SQL("DROP VIEW IF EXISTS {}").format(sql.Identifier(f"{table}_timers")))  # it reads the table
         conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))  # its trigger too
         conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(f"{table}_meta")))
-        for suffix in _PG_FUNCTIONS:
-            conn.execute(sql.SQL("DROP FUNCTION IF EXISTS {}").format(sql.Identifier(f"{table}{suffix}")))
+        for (function,) in conn.execute(TABLE_FUNCTIONS, {"t": table}).fetchall():
+            conn.execute(sql.SQL("DROP FUNCTION IF EXISTS {}").format(sql.SQL(function)))
 
 
 def dispose(store: Store) -> None:

@@ -17,8 +17,7 @@ import uuid
 import psycopg
 from psycopg import sql
 
-# Every object of a store's schema is named after its table: the table itself or "<table>_<suffix>".
-_OWN = "(({name}) = %(t)s OR starts_with({name}, %(t)s || '_')) AND {space} = current_schema()::regnamespace"
+from bench.stores import OWNED_BY_TABLE as _OWN, TABLE_FUNCTIONS
 
 # What a TRUNCATE does not restore, by identity (oids), so that a dropped and re-made object counts too;
 # the triggers by name only, as a declaration of the change signal rewrites the wake trigger's condition.
@@ -42,8 +41,7 @@ SELECT string_agg(x, E'\\n' ORDER BY x) FROM (
 _TRIGGERS = sql.SQL("SELECT tgname, pg_get_triggerdef(oid) FROM pg_trigger WHERE tgrelid = to_regclass(%(t)s) "
                     "AND NOT tgisinternal ORDER BY tgname")
 
-_FUNCTIONS = sql.SQL("SELECT p.oid::regprocedure::text FROM pg_proc p WHERE "
-                     + _OWN.format(name="p.proname", space="p.pronamespace"))
+_FUNCTIONS = sql.SQL(TABLE_FUNCTIONS)
 
 
 class TablePool:
