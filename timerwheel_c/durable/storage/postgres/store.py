@@ -1052,6 +1052,9 @@ def _independent_sets(items: list, places: Optional[_Places] = None) -> Optional
     for keys in touched.values():
         if len(set(keys)) != len(keys):  # a key two batches touch
             return None
+    # One entry per batch in each per-batch array: the statement zips them, so one short would pair a
+    # batch with another's consumed row, place or move.
+    assert len(sets.ck) == len(sets.cv) == len(sets.mt) == len(sets.at) == len(sets.bp), "per-batch arrays differ"
     return sets
 
 
