@@ -9,15 +9,22 @@ at the current version, with no rows, no labels and the meta rows it had when it
 ``give_back(name)`` empties it for the next test, or drops it when the test changed its schema (a
 reshard, a trigger or function of its own, a grant, a column): a test that changes what TRUNCATE does
 not restore never leaves that to another. ``close()`` drops every table the pool made.
+
+``counted_store(dsn, prefix)`` is a context manager for a test that reads the server's statistics
+counters of its table instead: a PostgresStore on a fresh table of its own, named ``<prefix>_<random>``
+(a pooled table's counters would hold earlier tests' reads and writes), skipping the test on a server
+older than PostgreSQL 15 (``pg_stat_force_next_flush()``), dropped afterwards.
 """
 from __future__ import annotations
 
+import contextlib
 import uuid
+from typing import Iterator
 
 import psycopg
 from psycopg import sql
 
-from bench.stores import OWNED_BY_TABLE as _OWN, TABLE_FUNCTIONS
+from bench.stores import OWNED_BY_TABLE as _OWN, TABLE_FUNCTIONS, dispose
 
 # What a TRUNCATE does not restore, by identity (oids), so that a dropped and re-made object counts too;
 # the triggers by name only, as a declaration of the change signal rewrites the wake trigger's condition.
@@ -127,3 +134,20 @@ class TablePool:
         self._free.clear()
         if self._conn is not None:
             self._conn.close()
+
+
+@contextlib.contextmanager
+def counted_store(dsn: str, prefix: str) -> Iterator:
+    """See the module docstring."""
+    import pytest
+
+    from timerwheel_c.durable.storage.postgres import PostgresStore
+
+    store = PostgresStore(dsn, table=f"{prefix}_{uuid.uuid4().hex[:12]}")
+    if store._connection().info.server_version < 150000:
+        store.close()
+        pytest.skip("pg_stat_force_next_flush() needs PostgreSQL 15")
+    try:
+        yield store
+    finally:
+        dispose(store)

@@ -27,16 +27,11 @@ N = 12  # timers per partition, more than SETS_FROM in all
 
 @pytest.fixture
 def store():
-    from bench.stores import dispose
-    from timerwheel_c.durable.storage.postgres import PostgresStore
+    from pg_tables import counted_store
 
-    store = PostgresStore(PG_DSN, table=f"timerwheel_wsets_{uuid.uuid4().hex[:12]}")
-    if store._connection().info.server_version < 150000:
-        store.close()
-        pytest.skip("pg_stat_force_next_flush() needs PostgreSQL 15")
-    _refuse_fallback(store)
-    yield store
-    dispose(store)
+    with counted_store(PG_DSN, "timerwheel_wsets") as store:
+        _refuse_fallback(store)
+        yield store
 
 
 def _refuse_fallback(store) -> None:

@@ -10,7 +10,6 @@ every due time is a fixed Unix epoch ms. Needs TIMERWHEEL_C_TEST_PG_DSN."""
 from __future__ import annotations
 
 import os
-import uuid
 
 import pytest
 
@@ -34,15 +33,10 @@ PER_FIRE = {"ins": 0, "upd": 1, "del": 2}
 
 @pytest.fixture
 def store():
-    from bench.stores import dispose
-    from timerwheel_c.durable.storage.postgres import PostgresStore
+    from pg_tables import counted_store
 
-    store = PostgresStore(PG_DSN, table=f"timerwheel_writes_{uuid.uuid4().hex[:12]}")
-    if store._connection().info.server_version < 150000:
-        store.close()
-        pytest.skip("pg_stat_force_next_flush() needs PostgreSQL 15")
-    yield store
-    dispose(store)
+    with counted_store(PG_DSN, "timerwheel_writes") as store:
+        yield store
 
 
 def _row_writes(store) -> dict:
