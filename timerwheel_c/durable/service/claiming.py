@@ -275,6 +275,15 @@ class Claimer:
         self.ownership.recheck()
         return None
 
+    def serves_alone(self) -> bool:
+        """Whether this runner serves the whole store by itself now, read without a round trip: it owns
+        every unit of its fleet (every partition it divides, or every shard), or it is in no fleet and
+        serves every partition. A runner pinned to a list of partitions may have others beside it."""
+        if self.ownership is None:
+            return self.partitions is None
+        units = self.store.shard_count if self.ownership.by_shard else len(self.partitions or ())
+        return len(self.ownership.last_owned()) >= units > 0
+
     # -- on stop -----------------------------------------------------------------------------
     async def release_unsettled(self, release_started: bool) -> None:
         """Give their attempt back to the claimed rows no handler was called for, due now; with

@@ -101,7 +101,8 @@ def add_parser(sub) -> None:
                         "(a handler still running here may overlap with its retry there)")
     p.add_argument("--separate-commits", action="store_true",
                    help="PostgreSQL: commit outcomes on a connection of their own, so that claims never wait "
-                        "behind a commit (one more connection; pays when the server has cores to spare)")
+                        "behind a commit, even beside other runners (a runner serving the whole store alone does so "
+                        "without it; one more connection; pays when the server has cores to spare)")
     p.set_defaults(func=run)
 
 

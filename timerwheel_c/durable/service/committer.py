@@ -1,6 +1,7 @@
-"""The commit stage: writes handlers' outcomes to the store, many per round trip, on its own thread
-(with ``separate_commits``) or the claimer's store thread, and ends each row's walk: once its
-outcome is written or given up, the row leaves the rows in flight (:class:`~.records.InFlight`).
+"""The commit stage: writes handlers' outcomes to the store, many per round trip, on a thread of its
+own (with ``separate_commits``, or while the runner serves the whole store alone: see
+:meth:`Committer.start`) or the claimer's store thread, and ends each row's walk: once its outcome
+is written or given up, the row leaves the rows in flight (:class:`~.records.InFlight`).
 
 Outcomes queue per partition. A commit task takes every partition's queue that is not backing
 off and commits them all with one ``apply_across`` (one transaction, one WAL flush), waiting
@@ -61,34 +62,54 @@ class Committer:
         self.clock = clock
         self.busy = busy
         self.wakeup = wakeup
-        self.pool: Optional[DaemonPool] = None  # the thread the commits run on, set by start()
+        self.pool: Optional[DaemonPool] = None  # the claimer's thread, set by start()
+        self._sibling: Optional[Store] = None  # the commits' own connection, where the store opens one
+        self._own_pool: Optional[DaemonPool] = None  # the thread the commits' own connection is used on
+        self._apart: Callable[[], bool] = lambda: False  # whether the next commit runs on its own thread
         self._queues: dict = {}  # partition -> [Job] whose batch commits its outcome, in arrival order
         self._failures: dict = {}  # partition -> failed commits in a row
         self._retry_at: dict = {}  # partition -> monotonic ns (``clock``) before which it is not retried
         self.task: Optional[asyncio.Task] = None
         self.stopping = False
         self._committing = 0  # outcomes in the commit in progress
-        self._own = False  # the commits run on a thread and connection of their own
 
-    def start(self, claims: DaemonPool, claims_store: Store, separate: bool, lock_wait_ms: int) -> None:
-        """Commit on the claimer's thread ``claims`` through its connection ``claims_store``; with
-        ``separate``, on a thread and connection of the commits' own where the store opens a second
-        one (:meth:`~timerwheel_c.durable.storage.store.Store.open_sibling`, its lock waits bounded
-        to ``lock_wait_ms`` ms as the claims' are), so that a pass's claims never wait behind a
-        commit's round trip, nor a commit behind a claim's. The two never write the same row
-        unguarded: each outcome is guarded on its claim."""
-        own = self.store.open_sibling(lock_wait_ms=lock_wait_ms) if separate else None
-        if own is None:
-            self.pool, self.store = claims, claims_store
-        else:
-            self.pool, self.store, self._own = DaemonPool(1, "durable-commit"), own, True
+    def start(self, claims: DaemonPool, claims_store: Store, separate: bool, lock_wait_ms: int,
+              alone: Callable[[], bool]) -> None:
+        """Commit on the claimer's thread ``claims`` through its connection ``claims_store``, or on a
+        thread and connection of the commits' own where the store opens a second one
+        (:meth:`~timerwheel_c.durable.storage.store.Store.open_sibling`, its lock waits bounded to
+        ``lock_wait_ms`` ms as the claims' are), so that a pass's claims never wait behind a commit's
+        round trip, nor a commit behind a claim's: always with ``separate``, else while ``alone()``
+        (read before each commit) says this runner serves the whole store by itself. One runner's
+        claims and commits then keep a second core busy, where they took turns on one thread; in a
+        fleet, its runners' claims already do, and overlapped commits would contend with them for the
+        server's CPU and the partitions' locks. The thread starts, and the connection opens, at the
+        first commit made there. The two never write the same row unguarded: each outcome is guarded
+        on its claim, and one commit runs at a time."""
+        self._sibling = self.store.open_sibling(lock_wait_ms=lock_wait_ms)
+        self.pool, self.store = claims, claims_store
+        self._apart = (lambda: True) if separate else alone
+
+    def _route(self) -> Tuple[DaemonPool, Store]:
+        """The thread and connection the next commit runs on (see :meth:`start`)."""
+        assert self.pool is not None  # set by start(), before any outcome
+        if self._sibling is None or not self._apart():
+            return self.pool, self.store
+        if self._own_pool is None:
+            self._own_pool = DaemonPool(1, "durable-commit")
+        return self._own_pool, self._sibling
 
     def close(self) -> None:
         """As the service's thread ends: let the commit thread of its own go, closing its connection
-        there, after any commit still running (never waited for)."""
-        if self._own and self.pool is not None:
-            self.pool.submit(self.store.close)
-            self.pool.shutdown()
+        there, after any commit still running (never waited for); a connection never used by one is
+        closed here (it opened none)."""
+        if self._sibling is None:
+            return
+        if self._own_pool is None:
+            self._sibling.close()
+        else:
+            self._own_pool.submit(self._sibling.close)
+            self._own_pool.shutdown()
 
     def reset(self) -> None:
         self._queues.clear()
@@ -128,9 +149,9 @@ class Committer:
                 for p in ready:
                     del self._queues[p]
                 self._committing = sum(len(q) for q in ready.values())
-                assert self.pool is not None  # set by start(), before any outcome
+                pool, store = self._route()
                 try:
-                    errors, wakes = await asyncio.wrap_future(self.pool.submit(self._commit, ready))
+                    errors, wakes = await asyncio.wrap_future(pool.submit(self._commit, store, ready))
                 finally:
                     self._committing = 0
                 for partition, outcomes in ready.items():
@@ -167,22 +188,22 @@ class Committer:
         a row held past its timed-out call's outcome has none)."""
         return len(self.busy) - len(self.busy.held) > self.queued + self._committing
 
-    def _commit(self, ready: dict) -> Tuple[dict, dict]:
-        """On the store (or commit) thread: every partition's outcomes in one ``apply_across`` (one commit);
+    def _commit(self, store: Store, ready: dict) -> Tuple[dict, dict]:
+        """On the store (or commit) thread, through ``store``: every partition's outcomes in one ``apply_across`` (one commit);
         should that fail, each partition's in a commit of its own. Returns ``({partition: error}, {partition:
         wake ms})``: the partitions whose commit raised (an error of one batch is that batch's alone, see
         the module), and for the others that wrote a timer row or left one at its backoff key, the
         earliest such row's due time (Unix epoch ms)."""
         settled = {p: [(o, o.batch) for o in os] for p, os in ready.items()}
         try:
-            reports = commit_across(self.store, settled)
+            reports = commit_across(store, settled)
         except Exception as exc:
             if len(settled) < 2:
                 return {partition: exc for partition in settled}, {}
             reports, errors = {}, {}
             for partition, pairs in settled.items():
                 try:
-                    reports.update(commit_across(self.store, {partition: pairs}))
+                    reports.update(commit_across(store, {partition: pairs}))
                 except Exception as own:
                     errors[partition] = own
         else:

@@ -86,10 +86,12 @@ class DurableTimerService:
         separate_commits: True: with a store that can write on a second connection at once
             (:meth:`Store.open_sibling`: PostgreSQL), commit outcomes on a thread and connection of their own, so
             that claims never wait behind a commit, not even behind one that waits on a row lock another transaction
-            holds (a handler's effect row, say); only the commits wait. False (default): claims and commits take
-            turns on the store thread's one connection. Measured with the server on the same 2 vCPUs
-            (``bench.peers``): one runner fired about 9 % more timers per second with it, four runners about 14 %
-            fewer, their claims and commits then contending for the server's CPU and the partitions' locks.
+            holds (a handler's effect row, say); only the commits wait. False (default): the same while this runner
+            serves the whole store alone (a fleet of one, or no fleet and no list of partitions), else claims and
+            commits take turns on the store thread's one connection. Measured with the server on the same 2 vCPUs
+            (``bench.peers``): a runner alone fired a median of 12 to 26 % more timers per second with its commits
+            apart, four runners about 14 % fewer, their claims and commits then contending for the server's CPU and
+            the partitions' locks.
 
     Use as ``with DurableTimerService(...) as svc:`` or ``start()`` / ``stop()``. The lifecycle is one-shot:
     ``start()`` at most once, and never after ``stop()`` (even a ``stop()`` before any ``start()``); both raise
@@ -162,7 +164,8 @@ class DurableTimerService:
                 raise ValueError("the registry has no handler: a service without one would claim rows it cannot fire "
                                  "(in a fleet, whole partitions); register at least one TimerHandler")
             self.executor.start()
-            self.committer.start(self.claimer.start(), self.claimer.passes.store, self._separate_commits, LOCK_WAIT_MS)
+            self.committer.start(self.claimer.start(), self.claimer.passes.store, self._separate_commits, LOCK_WAIT_MS,
+                                 self.claimer.serves_alone)
             self._started = True
             self._thread.start()
         return self
