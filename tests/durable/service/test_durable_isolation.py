@@ -175,6 +175,7 @@ def test_a_row_in_flight_is_never_claimed_again_by_its_own_service(store):
             svc.notify("p", wall_ms() + 60_000)
             wait_until(lambda: len(effects(store, "p")) == 10, "the other timers", LIVENESS_S)
             assert h.refs().count(b"hang") == 1 and svc.in_flight == 1
+            release.set()  # before stop(), which would otherwise wait out its 0.5 s for the hung call
     finally:
         release.set()
 
@@ -202,6 +203,7 @@ def test_a_handler_past_its_timeout_is_a_failure_and_holds_only_its_own_slot(sto
             wait_until(lambda: svc.failed >= 1, "the timeout counted as a failure", LIVENESS_S)
             wait_until(lambda: len(effects(store, "p")) == 10, "the other timers", LIVENESS_S)
             assert b"hang" not in effects(store, "p")
+            release.set()  # before stop(), which would otherwise wait out its 0.5 s for the hung call
     finally:
         release.set()
 
@@ -214,11 +216,10 @@ def test_an_async_handler_that_ignores_its_timeouts_cancel_fails_and_its_late_ou
         max_attempts = 1
 
         async def fire(self, ctx, timer):
-            for _ in range(6):
-                try:
-                    await asyncio.sleep(0.05)
-                except asyncio.CancelledError:
-                    pass
+            try:
+                await asyncio.sleep(LIVENESS_S)
+            except asyncio.CancelledError:  # the timeout's, swallowed: Done follows it at once
+                pass
             return Recording.fire(self, ctx, timer)
 
     h = Swallows(None, timeout_s=0.1)
