@@ -98,7 +98,8 @@ def test_timers_due_while_the_server_refuses_writes_fire_once_writes_come_back(s
             for i in range(5):
                 schedule(store, "p", due_ms, KIND, b"t%d" % i)
             server_read_only(True)
-            advance_until(clock, lambda: service.transient_errors >= 3, 1.0,
+            # Steps of the backoff: each wakes the next retry (steps of 1 s took 60 polls a retry).
+            advance_until(clock, lambda: service.transient_errors >= 3, 60.0,
                           "three failed passes after the due time")  # the refusal arose, and was retried
             assert clock.wall_ns() // 1_000_000 > due_ms and handler.fired == []
             server_read_only(False)
