@@ -190,13 +190,19 @@ def test_cron_agrees_with_cronsim_where_their_rules_coincide(minute, hour, dom, 
 
 def real_minutes_matching(expression: str, zone: str, start_ms: int, end_ms: int) -> list:
     """The reference for a job on real time: every whole minute in (start, end] (Unix epoch ms) whose
-    reading in the zone matches ``expression``, matched by cronsim on the naive reading alone."""
-    tz, out = ZoneInfo(zone), []
-    for at in range(start_ms - start_ms % MINUTE_MS + MINUTE_MS, end_ms + 1, MINUTE_MS):
-        wall = (EPOCH + dt.timedelta(milliseconds=at)).astimezone(tz).replace(tzinfo=None)
-        if next(CronSim(expression, wall - dt.timedelta(seconds=1))) == wall:
-            out.append(at)
-    return out
+    reading in the zone matches ``expression``, matched by cronsim on the naive reading alone: the
+    readings cronsim lists over the span the minutes read, one iteration (not a CronSim a minute)."""
+    tz = ZoneInfo(zone)
+    minutes = range(start_ms - start_ms % MINUTE_MS + MINUTE_MS, end_ms + 1, MINUTE_MS)
+    walls = [(EPOCH + dt.timedelta(milliseconds=at)).astimezone(tz).replace(tzinfo=None) for at in minutes]
+    if not walls:
+        return []
+    last, matching = max(walls), set()
+    for wall in CronSim(expression, min(walls) - dt.timedelta(seconds=1)):
+        if wall > last:
+            break
+        matching.add(wall)
+    return [at for at, wall in zip(minutes, walls) if wall in matching]
 
 
 @settings(max_examples=150, deadline=None)
