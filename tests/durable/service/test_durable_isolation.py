@@ -260,6 +260,16 @@ def test_a_sync_call_past_its_timeout_keeps_its_error_and_is_retried_once_it_ret
         release.set()
 
 
+def outlast_the_retrys_due_time(svc) -> None:
+    """In a first attempt whose backoff is 0.1 s: return once the retry is due (0.1 s on) and the
+    runner has passed again (its wake at that due time, which skips the row in flight) or, should it
+    not wake, 0.5 s after the call began; a fixed 0.5 s sleep stood for both."""
+    passes, began = svc.passes, time.monotonic()
+    time.sleep(0.1)
+    while svc.passes == passes and time.monotonic() - began < 0.5:
+        time.sleep(0.005)
+
+
 def test_a_call_that_fails_after_its_retry_came_due_is_retried_without_waiting_out_the_longest_sleep(store):
     """A sync call that runs past its backoff (0.1 s) and then raises: its retry is due by the time
     its failure commits, and the runner's last wake skipped the row (in flight then), so the commit
@@ -267,13 +277,14 @@ def test_a_call_that_fails_after_its_retry_came_due_is_retried_without_waiting_o
     longest sleep (max_sleep_s=120 s, past the liveness bound)."""
     def behave(timer):
         if timer.attempt == 1:
-            time.sleep(0.5)
+            outlast_the_retrys_due_time(svc)
             raise RuntimeError("first attempt fails late")
 
     h = Recording(behave)
     h.backoff = Backoff(base_s=0.1, cap_s=0.1)
     schedule(store, "p", wall_ms() - 10, KIND, b"late")
-    with DurableTimerService(store, TimerRegistry().register(h), ["p"], max_sleep_s=120):
+    svc = DurableTimerService(store, TimerRegistry().register(h), ["p"], max_sleep_s=120)
+    with svc:
         wait_until(lambda: effects(store, "p") == {b"late"}, "the retry's outcome", LIVENESS_S)
     assert [attempt for _, _, attempt in h.calls] == [1, 2]
 
@@ -288,14 +299,15 @@ def test_an_outcome_whose_own_guard_fails_after_its_retry_came_due_is_retried_pr
                 return Recording.fire(self, ctx, timer)
             with self.lock:
                 self.calls.append((ctx.partition, timer.reference, timer.attempt))
-            time.sleep(0.5)
+            outlast_the_retrys_due_time(svc)
             return Done(Batch().require(Absent(b"never-absent")))
 
     h = GuardFailsFirst()
     h.backoff = Backoff(base_s=0.1, cap_s=0.1)
     store.apply("p", Batch().put(b"never-absent", b"1"))
     schedule(store, "p", wall_ms() - 10, KIND, b"guarded")
-    with DurableTimerService(store, TimerRegistry().register(h), ["p"], max_sleep_s=120):
+    svc = DurableTimerService(store, TimerRegistry().register(h), ["p"], max_sleep_s=120)
+    with svc:
         wait_until(lambda: effects(store, "p") == {b"guarded"}, "the retry's outcome", LIVENESS_S)
     assert [attempt for _, _, attempt in h.calls] == [1, 2]
 
