@@ -103,7 +103,7 @@ def test_stop_gives_the_attempt_back_to_rows_never_started(runner_backend):
             schedule(store, P, due, KIND, ref)
         wait_until(lambda: hangs.hung and all(get_timer(store, P, KIND, r).attempt == 1 for r in refs),
                    "every row claimed, one handler hung")
-        first.stop(timeout=0.5)
+        first.stop(timeout=0.1)  # it abandons the hung call: how long it waits for it is beside the point
     finally:
         hangs.gate.set()
     assert not first.running
