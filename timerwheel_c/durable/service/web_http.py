@@ -122,12 +122,18 @@ class PageHandler(BaseHTTPRequestHandler):
         pass
 
 
+# How often (s) the serving thread looks for a close(), which waits for that look: socketserver's
+# default, 0.5 s, held every service's stop() and every CLI command that serves a page that long.
+CLOSE_POLL_S = 0.05
+
+
 class WebServer:
     """An HTTP server on a daemon thread: ``host``, ``port`` (the bound one, for port 0), ``close()``."""
 
     def __init__(self, handler: type, port: int, host: str, name: str):
         self._httpd = bind(host, port, handler)
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name=name, daemon=True)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": CLOSE_POLL_S},
+                                        name=name, daemon=True)
         self._thread.start()
         self.host, self.port = self._httpd.server_address[:2]
 
