@@ -11,6 +11,11 @@ the methods ``EventLoop`` takes from here: ``time``, ``call_at``, ``call_later``
 # Handles, their indexes and their wheel entries are placed in arming order (tw_slab.h,
 # LoopTimers._take_token, TimerWheel.c_take_in_order; docs/DESIGN.md, "Placement").
 #
+# The handle call_at armed last waits at _handles[0], an index no token takes, for its wheel entry
+# and its index until the store next reads the wheel or call_at arms another (LoopTimers._wait,
+# _flush): one cancelled before then, as an ``asyncio.timeout`` block that ends in time cancels its
+# handle, never touches the wheel or the index list.
+#
 # Reentrancy: ready.append() may run the collector, whose Python code may cancel a handle or arm
 # a timer on this very loop (and so reuse a freed index). So move_due() takes the batch out of the
 # wheel first (c_advance hands the token buffer over) and, in C only, swaps each token for a
@@ -20,7 +25,7 @@ from cpython.contextvars cimport PyContext_Copy, PyContext_CopyCurrent, PyContex
 from cpython.object cimport Py_TYPE, PyObject, PyTypeObject
 from cpython.ref cimport Py_DECREF, Py_INCREF
 from libc.math cimport INFINITY, floor, isfinite, nextafter
-from libc.stdint cimport int64_t, uint64_t
+from libc.stdint cimport UINT64_MAX, int64_t, uint64_t
 from libc.stdlib cimport free, qsort, realloc
 
 from timerwheel_c._wheel cimport TimerWheel, tw_fired_t
@@ -90,6 +95,9 @@ ctypedef struct due_t:
     uint64_t token
 
 cdef double MAX_SELECT = MAX_SELECT_S
+# A waiting handle's _timer_id: armed, and no id the wheel gives (its entry index, the low 32 bits,
+# is past any pool).
+cdef uint64_t WAITING_ID = UINT64_MAX
 
 include "_aio_clock.pxi"
 
@@ -173,8 +181,8 @@ cdef class TimerHandle:
     """
     # What cancel() reads comes first, beside the header the method call has just loaded.
     cdef LoopTimers _timers
-    cdef uint64_t _timer_id            # the wheel's id while armed, else 0
-    cdef Py_ssize_t _token             # its index in the store's _handles while armed, else 0
+    cdef uint64_t _timer_id            # the wheel's id while armed (WAITING_ID while it waits), else 0
+    cdef Py_ssize_t _token             # its index in the store's _handles while in the wheel, else 0
     cdef readonly object _callback     # None once cancelled
     cdef object _ctx                   # the store's snapshot while _context_shared
     cdef readonly bint _cancelled
@@ -212,7 +220,7 @@ cdef class TimerHandle:
         tw_prefetch_freed(<PyObject*>self)
         if self._cancelled:
             return
-        if self._timer_id:
+        if self._token:
             self._timers._wheel.c_prefetch(self._timer_id)
             tw_prefetch(&(<PyListObject*>self._timers._handles).ob_item[self._token])
         tw_prefetch_freed(<PyObject*>self._callback)
@@ -376,6 +384,7 @@ cdef class LoopTimers:
 
     def active_count(self):
         """How many timers are armed (neither run, moved to the ready queue, nor cancelled)."""
+        self._flush()
         return self._wheel.c_count()
 
     def scheduled(self):
@@ -384,6 +393,7 @@ cdef class LoopTimers:
         cdef Py_ssize_t i, n = 0
         cdef TimerHandle handle
         cdef list handles, result
+        self._flush()
         while True:
             # The result is made first: making it may run the collector, and a finalizer may arm,
             # cancel or close the loop, changing _handles. From the loop's end on no Python code runs.
@@ -443,6 +453,7 @@ cdef class LoopTimers:
         cdef double now_s, wake_s, timeout_s
         if busy or self._due_now:
             return 0
+        self._flush()
         if wheel.c_count() == 0:
             return None
         now_s = self.c_time()
@@ -481,6 +492,7 @@ cdef class LoopTimers:
         cdef Py_ssize_t n
         if self._closed:
             return 0
+        self._flush()
         # A snapshot lives one iteration past its arming: it holds no variable's value longer.
         self._snapshot = None
         now_s = self.c_time()
@@ -550,7 +562,7 @@ cdef class LoopTimers:
         cdef int64_t due_ms = _loop_ms(when_s)
         if when_s == when_s and due_ms > self._wheel.c_now_ms():
             handle = self._new_handle(when_s, when_s, callback, args, context)
-            self._arm(handle, due_ms)
+            self._wait(handle, due_ms)
             return handle
         return self._call_at(when_s, self.c_time(), callback, args, context)
 
@@ -619,13 +631,57 @@ cdef class LoopTimers:
         handle._timer_id = self._wheel.c_schedule_at(due_ms, <uint64_t>handle._token)
         return 0
 
+    cdef int _wait(self, TimerHandle handle, int64_t due_ms) except -1:
+        """Arm ``handle``, due at ``due_ms`` (after the wheel's now), to wait at ``_handles[0]`` (see
+        :meth:`_flush`), after the handle waiting there goes in."""
+        cdef list handles = self._handles
+        cdef PyObject** items
+        self._flush()
+        if len(handles) == 0:  # the collector cleared it: this store is garbage
+            return self._arm(handle, due_ms)
+        items = (<PyListObject*>handles).ob_item
+        Py_INCREF(handle)
+        items[0] = <PyObject*>handle
+        Py_DECREF(None)  # the list's reference to the None it held
+        handle._timer_id = WAITING_ID
+        return 0
+
+    cdef inline int _flush(self) except -1:
+        """Put the handle waiting at ``_handles[0]`` in the wheel, due in the ms its deadline lies in
+        (after the wheel's now: every move of the wheel's now comes after a flush). Called before the
+        wheel or ``_handles`` is read, so the wheel answers as if it had gone in when armed (a
+        batch's order is sorted by deadline, then arming order, whatever order the wheel holds)."""
+        cdef list handles = self._handles
+        cdef PyObject** items
+        cdef TimerHandle handle
+        if len(handles) == 0:
+            return 0
+        items = (<PyListObject*>handles).ob_item
+        if items[0] == <PyObject*>None:
+            return 0
+        handle = <TimerHandle>items[0]
+        Py_INCREF(None)
+        items[0] = <PyObject*>None
+        Py_DECREF(handle)  # the list's reference; the local keeps it alive
+        self._arm(handle, _loop_ms(handle._when))
+        return 0
+
     cdef int _disarm(self, TimerHandle handle) except -1:
-        """Take ``handle`` out of the wheel and out of ``_handles`` if armed."""
-        if handle._timer_id:
+        """Take ``handle`` out of the wheel and out of ``_handles`` if armed, or out of
+        ``_handles[0]`` if it waits there. The caller holds ``handle``: no finalizer runs here."""
+        cdef list handles = self._handles
+        cdef PyObject** items
+        if handle._token:
             self._wheel.c_cancel(handle._timer_id)
             self._give_token(handle)
-            handle._timer_id = 0
-            handle._token = 0
+        elif handle._timer_id and len(handles):
+            items = (<PyListObject*>handles).ob_item
+            if items[0] == <PyObject*>handle:
+                Py_INCREF(None)
+                items[0] = <PyObject*>None
+                Py_DECREF(handle)
+        handle._timer_id = 0
+        handle._token = 0
         return 0
 
     cdef int _follow_clock(self, double now_s) except -1:
@@ -641,6 +697,7 @@ cdef class LoopTimers:
         cdef int64_t due_ms
         if now_ms >= old.c_now_ms():
             return 0
+        self._flush()
         wheel = _new_wheel(now_ms)
         self._held_when = INFINITY
         old.c_advance(MAX_DUE_MS, &fired)
@@ -749,6 +806,7 @@ cdef class LoopTimers:
         cdef TimerHandle handle
         cdef tw_fired_t fired
         cdef list detached
+        self._flush()
         if self._wheel.c_count():
             self._wheel.c_advance(MAX_DUE_MS, &fired)
             self._wheel.c_release(&fired)

@@ -30,7 +30,9 @@ equal deadlines in scheduling order (a sort by deadline, then arming order). The
 runs on the next iteration, exactly as in ``_run_once``.
 
 Cancel is O(1) and frees the wheel entry at once: nothing is left to sweep, unlike the heap's
-cancelled handles (aiohttp#8608). A deadline past the wheel's range (2**62 ms, about 146 million
+cancelled handles (aiohttp#8608). The handle ``call_at`` armed last for a later ms waits outside the
+wheel until the store next reads the wheel or ``call_at`` arms another (``_wait``, ``_flush``), so
+one cancelled before then (an ``asyncio.timeout`` block that ends in time) never enters it. A deadline past the wheel's range (2**62 ms, about 146 million
 years of loop time, or ``inf``) is filed in the wheel's last ms, where it is held as any
 not-yet-due timer of the current ms is once the clock gets there: listed in ``loop._scheduled``,
 cancellable, and never run before the loop's time reaches it (``inf`` never), as on asyncio's heap.
@@ -74,6 +76,9 @@ from .wheel import TimerWheel
 
 __all__ = ["LoopTimers", "TimerHandle", "call_at", "call_later", "install_methods", "time"]
 
+# A waiting handle's _timer_id: armed, and no id the wheel gives.
+WAITING_ID = -1
+
 class TimerHandle:
     """A callback armed on the loop's wheel by ``call_at``/``call_later``; answers as
     ``asyncio.TimerHandle`` does: ``when()``, ``cancel()``, ``cancelled()``, ``get_context()``.
@@ -94,7 +99,7 @@ class TimerHandle:
         self._when = when_s
         self._order_s = when_s  # its place in due order: order_key(when, loop time armed at)
         self._seq = 0  # arming order: ties of deadline run in it
-        self._timer_id = 0  # the wheel's id while armed, else 0
+        self._timer_id = 0  # the wheel's id while armed (WAITING_ID while it waits), else 0
         self._token = 0     # key of timers._handles while armed
         self._cancelled = False
         self._source_traceback: Any = None  # debug mode: where it was made, as asyncio's
@@ -197,16 +202,19 @@ class LoopTimers:
         self.debug = False  # mirrors loop.get_debug(): cancel() then freezes the repr
         self._wheel = TimerWheel(now_ms=max(loop_ms(loop.time()), 0))
         self._handles: dict[int, TimerHandle] = {}  # token -> armed handle
+        self._waiting: Optional[TimerHandle] = None  # armed last, not yet in the wheel (see _flush)
         self._next_token = 0
         self._fired: list[int] = []  # reused by every move_due
 
     def active_count(self) -> int:
         """How many timers are armed (neither run, moved to the ready queue, nor cancelled)."""
+        self._flush()
         return len(self._handles)
 
     def scheduled(self) -> list:
         """The armed handles, a new list in due order: by ``when()``, equal deadlines in arming
         order, a NaN deadline placed as the loop time it was armed at."""
+        self._flush()
         return sorted(self._handles.values(), key=_due_order)
 
     def call_at(self, when: float, callback: Callable[..., Any], *args: Any,
@@ -239,6 +247,7 @@ class LoopTimers:
         no timer armed, else the time until the earliest timer fires, capped at one day."""
         if busy or self._due_now:
             return 0
+        self._flush()
         if not len(self._wheel):
             return None
         now_s = self._owner().time()
@@ -269,6 +278,7 @@ class LoopTimers:
         as asyncio's ``_run_once`` moves its heap's. Returns how many were moved."""
         if self._closed:
             return 0
+        self._flush()
         now_s = self._owner().time()
         self._follow_clock(now_s)
         wheel = self._wheel
@@ -321,7 +331,7 @@ class LoopTimers:
         due_ms = loop_ms(when_s)
         if when_s == when_s and due_ms > self._wheel.now_ms():
             handle = self._new_handle(when_s, when_s, callback, args, context)
-            self._arm(handle, due_ms)
+            self._wait(handle, due_ms)
             return handle
         return self._call_at(when_s, self._owner().time(), callback, args, context)
 
@@ -371,11 +381,38 @@ class LoopTimers:
         handle._token = token
         self._handles[token] = handle
 
+    def _wait(self, handle: TimerHandle, due_ms: int) -> None:
+        """Arm ``handle``, due at ``due_ms`` (after the wheel's now), to wait (see :meth:`_flush`),
+        after the handle waiting goes in."""
+        self._flush()
+        self._waiting = handle
+        handle._timer_id = WAITING_ID
+
+    def _flush(self) -> None:
+        """Put the waiting handle in the wheel, due in the ms its deadline lies in (after the wheel's
+        now: every move of the wheel's now comes after a flush). Called before the wheel or
+        ``_handles`` is read, so the wheel answers as if it had gone in when armed (a batch's order
+        is sorted by deadline, then arming order, whatever order the wheel holds)."""
+        handle = self._waiting
+        if handle is None:
+            return
+        self._waiting = None
+        self._arm(handle, loop_ms(handle._when))
+        # The wheel's allocations may run the collector, whose finalizer may cancel this handle or
+        # close the store while it goes in (the compiled twin runs no Python code here): undone as
+        # they would have done it to a handle in the wheel.
+        if handle._cancelled:
+            self._disarm(handle)
+        if self._closed:
+            self._drain()
+
     def _disarm(self, handle: TimerHandle) -> None:
-        """Take ``handle`` out of the wheel if armed there."""
+        """Take ``handle`` out of the wheel if armed there, or out of waiting."""
         timer_id = handle._timer_id
         handle._timer_id = 0
-        if timer_id and self._wheel.cancel(timer_id):
+        if handle is self._waiting:
+            self._waiting = None
+        elif timer_id and self._wheel.cancel(timer_id):
             del self._handles[handle._token]
 
     def _follow_clock(self, now_s: float) -> None:
@@ -386,6 +423,7 @@ class LoopTimers:
         old = self._wheel
         if now_ms >= old.now_ms():
             return
+        self._flush()
         wheel = TimerWheel(now_ms=now_ms)
         self._held_when = math.inf
         try:
@@ -439,6 +477,7 @@ class LoopTimers:
 
     def _drain(self) -> None:
         """Drop every armed handle (close)."""
+        self._flush()
         handles, self._handles = self._handles, {}
         for handle in handles.values():
             self._wheel.cancel(handle._timer_id)
