@@ -10,6 +10,7 @@ import asyncio
 import pytest
 
 from bench import aio_micro, echo
+from bench.network import overloaded
 
 pytestmark = pytest.mark.c_extension
 
@@ -39,7 +40,8 @@ def test_echo_runs_every_timer_kind_and_no_idle_close_is_early():
     """40 connections for 1 s, one run per (loop, timer kind): some connections fall silent (the
     situation arose), the server closes each, none before its idle timeout on its loop clock. A
     busy client that the load stalls past the 0.2 s idle timeout is rightly closed too, so the
-    closes may outnumber the silent connections (on a loaded 2-vCPU machine all 40 were)."""
+    closes may outnumber the silent connections (on a loaded 2-vCPU machine all 40 were), and a
+    run whose busy clients were all closed so (overloaded) may count no request in its window."""
     done = []
     rows = echo.run((40,), seconds=1.0, repeats=1, progress=done.append)
     assert [(r["loop"], r["timers"]) for r in rows] == echo.pairs()
@@ -47,7 +49,7 @@ def test_echo_runs_every_timer_kind_and_no_idle_close_is_early():
     for r in rows:
         assert r["idle_closes_expected"] > 0, r
         assert r["idle_closes_fired"] >= r["idle_closes_expected"] and r["early_closes"] == 0, r
-        assert r["cpu_ns_per_request"] > 0 and r["requests_per_s"] > 0, r
+        assert r["cpu_ns_per_request"] > 0 and (r["requests_per_s"] > 0 or overloaded(r)), r
     assert echo.format_table(rows) and echo.goals({"results": rows})
 
 
