@@ -208,6 +208,7 @@ def test_a_relative_due_time_given_to_the_service_counts_from_its_clock(store):
     noted = Noted()
     with DurableTimerService(store, TimerRegistry().register(noted), [P], max_sleep_s=HOUR_S, clock=clock) as service:
         wait_until(lambda: service.passes >= 1 and clock.waiting >= 1, "the service asleep on the clock")
+        passes = service.passes
         now_ms = clock.wall_ns() // 1_000_000
         service.schedule(P, None, KIND, b"delay", delay=60)
         service.schedule(P, datetime.timedelta(seconds=60), KIND, b"timedelta")
@@ -215,7 +216,8 @@ def test_a_relative_due_time_given_to_the_service_counts_from_its_clock(store):
         assert service.reschedule(P, None, KIND, b"moved", delay=60.0)
         assert {r: get_timer(store, P, KIND, r).due_at_ms for r in (b"delay", b"timedelta", b"moved")} == \
             dict.fromkeys((b"delay", b"timedelta", b"moved"), now_ms + 60_000)
-        wait_until(lambda: service.passes >= 3 and clock.waiting >= 1, "passes after the writes, then sleep")
+        # A pass after the writes (their wake-ups may all share one), then asleep.
+        wait_until(lambda: service.passes > passes and clock.waiting >= 1, "a pass after the writes, then sleep")
         clock.advance(59.999)
         wait_until(lambda: clock.waiting >= 1, "the service asleep again")
         assert noted.fired == []
