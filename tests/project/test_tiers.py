@@ -27,9 +27,9 @@ def test_the_readme_names_every_tier():
 
 
 def test_the_fast_tier_command_names_only_tiers_that_exist():
-    """The README's fast-tier command is ``pytest tests/A tests/B ... -m "not slow" -n 2``, every folder a
-    tier, run on two pytest-xdist workers (the test extra installs pytest-xdist)."""
-    command = re.search(r"^pytest (tests/\S+(?: tests/\S+)*) -m \"not slow\" -n 2$", README, flags=re.M)
+    """The README's fast-tier command is ``pytest tests/A tests/B ... -m "not slow" -n 3``, every folder a
+    tier, run on three pytest-xdist workers (the test extra installs pytest-xdist)."""
+    command = re.search(r"^pytest (tests/\S+(?: tests/\S+)*) -m \"not slow\" -n 3$", README, flags=re.M)
     assert command, "README.md names no fast-tier command"
     folders = [path.split("/", 1)[1] for path in command.group(1).split()]
     assert "e2e" not in folders and all((TESTS / folder).is_dir() for folder in folders), folders
