@@ -86,12 +86,9 @@ class DurableTimerService:
         separate_commits: True: with a store that can write on a second connection at once
             (:meth:`Store.open_sibling`: PostgreSQL), commit outcomes on a thread and connection of their own, so
             that claims never wait behind a commit, not even behind one that waits on a row lock another transaction
-            holds (a handler's effect row, say); only the commits wait. False (default): the same while this runner
-            serves the whole store alone (a fleet of one, or no fleet and no list of partitions), else claims and
-            commits take turns on the store thread's one connection. Measured with the server on the same 2 vCPUs
-            (``bench.peers``): a runner alone fired a median of 12 to 26 % more timers per second with its commits
-            apart, four runners about 14 % fewer, their claims and commits then contending for the server's CPU and
-            the partitions' locks.
+            holds (a handler's effect row, say). False (default): the same while this runner serves the whole store
+            alone (a fleet of one, or no fleet and no list of partitions), else claims and commits take turns on one
+            connection: four runners with commits apart fired about 14 % fewer timers per second (``bench.peers``).
 
     Use as ``with DurableTimerService(...) as svc:`` or ``start()`` / ``stop()``. The lifecycle is one-shot:
     ``start()`` at most once, and never after ``stop()`` (even a ``stop()`` before any ``start()``); both raise
