@@ -133,7 +133,7 @@ def _check_ended(runner: Runner, waited_for: str) -> None:
 @pytest.mark.slow
 def test_sigterm_ends_a_runner_whose_commit_waits_on_a_row_lock(stopped):
     """The handler's Done commits and waits on the row lock, but no longer than the service's bound
-    on a lock wait (LOCK_WAIT_MS) at a time, retried with backoff: so the stop waits on nothing the
+    on a lock wait (``Timing.lock_wait_ms``) at a time, retried with backoff: so the stop waits on nothing the
     other transaction holds and ends cleanly, saying that the outcome's commit had not finished."""
     runner = stopped["row lock"]
     err = runner.stderr()

@@ -70,6 +70,8 @@ def test_a_manual_clock_refuses_to_advance_by_a_bad_amount_naming_it(seconds):
     ("backoff_base_s", 0.0, ValueError), ("backoff_max_s", float("inf"), ValueError),
     ("stop_timeout_s", "10", TypeError), ("unknown_kind_grace_ms", -1, ValueError),
     ("unknown_kind_grace_ms", 1.5, ValueError), ("backoff_max_s", 0.01, ValueError),
+    ("lock_wait_ms", 0, ValueError), ("lock_wait_ms", 2**31, ValueError), ("lock_wait_ms", 0.5, TypeError),
+    ("lock_wait_ms", True, TypeError), ("lock_wait_ms", None, TypeError),
 ])
 def test_a_bad_timing_is_refused_naming_the_field_and_value(field, value, error):
     with pytest.raises(error, match=field) as info:

@@ -20,7 +20,7 @@ import pytest
 
 from timerwheel_c.durable import Batch, DurableTimerService, TimerRegistry, get_timer, schedule
 from timerwheel_c.durable.timers.registry import Done, TimerHandler, TimerKind
-from timerwheel_c.durable.timers.timing import ManualClock
+from timerwheel_c.durable.timers.timing import ManualClock, Timing
 from waiting import advance_until, wall_ms
 
 PG_DSN = os.environ.get("TIMERWHEEL_C_TEST_PG_DSN")
@@ -60,17 +60,14 @@ def pg_store(pg_table):
 @needs_pg
 @pytest.mark.parametrize("hold", ["caller_transaction", "effect_row_lock"])
 @pytest.mark.parametrize("separate_commits", [False, True])
-def test_a_lock_on_one_partition_holds_up_only_that_partition(pg_store, hold, separate_commits, monkeypatch):
+def test_a_lock_on_one_partition_holds_up_only_that_partition(pg_store, hold, separate_commits):
     """The runner has a store object of its own, as a runner process would: the test's reads never
-    queue behind a call of the runner's that waits on the lock. Its lock waits are bounded at 50 ms,
-    not the service's 250 ms: every pass waits that bound out on a in real time, twice a step of the
-    clock (2.4 s a case at 250 ms), and the property holds whatever the bound."""
+    queue behind a call of the runner's that waits on the lock. Its lock waits are bounded at 50 ms
+    (``Timing.lock_wait_ms``), not the default 250 ms: every pass waits that bound out on a in real
+    time, twice a step of the clock (2.4 s a case at 250 ms), and the property holds whatever the bound."""
     import psycopg
-    from timerwheel_c.durable.service import claiming, service
     from timerwheel_c.durable.storage.postgres import PostgresStore
 
-    monkeypatch.setattr(claiming, "LOCK_WAIT_MS", LOCK_WAIT_MS)
-    monkeypatch.setattr(service, "LOCK_WAIT_MS", LOCK_WAIT_MS)
     store = pg_store
     handler = Effects()
     store.apply("a", Batch().put(EFFECT, b"before"))  # a's effect row exists, so a session can lock it
@@ -89,7 +86,11 @@ def test_a_lock_on_one_partition_holds_up_only_that_partition(pg_store, hold, se
             app.execute(f"SELECT value FROM {store.table} WHERE partition = 'a' AND key = %s FOR UPDATE", (EFFECT,))
         held_until = time.monotonic() + HOLD_S
         with DurableTimerService(runner_store, TimerRegistry().register(handler), ["a", "b"], fleet=False,
-                                 separate_commits=separate_commits, clock=clock, wall_ns=clock.wall_ns):
+                                 separate_commits=separate_commits, clock=clock, wall_ns=clock.wall_ns,
+                                 timing=Timing(lock_wait_ms=LOCK_WAIT_MS)) as svc:
+            # Both of the runner's connections (claims; commits, when apart) wait on a lock that long at most.
+            assert svc.claimer.passes.store._lock_wait_ms == LOCK_WAIT_MS
+            assert svc.committer._sibling is not None and svc.committer._sibling._lock_wait_ms == LOCK_WAIT_MS
             advance_until(clock, lambda: all(get_timer(store, "b", KIND, r) is None for r in b_refs), STEP_S,
                           "b's timers to fire and commit", timeout=max(0.0, held_until - time.monotonic()))
             assert time.monotonic() < held_until  # b committed while a's lock was still held

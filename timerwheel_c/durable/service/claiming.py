@@ -40,7 +40,7 @@ from .pool import DaemonPool
 from .records import InFlight
 from .wakeup import Wakeup
 
-__all__ = ["CLOCK_CHECK_S", "CLOCK_STEP_NS", "LOCK_WAIT_MS", "RECHECK_MIN_S", "Claimer"]
+__all__ = ["CLOCK_CHECK_S", "CLOCK_STEP_NS", "RECHECK_MIN_S", "Claimer"]
 
 log = logging.getLogger("timerwheel_c.durable")
 
@@ -50,11 +50,6 @@ RECHECK_MIN_S = 0.02  # the most often a change signal makes a fleet runner re-c
 #: deadline was converted from a due time under the old reading (see :meth:`Claimer._wall_clock_stepped`).
 CLOCK_CHECK_S = 1.0
 CLOCK_STEP_NS = 100_000_000
-# The longest a claim or a commit waits for a lock another transaction holds (a caller's open
-# transaction on a partition, a row lock on an effect row), where the store bounds it (PostgreSQL's
-# lock_timeout): past it that partition's call fails alone and backs off while the others go on.
-# Far above a writer's ordinary transaction (milliseconds), far below the first backoff (5 s).
-LOCK_WAIT_MS = 250
 _NS_PER_MS = 1_000_000
 
 
@@ -125,11 +120,11 @@ class Claimer:
 
     def start(self) -> DaemonPool:
         """Start the store thread; returns its pool. Claims run on a connection of its own whose lock
-        waits are bounded (:data:`LOCK_WAIT_MS`), where the store opens one: a lock held on one
+        waits are bounded (the timing's ``lock_wait_ms``), where the store opens one: a lock held on one
         partition then holds up that partition alone. The caller's store, and its connection, stay as
         they were (handlers and the caller's own writes use it)."""
         self.pool = DaemonPool(1, "durable-store")
-        self.passes.store = self.store.open_sibling(lock_wait_ms=LOCK_WAIT_MS) or self.store
+        self.passes.store = self.store.open_sibling(lock_wait_ms=self.timing.lock_wait_ms) or self.store
         return self.pool
 
     def close(self) -> None:

@@ -73,12 +73,11 @@ class Committer:
         self.stopping = False
         self._committing = 0  # outcomes in the commit in progress
 
-    def start(self, claims: DaemonPool, claims_store: Store, separate: bool, lock_wait_ms: int,
-              alone: Callable[[], bool]) -> None:
+    def start(self, claims: DaemonPool, claims_store: Store, separate: bool, alone: Callable[[], bool]) -> None:
         """Commit on the claimer's thread ``claims`` through its connection ``claims_store``, or on a
         thread and connection of the commits' own where the store opens a second one
-        (:meth:`~timerwheel_c.durable.storage.store.Store.open_sibling`, its lock waits bounded to
-        ``lock_wait_ms`` ms as the claims' are), so that a pass's claims never wait behind a commit's
+        (:meth:`~timerwheel_c.durable.storage.store.Store.open_sibling`, its lock waits bounded by the
+        timing's ``lock_wait_ms`` as the claims' are), so that a pass's claims never wait behind a commit's
         round trip, nor a commit behind a claim's: always with ``separate``, else while ``alone()``
         (read before each commit) says this runner serves the whole store by itself. One runner's
         claims and commits then keep a second core busy, where they took turns on one thread; in a
@@ -86,7 +85,7 @@ class Committer:
         server's CPU and the partitions' locks. The thread starts, and the connection opens, at the
         first commit made there. The two never write the same row unguarded: each outcome is guarded
         on its claim, and one commit runs at a time."""
-        self._sibling = self.store.open_sibling(lock_wait_ms=lock_wait_ms)
+        self._sibling = self.store.open_sibling(lock_wait_ms=self.timing.lock_wait_ms)
         self.pool, self.store = claims, claims_store
         self._apart = (lambda: True) if separate else alone
 

@@ -30,7 +30,7 @@ from ..timers.runner import TickBudget
 from ..timers.timing import Clock, Timing
 from .activity import Activity
 from .arguments import check_arguments, check_stop_timeout
-from .claiming import LOCK_WAIT_MS, Claimer
+from .claiming import Claimer
 from .committer import Committer
 from .executor import Executor
 from .metrics import MetricsSnapshot, Recorder
@@ -39,7 +39,7 @@ from .records import InFlight
 from .thread import ServiceThread
 from .wakeup import Wakeup
 
-__all__ = ["DEFAULT_CONCURRENCY", "LOCK_WAIT_MS", "DurableTimerService"]
+__all__ = ["DEFAULT_CONCURRENCY", "DurableTimerService"]
 
 _DEFAULT_BUDGET = TickBudget()
 _TEARDOWN_S = 1.0  # seconds stop() allows, past its timeout, for the thread to close its watcher and exit
@@ -81,8 +81,9 @@ class DurableTimerService:
             (default): the host's clocks. A test gives a :class:`~timerwheel_c.durable.timers.timing.ManualClock`
             and drives the service's sleeps, backoffs and grace by hand. The store server's clock, where it is used,
             is carried on this clock's monotonic one.
-        timing: backoff, unknown-kind grace, stop()'s default wait and a fleet's ownership interval and lease, on
-            ``clock`` (a :class:`~timerwheel_c.durable.timers.timing.Timing`); None (default): the defaults.
+        timing: backoff, unknown-kind grace, stop()'s default wait, a fleet's ownership interval and lease, on
+            ``clock``, and the bound of a lock wait (a :class:`~timerwheel_c.durable.timers.timing.Timing`); None
+            (default): the defaults.
         separate_commits: True: with a store that can write on a second connection at once
             (:meth:`Store.open_sibling`: PostgreSQL), commit outcomes on a thread and connection of their own, so
             that claims never wait behind a commit, not even behind one that waits on a row lock another transaction
@@ -161,8 +162,7 @@ class DurableTimerService:
                 raise ValueError("the registry has no handler: a service without one would claim rows it cannot fire "
                                  "(in a fleet, whole partitions); register at least one TimerHandler")
             self.executor.start()
-            self.committer.start(self.claimer.start(), self.claimer.passes.store, self._separate_commits, LOCK_WAIT_MS,
-                                 self.claimer.serves_alone)
+            self.committer.start(self.claimer.start(), self.claimer.passes.store, self._separate_commits, self.claimer.serves_alone)
             self._started = True
             self._thread.start()
         return self

@@ -17,14 +17,14 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from ..storage.store import CHECK_INTERVAL_S, LEASE_S
+from ..storage.store import CHECK_INTERVAL_S, LEASE_S, check_wait_ms
 from .claim import UNKNOWN_KIND_GRACE_MS
 from .due import MAX_SPAN_S
 
 if TYPE_CHECKING:
     import asyncio
 
-__all__ = ["DEFAULT_TIMING", "SYSTEM_CLOCK", "Clock", "ManualClock", "SystemClock", "Timing"]
+__all__ = ["DEFAULT_TIMING", "LOCK_WAIT_MS", "SYSTEM_CLOCK", "Clock", "ManualClock", "SystemClock", "Timing"]
 
 
 class Clock(Protocol):
@@ -173,6 +173,13 @@ def _resolve(future: asyncio.Future) -> None:
         future.set_result(None)
 
 
+# The longest a claim or a commit waits for a lock another transaction holds (a caller's open
+# transaction on a partition, a row lock on an effect row), where the store bounds it (PostgreSQL's
+# lock_timeout): past it that partition's call fails alone and backs off while the others go on.
+# Far above a writer's ordinary transaction (milliseconds), far below the first backoff (5 s).
+LOCK_WAIT_MS = 250
+
+
 @dataclass(frozen=True)
 class Timing:
     """The durable service's time policy; the defaults are the service's long-standing values.
@@ -191,10 +198,13 @@ class Timing:
             ``ownership_interval_s``, and above the longest pass (its budget's ``max_elapsed_ms``).
             Both are read on the service's clock (see
             :mod:`timerwheel_c.durable.storage.postgres.ownership`).
+        lock_wait_ms: the longest a claim or a commit waits for a lock another transaction holds, ms
+            (:data:`LOCK_WAIT_MS`, 250 ms), where the store bounds it (PostgreSQL's ``lock_timeout``
+            on the service's own connections): past it that partition's call fails alone and backs off.
 
     Raises:
-        TypeError / ValueError: a value that is not a finite number > 0 (the grace: an int >= 0), a lease
-            not above the interval, naming it.
+        TypeError / ValueError: a value that is not a finite number > 0 (the grace: an int >= 0; the lock
+            wait: an int from 1 ms), a lease not above the interval, naming it.
     """
 
     backoff_base_s: float = 0.05
@@ -203,6 +213,7 @@ class Timing:
     stop_timeout_s: float = 10.0
     ownership_interval_s: float = CHECK_INTERVAL_S
     ownership_lease_s: float = LEASE_S
+    lock_wait_ms: int = LOCK_WAIT_MS
 
     def __post_init__(self) -> None:
         for name in ("backoff_base_s", "backoff_max_s", "stop_timeout_s", "ownership_interval_s", "ownership_lease_s"):
@@ -215,6 +226,7 @@ class Timing:
         grace = self.unknown_kind_grace_ms
         if isinstance(grace, bool) or not isinstance(grace, int) or grace < 0:
             raise ValueError(f"Timing.unknown_kind_grace_ms must be an int >= 0 ms, got {grace!r}")
+        check_wait_ms("Timing.lock_wait_ms", self.lock_wait_ms, 1)
         if self.backoff_max_s < self.backoff_base_s:
             raise ValueError(f"Timing.backoff_max_s ({self.backoff_max_s!r}) is below backoff_base_s "
                              f"({self.backoff_base_s!r})")
