@@ -18,17 +18,7 @@ from hypothesis import strategies as st
 import timerwheel_c._loop as c_loop
 import timerwheel_c.pure.loop as pure_loop
 from timerwheel_c._loop_common import loop_ms
-
-
-
-class FakeLoop:
-    """A loop whose clock the test sets (the compiled store calls ``time()``: it is not asyncio's)."""
-
-    def __init__(self, now_s: float) -> None:
-        self.now_s = now_s
-
-    def time(self) -> float:
-        return self.now_s
+from fake_loop import FakeLoop
 
 
 ops = st.lists(st.one_of(

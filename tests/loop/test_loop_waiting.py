@@ -12,16 +12,7 @@ import collections
 import gc
 
 import timerwheel_c.pure.loop as pure_loop
-
-
-class FakeLoop:
-    """A loop whose clock the test sets (the compiled store calls ``time()``: it is not asyncio's)."""
-
-    def __init__(self, now_s: float) -> None:
-        self.now_s = now_s
-
-    def time(self) -> float:
-        return self.now_s
+from fake_loop import FakeLoop
 
 
 def _entered(loop_impl, timers) -> int:
