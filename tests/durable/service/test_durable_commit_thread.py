@@ -34,9 +34,19 @@ class Effect(TimerHandler):
         return Done(Batch().put(b"effect/" + timer.reference, b"1"))
 
 
-class Recording(SQLiteStore):
-    """A SQLiteStore whose second handles are stores of their own on the same file, each write
-    (``apply_across``, a claim's or a commit's) noting the name of the thread it ran on."""
+class NotesThreads:
+    """A store mixin: each write (``apply_across``, a claim's or a commit's) notes the name of the
+    thread it ran on in ``self.threads``."""
+
+    threads: list
+
+    def apply_across(self, items):
+        self.threads.append(threading.current_thread().name)
+        return super().apply_across(items)  # type: ignore[misc]
+
+
+class Recording(NotesThreads, SQLiteStore):
+    """A SQLiteStore whose second handles are stores of their own on the same file, noting threads."""
 
     def __init__(self, path, threads: list):
         super().__init__(path)
@@ -46,10 +56,6 @@ class Recording(SQLiteStore):
     def open_sibling(self, *, lock_wait_ms=None):
         super().open_sibling(lock_wait_ms=lock_wait_ms)  # checks the bound as every store does
         return Recording(self.path_given, self.threads)
-
-    def apply_across(self, items):
-        self.threads.append(threading.current_thread().name)
-        return super().apply_across(items)
 
 
 def _fire_all(tmp_path, partitions, **kwargs) -> list:
@@ -89,15 +95,15 @@ PG_DSN = os.environ.get("TIMERWHEEL_C_TEST_PG_DSN")
 
 
 def _recording_pg(table: str, threads: list):
-    """A PostgresStore whose writes note their thread's name (its second handles are copies of it)."""
+    """A PostgresStore noting the thread of each write (its second handles are copies of it)."""
     from timerwheel_c.durable.storage.postgres import PostgresStore
 
-    class RecordingPg(PostgresStore):
-        def apply_across(self, items):
-            threads.append(threading.current_thread().name)
-            return super().apply_across(items)
+    class RecordingPg(NotesThreads, PostgresStore):
+        pass
 
-    return RecordingPg(PG_DSN, table=table)
+    store = RecordingPg(PG_DSN, table=table)
+    store.threads = threads
+    return store
 
 
 @pytest.mark.skipif(not PG_DSN, reason="no TIMERWHEEL_C_TEST_PG_DSN")
