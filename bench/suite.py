@@ -143,8 +143,8 @@ def _aio(ctx: Context, bar: Task) -> dict:
 
 
 def _loop(ctx: Context, bar: Task) -> dict:
-    return {"handles": ctx.sizes.aio_handles, "async_ops": ctx.sizes.aio_timeout_ops,
-            "results": loop.run(ctx.sizes.aio_handles, ctx.sizes.aio_timeout_ops, ctx.repeats, ctx.seed, progress=bar)}
+    return {"handles": ctx.sizes.aio_handles, "async_ops": loop.phase_ops(ctx.sizes.aio_handles),
+            "results": loop.run(ctx.sizes.aio_handles, ctx.repeats, ctx.seed, progress=bar)}
 
 
 def _http(ctx: Context, bar: Task) -> dict:

@@ -20,7 +20,7 @@ def test_loop_workload_measures_every_operation_on_every_loop():
     """Each loop the bench finds reports a positive cost for every operation it has, and the goals
     are judged on EventLoop against the default loop."""
     done = []
-    results = loop.run(1000, 200, 1, progress=done.append)
+    results = loop.run(1000, 1, progress=done.append)
     assert set(results) == set(loop.loop_factories()) and "EventLoop" in results
     for name, fig in results.items():
         assert fig["call_later+cancel"]["median_ns_per_op"] > 0 and fig["wait_for"]["median_ns_per_op"] > 0, name
@@ -37,7 +37,7 @@ def test_loop_workload_measures_the_floors_on_eventloop_and_restores_its_call_at
     the loop's own method arms timers again."""
     import asyncio
 
-    bench = loop._Loop(loop.loop_factories()["EventLoop"](), 100, 50, 1, floors=True)
+    bench = loop._Loop(loop.loop_factories()["EventLoop"](), 100, 1, floors=True)
     try:
         bench.round(keep=True)
         assert "call_at" not in bench.loop.__dict__
@@ -48,7 +48,7 @@ def test_loop_workload_measures_the_floors_on_eventloop_and_restores_its_call_at
         stats = bench.close()
     expected = {"re-arm floor"} | ({"timeout floor"} if hasattr(asyncio, "timeout") else set())
     assert expected <= set(stats) and all(stats[f]["median_ns_per_op"] > 0 for f in expected)
-    results = loop.run(200, 50, 1)
+    results = loop.run(200, 1)
     assert not {"re-arm floor", "timeout floor"} & set(results["asyncio"])
     assert set(loop.ceilings(results)) == {op for op, f in loop.FLOORS.items() if f in expected}
 
@@ -70,7 +70,7 @@ def test_timeout_floor_sets_nothing_on_the_loop_object():
             set_names.append(name)
             super().__setattr__(name, value)
 
-    bench = loop._Loop(Recording(), 100, 50, 1, floors=True)
+    bench = loop._Loop(Recording(), 100, 1, floors=True)
     try:
         set_names.clear()
         bench.round(keep=True)
@@ -79,6 +79,43 @@ def test_timeout_floor_sets_nothing_on_the_loop_object():
         assert bench.samples["timeout floor"]  # the floor phase ran
     finally:
         bench.close()
+
+
+def test_each_async_phase_pays_for_the_default_loops_removal_of_its_own_cancelled_handles():
+    """asyncio's default loop removes its cancelled handles in one pass over its heap once they
+    outnumber the live ones. Each async phase must hold one such pass of its own handles, and the
+    synchronous phases' pass must fall outside every timed window: before, the ``timeout`` phase never
+    let the loop run (its pass fell later), and ``wait_for``'s first iteration paid for every earlier
+    phase's. A subclass of the default loop notes, for each iteration that shrank its heap by more
+    than half the timers armed, the phase that had yielded to it."""
+    import asyncio
+
+    n, passes, phase = 100, [], [None]
+
+    class Noting(type(asyncio.new_event_loop())):  # type: ignore[misc]
+        def _run_once(self):
+            before, running = len(self._scheduled), phase[0]  # the pass comes first, then the callbacks
+            super()._run_once()
+            if before - len(self._scheduled) > n // 2:
+                passes.append(running)
+
+    bench = loop._Loop(Noting(), n, 1)
+    timed = bench.async_timed
+
+    async def noted(kind):
+        phase[0] = kind
+        try:
+            return await timed(kind)
+        finally:
+            phase[0] = None
+
+    bench.async_timed = noted  # type: ignore[method-assign]
+    try:
+        bench.round(keep=True)
+    finally:
+        bench.close()
+    phases = ["timeout", "wait_for"] if hasattr(asyncio, "timeout") else ["wait_for"]
+    assert passes == ([None] + phases) * 2, passes
 
 
 def _holds_dict_object(loop_object) -> bool:
@@ -94,7 +131,7 @@ def test_a_round_leaves_the_default_loops_attributes_inline():
     (checked, so the test cannot pass vacuously) and must end so."""
     import asyncio
 
-    bench = loop._Loop(asyncio.new_event_loop(), 100, 50, 1)
+    bench = loop._Loop(asyncio.new_event_loop(), 100, 1)
     try:
         assert not _holds_dict_object(bench.loop)
         bench.round(keep=True)
