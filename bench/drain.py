@@ -1,9 +1,10 @@
 """Waiting until a run's items are all done, by polling the server the run is measured on.
 
-The poll shares that server with the run, and :mod:`.cpu_split` charges every server process's CPU
-to the system measured, so the poll must stay small against the run whichever system it waits
-for: every :data:`POLL_S` a check that stops at the first item left (an index probe), and only
-every :data:`COUNT_EVERY_S` a count of the items left, for the progress shown. Counting every
+The poll shares that server, and its CPUs, with the run, so it must stay small against the run
+whichever system it waits for (:mod:`.cpu_split` leaves its own backend's CPU out of the server's
+figure, not the CPU it takes from the run): every :data:`POLL_S` a check that stops at the first item
+left (an index probe), and only every :data:`COUNT_EVERY_S` a count of the items left, for the
+progress shown. Counting every
 20 ms read every row left (for an index range, every entry, live or dead) 50 times a second: up
 to a third of the server's CPU per item of the fleet's runs.
 """

@@ -169,8 +169,8 @@ def pgqueuer_table(rep: Reporter, fleet: dict, peer: dict) -> None:
              "no-op items all due at once, each checked to run exactly once; pgqueuer over asyncpg on uvloop, "
              "as pgq run starts it",
              "CPU: us of CPU time per fired item, the runner (worker) processes' and the PostgreSQL server's "
-             "(every server process, from /proc, including any other client's work meanwhile; n/a: the server "
-             "is not on this machine)"]
+             "(every server process, from /proc, including any other client's work meanwhile, but the backend "
+             "the bench polls on; n/a: the server is not on this machine)"]
     notes += sorted({f["cpu_note"] for f in [*fleet.values(), *peer["results"].values()]
                      if isinstance(f, dict) and f.get("cpu_note")})
     rep.table("durable fleet vs pgqueuer on the same PostgreSQL server (see bench/peers.py)",

@@ -110,6 +110,43 @@ def test_cpu_meter_counts_the_runner_and_the_local_server():
     assert figures["runner_cpu_us_per_fired"] > 0
 
 
+def test_cpu_meter_leaves_out_its_own_connections_backend(tmp_path, monkeypatch):
+    """The server's figure counts the postmaster (with its exited children) and its live children, but
+    not the backend of the meter's own connection, on which the bench polls for the run's end: over
+    the interval, on a fake /proc, that backend burns 700 ticks, another backend 300, the WAL writer
+    50 and the postmaster 10; the server's figure is 360 ticks, not 1,060. Deterministic: no real
+    process is read."""
+    from types import SimpleNamespace
+
+    from bench import cpu_split
+
+    postmaster, own, other, walwriter = 100, 201, 202, 203
+    ticks = {postmaster: 1, own: 5, other: 7, walwriter: 3}
+
+    def write_proc() -> None:
+        for pid, t in ticks.items():
+            (tmp_path / str(pid)).mkdir(exist_ok=True)
+            parent = 1 if pid == postmaster else postmaster
+            # pid (comm) state ppid, then fields 5..13, utime stime cutime cstime (fields 14..17)
+            (tmp_path / str(pid) / "stat").write_text(f"{pid} (postgres) S {parent}" + " 0" * 9 + f" {t} 0 0 0\n")
+            (tmp_path / str(pid) / "comm").write_text("postgres\n")
+
+    (tmp_path / "self").mkdir()
+    write_proc()
+    monkeypatch.setattr(cpu_split, "_PROC", str(tmp_path))
+    conn = SimpleNamespace(info=SimpleNamespace(host="127.0.0.1", backend_pid=own))
+    meter = cpu_split.CpuMeter(conn)
+    assert meter.note is None
+    meter.start([])
+    ticks[postmaster] += 10
+    ticks[own] += 700
+    ticks[other] += 300
+    ticks[walwriter] += 50
+    write_proc()
+    figures = meter.stop(1)
+    assert figures["server_cpu_us_per_fired"] == pytest.approx(360 * 1e6 / os.sysconf("SC_CLK_TCK"))
+
+
 def test_without_pgqueuer_the_comparison_says_how_to_get_it(tmp_path):
     """With pgqueuer not importable, pgqueuer_peer.missing() names the extra and --pg-dsn, and the
     durable table prints that as one line."""
