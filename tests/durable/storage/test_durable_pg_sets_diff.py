@@ -1,7 +1,8 @@
 """PostgreSQL's set-based write of many batches at once (``apply_across``, and ``apply_many`` from
 ``SETS_FROM`` batches) against the contract's own rule, batch by batch: random lists of guarded
 batches over a few keys of two partitions, with claim-shaped moves among them (a guard on a row,
-its delete, its value put under another key), give each batch the result, and leave the rows, that
+its delete, its value put under another key) and outcome-shaped ones (a guard on a row, its delete
+among other writes), give each batch the result, and leave the rows, that
 applying the batches one by one in order to a dict gives. Rows are read and moved first, so that
 writes find their rows at the places noted (a stale place among them), and by key otherwise.
 Needs TIMERWHEEL_C_TEST_PG_DSN."""
@@ -37,15 +38,26 @@ _PART = st.sampled_from(PARTS)
 @st.composite
 def _batch(draw, keys: list, take: bool) -> Batch:
     """A batch on some of ``keys`` (with ``take``, each drawn key removed from it): a claim's shape (a
-    guard on a row, its delete, its value or another put under a second key), or up to two guards
-    and three writes."""
+    guard on a row, its delete, its value or another put under a second key), an outcome's (a guard on
+    a row, its delete among up to three other writes), or up to two guards and three writes."""
     def key() -> bytes:
         # By its index: the one choice sampled_from(keys) makes, with no strategy built per draw.
         i = draw(st.integers(0, len(keys) - 1))
         return keys.pop(i) if take else keys[i]
-    if draw(st.booleans()):
+    shape = draw(st.integers(0, 2))
+    if shape == 0:
         at, to, value = key(), key(), draw(_VALUE)
         return Batch().require(Equals(at, value)).delete(at).put(to, draw(_VALUE))
+    if shape == 1:  # an outcome's: a guard on a row, its delete among up to three other writes
+        at, value = key(), draw(_VALUE)
+        writes: list = []
+        for _ in range(draw(st.integers(0, 3))):
+            writes.append((key(), draw(_VALUE_OR_NONE)))
+        writes.insert(draw(st.integers(0, len(writes))), (at, None))
+        batch = Batch().require(Equals(at, value))
+        for k, v in writes:
+            batch.put(k, v) if v is not None else batch.delete(k)
+        return batch
     batch = Batch()
     for _ in range(draw(st.integers(0, 2))):
         k = key()

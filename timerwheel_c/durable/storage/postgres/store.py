@@ -1020,7 +1020,7 @@ def _independent_sets(items: list, places: Optional[_Places] = None) -> Optional
             last = guards[-1]
             if final.pop(last.key) is not None:
                 return None
-            guards = guards[:-1]
+            guards = guards[:-1] if len(guards) > 1 else ()  # a runner's outcome has the one guard
             ck(last.key)
             cv(last.value)
             at(take(partition, last.key))
