@@ -62,6 +62,7 @@ SCAN_PAGE = 512  # rows read per scan of the due range, at most
 # rows' choosing (a fraction of a millisecond), never by a round trip.
 CLOCK_EVERY = 32
 UNKNOWN_KIND_GRACE_MS = 10_000
+_UNSEEN = object()  # a kind this claim has not worked out its first claim of yet (see Claimer._first)
 # How much later a row of a kind nobody claimed within its grace comes back. Constant, as such a
 # move counts no attempt: with the grace, each such row costs one move per 40 s.
 UNKNOWN_KIND_BACKOFF_MS = 30_000
@@ -247,6 +248,7 @@ class Claimer:
         self.after: Optional[bytes] = None
         self.exhausted = False
         self.leases: dict = {}  # (id(handler), attempt) -> lease ms: see _lease_ms
+        self.firsts: dict = {}  # kind -> how a first attempt of it is claimed: see _first
         if first_page is not None:  # read already, by the request due_request() gives
             self._take(first_page)
 
@@ -288,6 +290,7 @@ class Claimer:
             self._take(self.store.scan(self.partition, self.start, self.end, self.after, limit))
         fires = 0
         exclude, capped, pending, budget = self.exclude, self.capped, self.pending, self.budget
+        firsts, per_kind, scheduled_fields = self.firsts, self.per_kind, keys.scheduled_fields
         clock_in = 0  # rows until the clock is read again (see CLOCK_EVERY)
         while pending and fires < max_rows:
             if report.scanned >= budget.max_scanned or self.calls >= budget.max_fired:
@@ -309,6 +312,28 @@ class Claimer:
                 # single-kind backlog costs one such look per row, up to max_scanned per tick).
                 report.deferred += 1
                 continue
+            scheduled = scheduled_fields(key)
+            if scheduled is not None:
+                # A plain timer's first attempt, the row met most, of a kind whose claim is the same for
+                # every such row (see _first): claimed here, with no call per row but the row's own objects.
+                due_at_ms, kind_number, reference = scheduled
+                first = firsts.get(kind_number, _UNSEEN)
+                if first is _UNSEEN:
+                    first = self._first(kind_number)
+                if first is not None:
+                    handler, retry_at_ms, kind, cap = first
+                    claimed_key = keys.first_claimed_key(due_at_ms, kind_number, reference, retry_at_ms)
+                    count = per_kind.get(kind_number, 0) + 1
+                    per_kind[kind_number] = count
+                    if count >= cap:
+                        capped.add(kind_number)
+                    self.calls += 1
+                    fire = _ToFire([equals_read(key, value)], [(key, None), (claimed_key, value)], key,
+                                   due_timer(due_at_ms, kind, reference, value, 1, claimed_key), handler)
+                    rows.append(fire)
+                    batches.append(fire)
+                    fires += 1
+                    continue
             row = self._choose(key, value)
             if row is None:
                 continue
@@ -398,6 +423,22 @@ class Claimer:
         else:
             writes = [(key, None), (claimed_key, value), (keys.identity_of(tk), claimed_key)]
         return _ToFire([equals_read(key, value)], writes, key, timer, handler)
+
+    def _first(self, kind: int) -> Optional[tuple]:
+        """How this claim claims a plain timer's first attempt of ``kind``, worked out once per claim:
+        ``(handler, retry_at_ms, TimerKind, cap)`` (the row moves to its backed-off key due at
+        ``retry_at_ms``, Unix epoch ms, and counts against ``cap`` rows of its kind), or None when that
+        takes :meth:`_choose`'s look at each row: no handler, or a backoff of its own (a jitter draw
+        per row)."""
+        handler = self.registry.get(kind)
+        first = None
+        if handler is not None and handler.backoff is None and not parking.exhausted(handler, 0):
+            cap = self.budget.max_per_kind
+            if handler.max_per_tick is not None:
+                cap = min(cap, handler.max_per_tick)
+            first = (handler, min(self.now_ms + self._lease_ms(handler, 1), keys.MAX_DUE_MS), keys.KINDS[kind], cap)
+        self.firsts[kind] = first
+        return first
 
     def _count_call(self, kind: int, handler: TimerHandler) -> None:
         """Count a row of ``kind`` chosen to fire, against the tick's and the kind's caps."""
