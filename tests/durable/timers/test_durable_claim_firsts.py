@@ -1,6 +1,6 @@
 """A claim of plain timers' first attempts, the rows a runner meets most: worked out once per kind and
-claim, not once per row, and each row claimed exactly as the row-by-row look (``Claimer._choose``)
-claims it."""
+claim, not once per row, and each row claimed exactly as the general look at a row
+(``Claimer._choose``, which parses its key) claims it."""
 from __future__ import annotations
 
 import collections
@@ -78,15 +78,15 @@ def test_a_first_claim_is_what_the_row_by_row_look_gives(store):
         assert row.guards == [Equals(row.key, row.timer.value)]
 
 
-def test_a_kind_with_a_backoff_of_its_own_is_claimed_row_by_row(store):
-    """A handler's own Backoff may draw a jitter per row, so its rows' leases differ: they are claimed
-    by the row-by-row look, each due within its jittered first delay after now. Deterministic in what
+def test_a_kind_with_a_backoff_of_its_own_draws_each_rows_lease(store):
+    """A handler's own Backoff may draw a jitter per row, so its rows' leases differ: each row's lease
+    is drawn for it, and each is due within its jittered first delay after now. Deterministic in what
     it asserts: the window holds every draw."""
     _write_due(store, [_A], 8)
     backoff = Backoff(base_s=10.0, jitter=0.5)
     claimer = Claimer(store, "p", TimerRegistry().register(_Noop(_A, backoff)), _NOW_MS, _BUDGET)
     (rows, _), called = _claimer_calls(lambda: claimer.select(8))
-    assert len(rows) == 8 and called["_choose"] == 8
+    assert len(rows) == 8 and called["_first"] == 1 and called["_lease_ms"] == 8
     for row in rows:
         retry_at_ms = keys.parse(row.timer.key).due_at_ms
         assert _NOW_MS + 5_000 <= retry_at_ms <= _NOW_MS + 10_000

@@ -314,14 +314,16 @@ class Claimer:
                 continue
             scheduled = scheduled_fields(key)
             if scheduled is not None:
-                # A plain timer's first attempt, the row met most, of a kind whose claim is the same for
-                # every such row (see _first): claimed here, with no call per row but the row's own objects.
+                # A plain timer's first attempt, the row met most: claimed here, with what its kind needs
+                # worked out once per claim (see _first), and no call per row but the row's own objects.
                 due_at_ms, kind_number, reference = scheduled
                 first = firsts.get(kind_number, _UNSEEN)
                 if first is _UNSEEN:
                     first = self._first(kind_number)
                 if first is not None:
                     handler, retry_at_ms, kind, cap = first
+                    if retry_at_ms is None:  # a Backoff of its own: its jitter drawn for each row
+                        retry_at_ms = min(self.now_ms + self._lease_ms(handler, 1), keys.MAX_DUE_MS)
                     claimed_key = keys.first_claimed_key(due_at_ms, kind_number, reference, retry_at_ms)
                     count = per_kind.get(kind_number, 0) + 1
                     per_kind[kind_number] = count
@@ -363,16 +365,6 @@ class Claimer:
         """What to do with the due row ``key`` (neither excluded nor of a capped kind): a record, or
         None to leave it (counted)."""
         report = self.report
-        scheduled = keys.scheduled_fields(key)
-        if scheduled is not None:  # a plain timer's first attempt, the row met most: claimed without a TimerKey
-            due_at_ms, kind_number, reference = scheduled
-            handler = self.registry.get(kind_number)
-            if handler is not None and not parking.exhausted(handler, 0):
-                claimed_key = keys.first_claimed_key(due_at_ms, kind_number, reference,
-                                                     min(self.now_ms + self._lease_ms(handler, 1), keys.MAX_DUE_MS))
-                self._count_call(kind_number, handler)
-                timer = due_timer(due_at_ms, keys.KINDS[kind_number], reference, value, 1, claimed_key)
-                return _ToFire([equals_read(key, value)], [(key, None), (claimed_key, value)], key, timer, handler)
         try:
             tk = keys.parse(key)
         except keys.MalformedKey as exc:
@@ -427,24 +419,27 @@ class Claimer:
     def _first(self, kind: int) -> Optional[tuple]:
         """How this claim claims a plain timer's first attempt of ``kind``, worked out once per claim:
         ``(handler, retry_at_ms, TimerKind, cap)`` (the row moves to its backed-off key due at
-        ``retry_at_ms``, Unix epoch ms, and counts against ``cap`` rows of its kind), or None when that
-        takes :meth:`_choose`'s look at each row: no handler, or a backoff of its own (a jitter draw
-        per row)."""
+        ``retry_at_ms``, Unix epoch ms, or None when the handler's own Backoff draws a jitter for each
+        row; it counts against ``cap`` rows of its kind), or None when the row takes :meth:`_choose`'s
+        look: no handler (its grace), or no attempt left (its park)."""
         handler = self.registry.get(kind)
         first = None
-        if handler is not None and handler.backoff is None and not parking.exhausted(handler, 0):
-            cap = self.budget.max_per_kind
-            if handler.max_per_tick is not None:
-                cap = min(cap, handler.max_per_tick)
-            first = (handler, min(self.now_ms + self._lease_ms(handler, 1), keys.MAX_DUE_MS), keys.KINDS[kind], cap)
+        if handler is not None and not parking.exhausted(handler, 0):
+            retry_at_ms = None if handler.backoff is not None else min(
+                self.now_ms + self._lease_ms(handler, 1), keys.MAX_DUE_MS)
+            first = (handler, retry_at_ms, keys.KINDS[kind], self._cap(handler))
         self.firsts[kind] = first
         return first
 
+    def _cap(self, handler: TimerHandler) -> int:
+        """The rows of ``handler``'s kind this tick may fire: the budget's cap per kind, or the handler's
+        own ``max_per_tick`` if lower."""
+        cap = self.budget.max_per_kind
+        return cap if handler.max_per_tick is None else min(cap, handler.max_per_tick)
+
     def _count_call(self, kind: int, handler: TimerHandler) -> None:
         """Count a row of ``kind`` chosen to fire, against the tick's and the kind's caps."""
-        cap = self.budget.max_per_kind
-        if handler.max_per_tick is not None:
-            cap = min(cap, handler.max_per_tick)
+        cap = self._cap(handler)
         count = self.per_kind.get(kind, 0) + 1
         self.per_kind[kind] = count
         if count >= cap:
