@@ -1,6 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, binding=False
 """The event loop's timers on the wheel, compiled: ``LoopTimers`` and its ``TimerHandle``, and
-the methods ``EventLoop`` takes from here: ``time``, ``call_at``, ``call_later``.
+the methods ``EventLoop`` takes from here: ``time``, ``call_at``, ``call_later``, ``call_soon``.
 
 ``timerwheel_c/pure/loop.py`` is the pure-Python twin, in the same order, and holds the design
 (the ms clock, the never-early rule, due order); ``timerwheel_c.loop.EventLoop`` drives either.
@@ -44,7 +44,7 @@ from timerwheel_c._loop_common import (
     report_exception,
 )
 
-__all__ = ["LoopTimers", "TimerHandle", "call_at", "call_later", "install_methods", "time"]
+__all__ = ["LoopTimers", "TimerHandle", "call_at", "call_later", "call_soon", "install_methods", "time"]
 
 cdef extern from "tw_prefetch.h":
     void tw_prefetch(void* p) noexcept nogil
@@ -73,6 +73,15 @@ cdef extern from "Python.h":
     PyTypeObject PyMethodDescr_Type
     ctypedef struct PyMethodDescrObject:
         PyMethodDef* d_method
+
+cdef extern from "structmember.h":
+    ctypedef struct PyMemberDef:
+        pass
+    int PyMember_SetOne(char* addr, PyMemberDef* member, PyObject* value) except -1
+
+cdef extern from "Python.h":
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef* d_member
 
 cdef extern from "tw_slab.h":
     int tw_slab_install(PyTypeObject* tp) except -1
@@ -1058,6 +1067,111 @@ def call_later(loop, delay, callback, *args, context=None):
 cdef object _CALL_LATER = call_later
 
 
+# call_soon, compiled: asyncio's BaseEventLoop.call_soon makes its asyncio.Handle through four
+# Python frames (call_soon, _check_closed, _call_soon, Handle.__init__ and its get_debug), about
+# 600 ns a call on CPython 3.11, and every future's callback and every task's wake-up goes through
+# it (two per ``wait_for``). Here the same Handle is made and filled in C, as Handle.__init__ fills
+# it, while everything it stands for is asyncio's own: the loop class's _call_soon, _check_closed
+# and get_debug, asyncio.events.Handle and its __init__; debug mode, a closed loop, or any of
+# those replaced, and the call is asyncio's own call_soon, which checks and raises as ever.
+cdef object _BASE_CALL_SOON = asyncio.BaseEventLoop.call_soon
+cdef object _HANDLE = asyncio.events.Handle
+cdef dict _EVENTS_DICT = asyncio.events.__dict__
+cdef str _HANDLE_NAME = "Handle"
+cdef tw_dict_memo _HANDLE_MEMO
+cdef str _INIT_NAME = "__init__"
+cdef tw_type_memo _HANDLE_INIT_MEMO
+cdef object _HANDLE_INIT = _HANDLE.__dict__.get("__init__")
+# (name, asyncio's function, memo) of each loop method call_soon's compiled path stands for.
+cdef str _CALL_SOON_INNER_NAME = "_call_soon"
+cdef str _CHECK_CLOSED_NAME = "_check_closed"
+cdef str _GET_DEBUG_NAME = "get_debug"
+cdef object _BASE_CALL_SOON_INNER = asyncio.BaseEventLoop.__dict__.get("_call_soon")
+cdef object _BASE_CHECK_CLOSED = asyncio.BaseEventLoop.__dict__.get("_check_closed")
+cdef object _BASE_GET_DEBUG = asyncio.BaseEventLoop.__dict__.get("get_debug")
+cdef tw_type_memo _CALL_SOON_INNER_MEMO
+cdef tw_type_memo _CHECK_CLOSED_MEMO
+cdef tw_type_memo _GET_DEBUG_MEMO
+# The slots of asyncio.Handle that its __init__ fills, in its order, each a member descriptor.
+cdef PyMemberDef* _SLOT_CONTEXT = NULL
+cdef PyMemberDef* _SLOT_LOOP = NULL
+cdef PyMemberDef* _SLOT_CALLBACK = NULL
+cdef PyMemberDef* _SLOT_ARGS = NULL
+cdef PyMemberDef* _SLOT_CANCELLED = NULL
+cdef PyMemberDef* _SLOT_REPR = NULL
+cdef PyMemberDef* _SLOT_SOURCE_TRACEBACK = NULL
+
+
+cdef PyMemberDef* _handle_slot(str name):
+    """asyncio.Handle's slot ``name`` (its member descriptor's definition), or NULL if it is not one."""
+    descr = _HANDLE.__dict__.get(name)
+    if type(descr) is not type(_HANDLE.__dict__.get("_callback")) or type(descr).__name__ != "member_descriptor" \
+            or getattr(descr, "__objclass__", None) is not _HANDLE:
+        return NULL
+    return (<PyMemberDescrObject*>descr).d_member
+
+
+_SLOT_CONTEXT = _handle_slot("_context")
+_SLOT_LOOP = _handle_slot("_loop")
+_SLOT_CALLBACK = _handle_slot("_callback")
+_SLOT_ARGS = _handle_slot("_args")
+_SLOT_CANCELLED = _handle_slot("_cancelled")
+_SLOT_REPR = _handle_slot("_repr")
+_SLOT_SOURCE_TRACEBACK = _handle_slot("_source_traceback")
+# The compiled path needs every slot as a plain member and asyncio's functions it stands for found:
+# otherwise it is never taken.
+cdef object _FALSE = False
+cdef bint _HANDLE_SLOTS = (None not in (_HANDLE_INIT, _BASE_CALL_SOON_INNER, _BASE_CHECK_CLOSED, _BASE_GET_DEBUG)
+                           and _SLOT_CONTEXT != NULL and _SLOT_LOOP != NULL and _SLOT_CALLBACK != NULL
+                           and _SLOT_ARGS != NULL and _SLOT_CANCELLED != NULL and _SLOT_REPR != NULL
+                           and _SLOT_SOURCE_TRACEBACK != NULL)
+
+
+cdef inline bint _call_soon_is_asyncios(PyTypeObject* tp) noexcept:
+    """True if what asyncio's call_soon calls is asyncio's own on loop class ``tp`` (see above)."""
+    return _HANDLE_SLOTS \
+        and tw_type_get(tp, <PyObject*>_CALL_SOON_INNER_NAME, &_CALL_SOON_INNER_MEMO) == <PyObject*>_BASE_CALL_SOON_INNER \
+        and tw_type_get(tp, <PyObject*>_CHECK_CLOSED_NAME, &_CHECK_CLOSED_MEMO) == <PyObject*>_BASE_CHECK_CLOSED \
+        and tw_type_get(tp, <PyObject*>_GET_DEBUG_NAME, &_GET_DEBUG_MEMO) == <PyObject*>_BASE_GET_DEBUG \
+        and tw_dict_get(<PyObject*>_EVENTS_DICT, <PyObject*>_HANDLE_NAME, &_HANDLE_MEMO) == <PyObject*>_HANDLE \
+        and tw_type_get(<PyTypeObject*>_HANDLE, <PyObject*>_INIT_NAME, &_HANDLE_INIT_MEMO) == <PyObject*>_HANDLE_INIT
+
+
+cdef object _call_soon(object loop, object callback, tuple args, object context):
+    if not _call_soon_is_asyncios(Py_TYPE(loop)) or loop._closed or loop._debug:
+        return _BASE_CALL_SOON(loop, callback, *args, context=context)
+    if context is None:
+        context = PyContext_CopyCurrent()
+    handle = (<PyTypeObject*>_HANDLE).tp_new(<type>_HANDLE, <PyObject*>(), NULL)
+    cdef char* at = <char*><PyObject*>handle
+    PyMember_SetOne(at, _SLOT_CONTEXT, <PyObject*>context)
+    PyMember_SetOne(at, _SLOT_LOOP, <PyObject*>loop)
+    PyMember_SetOne(at, _SLOT_CALLBACK, <PyObject*>callback)
+    PyMember_SetOne(at, _SLOT_ARGS, <PyObject*>args)
+    PyMember_SetOne(at, _SLOT_CANCELLED, <PyObject*>_FALSE)
+    PyMember_SetOne(at, _SLOT_REPR, <PyObject*>None)
+    PyMember_SetOne(at, _SLOT_SOURCE_TRACEBACK, <PyObject*>None)
+    loop._ready.append(handle)
+    return handle
+
+
+@cython.binding(True)
+def call_soon(loop, callback, *args, context=None):
+    """``loop.call_soon``: asyncio's ``BaseEventLoop.call_soon``, which it stands for, its
+    ``asyncio.Handle`` made in C while the loop's class and asyncio's Handle are asyncio's own and
+    the loop is open and not in debug mode (otherwise asyncio's own is called).
+
+    Returns:
+        an ``asyncio.Handle``, appended to the ready queue.
+    Raises:
+        RuntimeError: the loop is closed. TypeError (debug mode): ``callback`` is not callable.
+    """
+    return _call_soon(loop, callback, args, context)
+
+
+cdef object _CALL_SOON = call_soon
+
+
 # The C methods: METH_NOARGS and METH_FASTCALL | METH_KEYWORDS functions over the ones above. A
 # call with the two leading arguments given by position and no keyword but ``context`` (every
 # call asyncio and its libraries make) is taken here; any other (keywords, too few arguments) is
@@ -1080,6 +1194,15 @@ cdef object _call_at_method(object loop, PyObject** args, Py_ssize_t nargs, PyOb
                     context)
 
 
+cdef object _call_soon_method(object loop, PyObject** args, Py_ssize_t nargs, PyObject* kwnames):
+    cdef object context = None
+    if nargs < 1 or (kwnames != NULL and not tw_only_keyword(kwnames, <PyObject*>_CONTEXT_NAME)):
+        return tw_call_with_self(<PyObject*>_CALL_SOON, <PyObject*>loop, args, nargs, kwnames)
+    if kwnames != NULL:
+        context = <object>args[nargs]
+    return _call_soon(loop, <object>args[0], () if nargs == 1 else tw_tuple_of(args + 1, nargs - 1), context)
+
+
 cdef object _call_later_method(object loop, PyObject** args, Py_ssize_t nargs, PyObject* kwnames):
     cdef object context = None
     if nargs < 2 or (kwnames != NULL and not tw_only_keyword(kwnames, <PyObject*>_CONTEXT_NAME)):
@@ -1093,6 +1216,7 @@ cdef object _call_later_method(object loop, PyObject** args, Py_ssize_t nargs, P
 cdef PyMethodDef _TIME_DEF
 cdef PyMethodDef _CALL_AT_DEF
 cdef PyMethodDef _CALL_LATER_DEF
+cdef PyMethodDef _CALL_SOON_DEF
 _TIME_DEF.ml_name = "time"
 _TIME_DEF.ml_meth = <PyCFunction>_time_method
 _TIME_DEF.ml_flags = METH_NOARGS
@@ -1109,14 +1233,20 @@ _CALL_LATER_DEF.ml_flags = METH_FASTCALL | METH_KEYWORDS
 _CALL_LATER_DEF.ml_doc = ("call_later($self, delay, callback, *args, context=None)\n--\n\n"
                           "Run callback(*args) delay seconds from now, never before "
                           "(see timerwheel_c._loop.call_later).")
+_CALL_SOON_DEF.ml_name = "call_soon"
+_CALL_SOON_DEF.ml_meth = <PyCFunction>_call_soon_method
+_CALL_SOON_DEF.ml_flags = METH_FASTCALL | METH_KEYWORDS
+_CALL_SOON_DEF.ml_doc = ("call_soon($self, callback, *args, context=None)\n--\n\n"
+                         "Run callback(*args) at the next iteration, as asyncio's "
+                         "(see timerwheel_c._loop.call_soon).")
 
 
 def install_methods(cls):
-    """Give ``cls`` (EventLoop) ``time``, ``call_at`` and ``call_later`` as C methods of its own:
+    """Give ``cls`` (EventLoop) ``time``, ``call_at``, ``call_later`` and ``call_soon`` as C methods of its own:
     this module's functions, called by the interpreter with no function object between (a method
     descriptor, as a built-in class's methods). They accept what the functions accept, raise what
     they raise, and a patch of the class still replaces them. The pure twin's ``install_methods``
-    leaves the class's functions as they are.
+    leaves the class's functions as they are (its ``call_soon`` is asyncio's own).
 
     Raises:
         TypeError: ``cls`` is not a subclass of ``asyncio.BaseEventLoop``.
@@ -1126,3 +1256,4 @@ def install_methods(cls):
     cls.time = PyDescr_NewMethod(<PyTypeObject*>cls, &_TIME_DEF)
     cls.call_at = PyDescr_NewMethod(<PyTypeObject*>cls, &_CALL_AT_DEF)
     cls.call_later = PyDescr_NewMethod(<PyTypeObject*>cls, &_CALL_LATER_DEF)
+    cls.call_soon = PyDescr_NewMethod(<PyTypeObject*>cls, &_CALL_SOON_DEF)

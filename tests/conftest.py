@@ -125,9 +125,10 @@ def new_wheel_loop(loop_impl):
     (``selector=`` as EventLoop takes it); every loop made is closed at teardown."""
     from timerwheel_c.loop import EventLoop
 
-    # The twin's store and its methods of EventLoop (time, call_at, call_later).
+    # The twin's store and its methods of EventLoop (time, call_at, call_later, call_soon).
     cls = type("EventLoop", (EventLoop,), {"_timers_class": loop_impl.LoopTimers, "time": loop_impl.time,
-                                            "call_at": loop_impl.call_at, "call_later": loop_impl.call_later})
+                                            "call_at": loop_impl.call_at, "call_later": loop_impl.call_later,
+                                            "call_soon": loop_impl.call_soon})
     loop_impl.install_methods(cls)  # the compiled twin's C methods of the class, as EventLoop's own
     made = []
 

@@ -1,10 +1,11 @@
 """Type stub of the event loop's compiled timer store (src/_loop.pyx); the pure twin
 (timerwheel_c/pure/loop.py) has the same API. Times are float seconds on the loop's clock."""
+import asyncio
 import contextvars
 from collections import deque
 from typing import Any, Callable, Optional, final
 
-__all__ = ["LoopTimers", "TimerHandle", "call_at", "call_later", "install_methods", "time"]
+__all__ = ["LoopTimers", "TimerHandle", "call_at", "call_later", "call_soon", "install_methods", "time"]
 
 @final
 class TimerHandle:
@@ -57,4 +58,7 @@ def call_at(
 def call_later(
     loop: Any, delay: float, callback: Callable[..., Any], *args: Any, context: Optional[contextvars.Context] = None
 ) -> TimerHandle: ...
+def call_soon(
+    loop: Any, callback: Callable[..., Any], *args: Any, context: Optional[contextvars.Context] = None
+) -> asyncio.Handle: ...
 def install_methods(cls: type) -> None: ...

@@ -152,6 +152,7 @@ class EventLoop(asyncio.SelectorEventLoop, metaclass=EventLoopType):
     time = _core.time
     call_at = _core.call_at  # type: ignore[assignment]
     call_later = _core.call_later  # type: ignore[assignment]
+    call_soon = _core.call_soon
 
     @property
     def _scheduled(self) -> ScheduledView:
@@ -250,7 +251,7 @@ class EventLoop(asyncio.SelectorEventLoop, metaclass=EventLoopType):
         handle = None  # breaks cycles when an exception occurs
 
 
-# time, call_at and call_later as C methods of the class where the core is compiled (see install_methods).
+# time, call_at, call_later and call_soon as C methods of the class where the core is compiled (see install_methods).
 _core.install_methods(EventLoop)
 
 

@@ -1,5 +1,5 @@
 """The event loop's timers on a timing wheel: ``LoopTimers`` and its ``TimerHandle``, and the
-methods ``EventLoop`` takes from here (``time``, ``call_at``, ``call_later``). The pure-Python twin
+methods ``EventLoop`` takes from here (``time``, ``call_at``, ``call_later``, ``call_soon``). The pure-Python twin
 of ``src/_loop.pyx``, in the same order.
 
 :class:`timerwheel_c.loop.EventLoop` keeps every timer it makes (``call_at``, ``call_later``, so
@@ -74,7 +74,7 @@ from .._loop_common import (
 )
 from .wheel import TimerWheel
 
-__all__ = ["LoopTimers", "TimerHandle", "call_at", "call_later", "install_methods", "time"]
+__all__ = ["LoopTimers", "TimerHandle", "call_at", "call_later", "call_soon", "install_methods", "time"]
 
 # A waiting handle's _timer_id: armed, and no id the wheel gives.
 WAITING_ID = -1
@@ -537,8 +537,13 @@ def call_later(loop: Any, delay: float, callback: Callable[..., Any], *args: Any
     return timers.call_later(delay, callback, *args, context=context)
 
 
+# ``loop.call_soon``: asyncio's own ``BaseEventLoop.call_soon``, which the compiled twin's stands for
+# (it makes the same asyncio.Handle in C).
+call_soon = asyncio.BaseEventLoop.call_soon
+
+
 def install_methods(cls: type) -> None:
-    """Give ``cls`` (EventLoop) ``time``, ``call_at`` and ``call_later`` as methods of its own. Here
+    """Give ``cls`` (EventLoop) ``time``, ``call_at``, ``call_later`` and ``call_soon`` as methods of its own. Here
     the class's functions (this module's, set in its body) stay as they are; the compiled twin
     replaces them with C methods of the class (method descriptors, as a built-in class's), which
     the interpreter calls with no function object between, accepting and raising the same.

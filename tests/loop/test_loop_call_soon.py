@@ -1,0 +1,129 @@
+"""EventLoop's ``call_soon``, on both twins of its timer store (``loop_impl``): asyncio's own
+``BaseEventLoop.call_soon`` on the pure twin, and on the compiled one a C method of the class
+that makes the same ``asyncio.Handle`` without asyncio's four Python frames, as long as what those
+frames call is asyncio's own. Each test compares with asyncio's loop, so it proves equality, not a
+constant; none waits on a clock.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import sys
+
+import pytest
+
+from timerwheel_c.loop import EventLoop
+
+
+def _fields(handle):
+    return (type(handle), handle._callback, handle._args, handle._cancelled, handle._repr, handle._source_traceback)
+
+
+def test_call_soon_is_compiled_on_the_class_or_asyncios_own(new_wheel_loop, loop_impl):
+    """The compiled twin gives the class a C method (a method descriptor, as time, call_at and
+    call_later); the pure twin's call_soon is asyncio's own function."""
+    loop = new_wheel_loop()
+    if loop_impl.__name__ == "timerwheel_c._loop":
+        assert type(type(loop).__dict__["call_soon"]).__name__ == "method_descriptor"
+        assert type(EventLoop.__dict__["call_soon"]).__name__ == "method_descriptor"
+    else:
+        assert loop_impl.call_soon is asyncio.BaseEventLoop.call_soon
+        assert type(loop).call_soon is asyncio.BaseEventLoop.call_soon
+
+
+def test_call_soon_makes_the_handle_asyncios_makes_and_queues_it_in_order(new_wheel_loop):
+    """The handle is an asyncio.Handle with the fields asyncio's call_soon gives it, its context a
+    copy of the current one or the one given, appended to the ready queue: callbacks run in the
+    order they were queued, with their arguments, in their contexts."""
+    loop, ref = new_wheel_loop(), asyncio.new_event_loop()
+    try:
+        var = contextvars.ContextVar("var", default="unset")
+        var.set("queued")
+        ran = []
+
+        def cb(*args):
+            ran.append((args, var.get()))
+
+        for lp in (loop, ref):
+            h = lp.call_soon(cb, 1, 2)
+            assert _fields(h) == (asyncio.Handle, cb, (1, 2), False, None, None)
+            assert h._loop is lp and lp._ready[-1] is h
+            assert h._context is not contextvars.copy_context() and h._context[var] == "queued"
+        ctx = contextvars.Context()
+        h = loop.call_soon(cb, 3, context=ctx)
+        assert h._context is ctx and h._args == (3,)
+        assert loop.call_soon(callback=cb)._args == ()
+        assert loop.call_soon(cb, *range(20))._args == tuple(range(20))
+        var.set("later")
+        loop.run_until_complete(asyncio.sleep(0))
+        assert ran == [((1, 2), "queued"), ((3,), "unset"), ((), "queued"), (tuple(range(20)), "queued")]
+        with pytest.raises(TypeError):
+            loop.call_soon()
+        with pytest.raises(TypeError):
+            loop.call_soon(cb, bogus=1)
+    finally:
+        ref.close()
+
+
+def test_call_soon_on_a_closed_loop_raises_and_debug_mode_checks_as_asyncio(new_wheel_loop):
+    """A closed loop refuses call_soon with asyncio's RuntimeError. In debug mode the callback is
+    checked and the handle's source traceback ends at the caller's line, as on asyncio's loop."""
+    loop, ref = new_wheel_loop(), asyncio.new_event_loop()
+    try:
+        for lp in (loop, ref):
+            lp.set_debug(True)
+            with pytest.raises(TypeError, match="a callable object was expected by call_soon"):
+                lp.call_soon(1)
+            h = lp.call_soon(print)
+            line = sys._getframe().f_lineno - 1
+            assert h._source_traceback[-1][1] == line and h._source_traceback[-1][2] == sys._getframe().f_code.co_name
+            lp.set_debug(False)
+            assert lp.call_soon(print)._source_traceback is None
+    finally:
+        ref.close()
+    loop.close()
+    with pytest.raises(RuntimeError, match="Event loop is closed"):
+        loop.call_soon(print)
+
+
+def test_call_soon_goes_through_what_asyncio_calls_once_it_is_replaced(new_wheel_loop, monkeypatch):
+    """asyncio's call_soon calls the loop's _call_soon, _check_closed and get_debug, and makes an
+    asyncio.events.Handle: a subclass's override or a patch of any of them is called, as on
+    asyncio's loop, and once undone the compiled path is taken again."""
+    loop = new_wheel_loop()
+    calls = []
+
+    class Sub(type(loop)):
+        def _call_soon(self, callback, args, context):
+            calls.append(callback)
+            return super()._call_soon(callback, args, context)
+
+    sub = Sub()
+    try:
+        sub.call_soon(print)
+        assert calls == [print]
+    finally:
+        sub.close()
+
+    class MyHandle(asyncio.Handle):
+        __slots__ = ()
+
+    monkeypatch.setattr(asyncio.events, "Handle", MyHandle)
+    assert type(loop.call_soon(print)) is MyHandle
+    monkeypatch.undo()
+    assert type(loop.call_soon(print)) is asyncio.Handle
+
+    def init(self, callback, args, lp, context=None):
+        calls.append("init")
+        original(self, callback, args, lp, context)
+
+    original = asyncio.Handle.__init__
+    monkeypatch.setattr(asyncio.Handle, "__init__", init)
+    loop.call_soon(print)
+    assert calls[-1] == "init"
+    monkeypatch.undo()
+    monkeypatch.setattr(type(loop), "get_debug", lambda self: True)
+    assert loop.call_soon(print)._source_traceback
+    monkeypatch.undo()
+    assert loop.call_soon(print)._source_traceback is None
+    loop.run_until_complete(asyncio.sleep(0))
