@@ -24,7 +24,7 @@ cimport cython
 from cpython.contextvars cimport PyContext_Copy, PyContext_CopyCurrent, PyContext_Enter, PyContext_Exit
 from cpython.object cimport Py_TYPE, PyObject, PyTypeObject
 from cpython.ref cimport Py_DECREF, Py_INCREF
-from libc.math cimport INFINITY, floor, isfinite, nextafter
+from libc.math cimport INFINITY, ceil, floor, isfinite, nextafter
 from libc.stdint cimport UINT64_MAX, int64_t, uint64_t
 from libc.stdlib cimport free, qsort, realloc
 
@@ -32,13 +32,17 @@ from timerwheel_c._wheel cimport TimerWheel, tw_fired_t
 
 import asyncio
 import contextvars
+import select as _select_module
+import selectors
 import weakref
+from asyncio import selector_events
 
 from timerwheel_c._common import _refuse_copy
 from timerwheel_c._loop_common import (
     MAX_SELECT_S,
     check_when,
     handle_repr,
+    handle_run_hook,
     later_through_call_at as _later_through_call_at,
     patched_asyncio_time as _patched_asyncio_time,
     report_exception,
@@ -73,6 +77,11 @@ cdef extern from "Python.h":
     PyTypeObject PyMethodDescr_Type
     ctypedef struct PyMethodDescrObject:
         PyMethodDef* d_method
+
+cdef extern from "Python.h":
+    bint PyMethod_Check(object op)
+    PyObject* PyMethod_GET_FUNCTION(object meth)
+    PyObject* PyMethod_GET_SELF(object meth)
 
 cdef extern from "structmember.h":
     ctypedef struct PyMemberDef:
@@ -338,6 +347,69 @@ def _handle_blocks():
     return tw_slab_stats()
 
 
+# The iteration's I/O step and its run of the ready callbacks, compiled: asyncio's
+# selectors.EpollSelector.select, _process_events and the loop over the ready queue are Python
+# code that each iteration runs, about 350 ns of it on CPython 3.11 (two iterations per wait_for).
+cdef object _EPOLL_SELECT = getattr(getattr(selectors, "EpollSelector", None), "select", None)
+cdef object _EPOLLIN = getattr(_select_module, "EPOLLIN", None)
+cdef object _EPOLLOUT = getattr(_select_module, "EPOLLOUT", None)
+cdef object _EVENT_READ = selectors.EVENT_READ
+cdef object _EVENT_WRITE = selectors.EVENT_WRITE
+cdef object _PROCESS_EVENTS = selector_events.BaseSelectorEventLoop._process_events
+cdef object _ASYNCIO_HANDLE = asyncio.Handle
+cdef object _ASYNCIO_TIMER_HANDLE = asyncio.TimerHandle
+cdef str _RUN_NAME = "_run"
+cdef tw_type_memo _TIMER_RUN_MEMO
+cdef object _hook_run = None     # asyncio.TimerHandle._run as last looked at
+cdef object _hooked = None       # handle_run_hook()'s answer for it
+
+
+cdef inline bint _is_bound(object method, object function, object owner) noexcept:
+    """True if ``method`` is ``function`` bound to ``owner`` (what ``owner.name`` gives when the
+    name is neither patched on ``owner`` nor overridden by its class)."""
+    return PyMethod_Check(method) and PyMethod_GET_FUNCTION(method) == <PyObject*>function \
+        and PyMethod_GET_SELF(method) == <PyObject*>owner
+
+
+cdef list _epoll_select(object selector, object timeout):
+    """``selectors.EpollSelector.select(selector, timeout)``, line by line: the same ``poll`` of the
+    epoll object, the same events for the same keys."""
+    if timeout is None:
+        timeout = -1
+    elif timeout <= 0:
+        timeout = 0
+    else:
+        # epoll_wait() counts whole ms: round away from zero, to wait at least timeout seconds.
+        timeout = ceil(<double>timeout * 1e3) * 1e-3
+    max_ev = max(len(selector._fd_to_key), 1)
+    ready = []
+    try:
+        fd_event_list = selector._selector.poll(timeout, max_ev)
+    except InterruptedError:
+        return ready
+    for fd, event in fd_event_list:
+        events = 0
+        if event & ~_EPOLLIN:
+            events |= _EVENT_WRITE
+        if event & ~_EPOLLOUT:
+            events |= _EVENT_READ
+        key = selector._key_from_fd(fd)
+        if key:
+            ready.append((key, events & key.events))
+    return ready
+
+
+cdef object _run_hook():
+    """``handle_run_hook()``, asked again only once ``asyncio.TimerHandle._run`` changed (a type
+    lookup through the method cache, where the Python function costs a call every iteration)."""
+    global _hook_run, _hooked
+    cdef PyObject* run = tw_type_get(<PyTypeObject*>_ASYNCIO_TIMER_HANDLE, <PyObject*>_RUN_NAME, &_TIMER_RUN_MEMO)
+    if run == NULL or run != <PyObject*>_hook_run:
+        _hooked = handle_run_hook()
+        _hook_run = None if run == NULL else <object>run
+    return _hooked
+
+
 @cython.final
 @cython.no_gc_clear
 @cython.auto_pickle(False)
@@ -526,6 +598,49 @@ cdef class LoopTimers:
             self._requeue(&fired, i)
             wheel.c_release(&fired)
         return n
+
+    def poll(self, selector, timeout):
+        """``loop._process_events(selector.select(timeout))``: an iteration's I/O step, as asyncio's
+        ``_run_once`` takes it. Where ``selector.select`` is asyncio's epoll selector's own (not
+        patched on the selector, its class or a subclass), its code runs here in C, and asyncio's own
+        ``_process_events``, which does nothing with no event, is not called with none; any other
+        selector or ``_process_events`` is called as asyncio calls it."""
+        loop = self._owner()
+        select = selector.select
+        if _EPOLL_SELECT is not None and _is_bound(select, _EPOLL_SELECT, selector):
+            event_list = _epoll_select(selector, timeout)
+        else:
+            event_list = select(timeout)
+        process = loop._process_events
+        if type(event_list) is list and not event_list and _is_bound(process, _PROCESS_EVENTS, loop):
+            return
+        process(event_list)
+
+    def run_ready(self, ready, Py_ssize_t ntodo):
+        """Run the next ``ntodo`` callbacks of ``ready`` (the loop's deque), and only those, as
+        asyncio's ``_run_once`` does out of debug mode: each not cancelled through its ``_run()``,
+        which reports its exception to the loop's handler and lets SystemExit and KeyboardInterrupt
+        out, or a wheel handle through a replacement of asyncio's ``Handle._run`` (``handle_run_hook``).
+
+        Returns:
+            0; or, found in debug mode before a callback, how many are left, the first of them put
+            back at the head of ``ready``, for the loop's checked path to run.
+        """
+        cdef Py_ssize_t i
+        loop = self._owner()
+        hooked = _run_hook()
+        for i in range(ntodo):
+            handle = ready.popleft()
+            if handle._cancelled:
+                continue
+            if loop._debug:
+                ready.appendleft(handle)
+                return ntodo - i
+            if hooked is None or isinstance(handle, _ASYNCIO_HANDLE):
+                handle._run()
+            else:  # a timer handle of the wheel, through asyncio's replaced Handle._run
+                hooked(handle)
+        return 0
 
     def close(self):
         """Drop every armed timer, as asyncio's close() clears its heap; later arming raises

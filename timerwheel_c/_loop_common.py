@@ -20,7 +20,8 @@ from typing import Any, cast, overload
 from ._aio_common import MAX_DUE_MS, floor_ms
 
 __all__ = ["ASYNCIO_TIME", "MAX_DUE_MS", "MAX_SELECT_S", "ScheduledView", "check_when", "handle_repr",
-           "later_through_call_at", "loop_ms", "order_key", "patched_asyncio_time", "report_exception"]
+           "handle_run_hook", "later_through_call_at", "loop_ms", "order_key", "patched_asyncio_time",
+           "report_exception"]
 
 # asyncio's cap on one select() wait, in seconds (one day).
 MAX_SELECT_S: float = base_events.MAXIMUM_SELECT_TIMEOUT  # type: ignore[attr-defined]
@@ -200,3 +201,20 @@ def report_exception(handle: Any, loop: Any, exc: BaseException) -> None:
     if handle._source_traceback:
         context["source_traceback"] = handle._source_traceback
     loop.call_exception_handler(context)
+
+
+# (asyncio.TimerHandle._run as last looked at, the hook to run the wheel's handles through or None):
+# a tool that replaces asyncio's Handle._run, a slow-callback hook (aiodebug, logfire), before or
+# after the loop module is imported, is given the loop's timer handles too, as asyncio's loop gives
+# it its own. asyncio's own is known by its code's file, since a hook may wrap it (functools.wraps).
+_hook: tuple = (None, None)
+
+
+def handle_run_hook() -> Any:
+    """The replacement of asyncio's ``Handle._run`` in place now, or None while it is asyncio's own."""
+    global _hook
+    run = asyncio.TimerHandle._run
+    if run is not _hook[0]:
+        own = getattr(getattr(run, "__code__", None), "co_filename", None) == asyncio.events.__file__
+        _hook = (run, None if own else run)
+    return _hook[1]

@@ -71,7 +71,7 @@ from asyncio import base_events, format_helpers
 from typing import TYPE_CHECKING, Any, Callable, Coroutine, Optional, TypeVar
 
 from . import _impl
-from ._loop_common import ScheduledView
+from ._loop_common import ScheduledView, handle_run_hook
 
 if TYPE_CHECKING:  # type checkers see the pure twin, as aio-libs does
     from .pure import loop as _core
@@ -90,22 +90,6 @@ _WINDOWS = sys.platform == "win32"
 HAS_POLICIES = sys.version_info < (3, 14)
 # The methods that make up the run loop, which a replacement written for asyncio's heap cannot be.
 _RUN_LOOP = frozenset({"run_forever", "run_until_complete", "_run_once"})
-# (asyncio.TimerHandle._run as last looked at, the hook to run the wheel's handles through or None):
-# a tool that replaces asyncio's Handle._run, a slow-callback hook (aiodebug, logfire), before or
-# after this module is imported, is given this loop's timer handles too, as asyncio's loop gives it
-# its own. asyncio's own is known by its code's file, since a hook may wrap it (functools.wraps).
-_hook: tuple = (None, None)
-
-
-def _handle_run_hook() -> Optional[Callable[[Any], None]]:
-    """The replacement of asyncio's ``Handle._run`` in place now, or None while it is asyncio's own."""
-    global _hook
-    run = asyncio.TimerHandle._run
-    if run is not _hook[0]:
-        own = getattr(getattr(run, "__code__", None), "co_filename", None) == asyncio.events.__file__
-        _hook = (run, None if own else run)
-    return _hook[1]
-
 
 class EventLoopType(abc.ABCMeta):
     """EventLoop's metaclass, which refuses a replacement of its run loop on the class (nest_asyncio's
@@ -214,41 +198,52 @@ class EventLoop(asyncio.SelectorEventLoop, metaclass=EventLoopType):
     def _run_once(self) -> None:
         """One iteration, as asyncio's ``BaseEventLoop._run_once`` with the wheel for the heap:
         wait for I/O at most until the earliest timer, move the due timers to the ready queue,
-        run what was ready."""
+        run what was ready (the timer store's ``poll`` and ``run_ready``, compiled)."""
         timers = self._timers
         ready = self._ready
-        event_list = self._selector.select(timers.select_timeout(bool(ready) or self._stopping))
-        self._process_events(event_list)
-        event_list = None  # breaks cycles when an exception occurs
+        timers.poll(self._selector, timers.select_timeout(bool(ready) or self._stopping))
         timers.move_due(ready)
-        hooked = _handle_run_hook()
-        # Only what is ready now runs: what these callbacks schedule waits for the next poll.
-        for _ in range(len(ready)):
+        # Only what is ready now runs: what these callbacks schedule waits for the next poll. The
+        # compiled run and the checked one (debug mode) hand the rest over as the mode changes.
+        left = timers.run_ready(ready, len(ready))
+        while left:
+            left = timers.run_ready(ready, self._run_ready_checked(ready, left))
+
+    def _run_ready_checked(self, ready: collections.deque, ntodo: int) -> int:
+        """The next ``ntodo`` callbacks of ``ready`` while debug mode is on: each timed, and
+        reported through ``asyncio.base_events.logger`` when slow, with ``loop._current_handle``
+        set while it runs, as asyncio's ``_run_once`` does.
+
+        Returns:
+            0; or, found out of debug mode before a callback, how many are left, the first of them
+            put back at the head of ``ready``, for the store's ``run_ready``.
+        """
+        hooked = handle_run_hook()
+        for i in range(ntodo):
             handle = ready.popleft()
             if handle._cancelled:
                 continue
-            if self._debug:
-                try:
-                    self._current_handle = handle
-                    t0 = self.time()
-                    # Inline, not through a helper taking the handle: a callee's frame kept by a
-                    # traceback (the task's exception) would keep the handle, and so the task, alive.
-                    if hooked is None or isinstance(handle, asyncio.Handle):
-                        handle._run()
-                    else:
-                        hooked(handle)
-                    dt = self.time() - t0
-                    if dt >= self.slow_callback_duration:
-                        # The module global, looked up now, as asyncio's _run_once: tests replace it.
-                        base_events.logger.warning(  # type: ignore[attr-defined]
-                            "Executing %s took %.3f seconds", _format_handle(handle), dt)
-                finally:
-                    self._current_handle = None
-            elif hooked is None or isinstance(handle, asyncio.Handle):
-                handle._run()
-            else:  # a timer handle of the wheel, through asyncio's replaced Handle._run
-                hooked(handle)
+            if not self._debug:
+                ready.appendleft(handle)
+                return ntodo - i
+            try:
+                self._current_handle = handle
+                t0 = self.time()
+                # Inline, not through a helper taking the handle: a callee's frame kept by a
+                # traceback (the task's exception) would keep the handle, and so the task, alive.
+                if hooked is None or isinstance(handle, asyncio.Handle):
+                    handle._run()
+                else:  # a timer handle of the wheel, through asyncio's replaced Handle._run
+                    hooked(handle)
+                dt = self.time() - t0
+                if dt >= self.slow_callback_duration:
+                    # The module global, looked up now, as asyncio's _run_once: tests replace it.
+                    base_events.logger.warning(  # type: ignore[attr-defined]
+                        "Executing %s took %.3f seconds", _format_handle(handle), dt)
+            finally:
+                self._current_handle = None
         handle = None  # breaks cycles when an exception occurs
+        return 0
 
 
 # time, call_at, call_later and call_soon as C methods of the class where the core is compiled (see install_methods).

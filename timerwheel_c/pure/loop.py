@@ -66,6 +66,7 @@ from .._loop_common import (
     MAX_SELECT_S,
     check_when,
     handle_repr,
+    handle_run_hook,
     later_through_call_at,
     loop_ms,
     order_key,
@@ -301,6 +302,36 @@ class LoopTimers:
         finally:
             self._requeue(batch, i)
         return len(batch)
+
+    def poll(self, selector: Any, timeout: Optional[float]) -> None:
+        """``loop._process_events(selector.select(timeout))``: an iteration's I/O step, as asyncio's
+        ``_run_once`` takes it (the compiled twin runs asyncio's epoll selector's ``select`` in C)."""
+        self._owner()._process_events(selector.select(timeout))
+
+    def run_ready(self, ready: deque, ntodo: int) -> int:
+        """Run the next ``ntodo`` callbacks of ``ready`` (the loop's deque), and only those, as
+        asyncio's ``_run_once`` does out of debug mode: each not cancelled through its ``_run()``,
+        which reports its exception to the loop's handler and lets SystemExit and KeyboardInterrupt
+        out, or a wheel handle through a replacement of asyncio's ``Handle._run`` (``handle_run_hook``).
+
+        Returns:
+            0; or, found in debug mode before a callback, how many are left, the first of them put
+            back at the head of ``ready``, for the loop's checked path to run.
+        """
+        loop = self._owner()
+        hooked = handle_run_hook()
+        for i in range(ntodo):
+            handle = ready.popleft()
+            if handle._cancelled:
+                continue
+            if loop._debug:
+                ready.appendleft(handle)
+                return ntodo - i
+            if hooked is None or isinstance(handle, asyncio.Handle):
+                handle._run()
+            else:  # a timer handle of the wheel, through asyncio's replaced Handle._run
+                hooked(handle)
+        return 0
 
     def close(self) -> None:
         """Drop every armed timer, as asyncio's close() clears its heap; later arming raises
