@@ -1288,7 +1288,7 @@ cdef object _CALL_SOON = call_soon
 
 
 # The C methods: METH_NOARGS and METH_FASTCALL | METH_KEYWORDS functions over the ones above. A
-# call with the two leading arguments given by position and no keyword but ``context`` (every
+# call with the leading arguments (two; call_soon's one) given by position and no keyword but ``context`` (every
 # call asyncio and its libraries make) is taken here; any other (keywords, too few arguments) is
 # handed to the module's function, which parses it and raises as it ever did.
 
@@ -1299,61 +1299,66 @@ cdef object _time_method(object loop, PyObject* unused):
     return _time(loop)
 
 
+cdef inline bint _fast_call(Py_ssize_t nargs, Py_ssize_t leading, PyObject* kwnames) noexcept:
+    """True if a C method's call gives its ``leading`` arguments by position and no keyword but ``context``."""
+    return nargs >= leading and (kwnames == NULL or tw_only_keyword(kwnames, <PyObject*>_CONTEXT_NAME))
+
+
+cdef inline tuple _extra_args(PyObject** args, Py_ssize_t nargs, Py_ssize_t leading):
+    """The positional arguments of a fast call after its ``leading`` ones."""
+    return () if nargs == leading else tw_tuple_of(args + leading, nargs - leading)
+
+
+cdef inline object _context_of(PyObject** args, Py_ssize_t nargs, PyObject* kwnames):
+    """The ``context=`` of a fast call (given after its positional arguments), or None."""
+    return None if kwnames == NULL else <object>args[nargs]
+
+
 cdef object _call_at_method(object loop, PyObject** args, Py_ssize_t nargs, PyObject* kwnames):
-    cdef object context = None
-    if nargs < 2 or (kwnames != NULL and not tw_only_keyword(kwnames, <PyObject*>_CONTEXT_NAME)):
+    if not _fast_call(nargs, 2, kwnames):
         return tw_call_with_self(<PyObject*>_CALL_AT, <PyObject*>loop, args, nargs, kwnames)
-    if kwnames != NULL:
-        context = <object>args[nargs]
-    return _call_at(loop, <object>args[0], <object>args[1], () if nargs == 2 else tw_tuple_of(args + 2, nargs - 2),
-                    context)
+    return _call_at(loop, <object>args[0], <object>args[1], _extra_args(args, nargs, 2), _context_of(args, nargs, kwnames))
 
 
 cdef object _call_soon_method(object loop, PyObject** args, Py_ssize_t nargs, PyObject* kwnames):
-    cdef object context = None
-    if nargs < 1 or (kwnames != NULL and not tw_only_keyword(kwnames, <PyObject*>_CONTEXT_NAME)):
+    if not _fast_call(nargs, 1, kwnames):
         return tw_call_with_self(<PyObject*>_CALL_SOON, <PyObject*>loop, args, nargs, kwnames)
-    if kwnames != NULL:
-        context = <object>args[nargs]
-    return _call_soon(loop, <object>args[0], () if nargs == 1 else tw_tuple_of(args + 1, nargs - 1), context)
+    return _call_soon(loop, <object>args[0], _extra_args(args, nargs, 1), _context_of(args, nargs, kwnames))
 
 
 cdef object _call_later_method(object loop, PyObject** args, Py_ssize_t nargs, PyObject* kwnames):
-    cdef object context = None
-    if nargs < 2 or (kwnames != NULL and not tw_only_keyword(kwnames, <PyObject*>_CONTEXT_NAME)):
+    if not _fast_call(nargs, 2, kwnames):
         return tw_call_with_self(<PyObject*>_CALL_LATER, <PyObject*>loop, args, nargs, kwnames)
-    if kwnames != NULL:
-        context = <object>args[nargs]
-    return _call_later(loop, <object>args[0], <object>args[1], () if nargs == 2 else tw_tuple_of(args + 2, nargs - 2),
-                    context)
+    return _call_later(loop, <object>args[0], <object>args[1], _extra_args(args, nargs, 2),
+                       _context_of(args, nargs, kwnames))
 
 
 cdef PyMethodDef _TIME_DEF
 cdef PyMethodDef _CALL_AT_DEF
 cdef PyMethodDef _CALL_LATER_DEF
 cdef PyMethodDef _CALL_SOON_DEF
-_TIME_DEF.ml_name = "time"
-_TIME_DEF.ml_meth = <PyCFunction>_time_method
-_TIME_DEF.ml_flags = METH_NOARGS
-_TIME_DEF.ml_doc = ("time($self, /)\n--\n\n"
-                    "The loop's clock: asyncio's, time.monotonic(), in seconds (see timerwheel_c._loop.time).")
-_CALL_AT_DEF.ml_name = "call_at"
-_CALL_AT_DEF.ml_meth = <PyCFunction>_call_at_method
-_CALL_AT_DEF.ml_flags = METH_FASTCALL | METH_KEYWORDS
-_CALL_AT_DEF.ml_doc = ("call_at($self, when, callback, *args, context=None)\n--\n\n"
-                       "Run callback(*args) at loop time when, never before (see timerwheel_c._loop.call_at).")
-_CALL_LATER_DEF.ml_name = "call_later"
-_CALL_LATER_DEF.ml_meth = <PyCFunction>_call_later_method
-_CALL_LATER_DEF.ml_flags = METH_FASTCALL | METH_KEYWORDS
-_CALL_LATER_DEF.ml_doc = ("call_later($self, delay, callback, *args, context=None)\n--\n\n"
-                          "Run callback(*args) delay seconds from now, never before "
-                          "(see timerwheel_c._loop.call_later).")
-_CALL_SOON_DEF.ml_name = "call_soon"
-_CALL_SOON_DEF.ml_meth = <PyCFunction>_call_soon_method
-_CALL_SOON_DEF.ml_flags = METH_FASTCALL | METH_KEYWORDS
-_CALL_SOON_DEF.ml_doc = ("call_soon($self, callback, *args, context=None)\n--\n\n"
-                         "Run callback(*args) at the next iteration, as asyncio's "
-                         "(see timerwheel_c._loop.call_soon).")
+
+
+cdef void _define(PyMethodDef* definition, const char* name, PyCFunction method, int flags, const char* doc) noexcept:
+    """Fill a C method's definition; its doc opens with the signature line, as a built-in's."""
+    definition.ml_name = name
+    definition.ml_meth = method
+    definition.ml_flags = flags
+    definition.ml_doc = doc
+
+
+_define(&_TIME_DEF, "time", <PyCFunction>_time_method, METH_NOARGS,
+        "time($self, /)\n--\n\n"
+        "The loop's clock: asyncio's, time.monotonic(), in seconds (see timerwheel_c._loop.time).")
+_define(&_CALL_AT_DEF, "call_at", <PyCFunction>_call_at_method, METH_FASTCALL | METH_KEYWORDS,
+        "call_at($self, when, callback, *args, context=None)\n--\n\n"
+        "Run callback(*args) at loop time when, never before (see timerwheel_c._loop.call_at).")
+_define(&_CALL_LATER_DEF, "call_later", <PyCFunction>_call_later_method, METH_FASTCALL | METH_KEYWORDS,
+        "call_later($self, delay, callback, *args, context=None)\n--\n\n"
+        "Run callback(*args) delay seconds from now, never before (see timerwheel_c._loop.call_later).")
+_define(&_CALL_SOON_DEF, "call_soon", <PyCFunction>_call_soon_method, METH_FASTCALL | METH_KEYWORDS,
+        "call_soon($self, callback, *args, context=None)\n--\n\n"
+        "Run callback(*args) at the next iteration, as asyncio's (see timerwheel_c._loop.call_soon).")
 
 
 def install_methods(cls):
