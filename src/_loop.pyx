@@ -372,8 +372,8 @@ cdef inline bint _is_bound(object method, object function, object owner) noexcep
 
 
 cdef list _epoll_select(object selector, object timeout):
-    """``selectors.EpollSelector.select(selector, timeout)``, line by line: the same ``poll`` of the
-    epoll object, the same events for the same keys."""
+    """``selectors.EpollSelector.select(selector, timeout)`` as CPython 3.9-3.14 run it: the same
+    ``poll`` of the epoll object, the same events for the same keys."""
     if timeout is None:
         timeout = -1
     elif timeout <= 0:
@@ -387,13 +387,16 @@ cdef list _epoll_select(object selector, object timeout):
         fd_event_list = selector._selector.poll(timeout, max_ev)
     except InterruptedError:
         return ready
+    # The key by its fd from the selector's dict, as 3.13's select reads it: 3.9-3.12's went through
+    # _key_from_fd (the same lookup, None when absent), which 3.13 removed.
+    fd_to_key = selector._fd_to_key
     for fd, event in fd_event_list:
         events = 0
         if event & ~_EPOLLIN:
             events |= _EVENT_WRITE
         if event & ~_EPOLLOUT:
             events |= _EVENT_READ
-        key = selector._key_from_fd(fd)
+        key = fd_to_key.get(fd)
         if key:
             ready.append((key, events & key.events))
     return ready
