@@ -290,7 +290,7 @@ class Claimer:
             self._take(self.store.scan(self.partition, self.start, self.end, self.after, limit))
         fires = 0
         exclude, capped, pending, budget = self.exclude, self.capped, self.pending, self.budget
-        firsts, per_kind, scheduled_fields = self.firsts, self.per_kind, keys.scheduled_fields
+        firsts, scheduled_fields = self.firsts, keys.scheduled_fields
         clock_in = 0  # rows until the clock is read again (see CLOCK_EVERY)
         while pending and fires < max_rows:
             if report.scanned >= budget.max_scanned or self.calls >= budget.max_fired:
@@ -325,11 +325,7 @@ class Claimer:
                     if retry_at_ms is None:  # a Backoff of its own: its jitter drawn for each row
                         retry_at_ms = min(self.now_ms + self._lease_ms(handler, 1), keys.MAX_DUE_MS)
                     claimed_key = keys.first_claimed_key(due_at_ms, kind_number, reference, retry_at_ms)
-                    count = per_kind.get(kind_number, 0) + 1
-                    per_kind[kind_number] = count
-                    if count >= cap:
-                        capped.add(kind_number)
-                    self.calls += 1
+                    self._count_call(kind_number, cap)
                     fire = _ToFire([equals_read(key, value)], [(key, None), (claimed_key, value)], key,
                                    due_timer(due_at_ms, kind, reference, value, 1, claimed_key), handler)
                     rows.append(fire)
@@ -401,7 +397,7 @@ class Claimer:
                 return None
             if claim.nominal_ms is None:
                 return _ToAdvance(key, value, claim.batch)
-        self._count_call(tk.kind, handler)
+        self._count_call(tk.kind, self._cap(handler))
         kind: keys.TimerKind = keys.KINDS[tk.kind]  # type: ignore[assignment]  # a parsed key's kind is 1..255, never KINDS[0]
         if claim is not None and claim.claimed_key is not None:
             assert claim.nominal_ms is not None  # an occurrence to fire has its nominal time
@@ -437,9 +433,8 @@ class Claimer:
         cap = self.budget.max_per_kind
         return cap if handler.max_per_tick is None else min(cap, handler.max_per_tick)
 
-    def _count_call(self, kind: int, handler: TimerHandler) -> None:
-        """Count a row of ``kind`` chosen to fire, against the tick's and the kind's caps."""
-        cap = self._cap(handler)
+    def _count_call(self, kind: int, cap: int) -> None:
+        """Count a row of ``kind`` chosen to fire, against the tick's cap and ``cap``, its kind's."""
         count = self.per_kind.get(kind, 0) + 1
         self.per_kind[kind] = count
         if count >= cap:
