@@ -68,9 +68,10 @@ class TidArray(list):
 def _dump_buffers(items: list, oid: int) -> bytes:
     if not items:
         return _EMPTY.pack(0, 0, oid)
-    if None in items:
+    nulls = items.count(None)
+    if nulls:
         head = _HEAD.pack(1, 1, oid, len(items), 1)
-        if items.count(None) == len(items):  # every element NULL (no batch of a list moves its row)
+        if nulls == len(items):  # every element NULL (no batch of a list moves its row)
             return head + _NULL * len(items)
         return head + b"".join([_NULL if item is None else _LEN(len(item)) + item for item in items])
     # No NULL (most arrays): the length words and the elements interleaved by slice assignment, the
