@@ -36,6 +36,7 @@ import select as _select_module
 import selectors
 import weakref
 from asyncio import selector_events
+from types import MemberDescriptorType
 
 from timerwheel_c._common import _refuse_copy
 from timerwheel_c._loop_common import (
@@ -1223,8 +1224,7 @@ cdef PyMemberDef* _SLOT_SOURCE_TRACEBACK = NULL
 cdef PyMemberDef* _handle_slot(str name):
     """asyncio.Handle's slot ``name`` (its member descriptor's definition), or NULL if it is not one."""
     descr = _HANDLE.__dict__.get(name)
-    if type(descr) is not type(_HANDLE.__dict__.get("_callback")) or type(descr).__name__ != "member_descriptor" \
-            or getattr(descr, "__objclass__", None) is not _HANDLE:
+    if type(descr) is not MemberDescriptorType or descr.__objclass__ is not _HANDLE:
         return NULL
     return (<PyMemberDescrObject*>descr).d_member
 
