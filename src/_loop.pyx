@@ -22,7 +22,7 @@ the methods ``EventLoop`` takes from here: ``time``, ``call_at``, ``call_later``
 # reference to its handle and frees its index; only then does it run Python code.
 cimport cython
 from cpython.contextvars cimport PyContext_Copy, PyContext_CopyCurrent, PyContext_Enter, PyContext_Exit
-from cpython.object cimport Py_TYPE, PyObject, PyTypeObject
+from cpython.object cimport Py_TYPE, PyObject, PyTypeObject, newfunc
 from cpython.ref cimport Py_DECREF, Py_INCREF
 from libc.math cimport INFINITY, ceil, floor, isfinite, nextafter
 from libc.stdint cimport UINT64_MAX, int64_t, uint64_t
@@ -1191,8 +1191,8 @@ cdef object _CALL_LATER = call_later
 # 600 ns a call on CPython 3.11, and every future's callback and every task's wake-up goes through
 # it (two per ``wait_for``). Here the same Handle is made and filled in C, as Handle.__init__ fills
 # it, while everything it stands for is asyncio's own: the loop class's _call_soon, _check_closed
-# and get_debug, asyncio.events.Handle and its __init__; debug mode, a closed loop, or any of
-# those replaced, and the call is asyncio's own call_soon, which checks and raises as ever.
+# and get_debug, asyncio.events.Handle, its __new__ and its __init__; debug mode, a closed loop, or
+# any of those replaced, and the call is asyncio's own call_soon, which checks and raises as ever.
 cdef object _BASE_CALL_SOON = asyncio.BaseEventLoop.call_soon
 cdef object _HANDLE = asyncio.events.Handle
 cdef dict _EVENTS_DICT = asyncio.events.__dict__
@@ -1201,6 +1201,10 @@ cdef tw_dict_memo _HANDLE_MEMO
 cdef str _INIT_NAME = "__init__"
 cdef tw_type_memo _HANDLE_INIT_MEMO
 cdef object _HANDLE_INIT = _HANDLE.__dict__.get("__init__")
+# Handle's tp_new as imported (object's): the slots are filled in place, so what it makes must be a
+# Handle. A __new__ set on the class replaces it, may make anything, and takes the arguments asyncio
+# passes Handle(): only asyncio's own path calls it as asyncio does.
+cdef newfunc _HANDLE_NEW = (<PyTypeObject*>_HANDLE).tp_new
 # (name, asyncio's function, memo) of each loop method call_soon's compiled path stands for.
 cdef str _CALL_SOON_INNER_NAME = "_call_soon"
 cdef str _CHECK_CLOSED_NAME = "_check_closed"
@@ -1252,6 +1256,7 @@ cdef inline bint _call_soon_is_asyncios(PyTypeObject* tp) noexcept:
         and tw_type_get(tp, <PyObject*>_CHECK_CLOSED_NAME, &_CHECK_CLOSED_MEMO) == <PyObject*>_BASE_CHECK_CLOSED \
         and tw_type_get(tp, <PyObject*>_GET_DEBUG_NAME, &_GET_DEBUG_MEMO) == <PyObject*>_BASE_GET_DEBUG \
         and tw_dict_get(<PyObject*>_EVENTS_DICT, <PyObject*>_HANDLE_NAME, &_HANDLE_MEMO) == <PyObject*>_HANDLE \
+        and (<PyTypeObject*>_HANDLE).tp_new == _HANDLE_NEW \
         and tw_type_get(<PyTypeObject*>_HANDLE, <PyObject*>_INIT_NAME, &_HANDLE_INIT_MEMO) == <PyObject*>_HANDLE_INIT
 
 

@@ -127,3 +127,47 @@ def test_call_soon_goes_through_what_asyncio_calls_once_it_is_replaced(new_wheel
     monkeypatch.undo()
     assert loop.call_soon(print)._source_traceback is None
     loop.run_until_complete(asyncio.sleep(0))
+
+
+def test_call_soon_calls_a_new_set_on_asyncios_handle_as_asyncio_does(loop_impl):
+    """A ``__new__`` set on asyncio.Handle (a tracker of the handles made) is called with the
+    arguments asyncio's call_soon gives ``Handle()``, and what it makes is the handle, as on
+    asyncio's loop, even when that is no Handle at all (asyncio's call_soon then fails reading it).
+    The compiled path fills a Handle's slots in place, so it must never take what such a
+    ``__new__`` makes: it wrote them into an object with no such slots, and crashed. In a process
+    of its own: CPython keeps calling a ``__new__`` looked up on the class once one was set there,
+    even after it is deleted, and asyncio's own Handle() then fails."""
+    import subprocess
+
+    script = """
+import asyncio, importlib, sys
+from timerwheel_c.loop import EventLoop
+impl = importlib.import_module(sys.argv[1])
+cls = type("EventLoop", (EventLoop,), {"_timers_class": impl.LoopTimers, "time": impl.time, "call_at": impl.call_at,
+                                       "call_later": impl.call_later, "call_soon": impl.call_soon})
+impl.install_methods(cls)
+seen = []
+def recording_new(cls, *args):
+    seen.append(args[:2])
+    return object.__new__(cls)
+asyncio.Handle.__new__ = recording_new
+loops = [cls(), asyncio.new_event_loop()]
+outcomes = [[] for loop in loops]
+for loop, outcome in zip(loops, outcomes):
+    seen.clear()
+    handle = loop.call_soon(print, 1)
+    outcome.append((seen == [(print, (1,))], type(handle).__name__, loop._ready[-1] is handle))
+asyncio.Handle.__new__ = lambda cls, *args: object()
+for loop, outcome in zip(loops, outcomes):
+    try:
+        outcome.append(type(loop.call_soon(print, 2)).__name__)
+    except AttributeError as exc:
+        outcome.append(str(exc))
+    loop.close()
+    print(outcome)
+"""
+    out = subprocess.run([sys.executable, "-c", script, loop_impl.__name__], capture_output=True, text=True,
+                         timeout=60, cwd="/")
+    assert out.returncode == 0, out.stderr
+    wheel, asyncios = out.stdout.splitlines()
+    assert wheel == asyncios == str([(True, "Handle", True), "'object' object has no attribute '_source_traceback'"])
