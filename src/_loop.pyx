@@ -1292,13 +1292,10 @@ def call_soon(loop, callback, *args, context=None):
     return _call_soon(loop, callback, args, context)
 
 
-cdef object _CALL_SOON = call_soon
-
-
 # The C methods: METH_NOARGS and METH_FASTCALL | METH_KEYWORDS functions over the ones above. A
 # call with the leading arguments (two; call_soon's one) given by position and no keyword but ``context`` (every
 # call asyncio and its libraries make) is taken here; any other (keywords, too few arguments) is
-# handed to the module's function, which parses it and raises as it ever did.
+# handed to the module's function, or call_soon's to asyncio's own, which parses it and raises as it ever did.
 
 cdef str _CONTEXT_NAME = "context"
 
@@ -1330,7 +1327,7 @@ cdef object _call_at_method(object loop, PyObject** args, Py_ssize_t nargs, PyOb
 
 cdef object _call_soon_method(object loop, PyObject** args, Py_ssize_t nargs, PyObject* kwnames):
     if not _fast_call(nargs, 1, kwnames):
-        return tw_call_with_self(<PyObject*>_CALL_SOON, <PyObject*>loop, args, nargs, kwnames)
+        return tw_call_with_self(<PyObject*>_BASE_CALL_SOON, <PyObject*>loop, args, nargs, kwnames)
     return _call_soon(loop, <object>args[0], _extra_args(args, nargs, 1), _context_of(args, nargs, kwnames))
 
 

@@ -171,3 +171,19 @@ for loop, outcome in zip(loops, outcomes):
     assert out.returncode == 0, out.stderr
     wheel, asyncios = out.stdout.splitlines()
     assert wheel == asyncios == str([(True, "Handle", True), "'object' object has no attribute '_source_traceback'"])
+
+
+@pytest.mark.parametrize("args, kwargs", [((), {}), ((print,), {"bogus": 1}), ((), {"context": None})])
+def test_call_soon_refuses_bad_arguments_with_asyncios_messages(new_wheel_loop, args, kwargs):
+    """A call_soon with no callback or an unknown keyword raises asyncio's TypeError, word for word
+    (the method named as asyncio names it, the missing argument by its name), on both twins."""
+    loop, ref = new_wheel_loop(), asyncio.new_event_loop()
+    try:
+        messages = []
+        for lp in (loop, ref):
+            with pytest.raises(TypeError) as raised:
+                lp.call_soon(*args, **kwargs)
+            messages.append(str(raised.value))
+        assert messages[0] == messages[1]
+    finally:
+        ref.close()
