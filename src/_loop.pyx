@@ -130,6 +130,10 @@ cdef inline object _token_handle(list handles, uint64_t token):
 cdef str _TIME_NAME = "time"
 cdef str _TIMERS_NAME = "_timers"
 cdef str _CALL_AT_NAME = "call_at"
+# The loop methods asyncio's call_soon calls, which call_soon's compiled path stands for.
+cdef str _CALL_SOON_INNER_NAME = "_call_soon"
+cdef str _CHECK_CLOSED_NAME = "_check_closed"
+cdef str _GET_DEBUG_NAME = "get_debug"
 
 
 def _context_reads_hold():
@@ -1011,9 +1015,11 @@ cdef class LoopTimers:
 
 # The store of the loop last armed on, remembered with its __dict__'s version tag, so that
 # call_at/call_later on an unchanged loop find ``loop._timers`` with one comparison instead of an
-# attribute lookup (a type lookup and a dict lookup, a tenth of a re-arm's instructions). Borrowed:
-# the store holds its loop and __dict__, and forgets the memo when it is freed; any change of the
-# loop's __dict__ (a ``_timers`` set, a ``time`` patched) gives it a new tag, and so a lookup.
+# attribute lookup (a type lookup and a dict lookup, a tenth of a re-arm's instructions), and
+# call_soon learns with the same comparison that the loop's own __dict__ holds none of the methods
+# it stands for. Borrowed: the store holds its loop and __dict__, and forgets the memo when it is
+# freed; any change of the loop's __dict__ (a ``_timers`` set, a ``time`` patched) gives it a new
+# tag, and so a lookup.
 cdef PyObject* _memo_loop = NULL
 cdef PyObject* _memo_timers = NULL
 cdef uint64_t _memo_version = 0
@@ -1039,10 +1045,11 @@ cdef inline object _loop_timers(object loop):
         # Read after the lookup: a __dict__ changed by it (a property on a subclass) is looked up again.
         version = tw_dict_version(<PyObject*>timers._loop_dict)
         probe.version = 0
-        # Kept only while the loop's own __dict__ holds no call_at: see _own_call_at.
+        # Kept only while the loop's own __dict__ holds no call_at, _call_soon, _check_closed or
+        # get_debug: see _own_call_at and _own_call_soon_parts.
         if version != 0 \
                 and tw_dict_get(<PyObject*>timers._loop_dict, <PyObject*>_TIMERS_NAME, &probe) == <PyObject*>found \
-                and _CALL_AT_NAME not in timers._loop_dict:
+                and _CALL_AT_NAME not in timers._loop_dict and not _holds_call_soon_parts(timers._loop_dict):
             _memo_loop = <PyObject*>loop
             _memo_timers = <PyObject*>found
             _memo_version = version
@@ -1055,11 +1062,31 @@ cdef bint _own_call_at(object loop, object timers) except -1:
     memo of :func:`_loop_timers` has none, which one comparison tells."""
     if _memo_holds(loop):  # so timers is the memo's: _loop_timers returned it
         return False
-    if type(timers) is LoopTimers and (<LoopTimers>timers)._fast_clock and (<LoopTimers>timers)._loop is loop:
-        own = (<LoopTimers>timers)._loop_dict  # the loop's __dict__, read without an attribute lookup
-    else:
-        own = getattr(loop, "__dict__", None)
+    own = _own_dict(loop, timers)
     return type(own) is dict and _CALL_AT_NAME in <dict>own
+
+
+cdef bint _own_call_soon_parts(object loop) except -1:
+    """True if ``_call_soon``, ``_check_closed`` or ``get_debug`` is set on the loop object itself
+    (``mock.patch.object(loop, "_call_soon")``), which asyncio's ``call_soon`` calls as it would a
+    class's; a loop in the memo of :func:`_loop_timers` has none, which one comparison tells."""
+    if _memo_holds(loop):
+        return False
+    own = _own_dict(loop, _loop_timers(loop))
+    return type(own) is dict and _holds_call_soon_parts(<dict>own)
+
+
+cdef inline object _own_dict(object loop, object timers):
+    """The loop's own __dict__ (None if it has none), read without an attribute lookup where
+    ``timers`` is its store."""
+    if type(timers) is LoopTimers and (<LoopTimers>timers)._fast_clock and (<LoopTimers>timers)._loop is loop:
+        return (<LoopTimers>timers)._loop_dict
+    return getattr(loop, "__dict__", None)
+
+
+cdef inline bint _holds_call_soon_parts(dict own) except -1:
+    """True if ``own`` (a loop's __dict__) holds any of the methods asyncio's call_soon calls."""
+    return _CALL_SOON_INNER_NAME in own or _CHECK_CLOSED_NAME in own or _GET_DEBUG_NAME in own
 
 
 cdef inline void _forget_loop(PyObject* timers) noexcept:
@@ -1190,9 +1217,10 @@ cdef object _CALL_LATER = call_later
 # Python frames (call_soon, _check_closed, _call_soon, Handle.__init__ and its get_debug), about
 # 600 ns a call on CPython 3.11, and every future's callback and every task's wake-up goes through
 # it (two per ``wait_for``). Here the same Handle is made and filled in C, as Handle.__init__ fills
-# it, while everything it stands for is asyncio's own: the loop class's _call_soon, _check_closed
-# and get_debug, asyncio.events.Handle, its __new__ and its __init__; debug mode, a closed loop, or
-# any of those replaced, and the call is asyncio's own call_soon, which checks and raises as ever.
+# it, while everything it stands for is asyncio's own: the loop's _call_soon, _check_closed and
+# get_debug (its class's, none set on the loop itself), asyncio.events.Handle, its __new__ and its
+# __init__; debug mode, a closed loop, or any of those replaced, and the call is asyncio's own
+# call_soon, which checks and raises as ever.
 cdef object _BASE_CALL_SOON = asyncio.BaseEventLoop.call_soon
 cdef object _HANDLE = asyncio.events.Handle
 cdef dict _EVENTS_DICT = asyncio.events.__dict__
@@ -1206,9 +1234,6 @@ cdef object _HANDLE_INIT = _HANDLE.__dict__.get("__init__")
 # passes Handle(): only asyncio's own path calls it as asyncio does.
 cdef newfunc _HANDLE_NEW = (<PyTypeObject*>_HANDLE).tp_new
 # (name, asyncio's function, memo) of each loop method call_soon's compiled path stands for.
-cdef str _CALL_SOON_INNER_NAME = "_call_soon"
-cdef str _CHECK_CLOSED_NAME = "_check_closed"
-cdef str _GET_DEBUG_NAME = "get_debug"
 cdef object _BASE_CALL_SOON_INNER = asyncio.BaseEventLoop.__dict__.get("_call_soon")
 cdef object _BASE_CHECK_CLOSED = asyncio.BaseEventLoop.__dict__.get("_check_closed")
 cdef object _BASE_GET_DEBUG = asyncio.BaseEventLoop.__dict__.get("get_debug")
@@ -1261,7 +1286,7 @@ cdef inline bint _call_soon_is_asyncios(PyTypeObject* tp) noexcept:
 
 
 cdef object _call_soon(object loop, object callback, tuple args, object context):
-    if not _call_soon_is_asyncios(Py_TYPE(loop)) or loop._closed or loop._debug:
+    if not _call_soon_is_asyncios(Py_TYPE(loop)) or _own_call_soon_parts(loop) or loop._closed or loop._debug:
         return _BASE_CALL_SOON(loop, callback, *args, context=context)
     if context is None:
         context = PyContext_CopyCurrent()
@@ -1281,8 +1306,9 @@ cdef object _call_soon(object loop, object callback, tuple args, object context)
 @cython.binding(True)
 def call_soon(loop, callback, *args, context=None):
     """``loop.call_soon``: asyncio's ``BaseEventLoop.call_soon``, which it stands for, its
-    ``asyncio.Handle`` made in C while the loop's class and asyncio's Handle are asyncio's own and
-    the loop is open and not in debug mode (otherwise asyncio's own is called).
+    ``asyncio.Handle`` made in C while the loop's methods it calls (on its class, none set on the
+    loop itself) and asyncio's Handle are asyncio's own and the loop is open and not in debug mode
+    (otherwise asyncio's own is called).
 
     Returns:
         an ``asyncio.Handle``, appended to the ready queue.

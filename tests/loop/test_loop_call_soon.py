@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import sys
+from unittest import mock
 
 import pytest
 
@@ -185,5 +186,31 @@ def test_call_soon_refuses_bad_arguments_with_asyncios_messages(new_wheel_loop, 
                 lp.call_soon(*args, **kwargs)
             messages.append(str(raised.value))
         assert messages[0] == messages[1]
+    finally:
+        ref.close()
+
+
+def test_call_soon_goes_through_what_is_set_on_the_loop_itself(new_wheel_loop):
+    """asyncio's call_soon looks up _check_closed, _call_soon and get_debug on the loop, so a patch
+    set on the loop object itself (``mock.patch.object(loop, ...)``) is called, as on asyncio's
+    loop, also after call_soon and call_later ran on it unpatched; once undone, the handle is
+    made as before."""
+    loop, ref = new_wheel_loop(), asyncio.new_event_loop()
+    try:
+        outcomes = []
+        for lp in (loop, ref):
+            lp.call_soon(print)
+            lp.call_later(3600, print).cancel()
+            with mock.patch.object(lp, "_check_closed", side_effect=RuntimeError("refused")):
+                with pytest.raises(RuntimeError, match="refused"):
+                    lp.call_soon(print)
+            with mock.patch.object(lp, "_call_soon", wraps=lp._call_soon) as inner:
+                queued = lp.call_soon(print, 1) is lp._ready[-1]
+            with mock.patch.object(lp, "get_debug", return_value=True):
+                traced = lp.call_soon(print)._source_traceback is not None
+            seen = [call.args[:2] for call in inner.call_args_list]
+            outcomes.append((seen, queued, traced, type(lp.call_soon(print)), lp.call_soon(print)._source_traceback))
+            lp._ready.clear()
+        assert outcomes[0] == outcomes[1] == ([(print, (1,))], True, True, asyncio.Handle, None)
     finally:
         ref.close()
