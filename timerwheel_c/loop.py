@@ -29,10 +29,11 @@ The clock is ``loop.time()``, followed wherever it is patched, as asyncio's loop
 on asyncio's loop classes (``asyncio.BaseEventLoop``, ``SelectorEventLoop``: freezegun's
 ``real_asyncio=True`` sets one) or ``asyncio.base_events.time`` replaced, and the virtual clocks
 built on them (looptime, aiotools' VirtualClock) move these timers too (with looptime,
-``await asyncio.sleep(3600)`` ends at once). ``time``, ``call_at`` and ``call_later`` are methods
-of the class, compiled, never bound onto the instance: a patch of ``type(loop)`` sees every call.
-A ``call_at`` or ``call_later`` patched on asyncio's own classes is not seen (EventLoop's own
-replace theirs, as uvloop's do).
+``await asyncio.sleep(3600)`` ends at once). ``time``, ``call_at``, ``call_later`` and ``call_soon``
+are methods of the class, compiled, never bound onto the instance: a patch of ``type(loop)`` sees
+every call. A ``call_at``, ``call_later`` or ``call_soon`` patched on asyncio's own classes is not
+seen (EventLoop's own replace theirs, as uvloop's do); ``call_soon`` is asyncio's, and calls the
+``_call_soon``, ``_check_closed`` and ``get_debug`` patched there or on the loop, as asyncio's does.
 
 The handles answer ``when()``, ``cancel()``, ``cancelled()``, ``get_context()``, compare and hash
 as asyncio's ``TimerHandle`` do (ordered by ``when()``), have asyncio's ``_when`` and ``_scheduled``

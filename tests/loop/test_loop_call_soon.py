@@ -214,3 +214,18 @@ def test_call_soon_goes_through_what_is_set_on_the_loop_itself(new_wheel_loop):
         assert outcomes[0] == outcomes[1] == ([(print, (1,))], True, True, asyncio.Handle, None)
     finally:
         ref.close()
+
+
+def test_call_soon_patched_on_asyncios_classes_is_not_seen_but_what_it_calls_is(new_wheel_loop):
+    """EventLoop's call_soon replaces asyncio's, as its call_at and call_later do (and uvloop's):
+    a call_soon patched on asyncio's loop classes is not called. What asyncio's call_soon calls,
+    patched there, is: the handle is then made by asyncio's own call_soon, through the patch."""
+    loop = new_wheel_loop()
+    with mock.patch.object(asyncio.BaseEventLoop, "call_soon") as replaced:
+        assert type(loop.call_soon(print)) is asyncio.Handle
+    assert not replaced.called
+    inner = asyncio.BaseEventLoop._call_soon
+    with mock.patch.object(asyncio.BaseEventLoop, "_call_soon", autospec=True, side_effect=inner) as patched:
+        handle = loop.call_soon(print, 1)
+    patched.assert_called_once_with(loop, print, (1,), None)
+    assert loop._ready[-1] is handle
