@@ -125,6 +125,29 @@ class _ToFire(Batch):
         self.schedule = schedule
 
 
+class _ToFireFirst(_ToFire):
+    """A plain timer's first attempt chosen to fire (the row a claim meets most): the move of ``key``
+    to ``timer.key`` guarded on ``Equals(key, timer.value)``, held as the record's own fields alone,
+    its ``guards`` and ``writes`` built anew at each read (read-only, then), where the two lists and
+    the guard were three more tracked containers per row through the claim's round trip."""
+
+    schedule = None
+
+    def __init__(self, key: bytes, timer: DueTimer, handler: TimerHandler):  # not _ToFire's: no lists to take
+        self.key = key
+        self.timer = timer
+        self.handler = handler
+
+    @property  # type: ignore[override]  # read-only in place of Batch's field
+    def guards(self) -> list:
+        return [equals_read(self.key, self.timer.value)]
+
+    @property  # type: ignore[override]
+    def writes(self) -> list:
+        timer = self.timer
+        return [(self.key, None), (timer.key, timer.value)]
+
+
 @dataclass(frozen=True)
 class _ToAdvance:
     """A schedule's occurrence row whose claim moves the schedule on without firing (``batch``)."""
@@ -326,8 +349,7 @@ class Claimer:
                         retry_at_ms = min(self.now_ms + self._lease_ms(handler, 1), keys.MAX_DUE_MS)
                     claimed_key = keys.first_claimed_key(due_at_ms, kind_number, reference, retry_at_ms)
                     self._count_call(kind_number, cap)
-                    fire = _ToFire([equals_read(key, value)], [(key, None), (claimed_key, value)], key,
-                                   due_timer(due_at_ms, kind, reference, value, 1, claimed_key), handler)
+                    fire = _ToFireFirst(key, due_timer(due_at_ms, kind, reference, value, 1, claimed_key), handler)
                     rows.append(fire)
                     batches.append(fire)
                     fires += 1
@@ -481,7 +503,7 @@ class Claimer:
         make, partition, now_ms = self.claimed_as, self.partition, self.now_ms
         moved = 0  # rows claimed to fire, counted once at the end: the common case costs no other look
         for row, result in zip(rows, results):
-            if result.__class__ is Committed and row.__class__ is _ToFire:
+            if result.__class__ is Committed and (row.__class__ is _ToFireFirst or row.__class__ is _ToFire):
                 moved += 1
                 claims.append(make(partition, now_ms, row.handler, row.timer, row.schedule))
                 continue
