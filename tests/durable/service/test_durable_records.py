@@ -219,3 +219,24 @@ def test_a_first_attempts_claim_holds_no_list_or_guard_until_the_store_reads_it(
         assert row.guards == [Equals(row.key, timer.value)]
         assert row.writes == Batch().delete(row.key).put(timer.key, timer.value).writes
 
+
+def test_a_bare_dones_batch_holds_no_tracked_container_but_itself(store):
+    """Nearly every fire's outcome, a bare Done of a plain timer, waits for its commit with the other
+    rows in flight: its batch holds no list, guard or pair the collector tracks past its first pass,
+    and reads as the Batch settle spells out for any other Done (the guard on the claimed row, the
+    deletes of that row, of its identity row and, after a first attempt, of its kept last error).
+    Deterministic: one young collection untracks the tuples of bytes, then the batch's referents are
+    read."""
+    _write_due(store, "p", 2)
+    first, second = claim_due(store, "p", TimerRegistry().register(_Noop()), _NOW_MS).timers
+    later = ClaimedTimer(second.handler, dataclasses.replace(
+        second.timer, attempt=3, key=keys.next_attempt(keys.parse(second.timer.key), _NOW_MS + 9000, 3)))
+    for claimed in (first, later):
+        batch = settle("p", claimed, RunReport(), Done())
+        spelled = settle("p", claimed, RunReport(), Done(Batch()))  # a Done with a batch: a Batch spelled out
+        assert spelled.__class__ is Batch and isinstance(batch, Batch)
+        gc.collect(0)
+        assert [r for r in gc.get_referents(batch) if gc.is_tracked(r) and not isinstance(r, type)] == []
+        assert (batch.guards, batch.writes) == (spelled.guards, spelled.writes)
+    assert (keys.last_error_row(keys.identity(_KIND, later.timer.reference)), None) in batch.writes
+

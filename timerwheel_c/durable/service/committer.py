@@ -29,7 +29,7 @@ from typing import Callable, Optional, Tuple
 
 from ..storage.errors import is_transient
 from ..storage.store import Store
-from ..timers.runner import PAGE, RunReport, commit_across
+from ..timers.runner import PAGE, RunReport, commit_records
 from ..timers.timing import Clock, Timing
 from .metrics import Recorder
 from .pool import DaemonPool
@@ -193,16 +193,15 @@ class Committer:
         wake ms})``: the partitions whose commit raised (an error of one batch is that batch's alone, see
         the module), and for the others that wrote a timer row or left one at its backoff key, the
         earliest such row's due time (Unix epoch ms)."""
-        settled = {p: [(o, o.batch) for o in os] for p, os in ready.items()}
         try:
-            reports = commit_across(store, settled)
+            reports = commit_records(store, ready)
         except Exception as exc:
-            if len(settled) < 2:
-                return {partition: exc for partition in settled}, {}
+            if len(ready) < 2:
+                return {partition: exc for partition in ready}, {}
             reports, errors = {}, {}
-            for partition, pairs in settled.items():
+            for partition, jobs in ready.items():
                 try:
-                    reports.update(commit_across(store, {partition: pairs}))
+                    reports.update(commit_records(store, {partition: jobs}))
                 except Exception as own:
                     errors[partition] = own
         else:

@@ -56,7 +56,7 @@ from ..storage.store import Absent, Batch, Committed, Equals, Page, Refused, Sto
 
 __all__ = [
     "BACKOFF_BASE_MS", "BACKOFF_CAP_MS", "NO_PROGRESS_WAKE_MS", "PAGE", "Attempt", "ClaimedTimer", "Claims", "Pace",
-    "RunReport", "TickBudget", "backoff_ms", "claim_due", "claim_due_across", "commit_across", "commit_outcomes", "due_request", "fire",
+    "RunReport", "TickBudget", "backoff_ms", "claim_due", "claim_due_across", "commit_across", "commit_outcomes", "commit_records", "due_request", "fire",
     "needs_wake_scan", "next_wake", "past_timeout", "release_claims", "run_due", "settle", "wake_request",
 ]
 
@@ -227,10 +227,15 @@ def settle(partition: str, claimed: ClaimedTimer, report: RunReport, outcome: ob
                            asked=True, retry_in_ms=span_ms(outcome.delay))
         if not isinstance(outcome, (Done, Reschedule)):
             return _failed(partition, claimed, report, now_ms, wall_ms, why=parking.wrong_outcome(outcome))
+    given = outcome.batch
+    if given is None and outcome.__class__ is Done and claimed.schedule is None:
+        key, value = timer.key, timer.value
+        if key.__class__ is bytes and value.__class__ is bytes:  # a claim's key, a value read from the store
+            identity = keys.identity(timer.kind, timer.reference)
+            return _Consumed(key, value, (identity, *_forgotten(timer, identity)))
     # Per fire: the batch's lists are filled directly where Batch's methods would only repeat a check
     # already made (a type checked here, a key the guard just checked or keys built as bytes), and the
     # batch is made without Batch.__init__ (a call, and a call per default list).
-    given = outcome.batch
     batch = _new(Batch)
     if given is None:
         batch.guards, batch.writes = [], []
@@ -285,17 +290,48 @@ def settle(partition: str, claimed: ClaimedTimer, report: RunReport, outcome: ob
     return _forget_error(batch, timer, identity) if _TRACED or timer.attempt > 1 else batch
 
 
+class _Consumed(Batch):
+    """The batch of a plain timer whose handler returned a bare ``Done()`` (nearly every fire's
+    outcome): ``Equals(key, value)``, the delete of ``key``, then of each of ``deletes`` (its identity
+    row, then :func:`_forgotten`'s). It holds those keys alone (a tuple of bytes, which the
+    collector stops tracking at its first pass), its ``guards`` and ``writes`` built anew at each
+    read (read-only, then): it waits for its commit alongside every other row in flight, and the lists
+    and the guard a Batch holds were three more tracked containers per row for the collector's passes
+    to count and promote into the generation that its full passes scan with the whole application."""
+
+    __slots__ = ("key", "value", "deletes")
+
+    def __init__(self, key: bytes, value: bytes, deletes: tuple):  # not Batch's: its fields are these
+        self.key = key
+        self.value = value
+        self.deletes = deletes
+
+    @property  # type: ignore[override]  # read-only in place of Batch's field
+    def guards(self) -> list:
+        return [equals_read(self.key, self.value)]
+
+    @property  # type: ignore[override]
+    def writes(self) -> list:
+        return [(self.key, None), *[(k, None) for k in self.deletes]]
+
+
 def _forget_error(batch: Batch, timer, identity: bytes) -> Batch:
-    """``batch`` with the delete of the plain timer's kept last error, when an earlier attempt may
-    have left one (a first attempt's outcome, the common case, writes nothing more), and, when fires
-    are traced, of its writer's trace context (a runner without tracing leaves it: the next write of
-    that name deletes or replaces it, and it links no later timer, whose due time differs).
-    ``identity``: the timer's identity row."""
-    if timer.attempt > 1:
-        batch.delete(keys.last_error_row(identity))
-    if _TRACED:
-        batch.writes.append((keys.trace_context_row(identity), None))  # bytes, built from identity's
+    """``batch`` with the deletes of :func:`_forgotten` (keys built as bytes: no check of Batch.delete)."""
+    for key in _forgotten(timer, identity):
+        batch.writes.append((key, None))
     return batch
+
+
+def _forgotten(timer, identity: bytes) -> tuple:
+    """The rows a plain timer's outcome deletes beside its claimed row and its identity row
+    ``identity``: its kept last error, when an earlier attempt may have left one (a first attempt's
+    outcome, the common case, deletes nothing more), and, when fires are traced, its writer's trace
+    context (a runner without tracing leaves it: the next write of that name deletes or replaces it,
+    and it links no later timer, whose due time differs)."""
+    if timer.attempt > 1:
+        return (keys.last_error_row(identity), keys.trace_context_row(identity)) if _TRACED \
+            else (keys.last_error_row(identity),)
+    return (keys.trace_context_row(identity),) if _TRACED else ()
 
 
 def _failed(partition: str, claimed: ClaimedTimer, report: RunReport, now_ms: Optional[int],
@@ -352,7 +388,8 @@ def commit_outcomes(store: Store, partition: str, settled: list, report: RunRepo
     """
     pairs = [pair for pair in settled if pair[1] is not None]
     if pairs:
-        _count_outcomes(partition, pairs, store.apply_many(partition, [b for _, b in pairs]), report)
+        batches = [b for _, b in pairs]
+        _count_outcomes(partition, [c for c, _ in pairs], batches, store.apply_many(partition, batches), report)
 
 
 def commit_across(store: Store, settled: dict) -> dict:
@@ -366,28 +403,49 @@ def commit_across(store: Store, settled: dict) -> dict:
         Exception: whatever the store raises, for the call as a whole; the uncommitted rows stay
         at their backoff keys.
     """
-    # The caller's pairs themselves, not copies: a tuple per outcome more for the collector to count.
     pairs = {p: [pair for pair in s if pair[1] is not None] for p, s in settled.items()}
-    results = store.apply_across([(p, b) for p, ps in pairs.items() for _, b in ps])
+    return _commit_each({p: [c for c, _ in ps] for p, ps in pairs.items()},
+                        {p: [b for _, b in ps] for p, ps in pairs.items()}, store)
+
+
+def commit_records(store: Store, settled: dict) -> dict:
+    """:func:`commit_across` of records that carry their outcome's batch (as the service's jobs do, in
+    ``record.batch``, never None): ``settled`` is ``{partition: [record, ...]}``. No pair is made per
+    outcome: each would wait for the commit's round trip alongside its record, one more tracked
+    container per row in flight for the collector's passes to count and promote.
+
+    Raises:
+        Exception: as :func:`commit_across`.
+    """
+    return _commit_each(settled, {p: [r.batch for r in rs] for p, rs in settled.items()}, store)
+
+
+def _commit_each(claims: dict, batches: dict, store: Store) -> dict:
+    """Every partition's ``batches`` (of ``claims``, lists in step) in one ``apply_across``; each
+    partition's results counted into a :class:`RunReport` of its own."""
+    results = store.apply_across([(p, b) for p, bs in batches.items() for b in bs])
     reports, at = {}, 0
-    for partition, ps in pairs.items():
+    for partition, bs in batches.items():
         report = reports[partition] = RunReport()
-        _count_outcomes(partition, ps, results[at:at + len(ps)], report)
-        at += len(ps)
+        _count_outcomes(partition, claims[partition], bs, results[at:at + len(bs)], report)
+        at += len(bs)
     return reports
 
 
-def _count_outcomes(partition: str, pairs: list, results: list, report: RunReport) -> None:
+def _count_outcomes(partition: str, claims: list, batches: list, results: list, report: RunReport) -> None:
+    """Count into ``report`` the ``results`` of the outcome ``batches`` of ``claims``, three lists in step."""
     fired = 0  # Done and Reschedule outcomes committed, the common case: counted at the end
     fired_kinds: dict = {}  # TimerKind -> of those
-    for (claimed, batch), result in zip(pairs, results):
-        if result.__class__ is Committed and batch.__class__ is Batch:  # neither a Parking nor a RetryLater
+    for claimed, batch, result in zip(claims, batches, results):
+        if result.__class__ is Committed and (batch.__class__ is _Consumed or batch.__class__ is Batch):
+            # Neither a Parking nor a RetryLater; a _Consumed puts no row.
             fired += 1
             kind = claimed.timer.kind
             fired_kinds[kind] = fired_kinds.get(kind, 0) + 1
-            for k, v in batch.writes:
-                if v is not None and k[:_TAG_LEN] == keys.TAG:  # keys.is_timer_key inline: per put of each outcome
-                    _put_due(report, k)
+            if batch.__class__ is Batch:
+                for k, v in batch.writes:
+                    if v is not None and k[:_TAG_LEN] == keys.TAG:  # keys.is_timer_key inline: per put of each outcome
+                        _put_due(report, k)
             continue
         key = claimed.timer.key
         kind = claimed.timer.kind.get()
@@ -568,7 +626,7 @@ def run_due(store: Store, partition: str, registry: TimerRegistry, now_ms: int, 
         chunk = 1 if per_fire_s is None else PAGE if per_fire_s <= 0 else max(1, min(PAGE, int(left_s / per_fire_s)))
         rows, batches = claimer.select(chunk)
         results = store.apply_many(partition, [b for _, b in pairs] + batches)
-        _count_outcomes(partition, pairs, results[:len(pairs)], report)
+        _count_outcomes(partition, [c for c, _ in pairs], [b for _, b in pairs], results[:len(pairs)], report)
         claimed = claimer.claimed(rows, results[len(pairs):])
         t0 = clock()
         settled = [(c, fire(store, partition, now_ms, c, report, clock)) for c in claimed]
@@ -578,7 +636,7 @@ def run_due(store: Store, partition: str, registry: TimerRegistry, now_ms: int, 
         if fires:
             per_fire_s = fired_s / fires
     if pairs:
-        _count_outcomes(partition, pairs, store.apply_many(partition, [b for _, b in pairs]), report)
+        commit_outcomes(store, partition, pairs, report)
     if fires:
         pace.fire_s = fired_s / fires
     next_wake(store, partition, now_ms, report)
