@@ -7,10 +7,12 @@ import gc
 import sys
 import threading
 import time
+import weakref
 
 import pytest
 
-from timerwheel_c.durable.service.records import InFlight, Job
+from timerwheel_c.durable.service.executor import Executor
+from timerwheel_c.durable.service.records import Chunk, InFlight, Job
 from timerwheel_c.durable.service.service import DurableTimerService
 from timerwheel_c.durable.storage.store import Batch, Equals
 from timerwheel_c.durable.timers import keys
@@ -240,3 +242,33 @@ def test_a_bare_dones_batch_holds_no_tracked_container_but_itself(store):
         assert (batch.guards, batch.writes) == (spelled.guards, spelled.writes)
     assert (keys.last_error_row(keys.identity(_KIND, later.timer.reference)), None) in batch.writes
 
+
+def test_a_chunk_keeps_no_tuple_per_call_nor_a_handlers_bare_done():
+    """A worker's chunk of sync calls lives until the loop settles it, and each object it keeps per
+    call is one more for the collector's passes to count and promote: its calls come back as four
+    lists (outcomes, errors, start times, durations), and a handler's bare Done is gone by then (the
+    shared one stands in for it), while any other outcome is kept as returned. Deterministic: weak
+    references to the handlers' outcomes, no store, no thread."""
+    made: list = []
+    kept = Done(Batch().put(b"effect", b"1"))
+
+    class _Weak(TimerHandler):
+        kind = _KIND
+
+        def fire(self, ctx, timer):
+            if timer.reference == b"kept":
+                return kept
+            outcome = Done()
+            made.append(weakref.ref(outcome))
+            return outcome
+
+    handler = _Weak()
+    jobs = [Job("p", _NOW_MS, handler, DueTimer(_NOW_MS, keys.KINDS[1], ref, b"v", 1, keys.timer(_NOW_MS, _KIND, ref)))
+            for ref in (b"a", b"b", b"kept")]
+    executor = Executor(1, None, lambda: _NOW_MS, 8, None, None, InFlight(), None)  # type: ignore[arg-type]
+    ended = executor._call_chunk(Chunk(jobs))
+    outcomes, errors, started_ms, took_s = ended
+    assert len(made) == 2 and [ref() for ref in made] == [None, None]
+    assert outcomes[2] is kept and [o.__class__ for o in outcomes] == [Done] * 3 and outcomes[0].batch is None
+    assert errors == [None] * 3 and started_ms == [_NOW_MS] * 3 and len(took_s) == 3
+    assert not any(isinstance(x, tuple) for column in ended for x in column)

@@ -28,7 +28,7 @@ import time
 from typing import Callable, Optional
 
 from ..timers import tracing
-from ..timers.registry import TimerContext
+from ..timers.registry import Done, TimerContext
 from ..timers.runner import Attempt, RunReport, past_timeout, settle
 from ..storage.store import Store
 from .committer import Committer
@@ -46,6 +46,7 @@ RUN_S = 0.01  # the longest run of one partition's rows the queue serves, at the
 RESCUE_S = 0.25  # a sync call running this long gives up the rows queued behind it in its chunk
 _WATCH_S = 0.05  # the watchdog's period while sync chunks are in flight
 _MEAN_WEIGHT = 0.1  # of the newest handler duration in the running mean
+_DONE = Done()  # every bare Done is alike: settle reads only its class and its batch, None
 _TRACED = tracing.ENABLED  # decided once: without opentelemetry-api a fire pays no tracing check beyond this
 
 
@@ -294,7 +295,7 @@ class Executor:
             # It swallowed the cancel and returned late: failed, its outcome dropped, as a sync call's.
             attempt.outcome = None
             attempt.error = past_timeout(job.timeout_s, "it ignored the cancel")
-        self._settle([(job, (attempt.outcome, attempt.error, attempt.started_ms, attempt.took_s))])
+        self._settle([job], [attempt.outcome], [attempt.error], [attempt.started_ms], [attempt.took_s])
 
     @staticmethod
     def _cancel(job: Job, task: asyncio.Task, why: str) -> None:
@@ -307,30 +308,37 @@ class Executor:
         if self._watchdog is None:
             self._watchdog = asyncio.ensure_future(self._watch())
         try:
-            ended = await asyncio.wrap_future(self._pool.submit(self._call_chunk, chunk))
+            outcomes, errors, started_ms, took_s = await asyncio.wrap_future(self._pool.submit(self._call_chunk, chunk))
         finally:
             self._chunks.discard(chunk)
-        done = []
-        for job, call in zip(chunk.jobs, ended):
-            if job.settled:  # timed out already: the call's late result is dropped
-                # Its retry was left out of the claimer's last look (the row was in flight), and may
-                # be due by now: nothing else would wake the claimer for it before its longest sleep.
-                self.busy.release(job)
-                self.wakeup.ring()
-            else:
-                done.append((job, call))
-        if done:
-            self._settle(done)
+        jobs = chunk.jobs[:len(outcomes)]  # those the loop took back never started
+        if any(job.settled for job in jobs):
+            kept = [i for i, job in enumerate(jobs) if not job.settled]
+            for job in jobs:
+                if job.settled:  # timed out already: the call's late result is dropped
+                    # Its retry was left out of the claimer's last look (the row was in flight), and may
+                    # be due by now: nothing else would wake the claimer for it before its longest sleep.
+                    self.busy.release(job)
+                    self.wakeup.ring()
+            jobs, outcomes, errors = [jobs[i] for i in kept], [outcomes[i] for i in kept], [errors[i] for i in kept]
+            started_ms, took_s = [started_ms[i] for i in kept], [took_s[i] for i in kept]
+        if jobs:
+            self._settle(jobs, outcomes, errors, started_ms, took_s)
 
-    def _call_chunk(self, chunk: Chunk) -> list:
+    def _call_chunk(self, chunk: Chunk) -> tuple:
         """On a worker: call each job's sync handler in turn, unless the loop took it back; returns
-        each call's ``(outcome, error, started_ms, took_s)``, in order.
+        four lists in step, one entry per call made, in order: ``(outcomes, errors, started_ms,
+        took_s)`` (no tuple per call: each call's entries live until the chunk is settled, long enough
+        for the collector's passes to meet them, and a tuple that holds an outcome stays tracked).
 
         As an :class:`Attempt` times a call and takes its error, inline: everything a handler raises
         is its failure (``SystemExit`` and ``KeyboardInterrupt`` included), and each call is timed
         from the end of the one before (one clock read per call). Calls of one partition's rows of
         one pass share their :class:`TimerContext`, which is immutable."""
-        ended = []
+        outcomes: list = []
+        errors: list = []
+        started: list = []
+        took: list = []
         # Asked once per chunk (CHUNK_S of calls), not per call: it reads the environment.
         traced = _TRACED and tracing.recording()
         monotonic, wall_ms, lock = time.monotonic, self.wall_ms, chunk.lock
@@ -354,11 +362,18 @@ class Executor:
             except BaseException as exc:  # the handler's own failure, whatever it is (see Attempt)
                 error = exc
             ended_s = monotonic()
-            ended.append((outcome, error, started_ms, ended_s - started_s))
+            if outcome.__class__ is Done and outcome.batch is None:
+                # The shared bare Done in its place: the handler's own then goes now, where it would
+                # wait for the chunk's end, a tracked object per call for the collector to promote.
+                outcome = _DONE
+            outcomes.append(outcome)
+            errors.append(error)
+            started.append(started_ms)
+            took.append(ended_s - started_s)
             started_s = ended_s
         with lock:
             chunk.current = None
-        return ended
+        return outcomes, errors, started, took
 
     async def _watch(self) -> None:
         """While sync chunks are in flight: rescue rows queued behind a long call, fail calls past
@@ -380,19 +395,21 @@ class Executor:
                     job = chunk.jobs[i]
                     if job.timeout_s is not None and running_s >= job.timeout_s and not job.settled:
                         error = past_timeout(job.timeout_s, "its thread is left to finish and its outcome dropped")
-                        self._settle([(job, (None, error, started_ms, running_s))], keep_busy=True)  # the call's start
+                        self._settle([job], [None], [error], [started_ms], [running_s], keep_busy=True)  # the call's start
                 if rescued:
                     self.queue.push_front(rescued)
                     self.dispatch()
         finally:
             self._watchdog = None
 
-    def _settle(self, done: list, keep_busy: bool = False) -> None:
+    def _settle(self, jobs: list, outcomes: list, errors: list, started: list, took: list,
+                keep_busy: bool = False) -> None:
         """Log and count calls that ended or timed out, turn each outcome into the guarded batch and
-        queue its commit. ``done``: ``(job, (outcome, error, started_ms, took_s))`` per call (what an
-        :class:`Attempt` records), a chunk's at once, so that the metrics take one lock per chunk and
-        the commit stage one call. ``keep_busy``: the calls still run on their threads, so their rows
-        stay in flight until they return."""
+        queue its commit. ``jobs`` and, in step with it, each call's ``outcomes``, ``errors``,
+        ``started`` (Unix epoch ms) and ``took`` (s) (what an :class:`Attempt` records), a chunk's at
+        once, so that the metrics take one lock per chunk and the commit stage one call.
+        ``keep_busy``: the calls still run on their threads, so their rows stay in flight until they
+        return."""
         recorder, busy, wall_ms = self.recorder, self.busy, self.wall_ms
         activity = recorder.activity
         each = activity.logs_each_fire()  # asked once per chunk: a logger's level is read under a lock
@@ -400,8 +417,7 @@ class Executor:
         lateness_s: list = []  # of first attempts (retries are late by design)
         first_ms: list = []
         durations: list = []
-        jobs: list = []
-        for job, (outcome, error, started_ms, took_s) in done:
+        for job, outcome, error, started_ms, took_s in zip(jobs, outcomes, errors, started, took):
             set_field(job, "settled", True)
             mean = took_s if mean is None else mean + _MEAN_WEIGHT * (took_s - mean)
             timer = job.timer
@@ -426,7 +442,6 @@ class Executor:
                 # call returns (:meth:`_run_sync`).
                 busy.hold(job)
             set_field(job, "batch", batch)
-            jobs.append(job)
         if mean is not None:
             self.fire_mean_s = mean
             self.queue.run = max(1, int(RUN_S / max(mean, 1e-6)))
