@@ -59,6 +59,7 @@ __all__ = [
     "check_partition",
     "check_readable_version",
     "check_store",
+    "consumed_index",
     "consumed_write",
     "read_in_turn",
     "refuse_store",
@@ -905,10 +906,16 @@ def consumed_write(batch: Batch) -> int:
     two. Only the last guard qualifies: nothing is checked after it, so a failing guard never has
     a done delete to undo. Every backend applies exactly this rule, so the guards mean the same
     everywhere (the shared contract suite holds them to it)."""
-    if not batch.guards or not isinstance(batch.guards[-1], Equals):
+    return consumed_index(batch.guards, batch.writes)
+
+
+def consumed_index(guards: list, writes: list) -> int:
+    """:func:`consumed_write` of the batch whose ``guards`` and ``writes`` the caller has read already
+    (a batch may build them at each read: a runner's first claims and bare outcomes do)."""
+    if not guards or not isinstance(guards[-1], Equals):
         return -1
-    key = batch.guards[-1].key
-    for i, (k, v) in enumerate(batch.writes):
+    key = guards[-1].key
+    for i, (k, v) in enumerate(writes):
         if k == key:
             return i if v is None else -1
     return -1

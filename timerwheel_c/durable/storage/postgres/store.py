@@ -87,7 +87,7 @@ from ..shards import DEFAULT_SHARD_COUNT, check_shard_count, shard_of
 from ..sqlfiles import migrations, queries, rewrite_versions
 from ..upgrades import rewritten_rows
 from ..store import (COMMITTED, SHARD_SPACE, Absent, Batch, Committed, Equals, Page, PreconditionFailed, SchemaError, SchemaVersionError,
-                    Store, check_lock_wait_ms, check_readable_version, consumed_write, schema_version_of, through)
+                    Store, check_lock_wait_ms, check_readable_version, consumed_index, consumed_write, schema_version_of, through)
 from ..watch import Watcher
 
 if TYPE_CHECKING:
@@ -695,14 +695,15 @@ class PostgresStore(Store):
         wk: list  # (mypy infers no element type for it from the unpacking below)
         g_end, gk, gv, absent, w_end, wk, wv, consume = [], [], [], [], [], [], [], []
         for batch in batches:
-            for g in batch.guards:
+            guards, writes = batch.guards, batch.writes  # each read once: a batch may build them at each read
+            for g in guards:
                 gk.append(g.key)
                 is_absent = isinstance(g, Absent)
                 gv.append(None if is_absent else g.value)
                 absent.append(is_absent)
-            consumed = consumed_write(batch)
+            consumed = consumed_index(guards, writes)
             consume.append(len(wk) + consumed + 1 if consumed >= 0 else 0)
-            for k, v in batch.writes:
+            for k, v in writes:
                 wk.append(k)
                 wv.append(v)
             g_end.append(len(gk))

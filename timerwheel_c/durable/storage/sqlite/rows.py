@@ -10,7 +10,7 @@ from typing import Callable, Optional, Union
 from ..shards import MAX_SHARD_COUNT
 from ..sqlfiles import queries
 from ..errors import wrap_exceptions
-from ..store import COMMITTED, Absent, Batch, Committed, PreconditionFailed, consumed_write, through
+from ..store import COMMITTED, Absent, Batch, Committed, PreconditionFailed, consumed_index, through
 
 __all__ = ["COPIED_VALUE_BYTES", "QUERIES", "OnCursor", "apply_batch", "first_in_shards", "has_puts", "occupied_shards", "read_through",
            "read_value", "shard_count_of"]
@@ -135,11 +135,11 @@ def apply_batch(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, b
     delete, in one ``executemany`` with the batch's other deletes beside it: a re-arm by name deletes
     its timer's row and its trace context's in one call). Judged before any write, as the consumed
     guard would be at its delete, the batch's first write to that key: the outcome is the same."""
-    guards = batch.guards
+    guards, writes = batch.guards, batch.writes  # each read once: a batch may build them at each read
     if read is not None and guards and guards[-1].key in read:
         consumed, checked = -1, guards
     else:
-        consumed = consumed_write(batch)
+        consumed = consumed_index(guards, writes)
         checked = guards[:-1] if consumed >= 0 else guards
     present = None
     if len(checked) > 1:
@@ -166,7 +166,7 @@ def apply_batch(db: Union[sqlite3.Connection, sqlite3.Cursor], partition: str, b
     put, shard = (QUERIES["put"], hashed) if shard_count is None else (QUERIES["put_in_shard"], hashed % shard_count)
     run: list = []  # the parameters of a run of puts, or of deletes, written by one call
     puts = False
-    for i, (key, value) in enumerate(batch.writes):
+    for i, (key, value) in enumerate(writes):
         if i == consumed:
             continue
         if (value is not None) is not puts and run:
