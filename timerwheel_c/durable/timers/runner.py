@@ -312,7 +312,10 @@ class _Consumed(Batch):
 
     @property  # type: ignore[override]
     def writes(self) -> list:
-        return [(self.key, None), *[(k, None) for k in self.deletes]]
+        writes = [(self.key, None)]
+        for key in self.deletes:
+            writes.append((key, None))
+        return writes
 
 
 def _forget_error(batch: Batch, timer, identity: bytes) -> Batch:
