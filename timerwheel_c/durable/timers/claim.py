@@ -49,6 +49,7 @@ from ..storage.printable import printable
 from ..storage.store import Absent, Batch, Committed, Equals, Page, Refused, Store, check_partition, equals_read
 
 __all__ = ["CLOCK_EVERY", "PAGE", "SCAN_PAGE", "UNKNOWN_KIND_BACKOFF_MS", "UNKNOWN_KIND_GRACE_MS", "ClaimedAs", "ClaimedTimer", "Claims",
+           "RowBatch",
            "claim_due", "claim_due_across", "due_request", "first_backoff_ms", "refund_rows", "release_claims", "release_range",
            "release_rows"]
 
@@ -125,27 +126,37 @@ class _ToFire(Batch):
         self.schedule = schedule
 
 
-class _ToFireFirst(_ToFire):
+class RowBatch(Batch):
+    """A batch guarded on one row, ``Equals(key, value)``, that holds its keys alone and builds its
+    ``guards`` and ``writes`` (a subclass's) anew at each read, read-only: a runner's claims and
+    outcomes wait in flight by the thousand, and a Batch's two lists and its guard were three more
+    tracked containers per row for the collector's passes to count and promote into the generation
+    that its full passes scan with the whole application. A store reads each once per apply
+    (:func:`~timerwheel_c.durable.storage.store.consumed_index`)."""
+
+    key: bytes
+    value: bytes
+
+    @property
+    def guards(self) -> list:  # type: ignore[override]  # read-only in place of Batch's field
+        return [equals_read(self.key, self.value)]
+
+
+class _ToFireFirst(RowBatch, _ToFire):
     """A plain timer's first attempt chosen to fire (the row a claim meets most): the move of ``key``
-    to ``timer.key`` guarded on ``Equals(key, timer.value)``, held as the record's own fields alone,
-    its ``guards`` and ``writes`` built anew at each read (read-only, then), where the two lists and
-    the guard were three more tracked containers per row through the claim's round trip."""
+    to ``timer.key``, guarded on the row's ``value``."""
 
     schedule = None
 
     def __init__(self, key: bytes, timer: DueTimer, handler: TimerHandler):  # not _ToFire's: no lists to take
         self.key = key
+        self.value = timer.value
         self.timer = timer
         self.handler = handler
 
-    @property  # type: ignore[override]  # read-only in place of Batch's field
-    def guards(self) -> list:
-        return [equals_read(self.key, self.timer.value)]
-
-    @property  # type: ignore[override]
-    def writes(self) -> list:
-        timer = self.timer
-        return [(self.key, None), (timer.key, timer.value)]
+    @property
+    def writes(self) -> list:  # type: ignore[override]  # read-only in place of Batch's field
+        return [(self.key, None), (self.timer.key, self.value)]
 
 
 @dataclass(frozen=True)

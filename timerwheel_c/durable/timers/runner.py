@@ -47,7 +47,7 @@ from typing import Callable, Optional
 from . import keys, names, parking, schedules, tracing
 from .codecs import encoded
 from .due import span_ms
-from .claim import (PAGE, ClaimedTimer, Claimer, Claims, check_args, claim_due, claim_due_across, due_request,
+from .claim import (PAGE, ClaimedTimer, Claimer, Claims, RowBatch, check_args, claim_due, claim_due_across, due_request,
                     release_claims)
 from .registry import Done, Reschedule, Retry, TimerContext, TimerRegistry
 from .tick import BACKOFF_BASE_MS, BACKOFF_CAP_MS, DEFAULT_BUDGET, RunReport, TickBudget, backoff_ms
@@ -290,14 +290,11 @@ def settle(partition: str, claimed: ClaimedTimer, report: RunReport, outcome: ob
     return _forget_error(batch, timer, identity) if _TRACED or timer.attempt > 1 else batch
 
 
-class _Consumed(Batch):
+class _Consumed(RowBatch):
     """The batch of a plain timer whose handler returned a bare ``Done()`` (nearly every fire's
-    outcome): ``Equals(key, value)``, the delete of ``key``, then of each of ``deletes`` (its identity
-    row, then :func:`_forgotten`'s). It holds those keys alone (a tuple of bytes, which the
-    collector stops tracking at its first pass), its ``guards`` and ``writes`` built anew at each
-    read (read-only, then): it waits for its commit alongside every other row in flight, and the lists
-    and the guard a Batch holds were three more tracked containers per row for the collector's passes
-    to count and promote into the generation that its full passes scan with the whole application."""
+    outcome): the delete of the claimed row ``key``, guarded on its ``value``, then of each of
+    ``deletes`` (its identity row, then :func:`_forgotten`'s), a tuple of bytes, which the collector
+    stops tracking at its first pass: it waits for its commit alongside every other row in flight."""
 
     __slots__ = ("key", "value", "deletes")
 
@@ -306,12 +303,8 @@ class _Consumed(Batch):
         self.value = value
         self.deletes = deletes
 
-    @property  # type: ignore[override]  # read-only in place of Batch's field
-    def guards(self) -> list:
-        return [equals_read(self.key, self.value)]
-
-    @property  # type: ignore[override]
-    def writes(self) -> list:
+    @property
+    def writes(self) -> list:  # type: ignore[override]  # read-only in place of Batch's field
         writes = [(self.key, None)]
         for key in self.deletes:
             writes.append((key, None))
