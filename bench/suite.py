@@ -124,7 +124,7 @@ def _fleet(ctx: Context, bar: Task) -> dict:
 
 
 def _embedded(ctx: Context, bar: Task) -> dict:
-    return durable_embedded.measure(max(10, ctx.sizes.durable_timers // 2), ctx.sizes.durable_rounds, ctx.pg_dsn)
+    return durable_embedded.measure(max(10, ctx.sizes.durable_timers * 2), ctx.sizes.durable_rounds, ctx.pg_dsn)
 
 
 def _network(ctx: Context, bar: Task) -> dict:
