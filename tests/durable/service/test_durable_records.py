@@ -243,6 +243,25 @@ def test_a_bare_dones_batch_holds_no_tracked_container_but_itself(store):
     assert (keys.last_error_row(keys.identity(_KIND, later.timer.reference)), None) in batch.writes
 
 
+def test_a_rows_batch_refuses_a_change_it_would_lose(store):
+    """A first attempt's claim and a bare Done's outcome build their guards and writes at each read,
+    so a guard or write added to them would go to a list built for that read and be lost: each way
+    to add one raises TypeError naming the record, and the record reads as before."""
+    _write_due(store, "p", 1)
+    claimer = Claimer(store, "p", TimerRegistry().register(_Noop()), _NOW_MS, TickBudget(1000, 1000, 1000, 60_000))
+    claimer._take(store.scan("p", claimer.start, claimer.end, None, 1))
+    (claim,), _ = claimer.select(1)
+    (claimed,) = claim_due(store, "p", TimerRegistry().register(_Noop()), _NOW_MS).timers
+    outcome = settle("p", claimed, RunReport(), Done())
+    for record in (claim, outcome):
+        read = (record.guards, record.writes)
+        for method, argument in (("require", Equals(b"k", b"v")), ("put", b"k"), ("delete", b"k"),
+                                 ("extend", Batch().delete(b"k"))):
+            with pytest.raises(TypeError, match=f"a {type(record).__name__} is read-only"):
+                getattr(record, method)(argument)
+        assert (record.guards, record.writes) == read
+
+
 def test_a_chunk_keeps_no_tuple_per_call_nor_a_handlers_bare_done():
     """A worker's chunk of sync calls lives until the loop settles it, and each object it keeps per
     call is one more for the collector's passes to count and promote: its calls come back as four

@@ -141,6 +141,12 @@ class RowBatch(Batch):
     def guards(self) -> list:  # type: ignore[override]  # read-only in place of Batch's field
         return [equals_read(self.key, self.value)]
 
+    def _read_only(self, *args: object) -> Batch:
+        """Refuse a change (TypeError): it would go to lists built for one read, and be lost."""
+        raise TypeError(f"a {type(self).__name__} is read-only: its guards and writes are its row's")
+
+    require = put = delete = extend = _read_only  # type: ignore[assignment]
+
 
 class _ToFireFirst(RowBatch, _ToFire):
     """A plain timer's first attempt chosen to fire (the row a claim meets most): the move of ``key``
