@@ -191,7 +191,7 @@ def test_a_claims_time_budget_runs_on_the_services_clock():
     store.apply(P, batch)
     passes = Passes(store, TimerRegistry().register(Noted()), TickBudget(), lambda: [P], None, Recorder(Activity(60.0)),
                     lambda: now_ms, Timing(), lambda: clock.monotonic_ns() / 1e9)
-    result = passes.run(1_000, frozenset(), lambda: False)
+    result = passes.run(1_000, {}, lambda: False)
     assert len(result.jobs) == PAGE
     store.close()
 

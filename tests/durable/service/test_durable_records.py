@@ -1,6 +1,7 @@
 """The records the service's stages pass along: one per row in flight, from its claim to its commit."""
 from __future__ import annotations
 
+import asyncio
 import collections
 import dataclasses
 import gc
@@ -185,17 +186,19 @@ def test_a_claims_guard_on_its_row_is_made_without_rechecking_it(store):
 
 def test_a_commit_discards_its_rows_in_flight_in_one_call():
     """The commit stage discards the rows of a commit's outcomes in one InFlight call, keyed by each
-    job's claimed row; a row not in flight (given up already) is no error, the others stay in flight.
-    Deterministic, no store."""
+    job's partition and claimed row; a row not in flight (given up already) is no error, the others
+    stay in flight, a row of the same key in another partition too. Deterministic, no store."""
     key_of = [keys.timer(_NOW_MS, _KIND, b"ref%d" % i) for i in range(3)]
     jobs = [Job("p", _NOW_MS, _Noop(), DueTimer(_NOW_MS, keys.KINDS[1], b"ref%d" % i, b"v", 1, key_of[i]))
             for i in range(3)]
+    twin = Job("q", _NOW_MS, _Noop(), jobs[0].timer)
     busy = InFlight()
-    for job in jobs:
+    for job in [*jobs, twin]:
         busy.add(job)
     busy.discard_jobs([jobs[0], jobs[2]])
     busy.discard_jobs([jobs[0]])
-    assert busy.keys() == frozenset({key_of[1]}) and busy.jobs[key_of[1]] is jobs[1]
+    assert busy.keys() == {"p": frozenset({key_of[1]}), "q": frozenset({key_of[0]})}
+    assert busy.jobs["p", key_of[1]] is jobs[1] and busy.jobs["q", key_of[0]] is twin
 
 
 def test_a_first_attempts_claim_holds_no_list_or_guard_until_the_store_reads_it(store):
@@ -291,3 +294,50 @@ def test_a_chunk_keeps_no_tuple_per_call_nor_a_handlers_bare_done():
     assert outcomes[2] is kept and [o.__class__ for o in outcomes] == [Done] * 3 and outcomes[0].batch is None
     assert errors == [None] * 3 and started_ms == [_NOW_MS] * 3 and len(took_s) == 3
     assert not any(isinstance(x, tuple) for column in ended for x in column)
+
+
+def test_a_rows_twin_in_another_partition_committing_leaves_it_in_flight(store):
+    """Rows in flight are told apart by partition as well as key: two timers of one kind, reference and
+    due time in two partitions, claimed in one pass at one clock reading, have the same claimed key,
+    and the commit of the fast one must not take the slow one out of the rows in flight, which a later
+    pass would then claim again while its first call still runs. The slow call returns only after the
+    clock has passed its claim's lease (1 s, its backoff) and a later pass claimed and fired another
+    timer of its partition, due after it; it was called once, and both twins are gone. Deterministic:
+    a ManualClock, advanced only while the slow call runs; the waits are liveness bounds."""
+    from timerwheel_c.durable import get_timer
+    from timerwheel_c.durable.timers.registry import Backoff
+    from timerwheel_c.durable.timers.timing import ManualClock
+    from waiting import LIVENESS_S, wait_until
+
+    clock = ManualClock(wall_ns=_NOW_MS * 1_000_000, monotonic_ns=10**12)
+    release = threading.Event()
+    calls: list = []
+    claimed_keys: dict = {}
+
+    class _Twins(TimerHandler):
+        kind = _KIND
+        backoff = Backoff(base_s=1, jitter=0)
+
+        async def fire(self, ctx, timer):  # async: the fast twin's outcome never waits in a chunk behind the slow one
+            calls.append((ctx.partition, timer.reference, timer.attempt))
+            claimed_keys.setdefault(timer.reference, set()).add(timer.key)
+            if (ctx.partition, timer.reference) == ("slow", b"twin"):
+                while not release.is_set():
+                    await asyncio.sleep(0.01)
+            return Done()
+
+    for partition in ("slow", "fast"):
+        store.apply(partition, Batch().put(keys.timer(_NOW_MS - 1000, _KIND, b"twin"), b""))
+    with DurableTimerService(store, TimerRegistry().register(_Twins()), ["slow", "fast"], clock=clock,
+                             max_sleep_s=3600.0) as service:
+        wait_until(lambda: get_timer(store, "fast", _KIND, b"twin") is None and ("slow", b"twin", 1) in calls,
+                   "the fast twin committed while the slow one runs")
+        assert len(claimed_keys[b"twin"]) == 1  # one claimed key for both twins: the situation this test needs
+        clock.advance(60.0)
+        store.apply("slow", Batch().put(keys.timer(clock.wall_ns() // 1_000_000, _KIND, b"later"), b""))
+        wait_until(lambda: ("slow", b"later", 1) in calls, "a later pass of the slow twin's partition", LIVENESS_S)
+        release.set()
+        wait_until(lambda: get_timer(store, "slow", _KIND, b"twin") is None, "the slow twin committed")
+    assert service.died is None
+    assert [c for c in calls if c[1] == b"twin"] in ([("slow", b"twin", 1), ("fast", b"twin", 1)],
+                                                     [("fast", b"twin", 1), ("slow", b"twin", 1)])

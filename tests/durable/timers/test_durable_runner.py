@@ -370,7 +370,7 @@ def test_a_pass_by_shard_reads_a_shard_of_one_partition_a_page_deep(store):
     shards = [shard_of(p, store.shard_count) for p in alone + pair[:1]]
     passes = Passes(counting, TimerRegistry().register(Recorder()), TickBudget(max_per_kind=100), lambda: None, None,
                     Counts(), lambda: NOW, Timing(), shards=lambda: shards)
-    claimed = [len(passes.run(250, frozenset(), lambda: False, 1000).jobs) for _ in range(2)]
+    claimed = [len(passes.run(250, {}, lambda: False, 1000).jobs) for _ in range(2)]
     assert claimed == [250, 250]
     first, second = counting.limits
     assert set(first.values()) == {250}, "nothing known of the shards yet"
@@ -916,7 +916,7 @@ def test_a_pass_reads_and_claims_every_partition_in_shared_round_trips(store):
         counting = CountingReads(store, at_once)
         passes = Passes(counting, TimerRegistry().register(Recorder()), TickBudget(), lambda: partitions, None,
                         Counts(), lambda: NOW, Timing())
-        result = passes.run(1000, frozenset(), lambda: False)
+        result = passes.run(1000, {}, lambda: False)
         if at_once:
             assert [j.timer.reference for j in result.jobs] == [b"due"]
             assert result.wake_ms == NOW + backoff_ms(1)  # p05's claimed row, due again after its backoff
@@ -967,7 +967,7 @@ def test_a_pass_reads_ahead_only_as_far_as_its_room_reaches(store):
         passes = Passes(counting, TimerRegistry().register(Recorder()), TickBudget(max_per_kind=100),
                         lambda: partitions, None, Counts(), lambda: NOW, Timing())
         # min_share as a service's cheap handlers give it: a partition may take all the room.
-        return passes.run(250, frozenset(), lambda: False, 1000), counting, partitions
+        return passes.run(250, {}, lambda: False, 1000), counting, partitions
 
     result, counting, _ = one_pass("p", 16, short_first=False)
     assert len(result.jobs) == 250 and result.starved and result.wake_ms == NOW

@@ -111,11 +111,12 @@ class Passes:
         self._shard_partitions: dict = {}  # shard -> the partitions its last due read held rows of (at least 1)
         self._failures: dict = {}  # partition -> failed passes in a row
         self._retry_at: dict = {}  # partition -> monotonic s before which it is not passed
-        self._stuck: dict = {}  # key -> monotonic s until which it is skipped
+        self._stuck: dict = {}  # (partition, key) -> monotonic s until which it is skipped
         self.answered_s: Optional[float] = None  # monotonic s the store last answered a pass (health)
 
-    def run(self, free: int, busy: frozenset, stopping: Callable[[], bool], min_share: int = PAGE) -> PassResult:
-        """One pass claiming up to ``free`` rows, never one of ``busy``, giving each partition at
+    def run(self, free: int, busy: dict, stopping: Callable[[], bool], min_share: int = PAGE) -> PassResult:
+        """One pass claiming up to ``free`` rows, never one of ``busy`` (``{partition: its keys in flight}``,
+        :meth:`~.records.InFlight.keys`), giving each partition at
         least ``min_share`` rows of room in the first round (fewer, larger commits for cheap handlers).
 
         Raises:
@@ -138,7 +139,11 @@ class Passes:
         now_s = self.clock()
         if self._stuck:
             self._stuck = {k: until_s for k, until_s in self._stuck.items() if until_s > now_s}
-        exclude = busy | frozenset(self._stuck) if self._stuck else busy  # a set: one C lookup per scanned row
+        exclude = busy  # partition -> a set of its keys: one C lookup per scanned row
+        if self._stuck:
+            exclude = dict(busy)
+            for partition, key in self._stuck:
+                exclude[partition] = exclude.get(partition, frozenset()) | {key}
         wake: Optional[int] = None
         ready: list = []
         for p in partitions:
@@ -214,7 +219,7 @@ class Passes:
                 cap = min(share if rnd == 0 else free, free)
                 if cap <= 0:  # rows may wait here: look again as soon as there is room
                     return PassResult(jobs, self.wall_ms(), True)
-                claimed, p_wake, more = self._claim(p, cap, exclude, waking)
+                claimed, p_wake, more = self._claim(p, cap, exclude.get(p, frozenset()), waking)
                 jobs += claimed
                 free -= len(claimed)
                 wake = _earliest(wake, p_wake)
@@ -389,7 +394,7 @@ class Passes:
         report = claims.report
         jobs = claims.timers  # made Jobs by the claim (claimed_as)
         for key in report.stuck_keys:
-            self._stuck[key] = self.clock() + STUCK_RETRY_S
+            self._stuck[partition, key] = self.clock() + STUCK_RETRY_S
         self.recorder.count(report)
         self.recorder.activity.pass_ended(partition, report.stopped_on_budget and len(jobs) < cap,
                                           _worst_lateness_ms(jobs, now_ms))

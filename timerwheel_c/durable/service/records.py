@@ -119,9 +119,11 @@ class Chunk:
 
 class InFlight:
     """The rows this process holds from their claim until their outcome commits or is given up: a
-    ``{key: Job}`` the claimer skips (never claiming again a row it is still firing), the run stage
-    fills (:meth:`add`) and the commit stage empties (:meth:`discard_jobs`). Loop thread only; the claim
-    pass on the store thread reads a frozen copy (:meth:`keys`)."""
+    ``{(partition, key): Job}`` the claimer skips (never claiming again a row it is still firing), the
+    run stage fills (:meth:`add`) and the commit stage empties (:meth:`discard_jobs`). Keyed by
+    partition too: two partitions' timers of one kind, reference and due time, claimed at one clock
+    reading, have the same claimed key, and the commit of one must not let the other be claimed
+    again. Loop thread only; the claim pass on the store thread reads a frozen copy (:meth:`keys`)."""
 
     def __init__(self):
         self.jobs: dict = {}
@@ -133,13 +135,13 @@ class InFlight:
         return len(self.jobs)
 
     def add(self, job: Job) -> None:
-        self.jobs[job.timer.key] = job  # not job.key: a property, a Python call per fire
+        self.jobs[job.partition, job.timer.key] = job  # not job.key: a property, a Python call per fire
 
     def add_all(self, jobs: list) -> None:
         """:meth:`add` each of ``jobs``, in one call."""
         held = self.jobs
         for job in jobs:
-            held[job.timer.key] = job
+            held[job.partition, job.timer.key] = job
 
     def hold(self, job: Job) -> None:
         """Keep ``job``'s row in flight past the commit of its outcome, until :meth:`release`."""
@@ -149,8 +151,9 @@ class InFlight:
         """``job``'s call has returned: its row leaves the rows in flight (unless a later claim of the
         same key holds it now)."""
         self.held.discard(job)
-        if self.jobs.get(job.timer.key) is job:
-            del self.jobs[job.timer.key]
+        at = job.partition, job.timer.key
+        if self.jobs.get(at) is job:
+            del self.jobs[at]
 
     def discard_jobs(self, jobs: list) -> None:
         """Discard the rows of ``jobs`` (their outcomes committed or given up), but those held until
@@ -158,10 +161,17 @@ class InFlight:
         pop, held = self.jobs.pop, self.held
         for job in jobs:
             if not held or job not in held:
-                pop(job.timer.key, None)
+                pop((job.partition, job.timer.key), None)
 
-    def keys(self) -> frozenset:
-        return frozenset(self.jobs)
+    def keys(self) -> dict:
+        """``{partition: frozenset of its keys in flight}``, the partitions with none left out."""
+        by_partition: dict = {}
+        for partition, key in self.jobs:
+            keys = by_partition.get(partition)
+            if keys is None:
+                keys = by_partition[partition] = []
+            keys.append(key)
+        return {partition: frozenset(keys) for partition, keys in by_partition.items()}
 
     def clear(self) -> None:
         self.jobs.clear()

@@ -39,7 +39,8 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Container, Optional, Union
+from types import MappingProxyType
+from typing import Callable, Container, Mapping, Optional, Union
 
 from . import keys, names, parking, schedule_state, schedules
 from .registry import DueTimer, TimerHandler, TimerRegistry, check_registry, due_timer
@@ -63,6 +64,7 @@ SCAN_PAGE = 512  # rows read per scan of the due range, at most
 # rows' choosing (a fraction of a millisecond), never by a round trip.
 CLOCK_EVERY = 32
 UNKNOWN_KIND_GRACE_MS = 10_000
+_NONE_EXCLUDED: Mapping = MappingProxyType({})  # claim_due_across's default: no partition's rows skipped
 _UNSEEN = object()  # a kind this claim has not worked out its first claim of yet (see Claimer._first)
 # How much later a row of a kind nobody claimed within its grace comes back. Constant, as such a
 # move counts no attempt: with the grace, each such row costs one move per 40 s.
@@ -642,7 +644,7 @@ def claim_due(store: Store, partition: str, registry: TimerRegistry, now_ms: int
 
 
 def claim_due_across(store: Store, requests: list, registry: TimerRegistry, now_ms: int, *,
-                     exclude: Container[bytes] = (), clock: Callable[[], float] = time.monotonic,
+                     exclude: Mapping[str, Container[bytes]] = _NONE_EXCLUDED, clock: Callable[[], float] = time.monotonic,
                      grace_ms: int = UNKNOWN_KIND_GRACE_MS, claimed_as: ClaimedAs = _claimed_timer) -> list:
     """:func:`claim_due` for many partitions at one ``now_ms`` (Unix epoch ms), their first claim
     round trip shared: one :meth:`Store.apply_across` claims every row of every partition's first
@@ -652,7 +654,8 @@ def claim_due_across(store: Store, requests: list, registry: TimerRegistry, now_
     :data:`PAGE` cost a round trip each, one after another, most of a pass's time.
 
     ``requests``: ``(partition, budget, first_page)`` triples (``first_page`` as :func:`claim_due`
-    takes it); ``grace_ms`` and ``claimed_as`` as :func:`claim_due` takes them. Returns one :class:`Claims` per request, in order. Errors stay where they arose: an
+    takes it); ``exclude``: ``{partition: keys to skip}`` (each partition's rows the caller has in
+    flight: two partitions may hold rows of one key); ``grace_ms`` and ``claimed_as`` as :func:`claim_due` takes them. Returns one :class:`Claims` per request, in order. Errors stay where they arose: an
     error reading a partition's rows is that partition's ``Claims.error``; when the shared round
     trip fails (nothing of it was written: a lock on one partition that it waited on past the
     store's bound, say), each partition claims those rows in a round trip of its own, so that the
@@ -666,7 +669,8 @@ def claim_due_across(store: Store, requests: list, registry: TimerRegistry, now_
     errors: list = []
     for partition, budget, first_page in requests:
         check_args(partition, registry, now_ms, budget)
-        claimer = Claimer(store, partition, registry, now_ms, budget, exclude, clock, first_page, grace_ms, claimed_as)
+        claimer = Claimer(store, partition, registry, now_ms, budget, exclude.get(partition, ()), clock, first_page,
+                          grace_ms, claimed_as)
         claimers.append(claimer)
         try:
             rows.append(claimer.select(budget.max_fired))
