@@ -281,3 +281,43 @@ def test_stop_ends_the_backoff_of_a_failed_service_loop_at_once(store, monkeypat
     wait_until(lambda: len(failed) == 1, "the loop's first failure")
     service.stop(timeout=LIVENESS_S)
     assert not service.running and len(failed) == 1 and service.died is None
+
+
+def test_a_timer_written_before_the_second_read_of_the_servers_clock_fires_at_its_due_time(tmp_path):
+    """A service that judges due times by its store server's clock carries that time from its first
+    read only once a second read, FIRST_REFRESH_S later, has measured the clocks' rates; until then the
+    time stands still. A sleep converted to a monotonic deadline meanwhile ends late by as much as it
+    stood still (a fresh runner fired its first timers 170 ms late), unless the service wakes for that
+    read. Here a timer written 100 ms after the first read fires at its due time and not before. The
+    ManualClock is both the host's and the server's clock, so a late or early fire is the service's
+    doing; without the wake for the read, the advance to the due time fires nothing (liveness bound)."""
+    from timerwheel_c.durable.service.clock import FIRST_REFRESH_S
+    from timerwheel_c.durable.storage.sqlite import SQLiteStore
+
+    clock = ManualClock(wall_ns=1_800_000_000_000 * 1_000_000)  # a whole ms: each advance below lands on one
+
+    class ServerClocked(SQLiteStore):
+        reads = 0
+
+        def clock_ns(self):
+            ServerClocked.reads += 1
+            return clock.wall_ns()
+
+    store = ServerClocked(tmp_path / "clocked.db")
+    noted = Noted()
+    try:
+        with DurableTimerService(store, TimerRegistry().register(noted), [P], max_sleep_s=HOUR_S, clock=clock) as service:
+            wait_until(lambda: service.passes >= 1 and clock.waiting >= 1, "the service asleep on the clock")
+            clock.advance(FIRST_REFRESH_S / 2)
+            passes = service.passes
+            due_ms = clock.wall_ns() // 1_000_000 + 1000
+            service.schedule(P, due_ms, KIND, b"t")
+            wait_until(lambda: service.passes > passes and clock.waiting >= 1, "a pass after the write, then sleep")
+            assert ServerClocked.reads == 1  # the pass that saw the timer came before the second read
+            clock.advance(0.999)  # 1 ms before the due time
+            wait_until(lambda: ServerClocked.reads == 2 and clock.waiting >= 1, "the second read, then sleep")
+            assert noted.fired == []
+            clock.advance(0.001)
+            wait_until(lambda: noted.fired == [b"t"], "the timer fired at its due time", LIVENESS_S)
+    finally:
+        store.close()

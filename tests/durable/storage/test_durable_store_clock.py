@@ -140,3 +140,26 @@ def test_a_monotonic_clock_running_fast_never_carries_the_clock_ahead_of_the_ser
             server.real += 10_000_000
         assert worst_behind_ns < 20_000_000, (speed, worst_behind_ns)
         assert abs(clock.rate - 1 / speed) < 0.01, (speed, clock.rate)
+
+
+def test_a_read_is_due_for_a_sleep_only_while_the_time_is_not_carried_at_the_servers_pace():
+    """Until its second read the clock stands still, so a sleep converted by it must end by that read:
+    next_read_ns() names it, FIRST_REFRESH_S after the first. Once that read was tried and failed it names
+    none (the caller's own store errors pace the next try, not a wake at once in a loop), nor once the
+    second read has measured the clocks' pace."""
+    from timerwheel_c.durable.service.clock import FIRST_REFRESH_S
+
+    clocks = Clocks(mono=10 * S, host=1_700_000_000 * S)
+    server = FakeServer(clocks, 1_700_000_000 * S, rtt_ns=1_000_000)
+    clock = clocks.clock()
+    assert clock.next_read_ns() is None  # never read: the host's clock, carried as it is
+    clock.refresh(server)
+    read_at = clocks.mono
+    assert clock.next_read_ns() == read_at + int(FIRST_REFRESH_S * S)
+    clocks.mono += int(FIRST_REFRESH_S * S)
+    failing = FakeServer(clocks, 0, rtt_ns=0)
+    failing.clock_ns = lambda: 1 / 0
+    clock.refresh(failing)
+    assert clock.next_read_ns() is None
+    clock.refresh(server)
+    assert clock.rate == 1.0 and clock.next_read_ns() is None

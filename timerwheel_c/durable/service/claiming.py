@@ -189,6 +189,9 @@ class Claimer:
                     sleep_ns = max_ns if wake_ms is None else min(max(0, wake_ms * _NS_PER_MS - self.wall_ns()),
                                                                   max_ns)
                     at_ns = self.clock.monotonic_ns() + sleep_ns
+                    read_ns = None if self.store_clock is None else self.store_clock.next_read_ns()
+                    if read_ns is not None:  # until that read the clock lags, and so does the deadline just converted
+                        at_ns = min(at_ns, read_ns)
             if self.stopping:
                 break
             await self._sleep_until(at_ns)

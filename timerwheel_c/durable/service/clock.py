@@ -14,7 +14,8 @@ it ahead of the server's between reads: so the rate of the two clocks is measure
 where the server's ran more than :data:`RATE_TOLERANCE` slower, the time is carried at its rate
 (never faster than the monotonic clock: one that runs slow only makes the clock late). Until a
 second read has measured it, the time is not carried at all (it stays at the first reading: a timer
-may then wait for that read, never fire early); that read comes :data:`FIRST_REFRESH_S` after the first.
+may then wait for that read, never fire early); that read comes :data:`FIRST_REFRESH_S` after the first,
+and a sleep converted meanwhile ends by then (:meth:`StoreClock.next_read_ns`).
 
 A store without a server clock (SQLite, whose runners share one host) keeps the host's wall clock.
 When the host's wall clock is more than :data:`SKEW_WARN_NS` off the server's, whatever the round
@@ -58,6 +59,7 @@ class StoreClock:
         self.skew_ns: Optional[int] = None  # host wall clock minus the server's at the last read
         self.rate = 0.0  # server ns per monotonic ns the time is carried at, at most 1: none until measured
         self._read_at_ns: Optional[int] = None  # monotonic ns of the last read
+        self._tried_at_ns = -1  # monotonic ns of the last read tried, answered or not
         self._reads = 0
         self._skewed = False
 
@@ -72,6 +74,23 @@ class StoreClock:
             return mono + offset
         return read_at + offset + int((mono - read_at) * self.rate)
 
+    def next_read_ns(self) -> Optional[int]:
+        """The monotonic ns at which the next read of the server's clock is due, while the time is carried
+        slower than the monotonic clock (not at all before the second read): a sleep converted to a
+        monotonic deadline by it ends late by as much as the time falls behind meanwhile, so it should end
+        by that read. None while the time keeps the monotonic clock's pace, for a store without a server
+        clock, and once that read was tried and failed (the caller's store errors pace the next try).
+        """
+        read_at = self._read_at_ns
+        if self.offset_ns is None or read_at is None or self.rate >= 1.0:
+            return None
+        due_ns = read_at + int(self._every_s() * 1e9)
+        return None if self._tried_at_ns >= due_ns else due_ns
+
+    def _every_s(self) -> float:
+        """Seconds between the last read and the next."""
+        return min(FIRST_REFRESH_S, self.refresh_s) if self._reads == 1 else self.refresh_s
+
     def refresh(self, store: Store) -> None:
         """Read the server's clock through ``store`` if ``refresh_s`` has passed since the last read (on
         the thread that owns ``store``). A failed read keeps the last offset: the caller's next store
@@ -81,9 +100,9 @@ class StoreClock:
             nothing: a store error is swallowed (see above).
         """
         mono0 = self.monotonic_ns()
-        every_s = min(FIRST_REFRESH_S, self.refresh_s) if self._reads == 1 else self.refresh_s
-        if self._read_at_ns is not None and mono0 - self._read_at_ns < every_s * 1e9:
+        if self._read_at_ns is not None and mono0 - self._read_at_ns < self._every_s() * 1e9:
             return
+        self._tried_at_ns = mono0
         host0 = self.host_ns()
         try:
             server_ns = store.clock_ns()
