@@ -44,7 +44,7 @@ from .workloads import Sizes
 __all__ = ["PROG", "WORKLOADS", "main", "parser", "run"]
 
 WORKLOADS = tuple(w.name for w in suite.WORKLOADS)
-PG_WORKLOADS = ("durable", "partitions", "fleet", "embedded")  # the workloads --pg-dsn also runs on PostgreSQL
+PG_WORKLOADS = ("durable", "partitions", "fleet", "embedded", "bulk")  # the workloads --pg-dsn also runs on PostgreSQL
 # The command as the README gives it, and the prefix of every line the bench prints on stderr.
 PROG = "bench"
 
@@ -159,8 +159,8 @@ def _preflight(args: argparse.Namespace) -> None:
     if args.pg_dsn is None:
         return
     if not set(PG_WORKLOADS) & set(args.only):
-        print(f"{PROG}: note: --pg-dsn is unused: --only leaves out the durable workload, "
-              "the partitions one and the fleet one", file=sys.stderr)
+        print(f"{PROG}: note: --pg-dsn is unused: --only leaves out every workload that uses it "
+              f"({', '.join(PG_WORKLOADS)})", file=sys.stderr)
         return
     try:
         preflight.check_postgres(args.pg_dsn)

@@ -54,6 +54,7 @@ class Sizes:
     partitions_timers: int = 30  # timers measured per partition count
     partitions_effect_rows: int = 1_000_000  # an application's rows in each of those stores
     fleet_partitions: int = 100_000  # partitions of the store a fleet of runners serves, one runner SIGKILLed
+    bulk_timers: int = 100_000  # new timers one schedule_many writes
     network_connections: int = 1000
     network_seconds: float = 5.0
     aio_handles: int = 100_000
@@ -72,7 +73,7 @@ class Sizes:
             rto_timers=50_000, rto_per_ms=10, gap_timers=10_000, memory_timers=100_000,
             lateness_samples=200, durable_timers=1000, durable_rounds=1,
             partitions_max=10_000, partitions_timers=10, partitions_effect_rows=10_000,
-            fleet_partitions=2_000,
+            fleet_partitions=2_000, bulk_timers=10_000,
             network_connections=200, network_seconds=2.0,
             aio_handles=20_000, aio_timeout_ops=5000, echo_connections=(1000,), echo_seconds=1.0, echo_repeats=1,
             http_seconds=2.0, http_repeats=1,
@@ -83,7 +84,7 @@ class Sizes:
         a factor below 1 also shortens uvloop's real expiry run (at least 100 ms)."""
         counts = ("churn_conns", "churn_ops", "expiry_timers", "rto_timers", "gap_timers",
                   "memory_timers", "lateness_samples", "durable_timers", "partitions_max", "partitions_timers",
-                  "partitions_effect_rows", "fleet_partitions",
+                  "partitions_effect_rows", "fleet_partitions", "bulk_timers",
                   "network_connections", "aio_handles", "aio_timeout_ops")
         kw = dict(self.__dict__)
         for name in counts:

@@ -97,3 +97,23 @@ def test_quick_sizes_leave_size_bound_goals_unjudged_and_default_sizes_judge_the
     assert quick[0]["set_at"] == "100,000 connections, 1,000,000 ops" and quick[0]["measured"] == 1.0
     aio = suite.goals({"aio": {"results": {}}}, dict(Sizes.quick().__dict__))
     assert aio and all(v["set_at"] == "100,000 handles armed" for v in aio)
+
+
+def test_the_fleet_goals_against_pgqueuer_and_the_cpu_per_fired_timer_are_the_sharded_stores():
+    """The durable goals of a run compared with pgqueuer (fixed figures, nothing timed): one runner at
+    least 1.5x pgqueuer's fired/s and four at least 1.8x, at most 20 µs of the server's CPU and 25 µs
+    of the runner's per fired timer, and a takeover within 2 s."""
+    from bench import suite
+
+    figures = {"results": {},
+               "fleet": {"runners_1": {"runners": 1, "fired_per_s": 20_000.0, "server_cpu_us_per_fired": 19.0,
+                                       "runner_cpu_us_per_fired": 26.0},
+                         "runners_4": {"runners": 4, "fired_per_s": 40_000.0, "takeover_s": 2.5}},
+               "pgqueuer": {"results": {"workers_1_batch_100": {"ours_over_pgqueuer": 1.6},
+                                        "workers_4_batch_100": {"ours_over_pgqueuer": 1.7}}}}
+    verdicts = {v["name"]: (v["goal"], v["met"]) for v in (g.judge(m) for g, m in suite._durable_goals(figures))}
+    assert verdicts["fleet of 1 runner(s) / pgqueuer 1 worker(s) at batch 100, fired/s"] == (">= 1.50x", True)
+    assert verdicts["fleet of 4 runner(s) / pgqueuer 4 worker(s) at batch 100, fired/s"] == (">= 1.80x", False)
+    assert verdicts["fleet of 1 runner, server CPU per fired timer"] == ("<= 20.0 us", True)
+    assert verdicts["fleet of 1 runner, runner CPU per fired timer"] == ("<= 25.0 us", False)
+    assert verdicts["fleet takeover after SIGKILL (4 runners)"] == ("<= 2.00 s", False)
