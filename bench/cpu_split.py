@@ -85,18 +85,23 @@ class CpuMeter:
 
     def _server_ticks(self) -> int:
         assert self._postmaster is not None
-        total = 0
-        for name in os.listdir(_PROC):
-            if not name.isdigit():
-                continue
-            fields = _stat(int(name))
-            if fields is None:
-                continue
-            if int(name) == self._postmaster:
-                total += _ticks(fields, children=True)
-            elif int(fields[1]) == self._postmaster and int(name) != self._own:
-                total += _ticks(fields)
-        return total
+        # A backend that ends while /proc is read moves from the live children to the postmaster's
+        # cutime + cstime once reaped: read before it and after, it would be counted twice or not at
+        # all (a service closing its connections as the interval ends lost nearly all of the
+        # server's time so). So the children are read between two reads of the postmaster's, and
+        # read again if it reaped one meanwhile.
+        for _ in range(10):
+            before = _stat(self._postmaster)
+            total = 0
+            for name in os.listdir(_PROC):
+                pid = int(name) if name.isdigit() else 0
+                fields = _stat(pid) if pid and pid != self._postmaster and pid != self._own else None
+                if fields is not None and int(fields[1]) == self._postmaster:
+                    total += _ticks(fields)
+            after = _stat(self._postmaster)
+            if before is not None and after is not None and _ticks(before, True) == _ticks(after, True):
+                break
+        return total + (_ticks(after, children=True) if after is not None else 0)
 
     def _runner_ticks(self) -> Optional[int]:
         fields = [_stat(pid) for pid in self._runners]

@@ -147,6 +147,56 @@ def test_cpu_meter_leaves_out_its_own_connections_backend(tmp_path, monkeypatch)
     assert figures["server_cpu_us_per_fired"] == pytest.approx(360 * 1e6 / os.sysconf("SC_CLK_TCK"))
 
 
+def test_cpu_meter_counts_a_backend_reaped_while_it_reads_the_server_once(tmp_path, monkeypatch):
+    """A backend that ends as the interval does (a service closing its connections) moves from the
+    live children to the postmaster's cutime once reaped. Reaped in the middle of the meter's read of
+    /proc, after the postmaster's line and before its own, it was counted in neither: the server's
+    figure fell to nearly nothing. It is counted once: 300 ticks over the interval. Deterministic: a
+    fake /proc, the reap made by the read of the backend's line."""
+    from types import SimpleNamespace
+
+    from bench import cpu_split
+
+    postmaster, own, other = 100, 201, 202
+    ticks = {postmaster: 1, own: 5, other: 7}
+    reaped = {"cutime": 0}
+
+    def write(pid: int) -> None:
+        (tmp_path / str(pid)).mkdir(exist_ok=True)
+        parent, cutime = (1, reaped["cutime"]) if pid == postmaster else (postmaster, 0)
+        (tmp_path / str(pid) / "stat").write_text(f"{pid} (postgres) S {parent}" + " 0" * 9
+                                                  + f" {ticks[pid]} 0 {cutime} 0\n")
+        (tmp_path / str(pid) / "comm").write_text("postgres\n")
+
+    (tmp_path / "self").mkdir()
+    for pid in ticks:
+        write(pid)
+    monkeypatch.setattr(cpu_split, "_PROC", str(tmp_path))
+    meter = cpu_split.CpuMeter(SimpleNamespace(info=SimpleNamespace(host="127.0.0.1", backend_pid=own)))
+    meter.start([])
+    ticks[other] += 300
+    write(other)
+    read = cpu_split._stat
+
+    postmaster_read = []
+
+    def reap_on_read(pid: int):
+        postmaster_read.append(pid == postmaster)
+        if pid == other and any(postmaster_read) and (tmp_path / str(other)).exists():
+            reaped["cutime"] += ticks[other]
+            (tmp_path / str(other) / "stat").unlink()
+            (tmp_path / str(other) / "comm").unlink()
+            (tmp_path / str(other)).rmdir()
+            write(postmaster)
+        return read(pid)
+
+    monkeypatch.setattr(cpu_split, "_stat", reap_on_read)
+    listdir = os.listdir  # /proc lists pids in ascending order: the postmaster before its backends
+    monkeypatch.setattr(os, "listdir", lambda path: sorted(listdir(path), key=lambda n: (not n.isdigit(), len(n), n)))
+    figures = meter.stop(1)
+    assert figures["server_cpu_us_per_fired"] == pytest.approx(300 * 1e6 / os.sysconf("SC_CLK_TCK"))
+
+
 def test_without_pgqueuer_the_comparison_says_how_to_get_it(tmp_path):
     """With pgqueuer not importable, pgqueuer_peer.missing() names the extra and --pg-dsn, and the
     durable table prints that as one line."""
