@@ -9,10 +9,15 @@
 cdef class _Ready:
     """An awaitable already done with a value: what ``WheelTimeout.__aenter__``/``__aexit__``
     return, so an ``async with`` block makes no coroutine. Its ``__next__`` ends the iteration
-    with the value at once (as a StopIteration the interpreter unpacks without raising)."""
+    with the value at once (as a StopIteration the interpreter unpacks without raising). It is
+    its own iterator, ``__iter__`` included, because ``yield from`` asks for one: asyncio's
+    ``ensure_future`` (so ``gather`` and ``wait_for``) wraps an awaitable that way up to 3.11."""
     cdef object _value
 
     def __await__(self):
+        return self
+
+    def __iter__(self):
         return self
 
     def __next__(self):

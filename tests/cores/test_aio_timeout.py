@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import types
 
 import pytest
 
@@ -223,3 +224,31 @@ def test_a_refused_reschedule_leaves_the_deadline_as_it_was(run):
         return True
 
     assert run(main)
+
+
+def test_enter_and_exit_awaitables_work_wherever_a_coroutine_does(run):
+    """``__aenter__()`` and ``__aexit__()`` return awaitables that ``yield from`` takes and that
+    ``asyncio.ensure_future``, ``gather`` and ``wait_for`` wrap, as asyncio's coroutines are: a
+    library that enters the block through them (an exit stack, a task of its own) gets the timeout.
+    The deadlines are far off or already passed, so no outcome depends on the machine's speed."""
+    @types.coroutine
+    def delegate(awaitable):
+        return (yield from awaitable.__await__())
+
+    async def main(sched):
+        cm = sched.timeout(LONG_S)
+        assert await delegate(cm.__aenter__()) is cm
+        assert await delegate(cm.__aexit__(None, None, None)) is None
+        cm = sched.timeout(LONG_S)
+        assert await asyncio.ensure_future(cm.__aenter__()) is cm
+        assert await asyncio.gather(cm.__aexit__(None, None, None)) == [None]
+        cm = sched.timeout(LONG_S)
+        assert await asyncio.wait_for(cm.__aenter__(), LONG_S) is cm
+        cm.reschedule(0)  # long past: it expires at the next tick
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.sleep(LONG_S)
+        with pytest.raises(TimeoutError):
+            await delegate(cm.__aexit__(asyncio.CancelledError, asyncio.CancelledError(), None))
+        assert cm.expired() and sched.active_count() == 0
+        return "done"
+    assert run(main) == "done"
