@@ -541,6 +541,8 @@ cdef class ReleaseTimer:
     or ``"condvar"``, in any case; None reads ``$TIMERWHEEL_C_RELEASE_TIMER`` (slice, with a
     RuntimeWarning, when it names neither), else slice; another name is a ValueError naming it.
     Use it as a context manager or call ``close()``; a timer dropped unclosed closes itself.
+    A subclass may take arguments of its own and pass ``backend`` to ``super().__init__``; one
+    whose ``__init__`` does not call the base's runs on slice.
 
     Raises:
         MemoryError: no memory for the timer.
@@ -550,10 +552,11 @@ cdef class ReleaseTimer:
     cdef Core *_core
     cdef object _chans  # WeakKeyDictionary: loop -> _Channel (see _release_asyncio.pxi)
 
-    def __cinit__(self, backend=None):
-        cdef int chosen = _choose_backend(backend, 2)  # called from C: the caller's frame is next
+    def __cinit__(self, *args, **kwargs):
+        # Any arguments, unread: __cinit__ gets a subclass constructor's own, and the backend is
+        # set by __init__, which a subclass calls as super().__init__(backend=...).
         self._chans = weakref.WeakKeyDictionary()
-        self._core = _core_new(chosen)
+        self._core = _core_new(SLICE)
         if self._core == NULL:
             raise MemoryError("no memory for a ReleaseTimer")
         if tw_thread_start(&self._core.thread, _release_main, self._core) != 0:
@@ -561,6 +564,17 @@ cdef class ReleaseTimer:
             self._core = NULL
             raise OSError("could not start the release thread")
         self._core.thread_started = 1
+
+    def __init__(self, backend=None):
+        cdef int chosen = _choose_backend(backend, 2)  # called from C: the caller's frame is next
+        cdef Core *c = self._core
+        if not _ours(c):
+            c.backend = chosen  # the parent's timer in a forked child: no thread here reads it
+            return
+        tw_mutex_lock(&c.lock)
+        c.backend = chosen
+        tw_cond_signal(&c.wake_cond)  # a wait begun on the other backend ends, and the next reads this one
+        tw_mutex_unlock(&c.lock)
 
     @property
     def backend(self):

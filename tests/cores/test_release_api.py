@@ -289,6 +289,32 @@ print("freed")
     assert out.returncode == 0 and out.stdout.strip() == "freed", (out.returncode, out.stderr[-2000:])
 
 
+def test_a_subclass_takes_arguments_of_its_own_and_passes_the_backend_to_the_base(release_impl):
+    """A subclass whose constructor has its own arguments, and passes ``backend`` to
+    ``super().__init__``, gets that backend, as any Python base class allows (the compiled core
+    read the subclass's arguments as the backend, and refused super().__init__(backend=...)); one
+    whose ``__init__`` never calls the base's still releases, on slice. Each wait is for a deadline
+    1 ms ahead, bounded by LIVENESS_S."""
+    class Named(release_impl.ReleaseTimer):
+        def __init__(self, name, backend=None):
+            super().__init__(backend=backend)
+            self.name = name
+
+    with Named("retransmits", "condvar") as rt:
+        assert (rt.name, rt.backend) == ("retransmits", "condvar")
+        assert rt.arm(time.monotonic() + 0.001).wait(LIVENESS_S)
+    with pytest.raises(ValueError, match="'condvr'"):
+        Named("retransmits", "condvr")
+
+    class Bare(release_impl.ReleaseTimer):
+        def __init__(self):
+            pass
+
+    with Bare() as rt:
+        assert rt.backend == "slice"
+        assert rt.arm(time.monotonic() + 0.001).wait(LIVENESS_S)
+
+
 def test_sleep_accepts_any_real_delay():
     """``timerwheel_c.sleep(delay)`` is "like asyncio.sleep": every ``numbers.Real`` delay that
     asyncio.sleep accepts (``np.int64(0)``, ``np.float32(0.001)``, ``Fraction(1, 1000)``,

@@ -29,6 +29,7 @@ from .._release_common import (
     BACKEND_NAMES,
     CONDVAR,
     FAR_AHEAD_NS,
+    SLICE,
     SLICE_NS,
     SWEEP_EVERY_NS,
     SWEEP_MIN_HEAP,
@@ -415,17 +416,36 @@ class ReleaseTimer:
     ``ReleaseTimer(backend=None)`` starts its thread. ``backend`` is ``"slice"`` or
     ``"condvar"``, in any case; None reads ``$TIMERWHEEL_C_RELEASE_TIMER`` (slice, with a
     RuntimeWarning, when it names neither), else slice; another name is a ValueError naming it.
-    Use it as a context manager or call ``close()``.
+    Use it as a context manager or call ``close()``. A subclass may take arguments of its own and
+    pass ``backend`` to ``super().__init__``; one whose ``__init__`` does not call the base's runs
+    on slice.
     """
 
-    def __init__(self, backend: str | None = None):
-        self._core = _Core(_choose_backend(backend, 3))  # past this __init__'s frame
-        self._chans: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # loop -> _Channel
+    _core: _Core
+    _chans: weakref.WeakKeyDictionary  # loop -> _Channel
+
+    def __new__(cls, *args, **kwargs):
+        # Any arguments, unread: __new__ gets a subclass constructor's own, and the backend is set
+        # by __init__, which a subclass calls as super().__init__(backend=...).
+        self = super().__new__(cls)
+        self._core = _Core(SLICE)
+        self._chans = weakref.WeakKeyDictionary()
         thread = threading.Thread(
             target=_release_main, args=(self._core,), name="timerwheel_c-release", daemon=True
         )
         self._core.thread = thread
         thread.start()
+        return self
+
+    def __init__(self, backend: str | None = None):
+        chosen = _choose_backend(backend, 3)  # past this __init__'s frame
+        core = self._core
+        if core.epoch != _fork_epoch:
+            core.backend = chosen  # the parent's timer in a forked child: no thread here reads it
+            return
+        with core.lock:
+            core.backend = chosen
+            core.wake_cond.notify()  # a wait begun on the other backend ends, and the next reads this one
 
     @property
     def backend(self) -> str:
