@@ -150,7 +150,12 @@ def _fallback_future(d: Any, loop: asyncio.AbstractEventLoop) -> asyncio.Future:
     def helper() -> None:
         exc: Optional[BaseException] = None
         try:
-            d.wait()
+            # In steps: an await cancelled meanwhile (its future done), or its loop closed, ends
+            # this thread within a step, where a wait to the deadline kept it, up to 10 years, for
+            # each such await.
+            while not d.wait(WAIT_CHUNK_NS / 1e9):
+                if fut.done() or loop.is_closed():
+                    return
         except ReleaseTimerClosed as e:
             exc = e
         try:

@@ -200,6 +200,51 @@ def test_await_from_two_loops(release_impl):
         assert results == [True, True]
 
 
+def test_a_cancelled_await_on_a_second_loop_leaves_no_thread_waiting(release_impl):
+    """A deadline bound to one loop and awaited on a second is settled there by a helper thread;
+    an await cancelled meanwhile (``wait_for`` timing out), or whose loop is closed, ends its
+    helper within a wait step, not at the deadline: a retry loop of short waits on an hour-long
+    deadline kept one thread per try. The deadline is an hour out, so nothing is released during
+    the test."""
+    def helpers():
+        return [t for t in threading.enumerate() if t.name == "timerwheel_c-release-helper"]
+
+    async def bind(d):
+        task = asyncio.ensure_future(_await(d))
+        await asyncio.sleep(0)
+        return task
+
+    async def retry(d, tries):
+        for _ in range(tries):
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(_await(d), 0.001)
+        return len(helpers())
+
+    async def _await(d):
+        await d
+
+    before = len(helpers())
+    with release_impl.ReleaseTimer() as rt:
+        d = rt.arm_ns(time.monotonic_ns() + HOUR_NS)
+        first = asyncio.new_event_loop()
+        task = first.run_until_complete(bind(d))  # the deadline's channel is the first loop's
+        try:
+            assert _run(asyncio.new_event_loop, retry(d, 20)) > before  # the situation arose
+            third = asyncio.new_event_loop()
+            left = third.run_until_complete(bind(d))  # its await still pending as the loop closes
+            left._log_destroy_pending = False
+            assert left in asyncio.all_tasks(third) and len(helpers()) > before
+            third.close()
+            deadline = time.monotonic() + LIVENESS_S
+            while len(helpers()) > before and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert len(helpers()) == before and not d.done()
+        finally:
+            task.cancel()
+            first.run_until_complete(asyncio.gather(task, return_exceptions=True))
+            first.close()
+
+
 def test_await_past_and_released(release_impl):
     """Awaiting a deadline already released (at arm time, or since) returns at once."""
 
