@@ -307,7 +307,10 @@ class TimerWheel:
             token: an int in [0, 2**64) handed back by ``advance`` when the timer fires.
 
         Returns:
-            A positive int id (< 2**64) for ``cancel``/``reschedule``; it never names a later timer.
+            A positive int id (< 2**64) for ``cancel``/``reschedule``. It names no later timer
+            until its entry has been reused 2**32 times (its 32-bit generation wraps); the last
+            entry freed is the next taken, so 2**32 arm-and-cancel pairs can do it: drop an id
+            once its timer fired or was cancelled.
 
         Raises:
             TypeError: ``after_ms`` or ``token`` is not an int (bool, float, str, None...).
