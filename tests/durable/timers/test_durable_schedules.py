@@ -148,6 +148,40 @@ def test_changing_a_schedules_jitter_end_or_max_runs_keeps_its_place_on_the_grid
         changed.get("jitter_s", 0), changed.get("max_runs"), changed.get("end"))
 
 
+@pytest.mark.parametrize("trigger", [Every(3600, start=START, end=START + 30 * MIN),
+                                     Cron("0 0 1 1 *", start=START, end=START + 30 * MIN)])
+def test_a_schedule_whose_end_comes_before_its_first_occurrence_is_refused_and_nothing_is_written(durable_store,
+                                                                                                   trigger):
+    """A trigger whose end comes before its first occurrence would be stored, reported ended at once and
+    never fire, as a trigger whose start leaves no occurrence (which its constructor refuses). It is
+    refused when added, naming the end and that first occurrence; nothing is written, and a schedule of
+    that name that it would have replaced stays as it was."""
+    with pytest.raises(ValueError, match=r"end .* leaves .* no occurrence to fire: its first, at .*, comes after it"):
+        add_schedule(durable_store, P, "never", trigger, KIND)
+    assert get_schedule(durable_store, P, "never") is None and list_timers(durable_store, P) == []
+    add_schedule(durable_store, P, "kept", Every(60, start=START), KIND)
+    with pytest.raises(ValueError, match="no occurrence to fire"):
+        add_schedule(durable_store, P, "kept", trigger, KIND)
+    kept = get_schedule(durable_store, P, "kept")
+    assert kept.trigger == Every(60, start=START) and kept.next_fire_ms == START + MIN
+
+
+def test_a_schedule_added_again_with_no_start_and_an_end_before_its_own_first_occurrence_keeps_its_grid(
+        durable_store):
+    """With no start, a trigger starts now, but a schedule added again keeps the grid it has: its end is
+    judged on that grid, where an occurrence still comes before it, so it is added (an application that
+    adds its schedules at every start is not refused); a new schedule of that trigger is refused. The
+    grid's next occurrence is 10 minutes off and the end 30, so the real clock's progress cannot flake it."""
+    now_ms = time.time_ns() // 1_000_000
+    grid = Every(3600, start=now_ms - 50 * MIN)
+    add_schedule(durable_store, P, "hourly", grid, KIND)
+    info = add_schedule(durable_store, P, "hourly", Every(3600, end=now_ms + 30 * MIN), KIND)
+    assert info.next_fire_ms == now_ms + 10 * MIN and not info.ended
+    with pytest.raises(ValueError, match="no occurrence to fire"):
+        add_schedule(durable_store, P, "new", Every(3600, end=now_ms + 30 * MIN), KIND)
+    assert get_schedule(durable_store, P, "new") is None
+
+
 @pytest.mark.parametrize("spelling", ["@daily", "@midnight", "0  0 * * *", "0 0 * * 0-6", "0 0 */1 * *",
                                       "0 0 1-31 1-12 *", "0 0 * jan-dec *", "0 0 * * 7,0-6"])
 def test_re_adding_a_cron_spelled_another_way_keeps_its_place_on_the_grid(durable_store, spelling):

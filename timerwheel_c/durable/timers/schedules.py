@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from typing import Optional, Tuple
 
 from . import keys
+from .names import iso_utc
 from .schedule_state import ScheduleState, done, new_state, paused, replaced, resumed, when_due
 from .steps import APPLY, GET, Steps
 from .tick import lease_ms
@@ -186,15 +187,34 @@ def add_schedule_steps(store: Store, partition: str, name: str, trigger: Trigger
     return _add(partition, name, raw, state, paused)
 
 
+def _check_fires(state: ScheduleState) -> None:
+    """Raise ValueError, naming the trigger and its end, when ``state``, a schedule started afresh from
+    its trigger's start (:func:`~.schedule_state.new_state`), has no pending occurrence: its first comes
+    after the trigger's end, so it would be stored, ended at once, and never fire. Judged on the grid
+    the schedule is written with, not in the trigger's constructor: a trigger given no start starts
+    now, but a schedule added again with it keeps the grid it has (:func:`~.schedule_state.replaced`),
+    where an occurrence may still come before the end."""
+    if state.next_nominal_ms is not None:
+        return
+    trigger = state.trigger
+    first_ms = trigger.next_after(trigger.start_ms)
+    first = "none" if first_ms is None else iso_utc(first_ms)
+    end = "none" if trigger.end_ms is None else iso_utc(trigger.end_ms)
+    raise ValueError(f"end {end} leaves {trigger!r} no occurrence to fire: its first, at {first}, comes after it")
+
+
 def _add(partition: str, name: str, raw: bytes, state: ScheduleState, pause: Optional[bool]) -> Steps[ScheduleInfo]:
     while True:
         data, old = yield from _read(raw)
         batch = Batch()
         if old is None:
+            _check_fires(state)
             batch.require(Absent(keys.schedule_row(raw)))
             new = paused(state) if pause else state
         else:
             new = replaced(old, state, time.time_ns() // 1_000_000, _RNG)
+            if new is state:  # started afresh, not kept on the stored grid
+                _check_fires(state)
             if pause or (pause is None and old.paused):
                 # An operator's pause outlives the application's next start, which adds it again.
                 new = paused(new)
