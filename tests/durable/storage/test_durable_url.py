@@ -29,6 +29,18 @@ def test_sqlite_urls(tmp_path, monkeypatch):
         open_store(None)
 
 
+@pytest.mark.parametrize("suffix", ["?mode=ro", "?cache=shared&timeout=5", "#main", "?"])
+def test_a_sqlite_url_with_a_query_or_a_fragment_is_refused_and_makes_no_file(tmp_path, suffix):
+    """SQLAlchemy's and SQLite's own URIs take options after a '?': this one takes a path alone and
+    would have opened (for ``timerwheel-c run``, made) a new, empty store in a file named with the
+    option, beside the application's, whose timers then never fired. Refused, naming the URL."""
+    url = f"sqlite:///{tmp_path}/timers.db{suffix}"
+    for read_only in (False, True):
+        with pytest.raises(ValueError, match=r"timers\.db.*no query \(\?\.\.\.\) or fragment \(#\.\.\.\)"):
+            open_store(url, read_only=read_only)
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.slow  # runs every durable workload of the bench, small: seconds
 def test_bench_contract_shape():
     """bench.durable.run returns {"sqlite": {"fired_per_s": float > 0, "lateness_ms": [n floats], and the

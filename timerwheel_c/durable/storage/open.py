@@ -1,7 +1,7 @@
 """Opening a store from a URL.
 
 A store URL is ``sqlite:///PATH`` (as in SQLAlchemy: three slashes, then the path, so
-an absolute path gives four; ``sqlite:///:memory:`` for an in-memory database), or
+an absolute path gives four; ``sqlite:///:memory:`` for an in-memory database; no ``?`` options), or
 ``postgresql://...`` / ``postgres://...`` (a libpq connection URI; a ``key=value`` connection string
 is not a URL: give it to ``PostgresStore`` itself. Needs psycopg 3, the ``postgres`` extra).
 """
@@ -25,7 +25,8 @@ def open_store(url: str, *, read_only: bool = False, create: bool = True) -> Sto
 
     Raises:
         TypeError: ``url`` is not a str.
-        ValueError: an unsupported scheme or an empty path, naming the URL (password masked).
+        ValueError: an unsupported scheme, an empty path, or a SQLite path with a query or a fragment
+            (``?``, ``#``), naming the URL (password masked).
         ImportError: a postgresql:// URL without psycopg installed; the message gives the
             install command, ``pip install 'timerwheel_c[postgres]'``.
         PermanentStoreError / TransientStoreError (:mod:`.errors`, never the driver's own errors):
@@ -40,6 +41,11 @@ def open_store(url: str, *, read_only: bool = False, create: bool = True) -> Sto
         path = url[len(SQLITE_PREFIX):]
         if not path:
             raise ValueError(f"store URL {redact(url, url)!r} has no path (use sqlite:///relative.db or sqlite:////abs/path.db)")
+        if "?" in path or "#" in path:
+            # SQLAlchemy's URLs and SQLite's own URIs carry options there; the path is opened as it
+            # is, so an option would name another file: a new, empty store beside the application's.
+            raise ValueError(f"store URL {redact(url, url)!r}: a sqlite:/// URL takes a file path alone, no query (?...) "
+                             f"or fragment (#...)")
         from .sqlite.store import SQLiteStore
 
         return SQLiteStore(path, read_only=read_only, create=create)
