@@ -168,6 +168,22 @@ def test_requeue_due_at_is_the_exact_ms_given(url, timers, tmp_path):
     one_line_error(early, 2, "--due-at", "1970", "1969-12-31T23:59:59Z")
 
 
+@pytest.mark.parametrize("in_s, due_after_ms", [("0.0004", 1), ("0.0025", 3), ("600.0005", 600_001)])
+def test_requeue_in_seconds_is_never_before_they_have_passed(url, timers, monkeypatch, in_s, due_after_ms):
+    """requeue --in SECONDS rounds up to the ms, as delay= and Retry(delay=) do: rounded to the nearest
+    ms, 0.0004 s was due now and 0.0025 s (half to even) 2 ms on, before the time asked for. The
+    command's clock is held at a whole ms, so the due time is exact and nothing can flake."""
+    import time
+
+    now_ms = wall_ms()
+    monkeypatch.setattr(time, "time_ns", lambda: now_ms * 1_000_000)
+    out = cli("timers", "requeue", "--store", url, "--partition", "p3", "--kind", str(KIND),
+              "--reference", "flaky", "--in", in_s)
+    assert out.returncode == 0 and "requeued" in out.stdout, out.stderr
+    with open_store(url) as store:
+        assert get_timer(store, "p3", KIND, b"flaky").due_at_ms == now_ms + due_after_ms
+
+
 @pytest.fixture
 def new_york(monkeypatch):
     """This process's local time zone is New York's for the test (TZ and time.tzset(), POSIX only)."""

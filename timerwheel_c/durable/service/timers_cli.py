@@ -30,7 +30,7 @@ plus ``value`` (text or null) and ``value_hex``.
 ``cancel`` removes the timer, whatever its state. ``requeue`` puts a parked or retrying timer
 back to scheduled with its attempts reset, due now, at ``--due-at`` (ISO 8601 as ``datetime.fromisoformat``
 reads it, and ``Z``: before Python 3.11 only the extended form ``isoformat()`` writes; without a zone,
-this machine's) or ``--in SECONDS`` from now; it leaves a scheduled timer as it is (exit 1):
+this machine's) or ``--in SECONDS`` from now (rounded up to the ms); it leaves a scheduled timer as it is (exit 1):
 ``fire-now`` is the command that moves a healthy timer. ``fire-now`` makes the timer due now
 with its attempts reset, whatever its state. A runner serving the partition fires it on its next
 pass (at once when the store signals the write).
@@ -62,7 +62,7 @@ from typing import Optional
 from ..._helptext import terminal_text
 from ..storage.errors import StoreError
 from ..storage.redact import redact
-from ..timers.due import due_at_ms_of
+from ..timers.due import due_at_ms_of, span_ms
 from ..timers.keys import TimerKind
 from ..timers.kind_names import kind_names
 from ..timers.schedules import get_schedule
@@ -112,7 +112,7 @@ def add_parser(sub) -> None:
                                    "and Z (before Python 3.11 only the extended form isoformat() writes, such as "
                                    "2026-12-01T18:30:00.500+01:00; without a zone: this machine's, a time in a "
                                    "daylight-saving gap read on the offset before it); default now")
-            when.add_argument("--in", type=_seconds, dest="in_s", metavar="SECONDS", help="due SECONDS from now")
+            when.add_argument("--in", type=_seconds, dest="in_s", metavar="SECONDS", help="due SECONDS from now (rounded up to the ms)")
         if action in ("list", "show"):
             a.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=main)
@@ -279,7 +279,8 @@ def _named(store, args, now_ms: int) -> str:
         if timer.state == "scheduled":
             raise NoSuchTimer(f"the timer of {name} is scheduled, not parked or retrying; "
                               "fire-now makes a scheduled timer due now")
-        due_ms = args.due_at if args.due_at is not None else now_ms + round(1000 * (args.in_s or 0))
+        # Rounded up, as delay= is: a due time never comes before the seconds asked for have passed.
+        due_ms = args.due_at if args.due_at is not None else now_ms + span_ms(args.in_s or 0)
     else:  # fire-now
         due_ms = now_ms
     if not requeue(store, args.partition, due_ms, args.kind, reference):
