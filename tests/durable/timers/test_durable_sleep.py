@@ -35,6 +35,16 @@ def test_timer_id_is_deterministic_uuid5():
         TimerId.for_call(uuid.uuid4(), 0)
 
 
+def test_an_execution_id_that_is_no_utf8_is_a_value_error_naming_it(tmp_path):
+    """An id with a lone surrogate (a file name or argv read with surrogateescape) has no UTF-8 for its
+    sleeps' UUIDv5: a ValueError naming execution_id and the id, when the context is made, as a
+    partition or a schedule name of no UTF-8 is; it was uuid5's bare UnicodeEncodeError, naming neither."""
+    with pytest.raises(ValueError, match=r"execution_id must be encodable as UTF-8 .*'order-\\udcff'"):
+        TimerId.for_call("order-\udcff", 0)
+    with pytest.raises(ValueError, match="execution_id"):
+        DurableContext(SQLiteStore(str(tmp_path / "t.db")), "order-\udcff")
+
+
 def test_blocking_and_await_forms_and_replay(tmp_path):
     """Both forms return False after a real wait (not before the due time) and True, at once, when a
     new context of the same execution replays them; no second timer is journaled."""

@@ -55,11 +55,16 @@ class TimerId:
 
     @classmethod
     def for_call(cls, execution_id: str, n: int) -> "TimerId":
-        """Raises TypeError for a non-str id or non-int n, ValueError for an empty id or n < 0."""
+        """Raises TypeError for a non-str id or non-int n, ValueError for an empty id, one with no UTF-8
+        (a lone surrogate) or n < 0."""
         if not isinstance(execution_id, str):
             raise TypeError(f"execution_id must be a str, got {type(execution_id).__name__} {execution_id!r}")
         if not execution_id:
             raise ValueError("execution_id must be a non-empty str")
+        try:
+            execution_id.encode("utf-8")  # as uuid5 encodes it
+        except UnicodeEncodeError:
+            raise ValueError(f"execution_id must be encodable as UTF-8 (no lone surrogates), got {execution_id!r}") from None
         if isinstance(n, bool) or not isinstance(n, int):
             raise TypeError(f"n must be an int, got {type(n).__name__} {n!r}")
         if n < 0:
