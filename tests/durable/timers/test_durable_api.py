@@ -236,6 +236,46 @@ def test_schedule_many_checks_every_timer_before_writing_any(store):
     assert _pending(store, P) == {}
 
 
+class _CodecRefusal(ValueError):
+    """A codec's own error whose constructor takes other arguments than one message."""
+
+    def __init__(self, field: str, why: str):
+        super().__init__(f"{field}: {why}")
+
+
+def _refusing_dumps(value):
+    raise _CodecRefusal("when", "no such field")
+
+
+def test_schedule_many_names_the_timer_whatever_error_its_value_s_codec_raises(store):
+    """schedule_many names the bad timer's index whatever the codec raised: the JSON codec's refusal
+    of a str with no UTF-8 (a lone surrogate), and a codec's own error class, each a ValueError naming
+    the index, the class and its message, with the codec's own error as its cause. The index was added
+    by building the raised class again from one message, which these refuse: the call raised
+    TypeError("function takes exactly 5 arguments (1 given)"), naming neither the timer nor the value.
+    Nothing is written."""
+    from timerwheel_c.durable import schedule_many
+
+    json_kind, own_kind = TimerKind(9, "send-reminder", codec="json"), TimerKind(10, "own", codec=(_refusing_dumps, bytes))
+    good = (P, NOW, json_kind, b"good", {"user": 7})
+    with pytest.raises(ValueError, match=r"timers\[1\]: value .*UTF-8.*'order-\\udcff'") as refused:
+        schedule_many(store, [good, (P, NOW, json_kind, b"r", {"name": "order-\udcff"})])
+    assert isinstance(refused.value.__cause__, ValueError)
+    with pytest.raises(ValueError, match=r"timers\[1\]: _CodecRefusal: when: no such field") as refused:
+        schedule_many(store, [good, (P, NOW, own_kind, b"r", 1)])
+    assert type(refused.value.__cause__) is _CodecRefusal
+    assert _pending(store, P) == {}
+
+
+def test_the_json_codec_refuses_a_str_with_no_utf8_naming_the_value(store):
+    """A str holding a lone surrogate has no UTF-8: schedule() raises a ValueError naming the value,
+    where it raised UnicodeEncodeError's bare "'utf-8' codec can't encode character"."""
+    kind = TimerKind(9, "send-reminder", codec="json")
+    with pytest.raises(ValueError, match=r"value .*UTF-8.*'order-\\udcff'"):
+        schedule(store, P, NOW, kind, b"r", {"name": "order-\udcff"})
+    assert _pending(store, P) == {}
+
+
 def test_the_api_bench_rows_measure_both_forms(tmp_path):
     """bench.durable_api's rows run end to end on a small load: a fire cost for each handler form,
     and schedule_many beside a loop of schedule(), every figure a positive number."""

@@ -42,7 +42,12 @@ def _checked(index: int, timer: object) -> tuple:
         value = keys.check_value("value", encoded(kind, value))
         check_partition(partition)
     except (TypeError, ValueError) as exc:
-        raise type(exc)(f"timers[{index}]: {exc}") from exc
+        if type(exc) in (TypeError, ValueError):
+            raise type(exc)(f"timers[{index}]: {exc}") from exc
+        # A subclass (a codec's own error) may take other arguments than one message: its base class
+        # names the index, the subclass and its message, with the error itself as the cause.
+        raise (TypeError if isinstance(exc, TypeError) else ValueError)(
+            f"timers[{index}]: {type(exc).__name__}: {exc}") from exc
     return partition, key, identity, value
 
 

@@ -63,13 +63,19 @@ def encoded(kind: object, value: object, name: str = "value") -> bytes:
     Raises:
         TypeError: a value that is not bytes for a kind without a codec, or a codec whose ``dumps``
             did not return bytes; whatever the codec's ``dumps`` raises (TypeError, ValueError).
+        ValueError: text the codec cannot encode as UTF-8 (a str with a lone surrogate), naming it.
     """
     codec = getattr(kind, "codec", None)
     if codec is None:
         return check_bytes(name, value)
     if isinstance(value, (bytes, bytearray)) and not value:
         return b""
-    return check_bytes(f"{name} encoded by the {codec.name} codec of kind {int(kind)}", codec.dumps(value))  # type: ignore[call-overload]
+    try:
+        raw = codec.dumps(value)
+    except UnicodeEncodeError as exc:  # a str with a lone surrogate: UTF-8 has no bytes for it
+        raise ValueError(f"{name} of kind {int(kind)} holds text with no UTF-8 for its {codec.name} codec "  # type: ignore[call-overload]
+                         f"({exc.reason}), got {value!r:.200}") from None
+    return check_bytes(f"{name} encoded by the {codec.name} codec of kind {int(kind)}", raw)  # type: ignore[call-overload]
 
 
 def decoded(codec: Codec, raw: bytes) -> object:
