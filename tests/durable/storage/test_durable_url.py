@@ -41,6 +41,23 @@ def test_a_sqlite_url_with_a_query_or_a_fragment_is_refused_and_makes_no_file(tm
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("command", [["run", "--handlers", "durable_handlers:registry"], ["timers", "list"],
+                                     ["schedules", "list"], ["fleet", "status"],
+                                     ["timers", "cancel", "--partition", "p", "--kind", "1", "--reference", "r"]])
+def test_every_command_refuses_a_sqlite_url_with_a_query_naming_it(tmp_path, capsys, command):
+    """Given ``sqlite:///timers.db?mode=ro`` for a store that exists, every command exits 2 with one line
+    saying a sqlite:/// URL takes no query, and makes no file: ``run`` served a new store named with the
+    query, and the other commands said there was no store at that name, though timers.db held one."""
+    from timerwheel_c.cli import main
+
+    SQLiteStore(str(tmp_path / "timers.db")).close()
+    before = sorted(tmp_path.iterdir())
+    assert main([*command, "--store", f"sqlite:///{tmp_path}/timers.db?mode=ro"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no query (?...) or fragment (#...)" in err, err
+    assert sorted(tmp_path.iterdir()) == before
+
+
 @pytest.mark.slow  # runs every durable workload of the bench, small: seconds
 def test_bench_contract_shape():
     """bench.durable.run returns {"sqlite": {"fired_per_s": float > 0, "lateness_ms": [n floats], and the

@@ -191,14 +191,18 @@ def open_or_say(command: str, url: Optional[str], *, read_only: bool = False, cr
     runs either and such a database is refused alike ("no timerwheel_c store here"), on a session
     that may write: a typo in a URL is not a new, empty store."""
     from ..storage.errors import StoreError
-    from ..storage.open import SQLITE_PREFIX, open_store
+    from ..storage.open import open_store, sqlite_path
 
     try:
         url = store_url(url, command)
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return None
-    path = url[len(SQLITE_PREFIX):] if url.startswith(SQLITE_PREFIX) else None
+    try:  # before the file's existence is judged: a query in the path names no file to look for
+        path = sqlite_path(url)
+    except ValueError as exc:
+        print(f"timerwheel-c {command}: {exc}", file=sys.stderr)
+        return None
     if path == ":memory:":
         print(f"timerwheel-c {command}: {url!r} is a store private to this process, gone when it exits: "
               "name a SQLite file (sqlite:///PATH) or a PostgreSQL URL", file=sys.stderr)

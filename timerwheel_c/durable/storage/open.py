@@ -7,12 +7,34 @@ is not a URL: give it to ``PostgresStore`` itself. Needs psycopg 3, the ``postgr
 """
 from __future__ import annotations
 
+from typing import Optional
+
 from .redact import redact
 from .store import Store
 
-__all__ = ["SQLITE_PREFIX", "open_store"]
+__all__ = ["SQLITE_PREFIX", "open_store", "sqlite_path"]
 
 SQLITE_PREFIX = "sqlite:///"
+
+
+def sqlite_path(url: str) -> Optional[str]:
+    """The file path of a ``sqlite:///PATH`` URL, as given (``:memory:`` included); None for another scheme.
+
+    Raises:
+        ValueError: an empty path, or one with a query or a fragment (``?``, ``#``), naming the URL
+            (password masked).
+    """
+    if not url.startswith(SQLITE_PREFIX):
+        return None
+    path = url[len(SQLITE_PREFIX):]
+    if not path:
+        raise ValueError(f"store URL {redact(url, url)!r} has no path (use sqlite:///relative.db or sqlite:////abs/path.db)")
+    if "?" in path or "#" in path:
+        # SQLAlchemy's URLs and SQLite's own URIs carry options there; the path is opened as it
+        # is, so an option would name another file: a new, empty store beside the application's.
+        raise ValueError(f"store URL {redact(url, url)!r}: a sqlite:/// URL takes a file path alone, no query (?...) "
+                         f"or fragment (#...)")
+    return path
 
 
 def open_store(url: str, *, read_only: bool = False, create: bool = True) -> Store:
@@ -37,15 +59,8 @@ def open_store(url: str, *, read_only: bool = False, create: bool = True) -> Sto
     """
     if not isinstance(url, str):
         raise TypeError(f"store URL must be a str, got {type(url).__name__}")
-    if url.startswith(SQLITE_PREFIX):
-        path = url[len(SQLITE_PREFIX):]
-        if not path:
-            raise ValueError(f"store URL {redact(url, url)!r} has no path (use sqlite:///relative.db or sqlite:////abs/path.db)")
-        if "?" in path or "#" in path:
-            # SQLAlchemy's URLs and SQLite's own URIs carry options there; the path is opened as it
-            # is, so an option would name another file: a new, empty store beside the application's.
-            raise ValueError(f"store URL {redact(url, url)!r}: a sqlite:/// URL takes a file path alone, no query (?...) "
-                             f"or fragment (#...)")
+    path = sqlite_path(url)
+    if path is not None:
         from .sqlite.store import SQLiteStore
 
         return SQLiteStore(path, read_only=read_only, create=create)
