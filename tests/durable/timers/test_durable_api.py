@@ -109,6 +109,31 @@ def test_a_timedelta_or_delay_seconds_is_due_that_long_from_now(store, host_now)
     assert get_timer(store, P, 1, b"c").due_at_ms == host_now + datetime.timedelta.max // datetime.timedelta(milliseconds=1) + 1
 
 
+def test_an_aware_datetime_between_two_ms_is_due_at_the_later_never_before_it(store):
+    """A datetime holds us: one 0.9 ms past a whole ms was due at that ms (rounded down), so its timer
+    could fire up to 0.999 ms before the instant given. It is rounded up, as a timedelta and delay= are;
+    a whole ms stays as it is, and an instant a fraction of a ms before 1970 is still refused. A trigger's
+    start and end, which bound occurrences rather than fire, stay rounded down."""
+    import datetime
+
+    from timerwheel_c.durable import Every, Reschedule
+
+    utc = datetime.timezone.utc
+    at = datetime.datetime(2027, 1, 15, 8, 0, 0, 900, tzinfo=utc)  # 0.9 ms past a whole ms
+    whole_ms = (at.replace(microsecond=0) - datetime.datetime(1970, 1, 1, tzinfo=utc)) // datetime.timedelta(milliseconds=1)
+    schedule(store, P, at, 1, b"a")
+    schedule(store, P, at.replace(microsecond=0), 1, b"b")
+    assert (get_timer(store, P, 1, b"a").due_at_ms, get_timer(store, P, 1, b"b").due_at_ms) == (whole_ms + 1, whole_ms)
+    assert Reschedule(at, b"").due_at_ms == whole_ms + 1
+    with pytest.raises(ValueError, match="1970"):
+        schedule(store, P, datetime.datetime(1969, 12, 31, 23, 59, 59, 999_900, tzinfo=utc), 1, b"c")
+    assert get_timer(store, P, 1, b"c") is None
+    # A trigger's start and end bound whole-ms occurrences: rounded down, an occurrence falls after (by)
+    # the ms exactly when it falls after (by) the instant.
+    every = Every(60, start=at, end=at + datetime.timedelta(minutes=5))
+    assert (every.start_ms, every.end_ms, every.next_after(0)) == (whole_ms, whole_ms + 300_000, whole_ms + 60_000)
+
+
 def test_a_bad_relative_due_time_is_refused_naming_it(store, host_now):
     """A negative delay or timedelta, a non-finite or non-number delay, and a delay given with a due
     time are refused with one line naming the value; nothing is written."""

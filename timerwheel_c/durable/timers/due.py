@@ -93,14 +93,18 @@ def due_or_delay(due_at: object, delay: object, name: str = "due_at_ms",
     return _relative(span_ms(delay), delay, "delay", base_ms)
 
 
-def due_at_ms_of(value: object, name: str = "due_at_ms", base_ms: Optional[Callable[[], int]] = None) -> int:
+def due_at_ms_of(value: object, name: str = "due_at_ms", base_ms: Optional[Callable[[], int]] = None, *,
+                 bound: bool = False) -> int:
     """Return ``value`` as Unix epoch ms (int; a :class:`DueMs` as it is, checked already).
 
     Args:
         value: an int (Unix epoch ms), a timezone-aware :class:`datetime.datetime` (converted
-            exactly, rounding down to the ms) or a :class:`datetime.timedelta` >= 0 (that long from
+            exactly, rounded up to the ms unless ``bound``) or a :class:`datetime.timedelta` >= 0 (that long from
             ``base_ms()``, rounded up to the ms).
         name: the argument's name, for messages.
+        bound: ``value`` bounds a trigger's occurrences (its start or end) instead of being a due time: a
+            datetime is rounded down to the ms, since an occurrence, a whole ms, falls after it (or at or
+            before it) exactly when it falls after (at or before) that ms.
         base_ms: now, Unix epoch ms, as a relative due time counts from it; None:
             :func:`relative_base_ms`, the host's wall clock.
 
@@ -122,10 +126,12 @@ def due_at_ms_of(value: object, name: str = "due_at_ms", base_ms: Optional[Calla
         if value.tzinfo is None or value.utcoffset() is None:
             raise ValueError(
                 f"{name} must be a timezone-aware datetime (e.g. datetime.now(timezone.utc)), got the naive {value!r}")
-        ms = (value - _EPOCH) // _MS
-        if ms < 0:
+        if value < _EPOCH:
             raise ValueError(f"{name} must not be before 1970-01-01 UTC, got {value!r}")
-        return ms
+        # A due time is rounded up, as a timedelta is: a datetime holds us, and its timer never fires
+        # before it.
+        whole_ms, part = divmod(value - _EPOCH, _MS)
+        return whole_ms + (bool(part) and not bound)
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int (Unix epoch ms), an aware datetime or a timedelta, got {type(value).__name__} {value!r}")
     if 0 <= value < PLAUSIBLY_SECONDS_BELOW:

@@ -123,7 +123,7 @@ def _ms_of(name: str, value: object) -> int:
     """``value`` (Unix epoch ms, an aware datetime; a :class:`_StoredMs` as it is) as checked ms."""
     if type(value) is _StoredMs:
         return _check_ms(name, int(value))
-    return _check_ms(name, due_at_ms_of(value, name))
+    return _check_ms(name, due_at_ms_of(value, name, bound=True))
 
 
 def _start_ms_of(start: object) -> int:
