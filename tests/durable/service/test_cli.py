@@ -132,3 +132,22 @@ def test_a_reader_gone_ends_every_command_quietly_and_alike(argv, store_with_row
     store = [] if argv[0].startswith("-") or "--help" in argv else ["--store", store_with_rows]
     status, err = _main_writing_to(_Unwritable(BrokenPipeError(errno.EPIPE, "Broken pipe")), argv + store)
     assert (status, err) == (1, "")
+
+
+
+@pytest.mark.parametrize("token", [" ", "\t\n", "hunter2", " 15 characters "])
+def test_actions_off_loopback_refuse_a_token_anyone_could_guess(monkeypatch, capsys, token):
+    """Off loopback the page's buttons act on any request that carries the token: one of spaces alone,
+    or of fewer than 16 other characters, is refused in one line naming its length (never the token),
+    before ``web`` or ``run`` opens its store; a space or "hunter2" opened the buttons to the network.
+    A token of 16 characters is taken, and loopback needs none."""
+    from timerwheel_c.durable.service.cli import actions_allowed
+
+    monkeypatch.setenv("TIMERWHEEL_C_WEB_TOKEN", token)
+    assert actions_allowed("web", "0.0.0.0", True) is False
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "at least 16 characters" in err, err
+    assert repr(token) not in err and (not token.strip() or token.strip() not in err)
+    assert actions_allowed("web", "127.0.0.1", True) and actions_allowed("web", "0.0.0.0", False)
+    monkeypatch.setenv("TIMERWHEEL_C_WEB_TOKEN", "k7Qz-2vLp-9xWm-4R")
+    assert actions_allowed("web", "0.0.0.0", True) and capsys.readouterr().err == ""

@@ -222,15 +222,29 @@ def open_or_say(command: str, url: Optional[str], *, read_only: bool = False, cr
 
 
 
+#: The fewest characters, spaces aside, of the token the page's actions need off loopback: any request
+#: that carries it acts on the store, so it must not be guessed.
+MIN_TOKEN_CHARS = 16
+
+
 def actions_allowed(command: str, host: str, actions: bool) -> bool:
     """Whether the page's ``actions`` can be served on ``host``: False after one line on stderr when
-    they are on, ``host`` is not loopback and ``$TIMERWHEEL_C_WEB_TOKEN`` is unset. Checked before
-    a command opens its store."""
+    they are on, ``host`` is not loopback and ``$TIMERWHEEL_C_WEB_TOKEN`` is unset or holds fewer
+    than :data:`MIN_TOKEN_CHARS` characters besides spaces (the line gives its length, never the
+    token). Checked before a command opens its store."""
     from .web import TOKEN_ENV, is_loopback
 
-    if actions and not is_loopback(host) and not os.environ.get(TOKEN_ENV):
+    if not actions or is_loopback(host):
+        return True
+    token = os.environ.get(TOKEN_ENV)
+    if not token:
         print(f"timerwheel-c {command}: --web-actions on {host!r} (not loopback) needs a token: set ${TOKEN_ENV}",
               file=sys.stderr)
+        return False
+    if len(token.strip()) < MIN_TOKEN_CHARS:
+        print(f"timerwheel-c {command}: --web-actions on {host!r} (not loopback) needs a token of at least "
+              f"{MIN_TOKEN_CHARS} characters besides spaces in ${TOKEN_ENV}, got {len(token.strip())}: any request "
+              "that carries it acts on the store", file=sys.stderr)
         return False
     return True
 

@@ -9,7 +9,7 @@ fired/s and lateness drawn from its own counters, which this command has none of
 
 ``--host`` is 127.0.0.1 (loopback) by default. ``--web-actions`` turns on the buttons that
 change state (requeue, fire now, cancel, pause, resume); on a host other than loopback they
-also need the token in ``$TIMERWHEEL_C_WEB_TOKEN``, which the operator types on the page.
+also need the token in ``$TIMERWHEEL_C_WEB_TOKEN`` (at least 16 characters besides spaces), which the operator types on the page.
 The store URL, and its password, never appear on the page.
 
 The command never creates a store, with or without ``--web-actions``: it runs no DDL, and a
