@@ -19,7 +19,7 @@ from timerwheel_c.durable.storage.store import Batch, Equals
 from timerwheel_c.durable.timers import keys
 from timerwheel_c.durable.timers.claim import Claimer
 from timerwheel_c.durable.timers.registry import Done, DueTimer, TimerHandler, TimerRegistry
-from timerwheel_c.durable.timers.runner import ClaimedTimer, RunReport, TickBudget, claim_due, settle
+from timerwheel_c.durable.timers.runner import ClaimedTimer, RunReport, TickBudget, claim_due, commit_records, settle
 
 _KIND = keys.TimerKind(1)
 
@@ -76,16 +76,13 @@ def test_a_claim_makes_each_rows_job_itself(store):
     assert settle("p", job, RunReport(), Done()).guards == [Equals(job.key, b"v")]
 
 
-#: Before Python 3.11 every instance of a class without ``__slots__`` keeps its attributes in a dict
-#: of its own, a tracked container once a value is; from 3.11 on the instance holds them itself.
-_DICT_PER_INSTANCE = sys.version_info < (3, 11)
-
-
 def _tracked_per_row(roots: list, shared: set) -> int:
     """The containers the collector tracks that are reachable from ``roots`` and not in ``shared``
     (by id), types excluded: what the rows hold of their own. An instance's own attribute dict,
-    which Python makes before 3.11 (:data:`_DICT_PER_INSTANCE`), is walked as part of its instance,
-    not counted apart: the count is of the objects the library makes, on every version."""
+    which Python makes for every instance before 3.11 and from 3.11 on once an instance's attributes
+    leave the values its class's shared keys hold (which earlier tests in one process may bring
+    about), is walked as part of its instance, not counted apart: the count is of the objects the
+    library makes, on every version and in any order of tests."""
     seen: set = set()
     attribute_dicts: set = set()
     stack = list(roots)
@@ -95,10 +92,9 @@ def _tracked_per_row(roots: list, shared: set) -> int:
             continue
         seen.add(id(obj))
         referents = gc.get_referents(obj)
-        if _DICT_PER_INSTANCE:
-            own = getattr(obj, "__dict__", None)
-            if isinstance(own, dict) and any(r is own for r in referents):
-                attribute_dicts.add(id(own))
+        own = getattr(obj, "__dict__", None)
+        if isinstance(own, dict) and any(r is own for r in referents):
+            attribute_dicts.add(id(own))
         stack.extend(referents)
     return len(seen - attribute_dicts)
 
@@ -244,6 +240,51 @@ def test_a_bare_dones_batch_holds_no_tracked_container_but_itself(store):
         assert [r for r in gc.get_referents(batch) if gc.is_tracked(r) and not isinstance(r, type)] == []
         assert (batch.guards, batch.writes) == (spelled.guards, spelled.writes)
     assert (keys.last_error_row(keys.identity(_KIND, later.timer.reference)), None) in batch.writes
+
+
+class _Activity:
+    def logs_each_fire(self) -> bool:
+        return False
+
+    def first_attempts(self, lateness_ms: list) -> None:
+        pass
+
+
+class _Recorder:
+    activity = _Activity()
+
+    def fires_ended(self, lateness_s: list, took_s: list) -> None:
+        pass
+
+    def count(self, report: RunReport) -> None:
+        pass
+
+
+class _Queued(list):
+    add_all = list.extend
+
+
+def test_a_settled_rows_job_is_the_one_container_it_keeps_until_its_commit(store):
+    """A row in flight waits for its commit with every other, and each container it keeps is one more
+    for the collector's passes to count and promote towards the full passes that walk an embedding
+    application's heap: once its handler's bare Done is settled, the row keeps its Job alone, no
+    DueTimer (made at each read of ``job.timer``, for the call) and no batch (made as the commit reads
+    it), and the commit consumes the rows as settle's batches would. Deterministic: one full
+    collection untracks the tuples of bytes, then the references from the jobs are walked."""
+    _write_due(store, "p", 3)
+    handler = _Noop()
+    jobs = claim_due(store, "p", TimerRegistry().register(handler), _NOW_MS, claimed_as=Job).timers
+    assert len(jobs) == 3 and jobs[0].timer == DueTimer(_NOW_MS - 1000, keys.KINDS[1], b"ref0000", b"v", 1, jobs[0].key)
+    committer = _Queued()
+    executor = Executor(1, None, lambda: _NOW_MS, 8, committer, _Recorder(), InFlight(), None)  # type: ignore[arg-type]
+    executor._settle(jobs, [Done()] * 3, [None] * 3, [_NOW_MS] * 3, [0.0] * 3)
+    assert committer == jobs and all(job.settled for job in jobs)
+    gc.collect()
+    shared = {id(handler), *(id(kind) for kind in keys.KINDS)}
+    assert _tracked_per_row(jobs, shared) == len(jobs)
+    assert {job.batch.__class__ for job in jobs} == {tuple}  # what this test counts: no batch kept
+    assert commit_records(store, {"p": jobs})["p"].fired == 3
+    assert store.scan("p", *keys.timer_range(), None, 10).entries == []
 
 
 def test_a_rows_batch_refuses_a_change_it_would_lose(store):

@@ -174,7 +174,7 @@ class Committer:
                     else:
                         dropped = RunReport(failed=len(outcomes))
                         for o in outcomes:
-                            kind = o.timer.kind.get()
+                            kind = o.kind.get()
                             dropped.failed_kinds[kind] = dropped.failed_kinds.get(kind, 0) + 1
                         self.recorder.count(dropped)
                         self.busy.discard_jobs(outcomes)

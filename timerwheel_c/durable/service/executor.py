@@ -29,7 +29,7 @@ from typing import Callable, Optional
 
 from ..timers import tracing
 from ..timers.registry import Done, TimerContext
-from ..timers.runner import Attempt, RunReport, past_timeout, settle
+from ..timers.runner import Attempt, RunReport, consumed, past_timeout, settle
 from ..storage.store import Store
 from .committer import Committer
 from .metrics import Recorder
@@ -420,21 +420,28 @@ class Executor:
         for job, outcome, error, started_ms, took_s in zip(jobs, outcomes, errors, started, took):
             set_field(job, "settled", True)
             mean = took_s if mean is None else mean + _MEAN_WEIGHT * (took_s - mean)
-            timer = job.timer
             lateness_ms = job.lateness_ms(started_ms)
             if each:
                 what = f"raised {type(error).__name__}" if error is not None else type(outcome).__name__
-                activity.fire(job.partition, timer, job.handler, lateness_ms, what)
-            elif timer.attempt == 1:
+                activity.fire(job.partition, job.timer, job.handler, lateness_ms, what)
+            elif job.attempt == 1:
                 first_ms.append(lateness_ms)
-            if timer.attempt == 1:
+            if job.attempt == 1:
                 lateness_s.append(lateness_ms / 1000)
             durations.append(took_s)
+            if error is None:
+                # A bare Done of a plain timer, nearly every fire's outcome: the job keeps the keys its
+                # batch deletes, atoms the collector stops tracking, and the batch is made as the commit
+                # reads it (commit_records), not kept until then as settle's _Consumed would be.
+                deletes = consumed(outcome, job.schedule, job)
+                if deletes is not None:
+                    set_field(job, "batch", deletes)
+                    continue
             report = self._report
             batch = settle(job.partition, job, report, outcome, error, wall_ms=wall_ms, still_running=keep_busy)
             if report.failed:  # a failed attempt: its row stays backed off, its error recorded (RetryLater), or parks
                 self._report = RunReport()
-                report.failed_kinds[timer.kind.get()] = report.failed
+                report.failed_kinds[job.kind.get()] = report.failed
                 recorder.count(report)
             if keep_busy:
                 # The call runs on in its thread: its failure commits now (its error is kept, its retry or

@@ -456,13 +456,12 @@ def _worst_lateness_ms(claimed: list, now_ms: int) -> Optional[int]:
     occurrence needs for its jitter, gives the same)."""
     earliest_ms: Optional[int] = None
     worst: Optional[int] = None
-    for c in claimed:
-        timer = c.timer
-        if timer.attempt != 1:
+    for c in claimed:  # Jobs, which hold their timer's fields (``c.timer`` makes a DueTimer per read)
+        if c.attempt != 1:
             continue
         if c.schedule is None:
-            if earliest_ms is None or timer.due_at_ms < earliest_ms:
-                earliest_ms = timer.due_at_ms
+            if earliest_ms is None or c.due_at_ms < earliest_ms:
+                earliest_ms = c.due_at_ms
         else:
             worst = _most(worst, c.lateness_ms(now_ms))
     return worst if earliest_ms is None else _most(worst, max(0, now_ms - earliest_ms))

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 from ..storage.store import Batch
-from ..timers.registry import DueTimer, TimerHandler
+from ..timers.keys import TimerKind
+from ..timers.registry import DueTimer, TimerHandler, due_timer
 from ..timers.runner import ClaimedTimer
 
 __all__ = ["Chunk", "InFlight", "Job", "file_by_partition", "set_field"]
@@ -43,26 +44,41 @@ class Job(ClaimedTimer):
     a :class:`ClaimedTimer` itself (its ``handler``, ``timer`` and ``schedule``, which stay frozen),
     made by the claim, so that a row in flight is one object from its claim to its commit.
 
+    The job holds its timer's fields itself (``due_at_ms``, ``kind``, ``reference``, ``value``,
+    ``attempt``, ``key``: the claimed row's), and ``timer`` is a :class:`DueTimer` of them made at each
+    read, for the handler's call: a DueTimer kept beside the job was one more tracked container per
+    row in flight, promoted with it towards the collector's full passes over an embedding
+    application's heap, where the one a call gets goes with the call (unless its handler keeps it).
+
     ``settled`` (loop thread only): its outcome or failure has been taken, so a late result (of a
     call that timed out) is dropped. ``cancelled_by``: why the service cancelled an ``async`` call
     (``"timeout"`` or ``"stop"``), None otherwise. ``started``: its handler was called (set by the
     slot before the call; a sync slot sets it under its chunk's lock), so a stop gives the attempt
-    back only to the rows never started. ``batch``: the guarded batch that commits its handler's
-    outcome (see :func:`~timerwheel_c.durable.timers.runner.settle`), set as the job joins the commit
-    stage's queue, None before.
+    back only to the rows never started. ``batch``: what commits its handler's outcome, set as the job
+    joins the commit stage's queue, None before: the guarded batch of
+    :func:`~timerwheel_c.durable.timers.runner.settle`, or for a bare ``Done()`` of a plain timer the
+    keys that batch deletes beside the claimed row, a tuple of bytes (see
+    :func:`~timerwheel_c.durable.timers.runner.consumed`), which the collector stops tracking at
+    its first pass, its batch made as the commit reads it.
     """
 
     # Each job is a row in flight of its own: compared and hashed by identity, never by its timer.
     __eq__ = object.__eq__
     __hash__ = object.__hash__
 
-    # Declared for type checkers: __init__ sets the first two, the executor the others.
+    # Declared for type checkers: __init__ sets the first eight, the executor the others.
     partition: str
     now_ms: int
+    due_at_ms: int
+    kind: TimerKind
+    reference: bytes
+    value: Any
+    attempt: int
+    key: bytes
     settled: bool
     cancelled_by: Optional[str]
     started: bool
-    batch: Optional[Batch]
+    batch: Union[Batch, tuple, None]
 
     def __init__(self, partition: str, now_ms: int, handler: TimerHandler, timer: DueTimer,
                  schedule: Optional[bytes] = None):
@@ -73,10 +89,15 @@ class Job(ClaimedTimer):
         # set past the frozen dataclass's __setattr__, a Python call of its own per field.
         setattr_ = set_field
         setattr_(self, "handler", handler)
-        setattr_(self, "timer", timer)
         setattr_(self, "schedule", schedule)
         setattr_(self, "partition", partition)
         setattr_(self, "now_ms", now_ms)
+        setattr_(self, "due_at_ms", timer.due_at_ms)
+        setattr_(self, "kind", timer.kind)
+        setattr_(self, "reference", timer.reference)
+        setattr_(self, "value", timer.value)
+        setattr_(self, "attempt", timer.attempt)
+        setattr_(self, "key", timer.key)
 
     # A job's own fields as it is made: read from the class until set on the job (four calls fewer per row).
     settled = False
@@ -88,9 +109,15 @@ class Job(ClaimedTimer):
         return f"Job(partition={self.partition!r}, now_ms={self.now_ms}, timer={self.timer!r})"
 
     @property
-    def key(self) -> bytes:
-        """The claimed row's key: the row this job holds in flight."""
-        return self.timer.key
+    def timer(self) -> DueTimer:
+        """The claimed timer, as its handler gets it: a new :class:`DueTimer` at each read."""
+        return due_timer(self.due_at_ms, self.kind, self.reference, self.value, self.attempt, self.key)
+
+    def lateness_ms(self, fired_ms: int) -> int:
+        """As :meth:`ClaimedTimer.lateness_ms`; a plain timer's read off the job's own due time."""
+        if self.schedule is not None:  # its due time needs the schedule's jitter: ClaimedTimer's
+            return super().lateness_ms(fired_ms)
+        return max(0, fired_ms - self.due_at_ms)
 
     @property
     def timeout_s(self) -> Optional[float]:
@@ -135,13 +162,13 @@ class InFlight:
         return len(self.jobs)
 
     def add(self, job: Job) -> None:
-        self.jobs[job.partition, job.timer.key] = job  # not job.key: a property, a Python call per fire
+        self.jobs[job.partition, job.key] = job
 
     def add_all(self, jobs: list) -> None:
         """:meth:`add` each of ``jobs``, in one call."""
         held = self.jobs
         for job in jobs:
-            held[job.partition, job.timer.key] = job
+            held[job.partition, job.key] = job
 
     def hold(self, job: Job) -> None:
         """Keep ``job``'s row in flight past the commit of its outcome, until :meth:`release`."""
@@ -151,7 +178,7 @@ class InFlight:
         """``job``'s call has returned: its row leaves the rows in flight (unless a later claim of the
         same key holds it now)."""
         self.held.discard(job)
-        at = job.partition, job.timer.key
+        at = job.partition, job.key
         if self.jobs.get(at) is job:
             del self.jobs[at]
 
@@ -161,7 +188,7 @@ class InFlight:
         pop, held = self.jobs.pop, self.held
         for job in jobs:
             if not held or job not in held:
-                pop((job.partition, job.timer.key), None)
+                pop((job.partition, job.key), None)
 
     def keys(self) -> dict:
         """``{partition: frozenset of its keys in flight}``, the partitions with none left out."""

@@ -56,7 +56,7 @@ from ..storage.store import Absent, Batch, Committed, Equals, Page, Refused, Sto
 
 __all__ = [
     "BACKOFF_BASE_MS", "BACKOFF_CAP_MS", "NO_PROGRESS_WAKE_MS", "PAGE", "Attempt", "ClaimedTimer", "Claims", "Pace",
-    "RunReport", "TickBudget", "backoff_ms", "claim_due", "claim_due_across", "commit_across", "commit_outcomes", "commit_records", "due_request", "fire",
+    "RunReport", "TickBudget", "backoff_ms", "claim_due", "claim_due_across", "commit_across", "commit_outcomes", "commit_records", "consumed", "due_request", "fire",
     "needs_wake_scan", "next_wake", "past_timeout", "release_claims", "run_due", "settle", "wake_request",
 ]
 
@@ -227,12 +227,10 @@ def settle(partition: str, claimed: ClaimedTimer, report: RunReport, outcome: ob
                            asked=True, retry_in_ms=span_ms(outcome.delay))
         if not isinstance(outcome, (Done, Reschedule)):
             return _failed(partition, claimed, report, now_ms, wall_ms, why=parking.wrong_outcome(outcome))
+    deletes = consumed(outcome, claimed.schedule, timer)
+    if deletes is not None:
+        return _Consumed(timer.key, timer.value, deletes)
     given = outcome.batch
-    if given is None and outcome.__class__ is Done and claimed.schedule is None:
-        key, value = timer.key, timer.value
-        if key.__class__ is bytes and value.__class__ is bytes:  # a claim's key, a value read from the store
-            identity = keys.identity(timer.kind, timer.reference)
-            return _Consumed(key, value, (identity, *_forgotten(timer, identity)))
     # Per fire: the batch's lists are filled directly where Batch's methods would only repeat a check
     # already made (a type checked here, a key the guard just checked or keys built as bytes), and the
     # batch is made without Batch.__init__ (a call, and a call per default list).
@@ -309,6 +307,20 @@ class _Consumed(RowBatch):
         for key in self.deletes:
             writes.append((key, None))
         return writes
+
+
+def consumed(outcome: object, schedule: Optional[bytes], timer) -> Optional[tuple]:
+    """The keys a bare ``Done()`` of a plain timer deletes beside its claimed row (its identity row,
+    then :func:`_forgotten`'s) if ``outcome`` is one (``schedule`` None) and ``timer`` (a
+    :class:`DueTimer`, or a record with its fields) has a claimed key and value of bytes (a claim's
+    key, a value read from the store): the outcome :func:`settle` makes a :class:`_Consumed` of; None
+    for any other. A tuple of bytes, which the collector stops tracking at its first pass, so that a
+    record waiting for its commit may keep it in place of the batch (see :func:`commit_records`)."""
+    if outcome.__class__ is Done and outcome.batch is None and schedule is None:
+        if timer.key.__class__ is bytes and timer.value.__class__ is bytes:
+            identity = keys.identity(timer.kind, timer.reference)
+            return (identity, *_forgotten(timer, identity))
+    return None
 
 
 def _forget_error(batch: Batch, timer, identity: bytes) -> Batch:
@@ -405,38 +417,46 @@ def commit_across(store: Store, settled: dict) -> dict:
 
 
 def commit_records(store: Store, settled: dict) -> dict:
-    """:func:`commit_across` of records that carry their outcome's batch (as the service's jobs do, in
-    ``record.batch``, never None): ``settled`` is ``{partition: [record, ...]}``. No pair is made per
-    outcome: each would wait for the commit's round trip alongside its record, one more tracked
-    container per row in flight for the collector's passes to count and promote.
+    """:func:`commit_across` of records that carry their outcome's batch and their timer's fields (as
+    the service's jobs do: ``record.batch``, never None, and ``record.kind``, ``record.key``,
+    ``record.value``): ``settled`` is ``{partition: [record, ...]}``. A record's ``batch`` may be the
+    :func:`consumed` keys of its bare ``Done()``, whose batch is made here, as the commit reads it: a
+    batch waiting for the commit with every row in flight is one more tracked container per row for
+    the collector's passes to count and promote, the tuple of bytes none past their first. Nor is a
+    pair made per outcome, for the same reason.
 
     Raises:
         Exception: as :func:`commit_across`.
     """
-    return _commit_each(settled, {p: [r.batch for r in rs] for p, rs in settled.items()}, store)
+    return _commit_each(settled, {p: [r.batch if r.batch.__class__ is not tuple else _Consumed(r.key, r.value, r.batch)
+                                      for r in rs] for p, rs in settled.items()}, store, own_fields=True)
 
 
-def _commit_each(claims: dict, batches: dict, store: Store) -> dict:
+def _commit_each(claims: dict, batches: dict, store: Store, own_fields: bool = False) -> dict:
     """Every partition's ``batches`` (of ``claims``, lists in step) in one ``apply_across``; each
-    partition's results counted into a :class:`RunReport` of its own."""
+    partition's results counted into a :class:`RunReport` of its own (``own_fields``: as
+    :func:`_count_outcomes` takes it)."""
     results = store.apply_across([(p, b) for p, bs in batches.items() for b in bs])
     reports, at = {}, 0
     for partition, bs in batches.items():
         report = reports[partition] = RunReport()
-        _count_outcomes(partition, claims[partition], bs, results[at:at + len(bs)], report)
+        _count_outcomes(partition, claims[partition], bs, results[at:at + len(bs)], report, own_fields)
         at += len(bs)
     return reports
 
 
-def _count_outcomes(partition: str, claims: list, batches: list, results: list, report: RunReport) -> None:
-    """Count into ``report`` the ``results`` of the outcome ``batches`` of ``claims``, three lists in step."""
+def _count_outcomes(partition: str, claims: list, batches: list, results: list, report: RunReport,
+                    own_fields: bool = False) -> None:
+    """Count into ``report`` the ``results`` of the outcome ``batches`` of ``claims``, three lists in
+    step. ``own_fields``: the claims hold their timer's kind themselves (the service's jobs, whose
+    ``timer`` is made at each read), read for each fired row."""
     fired = 0  # Done and Reschedule outcomes committed, the common case: counted at the end
     fired_kinds: dict = {}  # TimerKind -> of those
     for claimed, batch, result in zip(claims, batches, results):
         if result.__class__ is Committed and (batch.__class__ is _Consumed or batch.__class__ is Batch):
             # Neither a Parking nor a RetryLater; a _Consumed puts no row.
             fired += 1
-            kind = claimed.timer.kind
+            kind = claimed.kind if own_fields else claimed.timer.kind
             fired_kinds[kind] = fired_kinds.get(kind, 0) + 1
             if batch.__class__ is Batch:
                 for k, v in batch.writes:
