@@ -50,6 +50,9 @@ def test_a_job_is_its_claimed_timer_so_a_row_in_flight_is_one_record():
     batch = settle(job.partition, job, RunReport(), Done())
     assert isinstance(batch, Batch) and batch.guards == [Equals(key, b"v")]
     assert batch.writes == settle("p", claimed, RunReport(), Done()).writes
+    effect = Done(Batch().put(b"effect", b"1"))  # settled off the job's own fields, as off its timer's
+    assert (settle("p", job, RunReport(), effect).guards, settle("p", job, RunReport(), effect).writes) == (
+        settle("p", claimed, RunReport(), effect).guards, settle("p", claimed, RunReport(), effect).writes)
 
 
 _NOW_MS = 1_700_000_000_000

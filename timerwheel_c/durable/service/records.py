@@ -45,10 +45,11 @@ class Job(ClaimedTimer):
     made by the claim, so that a row in flight is one object from its claim to its commit.
 
     The job holds its timer's fields itself (``due_at_ms``, ``kind``, ``reference``, ``value``,
-    ``attempt``, ``key``: the claimed row's), and ``timer`` is a :class:`DueTimer` of them made at each
-    read, for the handler's call: a DueTimer kept beside the job was one more tracked container per
-    row in flight, promoted with it towards the collector's full passes over an embedding
-    application's heap, where the one a call gets goes with the call (unless its handler keeps it).
+    ``attempt``, ``key``: the claimed row's; :attr:`~ClaimedTimer.holds_fields`), and ``timer`` is a
+    :class:`DueTimer` of them made at each read, for the handler's call: a DueTimer kept beside the
+    job was one more tracked container per row in flight, promoted with it towards the collector's
+    full passes over an embedding application's heap, where the one a call gets goes with the call
+    (unless its handler keeps it).
 
     ``settled`` (loop thread only): its outcome or failure has been taken, so a late result (of a
     call that timed out) is dropped. ``cancelled_by``: why the service cancelled an ``async`` call
@@ -65,6 +66,7 @@ class Job(ClaimedTimer):
     # Each job is a row in flight of its own: compared and hashed by identity, never by its timer.
     __eq__ = object.__eq__
     __hash__ = object.__hash__
+    holds_fields = True
 
     # Declared for type checkers: __init__ sets the first eight, the executor the others.
     partition: str

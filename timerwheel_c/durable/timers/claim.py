@@ -40,7 +40,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Callable, Container, Mapping, Optional, Union
+from typing import Callable, ClassVar, Container, Mapping, Optional, Union
 
 from . import keys, names, parking, schedule_state, schedules
 from .registry import DueTimer, TimerHandler, TimerRegistry, check_registry, due_timer
@@ -82,6 +82,11 @@ class ClaimedTimer:
     handler: TimerHandler
     timer: DueTimer
     schedule: Optional[bytes] = None  # a schedule's occurrence: the schedule's state its claim read
+
+    #: Whether the record holds its timer's fields itself (``due_at_ms``, ``kind``, ``reference``,
+    #: ``value``, ``attempt``, ``key``, as :class:`DueTimer` names them), as a subclass whose ``timer``
+    #: is made at each read does: the runner then reads them off the record, no DueTimer made for it.
+    holds_fields: ClassVar[bool] = False
 
     def lateness_ms(self, fired_ms: int) -> int:
         """How late, in ms, a fire that started at ``fired_ms`` (Unix epoch ms) was (>= 0): counted

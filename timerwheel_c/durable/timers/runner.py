@@ -42,7 +42,7 @@ import inspect
 import logging
 import time
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from . import keys, names, parking, schedules, tracing
 from .codecs import encoded
@@ -215,7 +215,7 @@ def settle(partition: str, claimed: ClaimedTimer, report: RunReport, outcome: ob
     library's rows, :func:`~.keys.check_application_key`), a bad Reschedule or one to the row's own
     due time.
     """
-    timer = claimed.timer
+    timer: Any = claimed if claimed.holds_fields else claimed.timer  # a Job's timer is made at each read
     if error is not None:
         return _failed(partition, claimed, report, now_ms, wall_ms, error=error, still_running=still_running)
     if outcome.__class__ is not Done:  # Done, nearly every fire's outcome, needs none of these looks
@@ -417,46 +417,42 @@ def commit_across(store: Store, settled: dict) -> dict:
 
 
 def commit_records(store: Store, settled: dict) -> dict:
-    """:func:`commit_across` of records that carry their outcome's batch and their timer's fields (as
-    the service's jobs do: ``record.batch``, never None, and ``record.kind``, ``record.key``,
-    ``record.value``): ``settled`` is ``{partition: [record, ...]}``. A record's ``batch`` may be the
-    :func:`consumed` keys of its bare ``Done()``, whose batch is made here, as the commit reads it: a
-    batch waiting for the commit with every row in flight is one more tracked container per row for
-    the collector's passes to count and promote, the tuple of bytes none past their first. Nor is a
-    pair made per outcome, for the same reason.
+    """:func:`commit_across` of records that carry their outcome's batch (as the service's jobs do, in
+    ``record.batch``, never None): ``settled`` is ``{partition: [record, ...]}``. A record that
+    :attr:`~ClaimedTimer.holds_fields` may carry the :func:`consumed` keys of its bare ``Done()`` in
+    place of the batch, which is made here, as the commit reads it: a batch waiting for the commit
+    with every row in flight is one more tracked container per row for the collector's passes to
+    count and promote, the tuple of bytes none past their first. Nor is a pair made per outcome, for
+    the same reason.
 
     Raises:
         Exception: as :func:`commit_across`.
     """
     return _commit_each(settled, {p: [r.batch if r.batch.__class__ is not tuple else _Consumed(r.key, r.value, r.batch)
-                                      for r in rs] for p, rs in settled.items()}, store, own_fields=True)
+                                      for r in rs] for p, rs in settled.items()}, store)
 
 
-def _commit_each(claims: dict, batches: dict, store: Store, own_fields: bool = False) -> dict:
+def _commit_each(claims: dict, batches: dict, store: Store) -> dict:
     """Every partition's ``batches`` (of ``claims``, lists in step) in one ``apply_across``; each
-    partition's results counted into a :class:`RunReport` of its own (``own_fields``: as
-    :func:`_count_outcomes` takes it)."""
+    partition's results counted into a :class:`RunReport` of its own."""
     results = store.apply_across([(p, b) for p, bs in batches.items() for b in bs])
     reports, at = {}, 0
     for partition, bs in batches.items():
         report = reports[partition] = RunReport()
-        _count_outcomes(partition, claims[partition], bs, results[at:at + len(bs)], report, own_fields)
+        _count_outcomes(partition, claims[partition], bs, results[at:at + len(bs)], report)
         at += len(bs)
     return reports
 
 
-def _count_outcomes(partition: str, claims: list, batches: list, results: list, report: RunReport,
-                    own_fields: bool = False) -> None:
-    """Count into ``report`` the ``results`` of the outcome ``batches`` of ``claims``, three lists in
-    step. ``own_fields``: the claims hold their timer's kind themselves (the service's jobs, whose
-    ``timer`` is made at each read), read for each fired row."""
+def _count_outcomes(partition: str, claims: list, batches: list, results: list, report: RunReport) -> None:
+    """Count into ``report`` the ``results`` of the outcome ``batches`` of ``claims``, three lists in step."""
     fired = 0  # Done and Reschedule outcomes committed, the common case: counted at the end
     fired_kinds: dict = {}  # TimerKind -> of those
     for claimed, batch, result in zip(claims, batches, results):
         if result.__class__ is Committed and (batch.__class__ is _Consumed or batch.__class__ is Batch):
             # Neither a Parking nor a RetryLater; a _Consumed puts no row.
             fired += 1
-            kind = claimed.kind if own_fields else claimed.timer.kind
+            kind = claimed.kind if claimed.holds_fields else claimed.timer.kind  # a Job's timer is made at each read
             fired_kinds[kind] = fired_kinds.get(kind, 0) + 1
             if batch.__class__ is Batch:
                 for k, v in batch.writes:
