@@ -321,3 +321,43 @@ def test_a_timer_written_before_the_second_read_of_the_servers_clock_fires_at_it
             wait_until(lambda: noted.fired == [b"t"], "the timer fired at its due time", LIVENESS_S)
     finally:
         store.close()
+
+
+def test_a_service_whose_first_read_of_the_servers_clock_fails_claims_nothing_by_its_hosts_clock(tmp_path):
+    """A runner whose host clock runs an hour ahead, and whose first read of its store server's clock
+    fails (the server restarting as the runner starts, its claim connection cut) while its claims then
+    succeed: a pass judged by the host's clock would fire every timer due within that hour early. Here
+    the timer is due a minute ahead by the server's clock and must not fire before it; once the clock
+    is read, it fires at its due time (liveness bound)."""
+    from timerwheel_c.durable import schedule
+    from timerwheel_c.durable.storage.errors import TransientStoreError
+    from timerwheel_c.durable.storage.sqlite import SQLiteStore
+
+    clock = ManualClock(wall_ns=1_800_000_000_000 * 1_000_000)
+    hour_ns = int(HOUR_S * 1e9)
+
+    class ServerClocked(SQLiteStore):
+        reads = 0
+
+        def clock_ns(self):
+            ServerClocked.reads += 1
+            if ServerClocked.reads == 1:
+                raise TransientStoreError("the server is restarting")
+            return clock.wall_ns() - hour_ns
+
+    store = ServerClocked(tmp_path / "clocked.db")
+    noted = Noted()
+    due_ms = (clock.wall_ns() - hour_ns) // 1_000_000 + 60_000
+    try:
+
+        schedule(store, P, due_ms, KIND, b"t")
+        with DurableTimerService(store, TimerRegistry().register(noted), [P], max_sleep_s=HOUR_S, clock=clock):
+            wait_until(lambda: clock.waiting >= 1, "the service asleep on the clock")
+            while ServerClocked.reads < 3:  # the failed read, its retry after the loop's backoff, the second read
+                clock.advance(1.0)
+                wait_until(lambda: clock.waiting >= 1, "the service asleep on the clock again")
+            assert noted.fired == [], "fired by the host's clock, an hour ahead of the server's"
+            clock.advance(60.0)
+            wait_until(lambda: noted.fired == [b"t"], "the timer fired at its due time", LIVENESS_S)
+    finally:
+        store.close()

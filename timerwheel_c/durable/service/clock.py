@@ -15,7 +15,9 @@ where the server's ran more than :data:`RATE_TOLERANCE` slower, the time is carr
 (never faster than the monotonic clock: one that runs slow only makes the clock late). Until a
 second read has measured it, the time is not carried at all (it stays at the first reading: a timer
 may then wait for that read, never fire early); that read comes :data:`FIRST_REFRESH_S` after the first,
-and a sleep converted meanwhile ends by then (:meth:`StoreClock.next_read_ns`).
+and a sleep converted meanwhile ends by then (:meth:`StoreClock.next_read_ns`). Before the first read
+has answered there is no time to carry, so that read's error goes to the caller, whose pass then
+claims nothing: the host's clock never judges a due time for a store with a server clock.
 
 A store without a server clock (SQLite, whose runners share one host) keeps the host's wall clock.
 When the host's wall clock is more than :data:`SKEW_WARN_NS` off the server's, whatever the round
@@ -97,7 +99,9 @@ class StoreClock:
         call meets the same error and reports it.
 
         Raises:
-            nothing: a store error is swallowed (see above).
+            StoreError: the first read failed. There is no offset to keep, and the host's clock would
+                stand in: a host an hour ahead would fire every timer due within the hour, should the
+                caller's claims reach the server a moment later (a restart ending between the two).
         """
         mono0 = self.monotonic_ns()
         if self._read_at_ns is not None and mono0 - self._read_at_ns < self._every_s() * 1e9:
@@ -107,6 +111,8 @@ class StoreClock:
         try:
             server_ns = store.clock_ns()
         except Exception:
+            if self._read_at_ns is None:
+                raise
             return
         mono1, host1 = self.monotonic_ns(), self.host_ns()
         last_server_ns, last_mono_ns = (None if self.offset_ns is None or self._read_at_ns is None
