@@ -31,6 +31,12 @@ class _Noop(TimerHandler):
         return Done()
 
 
+def _job(partition: str, now_ms: int, handler, timer: DueTimer, schedule=None) -> Job:
+    """The Job a claim makes of ``timer``'s row: of its fields, in DueTimer's order."""
+    return Job(partition, now_ms, handler, timer.due_at_ms, timer.kind, timer.reference, timer.value, timer.attempt,
+               timer.key, schedule)
+
+
 def test_a_job_is_its_claimed_timer_so_a_row_in_flight_is_one_record():
     """A Job is the ClaimedTimer it was made from (handler, timer and schedule shared, still frozen),
     not a second object holding it: each object alive per row in flight costs the cyclic collector.
@@ -38,14 +44,14 @@ def test_a_job_is_its_claimed_timer_so_a_row_in_flight_is_one_record():
     would; deterministic, no store."""
     key = keys.timer(1_700_000_000_000, _KIND, b"ref")
     claimed = ClaimedTimer(_Noop(), DueTimer(1_700_000_000_000, keys.KINDS[1], b"ref", b"v", 1, key))
-    job = Job("p", 1_700_000_000_005, claimed.handler, claimed.timer, claimed.schedule)
+    job = _job("p", 1_700_000_000_005, claimed.handler, claimed.timer, claimed.schedule)
     assert isinstance(job, ClaimedTimer)
     assert (job.handler, job.timer, job.schedule) == (claimed.handler, claimed.timer, claimed.schedule)
     assert (job.partition, job.now_ms, job.key, job.batch, job.started, job.settled) == (
         "p", 1_700_000_000_005, key, None, False, False)
     with pytest.raises(dataclasses.FrozenInstanceError):
         job.timer = claimed.timer  # type: ignore[misc]
-    twin = Job("p", 1_700_000_000_005, claimed.handler, claimed.timer, claimed.schedule)
+    twin = _job("p", 1_700_000_000_005, claimed.handler, claimed.timer, claimed.schedule)
     assert job != twin and len({job, twin}) == 2
     batch = settle(job.partition, job, RunReport(), Done())
     assert isinstance(batch, Batch) and batch.guards == [Equals(key, b"v")]
@@ -106,10 +112,9 @@ def test_the_rows_of_a_claim_hold_few_containers_through_its_round_trip(store):
     """Every row a pass claims lives through the claim's round trip, long enough for the collector's
     young passes to meet it and promote what it holds towards the full collections that walk an
     application's whole heap; a service embedded in an application (no prepare_process()) pays each
-    of them. What Claimer.select hands the store for 64 rows holds at most 5 tracked containers per
-    row (its record, which is its claim's Batch, with its two lists and its guard, and its DueTimer),
-    once a collection has untracked the tuples of atomic values. Deterministic: it counts references,
-    no timing."""
+    of them. What Claimer.select hands the store for 64 rows holds at most 4 tracked containers per
+    row (its record, which is its claim's Batch, with its two lists and its guard), once a collection
+    has untracked the tuples of atomic values. Deterministic: it counts references, no timing."""
     _write_due(store, "p", 64)
     handler = _Noop()
     registry = TimerRegistry().register(handler)
@@ -118,7 +123,37 @@ def test_the_rows_of_a_claim_hold_few_containers_through_its_round_trip(store):
     assert len(rows) == len(batches) == 64  # every row chosen to fire: the count is of fired rows
     gc.collect()
     shared = {id(handler), id(registry), *(id(kind) for kind in keys.KINDS)}
-    assert _tracked_per_row(rows + batches, shared) <= 5 * 64
+    assert _tracked_per_row(rows + batches, shared) <= 4 * 64
+
+
+def test_a_claim_makes_no_due_timer_for_a_job(store):
+    """A claim for the service (``claimed_as=Job``) makes each row's Job of the row's fields: the rows
+    it chooses hold no DueTimer (a first attempt's record is its claim's batch alone, a later
+    attempt's has its two lists and its guard), and the Jobs it returns hold none either, the one
+    DueTimer of a fire being the handler's, made for the call with the claimed row's fields.
+    Deterministic: an explicit now_ms on a SQLite file; it counts references, no timing."""
+    _write_due(store, "p", 32)
+    later = Batch()
+    for i in range(32):
+        tk = keys.parse(keys.timer(_NOW_MS - 1000, _KIND, b"later%04d" % i))
+        later.put(keys.next_attempt(tk, _NOW_MS - 500, 2), b"w")
+    store.apply("p", later)
+    handler = _Noop()
+    registry = TimerRegistry().register(handler)
+    claimer = Claimer(store, "p", registry, _NOW_MS, TickBudget(1000, 1000, 1000, 60_000), claimed_as=Job)
+    rows, batches = claimer.select(64)
+    assert len(rows) == 64
+    gc.collect()
+    shared = {id(handler), id(registry), *(id(kind) for kind in keys.KINDS)}
+    assert not [r for row in rows for r in gc.get_referents(row) if isinstance(r, DueTimer)]
+    assert _tracked_per_row(rows + batches, shared) <= 1 * 32 + 4 * 32
+    jobs = claimer.claimed(rows, store.apply_many("p", batches))
+    assert len(jobs) == 64 and not [r for job in jobs for r in gc.get_referents(job) if isinstance(r, DueTimer)]
+    by_ref = {job.reference: job for job in jobs}
+    first, again = by_ref[b"ref0000"], by_ref[b"later0000"]
+    assert (first.timer.due_at_ms, first.timer.attempt, first.timer.value) == (_NOW_MS - 1000, 1, b"v")
+    assert (again.timer.due_at_ms, again.timer.attempt, again.timer.value) == (_NOW_MS - 1000, 3, b"w")
+    assert store.get("p", first.timer.key) == b"v" and store.get("p", again.timer.key) == b"w"
 
 
 def test_the_service_sets_a_jobs_own_fields_without_the_frozen_setattr(store):
@@ -180,7 +215,7 @@ def test_a_claims_guard_on_its_row_is_made_without_rechecking_it(store):
         sys.setprofile(None)
     assert len(rows) == 8 and ("", "equals_read") in called  # the rows' guards were made under the hook
     assert ("Equals", "__post_init__") not in called
-    assert guards == [[Equals(row.key, row.timer.value)] for row in rows]
+    assert guards == [[Equals(row.key, row.value)] for row in rows]
 
 
 def test_a_commit_discards_its_rows_in_flight_in_one_call():
@@ -188,9 +223,9 @@ def test_a_commit_discards_its_rows_in_flight_in_one_call():
     job's partition and claimed row; a row not in flight (given up already) is no error, the others
     stay in flight, a row of the same key in another partition too. Deterministic, no store."""
     key_of = [keys.timer(_NOW_MS, _KIND, b"ref%d" % i) for i in range(3)]
-    jobs = [Job("p", _NOW_MS, _Noop(), DueTimer(_NOW_MS, keys.KINDS[1], b"ref%d" % i, b"v", 1, key_of[i]))
+    jobs = [_job("p", _NOW_MS, _Noop(), DueTimer(_NOW_MS, keys.KINDS[1], b"ref%d" % i, b"v", 1, key_of[i]))
             for i in range(3)]
-    twin = Job("q", _NOW_MS, _Noop(), jobs[0].timer)
+    twin = _job("q", _NOW_MS, _Noop(), jobs[0].timer)
     busy = InFlight()
     for job in [*jobs, twin]:
         busy.add(job)
@@ -219,9 +254,8 @@ def test_a_first_attempts_claim_holds_no_list_or_guard_until_the_store_reads_it(
     assert len(rows) == 64
     assert new["Equals"] == 0 and new["list"] < 8  # two lists and a guard per row before
     for row in rows:
-        timer = row.timer
-        assert row.guards == [Equals(row.key, timer.value)]
-        assert row.writes == Batch().delete(row.key).put(timer.key, timer.value).writes
+        assert row.guards == [Equals(row.key, row.value)]
+        assert row.writes == Batch().delete(row.key).put(row.claimed_key, row.value).writes
 
 
 def test_a_bare_dones_batch_holds_no_tracked_container_but_itself(store):
@@ -329,7 +363,7 @@ def test_a_chunk_keeps_no_tuple_per_call_nor_a_handlers_bare_done():
             return outcome
 
     handler = _Weak()
-    jobs = [Job("p", _NOW_MS, handler, DueTimer(_NOW_MS, keys.KINDS[1], ref, b"v", 1, keys.timer(_NOW_MS, _KIND, ref)))
+    jobs = [_job("p", _NOW_MS, handler, DueTimer(_NOW_MS, keys.KINDS[1], ref, b"v", 1, keys.timer(_NOW_MS, _KIND, ref)))
             for ref in (b"a", b"b", b"kept")]
     executor = Executor(1, None, lambda: _NOW_MS, 8, None, None, InFlight(), None)  # type: ignore[arg-type]
     ended = executor._call_chunk(Chunk(jobs))

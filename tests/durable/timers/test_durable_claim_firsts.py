@@ -71,11 +71,12 @@ def test_a_first_claim_is_what_the_row_by_row_look_gives(store):
     looked = Claimer(store, "p", registry, _NOW_MS, _BUDGET)
     assert len(rows) == 8
     for row in rows:
-        one = looked._choose(row.key, row.timer.value)
+        one = looked._choose(row.key, row.value)
         assert (row.guards, row.writes, row.key, row.handler, row.schedule) == (
             one.guards, one.writes, one.key, one.handler, one.schedule)
-        assert row.timer == one.timer and row.timer.kind is one.timer.kind
-        assert row.guards == [Equals(row.key, row.timer.value)]
+        fields = ("due_at_ms", "reference", "value", "attempt", "claimed_key")
+        assert [getattr(row, f) for f in fields] == [getattr(one, f) for f in fields] and row.kind is one.kind
+        assert row.guards == [Equals(row.key, row.value)]
 
 
 def test_a_kind_with_a_backoff_of_its_own_draws_each_rows_lease(store):
@@ -88,5 +89,5 @@ def test_a_kind_with_a_backoff_of_its_own_draws_each_rows_lease(store):
     (rows, _), called = _claimer_calls(lambda: claimer.select(8))
     assert len(rows) == 8 and called["_first"] == 1 and called["_lease_ms"] == 8
     for row in rows:
-        retry_at_ms = keys.parse(row.timer.key).due_at_ms
+        retry_at_ms = keys.parse(row.claimed_key).due_at_ms
         assert _NOW_MS + 5_000 <= retry_at_ms <= _NOW_MS + 10_000

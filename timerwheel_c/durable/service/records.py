@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional, Union
 
 from ..storage.store import Batch
 from ..timers.keys import TimerKind
-from ..timers.registry import DueTimer, TimerHandler, due_timer
+from ..timers.registry import DueTimer, TimerHandler, due_timer, set_timer_fields
 from ..timers.runner import ClaimedTimer
 
 __all__ = ["Chunk", "InFlight", "Job", "file_by_partition", "set_field"]
@@ -82,10 +82,11 @@ class Job(ClaimedTimer):
     started: bool
     batch: Union[Batch, tuple, None]
 
-    def __init__(self, partition: str, now_ms: int, handler: TimerHandler, timer: DueTimer,
-                 schedule: Optional[bytes] = None):
+    def __init__(self, partition: str, now_ms: int, handler: TimerHandler, due_at_ms: int, kind: TimerKind,
+                 reference: bytes, value: Any, attempt: int, key: bytes, schedule: Optional[bytes] = None):
         # Its signature is a claim's ``claimed_as`` (:data:`~timerwheel_c.durable.timers.claim.ClaimedAs`):
-        # the claim makes the Job itself, one record per row, never a ClaimedTimer and then its Job.
+        # the claim makes the Job itself from the row's fields, one record per row, never a ClaimedTimer
+        # and then its Job, nor a DueTimer for the Job to copy (the call makes the handler's).
         # The claimed fields are frozen (the dataclass refuses their assignment); the others are the
         # job's, whose first values are the class's own (below) until the executor sets them. All are
         # set past the frozen dataclass's __setattr__, a Python call of its own per field.
@@ -94,12 +95,7 @@ class Job(ClaimedTimer):
         setattr_(self, "schedule", schedule)
         setattr_(self, "partition", partition)
         setattr_(self, "now_ms", now_ms)
-        setattr_(self, "due_at_ms", timer.due_at_ms)
-        setattr_(self, "kind", timer.kind)
-        setattr_(self, "reference", timer.reference)
-        setattr_(self, "value", timer.value)
-        setattr_(self, "attempt", timer.attempt)
-        setattr_(self, "key", timer.key)
+        set_timer_fields(self, due_at_ms, kind, reference, value, attempt, key)
 
     # A job's own fields as it is made: read from the class until set on the job (four calls fewer per row).
     settled = False

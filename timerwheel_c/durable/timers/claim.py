@@ -40,7 +40,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Callable, ClassVar, Container, Mapping, Optional, Union
+from typing import Any, Callable, ClassVar, Container, Mapping, Optional, Union
 
 from . import keys, names, parking, schedule_state, schedules
 from .registry import DueTimer, TimerHandler, TimerRegistry, check_registry, due_timer
@@ -116,19 +116,29 @@ class Claims:
 
 class _ToFire(Batch):
     """A row chosen to fire, and the batch that claims it (its guards and writes: the move from
-    ``key`` to ``timer.key``), then ``handler`` fires ``timer`` (``schedule``: for a schedule's
-    occurrence, the schedule's state its claim read).
+    ``key`` to ``claimed_key``), then ``handler`` fires the timer of its fields (``due_at_ms``,
+    ``kind``, ``reference``, ``value``, ``attempt``, ``claimed_key``, as :class:`DueTimer` names
+    them but ``claimed_key``, its ``key``; ``schedule``: for a schedule's occurrence, the schedule's
+    state its claim read).
 
-    One object per row: the record is its claim's batch, and holds the :class:`DueTimer` the
-    handler gets, built as the row is chosen, not the parsed key. Every container alive per row
-    through the claim's round trip costs the cyclic collector (see :meth:`Claimer.select`)."""
+    One object per row: the record is its claim's batch, and holds the fields of the timer the
+    handler gets, not the parsed key, nor a :class:`DueTimer` (:attr:`Claimer.claimed_as` makes its
+    record of the row from the fields, and a service's record makes the DueTimer for the call: one
+    made here as well was a second per fire). Every container alive per row through the claim's
+    round trip costs the cyclic collector (see :meth:`Claimer.select`)."""
 
-    def __init__(self, guards: list, writes: list, key: bytes, timer: DueTimer, handler: TimerHandler,
+    def __init__(self, guards: list, writes: list, key: bytes, value: bytes, due_at_ms: int, kind: keys.TimerKind,
+                 reference: bytes, attempt: int, claimed_key: bytes, handler: TimerHandler,
                  schedule: Optional[bytes] = None):
         self.guards = guards
         self.writes = writes
         self.key = key
-        self.timer = timer
+        self.value = value
+        self.due_at_ms = due_at_ms
+        self.kind = kind
+        self.reference = reference
+        self.attempt = attempt
+        self.claimed_key = claimed_key
         self.handler = handler
         self.schedule = schedule
 
@@ -157,19 +167,24 @@ class RowBatch(Batch):
 
 class _ToFireFirst(RowBatch, _ToFire):
     """A plain timer's first attempt chosen to fire (the row a claim meets most): the move of ``key``
-    to ``timer.key``, guarded on the row's ``value``."""
+    to ``claimed_key``, guarded on the row's ``value``."""
 
     schedule = None
+    attempt = 1
 
-    def __init__(self, key: bytes, timer: DueTimer, handler: TimerHandler):  # not _ToFire's: no lists to take
+    def __init__(self, key: bytes, value: bytes, due_at_ms: int, kind: keys.TimerKind, reference: bytes,
+                 claimed_key: bytes, handler: TimerHandler):  # not _ToFire's: no lists to take
         self.key = key
-        self.value = timer.value
-        self.timer = timer
+        self.value = value
+        self.due_at_ms = due_at_ms
+        self.kind = kind
+        self.reference = reference
+        self.claimed_key = claimed_key
         self.handler = handler
 
     @property
     def writes(self) -> list:  # type: ignore[override]  # read-only in place of Batch's field
-        return [(self.key, None), (self.timer.key, self.value)]
+        return [(self.key, None), (self.claimed_key, self.value)]
 
 
 @dataclass(frozen=True)
@@ -215,15 +230,18 @@ class _ToPark:
 
 _Row = Union[_ToFire, _ToAdvance, _ToBackOff, _ToQuarantine, _ToPark]
 
-#: What a claim makes of each row it claimed to fire: ``claimed_as(partition, now_ms, handler, timer,
-#: schedule)`` gives the :class:`ClaimedTimer` (or a subclass: a caller's own record of the row,
-#: made once instead of wrapping a ClaimedTimer) that the claim returns.
-ClaimedAs = Callable[[str, int, TimerHandler, DueTimer, Optional[bytes]], ClaimedTimer]
+#: What a claim makes of each row it claimed to fire: ``claimed_as(partition, now_ms, handler, due_at_ms,
+#: kind, reference, value, attempt, key, schedule)``, the claimed timer's fields in :class:`DueTimer`'s
+#: order, gives the :class:`ClaimedTimer` (or a subclass: a caller's own record of the row, made once
+#: instead of wrapping a ClaimedTimer, which may hold the fields with no DueTimer made until the call)
+#: that the claim returns.
+ClaimedAs = Callable[[str, int, TimerHandler, int, keys.TimerKind, bytes, Any, int, bytes, Optional[bytes]],
+                     ClaimedTimer]
 
 
-def _claimed_timer(partition: str, now_ms: int, handler: TimerHandler, timer: DueTimer,
-                   schedule: Optional[bytes]) -> ClaimedTimer:
-    return ClaimedTimer(handler, timer, schedule)
+def _claimed_timer(partition: str, now_ms: int, handler: TimerHandler, due_at_ms: int, kind: keys.TimerKind,
+                   reference: bytes, value: Any, attempt: int, key: bytes, schedule: Optional[bytes]) -> ClaimedTimer:
+    return ClaimedTimer(handler, due_timer(due_at_ms, kind, reference, value, attempt, key), schedule)
 
 
 def _claimed_key(now_ms: int, tk: keys.TimerKey, handler: Optional[TimerHandler],
@@ -373,7 +391,7 @@ class Claimer:
                         retry_at_ms = min(self.now_ms + self._lease_ms(handler, 1), keys.MAX_DUE_MS)
                     claimed_key = keys.first_claimed_key(due_at_ms, kind_number, reference, retry_at_ms)
                     self._count_call(kind_number, cap)
-                    fire = _ToFireFirst(key, due_timer(due_at_ms, kind, reference, value, 1, claimed_key), handler)
+                    fire = _ToFireFirst(key, value, due_at_ms, kind, reference, claimed_key, handler)
                     rows.append(fire)
                     batches.append(fire)
                     fires += 1
@@ -447,16 +465,16 @@ class Claimer:
         kind: keys.TimerKind = keys.KINDS[tk.kind]  # type: ignore[assignment]  # a parsed key's kind is 1..255, never KINDS[0]
         if claim is not None and claim.claimed_key is not None:
             assert claim.nominal_ms is not None  # an occurrence to fire has its nominal time
-            timer = DueTimer(claim.nominal_ms, kind, tk.reference, value, tk.attempt + 1, claim.claimed_key)
-            return _ToFire(claim.batch.guards, claim.batch.writes, key, timer, handler, claim.state)
-        timer = due_timer(tk.original_due_at_ms, kind, tk.reference, value, tk.attempt + 1, claimed_key)
+            return _ToFire(claim.batch.guards, claim.batch.writes, key, value, claim.nominal_ms, kind, tk.reference,
+                           tk.attempt + 1, claim.claimed_key, handler, claim.state)
         # Once per row claimed, inline: the writes _move_writes makes (keys.claim_keeps_identity(tk):
         # a first attempt).
         if tk.attempt == 0 and not tk.occurrence:
             writes = [(key, None), (claimed_key, value)]
         else:
             writes = [(key, None), (claimed_key, value), (keys.identity_of(tk), claimed_key)]
-        return _ToFire([equals_read(key, value)], writes, key, timer, handler)
+        return _ToFire([equals_read(key, value)], writes, key, value, tk.original_due_at_ms, kind, tk.reference,
+                       tk.attempt + 1, claimed_key, handler)
 
     def _first(self, kind: int) -> Optional[tuple]:
         """How this claim claims a plain timer's first attempt of ``kind``, worked out once per claim:
@@ -529,7 +547,8 @@ class Claimer:
         for row, result in zip(rows, results):
             if result.__class__ is Committed and (row.__class__ is _ToFireFirst or row.__class__ is _ToFire):
                 moved += 1
-                claims.append(make(partition, now_ms, row.handler, row.timer, row.schedule))
+                claims.append(make(partition, now_ms, row.handler, row.due_at_ms, row.kind, row.reference, row.value,
+                                   row.attempt, row.claimed_key, row.schedule))
                 continue
             if isinstance(row, _ToQuarantine):
                 self._quarantined(row, result)
@@ -539,8 +558,7 @@ class Claimer:
                     # A store-wide refusal (a read-only server, a full disk), not one of this row's
                     # content: left in place for a later pass, which backs off as a whole while it lasts.
                     continue
-                value = row.timer.value if isinstance(row, _ToFire) else row.value
-                self.refused.append(_ToQuarantine(row.key, value,
+                self.refused.append(_ToQuarantine(row.key, row.value,
                                                   f"claim refused by the store: {result.error}", malformed=False))
                 continue
             if not isinstance(result, Committed):
@@ -558,7 +576,8 @@ class Claimer:
                     log.warning("partition %r: no handler for timer kind %d in any runner within %d ms of its "
                                 "due time; backing its rows off", self.partition, row.parsed.kind, self.grace_ms)
                 continue
-            claims.append(make(partition, now_ms, row.handler, row.timer, row.schedule))
+            claims.append(make(partition, now_ms, row.handler, row.due_at_ms, row.kind, row.reference, row.value,
+                               row.attempt, row.claimed_key, row.schedule))
         report.moved += moved
         return claims
 

@@ -89,16 +89,22 @@ _new, _set = object.__new__, object.__setattr__
 def due_timer(due_at_ms: int, kind: TimerKind, reference: bytes, value: Any, attempt: int, key: bytes) -> DueTimer:
     """A :class:`DueTimer` of fields a claim has already checked (a parsed key's, the kind from
     :data:`~.keys.KINDS`), made without a call of the frozen dataclass's ``__init__``: a runner makes
-    one per row it claims. Each field is set as that ``__init__`` sets it (not through the instance's
-    ``__dict__``, which would give each timer a dict of its own for the collector to track)."""
-    timer = _new(DueTimer)
-    _set(timer, "due_at_ms", due_at_ms)
-    _set(timer, "kind", kind)
-    _set(timer, "reference", reference)
-    _set(timer, "value", value)
-    _set(timer, "attempt", attempt)
-    _set(timer, "key", key)
-    return timer
+    one per row it fires."""
+    return set_timer_fields(_new(DueTimer), due_at_ms, kind, reference, value, attempt, key)
+
+
+def set_timer_fields(record: Any, due_at_ms: int, kind: TimerKind, reference: bytes, value: Any, attempt: int,
+                     key: bytes) -> Any:
+    """Set :class:`DueTimer`'s fields on ``record`` (a DueTimer, or a record that holds a timer's fields
+    itself), as a frozen dataclass's ``__init__`` sets them (not through the instance's ``__dict__``,
+    which would give each record a dict of its own for the collector to track); returns ``record``."""
+    _set(record, "due_at_ms", due_at_ms)
+    _set(record, "kind", kind)
+    _set(record, "reference", reference)
+    _set(record, "value", value)
+    _set(record, "attempt", attempt)
+    _set(record, "key", key)
+    return record
 
 
 @dataclass(frozen=True)
