@@ -3,11 +3,8 @@
 speed: the goal is checked to be stated and judged, never to be met."""
 from __future__ import annotations
 
-import json
-
-from bench import cli, goals
-
-TINY = ["--scale", "0.0001", "--repeat", "1", "--no-progress", "--plain"]
+from bench import goals
+from bench_tiny import run_tiny
 
 
 def test_the_bench_measures_schedule_many_and_judges_it_against_50000_timers_per_second(monkeypatch, capsys,
@@ -15,12 +12,7 @@ def test_the_bench_measures_schedule_many_and_judges_it_against_50000_timers_per
     """``--only bulk`` at a tiny scale writes the timers into a new SQLite store per round and reports
     timers/s of ``schedule_many`` and of the ``schedule()`` loop; the goal (at least 50,000 timers/s)
     is printed under the table and in the closing goals table, as n/a at a size it is not set for."""
-    monkeypatch.delenv("TIMERWHEEL_C_STORE", raising=False)
-    path = tmp_path / "figures.json"
-    status = cli.main(TINY + ["--only", "bulk", "--json", str(path)])
-    out = " ".join(capsys.readouterr().out.split())
-    assert status == 0
-    figures = json.loads(path.read_text())
+    figures, out = run_tiny("bulk", monkeypatch, capsys, tmp_path)
     bulk = figures["workloads"]["bulk"]
     sqlite = bulk["results"]["sqlite"]
     assert sqlite["many_per_s"] > 0 and sqlite["loop_per_s"] > 0

@@ -4,12 +4,11 @@ run); nothing here asserts a speed: the goal is checked to be stated and judged,
 from __future__ import annotations
 
 import gc
-import json
 
-from bench import cli, goals
+from bench import goals
 from bench.durable_embedded import MODES, _GcTimer
+from bench_tiny import run_tiny
 
-TINY = ["--scale", "0.0001", "--repeat", "1", "--no-progress", "--plain"]
 GOAL_NAME = "sqlite fired/s of a service embedded without prepare_process(), over timerwheel-c run's"
 
 
@@ -18,12 +17,7 @@ def test_the_bench_measures_an_embedded_service_against_a_run_process_and_judges
     """``--only embedded`` at a tiny scale runs both modes on SQLite, each firing every timer (its run
     fails otherwise), and reports fired/s, CPU per fired timer and the collector's share per mode; the
     ratio of the two is the goal's measure, printed under the table and in the closing goals table."""
-    monkeypatch.delenv("TIMERWHEEL_C_STORE", raising=False)
-    path = tmp_path / "figures.json"
-    status = cli.main(TINY + ["--only", "embedded", "--json", str(path)])
-    out = " ".join(capsys.readouterr().out.split())
-    assert status == 0
-    figures = json.loads(path.read_text())
+    figures, out = run_tiny("embedded", monkeypatch, capsys, tmp_path)
     sqlite = figures["workloads"]["embedded"]["results"]["sqlite"]
     for mode in MODES:
         f = sqlite[mode]

@@ -5,14 +5,12 @@ stated and judged only at the size it is set for, never to be met.
 """
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from bench import cli, goals, suite
 from bench.workloads import Sizes
+from bench_tiny import run_tiny
 
-TINY = ["--scale", "0.0001", "--repeat", "1", "--no-progress", "--plain"]
 GOAL_NAME = "sqlite wake-up p99 at 100,000 idle partitions"
 
 
@@ -28,12 +26,8 @@ def test_the_bench_prints_the_partitions_goal_in_the_goals_table_and_writes_its_
     prints the goal under its table and as a row of the closing goals table (n/a: it is set at
     100,000 partitions), records the same verdict in the JSON, and ``--plot`` writes partitions.png."""
     pytest.importorskip("matplotlib")
-    monkeypatch.delenv("TIMERWHEEL_C_STORE", raising=False)
-    path, charts = tmp_path / "figures.json", tmp_path / "charts"
-    status = cli.main(TINY + ["--only", "partitions", "--json", str(path), "--plot", str(charts)])
-    out = " ".join(capsys.readouterr().out.split())
-    assert status == 0
-    figures = json.loads(path.read_text())
+    charts = tmp_path / "charts"
+    figures, out = run_tiny("partitions", monkeypatch, capsys, tmp_path, "--plot", str(charts))
     by_count = figures["workloads"]["partitions"]["results"]["sqlite"]
     assert sorted(by_count, key=int) == ["1", "10"]  # the ladder below the scaled 100,000, then it
     assert all(len(f["lateness_ms"]) == 10 and f["p99_ms"] >= f["p50_ms"] for f in by_count.values())
