@@ -11,11 +11,14 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -317,6 +320,79 @@ def test_a_loopback_page_refuses_another_host_name_and_sends_a_strict_policy(ser
     assert "script-src 'sha256-" in headers["Content-Security-Policy"] and "default-src 'none'" in headers[
         "Content-Security-Policy"]
     assert _request(base, "/nope")[0] == 404
+
+
+class FreezingProxy:
+    """A TCP proxy on a free loopback port to ``host:port`` that forwards nothing while ``thawed`` is
+    clear, its connections kept open: a store that neither answers nor fails, as a frozen server or a
+    host gone without a word is (no lock or statement timeout of the server's ends that wait)."""
+
+    def __init__(self, host: str, port: int):
+        self.thawed = threading.Event()
+        self.thawed.set()
+        self._to = (host, port)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return  # closed
+            upstream = socket.create_connection(self._to)
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(source, sink), daemon=True).start()
+
+    def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                self.thawed.wait()
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            source.close()
+            sink.close()
+
+    def close(self) -> None:
+        self._listener.close()
+
+
+def test_a_store_that_does_not_answer_holds_no_request_and_says_so(schema_url, monkeypatch):
+    """A store that neither answers nor fails (a frozen server) answers each reload of the page and
+    each action within STORE_WAIT_S with a line saying so, where each waited for ever, a thread more
+    per reload of each open tab; the page reads again once the store answers, and an action that timed
+    out may still complete then."""
+    import timerwheel_c.durable.service.web as web
+
+    monkeypatch.setattr(web, "STORE_WAIT_S", 0.5)
+    with open_store(schema_url) as store:
+        schedule(store, "p1", wall_ms() + MIN_MS, KIND, b"order-1")
+    where = urlsplit(schema_url)
+    proxy = FreezingProxy(where.hostname, where.port or 5432)
+    page, server, base = serving(where._replace(netloc=f"{where.username}@127.0.0.1:{proxy.port}").geturl(), actions=True)
+    act = "act=" + f"cancel {KIND} {b'order-1'.hex()} {b'p1'.hex()}".replace(" ", "+") + "&token=" + page.form_token
+    try:
+        assert page.read({})["error"] is None
+        proxy.thawed.clear()
+        for _ in range(3):  # the first read waits on the store; the next find it still waiting
+            status, _, body = _request(base, "/")
+            assert status == 200 and ("did not answer within 0.5 s" in body or "busy with an earlier call" in body), body
+        status, _, body = _request(base, "/action", act.encode())
+        assert status == 503 and "the store failed" in body, body
+        proxy.thawed.set()
+        wait_until(lambda: page.read({})["error"] is None, "the page reads again once the store answers")
+        status, _, _ = _request(base, "/action", act.encode())  # the cancel again, if the first did not run
+        assert status in (303, 409)
+        with open_store(schema_url) as store:
+            assert get_timer(store, "p1", KIND, b"order-1") is None
+    finally:
+        proxy.thawed.set()
+        server.close()
+        page.close()
+        proxy.close()
 
 
 def _started_port(proc: subprocess.Popen) -> int:

@@ -19,7 +19,9 @@ What it reads, through the same functions as the operator commands (``fleet stat
 Plain HTML and inline SVG, with a few lines of inline script that reload the figures every
 :data:`~.web_page.REFRESH_S` seconds: no build step, nothing fetched from elsewhere. Every value from the
 store is HTML-escaped (references and errors may hold anything), and a Content-Security-Policy
-lets only the page's own script run. No store URL (nor its password) is ever on the page.
+lets only the page's own script run. No store URL (nor its password) is ever on the page. A
+request waits for the store :data:`STORE_WAIT_S` (10 s) at most, one store call at a time: a store
+that does not answer (a frozen server) makes each reload say so instead of holding it.
 
 Actions (requeue a parked or retrying timer, fire one now, cancel one, pause or resume a
 schedule) are off unless the page is made with ``actions=True`` (``--web-actions``). A POST then
@@ -35,10 +37,10 @@ import hmac
 import secrets
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple, TypeVar
 from urllib.parse import parse_qs, urlencode, urlsplit
 
-from ..storage.errors import StoreError
+from ..storage.errors import StoreError, TransientStoreError
 from ..timers.keys import TimerKind
 from ..timers.schedules import pause_schedule, resume_schedule, schedules_by_shard
 from ..timers.writer import STATES, cancel, get_timer, requeue, timers_in_order
@@ -60,9 +62,14 @@ PAGE_SCHEDULES_PER_SHARD = 50  # schedules the page reads per shard at most, in 
 SCAN_LIMIT = 10_000  # timers read at most for a search, whatever it filters on
 ACTIONS = ("requeue", "fire-now", "cancel", "pause", "resume")
 _TIMER_ACTIONS = ACTIONS[:3]
+# Seconds a request waits for the store (the page's read, an action) before it answers that the store
+# did not: a store that holds its connections open and never answers (a frozen server, a table lock, a
+# host gone without a word) held each request for ever, and each open tab's reload added one more.
+STORE_WAIT_S = 10.0
 
 
 Response = Tuple[int, Dict[str, str], bytes]
+T = TypeVar("T")
 
 # Headers of every response: no caching of live figures, no framing, only the page's own script.
 SECURITY_HEADERS = {
@@ -168,7 +175,7 @@ class StatusPage:
         # Signs the line an action leaves on the page it redirects to: a link of anyone's cannot make
         # the page say, in its box for what was just done, what was never done.
         self._note_key = secrets.token_bytes(16)
-        self._store_lock = threading.Lock()  # one store call at a time from the server's threads
+        self._store_lock = threading.Lock()  # one store call at a time (see _on_store)
         self.history: Optional[RateHistory] = None
         self._sampling = threading.Event()
         if service is not None:
@@ -205,24 +212,60 @@ class StatusPage:
         out: dict = {"now_ms": now_ms, "fleet": None, "schedules": [], "schedules_more": False, "timers": None, "more": False,
                      "search_error": None, "error": None,
                      "history": None if self.history is None else self.history.series()}
-        with self._store_lock:
-            try:
-                out["fleet"] = fleet = status(self.store, now_ms, PAGE_PARTITIONS)
-                if fleet["runners"]:
-                    from ..storage.postgres.activity import heartbeats
-
-                    beats = heartbeats(self.store, [r["backend_pid"] for r in fleet["runners"]])
-                    for r in fleet["runners"]:
-                        r["heartbeat_ms"] = beats.get(r["backend_pid"])
-                out["schedules"], out["schedules_more"] = schedules_by_shard(self.store, PAGE_SCHEDULES_PER_SHARD)
-                if any(query.get(k) for k in ("partition", "kind", "state", "reference")):
-                    try:
-                        out["timers"], out["more"] = self._search(query)
-                    except (TypeError, ValueError) as exc:
-                        out["search_error"] = str(exc)
-            except StoreError as exc:
-                out["error"] = first_line(exc, self._url)
+        try:
+            out.update(self._on_store(lambda: self._read_store(query, now_ms)))
+        except StoreError as exc:
+            out["error"] = first_line(exc, self._url)
         return out
+
+    def _read_store(self, query: dict, now_ms: int) -> dict:
+        """:meth:`read`'s figures from the store; a call that outlives its request fills no dict of
+        that request's."""
+        out: dict = {}
+        out["fleet"] = fleet = status(self.store, now_ms, PAGE_PARTITIONS)
+        if fleet["runners"]:
+            from ..storage.postgres.activity import heartbeats
+
+            beats = heartbeats(self.store, [r["backend_pid"] for r in fleet["runners"]])
+            for r in fleet["runners"]:
+                r["heartbeat_ms"] = beats.get(r["backend_pid"])
+        out["schedules"], out["schedules_more"] = schedules_by_shard(self.store, PAGE_SCHEDULES_PER_SHARD)
+        if any(query.get(k) for k in ("partition", "kind", "state", "reference")):
+            try:
+                out["timers"], out["more"] = self._search(query)
+            except (TypeError, ValueError) as exc:
+                out["search_error"] = str(exc)
+        return out
+
+    def _on_store(self, call: Callable[[], T]) -> T:
+        """``call()``, one store call at a time, on a thread of its own that this request waits for at
+        most :data:`STORE_WAIT_S` in all (for the call before it, then for it), so that a store that never
+        answers holds no request, and holds one thread, the call in flight, whatever the reloads.
+
+        Raises:
+            TransientStoreError: the store did not answer in time. What ``call`` raised.
+        """
+        deadline_s = time.monotonic() + STORE_WAIT_S
+        if not self._store_lock.acquire(timeout=STORE_WAIT_S):
+            raise TransientStoreError(f"the store has been busy with an earlier call of this page for {STORE_WAIT_S:g} s")
+        done = threading.Event()
+        result: dict = {}
+
+        def run() -> None:
+            try:
+                result["value"] = call()
+            except BaseException as exc:  # noqa: BLE001 -- handed to the waiting request, which raises it
+                result["error"] = exc
+            finally:
+                self._store_lock.release()
+                done.set()
+
+        threading.Thread(target=run, name="timerwheel-web-store", daemon=True).start()
+        if not done.wait(max(0.0, deadline_s - time.monotonic())):
+            raise TransientStoreError(f"the store did not answer within {STORE_WAIT_S:g} s (the call may still complete)")
+        if "error" in result:
+            raise result["error"]
+        return result["value"]
 
     def _search(self, query: dict) -> tuple:
         """``(timers, more)``: up to :data:`SEARCH_LIMIT` pending timers matching ``query``, and
@@ -291,16 +334,16 @@ class StatusPage:
         if action not in ACTIONS:
             raise Refused(400, f"unknown action {action!r}: one of {', '.join(ACTIONS)}")
         shown = reference.decode("utf-8", "replace")
-        with self._store_lock:
-            try:
-                if action in _TIMER_ACTIONS:
-                    done = self._act_on_timer(action, partition, kind, reference)
-                else:
-                    done = (pause_schedule if action == "pause" else resume_schedule)(self.store, partition, shown)
-            except (TypeError, ValueError) as exc:
-                raise Refused(400, str(exc)) from None
-            except StoreError as exc:
-                raise Refused(503, f"the store failed: {first_line(exc, self._url)}") from None
+        try:
+            if action in _TIMER_ACTIONS:
+                done = self._on_store(lambda: self._act_on_timer(action, partition, kind, reference))
+            else:
+                change = pause_schedule if action == "pause" else resume_schedule
+                done = self._on_store(lambda: change(self.store, partition, shown))
+        except (TypeError, ValueError) as exc:
+            raise Refused(400, str(exc)) from None
+        except StoreError as exc:
+            raise Refused(503, f"the store failed: {first_line(exc, self._url)}") from None
         what = f"partition {partition!r} kind {kind} reference {shown!r}" if action in _TIMER_ACTIONS else \
             f"schedule {shown!r} of partition {partition!r}"
         if not done:
