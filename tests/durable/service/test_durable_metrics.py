@@ -698,3 +698,34 @@ def test_healthz_503_when_reads_answer_but_no_claim_commits(tmp_path, partitions
         logging.getLogger("timerwheel_c.durable").setLevel(logging_level)
         svc.stop()
         inner.close()
+
+
+def test_scrapes_while_the_store_stalls_queue_one_backlog_count_not_one_each(tmp_path):
+    """While the store thread is held (a store that stalls), each scrape's backlog count times out;
+    the scrapes after the first wait for that count instead of queuing one each, so a store back from
+    a stall of minutes meets one scan of the served partitions, not one per scrape of the stall,
+    ahead of the service's next pass. The service's time is a ManualClock, moved past the count's
+    reuse bound between scrapes."""
+    clock = ManualClock()
+    store = SQLiteStore(tmp_path / "stall.db")
+    svc = DurableTimerService(store, TimerRegistry().register(Counting(OK_KIND, Done())), [P], max_sleep_s=0.2, clock=clock,
+                              wall_ns=clock.wall_ns)
+    counts = []
+    try:
+        svc.start()
+        counting = svc.claimer.backlog
+        svc.claimer.backlog = lambda: counts.append(1) or counting()  # type: ignore[method-assign]
+        stall = threading.Event()
+        held = svc.claimer.pool.submit(stall.wait)
+        for _ in range(5):
+            clock.advance(2.0)
+            assert svc.metrics(backlog_timeout_s=0.01).due_backlog == {}  # timed out: empty, as documented
+        stall.set()
+        held.result(timeout=LIVENESS_S)
+        svc.claimer.pool.submit(lambda: None).result(timeout=LIVENESS_S)  # every count queued before it has run
+        assert len(counts) == 1, counts
+        clock.advance(2.0)
+        assert svc.metrics(backlog_timeout_s=LIVENESS_S).due_backlog == {P: 0}
+    finally:
+        svc.stop()
+        store.close()

@@ -18,6 +18,7 @@ runner's heartbeat (its lease): handlers that fill every slot for long must not 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import math
 import threading
@@ -92,6 +93,7 @@ class Claimer:
         self.stopping = False
         self._last_recheck_s = 0.0
         self._backlog_cache: tuple = (-math.inf, ({}, {}, {}, {}))  # (monotonic s, backlog())
+        self._backlog_counting: Optional[concurrent.futures.Future] = None  # the last count submitted
         # Serving the whole store (alone, or a fleet's share of its shards), a pass reads by shard: its
         # cost does not grow with the number of partitions.
         shards: Optional[Callable[[], list]] = None
@@ -315,15 +317,22 @@ class Claimer:
     def backlog_cached(self, timeout_s: float) -> tuple:
         """:meth:`backlog` counted on the store thread at most once per BACKLOG_EVERY_S (a call within
         that reuses the last count), waiting at most ``timeout_s`` (0: none, both empty); both empty
-        when the store does not answer in time. Never raises on a store error."""
+        when the store does not answer in time. A count still queued or running from an earlier call
+        is waited for, not queued again. Never raises on a store error."""
         pool = self.pool
         if pool is None or timeout_s <= 0:
             return {}, {}, {}, {}
         cached_at_s, cached = self._backlog_cache
         if self.monotonic_s() - cached_at_s < BACKLOG_EVERY_S:
             return cached
+        counting = self._backlog_counting
+        if counting is None or counting.done():
+            # A count that timed out is still queued or running on the store thread: a scrape waits
+            # for it instead of queuing another, or a store that stalled for minutes met, once back, a
+            # scan of every served partition per scrape of the outage ahead of the service's next pass.
+            counting = self._backlog_counting = pool.submit(self.backlog)
         try:
-            counted = pool.submit(self.backlog).result(timeout=timeout_s)
+            counted = counting.result(timeout=timeout_s)
         except Exception:  # a store down or slow: the other figures still tell the story
             counted = {}, {}, {}, {}
         self._backlog_cache = (self.monotonic_s(), counted)
