@@ -643,6 +643,33 @@ def test_claim_due_across_shares_the_first_round_trip_and_keeps_errors_with_thei
     assert [len(c.timers) for c in claims] == [1, 1]  # the budget of each, on its own rows
 
 
+def test_a_transient_error_of_one_partitions_own_claim_is_its_shards_once_the_shared_claim_failed(store):
+    """The shared claim failed, and one partition's own claim met a transient error (a lock wait past
+    the store's bound: a writer's open transaction holds its shard's lock, which every write to the
+    shard takes). The shard's partitions after it get that error without a round trip of their own,
+    each of which would wait the bound out again; a partition of another shard is claimed, and a
+    partition of the same shard tried before the error keeps its claims. Deterministic."""
+    from timerwheel_c.durable.storage.shards import shard_of
+    from timerwheel_c.durable.timers.runner import claim_due_across
+
+    by_shard: dict = {}
+    for i in range(1000):
+        by_shard.setdefault(shard_of(f"p{i}", store.shard_count), []).append(f"p{i}")
+    first, held, mate = next(ps for ps in by_shard.values() if len(ps) >= 3)[:3]
+    other = next(ps[0] for shard, ps in by_shard.items() if shard != shard_of(held, store.shard_count))
+    for partition in (first, held, mate, other):
+        _schedule_in(store, partition, 2)
+    registry = TimerRegistry().register(Recorder())
+    budget = TickBudget(1000, 1000, 1000, 60_000)
+    failing = Across(store, bad_apply=held)
+    claims = claim_due_across(failing, [(p, budget, None) for p in (first, held, mate, other)], registry, NOW)
+    assert (failing.across, failing.many) == (1, 3)  # the shared claim, then first's, held's, other's own
+    assert [type(c.error) for c in claims] == [type(None), TransientStoreError, TransientStoreError, type(None)]
+    assert claims[2].error is claims[1].error
+    assert [len(c.timers) for c in claims] == [2, 0, 0, 2]
+    assert len(store.scan(mate, *keys.due_range(NOW), limit=10).entries) == 2  # mate's rows still due, unclaimed
+
+
 def test_a_claim_that_used_up_its_budget_reads_no_further_page(store):
     """A partition with more due rows than its budget, its first page read as a pass reads it (no more
     rows than the budget, :func:`due_request`): the claim claims that page and stops, rather than

@@ -47,6 +47,7 @@ from .registry import DueTimer, TimerHandler, TimerRegistry, check_registry, due
 from .tick import DEFAULT_BUDGET, RunReport, TickBudget, backoff_ms, lease_ms
 from ..storage.errors import is_transient
 from ..storage.printable import printable
+from ..storage.shards import shard_of
 from ..storage.store import Absent, Batch, Committed, Equals, Page, Refused, Store, check_partition, equals_read
 
 __all__ = ["CLOCK_EVERY", "PAGE", "SCAN_PAGE", "UNKNOWN_KIND_BACKOFF_MS", "UNKNOWN_KIND_GRACE_MS", "ClaimedAs", "ClaimedTimer", "Claims",
@@ -683,7 +684,9 @@ def claim_due_across(store: Store, requests: list, registry: TimerRegistry, now_
     error reading a partition's rows is that partition's ``Claims.error``; when the shared round
     trip fails (nothing of it was written: a lock on one partition that it waited on past the
     store's bound, say), each partition claims those rows in a round trip of its own, so that the
-    error is the error of the partition that raised it and the others are claimed.
+    error is the error of the partition that raised it and the others are claimed; a transient error
+    there (that lock wait) is its shard's too: the shard's partitions after it get that error with no
+    round trip, so a pass waits a held shard lock out once, not once per partition of the shard.
 
     Raises:
         TypeError / ValueError: bad arguments.
@@ -710,12 +713,23 @@ def claim_due_across(store: Store, requests: list, registry: TimerRegistry, now_
         if sum(1 for rs, _ in rows if rs) < 2:
             errors = [exc if rs else e for (rs, _), e in zip(rows, errors)]
         else:
+            # shard -> the transient error one of its partitions' own claim met: taken as the shard's,
+            # since a lock that outlasts the store's bound is nearly always the shard's (a writer's open
+            # transaction holds it, and every write to the shard waits on it), so its other partitions
+            # get that error without a round trip each waiting the bound out while the pass stands still.
+            held: dict = {}
             for i, (claimer, (rs, bs)) in enumerate(zip(claimers, rows)):
                 if rs:
+                    shard = shard_of(claimer.partition, store.shard_count)
+                    if shard in held:
+                        errors[i] = held[shard]
+                        continue
                     try:
                         timers[i] = claimer.claimed(rs, store.apply_many(claimer.partition, bs))
                     except Exception as own:
                         errors[i] = own
+                        if is_transient(own):
+                            held[shard] = own
     else:
         at = 0
         for i, (claimer, (rs, _)) in enumerate(zip(claimers, rows)):
