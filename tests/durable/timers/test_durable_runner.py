@@ -954,6 +954,40 @@ def test_a_pass_reads_and_claims_every_partition_in_shared_round_trips(store):
             assert ("scan_many", 16) in counting.calls  # the wakes: one by one all the same, in the generic one
 
 
+def test_a_pass_backs_a_shard_off_with_its_partition_after_a_transient_error(store):
+    """A partition's claim meets a transient error (a lock wait past the store's bound: a writer's open
+    transaction holds its shard's lock, which every write to the shard takes). The shard's other
+    partitions back off with it: a later pass before the shard's retry time does not claim them, each
+    of which would wait the bound out again while the pass stood still; a partition of another shard
+    is claimed meanwhile, and the shard's partitions are claimed once the retry time has come.
+    Deterministic: the clocks are fixed, and moved by hand."""
+    from timerwheel_c.durable.service.metrics import Recorder as Counts
+    from timerwheel_c.durable.service.passes import Passes
+    from timerwheel_c.durable.storage.shards import shard_of
+    from timerwheel_c.durable.timers.timing import Timing
+
+    by_shard: dict = {}
+    for i in range(1000):
+        by_shard.setdefault(shard_of(f"s{i}", store.shard_count), []).append(f"s{i}")
+    first, mate = next(ps for ps in by_shard.values() if len(ps) >= 2)[:2]
+    other = next(ps[0] for shard, ps in by_shard.items() if shard != shard_of(first, store.shard_count))
+    _schedule_in(store, first, 1)
+    _schedule_in(store, other, 1)
+    now_s = [100.0]
+    failing = Across(store, bad_apply=first)
+    passes = Passes(failing, TimerRegistry().register(Recorder()), TickBudget(), lambda: [first, mate, other], None,
+                    Counts(), lambda: NOW, Timing(), clock=lambda: now_s[0])
+    result = passes.run(1000, {}, lambda: False)
+    assert sorted({j.partition for j in result.jobs}) == [other]  # first failed, transiently
+    _schedule_in(store, mate, 1)
+    failing.bad_apply = None  # a lock gone, or not: the shard is not asked again before its retry time
+    result = passes.run(1000, {}, lambda: False)
+    assert result.jobs == [] and result.wake_ms is not None and result.wake_ms > NOW
+    now_s[0] += Timing().backoff_s(1) + 0.001
+    result = passes.run(1000, {}, lambda: False)
+    assert sorted(j.partition for j in result.jobs) == sorted([first, mate])
+
+
 class CountingPages(CountingReads):
     """CountingReads that also keeps the row limit of each scan_many request and the rows it read."""
 

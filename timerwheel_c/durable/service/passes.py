@@ -44,6 +44,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+from ..storage.errors import is_transient
+from ..storage.shards import shard_of
 from ..storage.store import Ownership, Page, Store
 from ..timers import keys
 from ..timers.registry import TimerRegistry
@@ -111,6 +113,10 @@ class Passes:
         self._shard_partitions: dict = {}  # shard -> the partitions its last due read held rows of (at least 1)
         self._failures: dict = {}  # partition -> failed passes in a row
         self._retry_at: dict = {}  # partition -> monotonic s before which it is not passed
+        # shard -> transient failures in a row of its partitions' passes, and the monotonic s before which
+        # none of its partitions is passed (see _failed)
+        self._shard_failures: dict = {}
+        self._shard_retry_at: dict = {}
         self._stuck: dict = {}  # (partition, key) -> monotonic s until which it is skipped
         self.answered_s: Optional[float] = None  # monotonic s the store last answered a pass (health)
 
@@ -146,8 +152,14 @@ class Passes:
                 exclude[partition] = exclude.get(partition, frozenset()) | {key}
         wake: Optional[int] = None
         ready: list = []
+        if self._shard_retry_at:
+            self._shard_retry_at = {s: until_s for s, until_s in self._shard_retry_at.items() if until_s > now_s}
         for p in partitions:
             retry_at = self._retry_at.get(p)
+            if self._shard_retry_at:
+                held_s = self._shard_retry_at.get(shard_of(p, self.store.shard_count))
+                if held_s is not None and (retry_at is None or held_s > retry_at):
+                    retry_at = held_s
             if retry_at is not None and retry_at > now_s:
                 wake = _earliest(wake, self.wall_ms() + int((retry_at - now_s) * 1000) + 1)
             else:
@@ -210,12 +222,14 @@ class Passes:
                 if more and len(claimed) >= cap:
                     hungry.append(p)
                     starved = starved or free <= 0
-            rest = [p for p in rest if p not in caps]
+            rest = [p for p in rest if p not in caps and not self._shard_held(p)]
         rounds = (rest, hungry)
         for rnd, order in enumerate(rounds):
             for p in order:
                 if stopping():
                     return PassResult(jobs, wake, starved)
+                if self._shard_held(p):  # its shard met a transient error in this pass: it waits with it
+                    continue
                 cap = min(share if rnd == 0 else free, free)
                 if cap <= 0:  # rows may wait here: look again as soon as there is room
                     return PassResult(jobs, self.wall_ms(), True)
@@ -368,6 +382,8 @@ class Passes:
 
     def _answered(self, partition: str) -> None:
         self._failures.pop(partition, None)
+        if self._shard_failures:
+            self._shard_failures.pop(shard_of(partition, self.store.shard_count), None)
         self._retry_at.pop(partition, None)
         self.answered_s = self.clock()
 
@@ -411,7 +427,28 @@ class Passes:
         failures = self._failures[partition] = self._failures.get(partition, 0) + 1
         delay_s = self._store_failed(exc, failures, f"pass on partition {partition!r}", kind="pass")
         self._retry_at[partition] = self.clock() + delay_s
+        if is_transient(exc):
+            # Nearly always a lock wait past the store's bound, and the lock a claim waits that long on is
+            # its shard's (a writer's open transaction holds it; every write to the shard takes it): the
+            # shard's partitions back off with it, on the shard's count of failures in a row, rather than
+            # each waiting the bound out in its turn, a pass or a round of one at a time.
+            # Counted once per attempt of the shard: its partitions that fail with it meanwhile (the same
+            # error, handed on by the claim) leave its backoff as it is, which grows as one partition's.
+            shard = shard_of(partition, self.store.shard_count)
+            now_s = self.clock()
+            until_s = self._shard_retry_at.get(shard)
+            if until_s is None or until_s <= now_s:
+                shard_failures = self._shard_failures[shard] = self._shard_failures.get(shard, 0) + 1
+                until_s = self._shard_retry_at[shard] = now_s + self.timing.backoff_s(shard_failures)
+            delay_s = max(delay_s, until_s - now_s)
         return now_ms + int(delay_s * 1000) + 1
+
+    def _shard_held(self, partition: str) -> bool:
+        """Whether ``partition``'s shard backs off now after a transient error (see :meth:`_failed`)."""
+        if not self._shard_retry_at:
+            return False
+        until_s = self._shard_retry_at.get(shard_of(partition, self.store.shard_count))
+        return until_s is not None and until_s > self.clock()
 
     def _store_failed(self, exc: BaseException, failures: int, what: str, kind: Optional[str] = None) -> float:
         return self.recorder.store_failed(exc, failures, what, self.timing.backoff_s(failures), kind)
