@@ -44,8 +44,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from ..storage.errors import is_transient
-from ..storage.shards import shard_of
+from ..storage.shards import shard_of, shard_wide
 from ..storage.store import Ownership, Page, Store
 from ..timers import keys
 from ..timers.registry import TimerRegistry
@@ -156,10 +155,9 @@ class Passes:
             self._shard_retry_at = {s: until_s for s, until_s in self._shard_retry_at.items() if until_s > now_s}
         for p in partitions:
             retry_at = self._retry_at.get(p)
-            if self._shard_retry_at:
-                held_s = self._shard_retry_at.get(shard_of(p, self.store.shard_count))
-                if held_s is not None and (retry_at is None or held_s > retry_at):
-                    retry_at = held_s
+            held_s = self._shard_until_s(p)
+            if held_s is not None and (retry_at is None or held_s > retry_at):
+                retry_at = held_s
             if retry_at is not None and retry_at > now_s:
                 wake = _earliest(wake, self.wall_ms() + int((retry_at - now_s) * 1000) + 1)
             else:
@@ -427,13 +425,10 @@ class Passes:
         failures = self._failures[partition] = self._failures.get(partition, 0) + 1
         delay_s = self._store_failed(exc, failures, f"pass on partition {partition!r}", kind="pass")
         self._retry_at[partition] = self.clock() + delay_s
-        if is_transient(exc):
-            # Nearly always a lock wait past the store's bound, and the lock a claim waits that long on is
-            # its shard's (a writer's open transaction holds it; every write to the shard takes it): the
-            # shard's partitions back off with it, on the shard's count of failures in a row, rather than
-            # each waiting the bound out in its turn, a pass or a round of one at a time.
-            # Counted once per attempt of the shard: its partitions that fail with it meanwhile (the same
-            # error, handed on by the claim) leave its backoff as it is, which grows as one partition's.
+        if shard_wide(exc):
+            # The shard's partitions back off with it, on the shard's count of failures in a row, counted
+            # once per attempt of the shard: its partitions that fail with it meanwhile (the same error,
+            # handed on by the claim) leave its backoff as it is, which grows as one partition's.
             shard = shard_of(partition, self.store.shard_count)
             now_s = self.clock()
             until_s = self._shard_retry_at.get(shard)
@@ -443,11 +438,16 @@ class Passes:
             delay_s = max(delay_s, until_s - now_s)
         return now_ms + int(delay_s * 1000) + 1
 
+    def _shard_until_s(self, partition: str) -> Optional[float]:
+        """When the backoff of ``partition``'s shard after a transient error ends (s of :attr:`clock`; see
+        :meth:`_failed`), or None: no shard backs off, the common case, costs no hash of the name."""
+        if not self._shard_retry_at:
+            return None
+        return self._shard_retry_at.get(shard_of(partition, self.store.shard_count))
+
     def _shard_held(self, partition: str) -> bool:
         """Whether ``partition``'s shard backs off now after a transient error (see :meth:`_failed`)."""
-        if not self._shard_retry_at:
-            return False
-        until_s = self._shard_retry_at.get(shard_of(partition, self.store.shard_count))
+        until_s = self._shard_until_s(partition)
         return until_s is not None and until_s > self.clock()
 
     def _store_failed(self, exc: BaseException, failures: int, what: str, kind: Optional[str] = None) -> float:

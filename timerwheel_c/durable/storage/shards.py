@@ -17,7 +17,10 @@ from __future__ import annotations
 import functools
 import hashlib
 
-__all__ = ["DEFAULT_SHARD_COUNT", "MAX_SHARD_COUNT", "check_shard_count", "check_shards", "partition_hash", "shard_of"]
+from .errors import is_transient
+
+__all__ = ["DEFAULT_SHARD_COUNT", "MAX_SHARD_COUNT", "check_shard_count", "check_shards", "partition_hash", "shard_of",
+           "shard_wide"]
 
 # 64: enough for a fleet of dozens of runners to each own one or more shards, few enough that a
 # pass over idle shards (one index probe each) costs well under a millisecond and that the advisory
@@ -71,3 +74,12 @@ def partition_hash(partition: str) -> int:
 def shard_of(partition: str, shard_count: int) -> int:
     """The shard (0..``shard_count`` - 1) of the partition named ``partition`` (a checked name)."""
     return partition_hash(partition) % shard_count
+
+
+def shard_wide(exc: BaseException) -> bool:
+    """Whether ``exc``, raised by a write to one partition, is taken as its whole shard's: a transient
+    error (:func:`~.errors.is_transient`), nearly always a lock wait past the store's bound, and the lock
+    a write waits on that long is its shard's (a writer's open transaction holds it; every write to the
+    shard takes it). So a claim hands it to the shard's other partitions with no round trip each, and a
+    runner's pass backs the shard off as one, rather than each partition waiting the bound out in turn."""
+    return is_transient(exc)

@@ -47,7 +47,7 @@ from .registry import DueTimer, TimerHandler, TimerRegistry, check_registry, due
 from .tick import DEFAULT_BUDGET, RunReport, TickBudget, backoff_ms, lease_ms
 from ..storage.errors import is_transient
 from ..storage.printable import printable
-from ..storage.shards import shard_of
+from ..storage.shards import shard_of, shard_wide
 from ..storage.store import Absent, Batch, Committed, Equals, Page, Refused, Store, check_partition, equals_read
 
 __all__ = ["CLOCK_EVERY", "PAGE", "SCAN_PAGE", "UNKNOWN_KIND_BACKOFF_MS", "UNKNOWN_KIND_GRACE_MS", "ClaimedAs", "ClaimedTimer", "Claims",
@@ -713,11 +713,7 @@ def claim_due_across(store: Store, requests: list, registry: TimerRegistry, now_
         if sum(1 for rs, _ in rows if rs) < 2:
             errors = [exc if rs else e for (rs, _), e in zip(rows, errors)]
         else:
-            # shard -> the transient error one of its partitions' own claim met: taken as the shard's,
-            # since a lock that outlasts the store's bound is nearly always the shard's (a writer's open
-            # transaction holds it, and every write to the shard waits on it), so its other partitions
-            # get that error without a round trip each waiting the bound out while the pass stands still.
-            held: dict = {}
+            held: dict = {}  # shard -> the error of one of its partitions' own claim, if shard_wide
             for i, (claimer, (rs, bs)) in enumerate(zip(claimers, rows)):
                 if rs:
                     shard = shard_of(claimer.partition, store.shard_count)
@@ -728,7 +724,7 @@ def claim_due_across(store: Store, requests: list, registry: TimerRegistry, now_
                         timers[i] = claimer.claimed(rs, store.apply_many(claimer.partition, bs))
                     except Exception as own:
                         errors[i] = own
-                        if is_transient(own):
+                        if shard_wide(own):
                             held[shard] = own
     else:
         at = 0
