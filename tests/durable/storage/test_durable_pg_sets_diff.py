@@ -1,8 +1,8 @@
 """PostgreSQL's set-based write of many batches at once (``apply_across``, and ``apply_many`` from
 ``SETS_FROM`` batches) against the contract's own rule, batch by batch: random lists of guarded
 batches over a few keys of two partitions, with claim-shaped moves among them (a guard on a row,
-its delete, its value put under another key) and outcome-shaped ones (a guard on a row, its delete
-among other writes), give each batch the result, and leave the rows, that
+its delete, its value put under another key; a RowMove) and outcome-shaped ones (a guard on a row, its delete
+among other writes; a RowConsume), give each batch the result, and leave the rows, that
 applying the batches one by one in order to a dict gives. Rows are read and moved first, so that
 writes find their rows at the places noted (a stale place among them), and by key otherwise.
 Needs TIMERWHEEL_C_TEST_PG_DSN."""
@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from timerwheel_c.durable.storage.store import Absent, Batch, Committed, Equals, PreconditionFailed
+from timerwheel_c.durable.storage.store import Absent, Batch, Committed, Equals, PreconditionFailed, RowConsume, RowMove
 
 pytest.importorskip("psycopg")
 
@@ -35,6 +35,16 @@ _VALUE_OR_NONE = st.one_of(st.none(), _VALUE)
 _PART = st.sampled_from(PARTS)
 
 
+class _Move(RowMove):
+    def __init__(self, key: bytes, value: bytes, to: bytes):
+        self.key, self.value, self.to = key, value, to
+
+
+class _Consume(RowConsume):
+    def __init__(self, key: bytes, value: bytes, writes: list):
+        self.key, self.value, self.writes = key, value, writes
+
+
 @st.composite
 def _batch(draw, keys: list, take: bool) -> Batch:
     """A batch on some of ``keys`` (with ``take``, each drawn key removed from it): a claim's shape (a
@@ -44,7 +54,14 @@ def _batch(draw, keys: list, take: bool) -> Batch:
         # By its index: the one choice sampled_from(keys) makes, with no strategy built per draw.
         i = draw(st.integers(0, len(keys) - 1))
         return keys.pop(i) if take else keys[i]
-    shape = draw(st.integers(0, 2))
+    shape = draw(st.integers(0, 4))
+    if shape == 3:  # a runner's claim of a first attempt: a RowMove, which the store takes from its fields
+        return _Move(key(), draw(_VALUE), key())
+    if shape == 4:  # a runner's outcome: a RowConsume, its row's delete among up to three other writes
+        at, value = key(), draw(_VALUE)
+        writes = [(key(), draw(_VALUE_OR_NONE)) for _ in range(draw(st.integers(0, 3)))]
+        writes.insert(draw(st.integers(0, len(writes))), (at, None))
+        return _Consume(at, value, writes)
     if shape == 0:
         at, to, value = key(), key(), draw(_VALUE)
         return Batch().require(Equals(at, value)).delete(at).put(to, draw(_VALUE))

@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from timerwheel_c.durable.storage.store import Absent, Batch, Committed, Equals, KeyPattern, PreconditionFailed
+from timerwheel_c.durable.storage.store import Absent, Batch, Committed, Equals, KeyPattern, PreconditionFailed, RowConsume, RowMove
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -106,6 +106,79 @@ def test_rows_read_then_moved_then_deleted_are_found_at_their_places_not_by_key(
     _fill(store)
     store.apply_across(_moves(b"k", b"n"))
     assert _key_descents(store) - after >= N * len(PARTITIONS)
+
+
+_READS = [0]  # reads of the guards and writes of the counted batches below
+
+
+def _counting(prop: property) -> property:
+    """``prop`` (a batch's property), counting each read in _READS."""
+    def read(self) -> list:
+        _READS[0] += 1
+        return prop.fget(self)  # type: ignore[misc]
+    return property(read)
+
+
+class _CountedMove(RowMove):
+    guards = _counting(RowMove.guards)  # type: ignore[assignment]
+    writes = _counting(RowMove.writes)  # type: ignore[assignment]
+
+    def __init__(self, key: bytes, value: bytes, to: bytes):
+        self.key, self.value, self.to = key, value, to
+
+
+class _CountedConsume(RowConsume):
+    guards = _counting(RowConsume.guards)  # type: ignore[assignment]
+
+    def __init__(self, key: bytes, value: bytes, writes: list):
+        self.key, self.value, self.writes = key, value, writes
+
+
+def test_row_moves_are_written_from_their_fields_at_their_places(store):
+    """A list of RowMoves (a runner's claims of first attempts) goes to the set-based write from each
+    move's key, value and target alone, never building its guards and writes, and each row is moved at
+    the place the due scan noted (no scan of the primary key per row); a move whose row changed since
+    fails alone, the others written."""
+    _fill(store)
+    store.scan_many([(p, b"k", b"l", None, 100) for p in PARTITIONS])
+    store.apply("a", Batch().require(Equals(b"k005", b"v5")).put(b"k005", b"changed"))
+    _READS[0] = 0
+    before = _key_descents(store)
+    moves = [(p, _CountedMove(b"k%03d" % i, b"v%d" % i, b"m%03d" % i)) for p in PARTITIONS for i in range(N)]
+    results = store.apply_across(moves)
+    descents = _key_descents(store) - before
+    assert results == [PreconditionFailed(b"k005") if (p, m.key) == ("a", b"k005") else Committed() for p, m in moves]
+    assert _READS[0] == 0
+    # Each moved at its place: the one failed move is then tried by key (a place is only a hint).
+    assert descents <= 1, descents
+    for p in PARTITIONS:
+        kept = {b"k005": b"changed"} if p == "a" else {}
+        assert _rows(store, p) == {b"other": b"o", **kept,
+                                   **{b"m%03d" % i: b"v%d" % i for i in range(N) if (p, i) != ("a", 5)}}
+
+
+def test_row_consumes_are_written_from_their_fields_at_their_places(store):
+    """A list of RowConsumes (a runner's outcomes) goes to the set-based write from each consumed row's
+    key and value and the writes, never building its guard, each row consumed at the place its claim
+    left it (no scan of the primary key per row: one read per partition of the range of its other
+    deletes), a put of the consumed value moving the row there; one whose row changed fails alone."""
+    _fill(store)
+    store.scan_many([(p, b"k", b"l", None, 100) for p in PARTITIONS])
+    assert store.apply_across(_moves(b"k", b"m")) == [Committed()] * (N * len(PARTITIONS))
+    _READS[0] = 0
+    assert store.apply_across([("a", _CountedConsume(b"m003", b"other", [(b"e003", b"x"), (b"m003", None)]))] +
+                              [("b", _CountedConsume(b"m%03d" % i, b"wrong", [(b"m%03d" % i, None)])) for i in range(8)]) == \
+        [PreconditionFailed(b"m003")] + [PreconditionFailed(b"m%03d" % i) for i in range(8)]
+    items = [(p, _CountedConsume(b"m%03d" % i, b"v%d" % i, [(b"e%03d" % i, b"v%d" % i), (b"m%03d" % i, None),
+                                                           (b"i%03d" % i, None)])) for p in PARTITIONS for i in range(N)]
+    before = _key_descents(store)
+    assert store.apply_across(items) == [Committed()] * len(items)
+    descents = _key_descents(store) - before
+    assert _READS[0] == 0
+    # One range read per partition, and by key the nine rows whose places the failed consumes took.
+    assert descents == len(PARTITIONS) + 9, descents
+    for p in PARTITIONS:
+        assert _rows(store, p) == {b"other": b"o", **{b"e%03d" % i: b"v%d" % i for i in range(N)}}
 
 
 def test_the_other_deletes_read_each_partitions_range_once_when_it_holds_few_rows(store):

@@ -11,7 +11,7 @@ import pytest
 from timerwheel_c.durable.storage.errors import PermanentStoreError
 from timerwheel_c.durable.storage.sqlite import SQLiteStore
 from timerwheel_c.durable.storage.store import (COMMITTED, Absent, Batch, Committed, Equals, Page, PreconditionFailed,
-                                                 SchemaVersionError)
+                                                 RowConsume, RowMove, SchemaVersionError)
 
 P = "p"
 
@@ -532,6 +532,63 @@ def test_apply_across_judges_each_batch_on_its_own_and_keeps_partitions_apart(du
     assert durable_store.apply_across(independent) == [
         PreconditionFailed(b"effect"), Committed(), PreconditionFailed(b"effect")]
     assert durable_store.apply_across([]) == []
+
+
+class _Move(RowMove):
+    def __init__(self, key: bytes, value: bytes, to: bytes):
+        self.key, self.value, self.to = key, value, to
+
+
+def test_a_row_move_moves_its_row_guarded_on_its_value(durable_store):
+    """A RowMove is the batch ``require(Equals(key, value)).delete(key).put(to, value)``, read-only: as a
+    list of moves (every backend's set-based path, from SETS_FROM batches) and alone, its row moves
+    when it holds the value, its guard fails alone when it does not, and a move onto a key that holds
+    a row overwrites it."""
+    moves = [_Move(b"k%02d" % i, b"v", b"m%02d" % i) for i in range(10)]
+    put_all(durable_store, [(b"k%02d" % i, b"v" if i != 3 else b"changed") for i in range(10)] + [(b"m07", b"old")])
+    assert moves[0].guards == [Equals(b"k00", b"v")] and moves[0].writes == [(b"k00", None), (b"m00", b"v")]
+    with pytest.raises(TypeError, match="read-only"):
+        moves[0].put(b"x", b"y")
+    assert durable_store.apply_across([(P, m) for m in moves]) == [
+        PreconditionFailed(b"k03") if i == 3 else Committed() for i in range(10)]
+    expected = {b"k03": b"changed", **{b"m%02d" % i: b"v" for i in range(10) if i != 3}}
+    assert dict(durable_store.scan(P, b"", b"\xff").entries) == expected
+    assert durable_store.apply_many(P, [_Move(b"m%02d" % i, b"v", b"n%02d" % i) for i in range(10) if i != 3]) == \
+        [Committed()] * 9
+    assert durable_store.apply(P, _Move(b"k03", b"v", b"m03")) == PreconditionFailed(b"k03")
+    assert durable_store.apply(P, _Move(b"k03", b"changed", b"n00")) == Committed()
+    assert dict(durable_store.scan(P, b"", b"\xff").entries) == {
+        b"n00": b"changed", **{b"n%02d" % i: b"v" for i in range(1, 10) if i != 3}}
+
+
+class _Consume(RowConsume):
+    def __init__(self, key: bytes, value: bytes, writes: list):
+        self.key, self.value, self.writes = key, value, writes
+
+
+def test_a_row_consume_is_its_guard_on_the_row_and_its_writes(durable_store):
+    """A RowConsume is the batch ``require(Equals(key, value))`` with its writes, read-only: in a list
+    (every backend's set-based path, from SETS_FROM batches) and alone, it writes when its row holds
+    the value (a put of that value moving the row there), fails alone when not, and one of another
+    shape (its row not deleted, or a key written twice) is written as the same Batch would be."""
+    put_all(durable_store, [(b"k%02d" % i, b"v" if i != 2 else b"changed") for i in range(10)] + [(b"x", b"1")])
+    consumes = [_Consume(b"k%02d" % i, b"v", [(b"e%02d" % i, b"v" if i % 2 else b"w"), (b"k%02d" % i, None), (b"x%02d" % i, None)])
+                for i in range(8)]
+    consumes.append(_Consume(b"k08", b"v", [(b"e08", b"1"), (b"e08", None)]))  # its row not deleted
+    consumes.append(_Consume(b"k09", b"v", [(b"k09", None), (b"x", None), (b"k09", b"again")]))  # written twice
+    assert consumes[0].guards == [Equals(b"k00", b"v")]
+    with pytest.raises(TypeError, match="read-only"):
+        consumes[0].require(Absent(b"x"))
+    assert durable_store.apply_many(P, consumes) == [
+        PreconditionFailed(b"k02") if i == 2 else Committed() for i in range(10)]
+    expected = {b"k02": b"changed", b"k08": b"v", b"k09": b"again",
+                **{b"e%02d" % i: b"v" if i % 2 else b"w" for i in range(8) if i != 2}}
+    assert dict(durable_store.scan(P, b"", b"\xff").entries) == expected
+    assert durable_store.apply(P, _Consume(b"k02", b"v", [(b"k02", None)])) == PreconditionFailed(b"k02")
+    assert durable_store.apply_across([("q", _Consume(b"k02", b"v", [(b"k02", None)])),
+                                      (P, _Consume(b"k02", b"changed", [(b"k02", None), (b"y", b"changed")]))]) == [
+        PreconditionFailed(b"k02"), Committed()]
+    assert durable_store.get(P, b"y") == b"changed" and durable_store.get(P, b"k02") is None
 
 
 def test_scan_many_and_apply_across_bad_arguments(durable_store):

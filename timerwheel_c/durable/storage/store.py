@@ -50,6 +50,8 @@ __all__ = [
     "PartitionCalls",
     "PreconditionFailed",
     "Refused",
+    "RowConsume",
+    "RowMove",
     "SchemaError",
     "SchemaVersionError",
     "Store",
@@ -344,6 +346,52 @@ class Batch:
         self.guards.extend(other.guards)
         self.writes.extend(other.writes)
         return self
+
+
+class RowConsume(Batch):
+    """A batch that consumes one row its maker read: guarded on ``Equals(key, value)`` alone, its
+    ``writes`` (a subclass's list or property) delete ``key`` once and write other keys (a runner's
+    outcome of a fired timer: the claimed row's delete, the handler's own writes, the timer's identity
+    row's delete). ``guards`` is built from the two fields at each read, so that a backend may write
+    the batch from them and the writes (PostgreSQL's set-based statement does), and so that a batch
+    waiting in flight, one per row by the thousand, holds no guard and no list of guards: tracked
+    containers the cyclic collector's passes would count and promote. A list whose batches break the
+    shape (``key`` not deleted, or written twice) is still written right, by a backend's general path.
+
+    Raises:
+        TypeError: on ``require``, ``put``, ``delete`` or ``extend``: the guard is the fields', and a
+            change to lists built for one read would be lost.
+    """
+
+    key: bytes
+    value: bytes
+
+    @property
+    def guards(self) -> list:  # type: ignore[override]  # read-only in place of Batch's field
+        return [equals_read(self.key, self.value)]
+
+    def _read_only(self, *args: object) -> Batch:
+        raise TypeError(f"a {type(self).__name__} is read-only: its guard is its consumed row's")
+
+    require = put = delete = extend = _read_only  # type: ignore[assignment]
+
+
+class RowMove(RowConsume):
+    """The move of one row its maker read (a runner's claim of a timer's first attempt, once per fired
+    timer): guarded on ``Equals(key, value)``, it deletes ``key`` and puts ``value`` at ``to``, another
+    key of the same partition; a subclass sets the three fields (bytes), and ``writes`` is built from
+    them at each read. A backend may apply it from the fields alone: PostgreSQL's set-based statement
+    moves the row with one ``UPDATE`` of its key.
+
+    Raises:
+        TypeError: as :class:`RowConsume`'s.
+    """
+
+    to: bytes
+
+    @property
+    def writes(self) -> list:  # type: ignore[override]  # read-only in place of Batch's field
+        return [(self.key, None), (self.to, self.value)]
 
 
 @dataclass(frozen=True)

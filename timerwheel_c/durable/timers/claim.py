@@ -48,10 +48,9 @@ from .tick import DEFAULT_BUDGET, RunReport, TickBudget, backoff_ms, lease_ms
 from ..storage.errors import is_transient
 from ..storage.printable import printable
 from ..storage.shards import shard_of, shard_wide
-from ..storage.store import Absent, Batch, Committed, Equals, Page, Refused, Store, check_partition, equals_read
+from ..storage.store import Absent, Batch, Committed, Equals, Page, Refused, RowMove, Store, check_partition, equals_read
 
 __all__ = ["CLOCK_EVERY", "PAGE", "SCAN_PAGE", "UNKNOWN_KIND_BACKOFF_MS", "UNKNOWN_KIND_GRACE_MS", "ClaimedAs", "ClaimedTimer", "Claims",
-           "RowBatch",
            "claim_due", "claim_due_across", "due_request", "first_backoff_ms", "refund_rows", "release_claims", "release_range",
            "release_rows"]
 
@@ -144,31 +143,10 @@ class _ToFire(Batch):
         self.schedule = schedule
 
 
-class RowBatch(Batch):
-    """A batch guarded on one row, ``Equals(key, value)``, that holds its keys alone and builds its
-    ``guards`` and ``writes`` (a subclass's) anew at each read, read-only: a runner's claims and
-    outcomes wait in flight by the thousand, and a Batch's two lists and its guard were three more
-    tracked containers per row for the collector's passes to count and promote into the generation
-    that its full passes scan with the whole application. A store reads each once per apply
-    (:func:`~timerwheel_c.durable.storage.store.consumed_index`)."""
-
-    key: bytes
-    value: bytes
-
-    @property
-    def guards(self) -> list:  # type: ignore[override]  # read-only in place of Batch's field
-        return [equals_read(self.key, self.value)]
-
-    def _read_only(self, *args: object) -> Batch:
-        """Refuse a change (TypeError): it would go to lists built for one read, and be lost."""
-        raise TypeError(f"a {type(self).__name__} is read-only: its guards and writes are its row's")
-
-    require = put = delete = extend = _read_only  # type: ignore[assignment]
-
-
-class _ToFireFirst(RowBatch, _ToFire):
+class _ToFireFirst(RowMove, _ToFire):
     """A plain timer's first attempt chosen to fire (the row a claim meets most): the move of ``key``
-    to ``claimed_key``, guarded on the row's ``value``."""
+    to ``claimed_key`` (the :class:`~timerwheel_c.durable.storage.store.RowMove` to ``to``, the same
+    key), guarded on the row's ``value``, which a store may apply from these fields alone."""
 
     schedule = None
     attempt = 1
@@ -180,12 +158,8 @@ class _ToFireFirst(RowBatch, _ToFire):
         self.due_at_ms = due_at_ms
         self.kind = kind
         self.reference = reference
-        self.claimed_key = claimed_key
+        self.claimed_key = self.to = claimed_key
         self.handler = handler
-
-    @property
-    def writes(self) -> list:  # type: ignore[override]  # read-only in place of Batch's field
-        return [(self.key, None), (self.claimed_key, self.value)]
 
 
 @dataclass(frozen=True)

@@ -47,12 +47,12 @@ from typing import Any, Callable, Optional
 from . import keys, names, parking, schedules, tracing
 from .codecs import encoded
 from .due import span_ms
-from .claim import (PAGE, ClaimedTimer, Claimer, Claims, RowBatch, check_args, claim_due, claim_due_across, due_request,
+from .claim import (PAGE, ClaimedTimer, Claimer, Claims, check_args, claim_due, claim_due_across, due_request,
                     release_claims)
 from .registry import Done, Reschedule, Retry, TimerContext, TimerRegistry
 from .tick import BACKOFF_BASE_MS, BACKOFF_CAP_MS, DEFAULT_BUDGET, RunReport, TickBudget, backoff_ms
 from ..storage.printable import printable
-from ..storage.store import Absent, Batch, Committed, Equals, Page, Refused, Store, equals_read
+from ..storage.store import Absent, Batch, Committed, Equals, Page, Refused, RowConsume, Store, equals_read
 
 __all__ = [
     "BACKOFF_BASE_MS", "BACKOFF_CAP_MS", "NO_PROGRESS_WAKE_MS", "PAGE", "Attempt", "ClaimedTimer", "Claims", "Pace",
@@ -262,6 +262,14 @@ def settle(partition: str, claimed: ClaimedTimer, report: RunReport, outcome: ob
     # removes this timer deletes the claimed row in the same batch.
     identity = keys.identity(timer.kind, timer.reference)
     key, value = timer.key, timer.value
+    if outcome.__class__ is Done and not batch.guards and key.__class__ is bytes and value.__class__ is bytes:
+        # A Done whose batch guards nothing (nearly every Done with writes): guarded on the claimed row
+        # alone, a RowConsume, which a store writes from that row's fields and the writes.
+        done = _new(_DoneWrites)
+        done.key, done.value, done.writes = key, value, batch.writes
+        done.writes.append((key, None))
+        done.writes.append((identity, None))
+        return _forget_error(done, timer, identity) if _TRACED or timer.attempt > 1 else done
     if key.__class__ is bytes and value.__class__ is bytes:  # a claim's key, a value read from the store
         guard = equals_read(key, value)
     else:
@@ -288,7 +296,13 @@ def settle(partition: str, claimed: ClaimedTimer, report: RunReport, outcome: ob
     return _forget_error(batch, timer, identity) if _TRACED or timer.attempt > 1 else batch
 
 
-class _Consumed(RowBatch):
+class _DoneWrites(RowConsume):
+    """The batch of a plain timer whose handler returned ``Done(batch)`` with a batch of writes and no
+    guard: those writes, then the delete of the claimed row ``key`` (guarded on its ``value``, the only
+    guard) and of the timer's identity row (and :func:`_forgotten`'s), in ``writes``."""
+
+
+class _Consumed(RowConsume):
     """The batch of a plain timer whose handler returned a bare ``Done()`` (nearly every fire's
     outcome): the delete of the claimed row ``key``, guarded on its ``value``, then of each of
     ``deletes`` (its identity row, then :func:`_forgotten`'s), a tuple of bytes, which the collector
@@ -449,12 +463,13 @@ def _count_outcomes(partition: str, claims: list, batches: list, results: list, 
     fired = 0  # Done and Reschedule outcomes committed, the common case: counted at the end
     fired_kinds: dict = {}  # TimerKind -> of those
     for claimed, batch, result in zip(claims, batches, results):
-        if result.__class__ is Committed and (batch.__class__ is _Consumed or batch.__class__ is Batch):
+        cls = batch.__class__
+        if result.__class__ is Committed and (cls is _Consumed or cls is _DoneWrites or cls is Batch):
             # Neither a Parking nor a RetryLater; a _Consumed puts no row.
             fired += 1
             kind = claimed.kind if claimed.holds_fields else claimed.timer.kind  # a Job's timer is made at each read
             fired_kinds[kind] = fired_kinds.get(kind, 0) + 1
-            if batch.__class__ is Batch:
+            if cls is not _Consumed:
                 for k, v in batch.writes:
                     if v is not None and k[:_TAG_LEN] == keys.TAG:  # keys.is_timer_key inline: per put of each outcome
                         _put_due(report, k)
