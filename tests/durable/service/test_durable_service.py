@@ -253,6 +253,40 @@ def test_stop_is_prompt_and_cancel_removes(store):
         svc.schedule("other", due, KIND, b"c")
 
 
+def test_stop_ends_the_thread_when_an_async_handler_ignores_its_cancellation(store, caplog):
+    """An ``async def`` handler that catches every CancelledError and goes on: stop(0.5) cancels it, and
+    the thread still ends within stop()'s bound, the handler abandoned with its loop and named in a
+    WARNING. The loop's end waited for every task it cancelled, as ``asyncio.run`` does, so the thread
+    (its store connections, a fleet's partitions) outlived stop() for as long as the handler ran: for
+    ever here, until the test released it."""
+    import asyncio
+
+    registry, released, started = TimerRegistry(), threading.Event(), threading.Event()
+
+    @registry.handler(KIND)
+    async def stubborn(ctx, timer):
+        started.set()
+        while not released.is_set():
+            try:
+                await asyncio.sleep(0.02)
+            except asyncio.CancelledError:
+                pass
+        return Done()
+
+    put_timer(store, wall_ms() - 10, b"stubborn")
+    svc = DurableTimerService(store, registry, [P]).start()
+    try:
+        assert started.wait(LIVENESS_S)
+        with caplog.at_level(logging.WARNING, logger="timerwheel_c.durable"):
+            svc.stop(0.5)
+            wait_until(lambda: not svc.running, "the thread to end with the handler still running", LIVENESS_S)
+        assert not released.is_set() and svc.died is None
+        assert any("ignored their cancellation" in r.getMessage() and "stubborn" in r.getMessage()
+                   for r in caplog.records)
+    finally:
+        released.set()
+
+
 PG_DSN = os.environ.get("TIMERWHEEL_C_TEST_PG_DSN")
 
 

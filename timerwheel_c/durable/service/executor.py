@@ -28,7 +28,7 @@ import time
 from typing import Callable, Optional
 
 from ..timers import tracing
-from ..timers.registry import Done, TimerContext
+from ..timers.registry import Done, TimerContext, handler_name
 from ..timers.runner import Attempt, RunReport, consumed, past_timeout, settle
 from ..storage.store import Store
 from .committer import Committer
@@ -284,7 +284,7 @@ class Executor:
                     attempt.outcome = await tracing.fire_async(job.handler, context, job.timer, attempt.started_ms)
                 else:
                     attempt.outcome = await job.handler.fire(context, job.timer)
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, GeneratorExit):  # the latter: abandoned at a stop, closed by the collector
             if job.cancelled_by != "timeout":
                 raise
             attempt.error = past_timeout(job.timeout_s, "cancelled")
@@ -456,6 +456,11 @@ class Executor:
             activity.first_attempts(first_ms)
         recorder.fires_ended(lateness_s, durations)
         self.committer.add_all(jobs)
+
+    def handler_names(self, tasks) -> list:
+        """How logs name the handlers whose calls run in ``tasks`` (``async`` calls' tasks; others are
+        left out), in a stable order."""
+        return sorted({handler_name(self._async_jobs[task].handler) for task in tasks if task in self._async_jobs})
 
     async def drain(self, left_s: Callable[[], Optional[float]]) -> int:
         """After stop(): drop the queue and the rows of sync chunks not started yet (none of them

@@ -184,7 +184,8 @@ class DurableTimerService:
         is due now (an attempt counts a handler call, so a timer with ``max_attempts=1`` still fires on the next
         runner). A handler still running at the timeout is abandoned: its row stays claimed at its backoff key and
         is fired again after that backoff (by this process if restarted, or another runner). An abandoned ``async``
-        handler is cancelled; a sync one finishes on its daemon thread, and its outcome is discarded. A ``timeout``
+        handler is cancelled (one that ignores the cancel is left behind with the service's loop, the thread ending
+        all the same); a sync one finishes on its daemon thread, and its outcome is discarded. A ``timeout``
         that is not a number, is NaN or negative raises TypeError / ValueError naming it, and stops nothing.
         """
         timeout = self.timing.stop_timeout_s if timeout is _Default.TIMING else check_stop_timeout(timeout)

@@ -21,6 +21,9 @@ __all__ = ["ServiceThread"]
 log = logging.getLogger("timerwheel_c.durable")
 
 _BACKOFF_SLICE_S = 0.05  # real seconds between two looks at the clock in a restart's backoff
+# Seconds a task left on the loop after the stages drained (an async handler the drain cancelled) gets
+# to end, at least, past what is left of stop()'s timeout: within the teardown stop() allows.
+_CANCELLED_GRACE_S = 0.25
 
 
 class ServiceThread:
@@ -79,7 +82,7 @@ class ServiceThread:
             while not self.claimer.stopping:
                 started_s = self._monotonic_s()
                 try:
-                    asyncio.run(self._main())
+                    self._run_loop()
                 except Exception as exc:  # a bug outside the guarded pass: log, and keep the service alive
                     # Backed off as a failing store is, and logged in full the first time only, then at
                     # 1, 2, 4, 8... failures in a row: one that recurs at once (no file descriptor left
@@ -106,6 +109,50 @@ class ServiceThread:
             self.claimer.close()
             self.committer.close()
 
+    def _left_s(self) -> Optional[float]:
+        """Seconds left of stop()'s timeout (never below 0), None: no limit."""
+        return None if self.stop_at is None else max(0.0, self.stop_at - self._monotonic_s())
+
+    def _run_loop(self) -> None:
+        """:meth:`_main` on a new event loop, as ``asyncio.run`` runs it, but for the tasks still on the loop
+        when it returns: cancelled as ``asyncio.run`` cancels them, they get what is left of stop()'s timeout
+        (at least :data:`_CANCELLED_GRACE_S`) to end, and one that is still running then (an ``async def``
+        handler that catches each CancelledError and goes on) is abandoned with the loop, where
+        ``asyncio.run`` waited for it, for ever if it never returns, the thread alive past stop() with its
+        store connections and a fleet's partitions held."""
+        loop = asyncio.new_event_loop()
+        try:
+            asyncio.set_event_loop(loop)
+            loop.run_until_complete(self._main())
+        finally:
+            try:
+                self._end_tasks(loop)
+                loop.run_until_complete(loop.shutdown_asyncgens())
+                loop.run_until_complete(loop.shutdown_default_executor())
+            finally:
+                asyncio.set_event_loop(None)
+                loop.close()
+
+    def _end_tasks(self, loop: asyncio.AbstractEventLoop) -> None:
+        tasks = asyncio.all_tasks(loop)
+        if not tasks:
+            return
+        for task in tasks:
+            task.cancel()
+        left_s = self._left_s()
+        _, pending = loop.run_until_complete(
+            asyncio.wait(tasks, timeout=None if left_s is None else max(left_s, _CANCELLED_GRACE_S)))
+        for task in tasks - pending:
+            if not task.cancelled() and task.exception() is not None:  # as asyncio.run reports them
+                loop.call_exception_handler({"message": "unhandled exception during the service's shutdown",
+                                             "exception": task.exception(), "task": task})
+        if pending:
+            for task in pending:
+                task._log_destroy_pending = False  # type: ignore[attr-defined]  # logged here, once
+            log.warning("stopping with %d handler(s) that ignored their cancellation still running (%s); "
+                        "abandoned with the service's loop, their rows stay claimed and fire again after their "
+                        "backoff", len(pending), ", ".join(self.executor.handler_names(pending)))
+
     async def _main(self) -> None:
         # After a crash of a previous loop its tasks are gone with it: their rows stay claimed and
         # come back after their backoff, and their slots must not stay counted.
@@ -120,9 +167,7 @@ class ServiceThread:
             self.claimer.unlisten()
 
     async def _drain(self) -> None:
-        def left_s() -> Optional[float]:
-            return None if self.stop_at is None else max(0.0, self.stop_at - self._monotonic_s())
-
+        left_s = self._left_s
         # Where the rows this stop gives up in their handler go: released below, or left to their backoff.
         fate = ("are released for another runner to fire now" if self.release_on_stop
                 else "stay claimed and fire again after their backoff")

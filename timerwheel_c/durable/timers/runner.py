@@ -74,10 +74,10 @@ class Attempt:
     ``outcome`` and ``error`` (the exception it raised, or None) describe it.
 
     Everything the handler raises is its own failure, ``SystemExit`` and ``KeyboardInterrupt``
-    included: only the thread that runs the service may end it. The one exception let through is
-    :class:`asyncio.CancelledError` when ``cancelled_by_caller()`` says the caller cancelled
-    the call (a stop, a timeout it turns into its own error).
-    """
+    included: only the thread that runs the service may end it. The exceptions let through are
+    :class:`asyncio.CancelledError` and ``GeneratorExit`` when ``cancelled_by_caller()`` says the caller
+    cancelled the call (a stop, a timeout it turns into its own error; the latter ends the coroutine of a
+    call abandoned at a stop, when the collector closes it)."""
 
     __slots__ = ("_clock", "_started", "started_ms", "took_s", "outcome", "error", "_cancelled_by_caller")
 
@@ -99,12 +99,16 @@ class Attempt:
         self.took_s = self._clock() - self._started
         if exc is None:
             return False
-        if not isinstance(exc, Exception):
+        if not isinstance(exc, Exception) and self._cancelled_by_caller():
+            if isinstance(exc, GeneratorExit):
+                # The call's coroutine closed by the collector, abandoned at a stop with its loop (it
+                # ignored the cancel): it must end, and may at the interpreter's exit, with no import left.
+                return False
             # Only a BaseException can be asyncio's CancelledError, and one raised means asyncio is
             # loaded: importing it here costs a lookup, and spares a process without asyncio its import.
             import asyncio
 
-            if isinstance(exc, asyncio.CancelledError) and self._cancelled_by_caller():
+            if isinstance(exc, asyncio.CancelledError):
                 return False
         self.error = exc
         return True
