@@ -65,6 +65,36 @@ def test_an_async_function_handler_is_awaited_by_the_service(store):
     assert store.get(P, b"reminded/u1") == b"1"
 
 
+class Remind:
+    """A handler object whose ``__call__`` is an ``async def``, as a class that keeps a client would be."""
+
+    def __init__(self, tag: bytes):
+        self.tag = tag
+
+    async def __call__(self, ctx, timer):
+        return Done(Batch().put(b"reminded/" + timer.reference, self.tag + b" " + timer.value["to"].encode()))
+
+
+def test_an_object_with_an_async_call_is_awaited_by_the_service_and_run_due(store):
+    """An object whose ``__call__`` is an ``async def`` (with a codec's decoding around it, too) is an async
+    handler: the service awaits it on its loop and run_due on a loop of its own. It was called as a sync
+    function, and each attempt failed on the coroutine it returned, never awaited, until it parked."""
+    remind = TimerKind(7, "remind", codec="json")
+    registry = TimerRegistry()
+    registry.handler(remind)(Remind(b"service"))
+    with DurableTimerService(store, registry, [P]) as service:
+        service.schedule(P, time.time_ns() // 1_000_000 - 1, remind, b"u1", {"to": "ann"})
+        deadline = time.monotonic() + LIVENESS_S
+        while store.get(P, b"reminded/u1") is None and not service.failed and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert service.failed == 0 and store.get(P, b"reminded/u1") == b"service ann"
+    registry = TimerRegistry()
+    registry.handler(remind)(Remind(b"run_due"))
+    schedule(store, P, NOW - 1, remind, b"u2", {"to": "bo"})
+    report = run_due(store, P, registry, NOW)
+    assert report.failed == 0 and store.get(P, b"reminded/u2") == b"run_due bo"
+
+
 def test_the_handler_decorator_checks_its_arguments_when_it_decorates():
     """A bad kind or option, a kind taken twice or a non-callable raise at decoration time, naming the value."""
     registry = TimerRegistry()

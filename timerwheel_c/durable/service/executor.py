@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import inspect
 import time
 from typing import Callable, Optional
 
 from ..timers import tracing
-from ..timers.registry import Done, TimerContext, handler_name
+from ..timers.registry import Done, TimerContext, handler_name, is_async
 from ..timers.runner import Attempt, RunReport, consumed, past_timeout, settle
 from ..storage.store import Store
 from .committer import Committer
@@ -266,7 +265,7 @@ class Executor:
         handler = job.handler
         found = self._async.get(id(handler))
         if found is None:
-            found = self._async[id(handler)] = inspect.iscoroutinefunction(handler.fire)
+            found = self._async[id(handler)] = is_async(handler.fire)
         return found
 
     async def _run_async(self, job: Job) -> None:

@@ -58,6 +58,7 @@ __all__ = [
     "TimerRegistry",
     "check_max_attempts",
     "check_registry",
+    "is_async",
 ]
 
 # Oban's default is 20 and River's and Sidekiq's 25; see TimerHandler for why 20 here.
@@ -239,10 +240,17 @@ class TimerHandler:
         raise NotImplementedError
 
 
+def is_async(fire: object) -> bool:
+    """Whether a handler's ``fire`` makes a coroutine for the runner to await: an ``async def`` function
+    or method, or an object whose ``__call__`` is one (an instance of a class with ``async def
+    __call__``, which :func:`inspect.iscoroutinefunction` does not tell)."""
+    return inspect.iscoroutinefunction(fire) or (callable(fire) and inspect.iscoroutinefunction(type(fire).__call__))
+
+
 def _decoding(fire, codec):
     """``fire`` called with the timer's value decoded by ``codec`` (a decode error is that attempt's
     failure); an ``async def`` stays one, so that the service still awaits it on its loop."""
-    if inspect.iscoroutinefunction(fire):
+    if is_async(fire):
         async def decoded_async(ctx, timer):
             return await fire(ctx, dataclasses.replace(timer, value=decoded(codec, timer.value)))
 
@@ -263,7 +271,8 @@ def handler_name(handler: TimerHandler) -> str:
 
 
 class FunctionHandler(TimerHandler):
-    """A plain function ``function(ctx, timer)``, sync or ``async def``, as the handler of ``kind``,
+    """A plain function ``function(ctx, timer)``, sync or ``async def`` (or an object whose ``__call__`` is
+    one), as the handler of ``kind``,
     with the options a :class:`TimerHandler` subclass sets as class attributes. Made by
     :meth:`TimerRegistry.handler`; ``function`` must return an outcome as :meth:`TimerHandler.fire`
     does (a forgotten ``return Done()`` is a failed attempt).

@@ -38,7 +38,6 @@ malformed and unprocessable rows: see :mod:`.claim`.
 """
 from __future__ import annotations
 
-import inspect
 import logging
 import time
 from dataclasses import dataclass
@@ -49,7 +48,7 @@ from .codecs import encoded
 from .due import span_ms
 from .claim import (PAGE, ClaimedTimer, Claimer, Claims, check_args, claim_due, claim_due_across, due_request,
                     release_claims)
-from .registry import Done, Reschedule, Retry, TimerContext, TimerRegistry
+from .registry import Done, Reschedule, Retry, TimerContext, TimerRegistry, is_async
 from .tick import BACKOFF_BASE_MS, BACKOFF_CAP_MS, DEFAULT_BUDGET, RunReport, TickBudget, backoff_ms
 from ..storage.printable import printable
 from ..storage.store import Absent, Batch, Committed, Equals, Page, Refused, RowConsume, Store, equals_read
@@ -127,7 +126,7 @@ def fire(store: Store, partition: str, now_ms: int, claimed: ClaimedTimer, repor
     handler = claimed.handler
     context = TimerContext(store, partition, now_ms)
     with Attempt(clock, lambda: now_ms) as attempt:
-        if inspect.iscoroutinefunction(handler.fire):
+        if is_async(handler.fire):
             attempt.outcome = _awaited(handler, context, claimed.timer, now_ms)
         elif _TRACED:
             attempt.outcome = tracing.fire(handler, context, claimed.timer, now_ms)
