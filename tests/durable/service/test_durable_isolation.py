@@ -234,6 +234,42 @@ def test_an_async_handler_that_ignores_its_timeouts_cancel_fails_and_its_late_ou
     assert svc.fired == 0 and effects(store, "p") == set()
 
 
+def test_an_async_call_that_goes_on_past_its_timeouts_cancel_fails_while_it_runs_and_holds_an_overdue_slot(store):
+    """An ``async def`` handler that catches its timeout's cancel and goes on running: within
+    IGNORED_CANCEL_S of the cancel its failure commits (the pending timer shows it while the call runs)
+    and its slot counts as overdue, as a sync call's past its timeout_s does, so /healthz reports a
+    service whose every slot such calls hold; its late Done is dropped. Nothing was recorded until the
+    call returned, for ever if it never did, and its slot read as merely busy."""
+    release = threading.Event()
+
+    class GoesOn(Recording):
+        async def fire(self, ctx, timer):
+            while not release.is_set():
+                try:
+                    await asyncio.sleep(0.02)
+                except asyncio.CancelledError:  # the timeout's, and every other, swallowed
+                    pass
+            return Recording.fire(self, ctx, timer)
+
+    h = GoesOn(None, timeout_s=0.1)
+    schedule(store, "p", wall_ms() - 10, KIND, b"goes-on")
+    try:
+        with DurableTimerService(store, TimerRegistry().register(h), ["p"], concurrency=1, timing=SHORT_STOP) as svc:
+            def failed_while_running():
+                pending = get_timer(store, "p", KIND, b"goes-on")
+                return pending is not None and pending.last_error is not None
+
+            wait_until(failed_while_running, "the failure of the call that ignored its cancel", LIVENESS_S)
+            assert "ignored the cancel" in get_timer(store, "p", KIND, b"goes-on").last_error
+            assert svc.in_flight == 1 and svc.metrics(backlog_timeout_s=0).handlers_overdue == 1
+            release.set()
+            wait_until(lambda: svc.metrics(backlog_timeout_s=0).handlers_overdue == 0, "the call to return",
+                       LIVENESS_S)
+            assert svc.fired == 0 and effects(store, "p") == set()
+    finally:
+        release.set()
+
+
 @pytest.mark.slow  # its call outlasts its timeout and then its backoff, in real time: about 2 s
 def test_a_sync_call_past_its_timeout_keeps_its_error_and_is_retried_once_it_returns(store):
     """A sync call past its timeout_s: its failure commits at once (the pending timer shows the

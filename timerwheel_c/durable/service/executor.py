@@ -36,7 +36,7 @@ from .pool import DaemonPool
 from .records import Chunk, InFlight, Job, file_by_partition, set_field
 from .wakeup import Wakeup
 
-__all__ = ["CHUNK_S", "QUEUE_HORIZON_S", "RESCUE_S", "RUN_S", "SHARE_S", "Executor", "FairQueue"]
+__all__ = ["CHUNK_S", "IGNORED_CANCEL_S", "QUEUE_HORIZON_S", "RESCUE_S", "RUN_S", "SHARE_S", "Executor", "FairQueue"]
 
 QUEUE_HORIZON_S = 0.5
 CHUNK_S = 0.005  # longest run of queued sync fires one worker takes at once, at the measured mean
@@ -44,6 +44,9 @@ SHARE_S = 0.01  # a pass gives each partition at least the rows the slots fire i
 RUN_S = 0.01  # the longest run of one partition's rows the queue serves, at the measured mean
 RESCUE_S = 0.25  # a sync call running this long gives up the rows queued behind it in its chunk
 _WATCH_S = 0.05  # the watchdog's period while sync chunks are in flight
+# Seconds an ``async`` call cancelled at its timeout_s gets to end before it counts as ignoring the cancel:
+# failed then and there, its slot overdue, as a sync call past its timeout_s is.
+IGNORED_CANCEL_S = 1.0
 _MEAN_WEIGHT = 0.1  # of the newest handler duration in the running mean
 _DONE = Done()  # every bare Done is alike: settle reads only its class and its batch, None
 _TRACED = tracing.ENABLED  # decided once: without opentelemetry-api a fire pays no tracing check beyond this
@@ -158,6 +161,7 @@ class Executor:
         self._async: dict = {}  # id(handler) -> whether its fire is ``async def``
         self._chunks: set = set()  # sync chunks in flight, for the watchdog
         self._async_jobs: dict = {}  # async task -> its job
+        self._ignoring: set = set()  # async jobs failed for ignoring their timeout's cancel, still running
         self._watchdog: Optional[asyncio.Task] = None
         self._pool: Optional[DaemonPool] = None
 
@@ -180,6 +184,7 @@ class Executor:
         self.starved = False
         self._chunks.clear()
         self._async_jobs.clear()
+        self._ignoring.clear()
         self._watchdog = None
 
     # -- what a pass may claim ------------------------------------------------------------------
@@ -207,10 +212,10 @@ class Executor:
 
     @property
     def overdue(self) -> int:
-        """Slots held by a sync call past its handler's ``timeout_s``: failed, its thread left to
-        finish, the slot free only when it returns. Read from any thread (``list`` of a set copies it
-        under the GIL)."""
-        overdue = 0
+        """Slots held by a call past its handler's ``timeout_s``: failed, a sync call's thread left to
+        finish, an ``async`` call that ignored its cancel left to run, the slot free only when it returns.
+        Read from any thread (``list`` of a set copies it under the GIL)."""
+        overdue = len(self._ignoring)
         for chunk in list(self._chunks):
             i = chunk.current
             if i is not None and chunk.jobs[i].settled:
@@ -272,9 +277,9 @@ class Executor:
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
         timer = None
-        if job.timeout_s is not None and task is not None:
-            timer = loop.call_later(job.timeout_s, self._cancel, job, task, "timeout")
         attempt = Attempt(time.monotonic, self.wall_ms, lambda: job.cancelled_by is not None)
+        if job.timeout_s is not None and task is not None:
+            timer = loop.call_later(job.timeout_s, self._time_out, job, task, attempt.started_ms, time.monotonic())
         job.started = True
         context = TimerContext(self.store, job.partition, job.now_ms)
         try:
@@ -290,6 +295,11 @@ class Executor:
         finally:
             if timer is not None:
                 timer.cancel()
+        if job in self._ignoring:  # failed already, when it ignored the cancel: its late result is dropped
+            self._ignoring.discard(job)
+            self.busy.release(job)
+            self.wakeup.ring()  # its retry may be due by now, left out of the claimer's looks while in flight
+            return
         if job.cancelled_by == "timeout" and attempt.error is None:
             # It swallowed the cancel and returned late: failed, its outcome dropped, as a sync call's.
             attempt.outcome = None
@@ -300,6 +310,22 @@ class Executor:
     def _cancel(job: Job, task: asyncio.Task, why: str) -> None:
         job.cancelled_by = why
         task.cancel()
+
+    def _time_out(self, job: Job, task: asyncio.Task, started_ms: int, started_s: float) -> None:
+        """An ``async`` call ran past its ``timeout_s``: cancel it, and fail it in :data:`IGNORED_CANCEL_S`
+        if it is running still (begun at ``started_ms``, Unix epoch ms, and ``started_s``, monotonic s)."""
+        self._cancel(job, task, "timeout")
+        asyncio.get_running_loop().call_later(IGNORED_CANCEL_S, self._ignored_cancel, job, task, started_ms, started_s)
+
+    def _ignored_cancel(self, job: Job, task: asyncio.Task, started_ms: int, started_s: float) -> None:
+        """The call goes on after its timeout's cancel (it catches CancelledError): its failure commits now,
+        as a sync call's past its timeout_s does, where nothing was recorded until it returned, for ever
+        if it never did; its row stays in flight, and its slot counts as overdue, until it returns."""
+        if task.done() or job.settled or job.cancelled_by != "timeout":
+            return
+        self._ignoring.add(job)
+        error = past_timeout(job.timeout_s, "it ignored the cancel, and its outcome will be dropped")
+        self._settle([job], [None], [error], [started_ms], [time.monotonic() - started_s], keep_busy=True)
 
     async def _run_sync(self, chunk: Chunk) -> None:
         assert self._pool is not None

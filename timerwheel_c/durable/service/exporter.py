@@ -69,7 +69,7 @@ def health(service, stale_after_s: Optional[float] = None) -> Tuple[bool, str]:
         # Every slot held by a call that timed out and never returned: no pass will come, and only
         # a restart ends those threads.
         return False, (f"all {service.concurrency} handler slot(s) held by calls past their handler's timeout_s "
-                       "(their threads cannot be stopped: restart the process)")
+                       "(a sync call's thread, or an async call that ignores its cancel, cannot be stopped: restart the process)")
     if age_s is not None and age_s > bound_s and m.handlers_in_flight >= service.concurrency:
         # No pass for want of a free slot, not for a stuck thread or store: it passes again when a
         # handler returns.

@@ -150,9 +150,9 @@ class MetricsSnapshot:
     1000"; empty when the store could not be read); ``due_backlog_by_shard`` /
     ``parked_timers_by_shard``: the same by shard number, for a service that reads the store by shard
     (serving all of it, or a fleet's share), whose two by partition are then empty. ``lateness`` / ``handler_duration``: histograms (s).
-    ``owned_partitions``, ``handlers_in_flight``: gauges; ``handlers_overdue``: of those, the sync
-    calls past their handler's ``timeout_s`` (failed, their thread left to finish, each holding its
-    slot until it returns). ``running``: the service thread is
+    ``owned_partitions``, ``handlers_in_flight``: gauges; ``handlers_overdue``: of those, the calls
+    past their handler's ``timeout_s`` (failed: a sync call's thread left to finish, an ``async`` call that
+    ignored its cancel left to run, each holding its slot until it returns). ``running``: the service thread is
     alive. ``last_progress_age_s``: seconds since a pass's claim round trip last
     succeeded (None before the first; an idle service passes at least every ``max_sleep_s``).
     """
