@@ -7,6 +7,7 @@ only liveness bounds (seconds) and orderings, never a speed."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 
@@ -232,6 +233,35 @@ def test_an_async_handler_that_ignores_its_timeouts_cancel_fails_and_its_late_ou
         wait_until(parked, "the late return parked as a failure (max_attempts=1)", LIVENESS_S)
         assert svc.failed >= 1 and "ignored the cancel" in get_timer(store, "p", KIND, b"swallow").last_error
     assert svc.fired == 0 and effects(store, "p") == set()
+
+
+def test_a_handler_whose_fire_fails_to_be_read_fails_its_own_attempt_and_the_loop_serves_on(store, caplog):
+    """A handler whose ``fire`` raises when read (a property, a lazy proxy's ``__getattr__`` whose client
+    fails to start): that attempt's failure, with its error kept, while the other timers fire on the
+    same loop. The read raised on the service's loop, as it asked whether the handler was async: the
+    loop failed and restarted, every row in flight with it, at each of the timer's attempts."""
+    class Lazy(TimerHandler):
+        kind = TimerKind(KIND)
+
+        @property
+        def fire(self):
+            raise ConnectionError("the handler's client failed to start")
+
+    other = Recording()
+    other.kind = TimerKind(KIND + 1)
+    schedule(store, "p", wall_ms() - 10, KIND, b"lazy")
+    schedule(store, "p", wall_ms() - 10, KIND + 1, b"other")
+    registry = TimerRegistry().register(Lazy()).register(other)
+    with caplog.at_level(logging.ERROR, logger="timerwheel_c.durable"):
+        with DurableTimerService(store, registry, ["p"]):
+            def failed():
+                pending = get_timer(store, "p", KIND, b"lazy")
+                return pending is not None and pending.last_error is not None
+
+            wait_until(failed, "the failure of the handler whose fire fails to be read", LIVENESS_S)
+            wait_until(lambda: b"other" in effects(store, "p"), "the other timer's fire", LIVENESS_S)
+    assert "client failed to start" in get_timer(store, "p", KIND, b"lazy").last_error
+    assert not [r for r in caplog.records if "loop failed" in r.getMessage()]
 
 
 def test_an_async_call_that_goes_on_past_its_timeouts_cancel_fails_while_it_runs_and_holds_an_overdue_slot(store):

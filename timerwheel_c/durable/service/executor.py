@@ -270,7 +270,14 @@ class Executor:
         handler = job.handler
         found = self._async.get(id(handler))
         if found is None:
-            found = self._async[id(handler)] = is_async(handler.fire)
+            try:
+                found = is_async(handler.fire)
+            except Exception:
+                # Its fire fails to be read (a property, a proxy's __getattr__, that raises): called as a sync
+                # one, the read fails again within its call, that attempt's failure, where it failed the
+                # service's loop, every row in flight with it, at each of its attempts.
+                return False
+            self._async[id(handler)] = found
         return found
 
     async def _run_async(self, job: Job) -> None:
