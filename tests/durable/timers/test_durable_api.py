@@ -547,6 +547,33 @@ def test_a_handlers_backoff_sets_the_delays_between_its_attempts(store):
         registry.handler(2, backoff=5)(failing)
 
 
+def test_a_jittered_backoff_shortens_the_retry_and_never_the_claims_lease(store, monkeypatch):
+    """A Backoff with jitter, at its largest draw (its 60 s cut to 60 ms): a claim holds the row for the
+    60 s the jitter would shorten, so a claim 1 s later (another runner, while the call may still run)
+    finds nothing to take, and a call that fails is tried again its jittered 60 ms after the failure.
+    The claim's lease was the jittered delay: that later claim took the row again, 60 ms into a call,
+    and started the timer twice at once."""
+    from timerwheel_c.durable import Backoff, Retry
+    from timerwheel_c.durable.timers import tick
+    from timerwheel_c.durable.timers.claim import claim_due
+    from timerwheel_c.durable.timers.runner import RunReport, settle
+
+    monkeypatch.setattr(tick._RNG, "random", lambda: 0.999)
+    registry = TimerRegistry()
+
+    @registry.handler(1, backoff=Backoff(base_s=60, cap_s=60, jitter=1.0))
+    def slow(ctx, timer):
+        return Retry()
+
+    schedule(store, P, NOW - 1, 1, b"r")
+    first = claim_due(store, P, registry, NOW)
+    assert [c.timer.reference for c in first.timers] == [b"r"]
+    assert claim_due(store, P, registry, NOW + 1_000).timers == []
+    store.apply(P, settle(P, first.timers[0], RunReport(), Retry(), now_ms=NOW + 10))
+    timer = get_timer(store, P, 1, b"r")
+    assert timer.state == "retrying" and NOW + 10 < timer.due_at_ms <= NOW + 10 + 61
+
+
 def test_retry_with_a_delay_is_tried_again_that_long_after_its_tick(store):
     """Retry(delay=0.25) moves the retry to 250 ms after the tick (not the 5 s backoff), counted as a
     failed attempt and not as a fire; its last attempt parks the timer whatever the delay."""

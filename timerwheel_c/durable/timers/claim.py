@@ -223,8 +223,8 @@ def _claimed_key(now_ms: int, tk: keys.TimerKey, handler: Optional[TimerHandler]
                  lease_of: Optional[Callable[[TimerHandler, int], int]] = None) -> bytes:
     """The row's next backoff key: attempt + 1, due ``now_ms +`` the handler's lease (its backoff, or
     its timeout_s and a margin, :func:`~.tick.lease_ms`; ``lease_of(handler, attempt)`` when given: a
-    claim's, worked out once per claim for a handler whose backoff has no jitter, as the default one
-    has none: the lease is then the same for every row of that attempt), original due time kept."""
+    claim's, worked out once per claim: the lease is the same for every row of that attempt), original
+    due time kept."""
     attempt = min(tk.attempt + 1, keys.MAX_ATTEMPT)
     if handler is None:
         lease = backoff_ms(attempt)
@@ -362,8 +362,6 @@ class Claimer:
                     first = self._first(kind_number)
                 if first is not None:
                     handler, retry_at_ms, kind, cap = first
-                    if retry_at_ms is None:  # a Backoff of its own: its jitter drawn for each row
-                        retry_at_ms = min(self.now_ms + self._lease_ms(handler, 1), keys.MAX_DUE_MS)
                     claimed_key = keys.first_claimed_key(due_at_ms, kind_number, reference, retry_at_ms)
                     self._count_call(kind_number, cap)
                     fire = _ToFireFirst(key, value, due_at_ms, kind, reference, claimed_key, handler)
@@ -454,14 +452,12 @@ class Claimer:
     def _first(self, kind: int) -> Optional[tuple]:
         """How this claim claims a plain timer's first attempt of ``kind``, worked out once per claim:
         ``(handler, retry_at_ms, TimerKind, cap)`` (the row moves to its backed-off key due at
-        ``retry_at_ms``, Unix epoch ms, or None when the handler's own Backoff draws a jitter for each
-        row; it counts against ``cap`` rows of its kind), or None when the row takes :meth:`_choose`'s
+        ``retry_at_ms``, Unix epoch ms; it counts against ``cap`` rows of its kind), or None when the row takes :meth:`_choose`'s
         look: no handler (its grace), or no attempt left (its park)."""
         handler = self.registry.get(kind)
         first = None
         if handler is not None and not parking.exhausted(handler, 0):
-            retry_at_ms = None if handler.backoff is not None else min(
-                self.now_ms + self._lease_ms(handler, 1), keys.MAX_DUE_MS)
+            retry_at_ms = min(self.now_ms + self._lease_ms(handler, 1), keys.MAX_DUE_MS)
             first = (handler, retry_at_ms, keys.KINDS[kind], self._cap(handler))
         self.firsts[kind] = first
         return first
@@ -481,13 +477,11 @@ class Claimer:
         self.calls += 1
 
     def _lease_ms(self, handler: TimerHandler, attempt: int) -> int:
-        """How long a claim of ``attempt`` holds a row of ``handler`` (:func:`~.tick.lease_ms`), worked
-        out once per claim when the handler's backoff has no jitter (see :func:`_claimed_key`)."""
-        if handler.backoff is not None:
-            return lease_ms(attempt, handler.backoff, handler.timeout_s)
+        """How long a claim of ``attempt`` holds a row of ``handler`` (:func:`~.tick.lease_ms`, which no
+        jitter shortens), worked out once per claim (see :func:`_claimed_key`)."""
         cached = self.leases.get((id(handler), attempt))
         if cached is None:
-            cached = self.leases[(id(handler), attempt)] = lease_ms(attempt, None, handler.timeout_s)
+            cached = self.leases[(id(handler), attempt)] = lease_ms(attempt, handler.backoff, handler.timeout_s)
         return cached
 
     def _park(self, key: bytes, value: bytes, tk: keys.TimerKey, handler: TimerHandler) -> Optional[_ToPark]:

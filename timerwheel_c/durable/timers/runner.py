@@ -374,9 +374,11 @@ def _failed(partition: str, claimed: ClaimedTimer, report: RunReport, now_ms: Op
     last = parking.exhausted(handler, timer.attempt)
     if now_ms is None:
         now_ms = parking.wall_ms() if wall_ms is None else wall_ms()
-    if retry_in_ms is None and handler.timeout_s is not None and not still_running:
-        # The claim held the row for the handler's timeout_s (its lease): a call that failed
-        # sooner is retried its backoff after the failure, as it would be without one.
+    if retry_in_ms is None and not still_running and (
+            handler.timeout_s is not None or (handler.backoff is not None and handler.backoff.jitter)):
+        # The claim held the row for its lease (the handler's timeout_s, or its backoff without the
+        # jitter): a call that failed sooner is retried its backoff, jittered, after the failure, as it
+        # would be without either.
         backoff = backoff_ms(timer.attempt, handler.backoff)
         if tk.due_at_ms > now_ms + backoff:
             retry_in_ms = backoff

@@ -39,10 +39,11 @@ class Backoff:
     attempt ``a`` (>= 1) is tried ``min(base_s * factor**(a-1), cap_s)`` seconds after the previous
     one began, each delay then shortened by a random fraction of up to ``jitter`` (0..1, as AWS's
     "equal jitter" spreads retries of timers that failed together). The default is 5 s doubling up
-    to 10 minutes, without jitter. The delay also bounds how long an attempt runs before another
-    runner may take the timer again (its claim's lease, :func:`lease_ms`): a handler that runs
-    longer than its first delay needs a ``timeout_s`` (the lease is then at least that plus
-    :data:`LEASE_MARGIN_MS`) or a larger ``base_s``.
+    to 10 minutes, without jitter. The delay without its jitter also bounds how long an attempt runs
+    before another runner may take the timer again (its claim's lease, :func:`lease_ms`), so that the
+    jitter only ever shortens a retry, never a lease: a handler that runs longer than its first delay
+    needs a ``timeout_s`` (the lease is then at least that plus :data:`LEASE_MARGIN_MS`) or a larger
+    ``base_s``.
 
     Raises:
         TypeError / ValueError: ``base_s`` not > 0 (at least 0.001), ``factor`` < 1, ``cap_s`` <
@@ -61,36 +62,38 @@ class Backoff:
         _seconds("cap_s", self.cap_s, self.base_s)
         _seconds("jitter", self.jitter, 0.0, 1.0)
 
-    def delay_ms(self, attempt: int) -> int:
-        """The delay before attempt ``attempt`` (>= 1), in ms (at least 1)."""
+    def delay_ms(self, attempt: int, jittered: bool = True) -> int:
+        """The delay before attempt ``attempt`` (>= 1), in ms (at least 1); ``jittered`` False: without its
+        jitter, the longest it may be."""
         exponent = min(attempt - 1, 1023)  # beyond it the cap holds whatever the factor
         try:
             delay_s = min(self.base_s * self.factor ** exponent, self.cap_s)
         except OverflowError:
             delay_s = self.cap_s
-        if self.jitter:
+        if self.jitter and jittered:
             delay_s -= delay_s * self.jitter * _RNG.random()
         return max(1, min(int(min(delay_s, MAX_SPAN_S) * 1000), MAX_DUE_MS))
 
 
-def backoff_ms(attempt: int, policy: Optional[Backoff] = None) -> int:
-    """Delay before attempt ``attempt`` (>= 1) is due, in ms: ``policy``'s, or by default
-    ``min(5 s * 2**(attempt-1), 600 s)``."""
+def backoff_ms(attempt: int, policy: Optional[Backoff] = None, jittered: bool = True) -> int:
+    """Delay before attempt ``attempt`` (>= 1) is due, in ms: ``policy``'s (without its jitter when
+    ``jittered`` is False), or by default ``min(5 s * 2**(attempt-1), 600 s)``."""
     if attempt < 1:
         raise ValueError(f"attempt must be >= 1, got {attempt}")
     if policy is not None:
-        return policy.delay_ms(attempt)
+        return policy.delay_ms(attempt, jittered)
     return BACKOFF_CAP_MS if attempt > 8 else min(BACKOFF_BASE_MS << (attempt - 1), BACKOFF_CAP_MS)
 
 
 def lease_ms(attempt: int, policy: Optional[Backoff] = None, timeout_s: Optional[float] = None) -> int:
     """How long a claim of attempt ``attempt`` (>= 1) holds its row from every other runner, in ms:
-    the backoff (:func:`backoff_ms`), or the handler's ``timeout_s`` (seconds) plus
+    the backoff without its jitter (:func:`backoff_ms`: a jitter drawn near 1 would end the lease of a
+    call just begun, for another runner to start it again), or the handler's ``timeout_s`` (seconds) plus
     :data:`LEASE_MARGIN_MS` when that is longer, so that a call still within its ``timeout_s`` is
     never started again elsewhere meanwhile (the visibility timeout of a queue: SQS's, or a job
     queue's lock). A call that fails before the lease ends is retried a backoff after its failure,
     not at the lease's end (:func:`~.runner.settle`)."""
-    delay_ms = backoff_ms(attempt, policy)
+    delay_ms = backoff_ms(attempt, policy, jittered=False)
     if timeout_s is None:
         return delay_ms
     return max(delay_ms, min(math.ceil(min(timeout_s, MAX_SPAN_S) * 1000) + LEASE_MARGIN_MS, MAX_DUE_MS))
