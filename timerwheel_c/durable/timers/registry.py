@@ -155,9 +155,10 @@ class Reschedule:
 @dataclass(frozen=True)
 class Retry:
     """Outcome: not now; the row stays backed off and is tried again later: after the handler's
-    backoff, or ``delay`` seconds after this attempt's tick when given (a number >= 0, rounded up to
-    the ms, as Celery's ``retry(countdown=)``; one past the range of due times waits until the last
-    of them). It is a failed attempt:
+    backoff, or ``delay`` seconds later when given (a number >= 0, rounded up to the ms, as Celery's
+    ``retry(countdown=)``; one past the range of due times waits until the last of them), counted from
+    when the call returned in a service, from the tick's ``now_ms`` in :func:`~.runner.run_due`. It is a
+    failed attempt:
     it counts toward :attr:`TimerHandler.max_attempts` (as Celery's ``retry()`` counts toward its
     ``max_retries``), so a handler that polls with Retry sets ``max_attempts`` to cover its wait,
     or None.
