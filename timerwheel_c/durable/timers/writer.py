@@ -337,8 +337,10 @@ def _schedule(partition: str, key: bytes, identity: bytes, value: bytes, if_exis
 
 def cancel(store: Store, partition: Optional[str], kind, reference: bytes, *, conn=None) -> bool:
     """Remove the pending timer named (``partition``, ``kind``, ``reference``), scheduled, retrying or
-    parked; True if this call removed one. A timer cancelled while its handler runs does not fire again (its
-    running attempt's outcome may still commit, if it commits first).
+    parked; True if this call removed one. A timer cancelled once a runner has claimed it (its handler running,
+    or queued for a free slot of the runner's) does not fire again, but that call may still be made, or
+    finish: its outcome's writes commit only if they commit before the cancel, and its other effects are the
+    handler's (at-least-once, as a claimed job in procrastinate or a started activity in Temporal).
 
     Args:
         conn: None, or the caller's connection, as in :func:`schedule`.
