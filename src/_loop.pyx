@@ -158,6 +158,16 @@ def _context_reads_hold():
 cdef bint SHARED_CONTEXT = _context_reads_hold()
 
 
+cdef inline double _due_limit(double now_s, double resolution_s) noexcept nogil:
+    """The latest deadline due at loop time ``now_s``: the last float before ``now_s +
+    resolution_s`` (``loop._clock_resolution``), or ``now_s`` where that sum does not exceed it
+    (see ``_loop_common.due_limit``)."""
+    cdef double limit = now_s + resolution_s
+    if limit > now_s:
+        return nextafter(limit, -INFINITY)
+    return now_s
+
+
 cdef inline double _order_key(double when_s, double now_s) noexcept nogil:
     """``order_key``: a deadline's place in due order, never NaN: ``when_s``, or for a NaN deadline
     the loop time ``now_s`` it was armed at (as ``call_later(0)`` then)."""
@@ -572,8 +582,9 @@ cdef class LoopTimers:
     def move_due(self, ready):
         """Append every due handle to ``ready`` (the loop's deque), in deadline order, equal
         deadlines in scheduling order. Due: its deadline is at or before ``loop.time()`` (or NaN),
+        or lies in the wheel's ms before ``loop.time() + loop._clock_resolution`` (``_due_limit``),
         as asyncio's ``_run_once`` moves its heap's. Returns how many were moved."""
-        cdef double now_s
+        cdef double now_s, due_s
         cdef int64_t target_ms
         cdef TimerWheel wheel
         cdef tw_fired_t fired
@@ -588,8 +599,11 @@ cdef class LoopTimers:
         self._follow_clock(now_s)
         wheel = self._wheel
         target_ms = _loop_ms(now_s)
+        if target_ms <= wheel.c_now_ms() and not self._due_now and self._held_when == INFINITY:
+            return 0
+        due_s = _due_limit(now_s, getattr(self._owner(), "_clock_resolution", 0.0))
         if target_ms <= wheel.c_now_ms():
-            if not (self._due_now or self._held_when <= now_s):
+            if not (self._due_now or self._held_when <= due_s):
                 return 0
             target_ms = wheel.c_now_ms()
         append = ready.append
@@ -597,7 +611,7 @@ cdef class LoopTimers:
         self._held_when = INFINITY
         wheel.c_advance(target_ms, &fired)
         try:
-            n = self._settle(&fired, now_s)
+            n = self._settle(&fired, due_s)
             while i < n:
                 append(<object><PyObject*><size_t>fired.tokens[i])
                 i += 1

@@ -19,7 +19,7 @@ from typing import Any, cast, overload
 
 from ._aio_common import MAX_DUE_MS, floor_ms
 
-__all__ = ["ASYNCIO_TIME", "MAX_DUE_MS", "MAX_SELECT_S", "ScheduledView", "check_when", "handle_repr",
+__all__ = ["ASYNCIO_TIME", "MAX_DUE_MS", "MAX_SELECT_S", "ScheduledView", "check_when", "due_limit", "handle_repr",
            "handle_run_hook", "later_through_call_at", "loop_ms", "order_key", "patched_asyncio_time",
            "report_exception"]
 
@@ -70,6 +70,25 @@ def loop_ms(t_s: float) -> int:
     if not t_s * 1000.0 >= 0.0:
         return -1
     return floor_ms(t_s)
+
+
+def due_limit(now_s: float, resolution_s: Any) -> float:
+    """The latest deadline (seconds) due at loop time ``now_s``: the last float before
+    ``now_s + resolution_s`` (``loop._clock_resolution``), as asyncio's ``_run_once`` moves every
+    timer before that sum; ``now_s`` itself where the sum does not exceed it (a resolution of 0,
+    negative or NaN, or one lost to rounding at a large loop time).
+
+    A deadline is a sum, the loop's time plus a delay, rounded: a virtual clock that moves in whole
+    ticks (looptime's 1 us) stops on the tick, which may be a float below that sum (0.3 for
+    0.1 + 0.2), and a timer due there would wait one more tick where asyncio's loop runs it.
+
+    Raises:
+        TypeError: ``resolution_s`` is not a number a float adds to (asyncio's loop fails so too).
+    """
+    limit = now_s + resolution_s
+    if limit > now_s:
+        return math.nextafter(float(limit), -math.inf)
+    return now_s
 
 
 def check_when(when: Any, name: str) -> float:

@@ -12,10 +12,12 @@ or its pure twin :mod:`timerwheel_c.pure.loop`, chosen as the other cores are
 (:mod:`timerwheel_c._impl`); the twin's docstring gives the clock and order rules.
 
 Semantics are asyncio's, checked by running CPython's own ``test.test_asyncio`` suites on it
-(``tests/conformance/asyncio_conformance.py``): never early on ``loop.time()``; due callbacks in deadline
+(``tests/conformance/asyncio_conformance.py``): never early on ``loop.time()`` by more than
+``loop._clock_resolution``; due callbacks in deadline
 order, equal deadlines in scheduling order; they run after the callbacks already ready, and what
 they ``call_soon`` runs on the next iteration. Each iteration moves every timer whose deadline
-is at or before ``loop.time()``, as asyncio's ``_run_once`` does: a deadline already due when it
+is at or before ``loop.time()``, or in its ms before ``loop.time() + loop._clock_resolution``, as
+asyncio's ``_run_once`` does: a deadline already due when it
 is armed (``call_later(0)``, ``call_later(-1)``, ``call_at(loop.time())``) runs at the next
 iteration, between the callbacks already ready and the ones they queue, and any other timer once
 the clock reaches its deadline, plus the selector's wake-up. A NaN delay or deadline is due at

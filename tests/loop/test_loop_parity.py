@@ -291,6 +291,62 @@ def test_looptime_fast_forwards_the_event_loop_as_asyncio_loop():
             loop.close()
 
 
+def test_a_deadline_within_the_clock_resolution_is_due_as_on_asyncio_loop(new_wheel_loop):
+    """A deadline after loop.time() by less than loop._clock_resolution, in the same ms, runs at
+    that iteration, as asyncio's _run_once moves every timer before time() + _clock_resolution: a
+    clock moved by hand to 0.3 runs call_at(0.1 + 0.2) (0.30000000000000004), where it waited for
+    the clock to move again; one due a resolution later waits, on both loops. A resolution of 0
+    runs neither."""
+    def iterate(loop):
+        loop.call_soon(loop.stop)
+        loop.run_forever()
+
+    def check(loop):
+        clock = [0.1]
+        ran = []
+        with mock.patch.object(loop, "time", lambda: clock[0]):
+            loop.call_at(0.1 + 0.2, ran.append, "sum")
+            loop.call_at(0.3 + loop._clock_resolution, ran.append, "a resolution later")
+            clock[0] = 0.3
+            iterate(loop)
+            assert ran == ["sum"], loop
+            loop._clock_resolution = 0.0
+            loop.call_at(math.nextafter(0.3, 1.0), ran.append, "1 ulp")
+            iterate(loop)
+            assert ran == ["sum"], loop
+            clock[0] = 0.301
+            iterate(loop)
+            assert ran == ["sum", "1 ulp", "a resolution later"], loop
+
+    for loop in (asyncio.new_event_loop(), new_wheel_loop()):
+        try:
+            check(loop)
+        finally:
+            loop.close()
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="looptime needs Python 3.11+ (the test extra installs it there only)")
+def test_looptime_ends_sleeps_at_the_loop_time_asyncio_loop_ends_them(new_wheel_loop):
+    """Under looptime, whose clock moves in whole 1 us ticks, sleeps of 0.1 s then 0.2 s end at loop
+    time 0.3 and another 0.7 s at 1.0, exactly, as on asyncio's loop; the second sleep's deadline
+    0.1 + 0.2 lies 1 ulp past 0.3, and each such sleep ended a tick late (0.300001, 1.000002)."""
+    import looptime
+
+    async def main(loop):
+        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.2)
+        first = loop.time()
+        await asyncio.sleep(0.7)
+        return first, loop.time()
+
+    for make in (asyncio.new_event_loop, new_wheel_loop):
+        loop = looptime.patch_event_loop(make(), start=0)
+        try:
+            assert _run_bounded(loop, main(loop)) == (0.3, 1.0), make
+        finally:
+            loop.close()
+
+
 def test_a_patch_of_the_loop_class_sees_every_timer_call(new_wheel_loop):
     """time, call_later and call_at are the class's, never bound onto the instance: a patch of
     type(loop) sees every asyncio.sleep (call_later), asyncio.timeout's reschedule (call_at) and

@@ -13,9 +13,9 @@ every call, so a patched ``loop.time`` or ``time.monotonic`` and the virtual clo
 (looptime, aiotools' VirtualClock) move these timers as they move asyncio's; should that clock go
 back before the wheel's time, the wheel follows it (each armed timer filed again by its deadline).
 An iteration at loop time ``now`` moves every timer whose deadline is at or before ``now`` (or
-NaN), as asyncio's ``_run_once`` moves its heap's, and no other: never early on
-``loop.time()`` (asyncio's loop also moves those due before ``loop.time() + loop._clock_resolution``,
-1 ns unless a virtual clock sets more; this store reads no clock resolution). A deadline at or before ``loop.time()`` when it is armed (``call_later(0)``,
+NaN), or lies in the wheel's current ms before ``now + loop._clock_resolution`` (1 ns unless a
+virtual clock sets more), as asyncio's ``_run_once`` moves its heap's, and no other: a deadline
+is a rounded sum, and a clock moving in whole ticks (looptime) stops on a float 1 ulp below it. A deadline at or before ``loop.time()`` when it is armed (``call_later(0)``,
 ``call_later(-1)``, ``call_at(loop.time())``, NaN) is due now: the wheel's ``schedule_at`` files
 it at the wheel's current ms, and the next iteration moves it, between the callbacks already
 ready and the ones they queue. Any other timer with deadline ``when`` sits in the ms it lies in,
@@ -65,6 +65,7 @@ from .._loop_common import (
     MAX_DUE_MS,
     MAX_SELECT_S,
     check_when,
+    due_limit,
     handle_repr,
     handle_run_hook,
     later_through_call_at,
@@ -276,16 +277,21 @@ class LoopTimers:
     def move_due(self, ready: deque) -> int:
         """Append every due handle to ``ready`` (the loop's deque), in deadline order, equal
         deadlines in scheduling order. Due: its deadline is at or before ``loop.time()`` (or NaN),
+        or lies in the wheel's ms before ``loop.time() + loop._clock_resolution`` (``due_limit``),
         as asyncio's ``_run_once`` moves its heap's. Returns how many were moved."""
         if self._closed:
             return 0
         self._flush()
-        now_s = self._owner().time()
+        loop = self._owner()
+        now_s = loop.time()
         self._follow_clock(now_s)
         wheel = self._wheel
         target_ms = loop_ms(now_s)
+        if target_ms <= wheel.now_ms() and not self._due_now and self._held_when == math.inf:
+            return 0
+        due_s = due_limit(now_s, getattr(loop, "_clock_resolution", 0.0))
         if target_ms <= wheel.now_ms():
-            if not (self._due_now or self._held_when <= now_s):
+            if not (self._due_now or self._held_when <= due_s):
                 return 0
             target_ms = wheel.now_ms()
         fired = self._fired
@@ -293,7 +299,7 @@ class LoopTimers:
         self._due_now = False
         self._held_when = math.inf
         wheel.advance(target_ms, fired)
-        batch = self._settle(fired, now_s)
+        batch = self._settle(fired, due_s)
         i = 0
         try:
             for handle in batch:
