@@ -13,12 +13,18 @@ from __future__ import annotations
 import time
 from typing import Callable, Optional
 
-__all__ = ["COUNT_EVERY_S", "POLL_S", "wait_done"]
+__all__ = ["COUNT_EVERY_S", "POLL_S", "wait_done", "warmup_items"]
 
 # A run of 10,000 items at 25,000/s lasts 0.4 s: polling every 20 ms added up to 5 % to the faster
 # system's time; a probe is one index step, so every 5 ms costs the server nothing to speak of.
 POLL_S = 0.005
 COUNT_EVERY_S = 0.5
+WARMUP_MIN = 200  # items fired before a measured run of fewer than 10,000, 2 % of a larger one
+
+
+def warmup_items(n: int) -> int:
+    """How many items a system fires before its measured run of ``n`` (a warm-up: see :mod:`.fleet`)."""
+    return max(WARMUP_MIN, n // 50)
 
 
 def wait_done(n: int, any_left: Callable[[], bool], count_left: Callable[[], int],

@@ -16,6 +16,23 @@ takeover time after a runner is SIGKILLed.
   partitions become due at one instant T0; the figure is ``n_timers`` over the time from T0
   until no timer row is left (:func:`.drain.wait_done`; the outcome that deletes a timer's row
   commits its effect row in the same transaction), after which the effect rows are counted.
+- Warm-up: first, ``max(200, n_timers // 50)`` timers (:func:`.drain.warmup_items`) due at once
+  over every partition, so some in every runner's (the run fails otherwise), are fired and waited
+  for until every effect row is written; only then are the measured timers scheduled, due 1 s
+  later, the meter starting at that instant. The figures are those of the steady state, per fired
+  timer: costs paid once per process or session, which a run of 10,000 timers would otherwise
+  spread over its fires, fall in the warm-up (a new server session's ~2 ms of server CPU, a
+  session's first call of the set-based write function 4.3 to 4.9 ms, PL/pgSQL compiling it, the
+  commit connection a runner opens at its first outcome). In 4 alternating pairs of runs of
+  ``python bench/run.py -m bench.peers --pg-dsn DSN`` (2 vCPUs, load average 2.4 to 6.5), the
+  runs' median CPU per fired timer, runner / server, went from 14 / 13.5 to 13 / 12 µs with 1
+  runner and from 20 / 17 to 16.5 / 10 µs with 4 (whole µs: the meter counts 10 ms ticks). The
+  warm-up's timers are checked like the measured ones (each effect once) and count in neither
+  ``fired_per_s`` nor the CPU; the result's ``warmup`` gives their number (``items``), each
+  runner's share (``per_process``) and their own CPU split per warm-up timer, their scheduling
+  included: 450 to 650 / 50 to 100 µs with 1 runner, 200 to 450 / 250 to 300 µs with 4, as its
+  timers come due as each partition's batch commits, in smaller ticks than the measured run's: an
+  upper bound of the start-up costs, not their measure.
 - The CPU split of that interval (:class:`.cpu_split.CpuMeter`): the runner processes' and the
   PostgreSQL server's CPU time, in µs per fired timer.
 - With ``rounds`` > 1, each runner count runs that many times, round by round (a peer's runs, when
@@ -40,7 +57,7 @@ from timerwheel_c.durable.timers.runner import TickBudget
 from timerwheel_c.durable.storage.store import Batch
 from . import fleet_wakeup
 from .cpu_split import CpuMeter
-from .drain import wait_done
+from .drain import wait_done, warmup_items
 from .run import command
 from .stores import dispose
 from .procs import stop as procs_stop
@@ -110,12 +127,49 @@ def _unsettled(conn, table: str, count: bool) -> int:
     return conn.execute(query, (PARTITIONS, *keys.timer_range())).fetchone()[0]
 
 
-def _fill(store, n_timers: int, due_ms: int) -> None:
+def _fill(store, n_timers: int, due_ms: int, reference: bytes = b"%08d") -> dict:
+    """Schedule ``n_timers`` timers due at ``due_ms``, spread round robin over the partitions, each
+    named by ``reference`` % its number (a warm-up's differ from the measured run's, and so do their
+    effect rows); returns ``{partition: how many}``."""
+    spread = {}
     for p_index, partition in enumerate(PARTITIONS):
         batch = Batch()
         for i in range(p_index, n_timers, len(PARTITIONS)):
-            batch.put(keys.timer(due_ms, _KIND, b"%08d" % i), b"")
+            batch.put(keys.timer(due_ms, _KIND, reference % i), b"")
         store.apply(partition, batch)
+        spread[partition] = len(range(p_index, n_timers, len(PARTITIONS)))
+    return spread
+
+
+def _warm_up(store, conn, table: str, n_items: int, held: Callable[[], dict], pids: list) -> dict:
+    """Fire ``n_items`` timers due now and wait until every one has its effect row, before the
+    measured run (see the module's docstring); ``held()`` (``{partition: backend pid}`` of the
+    runners' lock sessions) gives each runner its share. Returns ``{"items": n_items, "per_process":
+    [items of each runner, in its partitions]}`` with the CPU split of the warm-up (the runner
+    processes ``pids``': see :class:`.cpu_split.CpuMeter`), per warm-up timer.
+
+    Raises:
+        RuntimeError: a runner's partitions got no warm-up timer, the timers were not all fired
+            within 600 s, an effect is missing or doubled, or the partitions changed hands meanwhile.
+    """
+    owners = held()
+    meter = CpuMeter(conn)
+    meter.start(pids)
+    spread = _fill(store, n_items, time.time_ns() // 1_000_000, b"w%07d")
+    per_runner: dict = {}
+    for partition, pid in owners.items():
+        per_runner[pid] = per_runner.get(pid, 0) + spread[partition]
+    if len(owners) != len(PARTITIONS) or min(per_runner.values()) < 1:
+        raise RuntimeError(f"fleet bench: a runner has no warm-up timer ({per_runner}, {len(owners)} partitions owned)")
+    wait_done(n_items, lambda: _unsettled(conn, table, False) > 0, lambda: _unsettled(conn, table, True),
+              None, 600, "fleet bench: warm-up timers unsettled")
+    cpu = meter.stop(n_items)
+    effects = _effects(conn, table)
+    if effects != n_items:
+        raise RuntimeError(f"fleet bench: {effects} effects for {n_items} warm-up timers (a duplicate or a loss)")
+    if held() != owners:
+        raise RuntimeError("fleet bench: the partitions changed hands during the warm-up")
+    return {"items": n_items, "per_process": sorted(per_runner.values()), **cpu}
 
 
 def _one(dsn: str, n_runners: int, n_timers: int, budget: str, takeover: bool, progress) -> dict:
@@ -132,10 +186,14 @@ def _one(dsn: str, n_runners: int, n_timers: int, budget: str, takeover: bool, p
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                  for _ in range(n_runners)]
 
+        def held() -> dict:
+            """Partition -> backend pid of the runner's lock connection that owns it."""
+            return holders(store, PARTITIONS, conn, kinds=[_KIND.get()])
+
         def owners() -> dict:
             """Backend pid (of a runner's lock connection) -> how many partitions it owns."""
-            held = holders(store, PARTITIONS, conn, kinds=[_KIND.get()])
-            return {pid: list(held.values()).count(pid) for pid in set(held.values())} if len(held) == len(PARTITIONS) else {}
+            now = held()
+            return {pid: list(now.values()).count(pid) for pid in set(now.values())} if len(now) == len(PARTITIONS) else {}
 
         def divided() -> bool:
             # One read: a second could see the partitions mid-rebalance, held by no one.
@@ -143,6 +201,7 @@ def _one(dsn: str, n_runners: int, n_timers: int, budget: str, takeover: bool, p
             return len(counts) == n_runners and max(counts.values()) - min(counts.values()) <= 1
 
         _wait(divided, f"{n_runners} runners to divide {len(PARTITIONS)} partitions")
+        warmup = _warm_up(store, conn, table, warmup_items(n_timers), held, [p.pid for p in procs])
         due_ms = time.time_ns() // 1_000_000 + 1000
         _fill(store, n_timers, due_ms)
         meter = CpuMeter(conn)
@@ -153,10 +212,11 @@ def _one(dsn: str, n_runners: int, n_timers: int, budget: str, takeover: bool, p
         elapsed_s = time.time_ns() / 1e9 - due_ms / 1000
         cpu = meter.stop(n_timers)
         effects = _effects(conn, table)
-        if effects != n_timers:
-            raise RuntimeError(f"fleet bench: {effects} effects for {n_timers} timers (a duplicate or a loss)")
+        if effects != n_timers + warmup["items"]:
+            raise RuntimeError(f"fleet bench: {effects} effects for {n_timers} timers and {warmup['items']} "
+                               "of the warm-up (a duplicate or a loss)")
         result = {"runners": n_runners, "partitions": len(PARTITIONS), "timers": n_timers, "budget": budget,
-                  "fired_per_s": n_timers / elapsed_s, **cpu}
+                  "fired_per_s": n_timers / elapsed_s, **cpu, "warmup": warmup}
         if takeover:
             before = set(owners())
             procs[0].send_signal(signal.SIGKILL)

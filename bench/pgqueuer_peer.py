@@ -17,6 +17,19 @@ server, for a side-by-side figure (the ``peers`` extra installs it).
 - Exactly once: each worker reports the id of every job its entrypoint ran; the run fails unless
   every job ran once across the workers. pgqueuer's delivery is at least once (a job whose
   heartbeat lapses is picked again), which a no-op run never provokes.
+- Warm-up, as the fleet's (:mod:`.fleet`): sets of ``max(200, n_timers // 50)`` jobs due now
+  (:func:`.drain.warmup_items`), each until the queue is empty (every job acknowledged), until every
+  worker has run one (each prints ``WARM`` after its first job; at batch 100 one set may go to two
+  workers alone), before the measured jobs are enqueued: a worker's first dequeue and
+  acknowledgement (asyncpg preparing its statements, the server planning them, once per session)
+  fall outside the meter. In 4 alternating pairs of runs of ``python bench/run.py -m bench.peers
+  --pg-dsn DSN`` (2 vCPUs, load average 2.4 to 6.5), the runs' median CPU per job at batch 100,
+  workers / server, went from 37 / 30.5 to 29 / 24.5 µs with 1 worker and from 56.5 / 35.5 to
+  48.5 / 33 µs with 4. Its jobs are checked to run once like the rest and count in neither
+  ``fired_per_s`` nor the CPU; the result's ``warmup`` gives their number (``items``: 200 with 1
+  worker, 600 to 1,400 with 4), each worker's share (``per_process``) and their own CPU split per
+  warm-up job, their enqueuing (a session of its own) included: 150 / 150 to 200 µs with 1 worker,
+  167 to 233 / 233 to 283 µs with 4.
 - The CPU split (:class:`.cpu_split.CpuMeter`) of the workers and the server over the same interval.
 """
 from __future__ import annotations
@@ -35,7 +48,7 @@ from importlib import metadata
 from typing import Callable, Optional
 
 from .cpu_split import CpuMeter
-from .drain import wait_done
+from .drain import wait_done, warmup_items
 from .procs import stop as procs_stop
 from .run import command
 
@@ -77,9 +90,9 @@ def _settings(schema: str):
     return DBSettings(db_schema=schema, prefix=f"{schema}_")
 
 
-async def _admin(dsn: str, schema: str, action: str, n_timers: int = 0, due_in_s: float = 0.0) -> None:
+async def _admin(dsn: str, schema: str, action: str, n_timers: int = 0, due_in_s: float = 0.0) -> list:
     """``install``, ``enqueue`` ``n_timers`` no-op jobs due in ``due_in_s`` s, or ``uninstall``
-    pgqueuer in ``schema``, through its own API."""
+    pgqueuer in ``schema``, through its own API; returns the enqueued jobs' ids (else [])."""
     import asyncpg
     from datetime import timedelta
     from pgqueuer import AsyncpgDriver, Queries
@@ -93,13 +106,14 @@ async def _admin(dsn: str, schema: str, action: str, n_timers: int = 0, due_in_s
         if action == "install":
             await queries.install()
         elif action == "enqueue":
-            await queries.enqueue([_ENTRYPOINT] * n_timers, [None] * n_timers, [0] * n_timers,
-                                  [timedelta(seconds=due_in_s)] * n_timers)
+            return await queries.enqueue([_ENTRYPOINT] * n_timers, [None] * n_timers, [0] * n_timers,
+                                         [timedelta(seconds=due_in_s)] * n_timers)
         else:
             await queries.uninstall()
             await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')  # made of [a-z0-9_] above
     finally:
         await conn.close()
+    return []
 
 
 def _spawn(dsn: str, schema: str, batch_size: int, log) -> subprocess.Popen:
@@ -123,18 +137,44 @@ def _wait_ready(procs: list, log) -> None:
             raise _failed(f"a worker did not start within {_START_S:.0f} s ({line!r})", log)
 
 
-def _executed(procs: list, log) -> collections.Counter:
-    """Stop the workers (SIGTERM: pgqueuer's shutdown, which flushes its acknowledgements); how many
-    times each job id ran, from their reports."""
+def _executed(procs: list, log) -> list:
+    """Stop the workers (SIGTERM: pgqueuer's shutdown, which flushes its acknowledgements); the ids
+    of the jobs each one ran, from their reports, in the order of ``procs``."""
     for proc in procs:
         proc.send_signal(signal.SIGTERM)
-    ran: collections.Counter = collections.Counter()
+    ran = []
     for proc in procs:
         out, _ = proc.communicate(timeout=30)
         if proc.returncode != 0:
             raise _failed(f"a worker exited with status {proc.returncode}", log)
-        ran.update(json.loads(out.splitlines()[-1]))
+        ran.append(json.loads(out.splitlines()[-1]))
     return ran
+
+
+def _warm_up(dsn: str, schema: str, n_items: int, procs: list, drain: Callable[[int, str], None], log,
+             meter: CpuMeter) -> tuple:
+    """Run sets of ``n_items`` jobs due now until every worker has run one of them (each prints
+    ``WARM`` after its first job; a set's jobs are acknowledged, so committed, once the queue is
+    empty), before the measured run (see the module's docstring); ``drain(n, what)`` waits for the
+    queue to empty. Returns the warm-up jobs' ids and the CPU split of the warm-up (the workers' and
+    the server's: see :class:`.cpu_split.CpuMeter`), per warm-up job.
+
+    Raises:
+        RuntimeError: a worker ran none within 20 sets, or a set was not drained within 600 s.
+    """
+    ids: list = []
+    warm: set = set()
+    meter.start([p.pid for p in procs])
+    for _ in range(20):
+        ids += asyncio.run(_admin(dsn, schema, "enqueue", n_items))
+        drain(n_items, "pgqueuer bench: warm-up jobs queued")
+        for index, proc in enumerate(procs):
+            while index not in warm and select.select([proc.stdout], [], [], 0)[0]:
+                if proc.stdout.readline().strip() == "WARM":
+                    warm.add(index)
+        if len(warm) == len(procs):
+            return ids, meter.stop(len(ids))
+    raise _failed(f"{len(procs) - len(warm)} of {len(procs)} workers ran no job of 20 warm-up sets", log)
 
 
 def run(dsn: str, n_timers: int, workers: int, batch_size: int = DEFAULT_BATCH,
@@ -173,6 +213,21 @@ def run(dsn: str, n_timers: int, workers: int, batch_size: int = DEFAULT_BATCH,
         with tempfile.TemporaryFile("w+") as log, psycopg.connect(dsn, autocommit=True) as conn:
             procs += [_spawn(dsn, schema, batch_size, log) for _ in range(workers)]
             _wait_ready(procs, log)
+
+            def left(query) -> int:
+                row = conn.execute(query).fetchone()
+                assert row is not None  # count(*) has one row
+                return row[0]
+
+            def drain(n: int, what: str, shown: Optional[Callable[[int], None]] = None) -> None:
+                def alive() -> None:
+                    if any(p.poll() is not None for p in procs):
+                        raise _failed(f"a worker exited with {left(count)} of {n} jobs still queued", log)
+
+                wait_done(n, lambda: left(probe) > 0, lambda: left(count), shown, 600, what, alive)
+
+            warm, warm_cpu = _warm_up(dsn, schema, warmup_items(n_timers), procs, drain, log, CpuMeter(conn))
+            warm_ids = set(warm)
             due_s = time.time() + _LEAD_S
             asyncio.run(_admin(dsn, schema, "enqueue", n_timers, due_s - time.time()))
             if time.time() >= due_s:
@@ -180,27 +235,19 @@ def run(dsn: str, n_timers: int, workers: int, batch_size: int = DEFAULT_BATCH,
             meter = CpuMeter(conn)
             time.sleep(max(0.0, due_s - time.time()))
             meter.start([p.pid for p in procs])
-
-            def left(query) -> int:
-                row = conn.execute(query).fetchone()
-                assert row is not None  # count(*) has one row
-                return row[0]
-
-            def alive() -> None:
-                if any(p.poll() is not None for p in procs):
-                    raise _failed(f"a worker exited with {left(count)} of {n_timers} jobs still queued", log)
-
-            wait_done(n_timers, lambda: left(probe) > 0, lambda: left(count), progress, 600,
-                      "pgqueuer bench: jobs queued", alive)
+            drain(n_timers, "pgqueuer bench: jobs queued", progress)
             elapsed_s = time.time() - due_s
             cpu = meter.stop(n_timers)
-            ran = _executed(procs, log)
-        if len(ran) != n_timers or set(ran.values()) != {1}:
+            reports = _executed(procs, log)
+        ran = collections.Counter(job for report in reports for job in report)
+        if len(ran) != n_timers + len(warm_ids) or set(ran.values()) != {1}:
             twice = sum(1 for c in ran.values() if c > 1)
-            raise RuntimeError(f"pgqueuer bench: {len(ran)} distinct jobs ran for {n_timers} enqueued, "
-                               f"{twice} of them more than once")
+            raise RuntimeError(f"pgqueuer bench: {len(ran)} distinct jobs ran for {n_timers} enqueued and "
+                               f"{len(warm_ids)} of the warm-up, {twice} of them more than once")
+        warmup = {"items": len(warm_ids), "per_process": sorted(len(warm_ids.intersection(r)) for r in reports),
+                  **warm_cpu}
         return {"workers": workers, "batch_size": batch_size, "timers": n_timers, "fired_per_s": n_timers / elapsed_s,
-                **cpu}
+                **cpu, "warmup": warmup}
     finally:
         procs_stop(procs)
         asyncio.run(_admin(dsn, schema, "uninstall"))
@@ -221,6 +268,8 @@ def _worker(dsn: str, batch_size: int) -> None:
 
             @qm.entrypoint(_ENTRYPOINT)
             async def noop(job) -> None:
+                if not ran:  # the warm-up waits until every worker has run a job
+                    print("WARM", flush=True)
                 ran.append(job.id)
 
             asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, qm.shutdown.set)

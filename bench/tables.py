@@ -166,7 +166,8 @@ def pgqueuer_table(rep: Reporter, fleet: dict, peer: dict) -> None:
                 rows.append([f"pgqueuer {peer['version']}, {result['workers']} worker(s), batch {result['batch_size']}",
                              fmt(result["fired_per_s"]), f"{result['ours_over_pgqueuer']:.2f}x", *_cpu(result)])
     notes = [f"median of {peer['rounds']} interleaved round(s) of {next(iter(peer['results'].values()))['timers']:,} "
-             "no-op items all due at once, each checked to run exactly once; pgqueuer over asyncpg on uvloop, "
+             "no-op items all due at once, each checked to run exactly once, after a warm-up of at least 200 "
+             "(checked too, not counted: each process's first claims and commits); pgqueuer over asyncpg on uvloop, "
              "as pgq run starts it",
              "CPU: us of CPU time per fired item, the runner (worker) processes' and the PostgreSQL server's "
              "(every server process, from /proc, including any other client's work meanwhile, but the backend "

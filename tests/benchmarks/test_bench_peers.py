@@ -226,3 +226,75 @@ def test_durable_run_without_a_server_says_how_to_get_the_comparison(monkeypatch
     lines = [line for line in capsys.readouterr().out.splitlines() if "pgqueuer" in line]
     assert len(lines) == 1 and 'pip install ".[peers]"' in lines[0] and "--pg-dsn" in lines[0]
     assert "--pg-dsn" in json.loads(path.read_text())["workloads"]["durable"]["pgqueuer"]["missing"]
+
+
+
+def _meter_sees(monkeypatch, module, look) -> list:
+    """Patch ``module``'s CpuMeter so that making one first calls ``look(conn)`` on the bench's own
+    connection (the meter's), whose answer is appended to the list returned here. The benches make
+    one before the warm-up and the run's once the measured items are scheduled, before they are due
+    (started at their due time)."""
+    seen: list = []
+
+    class Seeing(module.CpuMeter):
+        def __init__(self, conn) -> None:
+            seen.append(look(conn))
+            super().__init__(conn)
+
+    monkeypatch.setattr(module, "CpuMeter", Seeing)
+    return seen
+
+
+def _check_warmup(result: dict, processes: int) -> None:
+    """At least 200 warm-up items, every process's share at least one, none of them in ``timers``."""
+    warmup = result["warmup"]
+    assert result["timers"] == 32 and warmup["items"] >= 200
+    assert len(warmup["per_process"]) == processes and min(warmup["per_process"]) >= 1
+    assert sum(warmup["per_process"]) == warmup["items"]
+    _check_cpu(result)
+    _check_cpu(warmup)
+
+
+@needs_server
+def test_the_fleet_warms_every_runner_up_before_the_meter_starts(monkeypatch):
+    """Two runners over 32 timers: first 200 warm-up timers (some in each runner's partitions) fire,
+    every effect row written, before the measured timers are scheduled: when the meter is made, the
+    warm-up's 200 effects are there and none of the measured run's."""
+    from psycopg import sql
+
+    from bench import fleet
+
+    query = sql.SQL("SELECT count(*) FILTER (WHERE key >= 'Ew' AND key < 'Ex'), "
+                    "count(*) FILTER (WHERE key >= 'E0' AND key < 'E:') FROM {}").format(
+        sql.Identifier(f"timerwheel_fleet_{os.getpid()}_2_default"))
+    seen = _meter_sees(monkeypatch, fleet, lambda conn: conn.execute(query).fetchone())
+    result = fleet._one(PG_DSN, 2, 32, "default", False, None)
+    assert seen == [(0, 0), (200, 0)]
+    assert result["warmup"]["items"] == 200
+    _check_warmup(result, 2)
+
+
+@needs_server
+def test_pgqueuer_warms_every_worker_up_before_the_meter_starts(monkeypatch):
+    """Two workers at batch 100 over 32 jobs: sets of 200 warm-up jobs run until each worker has run
+    one, all acknowledged before the measured jobs are enqueued: when the meter is made, the queue
+    holds the 32 measured jobs and no warm-up job (due 2 s before them). Each warm-up job ran once too (the run
+    checks it)."""
+    _needs_pgqueuer()
+    from psycopg import sql
+
+    from bench import pgqueuer_peer
+
+    def look(conn) -> tuple:
+        (schema,), = conn.execute("SELECT nspname FROM pg_namespace WHERE nspname LIKE %s",
+                                  (f"timerwheel_bench_pgq_{os.getpid()}_%",)).fetchall()
+        queue = sql.Identifier(schema, pgqueuer_peer._settings(schema).queue_table)
+        return conn.execute(sql.SQL("SELECT count(*) FILTER (WHERE execute_after < now() - interval '1 s'), "
+                                    "count(*) FROM {}").format(queue)).fetchone()
+
+    seen = _meter_sees(monkeypatch, pgqueuer_peer, look)
+    result = pgqueuer_peer.run(PG_DSN, 32, 2, 100)
+    assert seen == [(0, 0), (0, 32)]
+    assert result["warmup"]["items"] % 200 == 0
+    _check_warmup(result, 2)
+    assert _pgqueuer_schemas() == []
