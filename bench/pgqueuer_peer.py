@@ -30,7 +30,8 @@ server, for a side-by-side figure (the ``peers`` extra installs it).
   worker, 600 to 1,400 with 4), each worker's share (``per_process``) and their own CPU split per
   warm-up job, their enqueuing (a session of its own) included: 150 / 150 to 200 µs with 1 worker,
   167 to 233 / 233 to 283 µs with 4.
-- The CPU split (:class:`.cpu_split.CpuMeter`) of the workers and the server over the same interval.
+- The CPU split (:class:`.cpu_split.CpuMeter`) of the workers and the server over the same interval,
+  begun :data:`.cpu_split.LEAD_S` before T0, as the fleet's.
 """
 from __future__ import annotations
 
@@ -233,8 +234,7 @@ def run(dsn: str, n_timers: int, workers: int, batch_size: int = DEFAULT_BATCH,
             if time.time() >= due_s:
                 raise RuntimeError(f"pgqueuer bench: enqueuing {n_timers} jobs took over {_LEAD_S} s")
             meter = CpuMeter(conn)
-            time.sleep(max(0.0, due_s - time.time()))
-            meter.start([p.pid for p in procs])
+            meter.start_before([p.pid for p in procs], due_s)
             drain(n_timers, "pgqueuer bench: jobs queued", progress)
             elapsed_s = time.time() - due_s
             cpu = meter.stop(n_timers)

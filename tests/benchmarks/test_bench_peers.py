@@ -230,16 +230,21 @@ def test_durable_run_without_a_server_says_how_to_get_the_comparison(monkeypatch
 
 
 def _meter_sees(monkeypatch, module, look) -> list:
-    """Patch ``module``'s CpuMeter so that making one first calls ``look(conn)`` on the bench's own
-    connection (the meter's), whose answer is appended to the list returned here. The benches make
-    one before the warm-up and the run's once the measured items are scheduled, before they are due
-    (started at their due time)."""
+    """Patch ``module``'s CpuMeter so that making one, and starting one, first calls ``look(conn)`` on
+    the bench's own connection (the meter's), whose answer is appended to the list returned here as
+    ``("made", answer)`` or ``("started", answer)``. The benches make and start one for the warm-up,
+    then make the run's once the measured items are scheduled, and start it before they are due."""
     seen: list = []
 
     class Seeing(module.CpuMeter):
         def __init__(self, conn) -> None:
-            seen.append(look(conn))
+            seen.append(("made", look(conn)))
             super().__init__(conn)
+            self._look = lambda: look(conn)
+
+        def start(self, runner_pids: list) -> None:
+            seen.append(("started", self._look()))
+            super().start(runner_pids)
 
     monkeypatch.setattr(module, "CpuMeter", Seeing)
     return seen
@@ -269,7 +274,9 @@ def test_the_fleet_warms_every_runner_up_before_the_meter_starts(monkeypatch):
         sql.Identifier(f"timerwheel_fleet_{os.getpid()}_2_default"))
     seen = _meter_sees(monkeypatch, fleet, lambda conn: conn.execute(query).fetchone())
     result = fleet._one(PG_DSN, 2, 32, "default", False, None)
-    assert seen == [(0, 0), (200, 0)]
+    assert [answer for what, answer in seen if what == "made"] == [(0, 0), (200, 0)]
+    # The run's interval begins before its first fire (a start at the due time left out up to all 32).
+    assert seen[-1] == ("started", (200, 0))
     assert result["warmup"]["items"] == 200
     _check_warmup(result, 2)
 
@@ -294,7 +301,8 @@ def test_pgqueuer_warms_every_worker_up_before_the_meter_starts(monkeypatch):
 
     seen = _meter_sees(monkeypatch, pgqueuer_peer, look)
     result = pgqueuer_peer.run(PG_DSN, 32, 2, 100)
-    assert seen == [(0, 0), (0, 32)]
+    assert [answer for what, answer in seen if what == "made"] == [(0, 0), (0, 32)]
+    assert seen[-1] == ("started", (0, 32))  # before its first job is taken
     assert result["warmup"]["items"] % 200 == 0
     _check_warmup(result, 2)
     assert _pgqueuer_schemas() == []
