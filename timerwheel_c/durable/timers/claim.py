@@ -440,12 +440,10 @@ class Claimer:
             assert claim.nominal_ms is not None  # an occurrence to fire has its nominal time
             return _ToFire(claim.batch.guards, claim.batch.writes, key, value, claim.nominal_ms, kind, tk.reference,
                            tk.attempt + 1, claim.claimed_key, handler, claim.state)
-        # Once per row claimed, inline: the writes _move_writes makes (keys.claim_keeps_identity(tk):
-        # a first attempt).
-        if tk.attempt == 0 and not tk.occurrence:
-            writes = [(key, None), (claimed_key, value)]
-        else:
-            writes = [(key, None), (claimed_key, value), (keys.identity_of(tk), claimed_key)]
+        if tk.attempt == 0 and not tk.occurrence:  # a first attempt keeps its identity row (keys.claim_keeps_identity)
+            return _ToFireFirst(key, value, tk.original_due_at_ms, kind, tk.reference, claimed_key, handler)
+        # Once per row claimed, inline: the writes _move_writes makes.
+        writes = [(key, None), (claimed_key, value), (keys.identity_of(tk), claimed_key)]
         return _ToFire([equals_read(key, value)], writes, key, value, tk.original_due_at_ms, kind, tk.reference,
                        tk.attempt + 1, claimed_key, handler)
 

@@ -1027,27 +1027,6 @@ def _independent_sets(items: list, places: Optional[_Places] = None) -> Optional
             continue
         writes = batch.writes
         guards = batch.guards
-        if len(guards) == 1 and len(writes) == 2:
-            # A move of one row, guarded on it (a runner's claim of a first attempt): Equals(K, V), the
-            # delete of K, the put of V' at K'; what the general steps below make of it, without them.
-            (key, gone), (to, put) = writes
-            guard = guards[0]
-            if gone is None and put is not None and key == guard.key and to != key and isinstance(guard, Equals):
-                keys.append(key)
-                keys.append(to)
-                ck(key)
-                cv(guard.value)
-                at(take(partition, key))
-                bp(partition)
-                if put == guard.value:
-                    mt(to)
-                else:
-                    u_b(b)
-                    u_p(partition)
-                    u_k(to)
-                    u_v(put)
-                    mt(None)
-                continue
         final = dict(writes)  # key -> its last write (None: a delete), in first-write order
         if len(final) == len(writes):
             # No key written twice (every claim and outcome of a runner): consumed_write's rule, read
