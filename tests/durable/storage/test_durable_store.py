@@ -869,6 +869,39 @@ def test_sqlite_schema_version_is_recorded_and_a_newer_one_refused(tmp_path):
         SQLiteStore(path)
 
 
+def test_a_sqlite_store_opened_before_a_newer_version_upgraded_the_file_refuses_its_writes(tmp_path):
+    """A process still running when a newer timerwheel_c upgrades the file (a rolling upgrade) went
+    on writing rows in its own layout: an earlier version's runner, so left running, fired a timer the
+    upgrade had moved a second time, and its writer's timers were never read by the new code. Each
+    write on the store's own connection (a batch, a write by name, a runner's claim) now reads the
+    recorded version with the shard count and raises SchemaVersionError naming both versions; nothing
+    is written, no handler runs, and reads go on."""
+    from timerwheel_c.durable import Done, TimerKind, TimerRegistry, get_timer, run_due, schedule
+    from timerwheel_c.durable.storage.sqlite import SCHEMA_VERSION
+
+    path = tmp_path / "t.db"
+    kind, fired = TimerKind(1), []
+    registry = TimerRegistry()
+    registry.handler(kind)(lambda ctx, timer: fired.append(timer.reference) or Done())
+    with SQLiteStore(path) as store:
+        schedule(store, "p", 1_000_000_000_000, kind, b"due", b"v")
+        db = sqlite3.connect(path)
+        with db:
+            db.execute("UPDATE timerwheel_meta SET value = ? WHERE name = 'schema_version'", (str(SCHEMA_VERSION + 1),))
+        before = db.execute("SELECT * FROM timerwheel_kv ORDER BY partition, key").fetchall()
+        newer = rf"{path}'.*version {SCHEMA_VERSION + 1}.*version {SCHEMA_VERSION}"
+        with pytest.raises(SchemaVersionError, match=newer):
+            store.apply_many("p", [Batch().put(b"app", b"x")])
+        with pytest.raises(SchemaVersionError, match=newer):
+            schedule(store, "p", 2_000_000_000_000, kind, b"later", b"v")
+        with pytest.raises(SchemaVersionError, match=newer):
+            run_due(store, "p", registry, 1_000_000_000_001)
+        assert fired == []
+        assert db.execute("SELECT * FROM timerwheel_kv ORDER BY partition, key").fetchall() == before
+        assert get_timer(store, "p", kind, b"due").state == "scheduled"
+        db.close()
+
+
 def test_a_sqlite_file_whose_version_row_is_gone_is_refused_unchanged(tmp_path):
     """A store whose meta table lost its version row (edited, or its page damaged) was read as one from
     before the version row and upgraded from there: the upgrade failed half way ("duplicate column

@@ -206,7 +206,8 @@ class OnCursor:
     a guard on it needs no second read (a re-arm by name reads its identity row once, not twice)."""
 
     def __init__(self, cursor: sqlite3.Cursor, partition: str, hashed: int, wrap: wrap_exceptions,
-                 locked: bool = False, shard_count: Optional[Callable[[], Optional[int]]] = None):
+                 locked: bool = False, shard_count: Optional[Callable[[], Optional[int]]] = None,
+                 schema_version: Optional[Callable[[object], None]] = None):
         self._cursor = cursor
         self._partition = partition
         self._hashed = hashed
@@ -216,6 +217,8 @@ class OnCursor:
         # unless a get_through read it already (_counted; _count None: no count recorded, the puts then
         # take it in their own statement, which refuses them).
         self._shard_count = shard_count
+        # With shard_count: checks the recorded schema version's text that get_through_counted reads.
+        self._schema_version = schema_version
         self._counted = False
         self._count: Optional[int] = None
 
@@ -231,6 +234,8 @@ class OnCursor:
             if self._shard_count is not None and not self._counted:  # the count too, in one statement
                 row = self._cursor.execute(_GET_THROUGH_COUNTED, (self._partition, bytearray(key))).fetchone()
                 if row is not None:
+                    if self._schema_version is not None:
+                        self._schema_version(row[3])
                     self._counted, self._count = True, _count_of(row[2])
                     row = None if row[0] is None else row[:2]
                 else:  # no count recorded: the first put reads the meta table again, and is refused

@@ -84,6 +84,7 @@ _ROW_REWRITES = rewrite_versions(_MIGRATIONS)  # versions that must find their d
 # layers above rewrite (storage/upgrades.py); 10: the view timerwheel_timers, for operators' SQL;
 # 14: the index by shard kept to SHARD_SPACE.
 SCHEMA_VERSION = _MIGRATIONS[-1][0]
+_SCHEMA_TEXT = str(SCHEMA_VERSION)  # as the meta table records it
 # The WAL's length, in frames (a page each: 1 kB in a file a store made, 4 kB in older ones), past which
 # the checkpoint thread starts it over (:func:`_restart_wal`): 10-40 MB, a few seconds of the busiest
 # commits. A round that finds fewer frames than this in a file longer than this many truncates the file.
@@ -464,10 +465,25 @@ class SQLiteStore(Store):
         version = db.execute("PRAGMA data_version").fetchone()[0]
         counted_on, counted_at, count = self._counted
         if counted_on is not connection or counted_at != version:
-            row = db.execute(_QUERIES["shard_count"]).fetchone()
-            count = None if row is None else shard_count_of(row[0])
+            text, schema = db.execute(_QUERIES["write_meta"]).fetchone()
+            self.check_written_version(schema)
+            count = shard_count_of(text)
             self._counted = (connection, version, count)
         return count
+
+    def check_written_version(self, text: object) -> None:
+        """Refuse a write on this store's own connection once the meta table records a schema version
+        (``text``, as read inside the write's transaction) newer than this code's: a newer timerwheel_c
+        upgraded the file after this store opened it, and its rows may no longer be where this code
+        writes and reads them (an earlier layout's rows written after an upgrade are never read by the
+        newer code, or fire a second time). SQLite runs no code of the newer version's to stop this
+        process's statements, as PostgreSQL's functions can, so each write checks for itself.
+
+        Raises:
+            SchemaVersionError: the recorded version is newer than :data:`SCHEMA_VERSION`, naming both.
+        """
+        if text != _SCHEMA_TEXT and isinstance(text, str) and text.isdigit() and int(text) > SCHEMA_VERSION:
+            raise SchemaVersionError(f"SQLite database {self._named}", int(text), SCHEMA_VERSION)
 
     def _recorded_shard_count(self, db: Union[sqlite3.Connection, sqlite3.Cursor]) -> int:
         """The shard count recorded in the meta table (the default for a store from before shards,
@@ -758,7 +774,7 @@ class _OwnWrite:
             store._check_same_file()
             db = self._cursor = store._db.cursor()
             tx = OnCursor(db, self._partition, partition_hash(self._partition), store._wrap, locked=True,
-                          shard_count=self._shard_count)
+                          shard_count=self._shard_count, schema_version=store.check_written_version)
             db.execute("BEGIN IMMEDIATE")
         except BaseException as exc:
             lock.release()

@@ -26,12 +26,14 @@ SELECT i.value, t.value FROM timerwheel_kv AS i LEFT JOIN timerwheel_kv AS t ON 
 WHERE i.partition = ? AND i.key = ?
 
 -- name: get_through_counted
--- get_through inside the store's own write transaction, with the shard count recorded now (the meta
--- table's text, as shard_count reads it) in the same statement, so that the puts that follow bind their
--- shards by it with no statement of their own (PRAGMA data_version, or the meta table): a re-arm by
--- name costs one statement fewer. One row whenever the meta table records a count, whether the key has
+-- get_through inside the store's own write transaction, with the shard count and the schema version
+-- recorded now (the meta table's texts, as write_meta reads them) in the same statement, so that the
+-- puts that follow bind their shards by it with no statement of their own (PRAGMA data_version, or the
+-- meta table), and a write under a schema a newer timerwheel_c upgraded meanwhile is refused: a re-arm
+-- by name costs one statement fewer. One row whenever the meta table records a count, whether the key has
 -- a row or not; none without a count.
-SELECT i.value, t.value, m.value FROM timerwheel_meta AS m
+SELECT i.value, t.value, m.value, v.value FROM timerwheel_meta AS m
+  LEFT JOIN timerwheel_meta AS v ON v.name = 'schema_version'
   LEFT JOIN timerwheel_kv AS i ON i.partition = ? AND i.key = ?
   LEFT JOIN timerwheel_kv AS t ON t.partition = i.partition AND t.key = i.value
 WHERE m.name = 'shard_count'
@@ -117,6 +119,12 @@ JOIN timerwheel_kv AS t ON t.shard = s.column1 AND (t.key, t.partition) = (
 
 -- name: shard_count
 SELECT value FROM timerwheel_meta WHERE name = 'shard_count'
+
+-- name: write_meta
+-- What a write on the store's own connection reads once another connection has committed: the shard
+-- count its puts bind and the schema version, which a newer timerwheel_c may have raised meanwhile.
+SELECT (SELECT value FROM timerwheel_meta WHERE name = 'shard_count'),
+  (SELECT value FROM timerwheel_meta WHERE name = 'schema_version')
 
 -- name: set_shard_count
 INSERT OR IGNORE INTO timerwheel_meta (name, value) VALUES ('shard_count', ?)
